@@ -1,0 +1,3 @@
+from chorus.cli import app
+
+app()

@@ -1,0 +1,61 @@
+"""Reading and writing audio: any WAV/FLAC in, mono float32 at the model's rate out."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from pathlib import Path
+
+import numpy as np
+import soundfile as sf
+import soxr
+
+SAMPLE_RATE = 22_050
+
+
+class AudioError(ValueError):
+    """An audio file that cannot be used; the message names the file and the reason."""
+
+
+def load_audio(path: str | os.PathLike, sample_rate: int = SAMPLE_RATE) -> np.ndarray:
+    """Read ``path`` (any rate, any channel count) as mono float32 in [-1, 1] at ``sample_rate``.
+
+    Returns an array of shape ``[samples]``. Raises :class:`AudioError` for missing or unreadable files.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise AudioError(f"{path}: audio file not found")
+    try:
+        audio, rate = sf.read(str(path), dtype="float32", always_2d=True)
+    except (sf.LibsndfileError, RuntimeError, OSError) as error:  # OSError: e.g. no read permission
+        raise AudioError(f"{path}: unreadable audio ({error})") from error
+    # Float WAVs can hold NaN/inf, which would turn every loss downstream into NaN.
+    if not np.isfinite(audio).all():
+        raise AudioError(f"{path}: audio contains NaN or infinite samples")
+    mono = audio.mean(axis=1)
+    if rate != sample_rate and mono.size:
+        mono = soxr.resample(mono, rate, sample_rate, quality="HQ")
+    return np.ascontiguousarray(mono, dtype=np.float32)
+
+
+def save_audio(path: str | os.PathLike, audio: np.ndarray, sample_rate: int = SAMPLE_RATE) -> None:
+    """Write mono float audio as 16-bit PCM (WAV or FLAC by suffix), atomically (temp + rename).
+
+    Raises :class:`AudioError` for NaN or infinite samples, which 16-bit PCM cannot represent.
+    """
+    path = Path(path)
+    audio = np.asarray(audio, dtype=np.float32).reshape(-1)
+    if not np.isfinite(audio).all():
+        raise AudioError(f"{path}: refusing to save audio with NaN or infinite samples")
+    audio = np.clip(audio, -1.0, 1.0)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fmt = "FLAC" if path.suffix.lower() == ".flac" else "WAV"
+    # A unique name that libsndfile creates itself, so the file gets the usual umask permissions;
+    # mkstemp's files are 0600 and would stay unreadable to anyone else after the rename.
+    temp = path.parent / f".{path.name}.{os.getpid()}.{uuid.uuid4().hex}.tmp"
+    try:
+        sf.write(str(temp), audio, sample_rate, subtype="PCM_16", format=fmt)
+        os.replace(temp, path)
+    except BaseException:
+        temp.unlink(missing_ok=True)
+        raise

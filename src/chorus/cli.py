@@ -1,0 +1,118 @@
+"""The ``chorus`` command line. Thin: parses arguments, calls the library, prints."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+app = typer.Typer(help="Chorus: many voices on one text-to-speech model.", no_args_is_help=True,
+                  pretty_exceptions_show_locals=False)
+data_app = typer.Typer(help="Inspect datasets.", no_args_is_help=True)
+corpus_app = typer.Typer(help="Build the offline multi-speaker training corpus.", no_args_is_help=True)
+app.add_typer(data_app, name="data")
+app.add_typer(corpus_app, name="corpus")
+console = Console()
+
+
+def _fail(message: str) -> None:
+    console.print(f"[bold red]error:[/] {message}")
+    raise typer.Exit(2)
+
+
+@app.command()
+def pretrain(
+    data: Path = typer.Argument(..., help="Corpus root: a folder of LJSpeech-style speaker folders."),
+    out: Path = typer.Option(Path("runs/base"), help="Run folder (features, checkpoint/, log.csv, loss.png)."),
+    steps: int = typer.Option(30_000, help="Total optimizer steps (a resumed run continues to this)."),
+    max_frames: int = typer.Option(4_800, help="Padded mel frames per batch and process."),
+    config: Optional[Path] = typer.Option(None, help="JSON file with AcousticConfig fields (new runs only)."),
+    default_speaker: Optional[str] = typer.Option(None, help="Voice used when none is asked for."),
+    threads: int = typer.Option(2, help="CPU threads per process."),
+    device: str = typer.Option("cpu", help="cpu, cuda, cuda:1 ..."),
+) -> None:
+    """Pretrain (or resume) the multi-speaker base model. Run under `torchrun` for DDP."""
+    from chorus.models.config import AcousticConfig
+    from chorus.training.pretrain import PretrainConfig, pretrain as run_pretrain
+
+    model_config = AcousticConfig.from_dict(json.loads(config.read_text())) if config else AcousticConfig()
+    recipe = PretrainConfig(data=str(data), out=str(out), model=model_config, steps=steps,
+                            max_frames=max_frames, threads=threads, device=device,
+                            default_speaker=default_speaker)
+    checkpoint = run_pretrain(recipe)
+    console.print(f"checkpoint: {checkpoint}")
+
+
+@app.command()
+def speakers(model: Optional[Path] = typer.Option(None, help="Model folder (default: the shipped base).")) -> None:
+    """List the base model's voices."""
+    from chorus.training.checkpoint import load_bundle
+    from chorus.synthesis import DEFAULT_BASE
+
+    bundle = load_bundle(model or DEFAULT_BASE)
+    table = Table("index", "voice", "default")
+    for index, name in enumerate(bundle.speakers):
+        table.add_row(str(index), name, "yes" if name == bundle.default_speaker else "")
+    console.print(table)
+
+
+@app.command()
+def synthesize(
+    text: Optional[str] = typer.Option(None, help="Text to speak."),
+    text_file: Optional[Path] = typer.Option(None, help="File with one utterance per line."),
+    speaker: Optional[str] = typer.Option(None, help="Voice name or index (default: the model's default voice)."),
+    out: Path = typer.Option(Path("out.wav"), help="Output WAV; with --text-file, a folder (or NAME_0001.wav ...)."),
+    model: Optional[Path] = typer.Option(None, help="Model folder (default: the shipped base)."),
+    vocoder: Optional[str] = typer.Option(None, help="Vocoder folder or name (griffin-lim)."),
+    length_scale: float = typer.Option(1.0, help="> 1 speaks slower, < 1 faster."),
+) -> None:
+    """Speak text with a base voice and report the real-time factor."""
+    from chorus.audio.io import save_audio
+    from chorus.synthesis import load_base
+
+    if (text is None) == (text_file is None):
+        _fail("give exactly one of --text or --text-file")
+    if text_file is not None:
+        if not text_file.is_file():
+            _fail(f"{text_file}: no such file")
+        lines = [line.strip() for line in text_file.read_text(encoding="utf-8").splitlines()]
+        texts = [line for line in lines if line]
+        if not texts:
+            _fail(f"{text_file}: no text lines")
+    else:
+        texts = [text]
+    tts = load_base(model, vocoder)
+    try:
+        speaker_index = tts.resolve_speaker(speaker)
+    except KeyError as error:
+        _fail(str(error.args[0]))
+    outputs = [out] if len(texts) == 1 else [
+        (out if out.suffix == "" else out.parent / out.stem) / f"{i + 1:04d}.wav" for i in range(len(texts))]
+    table = Table("file", "voice", "seconds", "RTF", "text")
+    for line_number, (line, path) in enumerate(zip(texts, outputs), start=1):
+        try:
+            result = tts.synthesize(line, speaker_index, length_scale)
+        except ValueError as error:
+            where = f"{text_file}:{line_number}" if text_file else "--text"
+            console.print(f"[yellow]skipped {where}: {error}[/]")
+            continue
+        save_audio(path, result.audio, result.sample_rate)
+        table.add_row(str(path), result.speaker, f"{result.duration:.2f}", f"{result.real_time_factor:.3f}",
+                      line[:60])
+    console.print(table)
+
+
+@data_app.command("check")
+def data_check(
+    root: Path = typer.Argument(..., help="LJSpeech-style folder, a folder of them, or id|speaker|text metadata."),
+    max_problems: int = typer.Option(50, help="Problems to list (0 = all)."),
+    jobs: int = typer.Option(1, help="Threads reading audio."),
+) -> None:
+    """Per speaker: clips, minutes, and every problem with its file and line. Exit 1 if any."""
+    from chorus.data.check import data_check_command
+
+    raise typer.Exit(data_check_command(root, max_problems, jobs))

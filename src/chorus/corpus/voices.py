@@ -1,0 +1,124 @@
+"""The registry of offline voices the synthetic corpus is read by.
+
+Every voice is a Debian-packaged synthesizer (espeak-ng, flite, festival) or the CC0 Piper voice
+"joe", optionally followed by a sox effect chain that turns it into a new virtual speaker.
+
+Utterance counts follow intelligibility (Whisper tiny.en WER of the sources, see
+``/work/shared/offline-assets.md``): flite rms 2.6 %, festival kal 11.6 %, espeak m3 19 %, f3 30 %. A model
+trained on a voice is hardly more intelligible than the voice, so the clear flite/festival voices and
+their derivatives get ~600 clips and the formant-synth espeak variants ~250.
+
+Three voices are held out of pretraining, with no derivative of them anywhere: Piper joe, flite slt
+and festival ked. They get ~12 minutes each, enough for 1/3/10-minute adaptation subsets plus
+evaluation clips.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+Engine = Literal["espeak", "flite", "festival", "piper"]
+Gender = Literal["male", "female"]
+
+CLEAR_CLIPS = 600  # flite / festival voices and their sox derivatives
+ESPEAK_CLIPS = 250  # espeak-ng formant variants, much less intelligible
+HELDOUT_CLIPS = 220  # ~12.5 minutes: clips average ~3.4 s (joe 3.5, slt 3.4, ked 3.4) with their 0.2 s of silence
+
+
+@dataclass(frozen=True)
+class VoiceSpec:
+    """One corpus voice.
+
+    ``engine_voice`` is what the engine calls it (espeak ``-v`` value, flite ``-voice`` name,
+    festival voice such as ``kal_diphone``, ``joe`` for Piper); ``engine_args`` are extra command-line
+    arguments for the engine. ``sox`` is an effect chain (``("pitch", "350", "speed", "1.05")``)
+    applied to the engine's output, making a virtual speaker; ``derived_from`` then names the voice
+    it was made from. ``utterances`` is the clip count at corpus scale 1.0.
+    """
+
+    name: str
+    engine: Engine
+    engine_voice: str
+    gender: Gender
+    utterances: int
+    heldout: bool = False
+    engine_args: tuple[str, ...] = ()
+    sox: tuple[str, ...] = ()
+    derived_from: str | None = None
+
+    @property
+    def split(self) -> str:
+        """Corpus sub-folder: ``heldout`` voices never mix with the ``train`` ones."""
+        return "heldout" if self.heldout else "train"
+
+
+def _espeak(name: str, voice: str, gender: Gender) -> VoiceSpec:
+    return VoiceSpec(name, "espeak", voice, gender, ESPEAK_CLIPS)
+
+
+def _virtual(name: str, base: VoiceSpec, gender: Gender, *effects: str) -> VoiceSpec:
+    return VoiceSpec(name, base.engine, base.engine_voice, gender, CLEAR_CLIPS, engine_args=base.engine_args,
+                     sox=effects, derived_from=base.name)
+
+
+_FLITE_RMS = VoiceSpec("flite-rms", "flite", "rms", "male", CLEAR_CLIPS)
+_FLITE_AWB = VoiceSpec("flite-awb", "flite", "awb", "male", CLEAR_CLIPS)
+_FLITE_KAL16 = VoiceSpec("flite-kal16", "flite", "kal16", "male", CLEAR_CLIPS)
+# flite's plain "kal" is 8 kHz (nothing above 4 kHz): useful variety, but fewer clips.
+_FLITE_KAL = VoiceSpec("flite-kal", "flite", "kal", "male", ESPEAK_CLIPS)
+_FESTIVAL_KAL = VoiceSpec("festival-kal", "festival", "kal_diphone", "male", CLEAR_CLIPS)
+
+VOICES: tuple[VoiceSpec, ...] = (
+    *(_espeak(f"espeak-us-m{i}", f"en-us+m{i}", "male") for i in range(1, 8)),
+    *(_espeak(f"espeak-us-f{i}", f"en-us+f{i}", "female") for i in range(1, 6)),
+    _espeak("espeak-us-annie", "en-us+Annie", "female"),
+    _espeak("espeak-us-belinda", "en-us+belinda", "female"),
+    _espeak("espeak-us-steph", "en-us+steph", "female"),
+    _espeak("espeak-us-mike", "en-us+Mike", "male"),
+    _espeak("espeak-us-andy", "en-us+Andy", "male"),
+    _espeak("espeak-us-grandpa", "en-us+grandpa", "male"),
+    # Accents, each with its own variant so they differ in timbre as well as pronunciation.
+    _espeak("espeak-gb-m2", "en-gb+m2", "male"),
+    _espeak("espeak-rp-f4", "en-gb-x-rp+f4", "female"),
+    _espeak("espeak-scotland-m5", "en-gb-scotland+m5", "male"),
+    _espeak("espeak-caribbean-m4", "en-029+m4", "male"),
+    _espeak("espeak-nyc-f2", "en-us-nyc+f2", "female"),
+    _FLITE_RMS,
+    _FLITE_AWB,
+    _FLITE_KAL16,
+    _FLITE_KAL,
+    _FESTIVAL_KAL,
+    # Virtual speakers: `pitch` moves F0 only, `speed` F0 and formants together (and the rate).
+    # Only the large upward pitch+speed shifts of a male voice land in a female range.
+    _virtual("flite-rms-up350", _FLITE_RMS, "male", "pitch", "350"),
+    _virtual("flite-rms-down300-slow", _FLITE_RMS, "male", "pitch", "-300", "tempo", "0.92"),
+    _virtual("flite-awb-down250-fast", _FLITE_AWB, "male", "pitch", "-250", "speed", "1.05"),
+    _virtual("flite-awb-up450", _FLITE_AWB, "male", "pitch", "450"),
+    _virtual("flite-kal16-up500", _FLITE_KAL16, "male", "pitch", "500"),
+    _virtual("flite-kal16-up600-speed112", _FLITE_KAL16, "female", "pitch", "600", "speed", "1.12"),
+    _virtual("festival-kal-up400", _FESTIVAL_KAL, "male", "pitch", "400", "tempo", "1.05"),
+    _virtual("festival-kal-up650-speed110", _FESTIVAL_KAL, "female", "pitch", "650", "speed", "1.10"),
+    # Held out of pretraining (adaptation and evaluation only); nothing above derives from them.
+    VoiceSpec("piper-joe", "piper", "joe", "male", HELDOUT_CLIPS, heldout=True),
+    VoiceSpec("flite-slt", "flite", "slt", "female", HELDOUT_CLIPS, heldout=True),
+    VoiceSpec("festival-ked", "festival", "ked_diphone", "male", HELDOUT_CLIPS, heldout=True),
+)
+
+
+def pretraining_voices() -> list[VoiceSpec]:
+    """Voices of the base model's training corpus (``train/``)."""
+    return [voice for voice in VOICES if not voice.heldout]
+
+
+def heldout_voices() -> list[VoiceSpec]:
+    """Voices kept out of pretraining (``heldout/``): Piper joe, flite slt, festival ked."""
+    return [voice for voice in VOICES if voice.heldout]
+
+
+def get_voice(name: str) -> VoiceSpec:
+    """The registered voice called ``name``; ``KeyError`` lists the known names otherwise."""
+    for voice in VOICES:
+        if voice.name == name:
+            return voice
+    raise KeyError(f"unknown corpus voice {name!r}; known: {', '.join(v.name for v in VOICES)}")

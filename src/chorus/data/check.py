@@ -1,0 +1,392 @@
+"""Dataset validation: every problem a dataset has, with its file and line, before anything trains on it.
+
+:func:`check_dataset` reads the metadata with :func:`chorus.data.formats.discover`, phonemizes every
+text with the same :class:`~chorus.text.TextFrontEnd` that training uses, and reads every clip once.
+Nothing in here raises on bad input: a broken line, a missing or undecodable file, a text with nothing
+to say, each becomes a :class:`Problem`, and :meth:`DatasetReport.valid_utterances` keeps the rest.
+:func:`data_check_command` is the ``chorus data check DIR`` command.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections import Counter
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import soundfile as sf
+from rich.console import Console, RenderableType
+from rich.progress import Progress
+from rich.table import Table
+from rich.text import Text
+
+from chorus.data.formats import DatasetFormatError, Utterance, discover
+from chorus.text import TextFrontEnd
+from chorus.text.symbols import PAD, PUNCTUATION, WORD_BOUNDARY
+
+# Every kind of problem, with the one-line explanation used in reports.
+PROBLEM_KINDS: dict[str, str] = {
+    "format": "no dataset could be read here",
+    "metadata": "a metadata line that cannot be used",
+    "empty_dataset": "the metadata lists no utterances",
+    "missing_audio": "the audio file named by a metadata line does not exist",
+    "unreadable_audio": "the audio file cannot be decoded (or holds NaN/inf samples)",
+    "empty_audio": "the audio file has no samples",
+    "low_sample_rate": "recorded at a rate too low for the model's 22,050 Hz",
+    "clipped": "too many samples at full scale",
+    "silent": "no audible signal",
+    "too_short": "shorter than the minimum clip length",
+    "too_long": "longer than the maximum clip length",
+    "empty_text": "the transcript is empty",
+    "unspeakable_text": "the transcript has nothing to pronounce",
+    "text_error": "the transcript could not be phonemized",
+    "text_length": "the transcript does not fit the clip's duration",
+}
+
+# Characters of the phoneme string that are not phones of their own: word gaps, pause punctuation,
+# stress and length marks, and diacritics that modify the phone before them.
+_NOT_PHONES = frozenset(PAD + WORD_BOUNDARY + PUNCTUATION + "ˈˌːˑ\u0329\u0303ʰʲʷ")
+# Texts go to the phonemizer in chunks so the progress bar moves on large datasets.
+_PHONEMIZE_CHUNK = 256
+# Clips this long are reported as too long without being decoded, so one stray hour-long recording
+# cannot exhaust memory.
+_MAX_DECODED_SECONDS = 600.0
+# Energy is measured in 25 ms frames, a common speech-analysis frame.
+_FRAME_SECONDS = 0.025
+
+
+@dataclass(frozen=True)
+class CheckConfig:
+    """Thresholds of :func:`check_dataset`; the defaults suit read speech for a 22,050 Hz model."""
+
+    min_seconds: float = 0.3
+    max_seconds: float = 20.0
+    min_sample_rate: int = 16_000
+    clip_level: float = 0.999  # |sample| at or above this counts as clipped
+    max_clipped_fraction: float = 0.001
+    silence_dbfs: float = -60.0  # whole-clip RMS below this is silence...
+    quiet_frame_dbfs: float = -40.0  # ...and so is a clip with no 25 ms frame louder than this
+    speech_range_db: float = 40.0  # frames within this of the loudest one count as speech
+    min_phonemes_per_second: float = 4.0
+    max_phonemes_per_second: float = 30.0
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong with a dataset.
+
+    ``source`` is where to look: ``path/metadata.csv:12`` for a metadata line or its text, the audio
+    file's path for a problem with the audio. ``kind`` is a key of :data:`PROBLEM_KINDS`;
+    ``utterance`` is the utterance it disqualifies, None for dataset-level problems.
+    """
+
+    source: str
+    kind: str
+    message: str
+    utterance: Utterance | None = field(default=None, repr=False)
+
+
+@dataclass
+class SpeakerReport:
+    """What one speaker contributes: clips listed and usable, and their durations."""
+
+    speaker: str
+    clips: int = 0
+    valid_clips: int = 0
+    seconds: float = 0.0  # all decodable audio
+    valid_seconds: float = 0.0  # audio of the valid clips only
+    problems: list[Problem] = field(default_factory=list)
+
+    @property
+    def minutes(self) -> float:
+        return self.seconds / 60
+
+    @property
+    def valid_minutes(self) -> float:
+        return self.valid_seconds / 60
+
+
+@dataclass
+class DatasetReport:
+    """The result of :func:`check_dataset`.
+
+    ``problems`` lists dataset and metadata problems first, then each utterance's in metadata order;
+    ``durations`` maps :attr:`Utterance.key` to seconds for every decodable clip.
+    """
+
+    root: Path
+    utterances: list[Utterance]
+    problems: list[Problem]
+    speakers: dict[str, SpeakerReport]
+    durations: dict[str, float]
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def valid_utterances(self) -> list[Utterance]:
+        """The utterances that have no problem, in metadata order."""
+        bad = {p.utterance.key for p in self.problems if p.utterance is not None}
+        return [u for u in self.utterances if u.key not in bad]
+
+    def problem_counts(self) -> Counter[str]:
+        """Number of problems of each kind."""
+        return Counter(p.kind for p in self.problems)
+
+    def summary(self) -> str:
+        """One paragraph: speakers, clips, minutes, and problems by kind."""
+        valid = len(self.valid_utterances())
+        valid_minutes = sum(s.valid_minutes for s in self.speakers.values())
+        text = (f"{len(self.speakers)} speaker(s), {len(self.utterances)} clip(s), {valid} valid "
+                f"({valid_minutes:.1f} min usable)")
+        if not self.problems:
+            return text + "; no problems."
+        counts = ", ".join(f"{n} {kind}" for kind, n in sorted(self.problem_counts().items()))
+        return text + f"; {len(self.problems)} problem(s): {counts}."
+
+    def to_markdown(self) -> str:
+        """The report as Markdown: summary, a per-speaker table and every problem."""
+        lines = [f"# Dataset check: `{self.root}`", "", self.summary(), "",
+                 "| Speaker | Clips | Valid | Minutes | Valid minutes | Problems |",
+                 "|---|---:|---:|---:|---:|---:|"]
+        for s in self.speakers.values():
+            lines.append(f"| {_md(s.speaker)} | {s.clips} | {s.valid_clips} | {s.minutes:.2f} | "
+                         f"{s.valid_minutes:.2f} | {len(s.problems)} |")
+        if self.problems:
+            lines += ["", "## Problems", "", "| Source | Kind | Message |", "|---|---|---|"]
+            lines += [f"| `{_md(p.source)}` | {p.kind} | {_md(p.message)} |" for p in self.problems]
+        return "\n".join(lines) + "\n"
+
+
+def _md(text: str) -> str:
+    """Escape a value for a Markdown table cell."""
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+@dataclass(frozen=True)
+class _AudioStats:
+    """What the checks need to know about one decoded clip."""
+
+    seconds: float
+    speech_seconds: float  # from the first to the last frame with speech energy
+
+
+def check_dataset(root: str | Path, *, progress: bool = True, jobs: int = 1,
+                  config: CheckConfig = CheckConfig()) -> DatasetReport:
+    """Validate the dataset at ``root`` (any layout :func:`~chorus.data.formats.discover` reads).
+
+    ``jobs`` clips are decoded at once (threads: libsndfile and numpy release the GIL). Never raises
+    for bad data; see :data:`PROBLEM_KINDS` for what is reported.
+    """
+    root = Path(root)
+    try:
+        utterances, metadata_problems = discover(root)
+    except (DatasetFormatError, OSError) as error:
+        return DatasetReport(root, [], [Problem(str(root), "format", str(error))], {}, {})
+    problems = [Problem(p.source, "metadata", p.message) for p in metadata_problems]
+    if not utterances:
+        problems.append(Problem(str(root), "empty_dataset", "no utterances listed in the metadata"))
+
+    with Progress(disable=not progress, transient=True) as bar:
+        text_task = bar.add_task("phonemizing", total=len(utterances))
+        phoneme_counts = _count_phonemes([u.text for u in utterances], lambda n: bar.advance(text_task, n))
+        audio_task = bar.add_task("reading audio", total=len(utterances))
+
+        def audio(utt: Utterance) -> tuple[_AudioStats | None, list[Problem]]:
+            try:
+                return _check_audio(utt, config)
+            finally:
+                bar.advance(audio_task)
+
+        if jobs > 1:
+            with ThreadPoolExecutor(jobs) as pool:
+                audio_results = list(pool.map(audio, utterances))
+        else:
+            audio_results = [audio(u) for u in utterances]
+
+    durations: dict[str, float] = {}
+    for utt, count, (stats, audio_problems) in zip(utterances, phoneme_counts, audio_results, strict=True):
+        problems += _check_text(utt, count)
+        problems += audio_problems
+        if stats is not None:
+            durations[utt.key] = stats.seconds
+            if isinstance(count, int) and count > 0 and not audio_problems:
+                problems += _check_rate(utt, count, stats, config)
+    return DatasetReport(root, utterances, problems, _speaker_reports(utterances, problems, durations),
+                         durations)
+
+
+def _count_phonemes(texts: list[str], advance: Callable[[int], None]) -> list[int | str]:
+    """Phones in each text's phonemization, or the error message where phonemizing it failed."""
+    front_end = TextFrontEnd()
+    counts: list[int | str] = []
+    with warnings.catch_warnings():
+        # Dropped characters are expected in raw transcripts; what matters here is what is left.
+        warnings.simplefilter("ignore")
+        for start in range(0, len(texts), _PHONEMIZE_CHUNK):
+            chunk = texts[start:start + _PHONEMIZE_CHUNK]
+            try:
+                phonemes: list[str | Exception] = list(front_end.to_phonemes(chunk))
+            except Exception:  # one odd text must not sink its chunk: retry one by one to find it
+                phonemes = []
+                for text in chunk:
+                    try:
+                        phonemes.append(front_end.to_phonemes([text])[0])
+                    except Exception as error:
+                        phonemes.append(error)
+            for item in phonemes:
+                if isinstance(item, Exception):
+                    counts.append(f"{type(item).__name__}: {item}")
+                else:
+                    known, _ = front_end.symbols.encode(item)
+                    counts.append(sum(1 for i in known if front_end.symbols.symbols[i] not in _NOT_PHONES))
+            advance(len(chunk))
+    return counts
+
+
+def _check_text(utt: Utterance, count: int | str) -> list[Problem]:
+    if not utt.text.strip():
+        return [Problem(utt.source, "empty_text", f"utterance {utt.id!r} has an empty transcript", utt)]
+    if isinstance(count, str):
+        return [Problem(utt.source, "text_error", f"cannot phonemize {utt.text!r}: {count}", utt)]
+    if count == 0:
+        return [Problem(utt.source, "unspeakable_text", f"nothing to pronounce in {utt.text!r}", utt)]
+    return []
+
+
+def _check_rate(utt: Utterance, count: int, stats: _AudioStats, config: CheckConfig) -> list[Problem]:
+    """A transcript that is far too long or short for the speech in its clip is usually the wrong one."""
+    rate = count / stats.speech_seconds
+    if config.min_phonemes_per_second <= rate <= config.max_phonemes_per_second:
+        return []
+    return [Problem(utt.source, "text_length",
+                    f"{count} phonemes in {stats.speech_seconds:.2f} s of speech = {rate:.1f}/s "
+                    f"(expected {config.min_phonemes_per_second:g}-{config.max_phonemes_per_second:g}/s): "
+                    f"wrong transcript or audio?", utt)]
+
+
+def _check_audio(utt: Utterance, config: CheckConfig) -> tuple[_AudioStats | None, list[Problem]]:
+    """Decode one clip and test it; stats are None when it could not be decoded."""
+    path = utt.audio_path
+    where = str(path)
+
+    def problem(kind: str, message: str) -> Problem:
+        return Problem(where, kind, message, utt)
+
+    if not path.is_file():
+        # The metadata line is what to fix (or the file to add), so it is the source.
+        return None, [Problem(utt.source, "missing_audio", f"audio file {path} not found", utt)]
+    try:
+        info = sf.info(where)
+        if info.frames > 0 and info.frames / info.samplerate > _MAX_DECODED_SECONDS:
+            seconds = info.frames / info.samplerate
+            return (_AudioStats(seconds, 0.0),
+                    [problem("too_long", f"{seconds:.1f} s long (maximum {config.max_seconds:g} s)")])
+        audio, rate = sf.read(where, dtype="float32", always_2d=True)
+    except Exception as error:  # libsndfile, OS and header errors alike: the file is unusable
+        return None, [problem("unreadable_audio", f"cannot decode: {error}")]
+    if audio.size == 0:
+        return None, [problem("empty_audio", "no samples")]
+    if not np.isfinite(audio).all():
+        return None, [problem("unreadable_audio", "contains NaN or infinite samples")]
+
+    seconds = len(audio) / rate
+    problems = []
+    if rate < config.min_sample_rate:
+        problems.append(problem("low_sample_rate", f"{rate} Hz (minimum {config.min_sample_rate} Hz)"))
+    if seconds < config.min_seconds:
+        problems.append(problem("too_short", f"{seconds:.2f} s long (minimum {config.min_seconds:g} s)"))
+    if seconds > config.max_seconds:
+        problems.append(problem("too_long", f"{seconds:.1f} s long (maximum {config.max_seconds:g} s)"))
+    # Clipping is judged per channel: averaging to mono would hide a clipped channel.
+    clipped = float(np.mean(np.abs(audio) >= config.clip_level))
+    if clipped > config.max_clipped_fraction:
+        problems.append(problem("clipped", f"{clipped:.2%} of samples at full scale "
+                                           f"(maximum {config.max_clipped_fraction:.2%})"))
+
+    mono = audio.mean(axis=1, dtype=np.float64)
+    if not mono.any():
+        problems.append(problem("silent", "every sample is zero"))
+        return _AudioStats(seconds, 0.0), problems
+    frame = max(1, round(_FRAME_SECONDS * rate))
+    padded = np.pad(mono, (0, -len(mono) % frame))
+    # The tiny floor only keeps log10 finite for frames of digital silence.
+    frame_db = 10 * np.log10(np.mean(padded.reshape(-1, frame) ** 2, axis=1) + 1e-20)
+    rms_db = 10 * np.log10(np.mean(mono ** 2))
+    loudest = float(frame_db.max())
+    if rms_db < config.silence_dbfs or loudest < config.quiet_frame_dbfs:
+        problems.append(problem("silent", f"RMS {rms_db:.0f} dBFS, loudest 25 ms frame {loudest:.0f} dBFS "
+                                          f"(silence below {config.silence_dbfs:g} / "
+                                          f"{config.quiet_frame_dbfs:g} dBFS)"))
+        return _AudioStats(seconds, 0.0), problems
+    speech = np.flatnonzero(frame_db >= max(loudest - config.speech_range_db, config.silence_dbfs))
+    speech_seconds = min(seconds, float(speech[-1] - speech[0] + 1) * frame / rate)
+    return _AudioStats(seconds, speech_seconds), problems
+
+
+def _speaker_reports(utterances: list[Utterance], problems: list[Problem],
+                     durations: dict[str, float]) -> dict[str, SpeakerReport]:
+    reports = {name: SpeakerReport(name) for name in sorted({u.speaker for u in utterances})}
+    bad = set()
+    for p in problems:
+        if p.utterance is not None:
+            reports[p.utterance.speaker].problems.append(p)
+            bad.add(p.utterance.key)
+    for utt in utterances:
+        report = reports[utt.speaker]
+        seconds = durations.get(utt.key, 0.0)
+        report.clips += 1
+        report.seconds += seconds
+        if utt.key not in bad:
+            report.valid_clips += 1
+            report.valid_seconds += seconds
+    return reports
+
+
+def format_report(report: DatasetReport, max_problems: int = 50) -> list[RenderableType]:
+    """Rich renderables for a terminal: summary, per-speaker table, problem counts, problem list.
+
+    At most ``max_problems`` problems are listed (all when it is 0 or less); the counts cover all.
+    """
+    out: list[RenderableType] = [Text(f"Dataset check: {report.root}", style="bold")]
+    if report.speakers:
+        speakers = Table(title="Speakers", title_justify="left")
+        for name in ("Speaker", "Clips", "Valid", "Minutes", "Valid minutes", "Problems"):
+            speakers.add_column(name, justify="left" if name == "Speaker" else "right")
+        for s in report.speakers.values():
+            speakers.add_row(s.speaker, str(s.clips), str(s.valid_clips), f"{s.minutes:.2f}",
+                             f"{s.valid_minutes:.2f}", str(len(s.problems)),
+                             style="red" if s.problems else None)
+        out.append(speakers)
+    if report.problems:
+        kinds = Table(title="Problems by kind", title_justify="left")
+        for name in ("Kind", "Count", "Meaning"):
+            kinds.add_column(name, justify="right" if name == "Count" else "left")
+        for kind, count in sorted(report.problem_counts().items()):
+            kinds.add_row(kind, str(count), PROBLEM_KINDS[kind])
+        out.append(kinds)
+        shown = report.problems if max_problems <= 0 else report.problems[:max_problems]
+        listing = Table(title="Problems", title_justify="left")
+        listing.add_column("Source", overflow="fold")
+        listing.add_column("Kind", style="yellow")
+        listing.add_column("Message", overflow="fold")
+        for p in shown:
+            listing.add_row(p.source, p.kind, p.message)
+        out.append(listing)
+        if len(shown) < len(report.problems):
+            out.append(Text(f"... and {len(report.problems) - len(shown)} more "
+                            f"(raise --max-problems to list them)", style="dim"))
+    out.append(Text(report.summary(), style="green" if report.ok else "red"))
+    return out
+
+
+def data_check_command(root: Path, max_problems: int = 50, jobs: int = 1) -> int:
+    """``chorus data check DIR``: print the report; exit code 0 when clean, 1 when there are problems."""
+    console = Console()
+    report = check_dataset(root, progress=console.is_terminal, jobs=jobs)
+    for renderable in format_report(report, max_problems):
+        console.print(renderable)
+    return 0 if report.ok else 1

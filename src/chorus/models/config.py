@@ -1,0 +1,53 @@
+"""Typed configuration of the acoustic model. Any size is built from one of these."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+
+
+@dataclass
+class AcousticConfig:
+    """Sizes of the non-autoregressive multi-speaker acoustic model.
+
+    The defaults are the shipped CPU base: small enough to pretrain in a few CPU-hours and to run
+    far faster than real time on two cores.
+    """
+
+    n_symbols: int = 128            # size of the phoneme symbol table (set from the text front end)
+    n_speakers: int = 32            # rows of the speaker embedding table
+    n_mels: int = 80
+    d_model: int = 192              # width of every transformer block
+    n_heads: int = 2
+    encoder_layers: int = 4
+    decoder_layers: int = 4
+    ff_hidden: int = 384            # hidden channels of the convolutional feed-forward
+    ff_kernel: int = 3              # kernel of the convolutional feed-forward (time axis)
+    dropout: float = 0.0            # off for the CPU base: dropout RNG was ~16% of a CPU step, and the
+                                    # corpus is large next to the steps a CPU run affords
+    speaker_dim: int = 64           # speaker vectors live here; a projection maps them to d_model
+    predictor_hidden: int = 192     # duration / pitch / energy predictors (two conv layers)
+    predictor_kernel: int = 3
+    use_pitch: bool = False         # optional phoneme-level pitch predictor (needs F0 targets)
+    use_energy: bool = False        # optional phoneme-level energy predictor
+    max_positions: int = 4096       # longest sequence the sinusoidal positions cover
+
+    def __post_init__(self) -> None:
+        if self.d_model % self.n_heads:
+            raise ValueError(f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})")
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.type in ("int", int) and value <= 0 and f.name not in ("encoder_layers", "decoder_layers"):
+                raise ValueError(f"AcousticConfig.{f.name} must be positive, got {value}")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"AcousticConfig.dropout must be in [0, 1), got {self.dropout}")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "AcousticConfig":
+        known = {f.name for f in fields(cls)}
+        unknown = set(data) - known
+        if unknown:
+            raise ValueError(f"unknown AcousticConfig fields: {sorted(unknown)}")
+        return cls(**data)

@@ -1,0 +1,104 @@
+"""Text in, audio out: the acoustic model + a vocoder, with timing for the real-time factor."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from chorus.audio.vocoders import Vocoder, load_vocoder
+from chorus.training.checkpoint import ModelBundle, load_bundle
+
+ASSETS = Path(__file__).parent / "assets"
+DEFAULT_BASE = ASSETS / "base"
+DEFAULT_VOCODER = ASSETS / "vocoder"
+
+
+@dataclass
+class SynthesisResult:
+    audio: np.ndarray          # [samples] float32 in [-1, 1]
+    sample_rate: int
+    seconds: float             # wall time spent synthesizing
+    speaker: str
+
+    @property
+    def duration(self) -> float:
+        return len(self.audio) / self.sample_rate
+
+    @property
+    def real_time_factor(self) -> float:
+        """Synthesis time / audio duration; below 1 is faster than real time."""
+        return self.seconds / max(self.duration, 1e-9)
+
+
+class Synthesizer:
+    """A loaded base model and vocoder. ``synthesize`` turns text into audio in one of its voices."""
+
+    def __init__(self, bundle: ModelBundle, vocoder: Vocoder):
+        if vocoder.mel_config != bundle.mel_config:
+            raise ValueError(f"vocoder mel settings {vocoder.mel_config} differ from the model's "
+                             f"{bundle.mel_config}")
+        self.bundle = bundle
+        self.vocoder = vocoder.eval()
+
+    @property
+    def speakers(self) -> list[str]:
+        return list(self.bundle.speakers)
+
+    @property
+    def sample_rate(self) -> int:
+        return self.bundle.mel_config.sample_rate
+
+    def resolve_speaker(self, speaker: str | int | None) -> int:
+        if speaker is None:
+            return self.bundle.speaker_index(self.bundle.default_speaker)
+        if isinstance(speaker, int) or (isinstance(speaker, str) and speaker.isdigit() and speaker not in self.speakers):
+            index = int(speaker)
+            if not 0 <= index < len(self.speakers):
+                raise KeyError(f"speaker index {index} out of range 0..{len(self.speakers) - 1}")
+            return index
+        return self.bundle.speaker_index(speaker)
+
+    @torch.no_grad()
+    def mel(self, texts: list[str], speaker: str | int | None = None, length_scale: float = 1.0
+            ) -> list[torch.Tensor]:
+        """Raw log-mels ``[frames, n_mels]`` for each text (one batched forward)."""
+        model = self.bundle.model
+        ids = self.bundle.front_end.encode(texts)
+        lengths = torch.tensor([len(i) for i in ids])
+        phonemes = torch.zeros(len(ids), int(lengths.max()), dtype=torch.long)
+        for row, seq in enumerate(ids):
+            phonemes[row, : len(seq)] = torch.tensor(seq)
+        device = model.mel_mean.device
+        speakers = torch.full((len(ids),), self.resolve_speaker(speaker), dtype=torch.long, device=device)
+        out = model.infer(phonemes.to(device), lengths.to(device), speaker_ids=speakers,
+                          length_scale=length_scale)
+        mels = model.denormalize_mel(out.mel)
+        return [mels[row, : int(mask.sum())] for row, mask in enumerate(out.frame_mask)]
+
+    @torch.no_grad()
+    def synthesize(self, text: str, speaker: str | int | None = None, length_scale: float = 1.0
+                   ) -> SynthesisResult:
+        """Speak ``text`` in ``speaker`` (name or index; None = the model's default voice)."""
+        started = time.perf_counter()
+        mel = self.mel([text], speaker, length_scale)[0]
+        audio = self.vocoder(mel.unsqueeze(0))[0].float().cpu().numpy()
+        peak = float(np.abs(audio).max()) if audio.size else 0.0
+        if peak > 0.99:  # the vocoder may overshoot; scale rather than clip
+            audio = audio * (0.99 / peak)
+        elapsed = time.perf_counter() - started
+        name = self.speakers[self.resolve_speaker(speaker)]
+        return SynthesisResult(audio.astype(np.float32), self.sample_rate, elapsed, name)
+
+
+def load_base(path: str | Path | None = None, vocoder: str | Path | None = None,
+              device: str = "cpu") -> Synthesizer:
+    """The shipped base model (or the model folder at ``path``) with the shipped neural vocoder if
+    present, else Griffin-Lim. ``vocoder`` may be a folder or a registered name (``"griffin-lim"``)."""
+    bundle = load_bundle(path or DEFAULT_BASE, device)
+    if vocoder is None:
+        vocoder = DEFAULT_VOCODER if (DEFAULT_VOCODER / "vocoder.json").is_file() else "griffin-lim"
+    return Synthesizer(bundle, load_vocoder(vocoder).to(device))

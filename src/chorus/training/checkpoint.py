@@ -1,0 +1,154 @@
+"""Checkpoints as safetensors + JSON (never pickle).
+
+A model folder holds ``model.safetensors`` (weights and normalization buffers) and ``config.json``
+(model config, text front end with its symbol table, mel settings, speaker names, provenance). A
+training run also keeps ``training_state.safetensors`` + ``training_state.json`` (optimizer tensors,
+step, loss history) so it can resume exactly. Writes go to a temporary folder that is renamed into
+place, so a killed process never leaves a half-written checkpoint.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from chorus.audio.mel import MelConfig
+from chorus.models.acoustic import AcousticModel, build_model
+from chorus.models.config import AcousticConfig
+from chorus.text import TextFrontEnd
+
+MODEL_FORMAT = "chorus-acoustic"
+MODEL_FORMAT_VERSION = 1
+
+
+class CheckpointError(ValueError):
+    """A checkpoint folder that is missing, corrupted or of another format; the message says which."""
+
+
+@dataclass
+class ModelBundle:
+    """Everything needed to use a trained acoustic model; what ``config.json`` describes."""
+
+    model: AcousticModel
+    front_end: TextFrontEnd
+    mel_config: MelConfig
+    speakers: list[str]
+    default_speaker: str
+    info: dict = field(default_factory=dict)   # provenance: data, steps, wall time ...
+
+    def speaker_index(self, name: str) -> int:
+        try:
+            return self.speakers.index(name)
+        except ValueError:
+            raise KeyError(f"unknown speaker {name!r}; this model has: {', '.join(self.speakers)}") from None
+
+    def config_dict(self) -> dict:
+        return {"format": MODEL_FORMAT, "version": MODEL_FORMAT_VERSION,
+                "model": self.model.config.to_dict(), "front_end": self.front_end.to_dict(),
+                "mel": self.mel_config.to_dict(), "speakers": self.speakers,
+                "default_speaker": self.default_speaker, "info": self.info}
+
+
+def file_sha256(path: str | Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _write_folder_atomically(folder: Path, write) -> None:
+    folder = Path(folder)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    temp = folder.with_name(f".{folder.name}.tmp-{os.getpid()}")
+    shutil.rmtree(temp, ignore_errors=True)
+    temp.mkdir()
+    write(temp)
+    old = folder.with_name(f".{folder.name}.old-{os.getpid()}")
+    if folder.exists():
+        os.replace(folder, old)
+    os.replace(temp, folder)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def save_bundle(bundle: ModelBundle, folder: str | Path, training_state: dict | None = None) -> None:
+    """Write the model (and optionally a training state, see :func:`pack_optimizer`) atomically."""
+    def write(temp: Path) -> None:
+        state = {k: v.detach().contiguous().cpu() for k, v in bundle.model.state_dict().items()}
+        save_file(state, str(temp / "model.safetensors"), metadata={"format": MODEL_FORMAT})
+        (temp / "config.json").write_text(json.dumps(bundle.config_dict(), indent=2))
+        if training_state is not None:
+            tensors, meta = training_state["tensors"], training_state["meta"]
+            save_file(tensors, str(temp / "training_state.safetensors"))
+            (temp / "training_state.json").write_text(json.dumps(meta, indent=1))
+    _write_folder_atomically(Path(folder), write)
+
+
+def load_bundle(folder: str | Path, device: str | torch.device = "cpu") -> ModelBundle:
+    """Load a model folder written by :func:`save_bundle`; refuses anything else with a clear error."""
+    folder = Path(folder)
+    config_path, weights_path = folder / "config.json", folder / "model.safetensors"
+    for path in (config_path, weights_path):
+        if not path.is_file():
+            raise CheckpointError(f"{folder}: missing {path.name} (not a Chorus model folder)")
+    try:
+        config = json.loads(config_path.read_text())
+    except json.JSONDecodeError as error:
+        raise CheckpointError(f"{config_path}: corrupted JSON ({error})") from error
+    if config.get("format") != MODEL_FORMAT:
+        raise CheckpointError(f"{config_path}: format {config.get('format')!r} is not {MODEL_FORMAT!r}")
+    if config.get("version", 0) > MODEL_FORMAT_VERSION:
+        raise CheckpointError(f"{config_path}: format version {config['version']} is newer than this "
+                              f"Chorus understands ({MODEL_FORMAT_VERSION}); upgrade chorus")
+    try:
+        model = build_model(AcousticConfig.from_dict(config["model"]), device)
+        state = load_file(str(weights_path), device=str(device))
+    except Exception as error:  # safetensors raises its own error types for truncated files
+        raise CheckpointError(f"{weights_path}: cannot read weights ({error})") from error
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    if missing or unexpected:
+        raise CheckpointError(f"{weights_path}: weights do not match the config "
+                              f"(missing {missing[:5]}, unexpected {unexpected[:5]})")
+    model.eval()
+    return ModelBundle(model, TextFrontEnd.from_dict(config["front_end"]), MelConfig(**config["mel"]),
+                       list(config["speakers"]), config["default_speaker"], config.get("info", {}))
+
+
+def pack_optimizer(optimizer: torch.optim.Optimizer) -> tuple[dict[str, torch.Tensor], dict]:
+    """Split an optimizer state dict into tensors (for safetensors) and JSON-able metadata."""
+    state = optimizer.state_dict()
+    tensors, scalars = {}, {}
+    for param_id, values in state["state"].items():
+        for name, value in values.items():
+            if torch.is_tensor(value):
+                tensors[f"optimizer.{param_id}.{name}"] = value.detach().contiguous().cpu()
+            else:
+                scalars[f"{param_id}.{name}"] = value
+    return tensors, {"param_groups": state["param_groups"], "scalars": scalars}
+
+
+def unpack_optimizer(tensors: dict[str, torch.Tensor], meta: dict) -> dict:
+    """Inverse of :func:`pack_optimizer`: a state dict for ``optimizer.load_state_dict``."""
+    state: dict[int, dict] = {}
+    for key, value in tensors.items():
+        if key.startswith("optimizer."):
+            _, param_id, name = key.split(".", 2)
+            state.setdefault(int(param_id), {})[name] = value
+    for key, value in meta["scalars"].items():
+        param_id, name = key.split(".", 1)
+        state.setdefault(int(param_id), {})[name] = value
+    return {"state": state, "param_groups": meta["param_groups"]}
+
+
+def load_training_state(folder: str | Path) -> tuple[dict[str, torch.Tensor], dict] | None:
+    folder = Path(folder)
+    if not (folder / "training_state.json").is_file():
+        return None
+    return load_file(str(folder / "training_state.safetensors")), json.loads((folder / "training_state.json").read_text())

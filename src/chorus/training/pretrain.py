@@ -1,0 +1,320 @@
+"""Pretraining the multi-speaker base: one readable loop (setup, step, evaluate, save).
+
+Resumable from its last checkpoint; DDP-ready: under ``torchrun`` each process trains on its own
+share of the batches (gloo on CPU, NCCL on GPU) and rank 0 writes checkpoints and logs.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+
+from chorus.audio.mel import MelConfig
+from chorus.data.batching import Batch, collate, make_batches
+from chorus.data.features import FeatureCache, build_feature_cache
+from chorus.data.formats import discover
+from chorus.models.acoustic import AcousticModel, AcousticOutput, build_model
+from chorus.models.config import AcousticConfig
+from chorus.text import TextFrontEnd
+from chorus.training.checkpoint import (ModelBundle, load_bundle, load_training_state, pack_optimizer,
+                                        save_bundle, unpack_optimizer)
+
+
+@dataclass
+class PretrainConfig:
+    """Recipe of a pretraining run. ``model`` sizes are fixed once a run has started."""
+
+    data: str                          # corpus root: a folder of LJSpeech-style speaker folders
+    out: str                           # run folder: features cache, checkpoint/, log.csv, loss.png
+    model: AcousticConfig = field(default_factory=AcousticConfig)
+    steps: int = 30_000
+    max_frames: int = 4_800            # padded mel frames per batch (per process)
+    learning_rate: float = 1e-3
+    warmup_steps: int = 1_000
+    weight_decay: float = 0.01
+    grad_clip: float = 1.0
+    val_per_speaker: int = 2           # utterances per speaker kept out for validation
+    eval_every: int = 250
+    save_every: int = 500
+    threads: int = 2
+    seed: int = 1234
+    device: str = "cpu"
+    default_speaker: str | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.model, dict):
+            self.model = AcousticConfig.from_dict(self.model)
+        for name in ("steps", "max_frames", "eval_every", "save_every", "threads"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"PretrainConfig.{name} must be positive")
+
+
+def learning_rate_at(step: int, config: PretrainConfig) -> float:
+    """Linear warmup, then inverse-square-root decay (the Transformer schedule)."""
+    step = max(step, 1)
+    return config.learning_rate * min(step / config.warmup_steps, math.sqrt(config.warmup_steps / step))
+
+
+def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Mean of ``values [batch, time, ...]`` over positions where ``mask [batch, time]`` is True."""
+    mask = mask.to(values.dtype)
+    while mask.dim() < values.dim():
+        mask = mask.unsqueeze(-1)
+    denominator = mask.sum() * (values[0, 0].numel() if values.dim() > 2 else 1)
+    return (values * mask).sum() / denominator.clamp(min=1)
+
+
+def compute_losses(model: AcousticModel, out: AcousticOutput, target: torch.Tensor,
+                   text_lengths: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Losses of one teacher-forced pass; ``target`` is the normalized mel ``[batch, frames, n_mels]``.
+
+    mel: L1 of the decoder output; prior: Gaussian NLL of the frames under the aligned prior means
+    (trains the alignment); duration: MSE of log(1 + frames) against the searched alignment.
+    """
+    text_mask = torch.arange(out.durations.shape[1], device=target.device)[None] < text_lengths[:, None]
+    losses = {
+        "mel": masked_mean((out.mel - target).abs(), out.frame_mask),
+        "prior": masked_mean(0.5 * (target - out.prior_mean) ** 2 + 0.5 * math.log(2 * math.pi), out.frame_mask),
+        "duration": masked_mean((out.log_duration - torch.log1p(out.durations)) ** 2, text_mask),
+    }
+    for name in ("pitch", "energy"):
+        prediction, target_value = getattr(out, name), getattr(out, f"{name}_target")
+        if prediction is not None:
+            losses[name] = masked_mean((prediction - target_value) ** 2, text_mask)
+    losses["total"] = sum(losses.values())
+    return losses
+
+
+class _Distributed:
+    """Rank/world bookkeeping; a single process when not launched by torchrun."""
+
+    def __init__(self, device: str):
+        self.world = int(os.environ.get("WORLD_SIZE", "1"))
+        self.rank = int(os.environ.get("RANK", "0"))
+        if self.world > 1 and not dist.is_initialized():
+            dist.init_process_group("nccl" if device.startswith("cuda") else "gloo")
+
+    @property
+    def main(self) -> bool:
+        return self.rank == 0
+
+    def barrier(self) -> None:
+        if self.world > 1:
+            dist.barrier()
+
+    def mean(self, value: float) -> float:
+        if self.world == 1:
+            return value
+        tensor = torch.tensor([value], dtype=torch.float64)
+        dist.all_reduce(tensor)
+        return float(tensor.item()) / self.world
+
+
+def prepare_features(config: PretrainConfig, front_end: TextFrontEnd, mel_config: MelConfig,
+                     progress: bool = True) -> FeatureCache:
+    """Load the run's feature cache, building it from the corpus the first time."""
+    path = Path(config.out) / "features.safetensors"
+    if path.is_file():
+        return FeatureCache.load(path)
+    utterances, problems = discover(config.data)
+    cache, skipped = build_feature_cache(utterances, front_end, mel_config, progress=progress)
+    for line in [p.source + ": " + p.message for p in problems] + skipped:
+        print(f"skipped {line}")
+    if problems or skipped:
+        print(f"skipped {len(problems) + len(skipped)} of {len(utterances) + len(problems)} items "
+              "(see above); training on the rest")
+    cache.save(path)
+    return cache
+
+
+def split_validation(cache: FeatureCache, per_speaker: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Indices (train, validation): ``per_speaker`` random utterances of every speaker for validation."""
+    rng = np.random.default_rng(seed)
+    validation = []
+    for speaker in range(len(cache.speaker_names)):
+        members = np.flatnonzero(cache.speakers == speaker)
+        validation += list(rng.choice(members, size=min(per_speaker, len(members) - 1), replace=False))
+    validation = np.sort(np.asarray(validation, dtype=np.int64))
+    train = np.setdiff1d(np.arange(len(cache)), validation)
+    return train, validation
+
+
+def frame_energy(normalized_mel: torch.Tensor) -> torch.Tensor:
+    """Energy target: the mean normalized log-mel of each frame ``[batch, frames]``."""
+    return normalized_mel.mean(-1)
+
+
+def _step_inputs(model: AcousticModel, batch: Batch) -> dict:
+    mel = model.normalize_mel(batch.mel)
+    if model.pitch is not None:
+        raise NotImplementedError("pitch targets are not in the feature cache yet; train with use_pitch=False")
+    return dict(phonemes=batch.phonemes, text_lengths=batch.text_lengths, mel=mel,
+                frame_lengths=batch.frame_lengths, speaker_ids=batch.speakers,
+                energy=frame_energy(mel) if model.energy is not None else None)
+
+
+@torch.no_grad()
+def evaluate(model: AcousticModel, cache: FeatureCache, indices: np.ndarray, device: torch.device,
+             max_frames: int) -> dict[str, float]:
+    model.eval()
+    totals: dict[str, float] = {}
+    batches = make_batches(cache.frames()[indices], max_frames, shuffle=False)
+    for batch_positions in batches:
+        batch = collate(cache, indices[batch_positions]).to(device)
+        inputs = _step_inputs(model, batch)
+        losses = compute_losses(model, model(**inputs), inputs["mel"], batch.text_lengths)
+        for name, value in losses.items():
+            totals[name] = totals.get(name, 0.0) + float(value) * len(batch_positions)
+    model.train()
+    return {name: value / len(indices) for name, value in totals.items()}
+
+
+def plot_losses(log_path: Path, png_path: Path) -> None:
+    """Training and validation loss curves from ``log.csv`` into a PNG."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = list(csv.DictReader(log_path.open()))
+    if not rows:
+        return
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
+    for axis, name in zip(axes, ("mel", "prior", "duration")):
+        for split, style in (("train", "-"), ("val", "o-")):
+            points = [(int(r["step"]), float(r[name])) for r in rows if r["split"] == split]
+            if points:
+                axis.plot(*zip(*points), style, label=split, markersize=3)
+        axis.set_title(f"{name} loss")
+        axis.set_xlabel("step")
+        axis.grid(alpha=0.3)
+        axis.legend()
+    fig.tight_layout()
+    fig.savefig(png_path, dpi=110)
+    plt.close(fig)
+
+
+def pretrain(config: PretrainConfig, *, progress: bool = True) -> Path:
+    """Train (or resume) a base model; returns the checkpoint folder ``OUT/checkpoint``."""
+    run = _Distributed(config.device)
+    torch.set_num_threads(config.threads)
+    torch.manual_seed(config.seed + run.rank)
+    device = torch.device(config.device)
+    out = Path(config.out)
+    out.mkdir(parents=True, exist_ok=True)
+    checkpoint_dir = out / "checkpoint"
+
+    # -- setup: features, model, optimizer (resumed when a checkpoint exists) -------------------
+    front_end, mel_config = TextFrontEnd(), MelConfig()
+    if run.main:
+        prepare_features(config, front_end, mel_config, progress)
+    run.barrier()
+    cache = FeatureCache.load(out / "features.safetensors")
+    train_indices, val_indices = split_validation(cache, config.val_per_speaker, config.seed)
+    default_speaker = config.default_speaker or cache.speaker_names[0]
+    if default_speaker not in cache.speaker_names:
+        raise ValueError(f"default speaker {default_speaker!r} is not in the corpus")
+
+    if (checkpoint_dir / "config.json").is_file():
+        bundle = load_bundle(checkpoint_dir, device)
+        model = bundle.model
+    else:
+        model_config = AcousticConfig(**{**config.model.to_dict(), "n_symbols": len(front_end.symbols),
+                                         "n_speakers": len(cache.speaker_names)})
+        model = build_model(model_config, device)
+        mean, std = cache.mel_statistics()
+        model.mel_mean.copy_(torch.from_numpy(mean))
+        model.mel_std.copy_(torch.from_numpy(std))
+        bundle = ModelBundle(model, front_end, mel_config, cache.speaker_names, default_speaker)
+    model.train()
+    decay = [p for n, p in model.named_parameters() if p.dim() > 1 and "embedding" not in n]
+    no_decay = [p for n, p in model.named_parameters() if not (p.dim() > 1 and "embedding" not in n)]
+    optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": config.weight_decay},
+                                   {"params": no_decay, "weight_decay": 0.0}],
+                                  lr=config.learning_rate, betas=(0.9, 0.98), eps=1e-9)
+    step, wall_seconds = 0, 0.0
+    state = load_training_state(checkpoint_dir)
+    if state is not None:
+        tensors, meta = state
+        optimizer.load_state_dict(unpack_optimizer(tensors, meta["optimizer"]))
+        step, wall_seconds = meta["step"], meta.get("wall_seconds", 0.0)
+    trained = model
+    if run.world > 1:
+        trained = torch.nn.parallel.DistributedDataParallel(model)
+
+    log_path = out / "log.csv"
+    if run.main and not log_path.exists():
+        log_path.write_text("step,split,total,mel,prior,duration,lr,seconds\n")
+
+    def save() -> None:
+        bundle.info = {"steps": step, "wall_seconds": round(wall_seconds, 1), "world_size": run.world,
+                       "corpus": str(config.data), "utterances": len(cache),
+                       "recipe": {k: v for k, v in asdict(config).items() if k not in ("data", "out")}}
+        tensors, optimizer_meta = pack_optimizer(optimizer)
+        save_bundle(bundle, checkpoint_dir, {"tensors": tensors, "meta": {
+            "step": step, "wall_seconds": wall_seconds, "optimizer": optimizer_meta}})
+        plot_losses(log_path, out / "loss.png")
+
+    # -- loop ---------------------------------------------------------------------------------------
+    epoch = step // max(1, len(make_batches(cache.frames()[train_indices], config.max_frames)) // run.world)
+    running: dict[str, float] = {}
+    columns = [TextColumn("[bold]pretrain"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+               TextColumn("{task.fields[status]}"), TimeRemainingColumn()]
+    with Progress(*columns, disable=not (progress and run.main)) as bar:
+        task = bar.add_task("steps", total=config.steps, completed=step, status="")
+        while step < config.steps:
+            batches = make_batches(cache.frames()[train_indices], config.max_frames, seed=config.seed + epoch)
+            # Every process takes the same number of batches, so DDP's collective steps stay in lockstep.
+            per_process = len(batches) // run.world
+            if per_process == 0:
+                raise ValueError(f"{len(batches)} batch(es) per epoch cannot feed {run.world} processes: "
+                                 "lower max_frames or add data")
+            batches = batches[run.rank::run.world][:per_process]
+            for positions in batches:
+                if step >= config.steps:
+                    break
+                started = time.perf_counter()
+                batch = collate(cache, train_indices[positions]).to(device)
+                for group in optimizer.param_groups:
+                    group["lr"] = learning_rate_at(step + 1, config)
+                inputs = _step_inputs(model, batch)
+                losses = compute_losses(model, trained(**inputs), inputs["mel"], batch.text_lengths)
+                optimizer.zero_grad(set_to_none=True)
+                losses["total"].backward()
+                torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
+                optimizer.step()
+                step += 1
+                wall_seconds += time.perf_counter() - started
+                values = {name: value.item() for name, value in losses.items()}
+                for name, value in values.items():
+                    running[name] = running.get(name, 0.0) + value
+                bar.update(task, completed=step, status=f"mel {values['mel']:.3f} prior {values['prior']:.3f} "
+                                                        f"dur {values['duration']:.3f}")
+                if step % config.eval_every == 0:
+                    train_means = {k: run.mean(v / config.eval_every) for k, v in running.items()}
+                    running = {}
+                    val = evaluate(model, cache, val_indices, device, config.max_frames) if run.main else {}
+                    if run.main:
+                        lr = optimizer.param_groups[0]["lr"]
+                        with log_path.open("a") as log:
+                            for split, values in (("train", train_means), ("val", val)):
+                                log.write(f"{step},{split},{values['total']:.4f},{values['mel']:.4f},"
+                                          f"{values['prior']:.4f},{values['duration']:.4f},{lr:.6f},"
+                                          f"{wall_seconds:.0f}\n")
+                if step % config.save_every == 0 or step == config.steps:
+                    if run.main:
+                        save()
+                    run.barrier()
+            epoch += 1
+    if run.world > 1:
+        dist.destroy_process_group()
+    return checkpoint_dir

@@ -1,0 +1,461 @@
+"""Training the Vocos vocoder, top to bottom in one file.
+
+Data: random 0.5-1 s crops of every ``**/wavs/*.wav`` under ``data_root`` (LJSpeech-style
+``<speaker>/wavs/``), read from disk on demand; mels are computed on the fly with the same
+:class:`~chorus.audio.mel.MelSpectrogram` the acoustic model uses, so vocoder and model agree.
+
+Loss: L1 between the log-mels of output and input, plus a multi-resolution STFT loss (spectral
+convergence + log-magnitude L1 at 3 resolutions, Yamamoto et al., Parallel WaveGAN). Optionally a
+small multi-resolution spectrogram discriminator (UnivNet's MRD) with least-squares GAN and
+feature-matching losses; off by default because it roughly doubles the CPU cost of a step.
+
+Every step's randomness comes from ``(seed, step)`` and the learning rate depends only on the step,
+so a resumed run follows exactly the path of an uninterrupted one.
+
+``out_dir`` holds:
+
+* ``vocoder.safetensors`` + ``vocoder.json``: latest weights, ``load_vocoder(out_dir)`` reads them;
+* ``checkpoint/``: the same plus ``training.safetensors`` (optimizer tensors) and ``training.json``
+  (step, config, optimizer hyperparameters); no pickle anywhere;
+* ``loss.csv`` and ``loss.png``; ``samples/`` with a reference clip and its resynthesis per checkpoint.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+import math
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import soundfile as sf
+import soxr
+import torch
+import torch.nn.functional as F
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+from safetensors.torch import load_file, save_file
+from torch import nn
+
+from chorus.audio.io import save_audio
+from chorus.audio.mel import MelConfig, MelSpectrogram
+from chorus.audio.vocoders import Vocos, VocosConfig
+
+CHECKPOINT = "checkpoint"
+
+
+@dataclass(frozen=True)
+class VocoderTrainConfig:
+    """Defaults are sized for a CPU run: ~0.3 s/step at 1 thread for the default Vocos."""
+
+    vocoder: VocosConfig = VocosConfig()
+    mel: MelConfig = MelConfig()
+    batch_size: int = 8
+    min_segment_seconds: float = 0.5
+    max_segment_seconds: float = 1.0
+    learning_rate: float = 5e-4
+    warmup_steps: int = 200
+    # Per-step exponential decay (x0.37 after 10k steps): a function of the step alone, so extending
+    # or resuming a run never changes the schedule of the steps already taken.
+    lr_decay: float = 0.9999
+    betas: tuple[float, float] = (0.8, 0.9)  # HiFi-GAN/Vocos values
+    weight_decay: float = 0.01
+    grad_clip: float = 1.0  # one loud crop early on must not throw the exp() magnitude head off
+    mel_loss_weight: float = 1.0
+    stft_loss_weight: float = 1.0
+    # (n_fft, hop, window) of Parallel WaveGAN's multi-resolution STFT loss; the discriminator uses them too.
+    stft_resolutions: tuple[tuple[int, int, int], ...] = ((512, 50, 240), (1024, 120, 600), (2048, 240, 1200))
+    discriminator: bool = False
+    discriminator_channels: int = 16
+    # HiFi-GAN's 1 : 2 : 45 (adversarial : feature matching : mel L1), relative to mel_loss_weight 1.
+    adversarial_weight: float = 0.025
+    feature_matching_weight: float = 0.05
+    checkpoint_every: int = 500
+    log_every: int = 10
+    seed: int = 0
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> VocoderTrainConfig:
+        fields = dict(data)
+        fields["vocoder"] = VocosConfig(**fields["vocoder"])
+        fields["mel"] = MelConfig(**fields["mel"])
+        fields["betas"] = tuple(fields["betas"])  # JSON made them lists
+        fields["stft_resolutions"] = tuple(tuple(r) for r in fields["stft_resolutions"])
+        return cls(**fields)
+
+
+@dataclass(frozen=True)
+class VocoderTrainResult:
+    step: int
+    losses: dict[str, float]  # means over the last log interval
+    steps_per_second: float  # over this call's steps
+    out_dir: Path
+
+
+# --------------------------------------------------------------------------------------------- data
+
+
+class SegmentSampler:
+    """Random crops of every ``**/wavs/*.wav`` under a root, read from disk when needed.
+
+    Files are drawn with probability proportional to duration, so every second of audio is equally
+    likely; crops longer than a file are zero-padded; files at another rate are resampled.
+    """
+
+    def __init__(self, data_root: Path, sample_rate: int):
+        self.files = sorted(Path(data_root).glob("**/wavs/*.wav"))
+        if not self.files:
+            raise FileNotFoundError(f"{data_root}: no wavs/*.wav found (expected <speaker>/wavs/*.wav)")
+        infos = [sf.info(str(path)) for path in self.files]
+        self.rates = [info.samplerate for info in infos]
+        self.lengths = [info.frames for info in infos]
+        seconds = np.array([info.frames / info.samplerate for info in infos])
+        self.weights = seconds / seconds.sum()
+        self.sample_rate = sample_rate
+
+    def batch(self, rng: np.random.Generator, batch_size: int, length: int) -> torch.Tensor:
+        """``[batch_size, length]`` float32 audio."""
+        picks = rng.choice(len(self.files), size=batch_size, p=self.weights)
+        return torch.from_numpy(np.stack([self.crop(int(i), length, rng) for i in picks]))
+
+    def crop(self, index: int, length: int, rng: np.random.Generator | None = None) -> np.ndarray:
+        """``length`` samples from file ``index``: at a random offset, or from the start without rng."""
+        rate = self.rates[index]
+        source_length = math.ceil(length * rate / self.sample_rate)
+        start = int(rng.integers(0, max(self.lengths[index] - source_length, 0) + 1)) if rng else 0
+        audio, _ = sf.read(str(self.files[index]), start=start, frames=source_length, dtype="float32",
+                           always_2d=True)
+        audio = audio.mean(axis=1)
+        if rate != self.sample_rate:
+            audio = soxr.resample(audio, rate, self.sample_rate)
+        audio = audio[:length]
+        return np.pad(audio, (0, length - len(audio))).astype(np.float32)
+
+
+# ------------------------------------------------------------------------------------------- losses
+
+
+def _stft_magnitude(audio: torch.Tensor, n_fft: int, hop: int, win: int) -> torch.Tensor:
+    """``[batch, samples]`` -> ``[batch, n_fft // 2 + 1, frames]``.
+
+    Floored at the mel features' 1e-5, not lower: log-magnitude errors in near-silent bins (band
+    limits, digital silence) would otherwise dominate the loss.
+    """
+    window = torch.hann_window(win, device=audio.device)
+    spec = torch.stft(audio, n_fft, hop, win, window, center=True, return_complex=True)
+    return spec.abs().clamp(min=1e-5)
+
+
+def multi_resolution_stft_loss(predicted: torch.Tensor, target: torch.Tensor,
+                               resolutions: tuple[tuple[int, int, int], ...]) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(predicted, target) [batch, samples]`` -> (spectral convergence, log-magnitude L1), each
+    averaged over the resolutions. Several resolutions keep any one STFT's time/frequency trade-off
+    from being gamed."""
+    convergence = magnitude = predicted.new_zeros(())
+    for n_fft, hop, win in resolutions:
+        p, t = _stft_magnitude(predicted, n_fft, hop, win), _stft_magnitude(target, n_fft, hop, win)
+        convergence = convergence + torch.linalg.norm(t - p) / torch.linalg.norm(t)
+        magnitude = magnitude + F.l1_loss(p.log(), t.log())
+    return convergence / len(resolutions), magnitude / len(resolutions)
+
+
+class SpectrogramDiscriminator(nn.Module):
+    """UnivNet's multi-resolution discriminator, small: one 2-D conv stack per STFT resolution.
+
+    ``audio [batch, samples]`` -> per resolution, a list of feature maps whose last is the logits.
+    """
+
+    def __init__(self, resolutions: tuple[tuple[int, int, int], ...], channels: int):
+        super().__init__()
+        self.resolutions = resolutions
+        self.stacks = nn.ModuleList(nn.ModuleList([
+            nn.Conv2d(1, channels, (3, 9), padding=(1, 4)),
+            *(nn.Conv2d(channels, channels, (3, 9), stride=(1, 2), padding=(1, 4)) for _ in range(3)),
+            nn.Conv2d(channels, channels, 3, padding=1),
+            nn.Conv2d(channels, 1, 3, padding=1),
+        ]) for _ in resolutions)
+
+    def forward(self, audio: torch.Tensor) -> list[list[torch.Tensor]]:
+        outputs = []
+        for (n_fft, hop, win), stack in zip(self.resolutions, self.stacks):
+            # [batch, 1, frames, bins]: frequency is the strided axis.
+            x = _stft_magnitude(audio, n_fft, hop, win).transpose(1, 2).unsqueeze(1)
+            features = []
+            for index, conv in enumerate(stack):
+                x = conv(x)
+                if index < len(stack) - 1:
+                    x = F.leaky_relu(x, 0.1)
+                features.append(x)
+            outputs.append(features)
+        return outputs
+
+
+def discriminator_loss(real: list[list[torch.Tensor]], fake: list[list[torch.Tensor]]) -> torch.Tensor:
+    """Least-squares GAN: real logits -> 1, fake logits -> 0."""
+    return sum(((1 - r[-1]) ** 2).mean() + (f[-1] ** 2).mean() for r, f in zip(real, fake))
+
+
+def generator_losses(real: list[list[torch.Tensor]], fake: list[list[torch.Tensor]]
+                     ) -> tuple[torch.Tensor, torch.Tensor]:
+    """(adversarial, feature matching): fake logits -> 1, and L1 between real and fake feature maps."""
+    adversarial = sum(((1 - f[-1]) ** 2).mean() for f in fake)
+    matching = sum(F.l1_loss(fm, rm) for r, f in zip(real, fake) for rm, fm in zip(r[:-1], f[:-1]))
+    return adversarial, matching
+
+
+# ------------------------------------------------------------------------------------- checkpoints
+
+
+def _optimizer_to_safetensors(optimizer: torch.optim.Optimizer, prefix: str) -> tuple[dict, list]:
+    """An optimizer's state as flat tensors ``{prefix}.{param index}.{name}`` + JSON param groups."""
+    state = optimizer.state_dict()
+    tensors = {f"{prefix}.{index}.{name}": value.contiguous()
+               for index, values in state["state"].items() for name, value in values.items()}
+    return tensors, state["param_groups"]
+
+
+def _optimizer_from_safetensors(optimizer: torch.optim.Optimizer, tensors: dict, groups: list,
+                                prefix: str) -> None:
+    state: dict[int, dict[str, torch.Tensor]] = {}
+    for key, value in tensors.items():
+        head, index, name = key.split(".", 2)
+        if head == prefix:
+            state.setdefault(int(index), {})[name] = value
+    for group in groups:
+        group["betas"] = tuple(group["betas"])
+    optimizer.load_state_dict({"state": state, "param_groups": groups})
+
+
+def _find_checkpoint(out_dir: Path) -> Path | None:
+    """``checkpoint/``, or ``checkpoint.old/`` if a crash hit between the two renames of a save."""
+    for name in (CHECKPOINT, f"{CHECKPOINT}.old"):
+        if (out_dir / name / "training.json").is_file():
+            return out_dir / name
+    return None
+
+
+def _save_checkpoint(out_dir: Path, step: int, config: VocoderTrainConfig, model: Vocos,
+                     optimizers: dict[str, torch.optim.Optimizer], discriminator: nn.Module | None) -> None:
+    """Write into ``checkpoint.tmp/`` and swap it in, so a crash never leaves a half checkpoint."""
+    temp, final, old = (out_dir / f"{CHECKPOINT}{suffix}" for suffix in (".tmp", "", ".old"))
+    shutil.rmtree(temp, ignore_errors=True)
+    model.save(temp)
+    tensors, groups = {}, {}
+    for prefix, optimizer in optimizers.items():
+        tensors_part, groups[prefix] = _optimizer_to_safetensors(optimizer, prefix)
+        tensors.update(tensors_part)
+    if discriminator is not None:
+        tensors.update({f"discriminator.{key}": value.contiguous()
+                        for key, value in discriminator.state_dict().items()})
+    save_file(tensors, str(temp / "training.safetensors"))
+    state = {"step": step, "config": config.to_dict(), "optimizer_param_groups": groups}
+    (temp / "training.json").write_text(json.dumps(state, indent=2) + "\n")
+    if final.exists():
+        shutil.rmtree(old, ignore_errors=True)
+        final.rename(old)
+    temp.rename(final)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def _load_checkpoint(folder: Path, model: Vocos, optimizers: dict[str, torch.optim.Optimizer],
+                     discriminator: nn.Module | None) -> int:
+    """Restore weights and optimizer state in place; returns the step to continue from."""
+    state = json.loads((folder / "training.json").read_text())
+    model.load_state_dict(load_file(str(folder / "vocoder.safetensors")))
+    tensors = load_file(str(folder / "training.safetensors"))
+    for prefix, optimizer in optimizers.items():
+        _optimizer_from_safetensors(optimizer, tensors, state["optimizer_param_groups"][prefix], prefix)
+    if discriminator is not None:
+        discriminator.load_state_dict({key.removeprefix("discriminator."): value
+                                       for key, value in tensors.items() if key.startswith("discriminator.")})
+    return int(state["step"])
+
+
+# --------------------------------------------------------------------------------------------- logs
+
+
+def _open_log(path: Path, fields: list[str], keep_until: int) -> tuple:
+    """Open ``loss.csv`` for appending, dropping rows past ``keep_until`` (logged after the last
+    checkpoint of a run that then died, and about to be redone)."""
+    rows = []
+    if keep_until > 0 and path.is_file():
+        with path.open(newline="") as handle:
+            rows = [row for row in csv.DictReader(handle) if int(row["step"]) <= keep_until]
+    handle = path.open("w", newline="")
+    writer = csv.DictWriter(handle, fieldnames=fields, extrasaction="ignore")
+    writer.writeheader()
+    writer.writerows(rows)
+    return handle, writer
+
+
+def plot_losses(csv_path: Path, png_path: Path) -> None:
+    """Loss curves from ``loss.csv`` to a PNG (Agg canvas: no display, no global pyplot state)."""
+    with csv_path.open(newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    if not rows:
+        return
+    steps = [int(row["step"]) for row in rows]
+    figure = Figure(figsize=(8, 4.5))
+    FigureCanvasAgg(figure)
+    axes = figure.add_subplot()
+    for name in ("loss", "mel_l1", "stft_sc", "stft_log_mag"):
+        axes.plot(steps, [float(row[name]) for row in rows], label=name)
+    axes.set(xlabel="step", ylabel="loss", yscale="log", title="vocoder training")
+    axes.grid(True, alpha=0.3)
+    axes.legend()
+    figure.savefig(png_path, dpi=100)
+
+
+# -------------------------------------------------------------------------------------------- train
+
+
+def learning_rate(step: int, config: VocoderTrainConfig) -> float:
+    """Linear warm-up, then exponential decay; depends on the step alone."""
+    return config.learning_rate * min(1.0, (step + 1) / config.warmup_steps) * config.lr_decay ** step
+
+
+def train_vocoder(data_root: Path, out_dir: Path, config: VocoderTrainConfig | None = None,
+                  steps: int = 20_000, resume: bool = False, threads: int = 1,
+                  show_progress: bool = True) -> VocoderTrainResult:
+    """Train a Vocos vocoder up to ``steps`` total steps; returns the final step and losses.
+
+    ``resume``: continue from ``out_dir/checkpoint`` if there is one (with no checkpoint, start
+    fresh). Without it, an existing checkpoint is refused rather than overwritten. On resume the
+    saved config is used; passing a different one is an error.
+    """
+    data_root, out_dir = Path(data_root), Path(out_dir)
+    torch.set_num_threads(threads)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    checkpoint = _find_checkpoint(out_dir)
+    if checkpoint is not None:
+        if not resume:
+            raise FileExistsError(f"{out_dir} already holds a vocoder checkpoint; resume it or use another folder")
+        saved = VocoderTrainConfig.from_dict(json.loads((checkpoint / "training.json").read_text())["config"])
+        if config is not None and config != saved:
+            changed = [f.name for f in dataclasses.fields(saved) if getattr(saved, f.name) != getattr(config, f.name)]
+            raise ValueError(f"{checkpoint}: resuming needs the saved config; these fields differ: {', '.join(changed)}")
+        config = saved
+    config = config or VocoderTrainConfig()
+
+    # Model, optional discriminator, optimizers.
+    torch.manual_seed(config.seed)
+    model = Vocos(config.vocoder, config.mel).train()
+    discriminator = (SpectrogramDiscriminator(config.stft_resolutions, config.discriminator_channels)
+                     if config.discriminator else None)
+    adamw = dict(lr=config.learning_rate, betas=config.betas, weight_decay=config.weight_decay)
+    optimizers = {"optimizer": torch.optim.AdamW(model.parameters(), **adamw)}
+    if discriminator is not None:
+        optimizers["discriminator_optimizer"] = torch.optim.AdamW(discriminator.parameters(), **adamw)
+    start_step = _load_checkpoint(checkpoint, model, optimizers, discriminator) if checkpoint else 0
+
+    # Data and losses.
+    sampler = SegmentSampler(data_root, config.mel.sample_rate)
+    to_mel = MelSpectrogram(config.mel)
+    hop = config.mel.hop_length
+    segment_frames = (round(config.min_segment_seconds * config.mel.sample_rate / hop),
+                      round(config.max_segment_seconds * config.mel.sample_rate / hop))
+    samples_dir = out_dir / "samples"
+    samples_dir.mkdir(exist_ok=True)
+    reference = sampler.crop(0, 3 * config.mel.sample_rate)
+    save_audio(samples_dir / "reference.wav", reference, config.mel.sample_rate)
+
+    fields = ["step", "loss", "mel_l1", "stft_sc", "stft_log_mag"]
+    if discriminator is not None:
+        fields += ["adversarial", "feature_matching", "discriminator"]
+    fields += ["lr", "seconds"]
+    log_handle, log = _open_log(out_dir / "loss.csv", fields, start_step)
+    sums: dict[str, float] = {}
+    losses: dict[str, float] = {}
+    started = time.perf_counter()
+
+    progress = Progress(TextColumn("[bold]vocoder"), BarColumn(), MofNCompleteColumn(),
+                        TextColumn("{task.fields[status]}"), TimeRemainingColumn(), disable=not show_progress)
+    with progress, log_handle:
+        task = progress.add_task("train", total=steps, completed=start_step, status="")
+        for step in range(start_step, steps):
+            # Batch: one crop length per step (crops must stack), all randomness from (seed, step).
+            rng = np.random.default_rng([config.seed, step])
+            audio = sampler.batch(rng, config.batch_size, int(rng.integers(*segment_frames, endpoint=True)) * hop)
+            with torch.no_grad():
+                target_mel = to_mel(audio)  # [batch, frames, n_mels]
+            lr = learning_rate(step, config)
+            for optimizer in optimizers.values():
+                for group in optimizer.param_groups:
+                    group["lr"] = lr
+
+            # Output is frames * hop long, one hop more than the crop: compare the crop's span.
+            predicted = model(target_mel)[:, :audio.shape[1]]
+            terms = {}
+            if discriminator is not None:
+                terms["discriminator"] = discriminator_loss(discriminator(audio), discriminator(predicted.detach()))
+                optimizers["discriminator_optimizer"].zero_grad(set_to_none=True)
+                terms["discriminator"].backward()
+                torch.nn.utils.clip_grad_norm_(discriminator.parameters(), config.grad_clip)
+                optimizers["discriminator_optimizer"].step()
+
+            terms["mel_l1"] = F.l1_loss(to_mel(predicted), target_mel)
+            terms["stft_sc"], terms["stft_log_mag"] = multi_resolution_stft_loss(predicted, audio,
+                                                                                 config.stft_resolutions)
+            loss = config.mel_loss_weight * terms["mel_l1"] + config.stft_loss_weight * (
+                terms["stft_sc"] + terms["stft_log_mag"])
+            if discriminator is not None:
+                # Gradients reach the generator through a frozen discriminator: its grads would be unused.
+                discriminator.requires_grad_(False)
+                with torch.no_grad():
+                    real_features = discriminator(audio)
+                terms["adversarial"], terms["feature_matching"] = generator_losses(
+                    real_features, discriminator(predicted))
+                discriminator.requires_grad_(True)
+                loss = loss + (config.adversarial_weight * terms["adversarial"]
+                               + config.feature_matching_weight * terms["feature_matching"])
+            optimizers["optimizer"].zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
+            optimizers["optimizer"].step()
+
+            # Logging: means over the interval, to CSV; progress shows the latest interval.
+            done = step + 1
+            for name, value in {"loss": loss, **terms}.items():
+                sums[name] = sums.get(name, 0.0) + value.item()
+            if done % config.log_every == 0 or done == steps:
+                count = (done - 1) % config.log_every + 1
+                losses = {name: total / count for name, total in sums.items()}
+                sums = {}
+                log.writerow({"step": done, **{k: f"{v:.5f}" for k, v in losses.items()}, "lr": f"{lr:.3g}",
+                              "seconds": f"{time.perf_counter() - started:.1f}"})
+                log_handle.flush()
+                progress.update(task, status=f"loss {losses['loss']:.3f} mel {losses['mel_l1']:.3f}")
+            progress.update(task, completed=done)
+
+            if done % config.checkpoint_every == 0 or done == steps:
+                _save_checkpoint(out_dir, done, config, model, optimizers, discriminator)
+                model.save(out_dir)
+                log_handle.flush()
+                plot_losses(out_dir / "loss.csv", out_dir / "loss.png")
+                model.eval()
+                with torch.inference_mode():
+                    resynthesis = model(to_mel(torch.from_numpy(reference)[None]))[0]
+                model.train()
+                save_audio(samples_dir / f"step_{done:06d}.wav", resynthesis.numpy(), config.mel.sample_rate)
+
+    elapsed = time.perf_counter() - started
+    return VocoderTrainResult(step=max(start_step, steps), losses=losses,
+                              steps_per_second=max(steps - start_step, 0) / elapsed, out_dir=out_dir)
+
+
+def train_vocoder_command(data_root: Path, out: Path, steps: int, resume: bool, threads: int) -> VocoderTrainResult:
+    """CLI entry: train the default CPU-sized Vocos; prints where the result is and how to use it."""
+    result = train_vocoder(data_root, out, steps=steps, resume=resume, threads=threads)
+    loss = f", loss {result.losses['loss']:.3f}" if result.losses else ""
+    print(f"vocoder at step {result.step}{loss} ({result.steps_per_second:.2f} steps/s) saved in {out}; "
+          f"curves in {out / 'loss.png'}, samples in {out / 'samples'}; "
+          f"use it with load_vocoder({str(out)!r})")
+    return result

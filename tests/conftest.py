@@ -1,0 +1,96 @@
+"""Shared fixtures: short speech clips and a tiny LJSpeech-style dataset made on the fly.
+
+Clips are spoken by the espeak-ng program when it is installed (real speech, so the dataset checks
+see realistic levels and speaking rates) and otherwise synthesized as a train of voiced "syllables"
+lasting as long as the text would take to say, so the tests never need recorded data.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile as sf
+import torch
+
+from chorus.text import normalize_text
+
+SAMPLE_RATE = 22_050
+
+# (id, raw text, normalized text), as in LJSpeech's metadata.csv.
+LJ_LINES = [
+    ("LJ001-0001", "Printing, in the only sense with which we are at present concerned, differs from most arts.",
+     "Printing, in the only sense with which we are at present concerned, differs from most arts."),
+    ("LJ001-0002", "Dr. Smith arrived at 5:30 on May 3rd.", "Doctor Smith arrived at five thirty on May third."),
+    ("LJ001-0003", "The books were printed in 1469, and sold for $12.",
+     "The books were printed in fourteen sixty-nine, and sold for twelve dollars."),
+]
+
+# A speaking rate typical of read English, used only by the synthetic fallback.
+_CHARACTERS_PER_SECOND = 14.0
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _one_thread() -> None:
+    # The test machine is shared with a training run; one thread keeps torch from fighting it.
+    torch.set_num_threads(1)
+
+
+def _synthetic_speech(text: str, rate: int) -> np.ndarray:
+    """Voiced 'syllables' (a 140 Hz buzz with formant-like harmonics) for as long as ``text`` takes."""
+    seconds = max(0.5, len(normalize_text(text, warn=False)) / _CHARACTERS_PER_SECOND)
+    t = np.arange(int(seconds * rate)) / rate
+    buzz = sum(np.sin(2 * np.pi * 140 * k * t) / k for k in range(1, 12))
+    syllables = np.clip(np.sin(2 * np.pi * 4 * t), 0, None) ** 2  # four syllables a second
+    audio = 0.3 * buzz * syllables / np.abs(buzz).max()
+    return np.pad(audio, (int(0.1 * rate),) * 2).astype(np.float32)
+
+
+def speak(text: str, path: Path) -> Path:
+    """Write ``text`` spoken at 22,050 Hz mono 16-bit to ``path`` (espeak-ng, else synthetic)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    espeak = shutil.which("espeak-ng")
+    if espeak:
+        subprocess.run([espeak, "-w", str(path), text], check=True, capture_output=True, timeout=30)
+    else:
+        sf.write(path, _synthetic_speech(text, SAMPLE_RATE), SAMPLE_RATE, subtype="PCM_16")
+    return path
+
+
+def write_metadata(folder: Path, lines: list[str]) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "metadata.csv"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="session")
+def speech() -> Callable[[str, Path], Path]:
+    """``speech(text, path)`` writes a clip of ``text`` being spoken and returns its path."""
+    return speak
+
+
+@pytest.fixture(scope="session")
+def metadata() -> Callable[[Path, list[str]], Path]:
+    """``metadata(folder, lines)`` writes ``folder/metadata.csv`` and returns its path."""
+    return write_metadata
+
+
+@pytest.fixture(scope="session")
+def _lj_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("template") / "ljs"
+    write_metadata(root, ["|".join(line) for line in LJ_LINES])
+    for utt_id, text, _ in LJ_LINES:
+        speak(text, root / "wavs" / f"{utt_id}.wav")
+    return root
+
+
+@pytest.fixture
+def lj_dataset(_lj_template: Path, tmp_path: Path) -> Path:
+    """A clean three-clip LJSpeech-style folder (``metadata.csv`` id|text|normalized, ``wavs/``),
+    copied fresh for each test so tests may damage it."""
+    return Path(shutil.copytree(_lj_template, tmp_path / "ljs"))

@@ -1,0 +1,127 @@
+"""Audio I/O (any file in, mono float32 at 22,050 Hz out; atomic saves) and the log-mel features."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import librosa
+import numpy as np
+import pytest
+import soundfile as sf
+import torch
+
+from chorus.audio.io import SAMPLE_RATE, AudioError, load_audio, save_audio
+from chorus.audio.mel import MelConfig, MelSpectrogram, log_mel
+
+
+def _tone(seconds: float, rate: int, frequency: float = 440.0, amplitude: float = 0.5) -> np.ndarray:
+    t = np.arange(int(seconds * rate)) / rate
+    return (amplitude * np.sin(2 * np.pi * frequency * t)).astype(np.float32)
+
+
+def test_load_44k_stereo_wav(tmp_path: Path) -> None:
+    left = _tone(1.5, 44_100)
+    path = tmp_path / "stereo.wav"
+    sf.write(path, np.stack([left, np.zeros_like(left)], axis=1), 44_100, subtype="PCM_16")
+    audio = load_audio(path)
+    assert audio.dtype == np.float32 and audio.ndim == 1
+    assert abs(len(audio) - 1.5 * SAMPLE_RATE) <= 1
+    # Mono is the channel mean: a full-level left channel over a silent right one gives half level.
+    assert np.abs(audio[1000:-1000]).max() == pytest.approx(0.25, abs=0.01)
+
+
+def test_load_16k_flac(tmp_path: Path) -> None:
+    path = tmp_path / "clip.flac"
+    sf.write(path, _tone(0.8, 16_000, frequency=300), 16_000, format="FLAC", subtype="PCM_16")
+    audio = load_audio(path)
+    assert audio.dtype == np.float32 and audio.ndim == 1
+    assert abs(len(audio) - 0.8 * SAMPLE_RATE) <= 1
+    assert np.abs(audio).max() <= 1.0
+
+
+def test_missing_file_raises_naming_it(tmp_path: Path) -> None:
+    path = tmp_path / "nope.wav"
+    with pytest.raises(AudioError, match="nope.wav"):
+        load_audio(path)
+    with pytest.raises(AudioError, match="not found"):
+        load_audio(tmp_path)  # a folder is not an audio file
+
+
+@pytest.mark.parametrize("content", [b"", b"RIFF\x00\x00garbage" * 20, os.urandom(4096)])
+def test_garbage_file_raises_naming_it(tmp_path: Path, content: bytes) -> None:
+    path = tmp_path / "garbage.wav"
+    path.write_bytes(content)
+    with pytest.raises(AudioError, match="garbage.wav"):
+        load_audio(path)
+
+
+def test_non_finite_samples_raise(tmp_path: Path) -> None:
+    path = tmp_path / "nan.wav"
+    audio = _tone(0.2, SAMPLE_RATE)
+    audio[100] = np.nan
+    sf.write(path, audio, SAMPLE_RATE, subtype="FLOAT")
+    with pytest.raises(AudioError, match="nan.wav"):
+        load_audio(path)
+
+
+@pytest.mark.parametrize("suffix", [".wav", ".flac"])
+def test_save_round_trips_atomically(tmp_path: Path, suffix: str) -> None:
+    path = tmp_path / "out" / f"clip{suffix}"
+    audio = _tone(0.5, SAMPLE_RATE)
+    save_audio(path, audio)
+    save_audio(path, audio * 0.5)  # overwriting goes through the same temp + rename
+    assert os.listdir(path.parent) == [path.name]  # no temporary files left behind
+    back = load_audio(path)
+    np.testing.assert_allclose(back, audio * 0.5, atol=1.5 / 32768)
+    assert sf.info(path).samplerate == SAMPLE_RATE and sf.info(path).subtype == "PCM_16"
+
+
+def test_failed_save_leaves_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "clip.wav"
+    save_audio(path, _tone(0.1, SAMPLE_RATE))
+    before = path.read_bytes()
+    with pytest.raises(AudioError):
+        save_audio(path, np.full(100, np.nan, dtype=np.float32))
+    with pytest.raises(sf.LibsndfileError):
+        save_audio(path, _tone(0.1, SAMPLE_RATE), sample_rate=0)  # libsndfile refuses this rate
+    assert os.listdir(tmp_path) == ["clip.wav"]
+    assert path.read_bytes() == before  # the old file is untouched
+
+
+def test_mel_configuration_is_the_hifigan_one() -> None:
+    config = MelConfig()
+    assert (config.sample_rate, config.n_fft, config.hop_length, config.win_length, config.n_mels,
+            config.fmin, config.fmax) == (22_050, 1024, 256, 1024, 80, 0.0, 8000.0)
+
+
+@pytest.mark.parametrize("samples", [1, 300, 512, 513, 1024, 22_050, 22_050 + 77])
+def test_mel_shape(samples: int) -> None:
+    mel = log_mel(np.random.default_rng(0).normal(0, 0.1, samples).astype(np.float32))
+    assert mel.shape == (samples // 256 + 1, 80)
+    assert mel.dtype == np.float32 and np.isfinite(mel).all()
+
+
+def test_mel_batch_matches_single() -> None:
+    audio = np.random.default_rng(1).normal(0, 0.1, (2, 5000)).astype(np.float32)
+    module = MelSpectrogram()
+    with torch.no_grad():
+        batch = module(torch.from_numpy(audio)).numpy()
+    assert batch.shape == (2, 5000 // 256 + 1, 80)
+    np.testing.assert_allclose(batch[1], log_mel(audio[1]), atol=1e-5)
+
+
+def test_mel_matches_librosa() -> None:
+    rng = np.random.default_rng(2)
+    t = np.arange(SAMPLE_RATE) / SAMPLE_RATE
+    audio = (0.3 * np.sin(2 * np.pi * 220 * t) + 0.05 * rng.normal(size=t.size)).astype(np.float32)
+    config = MelConfig()
+    # pad_mode spelled out: librosa >= 0.10 pads with zeros by default, the mel module reflects.
+    reference = librosa.feature.melspectrogram(
+        y=audio, sr=config.sample_rate, n_fft=config.n_fft, hop_length=config.hop_length,
+        win_length=config.win_length, window="hann", center=True, pad_mode="reflect", power=1.0,
+        n_mels=config.n_mels, fmin=config.fmin, fmax=config.fmax, htk=False, norm="slaney")
+    reference = np.log(np.maximum(reference, config.log_floor)).T
+    ours = log_mel(audio, config)
+    assert ours.shape == reference.shape
+    np.testing.assert_allclose(ours, reference, atol=1e-4)

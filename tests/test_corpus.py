@@ -1,0 +1,164 @@
+"""The offline corpus recipe: voice registry, sentence text, and a tiny real build."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile as sf
+
+from chorus.corpus.build import (CorpusSummary, Requirement, RequirementsError, build_corpus, check_requirements,
+                                 missing_requirements, select_sentences, trim_and_normalize)
+from chorus.corpus.text import TEXT_DIR, benchmark_sentences, sentence_key, training_sentences
+from chorus.corpus.voices import VOICES, get_voice, heldout_voices, pretraining_voices
+from chorus.data.formats import read_metadata
+
+HELDOUT = {"piper-joe", "flite-slt", "festival-ked"}
+
+
+def test_registry_has_enough_distinct_pretraining_voices() -> None:
+    names = [voice.name for voice in VOICES]
+    assert len(names) == len(set(names))
+    assert len(pretraining_voices()) >= 24
+    assert all(voice.utterances > 0 for voice in VOICES)
+    assert {voice.engine for voice in pretraining_voices()} >= {"espeak", "flite", "festival"}
+    assert {voice.gender for voice in pretraining_voices()} == {"male", "female"}
+    for voice in VOICES:
+        assert voice.name.replace("-", "").isalnum(), f"{voice.name}: not safe as a folder name"
+
+
+def test_heldout_voices_are_exactly_joe_slt_ked_and_never_derived_from() -> None:
+    assert {voice.name for voice in heldout_voices()} == HELDOUT
+    heldout_sources = {(v.engine, v.engine_voice) for v in heldout_voices()}
+    for voice in pretraining_voices():
+        assert voice.derived_from not in HELDOUT
+        # No pretraining voice may be a held-out synthesizer voice under another name or a sox chain.
+        assert (voice.engine, voice.engine_voice) not in heldout_sources, voice.name
+    for voice in VOICES:
+        if voice.derived_from:
+            base = get_voice(voice.derived_from)
+            assert not base.heldout and voice.sox
+            assert (base.engine, base.engine_voice) == (voice.engine, voice.engine_voice)
+    assert all(voice.split == "heldout" for voice in heldout_voices())
+
+
+def test_clear_voices_outweigh_espeak() -> None:
+    espeak = [v.utterances for v in pretraining_voices() if v.engine == "espeak"]
+    assert get_voice("flite-rms").utterances > max(espeak)
+    assert get_voice("festival-kal").utterances > max(espeak)
+
+
+def test_benchmark_sentences_are_excluded_from_all_training_text() -> None:
+    benchmark = benchmark_sentences()
+    assert len(benchmark) == 20 and len(set(benchmark)) == 20
+    harvard = (TEXT_DIR / "harvard_sentences.txt").read_text(encoding="utf-8").splitlines()
+    assert set(benchmark) <= set(harvard)
+    reserved = {sentence_key(text) for text in benchmark}
+    rows = training_sentences()
+    assert not reserved & {sentence_key(text) for _, text in rows}
+    assert len({utt_id for utt_id, _ in rows}) == len(rows)
+    # And so from every voice's selection, whatever its size.
+    for voice in VOICES:
+        assert not reserved & {sentence_key(text) for _, text in select_sentences(voice, voice.utterances)}
+
+
+def test_training_text_is_short_and_large_enough() -> None:
+    rows = training_sentences()
+    assert len(rows) > 5000
+    assert all(len(text) <= 90 and len(text.split()) <= 14 for _, text in rows)
+    assert sum(path.stat().st_size for path in TEXT_DIR.iterdir()) < 2_000_000
+    assert (TEXT_DIR / "SOURCE.txt").is_file()
+
+
+def test_selection_is_deterministic_differs_per_voice_and_extends() -> None:
+    rms, awb = get_voice("flite-rms"), get_voice("flite-awb")
+    assert select_sentences(rms, 50) == select_sentences(rms, 50)
+    assert select_sentences(rms, 50) == select_sentences(rms, 100)[:50]
+    texts = lambda voice: {text for _, text in select_sentences(voice, 50)}  # noqa: E731
+    assert texts(rms) != texts(awb)
+
+
+def test_trim_and_normalize_keeps_a_tenth_of_a_second_of_silence() -> None:
+    rate = 22_050
+    tone = 0.3 * np.sin(2 * np.pi * 220 * np.arange(rate) / rate).astype(np.float32)
+    audio = np.concatenate([np.zeros(rate), tone, np.zeros(rate // 2)]).astype(np.float32)
+    out = trim_and_normalize(audio, rate)
+    assert out is not None
+    assert abs(out.size / rate - 1.2) < 0.03
+    assert abs(np.abs(out).max() - 0.9) < 1e-3
+    assert trim_and_normalize(np.zeros(rate, np.float32), rate) is None
+
+
+def test_missing_requirements_are_reported_with_the_apt_command(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("chorus.corpus.build.shutil.which", lambda name: None)
+    missing = missing_requirements([get_voice("flite-rms-up350")])
+    assert Requirement("binary flite", "flite", "apt") in missing
+    assert Requirement("binary sox", "sox", "apt") in missing
+    with pytest.raises(RequirementsError, match="apt-get install -y flite sox"):
+        check_requirements([get_voice("flite-rms-up350")])
+
+
+def _need(*binaries: str) -> None:
+    for binary in binaries:
+        if shutil.which(binary) is None:
+            pytest.skip(f"{binary} is not installed (apt-get install -y {binary})")
+
+
+TINY_VOICES = ("espeak-us-m3", "flite-rms-up350", "festival-kal")
+
+
+@pytest.fixture
+def tiny_voices():
+    _need("espeak-ng", "flite", "festival", "sox")
+    if missing_requirements([get_voice(name) for name in TINY_VOICES]):
+        pytest.skip(f"missing: {missing_requirements([get_voice(name) for name in TINY_VOICES])}")
+    # utterances 30 at scale 0.1: three clips each.
+    return [replace(get_voice(name), utterances=30) for name in TINY_VOICES]
+
+
+def _build(out: Path, voices) -> CorpusSummary:
+    return build_corpus(out, utterances_scale=0.1, jobs=1, voices=voices, progress=False)
+
+
+def test_tiny_build_writes_layout_metadata_and_voices_json(tmp_path: Path, tiny_voices) -> None:
+    summary = _build(tmp_path, tiny_voices)
+    assert summary.clips == summary.written == 9 and summary.failed == 0
+    document = json.loads((tmp_path / "voices.json").read_text())
+    assert set(document["voices"]) == set(TINY_VOICES)
+    for voice in tiny_voices:
+        folder = tmp_path / "train" / voice.name
+        utterances, problems = read_metadata(folder, speaker=voice.name)
+        assert not problems and len(utterances) == 3
+        record = document["voices"][voice.name]
+        assert record["clips"] == 3 and record["path"] == f"train/{voice.name}" and not record["heldout"]
+        assert record["sox"] == list(voice.sox) and record["minutes"] > 0
+        for utterance in utterances:
+            assert utterance.text and "|" not in utterance.text
+            info = sf.info(str(utterance.audio_path))
+            assert (info.samplerate, info.channels, info.subtype) == (22_050, 1, "PCM_16")
+            audio, _ = sf.read(str(utterance.audio_path), dtype="float32")
+            assert 0.8 < np.abs(audio).max() < 0.95
+            assert 0.8 < info.duration < 10
+            assert np.abs(audio[:2000]).max() < 0.05  # starts with trimmed silence, not speech
+    assert not list(tmp_path.glob("heldout/*"))
+
+
+def test_second_build_writes_nothing_new(tmp_path: Path, tiny_voices) -> None:
+    first = _build(tmp_path, tiny_voices)
+    stamps = {p: p.stat().st_mtime_ns for p in tmp_path.glob("train/*/wavs/*.wav")}
+    second = _build(tmp_path, tiny_voices)
+    assert second.written == 0 and second.clips == first.clips
+    assert all(v.skipped == 3 for v in second.voices)
+    assert {p: p.stat().st_mtime_ns for p in tmp_path.glob("train/*/wavs/*.wav")} == stamps
+
+
+def test_heldout_voice_goes_to_its_own_folder(tmp_path: Path) -> None:
+    _need("flite")
+    summary = build_corpus(tmp_path, voices=[replace(get_voice("flite-slt"), utterances=2)], jobs=1, progress=False)
+    assert summary.voices[0].split == "heldout" and summary.clips == 2
+    assert len(list((tmp_path / "heldout" / "flite-slt" / "wavs").glob("*.wav"))) == 2
+    assert not (tmp_path / "train").exists() or not any((tmp_path / "train").iterdir())

@@ -1,0 +1,177 @@
+"""Dataset validation: each kind of problem is found, with the right file and line, and nothing else."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile as sf
+import soxr
+
+from chorus.data.check import PROBLEM_KINDS, CheckConfig, DatasetReport, check_dataset, data_check_command
+from chorus.text import TextFrontEnd
+
+SENTENCE = "Printing, in the only sense with which we are at present concerned, differs from most arts."
+RATE = 22_050
+
+
+@pytest.fixture(scope="module")
+def bad_dataset(tmp_path_factory: pytest.TempPathFactory, speech: Callable[[str, Path], Path],
+                metadata: Callable[[Path, list[str]], Path]) -> tuple[Path, dict[str, str]]:
+    """A folder of two speakers: "alice" is clean, "bob" has one utterance per problem kind.
+
+    Returns the root and, for bob, the expected ``{kind: source}``.
+    """
+    speak, write_metadata = speech, metadata
+    root = tmp_path_factory.mktemp("check") / "voices"
+    alice, bob = root / "alice", root / "bob"
+    write_metadata(alice, [f"a1|{SENTENCE}", "a2|Good morning, how are you today?"])
+    speak(SENTENCE, alice / "wavs" / "a1.wav")
+    speak("Good morning, how are you today?", alice / "wavs" / "a2.wav")
+    speech, _ = sf.read(alice / "wavs" / "a1.wav", dtype="float32")
+    wavs = bob / "wavs"
+    shutil.copytree(alice / "wavs", wavs)  # b-good below reuses a1.wav under its own name
+
+    def wav(name: str, audio: np.ndarray, rate: int = RATE, subtype: str = "PCM_16") -> None:
+        sf.write(wavs / f"{name}.wav", audio, rate, subtype=subtype)
+
+    shutil.copy(wavs / "a1.wav", wavs / "good.wav")
+    (wavs / "garbage.wav").write_bytes(b"this is not audio at all" * 50)
+    nan = speech.copy()
+    nan[1000] = np.nan
+    wav("nan", nan, subtype="FLOAT")
+    wav("empty", np.zeros(0, dtype=np.float32))
+    for name in ("emptytext", "unspeakable", "wrongtext"):
+        shutil.copy(wavs / "a1.wav", wavs / f"{name}.wav")
+    wav("clipped", np.clip(speech * 4, -1, 1))
+    wav("silent", np.zeros(2 * RATE, dtype=np.float32))
+    wav("short", speech[: int(0.2 * RATE)])
+    wav("long", np.concatenate([speech, np.zeros(20 * RATE, dtype=np.float32)]))
+    wav("lowrate", soxr.resample(speech, RATE, 8000), rate=8000)
+    lines = [
+        f"good|{SENTENCE}",                # 1
+        "this line has no separator",     # 2 metadata
+        f"missing|{SENTENCE}",             # 3 missing_audio
+        f"garbage|{SENTENCE}",             # 4 unreadable_audio
+        f"nan|{SENTENCE}",                 # 5 unreadable_audio (NaN samples)
+        f"empty|{SENTENCE}",               # 6 empty_audio
+        "emptytext|",                     # 7 empty_text
+        "unspeakable|☺ ☺ ☺",              # 8 unspeakable_text
+        f"clipped|{SENTENCE}",             # 9 clipped
+        f"silent|{SENTENCE}",              # 10 silent
+        "short|Printing.",                # 11 too_short
+        f"long|{SENTENCE}",                # 12 too_long
+        f"lowrate|{SENTENCE}",             # 13 low_sample_rate
+        "wrongtext|Hi.",                  # 14 text_length: five seconds of speech for one syllable
+        f"good|{SENTENCE}",                # 15 metadata: duplicate id
+    ]
+    meta = write_metadata(bob, lines)
+    expected = {
+        "metadata": f"{meta}:2",
+        "missing_audio": f"{meta}:3",
+        "unreadable_audio": str(wavs / "garbage.wav"),
+        "empty_audio": str(wavs / "empty.wav"),
+        "empty_text": f"{meta}:7",
+        "unspeakable_text": f"{meta}:8",
+        "clipped": str(wavs / "clipped.wav"),
+        "silent": str(wavs / "silent.wav"),
+        "too_short": str(wavs / "short.wav"),
+        "too_long": str(wavs / "long.wav"),
+        "low_sample_rate": str(wavs / "lowrate.wav"),
+        "text_length": f"{meta}:14",
+    }
+    return root, expected
+
+
+@pytest.fixture(scope="module")
+def bad_report(bad_dataset: tuple[Path, dict[str, str]]) -> DatasetReport:
+    return check_dataset(bad_dataset[0], progress=False)
+
+
+def test_clean_dataset_has_no_problems(lj_dataset: Path) -> None:
+    report = check_dataset(lj_dataset, progress=False)
+    assert report.ok, report.problems
+    assert report.valid_utterances() == report.utterances and len(report.utterances) == 3
+    speaker = report.speakers["ljs"]
+    assert (speaker.clips, speaker.valid_clips) == (3, 3)
+    assert 0.1 < speaker.minutes == speaker.valid_minutes < 1
+    assert "no problems" in report.summary()
+
+
+def test_each_problem_kind_is_found_where_it_is(bad_dataset: tuple[Path, dict[str, str]],
+                                                 bad_report: DatasetReport) -> None:
+    root, expected = bad_dataset
+    found = {(p.kind, p.source) for p in bad_report.problems}
+    for kind, source in expected.items():
+        assert (kind, source) in found, f"{kind} at {source} not reported; got {sorted(found)}"
+    meta = root / "bob" / "metadata.csv"
+    assert ("metadata", f"{meta}:15") in found  # the duplicate id
+    assert ("unreadable_audio", str(root / "bob" / "wavs" / "nan.wav")) in found
+    assert all(p.kind in PROBLEM_KINDS and p.message for p in bad_report.problems)
+    # The clipped, too short, long and low-rate clips hold the right words: no text_length for them.
+    assert sum(p.kind == "text_length" for p in bad_report.problems) == 1
+
+
+def test_good_clips_stay_valid(bad_report: DatasetReport) -> None:
+    assert [u.key for u in bad_report.valid_utterances()] == ["alice/a1", "alice/a2", "bob/good"]
+    alice, bob = bad_report.speakers["alice"], bad_report.speakers["bob"]
+    assert (alice.clips, alice.valid_clips, alice.problems) == (2, 2, [])
+    assert (bob.clips, bob.valid_clips) == (13, 1)  # the two bad lines are no utterances
+    assert bob.valid_seconds < bob.seconds
+    assert bad_report.durations["bob/good"] == pytest.approx(sf.info(bad_report.utterances[2].audio_path).duration)
+
+
+def test_threads_give_the_same_report(bad_dataset: tuple[Path, dict[str, str]], bad_report: DatasetReport) -> None:
+    again = check_dataset(bad_dataset[0], progress=False, jobs=2)
+    assert again.problems == bad_report.problems
+    assert again.speakers == bad_report.speakers
+
+
+def test_thresholds_are_configurable(lj_dataset: Path) -> None:
+    report = check_dataset(lj_dataset, progress=False, config=CheckConfig(max_seconds=4.0))
+    assert {p.kind for p in report.problems} == {"too_long"}
+    assert len(report.valid_utterances()) == 1  # only the three-second clip is short enough
+
+
+def test_phonemizer_failure_is_a_problem(lj_dataset: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    original = TextFrontEnd.to_phonemes
+
+    def flaky(self: TextFrontEnd, texts: list[str]) -> list[str]:
+        if any("Smith" in t for t in texts):
+            raise RuntimeError("espeak fell over")
+        return original(self, texts)
+
+    monkeypatch.setattr(TextFrontEnd, "to_phonemes", flaky)
+    report = check_dataset(lj_dataset, progress=False)
+    assert [(p.kind, p.source) for p in report.problems] == [("text_error", f"{lj_dataset / 'metadata.csv'}:2")]
+    assert "espeak fell over" in report.problems[0].message
+    assert len(report.valid_utterances()) == 2
+
+
+def test_no_dataset_is_a_problem_not_a_crash(tmp_path: Path) -> None:
+    report = check_dataset(tmp_path / "missing", progress=False)
+    assert [p.kind for p in report.problems] == ["format"] and report.valid_utterances() == []
+    (tmp_path / "blank").mkdir()
+    (tmp_path / "blank" / "metadata.csv").write_text("\n\n", encoding="utf-8")
+    report = check_dataset(tmp_path / "blank", progress=False)
+    assert [p.kind for p in report.problems] == ["empty_dataset"]
+
+
+def test_markdown(bad_dataset: tuple[Path, dict[str, str]], bad_report: DatasetReport) -> None:
+    markdown = bad_report.to_markdown()
+    assert "| alice | 2 | 2 |" in markdown and "| bob | 13 | 1 |" in markdown
+    for source in bad_dataset[1].values():
+        assert f"`{source}`" in markdown
+
+
+def test_command_exit_codes_and_output(lj_dataset: Path, bad_dataset: tuple[Path, dict[str, str]],
+                                       capsys: pytest.CaptureFixture[str]) -> None:
+    assert data_check_command(lj_dataset) == 0
+    assert "no problems" in capsys.readouterr().out
+    assert data_check_command(bad_dataset[0], max_problems=3) == 1
+    out = capsys.readouterr().out
+    assert "alice" in out and "bob" in out and "too_short" in out  # the by-kind table lists every kind
+    assert "more" in out  # the list stops at max_problems

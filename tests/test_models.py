@@ -1,0 +1,178 @@
+"""The acoustic model: shapes, alignment search, sizes on the meta device, checkpoints."""
+
+from __future__ import annotations
+
+import itertools
+import json
+
+import pytest
+import torch
+
+from chorus.models.acoustic import AcousticModel, build_model, count_parameters, lengths_to_mask
+from chorus.models.alignment import durations_to_path, monotonic_alignment_search
+from chorus.models.config import AcousticConfig
+from chorus.text import TextFrontEnd
+from chorus.audio.mel import MelConfig
+from chorus.training.checkpoint import CheckpointError, ModelBundle, load_bundle, save_bundle
+
+TINY = dict(n_symbols=40, n_speakers=3, d_model=32, n_heads=2, encoder_layers=1, decoder_layers=1,
+            ff_hidden=48, predictor_hidden=16, speaker_dim=8)
+
+
+def tiny_model(**overrides) -> AcousticModel:
+    torch.manual_seed(0)
+    return build_model(AcousticConfig(**{**TINY, **overrides}))
+
+
+def tiny_batch(batch=3, text=7, frames=20):
+    phonemes = torch.randint(1, 40, (batch, text))
+    text_lengths = torch.tensor([text] + [text - 2] * (batch - 1))
+    phonemes[1:, text - 2:] = 0
+    frame_lengths = torch.tensor([frames] + [frames - 5] * (batch - 1))
+    mel = torch.randn(batch, frames, 80) * lengths_to_mask(frame_lengths, frames).unsqueeze(-1)
+    return phonemes, text_lengths, mel, frame_lengths, torch.tensor([0, 1, 2][:batch])
+
+
+def brute_force_best_path(log_prob):
+    """Best monotonic path by enumerating every duration split (tiny sizes only)."""
+    n_text, n_frames = log_prob.shape
+    best, best_durations = -float("inf"), None
+    for cuts in itertools.combinations(range(1, n_frames), n_text - 1):
+        bounds = (0, *cuts, n_frames)
+        score = sum(log_prob[i, bounds[i]:bounds[i + 1]].sum() for i in range(n_text))
+        if score > best:
+            best, best_durations = score, [bounds[i + 1] - bounds[i] for i in range(n_text)]
+    return best_durations
+
+
+@pytest.mark.parametrize("n_text,n_frames", [(1, 4), (3, 3), (3, 7), (4, 9)])
+def test_alignment_search_finds_the_best_monotonic_path(n_text, n_frames):
+    torch.manual_seed(n_text * 10 + n_frames)
+    log_prob = torch.randn(1, n_text, n_frames)
+    path = monotonic_alignment_search(log_prob, torch.tensor([n_text]), torch.tensor([n_frames]))
+    assert path.sum(1).eq(1).all(), "every frame belongs to exactly one token"
+    assert path[0].sum(-1).tolist() == brute_force_best_path(log_prob[0])
+
+
+def test_alignment_search_respects_lengths_and_refuses_impossible_ones():
+    log_prob = torch.randn(2, 4, 10)
+    path = monotonic_alignment_search(log_prob, torch.tensor([4, 2]), torch.tensor([10, 5]))
+    assert path[1, 2:].sum() == 0 and path[1, :, 5:].sum() == 0
+    assert path[1].sum() == 5
+    with pytest.raises(ValueError, match="fewer frames"):
+        monotonic_alignment_search(log_prob, torch.tensor([4, 4]), torch.tensor([10, 3]))
+
+
+def test_durations_to_path_expands_in_order():
+    path = durations_to_path(torch.tensor([[2, 1, 3]]))
+    assert path.shape == (1, 3, 6)
+    assert path[0].argmax(0).tolist() == [0, 0, 1, 2, 2, 2]
+
+
+def test_forward_shapes_and_masks():
+    model = tiny_model()
+    phonemes, text_lengths, mel, frame_lengths, speakers = tiny_batch()
+    out = model(phonemes, text_lengths, mel, frame_lengths, speaker_ids=speakers)
+    assert out.mel.shape == mel.shape and out.prior_mean.shape == mel.shape
+    assert out.durations.sum(-1).tolist() == frame_lengths.tolist(), "alignment covers every frame"
+    assert out.mel[1, 15:].abs().sum() == 0, "padded frames are zero"
+    assert out.log_duration.shape == phonemes.shape
+
+
+def test_training_step_reduces_loss_and_inference_runs():
+    from chorus.training.pretrain import compute_losses
+
+    model = tiny_model()
+    batch = tiny_batch()
+    optimizer = torch.optim.Adam(model.parameters(), 3e-3)
+    losses = []
+    for _ in range(30):
+        out = model(*batch[:4], speaker_ids=batch[4])
+        loss = compute_losses(model, out, batch[2], batch[1])["total"]
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    assert losses[-1] < 0.8 * losses[0]
+    model.eval()
+    out = model.infer(batch[0], batch[1], speaker_ids=batch[4])
+    assert out.mel.shape[0] == 3 and out.mel.shape[2] == 80
+    assert (out.durations[0] >= 1).all()
+    assert out.frame_mask.sum(-1).tolist() == out.durations.sum(-1).long().tolist()
+
+
+def test_speaker_vectors_go_through_the_same_projection_as_the_table():
+    model = tiny_model().eval()
+    phonemes, text_lengths, *_ = tiny_batch()
+    ids = torch.tensor([0, 1, 2])
+    by_id = model.infer(phonemes, text_lengths, speaker_ids=ids)
+    by_vector = model.infer(phonemes, text_lengths, speaker_vectors=model.speaker_embedding(ids))
+    assert torch.equal(by_id.mel, by_vector.mel)
+    with pytest.raises(ValueError, match="exactly one"):
+        model.speaker_condition(ids, model.speaker_embedding(ids))
+    with pytest.raises(ValueError, match="out of range"):
+        model.speaker_condition(torch.tensor([3]))
+
+
+def test_energy_predictor_is_optional_and_trained_from_targets():
+    model = tiny_model(use_energy=True)
+    phonemes, text_lengths, mel, frame_lengths, speakers = tiny_batch()
+    with pytest.raises(ValueError, match="targets"):
+        model(phonemes, text_lengths, mel, frame_lengths, speaker_ids=speakers)
+    out = model(phonemes, text_lengths, mel, frame_lengths, speaker_ids=speakers, energy=mel.mean(-1))
+    assert out.energy.shape == out.energy_target.shape == phonemes.shape
+
+
+def test_module_names_are_predictable_for_adapters():
+    names = dict(tiny_model().named_modules())
+    for name in ("encoder.layers.0.attn.q_proj", "encoder.layers.0.attn.v_proj", "decoder.layers.0.ff.conv1",
+                 "decoder.layers.0.norm2", "duration_predictor.conv1", "speaker_proj"):
+        assert name in names
+
+
+def test_any_size_builds_on_the_meta_device_without_memory():
+    config = AcousticConfig(d_model=1536, n_heads=16, encoder_layers=12, decoder_layers=12, ff_hidden=6144,
+                            ff_kernel=3, predictor_hidden=512)
+    model = build_model(config, "meta")
+    assert next(model.parameters()).is_meta
+    assert 450e6 < count_parameters(model) < 2e9
+
+
+def test_config_validation_and_round_trip():
+    config = AcousticConfig(**TINY)
+    assert AcousticConfig.from_dict(json.loads(json.dumps(config.to_dict()))) == config
+    with pytest.raises(ValueError, match="divisible"):
+        AcousticConfig(d_model=30, n_heads=4)
+    with pytest.raises(ValueError, match="unknown"):
+        AcousticConfig.from_dict({"d_model": 32, "colour": "red"})
+
+
+def _bundle():
+    return ModelBundle(tiny_model().eval(), TextFrontEnd(), MelConfig(), ["a", "b", "c"], "b", {"steps": 1})
+
+
+def test_checkpoint_round_trip_is_exact(tmp_path):
+    bundle = _bundle()
+    save_bundle(bundle, tmp_path / "model")
+    loaded = load_bundle(tmp_path / "model")
+    for (name, a), (_, b) in zip(bundle.model.state_dict().items(), loaded.model.state_dict().items()):
+        assert torch.equal(a, b), name
+    assert loaded.speakers == ["a", "b", "c"] and loaded.default_speaker == "b"
+    assert loaded.front_end.symbols == bundle.front_end.symbols
+    assert not list(tmp_path.glob(".*")), "no temporary folders left behind"
+
+
+def test_checkpoint_errors_are_clear(tmp_path):
+    with pytest.raises(CheckpointError, match="missing config.json"):
+        load_bundle(tmp_path)
+    save_bundle(_bundle(), tmp_path / "model")
+    weights = tmp_path / "model" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:100])
+    with pytest.raises(CheckpointError, match="cannot read weights"):
+        load_bundle(tmp_path / "model")
+    save_bundle(_bundle(), tmp_path / "other")
+    config = json.loads((tmp_path / "other" / "config.json").read_text())
+    config["format"] = "something-else"
+    (tmp_path / "other" / "config.json").write_text(json.dumps(config))
+    with pytest.raises(CheckpointError, match="format"):
+        load_bundle(tmp_path / "other")

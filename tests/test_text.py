@@ -1,0 +1,152 @@
+"""Text front end: normalization, the symbol table, and identical processing at training and inference."""
+
+from __future__ import annotations
+
+import json
+import warnings
+
+import pytest
+
+from chorus.text import SymbolTable, TextFrontEnd, UnknownCharacterWarning, normalize_text, phonemize
+
+
+@pytest.mark.parametrize("raw, spoken", [
+    # numbers, years, decimals, thousands
+    ("I have 3 cats.", "I have three cats."),
+    ("Room 101!", "Room one hundred and one!"),
+    ("It was 1990, then 2010.", "It was nineteen ninety, then twenty ten."),
+    ("1,000,000 people", "one million people"),
+    ("pi is 3.14", "pi is three point one four"),
+    ("MP3 players", "MP three players"),
+    # ordinals
+    ("May 3rd, the 21st century", "May third, the twenty first century"),
+    ("1st 2nd 4th", "first second fourth"),
+    # currency
+    ("$5.50", "five dollars and fifty cents"),
+    ("$1", "one dollar"),
+    ("$0.99", "ninety nine cents"),
+    ("$1.5 million", "one point five million dollars"),
+    ("£3 and €2.10", "three pounds and two euros and ten cents"),
+    # percent
+    ("50% off", "fifty percent off"),
+    ("2.5%", "two point five percent"),
+    # times
+    ("at 5:30 pm", "at five thirty p m"),
+    ("7:00", "seven o'clock"),
+    ("10:05 a.m.", "ten oh five a m"),
+    # titles
+    ("Mr. and Mrs. Jones met Dr. Who.", "mister and missus Jones met doctor Who."),
+    ("No. 5 won", "number five won"),
+    ("I said no. Then I left.", "I said no. Then I left."),
+    # Saint before a name, Street after one
+    ("In St. Louis we met.", "In Saint Louis we met."),
+    ("Visit St. Paul's.", "Visit Saint Paul's."),
+    ("He lives on Main St. and works.", "He lives on Main Street and works."),
+    ("I live at 12 Baker St. Then I left.", "I live at twelve Baker Street. Then I left."),
+    ("St. John St.", "Saint John Street."),
+    ("5th St. is wide", "fifth Street is wide"),
+])
+def test_normalization(raw: str, spoken: str) -> None:
+    assert normalize_text(raw) == spoken
+
+
+def test_pause_punctuation_is_kept() -> None:
+    assert normalize_text("Wait, what? Yes; no: maybe!") == "Wait, what? Yes; no: maybe!"
+    assert normalize_text("He said \u2014 wait.") == "He said, wait."  # a dash is a pause too
+    assert normalize_text("And so\u2026") == "And so..."
+
+
+def test_unknown_characters_dropped_with_warning() -> None:
+    with pytest.warns(UnknownCharacterWarning, match="☺"):
+        assert normalize_text("hello ☺ world") == "hello world"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # accents are decomposed, not dropped: no warning
+        assert normalize_text("café naïve") == "cafe naive"
+
+
+@pytest.mark.parametrize("text", [
+    "", "   ", "☺☺☺", "中文字符", "\x00\x07\u200b\ufeff", "9" * 400, "$" + "1" * 5000, "1" * 40 + "th",
+    "e\u0301\u0301\u0301", "!!!???", "a|b\\c/d<e>f{g}", "12:99 pm %%% $$",
+])
+def test_odd_input_never_crashes(text: str) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UnknownCharacterWarning)
+        normalized = normalize_text(text)
+        assert isinstance(normalized, str)
+        try:
+            TextFrontEnd().encode([text])
+        except ValueError as error:  # the documented outcome for nothing speakable
+            assert "nothing speakable" in str(error)
+
+
+def test_symbol_table_round_trip() -> None:
+    table = SymbolTable()
+    data = json.loads(json.dumps(table.to_dict()))  # as stored in a checkpoint
+    again = SymbolTable.from_dict(data)
+    assert again == table
+    assert again.encode("həlˈoʊ, wˈɜːld.") == table.encode("həlˈoʊ, wˈɜːld.")
+    assert 0 not in table.encode("həlˈoʊ")[0]  # id 0 is padding only
+
+
+@pytest.mark.parametrize("data", [
+    None, [], "symbols", {}, {"symbols": ["_", "a"]}, {"version": 1},
+    {"symbols": "_abc", "version": 1},  # a string, not a list
+    {"symbols": ["_", "ab"], "version": 1},  # multi-character symbol
+    {"symbols": ["_", 3], "version": 1},
+    {"symbols": [], "version": 1},
+    {"symbols": ["a", "_"], "version": 1},  # padding not first
+    {"symbols": ["_", "a", "a"], "version": 1},  # duplicate
+    {"symbols": ["_", "a"], "version": "one"},
+    {"symbols": ["_", "a"], "version": True},
+])
+def test_symbol_table_rejects_malformed(data: object) -> None:
+    with pytest.raises(ValueError, match="symbol"):
+        SymbolTable.from_dict(data)  # type: ignore[arg-type]
+
+
+TEXTS = [
+    "Printing, in the only sense with which we are at present concerned, differs from most arts.",
+    "Dr. Smith paid $5.50 on May 3rd.",
+    "In St. Louis, 50% of 1,000 people left at 5:30 pm.",
+    "Hello world.",
+    "Wait, what? Yes; no: maybe!",
+    "The U.S. is big.",
+    "café naïve",
+    "ok",
+    "\u201cQuoted,\u201d she said \u2014 twice\u2026",
+    "It cost $1.5 million in 1990.",
+    "a",
+    "Is this the 21st century, or the 22nd?",
+] * 3
+
+
+def test_training_and_inference_process_text_identically() -> None:
+    """Training encodes many texts at once, inference one at a time: the ids must be identical."""
+    front_end = TextFrontEnd()
+    batch = front_end.encode(TEXTS)
+    one_by_one = [front_end.encode([text])[0] for text in TEXTS]
+    assert batch == one_by_one
+    # A model loaded from a checkpoint rebuilds the front end from its saved dict.
+    restored = TextFrontEnd.from_dict(json.loads(json.dumps(front_end.to_dict())))
+    assert [restored.encode([text])[0] for text in TEXTS] == batch
+
+
+def test_batch_phonemes_stay_aligned_with_empty_texts() -> None:
+    """phonemizer drops empty lines of a batch and shifts the rest; each text must keep its own."""
+    texts = ["hello world.", "", "!!!", "", "good morning", "ok"]
+    assert phonemize(texts) == [phonemize([t])[0] for t in texts]
+    assert phonemize(texts)[1] == "" and phonemize(texts)[3] == ""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UnknownCharacterWarning)
+        raw = ["Hello.", "☺", "", "Good morning!"]
+        front_end = TextFrontEnd()
+        assert front_end.to_phonemes(raw) == [front_end.to_phonemes([t])[0] for t in raw]
+
+
+@pytest.mark.parametrize("text", ["", "   ", "!!!", "☺☺"])
+def test_unspeakable_text_raises_naming_it(text: str) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UnknownCharacterWarning)
+        with pytest.raises(ValueError, match="nothing speakable") as error:
+            TextFrontEnd().encode(["Hello there.", text])
+    assert repr(text) in str(error.value)
