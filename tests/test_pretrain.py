@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from chorus.models.config import AcousticConfig
 from chorus.training.checkpoint import load_bundle, load_training_state
@@ -94,3 +95,20 @@ def test_ddp_with_two_local_processes(corpus, tmp_path):
     assert result.returncode == 0, result.stderr[-2000:]
     bundle = load_bundle(tmp_path / "run" / "checkpoint")
     assert bundle.info["world_size"] == 2 and bundle.info["steps"] == 4
+
+
+def test_optional_pitch_and_energy_predictors_train_from_the_corpus(corpus, tmp_path):
+    config = recipe(corpus, tmp_path, steps=2)
+    config.model = AcousticConfig(**TINY_MODEL, use_pitch=True, use_energy=True)
+    bundle = load_bundle(pretrain(config, progress=False))
+    mean, std = bundle.model.pitch_stats.tolist()
+    assert 4.0 < mean < 6.5 and std > 0, "log-F0 statistics of espeak voices (55-650 Hz)"
+    log = (tmp_path / "log.csv").read_text()
+    assert log.count("\n") == 3
+    out = bundle.model.infer(*[t[:1] for t in _encoded(bundle)], speaker_ids=torch.tensor([0]))
+    assert out.pitch is not None and out.energy is not None
+
+
+def _encoded(bundle):
+    ids = bundle.front_end.encode(["A short test."])[0]
+    return torch.tensor([ids]), torch.tensor([len(ids)])

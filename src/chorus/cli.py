@@ -116,3 +116,88 @@ def data_check(
     from chorus.data.check import data_check_command
 
     raise typer.Exit(data_check_command(root, max_problems, jobs))
+
+
+@corpus_app.command("build")
+def corpus_build(
+    out_dir: Path = typer.Argument(..., help="Output folder: train/<voice>/, heldout/<voice>/, voices.json."),
+    scale: float = typer.Option(1.0, help="Multiply every voice's utterance count (0.1 for a quick try)."),
+    jobs: int = typer.Option(2, help="Voices synthesized in parallel."),
+    install: bool = typer.Option(False, help="apt-get install missing Debian packages first (root)."),
+) -> None:
+    """Synthesize the offline multi-speaker corpus (resumable: re-running skips finished clips)."""
+    from chorus.corpus.build import corpus_build_command
+
+    corpus_build_command(out_dir, scale, jobs, install)
+
+
+@app.command("eval")
+def evaluate(
+    audio_dir: Path = typer.Argument(..., help="Folder of <id>.wav clips to judge."),
+    metadata: Optional[Path] = typer.Option(None, help="id|text file (default: AUDIO_DIR/metadata.csv)."),
+    references: Optional[Path] = typer.Option(None, help="Real clips of the target voice (same ids: MCD, F0)."),
+    out: Optional[Path] = typer.Option(None, help="Write report.md/report.json here (or a .md/.json file)."),
+) -> None:
+    """Judge synthesized clips: Whisper WER/CER, speaker similarity, MCD, F0 RMSE, speaking rate."""
+    from chorus.evaluation.report import eval_command
+
+    eval_command(audio_dir, metadata, references, out)
+
+
+@app.command("train-vocoder")
+def train_vocoder(
+    data: Path = typer.Argument(..., help="Folder of LJSpeech-style speaker folders (any **/wavs/*.wav)."),
+    out: Path = typer.Option(Path("runs/vocoder"), help="Run folder; the trained vocoder is saved here."),
+    steps: int = typer.Option(20_000, help="Total steps (a resumed run continues to this)."),
+    resume: bool = typer.Option(True, help="Continue from OUT's checkpoint if there is one."),
+    threads: int = typer.Option(1, help="CPU threads."),
+) -> None:
+    """Train the Vocos-style neural vocoder on real (or corpus) audio."""
+    from chorus.training.vocoder import train_vocoder_command
+
+    train_vocoder_command(data, out, steps, resume, threads)
+
+
+@app.command()
+def demo(
+    out: Path = typer.Option(Path("demo"), help="Folder for the clips and report.md."),
+    voices: Optional[str] = typer.Option(None, help="Comma-separated voices (default: four showcase voices)."),
+    sentences: int = typer.Option(3, help="Sentences per voice (from the held-out benchmark set)."),
+    model: Optional[Path] = typer.Option(None, help="Model folder (default: the shipped base)."),
+) -> None:
+    """The main job: speak unseen sentences in several base voices and judge them (WER, similarity, RTF)."""
+    from chorus.audio.io import save_audio
+    from chorus.corpus.text import benchmark_sentences
+    from chorus.evaluation.report import Judges
+    from chorus.evaluation.voices import judge_clips, same_versus_different, synthesize_grid
+    from chorus.synthesis import load_base
+
+    tts = load_base(model)
+    chosen = voices.split(",") if voices else tts.bundle.info.get("showcase_speakers", tts.speakers[:4])
+    for voice in chosen:
+        if voice not in tts.speakers:
+            _fail(f"unknown voice {voice!r}; see `chorus speakers`")
+    texts = benchmark_sentences()[:sentences]
+
+    def speak(text: str, voice: str):
+        result = tts.synthesize(text, voice)
+        return result.audio, result.sample_rate, result.seconds
+
+    clips = synthesize_grid(speak, chosen, texts)
+    for clip in clips:
+        save_audio(out / f"{clip.voice}_{clip.sentence_index:03d}.wav", clip.audio, clip.sample_rate)
+    judges = Judges(reference=False)
+    report = judge_clips(clips, judges)
+    table = Table("voice", "WER %", "RTF", "transcript of the first sentence")
+    for voice in chosen:
+        rows = [r for r in report.rows if r.id.startswith(voice + "/")]
+        edits = sum(r.word_edits for r in rows)
+        words = sum(r.reference_words for r in rows)
+        rtf = sum(r.synthesis_seconds for r in rows) / sum(r.audio_seconds for r in rows)
+        table.add_row(voice, f"{100 * edits / words:.1f}", f"{rtf:.3f}", rows[0].transcript or "")
+    console.print(table)
+    similarity = same_versus_different(clips, judges.speaker)
+    console.print(f"speaker similarity (resemblyzer): same voice {similarity.same:.3f}, "
+                  f"different voices {similarity.different:.3f}")
+    report.write(out / "report.md")
+    console.print(f"clips and report.md in {out}/")

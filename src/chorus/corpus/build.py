@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 import soundfile as sf
 
-from chorus.audio.io import SAMPLE_RATE, AudioError, load_audio, save_audio
+from chorus.audio.io import SAMPLE_RATE, load_audio, save_audio
 from chorus.corpus.text import training_sentences
 from chorus.corpus.voices import VOICES, VoiceSpec, get_voice
 from chorus.text.normalize import normalize_text
@@ -223,14 +223,18 @@ def _festival_batch(voice: VoiceSpec, clips: Sequence[tuple[str, str]], raw_dir:
         lines += [f"(chorus_say {_scheme_string(text)} {_scheme_string(str(raw_dir / f'{cid}.wav'))})"
                   for cid, text in pending]
         script.write_text("\n".join(lines) + "\n", encoding="utf-8")
-        done = subprocess.run(["festival", *voice.engine_args, "-b", str(script)], capture_output=True,
-                              text=True, timeout=60 + 10 * len(pending), check=False)
+        try:
+            returncode = subprocess.run(["festival", *voice.engine_args, "-b", str(script)], capture_output=True,
+                                        timeout=60 + 10 * len(pending), check=False).returncode
+            reason = "festival wrote no audio"
+        except subprocess.TimeoutExpired:
+            returncode, reason = 0, "festival timed out"  # no restart: the rest would likely hang too
         missing = [i for i, (cid, _) in enumerate(pending) if not (raw_dir / f"{cid}.wav").is_file()]
-        if done.returncode == 0 or not missing:
-            failures.update({pending[i][0]: "festival wrote no audio" for i in missing})
+        if returncode == 0 or not missing:
+            failures.update({pending[i][0]: reason for i in missing})
             break
         crashed = missing[0]
-        failures[pending[crashed][0]] = f"festival exited {done.returncode} on this sentence"
+        failures[pending[crashed][0]] = f"festival exited {returncode} on this sentence"
         pending = pending[crashed + 1:]
     return failures
 
@@ -273,14 +277,15 @@ def _synthesize_chunk(chunk: _Chunk) -> _ChunkResult:
                     _engine_to_wav(voice, text, raw, chunk.threads)
                 if voice.sox:
                     shifted = raw_dir / f"{clip_id}.sox.wav"
-                    _run(["sox", str(raw), str(shifted), *voice.sox])
+                    # -G: sox lowers the gain where an effect would clip; the peak is normalized anyway.
+                    _run(["sox", "-G", str(raw), str(shifted), *voice.sox])
                     raw = shifted
                 audio = trim_and_normalize(load_audio(raw))
                 if audio is None or audio.size < 0.3 * SAMPLE_RATE:
                     raise RuntimeError("empty or near-silent output")
                 save_audio(chunk.wav_dir / f"{clip_id}.wav", audio)
                 result.written += 1
-            except (RuntimeError, OSError, AudioError, subprocess.TimeoutExpired) as error:
+            except Exception as error:  # noqa: BLE001 - one bad clip is counted and skipped, never fatal
                 result.failures.append(f"{voice.name}/{clip_id}: {error}")
     return result
 

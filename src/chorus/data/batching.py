@@ -46,20 +46,25 @@ class Batch:
     mel: torch.Tensor            # [batch, frames, n_mels] raw log-mel, zero padded
     frame_lengths: torch.Tensor  # [batch]
     speakers: torch.Tensor       # [batch]
+    pitch: torch.Tensor | None = None  # [batch, frames] log F0, zero padded (when the cache has it)
 
     def to(self, device: torch.device) -> "Batch":
-        return Batch(*(t.to(device) for t in (self.phonemes, self.text_lengths, self.mel,
-                                              self.frame_lengths, self.speakers)))
+        return Batch(self.phonemes.to(device), self.text_lengths.to(device), self.mel.to(device),
+                     self.frame_lengths.to(device), self.speakers.to(device),
+                     None if self.pitch is None else self.pitch.to(device))
 
 
 def collate(cache: FeatureCache, indices: np.ndarray) -> Batch:
     items = [cache.item(int(i)) for i in indices]
-    text_lengths = torch.tensor([len(p) for p, _, _ in items])
-    frame_lengths = torch.tensor([len(m) for _, m, _ in items])
+    text_lengths = torch.tensor([len(item[0]) for item in items])
+    frame_lengths = torch.tensor([len(item[1]) for item in items])
     phonemes = torch.zeros(len(items), int(text_lengths.max()), dtype=torch.long)
     mel = torch.zeros(len(items), int(frame_lengths.max()), items[0][1].shape[1])
-    for row, (ids, frames, _) in enumerate(items):
+    pitch = None if cache.pitch is None else torch.zeros(len(items), int(frame_lengths.max()))
+    for row, (ids, frames, _, log_f0) in enumerate(items):
         phonemes[row, : len(ids)] = torch.from_numpy(ids)
         mel[row, : len(frames)] = torch.from_numpy(frames)
-    speakers = torch.tensor([s for _, _, s in items])
-    return Batch(phonemes, text_lengths, mel, frame_lengths, speakers)
+        if pitch is not None:
+            pitch[row, : len(log_f0)] = torch.from_numpy(log_f0)
+    speakers = torch.tensor([item[2] for item in items])
+    return Batch(phonemes, text_lengths, mel, frame_lengths, speakers, pitch)

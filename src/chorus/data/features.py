@@ -21,6 +21,7 @@ from safetensors.numpy import load_file, save_file
 
 from chorus.audio.io import AudioError, load_audio
 from chorus.audio.mel import MelConfig, MelSpectrogram
+from chorus.audio.pitch import frame_log_f0
 from chorus.data.formats import Utterance
 from chorus.text import TextFrontEnd
 
@@ -33,7 +34,7 @@ class FeatureCache:
 
     ``mels[mel_offsets[i]:mel_offsets[i+1]]`` is utterance i's ``[frames, n_mels]`` log-mel (float16);
     ``phonemes[text_offsets[i]:text_offsets[i+1]]`` its symbol ids; ``speakers[i]`` its speaker index
-    into ``speaker_names``.
+    into ``speaker_names``; ``pitch`` (optional) the frame-level log F0 on the mel grid.
     """
 
     mels: np.ndarray
@@ -44,6 +45,7 @@ class FeatureCache:
     speaker_names: list[str]
     keys: list[str]
     meta: dict
+    pitch: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.keys)
@@ -54,11 +56,19 @@ class FeatureCache:
     def text_lengths(self) -> np.ndarray:
         return np.diff(self.text_offsets)
 
-    def item(self, index: int) -> tuple[np.ndarray, np.ndarray, int]:
-        """(phoneme ids ``[text]``, log-mel ``[frames, n_mels]`` float32, speaker index)."""
+    def item(self, index: int) -> tuple[np.ndarray, np.ndarray, int, np.ndarray | None]:
+        """(phoneme ids ``[text]``, log-mel ``[frames, n_mels]`` float32, speaker index, log F0 ``[frames]``)."""
         phonemes = self.phonemes[self.text_offsets[index]:self.text_offsets[index + 1]]
-        mel = self.mels[self.mel_offsets[index]:self.mel_offsets[index + 1]].astype(np.float32)
-        return phonemes.astype(np.int64), mel, int(self.speakers[index])
+        frames = slice(self.mel_offsets[index], self.mel_offsets[index + 1])
+        pitch = None if self.pitch is None else self.pitch[frames].astype(np.float32)
+        return phonemes.astype(np.int64), self.mels[frames].astype(np.float32), int(self.speakers[index]), pitch
+
+    def pitch_statistics(self) -> tuple[float, float]:
+        """Mean and standard deviation of log F0 over frames of utterances that have any voicing."""
+        if self.pitch is None:
+            raise ValueError("this feature cache has no pitch; rebuild it with pitch")
+        voiced = self.pitch[self.pitch > 0].astype(np.float64)
+        return float(voiced.mean()), float(max(voiced.std(), 1e-3))
 
     def mel_statistics(self) -> tuple[np.ndarray, np.ndarray]:
         """Per-bin mean and standard deviation over every frame ``([n_mels], [n_mels])``."""
@@ -77,6 +87,8 @@ class FeatureCache:
         path.parent.mkdir(parents=True, exist_ok=True)
         tensors = {"mels": self.mels, "mel_offsets": self.mel_offsets, "phonemes": self.phonemes,
                    "text_offsets": self.text_offsets, "speakers": self.speakers}
+        if self.pitch is not None:
+            tensors["pitch"] = self.pitch
         temp = path.with_suffix(".tmp")
         save_file(tensors, str(temp))
         sidecar = {"version": CACHE_VERSION, "speaker_names": self.speaker_names, "keys": self.keys,
@@ -93,13 +105,15 @@ class FeatureCache:
             raise ValueError(f"{path}: feature cache version {sidecar.get('version')} != {CACHE_VERSION}")
         arrays = load_file(str(path))
         return cls(arrays["mels"], arrays["mel_offsets"], arrays["phonemes"], arrays["text_offsets"],
-                   arrays["speakers"], sidecar["speaker_names"], sidecar["keys"], sidecar["meta"])
+                   arrays["speakers"], sidecar["speaker_names"], sidecar["keys"], sidecar["meta"],
+                   arrays.get("pitch"))
 
 
 def build_feature_cache(utterances: list[Utterance], front_end: TextFrontEnd,
                         mel_config: MelConfig = MelConfig(), *, speaker_names: list[str] | None = None,
-                        progress: bool = True) -> tuple[FeatureCache, list[str]]:
-    """Phonemize and featurize ``utterances``; returns the cache and a list of skipped items (reasons).
+                        with_pitch: bool = False, progress: bool = True) -> tuple[FeatureCache, list[str]]:
+    """Phonemize and featurize ``utterances`` (and log F0 if ``with_pitch``); returns the cache and a
+    list of skipped items (with reasons).
 
     Items that cannot be used (unreadable audio, nothing speakable, fewer frames than phonemes) are
     skipped and reported, never silently dropped.
@@ -117,7 +131,7 @@ def build_feature_cache(utterances: list[Utterance], front_end: TextFrontEnd,
                 phoneme_ids.append(front_end.encode([utt.text])[0])
             except ValueError as error:
                 phoneme_ids.append(str(error))
-    mels, phonemes, keys, speakers = [], [], [], []
+    mels, phonemes, keys, speakers, pitches = [], [], [], [], []
     with Progress(disable=not progress) as bar:
         task = bar.add_task("features", total=len(utterances))
         for utt, ids in zip(utterances, phoneme_ids):
@@ -138,6 +152,8 @@ def build_feature_cache(utterances: list[Utterance], front_end: TextFrontEnd,
             if len(mel) < len(ids):
                 skipped.append(f"{utt.source}: {len(mel)} frames for {len(ids)} phonemes (audio too short)")
                 continue
+            if with_pitch:
+                pitches.append(frame_log_f0(audio, len(mel), mel_config).astype(np.float16))
             mels.append(mel.astype(np.float16))
             phonemes.append(np.asarray(ids, dtype=np.int16))
             keys.append(utt.key)
@@ -148,5 +164,6 @@ def build_feature_cache(utterances: list[Utterance], front_end: TextFrontEnd,
         mels=np.concatenate(mels), mel_offsets=np.cumsum([0] + [len(m) for m in mels]).astype(np.int64),
         phonemes=np.concatenate(phonemes), text_offsets=np.cumsum([0] + [len(p) for p in phonemes]).astype(np.int64),
         speakers=np.asarray(speakers, dtype=np.int64), speaker_names=list(speaker_names), keys=keys,
-        meta={"front_end": front_end.to_dict(), "mel": mel_config.to_dict()})
+        meta={"front_end": front_end.to_dict(), "mel": mel_config.to_dict()},
+        pitch=np.concatenate(pitches) if with_pitch else None)
     return cache, skipped

@@ -191,6 +191,7 @@ class AcousticModel(nn.Module):
         # Normalization statistics live in the checkpoint so features never drift from the weights.
         self.register_buffer("mel_mean", torch.zeros(config.n_mels))
         self.register_buffer("mel_std", torch.ones(config.n_mels))
+        self.register_buffer("pitch_stats", torch.tensor([0.0, 1.0]))  # log-F0 mean, std (use_pitch)
         nn.init.normal_(self.speaker_embedding.weight, std=0.3)
 
     # -- normalization -------------------------------------------------------------------------
@@ -199,6 +200,9 @@ class AcousticModel(nn.Module):
 
     def denormalize_mel(self, mel: torch.Tensor) -> torch.Tensor:
         return mel * self.mel_std + self.mel_mean
+
+    def normalize_pitch(self, log_f0: torch.Tensor) -> torch.Tensor:
+        return (log_f0 - self.pitch_stats[0]) / self.pitch_stats[1]
 
     # -- pieces --------------------------------------------------------------------------------
     def speaker_condition(self, speaker_ids: torch.Tensor | None = None,

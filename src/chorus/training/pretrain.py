@@ -127,7 +127,8 @@ def prepare_features(config: PretrainConfig, front_end: TextFrontEnd, mel_config
     if path.is_file():
         return FeatureCache.load(path)
     utterances, problems = discover(config.data)
-    cache, skipped = build_feature_cache(utterances, front_end, mel_config, progress=progress)
+    cache, skipped = build_feature_cache(utterances, front_end, mel_config, with_pitch=config.model.use_pitch,
+                                         progress=progress)
     for line in [p.source + ": " + p.message for p in problems] + skipped:
         print(f"skipped {line}")
     if problems or skipped:
@@ -156,10 +157,14 @@ def frame_energy(normalized_mel: torch.Tensor) -> torch.Tensor:
 
 def _step_inputs(model: AcousticModel, batch: Batch) -> dict:
     mel = model.normalize_mel(batch.mel)
+    pitch = None
     if model.pitch is not None:
-        raise NotImplementedError("pitch targets are not in the feature cache yet; train with use_pitch=False")
+        if batch.pitch is None:
+            raise ValueError("the model predicts pitch but the feature cache has none: delete "
+                             "features.safetensors in the run folder to rebuild it with pitch")
+        pitch = model.normalize_pitch(batch.pitch)
     return dict(phonemes=batch.phonemes, text_lengths=batch.text_lengths, mel=mel,
-                frame_lengths=batch.frame_lengths, speaker_ids=batch.speakers,
+                frame_lengths=batch.frame_lengths, speaker_ids=batch.speakers, pitch=pitch,
                 energy=frame_energy(mel) if model.energy is not None else None)
 
 
@@ -234,6 +239,8 @@ def pretrain(config: PretrainConfig, *, progress: bool = True) -> Path:
         mean, std = cache.mel_statistics()
         model.mel_mean.copy_(torch.from_numpy(mean))
         model.mel_std.copy_(torch.from_numpy(std))
+        if model_config.use_pitch:
+            model.pitch_stats.copy_(torch.tensor(cache.pitch_statistics()))
         bundle = ModelBundle(model, front_end, mel_config, cache.speaker_names, default_speaker)
     model.train()
     decay = [p for n, p in model.named_parameters() if p.dim() > 1 and "embedding" not in n]

@@ -1,0 +1,72 @@
+"""Copy a pretraining run's checkpoint into the package as the shipped base model, with its card.
+
+    python scripts/ship_base.py runs/base --showcase flite-rms,flite-awb,festival-kal,flite-kal16
+
+Writes ``src/chorus/assets/base/`` (model.safetensors + config.json, no optimizer state) and its
+``MODEL_CARD.md`` from the run's log, the corpus' voices.json and, if present, the benchmark table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+from pathlib import Path
+
+from chorus.synthesis import DEFAULT_BASE
+from chorus.training.checkpoint import file_sha256, load_bundle, save_bundle
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("run", type=Path, help="pretraining run folder (has checkpoint/ and log.csv)")
+    parser.add_argument("--showcase", default="", help="comma-separated voices `chorus demo` uses")
+    parser.add_argument("--corpus", type=Path, default=Path("corpus_out"))
+    parser.add_argument("--bench", type=Path, default=Path("bench/results/base/base.md"))
+    parser.add_argument("--to", type=Path, default=DEFAULT_BASE)
+    args = parser.parse_args()
+
+    bundle = load_bundle(args.run / "checkpoint")
+    if args.showcase:
+        bundle.info["showcase_speakers"] = args.showcase.split(",")
+    save_bundle(bundle, args.to)
+    rows = list(csv.DictReader((args.run / "log.csv").open()))
+    last_val = [r for r in rows if r["split"] == "val"][-1] if rows else {}
+    voices = json.loads((args.corpus / "voices.json").read_text()) if (args.corpus / "voices.json").is_file() else {}
+    config = bundle.model.config
+    params = sum(p.numel() for p in bundle.model.parameters())
+    info = bundle.info
+    card = [
+        "# Chorus base model", "",
+        "A small non-autoregressive multi-speaker acoustic model (phonemes + speaker -> 80-bin log-mel,",
+        "22,050 Hz, hop 256) that learns its own alignment by monotonic alignment search.", "",
+        "## How it was made", "",
+        f"* Parameters: {params / 1e6:.2f} M; d_model {config.d_model}, {config.encoder_layers}+{config.decoder_layers} "
+        f"FFT blocks, conv feed-forward {config.ff_hidden}x{config.ff_kernel}, speaker vectors of {config.speaker_dim}.",
+        f"* Data: the offline synthetic corpus (`chorus corpus build`), {len(bundle.speakers)} voices, "
+        f"{info.get('utterances', '?')} utterances. Held out: piper-joe, flite-slt, festival-ked.",
+        f"* Steps: {info.get('steps')} (world size {info.get('world_size')}), training wall time "
+        f"{info.get('wall_seconds', 0) / 3600:.2f} h on a 2-core CPU.",
+        f"* Recipe: `{json.dumps(info.get('recipe', {}))}`",
+        f"* Last validation losses: mel L1 {last_val.get('mel', '?')}, prior {last_val.get('prior', '?')}, "
+        f"duration {last_val.get('duration', '?')} (normalized log-mel units).",
+        f"* Weights sha256: `{file_sha256(args.to / 'model.safetensors')}`", "",
+        "## Voices", "",
+        "| index | voice | engine | transforms | gender | clips | minutes |", "|---|---|---|---|---|---|---|",
+    ]
+    for index, name in enumerate(bundle.speakers):
+        v = voices.get("voices", voices).get(name, {}) if isinstance(voices, dict) else {}
+        card.append(f"| {index} | {name} | {v.get('engine', '')} {v.get('engine_voice', '')} | "
+                    f"{' '.join(v.get('sox', []) or [])} | {v.get('gender', '')} | {v.get('clips', '')} | "
+                    f"{v.get('minutes', '')} |")
+    card += ["", "## Measured quality", ""]
+    card += [args.bench.read_text()] if args.bench.is_file() else ["(run `python bench/base.py` and re-ship)"]
+    card += ["", "Loss curves: `loss.png` beside this card.", ""]
+    (args.to / "MODEL_CARD.md").write_text("\n".join(card))
+    if (args.run / "loss.png").is_file():
+        (args.to / "loss.png").write_bytes((args.run / "loss.png").read_bytes())
+    print(f"shipped {args.run} -> {args.to}")
+
+
+if __name__ == "__main__":
+    main()
