@@ -94,3 +94,40 @@ def lj_dataset(_lj_template: Path, tmp_path: Path) -> Path:
     """A clean three-clip LJSpeech-style folder (``metadata.csv`` id|text|normalized, ``wavs/``),
     copied fresh for each test so tests may damage it."""
     return Path(shutil.copytree(_lj_template, tmp_path / "ljs"))
+
+
+# A model small enough to train a few steps in a second; shared by training, CLI and synthesis tests.
+TINY_MODEL = dict(d_model=32, n_heads=2, encoder_layers=1, decoder_layers=1, ff_hidden=48,
+                  predictor_hidden=16, speaker_dim=8)
+TWO_VOICE_SENTENCES = ["The birch canoe slid on the smooth planks.", "Glue the sheet to the dark blue background.",
+                       "It is easy to tell the depth of a well.", "These days a chicken leg is a rare dish.",
+                       "Rice is often served in round bowls.", "The juice of lemons makes fine punch."]
+
+
+@pytest.fixture(scope="session")
+def two_voice_corpus(tmp_path_factory) -> Path:
+    """Two espeak-ng voices (m3, f2) x six sentences, as a folder of LJSpeech-style folders."""
+    if shutil.which("espeak-ng") is None:
+        pytest.skip("needs Debian espeak-ng")
+    root = tmp_path_factory.mktemp("two_voices")
+    for voice in ("m3", "f2"):
+        folder = root / voice
+        (folder / "wavs").mkdir(parents=True)
+        for index, text in enumerate(TWO_VOICE_SENTENCES):
+            subprocess.run(["espeak-ng", "-v", f"en-us+{voice}", "-w", str(folder / "wavs" / f"u{index}.wav"), text],
+                           check=True, capture_output=True, timeout=30)
+        (folder / "metadata.csv").write_text("".join(f"u{i}|{t}\n" for i, t in enumerate(TWO_VOICE_SENTENCES)))
+    return root
+
+
+@pytest.fixture(scope="session")
+def tiny_base(two_voice_corpus, tmp_path_factory) -> Path:
+    """A tiny base model pretrained for a few steps on :func:`two_voice_corpus` (its checkpoint folder)."""
+    from chorus.models.config import AcousticConfig
+    from chorus.training.pretrain import PretrainConfig, pretrain
+
+    out = tmp_path_factory.mktemp("tiny_base")
+    config = PretrainConfig(data=str(two_voice_corpus), out=str(out), model=AcousticConfig(**TINY_MODEL),
+                            steps=3, max_frames=2000, eval_every=3, save_every=3, threads=1, val_per_speaker=1,
+                            default_speaker="m3")
+    return pretrain(config, progress=False)

@@ -16,28 +16,14 @@ from chorus.models.config import AcousticConfig
 from chorus.training.checkpoint import load_bundle, load_training_state
 from chorus.training.pretrain import PretrainConfig, learning_rate_at, pretrain
 
-TINY_MODEL = dict(d_model=32, n_heads=2, encoder_layers=1, decoder_layers=1, ff_hidden=48,
-                  predictor_hidden=16, speaker_dim=8)
-SENTENCES = ["The birch canoe slid on the smooth planks.", "Glue the sheet to the dark blue background.",
-             "It is easy to tell the depth of a well.", "These days a chicken leg is a rare dish.",
-             "Rice is often served in round bowls.", "The juice of lemons makes fine punch."]
+from conftest import TINY_MODEL
 
 pytestmark = pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="needs Debian espeak-ng")
 
 
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("corpus")
-    for voice in ("m3", "f2"):
-        folder = root / voice
-        (folder / "wavs").mkdir(parents=True)
-        lines = []
-        for index, text in enumerate(SENTENCES):
-            subprocess.run(["espeak-ng", "-v", f"en-us+{voice}", "-w", str(folder / "wavs" / f"u{index}.wav"), text],
-                           check=True)
-            lines.append(f"u{index}|{text}")
-        (folder / "metadata.csv").write_text("\n".join(lines) + "\n")
-    return root
+@pytest.fixture
+def corpus(two_voice_corpus) -> Path:
+    return two_voice_corpus
 
 
 def recipe(corpus: Path, out: Path, steps: int) -> PretrainConfig:

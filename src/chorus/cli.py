@@ -79,25 +79,25 @@ def synthesize(
     if text_file is not None:
         if not text_file.is_file():
             _fail(f"{text_file}: no such file")
-        lines = [line.strip() for line in text_file.read_text(encoding="utf-8").splitlines()]
-        texts = [line for line in lines if line]
-        if not texts:
+        numbered = [(number, line.strip()) for number, line in
+                    enumerate(text_file.read_text(encoding="utf-8").splitlines(), start=1) if line.strip()]
+        if not numbered:
             _fail(f"{text_file}: no text lines")
+        # One clip per line, named by its line number so files map back to the text file.
+        folder = out if out.suffix == "" else out.parent / out.stem
+        jobs = [(f"{text_file}:{number}", line, folder / f"{number:04d}.wav") for number, line in numbered]
     else:
-        texts = [text]
+        jobs = [("--text", text, out)]
     tts = load_base(model, vocoder)
     try:
         speaker_index = tts.resolve_speaker(speaker)
     except KeyError as error:
         _fail(str(error.args[0]))
-    outputs = [out] if len(texts) == 1 else [
-        (out if out.suffix == "" else out.parent / out.stem) / f"{i + 1:04d}.wav" for i in range(len(texts))]
     table = Table("file", "voice", "seconds", "RTF", "text")
-    for line_number, (line, path) in enumerate(zip(texts, outputs), start=1):
+    for where, line, path in jobs:
         try:
             result = tts.synthesize(line, speaker_index, length_scale)
         except ValueError as error:
-            where = f"{text_file}:{line_number}" if text_file else "--text"
             console.print(f"[yellow]skipped {where}: {error}[/]")
             continue
         save_audio(path, result.audio, result.sample_rate)

@@ -1,0 +1,54 @@
+"""The command line end to end on a tiny model: synthesize, speakers, data check, errors."""
+
+from __future__ import annotations
+
+import soundfile as sf
+from typer.testing import CliRunner
+
+from chorus.cli import app
+
+runner = CliRunner()
+
+
+def test_speakers_lists_voices_and_the_default(tiny_base):
+    result = runner.invoke(app, ["speakers", "--model", str(tiny_base)])
+    assert result.exit_code == 0, result.output
+    assert "m3" in result.output and "f2" in result.output and "yes" in result.output
+
+
+def test_synthesize_writes_audio_and_reports_rtf(tiny_base, tmp_path):
+    out = tmp_path / "hello.wav"
+    result = runner.invoke(app, ["synthesize", "--text", "Hello there, 3 dogs.", "--speaker", "f2",
+                                 "--model", str(tiny_base), "--vocoder", "griffin-lim", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    audio, rate = sf.read(out)
+    assert rate == 22_050 and len(audio) > 256
+    assert "RTF" in result.output
+
+
+def test_synthesize_text_file_one_clip_per_line_and_bad_lines_skipped(tiny_base, tmp_path):
+    lines = tmp_path / "lines.txt"
+    lines.write_text("First line.\n\n!!!\nSecond line.\n")
+    result = runner.invoke(app, ["synthesize", "--text-file", str(lines), "--model", str(tiny_base),
+                                 "--vocoder", "griffin-lim", "--out", str(tmp_path / "clips")])
+    assert result.exit_code == 0, result.output
+    assert sorted(p.name for p in (tmp_path / "clips").iterdir()) == ["0001.wav", "0004.wav"]
+    assert "skipped" in result.output and "lines.txt:3" in result.output
+
+
+def test_synthesize_errors_are_clear(tiny_base, tmp_path):
+    unknown = runner.invoke(app, ["synthesize", "--text", "Hi.", "--speaker", "nobody", "--model", str(tiny_base),
+                                  "--vocoder", "griffin-lim", "--out", str(tmp_path / "x.wav")])
+    assert unknown.exit_code == 2 and "unknown speaker 'nobody'" in unknown.output
+    both = runner.invoke(app, ["synthesize", "--model", str(tiny_base)])
+    assert both.exit_code == 2 and "exactly one of --text or --text-file" in both.output
+    assert not (tmp_path / "x.wav").exists()
+
+
+def test_data_check_exit_codes(two_voice_corpus, tmp_path):
+    assert runner.invoke(app, ["data", "check", str(two_voice_corpus)]).exit_code == 0
+    broken = tmp_path / "broken"
+    (broken / "wavs").mkdir(parents=True)
+    (broken / "metadata.csv").write_text("a|Some text.\n")
+    result = runner.invoke(app, ["data", "check", str(broken)])
+    assert result.exit_code == 1 and "metadata.csv:1" in result.output
