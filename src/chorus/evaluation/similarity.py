@@ -65,6 +65,8 @@ class SpeakerJudge:
         from resemblyzer import preprocess_wav
 
         audio = np.asarray(audio, dtype=np.float32).reshape(-1)
+        if not np.any(audio):  # digital silence: resemblyzer's volume normalization would divide by zero
+            raise ValueError("no speech found in the clip (silent or too short)")
         # Resample with soxr here rather than in preprocess_wav, which would go through librosa.
         if sample_rate != ENCODER_SAMPLE_RATE and audio.size:
             audio = soxr.resample(audio, sample_rate, ENCODER_SAMPLE_RATE, quality="HQ")

@@ -59,25 +59,38 @@ class SameVersusDifferent:
 
     voices: list[str]
     matrix: np.ndarray       # [voices, voices] mean pairwise similarity (diagonal: distinct clips)
-    same: float
+    same: float              # NaN when no pair exists
     different: float
+    silent_clips: int = 0    # clips the speaker judge found no speech in (left out of every pair)
+
+
+def _embed_or_none(judge: SpeakerJudge, clip: VoiceClip) -> np.ndarray | None:
+    try:
+        return judge.embed(clip.audio, clip.sample_rate)
+    except ValueError:  # no speech in the clip: it cannot count for or against either side
+        return None
 
 
 def same_versus_different(clips: Sequence[VoiceClip], judge: SpeakerJudge) -> SameVersusDifferent:
     voices = sorted({clip.voice for clip in clips})
-    embeddings = [judge.embed(clip.audio, clip.sample_rate) for clip in clips]
+    embeddings = [_embed_or_none(judge, clip) for clip in clips]
     index = {voice: i for i, voice in enumerate(voices)}
     sums = np.zeros((len(voices), len(voices)))
     counts = np.zeros_like(sums)
     for a in range(len(clips)):
         for b in range(a + 1, len(clips)):
+            if embeddings[a] is None or embeddings[b] is None:
+                continue
             i, j = index[clips[a].voice], index[clips[b].voice]
             value = cosine_similarity(embeddings[a], embeddings[b])
             for x, y in {(i, j), (j, i)}:
                 sums[x, y] += value
                 counts[x, y] += 1
-    matrix = sums / np.maximum(counts, 1)
+    matrix = np.where(counts > 0, sums / np.maximum(counts, 1), np.nan)
     same_mask = np.eye(len(voices), dtype=bool)
-    same = float(sums[same_mask].sum() / max(counts[same_mask].sum(), 1))
-    different = float(sums[~same_mask].sum() / max(counts[~same_mask].sum(), 1))
-    return SameVersusDifferent(voices, matrix, same, different)
+
+    def mean(mask: np.ndarray) -> float:
+        return float(sums[mask].sum() / counts[mask].sum()) if counts[mask].sum() else float("nan")
+
+    return SameVersusDifferent(voices, matrix, mean(same_mask), mean(~same_mask),
+                               sum(e is None for e in embeddings))

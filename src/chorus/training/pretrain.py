@@ -307,6 +307,10 @@ def pretrain(config: PretrainConfig, *, progress: bool = True) -> Path:
                 bar.update(task, completed=step, status=f"mel {values['mel']:.3f} prior {values['prior']:.3f} "
                                                         f"dur {values['duration']:.3f}")
                 if step % config.eval_every == 0:
+                    if run.main and not bar.console.is_terminal:
+                        # Background runs log to a file, where a live bar never renders.
+                        print(f"step {step}/{config.steps} {bar.tasks[0].fields['status']} "
+                              f"{wall_seconds / max(step, 1):.2f} s/step", flush=True)
                     train_means = {k: run.mean(v / config.eval_every) for k, v in running.items()}
                     running = {}
                     val = evaluate(model, cache, val_indices, device, config.max_frames) if run.main else {}

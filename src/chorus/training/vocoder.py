@@ -17,7 +17,8 @@ so a resumed run follows exactly the path of an uninterrupted one.
 * ``vocoder.safetensors`` + ``vocoder.json``: latest weights, ``load_vocoder(out_dir)`` reads them;
 * ``checkpoint/``: the same plus ``training.safetensors`` (optimizer tensors) and ``training.json``
   (step, config, optimizer hyperparameters); no pickle anywhere;
-* ``loss.csv`` and ``loss.png``; ``samples/`` with a reference clip and its resynthesis per checkpoint.
+* ``loss.csv`` (means over each ``log_every`` steps; ``seconds`` counts from the start of this call)
+  and ``loss.png``; ``samples/`` with a reference clip and its resynthesis at each checkpoint.
 """
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ class VocoderTrainConfig:
     batch_size: int = 8
     min_segment_seconds: float = 0.5
     max_segment_seconds: float = 1.0
-    learning_rate: float = 5e-4
+    learning_rate: float = 1e-3  # beat 5e-4 (mel L1 0.62 vs 0.72 at step 400) on a CPU-sized run
     warmup_steps: int = 200
     # Per-step exponential decay (x0.37 after 10k steps): a function of the step alone, so extending
     # or resuming a run never changes the schedule of the steps already taken.
@@ -342,8 +343,9 @@ def train_vocoder(data_root: Path, out_dir: Path, config: VocoderTrainConfig | N
             raise FileExistsError(f"{out_dir} already holds a vocoder checkpoint; resume it or use another folder")
         saved = VocoderTrainConfig.from_dict(json.loads((checkpoint / "training.json").read_text())["config"])
         if config is not None and config != saved:
-            changed = [f.name for f in dataclasses.fields(saved) if getattr(saved, f.name) != getattr(config, f.name)]
-            raise ValueError(f"{checkpoint}: resuming needs the saved config; these fields differ: {', '.join(changed)}")
+            changed = ", ".join(f.name for f in dataclasses.fields(saved)
+                                if getattr(saved, f.name) != getattr(config, f.name))
+            raise ValueError(f"{checkpoint}: resuming needs the saved config; these fields differ: {changed}")
         config = saved
     config = config or VocoderTrainConfig()
 
@@ -374,7 +376,8 @@ def train_vocoder(data_root: Path, out_dir: Path, config: VocoderTrainConfig | N
         fields += ["adversarial", "feature_matching", "discriminator"]
     fields += ["lr", "seconds"]
     log_handle, log = _open_log(out_dir / "loss.csv", fields, start_step)
-    sums: dict[str, float] = {}
+    sums: dict[str, float] = {}  # loss terms summed since the last log line
+    summed = 0
     losses: dict[str, float] = {}
     started = time.perf_counter()
 
@@ -427,10 +430,10 @@ def train_vocoder(data_root: Path, out_dir: Path, config: VocoderTrainConfig | N
             done = step + 1
             for name, value in {"loss": loss, **terms}.items():
                 sums[name] = sums.get(name, 0.0) + value.item()
+            summed += 1
             if done % config.log_every == 0 or done == steps:
-                count = (done - 1) % config.log_every + 1
-                losses = {name: total / count for name, total in sums.items()}
-                sums = {}
+                losses = {name: total / summed for name, total in sums.items()}
+                sums, summed = {}, 0
                 log.writerow({"step": done, **{k: f"{v:.5f}" for k, v in losses.items()}, "lr": f"{lr:.3g}",
                               "seconds": f"{time.perf_counter() - started:.1f}"})
                 log_handle.flush()

@@ -20,7 +20,8 @@ and register it; it can then be built, saved (safetensors + JSON) and loaded lik
 
         def __init__(self, config: MyConfig = MyConfig(), mel_config: MelConfig = MelConfig()):
             super().__init__(config, mel_config)
-            self.net = torch.nn.Conv1d(mel_config.n_mels, mel_config.hop_length, 1)
+            self.net = torch.nn.Sequential(torch.nn.Conv1d(mel_config.n_mels, config.channels, 3, padding=1),
+                                           torch.nn.Tanh(), torch.nn.Conv1d(config.channels, mel_config.hop_length, 1))
 
         def forward(self, log_mel):  # [batch, frames, n_mels] -> [batch, frames * hop]
             return self.net(log_mel.transpose(1, 2)).transpose(1, 2).flatten(1)
