@@ -176,3 +176,20 @@ def test_checkpoint_errors_are_clear(tmp_path):
     (tmp_path / "other" / "config.json").write_text(json.dumps(config))
     with pytest.raises(CheckpointError, match="format"):
         load_bundle(tmp_path / "other")
+
+
+def test_beta_binomial_prior_is_a_diagonal_distribution_over_tokens():
+    from chorus.models.alignment import beta_binomial_log_prior
+
+    prior = beta_binomial_log_prior(torch.tensor([5, 3]), torch.tensor([20, 9]), 5, 20)
+    assert torch.allclose(prior[0].exp().sum(0), torch.ones(20), atol=1e-5)
+    assert prior[1, 3:].abs().sum() == 0 and prior[1, :, 9:].abs().sum() == 0
+    path = monotonic_alignment_search(prior, torch.tensor([5, 3]), torch.tensor([20, 9]))
+    assert path[0].sum(-1).tolist() == [4, 4, 4, 4, 4] and path[1, :3].sum(-1).tolist() == [3, 3, 3]
+
+
+def test_alignment_prior_weight_fades_out():
+    from chorus.training.pretrain import PretrainConfig, alignment_prior_weight
+
+    config = PretrainConfig(data="x", out="y", alignment_prior_steps=100)
+    assert [alignment_prior_weight(s, config) for s in (0, 50, 100, 500)] == [1.0, 0.5, 0.0, 0.0]

@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from chorus.models.alignment import durations_to_path, monotonic_alignment_search
+from chorus.models.alignment import beta_binomial_log_prior, durations_to_path, monotonic_alignment_search
 from chorus.models.config import AcousticConfig
 
 
@@ -251,7 +251,7 @@ class AcousticModel(nn.Module):
     def forward(self, phonemes: torch.Tensor, text_lengths: torch.Tensor, mel: torch.Tensor,
                 frame_lengths: torch.Tensor, speaker_ids: torch.Tensor | None = None,
                 speaker_vectors: torch.Tensor | None = None, pitch: torch.Tensor | None = None,
-                energy: torch.Tensor | None = None) -> AcousticOutput:
+                energy: torch.Tensor | None = None, alignment_prior_weight: float = 0.0) -> AcousticOutput:
         """Teacher-forced pass for training.
 
         Args:
@@ -259,6 +259,8 @@ class AcousticModel(nn.Module):
             mel: ``[batch, frames, n_mels]`` normalized log-mel targets; frame_lengths ``[batch]``.
             speaker_ids ``[batch]`` or speaker_vectors ``[batch, speaker_dim]``.
             pitch, energy: optional frame-level targets ``[batch, frames]``, averaged per token here.
+            alignment_prior_weight: weight of a near-diagonal prior added to the alignment search
+                (see :func:`beta_binomial_log_prior`); used early in pretraining, 0 afterwards.
         """
         text_mask = lengths_to_mask(text_lengths, phonemes.shape[1])
         frame_mask = lengths_to_mask(frame_lengths, mel.shape[1])
@@ -266,6 +268,9 @@ class AcousticModel(nn.Module):
         h, prior_token = self.encode(phonemes, text_mask, speaker)
         with torch.no_grad():
             log_prob = self.alignment_log_prob(prior_token.detach().float(), mel.float())
+            if alignment_prior_weight > 0:
+                log_prob = log_prob + alignment_prior_weight * beta_binomial_log_prior(
+                    text_lengths, frame_lengths, phonemes.shape[1], mel.shape[1]).to(log_prob.device)
             path = monotonic_alignment_search(log_prob, text_lengths, frame_lengths).to(h.dtype)
         durations = path.sum(-1)
         prior_mean = torch.bmm(path.transpose(1, 2), prior_token)

@@ -62,3 +62,24 @@ def durations_to_path(durations: torch.Tensor, n_frames: int | None = None) -> t
     total = int(ends[:, -1].max().item()) if n_frames is None else n_frames
     frames = torch.arange(total, device=durations.device).view(1, 1, -1)
     return ((frames >= starts.unsqueeze(-1)) & (frames < ends.unsqueeze(-1))).float()
+
+
+def beta_binomial_log_prior(text_lengths: torch.Tensor, frame_lengths: torch.Tensor, n_text: int,
+                            n_frames: int, scale: float = 1.0) -> torch.Tensor:
+    """A near-diagonal alignment prior (RAD-TTS): ``[batch, text, frames]`` log-probabilities.
+
+    Frame j of T is spread over the N tokens by a beta-binomial centred on token j*N/T. Added to the
+    alignment log-likelihood early in training, it gives the search a sensible monotonic path while
+    the prior means are still random, which is what lets the encoder start learning phonemes at all.
+    Padding positions are 0.
+    """
+    from scipy.special import betaln, gammaln
+
+    prior = np.zeros((len(text_lengths), n_text, n_frames), dtype=np.float32)
+    for b, (n, t) in enumerate(zip(text_lengths.tolist(), frame_lengths.tolist())):
+        k = np.arange(n)[:, None]
+        j = np.arange(1, t + 1)[None, :]
+        alpha, beta = scale * j, scale * (t - j + 1)
+        prior[b, :n, :t] = (gammaln(n) - gammaln(k + 1) - gammaln(n - k) + betaln(k + alpha, n - 1 - k + beta)
+                            - betaln(alpha, beta))
+    return torch.from_numpy(prior)

@@ -43,6 +43,7 @@ class PretrainConfig:
     warmup_steps: int = 1_000
     weight_decay: float = 0.01
     grad_clip: float = 1.0
+    alignment_prior_steps: int = 3_000  # near-diagonal alignment prior, faded out linearly by this step
     val_per_speaker: int = 2           # utterances per speaker kept out for validation
     eval_every: int = 250
     save_every: int = 500
@@ -63,6 +64,14 @@ def learning_rate_at(step: int, config: PretrainConfig) -> float:
     """Linear warmup, then inverse-square-root decay (the Transformer schedule)."""
     step = max(step, 1)
     return config.learning_rate * min(step / config.warmup_steps, math.sqrt(config.warmup_steps / step))
+
+
+def alignment_prior_weight(step: int, config: PretrainConfig) -> float:
+    """1 at the start, falling linearly to 0 at ``alignment_prior_steps``: the search leans on a
+    diagonal prior only while the model's own prior means are still uninformative."""
+    if config.alignment_prior_steps <= 0:
+        return 0.0
+    return max(0.0, 1.0 - step / config.alignment_prior_steps)
 
 
 def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -170,14 +179,15 @@ def _step_inputs(model: AcousticModel, batch: Batch) -> dict:
 
 @torch.no_grad()
 def evaluate(model: AcousticModel, cache: FeatureCache, indices: np.ndarray, device: torch.device,
-             max_frames: int) -> dict[str, float]:
+             max_frames: int, prior_weight: float = 0.0) -> dict[str, float]:
     model.eval()
     totals: dict[str, float] = {}
     batches = make_batches(cache.frames()[indices], max_frames, shuffle=False)
     for batch_positions in batches:
         batch = collate(cache, indices[batch_positions]).to(device)
         inputs = _step_inputs(model, batch)
-        losses = compute_losses(model, model(**inputs), inputs["mel"], batch.text_lengths)
+        losses = compute_losses(model, model(**inputs, alignment_prior_weight=prior_weight), inputs["mel"],
+                                batch.text_lengths)
         for name, value in losses.items():
             totals[name] = totals.get(name, 0.0) + float(value) * len(batch_positions)
     model.train()
@@ -294,7 +304,9 @@ def pretrain(config: PretrainConfig, *, progress: bool = True) -> Path:
                 for group in optimizer.param_groups:
                     group["lr"] = learning_rate_at(step + 1, config)
                 inputs = _step_inputs(model, batch)
-                losses = compute_losses(model, trained(**inputs), inputs["mel"], batch.text_lengths)
+                prior_weight = alignment_prior_weight(step, config)
+                losses = compute_losses(model, trained(**inputs, alignment_prior_weight=prior_weight), inputs["mel"],
+                                        batch.text_lengths)
                 optimizer.zero_grad(set_to_none=True)
                 losses["total"].backward()
                 torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
@@ -313,7 +325,8 @@ def pretrain(config: PretrainConfig, *, progress: bool = True) -> Path:
                               f"{wall_seconds / max(step, 1):.2f} s/step", flush=True)
                     train_means = {k: run.mean(v / config.eval_every) for k, v in running.items()}
                     running = {}
-                    val = evaluate(model, cache, val_indices, device, config.max_frames) if run.main else {}
+                    val = (evaluate(model, cache, val_indices, device, config.max_frames, prior_weight)
+                           if run.main else {})
                     if run.main:
                         lr = optimizer.param_groups[0]["lr"]
                         with log_path.open("a") as log:
