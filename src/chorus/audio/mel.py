@@ -63,4 +63,5 @@ class MelSpectrogram(torch.nn.Module):
 def log_mel(audio: np.ndarray, config: MelConfig = MelConfig()) -> np.ndarray:
     """Convenience for one numpy waveform ``[samples]`` -> ``[frames, n_mels]`` float32."""
     with torch.no_grad():
-        return MelSpectrogram(config)(torch.from_numpy(np.asarray(audio, dtype=np.float32))).numpy()
+        mel = MelSpectrogram(config)(torch.from_numpy(np.asarray(audio, dtype=np.float32)))
+        return np.ascontiguousarray(mel.numpy())

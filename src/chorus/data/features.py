@@ -89,6 +89,8 @@ class FeatureCache:
                    "text_offsets": self.text_offsets, "speakers": self.speakers}
         if self.pitch is not None:
             tensors["pitch"] = self.pitch
+        # safetensors writes an array's raw buffer: a column-major array would come back scrambled.
+        tensors = {name: np.ascontiguousarray(array) for name, array in tensors.items()}
         temp = path.with_suffix(".tmp")
         save_file(tensors, str(temp))
         sidecar = {"version": CACHE_VERSION, "speaker_names": self.speaker_names, "keys": self.keys,
@@ -154,7 +156,7 @@ def build_feature_cache(utterances: list[Utterance], front_end: TextFrontEnd,
                 continue
             if with_pitch:
                 pitches.append(frame_log_f0(audio, len(mel), mel_config).astype(np.float16))
-            mels.append(mel.astype(np.float16))
+            mels.append(np.ascontiguousarray(mel, dtype=np.float16))
             phonemes.append(np.asarray(ids, dtype=np.int16))
             keys.append(utt.key)
             speakers.append(speaker_index[utt.speaker])
