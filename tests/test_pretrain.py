@@ -59,13 +59,18 @@ def test_learning_rate_warms_up_then_decays():
 def test_bad_corpus_items_are_skipped_with_a_summary(corpus, tmp_path, capsys):
     broken = tmp_path / "data"
     shutil.copytree(corpus, broken)
+    import numpy as np
+    import soundfile as sf
+
+    sf.write(broken / "m3" / "wavs" / "quiet.wav", np.zeros(44_100, dtype=np.float32), 22_050)
     with (broken / "m3" / "metadata.csv").open("a") as handle:
-        handle.write("missing|This clip does not exist.\nbad line without separator\n")
+        handle.write("missing|This clip does not exist.\nbad line without separator\nquiet|Nothing is said here.\n")
     pretrain(recipe(broken, tmp_path / "run", steps=1), progress=False)
     printed = capsys.readouterr().out
     assert "metadata.csv:7" in printed and "not found" in printed
     assert "metadata.csv:8" in printed
-    assert "skipped 2 of" in printed
+    assert "quiet.wav" in printed and "silent" in printed
+    assert "skipped 3 problem(s)" in printed and "Training on the rest" in printed
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="torchrun with gloo")

@@ -22,7 +22,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from chorus.audio.mel import MelConfig
 from chorus.data.batching import Batch, collate, make_batches
 from chorus.data.features import FeatureCache, build_feature_cache
-from chorus.data.formats import discover
+from chorus.data.check import check_dataset
 from chorus.models.acoustic import AcousticModel, AcousticOutput, build_model
 from chorus.models.config import AcousticConfig
 from chorus.text import TextFrontEnd
@@ -135,14 +135,17 @@ def prepare_features(config: PretrainConfig, front_end: TextFrontEnd, mel_config
     path = Path(config.out) / "features.safetensors"
     if path.is_file():
         return FeatureCache.load(path)
-    utterances, problems = discover(config.data)
-    cache, skipped = build_feature_cache(utterances, front_end, mel_config, with_pitch=config.model.use_pitch,
-                                         progress=progress)
-    for line in [p.source + ": " + p.message for p in problems] + skipped:
+    # The data check's rules (missing, silent, clipped, mis-transcribed ...) decide what is trained on.
+    report = check_dataset(config.data, progress=progress)
+    if not report.speakers and report.problems:
+        raise ValueError(f"{config.data}: {report.problems[0].message}")
+    cache, skipped = build_feature_cache(report.valid_utterances(), front_end, mel_config,
+                                         with_pitch=config.model.use_pitch, progress=progress)
+    for line in [f"{p.source}: {p.message}" for p in report.problems] + skipped:
         print(f"skipped {line}")
-    if problems or skipped:
-        print(f"skipped {len(problems) + len(skipped)} of {len(utterances) + len(problems)} items "
-              "(see above); training on the rest")
+    if report.problems or skipped:
+        print(f"skipped {len(report.problems) + len(skipped)} problem(s) in {config.data}: {report.summary()} "
+              "Training on the rest.")
     cache.save(path)
     return cache
 
