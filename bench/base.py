@@ -20,7 +20,6 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from chorus.audio.io import load_audio
 from chorus.corpus.text import benchmark_sentences
 from chorus.data.formats import discover
 from chorus.evaluation.report import Judges
@@ -32,12 +31,15 @@ from chorus.synthesis import load_base
 DEFAULT_VOICES = "flite-rms,flite-awb,festival-kal,flite-kal16"
 
 
-def corpus_references(corpus: Path, voice: str, count: int, seed: int = 0) -> list[np.ndarray]:
-    """``count`` real clips of ``voice`` from the corpus (the reference for speaker similarity)."""
+def corpus_references(corpus: Path, voice: str, count: int, seed: int = 0) -> list[Path]:
+    """``count`` real clips of ``voice`` from the corpus (the reference for speaker similarity).
+
+    Paths, not arrays: the judge embeds each file once and reuses it for every clip of the voice.
+    """
     utterances, _ = discover(corpus / voice)
     rng = np.random.default_rng(seed)
     chosen = rng.choice(len(utterances), size=min(count, len(utterances)), replace=False)
-    return [load_audio(utterances[i].audio_path) for i in sorted(chosen)]
+    return [utterances[i].audio_path for i in sorted(chosen)]
 
 
 def summarize(clips: list[VoiceClip], report) -> dict[str, dict]:

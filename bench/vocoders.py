@@ -52,7 +52,10 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     clips = pick_clips(args.corpus, args.per_voice)
     mel_fn = MelSpectrogram()
-    vocoders = {"griffin-lim": load_vocoder("griffin-lim"), "neural": load_vocoder(args.vocoder)}
+    vocoders = {"griffin-lim": load_vocoder("griffin-lim"), "neural": load_vocoder(args.vocoder, mel_fn.config)}
+    for vocoder in vocoders.values():  # first-call allocations are not part of the RTF
+        with torch.no_grad():
+            vocoder(torch.zeros(1, 50, mel_fn.config.n_mels) - 5)
     judges = Judges(speaker=SpeakerJudge(), f0_method="dio")
     results: dict[str, dict] = {}
     originals = evaluate_pairs([EvalItem(f"{v}/{u.id}", load_audio(u.audio_path), u.text) for v, u in clips],

@@ -67,3 +67,15 @@ def test_demo_speaks_and_judges_each_voice(tiny_base, tmp_path):
 def test_demo_refuses_an_unknown_voice(tiny_base, tmp_path):
     result = runner.invoke(app, ["demo", "--model", str(tiny_base), "--voices", "m3,nobody", "--out", str(tmp_path)])
     assert result.exit_code == 2 and "unknown voice 'nobody'" in result.output
+
+
+def test_unspeakable_text_fails_and_bad_model_folder_is_a_clear_error(tiny_base, tmp_path):
+    result = runner.invoke(app, ["synthesize", "--text", "!!!", "--model", str(tiny_base), "--vocoder", "griffin-lim",
+                                 "--out", str(tmp_path / "x.wav")])
+    assert result.exit_code == 2 and "nothing was synthesized" in result.output
+    missing = runner.invoke(app, ["speakers", "--model", str(tmp_path)])
+    assert missing.exit_code == 2 and "missing config.json" in missing.output
+    bad_config = tmp_path / "model.json"
+    bad_config.write_text('{"colour": "red"}')
+    result = runner.invoke(app, ["pretrain", str(tmp_path), "--config", str(bad_config), "--out", str(tmp_path / "r")])
+    assert result.exit_code == 2 and "unknown AcousticConfig fields" in result.output

@@ -103,3 +103,25 @@ def test_optional_pitch_and_energy_predictors_train_from_the_corpus(corpus, tmp_
 def _encoded(bundle):
     ids = bundle.front_end.encode(["A short test."])[0]
     return torch.tensor([ids]), torch.tensor([len(ids)])
+
+
+def test_resume_continues_exactly_where_the_checkpoint_was_taken(corpus, tmp_path):
+    """Stopping at step 3 and resuming to 7 gives the weights of one uninterrupted 7-step run
+    (same data order across an epoch boundary, same optimizer moments and learning rate)."""
+    straight = load_bundle(pretrain(recipe(corpus, tmp_path / "straight", steps=7), progress=False))
+    pretrain(recipe(corpus, tmp_path / "resumed", steps=3), progress=False)
+    resumed = load_bundle(pretrain(recipe(corpus, tmp_path / "resumed", steps=7), progress=False))
+    for (name, a), (_, b) in zip(straight.model.state_dict().items(), resumed.model.state_dict().items()):
+        assert torch.allclose(a, b, atol=1e-6), name
+    _, meta = load_training_state(tmp_path / "resumed" / "checkpoint")
+    assert meta["epoch"] >= 1, "the 7 steps crossed an epoch boundary"
+
+
+def test_interrupted_checkpoint_write_is_recovered(corpus, tmp_path):
+    pretrain(recipe(corpus, tmp_path, steps=2), progress=False)
+    # A kill between the two renames of an atomic write leaves only the moved-aside old folder.
+    (tmp_path / "checkpoint").rename(tmp_path / ".checkpoint.old-12345")
+    pretrain(recipe(corpus, tmp_path, steps=4), progress=False)
+    _, meta = load_training_state(tmp_path / "checkpoint")
+    assert meta["step"] == 4
+    assert [int(l.split(",")[0]) for l in (tmp_path / "log.csv").read_text().splitlines()[1:]] == [2, 2, 4, 4]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Optional
 
@@ -20,8 +21,19 @@ console = Console()
 
 
 def _fail(message: str) -> None:
-    console.print(f"[bold red]error:[/] {message}")
+    console.print(f"[bold red]error:[/] {message}", soft_wrap=True)  # paths stay copyable
     raise typer.Exit(2)
+
+
+@contextmanager
+def _user_errors():
+    """Bad input (files, configs, names) ends the command with its message, not a traceback."""
+    try:
+        yield
+    except KeyError as error:
+        _fail(str(error.args[0]) if error.args else repr(error))
+    except (ValueError, OSError) as error:
+        _fail(str(error))
 
 
 @app.command()
@@ -39,11 +51,12 @@ def pretrain(
     from chorus.models.config import AcousticConfig
     from chorus.training.pretrain import PretrainConfig, pretrain as run_pretrain
 
-    model_config = AcousticConfig.from_dict(json.loads(config.read_text())) if config else AcousticConfig()
-    recipe = PretrainConfig(data=str(data), out=str(out), model=model_config, steps=steps,
-                            max_frames=max_frames, threads=threads, device=device,
-                            default_speaker=default_speaker)
-    checkpoint = run_pretrain(recipe)
+    with _user_errors():
+        model_config = AcousticConfig.from_dict(json.loads(config.read_text())) if config else AcousticConfig()
+        recipe = PretrainConfig(data=str(data), out=str(out), model=model_config, steps=steps,
+                                max_frames=max_frames, threads=threads, device=device,
+                                default_speaker=default_speaker)
+        checkpoint = run_pretrain(recipe)
     console.print(f"checkpoint: {checkpoint}")
 
 
@@ -53,7 +66,8 @@ def speakers(model: Optional[Path] = typer.Option(None, help="Model folder (defa
     from chorus.training.checkpoint import load_bundle
     from chorus.synthesis import DEFAULT_BASE
 
-    bundle = load_bundle(model or DEFAULT_BASE)
+    with _user_errors():
+        bundle = load_bundle(model or DEFAULT_BASE)
     table = Table("index", "voice", "default")
     for index, name in enumerate(bundle.speakers):
         table.add_row(str(index), name, "yes" if name == bundle.default_speaker else "")
@@ -65,7 +79,7 @@ def synthesize(
     text: Optional[str] = typer.Option(None, help="Text to speak."),
     text_file: Optional[Path] = typer.Option(None, help="File with one utterance per line."),
     speaker: Optional[str] = typer.Option(None, help="Voice name or index (default: the model's default voice)."),
-    out: Path = typer.Option(Path("out.wav"), help="Output WAV; with --text-file, a folder (or NAME_0001.wav ...)."),
+    out: Path = typer.Option(Path("out.wav"), help="Output WAV; with --text-file, a folder of 0001.wav, 0002.wav ... named by line number."),
     model: Optional[Path] = typer.Option(None, help="Model folder (default: the shipped base)."),
     vocoder: Optional[str] = typer.Option(None, help="Vocoder folder or name (griffin-lim)."),
     length_scale: float = typer.Option(1.0, help="> 1 speaks slower, < 1 faster."),
@@ -88,12 +102,11 @@ def synthesize(
         jobs = [(f"{text_file}:{number}", line, folder / f"{number:04d}.wav") for number, line in numbered]
     else:
         jobs = [("--text", text, out)]
-    tts = load_base(model, vocoder)
-    try:
+    with _user_errors():
+        tts = load_base(model, vocoder)
         speaker_index = tts.resolve_speaker(speaker)
-    except KeyError as error:
-        _fail(str(error.args[0]))
     table = Table("file", "voice", "seconds", "RTF", "text")
+    written = 0
     for where, line, path in jobs:
         try:
             result = tts.synthesize(line, speaker_index, length_scale)
@@ -101,9 +114,12 @@ def synthesize(
             console.print(f"[yellow]skipped {where}: {error}[/]")
             continue
         save_audio(path, result.audio, result.sample_rate)
+        written += 1
         table.add_row(str(path), result.speaker, f"{result.duration:.2f}", f"{result.real_time_factor:.3f}",
                       line[:60])
     console.print(table)
+    if not written:
+        _fail("nothing was synthesized (see the skipped lines above)")
 
 
 @data_app.command("check")
@@ -141,7 +157,8 @@ def evaluate(
     """Judge synthesized clips: Whisper WER/CER, speaker similarity, MCD, F0 RMSE, speaking rate."""
     from chorus.evaluation.report import eval_command
 
-    eval_command(audio_dir, metadata, references, out)
+    with _user_errors():
+        eval_command(audio_dir, metadata, references, out)
 
 
 @app.command("train-vocoder")
@@ -155,7 +172,8 @@ def train_vocoder(
     """Train the Vocos-style neural vocoder on real (or corpus) audio."""
     from chorus.training.vocoder import train_vocoder_command
 
-    train_vocoder_command(data, out, steps, resume, threads)
+    with _user_errors():
+        train_vocoder_command(data, out, steps, resume, threads)
 
 
 @app.command()
@@ -172,7 +190,8 @@ def demo(
     from chorus.evaluation.voices import judge_clips, same_versus_different, synthesize_grid
     from chorus.synthesis import load_base
 
-    tts = load_base(model)
+    with _user_errors():
+        tts = load_base(model)
     chosen = voices.split(",") if voices else tts.bundle.info.get("showcase_speakers", tts.speakers[:4])
     for voice in chosen:
         if voice not in tts.speakers:

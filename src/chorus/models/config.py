@@ -38,6 +38,9 @@ class AcousticConfig:
             value = getattr(self, f.name)
             if f.type in ("int", int) and value <= 0 and f.name not in ("encoder_layers", "decoder_layers"):
                 raise ValueError(f"AcousticConfig.{f.name} must be positive, got {value}")
+        for name in ("ff_kernel", "predictor_kernel"):
+            if getattr(self, name) % 2 == 0:
+                raise ValueError(f"AcousticConfig.{name} must be odd (same-length convolutions), got {getattr(self, name)}")
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"AcousticConfig.dropout must be in [0, 1), got {self.dropout}")
 

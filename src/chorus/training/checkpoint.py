@@ -78,6 +78,17 @@ def _write_folder_atomically(folder: Path, write) -> None:
     shutil.rmtree(old, ignore_errors=True)
 
 
+def recover_interrupted_write(folder: str | Path) -> None:
+    """Finish a write that was killed between moving the old folder aside and moving the new one in:
+    the old folder is the last complete checkpoint, so it is put back."""
+    folder = Path(folder)
+    if folder.exists():
+        return
+    leftovers = sorted(folder.parent.glob(f".{folder.name}.old-*"), key=lambda p: p.stat().st_mtime)
+    if leftovers:
+        os.replace(leftovers[-1], folder)
+
+
 def save_bundle(bundle: ModelBundle, folder: str | Path, training_state: dict | None = None) -> None:
     """Write the model (and optionally a training state, see :func:`pack_optimizer`) atomically."""
     def write(temp: Path) -> None:
@@ -94,6 +105,7 @@ def save_bundle(bundle: ModelBundle, folder: str | Path, training_state: dict | 
 def load_bundle(folder: str | Path, device: str | torch.device = "cpu") -> ModelBundle:
     """Load a model folder written by :func:`save_bundle`; refuses anything else with a clear error."""
     folder = Path(folder)
+    recover_interrupted_write(folder)
     config_path, weights_path = folder / "config.json", folder / "model.safetensors"
     for path in (config_path, weights_path):
         if not path.is_file():
@@ -109,16 +121,24 @@ def load_bundle(folder: str | Path, device: str | torch.device = "cpu") -> Model
                               f"Chorus understands ({MODEL_FORMAT_VERSION}); upgrade chorus")
     try:
         model = build_model(AcousticConfig.from_dict(config["model"]), device)
+        front_end = TextFrontEnd.from_dict(config["front_end"])
+        mel_config = MelConfig(**config["mel"])
+        speakers, default_speaker = list(config["speakers"]), config["default_speaker"]
+    except (KeyError, TypeError, ValueError) as error:
+        raise CheckpointError(f"{config_path}: invalid model config ({type(error).__name__}: {error})") from error
+    try:
         state = load_file(str(weights_path), device=str(device))
     except Exception as error:  # safetensors raises its own error types for truncated files
         raise CheckpointError(f"{weights_path}: cannot read weights ({error})") from error
-    missing, unexpected = model.load_state_dict(state, strict=False)
+    try:
+        missing, unexpected = model.load_state_dict(state, strict=False)
+    except RuntimeError as error:  # shape mismatches
+        raise CheckpointError(f"{weights_path}: weights do not match the config ({error})") from error
     if missing or unexpected:
         raise CheckpointError(f"{weights_path}: weights do not match the config "
                               f"(missing {missing[:5]}, unexpected {unexpected[:5]})")
     model.eval()
-    return ModelBundle(model, TextFrontEnd.from_dict(config["front_end"]), MelConfig(**config["mel"]),
-                       list(config["speakers"]), config["default_speaker"], config.get("info", {}))
+    return ModelBundle(model, front_end, mel_config, speakers, default_speaker, config.get("info", {}))
 
 
 def pack_optimizer(optimizer: torch.optim.Optimizer) -> tuple[dict[str, torch.Tensor], dict]:

@@ -10,6 +10,7 @@ import csv
 import math
 import os
 import time
+from datetime import timedelta
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -27,7 +28,7 @@ from chorus.models.acoustic import AcousticModel, AcousticOutput, build_model
 from chorus.models.config import AcousticConfig
 from chorus.text import TextFrontEnd
 from chorus.training.checkpoint import (ModelBundle, load_bundle, load_training_state, pack_optimizer,
-                                        save_bundle, unpack_optimizer)
+                                        recover_interrupted_write, save_bundle, unpack_optimizer)
 
 
 @dataclass
@@ -55,7 +56,7 @@ class PretrainConfig:
     def __post_init__(self) -> None:
         if isinstance(self.model, dict):
             self.model = AcousticConfig.from_dict(self.model)
-        for name in ("steps", "max_frames", "eval_every", "save_every", "threads"):
+        for name in ("steps", "max_frames", "eval_every", "save_every", "threads", "warmup_steps"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"PretrainConfig.{name} must be positive")
 
@@ -105,13 +106,20 @@ def compute_losses(model: AcousticModel, out: AcousticOutput, target: torch.Tens
 
 
 class _Distributed:
-    """Rank/world bookkeeping; a single process when not launched by torchrun."""
+    """Rank/world bookkeeping and this process's device; a single process when not under torchrun."""
 
     def __init__(self, device: str):
         self.world = int(os.environ.get("WORLD_SIZE", "1"))
         self.rank = int(os.environ.get("RANK", "0"))
+        self.device = torch.device(device)
+        if self.world > 1 and self.device.type == "cuda":
+            # One GPU per process: rank-local index from torchrun.
+            self.device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+            torch.cuda.set_device(self.device)
         if self.world > 1 and not dist.is_initialized():
-            dist.init_process_group("nccl" if device.startswith("cuda") else "gloo")
+            # Rank 0 may spend a long time checking data and building features while the others wait.
+            dist.init_process_group("nccl" if self.device.type == "cuda" else "gloo",
+                                    timeout=timedelta(hours=4))
 
     @property
     def main(self) -> bool:
@@ -124,7 +132,7 @@ class _Distributed:
     def mean(self, value: float) -> float:
         if self.world == 1:
             return value
-        tensor = torch.tensor([value], dtype=torch.float64)
+        tensor = torch.tensor([value], dtype=torch.float64, device=self.device)
         dist.all_reduce(tensor)
         return float(tensor.item()) / self.world
 
@@ -156,7 +164,9 @@ def split_validation(cache: FeatureCache, per_speaker: int, seed: int) -> tuple[
     validation = []
     for speaker in range(len(cache.speaker_names)):
         members = np.flatnonzero(cache.speakers == speaker)
-        validation += list(rng.choice(members, size=min(per_speaker, len(members) - 1), replace=False))
+        count = min(per_speaker, len(members) - 1)  # every speaker keeps at least one training clip
+        if count > 0:
+            validation += list(rng.choice(members, size=count, replace=False))
     validation = np.sort(np.asarray(validation, dtype=np.int64))
     train = np.setdiff1d(np.arange(len(cache)), validation)
     return train, validation
@@ -221,15 +231,39 @@ def plot_losses(log_path: Path, png_path: Path) -> None:
     plt.close(fig)
 
 
+def _check_resume_matches(bundle: ModelBundle, cache: FeatureCache, front_end: TextFrontEnd,
+                          mel_config: MelConfig) -> None:
+    """A resumed model must see the speakers, phoneme ids and mel settings it was trained with."""
+    if bundle.speakers != cache.speaker_names:
+        raise ValueError("the checkpoint's speakers differ from the corpus' (a speaker folder was added, "
+                         "removed or renamed); start a new run folder")
+    for name, ours, theirs in (("phoneme table / text front end", bundle.front_end.to_dict(), front_end.to_dict()),
+                               ("mel settings", bundle.mel_config.to_dict(), mel_config.to_dict())):
+        if ours != theirs:
+            raise ValueError(f"the checkpoint's {name} differ from this Chorus version's; start a new run folder")
+
+
+def _trim_log(log_path: Path, step: int) -> None:
+    """Drop log rows written after the checkpoint being resumed (that work was lost)."""
+    lines = log_path.read_text().splitlines()
+    kept = [lines[0]] + [line for line in lines[1:] if int(line.split(",", 1)[0]) <= step]
+    log_path.write_text("\n".join(kept) + "\n")
+
+
 def pretrain(config: PretrainConfig, *, progress: bool = True) -> Path:
-    """Train (or resume) a base model; returns the checkpoint folder ``OUT/checkpoint``."""
+    """Train (or resume) a base model; returns the checkpoint folder ``OUT/checkpoint``.
+
+    Resuming continues exactly where the checkpoint was taken: same step, learning rate, optimizer
+    moments, epoch and position in that epoch's batch order.
+    """
     run = _Distributed(config.device)
     torch.set_num_threads(config.threads)
     torch.manual_seed(config.seed + run.rank)
-    device = torch.device(config.device)
+    device = run.device
     out = Path(config.out)
     out.mkdir(parents=True, exist_ok=True)
     checkpoint_dir = out / "checkpoint"
+    recover_interrupted_write(checkpoint_dir)
 
     # -- setup: features, model, optimizer (resumed when a checkpoint exists) -------------------
     front_end, mel_config = TextFrontEnd(), MelConfig()
@@ -237,6 +271,9 @@ def pretrain(config: PretrainConfig, *, progress: bool = True) -> Path:
         prepare_features(config, front_end, mel_config, progress)
     run.barrier()
     cache = FeatureCache.load(out / "features.safetensors")
+    if cache.meta.get("front_end") != front_end.to_dict() or cache.meta.get("mel") != mel_config.to_dict():
+        raise ValueError(f"{out / 'features.safetensors'} was made with other text or mel settings; delete it "
+                         "to rebuild")
     train_indices, val_indices = split_validation(cache, config.val_per_speaker, config.seed)
     default_speaker = config.default_speaker or cache.speaker_names[0]
     if default_speaker not in cache.speaker_names:
@@ -244,6 +281,7 @@ def pretrain(config: PretrainConfig, *, progress: bool = True) -> Path:
 
     if (checkpoint_dir / "config.json").is_file():
         bundle = load_bundle(checkpoint_dir, device)
+        _check_resume_matches(bundle, cache, front_end, mel_config)
         model = bundle.model
     else:
         model_config = AcousticConfig(**{**config.model.to_dict(), "n_symbols": len(front_end.symbols),
@@ -261,32 +299,43 @@ def pretrain(config: PretrainConfig, *, progress: bool = True) -> Path:
     optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": config.weight_decay},
                                    {"params": no_decay, "weight_decay": 0.0}],
                                   lr=config.learning_rate, betas=(0.9, 0.98), eps=1e-9)
-    step, wall_seconds = 0, 0.0
+    # step_seconds: time inside training steps, summed (this process); elapsed: wall clock of the runs.
+    step, epoch, batch_in_epoch, step_seconds, elapsed = 0, 0, 0, 0.0, 0.0
     state = load_training_state(checkpoint_dir)
     if state is not None:
         tensors, meta = state
         optimizer.load_state_dict(unpack_optimizer(tensors, meta["optimizer"]))
-        step, wall_seconds = meta["step"], meta.get("wall_seconds", 0.0)
+        step = meta["step"]
+        step_seconds = meta.get("step_seconds", meta.get("wall_seconds", 0.0))
+        elapsed = meta.get("elapsed_seconds", step_seconds)
+        epoch, batch_in_epoch = meta.get("epoch", 0), meta.get("batch_in_epoch", 0)
+    session_started = time.perf_counter() - elapsed
     trained = model
     if run.world > 1:
-        trained = torch.nn.parallel.DistributedDataParallel(model)
+        trained = torch.nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
 
     log_path = out / "log.csv"
-    if run.main and not log_path.exists():
-        log_path.write_text("step,split,total,mel,prior,duration,lr,seconds\n")
+    if run.main:
+        if log_path.exists():
+            _trim_log(log_path, step)
+        else:
+            log_path.write_text("step,split,total,mel,prior,duration,lr,seconds\n")
 
-    def save() -> None:
-        bundle.info = {"steps": step, "wall_seconds": round(wall_seconds, 1), "world_size": run.world,
-                       "corpus": str(config.data), "utterances": len(cache),
+    def save(epoch: int, batch_in_epoch: int) -> None:
+        elapsed_now = time.perf_counter() - session_started
+        bundle.info = {"steps": step, "step_seconds": round(step_seconds, 1), "elapsed_seconds": round(elapsed_now, 1),
+                       "world_size": run.world, "device": str(device), "corpus": str(config.data),
+                       "utterances": len(cache),
                        "recipe": {k: v for k, v in asdict(config).items() if k not in ("data", "out")}}
         tensors, optimizer_meta = pack_optimizer(optimizer)
         save_bundle(bundle, checkpoint_dir, {"tensors": tensors, "meta": {
-            "step": step, "wall_seconds": wall_seconds, "optimizer": optimizer_meta}})
+            "step": step, "epoch": epoch, "batch_in_epoch": batch_in_epoch, "step_seconds": step_seconds,
+            "elapsed_seconds": elapsed_now, "optimizer": optimizer_meta}})
         plot_losses(log_path, out / "loss.png")
 
     # -- loop ---------------------------------------------------------------------------------------
-    epoch = step // max(1, len(make_batches(cache.frames()[train_indices], config.max_frames)) // run.world)
     running: dict[str, float] = {}
+    running_steps = 0
     columns = [TextColumn("[bold]pretrain"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                TextColumn("{task.fields[status]}"), TimeRemainingColumn()]
     with Progress(*columns, disable=not (progress and run.main)) as bar:
@@ -299,9 +348,8 @@ def pretrain(config: PretrainConfig, *, progress: bool = True) -> Path:
                 raise ValueError(f"{len(batches)} batch(es) per epoch cannot feed {run.world} processes: "
                                  "lower max_frames or add data")
             batches = batches[run.rank::run.world][:per_process]
-            for positions in batches:
-                if step >= config.steps:
-                    break
+            while batch_in_epoch < per_process and step < config.steps:
+                positions = batches[batch_in_epoch]
                 started = time.perf_counter()
                 batch = collate(cache, train_indices[positions]).to(device)
                 for group in optimizer.param_groups:
@@ -315,33 +363,39 @@ def pretrain(config: PretrainConfig, *, progress: bool = True) -> Path:
                 torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
                 optimizer.step()
                 step += 1
-                wall_seconds += time.perf_counter() - started
+                batch_in_epoch += 1
+                step_seconds += time.perf_counter() - started
                 values = {name: value.item() for name, value in losses.items()}
                 for name, value in values.items():
                     running[name] = running.get(name, 0.0) + value
+                running_steps += 1
                 bar.update(task, completed=step, status=f"mel {values['mel']:.3f} prior {values['prior']:.3f} "
                                                         f"dur {values['duration']:.3f}")
                 if step % config.eval_every == 0:
                     if run.main and not bar.console.is_terminal:
                         # Background runs log to a file, where a live bar never renders.
                         print(f"step {step}/{config.steps} {bar.tasks[0].fields['status']} "
-                              f"{wall_seconds / max(step, 1):.2f} s/step", flush=True)
-                    train_means = {k: run.mean(v / config.eval_every) for k, v in running.items()}
-                    running = {}
-                    val = (evaluate(model, cache, val_indices, device, config.max_frames, prior_weight)
-                           if run.main else {})
+                              f"{step_seconds / max(step, 1):.2f} s/step", flush=True)
+                    train_means = {k: run.mean(v / running_steps) for k, v in running.items()}
+                    running, running_steps = {}, 0
                     if run.main:
+                        rows = [("train", train_means)]
+                        if len(val_indices):
+                            rows.append(("val", evaluate(model, cache, val_indices, device, config.max_frames,
+                                                         prior_weight)))
                         lr = optimizer.param_groups[0]["lr"]
                         with log_path.open("a") as log:
-                            for split, values in (("train", train_means), ("val", val)):
-                                log.write(f"{step},{split},{values['total']:.4f},{values['mel']:.4f},"
-                                          f"{values['prior']:.4f},{values['duration']:.4f},{lr:.6f},"
-                                          f"{wall_seconds:.0f}\n")
+                            for split, means in rows:
+                                log.write(f"{step},{split},{means['total']:.4f},{means['mel']:.4f},"
+                                          f"{means['prior']:.4f},{means['duration']:.4f},{lr:.6f},"
+                                          f"{step_seconds:.0f}\n")
                 if step % config.save_every == 0 or step == config.steps:
                     if run.main:
-                        save()
+                        # A checkpoint at an epoch's end resumes at the start of the next one.
+                        save(*((epoch + 1, 0) if batch_in_epoch == per_process else (epoch, batch_in_epoch)))
                     run.barrier()
-            epoch += 1
+            if batch_in_epoch >= per_process:
+                epoch, batch_in_epoch = epoch + 1, 0
     if run.world > 1:
         dist.destroy_process_group()
     return checkpoint_dir
