@@ -24,6 +24,7 @@ def main() -> None:
     parser.add_argument("--corpus", type=Path, default=Path("corpus_out"))
     parser.add_argument("--bench", type=Path, default=Path("bench/results/base/base.md"))
     parser.add_argument("--to", type=Path, default=DEFAULT_BASE)
+    parser.add_argument("--machine", default="2 CPU cores (x86_64), 1 thread per process, shared with other jobs")
     args = parser.parse_args()
 
     bundle = load_bundle(args.run / "checkpoint")
@@ -45,8 +46,10 @@ def main() -> None:
         f"FFT blocks, conv feed-forward {config.ff_hidden}x{config.ff_kernel}, speaker vectors of {config.speaker_dim}.",
         f"* Data: the offline synthetic corpus (`chorus corpus build`), {len(bundle.speakers)} voices, "
         f"{info.get('utterances', '?')} utterances. Held out: piper-joe, flite-slt, festival-ked.",
-        f"* Steps: {info.get('steps')} (world size {info.get('world_size')}), training wall time "
-        f"{info.get('wall_seconds', 0) / 3600:.2f} h on a 2-core CPU.",
+        f"* Steps: {info.get('steps')} (world size {info.get('world_size')}, device {info.get('device', 'cpu')}); "
+        f"time inside training steps {info.get('step_seconds', info.get('wall_seconds', 0)) / 3600:.2f} h"
+        + (f", elapsed {info['elapsed_seconds'] / 3600:.2f} h" if "elapsed_seconds" in info else "")
+        + f". Machine: {args.machine}.",
         f"* Recipe: `{json.dumps(info.get('recipe', {}))}`",
         f"* Last validation losses: mel L1 {last_val.get('mel', '?')}, prior {last_val.get('prior', '?')}, "
         f"duration {last_val.get('duration', '?')} (normalized log-mel units).",

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import os
-import uuid
 from pathlib import Path
 
 import numpy as np
 import soundfile as sf
 import soxr
+
+from chorus.atomic import atomic_write
 
 SAMPLE_RATE = 22_050
 
@@ -48,14 +49,5 @@ def save_audio(path: str | os.PathLike, audio: np.ndarray, sample_rate: int = SA
     if not np.isfinite(audio).all():
         raise AudioError(f"{path}: refusing to save audio with NaN or infinite samples")
     audio = np.clip(audio, -1.0, 1.0)
-    path.parent.mkdir(parents=True, exist_ok=True)
     fmt = "FLAC" if path.suffix.lower() == ".flac" else "WAV"
-    # A unique name that libsndfile creates itself, so the file gets the usual umask permissions;
-    # mkstemp's files are 0600 and would stay unreadable to anyone else after the rename.
-    temp = path.parent / f".{path.name}.{os.getpid()}.{uuid.uuid4().hex}.tmp"
-    try:
-        sf.write(str(temp), audio, sample_rate, subtype="PCM_16", format=fmt)
-        os.replace(temp, path)
-    except BaseException:
-        temp.unlink(missing_ok=True)
-        raise
+    atomic_write(path, lambda temp: sf.write(str(temp), audio, sample_rate, subtype="PCM_16", format=fmt))

@@ -33,6 +33,7 @@ from pathlib import Path
 import numpy as np
 import soundfile as sf
 
+from chorus.atomic import atomic_write_text
 from chorus.audio.io import SAMPLE_RATE, load_audio, save_audio
 from chorus.corpus.text import training_sentences
 from chorus.corpus.voices import VOICES, VoiceSpec, get_voice
@@ -343,17 +344,6 @@ def _resolve_voices(voices: Sequence[str | VoiceSpec] | None) -> list[VoiceSpec]
     return specs
 
 
-def _atomic_write_text(path: Path, text: str) -> None:
-    handle, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8") as stream:
-            stream.write(text)
-        os.replace(temp, path)
-    except BaseException:
-        Path(temp).unlink(missing_ok=True)
-        raise
-
-
 def _voice_record(voice: VoiceSpec, clips: int, minutes: float) -> dict:
     return {"engine": voice.engine, "engine_voice": voice.engine_voice, "engine_args": list(voice.engine_args),
             "sox": list(voice.sox), "derived_from": voice.derived_from, "gender": voice.gender,
@@ -371,7 +361,7 @@ def _finish_voice(out_dir: Path, voice: VoiceSpec, selection: Sequence[tuple[str
             lines.append(f"{clip_id}|{text}\n")
             frames += sf.info(str(wav)).frames
     folder.mkdir(parents=True, exist_ok=True)
-    _atomic_write_text(folder / "metadata.csv", "".join(lines))
+    atomic_write_text(folder / "metadata.csv", "".join(lines))
     return len(lines), frames / SAMPLE_RATE / 60
 
 
@@ -382,7 +372,7 @@ def _write_voices_json(out_dir: Path, records: dict[str, dict]) -> None:
     merged = {name: record for name, record in existing.items() if (out_dir / record["path"]).is_dir()}
     merged.update(records)
     document = {"sample_rate": SAMPLE_RATE, "voices": dict(sorted(merged.items()))}
-    _atomic_write_text(path, json.dumps(document, indent=2) + "\n")
+    atomic_write_text(path, json.dumps(document, indent=2) + "\n")
 
 
 def build_corpus(out_dir: str | Path, *, utterances_scale: float = 1.0, jobs: int = 2,

@@ -12,7 +12,6 @@ import dataclasses
 import itertools
 import json
 import os
-import tempfile
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from pathlib import Path
@@ -23,6 +22,7 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
+from chorus.atomic import atomic_write, atomic_write_text
 from chorus.audio.mel import MelConfig
 
 WEIGHTS_FILE = "vocoder.safetensors"
@@ -87,9 +87,8 @@ class Vocoder(torch.nn.Module, ABC):
                 "config": dataclasses.asdict(self.config), "mel_config": self.mel_config.to_dict()}
         # contiguous() because safetensors refuses views; clone() because it refuses shared storage.
         tensors = {key: value.detach().cpu().contiguous().clone() for key, value in self.state_dict().items()}
-        _atomic_write(folder / WEIGHTS_FILE, lambda temp: save_file(tensors, temp))
-        _atomic_write(folder / CONFIG_FILE,
-                      lambda temp: Path(temp).write_text(json.dumps(meta, indent=2) + "\n"))
+        atomic_write(folder / WEIGHTS_FILE, lambda temp: save_file(tensors, str(temp)))
+        atomic_write_text(folder / CONFIG_FILE, json.dumps(meta, indent=2) + "\n")
         return folder
 
 
@@ -177,15 +176,3 @@ def load_vocoder(path_or_name: str | os.PathLike, mel_config: MelConfig | None =
     except (OSError, RuntimeError, SafetensorError) as error:
         raise VocoderError(f"{path / WEIGHTS_FILE}: cannot load weights ({error})") from None
     return vocoder.to(device).eval()
-
-
-def _atomic_write(path: Path, write: Callable[[str], object]) -> None:
-    """Write through a temp file in the same folder and rename, so readers never see half a file."""
-    handle, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    os.close(handle)
-    try:
-        write(temp)
-        os.replace(temp, path)
-    except BaseException:
-        Path(temp).unlink(missing_ok=True)
-        raise

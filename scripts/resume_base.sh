@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Continue pretraining the shipped base from the committed training state (checkpoints/base/):
+# rebuilds the corpus (deterministic, ~12 min on 2 cores), restores the run folder, resumes in the
+# background. Usage: bash scripts/resume_base.sh [TOTAL_STEPS] [PROCESSES]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+steps=${1:-40000}
+processes=${2:-1}
+[ -f corpus_out/voices.json ] || .venv/bin/chorus corpus build corpus_out
+mkdir -p runs/base
+if [ ! -f runs/base/checkpoint/training_state.json ]; then
+  mkdir -p runs/base/checkpoint
+  cp checkpoints/base/model.safetensors checkpoints/base/config.json checkpoints/base/training_state.* runs/base/checkpoint/
+  cp checkpoints/base/log.csv runs/base/log.csv
+fi
+if [ "$processes" -gt 1 ]; then
+  launcher=(.venv/bin/torchrun --nproc_per_node "$processes" -m chorus)
+else
+  launcher=(.venv/bin/chorus)
+fi
+nohup "${launcher[@]}" pretrain corpus_out/train --out runs/base --steps "$steps" --threads 1 \
+  --default-speaker flite-rms >> runs/base.log 2>&1 &
+echo "pretraining in the background (pid $!); follow runs/base.log and runs/base/log.csv"
