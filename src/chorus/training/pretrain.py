@@ -17,7 +17,6 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
 from chorus.audio.mel import MelConfig
