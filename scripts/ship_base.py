@@ -21,6 +21,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("run", type=Path, help="pretraining run folder (has checkpoint/ and log.csv)")
     parser.add_argument("--showcase", default="", help="comma-separated voices `chorus demo` uses")
+    parser.add_argument("--default-vocoder", default="griffin-lim", choices=["griffin-lim", "neural"],
+                        help="vocoder load_base() uses when none is named (pick it on bench/base.py)")
     parser.add_argument("--corpus", type=Path, default=Path("corpus_out"))
     parser.add_argument("--bench", type=Path, default=Path("bench/results/base/base.md"))
     parser.add_argument("--to", type=Path, default=DEFAULT_BASE)
@@ -30,6 +32,7 @@ def main() -> None:
     bundle = load_bundle(args.run / "checkpoint")
     if args.showcase:
         bundle.info["showcase_speakers"] = args.showcase.split(",")
+    bundle.info["default_vocoder"] = args.default_vocoder
     save_bundle(bundle, args.to)
     rows = list(csv.DictReader((args.run / "log.csv").open()))
     last_val = [r for r in rows if r["split"] == "val"][-1] if rows else {}
@@ -53,7 +56,8 @@ def main() -> None:
         f"* Recipe: `{json.dumps(info.get('recipe', {}))}`",
         f"* Last validation losses: mel L1 {last_val.get('mel', '?')}, prior {last_val.get('prior', '?')}, "
         f"duration {last_val.get('duration', '?')} (normalized log-mel units).",
-        f"* Weights sha256: `{file_sha256(args.to / 'model.safetensors')}`", "",
+        f"* Weights sha256: `{file_sha256(args.to / 'model.safetensors')}`",
+        f"* Default vocoder: {args.default_vocoder} (the neural one is `assets/vocoder/`, see its card).", "",
         "## Voices", "",
         "| index | voice | engine | transforms | gender | clips | minutes |", "|---|---|---|---|---|---|---|",
     ]

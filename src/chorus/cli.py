@@ -81,7 +81,8 @@ def synthesize(
     speaker: Optional[str] = typer.Option(None, help="Voice name or index (default: the model's default voice)."),
     out: Path = typer.Option(Path("out.wav"), help="Output WAV; with --text-file, a folder of 0001.wav, 0002.wav ... named by line number."),
     model: Optional[Path] = typer.Option(None, help="Model folder (default: the shipped base)."),
-    vocoder: Optional[str] = typer.Option(None, help="Vocoder folder or name (griffin-lim)."),
+    vocoder: Optional[str] = typer.Option(
+        None, help="Vocoder: griffin-lim, neural (the shipped one), or a folder. Default: the model's."),
     length_scale: float = typer.Option(1.0, help="> 1 speaks slower, < 1 faster."),
 ) -> None:
     """Speak text with a base voice and report the real-time factor."""

@@ -96,9 +96,14 @@ class Synthesizer:
 
 def load_base(path: str | Path | None = None, vocoder: str | Path | None = None,
               device: str = "cpu") -> Synthesizer:
-    """The shipped base model (or the model folder at ``path``) with the shipped neural vocoder if
-    present, else Griffin-Lim. ``vocoder`` may be a folder or a registered name (``"griffin-lim"``)."""
+    """The shipped base model (or the model folder at ``path``) and a vocoder.
+
+    ``vocoder``: a saved vocoder folder, a registered name (``"griffin-lim"``), ``"neural"`` for the
+    shipped neural vocoder, or None for the model's ``default_vocoder`` (chosen on the judges when it
+    was shipped; Griffin-Lim when the model names none).
+    """
     bundle = load_bundle(path or DEFAULT_BASE, device)
-    if vocoder is None:
-        vocoder = DEFAULT_VOCODER if (DEFAULT_VOCODER / "vocoder.json").is_file() else "griffin-lim"
+    vocoder = vocoder or bundle.info.get("default_vocoder", "griffin-lim")
+    if str(vocoder) == "neural":
+        vocoder = DEFAULT_VOCODER
     return Synthesizer(bundle, load_vocoder(vocoder, mel_config=bundle.mel_config, device=device))

@@ -1,0 +1,44 @@
+"""Python synthesis API: vocoder choice, speakers, real-time factor, the shipped assets."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from chorus.audio.vocoders import GriffinLim, Vocos
+from chorus.synthesis import DEFAULT_BASE, DEFAULT_VOCODER, load_base
+
+
+def test_default_vocoder_comes_from_the_model(tiny_base, tmp_path):
+    assert isinstance(load_base(tiny_base).vocoder, GriffinLim), "a model naming none gets Griffin-Lim"
+    if (DEFAULT_VOCODER / "vocoder.json").is_file():
+        assert isinstance(load_base(tiny_base, "neural").vocoder, Vocos)
+    config = json.loads((tiny_base / "config.json").read_text())
+    config["info"]["default_vocoder"] = "griffin-lim"
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps(config))
+    (model / "model.safetensors").write_bytes((tiny_base / "model.safetensors").read_bytes())
+    assert isinstance(load_base(model).vocoder, GriffinLim)
+
+
+def test_synthesize_by_name_index_and_default(tiny_base):
+    tts = load_base(tiny_base, "griffin-lim")
+    by_name = tts.synthesize("A short test.", "f2")
+    by_index = tts.synthesize("A short test.", tts.speakers.index("f2"))
+    np.testing.assert_array_equal(by_name.audio, by_index.audio)
+    assert tts.synthesize("A short test.").speaker == "m3", "the model's default voice"
+    assert by_name.sample_rate == 22_050 and by_name.real_time_factor > 0
+    assert np.abs(by_name.audio).max() <= 0.99
+    with pytest.raises(KeyError, match="unknown speaker"):
+        tts.synthesize("A short test.", "nobody")
+
+
+@pytest.mark.skipif(not (DEFAULT_BASE / "config.json").is_file(), reason="no shipped base model")
+def test_shipped_base_loads_and_speaks_every_voice_it_lists():
+    tts = load_base()
+    assert len(tts.speakers) >= 24
+    result = tts.synthesize("Hello.", tts.speakers[-1])
+    assert result.duration > 0.2 and np.isfinite(result.audio).all()
