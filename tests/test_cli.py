@@ -32,7 +32,8 @@ def test_synthesize_text_file_one_clip_per_line_and_bad_lines_skipped(tiny_base,
     result = runner.invoke(app, ["synthesize", "--text-file", str(lines), "--model", str(tiny_base),
                                  "--vocoder", "griffin-lim", "--out", str(tmp_path / "clips")])
     assert result.exit_code == 0, result.output
-    assert sorted(p.name for p in (tmp_path / "clips").iterdir()) == ["0001.wav", "0004.wav"]
+    assert sorted(p.name for p in (tmp_path / "clips").iterdir()) == ["0001.wav", "0004.wav", "metadata.csv"]
+    assert (tmp_path / "clips" / "metadata.csv").read_text() == "0001|First line.\n0004|Second line.\n"
     assert "skipped" in result.output and "lines.txt:3" in result.output
 
 

@@ -86,6 +86,7 @@ def synthesize(
     length_scale: float = typer.Option(1.0, help="> 1 speaks slower, < 1 faster."),
 ) -> None:
     """Speak text with a base voice and report the real-time factor."""
+    from chorus.atomic import atomic_write_text
     from chorus.audio.io import save_audio
     from chorus.synthesis import load_base
 
@@ -107,7 +108,7 @@ def synthesize(
         tts = load_base(model, vocoder)
         speaker_index = tts.resolve_speaker(speaker)
     table = Table("file", "voice", "seconds", "RTF", "text")
-    written = 0
+    written: list[tuple[Path, str]] = []
     for where, line, path in jobs:
         try:
             result = tts.synthesize(line, speaker_index, length_scale)
@@ -115,12 +116,15 @@ def synthesize(
             console.print(f"[yellow]skipped {where}: {error}[/]")
             continue
         save_audio(path, result.audio, result.sample_rate)
-        written += 1
+        written.append((path, line))
         table.add_row(str(path), result.speaker, f"{result.duration:.2f}", f"{result.real_time_factor:.3f}",
                       line[:60])
     console.print(table)
     if not written:
         _fail("nothing was synthesized (see the skipped lines above)")
+    if text_file is not None:
+        # id|text beside the clips, so `chorus eval FOLDER` can judge them as they are.
+        atomic_write_text(written[0][0].parent / "metadata.csv", "".join(f"{p.stem}|{t}\n" for p, t in written))
 
 
 @data_app.command("check")
