@@ -5,7 +5,7 @@ Whisper tiny.en WER/CER, resemblyzer similarity to real corpus clips of that voi
 factor; the Piper joe voice (onnxruntime) says the same sentences on the same machine in the same
 run. Also the mean similarity between utterances of the same base voice against different voices.
 
-    python bench/base.py --corpus corpus_out/train --out bench/results/base
+    python bench/base.py --vocoder griffin-lim --out bench/results/base   (and --vocoder neural)
 
 Writes ``base.md`` (the table), ``base.json`` and ``similarity.png`` under ``--out``.
 """
