@@ -50,7 +50,7 @@ def main() -> None:
         f"* Data: the offline synthetic corpus (`chorus corpus build`), {len(bundle.speakers)} voices, "
         f"{info.get('utterances', '?')} utterances. Held out: piper-joe, flite-slt, festival-ked.",
         f"* Steps: {info.get('steps')} (world size {info.get('world_size')}, device {info.get('device', 'cpu')}); "
-        f"time inside training steps {info.get('step_seconds', info.get('wall_seconds', 0)) / 3600:.2f} h"
+        f"time inside training steps {info.get('step_seconds', 0) / 3600:.2f} h"
         + (f", elapsed {info['elapsed_seconds'] / 3600:.2f} h" if "elapsed_seconds" in info else "")
         + f". Machine: {args.machine}.",
         f"* Recipe: `{json.dumps(info.get('recipe', {}))}`",

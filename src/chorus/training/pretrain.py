@@ -305,7 +305,7 @@ def pretrain(config: PretrainConfig, *, progress: bool = True) -> Path:
         tensors, meta = state
         optimizer.load_state_dict(unpack_optimizer(tensors, meta["optimizer"]))
         step = meta["step"]
-        step_seconds = meta.get("step_seconds", meta.get("wall_seconds", 0.0))
+        step_seconds = meta["step_seconds"]
         elapsed = meta.get("elapsed_seconds", step_seconds)
         epoch, batch_in_epoch = meta.get("epoch", 0), meta.get("batch_in_epoch", 0)
     session_started = time.perf_counter() - elapsed
