@@ -131,3 +131,25 @@ def tiny_base(two_voice_corpus, tmp_path_factory) -> Path:
                             steps=3, max_frames=2000, eval_every=3, save_every=3, threads=1, val_per_speaker=1,
                             default_speaker="m3")
     return pretrain(config, progress=False)
+
+
+NEW_VOICE_SENTENCES = TWO_VOICE_SENTENCES + [
+    "The box was thrown beside the parked truck.", "The hogs were fed chopped corn and garbage.",
+    "Four hours of steady work faced us.", "A large size in stockings is hard to sell.",
+    "The boy was there when the sun rose.", "A rod is used to catch pink salmon.",
+    "The source of the huge river is the clear spring.", "Kick the ball straight and follow through.",
+    "Help the woman get back to her feet.", "A pot of tea helps to pass the evening."]
+
+
+@pytest.fixture(scope="session")
+def new_voice_data(tmp_path_factory) -> Path:
+    """About 35 s of a voice the tiny base never heard (espeak-ng en-us+f4): a voice to adapt."""
+    if shutil.which("espeak-ng") is None:
+        pytest.skip("needs Debian espeak-ng")
+    folder = tmp_path_factory.mktemp("new_voice") / "f4"
+    (folder / "wavs").mkdir(parents=True)
+    for index, text in enumerate(NEW_VOICE_SENTENCES):
+        subprocess.run(["espeak-ng", "-v", "en-us+f4", "-w", str(folder / "wavs" / f"n{index}.wav"), text],
+                       check=True, capture_output=True, timeout=30)
+    (folder / "metadata.csv").write_text("".join(f"n{i}|{t}\n" for i, t in enumerate(NEW_VOICE_SENTENCES)))
+    return folder

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
+
 import soundfile as sf
+from conftest import TINY_MODEL
 from typer.testing import CliRunner
 
 from chorus.cli import app
@@ -57,12 +60,15 @@ def test_data_check_exit_codes(two_voice_corpus, tmp_path):
 
 def test_demo_speaks_and_judges_each_voice(tiny_base, tmp_path):
     result = runner.invoke(app, ["demo", "--model", str(tiny_base), "--voices", "m3,f2", "--sentences", "1",
-                                 "--out", str(tmp_path / "demo")])
+                                 "--out", str(tmp_path / "demo"), "--adapt-steps", "2"])
     assert result.exit_code == 0, result.output
-    assert {p.name for p in (tmp_path / "demo").glob("*.wav")} == {"m3_000.wav", "f2_000.wav"}
+    assert {p.name for p in (tmp_path / "demo").glob("*.wav")} == {"m3_000.wav", "f2_000.wav", "piper-joe_000.wav"}
     report = (tmp_path / "demo" / "report.md").read_text()
     assert "m3/000" in report and "f2/000" in report
     assert "same voice" in result.output and "WER" in result.output
+    # The second half adapts a voice from the shipped sample and says what it cost.
+    assert "voice artifact" in result.output and "2 steps" in result.output
+    assert (tmp_path / "demo" / "voices" / "piper-joe" / "voice_card.json").is_file()
 
 
 def test_demo_refuses_an_unknown_voice(tiny_base, tmp_path):
@@ -80,3 +86,19 @@ def test_unspeakable_text_fails_and_bad_model_folder_is_a_clear_error(tiny_base,
     bad_config.write_text('{"colour": "red"}')
     result = runner.invoke(app, ["pretrain", str(tmp_path), "--config", str(bad_config), "--out", str(tmp_path / "r")])
     assert result.exit_code == 2 and "unknown AcousticConfig fields" in result.output
+
+
+def test_memory_predicts_and_measures_per_category(tmp_path):
+    config = tmp_path / "tiny.json"
+    config.write_text(json.dumps(dict(TINY_MODEL, n_symbols=40, n_speakers=2)))
+    png = tmp_path / "memory.png"
+    result = runner.invoke(app, ["memory", "--model", str(config), "--method", "lora", "--batch", "2",
+                                 "--text-length", "7", "--frames", "20", "--out", str(png)])
+    assert result.exit_code == 0, result.output
+    for category in ("weights", "gradients", "optimizer", "activations"):
+        assert category in result.output
+    assert png.stat().st_size > 0 and "measured" in png.with_suffix(".md").read_text()
+    large = runner.invoke(app, ["memory", "--model", "500m", "--method", "full", "--no-measure"])
+    assert large.exit_code == 0 and "506,2" in large.output
+    refused = runner.invoke(app, ["memory", "--model", "500m", "--method", "dora", "--no-measure"])
+    assert refused.exit_code == 2 and "unknown adapter method" in refused.output

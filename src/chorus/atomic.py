@@ -7,6 +7,7 @@ half of one.
 from __future__ import annotations
 
 import os
+import shutil
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -32,3 +33,27 @@ def atomic_write(path: str | os.PathLike, write: Callable[[Path], object]) -> Pa
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
     return atomic_write(path, lambda temp: temp.write_text(text, encoding="utf-8"))
+
+
+def atomic_write_folder(folder: str | os.PathLike, write: Callable[[Path], object]) -> Path:
+    """Call ``write(temp_folder)`` and swap the result in for ``folder`` with renames.
+
+    The old folder is moved aside (``.NAME.old-PID``) for the instant between the two renames;
+    :func:`chorus.training.checkpoint.recover_interrupted_write` puts it back if a process dies there.
+    """
+    folder = Path(folder)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    temp = folder.with_name(f".{folder.name}.tmp-{os.getpid()}")
+    shutil.rmtree(temp, ignore_errors=True)
+    temp.mkdir()
+    try:
+        write(temp)
+    except BaseException:
+        shutil.rmtree(temp, ignore_errors=True)
+        raise
+    old = folder.with_name(f".{folder.name}.old-{os.getpid()}")
+    if folder.exists():
+        os.replace(folder, old)
+    os.replace(temp, folder)
+    shutil.rmtree(old, ignore_errors=True)
+    return folder

@@ -11,6 +11,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from chorus.atomic import atomic_write_text
+
 app = typer.Typer(help="Chorus: many voices on one text-to-speech model.", no_args_is_help=True,
                   pretty_exceptions_show_locals=False)
 data_app = typer.Typer(help="Inspect datasets.", no_args_is_help=True)
@@ -49,7 +51,8 @@ def pretrain(
 ) -> None:
     """Pretrain (or resume) the multi-speaker base model. Run under `torchrun` for DDP."""
     from chorus.models.config import AcousticConfig
-    from chorus.training.pretrain import PretrainConfig, pretrain as run_pretrain
+    from chorus.training.pretrain import PretrainConfig
+    from chorus.training.pretrain import pretrain as run_pretrain
 
     with _user_errors():
         model_config = AcousticConfig.from_dict(json.loads(config.read_text())) if config else AcousticConfig()
@@ -63,8 +66,8 @@ def pretrain(
 @app.command()
 def speakers(model: Optional[Path] = typer.Option(None, help="Model folder (default: the shipped base).")) -> None:
     """List the base model's voices."""
-    from chorus.training.checkpoint import load_bundle
     from chorus.synthesis import DEFAULT_BASE
+    from chorus.training.checkpoint import load_bundle
 
     with _user_errors():
         bundle = load_bundle(model or DEFAULT_BASE)
@@ -79,6 +82,7 @@ def synthesize(
     text: Optional[str] = typer.Option(None, help="Text to speak."),
     text_file: Optional[Path] = typer.Option(None, help="File with one utterance per line."),
     speaker: Optional[str] = typer.Option(None, help="Voice name or index (default: the model's default voice)."),
+    voice: Optional[Path] = typer.Option(None, help="An adapted voice folder (from `chorus adapt`) to speak with."),
     out: Path = typer.Option(Path("out.wav"), help="Output WAV; with --text-file, a folder of 0001.wav, 0002.wav ... named by line number."),
     model: Optional[Path] = typer.Option(None, help="Model folder (default: the shipped base)."),
     vocoder: Optional[str] = typer.Option(
@@ -86,7 +90,6 @@ def synthesize(
     length_scale: float = typer.Option(1.0, help="> 1 speaks slower, < 1 faster."),
 ) -> None:
     """Speak text with a base voice and report the real-time factor."""
-    from chorus.atomic import atomic_write_text
     from chorus.audio.io import save_audio
     from chorus.synthesis import load_base
 
@@ -104,14 +107,17 @@ def synthesize(
         jobs = [(f"{text_file}:{number}", line, folder / f"{number:04d}.wav") for number, line in numbered]
     else:
         jobs = [("--text", text, out)]
+    if voice is not None and speaker is not None:
+        _fail("give --speaker (a base voice) or --voice (an adapted voice), not both")
     with _user_errors():
         tts = load_base(model, vocoder)
         speaker_index = tts.resolve_speaker(speaker)
+        voice_name = tts.load_voice(voice) if voice is not None else None
     table = Table("file", "voice", "seconds", "RTF", "text")
     written: list[tuple[Path, str]] = []
     for where, line, path in jobs:
         try:
-            result = tts.synthesize(line, speaker_index, length_scale)
+            result = tts.synthesize(line, speaker_index, length_scale, voice=voice_name)
         except ValueError as error:
             console.print(f"[yellow]skipped {where}: {error}[/]")
             continue
@@ -125,6 +131,106 @@ def synthesize(
     if text_file is not None:
         # id|text beside the clips, so `chorus eval FOLDER` can judge them as they are.
         atomic_write_text(written[0][0].parent / "metadata.csv", "".join(f"{p.stem}|{t}\n" for p, t in written))
+
+
+@app.command()
+def adapt(
+    data: Path = typer.Argument(..., help="One speaker's LJSpeech-style folder (1-10 minutes of clips)."),
+    out: Path = typer.Option(..., help="Voice folder to write, e.g. voices/NAME."),
+    method: str = typer.Option("lora", help="lora, residual, prefix, speaker, cln, bitfit or full; combine "
+                                              "adapters with + (lora+speaker)."),
+    rank: Optional[int] = typer.Option(None, help="LoRA rank (default 4)."),
+    alpha: Optional[float] = typer.Option(None, help="LoRA alpha (default 8)."),
+    targets: Optional[str] = typer.Option(None, help="Comma-separated module names/suffixes for the first "
+                                                      "method, or a regex (full match) if it starts with ^."),
+    bottleneck: Optional[int] = typer.Option(None, help="Residual adapter width (default 16)."),
+    prefix_length: Optional[int] = typer.Option(None, help="Prefix tuning key/value pairs (default 8)."),
+    train_projection: bool = typer.Option(False, help="speaker: also learn a delta of the speaker projection."),
+    steps: int = typer.Option(400, help="Most optimizer steps (early stopping usually ends sooner)."),
+    learning_rate: Optional[float] = typer.Option(None, help="Default: per method."),
+    max_minutes: float = typer.Option(10.0, help="Wall-clock budget of the training loop."),
+    optimizer: str = typer.Option("adamw", help="adamw | adamw8bit | adamw8bit-torchao: 8-bit Adam moments, "
+                                                "~4x less optimizer memory, same update up to quantization."),
+    checkpointing: bool = typer.Option(False, help="Recompute each block in backward: only block inputs "
+                                                   "stored, ~30% slower steps, identical gradients."),
+    reversible: bool = typer.Option(False, help="For bases built with reversible blocks: O(1) block "
+                                                "activations in depth, one extra forward per step."),
+    precision: str = typer.Option("fp32", help="fp32 | bf16 (autocast: ~half the activation memory)."),
+    base: Optional[Path] = typer.Option(None, help="Base model folder (default: the shipped base)."),
+    threads: int = typer.Option(2, help="CPU threads."),
+) -> None:
+    """Learn a new voice from a few minutes of one speaker's recordings; writes a voice folder."""
+    from chorus.synthesis import DEFAULT_BASE
+    from chorus.training.adapt import AdaptConfig
+    from chorus.training.adapt import adapt as run_adapt
+    from chorus.training.checkpoint import load_bundle
+    from chorus.training.efficiency import MemoryOptions
+
+    with _user_errors():
+        options: dict[str, dict] = {}
+        first = method.split("+")[0].strip()
+        for owner, key, value in (("lora", "r", rank), ("lora", "alpha", alpha),
+                                  ("residual", "bottleneck", bottleneck), ("prefix", "n_prefix", prefix_length),
+                                  ("speaker", "train_projection", train_projection or None),
+                                  (first, "targets", _parse_targets(targets))):
+            if value is not None:
+                if owner not in method.split("+"):
+                    raise ValueError(f"--{key.replace('_', '-')} applies to {owner}, not to --method {method}")
+                options.setdefault(owner, {})[key] = value
+        config = AdaptConfig(method=method, method_options=options, steps=steps, learning_rate=learning_rate,
+                             max_minutes=max_minutes, threads=threads,
+                             memory=MemoryOptions(optimizer=optimizer, checkpointing=checkpointing,
+                                                  reversible=reversible, precision=precision))
+        config.method_configs()
+        bundle = load_bundle(base or DEFAULT_BASE)
+        result = run_adapt(data, bundle, out, config)
+    card = result.card
+    console.print(f"voice: {result.voice_dir}  ({card.data_minutes:.1f} min of data, {card.steps} steps in "
+                  f"{card.train_seconds:.0f} s, {card.trainable_parameters:,} trained parameters, held-out mel L1 "
+                  f"{card.metrics['validation_mel_l1_start']:.3f} -> {card.metrics['validation_mel_l1_best']:.3f})")
+    console.print(f"speak with it: chorus synthesize --voice {result.voice_dir} --text \"Hello.\"")
+
+
+def _parse_targets(text: str | None) -> str | list[str] | None:
+    if text is None:
+        return None
+    return text if text.startswith("^") else [t.strip() for t in text.split(",") if t.strip()]
+
+
+@app.command()
+def memory(
+    method: str = typer.Option("lora", help="Adaptation method (as for `chorus adapt`), or full."),
+    model: str = typer.Option("shipped", help="shipped (the shipped base's size), 500m (a 506M-parameter "
+                                              "configuration), or a JSON file of AcousticConfig fields."),
+    batch: int = typer.Option(8, help="Utterances per batch."),
+    text_length: int = typer.Option(60, help="Phonemes per utterance (padded)."),
+    frames: int = typer.Option(300, help="Mel frames per utterance (padded)."),
+    optimizer: str = typer.Option("adamw", help="adamw | adamw8bit | adamw8bit-torchao."),
+    precision: str = typer.Option("fp32", help="fp32 | bf16."),
+    checkpointing: bool = typer.Option(False, help="Activation checkpointing."),
+    measure: bool = typer.Option(True, help="Also run one real training step and measure it (CPU)."),
+    out: Optional[Path] = typer.Option(None, help="Write the bar chart PNG here (and a .md beside it)."),
+) -> None:
+    """Training memory per category, predicted analytically (any size, on the meta device) and
+    measured on a real step: weights, gradients, optimizer states, activations."""
+    from chorus.memory.presets import model_config_by_name
+    from chorus.memory.report import memory_report
+    from chorus.training.adapt import AdaptConfig, trainable_for
+
+    with _user_errors():
+        config = model_config_by_name(model)
+        AdaptConfig(method=method).method_configs()
+        if measure and model == "500m":
+            raise ValueError("measuring the 500m configuration needs tens of GB; use --no-measure")
+        report = memory_report(config, trainable=trainable_for(method), batch=batch, text_length=text_length,
+                               frames=frames, optimizer=optimizer, precision=precision,
+                               checkpointing=checkpointing, measure=measure, fresh_process=measure,
+                               out_png=out, label=f"{method} on {model}")
+    console.print(report.rich_table())
+    console.print(f"{report.parameters:,} parameters, {report.trainable_parameters:,} trained")
+    if out is not None:
+        atomic_write_text(out.with_suffix(".md"), report.markdown())
+        console.print(f"chart: {out}; table: {out.with_suffix('.md')}")
 
 
 @data_app.command("check")
@@ -187,12 +293,20 @@ def demo(
     voices: Optional[str] = typer.Option(None, help="Comma-separated voices (default: four showcase voices)."),
     sentences: int = typer.Option(3, help="Sentences per voice (from the held-out benchmark set)."),
     model: Optional[Path] = typer.Option(None, help="Model folder (default: the shipped base)."),
+    adapt_method: str = typer.Option("lora+speaker", help="Method for the new voice from the shipped sample "
+                                                          "('' to skip adaptation)."),
+    adapt_steps: int = typer.Option(150, help="Most adaptation steps for the new voice."),
 ) -> None:
-    """The main job: speak unseen sentences in several base voices and judge them (WER, similarity, RTF)."""
+    """The main job: speak unseen sentences in base voices, adapt a new voice from a 1-minute sample,
+    speak with it, and judge everything (WER, similarity, RTF, what the voice cost)."""
     from chorus.audio.io import save_audio
     from chorus.corpus.text import benchmark_sentences
     from chorus.evaluation.report import Judges
-    from chorus.evaluation.voices import judge_clips, same_versus_different, synthesize_grid
+    from chorus.evaluation.voices import (
+        judge_clips,
+        same_versus_different,
+        synthesize_grid,
+    )
     from chorus.synthesis import load_base
 
     with _user_errors():
@@ -226,3 +340,49 @@ def demo(
                   + (f" ({similarity.silent_clips} clip(s) had no speech)" if similarity.silent_clips else ""))
     report.write(out / "report.md")
     console.print(f"clips and report.md in {out}/")
+    if adapt_method:
+        _demo_adaptation(tts, texts, judges, out, adapt_method, adapt_steps)
+
+
+def _demo_adaptation(tts, texts: list[str], judges, out: Path, method: str, steps: int) -> None:
+    """Second half of the demo: a new voice from the shipped 1-minute sample, and what it cost."""
+    import resource
+
+    from chorus.audio.io import save_audio
+    from chorus.data.formats import discover
+    from chorus.evaluation.voices import VoiceClip, judge_clips
+    from chorus.synthesis import SAMPLE_VOICE
+    from chorus.training.adapt import AdaptConfig
+    from chorus.training.adapt import adapt as run_adapt
+
+    console.print(f"\n[bold]Adapting a new voice[/] from {SAMPLE_VOICE} (held out of pretraining) with {method}")
+    base_parameters = sum(p.numel() for p in tts.bundle.model.parameters())
+    base_bytes = sum(p.numel() * p.element_size() for p in tts.bundle.model.parameters())
+    with _user_errors():
+        result = run_adapt(SAMPLE_VOICE, tts.bundle, out / "voices" / "piper-joe",
+                           AdaptConfig(method=method, steps=steps), name="piper-joe")
+    card = result.card
+    artifact = (result.voice_dir / "adapter_model.safetensors").stat().st_size
+    name = tts.load_voice(result.voice_dir)
+    clips = []
+    for index, text in enumerate(texts):
+        spoken = tts.synthesize(text, voice=name)
+        clips.append(VoiceClip(name, index, text, spoken.audio, spoken.sample_rate, spoken.seconds))
+        save_audio(out / f"{name}_{index:03d}.wav", spoken.audio, spoken.sample_rate)
+    references, _ = discover(SAMPLE_VOICE)
+    report = judge_clips(clips, judges, {name: [u.audio_path for u in references]})
+    table = Table("cost / result", "value")
+    table.add_row("data", f"{card.data_minutes:.2f} min, {card.metrics['training_clips']} clips "
+                          f"(+{card.metrics['held_out_clips']} held out)")
+    table.add_row("training", f"{card.steps} steps in {card.train_seconds:.0f} s on the CPU")
+    table.add_row("trained parameters", f"{card.trainable_parameters:,} "
+                                        f"({100 * card.trainable_parameters / base_parameters:.2f}% of the base)")
+    table.add_row("voice artifact", f"{artifact / 1024:.1f} KB ({100 * artifact / base_bytes:.2f}% of the base's weights)")
+    table.add_row("peak memory (process RSS)", f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB")
+    table.add_row("held-out mel L1", f"{card.metrics['validation_mel_l1_start']:.3f} -> "
+                                     f"{card.metrics['validation_mel_l1_best']:.3f}")
+    table.add_row("WER of the new voice", f"{100 * report.corpus_wer:.1f}%")
+    table.add_row("similarity to the real sample", f"{report.means().get('speaker_similarity', float('nan')):.3f}")
+    console.print(table)
+    console.print(f"voice folder: {result.voice_dir}; speak with it: chorus synthesize --voice {result.voice_dir} "
+                  "--text \"...\"")

@@ -2,19 +2,25 @@
 
 from __future__ import annotations
 
+import copy
 import time
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from chorus.adapters import active_adapter
+from chorus.adapters.voice import apply_voice, read_voice
 from chorus.audio.vocoders import Vocoder, load_vocoder
+from chorus.models.acoustic import AcousticModel
 from chorus.training.checkpoint import ModelBundle, load_bundle
 
 ASSETS = Path(__file__).parent / "assets"
 DEFAULT_BASE = ASSETS / "base"
 DEFAULT_VOCODER = ASSETS / "vocoder"
+SAMPLE_VOICE = ASSETS / "samples" / "piper-joe"   # 1 minute of a voice held out of pretraining
 
 
 @dataclass
@@ -43,6 +49,27 @@ class Synthesizer:
                              f"{bundle.mel_config}")
         self.bundle = bundle
         self.vocoder = vocoder.eval()
+        # Adapted voices: adapter voices live inside bundle.model; full fine-tuned ones are own models.
+        self.voices: dict[str, AcousticModel | None] = {}
+
+    def load_voice(self, folder: str | Path, name: str | None = None) -> str:
+        """Add the voice saved in ``folder`` (``chorus adapt`` output or a PEFT LoRA); returns its name."""
+        name = name or Path(folder).name
+        if name in self.voices:
+            raise ValueError(f"a voice named {name!r} is already loaded")
+        voice = read_voice(folder)
+        model = copy.deepcopy(self.bundle.model) if voice.full else self.bundle.model
+        apply_voice(model, voice, name, self.bundle.weights_sha256)
+        self.voices[name] = model if voice.full else None
+        return name
+
+    def _model_for(self, voice: str | None) -> tuple[AcousticModel, AbstractContextManager]:
+        if voice is None:
+            return self.bundle.model, active_adapter(self.bundle.model, None)
+        if voice not in self.voices:
+            raise KeyError(f"unknown voice {voice!r}; loaded voices: {', '.join(self.voices) or 'none'}")
+        model = self.voices[voice] or self.bundle.model
+        return model, active_adapter(model, voice)
 
     @property
     def speakers(self) -> list[str]:
@@ -63,10 +90,11 @@ class Synthesizer:
         return self.bundle.speaker_index(speaker)
 
     @torch.no_grad()
-    def mel(self, texts: list[str], speaker: str | int | None = None, length_scale: float = 1.0
-            ) -> list[torch.Tensor]:
-        """Raw log-mels ``[frames, n_mels]`` for each text (one batched forward)."""
-        model = self.bundle.model
+    def mel(self, texts: list[str], speaker: str | int | None = None, length_scale: float = 1.0,
+            voice: str | None = None) -> list[torch.Tensor]:
+        """Raw log-mels ``[frames, n_mels]`` for each text (one batched forward), in base voice
+        ``speaker`` or, if given, the loaded adapted ``voice``."""
+        model, using_voice = self._model_for(voice)
         ids = self.bundle.front_end.encode(texts)
         lengths = torch.tensor([len(i) for i in ids])
         phonemes = torch.zeros(len(ids), int(lengths.max()), dtype=torch.long)
@@ -74,23 +102,25 @@ class Synthesizer:
             phonemes[row, : len(seq)] = torch.tensor(seq)
         device = model.mel_mean.device
         speakers = torch.full((len(ids),), self.resolve_speaker(speaker), dtype=torch.long, device=device)
-        out = model.infer(phonemes.to(device), lengths.to(device), speaker_ids=speakers,
-                          length_scale=length_scale)
+        with using_voice:
+            out = model.infer(phonemes.to(device), lengths.to(device), speaker_ids=speakers,
+                              length_scale=length_scale)
         mels = model.denormalize_mel(out.mel)
         return [mels[row, : int(mask.sum())] for row, mask in enumerate(out.frame_mask)]
 
     @torch.no_grad()
-    def synthesize(self, text: str, speaker: str | int | None = None, length_scale: float = 1.0
-                   ) -> SynthesisResult:
-        """Speak ``text`` in ``speaker`` (name or index; None = the model's default voice)."""
+    def synthesize(self, text: str, speaker: str | int | None = None, length_scale: float = 1.0,
+                   voice: str | None = None) -> SynthesisResult:
+        """Speak ``text`` in base voice ``speaker`` (name or index; None = the model's default voice)
+        or in the loaded adapted ``voice`` (see :meth:`load_voice`)."""
         started = time.perf_counter()
-        mel = self.mel([text], speaker, length_scale)[0]
+        mel = self.mel([text], speaker, length_scale, voice)[0]
         audio = self.vocoder(mel.unsqueeze(0))[0].float().cpu().numpy()
         peak = float(np.abs(audio).max()) if audio.size else 0.0
         if peak > 0.99:  # the vocoder may overshoot; scale rather than clip
             audio = audio * (0.99 / peak)
         elapsed = time.perf_counter() - started
-        name = self.speakers[self.resolve_speaker(speaker)]
+        name = voice or self.speakers[self.resolve_speaker(speaker)]
         return SynthesisResult(audio.astype(np.float32), self.sample_rate, elapsed, name)
 
 

@@ -14,13 +14,20 @@ vector. Module names are stable (``encoder.layers.0.attn.q_proj`` ...) so adapte
 from __future__ import annotations
 
 import math
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.autograd.function import once_differentiable
+from torch.utils.checkpoint import checkpoint
 
-from chorus.models.alignment import beta_binomial_log_prior, durations_to_path, monotonic_alignment_search
+from chorus.models.alignment import (
+    beta_binomial_log_prior,
+    durations_to_path,
+    monotonic_alignment_search,
+)
 from chorus.models.config import AcousticConfig
 
 
@@ -97,9 +104,125 @@ class FFTBlock(nn.Module):
         x = x + self.dropout(self.ff(self.norm2(x), mask))
         return x * mask.unsqueeze(-1).to(x.dtype)
 
+    # The two branches of the reversible coupling (AcousticConfig.reversible) reuse this block's
+    # sub-layers, so parameter names, and the adapters that target them, are the same either way.
+    def attention_branch(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """F: ``attn(norm1(x))`` zeroed at padding; x ``[batch, time, dim]`` -> ``[batch, time, dim]``."""
+        return self.attn(self.norm1(x), mask) * mask.unsqueeze(-1).to(x.dtype)
+
+    def feed_forward_branch(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """G: ``ff(norm2(x))`` zeroed at padding; x ``[batch, time, dim]`` -> ``[batch, time, dim]``."""
+        return self.ff(self.norm2(x), mask) * mask.unsqueeze(-1).to(x.dtype)
+
+
+def _couple(blocks: tuple[FFTBlock, ...], x: torch.Tensor,
+            mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The reversible coupling: ``x1 = x2 = x``; per block ``y1 = x1 + F(x2)``, ``y2 = x2 + G(y1)``.
+
+    x ``[batch, time, dim]`` -> the last block's (y1, y2), each ``[batch, time, dim]``.
+    """
+    x1 = x2 = x
+    for block in blocks:
+        x1 = x1 + block.attention_branch(x2, mask)
+        x2 = x2 + block.feed_forward_branch(x1, mask)
+    return x1, x2
+
+
+def _autocast_state(device_type: str) -> tuple | None:
+    """The autocast settings in force for ``device_type`` (None where autocast does not exist, e.g. meta)."""
+    if not torch.amp.is_autocast_available(device_type):
+        return None
+    return device_type, torch.get_autocast_dtype(device_type), torch.is_autocast_enabled(device_type)
+
+
+class _ReversibleBlocks(torch.autograd.Function):
+    """RevNet coupling through FFT blocks that stores no block activations.
+
+    Forward is :func:`_couple`; only its two outputs and the mask are saved. Backward walks the
+    blocks in reverse, recovers each block's inputs from its outputs (``x2 = y2 - G(y1)``,
+    ``x1 = y1 - F(x2)``) and back-propagates through F and G rebuilt on them (Gomez et al. 2017).
+
+    ``params`` are every parameter of ``blocks``, passed so autograd routes their gradients through
+    this function; frozen ones (``requires_grad=False``) get none. Anything else F or G differentiate
+    (a tensor reached other than as a parameter of the block) would silently get no gradient.
+    """
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, mask: torch.Tensor, blocks: tuple[FFTBlock, ...],
+                *params: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        x1, x2 = _couple(blocks, x, mask)
+        ctx.blocks = blocks
+        # Backward must rebuild F and G in the precision forward used, or the recovered inputs
+        # drift from the true ones; the engine does not carry the caller's autocast state over.
+        ctx.autocast = _autocast_state(x.device.type)
+        ctx.save_for_backward(x1, x2, mask)
+        return x1, x2
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad1: torch.Tensor, grad2: torch.Tensor):
+        y1, y2, mask = ctx.saved_tensors
+        needs_param_grad = ctx.needs_input_grad[3:]
+        param_grads: list[torch.Tensor | None] = [None] * len(needs_param_grad)
+        end = len(needs_param_grad)
+        for block in reversed(ctx.blocks):
+            block_params = list(block.parameters())
+            start = end - len(block_params)
+            wanted = [i for i in range(start, end) if needs_param_grad[i]]
+            tensors = [block_params[i - start] for i in wanted]
+            g, grad_y1, g_grads = _branch_backward(block.feed_forward_branch, y1, mask, grad2, tensors,
+                                                   ctx.autocast)
+            x2 = y2 - g
+            grad1 = grad1 + grad_y1          # y1 reached the loss directly and through y2 = x2 + G(y1)
+            f, grad_x2, f_grads = _branch_backward(block.attention_branch, x2, mask, grad1, tensors,
+                                                   ctx.autocast)
+            x1 = y1 - f
+            grad2 = grad2 + grad_x2          # x2 reached y2 directly and y1 through F
+            for i, *grads in zip(wanted, g_grads, f_grads):
+                for grad in grads:
+                    if grad is not None:
+                        param_grads[i] = grad if param_grads[i] is None else param_grads[i] + grad
+            y1, y2, end = x1, x2, start
+        grad_x = grad1 + grad2 if ctx.needs_input_grad[0] else None
+        return (grad_x, None, None, *param_grads)
+
+
+def _branch_backward(branch, inputs: torch.Tensor, mask: torch.Tensor, grad_out: torch.Tensor,
+                     tensors: list[torch.Tensor], autocast: tuple | None):
+    """Rebuild ``out = branch(inputs, mask)`` and back-propagate ``grad_out`` through it.
+
+    Returns (out detached, grad w.r.t. inputs, grads w.r.t. ``tensors`` (None where unused)).
+    """
+    precision = nullcontext() if autocast is None else \
+        torch.autocast(autocast[0], dtype=autocast[1], enabled=autocast[2])
+    with torch.enable_grad(), precision:
+        inputs = inputs.detach().requires_grad_(True)
+        out = branch(inputs, mask)
+    grad_in, *grads = torch.autograd.grad(out, (inputs, *tensors), grad_out, allow_unused=True)
+    return out.detach(), grad_in, grads
+
 
 class TransformerStack(nn.Module):
-    """Sinusoidal positions + FFT blocks + final norm. ``[batch, time, dim]`` in and out."""
+    """Sinusoidal positions + FFT blocks + final norm. ``[batch, time, dim]`` in and out.
+
+    Two ways to spend compute on saving activation memory in training:
+
+    * ``gradient_checkpointing`` (attribute, default False; neither config nor checkpoint): each
+      block runs under ``torch.utils.checkpoint`` while grad is enabled, so only block inputs are
+      stored and every block's forward runs again in backward: ~one extra forward of each block per
+      step (~25-35% slower). Same function, same gradients; dropout RNG is replayed.
+    * ``config.reversible``: the blocks form a reversible stack (see :class:`_ReversibleBlocks`):
+      ``(x1, x2) = (x, x)``, per block ``y1 = x1 + F(x2)``, ``y2 = x2 + G(y1)`` with F / G the
+      block's attention / feed-forward sub-layers, output ``norm((y1 + y2) / 2)``. Block activations
+      are recomputed from the outputs in backward, so their memory is O(1) in depth, for about the
+      cost of checkpointing. A different function from the plain stack: only for bases trained with
+      it. Needs dropout 0 (the config refuses otherwise); ``gradient_checkpointing`` is ignored.
+      Inputs are recovered by subtraction, so in float32 gradients match plain autograd only to
+      rounding (exactly, to float64 rounding, in float64).
+
+    Both recompute in backward: module state read in forward (an active adapter, per-sample
+    routing) must not change between a forward and its backward.
+    """
 
     def __init__(self, config: AcousticConfig, n_layers: int):
         super().__init__()
@@ -107,14 +230,28 @@ class TransformerStack(nn.Module):
                              persistent=False)
         self.layers = nn.ModuleList(FFTBlock(config) for _ in range(n_layers))
         self.norm = nn.LayerNorm(config.d_model)
+        self.reversible = config.reversible
+        self.gradient_checkpointing = False
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         if x.shape[1] > self.positions.shape[0]:
             raise ValueError(f"sequence of {x.shape[1]} steps exceeds max_positions "
                              f"({self.positions.shape[0]})")
         x = x + self.positions[: x.shape[1]].to(x.dtype)
-        for layer in self.layers:
-            x = layer(x, mask)
+        if self.reversible and len(self.layers):
+            blocks = tuple(self.layers)
+            if torch.is_grad_enabled():
+                params = (p for block in blocks for p in block.parameters())
+                y1, y2 = _ReversibleBlocks.apply(x, mask, blocks, *params)
+            else:
+                y1, y2 = _couple(blocks, x, mask)
+            x = (y1 + y2) / 2
+        else:
+            for layer in self.layers:
+                if self.gradient_checkpointing and torch.is_grad_enabled():
+                    x = checkpoint(layer, x, mask, use_reentrant=False)
+                else:
+                    x = layer(x, mask)
         return self.norm(x) * mask.unsqueeze(-1).to(x.dtype)
 
 
@@ -266,7 +403,9 @@ class AcousticModel(nn.Module):
         frame_mask = lengths_to_mask(frame_lengths, mel.shape[1])
         speaker = self.speaker_condition(speaker_ids, speaker_vectors)
         h, prior_token = self.encode(phonemes, text_mask, speaker)
-        with torch.no_grad():
+        # The search compares log-likelihoods summed over 80 mels: in float32 even under a bf16
+        # autocast, whose 8-bit mantissa would blur which token explains a frame best.
+        with torch.no_grad(), torch.autocast(mel.device.type, enabled=False):
             log_prob = self.alignment_log_prob(prior_token.detach().float(), mel.float())
             if alignment_prior_weight > 0:
                 log_prob = log_prob + alignment_prior_weight * beta_binomial_log_prior(

@@ -30,6 +30,11 @@ class AcousticConfig:
     use_pitch: bool = False         # optional phoneme-level pitch predictor (needs F0 targets)
     use_energy: bool = False        # optional phoneme-level energy predictor
     max_positions: int = 4096       # longest sequence the sinusoidal positions cover
+    reversible: bool = False        # reversible (RevNet) coupling of each stack's blocks: block
+                                    # activations are recomputed in backward instead of stored
+                                    # (O(1) in depth, ~one extra forward per step). A different
+                                    # function from the plain blocks: set it before pretraining; a
+                                    # base trained without it cannot be switched. Needs dropout 0.
 
     def __post_init__(self) -> None:
         if self.d_model % self.n_heads:
@@ -43,12 +48,17 @@ class AcousticConfig:
                 raise ValueError(f"AcousticConfig.{name} must be odd (same-length convolutions), got {getattr(self, name)}")
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"AcousticConfig.dropout must be in [0, 1), got {self.dropout}")
+        if self.reversible and self.dropout > 0:
+            # Backward recomputes each block from its outputs; dropout would need its RNG replayed
+            # exactly, which the reversible stack does not do.
+            raise ValueError(f"AcousticConfig.reversible needs dropout 0 (dropout RNG is not replayed "
+                             f"when blocks are recomputed in backward), got dropout {self.dropout}")
 
     def to_dict(self) -> dict:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict) -> "AcousticConfig":
+    def from_dict(cls, data: dict) -> AcousticConfig:
         known = {f.name for f in fields(cls)}
         unknown = set(data) - known
         if unknown:

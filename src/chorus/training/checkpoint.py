@@ -12,13 +12,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 from safetensors.torch import load_file, save_file
 
+from chorus.atomic import atomic_write_folder
 from chorus.audio.mel import MelConfig
 from chorus.models.acoustic import AcousticModel, build_model
 from chorus.models.config import AcousticConfig
@@ -42,6 +42,7 @@ class ModelBundle:
     speakers: list[str]
     default_speaker: str
     info: dict = field(default_factory=dict)   # provenance: data, steps, wall time ...
+    weights_sha256: str = ""                    # of model.safetensors when loaded from disk; voices record it
 
     def speaker_index(self, name: str) -> int:
         try:
@@ -62,20 +63,6 @@ def file_sha256(path: str | Path) -> str:
         for block in iter(lambda: handle.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
-
-
-def _write_folder_atomically(folder: Path, write) -> None:
-    folder = Path(folder)
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    temp = folder.with_name(f".{folder.name}.tmp-{os.getpid()}")
-    shutil.rmtree(temp, ignore_errors=True)
-    temp.mkdir()
-    write(temp)
-    old = folder.with_name(f".{folder.name}.old-{os.getpid()}")
-    if folder.exists():
-        os.replace(folder, old)
-    os.replace(temp, folder)
-    shutil.rmtree(old, ignore_errors=True)
 
 
 def recover_interrupted_write(folder: str | Path) -> None:
@@ -99,7 +86,7 @@ def save_bundle(bundle: ModelBundle, folder: str | Path, training_state: dict | 
             tensors, meta = training_state["tensors"], training_state["meta"]
             save_file(tensors, str(temp / "training_state.safetensors"))
             (temp / "training_state.json").write_text(json.dumps(meta, indent=1))
-    _write_folder_atomically(Path(folder), write)
+    atomic_write_folder(Path(folder), write)
 
 
 def load_bundle(folder: str | Path, device: str | torch.device = "cpu") -> ModelBundle:
@@ -138,7 +125,8 @@ def load_bundle(folder: str | Path, device: str | torch.device = "cpu") -> Model
         raise CheckpointError(f"{weights_path}: weights do not match the config "
                               f"(missing {missing[:5]}, unexpected {unexpected[:5]})")
     model.eval()
-    return ModelBundle(model, front_end, mel_config, speakers, default_speaker, config.get("info", {}))
+    return ModelBundle(model, front_end, mel_config, speakers, default_speaker, config.get("info", {}),
+                       file_sha256(weights_path))
 
 
 def pack_optimizer(optimizer: torch.optim.Optimizer) -> tuple[dict[str, torch.Tensor], dict]:

@@ -1,0 +1,52 @@
+"""BitFit (Ben Zaken et al., 2022): learn only the biases.
+
+The learned biases are kept as per-voice deltas beside the frozen ones (zero at first), so base
+voices stay bit-identical and many voices can share one model; merging adds them in.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from chorus.adapters.layer import AdapterLayer, innermost
+from chorus.adapters.registry import Method, MethodConfig, register
+
+
+@dataclass
+class BitFitConfig(MethodConfig):
+    method = "bitfit"
+
+
+class BiasDelta(AdapterLayer):
+    method = "bitfit"
+    adapter_attributes = ("bias_delta",)
+    mergeable = True
+
+    def __init__(self, base_layer: nn.Module):
+        super().__init__(base_layer)
+        self.bias_delta = nn.ParameterDict()
+        self.axis = 1 if isinstance(innermost(base_layer), nn.Conv1d) else -1
+
+    @classmethod
+    def can_wrap(cls, layer: nn.Module) -> bool:
+        return getattr(layer, "bias", None) is not None
+
+    def add(self, name: str, config: BitFitConfig) -> None:
+        base = innermost(self)
+        self.configs[name] = config
+        self.bias_delta[name] = nn.Parameter(torch.zeros_like(base.bias))
+
+    def forward_with(self, name, x, *args, **kwargs):
+        """Same shapes as the wrapped layer; the bias is added on its output-feature axis."""
+        delta = self.bias_delta[name]
+        return self.base_layer(x, *args, **kwargs) + (delta[:, None] if self.axis == 1 else delta)
+
+    def merged_base_tensors(self, name):
+        return {"bias": innermost(self).bias + self.bias_delta[name]}
+
+
+register(Method("bitfit", BitFitConfig, ((nn.Linear, BiasDelta), (nn.Conv1d, BiasDelta), (nn.LayerNorm, BiasDelta)),
+                learning_rate=3e-3, summary="per-voice deltas of every bias"))

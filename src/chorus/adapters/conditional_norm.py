@@ -1,0 +1,56 @@
+"""Conditional layer norm (AdaSpeech, Chen et al., 2021): per-voice scale and bias of each LayerNorm.
+
+AdaSpeech predicts the scale and bias from a speaker embedding with small linear layers; for one
+voice that prediction is a constant, so a voice here stores the two vectors directly (as deltas on
+the base norm's weight and bias, zero at first). Linear in the normalized input, so mergeable.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from chorus.adapters.layer import AdapterLayer, innermost
+from chorus.adapters.registry import Method, MethodConfig, register
+
+
+@dataclass
+class ConditionalNormConfig(MethodConfig):
+    method = "cln"
+    targets: str | list[str] = field(default_factory=lambda: ["norm1", "norm2", "norm"])
+
+
+class ConditionalLayerNorm(AdapterLayer):
+    method = "cln"
+    adapter_attributes = ("norm_scale", "norm_shift")
+    mergeable = True
+
+    def __init__(self, base_layer: nn.Module):
+        super().__init__(base_layer)
+        self.norm_scale = nn.ParameterDict()
+        self.norm_shift = nn.ParameterDict()
+
+    def add(self, name: str, config: ConditionalNormConfig) -> None:
+        base = innermost(self)
+        if base.weight is None or base.bias is None:
+            raise TypeError("conditional layer norm needs a LayerNorm with elementwise_affine=True and a bias")
+        self.configs[name] = config
+        self.norm_scale[name] = nn.Parameter(torch.zeros_like(base.weight))
+        self.norm_shift[name] = nn.Parameter(torch.zeros_like(base.bias))
+
+    def forward_with(self, name, x: torch.Tensor) -> torch.Tensor:
+        """x ``[..., dim]`` -> ``[..., dim]``: base(x) + normalized(x) * scale + shift."""
+        base = innermost(self)
+        normalized = F.layer_norm(x, base.normalized_shape, None, None, base.eps)
+        return self.base_layer(x) + normalized * self.norm_scale[name] + self.norm_shift[name]
+
+    def merged_base_tensors(self, name):
+        base = innermost(self)
+        return {"weight": base.weight + self.norm_scale[name], "bias": base.bias + self.norm_shift[name]}
+
+
+register(Method("cln", ConditionalNormConfig, ((nn.LayerNorm, ConditionalLayerNorm),), learning_rate=3e-3,
+                summary="per-voice scale and bias of every layer norm (AdaSpeech)"))

@@ -1,0 +1,217 @@
+"""The wrapped layer every adapter method builds on: a base layer plus adapters keyed by name.
+
+A wrapper replaces one module of the model (``encoder.layers.0.attn.q_proj`` becomes a wrapper whose
+``base_layer`` is the original ``nn.Linear``). Each adapter (a voice) added to it keeps its tensors
+under its own name, so many voices can live in one model; one of them, or none, is *active*.
+
+Two ways to choose the adapter per forward:
+
+* ``active``: one name for the whole batch (or None for the base alone);
+* ``routing``: one name per sample, ``BASE`` for "no adapter". This is the slow, obviously-correct
+  reference path (it runs the layer once per distinct name on that name's rows); batched banks
+  are tested against it.
+
+Wrappers may nest when several methods target the same module (BitFit around LoRA around a Linear);
+the innermost module is the original layer, reached through :func:`innermost`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+import torch
+from torch import nn
+
+BASE = "__base__"   # routing name meaning "this sample uses no adapter"
+
+
+class AdapterLayer(nn.Module):
+    """Base class of all wrappers. Subclasses define ``method``, ``add`` and ``forward_with``.
+
+    ``adapter_attributes`` names the ``ModuleDict``/``ParameterDict`` attributes that hold
+    per-adapter tensors (keyed by adapter name); saving, loading, freezing and removal use it.
+    """
+
+    method: str = ""
+    adapter_attributes: tuple[str, ...] = ()
+    mergeable: bool = False
+    innermost_only: bool = False   # True for wrappers that recompute the layer (must sit next to it)
+
+    def __init__(self, base_layer: nn.Module):
+        super().__init__()
+        self.base_layer = base_layer
+        self.active: str | None = None
+        self.routing: Sequence[str] | None = None
+        self.merged: str | None = None
+        self._saved_base: dict[str, torch.Tensor] = {}   # exact base tensors while an adapter is merged
+        self.configs: dict[str, object] = {}
+
+    # -- per-method hooks ----------------------------------------------------------------------
+    @classmethod
+    def can_wrap(cls, layer: nn.Module) -> bool:
+        """Whether this wrapper fits ``layer`` beyond its type (e.g. BitFit needs a bias)."""
+        return True
+
+    def add(self, name: str, config) -> None:
+        """Create adapter ``name``'s tensors from its method config (initialized as a no-op where
+        the method allows, so a fresh adapter leaves the output unchanged)."""
+        raise NotImplementedError
+
+    def forward_with(self, name: str, *args, **kwargs):
+        """The layer's output with adapter ``name`` applied."""
+        raise NotImplementedError
+
+    def merged_base_tensors(self, name: str) -> dict[str, torch.Tensor]:
+        """For mergeable methods: new values of the innermost layer's tensors with ``name`` folded in."""
+        raise ValueError(f"{self.method} adapters cannot be merged into the base weights "
+                         "(their effect is not a change of the base layer's tensors)")
+
+    # -- bookkeeping ---------------------------------------------------------------------------
+    def names(self) -> list[str]:
+        return list(self.configs)
+
+    def _containers(self) -> Iterator[nn.ModuleDict | nn.ParameterDict]:
+        for attribute in self.adapter_attributes:
+            yield getattr(self, attribute)
+
+    def adapter_parameters(self, name: str) -> list[nn.Parameter]:
+        params = []
+        for container in self._containers():
+            if name in container:
+                entry = container[name]
+                params += list(entry.parameters()) if isinstance(entry, nn.Module) else [entry]
+        return params
+
+    def adapter_state(self, name: str) -> dict[str, torch.Tensor]:
+        """Adapter ``name``'s tensors, keyed relative to this layer without the adapter name
+        (``lora_A.weight``, ``lora_embedding_A``), as PEFT saves them."""
+        state = {}
+        for attribute in self.adapter_attributes:
+            container = getattr(self, attribute)
+            if name not in container:
+                continue
+            entry = container[name]
+            if isinstance(entry, nn.Module):
+                for key, value in entry.state_dict().items():
+                    state[f"{attribute}.{key}"] = value
+            else:
+                state[attribute] = entry.data
+        return state
+
+    def load_adapter_state(self, name: str, state: dict[str, torch.Tensor]) -> None:
+        """Copy tensors saved by :meth:`adapter_state` into adapter ``name`` (shapes must match)."""
+        own = self.adapter_state(name)
+        missing, unexpected = set(own) - set(state), set(state) - set(own)
+        if missing or unexpected:
+            raise ValueError(f"{self.method} adapter tensors do not match: missing {sorted(missing)}, "
+                             f"unexpected {sorted(unexpected)}")
+        with torch.no_grad():
+            for key, value in state.items():
+                if own[key].shape != value.shape:
+                    raise ValueError(f"{key}: shape {tuple(value.shape)} does not fit {tuple(own[key].shape)} "
+                                     "(the adapter was made for another base model)")
+                own[key].copy_(value)
+
+    def remove(self, name: str) -> None:
+        if self.merged == name:
+            self.unmerge()
+        for container in self._containers():
+            if name in container:
+                del container[name]
+        self.configs.pop(name, None)
+        if self.active == name:
+            self.active = None
+
+    # -- merge ---------------------------------------------------------------------------------
+    def merge(self, name: str) -> None:
+        """Fold adapter ``name`` into the base layer's tensors (a fast path when one voice is served).
+
+        The exact base tensors are kept aside so :meth:`unmerge` restores them bit for bit.
+        """
+        if self.merged is not None:
+            raise ValueError(f"adapter {self.merged!r} is already merged; unmerge it first")
+        if name not in self.configs:
+            raise KeyError(f"no adapter {name!r} in this layer")
+        new_values = self.merged_base_tensors(name)
+        target = innermost(self)
+        with torch.no_grad():
+            for key, value in new_values.items():
+                tensor = getattr(target, key)
+                self._saved_base[key] = tensor.detach().clone()
+                tensor.copy_(value)
+        self.merged = name
+
+    def unmerge(self) -> None:
+        if self.merged is None:
+            return
+        target = innermost(self)
+        with torch.no_grad():
+            for key, value in self._saved_base.items():
+                getattr(target, key).copy_(value)
+        self._saved_base.clear()
+        self.merged = None
+
+    # -- forward -------------------------------------------------------------------------------
+    def forward(self, *args, **kwargs):
+        if self.routing is not None:
+            return self._routed_forward(*args, **kwargs)
+        name = self.active
+        if self.merged is not None:
+            if name != self.merged:
+                raise RuntimeError(f"adapter {self.merged!r} is merged into the base weights; unmerge it "
+                                   f"before using {name or 'the base'!r}")
+            return self.base_layer(*args, **kwargs)
+        if name is None or name not in self.configs:   # a voice may leave this layer alone
+            return self.base_layer(*args, **kwargs)
+        return self.forward_with(name, *args, **kwargs)
+
+    def _routed_forward(self, *args, **kwargs):
+        """Reference path: each distinct name runs on its own rows; rows come back in order."""
+        if self.merged is not None:
+            raise RuntimeError("per-sample routing needs unmerged adapters")
+        routing = list(self.routing)
+        batch = len(routing)
+        output = None
+        for name in dict.fromkeys(routing):
+            rows = torch.tensor([i for i, n in enumerate(routing) if n == name], dtype=torch.long)
+            sub_args = [_rows(a, rows, batch) for a in args]
+            sub_kwargs = {k: _rows(v, rows, batch) for k, v in kwargs.items()}
+            # Wrappers inside this one (nested methods, adapted sub-layers) see only these rows:
+            # they run with this group's adapter instead of routing a second time.
+            inner = [m for m in self.base_layer.modules() if isinstance(m, AdapterLayer)]
+            saved = [(m.routing, m.active) for m in inner]
+            for module in inner:
+                module.routing, module.active = None, (None if name == BASE else name)
+            try:
+                if name not in self.configs:   # BASE, or a voice that did not adapt this layer
+                    part = self.base_layer(*sub_args, **sub_kwargs)
+                else:
+                    part = self.forward_with(name, *sub_args, **sub_kwargs)
+            finally:
+                for module, (routing_before, active_before) in zip(inner, saved):
+                    module.routing, module.active = routing_before, active_before
+            if output is None:
+                output = part.new_empty((batch, *part.shape[1:]))
+            output[rows.to(part.device)] = part
+        return output
+
+
+def _rows(value, rows: torch.Tensor, batch: int):
+    """Select ``rows`` of batch-first tensors; anything else passes through."""
+    if torch.is_tensor(value) and value.dim() > 0 and value.shape[0] == batch:
+        return value[rows.to(value.device)]
+    return value
+
+
+def innermost(module: nn.Module) -> nn.Module:
+    """The original layer under any number of nested wrappers."""
+    while isinstance(module, AdapterLayer):
+        module = module.base_layer
+    return module
+
+
+def wrappers_of(module: nn.Module) -> Iterator[AdapterLayer]:
+    """The wrappers of one module, outermost first."""
+    while isinstance(module, AdapterLayer):
+        yield module
+        module = module.base_layer

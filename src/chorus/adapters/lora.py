@@ -1,0 +1,154 @@
+"""LoRA (Hu et al., 2021): a low-rank update ``W + (alpha / r) * B @ A`` learned beside frozen weights.
+
+Tensors are laid out exactly as PEFT lays them out (``lora_A``/``lora_B`` sub-layers for Linear and
+Conv1d, ``lora_embedding_A``/``lora_embedding_B`` parameters for Embedding; A random, B zero, so a
+fresh adapter is a no-op), which is what lets PEFT and Chorus load each other's LoRA files.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from chorus.adapters.layer import AdapterLayer, innermost
+from chorus.adapters.registry import Method, MethodConfig, register
+
+# The attention projections of encoder and decoder: at rank 4 about 1% of the shipped base's size.
+DEFAULT_TARGETS = ["q_proj", "k_proj", "v_proj", "out_proj"]
+
+
+@dataclass
+class LoraConfig(MethodConfig):
+    """r: rank of the update; alpha: its scale (update = alpha / r * B @ A, or alpha / sqrt(r) with
+    ``use_rslora``). Default targets: the attention projections (add ``conv1``/``conv2`` for the
+    feed-forward and predictor convolutions)."""
+
+    method = "lora"
+    targets: str | list[str] = field(default_factory=lambda: list(DEFAULT_TARGETS))
+    r: int = 4
+    alpha: float = 8.0
+    use_rslora: bool = False
+
+    def __post_init__(self) -> None:
+        if self.r <= 0:
+            raise ValueError(f"LoRA rank r must be positive, got {self.r}")
+
+    @property
+    def scaling(self) -> float:
+        return self.alpha / (math.sqrt(self.r) if self.use_rslora else self.r)
+
+
+class _LoraLayer(AdapterLayer):
+    method = "lora"
+    mergeable = True
+
+    def __init__(self, base_layer: nn.Module):
+        super().__init__(base_layer)
+        self.scaling: dict[str, float] = {}
+
+    def add(self, name: str, config: LoraConfig) -> None:
+        self.configs[name] = config
+        self.scaling[name] = config.scaling
+        weight = innermost(self).weight
+        self._create(name, config.r, weight.device, weight.dtype)
+
+    def _create(self, name: str, r: int, device, dtype) -> None:
+        raise NotImplementedError
+
+    def merged_base_tensors(self, name: str) -> dict[str, torch.Tensor]:
+        weight = innermost(self).weight
+        return {"weight": weight + self.delta_weight(name).to(weight.dtype)}
+
+    def delta_weight(self, name: str) -> torch.Tensor:
+        raise NotImplementedError
+
+    def remove(self, name: str) -> None:
+        super().remove(name)
+        self.scaling.pop(name, None)
+
+
+class LoraLinear(_LoraLayer):
+    adapter_attributes = ("lora_A", "lora_B")
+
+    def __init__(self, base_layer: nn.Module):
+        super().__init__(base_layer)
+        self.lora_A = nn.ModuleDict()
+        self.lora_B = nn.ModuleDict()
+
+    def _create(self, name, r, device, dtype):
+        base = innermost(self)
+        self.lora_A[name] = nn.Linear(base.in_features, r, bias=False, device=device, dtype=dtype)
+        self.lora_B[name] = nn.Linear(r, base.out_features, bias=False, device=device, dtype=dtype)
+        nn.init.kaiming_uniform_(self.lora_A[name].weight, a=math.sqrt(5))
+        nn.init.zeros_(self.lora_B[name].weight)
+
+    def forward_with(self, name, x, *args, **kwargs):
+        """x ``[..., in]`` -> ``[..., out]``."""
+        return self.base_layer(x, *args, **kwargs) + self.lora_B[name](self.lora_A[name](x)) * self.scaling[name]
+
+    def delta_weight(self, name):
+        return self.lora_B[name].weight @ self.lora_A[name].weight * self.scaling[name]
+
+
+class LoraConv1d(_LoraLayer):
+    """A is a convolution with the base layer's kernel; B mixes channels (kernel 1), as in PEFT."""
+
+    adapter_attributes = ("lora_A", "lora_B")
+
+    def __init__(self, base_layer: nn.Module):
+        super().__init__(base_layer)
+        self.lora_A = nn.ModuleDict()
+        self.lora_B = nn.ModuleDict()
+
+    def _create(self, name, r, device, dtype):
+        base = innermost(self)
+        if base.groups != 1:
+            raise TypeError("LoRA supports Conv1d with groups=1 only")
+        self.lora_A[name] = nn.Conv1d(base.in_channels, r, base.kernel_size, base.stride, base.padding,
+                                      base.dilation, bias=False, device=device, dtype=dtype)
+        self.lora_B[name] = nn.Conv1d(r, base.out_channels, 1, bias=False, device=device, dtype=dtype)
+        nn.init.kaiming_uniform_(self.lora_A[name].weight, a=math.sqrt(5))
+        nn.init.zeros_(self.lora_B[name].weight)
+
+    def forward_with(self, name, x, *args, **kwargs):
+        """x ``[batch, in, time]`` -> ``[batch, out, time]``."""
+        return self.base_layer(x, *args, **kwargs) + self.lora_B[name](self.lora_A[name](x)) * self.scaling[name]
+
+    def delta_weight(self, name):
+        # [out, r, 1] composed with [r, in, k] -> [out, in, k]
+        return torch.einsum("or,rik->oik", self.lora_B[name].weight[:, :, 0], self.lora_A[name].weight) \
+            * self.scaling[name]
+
+
+class LoraEmbedding(_LoraLayer):
+    """A is ``[r, num_embeddings]`` (zero), B is ``[embedding_dim, r]`` (random), as in PEFT."""
+
+    adapter_attributes = ("lora_embedding_A", "lora_embedding_B")
+
+    def __init__(self, base_layer: nn.Module):
+        super().__init__(base_layer)
+        self.lora_embedding_A = nn.ParameterDict()
+        self.lora_embedding_B = nn.ParameterDict()
+
+    def _create(self, name, r, device, dtype):
+        base = innermost(self)
+        self.lora_embedding_A[name] = nn.Parameter(torch.zeros(r, base.num_embeddings, device=device, dtype=dtype))
+        self.lora_embedding_B[name] = nn.Parameter(torch.randn(base.embedding_dim, r, device=device, dtype=dtype))
+
+    def forward_with(self, name, ids, *args, **kwargs):
+        """ids ``[...]`` -> ``[..., embedding_dim]``."""
+        base = innermost(self)
+        looked_up = F.embedding(ids, self.lora_embedding_A[name].T, base.padding_idx, base.max_norm,
+                                base.norm_type, base.scale_grad_by_freq, base.sparse)
+        return self.base_layer(ids, *args, **kwargs) + looked_up @ self.lora_embedding_B[name].T * self.scaling[name]
+
+    def delta_weight(self, name):
+        return (self.lora_embedding_B[name] @ self.lora_embedding_A[name]).T * self.scaling[name]
+
+
+register(Method("lora", LoraConfig, ((nn.Linear, LoraLinear), (nn.Conv1d, LoraConv1d), (nn.Embedding, LoraEmbedding)),
+                learning_rate=2e-3, summary="low-rank updates of attention and feed-forward weights"))

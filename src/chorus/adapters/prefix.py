@@ -1,0 +1,71 @@
+"""Prefix tuning (Li & Liang, 2021): learned key/value vectors prepended inside self-attention.
+
+Every query may attend to ``n_prefix`` extra key/value pairs that belong to the voice; the base
+projections stay frozen. Keys start small and random, values at zero, so a fresh prefix only shifts
+a little attention mass onto nothing (not an exact no-op: the softmax is renormalized). Not mergeable.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from chorus.adapters.layer import AdapterLayer, innermost
+from chorus.adapters.registry import Method, MethodConfig, register
+from chorus.models.acoustic import MultiHeadAttention
+
+
+@dataclass
+class PrefixConfig(MethodConfig):
+    """n_prefix: key/value pairs per attention layer."""
+
+    method = "prefix"
+    targets: str | list[str] = field(default_factory=lambda: ["attn"])
+    n_prefix: int = 8
+
+    def __post_init__(self) -> None:
+        if self.n_prefix <= 0:
+            raise ValueError(f"n_prefix must be positive, got {self.n_prefix}")
+
+
+class PrefixAttention(AdapterLayer):
+    """Wraps :class:`~chorus.models.acoustic.MultiHeadAttention` and recomputes it with prefixes."""
+
+    method = "prefix"
+    adapter_attributes = ("prefix_key", "prefix_value")
+    innermost_only = True
+
+    def __init__(self, base_layer: MultiHeadAttention):
+        super().__init__(base_layer)
+        self.prefix_key = nn.ParameterDict()
+        self.prefix_value = nn.ParameterDict()
+
+    def add(self, name: str, config: PrefixConfig) -> None:
+        self.configs[name] = config
+        weight = innermost(self.base_layer.q_proj).weight
+        dim = weight.shape[0]
+        self.prefix_key[name] = nn.Parameter(0.02 * torch.randn(config.n_prefix, dim, device=weight.device,
+                                                                dtype=weight.dtype))
+        self.prefix_value[name] = nn.Parameter(torch.zeros(config.n_prefix, dim, device=weight.device,
+                                                           dtype=weight.dtype))
+
+    def forward_with(self, name, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """x ``[batch, time, dim]``, mask ``[batch, time]`` -> ``[batch, time, dim]``."""
+        attention = self.base_layer
+        batch = x.shape[0]
+        prefix_k = self.prefix_key[name].unsqueeze(0).expand(batch, -1, -1)
+        prefix_v = self.prefix_value[name].unsqueeze(0).expand(batch, -1, -1)
+        q = attention._heads(attention.q_proj(x))
+        k = attention._heads(torch.cat([prefix_k.to(x.dtype), attention.k_proj(x)], dim=1))
+        v = attention._heads(torch.cat([prefix_v.to(x.dtype), attention.v_proj(x)], dim=1))
+        full_mask = torch.cat([mask.new_ones(batch, prefix_k.shape[1]), mask], dim=1)[:, None, None, :]
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=full_mask,
+                                             dropout_p=attention.dropout if self.training else 0.0)
+        return attention.out_proj(out.transpose(1, 2).reshape(x.shape))
+
+
+register(Method("prefix", PrefixConfig, ((MultiHeadAttention, PrefixAttention),), learning_rate=5e-3,
+                summary="learned key/value prefixes in every self-attention"))

@@ -1,0 +1,79 @@
+"""Residual bottleneck adapters (Houlsby et al., 2019): ``y + up(relu(down(y)))`` after a sub-layer.
+
+Placed after attention and feed-forward blocks of the encoder and decoder and inside the variance
+predictors. ``up`` starts at zero, so a fresh adapter is a no-op. Nonlinear, so never merged.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from chorus.adapters.layer import AdapterLayer, innermost
+from chorus.adapters.registry import Method, MethodConfig, register
+from chorus.models.acoustic import ConvFeedForward, MultiHeadAttention
+
+DEFAULT_TARGETS = ["attn", "ff", "duration_predictor.norm2", "pitch.predictor.norm2", "energy.predictor.norm2"]
+
+
+@dataclass
+class ResidualAdapterConfig(MethodConfig):
+    """bottleneck: hidden width of each adapter."""
+
+    method = "residual"
+    targets: str | list[str] = field(default_factory=lambda: list(DEFAULT_TARGETS))
+    bottleneck: int = 16
+
+    def __post_init__(self) -> None:
+        if self.bottleneck <= 0:
+            raise ValueError(f"bottleneck must be positive, got {self.bottleneck}")
+
+
+def output_features(layer: nn.Module) -> tuple[int, int]:
+    """(feature size, feature axis) of a supported layer's output."""
+    if isinstance(layer, nn.Conv1d):
+        return layer.out_channels, 1
+    if isinstance(layer, nn.Linear):
+        return layer.out_features, -1
+    if isinstance(layer, nn.LayerNorm):
+        return layer.normalized_shape[-1], -1
+    if isinstance(layer, MultiHeadAttention):
+        return innermost(layer.out_proj).out_features, -1
+    if isinstance(layer, ConvFeedForward):
+        return innermost(layer.conv2).out_channels, -1
+    raise TypeError(f"no known output size for {type(layer).__name__}")
+
+
+class ResidualAdapter(AdapterLayer):
+    method = "residual"
+    adapter_attributes = ("adapter_down", "adapter_up")
+
+    def __init__(self, base_layer: nn.Module):
+        super().__init__(base_layer)
+        self.adapter_down = nn.ModuleDict()
+        self.adapter_up = nn.ModuleDict()
+        self.features, self.axis = output_features(innermost(base_layer))
+
+    def add(self, name: str, config: ResidualAdapterConfig) -> None:
+        self.configs[name] = config
+        reference = next(innermost(self).parameters())
+        kwargs = dict(device=reference.device, dtype=reference.dtype)
+        self.adapter_down[name] = nn.Linear(self.features, config.bottleneck, **kwargs)
+        self.adapter_up[name] = nn.Linear(config.bottleneck, self.features, **kwargs)
+        nn.init.zeros_(self.adapter_up[name].weight)
+        nn.init.zeros_(self.adapter_up[name].bias)
+
+    def forward_with(self, name, *args, **kwargs):
+        """Same shapes as the wrapped layer; features on the last axis (channels for Conv1d)."""
+        y = self.base_layer(*args, **kwargs)
+        h = y.transpose(1, -1) if self.axis == 1 else y
+        h = h + self.adapter_up[name](torch.relu(self.adapter_down[name](h)))
+        return h.transpose(1, -1) if self.axis == 1 else h
+
+
+register(Method("residual", ResidualAdapterConfig,
+                tuple((t, ResidualAdapter) for t in (MultiHeadAttention, ConvFeedForward, nn.Linear, nn.Conv1d,
+                                                     nn.LayerNorm)),
+                learning_rate=2e-3, summary="bottleneck adapters after attention, feed-forward and predictors"))

@@ -1,0 +1,95 @@
+"""Speaker projection: a new voice as one learned speaker vector (and optionally a projection update).
+
+The base model conditions every layer on ``speaker_proj(speaker vector)``. A voice adapted this way
+replaces the embedding-table lookup by its own vector (``speaker_dim`` numbers, 64 in the shipped
+base); with ``train_projection`` it also learns a full-rank delta of ``speaker_proj``. Every Chorus
+voice carries such a vector (it is the voice's conditioning); with other methods it stays fixed at
+its starting value (``train_vector=False``), the closest base voice.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from chorus.adapters.layer import AdapterLayer, innermost
+from chorus.adapters.registry import Method, MethodConfig, register
+
+
+@dataclass
+class SpeakerConfig(MethodConfig):
+    """train_vector: learn the voice's speaker vector; train_projection: also learn a delta of the
+    projection from speaker vectors to the model width (more capacity, ``speaker_dim x d_model`` more
+    numbers)."""
+
+    method = "speaker"
+    targets: str | list[str] | None = None    # default: the Chorus model's speaker_embedding (+ speaker_proj)
+    train_vector: bool = True
+    train_projection: bool = False
+
+    def __post_init__(self) -> None:
+        if self.targets is None:
+            self.targets = ["speaker_embedding"] + (["speaker_proj"] if self.train_projection else [])
+
+    def trains(self) -> bool:
+        return self.train_vector or self.train_projection
+
+
+class SpeakerVector(AdapterLayer):
+    """Wraps the speaker embedding table: with a voice active, every row gets the voice's vector."""
+
+    method = "speaker"
+    adapter_attributes = ("speaker_vector",)
+
+    def __init__(self, base_layer: nn.Module):
+        super().__init__(base_layer)
+        self.speaker_vector = nn.ParameterDict()
+
+    def add(self, name: str, config: SpeakerConfig) -> None:
+        self.configs[name] = config
+        table = innermost(self).weight
+        # Start from the average voice; trainers may overwrite it with the closest base voice.
+        self.speaker_vector[name] = nn.Parameter(table.detach().mean(0).clone())
+
+    def adapter_parameters(self, name):
+        config = self.configs.get(name)
+        return super().adapter_parameters(name) if config is None or config.train_vector else []
+
+    def forward_with(self, name, ids: torch.Tensor) -> torch.Tensor:
+        """ids ``[batch]`` (ignored) -> ``[batch, speaker_dim]``."""
+        vector = self.speaker_vector[name]
+        return vector.expand(*ids.shape, vector.shape[-1])
+
+
+class ProjectionDelta(AdapterLayer):
+    """A full-rank additive update of a Linear layer (weight and bias), zero at first; mergeable."""
+
+    method = "speaker"
+    adapter_attributes = ("projection_weight_delta", "projection_bias_delta")
+    mergeable = True
+
+    def __init__(self, base_layer: nn.Module):
+        super().__init__(base_layer)
+        self.projection_weight_delta = nn.ParameterDict()
+        self.projection_bias_delta = nn.ParameterDict()
+
+    def add(self, name: str, config: SpeakerConfig) -> None:
+        self.configs[name] = config
+        base = innermost(self)
+        self.projection_weight_delta[name] = nn.Parameter(torch.zeros_like(base.weight))
+        self.projection_bias_delta[name] = nn.Parameter(torch.zeros_like(base.bias))
+
+    def forward_with(self, name, x: torch.Tensor) -> torch.Tensor:
+        """x ``[..., in]`` -> ``[..., out]``."""
+        return self.base_layer(x) + x @ self.projection_weight_delta[name].T + self.projection_bias_delta[name]
+
+    def merged_base_tensors(self, name):
+        base = innermost(self)
+        return {"weight": base.weight + self.projection_weight_delta[name],
+                "bias": base.bias + self.projection_bias_delta[name]}
+
+
+register(Method("speaker", SpeakerConfig, ((nn.Embedding, SpeakerVector), (nn.Linear, ProjectionDelta)),
+                learning_rate=1e-2, summary="a new speaker vector (optionally a projection update)"))

@@ -1,0 +1,194 @@
+"""A voice on disk: a folder that carries everything needed to speak with it on its base model.
+
+    voices/NAME/
+      adapter_config.json        methods and their configs, base model hash, weights checksum;
+                                 for LoRA also PEFT's LoraConfig fields, so `peft` reads it
+      adapter_model.safetensors  tensors keyed as PEFT keys them: base_model.model.<layer>.<tensor>
+      voice_card.json            how it was made: data minutes, training time, metrics
+      README.md                  the same card for people
+
+Loading refuses a voice made for another base model, a file whose checksum does not match, and
+anything that is not safetensors. A PEFT LoRA folder (no Chorus section) loads too.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+from torch import nn
+
+from chorus.adapters.inject import (
+    adapter_names,
+    adapter_state_dict,
+    add_adapter,
+    base_state_dict,
+    load_adapter_state_dict,
+    remove_adapter,
+)
+from chorus.adapters.lora import LoraConfig
+from chorus.adapters.registry import FULL_FINE_TUNING, MethodConfig, config_from_dict
+from chorus.atomic import atomic_write_folder
+from chorus.training.checkpoint import file_sha256
+
+VOICE_FORMAT = "chorus-voice"
+VOICE_FORMAT_VERSION = 1
+PEFT_PREFIX = "base_model.model."
+CONFIG_FILE, WEIGHTS_FILE, CARD_FILE = "adapter_config.json", "adapter_model.safetensors", "voice_card.json"
+
+
+class VoiceError(ValueError):
+    """A voice folder that is missing, corrupted, or made for another base model."""
+
+
+@dataclass
+class VoiceCard:
+    """Provenance and measurements of a voice (``voice_card.json``)."""
+
+    name: str
+    methods: list[str]
+    base_model_sha256: str
+    data_minutes: float = 0.0
+    train_seconds: float = 0.0
+    steps: int = 0
+    trainable_parameters: int = 0
+    metrics: dict = field(default_factory=dict)
+    notes: dict = field(default_factory=dict)
+
+    def to_markdown(self) -> str:
+        lines = [f"# Voice `{self.name}`", "",
+                 f"- methods: {', '.join(self.methods)}",
+                 f"- base model sha256: `{self.base_model_sha256}`",
+                 f"- data: {self.data_minutes:.2f} min; training: {self.steps} steps in {self.train_seconds:.0f} s",
+                 f"- trainable parameters: {self.trainable_parameters:,}"]
+        lines += [f"- {key}: {value}" for key, value in {**self.metrics, **self.notes}.items()]
+        return "\n".join(lines) + "\n"
+
+
+@dataclass
+class Voice:
+    """A voice read from disk: method configs, tensors (canonical keys), card."""
+
+    configs: list[MethodConfig]
+    tensors: dict[str, torch.Tensor]
+    card: VoiceCard | None
+    base_model_sha256: str | None
+    full: bool = False            # full fine-tuning: ``tensors`` are a whole model's weights
+
+    @property
+    def methods(self) -> list[str]:
+        return [FULL_FINE_TUNING] if self.full else [c.method for c in self.configs]
+
+
+def _peft_lora_fields(config: LoraConfig) -> dict:
+    """The LoraConfig fields PEFT needs to rebuild the same LoRA on the same module names."""
+    return {"peft_type": "LORA", "task_type": None, "base_model_name_or_path": None, "inference_mode": True,
+            "r": config.r, "lora_alpha": config.alpha, "target_modules": config.targets,
+            "exclude_modules": config.exclude, "layers_to_transform": config.layers,
+            "layers_pattern": "layers" if config.layers is not None else None, "lora_dropout": 0.0,
+            "bias": "none", "fan_in_fan_out": False, "use_rslora": config.use_rslora, "modules_to_save": None,
+            "init_lora_weights": True, "use_dora": False, "rank_pattern": {}, "alpha_pattern": {}}
+
+
+def save_voice(folder: str | Path, model: nn.Module, name: str, configs: list[MethodConfig], card: VoiceCard,
+               *, full: bool = False) -> Path:
+    """Write adapter ``name`` of ``model`` (or, with ``full``, all of the model's weights) atomically."""
+    tensors = adapter_state_dict(model, name)
+    if full:
+        tensors = {**base_state_dict(model), **tensors}
+    tensors = {PEFT_PREFIX + key: value.detach().contiguous().cpu() for key, value in tensors.items()}
+    lora = next((c for c in configs if isinstance(c, LoraConfig)), None)
+    chorus_section = {"format": VOICE_FORMAT, "version": VOICE_FORMAT_VERSION, "full": full,
+                      "methods": [c.to_dict() for c in configs], "base_model_sha256": card.base_model_sha256}
+
+    def write(temp: Path) -> None:
+        save_file(tensors, str(temp / WEIGHTS_FILE), metadata={"format": "pt"})
+        chorus_section["weights_sha256"] = file_sha256(temp / WEIGHTS_FILE)
+        config = {**(_peft_lora_fields(lora) if lora else {"peft_type": None}), "chorus": chorus_section}
+        (temp / CONFIG_FILE).write_text(json.dumps(config, indent=2))
+        (temp / CARD_FILE).write_text(json.dumps(asdict(card), indent=2))
+        (temp / "README.md").write_text(card.to_markdown())
+    return atomic_write_folder(folder, write)
+
+
+def read_voice(folder: str | Path) -> Voice:
+    """Read and verify a voice folder (Chorus or PEFT LoRA) without touching any model."""
+    folder = Path(folder)
+    config_path, weights_path = folder / CONFIG_FILE, folder / WEIGHTS_FILE
+    for path in (config_path, weights_path):
+        if not path.is_file():
+            raise VoiceError(f"{folder}: missing {path.name} (not a voice folder)")
+    try:
+        config = json.loads(config_path.read_text())
+    except json.JSONDecodeError as error:
+        raise VoiceError(f"{config_path}: corrupted JSON ({error})") from error
+    section = config.get("chorus")
+    if section is None:
+        configs, base_hash, full = [_lora_from_peft(config, config_path)], None, False
+    else:
+        if section.get("format") != VOICE_FORMAT or section.get("version", 0) > VOICE_FORMAT_VERSION:
+            raise VoiceError(f"{config_path}: not a voice format this Chorus reads ({section.get('format')!r} "
+                             f"version {section.get('version')})")
+        if file_sha256(weights_path) != section.get("weights_sha256"):
+            raise VoiceError(f"{weights_path}: checksum mismatch (the file is corrupted or was changed)")
+        try:
+            configs = [config_from_dict(c) for c in section["methods"] if c.get("method") != FULL_FINE_TUNING]
+        except (KeyError, TypeError, ValueError) as error:
+            raise VoiceError(f"{config_path}: invalid method config ({error})") from error
+        base_hash, full = section.get("base_model_sha256"), bool(section.get("full"))
+    try:
+        tensors = load_file(str(weights_path))
+    except Exception as error:  # safetensors raises its own types for truncated or foreign files
+        raise VoiceError(f"{weights_path}: cannot read tensors ({error})") from error
+    tensors = {key.removeprefix(PEFT_PREFIX): value for key, value in tensors.items()}
+    card = None
+    if (folder / CARD_FILE).is_file():
+        try:
+            card = VoiceCard(**json.loads((folder / CARD_FILE).read_text()))
+        except (json.JSONDecodeError, TypeError) as error:
+            raise VoiceError(f"{folder / CARD_FILE}: corrupted voice card ({error})") from error
+    return Voice(configs, tensors, card, base_hash, full)
+
+
+def _lora_from_peft(config: dict, path: Path) -> LoraConfig:
+    if config.get("peft_type") != "LORA":
+        raise VoiceError(f"{path}: peft_type {config.get('peft_type')!r} is not supported (only LORA)")
+    unsupported = [key for key in ("use_dora", "rank_pattern", "alpha_pattern", "modules_to_save")
+                   if config.get(key)] + (["bias"] if config.get("bias", "none") != "none" else [])
+    if unsupported:
+        raise VoiceError(f"{path}: PEFT LoRA options not supported by Chorus: {', '.join(unsupported)}")
+    targets = config.get("target_modules")
+    return LoraConfig(targets=sorted(targets) if isinstance(targets, list) else targets, r=int(config["r"]),
+                      alpha=float(config["lora_alpha"]), exclude=config.get("exclude_modules"),
+                      layers=config.get("layers_to_transform"), use_rslora=bool(config.get("use_rslora")))
+
+
+def apply_voice(model: nn.Module, voice: Voice, name: str, base_model_sha256: str | None = None) -> None:
+    """Add ``voice`` to ``model`` as adapter ``name``. For a full fine-tuning voice, ``model`` is
+    overwritten with its weights (pass a copy of the base). Refuses a voice of another base model."""
+    if base_model_sha256 and voice.base_model_sha256 and voice.base_model_sha256 != base_model_sha256:
+        raise VoiceError(f"voice {name!r} was made for base model {voice.base_model_sha256[:12]}..., not this "
+                         f"one ({base_model_sha256[:12]}...); adapt it again on this base")
+    tensors = dict(voice.tensors)
+    if voice.full:
+        base_keys = set(base_state_dict(model))
+        weights = {k: tensors.pop(k) for k in list(tensors) if k in base_keys}
+        if set(weights) != base_keys:
+            raise VoiceError(f"voice {name!r}: its weights do not match this model's layers")
+        with torch.no_grad():
+            for key, value in base_state_dict(model).items():
+                if value.shape != weights[key].shape:
+                    raise VoiceError(f"voice {name!r}: {key} has shape {tuple(weights[key].shape)}, the model "
+                                     f"{tuple(value.shape)}")
+                value.copy_(weights[key])
+    try:
+        add_adapter(model, name, voice.configs)
+        load_adapter_state_dict(model, name, tensors)
+    except (TypeError, ValueError) as error:
+        if name in adapter_names(model):
+            remove_adapter(model, name)
+        raise VoiceError(f"voice {name!r} does not fit this base model: {error}") from error
+

@@ -1,0 +1,244 @@
+"""Measure the memory of one real training step, per category, to set beside the prediction.
+
+* activations: every tensor autograd saves during forward and losses, seen through
+  ``torch.autograd.graph.saved_tensors_hooks`` and counted once per storage (a tensor saved twice,
+  or two views of one buffer, count once); parameters and buffers are not activations. Non-reentrant
+  checkpointing saves each block's inputs through the same hooks (it installs its own hooks only
+  inside the block), so what it keeps is seen too.
+* gradients: ``p.grad`` of every parameter after backward.
+* optimizer states: every tensor in ``optimizer.state`` after the step.
+* weights: parameters and buffers.
+* peak: on CPU the process's peak resident set after the step and its growth over the resident
+  set before it (Linux: the peak is reset before the step through ``/proc/self/clear_refs``;
+  elsewhere only a rise of ``ru_maxrss`` above earlier peaks shows); on CUDA
+  ``torch.cuda.max_memory_allocated`` over the step and its growth above what was allocated before.
+  The growth includes backward's temporaries and what the allocator keeps, so it is context for
+  the categories, not their sum. :func:`measure_in_fresh_process` runs the step in a new process,
+  away from the caller's allocator history.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import resource
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from queue import Empty
+from typing import Any
+
+import torch
+from torch import nn
+
+from chorus.models.acoustic import AcousticModel, TransformerStack, build_model
+from chorus.models.config import AcousticConfig
+from chorus.training.efficiency import autocast, build_optimizer, optimizer_state_bytes
+from chorus.training.pretrain import compute_losses
+
+
+@dataclass
+class MeasuredMemory:
+    """Bytes of one real training step (see the module docstring for what each field counts)."""
+
+    weights: int
+    gradients: int
+    optimizer_states: int
+    activations: int
+    device: str
+    peak_kind: str = ""                 # "RSS" (CPU process) or "CUDA allocated"
+    peak: int | None = None             # after the step: process peak RSS, or max_memory_allocated
+    peak_growth: int | None = None      # how much the step raised the peak above its level before
+
+    def categories(self) -> dict[str, int]:
+        """``{"weights": ..., "gradients": ..., "optimizer_states": ..., "activations": ...}``."""
+        return {"weights": self.weights, "gradients": self.gradients,
+                "optimizer_states": self.optimizer_states, "activations": self.activations}
+
+
+def _storage_key(tensor: torch.Tensor) -> tuple[str, int]:
+    return str(tensor.device), tensor.untyped_storage().data_ptr()
+
+
+def _unique_bytes(tensors) -> int:
+    seen: dict[tuple[str, int], int] = {}
+    for tensor in tensors:
+        seen.setdefault(_storage_key(tensor), tensor.untyped_storage().nbytes())
+    return sum(seen.values())
+
+
+def _rss() -> tuple[int, int | None]:
+    """(peak, current) resident set of this process in bytes; current is None without Linux's /proc."""
+    try:
+        status = Path("/proc/self/status").read_text()
+    except OSError:
+        # ru_maxrss is in kilobytes on Linux and in bytes on macOS.
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return (peak if sys.platform == "darwin" else peak * 1024), None
+    values = dict(line.split(":", 1) for line in status.splitlines() if line.startswith(("VmHWM", "VmRSS")))
+    return int(values["VmHWM"].split()[0]) * 1024, int(values["VmRSS"].split()[0]) * 1024
+
+
+def _reset_peak_rss() -> bool:
+    """Lower the process's peak RSS to its current RSS (Linux, clear_refs 5); False where impossible."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+    except OSError:
+        return False
+    return True
+
+
+def measure_training_step(model: nn.Module, batch_inputs: dict[str, Any],
+                          loss_fn: Callable[[Any, dict[str, Any]], torch.Tensor],
+                          optimizer: torch.optim.Optimizer, *, precision: str = "fp32") -> MeasuredMemory:
+    """Run one forward (``model(**batch_inputs)``), ``loss_fn(output, batch_inputs)`` -> scalar,
+    backward and optimizer step, and report what each category used.
+
+    Forward and loss run under the precision's autocast (:func:`chorus.training.efficiency.autocast`),
+    backward outside it. The optimizer should hold only trainable parameters.
+    """
+    device = next(model.parameters()).device
+    resident = list(model.parameters()) + list(model.buffers())
+    resident_keys = {_storage_key(t) for t in resident}
+    saved: dict[tuple[str, int], torch.Tensor] = {}
+
+    def pack(tensor: torch.Tensor) -> torch.Tensor:
+        key = _storage_key(tensor)
+        if key not in resident_keys and tensor.untyped_storage().nbytes():
+            # Holding the tensor keeps its storage, so its address cannot be reused by another
+            # saved tensor during this forward pass (two allocations would merge into one key).
+            saved.setdefault(key, tensor)
+        return tensor
+
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        before = torch.cuda.memory_allocated(device)
+    else:
+        # Where the peak can be reset (Linux) the step's peak is its own; elsewhere only a rise above
+        # earlier peaks shows.
+        peak_so_far, current = _rss()
+        before = current if current is not None and _reset_peak_rss() else peak_so_far
+
+    optimizer.zero_grad(set_to_none=True)
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor), autocast(precision, device):
+        loss = loss_fn(model(**batch_inputs), batch_inputs)
+    activations = sum(tensor.untyped_storage().nbytes() for tensor in saved.values())
+    saved.clear()
+    loss.backward()
+    gradients = _unique_bytes(p.grad for p in model.parameters() if p.grad is not None)
+    optimizer.step()
+
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        peak_kind, peak = "CUDA allocated", torch.cuda.max_memory_allocated(device)
+    else:
+        peak_kind, peak = "RSS", _rss()[0]
+    return MeasuredMemory(weights=_unique_bytes(resident), gradients=gradients,
+                          optimizer_states=optimizer_state_bytes(optimizer), activations=activations,
+                          device=str(device), peak_kind=peak_kind, peak=peak, peak_growth=max(0, peak - before))
+
+
+def synthetic_batch(config: AcousticConfig, *, batch: int, text_length: int, frames: int,
+                    device: str | torch.device = "cpu", seed: int = 0) -> dict[str, torch.Tensor]:
+    """Random inputs of ``AcousticModel.forward`` at full length (no padding).
+
+    Returns phonemes ``[batch, text_length]`` (ids 1..n_symbols-1), text_lengths and frame_lengths
+    ``[batch]``, mel ``[batch, frames, n_mels]`` (already normalized), speaker_ids ``[batch]``, and
+    pitch / energy ``[batch, frames]`` when the config predicts them.
+    """
+    generator = torch.Generator().manual_seed(seed)
+    mel = torch.randn(batch, frames, config.n_mels, generator=generator)
+    inputs = {"phonemes": torch.randint(1, config.n_symbols, (batch, text_length), generator=generator),
+              "text_lengths": torch.full((batch,), text_length), "mel": mel,
+              "frame_lengths": torch.full((batch,), frames),
+              "speaker_ids": torch.randint(0, config.n_speakers, (batch,), generator=generator)}
+    if config.use_pitch:
+        inputs["pitch"] = torch.randn(batch, frames, generator=generator)
+    if config.use_energy:
+        inputs["energy"] = mel.mean(-1)
+    return {name: tensor.to(device) for name, tensor in inputs.items()}
+
+
+def acoustic_loss(model: AcousticModel) -> Callable[[Any, dict[str, torch.Tensor]], torch.Tensor]:
+    """``loss_fn`` for :func:`measure_training_step`: the pretraining loss (``compute_losses``)."""
+    def loss(output, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
+        return compute_losses(model, output, inputs["mel"], inputs["text_lengths"])["total"]
+    return loss
+
+
+def measure_acoustic_step(config: AcousticConfig, *, trainable: Callable[[nn.Module], None] | None = None,
+                          batch: int, text_length: int, frames: int, optimizer: str = "adamw",
+                          precision: str = "fp32", checkpointing: bool = False,
+                          device: str = "cpu", seed: int = 0, warmup: bool = True) -> MeasuredMemory:
+    """Build ``config`` for real on ``device``, set what trains, and measure one step on a
+    :func:`synthetic_batch`. ``trainable(model)`` sets ``requires_grad`` (None: everything trains).
+
+    ``warmup`` first runs one step of a toy model with the same options, so that one-time costs
+    (numba loading the alignment search, kernel and thread-pool setup, the optimizer's library,
+    together ~100 MiB of RSS) do not land in the measured step's peak.
+    """
+    settings = {"optimizer": optimizer, "precision": precision, "checkpointing": checkpointing,
+                "device": device, "seed": seed}
+    if warmup:
+        # ff_hidden 512 gives conv weights of >= 4096 values, so 8-bit optimizers load their kernels.
+        toy = replace(config, d_model=4 * config.n_heads, ff_hidden=512, predictor_hidden=8, speaker_dim=4,
+                      encoder_layers=1, decoder_layers=1, max_positions=16)
+        measure_acoustic_step(toy, batch=1, text_length=4, frames=8, warmup=False, **settings)
+    torch.manual_seed(seed)
+    model = build_model(config, device)
+    model.train()
+    if trainable is not None:
+        trainable(model)
+    for module in model.modules():
+        if isinstance(module, TransformerStack):
+            module.gradient_checkpointing = checkpointing
+    parameters = [p for p in model.parameters() if p.requires_grad]
+    if not parameters:
+        raise ValueError("nothing to train: trainable() left no parameter with requires_grad")
+    inputs = synthetic_batch(config, batch=batch, text_length=text_length, frames=frames, device=device, seed=seed)
+    return measure_training_step(model, inputs, acoustic_loss(model),
+                                 build_optimizer(parameters, optimizer, lr=1e-4, weight_decay=0.0),
+                                 precision=precision)
+
+
+def _measure_worker(queue, kwargs: dict) -> None:
+    try:
+        torch.set_num_threads(kwargs.pop("threads"))
+        queue.put(measure_acoustic_step(**kwargs))
+    except Exception as error:  # noqa: BLE001 - the parent re-raises it; a child's error is otherwise lost
+        queue.put(error)
+
+
+def measure_in_fresh_process(config: AcousticConfig, *, threads: int = 1, timeout: float = 3600,
+                             **kwargs) -> MeasuredMemory:
+    """:func:`measure_acoustic_step` in a new Python process, for a peak RSS that is the step's own.
+
+    ``kwargs`` are those of :func:`measure_acoustic_step`; ``trainable`` must be picklable (a
+    module-level function). ``threads`` are torch's intra-op threads in the child. Raises what the
+    child raised, RuntimeError if it died without an answer, TimeoutError after ``timeout`` s.
+    """
+    context = multiprocessing.get_context("spawn")
+    queue = context.Queue()
+    process = context.Process(target=_measure_worker,
+                              args=(queue, dict(config=config, threads=threads, **kwargs)))
+    process.start()
+    deadline = time.monotonic() + timeout
+    try:
+        while True:
+            try:
+                result = queue.get(timeout=1.0)
+                break
+            except Empty:
+                if not process.is_alive():
+                    raise RuntimeError(f"the measuring process died (exit code {process.exitcode})") from None
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"the measuring process took over {timeout:.0f} s") from None
+    finally:
+        process.join(timeout=10)
+        if process.is_alive():
+            process.kill()
+    if isinstance(result, BaseException):
+        raise result
+    return result

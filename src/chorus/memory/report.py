@@ -1,0 +1,166 @@
+"""Predicted and measured memory side by side: tables (Markdown, rich), a bar chart, one entry point.
+
+:func:`memory_report` is what ``chorus memory`` calls: it predicts on the ``meta`` device (any size,
+nothing allocated) and, when asked, measures one real step of the same configuration on a
+synthetic batch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from rich.table import Table
+from torch import nn
+
+from chorus.memory.measure import (
+    MeasuredMemory,
+    measure_acoustic_step,
+    measure_in_fresh_process,
+)
+from chorus.memory.predict import MemoryBreakdown, predict_memory
+from chorus.models.acoustic import build_model, count_parameters
+from chorus.models.config import AcousticConfig
+
+MIB = 2**20
+CATEGORY_NAMES = {"weights": "weights", "gradients": "gradients", "optimizer_states": "optimizer states",
+                  "activations": "activations"}
+PEAK_NOTE = ("The step-peak row sets the growth of the process peak (RSS on CPU, allocated memory on "
+             "CUDA) beside gradients + optimizer states + activations (+ recompute): the peak also holds "
+             "backward's temporaries and allocator slack, so it is context, not a target.")
+
+
+def comparison_rows(predicted: MemoryBreakdown, measured: MeasuredMemory | None = None
+                    ) -> list[tuple[str, int, int | None]]:
+    """(row name, predicted bytes, measured bytes or None): the four categories and their total,
+    checkpointing's recompute (predicted only) and, when measured, the step's peak growth."""
+    measured_values = measured.categories() if measured is not None else {}
+    rows = [(CATEGORY_NAMES[name], getattr(predicted, name), measured_values.get(name)) for name in CATEGORY_NAMES]
+    rows.append(("total", sum(p for _, p, _ in rows), sum(measured_values.values()) if measured is not None else None))
+    if predicted.recompute:
+        rows.append(("recompute (one block, during backward)", predicted.recompute, None))
+    if measured is not None and measured.peak_growth is not None:
+        rows.append((f"step peak ({measured.peak_kind} growth)", predicted.total - predicted.weights,
+                     measured.peak_growth))
+    return rows
+
+
+def _error(predicted: int, measured: int | None) -> str:
+    if measured is None:
+        return ""
+    if measured == 0:
+        return "0.0%" if predicted == 0 else "n/a"
+    return f"{100 * (predicted - measured) / measured:+.1f}%"
+
+
+def _mib(value: int | None) -> str:
+    return "" if value is None else f"{value / MIB:,.3f}"
+
+
+def markdown_table(predicted: MemoryBreakdown, measured: MeasuredMemory | None = None) -> str:
+    """A Markdown table: category, predicted MiB, measured MiB, error (predicted vs measured)."""
+    lines = ["| category | predicted (MiB) | measured (MiB) | error |", "|---|---:|---:|---:|"]
+    lines += [f"| {name} | {_mib(p)} | {_mib(m)} | {_error(p, m)} |"
+              for name, p, m in comparison_rows(predicted, measured)]
+    return "\n".join(lines) + "\n"
+
+
+def rich_table(predicted: MemoryBreakdown, measured: MeasuredMemory | None = None,
+               title: str | None = None) -> Table:
+    """The same comparison as :func:`markdown_table`, for a terminal."""
+    table = Table(title=title)
+    table.add_column("category")
+    for column in ("predicted (MiB)", "measured (MiB)", "error"):
+        table.add_column(column, justify="right")
+    for name, p, m in comparison_rows(predicted, measured):
+        table.add_row(name, _mib(p), _mib(m), _error(p, m))
+    return table
+
+
+def plot_memory(rows: Sequence[tuple[str, MemoryBreakdown, MeasuredMemory | None]], png_path: str | Path) -> Path:
+    """Bar chart, one panel per category, of predicted (solid) and measured (hatched) MiB for each
+    ``(label, predicted, measured or None)``: several methods or configurations side by side."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    png_path = Path(png_path)
+    png_path.parent.mkdir(parents=True, exist_ok=True)
+    labels = [label for label, _, _ in rows]
+    width = 0.38
+    fig, axes = plt.subplots(1, len(CATEGORY_NAMES), figsize=(3.6 * len(CATEGORY_NAMES), 3.8), squeeze=False)
+    for axis, (key, title) in zip(axes[0], CATEGORY_NAMES.items()):
+        positions = range(len(rows))
+        axis.bar([x - width / 2 for x in positions], [getattr(p, key) / MIB for _, p, _ in rows], width,
+                 label="predicted", color="tab:blue")
+        measured = [(x + width / 2, getattr(m, key) / MIB) for x, (_, _, m) in zip(positions, rows) if m is not None]
+        if measured:
+            axis.bar(*zip(*measured), width, label="measured", color="tab:orange", hatch="//", alpha=0.8)
+        axis.set_title(title)
+        axis.set_ylabel("MiB")
+        axis.set_xticks(list(positions), labels, rotation=30, ha="right")
+        axis.grid(axis="y", alpha=0.3)
+    handles, names = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, names, loc="upper center", ncol=len(names), frameon=False)
+    fig.tight_layout(rect=(0, 0, 1, 0.93))
+    fig.savefig(png_path, dpi=110)
+    plt.close(fig)
+    return png_path
+
+
+@dataclass
+class MemoryReport:
+    """One configuration's prediction, with its measurement when one was run."""
+
+    label: str
+    predicted: MemoryBreakdown
+    measured: MeasuredMemory | None
+    parameters: int               # all parameters of the model
+    trainable_parameters: int     # those with requires_grad
+    settings: dict                # batch, text_length, frames, optimizer, precision, checkpointing
+    png: Path | None = None
+
+    def markdown(self) -> str:
+        """Heading with the settings, the comparison table, and the peak note when measured."""
+        settings = ", ".join(f"{key} {value}" for key, value in self.settings.items())
+        text = (f"### Memory of one training step: {self.label}\n\n{self.parameters:,} parameters, "
+                f"{self.trainable_parameters:,} trained; {settings}.\n\n"
+                + markdown_table(self.predicted, self.measured))
+        if self.measured is not None:
+            text += f"\nMeasured on {self.measured.device}. {PEAK_NOTE}\n"
+        return text
+
+    def rich_table(self) -> Table:
+        return rich_table(self.predicted, self.measured, title=f"Memory of one training step: {self.label}")
+
+
+def memory_report(model_config: AcousticConfig, *, trainable: Callable[[nn.Module], None] | None = None,
+                  batch: int, text_length: int, frames: int, optimizer: str = "adamw",
+                  precision: str = "fp32", checkpointing: bool = False, measure: bool = False,
+                  out_png: Path | None = None, device: str = "cpu", fresh_process: bool = False,
+                  label: str = "") -> MemoryReport:
+    """Predict (and optionally measure) the memory of one training step of ``model_config``.
+
+    The prediction builds the model on ``meta``, so any size costs nothing. With ``measure`` the
+    model is built for real on ``device`` and one step runs on a synthetic batch of the given sizes;
+    ``fresh_process`` runs it in a new process for a clean peak RSS (``trainable`` must then be a
+    module-level function). ``trainable(model)`` sets which parameters train (None: all, i.e. full
+    fine-tuning). ``out_png`` gets the bar chart.
+    """
+    model = build_model(model_config, "meta")
+    if trainable is not None:
+        trainable(model)
+    settings = {"batch": batch, "text_length": text_length, "frames": frames, "optimizer": optimizer,
+                "precision": precision, "checkpointing": checkpointing}
+    predicted = predict_memory(model, **settings)
+    measured = None
+    if measure:
+        measure_step = measure_in_fresh_process if fresh_process else measure_acoustic_step
+        measured = measure_step(model_config, trainable=trainable, device=device, **settings)
+    label = label or ("full fine-tuning" if trainable is None else getattr(trainable, "__name__", "custom"))
+    report = MemoryReport(label, predicted, measured, count_parameters(model),
+                          count_parameters(model, trainable_only=True), settings)
+    if out_png is not None:
+        report.png = plot_memory([(label, predicted, measured)], out_png)
+    return report

@@ -1,0 +1,296 @@
+"""Adapting the base to a new voice: one readable loop (check data, set up, step, evaluate, save).
+
+Data is a single-speaker LJSpeech-style folder. Everything that can be wrong with it (too little
+audio, transcripts that do not fit their clips, an unknown method, a target pattern that matches
+nothing) is refused before the first step. A share of the clips is held out; training stops early
+when their loss stops improving, and the best adapter seen is what gets saved.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+from chorus.adapters import (
+    FULL_FINE_TUNING,
+    add_adapter,
+    get_method,
+    mark_trainable,
+    set_active,
+)
+from chorus.adapters.inject import adapter_layers
+from chorus.adapters.layer import innermost
+from chorus.adapters.registry import MethodConfig
+from chorus.adapters.speaker import SpeakerConfig, SpeakerVector
+from chorus.adapters.voice import VoiceCard, save_voice
+from chorus.data.batching import collate, make_batches
+from chorus.data.check import DatasetReport, check_dataset
+from chorus.data.features import FeatureCache, build_feature_cache
+from chorus.models.acoustic import AcousticModel
+from chorus.training.checkpoint import ModelBundle
+from chorus.training.efficiency import (
+    MemoryOptions,
+    apply_memory_options,
+    autocast,
+    build_optimizer,
+)
+from chorus.training.pretrain import _step_inputs, compute_losses
+
+VOICE = "voice"   # adapter name while training; a voice folder is named by the user
+
+# Learning rate of full fine-tuning: small, as for any pretrained network.
+FULL_LEARNING_RATE = 2e-4
+
+
+@dataclass
+class AdaptConfig:
+    """Recipe of one adaptation.
+
+    method: one method or several joined by ``+`` (``lora+speaker``); ``full`` is full fine-tuning.
+    method_options: per-method config fields, e.g. ``{"lora": {"r": 4}}``.
+    """
+
+    method: str = "lora"
+    method_options: dict = field(default_factory=dict)
+    steps: int = 400                  # upper bound; early stopping usually ends sooner
+    learning_rate: float | None = None   # None: the method's default
+    max_frames: int = 3_000           # padded mel frames per batch
+    eval_every: int = 25
+    patience: int = 4                 # evaluations without improvement before stopping
+    max_minutes: float = 10.0         # wall-clock budget of the training loop
+    validation_fraction: float = 0.1
+    min_minutes: float = 0.5          # less usable audio than this is refused
+    max_bad_transcript_fraction: float = 0.2
+    memory: MemoryOptions = field(default_factory=MemoryOptions)
+    threads: int = 2
+    seed: int = 1234
+
+    def method_names(self) -> list[str]:
+        names = [m.strip() for m in self.method.split("+") if m.strip()]
+        if not names:
+            raise ValueError("no adaptation method given")
+        return names
+
+    def method_configs(self) -> list[MethodConfig]:
+        """Configs of the chosen adapter methods (validates names and options)."""
+        names = self.method_names()
+        if FULL_FINE_TUNING in names and len(names) > 1:
+            raise ValueError("full fine-tuning trains every weight; it is not combined with adapters")
+        unknown_options = set(self.method_options) - set(names)
+        if unknown_options:
+            raise ValueError(f"options given for methods not chosen: {sorted(unknown_options)}")
+        configs = []
+        for name in names:
+            if name == FULL_FINE_TUNING:
+                continue
+            options = self.method_options.get(name, {})
+            try:
+                configs.append(get_method(name).config_class(**options))
+            except TypeError as error:
+                raise ValueError(f"bad options for {name}: {error}") from error
+        if not any(isinstance(c, SpeakerConfig) for c in configs):
+            # Every voice carries a speaker vector; here it stays at the closest base voice's.
+            configs.append(SpeakerConfig(train_vector=FULL_FINE_TUNING in names))
+        return configs
+
+    def learning_rate_for(self) -> float:
+        if self.learning_rate is not None:
+            return self.learning_rate
+        names = self.method_names()
+        if FULL_FINE_TUNING in names:
+            return FULL_LEARNING_RATE
+        return min(get_method(n).learning_rate for n in names)
+
+
+@dataclass
+class AdaptResult:
+    voice_dir: Path
+    card: VoiceCard
+    model: AcousticModel           # the base with the voice added as adapter ``VOICE`` (a copy for full)
+    history: list[dict]            # per evaluation: step, train and validation mel loss
+
+
+def check_adaptation_data(data: str | Path, config: AdaptConfig, progress: bool = True) -> DatasetReport:
+    """Refuse data that cannot make a voice, with the reason, before any model is loaded."""
+    report = check_dataset(data, progress=progress)
+    if len(report.speakers) > 1:
+        raise ValueError(f"{data}: {len(report.speakers)} speakers found ({', '.join(sorted(report.speakers))}); "
+                         "`chorus adapt` makes one voice from one speaker's folder")
+    bad_text = sum(1 for p in report.problems if p.kind == "text_length")
+    if bad_text > config.max_bad_transcript_fraction * len(report.utterances):
+        raise ValueError(f"{data}: {bad_text} of {len(report.utterances)} transcripts do not fit their clips' "
+                         "durations (mismatched transcripts?); see `chorus data check`")
+    valid = report.valid_utterances()
+    if not valid:
+        reason = report.problems[0].message if report.problems else "no utterances"
+        raise ValueError(f"{data}: nothing usable ({reason}); see `chorus data check {data}`")
+    minutes = sum(report.durations[u.key] for u in valid) / 60
+    if minutes < config.min_minutes:
+        raise ValueError(f"{data}: {minutes * 60:.0f} s of usable audio; a voice needs at least "
+                         f"{config.min_minutes * 60:.0f} s (1-10 minutes is the intended range)")
+    if len(valid) < 2:
+        raise ValueError(f"{data}: a voice needs at least 2 usable clips (one is held out for validation)")
+    return report
+
+
+def split_held_out(count: int, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """(train, validation) indices: ``fraction`` of the clips (at least 1, at most 16) held out."""
+    held = int(np.clip(round(count * fraction), 1, min(16, count - 1)))
+    order = np.random.default_rng(seed).permutation(count)
+    return np.sort(order[held:]), np.sort(order[:held])
+
+
+@torch.no_grad()
+def mel_loss(model: AcousticModel, cache: FeatureCache, indices: np.ndarray, max_frames: int,
+             speaker_id: int = 0) -> float:
+    """Mean teacher-forced mel L1 over ``indices`` (speaker ids go to the embedding table, which a
+    voice's speaker vector overrides)."""
+    was_training = model.training
+    model.eval()
+    total, count = 0.0, 0
+    for positions in make_batches(cache.frames()[indices], max_frames, shuffle=False):
+        batch = collate(cache, indices[positions])
+        batch.speakers.fill_(speaker_id)
+        inputs = _step_inputs(model, batch)
+        out = model(**inputs)
+        total += float(compute_losses(model, out, inputs["mel"], batch.text_lengths)["mel"]) * len(positions)
+        count += len(positions)
+    model.train(was_training)
+    return total / max(count, 1)
+
+
+def closest_base_voice(model: AcousticModel, cache: FeatureCache, indices: np.ndarray, max_frames: int) -> int:
+    """The base speaker whose conditioning fits the new clips best (lowest mel loss): the starting
+    point of the voice's speaker vector."""
+    losses = [mel_loss(model, cache, indices, max_frames, speaker) for speaker in range(model.config.n_speakers)]
+    return int(np.argmin(losses))
+
+
+def prepare_for_training(model: AcousticModel, config: AdaptConfig) -> list[torch.nn.Parameter]:
+    """Add the voice adapter ``VOICE`` of ``config``'s methods to ``model``, make it active, and set
+    what trains (adapters only; every weight for full fine-tuning). Works on the ``meta`` device, so
+    memory can be predicted for any base size. Returns the trained parameters."""
+    add_adapter(model, VOICE, config.method_configs())
+    set_active(model, VOICE)
+    trainable = mark_trainable(model, VOICE)
+    if FULL_FINE_TUNING in config.method_names():
+        for parameter in model.parameters():
+            parameter.requires_grad_(True)
+        trainable = [p for p in model.parameters() if p.requires_grad]
+    return trainable
+
+
+def _prepare_method(model: AcousticModel, method: str) -> None:
+    prepare_for_training(model, AdaptConfig(method=method))
+
+
+def trainable_for(method: str) -> Callable[[AcousticModel], None]:
+    """``trainable(model)`` callback for :mod:`chorus.memory`: prepares ``method``'s voice adapter.
+    A partial of a module-level function, so it can be sent to a fresh measuring process."""
+    return functools.partial(_prepare_method, method=method)
+
+
+def adapt(data: str | Path, bundle: ModelBundle, out: str | Path, config: AdaptConfig, *,
+          progress: bool = True, name: str | None = None) -> AdaptResult:
+    """Make a voice from ``data`` on ``bundle``'s base and save it to ``out``.
+
+    Adapter methods add tensors to ``bundle.model`` (base weights untouched); full fine-tuning
+    trains a copy.
+    """
+    torch.set_num_threads(config.threads)
+    torch.manual_seed(config.seed)
+    configs = config.method_configs()              # bad method names or options fail here
+    full = FULL_FINE_TUNING in config.method_names()
+    report = check_adaptation_data(data, config, progress)
+    valid = report.valid_utterances()
+    for problem in report.problems:
+        print(f"skipped {problem.source}: {problem.message}")
+    speaker = valid[0].speaker
+    cache, skipped = build_feature_cache(valid, bundle.front_end, bundle.mel_config, speaker_names=[speaker],
+                                         with_pitch=bundle.model.config.use_pitch, progress=progress)
+    for line in skipped:
+        print(f"skipped {line}")
+    train_indices, val_indices = split_held_out(len(cache), config.validation_fraction, config.seed)
+    minutes = float(cache.frames().sum()) * bundle.mel_config.hop_length / bundle.mel_config.sample_rate / 60
+
+    model = copy.deepcopy(bundle.model) if full else bundle.model
+    apply_memory_options(model, config.memory)
+    start_voice = closest_base_voice(model, cache, train_indices[:16], config.max_frames)
+    trainable = prepare_for_training(model, config)   # a target that matches nothing fails here
+    for _, layer in adapter_layers(model):
+        if isinstance(layer, SpeakerVector):
+            with torch.no_grad():
+                layer.speaker_vector[VOICE].copy_(innermost(layer).weight[start_voice])
+    trainable_count = sum(p.numel() for p in trainable)
+    optimizer = build_optimizer(trainable, config.memory.optimizer, config.learning_rate_for(), weight_decay=0.0)
+
+    history = [{"step": 0, "val_mel": mel_loss(model, cache, val_indices, config.max_frames)}]
+    best = (history[0]["val_mel"], 0, _snapshot(trainable))
+    started = time.perf_counter()
+    step, stale, epoch, running = 0, 0, 0, []
+    model.train()
+    columns = [TextColumn(f"[bold]adapt ({config.method})"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+               TextColumn("{task.fields[status]}"), TimeElapsedColumn()]
+    with Progress(*columns, disable=not progress) as bar:
+        task = bar.add_task("steps", total=config.steps, status="")
+        while step < config.steps and stale < config.patience:
+            for positions in make_batches(cache.frames()[train_indices], config.max_frames, seed=config.seed + epoch):
+                batch = collate(cache, train_indices[positions])
+                batch.speakers.zero_()
+                inputs = _step_inputs(model, batch)
+                with autocast(config.memory.precision, "cpu"):
+                    losses = compute_losses(model, model(**inputs), inputs["mel"], batch.text_lengths)
+                optimizer.zero_grad(set_to_none=True)
+                losses["total"].backward()
+                torch.nn.utils.clip_grad_norm_(trainable, 1.0)
+                optimizer.step()
+                step += 1
+                running.append(losses["mel"].item())
+                bar.update(task, completed=step, status=f"mel {running[-1]:.3f} best val {best[0]:.3f}")
+                if step % config.eval_every == 0 or step == config.steps:
+                    value = mel_loss(model, cache, val_indices, config.max_frames)
+                    history.append({"step": step, "train_mel": float(np.mean(running)), "val_mel": value})
+                    running = []
+                    if value < best[0]:
+                        best, stale = (value, step, _snapshot(trainable)), 0
+                    else:
+                        stale += 1
+                out_of_time = time.perf_counter() - started > config.max_minutes * 60
+                if step >= config.steps or stale >= config.patience or out_of_time:
+                    break
+            epoch += 1
+            if time.perf_counter() - started > config.max_minutes * 60:
+                break
+    train_seconds = time.perf_counter() - started
+    with torch.no_grad():
+        for parameter, value in zip(trainable, best[2]):
+            parameter.copy_(value)
+    for parameter in model.parameters():
+        parameter.requires_grad_(False)
+    model.eval()
+    apply_memory_options(model, MemoryOptions())
+
+    base_names = bundle.speakers
+    card = VoiceCard(name=name or Path(out).name, methods=config.method_names(),
+                     base_model_sha256=bundle.weights_sha256, data_minutes=round(minutes, 2),
+                     train_seconds=round(train_seconds, 1), steps=step, trainable_parameters=trainable_count,
+                     metrics={"validation_mel_l1_start": round(history[0]["val_mel"], 4),
+                              "validation_mel_l1_best": round(best[0], 4), "best_step": best[1],
+                              "held_out_clips": len(val_indices), "training_clips": len(train_indices)},
+                     notes={"speaker_vector_start": base_names[start_voice],
+                            "recipe": {k: v for k, v in asdict(config).items() if k != "memory"},
+                            "memory_options": asdict(config.memory)})
+    voice_dir = save_voice(out, model, VOICE, configs, card, full=full)
+    return AdaptResult(Path(voice_dir), card, model, history)
+
+
+def _snapshot(parameters: list[torch.nn.Parameter]) -> list[torch.Tensor]:
+    return [p.detach().clone() for p in parameters]

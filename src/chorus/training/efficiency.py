@@ -1,0 +1,157 @@
+"""Memory-efficient training: documented flags that each state what they cost.
+
+Training memory is weights + gradients + optimizer states + activations. The options here shrink
+the last two:
+
+* activations: ``checkpointing`` (rerun each block in backward) or ``reversible`` blocks (recompute
+  block inputs from outputs; a model built with ``AcousticConfig.reversible``), and ``precision``
+  ``"bf16"`` (autocast: activations mostly in bfloat16);
+* optimizer states: ``optimizer`` ``"adamw8bit"`` / ``"adamw8bit-torchao"`` (Adam moments in 8 bits
+  instead of 2 x fp32 per value).
+
+``MemoryOptions`` holds them, with one-line help per field for a CLI; ``apply_memory_options`` sets
+them on a model; ``build_optimizer`` and ``autocast`` are what a training loop calls.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass, field, fields
+
+import torch
+from torch import nn
+
+from chorus.models.acoustic import AcousticModel, TransformerStack
+
+PRECISIONS: dict[str, str] = {
+    "fp32": "float32 everywhere: the reference, most memory",
+    "bf16": "autocast matmuls/convs to bfloat16: ~half the activation memory, ~3 significant digits; "
+            "weights, gradients and optimizer states stay float32 (no loss scaling needed)",
+}
+
+OPTIMIZERS: dict[str, str] = {
+    "adamw": "torch AdamW: two float32 moments per parameter value (8 bytes/value)",
+    "adamw8bit": "bitsandbytes AdamW8bit: block-wise 8-bit moments (~2 bytes/value) for tensors of "
+                 ">= 4096 values, float32 below that; needs bitsandbytes",
+    "adamw8bit-torchao": "torchao AdamW8bit: block-wise 8-bit moments for tensors of >= 4096 values; "
+                         "compiles its step with torch.compile (first step of each shape is slow); "
+                         "needs torchao",
+}
+
+
+def autocast(precision: str, device: str | torch.device) -> AbstractContextManager:
+    """The forward-pass context for ``precision``: ``"fp32"`` does nothing, ``"bf16"`` autocasts.
+
+    Run forward and loss inside it and ``backward()`` outside (the usual autocast recipe). bfloat16
+    keeps float32's exponent range, so no gradient scaler is needed, unlike float16.
+    """
+    if precision not in PRECISIONS:
+        raise ValueError(f"unknown precision {precision!r}; choose one of {', '.join(PRECISIONS)}")
+    if precision == "fp32":
+        return nullcontext()
+    return torch.autocast(torch.device(device).type, dtype=torch.bfloat16)
+
+
+def build_optimizer(params_or_groups: Iterable[nn.Parameter] | Iterable[dict], name: str, lr: float,
+                    weight_decay: float, betas: tuple[float, float] = (0.9, 0.98),
+                    eps: float = 1e-9) -> torch.optim.Optimizer:
+    """AdamW by ``name`` (see :data:`OPTIMIZERS`): full-precision or with 8-bit moments.
+
+    ``params_or_groups`` is what any torch optimizer takes: parameters, or dicts of parameter groups.
+    Only pass trainable parameters (frozen ones would still get states in some implementations).
+    """
+    if name not in OPTIMIZERS:
+        raise ValueError(f"unknown optimizer {name!r}; choose one of {', '.join(OPTIMIZERS)}")
+    settings = {"lr": lr, "betas": betas, "eps": eps, "weight_decay": weight_decay}
+    if name == "adamw":
+        return torch.optim.AdamW(params_or_groups, **settings)
+    if name == "adamw8bit":
+        try:
+            import bitsandbytes
+        except ImportError as error:
+            raise ImportError("optimizer 'adamw8bit' needs bitsandbytes: pip install bitsandbytes") from error
+        return bitsandbytes.optim.AdamW8bit(params_or_groups, **settings)
+    try:
+        from torchao.optim import AdamW8bit
+    except Exception as error:  # a torchao built for another torch fails with more than ImportError
+        raise ImportError(f"optimizer 'adamw8bit-torchao' needs a torchao release built for torch "
+                          f"{torch.__version__.split('+')[0]} (torchao 0.18 works with torch 2.13): "
+                          f"pip install --no-deps torchao ({type(error).__name__}: {error})") from error
+    return AdamW8bit(params_or_groups, **settings)
+
+
+def _tensor_bytes(tensor: torch.Tensor, seen: set[int]) -> int:
+    """Bytes of ``tensor``, counting each tensor object once; tensor subclasses (torchao's 8-bit
+    states report float32 but hold uint8 codes) are measured by the tensors they are made of."""
+    if id(tensor) in seen:
+        return 0
+    seen.add(id(tensor))
+    if hasattr(tensor, "__tensor_flatten__"):
+        names, _ = tensor.__tensor_flatten__()
+        return sum(_tensor_bytes(getattr(tensor, name), seen) for name in names)
+    return tensor.numel() * tensor.element_size()
+
+
+def optimizer_state_bytes(optimizer: torch.optim.Optimizer) -> int:
+    """Bytes of every tensor in ``optimizer.state`` (moments, quantization maps and scales, steps).
+
+    A tensor shared between parameters (bitsandbytes' quantization map) is counted once.
+    """
+    seen: set[int] = set()
+    return sum(_tensor_bytes(value, seen) for state in optimizer.state.values()
+               for value in state.values() if isinstance(value, torch.Tensor))
+
+
+@dataclass
+class MemoryOptions:
+    """How a training run saves memory. ``MemoryOptions.help()`` gives each field's trade-off."""
+
+    optimizer: str = field(default="adamw", metadata={
+        "help": "adamw: 8 bytes of state per trained value; adamw8bit / adamw8bit-torchao: ~2 bytes "
+                "for tensors of >= 4096 values (8-bit moments), same update up to quantization"})
+    checkpointing: bool = field(default=False, metadata={
+        "help": "rerun each transformer block in backward: stores only block inputs, ~25-35% slower "
+                "steps, identical gradients"})
+    reversible: bool = field(default=False, metadata={
+        "help": "the base has reversible blocks (AcousticConfig.reversible, set before pretraining): "
+                "block activations O(1) in depth, ~one extra forward per step"})
+    precision: str = field(default="fp32", metadata={
+        "help": "fp32, or bf16 autocast: ~half the activation memory, ~3 significant digits in "
+                "matmuls; fast only on CPUs/GPUs with bf16 units"})
+
+    def __post_init__(self) -> None:
+        if self.optimizer not in OPTIMIZERS:
+            raise ValueError(f"MemoryOptions.optimizer must be one of {', '.join(OPTIMIZERS)}, "
+                             f"got {self.optimizer!r}")
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"MemoryOptions.precision must be one of {', '.join(PRECISIONS)}, "
+                             f"got {self.precision!r}")
+        if self.checkpointing and self.reversible:
+            raise ValueError("MemoryOptions: checkpointing adds nothing to reversible blocks, which "
+                             "store no block activations already; choose one")
+
+    @classmethod
+    def help(cls) -> dict[str, str]:
+        """Field name -> one-line trade-off, for a CLI's ``--help``."""
+        return {f.name: f.metadata["help"] for f in fields(cls)}
+
+
+def apply_memory_options(model: AcousticModel, options: MemoryOptions) -> None:
+    """Set ``options`` on ``model`` in place: checkpointing on every :class:`TransformerStack`.
+
+    ``reversible`` cannot be switched on here: reversible blocks compute a different function, so
+    it only asserts that ``model`` was built (and trained) with ``AcousticConfig.reversible``.
+    ``optimizer`` and ``precision`` are for :func:`build_optimizer` and :func:`autocast`.
+    """
+    reversible_model = model.config.reversible
+    if options.reversible and not reversible_model:
+        raise ValueError("reversible=True needs a base built with AcousticConfig(reversible=True): "
+                         "a base trained with plain blocks cannot run as a reversible stack (a "
+                         "different function); use checkpointing=True to save activation memory")
+    if options.checkpointing and reversible_model:
+        raise ValueError("checkpointing adds nothing to this base: its blocks are reversible and "
+                         "store no block activations already")
+    for module in model.modules():
+        if isinstance(module, TransformerStack):
+            module.gradient_checkpointing = options.checkpointing

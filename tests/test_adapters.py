@@ -1,0 +1,309 @@
+"""Adapter framework: every method on the Chorus model and on a foreign module; the matrix the design
+asks for (disabled equals base, merged equals unmerged, only adapters train, save/load round-trips,
+per-sample routing equals separate runs), PEFT interoperability and refusals."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from torch import nn
+
+from chorus.adapters import (
+    BASE,
+    active_adapter,
+    adapter_names,
+    adapter_state_dict,
+    add_adapter,
+    base_state_dict,
+    find_targets,
+    mark_trainable,
+    merge_adapter,
+    remove_adapter,
+    routed,
+    set_active,
+    unmerge_all,
+)
+from chorus.adapters.bitfit import BitFitConfig
+from chorus.adapters.conditional_norm import ConditionalNormConfig
+from chorus.adapters.lora import LoraConfig
+from chorus.adapters.prefix import PrefixConfig
+from chorus.adapters.residual import ResidualAdapterConfig
+from chorus.adapters.speaker import SpeakerConfig
+from chorus.adapters.voice import (
+    VoiceCard,
+    VoiceError,
+    apply_voice,
+    read_voice,
+    save_voice,
+)
+from chorus.models.acoustic import build_model
+from chorus.models.config import AcousticConfig
+
+CONFIG = AcousticConfig(n_symbols=40, n_speakers=3, d_model=32, n_heads=2, encoder_layers=2, decoder_layers=2,
+                        ff_hidden=48, predictor_hidden=16, speaker_dim=8)
+METHODS = {
+    "lora": lambda: [LoraConfig(r=4)],
+    "residual": lambda: [ResidualAdapterConfig(bottleneck=4)],
+    "prefix": lambda: [PrefixConfig(n_prefix=3)],
+    "speaker": lambda: [SpeakerConfig(train_projection=True)],
+    "cln": lambda: [ConditionalNormConfig()],
+    "bitfit": lambda: [BitFitConfig()],
+    "all": lambda: [PrefixConfig(n_prefix=2), LoraConfig(r=2), ResidualAdapterConfig(bottleneck=4),
+                    SpeakerConfig(train_projection=True), ConditionalNormConfig(), BitFitConfig()],
+}
+MERGEABLE = ["lora", "cln", "bitfit"]
+
+
+def model_and_inputs(seed: int = 0):
+    torch.manual_seed(seed)
+    model = build_model(CONFIG).eval()
+    phonemes = torch.randint(1, 40, (3, 9))
+    lengths = torch.tensor([9, 6, 7])
+    speakers = torch.tensor([0, 1, 2])
+    return model, (phonemes, lengths, speakers)
+
+
+def infer(model, inputs):
+    phonemes, lengths, speakers = inputs
+    return model.infer(phonemes, lengths, speaker_ids=speakers).mel
+
+
+def randomize(model, name):
+    """Give adapter tensors non-trivial values (fresh ones are mostly no-ops by design)."""
+    with torch.no_grad():
+        for value in adapter_state_dict(model, name).values():
+            value.copy_(torch.randn_like(value) * 0.05 + value)
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_disabled_adapter_leaves_base_bit_identical(method):
+    model, inputs = model_and_inputs()
+    before = infer(model, inputs)
+    base_weights = {k: v.clone() for k, v in model.state_dict().items()}
+    add_adapter(model, "v1", METHODS[method]())
+    randomize(model, "v1")
+    with active_adapter(model, "v1"):
+        adapted = infer(model, inputs)
+    assert not torch.equal(adapted, before)
+    assert torch.equal(infer(model, inputs), before)
+    current = base_state_dict(model)
+    assert all(torch.equal(current[k], v) for k, v in base_weights.items())
+
+
+@pytest.mark.parametrize("method", MERGEABLE)
+def test_merged_equals_unmerged_and_unmerge_restores_exactly(method):
+    model, inputs = model_and_inputs()
+    before = infer(model, inputs)
+    add_adapter(model, "v1", METHODS[method]())
+    randomize(model, "v1")
+    with active_adapter(model, "v1"):
+        unmerged = infer(model, inputs)
+    merge_adapter(model, "v1")
+    torch.testing.assert_close(infer(model, inputs), unmerged, rtol=1e-4, atol=1e-5)
+    with pytest.raises(RuntimeError, match="merged"):
+        set_active(model, None)
+        infer(model, inputs)
+    unmerge_all(model)
+    set_active(model, None)
+    assert torch.equal(infer(model, inputs), before)
+
+
+def test_merging_a_nonlinear_adapter_is_refused():
+    model, _ = model_and_inputs()
+    add_adapter(model, "v1", [ResidualAdapterConfig(bottleneck=4)])
+    with pytest.raises(ValueError, match="cannot be merged"):
+        merge_adapter(model, "v1")
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_only_adapter_parameters_train(method):
+    model, (phonemes, lengths, speakers) = model_and_inputs()
+    base = {k: v.clone() for k, v in model.state_dict().items()}
+    add_adapter(model, "v1", METHODS[method]())
+    trainable = mark_trainable(model, "v1")
+    assert trainable and all(p.requires_grad for p in trainable)
+    assert {id(p) for p in model.parameters() if p.requires_grad} == {id(p) for p in trainable}
+    set_active(model, "v1")
+    model.train()
+    mel = torch.randn(3, 30, CONFIG.n_mels)
+    out = model(phonemes, lengths, mel, torch.tensor([30, 20, 25]), speaker_ids=speakers)
+    ((out.mel - mel) ** 2).mean().backward()
+    optimizer = torch.optim.SGD(trainable, lr=0.1)
+    optimizer.step()
+    assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in trainable)
+    after = base_state_dict(model)
+    assert after.keys() == base.keys()
+    assert all(torch.equal(after[k], v) for k, v in base.items())
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_voice_folder_round_trip(method, tmp_path):
+    model, inputs = model_and_inputs()
+    configs = METHODS[method]()
+    add_adapter(model, "v1", configs)
+    randomize(model, "v1")
+    with active_adapter(model, "v1"):
+        expected = infer(model, inputs)
+    card = VoiceCard(name="v1", methods=[c.method for c in configs], base_model_sha256="abc")
+    save_voice(tmp_path / "v1", model, "v1", configs, card)
+    fresh, _ = model_and_inputs()
+    voice = read_voice(tmp_path / "v1")
+    apply_voice(fresh, voice, "loaded", base_model_sha256="abc")
+    with active_adapter(fresh, "loaded"):
+        assert torch.equal(infer(fresh, inputs), expected)
+
+
+def test_routing_per_sample_equals_separate_runs():
+    """The slow reference path: each row with its own voice equals running that voice alone."""
+    model, (phonemes, lengths, speakers) = model_and_inputs()
+    for name in ("a", "b"):
+        add_adapter(model, name, METHODS["all"]())
+        randomize(model, name)
+    mixes = [["a", "b", BASE], ["a", "a", "a"], [BASE, BASE, "b"], ["b", "a", "b"]]
+    for mix in mixes:
+        with routed(model, mix):
+            together = model.infer(phonemes, lengths, speaker_ids=speakers)
+        for row, name in enumerate(mix):
+            with active_adapter(model, None if name == BASE else name):
+                alone = model.infer(phonemes[row:row + 1, : lengths[row]], lengths[row:row + 1],
+                                    speaker_ids=speakers[row:row + 1])
+            frames = int(alone.frame_mask.sum())
+            assert int(together.frame_mask[row].sum()) == frames
+            torch.testing.assert_close(together.mel[row, :frames], alone.mel[0, :frames], rtol=1e-4, atol=1e-5)
+
+
+def test_many_voices_coexist_and_remove_cleanly():
+    model, inputs = model_and_inputs()
+    before = infer(model, inputs)
+    add_adapter(model, "a", [LoraConfig(r=2)])
+    add_adapter(model, "b", [LoraConfig(r=3), BitFitConfig()])
+    assert adapter_names(model) == {"a", "b"}
+    with pytest.raises(ValueError, match="already has"):
+        add_adapter(model, "a", [LoraConfig()])
+    remove_adapter(model, "a")
+    remove_adapter(model, "b")
+    assert adapter_names(model) == set()
+    assert not any("base_layer" in k for k in model.state_dict())
+    assert torch.equal(infer(model, inputs), before)
+
+
+def test_target_selection_forms():
+    model, _ = model_and_inputs()
+    assert find_targets(model, LoraConfig(targets=["q_proj"])) == [
+        "encoder.layers.0.attn.q_proj", "encoder.layers.1.attn.q_proj",
+        "decoder.layers.0.attn.q_proj", "decoder.layers.1.attn.q_proj"]
+    assert find_targets(model, LoraConfig(targets=r"decoder\.layers\.\d+\.attn\.(q|v)_proj")) == [
+        "decoder.layers.0.attn.q_proj", "decoder.layers.0.attn.v_proj",
+        "decoder.layers.1.attn.q_proj", "decoder.layers.1.attn.v_proj"]
+    assert find_targets(model, LoraConfig(targets=["q_proj"], exclude=r"encoder\..*", layers=[1])) == [
+        "decoder.layers.1.attn.q_proj"]
+
+
+def test_bad_targets_are_refused_before_anything_changes():
+    model, _ = model_and_inputs()
+    with pytest.raises(ValueError, match="match no module"):
+        add_adapter(model, "v1", [BitFitConfig(), LoraConfig(targets=["no_such_layer"])])
+    assert adapter_names(model) == set()
+    with pytest.raises(TypeError, match="supports: Linear, Conv1d, Embedding"):
+        add_adapter(model, "v1", [LoraConfig(targets=["encoder.layers.0.norm1"])])
+    with pytest.raises(ValueError, match="unknown adapter method 'dora'"):
+        from chorus.adapters import get_method
+        get_method("dora")
+
+
+class ForeignModel(nn.Module):
+    """Not a Chorus model: the framework must work on any module tree."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(20, 16)
+        self.body = nn.Sequential(nn.Linear(16, 16), nn.ReLU(), nn.LayerNorm(16))
+        self.conv = nn.Conv1d(16, 8, 3, padding=1)
+
+    def forward(self, ids):
+        return self.conv(self.body(self.embed(ids)).transpose(1, 2))
+
+
+@pytest.mark.parametrize("configs", [
+    [LoraConfig(targets=["embed", "body.0", "conv"], r=2)],
+    [ResidualAdapterConfig(targets=["body.0", "conv", "body.2"], bottleneck=3)],
+    [ConditionalNormConfig(targets=["body.2"])],
+    [BitFitConfig()],
+], ids=["lora", "residual", "cln", "bitfit"])
+def test_foreign_model(configs):
+    torch.manual_seed(0)
+    model = ForeignModel()
+    ids = torch.randint(0, 20, (2, 5))
+    before = model(ids)
+    add_adapter(model, "x", configs)
+    randomize(model, "x")
+    trainable = mark_trainable(model, "x")
+    with active_adapter(model, "x"):
+        after = model(ids)
+        after.sum().backward()
+    assert not torch.equal(after, before)
+    assert torch.equal(model(ids), before)
+    assert all(p.grad is not None for p in trainable)
+
+
+def test_voice_refusals(tmp_path):
+    model, _ = model_and_inputs()
+    configs = [LoraConfig(r=2)]
+    add_adapter(model, "v1", configs)
+    save_voice(tmp_path / "v1", model, "v1", configs, VoiceCard("v1", ["lora"], base_model_sha256="base-a"))
+    fresh, _ = model_and_inputs()
+    with pytest.raises(VoiceError, match="made for base model"):
+        apply_voice(fresh, read_voice(tmp_path / "v1"), "v1", base_model_sha256="base-b")
+    weights = tmp_path / "v1" / "adapter_model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-3] ^= 0xFF
+    weights.write_bytes(bytes(data))
+    with pytest.raises(VoiceError, match="checksum"):
+        read_voice(tmp_path / "v1")
+    (tmp_path / "v1" / "adapter_config.json").write_text("{not json")
+    with pytest.raises(VoiceError, match="corrupted JSON"):
+        read_voice(tmp_path / "v1")
+    with pytest.raises(VoiceError, match="missing"):
+        read_voice(tmp_path / "nothing")
+    other = build_model(AcousticConfig(**{**CONFIG.to_dict(), "d_model": 16}))
+    add_adapter(model, "v2", configs)
+    save_voice(tmp_path / "v2", model, "v2", configs, VoiceCard("v2", ["lora"], base_model_sha256=""))
+    with pytest.raises(VoiceError, match="does not fit"):
+        apply_voice(other, read_voice(tmp_path / "v2"), "v2")
+    assert adapter_names(other) == set()
+
+
+# -- PEFT interoperability: the same LoRA file is read by both ------------------------------------------
+
+peft = pytest.importorskip("peft")
+
+
+def test_peft_loads_a_chorus_lora(tmp_path):
+    model, inputs = model_and_inputs()
+    configs = [LoraConfig(r=4, alpha=8, targets=["q_proj", "v_proj", "conv1", "symbol_embedding"])]
+    add_adapter(model, "v1", configs)
+    randomize(model, "v1")
+    with active_adapter(model, "v1"):
+        expected = infer(model, inputs)
+    save_voice(tmp_path / "v1", model, "v1", configs, VoiceCard("v1", ["lora"], base_model_sha256=""))
+    fresh, _ = model_and_inputs()
+    peft_model = peft.PeftModel.from_pretrained(fresh, str(tmp_path / "v1"))
+    torch.testing.assert_close(peft_model.base_model.model.infer(*inputs[:2], speaker_ids=inputs[2]).mel, expected)
+
+
+def test_chorus_loads_a_peft_lora(tmp_path):
+    model, inputs = model_and_inputs()
+    peft_config = peft.LoraConfig(r=4, lora_alpha=8, target_modules=["k_proj", "out_proj", "conv2"],
+                                  init_lora_weights=False)   # random B, so the update is not zero
+    peft_model = peft.get_peft_model(model, peft_config)
+    expected = peft_model.base_model.model.infer(*inputs[:2], speaker_ids=inputs[2]).mel
+    peft_model.save_pretrained(str(tmp_path / "peft"))
+    assert "chorus" not in json.loads((tmp_path / "peft" / "adapter_config.json").read_text())
+    fresh, _ = model_and_inputs()
+    before = infer(fresh, inputs)
+    apply_voice(fresh, read_voice(tmp_path / "peft"), "p")
+    assert not torch.equal(expected, before)
+    with active_adapter(fresh, "p"):
+        torch.testing.assert_close(infer(fresh, inputs), expected)

@@ -1,0 +1,150 @@
+"""Memory accounting: the analytic prediction against one measured training step, per category."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+from rich.console import Console
+
+from chorus.memory import (
+    MemoryBreakdown,
+    measure_acoustic_step,
+    measure_in_fresh_process,
+    memory_report,
+    plot_memory,
+    predict_memory,
+)
+from chorus.memory.measure import _reset_peak_rss, _rss
+from chorus.models.acoustic import build_model, count_parameters
+from chorus.models.config import AcousticConfig
+
+TINY = {"n_symbols": 40, "n_speakers": 2, "d_model": 32, "n_heads": 2, "encoder_layers": 2, "decoder_layers": 2,
+        "ff_hidden": 48, "predictor_hidden": 16, "speaker_dim": 8}
+CATEGORIES = ("weights", "gradients", "optimizer_states", "activations")
+
+
+def freeze_base(model: torch.nn.Module) -> None:
+    """A frozen base: only the speaker projection and the biases train."""
+    for name, parameter in model.named_parameters():
+        parameter.requires_grad_(name.startswith("speaker_proj") or name.endswith("bias"))
+
+
+def _predict(config: AcousticConfig, trainable, **settings) -> MemoryBreakdown:
+    model = build_model(config, "meta")
+    if trainable is not None:
+        trainable(model)
+    return predict_memory(model, **settings)
+
+
+def _assert_close(predicted, measured, tolerance: float = 0.10) -> None:
+    for name in CATEGORIES:
+        p, m = getattr(predicted, name), getattr(measured, name)
+        assert abs(p - m) <= tolerance * m, f"{name}: predicted {p} B, measured {m} B"
+
+
+@pytest.mark.parametrize("trainable", [None, freeze_base], ids=["full", "frozen-base"])
+@pytest.mark.parametrize("batch,text_length,frames", [(2, 7, 23), (3, 15, 60), (1, 30, 90)])
+def test_prediction_matches_measurement(trainable, batch, text_length, frames):
+    config = AcousticConfig(**TINY)
+    settings = {"batch": batch, "text_length": text_length, "frames": frames}
+    measured = measure_acoustic_step(config, trainable=trainable, warmup=False, **settings)
+    predicted = _predict(config, trainable, **settings)
+    _assert_close(predicted, measured)
+    if trainable is freeze_base:
+        assert 0 < measured.gradients < 0.05 * measured.weights
+
+
+@pytest.mark.parametrize("config_extra,settings", [
+    ({}, {"precision": "bf16"}),
+    ({}, {"checkpointing": True}),
+    ({}, {"optimizer": "adamw8bit"}),
+    ({"dropout": 0.1}, {"precision": "bf16"}),
+    ({"use_pitch": True, "use_energy": True}, {}),
+    ({"reversible": True}, {}),
+], ids=["bf16", "checkpointing", "adamw8bit", "dropout-bf16", "pitch-energy", "reversible"])
+@pytest.mark.parametrize("trainable", [None, freeze_base], ids=["full", "frozen-base"])
+def test_prediction_matches_measurement_with_options(config_extra, settings, trainable):
+    if settings.get("optimizer") == "adamw8bit":
+        pytest.importorskip("bitsandbytes")
+    config = AcousticConfig(**{**TINY, **config_extra})
+    sizes = {"batch": 2, "text_length": 9, "frames": 31}
+    measured = measure_acoustic_step(config, trainable=trainable, warmup=False, **sizes, **settings)
+    _assert_close(_predict(config, trainable, **sizes, **settings), measured)
+
+
+def test_checkpointed_blocks_are_seen_through_their_saved_inputs():
+    # Non-reentrant checkpointing installs its own saved-tensor hooks inside each block; the block
+    # inputs it keeps are still packed by the measuring hooks, and nothing inside the blocks is.
+    config = AcousticConfig(**TINY)
+    sizes = {"batch": 2, "text_length": 9, "frames": 31}
+    plain = measure_acoustic_step(config, warmup=False, **sizes)
+    checkpointed = measure_acoustic_step(config, checkpointing=True, warmup=False, **sizes)
+    predicted = _predict(config, None, checkpointing=True, **sizes)
+    assert checkpointed.activations < plain.activations
+    _assert_close(predicted, checkpointed)
+    assert predicted.recompute > 0
+    # Per stack, checkpointing adds each block's input [batch, time, d_model] and the shared bool mask.
+    without_blocks = _predict(AcousticConfig(**{**TINY, "encoder_layers": 0, "decoder_layers": 0}), None, **sizes)
+    inputs = 2 * (2 * 9 * 32 * 4) + 2 * 9 + 2 * (2 * 31 * 32 * 4) + 2 * 31
+    assert checkpointed.activations == without_blocks.activations + inputs
+
+
+def test_500m_parameter_prediction_on_meta_allocates_nothing():
+    config = AcousticConfig(d_model=1024, n_heads=16, encoder_layers=8, decoder_layers=9, ff_hidden=4096,
+                            predictor_hidden=1024, speaker_dim=256)
+    model = build_model(config, "meta")
+    parameters = count_parameters(model)
+    assert 480e6 < parameters < 520e6
+    assert all(p.is_meta for p in model.parameters())
+    resettable = _reset_peak_rss()
+    started = time.perf_counter()
+    predicted = predict_memory(model, batch=16, text_length=100, frames=400, optimizer="adamw8bit",
+                               precision="bf16", checkpointing=True)
+    assert time.perf_counter() - started < 5
+    assert predicted.gradients == 4 * parameters
+    assert predicted.activations > 2**28 and predicted.recompute > 0
+    if resettable:
+        peak, current = _rss()
+        assert peak - current < 256 * 2**20  # the weights alone would be ~1.9 GiB
+
+
+def test_report_table_and_plot(tmp_path):
+    config = AcousticConfig(**TINY)
+    report = memory_report(config, trainable=freeze_base, batch=2, text_length=7, frames=23, measure=True,
+                           checkpointing=True, out_png=tmp_path / "memory.png")
+    markdown = report.markdown()
+    for row in ("| weights |", "| gradients |", "| optimizer states |", "| activations |", "| total |",
+                "| recompute", "| step peak (RSS growth) |"):
+        assert row in markdown
+    assert "freeze_base" in markdown and report.trainable_parameters < report.parameters
+    assert report.png.stat().st_size > 10_000
+    console = Console(record=True, width=120)
+    console.print(report.rich_table())
+    assert "optimizer states" in console.export_text()
+
+    predicted_only = memory_report(config, batch=2, text_length=7, frames=23)
+    assert predicted_only.measured is None and "| activations |" in predicted_only.markdown()
+    png = plot_memory([("full", predicted_only.predicted, None),
+                       ("frozen base", report.predicted, report.measured)], tmp_path / "methods.png")
+    assert png.stat().st_size > 10_000
+
+
+def test_fresh_process_measures_the_same_step():
+    config = AcousticConfig(**TINY)
+    settings = {"batch": 2, "text_length": 7, "frames": 23}
+    fresh = measure_in_fresh_process(config, **settings)
+    assert fresh.categories() == measure_acoustic_step(config, warmup=False, **settings).categories()
+    assert fresh.peak_kind == "RSS" and fresh.peak_growth > 0
+
+
+def test_prediction_refuses_what_it_cannot_count():
+    model = build_model(AcousticConfig(**TINY), "meta")
+    with pytest.raises(ValueError, match="at least text_length"):
+        predict_memory(model, batch=1, text_length=10, frames=5)
+    with pytest.raises(ValueError, match="unknown optimizer"):
+        predict_memory(model, batch=1, text_length=5, frames=10, optimizer="sgd")
+    model.speaker_proj = torch.nn.Identity()
+    with pytest.raises(TypeError, match="register_activation_rule"):
+        predict_memory(model, batch=1, text_length=5, frames=10)
