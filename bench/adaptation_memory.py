@@ -51,6 +51,7 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--text-length", type=int, default=60)
     parser.add_argument("--frames", type=int, default=300)
+    parser.add_argument("--target-batches", type=int, nargs="+", default=[8, 32, 64])
     parser.add_argument("--out", type=Path, default=Path("bench/results/adaptation"))
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -85,14 +86,24 @@ def main() -> None:
                      f"{100 * max(errors, default=0):.1f}% | {mib(growth) if growth else 'n/a'} |")
     lines += ["", "Cells: predicted / measured."]
 
-    def total_of(label: str) -> int:
-        report = next(r for r in reports if r.label == label)
-        return sum(report.measured.categories()[c] for c in CATEGORIES)
-
-    full = total_of("full, fp32 AdamW")
-    for label in ("lora, 8-bit + checkpointing", "lora, 8-bit + checkpointing + bf16"):
-        lines.append(f"- {label} vs full fine-tuning with fp32 AdamW at the same batch: "
-                     f"{mib(total_of(label))} / {mib(full)} MiB = 1/{full / total_of(label):.1f} (target: at most 1/8).")
+    lines += ["", "## Adapter + 8-bit states + checkpointing against full fine-tuning (fp32 AdamW), same batch", "",
+              "Measured totals (weights + gradients + optimizer states + activations), MiB:", "",
+              "| batch (utterances x frames) | full, fp32 AdamW | lora, 8-bit + checkpointing | ratio | "
+              "lora, 8-bit + checkpointing + bf16 | ratio |", "|---|---|---|---|---|---|"]
+    for batch in args.target_batches:
+        totals = []
+        for method, optimizer, precision, checkpointing in (("full", "adamw", "fp32", False),
+                                                             ("lora", "adamw8bit", "fp32", True),
+                                                             ("lora", "adamw8bit", "bf16", True)):
+            report = memory_report(model_config_by_name("shipped"), trainable=trainable_for(method),
+                                   optimizer=optimizer, precision=precision, checkpointing=checkpointing,
+                                   measure=True, fresh_process=True, batch=batch, text_length=args.text_length,
+                                   frames=args.frames)
+            totals.append(sum(report.measured.categories()[c] for c in CATEGORIES))
+        lines.append(f"| {batch} x {args.frames} | {mib(totals[0])} | {mib(totals[1])} | 1/{totals[0] / totals[1]:.1f} | "
+                     f"{mib(totals[2])} | 1/{totals[0] / totals[2]:.1f} |")
+    lines += ["", "Target: at most 1/8. The frozen fp32 weights (25 MiB) are shared by both and bound the ratio at "
+                  "small batches; activations dominate as the batch grows."]
 
     big = model_config_by_name("500m")
     lines += ["", "## 506M-parameter configuration (predicted only)", "",

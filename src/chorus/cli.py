@@ -156,6 +156,8 @@ def adapt(
     reversible: bool = typer.Option(False, help="For bases built with reversible blocks: O(1) block "
                                                 "activations in depth, one extra forward per step."),
     precision: str = typer.Option("fp32", help="fp32 | bf16 (autocast: ~half the activation memory)."),
+    frozen_dtype: str = typer.Option("fp32", help="fp32 | bf16: keep the frozen base in bfloat16 (half the weight "
+                                                  "memory; needs --precision bf16)."),
     base: Optional[Path] = typer.Option(None, help="Base model folder (default: the shipped base)."),
     threads: int = typer.Option(2, help="CPU threads."),
 ) -> None:
@@ -167,20 +169,12 @@ def adapt(
     from chorus.training.efficiency import MemoryOptions
 
     with _user_errors():
-        options: dict[str, dict] = {}
-        first = method.split("+")[0].strip()
-        for owner, key, value in (("lora", "r", rank), ("lora", "alpha", alpha),
-                                  ("residual", "bottleneck", bottleneck), ("prefix", "n_prefix", prefix_length),
-                                  ("speaker", "train_projection", train_projection or None),
-                                  (first, "targets", _parse_targets(targets))):
-            if value is not None:
-                if owner not in method.split("+"):
-                    raise ValueError(f"--{key.replace('_', '-')} applies to {owner}, not to --method {method}")
-                options.setdefault(owner, {})[key] = value
+        options = _method_options(method, rank, alpha, targets, bottleneck, prefix_length, train_projection)
         config = AdaptConfig(method=method, method_options=options, steps=steps, learning_rate=learning_rate,
                              max_minutes=max_minutes, threads=threads,
                              memory=MemoryOptions(optimizer=optimizer, checkpointing=checkpointing,
-                                                  reversible=reversible, precision=precision))
+                                                  reversible=reversible, precision=precision,
+                                                  frozen_dtype=frozen_dtype))
         config.method_configs()
         bundle = load_bundle(base or DEFAULT_BASE)
         result = run_adapt(data, bundle, out, config)
@@ -191,10 +185,74 @@ def adapt(
     console.print(f"speak with it: chorus synthesize --voice {result.voice_dir} --text \"Hello.\"")
 
 
-def _parse_targets(text: str | None) -> str | list[str] | None:
-    if text is None:
-        return None
-    return text if text.startswith("^") else [t.strip() for t in text.split(",") if t.strip()]
+def _method_options(method: str, rank, alpha, targets, bottleneck, prefix_length, train_projection) -> dict:
+    """Per-method config fields from the command-line flags; a flag for a method not chosen is an error."""
+    chosen = [m.strip() for m in method.split("+")]
+    parsed_targets = None
+    if targets is not None:
+        parsed_targets = targets if targets.startswith("^") else [t.strip() for t in targets.split(",") if t.strip()]
+    options: dict[str, dict] = {}
+    for owner, key, value in (("lora", "r", rank), ("lora", "alpha", alpha), ("residual", "bottleneck", bottleneck),
+                              ("prefix", "n_prefix", prefix_length),
+                              ("speaker", "train_projection", train_projection or None),
+                              (chosen[0], "targets", parsed_targets)):
+        if value is not None:
+            if owner not in chosen:
+                raise ValueError(f"--{key.replace('_', '-')} applies to {owner}, not to --method {method}")
+            options.setdefault(owner, {})[key] = value
+    return options
+
+
+@app.command("adapt-many")
+def adapt_many(
+    root: Path = typer.Argument(..., help="A folder of voice folders (LJSpeech-style), one per new voice."),
+    out: Path = typer.Option(Path("voices"), help="Each voice is written to OUT/<its folder name>."),
+    method: str = typer.Option("lora+speaker", help="Adapter method(s), as for `chorus adapt` (not full)."),
+    rank: Optional[int] = typer.Option(None, help="LoRA rank (default 4)."),
+    alpha: Optional[float] = typer.Option(None, help="LoRA alpha (default 8)."),
+    targets: Optional[str] = typer.Option(None, help="Targets of the first method, as for `chorus adapt`."),
+    bottleneck: Optional[int] = typer.Option(None, help="Residual adapter width (default 16)."),
+    prefix_length: Optional[int] = typer.Option(None, help="Prefix tuning key/value pairs (default 8)."),
+    train_projection: bool = typer.Option(False, help="speaker: also learn a delta of the speaker projection."),
+    steps: int = typer.Option(200, help="Updates every voice gets."),
+    clips_per_voice: int = typer.Option(2, help="Clips of each voice in every (mixed-voice) batch."),
+    learning_rate: Optional[float] = typer.Option(None, help="Default: per method."),
+    optimizer: str = typer.Option("adamw", help="adamw | adamw8bit | adamw8bit-torchao."),
+    base: Optional[Path] = typer.Option(None, help="Base model folder (default: the shipped base)."),
+    threads: int = typer.Option(2, help="CPU threads."),
+) -> None:
+    """Adapt many voices in one job (mixed-voice batches through batched adapters); each voice is
+    exported as a standalone voice folder. A voice whose data fails its checks does not stop the others."""
+    from chorus.synthesis import DEFAULT_BASE
+    from chorus.training.adapt import AdaptConfig
+    from chorus.training.adapt_many import ManyVoicesConfig
+    from chorus.training.adapt_many import adapt_many as run_adapt_many
+    from chorus.training.checkpoint import load_bundle
+    from chorus.training.efficiency import MemoryOptions
+
+    with _user_errors():
+        options = _method_options(method, rank, alpha, targets, bottleneck, prefix_length, train_projection)
+        config = ManyVoicesConfig(
+            adapt=AdaptConfig(method=method, method_options=options, learning_rate=learning_rate, threads=threads,
+                              memory=MemoryOptions(optimizer=optimizer)),
+            steps=steps, clips_per_voice=clips_per_voice)
+        config.adapt.method_configs()
+        bundle = load_bundle(base or DEFAULT_BASE)
+        result = run_adapt_many(root, bundle, out, config)
+    table = Table("voice", "status", "minutes", "held-out mel L1", "folder or reason")
+    for outcome in result.outcomes:
+        if outcome.status == "ok":
+            table.add_row(outcome.name, "ok", f"{outcome.data_minutes:.1f}",
+                          f"{outcome.validation_mel_l1_start:.3f} -> {outcome.validation_mel_l1_best:.3f}",
+                          outcome.voice_dir)
+        else:
+            table.add_row(outcome.name, "[red]failed[/]", "", "", outcome.message)
+    console.print(table)
+    trained = sum(o.status == "ok" for o in result.outcomes)
+    console.print(f"{trained} voice(s) in {result.setup_seconds + result.train_seconds:.0f} s "
+                  f"({result.steps} steps each; training {result.train_seconds:.0f} s); summary in {out}/adapt-many.json")
+    if trained == 0:
+        raise typer.Exit(1)
 
 
 @app.command()

@@ -44,6 +44,16 @@ class BiasDelta(AdapterLayer):
         delta = self.bias_delta[name]
         return self.base_layer(x, *args, **kwargs) + (delta[:, None] if self.axis == 1 else delta)
 
+    def forward_bank(self, x, *args, **kwargs):
+        """Same shapes as the wrapped layer; each sample's bias delta on the output-feature axis."""
+        y = self.base_layer(x, *args, **kwargs)
+        slot, used = self.bank.route(self.bank_index, y.shape[0])
+        delta = self.bank["bias_delta"][slot]                                      # [batch, *bias shape]
+        delta = delta * used.view(-1, *[1] * (delta.dim() - 1)).to(y.dtype)
+        if self.axis == 1:
+            return y + delta.view(*delta.shape, *[1] * (y.dim() - 2))
+        return y + delta.view(delta.shape[0], *[1] * (y.dim() - delta.dim()), *delta.shape[1:])
+
     def merged_base_tensors(self, name):
         return {"bias": innermost(self).bias + self.bias_delta[name]}
 

@@ -47,6 +47,17 @@ class ConditionalLayerNorm(AdapterLayer):
         normalized = F.layer_norm(x, base.normalized_shape, None, None, base.eps)
         return self.base_layer(x) + normalized * self.norm_scale[name] + self.norm_shift[name]
 
+    def forward_bank(self, x: torch.Tensor) -> torch.Tensor:
+        """x ``[batch, ..., dim]`` -> ``[batch, ..., dim]`` with each sample's scale and shift."""
+        base = innermost(self)
+        normalized = F.layer_norm(x, base.normalized_shape, None, None, base.eps)
+        slot, used = self.bank.route(self.bank_index, x.shape[0])
+        shape = (x.shape[0],) + (1,) * (x.dim() - 1 - len(base.normalized_shape)) + tuple(base.normalized_shape)
+        keep = used.view(-1, *[1] * len(base.normalized_shape)).to(x.dtype)
+        scale = (self.bank["norm_scale"][slot] * keep).view(shape)
+        shift = (self.bank["norm_shift"][slot] * keep).view(shape)
+        return self.base_layer(x) + normalized * scale + shift
+
     def merged_base_tensors(self, name):
         base = innermost(self)
         return {"weight": base.weight + self.norm_scale[name], "bias": base.bias + self.norm_shift[name]}

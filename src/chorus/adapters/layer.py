@@ -9,7 +9,10 @@ Two ways to choose the adapter per forward:
 * ``active``: one name for the whole batch (or None for the base alone);
 * ``routing``: one name per sample, ``BASE`` for "no adapter". This is the slow, obviously-correct
   reference path (it runs the layer once per distinct name on that name's rows); batched banks
-  are tested against it.
+  are tested against it;
+* ``bank_index``: one bank slot per sample (-1 for none) while the voices of a
+  :class:`~chorus.adapters.bank.VoiceBank` are packed into ``bank``: the fast batched path
+  (gather + batched matmul), which takes precedence over the two above.
 
 Wrappers may nest when several methods target the same module (BitFit around LoRA around a Linear);
 the innermost module is the original layer, reached through :func:`innermost`.
@@ -45,6 +48,8 @@ class AdapterLayer(nn.Module):
         self.merged: str | None = None
         self._saved_base: dict[str, torch.Tensor] = {}   # exact base tensors while an adapter is merged
         self.configs: dict[str, object] = {}
+        self.bank: nn.Module | None = None              # a LayerBank (chorus.adapters.bank) while packed
+        self.bank_index: torch.Tensor | None = None     # [batch] bank slot per sample (-1: base) while banked
 
     # -- per-method hooks ----------------------------------------------------------------------
     @classmethod
@@ -59,6 +64,17 @@ class AdapterLayer(nn.Module):
 
     def forward_with(self, name: str, *args, **kwargs):
         """The layer's output with adapter ``name`` applied."""
+        raise NotImplementedError
+
+    def pack(self, names: Sequence[str]) -> dict[str, torch.Tensor]:
+        """Fixed ``[K, ...]`` tensors (slot k = ``names[k]``) that this method's :meth:`forward_bank`
+        needs besides the stacked adapter tensors (LoRA's scaling, the prefix lengths); raises where
+        the bank path cannot reproduce this layer."""
+        return {}
+
+    def forward_bank(self, *args, **kwargs):
+        """The layer's output with sample i's voice taken from slot ``bank_index[i]`` of ``bank``
+        (gather + batched matmul, no loop over voices); same shapes as :meth:`forward_with`."""
         raise NotImplementedError
 
     def merged_base_tensors(self, name: str) -> dict[str, torch.Tensor]:
@@ -153,6 +169,8 @@ class AdapterLayer(nn.Module):
 
     # -- forward -------------------------------------------------------------------------------
     def forward(self, *args, **kwargs):
+        if self.bank_index is not None:
+            return self.forward_bank(*args, **kwargs)
         if self.routing is not None:
             return self._routed_forward(*args, **kwargs)
         name = self.active

@@ -66,6 +66,22 @@ class _LoraLayer(AdapterLayer):
     def delta_weight(self, name: str) -> torch.Tensor:
         raise NotImplementedError
 
+    def pack(self, names):
+        """``scaling`` ``[K]``: each voice's alpha / r, applied per sample so the bank's A and B stay in
+        PEFT's layout (unpacking is a copy; gradients match the name-keyed adapters')."""
+        weight = innermost(self).weight
+        return {"scaling": torch.tensor([self.scaling.get(name, 0.0) for name in names], dtype=weight.dtype,
+                                        device=weight.device)}
+
+    def _bank_gather(self, batch: int, key_b: str) -> tuple[torch.Tensor, torch.Tensor]:
+        """(slot ``[batch]``, each sample's B ``[batch, out, r, ...]`` times its voice's scaling, zero
+        where the base alone applies). Scaling the small gathered B, not the output, lets the update be
+        added in the same batched matmul (baddbmm)."""
+        slot, used = self.bank.route(self.bank_index, batch)
+        scale = self.bank["scaling"][slot] * used
+        b = self.bank[key_b][slot]
+        return slot, b * scale.view(-1, *[1] * (b.dim() - 1))
+
     def remove(self, name: str) -> None:
         super().remove(name)
         self.scaling.pop(name, None)
@@ -89,6 +105,15 @@ class LoraLinear(_LoraLayer):
     def forward_with(self, name, x, *args, **kwargs):
         """x ``[..., in]`` -> ``[..., out]``."""
         return self.base_layer(x, *args, **kwargs) + self.lora_B[name](self.lora_A[name](x)) * self.scaling[name]
+
+    def forward_bank(self, x, *args, **kwargs):
+        """x ``[batch, ..., in]`` -> ``[batch, ..., out]``: per sample ``x A[v]^T B[v]^T * scaling[v]``."""
+        y = self.base_layer(x, *args, **kwargs)
+        batch = x.shape[0]
+        slot, b = self._bank_gather(batch, "lora_B.weight")                        # b [batch, out, r]
+        low = torch.bmm(x.reshape(batch, -1, x.shape[-1]),
+                        self.bank["lora_A.weight"][slot].transpose(1, 2))          # [batch, n, r]
+        return torch.baddbmm(y.reshape(batch, -1, y.shape[-1]), low, b.transpose(1, 2)).view(y.shape)
 
     def delta_weight(self, name):
         return self.lora_B[name].weight @ self.lora_A[name].weight * self.scaling[name]
@@ -118,6 +143,19 @@ class LoraConv1d(_LoraLayer):
         """x ``[batch, in, time]`` -> ``[batch, out, time]``."""
         return self.base_layer(x, *args, **kwargs) + self.lora_B[name](self.lora_A[name](x)) * self.scaling[name]
 
+    def forward_bank(self, x, *args, **kwargs):
+        """x ``[batch, in, time]`` -> ``[batch, out, time']``. Each sample's A is the kernel of its own
+        group of one grouped convolution (so stride, padding and dilation are the base layer's, as for
+        the name-keyed A); B then mixes channels by bmm."""
+        y = self.base_layer(x, *args, **kwargs)
+        base = innermost(self)
+        batch, channels, time = x.shape
+        slot, b = self._bank_gather(batch, "lora_B.weight")                        # b [batch, out, r, 1]
+        a = self.bank["lora_A.weight"][slot]                                       # [batch, r, in, kernel]
+        low = F.conv1d(x.reshape(1, batch * channels, time), a.reshape(-1, channels, a.shape[-1]), None,
+                       base.stride, base.padding, base.dilation, groups=batch)   # [1, batch * r, time']
+        return torch.baddbmm(y, b[..., 0], low.view(batch, a.shape[1], -1))
+
     def delta_weight(self, name):
         # [out, r, 1] composed with [r, in, k] -> [out, in, k]
         return torch.einsum("or,rik->oik", self.lora_B[name].weight[:, :, 0], self.lora_A[name].weight) \
@@ -145,6 +183,28 @@ class LoraEmbedding(_LoraLayer):
         looked_up = F.embedding(ids, self.lora_embedding_A[name].T, base.padding_idx, base.max_norm,
                                 base.norm_type, base.scale_grad_by_freq, base.sparse)
         return self.base_layer(ids, *args, **kwargs) + looked_up @ self.lora_embedding_B[name].T * self.scaling[name]
+
+    def pack(self, names):
+        base = innermost(self)
+        if base.max_norm is not None or base.scale_grad_by_freq or base.sparse:
+            raise NotImplementedError("LoRA banks support Embedding layers without max_norm, scale_grad_by_freq "
+                                      "and sparse gradients only")
+        return super().pack(names)
+
+    def forward_bank(self, ids, *args, **kwargs):
+        """ids ``[batch, ...]`` -> ``[batch, ..., embedding_dim]``: each (sample, id) gathers its column
+        of the sample's A, then B by bmm."""
+        y = self.base_layer(ids, *args, **kwargs)
+        base = innermost(self)
+        batch = ids.shape[0]
+        slot, b = self._bank_gather(batch, "lora_embedding_B")                     # b [batch, dim, r]
+        table = self.bank["lora_embedding_A"].transpose(1, 2)                      # [K, num_embeddings, r]
+        looked = table[slot.view(batch, *[1] * (ids.dim() - 1)), ids]               # [batch, ..., r]
+        if base.padding_idx is not None:
+            # As F.embedding with padding_idx: the padding id is looked up but passes no gradient.
+            looked = torch.where((ids == base.padding_idx).unsqueeze(-1), looked.detach(), looked)
+        return torch.baddbmm(y.reshape(batch, -1, y.shape[-1]), looked.reshape(batch, -1, looked.shape[-1]),
+                             b.transpose(1, 2)).view(y.shape)
 
     def delta_weight(self, name):
         return (self.lora_embedding_B[name] @ self.lora_embedding_A[name]).T * self.scaling[name]

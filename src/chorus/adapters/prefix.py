@@ -66,6 +66,29 @@ class PrefixAttention(AdapterLayer):
                                              dropout_p=attention.dropout if self.training else 0.0)
         return attention.out_proj(out.transpose(1, 2).reshape(x.shape))
 
+    def pack(self, names):
+        """``prefix_valid`` ``[K, n_prefix max]``: which prefix positions each voice has (voices with fewer
+        are zero-padded, and zero keys would still draw attention, so padding is masked instead)."""
+        lengths = torch.tensor([self.configs[n].n_prefix if n in self.configs else 0 for n in names],
+                               device=innermost(self.base_layer.q_proj).weight.device)
+        return {"prefix_valid": torch.arange(int(lengths.max()), device=lengths.device) < lengths[:, None]}
+
+    def forward_bank(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """x ``[batch, time, dim]``, mask ``[batch, time]`` -> ``[batch, time, dim]``. Base samples see
+        every prefix position masked out, which is attention without prefixes."""
+        attention = self.base_layer
+        slot, used = self.bank.route(self.bank_index, x.shape[0])
+        prefix_k = self.bank["prefix_key"][slot].to(x.dtype)                      # [batch, n_prefix, dim]
+        prefix_v = self.bank["prefix_value"][slot].to(x.dtype)
+        valid = self.bank["prefix_valid"][slot] & used[:, None]                    # [batch, n_prefix]
+        q = attention._heads(attention.q_proj(x))
+        k = attention._heads(torch.cat([prefix_k, attention.k_proj(x)], dim=1))
+        v = attention._heads(torch.cat([prefix_v, attention.v_proj(x)], dim=1))
+        full_mask = torch.cat([valid, mask], dim=1)[:, None, None, :]
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=full_mask,
+                                             dropout_p=attention.dropout if self.training else 0.0)
+        return attention.out_proj(out.transpose(1, 2).reshape(x.shape))
+
 
 register(Method("prefix", PrefixConfig, ((MultiHeadAttention, PrefixAttention),), learning_rate=5e-3,
                 summary="learned key/value prefixes in every self-attention"))

@@ -72,6 +72,22 @@ class ResidualAdapter(AdapterLayer):
         h = h + self.adapter_up[name](torch.relu(self.adapter_down[name](h)))
         return h.transpose(1, -1) if self.axis == 1 else h
 
+    def forward_bank(self, *args, **kwargs):
+        """Same shapes as the wrapped layer. Bottlenecks padded with zero rows (bias 0) stay 0 through the
+        ReLU and meet zero columns of ``up``: exact."""
+        y = self.base_layer(*args, **kwargs)
+        h = y.transpose(1, -1) if self.axis == 1 else y                             # [batch, ..., features]
+        batch = h.shape[0]
+        slot, used = self.bank.route(self.bank_index, batch)
+        rows = h.reshape(batch, -1, self.features)                                  # [batch, n, features]
+        down = torch.baddbmm(self.bank["adapter_down.bias"][slot].unsqueeze(1), rows,
+                             self.bank["adapter_down.weight"][slot].transpose(1, 2))  # [batch, n, bottleneck]
+        keep = used.to(h.dtype)[:, None]        # zeroing the gathered up projection gives base rows +0
+        up = torch.baddbmm((self.bank["adapter_up.bias"][slot] * keep).unsqueeze(1), torch.relu(down),
+                           (self.bank["adapter_up.weight"][slot] * keep[:, None]).transpose(1, 2))
+        h = h + up.view(h.shape)                                                    # up [batch, n, features]
+        return h.transpose(1, -1) if self.axis == 1 else h
+
 
 register(Method("residual", ResidualAdapterConfig,
                 tuple((t, ResidualAdapter) for t in (MultiHeadAttention, ConvFeedForward, nn.Linear, nn.Conv1d,

@@ -62,6 +62,14 @@ class SpeakerVector(AdapterLayer):
         vector = self.speaker_vector[name]
         return vector.expand(*ids.shape, vector.shape[-1])
 
+    def forward_bank(self, ids: torch.Tensor) -> torch.Tensor:
+        """ids ``[batch]`` -> ``[batch, speaker_dim]``: the sample's voice vector, or the table row where
+        the sample's voice has none."""
+        slot, used = self.bank.route(self.bank_index, ids.shape[0])
+        vector = self.bank["speaker_vector"][slot]                                  # [batch, speaker_dim]
+        vector = vector.view(ids.shape[0], *[1] * (ids.dim() - 1), -1).expand(*ids.shape, -1)
+        return torch.where(used.view(-1, *[1] * ids.dim()), vector, self.base_layer(ids))
+
 
 class ProjectionDelta(AdapterLayer):
     """A full-rank additive update of a Linear layer (weight and bias), zero at first; mergeable."""
@@ -84,6 +92,17 @@ class ProjectionDelta(AdapterLayer):
     def forward_with(self, name, x: torch.Tensor) -> torch.Tensor:
         """x ``[..., in]`` -> ``[..., out]``."""
         return self.base_layer(x) + x @ self.projection_weight_delta[name].T + self.projection_bias_delta[name]
+
+    def forward_bank(self, x: torch.Tensor) -> torch.Tensor:
+        """x ``[batch, ..., in]`` -> ``[batch, ..., out]`` with each sample's weight and bias delta."""
+        y = self.base_layer(x)
+        batch = x.shape[0]
+        slot, used = self.bank.route(self.bank_index, batch)
+        keep = used.to(x.dtype)[:, None]                       # zeroed deltas give base rows +0
+        weight = self.bank["projection_weight_delta"][slot] * keep[:, None]          # [batch, out, in]
+        bias = (self.bank["projection_bias_delta"][slot] * keep).unsqueeze(1)        # [batch, 1, out]
+        delta = torch.baddbmm(bias, x.reshape(batch, -1, x.shape[-1]), weight.transpose(1, 2))   # [batch, n, out]
+        return y + delta.view(y.shape)
 
     def merged_base_tensors(self, name):
         base = innermost(self)

@@ -68,10 +68,10 @@ def _residual(pass_: ShadowPass, layer: ResidualAdapter, name: str, x: ShadowTen
     y = pass_.leaf(layer.base_layer, x)
     if layer.axis == 1:   # a Conv1d's channels move last and back: transposed views, nothing saved
         batch, channels, length = y.shape
-        y = y.transposed(batch, length, channels)
+        y = y.view(batch, length, channels)
     hidden = pass_.relu(pass_.leaf(layer.adapter_down[name], y))
     out = pass_.elementwise(y, pass_.leaf(layer.adapter_up[name], hidden))
-    return out.transposed(batch, channels, length) if layer.axis == 1 else out
+    return out.view(batch, channels, length) if layer.axis == 1 else out
 
 
 @register_adapter_rule(PrefixAttention)

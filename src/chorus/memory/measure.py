@@ -34,7 +34,13 @@ from torch import nn
 
 from chorus.models.acoustic import AcousticModel, TransformerStack, build_model
 from chorus.models.config import AcousticConfig
-from chorus.training.efficiency import autocast, build_optimizer, optimizer_state_bytes
+from chorus.training.efficiency import (
+    MemoryOptions,
+    autocast,
+    build_optimizer,
+    cast_frozen_parameters,
+    optimizer_state_bytes,
+)
 from chorus.training.pretrain import compute_losses
 
 
@@ -170,17 +176,21 @@ def acoustic_loss(model: AcousticModel) -> Callable[[Any, dict[str, torch.Tensor
 
 def measure_acoustic_step(config: AcousticConfig, *, trainable: Callable[[nn.Module], None] | None = None,
                           batch: int, text_length: int, frames: int, optimizer: str = "adamw",
-                          precision: str = "fp32", checkpointing: bool = False,
+                          precision: str = "fp32", checkpointing: bool = False, frozen_dtype: str = "fp32",
                           device: str = "cpu", seed: int = 0, warmup: bool = True) -> MeasuredMemory:
     """Build ``config`` for real on ``device``, set what trains, and measure one step on a
     :func:`synthetic_batch`. ``trainable(model)`` sets ``requires_grad`` (None: everything trains).
+    ``frozen_dtype`` ``"bf16"`` then stores the parameters left frozen in bfloat16, as
+    :func:`chorus.training.adapt.adapt` does (needs ``precision`` ``"bf16"``).
 
     ``warmup`` first runs one step of a toy model with the same options, so that one-time costs
     (numba loading the alignment search, kernel and thread-pool setup, the optimizer's library,
     together ~100 MiB of RSS) do not land in the measured step's peak.
     """
+    # The same checks as a training run's (a bf16 frozen base only under bf16 autocast).
+    MemoryOptions(optimizer=optimizer, checkpointing=checkpointing, precision=precision, frozen_dtype=frozen_dtype)
     settings = {"optimizer": optimizer, "precision": precision, "checkpointing": checkpointing,
-                "device": device, "seed": seed}
+                "frozen_dtype": frozen_dtype, "device": device, "seed": seed}
     if warmup:
         # ff_hidden 512 gives conv weights of >= 4096 values, so 8-bit optimizers load their kernels.
         toy = replace(config, d_model=4 * config.n_heads, ff_hidden=512, predictor_hidden=8, speaker_dim=4,
@@ -191,6 +201,8 @@ def measure_acoustic_step(config: AcousticConfig, *, trainable: Callable[[nn.Mod
     model.train()
     if trainable is not None:
         trainable(model)
+    if frozen_dtype == "bf16":
+        cast_frozen_parameters(model, torch.bfloat16)
     for module in model.modules():
         if isinstance(module, TransformerStack):
             module.gradient_checkpointing = checkpointing

@@ -16,10 +16,10 @@ The activation count is a shadow forward pass: it follows :class:`AcousticModel.
 each op what autograd saves for it, given which of its inputs require grad. Modules are applied
 through rules registered per module type (:func:`register_activation_rule`): the layers, the
 attention and feed-forward of the acoustic model, and the adapter wrappers of
-:mod:`chorus.adapters` (:mod:`chorus.memory.adapter_rules`). The rules are those of
-torch 2.13 on CPU, found by reading the saved tensors of every node of a real step (see
-``tests/test_memory.py``, which checks prediction against measurement). A training step is assumed:
-dropout with ``p > 0`` is active.
+:mod:`chorus.adapters` (:mod:`chorus.memory.adapter_rules`). The rules are those of torch 2.13 on
+CPU, found by reading the saved tensors of every node of a real step (see ``tests/test_memory.py``
+and ``tests/test_memory_adapters.py``, which check prediction against measurement). A training
+step is assumed: dropout with ``p > 0`` is active.
 
 With gradient checkpointing (``TransformerStack.gradient_checkpointing``), each FFT block of the
 encoder and decoder is recomputed during backward (non-reentrant ``torch.utils.checkpoint``): the
@@ -32,6 +32,7 @@ is predicted only: the hooks of a measurement see the forward, not backward's re
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, fields
@@ -48,7 +49,7 @@ from chorus.models.acoustic import (
     VarianceEmbedding,
     VariancePredictor,
 )
-from chorus.training.efficiency import OPTIMIZERS, PRECISIONS
+from chorus.training.efficiency import OPTIMIZERS, PRECISIONS, MemoryOptions, cast_frozen_parameters
 
 
 @dataclass
@@ -89,26 +90,19 @@ class _Storage:
 
 @dataclass
 class ShadowTensor:
-    """Shape, dtype and requires-grad of a tensor of the step, the storage it lives in, and whether
-    its strides are row-major (``contiguous``; a transposed view's are not)."""
+    """Shape, dtype and requires-grad of a tensor of the step, and the storage it lives in."""
 
     shape: tuple[int, ...]
     dtype: torch.dtype
     requires_grad: bool
     storage: _Storage
-    contiguous: bool = True
 
     def view(self, *shape: int) -> ShadowTensor:
-        """A view (reshape, unsqueeze, expand ...): same storage, new shape, same layout."""
-        return ShadowTensor(tuple(shape), self.dtype, self.requires_grad, self.storage, self.contiguous)
-
-    def transposed(self, *shape: int) -> ShadowTensor:
-        """``transpose(1, 2)`` (or back): same storage, new shape, strides no longer row-major (or
-        row-major again when it undoes an earlier transpose)."""
-        return ShadowTensor(tuple(shape), self.dtype, self.requires_grad, self.storage, not self.contiguous)
+        """A view (reshape, transpose, unsqueeze, expand ...): same storage, new shape."""
+        return ShadowTensor(tuple(shape), self.dtype, self.requires_grad, self.storage)
 
     def detach(self) -> ShadowTensor:
-        return ShadowTensor(self.shape, self.dtype, False, self.storage, self.contiguous)
+        return ShadowTensor(self.shape, self.dtype, False, self.storage)
 
 
 def _trains(*parameters: torch.Tensor | None) -> bool:
@@ -143,11 +137,9 @@ class ShadowPass:
         for tensor in tensors:
             self._saved[id(tensor.storage)] = tensor.storage
 
-    def new(self, shape: tuple[int, ...], dtype: torch.dtype, requires_grad: bool = False,
-            contiguous: bool = True) -> ShadowTensor:
+    def new(self, shape: tuple[int, ...], dtype: torch.dtype, requires_grad: bool = False) -> ShadowTensor:
         """A freshly allocated tensor."""
-        return ShadowTensor(tuple(shape), dtype, requires_grad, _Storage(math.prod(shape) * dtype.itemsize),
-                            contiguous)
+        return ShadowTensor(tuple(shape), dtype, requires_grad, _Storage(math.prod(shape) * dtype.itemsize))
 
     def parameter(self, parameter: torch.Tensor) -> ShadowTensor:
         """A parameter an op reads directly (not through a layer's rule). Its storage is a weight, not
@@ -163,9 +155,10 @@ class ShadowPass:
         return self.new(x.shape, self.autocast, x.requires_grad)
 
     def save_weight(self, weight: torch.Tensor) -> None:
-        """A matmul/conv saves its weight: the parameter itself in fp32 (not an activation), a
-        fresh low-precision copy under autocast (an activation)."""
-        if self.autocast is not None:
+        """A matmul/conv saves its weight: the parameter itself where no cast is needed (fp32, or a
+        frozen base already stored in the autocast dtype: not an activation), a fresh low-precision
+        copy of a float32 weight under autocast (an activation)."""
+        if self.autocast is not None and weight.dtype == torch.float32:
             self.save(self.new(tuple(weight.shape), self.autocast))
 
     @staticmethod
@@ -174,17 +167,17 @@ class ShadowPass:
         return torch.float32 if torch.float32 in (a.dtype, b.dtype) else a.dtype
 
     def elementwise(self, a: ShadowTensor, b: ShadowTensor) -> ShadowTensor:
-        """add/sub: nothing saved; the result broadcasts to ``a``'s shape and takes its layout."""
-        return self.new(a.shape, self._result_dtype(a, b), a.requires_grad or b.requires_grad, a.contiguous)
+        """add/sub: nothing saved; the result broadcasts to ``a``'s shape."""
+        return self.new(a.shape, self._result_dtype(a, b), a.requires_grad or b.requires_grad)
 
     def mul(self, a: ShadowTensor, b: ShadowTensor) -> ShadowTensor:
-        """Each factor is saved for the other's gradient; the result has ``a``'s shape and layout.
-        (A Python number as factor is not a tensor to autograd's hooks: use :meth:`elementwise`.)"""
+        """Each factor is saved for the other's gradient; the result has ``a``'s shape. (A Python
+        number as a factor is no tensor to autograd's hooks: nothing is saved.)"""
         if a.requires_grad:
             self.save(b)
         if b.requires_grad:
             self.save(a)
-        return self.new(a.shape, self._result_dtype(a, b), a.requires_grad or b.requires_grad, a.contiguous)
+        return self.new(a.shape, self._result_dtype(a, b), a.requires_grad or b.requires_grad)
 
     def cat(self, a: ShadowTensor, b: ShadowTensor) -> ShadowTensor:
         """``torch.cat([a, b], dim=1)`` of ``[batch, n, dim]`` tensors: nothing saved, a new tensor
@@ -193,7 +186,7 @@ class ShadowPass:
                         a.requires_grad or b.requires_grad)
 
     def relu(self, x: ShadowTensor) -> ShadowTensor:
-        out = self.new(x.shape, x.dtype, x.requires_grad, x.contiguous)
+        out = self.new(x.shape, x.dtype, x.requires_grad)
         if x.requires_grad:
             self.save(out)  # relu saves its result
         return out
@@ -206,13 +199,13 @@ class ShadowPass:
 
     def matmul_transposed(self, x: ShadowTensor, weight: torch.Tensor) -> ShadowTensor:
         """``x @ weight.T`` with ``weight`` a parameter ``[out, in]`` read directly (not by a Linear):
-        x ``[..., in]`` -> ``[..., out]``. x (as a contiguous row block) is saved for the weight's
-        gradient and ``weight.T`` for x's; under autocast ``weight.T`` is a view, which autocast
-        does not cache, so a fresh low-precision copy is what gets saved."""
+        x ``[..., in]`` -> ``[..., out]``. x is saved for the weight's gradient and ``weight.T`` for
+        x's; under autocast ``weight.T`` is a view, which autocast does not cache, so a fresh
+        low-precision copy is what gets saved."""
         w = self.parameter(weight)
         x_in = self.cast(x)
         if w.requires_grad:
-            self.save(x_in if x_in.contiguous or len(x.shape) < 3 else self.new(x.shape, x_in.dtype))
+            self.save(x_in)
         if x.requires_grad:
             self.save(self.cast(w))
         return self.new((*x.shape[:-1], weight.shape[0]), x_in.dtype, x.requires_grad or w.requires_grad)
@@ -308,12 +301,12 @@ def register_activation_rule(module_type: type) -> Callable[[LeafRule], LeafRule
 
 @register_activation_rule(nn.Linear)
 def _linear(pass_: ShadowPass, module: nn.Linear, x: ShadowTensor) -> ShadowTensor:
-    # addmm saves its input only for the weight's gradient, the weight only for the input's. A
-    # transposed 3-d input (a Conv1d output seen time-major) goes through matmul instead, which
-    # copies it into a row block for a trained weight and saves that copy.
+    # addmm saves its input only for the weight's gradient, the weight only for the input's. (A
+    # transposed input, a Conv1d output seen time-major behind a residual adapter, goes through
+    # matmul, which saves a contiguous copy instead: as many bytes, and nothing else saves the view.)
     x_in = pass_.cast(x)
     if module.weight.requires_grad:
-        pass_.save(x_in if x_in.contiguous or len(x.shape) < 3 else pass_.new(x.shape, x_in.dtype))
+        pass_.save(x_in)
     if x.requires_grad:
         pass_.save_weight(module.weight)
     requires_grad = x.requires_grad or _trains(module.weight, module.bias)
@@ -356,12 +349,12 @@ def _attention(pass_: ShadowPass, attn: MultiHeadAttention, x: ShadowTensor) -> 
 
 @register_activation_rule(ConvFeedForward)
 def _feed_forward(pass_: ShadowPass, ff: ConvFeedForward, x: ShadowTensor) -> ShadowTensor:
-    """x ``[batch, time, dim]`` -> ``[batch, time, dim]``, a transposed view of the last conv's output."""
+    """x ``[batch, time, dim]`` -> ``[batch, time, dim]`` (a transposed view of the last conv's output)."""
     batch, length, dim = x.shape
     keep = pass_.new((batch, 1, length), x.dtype)
-    hidden = pass_.relu(pass_.leaf(ff.conv1, pass_.mul(x.transposed(batch, dim, length), keep)))
+    hidden = pass_.relu(pass_.leaf(ff.conv1, pass_.mul(x.view(batch, dim, length), keep)))
     hidden = pass_.mul(pass_.dropout(hidden, ff.dropout.p), keep)
-    return pass_.leaf(ff.conv2, hidden).transposed(batch, length, dim)
+    return pass_.leaf(ff.conv2, hidden).view(batch, length, dim)
 
 
 def _block(pass_: ShadowPass, block: FFTBlock, x: ShadowTensor) -> ShadowTensor:
@@ -381,22 +374,32 @@ def _checkpointed_block(pass_: ShadowPass, block: FFTBlock, x: ShadowTensor, mas
     return out
 
 
+def _rebuilt_branch(pass_: ShadowPass, norm: nn.Module, layer: nn.Module, x: ShadowTensor) -> ShadowTensor:
+    """One branch of the coupling, ``layer(norm(x))`` zeroed at padding, as backward rebuilds it from
+    ``x`` ``[batch, time, dim]``: raises ``pass_.recompute`` to what it saves; returns its output
+    (the forward keeps none of it, but its dtype carries into the coupling's sums)."""
+    batch, length, _ = x.shape
+    inner = pass_.inner()
+    inputs = inner.new(x.shape, x.dtype, True)
+    out = inner.mul(inner.leaf(layer, inner.leaf(norm, inputs)), inner.new((batch, length, 1), x.dtype))
+    pass_.recompute = max(pass_.recompute, inner.saved_bytes - inputs.storage.nbytes)
+    return out
+
+
 def _reversible_blocks(pass_: ShadowPass, stack: TransformerStack, x: ShadowTensor,
                        mask: ShadowTensor) -> ShadowTensor:
     # The coupling saves its two outputs and the bool mask; backward rebuilds one branch (attention
-    # or feed-forward of one block) at a time from them: ``recompute`` is the largest branch.
-    batch, length, _ = x.shape
+    # or feed-forward of one block) at a time from them: ``recompute`` is the largest branch. The
+    # outputs follow the stream's dtype (bfloat16 behind a bf16 frozen base, until a float32 branch
+    # output promotes it), so the branches are walked in order for it.
     requires_grad = x.requires_grad or any(p.requires_grad for p in stack.layers.parameters())
-    y1, y2 = (pass_.new(x.shape, torch.float32, requires_grad) for _ in range(2))
+    x1 = x2 = x
+    for block in stack.layers:
+        x1 = pass_.elementwise(x1, _rebuilt_branch(pass_, block.norm1, block.attn, x2))
+        x2 = pass_.elementwise(x2, _rebuilt_branch(pass_, block.norm2, block.ff, x1))
+    y1, y2 = (pass_.new(x.shape, y.dtype, requires_grad) for y in (x1, x2))
     if requires_grad:
         pass_.save(y1, y2, mask)
-    for block in stack.layers:
-        for norm, layer in ((block.norm1, block.attn), (block.norm2, block.ff)):
-            inner = pass_.inner()
-            inputs = pass_.new(x.shape, torch.float32, True)
-            out = inner.leaf(layer, inner.leaf(norm, inputs))
-            inner.mul(out, inner.new((batch, length, 1), torch.float32))
-            pass_.recompute = max(pass_.recompute, inner.saved_bytes - inputs.storage.nbytes)
     return pass_.elementwise(y1, y2)  # (y1 + y2) / 2: dividing by a Python number saves no tensor
 
 
@@ -417,21 +420,21 @@ def _variance_predictor(pass_: ShadowPass, predictor: VariancePredictor, x: Shad
     h = x
     for conv, norm in ((predictor.conv1, predictor.norm1), (predictor.conv2, predictor.norm2)):
         h = pass_.mul(h, keep)
-        h = pass_.relu(pass_.leaf(conv, h.transposed(batch, h.shape[-1], length)))
-        h = pass_.leaf(norm, h.transposed(batch, length, h.shape[1]))
+        h = pass_.relu(pass_.leaf(conv, h.view(batch, h.shape[-1], length)))
+        h = pass_.leaf(norm, h.view(batch, length, h.shape[1]))
         h = pass_.dropout(h, predictor.dropout.p)
     out = pass_.leaf(predictor.proj, h)
     return pass_.mul(out.view(batch, length), pass_.new((batch, length), x.dtype))
 
 
-def _variance_embedding(pass_: ShadowPass, variance: VarianceEmbedding, h: ShadowTensor
+def _variance_embedding(pass_: ShadowPass, variance: VarianceEmbedding, h: ShadowTensor, target: ShadowTensor
                         ) -> tuple[ShadowTensor, ShadowTensor]:
-    """Returns (h + embedded target, prediction); the target is the token-averaged one (teacher forcing)."""
+    """Returns (h + embedded target, prediction); ``target`` ``[batch, text]`` is the token-averaged
+    value (teacher forcing)."""
     batch, length, dim = h.shape
     prediction = _variance_predictor(pass_, variance.predictor, h)
-    target = pass_.new((batch, length), torch.float32)
     embedded = pass_.leaf(variance.embed, target.view(batch, 1, length))
-    return pass_.elementwise(h, embedded.transposed(batch, length, dim)), prediction
+    return pass_.elementwise(h, embedded.view(batch, length, dim)), prediction
 
 
 def _masked_mean(pass_: ShadowPass, values: ShadowTensor, mask_shape: tuple[int, ...]) -> None:
@@ -459,14 +462,16 @@ def _acoustic_step(pass_: ShadowPass, model: AcousticModel, batch: int, text: in
     h = _stack(pass_, model.encoder, pass_.leaf(model.symbol_embedding, phonemes), text_mask)
     h = pass_.mul(pass_.elementwise(h, speaker), pass_.new((batch, text, 1), h.dtype))
     prior_token = pass_.leaf(model.prior_proj, h)
-    path = pass_.new((batch, text, frames), h.dtype)  # the alignment, searched without gradients
-    path_t = path.transposed(batch, frames, text)
+    # The alignment, searched without gradients, in h's dtype (bfloat16 behind a bf16 frozen base);
+    # the targets made from it (log(1 + durations), token-averaged pitch and energy) share it.
+    path = pass_.new((batch, text, frames), h.dtype)
+    path_t = path.view(batch, frames, text)
     prior_mean = pass_.bmm(path_t, prior_token)
     log_duration = _variance_predictor(pass_, model.duration_predictor, h.detach())
     predictions = []
     for variance in (model.pitch, model.energy):
         if variance is not None:
-            h, prediction = _variance_embedding(pass_, variance, h)
+            h, prediction = _variance_embedding(pass_, variance, h, pass_.new((batch, text), path.dtype))
             predictions.append(prediction)
     expanded = pass_.elementwise(pass_.bmm(path_t, h), speaker)
     out = _stack(pass_, model.decoder, pass_.mul(expanded, pass_.new((batch, frames, 1), h.dtype)), frame_mask)
@@ -479,7 +484,7 @@ def _acoustic_step(pass_: ShadowPass, model: AcousticModel, batch: int, text: in
     # The prior NLL's 0.5 * (...) saves a Python scalar, not a tensor.
     _masked_mean(pass_, _squared_error(pass_, target, prior_mean), (batch, frames, 1))
     for prediction in (log_duration, *predictions):
-        _masked_mean(pass_, _squared_error(pass_, prediction, pass_.new((batch, text), torch.float32)), (batch, text))
+        _masked_mean(pass_, _squared_error(pass_, prediction, pass_.new((batch, text), path.dtype)), (batch, text))
 
 
 # -- weights, gradients, optimizer states -----------------------------------------------------------
@@ -519,24 +524,33 @@ def predicted_optimizer_states(parameters: list[torch.Tensor], optimizer: str) -
 
 def predict_memory(model: AcousticModel, *, batch: int, text_length: int, frames: int,
                    optimizer: str = "adamw", precision: str = "fp32",
-                   checkpointing: bool = False) -> MemoryBreakdown:
+                   checkpointing: bool = False, frozen_dtype: str = "fp32") -> MemoryBreakdown:
     """Predict the memory of one training step of ``model`` without running it.
 
     Args:
         model: the acoustic model, on any device (``meta`` builds any size without allocating).
-            The parameters with ``requires_grad`` are the ones trained: that is how a method
-            (full fine-tuning, a frozen base with adapters) enters the prediction.
+            The parameters with ``requires_grad`` (those the forward reads) are the ones trained:
+            that is how a method (full fine-tuning, a frozen base with adapters, with the voice's
+            adapter active) enters the prediction.
         batch: utterances per batch; text_length: padded phoneme count; frames: padded mel frames.
         optimizer: ``"adamw"`` (torch), ``"adamw8bit"`` (bitsandbytes) or ``"adamw8bit-torchao"``.
         precision: ``"fp32"``, or ``"bf16"``: forward and losses under a bfloat16 autocast, float32
             weights (:func:`chorus.training.efficiency.autocast`).
         checkpointing: every FFT block recomputed in backward (see the module docstring).
+        frozen_dtype: ``"fp32"``, or ``"bf16"``: the parameters that do not train stored in bfloat16
+            (:func:`chorus.training.efficiency.cast_frozen_parameters`, as adaptation does); needs
+            ``precision`` ``"bf16"``. The prediction casts a copy of ``model``; ``model`` is unchanged.
     """
     if precision not in PRECISIONS:
         raise ValueError(f"unknown precision {precision!r} (known: {', '.join(PRECISIONS)})")
+    MemoryOptions(precision=precision, frozen_dtype=frozen_dtype)   # a bf16 frozen base needs bf16 autocast
     if frames < text_length:
         raise ValueError(f"frames ({frames}) must be at least text_length ({text_length}): every token "
                          "gets a frame")
+    if frozen_dtype == "bf16":
+        # On the meta device a copy costs nothing; meta tensors change dtype like real ones.
+        model = copy.deepcopy(model)
+        cast_frozen_parameters(model, torch.bfloat16)
     parameters = list(model.parameters())
     pass_ = ShadowPass(torch.bfloat16 if precision == "bf16" else None, checkpointing)
     _acoustic_step(pass_, model, batch, text_length, frames)

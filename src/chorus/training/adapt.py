@@ -41,6 +41,7 @@ from chorus.training.efficiency import (
     apply_memory_options,
     autocast,
     build_optimizer,
+    cast_frozen_parameters,
 )
 from chorus.training.pretrain import _step_inputs, compute_losses
 
@@ -150,7 +151,7 @@ def split_held_out(count: int, fraction: float, seed: int) -> tuple[np.ndarray, 
 
 @torch.no_grad()
 def mel_loss(model: AcousticModel, cache: FeatureCache, indices: np.ndarray, max_frames: int,
-             speaker_id: int = 0) -> float:
+             speaker_id: int = 0, precision: str = "fp32") -> float:
     """Mean teacher-forced mel L1 over ``indices`` (speaker ids go to the embedding table, which a
     voice's speaker vector overrides)."""
     was_training = model.training
@@ -160,8 +161,9 @@ def mel_loss(model: AcousticModel, cache: FeatureCache, indices: np.ndarray, max
         batch = collate(cache, indices[positions])
         batch.speakers.fill_(speaker_id)
         inputs = _step_inputs(model, batch)
-        out = model(**inputs)
-        total += float(compute_losses(model, out, inputs["mel"], batch.text_lengths)["mel"]) * len(positions)
+        with autocast(precision, "cpu"):
+            out = model(**inputs)
+            total += float(compute_losses(model, out, inputs["mel"], batch.text_lengths)["mel"]) * len(positions)
         count += len(positions)
     model.train(was_training)
     return total / max(count, 1)
@@ -221,10 +223,14 @@ def adapt(data: str | Path, bundle: ModelBundle, out: str | Path, config: AdaptC
     train_indices, val_indices = split_held_out(len(cache), config.validation_fraction, config.seed)
     minutes = float(cache.frames().sum()) * bundle.mel_config.hop_length / bundle.mel_config.sample_rate / 60
 
-    model = copy.deepcopy(bundle.model) if full else bundle.model
+    # Full fine-tuning and a bf16 frozen base train a copy: the shared base stays as it is.
+    copied = full or config.memory.frozen_dtype == "bf16"
+    model = copy.deepcopy(bundle.model) if copied else bundle.model
     apply_memory_options(model, config.memory)
     start_voice = closest_base_voice(model, cache, train_indices[:16], config.max_frames)
     trainable = prepare_for_training(model, config)   # a target that matches nothing fails here
+    if config.memory.frozen_dtype == "bf16":
+        cast_frozen_parameters(model, torch.bfloat16)
     for _, layer in adapter_layers(model):
         if isinstance(layer, SpeakerVector):
             with torch.no_grad():
@@ -232,7 +238,8 @@ def adapt(data: str | Path, bundle: ModelBundle, out: str | Path, config: AdaptC
     trainable_count = sum(p.numel() for p in trainable)
     optimizer = build_optimizer(trainable, config.memory.optimizer, config.learning_rate_for(), weight_decay=0.0)
 
-    history = [{"step": 0, "val_mel": mel_loss(model, cache, val_indices, config.max_frames)}]
+    precision = config.memory.precision
+    history = [{"step": 0, "val_mel": mel_loss(model, cache, val_indices, config.max_frames, precision=precision)}]
     best = (history[0]["val_mel"], 0, _snapshot(trainable))
     started = time.perf_counter()
     step, stale, epoch, running = 0, 0, 0, []
@@ -256,7 +263,7 @@ def adapt(data: str | Path, bundle: ModelBundle, out: str | Path, config: AdaptC
                 running.append(losses["mel"].item())
                 bar.update(task, completed=step, status=f"mel {running[-1]:.3f} best val {best[0]:.3f}")
                 if step % config.eval_every == 0 or step == config.steps:
-                    value = mel_loss(model, cache, val_indices, config.max_frames)
+                    value = mel_loss(model, cache, val_indices, config.max_frames, precision=precision)
                     history.append({"step": step, "train_mel": float(np.mean(running)), "val_mel": value})
                     running = []
                     if value < best[0]:

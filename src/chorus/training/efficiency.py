@@ -119,6 +119,9 @@ class MemoryOptions:
     precision: str = field(default="fp32", metadata={
         "help": "fp32, or bf16 autocast: ~half the activation memory, ~3 significant digits in "
                 "matmuls; fast only on CPUs/GPUs with bf16 units"})
+    frozen_dtype: str = field(default="fp32", metadata={
+        "help": "fp32, or bf16: keep the frozen base weights in bfloat16 (half their memory; adapters and "
+                "their optimizer states stay fp32). Needs precision bf16; trains on a bf16 copy of the base"})
 
     def __post_init__(self) -> None:
         if self.optimizer not in OPTIMIZERS:
@@ -127,6 +130,11 @@ class MemoryOptions:
         if self.precision not in PRECISIONS:
             raise ValueError(f"MemoryOptions.precision must be one of {', '.join(PRECISIONS)}, "
                              f"got {self.precision!r}")
+        if self.frozen_dtype not in ("fp32", "bf16"):
+            raise ValueError(f"MemoryOptions.frozen_dtype must be fp32 or bf16, got {self.frozen_dtype!r}")
+        if self.frozen_dtype == "bf16" and self.precision != "bf16":
+            raise ValueError("MemoryOptions: a bf16 frozen base needs precision bf16 (autocast), so fp32 "
+                             "activations never meet bf16 weights outside it")
         if self.checkpointing and self.reversible:
             raise ValueError("MemoryOptions: checkpointing adds nothing to reversible blocks, which "
                              "store no block activations already; choose one")
@@ -155,3 +163,14 @@ def apply_memory_options(model: AcousticModel, options: MemoryOptions) -> None:
     for module in model.modules():
         if isinstance(module, TransformerStack):
             module.gradient_checkpointing = options.checkpointing
+
+
+def cast_frozen_parameters(model: nn.Module, dtype: torch.dtype) -> int:
+    """Store every parameter that does not train in ``dtype`` (buffers such as normalization
+    statistics stay as they are); returns how many parameters were cast."""
+    count = 0
+    for parameter in model.parameters():
+        if not parameter.requires_grad and parameter.dtype != dtype:
+            parameter.data = parameter.data.to(dtype)
+            count += 1
+    return count

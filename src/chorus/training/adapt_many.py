@@ -1,0 +1,263 @@
+"""Many voices in one job: K voices' adapters trained together in mixed-voice batches.
+
+Every step takes ``clips_per_voice`` clips of every voice still training, runs them through the
+frozen base in one batch, and routes each sample to its own voice's adapter through the batched
+bank (gather + batched matmul, :mod:`chorus.adapters.bank`). The loss is the sum over voices of
+each voice's own mean loss, so a voice's gradient comes only from its own samples and has the
+scale it would have alone. Each voice keeps its best held-out snapshot and is exported as a
+standalone voice folder, the same format as ``chorus adapt`` writes. A voice whose data fails its
+checks is reported and left out; the others train.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+from chorus.adapters import add_adapter
+from chorus.adapters.bank import banked, pack_bank
+from chorus.adapters.inject import adapter_layers
+from chorus.adapters.layer import innermost
+from chorus.adapters.speaker import SpeakerVector
+from chorus.adapters.voice import VoiceCard, save_voice
+from chorus.atomic import atomic_write_text
+from chorus.data.batching import collate
+from chorus.data.features import FeatureCache, build_feature_cache
+from chorus.data.formats import Utterance
+from chorus.models.acoustic import AcousticModel, AcousticOutput
+from chorus.training.adapt import AdaptConfig, check_adaptation_data, split_held_out
+from chorus.training.checkpoint import ModelBundle
+from chorus.training.efficiency import build_optimizer
+from chorus.training.pretrain import _step_inputs, compute_losses
+
+
+@dataclass
+class ManyVoicesConfig:
+    """Recipe of a many-voice job. ``adapt`` gives the method and its options (as for one voice);
+    every voice gets ``steps`` updates, each from ``clips_per_voice`` of its clips."""
+
+    adapt: AdaptConfig = field(default_factory=lambda: AdaptConfig(method="lora+speaker"))
+    steps: int = 200
+    clips_per_voice: int = 2
+    eval_every: int = 25
+    seed: int = 1234
+
+    def __post_init__(self) -> None:
+        if isinstance(self.adapt, dict):
+            self.adapt = AdaptConfig(**self.adapt)
+        if "full" in self.adapt.method_names():
+            raise ValueError("full fine-tuning makes one model per voice; adapt-many trains adapters")
+        if self.steps <= 0 or self.clips_per_voice <= 0:
+            raise ValueError("steps and clips_per_voice must be positive")
+
+
+@dataclass
+class VoiceOutcome:
+    name: str
+    status: str                        # "ok" or "failed"
+    message: str = ""
+    voice_dir: str | None = None
+    data_minutes: float = 0.0
+    validation_mel_l1_start: float | None = None
+    validation_mel_l1_best: float | None = None
+
+
+@dataclass
+class ManyVoicesResult:
+    outcomes: list[VoiceOutcome]
+    train_seconds: float               # the shared training loop
+    setup_seconds: float               # data checks, features, starting points
+    steps: int
+    model: AcousticModel               # the base with every voice as a name-keyed adapter
+
+
+def speaker_folders(root: str | Path) -> list[Path]:
+    """The voice folders under ``root``: every sub-folder with a ``metadata.csv``, sorted by name."""
+    root = Path(root)
+    if not root.is_dir():
+        raise ValueError(f"{root}: no such folder")
+    folders = sorted(p for p in root.iterdir() if (p / "metadata.csv").is_file())
+    if not folders:
+        raise ValueError(f"{root}: no voice folders (sub-folders with a metadata.csv)")
+    return folders
+
+
+def closest_base_voices(model: AcousticModel, cache: FeatureCache, indices: np.ndarray) -> np.ndarray:
+    """For each utterance in ``indices`` (one per voice), the base speaker whose conditioning fits it
+    best (lowest teacher-forced mel L1): the voices' speaker-vector starting points."""
+    losses = np.zeros((model.config.n_speakers, len(indices)))
+    model.eval()
+    batch = collate(cache, indices)
+    with torch.no_grad():
+        for speaker in range(model.config.n_speakers):
+            batch.speakers.fill_(speaker)
+            inputs = _step_inputs(model, batch)
+            out = model(**inputs)
+            error = ((out.mel - inputs["mel"]).abs().mean(-1) * out.frame_mask).sum(-1) / out.frame_mask.sum(-1)
+            losses[speaker] = error.numpy()
+    return losses.argmin(0)
+
+
+def _rows(out: AcousticOutput, rows: torch.Tensor) -> AcousticOutput:
+    values = {name: (value[rows] if torch.is_tensor(value) else value) for name, value in vars(out).items()}
+    return AcousticOutput(**values)
+
+
+def per_voice_losses(model: AcousticModel, out: AcousticOutput, target: torch.Tensor, text_lengths: torch.Tensor,
+                     voice_index: torch.Tensor) -> dict[int, dict[str, torch.Tensor]]:
+    """Each voice's own mean losses over its rows (as :func:`compute_losses` would give it alone)."""
+    losses = {}
+    for voice in voice_index.unique().tolist():
+        rows = (voice_index == voice).nonzero().squeeze(1)
+        losses[voice] = compute_losses(model, _rows(out, rows), target[rows], text_lengths[rows])
+    return losses
+
+
+@torch.no_grad()
+def _validation(model, bank, cache, val_indices: dict[int, np.ndarray], slot_of: torch.Tensor) -> dict[int, float]:
+    """Each voice's held-out mel L1 (keyed by cache speaker index), all voices in one banked batch."""
+    model.eval()
+    indices = np.concatenate(list(val_indices.values()))
+    batch = collate(cache, indices)
+    speakers = torch.from_numpy(cache.speakers[indices])
+    inputs = _step_inputs(model, batch)
+    with banked(model, bank, slot_of[speakers]):
+        out = model(**inputs)
+    losses = per_voice_losses(model, out, inputs["mel"], batch.text_lengths, speakers)
+    model.train()
+    return {voice: float(values["mel"]) for voice, values in losses.items()}
+
+
+def adapt_many(root: str | Path, bundle: ModelBundle, out: str | Path, config: ManyVoicesConfig, *,
+               progress: bool = True) -> ManyVoicesResult:
+    """Adapt every voice folder under ``root`` in one job; voice ``NAME`` goes to ``out/NAME``."""
+    torch.set_num_threads(config.adapt.threads)
+    torch.manual_seed(config.seed)
+    configs = config.adapt.method_configs()
+    out = Path(out)
+    started = time.perf_counter()
+    outcomes: dict[str, VoiceOutcome] = {}
+    voices: dict[str, list[Utterance]] = {}
+    for folder in speaker_folders(root):
+        try:
+            report = check_adaptation_data(folder, config.adapt, progress=False)
+        except ValueError as error:
+            outcomes[folder.name] = VoiceOutcome(folder.name, "failed", str(error))
+            continue
+        # The folder name is the voice's name, whatever the metadata calls its speaker.
+        voices[folder.name] = [Utterance(u.key, folder.name, u.text, u.audio_path, u.source)
+                               for u in report.valid_utterances()]
+    if not voices:
+        raise ValueError(f"{root}: no voice has usable data: "
+                         + "; ".join(f"{o.name}: {o.message}" for o in outcomes.values()))
+    names = sorted(voices)
+    cache, skipped = build_feature_cache([u for n in names for u in voices[n]], bundle.front_end, bundle.mel_config,
+                                         speaker_names=names, with_pitch=bundle.model.config.use_pitch,
+                                         progress=progress)
+    for line in skipped:
+        print(f"skipped {line}")
+    train_indices, val_indices = {}, {}
+    for voice in range(len(names)):
+        members = np.flatnonzero(cache.speakers == voice)
+        if len(members) < 2:
+            outcomes[names[voice]] = VoiceOutcome(names[voice], "failed", "fewer than 2 usable clips after featurizing")
+            continue
+        train, val = split_held_out(len(members), config.adapt.validation_fraction, config.seed)
+        train_indices[voice], val_indices[voice] = members[train], members[val]
+
+    model = bundle.model
+    starts = closest_base_voices(model, cache, np.array([train_indices[v][0] for v in train_indices]))
+    for voice, start in zip(train_indices, starts):
+        add_adapter(model, names[voice], configs)
+        for _, layer in adapter_layers(model):
+            if isinstance(layer, SpeakerVector) and names[voice] in layer.configs:
+                with torch.no_grad():
+                    layer.speaker_vector[names[voice]].copy_(innermost(layer).weight[start])
+    for parameter in model.parameters():
+        parameter.requires_grad_(False)
+    trained = list(train_indices)                 # cache speaker indices of the voices that train
+    bank = pack_bank(model, [names[v] for v in trained], trainable=True)
+    slot_of = torch.full((len(names),), -1, dtype=torch.long)
+    slot_of[trained] = torch.arange(len(trained))
+    trainable = list(bank.parameters())
+    optimizer = build_optimizer(trainable, config.adapt.memory.optimizer, config.adapt.learning_rate_for(),
+                                weight_decay=0.0)
+    setup_seconds = time.perf_counter() - started
+
+    start_val = _validation(model, bank, cache, val_indices, slot_of)
+    best = {voice: (loss, bank.snapshot(int(slot_of[voice]))) for voice, loss in start_val.items()}
+    # One random stream per voice: a voice's batches do not depend on the other voices' data.
+    rngs = {voice: np.random.default_rng([config.seed, voice]) for voice in train_indices}
+    order = {voice: rngs[voice].permutation(indices) for voice, indices in train_indices.items()}
+    cursor = dict.fromkeys(train_indices, 0)
+    started = time.perf_counter()
+    model.train()
+    columns = [TextColumn(f"[bold]adapt-many ({len(train_indices)} voices)"), BarColumn(),
+               TextColumn("{task.completed}/{task.total}"), TextColumn("{task.fields[status]}"), TimeElapsedColumn()]
+    with Progress(*columns, disable=not progress) as bar:
+        task = bar.add_task("steps", total=config.steps, status="")
+        for step in range(1, config.steps + 1):
+            chosen = []
+            for voice in train_indices:
+                for _ in range(config.clips_per_voice):
+                    if cursor[voice] == len(order[voice]):
+                        order[voice], cursor[voice] = rngs[voice].permutation(train_indices[voice]), 0
+                    chosen.append(order[voice][cursor[voice]])
+                    cursor[voice] += 1
+            chosen = np.asarray(chosen)
+            batch = collate(cache, chosen)
+            voice_index = slot_of[torch.from_numpy(cache.speakers[chosen])]
+            inputs = _step_inputs(model, batch)
+            # Backward inside the block too: checkpointed layers read the routing again.
+            with banked(model, bank, voice_index):
+                outputs = model(**inputs)
+                losses = per_voice_losses(model, outputs, inputs["mel"], batch.text_lengths, voice_index)
+                total = sum(values["total"] for values in losses.values())
+                optimizer.zero_grad(set_to_none=True)
+                total.backward()
+            optimizer.step()
+            mean_mel = float(np.mean([float(v["mel"]) for v in losses.values()]))
+            bar.update(task, completed=step, status=f"mean mel {mean_mel:.3f}")
+            if step % config.eval_every == 0 or step == config.steps:
+                for voice, loss in _validation(model, bank, cache, val_indices, slot_of).items():
+                    if loss < best[voice][0]:
+                        best[voice] = (loss, bank.snapshot(int(slot_of[voice])))
+    train_seconds = time.perf_counter() - started
+    for voice, (_, snapshot) in best.items():
+        bank.restore(int(slot_of[voice]), snapshot)
+    bank.unpack()
+    bank.remove()
+    model.eval()
+
+    frames_to_minutes = bundle.mel_config.hop_length / bundle.mel_config.sample_rate / 60
+    for voice in train_indices:
+        name = names[voice]
+        minutes = float(cache.frames()[np.flatnonzero(cache.speakers == voice)].sum()) * frames_to_minutes
+        card = VoiceCard(name=name, methods=config.adapt.method_names(), base_model_sha256=bundle.weights_sha256,
+                         data_minutes=round(minutes, 2), train_seconds=round(train_seconds, 1), steps=config.steps,
+                         trainable_parameters=sum(p.numel() for _, layer in adapter_layers(model)
+                                                  if layer.configs.get(name) and layer.configs[name].trains()
+                                                  for p in layer.adapter_parameters(name)),
+                         metrics={"validation_mel_l1_start": round(start_val[voice], 4),
+                                  "validation_mel_l1_best": round(best[voice][0], 4),
+                                  "held_out_clips": len(val_indices[voice]),
+                                  "training_clips": len(train_indices[voice])},
+                         notes={"job": f"adapt-many: {len(train_indices)} voices in one job",
+                                "recipe": {**asdict(config), "adapt": {k: v for k, v in asdict(config.adapt).items()
+                                                                       if k != "memory"}}})
+        voice_dir = save_voice(out / name, model, name, configs, card)
+        outcomes[name] = VoiceOutcome(name, "ok", "", str(voice_dir), card.data_minutes, start_val[voice],
+                                      best[voice][0])
+    result = ManyVoicesResult(sorted(outcomes.values(), key=lambda o: o.name), train_seconds, setup_seconds,
+                              config.steps, model)
+    atomic_write_text(out / "adapt-many.json", json.dumps(
+        {"train_seconds": train_seconds, "setup_seconds": setup_seconds, "steps": config.steps,
+         "voices": [asdict(o) for o in result.outcomes]}, indent=1))
+    return result
+

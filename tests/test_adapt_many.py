@@ -1,0 +1,101 @@
+"""`chorus adapt-many`: K voices in one job, each exported like `chorus adapt`; isolation between voices."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from chorus.adapters.voice import read_voice
+from chorus.cli import app
+from chorus.synthesis import load_base
+from chorus.training.adapt import AdaptConfig
+from chorus.training.adapt_many import ManyVoicesConfig, adapt_many
+from chorus.training.checkpoint import load_bundle
+
+runner = CliRunner()
+
+
+def many_config(**adapt) -> ManyVoicesConfig:
+    return ManyVoicesConfig(adapt=AdaptConfig(method="lora+speaker", threads=1, **adapt), steps=4, clips_per_voice=2,
+                            eval_every=2)
+
+
+def espeak_voice(folder, variant: str, sentences: list[str]):
+    (folder / "wavs").mkdir(parents=True)
+    for index, text in enumerate(sentences):
+        subprocess.run(["espeak-ng", "-v", f"en-us+{variant}", "-w", str(folder / "wavs" / f"s{index}.wav"), text],
+                       check=True, capture_output=True, timeout=30)
+    (folder / "metadata.csv").write_text("".join(f"s{i}|{t}\n" for i, t in enumerate(sentences)))
+    return folder
+
+
+@pytest.fixture(scope="module")
+def voices_root(new_voice_data, tmp_path_factory):
+    """Two usable voices (f4 and a second espeak voice) and one broken folder."""
+    root = tmp_path_factory.mktemp("many")
+    shutil.copytree(new_voice_data, root / "f4")
+    sentences = [line.split("|", 1)[1] for line in (new_voice_data / "metadata.csv").read_text().splitlines()]
+    espeak_voice(root / "m7", "m7", sentences)
+    (root / "broken").mkdir()
+    (root / "broken" / "metadata.csv").write_text("x|There is no audio for this line.\n")
+    return root
+
+
+def test_voices_train_together_and_export_like_adapt(tiny_base, voices_root, tmp_path):
+    result = adapt_many(voices_root, load_bundle(tiny_base), tmp_path / "voices", many_config(), progress=False)
+    status = {o.name: o.status for o in result.outcomes}
+    assert status == {"broken": "failed", "f4": "ok", "m7": "ok"}
+    assert "broken" in next(o.message for o in result.outcomes if o.name == "broken")
+    for name in ("f4", "m7"):
+        folder = tmp_path / "voices" / name
+        assert {p.name for p in folder.iterdir()} == {"adapter_config.json", "adapter_model.safetensors",
+                                                      "voice_card.json", "README.md"}
+        voice = read_voice(folder)
+        assert [c.method for c in voice.configs] == ["lora", "speaker"] and voice.card.steps == 4
+    summary = json.loads((tmp_path / "voices" / "adapt-many.json").read_text())
+    assert [v["status"] for v in summary["voices"]] == ["failed", "ok", "ok"]
+    tts = load_base(tiny_base, "griffin-lim")
+    before = tts.mel(["A short test."], "m3")[0]
+    first, second = tts.load_voice(tmp_path / "voices" / "f4"), tts.load_voice(tmp_path / "voices" / "m7")
+    assert not torch.equal(tts.mel(["A short test."], voice=first)[0], tts.mel(["A short test."], voice=second)[0])
+    assert torch.equal(tts.mel(["A short test."], "m3")[0], before)
+
+
+def test_each_voice_learns_only_from_its_own_samples(tiny_base, voices_root, new_voice_data, tmp_path):
+    """Voice f4 ends the same whether the other voice in the job is m7 or a different speaker."""
+    other = tmp_path / "other"
+    shutil.copytree(voices_root / "f4", other / "f4")
+    sentences = [line.split("|", 1)[1] for line in (new_voice_data / "metadata.csv").read_text().splitlines()][:9]
+    espeak_voice(other / "m7", "f1", sentences)   # same name, different speaker and clip count
+    results = []
+    for root in (voices_root, other):
+        out = tmp_path / f"out-{root.name}"
+        adapt_many(root, load_bundle(tiny_base), out, many_config(), progress=False)
+        results.append(read_voice(out / "f4").tensors)
+    assert results[0].keys() == results[1].keys()
+    for key in results[0]:
+        torch.testing.assert_close(results[0][key], results[1][key], rtol=1e-4, atol=1e-5)
+
+
+def test_refusals(tiny_base, voices_root, tmp_path):
+    with pytest.raises(ValueError, match="full fine-tuning makes one model per voice"):
+        ManyVoicesConfig(adapt=AdaptConfig(method="full"))
+    only_broken = tmp_path / "only_broken"
+    shutil.copytree(voices_root / "broken", only_broken / "broken")
+    with pytest.raises(ValueError, match="no voice has usable data"):
+        adapt_many(only_broken, load_bundle(tiny_base), tmp_path / "v", many_config(), progress=False)
+    with pytest.raises(ValueError, match="no voice folders"):
+        adapt_many(tmp_path, load_bundle(tiny_base), tmp_path / "v", many_config(), progress=False)
+
+
+def test_cli(tiny_base, voices_root, tmp_path):
+    result = runner.invoke(app, ["adapt-many", str(voices_root), "--out", str(tmp_path / "v"), "--steps", "2",
+                                 "--threads", "1", "--base", str(tiny_base), "--rank", "2"])
+    assert result.exit_code == 0, result.output
+    assert "2 voice(s)" in result.output and "failed" in result.output
+    assert (tmp_path / "v" / "f4" / "voice_card.json").is_file()

@@ -1,0 +1,338 @@
+"""Voice banks (many voices in one batch): the batched bank path against the name-keyed per-sample
+routing reference for every method alone and all combined, in inference and teacher-forced training,
+across voice mixes (all distinct, uniform, skewed, identical, base only); against PEFT's mixed-adapter
+batch; gradients of a trainable bank; the unpack round trip; refusals."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from chorus.adapters import (
+    BASE,
+    active_adapter,
+    adapter_state_dict,
+    add_adapter,
+    merge_adapter,
+    routed,
+)
+from chorus.adapters.bank import banked, pack_bank
+from chorus.adapters.bitfit import BitFitConfig
+from chorus.adapters.conditional_norm import ConditionalNormConfig
+from chorus.adapters.lora import LoraConfig
+from chorus.adapters.prefix import PrefixConfig
+from chorus.adapters.residual import ResidualAdapterConfig
+from chorus.adapters.speaker import SpeakerConfig
+from chorus.adapters.voice import VoiceCard, apply_voice, read_voice, save_voice
+from chorus.models.acoustic import build_model
+from chorus.models.config import AcousticConfig
+
+CONFIG = AcousticConfig(n_symbols=40, n_speakers=3, d_model=32, n_heads=2, encoder_layers=2, decoder_layers=2,
+                        ff_hidden=48, predictor_hidden=16, speaker_dim=8)
+NAMES = [f"v{k}" for k in range(6)]
+
+# Voice k of each method: sizes and targets differ between voices (ranks, bottlenecks and prefix lengths
+# are padded in the bank; voices that skip a layer have an absent slot there).
+VOICE = {
+    "lora": lambda k: LoraConfig(r=1 + k % 4, alpha=2.0 + k, use_rslora=k == 3, targets=(
+        ["q_proj", "v_proj", "out_proj", "conv1", "symbol_embedding", "mel_proj"] if k % 2 == 0
+        else ["k_proj", "conv2", "speaker_proj"])),
+    "residual": lambda k: ResidualAdapterConfig(bottleneck=2 + k % 3, layers=[0] if k % 3 == 1 else None),
+    "prefix": lambda k: PrefixConfig(n_prefix=1 + k % 3, layers=[1] if k == 4 else None),
+    "speaker": lambda k: SpeakerConfig(train_projection=k % 2 == 0, train_vector=k != 4),
+    "cln": lambda k: ConditionalNormConfig(exclude=r"decoder\..*" if k % 2 else None),
+    "bitfit": lambda k: BitFitConfig(exclude=r"encoder\..*" if k % 2 else None),
+}
+ORDER = ["prefix", "lora", "residual", "speaker", "cln", "bitfit"]
+
+
+def voice_configs(method: str, k: int):
+    if method != "all":
+        return [VOICE[method](k)]
+    # Voice k lacks method k + 1 (voice 5 has all six), so every layer sees present and absent voices.
+    return [VOICE[m](k) for index, m in enumerate(ORDER) if index != k + 1]
+
+
+MIXES = {
+    "distinct": ["v0", "v1", "v2", BASE, "v3", "v4", "v5", BASE],
+    "uniform": ["v1", "v4", BASE, "v2", "v4", "v1", "v2", BASE],
+    "skewed": ["v3", "v3", "v0", "v3", "v3", BASE, "v3", "v3"],
+    "identical": ["v5"] * 8,
+    "base": [BASE] * 8,
+}
+
+
+def model_with_voices(method: str, config: AcousticConfig = CONFIG):
+    """The tiny model with six randomized voices (fresh adapters are mostly no-ops by design)."""
+    torch.manual_seed(0)
+    model = build_model(config).eval()
+    for k, name in enumerate(NAMES):
+        add_adapter(model, name, voice_configs(method, k))
+        with torch.no_grad():
+            for value in adapter_state_dict(model, name).values():
+                value.copy_(torch.randn_like(value) * 0.05 + value)
+    return model
+
+
+def batch(size: int = 8):
+    generator = torch.Generator().manual_seed(1)
+    text_lengths = torch.randint(4, 10, (size,), generator=generator)
+    phonemes = torch.randint(1, 40, (size, 9), generator=generator) * (torch.arange(9) < text_lengths[:, None])
+    frame_lengths = torch.randint(15, 24, (size,), generator=generator)
+    mel = torch.randn(size, 24, CONFIG.n_mels, generator=generator)
+    speakers = torch.randint(0, CONFIG.n_speakers, (size,), generator=generator)
+    return phonemes, text_lengths, mel, frame_lengths, speakers
+
+
+def run(model, inputs, teacher_forced: bool):
+    phonemes, text_lengths, mel, frame_lengths, speakers = inputs
+    if teacher_forced:
+        return model(phonemes, text_lengths, mel, frame_lengths, speaker_ids=speakers)
+    return model.infer(phonemes, text_lengths, speaker_ids=speakers)
+
+
+def assert_same_output(actual, expected):
+    assert torch.equal(actual.durations, expected.durations)
+    assert torch.equal(actual.frame_mask, expected.frame_mask)
+    for key in ("mel", "log_duration", "prior_mean"):
+        if getattr(expected, key) is not None:
+            torch.testing.assert_close(getattr(actual, key), getattr(expected, key), rtol=1e-4, atol=1e-5)
+
+
+def loss_of(output, target, rows=None):
+    """A training-like loss ([batch] weights ``rows`` select samples) that reaches every adapted layer."""
+    per_sample = (((output.mel - target) ** 2).sum((1, 2)) + ((output.prior_mean - target) ** 2).sum((1, 2))
+                  + (output.log_duration ** 2).sum(1))
+    return per_sample.sum() if rows is None else (per_sample * rows).sum()
+
+
+def adapter_parameter(layer, name: str, key: str):
+    """The name-keyed parameter behind an adapter_state key (``lora_A.weight``, ``prefix_key``)."""
+    attribute, _, rest = key.partition(".")
+    entry = getattr(layer, attribute)[name]
+    return entry.get_parameter(rest) if rest else entry
+
+
+def region(tensor):
+    return tuple(slice(0, size) for size in tensor.shape)
+
+
+@pytest.mark.parametrize("method", [*VOICE, "all"])
+def test_bank_equals_routed_reference(method):
+    model = model_with_voices(method)
+    bank = pack_bank(model, NAMES)
+    inputs = batch()
+    for mix in MIXES.values():
+        for teacher_forced in (False, True):
+            with routed(model, mix):
+                expected = run(model, inputs, teacher_forced)
+            with banked(model, bank, mix):
+                actual = run(model, inputs, teacher_forced)
+            assert_same_output(actual, expected)
+    with banked(model, bank, MIXES["base"]):
+        based = run(model, inputs, False)
+    assert_same_output(based, run(model, inputs, False))   # outside the block the base runs again
+
+
+def compare_gradients(model, bank, inputs, mix) -> int:
+    """Backpropagate one loss through the bank, then through the routed reference; every bank slot's
+    gradient must equal its voice's adapter gradient (zero where it has none, and in padding). Returns
+    how many non-zero gradients were compared."""
+    with banked(model, bank, mix):
+        loss_of(run(model, inputs, True), inputs[2]).backward()
+    for _, layer in bank.layers:
+        for name in NAMES:
+            if name in layer.configs and layer.configs[name].trains():
+                for parameter in layer.adapter_parameters(name):
+                    parameter.requires_grad_(True)
+    with routed(model, mix):
+        loss_of(run(model, inputs, True), inputs[2]).backward()
+    compared = 0
+    for _, layer in bank.layers:
+        for slot, name in enumerate(NAMES):
+            for key in layer.adapter_state(name) if name in layer.configs else {}:
+                grad = layer.bank[key].grad[slot]   # every banked layer is reached by the loss
+                reference = adapter_parameter(layer, name, key).grad
+                expected = torch.zeros_like(grad)
+                if reference is not None:
+                    expected[region(reference)] = reference
+                torch.testing.assert_close(grad, expected, rtol=1e-4, atol=1e-5)
+                compared += int(reference is not None and reference.abs().sum() > 0)
+    return compared
+
+
+def frozen_model_with_bank(method: str, config: AcousticConfig = CONFIG):
+    model = model_with_voices(method, config)
+    for parameter in model.parameters():
+        parameter.requires_grad_(False)
+    return model, pack_bank(model, NAMES, trainable=True)
+
+
+def test_trainable_bank_gradients_match_reference_and_stay_per_voice():
+    model, bank = frozen_model_with_bank("all")
+    inputs = batch()
+    mix = ["v0", "v2", BASE, "v3", "v4", "v5", "v0", "v4"]   # v1 has no sample; v4's speaker vector is fixed
+    assert compare_gradients(model, bank, inputs, mix) > 50
+    speaker = next(layer for path, layer in bank.layers if path == "speaker_embedding")
+    assert speaker.bank["speaker_vector"].grad[[1, 4]].abs().sum() == 0   # absent from the batch; fixed
+    assert speaker.bank["speaker_vector"].grad[[0, 3, 5]].abs().min() > 0
+
+    # Each slot learns from its own samples only: a loss on v3's rows reaches slot 3 alone.
+    bank_parameters = list(bank.parameters())
+    for parameter in bank_parameters:
+        parameter.grad = None
+    rows = torch.tensor([name == "v3" for name in mix], dtype=torch.float32)
+    with banked(model, bank, mix):
+        loss_of(run(model, inputs, True), inputs[2], rows).backward()
+    grads = [p.grad for p in bank_parameters if p.grad is not None]
+    assert all(torch.count_nonzero(torch.cat([g[:3], g[4:]]).flatten()) == 0 for g in grads)
+    assert sum(g[3].abs().sum() for g in grads) > 0
+
+
+@pytest.mark.parametrize("stack", ["checkpointing", "reversible"])
+def test_bank_gradients_through_recomputing_stacks(stack):
+    """Both stacks run layers again in backward (inside the banked block); the reversible one only
+    differentiates block parameters, which the bank tensors are."""
+    config = AcousticConfig(**{**CONFIG.to_dict(), "reversible": stack == "reversible"})
+    model, bank = frozen_model_with_bank("all", config)
+    model.encoder.gradient_checkpointing = model.decoder.gradient_checkpointing = stack == "checkpointing"
+    assert compare_gradients(model, bank, batch(), MIXES["uniform"]) > 50
+
+
+def test_unpack_round_trip_after_training_and_export(tmp_path):
+    model = model_with_voices("all")
+    before = {name: {k: v.clone() for k, v in adapter_state_dict(model, name).items()} for name in NAMES}
+    bank = pack_bank(model, NAMES, trainable=True)
+    optimizer = torch.optim.Adam(bank.parameters(), lr=0.05)
+    inputs = batch()
+    mix = MIXES["distinct"]
+    for _ in range(2):
+        optimizer.zero_grad()
+        with banked(model, bank, mix):
+            loss_of(run(model, inputs, True), inputs[2]).backward()
+        optimizer.step()
+    bank.unpack()
+    for name in NAMES:
+        after = adapter_state_dict(model, name)
+        assert any(not torch.equal(after[k], v) for k, v in before[name].items())
+    for _, layer in bank.layers:
+        for slot, name in enumerate(NAMES):
+            for key, tensor in (layer.adapter_state(name) if name in layer.configs else {}).items():
+                padded = layer.bank[key][slot].detach()
+                assert torch.equal(tensor, padded[region(tensor)])
+                padded = padded.clone()
+                padded[region(tensor)] = 0
+                assert torch.count_nonzero(padded) == 0   # padding had exactly zero gradient: still zero
+    with torch.no_grad():
+        with routed(model, mix):
+            expected = run(model, inputs, True)
+        with banked(model, bank, mix):
+            actual = run(model, inputs, True)
+    assert_same_output(actual, expected)
+
+    # An unpacked voice is a standalone artifact again.
+    configs = voice_configs("all", 5)
+    save_voice(tmp_path / "v5", model, "v5", configs, VoiceCard("v5", [c.method for c in configs], "base"))
+    torch.manual_seed(0)
+    fresh = build_model(CONFIG).eval()
+    apply_voice(fresh, read_voice(tmp_path / "v5"), "v5")
+    row = mix.index("v5")
+    phonemes, text_lengths, mel, frame_lengths, speakers = (t[row:row + 1] for t in inputs)
+    with active_adapter(fresh, "v5"):
+        alone = fresh(phonemes, text_lengths, mel, frame_lengths, speaker_ids=speakers)
+    frames = int(frame_lengths)
+    torch.testing.assert_close(alone.mel[0, :frames], actual.mel[row, :frames], rtol=1e-4, atol=1e-5)
+
+    keys = set(model.state_dict())
+    bank.remove()
+    assert not any(".bank." in key for key in model.state_dict()) and any(".bank." in key for key in keys)
+    with pytest.raises(ValueError, match="removed"), banked(model, bank, mix):
+        pass
+
+
+class ForeignModel(nn.Module):
+    """Not a Chorus model, with a strided, dilated convolution (residual adapters on channel axis 1)."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(20, 16, padding_idx=0)
+        self.body = nn.Sequential(nn.Linear(16, 16), nn.ReLU(), nn.LayerNorm(16))
+        self.conv = nn.Conv1d(16, 8, 3, stride=2, dilation=2, padding=3)
+
+    def forward(self, ids):
+        return self.conv(self.body(self.embed(ids)).transpose(1, 2))
+
+
+def test_foreign_model_bank_equals_routed_reference():
+    torch.manual_seed(0)
+    model = ForeignModel()
+    for k, name in enumerate(NAMES[:4]):
+        configs = [LoraConfig(targets=["embed", "body.0", "conv"], r=1 + k),
+                   ResidualAdapterConfig(targets=["body.0", "conv", "body.2"], bottleneck=2 + k),
+                   ConditionalNormConfig(targets=["body.2"]), BitFitConfig()]
+        add_adapter(model, name, configs[k % 2:])
+        with torch.no_grad():
+            for value in adapter_state_dict(model, name).values():
+                value.copy_(torch.randn_like(value) * 0.1 + value)
+    bank = pack_bank(model, NAMES[:4])
+    ids = torch.randint(0, 20, (6, 11))
+    mix = ["v0", "v1", BASE, "v3", "v2", "v1"]
+    with routed(model, mix):
+        expected = model(ids)
+    with banked(model, bank, mix):
+        torch.testing.assert_close(model(ids), expected, rtol=1e-4, atol=1e-5)
+
+
+def test_refusals():
+    model = model_with_voices("lora")
+    bank = pack_bank(model, NAMES[:3])
+    inputs = batch()
+    with pytest.raises(ValueError, match="already holds a bank"):
+        pack_bank(model, NAMES[3:])
+    with pytest.raises(KeyError, match="not in this bank"):
+        bank.index(["v0", "v4"])
+    with pytest.raises(ValueError, match="values must be in"):
+        with banked(model, bank, torch.tensor([0, 1, 3])):
+            pass
+    with pytest.raises(ValueError, match="batch of 8"):
+        with banked(model, bank, ["v0", "v1", BASE]):
+            run(model, inputs, False)
+    with pytest.raises(KeyError, match="no adapter"):
+        pack_bank(build_model(CONFIG), ["v0"])
+    with pytest.raises(ValueError, match="distinct"):
+        pack_bank(model, ["v4", "v4"])
+    merge_adapter(model, "v4")
+    with pytest.raises(ValueError, match="unmerge"), banked(model, bank, ["v0"] * 8):
+        pass
+
+
+# -- PEFT's mixed-adapter batch (adapter_names=[...]) is a second, independent reference ---------------
+
+peft = pytest.importorskip("peft")
+
+
+def test_lora_bank_equals_peft_mixed_batch(tmp_path):
+    specs = {"p0": dict(r=2, lora_alpha=4, target_modules=["q_proj", "v_proj", "conv1"]),
+             "p1": dict(r=4, lora_alpha=8, target_modules=["k_proj", "out_proj", "symbol_embedding", "conv2"]),
+             "p2": dict(r=3, lora_alpha=3, target_modules=["q_proj", "mel_proj", "speaker_proj"], use_rslora=True)}
+    torch.manual_seed(0)
+    peft_model = peft.get_peft_model(build_model(CONFIG).eval(),
+                                     peft.LoraConfig(**specs["p0"], init_lora_weights=False), adapter_name="p0")
+    for name in ("p1", "p2"):
+        peft_model.add_adapter(name, peft.LoraConfig(**specs[name], init_lora_weights=False))
+    peft_model.eval()
+    peft_model.save_pretrained(str(tmp_path))   # one folder per adapter
+    torch.manual_seed(0)
+    model = build_model(CONFIG).eval()
+    for name in specs:
+        apply_voice(model, read_voice(tmp_path / name), name)
+    bank = pack_bank(model, list(specs))
+    phonemes, text_lengths, mel, frame_lengths, speakers = inputs = batch()
+    for mix in (["p0", "p1", "p2", BASE, "p2", "p0", BASE, "p1"], ["p1"] * 7 + [BASE]):
+        with torch.no_grad():
+            expected = peft_model(phonemes, text_lengths, mel, frame_lengths, speaker_ids=speakers,
+                                  adapter_names=mix)
+            with banked(model, bank, mix):
+                actual = run(model, inputs, True)
+        assert_same_output(actual, expected)

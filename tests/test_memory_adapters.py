@@ -1,0 +1,128 @@
+"""Memory prediction of adapter training: every method's wrappers against one measured step, per category."""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+import torch
+
+from chorus.adapters import BASE, routed, set_active
+from chorus.adapters.lora import LoraConfig, LoraLinear
+from chorus.memory import ShadowPass, measure_acoustic_step, predict_memory
+from chorus.memory.measure import measure_training_step
+from chorus.models.acoustic import build_model
+from chorus.models.config import AcousticConfig
+from chorus.training.adapt import VOICE, AdaptConfig, prepare_for_training
+
+torch.set_num_threads(1)
+
+TINY = {"n_symbols": 40, "n_speakers": 2, "d_model": 32, "n_heads": 2, "encoder_layers": 2, "decoder_layers": 2,
+        "ff_hidden": 48, "predictor_hidden": 16, "speaker_dim": 8}
+SIZES = {"batch": 2, "text_length": 9, "frames": 31}
+CATEGORIES = ("weights", "gradients", "optimizer_states", "activations")
+
+
+def _prepare(model: torch.nn.Module, method: str, options: dict) -> None:
+    prepare_for_training(model, AdaptConfig(method=method, method_options=options))
+
+
+def adapted(method: str, **options) -> functools.partial:
+    """``trainable`` callback that adds and activates voice ``method`` (picklable, for fresh processes)."""
+    return functools.partial(_prepare, method=method, options=options)
+
+
+def _compare(trainable, config_extra: dict | None = None, **settings):
+    config = AcousticConfig(**{**TINY, **(config_extra or {})})
+    measured = measure_acoustic_step(config, trainable=trainable, warmup=False, **SIZES, **settings)
+    model = build_model(config, "meta")
+    trainable(model)
+    return predict_memory(model, **SIZES, **settings), measured
+
+
+def _assert_close(predicted, measured, tolerance: float = 0.10) -> None:
+    for name in CATEGORIES:
+        p, m = getattr(predicted, name), getattr(measured, name)
+        assert abs(p - m) <= tolerance * m, f"{name}: predicted {p} B, measured {m} B"
+
+
+@pytest.mark.parametrize("method,options", [
+    ("lora", {}), ("residual", {}), ("prefix", {}), ("speaker", {}), ("cln", {}), ("bitfit", {}),
+    ("lora+speaker", {}), ("full", {}), ("speaker", {"speaker": {"train_projection": True}}),
+], ids=["lora", "residual", "prefix", "speaker", "cln", "bitfit", "lora+speaker", "full", "speaker-projection"])
+def test_adapter_prediction_matches_measurement(method, options):
+    predicted, measured = _compare(adapted(method, **options))
+    _assert_close(predicted, measured)
+    if method != "full":
+        assert 0 < measured.gradients < 0.05 * measured.weights
+
+
+@pytest.mark.parametrize("settings", [
+    {"checkpointing": True}, {"precision": "bf16"}, {"optimizer": "adamw8bit"},
+    {"optimizer": "adamw8bit", "checkpointing": True, "precision": "bf16"},
+], ids=["checkpointing", "bf16", "adamw8bit", "all-three"])
+@pytest.mark.parametrize("method", ["lora", "full"])
+def test_adapter_prediction_with_memory_options(method, settings):
+    if settings.get("optimizer") == "adamw8bit":
+        pytest.importorskip("bitsandbytes")
+    _assert_close(*_compare(adapted(method), **settings))
+
+
+@pytest.mark.parametrize("method,options,config_extra,settings", [
+    # BiasDelta(LoraLinear(Linear)); bf16 deltas promote bf16 outputs back to float32.
+    ("lora+bitfit", {}, {}, {"precision": "bf16"}),
+    # ResidualAdapter(PrefixAttention(attention with LoraLinear projections)), ConditionalLayerNorm norms.
+    ("residual+prefix+lora+cln", {}, {}, {"precision": "bf16", "checkpointing": True}),
+    # LoraConv1d and LoraEmbedding.
+    ("lora", {"lora": {"targets": ["q_proj", "conv1", "conv2", "symbol_embedding", "embed"]}}, {"use_pitch": True},
+     {"precision": "bf16"}),
+    # Residual adapters after a Conv1d (channel axis), a Linear and a LayerNorm.
+    ("residual", {"residual": {"targets": ["ff", "conv1", "prior_proj", "norm2"]}}, {}, {}),
+    # The math attention path with a prefix: keys and values need gradients where queries do not.
+    ("prefix", {}, {"dropout": 0.1}, {}),
+    # The plain layer norm of a bf16 input keeps bf16 statistics.
+    ("cln", {}, {}, {"precision": "bf16"}),
+], ids=["bitfit-around-lora", "residual-prefix-lora-cln", "lora-conv-embedding", "residual-conv-linear-norm",
+        "prefix-dropout", "cln-bf16"])
+def test_nested_and_targeted_adapters(method, options, config_extra, settings):
+    _assert_close(*_compare(adapted(method, **options), config_extra, **settings))
+
+
+def test_unread_parameters_get_no_gradient():
+    # Full fine-tuning behind an active speaker vector never reads the speaker table: no gradient,
+    # no optimizer state, although it requires grad.
+    predicted, measured = _compare(adapted("full"))
+    model = build_model(AcousticConfig(**TINY), "meta")
+    adapted("full")(model)
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad) * 4
+    table = model.speaker_embedding.base_layer.weight.numel() * 4
+    assert predicted.gradients == measured.gradients == trainable - table
+    assert predicted.optimizer_states == measured.optimizer_states
+
+
+def test_frozen_linear_saves_only_what_lora_needs():
+    # LoRA around a frozen Linear with an input that needs a gradient: the base saves nothing (its
+    # weight is a parameter), A saves x, B saves A(x).
+    layer = LoraLinear(torch.nn.Linear(16, 24))
+    layer.add(VOICE, LoraConfig(r=4))
+    layer.active = VOICE
+    layer.base_layer.requires_grad_(False)
+    x = torch.randn(3, 5, 16, requires_grad=True)
+    measured = measure_training_step(layer, {"x": x}, lambda out, _: out.sum(),
+                                     torch.optim.AdamW(p for p in layer.parameters() if p.requires_grad))
+    pass_ = ShadowPass()
+    pass_.leaf(layer, pass_.new(tuple(x.shape), x.dtype, requires_grad=True))
+    assert pass_.saved_bytes == measured.activations == 3 * 5 * (16 + 4) * 4
+
+
+def test_inactive_adapter_is_the_base_layer():
+    config = AcousticConfig(**TINY)
+    model, plain = build_model(config, "meta"), build_model(config, "meta")
+    prepare_for_training(model, AdaptConfig(method="lora+speaker"))
+    set_active(model, None)
+    model.requires_grad_(True)
+    with_adapter, base = predict_memory(model, **SIZES), predict_memory(plain, **SIZES)
+    assert with_adapter.activations == base.activations
+    assert with_adapter.gradients == base.gradients   # the adapter's tensors are not read
+    with routed(model, [VOICE, BASE]), pytest.raises(ValueError, match="routing"):
+        predict_memory(model, **SIZES)
