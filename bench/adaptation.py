@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import time
 from pathlib import Path
 
@@ -31,30 +30,15 @@ from chorus.adapters.voice import read_voice
 from chorus.audio.vocoders import load_vocoder
 from chorus.data.features import build_feature_cache
 from chorus.data.formats import discover
+from chorus.data.subsets import first_minutes, write_subset
 from chorus.evaluation.report import EvalItem, Judges, evaluate_pairs
 from chorus.evaluation.similarity import SpeakerJudge
 from chorus.synthesis import DEFAULT_BASE, Synthesizer, load_base
 from chorus.training.adapt import AdaptConfig, adapt, mel_loss
 from chorus.training.checkpoint import load_bundle
 
-METHODS = "speaker,lora,lora+speaker,residual,prefix,cln,bitfit,full"
+METHODS = "speaker,lora,lora+speaker,residual,prefix,cln,bitfit,lora+cln+speaker,full"
 FORGETTING_VOICES = ("flite-rms", "flite-awb", "festival-kal", "flite-kal16")
-
-
-def subset_folder(utterances, durations: list[float], minutes: float, folder: Path) -> float:
-    """An LJSpeech-style folder of the first clips that add up to ``minutes``; returns its minutes."""
-    shutil.rmtree(folder, ignore_errors=True)
-    (folder / "wavs").mkdir(parents=True)
-    lines, total = [], 0.0
-    for utterance, seconds in zip(utterances, durations):
-        if total >= minutes * 60:
-            break
-        target = folder / "wavs" / utterance.audio_path.name
-        target.symlink_to(utterance.audio_path.resolve())
-        lines.append(f"{utterance.audio_path.stem}|{utterance.text}\n")
-        total += seconds
-    (folder / "metadata.csv").write_text("".join(lines))
-    return total / 60
 
 
 def base_voice_loss(model, bundle, corpus: Path, clips_per_voice: int = 4) -> float:
@@ -102,15 +86,18 @@ def run_one(args, voice: str, minutes: float, method: str, eval_utterances, refe
         base_identical = bool(torch.equal(fresh.mel([probe_text], FORGETTING_VOICES[0])[0], base_before))
         forgetting = 0.0 if base_identical else float("nan")
     artifact_bytes = (result.voice_dir / "adapter_model.safetensors").stat().st_size
+    settings = "; ".join(" ".join([config.method] + [f"{k}={v}" for k, v in config.to_dict().items()
+                                                      if k not in ("method", "exclude", "layers") and v is not None])
+                         for config in read_voice(result.voice_dir).configs)
     base_bytes = (Path(args.base or DEFAULT_BASE) / "model.safetensors").stat().st_size
     return {
-        "voice": voice, "minutes": minutes, "data_minutes": card.data_minutes, "method": method,
+        "voice": voice, "minutes": minutes, "data_minutes": card.data_minutes, "method": method, "settings": settings,
         "trainable_parameters": card.trainable_parameters, "artifact_bytes": artifact_bytes,
         "artifact_fraction": artifact_bytes / base_bytes, "steps": card.steps, "train_seconds": card.train_seconds,
         "seconds_per_step": card.train_seconds / max(card.steps, 1),
         "val_mel_start": card.metrics["validation_mel_l1_start"], "val_mel_best": card.metrics["validation_mel_l1_best"],
         "wer": report.corpus_wer, "similarity": means.get("speaker_similarity"), "mcd_db": means.get("mcd_db"),
-        "f0_rmse_hz": means.get("f0_rmse_hz"), "base_voices_bit_identical": base_identical,
+        "f0_rmse_hz": means.get("f0_rmse_hz"), "base_voices_bit_identical": base_identical, "step_cap": args.steps,
         "forgetting_mel_l1_increase": forgetting, "threads": args.threads,
     }
 
@@ -121,7 +108,7 @@ def write_results(rows: list[dict], out: Path, args) -> None:
     lines = ["# Adaptation benchmark", "",
              f"Base: {args.base or 'shipped base'}; held-out voices; evaluation on {args.sentences} held-out sentences "
              "per voice against the real recordings of the same sentences; judges: Whisper tiny.en, resemblyzer, "
-             f"MCD (DTW), F0 RMSE (WORLD harvest). Step cap {args.steps}, early stopping on held-out mel loss; "
+             "MCD (DTW), F0 RMSE (WORLD harvest). Early stopping on held-out mel loss; "
              f"{args.threads} CPU thread(s).", "",
              "| voice | min | method | trainable params | artifact KB (% of base) | steps | s/step | adapt s | "
              "WER % | similarity | sim / full FT | MCD dB | F0 RMSE Hz | base voices |",
@@ -140,6 +127,11 @@ def write_results(rows: list[dict], out: Path, args) -> None:
             f"{row['artifact_bytes'] / 1024:.1f} ({100 * row['artifact_fraction']:.2f}%) | {row['steps']} | "
             f"{row['seconds_per_step']:.2f} | {row['train_seconds']:.0f} | {100 * (row['wer'] or 0):.1f} | "
             f"{row['similarity']:.3f} | {ratio} | {row['mcd_db']:.2f} | {row['f0_rmse_hz']:.1f} | {base} |")
+    lines += ["", "Settings of each method as run (rows from earlier runs may use earlier defaults; their trainable "
+                  "parameters tell them apart):", ""]
+    for described in dict.fromkeys((r["method"], r.get("settings", "earlier defaults"), r.get("step_cap", 300))
+                                   for r in rows):
+        lines.append(f"- `{described[0]}`: {described[1]}; step cap {described[2]}")
     (out / "adaptation.md").write_text("\n".join(lines) + "\n")
     (out / "adaptation.json").write_text(json.dumps(rows, indent=1))
     plot_similarity_vs_minutes(rows, out / "similarity_vs_minutes.png")
@@ -178,7 +170,7 @@ def main() -> None:
     parser.add_argument("--voices", default="piper-joe,flite-slt,festival-ked")
     parser.add_argument("--minutes", default="1,3,10")
     parser.add_argument("--methods", default=METHODS)
-    parser.add_argument("--steps", type=int, default=300)
+    parser.add_argument("--steps", type=int, default=600)
     parser.add_argument("--max-minutes", type=float, default=10.0)
     parser.add_argument("--sentences", type=int, default=8, help="held-out sentences judged per voice")
     parser.add_argument("--references", type=int, default=10, help="real clips for speaker similarity")
@@ -198,9 +190,10 @@ def main() -> None:
         evaluation = utterances[-args.sentences:]
         pool = utterances[: -args.sentences - args.references]
         references = [u.audio_path for u in utterances[-args.sentences - args.references: -args.sentences]]
-        durations = [sf.info(str(u.audio_path)).duration for u in pool]
         for minutes in [float(m) for m in args.minutes.split(",")]:
-            got = subset_folder(pool, durations, minutes, args.work / f"{voice}-{minutes:g}min")
+            subset = first_minutes(pool, minutes)
+            write_subset(subset, args.work / f"{voice}-{minutes:g}min")
+            got = sum(sf.info(str(u.audio_path)).duration for u in subset) / 60
             if got < minutes * 0.95:
                 print(f"{voice}: only {got:.1f} min available for the {minutes:g}-minute setting")
             for method in args.methods.split(","):

@@ -24,7 +24,12 @@ from chorus.corpus.text import benchmark_sentences
 from chorus.data.formats import discover
 from chorus.evaluation.report import Judges
 from chorus.evaluation.similarity import SpeakerJudge
-from chorus.evaluation.voices import VoiceClip, judge_clips, same_versus_different, synthesize_grid
+from chorus.evaluation.voices import (
+    VoiceClip,
+    judge_clips,
+    same_versus_different,
+    synthesize_grid,
+)
 from chorus.peers.piper import load_joe
 from chorus.synthesis import load_base
 

@@ -313,9 +313,24 @@ def test_optimizer_groups_and_unknown_names():
 # -- options -----------------------------------------------------------------------------------
 
 def test_memory_options_validate_and_explain_themselves():
-    assert set(MemoryOptions.help()) == {"optimizer", "checkpointing", "reversible", "precision"}
+    assert set(MemoryOptions.help()) == {"optimizer", "checkpointing", "reversible", "precision", "frozen_dtype"}
     assert all(text and "\n" not in text for text in MemoryOptions.help().values())
     assert set(OPTIMIZERS) == {"adamw", "adamw8bit", "adamw8bit-torchao"}
-    for bad in ({"optimizer": "adam"}, {"precision": "fp16"}, {"checkpointing": True, "reversible": True}):
+    for bad in ({"optimizer": "adam"}, {"precision": "fp16"}, {"checkpointing": True, "reversible": True},
+                {"frozen_dtype": "fp16"}, {"frozen_dtype": "bf16", "precision": "fp32"}):
         with pytest.raises(ValueError, match="MemoryOptions"):
             MemoryOptions(**bad)
+
+
+def test_bf16_frozen_base_keeps_layer_norms_in_float32():
+    from chorus.training.adapt import AdaptConfig, prepare_for_training
+    from chorus.training.efficiency import cast_frozen_parameters
+
+    model = build_model(AcousticConfig(**TINY))
+    trained = prepare_for_training(model, AdaptConfig(method="bitfit"))
+    cast_frozen_parameters(model, torch.bfloat16)
+    norms = {id(p) for m in model.modules() if isinstance(m, torch.nn.LayerNorm) for p in m.parameters()}
+    for parameter in model.parameters():
+        expected = torch.float32 if parameter.requires_grad or id(parameter) in norms else torch.bfloat16
+        assert parameter.dtype == expected
+    assert all(p.dtype == torch.float32 for p in trained)

@@ -88,6 +88,42 @@ def test_nested_and_targeted_adapters(method, options, config_extra, settings):
     _assert_close(*_compare(adapted(method, **options), config_extra, **settings))
 
 
+@pytest.mark.parametrize("method,settings", [
+    ("lora", {}), ("lora+speaker", {}), ("residual", {}), ("speaker", {}), ("prefix", {}),
+    ("lora", {"checkpointing": True}), ("lora", {"optimizer": "adamw8bit", "checkpointing": True}),
+    ("full", {}),
+], ids=["lora", "lora+speaker", "residual", "speaker", "prefix", "lora-checkpointing", "lora-adamw8bit-checkpointing",
+        "full"])
+def test_bf16_frozen_base(method, settings):
+    # The frozen weights stored in bfloat16: no autocast copies of them, a bfloat16 residual stream,
+    # alignment path and duration targets. (Full fine-tuning freezes nothing: no parameter is cast.)
+    if settings.get("optimizer") == "adamw8bit":
+        pytest.importorskip("bitsandbytes")
+    predicted, measured = _compare(adapted(method), precision="bf16", frozen_dtype="bf16", **settings)
+    _assert_close(predicted, measured)
+    model = _meta_model(adapted(method))
+    fp32_base = predict_memory(model, **SIZES, precision="bf16", **settings)
+    norms = {id(p) for module in model.modules() if isinstance(module, torch.nn.LayerNorm) for p in module.parameters()}
+    frozen = sum(p.numel() for p in model.parameters() if not p.requires_grad and id(p) not in norms)
+    assert fp32_base.weights - predicted.weights == 2 * frozen   # 2 of 4 bytes per frozen value (norms stay fp32)
+    assert predicted.activations < fp32_base.activations or method == "full"
+    assert predicted.gradients == fp32_base.gradients and predicted.optimizer_states == fp32_base.optimizer_states
+
+
+def _meta_model(trainable, config_extra: dict | None = None) -> torch.nn.Module:
+    model = build_model(AcousticConfig(**{**TINY, **(config_extra or {})}), "meta")
+    trainable(model)
+    return model
+
+
+@pytest.mark.parametrize("method", ["cln", "bitfit"])
+def test_bf16_frozen_base_with_float32_outputs_into_frozen_layer_norms(method):
+    # cln's and bitfit's float32 outputs make the residual stream float32; the frozen layer norms keep
+    # float32 weights for that reason (CPU layer norm refuses a float32 input with bfloat16 weights),
+    # so the step runs and the prediction follows its dtypes.
+    _assert_close(*_compare(adapted(method), precision="bf16", frozen_dtype="bf16"))
+
+
 def test_unread_parameters_get_no_gradient():
     # Full fine-tuning behind an active speaker vector never reads the speaker table: no gradient,
     # no optimizer state, although it requires grad.

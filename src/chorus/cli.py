@@ -19,6 +19,8 @@ data_app = typer.Typer(help="Inspect datasets.", no_args_is_help=True)
 corpus_app = typer.Typer(help="Build the offline multi-speaker training corpus.", no_args_is_help=True)
 app.add_typer(data_app, name="data")
 app.add_typer(corpus_app, name="corpus")
+space_app = typer.Typer(help="A voice space: a voice as a short vector that generates its adapter.", no_args_is_help=True)
+app.add_typer(space_app, name="voice-space")
 console = Console()
 
 
@@ -143,10 +145,10 @@ def adapt(
     alpha: Optional[float] = typer.Option(None, help="LoRA alpha (default 8)."),
     targets: Optional[str] = typer.Option(None, help="Comma-separated module names/suffixes for the first "
                                                       "method, or a regex (full match) if it starts with ^."),
-    bottleneck: Optional[int] = typer.Option(None, help="Residual adapter width (default 16)."),
+    bottleneck: Optional[int] = typer.Option(None, help="Residual adapter width (default 6)."),
     prefix_length: Optional[int] = typer.Option(None, help="Prefix tuning key/value pairs (default 8)."),
     train_projection: bool = typer.Option(False, help="speaker: also learn a delta of the speaker projection."),
-    steps: int = typer.Option(400, help="Most optimizer steps (early stopping usually ends sooner)."),
+    steps: int = typer.Option(600, help="Most optimizer steps (early stopping usually ends sooner)."),
     learning_rate: Optional[float] = typer.Option(None, help="Default: per method."),
     max_minutes: float = typer.Option(10.0, help="Wall-clock budget of the training loop."),
     optimizer: str = typer.Option("adamw", help="adamw | adamw8bit | adamw8bit-torchao: 8-bit Adam moments, "
@@ -211,7 +213,7 @@ def adapt_many(
     rank: Optional[int] = typer.Option(None, help="LoRA rank (default 4)."),
     alpha: Optional[float] = typer.Option(None, help="LoRA alpha (default 8)."),
     targets: Optional[str] = typer.Option(None, help="Targets of the first method, as for `chorus adapt`."),
-    bottleneck: Optional[int] = typer.Option(None, help="Residual adapter width (default 16)."),
+    bottleneck: Optional[int] = typer.Option(None, help="Residual adapter width (default 6)."),
     prefix_length: Optional[int] = typer.Option(None, help="Prefix tuning key/value pairs (default 8)."),
     train_projection: bool = typer.Option(False, help="speaker: also learn a delta of the speaker projection."),
     steps: int = typer.Option(200, help="Updates every voice gets."),
@@ -266,6 +268,7 @@ def memory(
     optimizer: str = typer.Option("adamw", help="adamw | adamw8bit | adamw8bit-torchao."),
     precision: str = typer.Option("fp32", help="fp32 | bf16."),
     checkpointing: bool = typer.Option(False, help="Activation checkpointing."),
+    frozen_dtype: str = typer.Option("fp32", help="fp32 | bf16 (frozen base stored in bfloat16; needs --precision bf16)."),
     measure: bool = typer.Option(True, help="Also run one real training step and measure it (CPU)."),
     out: Optional[Path] = typer.Option(None, help="Write the bar chart PNG here (and a .md beside it)."),
 ) -> None:
@@ -282,13 +285,62 @@ def memory(
             raise ValueError("measuring the 500m configuration needs tens of GB; use --no-measure")
         report = memory_report(config, trainable=trainable_for(method), batch=batch, text_length=text_length,
                                frames=frames, optimizer=optimizer, precision=precision,
-                               checkpointing=checkpointing, measure=measure, fresh_process=measure,
+                               checkpointing=checkpointing, frozen_dtype=frozen_dtype, measure=measure,
+                               fresh_process=measure,
                                out_png=out, label=f"{method} on {model}")
     console.print(report.rich_table())
     console.print(f"{report.parameters:,} parameters, {report.trainable_parameters:,} trained")
     if out is not None:
         atomic_write_text(out.with_suffix(".md"), report.markdown())
         console.print(f"chart: {out}; table: {out.with_suffix('.md')}")
+
+
+@space_app.command("train")
+def voice_space_train(
+    root: Path = typer.Argument(..., help="A folder of voice folders to learn the space from."),
+    out: Path = typer.Option(..., help="Folder for voice_space.safetensors + voice_space.json."),
+    dim: int = typer.Option(32, help="Numbers per voice."),
+    method: str = typer.Option("lora+speaker", help="The adapter the space generates."),
+    steps: int = typer.Option(300, help="Updates; each takes one clip of every voice."),
+    base: Optional[Path] = typer.Option(None, help="Base model folder (default: the shipped base)."),
+    threads: int = typer.Option(2, help="CPU threads."),
+) -> None:
+    """Learn a voice space over many voices (each gets a vector; a shared hypernetwork makes adapters)."""
+    from chorus.synthesis import DEFAULT_BASE
+    from chorus.training.checkpoint import load_bundle
+    from chorus.training.voice_space import VoiceSpaceConfig, train_voice_space
+
+    with _user_errors():
+        config = VoiceSpaceConfig(method=method, dim=dim, steps=steps, threads=threads)
+        space, history = train_voice_space(root, load_bundle(base or DEFAULT_BASE), out, config)
+    console.print(f"voice space: {out} (dim {space.dim}); mean held-out mel L1 {history[0]['val_mel']:.3f} -> "
+                  f"{min(h['val_mel'] for h in history):.3f}")
+
+
+@space_app.command("fit")
+def voice_space_fit(
+    data: Path = typer.Argument(..., help="One speaker's LJSpeech-style folder (30 s or more)."),
+    space: Path = typer.Option(..., help="A voice space folder (`chorus voice-space train`)."),
+    out: Path = typer.Option(..., help="Voice folder to write."),
+    steps: int = typer.Option(150, help="Most steps (early stopping)."),
+    init: str = typer.Option("embedding", help="embedding (from the clips' speaker d-vector) or mean."),
+    base: Optional[Path] = typer.Option(None, help="Base model folder (default: the shipped base)."),
+    threads: int = typer.Option(2, help="CPU threads."),
+) -> None:
+    """A new voice as a point of a voice space: only its vector learns. Writes a normal voice folder."""
+    from chorus.adapters.voice_space import VoiceSpace
+    from chorus.synthesis import DEFAULT_BASE
+    from chorus.training.checkpoint import load_bundle
+    from chorus.training.voice_space import fit_voice
+
+    with _user_errors():
+        voice_space, _, _ = VoiceSpace.load(space)
+        result = fit_voice(data, load_bundle(base or DEFAULT_BASE), voice_space, out, steps=steps, init=init,
+                           threads=threads)
+    card = result.card
+    console.print(f"voice: {result.voice_dir} ({card.data_minutes:.1f} min of data, {voice_space.dim} numbers, "
+                  f"{card.train_seconds:.0f} s; held-out mel L1 {card.metrics['validation_mel_l1_start']:.3f} -> "
+                  f"{card.metrics['validation_mel_l1_best']:.3f})")
 
 
 @data_app.command("check")

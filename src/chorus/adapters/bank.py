@@ -56,6 +56,8 @@ class LayerBank(nn.Module):
     def __init__(self, stacked: dict[str, torch.Tensor], constants: dict[str, torch.Tensor],
                  present: torch.Tensor, trains: torch.Tensor | None):
         super().__init__()
+        # Tensors computed elsewhere (a voice space's hypernetwork) can stand in for the stacked ones.
+        self.generated: dict[str, torch.Tensor] | None = None
         self._attributes = {key: key.replace(".", "_") for key in [*stacked, *constants]}
         device = next(iter(stacked.values())).device
         requires_grad = trains is not None and bool(trains.any())
@@ -70,6 +72,8 @@ class LayerBank(nn.Module):
                 self[key].register_hook(self._keep_trained_slots)
 
     def __getitem__(self, key: str) -> torch.Tensor:
+        if self.generated is not None and key in self.generated:
+            return self.generated[key]
         return getattr(self, self._attributes[key])
 
     def _keep_trained_slots(self, grad: torch.Tensor | None) -> torch.Tensor | None:

@@ -20,11 +20,11 @@ DEFAULT_TARGETS = ["attn", "ff", "duration_predictor.norm2", "pitch.predictor.no
 
 @dataclass
 class ResidualAdapterConfig(MethodConfig):
-    """bottleneck: hidden width of each adapter."""
+    """bottleneck: hidden width of each adapter (6 keeps a voice under 1% of the shipped base)."""
 
     method = "residual"
     targets: str | list[str] = field(default_factory=lambda: list(DEFAULT_TARGETS))
-    bottleneck: int = 16
+    bottleneck: int = 6
 
     def __post_init__(self) -> None:
         if self.bottleneck <= 0:

@@ -9,7 +9,13 @@ Four categories, in bytes:
 * **optimizer states**: what the optimizer keeps per parameter with a gradient after its first step.
 * **activations**: every tensor autograd keeps for backward at the end of the forward pass (model
   and losses), counted once per storage, parameters and buffers excluded. Under bf16 autocast this
-  includes the bf16 copies of weights that autocast makes and the matmuls save.
+  includes the bf16 copies of float32 weights that autocast makes and the matmuls save.
+
+A bf16 frozen base (``frozen_dtype="bf16"``: every parameter that does not train stored in bfloat16)
+halves those weights and changes the activations: its matmuls and convolutions read the weights as
+they are (no copies), and the residual stream itself turns bfloat16 (bf16 embeddings, positions cast
+to them, bf16 layer norms with bf16 statistics), and with it the alignment path and the targets
+computed from it. The shadow tensors carry dtypes, so the rules follow whatever dtypes the model has.
 
 The activation count is a shadow forward pass: it follows :class:`AcousticModel.forward` and
 ``compute_losses`` op by op with shapes, dtypes and a requires-grad flag instead of data, and asks of
@@ -49,7 +55,12 @@ from chorus.models.acoustic import (
     VarianceEmbedding,
     VariancePredictor,
 )
-from chorus.training.efficiency import OPTIMIZERS, PRECISIONS, MemoryOptions, cast_frozen_parameters
+from chorus.training.efficiency import (
+    OPTIMIZERS,
+    PRECISIONS,
+    MemoryOptions,
+    cast_frozen_parameters,
+)
 
 
 @dataclass
@@ -215,9 +226,20 @@ class ShadowPass:
         """``F.layer_norm`` over the last ``normalized_dims`` axes, with or without affine parameters.
 
         Runs in its input's dtype (autocast leaves it alone on CPU); saves the input and a mean and
-        reciprocal std per row whenever the node exists: float32 beside a float32 weight, in the
-        input's dtype without one (a bf16 input then gets bf16 statistics).
+        reciprocal std per row whenever the node exists: float32 beside a float32 weight, else in
+        the input's dtype (a bf16 input without a weight, or with a bf16 frozen base's, gets bf16
+        statistics).
+
+        Raises ValueError for a float32 input with lower-precision affine parameters, which CPU
+        layer norm refuses ("mixed dtype (CPU): expect parameter to have scalar type of Float"): a
+        bf16 frozen base behind an adapter that adds float32 tensors to the residual stream.
         """
+        if weight is not None and x.dtype == torch.float32 and weight.dtype != torch.float32:
+            raise ValueError(f"a layer norm with {weight.dtype} parameters gets a float32 input, which "
+                             "torch refuses on CPU: this step would fail (a bf16 frozen base with an "
+                             "adapter whose float32 output reaches a frozen layer norm, as cln, bitfit and "
+                             "a trained speaker projection do; such a base needs its layer norms kept in "
+                             "float32)")
         requires_grad = x.requires_grad or _trains(weight, bias)
         if requires_grad:
             rows = x.shape[:-normalized_dims]

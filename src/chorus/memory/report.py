@@ -118,7 +118,7 @@ class MemoryReport:
     measured: MeasuredMemory | None
     parameters: int               # all parameters of the model
     trainable_parameters: int     # those with requires_grad
-    settings: dict                # batch, text_length, frames, optimizer, precision, checkpointing
+    settings: dict                # batch, text_length, frames, optimizer, precision, checkpointing, frozen_dtype
     png: Path | None = None
 
     def markdown(self) -> str:
@@ -137,7 +137,8 @@ class MemoryReport:
 
 def memory_report(model_config: AcousticConfig, *, trainable: Callable[[nn.Module], None] | None = None,
                   batch: int, text_length: int, frames: int, optimizer: str = "adamw",
-                  precision: str = "fp32", checkpointing: bool = False, measure: bool = False,
+                  precision: str = "fp32", checkpointing: bool = False, frozen_dtype: str = "fp32",
+                  measure: bool = False,
                   out_png: Path | None = None, device: str = "cpu", fresh_process: bool = False,
                   label: str = "") -> MemoryReport:
     """Predict (and optionally measure) the memory of one training step of ``model_config``.
@@ -146,13 +147,14 @@ def memory_report(model_config: AcousticConfig, *, trainable: Callable[[nn.Modul
     model is built for real on ``device`` and one step runs on a synthetic batch of the given sizes;
     ``fresh_process`` runs it in a new process for a clean peak RSS (``trainable`` must then be a
     module-level function). ``trainable(model)`` sets which parameters train (None: all, i.e. full
-    fine-tuning). ``out_png`` gets the bar chart.
+    fine-tuning). ``frozen_dtype`` ``"bf16"`` stores the parameters left frozen in bfloat16 (needs
+    ``precision`` ``"bf16"``). ``out_png`` gets the bar chart.
     """
     model = build_model(model_config, "meta")
     if trainable is not None:
         trainable(model)
     settings = {"batch": batch, "text_length": text_length, "frames": frames, "optimizer": optimizer,
-                "precision": precision, "checkpointing": checkpointing}
+                "precision": precision, "checkpointing": checkpointing, "frozen_dtype": frozen_dtype}
     predicted = predict_memory(model, **settings)
     measured = None
     if measure:

@@ -61,7 +61,7 @@ class AdaptConfig:
 
     method: str = "lora"
     method_options: dict = field(default_factory=dict)
-    steps: int = 400                  # upper bound; early stopping usually ends sooner
+    steps: int = 600                  # upper bound; early stopping usually ends sooner
     learning_rate: float | None = None   # None: the method's default
     max_frames: int = 3_000           # padded mel frames per batch
     eval_every: int = 25

@@ -134,6 +134,93 @@ def _validation(model, bank, cache, val_indices: dict[int, np.ndarray], slot_of:
     return {voice: float(values["mel"]) for voice, values in losses.items()}
 
 
+@dataclass
+class VoiceSet:
+    """The usable voices under a root folder, featurized together: cache speaker k is ``names[k]``."""
+
+    names: list[str]
+    cache: FeatureCache
+    train: dict[int, np.ndarray]       # cache speaker index -> training utterance indices
+    validation: dict[int, np.ndarray]  # cache speaker index -> held-out utterance indices
+    failed: dict[str, str]             # voice name -> why it was left out
+    audio: dict[str, list[Path]]       # voice name -> its usable clips' files
+
+
+def load_voices(root: str | Path, bundle: ModelBundle, config: AdaptConfig, seed: int,
+                progress: bool = True) -> VoiceSet:
+    """Check every voice folder under ``root`` (a failure leaves that voice out, with its reason) and
+    featurize the rest in one cache; hold out a share of each voice's clips."""
+    failed: dict[str, str] = {}
+    voices: dict[str, list[Utterance]] = {}
+    for folder in speaker_folders(root):
+        try:
+            report = check_adaptation_data(folder, config, progress=False)
+        except ValueError as error:
+            failed[folder.name] = str(error)
+            continue
+        # The folder name is the voice's name, whatever the metadata calls its speaker.
+        voices[folder.name] = [Utterance(u.key, folder.name, u.text, u.audio_path, u.source)
+                               for u in report.valid_utterances()]
+    if not voices:
+        raise ValueError(f"{root}: no voice has usable data: " + "; ".join(f"{n}: {m}" for n, m in failed.items()))
+    names = sorted(voices)
+    cache, skipped = build_feature_cache([u for n in names for u in voices[n]], bundle.front_end, bundle.mel_config,
+                                         speaker_names=names, with_pitch=bundle.model.config.use_pitch,
+                                         progress=progress)
+    for line in skipped:
+        print(f"skipped {line}")
+    train, validation = {}, {}
+    for voice, name in enumerate(names):
+        members = np.flatnonzero(cache.speakers == voice)
+        if len(members) < 2:
+            failed[name] = "fewer than 2 usable clips after featurizing"
+            continue
+        train_part, val_part = split_held_out(len(members), config.validation_fraction, seed)
+        train[voice], validation[voice] = members[train_part], members[val_part]
+    audio = {name: [u.audio_path for u in voices[name]] for name in names}
+    return VoiceSet(names, cache, train, validation, failed, audio)
+
+
+def add_voice_adapters(model: AcousticModel, voices: VoiceSet, configs: list) -> None:
+    """Add each training voice's adapter, its speaker vector starting at its closest base voice."""
+    starts = closest_base_voices(model, voices.cache, np.array([voices.train[v][0] for v in voices.train]))
+    for voice, start in zip(voices.train, starts):
+        add_adapter(model, voices.names[voice], configs)
+        for _, layer in adapter_layers(model):
+            if isinstance(layer, SpeakerVector) and voices.names[voice] in layer.configs:
+                with torch.no_grad():
+                    layer.speaker_vector[voices.names[voice]].copy_(innermost(layer).weight[start])
+
+
+class ClipSampler:
+    """Each call gives ``clips_per_voice`` clips of every training voice, walking each voice's clips in
+    its own shuffled order. One random stream per voice, so a voice's batches do not depend on the
+    other voices' data."""
+
+    def __init__(self, train: dict[int, np.ndarray], clips_per_voice: int, seed: int):
+        self.train, self.clips_per_voice = train, clips_per_voice
+        self.rngs = {voice: np.random.default_rng([seed, voice]) for voice in train}
+        self.order = {voice: self.rngs[voice].permutation(indices) for voice, indices in train.items()}
+        self.cursor = dict.fromkeys(train, 0)
+
+    def next_batch(self) -> np.ndarray:
+        chosen = []
+        for voice in self.train:
+            for _ in range(self.clips_per_voice):
+                if self.cursor[voice] == len(self.order[voice]):
+                    self.order[voice], self.cursor[voice] = self.rngs[voice].permutation(self.train[voice]), 0
+                chosen.append(self.order[voice][self.cursor[voice]])
+                self.cursor[voice] += 1
+        return np.asarray(chosen)
+
+
+def slots_for(voices: VoiceSet) -> torch.Tensor:
+    """Cache speaker index -> bank slot (-1: the voice does not train)."""
+    slot_of = torch.full((len(voices.names),), -1, dtype=torch.long)
+    slot_of[list(voices.train)] = torch.arange(len(voices.train))
+    return slot_of
+
+
 def adapt_many(root: str | Path, bundle: ModelBundle, out: str | Path, config: ManyVoicesConfig, *,
                progress: bool = True) -> ManyVoicesResult:
     """Adapt every voice folder under ``root`` in one job; voice ``NAME`` goes to ``out/NAME``."""
@@ -142,49 +229,15 @@ def adapt_many(root: str | Path, bundle: ModelBundle, out: str | Path, config: M
     configs = config.adapt.method_configs()
     out = Path(out)
     started = time.perf_counter()
-    outcomes: dict[str, VoiceOutcome] = {}
-    voices: dict[str, list[Utterance]] = {}
-    for folder in speaker_folders(root):
-        try:
-            report = check_adaptation_data(folder, config.adapt, progress=False)
-        except ValueError as error:
-            outcomes[folder.name] = VoiceOutcome(folder.name, "failed", str(error))
-            continue
-        # The folder name is the voice's name, whatever the metadata calls its speaker.
-        voices[folder.name] = [Utterance(u.key, folder.name, u.text, u.audio_path, u.source)
-                               for u in report.valid_utterances()]
-    if not voices:
-        raise ValueError(f"{root}: no voice has usable data: "
-                         + "; ".join(f"{o.name}: {o.message}" for o in outcomes.values()))
-    names = sorted(voices)
-    cache, skipped = build_feature_cache([u for n in names for u in voices[n]], bundle.front_end, bundle.mel_config,
-                                         speaker_names=names, with_pitch=bundle.model.config.use_pitch,
-                                         progress=progress)
-    for line in skipped:
-        print(f"skipped {line}")
-    train_indices, val_indices = {}, {}
-    for voice in range(len(names)):
-        members = np.flatnonzero(cache.speakers == voice)
-        if len(members) < 2:
-            outcomes[names[voice]] = VoiceOutcome(names[voice], "failed", "fewer than 2 usable clips after featurizing")
-            continue
-        train, val = split_held_out(len(members), config.adapt.validation_fraction, config.seed)
-        train_indices[voice], val_indices[voice] = members[train], members[val]
-
+    voices = load_voices(root, bundle, config.adapt, config.seed, progress)
+    names, cache, train_indices, val_indices = voices.names, voices.cache, voices.train, voices.validation
+    outcomes = {name: VoiceOutcome(name, "failed", message) for name, message in voices.failed.items()}
     model = bundle.model
-    starts = closest_base_voices(model, cache, np.array([train_indices[v][0] for v in train_indices]))
-    for voice, start in zip(train_indices, starts):
-        add_adapter(model, names[voice], configs)
-        for _, layer in adapter_layers(model):
-            if isinstance(layer, SpeakerVector) and names[voice] in layer.configs:
-                with torch.no_grad():
-                    layer.speaker_vector[names[voice]].copy_(innermost(layer).weight[start])
+    add_voice_adapters(model, voices, configs)
     for parameter in model.parameters():
         parameter.requires_grad_(False)
-    trained = list(train_indices)                 # cache speaker indices of the voices that train
-    bank = pack_bank(model, [names[v] for v in trained], trainable=True)
-    slot_of = torch.full((len(names),), -1, dtype=torch.long)
-    slot_of[trained] = torch.arange(len(trained))
+    bank = pack_bank(model, [names[v] for v in train_indices], trainable=True)
+    slot_of = slots_for(voices)
     trainable = list(bank.parameters())
     optimizer = build_optimizer(trainable, config.adapt.memory.optimizer, config.adapt.learning_rate_for(),
                                 weight_decay=0.0)
@@ -192,10 +245,7 @@ def adapt_many(root: str | Path, bundle: ModelBundle, out: str | Path, config: M
 
     start_val = _validation(model, bank, cache, val_indices, slot_of)
     best = {voice: (loss, bank.snapshot(int(slot_of[voice]))) for voice, loss in start_val.items()}
-    # One random stream per voice: a voice's batches do not depend on the other voices' data.
-    rngs = {voice: np.random.default_rng([config.seed, voice]) for voice in train_indices}
-    order = {voice: rngs[voice].permutation(indices) for voice, indices in train_indices.items()}
-    cursor = dict.fromkeys(train_indices, 0)
+    sampler = ClipSampler(train_indices, config.clips_per_voice, config.seed)
     started = time.perf_counter()
     model.train()
     columns = [TextColumn(f"[bold]adapt-many ({len(train_indices)} voices)"), BarColumn(),
@@ -203,14 +253,7 @@ def adapt_many(root: str | Path, bundle: ModelBundle, out: str | Path, config: M
     with Progress(*columns, disable=not progress) as bar:
         task = bar.add_task("steps", total=config.steps, status="")
         for step in range(1, config.steps + 1):
-            chosen = []
-            for voice in train_indices:
-                for _ in range(config.clips_per_voice):
-                    if cursor[voice] == len(order[voice]):
-                        order[voice], cursor[voice] = rngs[voice].permutation(train_indices[voice]), 0
-                    chosen.append(order[voice][cursor[voice]])
-                    cursor[voice] += 1
-            chosen = np.asarray(chosen)
+            chosen = sampler.next_batch()
             batch = collate(cache, chosen)
             voice_index = slot_of[torch.from_numpy(cache.speakers[chosen])]
             inputs = _step_inputs(model, batch)

@@ -166,11 +166,16 @@ def apply_memory_options(model: AcousticModel, options: MemoryOptions) -> None:
 
 
 def cast_frozen_parameters(model: nn.Module, dtype: torch.dtype) -> int:
-    """Store every parameter that does not train in ``dtype`` (buffers such as normalization
-    statistics stay as they are); returns how many parameters were cast."""
+    """Store every parameter that does not train in ``dtype``; returns how many were cast.
+
+    Layer norms keep float32 weights (a few numbers per layer): adapters that add float32 tensors to
+    the residual stream (BitFit, conditional layer norm) make it float32, and the CPU layer norm
+    refuses a float32 input with bfloat16 weights. Buffers (normalization statistics) stay as they are.
+    """
+    keep = {id(p) for module in model.modules() if isinstance(module, nn.LayerNorm) for p in module.parameters()}
     count = 0
     for parameter in model.parameters():
-        if not parameter.requires_grad and parameter.dtype != dtype:
+        if not parameter.requires_grad and parameter.dtype != dtype and id(parameter) not in keep:
             parameter.data = parameter.data.to(dtype)
             count += 1
     return count

@@ -1,0 +1,127 @@
+"""A voice space: a voice as a short vector z that generates its whole adapter.
+
+A linear hypernetwork shared by all voices maps ``z`` (``dim`` numbers, tens) to every adapter
+tensor of a voice: ``T(z) = center_T + basis_T @ z`` for each tensor T (LoRA A and B of every
+targeted layer, the speaker vector ...). It is learned over many voices at once (each with its own
+z, see :mod:`chorus.training.voice_space`); a new voice then fits only its z, which needs far less
+audio than fitting the adapter itself. The generated tensors have the usual adapter layout, so a
+voice made this way is saved and served as any other voice folder.
+
+Saved as ``voice_space.safetensors`` (centers, bases, the training voices' z, and an optional linear
+map from speaker d-vectors to z) + ``voice_space.json`` (dim, method configs, tensor shapes, base
+model hash).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from contextlib import contextmanager
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+from torch import nn
+
+from chorus.adapters.bank import VoiceBank
+from chorus.adapters.registry import MethodConfig, config_from_dict
+from chorus.atomic import atomic_write_folder
+
+SPACE_FORMAT = "chorus-voice-space"
+
+
+class VoiceSpace(nn.Module):
+    """``generate(z [K, dim]) -> {canonical tensor key: [K, *shape]}`` for the adapter of ``configs``."""
+
+    def __init__(self, shapes: dict[str, tuple[int, ...]], dim: int, configs: list[MethodConfig],
+                 base_model_sha256: str = ""):
+        super().__init__()
+        self.shapes, self.dim, self.configs = dict(shapes), dim, list(configs)
+        self.base_model_sha256 = base_model_sha256
+        self.keys = sorted(shapes)
+        self.center = nn.ParameterList(nn.Parameter(torch.zeros(shapes[k])) for k in self.keys)
+        self.basis = nn.ParameterList(nn.Parameter(torch.zeros(math.prod(shapes[k]), dim)) for k in self.keys)
+        # Linear map from a speaker d-vector (resemblyzer, 256) to z, fitted after training (optional).
+        self.register_buffer("embedding_to_z", torch.zeros(0))
+
+    @classmethod
+    def from_bank(cls, bank: VoiceBank, dim: int, configs: list[MethodConfig], base_model_sha256: str = "",
+                  basis_scale: float = 1e-3) -> "VoiceSpace":
+        """A space shaped like one slot of ``bank``; centers start at the mean of the bank's voices
+        (their initial adapters), bases small and random so every direction of z has a gradient."""
+        values = {f"{path}.{key}": layer.bank[key].detach() for path, layer in bank.layers
+                  for key in layer.adapter_state(layer.names()[0])}
+        space = cls({k: tuple(v.shape[1:]) for k, v in values.items()}, dim, configs, base_model_sha256)
+        with torch.no_grad():
+            for index, key in enumerate(space.keys):
+                space.center[index].copy_(values[key].mean(0))
+                space.basis[index].normal_(std=basis_scale)
+        return space
+
+    def generate(self, z: torch.Tensor) -> dict[str, torch.Tensor]:
+        """z ``[K, dim]`` -> each adapter tensor for the K voices, ``[K, *shape]``."""
+        return {key: center + (z @ basis.T).view(z.shape[0], *center.shape)
+                for key, center, basis in zip(self.keys, self.center, self.basis)}
+
+    def voice_tensors(self, z: torch.Tensor) -> dict[str, torch.Tensor]:
+        """One voice's adapter tensors (canonical keys, as :func:`~chorus.adapters.adapter_state_dict`)."""
+        return {key: value[0].detach() for key, value in self.generate(z.view(1, -1)).items()}
+
+    def z_from_embedding(self, embedding: torch.Tensor) -> torch.Tensor | None:
+        """A starting z for a voice from its mean speaker d-vector, if the map was fitted."""
+        if self.embedding_to_z.numel() == 0:
+            return None
+        return torch.cat([embedding, embedding.new_ones(1)]) @ self.embedding_to_z
+
+    def fit_embedding_map(self, embeddings: torch.Tensor, z: torch.Tensor, ridge: float = 1e-2) -> None:
+        """Least squares (ridge) from d-vectors ``[K, d]`` (+ bias) to the voices' z ``[K, dim]``."""
+        features = torch.cat([embeddings, embeddings.new_ones(len(embeddings), 1)], dim=1).double()
+        gram = features.T @ features + ridge * torch.eye(features.shape[1], dtype=torch.float64)
+        self.embedding_to_z = torch.linalg.solve(gram, features.T @ z.double()).float()
+
+    def save(self, folder: str | Path, voice_z: torch.Tensor, voice_names: list[str]) -> Path:
+        tensors = {f"center.{k}": c.detach().contiguous() for k, c in zip(self.keys, self.center)}
+        tensors |= {f"basis.{k}": b.detach().contiguous() for k, b in zip(self.keys, self.basis)}
+        tensors |= {"voice_z": voice_z.detach().contiguous(), "embedding_to_z": self.embedding_to_z.contiguous()}
+        meta = {"format": SPACE_FORMAT, "version": 1, "dim": self.dim, "configs": [c.to_dict() for c in self.configs],
+                "shapes": {k: list(v) for k, v in self.shapes.items()}, "voices": voice_names,
+                "base_model_sha256": self.base_model_sha256}
+
+        def write(temp: Path) -> None:
+            save_file(tensors, str(temp / "voice_space.safetensors"))
+            (temp / "voice_space.json").write_text(json.dumps(meta, indent=1))
+        return atomic_write_folder(folder, write)
+
+    @classmethod
+    def load(cls, folder: str | Path) -> tuple["VoiceSpace", torch.Tensor, list[str]]:
+        """(space, the training voices' z ``[K, dim]``, their names)."""
+        folder = Path(folder)
+        try:
+            meta = json.loads((folder / "voice_space.json").read_text())
+            tensors = load_file(str(folder / "voice_space.safetensors"))
+        except (OSError, json.JSONDecodeError) as error:
+            raise ValueError(f"{folder}: not a readable voice space ({error})") from error
+        if meta.get("format") != SPACE_FORMAT:
+            raise ValueError(f"{folder}: not a voice space (format {meta.get('format')!r})")
+        space = cls({k: tuple(v) for k, v in meta["shapes"].items()}, meta["dim"],
+                    [config_from_dict(c) for c in meta["configs"]], meta.get("base_model_sha256", ""))
+        with torch.no_grad():
+            for index, key in enumerate(space.keys):
+                space.center[index].copy_(tensors[f"center.{key}"])
+                space.basis[index].copy_(tensors[f"basis.{key}"])
+        space.embedding_to_z = tensors["embedding_to_z"]
+        return space, tensors["voice_z"], meta["voices"]
+
+
+@contextmanager
+def generated(bank: VoiceBank, tensors: dict[str, torch.Tensor]):
+    """Make ``bank`` serve ``tensors`` (canonical key -> ``[K, *shape]``) instead of its own values."""
+    for path, layer in bank.layers:
+        # Keys of layers nested below this one come along too; this layer never looks them up.
+        layer.bank.generated = {key[len(path) + 1:]: value for key, value in tensors.items()
+                                if key.startswith(path + ".")}
+    try:
+        yield
+    finally:
+        for _, layer in bank.layers:
+            layer.bank.generated = None

@@ -1,0 +1,236 @@
+"""Learning a voice space over many voices, and fitting a new voice as one short vector.
+
+Training: every voice under a root folder gets a vector z; the shared hypernetwork
+(:class:`~chorus.adapters.voice_space.VoiceSpace`) turns all the z into adapter tensors, which a
+voice bank serves to mixed-voice batches (as in ``adapt-many``); the loss is the sum of each voice's
+own mean loss, and the hypernetwork and every z learn together.
+
+Fitting: a new voice from 30 seconds to a few minutes of audio learns only its z (``dim`` numbers),
+starting from the mean voice or from its speaker d-vector through a map fitted on the training
+voices; the generated adapter is saved as an ordinary voice folder.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from torch import nn
+
+from chorus.adapters import add_adapter, load_adapter_state_dict, remove_adapter
+from chorus.adapters.bank import banked, pack_bank
+from chorus.adapters.voice import VoiceCard, save_voice
+from chorus.adapters.voice_space import VoiceSpace, generated
+from chorus.audio.io import SAMPLE_RATE, load_audio
+from chorus.data.batching import collate
+from chorus.data.features import build_feature_cache
+from chorus.evaluation.similarity import SpeakerJudge
+from chorus.training.adapt import AdaptConfig, check_adaptation_data, split_held_out
+from chorus.training.adapt_many import (
+    ClipSampler,
+    _validation,
+    add_voice_adapters,
+    load_voices,
+    per_voice_losses,
+    slots_for,
+)
+from chorus.training.checkpoint import ModelBundle
+from chorus.training.pretrain import _step_inputs
+
+FITTED = "voice"   # adapter name of the voice being fitted
+
+
+@dataclass
+class VoiceSpaceConfig:
+    """method: the adapter the space generates; dim: numbers per voice."""
+
+    method: str = "lora+speaker"
+    dim: int = 32
+    steps: int = 300
+    clips_per_voice: int = 1
+    learning_rate: float = 3e-3
+    eval_every: int = 50
+    min_minutes: float = 0.2           # each voice only places its vector; a little audio per voice is enough
+    threads: int = 2
+    seed: int = 1234
+
+
+def train_voice_space(root: str | Path, bundle: ModelBundle, out: str | Path, config: VoiceSpaceConfig, *,
+                      progress: bool = True) -> tuple[VoiceSpace, list[dict]]:
+    """Learn a space over every voice folder under ``root``; saves it to ``out``. Returns the space
+    and the validation history (mean held-out mel L1 over voices)."""
+    torch.set_num_threads(config.threads)
+    torch.manual_seed(config.seed)
+    adapt_config = AdaptConfig(method=config.method, threads=config.threads, min_minutes=config.min_minutes)
+    configs = adapt_config.method_configs()
+    voices = load_voices(root, bundle, adapt_config, config.seed, progress)
+    for name, message in voices.failed.items():
+        print(f"left out {name}: {message}")
+    model = bundle.model
+    add_voice_adapters(model, voices, configs)
+    for parameter in model.parameters():
+        parameter.requires_grad_(False)
+    names = [voices.names[v] for v in voices.train]
+    bank = pack_bank(model, names)
+    slot_of = slots_for(voices)
+    space = VoiceSpace.from_bank(bank, config.dim, configs, bundle.weights_sha256)
+    # Each voice's starting adapter (its closest base voice's speaker vector) is folded into the
+    # centers; z starts random so that every voice pulls the bases its own way from the first step.
+    z = nn.Parameter(torch.randn(len(names), config.dim))
+    optimizer = torch.optim.AdamW([*space.parameters(), z], lr=config.learning_rate, weight_decay=0.0)
+    sampler = ClipSampler(voices.train, config.clips_per_voice, config.seed)
+
+    def validate() -> float:
+        with generated(bank, space.generate(z.detach())):
+            return float(np.mean(list(_validation(model, bank, voices.cache, voices.validation, slot_of).values())))
+
+    history = [{"step": 0, "val_mel": validate()}]
+    best = (history[0]["val_mel"], _copy(space, z))
+    model.train()
+    columns = [TextColumn(f"[bold]voice space ({len(names)} voices, dim {config.dim})"), BarColumn(),
+               TextColumn("{task.completed}/{task.total}"), TextColumn("{task.fields[status]}"), TimeElapsedColumn()]
+    with Progress(*columns, disable=not progress) as bar:
+        task = bar.add_task("steps", total=config.steps, status="")
+        for step in range(1, config.steps + 1):
+            chosen = sampler.next_batch()
+            batch = collate(voices.cache, chosen)
+            voice_index = slot_of[torch.from_numpy(voices.cache.speakers[chosen])]
+            inputs = _step_inputs(model, batch)
+            with generated(bank, space.generate(z)), banked(model, bank, voice_index):
+                losses = per_voice_losses(model, model(**inputs), inputs["mel"], batch.text_lengths, voice_index)
+                total = sum(values["total"] for values in losses.values())
+                optimizer.zero_grad(set_to_none=True)
+                total.backward()
+            optimizer.step()
+            bar.update(task, completed=step,
+                       status=f"mean mel {np.mean([v['mel'].item() for v in losses.values()]):.3f}")
+            if step % config.eval_every == 0 or step == config.steps:
+                history.append({"step": step, "val_mel": validate()})
+                if history[-1]["val_mel"] < best[0]:
+                    best = (history[-1]["val_mel"], _copy(space, z))
+    _restore(space, z, best[1])
+    bank.remove()
+    for name in names:
+        remove_adapter(model, name)
+    model.eval()
+    _fit_embedding_map(space, voices, z.detach())
+    space.save(out, z.detach(), names)
+    return space, history
+
+
+def _copy(space: VoiceSpace, z: torch.Tensor) -> list[torch.Tensor]:
+    return [p.detach().clone() for p in space.parameters()] + [z.detach().clone()]
+
+
+def _restore(space: VoiceSpace, z: torch.Tensor, values: list[torch.Tensor]) -> None:
+    with torch.no_grad():
+        for parameter, value in zip([*space.parameters(), z], values, strict=True):
+            parameter.copy_(value)
+
+
+def _fit_embedding_map(space: VoiceSpace, voices, z: torch.Tensor) -> None:
+    """Map speaker d-vectors (resemblyzer) to z over the training voices, when the judges are installed."""
+    try:
+        judge = SpeakerJudge()
+        judge.encoder   # noqa: B018  (loads resemblyzer, which comes with the `judges` extra)
+    except ImportError:
+        return
+    embeddings = [torch.from_numpy(speaker_embedding(judge, voices.audio[voices.names[v]][:5])) for v in voices.train]
+    space.fit_embedding_map(torch.stack(embeddings).float(), z)
+
+
+def speaker_embedding(judge, paths: list[Path]) -> np.ndarray:
+    """Mean d-vector ``[256]`` of a few clips of one voice."""
+    return judge.reference_embedding([load_audio(path, SAMPLE_RATE) for path in paths], SAMPLE_RATE)
+
+
+@dataclass
+class FittedVoice:
+    voice_dir: Path
+    card: VoiceCard
+    z: torch.Tensor
+    history: list[dict]
+
+
+def fit_voice(data: str | Path, bundle: ModelBundle, space: VoiceSpace, out: str | Path, *, steps: int = 150,
+              learning_rate: float = 3e-2, eval_every: int = 25, patience: int = 4, init: str = "embedding",
+              threads: int = 2, seed: int = 1234, progress: bool = True) -> FittedVoice:
+    """A new voice from ``data`` as a point of ``space``: only z (``space.dim`` numbers) learns."""
+    if space.base_model_sha256 and bundle.weights_sha256 and space.base_model_sha256 != bundle.weights_sha256:
+        raise ValueError("this voice space was learned on another base model")
+    if init not in ("embedding", "mean"):
+        raise ValueError(f"init must be 'embedding' or 'mean', got {init!r}")
+    torch.set_num_threads(threads)
+    torch.manual_seed(seed)
+    check_config = AdaptConfig(min_minutes=0.4)       # a voice space voice may come from 30 seconds
+    report = check_adaptation_data(data, check_config, progress=False)
+    valid = report.valid_utterances()
+    cache, _ = build_feature_cache(valid, bundle.front_end, bundle.mel_config, speaker_names=[valid[0].speaker],
+                                   with_pitch=bundle.model.config.use_pitch, progress=progress)
+    train, val = split_held_out(len(cache), 0.1, seed)
+    model = bundle.model
+    add_adapter(model, FITTED, space.configs)
+    for parameter in model.parameters():
+        parameter.requires_grad_(False)
+    bank = pack_bank(model, [FITTED])
+    start = None
+    if init == "embedding":
+        start = space.z_from_embedding(torch.from_numpy(
+            speaker_embedding(SpeakerJudge(), [u.audio_path for u in valid[:10]])).float())
+    z = nn.Parameter(start.clone() if start is not None else torch.zeros(space.dim))
+    optimizer = torch.optim.Adam([z], lr=learning_rate)
+
+    def loss_on(indices: np.ndarray, grad: bool) -> torch.Tensor:
+        batch = collate(cache, indices)
+        inputs = _step_inputs(model, batch)
+        index = torch.zeros(len(indices), dtype=torch.long)
+        with torch.set_grad_enabled(grad), generated(bank, space.generate(z.view(1, -1))), \
+                banked(model, bank, index):
+            losses = per_voice_losses(model, model(**inputs), inputs["mel"], batch.text_lengths, index)[0]
+            if grad:
+                optimizer.zero_grad(set_to_none=True)
+                losses["total"].backward()
+        return losses["mel"].detach()
+
+    rng = np.random.default_rng(seed)
+    history = [{"step": 0, "val_mel": float(loss_on(val, grad=False))}]
+    best, stale = (history[0]["val_mel"], z.detach().clone()), 0
+    started = time.perf_counter()
+    model.train()
+    with Progress(TextColumn("[bold]fit voice vector"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                  TimeElapsedColumn(), disable=not progress) as bar:
+        task = bar.add_task("steps", total=steps)
+        for step in range(1, steps + 1):
+            loss_on(rng.choice(train, size=min(8, len(train)), replace=False), grad=True)
+            optimizer.step()
+            bar.update(task, completed=step)
+            if step % eval_every == 0 or step == steps:
+                history.append({"step": step, "val_mel": float(loss_on(val, grad=False))})
+                if history[-1]["val_mel"] < best[0]:
+                    best, stale = (history[-1]["val_mel"], z.detach().clone()), 0
+                else:
+                    stale += 1
+                if stale >= patience:
+                    break
+    seconds = time.perf_counter() - started
+    bank.remove()
+    model.eval()
+    load_adapter_state_dict(model, FITTED, space.voice_tensors(best[1]))
+    minutes = float(cache.frames().sum()) * bundle.mel_config.hop_length / bundle.mel_config.sample_rate / 60
+    card = VoiceCard(name=Path(out).name, methods=[c.method for c in space.configs] + ["voice-space"],
+                     base_model_sha256=bundle.weights_sha256, data_minutes=round(minutes, 2),
+                     train_seconds=round(seconds, 1), steps=history[-1]["step"], trainable_parameters=space.dim,
+                     metrics={"validation_mel_l1_start": round(history[0]["val_mel"], 4),
+                              "validation_mel_l1_best": round(best[0], 4), "held_out_clips": len(val),
+                              "training_clips": len(train)},
+                     notes={"voice_space_z": [round(v, 6) for v in best[1].tolist()], "init": init,
+                            "recipe": {"steps": steps, "learning_rate": learning_rate, "seed": seed}})
+    voice_dir = save_voice(out, model, FITTED, space.configs, card)
+    remove_adapter(model, FITTED)
+    return FittedVoice(Path(voice_dir), card, best[1], history)
+
+

@@ -1,0 +1,93 @@
+"""Voice space: learned over several voices; a new voice fits only its vector and is a normal voice folder."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from chorus.adapters.bank import pack_bank
+from chorus.adapters.voice import read_voice
+from chorus.adapters.voice_space import VoiceSpace, generated
+from chorus.cli import app
+from chorus.synthesis import load_base
+from chorus.training.checkpoint import load_bundle
+from chorus.training.voice_space import VoiceSpaceConfig, fit_voice, train_voice_space
+
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def space_dir(tiny_base, two_voice_corpus, tmp_path_factory):
+    """A dim-4 space learned on the tiny base's two corpus voices (a few steps)."""
+    out = tmp_path_factory.mktemp("space") / "space"
+    config = VoiceSpaceConfig(dim=4, steps=4, eval_every=2, threads=1)
+    root = tmp_path_factory.mktemp("space_voices")
+    for voice in ("m3", "f2"):
+        shutil.copytree(two_voice_corpus / voice, root / voice)
+    train_voice_space(root, load_bundle(tiny_base), out, config, progress=False)
+    return out
+
+
+def test_space_generates_adapter_tensors_linear_in_z(space_dir):
+    space, z, names = VoiceSpace.load(space_dir)
+    assert names == ["f2", "m3"] and z.shape == (2, 4)
+    assert space.embedding_to_z.shape == (257, 4)         # d-vector (+ bias) -> z, fitted after training
+    a, b = torch.randn(4), torch.randn(4)
+    ta, tb, tab = space.voice_tensors(a), space.voice_tensors(b), space.voice_tensors(a + b)
+    center = space.voice_tensors(torch.zeros(4))
+    for key in ta:
+        torch.testing.assert_close(tab[key] - center[key], (ta[key] - center[key]) + (tb[key] - center[key]))
+
+
+def test_training_improved_the_voices_and_generated_bank_matches_unpacked_adapters(tiny_base, space_dir):
+    space, z, _ = VoiceSpace.load(space_dir)
+    bundle = load_bundle(tiny_base)
+    model = bundle.model
+    from chorus.adapters import add_adapter, load_adapter_state_dict, routed
+
+    for index, name in enumerate(("a", "b")):
+        add_adapter(model, name, space.configs)
+        load_adapter_state_dict(model, name, space.voice_tensors(z[index]))
+    bank = pack_bank(model, ["a", "b"])
+    phonemes, lengths = torch.randint(1, 20, (3, 6)), torch.tensor([6, 4, 5])
+    speakers = torch.zeros(3, dtype=torch.long)
+    from chorus.adapters.bank import banked
+
+    with generated(bank, space.generate(z)), banked(model, bank, torch.tensor([1, 0, -1])):
+        together = model.infer(phonemes, lengths, speaker_ids=speakers).mel
+    bank.remove()
+    with routed(model, ["b", "a", "__base__"]):
+        reference = model.infer(phonemes, lengths, speaker_ids=speakers).mel
+    torch.testing.assert_close(together, reference, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("init", ["embedding", "mean"])
+def test_new_voice_fits_only_its_vector(tiny_base, space_dir, new_voice_data, tmp_path, init):
+    space, _, _ = VoiceSpace.load(space_dir)
+    before = {k: v.clone() for k, v in space.state_dict().items()}
+    bundle = load_bundle(tiny_base)
+    result = fit_voice(new_voice_data, bundle, space, tmp_path / "f4", steps=4, eval_every=2, init=init,
+                       threads=1, progress=False)
+    assert all(torch.equal(space.state_dict()[k], v) for k, v in before.items())
+    assert result.card.trainable_parameters == 4 and len(result.card.notes["voice_space_z"]) == 4
+    assert result.card.metrics["validation_mel_l1_best"] <= result.card.metrics["validation_mel_l1_start"]
+    voice = read_voice(result.voice_dir)
+    expected = space.voice_tensors(result.z)
+    assert all(torch.equal(voice.tensors[k], expected[k]) for k in expected)
+    tts = load_base(tiny_base, "griffin-lim")
+    assert tts.synthesize("Hello.", voice=tts.load_voice(result.voice_dir)).audio.size > 0
+
+
+def test_refusals_and_cli(tiny_base, space_dir, new_voice_data, tmp_path):
+    space, _, _ = VoiceSpace.load(space_dir)
+    with pytest.raises(ValueError, match="init"):
+        fit_voice(new_voice_data, load_bundle(tiny_base), space, tmp_path / "x", init="random", progress=False)
+    with pytest.raises(ValueError, match="not a readable voice space"):
+        VoiceSpace.load(tmp_path)
+    result = runner.invoke(app, ["voice-space", "fit", str(new_voice_data), "--space", str(space_dir), "--out",
+                                 str(tmp_path / "v"), "--steps", "2", "--threads", "1", "--base", str(tiny_base)])
+    assert result.exit_code == 0, result.output
+    assert "4 numbers" in result.output
