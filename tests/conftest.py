@@ -104,6 +104,16 @@ TWO_VOICE_SENTENCES = ["The birch canoe slid on the smooth planks.", "Glue the s
                        "Rice is often served in round bowls.", "The juice of lemons makes fine punch."]
 
 
+def espeak_voice(folder: Path, variant: str, sentences: list[str]) -> Path:
+    """An LJSpeech-style folder of ``sentences`` spoken by espeak-ng voice ``en-us+<variant>``."""
+    (folder / "wavs").mkdir(parents=True)
+    for index, text in enumerate(sentences):
+        subprocess.run(["espeak-ng", "-v", f"en-us+{variant}", "-w", str(folder / "wavs" / f"u{index}.wav"), text],
+                       check=True, capture_output=True, timeout=30)
+    (folder / "metadata.csv").write_text("".join(f"u{i}|{t}\n" for i, t in enumerate(sentences)))
+    return folder
+
+
 @pytest.fixture(scope="session")
 def two_voice_corpus(tmp_path_factory) -> Path:
     """Two espeak-ng voices (m3, f2) x six sentences, as a folder of LJSpeech-style folders."""
@@ -111,12 +121,7 @@ def two_voice_corpus(tmp_path_factory) -> Path:
         pytest.skip("needs Debian espeak-ng")
     root = tmp_path_factory.mktemp("two_voices")
     for voice in ("m3", "f2"):
-        folder = root / voice
-        (folder / "wavs").mkdir(parents=True)
-        for index, text in enumerate(TWO_VOICE_SENTENCES):
-            subprocess.run(["espeak-ng", "-v", f"en-us+{voice}", "-w", str(folder / "wavs" / f"u{index}.wav"), text],
-                           check=True, capture_output=True, timeout=30)
-        (folder / "metadata.csv").write_text("".join(f"u{i}|{t}\n" for i, t in enumerate(TWO_VOICE_SENTENCES)))
+        espeak_voice(root / voice, voice, TWO_VOICE_SENTENCES)
     return root
 
 
@@ -146,10 +151,4 @@ def new_voice_data(tmp_path_factory) -> Path:
     """About 35 s of a voice the tiny base never heard (espeak-ng en-us+f4): a voice to adapt."""
     if shutil.which("espeak-ng") is None:
         pytest.skip("needs Debian espeak-ng")
-    folder = tmp_path_factory.mktemp("new_voice") / "f4"
-    (folder / "wavs").mkdir(parents=True)
-    for index, text in enumerate(NEW_VOICE_SENTENCES):
-        subprocess.run(["espeak-ng", "-v", "en-us+f4", "-w", str(folder / "wavs" / f"n{index}.wav"), text],
-                       check=True, capture_output=True, timeout=30)
-    (folder / "metadata.csv").write_text("".join(f"n{i}|{t}\n" for i, t in enumerate(NEW_VOICE_SENTENCES)))
-    return folder
+    return espeak_voice(tmp_path_factory.mktemp("new_voice") / "f4", "f4", NEW_VOICE_SENTENCES)

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 
 import pytest
 import torch
+from conftest import espeak_voice
 from typer.testing import CliRunner
 
 from chorus.adapters.voice import read_voice
@@ -23,15 +23,6 @@ runner = CliRunner()
 def many_config(**adapt) -> ManyVoicesConfig:
     return ManyVoicesConfig(adapt=AdaptConfig(method="lora+speaker", threads=1, **adapt), steps=4, clips_per_voice=2,
                             eval_every=2)
-
-
-def espeak_voice(folder, variant: str, sentences: list[str]):
-    (folder / "wavs").mkdir(parents=True)
-    for index, text in enumerate(sentences):
-        subprocess.run(["espeak-ng", "-v", f"en-us+{variant}", "-w", str(folder / "wavs" / f"s{index}.wav"), text],
-                       check=True, capture_output=True, timeout=30)
-    (folder / "metadata.csv").write_text("".join(f"s{i}|{t}\n" for i, t in enumerate(sentences)))
-    return folder
 
 
 @pytest.fixture(scope="module")

@@ -88,7 +88,9 @@ class _LoraLayer(AdapterLayer):
         self.scaling.pop(name, None)
 
 
-class LoraLinear(_LoraLayer):
+class _LoraSublayers(_LoraLayer):
+    """LoRA whose A and B are layers of their own (Linear and Conv1d): output = base(x) + B(A(x)) * scale."""
+
     adapter_attributes = ("lora_A", "lora_B")
 
     def __init__(self, base_layer: nn.Module):
@@ -96,16 +98,19 @@ class LoraLinear(_LoraLayer):
         self.lora_A = nn.ModuleDict()
         self.lora_B = nn.ModuleDict()
 
+    def forward_with(self, name, x, *args, **kwargs):
+        """x ``[..., in]`` (Linear) or ``[batch, in, time]`` (Conv1d) -> the base layer's output shape."""
+        return self.base_layer(x, *args, **kwargs) + self.lora_B[name](self.lora_A[name](x)) * self.scaling[name]
+
+
+class LoraLinear(_LoraSublayers):
+
     def _create(self, name, r, device, dtype):
         base = innermost(self)
         self.lora_A[name] = nn.Linear(base.in_features, r, bias=False, device=device, dtype=dtype)
         self.lora_B[name] = nn.Linear(r, base.out_features, bias=False, device=device, dtype=dtype)
         nn.init.kaiming_uniform_(self.lora_A[name].weight, a=math.sqrt(5))
         nn.init.zeros_(self.lora_B[name].weight)
-
-    def forward_with(self, name, x, *args, **kwargs):
-        """x ``[..., in]`` -> ``[..., out]``."""
-        return self.base_layer(x, *args, **kwargs) + self.lora_B[name](self.lora_A[name](x)) * self.scaling[name]
 
     def forward_bank(self, x, *args, **kwargs):
         """x ``[batch, ..., in]`` -> ``[batch, ..., out]``: per sample ``x A[v]^T B[v]^T * scaling[v]``."""
@@ -120,15 +125,8 @@ class LoraLinear(_LoraLayer):
         return self.lora_B[name].weight @ self.lora_A[name].weight * self.scaling[name]
 
 
-class LoraConv1d(_LoraLayer):
+class LoraConv1d(_LoraSublayers):
     """A is a convolution with the base layer's kernel; B mixes channels (kernel 1), as in PEFT."""
-
-    adapter_attributes = ("lora_A", "lora_B")
-
-    def __init__(self, base_layer: nn.Module):
-        super().__init__(base_layer)
-        self.lora_A = nn.ModuleDict()
-        self.lora_B = nn.ModuleDict()
 
     def _create(self, name, r, device, dtype):
         base = innermost(self)
@@ -139,10 +137,6 @@ class LoraConv1d(_LoraLayer):
         self.lora_B[name] = nn.Conv1d(r, base.out_channels, 1, bias=False, device=device, dtype=dtype)
         nn.init.kaiming_uniform_(self.lora_A[name].weight, a=math.sqrt(5))
         nn.init.zeros_(self.lora_B[name].weight)
-
-    def forward_with(self, name, x, *args, **kwargs):
-        """x ``[batch, in, time]`` -> ``[batch, out, time]``."""
-        return self.base_layer(x, *args, **kwargs) + self.lora_B[name](self.lora_A[name](x)) * self.scaling[name]
 
     def forward_bank(self, x, *args, **kwargs):
         """x ``[batch, in, time]`` -> ``[batch, out, time']``. Each sample's A is the kernel of its own

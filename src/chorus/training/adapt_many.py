@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -221,6 +223,23 @@ def slots_for(voices: VoiceSet) -> torch.Tensor:
     return slot_of
 
 
+def banked_step(model: AcousticModel, bank, cache: FeatureCache, chosen: np.ndarray, slot_of: torch.Tensor,
+                optimizer: torch.optim.Optimizer, around: Callable[[], AbstractContextManager] = nullcontext) -> float:
+    """One optimizer step on the mixed-voice batch ``chosen`` (cache indices) through ``bank``; the loss
+    is the sum of each voice's own mean loss. ``around()`` wraps the forward and backward (a voice
+    space generating the bank's tensors). Returns the mean over voices of their mel L1."""
+    batch = collate(cache, chosen)
+    voice_index = slot_of[torch.from_numpy(cache.speakers[chosen])]
+    inputs = _step_inputs(model, batch)
+    # Backward inside the block too: checkpointed layers read the routing again.
+    with around(), banked(model, bank, voice_index):
+        losses = per_voice_losses(model, model(**inputs), inputs["mel"], batch.text_lengths, voice_index)
+        optimizer.zero_grad(set_to_none=True)
+        sum(values["total"] for values in losses.values()).backward()
+    optimizer.step()
+    return float(np.mean([values["mel"].item() for values in losses.values()]))
+
+
 def adapt_many(root: str | Path, bundle: ModelBundle, out: str | Path, config: ManyVoicesConfig, *,
                progress: bool = True) -> ManyVoicesResult:
     """Adapt every voice folder under ``root`` in one job; voice ``NAME`` goes to ``out/NAME``."""
@@ -253,19 +272,7 @@ def adapt_many(root: str | Path, bundle: ModelBundle, out: str | Path, config: M
     with Progress(*columns, disable=not progress) as bar:
         task = bar.add_task("steps", total=config.steps, status="")
         for step in range(1, config.steps + 1):
-            chosen = sampler.next_batch()
-            batch = collate(cache, chosen)
-            voice_index = slot_of[torch.from_numpy(cache.speakers[chosen])]
-            inputs = _step_inputs(model, batch)
-            # Backward inside the block too: checkpointed layers read the routing again.
-            with banked(model, bank, voice_index):
-                outputs = model(**inputs)
-                losses = per_voice_losses(model, outputs, inputs["mel"], batch.text_lengths, voice_index)
-                total = sum(values["total"] for values in losses.values())
-                optimizer.zero_grad(set_to_none=True)
-                total.backward()
-            optimizer.step()
-            mean_mel = float(np.mean([float(v["mel"]) for v in losses.values()]))
+            mean_mel = banked_step(model, bank, cache, sampler.next_batch(), slot_of, optimizer)
             bar.update(task, completed=step, status=f"mean mel {mean_mel:.3f}")
             if step % config.eval_every == 0 or step == config.steps:
                 for voice, loss in _validation(model, bank, cache, val_indices, slot_of).items():

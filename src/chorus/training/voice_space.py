@@ -34,6 +34,7 @@ from chorus.training.adapt_many import (
     ClipSampler,
     _validation,
     add_voice_adapters,
+    banked_step,
     load_voices,
     per_voice_losses,
     slots_for,
@@ -96,18 +97,9 @@ def train_voice_space(root: str | Path, bundle: ModelBundle, out: str | Path, co
     with Progress(*columns, disable=not progress) as bar:
         task = bar.add_task("steps", total=config.steps, status="")
         for step in range(1, config.steps + 1):
-            chosen = sampler.next_batch()
-            batch = collate(voices.cache, chosen)
-            voice_index = slot_of[torch.from_numpy(voices.cache.speakers[chosen])]
-            inputs = _step_inputs(model, batch)
-            with generated(bank, space.generate(z)), banked(model, bank, voice_index):
-                losses = per_voice_losses(model, model(**inputs), inputs["mel"], batch.text_lengths, voice_index)
-                total = sum(values["total"] for values in losses.values())
-                optimizer.zero_grad(set_to_none=True)
-                total.backward()
-            optimizer.step()
-            bar.update(task, completed=step,
-                       status=f"mean mel {np.mean([v['mel'].item() for v in losses.values()]):.3f}")
+            mean_mel = banked_step(model, bank, voices.cache, sampler.next_batch(), slot_of, optimizer,
+                                   around=lambda: generated(bank, space.generate(z)))
+            bar.update(task, completed=step, status=f"mean mel {mean_mel:.3f}")
             if step % config.eval_every == 0 or step == config.steps:
                 history.append({"step": step, "val_mel": validate()})
                 if history[-1]["val_mel"] < best[0]:
