@@ -1,0 +1,422 @@
+"""Dynamic batching: concurrent requests in many voices become one forward of the acoustic model.
+
+Requests ``(text, voice, speed)`` from any number of threads or asyncio tasks wait in one queue; a
+worker thread takes up to ``max_batch`` of them, waiting at most ``max_wait_ms`` after the oldest one
+arrived, and runs them as one batch (:func:`synthesize_batch`):
+
+* only base voices: the plain base model, each row with its own speaker id;
+* one adapted voice for every row: its adapter active for the whole batch, or merged into the base
+  weights (``merge_adapter`` ... ``unmerge_all``) when all its methods merge and the batch is large
+  enough for the merge to pay;
+* anything else: the voice bank (:mod:`chorus.adapters.bank`) of the distinct adapted voices, each
+  row routed to its own voice by gather + batched matmul, ``BASE`` rows to the base with their
+  speaker id.
+
+Rows of different speeds share the forward (``length_scale`` per row). The log-mels are then vocoded,
+rows of equal length together (so no padding ever reaches the vocoder). A request that cannot be
+served (unspeakable text, unknown voice, broken voice folder, bad speed) fails alone; if a batched
+forward itself fails, its rows are retried one by one so only the culprit fails.
+
+Two baselines for the benchmark share the same code: :func:`swap_one_at_a_time` (requests in order,
+one adapter activated per request, as PEFT's ``set_adapter``) and :class:`ModelPerVoice` (a full copy
+of the base per voice, the voice merged into it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import math
+import numbers
+import threading
+import time
+from collections import Counter, deque
+from collections.abc import Sequence
+from concurrent.futures import Future
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Self
+
+import numpy as np
+import torch
+
+from chorus.adapters.bank import banked, pack_bank
+from chorus.adapters.inject import (
+    active_adapter,
+    adapter_names,
+    merge_adapter,
+    remove_adapter,
+    set_active,
+    unmerge_all,
+)
+from chorus.adapters.layer import BASE
+from chorus.adapters.voice import apply_voice, read_voice
+from chorus.serving.engine import Engine, UnknownVoice, VoiceHandle, is_mergeable
+from chorus.synthesis import SynthesisResult
+
+MERGE_MIN_BATCH = 8   # below this a merge + unmerge costs more than the adapter math it saves
+
+
+@dataclass(frozen=True)
+class Request:
+    text: str
+    voice: str
+    speed: float = 1.0          # 2.0 speaks twice as fast (length_scale = 1 / speed)
+
+
+@dataclass
+class ServedResult(SynthesisResult):
+    """A :class:`~chorus.synthesis.SynthesisResult` (``speaker`` is the voice id) plus how it was made.
+
+    ``mel``: the raw log-mel ``[frames, n_mels]``; ``batch_size``: rows in its forward; ``path``:
+    ``"base"``, ``"active"``, ``"merged"`` or ``"bank"``; ``seconds``: from submission to result.
+    """
+
+    mel: torch.Tensor | None = None
+    batch_size: int = 1
+    path: str = ""
+
+
+@dataclass
+class BatcherStats:
+    """Counters for metrics: ``batch_sizes`` maps a batch size to how many batches had it."""
+
+    requests: int = 0
+    completed: int = 0
+    failed: int = 0
+    batches: int = 0
+    batch_sizes: Counter = field(default_factory=Counter)
+    paths: Counter = field(default_factory=Counter)
+    busy_seconds: float = 0.0      # worker time spent in batches
+
+    @property
+    def mean_batch_size(self) -> float:
+        return sum(size * count for size, count in self.batch_sizes.items()) / max(self.batches, 1)
+
+
+# -- one batch ---------------------------------------------------------------------------------
+def _encode(engine: Engine, texts: list[str]) -> list[list[int] | Exception]:
+    """Symbol ids per text; one unspeakable text does not spoil the others."""
+    try:
+        return list(engine.bundle.front_end.encode(texts))
+    except Exception:  # noqa: BLE001 - one text is bad: encode each to find which
+        return [_encode_one(engine, text) for text in texts]
+
+
+def _encode_one(engine: Engine, text: str) -> list[int] | Exception:
+    try:
+        return engine.bundle.front_end.encode([text])[0]
+    except Exception as error:  # noqa: BLE001 - reported to that request
+        return error
+
+
+def _check(request: Request) -> None:
+    if not isinstance(request.text, str):
+        raise TypeError(f"text must be a string, got {type(request.text).__name__}")
+    if not isinstance(request.voice, str):
+        raise TypeError(f"voice must be a string, got {type(request.voice).__name__}")
+    if isinstance(request.speed, bool) or not isinstance(request.speed, numbers.Real) \
+            or not math.isfinite(request.speed) or request.speed <= 0:
+        raise ValueError(f"speed must be a positive number, got {request.speed!r}")
+
+
+def _infer(model, ids: list[list[int]], speakers: list[int], speeds: list[float]) -> list[torch.Tensor]:
+    """One forward: ids per row -> raw log-mel ``[frames, n_mels]`` per row."""
+    device = model.mel_mean.device
+    lengths = torch.tensor([len(seq) for seq in ids])
+    phonemes = torch.zeros(len(ids), int(lengths.max()), dtype=torch.long)
+    for row, seq in enumerate(ids):
+        phonemes[row, : len(seq)] = torch.tensor(seq)
+    scales = [1.0 / s for s in speeds]
+    # The model scales durations elementwise, so a [batch, 1] tensor gives each row its own speed.
+    length_scale = scales[0] if len(set(scales)) == 1 else torch.tensor(scales, device=device).unsqueeze(1)
+    with torch.no_grad():
+        out = model.infer(phonemes.to(device), lengths.to(device), speaker_ids=torch.tensor(speakers, device=device),
+                          length_scale=length_scale)
+        mels = model.denormalize_mel(out.mel)
+    return [mels[row, : int(mask.sum())].clone() for row, mask in enumerate(out.frame_mask)]
+
+
+def _vocode(vocoder, mels: list[torch.Tensor]) -> list[np.ndarray]:
+    """Audio per mel; mels of the same length go through the vocoder together (no padding)."""
+    audio: list[np.ndarray | None] = [None] * len(mels)
+    groups: dict[int, list[int]] = {}
+    for row, mel in enumerate(mels):
+        groups.setdefault(mel.shape[0], []).append(row)
+    with torch.no_grad():
+        for rows in groups.values():
+            batch = vocoder(torch.stack([mels[row] for row in rows])).float().cpu().numpy()
+            for row, wave in zip(rows, batch):
+                peak = float(np.abs(wave).max()) if wave.size else 0.0
+                if peak > 0.99:   # as Synthesizer.synthesize: scale rather than clip
+                    wave = wave * (0.99 / peak)
+                audio[row] = wave.astype(np.float32)
+    return audio
+
+
+def _vocode_one(vocoder, mel: torch.Tensor) -> np.ndarray | Exception:
+    try:
+        return _vocode(vocoder, [mel])[0]
+    except Exception as error:  # noqa: BLE001 - reported to that request
+        return error
+
+
+def _forward(engine: Engine, handles: list[VoiceHandle], ids: list[list[int]], speeds: list[float],
+             merge: bool | str) -> tuple[list[torch.Tensor], str]:
+    """The batch's mels and the path taken; the caller holds the engine lock."""
+    model = engine.model
+    speakers = [h.speaker_id for h in handles]
+    adapters = list(dict.fromkeys(h.adapter for h in handles))
+    if adapters == [None]:
+        with active_adapter(model, None):
+            return _infer(model, ids, speakers, speeds), "base"
+    if len(adapters) == 1:
+        name, mergeable = adapters[0], handles[0].mergeable
+        if mergeable and (merge is True or (merge == "auto" and len(ids) >= MERGE_MIN_BATCH)):
+            merge_adapter(model, name)
+            try:
+                return _infer(model, ids, speakers, speeds), "merged"
+            finally:
+                unmerge_all(model)
+                set_active(model, None)   # merge_adapter activated it
+        with active_adapter(model, name):
+            return _infer(model, ids, speakers, speeds), "active"
+    bank = pack_bank(model, [a for a in adapters if a is not None])
+    try:
+        with banked(model, bank, [BASE if h.adapter is None else h.adapter for h in handles]):
+            return _infer(model, ids, speakers, speeds), "bank"
+    finally:
+        bank.remove()
+
+
+def synthesize_batch(engine: Engine, requests: Sequence[Request], merge: bool | str = "auto",
+                     vocode: bool = True) -> list[ServedResult | Exception]:
+    """Serve ``requests`` in one forward of the acoustic model (see the module docstring); returns a
+    result or the exception for each request, in order. ``merge``: ``"auto"`` merges a single
+    mergeable voice for batches of at least :data:`MERGE_MIN_BATCH` rows, True always, False never.
+    ``vocode=False`` leaves ``audio`` empty (for timing the acoustic model alone)."""
+    started = time.perf_counter()
+    results: list[ServedResult | Exception | None] = [None] * len(requests)
+    live = []
+    for index, request in enumerate(requests):
+        try:
+            _check(request)
+            live.append(index)
+        except Exception as error:  # noqa: BLE001 - reported to that request
+            results[index] = error
+    encoded = _encode(engine, [requests[i].text for i in live])
+    ids = {}
+    for index, seq in zip(live, encoded):
+        if isinstance(seq, Exception):
+            results[index] = seq
+        else:
+            ids[index] = seq
+    with engine.using(requests[i].voice for i in ids) as (handles, errors):
+        rows = []
+        for index in ids:
+            voice = requests[index].voice
+            if voice in errors:
+                results[index] = errors[voice]
+            else:
+                rows.append(index)
+        groups, done = ([rows] if rows else []), []
+        while groups:
+            group = groups.pop()
+            try:
+                mels, path = _forward(engine, [handles[requests[i].voice] for i in group], [ids[i] for i in group],
+                                      [float(requests[i].speed) for i in group], merge)
+            except Exception as error:  # noqa: BLE001 - isolate the failing row
+                if len(group) == 1:
+                    results[group[0]] = error
+                else:
+                    groups.extend([i] for i in group)
+                continue
+            done.append((group, mels, path))
+    # The vocoder does not touch the acoustic model: it runs outside the engine's lock.
+    for group, mels, path in done:
+        audio: list[np.ndarray | Exception] = [np.zeros(0, np.float32)] * len(mels)
+        if vocode:
+            try:
+                audio = _vocode(engine.vocoder, mels)
+            except Exception:  # noqa: BLE001 - vocode each row to find the failing one
+                audio = [_vocode_one(engine.vocoder, mel) for mel in mels]
+        for index, mel, wave in zip(group, mels, audio):
+            results[index] = wave if isinstance(wave, Exception) else ServedResult(
+                wave, engine.sample_rate, 0.0, requests[index].voice, mel=mel, batch_size=len(group), path=path)
+    elapsed = time.perf_counter() - started
+    for result in results:
+        if isinstance(result, ServedResult):
+            result.seconds = elapsed
+    return results
+
+
+# -- the batcher -------------------------------------------------------------------------------
+@dataclass
+class _Pending:
+    request: Request
+    future: Future
+    arrived: float
+
+
+class Batcher:
+    """Gathers concurrent requests into batches for one :class:`Engine` (one worker thread).
+
+    ``max_batch``: most rows per forward; ``max_wait_ms``: longest a request waits for company after
+    it arrives (a request that waited longer while the worker was busy goes in the next batch at
+    once). Use as a context manager or call :meth:`close`.
+    """
+
+    def __init__(self, engine: Engine, max_batch: int = 16, max_wait_ms: float = 5.0, merge: bool | str = "auto"):
+        if max_batch < 1 or max_wait_ms < 0:
+            raise ValueError(f"need max_batch >= 1 and max_wait_ms >= 0, got {max_batch}, {max_wait_ms}")
+        self.engine = engine
+        self.max_batch = max_batch
+        self.max_wait = max_wait_ms / 1000.0
+        self.merge = merge
+        self.stats = BatcherStats()
+        self._pending: deque[_Pending] = deque()
+        self._wake = threading.Condition()
+        self._closed = False
+        self._worker = threading.Thread(target=self._run, name="chorus-batcher", daemon=True)
+        self._worker.start()
+
+    def submit(self, text: str, voice: str, speed: float = 1.0) -> Future:
+        """Queue a request; the future gives a :class:`ServedResult` or raises its error
+        (:class:`~chorus.serving.engine.UnknownVoice`, ``ValueError`` for unspeakable text, ...)."""
+        future: Future = Future()
+        with self._wake:
+            if self._closed:
+                raise RuntimeError("this batcher is closed")
+            self._pending.append(_Pending(Request(text, voice, speed), future, time.perf_counter()))
+            self.stats.requests += 1
+            self._wake.notify()
+        return future
+
+    def synthesize(self, text: str, voice: str, speed: float = 1.0, timeout: float | None = None) -> ServedResult:
+        """Blocking: speak ``text`` in ``voice`` (a base voice name or an adapted voice id)."""
+        return self.submit(text, voice, speed).result(timeout)
+
+    async def synthesize_async(self, text: str, voice: str, speed: float = 1.0) -> ServedResult:
+        """The same for asyncio; cancelling the awaiting task drops the request if it has not started."""
+        return await asyncio.wrap_future(self.submit(text, voice, speed))
+
+    def close(self, timeout: float | None = None) -> None:
+        """Stop taking requests, finish the queued ones, stop the worker."""
+        with self._wake:
+            self._closed = True
+            self._wake.notify_all()
+        self._worker.join(timeout)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _next_batch(self) -> list[_Pending] | None:
+        with self._wake:
+            while not self._pending and not self._closed:
+                self._wake.wait()
+            if not self._pending:
+                return None
+            deadline = self._pending[0].arrived + self.max_wait
+            while len(self._pending) < self.max_batch and not self._closed:
+                remaining = deadline - time.perf_counter()
+                if remaining <= 0:
+                    break
+                self._wake.wait(remaining)
+            count = min(self.max_batch, len(self._pending))
+            return [self._pending.popleft() for _ in range(count)]
+
+    def _run(self) -> None:
+        while (batch := self._next_batch()) is not None:
+            batch = [p for p in batch if p.future.set_running_or_notify_cancel()]   # drop cancelled ones
+            if not batch:
+                continue
+            started = time.perf_counter()
+            try:
+                results = synthesize_batch(self.engine, [p.request for p in batch], merge=self.merge)
+            except Exception as error:  # noqa: BLE001 - a bug must not kill the worker or strand callers
+                results = [error] * len(batch)
+            done = time.perf_counter()
+            self.stats.batches += 1
+            self.stats.batch_sizes[len(batch)] += 1
+            self.stats.busy_seconds += done - started
+            for pending, result in zip(batch, results):
+                if isinstance(result, Exception):
+                    self.stats.failed += 1
+                    pending.future.set_exception(result)
+                else:
+                    self.stats.completed += 1
+                    self.stats.paths[result.path] += 1
+                    result.seconds = done - pending.arrived
+                    pending.future.set_result(result)
+
+
+# -- baselines for the benchmark ---------------------------------------------------------------
+def swap_one_at_a_time(engine: Engine, requests: Sequence[Request], vocode: bool = True
+                       ) -> list[ServedResult | Exception]:
+    """Baseline: requests one after another, each a forward of one row with its voice's adapter
+    activated for it (PEFT's ``set_adapter`` per request); the same engine and cache."""
+    return [synthesize_batch(engine, [request], merge=False, vocode=vocode)[0] for request in requests]
+
+
+class ModelPerVoice:
+    """Baseline: one full copy of the base model per voice, the voice merged into it where all its
+    methods merge (else kept active); memory grows by a whole model per voice (:attr:`resident_bytes`).
+    Base voices share one clean copy. Fully fine-tuned voice folders work too (their own weights)."""
+
+    def __init__(self, engine: Engine, voices: dict[str, str | Path], merge: bool = True):
+        self.engine = engine
+        with engine.lock:
+            base = copy.deepcopy(engine.model)
+        for name in adapter_names(base):   # the copy holds the engine's resident adapters: drop them
+            remove_adapter(base, name)
+        self.base = base
+        self.models: dict[str, tuple[torch.nn.Module, bool]] = {}   # voice id -> (model, merged)
+        for voice_id, folder in voices.items():
+            model = copy.deepcopy(base)
+            apply_voice(model, read_voice(folder), "voice", engine.bundle.weights_sha256)
+            merged = merge and is_mergeable(model, "voice")
+            if merged:
+                merge_adapter(model, "voice")
+            self.models[voice_id] = (model, merged)
+
+    @property
+    def resident_bytes(self) -> int:
+        """Bytes of every model copy held (weights, buffers, adapters, saved base tensors of merges)."""
+        total = 0
+        for model in [self.base, *(m for m, _ in self.models.values())]:
+            total += sum(t.numel() * t.element_size() for t in [*model.parameters(), *model.buffers()])
+        return total
+
+    def synthesize(self, request: Request, vocode: bool = True) -> ServedResult:
+        _check(request)
+        started = time.perf_counter()
+        ids = self.engine.bundle.front_end.encode([request.text])
+        if request.voice in self.models:
+            model, merged = self.models[request.voice]
+            speaker = self.engine.bundle.speaker_index(self.engine.bundle.default_speaker)
+            # A fully fine-tuned voice is its weights alone; it may carry no adapter to activate.
+            context = active_adapter(model, "voice") if not merged and "voice" in adapter_names(model) \
+                else nullcontext()
+        elif self.engine.is_base(request.voice):
+            model, speaker, context = self.base, self.engine.handle(request.voice).speaker_id, nullcontext()
+        else:
+            raise UnknownVoice(request.voice, "no model for it in this baseline")
+        with context:
+            mel = _infer(model, ids, [speaker], [float(request.speed)])[0]
+        audio = _vocode(self.engine.vocoder, [mel])[0] if vocode else np.zeros(0, np.float32)
+        return ServedResult(audio, self.engine.sample_rate, time.perf_counter() - started, request.voice, mel=mel,
+                            path="model-per-voice")
+
+    def run(self, requests: Sequence[Request], vocode: bool = True) -> list[ServedResult | Exception]:
+        """Requests one after another, each on its voice's own model."""
+        out: list[ServedResult | Exception] = []
+        for request in requests:
+            try:
+                out.append(self.synthesize(request, vocode))
+            except Exception as error:  # noqa: BLE001 - reported per request
+                out.append(error)
+        return out

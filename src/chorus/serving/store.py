@@ -1,0 +1,659 @@
+"""The voice store of the multi-tenant server: voice and job metadata in SQLite, adapter folders as blobs.
+
+    <root>/<tenant>/<voice_id>/          one committed voice
+      adapter_config.json, adapter_model.safetensors, voice_card.json, README.md
+      COMMITTED.json                     written last: sha256 and size of every file above
+    <root>/<tenant>/.upload-<voice_id>-<token>/    an upload in progress (removed by ``recover``)
+
+``root_url`` is anything fsspec opens: a plain path or ``file://`` (local disk, the default),
+``s3://``, ``gs://``, ``memory://`` ... A voice folder without a valid ``COMMITTED.json`` is treated
+as absent, because object stores have no atomic rename of a prefix: the marker is the commit. On
+local disk the folder is also renamed into place in one step.
+
+Metadata lives in one SQLite file (WAL mode, so readers in other processes do not block the writer);
+it must be on local disk, so a remote ``root_url`` needs an explicit ``db_path``. A voice's status
+says whether it may be served: only ``ready`` voices are, and only after their files match the
+recorded checksums on that very load.
+
+Tenants are isolated: every query is scoped by tenant, and another tenant's voice or job raises the
+same ``VoiceNotFound``/``JobNotFound`` as one that does not exist.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import sqlite3
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import NoReturn, Self
+
+import fsspec
+from fsspec.implementations.local import LocalFileSystem
+
+from chorus.adapters.voice import (
+    CARD_FILE,
+    CONFIG_FILE,
+    WEIGHTS_FILE,
+    VoiceError,
+    read_voice,
+)
+from chorus.atomic import atomic_write_folder
+
+ID_PATTERN = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
+MARKER_FILE = "COMMITTED.json"
+MARKER_FORMAT = "chorus-voice-blob"
+UPLOAD_PREFIX = ".upload-"
+# Everything a voice folder may hold. Weights are only ever safetensors: a pickle (.bin, .pt, ...)
+# runs code when loaded, so a folder carrying one is refused rather than skipped.
+VOICE_FILES = frozenset({CONFIG_FILE, WEIGHTS_FILE, CARD_FILE, "README.md"})
+REQUIRED_FILES = frozenset({CONFIG_FILE, WEIGHTS_FILE})
+PICKLE_SUFFIXES = frozenset({".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt"})
+SCHEMA_VERSION = 1
+
+
+class VoiceStatus(StrEnum):
+    READY = "ready"          # committed and checksummed: may be served
+    TRAINING = "training"    # a job or an upload is producing it
+    FAILED = "failed"        # training, upload or a load-time check failed; ``error`` says why
+    DELETED = "deleted"      # being deleted (``recover`` finishes a deletion cut short)
+
+
+class JobStatus(StrEnum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    DONE = "done"
+    FAILED = "failed"
+    INTERRUPTED = "interrupted"   # the process died while it was queued or running; may be resumed
+
+
+ACTIVE_JOB = (JobStatus.QUEUED, JobStatus.RUNNING)
+FINISHED_JOB = (JobStatus.DONE, JobStatus.FAILED)
+
+
+class InvalidId(ValueError):
+    """A tenant or voice id outside ``[a-z0-9][a-z0-9_-]{0,63}`` (so never a path, a dot or a slash)."""
+
+
+class VoiceNotFound(KeyError):
+    """No such voice for this tenant (whether or not another tenant has one of that id)."""
+
+
+class JobNotFound(KeyError):
+    """No such job for this tenant (whether or not another tenant has one of that id)."""
+
+
+class VoiceNotReady(LookupError):
+    """The voice exists but may not be served: it is training or has failed."""
+
+
+class VoiceConflict(RuntimeError):
+    """The voice id is taken: it is ready (delete it first), training, or being deleted."""
+
+
+class VoiceCorrupted(VoiceError):
+    """A stored voice's files do not match their checksums; the voice is marked failed."""
+
+
+@dataclass(frozen=True)
+class VoiceRecord:
+    """One row of the ``voices`` table. Times are Unix seconds."""
+
+    tenant: str
+    voice_id: str
+    name: str
+    status: VoiceStatus
+    created: float
+    updated: float
+    blob_url: str
+    sha256: str | None        # of adapter_model.safetensors, once committed
+    size_bytes: int | None    # of all the voice's files, once committed
+    method: str | None        # e.g. "lora+speaker"
+    job_id: str | None        # the job that trains (or trained) it
+    error: str | None         # why it failed
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    """One row of the ``jobs`` table. Times are Unix seconds."""
+
+    job_id: str
+    tenant: str
+    voice_id: str
+    status: JobStatus
+    progress: float           # 0..1
+    message: str | None
+    created: float
+    updated: float
+
+
+@dataclass
+class RecoveryReport:
+    """What ``VoiceStore.recover`` found and did."""
+
+    interrupted_jobs: list[str] = field(default_factory=list)
+    failed_voices: list[tuple[str, str]] = field(default_factory=list)      # (tenant, voice id)
+    restored_voices: list[tuple[str, str]] = field(default_factory=list)    # committed, not yet marked ready
+    finished_deletes: list[tuple[str, str]] = field(default_factory=list)
+    removed_uploads: list[str] = field(default_factory=list)                # temporary prefixes
+
+
+@dataclass(frozen=True)
+class FileDigest:
+    sha256: str
+    size: int
+
+
+_SCHEMA = f"""
+CREATE TABLE IF NOT EXISTS voices (
+    tenant TEXT NOT NULL,
+    id TEXT NOT NULL,
+    name TEXT NOT NULL,
+    status TEXT NOT NULL CHECK (status IN ({", ".join(repr(s.value) for s in VoiceStatus)})),
+    created REAL NOT NULL,
+    updated REAL NOT NULL,
+    blob_url TEXT NOT NULL,
+    sha256 TEXT,
+    size_bytes INTEGER,
+    method TEXT,
+    job_id TEXT,
+    error TEXT,
+    PRIMARY KEY (tenant, id)
+);
+CREATE TABLE IF NOT EXISTS jobs (
+    id TEXT PRIMARY KEY,
+    tenant TEXT NOT NULL,
+    voice_id TEXT NOT NULL,
+    status TEXT NOT NULL CHECK (status IN ({", ".join(repr(s.value) for s in JobStatus)})),
+    progress REAL NOT NULL CHECK (progress BETWEEN 0 AND 1),
+    message TEXT,
+    created REAL NOT NULL,
+    updated REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS jobs_by_status ON jobs (status);
+"""
+
+
+def check_id(value: str, kind: str = "voice id") -> str:
+    """Return ``value`` if it is a valid tenant or voice id, else raise ``InvalidId``."""
+    if not isinstance(value, str) or not ID_PATTERN.fullmatch(value):
+        raise InvalidId(f"invalid {kind} {value!r}: use 1-64 of a-z, 0-9, '_' and '-', starting with a letter "
+                        f"or digit")
+    return value
+
+
+class VoiceStore:
+    """Voices and training jobs of many tenants; safe to share between threads.
+
+    ``root_url``: where adapter folders live (fsspec URL or local path). ``db_path``: the SQLite file,
+    by default ``<root>/store.sqlite3`` for a local root (required for a remote one). ``cache_dir``:
+    where voices of a remote root are downloaded, by default ``voice-cache`` next to ``db_path``.
+    """
+
+    def __init__(self, root_url: str, db_path: str | None = None, cache_dir: str | None = None) -> None:
+        self.fs, root = fsspec.core.url_to_fs(root_url)
+        self.root = root.rstrip("/")
+        self.local = isinstance(self.fs, LocalFileSystem)
+        if db_path is None:
+            if not self.local:
+                raise ValueError(f"{root_url}: SQLite needs local disk; pass db_path for a remote voice root")
+            db_path = os.path.join(self.root, "store.sqlite3")
+        self.fs.makedirs(self.root, exist_ok=True)
+        Path(db_path).parent.mkdir(parents=True, exist_ok=True)
+        self.cache_dir = Path(cache_dir) if cache_dir else Path(db_path).parent / "voice-cache"
+        # One connection behind a lock: metadata operations are tiny, and blob transfers run outside it.
+        self._lock = threading.RLock()
+        self._download_locks: dict[tuple[str, str], threading.Lock] = {}
+        self._db = sqlite3.connect(db_path, check_same_thread=False, isolation_level=None, timeout=30.0)
+        self._db.row_factory = sqlite3.Row
+        self._db.execute("PRAGMA journal_mode=WAL")
+        version = self._db.execute("PRAGMA user_version").fetchone()[0]
+        if version > SCHEMA_VERSION:
+            raise RuntimeError(f"{db_path}: store schema version {version} is newer than this Chorus "
+                               f"({SCHEMA_VERSION})")
+        self._db.executescript(_SCHEMA)
+        self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # -- voices ------------------------------------------------------------------------------------
+
+    def put_voice(self, tenant: str, voice_id: str, folder: str | Path, *, name: str | None = None,
+                  job_id: str | None = None) -> VoiceRecord:
+        """Upload voice folder ``folder`` as ``voice_id`` of ``tenant`` and mark it ready.
+
+        The folder is verified first (``read_voice``: config, weights checksum, safetensors), then
+        copied to a temporary prefix, verified again there, moved into place, and committed by writing
+        ``COMMITTED.json``; only then is the voice marked ready. With ``job_id`` (the job that trained
+        it, which must still be active), that job is marked done in the same transaction.
+        Raises ``VoiceConflict`` if the voice is ready already (delete it first).
+        """
+        check_id(tenant, "tenant")
+        check_id(voice_id)
+        folder = Path(folder)
+        files = _voice_files(folder)
+        voice = read_voice(folder)
+        manifest = {file: _digest(_LOCAL, str(path)) for file, path in files.items()}
+        method = "+".join(voice.methods)
+        self._claim(tenant, voice_id, name or voice_id, method, job_id)
+        blob = self._blob(tenant, voice_id)
+        temp = f"{self.root}/{tenant}/{UPLOAD_PREFIX}{voice_id}-{uuid.uuid4().hex}"
+        try:
+            self.fs.makedirs(temp, exist_ok=True)
+            for file, path in files.items():
+                self.fs.put_file(str(path), f"{temp}/{file}")
+            bad = _mismatches(self.fs, temp, manifest)
+            if bad:
+                raise VoiceError(f"upload of {voice_id!r} does not match its source: {', '.join(bad)}")
+            self._move_into_place(temp, blob, list(manifest))
+            marker = {"format": MARKER_FORMAT, "version": 1,
+                      "files": {file: {"sha256": d.sha256, "size": d.size} for file, d in manifest.items()}}
+            self.fs.pipe_file(f"{blob}/{MARKER_FILE}", json.dumps(marker, indent=2).encode())
+        except BaseException as error:
+            self._remove(temp)
+            self._set_failed(tenant, voice_id, f"upload failed: {error}")
+            raise
+        now = time.time()
+        with self._transaction() as db:
+            db.execute("UPDATE voices SET status=?, sha256=?, size_bytes=?, error=NULL, updated=? "
+                       "WHERE tenant=? AND id=?",
+                       (VoiceStatus.READY, manifest[WEIGHTS_FILE].sha256, sum(d.size for d in manifest.values()),
+                        now, tenant, voice_id))
+            if job_id is not None:
+                db.execute("UPDATE jobs SET status=?, progress=1, updated=? WHERE id=?",
+                           (JobStatus.DONE, now, job_id))
+        return self.voice(tenant, voice_id)
+
+    def get_voice(self, tenant: str, voice_id: str) -> Path:
+        """A local folder holding the ready voice, its files checked against their checksums now.
+
+        For a remote root the folder is a cached download, fetched again if it does not match.
+        A voice whose stored files do not match (or carry anything but the voice files) is marked
+        failed and ``VoiceCorrupted`` is raised; it is not served again until uploaded anew.
+        """
+        record = self.voice(tenant, voice_id)
+        if record.status != VoiceStatus.READY:
+            detail = f": {record.error}" if record.error else ""
+            raise VoiceNotReady(f"voice {voice_id!r} is {record.status.value}{detail}")
+        blob = self._blob(tenant, voice_id)
+        manifest = self._read_marker(blob)
+        if manifest is None or manifest[WEIGHTS_FILE].sha256 != record.sha256:
+            self._corrupted(tenant, voice_id, "its stored folder has no valid commit marker for these weights")
+        stray = sorted(set(_names(self.fs, blob)) - VOICE_FILES - {MARKER_FILE})
+        if stray:
+            self._corrupted(tenant, voice_id, f"its stored folder holds unexpected files {stray} (only the "
+                                              f"voice files and safetensors weights are ever loaded)")
+        if self.local:
+            local = Path(blob)
+            bad = _mismatches(self.fs, blob, manifest)
+        else:
+            local = self.cache_dir / tenant / voice_id
+            with self._download_lock(tenant, voice_id):
+                bad = _mismatches(_LOCAL, str(local), manifest)
+                if bad:
+                    atomic_write_folder(local, lambda temp: [self.fs.get_file(f"{blob}/{file}", str(temp / file))
+                                                             for file in manifest])
+                    bad = _mismatches(_LOCAL, str(local), manifest)
+        if bad:
+            self._corrupted(tenant, voice_id, f"checksum mismatch in {', '.join(bad)}")
+        return local
+
+    def voice(self, tenant: str, voice_id: str) -> VoiceRecord:
+        """The metadata of one voice of ``tenant`` (any status but deleted)."""
+        check_id(tenant, "tenant")
+        check_id(voice_id)
+        with self._lock:
+            row = self._db.execute("SELECT * FROM voices WHERE tenant=? AND id=? AND status!=?",
+                                   (tenant, voice_id, VoiceStatus.DELETED)).fetchone()
+        if row is None:
+            raise VoiceNotFound(f"no voice {voice_id!r}")
+        return _voice_record(row)
+
+    def list_voices(self, tenant: str) -> list[VoiceRecord]:
+        """Every voice of ``tenant`` with its status (ready, training, failed), by id."""
+        check_id(tenant, "tenant")
+        with self._lock:
+            rows = self._db.execute("SELECT * FROM voices WHERE tenant=? AND status!=? ORDER BY id",
+                                    (tenant, VoiceStatus.DELETED)).fetchall()
+        return [_voice_record(row) for row in rows]
+
+    def delete_voice(self, tenant: str, voice_id: str) -> None:
+        """Delete a voice: it stops being served at once; its files, cached copy and row go after.
+        A job still training it is marked failed (its upload would then be refused)."""
+        check_id(tenant, "tenant")
+        check_id(voice_id)
+        now = time.time()
+        with self._transaction() as db:
+            changed = db.execute("UPDATE voices SET status=?, updated=? WHERE tenant=? AND id=? AND status!=?",
+                                 (VoiceStatus.DELETED, now, tenant, voice_id, VoiceStatus.DELETED)).rowcount
+            if not changed:
+                raise VoiceNotFound(f"no voice {voice_id!r}")
+            db.execute(f"UPDATE jobs SET status=?, message=?, updated=? WHERE tenant=? AND voice_id=? "
+                       f"AND status IN ({_placeholders(ACTIVE_JOB)})",
+                       (JobStatus.FAILED, "voice deleted", now, tenant, voice_id, *ACTIVE_JOB))
+        self._finish_delete(tenant, voice_id)
+
+    # -- jobs --------------------------------------------------------------------------------------
+
+    def create_job(self, tenant: str, voice_id: str, *, name: str | None = None,
+                   method: str | None = None) -> str:
+        """Queue a training job for a new voice (or a failed one): the voice is listed as training.
+        Returns the job id. Raises ``VoiceConflict`` if the voice is ready, training or being deleted."""
+        check_id(tenant, "tenant")
+        check_id(voice_id)
+        job_id, now = uuid.uuid4().hex, time.time()
+        with self._transaction() as db:
+            self._check_claimable(db, tenant, voice_id, job_id=None)
+            db.execute("INSERT INTO jobs VALUES (?, ?, ?, ?, 0, NULL, ?, ?)",
+                       (job_id, tenant, voice_id, JobStatus.QUEUED, now, now))
+            self._upsert_training(db, tenant, voice_id, name or voice_id, method, job_id, now)
+        return job_id
+
+    def update_job(self, job_id: str, *, status: str | None = None, progress: float | None = None,
+                   message: str | None = None) -> JobRecord:
+        """Record a job's progress (the worker's call, hence no tenant). Its voice follows while not
+        ready: running -> training (a resumed job), failed or interrupted -> failed with ``message``.
+        A done or failed job is final: updating it raises ``ValueError``."""
+        new_status = JobStatus(status) if status is not None else None
+        if progress is not None and not 0.0 <= progress <= 1.0:
+            raise ValueError(f"progress must be within 0..1, got {progress}")
+        now = time.time()
+        with self._transaction() as db:
+            row = db.execute("SELECT * FROM jobs WHERE id=?", (job_id,)).fetchone()
+            if row is None:
+                raise JobNotFound(f"no job {job_id!r}")
+            job = _job_record(row)
+            if job.status in FINISHED_JOB:
+                raise ValueError(f"job {job_id!r} is {job.status.value} already")
+            db.execute("UPDATE jobs SET status=?, progress=?, message=?, updated=? WHERE id=?",
+                       (new_status or job.status, job.progress if progress is None else progress,
+                        job.message if message is None else message, now, job_id))
+            if new_status is JobStatus.RUNNING:
+                voice_status, error = VoiceStatus.TRAINING, None
+            elif new_status in (JobStatus.FAILED, JobStatus.INTERRUPTED):
+                voice_status, error = VoiceStatus.FAILED, message or f"training job {new_status.value}"
+            else:
+                voice_status = None
+            if voice_status is not None:
+                db.execute("UPDATE voices SET status=?, error=?, updated=? WHERE tenant=? AND id=? AND job_id=? "
+                           "AND status IN (?, ?)",
+                           (voice_status, error, now, job.tenant, job.voice_id, job_id,
+                            VoiceStatus.TRAINING, VoiceStatus.FAILED))
+            row = db.execute("SELECT * FROM jobs WHERE id=?", (job_id,)).fetchone()
+        return _job_record(row)
+
+    def get_job(self, tenant: str, job_id: str) -> JobRecord:
+        check_id(tenant, "tenant")
+        with self._lock:
+            row = self._db.execute("SELECT * FROM jobs WHERE tenant=? AND id=?", (tenant, job_id)).fetchone()
+        if row is None:
+            raise JobNotFound(f"no job {job_id!r}")
+        return _job_record(row)
+
+    def interrupted_jobs(self) -> list[JobRecord]:
+        """Jobs of every tenant cut short by a dead process, oldest first, for the server to resume."""
+        with self._lock:
+            rows = self._db.execute("SELECT * FROM jobs WHERE status=? ORDER BY created",
+                                    (JobStatus.INTERRUPTED,)).fetchall()
+        return [_job_record(row) for row in rows]
+
+    # -- crash recovery ----------------------------------------------------------------------------
+
+    def recover(self) -> RecoveryReport:
+        """Bring the store back to a consistent state after a crash; call at startup, before serving,
+        while no other process writes to this store (it removes uploads in progress).
+
+        Temporary upload prefixes are removed; a deletion cut short is finished; a training voice
+        whose upload was committed (the process died before marking it ready) becomes ready, any
+        other training voice becomes failed and its partial folder is removed; a ready voice without
+        a valid commit marker becomes failed; queued and running jobs become interrupted.
+        """
+        report = RecoveryReport()
+        for tenant_path in _subpaths(self.fs, self.root):
+            if not ID_PATTERN.fullmatch(_basename(tenant_path)):
+                continue  # the SQLite files, when they live in the root
+            for entry in _subpaths(self.fs, tenant_path):
+                if _basename(entry).startswith(UPLOAD_PREFIX):
+                    self._remove(entry)
+                    report.removed_uploads.append(self.fs.unstrip_protocol(entry))
+        with self._lock:
+            voices = [_voice_record(row) for row in self._db.execute("SELECT * FROM voices").fetchall()]
+        for voice in voices:
+            key = (voice.tenant, voice.voice_id)
+            blob = self._blob(*key)
+            if voice.status == VoiceStatus.DELETED:
+                self._finish_delete(*key)
+                report.finished_deletes.append(key)
+            elif voice.status == VoiceStatus.TRAINING:
+                manifest = self._read_marker(blob)
+                if manifest is not None and not _mismatches(self.fs, blob, manifest):
+                    self._restore(voice, manifest)
+                    report.restored_voices.append(key)
+                else:
+                    self._remove(blob)
+                    self._set_failed(*key, "interrupted before its upload was committed")
+                    report.failed_voices.append(key)
+            elif voice.status == VoiceStatus.READY:
+                manifest = self._read_marker(blob)
+                if manifest is None or manifest[WEIGHTS_FILE].sha256 != voice.sha256:
+                    self._set_failed(*key, "its stored folder has no valid commit marker")
+                    report.failed_voices.append(key)
+        now = time.time()
+        with self._transaction() as db:
+            rows = db.execute(f"SELECT * FROM jobs WHERE status IN ({_placeholders(ACTIVE_JOB)})",
+                              ACTIVE_JOB).fetchall()
+            for row in rows:
+                db.execute("UPDATE jobs SET status=?, message=?, updated=? WHERE id=?",
+                           (JobStatus.INTERRUPTED, f"interrupted: the server stopped while the job was {row['status']}",
+                            now, row["id"]))
+                report.interrupted_jobs.append(row["id"])
+        return report
+
+    # -- internals ---------------------------------------------------------------------------------
+
+    @contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        # IMMEDIATE takes the write lock up front, so a read-check-write cannot interleave with
+        # another process's write.
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._db
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+
+    def _blob(self, tenant: str, voice_id: str) -> str:
+        return f"{self.root}/{tenant}/{voice_id}"
+
+    def _check_claimable(self, db: sqlite3.Connection, tenant: str, voice_id: str, job_id: str | None) -> None:
+        row = db.execute("SELECT status, job_id FROM voices WHERE tenant=? AND id=?", (tenant, voice_id)).fetchone()
+        if row is None or row["status"] == VoiceStatus.FAILED:
+            return
+        if row["status"] == VoiceStatus.TRAINING and job_id is not None and row["job_id"] == job_id:
+            return
+        reasons = {VoiceStatus.READY: "exists already (delete it first)",
+                   VoiceStatus.TRAINING: f"is being trained (job {row['job_id']})",
+                   VoiceStatus.DELETED: "is being deleted"}
+        raise VoiceConflict(f"voice {voice_id!r} {reasons[VoiceStatus(row['status'])]}")
+
+    def _claim(self, tenant: str, voice_id: str, name: str, method: str, job_id: str | None) -> None:
+        """Mark the voice training before any blob is written, so a crash mid-upload leaves a row that
+        ``recover`` can find."""
+        now = time.time()
+        with self._transaction() as db:
+            if job_id is not None:
+                job = db.execute("SELECT status FROM jobs WHERE id=? AND tenant=? AND voice_id=?",
+                                 (job_id, tenant, voice_id)).fetchone()
+                if job is None:
+                    raise JobNotFound(f"no job {job_id!r} for voice {voice_id!r}")
+                if job["status"] not in ACTIVE_JOB:
+                    raise VoiceConflict(f"job {job_id!r} is {job['status']}; its voice is not accepted")
+            self._check_claimable(db, tenant, voice_id, job_id)
+            self._upsert_training(db, tenant, voice_id, name, method, job_id, now)
+
+    def _upsert_training(self, db: sqlite3.Connection, tenant: str, voice_id: str, name: str, method: str | None,
+                         job_id: str | None, now: float) -> None:
+        db.execute("INSERT INTO voices VALUES (?, ?, ?, ?, ?, ?, ?, NULL, NULL, ?, ?, NULL) "
+                   "ON CONFLICT (tenant, id) DO UPDATE SET name=excluded.name, status=excluded.status, "
+                   "updated=excluded.updated, sha256=NULL, size_bytes=NULL, method=excluded.method, "
+                   "job_id=excluded.job_id, error=NULL",
+                   (tenant, voice_id, name, VoiceStatus.TRAINING, now, now,
+                    self.fs.unstrip_protocol(self._blob(tenant, voice_id)), method, job_id))
+
+    def _set_failed(self, tenant: str, voice_id: str, error: str) -> None:
+        with self._transaction() as db:
+            db.execute("UPDATE voices SET status=?, error=?, updated=? WHERE tenant=? AND id=? AND status!=?",
+                       (VoiceStatus.FAILED, error, time.time(), tenant, voice_id, VoiceStatus.DELETED))
+
+    def _corrupted(self, tenant: str, voice_id: str, reason: str) -> NoReturn:
+        self._set_failed(tenant, voice_id, reason)
+        raise VoiceCorrupted(f"voice {voice_id!r} refused: {reason}; it is marked failed and must be uploaded again")
+
+    def _restore(self, voice: VoiceRecord, manifest: dict[str, FileDigest]) -> None:
+        now = time.time()
+        with self._transaction() as db:
+            db.execute("UPDATE voices SET status=?, sha256=?, size_bytes=?, error=NULL, updated=? "
+                       "WHERE tenant=? AND id=?",
+                       (VoiceStatus.READY, manifest[WEIGHTS_FILE].sha256, sum(d.size for d in manifest.values()),
+                        now, voice.tenant, voice.voice_id))
+            if voice.job_id is not None:
+                db.execute(f"UPDATE jobs SET status=?, progress=1, updated=? WHERE id=? "
+                           f"AND status IN ({_placeholders(ACTIVE_JOB)})",
+                           (JobStatus.DONE, now, voice.job_id, *ACTIVE_JOB))
+
+    def _finish_delete(self, tenant: str, voice_id: str) -> None:
+        blob = self._blob(tenant, voice_id)
+        # The marker goes first: a deletion cut short leaves an uncommitted folder, never a partial
+        # voice that looks whole.
+        self._remove(f"{blob}/{MARKER_FILE}")
+        self._remove(blob)
+        shutil.rmtree(self.cache_dir / tenant / voice_id, ignore_errors=True)
+        with self._transaction() as db:
+            db.execute("DELETE FROM voices WHERE tenant=? AND id=? AND status=?",
+                       (tenant, voice_id, VoiceStatus.DELETED))
+
+    def _move_into_place(self, temp: str, blob: str, files: list[str]) -> None:
+        # Whatever is at ``blob`` now is uncommitted or a failed voice (a ready one was refused).
+        self._remove(blob)
+        if self.local:
+            os.replace(temp, blob)
+            return
+        for file in files:
+            self.fs.mv(f"{temp}/{file}", f"{blob}/{file}")
+        self._remove(temp)
+
+    def _read_marker(self, blob: str) -> dict[str, FileDigest] | None:
+        """The committed files of a voice folder, or None if it has no valid commit marker."""
+        try:
+            marker = json.loads(self.fs.cat_file(f"{blob}/{MARKER_FILE}"))
+            files = {file: FileDigest(str(d["sha256"]), int(d["size"])) for file, d in marker["files"].items()}
+        except (FileNotFoundError, ValueError, KeyError, TypeError, AttributeError):
+            return None  # a marker cut short by a crash reads as no marker
+        if marker.get("format") != MARKER_FORMAT or not REQUIRED_FILES <= set(files) <= VOICE_FILES:
+            return None
+        return files
+
+    def _remove(self, path: str) -> None:
+        try:
+            if self.fs.exists(path):
+                self.fs.rm(path, recursive=True)
+        except FileNotFoundError:
+            pass  # an object store may drop an emptied prefix on its own
+
+    def _download_lock(self, tenant: str, voice_id: str) -> threading.Lock:
+        with self._lock:
+            return self._download_locks.setdefault((tenant, voice_id), threading.Lock())
+
+
+_LOCAL = LocalFileSystem()
+
+
+def _voice_files(folder: Path) -> dict[str, Path]:
+    """The files of a voice folder to upload; refuses pickles and anything else unexpected."""
+    if not folder.is_dir():
+        raise VoiceError(f"{folder}: not a folder")
+    entries = {path.name: path for path in folder.iterdir()}
+    pickles = sorted(name for name in entries if Path(name).suffix.lower() in PICKLE_SUFFIXES)
+    if pickles:
+        raise VoiceError(f"{folder}: refusing pickle files {pickles}: voice weights are loaded only from "
+                         f"safetensors (a pickle can run code when loaded)")
+    unexpected = sorted(name for name, path in entries.items() if name not in VOICE_FILES or not path.is_file())
+    if unexpected:
+        raise VoiceError(f"{folder}: unexpected entries {unexpected}; a voice folder holds only "
+                         f"{sorted(VOICE_FILES)}")
+    missing = sorted(REQUIRED_FILES - set(entries))
+    if missing:
+        raise VoiceError(f"{folder}: missing {missing} (not a voice folder)")
+    return entries
+
+
+def _digest(fs: fsspec.AbstractFileSystem, path: str) -> FileDigest:
+    digest, size = hashlib.sha256(), 0
+    with fs.open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+            size += len(block)
+    return FileDigest(digest.hexdigest(), size)
+
+
+def _mismatches(fs: fsspec.AbstractFileSystem, folder: str, manifest: dict[str, FileDigest]) -> list[str]:
+    """Names of the files in ``manifest`` that are missing from ``folder`` or differ."""
+    bad = []
+    for file, expected in manifest.items():
+        try:
+            if _digest(fs, f"{folder}/{file}") != expected:
+                bad.append(file)
+        except FileNotFoundError:
+            bad.append(file)
+    return bad
+
+
+def _subpaths(fs: fsspec.AbstractFileSystem, path: str) -> list[str]:
+    try:
+        return [entry.rstrip("/") for entry in fs.ls(path, detail=False)]
+    except FileNotFoundError:
+        return []
+
+
+def _names(fs: fsspec.AbstractFileSystem, path: str) -> list[str]:
+    return [_basename(entry) for entry in _subpaths(fs, path)]
+
+
+def _basename(path: str) -> str:
+    return path.rstrip("/").rsplit("/", 1)[-1]
+
+
+def _placeholders(values: tuple) -> str:
+    return ", ".join("?" * len(values))
+
+
+def _voice_record(row: sqlite3.Row) -> VoiceRecord:
+    return VoiceRecord(tenant=row["tenant"], voice_id=row["id"], name=row["name"], status=VoiceStatus(row["status"]),
+                       created=row["created"], updated=row["updated"], blob_url=row["blob_url"],
+                       sha256=row["sha256"], size_bytes=row["size_bytes"], method=row["method"],
+                       job_id=row["job_id"], error=row["error"])
+
+
+def _job_record(row: sqlite3.Row) -> JobRecord:
+    return JobRecord(job_id=row["id"], tenant=row["tenant"], voice_id=row["voice_id"],
+                     status=JobStatus(row["status"]), progress=row["progress"], message=row["message"],
+                     created=row["created"], updated=row["updated"])

@@ -1,0 +1,274 @@
+"""Serving engine and dynamic batcher on the tiny base: base voices without onboarding, adapted voices
+loaded on demand into a byte-bounded LRU cache with pinned voices, unknown voices refused; concurrent
+requests over several voices batched into one forward and equal to each request synthesized alone
+through the Synthesizer; failures isolated to their own request; the merged fast path; the baselines."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from chorus.adapters import (
+    adapter_names,
+    adapter_state_dict,
+    add_adapter,
+    remove_adapter,
+)
+from chorus.adapters.bitfit import BitFitConfig
+from chorus.adapters.lora import LoraConfig
+from chorus.adapters.residual import ResidualAdapterConfig
+from chorus.adapters.speaker import SpeakerConfig
+from chorus.adapters.voice import VoiceCard, save_voice
+from chorus.serving.batcher import (
+    Batcher,
+    ModelPerVoice,
+    Request,
+    swap_one_at_a_time,
+    synthesize_batch,
+)
+from chorus.serving.engine import Engine, UnknownVoice
+from chorus.synthesis import load_base
+from chorus.training.checkpoint import load_bundle
+
+TEXTS = ["The birch canoe slid on the smooth planks.", "Glue the sheet to the dark blue background.",
+         "It is easy to tell the depth of a well.", "Rice is often served in round bowls."]
+# Voice k's methods: a Chorus voice usually carries a speaker vector (not mergeable); k % 4 == 1 and 3 merge.
+CONFIGS = [lambda: [LoraConfig(r=4), SpeakerConfig()],
+           lambda: [LoraConfig(r=2)],
+           lambda: [ResidualAdapterConfig(bottleneck=4), SpeakerConfig()],
+           lambda: [LoraConfig(r=3), BitFitConfig()]]
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="module")
+def voices(tiny_base, tmp_path_factory) -> dict[str, Path]:
+    """Eight voice folders v0..v7 for the tiny base (random adapter values, so each sounds its own)."""
+    bundle = load_bundle(tiny_base)
+    root = tmp_path_factory.mktemp("voices")
+    folders = {}
+    for k in range(8):
+        name, configs = f"v{k}", CONFIGS[k % 4]()
+        add_adapter(bundle.model, name, configs)
+        torch.manual_seed(k)
+        with torch.no_grad():
+            for value in adapter_state_dict(bundle.model, name).values():
+                value.add_(torch.randn_like(value) * 0.1)
+        card = VoiceCard(name=name, methods=[c.method for c in configs], base_model_sha256=bundle.weights_sha256)
+        folders[name] = save_voice(root / name, bundle.model, name, configs, card)
+        remove_adapter(bundle.model, name)
+    return folders
+
+
+@pytest.fixture(scope="module")
+def reference(tiny_base, voices):
+    """A plain Synthesizer with every voice loaded: what one request alone should give."""
+    tts = load_base(tiny_base, "griffin-lim")
+    for name, folder in voices.items():
+        tts.load_voice(folder, name)
+    return tts
+
+
+def alone(tts, request: Request) -> torch.Tensor:
+    base = request.voice in tts.speakers
+    return tts.mel([request.text], speaker=request.voice if base else None, length_scale=1.0 / request.speed,
+                   voice=None if base else request.voice)[0]
+
+
+def assert_same_as_alone(tts, request: Request, result) -> None:
+    expected = alone(tts, request)
+    assert result.mel.shape == expected.shape, request
+    torch.testing.assert_close(result.mel, expected, rtol=1e-4, atol=1e-4)
+
+
+def make_engine(tiny_base, voices, **kwargs) -> Engine:
+    def resolve(voice_id: str) -> Path:
+        return voices[voice_id]   # KeyError: unknown
+    return Engine(load_base(tiny_base, "griffin-lim"), resolve=resolve, **kwargs)
+
+
+def test_base_voices_work_without_onboarding_and_unknown_voices_raise(tiny_base, reference):
+    engine = Engine(load_base(tiny_base, "griffin-lim"))   # no resolver, no voices
+    requests = [Request(TEXTS[0], "m3"), Request(TEXTS[1], "f2", 1.25), Request(TEXTS[2], "nobody")]
+    results = synthesize_batch(engine, requests)
+    for request, result in zip(requests[:2], results[:2]):
+        assert result.path == "base" and result.batch_size == 2
+        assert_same_as_alone(reference, request, result)
+        expected = reference.synthesize(request.text, request.voice, 1.0 / request.speed).audio
+        assert result.audio.shape == expected.shape
+        np.testing.assert_allclose(result.audio, expected, atol=1e-3)
+    assert isinstance(results[2], UnknownVoice) and isinstance(results[2], KeyError)
+    assert "nobody" in str(results[2])
+    with pytest.raises(UnknownVoice):
+        engine.handle("nobody")
+    with pytest.raises(UnknownVoice):
+        engine.remove_voice("nobody")
+    assert engine.stats().loads == 0 and not adapter_names(engine.model)
+
+
+def test_cache_loads_on_demand_evicts_lru_by_bytes_and_keeps_pinned(tiny_base, voices, reference):
+    # v1 and v5 have the same methods, so the same size.
+    engine = make_engine(tiny_base, voices, cache_bytes=0)
+    request = Request(TEXTS[0], "v1")
+    first = synthesize_batch(engine, [request])[0]
+    assert_same_as_alone(reference, request, first)
+    stats = engine.stats()
+    assert (stats.misses, stats.loads, stats.evictions, stats.resident_voices) == (1, 1, 1, 0), \
+        "a budget of 0 keeps nothing once the batch is done"
+    with engine.using(["v1"]) as (handles, _):
+        size = engine.cached("v1").nbytes
+        assert size == sum(t.numel() * t.element_size()
+                           for t in adapter_state_dict(engine.model, handles["v1"].adapter).values())
+    engine.resize(1 << 20)
+    sizes = {}
+    for voice in ("v0", "v1", "v2", "v3"):
+        with engine.using([voice]):
+            sizes[voice] = engine.cached(voice).nbytes
+    assert sizes["v1"] == size and engine.resident() == ["v0", "v1", "v2", "v3"]
+    with engine.using(["v1"]):           # a hit: v1 becomes the most recent
+        pass
+    assert engine.resident() == ["v0", "v2", "v3", "v1"]
+    engine.resize(sizes["v2"] + sizes["v3"] + sizes["v1"])
+    assert engine.resident() == ["v2", "v3", "v1"], "the least recently used voice goes first"
+    engine.pin("v2")                     # pinned: never evicted
+    engine.resize(sizes["v2"] + sizes["v1"])
+    assert engine.resident() == ["v1", "v2"]
+    with engine.using(["v5"]) as (handles, errors):   # v5 is v1's size: v1 makes room, not pinned v2
+        assert not errors and handles["v5"].adapter in adapter_names(engine.model)
+    assert engine.resident() == ["v2", "v5"]
+    stats = engine.stats()
+    assert stats.resident_bytes == sizes["v2"] + sizes["v1"] <= engine.cache_bytes
+    assert (stats.pinned_voices, stats.evictions, stats.hits) == (1, 5, 2) and stats.load_seconds > 0
+    assert len(adapter_names(engine.model)) == 2, "eviction removes the adapter from the model"
+
+    # An evicted voice comes back on demand, identical.
+    again = synthesize_batch(engine, [request])[0]
+    assert torch.equal(again.mel, first.mel)
+    assert "v2" in engine.resident()
+
+    # Voices added and removed without a restart; unknown ids are refused, never replaced.
+    engine.resize(1 << 20)
+    engine.add_voice("guest/7", voices["v6"])
+    assert "guest/7" in engine.resident()
+    engine.remove_voice("guest/7")
+    assert "guest/7" not in engine.resident()
+    results = synthesize_batch(engine, [Request(TEXTS[0], "guest/7"), Request(TEXTS[1], "v2")])
+    assert isinstance(results[0], UnknownVoice) and results[1].path == "active"
+    engine.remove_voice("v2")
+    assert "v2" not in engine.resident() and engine.stats().pinned_voices == 0
+    with pytest.raises(ValueError, match="base voice"):
+        engine.add_voice("m3", voices["v0"])
+
+
+def test_batcher_serves_concurrent_requests_in_one_forward_each_equal_to_alone(tiny_base, voices, reference):
+    engine = make_engine(tiny_base, voices, cache_bytes=1 << 20)
+    mix = ["v0", "v2", "v3", "f2"]
+    requests = [Request(TEXTS[i % len(TEXTS)], mix[i % 4], (1.0, 1.3, 0.8)[i % 3]) for i in range(12)]
+    bad = [Request("?!", "v0"), Request(TEXTS[0], "nobody"), Request(TEXTS[1], "v2", -1.0)]
+    everything = requests + bad
+    results: list = [None] * len(everything)
+    start = threading.Barrier(len(everything))
+
+    def call(index: int) -> None:
+        start.wait()
+        try:
+            results[index] = batcher.synthesize(everything[index].text, everything[index].voice,
+                                                everything[index].speed, timeout=60)
+        except Exception as error:  # noqa: BLE001 - checked below
+            results[index] = error
+
+    with Batcher(engine, max_batch=16, max_wait_ms=50) as batcher:
+        threads = [threading.Thread(target=call, args=(i,)) for i in range(len(everything))]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+
+    for request, result in zip(requests, results):
+        assert not isinstance(result, Exception), (request, result)
+        assert_same_as_alone(reference, request, result)
+        assert result.speaker == request.voice and result.seconds > 0 and np.isfinite(result.audio).all()
+    assert isinstance(results[12], ValueError) and "speakable" in str(results[12])
+    assert isinstance(results[13], UnknownVoice)
+    assert isinstance(results[14], ValueError) and "speed" in str(results[14])
+    assert max(batcher.stats.batch_sizes) > 1 and batcher.stats.paths["bank"] >= 1
+    assert batcher.stats.completed == 12 and batcher.stats.failed == 3 and batcher.stats.requests == 15
+    assert sum(size * n for size, n in batcher.stats.batch_sizes.items()) == 15
+
+    # Audio too: rows of equal length are vocoded together, each as the Synthesizer would alone.
+    request, result = requests[1], results[1]
+    expected = reference.synthesize(request.text, voice=request.voice, length_scale=1.0 / request.speed).audio
+    assert result.audio.shape == expected.shape
+    np.testing.assert_allclose(result.audio, expected, atol=1e-3)
+
+
+def test_batcher_from_asyncio_tasks(tiny_base, voices, reference):
+    engine = make_engine(tiny_base, voices)
+    requests = [Request(TEXTS[i % 2], ("v1", "v4", "m3")[i % 3]) for i in range(6)]
+
+    async def main(batcher):
+        return await asyncio.gather(*(batcher.synthesize_async(r.text, r.voice, r.speed) for r in requests))
+
+    with Batcher(engine, max_batch=8, max_wait_ms=30) as batcher:
+        results = asyncio.run(main(batcher))
+    for request, result in zip(requests, results):
+        assert_same_as_alone(reference, request, result)
+    assert max(batcher.stats.batch_sizes) > 1
+
+
+def test_one_voice_batches_merge_or_activate_and_leave_the_base_exact(tiny_base, voices, reference):
+    engine = make_engine(tiny_base, voices)
+    base_before = synthesize_batch(engine, [Request(TEXTS[0], "m3")])[0].mel
+    for voice, merge, path in [("v1", True, "merged"), ("v3", "auto", "active"), ("v0", True, "active")]:
+        requests = [Request(text, voice) for text in TEXTS[:3]]
+        results = synthesize_batch(engine, requests, merge=merge)
+        for request, result in zip(requests, results):
+            assert result.path == path, (voice, merge)
+            assert_same_as_alone(reference, request, result)
+    assert torch.equal(synthesize_batch(engine, [Request(TEXTS[0], "m3")])[0].mel, base_before)
+
+
+def test_baselines_match_the_batched_engine(tiny_base, voices, reference):
+    engine = make_engine(tiny_base, voices)
+    requests = [Request(TEXTS[i % 4], f"v{i % 3}", 1.1) for i in range(4)] + [Request(TEXTS[1], "f2")]
+    batched = synthesize_batch(engine, requests, vocode=False)
+    swapped = swap_one_at_a_time(engine, requests, vocode=False)
+    assert all(r.batch_size == 1 and r.path in ("active", "base") for r in swapped)
+    per_voice = ModelPerVoice(engine, {f"v{k}": voices[f"v{k}"] for k in range(3)})
+    separate = per_voice.run(requests + [Request(TEXTS[0], "nobody")], vocode=False)
+    assert isinstance(separate[-1], UnknownVoice)
+    for request, a, b, c in zip(requests, batched, swapped, separate):
+        for result in (a, b, c):
+            assert_same_as_alone(reference, request, result)
+    one_model = sum(t.numel() * t.element_size() for t in [*per_voice.base.parameters(), *per_voice.base.buffers()])
+    assert per_voice.resident_bytes > 3 * one_model, "a whole model per voice"
+    assert per_voice.models["v1"][1] and not per_voice.models["v0"][1], "merged where the methods allow"
+
+
+def test_a_failing_batched_forward_is_retried_row_by_row(tiny_base, voices, reference, monkeypatch):
+    import chorus.serving.batcher as batcher_module
+
+    engine = make_engine(tiny_base, voices)
+    poison = engine.bundle.front_end.encode([TEXTS[3]])[0]
+    real_infer = batcher_module._infer
+
+    def flaky_infer(model, ids, speakers, speeds):
+        if poison in ids:
+            raise RuntimeError("this row breaks the forward")
+        return real_infer(model, ids, speakers, speeds)
+
+    monkeypatch.setattr(batcher_module, "_infer", flaky_infer)
+    requests = [Request(TEXTS[0], "v0"), Request(TEXTS[3], "v1"), Request(TEXTS[2], "m3")]
+    results = synthesize_batch(engine, requests)
+    assert isinstance(results[1], RuntimeError)
+    for request, result in zip([requests[0], requests[2]], [results[0], results[2]]):
+        assert result.batch_size == 1
+        assert_same_as_alone(reference, request, result)

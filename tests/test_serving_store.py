@@ -1,0 +1,316 @@
+"""Voice store: round trips on local disk and an object store (fsspec memory://), checksums on every
+load, pickle refusal, id validation, tenant isolation, jobs, and recovery after ``kill -9``."""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import threading
+import uuid
+from pathlib import Path
+
+import fsspec
+import pytest
+import torch
+
+from chorus.adapters import adapter_state_dict, add_adapter
+from chorus.adapters.lora import LoraConfig
+from chorus.adapters.voice import (
+    WEIGHTS_FILE,
+    VoiceCard,
+    VoiceError,
+    read_voice,
+    save_voice,
+)
+from chorus.models.acoustic import build_model
+from chorus.models.config import AcousticConfig
+from chorus.serving.store import (
+    MARKER_FILE,
+    InvalidId,
+    JobNotFound,
+    JobStatus,
+    VoiceConflict,
+    VoiceCorrupted,
+    VoiceNotFound,
+    VoiceNotReady,
+    VoiceStatus,
+    VoiceStore,
+)
+from chorus.training.checkpoint import file_sha256
+
+CONFIG = AcousticConfig(n_symbols=40, n_speakers=3, d_model=32, n_heads=2, encoder_layers=2, decoder_layers=2,
+                        ff_hidden=48, predictor_hidden=16, speaker_dim=8)
+
+
+@pytest.fixture(scope="module")
+def voice_folder(tmp_path_factory) -> Path:
+    torch.manual_seed(0)
+    model = build_model(CONFIG).eval()
+    configs = [LoraConfig(r=2)]
+    add_adapter(model, "ann", configs)
+    with torch.no_grad():
+        for value in adapter_state_dict(model, "ann").values():
+            value.add_(torch.randn_like(value) * 0.05)
+    folder = tmp_path_factory.mktemp("voices") / "ann"
+    return save_voice(folder, model, "ann", configs, VoiceCard("ann", ["lora"], base_model_sha256="base"))
+
+
+@pytest.fixture(params=["path", "file-url", "memory"])
+def store(request, tmp_path):
+    """A store on local disk (plain path or file:// URL) or on fsspec's in-memory object store."""
+    if request.param == "memory":
+        root = f"memory://chorus-test-{uuid.uuid4().hex}"
+        store = VoiceStore(root, db_path=str(tmp_path / "store.sqlite3"))
+    else:
+        root = str(tmp_path / "root")
+        store = VoiceStore(root if request.param == "path" else f"file://{root}")
+    yield store
+    store.close()
+    if request.param == "memory":
+        fsspec.filesystem("memory").rm(store.root, recursive=True)
+
+
+def corrupt(store: VoiceStore, path: str) -> None:
+    data = bytearray(store.fs.cat_file(path))
+    data[-1] ^= 0xFF
+    store.fs.pipe_file(path, bytes(data))
+
+
+def test_round_trip(store, voice_folder):
+    record = store.put_voice("acme", "ann", voice_folder, name="Ann")
+    assert record.status == VoiceStatus.READY and record.method == "lora" and record.name == "Ann"
+    assert record.sha256 == file_sha256(voice_folder / WEIGHTS_FILE)
+    assert store.fs.exists(f"{store.root}/acme/ann/{MARKER_FILE}")
+    assert record.blob_url == store.fs.unstrip_protocol(f"{store.root}/acme/ann")
+    assert [v.voice_id for v in store.list_voices("acme")] == ["ann"]
+
+    local = store.get_voice("acme", "ann")
+    assert file_sha256(local / WEIGHTS_FILE) == record.sha256
+    assert read_voice(local).methods == ["lora"]
+    assert store.get_voice("acme", "ann") == local  # a second load (from the cache when remote)
+
+    with pytest.raises(VoiceConflict):
+        store.put_voice("acme", "ann", voice_folder)
+    store.delete_voice("acme", "ann")
+    assert store.list_voices("acme") == []
+    assert not store.fs.exists(f"{store.root}/acme/ann")
+    with pytest.raises(VoiceNotFound):
+        store.get_voice("acme", "ann")
+    with pytest.raises(VoiceNotFound):
+        store.delete_voice("acme", "ann")
+    assert store.put_voice("acme", "ann", voice_folder).status == VoiceStatus.READY  # the id is free again
+
+
+def test_checksum_verified_on_every_load(store, voice_folder):
+    expected = file_sha256(voice_folder / WEIGHTS_FILE)
+    store.put_voice("acme", "ann", voice_folder)
+    local = store.get_voice("acme", "ann")
+    if not store.local:
+        # A damaged download is fetched again; an intact one is served after its check, whatever
+        # happened to the stored copy since.
+        (local / WEIGHTS_FILE).write_bytes((local / WEIGHTS_FILE).read_bytes()[:-1])
+        assert file_sha256(store.get_voice("acme", "ann") / WEIGHTS_FILE) == expected
+        corrupt(store, f"{store.root}/acme/ann/{WEIGHTS_FILE}")
+        assert file_sha256(store.get_voice("acme", "ann") / WEIGHTS_FILE) == expected
+        (local / WEIGHTS_FILE).write_bytes(b"")
+    else:
+        corrupt(store, f"{store.root}/acme/ann/{WEIGHTS_FILE}")
+    with pytest.raises(VoiceCorrupted, match="checksum mismatch"):
+        store.get_voice("acme", "ann")
+    (record,) = store.list_voices("acme")
+    assert record.status == VoiceStatus.FAILED and "checksum" in record.error
+    with pytest.raises(VoiceNotReady, match="failed"):
+        store.get_voice("acme", "ann")
+    assert store.put_voice("acme", "ann", voice_folder).status == VoiceStatus.READY  # a failed voice is replaced
+    assert store.get_voice("acme", "ann").is_dir()
+
+
+def test_refuses_pickles(store, voice_folder, tmp_path):
+    folder = tmp_path / "with-pickle"
+    shutil.copytree(voice_folder, folder)
+    (folder / "adapter_model.bin").write_bytes(b"\x80\x04K\x01.")
+    with pytest.raises(VoiceError, match="pickle"):
+        store.put_voice("acme", "ann", folder)
+    assert store.list_voices("acme") == []
+    # A pickle slipped into a stored voice afterwards: the voice is refused, not loaded.
+    store.put_voice("acme", "ann", voice_folder)
+    store.fs.pipe_file(f"{store.root}/acme/ann/model.pt", b"\x80\x04K\x01.")
+    with pytest.raises(VoiceCorrupted, match="unexpected files"):
+        store.get_voice("acme", "ann")
+
+
+BAD_IDS = ["../x", "a/b", "A", "", "a" * 65, ".hidden", "a.b", "x\n", "-x", "a b", "é"]
+
+
+@pytest.mark.parametrize("bad", BAD_IDS)
+def test_id_validation(bad, voice_folder, tmp_path):
+    with VoiceStore(str(tmp_path / "root")) as store:
+        calls = [lambda: store.put_voice("acme", bad, voice_folder), lambda: store.put_voice(bad, "ann", voice_folder),
+                 lambda: store.get_voice("acme", bad), lambda: store.get_voice(bad, "ann"),
+                 lambda: store.delete_voice("acme", bad), lambda: store.list_voices(bad),
+                 lambda: store.create_job("acme", bad), lambda: store.create_job(bad, "ann")]
+        for call in calls:
+            with pytest.raises(InvalidId):
+                call()
+        assert all(p.name.startswith("store.sqlite3") for p in (tmp_path / "root").iterdir())  # nothing written
+
+
+@pytest.mark.parametrize("good", ["a", "a" * 64, "0-voice_1"])
+def test_valid_ids(good, tmp_path):
+    with VoiceStore(str(tmp_path / "root")) as store:
+        store.create_job(good, good)
+        assert [v.voice_id for v in store.list_voices(good)] == [good]
+
+
+def test_tenant_isolation(store, voice_folder):
+    store.put_voice("tenant-a", "ann", voice_folder)
+    job = store.create_job("tenant-a", "bob")
+    with pytest.raises(VoiceNotFound) as other_tenant:
+        store.get_voice("tenant-b", "ann")
+    with pytest.raises(VoiceNotFound) as missing:
+        store.get_voice("tenant-b", "nobody")
+    assert str(other_tenant.value) == str(missing.value).replace("nobody", "ann")  # nothing tells them apart
+    with pytest.raises(VoiceNotFound):
+        store.delete_voice("tenant-b", "ann")
+    with pytest.raises(JobNotFound):
+        store.get_job("tenant-b", job)
+    assert store.list_voices("tenant-b") == []
+    # Tenant B may use the same id for a voice of its own.
+    store.put_voice("tenant-b", "ann", voice_folder)
+    store.delete_voice("tenant-b", "ann")
+    assert store.get_voice("tenant-a", "ann").is_dir()
+    assert {v.voice_id for v in store.list_voices("tenant-a")} == {"ann", "bob"}
+
+
+def test_jobs_follow_their_voice(store, voice_folder):
+    job = store.create_job("acme", "ann", method="lora")
+    assert store.get_job("acme", job).status == JobStatus.QUEUED
+    assert store.voice("acme", "ann").status == VoiceStatus.TRAINING
+    with pytest.raises(VoiceNotReady, match="training"):
+        store.get_voice("acme", "ann")
+    with pytest.raises(VoiceConflict, match="being trained"):
+        store.create_job("acme", "ann")
+    with pytest.raises(VoiceConflict, match="being trained"):
+        store.put_voice("acme", "ann", voice_folder)  # without the job that trains it
+    store.update_job(job, status="running", progress=0.5, message="step 50")
+    with pytest.raises(ValueError, match="progress"):
+        store.update_job(job, progress=1.5)
+    with pytest.raises(ValueError):
+        store.update_job(job, status="sleeping")
+    store.put_voice("acme", "ann", voice_folder, job_id=job)
+    done = store.get_job("acme", job)
+    assert done.status == JobStatus.DONE and done.progress == 1.0 and done.message == "step 50"
+    with pytest.raises(ValueError, match="done already"):
+        store.update_job(job, status="running")
+
+    failing = store.create_job("acme", "bob")
+    store.update_job(failing, status="failed", message="loss diverged")
+    assert store.voice("acme", "bob").status == VoiceStatus.FAILED
+    assert store.voice("acme", "bob").error == "loss diverged"
+
+    deleted = store.create_job("acme", "cid")
+    store.delete_voice("acme", "cid")
+    assert store.get_job("acme", deleted).status == JobStatus.FAILED
+    with pytest.raises(VoiceConflict, match="failed"):
+        store.put_voice("acme", "cid", voice_folder, job_id=deleted)
+
+
+def test_threads_share_one_store(tmp_path):
+    with VoiceStore(str(tmp_path / "root")) as store:
+        def work(i: int) -> None:
+            job = store.create_job("acme", f"v{i}")
+            for step in range(5):
+                store.update_job(job, status="running", progress=step / 5)
+        threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert len(store.list_voices("acme")) == 8
+
+
+# The child opens the store, starts a job, and dies by SIGKILL at the chosen point of ``put_voice``:
+# "upload" after the first of the voice's files reached the temporary prefix, "commit" when the folder
+# is in place but before its commit marker, "ready" after the marker but before SQLite says ready.
+CHILD = """
+import os, signal, sys
+from chorus.serving.store import VoiceStore
+root, db, folder, point = sys.argv[1:]
+store = VoiceStore(root, db_path=db)
+job = store.create_job("acme", "ann")
+store.update_job(job, status="running", progress=0.9)
+print(job, flush=True)
+store.create_job("acme", "queued-voice")
+put_file, pipe_file, calls = store.fs.put_file, store.fs.pipe_file, []
+def dying_put_file(*args, **kwargs):
+    calls.append(args)
+    if point == "upload" and len(calls) == 2:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return put_file(*args, **kwargs)
+def dying_pipe_file(*args, **kwargs):
+    if point == "commit":
+        os.kill(os.getpid(), signal.SIGKILL)
+    pipe_file(*args, **kwargs)
+    os.kill(os.getpid(), signal.SIGKILL)
+store.fs.put_file, store.fs.pipe_file = dying_put_file, dying_pipe_file
+store.put_voice("acme", "ann", folder, job_id=job)
+"""
+
+
+@pytest.mark.parametrize("point", ["upload", "commit", "ready"])
+def test_recovery_after_kill_9(point, voice_folder, tmp_path):
+    root, db = tmp_path / "root", tmp_path / "store.sqlite3"
+    child = subprocess.run([sys.executable, "-c", CHILD, str(root), str(db), str(voice_folder), point],
+                           check=False, capture_output=True, text=True, timeout=60)
+    assert child.returncode == -signal.SIGKILL, child.stderr
+    job = child.stdout.strip()
+    leftovers = [p.name for p in (root / "acme").iterdir()]
+    assert any(name.startswith(".upload-") for name in leftovers) == (point == "upload")
+
+    with VoiceStore(str(root), db_path=str(db)) as store:
+        report = store.recover()
+        assert not any(p.name.startswith(".") for p in (root / "acme").iterdir())
+        voices = {v.voice_id: v for v in store.list_voices("acme")}
+        assert voices["queued-voice"].status == VoiceStatus.FAILED  # never started, nothing committed
+        if point == "ready":
+            # The upload was committed: nothing is lost, the voice is served and its job is done.
+            assert report.restored_voices == [("acme", "ann")]
+            assert voices["ann"].status == VoiceStatus.READY
+            assert store.get_job("acme", job).status == JobStatus.DONE
+            assert store.get_voice("acme", "ann").is_dir()
+            assert [j.voice_id for j in store.interrupted_jobs()] == ["queued-voice"]
+            return
+        assert voices["ann"].status == VoiceStatus.FAILED and "interrupted" in voices["ann"].error
+        assert not (root / "acme" / "ann").exists()  # no half-written voice left behind
+        with pytest.raises(VoiceNotReady):
+            store.get_voice("acme", "ann")
+        assert store.get_job("acme", job).status == JobStatus.INTERRUPTED
+        assert {j.voice_id for j in store.interrupted_jobs()} == {"ann", "queued-voice"}
+        # Resuming the interrupted job finishes the voice.
+        store.update_job(job, status="running")
+        assert store.voice("acme", "ann").status == VoiceStatus.TRAINING
+        store.put_voice("acme", "ann", voice_folder, job_id=job)
+        assert store.get_voice("acme", "ann").is_dir()
+        assert store.recover().failed_voices == []
+
+
+def test_recover_fails_a_ready_voice_without_marker_and_finishes_deletes(tmp_path, voice_folder):
+    with VoiceStore(str(tmp_path / "root")) as store:
+        store.put_voice("acme", "ann", voice_folder)
+        store.put_voice("acme", "bob", voice_folder)
+        store.fs.rm(f"{store.root}/acme/ann/{MARKER_FILE}")
+        # A deletion cut short: the row says deleted, the files are still there.
+        with sqlite3.connect(tmp_path / "root" / "store.sqlite3") as db:
+            db.execute("UPDATE voices SET status='deleted' WHERE id='bob'")
+        report = store.recover()
+        assert report.failed_voices == [("acme", "ann")] and report.finished_deletes == [("acme", "bob")]
+        assert [(v.voice_id, v.status) for v in store.list_voices("acme")] == [("ann", VoiceStatus.FAILED)]
+        assert not (tmp_path / "root" / "acme" / "bob").exists()
+
+
+def test_remote_root_needs_a_db_path():
+    with pytest.raises(ValueError, match="db_path"):
+        VoiceStore("memory://chorus-test-no-db")
