@@ -343,6 +343,45 @@ def voice_space_fit(
                   f"{card.metrics['validation_mel_l1_best']:.3f})")
 
 
+@app.command()
+def serve(
+    store: str = typer.Option(..., help="Voice store: a folder (or an fsspec URL) for voices, jobs and metadata."),
+    host: str = typer.Option("127.0.0.1", help="Address to bind. Without API keys only loopback is allowed."),
+    port: int = typer.Option(8000, help="TCP port."),
+    base: Optional[Path] = typer.Option(None, help="Base model folder (default: the shipped base)."),
+    vocoder: Optional[str] = typer.Option(None, help="griffin-lim, neural or a folder (default: the model's)."),
+    keys: Optional[Path] = typer.Option(None, help="API keys file: 'KEY TENANT' lines or JSON {\"KEY\": \"TENANT\"}."),
+    cache_mb: float = typer.Option(64.0, help="Adapter cache budget in MB (least recently used voices are evicted)."),
+    adapt_steps: int = typer.Option(300, help="Most training steps of an onboarded voice (early stopping)."),
+    adapt_method: str = typer.Option("lora", help="Adapter method(s) of onboarded voices, e.g. lora+speaker."),
+    adapt_threads: int = typer.Option(1, help="CPU threads of an onboarding job."),
+    max_text_chars: int = typer.Option(2000, help="Longest text of one speech request."),
+) -> None:
+    """Run the multi-tenant voice server (one resident base, voices loaded on demand).
+
+    Routes: POST /v1/audio/speech (OpenAI-compatible), /v1/voices (list, onboard,
+    delete), /v1/jobs/ID, /healthz, /metrics.
+
+    API keys map to tenants, from --keys FILE and/or the environment variable
+    CHORUS_API_KEYS="key1:tenant1,key2:tenant2"; clients send
+    "Authorization: Bearer KEY". With no key configured the server runs
+    single-tenant (tenant "default", no authentication) on loopback only.
+    """
+    try:
+        from chorus.serving.api import ServerSettings
+        from chorus.serving.api import serve as run_server
+    except ImportError as error:
+        _fail(f"the server needs the serve extra ({error.name} is missing): pip install 'chorus-tts[serve]'")
+    from chorus.training.adapt import AdaptConfig
+
+    with _user_errors():
+        adapt_config = AdaptConfig(method=adapt_method, steps=adapt_steps, threads=adapt_threads)
+        adapt_config.method_configs()
+        settings = ServerSettings(max_text_chars=max_text_chars, adapt=adapt_config)
+        run_server(store, host=host, port=port, base=base, vocoder=vocoder, keys=keys, cache_mb=cache_mb,
+                   settings=settings, announce=console.print)
+
+
 @data_app.command("check")
 def data_check(
     root: Path = typer.Argument(..., help="LJSpeech-style folder, a folder of them, or id|speaker|text metadata."),

@@ -1,0 +1,572 @@
+"""The voice server's HTTP API on the tiny base: OpenAI-compatible speech (whole and streamed, wav/pcm/flac),
+a bad-input matrix that always answers a 4xx JSON error without a stack trace, API keys and tenant
+isolation, voice onboarding end to end (upload -> job -> voice -> speech) and resumption after a
+restart, concurrent mixed-voice load through the batcher, Prometheus metrics, and the official
+``openai`` client against a live uvicorn server."""
+
+from __future__ import annotations
+
+import io
+import json
+import shutil
+import socket
+import struct
+import threading
+import time
+import urllib.error
+import urllib.request
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile as sf
+import torch
+
+pytest.importorskip("fastapi")
+pytest.importorskip("prometheus_client")
+from fastapi.testclient import TestClient  # noqa: E402
+
+from chorus.adapters import adapter_state_dict, add_adapter, remove_adapter  # noqa: E402
+from chorus.adapters.lora import LoraConfig  # noqa: E402
+from chorus.adapters.speaker import SpeakerConfig  # noqa: E402
+from chorus.adapters.voice import VoiceCard, save_voice  # noqa: E402
+from chorus.serving.api import ServerSettings, create_app, split_sentences  # noqa: E402
+from chorus.serving.engine import Engine  # noqa: E402
+from chorus.serving.jobs import (  # noqa: E402
+    UploadError,
+    UploadLimits,
+    parse_transcripts,
+    prepare_archive,
+)
+from chorus.serving.store import JobStatus, VoiceStatus, VoiceStore  # noqa: E402
+from chorus.serving.tenants import (  # noqa: E402
+    Tenants,
+    Unauthorized,
+    check_bind,
+    parse_env,
+    parse_keys_file,
+)
+from chorus.synthesis import load_base  # noqa: E402
+from chorus.training.adapt import AdaptConfig  # noqa: E402
+from chorus.training.checkpoint import load_bundle  # noqa: E402
+
+KEYS = {"acme-key-0123456789abcdef": "acme", "globex-key-0123456789abcdef": "globex"}
+ACME = {"Authorization": "Bearer acme-key-0123456789abcdef"}
+GLOBEX = {"Authorization": "Bearer globex-key-0123456789abcdef"}
+LIMITS = UploadLimits(max_upload_bytes=8 << 20, max_clips=40)
+SETTINGS = ServerSettings(max_wait_ms=20, upload=LIMITS, progress_interval=0.2,
+                          adapt=AdaptConfig(method="lora", steps=4, eval_every=2, threads=1, max_frames=1500))
+SENTENCES = "The birch canoe slid on the smooth planks. Glue the sheet to the dark blue background. It is easy."
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="module")
+def adapter_folders(tiny_base, tmp_path_factory) -> dict[str, Path]:
+    """Voice folders with random adapter values, so each sounds its own; "alien" was made for another base."""
+    bundle = load_bundle(tiny_base)
+    root = tmp_path_factory.mktemp("api_voices")
+    folders = {}
+    for k, name in enumerate(["ann", "bob", "other-ann", "alien"]):
+        configs = [LoraConfig(r=2), SpeakerConfig()]
+        add_adapter(bundle.model, name, configs)
+        torch.manual_seed(100 + k)
+        with torch.no_grad():
+            for value in adapter_state_dict(bundle.model, name).values():
+                value.add_(torch.randn_like(value) * 0.1)
+        base_sha = "0" * 64 if name == "alien" else bundle.weights_sha256   # alien: made for another base
+        card = VoiceCard(name=name, methods=[c.method for c in configs], base_model_sha256=base_sha)
+        folders[name] = save_voice(root / name, bundle.model, name, configs, card)
+        remove_adapter(bundle.model, name)
+    return folders
+
+
+def make_app(tiny_base: Path, root: Path, keys: dict[str, str] | None = None, settings: ServerSettings = SETTINGS):
+    store = VoiceStore(str(root))
+    engine = Engine(load_base(tiny_base, "griffin-lim"), cache_bytes=1 << 20)
+    tenants = Tenants.from_pairs(keys.items()) if keys else Tenants()
+    return create_app(store, engine, tenants, settings), store
+
+
+@pytest.fixture(scope="module")
+def tenants_app(tiny_base, adapter_folders, tmp_path_factory):
+    """Two tenants: acme has ann and bob; globex has its own (different) ann and secret."""
+    app, store = make_app(tiny_base, tmp_path_factory.mktemp("store_tenants"), KEYS)
+    store.put_voice("acme", "ann", adapter_folders["ann"])
+    store.put_voice("acme", "bob", adapter_folders["bob"])
+    store.put_voice("globex", "ann", adapter_folders["other-ann"])
+    store.put_voice("globex", "secret", adapter_folders["bob"])
+    store.put_voice("acme", "alien", adapter_folders["alien"])
+    with TestClient(app) as client:
+        yield client, store
+
+
+def speak(client, headers=ACME, **body):
+    payload = {"model": "chorus", "input": "Hello there.", "voice": "m3", "response_format": "wav"} | body
+    return client.post("/v1/audio/speech", json=payload, headers=headers)
+
+
+def decode(content: bytes) -> tuple[np.ndarray, int]:
+    audio, rate = sf.read(io.BytesIO(content), dtype="float32")
+    return audio, rate
+
+
+def assert_error(response, status: int, fragment: str = "") -> str:
+    assert response.status_code == status, (response.status_code, response.text)
+    body = response.json()
+    assert set(body) == {"error"} and isinstance(body["error"]["message"], str), body
+    assert "Traceback" not in response.text and 'File "' not in response.text
+    assert "pytest-of" not in response.text   # no server paths either
+    assert fragment.lower() in body["error"]["message"].lower(), body
+    return body["error"]["message"]
+
+
+# -- pieces ----------------------------------------------------------------------------------------
+def test_keys_file_env_and_bind_rules(tmp_path):
+    lines = tmp_path / "keys.txt"
+    lines.write_text("# key tenant\nk1-abcdef acme\n\nk2-abcdef globex\n")
+    assert parse_keys_file(lines) == [("k1-abcdef", "acme"), ("k2-abcdef", "globex")]
+    as_json = tmp_path / "keys.json"
+    as_json.write_text(json.dumps({"k3-abcdef": "acme"}))
+    assert parse_keys_file(as_json) == [("k3-abcdef", "acme")]
+    tenants = Tenants.load(lines, env={"CHORUS_API_KEYS": "k4:x:initech, k5-abcdef:acme"})
+    assert tenants.authenticate("Bearer k4:x") == "initech"
+    assert tenants.authenticate("bearer k2-abcdef") == "globex"
+    for header in [None, "", "Bearer", "Basic k1-abcdef", "Bearer wrong"]:
+        with pytest.raises(Unauthorized):
+            tenants.authenticate(header)
+    for bad in ["k1 ../etc", "k1 Acme", "only-a-key"]:
+        lines.write_text(bad + "\n")
+        with pytest.raises(ValueError):
+            Tenants.load(lines, env={})
+    with pytest.raises(ValueError):
+        parse_env("no-colon-here")
+    single = Tenants.load(None, env={})
+    assert single.single_tenant and single.authenticate(None) == "default"
+    for host in ["127.0.0.1", "::1", "localhost", "127.0.0.2"]:
+        check_bind(host, single)
+    for host in ["0.0.0.0", "192.168.1.5", "example.com", "::"]:
+        with pytest.raises(ValueError, match="loopback"):
+            check_bind(host, single)
+    check_bind("0.0.0.0", tenants)   # with keys any address is allowed
+
+
+def test_cli_refuses_an_open_host_without_keys(monkeypatch, tmp_path):
+    from typer.testing import CliRunner
+
+    from chorus.cli import app
+
+    monkeypatch.delenv("CHORUS_API_KEYS", raising=False)
+    result = CliRunner().invoke(app, ["serve", "--store", str(tmp_path / "store"), "--host", "0.0.0.0"])
+    assert result.exit_code == 2 and "loopback" in result.output
+    result = CliRunner().invoke(app, ["serve", "--store", str(tmp_path / "store"), "--keys", str(tmp_path / "none")])
+    assert result.exit_code == 2 and "none" in result.output
+    assert "CHORUS_API_KEYS" in CliRunner().invoke(app, ["serve", "--help"]).output
+
+
+def test_sentence_splitting():
+    assert split_sentences("One. Two! Three?") == ["One.", "Two!", "Three?"]
+    assert split_sentences("Dr. Smith came. He sat.") == ["Dr. Smith came.", "He sat."]
+    assert split_sentences("Hello. ... !") == ["Hello. ... !"]
+    long = " ".join(["word"] * 200)
+    assert all(len(chunk) <= 300 for chunk in split_sentences(long)) and len(split_sentences(long)) > 1
+
+
+def test_transcripts_and_archive_safety(new_voice_data, tmp_path):
+    assert parse_transcripts('{"a.wav": "Hi there."}') == {"a.wav": "Hi there."}
+    assert parse_transcripts("a.wav|Hi there.\nb.wav|Bye.\n") == {"a.wav": "Hi there.", "b.wav": "Bye."}
+    for bad in ["", "{not json", '["a"]', "no separator"]:
+        with pytest.raises(UploadError):
+            parse_transcripts(bad)
+    good = io.BytesIO()
+    with zipfile.ZipFile(good, "w") as archive:
+        for path in sorted(new_voice_data.rglob("*")):
+            if path.is_file():
+                archive.write(path, f"myvoice/{path.relative_to(new_voice_data)}")
+    prepared = prepare_archive(good.getvalue(), tmp_path / "ok", LIMITS)
+    assert prepared.clips == 16 and prepared.seconds > 30
+    assert sorted(p.name for p in (tmp_path / "ok").iterdir()) == ["metadata.csv", "wavs"]
+
+    def zipped(entries: dict[str, bytes], symlink: str | None = None) -> bytes:
+        buffer = io.BytesIO()
+        with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+            for name, data in entries.items():
+                archive.writestr(name, data)
+            if symlink:
+                info = zipfile.ZipInfo(symlink)
+                info.external_attr = 0o120777 << 16
+                archive.writestr(info, "/etc/passwd")
+        return buffer.getvalue()
+
+    cases = {"'..'": zipped({"../evil.wav": b"x", "metadata.csv": b"a|b"}),
+             "absolute": zipped({"/abs/metadata.csv": b"a|b"}),
+             "symbolic link": zipped({"metadata.csv": b"a|b"}, symlink="wavs/a.wav"),
+             "zip bomb": zipped({"metadata.csv": b"a|b", "wavs/a.wav": bytes(4 << 20)}),
+             "exactly one metadata.csv": zipped({"wavs/a.wav": b"x"}),
+             "no wavs/a.wav": zipped({"metadata.csv": b"a|hello"}),
+             "not a zip": b"PK not really"}
+    for number, (fragment, data) in enumerate(cases.items()):
+        with pytest.raises(UploadError, match=fragment):
+            prepare_archive(data, tmp_path / f"bad{number}", LIMITS)
+
+
+# -- speech ------------------------------------------------------------------------------------------
+def test_speech_formats_speed_and_streaming(tenants_app):
+    client, _ = tenants_app
+    wav = speak(client)
+    assert wav.status_code == 200 and wav.headers["content-type"] == "audio/wav"
+    audio, rate = decode(wav.content)
+    assert rate == 22050 and len(audio) > 0 and np.isfinite(audio).all()
+    assert struct.unpack("<I", wav.content[40:44])[0] == len(wav.content) - 44   # exact sizes when whole
+
+    pcm = speak(client, response_format="pcm")
+    assert pcm.headers["content-type"] == "audio/pcm" and pcm.headers["x-sample-rate"] == "22050"
+    assert np.array_equal(np.frombuffer(pcm.content, "<i2"), np.frombuffer(wav.content[44:], "<i2"))
+
+    flac = speak(client, response_format="flac", voice="ann")
+    assert flac.headers["content-type"] == "audio/flac" and decode(flac.content)[1] == 22050
+
+    fast, slow = speak(client, speed=2.0, response_format="pcm"), speak(client, speed=0.5, response_format="pcm")
+    assert len(fast.content) < len(pcm.content) < len(slow.content)
+
+    # Several sentences: streamed as made, a WAV header of unknown length, one chunk per sentence.
+    with client.stream("POST", "/v1/audio/speech", headers=ACME,
+                       json={"model": "tts-1", "input": SENTENCES, "voice": {"id": "bob"}}) as streamed:
+        assert streamed.status_code == 200 and "content-length" not in streamed.headers
+        body = b"".join(streamed.iter_bytes())
+    assert body[:4] == b"RIFF" and struct.unpack("<I", body[40:44])[0] == 0xFFFFFFFF
+    audio, _ = decode(body)
+    assert len(audio) == (len(body) - 44) // 2 and len(audio) > len(decode(wav.content)[0])
+
+
+BAD_SPEECH = [
+    ({"input": ""}, 400, "empty"),
+    ({"input": "   "}, 400, "empty"),
+    ({"input": "a" * 2001}, 400, "at most 2000"),
+    ({"input": None}, 400, "'input' is required"),
+    ({"input": 42}, 400, "'input' is required"),
+    ({"input": "!!! ???"}, 400, "speakable"),
+    ({"voice": "nobody"}, 404, "not found"),
+    ({"voice": "secret"}, 404, "not found"),          # globex's voice, asked by acme
+    ({"voice": "../x"}, 400, "invalid voice id"),
+    ({"voice": "ANN"}, 400, "invalid voice id"),
+    ({"voice": ""}, 400, "'voice' is required"),
+    ({"voice": None}, 400, "'voice' is required"),
+    ({"response_format": "mp3"}, 400, "unsupported response_format"),
+    ({"response_format": "opus"}, 400, "unsupported response_format"),
+    ({"response_format": 3}, 400, "unsupported response_format"),
+    ({"speed": 0.1}, 400, "'speed'"),
+    ({"speed": 4.5}, 400, "'speed'"),
+    ({"speed": "fast"}, 400, "'speed'"),
+    ({"speed": True}, 400, "'speed'"),
+    ({"stream_format": "sse"}, 400, "stream_format"),
+    ({"model": ["x"]}, 400, "'model'"),
+    ({"voice": "alien"}, 409, "cannot be loaded on this server's base"),
+]
+
+
+@pytest.mark.parametrize("change, status, fragment", BAD_SPEECH, ids=[str(c)[:40] for c, _, _ in BAD_SPEECH])
+def test_bad_speech_requests(tenants_app, change, status, fragment):
+    client, _ = tenants_app
+    body = {"model": "chorus", "input": "Hello there.", "voice": "m3"}
+    body.update(change)
+    body = {k: v for k, v in body.items() if v is not None}
+    assert_error(client.post("/v1/audio/speech", json=body, headers=ACME), status, fragment)
+
+
+def test_bad_bodies_paths_and_methods(tenants_app):
+    client, _ = tenants_app
+    post = client.post
+    json_header = ACME | {"Content-Type": "application/json"}
+    assert_error(post("/v1/audio/speech", content=b"{bad", headers=json_header), 400, "not valid JSON")
+    assert_error(post("/v1/audio/speech", content=b"[1, 2]", headers=json_header), 400, "JSON object")
+    assert_error(post("/v1/audio/speech", content=b'{"input": "Hi.", "voice": "m3", "speed": NaN}',
+                      headers=json_header), 400, "'speed'")
+    assert_error(post("/v1/audio/speech", content=b"input=hi", headers=ACME | {"Content-Type": "text/plain"}),
+                 415, "application/json")
+    assert_error(post("/v1/audio/speech", content=b" " * (70 << 10), headers=json_header), 413, "over")
+    # The same words for a voice of another tenant and one that never existed.
+    theirs, missing = (speak(client, voice=v).json()["error"] for v in ("secret", "nobody-at-all"))
+    assert theirs["message"].replace("secret", "X") == missing["message"].replace("nobody-at-all", "X")
+    assert theirs | {"message": ""} == missing | {"message": ""}
+    assert assert_error(client.get("/v1/voices/secret", headers=ACME), 404) == "voice 'secret' not found"
+    for path in ["/v1/voices/..%2F..%2Fetc", "/v1/voices/%2E%2E", "/v1/voices/Bad!Id", "/v1/voices/a%00b"]:
+        response = client.get(path, headers=ACME)
+        assert response.status_code in (400, 404) and "error" in response.json(), (path, response.text)
+    assert_error(client.delete("/v1/voices/Bad!Id", headers=ACME), 400, "invalid voice id")
+    assert_error(client.delete("/v1/voices/m3", headers=ACME), 400, "base voice")
+    assert_error(client.delete("/v1/voices/secret", headers=ACME), 404, "not found")
+    assert_error(client.get("/v1/jobs/../../etc", headers=ACME), 404)
+    assert_error(client.get("/v1/jobs/" + "0" * 32, headers=ACME), 404, "not found")
+    assert_error(client.get("/v1/nothing-here", headers=ACME), 404)
+    assert_error(client.put("/v1/audio/speech", headers=ACME), 405)
+
+
+def test_api_keys_and_tenant_isolation(tenants_app, adapter_folders):
+    client, store = tenants_app
+    for headers in [{}, {"Authorization": "Bearer wrong"}, {"Authorization": "Basic abc"}]:
+        response = client.get("/v1/voices", headers=headers)
+        assert_error(response, 401)
+        assert response.headers["www-authenticate"] == "Bearer"
+        assert_error(speak(client, headers=headers), 401)
+    listed = {t: {v["id"]: v for v in client.get("/v1/voices", headers=h).json()["data"]}
+              for t, h in [("acme", ACME), ("globex", GLOBEX)]}
+    assert set(listed["acme"]) == {"m3", "f2", "ann", "bob", "alien"} and set(listed["globex"]) == {"m3", "f2", "ann", "secret"}
+    assert listed["acme"]["m3"]["type"] == "base" and listed["acme"]["m3"]["default"] is True
+    assert listed["acme"]["ann"]["status"] == "ready" and listed["acme"]["ann"]["type"] == "custom"
+    assert client.get("/v1/voices/bob", headers=ACME).json()["status"] == "ready"
+    assert_error(client.get("/v1/voices/bob", headers=GLOBEX), 404, "not found")
+    # Each tenant's "ann" is its own voice.
+    ours = decode(speak(client, ACME, voice="ann").content)[0]
+    theirs = decode(speak(client, GLOBEX, voice="ann").content)[0]
+    assert not (len(ours) == len(theirs) and np.allclose(ours, theirs))
+    assert client.get("/v1/voices/ann", headers=ACME).json()["resident"] is True
+    # Deleting: another tenant cannot; the owner can, and then the voice is gone at once.
+    store.put_voice("acme", "to-delete", adapter_folders["bob"])
+    assert speak(client, voice="to-delete").status_code == 200
+    assert_error(client.delete("/v1/voices/to-delete", headers=GLOBEX), 404)
+    assert client.delete("/v1/voices/to-delete", headers=ACME).json() == {
+        "id": "to-delete", "object": "voice.deleted", "deleted": True}
+    assert_error(speak(client, voice="to-delete"), 404, "not found")
+    assert_error(client.get("/v1/voices/to-delete", headers=ACME), 404)
+    assert not any(key.startswith("acme/to-delete@") for key in client.app.state.server.engine.resident())
+
+
+def test_voices_not_ready_or_corrupted_are_refused(tenants_app, adapter_folders):
+    client, store = tenants_app
+    store.create_job("acme", "pending", name="Pending")
+    assert_error(speak(client, voice="pending"), 409, "still training")
+    assert client.get("/v1/voices/pending", headers=ACME).json()["status"] == "training"
+    store.put_voice("acme", "broken", adapter_folders["bob"])
+    weights = Path(store.root) / "acme" / "broken" / "adapter_model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-8] + bytes(8))
+    assert_error(speak(client, voice="broken"), 409, "checksum")
+    shown = client.get("/v1/voices/broken", headers=ACME).json()
+    assert shown["status"] == "failed" and "checksum" in shown["error"] and "pytest-of" not in shown["error"]
+    assert_error(speak(client, voice="broken"), 409, "is failed")
+    for voice in ("pending", "broken"):
+        assert client.delete(f"/v1/voices/{voice}", headers=ACME).status_code == 200
+
+
+def test_internal_errors_are_logged_not_shown(tenants_app, monkeypatch, caplog):
+    client, store = tenants_app
+
+    def broken(tenant):
+        raise RuntimeError("database exploded at /secret/path/store.sqlite3")
+
+    monkeypatch.setattr(store, "list_voices", broken)
+    raw = TestClient(client.app, raise_server_exceptions=False)
+    response = raw.get("/v1/voices", headers=ACME)
+    assert_error(response, 500, "internal server error")
+    assert "secret" not in response.text and "exploded" not in response.text
+    assert any("exploded" in str(r.exc_info[1]) for r in caplog.records if r.exc_info)
+
+
+# -- onboarding --------------------------------------------------------------------------------------
+def clip_files(folder: Path) -> tuple[list, str]:
+    lines = (folder / "metadata.csv").read_text().splitlines()
+    transcripts = {f"{line.split('|')[0]}.wav": line.split("|", 1)[1] for line in lines}
+    files = [("clips", (name, (folder / "wavs" / name).read_bytes(), "audio/wav")) for name in transcripts]
+    return files, json.dumps(transcripts)
+
+
+def silence_wav(seconds: float, value: float = 0.1) -> bytes:
+    buffer = io.BytesIO()
+    sf.write(buffer, np.full(int(22050 * seconds), value, np.float32), 22050, format="WAV", subtype="PCM_16")
+    return buffer.getvalue()
+
+
+CONSENT = "Ann Example consented in writing on 2024-05-01 to a synthetic voice made from these recordings."
+
+
+def test_upload_refusals(tenants_app, new_voice_data):
+    client, store = tenants_app
+    files, transcripts = clip_files(new_voice_data)
+    form = {"name": "New voice", "consent": CONSENT, "transcripts": transcripts}
+
+    def upload(data=form, upload_files=files, headers=ACME):
+        return client.post("/v1/voices", data=data, files=upload_files, headers=headers)
+
+    assert_error(upload({k: v for k, v in form.items() if k != "consent"}), 400, "consent")
+    assert_error(upload(form | {"consent": "yes"}), 400, "consent")
+    assert_error(upload({k: v for k, v in form.items() if k != "name"}), 400, "'name'")
+    assert_error(upload(form | {"id": "../evil"}), 400, "invalid voice id")
+    assert_error(upload(form | {"id": "m3"}), 409, "base voice")
+    assert_error(upload(form | {"id": "ann"}), 409, "exists already")
+    not_audio = [("clips", ("u0.wav", b"this is not audio at all", "audio/wav"))] + files[1:]
+    assert_error(upload(upload_files=not_audio), 415, "not a readable audio file")
+    empty = [("clips", ("u0.wav", b"", "audio/wav"))] + files[1:]
+    assert_error(upload(upload_files=empty), 400, "empty file")
+    zero = [("clips", ("u0.wav", silence_wav(0), "audio/wav"))] + files[1:]
+    assert_error(upload(upload_files=zero), 400, "zero-length")
+    silent = [("clips", ("u0.wav", silence_wav(2, 0.0), "audio/wav"))] + files[1:]
+    assert_error(upload(upload_files=silent), 400, "silent")
+    assert_error(upload(upload_files=files[1:]), 400, "transcripts without a clip")
+    assert_error(upload(form | {"transcripts": json.dumps({"x.wav": "Hi."})}), 400, "no transcript")
+    three = {name: text for name, text in list(json.loads(transcripts).items())[:3]}
+    assert_error(upload(form | {"transcripts": json.dumps(three)}, upload_files=files[:3]), 400, "at least 30 s")
+    too_many = [("clips", (f"c{i}.wav", b"x", "audio/wav")) for i in range(41)]
+    assert_error(upload(form | {"transcripts": json.dumps({f"c{i}.wav": "Hi." for i in range(41)})},
+                        upload_files=too_many), 413, "at most 40")
+    archive = [("archive", ("voice.zip", b"PK nonsense", "application/zip"))]
+    assert_error(upload(upload_files=files + archive), 400, "not both")
+    assert_error(upload(upload_files=archive), 415, "not a zip")
+    assert_error(upload(upload_files=[("archive", ("big.zip", bytes(9 << 20), "application/zip"))]), 413, "at most")
+    assert_error(client.post("/v1/voices", json={"name": "x", "consent": CONSENT}, headers=ACME), 415, "multipart")
+    assert_error(upload(headers={}), 401)
+    assert [v.voice_id for v in store.list_voices("acme")] == ["alien", "ann", "bob"]   # nothing half-made
+    jobs_dir = client.app.state.server.jobs.jobs_dir
+    assert [p.name for p in jobs_dir.iterdir() if p.is_dir()] == []
+
+
+def wait_for_job(client, job_id: str, headers: dict, timeout: float = 120.0) -> list[dict]:
+    seen, deadline = [], time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        job = client.get(f"/v1/jobs/{job_id}", headers=headers).json()
+        seen.append(job)
+        if job["status"] in ("done", "failed"):
+            return seen
+        time.sleep(0.2)
+    raise AssertionError(f"job {job_id} still {seen[-1]} after {timeout} s")
+
+
+def test_onboarding_end_to_end_single_tenant(tiny_base, new_voice_data, tmp_path):
+    app, store = make_app(tiny_base, tmp_path / "store")
+    files, transcripts = clip_files(new_voice_data)
+    with TestClient(app) as client:
+        assert client.get("/healthz").json()["tenancy"] == "single"
+        created = client.post("/v1/voices", files=files,
+                              data={"name": "Fiona Four", "consent": CONSENT, "transcripts": transcripts})
+        assert created.status_code == 202, created.text
+        job = created.json()
+        assert job["voice"] == "fiona-four" and job["clips"] == 16 and created.headers["location"].endswith(job["id"])
+        listed = {v["id"]: v for v in client.get("/v1/voices").json()["data"]}
+        assert listed["fiona-four"]["status"] in ("training", "ready")
+        history = wait_for_job(client, job["id"], {})
+        assert history[-1]["status"] == "done" and history[-1]["progress"] == 1.0, history[-1]
+        progress = [h["progress"] for h in history]
+        assert progress == sorted(progress)
+        assert client.get("/v1/voices/fiona-four").json()["status"] == "ready"
+        audio, rate = decode(speak(client, {}, voice="fiona-four").content)
+        assert rate == 22050 and len(audio) > 0
+        assert_error(client.post("/v1/voices", files=files, data={"name": "Fiona Four", "consent": CONSENT,
+                                                                  "transcripts": transcripts}), 409, "exists")
+        metrics = client.get("/metrics").text
+        assert "chorus_cache_loads_total 1.0" in metrics
+    consent = [json.loads(line) for line in (tmp_path / "store" / ".jobs" / "consent.jsonl").read_text().splitlines()]
+    assert consent[0]["statement"] == CONSENT and consent[0]["voice_id"] == "fiona-four"
+    assert not [p for p in (tmp_path / "store" / ".jobs").iterdir() if p.is_dir()]   # job files removed
+
+
+def test_interrupted_jobs_resume_or_fail_on_restart(tiny_base, new_voice_data, tmp_path):
+    root = tmp_path / "store"
+    with VoiceStore(str(root)) as store:
+        kept = store.create_job("default", "kept", name="Kept")
+        lost = store.create_job("default", "lost", name="Lost")
+        store.update_job(kept, status="running", progress=0.4)   # the server died mid-training
+    shutil.copytree(new_voice_data, root / ".jobs" / kept / "voice")
+    (root / ".jobs" / kept / "job.json").write_text(json.dumps({"job_id": kept, "tenant": "default",
+                                                                "voice_id": "kept", "name": "Kept"}))
+    app, store = make_app(tiny_base, root)
+    with TestClient(app) as client:
+        assert client.get(f"/v1/jobs/{lost}").json()["status"] == "failed"
+        assert "upload them again" in client.get(f"/v1/jobs/{lost}").json()["error"]
+        assert wait_for_job(client, kept, {})[-1]["status"] == "done"
+        assert store.voice("default", "kept").status == VoiceStatus.READY
+        assert store.voice("default", "lost").status == VoiceStatus.FAILED
+        assert speak(client, {}, voice="kept").status_code == 200
+    assert store.get_job("default", kept).status == JobStatus.DONE
+
+
+# -- a live server: the official OpenAI client, concurrent load, metrics -------------------------------
+@pytest.fixture(scope="module")
+def live_server(tiny_base, adapter_folders, tmp_path_factory):
+    uvicorn = pytest.importorskip("uvicorn")
+    app, store = make_app(tiny_base, tmp_path_factory.mktemp("store_live"), KEYS)
+    store.put_voice("acme", "ann", adapter_folders["ann"])
+    store.put_voice("acme", "bob", adapter_folders["bob"])
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
+        time.sleep(0.05)
+    yield f"http://127.0.0.1:{port}"
+    server.should_exit = True
+    thread.join(15)
+
+
+def test_official_openai_client(live_server):
+    openai = pytest.importorskip("openai")
+    client = openai.OpenAI(base_url=f"{live_server}/v1", api_key="acme-key-0123456789abcdef")
+    whole = client.audio.speech.create(model="chorus", voice="ann", input="Hello there.", response_format="wav")
+    audio, rate = decode(whole.content)
+    assert rate == 22050 and len(audio) > 0
+    with client.audio.speech.with_streaming_response.create(model="tts-1", voice="m3", input=SENTENCES,
+                                                            response_format="pcm") as response:
+        assert response.headers.get("transfer-encoding") == "chunked"
+        chunks = [chunk for chunk in response.iter_bytes() if chunk]
+    streamed = b"".join(chunks)
+    assert len(chunks) >= 2 and len(streamed) % 2 == 0 and len(streamed) > 2 * 22050 // 2
+    with client.audio.speech.with_streaming_response.create(model="chorus", voice="bob", input=SENTENCES,
+                                                            response_format="wav") as response:
+        assert len(decode(response.read())[0]) > 0
+    with pytest.raises(openai.NotFoundError, match="not found"):
+        client.audio.speech.create(model="chorus", voice="nobody", input="Hello.")
+    with pytest.raises(openai.BadRequestError, match="response_format"):
+        client.audio.speech.create(model="chorus", voice="m3", input="Hello.", response_format="mp3")
+    stranger = openai.OpenAI(base_url=f"{live_server}/v1", api_key="not-a-key", max_retries=0)
+    with pytest.raises(openai.AuthenticationError):
+        stranger.audio.speech.create(model="chorus", voice="m3", input="Hello.")
+
+
+def test_concurrent_mixed_voices_and_metrics(live_server):
+    voices = ["m3", "f2", "ann", "bob"]
+    texts = ["The birch canoe slid on the smooth planks.", "Rice is often served in round bowls.",
+             "It is easy to tell the depth of a well.", "Glue the sheet to the dark blue background."]
+    results: dict[int, tuple[int, bytes] | Exception] = {}
+
+    def call(index: int) -> None:
+        body = json.dumps({"model": "chorus", "input": texts[index % 4], "voice": voices[index % 4],
+                           "response_format": "wav"}).encode()
+        request = urllib.request.Request(f"{live_server}/v1/audio/speech", data=body, method="POST",
+                                         headers={"Content-Type": "application/json", **ACME})
+        try:
+            with urllib.request.urlopen(request, timeout=60) as response:
+                results[index] = (response.status, response.read())
+        except (urllib.error.URLError, OSError) as error:
+            results[index] = error
+
+    started = time.perf_counter()
+    threads = [threading.Thread(target=call, args=(i,)) for i in range(16)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(90)
+    elapsed = time.perf_counter() - started
+    errors = {i: r for i, r in results.items() if isinstance(r, Exception) or r[0] != 200}
+    assert len(results) == 16 and not errors, errors
+    assert elapsed < 60
+    for index, (_, content) in results.items():
+        assert len(decode(content)[0]) > 0, index
+    metrics = urllib.request.urlopen(f"{live_server}/metrics", timeout=10).read().decode()
+    samples = {}
+    for line in metrics.splitlines():
+        if line and not line.startswith("#"):
+            name, _, value = line.rpartition(" ")
+            samples[name] = float(value)
+    assert samples['chorus_http_requests_total{method="POST",route="/v1/audio/speech",status="200"}'] >= 16
+    assert samples["chorus_batcher_completed_total"] >= 16
+    assert samples["chorus_batch_size_count"] < samples["chorus_batcher_completed_total"]   # some batched
+    assert samples["chorus_cache_hits_total"] + samples["chorus_cache_misses_total"] >= 2
+    assert samples["chorus_cache_loads_total"] >= 2 and samples["chorus_cache_resident_bytes"] > 0
+    assert samples["process_resident_memory_bytes"] > 0
+    assert 'chorus_http_request_seconds_bucket{le="60.0",route="/v1/audio/speech"}' in samples
