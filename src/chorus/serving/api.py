@@ -14,6 +14,7 @@ Routes (all JSON errors are ``{"error": {"message", "type", "param", "code"}}``,
   files ``clips`` + field ``transcripts`` or one ``archive`` (LJSpeech-style zip); answers 202 with
   the job. ``GET /v1/jobs/{id}`` -- its status, progress and error.
 * ``GET /healthz``; ``GET /metrics`` (Prometheus).
+* ``GET /`` -- a web page on these routes (speak, onboard a voice, follow its job); see :func:`_add_web_page`.
 
 A tenant sees only its own voices: another tenant's voice is a 404 with the same message as one that
 does not exist. An adapted voice reaches the engine as ``<tenant>/<voice id>@<weights sha256 prefix>``,
@@ -741,7 +742,43 @@ def create_app(store: VoiceStore, engine: Engine, tenants: Tenants | None = None
         except JobNotFound:
             raise ApiError(404, f"job {job_id!r} not found", type="not_found_error") from None
 
+    _add_web_page(app)
     return app
+
+
+# -- the web page --------------------------------------------------------------------------------
+WEB_DIR = Path(__file__).parent / "web"
+WEB_FILES = {"index.html": "text/html; charset=utf-8", "app.js": "text/javascript; charset=utf-8",
+             "style.css": "text/css; charset=utf-8"}
+# The page runs only its own script and style and calls only this server (no CDN, no inline code);
+# synthesized audio plays from blob: URLs.
+WEB_CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; media-src 'self' blob:; "
+           "connect-src 'self'; form-action 'none'; base-uri 'none'; frame-ancestors 'none'")
+
+
+def _add_web_page(app: FastAPI) -> None:
+    """``GET /``: the web page (``serving/web/``: plain HTML, CSS and JavaScript, no build step), and its
+    files at ``GET /web/{name}``. They need no key: the page sends the key typed into it with each API call."""
+
+    def web_file(name: str) -> Response:
+        try:
+            content = (WEB_DIR / name).read_bytes()
+        except OSError:
+            raise ApiError(404, f"the web page file {name!r} is missing from this installation",
+                           type="not_found_error") from None
+        return Response(content, media_type=WEB_FILES[name],
+                        headers={"Cache-Control": "no-cache", "Content-Security-Policy": WEB_CSP,
+                                 "X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer"})
+
+    @app.get("/", include_in_schema=False)
+    def web_page():
+        return web_file("index.html")
+
+    @app.get("/web/{name}", include_in_schema=False)
+    def web_asset(name: str):
+        if name not in WEB_FILES:
+            raise ApiError(404, f"no web page file {name[:80]!r}", type="not_found_error")
+        return web_file(name)
 
 
 def serve(store: str, host: str = "127.0.0.1", port: int = 8000, base: str | Path | None = None,

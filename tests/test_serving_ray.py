@@ -1,0 +1,186 @@
+"""The voice server on Ray Serve, on a local two-CPU Ray cluster with the tiny base: speech through the
+ingress's HTTP API in base and adapted voices, voices routed by Ray's model multiplexing to a replica
+that already holds them (a replica-local load counter says they are not loaded again), onboarding as a
+Ray task (uploaded through the API, and submitted directly) after which the new voice speaks.
+Also the replica's bookkeeping without Ray: a voice dropped while in use leaves when its requests end."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import socket
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile as sf
+import torch
+
+ray = pytest.importorskip("ray")
+serve = pytest.importorskip("ray.serve")
+requests = pytest.importorskip("requests")
+
+from chorus.adapters import adapter_state_dict, add_adapter, remove_adapter  # noqa: E402
+from chorus.adapters.lora import LoraConfig  # noqa: E402
+from chorus.adapters.speaker import SpeakerConfig  # noqa: E402
+from chorus.adapters.voice import VoiceCard, save_voice  # noqa: E402
+from chorus.serving.api import ServerSettings, VoiceServer  # noqa: E402
+from chorus.serving.jobs import UploadLimits  # noqa: E402
+from chorus.serving.ray_app import (  # noqa: E402
+    VOICES_DEPLOYMENT,
+    RayServeConfig,
+    RemoteResult,
+    VoiceHost,
+    build_app,
+    submit_onboarding,
+)
+from chorus.serving.store import VoiceStore  # noqa: E402
+from chorus.training.adapt import AdaptConfig  # noqa: E402
+from chorus.training.checkpoint import load_bundle  # noqa: E402
+
+APP = "chorus-test"
+CONSENT = "Fiona Four consented in writing on 2024-05-01 to a synthetic voice made from these recordings."
+SETTINGS = ServerSettings(max_wait_ms=20, progress_interval=0.5, upload=UploadLimits(max_upload_bytes=8 << 20),
+                          adapt=AdaptConfig(method="lora", steps=2, eval_every=2, threads=1, max_frames=1500))
+
+
+@pytest.fixture(scope="module")
+def voice_folders(tiny_base, tmp_path_factory) -> dict[str, Path]:
+    """Two voices with random adapter values (as tests/test_serving_api.py makes them)."""
+    bundle = load_bundle(tiny_base)
+    root = tmp_path_factory.mktemp("ray_voices")
+    folders = {}
+    for k, name in enumerate(["ann", "bob"]):
+        configs = [LoraConfig(r=2), SpeakerConfig()]
+        add_adapter(bundle.model, name, configs)
+        torch.manual_seed(200 + k)
+        with torch.no_grad():
+            for value in adapter_state_dict(bundle.model, name).values():
+                value.add_(torch.randn_like(value) * 0.1)
+        card = VoiceCard(name=name, methods=[c.method for c in configs], base_model_sha256=bundle.weights_sha256)
+        folders[name] = save_voice(root / name, bundle.model, name, configs, card)
+        remove_adapter(bundle.model, name)
+    return folders
+
+
+def make_store(root: Path, folders: dict[str, Path]) -> tuple[VoiceStore, dict[str, str]]:
+    """A store with ann and bob for tenant ``default``; returns it and their engine keys."""
+    store = VoiceStore(str(root))
+    keys = {name: VoiceServer.key(store.put_voice("default", name, folder)) for name, folder in folders.items()}
+    return store, keys
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def decode(content: bytes) -> tuple[np.ndarray, int]:
+    audio, rate = sf.read(io.BytesIO(content), dtype="float32")
+    return audio, rate
+
+
+def test_voice_host_drops_a_voice_only_when_its_requests_end(tiny_base, voice_folders, tmp_path):
+    store, keys = make_store(tmp_path / "store", voice_folders)
+    host = VoiceHost(RayServeConfig(store=str(tmp_path / "store"), base=tiny_base, vocoder="griffin-lim",
+                                    settings=SETTINGS))
+    try:
+        loaded = host.load(keys["ann"])
+        assert host.engine.resident() == [keys["ann"]] and host.loads[keys["ann"]] == 1
+        with host.using(keys["ann"]):
+            loaded.__del__()                  # what Ray's multiplexer calls when it drops the voice
+            assert host.engine.resident() == [keys["ann"]]   # a request still uses it
+            assert host.batcher.synthesize("Hello there.", keys["ann"]).audio.size > 0
+        assert host.engine.resident() == [] and host.held == set()
+        loaded.__del__()                      # garbage collection after Ray's call: nothing more happens
+        assert host.stats()["loads"] == {keys["ann"]: 1}
+    finally:
+        host.close()
+        store.close()
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        yield
+    finally:
+        serve.shutdown()
+        ray.shutdown()
+
+
+def test_ray_serve_routes_voices_to_replicas_holding_them(ray_cluster, tiny_base, voice_folders, new_voice_data,
+                                                          tmp_path):
+    root = tmp_path / "store"
+    store, keys = make_store(root, voice_folders)
+    port = free_port()
+    serve.start(http_options={"host": "127.0.0.1", "port": port})
+    # 2 x 0.5 CPU voices replicas + 0.25 ingress + 0.5 per onboarding task: fits the two CPUs.
+    config = RayServeConfig(store=str(root), base=tiny_base, vocoder="griffin-lim", settings=SETTINGS, replicas=2,
+                            voices_per_replica=2, replica_cpus=0.5, ingress_cpus=0.25, job_cpus=0.5)
+    serve.run(build_app(config, APP), name=APP, route_prefix="/")
+    url = f"http://127.0.0.1:{port}"
+
+    def speak(voice: str, text: str = "Hello there.") -> requests.Response:
+        return requests.post(f"{url}/v1/audio/speech", json={"model": "chorus", "input": text, "voice": voice},
+                             timeout=60)
+
+    assert requests.get(f"{url}/healthz", timeout=30).json()["status"] == "ok"
+    # The same HTTP API: base and adapted voices speak; errors keep their status and shape.
+    for voice in ["m3", "ann", "bob", "ann", "bob"]:
+        response = speak(voice)
+        assert response.status_code == 200, response.text
+        audio, rate = decode(response.content)
+        assert rate == 22050 and audio.size > 0 and np.isfinite(audio).all()
+    streamed = speak("ann", "The birch canoe slid on the smooth planks. Glue the sheet to the dark blue background.")
+    assert streamed.status_code == 200 and decode(streamed.content)[0].size > 0
+    missing = speak("nobody")
+    assert missing.status_code == 404 and missing.json()["error"]["code"] == "voice_not_found"
+    listed = {v["id"] for v in requests.get(f"{url}/v1/voices", timeout=30).json()["data"]}
+    assert {"m3", "ann", "bob"} <= listed
+
+    # Multiplexing: a voice goes to a replica that holds it, which does not load it again.
+    handle = serve.get_deployment_handle(VOICES_DEPLOYMENT, app_name=APP)
+    for name in ["ann", "bob"]:
+        key = keys[name]
+        results = [handle.options(multiplexed_model_id=key).synthesize.remote("Hi.", key, 1.0).result(timeout_s=60)
+                   for _ in range(2)]
+        assert all(isinstance(r, RemoteResult) and r.audio.size > 0 and r.speaker == key for r in results), results
+        assert results[0].replica == results[1].replica
+        assert [r.voice_loads for r in results] == [1, 1]      # loaded once, by the HTTP requests above
+        stats = handle.options(multiplexed_model_id=key).voice_stats.remote().result(timeout_s=60)
+        assert stats["replica"] == results[0].replica and stats["loads"][key] == 1
+        assert key in stats["held"] and key in stats["resident"]
+    # An adapted voice asked for without its model id is refused rather than loaded behind Ray's back.
+    unrouted = handle.synthesize.remote("Hi.", keys["ann"], 1.0).result(timeout_s=60)
+    assert isinstance(unrouted, ValueError) and "multiplexed_model_id" in str(unrouted)
+
+    # Onboarding through the API: the upload becomes a Ray task; the new voice then speaks.
+    lines = (new_voice_data / "metadata.csv").read_text().splitlines()
+    transcripts = {f"{line.split('|')[0]}.wav": line.split("|", 1)[1] for line in lines}
+    files = [("clips", (name, (new_voice_data / "wavs" / name).read_bytes(), "audio/wav")) for name in transcripts]
+    created = requests.post(f"{url}/v1/voices", files=files, timeout=60,
+                            data={"name": "Fiona", "consent": CONSENT, "transcripts": json.dumps(transcripts)})
+    assert created.status_code == 202, created.text
+    job_id = created.json()["id"]
+    # And directly: a Ray task for a folder on disk, whose result is the job's final status.
+    direct_job, task = submit_onboarding(config, "default", "gina", new_voice_data, CONSENT, name="Gina")
+    assert ray.get(task, timeout=120) == "done"
+    assert requests.get(f"{url}/v1/jobs/{direct_job}", timeout=30).json()["status"] == "done"
+    deadline = time.monotonic() + 120
+    while (job := requests.get(f"{url}/v1/jobs/{job_id}", timeout=30).json())["status"] not in ("done", "failed"):
+        assert time.monotonic() < deadline, job
+        time.sleep(0.3)
+    assert job["status"] == "done", job
+    for voice in ["fiona", "gina"]:
+        response = speak(voice)
+        assert response.status_code == 200, response.text
+        assert decode(response.content)[0].size > 0
+    assert not [p for p in (root / ".jobs").iterdir() if p.is_dir()]   # job files removed by the tasks
+    consent = [json.loads(line)["voice_id"] for line in (root / ".jobs" / "consent.jsonl").read_text().splitlines()]
+    assert sorted(consent) == ["fiona", "gina"]
+    store.close()

@@ -1,0 +1,232 @@
+"""The web page at ``/`` end to end in headless Chromium against a live server on the tiny base: the API
+key (kept in localStorage, sent as a Bearer token), the voice list, speech played from a blob URL, and
+onboarding a voice (clips + transcripts + consent) with its job followed to the end, after which the new
+voice is listed and speaks. Uses Debian's ``chromium`` (scripts/browser-packages.sh) through Playwright;
+skipped when either is missing. Leaves a screenshot at ``/tmp/chorus-web.png``."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+import torch
+
+pytest.importorskip("fastapi")
+pytest.importorskip("prometheus_client")
+
+from chorus.serving.api import WEB_FILES, ServerSettings, create_app  # noqa: E402
+from chorus.serving.engine import Engine  # noqa: E402
+from chorus.serving.jobs import UploadLimits  # noqa: E402
+from chorus.serving.store import VoiceStore  # noqa: E402
+from chorus.serving.tenants import Tenants  # noqa: E402
+from chorus.synthesis import load_base  # noqa: E402
+from chorus.training.adapt import AdaptConfig  # noqa: E402
+
+KEY = "acme-key-0123456789abcdef"
+SETTINGS = ServerSettings(max_wait_ms=20, upload=UploadLimits(max_upload_bytes=8 << 20, max_clips=40),
+                          progress_interval=0.2,
+                          adapt=AdaptConfig(method="lora", steps=4, eval_every=2, threads=1, max_frames=1500))
+CONSENT = "Fiona Four consented in writing on 2024-05-01 to a synthetic voice made from these recordings."
+TWO_SENTENCES = "The birch canoe slid on the smooth planks. Glue the sheet to the dark blue background."
+SCREENSHOT = Path("/tmp/chorus-web.png")
+
+
+def chromium_path() -> str | None:
+    for candidate in (os.environ.get("CHORUS_CHROMIUM"), shutil.which("chromium"), "/usr/bin/chromium"):
+        if candidate and Path(candidate).is_file():
+            return candidate
+    return None
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="module")
+def live_server(tiny_base, tmp_path_factory):
+    """A uvicorn server on a free loopback port, with one API key (so the page must send it)."""
+    uvicorn = pytest.importorskip("uvicorn")
+    store = VoiceStore(str(tmp_path_factory.mktemp("store_web")))
+    engine = Engine(load_base(tiny_base, "griffin-lim"), cache_bytes=1 << 20)
+    app = create_app(store, engine, Tenants.from_pairs([(KEY, "acme")]), SETTINGS)
+    # A few training steps take well under the page's poll interval: hold each job at "running" (before
+    # it copies the base) until the test has seen the page show it, then let it finish.
+    runner, gate = app.state.server.jobs, threading.Event()
+    prepare = runner.bundle_factory
+
+    def held_bundle():
+        gate.wait(30)
+        return prepare()
+
+    runner.bundle_factory = held_bundle
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
+        time.sleep(0.05)
+    yield f"http://127.0.0.1:{port}", gate
+    gate.set()
+    server.should_exit = True
+    thread.join(15)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    executable = chromium_path()
+    if executable is None:
+        pytest.skip("needs Debian chromium (bash scripts/browser-packages.sh as root)")
+    sync_api = pytest.importorskip("playwright.sync_api", reason="needs playwright (pip install -e '.[dev]')")
+    with sync_api.sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=executable,
+                                              args=["--no-sandbox", "--disable-dev-shm-usage"])
+        yield launched
+        launched.close()
+
+
+def fetch(url: str, headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], bytes]:
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, headers=headers or {}), timeout=30) as response:
+            return response.status, dict(response.headers), response.read()
+    except urllib.error.HTTPError as error:
+        return error.code, dict(error.headers), error.read()
+
+
+def test_page_and_assets_are_served(live_server):
+    live_server, _ = live_server
+    status, headers, body = fetch(f"{live_server}/")   # no key needed for the page itself
+    assert status == 200 and headers["content-type"].startswith("text/html"), (status, body[:200])
+    assert b'src="web/app.js"' in body and b'href="web/style.css"' in body
+    assert "script-src 'self'" in headers["content-security-policy"]
+    assert b"http://" not in body and b"https://" not in body   # nothing from outside: works offline
+    for name, media_type in WEB_FILES.items():
+        status, headers, body = fetch(f"{live_server}/web/{name}")
+        assert status == 200 and headers["content-type"] == media_type and body, name
+        assert b"http://" not in body and b"https://" not in body, name
+    for path in ["/web/api.py", "/web/..%2Fapi.py", "/web/%2E%2E", "/web/"]:
+        status, _, body = fetch(f"{live_server}{path}")
+        assert status == 404 and "error" in json.loads(body), path
+    assert fetch(f"{live_server}/v1/voices")[0] == 401   # the API still needs the key
+
+
+def test_web_page_speaks_and_onboards_a_voice(live_server, browser, new_voice_data):
+    from playwright.sync_api import expect
+
+    live_server, training_gate = live_server
+    context = browser.new_context(viewport={"width": 1000, "height": 900})
+    page = context.new_page()
+    page.set_default_timeout(30_000)
+    outside, problems, requests = [], [], []
+    page.on("request", lambda r: requests.append(r) if r.url.startswith(live_server)
+            else r.url.startswith(("blob:", "data:")) or outside.append(r.url))
+    page.on("pageerror", lambda error: problems.append(f"uncaught: {error}"))
+    page.on("console", lambda m: m.type == "error" and "Content Security Policy" in m.text and problems.append(m.text))
+
+    page.goto(f"{live_server}/")
+    expect(page).to_have_title("Chorus voice server")
+    unlabelled = page.evaluate("""() => [...document.querySelectorAll('input, select, textarea, progress, audio')]
+        .filter(e => !(e.labels && e.labels.length) && !e.getAttribute('aria-label')).map(e => e.id)""")
+    assert unlabelled == []
+
+    # Without the key the server refuses the listing, and the page says what to do.
+    expect(page.locator("#voices-status")).to_contain_text("API key")
+    key = page.get_by_role("textbox", name="API key")
+    key.fill(KEY)
+    key.press("Tab")   # "change": lists the voices with the key
+    voice = page.get_by_label("Voice", exact=True)
+    expect(voice.locator("option[value=m3]")).to_have_count(1)
+    expect(voice).to_have_value("m3")   # the base's default voice
+    assert page.evaluate("localStorage.getItem('chorus.apiKey')") == KEY
+
+    # Speak: two sentences come streamed (a WAV header of unknown length); the page fixes the sizes,
+    # so the <audio> element knows the real duration.
+    voice.select_option("f2")
+    page.get_by_label("Text", exact=True).fill(TWO_SENTENCES)
+    with page.expect_response(lambda r: r.url.endswith("/v1/audio/speech")) as answer:
+        page.get_by_role("button", name="Speak", exact=True).click()
+    response = answer.value
+    assert response.status == 200 and response.headers["content-type"] == "audio/wav"
+    assert response.request.headers["authorization"] == f"Bearer {KEY}"
+    assert json.loads(response.request.post_data)["voice"] == "f2"
+    seconds = (len(response.body()) - 44) / 2 / 22050
+    duration = page.wait_for_function("""() => { const a = document.getElementById('audio');
+        return a.src.startsWith('blob:') && a.readyState >= 1 && isFinite(a.duration) && a.duration; }""").json_value()
+    assert seconds > 1 and abs(duration - seconds) < 0.05, (duration, seconds)
+    expect(page.locator("#speak-status")).to_contain_text("s of audio from f2")
+    first_audio = page.eval_on_selector("#audio", "a => a.src")
+
+    # Onboard: choosing the clips writes a "filename|" line for each; then the transcripts, the name and consent.
+    clips = sorted((new_voice_data / "wavs").glob("*.wav"))
+    lines = [line.split("|", 1) for line in (new_voice_data / "metadata.csv").read_text().splitlines()]
+    page.get_by_label("Name", exact=True).fill("Fiona Four")
+    page.get_by_label("Clips").set_input_files(clips)
+    transcripts = page.get_by_label("Transcripts")
+    assert sorted(transcripts.input_value().splitlines()) == sorted(f"{c.name}|" for c in clips)
+    transcripts.fill("\n".join(f"{name}.wav|{text}" for name, text in lines))
+    page.get_by_label("Consent statement").fill(CONSENT)
+    page.get_by_role("button", name="Make voice").click()   # not yet confirmed: refused on the page
+    expect(page.locator("#onboard-error")).to_contain_text("Confirm that the speaker consented")
+    page.get_by_label("The speaker consented").check()
+    with page.expect_response(lambda r: r.url.endswith("/v1/voices") and r.request.method == "POST") as answer:
+        page.get_by_role("button", name="Make voice").click()
+    assert answer.value.status == 202, answer.value.text()
+    job = answer.value.json()
+    assert job["voice"] == "fiona-four" and job["clips"] == len(clips)
+    expect(page.locator("#onboard-error")).to_be_hidden()
+
+    # Follow the job as the page shows it: a progress bar and a status line, until done.
+    progress = page.get_by_label("Progress of voice")
+    status = page.locator("#job-status")
+    shown, deadline = [], time.monotonic() + 60
+    while time.monotonic() < deadline:
+        value, text = float(progress.evaluate("p => p.value")), status.inner_text()
+        shown.append((value, text))
+        if text.startswith("Training") and 0 < value < 1:
+            training_gate.set()
+        if page.locator("#job").get_attribute("data-status") in ("done", "failed"):
+            break
+        time.sleep(0.05)
+    assert shown[-1][0] == 1.0 and shown[-1][1].startswith("Done: voice fiona-four is ready"), shown[-1]
+    assert any(text.startswith("Training (2%): checking the clips") for _, text in shown), shown
+    values = [value for value, text in shown if not text.startswith("Uploading")]
+    assert values == sorted(values) and any(0 < value < 1 for value in values), values
+    assert any(f"/v1/jobs/{job['id']}" in r.url and r.headers.get("authorization") == f"Bearer {KEY}"
+               for r in requests)
+
+    # The new voice is listed, chosen, and speaks.
+    expect(voice).to_have_value("fiona-four")
+    expect(page.locator("#voices-status")).to_contain_text("1 of yours")
+    page.get_by_label("Text", exact=True).fill("Hello there.")
+    with page.expect_response(lambda r: r.url.endswith("/v1/audio/speech")) as answer:
+        page.get_by_role("button", name="Speak", exact=True).click()
+    assert answer.value.status == 200 and answer.value.headers["content-type"] == "audio/wav"
+    assert json.loads(answer.value.request.post_data)["voice"] == "fiona-four"
+    page.wait_for_function("""first => { const a = document.getElementById('audio');
+        return a.src.startsWith('blob:') && a.src !== first && a.readyState >= 1 && a.duration > 0; }""",
+                           arg=first_audio)
+    expect(page.locator("#speak-error")).to_be_hidden()
+    page.screenshot(path=str(SCREENSHOT), full_page=True)
+
+    # A server refusal is shown as such: the same voice again is a conflict.
+    page.get_by_role("button", name="Make voice").click()
+    expect(page.locator("#onboard-error")).to_contain_text("exists")
+
+    # After a reload the key is still there, and so is the voice.
+    page.reload()
+    expect(page.get_by_role("textbox", name="API key")).to_have_value(KEY)
+    expect(page.get_by_label("Voice", exact=True).locator("option[value=fiona-four]")).to_have_count(1)
+    assert outside == [] and problems == [], (outside, problems)
+    context.close()
