@@ -356,6 +356,14 @@ def serve(
     adapt_method: str = typer.Option("lora", help="Adapter method(s) of onboarded voices, e.g. lora+speaker."),
     adapt_threads: int = typer.Option(1, help="CPU threads of an onboarding job."),
     max_text_chars: int = typer.Option(2000, help="Longest text of one speech request."),
+    # -- scale-out on Ray Serve (chorus.serving.ray_app) --
+    ray: bool = typer.Option(False, "--ray", help="Serve on a local Ray cluster started on this machine's "
+                                                  "resources: --ray-replicas copies of the base, voices routed to "
+                                                  "replicas holding them, onboarding as Ray tasks (needs the ray "
+                                                  "extra)."),
+    ray_replicas: int = typer.Option(2, help="With --ray: speech replicas, one resident base each."),
+    ray_voices_per_replica: int = typer.Option(32, help="With --ray: adapted voices one replica holds (least "
+                                                        "recently used dropped first)."),
 ) -> None:
     """Run the multi-tenant voice server (one resident base, voices loaded on demand).
 
@@ -366,7 +374,17 @@ def serve(
     CHORUS_API_KEYS="key1:tenant1,key2:tenant2"; clients send
     "Authorization: Bearer KEY". With no key configured the server runs
     single-tenant (tenant "default", no authentication) on loopback only.
+
+    With --ray the same HTTP API runs on Ray Serve: a local Ray cluster is
+    started on this machine (no dashboard, no usage reporting); each speech
+    replica holds one base and the voices it was last asked for (Ray model
+    multiplexing by voice), and onboarding jobs run as Ray tasks. Install
+    with pip install 'chorus-tts\\[serve,ray]'.
     """
+    if ray:
+        _serve_ray(store, host, port, base, vocoder, keys, cache_mb, adapt_steps, adapt_method, adapt_threads,
+                   max_text_chars, ray_replicas, ray_voices_per_replica)
+        return
     try:
         from chorus.serving.api import ServerSettings
         from chorus.serving.api import serve as run_server
@@ -380,6 +398,25 @@ def serve(
         settings = ServerSettings(max_text_chars=max_text_chars, adapt=adapt_config)
         run_server(store, host=host, port=port, base=base, vocoder=vocoder, keys=keys, cache_mb=cache_mb,
                    settings=settings, announce=console.print)
+
+
+def _serve_ray(store, host, port, base, vocoder, keys, cache_mb, adapt_steps, adapt_method, adapt_threads,
+               max_text_chars, replicas, voices_per_replica) -> None:
+    """``chorus serve --ray``."""
+    try:
+        from chorus.serving.api import ServerSettings
+        from chorus.serving.ray_app import serve_ray
+    except ImportError as error:
+        _fail(f"--ray needs the serve and ray extras ({error.name} is missing): pip install 'chorus-tts\\[serve,ray]'")
+    from chorus.training.adapt import AdaptConfig
+
+    with _user_errors():
+        adapt_config = AdaptConfig(method=adapt_method, steps=adapt_steps, threads=adapt_threads)
+        adapt_config.method_configs()
+        settings = ServerSettings(max_text_chars=max_text_chars, adapt=adapt_config)
+        serve_ray(store, host=host, port=port, base=base, vocoder=vocoder, keys=keys, cache_mb=cache_mb,
+                  settings=settings, replicas=replicas, voices_per_replica=voices_per_replica,
+                  announce=console.print)
 
 
 @data_app.command("check")

@@ -105,8 +105,15 @@ class RayServeConfig:
                              f"{self.voices_per_replica}")
         if self.cache_mb < 0:
             raise ValueError(f"cache_mb must be >= 0, got {self.cache_mb}")
-        self.base = None if self.base is None else str(self.base)
-        self.vocoder = None if self.vocoder is None else str(self.vocoder)
+        # Replicas and tasks are other processes, maybe in other folders: local paths become absolute.
+        if "://" not in self.store:
+            self.store = os.path.abspath(self.store)
+        self.db_path = None if self.db_path is None else os.path.abspath(self.db_path)
+        self.base = None if self.base is None else os.path.abspath(self.base)
+        if self.vocoder is not None:   # a name (griffin-lim, neural) or a folder
+            self.vocoder = os.path.abspath(self.vocoder) if Path(self.vocoder).exists() else str(self.vocoder)
+        if self.settings.jobs_dir is not None:
+            self.settings = dataclasses.replace(self.settings, jobs_dir=Path(self.settings.jobs_dir).absolute())
 
     def open_store(self) -> VoiceStore:
         return VoiceStore(self.store, self.db_path)
@@ -227,10 +234,10 @@ class VoiceHost:
             pass   # already gone, or in a running batch: the engine's own LRU takes it later
 
     def stats(self) -> dict:
-        engine = self.engine.stats()
+        engine, resident = self.engine.stats(), self.engine.resident()
         with self._lock:
             return {"replica": self.replica, "pid": os.getpid(), "loads": dict(self.loads), "held": sorted(self.held),
-                    "resident": self.engine.resident(), "engine": dataclasses.asdict(engine),
+                    "resident": resident, "engine": dataclasses.asdict(engine),
                     "batcher": {"requests": self.batcher.stats.requests, "batches": self.batcher.stats.batches,
                                 "mean_batch_size": self.batcher.stats.mean_batch_size}}
 
@@ -507,15 +514,17 @@ def serve_ray(store: str, host: str = "127.0.0.1", port: int = 8000, base: str |
     # address="local": always a new cluster on this machine, never one named by RAY_ADDRESS.
     ray.init(address="local", include_dashboard=False, logging_level=logging.WARNING)
     try:
-        cpus = ray.cluster_resources().get("CPU", 0)
-        needed = replicas * config.replica_cpus + config.ingress_cpus
-        if needed > cpus:
-            announce(f"warning: {replicas} replicas need {needed:g} CPUs, the cluster has {cpus:g}; "
-                     "some will wait for resources")
+        # Ray CPUs are scheduling tokens: split the machine's so every replica and one onboarding task
+        # fit at once (more tasks wait for a share), else a replica that does not fit never starts.
+        cpus = ray.cluster_resources().get("CPU", 1.0)
+        config.ingress_cpus = min(0.5, cpus / (replicas + 2))
+        share = min(1.0, (cpus - config.ingress_cpus) / (replicas + 1))
+        config.replica_cpus = config.job_cpus = share
         serve.start(http_options={"host": host, "port": port})
         serve.run(build_app(config, APP_NAME), name=APP_NAME, route_prefix="/")
-        announce(f"Ray Serve: {replicas} voice replicas (one base each, at most {voices_per_replica} adapted voices "
-                 f"each, adapter cache {cache_mb:g} MB each), onboarding as Ray tasks; cluster CPUs {cpus:g}")
+        announce(f"Ray Serve on {cpus:g} CPUs: {replicas} speech replicas ({share:.2g} CPU each; one base, at most "
+                 f"{voices_per_replica} adapted voices and {cache_mb:g} MB of adapters each), onboarding jobs as Ray "
+                 f"tasks ({share:.2g} CPU each)")
         announce("single-tenant mode (no authentication), loopback only" if tenants.single_tenant else
                  f"{len(tenants.names)} tenant(s) with API keys; requests need 'Authorization: Bearer KEY'")
         announce(f"OpenAI-compatible endpoint: http://{host}:{port}/v1 (audio.speech), voices at /v1/voices")
