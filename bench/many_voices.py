@@ -123,7 +123,7 @@ def spawn(folders: list[Path], out: Path, args) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--ks", type=lambda s: [int(k) for k in s.split(",")], default=[1, 8, 32, 128])
-    parser.add_argument("--sequential-jobs", type=int, default=4, help="single-voice jobs timed for the mean")
+    parser.add_argument("--sequential-jobs", type=int, default=3, help="single-voice jobs timed after each K")
     parser.add_argument("--steps", type=int, default=30, help="updates per voice (both sides)")
     parser.add_argument("--clips-per-voice", type=int, default=1)
     parser.add_argument("--method", default="lora+speaker")
@@ -148,38 +148,46 @@ def main() -> None:
     folders, evaluation = build_voices(args)
     judges = Judges(speaker=SpeakerJudge(), reference=False)
 
-    single = []
-    for index, folder in enumerate(folders[: max(args.sequential_jobs, len(HELD_OUT))]):
-        single.append(spawn([folder], args.work / f"single-{index}", args))
-        print(f"single job {folder.name}: {single[-1]['wall_seconds']:.1f} s", flush=True)
-    per_job = float(np.mean([job["wall_seconds"] for job in single]))
-    quality = {voice: {"single": judge(args.work / f"single-{i}" / "voices" / voice, evaluation[voice], judges)}
-               for i, voice in enumerate(HELD_OUT)}
+    # Quality reference: each held-out voice adapted alone.
+    quality = {}
+    for voice, folder in zip(HELD_OUT, folders):
+        spawn([folder], args.work / f"single-{voice}", args)
+        quality[voice] = {"single": judge(args.work / f"single-{voice}" / "voices" / voice, evaluation[voice], judges)}
 
-    rows = []
+    rows, single = [], []
     for k in args.ks:
         job = spawn(folders[:k], args.work / f"job-{k}", args)
+        # Single-voice jobs timed right after each K-voice job, so both see the same machine load.
+        singles = [spawn([folder], args.work / f"single-{k}-{index}", args)
+                   for index, folder in enumerate(folders[: args.sequential_jobs])]
+        single += singles
+        per_job = float(np.mean([s["wall_seconds"] for s in singles]))
         sequential = per_job * k
-        row = {"k": k, **job, "sequential_seconds": sequential, "voices_per_hour": 3600 * k / job["wall_seconds"],
-               "sequential_voices_per_hour": 3600 / per_job, "speedup": sequential / job["wall_seconds"]}
+        row = {"k": k, **job, "single_job_seconds": per_job, "sequential_seconds": sequential,
+               "voices_per_hour": 3600 * k / job["wall_seconds"], "sequential_voices_per_hour": 3600 / per_job,
+               "speedup": sequential / job["wall_seconds"]}
         if k >= len(HELD_OUT):
             for voice in HELD_OUT:
                 quality[voice][f"k{k}"] = judge(args.work / f"job-{k}" / "voices" / voice, evaluation[voice], judges)
         rows.append(row)
         print(f"K={k}: {job['wall_seconds']:.0f} s in one job vs {sequential:.0f} s sequential "
               f"({row['speedup']:.1f}x)", flush=True)
+        report(rows, quality, single, args)   # after every K, so a cut-short run keeps what it measured
 
+
+
+def report(rows: list[dict], quality: dict, single: list[dict], args) -> None:
     lines = ["# Many voices in one job against sequential single-voice jobs", "",
              f"Method {args.method}; {args.steps} updates per voice, {args.clips_per_voice} clip(s) of the voice "
              f"per update, on both sides; {args.threads} CPU threads; held-out voices {args.heldout_minutes:g} min "
-             f"each, pseudo-voices {args.pseudo_minutes:g} min cut from base-corpus voices. Sequential = mean of "
-             f"{len(single)} measured single-voice jobs ({per_job:.1f} s each, including loading the base, data "
-             "checks, features, starting points and export) x K.", "",
-             "| K | one job, s (setup + training) | s/step | voices/hour, one job | voices/hour, sequential | "
-             "speedup | peak RSS MB |", "|---|---|---|---|---|---|---|"]
+             f"each, pseudo-voices {args.pseudo_minutes:g} min cut from base-corpus voices. Sequential = K x the "
+             f"mean of {args.sequential_jobs} single-voice jobs timed right after the K-voice job (each including "
+             "loading the base, data checks, features, starting points and export).", "",
+             "| K | one job, s (setup + training) | s/step | single job, s | voices/hour, one job | "
+             "voices/hour, sequential | speedup | peak RSS MB |", "|---|---|---|---|---|---|---|---|"]
     for row in rows:
         lines.append(f"| {row['k']} | {row['wall_seconds']:.0f} ({row['setup_seconds']:.0f} + {row['train_seconds']:.0f}) "
-                     f"| {row['seconds_per_step']:.2f} | {row['voices_per_hour']:.0f} | "
+                     f"| {row['seconds_per_step']:.2f} | {row['single_job_seconds']:.1f} | {row['voices_per_hour']:.0f} | "
                      f"{row['sequential_voices_per_hour']:.0f} | {row['speedup']:.1f}x | {row['peak_rss_mb']:.0f} |")
     lines += ["", "Quality of the held-out voices (Whisper WER, resemblyzer similarity to their real clips), "
                   "single-voice job against the same voice trained inside a K-voice job:", "",

@@ -353,7 +353,8 @@ def serve(
     keys: Optional[Path] = typer.Option(None, help="API keys file: 'KEY TENANT' lines or JSON {\"KEY\": \"TENANT\"}."),
     cache_mb: float = typer.Option(64.0, help="Adapter cache budget in MB (least recently used voices are evicted)."),
     adapt_steps: int = typer.Option(300, help="Most training steps of an onboarded voice (early stopping)."),
-    adapt_method: str = typer.Option("lora", help="Adapter method(s) of onboarded voices, e.g. lora+speaker."),
+    adapt_method: str = typer.Option("residual", help="Adapter method(s) of onboarded voices (residual scored best "
+                                                      "in bench/adaptation.py), e.g. lora+speaker."),
     adapt_threads: int = typer.Option(1, help="CPU threads of an onboarding job."),
     max_text_chars: int = typer.Option(2000, help="Longest text of one speech request."),
     # -- scale-out on Ray Serve (chorus.serving.ray_app) --
@@ -479,7 +480,7 @@ def demo(
     voices: Optional[str] = typer.Option(None, help="Comma-separated voices (default: four showcase voices)."),
     sentences: int = typer.Option(3, help="Sentences per voice (from the held-out benchmark set)."),
     model: Optional[Path] = typer.Option(None, help="Model folder (default: the shipped base)."),
-    adapt_method: str = typer.Option("lora+speaker", help="Method for the new voice from the shipped sample "
+    adapt_method: str = typer.Option("residual", help="Method for the new voice from the shipped sample "
                                                           "('' to skip adaptation)."),
     adapt_steps: int = typer.Option(150, help="Most adaptation steps for the new voice."),
 ) -> None:

@@ -49,18 +49,22 @@ class Synthesizer:
                              f"{bundle.mel_config}")
         self.bundle = bundle
         self.vocoder = vocoder.eval()
-        # Adapted voices: adapter voices live inside bundle.model; full fine-tuned ones are own models.
-        self.voices: dict[str, AcousticModel | None] = {}
+        # Adapted voices by name: (the model that holds it, its adapter name there). Adapter voices
+        # live inside bundle.model; fully fine-tuned ones are models of their own.
+        self.voices: dict[str, tuple[AcousticModel, str]] = {}
 
     def load_voice(self, folder: str | Path, name: str | None = None) -> str:
-        """Add the voice saved in ``folder`` (``chorus adapt`` output or a PEFT LoRA); returns its name."""
+        """Add the voice saved in ``folder`` (``chorus adapt`` output or a PEFT LoRA); returns its name
+        (default: the folder's name)."""
         name = name or Path(folder).name
         if name in self.voices:
             raise ValueError(f"a voice named {name!r} is already loaded")
         voice = read_voice(folder)
         model = copy.deepcopy(self.bundle.model) if voice.full else self.bundle.model
-        apply_voice(model, voice, name, self.bundle.weights_sha256)
-        self.voices[name] = model if voice.full else None
+        # Adapter names become module keys, which cannot hold dots; user-facing names may.
+        adapter = f"voice{len(self.voices)}"
+        apply_voice(model, voice, adapter, self.bundle.weights_sha256)
+        self.voices[name] = (model if voice.full else self.bundle.model, adapter)
         return name
 
     def _model_for(self, voice: str | None) -> tuple[AcousticModel, AbstractContextManager]:
@@ -68,8 +72,8 @@ class Synthesizer:
             return self.bundle.model, active_adapter(self.bundle.model, None)
         if voice not in self.voices:
             raise KeyError(f"unknown voice {voice!r}; loaded voices: {', '.join(self.voices) or 'none'}")
-        model = self.voices[voice] or self.bundle.model
-        return model, active_adapter(model, voice)
+        model, adapter = self.voices[voice]
+        return model, active_adapter(model, adapter)
 
     @property
     def speakers(self) -> list[str]:

@@ -83,8 +83,8 @@ def add_adapter(model: nn.Module, name: str, configs: Sequence[MethodConfig]) ->
 
     All targets are resolved before anything is changed, so a bad pattern leaves the model as it was.
     """
-    if not name or name.startswith("__"):
-        raise ValueError(f"invalid adapter name {name!r}")
+    if not name or name.startswith("__") or "." in name:
+        raise ValueError(f"invalid adapter name {name!r} (no dots, not starting with '__')")
     if name in adapter_names(model):
         raise ValueError(f"the model already has an adapter named {name!r}")
     plan = [(config, find_targets(model, config)) for config in configs]
