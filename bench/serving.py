@@ -305,7 +305,7 @@ def cold_loads(engine: Engine, store: VoiceStore, voice_ids: list[str], folders:
             seconds = []
             for voice_id in samples:
                 began = time.perf_counter()
-                with engine.using([voice_id]) as (handles, errors):
+                with engine.using([voice_id]) as (_, errors):
                     seconds.append(time.perf_counter() - began)
                     if errors:
                         raise errors[voice_id]
@@ -403,7 +403,7 @@ def report(result: dict, args) -> None:
     cfg = result["config"]
     lines = ["# Multi-tenant voice server: batched adapters against swapping and a model per voice", "",
              "```", result["command"], "```", "",
-             f"Shipped base, Griffin-Lim vocoder, {cfg['threads']} torch thread(s) on a {cfg['cpus']}-core CPU shared "
+             (f"Shipped base, Griffin-Lim vocoder, {cfg['threads']} torch thread(s) on a {cfg['cpus']}-core CPU shared "
              f"with other benchmarks (load average at start {cfg['load_average'][0]:.1f}). Voices are synthetic "
              f"`{args.method}` adapters with random values (scale {args.adapter_scale:g}), "
              f"{result['adapter_bytes_per_voice'] / 1024:.0f} KiB of tensors each: they measure speed and memory, "
@@ -412,7 +412,7 @@ def report(result: dict, args) -> None:
              f"{args.repeats} repeats (N in alternating order, methods back to back); batcher max_batch "
              f"{args.max_batch}, max_wait {args.max_wait_ms:g} ms, merge 'auto'. Every voice was resident before timing "
              "(cache misses during runs are listed). Baselines serve one request at a time, first come first "
-             "served, to the same clients. Absolute numbers drift on a shared CPU; the ratios are the result.", ""]
+             "served, to the same clients. Absolute numbers drift on a shared CPU; the ratios are the result."), ""]
     lines += findings(result, args)
     lines += ["## Target: many distinct voices in one batch", ""]
     for mode, t in target.items():
@@ -425,8 +425,8 @@ def report(result: dict, args) -> None:
     for vocode in (True, False):
         title = "with Griffin-Lim vocoding" if vocode else "acoustic model only (no vocoder)"
         lines += [f"## Throughput and latency against distinct voices in flight, {title}", "",
-                  "| voices N | batcher req/s | audio s/s | p50 ms | p99 ms | mean batch | paths | swap req/s | "
-                  "swap p50 ms | swap p99 ms | batcher / swap | vs N=1 |",
+                  ("| voices N | batcher req/s | audio s/s | p50 ms | p99 ms | mean batch | paths | swap req/s | "
+                  "swap p50 ms | swap p99 ms | batcher / swap | vs N=1 |"),
                   "|---|---|---|---|---|---|---|---|---|---|---|---|"]
         one = find(rows, "batcher", vocode, 1)
         for n_voices in args.voices:
@@ -459,45 +459,45 @@ def report(result: dict, args) -> None:
                   + (f" (engine RSS growth with {engine_row['in_use']} voices in use: "
                      f"{engine_row['rss_delta_bytes'] / MB:.1f} MB)" if engine_row else "") + ".", ""]
     lines += ["## Cold load of a voice", "",
-              f"{args.cold_loads} loads each, cycling over distinct voices; engine budget 0 bytes so every request is "
+              (f"{args.cold_loads} loads each, cycling over distinct voices; engine budget 0 bytes so every request is "
               "a miss (voice ready = inside `Engine.using`). Files were written moments before, so they are in the "
-              "OS page cache: this is checksum + parse + adding the adapter, not a cold disk read.", "",
+              "OS page cache: this is checksum + parse + adding the adapter, not a cold disk read."), "",
               "| step | p50 ms | p99 ms | mean ms | max ms |", "|---|---|---|---|---|"]
     for name, t in result["cold_load"].items():
         lines.append(f"| {name} | {t['p50_ms']:.1f} | {t['p99_ms']:.1f} | {t['mean_ms']:.1f} | {t['max_ms']:.1f} |")
     lines += ["", "## Resident memory against voices registered", "",
-              f"A fresh process: shipped base and engine loaded (RSS {mem['baseline_rss_bytes'] / MB:.0f} MB, base "
+              (f"A fresh process: shipped base and engine loaded (RSS {mem['baseline_rss_bytes'] / MB:.0f} MB, base "
               f"tensors {mem['base_model_bytes'] / MB:.1f} MB), then voices registered in a `VoiceStore` "
-              "(SQLite row + committed folder each; RSS after gc and malloc_trim). No voice is loaded by registering.",
-              "", "| voices registered | RSS MB | RSS growth MB | store on disk MB | if all were resident, adapter MB | "
-                  "register s |", "|---|---|---|---|---|---|"]
+              "(SQLite row + committed folder each; RSS after gc and malloc_trim). No voice is loaded by registering."),
+              "", ("| voices registered | RSS MB | RSS growth MB | store on disk MB | if all were resident, adapter MB | "
+                  "register s |"), "|---|---|---|---|---|---|"]
     for row in mem["registration"]:
         lines.append(f"| {row['registered']:,} | {row['rss_bytes'] / MB:.1f} | {row['rss_delta_bytes'] / MB:+.1f} | "
                      f"{row['store_disk_bytes'] / MB:.1f} | {row['adapters_if_all_resident_bytes'] / MB:.1f} | "
                      f"{row['register_seconds']:.1f} |")
-    lines += ["", f"Then k of the {mem['registration'][-1]['registered']:,} registered voices in use (loaded through "
-                  "`VoiceStore.get_voice` into the engine cache); growth from the RSS after registering:", "",
+    lines += ["", (f"Then k of the {mem['registration'][-1]['registered']:,} registered voices in use (loaded through "
+                  "`VoiceStore.get_voice` into the engine cache); growth from the RSS after registering:"), "",
               "| voices in use | engine resident_bytes MB | RSS growth MB | RSS growth / resident_bytes |",
               "|---|---|---|---|"]
     for row in mem["in_use"]:
         ratio = row["rss_delta_bytes"] / row["resident_bytes"] if row["resident_bytes"] else float("nan")
         lines.append(f"| {row['in_use']} | {row['resident_bytes'] / MB:.2f} | {row['rss_delta_bytes'] / MB:+.2f} | "
                      f"{ratio:.2f} |")
-    lines += ["", f"Per resident voice: {mem['adapter_bytes_per_voice'] / 1024:.0f} KiB of adapter tensors (what "
+    lines += ["", (f"Per resident voice: {mem['adapter_bytes_per_voice'] / 1024:.0f} KiB of adapter tensors (what "
                   f"`resident_bytes` counts) plus {mem['python_heap_bytes_per_voice'] / 1024:.0f} KiB of Python objects "
                   "(the adapter's module wrappers and dicts, by tracemalloc on loading the same voices again), which "
-                  "`resident_bytes` does not count."]
+                  "`resident_bytes` does not count.")]
     lines += ["", "## Caveats", "",
               "- Synthetic adapters with random values: speed and memory only; durations still follow the base "
               "(audio seconds per request, batcher vocoded: "
               + ", ".join(f"N={r['voices']}: {r['audio_s_per_request']:.2f}" for r in rows
                           if r["method"] == "batcher" and r["vocode"]) + ").",
-              "- One shared, loaded CPU; Python client threads and the batcher worker share the GIL. RSS includes "
-              "allocator slack; gc + malloc_trim before each reading narrows it, not to zero.",
-              "- Vocoding runs in the batcher's worker after each forward, so with Griffin-Lim it is most of "
-              "every batch's time and hides the adapter cost; the acoustic-only rows show the forward alone.",
-              "- Cold loads read page-cached files; a first read from a cold disk or an object store adds its "
-              "transfer time."]
+              ("- One shared, loaded CPU; Python client threads and the batcher worker share the GIL. RSS includes "
+              "allocator slack; gc + malloc_trim before each reading narrows it, not to zero."),
+              ("- Vocoding runs in the batcher's worker after each forward, so with Griffin-Lim it is most of "
+              "every batch's time and hides the adapter cost; the acoustic-only rows show the forward alone."),
+              ("- Cold loads read page-cached files; a first read from a cold disk or an object store adds its "
+              "transfer time.")]
     if any(r["errors"] for r in rows):
         lines.append("- Some requests failed: " + ", ".join(
             f"{r['method']} N={r['voices']}: {r['errors']}" for r in rows if r["errors"]))
