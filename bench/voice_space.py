@@ -51,6 +51,7 @@ def main() -> None:
     parser.add_argument("--space-steps", type=int, default=200)
     parser.add_argument("--space-minutes", type=float, default=1.0, help="audio of each corpus voice in the space")
     parser.add_argument("--fit-steps", type=int, default=150)
+    parser.add_argument("--redo-lora", action="store_true", help="adapt the LoRA voices again")
     parser.add_argument("--sentences", type=int, default=8)
     parser.add_argument("--references", type=int, default=10)
     parser.add_argument("--threads", type=int, default=2)
@@ -91,10 +92,15 @@ def main() -> None:
             bundle = load_bundle(DEFAULT_BASE)
             fitted = fit_voice(data, bundle, space, args.work / "voices" / f"{voice}-{minutes:g}-space",
                                steps=args.fit_steps, threads=args.threads, progress=False)
-            lora = adapt(data, load_bundle(DEFAULT_BASE), args.work / "voices" / f"{voice}-{minutes:g}-lora",
-                         AdaptConfig(method="lora+speaker", threads=args.threads, min_minutes=0.4), progress=False)
-            for kind, voice_dir, card in (("voice space", fitted.voice_dir, fitted.card),
-                                          ("lora+speaker", lora.voice_dir, lora.card)):
+            made = [("voice space", fitted.voice_dir, fitted.card)]
+            # The per-voice LoRA does not depend on the space: a result from an earlier run is kept.
+            if args.redo_lora or not any((r["voice"], r["minutes"], r["kind"]) == (voice, minutes, "lora+speaker")
+                                         for r in rows):
+                lora = adapt(data, load_bundle(DEFAULT_BASE), args.work / "voices" / f"{voice}-{minutes:g}-lora",
+                             AdaptConfig(method="lora+speaker", threads=args.threads, min_minutes=0.4),
+                             progress=False)
+                made.append(("lora+speaker", lora.voice_dir, lora.card))
+            for kind, voice_dir, card in made:
                 scores = judge(voice_dir, evaluation, references, judges)
                 rows = [r for r in rows if (r["voice"], r["minutes"], r["kind"]) != (voice, minutes, kind)]
                 rows.append({"voice": voice, "minutes": minutes, "data_minutes": card.data_minutes, "kind": kind,

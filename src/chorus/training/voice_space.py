@@ -53,7 +53,8 @@ class VoiceSpaceConfig:
     dim: int = 32
     steps: int = 300
     clips_per_voice: int = 1
-    learning_rate: float = 3e-3
+    learning_rate: float = 5e-4         # on the hypernetwork: each step moves every generated tensor
+                                        # by about lr x |z|_1, so it must be far below an adapter's own
     eval_every: int = 50
     min_minutes: float = 0.2           # each voice only places its vector; a little audio per voice is enough
     threads: int = 2
@@ -80,8 +81,9 @@ def train_voice_space(root: str | Path, bundle: ModelBundle, out: str | Path, co
     slot_of = slots_for(voices)
     space = VoiceSpace.from_bank(bank, config.dim, configs, bundle.weights_sha256)
     # Each voice's starting adapter (its closest base voice's speaker vector) is folded into the
-    # centers; z starts random so that every voice pulls the bases its own way from the first step.
-    z = nn.Parameter(torch.randn(len(names), config.dim))
+    # centers; z starts random (unit norm on average) so that every voice pulls the bases its own way
+    # from the first step.
+    z = nn.Parameter(torch.randn(len(names), config.dim) / config.dim ** 0.5)
     optimizer = torch.optim.AdamW([*space.parameters(), z], lr=config.learning_rate, weight_decay=0.0)
     sampler = ClipSampler(voices.train, config.clips_per_voice, config.seed)
 
