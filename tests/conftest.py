@@ -10,6 +10,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 from collections.abc import Callable
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -152,3 +153,47 @@ def new_voice_data(tmp_path_factory) -> Path:
     if shutil.which("espeak-ng") is None:
         pytest.skip("needs Debian espeak-ng")
     return espeak_voice(tmp_path_factory.mktemp("new_voice") / "f4", "f4", NEW_VOICE_SENTENCES)
+
+
+def random_voice(bundle, name: str, configs: list, folder: Path, seed: int, base_sha256: str | None = None) -> Path:
+    """A voice folder for ``bundle``'s base with random adapter values (so each voice sounds its own);
+    ``base_sha256`` overrides the base hash it claims (a voice "made for another base")."""
+    from chorus.adapters import adapter_state_dict, add_adapter, remove_adapter
+    from chorus.adapters.voice import VoiceCard, save_voice
+
+    add_adapter(bundle.model, name, configs)
+    torch.manual_seed(seed)
+    with torch.no_grad():
+        for value in adapter_state_dict(bundle.model, name).values():
+            value.add_(torch.randn_like(value) * 0.1)
+    card = VoiceCard(name=name, methods=[c.method for c in configs],
+                     base_model_sha256=bundle.weights_sha256 if base_sha256 is None else base_sha256)
+    path = save_voice(folder, bundle.model, name, configs, card)
+    remove_adapter(bundle.model, name)
+    return path
+
+
+@contextmanager
+def uvicorn_thread(app):
+    """``app`` served by uvicorn on a free loopback port in a thread; yields its base URL."""
+    import socket
+    import threading
+    import time
+
+    import uvicorn
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
+        time.sleep(0.05)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(15)

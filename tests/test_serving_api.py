@@ -9,7 +9,6 @@ from __future__ import annotations
 import io
 import json
 import shutil
-import socket
 import struct
 import threading
 import time
@@ -25,12 +24,11 @@ import torch
 
 pytest.importorskip("fastapi")
 pytest.importorskip("prometheus_client")
+from conftest import random_voice, uvicorn_thread  # noqa: E402
 from fastapi.testclient import TestClient  # noqa: E402
 
-from chorus.adapters import adapter_state_dict, add_adapter, remove_adapter  # noqa: E402
 from chorus.adapters.lora import LoraConfig  # noqa: E402
 from chorus.adapters.speaker import SpeakerConfig  # noqa: E402
-from chorus.adapters.voice import VoiceCard, save_voice  # noqa: E402
 from chorus.serving.api import ServerSettings, create_app, split_sentences  # noqa: E402
 from chorus.serving.engine import Engine  # noqa: E402
 from chorus.serving.jobs import (  # noqa: E402
@@ -72,16 +70,9 @@ def adapter_folders(tiny_base, tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("api_voices")
     folders = {}
     for k, name in enumerate(["ann", "bob", "other-ann", "alien"]):
-        configs = [LoraConfig(r=2), SpeakerConfig()]
-        add_adapter(bundle.model, name, configs)
-        torch.manual_seed(100 + k)
-        with torch.no_grad():
-            for value in adapter_state_dict(bundle.model, name).values():
-                value.add_(torch.randn_like(value) * 0.1)
-        base_sha = "0" * 64 if name == "alien" else bundle.weights_sha256   # alien: made for another base
-        card = VoiceCard(name=name, methods=[c.method for c in configs], base_model_sha256=base_sha)
-        folders[name] = save_voice(root / name, bundle.model, name, configs, card)
-        remove_adapter(bundle.model, name)
+        # alien: made for another base
+        folders[name] = random_voice(bundle, name, [LoraConfig(r=2), SpeakerConfig()], root / name, 100 + k,
+                                     base_sha256="0" * 64 if name == "alien" else None)
     return folders
 
 
@@ -485,23 +476,12 @@ def test_interrupted_jobs_resume_or_fail_on_restart(tiny_base, new_voice_data, t
 # -- a live server: the official OpenAI client, concurrent load, metrics -------------------------------
 @pytest.fixture(scope="module")
 def live_server(tiny_base, adapter_folders, tmp_path_factory):
-    uvicorn = pytest.importorskip("uvicorn")
+    pytest.importorskip("uvicorn")
     app, store = make_app(tiny_base, tmp_path_factory.mktemp("store_live"), KEYS)
     store.put_voice("acme", "ann", adapter_folders["ann"])
     store.put_voice("acme", "bob", adapter_folders["bob"])
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
-        time.sleep(0.05)
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(15)
+    with uvicorn_thread(app) as url:
+        yield url
 
 
 def test_official_openai_client(live_server):

@@ -12,18 +12,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from conftest import random_voice
 
 from chorus.adapters import (
     adapter_names,
     adapter_state_dict,
-    add_adapter,
-    remove_adapter,
 )
 from chorus.adapters.bitfit import BitFitConfig
 from chorus.adapters.lora import LoraConfig
 from chorus.adapters.residual import ResidualAdapterConfig
 from chorus.adapters.speaker import SpeakerConfig
-from chorus.adapters.voice import VoiceCard, save_voice
 from chorus.serving.batcher import (
     Batcher,
     ModelPerVoice,
@@ -56,15 +54,8 @@ def voices(tiny_base, tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("voices")
     folders = {}
     for k in range(8):
-        name, configs = f"v{k}", CONFIGS[k % 4]()
-        add_adapter(bundle.model, name, configs)
-        torch.manual_seed(k)
-        with torch.no_grad():
-            for value in adapter_state_dict(bundle.model, name).values():
-                value.add_(torch.randn_like(value) * 0.1)
-        card = VoiceCard(name=name, methods=[c.method for c in configs], base_model_sha256=bundle.weights_sha256)
-        folders[name] = save_voice(root / name, bundle.model, name, configs, card)
-        remove_adapter(bundle.model, name)
+        name = f"v{k}"
+        folders[name] = random_voice(bundle, name, CONFIGS[k % 4](), root / name, k)
     return folders
 
 

@@ -16,16 +16,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 import soundfile as sf
-import torch
 
 ray = pytest.importorskip("ray")
 serve = pytest.importorskip("ray.serve")
 requests = pytest.importorskip("requests")
 
-from chorus.adapters import adapter_state_dict, add_adapter, remove_adapter  # noqa: E402
+from conftest import random_voice  # noqa: E402
+
 from chorus.adapters.lora import LoraConfig  # noqa: E402
 from chorus.adapters.speaker import SpeakerConfig  # noqa: E402
-from chorus.adapters.voice import VoiceCard, save_voice  # noqa: E402
 from chorus.serving.api import ServerSettings, VoiceServer  # noqa: E402
 from chorus.serving.jobs import UploadLimits  # noqa: E402
 from chorus.serving.ray_app import (  # noqa: E402
@@ -53,15 +52,7 @@ def voice_folders(tiny_base, tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("ray_voices")
     folders = {}
     for k, name in enumerate(["ann", "bob"]):
-        configs = [LoraConfig(r=2), SpeakerConfig()]
-        add_adapter(bundle.model, name, configs)
-        torch.manual_seed(200 + k)
-        with torch.no_grad():
-            for value in adapter_state_dict(bundle.model, name).values():
-                value.add_(torch.randn_like(value) * 0.1)
-        card = VoiceCard(name=name, methods=[c.method for c in configs], base_model_sha256=bundle.weights_sha256)
-        folders[name] = save_voice(root / name, bundle.model, name, configs, card)
-        remove_adapter(bundle.model, name)
+        folders[name] = random_voice(bundle, name, [LoraConfig(r=2), SpeakerConfig()], root / name, 200 + k)
     return folders
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import threading
 import time
 import urllib.error
@@ -21,6 +20,8 @@ import torch
 
 pytest.importorskip("fastapi")
 pytest.importorskip("prometheus_client")
+
+from conftest import uvicorn_thread  # noqa: E402
 
 from chorus.serving.api import WEB_FILES, ServerSettings, create_app  # noqa: E402
 from chorus.serving.engine import Engine  # noqa: E402
@@ -54,7 +55,7 @@ def _one_thread():
 @pytest.fixture(scope="module")
 def live_server(tiny_base, tmp_path_factory):
     """A uvicorn server on a free loopback port, with one API key (so the page must send it)."""
-    uvicorn = pytest.importorskip("uvicorn")
+    pytest.importorskip("uvicorn")
     store = VoiceStore(str(tmp_path_factory.mktemp("store_web")))
     engine = Engine(load_base(tiny_base, "griffin-lim"), cache_bytes=1 << 20)
     app = create_app(store, engine, Tenants.from_pairs([(KEY, "acme")]), SETTINGS)
@@ -68,20 +69,9 @@ def live_server(tiny_base, tmp_path_factory):
         return prepare()
 
     runner.bundle_factory = held_bundle
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
-        time.sleep(0.05)
-    yield f"http://127.0.0.1:{port}", gate
-    gate.set()
-    server.should_exit = True
-    thread.join(15)
+    with uvicorn_thread(app) as url:
+        yield url, gate
+        gate.set()   # let a held job finish before the server stops
 
 
 @pytest.fixture(scope="module")

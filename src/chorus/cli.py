@@ -391,14 +391,19 @@ def serve(
         from chorus.serving.api import serve as run_server
     except ImportError as error:
         _fail(f"the server needs the serve extra ({error.name} is missing): pip install 'chorus-tts[serve]'")
-    from chorus.training.adapt import AdaptConfig
-
     with _user_errors():
-        adapt_config = AdaptConfig(method=adapt_method, steps=adapt_steps, threads=adapt_threads)
-        adapt_config.method_configs()
-        settings = ServerSettings(max_text_chars=max_text_chars, adapt=adapt_config)
+        settings = _server_settings(ServerSettings, adapt_method, adapt_steps, adapt_threads, max_text_chars)
         run_server(store, host=host, port=port, base=base, vocoder=vocoder, keys=keys, cache_mb=cache_mb,
                    settings=settings, announce=console.print)
+
+
+def _server_settings(settings_class, adapt_method: str, adapt_steps: int, adapt_threads: int, max_text_chars: int):
+    """Server settings from the command line; a bad onboarding method fails here, before the server starts."""
+    from chorus.training.adapt import AdaptConfig
+
+    adapt_config = AdaptConfig(method=adapt_method, steps=adapt_steps, threads=adapt_threads)
+    adapt_config.method_configs()
+    return settings_class(max_text_chars=max_text_chars, adapt=adapt_config)
 
 
 def _serve_ray(store, host, port, base, vocoder, keys, cache_mb, adapt_steps, adapt_method, adapt_threads,
@@ -409,12 +414,8 @@ def _serve_ray(store, host, port, base, vocoder, keys, cache_mb, adapt_steps, ad
         from chorus.serving.ray_app import serve_ray
     except ImportError as error:
         _fail(f"--ray needs the serve and ray extras ({error.name} is missing): pip install 'chorus-tts\\[serve,ray]'")
-    from chorus.training.adapt import AdaptConfig
-
     with _user_errors():
-        adapt_config = AdaptConfig(method=adapt_method, steps=adapt_steps, threads=adapt_threads)
-        adapt_config.method_configs()
-        settings = ServerSettings(max_text_chars=max_text_chars, adapt=adapt_config)
+        settings = _server_settings(ServerSettings, adapt_method, adapt_steps, adapt_threads, max_text_chars)
         serve_ray(store, host=host, port=port, base=base, vocoder=vocoder, keys=keys, cache_mb=cache_mb,
                   settings=settings, replicas=replicas, voices_per_replica=voices_per_replica,
                   announce=console.print)
