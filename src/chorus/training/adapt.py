@@ -43,7 +43,7 @@ from chorus.training.efficiency import (
     build_optimizer,
     cast_frozen_parameters,
 )
-from chorus.training.pretrain import _step_inputs, compute_losses
+from chorus.training.pretrain import compute_losses, step_inputs
 
 VOICE = "voice"   # adapter name while training; a voice folder is named by the user
 
@@ -160,7 +160,7 @@ def mel_loss(model: AcousticModel, cache: FeatureCache, indices: np.ndarray, max
     for positions in make_batches(cache.frames()[indices], max_frames, shuffle=False):
         batch = collate(cache, indices[positions])
         batch.speakers.fill_(speaker_id)
-        inputs = _step_inputs(model, batch)
+        inputs = step_inputs(model, batch)
         with autocast(precision, "cpu"):
             out = model(**inputs)
             total += float(compute_losses(model, out, inputs["mel"], batch.text_lengths)["mel"]) * len(positions)
@@ -169,11 +169,28 @@ def mel_loss(model: AcousticModel, cache: FeatureCache, indices: np.ndarray, max
     return total / max(count, 1)
 
 
-def closest_base_voice(model: AcousticModel, cache: FeatureCache, indices: np.ndarray, max_frames: int) -> int:
-    """The base speaker whose conditioning fits the new clips best (lowest mel loss): the starting
-    point of the voice's speaker vector."""
-    losses = [mel_loss(model, cache, indices, max_frames, speaker) for speaker in range(model.config.n_speakers)]
-    return int(np.argmin(losses))
+def closest_base_voices(model: AcousticModel, cache: FeatureCache, indices: np.ndarray,
+                        groups: np.ndarray | None = None) -> np.ndarray:
+    """The base speaker whose conditioning fits each new voice best (lowest teacher-forced mel L1,
+    averaged over that voice's clips): the voices' speaker-vector starting points.
+
+    ``groups[i]`` is the voice of clip ``indices[i]`` (default: every clip its own voice); returns one
+    base speaker index per group, in sorted group order. One forward per base speaker for all clips.
+    """
+    groups = np.arange(len(indices)) if groups is None else np.asarray(groups)
+    losses = np.zeros((model.config.n_speakers, len(indices)))
+    was_training = model.training
+    model.eval()
+    batch = collate(cache, indices)
+    with torch.no_grad():
+        for speaker in range(model.config.n_speakers):
+            batch.speakers.fill_(speaker)
+            inputs = step_inputs(model, batch)
+            out = model(**inputs)
+            error = ((out.mel - inputs["mel"]).abs().mean(-1) * out.frame_mask).sum(-1) / out.frame_mask.sum(-1)
+            losses[speaker] = error.numpy()
+    model.train(was_training)
+    return np.array([losses[:, groups == group].mean(1).argmin() for group in np.unique(groups)])
 
 
 def prepare_for_training(model: AcousticModel, config: AdaptConfig) -> list[torch.nn.Parameter]:
@@ -227,7 +244,7 @@ def adapt(data: str | Path, bundle: ModelBundle, out: str | Path, config: AdaptC
     copied = full or config.memory.frozen_dtype == "bf16"
     model = copy.deepcopy(bundle.model) if copied else bundle.model
     apply_memory_options(model, config.memory)
-    start_voice = closest_base_voice(model, cache, train_indices[:16], config.max_frames)
+    start_voice = int(closest_base_voices(model, cache, train_indices[:16], np.zeros(len(train_indices[:16])))[0])
     trainable = prepare_for_training(model, config)   # a target that matches nothing fails here
     if config.memory.frozen_dtype == "bf16":
         cast_frozen_parameters(model, torch.bfloat16)
@@ -252,7 +269,7 @@ def adapt(data: str | Path, bundle: ModelBundle, out: str | Path, config: AdaptC
             for positions in make_batches(cache.frames()[train_indices], config.max_frames, seed=config.seed + epoch):
                 batch = collate(cache, train_indices[positions])
                 batch.speakers.zero_()
-                inputs = _step_inputs(model, batch)
+                inputs = step_inputs(model, batch)
                 with autocast(config.memory.precision, "cpu"):
                     losses = compute_losses(model, model(**inputs), inputs["mel"], batch.text_lengths)
                 optimizer.zero_grad(set_to_none=True)

@@ -33,10 +33,15 @@ from chorus.data.batching import collate
 from chorus.data.features import FeatureCache, build_feature_cache
 from chorus.data.formats import Utterance
 from chorus.models.acoustic import AcousticModel, AcousticOutput
-from chorus.training.adapt import AdaptConfig, check_adaptation_data, split_held_out
+from chorus.training.adapt import (
+    AdaptConfig,
+    check_adaptation_data,
+    closest_base_voices,
+    split_held_out,
+)
 from chorus.training.checkpoint import ModelBundle
 from chorus.training.efficiency import build_optimizer
-from chorus.training.pretrain import _step_inputs, compute_losses
+from chorus.training.pretrain import compute_losses, step_inputs
 
 
 @dataclass
@@ -90,22 +95,6 @@ def speaker_folders(root: str | Path) -> list[Path]:
     return folders
 
 
-def closest_base_voices(model: AcousticModel, cache: FeatureCache, indices: np.ndarray) -> np.ndarray:
-    """For each utterance in ``indices`` (one per voice), the base speaker whose conditioning fits it
-    best (lowest teacher-forced mel L1): the voices' speaker-vector starting points."""
-    losses = np.zeros((model.config.n_speakers, len(indices)))
-    model.eval()
-    batch = collate(cache, indices)
-    with torch.no_grad():
-        for speaker in range(model.config.n_speakers):
-            batch.speakers.fill_(speaker)
-            inputs = _step_inputs(model, batch)
-            out = model(**inputs)
-            error = ((out.mel - inputs["mel"]).abs().mean(-1) * out.frame_mask).sum(-1) / out.frame_mask.sum(-1)
-            losses[speaker] = error.numpy()
-    return losses.argmin(0)
-
-
 def _rows(out: AcousticOutput, rows: torch.Tensor) -> AcousticOutput:
     values = {name: (value[rows] if torch.is_tensor(value) else value) for name, value in vars(out).items()}
     return AcousticOutput(**values)
@@ -128,7 +117,7 @@ def _validation(model, bank, cache, val_indices: dict[int, np.ndarray], slot_of:
     indices = np.concatenate(list(val_indices.values()))
     batch = collate(cache, indices)
     speakers = torch.from_numpy(cache.speakers[indices])
-    inputs = _step_inputs(model, batch)
+    inputs = step_inputs(model, batch)
     with banked(model, bank, slot_of[speakers]):
         out = model(**inputs)
     losses = per_voice_losses(model, out, inputs["mel"], batch.text_lengths, speakers)
@@ -230,7 +219,7 @@ def banked_step(model: AcousticModel, bank, cache: FeatureCache, chosen: np.ndar
     space generating the bank's tensors). Returns the mean over voices of their mel L1."""
     batch = collate(cache, chosen)
     voice_index = slot_of[torch.from_numpy(cache.speakers[chosen])]
-    inputs = _step_inputs(model, batch)
+    inputs = step_inputs(model, batch)
     # Backward inside the block too: checkpointed layers read the routing again.
     with around(), banked(model, bank, voice_index):
         losses = per_voice_losses(model, model(**inputs), inputs["mel"], batch.text_lengths, voice_index)

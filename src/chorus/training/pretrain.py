@@ -10,8 +10,8 @@ import csv
 import math
 import os
 import time
-from datetime import timedelta
 from dataclasses import asdict, dataclass, field
+from datetime import timedelta
 from pathlib import Path
 
 import numpy as np
@@ -21,13 +21,20 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
 from chorus.audio.mel import MelConfig
 from chorus.data.batching import Batch, collate, make_batches
-from chorus.data.features import FeatureCache, build_feature_cache
 from chorus.data.check import check_dataset
+from chorus.data.features import FeatureCache, build_feature_cache
 from chorus.models.acoustic import AcousticModel, AcousticOutput, build_model
 from chorus.models.config import AcousticConfig
 from chorus.text import TextFrontEnd
-from chorus.training.checkpoint import (ModelBundle, load_bundle, load_training_state, pack_optimizer,
-                                        recover_interrupted_write, save_bundle, unpack_optimizer)
+from chorus.training.checkpoint import (
+    ModelBundle,
+    load_bundle,
+    load_training_state,
+    pack_optimizer,
+    recover_interrupted_write,
+    save_bundle,
+    unpack_optimizer,
+)
 
 
 @dataclass
@@ -176,7 +183,8 @@ def frame_energy(normalized_mel: torch.Tensor) -> torch.Tensor:
     return normalized_mel.mean(-1)
 
 
-def _step_inputs(model: AcousticModel, batch: Batch) -> dict:
+def step_inputs(model: AcousticModel, batch: Batch) -> dict:
+    """Keyword arguments of ``model(...)`` for a batch: normalized mel, pitch and energy targets."""
     mel = model.normalize_mel(batch.mel)
     pitch = None
     if model.pitch is not None:
@@ -197,7 +205,7 @@ def evaluate(model: AcousticModel, cache: FeatureCache, indices: np.ndarray, dev
     batches = make_batches(cache.frames()[indices], max_frames, shuffle=False)
     for batch_positions in batches:
         batch = collate(cache, indices[batch_positions]).to(device)
-        inputs = _step_inputs(model, batch)
+        inputs = step_inputs(model, batch)
         losses = compute_losses(model, model(**inputs, alignment_prior_weight=prior_weight), inputs["mel"],
                                 batch.text_lengths)
         for name, value in losses.items():
@@ -353,7 +361,7 @@ def pretrain(config: PretrainConfig, *, progress: bool = True) -> Path:
                 batch = collate(cache, train_indices[positions]).to(device)
                 for group in optimizer.param_groups:
                     group["lr"] = learning_rate_at(step + 1, config)
-                inputs = _step_inputs(model, batch)
+                inputs = step_inputs(model, batch)
                 prior_weight = alignment_prior_weight(step, config)
                 losses = compute_losses(model, trained(**inputs, alignment_prior_weight=prior_weight), inputs["mel"],
                                         batch.text_lengths)

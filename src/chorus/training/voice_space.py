@@ -40,7 +40,7 @@ from chorus.training.adapt_many import (
     slots_for,
 )
 from chorus.training.checkpoint import ModelBundle
-from chorus.training.pretrain import _step_inputs
+from chorus.training.pretrain import step_inputs
 
 FITTED = "voice"   # adapter name of the voice being fitted
 
@@ -180,7 +180,7 @@ def fit_voice(data: str | Path, bundle: ModelBundle, space: VoiceSpace, out: str
 
     def loss_on(indices: np.ndarray, grad: bool) -> torch.Tensor:
         batch = collate(cache, indices)
-        inputs = _step_inputs(model, batch)
+        inputs = step_inputs(model, batch)
         index = torch.zeros(len(indices), dtype=torch.long)
         with torch.set_grad_enabled(grad), generated(bank, space.generate(z.view(1, -1))), \
                 banked(model, bank, index):
