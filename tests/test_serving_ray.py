@@ -157,22 +157,32 @@ def test_ray_serve_routes_voices_to_replicas_holding_them(ray_cluster, tiny_base
     listed = {v["id"] for v in requests.get(f"{url}/v1/voices", timeout=30).json()["data"]}
     assert {"m3", "ann", "bob"} <= listed
 
-    # Multiplexing: a voice goes to a replica that holds it, which does not load it again. Each adapted
-    # voice was asked for 3-4 times above and loaded once in the whole cluster.
+    # Multiplexing: a voice goes to a replica that holds it, which does not load it again. The HTTP
+    # requests above loaded each adapted voice on one replica, or on both when a request came before
+    # Ray's routers heard of the first load (replicas report what they hold asynchronously, so routing
+    # is best effort until then). Once they have heard, requests for the voice load nothing anywhere.
     handle = serve.get_deployment_handle(VOICES_DEPLOYMENT, app_name=APP)
-    stats = replica_stats(handle, 2)
-    for name in ["ann", "bob"]:
-        assert sum(s["loads"].get(keys[name], 0) for s in stats.values()) == 1, stats
+
+    def cluster_loads(key: str) -> int:
+        return sum(s["loads"].get(key, 0) for s in replica_stats(handle, 2).values())
+
     for name in ["ann", "bob"]:
         key = keys[name]
-        results = [handle.options(multiplexed_model_id=key).synthesize.remote("Hi.", key, 1.0).result(timeout_s=60)
-                   for _ in range(2)]
+        assert 1 <= cluster_loads(key) <= 2
+        for _ in range(10):   # a few seconds for the replicas' reports to reach the routers
+            before = cluster_loads(key)
+            results = [handle.options(multiplexed_model_id=key).synthesize.remote("Hi.", key, 1.0)
+                       .result(timeout_s=60) for _ in range(3)]
+            if cluster_loads(key) == before:
+                break
+            time.sleep(0.5)
+        else:
+            raise AssertionError(f"requests for {name} kept loading it: {replica_stats(handle, 2)}")
         assert all(isinstance(r, RemoteResult) and r.audio.size > 0 and r.speaker == key for r in results), results
-        assert results[0].replica == results[1].replica
-        assert [r.voice_loads for r in results] == [1, 1]      # loaded once, by the HTTP requests above
-        stats = handle.options(multiplexed_model_id=key).voice_stats.remote().result(timeout_s=60)
-        assert stats["replica"] == results[0].replica and stats["loads"][key] == 1
-        assert key in stats["held"] and key in stats["resident"]
+        assert all(r.voice_loads == 1 for r in results)   # each replica that served it had loaded it once
+        for replica in {r.replica for r in results}:
+            stats = replica_stats(handle, 2)[replica]
+            assert stats["loads"][key] == 1 and key in stats["held"] and key in stats["resident"], stats
     # An adapted voice asked for without its model id is refused rather than loaded behind Ray's back.
     unrouted = handle.synthesize.remote("Hi.", keys["ann"], 1.0).result(timeout_s=60)
     assert isinstance(unrouted, ValueError) and "multiplexed_model_id" in str(unrouted)

@@ -6,6 +6,7 @@ skipped when either is missing. Leaves a screenshot at ``/tmp/chorus-web.png``."
 
 from __future__ import annotations
 
+import faulthandler
 import json
 import os
 import shutil
@@ -189,6 +190,11 @@ def test_web_page_speaks_and_onboards_a_voice(live_server, browser, new_voice_da
         if page.locator("#job").get_attribute("data-status") in ("done", "failed"):
             break
         time.sleep(0.05)
+    if not shown[-1][1].startswith("Done"):   # say where it stuck: the server's view and every thread
+        faulthandler.dump_traceback(all_threads=True)
+        server_view = fetch(f"{live_server}/v1/jobs/{job['id']}", {"Authorization": f"Bearer {KEY}"})
+        pytest.fail(f"the page showed {shown[-5:]}; the server says {server_view[0]} {server_view[2][:300]!r}; "
+                    f"page errors {problems}; onboard error {page.locator('#onboard-error').inner_text()!r}")
     assert shown[-1][0] == 1.0 and shown[-1][1].startswith("Done: voice fiona-four is ready"), shown[-1]
     assert any(text.startswith("Training (2%): checking the clips") for _, text in shown), shown
     values = [value for value, text in shown if not text.startswith("Uploading")]

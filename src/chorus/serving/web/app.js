@@ -6,6 +6,7 @@
   const KEY_STORAGE = "chorus.apiKey";
   const JOB_STORAGE = "chorus.job";
   const POLL_MS = 500;
+  const POLL_TIMEOUT_MS = 10000;   // a job poll with no answer by then is retried
   const FINAL = new Set(["done", "failed"]);
   const $ = (id) => document.getElementById(id);
 
@@ -287,24 +288,32 @@
     storage("set", JOB_STORAGE, job.id);
     render(job);
     let failures = 0;
+    // A poll that fails for any reason (no answer within POLL_TIMEOUT_MS, a dropped connection, a 5xx
+    // or 429, an unreadable body) is retried with back-off; only the server refusing the job to us (any
+    // other 4xx) ends the watch. A hung request must never freeze the status line.
+    const retry = (reason) => {
+      failures += 1;
+      jobStatus.textContent = `Lost contact with the server; retrying… (${reason})`;
+      pollTimer = setTimeout(poll, Math.min(10000, POLL_MS * 2 ** failures));
+    };
     const poll = async () => {
       pollTimer = null;
-      let response;
+      let current;
       try {
-        response = await fetch(`v1/jobs/${encodeURIComponent(job.id)}`, { headers: authHeaders(), cache: "no-store" });
+        const response = await fetch(`v1/jobs/${encodeURIComponent(job.id)}`, {
+          headers: authHeaders(), cache: "no-store", signal: AbortSignal.timeout(POLL_TIMEOUT_MS) });
+        if (response.status >= 400 && response.status < 500 && ![408, 429].includes(response.status)) {
+          storage("remove", JOB_STORAGE);
+          show(onboardError, `Could not follow job ${job.id}: ${await errorMessage(response)}`);
+          return;
+        }
+        if (!response.ok) throw new Error(`${response.status} ${response.statusText || "error"}`);
+        current = await response.json();
       } catch (error) {
-        failures += 1;
-        jobStatus.textContent = `Lost contact with the server; retrying… (${error.message})`;
-        pollTimer = setTimeout(poll, Math.min(10000, POLL_MS * 2 ** failures));
-        return;
-      }
-      if (!response.ok) {
-        storage("remove", JOB_STORAGE);
-        show(onboardError, `Could not follow job ${job.id}: ${await errorMessage(response)}`);
+        retry(error.message);
         return;
       }
       failures = 0;
-      const current = await response.json();
       render(current);
       if (!FINAL.has(current.status)) {
         pollTimer = setTimeout(poll, POLL_MS);
