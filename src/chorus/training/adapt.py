@@ -17,7 +17,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from chorus.adapters import (
     FULL_FINE_TUNING,
@@ -44,6 +43,7 @@ from chorus.training.efficiency import (
     cast_frozen_parameters,
 )
 from chorus.training.pretrain import compute_losses, step_inputs
+from chorus.training.progress import step_progress
 
 VOICE = "voice"   # adapter name while training; a voice folder is named by the user
 
@@ -261,9 +261,7 @@ def adapt(data: str | Path, bundle: ModelBundle, out: str | Path, config: AdaptC
     started = time.perf_counter()
     step, stale, epoch, running = 0, 0, 0, []
     model.train()
-    columns = [TextColumn(f"[bold]adapt ({config.method})"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-               TextColumn("{task.fields[status]}"), TimeElapsedColumn()]
-    with Progress(*columns, disable=not progress) as bar:
+    with step_progress(f"adapt ({config.method})", progress) as bar:
         task = bar.add_task("steps", total=config.steps, status="")
         while step < config.steps and stale < config.patience:
             for positions in make_batches(cache.frames()[train_indices], config.max_frames, seed=config.seed + epoch):

@@ -20,7 +20,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from chorus.adapters import add_adapter
 from chorus.adapters.bank import banked, pack_bank
@@ -42,6 +41,7 @@ from chorus.training.adapt import (
 from chorus.training.checkpoint import ModelBundle
 from chorus.training.efficiency import build_optimizer
 from chorus.training.pretrain import compute_losses, step_inputs
+from chorus.training.progress import step_progress
 
 
 @dataclass
@@ -256,9 +256,7 @@ def adapt_many(root: str | Path, bundle: ModelBundle, out: str | Path, config: M
     sampler = ClipSampler(train_indices, config.clips_per_voice, config.seed)
     started = time.perf_counter()
     model.train()
-    columns = [TextColumn(f"[bold]adapt-many ({len(train_indices)} voices)"), BarColumn(),
-               TextColumn("{task.completed}/{task.total}"), TextColumn("{task.fields[status]}"), TimeElapsedColumn()]
-    with Progress(*columns, disable=not progress) as bar:
+    with step_progress(f"adapt-many ({len(train_indices)} voices)", progress) as bar:
         task = bar.add_task("steps", total=config.steps, status="")
         for step in range(1, config.steps + 1):
             mean_mel = banked_step(model, bank, cache, sampler.next_batch(), slot_of, optimizer)

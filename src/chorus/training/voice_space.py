@@ -18,7 +18,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from torch import nn
 
 from chorus.adapters import add_adapter, load_adapter_state_dict, remove_adapter
@@ -41,6 +40,7 @@ from chorus.training.adapt_many import (
 )
 from chorus.training.checkpoint import ModelBundle
 from chorus.training.pretrain import step_inputs
+from chorus.training.progress import step_progress
 
 FITTED = "voice"   # adapter name of the voice being fitted
 
@@ -94,9 +94,7 @@ def train_voice_space(root: str | Path, bundle: ModelBundle, out: str | Path, co
     history = [{"step": 0, "val_mel": validate()}]
     best = (history[0]["val_mel"], _copy(space, z))
     model.train()
-    columns = [TextColumn(f"[bold]voice space ({len(names)} voices, dim {config.dim})"), BarColumn(),
-               TextColumn("{task.completed}/{task.total}"), TextColumn("{task.fields[status]}"), TimeElapsedColumn()]
-    with Progress(*columns, disable=not progress) as bar:
+    with step_progress(f"voice space ({len(names)} voices, dim {config.dim})", progress) as bar:
         task = bar.add_task("steps", total=config.steps, status="")
         for step in range(1, config.steps + 1):
             mean_mel = banked_step(model, bank, voices.cache, sampler.next_batch(), slot_of, optimizer,
@@ -195,15 +193,15 @@ def fit_voice(data: str | Path, bundle: ModelBundle, space: VoiceSpace, out: str
     best, stale = (history[0]["val_mel"], z.detach().clone()), 0
     started = time.perf_counter()
     model.train()
-    with Progress(TextColumn("[bold]fit voice vector"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                  TimeElapsedColumn(), disable=not progress) as bar:
-        task = bar.add_task("steps", total=steps)
+    with step_progress("fit voice vector", progress) as bar:
+        task = bar.add_task("steps", total=steps, status="")
         for step in range(1, steps + 1):
             loss_on(rng.choice(train, size=min(8, len(train)), replace=False), grad=True)
             optimizer.step()
             bar.update(task, completed=step)
             if step % eval_every == 0 or step == steps:
                 history.append({"step": step, "val_mel": float(loss_on(val, grad=False))})
+                bar.update(task, status=f"held-out mel {history[-1]['val_mel']:.3f}")
                 if history[-1]["val_mel"] < best[0]:
                     best, stale = (history[-1]["val_mel"], z.detach().clone()), 0
                 else:
