@@ -111,7 +111,7 @@ def adapter_parameter(layer, name: str, key: str):
     """The name-keyed parameter behind an adapter_state key (``lora_A.weight``, ``prefix_key``)."""
     attribute, _, rest = key.partition(".")
     entry = getattr(layer, attribute)[name]
-    return entry.get_parameter(rest) if rest else entry
+    return entry[rest] if rest else entry
 
 
 def region(tensor):

@@ -11,7 +11,13 @@ import pytest
 import soundfile as sf
 import soxr
 
-from chorus.data.check import PROBLEM_KINDS, CheckConfig, DatasetReport, check_dataset, data_check_command
+from chorus.data.check import (
+    PROBLEM_KINDS,
+    CheckConfig,
+    DatasetReport,
+    check_dataset,
+    data_check_command,
+)
 from chorus.text import TextFrontEnd
 
 SENTENCE = "Printing, in the only sense with which we are at present concerned, differs from most arts."

@@ -14,13 +14,30 @@ import soundfile as sf
 import torch
 
 from chorus.audio.io import SAMPLE_RATE, load_audio
-from chorus.evaluation.asr import (WhisperJudge, char_error_rate, corpus_word_error_rate, normalize_for_scoring,
-                                   word_error_rate, word_errors)
+from chorus.evaluation.asr import (
+    WhisperJudge,
+    char_error_rate,
+    corpus_word_error_rate,
+    normalize_for_scoring,
+    word_error_rate,
+    word_errors,
+)
 from chorus.evaluation.features import analyse_pair, dtw_path
 from chorus.evaluation.mcd import mel_cepstral_distortion
 from chorus.evaluation.pitch import pitch_errors
-from chorus.evaluation.rate import count_phonemes, real_time_factor, speaking_rate, speech_duration
-from chorus.evaluation.report import EvalItem, EvaluationError, Judges, eval_command, evaluate_pairs
+from chorus.evaluation.rate import (
+    count_phonemes,
+    real_time_factor,
+    speaking_rate,
+    speech_duration,
+)
+from chorus.evaluation.report import (
+    EvalItem,
+    EvaluationError,
+    Judges,
+    eval_command,
+    evaluate_pairs,
+)
 from chorus.evaluation.similarity import SpeakerJudge, cosine_similarity
 
 torch.set_num_threads(1)  # the encoder shares 2 cores with other work; 1 thread is also the fastest here

@@ -8,12 +8,22 @@ import json
 import pytest
 import torch
 
-from chorus.models.acoustic import AcousticModel, build_model, count_parameters, lengths_to_mask
+from chorus.audio.mel import MelConfig
+from chorus.models.acoustic import (
+    AcousticModel,
+    build_model,
+    count_parameters,
+    lengths_to_mask,
+)
 from chorus.models.alignment import durations_to_path, monotonic_alignment_search
 from chorus.models.config import AcousticConfig
 from chorus.text import TextFrontEnd
-from chorus.audio.mel import MelConfig
-from chorus.training.checkpoint import CheckpointError, ModelBundle, load_bundle, save_bundle
+from chorus.training.checkpoint import (
+    CheckpointError,
+    ModelBundle,
+    load_bundle,
+    save_bundle,
+)
 
 TINY = dict(n_symbols=40, n_speakers=3, d_model=32, n_heads=2, encoder_layers=1, decoder_layers=1,
             ff_hidden=48, predictor_hidden=16, speaker_dim=8)

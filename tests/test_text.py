@@ -7,7 +7,13 @@ import warnings
 
 import pytest
 
-from chorus.text import SymbolTable, TextFrontEnd, UnknownCharacterWarning, normalize_text, phonemize
+from chorus.text import (
+    SymbolTable,
+    TextFrontEnd,
+    UnknownCharacterWarning,
+    normalize_text,
+    phonemize,
+)
 
 
 @pytest.mark.parametrize("raw, spoken", [

@@ -1,8 +1,10 @@
 """LoRA (Hu et al., 2021): a low-rank update ``W + (alpha / r) * B @ A`` learned beside frozen weights.
 
-Tensors are laid out exactly as PEFT lays them out (``lora_A``/``lora_B`` sub-layers for Linear and
-Conv1d, ``lora_embedding_A``/``lora_embedding_B`` parameters for Embedding; A random, B zero, so a
-fresh adapter is a no-op), which is what lets PEFT and Chorus load each other's LoRA files.
+Tensors are laid out exactly as PEFT lays them out (``lora_A.weight``/``lora_B.weight``, the weights
+of PEFT's ``lora_A``/``lora_B`` sub-layers, for Linear and Conv1d; ``lora_embedding_A``/``lora_embedding_B``
+for Embedding; A random, B zero, so a fresh adapter is a no-op), which is what lets PEFT and Chorus
+load each other's LoRA files. Chorus keeps them as parameters (:class:`AdapterTensors`) and applies
+them functionally, not as a sub-layer per voice, so resident voices cost little Python heap.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from chorus.adapters.layer import AdapterLayer, innermost
+from chorus.adapters.layer import AdapterLayer, AdapterTensors, innermost
 from chorus.adapters.registry import Method, MethodConfig, register
 
 # Query, value and output projections of every attention (the LoRA paper found query and value
@@ -89,28 +91,47 @@ class _LoraLayer(AdapterLayer):
 
 
 class _LoraSublayers(_LoraLayer):
-    """LoRA whose A and B are layers of their own (Linear and Conv1d): output = base(x) + B(A(x)) * scale."""
+    """LoRA whose A and B are the weights of layers in PEFT (Linear and Conv1d), applied here as those
+    layers would apply them: output = base(x) + B(A(x)) * scale."""
 
     adapter_attributes = ("lora_A", "lora_B")
 
     def __init__(self, base_layer: nn.Module):
         super().__init__(base_layer)
-        self.lora_A = nn.ModuleDict()
-        self.lora_B = nn.ModuleDict()
+        self.lora_A = AdapterTensors("weight")
+        self.lora_B = AdapterTensors("weight")
+
+    def _create(self, name, r, device, dtype):
+        """A random as PEFT initializes it (``nn.Linear``/``nn.Conv1d``'s kaiming uniform), B zero."""
+        shape_a, shape_b = self._shapes(r)
+        a = torch.empty(shape_a, device=device, dtype=dtype)
+        nn.init.kaiming_uniform_(a, a=math.sqrt(5))
+        self.lora_A[name] = {"weight": a}
+        self.lora_B[name] = {"weight": torch.zeros(shape_b, device=device, dtype=dtype)}
+
+    def _shapes(self, r: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """(A's shape, B's shape) at rank ``r``."""
+        raise NotImplementedError
+
+    def _low_rank_update(self, name: str, x: torch.Tensor) -> torch.Tensor:
+        """B(A(x)) of adapter ``name``, unscaled; the base layer's output shape."""
+        raise NotImplementedError
 
     def forward_with(self, name, x, *args, **kwargs):
         """x ``[..., in]`` (Linear) or ``[batch, in, time]`` (Conv1d) -> the base layer's output shape."""
-        return self.base_layer(x, *args, **kwargs) + self.lora_B[name](self.lora_A[name](x)) * self.scaling[name]
+        return self.base_layer(x, *args, **kwargs) + self._low_rank_update(name, x) * self.scaling[name]
 
 
 class LoraLinear(_LoraSublayers):
+    """A ``[r, in]``, B ``[out, r]``."""
 
-    def _create(self, name, r, device, dtype):
+    def _shapes(self, r):
         base = innermost(self)
-        self.lora_A[name] = nn.Linear(base.in_features, r, bias=False, device=device, dtype=dtype)
-        self.lora_B[name] = nn.Linear(r, base.out_features, bias=False, device=device, dtype=dtype)
-        nn.init.kaiming_uniform_(self.lora_A[name].weight, a=math.sqrt(5))
-        nn.init.zeros_(self.lora_B[name].weight)
+        return (r, base.in_features), (base.out_features, r)
+
+    def _low_rank_update(self, name, x):
+        """x ``[..., in]`` -> ``[..., out]``."""
+        return F.linear(F.linear(x, self.lora_A[name]["weight"]), self.lora_B[name]["weight"])
 
     def forward_bank(self, x, *args, **kwargs):
         """x ``[batch, ..., in]`` -> ``[batch, ..., out]``: per sample ``x A[v]^T B[v]^T * scaling[v]``."""
@@ -122,21 +143,24 @@ class LoraLinear(_LoraSublayers):
         return torch.baddbmm(y.reshape(batch, -1, y.shape[-1]), low, b.transpose(1, 2)).view(y.shape)
 
     def delta_weight(self, name):
-        return self.lora_B[name].weight @ self.lora_A[name].weight * self.scaling[name]
+        return self.lora_B[name]["weight"] @ self.lora_A[name]["weight"] * self.scaling[name]
 
 
 class LoraConv1d(_LoraSublayers):
-    """A is a convolution with the base layer's kernel; B mixes channels (kernel 1), as in PEFT."""
+    """A ``[r, in, kernel]`` is a convolution with the base layer's kernel, stride, padding and
+    dilation; B ``[out, r, 1]`` mixes channels (kernel 1), as in PEFT."""
 
-    def _create(self, name, r, device, dtype):
+    def _shapes(self, r):
         base = innermost(self)
         if base.groups != 1:
             raise TypeError("LoRA supports Conv1d with groups=1 only")
-        self.lora_A[name] = nn.Conv1d(base.in_channels, r, base.kernel_size, base.stride, base.padding,
-                                      base.dilation, bias=False, device=device, dtype=dtype)
-        self.lora_B[name] = nn.Conv1d(r, base.out_channels, 1, bias=False, device=device, dtype=dtype)
-        nn.init.kaiming_uniform_(self.lora_A[name].weight, a=math.sqrt(5))
-        nn.init.zeros_(self.lora_B[name].weight)
+        return (r, base.in_channels, *base.kernel_size), (base.out_channels, r, 1)
+
+    def _low_rank_update(self, name, x):
+        """x ``[batch, in, time]`` -> ``[batch, out, time']``."""
+        base = innermost(self)
+        low = F.conv1d(x, self.lora_A[name]["weight"], None, base.stride, base.padding, base.dilation)
+        return F.conv1d(low, self.lora_B[name]["weight"])
 
     def forward_bank(self, x, *args, **kwargs):
         """x ``[batch, in, time]`` -> ``[batch, out, time']``. Each sample's A is the kernel of its own
@@ -153,7 +177,7 @@ class LoraConv1d(_LoraSublayers):
 
     def delta_weight(self, name):
         # [out, r, 1] composed with [r, in, k] -> [out, in, k]
-        return torch.einsum("or,rik->oik", self.lora_B[name].weight[:, :, 0], self.lora_A[name].weight) \
+        return torch.einsum("or,rik->oik", self.lora_B[name]["weight"][:, :, 0], self.lora_A[name]["weight"]) \
             * self.scaling[name]
 
 

@@ -2,16 +2,22 @@
 
 Placed after attention and feed-forward blocks of the encoder and decoder and inside the variance
 predictors. ``up`` starts at zero, so a fresh adapter is a no-op. Nonlinear, so never merged.
+
+Each adapter's ``down`` and ``up`` are the weight and bias of a Linear (``adapter_down.weight``,
+``adapter_down.bias`` ...), kept as parameters (:class:`AdapterTensors`) and applied with
+``F.linear`` rather than as two layers per voice, so resident voices cost little Python heap.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
-from chorus.adapters.layer import AdapterLayer, innermost
+from chorus.adapters.layer import AdapterLayer, AdapterTensors, innermost
 from chorus.adapters.registry import Method, MethodConfig, register
 from chorus.models.acoustic import ConvFeedForward, MultiHeadAttention
 
@@ -47,29 +53,40 @@ def output_features(layer: nn.Module) -> tuple[int, int]:
 
 
 class ResidualAdapter(AdapterLayer):
+    """Per adapter: down weight ``[bottleneck, features]`` and bias ``[bottleneck]``, up weight
+    ``[features, bottleneck]`` and bias ``[features]``."""
+
     method = "residual"
     adapter_attributes = ("adapter_down", "adapter_up")
 
     def __init__(self, base_layer: nn.Module):
         super().__init__(base_layer)
-        self.adapter_down = nn.ModuleDict()
-        self.adapter_up = nn.ModuleDict()
+        self.adapter_down = AdapterTensors("weight", "bias")
+        self.adapter_up = AdapterTensors("weight", "bias")
         self.features, self.axis = output_features(innermost(base_layer))
 
     def add(self, name: str, config: ResidualAdapterConfig) -> None:
         self.configs[name] = config
         reference = next(innermost(self).parameters())
         kwargs = dict(device=reference.device, dtype=reference.dtype)
-        self.adapter_down[name] = nn.Linear(self.features, config.bottleneck, **kwargs)
-        self.adapter_up[name] = nn.Linear(config.bottleneck, self.features, **kwargs)
-        nn.init.zeros_(self.adapter_up[name].weight)
-        nn.init.zeros_(self.adapter_up[name].bias)
+        # down as nn.Linear initializes itself (weight kaiming uniform, bias uniform within
+        # 1/sqrt(features)); up zero, so a fresh adapter is a no-op.
+        down_weight = torch.empty(config.bottleneck, self.features, **kwargs)
+        down_bias = torch.empty(config.bottleneck, **kwargs)
+        nn.init.kaiming_uniform_(down_weight, a=math.sqrt(5))
+        bound = 1 / math.sqrt(self.features)
+        nn.init.uniform_(down_bias, -bound, bound)
+        self.adapter_down[name] = {"weight": down_weight, "bias": down_bias}
+        self.adapter_up[name] = {"weight": torch.zeros(self.features, config.bottleneck, **kwargs),
+                                 "bias": torch.zeros(self.features, **kwargs)}
 
     def forward_with(self, name, *args, **kwargs):
         """Same shapes as the wrapped layer; features on the last axis (channels for Conv1d)."""
         y = self.base_layer(*args, **kwargs)
-        h = y.transpose(1, -1) if self.axis == 1 else y
-        h = h + self.adapter_up[name](torch.relu(self.adapter_down[name](h)))
+        h = y.transpose(1, -1) if self.axis == 1 else y                             # [..., features]
+        down, up = self.adapter_down[name], self.adapter_up[name]
+        hidden = torch.relu(F.linear(h, down["weight"], down["bias"]))              # [..., bottleneck]
+        h = h + F.linear(hidden, up["weight"], up["bias"])
         return h.transpose(1, -1) if self.axis == 1 else h
 
     def forward_bank(self, *args, **kwargs):

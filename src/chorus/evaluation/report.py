@@ -17,7 +17,13 @@ from pathlib import Path
 import numpy as np
 import soxr
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeRemainingColumn,
+)
 from rich.table import Table
 
 from chorus.audio.io import SAMPLE_RATE, load_audio

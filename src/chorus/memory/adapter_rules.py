@@ -43,11 +43,21 @@ def register_adapter_rule(*wrapper_types: type[AdapterLayer]) -> Callable[[Adapt
     return register
 
 
-@register_adapter_rule(LoraLinear, LoraConv1d)
-def _lora(pass_: ShadowPass, layer: LoraLinear | LoraConv1d, name: str, x: ShadowTensor) -> ShadowTensor:
-    # base(x) + B(A(x)) * scaling: A saves x for its weight's gradient, B saves A(x); the scaling is
-    # a Python number, which autograd's hooks never see.
-    update = pass_.leaf(layer.lora_B[name], pass_.leaf(layer.lora_A[name], x))
+@register_adapter_rule(LoraLinear)
+def _lora_linear(pass_: ShadowPass, layer: LoraLinear, name: str, x: ShadowTensor) -> ShadowTensor:
+    """x ``[..., in]`` -> ``[..., out]``: base(x) + linear(linear(x, A), B) * scaling. A saves x for
+    its gradient, B saves A(x); the scaling is a Python number, which autograd's hooks never see."""
+    update = pass_.linear(pass_.linear(x, layer.lora_A[name]["weight"]), layer.lora_B[name]["weight"])
+    return pass_.elementwise(pass_.leaf(layer.base_layer, x), update)
+
+
+@register_adapter_rule(LoraConv1d)
+def _lora_conv1d(pass_: ShadowPass, layer: LoraConv1d, name: str, x: ShadowTensor) -> ShadowTensor:
+    """x ``[batch, in, time]`` -> ``[batch, out, time']``: as :func:`_lora_linear`, with A a
+    convolution like the base layer's and B a kernel-1 convolution."""
+    base = innermost(layer)
+    low = pass_.conv1d(x, layer.lora_A[name]["weight"], None, base.stride, base.padding, base.dilation)
+    update = pass_.conv1d(low, layer.lora_B[name]["weight"])
     return pass_.elementwise(pass_.leaf(layer.base_layer, x), update)
 
 
@@ -69,8 +79,9 @@ def _residual(pass_: ShadowPass, layer: ResidualAdapter, name: str, x: ShadowTen
     if layer.axis == 1:   # a Conv1d's channels move last and back: transposed views, nothing saved
         batch, channels, length = y.shape
         y = y.view(batch, length, channels)
-    hidden = pass_.relu(pass_.leaf(layer.adapter_down[name], y))
-    out = pass_.elementwise(y, pass_.leaf(layer.adapter_up[name], hidden))
+    down, up = layer.adapter_down[name], layer.adapter_up[name]
+    hidden = pass_.relu(pass_.linear(y, down["weight"], down["bias"]))
+    out = pass_.elementwise(y, pass_.linear(hidden, up["weight"], up["bias"]))
     return out.view(batch, channels, length) if layer.axis == 1 else out
 
 

@@ -155,8 +155,12 @@ class ShadowPass:
     def parameter(self, parameter: torch.Tensor) -> ShadowTensor:
         """A parameter an op reads directly (not through a layer's rule). Its storage is a weight, not
         an activation, so saving it (or a view of it) adds nothing."""
-        self.used[id(parameter)] = parameter
+        self._read(parameter)
         return ShadowTensor(tuple(parameter.shape), parameter.dtype, parameter.requires_grad, _Storage(0))
+
+    def _read(self, *parameters: torch.Tensor | None) -> None:
+        """Record parameters the forward reads (only those get gradients); None: no bias."""
+        self.used.update((id(p), p) for p in parameters if p is not None)
 
     # -- op rules ----------------------------------------------------------------------------
     def cast(self, x: ShadowTensor) -> ShadowTensor:
@@ -220,6 +224,40 @@ class ShadowPass:
         if x.requires_grad:
             self.save(self.cast(w))
         return self.new((*x.shape[:-1], weight.shape[0]), x_in.dtype, x.requires_grad or w.requires_grad)
+
+    def linear(self, x: ShadowTensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> ShadowTensor:
+        """``F.linear(x, weight, bias)`` (an ``nn.Linear``'s forward, or adapter tensors applied as
+        one): x ``[..., in]``, weight ``[out, in]``, bias ``[out]`` -> ``[..., out]``.
+
+        addmm saves its input only for the weight's gradient, the weight only for the input's. (A
+        transposed input, a Conv1d output seen time-major behind a residual adapter, goes through
+        matmul, which saves a contiguous copy instead: as many bytes, and nothing else saves the view.)
+        """
+        self._read(weight, bias)
+        x_in = self.cast(x)
+        if weight.requires_grad:
+            self.save(x_in)
+        if x.requires_grad:
+            self.save_weight(weight)
+        requires_grad = x.requires_grad or _trains(weight, bias)
+        return self.new((*x.shape[:-1], weight.shape[0]), x_in.dtype, requires_grad)
+
+    def conv1d(self, x: ShadowTensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
+               stride: tuple[int] = (1,), padding: tuple[int] = (0,), dilation: tuple[int] = (1,)) -> ShadowTensor:
+        """``F.conv1d`` (an ``nn.Conv1d``'s forward, or adapter tensors applied as one): x ``[batch,
+        in, length]``, weight ``[out, in, kernel]`` -> ``[batch, out, length']``.
+
+        convolution_backward saves input and weight whenever the node exists, whatever needs a gradient.
+        """
+        self._read(weight, bias)
+        x_in = self.cast(x)
+        requires_grad = x.requires_grad or _trains(weight, bias)
+        if requires_grad:
+            self.save(x_in)
+            self.save_weight(weight)
+        (padding,), (stride,), (dilation,), kernel = padding, stride, dilation, weight.shape[-1]
+        length = (x.shape[-1] + 2 * padding - dilation * (kernel - 1) - 1) // stride + 1
+        return self.new((x.shape[0], weight.shape[0], length), x_in.dtype, requires_grad)
 
     def layer_norm(self, x: ShadowTensor, normalized_dims: int, weight: torch.Tensor | None = None,
                    bias: torch.Tensor | None = None) -> ShadowTensor:
@@ -323,29 +361,12 @@ def register_activation_rule(module_type: type) -> Callable[[LeafRule], LeafRule
 
 @register_activation_rule(nn.Linear)
 def _linear(pass_: ShadowPass, module: nn.Linear, x: ShadowTensor) -> ShadowTensor:
-    # addmm saves its input only for the weight's gradient, the weight only for the input's. (A
-    # transposed input, a Conv1d output seen time-major behind a residual adapter, goes through
-    # matmul, which saves a contiguous copy instead: as many bytes, and nothing else saves the view.)
-    x_in = pass_.cast(x)
-    if module.weight.requires_grad:
-        pass_.save(x_in)
-    if x.requires_grad:
-        pass_.save_weight(module.weight)
-    requires_grad = x.requires_grad or _trains(module.weight, module.bias)
-    return pass_.new((*x.shape[:-1], module.out_features), x_in.dtype, requires_grad)
+    return pass_.linear(x, module.weight, module.bias)
 
 
 @register_activation_rule(nn.Conv1d)
 def _conv1d(pass_: ShadowPass, module: nn.Conv1d, x: ShadowTensor) -> ShadowTensor:
-    # convolution_backward saves input and weight whenever the node exists, whatever needs a gradient.
-    x_in = pass_.cast(x)
-    requires_grad = x.requires_grad or _trains(module.weight, module.bias)
-    if requires_grad:
-        pass_.save(x_in)
-        pass_.save_weight(module.weight)
-    (padding,), (kernel,), (stride,), (dilation,) = module.padding, module.kernel_size, module.stride, module.dilation
-    length = (x.shape[-1] + 2 * padding - dilation * (kernel - 1) - 1) // stride + 1
-    return pass_.new((x.shape[0], module.out_channels, length), x_in.dtype, requires_grad)
+    return pass_.conv1d(x, module.weight, module.bias, module.stride, module.padding, module.dilation)
 
 
 @register_activation_rule(nn.LayerNorm)
