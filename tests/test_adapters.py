@@ -157,6 +157,28 @@ def test_voice_folder_round_trip(method, tmp_path):
         assert torch.equal(infer(fresh, inputs), expected)
 
 
+
+def test_reading_a_voice_again_and_again_keeps_no_memory(tmp_path):
+    """A server reads voices on demand for as long as it runs: a read must leave nothing behind
+    (safetensors' own file reader keeps ~55 bytes per tensor name per open)."""
+    model, _ = model_and_inputs()
+    configs = METHODS["all"]()
+    add_adapter(model, "v1", configs)
+    save_voice(tmp_path / "v1", model, "v1", configs, VoiceCard("v1", [c.method for c in configs], base_model_sha256=""))
+    tensors = len(read_voice(tmp_path / "v1").tensors)
+    for _ in range(20):   # warm-up: caches of the first reads
+        read_voice(tmp_path / "v1")
+    gc.collect()
+    tracemalloc.start()
+    try:
+        for _ in range(300):
+            read_voice(tmp_path / "v1")
+        gc.collect()
+        kept = tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+    assert kept < 300 * tensors * 8, (kept, tensors)   # the leak kept 300 x tensors x ~55 bytes
+
 def test_routing_per_sample_equals_separate_runs():
     """The slow reference path: each row with its own voice equals running that voice alone."""
     model, (phonemes, lengths, speakers) = model_and_inputs()

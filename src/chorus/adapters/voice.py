@@ -13,12 +13,13 @@ anything that is not safetensors. A PEFT LoRA folder (no Chorus section) loads t
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load, save_file
 from torch import nn
 
 from chorus.adapters.inject import (
@@ -125,6 +126,11 @@ def read_voice(folder: str | Path) -> Voice:
         config = json.loads(config_path.read_text())
     except json.JSONDecodeError as error:
         raise VoiceError(f"{config_path}: corrupted JSON ({error})") from error
+    # One read serves the checksum and the tensors. Parsed from bytes, not with safetensors'
+    # load_file/safe_open, which keep about 55 bytes of Python heap per tensor name for good on every
+    # open (safetensors 0.8, tracemalloc; safetensors issue #369): a server reading voices on demand
+    # would grow without bound.
+    data = weights_path.read_bytes()
     section = config.get("chorus")
     if section is None:
         configs, base_hash, full = [_lora_from_peft(config, config_path)], None, False
@@ -132,7 +138,7 @@ def read_voice(folder: str | Path) -> Voice:
         if section.get("format") != VOICE_FORMAT or section.get("version", 0) > VOICE_FORMAT_VERSION:
             raise VoiceError(f"{config_path}: not a voice format this Chorus reads ({section.get('format')!r} "
                              f"version {section.get('version')})")
-        if file_sha256(weights_path) != section.get("weights_sha256"):
+        if hashlib.sha256(data).hexdigest() != section.get("weights_sha256"):
             raise VoiceError(f"{weights_path}: checksum mismatch (the file is corrupted or was changed)")
         try:
             configs = [config_from_dict(c) for c in section["methods"] if c.get("method") != FULL_FINE_TUNING]
@@ -140,7 +146,7 @@ def read_voice(folder: str | Path) -> Voice:
             raise VoiceError(f"{config_path}: invalid method config ({error})") from error
         base_hash, full = section.get("base_model_sha256"), bool(section.get("full"))
     try:
-        tensors = load_file(str(weights_path))
+        tensors = load(data)
     except Exception as error:  # safetensors raises its own types for truncated or foreign files
         raise VoiceError(f"{weights_path}: cannot read tensors ({error})") from error
     tensors = {key.removeprefix(PEFT_PREFIX): value for key, value in tensors.items()}
