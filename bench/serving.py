@@ -485,7 +485,7 @@ def report(result: dict, args) -> None:
                      f"{ratio:.2f} |")
     lines += ["", (f"Per resident voice: {mem['adapter_bytes_per_voice'] / 1024:.0f} KiB of adapter tensors (what "
                   f"`resident_bytes` counts) plus {mem['python_heap_bytes_per_voice'] / 1024:.0f} KiB of Python objects "
-                  "(the adapter's module wrappers and dicts, by tracemalloc on loading the same voices again), which "
+                  "(parameters, the adapter's configs and dicts, by tracemalloc on loading the same voices again), which "
                   "`resident_bytes` does not count.")]
     lines += ["", "## Caveats", "",
               "- Synthetic adapters with random values: speed and memory only; durations still follow the base "
@@ -530,10 +530,15 @@ def findings(result: dict, args) -> list[str]:
                  "the voices in use, not the voices registered.")
     if mem["in_use"]:
         top = mem["in_use"][-1]
+        extra = top["rss_delta_bytes"] - top["resident_bytes"] - top["in_use"] * mem["python_heap_bytes_per_voice"]
+        per_tensor = extra / (top["in_use"] * result["adapter_tensors_per_voice"])
         lines.append(f"- With {top['in_use']} voices in use, RSS grew {top['rss_delta_bytes'] / MB:.1f} MB for "
                      f"{top['resident_bytes'] / MB:.1f} MB of `resident_bytes` ({top['rss_delta_bytes'] / top['resident_bytes']:.1f}x): "
-                     "RSS grows with the cached adapters, but by more than their tensor bytes (Python objects per "
-                     "voice, below); `resident_bytes` undercounts the real cost by that much.")
+                     "RSS grows with the cached adapters, by more than their tensor bytes: "
+                     f"{mem['python_heap_bytes_per_voice'] / 1024:.0f} KiB of Python objects per voice, and "
+                     f"{per_tensor:.0f} bytes of PyTorch's own bookkeeping and allocator slack per tensor "
+                     f"({result['adapter_tensors_per_voice']} small tensors per voice; larger adapters come closer "
+                     "to 1x). Registered voices that are not in use cost nothing beyond the store's SQLite page cache.")
     cold = result["cold_load"]
     for name, t in cold.items():
         if name.startswith("engine miss"):
@@ -616,7 +621,8 @@ def main() -> None:
         count = max(max(args.voices), args.per_voice_models, min(args.cold_loads, 128))
         folders = make_voices(synthesizer, count, args.work / "voices", args.method, args.adapter_scale, args.seed)
         voice_ids = sorted(folders)
-        adapter_bytes = sum(t.numel() * t.element_size() for t in read_voice(folders[voice_ids[0]]).tensors.values())
+        voice_tensors = read_voice(folders[voice_ids[0]]).tensors
+        adapter_bytes = sum(t.numel() * t.element_size() for t in voice_tensors.values())
 
         print("memory (fresh process) ...", flush=True)
         memory_result = memory(args)
@@ -636,6 +642,7 @@ def main() -> None:
         runs = throughput(engine, voice_ids, folders, args)
         rows = summarize(runs)
         result = {"command": command, "config": config, "adapter_bytes_per_voice": adapter_bytes,
+                  "adapter_tensors_per_voice": len(voice_tensors),
                   "summary": rows, "targets": targets(rows, args), "cold_load": cold, "memory": memory_result,
                   "runs": [{k: v for k, v in r.items() if k != "latencies_s"} | {
                       "p50_ms": 1000 * pct(r["latencies_s"], 50), "p99_ms": 1000 * pct(r["latencies_s"], 99)}
