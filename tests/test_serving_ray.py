@@ -197,9 +197,9 @@ def test_ray_serve_routes_voices_to_replicas_holding_them(ray_cluster, tiny_base
     job_id = created.json()["id"]
     # And directly: a Ray task for a folder on disk, whose result is the job's final status.
     direct_job, task = submit_onboarding(config, "default", "gina", new_voice_data, CONSENT, name="Gina")
-    assert ray.get(task, timeout=120) == "done"
+    assert ray.get(task, timeout=300) == "done"   # slow on a busy 2-core machine
     assert requests.get(f"{url}/v1/jobs/{direct_job}", timeout=30).json()["status"] == "done"
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + 300
     while (job := requests.get(f"{url}/v1/jobs/{job_id}", timeout=30).json())["status"] not in ("done", "failed"):
         assert time.monotonic() < deadline, job
         time.sleep(0.3)
