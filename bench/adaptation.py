@@ -61,7 +61,8 @@ def run_one(args, voice: str, minutes: float, method: str, eval_utterances, refe
     base_before = Synthesizer(bundle, load_vocoder("griffin-lim", mel_config=bundle.mel_config)).mel(
         [probe_text], FORGETTING_VOICES[0])[0]
     base_loss_before = base_voice_loss(bundle.model, bundle, args.corpus)
-    config = AdaptConfig(method=method, steps=args.steps, threads=args.threads, max_minutes=args.max_minutes)
+    config = AdaptConfig(method=method, steps=args.steps, threads=args.threads, max_minutes=args.max_minutes,
+                         seed=args.seed)
     data = work / f"{voice}-{minutes:g}min"
     result = adapt(data, bundle, work / "voices" / f"{voice}-{minutes:g}-{method}", config, progress=False)
     card = result.card
@@ -91,7 +92,8 @@ def run_one(args, voice: str, minutes: float, method: str, eval_utterances, refe
                          for config in read_voice(result.voice_dir).configs)
     base_bytes = (Path(args.base or DEFAULT_BASE) / "model.safetensors").stat().st_size
     return {
-        "voice": voice, "minutes": minutes, "data_minutes": card.data_minutes, "method": method, "settings": settings,
+        "voice": voice, "minutes": minutes, "data_minutes": card.data_minutes, "method": method, "seed": args.seed,
+        "settings": settings,
         "trainable_parameters": card.trainable_parameters, "artifact_bytes": artifact_bytes,
         "artifact_fraction": artifact_bytes / base_bytes, "steps": card.steps, "train_seconds": card.train_seconds,
         "seconds_per_step": card.train_seconds / max(card.steps, 1),
@@ -136,7 +138,7 @@ def write_results(rows: list[dict], out: Path, args) -> None:
     rows = sorted(rows, key=lambda r: (r["voice"], r["minutes"], METHODS.split(",").index(r["method"])
                                        if r["method"] in METHODS.split(",") else 99))
     lines = ["# Adaptation benchmark", "",
-             f"Base: {args.base or 'shipped base'}; held-out voices; evaluation on {args.sentences} held-out sentences "
+             f"Base: {args.base or 'shipped base'}; seed {args.seed}; held-out voices; evaluation on {args.sentences} held-out sentences "
              "per voice against the real recordings of the same sentences; judges: Whisper tiny.en, resemblyzer, "
              "MCD (DTW), F0 RMSE (WORLD harvest). Early stopping on held-out mel loss. Rows ran on a shared "
              "2-core CPU with the torch threads listed (often beside another benchmark): times are upper bounds.", "",
@@ -210,6 +212,8 @@ def main() -> None:
     parser.add_argument("--sentences", type=int, default=8, help="held-out sentences judged per voice")
     parser.add_argument("--references", type=int, default=10, help="real clips for speaker similarity")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--seed", type=int, default=AdaptConfig.seed,
+                        help="held-out split, batch order and initialization (another seed: another --out)")
     parser.add_argument("--work", type=Path, default=Path("runs/adaptation"))
     parser.add_argument("--out", type=Path, default=Path("bench/results/adaptation"))
     args = parser.parse_args()
@@ -217,6 +221,9 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     previous = json.loads((args.out / "adaptation.json").read_text()) if (args.out / "adaptation.json").is_file() else []
     rows = {(r["voice"], r["minutes"], r["method"]): r for r in previous}
+    seeds = {r.get("seed", AdaptConfig.seed) for r in previous}
+    if seeds - {args.seed}:
+        parser.error(f"{args.out} holds results of seed {sorted(seeds)}, not {args.seed}: give another --out")
     speaker = SpeakerJudge()
     judges = Judges(speaker=speaker)
     for voice in args.voices.split(","):

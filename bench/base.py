@@ -3,9 +3,13 @@
 On the 20 held-out benchmark sentences (in no voice's training text), for seen base voices:
 Whisper tiny.en WER/CER, resemblyzer similarity to real corpus clips of that voice, and real-time
 factor; the Piper joe voice (onnxruntime) says the same sentences on the same machine in the same
-run. Also the mean similarity between utterances of the same base voice against different voices.
+run. Each voice's own engine (the synthesizer its corpus clips came from) also reads the same
+sentences: how well the judge understands the recordings the model learned from bounds how well it
+can understand the model; the same recordings turned to log-mels and back through the vocoder show
+what the vocoder alone costs. Also the mean similarity between utterances of the same base voice
+against different voices.
 
-    python bench/base.py --vocoder griffin-lim --out bench/results/base   (and --vocoder neural)
+    python bench/base.py --vocoders griffin-lim,neural --out bench/results/base
 
 Writes ``base.md`` (the table), ``base.json`` and ``similarity.png`` under ``--out``.
 """
@@ -20,6 +24,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from chorus.audio.io import SAMPLE_RATE
+from chorus.audio.mel import log_mel
+from chorus.corpus.build import record_sentences
 from chorus.corpus.text import benchmark_sentences
 from chorus.data.formats import discover
 from chorus.evaluation.report import Judges
@@ -48,7 +55,8 @@ def corpus_references(corpus: Path, voice: str, count: int, seed: int = 0) -> li
 
 
 def summarize(clips: list[VoiceClip], report) -> dict[str, dict]:
-    """Per voice: corpus WER/CER, mean similarity to references, RTF (total synth time / audio)."""
+    """Per clip group (``voice|system``): corpus WER/CER, mean similarity to references, RTF (total
+    synthesis time / audio)."""
     rows = {row.id: row for row in report.rows}
     summary = {}
     for voice in dict.fromkeys(clip.voice for clip in clips):
@@ -86,7 +94,7 @@ def plot_similarity(result, path: Path) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", type=Path, default=None, help="model folder (default: shipped base)")
-    parser.add_argument("--vocoder", default=None, help="vocoder folder or name (default: shipped)")
+    parser.add_argument("--vocoders", default="griffin-lim,neural", help="vocoder folders or names, comma-separated")
     parser.add_argument("--corpus", type=Path, default=Path("corpus_out/train"), help="corpus train folder")
     parser.add_argument("--voices", default=DEFAULT_VOICES)
     parser.add_argument("--sentences", type=int, default=20)
@@ -98,13 +106,7 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     sentences = benchmark_sentences()[: args.sentences]
     voices = args.voices.split(",")
-
-    tts = load_base(args.model, args.vocoder)
-    tts.synthesize("Warm up.", voices[0])  # first-call allocations are not part of the RTF
-
-    def speak_base(text: str, voice: str):
-        result = tts.synthesize(text, voice)
-        return result.audio, result.sample_rate, result.seconds
+    vocoders = args.vocoders.split(",")
 
     joe = load_joe(threads=args.threads)
     joe.synthesize("Warm up.")
@@ -114,40 +116,66 @@ def main() -> None:
         audio, rate = joe.synthesize(text)
         return audio, rate, time.perf_counter() - started
 
-    # Interleave the two systems sentence by sentence would be fairer to drift; both run back to back
-    # in one process on the same machine, which the table states.
-    base_clips = synthesize_grid(speak_base, voices, sentences)
+    # Both systems run back to back in one process on the same machine, which the table states.
     joe_clips = synthesize_grid(speak_joe, ["piper-joe"], sentences)
+    recordings = {voice: record_sentences(voice, sentences) for voice in voices}
+    clips = joe_clips + [VoiceClip(f"{voice}|recordings", index, text, audio, SAMPLE_RATE, float("nan"))
+                         for voice in voices for index, (text, audio) in enumerate(zip(sentences, recordings[voice]))]
+    systems = [("recordings", "its own engine (the recordings)")]
+    for vocoder in vocoders:
+        tts = load_base(args.model, vocoder)
+        tts.synthesize("Warm up.", voices[0])  # first-call allocations are not part of the RTF
+
+        def speak_base(text: str, voice: str):
+            result = tts.synthesize(text, voice.split("|")[0])
+            return result.audio, result.sample_rate, result.seconds
+
+        name = type(tts.vocoder).__name__
+        clips += synthesize_grid(speak_base, [f"{voice}|{vocoder}" for voice in voices], sentences)
+        clips += [VoiceClip(f"{voice}|{vocoder} vocoded", index, text,
+                            tts.vocoder.synthesize(log_mel(audio, tts.bundle.mel_config)), SAMPLE_RATE, float("nan"))
+                  for voice in voices for index, (text, audio) in enumerate(zip(sentences, recordings[voice]))]
+        systems += [(vocoder, f"Chorus base, {name}"), (f"{vocoder} vocoded", f"the recordings -> log-mel -> {name}")]
 
     speaker = SpeakerJudge()
     judges = Judges(speaker=speaker, reference=False)
     references = {voice: corpus_references(args.corpus, voice, args.references) for voice in voices
                   if (args.corpus / voice).is_dir()}
-    report = judge_clips(base_clips + joe_clips, judges, references)
-    summary = summarize(base_clips + joe_clips, report)
-    identity = same_versus_different(base_clips, speaker)
+    references |= {f"{voice}|{system}": paths for voice, paths in references.items() for system, _ in systems}
+    report = judge_clips(clips, judges, references)
+    summary = summarize(clips, report)
+    identity = same_versus_different([c for c in clips if c.voice.endswith(f"|{vocoders[0]}")], speaker)
     plot_similarity(identity, args.out / "similarity.png")
 
-    info = tts.bundle.info
     lines = [
         "# Base model benchmark", "",
-        f"Model: {args.model or 'shipped base'} ({info.get('steps', '?')} steps), vocoder: "
-        f"{type(tts.vocoder).__name__}; {len(sentences)} held-out sentences; {args.threads} CPU threads; "
-        "judge: Whisper tiny.en (faster-whisper, int8), resemblyzer.", "",
+        f"Model: {args.model or 'shipped base'} ({tts.bundle.info.get('steps', '?')} steps); {len(sentences)} "
+        f"held-out sentences; {args.threads} CPU threads; judges: Whisper tiny.en (faster-whisper, int8), "
+        "resemblyzer (similarity to real corpus clips of the voice). Each voice's own engine reads the same "
+        "sentences: the recordings the base learned from, and how well the judge understands them.", "",
         "| voice | system | WER % | CER % | similarity to real clips | RTF |",
         "|---|---|---|---|---|---|",
     ]
-    for voice, values in summary.items():
-        system = "Piper (VITS, onnxruntime)" if voice == "piper-joe" else "Chorus base"
+    rows = [(voice, label, summary[f"{voice}|{system}"]) for voice in voices for system, label in systems]
+    rows.append(("piper-joe", "Piper (VITS, onnxruntime)", summary["piper-joe"]))
+    for voice, label, values in rows:
         similarity = f"{values['similarity']:.3f}" if values["similarity"] is not None else "n/a"
-        lines.append(f"| {voice} | {system} | {100 * values['wer']:.1f} | {100 * values['cer']:.1f} | "
-                     f"{similarity} | {values['rtf']:.4f} |")
-    base_rtf = float(np.mean([summary[v]["rtf"] for v in voices]))
-    base_wer = float(np.mean([summary[v]["wer"] for v in voices]))
-    lines += ["", f"Mean over base voices: WER {100 * base_wer:.1f}%, RTF {base_rtf:.4f} "
-                  f"(Piper joe RTF {summary['piper-joe']['rtf']:.4f}; ratio {base_rtf / summary['piper-joe']['rtf']:.2f}).",
-              f"Speaker similarity between synthesized clips: same voice {identity.same:.3f}, "
-              f"different voices {identity.different:.3f} (see similarity.png).", ""]
+        rtf = "n/a" if np.isnan(values["rtf"]) else f"{values['rtf']:.4f}"
+        lines.append(f"| {voice} | {label} | {100 * values['wer']:.1f} | {100 * values['cer']:.1f} | "
+                     f"{similarity} | {rtf} |")
+
+    def mean(system: str, key: str) -> float:
+        return float(np.mean([summary[f"{voice}|{system}"][key] for voice in voices]))
+
+    joe_rtf = summary["piper-joe"]["rtf"]
+    lines += ["", "Means over the base voices:", "",
+              f"- their own engines (the judge's ceiling for these voices): WER {100 * mean('recordings', 'wer'):.1f}%"]
+    for vocoder in vocoders:
+        lines.append(f"- Chorus base, {vocoder}: WER {100 * mean(vocoder, 'wer'):.1f}% (the recordings through "
+                     f"this vocoder: {100 * mean(f'{vocoder} vocoded', 'wer'):.1f}%), RTF {mean(vocoder, 'rtf'):.4f} "
+                     f"= {mean(vocoder, 'rtf') / joe_rtf:.2f}x Piper joe's {joe_rtf:.4f}")
+    lines += [f"- speaker similarity between synthesized clips ({vocoders[0]}): same voice {identity.same:.3f}, "
+              f"different voices {identity.different:.3f} (see similarity.png)", ""]
     (args.out / "base.md").write_text("\n".join(lines))
     (args.out / "base.json").write_text(json.dumps({"summary": summary, "same_voice": identity.same,
                                                     "different_voices": identity.different,

@@ -35,7 +35,7 @@ from chorus.data.formats import discover
 from chorus.data.subsets import first_minutes, write_subset
 from chorus.evaluation.report import EvalItem, Judges, evaluate_pairs
 from chorus.evaluation.similarity import SpeakerJudge
-from chorus.synthesis import load_base
+from chorus.synthesis import DEFAULT_BASE, load_base
 from chorus.training.adapt import AdaptConfig
 from chorus.training.adapt_many import ManyVoicesConfig, adapt_many
 from chorus.training.checkpoint import load_bundle
@@ -79,7 +79,7 @@ def run_job(folders: list[Path], out: Path, args) -> dict:
     for folder in folders:
         (root / folder.name).symlink_to(folder.resolve())
     started = time.perf_counter()
-    bundle = load_bundle(args.base) if args.base else load_bundle(Path(__file__).parents[1] / "src/chorus/assets/base")
+    bundle = load_bundle(args.base or DEFAULT_BASE)
     config = ManyVoicesConfig(adapt=AdaptConfig(method=args.method, threads=args.threads), steps=args.steps,
                               clips_per_voice=args.clips_per_voice, eval_every=max(args.steps // 2, 1))
     result = adapt_many(root, bundle, out / "voices", config, progress=False)
@@ -124,7 +124,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--ks", type=lambda s: [int(k) for k in s.split(",")], default=[1, 8, 32, 128])
     parser.add_argument("--sequential-jobs", type=int, default=3, help="single-voice jobs timed after each K")
-    parser.add_argument("--steps", type=int, default=30, help="updates per voice (both sides)")
+    parser.add_argument("--steps", type=int, default=50, help="updates per voice (both sides)")
     parser.add_argument("--clips-per-voice", type=int, default=1)
     parser.add_argument("--method", default="lora+speaker")
     parser.add_argument("--heldout-minutes", type=float, default=1.0)
@@ -147,14 +147,15 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     folders, evaluation = build_voices(args)
     judges = Judges(speaker=SpeakerJudge(), reference=False)
+    rows, single, quality = earlier_results(args)
 
     # Quality reference: each held-out voice adapted alone.
-    quality = {}
     for voice, folder in zip(HELD_OUT, folders):
-        spawn([folder], args.work / f"single-{voice}", args)
-        quality[voice] = {"single": judge(args.work / f"single-{voice}" / "voices" / voice, evaluation[voice], judges)}
+        if "single" not in quality.setdefault(voice, {}):
+            spawn([folder], args.work / f"single-{voice}", args)
+            quality[voice]["single"] = judge(args.work / f"single-{voice}" / "voices" / voice, evaluation[voice],
+                                             judges)
 
-    rows, single = [], []
     for k in args.ks:
         job = spawn(folders[:k], args.work / f"job-{k}", args)
         # Single-voice jobs timed right after each K-voice job, so both see the same machine load.
@@ -169,11 +170,29 @@ def main() -> None:
         if k >= len(HELD_OUT):
             for voice in HELD_OUT:
                 quality[voice][f"k{k}"] = judge(args.work / f"job-{k}" / "voices" / voice, evaluation[voice], judges)
-        rows.append(row)
+        rows = sorted([r for r in rows if r["k"] != k] + [row], key=lambda r: r["k"])
         print(f"K={k}: {job['wall_seconds']:.0f} s in one job vs {sequential:.0f} s sequential "
               f"({row['speedup']:.1f}x)", flush=True)
         report(rows, quality, single, args)   # after every K, so a cut-short run keeps what it measured
 
+
+
+SETTINGS = ("steps", "clips_per_voice", "method", "heldout_minutes", "pseudo_minutes", "sentences", "threads",
+            "base")
+
+
+def settings_of(args) -> dict:
+    return {name: str(getattr(args, name)) if name == "base" else getattr(args, name) for name in SETTINGS}
+
+
+def earlier_results(args) -> tuple[list[dict], list[dict], dict]:
+    """Rows, single jobs and quality of an earlier run into ``--out`` with the same settings (so that
+    one K can be run, or run again, on its own); nothing if the settings differ."""
+    path = args.out / "many_voices.json"
+    earlier = json.loads(path.read_text()) if path.is_file() else {}
+    if earlier.get("settings") != settings_of(args):
+        return [], [], {}
+    return earlier["rows"], earlier["single"], earlier["quality"]
 
 
 def report(rows: list[dict], quality: dict, single: list[dict], args) -> None:
@@ -196,8 +215,8 @@ def report(rows: list[dict], quality: dict, single: list[dict], args) -> None:
         for setting, values in settings.items():
             lines.append(f"| {voice} | {setting} | {100 * (values['wer'] or 0):.1f} | {values['similarity']:.3f} |")
     (args.out / "many_voices.md").write_text("\n".join(lines) + "\n")
-    (args.out / "many_voices.json").write_text(json.dumps({"rows": rows, "single": single, "quality": quality},
-                                                          indent=1))
+    results = {"settings": settings_of(args), "rows": rows, "single": single, "quality": quality}
+    (args.out / "many_voices.json").write_text(json.dumps(results, indent=1))
     plot(rows, args.out / "throughput.png")
     print("\n".join(lines))
 

@@ -90,3 +90,15 @@ def test_cli(tiny_base, voices_root, tmp_path):
     assert result.exit_code == 0, result.output
     assert "2 voice(s)" in result.output and "failed" in result.output
     assert (tmp_path / "v" / "f4" / "voice_card.json").is_file()
+
+
+def test_more_voices_than_the_base_has_speakers(tiny_base, voices_root, tmp_path):
+    """Voices are told apart by their own speaker vectors, never by rows of the base's speaker table:
+    a job may hold more voices than the base knows (the tiny base has 2)."""
+    root = tmp_path / "three"
+    for name in ("f4", "m7", "f4-again"):
+        shutil.copytree(voices_root / name.removesuffix("-again"), root / name)
+    assert load_bundle(tiny_base).model.config.n_speakers == 2
+    result = adapt_many(root, load_bundle(tiny_base), tmp_path / "voices", many_config(), progress=False)
+    assert [o.status for o in result.outcomes] == ["ok"] * 3
+    assert all((tmp_path / "voices" / name / "adapter_model.safetensors").is_file() for name in ("f4", "m7", "f4-again"))

@@ -18,6 +18,7 @@ from chorus.corpus.build import (
     build_corpus,
     check_requirements,
     missing_requirements,
+    record_sentences,
     select_sentences,
     trim_and_normalize,
 )
@@ -174,3 +175,18 @@ def test_heldout_voice_goes_to_its_own_folder(tmp_path: Path) -> None:
     assert summary.voices[0].split == "heldout" and summary.clips == 2
     assert len(list((tmp_path / "heldout" / "flite-slt" / "wavs").glob("*.wav"))) == 2
     assert not (tmp_path / "train").exists() or not any((tmp_path / "train").iterdir())
+
+
+def test_recorded_sentences_match_what_the_corpus_build_writes(tmp_path: Path, tiny_voices) -> None:
+    voice = tiny_voices[1]   # flite through a sox chain: every step of the recipe
+    build_corpus(tmp_path, voices=[voice], jobs=1, progress=False)
+    utterances, _ = read_metadata(tmp_path / "train" / voice.name, speaker=voice.name)
+    recorded = record_sentences(voice, [u.text for u in utterances])
+    for utterance, audio in zip(utterances, recorded, strict=True):
+        written, _ = sf.read(str(utterance.audio_path), dtype="float32")
+        # The corpus stores 16-bit PCM; the recording is the same audio before quantization (sox dithers
+        # its own 16-bit output, so a few steps of 2^-15 apart).
+        assert audio.shape == written.shape
+        np.testing.assert_allclose(audio, written, atol=1 / 2**12)
+    with pytest.raises(RuntimeError):
+        record_sentences(replace(voice, sox=("no-such-effect",)), ["Hello."])

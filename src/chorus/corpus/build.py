@@ -291,6 +291,22 @@ def _synthesize_chunk(chunk: _Chunk) -> _ChunkResult:
     return result
 
 
+def record_sentences(voice: str | VoiceSpec, sentences: Sequence[str], *, threads: int = 1) -> list[np.ndarray]:
+    """``sentences`` as the corpus would record them for ``voice`` (its engine, sox chain, trim and
+    peak normalization): the real recordings a model trained on the voice is compared with.
+
+    Returns one mono float array at 22,050 Hz per sentence; raises ``RuntimeError`` on the first
+    sentence the engine fails on.
+    """
+    voice = get_voice(voice) if isinstance(voice, str) else voice
+    with tempfile.TemporaryDirectory(prefix=f"chorus-record-{voice.name}-") as temp:
+        clips = tuple((f"s{index:04d}", text) for index, text in enumerate(sentences))
+        result = _synthesize_chunk(_Chunk(voice, clips, Path(temp), threads))
+        if result.failures:
+            raise RuntimeError(result.failures[0])
+        return [load_audio(Path(temp) / f"{clip_id}.wav") for clip_id, _ in clips]
+
+
 # --------------------------------------------------------------------------------------------------
 # Build
 

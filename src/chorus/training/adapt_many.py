@@ -28,7 +28,7 @@ from chorus.adapters.layer import innermost
 from chorus.adapters.speaker import SpeakerVector
 from chorus.adapters.voice import VoiceCard, save_voice
 from chorus.atomic import atomic_write_text
-from chorus.data.batching import collate
+from chorus.data.batching import Batch, collate
 from chorus.data.features import FeatureCache, build_feature_cache
 from chorus.data.formats import Utterance
 from chorus.models.acoustic import AcousticModel, AcousticOutput
@@ -100,6 +100,15 @@ def _rows(out: AcousticOutput, rows: torch.Tensor) -> AcousticOutput:
     return AcousticOutput(**values)
 
 
+def banked_inputs(model: AcousticModel, batch: Batch) -> dict:
+    """``model(...)`` keyword arguments for a mixed-voice batch. The batch's speaker ids are feature-cache
+    voice indices, not rows of the base's speaker table (there may be more voices than rows): every
+    voice carries its own speaker vector, which replaces the table lookup, so the ids sent are zeros."""
+    inputs = step_inputs(model, batch)
+    inputs["speaker_ids"] = torch.zeros_like(inputs["speaker_ids"])
+    return inputs
+
+
 def per_voice_losses(model: AcousticModel, out: AcousticOutput, target: torch.Tensor, text_lengths: torch.Tensor,
                      voice_index: torch.Tensor) -> dict[int, dict[str, torch.Tensor]]:
     """Each voice's own mean losses over its rows (as :func:`compute_losses` would give it alone)."""
@@ -117,7 +126,7 @@ def _validation(model, bank, cache, val_indices: dict[int, np.ndarray], slot_of:
     indices = np.concatenate(list(val_indices.values()))
     batch = collate(cache, indices)
     speakers = torch.from_numpy(cache.speakers[indices])
-    inputs = step_inputs(model, batch)
+    inputs = banked_inputs(model, batch)
     with banked(model, bank, slot_of[speakers]):
         out = model(**inputs)
     losses = per_voice_losses(model, out, inputs["mel"], batch.text_lengths, speakers)
@@ -219,7 +228,7 @@ def banked_step(model: AcousticModel, bank, cache: FeatureCache, chosen: np.ndar
     space generating the bank's tensors). Returns the mean over voices of their mel L1."""
     batch = collate(cache, chosen)
     voice_index = slot_of[torch.from_numpy(cache.speakers[chosen])]
-    inputs = step_inputs(model, batch)
+    inputs = banked_inputs(model, batch)
     # Backward inside the block too: checkpointed layers read the routing again.
     with around(), banked(model, bank, voice_index):
         losses = per_voice_losses(model, model(**inputs), inputs["mel"], batch.text_lengths, voice_index)
