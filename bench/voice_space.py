@@ -1,10 +1,9 @@
 """Benchmark: a voice-space voice (only its vector learns) against a per-voice LoRA as data shrinks.
 
 The space is learned over the base corpus's voices (``--space-minutes`` of each) and, with
-``--space-virtual N``, over N new virtual voices derived from them by sox (pitch, and speed with the
-tempo restored, which moves the formants like a longer or shorter vocal tract): voices the base has
-never heard, so that the space must learn adapter directions and not only speaker vectors. Nothing
-is derived from the held-out voices. Then for each
+``--space-virtual N``, over N new virtual voices derived from them by sox
+(:mod:`chorus.corpus.virtual`): voices the base has never heard, so that the space must learn adapter
+directions and not only speaker vectors. Nothing is derived from the held-out voices. Then for each
 held-out voice and amount of data (30 s, 1, 3, 10 minutes: the first clips of the voice), a voice is
 made both ways, from the same clips: ``chorus voice-space fit`` (``dim`` numbers, started from the
 clips' speaker d-vector) and ``chorus adapt --method lora+speaker``. Both speak the voice's held-out
@@ -19,13 +18,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import time
 from pathlib import Path
 
 import torch
 
 from chorus.adapters.voice_space import VoiceSpace
+from chorus.corpus.virtual import add_virtual_voices
 from chorus.data.formats import discover
 from chorus.data.subsets import first_minutes, write_subset
 from chorus.evaluation.report import EvalItem, Judges, evaluate_pairs
@@ -75,7 +74,7 @@ def main() -> None:
         for source in sorted(p for p in args.corpus.iterdir() if (p / "metadata.csv").is_file()):
             utterances, _ = discover(source)
             write_subset(first_minutes(utterances, args.space_minutes), root / source.name)
-        add_virtual_voices(root, args.space_virtual)
+        add_virtual_voices(root, args.space_virtual, minutes=args.space_minutes)
         started = time.perf_counter()
         _, history = train_voice_space(root, load_bundle(DEFAULT_BASE), space_dir,
                                        VoiceSpaceConfig(dim=args.dim, steps=args.space_steps, threads=args.threads),
@@ -115,25 +114,6 @@ def main() -> None:
                 print(f"{voice} {minutes:g} min {kind}: similarity {scores['similarity']:.3f}", flush=True)
             results_path.write_text(json.dumps(rows, indent=1))
     write(rows, args, space, space_voices, space_info)
-
-
-# sox effect chains of the virtual voices: F0 alone, or F0 and formants together at the same rate.
-VIRTUAL_CHAINS = (("speed", "0.86", "tempo", "1.163"), ("speed", "1.12", "tempo", "0.893"), ("pitch", "-220"),
-                  ("pitch", "240"), ("speed", "0.92", "pitch", "180", "tempo", "1.087"),
-                  ("speed", "1.07", "pitch", "-200", "tempo", "0.935"))
-
-
-def add_virtual_voices(root: Path, count: int) -> None:
-    """``count`` new voices under ``root``, each a copy of one of its voices through one sox chain
-    (sources and chains taken in turn)."""
-    sources = sorted(p for p in root.iterdir() if (p / "metadata.csv").is_file())
-    for index in range(count):
-        source, chain = sources[index % len(sources)], VIRTUAL_CHAINS[index % len(VIRTUAL_CHAINS)]
-        target = root / f"{source.name}~{'-'.join(chain).replace('.', '')}"   # adapter names have no dots
-        (target / "wavs").mkdir(parents=True, exist_ok=True)
-        for wav in sorted((source / "wavs").glob("*.wav")):
-            subprocess.run(["sox", "-G", str(wav), str(target / "wavs" / wav.name), *chain], check=True)
-        (target / "metadata.csv").write_text((source / "metadata.csv").read_text())
 
 
 def write(rows: list[dict], args, space: VoiceSpace, space_voices: list[str], space_info: dict) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 
+import numpy as np
 import pytest
 import torch
 from typer.testing import CliRunner
@@ -91,3 +92,42 @@ def test_refusals_and_cli(tiny_base, space_dir, new_voice_data, tmp_path):
                                  str(tmp_path / "v"), "--steps", "2", "--threads", "1", "--base", str(tiny_base)])
     assert result.exit_code == 0, result.output
     assert "4 numbers" in result.output
+
+
+def test_virtual_voices_are_new_voices_with_the_same_text_and_rate(two_voice_corpus, tmp_path):
+    if shutil.which("sox") is None:
+        pytest.skip("needs Debian sox")
+    import soundfile as sf
+
+    from chorus.corpus.virtual import VIRTUAL_CHAINS, add_virtual_voices
+
+    root = tmp_path / "voices"
+    for voice in ("m3", "f2"):
+        shutil.copytree(two_voice_corpus / voice, root / voice)
+    made = add_virtual_voices(root, 3, minutes=0.05)
+    assert [p.name for p in made] == ["f2~speed-086-tempo-1163", "m3~speed-112-tempo-0893", "f2~pitch--220"]
+    assert len(VIRTUAL_CHAINS) >= 3 and all("." not in p.name for p in made)
+    for folder in made:
+        source = root / folder.name.split("~")[0]
+        lines = (folder / "metadata.csv").read_text().splitlines()
+        assert lines and (source / "metadata.csv").read_text().startswith(lines[0])
+        for line in lines:
+            name = line.split("|")[0] + ".wav"
+            new, rate = sf.read(str(folder / "wavs" / name))
+            old, _ = sf.read(str(source / "wavs" / name))
+            assert rate == 22_050 and abs(len(new) - len(old)) < 0.05 * len(old)   # the speaking rate is kept
+            assert not np.allclose(new[: len(old)], old[: len(new)], atol=1e-3)
+    # Derived voices are never sources: a second call adds the same three, not voices of voices.
+    assert add_virtual_voices(root, 3, minutes=0.05) == made
+
+
+def test_cli_trains_over_virtual_voices_beside_the_given_ones(tiny_base, two_voice_corpus, tmp_path):
+    if shutil.which("sox") is None:
+        pytest.skip("needs Debian sox")
+    result = runner.invoke(app, ["voice-space", "train", str(two_voice_corpus), "--out", str(tmp_path / "space"),
+                                 "--dim", "4", "--steps", "2", "--virtual", "2", "--virtual-minutes", "1",
+                                 "--base", str(tiny_base), "--threads", "1"])
+    assert result.exit_code == 0, result.output
+    _, _, names = VoiceSpace.load(tmp_path / "space")
+    assert sorted(names) == sorted(["f2", "m3", "f2~speed-086-tempo-1163", "m3~speed-112-tempo-0893"])
+    assert (tmp_path / "space-voices" / "m3").is_symlink()

@@ -299,19 +299,34 @@ def memory(
 def voice_space_train(
     root: Path = typer.Argument(..., help="A folder of voice folders to learn the space from."),
     out: Path = typer.Option(..., help="Folder for voice_space.safetensors + voice_space.json."),
-    dim: int = typer.Option(32, help="Numbers per voice."),
+    dim: int = typer.Option(64, help="Numbers per voice."),
     method: str = typer.Option("lora+speaker", help="The adapter the space generates."),
     steps: int = typer.Option(300, help="Updates; each takes one clip of every voice."),
+    virtual: int = typer.Option(0, help="Also learn over this many new virtual voices, made from ROOT's voices "
+                                        "with sox (in OUT-voices/, beside links to ROOT's voices): voices the "
+                                        "base never heard, which widen the space; each step then costs more."),
+    virtual_minutes: float = typer.Option(1.0, help="Audio of each virtual voice."),
     base: Optional[Path] = typer.Option(None, help="Base model folder (default: the shipped base)."),
     threads: int = typer.Option(2, help="CPU threads."),
 ) -> None:
     """Learn a voice space over many voices (each gets a vector; a shared hypernetwork makes adapters)."""
+    from chorus.corpus.virtual import add_virtual_voices
     from chorus.synthesis import DEFAULT_BASE
+    from chorus.training.adapt_many import speaker_folders
     from chorus.training.checkpoint import load_bundle
     from chorus.training.voice_space import VoiceSpaceConfig, train_voice_space
 
     with _user_errors():
         config = VoiceSpaceConfig(method=method, dim=dim, steps=steps, threads=threads)
+        if virtual:
+            voices = out.with_name(out.name + "-voices")
+            voices.mkdir(parents=True, exist_ok=True)
+            for folder in speaker_folders(root):
+                if not (voices / folder.name).exists():
+                    (voices / folder.name).symlink_to(folder.resolve(), target_is_directory=True)
+            made = add_virtual_voices(voices, virtual, minutes=virtual_minutes)
+            console.print(f"{len(made)} virtual voices in {voices}")
+            root = voices
         space, history = train_voice_space(root, load_bundle(base or DEFAULT_BASE), out, config)
     console.print(f"voice space: {out} (dim {space.dim}); mean held-out mel L1 {history[0]['val_mel']:.3f} -> "
                   f"{min(h['val_mel'] for h in history):.3f}")

@@ -50,7 +50,7 @@ class VoiceSpaceConfig:
     """method: the adapter the space generates; dim: numbers per voice."""
 
     method: str = "lora+speaker"
-    dim: int = 32
+    dim: int = 64
     steps: int = 300
     clips_per_voice: int = 1
     learning_rate: float = 5e-4         # on the hypernetwork: each step moves every generated tensor

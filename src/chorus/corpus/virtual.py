@@ -1,0 +1,62 @@
+"""New virtual voices made from existing voice folders with sox, for learning a voice space.
+
+A voice space learned only over the voices a base already knows has nothing to learn beyond their
+speaker vectors. Voices the base has never heard, made by moving the pitch alone or the pitch and
+the formants together (``speed``, with ``tempo`` restoring the speaking rate, as a longer or shorter
+vocal tract would), make it learn adapter directions a new voice can use (see
+``bench/results/voice_space``).
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import soundfile as sf
+
+# F0 alone, or F0 and formants together at the same speaking rate.
+VIRTUAL_CHAINS: tuple[tuple[str, ...], ...] = (
+    ("speed", "0.86", "tempo", "1.163"), ("speed", "1.12", "tempo", "0.893"), ("pitch", "-220"), ("pitch", "240"),
+    ("speed", "0.92", "pitch", "180", "tempo", "1.087"), ("speed", "1.07", "pitch", "-200", "tempo", "0.935"))
+
+
+def virtual_voice_name(source: str, chain: tuple[str, ...]) -> str:
+    """``flite-rms~speed-086-tempo-1163``: the source and its chain, without dots (adapter names have none)."""
+    return f"{source}~{'-'.join(chain).replace('.', '')}"
+
+
+def add_virtual_voices(root: str | Path, count: int, *, minutes: float = 1.0) -> list[Path]:
+    """Add ``count`` new voice folders to ``root``, each the first ``minutes`` of one of its voices
+    through one sox chain (voices and chains taken in turn). Returns the new folders.
+
+    Raises ``FileNotFoundError`` if sox is missing and ``ValueError`` if ``root`` has no voice folders.
+    """
+    if count <= 0:
+        return []
+    if shutil.which("sox") is None:
+        raise FileNotFoundError("virtual voices need sox (apt-get install -y sox)")
+    root = Path(root)
+    sources = sorted(p for p in root.iterdir() if (p / "metadata.csv").is_file() and "~" not in p.name)
+    if not sources:
+        raise ValueError(f"{root}: no voice folders (sub-folders with a metadata.csv) to derive voices from")
+    made = []
+    for index in range(count):
+        source, chain = sources[index % len(sources)], VIRTUAL_CHAINS[index % len(VIRTUAL_CHAINS)]
+        target = root / virtual_voice_name(source.name, chain)
+        (target / "wavs").mkdir(parents=True, exist_ok=True)
+        lines, seconds = [], 0.0
+        for line in (source / "metadata.csv").read_text(encoding="utf-8").splitlines():
+            wav = source / "wavs" / f"{line.split('|', 1)[0]}.wav"
+            if seconds >= minutes * 60 or not wav.is_file():
+                continue
+            # -G: sox lowers the gain where an effect would clip.
+            done = subprocess.run(["sox", "-G", str(wav), str(target / "wavs" / wav.name), *chain],
+                                  capture_output=True, text=True, check=False)
+            if done.returncode != 0:
+                raise RuntimeError(f"sox failed on {wav}: {done.stderr.strip()[-300:]}")
+            lines.append(line)
+            seconds += sf.info(str(wav)).duration
+        (target / "metadata.csv").write_text("".join(f"{line}\n" for line in lines), encoding="utf-8")
+        made.append(target)
+    return made
