@@ -184,9 +184,9 @@ def test_recorded_sentences_match_what_the_corpus_build_writes(tmp_path: Path, t
     recorded = record_sentences(voice, [u.text for u in utterances])
     for utterance, audio in zip(utterances, recorded, strict=True):
         written, _ = sf.read(str(utterance.audio_path), dtype="float32")
-        # The corpus stores 16-bit PCM; the recording is the same audio before quantization (sox dithers
-        # its own 16-bit output, so a few steps of 2^-15 apart).
+        # The same audio up to quantization noise: sox dithers its 16-bit output at random, and the
+        # peak normalization scales that noise up, so a few dozen steps of 2^-15 at most.
         assert audio.shape == written.shape
-        np.testing.assert_allclose(audio, written, atol=1 / 2**12)
+        np.testing.assert_allclose(audio, written, atol=1 / 2**10)
     with pytest.raises(RuntimeError):
         record_sentences(replace(voice, sox=("no-such-effect",)), ["Hello."])
