@@ -138,8 +138,8 @@ def write_results(rows: list[dict], out: Path, args) -> None:
     rows = sorted(rows, key=lambda r: (r["voice"], r["minutes"], METHODS.split(",").index(r["method"])
                                        if r["method"] in METHODS.split(",") else 99))
     lines = ["# Adaptation benchmark", "",
-             f"Base: {args.base or 'shipped base'}; seed {args.seed}; held-out voices; evaluation on {args.sentences} held-out sentences "
-             "per voice against the real recordings of the same sentences; judges: Whisper tiny.en, resemblyzer, "
+             f"Base: {args.base or 'shipped base'}; seed {args.seed}; held-out voices; evaluation on "
+             f"{args.sentences} held-out sentences per voice against the real recordings of the same sentences; judges: Whisper tiny.en, resemblyzer, "
              "MCD (DTW), F0 RMSE (WORLD harvest). Early stopping on held-out mel loss. Rows ran on a shared "
              "2-core CPU with the torch threads listed (often beside another benchmark): times are upper bounds.", "",
              *target_lines(rows), "",

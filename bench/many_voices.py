@@ -176,7 +176,6 @@ def main() -> None:
         report(rows, quality, single, args)   # after every K, so a cut-short run keeps what it measured
 
 
-
 SETTINGS = ("steps", "clips_per_voice", "method", "heldout_minutes", "pseudo_minutes", "sentences", "threads",
             "base")
 

@@ -310,23 +310,16 @@ def voice_space_train(
     threads: int = typer.Option(2, help="CPU threads."),
 ) -> None:
     """Learn a voice space over many voices (each gets a vector; a shared hypernetwork makes adapters)."""
-    from chorus.corpus.virtual import add_virtual_voices
+    from chorus.corpus.virtual import with_virtual_voices
     from chorus.synthesis import DEFAULT_BASE
-    from chorus.training.adapt_many import speaker_folders
     from chorus.training.checkpoint import load_bundle
     from chorus.training.voice_space import VoiceSpaceConfig, train_voice_space
 
     with _user_errors():
         config = VoiceSpaceConfig(method=method, dim=dim, steps=steps, threads=threads)
         if virtual:
-            voices = out.with_name(out.name + "-voices")
-            voices.mkdir(parents=True, exist_ok=True)
-            for folder in speaker_folders(root):
-                if not (voices / folder.name).exists():
-                    (voices / folder.name).symlink_to(folder.resolve(), target_is_directory=True)
-            made = add_virtual_voices(voices, virtual, minutes=virtual_minutes)
-            console.print(f"{len(made)} virtual voices in {voices}")
-            root = voices
+            root = with_virtual_voices(root, out.with_name(out.name + "-voices"), virtual, minutes=virtual_minutes)
+            console.print(f"{virtual} virtual voices in {root}")
         space, history = train_voice_space(root, load_bundle(base or DEFAULT_BASE), out, config)
     console.print(f"voice space: {out} (dim {space.dim}); mean held-out mel L1 {history[0]['val_mel']:.3f} -> "
                   f"{min(h['val_mel'] for h in history):.3f}")

@@ -13,7 +13,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
-import soundfile as sf
+from chorus.data.formats import discover
+from chorus.data.subsets import first_minutes, write_metadata
 
 # F0 alone, or F0 and formants together at the same speaking rate.
 VIRTUAL_CHAINS: tuple[tuple[str, ...], ...] = (
@@ -45,18 +46,26 @@ def add_virtual_voices(root: str | Path, count: int, *, minutes: float = 1.0) ->
         source, chain = sources[index % len(sources)], VIRTUAL_CHAINS[index % len(VIRTUAL_CHAINS)]
         target = root / virtual_voice_name(source.name, chain)
         (target / "wavs").mkdir(parents=True, exist_ok=True)
-        lines, seconds = [], 0.0
-        for line in (source / "metadata.csv").read_text(encoding="utf-8").splitlines():
-            wav = source / "wavs" / f"{line.split('|', 1)[0]}.wav"
-            if seconds >= minutes * 60 or not wav.is_file():
-                continue
+        utterances = first_minutes(discover(source)[0], minutes)
+        for utterance in utterances:
             # -G: sox lowers the gain where an effect would clip.
-            done = subprocess.run(["sox", "-G", str(wav), str(target / "wavs" / wav.name), *chain],
+            done = subprocess.run(["sox", "-G", str(utterance.audio_path),
+                                   str(target / "wavs" / utterance.audio_path.name), *chain],
                                   capture_output=True, text=True, check=False)
             if done.returncode != 0:
-                raise RuntimeError(f"sox failed on {wav}: {done.stderr.strip()[-300:]}")
-            lines.append(line)
-            seconds += sf.info(str(wav)).duration
-        (target / "metadata.csv").write_text("".join(f"{line}\n" for line in lines), encoding="utf-8")
+                raise RuntimeError(f"sox failed on {utterance.audio_path}: {done.stderr.strip()[-300:]}")
+        write_metadata(utterances, target)
         made.append(target)
     return made
+
+
+def with_virtual_voices(root: str | Path, folder: str | Path, count: int, *, minutes: float = 1.0) -> Path:
+    """``folder`` holding links to every voice folder of ``root`` and ``count`` virtual voices made
+    from them (:func:`add_virtual_voices`), so that ``root`` itself is left untouched."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    for voice in sorted(p for p in Path(root).iterdir() if (p / "metadata.csv").is_file()):
+        if not (folder / voice.name).exists():
+            (folder / voice.name).symlink_to(voice.resolve(), target_is_directory=True)
+    add_virtual_voices(folder, count, minutes=minutes)
+    return folder

@@ -30,5 +30,10 @@ def write_subset(utterances: Sequence[Utterance], folder: str | Path) -> Path:
     (folder / "wavs").mkdir(parents=True)
     for utterance in utterances:
         (folder / "wavs" / utterance.audio_path.name).symlink_to(Path(utterance.audio_path).resolve())
-    (folder / "metadata.csv").write_text("".join(f"{u.audio_path.stem}|{u.text}\n" for u in utterances))
+    write_metadata(utterances, folder)
     return folder
+
+
+def write_metadata(utterances: Sequence[Utterance], folder: str | Path) -> None:
+    """``folder/metadata.csv`` (``id|text`` lines) for audio files named ``wavs/<id>.wav`` in ``folder``."""
+    (Path(folder) / "metadata.csv").write_text("".join(f"{u.audio_path.stem}|{u.text}\n" for u in utterances))
