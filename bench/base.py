@@ -6,8 +6,10 @@ factor; the Piper joe voice (onnxruntime) says the same sentences on the same ma
 run. Each voice's own engine (the synthesizer its corpus clips came from) also reads the same
 sentences: how well the judge understands the recordings the model learned from bounds how well it
 can understand the model; the same recordings turned to log-mels and back through the vocoder show
-what the vocoder alone costs. Also the mean similarity between utterances of the same base voice
-against different voices.
+what the vocoder alone costs. The base also speaks each sentence with the timing of its recording
+(durations from monotonic alignment search against the recording, the decoder as in training), which
+tells whether its own predicted durations are what it loses words on. Also the mean similarity between utterances of the same base voice against different
+voices.
 
     python bench/base.py --vocoders griffin-lim,neural --out bench/results/base
 
@@ -52,6 +54,19 @@ def corpus_references(corpus: Path, voice: str, count: int, seed: int = 0) -> li
     rng = np.random.default_rng(seed)
     chosen = rng.choice(len(utterances), size=min(count, len(utterances)), replace=False)
     return [utterances[i].audio_path for i in sorted(chosen)]
+
+
+@torch.no_grad()
+def mel_with_recorded_timing(tts, text: str, recorded_mel: np.ndarray, voice: str) -> torch.Tensor:
+    """Log-mel ``[frames, n_mels]`` of ``text`` spoken by base ``voice`` with the durations that
+    alignment search finds in ``recorded_mel`` ``[frames, n_mels]``: the teacher-forced pass of
+    training, so the decoder is judged apart from the duration predictor."""
+    model = tts.bundle.model.eval()
+    phonemes = torch.tensor(tts.bundle.front_end.encode([text]))
+    mel = model.normalize_mel(torch.from_numpy(recorded_mel)).unsqueeze(0)
+    out = model(phonemes, torch.tensor([phonemes.shape[1]]), mel, torch.tensor([mel.shape[1]]),
+                speaker_ids=torch.tensor([tts.resolve_speaker(voice)]))
+    return model.denormalize_mel(out.mel)[0]
 
 
 def summarize(clips: list[VoiceClip], report) -> dict[str, dict]:
@@ -140,6 +155,12 @@ def main() -> None:
                             float("nan"))
                   for voice in voices for index, (text, mel) in enumerate(zip(sentences, recorded_mels[voice]))]
         systems += [(vocoder, f"Chorus base, {name}"), (f"{vocoder} vocoded", f"the recordings -> log-mel -> {name}")]
+        if vocoder == vocoders[0]:
+            clips += [VoiceClip(f"{voice}|{vocoder} timed", index, text,
+                                tts.vocoder.synthesize(mel_with_recorded_timing(tts, text, mel, voice)),
+                                SAMPLE_RATE, float("nan"))
+                      for voice in voices for index, (text, mel) in enumerate(zip(sentences, recorded_mels[voice]))]
+            systems.append((f"{vocoder} timed", f"Chorus base with the recordings' timing, {name}"))
 
     speaker = SpeakerJudge()
     judges = Judges(speaker=speaker, reference=False)
@@ -174,6 +195,9 @@ def main() -> None:
     joe_rtf = summary["piper-joe"]["rtf"]
     lines += ["", "Means over the base voices:", "",
               f"- their own engines (the judge's ceiling for these voices): WER {100 * mean('recordings', 'wer'):.1f}%"]
+    lines.append(f"- Chorus base with the recordings' timing, {vocoders[0]}: WER "
+                 f"{100 * mean(f'{vocoders[0]} timed', 'wer'):.1f}% (with its own predicted durations: "
+                 f"{100 * mean(vocoders[0], 'wer'):.1f}%)")
     for vocoder in vocoders:
         lines.append(f"- Chorus base, {vocoder}: WER {100 * mean(vocoder, 'wer'):.1f}% (the recordings through "
                      f"this vocoder: {100 * mean(f'{vocoder} vocoded', 'wer'):.1f}%), RTF {mean(vocoder, 'rtf'):.4f} "

@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # Continue pretraining the shipped base from the committed training state (checkpoints/base/):
 # rebuilds the corpus (deterministic, ~12 min on 2 cores), restores the run folder, resumes in the
-# background. Usage: bash scripts/resume_base.sh [TOTAL_STEPS] [PROCESSES]
+# background. Usage: bash scripts/resume_base.sh [TOTAL_STEPS] [PROCESSES] [ANNEAL_FROM]
+# ANNEAL_FROM: the step from which the learning rate falls linearly to 0 at TOTAL_STEPS (optional).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 steps=${1:-40000}
 processes=${2:-1}
+anneal=()
+[ -n "${3:-}" ] && anneal=(--anneal-from "$3")
 [ -f corpus_out/voices.json ] || .venv/bin/chorus corpus build corpus_out
 mkdir -p runs/base
 if [ ! -f runs/base/checkpoint/training_state.json ]; then
@@ -18,6 +21,6 @@ if [ "$processes" -gt 1 ]; then
 else
   launcher=(.venv/bin/chorus)
 fi
-nohup "${launcher[@]}" pretrain corpus_out/train --out runs/base --steps "$steps" --threads 1 \
-  --default-speaker flite-rms >> runs/base.log 2>&1 &
+nohup "${launcher[@]}" pretrain corpus_out/train --out runs/base --steps "$steps" "${anneal[@]}" \
+  --threads 1 --default-speaker flite-rms >> runs/base.log 2>&1 &
 echo "pretraining in the background (pid $!); follow runs/base.log and runs/base/log.csv"

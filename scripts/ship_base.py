@@ -17,6 +17,17 @@ from chorus.synthesis import DEFAULT_BASE
 from chorus.training.checkpoint import file_sha256, load_bundle, save_bundle
 
 
+def schedule(recipe: dict) -> str:
+    """The learning-rate schedule of ``recipe`` (a PretrainConfig as a dict) in words."""
+    if not recipe:
+        return "not recorded"
+    words = (f"peak learning rate {recipe['learning_rate']:g}, linear warmup over {recipe['warmup_steps']:,} "
+             "steps, then inverse-square-root decay")
+    if recipe.get("anneal_from") is not None:
+        words += f"; from step {recipe['anneal_from']:,} a linear anneal to 0 at step {recipe['steps']:,}"
+    return words + "."
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("run", type=Path, help="pretraining run folder (has checkpoint/ and log.csv)")
@@ -27,6 +38,8 @@ def main() -> None:
     parser.add_argument("--bench", type=Path, default=Path("bench/results/base/base.md"))
     parser.add_argument("--to", type=Path, default=DEFAULT_BASE)
     parser.add_argument("--machine", default="2 CPU cores (x86_64), 1 thread per process, shared with other jobs")
+    parser.add_argument("--note", action="append", default=[],
+                        help="a line for 'How it was made' that the run does not record (repeatable)")
     args = parser.parse_args()
 
     bundle = load_bundle(args.run / "checkpoint")
@@ -53,6 +66,8 @@ def main() -> None:
         f"time inside training steps {info.get('step_seconds', 0) / 3600:.2f} h"
         + (f", elapsed {info['elapsed_seconds'] / 3600:.2f} h" if "elapsed_seconds" in info else "")
         + f". Machine: {args.machine}.",
+        f"* Schedule: {schedule(info.get('recipe', {}))}",
+        *[f"* {note}" for note in args.note],
         f"* Recipe: `{json.dumps(info.get('recipe', {}))}`",
         f"* Last validation losses: mel L1 {last_val.get('mel', '?')}, prior {last_val.get('prior', '?')}, "
         f"duration {last_val.get('duration', '?')} (normalized log-mel units).",

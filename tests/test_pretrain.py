@@ -55,6 +55,15 @@ def test_learning_rate_warms_up_then_decays():
     assert learning_rate_at(40, config) == pytest.approx(0.5)
 
 
+def test_anneal_falls_linearly_to_zero_at_the_last_step():
+    config = PretrainConfig(data="x", out="y", warmup_steps=10, learning_rate=1.0, steps=60, anneal_from=40)
+    assert learning_rate_at(40, config) == pytest.approx(0.5), "the schedule is unchanged up to the anneal"
+    assert learning_rate_at(50, config) == pytest.approx(0.25)
+    assert learning_rate_at(60, config) == 0.0
+    with pytest.raises(ValueError, match="anneal_from"):
+        PretrainConfig(data="x", out="y", steps=60, anneal_from=60)
+
+
 def test_bad_corpus_items_are_skipped_with_a_summary(corpus, tmp_path, capsys):
     broken = tmp_path / "data"
     shutil.copytree(corpus, broken)

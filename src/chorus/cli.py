@@ -46,6 +46,8 @@ def pretrain(
     out: Path = typer.Option(Path("runs/base"), help="Run folder (features, checkpoint/, log.csv, loss.png)."),
     steps: int = typer.Option(30_000, help="Total optimizer steps (a resumed run continues to this)."),
     max_frames: int = typer.Option(4_800, help="Padded mel frames per batch and process."),
+    anneal_from: Optional[int] = typer.Option(
+        None, help="From this step the learning rate falls linearly to 0 at --steps (also on resume)."),
     config: Optional[Path] = typer.Option(None, help="JSON file with AcousticConfig fields (new runs only)."),
     default_speaker: Optional[str] = typer.Option(None, help="Voice used when none is asked for."),
     threads: int = typer.Option(2, help="CPU threads per process."),
@@ -59,8 +61,8 @@ def pretrain(
     with _user_errors():
         model_config = AcousticConfig.from_dict(json.loads(config.read_text())) if config else AcousticConfig()
         recipe = PretrainConfig(data=str(data), out=str(out), model=model_config, steps=steps,
-                                max_frames=max_frames, threads=threads, device=device,
-                                default_speaker=default_speaker)
+                                max_frames=max_frames, anneal_from=anneal_from, threads=threads,
+                                device=device, default_speaker=default_speaker)
         checkpoint = run_pretrain(recipe)
     console.print(f"checkpoint: {checkpoint}")
 

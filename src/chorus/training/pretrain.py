@@ -48,6 +48,7 @@ class PretrainConfig:
     max_frames: int = 4_800            # padded mel frames per batch (per process)
     learning_rate: float = 1e-3
     warmup_steps: int = 1_000
+    anneal_from: int | None = None     # from this step the learning rate falls linearly to 0 at ``steps``
     weight_decay: float = 0.01
     grad_clip: float = 1.0
     alignment_prior_steps: int = 3_000  # near-diagonal alignment prior, faded out linearly by this step
@@ -65,12 +66,24 @@ class PretrainConfig:
         for name in ("steps", "max_frames", "eval_every", "save_every", "threads", "warmup_steps"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"PretrainConfig.{name} must be positive")
+        if self.anneal_from is not None and not 0 <= self.anneal_from < self.steps:
+            raise ValueError(f"PretrainConfig.anneal_from must lie in 0..{self.steps - 1} (steps), "
+                             f"got {self.anneal_from}")
 
 
 def learning_rate_at(step: int, config: PretrainConfig) -> float:
-    """Linear warmup, then inverse-square-root decay (the Transformer schedule)."""
-    step = max(step, 1)
-    return config.learning_rate * min(step / config.warmup_steps, math.sqrt(config.warmup_steps / step))
+    """Linear warmup, then inverse-square-root decay (the Transformer schedule); with ``anneal_from``,
+    a linear fall from that step's rate to 0 at ``config.steps`` (the decay phase of a
+    warmup-stable-decay schedule). The noise of a large step size hides progress an underfit model
+    has made; annealing it away cashes that in, so a resumed run can end with an anneal."""
+    def transformer(step: int) -> float:
+        step = max(step, 1)
+        return config.learning_rate * min(step / config.warmup_steps, math.sqrt(config.warmup_steps / step))
+
+    if config.anneal_from is None or step <= config.anneal_from:
+        return transformer(step)
+    remaining = (config.steps - step) / (config.steps - config.anneal_from)
+    return transformer(config.anneal_from) * max(remaining, 0.0)
 
 
 def alignment_prior_weight(step: int, config: PretrainConfig) -> float:
