@@ -8,8 +8,8 @@ sentences: how well the judge understands the recordings the model learned from 
 can understand the model; the same recordings turned to log-mels and back through the vocoder show
 what the vocoder alone costs. The base also speaks each sentence with the timing of its recording
 (durations from monotonic alignment search against the recording, the decoder as in training), which
-tells whether its own predicted durations are what it loses words on. Also the mean similarity between utterances of the same base voice against different
-voices.
+tells whether its own predicted durations are what it loses words on. Also the mean similarity
+between utterances of the same base voice against different voices.
 
     python bench/base.py --vocoders griffin-lim,neural --out bench/results/base
 
@@ -151,15 +151,18 @@ def main() -> None:
 
         name = type(tts.vocoder).__name__
         clips += synthesize_grid(speak_base, [f"{voice}|{vocoder}" for voice in voices], sentences)
-        clips += [VoiceClip(f"{voice}|{vocoder} vocoded", index, text, tts.vocoder.synthesize(mel), SAMPLE_RATE,
-                            float("nan"))
-                  for voice in voices for index, (text, mel) in enumerate(zip(sentences, recorded_mels[voice]))]
+
+        def from_recordings(system: str, to_mel) -> list[VoiceClip]:
+            """Clips ``voice|system`` vocoded from ``to_mel(text, recorded log-mel, voice)``."""
+            return [VoiceClip(f"{voice}|{system}", index, text, tts.vocoder.synthesize(to_mel(text, mel, voice)),
+                              SAMPLE_RATE, float("nan"))
+                    for voice in voices for index, (text, mel) in enumerate(zip(sentences, recorded_mels[voice]))]
+
+        clips += from_recordings(f"{vocoder} vocoded", lambda text, mel, voice: mel)
         systems += [(vocoder, f"Chorus base, {name}"), (f"{vocoder} vocoded", f"the recordings -> log-mel -> {name}")]
         if vocoder == vocoders[0]:
-            clips += [VoiceClip(f"{voice}|{vocoder} timed", index, text,
-                                tts.vocoder.synthesize(mel_with_recorded_timing(tts, text, mel, voice)),
-                                SAMPLE_RATE, float("nan"))
-                      for voice in voices for index, (text, mel) in enumerate(zip(sentences, recorded_mels[voice]))]
+            clips += from_recordings(f"{vocoder} timed", lambda text, mel, voice:
+                                     mel_with_recorded_timing(tts, text, mel, voice))
             systems.append((f"{vocoder} timed", f"Chorus base with the recordings' timing, {name}"))
 
     speaker = SpeakerJudge()
