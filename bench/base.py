@@ -40,7 +40,7 @@ from chorus.evaluation.voices import (
     synthesize_grid,
 )
 from chorus.peers.piper import load_joe
-from chorus.synthesis import load_base
+from chorus.synthesis import load_base, teacher_forced_mel
 
 DEFAULT_VOICES = "flite-rms,flite-awb,festival-kal,flite-kal16"
 
@@ -54,19 +54,6 @@ def corpus_references(corpus: Path, voice: str, count: int, seed: int = 0) -> li
     rng = np.random.default_rng(seed)
     chosen = rng.choice(len(utterances), size=min(count, len(utterances)), replace=False)
     return [utterances[i].audio_path for i in sorted(chosen)]
-
-
-@torch.no_grad()
-def mel_with_recorded_timing(tts, text: str, recorded_mel: np.ndarray, voice: str) -> torch.Tensor:
-    """Log-mel ``[frames, n_mels]`` of ``text`` spoken by base ``voice`` with the durations that
-    alignment search finds in ``recorded_mel`` ``[frames, n_mels]``: the teacher-forced pass of
-    training, so the decoder is judged apart from the duration predictor."""
-    model = tts.bundle.model.eval()
-    phonemes = torch.tensor(tts.bundle.front_end.encode([text]))
-    mel = model.normalize_mel(torch.from_numpy(recorded_mel)).unsqueeze(0)
-    out = model(phonemes, torch.tensor([phonemes.shape[1]]), mel, torch.tensor([mel.shape[1]]),
-                speaker_ids=torch.tensor([tts.resolve_speaker(voice)]))
-    return model.denormalize_mel(out.mel)[0]
 
 
 def summarize(clips: list[VoiceClip], report) -> dict[str, dict]:
@@ -162,7 +149,7 @@ def main() -> None:
         systems += [(vocoder, f"Chorus base, {name}"), (f"{vocoder} vocoded", f"the recordings -> log-mel -> {name}")]
         if vocoder == vocoders[0]:
             clips += from_recordings(f"{vocoder} timed", lambda text, mel, voice:
-                                     mel_with_recorded_timing(tts, text, mel, voice))
+                                     teacher_forced_mel(tts.bundle, text, mel, tts.resolve_speaker(voice)))
             systems.append((f"{vocoder} timed", f"Chorus base with the recordings' timing, {name}"))
 
     speaker = SpeakerJudge()

@@ -51,10 +51,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--voices", default="piper-joe,flite-slt,festival-ked")
     parser.add_argument("--minutes", default="0.5,1,3,10")
-    parser.add_argument("--dim", type=int, default=64)
-    parser.add_argument("--space-steps", type=int, default=300)
+    parser.add_argument("--space-method", default="cln+speaker", help="the adapter the space generates")
+    parser.add_argument("--dim", type=int, default=128)
+    parser.add_argument("--space-steps", type=int, default=200)
     parser.add_argument("--space-minutes", type=float, default=1.0, help="audio of each corpus voice in the space")
-    parser.add_argument("--space-virtual", type=int, default=36, help="new virtual voices added to the space")
+    parser.add_argument("--space-virtual", type=int, default=54, help="new virtual voices added to the space")
     parser.add_argument("--fit-steps", type=int, default=150)
     parser.add_argument("--redo-lora", action="store_true", help="adapt the LoRA voices again")
     parser.add_argument("--sentences", type=int, default=8)
@@ -77,7 +78,8 @@ def main() -> None:
         add_virtual_voices(root, args.space_virtual, minutes=args.space_minutes)
         started = time.perf_counter()
         _, history = train_voice_space(root, load_bundle(DEFAULT_BASE), space_dir,
-                                       VoiceSpaceConfig(dim=args.dim, steps=args.space_steps, threads=args.threads),
+                                       VoiceSpaceConfig(method=args.space_method, dim=args.dim,
+                                                        steps=args.space_steps, threads=args.threads),
                                        progress=False)
         (args.work / "space_training.json").write_text(json.dumps(
             {"seconds": time.perf_counter() - started, "history": history}))

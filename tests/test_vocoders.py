@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
+import json
 import shutil
 import subprocess
 from dataclasses import dataclass, replace
@@ -215,3 +217,33 @@ def test_resume_continues_exactly_where_it_stopped(tmp_path):
     straight = load_file(tmp_path / "straight" / "vocoder.safetensors")
     resumed = load_file(tmp_path / "resumed" / "vocoder.safetensors")
     assert all(torch.equal(resumed[key], straight[key]) for key in straight)
+
+
+def test_fine_tuning_on_teacher_forced_mels_starts_from_the_given_vocoder(tiny_base, two_voice_corpus, tmp_path):
+    """GTA fine-tuning: crops of the model's forced mels line up with the recording's samples, and a
+    run with --init-from starts from that vocoder's weights (at a vanishing learning rate it stays there)."""
+    from chorus.training.checkpoint import load_bundle
+    from chorus.training.vocoder import AlignedSampler, train_vocoder_command
+
+    bundle = load_bundle(tiny_base)
+    sampler = AlignedSampler(two_voice_corpus, bundle, clips_per_voice=2)
+    hop = bundle.mel_config.hop_length
+    assert len(sampler.mels) == 4 and all(len(a) == len(m) * hop for a, m in zip(sampler.audio, sampler.mels))
+    audio, mels = sampler.batch(np.random.default_rng(0), 6, frames=20)
+    assert audio.shape == (6, 20 * hop) and mels.shape == (6, 20, bundle.mel_config.n_mels)
+    for clip, mel in zip(audio, mels):   # each crop is one clip's frames [s, s+20) and samples [s*hop, (s+20)*hop)
+        assert any(torch.equal(mel, m[s: s + 20]) and torch.equal(clip, a[s * hop: (s + 20) * hop])
+                   for m, a in zip(sampler.mels, sampler.audio) for s in range(len(m) - 19))
+
+    start = train_vocoder(two_voice_corpus, tmp_path / "start", tiny_train_config(), steps=2, show_progress=False)
+    tuned = train_vocoder_command(two_voice_corpus, tmp_path / "tuned", steps=2, resume=True, threads=1,
+                                  init_from=start.out_dir, aligned_model=tiny_base, aligned_clips=2,
+                                  learning_rate=1e-12)
+    before = load_file(start.out_dir / "vocoder.safetensors")
+    after = load_file(tuned.out_dir / "vocoder.safetensors")
+    assert all(torch.allclose(after[key], before[key], atol=1e-6) for key in before)
+    saved = json.loads((tuned.out_dir / "checkpoint" / "training.json").read_text())["config"]
+    assert saved["init_from"] == str(start.out_dir) and saved["aligned_model"] == str(tiny_base)
+    assert saved["vocoder"] == dataclasses.asdict(TINY_VOCOS)
+    with pytest.raises(FileNotFoundError, match="no voice folder named after"):
+        AlignedSampler(tmp_path, bundle, clips_per_voice=1)

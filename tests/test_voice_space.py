@@ -95,16 +95,22 @@ def test_refusals_and_cli(tiny_base, space_dir, new_voice_data, tmp_path):
     assert "4 numbers" in " ".join(result.output.split())
 
 
-def test_virtual_voices_are_new_voices_with_the_same_text_and_rate(two_voice_corpus, tmp_path):
+def copied_voices(two_voice_corpus: Path, tmp_path: Path) -> Path:
+    """A writable copy of the two-voice corpus for virtual voices to be added to (skips without sox)."""
     if shutil.which("sox") is None:
         pytest.skip("needs Debian sox")
+    root = tmp_path / "voices"
+    for voice in ("m3", "f2"):
+        shutil.copytree(two_voice_corpus / voice, root / voice)
+    return root
+
+
+def test_virtual_voices_are_new_voices_with_the_same_text_and_rate(two_voice_corpus, tmp_path):
     import soundfile as sf
 
     from chorus.corpus.virtual import VIRTUAL_CHAINS, add_virtual_voices
 
-    root = tmp_path / "voices"
-    for voice in ("m3", "f2"):
-        shutil.copytree(two_voice_corpus / voice, root / voice)
+    root = copied_voices(two_voice_corpus, tmp_path)
     made = add_virtual_voices(root, 3, minutes=0.05)
     assert [p.name for p in made] == ["f2~speed-086-tempo-1163", "m3~speed-112-tempo-0893", "f2~pitch--220"]
     assert len(VIRTUAL_CHAINS) >= 3 and all("." not in p.name for p in made)
@@ -120,6 +126,18 @@ def test_virtual_voices_are_new_voices_with_the_same_text_and_rate(two_voice_cor
             assert not np.allclose(new[: len(old)], old[: len(new)], atol=1e-3)
     # Derived voices are never sources: a second call adds the same three, not voices of voices.
     assert add_virtual_voices(root, 3, minutes=0.05) == made
+
+
+def test_virtual_voices_never_repeat_a_voice_and_chain(two_voice_corpus, tmp_path):
+    """2 voices x 6 chains: the plain turn would repeat (voice, chain) after 6; all 12 pairs come first."""
+    from chorus.corpus.virtual import VIRTUAL_CHAINS, add_virtual_voices
+
+    root = copied_voices(two_voice_corpus, tmp_path)
+    pairs = 2 * len(VIRTUAL_CHAINS)
+    made = add_virtual_voices(root, pairs, minutes=0.01)
+    assert len({p.name for p in made}) == pairs
+    with pytest.raises(ValueError, match=f"at most {pairs} virtual voices"):
+        add_virtual_voices(root, pairs + 1, minutes=0.01)
 
 
 def test_cli_trains_over_virtual_voices_beside_the_given_ones(tiny_base, two_voice_corpus, tmp_path):

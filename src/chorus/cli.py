@@ -477,12 +477,19 @@ def train_vocoder(
     steps: int = typer.Option(20_000, help="Total steps (a resumed run continues to this)."),
     resume: bool = typer.Option(True, help="Continue from OUT's checkpoint if there is one."),
     threads: int = typer.Option(1, help="CPU threads."),
+    init_from: Optional[Path] = typer.Option(None, help="Fine-tune this saved vocoder (its architecture)."),
+    aligned_model: Optional[Path] = typer.Option(
+        None, help="Feed the vocoder this acoustic model's teacher-forced mels of the clips (GTA fine-tuning)."),
+    aligned_clips: int = typer.Option(40, help="With --aligned-model: clips per voice forced through it."),
+    learning_rate: Optional[float] = typer.Option(None, help="Peak learning rate (default 1e-3)."),
 ) -> None:
-    """Train the Vocos-style neural vocoder on real (or corpus) audio."""
+    """Train the Vocos-style neural vocoder on real (or corpus) audio, or fine-tune one on an acoustic
+    model's output (--init-from + --aligned-model), so it fits the spectra that model makes."""
     from chorus.training.vocoder import train_vocoder_command
 
     with _user_errors():
-        train_vocoder_command(data, out, steps, resume, threads)
+        train_vocoder_command(data, out, steps, resume, threads, init_from, aligned_model, aligned_clips,
+                              learning_rate)
 
 
 @app.command()

@@ -9,6 +9,7 @@ vocal tract would), make it learn adapter directions a new voice can use (see
 
 from __future__ import annotations
 
+import math
 import shutil
 import subprocess
 from pathlib import Path
@@ -31,7 +32,8 @@ def add_virtual_voices(root: str | Path, count: int, *, minutes: float = 1.0) ->
     """Add ``count`` new voice folders to ``root``, each the first ``minutes`` of one of its voices
     through one sox chain (voices and chains taken in turn). Returns the new folders.
 
-    Raises ``FileNotFoundError`` if sox is missing and ``ValueError`` if ``root`` has no voice folders.
+    Raises ``FileNotFoundError`` if sox is missing and ``ValueError`` if ``root`` has no voice folders
+    or fewer (voice, chain) pairs than ``count``.
     """
     if count <= 0:
         return []
@@ -41,9 +43,16 @@ def add_virtual_voices(root: str | Path, count: int, *, minutes: float = 1.0) ->
     sources = sorted(p for p in root.iterdir() if (p / "metadata.csv").is_file() and "~" not in p.name)
     if not sources:
         raise ValueError(f"{root}: no voice folders (sub-folders with a metadata.csv) to derive voices from")
+    if count > len(sources) * len(VIRTUAL_CHAINS):
+        raise ValueError(f"{root}: {len(sources)} voices and {len(VIRTUAL_CHAINS)} sox chains make at most "
+                         f"{len(sources) * len(VIRTUAL_CHAINS)} virtual voices, {count} asked for")
+    # Voices and chains in turn; after each lcm(voices, chains) the chains shift by one, so no
+    # (voice, chain) pair comes twice before all have come once.
+    cycle = math.lcm(len(sources), len(VIRTUAL_CHAINS))
     made = []
     for index in range(count):
-        source, chain = sources[index % len(sources)], VIRTUAL_CHAINS[index % len(VIRTUAL_CHAINS)]
+        source = sources[index % len(sources)]
+        chain = VIRTUAL_CHAINS[(index + index // cycle) % len(VIRTUAL_CHAINS)]
         target = root / virtual_voice_name(source.name, chain)
         (target / "wavs").mkdir(parents=True, exist_ok=True)
         utterances = first_minutes(discover(source)[0], minutes)

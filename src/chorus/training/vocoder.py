@@ -49,9 +49,12 @@ from rich.progress import (
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from chorus.audio.io import save_audio
-from chorus.audio.mel import MelConfig, MelSpectrogram
-from chorus.audio.vocoders import Vocos, VocosConfig
+from chorus.audio.io import load_audio, save_audio
+from chorus.audio.mel import MelConfig, MelSpectrogram, log_mel
+from chorus.audio.vocoders import Vocos, VocosConfig, load_vocoder
+from chorus.data.formats import discover
+from chorus.synthesis import teacher_forced_mel
+from chorus.training.checkpoint import ModelBundle, load_bundle
 
 CHECKPOINT = "checkpoint"
 
@@ -85,6 +88,13 @@ class VocoderTrainConfig:
     checkpoint_every: int = 500
     log_every: int = 10
     seed: int = 0
+    # Fine-tuning: start from this saved vocoder's weights (None: from scratch) ...
+    init_from: str | None = None
+    # ... and feed it this acoustic model's teacher-forced log-mels of the clips instead of the clips'
+    # own (ground-truth-aligned, "GTA", training, as Tacotron 2's WaveNet had), so it learns to turn the
+    # model's smoother spectra into the recordings. None: the clips' own log-mels.
+    aligned_model: str | None = None
+    aligned_clips_per_voice: int = 40
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -145,6 +155,52 @@ class SegmentSampler:
             audio = soxr.resample(audio, rate, self.sample_rate)
         audio = audio[:length]
         return np.pad(audio, (0, length - len(audio))).astype(np.float32)
+
+
+class AlignedSampler:
+    """Random crops of (an acoustic model's teacher-forced log-mel of a clip, the clip), frame for frame.
+
+    For each voice folder under ``data_root`` that is one of ``bundle``'s speakers, its first
+    ``clips_per_voice`` clips are forced through the model once (:func:`~chorus.synthesis.teacher_forced_mel`)
+    and kept in memory: mel ``[frames, n_mels]`` beside audio padded to ``frames * hop`` samples.
+    Clips are drawn in proportion to their length, as :class:`SegmentSampler` draws files.
+    """
+
+    def __init__(self, data_root: Path, bundle: ModelBundle, clips_per_voice: int, progress: bool = False):
+        folders = sorted(p for p in Path(data_root).iterdir()
+                         if (p / "metadata.csv").is_file() and p.name in bundle.speakers)
+        if not folders:
+            raise FileNotFoundError(f"{data_root}: no voice folder named after one of the model's speakers "
+                                    f"({', '.join(bundle.speakers[:5])}, ...)")
+        self.hop = bundle.mel_config.hop_length
+        self.mels: list[torch.Tensor] = []
+        self.audio: list[torch.Tensor] = []
+        utterances = [(folder.name, u) for folder in folders for u in discover(folder)[0][:clips_per_voice]]
+        with Progress(TextColumn("[bold]teacher-forced mels"), BarColumn(), MofNCompleteColumn(),
+                      TimeRemainingColumn(), disable=not progress) as bar:
+            for voice, utterance in bar.track(utterances):
+                audio = load_audio(utterance.audio_path, bundle.mel_config.sample_rate)
+                mel = teacher_forced_mel(bundle, utterance.text, torch.from_numpy(log_mel(audio, bundle.mel_config)),
+                                         bundle.speaker_index(voice))
+                samples = mel.shape[0] * self.hop
+                self.mels.append(mel.float())
+                self.audio.append(torch.from_numpy(np.pad(audio, (0, max(samples - len(audio), 0)))[:samples]))
+        frames = np.array([len(mel) for mel in self.mels], dtype=np.float64)
+        self.weights = frames / frames.sum()
+
+    def batch(self, rng: np.random.Generator, batch_size: int, frames: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(audio ``[batch_size, frames * hop]``, its teacher-forced log-mel ``[batch_size, frames, n_mels]``)."""
+        audio, mels = [], []
+        for index in rng.choice(len(self.mels), size=batch_size, p=self.weights):
+            mel, clip = self.mels[index], self.audio[index]
+            start = int(rng.integers(0, max(len(mel) - frames, 0) + 1))
+            mel = mel[start: start + frames]
+            # A clip shorter than the crop: pad with its quietest frame (silence), the audio with zeros.
+            mel = torch.cat([mel, mel.min(0).values.expand(frames - len(mel), -1)])
+            clip = clip[start * self.hop: (start + frames) * self.hop]
+            audio.append(F.pad(clip, (0, frames * self.hop - len(clip))))
+            mels.append(mel)
+        return torch.stack(audio), torch.stack(mels)
 
 
 # ------------------------------------------------------------------------------------------- losses
@@ -326,6 +382,14 @@ def plot_losses(csv_path: Path, png_path: Path) -> None:
 # -------------------------------------------------------------------------------------------- train
 
 
+def _load_start(config: VocoderTrainConfig) -> Vocos:
+    """The vocoder ``config.init_from`` names, checked to have the architecture being trained."""
+    start = load_vocoder(config.init_from, mel_config=config.mel)
+    if not isinstance(start, Vocos) or start.config != config.vocoder:
+        raise ValueError(f"{config.init_from}: not a Vocos vocoder with config {config.vocoder}")
+    return start
+
+
 def learning_rate(step: int, config: VocoderTrainConfig) -> float:
     """Linear warm-up, then exponential decay; depends on the step alone."""
     return config.learning_rate * min(1.0, (step + 1) / config.warmup_steps) * config.lr_decay ** step
@@ -364,10 +428,21 @@ def train_vocoder(data_root: Path, out_dir: Path, config: VocoderTrainConfig | N
     optimizers = {"optimizer": torch.optim.AdamW(model.parameters(), **adamw)}
     if discriminator is not None:
         optimizers["discriminator_optimizer"] = torch.optim.AdamW(discriminator.parameters(), **adamw)
-    start_step = _load_checkpoint(checkpoint, model, optimizers, discriminator) if checkpoint else 0
+    if checkpoint:
+        start_step = _load_checkpoint(checkpoint, model, optimizers, discriminator)
+    else:
+        start_step = 0
+        if config.init_from:
+            model.load_state_dict(_load_start(config).state_dict())
 
     # Data and losses.
     sampler = SegmentSampler(data_root, config.mel.sample_rate)
+    aligned = None
+    if config.aligned_model:
+        bundle = load_bundle(config.aligned_model)
+        if bundle.mel_config != config.mel:
+            raise ValueError(f"{config.aligned_model}: the model's mel settings differ from the vocoder's")
+        aligned = AlignedSampler(data_root, bundle, config.aligned_clips_per_voice, show_progress)
     to_mel = MelSpectrogram(config.mel)
     hop = config.mel.hop_length
     segment_frames = (round(config.min_segment_seconds * config.mel.sample_rate / hop),
@@ -394,16 +469,21 @@ def train_vocoder(data_root: Path, out_dir: Path, config: VocoderTrainConfig | N
         for step in range(start_step, steps):
             # Batch: one crop length per step (crops must stack), all randomness from (seed, step).
             rng = np.random.default_rng([config.seed, step])
-            audio = sampler.batch(rng, config.batch_size, int(rng.integers(*segment_frames, endpoint=True)) * hop)
+            frames = int(rng.integers(*segment_frames, endpoint=True))
+            if aligned is None:
+                audio = sampler.batch(rng, config.batch_size, frames * hop)
+                input_mel = None
+            else:
+                audio, input_mel = aligned.batch(rng, config.batch_size, frames)
             with torch.no_grad():
-                target_mel = to_mel(audio)  # [batch, frames, n_mels]
+                target_mel = to_mel(audio)  # [batch, frames (+1 without aligned), n_mels]
             lr = learning_rate(step, config)
             for optimizer in optimizers.values():
                 for group in optimizer.param_groups:
                     group["lr"] = lr
 
             # Output is frames * hop long, one hop more than the crop: compare the crop's span.
-            predicted = model(target_mel)[:, :audio.shape[1]]
+            predicted = model(target_mel if input_mel is None else input_mel)[:, :audio.shape[1]]
             terms = {}
             if discriminator is not None:
                 terms["discriminator"] = discriminator_loss(discriminator(audio), discriminator(predicted.detach()))
@@ -462,9 +542,22 @@ def train_vocoder(data_root: Path, out_dir: Path, config: VocoderTrainConfig | N
                               steps_per_second=max(steps - start_step, 0) / elapsed, out_dir=out_dir)
 
 
-def train_vocoder_command(data_root: Path, out: Path, steps: int, resume: bool, threads: int) -> VocoderTrainResult:
-    """CLI entry: train the default CPU-sized Vocos; prints where the result is and how to use it."""
-    result = train_vocoder(data_root, out, steps=steps, resume=resume, threads=threads)
+def train_vocoder_command(data_root: Path, out: Path, steps: int, resume: bool, threads: int,
+                          init_from: Path | None = None, aligned_model: Path | None = None,
+                          aligned_clips: int = 40, learning_rate: float | None = None) -> VocoderTrainResult:
+    """CLI entry: train the default CPU-sized Vocos, or fine-tune ``init_from`` (with its architecture),
+    optionally on ``aligned_model``'s teacher-forced mels; prints where the result is and how to use it."""
+    config = None   # a resumed run takes its saved config
+    if init_from or aligned_model or learning_rate:
+        config = VocoderTrainConfig(aligned_model=str(aligned_model) if aligned_model else None,
+                                    aligned_clips_per_voice=aligned_clips)
+        if init_from:
+            start = load_vocoder(init_from, mel_config=config.mel)   # its architecture; checked when loaded
+            config = dataclasses.replace(config, init_from=str(init_from),
+                                         vocoder=getattr(start, "config", config.vocoder))
+        if learning_rate:
+            config = dataclasses.replace(config, learning_rate=learning_rate)
+    result = train_vocoder(data_root, out, config, steps=steps, resume=resume, threads=threads)
     loss = f", loss {result.losses['loss']:.3f}" if result.losses else ""
     print(f"vocoder at step {result.step}{loss} ({result.steps_per_second:.2f} steps/s) saved in {out}; "
           f"curves in {out / 'loss.png'}, samples in {out / 'samples'}; "
