@@ -3,6 +3,9 @@
 Data: random 0.5-1 s crops of every ``**/wavs/*.wav`` under ``data_root`` (LJSpeech-style
 ``<speaker>/wavs/``), read from disk on demand; mels are computed on the fly with the same
 :class:`~chorus.audio.mel.MelSpectrogram` the acoustic model uses, so vocoder and model agree.
+With ``aligned_model`` (fine-tuning, usually with ``init_from``) the vocoder is fed that acoustic
+model's teacher-forced log-mels of the clips instead (:class:`AlignedSampler`), and still judged
+against the clips themselves.
 
 Loss: L1 between the log-mels of output and input, plus a multi-resolution STFT loss (spectral
 convergence + log-magnitude L1 at 3 resolutions, Yamamoto et al., Parallel WaveGAN). Optionally a
@@ -476,7 +479,7 @@ def train_vocoder(data_root: Path, out_dir: Path, config: VocoderTrainConfig | N
             else:
                 audio, input_mel = aligned.batch(rng, config.batch_size, frames)
             with torch.no_grad():
-                target_mel = to_mel(audio)  # [batch, frames (+1 without aligned), n_mels]
+                target_mel = to_mel(audio)  # [batch, frames + 1, n_mels]
             lr = learning_rate(step, config)
             for optimizer in optimizers.values():
                 for group in optimizer.param_groups:
