@@ -36,7 +36,7 @@ import soundfile as sf
 from chorus.atomic import atomic_write_text
 from chorus.audio.io import SAMPLE_RATE, load_audio, save_audio
 from chorus.corpus.text import training_sentences
-from chorus.corpus.voices import VOICES, VoiceSpec, get_voice
+from chorus.corpus.voices import SOX_COMMAND, VOICES, VoiceSpec, get_voice
 from chorus.text.normalize import normalize_text
 
 FESTIVAL_VOICE_DIR = Path("/usr/share/festival/voices/english")
@@ -278,8 +278,7 @@ def _synthesize_chunk(chunk: _Chunk) -> _ChunkResult:
                     _engine_to_wav(voice, text, raw, chunk.threads)
                 if voice.sox:
                     shifted = raw_dir / f"{clip_id}.sox.wav"
-                    # -G: sox lowers the gain where an effect would clip; the peak is normalized anyway.
-                    _run(["sox", "-G", str(raw), str(shifted), *voice.sox])
+                    _run([*SOX_COMMAND, str(raw), str(shifted), *voice.sox])
                     raw = shifted
                 audio = trim_and_normalize(load_audio(raw))
                 if audio is None or audio.size < 0.3 * SAMPLE_RATE:

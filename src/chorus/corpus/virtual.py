@@ -14,6 +14,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from chorus.corpus.voices import SOX_COMMAND
 from chorus.data.formats import discover
 from chorus.data.subsets import first_minutes, write_metadata
 
@@ -57,8 +58,7 @@ def add_virtual_voices(root: str | Path, count: int, *, minutes: float = 1.0) ->
         (target / "wavs").mkdir(parents=True, exist_ok=True)
         utterances = first_minutes(discover(source)[0], minutes)
         for utterance in utterances:
-            # -G: sox lowers the gain where an effect would clip.
-            done = subprocess.run(["sox", "-G", str(utterance.audio_path),
+            done = subprocess.run([*SOX_COMMAND, str(utterance.audio_path),
                                    str(target / "wavs" / utterance.audio_path.name), *chain],
                                   capture_output=True, text=True, check=False)
             if done.returncode != 0:

@@ -25,6 +25,12 @@ CLEAR_CLIPS = 600  # flite / festival voices and their sox derivatives
 ESPEAK_CLIPS = 250  # espeak-ng formant variants, much less intelligible
 HELDOUT_CLIPS = 220  # ~12.5 minutes: clips average ~3.4 s (joe 3.5, slt 3.4, ked 3.4) with their 0.2 s of silence
 
+# How every sox effect chain is run. -R: repeatable mode, a fixed dither seed, so the same input
+# gives the same samples (sox dithers its 16-bit output at random otherwise, and after trimming and
+# peak normalization that noise can move a frame across the silence threshold). -G: sox lowers the
+# gain where an effect would clip; the peak is normalized afterwards anyway.
+SOX_COMMAND = ("sox", "-R", "-G")
+
 
 @dataclass(frozen=True)
 class VoiceSpec:
