@@ -64,7 +64,9 @@ def main() -> None:
         print(name, {v: round(100 * results[f"{name}|{v}"], 1) for v in voices}, flush=True)
     (args.out / "vocoders_on_base.json").write_text(json.dumps({"sentences": sentences, "wer": results}, indent=1))
     lines = ["# The base's speech through each vocoder", "",
-             f"Shipped base, {len(sentences)} sentences no corpus voice reads, Whisper tiny.en WER %.", "",
+             f"Shipped base ({tts.bundle.info.get('steps', '?')} steps, weights sha256 "
+             f"`{tts.bundle.weights_sha256[:12]}`), {len(sentences)} sentences no corpus voice reads, "
+             "Whisper tiny.en WER %.", "",
              "| vocoder | " + " | ".join(voices) + " | mean |", "|---" * (len(voices) + 2) + "|"]
     for name in args.vocoders.split(","):
         rates = [100 * results[f"{name}|{voice}"] for voice in voices]
