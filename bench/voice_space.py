@@ -5,11 +5,14 @@ The space is learned over the base corpus's voices (``--space-minutes`` of each)
 (:mod:`chorus.corpus.virtual`): voices the base has never heard, so that the space must learn adapter
 directions and not only speaker vectors. Nothing is derived from the held-out voices. Then for each
 held-out voice and amount of data (30 s, 1, 3, 10 minutes: the first clips of the voice), a voice is
-made both ways, from the same clips: ``chorus voice-space fit`` (``dim`` numbers, started from the
-clips' speaker d-vector) and ``chorus adapt --method lora+speaker``. Both speak the voice's held-out
+made both ways, from the same clips: ``chorus voice-space fit`` (``dim`` numbers, once per start in
+``--fit-init``: the nearest training voice's z, the clips' d-vector through the space's linear map,
+or the center) and ``chorus adapt --method lora+speaker``. Both speak the voice's held-out
 sentences and are judged against its real recordings (Whisper WER, resemblyzer similarity).
 
     python bench/voice_space.py --voices piper-joe --out bench/results/voice_space
+    python bench/voice_space.py --kinds lora --minutes 3      # the LoRA rows alone (no space needed),
+                                                              # e.g. in a second process
 
 Writes ``voice_space.md``, ``voice_space.json`` and ``similarity_vs_minutes.png``.
 """
@@ -24,6 +27,7 @@ from pathlib import Path
 import torch
 
 from chorus.adapters.voice_space import VoiceSpace
+from chorus.atomic import atomic_write_text
 from chorus.corpus.virtual import add_virtual_voices
 from chorus.data.formats import discover
 from chorus.data.subsets import first_minutes, write_subset
@@ -35,8 +39,20 @@ from chorus.training.checkpoint import load_bundle
 from chorus.training.voice_space import VoiceSpaceConfig, fit_voice, train_voice_space
 
 
-def judge(voice_dir: Path, evaluation, references, judges: Judges) -> dict:
-    tts = load_base(None, "griffin-lim")
+def heldout_split(folder: Path, sentences: int, references: int) -> tuple[list, list[Path], list]:
+    """A held-out voice's clips: (the last ``sentences`` to speak and judge, the ``references`` before
+    them that similarity is measured against (paths), the rest: the pool training data is taken from)."""
+    utterances, _ = discover(folder)
+    return (utterances[-sentences:], [u.audio_path for u in utterances[-sentences - references: -sentences]],
+            utterances[: -sentences - references])
+
+
+def space_kind(init: str) -> str:
+    return f"voice space, {init} start"
+
+
+def judge(base: Path, voice_dir: Path, evaluation, references, judges: Judges) -> dict:
+    tts = load_base(base, "griffin-lim")
     name = tts.load_voice(voice_dir)
     items = []
     for utterance in evaluation:
@@ -57,7 +73,12 @@ def main() -> None:
     parser.add_argument("--space-minutes", type=float, default=1.0, help="audio of each corpus voice in the space")
     parser.add_argument("--space-virtual", type=int, default=54, help="new virtual voices added to the space")
     parser.add_argument("--fit-steps", type=int, default=150)
-    parser.add_argument("--redo-lora", action="store_true", help="adapt the LoRA voices again")
+    parser.add_argument("--fit-init", default="nearest,embedding",
+                        help="where a space voice's vector starts (nearest, embedding, mean): one row each")
+    parser.add_argument("--base", type=Path, default=DEFAULT_BASE, help="base model the space and the voices use")
+    parser.add_argument("--kinds", default="space,lora",
+                        help="what to make: space (learn the space if needed, fit its voices), lora, or both")
+    parser.add_argument("--redo-lora", action="store_true", help="adapt the LoRA voices again (with --kinds space,lora)")
     parser.add_argument("--sentences", type=int, default=8)
     parser.add_argument("--references", type=int, default=10)
     parser.add_argument("--threads", type=int, default=2)
@@ -69,6 +90,43 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     args.out.mkdir(parents=True, exist_ok=True)
 
+    kinds = set(args.kinds.split(","))
+    space = None
+    if "space" in kinds:
+        space, space_voices, space_info = learned_space(args)
+    judges = Judges(speaker=SpeakerJudge(), reference=False)
+    results_path = args.out / "voice_space.json"
+    for voice in args.voices.split(","):
+        evaluation, references, pool = heldout_split(args.heldout / voice, args.sentences, args.references)
+        for minutes in [float(m) for m in args.minutes.split(",")]:
+            data = args.work / "data" / f"{voice}-{minutes:g}"
+            write_subset(first_minutes(pool, minutes), data)
+            made = []
+            for init in args.fit_init.split(",") if space is not None else []:
+                fitted = fit_voice(data, load_bundle(args.base), space,
+                                   args.work / "voices" / f"{voice}-{minutes:g}-space-{init}", steps=args.fit_steps,
+                                   init=init, threads=args.threads, progress=False)
+                made.append((space_kind(init), fitted.voice_dir, fitted.card))
+            # The per-voice LoRA does not depend on the space: a result from an earlier run is kept.
+            if "lora" in kinds and (args.redo_lora or space is None or not any(
+                    row_key(r) == (voice, minutes, "lora+speaker") for r in read_rows(results_path))):
+                lora = adapt(data, load_bundle(args.base), args.work / "voices" / f"{voice}-{minutes:g}-lora",
+                             AdaptConfig(method="lora+speaker", threads=args.threads, min_minutes=0.4),
+                             progress=False)
+                made.append(("lora+speaker", lora.voice_dir, lora.card))
+            for kind, voice_dir, card in made:
+                scores = judge(args.base, voice_dir, evaluation, references, judges)
+                save_row(results_path, {"voice": voice, "minutes": minutes, "data_minutes": card.data_minutes,
+                                        "kind": kind, "numbers": card.trainable_parameters,
+                                        "seconds": card.train_seconds, "start_voice": card.notes.get("start_voice"),
+                                        **scores})
+                print(f"{voice} {minutes:g} min {kind}: similarity {scores['similarity']:.3f}", flush=True)
+    if space is not None:
+        write(read_rows(results_path), args, space, space_voices, space_info)
+
+
+def learned_space(args) -> tuple[VoiceSpace, list[str], dict]:
+    """The space under ``--work``, learned first if it is not there: (space, its voices, training info)."""
     space_dir = args.work / "space"
     if not (space_dir / "voice_space.json").is_file():
         root = args.work / "space_voices"
@@ -77,69 +135,61 @@ def main() -> None:
             write_subset(first_minutes(utterances, args.space_minutes), root / source.name)
         add_virtual_voices(root, args.space_virtual, minutes=args.space_minutes)
         started = time.perf_counter()
-        _, history = train_voice_space(root, load_bundle(DEFAULT_BASE), space_dir,
+        _, history = train_voice_space(root, load_bundle(args.base), space_dir,
                                        VoiceSpaceConfig(method=args.space_method, dim=args.dim,
                                                         steps=args.space_steps, threads=args.threads),
                                        progress=False)
         (args.work / "space_training.json").write_text(json.dumps(
             {"seconds": time.perf_counter() - started, "history": history}))
     space, _, space_voices = VoiceSpace.load(space_dir)
-    space_info = json.loads((args.work / "space_training.json").read_text())
+    return space, space_voices, json.loads((args.work / "space_training.json").read_text())
 
-    judges = Judges(speaker=SpeakerJudge(), reference=False)
-    results_path = args.out / "voice_space.json"
-    rows = json.loads(results_path.read_text()) if results_path.is_file() else []
-    for voice in args.voices.split(","):
-        utterances, _ = discover(args.heldout / voice)
-        evaluation = utterances[-args.sentences:]
-        references = [u.audio_path for u in utterances[-args.sentences - args.references: -args.sentences]]
-        pool = utterances[: -args.sentences - args.references]
-        for minutes in [float(m) for m in args.minutes.split(",")]:
-            data = args.work / "data" / f"{voice}-{minutes:g}"
-            write_subset(first_minutes(pool, minutes), data)
-            bundle = load_bundle(DEFAULT_BASE)
-            fitted = fit_voice(data, bundle, space, args.work / "voices" / f"{voice}-{minutes:g}-space",
-                               steps=args.fit_steps, threads=args.threads, progress=False)
-            made = [("voice space", fitted.voice_dir, fitted.card)]
-            # The per-voice LoRA does not depend on the space: a result from an earlier run is kept.
-            if args.redo_lora or not any((r["voice"], r["minutes"], r["kind"]) == (voice, minutes, "lora+speaker")
-                                         for r in rows):
-                lora = adapt(data, load_bundle(DEFAULT_BASE), args.work / "voices" / f"{voice}-{minutes:g}-lora",
-                             AdaptConfig(method="lora+speaker", threads=args.threads, min_minutes=0.4),
-                             progress=False)
-                made.append(("lora+speaker", lora.voice_dir, lora.card))
-            for kind, voice_dir, card in made:
-                scores = judge(voice_dir, evaluation, references, judges)
-                rows = [r for r in rows if (r["voice"], r["minutes"], r["kind"]) != (voice, minutes, kind)]
-                rows.append({"voice": voice, "minutes": minutes, "data_minutes": card.data_minutes, "kind": kind,
-                             "numbers": card.trainable_parameters, "seconds": card.train_seconds, **scores})
-                print(f"{voice} {minutes:g} min {kind}: similarity {scores['similarity']:.3f}", flush=True)
-            results_path.write_text(json.dumps(rows, indent=1))
-    write(rows, args, space, space_voices, space_info)
+
+def row_key(row: dict) -> tuple:
+    return row["voice"], row["minutes"], row["kind"]
+
+
+def read_rows(path: Path) -> list[dict]:
+    return json.loads(path.read_text()) if path.is_file() else []
+
+
+def save_row(path: Path, row: dict) -> None:
+    """Put ``row`` into the results file, replacing its earlier result; the file is read again first,
+    so that runs for other voices or kinds writing to it at the same time keep their rows."""
+    rows = [r for r in read_rows(path) if row_key(r) != row_key(row)] + [row]
+    atomic_write_text(path, json.dumps(rows, indent=1))
 
 
 def write(rows: list[dict], args, space: VoiceSpace, space_voices: list[str], space_info: dict) -> None:
     rows = sorted(rows, key=lambda r: (r["voice"], r["minutes"], r["kind"]))
+    kinds = list(dict.fromkeys(r["kind"] for r in rows if r["kind"] != "lora+speaker"))
     lines = ["# Voice space against per-voice LoRA", "",
+             f"Base: `{args.base}` (weights sha256 `{space.base_model_sha256[:12]}`). "
              f"Space: dim {space.dim}, generating {', '.join(c.method for c in space.configs)} adapters; learned over "
              f"{len(space_voices)} voices ({sum('~' in v for v in space_voices)} of them new virtual voices; "
              f"{args.space_minutes:g} min each) in "
              f"{space_info['seconds'] / 60:.1f} min. A space voice fits only its {space.dim} numbers "
-             f"(started from its clips' d-vector, at most {args.fit_steps} steps); LoRA is `chorus adapt --method "
+             f"(at most {args.fit_steps} steps), from one of these starts: *nearest*, the z of the training voice "
+             "whose speaker d-vector is closest to the clips' (named in the last column); *embedding*, the clips' "
+             "d-vector through the space's linear map; *mean*, the space's center. LoRA is `chorus adapt --method "
              "lora+speaker` with its defaults. Same clips, same held-out sentences, judged against the real "
              "recordings.", "",
-             "| voice | minutes | kind | numbers learned | seconds | WER % | similarity |", "|---|---|---|---|---|---|---|"]
+             "| voice | minutes | kind | numbers learned | seconds | WER % | similarity | start voice |",
+             "|---|---|---|---|---|---|---|---|"]
     for row in rows:
         lines.append(f"| {row['voice']} | {row['data_minutes']:.2f} | {row['kind']} | {row['numbers']:,} | "
-                     f"{row['seconds']:.0f} | {100 * (row['wer'] or 0):.1f} | {row['similarity']:.3f} |")
+                     f"{row['seconds']:.0f} | {100 * (row['wer'] or 0):.1f} | {row['similarity']:.3f} | "
+                     f"{row.get('start_voice') or ''} |")
     lines += ["", "Target: a voice-space voice from 1 minute reaches at least 0.9x the similarity of a per-voice "
                   "LoRA trained on 3 minutes."]
     for voice in dict.fromkeys(r["voice"] for r in rows):
-        space_1 = next((r for r in rows if r["voice"] == voice and r["minutes"] == 1 and r["kind"] == "voice space"), None)
         lora_3 = next((r for r in rows if r["voice"] == voice and r["minutes"] == 3 and r["kind"] == "lora+speaker"), None)
-        if space_1 and lora_3:
-            lines.append(f"- {voice}: {space_1['similarity']:.3f} / {lora_3['similarity']:.3f} = "
-                         f"{space_1['similarity'] / lora_3['similarity']:.3f}x")
+        for kind in kinds:
+            space_1 = next((r for r in rows if r["voice"] == voice and r["minutes"] == 1 and r["kind"] == kind), None)
+            if space_1 and lora_3:
+                ratio = space_1["similarity"] / lora_3["similarity"]
+                lines.append(f"- {voice}, {kind}: {space_1['similarity']:.3f} / {lora_3['similarity']:.3f} = "
+                             f"{ratio:.3f}x ({'met' if ratio >= 0.9 else 'not met'})")
     (args.out / "voice_space.md").write_text("\n".join(lines) + "\n")
     plot(rows, args.out / "similarity_vs_minutes.png")
     print("\n".join(lines))
@@ -152,10 +202,10 @@ def plot(rows: list[dict], path: Path) -> None:
 
     fig, axis = plt.subplots(figsize=(6, 4))
     for voice in dict.fromkeys(r["voice"] for r in rows):
-        for kind, style in (("voice space", "o-"), ("lora+speaker", "s--")):
+        for kind in dict.fromkeys(r["kind"] for r in rows):
             points = sorted((r["minutes"], r["similarity"]) for r in rows if r["voice"] == voice and r["kind"] == kind)
             if points:
-                axis.plot(*zip(*points), style, label=f"{voice}, {kind}")
+                axis.plot(*zip(*points), "s--" if kind == "lora+speaker" else "o-", label=f"{voice}, {kind}")
     axis.set_xscale("log")
     axis.set_xlabel("minutes of the new voice")
     axis.set_ylabel("similarity to real clips")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import shutil
 
 import numpy as np
@@ -15,7 +16,7 @@ from chorus.adapters.voice_space import VoiceSpace, generated
 from chorus.cli import app
 from chorus.synthesis import load_base
 from chorus.training.checkpoint import load_bundle
-from chorus.training.voice_space import VoiceSpaceConfig, fit_voice, train_voice_space
+from chorus.training.voice_space import VoiceSpaceConfig, fit_voice, starting_z, train_voice_space
 
 runner = CliRunner()
 
@@ -65,7 +66,34 @@ def test_training_improved_the_voices_and_generated_bank_matches_unpacked_adapte
     torch.testing.assert_close(together, reference, rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.parametrize("init", ["embedding", "mean"])
+def test_space_keeps_its_voices_and_starts_a_new_voice_where_asked(space_dir, tmp_path):
+    space, z, names = VoiceSpace.load(space_dir)
+    assert space.voice_names == names and space.voice_embeddings.shape == (2, 256)
+    for index, name in enumerate(names):
+        # A voice's own d-vector is nearest to itself: the start is exactly its z.
+        start, voice = starting_z(space, space.voice_embeddings[index], "nearest")
+        assert voice == name and torch.equal(start, z[index])
+    # Halfway between the two d-vectors but nearer the second: the second voice.
+    between = 0.4 * space.voice_embeddings[0] + 0.6 * space.voice_embeddings[1]
+    assert starting_z(space, between, "nearest")[1] == names[1]
+    start, voice = starting_z(space, between, "embedding")
+    assert voice is None and torch.allclose(start, space.z_from_embedding(between))
+    start, voice = starting_z(space, between, "mean")
+    assert voice is None and torch.equal(start, torch.zeros(4))
+    # Saved and loaded again, the space keeps names, z and d-vectors.
+    space.save(tmp_path / "again")
+    again, z_again, names_again = VoiceSpace.load(tmp_path / "again")
+    assert names_again == names and torch.equal(z_again, z)
+    assert torch.equal(again.voice_embeddings, space.voice_embeddings)
+    # A space that kept no d-vectors (older, or trained without the judges) starts at its center.
+    space.voice_embeddings = torch.zeros(0)
+    start, voice = starting_z(space, between, "nearest")
+    assert voice is None and torch.equal(start, torch.zeros(4))
+    with pytest.raises(ValueError, match="init"):
+        starting_z(space, between, "random")
+
+
+@pytest.mark.parametrize("init", ["nearest", "embedding", "mean"])
 def test_new_voice_fits_only_its_vector(tiny_base, space_dir, new_voice_data, tmp_path, init):
     space, _, _ = VoiceSpace.load(space_dir)
     before = {k: v.clone() for k, v in space.state_dict().items()}
@@ -74,6 +102,9 @@ def test_new_voice_fits_only_its_vector(tiny_base, space_dir, new_voice_data, tm
                        threads=1, progress=False)
     assert all(torch.equal(space.state_dict()[k], v) for k, v in before.items())
     assert result.card.trainable_parameters == 4 and len(result.card.notes["voice_space_z"]) == 4
+    assert result.card.notes["init"] == init
+    assert result.card.notes["start_voice"] == result.start_voice
+    assert (result.start_voice in space.voice_names) == (init == "nearest")
     assert result.card.metrics["validation_mel_l1_best"] <= result.card.metrics["validation_mel_l1_start"]
     voice = read_voice(result.voice_dir)
     expected = space.voice_tensors(result.z)
@@ -92,7 +123,17 @@ def test_refusals_and_cli(tiny_base, space_dir, new_voice_data, tmp_path):
                                  str(tmp_path / "v"), "--steps", "2", "--threads", "1", "--base", str(tiny_base)])
     assert result.exit_code == 0, result.output
     # rich wraps the line at the console width, wherever the temporary path's length puts the break
-    assert "4 numbers" in " ".join(result.output.split())
+    output = " ".join(result.output.split())
+    assert "4 numbers" in output and "started from the nearest training voice" in output
+
+
+def test_fit_cli_defaults_are_the_library_defaults():
+    from chorus.cli import voice_space_fit
+
+    library = inspect.signature(fit_voice).parameters
+    for name, parameter in inspect.signature(voice_space_fit).parameters.items():
+        if name in ("steps", "init", "threads"):
+            assert parameter.default.default == library[name].default, name
 
 
 def copied_voices(two_voice_corpus: Path, tmp_path: Path) -> Path:

@@ -333,7 +333,9 @@ def voice_space_fit(
     space: Path = typer.Option(..., help="A voice space folder (`chorus voice-space train`)."),
     out: Path = typer.Option(..., help="Voice folder to write."),
     steps: int = typer.Option(150, help="Most steps (early stopping)."),
-    init: str = typer.Option("embedding", help="embedding (from the clips' speaker d-vector) or mean."),
+    init: str = typer.Option("nearest", help="Where the vector starts: nearest (the training voice whose speaker "
+                                             "d-vector is closest to the clips'), embedding (the clips' d-vector "
+                                             "through a linear map) or mean (the space's center)."),
     base: Optional[Path] = typer.Option(None, help="Base model folder (default: the shipped base)."),
     threads: int = typer.Option(2, help="CPU threads."),
 ) -> None:
@@ -348,6 +350,8 @@ def voice_space_fit(
         result = fit_voice(data, load_bundle(base or DEFAULT_BASE), voice_space, out, steps=steps, init=init,
                            threads=threads)
     card = result.card
+    if result.start_voice:
+        console.print(f"started from the nearest training voice: {result.start_voice}")
     console.print(f"voice: {result.voice_dir} ({card.data_minutes:.1f} min of data, {voice_space.dim} numbers, "
                   f"{card.train_seconds:.0f} s; held-out mel L1 {card.metrics['validation_mel_l1_start']:.3f} -> "
                   f"{card.metrics['validation_mel_l1_best']:.3f})")

@@ -7,9 +7,9 @@ z, see :mod:`chorus.training.voice_space`); a new voice then fits only its z, wh
 audio than fitting the adapter itself. The generated tensors have the usual adapter layout, so a
 voice made this way is saved and served as any other voice folder.
 
-Saved as ``voice_space.safetensors`` (centers, bases, the training voices' z, and an optional linear
-map from speaker d-vectors to z) + ``voice_space.json`` (dim, method configs, tensor shapes, base
-model hash).
+Saved as ``voice_space.safetensors`` (centers, bases, the training voices' z and, when the judges are
+installed, their speaker d-vectors and a linear map from d-vectors to z) + ``voice_space.json`` (dim,
+method configs, tensor shapes, the training voices' names, base model hash).
 """
 
 from __future__ import annotations
@@ -41,7 +41,12 @@ class VoiceSpace(nn.Module):
         self.keys = sorted(shapes)
         self.center = nn.ParameterList(nn.Parameter(torch.zeros(shapes[k])) for k in self.keys)
         self.basis = nn.ParameterList(nn.Parameter(torch.zeros(math.prod(shapes[k]), dim)) for k in self.keys)
-        # Linear map from a speaker d-vector (resemblyzer, 256) to z, fitted after training (optional).
+        # The training voices: their names and z [K, dim], set once training ends. Their mean
+        # speaker d-vectors (resemblyzer, [K, 256]) and the linear map from a d-vector to z are set by
+        # fit_embedding_map (optional: empty without the judges).
+        self.voice_names: list[str] = []
+        self.register_buffer("voice_z", torch.zeros(0, dim))
+        self.register_buffer("voice_embeddings", torch.zeros(0))
         self.register_buffer("embedding_to_z", torch.zeros(0))
 
     @classmethod
@@ -67,24 +72,42 @@ class VoiceSpace(nn.Module):
         """One voice's adapter tensors (canonical keys, as :func:`~chorus.adapters.adapter_state_dict`)."""
         return {key: value[0].detach() for key, value in self.generate(z.view(1, -1)).items()}
 
+    def set_voices(self, names: list[str], z: torch.Tensor) -> None:
+        """Record the training voices' names and their learned z ``[K, dim]``."""
+        if z.shape != (len(names), self.dim):
+            raise ValueError(f"z of shape {tuple(z.shape)} for {len(names)} voices of a dim-{self.dim} space")
+        self.voice_names, self.voice_z = list(names), z.detach().clone()
+
     def z_from_embedding(self, embedding: torch.Tensor) -> torch.Tensor | None:
-        """A starting z for a voice from its mean speaker d-vector, if the map was fitted."""
+        """A starting z for a voice from its mean speaker d-vector ``[256]``, if the map was fitted."""
         if self.embedding_to_z.numel() == 0:
             return None
         return torch.cat([embedding, embedding.new_ones(1)]) @ self.embedding_to_z
 
-    def fit_embedding_map(self, embeddings: torch.Tensor, z: torch.Tensor, ridge: float = 1e-2) -> None:
-        """Least squares (ridge) from d-vectors ``[K, d]`` (+ bias) to the voices' z ``[K, dim]``."""
+    def nearest_voice(self, embedding: torch.Tensor) -> int | None:
+        """Index of the training voice whose d-vector is closest (cosine) to ``embedding`` ``[256]``;
+        None if the space kept no d-vectors."""
+        if self.voice_embeddings.numel() == 0:
+            return None
+        return int(torch.nn.functional.cosine_similarity(self.voice_embeddings, embedding.view(1, -1)).argmax())
+
+    def fit_embedding_map(self, embeddings: torch.Tensor, ridge: float = 1e-2) -> None:
+        """Keep the training voices' d-vectors ``[K, d]`` and fit least squares (ridge) from a d-vector
+        (+ bias) to their z."""
+        if len(embeddings) != len(self.voice_z):
+            raise ValueError(f"{len(embeddings)} d-vectors for {len(self.voice_z)} training voices")
         features = torch.cat([embeddings, embeddings.new_ones(len(embeddings), 1)], dim=1).double()
         gram = features.T @ features + ridge * torch.eye(features.shape[1], dtype=torch.float64)
-        self.embedding_to_z = torch.linalg.solve(gram, features.T @ z.double()).float()
+        self.embedding_to_z = torch.linalg.solve(gram, features.T @ self.voice_z.double()).float()
+        self.voice_embeddings = embeddings.detach().float().clone()
 
-    def save(self, folder: str | Path, voice_z: torch.Tensor, voice_names: list[str]) -> Path:
+    def save(self, folder: str | Path) -> Path:
         tensors = {f"center.{k}": c.detach().contiguous() for k, c in zip(self.keys, self.center)}
         tensors |= {f"basis.{k}": b.detach().contiguous() for k, b in zip(self.keys, self.basis)}
-        tensors |= {"voice_z": voice_z.detach().contiguous(), "embedding_to_z": self.embedding_to_z.contiguous()}
+        tensors |= {name: getattr(self, name).contiguous()
+                    for name in ("voice_z", "voice_embeddings", "embedding_to_z")}
         meta = {"format": SPACE_FORMAT, "version": 1, "dim": self.dim, "configs": [c.to_dict() for c in self.configs],
-                "shapes": {k: list(v) for k, v in self.shapes.items()}, "voices": voice_names,
+                "shapes": {k: list(v) for k, v in self.shapes.items()}, "voices": self.voice_names,
                 "base_model_sha256": self.base_model_sha256}
 
         def write(temp: Path) -> None:
@@ -109,8 +132,11 @@ class VoiceSpace(nn.Module):
             for index, key in enumerate(space.keys):
                 space.center[index].copy_(tensors[f"center.{key}"])
                 space.basis[index].copy_(tensors[f"basis.{key}"])
+        space.set_voices(meta["voices"], tensors["voice_z"])
         space.embedding_to_z = tensors["embedding_to_z"]
-        return space, tensors["voice_z"], meta["voices"]
+        # Spaces saved before the d-vectors were kept have none: they cannot start from the nearest voice.
+        space.voice_embeddings = tensors.get("voice_embeddings", torch.zeros(0))
+        return space, space.voice_z, space.voice_names
 
 
 @contextmanager

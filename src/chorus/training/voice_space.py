@@ -6,8 +6,9 @@ voice bank serves to mixed-voice batches (as in ``adapt-many``); the loss is the
 own mean loss, and the hypernetwork and every z learn together.
 
 Fitting: a new voice from 30 seconds to a few minutes of audio learns only its z (``dim`` numbers),
-starting from the mean voice or from its speaker d-vector through a map fitted on the training
-voices; the generated adapter is saved as an ordinary voice folder.
+starting from the z of the training voice whose speaker d-vector is nearest its clips' (the default),
+from its d-vector through a linear map fitted on the training voices, or from the space's center;
+the generated adapter is saved as an ordinary voice folder.
 """
 
 from __future__ import annotations
@@ -109,8 +110,9 @@ def train_voice_space(root: str | Path, bundle: ModelBundle, out: str | Path, co
     for name in names:
         remove_adapter(model, name)
     model.eval()
-    _fit_embedding_map(space, voices, z.detach())
-    space.save(out, z.detach(), names)
+    space.set_voices(names, z.detach())
+    _fit_embedding_map(space, voices)
+    space.save(out)
     return space, history
 
 
@@ -124,15 +126,16 @@ def _restore(space: VoiceSpace, z: torch.Tensor, values: list[torch.Tensor]) -> 
             parameter.copy_(value)
 
 
-def _fit_embedding_map(space: VoiceSpace, voices, z: torch.Tensor) -> None:
-    """Map speaker d-vectors (resemblyzer) to z over the training voices, when the judges are installed."""
+def _fit_embedding_map(space: VoiceSpace, voices) -> None:
+    """Keep the training voices' speaker d-vectors (resemblyzer) and map them to z, when the judges are
+    installed."""
     try:
         judge = SpeakerJudge()
         judge.encoder   # noqa: B018  (loads resemblyzer, which comes with the `judges` extra)
     except ImportError:
         return
     embeddings = [torch.from_numpy(speaker_embedding(judge, voices.audio[voices.names[v]][:5])) for v in voices.train]
-    space.fit_embedding_map(torch.stack(embeddings).float(), z)
+    space.fit_embedding_map(torch.stack(embeddings).float())
 
 
 def speaker_embedding(judge, paths: list[Path]) -> np.ndarray:
@@ -140,22 +143,48 @@ def speaker_embedding(judge, paths: list[Path]) -> np.ndarray:
     return judge.reference_embedding([load_audio(path, SAMPLE_RATE) for path in paths], SAMPLE_RATE)
 
 
+FIT_STARTS = ("nearest", "embedding", "mean")
+
+
 @dataclass
 class FittedVoice:
+    """``start_voice``: the training voice whose z the fit started from (``init="nearest"``), else None."""
+
     voice_dir: Path
     card: VoiceCard
     z: torch.Tensor
     history: list[dict]
+    start_voice: str | None = None
+
+
+def _check_start(init: str) -> None:
+    if init not in FIT_STARTS:
+        raise ValueError(f"init must be one of {', '.join(FIT_STARTS)}, got {init!r}")
+
+
+def starting_z(space: VoiceSpace, embedding: torch.Tensor, init: str) -> tuple[torch.Tensor, str | None]:
+    """Where a new voice's z starts, and the training voice it is (if any), from its mean d-vector ``[256]``.
+
+    ``nearest``: the z of the training voice with the closest d-vector; ``embedding``: the d-vector
+    through the fitted linear map; ``mean``: the center (z = 0). A space that kept no d-vectors (or
+    no map) starts at its center.
+    """
+    _check_start(init)
+    if init == "nearest" and (index := space.nearest_voice(embedding)) is not None:
+        return space.voice_z[index].clone(), space.voice_names[index]
+    if init == "embedding" and (z := space.z_from_embedding(embedding)) is not None:
+        return z.clone(), None
+    return torch.zeros(space.dim), None
 
 
 def fit_voice(data: str | Path, bundle: ModelBundle, space: VoiceSpace, out: str | Path, *, steps: int = 150,
-              learning_rate: float = 3e-2, eval_every: int = 25, patience: int = 4, init: str = "embedding",
+              learning_rate: float = 3e-2, eval_every: int = 25, patience: int = 4, init: str = "nearest",
               threads: int = 2, seed: int = 1234, progress: bool = True) -> FittedVoice:
-    """A new voice from ``data`` as a point of ``space``: only z (``space.dim`` numbers) learns."""
+    """A new voice from ``data`` as a point of ``space``: only z (``space.dim`` numbers) learns, from
+    the start ``init`` names (see :func:`starting_z`)."""
     if space.base_model_sha256 and bundle.weights_sha256 and space.base_model_sha256 != bundle.weights_sha256:
         raise ValueError("this voice space was learned on another base model")
-    if init not in ("embedding", "mean"):
-        raise ValueError(f"init must be 'embedding' or 'mean', got {init!r}")
+    _check_start(init)
     torch.set_num_threads(threads)
     torch.manual_seed(seed)
     check_config = AdaptConfig(min_minutes=0.4)       # a voice space voice may come from 30 seconds
@@ -169,11 +198,11 @@ def fit_voice(data: str | Path, bundle: ModelBundle, space: VoiceSpace, out: str
     for parameter in model.parameters():
         parameter.requires_grad_(False)
     bank = pack_bank(model, [FITTED])
-    start = None
-    if init == "embedding":
-        start = space.z_from_embedding(torch.from_numpy(
-            speaker_embedding(SpeakerJudge(), [u.audio_path for u in valid[:10]])).float())
-    z = nn.Parameter(start.clone() if start is not None else torch.zeros(space.dim))
+    start, start_voice = torch.zeros(space.dim), None
+    if init != "mean":
+        embedding = torch.from_numpy(speaker_embedding(SpeakerJudge(), [u.audio_path for u in valid[:10]])).float()
+        start, start_voice = starting_z(space, embedding, init)
+    z = nn.Parameter(start)
     optimizer = torch.optim.Adam([z], lr=learning_rate)
 
     def loss_on(indices: np.ndarray, grad: bool) -> torch.Tensor:
@@ -220,9 +249,10 @@ def fit_voice(data: str | Path, bundle: ModelBundle, space: VoiceSpace, out: str
                               "validation_mel_l1_best": round(best[0], 4), "held_out_clips": len(val),
                               "training_clips": len(train)},
                      notes={"voice_space_z": [round(v, 6) for v in best[1].tolist()], "init": init,
+                            "start_voice": start_voice,
                             "recipe": {"steps": steps, "learning_rate": learning_rate, "seed": seed}})
     voice_dir = save_voice(out, model, FITTED, space.configs, card)
     remove_adapter(model, FITTED)
-    return FittedVoice(Path(voice_dir), card, best[1], history)
+    return FittedVoice(Path(voice_dir), card, best[1], history, start_voice)
 
 
