@@ -13,6 +13,7 @@ sentences and are judged against its real recordings (Whisper WER, resemblyzer s
     python bench/voice_space.py --voices piper-joe --out bench/results/voice_space
     python bench/voice_space.py --kinds lora --minutes 3      # the LoRA rows alone (no space needed),
                                                               # e.g. in a second process
+    python bench/voice_space.py --voices ""                   # the report again from voice_space.json
 
 Writes ``voice_space.md``, ``voice_space.json`` and ``similarity_vs_minutes.png``.
 """
@@ -20,6 +21,7 @@ Writes ``voice_space.md``, ``voice_space.json`` and ``similarity_vs_minutes.png`
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import time
 from pathlib import Path
@@ -47,8 +49,11 @@ def heldout_split(folder: Path, sentences: int, references: int) -> tuple[list, 
             utterances[: -sentences - references])
 
 
-def space_kind(init: str) -> str:
-    return f"voice space, {init} start"
+FIT_STEPS = inspect.signature(fit_voice).parameters["steps"].default
+
+
+def space_kind(init: str, steps: int) -> str:
+    return f"voice space, {init} start" + ("" if steps == FIT_STEPS else f", {steps} steps")
 
 
 def judge(base: Path, voice_dir: Path, evaluation, references, judges: Judges) -> dict:
@@ -72,7 +77,8 @@ def main() -> None:
     parser.add_argument("--space-steps", type=int, default=200)
     parser.add_argument("--space-minutes", type=float, default=1.0, help="audio of each corpus voice in the space")
     parser.add_argument("--space-virtual", type=int, default=54, help="new virtual voices added to the space")
-    parser.add_argument("--fit-steps", type=int, default=150)
+    parser.add_argument("--fit-steps", type=int, default=FIT_STEPS,
+                        help="most steps of a space voice's fit (early stopping); rows of other budgets are apart")
     parser.add_argument("--fit-init", default="nearest,embedding",
                         help="where a space voice's vector starts (nearest, embedding, mean): one row each")
     parser.add_argument("--base", type=Path, default=DEFAULT_BASE, help="base model the space and the voices use")
@@ -96,7 +102,7 @@ def main() -> None:
         space, space_voices, space_info = learned_space(args)
     judges = Judges(speaker=SpeakerJudge(), reference=False)
     results_path = args.out / "voice_space.json"
-    for voice in args.voices.split(","):
+    for voice in filter(None, args.voices.split(",")):
         evaluation, references, pool = heldout_split(args.heldout / voice, args.sentences, args.references)
         for minutes in [float(m) for m in args.minutes.split(",")]:
             data = args.work / "data" / f"{voice}-{minutes:g}"
@@ -104,9 +110,10 @@ def main() -> None:
             made = []
             for init in args.fit_init.split(",") if space is not None else []:
                 fitted = fit_voice(data, load_bundle(args.base), space,
-                                   args.work / "voices" / f"{voice}-{minutes:g}-space-{init}", steps=args.fit_steps,
+                                   args.work / "voices" / f"{voice}-{minutes:g}-space-{init}-{args.fit_steps}",
+                                   steps=args.fit_steps,
                                    init=init, threads=args.threads, progress=False)
-                made.append((space_kind(init), fitted.voice_dir, fitted.card))
+                made.append((space_kind(init, args.fit_steps), fitted.voice_dir, fitted.card))
             # The per-voice LoRA does not depend on the space: a result from an earlier run is kept.
             if "lora" in kinds and (args.redo_lora or space is None or not any(
                     row_key(r) == (voice, minutes, "lora+speaker") for r in read_rows(results_path))):
@@ -164,12 +171,14 @@ def write(rows: list[dict], args, space: VoiceSpace, space_voices: list[str], sp
     rows = sorted(rows, key=lambda r: (r["voice"], r["minutes"], r["kind"]))
     kinds = list(dict.fromkeys(r["kind"] for r in rows if r["kind"] != "lora+speaker"))
     lines = ["# Voice space against per-voice LoRA", "",
-             f"Base: `{args.base}` (weights sha256 `{space.base_model_sha256[:12]}`). "
+             f"Base: {'the shipped base' if args.base == DEFAULT_BASE else f'`{args.base}`'} (weights sha256 "
+             f"`{space.base_model_sha256[:12]}`). "
              f"Space: dim {space.dim}, generating {', '.join(c.method for c in space.configs)} adapters; learned over "
              f"{len(space_voices)} voices ({sum('~' in v for v in space_voices)} of them new virtual voices; "
              f"{args.space_minutes:g} min each) in "
              f"{space_info['seconds'] / 60:.1f} min. A space voice fits only its {space.dim} numbers "
-             f"(at most {args.fit_steps} steps), from one of these starts: *nearest*, the z of the training voice "
+             f"(at most {FIT_STEPS} steps with early stopping on held-out mel L1, unless the row says more), "
+             "from one of these starts: *nearest*, the z of the training voice "
              "whose speaker d-vector is closest to the clips' (named in the last column); *embedding*, the clips' "
              "d-vector through the space's linear map; *mean*, the space's center. LoRA is `chorus adapt --method "
              "lora+speaker` with its defaults. Same clips, same held-out sentences, judged against the real "
@@ -196,21 +205,32 @@ def write(rows: list[dict], args, space: VoiceSpace, space_voices: list[str], sp
 
 
 def plot(rows: list[dict], path: Path) -> None:
+    """One panel per voice: similarity against minutes of data for each kind, and the target (0.9x the
+    3-minute LoRA) as a dashed line."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axis = plt.subplots(figsize=(6, 4))
-    for voice in dict.fromkeys(r["voice"] for r in rows):
-        for kind in dict.fromkeys(r["kind"] for r in rows):
+    voices = list(dict.fromkeys(r["voice"] for r in rows))
+    kinds = list(dict.fromkeys(r["kind"] for r in rows))
+    minutes = sorted({r["minutes"] for r in rows})
+    fig, axes = plt.subplots(1, len(voices), figsize=(4 * len(voices), 3.6), sharey=True, squeeze=False)
+    for axis, voice in zip(axes[0], voices):
+        for index, kind in enumerate(kinds):
             points = sorted((r["minutes"], r["similarity"]) for r in rows if r["voice"] == voice and r["kind"] == kind)
             if points:
-                axis.plot(*zip(*points), "s--" if kind == "lora+speaker" else "o-", label=f"{voice}, {kind}")
-    axis.set_xscale("log")
-    axis.set_xlabel("minutes of the new voice")
-    axis.set_ylabel("similarity to real clips")
-    axis.grid(alpha=0.3)
-    axis.legend(fontsize=7)
+                axis.plot(*zip(*points), "s--" if kind == "lora+speaker" else "o-", color=f"C{index}", label=kind)
+        lora_3 = next((r["similarity"] for r in rows if row_key(r) == (voice, 3, "lora+speaker")), None)
+        if lora_3 is not None:
+            axis.axhline(0.9 * lora_3, color="red", linestyle=":", label="target: 0.9x LoRA at 3 min")
+        axis.set_xscale("log")
+        axis.set_xticks(minutes, [f"{m:g}" for m in minutes])
+        axis.minorticks_off()
+        axis.set_title(voice)
+        axis.set_xlabel("minutes of the new voice")
+        axis.grid(alpha=0.3)
+    axes[0][0].set_ylabel("similarity to real clips")
+    axes[0][-1].legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -332,7 +332,7 @@ def voice_space_fit(
     data: Path = typer.Argument(..., help="One speaker's LJSpeech-style folder (30 s or more)."),
     space: Path = typer.Option(..., help="A voice space folder (`chorus voice-space train`)."),
     out: Path = typer.Option(..., help="Voice folder to write."),
-    steps: int = typer.Option(150, help="Most steps (early stopping)."),
+    steps: int = typer.Option(600, help="Most steps (it stops earlier once the held-out loss stops improving)."),
     init: str = typer.Option("nearest", help="Where the vector starts: nearest (the training voice whose speaker "
                                              "d-vector is closest to the clips'), embedding (the clips' d-vector "
                                              "through a linear map) or mean (the space's center)."),
