@@ -25,7 +25,8 @@ import numpy as np
 
 from chorus.audio.io import SAMPLE_RATE, load_audio
 from chorus.data.formats import discover
-from chorus.evaluation.similarity import SpeakerJudge, cosine_similarity, mean_embedding
+from chorus.evaluation.similarity import SpeakerJudge, cosine_similarity
+from chorus.training.voice_space import speaker_embedding
 from voice_space import heldout_split, read_rows
 
 
@@ -55,7 +56,7 @@ def main() -> None:
     result = {}
     for voice in args.voices.split(","):
         evaluation, references, _ = heldout_split(args.heldout / voice, args.sentences, args.references)
-        reference = mean_embedding(embeddings(references))
+        reference = speaker_embedding(judge, references)
         scores = {name: float(np.mean([cosine_similarity(e, reference) for e in clips]))
                   for name, clips in training_clips.items()}
         own = float(np.mean([cosine_similarity(e, reference) for e in embeddings([u.audio_path for u in evaluation])]))
