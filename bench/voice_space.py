@@ -230,8 +230,10 @@ def plot(rows: list[dict], path: Path) -> None:
         axis.set_xlabel("minutes of the new voice")
         axis.grid(alpha=0.3)
     axes[0][0].set_ylabel("similarity to real clips")
-    axes[0][-1].legend(fontsize=7)
-    fig.tight_layout()
+    # One legend for all panels, below them, so that it hides no point.
+    handles = {label: handle for axis in axes[0] for handle, label in zip(*axis.get_legend_handles_labels())}
+    fig.legend(handles.values(), handles.keys(), loc="lower center", ncol=3, fontsize=7)
+    fig.tight_layout(rect=(0, 0.05 + 0.035 * ((len(handles) + 2) // 3), 1, 1))
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
