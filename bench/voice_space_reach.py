@@ -27,7 +27,7 @@ from chorus.audio.io import SAMPLE_RATE, load_audio
 from chorus.data.formats import discover
 from chorus.evaluation.similarity import SpeakerJudge, cosine_similarity
 from chorus.training.voice_space import speaker_embedding
-from voice_space import heldout_split, read_rows
+from voice_space import heldout_split, read_rows, row_key
 
 
 def main() -> None:
@@ -60,8 +60,7 @@ def main() -> None:
         scores = {name: float(np.mean([cosine_similarity(e, reference) for e in clips]))
                   for name, clips in training_clips.items()}
         own = float(np.mean([cosine_similarity(e, reference) for e in embeddings([u.audio_path for u in evaluation])]))
-        lora_3 = next((r["similarity"] for r in rows
-                       if (r["voice"], r["minutes"], r["kind"]) == (voice, 3, "lora+speaker")), None)
+        lora_3 = next((r["similarity"] for r in rows if row_key(r) == (voice, 3, "lora+speaker")), None)
         space_1 = {r["kind"]: r["similarity"] for r in rows
                    if r["voice"] == voice and r["minutes"] == 1 and r["kind"] != "lora+speaker"}
         result[voice] = {"training_voices": dict(sorted(scores.items(), key=lambda kv: -kv[1])), "own_clips": own,
