@@ -58,7 +58,7 @@ def corpus_references(corpus: Path, voice: str, count: int, seed: int = 0) -> li
 
 def summarize(clips: list[VoiceClip], report) -> dict[str, dict]:
     """Per clip group (``voice|system``): corpus WER/CER, mean similarity to references, RTF (total
-    synthesis time / audio)."""
+    synthesis time / audio), mean speaking rate (words per second of speech)."""
     rows = {row.id: row for row in report.rows}
     summary = {}
     for voice in dict.fromkeys(clip.voice for clip in clips):
@@ -69,6 +69,7 @@ def summarize(clips: list[VoiceClip], report) -> dict[str, dict]:
             "cer": sum(r.char_edits for r in mine) / sum(r.reference_chars for r in mine),
             "similarity": float(np.mean(similarity)) if similarity else None,
             "rtf": sum(r.synthesis_seconds for r in mine) / sum(r.audio_seconds for r in mine),
+            "words_per_second": float(np.mean([r.words_per_second for r in mine])),
             "clips": len(mine),
         }
     return summary
@@ -101,6 +102,8 @@ def main() -> None:
     parser.add_argument("--voices", default=DEFAULT_VOICES)
     parser.add_argument("--sentences", type=int, default=20)
     parser.add_argument("--references", type=int, default=20, help="real clips per voice for similarity")
+    parser.add_argument("--length-scale", type=float, default=1.0,
+                        help="the base's durations times this (above 1: slower speech), as `chorus synthesize`")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--out", type=Path, default=Path("bench/results/base"))
     args = parser.parse_args()
@@ -133,7 +136,7 @@ def main() -> None:
                              for voice in voices}
 
         def speak_base(text: str, voice: str):
-            result = tts.synthesize(text, voice.split("|")[0])
+            result = tts.synthesize(text, voice.split("|")[0], length_scale=args.length_scale)
             return result.audio, result.sample_rate, result.seconds
 
         name = type(tts.vocoder).__name__
@@ -165,11 +168,13 @@ def main() -> None:
     lines = [
         "# Base model benchmark", "",
         f"Model: {args.model or 'shipped base'} ({tts.bundle.info.get('steps', '?')} steps); {len(sentences)} "
-        f"held-out sentences; {args.threads} CPU threads; judges: Whisper tiny.en (faster-whisper, int8), "
+        f"held-out sentences; {args.threads} CPU threads; "
+        + (f"length scale {args.length_scale:g} (slower speech); " if args.length_scale != 1 else "")
+        + "judges: Whisper tiny.en (faster-whisper, int8), "
         "resemblyzer (similarity to real corpus clips of the voice). Each voice's own engine reads the same "
         "sentences: the recordings the base learned from, and how well the judge understands them.", "",
-        "| voice | system | WER % | CER % | similarity to real clips | RTF |",
-        "|---|---|---|---|---|---|",
+        "| voice | system | WER % | CER % | similarity to real clips | words/s | RTF |",
+        "|---|---|---|---|---|---|---|",
     ]
     rows = [(voice, label, summary[f"{voice}|{system}"]) for voice in voices for system, label in systems]
     rows.append(("piper-joe", "Piper (VITS, onnxruntime)", summary["piper-joe"]))
@@ -177,7 +182,7 @@ def main() -> None:
         similarity = f"{values['similarity']:.3f}" if values["similarity"] is not None else "n/a"
         rtf = "n/a" if np.isnan(values["rtf"]) else f"{values['rtf']:.4f}"
         lines.append(f"| {voice} | {label} | {100 * values['wer']:.1f} | {100 * values['cer']:.1f} | "
-                     f"{similarity} | {rtf} |")
+                     f"{similarity} | {values['words_per_second']:.2f} | {rtf} |")
 
     def mean(system: str, key: str) -> float:
         return float(np.mean([summary[f"{voice}|{system}"][key] for voice in voices]))
