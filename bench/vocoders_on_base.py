@@ -43,6 +43,7 @@ def main() -> None:
     parser.add_argument("--voices", default=DEFAULT_VOICES)
     parser.add_argument("--sentences", type=int, default=25)
     parser.add_argument("--corpus", type=Path, default=Path("corpus_out/train"))
+    parser.add_argument("--length-scale", type=float, default=1.0, help="the base's durations times this")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--out", type=Path, default=Path("bench/results/vocoders_on_base"))
     args = parser.parse_args()
@@ -52,7 +53,7 @@ def main() -> None:
     # Every model voice, so that no sentence is one the model heard in any voice.
     sentences = unread_sentences(args.corpus, tts.speakers, args.sentences)
     voices = args.voices.split(",")
-    mels = {voice: tts.mel(sentences, voice) for voice in voices}
+    mels = {voice: tts.mel(sentences, voice, length_scale=args.length_scale) for voice in voices}
     judge = WhisperJudge(cpu_threads=args.threads)
     results = {}
     for name in args.vocoders.split(","):
@@ -66,6 +67,7 @@ def main() -> None:
     lines = ["# The base's speech through each vocoder", "",
              f"Shipped base ({tts.bundle.info.get('steps', '?')} steps, weights sha256 "
              f"`{tts.bundle.weights_sha256[:12]}`), {len(sentences)} sentences no corpus voice reads, "
+             + (f"length scale {args.length_scale:g}, " if args.length_scale != 1 else "") +
              "Whisper tiny.en WER %.", "",
              "| vocoder | " + " | ".join(voices) + " | mean |", "|---" * (len(voices) + 2) + "|"]
     for name in args.vocoders.split(","):
