@@ -63,16 +63,16 @@ def main() -> None:
     sentences = benchmark_sentences()[: args.sentences]
     vocoders = args.vocoders.split(",")
 
-    tts = None
+    voices = args.voices.split(",") if args.voices else None
     clips = []
     for vocoder in vocoders:
         tts = load_base(args.model, vocoder)
+        voices = voices or tts.speakers
 
         def speak(text: str, voice: str):
             result = tts.synthesize(text, voice.split("|")[0])
             return result.audio, result.sample_rate, result.seconds
 
-        voices = args.voices.split(",") if args.voices else tts.speakers
         clips += synthesize_grid(speak, [f"{voice}|{vocoder}" for voice in voices], sentences)
     for voice in track(voices, description="recording the sentences in each voice's engine"):
         clips += [VoiceClip(f"{voice}|recordings", index, text, audio, SAMPLE_RATE, float("nan"))
