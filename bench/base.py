@@ -56,6 +56,21 @@ def corpus_references(corpus: Path, voice: str, count: int, seed: int = 0) -> li
     return [utterances[i].audio_path for i in sorted(chosen)]
 
 
+def recording_clips(voices: list[str], sentences: list[str],
+                    recordings: dict[str, list[np.ndarray]]) -> list[VoiceClip]:
+    """Clips ``voice|recordings``: each voice's engine reading ``sentences`` (``recordings[voice]``)."""
+    return [VoiceClip(f"{voice}|recordings", index, text, audio, SAMPLE_RATE, float("nan"))
+            for voice in voices for index, (text, audio) in enumerate(zip(sentences, recordings[voice]))]
+
+
+def base_speaker(tts, length_scale: float = 1.0):
+    """``speak(text, "voice|system")`` for :func:`synthesize_grid`: the base in that voice, timed."""
+    def speak(text: str, voice: str):
+        result = tts.synthesize(text, voice.split("|")[0], length_scale=length_scale)
+        return result.audio, result.sample_rate, result.seconds
+    return speak
+
+
 def summarize(clips: list[VoiceClip], report) -> dict[str, dict]:
     """Per clip group (``voice|system``): corpus WER/CER, mean similarity to references, RTF (total
     synthesis time / audio), mean speaking rate (words per second of speech)."""
@@ -125,8 +140,7 @@ def main() -> None:
     joe_clips = synthesize_grid(speak_joe, ["piper-joe"], sentences)
     recordings = {voice: record_sentences(voice, sentences) for voice in voices}
     recorded_mels = None
-    clips = joe_clips + [VoiceClip(f"{voice}|recordings", index, text, audio, SAMPLE_RATE, float("nan"))
-                         for voice in voices for index, (text, audio) in enumerate(zip(sentences, recordings[voice]))]
+    clips = joe_clips + recording_clips(voices, sentences, recordings)
     systems = [("recordings", "its own engine (the recordings)")]
     for vocoder in vocoders:
         tts = load_base(args.model, vocoder)
@@ -134,13 +148,9 @@ def main() -> None:
         if recorded_mels is None:   # every vocoder takes the model's mel settings: made once
             recorded_mels = {voice: [log_mel(audio, tts.bundle.mel_config) for audio in recordings[voice]]
                              for voice in voices}
-
-        def speak_base(text: str, voice: str):
-            result = tts.synthesize(text, voice.split("|")[0], length_scale=args.length_scale)
-            return result.audio, result.sample_rate, result.seconds
-
         name = type(tts.vocoder).__name__
-        clips += synthesize_grid(speak_base, [f"{voice}|{vocoder}" for voice in voices], sentences)
+        clips += synthesize_grid(base_speaker(tts, args.length_scale), [f"{voice}|{vocoder}" for voice in voices],
+                                 sentences)
 
         def from_recordings(system: str, to_mel) -> list[VoiceClip]:
             """Clips ``voice|system`` vocoded from ``to_mel(text, recorded log-mel, voice)``."""

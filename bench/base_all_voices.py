@@ -18,14 +18,13 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from base import summarize
+from base import base_speaker, recording_clips, summarize
 from rich.progress import track
 
-from chorus.audio.io import SAMPLE_RATE
 from chorus.corpus.build import record_sentences
 from chorus.corpus.text import benchmark_sentences
 from chorus.evaluation.report import Judges
-from chorus.evaluation.voices import VoiceClip, judge_clips, synthesize_grid
+from chorus.evaluation.voices import judge_clips, synthesize_grid
 from chorus.synthesis import load_base
 
 
@@ -68,15 +67,10 @@ def main() -> None:
     for vocoder in vocoders:
         tts = load_base(args.model, vocoder)
         voices = voices or tts.speakers
-
-        def speak(text: str, voice: str):
-            result = tts.synthesize(text, voice.split("|")[0])
-            return result.audio, result.sample_rate, result.seconds
-
-        clips += synthesize_grid(speak, [f"{voice}|{vocoder}" for voice in voices], sentences)
-    for voice in track(voices, description="recording the sentences in each voice's engine"):
-        clips += [VoiceClip(f"{voice}|recordings", index, text, audio, SAMPLE_RATE, float("nan"))
-                  for index, (text, audio) in enumerate(zip(sentences, record_sentences(voice, sentences)))]
+        clips += synthesize_grid(base_speaker(tts), [f"{voice}|{vocoder}" for voice in voices], sentences)
+    recordings = {voice: record_sentences(voice, sentences)
+                  for voice in track(voices, description="recording the sentences in each voice's engine")}
+    clips += recording_clips(voices, sentences, recordings)
     report = judge_clips(clips, Judges(speaker=None, reference=False), {})
     summary = summarize(clips, report)
     systems = ["recordings", *vocoders]
