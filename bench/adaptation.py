@@ -33,9 +33,9 @@ from chorus.data.formats import discover
 from chorus.data.subsets import first_minutes, write_subset
 from chorus.evaluation.report import EvalItem, Judges, evaluate_pairs
 from chorus.evaluation.similarity import SpeakerJudge
+from chorus.models.bundle import load_bundle
 from chorus.synthesis import DEFAULT_BASE, Synthesizer, load_base
 from chorus.training.adapt import AdaptConfig, adapt, mel_loss
-from chorus.training.checkpoint import load_bundle
 
 METHODS = "speaker,lora,lora+speaker,residual,prefix,cln,bitfit,lora+cln+speaker,full"
 FORGETTING_VOICES = ("flite-rms", "flite-awb", "festival-kal", "flite-kal16")

@@ -39,8 +39,9 @@ from chorus.evaluation.voices import (
     same_versus_different,
     synthesize_grid,
 )
+from chorus.models.bundle import teacher_forced_mel
 from chorus.peers.piper import load_joe
-from chorus.synthesis import load_base, teacher_forced_mel
+from chorus.synthesis import load_base
 
 DEFAULT_VOICES = "flite-rms,flite-awb,festival-kal,flite-kal16"
 

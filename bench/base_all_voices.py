@@ -18,9 +18,9 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from base import base_speaker, recording_clips, summarize
 from rich.progress import track
 
+from base import base_speaker, recording_clips, summarize
 from chorus.corpus.build import record_sentences
 from chorus.corpus.text import benchmark_sentences
 from chorus.evaluation.report import Judges

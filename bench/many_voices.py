@@ -35,10 +35,10 @@ from chorus.data.formats import discover
 from chorus.data.subsets import first_minutes, write_subset
 from chorus.evaluation.report import EvalItem, Judges, evaluate_pairs
 from chorus.evaluation.similarity import SpeakerJudge
+from chorus.models.bundle import load_bundle
 from chorus.synthesis import DEFAULT_BASE, load_base
 from chorus.training.adapt import AdaptConfig
 from chorus.training.adapt_many import ManyVoicesConfig, adapt_many
-from chorus.training.checkpoint import load_bundle
 
 HELD_OUT = ("piper-joe", "flite-slt", "festival-ked")
 

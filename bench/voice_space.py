@@ -35,9 +35,9 @@ from chorus.data.formats import discover
 from chorus.data.subsets import first_minutes, write_subset
 from chorus.evaluation.report import EvalItem, Judges, evaluate_pairs
 from chorus.evaluation.similarity import SpeakerJudge
+from chorus.models.bundle import load_bundle
 from chorus.synthesis import DEFAULT_BASE, load_base
 from chorus.training.adapt import AdaptConfig, adapt
-from chorus.training.checkpoint import load_bundle
 from chorus.training.voice_space import VoiceSpaceConfig, fit_voice, train_voice_space
 
 

@@ -13,8 +13,8 @@ import csv
 import json
 from pathlib import Path
 
+from chorus.models.bundle import file_sha256, load_bundle, save_bundle
 from chorus.synthesis import DEFAULT_BASE
-from chorus.training.checkpoint import file_sha256, load_bundle, save_bundle
 
 
 def schedule(recipe: dict) -> str:

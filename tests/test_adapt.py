@@ -11,9 +11,9 @@ from typer.testing import CliRunner
 
 from chorus.adapters.voice import read_voice
 from chorus.cli import app
+from chorus.models.bundle import load_bundle
 from chorus.synthesis import load_base
 from chorus.training.adapt import AdaptConfig, adapt
-from chorus.training.checkpoint import load_bundle
 
 runner = CliRunner()
 QUICK = dict(steps=4, eval_every=2, threads=1)

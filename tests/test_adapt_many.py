@@ -7,15 +7,15 @@ import shutil
 
 import pytest
 import torch
-from conftest import espeak_voice
 from typer.testing import CliRunner
 
 from chorus.adapters.voice import read_voice
 from chorus.cli import app
+from chorus.models.bundle import load_bundle
 from chorus.synthesis import load_base
 from chorus.training.adapt import AdaptConfig
 from chorus.training.adapt_many import ManyVoicesConfig, adapt_many
-from chorus.training.checkpoint import load_bundle
+from conftest import espeak_voice
 
 runner = CliRunner()
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 
 import soundfile as sf
-from conftest import TINY_MODEL
 from typer.testing import CliRunner
 
 from chorus.cli import app
+from conftest import TINY_MODEL
 
 runner = CliRunner()
 

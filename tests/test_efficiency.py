@@ -14,6 +14,7 @@ from chorus.models.acoustic import (
     lengths_to_mask,
 )
 from chorus.models.config import AcousticConfig
+from chorus.models.losses import compute_losses
 from chorus.training.efficiency import (
     OPTIMIZERS,
     MemoryOptions,
@@ -22,7 +23,6 @@ from chorus.training.efficiency import (
     build_optimizer,
     optimizer_state_bytes,
 )
-from chorus.training.pretrain import compute_losses
 
 TINY = {"n_symbols": 40, "n_speakers": 2, "d_model": 32, "n_heads": 2, "encoder_layers": 2,
         "decoder_layers": 2, "ff_hidden": 48, "predictor_hidden": 16, "speaker_dim": 8}

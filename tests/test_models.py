@@ -16,14 +16,9 @@ from chorus.models.acoustic import (
     lengths_to_mask,
 )
 from chorus.models.alignment import durations_to_path, monotonic_alignment_search
+from chorus.models.bundle import CheckpointError, ModelBundle, load_bundle, save_bundle
 from chorus.models.config import AcousticConfig
 from chorus.text import TextFrontEnd
-from chorus.training.checkpoint import (
-    CheckpointError,
-    ModelBundle,
-    load_bundle,
-    save_bundle,
-)
 
 TINY = dict(n_symbols=40, n_speakers=3, d_model=32, n_heads=2, encoder_layers=1, decoder_layers=1,
             ff_hidden=48, predictor_hidden=16, speaker_dim=8)
@@ -90,7 +85,7 @@ def test_forward_shapes_and_masks():
 
 
 def test_training_step_reduces_loss_and_inference_runs():
-    from chorus.training.pretrain import compute_losses
+    from chorus.models.losses import compute_losses
 
     model = tiny_model()
     batch = tiny_batch()

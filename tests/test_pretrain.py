@@ -11,11 +11,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import TINY_MODEL
 
+from chorus.models.bundle import load_bundle
 from chorus.models.config import AcousticConfig
-from chorus.training.checkpoint import load_bundle, load_training_state
+from chorus.training.checkpoint import load_training_state
 from chorus.training.pretrain import PretrainConfig, learning_rate_at, pretrain
+from conftest import TINY_MODEL
 
 pytestmark = pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="needs Debian espeak-ng")
 

@@ -24,11 +24,11 @@ import torch
 
 pytest.importorskip("fastapi")
 pytest.importorskip("prometheus_client")
-from conftest import random_voice, uvicorn_thread  # noqa: E402
 from fastapi.testclient import TestClient  # noqa: E402
 
 from chorus.adapters.lora import LoraConfig  # noqa: E402
 from chorus.adapters.speaker import SpeakerConfig  # noqa: E402
+from chorus.models.bundle import load_bundle
 from chorus.serving.api import ServerSettings, create_app, split_sentences  # noqa: E402
 from chorus.serving.engine import Engine  # noqa: E402
 from chorus.serving.jobs import (  # noqa: E402
@@ -47,7 +47,7 @@ from chorus.serving.tenants import (  # noqa: E402
 )
 from chorus.synthesis import load_base  # noqa: E402
 from chorus.training.adapt import AdaptConfig  # noqa: E402
-from chorus.training.checkpoint import load_bundle  # noqa: E402
+from conftest import random_voice, uvicorn_thread  # noqa: E402
 
 KEYS = {"acme-key-0123456789abcdef": "acme", "globex-key-0123456789abcdef": "globex"}
 ACME = {"Authorization": "Bearer acme-key-0123456789abcdef"}

@@ -12,7 +12,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import random_voice
 
 from chorus.adapters import (
     adapter_names,
@@ -22,6 +21,7 @@ from chorus.adapters.bitfit import BitFitConfig
 from chorus.adapters.lora import LoraConfig
 from chorus.adapters.residual import ResidualAdapterConfig
 from chorus.adapters.speaker import SpeakerConfig
+from chorus.models.bundle import load_bundle
 from chorus.serving.batcher import (
     Batcher,
     ModelPerVoice,
@@ -31,7 +31,7 @@ from chorus.serving.batcher import (
 )
 from chorus.serving.engine import Engine, UnknownVoice
 from chorus.synthesis import load_base
-from chorus.training.checkpoint import load_bundle
+from conftest import random_voice
 
 TEXTS = ["The birch canoe slid on the smooth planks.", "Glue the sheet to the dark blue background.",
          "It is easy to tell the depth of a well.", "Rice is often served in round bowls."]

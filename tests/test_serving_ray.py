@@ -21,10 +21,9 @@ ray = pytest.importorskip("ray")
 serve = pytest.importorskip("ray.serve")
 requests = pytest.importorskip("requests")
 
-from conftest import random_voice  # noqa: E402
-
 from chorus.adapters.lora import LoraConfig  # noqa: E402
 from chorus.adapters.speaker import SpeakerConfig  # noqa: E402
+from chorus.models.bundle import load_bundle
 from chorus.serving.api import ServerSettings, VoiceServer  # noqa: E402
 from chorus.serving.jobs import UploadLimits  # noqa: E402
 from chorus.serving.ray_app import (  # noqa: E402
@@ -37,7 +36,7 @@ from chorus.serving.ray_app import (  # noqa: E402
 )
 from chorus.serving.store import VoiceStore  # noqa: E402
 from chorus.training.adapt import AdaptConfig  # noqa: E402
-from chorus.training.checkpoint import load_bundle  # noqa: E402
+from conftest import random_voice  # noqa: E402
 
 APP = "chorus-test"
 CONSENT = "Fiona Four consented in writing on 2024-05-01 to a synthetic voice made from these recordings."

@@ -26,6 +26,7 @@ from chorus.adapters.voice import (
     save_voice,
 )
 from chorus.models.acoustic import build_model
+from chorus.models.bundle import file_sha256
 from chorus.models.config import AcousticConfig
 from chorus.serving.store import (
     MARKER_FILE,
@@ -39,7 +40,6 @@ from chorus.serving.store import (
     VoiceStatus,
     VoiceStore,
 )
-from chorus.training.checkpoint import file_sha256
 
 CONFIG = AcousticConfig(n_symbols=40, n_speakers=3, d_model=32, n_heads=2, encoder_layers=2, decoder_layers=2,
                         ff_hidden=48, predictor_hidden=16, speaker_dim=8)

@@ -22,8 +22,6 @@ import torch
 pytest.importorskip("fastapi")
 pytest.importorskip("prometheus_client")
 
-from conftest import uvicorn_thread  # noqa: E402
-
 from chorus.serving.api import WEB_FILES, ServerSettings, create_app  # noqa: E402
 from chorus.serving.engine import Engine  # noqa: E402
 from chorus.serving.jobs import UploadLimits  # noqa: E402
@@ -31,6 +29,7 @@ from chorus.serving.store import VoiceStore  # noqa: E402
 from chorus.serving.tenants import Tenants  # noqa: E402
 from chorus.synthesis import load_base  # noqa: E402
 from chorus.training.adapt import AdaptConfig  # noqa: E402
+from conftest import uvicorn_thread  # noqa: E402
 
 KEY = "acme-key-0123456789abcdef"
 SETTINGS = ServerSettings(max_wait_ms=20, upload=UploadLimits(max_upload_bytes=8 << 20, max_clips=40),

@@ -222,7 +222,7 @@ def test_resume_continues_exactly_where_it_stopped(tmp_path):
 def test_fine_tuning_on_teacher_forced_mels_starts_from_the_given_vocoder(tiny_base, two_voice_corpus, tmp_path):
     """GTA fine-tuning: crops of the model's forced mels line up with the recording's samples, and a
     run with --init-from starts from that vocoder's weights (at a vanishing learning rate it stays there)."""
-    from chorus.training.checkpoint import load_bundle
+    from chorus.models.bundle import load_bundle
     from chorus.training.vocoder import AlignedSampler, train_vocoder_command
 
     bundle = load_bundle(tiny_base)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,8 +15,8 @@ from chorus.adapters.bank import pack_bank
 from chorus.adapters.voice import read_voice
 from chorus.adapters.voice_space import VoiceSpace, generated
 from chorus.cli import app
+from chorus.models.bundle import load_bundle
 from chorus.synthesis import load_base
-from chorus.training.checkpoint import load_bundle
 from chorus.training.voice_space import VoiceSpaceConfig, fit_voice, starting_z, train_voice_space
 
 runner = CliRunner()

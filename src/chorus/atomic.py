@@ -39,7 +39,7 @@ def atomic_write_folder(folder: str | os.PathLike, write: Callable[[Path], objec
     """Call ``write(temp_folder)`` and swap the result in for ``folder`` with renames.
 
     The old folder is moved aside (``.NAME.old-PID``) for the instant between the two renames;
-    :func:`chorus.training.checkpoint.recover_interrupted_write` puts it back if a process dies there.
+    :func:`chorus.models.bundle.recover_interrupted_write` puts it back if a process dies there.
     """
     folder = Path(folder)
     folder.parent.mkdir(parents=True, exist_ok=True)

@@ -70,8 +70,8 @@ def pretrain(
 @app.command()
 def speakers(model: Optional[Path] = typer.Option(None, help="Model folder (default: the shipped base).")) -> None:
     """List the base model's voices."""
+    from chorus.models.bundle import load_bundle
     from chorus.synthesis import DEFAULT_BASE
-    from chorus.training.checkpoint import load_bundle
 
     with _user_errors():
         bundle = load_bundle(model or DEFAULT_BASE)
@@ -166,10 +166,10 @@ def adapt(
     threads: int = typer.Option(2, help="CPU threads."),
 ) -> None:
     """Learn a new voice from a few minutes of one speaker's recordings; writes a voice folder."""
+    from chorus.models.bundle import load_bundle
     from chorus.synthesis import DEFAULT_BASE
     from chorus.training.adapt import AdaptConfig
     from chorus.training.adapt import adapt as run_adapt
-    from chorus.training.checkpoint import load_bundle
     from chorus.training.efficiency import MemoryOptions
 
     with _user_errors():
@@ -227,11 +227,11 @@ def adapt_many(
 ) -> None:
     """Adapt many voices in one job (mixed-voice batches through batched adapters); each voice is
     exported as a standalone voice folder. A voice whose data fails its checks does not stop the others."""
+    from chorus.models.bundle import load_bundle
     from chorus.synthesis import DEFAULT_BASE
     from chorus.training.adapt import AdaptConfig
     from chorus.training.adapt_many import ManyVoicesConfig
     from chorus.training.adapt_many import adapt_many as run_adapt_many
-    from chorus.training.checkpoint import load_bundle
     from chorus.training.efficiency import MemoryOptions
 
     with _user_errors():
@@ -313,8 +313,8 @@ def voice_space_train(
 ) -> None:
     """Learn a voice space over many voices (each gets a vector; a shared hypernetwork makes adapters)."""
     from chorus.corpus.virtual import with_virtual_voices
+    from chorus.models.bundle import load_bundle
     from chorus.synthesis import DEFAULT_BASE
-    from chorus.training.checkpoint import load_bundle
     from chorus.training.voice_space import VoiceSpaceConfig, train_voice_space
 
     with _user_errors():
@@ -341,8 +341,8 @@ def voice_space_fit(
 ) -> None:
     """A new voice as a point of a voice space: only its vector learns. Writes a normal voice folder."""
     from chorus.adapters.voice_space import VoiceSpace
+    from chorus.models.bundle import load_bundle
     from chorus.synthesis import DEFAULT_BASE
-    from chorus.training.checkpoint import load_bundle
     from chorus.training.voice_space import fit_voice
 
     with _user_errors():

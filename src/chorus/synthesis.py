@@ -15,7 +15,7 @@ from chorus.adapters import active_adapter
 from chorus.adapters.voice import apply_voice, read_voice
 from chorus.audio.vocoders import Vocoder, load_vocoder
 from chorus.models.acoustic import AcousticModel
-from chorus.training.checkpoint import ModelBundle, load_bundle
+from chorus.models.bundle import ModelBundle, load_bundle
 
 ASSETS = Path(__file__).parent / "assets"
 DEFAULT_BASE = ASSETS / "base"
@@ -126,20 +126,6 @@ class Synthesizer:
         elapsed = time.perf_counter() - started
         name = voice or self.speakers[self.resolve_speaker(speaker)]
         return SynthesisResult(audio.astype(np.float32), self.sample_rate, elapsed, name)
-
-
-@torch.no_grad()
-def teacher_forced_mel(bundle: ModelBundle, text: str, recorded_mel: torch.Tensor, speaker: int) -> torch.Tensor:
-    """Log-mel ``[frames, n_mels]`` of ``text`` in base voice ``speaker`` (index) with the timing that
-    alignment search finds in ``recorded_mel`` ``[frames, n_mels]``: training's teacher-forced pass,
-    so the output lines up frame for frame with the recording (same number of frames)."""
-    model = bundle.model.eval()
-    device = model.mel_mean.device
-    phonemes = torch.tensor(bundle.front_end.encode([text]), device=device)
-    mel = model.normalize_mel(torch.as_tensor(recorded_mel, dtype=torch.float32, device=device)).unsqueeze(0)
-    out = model(phonemes, torch.tensor([phonemes.shape[1]], device=device), mel,
-                torch.tensor([mel.shape[1]], device=device), speaker_ids=torch.tensor([speaker], device=device))
-    return model.denormalize_mel(out.mel)[0]
 
 
 def load_base(path: str | Path | None = None, vocoder: str | Path | None = None,

@@ -33,7 +33,7 @@ from chorus.adapters.inject import (
 from chorus.adapters.lora import LoraConfig
 from chorus.adapters.registry import FULL_FINE_TUNING, MethodConfig, config_from_dict
 from chorus.atomic import atomic_write_folder
-from chorus.training.checkpoint import file_sha256
+from chorus.models.bundle import file_sha256
 
 VOICE_FORMAT = "chorus-voice"
 VOICE_FORMAT_VERSION = 1

@@ -34,6 +34,7 @@ from torch import nn
 
 from chorus.models.acoustic import AcousticModel, TransformerStack, build_model
 from chorus.models.config import AcousticConfig
+from chorus.models.losses import compute_losses
 from chorus.training.efficiency import (
     MemoryOptions,
     autocast,
@@ -41,7 +42,6 @@ from chorus.training.efficiency import (
     cast_frozen_parameters,
     optimizer_state_bytes,
 )
-from chorus.training.pretrain import compute_losses
 
 
 @dataclass

@@ -63,6 +63,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from chorus.adapters.inject import adapter_names, remove_adapter
 from chorus.adapters.voice import VoiceError
+from chorus.models.bundle import ModelBundle
 from chorus.serving.batcher import Batcher
 from chorus.serving.engine import Engine, UnknownVoice
 from chorus.serving.jobs import (
@@ -88,7 +89,6 @@ from chorus.serving.store import (
 )
 from chorus.serving.tenants import Tenants, Unauthorized, check_bind
 from chorus.training.adapt import AdaptConfig
-from chorus.training.checkpoint import ModelBundle
 
 log = logging.getLogger("chorus.serving.api")
 

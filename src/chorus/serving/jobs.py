@@ -36,6 +36,7 @@ from pathlib import Path, PurePosixPath
 import numpy as np
 import soundfile as sf
 
+from chorus.models.bundle import ModelBundle
 from chorus.serving.store import (
     ACTIVE_JOB,
     JobNotFound,
@@ -45,7 +46,6 @@ from chorus.serving.store import (
     VoiceStore,
 )
 from chorus.training.adapt import AdaptConfig, adapt
-from chorus.training.checkpoint import ModelBundle
 
 log = logging.getLogger("chorus.serving.jobs")
 

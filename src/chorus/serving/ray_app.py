@@ -52,6 +52,7 @@ from pathlib import Path
 import ray
 from ray import serve
 
+from chorus.models.bundle import load_bundle
 from chorus.serving.api import ServerSettings, VoiceServer, create_app
 from chorus.serving.batcher import Batcher, BatcherStats, ServedResult
 from chorus.serving.engine import Engine, UnknownVoice
@@ -65,7 +66,6 @@ from chorus.serving.store import (
 )
 from chorus.serving.tenants import Tenants, check_bind
 from chorus.synthesis import DEFAULT_BASE
-from chorus.training.checkpoint import load_bundle
 
 log = logging.getLogger("chorus.serving.ray")
 

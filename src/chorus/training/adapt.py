@@ -34,7 +34,8 @@ from chorus.data.batching import collate, make_batches
 from chorus.data.check import DatasetReport, check_dataset
 from chorus.data.features import FeatureCache, build_feature_cache
 from chorus.models.acoustic import AcousticModel
-from chorus.training.checkpoint import ModelBundle
+from chorus.models.bundle import ModelBundle
+from chorus.models.losses import compute_losses, step_inputs
 from chorus.training.efficiency import (
     MemoryOptions,
     apply_memory_options,
@@ -42,7 +43,6 @@ from chorus.training.efficiency import (
     build_optimizer,
     cast_frozen_parameters,
 )
-from chorus.training.pretrain import compute_losses, step_inputs
 from chorus.training.progress import step_progress
 
 VOICE = "voice"   # adapter name while training; a voice folder is named by the user

@@ -32,15 +32,15 @@ from chorus.data.batching import Batch, collate
 from chorus.data.features import FeatureCache, build_feature_cache
 from chorus.data.formats import Utterance
 from chorus.models.acoustic import AcousticModel, AcousticOutput
+from chorus.models.bundle import ModelBundle
+from chorus.models.losses import compute_losses, step_inputs
 from chorus.training.adapt import (
     AdaptConfig,
     check_adaptation_data,
     closest_base_voices,
     split_held_out,
 )
-from chorus.training.checkpoint import ModelBundle
 from chorus.training.efficiency import build_optimizer
-from chorus.training.pretrain import compute_losses, step_inputs
 from chorus.training.progress import step_progress
 
 

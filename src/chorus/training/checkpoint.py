@@ -1,132 +1,31 @@
-"""Checkpoints as safetensors + JSON (never pickle).
+"""A training run's checkpoint: the model folder (:mod:`chorus.models.bundle`) plus its optimizer state.
 
-A model folder holds ``model.safetensors`` (weights and normalization buffers) and ``config.json``
-(model config, text front end with its symbol table, mel settings, speaker names, provenance). A
-training run also keeps ``training_state.safetensors`` + ``training_state.json`` (optimizer tensors,
-step, loss history) so it can resume exactly. Writes go to a temporary folder that is renamed into
-place, so a killed process never leaves a half-written checkpoint.
+Beside ``model.safetensors`` + ``config.json``, a run keeps ``training_state.safetensors`` +
+``training_state.json`` (optimizer tensors, step, loss history) so it can resume exactly. The whole
+folder is written to a temporary name and renamed into place, so a killed process never leaves a
+half-written checkpoint.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 from safetensors.torch import load_file, save_file
 
 from chorus.atomic import atomic_write_folder
-from chorus.audio.mel import MelConfig
-from chorus.models.acoustic import AcousticModel, build_model
-from chorus.models.config import AcousticConfig
-from chorus.text import TextFrontEnd
-
-MODEL_FORMAT = "chorus-acoustic"
-MODEL_FORMAT_VERSION = 1
+from chorus.models.bundle import ModelBundle, write_bundle_files
 
 
-class CheckpointError(ValueError):
-    """A checkpoint folder that is missing, corrupted or of another format; the message says which."""
-
-
-@dataclass
-class ModelBundle:
-    """Everything needed to use a trained acoustic model; what ``config.json`` describes."""
-
-    model: AcousticModel
-    front_end: TextFrontEnd
-    mel_config: MelConfig
-    speakers: list[str]
-    default_speaker: str
-    info: dict = field(default_factory=dict)   # provenance: data, steps, wall time ...
-    weights_sha256: str = ""                    # of model.safetensors when loaded from disk; voices record it
-
-    def speaker_index(self, name: str) -> int:
-        try:
-            return self.speakers.index(name)
-        except ValueError:
-            raise KeyError(f"unknown speaker {name!r}; this model has: {', '.join(self.speakers)}") from None
-
-    def config_dict(self) -> dict:
-        return {"format": MODEL_FORMAT, "version": MODEL_FORMAT_VERSION,
-                "model": self.model.config.to_dict(), "front_end": self.front_end.to_dict(),
-                "mel": self.mel_config.to_dict(), "speakers": self.speakers,
-                "default_speaker": self.default_speaker, "info": self.info}
-
-
-def file_sha256(path: str | Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def recover_interrupted_write(folder: str | Path) -> None:
-    """Finish a write that was killed between moving the old folder aside and moving the new one in:
-    the old folder is the last complete checkpoint, so it is put back."""
-    folder = Path(folder)
-    if folder.exists():
-        return
-    leftovers = sorted(folder.parent.glob(f".{folder.name}.old-*"), key=lambda p: p.stat().st_mtime)
-    if leftovers:
-        os.replace(leftovers[-1], folder)
-
-
-def save_bundle(bundle: ModelBundle, folder: str | Path, training_state: dict | None = None) -> None:
-    """Write the model (and optionally a training state, see :func:`pack_optimizer`) atomically."""
+def save_checkpoint(bundle: ModelBundle, folder: str | Path, training_state: dict) -> None:
+    """Write the model and a training state (``{"tensors": ..., "meta": ...}``, see
+    :func:`pack_optimizer`) into one folder, atomically."""
     def write(temp: Path) -> None:
-        state = {k: v.detach().contiguous().cpu() for k, v in bundle.model.state_dict().items()}
-        save_file(state, str(temp / "model.safetensors"), metadata={"format": MODEL_FORMAT})
-        (temp / "config.json").write_text(json.dumps(bundle.config_dict(), indent=2))
-        if training_state is not None:
-            tensors, meta = training_state["tensors"], training_state["meta"]
-            save_file(tensors, str(temp / "training_state.safetensors"))
-            (temp / "training_state.json").write_text(json.dumps(meta, indent=1))
+        write_bundle_files(bundle, temp)
+        save_file(training_state["tensors"], str(temp / "training_state.safetensors"))
+        (temp / "training_state.json").write_text(json.dumps(training_state["meta"], indent=1))
     atomic_write_folder(Path(folder), write)
-
-
-def load_bundle(folder: str | Path, device: str | torch.device = "cpu") -> ModelBundle:
-    """Load a model folder written by :func:`save_bundle`; refuses anything else with a clear error."""
-    folder = Path(folder)
-    recover_interrupted_write(folder)
-    config_path, weights_path = folder / "config.json", folder / "model.safetensors"
-    for path in (config_path, weights_path):
-        if not path.is_file():
-            raise CheckpointError(f"{folder}: missing {path.name} (not a Chorus model folder)")
-    try:
-        config = json.loads(config_path.read_text())
-    except json.JSONDecodeError as error:
-        raise CheckpointError(f"{config_path}: corrupted JSON ({error})") from error
-    if config.get("format") != MODEL_FORMAT:
-        raise CheckpointError(f"{config_path}: format {config.get('format')!r} is not {MODEL_FORMAT!r}")
-    if config.get("version", 0) > MODEL_FORMAT_VERSION:
-        raise CheckpointError(f"{config_path}: format version {config['version']} is newer than this "
-                              f"Chorus understands ({MODEL_FORMAT_VERSION}); upgrade chorus")
-    try:
-        model = build_model(AcousticConfig.from_dict(config["model"]), device)
-        front_end = TextFrontEnd.from_dict(config["front_end"])
-        mel_config = MelConfig(**config["mel"])
-        speakers, default_speaker = list(config["speakers"]), config["default_speaker"]
-    except (KeyError, TypeError, ValueError) as error:
-        raise CheckpointError(f"{config_path}: invalid model config ({type(error).__name__}: {error})") from error
-    try:
-        state = load_file(str(weights_path), device=str(device))
-    except Exception as error:  # safetensors raises its own error types for truncated files
-        raise CheckpointError(f"{weights_path}: cannot read weights ({error})") from error
-    try:
-        missing, unexpected = model.load_state_dict(state, strict=False)
-    except RuntimeError as error:  # shape mismatches
-        raise CheckpointError(f"{weights_path}: weights do not match the config ({error})") from error
-    if missing or unexpected:
-        raise CheckpointError(f"{weights_path}: weights do not match the config "
-                              f"(missing {missing[:5]}, unexpected {unexpected[:5]})")
-    model.eval()
-    return ModelBundle(model, front_end, mel_config, speakers, default_speaker, config.get("info", {}),
-                       file_sha256(weights_path))
 
 
 def pack_optimizer(optimizer: torch.optim.Optimizer) -> tuple[dict[str, torch.Tensor], dict]:

@@ -20,21 +20,15 @@ import torch.distributed as dist
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
 from chorus.audio.mel import MelConfig
-from chorus.data.batching import Batch, collate, make_batches
+from chorus.data.batching import collate, make_batches
 from chorus.data.check import check_dataset
 from chorus.data.features import FeatureCache, build_feature_cache
-from chorus.models.acoustic import AcousticModel, AcousticOutput, build_model
+from chorus.models.acoustic import AcousticModel, build_model
+from chorus.models.bundle import ModelBundle, load_bundle, recover_interrupted_write
 from chorus.models.config import AcousticConfig
+from chorus.models.losses import compute_losses, step_inputs
 from chorus.text import TextFrontEnd
-from chorus.training.checkpoint import (
-    ModelBundle,
-    load_bundle,
-    load_training_state,
-    pack_optimizer,
-    recover_interrupted_write,
-    save_bundle,
-    unpack_optimizer,
-)
+from chorus.training.checkpoint import load_training_state, pack_optimizer, save_checkpoint, unpack_optimizer
 
 
 @dataclass
@@ -92,36 +86,6 @@ def alignment_prior_weight(step: int, config: PretrainConfig) -> float:
     if config.alignment_prior_steps <= 0:
         return 0.0
     return max(0.0, 1.0 - step / config.alignment_prior_steps)
-
-
-def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Mean of ``values [batch, time, ...]`` over positions where ``mask [batch, time]`` is True."""
-    mask = mask.to(values.dtype)
-    while mask.dim() < values.dim():
-        mask = mask.unsqueeze(-1)
-    denominator = mask.sum() * (values[0, 0].numel() if values.dim() > 2 else 1)
-    return (values * mask).sum() / denominator.clamp(min=1)
-
-
-def compute_losses(model: AcousticModel, out: AcousticOutput, target: torch.Tensor,
-                   text_lengths: torch.Tensor) -> dict[str, torch.Tensor]:
-    """Losses of one teacher-forced pass; ``target`` is the normalized mel ``[batch, frames, n_mels]``.
-
-    mel: L1 of the decoder output; prior: Gaussian NLL of the frames under the aligned prior means
-    (trains the alignment); duration: MSE of log(1 + frames) against the searched alignment.
-    """
-    text_mask = torch.arange(out.durations.shape[1], device=target.device)[None] < text_lengths[:, None]
-    losses = {
-        "mel": masked_mean((out.mel - target).abs(), out.frame_mask),
-        "prior": masked_mean(0.5 * (target - out.prior_mean) ** 2 + 0.5 * math.log(2 * math.pi), out.frame_mask),
-        "duration": masked_mean((out.log_duration - torch.log1p(out.durations)) ** 2, text_mask),
-    }
-    for name in ("pitch", "energy"):
-        prediction, target_value = getattr(out, name), getattr(out, f"{name}_target")
-        if prediction is not None:
-            losses[name] = masked_mean((prediction - target_value) ** 2, text_mask)
-    losses["total"] = sum(losses.values())
-    return losses
 
 
 class _Distributed:
@@ -189,25 +153,6 @@ def split_validation(cache: FeatureCache, per_speaker: int, seed: int) -> tuple[
     validation = np.sort(np.asarray(validation, dtype=np.int64))
     train = np.setdiff1d(np.arange(len(cache)), validation)
     return train, validation
-
-
-def frame_energy(normalized_mel: torch.Tensor) -> torch.Tensor:
-    """Energy target: the mean normalized log-mel of each frame ``[batch, frames]``."""
-    return normalized_mel.mean(-1)
-
-
-def step_inputs(model: AcousticModel, batch: Batch) -> dict:
-    """Keyword arguments of ``model(...)`` for a batch: normalized mel, pitch and energy targets."""
-    mel = model.normalize_mel(batch.mel)
-    pitch = None
-    if model.pitch is not None:
-        if batch.pitch is None:
-            raise ValueError("the model predicts pitch but the feature cache has none: delete "
-                             "features.safetensors in the run folder to rebuild it with pitch")
-        pitch = model.normalize_pitch(batch.pitch)
-    return dict(phonemes=batch.phonemes, text_lengths=batch.text_lengths, mel=mel,
-                frame_lengths=batch.frame_lengths, speaker_ids=batch.speakers, pitch=pitch,
-                energy=frame_energy(mel) if model.energy is not None else None)
 
 
 @torch.no_grad()
@@ -348,7 +293,7 @@ def pretrain(config: PretrainConfig, *, progress: bool = True) -> Path:
                        "utterances": len(cache),
                        "recipe": {k: v for k, v in asdict(config).items() if k not in ("data", "out")}}
         tensors, optimizer_meta = pack_optimizer(optimizer)
-        save_bundle(bundle, checkpoint_dir, {"tensors": tensors, "meta": {
+        save_checkpoint(bundle, checkpoint_dir, {"tensors": tensors, "meta": {
             "step": step, "epoch": epoch, "batch_in_epoch": batch_in_epoch, "step_seconds": step_seconds,
             "elapsed_seconds": elapsed_now, "optimizer": optimizer_meta}})
         plot_losses(log_path, out / "loss.png")

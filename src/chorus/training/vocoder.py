@@ -56,8 +56,7 @@ from chorus.audio.io import load_audio, save_audio
 from chorus.audio.mel import MelConfig, MelSpectrogram, log_mel
 from chorus.audio.vocoders import Vocos, VocosConfig, load_vocoder
 from chorus.data.formats import discover
-from chorus.synthesis import teacher_forced_mel
-from chorus.training.checkpoint import ModelBundle, load_bundle
+from chorus.models.bundle import ModelBundle, load_bundle, teacher_forced_mel
 
 CHECKPOINT = "checkpoint"
 

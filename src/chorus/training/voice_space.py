@@ -29,6 +29,8 @@ from chorus.audio.io import SAMPLE_RATE, load_audio
 from chorus.data.batching import collate
 from chorus.data.features import build_feature_cache
 from chorus.evaluation.similarity import SpeakerJudge
+from chorus.models.bundle import ModelBundle
+from chorus.models.losses import step_inputs
 from chorus.training.adapt import AdaptConfig, check_adaptation_data, split_held_out
 from chorus.training.adapt_many import (
     ClipSampler,
@@ -39,8 +41,6 @@ from chorus.training.adapt_many import (
     per_voice_losses,
     slots_for,
 )
-from chorus.training.checkpoint import ModelBundle
-from chorus.training.pretrain import step_inputs
 from chorus.training.progress import step_progress
 
 FITTED = "voice"   # adapter name of the voice being fitted
