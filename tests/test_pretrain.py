@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -82,6 +83,13 @@ def test_bad_corpus_items_are_skipped_with_a_summary(corpus, tmp_path, capsys):
     assert "skipped 3 problem(s)" in printed and "Training on the rest" in printed
 
 
+def free_port() -> int:
+    """A TCP port nobody listens on now: the kernel picks it for a socket bound to port 0."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
 @pytest.mark.skipif(sys.platform != "linux", reason="torchrun with gloo")
 def test_ddp_with_two_local_processes(corpus, tmp_path):
     config = tmp_path / "model.json"
@@ -89,7 +97,8 @@ def test_ddp_with_two_local_processes(corpus, tmp_path):
     torchrun = Path(sys.executable).with_name("torchrun")
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     result = subprocess.run(
-        [str(torchrun), "--nproc_per_node", "2", "--master_port", "29541", "-m", "chorus", "pretrain", str(corpus),
+        [str(torchrun), "--nproc_per_node", "2", "--master_addr", "127.0.0.1", "--master_port", str(free_port()),
+         "-m", "chorus", "pretrain", str(corpus),
          "--out", str(tmp_path / "run"), "--steps", "4", "--config", str(config), "--threads", "1",
          "--max-frames", "700"], capture_output=True, text=True, env=env, timeout=240)
     assert result.returncode == 0, result.stderr[-2000:]
