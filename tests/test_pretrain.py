@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -42,9 +43,9 @@ def test_pretrain_writes_checkpoint_log_and_plot_and_resumes(corpus, tmp_path):
     assert bundle.model.mel_std.min() > 0 and bundle.model.mel_mean.abs().sum() > 0
 
     pretrain(recipe(corpus, tmp_path, steps=6), progress=False)
-    tensors, meta = load_training_state(checkpoint)
-    assert meta["step"] == 6, "the second run continued from step 4"
-    assert any(key.startswith("optimizer.") for key in tensors)
+    state = load_training_state(checkpoint)
+    assert state.meta["step"] == 6, "the second run continued from step 4"
+    assert any(key.startswith("optimizer.") for key in state.tensors)
     steps_logged = [int(line.split(",")[0]) for line in (tmp_path / "log.csv").read_text().splitlines()[1:]]
     assert steps_logged == [2, 2, 4, 4, 6, 6]
 
@@ -82,6 +83,13 @@ def test_bad_corpus_items_are_skipped_with_a_summary(corpus, tmp_path, capsys):
     assert "skipped 3 problem(s)" in printed and "Training on the rest" in printed
 
 
+def free_port() -> int:
+    """A TCP port nobody listens on now: the kernel picks it for a socket bound to port 0."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
 @pytest.mark.skipif(sys.platform != "linux", reason="torchrun with gloo")
 def test_ddp_with_two_local_processes(corpus, tmp_path):
     config = tmp_path / "model.json"
@@ -89,7 +97,8 @@ def test_ddp_with_two_local_processes(corpus, tmp_path):
     torchrun = Path(sys.executable).with_name("torchrun")
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     result = subprocess.run(
-        [str(torchrun), "--nproc_per_node", "2", "--master_port", "29541", "-m", "chorus", "pretrain", str(corpus),
+        [str(torchrun), "--nproc_per_node", "2", "--master_addr", "127.0.0.1", "--master_port", str(free_port()),
+         "-m", "chorus", "pretrain", str(corpus),
          "--out", str(tmp_path / "run"), "--steps", "4", "--config", str(config), "--threads", "1",
          "--max-frames", "700"], capture_output=True, text=True, env=env, timeout=240)
     assert result.returncode == 0, result.stderr[-2000:]
@@ -122,7 +131,7 @@ def test_resume_continues_exactly_where_the_checkpoint_was_taken(corpus, tmp_pat
     resumed = load_bundle(pretrain(recipe(corpus, tmp_path / "resumed", steps=7), progress=False))
     for (name, a), (_, b) in zip(straight.model.state_dict().items(), resumed.model.state_dict().items()):
         assert torch.allclose(a, b, atol=1e-6), name
-    _, meta = load_training_state(tmp_path / "resumed" / "checkpoint")
+    meta = load_training_state(tmp_path / "resumed" / "checkpoint").meta
     assert meta["epoch"] >= 1, "the 7 steps crossed an epoch boundary"
 
 
@@ -131,6 +140,5 @@ def test_interrupted_checkpoint_write_is_recovered(corpus, tmp_path):
     # A kill between the two renames of an atomic write leaves only the moved-aside old folder.
     (tmp_path / "checkpoint").rename(tmp_path / ".checkpoint.old-12345")
     pretrain(recipe(corpus, tmp_path, steps=4), progress=False)
-    _, meta = load_training_state(tmp_path / "checkpoint")
-    assert meta["step"] == 4
+    assert load_training_state(tmp_path / "checkpoint").meta["step"] == 4
     assert [int(l.split(",")[0]) for l in (tmp_path / "log.csv").read_text().splitlines()[1:]] == [2, 2, 4, 4]

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import csv
 import dataclasses
-import json
 import shutil
 import subprocess
 from dataclasses import dataclass, replace
@@ -29,6 +28,7 @@ from chorus.audio.vocoders import (
     register_vocoder,
     registered_vocoders,
 )
+from chorus.training.checkpoint import load_training_state
 from chorus.training.vocoder import VocoderTrainConfig, train_vocoder
 
 torch.set_num_threads(1)
@@ -190,7 +190,7 @@ def test_training_reduces_loss_and_writes_a_loadable_vocoder(tmp_path):
     for term, factor in (("mel_l1", 0.6), ("stft_sc", 0.98)):
         values = [float(row[term]) for row in log]
         assert np.mean(values[-5:]) < factor * np.mean(values[:3]), (term, values)
-    for name in ("loss.png", "samples/reference.wav", "samples/step_000020.wav", "checkpoint/training.json"):
+    for name in ("loss.png", "samples/reference.wav", "samples/step_000020.wav", "checkpoint/training_state.json"):
         assert (out / name).is_file(), name
     vocoder = load_vocoder(out, mel_config=MelConfig())
     assert isinstance(vocoder, Vocos) and vocoder.config == TINY_VOCOS
@@ -210,13 +210,25 @@ def test_resume_continues_exactly_where_it_stopped(tmp_path):
     result = train_vocoder(data, tmp_path / "resumed", None, steps=4, resume=True, show_progress=False)
     assert result.step == 4
     assert [row["step"] for row in read_log(tmp_path / "resumed")] == ["1", "2", "3", "4"]
-    straight = load_file(tmp_path / "straight" / "checkpoint" / "training.safetensors")
-    resumed = load_file(tmp_path / "resumed" / "checkpoint" / "training.safetensors")
+    straight = load_file(tmp_path / "straight" / "checkpoint" / "training_state.safetensors")
+    resumed = load_file(tmp_path / "resumed" / "checkpoint" / "training_state.safetensors")
     assert straight.keys() == resumed.keys() and any(k.startswith("discriminator.") for k in straight)
     assert all(torch.equal(resumed[key], straight[key]) for key in straight)
     straight = load_file(tmp_path / "straight" / "vocoder.safetensors")
     resumed = load_file(tmp_path / "resumed" / "vocoder.safetensors")
     assert all(torch.equal(resumed[key], straight[key]) for key in straight)
+
+
+def test_interrupted_checkpoint_write_is_recovered(tmp_path):
+    data = make_dataset(tmp_path / "data")
+    train_vocoder(data, tmp_path / "run", tiny_train_config(), steps=2, show_progress=False)
+    # A kill between the two renames of an atomic write leaves only the moved-aside old folder.
+    (tmp_path / "run" / "checkpoint").rename(tmp_path / "run" / ".checkpoint.old-12345")
+    with pytest.raises(FileExistsError):   # the put-back checkpoint is there to resume, not to overwrite
+        train_vocoder(data, tmp_path / "run", None, steps=3, show_progress=False)
+    assert train_vocoder(data, tmp_path / "run", None, steps=3, resume=True, show_progress=False).step == 3
+    assert load_training_state(tmp_path / "run" / "checkpoint").meta["step"] == 3
+    assert [row["step"] for row in read_log(tmp_path / "run")] == ["1", "2", "3"]
 
 
 def test_fine_tuning_on_teacher_forced_mels_starts_from_the_given_vocoder(tiny_base, two_voice_corpus, tmp_path):
@@ -242,7 +254,7 @@ def test_fine_tuning_on_teacher_forced_mels_starts_from_the_given_vocoder(tiny_b
     before = load_file(start.out_dir / "vocoder.safetensors")
     after = load_file(tuned.out_dir / "vocoder.safetensors")
     assert all(torch.allclose(after[key], before[key], atol=1e-6) for key in before)
-    saved = json.loads((tuned.out_dir / "checkpoint" / "training.json").read_text())["config"]
+    saved = load_training_state(tuned.out_dir / "checkpoint").meta["config"]
     assert saved["init_from"] == str(start.out_dir) and saved["aligned_model"] == str(tiny_base)
     assert saved["vocoder"] == dataclasses.asdict(TINY_VOCOS)
     with pytest.raises(FileNotFoundError, match="no voice folder named after"):

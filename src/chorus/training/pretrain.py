@@ -6,7 +6,6 @@ share of the batches (gloo on CPU, NCCL on GPU) and rank 0 writes checkpoints an
 
 from __future__ import annotations
 
-import csv
 import math
 import os
 import time
@@ -17,18 +16,23 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.distributed as dist
-from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
 from chorus.audio.mel import MelConfig
 from chorus.data.batching import collate, make_batches
 from chorus.data.check import check_dataset
 from chorus.data.features import FeatureCache, build_feature_cache
 from chorus.models.acoustic import AcousticModel, build_model
-from chorus.models.bundle import ModelBundle, load_bundle, recover_interrupted_write
+from chorus.models.bundle import ModelBundle, load_bundle, recover_interrupted_write, write_bundle_files
 from chorus.models.config import AcousticConfig
 from chorus.models.losses import compute_losses, step_inputs
 from chorus.text import TextFrontEnd
-from chorus.training.checkpoint import load_training_state, pack_optimizer, save_checkpoint, unpack_optimizer
+from chorus.training.checkpoint import load_training_state, save_checkpoint
+from chorus.training.loss_log import LossLog, plot_losses
+from chorus.training.progress import step_progress
+
+# log.csv: one row per evaluation and split (train, val), mean losses since the last one.
+LOG_FIELDS = ["step", "split", "total", "mel", "prior", "duration", "lr", "seconds"]
+PLOTTED = ("mel", "prior", "duration")
 
 
 @dataclass
@@ -172,30 +176,6 @@ def evaluate(model: AcousticModel, cache: FeatureCache, indices: np.ndarray, dev
     return {name: value / len(indices) for name, value in totals.items()}
 
 
-def plot_losses(log_path: Path, png_path: Path) -> None:
-    """Training and validation loss curves from ``log.csv`` into a PNG."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    rows = list(csv.DictReader(log_path.open()))
-    if not rows:
-        return
-    fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
-    for axis, name in zip(axes, ("mel", "prior", "duration")):
-        for split, style in (("train", "-"), ("val", "o-")):
-            points = [(int(r["step"]), float(r[name])) for r in rows if r["split"] == split]
-            if points:
-                axis.plot(*zip(*points), style, label=split, markersize=3)
-        axis.set_title(f"{name} loss")
-        axis.set_xlabel("step")
-        axis.grid(alpha=0.3)
-        axis.legend()
-    fig.tight_layout()
-    fig.savefig(png_path, dpi=110)
-    plt.close(fig)
-
-
 def _check_resume_matches(bundle: ModelBundle, cache: FeatureCache, front_end: TextFrontEnd,
                           mel_config: MelConfig) -> None:
     """A resumed model must see the speakers, phoneme ids and mel settings it was trained with."""
@@ -206,13 +186,6 @@ def _check_resume_matches(bundle: ModelBundle, cache: FeatureCache, front_end: T
                                ("mel settings", bundle.mel_config.to_dict(), mel_config.to_dict())):
         if ours != theirs:
             raise ValueError(f"the checkpoint's {name} differ from this Chorus version's; start a new run folder")
-
-
-def _trim_log(log_path: Path, step: int) -> None:
-    """Drop log rows written after the checkpoint being resumed (that work was lost)."""
-    lines = log_path.read_text().splitlines()
-    kept = [lines[0]] + [line for line in lines[1:] if int(line.split(",", 1)[0]) <= step]
-    log_path.write_text("\n".join(kept) + "\n")
 
 
 def pretrain(config: PretrainConfig, *, progress: bool = True) -> Path:
@@ -268,8 +241,8 @@ def pretrain(config: PretrainConfig, *, progress: bool = True) -> Path:
     step, epoch, batch_in_epoch, step_seconds, elapsed = 0, 0, 0, 0.0, 0.0
     state = load_training_state(checkpoint_dir)
     if state is not None:
-        tensors, meta = state
-        optimizer.load_state_dict(unpack_optimizer(tensors, meta["optimizer"]))
+        state.restore({"optimizer": optimizer})
+        meta = state.meta
         step = meta["step"]
         step_seconds = meta["step_seconds"]
         elapsed = meta.get("elapsed_seconds", step_seconds)
@@ -277,14 +250,10 @@ def pretrain(config: PretrainConfig, *, progress: bool = True) -> Path:
     session_started = time.perf_counter() - elapsed
     trained = model
     if run.world > 1:
-        trained = torch.nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+        trained = torch.nn.parallel.DistributedDataParallel(
+            model, device_ids=[device.index] if device.type == "cuda" else None)
 
-    log_path = out / "log.csv"
-    if run.main:
-        if log_path.exists():
-            _trim_log(log_path, step)
-        else:
-            log_path.write_text("step,split,total,mel,prior,duration,lr,seconds\n")
+    log = LossLog(out / "log.csv", LOG_FIELDS, resume_step=step) if run.main else None
 
     def save(epoch: int, batch_in_epoch: int) -> None:
         elapsed_now = time.perf_counter() - session_started
@@ -292,18 +261,15 @@ def pretrain(config: PretrainConfig, *, progress: bool = True) -> Path:
                        "world_size": run.world, "device": str(device), "corpus": str(config.data),
                        "utterances": len(cache),
                        "recipe": {k: v for k, v in asdict(config).items() if k not in ("data", "out")}}
-        tensors, optimizer_meta = pack_optimizer(optimizer)
-        save_checkpoint(bundle, checkpoint_dir, {"tensors": tensors, "meta": {
-            "step": step, "epoch": epoch, "batch_in_epoch": batch_in_epoch, "step_seconds": step_seconds,
-            "elapsed_seconds": elapsed_now, "optimizer": optimizer_meta}})
-        plot_losses(log_path, out / "loss.png")
+        save_checkpoint(checkpoint_dir, lambda temp: write_bundle_files(bundle, temp),
+                        {"step": step, "epoch": epoch, "batch_in_epoch": batch_in_epoch, "step_seconds": step_seconds,
+                         "elapsed_seconds": elapsed_now}, {"optimizer": optimizer})
+        plot_losses(out / "log.csv", out / "loss.png", PLOTTED, title="pretraining")
 
     # -- loop ---------------------------------------------------------------------------------------
     running: dict[str, float] = {}
     running_steps = 0
-    columns = [TextColumn("[bold]pretrain"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-               TextColumn("{task.fields[status]}"), TimeRemainingColumn()]
-    with Progress(*columns, disable=not (progress and run.main)) as bar:
+    with step_progress("pretrain", progress and run.main) as bar:
         task = bar.add_task("steps", total=config.steps, completed=step, status="")
         while step < config.steps:
             batches = make_batches(cache.frames()[train_indices], config.max_frames, seed=config.seed + epoch)
@@ -349,11 +315,9 @@ def pretrain(config: PretrainConfig, *, progress: bool = True) -> Path:
                             rows.append(("val", evaluate(model, cache, val_indices, device, config.max_frames,
                                                          prior_weight)))
                         lr = optimizer.param_groups[0]["lr"]
-                        with log_path.open("a") as log:
-                            for split, means in rows:
-                                log.write(f"{step},{split},{means['total']:.4f},{means['mel']:.4f},"
-                                          f"{means['prior']:.4f},{means['duration']:.4f},{lr:.6f},"
-                                          f"{step_seconds:.0f}\n")
+                        log.append({"step": step, "split": split,
+                                    **{name: f"{means[name]:.4f}" for name in ("total", *PLOTTED)},
+                                    "lr": f"{lr:.6f}", "seconds": f"{step_seconds:.0f}"} for split, means in rows)
                 if step % config.save_every == 0 or step == config.steps:
                     if run.main:
                         # A checkpoint at an epoch's end resumes at the start of the next one.

@@ -1,4 +1,6 @@
-"""Training the Vocos vocoder, top to bottom in one file.
+"""Training the Vocos vocoder: data, losses and the loop in one file; checkpoints, the loss log and
+the progress bar are every training loop's own (:mod:`chorus.training.checkpoint`,
+:mod:`~chorus.training.loss_log`, :mod:`~chorus.training.progress`).
 
 Data: random 0.5-1 s crops of every ``**/wavs/*.wav`` under ``data_root`` (LJSpeech-style
 ``<speaker>/wavs/``), read from disk on demand; mels are computed on the fly with the same
@@ -18,19 +20,16 @@ so a resumed run follows exactly the path of an uninterrupted one.
 ``out_dir`` holds:
 
 * ``vocoder.safetensors`` + ``vocoder.json``: latest weights, ``load_vocoder(out_dir)`` reads them;
-* ``checkpoint/``: the same plus ``training.safetensors`` (optimizer tensors) and ``training.json``
-  (step, config, optimizer hyperparameters); no pickle anywhere;
+* ``checkpoint/``: the same plus the training state (:mod:`chorus.training.checkpoint`: optimizer
+  tensors, the discriminator, step, config, optimizer hyperparameters); no pickle anywhere;
 * ``loss.csv`` (means over each ``log_every`` steps; ``seconds`` counts from the start of this call)
   and ``loss.png``; ``samples/`` with a reference clip and its resynthesis at each checkpoint.
 """
 
 from __future__ import annotations
 
-import csv
 import dataclasses
-import json
 import math
-import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,25 +39,21 @@ import soundfile as sf
 import soxr
 import torch
 import torch.nn.functional as F
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TextColumn,
-    TimeRemainingColumn,
-)
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 from torch import nn
 
 from chorus.audio.io import load_audio, save_audio
 from chorus.audio.mel import MelConfig, MelSpectrogram, log_mel
 from chorus.audio.vocoders import Vocos, VocosConfig, load_vocoder
+from chorus.audio.vocoders.base import WEIGHTS_FILE
 from chorus.data.formats import discover
 from chorus.models.bundle import ModelBundle, load_bundle, teacher_forced_mel
+from chorus.training.checkpoint import load_training_state, save_checkpoint
+from chorus.training.loss_log import LossLog, plot_losses
+from chorus.training.progress import step_progress
 
 CHECKPOINT = "checkpoint"
+PLOTTED = ("loss", "mel_l1", "stft_sc", "stft_log_mag")
 
 
 @dataclass(frozen=True)
@@ -178,9 +173,9 @@ class AlignedSampler:
         self.mels: list[torch.Tensor] = []
         self.audio: list[torch.Tensor] = []
         utterances = [(folder.name, u) for folder in folders for u in discover(folder)[0][:clips_per_voice]]
-        with Progress(TextColumn("[bold]teacher-forced mels"), BarColumn(), MofNCompleteColumn(),
-                      TimeRemainingColumn(), disable=not progress) as bar:
-            for voice, utterance in bar.track(utterances):
+        with step_progress("teacher-forced mels", progress) as bar:
+            task = bar.add_task("clips", total=len(utterances), status="")
+            for voice, utterance in bar.track(utterances, task_id=task):
                 audio = load_audio(utterance.audio_path, bundle.mel_config.sample_rate)
                 mel = teacher_forced_mel(bundle, utterance.text, torch.from_numpy(log_mel(audio, bundle.mel_config)),
                                          bundle.speaker_index(voice))
@@ -278,109 +273,6 @@ def generator_losses(real: list[list[torch.Tensor]], fake: list[list[torch.Tenso
     return adversarial, matching
 
 
-# ------------------------------------------------------------------------------------- checkpoints
-
-
-def _optimizer_to_safetensors(optimizer: torch.optim.Optimizer, prefix: str) -> tuple[dict, list]:
-    """An optimizer's state as flat tensors ``{prefix}.{param index}.{name}`` + JSON param groups."""
-    state = optimizer.state_dict()
-    tensors = {f"{prefix}.{index}.{name}": value.contiguous()
-               for index, values in state["state"].items() for name, value in values.items()}
-    return tensors, state["param_groups"]
-
-
-def _optimizer_from_safetensors(optimizer: torch.optim.Optimizer, tensors: dict, groups: list,
-                                prefix: str) -> None:
-    state: dict[int, dict[str, torch.Tensor]] = {}
-    for key, value in tensors.items():
-        head, index, name = key.split(".", 2)
-        if head == prefix:
-            state.setdefault(int(index), {})[name] = value
-    for group in groups:
-        group["betas"] = tuple(group["betas"])
-    optimizer.load_state_dict({"state": state, "param_groups": groups})
-
-
-def _find_checkpoint(out_dir: Path) -> Path | None:
-    """``checkpoint/``, or ``checkpoint.old/`` if a crash hit between the two renames of a save."""
-    for name in (CHECKPOINT, f"{CHECKPOINT}.old"):
-        if (out_dir / name / "training.json").is_file():
-            return out_dir / name
-    return None
-
-
-def _save_checkpoint(out_dir: Path, step: int, config: VocoderTrainConfig, model: Vocos,
-                     optimizers: dict[str, torch.optim.Optimizer], discriminator: nn.Module | None) -> None:
-    """Write into ``checkpoint.tmp/`` and swap it in, so a crash never leaves a half checkpoint."""
-    temp, final, old = (out_dir / f"{CHECKPOINT}{suffix}" for suffix in (".tmp", "", ".old"))
-    shutil.rmtree(temp, ignore_errors=True)
-    model.save(temp)
-    tensors, groups = {}, {}
-    for prefix, optimizer in optimizers.items():
-        tensors_part, groups[prefix] = _optimizer_to_safetensors(optimizer, prefix)
-        tensors.update(tensors_part)
-    if discriminator is not None:
-        tensors.update({f"discriminator.{key}": value.contiguous()
-                        for key, value in discriminator.state_dict().items()})
-    save_file(tensors, str(temp / "training.safetensors"))
-    state = {"step": step, "config": config.to_dict(), "optimizer_param_groups": groups}
-    (temp / "training.json").write_text(json.dumps(state, indent=2) + "\n")
-    if final.exists():
-        shutil.rmtree(old, ignore_errors=True)
-        final.rename(old)
-    temp.rename(final)
-    shutil.rmtree(old, ignore_errors=True)
-
-
-def _load_checkpoint(folder: Path, model: Vocos, optimizers: dict[str, torch.optim.Optimizer],
-                     discriminator: nn.Module | None) -> int:
-    """Restore weights and optimizer state in place; returns the step to continue from."""
-    state = json.loads((folder / "training.json").read_text())
-    model.load_state_dict(load_file(str(folder / "vocoder.safetensors")))
-    tensors = load_file(str(folder / "training.safetensors"))
-    for prefix, optimizer in optimizers.items():
-        _optimizer_from_safetensors(optimizer, tensors, state["optimizer_param_groups"][prefix], prefix)
-    if discriminator is not None:
-        discriminator.load_state_dict({key.removeprefix("discriminator."): value
-                                       for key, value in tensors.items() if key.startswith("discriminator.")})
-    return int(state["step"])
-
-
-# --------------------------------------------------------------------------------------------- logs
-
-
-def _open_log(path: Path, fields: list[str], keep_until: int) -> tuple:
-    """Open ``loss.csv`` for appending, dropping rows past ``keep_until`` (logged after the last
-    checkpoint of a run that then died, and about to be redone)."""
-    rows = []
-    if keep_until > 0 and path.is_file():
-        with path.open(newline="") as handle:
-            rows = [row for row in csv.DictReader(handle) if int(row["step"]) <= keep_until]
-    handle = path.open("w", newline="")
-    writer = csv.DictWriter(handle, fieldnames=fields, extrasaction="ignore")
-    writer.writeheader()
-    writer.writerows(rows)
-    return handle, writer
-
-
-def plot_losses(csv_path: Path, png_path: Path) -> None:
-    """Loss curves from ``loss.csv`` to a PNG (Agg canvas: no display, no global pyplot state)."""
-    with csv_path.open(newline="") as handle:
-        rows = list(csv.DictReader(handle))
-    if not rows:
-        return
-    steps = [int(row["step"]) for row in rows]
-    figure = Figure(figsize=(8, 4.5))
-    FigureCanvasAgg(figure)
-    axes = figure.add_subplot()
-    for name in ("loss", "mel_l1", "stft_sc", "stft_log_mag"):
-        axes.plot(steps, [float(row[name]) for row in rows], label=name)
-    axes.set(xlabel="step", ylabel="loss", yscale="log", title="vocoder training")
-    axes.grid(True, alpha=0.3)
-    axes.legend()
-    figure.savefig(png_path, dpi=100)
-
-
 # -------------------------------------------------------------------------------------------- train
 
 
@@ -409,11 +301,12 @@ def train_vocoder(data_root: Path, out_dir: Path, config: VocoderTrainConfig | N
     data_root, out_dir = Path(data_root), Path(out_dir)
     torch.set_num_threads(threads)
     out_dir.mkdir(parents=True, exist_ok=True)
-    checkpoint = _find_checkpoint(out_dir)
-    if checkpoint is not None:
+    checkpoint = out_dir / CHECKPOINT
+    state = load_training_state(checkpoint)
+    if state is not None:
         if not resume:
             raise FileExistsError(f"{out_dir} already holds a vocoder checkpoint; resume it or use another folder")
-        saved = VocoderTrainConfig.from_dict(json.loads((checkpoint / "training.json").read_text())["config"])
+        saved = VocoderTrainConfig.from_dict(state.meta["config"])
         if config is not None and config != saved:
             changed = ", ".join(f.name for f in dataclasses.fields(saved)
                                 if getattr(saved, f.name) != getattr(config, f.name))
@@ -430,8 +323,11 @@ def train_vocoder(data_root: Path, out_dir: Path, config: VocoderTrainConfig | N
     optimizers = {"optimizer": torch.optim.AdamW(model.parameters(), **adamw)}
     if discriminator is not None:
         optimizers["discriminator_optimizer"] = torch.optim.AdamW(discriminator.parameters(), **adamw)
-    if checkpoint:
-        start_step = _load_checkpoint(checkpoint, model, optimizers, discriminator)
+    modules = {"discriminator": discriminator} if discriminator is not None else {}
+    if state is not None:
+        model.load_state_dict(load_file(str(checkpoint / WEIGHTS_FILE)))
+        state.restore(optimizers, modules)
+        start_step = int(state.meta["step"])
     else:
         start_step = 0
         if config.init_from:
@@ -458,15 +354,13 @@ def train_vocoder(data_root: Path, out_dir: Path, config: VocoderTrainConfig | N
     if discriminator is not None:
         fields += ["adversarial", "feature_matching", "discriminator"]
     fields += ["lr", "seconds"]
-    log_handle, log = _open_log(out_dir / "loss.csv", fields, start_step)
+    log = LossLog(out_dir / "loss.csv", fields, resume_step=start_step)
     sums: dict[str, float] = {}  # loss terms summed since the last log line
     summed = 0
     losses: dict[str, float] = {}
     started = time.perf_counter()
 
-    progress = Progress(TextColumn("[bold]vocoder"), BarColumn(), MofNCompleteColumn(),
-                        TextColumn("{task.fields[status]}"), TimeRemainingColumn(), disable=not show_progress)
-    with progress, log_handle:
+    with step_progress("vocoder", show_progress) as progress:
         task = progress.add_task("train", total=steps, completed=start_step, status="")
         for step in range(start_step, steps):
             # Batch: one crop length per step (crops must stack), all randomness from (seed, step).
@@ -522,17 +416,16 @@ def train_vocoder(data_root: Path, out_dir: Path, config: VocoderTrainConfig | N
             if done % config.log_every == 0 or done == steps:
                 losses = {name: total / summed for name, total in sums.items()}
                 sums, summed = {}, 0
-                log.writerow({"step": done, **{k: f"{v:.5f}" for k, v in losses.items()}, "lr": f"{lr:.3g}",
-                              "seconds": f"{time.perf_counter() - started:.1f}"})
-                log_handle.flush()
+                log.append([{"step": done, **{k: f"{v:.5f}" for k, v in losses.items()}, "lr": f"{lr:.3g}",
+                             "seconds": f"{time.perf_counter() - started:.1f}"}])
                 progress.update(task, status=f"loss {losses['loss']:.3f} mel {losses['mel_l1']:.3f}")
             progress.update(task, completed=done)
 
             if done % config.checkpoint_every == 0 or done == steps:
-                _save_checkpoint(out_dir, done, config, model, optimizers, discriminator)
+                save_checkpoint(checkpoint, model.save, {"step": done, "config": config.to_dict()}, optimizers,
+                                modules)
                 model.save(out_dir)
-                log_handle.flush()
-                plot_losses(out_dir / "loss.csv", out_dir / "loss.png")
+                plot_losses(log.path, out_dir / "loss.png", PLOTTED, title="vocoder training", log_scale=True)
                 model.eval()
                 with torch.inference_mode():
                     resynthesis = model(to_mel(torch.from_numpy(reference)[None]))[0]
