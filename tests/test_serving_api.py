@@ -49,6 +49,7 @@ from chorus.serving.uploads import (  # noqa: E402
     prepare_archive,
 )
 from chorus.serving.voice_keys import resolve_voice_key  # noqa: E402
+from chorus.serving.worker import JobRunner, OnboardingJob, adapt_config  # noqa: E402
 from chorus.synthesis import load_base  # noqa: E402
 from chorus.text.sentences import split_sentences  # noqa: E402
 from conftest import random_voice, uvicorn_thread  # noqa: E402
@@ -58,7 +59,8 @@ ACME = {"Authorization": "Bearer acme-key-0123456789abcdef"}
 GLOBEX = {"Authorization": "Bearer globex-key-0123456789abcdef"}
 LIMITS = UploadLimits(max_upload_bytes=8 << 20, max_clips=40)
 SETTINGS = ServerSettings(max_wait_ms=20, upload=LIMITS, progress_interval=0.2,
-                          adapt=AdaptRecipe(method="lora", steps=4, threads=1, options={"eval_every": 2, "max_frames": 1500}))
+                          adapt=AdaptRecipe(method="lora", steps=4, threads=1,
+                                            options={"eval_every": 2, "max_frames": 1500}))
 SENTENCES = "The birch canoe slid on the smooth planks. Glue the sheet to the dark blue background. It is easy."
 
 
@@ -151,6 +153,17 @@ def test_keys_file_env_and_bind_rules(tmp_path):
     check_bind("0.0.0.0", tenants)   # with keys any address is allowed
 
 
+def test_adapt_recipe_becomes_the_training_config():
+    config = adapt_config(AdaptRecipe(method="lora", steps=4, options={"eval_every": 2, "max_frames": 1500}))
+    assert (config.method, config.steps, config.threads, config.eval_every, config.max_frames) == ("lora", 4, 1, 2, 1500)
+    assert ServerSettings().adapt.method == "residual"   # the onboarding default, as `chorus serve`'s
+    for recipe, fragment in [(AdaptRecipe(method="dora"), "unknown adapter method"),
+                             (AdaptRecipe(options={"steps": 3}), "other than method, steps, threads"),
+                             (AdaptRecipe(options={"no_such_field": 1}), "no_such_field")]:
+        with pytest.raises(ValueError, match=fragment):
+            adapt_config(recipe)
+
+
 def test_cli_refuses_an_open_host_without_keys(monkeypatch, tmp_path):
     from typer.testing import CliRunner
 
@@ -218,7 +231,8 @@ def test_openapi_page_shows_the_routes_and_their_bodies(tenants_app):
         <= set(schema["paths"])
     body = schema["paths"]["/v1/audio/speech"]["post"]["requestBody"]["content"]["application/json"]["schema"]
     assert body["title"] == "SpeechRequest" and set(body["required"]) == {"input", "voice"}
-    assert {"CustomVoice", "BaseVoice", "VoiceList", "Job", "CreatedJob", "ErrorBody"} <= set(schema["components"]["schemas"])
+    assert {"CustomVoice", "BaseVoice", "VoiceList", "Job", "CreatedJob", "ErrorBody"} \
+        <= set(schema["components"]["schemas"])
     docs = client.get("/docs")
     assert docs.status_code == 200 and "openapi.json" in docs.text
 
@@ -468,6 +482,31 @@ def test_onboarding_end_to_end_single_tenant(tiny_base, new_voice_data, tmp_path
     consent = [json.loads(line) for line in (tmp_path / "store" / ".jobs" / "consent.jsonl").read_text().splitlines()]
     assert consent[0]["statement"] == CONSENT and consent[0]["voice_id"] == "fiona-four"
     assert not [p for p in (tmp_path / "store" / ".jobs").iterdir() if p.is_dir()]   # job files removed
+
+
+def test_a_job_reports_the_training_steps_as_its_progress(tiny_base, new_voice_data, tmp_path):
+    """Progress is adapt's own count (steps done of the recipe's at most), not a guess from elapsed time."""
+    store = VoiceStore(str(tmp_path / "store"))
+    recipe = AdaptRecipe(method="lora", steps=4, threads=1, options={"eval_every": 2, "max_frames": 1500})
+    runner = JobRunner(store, tmp_path / "jobs", lambda: load_bundle(tiny_base), recipe, progress_interval=0.0)
+    job = OnboardingJob(store.create_job("default", "fiona", name="Fiona"), "default", "fiona", "Fiona")
+    shutil.copytree(new_voice_data, tmp_path / "jobs" / job.job_id / "voice")
+    reports, update_job = [], store.update_job
+
+    def recording_update(job_id, **fields):
+        reports.append((fields.get("progress"), fields.get("message") or ""))
+        return update_job(job_id, **fields)
+
+    store.update_job = recording_update
+    try:
+        runner.run(job)
+        assert store.get_job("default", job.job_id).status == JobStatus.DONE
+    finally:
+        store.close()
+    steps = [(progress, message) for progress, message in reports if message.startswith("training: step")]
+    assert [p for p, _ in steps] == [round(0.05 + 0.9 * k / 4, 3) for k in range(1, 5)], reports
+    assert [m.split()[2] for _, m in steps] == ["1", "2", "3", "4"]
+    assert [p for p, _ in reports] == sorted(p for p, _ in reports)
 
 
 def test_interrupted_jobs_resume_or_fail_on_restart(tiny_base, new_voice_data, tmp_path):

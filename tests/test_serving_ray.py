@@ -41,7 +41,8 @@ from conftest import random_voice  # noqa: E402
 APP = "chorus-test"
 CONSENT = "Fiona Four consented in writing on 2024-05-01 to a synthetic voice made from these recordings."
 SETTINGS = ServerSettings(max_wait_ms=20, progress_interval=0.5, upload=UploadLimits(max_upload_bytes=8 << 20),
-                          adapt=AdaptRecipe(method="lora", steps=2, threads=1, options={"eval_every": 2, "max_frames": 1500}))
+                          adapt=AdaptRecipe(method="lora", steps=2, threads=1,
+                                            options={"eval_every": 2, "max_frames": 1500}))
 
 
 @pytest.fixture(scope="module")

@@ -38,7 +38,8 @@ from conftest import uvicorn_thread  # noqa: E402
 KEY = "acme-key-0123456789abcdef"
 SETTINGS = ServerSettings(max_wait_ms=20, upload=UploadLimits(max_upload_bytes=8 << 20, max_clips=40),
                           progress_interval=0.2,
-                          adapt=AdaptRecipe(method="lora", steps=4, threads=1, options={"eval_every": 2, "max_frames": 1500}))
+                          adapt=AdaptRecipe(method="lora", steps=4, threads=1,
+                                            options={"eval_every": 2, "max_frames": 1500}))
 CONSENT = "Fiona Four consented in writing on 2024-05-01 to a synthetic voice made from these recordings."
 TWO_SENTENCES = "The birch canoe slid on the smooth planks. Glue the sheet to the dark blue background."
 SCREENSHOT = Path("/tmp/chorus-web.png")

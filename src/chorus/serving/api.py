@@ -53,6 +53,7 @@ from chorus.serving.schemas import (
     ErrorBody,
     Health,
     Job,
+    Onboarding,
     SpeechRequest,
     VoiceDeleted,
     VoiceList,
@@ -143,10 +144,11 @@ def create_app(store: VoiceStore, engine: Engine, tenants: Tenants | None = None
     @app.get("/healthz", responses={200: {"model": Health}})
     def healthz():
         stats = engine.stats()
-        return {"status": "ok" if server.started else "starting", "base_voices": len(engine.base_voices),
-                "resident_voices": stats.resident_voices, "resident_bytes": stats.resident_bytes,
-                "tenancy": "single" if server.tenants.single_tenant else "keys",
-                "onboarding": {"queued": server.jobs.queued, "running": server.jobs.running is not None}}
+        return Health(status="ok" if server.started else "starting", base_voices=len(engine.base_voices),
+                      resident_voices=stats.resident_voices, resident_bytes=stats.resident_bytes,
+                      tenancy="single" if server.tenants.single_tenant else "keys",
+                      onboarding=Onboarding(queued=server.jobs.queued,
+                                            running=server.jobs.running is not None)).model_dump()
 
     @app.get("/metrics")
     def metrics():
@@ -232,7 +234,7 @@ def create_app(store: VoiceStore, engine: Engine, tenants: Tenants | None = None
         except VoiceNotFound:
             raise voice_not_found(voice_id) from None
         server.forget(tenant, voice_id)
-        return {"id": voice_id, "object": "voice.deleted", "deleted": True}
+        return VoiceDeleted(id=voice_id).model_dump()
 
     @app.post("/v1/voices", status_code=202, responses={202: {"model": CreatedJob}, **_ERRORS})
     async def create_voice(request: Request):

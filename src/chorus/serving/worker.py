@@ -48,11 +48,12 @@ _consent_lock = threading.Lock()
 
 def adapt_config(recipe: AdaptRecipe) -> AdaptConfig:
     """The training config of ``recipe``; ``ValueError`` for an unknown field, method or method option."""
-    fields = {f.name for f in dataclasses.fields(AdaptConfig)}
-    unknown = sorted(set(recipe.options) - fields)
-    if unknown or {"method", "steps", "threads"} & set(recipe.options):
-        raise ValueError(f"adaptation options {unknown or sorted(recipe.options)} are not AdaptConfig fields "
-                         "(method, steps and threads are the recipe's own)")
+    own = {"method", "steps", "threads"}   # the recipe's own fields, never options
+    allowed = {f.name for f in dataclasses.fields(AdaptConfig)} - own
+    refused = sorted(set(recipe.options) - allowed)
+    if refused:
+        raise ValueError(f"adaptation options {refused}: options are AdaptConfig fields other than "
+                         f"{', '.join(sorted(own))}")
     config = AdaptConfig(method=recipe.method, steps=recipe.steps, threads=recipe.threads, **recipe.options)
     config.method_configs()   # a bad method name or option fails here, before any upload
     return config
@@ -95,7 +96,6 @@ class JobRunner:
         self.jobs_dir = Path(jobs_dir)
         self.jobs_dir.mkdir(parents=True, exist_ok=True)
         self.bundle_factory = bundle_factory
-        self.recipe = recipe
         self.config = adapt_config(recipe)
         self.on_ready = on_ready
         self.progress_interval = progress_interval
