@@ -273,8 +273,9 @@ class VoiceReplica:
 
 # -- the ingress -------------------------------------------------------------------------------------
 class RemoteBatcher:
-    """Stands in for the ingress's :class:`Batcher`: every request goes to the voices deployment, an
-    adapted voice with its key as ``multiplexed_model_id`` (batching happens in the voices replicas)."""
+    """The ingress's :class:`~chorus.serving.batcher.SpeechQueue`: every request goes to the voices
+    deployment, an adapted voice with its key as ``multiplexed_model_id`` (batching happens in the
+    voices replicas)."""
 
     def __init__(self, handle: Callable[[], object], is_base: Callable[[str], bool]):
         self._handle_factory = handle
