@@ -55,11 +55,12 @@ import torch
 
 from chorus.adapters.inject import adapter_state_dict, add_adapter, remove_adapter
 from chorus.adapters.voice import VoiceCard, read_voice, save_voice
-from chorus.serving.batcher import Batcher, ModelPerVoice, Request, swap_one_at_a_time
+from chorus.serving.batcher import Batcher, Request
 from chorus.serving.engine import Engine
 from chorus.serving.store import VoiceStore
 from chorus.synthesis import load_base
 from chorus.training.adapt import AdaptConfig
+from serving_baselines import ModelPerVoice, swap_one_at_a_time  # bench/, beside this script
 
 TEXTS = ["The birch canoe slid on the smooth planks.", "Glue the sheet to the dark blue background.",
          "It is easy to tell the depth of a well.", "Rice is often served in round bowls.",

@@ -1,12 +1,15 @@
 """Serving engine and dynamic batcher on the tiny base: base voices without onboarding, adapted voices
 loaded on demand into a byte-bounded LRU cache with pinned voices, unknown voices refused; concurrent
 requests over several voices batched into one forward and equal to each request synthesized alone
-through the Synthesizer; failures isolated to their own request; the merged fast path; the baselines."""
+through the Synthesizer; failures isolated to their own request; the merged fast path; the benchmark's
+baselines (bench/serving_baselines.py)."""
 
 from __future__ import annotations
 
 import asyncio
+import sys
 import threading
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -22,16 +25,13 @@ from chorus.adapters.lora import LoraConfig
 from chorus.adapters.residual import ResidualAdapterConfig
 from chorus.adapters.speaker import SpeakerConfig
 from chorus.models.bundle import load_bundle
-from chorus.serving.batcher import (
-    Batcher,
-    ModelPerVoice,
-    Request,
-    swap_one_at_a_time,
-    synthesize_batch,
-)
+from chorus.serving.batcher import Batcher, Request, synthesize_batch
 from chorus.serving.engine import Engine, UnknownVoice
 from chorus.synthesis import load_base
 from conftest import random_voice
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))   # the baselines live with the benchmark
+from serving_baselines import ModelPerVoice, swap_one_at_a_time  # noqa: E402
 
 TEXTS = ["The birch canoe slid on the smooth planks.", "Glue the sheet to the dark blue background.",
          "It is easy to tell the depth of a well.", "Rice is often served in round bowls."]
@@ -168,20 +168,21 @@ def test_batcher_serves_concurrent_requests_in_one_forward_each_equal_to_alone(t
     bad = [Request("?!", "v0"), Request(TEXTS[0], "nobody"), Request(TEXTS[1], "v2", -1.0)]
     everything = requests + bad
     results: list = [None] * len(everything)
-    start = threading.Barrier(len(everything))
 
     def call(index: int) -> None:
-        start.wait()
         try:
             results[index] = batcher.synthesize(everything[index].text, everything[index].voice,
                                                 everything[index].speed, timeout=60)
         except Exception as error:  # noqa: BLE001 - checked below
             results[index] = error
 
+    # Held until all 15 wait in the queue: then they go out as one batch.
     with Batcher(engine, max_batch=16, max_wait_ms=50) as batcher:
         threads = [threading.Thread(target=call, args=(i,)) for i in range(len(everything))]
-        for thread in threads:
-            thread.start()
+        with batcher.held():
+            for thread in threads:
+                thread.start()
+            assert batcher.wait_queued(len(everything), timeout=60)
         for thread in threads:
             thread.join()
 
@@ -192,9 +193,8 @@ def test_batcher_serves_concurrent_requests_in_one_forward_each_equal_to_alone(t
     assert isinstance(results[12], ValueError) and "speakable" in str(results[12])
     assert isinstance(results[13], UnknownVoice)
     assert isinstance(results[14], ValueError) and "speed" in str(results[14])
-    assert max(batcher.stats.batch_sizes) > 1 and batcher.stats.paths["bank"] >= 1
+    assert batcher.stats.batch_sizes == Counter({15: 1}) and batcher.stats.paths == Counter({"bank": 12})
     assert batcher.stats.completed == 12 and batcher.stats.failed == 3 and batcher.stats.requests == 15
-    assert sum(size * n for size, n in batcher.stats.batch_sizes.items()) == 15
 
     # Audio too: rows of equal length are vocoded together, each as the Synthesizer would alone.
     request, result = requests[1], results[1]
@@ -208,13 +208,16 @@ def test_batcher_from_asyncio_tasks(tiny_base, voices, reference):
     requests = [Request(TEXTS[i % 2], ("v1", "v4", "m3")[i % 3]) for i in range(6)]
 
     async def main(batcher):
-        return await asyncio.gather(*(batcher.synthesize_async(r.text, r.voice, r.speed) for r in requests))
+        with batcher.held():   # until all six wait in the queue: then one batch
+            tasks = [asyncio.create_task(batcher.synthesize_async(r.text, r.voice, r.speed)) for r in requests]
+            assert await asyncio.to_thread(batcher.wait_queued, len(requests), 60)
+        return await asyncio.gather(*tasks)
 
     with Batcher(engine, max_batch=8, max_wait_ms=30) as batcher:
         results = asyncio.run(main(batcher))
     for request, result in zip(requests, results):
         assert_same_as_alone(reference, request, result)
-    assert max(batcher.stats.batch_sizes) > 1
+    assert batcher.stats.batch_sizes == Counter({6: 1})
 
 
 def test_one_voice_batches_merge_or_activate_and_leave_the_base_exact(tiny_base, voices, reference):
@@ -251,14 +254,14 @@ def test_a_failing_batched_forward_is_retried_row_by_row(tiny_base, voices, refe
 
     engine = make_engine(tiny_base, voices)
     poison = engine.bundle.front_end.encode([TEXTS[3]])[0]
-    real_infer = batcher_module._infer
+    real_infer = batcher_module.infer_mels
 
     def flaky_infer(model, ids, speakers, speeds):
         if poison in ids:
             raise RuntimeError("this row breaks the forward")
         return real_infer(model, ids, speakers, speeds)
 
-    monkeypatch.setattr(batcher_module, "_infer", flaky_infer)
+    monkeypatch.setattr(batcher_module, "infer_mels", flaky_infer)
     requests = [Request(TEXTS[0], "v0"), Request(TEXTS[3], "v1"), Request(TEXTS[2], "m3")]
     results = synthesize_batch(engine, requests)
     assert isinstance(results[1], RuntimeError)

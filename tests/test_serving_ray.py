@@ -23,9 +23,7 @@ requests = pytest.importorskip("requests")
 
 from chorus.adapters.lora import LoraConfig  # noqa: E402
 from chorus.adapters.speaker import SpeakerConfig  # noqa: E402
-from chorus.models.bundle import load_bundle
-from chorus.serving.api import ServerSettings, VoiceServer  # noqa: E402
-from chorus.serving.jobs import UploadLimits  # noqa: E402
+from chorus.models.bundle import load_bundle  # noqa: E402
 from chorus.serving.ray_app import (  # noqa: E402
     VOICES_DEPLOYMENT,
     RayServeConfig,
@@ -34,14 +32,17 @@ from chorus.serving.ray_app import (  # noqa: E402
     build_app,
     submit_onboarding,
 )
+from chorus.serving.settings import AdaptRecipe, ServerSettings  # noqa: E402
 from chorus.serving.store import VoiceStore  # noqa: E402
-from chorus.training.adapt import AdaptConfig  # noqa: E402
+from chorus.serving.uploads import UploadLimits  # noqa: E402
+from chorus.serving.voice_keys import voice_key  # noqa: E402
 from conftest import random_voice  # noqa: E402
 
 APP = "chorus-test"
 CONSENT = "Fiona Four consented in writing on 2024-05-01 to a synthetic voice made from these recordings."
 SETTINGS = ServerSettings(max_wait_ms=20, progress_interval=0.5, upload=UploadLimits(max_upload_bytes=8 << 20),
-                          adapt=AdaptConfig(method="lora", steps=2, eval_every=2, threads=1, max_frames=1500))
+                          adapt=AdaptRecipe(method="lora", steps=2, threads=1,
+                                            options={"eval_every": 2, "max_frames": 1500}))
 
 
 @pytest.fixture(scope="module")
@@ -58,7 +59,7 @@ def voice_folders(tiny_base, tmp_path_factory) -> dict[str, Path]:
 def make_store(root: Path, folders: dict[str, Path]) -> tuple[VoiceStore, dict[str, str]]:
     """A store with ann and bob for tenant ``default``; returns it and their engine keys."""
     store = VoiceStore(str(root))
-    keys = {name: VoiceServer.key(store.put_voice("default", name, folder)) for name, folder in folders.items()}
+    keys = {name: voice_key(store.put_voice("default", name, folder)) for name, folder in folders.items()}
     return store, keys
 
 
@@ -93,13 +94,19 @@ def test_voice_host_drops_a_voice_only_when_its_requests_end(tiny_base, voice_fo
 
 
 @pytest.fixture(scope="module")
-def ray_cluster():
-    # A request for a voice whose replica is not yet known to the router waits up to this long for the
-    # news (default 1 s) before trying another replica: generous here, as the test CPUs are shared.
-    env = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_SERVE_MULTIPLEXED_MODEL_ID_MATCHING_TIMEOUT_S": "10"}
+def ray_cluster(tmp_path_factory):
+    # A new local cluster on loopback, its files in the test's temporary folder: without
+    # RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 it picks a non-loopback node address and binds its ports on all
+    # interfaces; without RAY_AUTH_MODE=disabled it writes a token under the home folder. A request for a
+    # voice whose replica is not yet known to the router waits up to
+    # RAY_SERVE_MULTIPLEXED_MODEL_ID_MATCHING_TIMEOUT_S for the news (default 1 s) before trying another
+    # replica: generous here, as the test CPUs are shared.
+    env = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_AUTH_MODE": "disabled",
+           "RAY_SERVE_MULTIPLEXED_MODEL_ID_MATCHING_TIMEOUT_S": "10"}
     saved = {name: os.environ.get(name) for name in env}
     os.environ.update(env)   # before ray.init: the cluster's processes inherit it
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
+             _node_ip_address="127.0.0.1", _temp_dir=str(tmp_path_factory.mktemp("ray")))
     try:
         yield
     finally:

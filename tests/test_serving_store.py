@@ -314,3 +314,19 @@ def test_recover_fails_a_ready_voice_without_marker_and_finishes_deletes(tmp_pat
 def test_remote_root_needs_a_db_path():
     with pytest.raises(ValueError, match="db_path"):
         VoiceStore("memory://chorus-test-no-db")
+
+
+def test_close_checkpoints_the_log_into_the_database_file(tmp_path, voice_folder):
+    store = VoiceStore(str(tmp_path / "root"))
+    store.put_voice("acme", "ann", voice_folder)
+    job_id = store.create_job("acme", "bob", name="Bob")
+    store.close()
+    store.close()   # a second close is harmless
+    (tmp_path / "backup").mkdir()
+    shutil.copy(tmp_path / "root" / "store.sqlite3", tmp_path / "backup" / "store.sqlite3")   # no -wal, no -shm
+    db = sqlite3.connect(tmp_path / "backup" / "store.sqlite3")
+    try:
+        assert sorted(row[0] for row in db.execute("SELECT id FROM voices")) == ["ann", "bob"]
+        assert [row[0] for row in db.execute("SELECT id FROM jobs")] == [job_id]
+    finally:
+        db.close()

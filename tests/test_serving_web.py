@@ -7,6 +7,7 @@ skipped when either is missing. Leaves a screenshot at ``/tmp/chorus-web.png``."
 from __future__ import annotations
 
 import faulthandler
+import functools
 import json
 import os
 import shutil
@@ -22,19 +23,23 @@ import torch
 pytest.importorskip("fastapi")
 pytest.importorskip("prometheus_client")
 
-from chorus.serving.api import WEB_FILES, ServerSettings, create_app  # noqa: E402
+from chorus.serving.api import create_app  # noqa: E402
 from chorus.serving.engine import Engine  # noqa: E402
-from chorus.serving.jobs import UploadLimits  # noqa: E402
+from chorus.serving.page import WEB_FILES  # noqa: E402
+from chorus.serving.settings import AdaptRecipe, ServerSettings, jobs_dir  # noqa: E402
 from chorus.serving.store import VoiceStore  # noqa: E402
 from chorus.serving.tenants import Tenants  # noqa: E402
+from chorus.serving.uploads import UploadLimits  # noqa: E402
+from chorus.serving.voice_keys import resolve_voice_key  # noqa: E402
+from chorus.serving.worker import JobRunner  # noqa: E402
 from chorus.synthesis import load_base  # noqa: E402
-from chorus.training.adapt import AdaptConfig  # noqa: E402
 from conftest import uvicorn_thread  # noqa: E402
 
 KEY = "acme-key-0123456789abcdef"
 SETTINGS = ServerSettings(max_wait_ms=20, upload=UploadLimits(max_upload_bytes=8 << 20, max_clips=40),
                           progress_interval=0.2,
-                          adapt=AdaptConfig(method="lora", steps=4, eval_every=2, threads=1, max_frames=1500))
+                          adapt=AdaptRecipe(method="lora", steps=4, threads=1,
+                                            options={"eval_every": 2, "max_frames": 1500}))
 CONSENT = "Fiona Four consented in writing on 2024-05-01 to a synthetic voice made from these recordings."
 TWO_SENTENCES = "The birch canoe slid on the smooth planks. Glue the sheet to the dark blue background."
 SCREENSHOT = Path("/tmp/chorus-web.png")
@@ -57,18 +62,19 @@ def live_server(tiny_base, tmp_path_factory):
     """A uvicorn server on a free loopback port, with one API key (so the page must send it)."""
     pytest.importorskip("uvicorn")
     store = VoiceStore(str(tmp_path_factory.mktemp("store_web")))
-    engine = Engine(load_base(tiny_base, "griffin-lim"), cache_bytes=1 << 20)
-    app = create_app(store, engine, Tenants.from_pairs([(KEY, "acme")]), SETTINGS)
+    engine = Engine(load_base(tiny_base, "griffin-lim"), resolve=functools.partial(resolve_voice_key, store),
+                    cache_bytes=1 << 20)
     # A few training steps take well under the page's poll interval: hold each job at "running" (before
     # it copies the base) until the test has seen the page show it, then let it finish.
-    runner, gate = app.state.server.jobs, threading.Event()
-    prepare = runner.bundle_factory
+    gate = threading.Event()
 
     def held_bundle():
         gate.wait(30)
-        return prepare()
+        return engine.base_copy()
 
-    runner.bundle_factory = held_bundle
+    runner = JobRunner(store, jobs_dir(SETTINGS, store), held_bundle, SETTINGS.adapt,
+                       progress_interval=SETTINGS.progress_interval)
+    app = create_app(store, engine, Tenants.from_pairs([(KEY, "acme")]), SETTINGS, jobs=runner)
     with uvicorn_thread(app) as url:
         yield url, gate
         gate.set()   # let a held job finish before the server stops

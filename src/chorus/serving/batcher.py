@@ -17,26 +17,23 @@ rows of equal length together (so no padding ever reaches the vocoder). A reques
 served (unspeakable text, unknown voice, broken voice folder, bad speed) fails alone; if a batched
 forward itself fails, its rows are retried one by one so only the culprit fails.
 
-Two baselines for the benchmark share the same code: :func:`swap_one_at_a_time` (requests in order,
-one adapter activated per request, as PEFT's ``set_adapter``) and :class:`ModelPerVoice` (a full copy
-of the base per voice, the voice merged into it).
+The benchmark's baselines (``bench/serving_baselines.py``) run on the same pieces: :func:`check_request`,
+:func:`infer_mels` and :func:`vocode_mels`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import copy
 import math
 import numbers
 import threading
 import time
 from collections import Counter, deque
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import Future
-from contextlib import nullcontext
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Self
+from typing import Protocol, Self
 
 import numpy as np
 import torch
@@ -44,15 +41,12 @@ import torch
 from chorus.adapters.bank import banked, pack_bank
 from chorus.adapters.inject import (
     active_adapter,
-    adapter_names,
     merge_adapter,
-    remove_adapter,
     set_active,
     unmerge_all,
 )
 from chorus.adapters.layer import BASE
-from chorus.adapters.voice import apply_voice, read_voice
-from chorus.serving.engine import Engine, UnknownVoice, VoiceHandle, is_mergeable
+from chorus.serving.engine import Engine, VoiceHandle
 from chorus.synthesis import SynthesisResult
 
 MERGE_MIN_BATCH = 8   # below this a merge + unmerge costs more than the adapter math it saves
@@ -95,6 +89,18 @@ class BatcherStats:
         return sum(size * count for size, count in self.batch_sizes.items()) / max(self.batches, 1)
 
 
+class SpeechQueue(Protocol):
+    """Where a server sends speech requests: a :class:`Batcher`, or the Ray app's remote one."""
+
+    stats: BatcherStats
+
+    def submit(self, text: str, voice: str, speed: float = 1.0) -> Future: ...
+
+    async def synthesize_async(self, text: str, voice: str, speed: float = 1.0) -> ServedResult: ...
+
+    def close(self, timeout: float | None = None) -> None: ...
+
+
 # -- one batch ---------------------------------------------------------------------------------
 def _encode(engine: Engine, texts: list[str]) -> list[list[int] | Exception]:
     """Symbol ids per text; one unspeakable text does not spoil the others."""
@@ -111,7 +117,7 @@ def _encode_one(engine: Engine, text: str) -> list[int] | Exception:
         return error
 
 
-def _check(request: Request) -> None:
+def check_request(request: Request) -> None:
     if not isinstance(request.text, str):
         raise TypeError(f"text must be a string, got {type(request.text).__name__}")
     if not isinstance(request.voice, str):
@@ -121,7 +127,7 @@ def _check(request: Request) -> None:
         raise ValueError(f"speed must be a positive number, got {request.speed!r}")
 
 
-def _infer(model, ids: list[list[int]], speakers: list[int], speeds: list[float]) -> list[torch.Tensor]:
+def infer_mels(model, ids: list[list[int]], speakers: list[int], speeds: list[float]) -> list[torch.Tensor]:
     """One forward: ids per row -> raw log-mel ``[frames, n_mels]`` per row."""
     device = model.mel_mean.device
     lengths = torch.tensor([len(seq) for seq in ids])
@@ -138,7 +144,7 @@ def _infer(model, ids: list[list[int]], speakers: list[int], speeds: list[float]
     return [mels[row, : int(mask.sum())].clone() for row, mask in enumerate(out.frame_mask)]
 
 
-def _vocode(vocoder, mels: list[torch.Tensor]) -> list[np.ndarray]:
+def vocode_mels(vocoder, mels: list[torch.Tensor]) -> list[np.ndarray]:
     """Audio per mel; mels of the same length go through the vocoder together (no padding)."""
     audio: list[np.ndarray | None] = [None] * len(mels)
     groups: dict[int, list[int]] = {}
@@ -157,7 +163,7 @@ def _vocode(vocoder, mels: list[torch.Tensor]) -> list[np.ndarray]:
 
 def _vocode_one(vocoder, mel: torch.Tensor) -> np.ndarray | Exception:
     try:
-        return _vocode(vocoder, [mel])[0]
+        return vocode_mels(vocoder, [mel])[0]
     except Exception as error:  # noqa: BLE001 - reported to that request
         return error
 
@@ -170,22 +176,22 @@ def _forward(engine: Engine, handles: list[VoiceHandle], ids: list[list[int]], s
     adapters = list(dict.fromkeys(h.adapter for h in handles))
     if adapters == [None]:
         with active_adapter(model, None):
-            return _infer(model, ids, speakers, speeds), "base"
+            return infer_mels(model, ids, speakers, speeds), "base"
     if len(adapters) == 1:
         name, mergeable = adapters[0], handles[0].mergeable
         if mergeable and (merge is True or (merge == "auto" and len(ids) >= MERGE_MIN_BATCH)):
             merge_adapter(model, name)
             try:
-                return _infer(model, ids, speakers, speeds), "merged"
+                return infer_mels(model, ids, speakers, speeds), "merged"
             finally:
                 unmerge_all(model)
                 set_active(model, None)   # merge_adapter activated it
         with active_adapter(model, name):
-            return _infer(model, ids, speakers, speeds), "active"
+            return infer_mels(model, ids, speakers, speeds), "active"
     bank = pack_bank(model, [a for a in adapters if a is not None])
     try:
         with banked(model, bank, [BASE if h.adapter is None else h.adapter for h in handles]):
-            return _infer(model, ids, speakers, speeds), "bank"
+            return infer_mels(model, ids, speakers, speeds), "bank"
     finally:
         bank.remove()
 
@@ -201,7 +207,7 @@ def synthesize_batch(engine: Engine, requests: Sequence[Request], merge: bool | 
     live = []
     for index, request in enumerate(requests):
         try:
-            _check(request)
+            check_request(request)
             live.append(index)
         except Exception as error:  # noqa: BLE001 - reported to that request
             results[index] = error
@@ -238,7 +244,7 @@ def synthesize_batch(engine: Engine, requests: Sequence[Request], merge: bool | 
         audio: list[np.ndarray | Exception] = [np.zeros(0, np.float32)] * len(mels)
         if vocode:
             try:
-                audio = _vocode(engine.vocoder, mels)
+                audio = vocode_mels(engine.vocoder, mels)
             except Exception:  # noqa: BLE001 - vocode each row to find the failing one
                 audio = [_vocode_one(engine.vocoder, mel) for mel in mels]
         for index, mel, wave in zip(group, mels, audio):
@@ -264,7 +270,8 @@ class Batcher:
 
     ``max_batch``: most rows per forward; ``max_wait_ms``: longest a request waits for company after
     it arrives (a request that waited longer while the worker was busy goes in the next batch at
-    once). Use as a context manager or call :meth:`close`.
+    once). Use as a context manager or call :meth:`close`. :meth:`held` and :meth:`wait_queued` make
+    a batch's makeup deterministic (tests, benchmarks): requests gathered while held go out together.
     """
 
     def __init__(self, engine: Engine, max_batch: int = 16, max_wait_ms: float = 5.0, merge: bool | str = "auto"):
@@ -278,6 +285,7 @@ class Batcher:
         self._pending: deque[_Pending] = deque()
         self._wake = threading.Condition()
         self._closed = False
+        self._holds = 0
         self._worker = threading.Thread(target=self._run, name="chorus-batcher", daemon=True)
         self._worker.start()
 
@@ -290,7 +298,7 @@ class Batcher:
                 raise RuntimeError("this batcher is closed")
             self._pending.append(_Pending(Request(text, voice, speed), future, time.perf_counter()))
             self.stats.requests += 1
-            self._wake.notify()
+            self._wake.notify_all()   # the worker, and any wait_queued
         return future
 
     def synthesize(self, text: str, voice: str, speed: float = 1.0, timeout: float | None = None) -> ServedResult:
@@ -300,6 +308,24 @@ class Batcher:
     async def synthesize_async(self, text: str, voice: str, speed: float = 1.0) -> ServedResult:
         """The same for asyncio; cancelling the awaiting task drops the request if it has not started."""
         return await asyncio.wrap_future(self.submit(text, voice, speed))
+
+    @contextmanager
+    def held(self) -> Iterator[None]:
+        """While the block runs, no batch starts (one already running finishes); requests queue up. When it
+        ends they go out at once, ``max_batch`` at a time, without waiting ``max_wait_ms`` for company."""
+        with self._wake:
+            self._holds += 1
+        try:
+            yield
+        finally:
+            with self._wake:
+                self._holds -= 1
+                self._wake.notify_all()
+
+    def wait_queued(self, count: int, timeout: float | None = None) -> bool:
+        """Block until at least ``count`` requests wait in the queue (True) or ``timeout`` passes (False)."""
+        with self._wake:
+            return self._wake.wait_for(lambda: len(self._pending) >= count, timeout)
 
     def close(self, timeout: float | None = None) -> None:
         """Stop taking requests, finish the queued ones, stop the worker."""
@@ -316,7 +342,7 @@ class Batcher:
 
     def _next_batch(self) -> list[_Pending] | None:
         with self._wake:
-            while not self._pending and not self._closed:
+            while (not self._pending or self._holds) and not self._closed:
                 self._wake.wait()
             if not self._pending:
                 return None
@@ -352,71 +378,3 @@ class Batcher:
                     self.stats.paths[result.path] += 1
                     result.seconds = done - pending.arrived
                     pending.future.set_result(result)
-
-
-# -- baselines for the benchmark ---------------------------------------------------------------
-def swap_one_at_a_time(engine: Engine, requests: Sequence[Request], vocode: bool = True
-                       ) -> list[ServedResult | Exception]:
-    """Baseline: requests one after another, each a forward of one row with its voice's adapter
-    activated for it (PEFT's ``set_adapter`` per request); the same engine and cache."""
-    return [synthesize_batch(engine, [request], merge=False, vocode=vocode)[0] for request in requests]
-
-
-class ModelPerVoice:
-    """Baseline: one full copy of the base model per voice, the voice merged into it where all its
-    methods merge (else kept active); memory grows by a whole model per voice (:attr:`resident_bytes`).
-    Base voices share one clean copy. Fully fine-tuned voice folders work too (their own weights)."""
-
-    def __init__(self, engine: Engine, voices: dict[str, str | Path], merge: bool = True):
-        self.engine = engine
-        with engine.lock:
-            base = copy.deepcopy(engine.model)
-        for name in adapter_names(base):   # the copy holds the engine's resident adapters: drop them
-            remove_adapter(base, name)
-        self.base = base
-        self.models: dict[str, tuple[torch.nn.Module, bool]] = {}   # voice id -> (model, merged)
-        for voice_id, folder in voices.items():
-            model = copy.deepcopy(base)
-            apply_voice(model, read_voice(folder), "voice", engine.bundle.weights_sha256)
-            merged = merge and is_mergeable(model, "voice")
-            if merged:
-                merge_adapter(model, "voice")
-            self.models[voice_id] = (model, merged)
-
-    @property
-    def resident_bytes(self) -> int:
-        """Bytes of every model copy held (weights, buffers, adapters, saved base tensors of merges)."""
-        total = 0
-        for model in [self.base, *(m for m, _ in self.models.values())]:
-            total += sum(t.numel() * t.element_size() for t in [*model.parameters(), *model.buffers()])
-        return total
-
-    def synthesize(self, request: Request, vocode: bool = True) -> ServedResult:
-        _check(request)
-        started = time.perf_counter()
-        ids = self.engine.bundle.front_end.encode([request.text])
-        if request.voice in self.models:
-            model, merged = self.models[request.voice]
-            speaker = self.engine.bundle.speaker_index(self.engine.bundle.default_speaker)
-            # A fully fine-tuned voice is its weights alone; it may carry no adapter to activate.
-            context = active_adapter(model, "voice") if not merged and "voice" in adapter_names(model) \
-                else nullcontext()
-        elif self.engine.is_base(request.voice):
-            model, speaker, context = self.base, self.engine.handle(request.voice).speaker_id, nullcontext()
-        else:
-            raise UnknownVoice(request.voice, "no model for it in this baseline")
-        with context:
-            mel = _infer(model, ids, [speaker], [float(request.speed)])[0]
-        audio = _vocode(self.engine.vocoder, [mel])[0] if vocode else np.zeros(0, np.float32)
-        return ServedResult(audio, self.engine.sample_rate, time.perf_counter() - started, request.voice, mel=mel,
-                            path="model-per-voice")
-
-    def run(self, requests: Sequence[Request], vocode: bool = True) -> list[ServedResult | Exception]:
-        """Requests one after another, each on its voice's own model."""
-        out: list[ServedResult | Exception] = []
-        for request in requests:
-            try:
-                out.append(self.synthesize(request, vocode))
-            except Exception as error:  # noqa: BLE001 - reported per request
-                out.append(error)
-        return out

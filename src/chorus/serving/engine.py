@@ -21,6 +21,8 @@ Typical use::
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import threading
 import time
 from collections import OrderedDict
@@ -36,6 +38,7 @@ from chorus.adapters.inject import (
     remove_adapter,
 )
 from chorus.adapters.voice import Voice, VoiceError, apply_voice, read_voice
+from chorus.models.bundle import ModelBundle
 from chorus.synthesis import Synthesizer, load_base
 
 DEFAULT_CACHE_BYTES = 64 << 20
@@ -242,6 +245,15 @@ class Engine:
         with self.lock:
             self.cache_bytes = cache_bytes
             self._evict()
+
+    def base_copy(self) -> ModelBundle:
+        """A private copy of the base, without any adapter, for one adaptation (``adapt`` adds its adapter
+        to the model it gets; the resident model must not see that)."""
+        with self.lock:   # never copy mid-batch (a merged adapter would be copied in)
+            model = copy.deepcopy(self.model)
+        for name in adapter_names(model):
+            remove_adapter(model, name)
+        return dataclasses.replace(self.bundle, model=model)
 
     def stats(self) -> EngineStats:
         """A snapshot of the counters and the cache's current size."""

@@ -13,7 +13,7 @@ Two deployments and one task:
   carry no model id and go to any replica. The engine's own byte budget (``cache_mb``) still bounds
   each replica's adapters.
 * ``ChorusIngress``: the same FastAPI app as ``chorus serve`` (:func:`chorus.serving.api.create_app`:
-  routes, tenants, limits, errors, metrics), wrapped with ``@serve.ingress``; its batcher is replaced by
+  routes, tenants, limits, errors, metrics), wrapped with ``@serve.ingress``; its batcher is a
   :class:`RemoteBatcher`, which sends each speech chunk to ``ChorusVoices`` through a
   ``DeploymentHandle`` with ``multiplexed_model_id`` set to the voice key. Run one ingress replica:
   its startup recovers the store (as ``chorus serve`` does), which marks other writers' jobs interrupted.
@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import json
+import functools
 import logging
 import os
 import shutil
@@ -53,18 +53,14 @@ import ray
 from ray import serve
 
 from chorus.models.bundle import load_bundle
-from chorus.serving.api import ServerSettings, VoiceServer, create_app
+from chorus.serving.api import create_app
 from chorus.serving.batcher import Batcher, BatcherStats, ServedResult
 from chorus.serving.engine import Engine, UnknownVoice
-from chorus.serving.jobs import CONSENT_LOG, JOB_FILE, JobRunner, _Job
-from chorus.serving.store import (
-    InvalidId,
-    JobStatus,
-    VoiceNotFound,
-    VoiceStatus,
-    VoiceStore,
-)
+from chorus.serving.settings import ServerSettings, jobs_dir
+from chorus.serving.store import JobStatus, VoiceStore
 from chorus.serving.tenants import Tenants, check_bind
+from chorus.serving.voice_keys import resolve_voice_key
+from chorus.serving.worker import DATA_DIR, JobRunner, OnboardingJob, record_consent, write_job_file
 from chorus.synthesis import DEFAULT_BASE
 
 log = logging.getLogger("chorus.serving.ray")
@@ -118,25 +114,10 @@ class RayServeConfig:
     def open_store(self) -> VoiceStore:
         return VoiceStore(self.store, self.db_path)
 
-    def jobs_dir(self, store: VoiceStore) -> Path:
-        """Where job files live: as :class:`~chorus.serving.api.VoiceServer` chooses it."""
-        if self.settings.jobs_dir is not None:
-            return Path(self.settings.jobs_dir)
-        return Path(store.root) / ".jobs" if store.local else store.cache_dir.parent / ".jobs"
-
-
-def resolve_voice_key(store: VoiceStore, key: str) -> Path:
-    """The local folder of adapted voice ``key`` (``tenant/voice@sha16``, see :meth:`VoiceServer.key`);
-    ``UnknownVoice`` when it is gone or was replaced. The store may also raise ``VoiceCorrupted``."""
-    tenant, _, rest = key.partition("/")
-    voice_id, _, digest = rest.rpartition("@")
-    try:
-        record = store.voice(tenant, voice_id)
-    except (InvalidId, VoiceNotFound) as error:
-        raise UnknownVoice(key, str(error)) from None
-    if record.status != VoiceStatus.READY or (record.sha256 or "")[:16] != digest:
-        raise UnknownVoice(key, "the voice changed or is not ready")
-    return store.get_voice(tenant, voice_id)
+    def job_runner(self, store: VoiceStore) -> JobRunner:
+        """An in-process onboarding worker on ``store`` (what each onboarding task runs its job with)."""
+        return JobRunner(store, jobs_dir(self.settings, store), lambda: load_bundle(self.base or DEFAULT_BASE),
+                         self.settings.adapt, progress_interval=self.settings.progress_interval)
 
 
 # -- one voices replica ------------------------------------------------------------------------------
@@ -179,8 +160,8 @@ class VoiceHost:
         self.config = config
         self.replica = replica or f"pid-{os.getpid()}"
         self.store = config.open_store()
-        self.engine = Engine.load(config.base, config.vocoder, cache_bytes=int(config.cache_mb * (1 << 20)))
-        self.engine.resolve = lambda key: resolve_voice_key(self.store, key)
+        self.engine = Engine.load(config.base, config.vocoder, resolve=functools.partial(resolve_voice_key, self.store),
+                                  cache_bytes=int(config.cache_mb * (1 << 20)))
         self.batcher = Batcher(self.engine, max_batch=config.settings.max_batch,
                                max_wait_ms=config.settings.max_wait_ms)
         self.loads: Counter[str] = Counter()       # multiplexer loads per voice key, ever
@@ -292,8 +273,9 @@ class VoiceReplica:
 
 # -- the ingress -------------------------------------------------------------------------------------
 class RemoteBatcher:
-    """Stands in for the ingress's :class:`Batcher`: every request goes to the voices deployment, an
-    adapted voice with its key as ``multiplexed_model_id`` (batching happens in the voices replicas)."""
+    """The ingress's :class:`~chorus.serving.batcher.SpeechQueue`: every request goes to the voices
+    deployment, an adapted voice with its key as ``multiplexed_model_id`` (batching happens in the
+    voices replicas)."""
 
     def __init__(self, handle: Callable[[], object], is_base: Callable[[str], bool]):
         self._handle_factory = handle
@@ -338,21 +320,18 @@ class RayJobRunner(JobRunner):
     queued (the cluster decides how many train at once), instead of training in this process."""
 
     def __init__(self, store: VoiceStore, config: RayServeConfig):
-        super().__init__(store, config.jobs_dir(store), bundle_factory=_no_bundle, config=config.settings.adapt,
-                         progress_interval=config.settings.progress_interval)
+        super().__init__(store, jobs_dir(config.settings, store), bundle_factory=_no_bundle,
+                         recipe=config.settings.adapt, progress_interval=config.settings.progress_interval)
         self.ray_config = config
-        self._tasks: dict[object, _Job] = {}
+        self._tasks: dict[object, OnboardingJob] = {}
         self._tasks_lock = threading.Lock()
         self._reaper: threading.Thread | None = None
 
     @property
     def running(self) -> str | None:
+        """One job whose task runs now (the tasks say what runs, not the dispatching thread)."""
         with self._tasks_lock:
             return next((job.job_id for job in self._tasks.values()), None)
-
-    @running.setter
-    def running(self, value) -> None:
-        pass   # the base worker marks the job it is dispatching; the tasks say what runs
 
     def start(self) -> None:
         super().start()
@@ -367,18 +346,19 @@ class RayJobRunner(JobRunner):
             self._reaper.join(timeout)
             self._reaper = None
 
-    def _run(self, job: _Job) -> None:   # called by the base worker thread, one job at a time
-        ref = onboarding_task(self.ray_config).remote(self.ray_config, job.job_id, job.tenant, job.voice_id, job.name)
+    def dispatch(self, job: OnboardingJob) -> None:
+        """Start ``job``'s Ray task (called by the worker thread, one job at a time)."""
+        ref = onboarding_task(self.ray_config).remote(self.ray_config, job)
         with self._tasks_lock:
             self._tasks[ref] = job
 
     def _reap(self) -> None:
         """Marks a job failed whose task died without saying so (a crashed worker)."""
-        while not self._closing.is_set():
+        while not self.closing.is_set():
             with self._tasks_lock:
                 refs = list(self._tasks)
             if not refs:
-                self._closing.wait(0.2)
+                self.closing.wait(0.2)
                 continue
             done, _ = ray.wait(refs, num_returns=len(refs), timeout=0.5)
             for ref in done:
@@ -388,7 +368,7 @@ class RayJobRunner(JobRunner):
                     ray.get(ref)
                 except Exception as error:  # noqa: BLE001 - the task itself died
                     log.error("onboarding task of job %s died: %s", job.job_id, error)
-                    self._fail(job, "training failed with an internal error (see the server log)")
+                    self.fail(job, "training failed with an internal error (see the server log)")
 
 
 def _no_bundle():
@@ -396,27 +376,17 @@ def _no_bundle():
 
 
 def build_ingress_app(config: RayServeConfig, app_name: str):
-    """The FastAPI app of the ingress (runs on the ingress replica)."""
+    """The FastAPI app of the ingress (runs on the ingress replica): speech goes to the voices
+    deployment, onboarding to Ray tasks."""
     import torch
 
     torch.set_num_threads(1)
     store = config.open_store()
-    # The ingress never runs the model; it needs the base's voices and rate for the routes.
+    # The ingress never runs the model (its batcher is remote); it needs the base's voices and rate.
     engine = Engine.load(config.base, config.vocoder, cache_bytes=0)
-    app = create_app(store, engine, config.tenants, config.settings)
-    server: VoiceServer = app.state.server
-    server.jobs = RayJobRunner(store, config)
     remote = RemoteBatcher(lambda: serve.get_deployment_handle(VOICES_DEPLOYMENT, app_name=app_name), engine.is_base)
-    start_locally = server.start
-
-    def start() -> None:
-        start_locally()
-        local, server.batcher = server.batcher, remote
-        if local is not None:
-            local.close()
-
-    server.start = start   # the app's lifespan calls it
-    return app
+    return create_app(store, engine, config.tenants, config.settings, jobs=RayJobRunner(store, config),
+                      batcher=remote)
 
 
 def ingress_deployment(config: RayServeConfig, app_name: str):
@@ -442,18 +412,16 @@ def build_app(config: RayServeConfig, app_name: str = APP_NAME):
 
 
 # -- onboarding as Ray tasks -------------------------------------------------------------------------
-def run_onboarding_job(config: RayServeConfig, job_id: str, tenant: str, voice_id: str, name: str) -> str:
-    """Train queued job ``job_id`` from its files in the jobs folder and put the voice into the store
-    (the same steps, checks and progress reports as the in-process worker); returns the job's status."""
+def run_onboarding_job(config: RayServeConfig, job: OnboardingJob) -> str:
+    """Train queued ``job`` from its files in the jobs folder and put the voice into the store (the same
+    steps, checks and progress reports as the in-process worker); returns the job's final status."""
     import torch
 
     torch.set_num_threads(config.settings.adapt.threads)
     store = config.open_store()
     try:
-        runner = JobRunner(store, config.jobs_dir(store), lambda: load_bundle(config.base or DEFAULT_BASE),
-                           config.settings.adapt, progress_interval=config.settings.progress_interval)
-        runner._run(_Job(job_id, tenant, voice_id, name))
-        return store.get_job(tenant, job_id).status.value
+        config.job_runner(store).run(job)
+        return store.get_job(job.tenant, job.job_id).status.value
     finally:
         store.close()
 
@@ -477,23 +445,21 @@ def submit_onboarding(config: RayServeConfig, tenant: str, voice_id: str, data: 
     name = name or voice_id
     store = config.open_store()
     try:
-        job_id = store.create_job(tenant, voice_id, name=name, method=config.settings.adapt.method)
-        jobs_dir = config.jobs_dir(store)
-        job_dir = jobs_dir / job_id
+        job = OnboardingJob(store.create_job(tenant, voice_id, name=name, method=config.settings.adapt.method),
+                            tenant, voice_id, name)
+        folder = jobs_dir(config.settings, store)
+        job_dir = folder / job.job_id
         try:
-            shutil.copytree(data, job_dir / "voice")
-            (job_dir / JOB_FILE).write_text(json.dumps({"job_id": job_id, "tenant": tenant, "voice_id": voice_id,
-                                                        "name": name, "created": time.time()}), encoding="utf-8")
-            with open(jobs_dir / CONSENT_LOG, "a", encoding="utf-8") as handle:
-                handle.write(json.dumps({"time": time.time(), "tenant": tenant, "voice_id": voice_id,
-                                         "job_id": job_id, "statement": consent, "source": str(data)}) + "\n")
+            shutil.copytree(data, job_dir / DATA_DIR)
+            write_job_file(job_dir, job)
+            record_consent(folder, job, {"statement": consent, "source": str(data)})
         except BaseException:
-            store.update_job(job_id, status=JobStatus.FAILED, message="could not copy the voice's data")
+            store.update_job(job.job_id, status=JobStatus.FAILED, message="could not copy the voice's data")
             shutil.rmtree(job_dir, ignore_errors=True)
             raise
     finally:
         store.close()
-    return job_id, onboarding_task(config).remote(config, job_id, tenant, voice_id, name)
+    return job.job_id, onboarding_task(config).remote(config, job)
 
 
 # -- chorus serve --ray ------------------------------------------------------------------------------

@@ -218,11 +218,13 @@ def trainable_for(method: str) -> Callable[[AcousticModel], None]:
 
 
 def adapt(data: str | Path, bundle: ModelBundle, out: str | Path, config: AdaptConfig, *,
-          progress: bool = True, name: str | None = None) -> AdaptResult:
+          progress: bool = True, name: str | None = None,
+          on_step: Callable[[int, int], None] | None = None) -> AdaptResult:
     """Make a voice from ``data`` on ``bundle``'s base and save it to ``out``.
 
     Adapter methods add tensors to ``bundle.model`` (base weights untouched); full fine-tuning
-    trains a copy.
+    trains a copy. ``progress`` draws a progress bar; ``on_step(steps_done, steps_at_most)`` is called
+    after every optimizer step (early stopping may end the loop before ``steps_at_most``).
     """
     torch.set_num_threads(config.threads)
     torch.manual_seed(config.seed)
@@ -277,6 +279,8 @@ def adapt(data: str | Path, bundle: ModelBundle, out: str | Path, config: AdaptC
                 step += 1
                 running.append(losses["mel"].item())
                 bar.update(task, completed=step, status=f"mel {running[-1]:.3f} best val {best[0]:.3f}")
+                if on_step is not None:
+                    on_step(step, config.steps)
                 if step % config.eval_every == 0 or step == config.steps:
                     value = mel_loss(model, cache, val_indices, config.max_frames, precision=precision)
                     history.append({"step": step, "train_mel": float(np.mean(running)), "val_mel": value})

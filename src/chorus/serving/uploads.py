@@ -1,17 +1,10 @@
-"""Voice onboarding for the server: uploaded clips checked and written as an LJSpeech-style folder, then
-adapted into a voice by a background worker that reports progress to the store's job.
+"""Checking onboarding uploads before any job exists, and writing them as an LJSpeech-style folder.
 
-Uploads are checked before any job exists: every clip is decoded with soundfile (anything libsndfile
-cannot read is refused, and so are empty, silent, overlong or non-finite clips), sizes, clip count
-and total duration are bounded, and an archive is refused for absolute paths, ``..``, links,
-encryption, too many members or an implausible compression ratio (a zip bomb). Nothing from an
-upload ever names a file on disk: clips are re-encoded as 16-bit WAV under sanitized ids.
-
-A job's files live in ``<jobs_dir>/<job_id>/`` (``job.json``, the clips in ``voice/``, the trained
-voice in ``out/``) until the job ends. A job interrupted by a restart is resumed from those files
-when they are still there (:meth:`JobRunner.resume`), else marked failed. ``adapt`` has no progress
-callback, so a running job's progress is estimated from elapsed time against the expected training
-time (learned from earlier jobs), and says so.
+Every clip is decoded with soundfile (anything libsndfile cannot read is refused, and so are empty,
+silent, overlong or non-finite clips), sizes, clip count and total duration are bounded, and an archive
+is refused for absolute paths, ``..``, links, encryption, too many members or an implausible
+compression ratio (a zip bomb). Nothing from an upload ever names a file on disk: clips are re-encoded
+as 16-bit WAV under sanitized ids.
 """
 
 from __future__ import annotations
@@ -19,41 +12,15 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import logging
-import math
-import queue
 import re
-import shutil
 import stat
-import threading
-import time
-import uuid
 import zipfile
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 import numpy as np
 import soundfile as sf
 
-from chorus.models.bundle import ModelBundle
-from chorus.serving.store import (
-    ACTIVE_JOB,
-    JobNotFound,
-    JobStatus,
-    VoiceConflict,
-    VoiceNotFound,
-    VoiceStore,
-)
-from chorus.training.adapt import AdaptConfig, adapt
-
-log = logging.getLogger("chorus.serving.jobs")
-
-DATA_DIR = "voice"           # the LJSpeech-style folder of a job
-OUT_DIR = "out"              # the voice folder ``adapt`` writes
-JOB_FILE = "job.json"
-INCOMING_PREFIX = ".incoming-"
-CONSENT_LOG = "consent.jsonl"
 AUDIO_SUFFIXES = (".wav", ".flac", ".ogg", ".oga", ".mp3", ".aiff", ".aif")
 _SAFE_ID = re.compile(r"[^A-Za-z0-9_-]+")
 
@@ -93,7 +60,6 @@ class PreparedUpload:
     audio_sha256: str          # over every decoded clip, for the consent record
 
 
-# -- uploads -------------------------------------------------------------------------------------
 def parse_transcripts(text: str) -> dict[str, str]:
     """Transcripts by clip file name: a JSON object ``{"a.wav": "text", ...}`` or lines ``a.wav|text``."""
     text = text.strip().lstrip("\ufeff")
@@ -311,220 +277,3 @@ def _read_member(archive: zipfile.ZipFile, info: zipfile.ZipInfo, limits: Upload
     if len(data) > limits.max_clip_bytes:
         raise UploadError(f"archive entry {info.filename[:100]!r} is larger than {limits.max_clip_bytes} bytes", 413)
     return data
-
-
-# -- the worker ----------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class _Job:
-    job_id: str
-    tenant: str
-    voice_id: str
-    name: str
-
-
-class JobRunner:
-    """Runs onboarding jobs one at a time in a background thread.
-
-    ``bundle_factory`` gives a private copy of the base for each job (``adapt`` adds its adapter to the
-    model it is given; the resident serving model must not see that). ``on_ready(tenant, voice_id)``
-    is called once a voice is stored.
-    """
-
-    def __init__(self, store: VoiceStore, jobs_dir: str | Path, bundle_factory: Callable[[], ModelBundle],
-                 config: AdaptConfig, on_ready: Callable[[str, str], None] | None = None,
-                 progress_interval: float = 1.0):
-        self.store = store
-        self.jobs_dir = Path(jobs_dir)
-        self.jobs_dir.mkdir(parents=True, exist_ok=True)
-        self.bundle_factory = bundle_factory
-        self.config = config
-        self.on_ready = on_ready
-        self.progress_interval = progress_interval
-        self.seconds_per_step: float | None = None     # learned from finished jobs
-        self._queue: queue.Queue[_Job | None] = queue.Queue()
-        self._thread: threading.Thread | None = None
-        self._consent_lock = threading.Lock()
-        self._closing = threading.Event()
-        self.running: str | None = None
-
-    # -- lifecycle
-    def start(self) -> None:
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._loop, name="chorus-onboarding", daemon=True)
-            self._thread.start()
-
-    def close(self, timeout: float | None = 5.0) -> None:
-        """Stop after the job in progress; queued jobs, and one still running when ``timeout`` passes,
-        are left to the next start's recovery (interrupted, then resumed from their files)."""
-        if self._thread is not None:
-            self._closing.set()
-            self._queue.put(None)
-            self._thread.join(timeout)
-            self._thread = None
-
-    @property
-    def queued(self) -> int:
-        return self._queue.qsize()
-
-    # -- uploads and submission
-    def new_upload_dir(self) -> Path:
-        """A fresh folder for an upload being checked (removed by :meth:`discard` or moved by :meth:`submit`)."""
-        folder = self.jobs_dir / f"{INCOMING_PREFIX}{uuid.uuid4().hex}"
-        folder.mkdir()
-        return folder
-
-    def discard(self, folder: Path) -> None:
-        shutil.rmtree(folder, ignore_errors=True)
-
-    def submit(self, upload_dir: Path, job_id: str, tenant: str, voice_id: str, name: str, consent: dict) -> None:
-        """Adopt ``upload_dir`` (holding the checked ``voice/`` folder) as job ``job_id`` and queue it."""
-        job_dir = self.jobs_dir / job_id
-        upload_dir.rename(job_dir)
-        (job_dir / JOB_FILE).write_text(json.dumps({"job_id": job_id, "tenant": tenant, "voice_id": voice_id,
-                                                    "name": name, "created": time.time()}), encoding="utf-8")
-        self._record_consent({"time": time.time(), "tenant": tenant, "voice_id": voice_id, "job_id": job_id,
-                              **consent})
-        self._queue.put(_Job(job_id, tenant, voice_id, name))
-
-    def _record_consent(self, entry: dict) -> None:
-        # An append-only audit log that outlives the job's files.
-        with self._consent_lock, open(self.jobs_dir / CONSENT_LOG, "a", encoding="utf-8") as handle:
-            handle.write(json.dumps(entry, ensure_ascii=False) + "\n")
-
-    def resume(self) -> tuple[list[str], list[str]]:
-        """After ``store.recover()``: queue every interrupted job whose files are still here, fail the
-        others, and remove files no live job owns. Returns (resumed, failed) job ids."""
-        resumed, failed = [], []
-        for job in self.store.interrupted_jobs():
-            job_dir = self.jobs_dir / job.job_id
-            meta = _read_json(job_dir / JOB_FILE)
-            try:
-                voice = self.store.voice(job.tenant, job.voice_id)
-            except VoiceNotFound:
-                voice = None
-            intact = (meta is not None and (job_dir / DATA_DIR / "metadata.csv").is_file() and voice is not None
-                      and voice.job_id == job.job_id and meta.get("tenant") == job.tenant)
-            if intact:
-                self.store.update_job(job.job_id, status=JobStatus.RUNNING, progress=0.0,
-                                      message="resumed after a server restart; waiting for the trainer")
-                self._queue.put(_Job(job.job_id, job.tenant, job.voice_id, str(meta.get("name") or job.voice_id)))
-                resumed.append(job.job_id)
-            else:
-                self.store.update_job(job.job_id, status=JobStatus.FAILED,
-                                      message="interrupted by a server restart and its uploaded clips are gone; "
-                                              "upload them again")
-                shutil.rmtree(job_dir, ignore_errors=True)
-                failed.append(job.job_id)
-        live = set(resumed)
-        for entry in self.jobs_dir.iterdir():
-            if entry.is_dir() and entry.name not in live:
-                meta = _read_json(entry / JOB_FILE)
-                if meta is not None and self._active(meta):
-                    continue   # another process's job (a store shared by servers)
-                shutil.rmtree(entry, ignore_errors=True)
-        if resumed or failed:
-            log.info("onboarding jobs after restart: %d resumed, %d failed", len(resumed), len(failed))
-        return resumed, failed
-
-    def _active(self, meta: dict) -> bool:
-        try:
-            return self.store.get_job(str(meta.get("tenant")), str(meta.get("job_id"))).status in ACTIVE_JOB
-        except (JobNotFound, ValueError):
-            return False
-
-    # -- the work
-    def _loop(self) -> None:
-        while (job := self._queue.get()) is not None and not self._closing.is_set():
-            self.running = job.job_id
-            try:
-                self._run(job)
-            except Exception:  # noqa: BLE001 - never let one job kill the worker
-                log.exception("onboarding job %s crashed", job.job_id)
-            finally:
-                self.running = None
-
-    def _run(self, job: _Job) -> None:
-        job_dir = self.jobs_dir / job.job_id
-        try:
-            if self.store.get_job(job.tenant, job.job_id).status not in ACTIVE_JOB:
-                return   # its voice was deleted while it waited
-            self.store.update_job(job.job_id, status=JobStatus.RUNNING, progress=0.02,
-                                  message="checking the clips and preparing the base")
-            shutil.rmtree(job_dir / OUT_DIR, ignore_errors=True)   # a resumed job starts over
-            config = self.config
-            bundle = self.bundle_factory()
-            with _ProgressTicker(self, job.job_id, config):
-                result = adapt(job_dir / DATA_DIR, bundle, job_dir / OUT_DIR, config, progress=False, name=job.name)
-            card = result.card
-            if card.steps:
-                spent = card.train_seconds / card.steps
-                self.seconds_per_step = spent if self.seconds_per_step is None else \
-                    0.5 * self.seconds_per_step + 0.5 * spent
-            metrics = card.metrics
-            self.store.update_job(job.job_id, progress=0.97, message=(
-                f"trained {card.steps} steps in {card.train_seconds:.0f} s on {card.data_minutes:.2f} min of audio; "
-                f"held-out mel L1 {metrics['validation_mel_l1_start']:.3f} -> {metrics['validation_mel_l1_best']:.3f}"))
-            self.store.put_voice(job.tenant, job.voice_id, result.voice_dir, name=job.name, job_id=job.job_id)
-            log.info("onboarding job %s: voice %s/%s is ready", job.job_id, job.tenant, job.voice_id)
-            if self.on_ready is not None:
-                self.on_ready(job.tenant, job.voice_id)
-        except VoiceConflict as error:
-            log.info("onboarding job %s dropped: %s", job.job_id, error)
-            self._fail(job, "the voice was deleted or replaced while it trained")
-        except ValueError as error:   # the data or the recipe (adapt's checks say why)
-            log.info("onboarding job %s failed: %s", job.job_id, error)
-            self._fail(job, str(error).replace(str(job_dir / DATA_DIR), "upload").replace(str(job_dir), "job"))
-        except Exception:  # noqa: BLE001 - the details stay in the server log
-            log.exception("onboarding job %s failed", job.job_id)
-            self._fail(job, "training failed with an internal error (see the server log)")
-        finally:
-            shutil.rmtree(job_dir, ignore_errors=True)
-
-    def _fail(self, job: _Job, message: str) -> None:
-        try:
-            self.store.update_job(job.job_id, status=JobStatus.FAILED, message=message)
-        except (ValueError, JobNotFound):
-            pass   # already final (deleted voice)
-
-    def expected_seconds(self, config: AdaptConfig) -> float:
-        per_step = self.seconds_per_step if self.seconds_per_step is not None else 0.5
-        return max(1.0, min(config.steps * per_step, config.max_minutes * 60))
-
-
-class _ProgressTicker:
-    """Moves a running job's progress from 0.05 to at most 0.95 as time passes against the expected
-    training time (``adapt`` reports no steps)."""
-
-    def __init__(self, runner: JobRunner, job_id: str, config: AdaptConfig):
-        self.runner, self.job_id, self.config = runner, job_id, config
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=f"chorus-progress-{job_id[:8]}", daemon=True)
-
-    def __enter__(self) -> _ProgressTicker:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def _run(self) -> None:
-        started = time.perf_counter()
-        expected = self.runner.expected_seconds(self.config)
-        while not self._stop.is_set():
-            elapsed = time.perf_counter() - started
-            fraction = 1.0 - math.exp(-elapsed / expected)   # never claims to be done
-            try:
-                self.runner.store.update_job(self.job_id, progress=round(0.05 + 0.9 * fraction, 3), message=(
-                    f"training: {elapsed:.0f} s of about {expected:.0f} s (progress estimated from elapsed time)"))
-            except (ValueError, JobNotFound):
-                return   # the job ended (its voice was deleted)
-            self._stop.wait(self.runner.progress_interval)
-
-
-def _read_json(path: Path) -> dict | None:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None

@@ -1,0 +1,110 @@
+"""Refusals as OpenAI-shaped JSON: ``{"error": {"message", "type", "param", "code"}}`` with a status.
+
+:class:`ApiError` is what the routes raise; :func:`synthesis_error` maps what the engine and the store
+raise during speech to one; :func:`add_error_handlers` makes every error (an upload refused, an unknown
+route, a failed validation, a bug) such a body, never a stack trace.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from chorus.adapters.voice import VoiceError
+from chorus.serving.engine import UnknownVoice
+from chorus.serving.store import InvalidId, JobNotFound, VoiceCorrupted, VoiceNotFound, VoiceNotReady
+from chorus.serving.uploads import UploadError
+
+log = logging.getLogger("chorus.serving.errors")
+
+
+class ApiError(Exception):
+    """A refusal sent to the client as ``{"error": {...}}`` with ``status``."""
+
+    def __init__(self, status: int, message: str, *, type: str = "invalid_request_error", param: str | None = None,
+                 code: str | None = None, headers: dict[str, str] | None = None):
+        super().__init__(message)
+        self.status, self.message, self.type, self.param, self.code = status, message, type, param, code
+        self.headers = headers
+
+
+def error_response(status: int, message: str, type: str = "invalid_request_error", param: str | None = None,
+                   code: str | None = None, headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse({"error": {"message": message, "type": type, "param": param, "code": code}},
+                        status_code=status, headers=headers)
+
+
+def type_for(status: int) -> str:
+    """OpenAI's error type for an HTTP status."""
+    return {401: "authentication_error", 403: "permission_error", 404: "not_found_error", 409: "conflict_error",
+            413: "request_too_large", 415: "invalid_request_error", 429: "rate_limit_error"}.get(
+        status, "invalid_request_error" if status < 500 else "server_error")
+
+
+def voice_not_found(voice_id: str) -> ApiError:
+    # The same words whether the voice never existed or belongs to another tenant.
+    return ApiError(404, f"voice {voice_id[:80]!r} not found", type="not_found_error", param="voice",
+                    code="voice_not_found")
+
+
+def synthesis_error(error: BaseException, voice: str) -> ApiError:
+    """What the client is told when speaking ``voice`` raised ``error``."""
+    if isinstance(error, UnknownVoice):
+        return voice_not_found(voice)
+    if isinstance(error, VoiceNotReady):
+        return ApiError(409, f"voice {voice!r} is not ready (GET /v1/voices/{voice} says why)", type="conflict_error",
+                        param="voice", code="voice_not_ready")
+    if isinstance(error, VoiceCorrupted):
+        return ApiError(409, f"voice {voice!r} failed its checksum and is marked failed; upload it again",
+                        type="conflict_error", param="voice", code="voice_corrupted")
+    if isinstance(error, VoiceError):   # a folder this base cannot load; its message names server paths
+        log.warning("voice %r could not be loaded: %s", voice, error)
+        return ApiError(409, f"voice {voice!r} cannot be loaded on this server's base model (see the server log)",
+                        type="conflict_error", param="voice", code="voice_unloadable")
+    if isinstance(error, (ValueError, TypeError)):   # e.g. nothing speakable in the text
+        log.info("speech refused: %s", error)
+        return ApiError(400, str(error)[:300], param="input")
+    log.error("synthesis failed", exc_info=error)
+    return ApiError(500, "synthesis failed (see the server log)", type="server_error")
+
+
+def add_error_handlers(app: FastAPI) -> None:
+    """Every error ``app`` meets becomes an OpenAI-shaped JSON body."""
+
+    @app.exception_handler(ApiError)
+    async def api_error(request: Request, error: ApiError):
+        return error_response(error.status, error.message, error.type, error.param, error.code, error.headers)
+
+    @app.exception_handler(UploadError)
+    async def upload_error(request: Request, error: UploadError):
+        return error_response(error.status, str(error), type_for(error.status))
+
+    @app.exception_handler(InvalidId)
+    async def invalid_id(request: Request, error: InvalidId):
+        return error_response(400, str(error))
+
+    @app.exception_handler(VoiceNotFound)
+    @app.exception_handler(JobNotFound)
+    async def not_found(request: Request, error: KeyError):
+        return error_response(404, str(error.args[0]) if error.args else "not found", "not_found_error")
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, error: StarletteHTTPException):
+        message = error.detail if isinstance(error.detail, str) else "request refused"
+        if error.status_code == 404 and message == "Not Found":
+            message = f"no route {request.method} {request.url.path[:100]}"
+        return error_response(error.status_code, message, type_for(error.status_code), headers=error.headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def validation_error(request: Request, error: RequestValidationError):
+        parts = [f"{'.'.join(str(p) for p in e.get('loc', ())[1:]) or 'body'}: {e.get('msg')}" for e in error.errors()]
+        return error_response(400, "; ".join(parts)[:500] or "invalid request")
+
+    @app.exception_handler(Exception)
+    async def internal_error(request: Request, error: Exception):
+        log.error("unhandled error in %s %s", request.method, request.url.path, exc_info=error)
+        return error_response(500, "internal server error (logged on the server)", "server_error")

@@ -1,0 +1,132 @@
+"""The state behind the routes: store, engine, batcher, onboarding worker, tenants and metrics, and what
+the routes ask of them (which voice a tenant means, the JSON of a voice or job)."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+
+from fastapi import Request
+
+from chorus.serving.batcher import Batcher, SpeechQueue
+from chorus.serving.engine import Engine
+from chorus.serving.errors import ApiError, voice_not_found
+from chorus.serving.metrics import Metrics
+from chorus.serving.schemas import BaseVoice, CustomVoice, Job
+from chorus.serving.settings import ServerSettings, jobs_dir
+from chorus.serving.store import InvalidId, JobRecord, VoiceNotFound, VoiceRecord, VoiceStatus, VoiceStore, check_id
+from chorus.serving.tenants import Tenants, Unauthorized
+from chorus.serving.voice_keys import voice_key
+from chorus.serving.worker import JobRunner
+
+log = logging.getLogger("chorus.serving.server")
+
+
+class VoiceServer:
+    """One server's parts. It owns what it is given: :meth:`close` closes the job runner, the batcher
+    and the store (checkpointing its write-ahead log).
+
+    ``engine`` finds adapted voices through its own ``resolve`` (for a store,
+    ``functools.partial(resolve_voice_key, store)``). ``jobs``: the onboarding worker (default: a
+    :class:`JobRunner` training in this process on copies of the engine's base); ``batcher``: where
+    speech requests go (default: a :class:`Batcher` on ``engine`` with the settings' limits).
+    """
+
+    def __init__(self, store: VoiceStore, engine: Engine, tenants: Tenants | None = None,
+                 settings: ServerSettings | None = None, *, jobs: JobRunner | None = None,
+                 batcher: SpeechQueue | None = None):
+        self.store = store
+        self.engine = engine
+        self.tenants = tenants or Tenants()
+        self.settings = settings or ServerSettings()
+        self.jobs = jobs or JobRunner(store, jobs_dir(self.settings, store), engine.base_copy, self.settings.adapt,
+                                      progress_interval=self.settings.progress_interval)
+        self.batcher = batcher or Batcher(engine, max_batch=self.settings.max_batch,
+                                          max_wait_ms=self.settings.max_wait_ms)
+        self.metrics = Metrics(self)
+        self.started = False
+
+    # -- lifecycle
+    def start(self) -> None:
+        """Recover the store (interrupted writes and jobs), start the onboarding worker, resume jobs."""
+        report = self.store.recover()
+        if any(dataclasses.asdict(report).values()):
+            log.warning("store recovery: %s", report)
+        self.jobs.start()
+        self.jobs.resume()
+        self.started = True
+
+    def close(self) -> None:
+        self.started = False
+        try:
+            self.jobs.close()
+            self.batcher.close(timeout=30)
+        finally:
+            self.store.close()
+
+    # -- voices
+    def check_voice_id(self, voice_id: str, param: str = "voice") -> str:
+        try:
+            return check_id(voice_id)
+        except InvalidId:
+            raise ApiError(400, f"invalid voice id {voice_id[:80]!r}: use 1-64 of a-z, 0-9, '_' and '-', starting "
+                                f"with a letter or digit", param=param) from None
+
+    def record(self, tenant: str, voice_id: str) -> VoiceRecord:
+        self.check_voice_id(voice_id)
+        try:
+            return self.store.voice(tenant, voice_id)
+        except VoiceNotFound:
+            raise voice_not_found(voice_id) from None
+
+    def engine_voice(self, tenant: str, voice_id: str) -> str:
+        """What to ask the engine for: a base voice name or the key of the tenant's ready voice."""
+        if self.engine.is_base(voice_id):
+            return voice_id
+        record = self.record(tenant, voice_id)
+        if record.status == VoiceStatus.TRAINING:
+            raise ApiError(409, f"voice {voice_id!r} is still training (job {record.job_id})", type="conflict_error",
+                           param="voice", code="voice_not_ready")
+        if record.status != VoiceStatus.READY:
+            raise ApiError(409, f"voice {voice_id!r} is {record.status.value}: {self.public(record.error or '')}",
+                           type="conflict_error", param="voice", code="voice_not_ready")
+        return voice_key(record)
+
+    def public(self, message: str) -> str:
+        """A message with server paths taken out."""
+        for path, name in [(str(self.jobs.jobs_dir), "<jobs>"), (self.store.root, "<store>")]:
+            message = message.replace(path, name)
+        return message
+
+    def voice_json(self, record: VoiceRecord, resident: set[str]) -> dict:
+        return CustomVoice(id=record.voice_id, name=record.name, status=record.status.value,
+                           created=int(record.created), updated=int(record.updated), method=record.method,
+                           size_bytes=record.size_bytes, job_id=record.job_id,
+                           error=self.public(record.error) if record.error else None,
+                           resident=voice_key(record) in resident).model_dump()
+
+    def base_json(self, name: str) -> dict:
+        return BaseVoice(id=name, name=name, default=name == self.engine.bundle.default_speaker).model_dump()
+
+    def job_json(self, job: JobRecord) -> dict:
+        message = self.public(job.message) if job.message else None
+        return Job(id=job.job_id, voice=job.voice_id, status=job.status.value, progress=round(job.progress, 3),
+                   message=message, error=message if job.status.value in ("failed", "interrupted") else None,
+                   created=int(job.created), updated=int(job.updated)).model_dump()
+
+    def forget(self, tenant: str, voice_id: str) -> None:
+        """Drop every resident version of a deleted voice from the model (one in use goes at eviction)."""
+        prefix = f"{tenant}/{voice_id}@"
+        for key in self.engine.resident():
+            if key.startswith(prefix):
+                try:
+                    self.engine.unload(key)
+                except RuntimeError:
+                    pass
+
+    def authenticate(self, request: Request) -> str:
+        try:
+            return self.tenants.authenticate(request.headers.get("authorization"))
+        except Unauthorized as error:
+            raise ApiError(401, str(error), type="authentication_error", code="invalid_api_key",
+                           headers={"WWW-Authenticate": "Bearer"}) from None

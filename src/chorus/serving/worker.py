@@ -1,0 +1,277 @@
+"""The onboarding worker: checked uploads adapted into voices in a background thread, one job at a time,
+with real progress (steps done of the recipe's at most) reported to the store's job.
+
+This is the one serving module that imports the training code. A job's files live in
+``<jobs_dir>/<job_id>/`` (``job.json``, the clips in ``voice/``, the trained voice in ``out/``) until the
+job ends. A job interrupted by a restart is resumed from those files when they are still there
+(:meth:`JobRunner.resume`), else marked failed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import queue
+import shutil
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from chorus.models.bundle import ModelBundle
+from chorus.serving.settings import AdaptRecipe
+from chorus.serving.store import (
+    ACTIVE_JOB,
+    JobNotFound,
+    JobStatus,
+    VoiceConflict,
+    VoiceNotFound,
+    VoiceStore,
+)
+from chorus.training.adapt import AdaptConfig, adapt
+
+log = logging.getLogger("chorus.serving.worker")
+
+DATA_DIR = "voice"           # the LJSpeech-style folder of a job
+OUT_DIR = "out"              # the voice folder ``adapt`` writes
+JOB_FILE = "job.json"
+INCOMING_PREFIX = ".incoming-"
+CONSENT_LOG = "consent.jsonl"
+# Progress of a job: checks and setup below TRAINING_START, training steps up to TRAINING_END, then saving.
+TRAINING_START, TRAINING_END = 0.05, 0.95
+
+_consent_lock = threading.Lock()
+
+
+def adapt_config(recipe: AdaptRecipe) -> AdaptConfig:
+    """The training config of ``recipe``; ``ValueError`` for an unknown field, method or method option."""
+    own = {"method", "steps", "threads"}   # the recipe's own fields, never options
+    allowed = {f.name for f in dataclasses.fields(AdaptConfig)} - own
+    refused = sorted(set(recipe.options) - allowed)
+    if refused:
+        raise ValueError(f"adaptation options {refused}: options are AdaptConfig fields other than "
+                         f"{', '.join(sorted(own))}")
+    config = AdaptConfig(method=recipe.method, steps=recipe.steps, threads=recipe.threads, **recipe.options)
+    config.method_configs()   # a bad method name or option fails here, before any upload
+    return config
+
+
+@dataclass(frozen=True)
+class OnboardingJob:
+    job_id: str
+    tenant: str
+    voice_id: str
+    name: str
+
+
+def write_job_file(job_dir: Path, job: OnboardingJob) -> None:
+    """``job.json``: what :meth:`JobRunner.resume` needs to take the job up again after a restart."""
+    (job_dir / JOB_FILE).write_text(json.dumps({"job_id": job.job_id, "tenant": job.tenant, "voice_id": job.voice_id,
+                                                "name": job.name, "created": time.time()}), encoding="utf-8")
+
+
+def record_consent(jobs_dir: Path, job: OnboardingJob, consent: dict) -> None:
+    """Append the speaker's consent to ``<jobs_dir>/consent.jsonl``: an audit log that outlives the job's files."""
+    entry = {"time": time.time(), "tenant": job.tenant, "voice_id": job.voice_id, "job_id": job.job_id, **consent}
+    with _consent_lock, open(jobs_dir / CONSENT_LOG, "a", encoding="utf-8") as handle:
+        handle.write(json.dumps(entry, ensure_ascii=False) + "\n")
+
+
+class JobRunner:
+    """Runs onboarding jobs one at a time in a background thread.
+
+    ``bundle_factory`` gives a private copy of the base for each job (``adapt`` adds its adapter to the
+    model it is given; the resident serving model must not see that). ``on_ready(tenant, voice_id)``
+    is called once a voice is stored. ``progress_interval``: least seconds between two progress writes.
+    Subclasses change where a queued job runs by overriding :meth:`dispatch` (and :attr:`running`).
+    """
+
+    def __init__(self, store: VoiceStore, jobs_dir: str | Path, bundle_factory: Callable[[], ModelBundle],
+                 recipe: AdaptRecipe, on_ready: Callable[[str, str], None] | None = None,
+                 progress_interval: float = 1.0):
+        self.store = store
+        self.jobs_dir = Path(jobs_dir)
+        self.jobs_dir.mkdir(parents=True, exist_ok=True)
+        self.bundle_factory = bundle_factory
+        self.config = adapt_config(recipe)
+        self.on_ready = on_ready
+        self.progress_interval = progress_interval
+        self._queue: queue.Queue[OnboardingJob | None] = queue.Queue()
+        self._thread: threading.Thread | None = None
+        self._closing = threading.Event()
+        self._running: str | None = None
+
+    # -- lifecycle
+    def start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._loop, name="chorus-onboarding", daemon=True)
+            self._thread.start()
+
+    def close(self, timeout: float | None = 5.0) -> None:
+        """Stop after the job in progress; queued jobs, and one still running when ``timeout`` passes,
+        are left to the next start's recovery (interrupted, then resumed from their files)."""
+        if self._thread is not None:
+            self._closing.set()
+            self._queue.put(None)
+            self._thread.join(timeout)
+            self._thread = None
+
+    @property
+    def closing(self) -> threading.Event:
+        return self._closing
+
+    @property
+    def queued(self) -> int:
+        return self._queue.qsize()
+
+    @property
+    def running(self) -> str | None:
+        """The id of the job being trained, if any."""
+        return self._running
+
+    # -- uploads and submission
+    def new_upload_dir(self) -> Path:
+        """A fresh folder for an upload being checked (removed by :meth:`discard` or moved by :meth:`submit`)."""
+        folder = self.jobs_dir / f"{INCOMING_PREFIX}{uuid.uuid4().hex}"
+        folder.mkdir()
+        return folder
+
+    def discard(self, folder: Path) -> None:
+        shutil.rmtree(folder, ignore_errors=True)
+
+    def submit(self, upload_dir: Path, job: OnboardingJob, consent: dict) -> None:
+        """Adopt ``upload_dir`` (holding the checked ``voice/`` folder) as ``job``'s files and queue it."""
+        job_dir = self.jobs_dir / job.job_id
+        upload_dir.rename(job_dir)
+        write_job_file(job_dir, job)
+        record_consent(self.jobs_dir, job, consent)
+        self._queue.put(job)
+
+    def resume(self) -> tuple[list[str], list[str]]:
+        """After ``store.recover()``: queue every interrupted job whose files are still here, fail the
+        others, and remove files no live job owns. Returns (resumed, failed) job ids."""
+        resumed, failed = [], []
+        for job in self.store.interrupted_jobs():
+            job_dir = self.jobs_dir / job.job_id
+            meta = _read_json(job_dir / JOB_FILE)
+            try:
+                voice = self.store.voice(job.tenant, job.voice_id)
+            except VoiceNotFound:
+                voice = None
+            intact = (meta is not None and (job_dir / DATA_DIR / "metadata.csv").is_file() and voice is not None
+                      and voice.job_id == job.job_id and meta.get("tenant") == job.tenant)
+            if intact:
+                self.store.update_job(job.job_id, status=JobStatus.RUNNING, progress=0.0,
+                                      message="resumed after a server restart; waiting for the trainer")
+                self._queue.put(OnboardingJob(job.job_id, job.tenant, job.voice_id,
+                                              str(meta.get("name") or job.voice_id)))
+                resumed.append(job.job_id)
+            else:
+                self.store.update_job(job.job_id, status=JobStatus.FAILED,
+                                      message="interrupted by a server restart and its uploaded clips are gone; "
+                                              "upload them again")
+                shutil.rmtree(job_dir, ignore_errors=True)
+                failed.append(job.job_id)
+        live = set(resumed)
+        for entry in self.jobs_dir.iterdir():
+            if entry.is_dir() and entry.name not in live:
+                meta = _read_json(entry / JOB_FILE)
+                if meta is not None and self._active(meta):
+                    continue   # another process's job (a store shared by servers)
+                shutil.rmtree(entry, ignore_errors=True)
+        if resumed or failed:
+            log.info("onboarding jobs after restart: %d resumed, %d failed", len(resumed), len(failed))
+        return resumed, failed
+
+    def _active(self, meta: dict) -> bool:
+        try:
+            return self.store.get_job(str(meta.get("tenant")), str(meta.get("job_id"))).status in ACTIVE_JOB
+        except (JobNotFound, ValueError):
+            return False
+
+    # -- the work
+    def _loop(self) -> None:
+        while (job := self._queue.get()) is not None and not self._closing.is_set():
+            self._running = job.job_id
+            try:
+                self.dispatch(job)
+            except Exception:  # noqa: BLE001 - never let one job kill the worker
+                log.exception("onboarding job %s crashed", job.job_id)
+            finally:
+                self._running = None
+
+    def dispatch(self, job: OnboardingJob) -> None:
+        """Called by the worker thread for each queued job, in order: trains it here (:meth:`run`)."""
+        self.run(job)
+
+    def run(self, job: OnboardingJob) -> None:
+        """Train ``job`` from its files to its end (done or failed) in this thread; removes its files."""
+        job_dir = self.jobs_dir / job.job_id
+        try:
+            if self.store.get_job(job.tenant, job.job_id).status not in ACTIVE_JOB:
+                return   # its voice was deleted while it waited
+            self.store.update_job(job.job_id, status=JobStatus.RUNNING, progress=0.02,
+                                  message="checking the clips and preparing the base")
+            shutil.rmtree(job_dir / OUT_DIR, ignore_errors=True)   # a resumed job starts over
+            bundle = self.bundle_factory()
+            result = adapt(job_dir / DATA_DIR, bundle, job_dir / OUT_DIR, self.config, progress=False, name=job.name,
+                           on_step=self._progress_reporter(job))
+            card = result.card
+            metrics = card.metrics
+            self.store.update_job(job.job_id, progress=0.97, message=(
+                f"trained {card.steps} steps in {card.train_seconds:.0f} s on {card.data_minutes:.2f} min of audio; "
+                f"held-out mel L1 {metrics['validation_mel_l1_start']:.3f} -> {metrics['validation_mel_l1_best']:.3f}"))
+            self.store.put_voice(job.tenant, job.voice_id, result.voice_dir, name=job.name, job_id=job.job_id)
+            log.info("onboarding job %s: voice %s/%s is ready", job.job_id, job.tenant, job.voice_id)
+            if self.on_ready is not None:
+                self.on_ready(job.tenant, job.voice_id)
+        except VoiceConflict as error:
+            log.info("onboarding job %s dropped: %s", job.job_id, error)
+            self.fail(job, "the voice was deleted or replaced while it trained")
+        except ValueError as error:   # the data or the recipe (adapt's checks say why)
+            log.info("onboarding job %s failed: %s", job.job_id, error)
+            self.fail(job, str(error).replace(str(job_dir / DATA_DIR), "upload").replace(str(job_dir), "job"))
+        except Exception:  # noqa: BLE001 - the details stay in the server log
+            log.exception("onboarding job %s failed", job.job_id)
+            self.fail(job, "training failed with an internal error (see the server log)")
+        finally:
+            shutil.rmtree(job_dir, ignore_errors=True)
+
+    def _progress_reporter(self, job: OnboardingJob) -> Callable[[int, int], None]:
+        """``adapt``'s step callback: the job's progress from TRAINING_START to TRAINING_END as steps pass,
+        written at most every ``progress_interval`` seconds (and at the last step)."""
+        last_write = [float("-inf")]
+        ended = [False]
+
+        def on_step(done: int, total: int) -> None:
+            now = time.monotonic()
+            if ended[0] or (done < total and now - last_write[0] < self.progress_interval):
+                return
+            last_write[0] = now
+            fraction = TRAINING_START + (TRAINING_END - TRAINING_START) * done / max(total, 1)
+            try:
+                self.store.update_job(job.job_id, progress=round(fraction, 3),
+                                      message=f"training: step {done} of at most {total} (early stopping may end "
+                                              "it sooner)")
+            except (ValueError, JobNotFound):
+                ended[0] = True   # the job ended (its voice was deleted): the voice is refused when it is put
+
+        return on_step
+
+    def fail(self, job: OnboardingJob, message: str) -> None:
+        """Mark ``job`` failed with ``message`` (nothing if it already ended, e.g. its voice was deleted)."""
+        try:
+            self.store.update_job(job.job_id, status=JobStatus.FAILED, message=message)
+        except (ValueError, JobNotFound):
+            pass
+
+
+def _read_json(path: Path) -> dict | None:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
