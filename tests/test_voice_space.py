@@ -12,12 +12,12 @@ import torch
 from typer.testing import CliRunner
 
 from chorus.adapters.bank import pack_bank
+from chorus.adapters.hypernetwork import VoiceSpace, generated
 from chorus.adapters.voice import read_voice
-from chorus.adapters.voice_space import VoiceSpace, generated
 from chorus.cli import app
 from chorus.models.bundle import load_bundle
 from chorus.synthesis import load_base
-from chorus.training.voice_space import VoiceSpaceConfig, fit_voice, starting_z, train_voice_space
+from chorus.training.voice_space_training import VoiceSpaceConfig, fit_voice, starting_z, train_voice_space
 
 runner = CliRunner()
 

@@ -315,7 +315,7 @@ def voice_space_train(
     from chorus.corpus.virtual import with_virtual_voices
     from chorus.models.bundle import load_bundle
     from chorus.synthesis import DEFAULT_BASE
-    from chorus.training.voice_space import VoiceSpaceConfig, train_voice_space
+    from chorus.training.voice_space_training import VoiceSpaceConfig, train_voice_space
 
     with _user_errors():
         config = VoiceSpaceConfig(method=method, dim=dim, steps=steps, threads=threads)
@@ -340,10 +340,10 @@ def voice_space_fit(
     threads: int = typer.Option(2, help="CPU threads."),
 ) -> None:
     """A new voice as a point of a voice space: only its vector learns. Writes a normal voice folder."""
-    from chorus.adapters.voice_space import VoiceSpace
+    from chorus.adapters.hypernetwork import VoiceSpace
     from chorus.models.bundle import load_bundle
     from chorus.synthesis import DEFAULT_BASE
-    from chorus.training.voice_space import fit_voice
+    from chorus.training.voice_space_training import fit_voice
 
     with _user_errors():
         voice_space, _, _ = VoiceSpace.load(space)
