@@ -6,6 +6,7 @@ import dataclasses
 import inspect
 import json
 from importlib.metadata import version
+from types import SimpleNamespace
 
 import pytest
 import soundfile as sf
@@ -153,3 +154,31 @@ def test_serve_defaults_are_the_servers():
     assert given.max_text_chars == 100 and given.upload == defaults.upload
     with pytest.raises(ValueError, match="unknown adapter method"):
         server_settings(defaults, "magic", None, None, None)
+
+
+def test_a_new_methods_config_fields_become_options(monkeypatch):
+    """Adding a method adds its options: nothing in the CLI names a method or a field."""
+    import typer
+
+    from chorus.cli import method_options as module
+
+    @dataclasses.dataclass
+    class ToyConfig(MethodConfig):
+        width: int = dataclasses.field(default=3, metadata={"help": "Hidden width."})
+
+    real_get_method = module.get_method
+    monkeypatch.setattr(module, "adapter_methods", lambda: ["toy", "lora"])
+    monkeypatch.setattr(module, "get_method", lambda name: SimpleNamespace(config_class=ToyConfig) if name == "toy"
+                        else real_get_method(name))
+
+    @module.with_method_fields
+    def command(method: str = typer.Option("toy"), method_fields: dict | None = None) -> None:
+        print(json.dumps(module.method_options(method, method_fields or {})))
+
+    parameters = inspect.signature(command).parameters
+    assert parameters["width"].default.help == "toy: Hidden width (default 3)."
+    toy_app = typer.Typer()
+    toy_app.command()(command)
+    result = runner.invoke(toy_app, ["--width", "5", "--r", "2", "--method", "toy+lora"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output) == {"toy": {"width": 5}, "lora": {"r": 2}}

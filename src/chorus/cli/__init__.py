@@ -22,8 +22,7 @@ from chorus.cli.voice_space import space_app
 
 DISTRIBUTION = "chorus-tts"
 
-app = typer.Typer(help="Chorus: many voices on one text-to-speech model.", no_args_is_help=True,
-                  pretty_exceptions_show_locals=False)
+app = typer.Typer(no_args_is_help=True, pretty_exceptions_show_locals=False)
 
 
 def _print_version(value: bool) -> None:
@@ -41,8 +40,9 @@ def main(show_version: bool = typer.Option(False, "--version", is_eager=True, ca
                                            help="Print the installed chorus-tts version and exit.")) -> None:
     """Chorus: many voices on one text-to-speech model.
 
-    A speaker is a voice the base model knows (`chorus speakers`); a voice is an adapted voice folder
-    (`chorus adapt`); a source is an engine that speaks the corpus (espeak-ng, flite, festival)."""
+    A speaker is a voice the base model knows (`chorus speakers`).
+    A voice is an adapted voice folder (`chorus adapt`).
+    A source is an engine that speaks the corpus (espeak-ng, flite, festival)."""
 
 
 app.command()(pretrain)
