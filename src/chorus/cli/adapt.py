@@ -66,7 +66,7 @@ def adapt_many(
     root: Path = typer.Argument(..., help="A folder of speaker folders (LJSpeech-style), one per new voice."),
     out: Path = typer.Option(Path("voices"), help="Each voice is written to OUT/<its folder name>."),
     method: str = typer.Option(config_default(ManyVoicesConfig, "adapt").method,
-                               help=method_help(" Not full: many voices share one base.")),
+                               help=method_help(" Many voices share one base.", full=False)),
     targets: str | None = typer.Option(None, help=TARGETS_HELP),
     steps: int = typer.Option(config_default(ManyVoicesConfig, "steps"), help="Updates every voice gets."),
     clips_per_voice: int = typer.Option(config_default(ManyVoicesConfig, "clips_per_voice"),

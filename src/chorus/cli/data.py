@@ -8,7 +8,7 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from chorus.cli.common import console
+from chorus.cli.common import console, parameter_default
 from chorus.corpus.build import RequirementsError, build_corpus, check_requirements
 from chorus.data.check import check_dataset, format_report
 
@@ -19,8 +19,9 @@ corpus_app = typer.Typer(help="Build the offline multi-speaker training corpus."
 @data_app.command("check")
 def data_check(
     root: Path = typer.Argument(..., help="LJSpeech-style folder, a folder of them, or id|speaker|text metadata."),
-    max_problems: int = typer.Option(50, help="Problems to list (0 = all)."),
-    jobs: int = typer.Option(1, help="Threads reading audio."),
+    max_problems: int = typer.Option(parameter_default(format_report, "max_problems"),
+                                     help="Problems to list (0 = all)."),
+    jobs: int = typer.Option(parameter_default(check_dataset, "jobs"), help="Threads reading audio."),
 ) -> None:
     """Per speaker: clips, minutes, and every problem with its file and line. Exit 1 if any."""
     report = check_dataset(root, progress=console.is_terminal, jobs=jobs)
@@ -32,8 +33,9 @@ def data_check(
 @corpus_app.command("build")
 def corpus_build(
     out_dir: Path = typer.Argument(..., help="Output folder: train/<speaker>/, heldout/<speaker>/, voices.json."),
-    scale: float = typer.Option(1.0, help="Multiply every speaker's utterance count (0.1 for a quick try)."),
-    jobs: int = typer.Option(2, help="Speakers synthesized in parallel."),
+    scale: float = typer.Option(parameter_default(build_corpus, "utterances_scale"),
+                                help="Multiply every speaker's utterance count (0.1 for a quick try)."),
+    jobs: int = typer.Option(parameter_default(build_corpus, "jobs"), help="Speakers synthesized in parallel."),
     install: bool = typer.Option(False, help="apt-get install missing Debian packages of the sources first (root)."),
 ) -> None:
     """Synthesize the offline multi-speaker corpus with each speaker's source (espeak-ng, flite, festival,

@@ -40,9 +40,9 @@ def adapter_methods() -> list[str]:
     return [name for name in method_names() if name != FULL_FINE_TUNING]
 
 
-def method_help(extra: str = "") -> str:
-    """Help of a ``--method`` option, listing the registered methods."""
-    listed = ", ".join(method_names())
+def method_help(extra: str = "", *, full: bool = True) -> str:
+    """Help of a ``--method`` option, listing the registered methods (and full fine-tuning if ``full``)."""
+    listed = ", ".join(method_names() if full else adapter_methods())
     return f"Adapter method: {listed}; combine adapters with + (lora+speaker).{extra}"
 
 

@@ -9,9 +9,9 @@ from rich.table import Table
 
 from chorus.atomic import atomic_write_text
 from chorus.audio.io import save_audio
-from chorus.cli.common import console, fail, user_errors
+from chorus.cli.common import console, fail, parameter_default, user_errors
 from chorus.models.bundle import load_bundle
-from chorus.synthesis import DEFAULT_BASE, load_base
+from chorus.synthesis import DEFAULT_BASE, Synthesizer, load_base
 
 MODEL_HELP = "Model folder (default: the shipped base)."
 
@@ -37,7 +37,8 @@ def synthesize(
     model: Path | None = typer.Option(None, help=MODEL_HELP),
     vocoder: str | None = typer.Option(
         None, help="Vocoder: griffin-lim, neural (the shipped one), or a folder. Default: the model's."),
-    length_scale: float = typer.Option(1.0, help="> 1 speaks slower, < 1 faster."),
+    length_scale: float = typer.Option(parameter_default(Synthesizer.synthesize, "length_scale"),
+                                       help="> 1 speaks slower, < 1 faster."),
 ) -> None:
     """Speak text with a base speaker or an adapted voice and report the real-time factor."""
     if (text is None) == (text_file is None):

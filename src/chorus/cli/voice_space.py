@@ -8,6 +8,7 @@ import typer
 
 from chorus.adapters.hypernetwork import VoiceSpace
 from chorus.cli.common import config_default, console, parameter_default, user_errors
+from chorus.cli.method_options import method_help
 from chorus.corpus.virtual import with_virtual_voices
 from chorus.models.bundle import load_bundle
 from chorus.synthesis import DEFAULT_BASE
@@ -23,7 +24,8 @@ def voice_space_train(
     root: Path = typer.Argument(..., help="A folder of speaker folders (LJSpeech-style) to learn the space from."),
     out: Path = typer.Option(..., help="Folder for voice_space.safetensors + voice_space.json."),
     dim: int = typer.Option(config_default(VoiceSpaceConfig, "dim"), help="Numbers per voice."),
-    method: str = typer.Option(config_default(VoiceSpaceConfig, "method"), help="The adapter the space generates."),
+    method: str = typer.Option(config_default(VoiceSpaceConfig, "method"),
+                               help=method_help(" The adapter the space generates.", full=False)),
     steps: int = typer.Option(config_default(VoiceSpaceConfig, "steps"),
                               help="Updates; each takes one clip of every voice."),
     virtual: int = typer.Option(0, help="Also learn over this many new virtual voices, made from ROOT's voices "
