@@ -28,7 +28,7 @@ from pathlib import Path
 
 import torch
 
-from chorus.adapters.voice_space import VoiceSpace
+from chorus.adapters.hypernetwork import VoiceSpace
 from chorus.atomic import atomic_write_text
 from chorus.corpus.virtual import add_virtual_voices
 from chorus.data.formats import discover
@@ -38,7 +38,7 @@ from chorus.evaluation.similarity import SpeakerJudge
 from chorus.models.bundle import load_bundle
 from chorus.synthesis import DEFAULT_BASE, load_base
 from chorus.training.adapt import AdaptConfig, adapt
-from chorus.training.voice_space import VoiceSpaceConfig, fit_voice, train_voice_space
+from chorus.training.voice_space_training import VoiceSpaceConfig, fit_voice, train_voice_space
 
 
 def heldout_split(folder: Path, sentences: int, references: int) -> tuple[list, list[Path], list]:

@@ -26,7 +26,7 @@ import numpy as np
 from chorus.audio.io import SAMPLE_RATE, load_audio
 from chorus.data.formats import discover
 from chorus.evaluation.similarity import SpeakerJudge, cosine_similarity
-from chorus.training.voice_space import speaker_embedding
+from chorus.training.voice_space_training import speaker_embedding
 from voice_space import heldout_split, read_rows, row_key
 
 

@@ -1,13 +1,22 @@
-"""The command line end to end on a tiny model: synthesize, speakers, data check, errors."""
+"""The command line end to end on a tiny model: synthesize, speakers, data check, errors; its options."""
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 import json
+from importlib.metadata import version
+from types import SimpleNamespace
 
+import pytest
 import soundfile as sf
 from typer.testing import CliRunner
 
+from chorus.adapters import MethodConfig, get_method
 from chorus.cli import app
+from chorus.cli.adapt import adapt, adapt_many
+from chorus.cli.memory import memory
+from chorus.cli.method_options import adapter_methods, method_options
 from conftest import TINY_MODEL
 
 runner = CliRunner()
@@ -59,21 +68,21 @@ def test_data_check_exit_codes(two_voice_corpus, tmp_path):
 
 
 def test_demo_speaks_and_judges_each_voice(tiny_base, tmp_path):
-    result = runner.invoke(app, ["demo", "--model", str(tiny_base), "--voices", "m3,f2", "--sentences", "1",
+    result = runner.invoke(app, ["demo", "--model", str(tiny_base), "--speakers", "m3,f2", "--sentences", "1",
                                  "--out", str(tmp_path / "demo"), "--adapt-steps", "2"])
     assert result.exit_code == 0, result.output
     assert {p.name for p in (tmp_path / "demo").glob("*.wav")} == {"m3_000.wav", "f2_000.wav", "piper-joe_000.wav"}
     report = (tmp_path / "demo" / "report.md").read_text()
     assert "m3/000" in report and "f2/000" in report
-    assert "same voice" in result.output and "WER" in result.output
+    assert "same speaker" in result.output and "WER" in result.output
     # The second half adapts a voice from the shipped sample and says what it cost.
     assert "voice artifact" in result.output and "2 steps" in result.output
     assert (tmp_path / "demo" / "voices" / "piper-joe" / "voice_card.json").is_file()
 
 
-def test_demo_refuses_an_unknown_voice(tiny_base, tmp_path):
-    result = runner.invoke(app, ["demo", "--model", str(tiny_base), "--voices", "m3,nobody", "--out", str(tmp_path)])
-    assert result.exit_code == 2 and "unknown voice 'nobody'" in result.output
+def test_demo_refuses_an_unknown_speaker(tiny_base, tmp_path):
+    result = runner.invoke(app, ["demo", "--model", str(tiny_base), "--speakers", "m3,nobody", "--out", str(tmp_path)])
+    assert result.exit_code == 2 and "unknown speaker 'nobody'" in result.output
 
 
 def test_unspeakable_text_fails_and_bad_model_folder_is_a_clear_error(tiny_base, tmp_path):
@@ -102,3 +111,74 @@ def test_memory_predicts_and_measures_per_category(tmp_path):
     assert large.exit_code == 0 and "506,2" in large.output
     refused = runner.invoke(app, ["memory", "--model", "500m", "--method", "dora", "--no-measure"])
     assert refused.exit_code == 2 and "unknown adapter method" in refused.output
+
+
+def test_version():
+    result = runner.invoke(app, ["--version"])
+    assert result.exit_code == 0 and result.output.strip() == f"chorus {version('chorus-tts')}"
+
+
+def test_method_options_are_every_registered_methods_config_fields():
+    shared = {f.name for f in dataclasses.fields(MethodConfig)}
+    expected = {f.name for name in adapter_methods() for f in dataclasses.fields(get_method(name).config_class)
+                if f.name not in shared}
+    assert expected   # the registry has methods with options
+    for command in (adapt, adapt_many, memory):
+        parameters = inspect.signature(command).parameters
+        assert expected <= set(parameters) and "targets" in parameters and "method_fields" not in parameters
+        assert "base" not in parameters and "model" in parameters   # one name for the base everywhere
+
+
+def test_method_options_go_to_the_chosen_methods_that_have_them():
+    values = {"r": 2, "alpha": None, "train_projection": True, "bottleneck": None}
+    assert method_options("lora+speaker", values, "q_proj, v_proj") == {
+        "lora": {"r": 2, "targets": ["q_proj", "v_proj"]}, "speaker": {"train_projection": True}}
+    assert method_options("residual", {"r": None}, "^decoder\\..*") == {"residual": {"targets": "^decoder\\..*"}}
+    with pytest.raises(ValueError, match="--r applies to lora, not to --method bitfit"):
+        method_options("bitfit", values)
+
+
+def test_adapt_takes_the_base_as_model_only(tiny_base, tmp_path):
+    result = runner.invoke(app, ["adapt", str(tmp_path), "--out", str(tmp_path / "v"), "--base", str(tiny_base)])
+    assert result.exit_code == 2 and "No such option" in result.output
+
+
+def test_serve_defaults_are_the_servers():
+    api = pytest.importorskip("chorus.serving.api", reason="needs the serve extra")
+    from chorus.cli.serve import server_settings
+
+    defaults = api.ServerSettings()
+    assert server_settings(defaults, None, None, None, None) == defaults
+    given = server_settings(defaults, "lora+speaker", 5, None, 100)
+    assert (given.adapt.method, given.adapt.steps, given.adapt.threads) == ("lora+speaker", 5, defaults.adapt.threads)
+    assert given.max_text_chars == 100 and given.upload == defaults.upload
+    with pytest.raises(ValueError, match="unknown adapter method"):
+        server_settings(defaults, "magic", None, None, None)
+
+
+def test_a_new_methods_config_fields_become_options(monkeypatch):
+    """Adding a method adds its options: nothing in the CLI names a method or a field."""
+    import typer
+
+    from chorus.cli import method_options as module
+
+    @dataclasses.dataclass
+    class ToyConfig(MethodConfig):
+        width: int = dataclasses.field(default=3, metadata={"help": "Hidden width."})
+
+    real_get_method = module.get_method
+    monkeypatch.setattr(module, "adapter_methods", lambda: ["toy", "lora"])
+    monkeypatch.setattr(module, "get_method", lambda name: SimpleNamespace(config_class=ToyConfig) if name == "toy"
+                        else real_get_method(name))
+
+    @module.with_method_fields
+    def command(method: str = typer.Option("toy"), method_fields: dict | None = None) -> None:
+        print(json.dumps(module.method_options(method, method_fields or {})))
+
+    parameters = inspect.signature(command).parameters
+    assert parameters["width"].default.help == "toy: Hidden width (default 3)."
+    toy_app = typer.Typer()
+    toy_app.command()(command)
+    result = runner.invoke(toy_app, ["--width", "5", "--r", "2", "--method", "toy+lora"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output) == {"toy": {"width": 5}, "lora": {"r": 2}}

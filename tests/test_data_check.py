@@ -10,16 +10,18 @@ import numpy as np
 import pytest
 import soundfile as sf
 import soxr
+from typer.testing import CliRunner
 
+from chorus.cli import app
 from chorus.data.check import (
     PROBLEM_KINDS,
     CheckConfig,
     DatasetReport,
     check_dataset,
-    data_check_command,
 )
 from chorus.text import TextFrontEnd
 
+runner = CliRunner()
 SENTENCE = "Printing, in the only sense with which we are at present concerned, differs from most arts."
 RATE = 22_050
 
@@ -173,11 +175,11 @@ def test_markdown(bad_dataset: tuple[Path, dict[str, str]], bad_report: DatasetR
         assert f"`{source}`" in markdown
 
 
-def test_command_exit_codes_and_output(lj_dataset: Path, bad_dataset: tuple[Path, dict[str, str]],
-                                       capsys: pytest.CaptureFixture[str]) -> None:
-    assert data_check_command(lj_dataset) == 0
-    assert "no problems" in capsys.readouterr().out
-    assert data_check_command(bad_dataset[0], max_problems=3) == 1
-    out = capsys.readouterr().out
+def test_command_exit_codes_and_output(lj_dataset: Path, bad_dataset: tuple[Path, dict[str, str]]) -> None:
+    clean = runner.invoke(app, ["data", "check", str(lj_dataset)])
+    assert clean.exit_code == 0 and "no problems" in clean.output
+    bad = runner.invoke(app, ["data", "check", str(bad_dataset[0]), "--max-problems", "3"])
+    assert bad.exit_code == 1
+    out = bad.output
     assert "alice" in out and "bob" in out and "too_short" in out  # the by-kind table lists every kind
     assert "more" in out  # the list stops at max_problems

@@ -35,7 +35,7 @@ from chorus.evaluation.report import (
     EvalItem,
     EvaluationError,
     Judges,
-    eval_command,
+    evaluate_folder,
     evaluate_pairs,
 )
 from chorus.evaluation.similarity import SpeakerJudge, cosine_similarity
@@ -224,7 +224,7 @@ def test_whisper_transcribes_clean_speech(clips, whisper):
 
 # --- report and chorus eval ------------------------------------------------------------------------
 
-def test_eval_command_writes_markdown_and_json(tmp_path, clips, whisper, speaker):
+def test_evaluate_folder_and_its_markdown_and_json(tmp_path, clips, whisper, speaker):
     audio_dir = tmp_path / "synth"
     audio_dir.mkdir()
     shutil.copy(clips["m3_a"], audio_dir / "a.wav")
@@ -236,7 +236,8 @@ def test_eval_command_writes_markdown_and_json(tmp_path, clips, whisper, speaker
     shutil.copy(clips["rms_a"], references / "other.wav")
 
     judges = Judges(whisper=whisper, speaker=speaker, f0_method="dio")
-    report = eval_command(audio_dir, references=tmp_path / "real", out=tmp_path / "out", judges=judges)
+    report = evaluate_folder(audio_dir, references=tmp_path / "real", judges=judges, progress=False)
+    report.write(tmp_path / "out")
 
     assert [row.id for row in report.rows] == ["a", "b"]
     a, b = report.rows
@@ -270,9 +271,9 @@ def test_missing_and_unreadable_files_are_named(tmp_path):
     audio_dir.mkdir()
     (audio_dir / "metadata.csv").write_text("gone|Hello there.\n")
     with pytest.raises(EvaluationError, match=r"gone\.wav: audio file not found"):
-        eval_command(audio_dir, judges=Judges(whisper=None, speaker=None))
+        evaluate_folder(audio_dir, judges=Judges(whisper=None, speaker=None))
     with pytest.raises(EvaluationError, match=r"nothing\.csv: metadata file not found"):
-        eval_command(audio_dir, metadata=tmp_path / "nothing.csv")
+        evaluate_folder(audio_dir, metadata=tmp_path / "nothing.csv")
 
     broken = tmp_path / "broken.wav"
     broken.write_bytes(b"not a wav file")

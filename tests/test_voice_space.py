@@ -12,12 +12,12 @@ import torch
 from typer.testing import CliRunner
 
 from chorus.adapters.bank import pack_bank
+from chorus.adapters.hypernetwork import VoiceSpace, generated
 from chorus.adapters.voice import read_voice
-from chorus.adapters.voice_space import VoiceSpace, generated
 from chorus.cli import app
 from chorus.models.bundle import load_bundle
 from chorus.synthesis import load_base
-from chorus.training.voice_space import VoiceSpaceConfig, fit_voice, starting_z, train_voice_space
+from chorus.training.voice_space_training import VoiceSpaceConfig, fit_voice, starting_z, train_voice_space
 
 runner = CliRunner()
 
@@ -121,7 +121,7 @@ def test_refusals_and_cli(tiny_base, space_dir, new_voice_data, tmp_path):
     with pytest.raises(ValueError, match="not a readable voice space"):
         VoiceSpace.load(tmp_path)
     result = runner.invoke(app, ["voice-space", "fit", str(new_voice_data), "--space", str(space_dir), "--out",
-                                 str(tmp_path / "v"), "--steps", "2", "--threads", "1", "--base", str(tiny_base)])
+                                 str(tmp_path / "v"), "--steps", "2", "--threads", "1", "--model", str(tiny_base)])
     assert result.exit_code == 0, result.output
     # rich wraps the line at the console width, wherever the temporary path's length puts the break
     output = " ".join(result.output.split())
@@ -129,7 +129,7 @@ def test_refusals_and_cli(tiny_base, space_dir, new_voice_data, tmp_path):
 
 
 def test_fit_cli_defaults_are_the_library_defaults():
-    from chorus.cli import voice_space_fit
+    from chorus.cli.voice_space import voice_space_fit
 
     library = inspect.signature(fit_voice).parameters
     for name, parameter in inspect.signature(voice_space_fit).parameters.items():
@@ -187,7 +187,7 @@ def test_cli_trains_over_virtual_voices_beside_the_given_ones(tiny_base, two_voi
         pytest.skip("needs Debian sox")
     result = runner.invoke(app, ["voice-space", "train", str(two_voice_corpus), "--out", str(tmp_path / "space"),
                                  "--dim", "4", "--steps", "2", "--virtual", "2", "--virtual-minutes", "1",
-                                 "--base", str(tiny_base), "--threads", "1"])
+                                 "--model", str(tiny_base), "--threads", "1"])
     assert result.exit_code == 0, result.output
     _, _, names = VoiceSpace.load(tmp_path / "space")
     assert sorted(names) == sorted(["f2", "m3", "f2~speed-086-tempo-1163", "m3~speed-112-tempo-0893"])

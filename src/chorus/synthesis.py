@@ -96,7 +96,7 @@ class Synthesizer:
     @torch.no_grad()
     def mel(self, texts: list[str], speaker: str | int | None = None, length_scale: float = 1.0,
             voice: str | None = None) -> list[torch.Tensor]:
-        """Raw log-mels ``[frames, n_mels]`` for each text (one batched forward), in base voice
+        """Raw log-mels ``[frames, n_mels]`` for each text (one batched forward), in the base
         ``speaker`` or, if given, the loaded adapted ``voice``."""
         model, using_voice = self._model_for(voice)
         ids = self.bundle.front_end.encode(texts)
@@ -115,7 +115,7 @@ class Synthesizer:
     @torch.no_grad()
     def synthesize(self, text: str, speaker: str | int | None = None, length_scale: float = 1.0,
                    voice: str | None = None) -> SynthesisResult:
-        """Speak ``text`` in base voice ``speaker`` (name or index; None = the model's default voice)
+        """Speak ``text`` in the base speaker ``speaker`` (name or index; None = the default speaker)
         or in the loaded adapted ``voice`` (see :meth:`load_voice`)."""
         started = time.perf_counter()
         mel = self.mel([text], speaker, length_scale, voice)[0]

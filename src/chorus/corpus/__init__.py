@@ -10,7 +10,6 @@ from chorus.corpus.build import (
                                  VoiceResult,
                                  build_corpus,
                                  check_requirements,
-                                 corpus_build_command,
 )
 from chorus.corpus.text import benchmark_sentences, training_sentences
 from chorus.corpus.voices import (
@@ -22,5 +21,5 @@ from chorus.corpus.voices import (
 )
 
 __all__ = ["VOICES", "CorpusSummary", "RequirementsError", "VoiceResult", "VoiceSpec", "benchmark_sentences",
-           "build_corpus", "check_requirements", "corpus_build_command", "get_voice", "heldout_voices",
+           "build_corpus", "check_requirements", "get_voice", "heldout_voices",
            "pretraining_voices", "training_sentences"]

@@ -468,30 +468,3 @@ def _run_chunks(chunks: Sequence[_Chunk], jobs: int, progress: bool) -> Iterable
                 result = future.result()
                 bar.update(task, advance=len(futures[future].clips), description=result.voice)
                 yield result
-
-
-def corpus_build_command(out_dir: Path, scale: float, jobs: int, install: bool) -> None:
-    """``chorus corpus build OUT_DIR [--scale F] [--jobs N] [--install]``: build and print a summary table."""
-    from rich.console import Console
-    from rich.table import Table
-
-    console = Console()
-    try:
-        check_requirements(install=install)
-    except (RequirementsError, subprocess.CalledProcessError) as error:
-        console.print(f"[red]{error}[/]")
-        raise SystemExit(1) from error
-    summary = build_corpus(out_dir, utterances_scale=scale, jobs=jobs)
-    table = Table(title=f"Corpus in {summary.out_dir}")
-    for column in ("voice", "split", "engine", "gender", "clips", "minutes", "new", "failed"):
-        table.add_column(column, justify="right" if column in ("clips", "minutes", "new", "failed") else "left")
-    for voice in summary.voices:
-        table.add_row(voice.name, voice.split, voice.engine, voice.gender, str(voice.clips), f"{voice.minutes:.1f}",
-                      str(voice.written), str(voice.failed))
-    table.add_row("[bold]total", "", "", "", f"[bold]{summary.clips}", f"[bold]{summary.hours * 60:.1f}",
-                  str(summary.written), str(summary.failed))
-    console.print(table)
-    for voice in summary.voices:
-        for failure in voice.failures:
-            console.print(f"[yellow]skipped {failure}[/]")
-    console.print(f"{summary.clips} clips, {summary.hours:.2f} h, built in {summary.elapsed_s / 60:.1f} min")

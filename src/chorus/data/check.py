@@ -4,7 +4,7 @@
 text with the same :class:`~chorus.text.TextFrontEnd` that training uses, and reads every clip once.
 Nothing in here raises on bad input: a broken line, a missing or undecodable file, a text with nothing
 to say, each becomes a :class:`Problem`, and :meth:`DatasetReport.valid_utterances` keeps the rest.
-:func:`data_check_command` is the ``chorus data check DIR`` command.
+:func:`format_report` renders a report for ``chorus data check DIR``.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import soundfile as sf
-from rich.console import Console, RenderableType
+from rich.console import RenderableType
 from rich.progress import Progress
 from rich.table import Table
 from rich.text import Text
@@ -381,12 +381,3 @@ def format_report(report: DatasetReport, max_problems: int = 50) -> list[Rendera
                             f"(raise --max-problems to list them)", style="dim"))
     out.append(Text(report.summary(), style="green" if report.ok else "red"))
     return out
-
-
-def data_check_command(root: Path, max_problems: int = 50, jobs: int = 1) -> int:
-    """``chorus data check DIR``: print the report; exit code 0 when clean, 1 when there are problems."""
-    console = Console()
-    report = check_dataset(root, progress=console.is_terminal, jobs=jobs)
-    for renderable in format_report(report, max_problems):
-        console.print(renderable)
-    return 0 if report.ok else 1

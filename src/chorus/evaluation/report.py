@@ -16,7 +16,6 @@ from pathlib import Path
 
 import numpy as np
 import soxr
-from rich.console import Console
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -355,19 +354,17 @@ def _audio_files(folder: Path) -> dict[str, Path]:
     return files
 
 
-def eval_command(audio_dir: Path, metadata: Path | None = None, references: Path | None = None,
-                 out: Path | None = None, *, max_speaker_references: int = 64,
-                 judges: Judges | None = None, console: Console | None = None) -> EvalReport:
+def evaluate_folder(audio_dir: Path, metadata: Path | None = None, references: Path | None = None, *,
+                    max_speaker_references: int = 64, judges: Judges | None = None,
+                    progress: bool = True) -> EvalReport:
     """``chorus eval``: judge ``audio_dir/<id>.wav`` against the texts in ``metadata`` (default
-    ``audio_dir/metadata.csv``), print the tables, and write the report to ``out`` if given
-    (see :meth:`EvalReport.write`).
+    ``audio_dir/metadata.csv``); :meth:`EvalReport.write` saves the result.
 
     ``references`` is an optional LJSpeech-style folder of the target speaker's real clips: a clip
     with an item's id is that sentence's reference (MCD, F0), and up to ``max_speaker_references``
     clips spread evenly over the sorted folder form the speaker reference (similarity; each clip is
-    embedded once, ~0.1 s). ``judges`` defaults to all of them (:class:`Judges`); ``console`` to stdout.
+    embedded once, ~0.1 s). ``judges`` defaults to all of them (:class:`Judges`).
     """
-    console = console or Console()
     audio_dir = Path(audio_dir)
     if not audio_dir.is_dir():
         raise EvaluationError(f"{audio_dir}: not a folder")
@@ -386,10 +383,4 @@ def eval_command(audio_dir: Path, metadata: Path | None = None, references: Path
             raise EvaluationError(f"{audio}: audio file not found for id {utt_id!r} listed in the metadata")
         items.append(EvalItem(id=utt_id, audio=audio, text=text, reference=reference_files.get(utt_id),
                               speaker_references=speaker_references))
-    report = evaluate_pairs(items, judges=judges, progress=console.is_terminal)
-    for table in report.rich_tables():
-        console.print(table)
-    if out is not None:
-        for path in report.write(out):
-            console.print(f"wrote {path}")
-    return report
+    return evaluate_pairs(items, judges=judges, progress=progress)

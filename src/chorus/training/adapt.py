@@ -207,14 +207,15 @@ def prepare_for_training(model: AcousticModel, config: AdaptConfig) -> list[torc
     return trainable
 
 
-def _prepare_method(model: AcousticModel, method: str) -> None:
-    prepare_for_training(model, AdaptConfig(method=method))
+def _prepare_method(model: AcousticModel, method: str, method_options: dict | None) -> None:
+    prepare_for_training(model, AdaptConfig(method=method, method_options=method_options or {}))
 
 
-def trainable_for(method: str) -> Callable[[AcousticModel], None]:
-    """``trainable(model)`` callback for :mod:`chorus.memory`: prepares ``method``'s voice adapter.
-    A partial of a module-level function, so it can be sent to a fresh measuring process."""
-    return functools.partial(_prepare_method, method=method)
+def trainable_for(method: str, method_options: dict | None = None) -> Callable[[AcousticModel], None]:
+    """``trainable(model)`` callback for :mod:`chorus.memory`: prepares ``method``'s voice adapter (with
+    ``method_options`` as in :class:`AdaptConfig`). A partial of a module-level function, so it can be
+    sent to a fresh measuring process."""
+    return functools.partial(_prepare_method, method=method, method_options=method_options)
 
 
 def adapt(data: str | Path, bundle: ModelBundle, out: str | Path, config: AdaptConfig, *,

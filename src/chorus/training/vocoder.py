@@ -440,8 +440,8 @@ def train_vocoder(data_root: Path, out_dir: Path, config: VocoderTrainConfig | N
 def train_vocoder_command(data_root: Path, out: Path, steps: int, resume: bool, threads: int,
                           init_from: Path | None = None, aligned_model: Path | None = None,
                           aligned_clips: int = 40, learning_rate: float | None = None) -> VocoderTrainResult:
-    """CLI entry: train the default CPU-sized Vocos, or fine-tune ``init_from`` (with its architecture),
-    optionally on ``aligned_model``'s teacher-forced mels; prints where the result is and how to use it."""
+    """``chorus train-vocoder``: train the default CPU-sized Vocos, or fine-tune ``init_from`` (with its
+    architecture), optionally on ``aligned_model``'s teacher-forced mels; returns the run's result."""
     config = None   # a resumed run takes its saved config
     if init_from or aligned_model or learning_rate:
         config = VocoderTrainConfig(aligned_model=str(aligned_model) if aligned_model else None,
@@ -452,9 +452,4 @@ def train_vocoder_command(data_root: Path, out: Path, steps: int, resume: bool, 
                                          vocoder=getattr(start, "config", config.vocoder))
         if learning_rate:
             config = dataclasses.replace(config, learning_rate=learning_rate)
-    result = train_vocoder(data_root, out, config, steps=steps, resume=resume, threads=threads)
-    loss = f", loss {result.losses['loss']:.3f}" if result.losses else ""
-    print(f"vocoder at step {result.step}{loss} ({result.steps_per_second:.2f} steps/s) saved in {out}; "
-          f"curves in {out / 'loss.png'}, samples in {out / 'samples'}; "
-          f"use it with load_vocoder({str(out)!r})")
-    return result
+    return train_vocoder(data_root, out, config, steps=steps, resume=resume, threads=threads)

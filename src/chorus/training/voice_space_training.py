@@ -1,7 +1,7 @@
 """Learning a voice space over many voices, and fitting a new voice as one short vector.
 
 Training: every voice under a root folder gets a vector z; the shared hypernetwork
-(:class:`~chorus.adapters.voice_space.VoiceSpace`) turns all the z into adapter tensors, which a
+(:class:`~chorus.adapters.hypernetwork.VoiceSpace`) turns all the z into adapter tensors, which a
 voice bank serves to mixed-voice batches (as in ``adapt-many``); the loss is the sum of each voice's
 own mean loss, and the hypernetwork and every z learn together.
 
@@ -23,8 +23,8 @@ from torch import nn
 
 from chorus.adapters import add_adapter, load_adapter_state_dict, remove_adapter
 from chorus.adapters.bank import banked, pack_bank
+from chorus.adapters.hypernetwork import VoiceSpace, generated
 from chorus.adapters.voice import VoiceCard, save_voice
-from chorus.adapters.voice_space import VoiceSpace, generated
 from chorus.audio.io import SAMPLE_RATE, load_audio
 from chorus.data.batching import collate
 from chorus.data.features import build_feature_cache

@@ -3,7 +3,7 @@
 A linear hypernetwork shared by all voices maps ``z`` (``dim`` numbers, tens) to every adapter
 tensor of a voice: ``T(z) = center_T + basis_T @ z`` for each tensor T (LoRA A and B of every
 targeted layer, the speaker vector ...). It is learned over many voices at once (each with its own
-z, see :mod:`chorus.training.voice_space`); a new voice then fits only its z, which needs far less
+z, see :mod:`chorus.training.voice_space_training`); a new voice then fits only its z, which needs far less
 audio than fitting the adapter itself. The generated tensors have the usual adapter layout, so a
 voice made this way is saved and served as any other voice folder.
 

@@ -1,0 +1,61 @@
+"""``chorus data check`` and ``chorus corpus build``: datasets checked, and the offline corpus made."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import typer
+from rich.table import Table
+
+from chorus.cli.common import console, parameter_default
+from chorus.corpus.build import RequirementsError, build_corpus, check_requirements
+from chorus.data.check import check_dataset, format_report
+
+data_app = typer.Typer(help="Inspect datasets.", no_args_is_help=True)
+corpus_app = typer.Typer(help="Build the offline multi-speaker training corpus.", no_args_is_help=True)
+
+
+@data_app.command("check")
+def data_check(
+    root: Path = typer.Argument(..., help="LJSpeech-style folder, a folder of them, or id|speaker|text metadata."),
+    max_problems: int = typer.Option(parameter_default(format_report, "max_problems"),
+                                     help="Problems to list (0 = all)."),
+    jobs: int = typer.Option(parameter_default(check_dataset, "jobs"), help="Threads reading audio."),
+) -> None:
+    """Per speaker: clips, minutes, and every problem with its file and line. Exit 1 if any."""
+    report = check_dataset(root, progress=console.is_terminal, jobs=jobs)
+    for renderable in format_report(report, max_problems):
+        console.print(renderable)
+    raise typer.Exit(0 if report.ok else 1)
+
+
+@corpus_app.command("build")
+def corpus_build(
+    out_dir: Path = typer.Argument(..., help="Output folder: train/<speaker>/, heldout/<speaker>/, voices.json."),
+    scale: float = typer.Option(parameter_default(build_corpus, "utterances_scale"),
+                                help="Multiply every speaker's utterance count (0.1 for a quick try)."),
+    jobs: int = typer.Option(parameter_default(build_corpus, "jobs"), help="Speakers synthesized in parallel."),
+    install: bool = typer.Option(False, help="apt-get install missing Debian packages of the sources first (root)."),
+) -> None:
+    """Synthesize the offline multi-speaker corpus with each speaker's source (espeak-ng, flite, festival,
+    Piper); resumable: re-running skips finished clips."""
+    try:
+        check_requirements(install=install)
+    except (RequirementsError, subprocess.CalledProcessError) as error:
+        console.print(f"[red]{error}[/]")
+        raise typer.Exit(1) from error
+    summary = build_corpus(out_dir, utterances_scale=scale, jobs=jobs)
+    table = Table(title=f"Corpus in {summary.out_dir}")
+    for column in ("speaker", "split", "source", "gender", "clips", "minutes", "new", "failed"):
+        table.add_column(column, justify="right" if column in ("clips", "minutes", "new", "failed") else "left")
+    for voice in summary.voices:
+        table.add_row(voice.name, voice.split, voice.engine, voice.gender, str(voice.clips), f"{voice.minutes:.1f}",
+                      str(voice.written), str(voice.failed))
+    table.add_row("[bold]total", "", "", "", f"[bold]{summary.clips}", f"[bold]{summary.hours * 60:.1f}",
+                  str(summary.written), str(summary.failed))
+    console.print(table)
+    for voice in summary.voices:
+        for failure in voice.failures:
+            console.print(f"[yellow]skipped {failure}[/]")
+    console.print(f"{summary.clips} clips, {summary.hours:.2f} h, built in {summary.elapsed_s / 60:.1f} min")

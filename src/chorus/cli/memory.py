@@ -1,0 +1,52 @@
+"""``chorus memory``: what one training step costs, per category, predicted and measured."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from chorus.atomic import atomic_write_text
+from chorus.cli.common import config_default, config_option, console, user_errors
+from chorus.cli.method_options import method_help, method_options, with_method_fields
+from chorus.memory.presets import model_config_by_name
+from chorus.memory.report import memory_report
+from chorus.training.adapt import AdaptConfig, trainable_for
+from chorus.training.efficiency import MemoryOptions
+
+
+@with_method_fields
+def memory(
+    method: str = typer.Option(config_default(AdaptConfig, "method"), help=method_help()),
+    targets: str | None = typer.Option(None, help="Targets of the first method, as for `chorus adapt`."),
+    model: str = typer.Option("shipped", help="shipped (the shipped base's size), 500m (a 506M-parameter "
+                                              "configuration), or a JSON file of AcousticConfig fields."),
+    batch: int = typer.Option(8, help="Utterances per batch."),
+    text_length: int = typer.Option(60, help="Phonemes per utterance (padded)."),
+    frames: int = typer.Option(300, help="Mel frames per utterance (padded)."),
+    optimizer: str = config_option(MemoryOptions, "optimizer"),
+    precision: str = config_option(MemoryOptions, "precision"),
+    checkpointing: bool = config_option(MemoryOptions, "checkpointing"),
+    frozen_dtype: str = config_option(MemoryOptions, "frozen_dtype"),
+    measure: bool = typer.Option(True, help="Also run one real training step and measure it (CPU)."),
+    out: Path | None = typer.Option(None, help="Write the bar chart PNG here (and a .md beside it)."),
+    method_fields: dict[str, Any] | None = None,
+) -> None:
+    """Training memory per category, predicted analytically (any size, on the meta device) and
+    measured on a real step: weights, gradients, optimizer states, activations."""
+    with user_errors():
+        config = model_config_by_name(model)
+        options = method_options(method, method_fields or {}, targets)
+        AdaptConfig(method=method, method_options=options).method_configs()
+        if measure and model == "500m":
+            raise ValueError("measuring the 500m configuration needs tens of GB; use --no-measure")
+        report = memory_report(config, trainable=trainable_for(method, options), batch=batch,
+                               text_length=text_length, frames=frames, optimizer=optimizer, precision=precision,
+                               checkpointing=checkpointing, frozen_dtype=frozen_dtype, measure=measure,
+                               fresh_process=measure, out_png=out, label=f"{method} on {model}")
+    console.print(report.rich_table())
+    console.print(f"{report.parameters:,} parameters, {report.trainable_parameters:,} trained")
+    if out is not None:
+        atomic_write_text(out.with_suffix(".md"), report.markdown())
+        console.print(f"chart: {out}; table: {out.with_suffix('.md')}")

@@ -1,0 +1,137 @@
+"""The demo (``chorus demo``): unseen sentences in the base model's speakers, then a new voice adapted
+from the shipped 1-minute sample, each judged (Whisper WER, resemblyzer similarity, real-time factor)
+and what the new voice cost. Two steps, so a caller can report the first while the second trains."""
+
+from __future__ import annotations
+
+import resource
+from dataclasses import dataclass
+from pathlib import Path
+
+from chorus.adapters.voice import VoiceCard
+from chorus.audio.io import save_audio
+from chorus.corpus.text import benchmark_sentences
+from chorus.data.formats import discover
+from chorus.evaluation.report import EvalReport, Judges
+from chorus.evaluation.voices import (
+    SameVersusDifferent,
+    VoiceClip,
+    judge_clips,
+    same_versus_different,
+    synthesize_grid,
+)
+from chorus.synthesis import SAMPLE_VOICE, Synthesizer
+from chorus.training.adapt import AdaptConfig
+from chorus.training.adapt import adapt as run_adapt
+
+SAMPLE_VOICE_NAME = "piper-joe"   # the shipped sample's voice, held out of pretraining
+
+
+@dataclass
+class DemoConfig:
+    """speakers: base speakers to speak in (None: the model's showcase speakers, else its first four);
+    sentences: held-out benchmark sentences per speaker; adapt_method: method of the new voice ("" skips
+    adapting one); adapt_steps: its most adaptation steps."""
+
+    speakers: list[str] | None = None
+    sentences: int = 3
+    adapt_method: str = "residual"
+    adapt_steps: int = 150
+
+
+@dataclass
+class SpeakerScore:
+    """One base speaker over the demo's sentences: corpus WER, RTF, and the first sentence's transcript."""
+
+    speaker: str
+    wer: float
+    real_time_factor: float
+    first_transcript: str
+
+
+@dataclass
+class SpeakersResult:
+    """First half of the demo: the clips' report (written to ``report_path``), a score per speaker, and
+    the similarity of clips of the same speaker against clips of different speakers."""
+
+    texts: list[str]
+    scores: list[SpeakerScore]
+    similarity: SameVersusDifferent
+    report: EvalReport
+    report_path: Path
+    judges: Judges
+
+
+@dataclass
+class AdaptedVoiceResult:
+    """Second half: the new voice's folder and card, what it costs beside the base, and how it is judged."""
+
+    voice_dir: Path
+    card: VoiceCard
+    artifact_bytes: int          # adapter_model.safetensors
+    base_parameters: int
+    base_bytes: int              # the base's weights
+    peak_rss_bytes: int          # this process's peak resident memory so far
+    wer: float | None
+    similarity: float            # to the sample's real clips (nan without the speaker judge)
+
+    @property
+    def parameter_fraction(self) -> float:
+        return self.card.trainable_parameters / self.base_parameters
+
+    @property
+    def artifact_fraction(self) -> float:
+        return self.artifact_bytes / self.base_bytes
+
+
+def speak_base_speakers(tts: Synthesizer, out: Path, config: DemoConfig) -> SpeakersResult:
+    """Speak ``config.sentences`` held-out sentences in each chosen speaker, save the clips as
+    ``out/<speaker>_<index>.wav``, judge them and write ``out/report.md``."""
+    chosen = config.speakers or tts.bundle.info.get("showcase_speakers", tts.speakers[:4])
+    for speaker in chosen:
+        if speaker not in tts.speakers:
+            raise ValueError(f"unknown speaker {speaker!r}; see `chorus speakers`")
+    texts = benchmark_sentences()[:config.sentences]
+
+    def speak(text: str, speaker: str):
+        result = tts.synthesize(text, speaker)
+        return result.audio, result.sample_rate, result.seconds
+
+    clips = synthesize_grid(speak, chosen, texts)
+    for clip in clips:
+        save_audio(out / f"{clip.voice}_{clip.sentence_index:03d}.wav", clip.audio, clip.sample_rate)
+    judges = Judges(reference=False)
+    report = judge_clips(clips, judges)
+    scores = []
+    for speaker in chosen:
+        rows = [r for r in report.rows if r.id.startswith(speaker + "/")]
+        edits = sum(r.word_edits for r in rows)
+        words = sum(r.reference_words for r in rows)
+        rtf = sum(r.synthesis_seconds for r in rows) / sum(r.audio_seconds for r in rows)
+        scores.append(SpeakerScore(speaker, edits / words, rtf, rows[0].transcript or ""))
+    similarity = same_versus_different(clips, judges.speaker)
+    report_path = out / "report.md"
+    report.write(report_path)
+    return SpeakersResult(texts, scores, similarity, report, report_path, judges)
+
+
+def adapt_sample_voice(tts: Synthesizer, spoken: SpeakersResult, out: Path, config: DemoConfig) -> AdaptedVoiceResult:
+    """Adapt a new voice from the shipped sample (into ``out/voices/piper-joe``), speak the demo's
+    sentences with it (``out/piper-joe_<index>.wav``) and judge them against the sample's real clips."""
+    base_parameters = sum(p.numel() for p in tts.bundle.model.parameters())
+    base_bytes = sum(p.numel() * p.element_size() for p in tts.bundle.model.parameters())
+    result = run_adapt(SAMPLE_VOICE, tts.bundle, out / "voices" / SAMPLE_VOICE_NAME,
+                       AdaptConfig(method=config.adapt_method, steps=config.adapt_steps), name=SAMPLE_VOICE_NAME)
+    artifact = (result.voice_dir / "adapter_model.safetensors").stat().st_size
+    name = tts.load_voice(result.voice_dir)
+    clips = []
+    for index, text in enumerate(spoken.texts):
+        speech = tts.synthesize(text, voice=name)
+        clips.append(VoiceClip(name, index, text, speech.audio, speech.sample_rate, speech.seconds))
+        save_audio(out / f"{name}_{index:03d}.wav", speech.audio, speech.sample_rate)
+    references, _ = discover(SAMPLE_VOICE)
+    report = judge_clips(clips, spoken.judges, {name: [u.audio_path for u in references]})
+    # ru_maxrss is in KiB on Linux.
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    return AdaptedVoiceResult(result.voice_dir, result.card, artifact, base_parameters, base_bytes, peak,
+                              report.corpus_wer, report.means().get("speaker_similarity", float("nan")))
