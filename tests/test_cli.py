@@ -144,7 +144,7 @@ def test_adapt_takes_the_base_as_model_only(tiny_base, tmp_path):
 
 
 def test_serve_defaults_are_the_servers():
-    api = pytest.importorskip("chorus.serving.api", reason="needs the serve extra")
+    api = pytest.importorskip("chorus.serving.settings", reason="needs the serve extra")
     from chorus.cli.serve import server_settings
 
     defaults = api.ServerSettings()

@@ -53,8 +53,8 @@ def serve(
     """
     extras = "serve and ray extras" if ray else "serve extra"
     try:
-        from chorus.serving.api import ServerSettings
         from chorus.serving.api import serve as run_server
+        from chorus.serving.settings import ServerSettings
         if ray:
             from chorus.serving.ray_app import serve_ray
     except ImportError as error:
@@ -74,9 +74,11 @@ def server_settings(defaults, adapt_method: str | None, adapt_steps: int | None,
                     max_text_chars: int | None):
     """``defaults`` (a ``ServerSettings``) with what the command line gives; a bad onboarding method
     fails here, before the server starts."""
+    from chorus.serving.worker import adapt_config
+
     given = {"method": adapt_method, "steps": adapt_steps, "threads": adapt_threads}
     adapt = dataclasses.replace(defaults.adapt, **{k: v for k, v in given.items() if v is not None})
-    adapt.method_configs()
+    adapt_config(adapt)
     settings = dataclasses.replace(defaults, adapt=adapt)
     if max_text_chars is not None:
         settings = dataclasses.replace(settings, max_text_chars=max_text_chars)
