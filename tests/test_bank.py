@@ -6,6 +6,8 @@ unpack round trip; refusals."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 from torch import nn
@@ -24,6 +26,7 @@ from chorus.adapters.bank import banked, pack_bank
 from chorus.adapters.bitfit import BitFitConfig
 from chorus.adapters.conditional_norm import ConditionalNormConfig
 from chorus.adapters.lora import LoraConfig
+from chorus.adapters.registry import ALL_LAYERS
 from chorus.adapters.residual import ResidualAdapterConfig
 from chorus.adapters.voice import VoiceCard, apply_voice, read_voice, save_voice
 from chorus.models.acoustic import build_model
@@ -275,6 +278,31 @@ def test_foreign_model_bank_equals_routed_reference():
     mix = ["v0", "v1", BASE, "v3", "v2", "v1"]
     with routed(model, mix):
         expected = model(ids)
+    with banked(model, bank, mix):
+        torch.testing.assert_close(model(ids), expected, rtol=1e-4, atol=1e-5)
+
+
+FOREIGN_METHODS = [method.name for method in methods()
+                   if any(method.supports(module) for module in ForeignModel().modules())]
+
+
+@pytest.mark.parametrize("method", FOREIGN_METHODS)
+def test_each_method_banks_on_a_foreign_model(method):
+    """Every method that fits a layer of a module tree Chorus did not build, on all such layers."""
+    torch.manual_seed(0)
+    model = ForeignModel()
+    for k, name in enumerate(NAMES[:4]):
+        config = dataclasses.replace(get_method(method).example(k), targets=ALL_LAYERS, exclude=None, layers=None)
+        add_adapter(model, name, [config])
+        with torch.no_grad():
+            for value in adapter_state_dict(model, name).values():
+                value.copy_(torch.randn_like(value) * 0.1 + value)
+    bank = pack_bank(model, NAMES[:4])
+    ids = torch.randint(0, 20, (6, 11))
+    mix = ["v0", "v1", BASE, "v3", "v2", "v1"]
+    with routed(model, mix):
+        expected = model(ids)
+    assert not torch.equal(expected, model(ids))
     with banked(model, bank, mix):
         torch.testing.assert_close(model(ids), expected, rtol=1e-4, atol=1e-5)
 
