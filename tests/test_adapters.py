@@ -20,13 +20,13 @@ from chorus.adapters import (
     adapter_names,
     adapter_state_dict,
     add_adapter,
+    all_methods,
     base_state_dict,
     find_targets,
     get_method,
     mark_trainable,
     merge_adapter,
     method_names,
-    methods,
     remove_adapter,
     routed,
     set_active,
@@ -49,13 +49,13 @@ from chorus.models.config import AcousticConfig
 CONFIG = AcousticConfig(n_symbols=40, n_speakers=3, d_model=32, n_heads=2, encoder_layers=2, decoder_layers=2,
                         ff_hidden=48, predictor_hidden=16, speaker_dim=8)
 # Every registered method alone (its representative example), and all of them in one voice.
-CASES = [method.name for method in methods()] + ["all"]
-MERGEABLE = [method.name for method in methods() if method.mergeable]
+CASES = [method.name for method in all_methods()] + ["all"]
+MERGEABLE = [method.name for method in all_methods() if method.mergeable]
 
 
 def configs_of(case: str):
     if case == "all":
-        return [method.example(0) for method in methods()]
+        return [method.example(0) for method in all_methods()]
     return [get_method(case).example(0)]
 
 
@@ -165,7 +165,8 @@ def test_reading_a_voice_again_and_again_keeps_no_memory(tmp_path):
     model, _ = model_and_inputs()
     configs = configs_of("all")
     add_adapter(model, "v1", configs)
-    save_voice(tmp_path / "v1", model, "v1", configs, VoiceCard("v1", [c.method for c in configs], base_model_sha256=""))
+    save_voice(tmp_path / "v1", model, "v1", configs,
+               VoiceCard("v1", [c.method for c in configs], base_model_sha256=""))
     tensors = len(read_voice(tmp_path / "v1").tensors)
     for _ in range(20):   # warm-up: caches of the first reads
         read_voice(tmp_path / "v1")
@@ -285,14 +286,14 @@ def test_a_new_method_is_one_module_and_one_line():
 def test_the_registry_imports_no_method():
     grimp = pytest.importorskip("grimp")
     graph = grimp.build_graph("chorus")
-    shipped = [m.config_class.__module__ for m in methods() if m.config_class.__module__.startswith("chorus.")]
-    assert len(shipped) == len(methods()) - 1   # all but the toy
+    shipped = [m.config_class.__module__ for m in all_methods() if m.config_class.__module__.startswith("chorus.")]
+    assert len(shipped) == len(all_methods()) - 1   # all but the toy
     for module in shipped:
         assert not graph.chain_exists(importer="chorus.adapters.registry", imported=module), module
         assert graph.direct_import_exists(importer="chorus.adapters.methods", imported=module), module
 
 
-@pytest.mark.parametrize("method", [method.name for method in methods()])
+@pytest.mark.parametrize("method", [method.name for method in all_methods()])
 def test_every_config_field_has_help(method):
     # The command line makes an option of every field, with this text as its help.
     for config_field in dataclasses.fields(get_method(method).config_class):
@@ -312,7 +313,7 @@ class ForeignModel(nn.Module):
         return self.conv(self.body(self.embed(ids)).transpose(1, 2))
 
 
-FOREIGN_METHODS = [method.name for method in methods()
+FOREIGN_METHODS = [method.name for method in all_methods()
                    if any(method.supports(module) for module in ForeignModel().modules())]
 
 

@@ -17,9 +17,9 @@ from chorus.adapters import (
     active_adapter,
     adapter_state_dict,
     add_adapter,
+    all_methods,
     get_method,
     merge_adapter,
-    methods,
     routed,
 )
 from chorus.adapters.bank import banked, pack_bank
@@ -45,7 +45,7 @@ def voice_configs(method: str, k: int):
     if method != "all":
         return [get_method(method).example(k)]
     # Voice k lacks the registry's method k, so every layer sees present and absent voices.
-    return [m.example(k) for index, m in enumerate(methods()) if index != k]
+    return [m.example(k) for index, m in enumerate(all_methods()) if index != k]
 
 
 MIXES = {
@@ -112,7 +112,7 @@ def region(tensor):
     return tuple(slice(0, size) for size in tensor.shape)
 
 
-@pytest.mark.parametrize("method", [*(m.name for m in methods()), "all"])
+@pytest.mark.parametrize("method", [*(m.name for m in all_methods()), "all"])
 def test_bank_equals_routed_reference(method):
     model = model_with_voices(method)
     bank = pack_bank(model, NAMES)
@@ -282,7 +282,7 @@ def test_foreign_model_bank_equals_routed_reference():
         torch.testing.assert_close(model(ids), expected, rtol=1e-4, atol=1e-5)
 
 
-FOREIGN_METHODS = [method.name for method in methods()
+FOREIGN_METHODS = [method.name for method in all_methods()
                    if any(method.supports(module) for module in ForeignModel().modules())]
 
 

@@ -29,13 +29,13 @@ from chorus.adapters.layer import BASE, AdapterLayer
 from chorus.adapters.registry import (
                                     FULL_FINE_TUNING,
                                     MethodConfig,
+                                    all_methods,
                                     config_from_dict,
                                     get_method,
                                     method_names,
-                                    methods,
 )
 
 __all__ = ["BASE", "FULL_FINE_TUNING", "AdapterLayer", "MethodConfig", "active_adapter", "adapter_layers",
-           "adapter_names", "adapter_state_dict", "add_adapter", "base_state_dict", "config_from_dict",
-           "find_targets", "get_method", "load_adapter_state_dict", "mark_trainable", "merge_adapter",
-           "method_names", "methods", "remove_adapter", "routed", "set_active", "unmerge_all"]
+           "adapter_names", "adapter_state_dict", "add_adapter", "all_methods", "base_state_dict",
+           "config_from_dict", "find_targets", "get_method", "load_adapter_state_dict", "mark_trainable",
+           "merge_adapter", "method_names", "remove_adapter", "routed", "set_active", "unmerge_all"]

@@ -122,7 +122,7 @@ def method_names() -> list[str]:
     return sorted(_METHODS) + [FULL_FINE_TUNING]
 
 
-def methods() -> list[Method]:
+def all_methods() -> list[Method]:
     """The adapter methods in registration order (full fine-tuning is no method)."""
     return list(_METHODS.values())
 
