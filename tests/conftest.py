@@ -18,6 +18,7 @@ import pytest
 import soundfile as sf
 import torch
 
+import toy_method  # noqa: F401  (registers a toy adapter method: the one line a new method adds to the list)
 from chorus.text import normalize_text
 
 SAMPLE_RATE = 22_050
@@ -33,6 +34,12 @@ LJ_LINES = [
 
 # A speaking rate typical of read English, used only by the synthetic fallback.
 _CHARACTERS_PER_SECOND = 14.0
+
+
+@pytest.fixture
+def peft():
+    """The ``peft`` package: only the tests that compare with PEFT skip where it is not installed."""
+    return pytest.importorskip("peft")
 
 
 @pytest.fixture(autouse=True, scope="session")

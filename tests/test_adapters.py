@@ -1,9 +1,11 @@
-"""Adapter framework: every method on the Chorus model and on a foreign module; the matrix the design
-asks for (disabled equals base, merged equals unmerged, only adapters train, save/load round-trips,
-per-sample routing equals separate runs), PEFT interoperability and refusals."""
+"""Adapter framework: every registered method (the toy of ``tests/toy_method.py`` too) on the Chorus
+model and on a foreign module; the matrix the design asks for (disabled equals base, merged equals
+unmerged, only adapters train, save/load round-trips, per-sample routing equals separate runs), the
+registry, PEFT interoperability and refusals."""
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import json
 import tracemalloc
@@ -18,21 +20,22 @@ from chorus.adapters import (
     adapter_names,
     adapter_state_dict,
     add_adapter,
+    all_methods,
     base_state_dict,
     find_targets,
+    get_method,
     mark_trainable,
     merge_adapter,
+    method_names,
     remove_adapter,
     routed,
     set_active,
     unmerge_all,
 )
 from chorus.adapters.bitfit import BitFitConfig
-from chorus.adapters.conditional_norm import ConditionalNormConfig
 from chorus.adapters.lora import LoraConfig
-from chorus.adapters.prefix import PrefixConfig
+from chorus.adapters.registry import ALL_LAYERS, FULL_FINE_TUNING
 from chorus.adapters.residual import ResidualAdapterConfig
-from chorus.adapters.speaker import SpeakerConfig
 from chorus.adapters.voice import (
     VoiceCard,
     VoiceError,
@@ -45,17 +48,15 @@ from chorus.models.config import AcousticConfig
 
 CONFIG = AcousticConfig(n_symbols=40, n_speakers=3, d_model=32, n_heads=2, encoder_layers=2, decoder_layers=2,
                         ff_hidden=48, predictor_hidden=16, speaker_dim=8)
-METHODS = {
-    "lora": lambda: [LoraConfig(r=4)],
-    "residual": lambda: [ResidualAdapterConfig(bottleneck=4)],
-    "prefix": lambda: [PrefixConfig(n_prefix=3)],
-    "speaker": lambda: [SpeakerConfig(train_projection=True)],
-    "cln": lambda: [ConditionalNormConfig()],
-    "bitfit": lambda: [BitFitConfig()],
-    "all": lambda: [PrefixConfig(n_prefix=2), LoraConfig(r=2), ResidualAdapterConfig(bottleneck=4),
-                    SpeakerConfig(train_projection=True), ConditionalNormConfig(), BitFitConfig()],
-}
-MERGEABLE = ["lora", "cln", "bitfit"]
+# Every registered method alone (its representative example), and all of them in one voice.
+CASES = [method.name for method in all_methods()] + ["all"]
+MERGEABLE = [method.name for method in all_methods() if method.mergeable]
+
+
+def configs_of(case: str):
+    if case == "all":
+        return [method.example(0) for method in all_methods()]
+    return [get_method(case).example(0)]
 
 
 def model_and_inputs(seed: int = 0):
@@ -79,12 +80,12 @@ def randomize(model, name):
             value.copy_(torch.randn_like(value) * 0.05 + value)
 
 
-@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("method", CASES)
 def test_disabled_adapter_leaves_base_bit_identical(method):
     model, inputs = model_and_inputs()
     before = infer(model, inputs)
     base_weights = {k: v.clone() for k, v in model.state_dict().items()}
-    add_adapter(model, "v1", METHODS[method]())
+    add_adapter(model, "v1", configs_of(method))
     randomize(model, "v1")
     with active_adapter(model, "v1"):
         adapted = infer(model, inputs)
@@ -98,7 +99,7 @@ def test_disabled_adapter_leaves_base_bit_identical(method):
 def test_merged_equals_unmerged_and_unmerge_restores_exactly(method):
     model, inputs = model_and_inputs()
     before = infer(model, inputs)
-    add_adapter(model, "v1", METHODS[method]())
+    add_adapter(model, "v1", configs_of(method))
     randomize(model, "v1")
     with active_adapter(model, "v1"):
         unmerged = infer(model, inputs)
@@ -119,11 +120,11 @@ def test_merging_a_nonlinear_adapter_is_refused():
         merge_adapter(model, "v1")
 
 
-@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("method", CASES)
 def test_only_adapter_parameters_train(method):
     model, (phonemes, lengths, speakers) = model_and_inputs()
     base = {k: v.clone() for k, v in model.state_dict().items()}
-    add_adapter(model, "v1", METHODS[method]())
+    add_adapter(model, "v1", configs_of(method))
     trainable = mark_trainable(model, "v1")
     assert trainable and all(p.requires_grad for p in trainable)
     assert {id(p) for p in model.parameters() if p.requires_grad} == {id(p) for p in trainable}
@@ -140,10 +141,10 @@ def test_only_adapter_parameters_train(method):
     assert all(torch.equal(after[k], v) for k, v in base.items())
 
 
-@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("method", CASES)
 def test_voice_folder_round_trip(method, tmp_path):
     model, inputs = model_and_inputs()
-    configs = METHODS[method]()
+    configs = configs_of(method)
     add_adapter(model, "v1", configs)
     randomize(model, "v1")
     with active_adapter(model, "v1"):
@@ -162,9 +163,10 @@ def test_reading_a_voice_again_and_again_keeps_no_memory(tmp_path):
     """A server reads voices on demand for as long as it runs: a read must leave nothing behind
     (safetensors' own file reader keeps ~55 bytes per tensor name per open)."""
     model, _ = model_and_inputs()
-    configs = METHODS["all"]()
+    configs = configs_of("all")
     add_adapter(model, "v1", configs)
-    save_voice(tmp_path / "v1", model, "v1", configs, VoiceCard("v1", [c.method for c in configs], base_model_sha256=""))
+    save_voice(tmp_path / "v1", model, "v1", configs,
+               VoiceCard("v1", [c.method for c in configs], base_model_sha256=""))
     tensors = len(read_voice(tmp_path / "v1").tensors)
     for _ in range(20):   # warm-up: caches of the first reads
         read_voice(tmp_path / "v1")
@@ -183,7 +185,7 @@ def test_routing_per_sample_equals_separate_runs():
     """The slow reference path: each row with its own voice equals running that voice alone."""
     model, (phonemes, lengths, speakers) = model_and_inputs()
     for name in ("a", "b"):
-        add_adapter(model, name, METHODS["all"]())
+        add_adapter(model, name, configs_of("all"))
         randomize(model, name)
     mixes = [["a", "b", BASE], ["a", "a", "a"], [BASE, BASE, "b"], ["b", "a", "b"]]
     for mix in mixes:
@@ -265,9 +267,37 @@ def test_bad_targets_are_refused_before_anything_changes():
     assert adapter_names(model) == set()
     with pytest.raises(TypeError, match="supports: Linear, Conv1d, Embedding"):
         add_adapter(model, "v1", [LoraConfig(targets=["encoder.layers.0.norm1"])])
+    with pytest.raises(TypeError, match=r"bitfit cannot adapt '0' \(Linear\): it has no bias"):
+        add_adapter(nn.Sequential(nn.Linear(4, 4, bias=False)), "v1", [BitFitConfig(targets=["0"])])
     with pytest.raises(ValueError, match="unknown adapter method 'dora'"):
-        from chorus.adapters import get_method
         get_method("dora")
+
+
+# -- the registry: a method is one module plus one line ------------------------------------------------
+
+def test_a_new_method_is_one_module_and_one_line():
+    """The toy method (tests/toy_method.py), registered by its import in tests/conftest.py as the shipped
+    methods are by chorus/adapters/methods.py, is a method like the others: every test parametrized over
+    the registry here and in test_bank.py / test_memory_adapters.py covers it."""
+    assert "toy" in method_names() and method_names()[-1] == FULL_FINE_TUNING
+    assert {"toy"} <= set(CASES) & set(MERGEABLE) & set(FOREIGN_METHODS)
+
+
+def test_the_registry_imports_no_method():
+    grimp = pytest.importorskip("grimp")
+    graph = grimp.build_graph("chorus")
+    shipped = [m.config_class.__module__ for m in all_methods() if m.config_class.__module__.startswith("chorus.")]
+    assert len(shipped) == len(all_methods()) - 1   # all but the toy
+    for module in shipped:
+        assert not graph.chain_exists(importer="chorus.adapters.registry", imported=module), module
+        assert graph.direct_import_exists(importer="chorus.adapters.methods", imported=module), module
+
+
+@pytest.mark.parametrize("method", [method.name for method in all_methods()])
+def test_every_config_field_has_help(method):
+    # The command line makes an option of every field, with this text as its help.
+    for config_field in dataclasses.fields(get_method(method).config_class):
+        assert config_field.metadata.get("help"), f"{method}: field {config_field.name!r} has no help text"
 
 
 class ForeignModel(nn.Module):
@@ -283,17 +313,17 @@ class ForeignModel(nn.Module):
         return self.conv(self.body(self.embed(ids)).transpose(1, 2))
 
 
-@pytest.mark.parametrize("configs", [
-    [LoraConfig(targets=["embed", "body.0", "conv"], r=2)],
-    [ResidualAdapterConfig(targets=["body.0", "conv", "body.2"], bottleneck=3)],
-    [ConditionalNormConfig(targets=["body.2"])],
-    [BitFitConfig()],
-], ids=["lora", "residual", "cln", "bitfit"])
-def test_foreign_model(configs):
+FOREIGN_METHODS = [method.name for method in all_methods()
+                   if any(method.supports(module) for module in ForeignModel().modules())]
+
+
+@pytest.mark.parametrize("method", FOREIGN_METHODS)
+def test_foreign_model(method):
     torch.manual_seed(0)
     model = ForeignModel()
     ids = torch.randint(0, 20, (2, 5))
     before = model(ids)
+    configs = [dataclasses.replace(get_method(method).example(0), targets=ALL_LAYERS, exclude=None, layers=None)]
     add_adapter(model, "x", configs)
     randomize(model, "x")
     trainable = mark_trainable(model, "x")
@@ -332,12 +362,9 @@ def test_voice_refusals(tmp_path):
     assert adapter_names(other) == set()
 
 
-# -- PEFT interoperability: the same LoRA file is read by both ------------------------------------------
+# -- PEFT interoperability: the same LoRA file is read by both (the peft fixture skips without peft) ----
 
-peft = pytest.importorskip("peft")
-
-
-def test_peft_loads_a_chorus_lora(tmp_path):
+def test_peft_loads_a_chorus_lora(peft, tmp_path):
     model, inputs = model_and_inputs()
     configs = [LoraConfig(r=4, alpha=8, targets=["q_proj", "v_proj", "conv1", "symbol_embedding"])]
     add_adapter(model, "v1", configs)
@@ -350,7 +377,7 @@ def test_peft_loads_a_chorus_lora(tmp_path):
     torch.testing.assert_close(peft_model.base_model.model.infer(*inputs[:2], speaker_ids=inputs[2]).mel, expected)
 
 
-def test_chorus_loads_a_peft_lora(tmp_path):
+def test_chorus_loads_a_peft_lora(peft, tmp_path):
     model, inputs = model_and_inputs()
     peft_config = peft.LoraConfig(r=4, lora_alpha=8, target_modules=["k_proj", "out_proj", "conv2"],
                                   init_lora_weights=False)   # random B, so the update is not zero

@@ -1,9 +1,12 @@
 """Voice banks (many voices in one batch): the batched bank path against the name-keyed per-sample
-routing reference for every method alone and all combined, in inference and teacher-forced training,
-across voice mixes (all distinct, uniform, skewed, identical, base only); against PEFT's mixed-adapter
-batch; gradients of a trainable bank; the unpack round trip; refusals."""
+routing reference for every registered method alone and all combined, in inference and teacher-forced
+training, across voice mixes (all distinct, uniform, skewed, identical, base only); LoRA banks against
+PEFT's mixed-adapter batch across the same mixes, in both modes; gradients of a trainable bank; the
+unpack round trip; refusals."""
 
 from __future__ import annotations
+
+import dataclasses
 
 import pytest
 import torch
@@ -14,6 +17,8 @@ from chorus.adapters import (
     active_adapter,
     adapter_state_dict,
     add_adapter,
+    all_methods,
+    get_method,
     merge_adapter,
     routed,
 )
@@ -21,9 +26,8 @@ from chorus.adapters.bank import banked, pack_bank
 from chorus.adapters.bitfit import BitFitConfig
 from chorus.adapters.conditional_norm import ConditionalNormConfig
 from chorus.adapters.lora import LoraConfig
-from chorus.adapters.prefix import PrefixConfig
+from chorus.adapters.registry import ALL_LAYERS
 from chorus.adapters.residual import ResidualAdapterConfig
-from chorus.adapters.speaker import SpeakerConfig
 from chorus.adapters.voice import VoiceCard, apply_voice, read_voice, save_voice
 from chorus.models.acoustic import build_model
 from chorus.models.config import AcousticConfig
@@ -32,26 +36,16 @@ CONFIG = AcousticConfig(n_symbols=40, n_speakers=3, d_model=32, n_heads=2, encod
                         ff_hidden=48, predictor_hidden=16, speaker_dim=8)
 NAMES = [f"v{k}" for k in range(6)]
 
-# Voice k of each method: sizes and targets differ between voices (ranks, bottlenecks and prefix lengths
-# are padded in the bank; voices that skip a layer have an absent slot there).
-VOICE = {
-    "lora": lambda k: LoraConfig(r=1 + k % 4, alpha=2.0 + k, use_rslora=k == 3, targets=(
-        ["q_proj", "v_proj", "out_proj", "conv1", "symbol_embedding", "mel_proj"] if k % 2 == 0
-        else ["k_proj", "conv2", "speaker_proj"])),
-    "residual": lambda k: ResidualAdapterConfig(bottleneck=2 + k % 3, layers=[0] if k % 3 == 1 else None),
-    "prefix": lambda k: PrefixConfig(n_prefix=1 + k % 3, layers=[1] if k == 4 else None),
-    "speaker": lambda k: SpeakerConfig(train_projection=k % 2 == 0, train_vector=k != 4),
-    "cln": lambda k: ConditionalNormConfig(exclude=r"decoder\..*" if k % 2 else None),
-    "bitfit": lambda k: BitFitConfig(exclude=r"encoder\..*" if k % 2 else None),
-}
-ORDER = ["prefix", "lora", "residual", "speaker", "cln", "bitfit"]
 
 
 def voice_configs(method: str, k: int):
+    """Voice k of ``method`` is the method's example k (:attr:`Method.example`: sizes and targets differ
+    between voices, so ranks, bottlenecks and prefix lengths are padded in the bank and voices that skip
+    a layer have an absent slot there)."""
     if method != "all":
-        return [VOICE[method](k)]
-    # Voice k lacks method k + 1 (voice 5 has all six), so every layer sees present and absent voices.
-    return [VOICE[m](k) for index, m in enumerate(ORDER) if index != k + 1]
+        return [get_method(method).example(k)]
+    # Voice k lacks the registry's method k, so every layer sees present and absent voices.
+    return [m.example(k) for index, m in enumerate(all_methods()) if index != k]
 
 
 MIXES = {
@@ -118,7 +112,7 @@ def region(tensor):
     return tuple(slice(0, size) for size in tensor.shape)
 
 
-@pytest.mark.parametrize("method", [*VOICE, "all"])
+@pytest.mark.parametrize("method", [*(m.name for m in all_methods()), "all"])
 def test_bank_equals_routed_reference(method):
     model = model_with_voices(method)
     bank = pack_bank(model, NAMES)
@@ -175,8 +169,12 @@ def test_trainable_bank_gradients_match_reference_and_stay_per_voice():
     mix = ["v0", "v2", BASE, "v3", "v4", "v5", "v0", "v4"]   # v1 has no sample; v4's speaker vector is fixed
     assert compare_gradients(model, bank, inputs, mix) > 50
     speaker = next(layer for path, layer in bank.layers if path == "speaker_embedding")
-    assert speaker.bank["speaker_vector"].grad[[1, 4]].abs().sum() == 0   # absent from the batch; fixed
-    assert speaker.bank["speaker_vector"].grad[[0, 3, 5]].abs().min() > 0
+    learns = [name in mix and name in speaker.configs and speaker.configs[name].train_vector for name in NAMES]
+    assert "v4" in speaker.configs and not speaker.configs["v4"].train_vector   # a fixed vector in the batch
+    grad = speaker.bank["speaker_vector"].grad
+    learns = torch.tensor(learns)
+    assert grad[~learns].abs().sum() == 0   # absent from the batch or from the voice; fixed
+    assert grad[learns].abs().min() > 0 and learns.sum() >= 3
 
     # Each slot learns from its own samples only: a loss on v3's rows reaches slot 3 alone.
     bank_parameters = list(bank.parameters())
@@ -284,6 +282,31 @@ def test_foreign_model_bank_equals_routed_reference():
         torch.testing.assert_close(model(ids), expected, rtol=1e-4, atol=1e-5)
 
 
+FOREIGN_METHODS = [method.name for method in all_methods()
+                   if any(method.supports(module) for module in ForeignModel().modules())]
+
+
+@pytest.mark.parametrize("method", FOREIGN_METHODS)
+def test_each_method_banks_on_a_foreign_model(method):
+    """Every method that fits a layer of a module tree Chorus did not build, on all such layers."""
+    torch.manual_seed(0)
+    model = ForeignModel()
+    for k, name in enumerate(NAMES[:4]):
+        config = dataclasses.replace(get_method(method).example(k), targets=ALL_LAYERS, exclude=None, layers=None)
+        add_adapter(model, name, [config])
+        with torch.no_grad():
+            for value in adapter_state_dict(model, name).values():
+                value.copy_(torch.randn_like(value) * 0.1 + value)
+    bank = pack_bank(model, NAMES[:4])
+    ids = torch.randint(0, 20, (6, 11))
+    mix = ["v0", "v1", BASE, "v3", "v2", "v1"]
+    with routed(model, mix):
+        expected = model(ids)
+    assert not torch.equal(expected, model(ids))
+    with banked(model, bank, mix):
+        torch.testing.assert_close(model(ids), expected, rtol=1e-4, atol=1e-5)
+
+
 def test_refusals():
     model = model_with_voices("lora")
     bank = pack_bank(model, NAMES[:3])
@@ -309,30 +332,44 @@ def test_refusals():
 
 # -- PEFT's mixed-adapter batch (adapter_names=[...]) is a second, independent reference ---------------
 
-peft = pytest.importorskip("peft")
+def peft_run(peft_model, inputs, mix, teacher_forced: bool):
+    """PEFT's mixed-adapter batch: sample i through adapter ``mix[i]`` (``BASE`` is PEFT's base sentinel
+    too). ``PeftModel.forward`` takes ``adapter_names`` for the teacher-forced forward; inference
+    (``infer``) runs inside the context that ``forward`` and ``generate`` enter for it, which adds the
+    per-sample adapter names to every LoRA layer's forward."""
+    phonemes, text_lengths, mel, frame_lengths, speakers = inputs
+    if teacher_forced:
+        return peft_model(phonemes, text_lengths, mel, frame_lengths, speaker_ids=speakers, adapter_names=mix)
+    with peft_model._enable_peft_forward_hooks(adapter_names=mix):
+        return peft_model.get_base_model().infer(phonemes, text_lengths, speaker_ids=speakers)
 
 
-def test_lora_bank_equals_peft_mixed_batch(tmp_path):
-    specs = {"p0": dict(r=2, lora_alpha=4, target_modules=["q_proj", "v_proj", "conv1"]),
-             "p1": dict(r=4, lora_alpha=8, target_modules=["k_proj", "out_proj", "symbol_embedding", "conv2"]),
-             "p2": dict(r=3, lora_alpha=3, target_modules=["q_proj", "mel_proj", "speaker_proj"], use_rslora=True)}
+def test_lora_bank_equals_peft_mixed_batch(peft, tmp_path):
+    """PEFT makes the six LoRA voices (the registry's LoRA examples: ranks 1-4, rsLoRA, attention,
+    convolutions, embedding and projections), Chorus reads PEFT's folders and banks them: equal in
+    every voice mix, teacher-forced and in inference."""
+    lora = [get_method("lora").example(k) for k in range(len(NAMES))]
+    specs = {name: dict(r=c.r, lora_alpha=c.alpha, target_modules=c.targets, use_rslora=c.use_rslora,
+                        init_lora_weights=False)   # random B, so every update is non-zero
+             for name, c in zip(NAMES, lora, strict=True)}
     torch.manual_seed(0)
-    peft_model = peft.get_peft_model(build_model(CONFIG).eval(),
-                                     peft.LoraConfig(**specs["p0"], init_lora_weights=False), adapter_name="p0")
-    for name in ("p1", "p2"):
-        peft_model.add_adapter(name, peft.LoraConfig(**specs[name], init_lora_weights=False))
+    peft_model = peft.get_peft_model(build_model(CONFIG).eval(), peft.LoraConfig(**specs["v0"]), adapter_name="v0")
+    for name in NAMES[1:]:
+        peft_model.add_adapter(name, peft.LoraConfig(**specs[name]))
     peft_model.eval()
     peft_model.save_pretrained(str(tmp_path))   # one folder per adapter
     torch.manual_seed(0)
     model = build_model(CONFIG).eval()
-    for name in specs:
+    for name in NAMES:
         apply_voice(model, read_voice(tmp_path / name), name)
-    bank = pack_bank(model, list(specs))
-    phonemes, text_lengths, mel, frame_lengths, speakers = inputs = batch()
-    for mix in (["p0", "p1", "p2", BASE, "p2", "p0", BASE, "p1"], ["p1"] * 7 + [BASE]):
-        with torch.no_grad():
-            expected = peft_model(phonemes, text_lengths, mel, frame_lengths, speaker_ids=speakers,
-                                  adapter_names=mix)
-            with banked(model, bank, mix):
-                actual = run(model, inputs, True)
-        assert_same_output(actual, expected)
+    bank = pack_bank(model, NAMES)
+    inputs = batch()
+    for mix in MIXES.values():
+        for teacher_forced in (True, False):
+            with torch.no_grad():
+                expected = peft_run(peft_model, inputs, mix, teacher_forced)
+                with banked(model, bank, mix):
+                    actual = run(model, inputs, teacher_forced)
+                base = run(model, inputs, teacher_forced)
+            assert_same_output(actual, expected)
+            assert torch.equal(expected.mel, base.mel) == (mix == MIXES["base"])   # PEFT applied the voices

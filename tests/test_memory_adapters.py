@@ -1,4 +1,5 @@
-"""Memory prediction of adapter training: every method's wrappers against one measured step, per category."""
+"""Memory prediction of adapter training: every registered method's wrappers (their ``shadow_forward``)
+against one measured step, per category."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import functools
 import pytest
 import torch
 
-from chorus.adapters import BASE, routed, set_active
+from chorus.adapters import BASE, method_names, routed, set_active
 from chorus.adapters.lora import LoraConfig, LoraLinear
 from chorus.memory import ShadowPass, measure_acoustic_step, predict_memory
 from chorus.memory.measure import measure_training_step
@@ -46,10 +47,11 @@ def _assert_close(predicted, measured, tolerance: float = 0.10) -> None:
         assert abs(p - m) <= tolerance * m, f"{name}: predicted {p} B, measured {m} B"
 
 
+# Every registered method (and full fine-tuning) with its defaults, then combinations and variants.
 @pytest.mark.parametrize("method,options", [
-    ("lora", {}), ("residual", {}), ("prefix", {}), ("speaker", {}), ("cln", {}), ("bitfit", {}),
-    ("lora+speaker", {}), ("full", {}), ("speaker", {"speaker": {"train_projection": True}}),
-], ids=["lora", "residual", "prefix", "speaker", "cln", "bitfit", "lora+speaker", "full", "speaker-projection"])
+    *((name, {}) for name in method_names()),
+    ("lora+speaker", {}), ("speaker", {"speaker": {"train_projection": True}}),
+], ids=[*method_names(), "lora+speaker", "speaker-projection"])
 def test_adapter_prediction_matches_measurement(method, options):
     predicted, measured = _compare(adapted(method, **options))
     _assert_close(predicted, measured)

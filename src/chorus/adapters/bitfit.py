@@ -31,8 +31,8 @@ class BiasDelta(AdapterLayer):
         self.axis = 1 if isinstance(innermost(base_layer), nn.Conv1d) else -1
 
     @classmethod
-    def can_wrap(cls, layer: nn.Module) -> bool:
-        return getattr(layer, "bias", None) is not None
+    def cannot_wrap(cls, layer: nn.Module) -> str | None:
+        return None if getattr(layer, "bias", None) is not None else "it has no bias"
 
     def add(self, name: str, config: BitFitConfig) -> None:
         base = innermost(self)
@@ -57,6 +57,15 @@ class BiasDelta(AdapterLayer):
     def merged_base_tensors(self, name):
         return {"bias": innermost(self).bias + self.bias_delta[name]}
 
+    def shadow_forward(self, pass_, name, x):
+        # base(x) + delta: an addition saves nothing; the float32 delta promotes a bf16 output.
+        return pass_.elementwise(pass_.leaf(self.base_layer, x), pass_.parameter(self.bias_delta[name]))
+
+
+def _example(k: int) -> BitFitConfig:
+    """Test voice ``k``: odd voices leave the encoder's biases alone."""
+    return BitFitConfig(exclude=r"encoder\..*" if k % 2 else None)
+
 
 register(Method("bitfit", BitFitConfig, ((nn.Linear, BiasDelta), (nn.Conv1d, BiasDelta), (nn.LayerNorm, BiasDelta)),
-                learning_rate=3e-3, summary="per-voice deltas of every bias"))
+                learning_rate=3e-3, summary="per-voice deltas of every bias", example=_example))

@@ -14,13 +14,14 @@ import torch.nn.functional as F
 from torch import nn
 
 from chorus.adapters.layer import AdapterLayer, innermost
-from chorus.adapters.registry import Method, MethodConfig, register
+from chorus.adapters.registry import TARGETS_HELP, Method, MethodConfig, register
 
 
 @dataclass
 class ConditionalNormConfig(MethodConfig):
     method = "cln"
-    targets: str | list[str] = field(default_factory=lambda: ["norm1", "norm2", "norm"])
+    targets: str | list[str] = field(default_factory=lambda: ["norm1", "norm2", "norm"],
+                                     metadata={"help": f"{TARGETS_HELP}; default: norm1, norm2, norm"})
 
 
 class ConditionalLayerNorm(AdapterLayer):
@@ -62,6 +63,19 @@ class ConditionalLayerNorm(AdapterLayer):
         base = innermost(self)
         return {"weight": base.weight + self.norm_scale[name], "bias": base.bias + self.norm_shift[name]}
 
+    def shadow_forward(self, pass_, name, x):
+        """x ``[..., dim]`` -> ``[..., dim]``: base(x) + layer_norm(x) * scale + shift. The plain
+        normalization is a second layer norm node (its own mean and std), kept for the scale's gradient."""
+        normalized = pass_.layer_norm(x, len(innermost(self).normalized_shape))
+        scaled = pass_.mul(normalized, pass_.parameter(self.norm_scale[name]))
+        shifted = pass_.elementwise(scaled, pass_.parameter(self.norm_shift[name]))
+        return pass_.elementwise(pass_.leaf(self.base_layer, x), shifted)
+
+
+def _example(k: int) -> ConditionalNormConfig:
+    """Test voice ``k``: odd voices leave the decoder's norms alone."""
+    return ConditionalNormConfig(exclude=r"decoder\..*" if k % 2 else None)
+
 
 register(Method("cln", ConditionalNormConfig, ((nn.LayerNorm, ConditionalLayerNorm),), learning_rate=3e-3,
-                summary="per-voice scale and bias of every layer norm (AdaSpeech)"))
+                summary="per-voice scale and bias of every layer norm (AdaSpeech)", example=_example))

@@ -80,7 +80,9 @@ class AdapterTensors(nn.Module):
 
 
 class AdapterLayer(nn.Module):
-    """Base class of all wrappers. Subclasses define ``method``, ``add`` and ``forward_with``.
+    """Base class of all wrappers. Subclasses define ``method``, ``add`` and ``forward_with``, and
+    where the method supports them ``forward_bank`` (banks), ``merged_base_tensors`` (merging) and
+    ``shadow_forward`` (the memory prediction).
 
     ``adapter_attributes`` names the :class:`AdapterTensors`/``ParameterDict`` attributes that hold
     per-adapter tensors (keyed by adapter name); saving, loading, freezing and removal use it.
@@ -104,9 +106,9 @@ class AdapterLayer(nn.Module):
 
     # -- per-method hooks ----------------------------------------------------------------------
     @classmethod
-    def can_wrap(cls, layer: nn.Module) -> bool:
-        """Whether this wrapper fits ``layer`` beyond its type (e.g. BitFit needs a bias)."""
-        return True
+    def cannot_wrap(cls, layer: nn.Module) -> str | None:
+        """Why this wrapper does not fit ``layer`` beyond its type (e.g. BitFit needs a bias), or None."""
+        return None
 
     def add(self, name: str, config) -> None:
         """Create adapter ``name``'s tensors from its method config (initialized as a no-op where
@@ -127,6 +129,20 @@ class AdapterLayer(nn.Module):
         """The layer's output with sample i's voice taken from slot ``bank_index[i]`` of ``bank``
         (gather + batched matmul, no loop over voices); same shapes as :meth:`forward_with`."""
         raise NotImplementedError
+
+    def shadow_forward(self, pass_, name: str, x):
+        """The memory rule: :meth:`forward_with` of adapter ``name`` replayed on shadow tensors.
+
+        ``pass_`` is a :class:`chorus.memory.predict.ShadowPass` and ``x`` one of its shadow tensors
+        (shape, dtype, requires-grad; duck-typed here, since the memory accounting sits above the
+        adapters). The rule runs the base layer through ``pass_.leaf(self.base_layer, x)`` (so nested
+        wrappers compose), applies the wrapper's own ops with the pass's op rules (``linear``,
+        ``conv1d``, ``mul``, ``elementwise`` ...), which record what autograd saves, reads adapter
+        tensors through ``pass_.parameter`` (so they get gradients only where the step reaches them),
+        and returns the output. The prediction calls it only while adapter ``name`` is active and
+        unmerged; otherwise the base layer's rule applies.
+        """
+        raise TypeError(f"{type(self).__name__} declares no memory rule (AdapterLayer.shadow_forward)")
 
     def merged_base_tensors(self, name: str) -> dict[str, torch.Tensor]:
         """For mergeable methods: new values of the innermost layer's tensors with ``name`` folded in."""

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from chorus.adapters.layer import AdapterLayer, AdapterTensors, innermost
-from chorus.adapters.registry import Method, MethodConfig, register
+from chorus.adapters.registry import TARGETS_HELP, Method, MethodConfig, register
 
 # Query, value and output projections of every attention (the LoRA paper found query and value
 # enough): at rank 4 a voice is under 1% of the shipped base's size.
@@ -31,10 +31,11 @@ class LoraConfig(MethodConfig):
     (add ``k_proj``, ``conv1``/``conv2`` for keys and the feed-forward and predictor convolutions)."""
 
     method = "lora"
-    targets: str | list[str] = field(default_factory=lambda: list(DEFAULT_TARGETS))
-    r: int = 4
-    alpha: float = 8.0
-    use_rslora: bool = False
+    targets: str | list[str] = field(default_factory=lambda: list(DEFAULT_TARGETS), metadata={
+        "help": f"{TARGETS_HELP}; default: {', '.join(DEFAULT_TARGETS)}"})
+    r: int = field(default=4, metadata={"help": "rank of the update (default 4)"})
+    alpha: float = field(default=8.0, metadata={"help": "scale of the update: alpha / r (default 8)"})
+    use_rslora: bool = field(default=False, metadata={"help": "scale by alpha / sqrt(r) instead (rank-stabilized)"})
 
     def __post_init__(self) -> None:
         if self.r <= 0:
@@ -145,6 +146,12 @@ class LoraLinear(_LoraSublayers):
     def delta_weight(self, name):
         return self.lora_B[name]["weight"] @ self.lora_A[name]["weight"] * self.scaling[name]
 
+    def shadow_forward(self, pass_, name, x):
+        """x ``[..., in]`` -> ``[..., out]``: base(x) + linear(linear(x, A), B) * scaling. A saves x for
+        its gradient, B saves A(x); the scaling is a Python number, which autograd's hooks never see."""
+        update = pass_.linear(pass_.linear(x, self.lora_A[name]["weight"]), self.lora_B[name]["weight"])
+        return pass_.elementwise(pass_.leaf(self.base_layer, x), update)
+
 
 class LoraConv1d(_LoraSublayers):
     """A ``[r, in, kernel]`` is a convolution with the base layer's kernel, stride, padding and
@@ -179,6 +186,14 @@ class LoraConv1d(_LoraSublayers):
         # [out, r, 1] composed with [r, in, k] -> [out, in, k]
         return torch.einsum("or,rik->oik", self.lora_B[name]["weight"][:, :, 0], self.lora_A[name]["weight"]) \
             * self.scaling[name]
+
+    def shadow_forward(self, pass_, name, x):
+        """x ``[batch, in, time]`` -> ``[batch, out, time']``: as :meth:`LoraLinear.shadow_forward`, with
+        A a convolution like the base layer's and B a kernel-1 convolution."""
+        base = innermost(self)
+        low = pass_.conv1d(x, self.lora_A[name]["weight"], None, base.stride, base.padding, base.dilation)
+        update = pass_.conv1d(low, self.lora_B[name]["weight"])
+        return pass_.elementwise(pass_.leaf(self.base_layer, x), update)
 
 
 class LoraEmbedding(_LoraLayer):
@@ -228,6 +243,25 @@ class LoraEmbedding(_LoraLayer):
     def delta_weight(self, name):
         return (self.lora_embedding_B[name] @ self.lora_embedding_A[name]).T * self.scaling[name]
 
+    def shadow_forward(self, pass_, name, ids):
+        """ids ``[...]`` -> ``[..., embedding_dim]``: base(ids) + embedding(ids, A.T) @ B.T * scaling."""
+        table = pass_.parameter(self.lora_embedding_A[name])   # [r, num_embeddings], looked up transposed
+        if table.requires_grad:
+            pass_.save(ids)   # the indices, to scatter the gradient into A
+        looked_up = pass_.new((*ids.shape, table.shape[0]), table.dtype, table.requires_grad)
+        update = pass_.matmul_transposed(looked_up, self.lora_embedding_B[name])
+        return pass_.elementwise(pass_.leaf(self.base_layer, ids), update)
+
+
+def _example(k: int) -> LoraConfig:
+    """Test voice ``k``: ranks 1-4, alphas and rsLoRA vary; even voices adapt attention, the first
+    feed-forward convolution, the symbol embedding and the mel projection, odd ones keys, the second
+    convolution and the speaker projection."""
+    return LoraConfig(r=1 + k % 4, alpha=2.0 + k, use_rslora=k == 3, targets=(
+        ["q_proj", "v_proj", "out_proj", "conv1", "symbol_embedding", "mel_proj"] if k % 2 == 0
+        else ["k_proj", "conv2", "speaker_proj"]))
+
 
 register(Method("lora", LoraConfig, ((nn.Linear, LoraLinear), (nn.Conv1d, LoraConv1d), (nn.Embedding, LoraEmbedding)),
-                learning_rate=2e-3, summary="low-rank updates of attention and feed-forward weights"))
+                learning_rate=2e-3, summary="low-rank updates of attention and feed-forward weights",
+                example=_example))

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from chorus.adapters.layer import AdapterLayer, innermost
-from chorus.adapters.registry import Method, MethodConfig, register
+from chorus.adapters.registry import TARGETS_HELP, Method, MethodConfig, register
 from chorus.models.acoustic import MultiHeadAttention
 
 
@@ -23,8 +23,9 @@ class PrefixConfig(MethodConfig):
     """n_prefix: key/value pairs per attention layer."""
 
     method = "prefix"
-    targets: str | list[str] = field(default_factory=lambda: ["attn"])
-    n_prefix: int = 8
+    targets: str | list[str] = field(default_factory=lambda: ["attn"],
+                                     metadata={"help": f"{TARGETS_HELP}; default: attn"})
+    n_prefix: int = field(default=8, metadata={"help": "learned key/value pairs per attention layer (default 8)"})
 
     def __post_init__(self) -> None:
         if self.n_prefix <= 0:
@@ -89,6 +90,27 @@ class PrefixAttention(AdapterLayer):
                                              dropout_p=attention.dropout if self.training else 0.0)
         return attention.out_proj(out.transpose(1, 2).reshape(x.shape))
 
+    def shadow_forward(self, pass_, name, x):
+        """x ``[batch, time, dim]`` -> ``[batch, time, dim]``; keys and values get ``n_prefix`` learned
+        rows in front (concatenation saves nothing), the mask as many valid positions."""
+        attention = self.base_layer
+        batch = x.shape[0]
+        q = pass_.leaf(attention.q_proj, x)
+        keys_values = []
+        prefixes = (self.prefix_key[name], self.prefix_value[name])
+        for prefix, projection in zip(prefixes, (attention.k_proj, attention.v_proj), strict=True):
+            rows = pass_.parameter(prefix).view(batch, *prefix.shape)   # expanded over the batch: a view
+            if rows.dtype != x.dtype:
+                rows = pass_.new(rows.shape, x.dtype, rows.requires_grad)   # .to(x.dtype): a copy, nothing saved
+            keys_values.append(pass_.cat(rows, pass_.leaf(projection, x)))
+        out = pass_.attention(q, *keys_values, attention.n_heads, attention.dropout)
+        return pass_.leaf(attention.out_proj, out)
+
+
+def _example(k: int) -> PrefixConfig:
+    """Test voice ``k``: 1-3 prefix pairs; voice 4 adapts the second block of each stack only."""
+    return PrefixConfig(n_prefix=1 + k % 3, layers=[1] if k == 4 else None)
+
 
 register(Method("prefix", PrefixConfig, ((MultiHeadAttention, PrefixAttention),), learning_rate=5e-3,
-                summary="learned key/value prefixes in every self-attention"))
+                summary="learned key/value prefixes in every self-attention", example=_example))

@@ -1,14 +1,18 @@
-"""Method registry: each adapter method registers its config class and its wrappers by layer type.
+"""Method registry: each adapter method registers its config class, its wrappers by layer type and
+its test examples; the registry imports none of them.
 
-A method module (``lora.py``, ``residual.py`` ...) calls :func:`register` once at import. The
+A method is one module (``lora.py``, ``residual.py`` ...) that ends with one :func:`register` call;
+:mod:`chorus.adapters.methods` is the one list that imports them all (as PEFT lists its tuners in
+``tuners/__init__.py``), and the package imports that list, so every method is known by name. The
 injection code knows nothing about any method: it matches module names against the config's
 targets and asks the method which wrapper fits each layer's type (an ordered dispatch that fails
-with the list of supported types).
+with the list of supported types, or with the wrapper's reason for refusing a layer of such a type).
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, fields
 from typing import ClassVar
 
 from torch import nn
@@ -17,6 +21,11 @@ from chorus.adapters.layer import AdapterLayer
 
 ALL_LAYERS = "all"   # targets value: every layer of a type the method supports
 
+# Help texts of the fields every method shares (each method repeats ``targets`` with its own default).
+TARGETS_HELP = ("modules to adapt: names or name suffixes, a regular expression matching the whole name, or "
+                "'all' (every layer of a supported type)")
+EXCLUDE_HELP = "modules to skip, in the same forms as targets"
+LAYERS_HELP = "adapt only inside these block indices (.layers.<i>.); default: every block"
 
 @dataclass
 class MethodConfig:
@@ -28,12 +37,15 @@ class MethodConfig:
         ``"all"`` takes every layer of a supported type.
     exclude: the same forms; matching modules are skipped.
     layers: only modules inside these block indices (``.layers.<i>.``), None = all.
+
+    Every field a user may set carries ``metadata={"help": ...}``: the command line makes its options
+    from ``dataclasses.fields(config_class)``.
     """
 
     method: ClassVar[str] = ""
-    targets: str | list[str] = ALL_LAYERS
-    exclude: str | list[str] | None = None
-    layers: list[int] | None = None
+    targets: str | list[str] = field(default=ALL_LAYERS, metadata={"help": TARGETS_HELP})
+    exclude: str | list[str] | None = field(default=None, metadata={"help": EXCLUDE_HELP})
+    layers: list[int] | None = field(default=None, metadata={"help": LAYERS_HELP})
 
     def to_dict(self) -> dict:
         return {"method": self.method, **asdict(self)}
@@ -45,44 +57,74 @@ class MethodConfig:
 
 @dataclass(frozen=True)
 class Method:
+    """What the rest of Chorus knows of a method.
+
+    wrappers: ordered ``(layer type, wrapper class)`` pairs; the first whose type matches and whose
+        wrapper accepts the layer wins. Each wrapper also declares its memory rule
+        (:meth:`AdapterLayer.shadow_forward`).
+    example: the config of test voice ``k`` (k = 0, 1, ... 5) on the Chorus model: sizes and targets
+        vary with ``k``, so that a bank of them pads tensors and has absent slots; ``example(0)`` is
+        the method's representative case. The tests parametrize over the registry with it.
+    """
+
     name: str
     config_class: type[MethodConfig]
-    wrappers: tuple[tuple[type[nn.Module], type[AdapterLayer]], ...]   # ordered: first isinstance wins
+    wrappers: tuple[tuple[type[nn.Module], type[AdapterLayer]], ...]
     learning_rate: float          # default learning rate for `chorus adapt`
     summary: str                  # one line for help texts
+    example: Callable[[int], MethodConfig]
 
     def wrapper_for(self, layer: nn.Module, name: str) -> type[AdapterLayer]:
+        refusals = []
         for layer_type, wrapper in self.wrappers:
-            if isinstance(layer, layer_type) and wrapper.can_wrap(layer):
-                return wrapper
+            if isinstance(layer, layer_type):
+                reason = wrapper.cannot_wrap(layer)
+                if reason is None:
+                    return wrapper
+                refusals.append(reason)
+        if refusals:
+            raise TypeError(f"{self.name} cannot adapt {name!r} ({type(layer).__name__}): {'; '.join(refusals)}")
         supported = ", ".join(t.__name__ for t, _ in self.wrappers)
-        raise TypeError(f"{self.name} cannot adapt {name!r} ({type(layer).__name__}); "
-                        f"it supports: {supported}" + (" (with a bias)" if self.name == "bitfit" else ""))
+        raise TypeError(f"{self.name} cannot adapt {name!r} ({type(layer).__name__}); it supports: {supported}")
 
     def supports(self, layer: nn.Module) -> bool:
-        return any(isinstance(layer, t) and w.can_wrap(layer) for t, w in self.wrappers)
+        return any(isinstance(layer, t) and w.cannot_wrap(layer) is None for t, w in self.wrappers)
+
+    @property
+    def mergeable(self) -> bool:
+        """Whether every wrapper of the method folds into the base weights."""
+        return all(wrapper.mergeable for _, wrapper in self.wrappers)
 
 
-METHODS: dict[str, Method] = {}
 FULL_FINE_TUNING = "full"   # the baseline: not an adapter, every base weight trains on a copy
+_METHODS: dict[str, Method] = {}   # in registration order: the order of chorus.adapters.methods
 
 
 def register(method: Method) -> Method:
-    METHODS[method.name] = method
+    """Make ``method`` known by name (a method module calls this once, at import)."""
+    if method.name in _METHODS or method.name == FULL_FINE_TUNING:
+        raise ValueError(f"adapter method {method.name!r} is already registered")
+    if method.config_class.method != method.name:
+        raise ValueError(f"{method.config_class.__name__}.method is {method.config_class.method!r}, "
+                         f"not {method.name!r}")
+    _METHODS[method.name] = method
     return method
 
 
 def get_method(name: str) -> Method:
-    _load_methods()
-    if name not in METHODS:
-        raise ValueError(f"unknown adapter method {name!r}; choose from: "
-                         f"{', '.join(sorted(METHODS) + [FULL_FINE_TUNING])}")
-    return METHODS[name]
+    if name not in _METHODS:
+        raise ValueError(f"unknown adapter method {name!r}; choose from: {', '.join(method_names())}")
+    return _METHODS[name]
 
 
 def method_names() -> list[str]:
-    _load_methods()
-    return sorted(METHODS) + [FULL_FINE_TUNING]
+    """Names of the adapter methods, sorted, then ``full`` (full fine-tuning)."""
+    return sorted(_METHODS) + [FULL_FINE_TUNING]
+
+
+def all_methods() -> list[Method]:
+    """The adapter methods in registration order (full fine-tuning is no method)."""
+    return list(_METHODS.values())
 
 
 def config_from_dict(data: dict) -> MethodConfig:
@@ -94,15 +136,3 @@ def config_from_dict(data: dict) -> MethodConfig:
     if unknown:
         raise ValueError(f"unknown {method.name} config fields: {sorted(unknown)}")
     return method.config_class(**data)
-
-
-def _load_methods() -> None:
-    # Importing the method modules registers them (one method, one module).
-    from chorus.adapters import (  # noqa: F401
-        bitfit,
-        conditional_norm,
-        lora,
-        prefix,
-        residual,
-        speaker,
-    )

@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from chorus.adapters.layer import AdapterLayer, AdapterTensors, innermost
-from chorus.adapters.registry import Method, MethodConfig, register
+from chorus.adapters.registry import TARGETS_HELP, Method, MethodConfig, register
 from chorus.models.acoustic import ConvFeedForward, MultiHeadAttention
 
 DEFAULT_TARGETS = ["attn", "ff", "duration_predictor.norm2", "pitch.predictor.norm2", "energy.predictor.norm2"]
@@ -29,8 +29,9 @@ class ResidualAdapterConfig(MethodConfig):
     """bottleneck: hidden width of each adapter (6 keeps a voice under 1% of the shipped base)."""
 
     method = "residual"
-    targets: str | list[str] = field(default_factory=lambda: list(DEFAULT_TARGETS))
-    bottleneck: int = 6
+    targets: str | list[str] = field(default_factory=lambda: list(DEFAULT_TARGETS), metadata={
+        "help": f"{TARGETS_HELP}; default: {', '.join(DEFAULT_TARGETS)}"})
+    bottleneck: int = field(default=6, metadata={"help": "hidden width of each adapter (default 6)"})
 
     def __post_init__(self) -> None:
         if self.bottleneck <= 0:
@@ -105,8 +106,25 @@ class ResidualAdapter(AdapterLayer):
         h = h + up.view(h.shape)                                                    # up [batch, n, features]
         return h.transpose(1, -1) if self.axis == 1 else h
 
+    def shadow_forward(self, pass_, name, x):
+        """Same shapes as the wrapped layer: y + up(relu(down(y))) on the feature axis."""
+        y = pass_.leaf(self.base_layer, x)
+        if self.axis == 1:   # a Conv1d's channels move last and back: transposed views, nothing saved
+            batch, channels, length = y.shape
+            y = y.view(batch, length, channels)
+        down, up = self.adapter_down[name], self.adapter_up[name]
+        hidden = pass_.relu(pass_.linear(y, down["weight"], down["bias"]))
+        out = pass_.elementwise(y, pass_.linear(hidden, up["weight"], up["bias"]))
+        return out.view(batch, channels, length) if self.axis == 1 else out
+
+
+def _example(k: int) -> ResidualAdapterConfig:
+    """Test voice ``k``: bottlenecks 2-4; voices 1 and 4 adapt the first block of each stack only."""
+    return ResidualAdapterConfig(bottleneck=2 + k % 3, layers=[0] if k % 3 == 1 else None)
+
 
 register(Method("residual", ResidualAdapterConfig,
                 tuple((t, ResidualAdapter) for t in (MultiHeadAttention, ConvFeedForward, nn.Linear, nn.Conv1d,
                                                      nn.LayerNorm)),
-                learning_rate=2e-3, summary="bottleneck adapters after attention, feed-forward and predictors"))
+                learning_rate=2e-3, summary="bottleneck adapters after attention, feed-forward and predictors",
+                example=_example))

@@ -9,13 +9,13 @@ its starting value (``train_vector=False``), the closest base voice.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import nn
 
 from chorus.adapters.layer import AdapterLayer, innermost
-from chorus.adapters.registry import Method, MethodConfig, register
+from chorus.adapters.registry import TARGETS_HELP, Method, MethodConfig, register
 
 
 @dataclass
@@ -25,9 +25,12 @@ class SpeakerConfig(MethodConfig):
     numbers)."""
 
     method = "speaker"
-    targets: str | list[str] | None = None    # default: the Chorus model's speaker_embedding (+ speaker_proj)
-    train_vector: bool = True
-    train_projection: bool = False
+    targets: str | list[str] | None = field(default=None, metadata={
+        "help": f"{TARGETS_HELP}; default: speaker_embedding, and speaker_proj with train_projection"})
+    train_vector: bool = field(default=True, metadata={
+        "help": "learn the voice's speaker vector (else it stays at its starting value, the closest base voice)"})
+    train_projection: bool = field(default=False, metadata={
+        "help": "also learn a delta of the speaker projection (speaker_dim x d_model more numbers)"})
 
     def __post_init__(self) -> None:
         if self.targets is None:
@@ -70,6 +73,12 @@ class SpeakerVector(AdapterLayer):
         vector = vector.view(ids.shape[0], *[1] * (ids.dim() - 1), -1).expand(*ids.shape, -1)
         return torch.where(used.view(-1, *[1] * ids.dim()), vector, self.base_layer(ids))
 
+    def shadow_forward(self, pass_, name, ids):
+        """ids ``[batch]`` -> ``[batch, speaker_dim]``: the voice's vector expanded, a view of the
+        parameter (what reads it saves no activation); the embedding table is not read at all."""
+        vector = pass_.parameter(self.speaker_vector[name])
+        return vector.view(*ids.shape, vector.shape[-1])
+
 
 class ProjectionDelta(AdapterLayer):
     """A full-rank additive update of a Linear layer (weight and bias), zero at first; mergeable."""
@@ -109,6 +118,18 @@ class ProjectionDelta(AdapterLayer):
         return {"weight": base.weight + self.projection_weight_delta[name],
                 "bias": base.bias + self.projection_bias_delta[name]}
 
+    def shadow_forward(self, pass_, name, x):
+        """x ``[..., in]`` -> ``[..., out]``: base(x) + x @ W_delta.T + b_delta."""
+        delta = pass_.matmul_transposed(x, self.projection_weight_delta[name])
+        delta = pass_.elementwise(delta, pass_.parameter(self.projection_bias_delta[name]))
+        return pass_.elementwise(pass_.leaf(self.base_layer, x), delta)
+
+
+def _example(k: int) -> SpeakerConfig:
+    """Test voice ``k``: even voices also learn the projection; voice 4 keeps its vector fixed."""
+    return SpeakerConfig(train_projection=k % 2 == 0, train_vector=k != 4)
+
 
 register(Method("speaker", SpeakerConfig, ((nn.Embedding, SpeakerVector), (nn.Linear, ProjectionDelta)),
-                learning_rate=1e-2, summary="a new speaker vector (optionally a projection update)"))
+                learning_rate=1e-2, summary="a new speaker vector (optionally a projection update)",
+                example=_example))

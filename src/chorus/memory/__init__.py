@@ -2,7 +2,6 @@
 predicted analytically for any size (``predict``), measured on a real step (``measure``), and shown
 side by side (``report``)."""
 
-from chorus.memory import adapter_rules  # noqa: F401  (registers the adapter wrappers' rules)
 from chorus.memory.measure import (
     MeasuredMemory,
     measure_acoustic_step,

@@ -20,12 +20,12 @@ computed from it. The shadow tensors carry dtypes, so the rules follow whatever 
 The activation count is a shadow forward pass: it follows :class:`AcousticModel.forward` and
 ``compute_losses`` op by op with shapes, dtypes and a requires-grad flag instead of data, and asks of
 each op what autograd saves for it, given which of its inputs require grad. Modules are applied
-through rules registered per module type (:func:`register_activation_rule`): the layers, the
-attention and feed-forward of the acoustic model, and the adapter wrappers of
-:mod:`chorus.adapters` (:mod:`chorus.memory.adapter_rules`). The rules are those of torch 2.13 on
-CPU, found by reading the saved tensors of every node of a real step (see ``tests/test_memory.py``
-and ``tests/test_memory_adapters.py``, which check prediction against measurement). A training
-step is assumed: dropout with ``p > 0`` is active.
+through rules registered per module type (:func:`register_activation_rule`): the layers and the
+attention and feed-forward of the acoustic model, while every adapter wrapper of
+:mod:`chorus.adapters` declares its own (:meth:`~chorus.adapters.AdapterLayer.shadow_forward`),
+applied by one generic rule. The rules are those of torch 2.13 on CPU, found by reading the saved
+tensors of every node of a real step (see ``tests/test_memory.py`` and ``tests/test_memory_adapters.py``,
+which check prediction against measurement). A training step is assumed: dropout with ``p > 0`` is active.
 
 With gradient checkpointing (``TransformerStack.gradient_checkpointing``), each FFT block of the
 encoder and decoder is recomputed during backward (non-reentrant ``torch.utils.checkpoint``): the
@@ -46,6 +46,7 @@ from dataclasses import dataclass, fields
 import torch
 from torch import nn
 
+from chorus.adapters.layer import AdapterLayer
 from chorus.models.acoustic import (
     AcousticModel,
     ConvFeedForward,
@@ -348,7 +349,8 @@ _LEAF_RULES: dict[type, LeafRule] = {}
 
 
 def register_activation_rule(module_type: type) -> Callable[[LeafRule], LeafRule]:
-    """Teach the prediction what a module type saves for backward (e.g. an adapter-wrapped Linear).
+    """Teach the prediction what a module type saves for backward (a layer of a new model; adapter
+    wrappers need none: each declares its rule as :meth:`AdapterLayer.shadow_forward`).
 
     The rule gets the pass, the module and its input, calls ``pass_.save`` for what autograd keeps
     and returns the output; subclasses of ``module_type`` use it unless they have their own.
@@ -379,6 +381,20 @@ def _embedding(pass_: ShadowPass, module: nn.Embedding, ids: ShadowTensor) -> Sh
     if module.weight.requires_grad:
         pass_.save(ids)  # the indices, to scatter the gradient into the table
     return pass_.new((*ids.shape, module.embedding_dim), module.weight.dtype, module.weight.requires_grad)
+
+
+@register_activation_rule(AdapterLayer)
+def _adapter(pass_: ShadowPass, layer: AdapterLayer, x: ShadowTensor) -> ShadowTensor:
+    """Any adapter wrapper: its own rule (:meth:`AdapterLayer.shadow_forward`) with its active adapter;
+    where it runs its base layer alone (no adapter of its own active, or the active one merged into
+    the base weights) the base layer's rule."""
+    if layer.routing is not None:
+        raise ValueError("per-sample adapter routing is not predicted: set one active adapter "
+                         "(chorus.adapters.set_active) for the step")
+    name = layer.active
+    if layer.merged is not None or name is None or name not in layer.configs:
+        return pass_.leaf(layer.base_layer, x)
+    return layer.shadow_forward(pass_, name, x)
 
 
 # -- the acoustic model, op by op (mirrors chorus.models.acoustic) --------------------------------
