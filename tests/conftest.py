@@ -42,9 +42,11 @@ def peft():
     return pytest.importorskip("peft")
 
 
-@pytest.fixture(autouse=True, scope="session")
+@pytest.fixture(autouse=True)
 def _one_thread() -> None:
-    # The test machine is shared with a training run; one thread keeps torch from fighting it.
+    # One thread for every test, set again before each: commands run in-process (`chorus ... --threads 2`)
+    # change torch's thread count, and float sums in another order would make a test's result depend on
+    # which tests ran before it.
     torch.set_num_threads(1)
 
 
