@@ -120,8 +120,8 @@ def test_version():
 
 def test_method_options_are_every_registered_methods_config_fields():
     shared = {f.name for f in dataclasses.fields(MethodConfig)}
-    expected = {f.name for name in adapter_methods() for f in dataclasses.fields(get_method(name).config_class)
-                if f.name not in shared}
+    expected = {f.metadata.get("option", f.name).replace("-", "_") for name in adapter_methods()
+                for f in dataclasses.fields(get_method(name).config_class) if f.name not in shared}
     assert expected   # the registry has methods with options
     for command in (adapt, adapt_many, memory):
         parameters = inspect.signature(command).parameters
@@ -130,11 +130,13 @@ def test_method_options_are_every_registered_methods_config_fields():
 
 
 def test_method_options_go_to_the_chosen_methods_that_have_them():
-    values = {"r": 2, "alpha": None, "train_projection": True, "bottleneck": None}
+    """Options are named by the field's metadata["option"] where it has one (LoRA's r is --rank) and
+    reach the config under the field's own name."""
+    values = {"rank": 2, "alpha": None, "train_projection": True, "bottleneck": None}
     assert method_options("lora+speaker", values, "q_proj, v_proj") == {
         "lora": {"r": 2, "targets": ["q_proj", "v_proj"]}, "speaker": {"train_projection": True}}
-    assert method_options("residual", {"r": None}, "^decoder\\..*") == {"residual": {"targets": "^decoder\\..*"}}
-    with pytest.raises(ValueError, match="--r applies to lora, not to --method bitfit"):
+    assert method_options("residual", {"rank": None}, "^decoder\\..*") == {"residual": {"targets": "^decoder\\..*"}}
+    with pytest.raises(ValueError, match="--rank applies to lora, not to --method bitfit"):
         method_options("bitfit", values)
 
 
@@ -179,6 +181,6 @@ def test_a_new_methods_config_fields_become_options(monkeypatch):
     assert parameters["width"].default.help == "toy: Hidden width (default 3)."
     toy_app = typer.Typer()
     toy_app.command()(command)
-    result = runner.invoke(toy_app, ["--width", "5", "--r", "2", "--method", "toy+lora"])
+    result = runner.invoke(toy_app, ["--width", "5", "--rank", "2", "--method", "toy+lora"])
     assert result.exit_code == 0, result.output
     assert json.loads(result.output) == {"toy": {"width": 5}, "lora": {"r": 2}}

@@ -33,7 +33,7 @@ class LoraConfig(MethodConfig):
     method = "lora"
     targets: str | list[str] = field(default_factory=lambda: list(DEFAULT_TARGETS), metadata={
         "help": f"{TARGETS_HELP}; default: {', '.join(DEFAULT_TARGETS)}"})
-    r: int = field(default=4, metadata={"help": "rank of the update (default 4)"})
+    r: int = field(default=4, metadata={"help": "rank of the update", "option": "rank"})
     alpha: float = field(default=8.0, metadata={"help": "scale of the update: alpha / r (default 8)"})
     use_rslora: bool = field(default=False, metadata={"help": "scale by alpha / sqrt(r) instead (rank-stabilized)"})
 

@@ -25,7 +25,8 @@ class PrefixConfig(MethodConfig):
     method = "prefix"
     targets: str | list[str] = field(default_factory=lambda: ["attn"],
                                      metadata={"help": f"{TARGETS_HELP}; default: attn"})
-    n_prefix: int = field(default=8, metadata={"help": "learned key/value pairs per attention layer (default 8)"})
+    n_prefix: int = field(default=8, metadata={"help": "learned key/value pairs per attention layer",
+                                               "option": "prefix-length"})
 
     def __post_init__(self) -> None:
         if self.n_prefix <= 0:

@@ -2,8 +2,8 @@
 
 Nothing here names a method or a field. For every registered method (:func:`chorus.adapters.method_names`),
 each field of its config class beyond the shared :class:`~chorus.adapters.MethodConfig` ones becomes an
-option named after the field (LoRA's ``r`` is ``--r``, prefix's ``n_prefix`` is ``--n-prefix``), with the
-field's ``metadata["help"]``. A field name that several methods share is one option, given to each chosen
+option named after the field, or after its ``metadata["option"]`` where the field's name is terse (LoRA's
+``r`` is ``--rank``, prefix's ``n_prefix`` is ``--prefix-length``), with the field's ``metadata["help"]``. A field name that several methods share is one option, given to each chosen
 method that has it. Adding a method (or a field) adds its options; there is no table to keep.
 """
 
@@ -27,9 +27,11 @@ FIELDS_PARAMETER = "method_fields"       # the decorated command's parameter tha
 
 @dataclass(frozen=True)
 class FieldOption:
-    """One command-line option: the field ``name`` of every method in ``methods``."""
+    """One command-line option ``--name`` (a Python name): the config field ``field`` of every method in
+    ``methods``."""
 
     name: str
+    field: str
     kind: type
     methods: tuple[str, ...]
     help: str
@@ -49,7 +51,7 @@ def method_help(extra: str = "", *, full: bool = True) -> str:
 def field_options() -> list[FieldOption]:
     """One option per method-specific config field name, across all registered methods."""
     shared = {f.name for f in dataclasses.fields(MethodConfig)}
-    found: dict[str, list[tuple[str, type, str]]] = {}
+    found: dict[tuple[str, str], list[tuple[str, type, str]]] = {}
     for method in adapter_methods():
         config_class = get_method(method).config_class
         hints = typing.get_type_hints(config_class)
@@ -62,14 +64,18 @@ def field_options() -> list[FieldOption]:
                                 f"holds one of: {', '.join(t.__name__ for t in OPTION_TYPES)}")
             default = field.default if field.default is not dataclasses.MISSING else field.default_factory()
             text = field.metadata.get("help", f"the {field.name} field of its config").rstrip(".")
-            found.setdefault(field.name, []).append((method, kind, f"{method}: {text} (default {default!r})."))
+            option = field.metadata.get("option", field.name).replace("-", "_")
+            found.setdefault((option, field.name), []).append((method, kind, f"{method}: {text} (default {default!r})."))
     options = []
-    for name, entries in found.items():
+    for (name, field_name), entries in found.items():
         kinds = {kind for _, kind, _ in entries}
         if len(kinds) > 1:
-            raise TypeError(f"config field {name!r} has different types in {', '.join(m for m, _, _ in entries)}")
-        options.append(FieldOption(name, kinds.pop(), tuple(m for m, _, _ in entries),
+            raise TypeError(f"config field {field_name!r} has different types in {', '.join(m for m, _, _ in entries)}")
+        options.append(FieldOption(name, field_name, kinds.pop(), tuple(m for m, _, _ in entries),
                                    " ".join(text for _, _, text in entries)))
+    if len({option.name for option in options}) < len(options):
+        raise TypeError("two config fields ask for the same option name: "
+                        f"{sorted((option.name, option.field) for option in options)}")
     return options
 
 
@@ -108,17 +114,18 @@ def method_options(method: str, values: dict[str, Any], targets: str | None = No
     """Per-method config fields (``{"lora": {"r": 2}}``) from the given option ``values`` and ``--targets``
     (for the first method): an option no chosen method has is an error."""
     chosen = [name.strip() for name in method.split("+")]
-    owners = {option.name: option.methods for option in field_options()}
+    by_name = {option.name: option for option in field_options()}
     options: dict[str, dict[str, Any]] = {}
     for name, value in values.items():
         if value is None:
             continue
-        takers = [m for m in chosen if m in owners[name]]
+        owners = by_name[name].methods
+        takers = [m for m in chosen if m in owners]
         if not takers:
-            raise ValueError(f"--{name.replace('_', '-')} applies to {', '.join(owners[name])}, "
+            raise ValueError(f"--{name.replace('_', '-')} applies to {', '.join(owners)}, "
                              f"not to --method {method}")
         for taker in takers:
-            options.setdefault(taker, {})[name] = value
+            options.setdefault(taker, {})[by_name[name].field] = value
     if targets is not None:
         parsed = targets if targets.startswith("^") else [t.strip() for t in targets.split(",") if t.strip()]
         options.setdefault(chosen[0], {})["targets"] = parsed
