@@ -153,17 +153,18 @@ def main() -> None:
         clips += synthesize_grid(base_speaker(tts, args.length_scale), [f"{voice}|{vocoder}" for voice in voices],
                                  sentences)
 
+        # Called at once, in this iteration: the closures see this iteration's tts and mels.
         def from_recordings(system: str, to_mel) -> list[VoiceClip]:
             """Clips ``voice|system`` vocoded from ``to_mel(text, recorded log-mel, voice)``."""
-            return [VoiceClip(f"{voice}|{system}", index, text, tts.vocoder.synthesize(to_mel(text, mel, voice)),
+            return [VoiceClip(f"{voice}|{system}", index, text, tts.vocoder.synthesize(to_mel(text, mel, voice)),  # noqa: B023
                               SAMPLE_RATE, float("nan"))
-                    for voice in voices for index, (text, mel) in enumerate(zip(sentences, recorded_mels[voice]))]
+                    for voice in voices for index, (text, mel) in enumerate(zip(sentences, recorded_mels[voice]))]  # noqa: B023
 
         clips += from_recordings(f"{vocoder} vocoded", lambda text, mel, voice: mel)
         systems += [(vocoder, f"Chorus base, {name}"), (f"{vocoder} vocoded", f"the recordings -> log-mel -> {name}")]
         if vocoder == vocoders[0]:
             clips += from_recordings(f"{vocoder} timed", lambda text, mel, voice:
-                                     teacher_forced_mel(tts.bundle, text, mel, tts.resolve_speaker(voice)))
+                                     teacher_forced_mel(tts.bundle, text, mel, tts.resolve_speaker(voice)))  # noqa: B023
             systems.append((f"{vocoder} timed", f"Chorus base with the recordings' timing, {name}"))
 
     speaker = SpeakerJudge()

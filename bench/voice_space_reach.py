@@ -98,7 +98,7 @@ def plot(result: dict, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, axis = plt.subplots(figsize=(7, 1.2 + 0.9 * len(result)))
-    for row, (voice, entry) in enumerate(result.items()):
+    for row, entry in enumerate(result.values()):
         scores = list(entry["training_voices"].values())
         axis.scatter(scores, np.full(len(scores), row) + np.random.default_rng(row).uniform(-0.15, 0.15, len(scores)),
                      s=10, color="grey", alpha=0.6, label="training voices" if row == 0 else None)

@@ -141,4 +141,4 @@ def test_interrupted_checkpoint_write_is_recovered(corpus, tmp_path):
     (tmp_path / "checkpoint").rename(tmp_path / ".checkpoint.old-12345")
     pretrain(recipe(corpus, tmp_path, steps=4), progress=False)
     assert load_training_state(tmp_path / "checkpoint").meta["step"] == 4
-    assert [int(l.split(",")[0]) for l in (tmp_path / "log.csv").read_text().splitlines()[1:]] == [2, 2, 4, 4]
+    assert [int(line.split(",")[0]) for line in (tmp_path / "log.csv").read_text().splitlines()[1:]] == [2, 2, 4, 4]

@@ -51,7 +51,7 @@ class VoiceSpace(nn.Module):
 
     @classmethod
     def from_bank(cls, bank: VoiceBank, dim: int, configs: list[MethodConfig], base_model_sha256: str = "",
-                  basis_scale: float = 1e-3) -> "VoiceSpace":
+                  basis_scale: float = 1e-3) -> VoiceSpace:
         """A space shaped like one slot of ``bank``; centers start at the mean of the bank's voices
         (their initial adapters), bases small and random so every direction of z has a gradient."""
         values = {f"{path}.{key}": layer.bank[key].detach() for path, layer in bank.layers
@@ -116,7 +116,7 @@ class VoiceSpace(nn.Module):
         return atomic_write_folder(folder, write)
 
     @classmethod
-    def load(cls, folder: str | Path) -> tuple["VoiceSpace", torch.Tensor, list[str]]:
+    def load(cls, folder: str | Path) -> tuple[VoiceSpace, torch.Tensor, list[str]]:
         """(space, the training voices' z ``[K, dim]``, their names)."""
         folder = Path(folder)
         try:

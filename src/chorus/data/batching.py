@@ -48,7 +48,7 @@ class Batch:
     speakers: torch.Tensor       # [batch]
     pitch: torch.Tensor | None = None  # [batch, frames] log F0, zero padded (when the cache has it)
 
-    def to(self, device: torch.device) -> "Batch":
+    def to(self, device: torch.device) -> Batch:
         return Batch(self.phonemes.to(device), self.text_lengths.to(device), self.mel.to(device),
                      self.frame_lengths.to(device), self.speakers.to(device),
                      None if self.pitch is None else self.pitch.to(device))

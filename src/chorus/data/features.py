@@ -100,7 +100,7 @@ class FeatureCache:
         os.replace(temp, path)
 
     @classmethod
-    def load(cls, path: str | Path) -> "FeatureCache":
+    def load(cls, path: str | Path) -> FeatureCache:
         path = Path(path)
         sidecar = json.loads(path.with_suffix(".json").read_text())
         if sidecar.get("version") != CACHE_VERSION:

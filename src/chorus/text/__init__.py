@@ -45,5 +45,5 @@ class TextFrontEnd:
         return {"language": self.language, "symbols": self.symbols.to_dict()}
 
     @classmethod
-    def from_dict(cls, data: dict) -> "TextFrontEnd":
+    def from_dict(cls, data: dict) -> TextFrontEnd:
         return cls(symbols=SymbolTable.from_dict(data["symbols"]), language=data.get("language", "en-us"))

@@ -58,7 +58,7 @@ class SymbolTable:
         return {"version": self.version, "symbols": list(self.symbols)}
 
     @classmethod
-    def from_dict(cls, data: dict) -> "SymbolTable":
+    def from_dict(cls, data: dict) -> SymbolTable:
         """Rebuild a table saved by :meth:`to_dict`; raises ``ValueError`` for anything else."""
         if not isinstance(data, dict) or not {"symbols", "version"} <= data.keys():
             raise ValueError("malformed symbol table: needs a dict with 'symbols' and 'version'")
