@@ -19,6 +19,7 @@ import soundfile as sf
 import torch
 
 import toy_method  # noqa: F401  (registers a toy adapter method: the one line a new method adds to the list)
+from chorus.models.config import AcousticConfig
 from chorus.text import normalize_text
 
 SAMPLE_RATE = 22_050
@@ -106,9 +107,16 @@ def lj_dataset(_lj_template: Path, tmp_path: Path) -> Path:
     return Path(shutil.copytree(_lj_template, tmp_path / "ljs"))
 
 
-# A model small enough to train a few steps in a second; shared by training, CLI and synthesis tests.
-TINY_MODEL = dict(d_model=32, n_heads=2, encoder_layers=1, decoder_layers=1, ff_hidden=48,
-                  predictor_hidden=16, speaker_dim=8)
+# The tests' one tiny model. Its sizes; training tests take symbols and speakers from their data and one
+# block a side (a few steps train in a second), tests that build the model directly use tiny_config().
+TINY_SIZES = dict(d_model=32, n_heads=2, ff_hidden=48, predictor_hidden=16, speaker_dim=8)
+TINY_MODEL = dict(TINY_SIZES, encoder_layers=1, decoder_layers=1)
+
+
+def tiny_config(**overrides) -> AcousticConfig:
+    """The tiny model's config: 40 symbols, 2 speakers, two blocks a side; ``overrides`` replace fields."""
+    return AcousticConfig(**{"n_symbols": 40, "n_speakers": 2, "encoder_layers": 2, "decoder_layers": 2,
+                             **TINY_SIZES, **overrides})
 TWO_VOICE_SENTENCES = ["The birch canoe slid on the smooth planks.", "Glue the sheet to the dark blue background.",
                        "It is easy to tell the depth of a well.", "These days a chicken leg is a rare dish.",
                        "Rice is often served in round bowls.", "The juice of lemons makes fine punch."]
@@ -138,7 +146,6 @@ def two_voice_corpus(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def tiny_base(two_voice_corpus, tmp_path_factory) -> Path:
     """A tiny base model pretrained for a few steps on :func:`two_voice_corpus` (its checkpoint folder)."""
-    from chorus.models.config import AcousticConfig
     from chorus.training.pretrain import PretrainConfig, pretrain
 
     out = tmp_path_factory.mktemp("tiny_base")

@@ -45,9 +45,9 @@ from chorus.adapters.voice import (
 )
 from chorus.models.acoustic import build_model
 from chorus.models.config import AcousticConfig
+from conftest import tiny_config
 
-CONFIG = AcousticConfig(n_symbols=40, n_speakers=3, d_model=32, n_heads=2, encoder_layers=2, decoder_layers=2,
-                        ff_hidden=48, predictor_hidden=16, speaker_dim=8)
+CONFIG = tiny_config(n_speakers=3)
 # Every registered method alone (its representative example), and all of them in one voice.
 CASES = [method.name for method in all_methods()] + ["all"]
 MERGEABLE = [method.name for method in all_methods() if method.mergeable]

@@ -31,9 +31,9 @@ from chorus.adapters.residual import ResidualAdapterConfig
 from chorus.adapters.voice import VoiceCard, apply_voice, read_voice, save_voice
 from chorus.models.acoustic import build_model
 from chorus.models.config import AcousticConfig
+from conftest import tiny_config
 
-CONFIG = AcousticConfig(n_symbols=40, n_speakers=3, d_model=32, n_heads=2, encoder_layers=2, decoder_layers=2,
-                        ff_hidden=48, predictor_hidden=16, speaker_dim=8)
+CONFIG = tiny_config(n_speakers=3)
 NAMES = [f"v{k}" for k in range(6)]
 
 
