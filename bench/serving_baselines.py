@@ -66,7 +66,7 @@ class ModelPerVoice:
             # A fully fine-tuned voice is its weights alone; it may carry no adapter to activate.
             context = active_adapter(model, "voice") if not merged and "voice" in adapter_names(model) \
                 else nullcontext()
-        elif self.engine.is_base(request.voice):
+        elif self.engine.is_speaker(request.voice):
             model, speaker, context = self.base, self.engine.handle(request.voice).speaker_id, nullcontext()
         else:
             raise UnknownVoice(request.voice, "no model for it in this baseline")

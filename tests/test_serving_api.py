@@ -320,7 +320,7 @@ def test_bad_bodies_paths_and_methods(tenants_app):
         response = client.get(path, headers=ACME)
         assert response.status_code in (400, 404) and "error" in response.json(), (path, response.text)
     assert_error(client.delete("/v1/voices/Bad!Id", headers=ACME), 400, "invalid voice id")
-    assert_error(client.delete("/v1/voices/m3", headers=ACME), 400, "base voice")
+    assert_error(client.delete("/v1/voices/m3", headers=ACME), 400, "is a speaker")
     assert_error(client.delete("/v1/voices/secret", headers=ACME), 404, "not found")
     assert_error(client.get("/v1/jobs/../../etc", headers=ACME), 404)
     assert_error(client.get("/v1/jobs/" + "0" * 32, headers=ACME), 404, "not found")
@@ -417,7 +417,7 @@ def test_upload_refusals(tenants_app, new_voice_data):
     assert_error(upload(form | {"consent": "yes"}), 400, "consent")
     assert_error(upload({k: v for k, v in form.items() if k != "name"}), 400, "'name'")
     assert_error(upload(form | {"id": "../evil"}), 400, "invalid voice id")
-    assert_error(upload(form | {"id": "m3"}), 409, "base voice")
+    assert_error(upload(form | {"id": "m3"}), 409, "is a speaker")
     assert_error(upload(form | {"id": "ann"}), 409, "exists already")
     not_audio = [("clips", ("u0.wav", b"this is not audio at all", "audio/wav"))] + files[1:]
     assert_error(upload(upload_files=not_audio), 415, "not a readable audio file")

@@ -1,4 +1,4 @@
-"""Serving engine and dynamic batcher on the tiny base: base voices without onboarding, adapted voices
+"""Serving engine and dynamic batcher on the tiny base: speakers without onboarding, adapted voices
 loaded on demand into a byte-bounded LRU cache with pinned voices, unknown voices refused; concurrent
 requests over several voices batched into one forward and equal to each request synthesized alone
 through the Synthesizer; failures isolated to their own request; the merged fast path; the benchmark's
@@ -86,7 +86,7 @@ def make_engine(tiny_base, voices, **kwargs) -> Engine:
     return Engine(load_base(tiny_base, "griffin-lim"), resolve=resolve, **kwargs)
 
 
-def test_base_voices_work_without_onboarding_and_unknown_voices_raise(tiny_base, reference):
+def test_speakers_work_without_onboarding_and_unknown_voices_raise(tiny_base, reference):
     engine = Engine(load_base(tiny_base, "griffin-lim"))   # no resolver, no voices
     requests = [Request(TEXTS[0], "m3"), Request(TEXTS[1], "f2", 1.25), Request(TEXTS[2], "nobody")]
     results = synthesize_batch(engine, requests)
@@ -157,7 +157,7 @@ def test_cache_loads_on_demand_evicts_lru_by_bytes_and_keeps_pinned(tiny_base, v
     assert isinstance(results[0], UnknownVoice) and results[1].path == "active"
     engine.remove_voice("v2")
     assert "v2" not in engine.resident() and engine.stats().pinned_voices == 0
-    with pytest.raises(ValueError, match="base voice"):
+    with pytest.raises(ValueError, match="is a speaker"):
         engine.add_voice("m3", voices["v0"])
 
 

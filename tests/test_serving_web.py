@@ -174,8 +174,8 @@ def test_web_page_speaks_and_onboards_a_voice(live_server, browser, new_voice_da
     transcripts.fill("\n".join(f"{name}.wav|{text}" for name, text in lines))
     page.get_by_label("Consent statement").fill(CONSENT)
     page.get_by_role("button", name="Make voice").click()   # not yet confirmed: refused on the page
-    expect(page.locator("#onboard-error")).to_contain_text("Confirm that the speaker consented")
-    page.get_by_label("The speaker consented").check()
+    expect(page.locator("#onboard-error")).to_contain_text("Confirm that the person recorded consented")
+    page.get_by_label("The person recorded consented").check()
     with page.expect_response(lambda r: r.url.endswith("/v1/voices") and r.request.method == "POST") as answer:
         page.get_by_role("button", name="Make voice").click()
     assert answer.value.status == 202, answer.value.text()

@@ -10,7 +10,7 @@ are the models of :mod:`chorus.serving.schemas`, shown at ``/docs``):
   | ``flac``. Text of several sentences is streamed (chunked) sentence by sentence as each is made;
   a streamed WAV's header says "unknown length" (sizes 0xFFFFFFFF). FLAC is sent whole.
 * ``GET /v1/voices``, ``GET /v1/voices/{id}``, ``DELETE /v1/voices/{id}`` -- the tenant's voices
-  (with status) and the base voices.
+  (with status) and the base's speakers.
 * ``POST /v1/voices`` -- onboarding: multipart ``name``, ``consent``, optional ``id``, then either
   files ``clips`` + field ``transcripts`` or one ``archive`` (LJSpeech-style zip); answers 202 with
   the job. ``GET /v1/jobs/{id}`` -- its status, progress and error.
@@ -144,7 +144,7 @@ def create_app(store: VoiceStore, engine: Engine, tenants: Tenants | None = None
     @app.get("/healthz", responses={200: {"model": Health}})
     def healthz():
         stats = engine.stats()
-        return Health(status="ok" if server.started else "starting", base_voices=len(engine.base_voices),
+        return Health(status="ok" if server.started else "starting", base_voices=len(engine.speakers),
                       resident_voices=stats.resident_voices, resident_bytes=stats.resident_bytes,
                       tenancy="single" if server.tenants.single_tenant else "keys",
                       onboarding=Onboarding(queued=server.jobs.queued,
@@ -214,20 +214,20 @@ def create_app(store: VoiceStore, engine: Engine, tenants: Tenants | None = None
         tenant = server.authenticate(request)
         resident = set(engine.resident())
         custom = [server.voice_json(r, resident) for r in store.list_voices(tenant)]
-        return {"object": "list", "data": [server.base_json(name) for name in engine.base_voices] + custom}
+        return {"object": "list", "data": [server.speaker_json(name) for name in engine.speakers] + custom}
 
     @app.get("/v1/voices/{voice_id}", responses={200: {"model": BaseVoice | CustomVoice}, **_ERRORS})
     def get_voice(voice_id: str, request: Request):
         tenant = server.authenticate(request)
-        if engine.is_base(voice_id):
-            return server.base_json(voice_id)
+        if engine.is_speaker(voice_id):
+            return server.speaker_json(voice_id)
         return server.voice_json(server.record(tenant, voice_id), set(engine.resident()))
 
     @app.delete("/v1/voices/{voice_id}", responses={200: {"model": VoiceDeleted}, **_ERRORS})
     def delete_voice(voice_id: str, request: Request):
         tenant = server.authenticate(request)
-        if engine.is_base(voice_id):
-            raise ApiError(400, f"{voice_id!r} is a base voice of the model; it cannot be deleted", param="voice")
+        if engine.is_speaker(voice_id):
+            raise ApiError(400, f"{voice_id!r} is a speaker of the model; it cannot be deleted", param="voice")
         server.check_voice_id(voice_id)
         try:
             store.delete_voice(tenant, voice_id)
@@ -259,14 +259,14 @@ def create_app(store: VoiceStore, engine: Engine, tenants: Tenants | None = None
                 raise ApiError(400, "'name' must be 1-100 printable characters", param="name")
             consent = (_form_text(form, "consent", False, 2_000) or "").strip()
             if len(consent) < 10:
-                raise ApiError(400, "'consent' is required: a statement that the speaker consented to a synthetic "
-                                    "voice made from these recordings (e.g. 'Jane Doe consented in writing on "
-                                    "2024-05-01'); uploads without it are refused", param="consent",
+                raise ApiError(400, "'consent' is required: a statement that the person recorded consented to a "
+                                    "synthetic voice made from these recordings (e.g. 'Jane Doe consented in "
+                                    "writing on 2024-05-01'); uploads without it are refused", param="consent",
                                code="consent_required")
             voice_id = (_form_text(form, "id", False, 64) or "").strip() or _slug(name)
             server.check_voice_id(voice_id, param="id")
-            if engine.is_base(voice_id):
-                raise ApiError(409, f"{voice_id!r} is a base voice of the model; choose another id", param="id",
+            if engine.is_speaker(voice_id):
+                raise ApiError(409, f"{voice_id!r} is a speaker of the model; choose another id", param="id",
                                type="conflict_error")
             clips = [f for f in form.getlist("clips") if isinstance(f, UploadFile)]
             if len(clips) != len(form.getlist("clips")):
@@ -339,7 +339,7 @@ def serve(store: str, host: str = "127.0.0.1", port: int = 8000, base: str | Pat
                  f"loopback only ({host})")
     else:
         announce(f"{len(tenants.names)} tenant(s) with API keys; requests need 'Authorization: Bearer KEY'")
-    announce(f"{len(engine.base_voices)} base voices (default {engine.bundle.default_speaker}); voice store: {store}; "
+    announce(f"{len(engine.speakers)} speakers (default {engine.bundle.default_speaker}); voice store: {store}; "
              f"adapter cache {cache_mb:g} MB")
     announce(f"OpenAI-compatible endpoint: http://{host}:{port}/v1 (audio.speech), voices at /v1/voices")
     uvicorn.run(app, host=host, port=port, log_level=log_level)

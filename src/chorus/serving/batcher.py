@@ -4,7 +4,7 @@ Requests ``(text, voice, speed)`` from any number of threads or asyncio tasks wa
 worker thread takes up to ``max_batch`` of them, waiting at most ``max_wait_ms`` after the oldest one
 arrived, and runs them as one batch (:func:`synthesize_batch`):
 
-* only base voices: the plain base model, each row with its own speaker id;
+* only speakers: the plain base model, each row with its own speaker id;
 * one adapted voice for every row: its adapter active for the whole batch, or merged into the base
   weights (``merge_adapter`` ... ``unmerge_all``) when all its methods merge and the batch is large
   enough for the merge to pay;
@@ -302,7 +302,7 @@ class Batcher:
         return future
 
     def synthesize(self, text: str, voice: str, speed: float = 1.0, timeout: float | None = None) -> ServedResult:
-        """Blocking: speak ``text`` in ``voice`` (a base voice name or an adapted voice id)."""
+        """Blocking: speak ``text`` in ``voice`` (a speaker name or an adapted voice id)."""
         return self.submit(text, voice, speed).result(timeout)
 
     async def synthesize_async(self, text: str, voice: str, speed: float = 1.0) -> ServedResult:

@@ -1,6 +1,6 @@
-"""The serving engine: one resident base model, its base voices, and a byte-bounded cache of adapted voices.
+"""The serving engine: one resident base model, its speakers, and a byte-bounded cache of adapted voices.
 
-A base voice (a speaker of the base model) is always available by name. An adapted voice is a voice
+A speaker (a row of the base model's speaker table) is always available by name. An adapted voice is a voice
 folder (``chorus adapt`` output) that the engine finds through ``resolve(voice_id) -> folder`` (the
 voice store provides it) or through :meth:`Engine.add_voice`, and loads on first use as a named
 adapter inside the one resident model. Adapters live in a cache bounded in bytes (the adapter
@@ -45,7 +45,7 @@ DEFAULT_CACHE_BYTES = 64 << 20
 
 
 class UnknownVoice(KeyError):
-    """A voice id that is neither a base voice nor an adapted voice the engine can find."""
+    """A voice id that is neither a speaker of the base nor an adapted voice the engine can find."""
 
     def __init__(self, voice_id: str, detail: str = ""):
         super().__init__(voice_id)
@@ -87,7 +87,7 @@ class CachedVoice:
 @dataclass
 class EngineStats:
     """Counters for metrics. A hit or miss is counted once per distinct adapted voice per
-    :meth:`Engine.using` (one batch); base voices are not counted."""
+    :meth:`Engine.using` (one batch); speakers are not counted."""
 
     hits: int = 0
     misses: int = 0
@@ -117,7 +117,7 @@ def is_mergeable(model, adapter: str) -> bool:
 
 
 class Engine:
-    """A resident base model serving base voices and cached adapted voices.
+    """A resident base model serving its speakers and cached adapted voices.
 
     Args:
         synthesizer: the base model and vocoder (:func:`chorus.synthesis.load_base`); the engine owns
@@ -145,7 +145,7 @@ class Engine:
         self._pins: set[str] = set()
         self._next_adapter = 0
         self._stats = EngineStats(capacity_bytes=cache_bytes)
-        self._base_ids = {name: index for index, name in enumerate(self.bundle.speakers)}
+        self._speaker_ids = {name: index for index, name in enumerate(self.bundle.speakers)}
         self._default_speaker = self.bundle.speaker_index(self.bundle.default_speaker)
         for voice_id in pinned:
             self.pin(voice_id)
@@ -158,15 +158,15 @@ class Engine:
 
     # -- voices --------------------------------------------------------------------------------
     @property
-    def base_voices(self) -> list[str]:
+    def speakers(self) -> list[str]:
         return list(self.bundle.speakers)
 
     @property
     def sample_rate(self) -> int:
         return self.bundle.mel_config.sample_rate
 
-    def is_base(self, voice_id: str) -> bool:
-        return voice_id in self._base_ids
+    def is_speaker(self, voice_id: str) -> bool:
+        return voice_id in self._speaker_ids
 
     def resident(self) -> list[str]:
         """Adapted voices loaded in the model, least recently used first."""
@@ -180,8 +180,8 @@ class Engine:
     def add_voice(self, voice_id: str, folder: str | Path, pin: bool = False, load: bool = True) -> None:
         """Make ``folder`` the voice ``voice_id`` (replacing a resident older version); loads it now
         with ``load`` or ``pin`` (a broken folder raises :class:`VoiceError` here), else on first use."""
-        if self.is_base(voice_id):
-            raise ValueError(f"{voice_id!r} is a base voice of this model; choose another voice id")
+        if self.is_speaker(voice_id):
+            raise ValueError(f"{voice_id!r} is a speaker of this model; choose another voice id")
         folder = Path(folder)
         voice = read_voice(folder) if (load or pin) else None
         with self.lock:
@@ -222,8 +222,8 @@ class Engine:
 
     def pin(self, voice_id: str) -> None:
         """Load ``voice_id`` (if needed) and keep it resident until :meth:`unpin` or :meth:`remove_voice`."""
-        if self.is_base(voice_id):
-            return   # base voices are always there
+        if self.is_speaker(voice_id):
+            return   # speakers are always there
         with self.using([voice_id]) as (_, errors):
             if voice_id in errors:
                 raise errors[voice_id]
@@ -267,9 +267,9 @@ class Engine:
 
     # -- serving -------------------------------------------------------------------------------
     def handle(self, voice_id: str) -> VoiceHandle:
-        """The handle of a base voice or a *resident* adapted voice (no loading, no counting)."""
-        if self.is_base(voice_id):
-            return VoiceHandle(voice_id, None, self._base_ids[voice_id])
+        """The handle of a speaker or a *resident* adapted voice (no loading, no counting)."""
+        if self.is_speaker(voice_id):
+            return VoiceHandle(voice_id, None, self._speaker_ids[voice_id])
         with self.lock:
             entry = self._cache.get(voice_id)
             if entry is None:
@@ -284,7 +284,7 @@ class Engine:
         held are exempt from eviction until the block ends, after which the cache is trimmed to
         its budget."""
         voice_ids = list(dict.fromkeys(voice_ids))
-        wanted = [v for v in voice_ids if not self.is_base(v)]
+        wanted = [v for v in voice_ids if not self.is_speaker(v)]
         read: dict[str, tuple[Path, Voice, float] | Exception] = {}
         for voice_id in wanted:
             if voice_id not in self._cache:   # unlocked peek: at worst a voice is read twice
@@ -299,7 +299,7 @@ class Engine:
             errors: dict[str, Exception] = {}
             held: list[CachedVoice] = []
             for voice_id in voice_ids:
-                if self.is_base(voice_id):
+                if self.is_speaker(voice_id):
                     handles[voice_id] = self.handle(voice_id)
                     continue
                 try:
@@ -323,7 +323,7 @@ class Engine:
         folder = self._folders.get(voice_id)
         if folder is None:
             if self.resolve is None:
-                raise UnknownVoice(voice_id, f"not a base voice ({', '.join(self.bundle.speakers)}) and not added")
+                raise UnknownVoice(voice_id, f"not a speaker ({', '.join(self.bundle.speakers)}) and not added")
             try:
                 folder = self.resolve(voice_id)
             except (KeyError, FileNotFoundError) as error:

@@ -9,7 +9,7 @@ Two deployments and one task:
   ``<tenant>/<voice id>@<weights sha256 prefix>``, so Ray routes a request to a replica that already
   holds that voice (or, if none does, to one holding the fewest). Loading a voice is
   ``engine.add_voice`` of the store's folder; when Ray's per-replica LRU (``voices_per_replica``)
-  drops one, the voice is removed from the engine (after the requests using it finish). Base voices
+  drops one, the voice is removed from the engine (after the requests using it finish). Speakers
   carry no model id and go to any replica. The engine's own byte budget (``cache_mb``) still bounds
   each replica's adapters.
 * ``ChorusIngress``: the same FastAPI app as ``chorus serve`` (:func:`chorus.serving.api.create_app`:
@@ -189,7 +189,7 @@ class VoiceHost:
 
     @contextmanager
     def using(self, key: str | None) -> Iterator[None]:
-        """Count a request using adapted voice ``key`` (None: a base voice) for its duration."""
+        """Count a request using adapted voice ``key`` (None: a speaker) for its duration."""
         if key is None:
             yield
             return
@@ -246,7 +246,7 @@ class VoiceReplica:
         """Speak ``text``; an error is returned, not raised, so the caller re-raises it with its own type."""
         key = None
         try:
-            if not self.host.engine.is_base(voice):
+            if not self.host.engine.is_speaker(voice):
                 routed = serve.get_multiplexed_model_id()
                 if routed != voice:
                     raise ValueError(f"adapted voice {voice!r} must be requested with multiplexed_model_id={voice!r} "
@@ -277,10 +277,10 @@ class RemoteBatcher:
     deployment, an adapted voice with its key as ``multiplexed_model_id`` (batching happens in the
     voices replicas)."""
 
-    def __init__(self, handle: Callable[[], object], is_base: Callable[[str], bool]):
+    def __init__(self, handle: Callable[[], object], is_speaker: Callable[[str], bool]):
         self._handle_factory = handle
         self._handle = None
-        self.is_base = is_base
+        self.is_speaker = is_speaker
         self.stats = BatcherStats()
 
     def handle(self):
@@ -290,7 +290,7 @@ class RemoteBatcher:
 
     async def synthesize_async(self, text: str, voice: str, speed: float = 1.0) -> RemoteResult:
         self.stats.requests += 1
-        handle = self.handle() if self.is_base(voice) else self.handle().options(multiplexed_model_id=voice)
+        handle = self.handle() if self.is_speaker(voice) else self.handle().options(multiplexed_model_id=voice)
         started = time.perf_counter()
         try:
             outcome = await handle.synthesize.remote(text, voice, speed)
@@ -382,9 +382,9 @@ def build_ingress_app(config: RayServeConfig, app_name: str):
 
     torch.set_num_threads(1)
     store = config.open_store()
-    # The ingress never runs the model (its batcher is remote); it needs the base's voices and rate.
+    # The ingress never runs the model (its batcher is remote); it needs the base's speakers and rate.
     engine = Engine.load(config.base, config.vocoder, cache_bytes=0)
-    remote = RemoteBatcher(lambda: serve.get_deployment_handle(VOICES_DEPLOYMENT, app_name=app_name), engine.is_base)
+    remote = RemoteBatcher(lambda: serve.get_deployment_handle(VOICES_DEPLOYMENT, app_name=app_name), engine.is_speaker)
     return create_app(store, engine, config.tenants, config.settings, jobs=RayJobRunner(store, config),
                       batcher=remote)
 
@@ -439,9 +439,9 @@ def submit_onboarding(config: RayServeConfig, tenant: str, voice_id: str, data: 
                       name: str | None = None) -> tuple[str, ray.ObjectRef]:
     """Onboard the LJSpeech-style folder ``data`` as ``voice_id`` of ``tenant`` in a Ray task; returns the
     job id (``GET /v1/jobs/ID`` follows it) and the task's ref (its result is the final job status).
-    ``consent``: the speaker's consent statement, logged as an upload's is."""
+    ``consent``: the recorded person's consent statement, logged as an upload's is."""
     if len(consent.strip()) < 10:
-        raise ValueError("consent is required: a statement that the speaker consented to a synthetic voice")
+        raise ValueError("consent is required: a statement that the person recorded consented to a synthetic voice")
     name = name or voice_id
     store = config.open_store()
     try:

@@ -23,7 +23,7 @@ class SpeechRequest(BaseModel):
 
     model: str = Field("chorus", max_length=200, description="any name is accepted, e.g. 'chorus' or 'tts-1'")
     input: str = Field(..., min_length=1, description="the text to speak")
-    voice: str = Field(..., min_length=1, description="a base voice name or one of your voice ids "
+    voice: str = Field(..., min_length=1, description="a speaker name or one of your voice ids "
                                                       "(OpenAI's {\"id\": ...} form is accepted too)")
     response_format: Literal["wav", "pcm", "flac"] = Field(
         "wav", description="pcm: 16-bit little-endian mono at X-Sample-Rate; several sentences stream (chunked), "
@@ -51,7 +51,7 @@ def parse_speech(body: object, max_text_chars: int) -> SpeechRequest:
     if isinstance(voice, dict):   # OpenAI's custom voice reference {"id": ...}
         voice = voice.get("id")
     if not isinstance(voice, str) or not voice:
-        raise ApiError(400, "'voice' is required: a base voice name or one of your voice ids", param="voice")
+        raise ApiError(400, "'voice' is required: a speaker name or one of your voice ids", param="voice")
     response_format = body.get("response_format", "wav")
     if response_format not in CONTENT_TYPES:
         shown = response_format if isinstance(response_format, str) else type(response_format).__name__
@@ -82,7 +82,8 @@ class ErrorBody(BaseModel):
 
 
 class BaseVoice(BaseModel):
-    """A voice the base model knows."""
+    """A speaker: a voice the base model knows (``type`` "base"). The class name stays ``BaseVoice``
+    because it names the OpenAPI schema clients see."""
 
     id: str
     object: Literal["voice"] = "voice"

@@ -80,8 +80,8 @@ class VoiceServer:
             raise voice_not_found(voice_id) from None
 
     def engine_voice(self, tenant: str, voice_id: str) -> str:
-        """What to ask the engine for: a base voice name or the key of the tenant's ready voice."""
-        if self.engine.is_base(voice_id):
+        """What to ask the engine for: a speaker name or the key of the tenant's ready voice."""
+        if self.engine.is_speaker(voice_id):
             return voice_id
         record = self.record(tenant, voice_id)
         if record.status == VoiceStatus.TRAINING:
@@ -105,7 +105,7 @@ class VoiceServer:
                            error=self.public(record.error) if record.error else None,
                            resident=voice_key(record) in resident).model_dump()
 
-    def base_json(self, name: str) -> dict:
+    def speaker_json(self, name: str) -> dict:
         return BaseVoice(id=name, name=name, default=name == self.engine.bundle.default_speaker).model_dump()
 
     def job_json(self, job: JobRecord) -> dict:

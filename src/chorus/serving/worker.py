@@ -74,7 +74,8 @@ def write_job_file(job_dir: Path, job: OnboardingJob) -> None:
 
 
 def record_consent(jobs_dir: Path, job: OnboardingJob, consent: dict) -> None:
-    """Append the speaker's consent to ``<jobs_dir>/consent.jsonl``: an audit log that outlives the job's files."""
+    """Append the recorded person's consent to ``<jobs_dir>/consent.jsonl``: an audit log that outlives the
+    job's files."""
     entry = {"time": time.time(), "tenant": job.tenant, "voice_id": job.voice_id, "job_id": job.job_id, **consent}
     with _consent_lock, open(jobs_dir / CONSENT_LOG, "a", encoding="utf-8") as handle:
         handle.write(json.dumps(entry, ensure_ascii=False) + "\n")

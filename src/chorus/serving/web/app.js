@@ -69,7 +69,7 @@
     }
     const voices = (await response.json()).data || [];
     const groups = { base: document.createElement("optgroup"), custom: document.createElement("optgroup") };
-    groups.base.label = "Base voices";
+    groups.base.label = "Speakers";
     groups.custom.label = "Your voices";
     for (const voice of voices) {
       const option = document.createElement("option");
@@ -89,7 +89,7 @@
     voiceSelect.value = choices.includes(wanted) ? wanted : (preset ? preset.id : choices[0] || "");
     const custom = voices.filter((v) => v.type !== "base");
     const training = custom.filter((v) => v.status === "training").length;
-    voicesStatus.textContent = `${voices.length - custom.length} base voices, ${custom.length} of yours` +
+    voicesStatus.textContent = `${voices.length - custom.length} speakers, ${custom.length} of yours` +
       (training ? ` (${training} training)` : "") + ".";
   }
 
@@ -189,7 +189,7 @@
     if (statement.length < 10) {
       return "Write the consent statement: who consented to a synthetic voice, how and when.";
     }
-    if (!$("consent-confirm").checked) return "Confirm that the speaker consented.";
+    if (!$("consent-confirm").checked) return "Confirm that the person recorded consented.";
     if (archiveInput.files.length) return "";
     if (!clipsInput.files.length) return "Choose the clips (or one zip archive).";
     if (!transcripts.value.trim()) return "Write a transcript line (filename|text) for each clip.";
