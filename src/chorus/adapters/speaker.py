@@ -4,7 +4,7 @@ The base model conditions every layer on ``speaker_proj(speaker vector)``. A voi
 replaces the embedding-table lookup by its own vector (``speaker_dim`` numbers, 64 in the shipped
 base); with ``train_projection`` it also learns a full-rank delta of ``speaker_proj``. Every Chorus
 voice carries such a vector (it is the voice's conditioning); with other methods it stays fixed at
-its starting value (``train_vector=False``), the closest base voice.
+its starting value (``train_vector=False``), the closest speaker's.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ class SpeakerConfig(MethodConfig):
     targets: str | list[str] | None = field(default=None, metadata={
         "help": f"{TARGETS_HELP}; default: speaker_embedding, and speaker_proj with train_projection"})
     train_vector: bool = field(default=True, metadata={
-        "help": "learn the voice's speaker vector (else it stays at its starting value, the closest base voice)"})
+        "help": "learn the voice's speaker vector (else it stays at its starting value, the closest speaker's)"})
     train_projection: bool = field(default=False, metadata={
         "help": "also learn a delta of the speaker projection (speaker_dim x d_model more numbers)"})
 
@@ -53,7 +53,7 @@ class SpeakerVector(AdapterLayer):
     def add(self, name: str, config: SpeakerConfig) -> None:
         self.configs[name] = config
         table = innermost(self).weight
-        # Start from the average voice; trainers may overwrite it with the closest base voice.
+        # Start from the average speaker; trainers may overwrite it with the closest speaker's vector.
         self.speaker_vector[name] = nn.Parameter(table.detach().mean(0).clone())
 
     def adapter_parameters(self, name):

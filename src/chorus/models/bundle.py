@@ -131,7 +131,7 @@ def load_bundle(folder: str | Path, device: str | torch.device = "cpu") -> Model
 
 @torch.no_grad()
 def teacher_forced_mel(bundle: ModelBundle, text: str, recorded_mel: torch.Tensor, speaker: int) -> torch.Tensor:
-    """Log-mel ``[frames, n_mels]`` of ``text`` in base voice ``speaker`` (index) with the timing that
+    """Log-mel ``[frames, n_mels]`` of ``text`` in speaker ``speaker`` (index) with the timing that
     alignment search finds in ``recorded_mel`` ``[frames, n_mels]``: training's teacher-forced pass,
     so the output lines up frame for frame with the recording (same number of frames)."""
     model = bundle.model.eval()

@@ -98,7 +98,7 @@ class AdaptConfig:
             except TypeError as error:
                 raise ValueError(f"bad options for {name}: {error}") from error
         if not any(isinstance(c, SpeakerConfig) for c in configs):
-            # Every voice carries a speaker vector; here it stays at the closest base voice's.
+            # Every voice carries a speaker vector; here it stays at the closest speaker's.
             configs.append(SpeakerConfig(train_vector=FULL_FINE_TUNING in names))
         return configs
 
@@ -169,13 +169,13 @@ def mel_loss(model: AcousticModel, cache: FeatureCache, indices: np.ndarray, max
     return total / max(count, 1)
 
 
-def closest_base_voices(model: AcousticModel, cache: FeatureCache, indices: np.ndarray,
-                        groups: np.ndarray | None = None) -> np.ndarray:
-    """The base speaker whose conditioning fits each new voice best (lowest teacher-forced mel L1,
+def closest_speakers(model: AcousticModel, cache: FeatureCache, indices: np.ndarray,
+                     groups: np.ndarray | None = None) -> np.ndarray:
+    """The speaker whose conditioning fits each new voice best (lowest teacher-forced mel L1,
     averaged over that voice's clips): the voices' speaker-vector starting points.
 
     ``groups[i]`` is the voice of clip ``indices[i]`` (default: every clip its own voice); returns one
-    base speaker index per group, in sorted group order. One forward per base speaker for all clips.
+    speaker index per group, in sorted group order. One forward per speaker for all clips.
     """
     groups = np.arange(len(indices)) if groups is None else np.asarray(groups)
     losses = np.zeros((model.config.n_speakers, len(indices)))
@@ -247,14 +247,14 @@ def adapt(data: str | Path, bundle: ModelBundle, out: str | Path, config: AdaptC
     copied = full or config.memory.frozen_dtype == "bf16"
     model = copy.deepcopy(bundle.model) if copied else bundle.model
     apply_memory_options(model, config.memory)
-    start_voice = int(closest_base_voices(model, cache, train_indices[:16], np.zeros(len(train_indices[:16])))[0])
+    start_speaker = int(closest_speakers(model, cache, train_indices[:16], np.zeros(len(train_indices[:16])))[0])
     trainable = prepare_for_training(model, config)   # a target that matches nothing fails here
     if config.memory.frozen_dtype == "bf16":
         cast_frozen_parameters(model, torch.bfloat16)
     for _, layer in adapter_layers(model):
         if isinstance(layer, SpeakerVector):
             with torch.no_grad():
-                layer.speaker_vector[VOICE].copy_(innermost(layer).weight[start_voice])
+                layer.speaker_vector[VOICE].copy_(innermost(layer).weight[start_speaker])
     trainable_count = sum(p.numel() for p in trainable)
     optimizer = build_optimizer(trainable, config.memory.optimizer, config.learning_rate_for(), weight_decay=0.0)
 
@@ -305,14 +305,13 @@ def adapt(data: str | Path, bundle: ModelBundle, out: str | Path, config: AdaptC
     model.eval()
     apply_memory_options(model, MemoryOptions())
 
-    base_names = bundle.speakers
     card = VoiceCard(name=name or Path(out).name, methods=config.method_names(),
                      base_model_sha256=bundle.weights_sha256, data_minutes=round(minutes, 2),
                      train_seconds=round(train_seconds, 1), steps=step, trainable_parameters=trainable_count,
                      metrics={"validation_mel_l1_start": round(history[0]["val_mel"], 4),
                               "validation_mel_l1_best": round(best[0], 4), "best_step": best[1],
                               "held_out_clips": len(val_indices), "training_clips": len(train_indices)},
-                     notes={"speaker_vector_start": base_names[start_voice],
+                     notes={"speaker_vector_start": bundle.speakers[start_speaker],
                             "recipe": {k: v for k, v in asdict(config).items() if k != "memory"},
                             "memory_options": asdict(config.memory)})
     voice_dir = save_voice(out, model, VOICE, configs, card, full=full)

@@ -37,7 +37,7 @@ from chorus.models.losses import compute_losses, step_inputs
 from chorus.training.adapt import (
     AdaptConfig,
     check_adaptation_data,
-    closest_base_voices,
+    closest_speakers,
     split_held_out,
 )
 from chorus.training.efficiency import build_optimizer
@@ -182,8 +182,8 @@ def load_voices(root: str | Path, bundle: ModelBundle, config: AdaptConfig, seed
 
 
 def add_voice_adapters(model: AcousticModel, voices: VoiceSet, configs: list) -> None:
-    """Add each training voice's adapter, its speaker vector starting at its closest base voice."""
-    starts = closest_base_voices(model, voices.cache, np.array([voices.train[v][0] for v in voices.train]))
+    """Add each training voice's adapter, its speaker vector starting at its closest speaker."""
+    starts = closest_speakers(model, voices.cache, np.array([voices.train[v][0] for v in voices.train]))
     for voice, start in zip(voices.train, starts):
         add_adapter(model, voices.names[voice], configs)
         for _, layer in adapter_layers(model):

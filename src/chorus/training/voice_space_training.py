@@ -81,7 +81,7 @@ def train_voice_space(root: str | Path, bundle: ModelBundle, out: str | Path, co
     bank = pack_bank(model, names)
     slot_of = slots_for(voices)
     space = VoiceSpace.from_bank(bank, config.dim, configs, bundle.weights_sha256)
-    # Each voice's starting adapter (its closest base voice's speaker vector) is folded into the
+    # Each voice's starting adapter (its closest speaker's vector) is folded into the
     # centers; z starts random (unit norm on average) so that every voice pulls the bases its own way
     # from the first step.
     z = nn.Parameter(torch.randn(len(names), config.dim) / config.dim ** 0.5)
