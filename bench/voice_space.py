@@ -30,7 +30,7 @@ import torch
 
 from chorus.adapters.hypernetwork import VoiceSpace
 from chorus.atomic import atomic_write_text
-from chorus.corpus.virtual import add_virtual_voices
+from chorus.corpus.virtual import add_virtual_speakers
 from chorus.data.formats import discover
 from chorus.data.subsets import first_minutes, write_subset
 from chorus.evaluation.report import EvalItem, Judges, evaluate_pairs
@@ -140,7 +140,7 @@ def learned_space(args) -> tuple[VoiceSpace, list[str], dict]:
         for source in sorted(p for p in args.corpus.iterdir() if (p / "metadata.csv").is_file()):
             utterances, _ = discover(source)
             write_subset(first_minutes(utterances, args.space_minutes), root / source.name)
-        add_virtual_voices(root, args.space_virtual, minutes=args.space_minutes)
+        add_virtual_speakers(root, args.space_virtual, minutes=args.space_minutes)
         started = time.perf_counter()
         _, history = train_voice_space(root, load_bundle(args.base), space_dir,
                                        VoiceSpaceConfig(method=args.space_method, dim=args.dim,

@@ -1,4 +1,4 @@
-"""The offline corpus recipe: voice registry, sentence text, and a tiny real build."""
+"""The offline corpus recipe: speaker registry, sentence text, and a tiny real build."""
 
 from __future__ import annotations
 
@@ -22,48 +22,48 @@ from chorus.corpus.build import (
     select_sentences,
     trim_and_normalize,
 )
+from chorus.corpus.speakers import SPEAKERS, get_speaker, heldout_speakers, pretraining_speakers
 from chorus.corpus.text import (
     TEXT_DIR,
     benchmark_sentences,
     sentence_key,
     training_sentences,
 )
-from chorus.corpus.voices import VOICES, get_voice, heldout_voices, pretraining_voices
 from chorus.data.formats import read_metadata
 
 HELDOUT = {"piper-joe", "flite-slt", "festival-ked"}
 
 
-def test_registry_has_enough_distinct_pretraining_voices() -> None:
-    names = [voice.name for voice in VOICES]
+def test_registry_has_enough_distinct_pretraining_speakers() -> None:
+    names = [speaker.name for speaker in SPEAKERS]
     assert len(names) == len(set(names))
-    assert len(pretraining_voices()) >= 24
-    assert all(voice.utterances > 0 for voice in VOICES)
-    assert {voice.engine for voice in pretraining_voices()} >= {"espeak", "flite", "festival"}
-    assert {voice.gender for voice in pretraining_voices()} == {"male", "female"}
-    for voice in VOICES:
-        assert voice.name.replace("-", "").isalnum(), f"{voice.name}: not safe as a folder name"
+    assert len(pretraining_speakers()) >= 24
+    assert all(speaker.utterances > 0 for speaker in SPEAKERS)
+    assert {speaker.engine for speaker in pretraining_speakers()} >= {"espeak", "flite", "festival"}
+    assert {speaker.gender for speaker in pretraining_speakers()} == {"male", "female"}
+    for speaker in SPEAKERS:
+        assert speaker.name.replace("-", "").isalnum(), f"{speaker.name}: not safe as a folder name"
 
 
-def test_heldout_voices_are_exactly_joe_slt_ked_and_never_derived_from() -> None:
-    assert {voice.name for voice in heldout_voices()} == HELDOUT
-    heldout_sources = {(v.engine, v.engine_voice) for v in heldout_voices()}
-    for voice in pretraining_voices():
-        assert voice.derived_from not in HELDOUT
-        # No pretraining voice may be a held-out synthesizer voice under another name or a sox chain.
-        assert (voice.engine, voice.engine_voice) not in heldout_sources, voice.name
-    for voice in VOICES:
-        if voice.derived_from:
-            base = get_voice(voice.derived_from)
-            assert not base.heldout and voice.sox
-            assert (base.engine, base.engine_voice) == (voice.engine, voice.engine_voice)
-    assert all(voice.split == "heldout" for voice in heldout_voices())
+def test_heldout_speakers_are_exactly_joe_slt_ked_and_never_derived_from() -> None:
+    assert {speaker.name for speaker in heldout_speakers()} == HELDOUT
+    heldout_sources = {(v.engine, v.engine_voice) for v in heldout_speakers()}
+    for speaker in pretraining_speakers():
+        assert speaker.derived_from not in HELDOUT
+        # No pretraining speaker may be a held-out engine voice under another name or a sox chain.
+        assert (speaker.engine, speaker.engine_voice) not in heldout_sources, speaker.name
+    for speaker in SPEAKERS:
+        if speaker.derived_from:
+            base = get_speaker(speaker.derived_from)
+            assert not base.heldout and speaker.sox
+            assert (base.engine, base.engine_voice) == (speaker.engine, speaker.engine_voice)
+    assert all(speaker.split == "heldout" for speaker in heldout_speakers())
 
 
-def test_clear_voices_outweigh_espeak() -> None:
-    espeak = [v.utterances for v in pretraining_voices() if v.engine == "espeak"]
-    assert get_voice("flite-rms").utterances > max(espeak)
-    assert get_voice("festival-kal").utterances > max(espeak)
+def test_clear_speakers_outweigh_espeak() -> None:
+    espeak = [v.utterances for v in pretraining_speakers() if v.engine == "espeak"]
+    assert get_speaker("flite-rms").utterances > max(espeak)
+    assert get_speaker("festival-kal").utterances > max(espeak)
 
 
 def test_benchmark_sentences_are_excluded_from_all_training_text() -> None:
@@ -75,9 +75,9 @@ def test_benchmark_sentences_are_excluded_from_all_training_text() -> None:
     rows = training_sentences()
     assert not reserved & {sentence_key(text) for _, text in rows}
     assert len({utt_id for utt_id, _ in rows}) == len(rows)
-    # And so from every voice's selection, whatever its size.
-    for voice in VOICES:
-        assert not reserved & {sentence_key(text) for _, text in select_sentences(voice, voice.utterances)}
+    # And so from every speaker's selection, whatever its size.
+    for speaker in SPEAKERS:
+        assert not reserved & {sentence_key(text) for _, text in select_sentences(speaker, speaker.utterances)}
 
 
 def test_training_text_is_short_and_large_enough() -> None:
@@ -88,8 +88,8 @@ def test_training_text_is_short_and_large_enough() -> None:
     assert (TEXT_DIR / "SOURCE.txt").is_file()
 
 
-def test_selection_is_deterministic_differs_per_voice_and_extends() -> None:
-    rms, awb = get_voice("flite-rms"), get_voice("flite-awb")
+def test_selection_is_deterministic_differs_per_speaker_and_extends() -> None:
+    rms, awb = get_speaker("flite-rms"), get_speaker("flite-awb")
     assert select_sentences(rms, 50) == select_sentences(rms, 50)
     assert select_sentences(rms, 50) == select_sentences(rms, 100)[:50]
     assert {t for _, t in select_sentences(rms, 50)} != {t for _, t in select_sentences(awb, 50)}
@@ -108,11 +108,11 @@ def test_trim_and_normalize_keeps_a_tenth_of_a_second_of_silence() -> None:
 
 def test_missing_requirements_are_reported_with_the_apt_command(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("chorus.corpus.build.shutil.which", lambda name: None)
-    missing = missing_requirements([get_voice("flite-rms-up350")])
+    missing = missing_requirements([get_speaker("flite-rms-up350")])
     assert Requirement("binary flite", "flite", "apt") in missing
     assert Requirement("binary sox", "sox", "apt") in missing
     with pytest.raises(RequirementsError, match="apt-get install -y flite sox"):
-        check_requirements([get_voice("flite-rms-up350")])
+        check_requirements([get_speaker("flite-rms-up350")])
 
 
 def _need(*binaries: str) -> None:
@@ -121,34 +121,34 @@ def _need(*binaries: str) -> None:
             pytest.skip(f"{binary} is not installed (apt-get install -y {binary})")
 
 
-TINY_VOICES = ("espeak-us-m3", "flite-rms-up350", "festival-kal")
+TINY_SPEAKERS = ("espeak-us-m3", "flite-rms-up350", "festival-kal")
 
 
 @pytest.fixture
-def tiny_voices():
+def tiny_speakers():
     _need("espeak-ng", "flite", "festival", "sox")
-    if missing_requirements([get_voice(name) for name in TINY_VOICES]):
-        pytest.skip(f"missing: {missing_requirements([get_voice(name) for name in TINY_VOICES])}")
+    if missing_requirements([get_speaker(name) for name in TINY_SPEAKERS]):
+        pytest.skip(f"missing: {missing_requirements([get_speaker(name) for name in TINY_SPEAKERS])}")
     # utterances 30 at scale 0.1: three clips each.
-    return [replace(get_voice(name), utterances=30) for name in TINY_VOICES]
+    return [replace(get_speaker(name), utterances=30) for name in TINY_SPEAKERS]
 
 
-def _build(out: Path, voices) -> CorpusSummary:
-    return build_corpus(out, utterances_scale=0.1, jobs=1, voices=voices, progress=False)
+def _build(out: Path, speakers) -> CorpusSummary:
+    return build_corpus(out, utterances_scale=0.1, jobs=1, speakers=speakers, progress=False)
 
 
-def test_tiny_build_writes_layout_metadata_and_voices_json(tmp_path: Path, tiny_voices) -> None:
-    summary = _build(tmp_path, tiny_voices)
+def test_tiny_build_writes_layout_metadata_and_voices_json(tmp_path: Path, tiny_speakers) -> None:
+    summary = _build(tmp_path, tiny_speakers)
     assert summary.clips == summary.written == 9 and summary.failed == 0
     document = json.loads((tmp_path / "voices.json").read_text())
-    assert set(document["voices"]) == set(TINY_VOICES)
-    for voice in tiny_voices:
-        folder = tmp_path / "train" / voice.name
-        utterances, problems = read_metadata(folder, speaker=voice.name)
+    assert set(document["voices"]) == set(TINY_SPEAKERS)
+    for speaker in tiny_speakers:
+        folder = tmp_path / "train" / speaker.name
+        utterances, problems = read_metadata(folder, speaker=speaker.name)
         assert not problems and len(utterances) == 3
-        record = document["voices"][voice.name]
-        assert record["clips"] == 3 and record["path"] == f"train/{voice.name}" and not record["heldout"]
-        assert record["sox"] == list(voice.sox) and record["minutes"] > 0
+        record = document["voices"][speaker.name]
+        assert record["clips"] == 3 and record["path"] == f"train/{speaker.name}" and not record["heldout"]
+        assert record["sox"] == list(speaker.sox) and record["minutes"] > 0
         for utterance in utterances:
             assert utterance.text and "|" not in utterance.text
             info = sf.info(str(utterance.audio_path))
@@ -160,31 +160,31 @@ def test_tiny_build_writes_layout_metadata_and_voices_json(tmp_path: Path, tiny_
     assert not list(tmp_path.glob("heldout/*"))
 
 
-def test_second_build_writes_nothing_new(tmp_path: Path, tiny_voices) -> None:
-    first = _build(tmp_path, tiny_voices)
+def test_second_build_writes_nothing_new(tmp_path: Path, tiny_speakers) -> None:
+    first = _build(tmp_path, tiny_speakers)
     stamps = {p: p.stat().st_mtime_ns for p in tmp_path.glob("train/*/wavs/*.wav")}
-    second = _build(tmp_path, tiny_voices)
+    second = _build(tmp_path, tiny_speakers)
     assert second.written == 0 and second.clips == first.clips
-    assert all(v.skipped == 3 for v in second.voices)
+    assert all(v.skipped == 3 for v in second.speakers)
     assert {p: p.stat().st_mtime_ns for p in tmp_path.glob("train/*/wavs/*.wav")} == stamps
 
 
-def test_heldout_voice_goes_to_its_own_folder(tmp_path: Path) -> None:
+def test_heldout_speaker_goes_to_its_own_folder(tmp_path: Path) -> None:
     _need("flite")
-    summary = build_corpus(tmp_path, voices=[replace(get_voice("flite-slt"), utterances=2)], jobs=1, progress=False)
-    assert summary.voices[0].split == "heldout" and summary.clips == 2
+    summary = build_corpus(tmp_path, speakers=[replace(get_speaker("flite-slt"), utterances=2)], jobs=1, progress=False)
+    assert summary.speakers[0].split == "heldout" and summary.clips == 2
     assert len(list((tmp_path / "heldout" / "flite-slt" / "wavs").glob("*.wav"))) == 2
     assert not (tmp_path / "train").exists() or not any((tmp_path / "train").iterdir())
 
 
-def test_recorded_sentences_match_what_the_corpus_build_writes(tmp_path: Path, tiny_voices) -> None:
-    voice = tiny_voices[1]   # flite through a sox chain: every step of the recipe
-    build_corpus(tmp_path, voices=[voice], jobs=1, progress=False)
-    utterances, _ = read_metadata(tmp_path / "train" / voice.name, speaker=voice.name)
-    recorded = record_sentences(voice, [u.text for u in utterances])
+def test_recorded_sentences_match_what_the_corpus_build_writes(tmp_path: Path, tiny_speakers) -> None:
+    speaker = tiny_speakers[1]   # flite through a sox chain: every step of the recipe
+    build_corpus(tmp_path, speakers=[speaker], jobs=1, progress=False)
+    utterances, _ = read_metadata(tmp_path / "train" / speaker.name, speaker=speaker.name)
+    recorded = record_sentences(speaker, [u.text for u in utterances])
     for utterance, audio in zip(utterances, recorded, strict=True):
         written, _ = sf.read(str(utterance.audio_path), dtype="float32")
         # Sample for sample: sox runs in repeatable mode (a fixed dither seed), so nothing is random.
         np.testing.assert_array_equal(audio, written)
     with pytest.raises(RuntimeError):
-        record_sentences(replace(voice, sox=("no-such-effect",)), ["Hello."])
+        record_sentences(replace(speaker, sox=("no-such-effect",)), ["Hello."])

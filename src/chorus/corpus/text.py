@@ -2,7 +2,7 @@
 
 Three public sources, already filtered to short sentences (4-14 words, at most 90 characters):
 CMU ARCTIC prompts, LJ Speech transcripts and the Harvard sentences. Twenty Harvard sentences are
-reserved for benchmarks and never appear in any voice's text.
+reserved for benchmarks and never appear in any speaker's text.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ def _read_tsv(name: str) -> list[tuple[str, str]]:
 
 @functools.cache
 def benchmark_sentences() -> list[str]:
-    """The 20 benchmark sentences (Harvard), excluded from every voice's text."""
+    """The 20 benchmark sentences (Harvard), excluded from every speaker's text."""
     return _read_lines("benchmark_sentences.txt")
 
 
@@ -65,5 +65,5 @@ def _training_sentences() -> tuple[tuple[str, str], ...]:
 
 
 def training_sentences() -> list[tuple[str, str]]:
-    """All ``(id, text)`` pairs voices may read: ARCTIC, Harvard, then LJ Speech, benchmark sentences removed."""
+    """All ``(id, text)`` pairs speakers may read: ARCTIC, Harvard, then LJ Speech, benchmark sentences removed."""
     return list(_training_sentences())

@@ -1,14 +1,14 @@
-"""The registry of offline voices the synthetic corpus is read by.
+"""The registry of offline speakers the synthetic corpus is read by.
 
-Every voice is a Debian-packaged synthesizer (espeak-ng, flite, festival) or the CC0 Piper voice
+Every speaker is a Debian-packaged synthesizer (espeak-ng, flite, festival) or the CC0 Piper voice
 "joe", optionally followed by a sox effect chain that turns it into a new virtual speaker.
 
 Utterance counts follow intelligibility (Whisper tiny.en WER of the sources, see
 ``/work/shared/offline-assets.md``): flite rms 2.6 %, festival kal 11.6 %, espeak m3 19 %, f3 30 %. A model
-trained on a voice is hardly more intelligible than the voice, so the clear flite/festival voices and
+trained on a speaker is hardly more intelligible than the speaker, so the clear flite/festival voices and
 their derivatives get ~600 clips and the formant-synth espeak variants ~250.
 
-Three voices are held out of pretraining, with no derivative of them anywhere: Piper joe, flite slt
+Three speakers are held out of pretraining, with no derivative of them anywhere: Piper joe, flite slt
 and festival ked. They get ~12 minutes each, enough for 1/3/10-minute adaptation subsets plus
 evaluation clips.
 """
@@ -33,13 +33,13 @@ SOX_COMMAND = ("sox", "-R", "-G")
 
 
 @dataclass(frozen=True)
-class VoiceSpec:
-    """One corpus voice.
+class SpeakerSpec:
+    """One corpus speaker.
 
     ``engine_voice`` is what the engine calls it (espeak ``-v`` value, flite ``-voice`` name,
     festival voice such as ``kal_diphone``, ``joe`` for Piper); ``engine_args`` are extra command-line
     arguments for the engine. ``sox`` is an effect chain (``("pitch", "-250", "speed", "1.05")``)
-    applied to the engine's output, making a virtual speaker; ``derived_from`` then names the voice
+    applied to the engine's output, making a virtual speaker; ``derived_from`` then names the speaker
     it was made from. ``utterances`` is the clip count at corpus scale 1.0.
     """
 
@@ -55,27 +55,27 @@ class VoiceSpec:
 
     @property
     def split(self) -> str:
-        """Corpus sub-folder: ``heldout`` voices never mix with the ``train`` ones."""
+        """Corpus sub-folder: ``heldout`` speakers never mix with the ``train`` ones."""
         return "heldout" if self.heldout else "train"
 
 
-def _espeak(name: str, voice: str, gender: Gender) -> VoiceSpec:
-    return VoiceSpec(name, "espeak", voice, gender, ESPEAK_CLIPS)
+def _espeak(name: str, engine_voice: str, gender: Gender) -> SpeakerSpec:
+    return SpeakerSpec(name, "espeak", engine_voice, gender, ESPEAK_CLIPS)
 
 
-def _virtual(name: str, base: VoiceSpec, gender: Gender, *effects: str) -> VoiceSpec:
-    return VoiceSpec(name, base.engine, base.engine_voice, gender, CLEAR_CLIPS, engine_args=base.engine_args,
-                     sox=effects, derived_from=base.name)
+def _virtual(name: str, base: SpeakerSpec, gender: Gender, *effects: str) -> SpeakerSpec:
+    return SpeakerSpec(name, base.engine, base.engine_voice, gender, CLEAR_CLIPS, engine_args=base.engine_args,
+                       sox=effects, derived_from=base.name)
 
 
-_FLITE_RMS = VoiceSpec("flite-rms", "flite", "rms", "male", CLEAR_CLIPS)
-_FLITE_AWB = VoiceSpec("flite-awb", "flite", "awb", "male", CLEAR_CLIPS)
-_FLITE_KAL16 = VoiceSpec("flite-kal16", "flite", "kal16", "male", CLEAR_CLIPS)
+_FLITE_RMS = SpeakerSpec("flite-rms", "flite", "rms", "male", CLEAR_CLIPS)
+_FLITE_AWB = SpeakerSpec("flite-awb", "flite", "awb", "male", CLEAR_CLIPS)
+_FLITE_KAL16 = SpeakerSpec("flite-kal16", "flite", "kal16", "male", CLEAR_CLIPS)
 # flite's plain "kal" is 8 kHz (nothing above 4 kHz): useful variety, but fewer clips.
-_FLITE_KAL = VoiceSpec("flite-kal", "flite", "kal", "male", ESPEAK_CLIPS)
-_FESTIVAL_KAL = VoiceSpec("festival-kal", "festival", "kal_diphone", "male", CLEAR_CLIPS)
+_FLITE_KAL = SpeakerSpec("flite-kal", "flite", "kal", "male", ESPEAK_CLIPS)
+_FESTIVAL_KAL = SpeakerSpec("festival-kal", "festival", "kal_diphone", "male", CLEAR_CLIPS)
 
-VOICES: tuple[VoiceSpec, ...] = (
+SPEAKERS: tuple[SpeakerSpec, ...] = (
     *(_espeak(f"espeak-us-m{i}", f"en-us+m{i}", "male") for i in range(1, 8)),
     *(_espeak(f"espeak-us-f{i}", f"en-us+f{i}", "female") for i in range(1, 6)),
     _espeak("espeak-us-annie", "en-us+Annie", "female"),
@@ -97,7 +97,7 @@ VOICES: tuple[VoiceSpec, ...] = (
     _FESTIVAL_KAL,
     # Virtual speakers. `pitch` moves F0 only (WSOLA); `speed` resamples, moving F0 and formants
     # together like a smaller or larger vocal tract, with `tempo` restoring the speaking rate. Large
-    # `pitch` shifts of the diphone voices hurt intelligibility (Whisper tiny.en WER of festival kal
+    # `pitch` shifts of the diphone speakers hurt intelligibility (Whisper tiny.en WER of festival kal
     # 17 % -> 41 % at +650 cents), so the big shifts use speed+tempo instead (20 %).
     _virtual("flite-rms-up350", _FLITE_RMS, "male", "pitch", "350"),
     _virtual("flite-rms-down300-slow", _FLITE_RMS, "male", "pitch", "-300", "tempo", "0.92"),
@@ -108,25 +108,25 @@ VOICES: tuple[VoiceSpec, ...] = (
     _virtual("festival-kal-speed088", _FESTIVAL_KAL, "male", "speed", "0.88", "tempo", "1.1"),
     _virtual("festival-kal-speed135", _FESTIVAL_KAL, "female", "speed", "1.35", "tempo", "0.8"),
     # Held out of pretraining (adaptation and evaluation only); nothing above derives from them.
-    VoiceSpec("piper-joe", "piper", "joe", "male", HELDOUT_CLIPS, heldout=True),
-    VoiceSpec("flite-slt", "flite", "slt", "female", HELDOUT_CLIPS, heldout=True),
-    VoiceSpec("festival-ked", "festival", "ked_diphone", "male", HELDOUT_CLIPS, heldout=True),
+    SpeakerSpec("piper-joe", "piper", "joe", "male", HELDOUT_CLIPS, heldout=True),
+    SpeakerSpec("flite-slt", "flite", "slt", "female", HELDOUT_CLIPS, heldout=True),
+    SpeakerSpec("festival-ked", "festival", "ked_diphone", "male", HELDOUT_CLIPS, heldout=True),
 )
 
 
-def pretraining_voices() -> list[VoiceSpec]:
-    """Voices of the base model's training corpus (``train/``)."""
-    return [voice for voice in VOICES if not voice.heldout]
+def pretraining_speakers() -> list[SpeakerSpec]:
+    """Speakers of the base model's training corpus (``train/``)."""
+    return [speaker for speaker in SPEAKERS if not speaker.heldout]
 
 
-def heldout_voices() -> list[VoiceSpec]:
-    """Voices kept out of pretraining (``heldout/``): Piper joe, flite slt, festival ked."""
-    return [voice for voice in VOICES if voice.heldout]
+def heldout_speakers() -> list[SpeakerSpec]:
+    """Speakers kept out of pretraining (``heldout/``): Piper joe, flite slt, festival ked."""
+    return [speaker for speaker in SPEAKERS if speaker.heldout]
 
 
-def get_voice(name: str) -> VoiceSpec:
-    """The registered voice called ``name``; ``KeyError`` lists the known names otherwise."""
-    for voice in VOICES:
-        if voice.name == name:
-            return voice
-    raise KeyError(f"unknown corpus voice {name!r}; known: {', '.join(v.name for v in VOICES)}")
+def get_speaker(name: str) -> SpeakerSpec:
+    """The registered speaker called ``name``; ``KeyError`` lists the known names otherwise."""
+    for speaker in SPEAKERS:
+        if speaker.name == name:
+            return speaker
+    raise KeyError(f"unknown corpus speaker {name!r}; known: {', '.join(v.name for v in SPEAKERS)}")
