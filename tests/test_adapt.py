@@ -19,7 +19,7 @@ runner = CliRunner()
 QUICK = dict(steps=4, eval_every=2, threads=1)
 
 
-def test_lora_voice_leaves_base_voices_bit_identical(tiny_base, new_voice_data, tmp_path):
+def test_lora_voice_leaves_speakers_bit_identical(tiny_base, new_voice_data, tmp_path):
     tts = load_base(tiny_base, "griffin-lim")
     before = tts.mel(["Hello there."], "m3")[0]
     result = adapt(new_voice_data, tts.bundle, tmp_path / "voices" / "f4", AdaptConfig(method="lora", **QUICK),

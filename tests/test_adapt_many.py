@@ -80,7 +80,7 @@ def test_refusals(tiny_base, voices_root, tmp_path):
     shutil.copytree(voices_root / "broken", only_broken / "broken")
     with pytest.raises(ValueError, match="no voice has usable data"):
         adapt_many(only_broken, load_bundle(tiny_base), tmp_path / "v", many_config(), progress=False)
-    with pytest.raises(ValueError, match="no voice folders"):
+    with pytest.raises(ValueError, match="no speaker folders"):
         adapt_many(tmp_path, load_bundle(tiny_base), tmp_path / "v", many_config(), progress=False)
 
 

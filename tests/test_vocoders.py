@@ -257,5 +257,5 @@ def test_fine_tuning_on_teacher_forced_mels_starts_from_the_given_vocoder(tiny_b
     saved = load_training_state(tuned.out_dir / "checkpoint").meta["config"]
     assert saved["init_from"] == str(start.out_dir) and saved["aligned_model"] == str(tiny_base)
     assert saved["vocoder"] == dataclasses.asdict(TINY_VOCOS)
-    with pytest.raises(FileNotFoundError, match="no voice folder named after"):
+    with pytest.raises(FileNotFoundError, match="no speaker folder named after"):
         AlignedSampler(tmp_path, bundle, clips_per_voice=1)

@@ -20,7 +20,7 @@ from chorus.models.bundle import ModelBundle, load_bundle
 ASSETS = Path(__file__).parent / "assets"
 DEFAULT_BASE = ASSETS / "base"
 DEFAULT_VOCODER = ASSETS / "vocoder"
-SAMPLE_VOICE = ASSETS / "samples" / "piper-joe"   # 1 minute of a voice held out of pretraining
+SAMPLE_VOICE = ASSETS / "samples" / "piper-joe"   # 1 minute of a speaker held out of pretraining
 
 
 @dataclass
@@ -41,7 +41,8 @@ class SynthesisResult:
 
 
 class Synthesizer:
-    """A loaded base model and vocoder. ``synthesize`` turns text into audio in one of its voices."""
+    """A loaded base model and vocoder. ``synthesize`` turns text into audio in one of its
+    speakers or in a loaded adapted voice."""
 
     def __init__(self, bundle: ModelBundle, vocoder: Vocoder):
         if vocoder.mel_config != bundle.mel_config:

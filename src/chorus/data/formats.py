@@ -48,7 +48,7 @@ def _audio_path(wavs: Path, utt_id: str) -> Path:
 
 
 def read_metadata(folder: Path, speaker: str | None = None) -> tuple[list[Utterance], list[MetadataProblem]]:
-    """Parse ``folder/metadata.csv``. ``speaker`` names the voice for 2/3-column files.
+    """Parse ``folder/metadata.csv``. ``speaker`` names the speaker for 2/3-column files.
 
     3-column lines are ``id|text|normalized`` in a single-speaker folder (the normalized text is
     used) and ``id|speaker|text`` in a multi-speaker file (``speaker`` is None).

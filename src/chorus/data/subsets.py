@@ -1,4 +1,4 @@
-"""Subsets of a dataset as LJSpeech-style folders of links (benchmarks: 1, 3, 10 minutes of a voice)."""
+"""Subsets of a dataset as LJSpeech-style folders of links (benchmarks: 1, 3, 10 minutes of a speaker)."""
 
 from __future__ import annotations
 

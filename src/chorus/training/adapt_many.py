@@ -85,13 +85,13 @@ class ManyVoicesResult:
 
 
 def speaker_folders(root: str | Path) -> list[Path]:
-    """The voice folders under ``root``: every sub-folder with a ``metadata.csv``, sorted by name."""
+    """The speaker folders under ``root``: every sub-folder with a ``metadata.csv``, sorted by name."""
     root = Path(root)
     if not root.is_dir():
         raise ValueError(f"{root}: no such folder")
     folders = sorted(p for p in root.iterdir() if (p / "metadata.csv").is_file())
     if not folders:
-        raise ValueError(f"{root}: no voice folders (sub-folders with a metadata.csv)")
+        raise ValueError(f"{root}: no speaker folders (sub-folders with a metadata.csv)")
     return folders
 
 
@@ -148,7 +148,7 @@ class VoiceSet:
 
 def load_voices(root: str | Path, bundle: ModelBundle, config: AdaptConfig, seed: int,
                 progress: bool = True) -> VoiceSet:
-    """Check every voice folder under ``root`` (a failure leaves that voice out, with its reason) and
+    """Check every speaker folder under ``root`` (a failure leaves that voice out, with its reason) and
     featurize the rest in one cache; hold out a share of each voice's clips."""
     failed: dict[str, str] = {}
     voices: dict[str, list[Utterance]] = {}
@@ -240,7 +240,7 @@ def banked_step(model: AcousticModel, bank, cache: FeatureCache, chosen: np.ndar
 
 def adapt_many(root: str | Path, bundle: ModelBundle, out: str | Path, config: ManyVoicesConfig, *,
                progress: bool = True) -> ManyVoicesResult:
-    """Adapt every voice folder under ``root`` in one job; voice ``NAME`` goes to ``out/NAME``."""
+    """Adapt every speaker folder under ``root`` in one job; voice ``NAME`` goes to ``out/NAME``."""
     torch.set_num_threads(config.adapt.threads)
     torch.manual_seed(config.seed)
     configs = config.adapt.method_configs()

@@ -157,7 +157,7 @@ class SegmentSampler:
 class AlignedSampler:
     """Random crops of (an acoustic model's teacher-forced log-mel of a clip, the clip), frame for frame.
 
-    For each voice folder under ``data_root`` that is one of ``bundle``'s speakers, its first
+    For each speaker folder under ``data_root`` that is one of ``bundle``'s speakers, its first
     ``clips_per_voice`` clips are forced through the model once (:func:`~chorus.synthesis.teacher_forced_mel`)
     and kept in memory: mel ``[frames, n_mels]`` beside audio padded to ``frames * hop`` samples.
     Clips are drawn in proportion to their length, as :class:`SegmentSampler` draws files.
@@ -167,7 +167,7 @@ class AlignedSampler:
         folders = sorted(p for p in Path(data_root).iterdir()
                          if (p / "metadata.csv").is_file() and p.name in bundle.speakers)
         if not folders:
-            raise FileNotFoundError(f"{data_root}: no voice folder named after one of the model's speakers "
+            raise FileNotFoundError(f"{data_root}: no speaker folder named after one of the model's speakers "
                                     f"({', '.join(bundle.speakers[:5])}, ...)")
         self.hop = bundle.mel_config.hop_length
         self.mels: list[torch.Tensor] = []

@@ -64,7 +64,7 @@ class VoiceSpaceConfig:
 
 def train_voice_space(root: str | Path, bundle: ModelBundle, out: str | Path, config: VoiceSpaceConfig, *,
                       progress: bool = True) -> tuple[VoiceSpace, list[dict]]:
-    """Learn a space over every voice folder under ``root``; saves it to ``out``. Returns the space
+    """Learn a space over every speaker folder under ``root``; saves it to ``out``. Returns the space
     and the validation history (mean held-out mel L1 over voices)."""
     torch.set_num_threads(config.threads)
     torch.manual_seed(config.seed)
