@@ -87,7 +87,7 @@ def test_mismatched_transcripts_and_several_speakers_are_refused(tiny_base, new_
 def test_cli_adapt_then_synthesize_with_the_voice(tiny_base, new_voice_data, tmp_path):
     voice = tmp_path / "voices" / "f4"
     result = runner.invoke(app, ["adapt", str(new_voice_data), "--out", str(voice), "--method", "lora+speaker",
-                                 "--r", "2", "--steps", "2", "--threads", "1", "--model", str(tiny_base)])
+                                 "--rank", "2", "--steps", "2", "--threads", "1", "--model", str(tiny_base)])
     assert result.exit_code == 0, result.output
     assert "voice:" in result.output and "chorus synthesize --voice" in result.output
     out = tmp_path / "hello.wav"
@@ -102,7 +102,7 @@ def test_cli_adapt_errors_are_clear(tiny_base, new_voice_data, tmp_path):
                                      "--model", str(tiny_base)])
     assert bad_method.exit_code == 2 and "unknown adapter method 'magic'" in bad_method.output
     wrong_flag = runner.invoke(app, ["adapt", str(new_voice_data), "--out", str(tmp_path / "v"), "--method", "bitfit",
-                                     "--r", "4", "--model", str(tiny_base)])
+                                     "--rank", "4", "--model", str(tiny_base)])
     assert wrong_flag.exit_code == 2 and "applies to lora" in wrong_flag.output
     missing = runner.invoke(app, ["synthesize", "--text", "Hi.", "--voice", str(tmp_path / "nope"),
                                   "--model", str(tiny_base)])

@@ -86,7 +86,7 @@ def test_refusals(tiny_base, voices_root, tmp_path):
 
 def test_cli(tiny_base, voices_root, tmp_path):
     result = runner.invoke(app, ["adapt-many", str(voices_root), "--out", str(tmp_path / "v"), "--steps", "2",
-                                 "--threads", "1", "--model", str(tiny_base), "--r", "2"])
+                                 "--threads", "1", "--model", str(tiny_base), "--rank", "2"])
     assert result.exit_code == 0, result.output
     assert "2 voice(s)" in result.output and "failed" in result.output
     assert (tmp_path / "v" / "f4" / "voice_card.json").is_file()
