@@ -8,10 +8,17 @@ voice, MCD (DTW), F0 RMSE. Also trainable parameters, artifact size, time per st
 forgetting: how the base voices change (adapters: checked bit-identical; full fine-tuning:
 teacher-forced mel L1 on base-voice clips before and after).
 
-    python bench/adaptation.py --voices flite-slt --minutes 3 --out bench/results/adaptation
+    python bench/adaptation.py --voices flite-slt --minutes 3 --seeds 1234,1,2 --threads 1 \\
+        --out bench/results/adaptation
+
+Training is capped by steps (``--steps``) and early stopping on held-out mel loss, never by wall clock:
+on a shared CPU a clock cap would make a cell depend on the load beside it. Each row is one seed (held-out
+split, batch order, initialization); cells run with several seeds get a mean and a spread, and the target
+is decided on the means, with the per-seed ratios beside them.
 
 Writes ``adaptation.md``, ``adaptation.json`` and ``similarity_vs_minutes.png`` under ``--out``;
-results of earlier runs in the same folder are kept and merged (one row per voice/minutes/method).
+results of earlier runs in the same folder are kept and merged (one row per voice/minutes/method/seed),
+but only when they were made with the same settings (``recipe``): one table, one recipe.
 Memory per method is measured by ``bench/adaptation_memory.py``.
 """
 
@@ -19,6 +26,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+import statistics
 import time
 from pathlib import Path
 
@@ -55,16 +64,27 @@ def base_voice_loss(model, bundle, corpus: Path, clips_per_voice: int = 4) -> fl
     return float(np.mean(losses))
 
 
-def run_one(args, voice: str, minutes: float, method: str, eval_utterances, references, judges, work: Path) -> dict:
+def recipe(args) -> dict:
+    """Settings every row of one results folder shares (method settings are per row, under ``settings``)."""
+    defaults = AdaptConfig()
+    return {"base": str(args.base or DEFAULT_BASE), "step_cap": args.steps, "wall_clock_cap": None,
+            "eval_every": defaults.eval_every, "patience": defaults.patience, "max_frames": defaults.max_frames,
+            "validation_fraction": defaults.validation_fraction, "sentences": args.sentences,
+            "references": args.references, "threads": args.threads}
+
+
+def run_one(args, voice: str, minutes: float, method: str, seed: int, eval_utterances, references, judges,
+            work: Path) -> dict:
     bundle = load_bundle(args.base or DEFAULT_BASE)
     probe_text = "The quick brown fox jumps over the lazy dog."
     base_before = Synthesizer(bundle, load_vocoder("griffin-lim", mel_config=bundle.mel_config)).mel(
         [probe_text], FORGETTING_VOICES[0])[0]
     base_loss_before = base_voice_loss(bundle.model, bundle, args.corpus)
-    config = AdaptConfig(method=method, steps=args.steps, threads=args.threads, max_minutes=args.max_minutes,
-                         seed=args.seed)
+    # No wall-clock cap (math.inf): the step cap and early stopping alone end training.
+    config = AdaptConfig(method=method, steps=args.steps, threads=args.threads, max_minutes=math.inf, seed=seed)
     data = work / f"{voice}-{minutes:g}min"
-    result = adapt(data, bundle, work / "voices" / f"{voice}-{minutes:g}-{method}", config, progress=False)
+    result = adapt(data, bundle, work / "voices" / f"{voice}-{minutes:g}-{method}-seed{seed}", config,
+                   progress=False)
     card = result.card
 
     tts = load_base(args.base, "griffin-lim")
@@ -92,8 +112,8 @@ def run_one(args, voice: str, minutes: float, method: str, eval_utterances, refe
                          for config in read_voice(result.voice_dir).configs)
     base_bytes = (Path(args.base or DEFAULT_BASE) / "model.safetensors").stat().st_size
     return {
-        "voice": voice, "minutes": minutes, "data_minutes": card.data_minutes, "method": method, "seed": args.seed,
-        "settings": settings,
+        "voice": voice, "minutes": minutes, "data_minutes": card.data_minutes, "method": method, "seed": seed,
+        "settings": settings, "recipe": recipe(args), "best_step": card.metrics["best_step"],
         "trainable_parameters": card.trainable_parameters, "artifact_bytes": artifact_bytes,
         "artifact_fraction": artifact_bytes / base_bytes, "steps": card.steps, "train_seconds": card.train_seconds,
         "seconds_per_step": card.train_seconds / max(card.steps, 1),
@@ -104,48 +124,92 @@ def run_one(args, voice: str, minutes: float, method: str, eval_utterances, refe
     }
 
 
+def cells(rows: list[dict]) -> dict[tuple, list[dict]]:
+    """Rows grouped by (voice, minutes, method), each group sorted by seed."""
+    grouped: dict[tuple, list[dict]] = {}
+    for row in sorted(rows, key=lambda r: r["seed"]):
+        grouped.setdefault((row["voice"], row["minutes"], row["method"]), []).append(row)
+    return grouped
+
+
+def mean_spread(values: list[float], digits: int = 3) -> str:
+    """``mean ± sample standard deviation`` (the mean alone for one value)."""
+    if len(values) == 1:
+        return f"{values[0]:.{digits}f}"
+    return f"{statistics.mean(values):.{digits}f} ± {statistics.stdev(values):.{digits}f}"
+
+
 def similarity_ratio(rows: list[dict], row: dict) -> float | None:
-    """``row``'s similarity over full fine-tuning's for the same voice and minutes (None without one)."""
-    full = next((r for r in rows if (r["voice"], r["minutes"], r["method"]) == (row["voice"], row["minutes"], "full")),
-                None)
+    """``row``'s similarity over full fine-tuning's for the same voice, minutes and seed (None without one)."""
+    full = next((r for r in rows if (r["voice"], r["minutes"], r["method"], r["seed"])
+                 == (row["voice"], row["minutes"], "full", row["seed"])), None)
     return row["similarity"] / full["similarity"] if full and full["similarity"] and row["similarity"] else None
 
 
 def target_lines(rows: list[dict]) -> list[str]:
-    """The issue's target per voice: the best adapter (artifact at most 1% of the base) against full
-    fine-tuning at 3 minutes; and which cells of the voices x minutes x methods grid ran."""
+    """The issue's target per voice: the best adapter (artifact at most 1% of the base, best by mean similarity
+    over the seeds it shares with full fine-tuning) against full fine-tuning at 3 minutes, on the means and per
+    seed; and which cells of the voices x minutes x methods grid ran, with how many seeds."""
     lines = ["Target: the best adapter method reaches at least 0.95x full fine-tuning's speaker similarity at 3 "
-             "minutes, with an artifact at most 1% of the base checkpoint.", ""]
+             "minutes, with an artifact at most 1% of the base checkpoint. Decided on the mean similarity over "
+             "the seeds both cells ran (ratio of the means); the per-seed ratios show its spread.", ""]
+    grouped = cells(rows)
     for voice in sorted({r["voice"] for r in rows}):
-        adapters = [r for r in rows if r["voice"] == voice and r["minutes"] == 3.0 and r["method"] != "full"
-                    and r["artifact_fraction"] <= 0.01 and similarity_ratio(rows, r) is not None]
-        if adapters:
-            best = max(adapters, key=lambda r: r["similarity"])
-            ratio = similarity_ratio(rows, best)
-            lines.append(f"- {voice}: {best['method']} {best['similarity']:.3f} = **{ratio:.3f}x** full fine-tuning "
-                         f"({100 * best['artifact_fraction']:.2f}% of the base; {'met' if ratio >= 0.95 else 'not met'})")
-    lines += ["", "Cells run (method: minutes per voice):", ""]
+        full = {r["seed"]: r["similarity"] for r in grouped.get((voice, 3.0, "full"), [])}
+        candidates = []
+        for (cell_voice, minutes, method), group in grouped.items():
+            if (cell_voice, minutes) != (voice, 3.0) or method == "full" or group[0]["artifact_fraction"] > 0.01:
+                continue
+            seeds = sorted(set(full) & {r["seed"] for r in group})
+            if seeds:
+                mine = {r["seed"]: r["similarity"] for r in group}
+                candidates.append((statistics.mean(mine[s] for s in seeds), method, seeds, mine, group[0]))
+        if not candidates:
+            continue
+        mean, method, seeds, mine, row = max(candidates)
+        ratio = mean / statistics.mean(full[s] for s in seeds)
+        per_seed = ", ".join(f"{mine[s] / full[s]:.3f} (seed {s})" for s in seeds)
+        lines.append(f"- {voice}: {method} {mean:.3f} / full {statistics.mean(full[s] for s in seeds):.3f} = "
+                     f"**{ratio:.3f}x** over {len(seeds)} seed{'s' * (len(seeds) > 1)} ({per_seed}; "
+                     f"{100 * row['artifact_fraction']:.2f}% of the base; {'met' if ratio >= 0.95 else 'not met'})")
+    lines += ["", "Cells run (method: minutes per voice, seeds in brackets):", ""]
     for method in dict.fromkeys(METHODS.split(",") + [r["method"] for r in rows]):
-        cells = {voice: sorted({r["minutes"] for r in rows if r["voice"] == voice and r["method"] == method})
-                 for voice in sorted({r["voice"] for r in rows})}
-        if any(cells.values()):
-            lines.append(f"- `{method}`: " + "; ".join(f"{voice} {', '.join(f'{m:g}' for m in minutes) or '-'}"
-                                                         for voice, minutes in cells.items()))
+        ran = {voice: [(minutes, len(group)) for (v, minutes, m), group in sorted(grouped.items())
+                       if (v, m) == (voice, method)] for voice in sorted({r["voice"] for r in rows})}
+        if any(ran.values()):
+            lines.append(f"- `{method}`: " + "; ".join(
+                f"{voice} {', '.join(f'{m:g} [{n}]' for m, n in cells_run) or '-'}" for voice, cells_run in ran.items()))
     return lines
 
 
 def write_results(rows: list[dict], out: Path, args) -> None:
-    rows = sorted(rows, key=lambda r: (r["voice"], r["minutes"], METHODS.split(",").index(r["method"])
-                                       if r["method"] in METHODS.split(",") else 99))
+    order = METHODS.split(",")
+    rows = sorted(rows, key=lambda r: (r["voice"], r["minutes"], order.index(r["method"]) if r["method"] in order
+                                       else 99, r["seed"]))
+    shared = recipe(args)
     lines = ["# Adaptation benchmark", "",
-             f"Base: {args.base or 'shipped base'}; seed {args.seed}; held-out voices; evaluation on "
-             f"{args.sentences} held-out sentences per voice against the real recordings of the same sentences; judges: Whisper tiny.en, resemblyzer, "
-             "MCD (DTW), F0 RMSE (WORLD harvest). Early stopping on held-out mel loss. Rows ran on a shared "
-             "2-core CPU with the torch threads listed (often beside another benchmark): times are upper bounds.", "",
+             f"Base: {args.base or 'shipped base'}; held-out voices; evaluation on {args.sentences} held-out "
+             f"sentences per voice against the real recordings of the same sentences ({args.references} other real "
+             "clips are the similarity references); judges: Whisper tiny.en, resemblyzer, MCD (DTW), F0 RMSE "
+             f"(WORLD harvest). Every row: step cap {shared['step_cap']}, no wall-clock cap, early stopping on "
+             f"held-out mel loss (evaluated every {shared['eval_every']} steps, patience {shared['patience']}), "
+             f"{shared['threads']} torch thread(s). Rows ran on a shared 2-core CPU, niced, beside other work: "
+             "times are upper bounds; steps and similarities do not depend on the load.", "",
              *target_lines(rows), "",
-             "| voice | min | method | trainable params | artifact KB (% of base) | steps | threads | s/step | adapt s | "
-             "WER % | similarity | sim / full FT | MCD dB | F0 RMSE Hz | base voices |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "Per cell (mean ± sample standard deviation over the seeds run; one value for one seed):", "",
+             "| voice | min | method | seeds | similarity | sim / full FT | WER % | MCD dB | steps reached |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for (voice, minutes, method), group in cells(rows).items():
+        ratios = [ratio for ratio in (similarity_ratio(rows, r) for r in group) if ratio is not None]
+        lines.append(f"| {voice} | {minutes:g} | {method} | {', '.join(str(r['seed']) for r in group)} | "
+                     f"{mean_spread([r['similarity'] for r in group])} | "
+                     f"{mean_spread(ratios) if ratios and method != 'full' else 'n/a'} | "
+                     f"{mean_spread([100 * (r['wer'] or 0) for r in group], 1)} | "
+                     f"{mean_spread([r['mcd_db'] for r in group], 2)} | {', '.join(str(r['steps']) for r in group)} |")
+    lines += ["", "Per seed (steps reached of the cap, and the step whose weights were kept):", "",
+              "| voice | min | method | seed | trainable params | artifact KB (% of base) | steps reached / cap | "
+              "best step | s/step | adapt s | WER % | similarity | sim / full FT | MCD dB | F0 RMSE Hz | base voices |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for row in rows:
         ratio = similarity_ratio(rows, row)
         ratio = "n/a" if ratio is None else f"{ratio:.3f}"
@@ -154,15 +218,14 @@ def write_results(rows: list[dict], out: Path, args) -> None:
         else:
             base = "bit-identical" if row["base_voices_bit_identical"] else "CHANGED"
         lines.append(
-            f"| {row['voice']} | {row['data_minutes']:.1f} | {row['method']} | {row['trainable_parameters']:,} | "
-            f"{row['artifact_bytes'] / 1024:.1f} ({100 * row['artifact_fraction']:.2f}%) | {row['steps']} | "
-            f"{row.get('threads', 2)} | {row['seconds_per_step']:.2f} | {row['train_seconds']:.0f} | {100 * (row['wer'] or 0):.1f} | "
-            f"{row['similarity']:.3f} | {ratio} | {row['mcd_db']:.2f} | {row['f0_rmse_hz']:.1f} | {base} |")
-    lines += ["", "Settings of each method as run (rows from earlier runs may use earlier defaults; their trainable "
-                  "parameters tell them apart):", ""]
-    for described in dict.fromkeys((r["method"], r.get("settings", "earlier defaults"), r.get("step_cap", 300))
-                                   for r in rows):
-        lines.append(f"- `{described[0]}`: {described[1]}; step cap {described[2]}")
+            f"| {row['voice']} | {row['data_minutes']:.1f} | {row['method']} | {row['seed']} | "
+            f"{row['trainable_parameters']:,} | {row['artifact_bytes'] / 1024:.1f} ({100 * row['artifact_fraction']:.2f}%)"
+            f" | {row['steps']} / {row['step_cap']} | {row['best_step']} | {row['seconds_per_step']:.2f} | "
+            f"{row['train_seconds']:.0f} | {100 * (row['wer'] or 0):.1f} | {row['similarity']:.3f} | {ratio} | "
+            f"{row['mcd_db']:.2f} | {row['f0_rmse_hz']:.1f} | {base} |")
+    lines += ["", "Settings of each method as run (the same for every seed):", ""]
+    for method, settings in dict.fromkeys((r["method"], r["settings"]) for r in rows):
+        lines.append(f"- `{method}`: {settings}")
     (out / "adaptation.md").write_text("\n".join(lines) + "\n")
     (out / "adaptation.json").write_text(json.dumps(rows, indent=1))
     plot_similarity_vs_minutes(rows, out / "similarity_vs_minutes.png")
@@ -171,7 +234,7 @@ def write_results(rows: list[dict], out: Path, args) -> None:
 
 def plot_similarity_vs_minutes(rows: list[dict], path: Path) -> None:
     """One panel per voice (voices were run for different cells, so a mean over voices would mix
-    them): similarity against minutes of data, a line per method."""
+    them): mean similarity over the seeds run against minutes of data, a line per method."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -180,12 +243,13 @@ def plot_similarity_vs_minutes(rows: list[dict], path: Path) -> None:
     methods = list(dict.fromkeys(r["method"] for r in rows))
     colors = {method: plt.get_cmap("tab10")(k % 10) for k, method in enumerate(methods)}
     fig, axes = plt.subplots(1, len(voices), figsize=(4.2 * len(voices), 4.2), sharey=True, squeeze=False)
-    for axis, voice in zip(axes[0], voices):
+    for axis, voice in zip(axes[0], voices, strict=True):
         for method in methods:
-            points = sorted((r["minutes"], r["similarity"]) for r in rows
-                            if r["voice"] == voice and r["method"] == method and r["similarity"] is not None)
+            points = sorted((minutes, statistics.mean(r["similarity"] for r in group))
+                            for (v, minutes, m), group in cells(rows).items()
+                            if (v, m) == (voice, method) and all(r["similarity"] is not None for r in group))
             if points:
-                axis.plot(*zip(*points), "o-", color=colors[method], label=method)
+                axis.plot(*zip(*points, strict=True), "o-", color=colors[method], label=method)
         axis.set_xscale("log")
         axis.set_xticks([1, 3, 10], ["1", "3", "10"])
         axis.set_xlabel("minutes of adaptation data")
@@ -207,23 +271,23 @@ def main() -> None:
     parser.add_argument("--voices", default="piper-joe,flite-slt,festival-ked")
     parser.add_argument("--minutes", default="1,3,10")
     parser.add_argument("--methods", default=METHODS)
-    parser.add_argument("--steps", type=int, default=600)
-    parser.add_argument("--max-minutes", type=float, default=10.0)
+    parser.add_argument("--steps", type=int, default=AdaptConfig.steps, help="step cap of every run")
     parser.add_argument("--sentences", type=int, default=8, help="held-out sentences judged per voice")
     parser.add_argument("--references", type=int, default=10, help="real clips for speaker similarity")
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--seed", type=int, default=AdaptConfig.seed,
-                        help="held-out split, batch order and initialization (another seed: another --out)")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--seeds", default=str(AdaptConfig.seed),
+                        help="comma-separated seeds (held-out split, batch order, initialization), one row each")
     parser.add_argument("--work", type=Path, default=Path("runs/adaptation"))
     parser.add_argument("--out", type=Path, default=Path("bench/results/adaptation"))
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     args.out.mkdir(parents=True, exist_ok=True)
     previous = json.loads((args.out / "adaptation.json").read_text()) if (args.out / "adaptation.json").is_file() else []
-    rows = {(r["voice"], r["minutes"], r["method"]): r for r in previous}
-    seeds = {r.get("seed", AdaptConfig.seed) for r in previous}
-    if seeds - {args.seed}:
-        parser.error(f"{args.out} holds results of seed {sorted(seeds)}, not {args.seed}: give another --out")
+    other = [r for r in previous if r.get("recipe") != recipe(args)]
+    if other:
+        parser.error(f"{args.out} holds {len(other)} rows made with other settings than {recipe(args)}: "
+                     "give another --out (one table, one recipe)")
+    rows = {(r["voice"], r["minutes"], r["method"], r["seed"]): r for r in previous}
     speaker = SpeakerJudge()
     judges = Judges(speaker=speaker)
     for voice in args.voices.split(","):
@@ -238,14 +302,15 @@ def main() -> None:
             got = sum(sf.info(str(u.audio_path)).duration for u in subset) / 60
             if got < minutes * 0.95:
                 print(f"{voice}: only {got:.1f} min available for the {minutes:g}-minute setting")
-            for method in args.methods.split(","):
-                started = time.perf_counter()
-                row = run_one(args, voice, minutes, method, evaluation, references, judges, args.work)
-                rows[(voice, minutes, method)] = row
-                print(f"{voice} {minutes:g} min {method}: similarity {row['similarity']:.3f}, WER "
-                      f"{100 * (row['wer'] or 0):.1f}%, {row['train_seconds']:.0f} s adapting "
-                      f"({time.perf_counter() - started:.0f} s with judging)", flush=True)
-                write_results(list(rows.values()), args.out, args)
+            for seed in [int(s) for s in args.seeds.split(",")]:
+                for method in args.methods.split(","):
+                    started = time.perf_counter()
+                    row = run_one(args, voice, minutes, method, seed, evaluation, references, judges, args.work)
+                    rows[(voice, minutes, method, seed)] = row
+                    print(f"{voice} {minutes:g} min {method} seed {seed}: similarity {row['similarity']:.3f}, WER "
+                          f"{100 * (row['wer'] or 0):.1f}%, {row['steps']} steps, {row['train_seconds']:.0f} s "
+                          f"adapting ({time.perf_counter() - started:.0f} s with judging)", flush=True)
+                    write_results(list(rows.values()), args.out, args)
 
 
 if __name__ == "__main__":

@@ -2,7 +2,10 @@
 
 For the shipped base's size, each method (and the memory-saving options) is predicted on the
 ``meta`` device and measured in a fresh process on one real training step of a synthetic batch of
-the same shape: weights, gradients, optimizer states, activations. Then the same prediction for a
+the same shape: weights, gradients, optimizer states, activations, and the block checkpointing
+rebuilds during backward (recompute), all in bytes, with the step's measured peak growth beside
+their total; bytes of optimizer state per trained value (8-bit states apply to every adapter
+tensor); ratios against full fine-tuning at several batch sizes. Then the same prediction for a
 506M-parameter configuration (prediction only: measuring it would need tens of GB).
 
     python bench/adaptation_memory.py --out bench/results/adaptation
@@ -51,10 +54,16 @@ def mib(value: int) -> str:
     return f"{value / 2**20:.2f}"
 
 
-def error(predicted: int, measured: int) -> str:
-    if measured == 0:
-        return "exact" if predicted == 0 else "n/a"
-    return f"{100 * (predicted - measured) / measured:+.1f}%"
+def differences(report) -> str:
+    """Where prediction and measurement differ, per category, in bytes; "exact" where none does."""
+    predicted, measured = report.predicted.categories(), report.measured.categories()
+    wrong = [f"{name} {predicted.get(name, 0) - measured.get(name, 0):+,}" for name in predicted | measured
+             if predicted.get(name, 0) != measured.get(name, 0)]
+    return ", ".join(wrong) or "exact"
+
+
+def state_bytes_per_value(optimizer_states: int, trainable_parameters: int) -> str:
+    return f"{optimizer_states / trainable_parameters:.2f}"
 
 
 def main() -> None:
@@ -73,63 +82,84 @@ def main() -> None:
         report = memory_report(model_config_by_name("shipped"), **options(label), measure=True, fresh_process=True,
                                label=label, **shape)
         reports.append(report)
-        print(f"{label}: predicted {mib(report.predicted.total)} MiB, measured "
-              f"{mib(sum(report.measured.categories()[c] for c in CATEGORIES))} MiB", flush=True)
+        print(f"{label}: predicted {report.predicted.total:,} B, measured {report.measured.total:,} B "
+              f"({differences(report)})", flush=True)
 
     lines = ["# Training memory per adaptation method (shipped base size)", "",
-             f"One training step, batch {args.batch} x {args.text_length} phonemes x {args.frames} frames, CPU. "
-             "Predicted analytically on the meta device (`chorus.memory.predict`); measured on a real step in a "
-             "fresh process (activations: tensors saved for backward, via saved-tensor hooks; gradients and "
-             "optimizer states: the tensors). Sizes in MiB; error = (predicted - measured) / measured.", "",
-             "| setting | trained params | weights | gradients | optimizer states | activations | total | "
-             "worst error | peak RSS growth |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             f"One training step, batch {args.batch} x {args.text_length} phonemes x {args.frames} frames, CPU, one "
+             "thread. Predicted analytically on the meta device (`chorus.memory.predict`); measured on a real step "
+             "in a fresh process (activations: tensors saved for backward, via saved-tensor hooks; recompute: "
+             "the largest block that checkpointing reruns in backward, rerun under the same hooks; gradients and "
+             "optimizer states: the tensors). Cells are measured bytes; the prediction column lists every "
+             "category where predicted and measured differ (`exact`: equal to the byte in all of them). Total: "
+             "every category, recompute included: what is live at the step's peak. Peak RSS growth: how much "
+             "the step raised the process's resident peak (measured; also holds backward's temporaries and "
+             "allocator slack, and counts pages): context beside total less weights.", "",
+             "| setting | trained params | weights | gradients | optimizer states (bytes / trained value) | "
+             "activations | recompute | total | total MiB | prediction | peak RSS growth MiB (total less "
+             "weights MiB) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for report in reports:
-        measured = report.measured.categories()
-        predicted = report.predicted.categories()
-        cells = [f"{mib(predicted[c])} / {mib(measured[c])}" for c in CATEGORIES]
-        errors = [abs(predicted[c] - measured[c]) / measured[c] for c in CATEGORIES if measured[c]]
-        total = sum(measured[c] for c in CATEGORIES)
-        growth = report.measured.peak_growth
-        lines.append(f"| {report.label} | {report.trainable_parameters:,} | " + " | ".join(cells)
-                     + f" | {mib(sum(predicted[c] for c in CATEGORIES))} / {mib(total)} | "
-                     f"{100 * max(errors, default=0):.1f}% | {mib(growth) if growth else 'n/a'} |")
-    lines += ["", "Cells: predicted / measured."]
+        measured = report.measured
+        growth = measured.peak_growth
+        lines.append(
+            f"| {report.label} | {report.trainable_parameters:,} | {measured.weights:,} | {measured.gradients:,} | "
+            f"{measured.optimizer_states:,} ({state_bytes_per_value(measured.optimizer_states, report.trainable_parameters)}) | "
+            f"{measured.activations:,} | {measured.recompute:,} | {measured.total:,} | {mib(measured.total)} | "
+            f"{differences(report)} | {mib(growth) if growth else 'n/a'} ({mib(measured.total - measured.weights)}) |")
+
+    lines += ["", "## 8-bit optimizer states", "",
+              "bitsandbytes keeps float32 moments for tensors under `min_8bit_size` values (4,096 by default: every "
+              "LoRA tensor here); `build_optimizer` sets it to 1, so every trained tensor gets uint8 moments and a "
+              "float32 scale per block of 256. Bytes of optimizer state per trained value, predicted / measured "
+              "(fp32 AdamW: 8 + 4 bytes per tensor for its step):", ""]
+    lines += ["| setting | optimizer | trained params | predicted bytes | measured bytes | bytes per trained value |",
+              "|---|---|---|---|---|---|"]
+    for report in reports:
+        predicted, measured = report.predicted.optimizer_states, report.measured.optimizer_states
+        lines.append(f"| {report.label} | {report.settings['optimizer']} | {report.trainable_parameters:,} | "
+                     f"{predicted:,} | {measured:,} | {state_bytes_per_value(predicted, report.trainable_parameters)} / "
+                     f"{state_bytes_per_value(measured, report.trainable_parameters)} |")
 
     lines += ["", "## Adapter + 8-bit states + checkpointing against full fine-tuning (fp32 AdamW), same batch", "",
-              "Measured totals (weights + gradients + optimizer states + activations), MiB:", "",
+              "Measured totals (weights + gradients + optimizer states + activations + recompute), MiB, with the "
+              "measured peak RSS growth of the step in brackets; ratios are of the totals:", "",
               "| batch (utterances x frames) | full, fp32 AdamW | "
               + " | ".join(f"{label} | ratio" for label in TARGET_SETTINGS) + " |",
               "|---|---|" + "---|---|" * len(TARGET_SETTINGS)]
     for batch in args.target_batches:
-        totals = []
+        measured = []
         for label in ("full, fp32 AdamW", *TARGET_SETTINGS):
             report = memory_report(model_config_by_name("shipped"), **options(label), measure=True,
                                    fresh_process=True, batch=batch, text_length=args.text_length, frames=args.frames)
-            totals.append(sum(report.measured.categories()[c] for c in CATEGORIES))
-        lines.append(f"| {batch} x {args.frames} | {mib(totals[0])} | "
-                     + " | ".join(f"{mib(total)} | 1/{totals[0] / total:.1f}" for total in totals[1:]) + " |")
+            measured.append(report.measured)
+        cells = [f"{mib(m.total)} ({mib(m.peak_growth) if m.peak_growth else 'n/a'})" for m in measured]
+        lines.append(f"| {batch} x {args.frames} | {cells[0]} | "
+                     + " | ".join(f"{cell} | 1/{measured[0].total / m.total:.1f}"
+                                  for cell, m in zip(cells[1:], measured[1:], strict=True)) + " |")
     weights = {report.label: report.measured.weights for report in reports}
     lines += ["", f"Target: at most 1/8. The base's weights ({mib(weights['full, fp32 AdamW'])} MiB in fp32, "
                   f"{mib(weights[TARGET_SETTINGS[-1]])} MiB with the frozen ones in bf16) are in every setting and "
-                  "bound the ratio at small batches; activations dominate as the batch grows."]
+                  "bound the ratio at small batches; activations dominate as the batch grows, and with checkpointing "
+                  "the rebuilt block (recompute) is live on top of the block inputs during backward."]
 
     big = model_config_by_name("500m")
     lines += ["", "## 506M-parameter configuration (predicted only)", "",
-              "| setting | weights | gradients | optimizer states | activations | total (GiB) |",
-              "|---|---|---|---|---|---|"]
+              "| setting | weights | gradients | optimizer states | activations | recompute | total (GiB) |",
+              "|---|---|---|---|---|---|---|"]
     big_values = {}
     for label in ("full, fp32 AdamW", "lora", *TARGET_SETTINGS):
         report = memory_report(big, **options(label), measure=False, label=label, **shape)
-        values = big_values[label] = report.predicted.categories()
-        lines.append(f"| {label} | " + " | ".join(f"{values[c] / 2**30:.2f}" for c in CATEGORIES)
-                     + f" | {sum(values[c] for c in CATEGORIES) / 2**30:.2f} |")
-    totals = {label: sum(values[c] for c in CATEGORIES) for label, values in big_values.items()}
+        big_values[label] = report.predicted
+        lines.append(f"| {label} | " + " | ".join(f"{getattr(report.predicted, c) / 2**30:.2f}"
+                                                  for c in (*CATEGORIES, "recompute"))
+                     + f" | {report.predicted.total / 2**30:.2f} |")
+    totals = {label: predicted.total for label, predicted in big_values.items()}
     best = min(totals, key=totals.get)
     ratio = totals["full, fp32 AdamW"] / totals[best]
     lines += ["", f"At 506M parameters, the leanest setting here ({best}) needs 1/{ratio:.1f} of full fine-tuning's "
                   f"memory; the weights, almost all of them the frozen base, are "
-                  f"{100 * big_values[best]['weights'] / totals[best]:.0f}% of what remains.", ""]
+                  f"{100 * big_values[best].weights / totals[best]:.0f}% of what remains.", ""]
     (args.out / "memory.md").write_text("\n".join(lines))
     plot_memory([(r.label, r.predicted, r.measured) for r in reports], args.out / "memory_per_method.png")
     print("\n".join(lines))

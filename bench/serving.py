@@ -15,15 +15,26 @@ its values).
    per request, PEFT's ``set_adapter``) and, at ``--per-voice-models`` voices, ``ModelPerVoice`` (a
    full model copy per voice). Each is measured with the Griffin-Lim vocoder and with the acoustic
    model only (the engine's vocoder replaced by one that returns no audio, for every method alike),
-   since Griffin-Lim dominates CPU time. All voices are resident before timing (no cold loads);
-   runs repeat ``--repeats`` times, N in alternating order, the methods back to back.
+   since Griffin-Lim dominates CPU time: the acoustic-only ratio is the headline (it is where the
+   adapters' cost shows), the vocoded one is reported beside it. All voices are resident before
+   timing (no cold loads), and every (method, N, vocoder) combination first runs one untimed round
+   (one request per client), so each path measured (active adapter, voice bank, swapping, model
+   copies, with and without the vocoder) is warm. Runs repeat ``--repeats`` times, N in alternating
+   order, the methods back to back; every ratio is given per repeat too (its spread), and every
+   percentile with the number of requests behind it.
    Target: 32 concurrent requests over 32 distinct voices reach >= 0.85x the throughput of 32 of one.
 2. Cold-load latency of a voice: engine cache miss -> voice ready (folder checksum, safetensors
    read, adapter added to the model), resolving the voice to a plain folder or through
-   ``VoiceStore.get_voice`` (commit marker + sha256 of every file in the store's local folder).
-3. Resident memory against voices registered in a ``VoiceStore`` (SQLite rows + files), in a fresh
-   process: RSS before and after registering 10, 100, 1,000 voices, then with k voices in use in the
-   engine cache, against ``engine.stats().resident_bytes``; and the RSS of ``ModelPerVoice``.
+   ``VoiceStore.get_voice`` (commit marker + sha256 of every file in the store's local folder); with
+   the voice's files in the OS page cache, and with them dropped from it first
+   (``posix_fadvise(DONTNEED)``); the fraction of their pages resident just before each load is
+   measured (``mincore``) and reported.
+3. Resident memory of the real server process (``chorus serve`` on a free loopback port, its RSS
+   read from ``/proc/PID/status``): started on an empty store, then with 10, 100, 1,000 voices
+   registered in its ``VoiceStore`` (and listed through ``GET /v1/voices``), then with k of them in
+   use (one speech request each), against the ``resident_bytes`` its ``/healthz`` reports. In a bench
+   process beside it: the Python objects per resident voice (tracemalloc) and the RSS of
+   ``ModelPerVoice``.
 
     python bench/serving.py --threads 1 --out bench/results/serving
 
@@ -40,12 +51,15 @@ import os
 import platform
 import shlex
 import shutil
+import signal
+import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import time
 import tracemalloc
+import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
@@ -58,6 +72,7 @@ from chorus.adapters.voice import VoiceCard, read_voice, save_voice
 from chorus.serving.batcher import Batcher, Request
 from chorus.serving.engine import Engine
 from chorus.serving.store import VoiceStore
+from chorus.serving.tenants import DEFAULT_TENANT
 from chorus.synthesis import load_base
 from chorus.training.adapt import AdaptConfig
 from serving_baselines import ModelPerVoice, swap_one_at_a_time  # bench/, beside this script
@@ -110,6 +125,58 @@ def settle() -> int:
 
 def tree_bytes(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+def _libc():
+    return ctypes.CDLL("libc.so.6", use_errno=True)
+
+
+def resident_fraction(paths: list[Path]) -> float:
+    """Fraction of the pages of ``paths`` in the OS page cache now (Linux ``mincore`` on a read-only
+    mapping; mapping does not read the file). NaN where it cannot be asked."""
+    libc = _libc()
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+    page = os.sysconf("SC_PAGE_SIZE")
+    resident = total = 0
+    for path in paths:
+        size = path.stat().st_size
+        if size == 0:
+            continue
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            address = libc.mmap(None, size, 1, 1, fd, 0)   # PROT_READ, MAP_SHARED
+            if address in (None, ctypes.c_void_p(-1).value):
+                return float("nan")
+            pages = (size + page - 1) // page
+            vector = (ctypes.c_ubyte * pages)()
+            ok = libc.mincore(address, size, vector) == 0
+            libc.munmap(address, size)
+            if not ok:
+                return float("nan")
+            resident += sum(v & 1 for v in vector)
+            total += pages
+        finally:
+            os.close(fd)
+    return resident / total if total else float("nan")
+
+
+def drop_from_page_cache(paths: list[Path]) -> None:
+    """Ask the kernel to drop the cached pages of ``paths`` (``posix_fadvise(DONTNEED)``), written back
+    first (``fsync``): dirty pages of recently written files would otherwise stay."""
+    for path in paths:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+
+
+def files_of(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.rglob("*") if p.is_file())
 
 
 def pct(values, q: float) -> float:
@@ -202,54 +269,74 @@ def swap_handler(engine: Engine):
 
 
 # -- 1 and 4: throughput, latency; the baselines ---------------------------------------------
+def methods_at(n_voices: int, args) -> list[str]:
+    """The servers measured at ``n_voices`` distinct voices."""
+    methods = ["batcher"]
+    if n_voices in args.swap_voices:
+        methods.append("swap")
+    if n_voices == args.per_voice_models:
+        methods.append("model-per-voice")
+    return methods
+
+
+def run_once(engine: Engine, per_voice: ModelPerVoice, method: str, plan: list[list[Request]], vocode: bool,
+             args, frame_seconds: float) -> dict:
+    """One closed-loop run of ``plan`` against ``method``, with or without the vocoder."""
+    before = engine.stats()
+    batcher_stats = None
+    with vocoder_mode(engine, vocode):
+        if method == "batcher":
+            with Batcher(engine, max_batch=args.max_batch, max_wait_ms=args.max_wait_ms) as batcher:
+                run = closed_loop(lambda r: batcher.synthesize(r.text, r.voice, r.speed), plan, frame_seconds)
+            batcher_stats = batcher.stats
+        else:
+            handler = swap_handler(engine) if method == "swap" else per_voice.synthesize
+            serve, pool = one_at_a_time(handler)
+            run = closed_loop(serve, plan, frame_seconds)
+            pool.shutdown()
+    run.update(method=method, vocode=vocode, cache_misses=engine.stats().misses - before.misses)
+    if batcher_stats is not None:
+        run.update(mean_batch=batcher_stats.mean_batch_size, paths=dict(batcher_stats.paths),
+                   batch_sizes={str(k): v for k, v in sorted(batcher_stats.batch_sizes.items())})
+    return run
+
+
 def throughput(engine: Engine, voice_ids: list[str], folders: dict[str, Path], args) -> list[dict]:
     frame_seconds = engine.bundle.mel_config.hop_length / engine.sample_rate
     per_voice = ModelPerVoice(engine, {v: folders[v] for v in voice_ids[: args.per_voice_models]})
+    # Warm-up: every (N, vocoder, method) once, one request per client, untimed, so that no measured
+    # run pays a path's first call (the bank's gather shapes, the swap, the model copies, the vocoder).
+    for n_voices in args.voices:
+        plan = workload(voice_ids, n_voices, args.concurrency, 1)
+        for vocode in (True, False):
+            for method in methods_at(n_voices, args):
+                run_once(engine, per_voice, method, plan, vocode, args, frame_seconds)
+    print("warm-up done", flush=True)
     runs = []
     for repeat in range(args.repeats):
         order = args.voices if repeat % 2 == 0 else args.voices[::-1]
         for n_voices in order:
             plan = workload(voice_ids, n_voices, args.concurrency, args.requests_per_thread)
             for vocode in (True, False):
-                methods = ["batcher"]
-                if n_voices in args.swap_voices:
-                    methods.append("swap")
-                if n_voices == args.per_voice_models:
-                    methods.append("model-per-voice")
-                for method in methods:
-                    before = engine.stats()
-                    batcher_stats = None
-                    with vocoder_mode(engine, vocode):
-                        if method == "batcher":
-                            with Batcher(engine, max_batch=args.max_batch, max_wait_ms=args.max_wait_ms) as batcher:
-                                run = closed_loop(lambda r: batcher.synthesize(r.text, r.voice, r.speed), plan, frame_seconds)
-                            batcher_stats = batcher.stats
-                        else:
-                            handler = swap_handler(engine) if method == "swap" else per_voice.synthesize
-                            serve, pool = one_at_a_time(handler)
-                            run = closed_loop(serve, plan, frame_seconds)
-                            pool.shutdown()
-                    after = engine.stats()
-                    run.update(method=method, vocode=vocode, voices=n_voices, repeat=repeat,
-                               cache_misses=after.misses - before.misses)
-                    if batcher_stats is not None:
-                        run.update(mean_batch=batcher_stats.mean_batch_size, paths=dict(batcher_stats.paths),
-                                   batch_sizes={str(k): v for k, v in sorted(batcher_stats.batch_sizes.items())})
+                for method in methods_at(n_voices, args):
+                    run = run_once(engine, per_voice, method, plan, vocode, args, frame_seconds)
+                    run.update(voices=n_voices, repeat=repeat)
                     runs.append(run)
                     print(f"repeat {repeat} N={n_voices:<4d} {'vocoded ' if vocode else 'acoustic'} {method:<16s} "
                           f"{run['req_per_s']:6.2f} req/s  p50 {1000 * pct(run['latencies_s'], 50):6.0f} ms  "
                           f"p99 {1000 * pct(run['latencies_s'], 99):6.0f} ms  errors {run['errors']}"
-                          + (f"  mean batch {run['mean_batch']:.1f}" if batcher_stats else ""), flush=True)
+                          + (f"  mean batch {run['mean_batch']:.1f}" if method == "batcher" else ""), flush=True)
     return runs
 
 
 def summarize(runs: list[dict]) -> list[dict]:
     """Per (method, vocode, N): pooled throughput (all requests / all wall time), latency percentiles
-    over every request, and the per-repeat throughputs."""
+    over every request (``requests`` of them), and the per-repeat throughputs (in repeat order)."""
     keys = sorted({(r["method"], r["vocode"], r["voices"]) for r in runs}, key=lambda k: (k[0], not k[1], k[2]))
     rows = []
     for method, vocode, n_voices in keys:
-        group = [r for r in runs if (r["method"], r["vocode"], r["voices"]) == (method, vocode, n_voices)]
+        group = sorted((r for r in runs if (r["method"], r["vocode"], r["voices"]) == (method, vocode, n_voices)),
+                       key=lambda r: r["repeat"])
         latencies = [s for r in group for s in r["latencies_s"]]
         wall = sum(r["wall_s"] for r in group)
         requests = sum(r["requests"] for r in group)
@@ -262,6 +349,7 @@ def summarize(runs: list[dict]) -> list[dict]:
                "cache_misses": sum(r["cache_misses"] for r in group)}
         if method == "batcher":
             row["mean_batch"] = float(np.mean([r["mean_batch"] for r in group]))
+            row["batches"] = sum(sum(r["batch_sizes"].values()) for r in group)
             paths: dict[str, int] = {}
             for r in group:
                 for path, count in r["paths"].items():
@@ -271,97 +359,190 @@ def summarize(runs: list[dict]) -> list[dict]:
     return rows
 
 
+def per_repeat(numerator: dict, denominator: dict) -> list[float]:
+    """Throughput ratios of two rows repeat by repeat (the two ran back to back in each repeat)."""
+    return [n / d if d else float("nan") for n, d in zip(numerator["per_repeat_req_per_s"],
+                                                         denominator["per_repeat_req_per_s"], strict=True)]
+
+
+def spread(values: list[float]) -> str:
+    """``a, b, c (mean ± sample standard deviation)`` of per-repeat ratios."""
+    listed = ", ".join(f"{v:.2f}" for v in values)
+    if len(values) < 2:
+        return listed
+    return f"{listed} ({np.mean(values):.2f} ± {np.std(values, ddof=1):.2f})"
+
+
 def find(rows: list[dict], method: str, vocode: bool, n_voices: int) -> dict | None:
     return next((r for r in rows if (r["method"], r["vocode"], r["voices"]) == (method, vocode, n_voices)), None)
 
 
 def targets(rows: list[dict], args) -> dict:
-    """Throughput of ``--concurrency`` requests over that many distinct voices against one voice."""
+    """Throughput of ``--concurrency`` requests over that many distinct voices against one voice: the
+    acoustic model alone first (the headline: Griffin-Lim's time, the same for every voice, dilutes
+    the vocoded ratio toward 1), pooled over the repeats and per repeat."""
     out = {}
     distinct = args.concurrency
-    for vocode in (True, False):
+    for vocode in (False, True):
         many, one = find(rows, "batcher", vocode, distinct), find(rows, "batcher", vocode, 1)
         if many is None or one is None:
             continue
-        paired = [m / o if o else float("nan") for m, o in zip(many["per_repeat_req_per_s"],
-                                                              one["per_repeat_req_per_s"])]
+        paired = per_repeat(many, one)
         ratio = many["req_per_s"] / one["req_per_s"] if one["req_per_s"] else float("nan")
         out["vocoded" if vocode else "acoustic"] = {
             "distinct_voices": distinct, "ratio": ratio, "per_repeat_ratios": paired,
-            "min_ratio": min(paired), "target": TARGET, "met": ratio >= TARGET}
+            "min_ratio": min(paired), "target": TARGET, "met": ratio >= TARGET, "headline": not vocode,
+            "requests_per_run": args.concurrency * args.requests_per_thread,
+            "batches": many["batches"]}
     return out
 
 
 # -- 2: cold loads -----------------------------------------------------------------------------
 def cold_loads(engine: Engine, store: VoiceStore, voice_ids: list[str], folders: dict[str, Path], args) -> dict:
-    """Engine cache misses with a zero-byte budget (every voice leaves the model when its block ends)."""
+    """Engine cache misses with a zero-byte budget (every voice leaves the model when its block ends),
+    with the voice's files in the page cache and dropped from it before each load; each entry holds
+    the mean fraction of the files' pages resident just before the loads (``page_cache_resident``)."""
     budget, resolve = engine.cache_bytes, engine.resolve
     engine.resize(0)
     samples = [voice_ids[k % len(voice_ids)] for k in range(args.cold_loads)]
+    stored = {v: store.get_voice(TENANT, v) for v in set(samples)}
+    files = {v: files_of(folders[v]) + files_of(stored[v]) for v in stored}
     out = {}
+
+    def timed(name: str, step, drop: bool) -> None:
+        seconds, resident = [], []
+        for voice_id in samples:
+            if drop:
+                drop_from_page_cache(files[voice_id])
+            resident.append(resident_fraction(files[voice_id]))
+            began = time.perf_counter()
+            step(voice_id)
+            seconds.append(time.perf_counter() - began)
+        out[f"{name}, {'dropped from' if drop else 'in'} page cache"] = timing(seconds) | {
+            "page_cache_resident": float(np.mean(resident))}
+
+    def engine_miss(voice_id: str) -> None:
+        with engine.using([voice_id]) as (_, errors):
+            if errors:
+                raise errors[voice_id]
+
     try:
-        for name, resolver in [("engine miss, plain folder", folders.__getitem__),
-                               ("engine miss, VoiceStore.get_voice", lambda v: store.get_voice(TENANT, v))]:
-            engine.resolve = resolver
-            seconds = []
-            for voice_id in samples:
-                began = time.perf_counter()
-                with engine.using([voice_id]) as (_, errors):
-                    seconds.append(time.perf_counter() - began)
-                    if errors:
-                        raise errors[voice_id]
-            out[name] = timing(seconds)
-        for name, step in [("VoiceStore.get_voice alone", lambda v: store.get_voice(TENANT, v)),
-                           ("read_voice alone (checksum + safetensors)", lambda v: read_voice(folders[v]))]:
-            seconds = []
-            for voice_id in samples:
-                began = time.perf_counter()
-                step(voice_id)
-                seconds.append(time.perf_counter() - began)
-            out[name] = timing(seconds)
+        for drop in (False, True):
+            for name, resolver in [("engine miss, plain folder", folders.__getitem__),
+                                   ("engine miss, VoiceStore.get_voice", lambda v: store.get_voice(TENANT, v))]:
+                engine.resolve = resolver
+                timed(name, engine_miss, drop)
+            timed("VoiceStore.get_voice alone", lambda v: store.get_voice(TENANT, v), drop)
+            timed("read_voice alone (checksum + safetensors)", lambda v: read_voice(folders[v]), drop)
     finally:
         engine.resolve = resolve
         engine.resize(budget)
     return out
 
 
-# -- 3: memory (fresh process) -----------------------------------------------------------------
+# -- 3: memory of the real server process -----------------------------------------------------
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def process_rss(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise RuntimeError(f"no VmRSS for process {pid}")
+
+
+def http(url: str, body: dict | None = None, timeout: float = 120) -> bytes:
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=timeout) as response:
+        return response.read()
+
+
+def server_memory(args, folders: dict[str, Path]) -> dict:
+    """RSS of ``chorus serve`` (this tree's, single-tenant, on loopback): on an empty store, after
+    registering voices into its store (and listing them through the API, so the server reads their
+    rows), then with k voices in use (one short speech request each), beside ``/healthz``'s
+    ``resident_bytes``. The server is a separate process: no gc or malloc_trim before readings."""
+    root = args.work / "server-store"
+    shutil.rmtree(root, ignore_errors=True)
+    store = VoiceStore(str(root))
+    port = free_port()
+    chorus = Path(sys.executable).with_name("chorus")
+    command = [str(chorus), "serve", "--store", str(root), "--port", str(port), "--cache-mb", "1024"]
+    environment = os.environ | {"OMP_NUM_THREADS": str(args.threads)}
+    log = open(args.work / "server.log", "w")   # noqa: SIM115 - closed in finally, after the process
+    server = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=environment)
+    url = f"http://127.0.0.1:{port}"
+    voice_ids = sorted(folders)
+    try:
+        deadline = time.monotonic() + 300
+        while True:
+            try:
+                if json.loads(http(f"{url}/healthz", timeout=5))["status"] == "ok":
+                    break
+            except OSError:
+                pass
+            if server.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the server did not start: {(args.work / 'server.log').read_text()[-2000:]}")
+            time.sleep(0.5)
+        # One request in the default base voice first: the first call's one-time costs (the batcher's
+        # worker, the vocoder's buffers) are then in the starting RSS, not in the first voice's growth.
+        base_voices = json.loads(http(f"{url}/v1/voices"))["data"]
+        http(f"{url}/v1/audio/speech", {"input": "Hello.", "voice": next(v["id"] for v in base_voices
+                                                                         if v.get("default"))})
+        started = process_rss(server.pid)
+        registration, registered = [], 0
+        for target in args.registered:
+            began = time.perf_counter()
+            while registered < target:
+                store.put_voice(DEFAULT_TENANT, f"r{registered:04d}", folders[voice_ids[registered % len(voice_ids)]])
+                registered += 1
+            seconds = time.perf_counter() - began
+            listed = len(json.loads(http(f"{url}/v1/voices"))["data"]) - len(base_voices)
+            rss = process_rss(server.pid)
+            registration.append({"registered": target, "listed": listed, "rss_bytes": rss,
+                                 "rss_delta_bytes": rss - started, "store_disk_bytes": tree_bytes(root),
+                                 "register_seconds": seconds})
+        after_registering = process_rss(server.pid)
+        in_use, loaded = [], 0
+        for count in args.in_use:
+            while loaded < min(count, registered):
+                http(f"{url}/v1/audio/speech", {"input": "Hello.", "voice": f"r{loaded:04d}"})
+                loaded += 1
+            health = json.loads(http(f"{url}/healthz"))
+            rss = process_rss(server.pid)
+            in_use.append({"in_use": loaded, "resident_bytes": health["resident_bytes"],
+                           "resident_voices": health["resident_voices"], "rss_bytes": rss,
+                           "rss_delta_bytes": rss - after_registering})
+        return {"command": shlex.join(["chorus", *command[1:]]), "pid_rss_source": "/proc/PID/status VmRSS",
+                "started_rss_bytes": started, "registration": registration, "in_use": in_use}
+    finally:
+        server.send_signal(signal.SIGINT)
+        try:
+            server.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+        log.close()
+
+
+# -- 3b: what the server's RSS is made of, and the model-per-voice baseline (fresh bench process) ---------
 def memory_child(args) -> None:
     torch.set_num_threads(args.threads)
     folders = {p.name: p for p in sorted((args.work / "voices").iterdir())}
     voice_ids = sorted(folders)
     synthesizer = load_base(None, "griffin-lim")
-    engine = Engine(synthesizer, cache_bytes=1 << 40)
+    engine = Engine(synthesizer, resolve=folders.__getitem__, cache_bytes=1 << 40)
     model_bytes = sum(t.numel() * t.element_size() for t in [*engine.model.parameters(), *engine.model.buffers()])
-    store_root = args.work / "memory-store"
-    shutil.rmtree(store_root, ignore_errors=True)
-    store = VoiceStore(str(store_root))
-    engine.resolve = lambda key: store.get_voice(TENANT, key)
-    baseline = settle()
-    registered, registration = 0, []
-    for target in args.registered:
-        began = time.perf_counter()
-        while registered < target:
-            store.put_voice(TENANT, f"r{registered:04d}", folders[voice_ids[registered % len(voice_ids)]])
-            registered += 1
-        rss = settle()
-        registration.append({"registered": target, "rss_bytes": rss, "rss_delta_bytes": rss - baseline,
-                             "store_disk_bytes": tree_bytes(store_root), "register_seconds": time.perf_counter() - began,
-                             "adapters_if_all_resident_bytes": None})
-    in_use = []
-    after_registering = settle()
-    for count in args.in_use:
-        ids = [f"r{k:04d}" for k in range(min(count, registered))]
-        with engine.using(ids) as (_, errors):
-            if errors:
-                raise next(iter(errors.values()))
-        stats = engine.stats()
-        rss = settle()
-        in_use.append({"in_use": len(ids), "resident_bytes": stats.resident_bytes, "resident_voices": stats.resident_voices,
-                       "rss_bytes": rss, "rss_delta_bytes": rss - after_registering})
-    per_voice_adapter = in_use[-1]["resident_bytes"] / max(in_use[-1]["resident_voices"], 1) if in_use else 0
-    for row in registration:
-        row["adapters_if_all_resident_bytes"] = int(row["registered"] * per_voice_adapter)
+    ids = voice_ids[: max(args.in_use)]
+    with engine.using(ids) as (_, errors):
+        if errors:
+            raise next(iter(errors.values()))
+    stats = engine.stats()
+    per_voice_adapter = stats.resident_bytes / max(stats.resident_voices, 1)
     # Where RSS beyond the tensors goes: Python objects per resident voice (module wrappers, dicts),
     # counted by tracemalloc on loading the same voices again (tensor storage is not Python's heap).
     engine.resize(0)
@@ -380,17 +561,14 @@ def memory_child(args) -> None:
     rss = settle()
     models = {"voices": len(per_voice.models), "resident_bytes": per_voice.resident_bytes,
               "rss_delta_bytes": rss - bare, "base_model_bytes": model_bytes}
-    print("RESULT " + json.dumps({"baseline_rss_bytes": baseline, "base_model_bytes": model_bytes,
-                                  "registration": registration, "in_use": in_use,
-                                  "adapter_bytes_per_voice": per_voice_adapter,
+    print("RESULT " + json.dumps({"base_model_bytes": model_bytes, "adapter_bytes_per_voice": per_voice_adapter,
                                   "python_heap_bytes_per_voice": python_per_voice, "model_per_voice": models}),
           flush=True)
 
 
 def memory(args) -> dict:
     command = [sys.executable, __file__, "--child-memory", "--work", str(args.work), "--threads", str(args.threads),
-               "--registered", ",".join(map(str, args.registered)), "--in-use", ",".join(map(str, args.in_use)),
-               "--per-voice-models", str(args.per_voice_models)]
+               "--in-use", ",".join(map(str, args.in_use)), "--per-voice-models", str(args.per_voice_models)]
     finished = subprocess.run(command, capture_output=True, text=True, check=False)
     lines = [line for line in finished.stdout.splitlines() if line.startswith("RESULT ")]
     if finished.returncode != 0 or not lines:
@@ -409,96 +587,112 @@ def report(result: dict, args) -> None:
              f"`{args.method}` adapters with random values (scale {args.adapter_scale:g}), "
              f"{result['adapter_bytes_per_voice'] / 1024:.0f} KiB of tensors each: they measure speed and memory, "
              "not quality. "
-             f"{args.concurrency} client threads in a closed loop, {args.requests_per_thread} requests each per run, "
-             f"{args.repeats} repeats (N in alternating order, methods back to back); batcher max_batch "
-             f"{args.max_batch}, max_wait {args.max_wait_ms:g} ms, merge 'auto'. Every voice was resident before timing "
-             "(cache misses during runs are listed). Baselines serve one request at a time, first come first "
-             "served, to the same clients. Absolute numbers drift on a shared CPU; the ratios are the result."), ""]
+             f"{args.concurrency} client threads in a closed loop, {args.requests_per_thread} requests each per run "
+             f"({args.concurrency * args.requests_per_thread} requests, about {args.requests_per_thread} batches of "
+             f"{args.max_batch}), {args.repeats} repeats (N in alternating order, methods back to back); batcher "
+             f"max_batch {args.max_batch}, max_wait {args.max_wait_ms:g} ms, merge 'auto'. Every voice was resident "
+             "before timing (cache misses during runs are listed), and every (method, N, vocoder) combination ran "
+             "one untimed warm-up round first. Baselines serve one request at a time, first come first "
+             "served, to the same clients. Absolute numbers drift on a shared CPU; the ratios are the result, "
+             "each given per repeat with its mean ± sample standard deviation. Latency percentiles are over "
+             "all requests of all repeats; n is how many."), ""]
     lines += findings(result, args)
     lines += ["## Target: many distinct voices in one batch", ""]
     for mode, t in target.items():
         verdict = "**met**" if t["met"] else "**not met**"
-        lines.append(f"- {mode}: {t['distinct_voices']} concurrent requests over {t['distinct_voices']} distinct "
-                     f"voices reach **{t['ratio']:.2f}x** the throughput of {t['distinct_voices']} requests of one "
-                     f"voice (target >= {TARGET}x: {verdict}; per repeat "
-                     f"{', '.join(f'{r:.2f}' for r in t['per_repeat_ratios'])})")
+        role = ("headline: the acoustic model alone, where the adapters' cost shows" if t["headline"] else
+                "with Griffin-Lim, whose time (the same for every voice) dominates and dilutes the ratio toward 1")
+        lines.append(f"- {mode} ({role}): {t['distinct_voices']} concurrent requests over {t['distinct_voices']} "
+                     f"distinct voices reach **{t['ratio']:.2f}x** the throughput of {t['distinct_voices']} requests "
+                     f"of one voice (target >= {TARGET}x: {verdict}); per repeat {spread(t['per_repeat_ratios'])}, "
+                     f"lowest {t['min_ratio']:.2f}; {t['batches']} batches over all repeats")
     lines.append("")
-    for vocode in (True, False):
-        title = "with Griffin-Lim vocoding" if vocode else "acoustic model only (no vocoder)"
+    for vocode in (False, True):
+        title = "acoustic model only (no vocoder)" if not vocode else "with Griffin-Lim vocoding"
         lines += [f"## Throughput and latency against distinct voices in flight, {title}", "",
-                  ("| voices N | batcher req/s | audio s/s | p50 ms | p99 ms | mean batch | paths | swap req/s | "
-                  "swap p50 ms | swap p99 ms | batcher / swap | vs N=1 |"),
-                  "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+                  ("| voices N | batcher req/s | audio s/s | p50 / p99 ms (n) | mean batch | paths | swap req/s | "
+                   "swap p50 / p99 ms (n) | batcher / swap, per repeat | vs N=1, per repeat |"),
+                  "|---|---|---|---|---|---|---|---|---|---|"]
         one = find(rows, "batcher", vocode, 1)
         for n_voices in args.voices:
             b, s = find(rows, "batcher", vocode, n_voices), find(rows, "swap", vocode, n_voices)
             if b is None:
                 continue
             paths = ", ".join(f"{k} {v}" for k, v in sorted(b["paths"].items()))
-            swap_cols = (f"{s['req_per_s']:.2f} | {s['p50_ms']:.0f} | {s['p99_ms']:.0f} | "
-                         f"{b['req_per_s'] / s['req_per_s']:.2f}x") if s else "- | - | - | -"
-            versus_one = f"{b['req_per_s'] / one['req_per_s']:.2f}x" if one else "-"
-            lines.append(f"| {n_voices} | {b['req_per_s']:.2f} | {b['audio_s_per_s']:.2f} | {b['p50_ms']:.0f} | "
-                         f"{b['p99_ms']:.0f} | {b['mean_batch']:.1f} | {paths} | {swap_cols} | {versus_one} |")
+            swap_cols = (f"{s['req_per_s']:.2f} | {s['p50_ms']:.0f} / {s['p99_ms']:.0f} ({s['requests']}) | "
+                         f"{b['req_per_s'] / s['req_per_s']:.2f}x: {spread(per_repeat(b, s))}") if s else "- | - | -"
+            versus_one = (f"{b['req_per_s'] / one['req_per_s']:.2f}x: {spread(per_repeat(b, one))}"
+                          if one and n_voices != 1 else "1")
+            lines.append(f"| {n_voices} | {b['req_per_s']:.2f} | {b['audio_s_per_s']:.2f} | {b['p50_ms']:.0f} / "
+                         f"{b['p99_ms']:.0f} ({b['requests']}) | {b['mean_batch']:.1f} | {paths} | {swap_cols} | "
+                         f"{versus_one} |")
         lines.append("")
     lines += [f"## One full model per voice ({args.per_voice_models} voices)", "",
-              "| server | mode | req/s | p50 ms | p99 ms | throughput vs batcher |", "|---|---|---|---|---|---|"]
-    for vocode in (True, False):
+              "| server | mode | req/s | p50 / p99 ms (n) | throughput vs batcher, per repeat |", "|---|---|---|---|---|"]
+    for vocode in (False, True):
         b = find(rows, "batcher", vocode, args.per_voice_models)
         for method in ("batcher", "swap", "model-per-voice"):
             r = find(rows, method, vocode, args.per_voice_models)
             if r and b:
                 lines.append(f"| {method} | {'vocoded' if vocode else 'acoustic'} | {r['req_per_s']:.2f} | "
-                             f"{r['p50_ms']:.0f} | {r['p99_ms']:.0f} | {r['req_per_s'] / b['req_per_s']:.2f}x |")
-    mem = result["memory"]
+                             f"{r['p50_ms']:.0f} / {r['p99_ms']:.0f} ({r['requests']}) | "
+                             f"{r['req_per_s'] / b['req_per_s']:.2f}x: {spread(per_repeat(r, b))} |")
+    mem, server = result["memory"], result["server_memory"]
     mpv = mem["model_per_voice"]
-    engine_row = next((r for r in mem["in_use"] if r["in_use"] >= mpv["voices"]), None)
+    engine_row = next((r for r in server["in_use"] if r["in_use"] >= mpv["voices"]), None)
     lines += ["", f"Memory for {mpv['voices']} voices: a model per voice holds {mpv['resident_bytes'] / MB:.1f} MB of "
-                  f"tensors (the base is {mpv['base_model_bytes'] / MB:.1f} MB; process RSS grew "
+                  f"tensors (the base is {mpv['base_model_bytes'] / MB:.1f} MB; the RSS of a bench process grew "
                   f"{mpv['rss_delta_bytes'] / MB:.1f} MB building them) against "
                   f"{mpv['voices'] * mem['adapter_bytes_per_voice'] / MB:.2f} MB of adapter tensors in the shared engine"
-                  + (f" (engine RSS growth with {engine_row['in_use']} voices in use: "
-                     f"{engine_row['rss_delta_bytes'] / MB:.1f} MB)" if engine_row else "") + ".", ""]
+                  + (f" (the real server's RSS grew {engine_row['rss_delta_bytes'] / MB:.1f} MB with "
+                     f"{engine_row['in_use']} voices in use)" if engine_row else "") + ".", ""]
     lines += ["## Cold load of a voice", "",
               (f"{args.cold_loads} loads each, cycling over distinct voices; engine budget 0 bytes so every request is "
-              "a miss (voice ready = inside `Engine.using`). Files were written moments before, so they are in the "
-              "OS page cache: this is checksum + parse + adding the adapter, not a cold disk read."), "",
-              "| step | p50 ms | p99 ms | mean ms | max ms |", "|---|---|---|---|---|"]
+               "a miss (voice ready = inside `Engine.using`). Each step runs with the voice's files in the OS page "
+               "cache (written moments before) and with them dropped from it before every load "
+               "(`posix_fadvise(DONTNEED)`); \"resident\" is the mean fraction of their pages in the page cache just "
+               "before the loads (`mincore`): at 0 the load read them from disk."), "",
+              "| step | page cache | resident | p50 ms | p99 ms (n) | mean ms | max ms |", "|---|---|---|---|---|---|---|"]
     for name, t in result["cold_load"].items():
-        lines.append(f"| {name} | {t['p50_ms']:.1f} | {t['p99_ms']:.1f} | {t['mean_ms']:.1f} | {t['max_ms']:.1f} |")
-    lines += ["", "## Resident memory against voices registered", "",
-              (f"A fresh process: shipped base and engine loaded (RSS {mem['baseline_rss_bytes'] / MB:.0f} MB, base "
-              f"tensors {mem['base_model_bytes'] / MB:.1f} MB), then voices registered in a `VoiceStore` "
-              "(SQLite row + committed folder each; RSS after gc and malloc_trim). No voice is loaded by registering."),
-              "", ("| voices registered | RSS MB | RSS growth MB | store on disk MB | if all were resident, adapter MB | "
-                  "register s |"), "|---|---|---|---|---|---|"]
-    for row in mem["registration"]:
-        lines.append(f"| {row['registered']:,} | {row['rss_bytes'] / MB:.1f} | {row['rss_delta_bytes'] / MB:+.1f} | "
-                     f"{row['store_disk_bytes'] / MB:.1f} | {row['adapters_if_all_resident_bytes'] / MB:.1f} | "
+        step, _, cache = name.rpartition(", ")
+        lines.append(f"| {step} | {cache} | {t['page_cache_resident']:.2f} | {t['p50_ms']:.1f} | "
+                     f"{t['p99_ms']:.1f} ({t['n']}) | {t['mean_ms']:.1f} | {t['max_ms']:.1f} |")
+    lines += ["", "## Resident memory of the server process against voices registered and in use", "",
+              (f"The real server, `{server['command']}`, single-tenant on loopback; RSS from "
+               f"{server['pid_rss_source']} of its process (no gc or malloc_trim: allocator slack included), after "
+               f"one warm-up request in a base voice: {server['started_rss_bytes'] / MB:.1f} MB. Voices registered "
+               "into its store (SQLite row + committed folder each), then listed through `GET /v1/voices`. "
+               "Registering loads no voice."),
+              "", "| voices registered | listed by the server | RSS MB | RSS growth MB | store on disk MB | register s |",
+              "|---|---|---|---|---|---|"]
+    for row in server["registration"]:
+        lines.append(f"| {row['registered']:,} | {row['listed']:,} | {row['rss_bytes'] / MB:.1f} | "
+                     f"{row['rss_delta_bytes'] / MB:+.1f} | {row['store_disk_bytes'] / MB:.1f} | "
                      f"{row['register_seconds']:.1f} |")
-    lines += ["", (f"Then k of the {mem['registration'][-1]['registered']:,} registered voices in use (loaded through "
-                  "`VoiceStore.get_voice` into the engine cache); growth from the RSS after registering:"), "",
-              "| voices in use | engine resident_bytes MB | RSS growth MB | RSS growth / resident_bytes |",
-              "|---|---|---|---|"]
-    for row in mem["in_use"]:
+    lines += ["", (f"Then k of the {server['registration'][-1]['registered']:,} registered voices in use (one speech "
+                   "request each, so the server loads it through its store into its engine cache); growth from the "
+                   "RSS after registering, beside the `resident_bytes` its `/healthz` reports:"), "",
+              "| voices in use | resident voices | resident_bytes MB | RSS growth MB | RSS growth / resident_bytes |",
+              "|---|---|---|---|---|"]
+    for row in server["in_use"]:
         ratio = row["rss_delta_bytes"] / row["resident_bytes"] if row["resident_bytes"] else float("nan")
-        lines.append(f"| {row['in_use']} | {row['resident_bytes'] / MB:.2f} | {row['rss_delta_bytes'] / MB:+.2f} | "
-                     f"{ratio:.2f} |")
+        lines.append(f"| {row['in_use']} | {row['resident_voices']} | {row['resident_bytes'] / MB:.2f} | "
+                     f"{row['rss_delta_bytes'] / MB:+.2f} | {ratio:.2f} |")
     lines += ["", (f"Per resident voice: {mem['adapter_bytes_per_voice'] / 1024:.0f} KiB of adapter tensors (what "
-                  f"`resident_bytes` counts) plus {mem['python_heap_bytes_per_voice'] / 1024:.0f} KiB of Python objects "
-                  "(parameters, the adapter's configs and dicts, by tracemalloc on loading the same voices again), which "
-                  "`resident_bytes` does not count.")]
+                   f"`resident_bytes` counts) plus {mem['python_heap_bytes_per_voice'] / 1024:.0f} KiB of Python "
+                   "objects (parameters, the adapter's configs and dicts; tracemalloc in a bench process loading the "
+                   "same voices again), which `resident_bytes` does not count.")]
     lines += ["", "## Caveats", "",
               "- Synthetic adapters with random values: speed and memory only; durations still follow the base "
               "(audio seconds per request, batcher vocoded: "
               + ", ".join(f"N={r['voices']}: {r['audio_s_per_request']:.2f}" for r in rows
                           if r["method"] == "batcher" and r["vocode"]) + ").",
               ("- One shared, loaded CPU; Python client threads and the batcher worker share the GIL. RSS includes "
-              "allocator slack; gc + malloc_trim before each reading narrows it, not to zero."),
+               "allocator slack."),
               ("- Vocoding runs in the batcher's worker after each forward, so with Griffin-Lim it is most of "
-              "every batch's time and hides the adapter cost; the acoustic-only rows show the forward alone."),
-              ("- Cold loads read page-cached files; a first read from a cold disk or an object store adds its "
-              "transfer time.")]
+               "every batch's time and hides the adapter cost; the acoustic-only rows show the forward alone."),
+              ("- Dropped from the page cache means read from this machine's disk (or its overlay); an object store "
+               "adds its transfer time.")]
     if any(r["errors"] for r in rows):
         lines.append("- Some requests failed: " + ", ".join(
             f"{r['method']} N={r['voices']}: {r['errors']}" for r in rows if r["errors"]))
@@ -509,42 +703,40 @@ def report(result: dict, args) -> None:
 
 
 def findings(result: dict, args) -> list[str]:
-    """The headline: each target and comparison in one line, met or not."""
-    rows, mem = result["summary"], result["memory"]
+    """The headline: each target and comparison in one line, met or not; the acoustic-only ratio first."""
+    rows, mem, server = result["summary"], result["memory"], result["server_memory"]
     lines = ["## Findings", ""]
     for mode, t in result["targets"].items():
-        lines.append(f"- Throughput, {mode}: {t['distinct_voices']} distinct voices / 1 voice = {t['ratio']:.2f}x "
-                     f"(target >= {TARGET}x: {'met' if t['met'] else 'NOT met'}).")
-    for vocode in (True, False):
-        ratios = [(b["voices"], b["req_per_s"] / s["req_per_s"]) for b in rows if b["method"] == "batcher"
-                  and b["vocode"] == vocode for s in [find(rows, "swap", vocode, b["voices"])] if s]
+        lines.append(f"- Throughput, {mode}{' (headline)' if t['headline'] else ''}: {t['distinct_voices']} distinct "
+                     f"voices / 1 voice = {t['ratio']:.2f}x (target >= {TARGET}x: {'met' if t['met'] else 'NOT met'}; "
+                     f"per repeat {spread(t['per_repeat_ratios'])}).")
+    for vocode in (False, True):
+        ratios = [(b["voices"], b["req_per_s"] / s["req_per_s"], per_repeat(b, s)) for b in rows
+                  if b["method"] == "batcher" and b["vocode"] == vocode
+                  for s in [find(rows, "swap", vocode, b["voices"])] if s]
         if ratios:
             lines.append(f"- Batcher against swapping one adapter at a time, {'vocoded' if vocode else 'acoustic only'}: "
-                         + ", ".join(f"N={n}: {r:.2f}x" for n, r in ratios) + " the throughput.")
+                         + "; ".join(f"N={n}: {r:.2f}x (per repeat {spread(p)})" for n, r, p in ratios)
+                         + " the throughput.")
     mpv = mem["model_per_voice"]
     lines.append(f"- One model per voice ({mpv['voices']} voices): {mpv['rss_delta_bytes'] / MB:.0f} MB of RSS against "
                  f"{mpv['voices'] * mem['adapter_bytes_per_voice'] / MB:.1f} MB of adapter tensors in the shared "
                  "engine; its throughput is no better than swapping (one request at a time either way).")
-    last = mem["registration"][-1]
-    lines.append(f"- Registering {last['registered']:,} voices grew RSS by {last['rss_delta_bytes'] / MB:.1f} MB (their "
-                 f"adapters would be {last['adapters_if_all_resident_bytes'] / MB:.0f} MB if resident): memory follows "
-                 "the voices in use, not the voices registered.")
-    if mem["in_use"]:
-        top = mem["in_use"][-1]
-        extra = top["rss_delta_bytes"] - top["resident_bytes"] - top["in_use"] * mem["python_heap_bytes_per_voice"]
-        per_tensor = extra / (top["in_use"] * result["adapter_tensors_per_voice"])
-        lines.append(f"- With {top['in_use']} voices in use, RSS grew {top['rss_delta_bytes'] / MB:.1f} MB for "
-                     f"{top['resident_bytes'] / MB:.1f} MB of `resident_bytes` ({top['rss_delta_bytes'] / top['resident_bytes']:.1f}x): "
-                     "RSS grows with the cached adapters, by more than their tensor bytes: "
-                     f"{mem['python_heap_bytes_per_voice'] / 1024:.0f} KiB of Python objects per voice, and "
-                     f"{per_tensor:.0f} bytes of PyTorch's own bookkeeping and allocator slack per tensor "
-                     f"({result['adapter_tensors_per_voice']} small tensors per voice; larger adapters come closer "
-                     "to 1x). Registered voices that are not in use cost nothing beyond the store's SQLite page cache.")
-    cold = result["cold_load"]
-    for name, t in cold.items():
+    last = server["registration"][-1]
+    lines.append(f"- The server process: registering {last['registered']:,} voices grew its RSS by "
+                 f"{last['rss_delta_bytes'] / MB:.1f} MB: memory follows the voices in use, not the voices registered.")
+    if server["in_use"]:
+        top = server["in_use"][-1]
+        lines.append(f"- The server process with {top['in_use']} voices in use: RSS grew {top['rss_delta_bytes'] / MB:.1f} "
+                     f"MB for {top['resident_bytes'] / MB:.1f} MB of `resident_bytes` "
+                     f"({top['rss_delta_bytes'] / top['resident_bytes']:.1f}x): beyond the tensors, "
+                     f"{mem['python_heap_bytes_per_voice'] / 1024:.0f} KiB of Python objects per voice, PyTorch's "
+                     f"bookkeeping of {result['adapter_tensors_per_voice']} small tensors per voice, allocator slack "
+                     "and the requests' own buffers.")
+    for name, t in result["cold_load"].items():
         if name.startswith("engine miss"):
-            lines.append(f"- Cold load ({name}): p50 {t['p50_ms']:.1f} ms, p99 {t['p99_ms']:.1f} ms "
-                         f"(page-cached files).")
+            lines.append(f"- Cold load ({name}; {100 * t['page_cache_resident']:.0f}% of the files' pages cached): "
+                         f"p50 {t['p50_ms']:.1f} ms, p99 {t['p99_ms']:.1f} ms (n = {t['n']}).")
     return lines + [""]
 
 
@@ -587,8 +779,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--voices", type=ints, default=[1, 8, 32, 128], help="distinct voices in flight")
     parser.add_argument("--concurrency", type=int, default=32, help="client threads (requests in flight)")
-    parser.add_argument("--requests-per-thread", type=int, default=4, help="per run")
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--requests-per-thread", type=int, default=8,
+                        help="per run (with max_batch = concurrency: about this many batches per run)")
+    parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--max-batch", type=int, default=None, help="batcher rows per forward (default: concurrency)")
     parser.add_argument("--max-wait-ms", type=float, default=10.0)
     parser.add_argument("--swap-voices", type=ints, default=None, help="N at which the swap baseline runs (default all)")
@@ -625,8 +818,10 @@ def main() -> None:
         voice_tensors = read_voice(folders[voice_ids[0]]).tensors
         adapter_bytes = sum(t.numel() * t.element_size() for t in voice_tensors.values())
 
-        print("memory (fresh process) ...", flush=True)
+        print("memory (fresh bench process) ...", flush=True)
         memory_result = memory(args)
+        print("memory of the server process ...", flush=True)
+        server_result = server_memory(args, folders)
 
         store = VoiceStore(str(args.work / "store"))
         for voice_id in voice_ids:
@@ -637,14 +832,12 @@ def main() -> None:
 
         with engine.using(voice_ids):   # every voice resident before timing
             pass
-        with vocoder_mode(engine, True), Batcher(engine, max_batch=args.max_batch) as batcher:   # warm-up
-            for future in [batcher.submit(TEXTS[k % len(TEXTS)], voice_ids[k]) for k in range(args.max_batch)]:
-                future.result()
         runs = throughput(engine, voice_ids, folders, args)
         rows = summarize(runs)
         result = {"command": command, "config": config, "adapter_bytes_per_voice": adapter_bytes,
                   "adapter_tensors_per_voice": len(voice_tensors),
                   "summary": rows, "targets": targets(rows, args), "cold_load": cold, "memory": memory_result,
+                  "server_memory": server_result,
                   "runs": [{k: v for k, v in r.items() if k != "latencies_s"} | {
                       "p50_ms": 1000 * pct(r["latencies_s"], 50), "p99_ms": 1000 * pct(r["latencies_s"], 99)}
                       for r in runs]}

@@ -7,6 +7,7 @@ import math
 import pytest
 import torch
 
+from chorus.memory import predicted_optimizer_states
 from chorus.models.acoustic import (
     AcousticModel,
     TransformerStack,
@@ -280,15 +281,22 @@ def test_adamw8bit_steps_on_cpu_with_a_quarter_of_the_state():
     assert optimizer_state_bytes(full_optimizer) >= 2 * 256 * 256 * 4
 
 
-def test_adamw8bit_keeps_float32_states_for_small_tensors():
-    # bitsandbytes (and torchao) quantize only tensors of >= 4096 values (min_8bit_size).
+def test_adamw8bit_quantizes_small_tensors_too():
+    # bitsandbytes' default min_8bit_size (4096) would leave every adapter tensor in float32; ours is 1,
+    # so a LoRA-sized matrix, a bias and a single value all get uint8 moments and block scales.
     bitsandbytes = pytest.importorskip("bitsandbytes")
-    small = torch.nn.Parameter(torch.randn(32, 32))
-    optimizer = build_optimizer([small], "adamw8bit", lr=1e-2, weight_decay=0.0)
+    tensors = [torch.nn.Parameter(torch.randn(4, 256)), torch.nn.Parameter(torch.randn(6)),
+               torch.nn.Parameter(torch.randn(1))]
+    optimizer = build_optimizer(tensors, "adamw8bit", lr=1e-2, weight_decay=0.0)
     assert isinstance(optimizer, bitsandbytes.optim.AdamW8bit)
-    small.sum().backward()
+    sum(t.sum() for t in tensors).backward()
     optimizer.step()
-    assert optimizer.state[small]["state1"].dtype == torch.float32
+    for tensor in tensors:
+        assert optimizer.state[tensor]["state1"].dtype == optimizer.state[tensor]["state2"].dtype == torch.uint8
+    # 2 bytes per value + two float32 scales per block of 256, + the two shared 256-entry quantile maps.
+    blocks = 4 + 1 + 1   # 4 x 256 fills four blocks; 6 values and 1 value one (partial) block each
+    assert optimizer_state_bytes(optimizer) == 2 * (1024 + 6 + 1) + 2 * 4 * blocks + 2 * 4 * 256
+    assert optimizer_state_bytes(optimizer) == predicted_optimizer_states(tensors, "adamw8bit")
 
 
 def test_torchao_optimizer_builds():

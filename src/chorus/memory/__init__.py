@@ -1,4 +1,5 @@
-"""Memory of a training step, per category (weights, gradients, optimizer states, activations):
+"""Memory of a training step, per category (weights, gradients, optimizer states, activations, and the
+block that checkpointing or a reversible stack rebuilds during backward):
 predicted analytically for any size (``predict``), measured on a real step (``measure``), and shown
 side by side (``report``)."""
 

@@ -8,6 +8,12 @@
 * gradients: ``p.grad`` of every parameter after backward.
 * optimizer states: every tensor in ``optimizer.state`` after the step.
 * weights: parameters and buffers.
+* recompute: what backward rebuilds and holds for one block at a time. With gradient checkpointing a
+  block's forward reruns in its backward, under checkpointing's own saved-tensor hooks, which hide it
+  from ours; reversible stacks rebuild one branch (attention or feed-forward) at a time. Forward
+  notes each rebuilt block's or branch's input (shape, dtype, requires-grad; the bool mask is
+  copied); after the step each is rerun on a fresh input of that kind under our hooks, and the
+  largest is reported: the bytes it saves beyond its input and mask, which the forward already keeps.
 * peak: on CPU the process's peak resident set after the step and its growth over the resident
   set before it (Linux: the peak is reset before the step through ``/proc/self/clear_refs``;
   elsewhere only a rise of ``ru_maxrss`` above earlier peaks shows); on CUDA
@@ -32,7 +38,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from chorus.models.acoustic import AcousticModel, TransformerStack, build_model
+from chorus.models.acoustic import AcousticModel, FFTBlock, TransformerStack, build_model
 from chorus.models.config import AcousticConfig
 from chorus.models.losses import compute_losses
 from chorus.training.efficiency import (
@@ -53,14 +59,25 @@ class MeasuredMemory:
     optimizer_states: int
     activations: int
     device: str
+    recompute: int = 0                  # checkpointing / reversible stacks: the largest rebuilt block or branch
     peak_kind: str = ""                 # "RSS" (CPU process) or "CUDA allocated"
     peak: int | None = None             # after the step: process peak RSS, or max_memory_allocated
     peak_growth: int | None = None      # how much the step raised the peak above its level before
 
+    @property
+    def total(self) -> int:
+        """Sum of the categories, recompute included (what is live at the step's peak, before
+        backward's temporaries and allocator slack: compare with ``peak_growth`` + ``weights``)."""
+        return sum(self.categories().values())
+
     def categories(self) -> dict[str, int]:
-        """``{"weights": ..., "gradients": ..., "optimizer_states": ..., "activations": ...}``."""
-        return {"weights": self.weights, "gradients": self.gradients,
-                "optimizer_states": self.optimizer_states, "activations": self.activations}
+        """``{"weights": ..., "gradients": ..., "optimizer_states": ..., "activations": ...}``, plus
+        ``recompute`` when checkpointing or a reversible stack adds any (as :class:`MemoryBreakdown`)."""
+        values = {"weights": self.weights, "gradients": self.gradients,
+                  "optimizer_states": self.optimizer_states, "activations": self.activations}
+        if self.recompute:
+            values["recompute"] = self.recompute
+        return values
 
 
 def _storage_key(tensor: torch.Tensor) -> tuple[str, int]:
@@ -95,6 +112,78 @@ def _reset_peak_rss() -> bool:
     return True
 
 
+@dataclass
+class _Rebuild:
+    """A block or branch that backward reruns, and the kind of input it reruns on."""
+
+    run: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]   # (x [batch, time, dim], mask [batch, time])
+    shape: tuple[int, ...]
+    dtype: torch.dtype
+    requires_grad: bool
+    mask: torch.Tensor
+
+
+def _watch_rebuilds(model: nn.Module, watching: list[bool], rebuilds: list[_Rebuild]) -> list:
+    """Forward pre-hooks that note, while ``watching[0]``, the input of every block (checkpointed
+    stacks) or branch (reversible stacks) that backward will rebuild; returns the hook handles.
+
+    Only metadata of the hidden states is kept (holding them would raise the step's peak); the bool
+    mask, ``[batch, time]``, is copied."""
+    handles = []
+    for stack in model.modules():
+        if not isinstance(stack, TransformerStack) or not len(stack.layers):
+            continue
+        if stack.reversible:
+            masks: list[torch.Tensor] = []
+
+            def note_mask(_module, args, masks=masks):
+                if watching[0]:
+                    masks[:] = [args[1].detach().clone()]
+
+            def note_branch(run, masks=masks):
+                def hook(_module, args):
+                    if watching[0]:
+                        x = args[0]
+                        rebuilds.append(_Rebuild(run, tuple(x.shape), x.dtype, True, masks[0]))
+                return hook
+
+            handles.append(stack.register_forward_pre_hook(note_mask))
+            for block in stack.layers:
+                handles.append(block.norm1.register_forward_pre_hook(note_branch(block.attention_branch)))
+                handles.append(block.norm2.register_forward_pre_hook(note_branch(block.feed_forward_branch)))
+        elif stack.gradient_checkpointing:
+            def note_block(block: FFTBlock, args):
+                if watching[0]:
+                    x, mask = args
+                    rebuilds.append(_Rebuild(block, tuple(x.shape), x.dtype, x.requires_grad, mask.detach().clone()))
+
+            handles += [block.register_forward_pre_hook(note_block) for block in stack.layers]
+    return handles
+
+
+def _largest_rebuild(rebuilds: list[_Rebuild], resident_keys: set, precision: str,
+                     device: torch.device) -> int:
+    """Bytes the largest of ``rebuilds`` saves when rerun with grad under ``precision``, beyond its
+    input and mask (see the module docstring); 0 without rebuilds."""
+    largest = 0
+    for rebuild in rebuilds:
+        x = torch.zeros(rebuild.shape, dtype=rebuild.dtype, device=device).requires_grad_(rebuild.requires_grad)
+        kept = resident_keys | {_storage_key(x), _storage_key(rebuild.mask)}
+        saved: dict[tuple[str, int], torch.Tensor] = {}
+
+        def pack(tensor: torch.Tensor, kept=kept, saved=saved) -> torch.Tensor:
+            key = _storage_key(tensor)
+            if key not in kept and tensor.untyped_storage().nbytes():
+                saved.setdefault(key, tensor)
+            return tensor
+
+        with torch.enable_grad(), torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor), \
+                autocast(precision, device):
+            rebuild.run(x, rebuild.mask)
+        largest = max(largest, sum(tensor.untyped_storage().nbytes() for tensor in saved.values()))
+    return largest
+
+
 def measure_training_step(model: nn.Module, batch_inputs: dict[str, Any],
                           loss_fn: Callable[[Any, dict[str, Any]], torch.Tensor],
                           optimizer: torch.optim.Optimizer, *, precision: str = "fp32") -> MeasuredMemory:
@@ -102,7 +191,9 @@ def measure_training_step(model: nn.Module, batch_inputs: dict[str, Any],
     backward and optimizer step, and report what each category used.
 
     Forward and loss run under the precision's autocast (:func:`chorus.training.efficiency.autocast`),
-    backward outside it. The optimizer should hold only trainable parameters.
+    backward outside it. The optimizer should hold only trainable parameters. The rebuilt blocks or
+    branches of checkpointed or reversible stacks are rerun after the step (``recompute``), so the
+    peak is the step's own.
     """
     device = next(model.parameters()).device
     resident = list(model.parameters()) + list(model.buffers())
@@ -127,11 +218,14 @@ def measure_training_step(model: nn.Module, batch_inputs: dict[str, Any],
         peak_so_far, current = _rss()
         before = current if current is not None and _reset_peak_rss() else peak_so_far
 
+    watching, rebuilds = [True], []
+    handles = _watch_rebuilds(model, watching, rebuilds)
     optimizer.zero_grad(set_to_none=True)
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor), autocast(precision, device):
         loss = loss_fn(model(**batch_inputs), batch_inputs)
     activations = sum(tensor.untyped_storage().nbytes() for tensor in saved.values())
     saved.clear()
+    watching[0] = False   # backward reruns the same blocks: those calls are the rebuilds, not new ones
     loss.backward()
     gradients = _unique_bytes(p.grad for p in model.parameters() if p.grad is not None)
     optimizer.step()
@@ -141,9 +235,13 @@ def measure_training_step(model: nn.Module, batch_inputs: dict[str, Any],
         peak_kind, peak = "CUDA allocated", torch.cuda.max_memory_allocated(device)
     else:
         peak_kind, peak = "RSS", _rss()[0]
+    recompute = _largest_rebuild(rebuilds, resident_keys, precision, device)
+    for handle in handles:
+        handle.remove()
     return MeasuredMemory(weights=_unique_bytes(resident), gradients=gradients,
                           optimizer_states=optimizer_state_bytes(optimizer), activations=activations,
-                          device=str(device), peak_kind=peak_kind, peak=peak, peak_growth=max(0, peak - before))
+                          device=str(device), recompute=recompute, peak_kind=peak_kind, peak=peak,
+                          peak_growth=max(0, peak - before))
 
 
 def synthetic_batch(config: AcousticConfig, *, batch: int, text_length: int, frames: int,
@@ -192,7 +290,7 @@ def measure_acoustic_step(config: AcousticConfig, *, trainable: Callable[[nn.Mod
     settings = {"optimizer": optimizer, "precision": precision, "checkpointing": checkpointing,
                 "frozen_dtype": frozen_dtype, "device": device, "seed": seed}
     if warmup:
-        # ff_hidden 512 gives conv weights of >= 4096 values, so 8-bit optimizers load their kernels.
+        # ff_hidden 512 gives conv weights of >= 4096 values, so torchao's 8-bit states load their kernels too.
         toy = replace(config, d_model=4 * config.n_heads, ff_hidden=512, predictor_hidden=8, speaker_dim=4,
                       encoder_layers=1, decoder_layers=1, max_positions=16)
         measure_acoustic_step(toy, batch=1, text_length=4, frames=8, warmup=False, **settings)

@@ -33,7 +33,8 @@ forward keeps only each block's inputs, and ``recompute`` holds what the largest
 while its own backward runs (live for one block at a time, on top of ``activations``). Reversible
 stacks (``AcousticConfig.reversible``) keep the two coupling outputs per stack; their ``recompute``
 is the largest branch (attention or feed-forward of one block) rebuilt in backward. ``recompute``
-is predicted only: the hooks of a measurement see the forward, not backward's rebuilds.
+is part of the total; :mod:`chorus.memory.measure` measures it by rerunning each rebuilt block or
+branch under its hooks.
 """
 
 from __future__ import annotations
@@ -57,6 +58,7 @@ from chorus.models.acoustic import (
     VariancePredictor,
 )
 from chorus.training.efficiency import (
+    BNB_MIN_8BIT_SIZE,
     OPTIMIZERS,
     PRECISIONS,
     MemoryOptions,
@@ -567,16 +569,16 @@ def predicted_optimizer_states(parameters: list[torch.Tensor], optimizer: str) -
             total += 2 * _nbytes(p) + 4
         elif optimizer == "adamw8bit":
             # bitsandbytes (optim/optimizer.py, Optimizer2State.init_state): uint8 moments and one
-            # float32 absmax per block of 256 from 4096 values up, float32 moments below; the step
-            # is a Python int.
-            total += 2 * n + 2 * 4 * math.ceil(n / 256) if n >= 4096 else 2 * 4 * n
+            # float32 absmax per block of 256 from min_8bit_size values up (build_optimizer sets it to
+            # BNB_MIN_8BIT_SIZE), float32 moments below; the step is a Python int.
+            total += 2 * n + 2 * 4 * math.ceil(n / 256) if n >= BNB_MIN_8BIT_SIZE else 2 * 4 * n
         else:
             # torchao (optim/adam.py, subclass_8bit.py): uint8 codes, a float32 scale per block of
             # 256 and a 256-entry float32 quantile map per moment, only for 4096+ values that fill
             # whole blocks; a float32 step tensor.
             quantized = n >= 4096 and n % 256 == 0
             total += (2 * (n + 4 * (n // 256) + 4 * 256) if quantized else 2 * _nbytes(p)) + 4
-    if optimizer == "adamw8bit" and any(p.numel() >= 4096 for p in parameters):
+    if optimizer == "adamw8bit" and any(p.numel() >= BNB_MIN_8BIT_SIZE for p in parameters):
         total += 2 * 4 * 256  # bitsandbytes' two quantile maps, shared by all tensors
     return total
 

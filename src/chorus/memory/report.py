@@ -26,42 +26,53 @@ from chorus.models.config import AcousticConfig
 MIB = 2**20
 CATEGORY_NAMES = {"weights": "weights", "gradients": "gradients", "optimizer_states": "optimizer states",
                   "activations": "activations"}
-PEAK_NOTE = ("The step-peak row sets the growth of the process peak (RSS on CPU, allocated memory on "
-             "CUDA) beside gradients + optimizer states + activations (+ recompute): the peak also holds "
-             "backward's temporaries and allocator slack, so it is context, not a target.")
+RECOMPUTE_NAME = "recompute (one block, during backward)"
+PEAK_NOTE = ("Total: everything live at the step's peak by category, checkpointing's (or a reversible stack's) "
+             "recompute included. The step-peak row sets the measured growth of the process peak (RSS on CPU, "
+             "allocated memory on CUDA) over the step beside the total less the weights (resident before the "
+             "step): the peak also holds backward's temporaries and allocator slack, and on CPU the RSS counts "
+             "pages, so it is context for the categories, not their sum.")
 
 
 def comparison_rows(predicted: MemoryBreakdown, measured: MeasuredMemory | None = None
                     ) -> list[tuple[str, int, int | None]]:
-    """(row name, predicted bytes, measured bytes or None): the four categories and their total,
-    checkpointing's recompute (predicted only) and, when measured, the step's peak growth."""
+    """(row name, predicted bytes, measured bytes or None): the four categories, checkpointing's
+    recompute when there is any, their total, and, when measured, the step's peak growth."""
     measured_values = measured.categories() if measured is not None else {}
     rows = [(CATEGORY_NAMES[name], getattr(predicted, name), measured_values.get(name)) for name in CATEGORY_NAMES]
-    rows.append(("total", sum(p for _, p, _ in rows), sum(measured_values.values()) if measured is not None else None))
-    if predicted.recompute:
-        rows.append(("recompute (one block, during backward)", predicted.recompute, None))
+    if predicted.recompute or measured_values.get("recompute"):
+        rows.append((RECOMPUTE_NAME, predicted.recompute,
+                     measured_values.get("recompute", 0) if measured is not None else None))
+    rows.append(("total", predicted.total, measured.total if measured is not None else None))
     if measured is not None and measured.peak_growth is not None:
         rows.append((f"step peak ({measured.peak_kind} growth)", predicted.total - predicted.weights,
                      measured.peak_growth))
     return rows
 
 
-def _error(predicted: int, measured: int | None) -> str:
+def _difference(predicted: int, measured: int | None) -> str:
+    """``predicted - measured`` in bytes ("0" where they agree to the byte) and in % of measured."""
     if measured is None:
         return ""
-    if measured == 0:
-        return "0.0%" if predicted == 0 else "n/a"
-    return f"{100 * (predicted - measured) / measured:+.1f}%"
+    if predicted == measured:
+        return "0"
+    percent = f" ({100 * (predicted - measured) / measured:+.1f}%)" if measured else ""
+    return f"{predicted - measured:+,}{percent}"
 
 
-def _mib(value: int | None) -> str:
-    return "" if value is None else f"{value / MIB:,.3f}"
+def _bytes(value: int | None) -> str:
+    return "" if value is None else f"{value:,}"
+
+
+def _mib(value: int) -> str:
+    return f"{value / MIB:,.2f}"
 
 
 def markdown_table(predicted: MemoryBreakdown, measured: MeasuredMemory | None = None) -> str:
-    """A Markdown table: category, predicted MiB, measured MiB, error (predicted vs measured)."""
-    lines = ["| category | predicted (MiB) | measured (MiB) | error |", "|---|---:|---:|---:|"]
-    lines += [f"| {name} | {_mib(p)} | {_mib(m)} | {_error(p, m)} |"
+    """A Markdown table: category, predicted and measured bytes, their difference, predicted MiB."""
+    lines = ["| category | predicted (bytes) | measured (bytes) | predicted - measured (bytes) | predicted (MiB) |",
+             "|---|---:|---:|---:|---:|"]
+    lines += [f"| {name} | {_bytes(p)} | {_bytes(m)} | {_difference(p, m)} | {_mib(p)} |"
               for name, p, m in comparison_rows(predicted, measured)]
     return "\n".join(lines) + "\n"
 
@@ -71,16 +82,17 @@ def rich_table(predicted: MemoryBreakdown, measured: MeasuredMemory | None = Non
     """The same comparison as :func:`markdown_table`, for a terminal."""
     table = Table(title=title)
     table.add_column("category")
-    for column in ("predicted (MiB)", "measured (MiB)", "error"):
+    for column in ("predicted (bytes)", "measured (bytes)", "predicted - measured", "predicted (MiB)"):
         table.add_column(column, justify="right")
     for name, p, m in comparison_rows(predicted, measured):
-        table.add_row(name, _mib(p), _mib(m), _error(p, m))
+        table.add_row(name, _bytes(p), _bytes(m), _difference(p, m), _mib(p))
     return table
 
 
 def plot_memory(rows: Sequence[tuple[str, MemoryBreakdown, MeasuredMemory | None]], png_path: str | Path) -> Path:
-    """Bar chart, one panel per category, of predicted (solid) and measured (hatched) MiB for each
-    ``(label, predicted, measured or None)``: several methods or configurations side by side."""
+    """Bar chart, one panel per category (recompute included) and one for the total, of predicted
+    (solid) and measured (hatched) MiB for each ``(label, predicted, measured or None)``: several
+    methods or configurations side by side."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -89,14 +101,19 @@ def plot_memory(rows: Sequence[tuple[str, MemoryBreakdown, MeasuredMemory | None
     png_path.parent.mkdir(parents=True, exist_ok=True)
     labels = [label for label, _, _ in rows]
     width = 0.38
-    fig, axes = plt.subplots(1, len(CATEGORY_NAMES), figsize=(3.6 * len(CATEGORY_NAMES), 3.8), squeeze=False)
-    for axis, (key, title) in zip(axes[0], CATEGORY_NAMES.items()):
+    panels = {**CATEGORY_NAMES, "recompute": "recompute", "total": "total"}
+    if not any(p.recompute for _, p, _ in rows):
+        del panels["recompute"]
+    fig, axes = plt.subplots(1, len(panels), figsize=(3.6 * len(panels), 3.8), squeeze=False)
+    for axis, (key, title) in zip(axes[0], panels.items(), strict=True):
         positions = range(len(rows))
         axis.bar([x - width / 2 for x in positions], [getattr(p, key) / MIB for _, p, _ in rows], width,
                  label="predicted", color="tab:blue")
-        measured = [(x + width / 2, getattr(m, key) / MIB) for x, (_, _, m) in zip(positions, rows) if m is not None]
+        measured = [(x + width / 2, getattr(m, key) / MIB)
+                    for x, (_, _, m) in zip(positions, rows, strict=True) if m is not None]
         if measured:
-            axis.bar(*zip(*measured), width, label="measured", color="tab:orange", hatch="//", alpha=0.8)
+            axis.bar(*zip(*measured, strict=True), width, label="measured", color="tab:orange", hatch="//",
+                     alpha=0.8)
         axis.set_title(title)
         axis.set_ylabel("MiB")
         axis.set_xticks(list(positions), labels, rotation=30, ha="right")

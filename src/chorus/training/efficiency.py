@@ -32,12 +32,17 @@ PRECISIONS: dict[str, str] = {
 
 OPTIMIZERS: dict[str, str] = {
     "adamw": "torch AdamW: two float32 moments per parameter value (8 bytes/value)",
-    "adamw8bit": "bitsandbytes AdamW8bit: block-wise 8-bit moments (~2 bytes/value) for tensors of "
-                 ">= 4096 values, float32 below that; needs bitsandbytes",
-    "adamw8bit-torchao": "torchao AdamW8bit: block-wise 8-bit moments for tensors of >= 4096 values; "
+    "adamw8bit": "bitsandbytes AdamW8bit: block-wise 8-bit moments (2 bytes/value + 8 bytes per block "
+                 "of 256) for every tensor, adapters' small ones included; needs bitsandbytes",
+    "adamw8bit-torchao": "torchao AdamW8bit: block-wise 8-bit moments only for tensors of >= 4096 values "
+                         "that fill whole blocks of 256 (torchao has no setting for it; smaller ones, every "
+                         "LoRA tensor here, keep float32 moments); "
                          "compiles its step with torch.compile (first step of each shape is slow); "
                          "needs torchao",
 }
+
+# Every tensor gets 8-bit moments (see build_optimizer); a block of 256 values is the quantization unit.
+BNB_MIN_8BIT_SIZE = 1
 
 
 def autocast(precision: str, device: str | torch.device) -> AbstractContextManager:
@@ -71,7 +76,9 @@ def build_optimizer(params_or_groups: Iterable[nn.Parameter] | Iterable[dict], n
             import bitsandbytes
         except ImportError as error:
             raise ImportError("optimizer 'adamw8bit' needs bitsandbytes: pip install bitsandbytes") from error
-        return bitsandbytes.optim.AdamW8bit(params_or_groups, **settings)
+        # bitsandbytes keeps float32 moments for tensors under min_8bit_size values (4096 by default),
+        # which is every adapter tensor here: the 8-bit states would apply to nothing an adapter trains.
+        return bitsandbytes.optim.AdamW8bit(params_or_groups, min_8bit_size=BNB_MIN_8BIT_SIZE, **settings)
     try:
         from torchao.optim import AdamW8bit
     except Exception as error:  # a torchao built for another torch fails with more than ImportError
@@ -108,8 +115,9 @@ class MemoryOptions:
     """How a training run saves memory. ``MemoryOptions.help()`` gives each field's trade-off."""
 
     optimizer: str = field(default="adamw", metadata={
-        "help": "adamw: 8 bytes of state per trained value; adamw8bit / adamw8bit-torchao: ~2 bytes "
-                "for tensors of >= 4096 values (8-bit moments), same update up to quantization"})
+        "help": "adamw: 8 bytes of state per trained value; adamw8bit: ~2 bytes per value for every "
+                "tensor (8-bit moments, + 8 bytes per block of 256); adamw8bit-torchao: the same for tensors "
+                "of >= 4096 values only; same update up to quantization"})
     checkpointing: bool = field(default=False, metadata={
         "help": "rerun each transformer block in backward: stores only block inputs, ~25-35% slower "
                 "steps, identical gradients"})
