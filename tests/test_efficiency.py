@@ -14,7 +14,6 @@ from chorus.models.acoustic import (
     build_model,
     lengths_to_mask,
 )
-from chorus.models.config import AcousticConfig
 from chorus.models.losses import compute_losses
 from chorus.training.efficiency import (
     OPTIMIZERS,
@@ -24,14 +23,12 @@ from chorus.training.efficiency import (
     build_optimizer,
     optimizer_state_bytes,
 )
-
-TINY = {"n_symbols": 40, "n_speakers": 2, "d_model": 32, "n_heads": 2, "encoder_layers": 2,
-        "decoder_layers": 2, "ff_hidden": 48, "predictor_hidden": 16, "speaker_dim": 8}
+from conftest import tiny_config
 
 
 def tiny_model(**overrides) -> AcousticModel:
     torch.manual_seed(0)
-    return build_model(AcousticConfig(**{**TINY, **overrides}))
+    return build_model(tiny_config(**overrides))
 
 
 def tiny_batch(batch: int = 2, text: int = 6, frames: int = 18) -> dict:
@@ -125,7 +122,7 @@ TRAINABLE = {
 @pytest.mark.parametrize("input_grad", [True, False])
 def test_reversible_stack_gradients_are_exact(trainable, input_grad):
     torch.manual_seed(0)
-    stack = TransformerStack(AcousticConfig(**TINY, reversible=True), n_layers=3).double()
+    stack = TransformerStack(tiny_config(reversible=True), n_layers=3).double()
     for name, p in stack.named_parameters():
         p.requires_grad_(TRAINABLE[trainable](name))
     x = torch.randn(2, 9, 32, dtype=torch.float64, requires_grad=input_grad)
@@ -154,7 +151,7 @@ def test_reversible_stack_under_bf16_autocast_matches_plain_autograd():
     # Backward must rebuild F and G in bf16 as forward ran them; rebuilt in float32 (the autograd
     # engine does not carry autocast over) the parameter gradients come out wrong by ~100%.
     torch.manual_seed(0)
-    stack = TransformerStack(AcousticConfig(**TINY, reversible=True), n_layers=4)
+    stack = TransformerStack(tiny_config(reversible=True), n_layers=4)
     x = torch.randn(2, 16, 32, requires_grad=True)
     mask = lengths_to_mask(torch.tensor([16, 11]), 16)
     weight = torch.randn(2, 16, 32)
@@ -178,7 +175,7 @@ def test_reversible_saved_bytes_do_not_grow_with_depth():
 
     def stack_bytes(reversible: bool, depth: int) -> int:
         torch.manual_seed(0)
-        stack = TransformerStack(AcousticConfig(**TINY, reversible=reversible), n_layers=depth)
+        stack = TransformerStack(tiny_config(reversible=reversible), n_layers=depth)
         return saved_bytes(lambda: stack(x, mask))[0]
 
     reversible = [stack_bytes(True, depth) for depth in (1, 2, 4)]
@@ -214,7 +211,7 @@ def test_reversible_model_trains():
 
 def test_reversible_refuses_dropout_and_an_unreversible_base():
     with pytest.raises(ValueError, match="dropout"):
-        AcousticConfig(**TINY, reversible=True, dropout=0.1)
+        tiny_config(reversible=True, dropout=0.1)
     with pytest.raises(ValueError, match="reversible=True"):
         apply_memory_options(tiny_model(), MemoryOptions(reversible=True))
     with pytest.raises(ValueError, match="reversible"):
@@ -334,7 +331,7 @@ def test_bf16_frozen_base_keeps_layer_norms_in_float32():
     from chorus.training.adapt import AdaptConfig, prepare_for_training
     from chorus.training.efficiency import cast_frozen_parameters
 
-    model = build_model(AcousticConfig(**TINY))
+    model = build_model(tiny_config())
     trained = prepare_for_training(model, AdaptConfig(method="bitfit"))
     cast_frozen_parameters(model, torch.bfloat16)
     norms = {id(p) for m in model.modules() if isinstance(m, torch.nn.LayerNorm) for p in m.parameters()}

@@ -19,9 +19,7 @@ from chorus.memory import (
 from chorus.memory.measure import _reset_peak_rss, _rss
 from chorus.models.acoustic import build_model, count_parameters
 from chorus.models.config import AcousticConfig
-
-TINY = {"n_symbols": 40, "n_speakers": 2, "d_model": 32, "n_heads": 2, "encoder_layers": 2, "decoder_layers": 2,
-        "ff_hidden": 48, "predictor_hidden": 16, "speaker_dim": 8}
+from conftest import tiny_config
 
 
 def freeze_base(model: torch.nn.Module) -> None:
@@ -45,7 +43,7 @@ def _assert_exact(predicted, measured) -> None:
 @pytest.mark.parametrize("trainable", [None, freeze_base], ids=["full", "frozen-base"])
 @pytest.mark.parametrize("batch,text_length,frames", [(2, 7, 23), (3, 15, 60), (1, 30, 90)])
 def test_prediction_matches_measurement(trainable, batch, text_length, frames):
-    config = AcousticConfig(**TINY)
+    config = tiny_config()
     settings = {"batch": batch, "text_length": text_length, "frames": frames}
     measured = measure_acoustic_step(config, trainable=trainable, warmup=False, **settings)
     predicted = _predict(config, trainable, **settings)
@@ -66,7 +64,7 @@ def test_prediction_matches_measurement(trainable, batch, text_length, frames):
 def test_prediction_matches_measurement_with_options(config_extra, settings, trainable):
     if settings.get("optimizer") == "adamw8bit":
         pytest.importorskip("bitsandbytes")
-    config = AcousticConfig(**{**TINY, **config_extra})
+    config = tiny_config(**config_extra)
     sizes = {"batch": 2, "text_length": 9, "frames": 31}
     measured = measure_acoustic_step(config, trainable=trainable, warmup=False, **sizes, **settings)
     _assert_exact(_predict(config, trainable, **sizes, **settings), measured)
@@ -75,7 +73,7 @@ def test_prediction_matches_measurement_with_options(config_extra, settings, tra
 def test_checkpointed_blocks_are_seen_through_their_saved_inputs():
     # Non-reentrant checkpointing installs its own saved-tensor hooks inside each block; the block
     # inputs it keeps are still packed by the measuring hooks, and nothing inside the blocks is.
-    config = AcousticConfig(**TINY)
+    config = tiny_config()
     sizes = {"batch": 2, "text_length": 9, "frames": 31}
     plain = measure_acoustic_step(config, warmup=False, **sizes)
     checkpointed = measure_acoustic_step(config, checkpointing=True, warmup=False, **sizes)
@@ -86,7 +84,7 @@ def test_checkpointed_blocks_are_seen_through_their_saved_inputs():
     assert checkpointed.recompute == predicted.recompute > 0 and plain.recompute == 0
     assert checkpointed.total == predicted.total
     # Per stack, checkpointing adds each block's input [batch, time, d_model] and the shared bool mask.
-    without_blocks = _predict(AcousticConfig(**{**TINY, "encoder_layers": 0, "decoder_layers": 0}), None, **sizes)
+    without_blocks = _predict(tiny_config(encoder_layers=0, decoder_layers=0), None, **sizes)
     inputs = 2 * (2 * 9 * 32 * 4) + 2 * 9 + 2 * (2 * 31 * 32 * 4) + 2 * 31
     assert checkpointed.activations == without_blocks.activations + inputs
 
@@ -111,7 +109,7 @@ def test_500m_parameter_prediction_on_meta_allocates_nothing():
 
 
 def test_report_table_and_plot(tmp_path):
-    config = AcousticConfig(**TINY)
+    config = tiny_config()
     report = memory_report(config, trainable=freeze_base, batch=2, text_length=7, frames=23, measure=True,
                            checkpointing=True, out_png=tmp_path / "memory.png")
     markdown = report.markdown()
@@ -136,7 +134,7 @@ def test_report_table_and_plot(tmp_path):
 
 
 def test_fresh_process_measures_the_same_step():
-    config = AcousticConfig(**TINY)
+    config = tiny_config()
     settings = {"batch": 2, "text_length": 7, "frames": 23}
     fresh = measure_in_fresh_process(config, **settings)
     assert fresh.categories() == measure_acoustic_step(config, warmup=False, **settings).categories()
@@ -144,7 +142,7 @@ def test_fresh_process_measures_the_same_step():
 
 
 def test_prediction_refuses_what_it_cannot_count():
-    model = build_model(AcousticConfig(**TINY), "meta")
+    model = build_model(tiny_config(), "meta")
     with pytest.raises(ValueError, match="at least text_length"):
         predict_memory(model, batch=1, text_length=10, frames=5)
     with pytest.raises(ValueError, match="unknown optimizer"):

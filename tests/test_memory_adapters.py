@@ -13,13 +13,11 @@ from chorus.adapters.lora import LoraConfig, LoraLinear
 from chorus.memory import ShadowPass, measure_acoustic_step, predict_memory
 from chorus.memory.measure import measure_training_step
 from chorus.models.acoustic import build_model
-from chorus.models.config import AcousticConfig
 from chorus.training.adapt import VOICE, AdaptConfig, prepare_for_training
+from conftest import tiny_config
 
 torch.set_num_threads(1)
 
-TINY = {"n_symbols": 40, "n_speakers": 2, "d_model": 32, "n_heads": 2, "encoder_layers": 2, "decoder_layers": 2,
-        "ff_hidden": 48, "predictor_hidden": 16, "speaker_dim": 8}
 SIZES = {"batch": 2, "text_length": 9, "frames": 31}
 
 
@@ -33,7 +31,7 @@ def adapted(method: str, **options) -> functools.partial:
 
 
 def _compare(trainable, config_extra: dict | None = None, **settings):
-    config = AcousticConfig(**{**TINY, **(config_extra or {})})
+    config = tiny_config(**(config_extra or {}))
     measured = measure_acoustic_step(config, trainable=trainable, warmup=False, **SIZES, **settings)
     model = build_model(config, "meta")
     trainable(model)
@@ -111,7 +109,7 @@ def test_bf16_frozen_base(method, settings):
 
 
 def _meta_model(trainable, config_extra: dict | None = None) -> torch.nn.Module:
-    model = build_model(AcousticConfig(**{**TINY, **(config_extra or {})}), "meta")
+    model = build_model(tiny_config(**(config_extra or {})), "meta")
     trainable(model)
     return model
 
@@ -128,7 +126,7 @@ def test_unread_parameters_get_no_gradient():
     # Full fine-tuning behind an active speaker vector never reads the speaker table: no gradient,
     # no optimizer state, although it requires grad.
     predicted, measured = _compare(adapted("full"))
-    model = build_model(AcousticConfig(**TINY), "meta")
+    model = build_model(tiny_config(), "meta")
     adapted("full")(model)
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad) * 4
     table = model.speaker_embedding.base_layer.weight.numel() * 4
@@ -152,7 +150,7 @@ def test_frozen_linear_saves_only_what_lora_needs():
 
 
 def test_inactive_adapter_is_the_base_layer():
-    config = AcousticConfig(**TINY)
+    config = tiny_config()
     model, plain = build_model(config, "meta"), build_model(config, "meta")
     prepare_for_training(model, AdaptConfig(method="lora+speaker"))
     set_active(model, None)
