@@ -56,8 +56,9 @@ def base_voice_loss(model, bundle, corpus: Path, clips_per_voice: int = 4) -> fl
     for voice in FORGETTING_VOICES:
         found, _ = discover(corpus / voice)
         utterances += found[:clips_per_voice]
-    cache, _ = build_feature_cache(utterances, bundle.front_end, bundle.mel_config, speaker_names=bundle.speakers,
-                                   progress=False)
+    cache, _ = build_feature_cache(
+        utterances, bundle.front_end, bundle.mel_config, speaker_names=bundle.speakers, progress=False
+    )
     losses = []
     for index in range(len(cache)):
         losses.append(mel_loss(model, cache, np.array([index]), 10_000, speaker_id=int(cache.speakers[index])))
@@ -67,24 +68,33 @@ def base_voice_loss(model, bundle, corpus: Path, clips_per_voice: int = 4) -> fl
 def recipe(args) -> dict:
     """Settings every row of one results folder shares (method settings are per row, under ``settings``)."""
     defaults = AdaptConfig()
-    return {"base": str(args.base or DEFAULT_BASE), "step_cap": args.steps, "wall_clock_cap": None,
-            "eval_every": defaults.eval_every, "patience": defaults.patience, "max_frames": defaults.max_frames,
-            "validation_fraction": defaults.validation_fraction, "sentences": args.sentences,
-            "references": args.references, "threads": args.threads}
+    return {
+        "base": str(args.base or DEFAULT_BASE),
+        "step_cap": args.steps,
+        "wall_clock_cap": None,
+        "eval_every": defaults.eval_every,
+        "patience": defaults.patience,
+        "max_frames": defaults.max_frames,
+        "validation_fraction": defaults.validation_fraction,
+        "sentences": args.sentences,
+        "references": args.references,
+        "threads": args.threads,
+    }
 
 
-def run_one(args, voice: str, minutes: float, method: str, seed: int, eval_utterances, references, judges,
-            work: Path) -> dict:
+def run_one(
+    args, voice: str, minutes: float, method: str, seed: int, eval_utterances, references, judges, work: Path
+) -> dict:
     bundle = load_bundle(args.base or DEFAULT_BASE)
     probe_text = "The quick brown fox jumps over the lazy dog."
     base_before = Synthesizer(bundle, load_vocoder("griffin-lim", mel_config=bundle.mel_config)).mel(
-        [probe_text], FORGETTING_VOICES[0])[0]
+        [probe_text], FORGETTING_VOICES[0]
+    )[0]
     base_loss_before = base_voice_loss(bundle.model, bundle, args.corpus)
     # No wall-clock cap (math.inf): the step cap and early stopping alone end training.
     config = AdaptConfig(method=method, steps=args.steps, threads=args.threads, max_minutes=math.inf, seed=seed)
     data = work / f"{voice}-{minutes:g}min"
-    result = adapt(data, bundle, work / "voices" / f"{voice}-{minutes:g}-{method}-seed{seed}", config,
-                   progress=False)
+    result = adapt(data, bundle, work / "voices" / f"{voice}-{minutes:g}-{method}-seed{seed}", config, progress=False)
     card = result.card
 
     tts = load_base(args.base, "griffin-lim")
@@ -92,9 +102,17 @@ def run_one(args, voice: str, minutes: float, method: str, seed: int, eval_utter
     items = []
     for utterance in eval_utterances:
         spoken = tts.synthesize(utterance.text, voice=name)
-        items.append(EvalItem(utterance.audio_path.stem, spoken.audio, utterance.text, reference=utterance.audio_path,
-                              speaker_references=references, synthesis_seconds=spoken.seconds,
-                              sample_rate=spoken.sample_rate))
+        items.append(
+            EvalItem(
+                utterance.audio_path.stem,
+                spoken.audio,
+                utterance.text,
+                reference=utterance.audio_path,
+                speaker_references=references,
+                synthesis_seconds=spoken.seconds,
+                sample_rate=spoken.sample_rate,
+            )
+        )
     report = evaluate_pairs(items, judges=judges, progress=False)
     means = report.means()
 
@@ -107,20 +125,43 @@ def run_one(args, voice: str, minutes: float, method: str, seed: int, eval_utter
         base_identical = bool(torch.equal(fresh.mel([probe_text], FORGETTING_VOICES[0])[0], base_before))
         forgetting = 0.0 if base_identical else float("nan")
     artifact_bytes = (result.voice_dir / "adapter_model.safetensors").stat().st_size
-    settings = "; ".join(" ".join([config.method] + [f"{k}={v}" for k, v in config.to_dict().items()
-                                                      if k not in ("method", "exclude", "layers") and v is not None])
-                         for config in read_voice(result.voice_dir).configs)
+    settings = "; ".join(
+        " ".join(
+            [config.method]
+            + [
+                f"{k}={v}"
+                for k, v in config.to_dict().items()
+                if k not in ("method", "exclude", "layers") and v is not None
+            ]
+        )
+        for config in read_voice(result.voice_dir).configs
+    )
     base_bytes = (Path(args.base or DEFAULT_BASE) / "model.safetensors").stat().st_size
     return {
-        "voice": voice, "minutes": minutes, "data_minutes": card.data_minutes, "method": method, "seed": seed,
-        "settings": settings, "recipe": recipe(args), "best_step": card.metrics["best_step"],
-        "trainable_parameters": card.trainable_parameters, "artifact_bytes": artifact_bytes,
-        "artifact_fraction": artifact_bytes / base_bytes, "steps": card.steps, "train_seconds": card.train_seconds,
+        "voice": voice,
+        "minutes": minutes,
+        "data_minutes": card.data_minutes,
+        "method": method,
+        "seed": seed,
+        "settings": settings,
+        "recipe": recipe(args),
+        "best_step": card.metrics["best_step"],
+        "trainable_parameters": card.trainable_parameters,
+        "artifact_bytes": artifact_bytes,
+        "artifact_fraction": artifact_bytes / base_bytes,
+        "steps": card.steps,
+        "train_seconds": card.train_seconds,
         "seconds_per_step": card.train_seconds / max(card.steps, 1),
-        "val_mel_start": card.metrics["validation_mel_l1_start"], "val_mel_best": card.metrics["validation_mel_l1_best"],
-        "wer": report.corpus_wer, "similarity": means.get("speaker_similarity"), "mcd_db": means.get("mcd_db"),
-        "f0_rmse_hz": means.get("f0_rmse_hz"), "base_voices_bit_identical": base_identical, "step_cap": args.steps,
-        "forgetting_mel_l1_increase": forgetting, "threads": args.threads,
+        "val_mel_start": card.metrics["validation_mel_l1_start"],
+        "val_mel_best": card.metrics["validation_mel_l1_best"],
+        "wer": report.corpus_wer,
+        "similarity": means.get("speaker_similarity"),
+        "mcd_db": means.get("mcd_db"),
+        "f0_rmse_hz": means.get("f0_rmse_hz"),
+        "base_voices_bit_identical": base_identical,
+        "step_cap": args.steps,
+        "forgetting_mel_l1_increase": forgetting,
+        "threads": args.threads,
     }
 
 
@@ -141,8 +182,14 @@ def mean_spread(values: list[float], digits: int = 3) -> str:
 
 def similarity_ratio(rows: list[dict], row: dict) -> float | None:
     """``row``'s similarity over full fine-tuning's for the same voice, minutes and seed (None without one)."""
-    full = next((r for r in rows if (r["voice"], r["minutes"], r["method"], r["seed"])
-                 == (row["voice"], row["minutes"], "full", row["seed"])), None)
+    full = next(
+        (
+            r
+            for r in rows
+            if (r["voice"], r["minutes"], r["method"], r["seed"]) == (row["voice"], row["minutes"], "full", row["seed"])
+        ),
+        None,
+    )
     return row["similarity"] / full["similarity"] if full and full["similarity"] and row["similarity"] else None
 
 
@@ -150,9 +197,12 @@ def target_lines(rows: list[dict]) -> list[str]:
     """The issue's target per voice: the best adapter (artifact at most 1% of the base, best by mean similarity
     over the seeds it shares with full fine-tuning) against full fine-tuning at 3 minutes, on the means and per
     seed; and which cells of the voices x minutes x methods grid ran, with how many seeds."""
-    lines = ["Target: the best adapter method reaches at least 0.95x full fine-tuning's speaker similarity at 3 "
-             "minutes, with an artifact at most 1% of the base checkpoint. Decided on the mean similarity over "
-             "the seeds both cells ran (ratio of the means); the per-seed ratios show its spread.", ""]
+    lines = [
+        "Target: the best adapter method reaches at least 0.95x full fine-tuning's speaker similarity at 3 "
+        "minutes, with an artifact at most 1% of the base checkpoint. Decided on the mean similarity over "
+        "the seeds both cells ran (ratio of the means); the per-seed ratios show its spread.",
+        "",
+    ]
     grouped = cells(rows)
     for voice in sorted({r["voice"] for r in rows}):
         full = {r["seed"]: r["similarity"] for r in grouped.get((voice, 3.0, "full"), [])}
@@ -169,47 +219,72 @@ def target_lines(rows: list[dict]) -> list[str]:
         mean, method, seeds, mine, row = max(candidates)
         ratio = mean / statistics.mean(full[s] for s in seeds)
         per_seed = ", ".join(f"{mine[s] / full[s]:.3f} (seed {s})" for s in seeds)
-        lines.append(f"- {voice}: {method} {mean:.3f} / full {statistics.mean(full[s] for s in seeds):.3f} = "
-                     f"**{ratio:.3f}x** over {len(seeds)} seed{'s' * (len(seeds) > 1)} ({per_seed}; "
-                     f"{100 * row['artifact_fraction']:.2f}% of the base; {'met' if ratio >= 0.95 else 'not met'})")
+        lines.append(
+            f"- {voice}: {method} {mean:.3f} / full {statistics.mean(full[s] for s in seeds):.3f} = "
+            f"**{ratio:.3f}x** over {len(seeds)} seed{'s' * (len(seeds) > 1)} ({per_seed}; "
+            f"{100 * row['artifact_fraction']:.2f}% of the base; {'met' if ratio >= 0.95 else 'not met'})"
+        )
     lines += ["", "Cells run (method: minutes per voice, seeds in brackets):", ""]
     for method in dict.fromkeys(METHODS.split(",") + [r["method"] for r in rows]):
-        ran = {voice: [(minutes, len(group)) for (v, minutes, m), group in sorted(grouped.items())
-                       if (v, m) == (voice, method)] for voice in sorted({r["voice"] for r in rows})}
+        ran = {
+            voice: [
+                (minutes, len(group)) for (v, minutes, m), group in sorted(grouped.items()) if (v, m) == (voice, method)
+            ]
+            for voice in sorted({r["voice"] for r in rows})
+        }
         if any(ran.values()):
-            lines.append(f"- `{method}`: " + "; ".join(
-                f"{voice} {', '.join(f'{m:g} [{n}]' for m, n in cells_run) or '-'}" for voice, cells_run in ran.items()))
+            lines.append(
+                f"- `{method}`: "
+                + "; ".join(
+                    f"{voice} {', '.join(f'{m:g} [{n}]' for m, n in cells_run) or '-'}"
+                    for voice, cells_run in ran.items()
+                )
+            )
     return lines
 
 
 def write_results(rows: list[dict], out: Path, args) -> None:
     order = METHODS.split(",")
-    rows = sorted(rows, key=lambda r: (r["voice"], r["minutes"], order.index(r["method"]) if r["method"] in order
-                                       else 99, r["seed"]))
+    rows = sorted(
+        rows,
+        key=lambda r: (r["voice"], r["minutes"], order.index(r["method"]) if r["method"] in order else 99, r["seed"]),
+    )
     shared = recipe(args)
-    lines = ["# Adaptation benchmark", "",
-             f"Base: {args.base or 'shipped base'}; held-out voices; evaluation on {args.sentences} held-out "
-             f"sentences per voice against the real recordings of the same sentences ({args.references} other real "
-             "clips are the similarity references); judges: Whisper tiny.en, resemblyzer, MCD (DTW), F0 RMSE "
-             f"(WORLD harvest). Every row: step cap {shared['step_cap']}, no wall-clock cap, early stopping on "
-             f"held-out mel loss (evaluated every {shared['eval_every']} steps, patience {shared['patience']}), "
-             f"{shared['threads']} torch thread(s). Rows ran on a shared 2-core CPU, niced, beside other work: "
-             "times are upper bounds; steps and similarities do not depend on the load.", "",
-             *target_lines(rows), "",
-             "Per cell (mean ± sample standard deviation over the seeds run; one value for one seed):", "",
-             "| voice | min | method | seeds | similarity | sim / full FT | WER % | MCD dB | steps reached |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "# Adaptation benchmark",
+        "",
+        f"Base: {args.base or 'shipped base'}; held-out voices; evaluation on {args.sentences} held-out "
+        f"sentences per voice against the real recordings of the same sentences ({args.references} other real "
+        "clips are the similarity references); judges: Whisper tiny.en, resemblyzer, MCD (DTW), F0 RMSE "
+        f"(WORLD harvest). Every row: step cap {shared['step_cap']}, no wall-clock cap, early stopping on "
+        f"held-out mel loss (evaluated every {shared['eval_every']} steps, patience {shared['patience']}), "
+        f"{shared['threads']} torch thread(s). Rows ran on a shared 2-core CPU, niced, beside other work: "
+        "times are upper bounds; steps and similarities do not depend on the load.",
+        "",
+        *target_lines(rows),
+        "",
+        "Per cell (mean ± sample standard deviation over the seeds run; one value for one seed):",
+        "",
+        "| voice | min | method | seeds | similarity | sim / full FT | WER % | MCD dB | steps reached |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for (voice, minutes, method), group in cells(rows).items():
         ratios = [ratio for ratio in (similarity_ratio(rows, r) for r in group) if ratio is not None]
-        lines.append(f"| {voice} | {minutes:g} | {method} | {', '.join(str(r['seed']) for r in group)} | "
-                     f"{mean_spread([r['similarity'] for r in group])} | "
-                     f"{mean_spread(ratios) if ratios and method != 'full' else 'n/a'} | "
-                     f"{mean_spread([100 * (r['wer'] or 0) for r in group], 1)} | "
-                     f"{mean_spread([r['mcd_db'] for r in group], 2)} | {', '.join(str(r['steps']) for r in group)} |")
-    lines += ["", "Per seed (steps reached of the cap, and the step whose weights were kept):", "",
-              "| voice | min | method | seed | trainable params | artifact KB (% of base) | steps reached / cap | "
-              "best step | s/step | adapt s | WER % | similarity | sim / full FT | MCD dB | F0 RMSE Hz | base voices |",
-              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+        lines.append(
+            f"| {voice} | {minutes:g} | {method} | {', '.join(str(r['seed']) for r in group)} | "
+            f"{mean_spread([r['similarity'] for r in group])} | "
+            f"{mean_spread(ratios) if ratios and method != 'full' else 'n/a'} | "
+            f"{mean_spread([100 * (r['wer'] or 0) for r in group], 1)} | "
+            f"{mean_spread([r['mcd_db'] for r in group], 2)} | {', '.join(str(r['steps']) for r in group)} |"
+        )
+    lines += [
+        "",
+        "Per seed (steps reached of the cap, and the step whose weights were kept):",
+        "",
+        "| voice | min | method | seed | trainable params | artifact KB (% of base) | steps reached / cap | "
+        "best step | s/step | adapt s | WER % | similarity | sim / full FT | MCD dB | F0 RMSE Hz | base voices |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for row in rows:
         ratio = similarity_ratio(rows, row)
         ratio = "n/a" if ratio is None else f"{ratio:.3f}"
@@ -222,7 +297,8 @@ def write_results(rows: list[dict], out: Path, args) -> None:
             f"{row['trainable_parameters']:,} | {row['artifact_bytes'] / 1024:.1f} ({100 * row['artifact_fraction']:.2f}%)"
             f" | {row['steps']} / {row['step_cap']} | {row['best_step']} | {row['seconds_per_step']:.2f} | "
             f"{row['train_seconds']:.0f} | {100 * (row['wer'] or 0):.1f} | {row['similarity']:.3f} | {ratio} | "
-            f"{row['mcd_db']:.2f} | {row['f0_rmse_hz']:.1f} | {base} |")
+            f"{row['mcd_db']:.2f} | {row['f0_rmse_hz']:.1f} | {base} |"
+        )
     lines += ["", "Settings of each method as run (the same for every seed):", ""]
     for method, settings in dict.fromkeys((r["method"], r["settings"]) for r in rows):
         lines.append(f"- `{method}`: {settings}")
@@ -236,6 +312,7 @@ def plot_similarity_vs_minutes(rows: list[dict], path: Path) -> None:
     """One panel per voice (voices were run for different cells, so a mean over voices would mix
     them): mean similarity over the seeds run against minutes of data, a line per method."""
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -245,9 +322,11 @@ def plot_similarity_vs_minutes(rows: list[dict], path: Path) -> None:
     fig, axes = plt.subplots(1, len(voices), figsize=(4.2 * len(voices), 4.2), sharey=True, squeeze=False)
     for axis, voice in zip(axes[0], voices, strict=True):
         for method in methods:
-            points = sorted((minutes, statistics.mean(r["similarity"] for r in group))
-                            for (v, minutes, m), group in cells(rows).items()
-                            if (v, m) == (voice, method) and all(r["similarity"] is not None for r in group))
+            points = sorted(
+                (minutes, statistics.mean(r["similarity"] for r in group))
+                for (v, minutes, m), group in cells(rows).items()
+                if (v, m) == (voice, method) and all(r["similarity"] is not None for r in group)
+            )
             if points:
                 axis.plot(*zip(*points, strict=True), "o-", color=colors[method], label=method)
         axis.set_xscale("log")
@@ -275,27 +354,34 @@ def main() -> None:
     parser.add_argument("--sentences", type=int, default=8, help="held-out sentences judged per voice")
     parser.add_argument("--references", type=int, default=10, help="real clips for speaker similarity")
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--seeds", default=str(AdaptConfig.seed),
-                        help="comma-separated seeds (held-out split, batch order, initialization), one row each")
+    parser.add_argument(
+        "--seeds",
+        default=str(AdaptConfig.seed),
+        help="comma-separated seeds (held-out split, batch order, initialization), one row each",
+    )
     parser.add_argument("--work", type=Path, default=Path("runs/adaptation"))
     parser.add_argument("--out", type=Path, default=Path("bench/results/adaptation"))
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     args.out.mkdir(parents=True, exist_ok=True)
-    previous = json.loads((args.out / "adaptation.json").read_text()) if (args.out / "adaptation.json").is_file() else []
+    previous = (
+        json.loads((args.out / "adaptation.json").read_text()) if (args.out / "adaptation.json").is_file() else []
+    )
     other = [r for r in previous if r.get("recipe") != recipe(args)]
     if other:
-        parser.error(f"{args.out} holds {len(other)} rows made with other settings than {recipe(args)}: "
-                     "give another --out (one table, one recipe)")
+        parser.error(
+            f"{args.out} holds {len(other)} rows made with other settings than {recipe(args)}: "
+            "give another --out (one table, one recipe)"
+        )
     rows = {(r["voice"], r["minutes"], r["method"], r["seed"]): r for r in previous}
     speaker = SpeakerJudge()
     judges = Judges(speaker=speaker)
     for voice in args.voices.split(","):
         utterances, _ = discover(args.heldout / voice)
         # The last clips are the evaluation set: never trained on, and their recordings are the references.
-        evaluation = utterances[-args.sentences:]
+        evaluation = utterances[-args.sentences :]
         pool = utterances[: -args.sentences - args.references]
-        references = [u.audio_path for u in utterances[-args.sentences - args.references: -args.sentences]]
+        references = [u.audio_path for u in utterances[-args.sentences - args.references : -args.sentences]]
         for minutes in [float(m) for m in args.minutes.split(",")]:
             subset = first_minutes(pool, minutes)
             write_subset(subset, args.work / f"{voice}-{minutes:g}min")
@@ -307,9 +393,12 @@ def main() -> None:
                     started = time.perf_counter()
                     row = run_one(args, voice, minutes, method, seed, evaluation, references, judges, args.work)
                     rows[(voice, minutes, method, seed)] = row
-                    print(f"{voice} {minutes:g} min {method} seed {seed}: similarity {row['similarity']:.3f}, WER "
-                          f"{100 * (row['wer'] or 0):.1f}%, {row['steps']} steps, {row['train_seconds']:.0f} s "
-                          f"adapting ({time.perf_counter() - started:.0f} s with judging)", flush=True)
+                    print(
+                        f"{voice} {minutes:g} min {method} seed {seed}: similarity {row['similarity']:.3f}, WER "
+                        f"{100 * (row['wer'] or 0):.1f}%, {row['steps']} steps, {row['train_seconds']:.0f} s "
+                        f"adapting ({time.perf_counter() - started:.0f} s with judging)",
+                        flush=True,
+                    )
                     write_results(list(rows.values()), args.out, args)
 
 

@@ -38,16 +38,24 @@ SETTINGS = [
     ("full, 8-bit + checkpointing + bf16", "full", "adamw8bit", "bf16", True, "fp32"),
 ]
 # Set against full fine-tuning at several batch sizes (measured) and at 506M parameters (predicted).
-TARGET_SETTINGS = ("lora, 8-bit + checkpointing", "lora, 8-bit + checkpointing + bf16",
-                   "lora, 8-bit + checkpointing + bf16 + bf16 base")
+TARGET_SETTINGS = (
+    "lora, 8-bit + checkpointing",
+    "lora, 8-bit + checkpointing + bf16",
+    "lora, 8-bit + checkpointing + bf16 + bf16 base",
+)
 CATEGORIES = ("weights", "gradients", "optimizer_states", "activations")
 
 
 def options(label: str) -> dict:
     """``memory_report`` keywords of the setting ``label`` in :data:`SETTINGS`."""
     _, method, optimizer, precision, checkpointing, frozen_dtype = next(s for s in SETTINGS if s[0] == label)
-    return dict(trainable=trainable_for(method), optimizer=optimizer, precision=precision,
-                checkpointing=checkpointing, frozen_dtype=frozen_dtype)
+    return dict(
+        trainable=trainable_for(method),
+        optimizer=optimizer,
+        precision=precision,
+        checkpointing=checkpointing,
+        frozen_dtype=frozen_dtype,
+    )
 
 
 def mib(value: int) -> str:
@@ -57,8 +65,11 @@ def mib(value: int) -> str:
 def differences(report) -> str:
     """Where prediction and measurement differ, per category, in bytes; "exact" where none does."""
     predicted, measured = report.predicted.categories(), report.measured.categories()
-    wrong = [f"{name} {predicted.get(name, 0) - measured.get(name, 0):+,}" for name in predicted | measured
-             if predicted.get(name, 0) != measured.get(name, 0)]
+    wrong = [
+        f"{name} {predicted.get(name, 0) - measured.get(name, 0):+,}"
+        for name in predicted | measured
+        if predicted.get(name, 0) != measured.get(name, 0)
+    ]
     return ", ".join(wrong) or "exact"
 
 
@@ -79,26 +90,34 @@ def main() -> None:
 
     reports = []
     for label, *_ in SETTINGS:
-        report = memory_report(model_config_by_name("shipped"), **options(label), measure=True, fresh_process=True,
-                               label=label, **shape)
+        report = memory_report(
+            model_config_by_name("shipped"), **options(label), measure=True, fresh_process=True, label=label, **shape
+        )
         reports.append(report)
-        print(f"{label}: predicted {report.predicted.total:,} B, measured {report.measured.total:,} B "
-              f"({differences(report)})", flush=True)
+        print(
+            f"{label}: predicted {report.predicted.total:,} B, measured {report.measured.total:,} B "
+            f"({differences(report)})",
+            flush=True,
+        )
 
-    lines = ["# Training memory per adaptation method (shipped base size)", "",
-             f"One training step, batch {args.batch} x {args.text_length} phonemes x {args.frames} frames, CPU, one "
-             "thread. Predicted analytically on the meta device (`chorus.memory.predict`); measured on a real step "
-             "in a fresh process (activations: tensors saved for backward, via saved-tensor hooks; recompute: "
-             "the largest block that checkpointing reruns in backward, rerun under the same hooks; gradients and "
-             "optimizer states: the tensors). Cells are measured bytes; the prediction column lists every "
-             "category where predicted and measured differ (`exact`: equal to the byte in all of them). Total: "
-             "every category, recompute included: what is live at the step's peak. Peak RSS growth: how much "
-             "the step raised the process's resident peak (measured; also holds backward's temporaries and "
-             "allocator slack, and counts pages): context beside total less weights.", "",
-             "| setting | trained params | weights | gradients | optimizer states (bytes / trained value) | "
-             "activations | recompute | total | total MiB | prediction | peak RSS growth MiB (total less "
-             "weights MiB) |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "# Training memory per adaptation method (shipped base size)",
+        "",
+        f"One training step, batch {args.batch} x {args.text_length} phonemes x {args.frames} frames, CPU, one "
+        "thread. Predicted analytically on the meta device (`chorus.memory.predict`); measured on a real step "
+        "in a fresh process (activations: tensors saved for backward, via saved-tensor hooks; recompute: "
+        "the largest block that checkpointing reruns in backward, rerun under the same hooks; gradients and "
+        "optimizer states: the tensors). Cells are measured bytes; the prediction column lists every "
+        "category where predicted and measured differ (`exact`: equal to the byte in all of them). Total: "
+        "every category, recompute included: what is live at the step's peak. Peak RSS growth: how much "
+        "the step raised the process's resident peak (measured; also holds backward's temporaries and "
+        "allocator slack, and counts pages): context beside total less weights.",
+        "",
+        "| setting | trained params | weights | gradients | optimizer states (bytes / trained value) | "
+        "activations | recompute | total | total MiB | prediction | peak RSS growth MiB (total less "
+        "weights MiB) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for report in reports:
         measured = report.measured
         growth = measured.peak_growth
@@ -106,60 +125,100 @@ def main() -> None:
             f"| {report.label} | {report.trainable_parameters:,} | {measured.weights:,} | {measured.gradients:,} | "
             f"{measured.optimizer_states:,} ({state_bytes_per_value(measured.optimizer_states, report.trainable_parameters)}) | "
             f"{measured.activations:,} | {measured.recompute:,} | {measured.total:,} | {mib(measured.total)} | "
-            f"{differences(report)} | {mib(growth) if growth else 'n/a'} ({mib(measured.total - measured.weights)}) |")
+            f"{differences(report)} | {mib(growth) if growth else 'n/a'} ({mib(measured.total - measured.weights)}) |"
+        )
 
-    lines += ["", "## 8-bit optimizer states", "",
-              "bitsandbytes keeps float32 moments for tensors under `min_8bit_size` values (4,096 by default: every "
-              "LoRA tensor here); `build_optimizer` sets it to 1, so every trained tensor gets uint8 moments and a "
-              "float32 scale per block of 256. Bytes of optimizer state per trained value, predicted / measured "
-              "(fp32 AdamW: 8 + 4 bytes per tensor for its step):", ""]
-    lines += ["| setting | optimizer | trained params | predicted bytes | measured bytes | bytes per trained value |",
-              "|---|---|---|---|---|---|"]
+    lines += [
+        "",
+        "## 8-bit optimizer states",
+        "",
+        "bitsandbytes keeps float32 moments for tensors under `min_8bit_size` values (4,096 by default: every "
+        "LoRA tensor here); `build_optimizer` sets it to 1, so every trained tensor gets uint8 moments and a "
+        "float32 scale per block of 256. Bytes of optimizer state per trained value, predicted / measured "
+        "(fp32 AdamW: 8 + 4 bytes per tensor for its step):",
+        "",
+    ]
+    lines += [
+        "| setting | optimizer | trained params | predicted bytes | measured bytes | bytes per trained value |",
+        "|---|---|---|---|---|---|",
+    ]
     for report in reports:
         predicted, measured = report.predicted.optimizer_states, report.measured.optimizer_states
-        lines.append(f"| {report.label} | {report.settings['optimizer']} | {report.trainable_parameters:,} | "
-                     f"{predicted:,} | {measured:,} | {state_bytes_per_value(predicted, report.trainable_parameters)} / "
-                     f"{state_bytes_per_value(measured, report.trainable_parameters)} |")
+        lines.append(
+            f"| {report.label} | {report.settings['optimizer']} | {report.trainable_parameters:,} | "
+            f"{predicted:,} | {measured:,} | {state_bytes_per_value(predicted, report.trainable_parameters)} / "
+            f"{state_bytes_per_value(measured, report.trainable_parameters)} |"
+        )
 
-    lines += ["", "## Adapter + 8-bit states + checkpointing against full fine-tuning (fp32 AdamW), same batch", "",
-              "Measured totals (weights + gradients + optimizer states + activations + recompute), MiB, with the "
-              "measured peak RSS growth of the step in brackets; ratios are of the totals:", "",
-              "| batch (utterances x frames) | full, fp32 AdamW | "
-              + " | ".join(f"{label} | ratio" for label in TARGET_SETTINGS) + " |",
-              "|---|---|" + "---|---|" * len(TARGET_SETTINGS)]
+    lines += [
+        "",
+        "## Adapter + 8-bit states + checkpointing against full fine-tuning (fp32 AdamW), same batch",
+        "",
+        "Measured totals (weights + gradients + optimizer states + activations + recompute), MiB, with the "
+        "measured peak RSS growth of the step in brackets; ratios are of the totals:",
+        "",
+        "| batch (utterances x frames) | full, fp32 AdamW | "
+        + " | ".join(f"{label} | ratio" for label in TARGET_SETTINGS)
+        + " |",
+        "|---|---|" + "---|---|" * len(TARGET_SETTINGS),
+    ]
     for batch in args.target_batches:
         measured = []
         for label in ("full, fp32 AdamW", *TARGET_SETTINGS):
-            report = memory_report(model_config_by_name("shipped"), **options(label), measure=True,
-                                   fresh_process=True, batch=batch, text_length=args.text_length, frames=args.frames)
+            report = memory_report(
+                model_config_by_name("shipped"),
+                **options(label),
+                measure=True,
+                fresh_process=True,
+                batch=batch,
+                text_length=args.text_length,
+                frames=args.frames,
+            )
             measured.append(report.measured)
         cells = [f"{mib(m.total)} ({mib(m.peak_growth) if m.peak_growth else 'n/a'})" for m in measured]
-        lines.append(f"| {batch} x {args.frames} | {cells[0]} | "
-                     + " | ".join(f"{cell} | 1/{measured[0].total / m.total:.1f}"
-                                  for cell, m in zip(cells[1:], measured[1:], strict=True)) + " |")
+        lines.append(
+            f"| {batch} x {args.frames} | {cells[0]} | "
+            + " | ".join(
+                f"{cell} | 1/{measured[0].total / m.total:.1f}" for cell, m in zip(cells[1:], measured[1:], strict=True)
+            )
+            + " |"
+        )
     weights = {report.label: report.measured.weights for report in reports}
-    lines += ["", f"Target: at most 1/8. The base's weights ({mib(weights['full, fp32 AdamW'])} MiB in fp32, "
-                  f"{mib(weights[TARGET_SETTINGS[-1]])} MiB with the frozen ones in bf16) are in every setting and "
-                  "bound the ratio at small batches; activations dominate as the batch grows, and with checkpointing "
-                  "the rebuilt block (recompute) is live on top of the block inputs during backward."]
+    lines += [
+        "",
+        f"Target: at most 1/8. The base's weights ({mib(weights['full, fp32 AdamW'])} MiB in fp32, "
+        f"{mib(weights[TARGET_SETTINGS[-1]])} MiB with the frozen ones in bf16) are in every setting and "
+        "bound the ratio at small batches; activations dominate as the batch grows, and with checkpointing "
+        "the rebuilt block (recompute) is live on top of the block inputs during backward.",
+    ]
 
     big = model_config_by_name("500m")
-    lines += ["", "## 506M-parameter configuration (predicted only)", "",
-              "| setting | weights | gradients | optimizer states | activations | recompute | total (GiB) |",
-              "|---|---|---|---|---|---|---|"]
+    lines += [
+        "",
+        "## 506M-parameter configuration (predicted only)",
+        "",
+        "| setting | weights | gradients | optimizer states | activations | recompute | total (GiB) |",
+        "|---|---|---|---|---|---|---|",
+    ]
     big_values = {}
     for label in ("full, fp32 AdamW", "lora", *TARGET_SETTINGS):
         report = memory_report(big, **options(label), measure=False, label=label, **shape)
         big_values[label] = report.predicted
-        lines.append(f"| {label} | " + " | ".join(f"{getattr(report.predicted, c) / 2**30:.2f}"
-                                                  for c in (*CATEGORIES, "recompute"))
-                     + f" | {report.predicted.total / 2**30:.2f} |")
+        lines.append(
+            f"| {label} | "
+            + " | ".join(f"{getattr(report.predicted, c) / 2**30:.2f}" for c in (*CATEGORIES, "recompute"))
+            + f" | {report.predicted.total / 2**30:.2f} |"
+        )
     totals = {label: predicted.total for label, predicted in big_values.items()}
     best = min(totals, key=totals.get)
     ratio = totals["full, fp32 AdamW"] / totals[best]
-    lines += ["", f"At 506M parameters, the leanest setting here ({best}) needs 1/{ratio:.1f} of full fine-tuning's "
-                  f"memory; the weights, almost all of them the frozen base, are "
-                  f"{100 * big_values[best].weights / totals[best]:.0f}% of what remains.", ""]
+    lines += [
+        "",
+        f"At 506M parameters, the leanest setting here ({best}) needs 1/{ratio:.1f} of full fine-tuning's "
+        f"memory; the weights, almost all of them the frozen base, are "
+        f"{100 * big_values[best].weights / totals[best]:.0f}% of what remains.",
+        "",
+    ]
     (args.out / "memory.md").write_text("\n".join(lines))
     plot_memory([(r.label, r.predicted, r.measured) for r in reports], args.out / "memory_per_method.png")
     print("\n".join(lines))

@@ -31,14 +31,21 @@ def main() -> None:
             key = (row["voice"], row["minutes"], row["method"])
             cells.setdefault(key, {})[row.get("seed", AdaptConfig.seed)] = row["similarity"]
     shared = {key: by_seed for key, by_seed in sorted(cells.items()) if len(by_seed) > 1}
-    lines = ["# Adaptation: similarity across seeds", "",
-             f"Runs: {', '.join(str(run) for run in args.runs)}. Cells run with more than one seed:", "",
-             "| voice | min | method | similarity per seed | mean | standard deviation |", "|---|---|---|---|---|---|"]
+    lines = [
+        "# Adaptation: similarity across seeds",
+        "",
+        f"Runs: {', '.join(str(run) for run in args.runs)}. Cells run with more than one seed:",
+        "",
+        "| voice | min | method | similarity per seed | mean | standard deviation |",
+        "|---|---|---|---|---|---|",
+    ]
     for (voice, minutes, method), by_seed in shared.items():
         values = list(by_seed.values())
         per_seed = ", ".join(f"{value:.3f} (seed {seed})" for seed, value in sorted(by_seed.items()))
-        lines.append(f"| {voice} | {minutes:g} | {method} | {per_seed} | {statistics.mean(values):.3f} | "
-                     f"{statistics.stdev(values):.3f} |")
+        lines.append(
+            f"| {voice} | {minutes:g} | {method} | {per_seed} | {statistics.mean(values):.3f} | "
+            f"{statistics.stdev(values):.3f} |"
+        )
     lines += ["", "Adapter against full fine-tuning (target 0.95x), per seed and on the means:", ""]
     for (voice, minutes, method), by_seed in shared.items():
         full = shared.get((voice, minutes, "full"))
@@ -47,8 +54,10 @@ def main() -> None:
         seeds = sorted(set(by_seed) & set(full))
         ratios = ", ".join(f"{by_seed[seed] / full[seed]:.3f}" for seed in seeds)
         mean_ratio = statistics.mean(by_seed[s] for s in seeds) / statistics.mean(full[s] for s in seeds)
-        lines.append(f"- {voice}, {minutes:g} min, {method}: {ratios} (seeds {', '.join(map(str, seeds))}); "
-                     f"means {mean_ratio:.3f}x")
+        lines.append(
+            f"- {voice}, {minutes:g} min, {method}: {ratios} (seeds {', '.join(map(str, seeds))}); "
+            f"means {mean_ratio:.3f}x"
+        )
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text("\n".join(lines) + "\n")
     print("\n".join(lines))

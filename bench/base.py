@@ -57,18 +57,24 @@ def corpus_references(corpus: Path, voice: str, count: int, seed: int = 0) -> li
     return [utterances[i].audio_path for i in sorted(chosen)]
 
 
-def recording_clips(voices: list[str], sentences: list[str],
-                    recordings: dict[str, list[np.ndarray]]) -> list[VoiceClip]:
+def recording_clips(
+    voices: list[str], sentences: list[str], recordings: dict[str, list[np.ndarray]]
+) -> list[VoiceClip]:
     """Clips ``voice|recordings``: each voice's engine reading ``sentences`` (``recordings[voice]``)."""
-    return [VoiceClip(f"{voice}|recordings", index, text, audio, SAMPLE_RATE, float("nan"))
-            for voice in voices for index, (text, audio) in enumerate(zip(sentences, recordings[voice]))]
+    return [
+        VoiceClip(f"{voice}|recordings", index, text, audio, SAMPLE_RATE, float("nan"))
+        for voice in voices
+        for index, (text, audio) in enumerate(zip(sentences, recordings[voice]))
+    ]
 
 
 def base_speaker(tts, length_scale: float = 1.0):
     """``speak(text, "voice|system")`` for :func:`synthesize_grid`: the base in that voice, timed."""
+
     def speak(text: str, voice: str):
         result = tts.synthesize(text, voice.split("|")[0], length_scale=length_scale)
         return result.audio, result.sample_rate, result.seconds
+
     return speak
 
 
@@ -93,6 +99,7 @@ def summarize(clips: list[VoiceClip], report) -> dict[str, dict]:
 
 def plot_similarity(result, path: Path) -> None:
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -118,8 +125,12 @@ def main() -> None:
     parser.add_argument("--voices", default=DEFAULT_VOICES)
     parser.add_argument("--sentences", type=int, default=20)
     parser.add_argument("--references", type=int, default=20, help="real clips per voice for similarity")
-    parser.add_argument("--length-scale", type=float, default=1.0,
-                        help="the base's durations times this (above 1: slower speech), as `chorus synthesize`")
+    parser.add_argument(
+        "--length-scale",
+        type=float,
+        default=1.0,
+        help="the base's durations times this (above 1: slower speech), as `chorus synthesize`",
+    )
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--out", type=Path, default=Path("bench/results/base"))
     args = parser.parse_args()
@@ -146,31 +157,46 @@ def main() -> None:
     for vocoder in vocoders:
         tts = load_base(args.model, vocoder)
         tts.synthesize("Warm up.", voices[0])  # first-call allocations are not part of the RTF
-        if recorded_mels is None:   # every vocoder takes the model's mel settings: made once
-            recorded_mels = {voice: [log_mel(audio, tts.bundle.mel_config) for audio in recordings[voice]]
-                             for voice in voices}
+        if recorded_mels is None:  # every vocoder takes the model's mel settings: made once
+            recorded_mels = {
+                voice: [log_mel(audio, tts.bundle.mel_config) for audio in recordings[voice]] for voice in voices
+            }
         name = type(tts.vocoder).__name__
-        clips += synthesize_grid(base_speaker(tts, args.length_scale), [f"{voice}|{vocoder}" for voice in voices],
-                                 sentences)
+        clips += synthesize_grid(
+            base_speaker(tts, args.length_scale), [f"{voice}|{vocoder}" for voice in voices], sentences
+        )
 
-        # Called at once, in this iteration: the closures see this iteration's tts and mels.
-        def from_recordings(system: str, to_mel) -> list[VoiceClip]:
+        def from_recordings(system: str, to_mel, tts=tts, recorded_mels=recorded_mels) -> list[VoiceClip]:
             """Clips ``voice|system`` vocoded from ``to_mel(text, recorded log-mel, voice)``."""
-            return [VoiceClip(f"{voice}|{system}", index, text, tts.vocoder.synthesize(to_mel(text, mel, voice)),  # noqa: B023
-                              SAMPLE_RATE, float("nan"))
-                    for voice in voices for index, (text, mel) in enumerate(zip(sentences, recorded_mels[voice]))]  # noqa: B023
+            return [
+                VoiceClip(
+                    f"{voice}|{system}",
+                    index,
+                    text,
+                    tts.vocoder.synthesize(to_mel(text, mel, voice)),
+                    SAMPLE_RATE,
+                    float("nan"),
+                )
+                for voice in voices
+                for index, (text, mel) in enumerate(zip(sentences, recorded_mels[voice]))
+            ]
 
         clips += from_recordings(f"{vocoder} vocoded", lambda text, mel, voice: mel)
         systems += [(vocoder, f"Chorus base, {name}"), (f"{vocoder} vocoded", f"the recordings -> log-mel -> {name}")]
         if vocoder == vocoders[0]:
-            clips += from_recordings(f"{vocoder} timed", lambda text, mel, voice:
-                                     teacher_forced_mel(tts.bundle, text, mel, tts.resolve_speaker(voice)))  # noqa: B023
+            clips += from_recordings(
+                f"{vocoder} timed",
+                lambda text, mel, voice, tts=tts: teacher_forced_mel(tts.bundle, text, mel, tts.resolve_speaker(voice)),
+            )
             systems.append((f"{vocoder} timed", f"Chorus base with the recordings' timing, {name}"))
 
     speaker = SpeakerJudge()
     judges = Judges(speaker=speaker, reference=False)
-    references = {voice: corpus_references(args.corpus, voice, args.references) for voice in voices
-                  if (args.corpus / voice).is_dir()}
+    references = {
+        voice: corpus_references(args.corpus, voice, args.references)
+        for voice in voices
+        if (args.corpus / voice).is_dir()
+    }
     references |= {f"{voice}|{system}": paths for voice, paths in references.items() for system, _ in systems}
     report = judge_clips(clips, judges, references)
     summary = summarize(clips, report)
@@ -178,13 +204,15 @@ def main() -> None:
     plot_similarity(identity, args.out / "similarity.png")
 
     lines = [
-        "# Base model benchmark", "",
+        "# Base model benchmark",
+        "",
         f"Model: {args.model or 'shipped base'} ({tts.bundle.info.get('steps', '?')} steps); {len(sentences)} "
         f"held-out sentences; {args.threads} CPU threads; "
         + (f"length scale {args.length_scale:g} (slower speech); " if args.length_scale != 1 else "")
         + "judges: Whisper tiny.en (faster-whisper, int8), "
         "resemblyzer (similarity to real corpus clips of the voice). Each voice's own engine reads the same "
-        "sentences: the recordings the base learned from, and how well the judge understands them.", "",
+        "sentences: the recordings the base learned from, and how well the judge understands them.",
+        "",
         "| voice | system | WER % | CER % | similarity to real clips | words/s | RTF |",
         "|---|---|---|---|---|---|---|",
     ]
@@ -193,28 +221,50 @@ def main() -> None:
     for voice, label, values in rows:
         similarity = f"{values['similarity']:.3f}" if values["similarity"] is not None else "n/a"
         rtf = "n/a" if np.isnan(values["rtf"]) else f"{values['rtf']:.4f}"
-        lines.append(f"| {voice} | {label} | {100 * values['wer']:.1f} | {100 * values['cer']:.1f} | "
-                     f"{similarity} | {values['words_per_second']:.2f} | {rtf} |")
+        lines.append(
+            f"| {voice} | {label} | {100 * values['wer']:.1f} | {100 * values['cer']:.1f} | "
+            f"{similarity} | {values['words_per_second']:.2f} | {rtf} |"
+        )
 
     def mean(system: str, key: str) -> float:
         return float(np.mean([summary[f"{voice}|{system}"][key] for voice in voices]))
 
     joe_rtf = summary["piper-joe"]["rtf"]
-    lines += ["", "Means over the base voices:", "",
-              f"- their own engines (the judge's ceiling for these voices): WER {100 * mean('recordings', 'wer'):.1f}%"]
-    lines.append(f"- Chorus base with the recordings' timing, {vocoders[0]}: WER "
-                 f"{100 * mean(f'{vocoders[0]} timed', 'wer'):.1f}% (with its own predicted durations: "
-                 f"{100 * mean(vocoders[0], 'wer'):.1f}%)")
+    lines += [
+        "",
+        "Means over the base voices:",
+        "",
+        f"- their own engines (the judge's ceiling for these voices): WER {100 * mean('recordings', 'wer'):.1f}%",
+    ]
+    lines.append(
+        f"- Chorus base with the recordings' timing, {vocoders[0]}: WER "
+        f"{100 * mean(f'{vocoders[0]} timed', 'wer'):.1f}% (with its own predicted durations: "
+        f"{100 * mean(vocoders[0], 'wer'):.1f}%)"
+    )
     for vocoder in vocoders:
-        lines.append(f"- Chorus base, {vocoder}: WER {100 * mean(vocoder, 'wer'):.1f}% (the recordings through "
-                     f"this vocoder: {100 * mean(f'{vocoder} vocoded', 'wer'):.1f}%), RTF {mean(vocoder, 'rtf'):.4f} "
-                     f"= {mean(vocoder, 'rtf') / joe_rtf:.2f}x Piper joe's {joe_rtf:.4f}")
-    lines += [f"- speaker similarity between synthesized clips ({vocoders[0]}): same voice {identity.same:.3f}, "
-              f"different voices {identity.different:.3f} (see similarity.png)", ""]
+        lines.append(
+            f"- Chorus base, {vocoder}: WER {100 * mean(vocoder, 'wer'):.1f}% (the recordings through "
+            f"this vocoder: {100 * mean(f'{vocoder} vocoded', 'wer'):.1f}%), RTF {mean(vocoder, 'rtf'):.4f} "
+            f"= {mean(vocoder, 'rtf') / joe_rtf:.2f}x Piper joe's {joe_rtf:.4f}"
+        )
+    lines += [
+        f"- speaker similarity between synthesized clips ({vocoders[0]}): same voice {identity.same:.3f}, "
+        f"different voices {identity.different:.3f} (see similarity.png)",
+        "",
+    ]
     (args.out / "base.md").write_text("\n".join(lines))
-    (args.out / "base.json").write_text(json.dumps({"summary": summary, "same_voice": identity.same,
-                                                    "different_voices": identity.different,
-                                                    "rows": report.to_dict()}, indent=1, default=str))
+    (args.out / "base.json").write_text(
+        json.dumps(
+            {
+                "summary": summary,
+                "same_voice": identity.same,
+                "different_voices": identity.different,
+                "rows": report.to_dict(),
+            },
+            indent=1,
+            default=str,
+        )
+    )
     print("\n".join(lines))
 
 

@@ -30,14 +30,19 @@ from chorus.synthesis import load_base
 
 def plot(voices: list[str], systems: list[str], wer: dict[str, float], path: Path) -> None:
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, axis = plt.subplots(figsize=(max(8.0, 0.32 * len(voices)), 4.5))
     width = 0.8 / len(systems)
     for index, system in enumerate(systems):
-        axis.bar(np.arange(len(voices)) + (index - (len(systems) - 1) / 2) * width,
-                 [100 * wer[f"{voice}|{system}"] for voice in voices], width, label=system)
+        axis.bar(
+            np.arange(len(voices)) + (index - (len(systems) - 1) / 2) * width,
+            [100 * wer[f"{voice}|{system}"] for voice in voices],
+            width,
+            label=system,
+        )
     axis.axhline(10, color="k", linestyle="--", linewidth=1, label="target 10%")
     axis.set_xticks(range(len(voices)), voices, rotation=70, ha="right", fontsize=7)
     axis.set_ylabel("WER % (Whisper tiny.en)")
@@ -68,8 +73,10 @@ def main() -> None:
         tts = load_base(args.model, vocoder)
         voices = voices or tts.speakers
         clips += synthesize_grid(base_speaker(tts), [f"{voice}|{vocoder}" for voice in voices], sentences)
-    recordings = {voice: record_sentences(voice, sentences)
-                  for voice in track(voices, description="recording the sentences in each voice's engine")}
+    recordings = {
+        voice: record_sentences(voice, sentences)
+        for voice in track(voices, description="recording the sentences in each voice's engine")
+    }
     clips += recording_clips(voices, sentences, recordings)
     report = judge_clips(clips, Judges(speaker=None, reference=False), {})
     summary = summarize(clips, report)
@@ -80,25 +87,42 @@ def main() -> None:
         return 100 * float(np.mean([wer[f"{voice}|{system}"] for voice in among]))
 
     engines = sorted({voice.split("-")[0] for voice in voices})
-    lines = ["# Every seen voice: the base against its own recordings", "",
-             f"Model: {args.model or 'shipped base'} ({tts.bundle.info.get('steps', '?')} steps, weights sha256 "
-             f"`{tts.bundle.weights_sha256[:12]}`); the {len(sentences)} benchmark sentences (in no voice's "
-             "training text); WER % by Whisper tiny.en (faster-whisper, int8, beam 5).", "",
-             "| voice | " + " | ".join(systems) + " |", "|---" * (len(systems) + 1) + "|"]
-    lines += [f"| {voice} | " + " | ".join(f"{100 * wer[f'{voice}|{s}']:.1f}" for s in systems) + " |"
-              for voice in voices]
-    lines += ["", "Means over voices (each voice weighs the same):", "",
-              "| voices | count | " + " | ".join(systems) + " |", "|---" * (len(systems) + 2) + "|"]
-    for group, among in [("all", voices)] + [(engine, [v for v in voices if v.split("-")[0] == engine])
-                                            for engine in engines]:
+    lines = [
+        "# Every seen voice: the base against its own recordings",
+        "",
+        f"Model: {args.model or 'shipped base'} ({tts.bundle.info.get('steps', '?')} steps, weights sha256 "
+        f"`{tts.bundle.weights_sha256[:12]}`); the {len(sentences)} benchmark sentences (in no voice's "
+        "training text); WER % by Whisper tiny.en (faster-whisper, int8, beam 5).",
+        "",
+        "| voice | " + " | ".join(systems) + " |",
+        "|---" * (len(systems) + 1) + "|",
+    ]
+    lines += [
+        f"| {voice} | " + " | ".join(f"{100 * wer[f'{voice}|{s}']:.1f}" for s in systems) + " |" for voice in voices
+    ]
+    lines += [
+        "",
+        "Means over voices (each voice weighs the same):",
+        "",
+        "| voices | count | " + " | ".join(systems) + " |",
+        "|---" * (len(systems) + 2) + "|",
+    ]
+    for group, among in [("all", voices)] + [
+        (engine, [v for v in voices if v.split("-")[0] == engine]) for engine in engines
+    ]:
         lines.append(f"| {group} | {len(among)} | " + " | ".join(f"{mean(s, among):.1f}" for s in systems) + " |")
     better = {s: sum(wer[f"{v}|{s}"] <= wer[f"{v}|recordings"] for v in voices) for s in vocoders}
-    lines += ["", "Voices the base says at least as clearly as their recordings: "
-              + ", ".join(f"{s} {better[s]} of {len(voices)}" for s in vocoders), ""]
+    lines += [
+        "",
+        "Voices the base says at least as clearly as their recordings: "
+        + ", ".join(f"{s} {better[s]} of {len(voices)}" for s in vocoders),
+        "",
+    ]
     plot(voices, systems, wer, args.out / "wer_by_voice.png")
     (args.out / "base_all_voices.md").write_text("\n".join(lines))
-    (args.out / "base_all_voices.json").write_text(json.dumps({"summary": summary, "rows": report.to_dict()},
-                                                              indent=1, default=str))
+    (args.out / "base_all_voices.json").write_text(
+        json.dumps({"summary": summary, "rows": report.to_dict()}, indent=1, default=str)
+    )
     print("\n".join(lines))
 
 

@@ -49,7 +49,7 @@ def build_voices(args) -> tuple[list[Path], dict[str, list]]:
     folders, evaluation = [], {}
     for voice in HELD_OUT:
         utterances, _ = discover(args.heldout / voice)
-        evaluation[voice] = utterances[-args.sentences:]
+        evaluation[voice] = utterances[-args.sentences :]
         write_subset(first_minutes(utterances[: -args.sentences], args.heldout_minutes), pool / voice)
         folders.append(pool / voice)
     corpus_voices = sorted(p for p in args.corpus.iterdir() if (p / "metadata.csv").is_file())
@@ -61,7 +61,7 @@ def build_voices(args) -> tuple[list[Path], dict[str, list]]:
             utterances, _ = discover(source)
             per_voice = first_minutes(utterances, args.pseudo_minutes)
             start = chunk * len(per_voice)
-            part = utterances[start:start + len(per_voice)]
+            part = utterances[start : start + len(per_voice)]
             if len(part) < len(per_voice):
                 continue
             folder = pool / f"{source.name}-part{chunk}"
@@ -80,14 +80,23 @@ def run_job(folders: list[Path], out: Path, args) -> dict:
         (root / folder.name).symlink_to(folder.resolve())
     started = time.perf_counter()
     bundle = load_bundle(args.base or DEFAULT_BASE)
-    config = ManyVoicesConfig(adapt=AdaptConfig(method=args.method, threads=args.threads), steps=args.steps,
-                              clips_per_voice=args.clips_per_voice, eval_every=max(args.steps // 2, 1))
+    config = ManyVoicesConfig(
+        adapt=AdaptConfig(method=args.method, threads=args.threads),
+        steps=args.steps,
+        clips_per_voice=args.clips_per_voice,
+        eval_every=max(args.steps // 2, 1),
+    )
     result = adapt_many(root, bundle, out / "voices", config, progress=False)
     wall = time.perf_counter() - started
     ok = [o for o in result.outcomes if o.status == "ok"]
-    return {"voices": len(ok), "wall_seconds": wall, "setup_seconds": result.setup_seconds,
-            "train_seconds": result.train_seconds, "seconds_per_step": result.train_seconds / result.steps,
-            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+    return {
+        "voices": len(ok),
+        "wall_seconds": wall,
+        "setup_seconds": result.setup_seconds,
+        "train_seconds": result.train_seconds,
+        "seconds_per_step": result.train_seconds / result.steps,
+        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    }
 
 
 def judge(voice_dir: Path, evaluation, judges: Judges) -> dict:
@@ -97,8 +106,16 @@ def judge(voice_dir: Path, evaluation, judges: Judges) -> dict:
     items = []
     for utterance in evaluation:
         spoken = tts.synthesize(utterance.text, voice=name)
-        items.append(EvalItem(utterance.audio_path.stem, spoken.audio, utterance.text, speaker_references=references,
-                              synthesis_seconds=spoken.seconds, sample_rate=spoken.sample_rate))
+        items.append(
+            EvalItem(
+                utterance.audio_path.stem,
+                spoken.audio,
+                utterance.text,
+                speaker_references=references,
+                synthesis_seconds=spoken.seconds,
+                sample_rate=spoken.sample_rate,
+            )
+        )
     report = evaluate_pairs(items, judges=judges, progress=False)
     return {"wer": report.corpus_wer, "similarity": report.means().get("speaker_similarity")}
 
@@ -110,14 +127,28 @@ def child(args) -> None:
 
 
 def spawn(folders: list[Path], out: Path, args) -> dict:
-    command = [sys.executable, __file__, "--child", "--job-folders", ",".join(map(str, folders)), "--job-out",
-               str(out), "--steps", str(args.steps), "--clips-per-voice", str(args.clips_per_voice), "--method",
-               args.method, "--threads", str(args.threads)] + (["--base", str(args.base)] if args.base else [])
+    command = [
+        sys.executable,
+        __file__,
+        "--child",
+        "--job-folders",
+        ",".join(map(str, folders)),
+        "--job-out",
+        str(out),
+        "--steps",
+        str(args.steps),
+        "--clips-per-voice",
+        str(args.clips_per_voice),
+        "--method",
+        args.method,
+        "--threads",
+        str(args.threads),
+    ] + (["--base", str(args.base)] if args.base else [])
     finished = subprocess.run(command, capture_output=True, text=True, check=False)
     lines = [line for line in finished.stdout.splitlines() if line.startswith("RESULT ")]
     if finished.returncode != 0 or not lines:
         raise RuntimeError(f"job failed:\n{finished.stderr[-3000:]}")
-    return json.loads(lines[-1][len("RESULT "):])
+    return json.loads(lines[-1][len("RESULT ") :])
 
 
 def main() -> None:
@@ -153,31 +184,41 @@ def main() -> None:
     for voice, folder in zip(HELD_OUT, folders):
         if "single" not in quality.setdefault(voice, {}):
             spawn([folder], args.work / f"single-{voice}", args)
-            quality[voice]["single"] = judge(args.work / f"single-{voice}" / "voices" / voice, evaluation[voice],
-                                             judges)
+            quality[voice]["single"] = judge(
+                args.work / f"single-{voice}" / "voices" / voice, evaluation[voice], judges
+            )
 
     for k in args.ks:
         job = spawn(folders[:k], args.work / f"job-{k}", args)
         # Single-voice jobs timed right after each K-voice job, so both see the same machine load.
-        singles = [spawn([folder], args.work / f"single-{k}-{index}", args)
-                   for index, folder in enumerate(folders[: args.sequential_jobs])]
+        singles = [
+            spawn([folder], args.work / f"single-{k}-{index}", args)
+            for index, folder in enumerate(folders[: args.sequential_jobs])
+        ]
         single += singles
         per_job = float(np.mean([s["wall_seconds"] for s in singles]))
         sequential = per_job * k
-        row = {"k": k, **job, "single_job_seconds": per_job, "sequential_seconds": sequential,
-               "voices_per_hour": 3600 * k / job["wall_seconds"], "sequential_voices_per_hour": 3600 / per_job,
-               "speedup": sequential / job["wall_seconds"]}
+        row = {
+            "k": k,
+            **job,
+            "single_job_seconds": per_job,
+            "sequential_seconds": sequential,
+            "voices_per_hour": 3600 * k / job["wall_seconds"],
+            "sequential_voices_per_hour": 3600 / per_job,
+            "speedup": sequential / job["wall_seconds"],
+        }
         if k >= len(HELD_OUT):
             for voice in HELD_OUT:
                 quality[voice][f"k{k}"] = judge(args.work / f"job-{k}" / "voices" / voice, evaluation[voice], judges)
         rows = sorted([r for r in rows if r["k"] != k] + [row], key=lambda r: r["k"])
-        print(f"K={k}: {job['wall_seconds']:.0f} s in one job vs {sequential:.0f} s sequential "
-              f"({row['speedup']:.1f}x)", flush=True)
-        report(rows, quality, single, args)   # after every K, so a cut-short run keeps what it measured
+        print(
+            f"K={k}: {job['wall_seconds']:.0f} s in one job vs {sequential:.0f} s sequential ({row['speedup']:.1f}x)",
+            flush=True,
+        )
+        report(rows, quality, single, args)  # after every K, so a cut-short run keeps what it measured
 
 
-SETTINGS = ("steps", "clips_per_voice", "method", "heldout_minutes", "pseudo_minutes", "sentences", "threads",
-            "base")
+SETTINGS = ("steps", "clips_per_voice", "method", "heldout_minutes", "pseudo_minutes", "sentences", "threads", "base")
 
 
 def settings_of(args) -> dict:
@@ -195,21 +236,33 @@ def earlier_results(args) -> tuple[list[dict], list[dict], dict]:
 
 
 def report(rows: list[dict], quality: dict, single: list[dict], args) -> None:
-    lines = ["# Many voices in one job against sequential single-voice jobs", "",
-             f"Method {args.method}; {args.steps} updates per voice, {args.clips_per_voice} clip(s) of the voice "
-             f"per update, on both sides; {args.threads} CPU threads; held-out voices {args.heldout_minutes:g} min "
-             f"each, pseudo-voices {args.pseudo_minutes:g} min cut from base-corpus voices. Sequential = K x the "
-             f"mean of {args.sequential_jobs} single-voice jobs timed right after the K-voice job (each including "
-             "loading the base, data checks, features, starting points and export).", "",
-             "| K | one job, s (setup + training) | s/step | single job, s | voices/hour, one job | "
-             "voices/hour, sequential | speedup | peak RSS MB |", "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "# Many voices in one job against sequential single-voice jobs",
+        "",
+        f"Method {args.method}; {args.steps} updates per voice, {args.clips_per_voice} clip(s) of the voice "
+        f"per update, on both sides; {args.threads} CPU threads; held-out voices {args.heldout_minutes:g} min "
+        f"each, pseudo-voices {args.pseudo_minutes:g} min cut from base-corpus voices. Sequential = K x the "
+        f"mean of {args.sequential_jobs} single-voice jobs timed right after the K-voice job (each including "
+        "loading the base, data checks, features, starting points and export).",
+        "",
+        "| K | one job, s (setup + training) | s/step | single job, s | voices/hour, one job | "
+        "voices/hour, sequential | speedup | peak RSS MB |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for row in rows:
-        lines.append(f"| {row['k']} | {row['wall_seconds']:.0f} ({row['setup_seconds']:.0f} + {row['train_seconds']:.0f}) "
-                     f"| {row['seconds_per_step']:.2f} | {row['single_job_seconds']:.1f} | {row['voices_per_hour']:.0f} | "
-                     f"{row['sequential_voices_per_hour']:.0f} | {row['speedup']:.1f}x | {row['peak_rss_mb']:.0f} |")
-    lines += ["", "Quality of the held-out voices (Whisper WER, resemblyzer similarity to their real clips), "
-                  "single-voice job against the same voice trained inside a K-voice job:", "",
-              "| voice | setting | WER % | similarity |", "|---|---|---|---|"]
+        lines.append(
+            f"| {row['k']} | {row['wall_seconds']:.0f} ({row['setup_seconds']:.0f} + {row['train_seconds']:.0f}) "
+            f"| {row['seconds_per_step']:.2f} | {row['single_job_seconds']:.1f} | {row['voices_per_hour']:.0f} | "
+            f"{row['sequential_voices_per_hour']:.0f} | {row['speedup']:.1f}x | {row['peak_rss_mb']:.0f} |"
+        )
+    lines += [
+        "",
+        "Quality of the held-out voices (Whisper WER, resemblyzer similarity to their real clips), "
+        "single-voice job against the same voice trained inside a K-voice job:",
+        "",
+        "| voice | setting | WER % | similarity |",
+        "|---|---|---|---|",
+    ]
     for voice, settings in quality.items():
         for setting, values in settings.items():
             lines.append(f"| {voice} | {setting} | {100 * (values['wer'] or 0):.1f} | {values['similarity']:.3f} |")
@@ -222,6 +275,7 @@ def report(rows: list[dict], quality: dict, single: list[dict], args) -> None:
 
 def plot(rows: list[dict], path: Path) -> None:
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 

@@ -77,10 +77,16 @@ from chorus.synthesis import load_base
 from chorus.training.adapt import AdaptConfig
 from serving_baselines import ModelPerVoice, swap_one_at_a_time  # bench/, beside this script
 
-TEXTS = ["The birch canoe slid on the smooth planks.", "Glue the sheet to the dark blue background.",
-         "It is easy to tell the depth of a well.", "Rice is often served in round bowls.",
-         "The juice of lemons makes fine punch.", "The box was thrown beside the parked truck.",
-         "Four hours of steady work faced us.", "A large size in stockings is hard to sell."]
+TEXTS = [
+    "The birch canoe slid on the smooth planks.",
+    "Glue the sheet to the dark blue background.",
+    "It is easy to tell the depth of a well.",
+    "Rice is often served in round bowls.",
+    "The juice of lemons makes fine punch.",
+    "The box was thrown beside the parked truck.",
+    "Four hours of steady work faced us.",
+    "A large size in stockings is hard to sell.",
+]
 TENANT = "bench"
 TARGET = 0.85
 MB = 1 << 20
@@ -98,8 +104,12 @@ def make_voices(synthesizer, count: int, root: Path, method: str, scale: float, 
         with torch.no_grad():
             for value in adapter_state_dict(model, "bench").values():
                 value.add_(torch.randn_like(value) * scale)
-        card = VoiceCard(name=voice_id, methods=[c.method for c in configs],
-                         base_model_sha256=synthesizer.bundle.weights_sha256, notes={"synthetic": "random adapter"})
+        card = VoiceCard(
+            name=voice_id,
+            methods=[c.method for c in configs],
+            base_model_sha256=synthesizer.bundle.weights_sha256,
+            notes={"synthetic": "random adapter"},
+        )
         folders[voice_id] = save_voice(root / voice_id, model, "bench", configs, card)
         remove_adapter(model, "bench")
     return folders
@@ -147,7 +157,7 @@ def resident_fraction(paths: list[Path]) -> float:
             continue
         fd = os.open(path, os.O_RDONLY)
         try:
-            address = libc.mmap(None, size, 1, 1, fd, 0)   # PROT_READ, MAP_SHARED
+            address = libc.mmap(None, size, 1, 1, fd, 0)  # PROT_READ, MAP_SHARED
             if address in (None, ctypes.c_void_p(-1).value):
                 return float("nan")
             pages = (size + page - 1) // page
@@ -185,8 +195,13 @@ def pct(values, q: float) -> float:
 
 def timing(seconds: list[float]) -> dict:
     ms = [1000 * s for s in seconds]
-    return {"n": len(ms), "p50_ms": pct(ms, 50), "p99_ms": pct(ms, 99), "mean_ms": float(np.mean(ms)),
-            "max_ms": float(np.max(ms))}
+    return {
+        "n": len(ms),
+        "p50_ms": pct(ms, 50),
+        "p99_ms": pct(ms, 99),
+        "mean_ms": float(np.mean(ms)),
+        "max_ms": float(np.max(ms)),
+    }
 
 
 class NoVocoder:
@@ -209,8 +224,10 @@ def vocoder_mode(engine: Engine, vocode: bool):
 
 def workload(voice_ids: list[str], n_voices: int, concurrency: int, per_thread: int) -> list[list[Request]]:
     """Requests per client thread: thread t's j-th request is request i = j * C + t of the run."""
+
     def request(i: int) -> Request:
         return Request(TEXTS[i % len(TEXTS)], voice_ids[i % n_voices])
+
     return [[request(j * concurrency + t) for j in range(per_thread)] for t in range(concurrency)]
 
 
@@ -245,9 +262,16 @@ def closed_loop(serve, per_thread: list[list[Request]], frame_seconds: float) ->
     for thread in threads:
         thread.join()
     wall = time.perf_counter() - began
-    return {"requests": len(latencies), "errors": len(errors), "error_examples": errors[:3], "wall_s": wall,
-            "latencies_s": latencies, "audio_s": float(np.sum(audio)), "req_per_s": len(latencies) / wall,
-            "audio_s_per_s": float(np.sum(audio)) / wall}
+    return {
+        "requests": len(latencies),
+        "errors": len(errors),
+        "error_examples": errors[:3],
+        "wall_s": wall,
+        "latencies_s": latencies,
+        "audio_s": float(np.sum(audio)),
+        "req_per_s": len(latencies) / wall,
+        "audio_s_per_s": float(np.sum(audio)) / wall,
+    }
 
 
 def one_at_a_time(handler):
@@ -256,6 +280,7 @@ def one_at_a_time(handler):
 
     def serve(request: Request):
         return pool.submit(handler, request).result()
+
     return serve, pool
 
 
@@ -265,6 +290,7 @@ def swap_handler(engine: Engine):
         if isinstance(result, Exception):
             raise result
         return result
+
     return handle
 
 
@@ -279,8 +305,15 @@ def methods_at(n_voices: int, args) -> list[str]:
     return methods
 
 
-def run_once(engine: Engine, per_voice: ModelPerVoice, method: str, plan: list[list[Request]], vocode: bool,
-             args, frame_seconds: float) -> dict:
+def run_once(
+    engine: Engine,
+    per_voice: ModelPerVoice,
+    method: str,
+    plan: list[list[Request]],
+    vocode: bool,
+    args,
+    frame_seconds: float,
+) -> dict:
     """One closed-loop run of ``plan`` against ``method``, with or without the vocoder."""
     before = engine.stats()
     batcher_stats = None
@@ -296,8 +329,11 @@ def run_once(engine: Engine, per_voice: ModelPerVoice, method: str, plan: list[l
             pool.shutdown()
     run.update(method=method, vocode=vocode, cache_misses=engine.stats().misses - before.misses)
     if batcher_stats is not None:
-        run.update(mean_batch=batcher_stats.mean_batch_size, paths=dict(batcher_stats.paths),
-                   batch_sizes={str(k): v for k, v in sorted(batcher_stats.batch_sizes.items())})
+        run.update(
+            mean_batch=batcher_stats.mean_batch_size,
+            paths=dict(batcher_stats.paths),
+            batch_sizes={str(k): v for k, v in sorted(batcher_stats.batch_sizes.items())},
+        )
     return run
 
 
@@ -322,10 +358,13 @@ def throughput(engine: Engine, voice_ids: list[str], folders: dict[str, Path], a
                     run = run_once(engine, per_voice, method, plan, vocode, args, frame_seconds)
                     run.update(voices=n_voices, repeat=repeat)
                     runs.append(run)
-                    print(f"repeat {repeat} N={n_voices:<4d} {'vocoded ' if vocode else 'acoustic'} {method:<16s} "
-                          f"{run['req_per_s']:6.2f} req/s  p50 {1000 * pct(run['latencies_s'], 50):6.0f} ms  "
-                          f"p99 {1000 * pct(run['latencies_s'], 99):6.0f} ms  errors {run['errors']}"
-                          + (f"  mean batch {run['mean_batch']:.1f}" if method == "batcher" else ""), flush=True)
+                    print(
+                        f"repeat {repeat} N={n_voices:<4d} {'vocoded ' if vocode else 'acoustic'} {method:<16s} "
+                        f"{run['req_per_s']:6.2f} req/s  p50 {1000 * pct(run['latencies_s'], 50):6.0f} ms  "
+                        f"p99 {1000 * pct(run['latencies_s'], 99):6.0f} ms  errors {run['errors']}"
+                        + (f"  mean batch {run['mean_batch']:.1f}" if method == "batcher" else ""),
+                        flush=True,
+                    )
     return runs
 
 
@@ -335,18 +374,27 @@ def summarize(runs: list[dict]) -> list[dict]:
     keys = sorted({(r["method"], r["vocode"], r["voices"]) for r in runs}, key=lambda k: (k[0], not k[1], k[2]))
     rows = []
     for method, vocode, n_voices in keys:
-        group = sorted((r for r in runs if (r["method"], r["vocode"], r["voices"]) == (method, vocode, n_voices)),
-                       key=lambda r: r["repeat"])
+        group = sorted(
+            (r for r in runs if (r["method"], r["vocode"], r["voices"]) == (method, vocode, n_voices)),
+            key=lambda r: r["repeat"],
+        )
         latencies = [s for r in group for s in r["latencies_s"]]
         wall = sum(r["wall_s"] for r in group)
         requests = sum(r["requests"] for r in group)
-        row = {"method": method, "vocode": vocode, "voices": n_voices, "requests": requests,
-               "errors": sum(r["errors"] for r in group), "req_per_s": requests / wall,
-               "audio_s_per_s": sum(r["audio_s"] for r in group) / wall,
-               "audio_s_per_request": sum(r["audio_s"] for r in group) / max(requests, 1),
-               "p50_ms": 1000 * pct(latencies, 50), "p99_ms": 1000 * pct(latencies, 99),
-               "per_repeat_req_per_s": [r["req_per_s"] for r in group],
-               "cache_misses": sum(r["cache_misses"] for r in group)}
+        row = {
+            "method": method,
+            "vocode": vocode,
+            "voices": n_voices,
+            "requests": requests,
+            "errors": sum(r["errors"] for r in group),
+            "req_per_s": requests / wall,
+            "audio_s_per_s": sum(r["audio_s"] for r in group) / wall,
+            "audio_s_per_request": sum(r["audio_s"] for r in group) / max(requests, 1),
+            "p50_ms": 1000 * pct(latencies, 50),
+            "p99_ms": 1000 * pct(latencies, 99),
+            "per_repeat_req_per_s": [r["req_per_s"] for r in group],
+            "cache_misses": sum(r["cache_misses"] for r in group),
+        }
         if method == "batcher":
             row["mean_batch"] = float(np.mean([r["mean_batch"] for r in group]))
             row["batches"] = sum(sum(r["batch_sizes"].values()) for r in group)
@@ -361,8 +409,10 @@ def summarize(runs: list[dict]) -> list[dict]:
 
 def per_repeat(numerator: dict, denominator: dict) -> list[float]:
     """Throughput ratios of two rows repeat by repeat (the two ran back to back in each repeat)."""
-    return [n / d if d else float("nan") for n, d in zip(numerator["per_repeat_req_per_s"],
-                                                         denominator["per_repeat_req_per_s"], strict=True)]
+    return [
+        n / d if d else float("nan")
+        for n, d in zip(numerator["per_repeat_req_per_s"], denominator["per_repeat_req_per_s"], strict=True)
+    ]
 
 
 def spread(values: list[float]) -> str:
@@ -390,10 +440,16 @@ def targets(rows: list[dict], args) -> dict:
         paired = per_repeat(many, one)
         ratio = many["req_per_s"] / one["req_per_s"] if one["req_per_s"] else float("nan")
         out["vocoded" if vocode else "acoustic"] = {
-            "distinct_voices": distinct, "ratio": ratio, "per_repeat_ratios": paired,
-            "min_ratio": min(paired), "target": TARGET, "met": ratio >= TARGET, "headline": not vocode,
+            "distinct_voices": distinct,
+            "ratio": ratio,
+            "per_repeat_ratios": paired,
+            "min_ratio": min(paired),
+            "target": TARGET,
+            "met": ratio >= TARGET,
+            "headline": not vocode,
             "requests_per_run": args.concurrency * args.requests_per_thread,
-            "batches": many["batches"]}
+            "batches": many["batches"],
+        }
     return out
 
 
@@ -419,7 +475,8 @@ def cold_loads(engine: Engine, store: VoiceStore, voice_ids: list[str], folders:
             step(voice_id)
             seconds.append(time.perf_counter() - began)
         out[f"{name}, {'dropped from' if drop else 'in'} page cache"] = timing(seconds) | {
-            "page_cache_resident": float(np.mean(resident))}
+            "page_cache_resident": float(np.mean(resident))
+        }
 
     def engine_miss(voice_id: str) -> None:
         with engine.using([voice_id]) as (_, errors):
@@ -428,8 +485,10 @@ def cold_loads(engine: Engine, store: VoiceStore, voice_ids: list[str], folders:
 
     try:
         for drop in (False, True):
-            for name, resolver in [("engine miss, plain folder", folders.__getitem__),
-                                   ("engine miss, VoiceStore.get_voice", lambda v: store.get_voice(TENANT, v))]:
+            for name, resolver in [
+                ("engine miss, plain folder", folders.__getitem__),
+                ("engine miss, VoiceStore.get_voice", lambda v: store.get_voice(TENANT, v)),
+            ]:
                 engine.resolve = resolver
                 timed(name, engine_miss, drop)
             timed("VoiceStore.get_voice alone", lambda v: store.get_voice(TENANT, v), drop)
@@ -473,7 +532,7 @@ def server_memory(args, folders: dict[str, Path]) -> dict:
     chorus = Path(sys.executable).with_name("chorus")
     command = [str(chorus), "serve", "--store", str(root), "--port", str(port), "--cache-mb", "1024"]
     environment = os.environ | {"OMP_NUM_THREADS": str(args.threads)}
-    log = open(args.work / "server.log", "w")   # noqa: SIM115 - closed in finally, after the process
+    log = open(args.work / "server.log", "w")  # noqa: SIM115 - closed in finally, after the process
     server = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=environment)
     url = f"http://127.0.0.1:{port}"
     voice_ids = sorted(folders)
@@ -491,8 +550,10 @@ def server_memory(args, folders: dict[str, Path]) -> dict:
         # One request in the default base voice first: the first call's one-time costs (the batcher's
         # worker, the vocoder's buffers) are then in the starting RSS, not in the first voice's growth.
         base_voices = json.loads(http(f"{url}/v1/voices"))["data"]
-        http(f"{url}/v1/audio/speech", {"input": "Hello.", "voice": next(v["id"] for v in base_voices
-                                                                         if v.get("default"))})
+        http(
+            f"{url}/v1/audio/speech",
+            {"input": "Hello.", "voice": next(v["id"] for v in base_voices if v.get("default"))},
+        )
         started = process_rss(server.pid)
         registration, registered = [], 0
         for target in args.registered:
@@ -503,9 +564,16 @@ def server_memory(args, folders: dict[str, Path]) -> dict:
             seconds = time.perf_counter() - began
             listed = len(json.loads(http(f"{url}/v1/voices"))["data"]) - len(base_voices)
             rss = process_rss(server.pid)
-            registration.append({"registered": target, "listed": listed, "rss_bytes": rss,
-                                 "rss_delta_bytes": rss - started, "store_disk_bytes": tree_bytes(root),
-                                 "register_seconds": seconds})
+            registration.append(
+                {
+                    "registered": target,
+                    "listed": listed,
+                    "rss_bytes": rss,
+                    "rss_delta_bytes": rss - started,
+                    "store_disk_bytes": tree_bytes(root),
+                    "register_seconds": seconds,
+                }
+            )
         after_registering = process_rss(server.pid)
         in_use, loaded = [], 0
         for count in args.in_use:
@@ -514,11 +582,22 @@ def server_memory(args, folders: dict[str, Path]) -> dict:
                 loaded += 1
             health = json.loads(http(f"{url}/healthz"))
             rss = process_rss(server.pid)
-            in_use.append({"in_use": loaded, "resident_bytes": health["resident_bytes"],
-                           "resident_voices": health["resident_voices"], "rss_bytes": rss,
-                           "rss_delta_bytes": rss - after_registering})
-        return {"command": shlex.join(["chorus", *command[1:]]), "pid_rss_source": "/proc/PID/status VmRSS",
-                "started_rss_bytes": started, "registration": registration, "in_use": in_use}
+            in_use.append(
+                {
+                    "in_use": loaded,
+                    "resident_bytes": health["resident_bytes"],
+                    "resident_voices": health["resident_voices"],
+                    "rss_bytes": rss,
+                    "rss_delta_bytes": rss - after_registering,
+                }
+            )
+        return {
+            "command": shlex.join(["chorus", *command[1:]]),
+            "pid_rss_source": "/proc/PID/status VmRSS",
+            "started_rss_bytes": started,
+            "registration": registration,
+            "in_use": in_use,
+        }
     finally:
         server.send_signal(signal.SIGINT)
         try:
@@ -555,147 +634,261 @@ def memory_child(args) -> None:
     python_heap = tracemalloc.get_traced_memory()[0]
     tracemalloc.stop()
     python_per_voice = python_heap / max(engine.stats().resident_voices, 1)
-    engine.resize(0)   # the cache empties: the per-voice-model baseline is measured from a bare engine
+    engine.resize(0)  # the cache empties: the per-voice-model baseline is measured from a bare engine
     bare = settle()
     per_voice = ModelPerVoice(engine, {v: folders[v] for v in voice_ids[: args.per_voice_models]})
     rss = settle()
-    models = {"voices": len(per_voice.models), "resident_bytes": per_voice.resident_bytes,
-              "rss_delta_bytes": rss - bare, "base_model_bytes": model_bytes}
-    print("RESULT " + json.dumps({"base_model_bytes": model_bytes, "adapter_bytes_per_voice": per_voice_adapter,
-                                  "python_heap_bytes_per_voice": python_per_voice, "model_per_voice": models}),
-          flush=True)
+    models = {
+        "voices": len(per_voice.models),
+        "resident_bytes": per_voice.resident_bytes,
+        "rss_delta_bytes": rss - bare,
+        "base_model_bytes": model_bytes,
+    }
+    print(
+        "RESULT "
+        + json.dumps(
+            {
+                "base_model_bytes": model_bytes,
+                "adapter_bytes_per_voice": per_voice_adapter,
+                "python_heap_bytes_per_voice": python_per_voice,
+                "model_per_voice": models,
+            }
+        ),
+        flush=True,
+    )
 
 
 def memory(args) -> dict:
-    command = [sys.executable, __file__, "--child-memory", "--work", str(args.work), "--threads", str(args.threads),
-               "--in-use", ",".join(map(str, args.in_use)), "--per-voice-models", str(args.per_voice_models)]
+    command = [
+        sys.executable,
+        __file__,
+        "--child-memory",
+        "--work",
+        str(args.work),
+        "--threads",
+        str(args.threads),
+        "--in-use",
+        ",".join(map(str, args.in_use)),
+        "--per-voice-models",
+        str(args.per_voice_models),
+    ]
     finished = subprocess.run(command, capture_output=True, text=True, check=False)
     lines = [line for line in finished.stdout.splitlines() if line.startswith("RESULT ")]
     if finished.returncode != 0 or not lines:
         raise RuntimeError(f"memory child failed:\n{finished.stderr[-3000:]}")
-    return json.loads(lines[-1][len("RESULT "):])
+    return json.loads(lines[-1][len("RESULT ") :])
 
 
 # -- report ------------------------------------------------------------------------------------
 def report(result: dict, args) -> None:
     rows, target = result["summary"], result["targets"]
     cfg = result["config"]
-    lines = ["# Multi-tenant voice server: batched adapters against swapping and a model per voice", "",
-             "```", result["command"], "```", "",
-             (f"Shipped base, Griffin-Lim vocoder, {cfg['threads']} torch thread(s) on a {cfg['cpus']}-core CPU shared "
-             f"with other benchmarks (load average at start {cfg['load_average'][0]:.1f}). Voices are synthetic "
-             f"`{args.method}` adapters with random values (scale {args.adapter_scale:g}), "
-             f"{result['adapter_bytes_per_voice'] / 1024:.0f} KiB of tensors each: they measure speed and memory, "
-             "not quality. "
-             f"{args.concurrency} client threads in a closed loop, {args.requests_per_thread} requests each per run "
-             f"({args.concurrency * args.requests_per_thread} requests, about {args.requests_per_thread} batches of "
-             f"{args.max_batch}), {args.repeats} repeats (N in alternating order, methods back to back); batcher "
-             f"max_batch {args.max_batch}, max_wait {args.max_wait_ms:g} ms, merge 'auto'. Every voice was resident "
-             "before timing (cache misses during runs are listed), and every (method, N, vocoder) combination ran "
-             "one untimed warm-up round first. Baselines serve one request at a time, first come first "
-             "served, to the same clients. Absolute numbers drift on a shared CPU; the ratios are the result, "
-             "each given per repeat with its mean ± sample standard deviation. Latency percentiles are over "
-             "all requests of all repeats; n is how many."), ""]
+    lines = [
+        "# Multi-tenant voice server: batched adapters against swapping and a model per voice",
+        "",
+        "```",
+        result["command"],
+        "```",
+        "",
+        (
+            f"Shipped base, Griffin-Lim vocoder, {cfg['threads']} torch thread(s) on a {cfg['cpus']}-core CPU shared "
+            f"with other benchmarks (load average at start {cfg['load_average'][0]:.1f}). Voices are synthetic "
+            f"`{args.method}` adapters with random values (scale {args.adapter_scale:g}), "
+            f"{result['adapter_bytes_per_voice'] / 1024:.0f} KiB of tensors each: they measure speed and memory, "
+            "not quality. "
+            f"{args.concurrency} client threads in a closed loop, {args.requests_per_thread} requests each per run "
+            f"({args.concurrency * args.requests_per_thread} requests, about {args.requests_per_thread} batches of "
+            f"{args.max_batch}), {args.repeats} repeats (N in alternating order, methods back to back); batcher "
+            f"max_batch {args.max_batch}, max_wait {args.max_wait_ms:g} ms, merge 'auto'. Every voice was resident "
+            "before timing (cache misses during runs are listed), and every (method, N, vocoder) combination ran "
+            "one untimed warm-up round first. Baselines serve one request at a time, first come first "
+            "served, to the same clients. Absolute numbers drift on a shared CPU; the ratios are the result, "
+            "each given per repeat with its mean ± sample standard deviation. Latency percentiles are over "
+            "all requests of all repeats; n is how many."
+        ),
+        "",
+    ]
     lines += findings(result, args)
     lines += ["## Target: many distinct voices in one batch", ""]
     for mode, t in target.items():
         verdict = "**met**" if t["met"] else "**not met**"
-        role = ("headline: the acoustic model alone, where the adapters' cost shows" if t["headline"] else
-                "with Griffin-Lim, whose time (the same for every voice) dominates and dilutes the ratio toward 1")
-        lines.append(f"- {mode} ({role}): {t['distinct_voices']} concurrent requests over {t['distinct_voices']} "
-                     f"distinct voices reach **{t['ratio']:.2f}x** the throughput of {t['distinct_voices']} requests "
-                     f"of one voice (target >= {TARGET}x: {verdict}); per repeat {spread(t['per_repeat_ratios'])}, "
-                     f"lowest {t['min_ratio']:.2f}; {t['batches']} batches over all repeats")
+        role = (
+            "headline: the acoustic model alone, where the adapters' cost shows"
+            if t["headline"]
+            else "with Griffin-Lim, whose time (the same for every voice) dominates and dilutes the ratio toward 1"
+        )
+        lines.append(
+            f"- {mode} ({role}): {t['distinct_voices']} concurrent requests over {t['distinct_voices']} "
+            f"distinct voices reach **{t['ratio']:.2f}x** the throughput of {t['distinct_voices']} requests "
+            f"of one voice (target >= {TARGET}x: {verdict}); per repeat {spread(t['per_repeat_ratios'])}, "
+            f"lowest {t['min_ratio']:.2f}; {t['batches']} batches over all repeats"
+        )
     lines.append("")
     for vocode in (False, True):
         title = "acoustic model only (no vocoder)" if not vocode else "with Griffin-Lim vocoding"
-        lines += [f"## Throughput and latency against distinct voices in flight, {title}", "",
-                  ("| voices N | batcher req/s | audio s/s | p50 / p99 ms (n) | mean batch | paths | swap req/s | "
-                   "swap p50 / p99 ms (n) | batcher / swap, per repeat | vs N=1, per repeat |"),
-                  "|---|---|---|---|---|---|---|---|---|---|"]
+        lines += [
+            f"## Throughput and latency against distinct voices in flight, {title}",
+            "",
+            (
+                "| voices N | batcher req/s | audio s/s | p50 / p99 ms (n) | mean batch | paths | swap req/s | "
+                "swap p50 / p99 ms (n) | batcher / swap, per repeat | vs N=1, per repeat |"
+            ),
+            "|---|---|---|---|---|---|---|---|---|---|",
+        ]
         one = find(rows, "batcher", vocode, 1)
         for n_voices in args.voices:
             b, s = find(rows, "batcher", vocode, n_voices), find(rows, "swap", vocode, n_voices)
             if b is None:
                 continue
             paths = ", ".join(f"{k} {v}" for k, v in sorted(b["paths"].items()))
-            swap_cols = (f"{s['req_per_s']:.2f} | {s['p50_ms']:.0f} / {s['p99_ms']:.0f} ({s['requests']}) | "
-                         f"{b['req_per_s'] / s['req_per_s']:.2f}x: {spread(per_repeat(b, s))}") if s else "- | - | -"
-            versus_one = (f"{b['req_per_s'] / one['req_per_s']:.2f}x: {spread(per_repeat(b, one))}"
-                          if one and n_voices != 1 else "1")
-            lines.append(f"| {n_voices} | {b['req_per_s']:.2f} | {b['audio_s_per_s']:.2f} | {b['p50_ms']:.0f} / "
-                         f"{b['p99_ms']:.0f} ({b['requests']}) | {b['mean_batch']:.1f} | {paths} | {swap_cols} | "
-                         f"{versus_one} |")
+            swap_cols = (
+                (
+                    f"{s['req_per_s']:.2f} | {s['p50_ms']:.0f} / {s['p99_ms']:.0f} ({s['requests']}) | "
+                    f"{b['req_per_s'] / s['req_per_s']:.2f}x: {spread(per_repeat(b, s))}"
+                )
+                if s
+                else "- | - | -"
+            )
+            versus_one = (
+                f"{b['req_per_s'] / one['req_per_s']:.2f}x: {spread(per_repeat(b, one))}"
+                if one and n_voices != 1
+                else "1"
+            )
+            lines.append(
+                f"| {n_voices} | {b['req_per_s']:.2f} | {b['audio_s_per_s']:.2f} | {b['p50_ms']:.0f} / "
+                f"{b['p99_ms']:.0f} ({b['requests']}) | {b['mean_batch']:.1f} | {paths} | {swap_cols} | "
+                f"{versus_one} |"
+            )
         lines.append("")
-    lines += [f"## One full model per voice ({args.per_voice_models} voices)", "",
-              "| server | mode | req/s | p50 / p99 ms (n) | throughput vs batcher, per repeat |", "|---|---|---|---|---|"]
+    lines += [
+        f"## One full model per voice ({args.per_voice_models} voices)",
+        "",
+        "| server | mode | req/s | p50 / p99 ms (n) | throughput vs batcher, per repeat |",
+        "|---|---|---|---|---|",
+    ]
     for vocode in (False, True):
         b = find(rows, "batcher", vocode, args.per_voice_models)
         for method in ("batcher", "swap", "model-per-voice"):
             r = find(rows, method, vocode, args.per_voice_models)
             if r and b:
-                lines.append(f"| {method} | {'vocoded' if vocode else 'acoustic'} | {r['req_per_s']:.2f} | "
-                             f"{r['p50_ms']:.0f} / {r['p99_ms']:.0f} ({r['requests']}) | "
-                             f"{r['req_per_s'] / b['req_per_s']:.2f}x: {spread(per_repeat(r, b))} |")
+                lines.append(
+                    f"| {method} | {'vocoded' if vocode else 'acoustic'} | {r['req_per_s']:.2f} | "
+                    f"{r['p50_ms']:.0f} / {r['p99_ms']:.0f} ({r['requests']}) | "
+                    f"{r['req_per_s'] / b['req_per_s']:.2f}x: {spread(per_repeat(r, b))} |"
+                )
     mem, server = result["memory"], result["server_memory"]
     mpv = mem["model_per_voice"]
     engine_row = next((r for r in server["in_use"] if r["in_use"] >= mpv["voices"]), None)
-    lines += ["", f"Memory for {mpv['voices']} voices: a model per voice holds {mpv['resident_bytes'] / MB:.1f} MB of "
-                  f"tensors (the base is {mpv['base_model_bytes'] / MB:.1f} MB; the RSS of a bench process grew "
-                  f"{mpv['rss_delta_bytes'] / MB:.1f} MB building them) against "
-                  f"{mpv['voices'] * mem['adapter_bytes_per_voice'] / MB:.2f} MB of adapter tensors in the shared engine"
-                  + (f" (the real server's RSS grew {engine_row['rss_delta_bytes'] / MB:.1f} MB with "
-                     f"{engine_row['in_use']} voices in use)" if engine_row else "") + ".", ""]
-    lines += ["## Cold load of a voice", "",
-              (f"{args.cold_loads} loads each, cycling over distinct voices; engine budget 0 bytes so every request is "
-               "a miss (voice ready = inside `Engine.using`). Each step runs with the voice's files in the OS page "
-               "cache (written moments before) and with them dropped from it before every load "
-               "(`posix_fadvise(DONTNEED)`); \"resident\" is the mean fraction of their pages in the page cache just "
-               "before the loads (`mincore`): at 0 the load read them from disk."), "",
-              "| step | page cache | resident | p50 ms | p99 ms (n) | mean ms | max ms |", "|---|---|---|---|---|---|---|"]
+    lines += [
+        "",
+        f"Memory for {mpv['voices']} voices: a model per voice holds {mpv['resident_bytes'] / MB:.1f} MB of "
+        f"tensors (the base is {mpv['base_model_bytes'] / MB:.1f} MB; the RSS of a bench process grew "
+        f"{mpv['rss_delta_bytes'] / MB:.1f} MB building them) against "
+        f"{mpv['voices'] * mem['adapter_bytes_per_voice'] / MB:.2f} MB of adapter tensors in the shared engine"
+        + (
+            f" (the real server's RSS grew {engine_row['rss_delta_bytes'] / MB:.1f} MB with "
+            f"{engine_row['in_use']} voices in use)"
+            if engine_row
+            else ""
+        )
+        + ".",
+        "",
+    ]
+    lines += [
+        "## Cold load of a voice",
+        "",
+        (
+            f"{args.cold_loads} loads each, cycling over distinct voices; engine budget 0 bytes so every request is "
+            "a miss (voice ready = inside `Engine.using`). Each step runs with the voice's files in the OS page "
+            "cache (written moments before) and with them dropped from it before every load "
+            '(`posix_fadvise(DONTNEED)`); "resident" is the mean fraction of their pages in the page cache just '
+            "before the loads (`mincore`): at 0 the load read them from disk."
+        ),
+        "",
+        "| step | page cache | resident | p50 ms | p99 ms (n) | mean ms | max ms |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for name, t in result["cold_load"].items():
         step, _, cache = name.rpartition(", ")
-        lines.append(f"| {step} | {cache} | {t['page_cache_resident']:.2f} | {t['p50_ms']:.1f} | "
-                     f"{t['p99_ms']:.1f} ({t['n']}) | {t['mean_ms']:.1f} | {t['max_ms']:.1f} |")
-    lines += ["", "## Resident memory of the server process against voices registered and in use", "",
-              (f"The real server, `{server['command']}`, single-tenant on loopback; RSS from "
-               f"{server['pid_rss_source']} of its process (no gc or malloc_trim: allocator slack included), after "
-               f"one warm-up request in a base voice: {server['started_rss_bytes'] / MB:.1f} MB. Voices registered "
-               "into its store (SQLite row + committed folder each), then listed through `GET /v1/voices`. "
-               "Registering loads no voice."),
-              "", "| voices registered | listed by the server | RSS MB | RSS growth MB | store on disk MB | register s |",
-              "|---|---|---|---|---|---|"]
+        lines.append(
+            f"| {step} | {cache} | {t['page_cache_resident']:.2f} | {t['p50_ms']:.1f} | "
+            f"{t['p99_ms']:.1f} ({t['n']}) | {t['mean_ms']:.1f} | {t['max_ms']:.1f} |"
+        )
+    lines += [
+        "",
+        "## Resident memory of the server process against voices registered and in use",
+        "",
+        (
+            f"The real server, `{server['command']}`, single-tenant on loopback; RSS from "
+            f"{server['pid_rss_source']} of its process (no gc or malloc_trim: allocator slack included), after "
+            f"one warm-up request in a base voice: {server['started_rss_bytes'] / MB:.1f} MB. Voices registered "
+            "into its store (SQLite row + committed folder each), then listed through `GET /v1/voices`. "
+            "Registering loads no voice."
+        ),
+        "",
+        "| voices registered | listed by the server | RSS MB | RSS growth MB | store on disk MB | register s |",
+        "|---|---|---|---|---|---|",
+    ]
     for row in server["registration"]:
-        lines.append(f"| {row['registered']:,} | {row['listed']:,} | {row['rss_bytes'] / MB:.1f} | "
-                     f"{row['rss_delta_bytes'] / MB:+.1f} | {row['store_disk_bytes'] / MB:.1f} | "
-                     f"{row['register_seconds']:.1f} |")
-    lines += ["", (f"Then k of the {server['registration'][-1]['registered']:,} registered voices in use (one speech "
-                   "request each, so the server loads it through its store into its engine cache); growth from the "
-                   "RSS after registering, beside the `resident_bytes` its `/healthz` reports:"), "",
-              "| voices in use | resident voices | resident_bytes MB | RSS growth MB | RSS growth / resident_bytes |",
-              "|---|---|---|---|---|"]
+        lines.append(
+            f"| {row['registered']:,} | {row['listed']:,} | {row['rss_bytes'] / MB:.1f} | "
+            f"{row['rss_delta_bytes'] / MB:+.1f} | {row['store_disk_bytes'] / MB:.1f} | "
+            f"{row['register_seconds']:.1f} |"
+        )
+    lines += [
+        "",
+        (
+            f"Then k of the {server['registration'][-1]['registered']:,} registered voices in use (one speech "
+            "request each, so the server loads it through its store into its engine cache); growth from the "
+            "RSS after registering, beside the `resident_bytes` its `/healthz` reports:"
+        ),
+        "",
+        "| voices in use | resident voices | resident_bytes MB | RSS growth MB | RSS growth / resident_bytes |",
+        "|---|---|---|---|---|",
+    ]
     for row in server["in_use"]:
         ratio = row["rss_delta_bytes"] / row["resident_bytes"] if row["resident_bytes"] else float("nan")
-        lines.append(f"| {row['in_use']} | {row['resident_voices']} | {row['resident_bytes'] / MB:.2f} | "
-                     f"{row['rss_delta_bytes'] / MB:+.2f} | {ratio:.2f} |")
-    lines += ["", (f"Per resident voice: {mem['adapter_bytes_per_voice'] / 1024:.0f} KiB of adapter tensors (what "
-                   f"`resident_bytes` counts) plus {mem['python_heap_bytes_per_voice'] / 1024:.0f} KiB of Python "
-                   "objects (parameters, the adapter's configs and dicts; tracemalloc in a bench process loading the "
-                   "same voices again), which `resident_bytes` does not count.")]
-    lines += ["", "## Caveats", "",
-              "- Synthetic adapters with random values: speed and memory only; durations still follow the base "
-              "(audio seconds per request, batcher vocoded: "
-              + ", ".join(f"N={r['voices']}: {r['audio_s_per_request']:.2f}" for r in rows
-                          if r["method"] == "batcher" and r["vocode"]) + ").",
-              ("- One shared, loaded CPU; Python client threads and the batcher worker share the GIL. RSS includes "
-               "allocator slack."),
-              ("- Vocoding runs in the batcher's worker after each forward, so with Griffin-Lim it is most of "
-               "every batch's time and hides the adapter cost; the acoustic-only rows show the forward alone."),
-              ("- Dropped from the page cache means read from this machine's disk (or its overlay); an object store "
-               "adds its transfer time.")]
+        lines.append(
+            f"| {row['in_use']} | {row['resident_voices']} | {row['resident_bytes'] / MB:.2f} | "
+            f"{row['rss_delta_bytes'] / MB:+.2f} | {ratio:.2f} |"
+        )
+    lines += [
+        "",
+        (
+            f"Per resident voice: {mem['adapter_bytes_per_voice'] / 1024:.0f} KiB of adapter tensors (what "
+            f"`resident_bytes` counts) plus {mem['python_heap_bytes_per_voice'] / 1024:.0f} KiB of Python "
+            "objects (parameters, the adapter's configs and dicts; tracemalloc in a bench process loading the "
+            "same voices again), which `resident_bytes` does not count."
+        ),
+    ]
+    lines += [
+        "",
+        "## Caveats",
+        "",
+        "- Synthetic adapters with random values: speed and memory only; durations still follow the base "
+        "(audio seconds per request, batcher vocoded: "
+        + ", ".join(
+            f"N={r['voices']}: {r['audio_s_per_request']:.2f}" for r in rows if r["method"] == "batcher" and r["vocode"]
+        )
+        + ").",
+        (
+            "- One shared, loaded CPU; Python client threads and the batcher worker share the GIL. RSS includes "
+            "allocator slack."
+        ),
+        (
+            "- Vocoding runs in the batcher's worker after each forward, so with Griffin-Lim it is most of "
+            "every batch's time and hides the adapter cost; the acoustic-only rows show the forward alone."
+        ),
+        (
+            "- Dropped from the page cache means read from this machine's disk (or its overlay); an object store "
+            "adds its transfer time."
+        ),
+    ]
     if any(r["errors"] for r in rows):
-        lines.append("- Some requests failed: " + ", ".join(
-            f"{r['method']} N={r['voices']}: {r['errors']}" for r in rows if r["errors"]))
+        lines.append(
+            "- Some requests failed: "
+            + ", ".join(f"{r['method']} N={r['voices']}: {r['errors']}" for r in rows if r["errors"])
+        )
     (args.out / "serving.md").write_text("\n".join(lines) + "\n")
     (args.out / "serving.json").write_text(json.dumps(result, indent=1))
     plot(rows, args, args.out / "serving.png")
@@ -707,41 +900,58 @@ def findings(result: dict, args) -> list[str]:
     rows, mem, server = result["summary"], result["memory"], result["server_memory"]
     lines = ["## Findings", ""]
     for mode, t in result["targets"].items():
-        lines.append(f"- Throughput, {mode}{' (headline)' if t['headline'] else ''}: {t['distinct_voices']} distinct "
-                     f"voices / 1 voice = {t['ratio']:.2f}x (target >= {TARGET}x: {'met' if t['met'] else 'NOT met'}; "
-                     f"per repeat {spread(t['per_repeat_ratios'])}).")
+        lines.append(
+            f"- Throughput, {mode}{' (headline)' if t['headline'] else ''}: {t['distinct_voices']} distinct "
+            f"voices / 1 voice = {t['ratio']:.2f}x (target >= {TARGET}x: {'met' if t['met'] else 'NOT met'}; "
+            f"per repeat {spread(t['per_repeat_ratios'])})."
+        )
     for vocode in (False, True):
-        ratios = [(b["voices"], b["req_per_s"] / s["req_per_s"], per_repeat(b, s)) for b in rows
-                  if b["method"] == "batcher" and b["vocode"] == vocode
-                  for s in [find(rows, "swap", vocode, b["voices"])] if s]
+        ratios = [
+            (b["voices"], b["req_per_s"] / s["req_per_s"], per_repeat(b, s))
+            for b in rows
+            if b["method"] == "batcher" and b["vocode"] == vocode
+            for s in [find(rows, "swap", vocode, b["voices"])]
+            if s
+        ]
         if ratios:
-            lines.append(f"- Batcher against swapping one adapter at a time, {'vocoded' if vocode else 'acoustic only'}: "
-                         + "; ".join(f"N={n}: {r:.2f}x (per repeat {spread(p)})" for n, r, p in ratios)
-                         + " the throughput.")
+            lines.append(
+                f"- Batcher against swapping one adapter at a time, {'vocoded' if vocode else 'acoustic only'}: "
+                + "; ".join(f"N={n}: {r:.2f}x (per repeat {spread(p)})" for n, r, p in ratios)
+                + " the throughput."
+            )
     mpv = mem["model_per_voice"]
-    lines.append(f"- One model per voice ({mpv['voices']} voices): {mpv['rss_delta_bytes'] / MB:.0f} MB of RSS against "
-                 f"{mpv['voices'] * mem['adapter_bytes_per_voice'] / MB:.1f} MB of adapter tensors in the shared "
-                 "engine; its throughput is no better than swapping (one request at a time either way).")
+    lines.append(
+        f"- One model per voice ({mpv['voices']} voices): {mpv['rss_delta_bytes'] / MB:.0f} MB of RSS against "
+        f"{mpv['voices'] * mem['adapter_bytes_per_voice'] / MB:.1f} MB of adapter tensors in the shared "
+        "engine; its throughput is no better than swapping (one request at a time either way)."
+    )
     last = server["registration"][-1]
-    lines.append(f"- The server process: registering {last['registered']:,} voices grew its RSS by "
-                 f"{last['rss_delta_bytes'] / MB:.1f} MB: memory follows the voices in use, not the voices registered.")
+    lines.append(
+        f"- The server process: registering {last['registered']:,} voices grew its RSS by "
+        f"{last['rss_delta_bytes'] / MB:.1f} MB: memory follows the voices in use, not the voices registered."
+    )
     if server["in_use"]:
         top = server["in_use"][-1]
-        lines.append(f"- The server process with {top['in_use']} voices in use: RSS grew {top['rss_delta_bytes'] / MB:.1f} "
-                     f"MB for {top['resident_bytes'] / MB:.1f} MB of `resident_bytes` "
-                     f"({top['rss_delta_bytes'] / top['resident_bytes']:.1f}x): beyond the tensors, "
-                     f"{mem['python_heap_bytes_per_voice'] / 1024:.0f} KiB of Python objects per voice, PyTorch's "
-                     f"bookkeeping of {result['adapter_tensors_per_voice']} small tensors per voice, allocator slack "
-                     "and the requests' own buffers.")
+        lines.append(
+            f"- The server process with {top['in_use']} voices in use: RSS grew {top['rss_delta_bytes'] / MB:.1f} "
+            f"MB for {top['resident_bytes'] / MB:.1f} MB of `resident_bytes` "
+            f"({top['rss_delta_bytes'] / top['resident_bytes']:.1f}x): beyond the tensors, "
+            f"{mem['python_heap_bytes_per_voice'] / 1024:.0f} KiB of Python objects per voice, PyTorch's "
+            f"bookkeeping of {result['adapter_tensors_per_voice']} small tensors per voice, allocator slack "
+            "and the requests' own buffers."
+        )
     for name, t in result["cold_load"].items():
         if name.startswith("engine miss"):
-            lines.append(f"- Cold load ({name}; {100 * t['page_cache_resident']:.0f}% of the files' pages cached): "
-                         f"p50 {t['p50_ms']:.1f} ms, p99 {t['p99_ms']:.1f} ms (n = {t['n']}).")
+            lines.append(
+                f"- Cold load ({name}; {100 * t['page_cache_resident']:.0f}% of the files' pages cached): "
+                f"p50 {t['p50_ms']:.1f} ms, p99 {t['p99_ms']:.1f} ms (n = {t['n']})."
+            )
     return lines + [""]
 
 
 def plot(rows: list[dict], args, path: Path) -> None:
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -779,12 +989,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--voices", type=ints, default=[1, 8, 32, 128], help="distinct voices in flight")
     parser.add_argument("--concurrency", type=int, default=32, help="client threads (requests in flight)")
-    parser.add_argument("--requests-per-thread", type=int, default=8,
-                        help="per run (with max_batch = concurrency: about this many batches per run)")
+    parser.add_argument(
+        "--requests-per-thread",
+        type=int,
+        default=8,
+        help="per run (with max_batch = concurrency: about this many batches per run)",
+    )
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--max-batch", type=int, default=None, help="batcher rows per forward (default: concurrency)")
     parser.add_argument("--max-wait-ms", type=float, default=10.0)
-    parser.add_argument("--swap-voices", type=ints, default=None, help="N at which the swap baseline runs (default all)")
+    parser.add_argument(
+        "--swap-voices", type=ints, default=None, help="N at which the swap baseline runs (default all)"
+    )
     parser.add_argument("--per-voice-models", type=int, default=8, help="voices of the model-per-voice baseline")
     parser.add_argument("--cold-loads", type=int, default=50)
     parser.add_argument("--registered", type=ints, default=[10, 100, 1000])
@@ -808,9 +1024,14 @@ def main() -> None:
     args.work = Path(tempfile.mkdtemp(prefix="chorus-serving-")) if scratch else args.work
     args.out.mkdir(parents=True, exist_ok=True)
     try:
-        config = {"cpus": os.cpu_count(), "threads": args.threads, "load_average": os.getloadavg(),
-                  "torch": torch.__version__, "python": platform.python_version(),
-                  **{k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}}
+        config = {
+            "cpus": os.cpu_count(),
+            "threads": args.threads,
+            "load_average": os.getloadavg(),
+            "torch": torch.__version__,
+            "python": platform.python_version(),
+            **{k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+        }
         synthesizer = load_base(None, "griffin-lim")
         count = max(max(args.voices), args.per_voice_models, min(args.cold_loads, 128))
         folders = make_voices(synthesizer, count, args.work / "voices", args.method, args.adapter_scale, args.seed)
@@ -830,17 +1051,26 @@ def main() -> None:
         print("cold loads ...", flush=True)
         cold = cold_loads(engine, store, voice_ids, folders, args)
 
-        with engine.using(voice_ids):   # every voice resident before timing
+        with engine.using(voice_ids):  # every voice resident before timing
             pass
         runs = throughput(engine, voice_ids, folders, args)
         rows = summarize(runs)
-        result = {"command": command, "config": config, "adapter_bytes_per_voice": adapter_bytes,
-                  "adapter_tensors_per_voice": len(voice_tensors),
-                  "summary": rows, "targets": targets(rows, args), "cold_load": cold, "memory": memory_result,
-                  "server_memory": server_result,
-                  "runs": [{k: v for k, v in r.items() if k != "latencies_s"} | {
-                      "p50_ms": 1000 * pct(r["latencies_s"], 50), "p99_ms": 1000 * pct(r["latencies_s"], 99)}
-                      for r in runs]}
+        result = {
+            "command": command,
+            "config": config,
+            "adapter_bytes_per_voice": adapter_bytes,
+            "adapter_tensors_per_voice": len(voice_tensors),
+            "summary": rows,
+            "targets": targets(rows, args),
+            "cold_load": cold,
+            "memory": memory_result,
+            "server_memory": server_result,
+            "runs": [
+                {k: v for k, v in r.items() if k != "latencies_s"}
+                | {"p50_ms": 1000 * pct(r["latencies_s"], 50), "p99_ms": 1000 * pct(r["latencies_s"], 99)}
+                for r in runs
+            ],
+        }
         report(result, args)
     finally:
         if scratch:

@@ -20,8 +20,9 @@ from chorus.serving.batcher import Request, ServedResult, check_request, infer_m
 from chorus.serving.engine import Engine, UnknownVoice, is_mergeable
 
 
-def swap_one_at_a_time(engine: Engine, requests: Sequence[Request], vocode: bool = True
-                       ) -> list[ServedResult | Exception]:
+def swap_one_at_a_time(
+    engine: Engine, requests: Sequence[Request], vocode: bool = True
+) -> list[ServedResult | Exception]:
     """Baseline: requests one after another, each a forward of one row with its voice's adapter
     activated for it (PEFT's ``set_adapter`` per request); the same engine and cache."""
     return [synthesize_batch(engine, [request], merge=False, vocode=vocode)[0] for request in requests]
@@ -36,10 +37,10 @@ class ModelPerVoice:
         self.engine = engine
         with engine.lock:
             base = copy.deepcopy(engine.model)
-        for name in adapter_names(base):   # the copy holds the engine's resident adapters: drop them
+        for name in adapter_names(base):  # the copy holds the engine's resident adapters: drop them
             remove_adapter(base, name)
         self.base = base
-        self.models: dict[str, tuple[torch.nn.Module, bool]] = {}   # voice id -> (model, merged)
+        self.models: dict[str, tuple[torch.nn.Module, bool]] = {}  # voice id -> (model, merged)
         for voice_id, folder in voices.items():
             model = copy.deepcopy(base)
             apply_voice(model, read_voice(folder), "voice", engine.bundle.weights_sha256)
@@ -64,8 +65,9 @@ class ModelPerVoice:
             model, merged = self.models[request.voice]
             speaker = self.engine.bundle.speaker_index(self.engine.bundle.default_speaker)
             # A fully fine-tuned voice is its weights alone; it may carry no adapter to activate.
-            context = active_adapter(model, "voice") if not merged and "voice" in adapter_names(model) \
-                else nullcontext()
+            context = (
+                active_adapter(model, "voice") if not merged and "voice" in adapter_names(model) else nullcontext()
+            )
         elif self.engine.is_speaker(request.voice):
             model, speaker, context = self.base, self.engine.handle(request.voice).speaker_id, nullcontext()
         else:
@@ -73,8 +75,14 @@ class ModelPerVoice:
         with context:
             mel = infer_mels(model, ids, [speaker], [float(request.speed)])[0]
         audio = vocode_mels(self.engine.vocoder, [mel])[0] if vocode else np.zeros(0, np.float32)
-        return ServedResult(audio, self.engine.sample_rate, time.perf_counter() - started, request.voice, mel=mel,
-                            path="model-per-voice")
+        return ServedResult(
+            audio,
+            self.engine.sample_rate,
+            time.perf_counter() - started,
+            request.voice,
+            mel=mel,
+            path="model-per-voice",
+        )
 
     def run(self, requests: Sequence[Request], vocode: bool = True) -> list[ServedResult | Exception]:
         """Requests one after another, each on its voice's own model."""

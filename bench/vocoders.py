@@ -58,8 +58,11 @@ def main() -> None:
             vocoder(torch.zeros(1, 50, mel_fn.config.n_mels) - 5)
     judges = Judges(speaker=SpeakerJudge(), f0_method="dio")
     results: dict[str, dict] = {}
-    originals = evaluate_pairs([EvalItem(f"{v}/{u.id}", load_audio(u.audio_path), u.text) for v, u in clips],
-                               judges=Judges(speaker=None, reference=False), progress=False)
+    originals = evaluate_pairs(
+        [EvalItem(f"{v}/{u.id}", load_audio(u.audio_path), u.text) for v, u in clips],
+        judges=Judges(speaker=None, reference=False),
+        progress=False,
+    )
     results["original"] = {"wer": originals.corpus_wer, "mcd_db": 0.0, "rtf": None}
     for name, vocoder in vocoders.items():
         items, synth_seconds, audio_seconds = [], 0.0, 0.0
@@ -71,20 +74,33 @@ def main() -> None:
                 output = vocoder(mel)[0].numpy()
                 synth_seconds += time.perf_counter() - started
             audio_seconds += len(output) / 22_050
-            items.append(EvalItem(f"{voice}/{utterance.id}", output, utterance.text, reference=audio,
-                                  speaker_references=[audio]))
+            items.append(
+                EvalItem(f"{voice}/{utterance.id}", output, utterance.text, reference=audio, speaker_references=[audio])
+            )
         report = evaluate_pairs(items, judges=judges, progress=False)
         means = report.means()
-        results[name] = {"wer": report.corpus_wer, "mcd_db": means.get("mcd_db"), "f0_rmse_hz": means.get("f0_rmse_hz"),
-                         "similarity_to_original": means.get("speaker_similarity"), "rtf": synth_seconds / audio_seconds}
-    lines = ["# Vocoders: copy-synthesis of real clips", "",
-             f"{len(clips)} clips ({args.per_voice} each from {', '.join(HELDOUT)} (never heard by the vocoder) and "
-             f"{', '.join(SEEN)}); {args.threads} thread(s); Whisper tiny.en, resemblyzer, WORLD (dio).", "",
-             "| audio | WER % | MCD dB | F0 RMSE Hz | similarity to original | RTF |", "|---|---|---|---|---|---|"]
+        results[name] = {
+            "wer": report.corpus_wer,
+            "mcd_db": means.get("mcd_db"),
+            "f0_rmse_hz": means.get("f0_rmse_hz"),
+            "similarity_to_original": means.get("speaker_similarity"),
+            "rtf": synth_seconds / audio_seconds,
+        }
+    lines = [
+        "# Vocoders: copy-synthesis of real clips",
+        "",
+        f"{len(clips)} clips ({args.per_voice} each from {', '.join(HELDOUT)} (never heard by the vocoder) and "
+        f"{', '.join(SEEN)}); {args.threads} thread(s); Whisper tiny.en, resemblyzer, WORLD (dio).",
+        "",
+        "| audio | WER % | MCD dB | F0 RMSE Hz | similarity to original | RTF |",
+        "|---|---|---|---|---|---|",
+    ]
     for name, r in results.items():
         fmt = lambda value, spec: "" if value is None else format(value, spec)  # noqa: E731
-        lines.append(f"| {name} | {100 * r['wer']:.1f} | {fmt(r.get('mcd_db'), '.2f')} | {fmt(r.get('f0_rmse_hz'), '.1f')} | "
-                     f"{fmt(r.get('similarity_to_original'), '.3f')} | {fmt(r.get('rtf'), '.4f')} |")
+        lines.append(
+            f"| {name} | {100 * r['wer']:.1f} | {fmt(r.get('mcd_db'), '.2f')} | {fmt(r.get('f0_rmse_hz'), '.1f')} | "
+            f"{fmt(r.get('similarity_to_original'), '.3f')} | {fmt(r.get('rtf'), '.4f')} |"
+        )
     (args.out / "vocoders.md").write_text("\n".join(lines) + "\n")
     (args.out / "vocoders.json").write_text(json.dumps(results, indent=1))
     print("\n".join(lines))

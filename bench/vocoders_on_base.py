@@ -32,14 +32,16 @@ DEFAULT_VOICES = "flite-rms,flite-awb,festival-kal,flite-kal16"
 def unread_sentences(corpus: Path, voices: list[str], count: int) -> list[str]:
     """The first ``count`` corpus sentences of 5-14 words that none of ``voices`` (folders under ``corpus``) reads."""
     read = {sentence_key(u.text) for voice in voices for u in discover(corpus / voice)[0]}
-    return [text for _, text in training_sentences()
-            if sentence_key(text) not in read and 5 <= len(text.split()) <= 14][:count]
+    return [
+        text for _, text in training_sentences() if sentence_key(text) not in read and 5 <= len(text.split()) <= 14
+    ][:count]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--vocoders", default="griffin-lim,src/chorus/assets/vocoder",
-                        help="vocoder names or folders, comma-separated")
+    parser.add_argument(
+        "--vocoders", default="griffin-lim,src/chorus/assets/vocoder", help="vocoder names or folders, comma-separated"
+    )
     parser.add_argument("--voices", default=DEFAULT_VOICES)
     parser.add_argument("--sentences", type=int, default=25)
     parser.add_argument("--corpus", type=Path, default=Path("corpus_out/train"))
@@ -59,17 +61,24 @@ def main() -> None:
     for name in args.vocoders.split(","):
         vocoder = load_vocoder(name, mel_config=tts.bundle.mel_config)
         for voice in voices:
-            counts = [word_errors(text, judge.transcribe(vocoder.synthesize(mel)))
-                      for text, mel in zip(sentences, mels[voice])]
+            counts = [
+                word_errors(text, judge.transcribe(vocoder.synthesize(mel)))
+                for text, mel in zip(sentences, mels[voice])
+            ]
             results[f"{name}|{voice}"] = sum(counts[1:], counts[0]).rate
         print(name, {v: round(100 * results[f"{name}|{v}"], 1) for v in voices}, flush=True)
     (args.out / "vocoders_on_base.json").write_text(json.dumps({"sentences": sentences, "wer": results}, indent=1))
-    lines = ["# The base's speech through each vocoder", "",
-             f"Shipped base ({tts.bundle.info.get('steps', '?')} steps, weights sha256 "
-             f"`{tts.bundle.weights_sha256[:12]}`), {len(sentences)} sentences no corpus voice reads, "
-             + (f"length scale {args.length_scale:g}, " if args.length_scale != 1 else "") +
-             "Whisper tiny.en WER %.", "",
-             "| vocoder | " + " | ".join(voices) + " | mean |", "|---" * (len(voices) + 2) + "|"]
+    lines = [
+        "# The base's speech through each vocoder",
+        "",
+        f"Shipped base ({tts.bundle.info.get('steps', '?')} steps, weights sha256 "
+        f"`{tts.bundle.weights_sha256[:12]}`), {len(sentences)} sentences no corpus voice reads, "
+        + (f"length scale {args.length_scale:g}, " if args.length_scale != 1 else "")
+        + "Whisper tiny.en WER %.",
+        "",
+        "| vocoder | " + " | ".join(voices) + " | mean |",
+        "|---" * (len(voices) + 2) + "|",
+    ]
     for name in args.vocoders.split(","):
         rates = [100 * results[f"{name}|{voice}"] for voice in voices]
         lines.append(f"| {name} | " + " | ".join(f"{r:.1f}" for r in rates) + f" | {np.mean(rates):.1f} |")

@@ -45,8 +45,11 @@ def heldout_split(folder: Path, sentences: int, references: int) -> tuple[list, 
     """A held-out voice's clips: (the last ``sentences`` to speak and judge, the ``references`` before
     them that similarity is measured against (paths), the rest: the pool training data is taken from)."""
     utterances, _ = discover(folder)
-    return (utterances[-sentences:], [u.audio_path for u in utterances[-sentences - references: -sentences]],
-            utterances[: -sentences - references])
+    return (
+        utterances[-sentences:],
+        [u.audio_path for u in utterances[-sentences - references : -sentences]],
+        utterances[: -sentences - references],
+    )
 
 
 FIT_STEPS = inspect.signature(fit_voice).parameters["steps"].default
@@ -62,8 +65,16 @@ def judge(base: Path, voice_dir: Path, evaluation, references, judges: Judges) -
     items = []
     for utterance in evaluation:
         spoken = tts.synthesize(utterance.text, voice=name)
-        items.append(EvalItem(utterance.audio_path.stem, spoken.audio, utterance.text, speaker_references=references,
-                              synthesis_seconds=spoken.seconds, sample_rate=spoken.sample_rate))
+        items.append(
+            EvalItem(
+                utterance.audio_path.stem,
+                spoken.audio,
+                utterance.text,
+                speaker_references=references,
+                synthesis_seconds=spoken.seconds,
+                sample_rate=spoken.sample_rate,
+            )
+        )
     report = evaluate_pairs(items, judges=judges, progress=False)
     return {"wer": report.corpus_wer, "similarity": report.means().get("speaker_similarity")}
 
@@ -77,14 +88,26 @@ def main() -> None:
     parser.add_argument("--space-steps", type=int, default=200)
     parser.add_argument("--space-minutes", type=float, default=1.0, help="audio of each corpus voice in the space")
     parser.add_argument("--space-virtual", type=int, default=54, help="new virtual voices added to the space")
-    parser.add_argument("--fit-steps", type=int, default=FIT_STEPS,
-                        help="most steps of a space voice's fit (early stopping); rows of other budgets are apart")
-    parser.add_argument("--fit-init", default="nearest,embedding",
-                        help="where a space voice's vector starts (nearest, embedding, mean): one row each")
+    parser.add_argument(
+        "--fit-steps",
+        type=int,
+        default=FIT_STEPS,
+        help="most steps of a space voice's fit (early stopping); rows of other budgets are apart",
+    )
+    parser.add_argument(
+        "--fit-init",
+        default="nearest,embedding",
+        help="where a space voice's vector starts (nearest, embedding, mean): one row each",
+    )
     parser.add_argument("--base", type=Path, default=DEFAULT_BASE, help="base model the space and the voices use")
-    parser.add_argument("--kinds", default="space,lora",
-                        help="what to make: space (learn the space if needed, fit its voices), lora, or both")
-    parser.add_argument("--redo-lora", action="store_true", help="adapt the LoRA voices again (with --kinds space,lora)")
+    parser.add_argument(
+        "--kinds",
+        default="space,lora",
+        help="what to make: space (learn the space if needed, fit its voices), lora, or both",
+    )
+    parser.add_argument(
+        "--redo-lora", action="store_true", help="adapt the LoRA voices again (with --kinds space,lora)"
+    )
     parser.add_argument("--sentences", type=int, default=8)
     parser.add_argument("--references", type=int, default=10)
     parser.add_argument("--threads", type=int, default=2)
@@ -109,24 +132,46 @@ def main() -> None:
             write_subset(first_minutes(pool, minutes), data)
             made = []
             for init in args.fit_init.split(",") if space is not None else []:
-                fitted = fit_voice(data, load_bundle(args.base), space,
-                                   args.work / "voices" / f"{voice}-{minutes:g}-space-{init}-{args.fit_steps}",
-                                   steps=args.fit_steps,
-                                   init=init, threads=args.threads, progress=False)
+                fitted = fit_voice(
+                    data,
+                    load_bundle(args.base),
+                    space,
+                    args.work / "voices" / f"{voice}-{minutes:g}-space-{init}-{args.fit_steps}",
+                    steps=args.fit_steps,
+                    init=init,
+                    threads=args.threads,
+                    progress=False,
+                )
                 made.append((space_kind(init, args.fit_steps), fitted.voice_dir, fitted.card))
             # The per-voice LoRA does not depend on the space: a result from an earlier run is kept.
-            if "lora" in kinds and (args.redo_lora or space is None or not any(
-                    row_key(r) == (voice, minutes, "lora+speaker") for r in read_rows(results_path))):
-                lora = adapt(data, load_bundle(args.base), args.work / "voices" / f"{voice}-{minutes:g}-lora",
-                             AdaptConfig(method="lora+speaker", threads=args.threads, min_minutes=0.4),
-                             progress=False)
+            if "lora" in kinds and (
+                args.redo_lora
+                or space is None
+                or not any(row_key(r) == (voice, minutes, "lora+speaker") for r in read_rows(results_path))
+            ):
+                lora = adapt(
+                    data,
+                    load_bundle(args.base),
+                    args.work / "voices" / f"{voice}-{minutes:g}-lora",
+                    AdaptConfig(method="lora+speaker", threads=args.threads, min_minutes=0.4),
+                    progress=False,
+                )
                 made.append(("lora+speaker", lora.voice_dir, lora.card))
             for kind, voice_dir, card in made:
                 scores = judge(args.base, voice_dir, evaluation, references, judges)
-                save_row(results_path, {"voice": voice, "minutes": minutes, "data_minutes": card.data_minutes,
-                                        "kind": kind, "numbers": card.trainable_parameters,
-                                        "seconds": card.train_seconds, "start_voice": card.notes.get("start_voice"),
-                                        **scores})
+                save_row(
+                    results_path,
+                    {
+                        "voice": voice,
+                        "minutes": minutes,
+                        "data_minutes": card.data_minutes,
+                        "kind": kind,
+                        "numbers": card.trainable_parameters,
+                        "seconds": card.train_seconds,
+                        "start_voice": card.notes.get("start_voice"),
+                        **scores,
+                    },
+                )
                 print(f"{voice} {minutes:g} min {kind}: similarity {scores['similarity']:.3f}", flush=True)
     if space is not None:
         write(read_rows(results_path), args, space, space_voices, space_info)
@@ -142,12 +187,16 @@ def learned_space(args) -> tuple[VoiceSpace, list[str], dict]:
             write_subset(first_minutes(utterances, args.space_minutes), root / source.name)
         add_virtual_speakers(root, args.space_virtual, minutes=args.space_minutes)
         started = time.perf_counter()
-        _, history = train_voice_space(root, load_bundle(args.base), space_dir,
-                                       VoiceSpaceConfig(method=args.space_method, dim=args.dim,
-                                                        steps=args.space_steps, threads=args.threads),
-                                       progress=False)
-        (args.work / "space_training.json").write_text(json.dumps(
-            {"seconds": time.perf_counter() - started, "history": history}))
+        _, history = train_voice_space(
+            root,
+            load_bundle(args.base),
+            space_dir,
+            VoiceSpaceConfig(method=args.space_method, dim=args.dim, steps=args.space_steps, threads=args.threads),
+            progress=False,
+        )
+        (args.work / "space_training.json").write_text(
+            json.dumps({"seconds": time.perf_counter() - started, "history": history})
+        )
     space, _, space_voices = VoiceSpace.load(space_dir)
     return space, space_voices, json.loads((args.work / "space_training.json").read_text())
 
@@ -170,35 +219,48 @@ def save_row(path: Path, row: dict) -> None:
 def write(rows: list[dict], args, space: VoiceSpace, space_voices: list[str], space_info: dict) -> None:
     rows = sorted(rows, key=lambda r: (r["voice"], r["minutes"], r["kind"]))
     kinds = list(dict.fromkeys(r["kind"] for r in rows if r["kind"] != "lora+speaker"))
-    lines = ["# Voice space against per-voice LoRA", "",
-             f"Base: {'the shipped base' if args.base == DEFAULT_BASE else f'`{args.base}`'} (weights sha256 "
-             f"`{space.base_model_sha256[:12]}`). "
-             f"Space: dim {space.dim}, generating {', '.join(c.method for c in space.configs)} adapters; learned over "
-             f"{len(space_voices)} voices ({sum('~' in v for v in space_voices)} of them new virtual voices; "
-             f"{args.space_minutes:g} min each) in "
-             f"{space_info['seconds'] / 60:.1f} min. A space voice fits only its {space.dim} numbers "
-             f"(at most {FIT_STEPS} steps with early stopping on held-out mel L1, unless the row says more), "
-             "from one of these starts: *nearest*, the z of the training voice "
-             "whose speaker d-vector is closest to the clips' (named in the last column); *embedding*, the clips' "
-             "d-vector through the space's linear map; *mean*, the space's center. LoRA is `chorus adapt --method "
-             "lora+speaker` with its defaults. Same clips, same held-out sentences, judged against the real "
-             "recordings.", "",
-             "| voice | minutes | kind | numbers learned | seconds | WER % | similarity | start voice |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "# Voice space against per-voice LoRA",
+        "",
+        f"Base: {'the shipped base' if args.base == DEFAULT_BASE else f'`{args.base}`'} (weights sha256 "
+        f"`{space.base_model_sha256[:12]}`). "
+        f"Space: dim {space.dim}, generating {', '.join(c.method for c in space.configs)} adapters; learned over "
+        f"{len(space_voices)} voices ({sum('~' in v for v in space_voices)} of them new virtual voices; "
+        f"{args.space_minutes:g} min each) in "
+        f"{space_info['seconds'] / 60:.1f} min. A space voice fits only its {space.dim} numbers "
+        f"(at most {FIT_STEPS} steps with early stopping on held-out mel L1, unless the row says more), "
+        "from one of these starts: *nearest*, the z of the training voice "
+        "whose speaker d-vector is closest to the clips' (named in the last column); *embedding*, the clips' "
+        "d-vector through the space's linear map; *mean*, the space's center. LoRA is `chorus adapt --method "
+        "lora+speaker` with its defaults. Same clips, same held-out sentences, judged against the real "
+        "recordings.",
+        "",
+        "| voice | minutes | kind | numbers learned | seconds | WER % | similarity | start voice |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for row in rows:
-        lines.append(f"| {row['voice']} | {row['data_minutes']:.2f} | {row['kind']} | {row['numbers']:,} | "
-                     f"{row['seconds']:.0f} | {100 * (row['wer'] or 0):.1f} | {row['similarity']:.3f} | "
-                     f"{row.get('start_voice') or ''} |")
-    lines += ["", "Target: a voice-space voice from 1 minute reaches at least 0.9x the similarity of a per-voice "
-                  "LoRA trained on 3 minutes."]
+        lines.append(
+            f"| {row['voice']} | {row['data_minutes']:.2f} | {row['kind']} | {row['numbers']:,} | "
+            f"{row['seconds']:.0f} | {100 * (row['wer'] or 0):.1f} | {row['similarity']:.3f} | "
+            f"{row.get('start_voice') or ''} |"
+        )
+    lines += [
+        "",
+        "Target: a voice-space voice from 1 minute reaches at least 0.9x the similarity of a per-voice "
+        "LoRA trained on 3 minutes.",
+    ]
     for voice in dict.fromkeys(r["voice"] for r in rows):
-        lora_3 = next((r for r in rows if r["voice"] == voice and r["minutes"] == 3 and r["kind"] == "lora+speaker"), None)
+        lora_3 = next(
+            (r for r in rows if r["voice"] == voice and r["minutes"] == 3 and r["kind"] == "lora+speaker"), None
+        )
         for kind in kinds:
             space_1 = next((r for r in rows if r["voice"] == voice and r["minutes"] == 1 and r["kind"] == kind), None)
             if space_1 and lora_3:
                 ratio = space_1["similarity"] / lora_3["similarity"]
-                lines.append(f"- {voice}, {kind}: {space_1['similarity']:.3f} / {lora_3['similarity']:.3f} = "
-                             f"{ratio:.3f}x ({'met' if ratio >= 0.9 else 'not met'})")
+                lines.append(
+                    f"- {voice}, {kind}: {space_1['similarity']:.3f} / {lora_3['similarity']:.3f} = "
+                    f"{ratio:.3f}x ({'met' if ratio >= 0.9 else 'not met'})"
+                )
     (args.out / "voice_space.md").write_text("\n".join(lines) + "\n")
     plot(rows, args.out / "similarity_vs_minutes.png")
     print("\n".join(lines))
@@ -208,6 +270,7 @@ def plot(rows: list[dict], path: Path) -> None:
     """One panel per voice: similarity against minutes of data for each kind, and the target (0.9x the
     3-minute LoRA) as a dashed line."""
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 

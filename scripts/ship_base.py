@@ -21,8 +21,10 @@ def schedule(recipe: dict) -> str:
     """The learning-rate schedule of ``recipe`` (a PretrainConfig as a dict) in words."""
     if not recipe:
         return "not recorded"
-    words = (f"peak learning rate {recipe['learning_rate']:g}, linear warmup over {recipe['warmup_steps']:,} "
-             "steps, then inverse-square-root decay")
+    words = (
+        f"peak learning rate {recipe['learning_rate']:g}, linear warmup over {recipe['warmup_steps']:,} "
+        "steps, then inverse-square-root decay"
+    )
     if recipe.get("anneal_from") is not None:
         words += f"; from step {recipe['anneal_from']:,} a linear anneal to 0 at step {recipe['steps']:,}"
     return words + "."
@@ -32,14 +34,22 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("run", type=Path, help="pretraining run folder (has checkpoint/ and log.csv)")
     parser.add_argument("--showcase", default="", help="comma-separated voices `chorus demo` uses")
-    parser.add_argument("--default-vocoder", default="griffin-lim", choices=["griffin-lim", "neural"],
-                        help="vocoder load_base() uses when none is named (pick it on bench/base.py)")
+    parser.add_argument(
+        "--default-vocoder",
+        default="griffin-lim",
+        choices=["griffin-lim", "neural"],
+        help="vocoder load_base() uses when none is named (pick it on bench/base.py)",
+    )
     parser.add_argument("--corpus", type=Path, default=Path("corpus_out"))
     parser.add_argument("--bench", type=Path, default=Path("bench/results/base/base.md"))
     parser.add_argument("--to", type=Path, default=DEFAULT_BASE)
     parser.add_argument("--machine", default="2 CPU cores (x86_64), 1 thread per process, shared with other jobs")
-    parser.add_argument("--note", action="append", default=[],
-                        help="a line for 'How it was made' that the run does not record (repeatable)")
+    parser.add_argument(
+        "--note",
+        action="append",
+        default=[],
+        help="a line for 'How it was made' that the run does not record (repeatable)",
+    )
     args = parser.parse_args()
 
     bundle = load_bundle(args.run / "checkpoint")
@@ -54,10 +64,13 @@ def main() -> None:
     params = sum(p.numel() for p in bundle.model.parameters())
     info = bundle.info
     card = [
-        "# Chorus base model", "",
+        "# Chorus base model",
+        "",
         "A small non-autoregressive multi-speaker acoustic model (phonemes + speaker -> 80-bin log-mel,",
-        "22,050 Hz, hop 256) that learns its own alignment by monotonic alignment search.", "",
-        "## How it was made", "",
+        "22,050 Hz, hop 256) that learns its own alignment by monotonic alignment search.",
+        "",
+        "## How it was made",
+        "",
         f"* Parameters: {params / 1e6:.2f} M; d_model {config.d_model}, {config.encoder_layers}+{config.decoder_layers} "
         f"FFT blocks, conv feed-forward {config.ff_hidden}x{config.ff_kernel}, speaker vectors of {config.speaker_dim}.",
         f"* Data: the offline synthetic corpus (`chorus corpus build`), {len(bundle.speakers)} voices, "
@@ -72,15 +85,20 @@ def main() -> None:
         f"* Last validation losses: mel L1 {last_val.get('mel', '?')}, prior {last_val.get('prior', '?')}, "
         f"duration {last_val.get('duration', '?')} (normalized log-mel units).",
         f"* Weights sha256: `{file_sha256(args.to / 'model.safetensors')}`",
-        f"* Default vocoder: {args.default_vocoder} (the neural one is `assets/vocoder/`, see its card).", "",
-        "## Voices", "",
-        "| index | voice | engine | transforms | gender | clips | minutes |", "|---|---|---|---|---|---|---|",
+        f"* Default vocoder: {args.default_vocoder} (the neural one is `assets/vocoder/`, see its card).",
+        "",
+        "## Voices",
+        "",
+        "| index | voice | engine | transforms | gender | clips | minutes |",
+        "|---|---|---|---|---|---|---|",
     ]
     for index, name in enumerate(bundle.speakers):
         v = voices.get("voices", voices).get(name, {}) if isinstance(voices, dict) else {}
-        card.append(f"| {index} | {name} | {v.get('engine', '')} {v.get('engine_voice', '')} | "
-                    f"{' '.join(v.get('sox', []) or [])} | {v.get('gender', '')} | {v.get('clips', '')} | "
-                    f"{v.get('minutes', '')} |")
+        card.append(
+            f"| {index} | {name} | {v.get('engine', '')} {v.get('engine_voice', '')} | "
+            f"{' '.join(v.get('sox', []) or [])} | {v.get('gender', '')} | {v.get('clips', '')} | "
+            f"{v.get('minutes', '')} |"
+        )
     card += ["", "## Measured quality", ""]
     card += [args.bench.read_text()] if args.bench.is_file() else ["(run `python bench/base.py` and re-ship)"]
     card += ["", "Loss curves: `loss.png` beside this card.", ""]

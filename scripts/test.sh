@@ -11,4 +11,5 @@ python3 -m venv .venv
 .venv/bin/pip install -q -e ".[dev]"
 .venv/bin/lint-imports                                  # every import points down (pyproject.toml)
 .venv/bin/ruff check src tests bench scripts
+.venv/bin/ruff format --check src tests bench scripts
 .venv/bin/python -m pytest "$@"

@@ -26,11 +26,17 @@ SAMPLE_RATE = 22_050
 
 # (id, raw text, normalized text), as in LJSpeech's metadata.csv.
 LJ_LINES = [
-    ("LJ001-0001", "Printing, in the only sense with which we are at present concerned, differs from most arts.",
-     "Printing, in the only sense with which we are at present concerned, differs from most arts."),
+    (
+        "LJ001-0001",
+        "Printing, in the only sense with which we are at present concerned, differs from most arts.",
+        "Printing, in the only sense with which we are at present concerned, differs from most arts.",
+    ),
     ("LJ001-0002", "Dr. Smith arrived at 5:30 on May 3rd.", "Doctor Smith arrived at five thirty on May third."),
-    ("LJ001-0003", "The books were printed in 1469, and sold for $12.",
-     "The books were printed in fourteen sixty-nine, and sold for twelve dollars."),
+    (
+        "LJ001-0003",
+        "The books were printed in 1469, and sold for $12.",
+        "The books were printed in fourteen sixty-nine, and sold for twelve dollars.",
+    ),
 ]
 
 # A speaking rate typical of read English, used only by the synthetic fallback.
@@ -115,19 +121,31 @@ TINY_MODEL = dict(TINY_SIZES, encoder_layers=1, decoder_layers=1)
 
 def tiny_config(**overrides) -> AcousticConfig:
     """The tiny model's config: 40 symbols, 2 speakers, two blocks a side; ``overrides`` replace fields."""
-    return AcousticConfig(**{"n_symbols": 40, "n_speakers": 2, "encoder_layers": 2, "decoder_layers": 2,
-                             **TINY_SIZES, **overrides})
-TWO_VOICE_SENTENCES = ["The birch canoe slid on the smooth planks.", "Glue the sheet to the dark blue background.",
-                       "It is easy to tell the depth of a well.", "These days a chicken leg is a rare dish.",
-                       "Rice is often served in round bowls.", "The juice of lemons makes fine punch."]
+    return AcousticConfig(
+        **{"n_symbols": 40, "n_speakers": 2, "encoder_layers": 2, "decoder_layers": 2, **TINY_SIZES, **overrides}
+    )
+
+
+TWO_VOICE_SENTENCES = [
+    "The birch canoe slid on the smooth planks.",
+    "Glue the sheet to the dark blue background.",
+    "It is easy to tell the depth of a well.",
+    "These days a chicken leg is a rare dish.",
+    "Rice is often served in round bowls.",
+    "The juice of lemons makes fine punch.",
+]
 
 
 def espeak_voice(folder: Path, variant: str, sentences: list[str]) -> Path:
     """An LJSpeech-style folder of ``sentences`` spoken by espeak-ng voice ``en-us+<variant>``."""
     (folder / "wavs").mkdir(parents=True)
     for index, text in enumerate(sentences):
-        subprocess.run(["espeak-ng", "-v", f"en-us+{variant}", "-w", str(folder / "wavs" / f"u{index}.wav"), text],
-                       check=True, capture_output=True, timeout=30)
+        subprocess.run(
+            ["espeak-ng", "-v", f"en-us+{variant}", "-w", str(folder / "wavs" / f"u{index}.wav"), text],
+            check=True,
+            capture_output=True,
+            timeout=30,
+        )
     (folder / "metadata.csv").write_text("".join(f"u{i}|{t}\n" for i, t in enumerate(sentences)))
     return folder
 
@@ -149,18 +167,33 @@ def tiny_base(two_voice_corpus, tmp_path_factory) -> Path:
     from chorus.training.pretrain import PretrainConfig, pretrain
 
     out = tmp_path_factory.mktemp("tiny_base")
-    config = PretrainConfig(data=str(two_voice_corpus), out=str(out), model=AcousticConfig(**TINY_MODEL),
-                            steps=3, max_frames=2000, eval_every=3, save_every=3, threads=1, val_per_speaker=1,
-                            default_speaker="m3")
+    config = PretrainConfig(
+        data=str(two_voice_corpus),
+        out=str(out),
+        model=AcousticConfig(**TINY_MODEL),
+        steps=3,
+        max_frames=2000,
+        eval_every=3,
+        save_every=3,
+        threads=1,
+        val_per_speaker=1,
+        default_speaker="m3",
+    )
     return pretrain(config, progress=False)
 
 
 NEW_VOICE_SENTENCES = TWO_VOICE_SENTENCES + [
-    "The box was thrown beside the parked truck.", "The hogs were fed chopped corn and garbage.",
-    "Four hours of steady work faced us.", "A large size in stockings is hard to sell.",
-    "The boy was there when the sun rose.", "A rod is used to catch pink salmon.",
-    "The source of the huge river is the clear spring.", "Kick the ball straight and follow through.",
-    "Help the woman get back to her feet.", "A pot of tea helps to pass the evening."]
+    "The box was thrown beside the parked truck.",
+    "The hogs were fed chopped corn and garbage.",
+    "Four hours of steady work faced us.",
+    "A large size in stockings is hard to sell.",
+    "The boy was there when the sun rose.",
+    "A rod is used to catch pink salmon.",
+    "The source of the huge river is the clear spring.",
+    "Kick the ball straight and follow through.",
+    "Help the woman get back to her feet.",
+    "A pot of tea helps to pass the evening.",
+]
 
 
 @pytest.fixture(scope="session")
@@ -182,8 +215,11 @@ def random_voice(bundle, name: str, configs: list, folder: Path, seed: int, base
     with torch.no_grad():
         for value in adapter_state_dict(bundle.model, name).values():
             value.add_(torch.randn_like(value) * 0.1)
-    card = VoiceCard(name=name, methods=[c.method for c in configs],
-                     base_model_sha256=bundle.weights_sha256 if base_sha256 is None else base_sha256)
+    card = VoiceCard(
+        name=name,
+        methods=[c.method for c in configs],
+        base_model_sha256=bundle.weights_sha256 if base_sha256 is None else base_sha256,
+    )
     path = save_voice(folder, bundle.model, name, configs, card)
     remove_adapter(bundle.model, name)
     return path

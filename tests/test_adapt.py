@@ -22,15 +22,20 @@ QUICK = dict(steps=4, eval_every=2, threads=1)
 def test_lora_voice_leaves_speakers_bit_identical(tiny_base, new_voice_data, tmp_path):
     tts = load_base(tiny_base, "griffin-lim")
     before = tts.mel(["Hello there."], "m3")[0]
-    result = adapt(new_voice_data, tts.bundle, tmp_path / "voices" / "f4", AdaptConfig(method="lora", **QUICK),
-                   progress=False)
+    result = adapt(
+        new_voice_data, tts.bundle, tmp_path / "voices" / "f4", AdaptConfig(method="lora", **QUICK), progress=False
+    )
     card = result.card
     assert card.methods == ["lora"] and card.steps == 4 and card.trainable_parameters > 0
     assert card.base_model_sha256 == tts.bundle.weights_sha256
     assert 0.4 < card.data_minutes < 1.0
     assert card.metrics["held_out_clips"] >= 1
-    assert {p.name for p in result.voice_dir.iterdir()} >= {"adapter_config.json", "adapter_model.safetensors",
-                                                             "voice_card.json", "README.md"}
+    assert {p.name for p in result.voice_dir.iterdir()} >= {
+        "adapter_config.json",
+        "adapter_model.safetensors",
+        "voice_card.json",
+        "README.md",
+    }
     fresh = load_base(tiny_base, "griffin-lim")
     name = fresh.load_voice(result.voice_dir)
     assert torch.equal(fresh.mel(["Hello there."], "m3")[0], before)
@@ -59,21 +64,23 @@ def test_early_stopping_keeps_the_best_adapter(tiny_base, new_voice_data, tmp_pa
     assert result.card.metrics["validation_mel_l1_best"] == pytest.approx(best, abs=1e-4)
 
 
-@pytest.mark.parametrize("config, message", [
-    (AdaptConfig(method="dora"), "unknown adapter method 'dora'"),
-    (AdaptConfig(method="lora+full"), "not combined"),
-    (AdaptConfig(method="lora", method_options={"lora": {"targets": ["no_such_layer"]}}), "match no module"),
-    (AdaptConfig(method="lora", method_options={"lora": {"rank": 4}}), "bad options for lora"),
-    (AdaptConfig(method="lora", min_minutes=5.0), "a voice needs at least 300 s"),
-])
+@pytest.mark.parametrize(
+    "config, message",
+    [
+        (AdaptConfig(method="dora"), "unknown adapter method 'dora'"),
+        (AdaptConfig(method="lora+full"), "not combined"),
+        (AdaptConfig(method="lora", method_options={"lora": {"targets": ["no_such_layer"]}}), "match no module"),
+        (AdaptConfig(method="lora", method_options={"lora": {"rank": 4}}), "bad options for lora"),
+        (AdaptConfig(method="lora", min_minutes=5.0), "a voice needs at least 300 s"),
+    ],
+)
 def test_bad_requests_fail_before_training(tiny_base, new_voice_data, tmp_path, config, message):
     with pytest.raises(ValueError, match=message):
         adapt(new_voice_data, load_bundle(tiny_base), tmp_path / "v", config, progress=False)
     assert not (tmp_path / "v").exists()
 
 
-def test_mismatched_transcripts_and_several_speakers_are_refused(tiny_base, new_voice_data, two_voice_corpus,
-                                                                 tmp_path):
+def test_mismatched_transcripts_and_several_speakers_are_refused(tiny_base, new_voice_data, two_voice_corpus, tmp_path):
     swapped = shutil.copytree(new_voice_data, tmp_path / "swapped")
     lines = (swapped / "metadata.csv").read_text().splitlines()
     long_text = " ".join(["This transcript belongs to a far longer recording than this one"] * 3)
@@ -86,24 +93,71 @@ def test_mismatched_transcripts_and_several_speakers_are_refused(tiny_base, new_
 
 def test_cli_adapt_then_synthesize_with_the_voice(tiny_base, new_voice_data, tmp_path):
     voice = tmp_path / "voices" / "f4"
-    result = runner.invoke(app, ["adapt", str(new_voice_data), "--out", str(voice), "--method", "lora+speaker",
-                                 "--rank", "2", "--steps", "2", "--threads", "1", "--model", str(tiny_base)])
+    result = runner.invoke(
+        app,
+        [
+            "adapt",
+            str(new_voice_data),
+            "--out",
+            str(voice),
+            "--method",
+            "lora+speaker",
+            "--rank",
+            "2",
+            "--steps",
+            "2",
+            "--threads",
+            "1",
+            "--model",
+            str(tiny_base),
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert "voice:" in result.output and "chorus synthesize --voice" in result.output
     out = tmp_path / "hello.wav"
-    spoken = runner.invoke(app, ["synthesize", "--text", "Hello.", "--voice", str(voice), "--model", str(tiny_base),
-                                 "--vocoder", "griffin-lim", "--out", str(out)])
+    spoken = runner.invoke(
+        app,
+        [
+            "synthesize",
+            "--text",
+            "Hello.",
+            "--voice",
+            str(voice),
+            "--model",
+            str(tiny_base),
+            "--vocoder",
+            "griffin-lim",
+            "--out",
+            str(out),
+        ],
+    )
     assert spoken.exit_code == 0, spoken.output
     assert out.stat().st_size > 1000 and "f4" in spoken.output
 
 
 def test_cli_adapt_errors_are_clear(tiny_base, new_voice_data, tmp_path):
-    bad_method = runner.invoke(app, ["adapt", str(new_voice_data), "--out", str(tmp_path / "v"), "--method", "magic",
-                                     "--model", str(tiny_base)])
+    bad_method = runner.invoke(
+        app,
+        ["adapt", str(new_voice_data), "--out", str(tmp_path / "v"), "--method", "magic", "--model", str(tiny_base)],
+    )
     assert bad_method.exit_code == 2 and "unknown adapter method 'magic'" in bad_method.output
-    wrong_flag = runner.invoke(app, ["adapt", str(new_voice_data), "--out", str(tmp_path / "v"), "--method", "bitfit",
-                                     "--rank", "4", "--model", str(tiny_base)])
+    wrong_flag = runner.invoke(
+        app,
+        [
+            "adapt",
+            str(new_voice_data),
+            "--out",
+            str(tmp_path / "v"),
+            "--method",
+            "bitfit",
+            "--rank",
+            "4",
+            "--model",
+            str(tiny_base),
+        ],
+    )
     assert wrong_flag.exit_code == 2 and "applies to lora" in wrong_flag.output
-    missing = runner.invoke(app, ["synthesize", "--text", "Hi.", "--voice", str(tmp_path / "nope"),
-                                  "--model", str(tiny_base)])
+    missing = runner.invoke(
+        app, ["synthesize", "--text", "Hi.", "--voice", str(tmp_path / "nope"), "--model", str(tiny_base)]
+    )
     assert missing.exit_code == 2 and "not a voice folder" in missing.output

@@ -21,8 +21,9 @@ runner = CliRunner()
 
 
 def many_config(**adapt) -> ManyVoicesConfig:
-    return ManyVoicesConfig(adapt=AdaptConfig(method="lora+speaker", threads=1, **adapt), steps=4, clips_per_voice=2,
-                            eval_every=2)
+    return ManyVoicesConfig(
+        adapt=AdaptConfig(method="lora+speaker", threads=1, **adapt), steps=4, clips_per_voice=2, eval_every=2
+    )
 
 
 @pytest.fixture(scope="module")
@@ -44,8 +45,12 @@ def test_voices_train_together_and_export_like_adapt(tiny_base, voices_root, tmp
     assert "broken" in next(o.message for o in result.outcomes if o.name == "broken")
     for name in ("f4", "m7"):
         folder = tmp_path / "voices" / name
-        assert {p.name for p in folder.iterdir()} == {"adapter_config.json", "adapter_model.safetensors",
-                                                      "voice_card.json", "README.md"}
+        assert {p.name for p in folder.iterdir()} == {
+            "adapter_config.json",
+            "adapter_model.safetensors",
+            "voice_card.json",
+            "README.md",
+        }
         voice = read_voice(folder)
         assert [c.method for c in voice.configs] == ["lora", "speaker"] and voice.card.steps == 4
     summary = json.loads((tmp_path / "voices" / "adapt-many.json").read_text())
@@ -62,7 +67,7 @@ def test_each_voice_learns_only_from_its_own_samples(tiny_base, voices_root, new
     other = tmp_path / "other"
     shutil.copytree(voices_root / "f4", other / "f4")
     sentences = [line.split("|", 1)[1] for line in (new_voice_data / "metadata.csv").read_text().splitlines()][:9]
-    espeak_voice(other / "m7", "f1", sentences)   # same name, different speaker and clip count
+    espeak_voice(other / "m7", "f1", sentences)  # same name, different speaker and clip count
     results = []
     for root in (voices_root, other):
         out = tmp_path / f"out-{root.name}"
@@ -85,8 +90,23 @@ def test_refusals(tiny_base, voices_root, tmp_path):
 
 
 def test_cli(tiny_base, voices_root, tmp_path):
-    result = runner.invoke(app, ["adapt-many", str(voices_root), "--out", str(tmp_path / "v"), "--steps", "2",
-                                 "--threads", "1", "--model", str(tiny_base), "--rank", "2"])
+    result = runner.invoke(
+        app,
+        [
+            "adapt-many",
+            str(voices_root),
+            "--out",
+            str(tmp_path / "v"),
+            "--steps",
+            "2",
+            "--threads",
+            "1",
+            "--model",
+            str(tiny_base),
+            "--rank",
+            "2",
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert "2 voice(s)" in result.output and "failed" in result.output
     assert (tmp_path / "v" / "f4" / "voice_card.json").is_file()
@@ -101,4 +121,6 @@ def test_more_voices_than_the_base_has_speakers(tiny_base, voices_root, tmp_path
     assert load_bundle(tiny_base).model.config.n_speakers == 2
     result = adapt_many(root, load_bundle(tiny_base), tmp_path / "voices", many_config(), progress=False)
     assert [o.status for o in result.outcomes] == ["ok"] * 3
-    assert all((tmp_path / "voices" / name / "adapter_model.safetensors").is_file() for name in ("f4", "m7", "f4-again"))
+    assert all(
+        (tmp_path / "voices" / name / "adapter_model.safetensors").is_file() for name in ("f4", "m7", "f4-again")
+    )

@@ -158,17 +158,17 @@ def test_voice_folder_round_trip(method, tmp_path):
         assert torch.equal(infer(fresh, inputs), expected)
 
 
-
 def test_reading_a_voice_again_and_again_keeps_no_memory(tmp_path):
     """A server reads voices on demand for as long as it runs: a read must leave nothing behind
     (safetensors' own file reader keeps ~55 bytes per tensor name per open)."""
     model, _ = model_and_inputs()
     configs = configs_of("all")
     add_adapter(model, "v1", configs)
-    save_voice(tmp_path / "v1", model, "v1", configs,
-               VoiceCard("v1", [c.method for c in configs], base_model_sha256=""))
+    save_voice(
+        tmp_path / "v1", model, "v1", configs, VoiceCard("v1", [c.method for c in configs], base_model_sha256="")
+    )
     tensors = len(read_voice(tmp_path / "v1").tensors)
-    for _ in range(20):   # warm-up: caches of the first reads
+    for _ in range(20):  # warm-up: caches of the first reads
         read_voice(tmp_path / "v1")
     gc.collect()
     tracemalloc.start()
@@ -179,7 +179,8 @@ def test_reading_a_voice_again_and_again_keeps_no_memory(tmp_path):
         kept = tracemalloc.get_traced_memory()[0]
     finally:
         tracemalloc.stop()
-    assert kept < 300 * tensors * 8, (kept, tensors)   # the leak kept 300 x tensors x ~55 bytes
+    assert kept < 300 * tensors * 8, (kept, tensors)  # the leak kept 300 x tensors x ~55 bytes
+
 
 def test_routing_per_sample_equals_separate_runs():
     """The slow reference path: each row with its own voice equals running that voice alone."""
@@ -193,8 +194,9 @@ def test_routing_per_sample_equals_separate_runs():
             together = model.infer(phonemes, lengths, speaker_ids=speakers)
         for row, name in enumerate(mix):
             with active_adapter(model, None if name == BASE else name):
-                alone = model.infer(phonemes[row:row + 1, : lengths[row]], lengths[row:row + 1],
-                                    speaker_ids=speakers[row:row + 1])
+                alone = model.infer(
+                    phonemes[row : row + 1, : lengths[row]], lengths[row : row + 1], speaker_ids=speakers[row : row + 1]
+                )
             frames = int(alone.frame_mask.sum())
             assert int(together.frame_mask[row].sum()) == frames
             torch.testing.assert_close(together.mel[row, :frames], alone.mel[0, :frames], rtol=1e-4, atol=1e-5)
@@ -225,7 +227,7 @@ def test_resident_voices_add_parameters_not_modules():
     def configs():
         return [LoraConfig(r=4, targets=["q_proj", "v_proj", "conv1"]), ResidualAdapterConfig(bottleneck=4)]
 
-    add_adapter(model, "first", configs())   # wraps the layers
+    add_adapter(model, "first", configs())  # wraps the layers
     modules = len(list(model.modules()))
     voices = 10
     gc.collect()
@@ -240,7 +242,7 @@ def test_resident_voices_add_parameters_not_modules():
         tracemalloc.stop()
     assert len(list(model.modules())) == modules
     tensors_per_voice = len(adapter_state_dict(model, "v0"))
-    assert heap_per_voice < 1024 * tensors_per_voice   # about 270 B per tensor (a parameter and its key)
+    assert heap_per_voice < 1024 * tensors_per_voice  # about 270 B per tensor (a parameter and its key)
     parameters = len(list(model.parameters()))
     remove_adapter(model, "v3")
     assert len(list(model.parameters())) == parameters - tensors_per_voice and "v3" not in adapter_names(model)
@@ -251,13 +253,20 @@ def test_resident_voices_add_parameters_not_modules():
 def test_target_selection_forms():
     model, _ = model_and_inputs()
     assert find_targets(model, LoraConfig(targets=["q_proj"])) == [
-        "encoder.layers.0.attn.q_proj", "encoder.layers.1.attn.q_proj",
-        "decoder.layers.0.attn.q_proj", "decoder.layers.1.attn.q_proj"]
+        "encoder.layers.0.attn.q_proj",
+        "encoder.layers.1.attn.q_proj",
+        "decoder.layers.0.attn.q_proj",
+        "decoder.layers.1.attn.q_proj",
+    ]
     assert find_targets(model, LoraConfig(targets=r"decoder\.layers\.\d+\.attn\.(q|v)_proj")) == [
-        "decoder.layers.0.attn.q_proj", "decoder.layers.0.attn.v_proj",
-        "decoder.layers.1.attn.q_proj", "decoder.layers.1.attn.v_proj"]
+        "decoder.layers.0.attn.q_proj",
+        "decoder.layers.0.attn.v_proj",
+        "decoder.layers.1.attn.q_proj",
+        "decoder.layers.1.attn.v_proj",
+    ]
     assert find_targets(model, LoraConfig(targets=["q_proj"], exclude=r"encoder\..*", layers=[1])) == [
-        "decoder.layers.1.attn.q_proj"]
+        "decoder.layers.1.attn.q_proj"
+    ]
 
 
 def test_bad_targets_are_refused_before_anything_changes():
@@ -275,6 +284,7 @@ def test_bad_targets_are_refused_before_anything_changes():
 
 # -- the registry: a method is one module plus one line ------------------------------------------------
 
+
 def test_a_new_method_is_one_module_and_one_line():
     """The toy method (tests/toy_method.py), registered by its import in tests/conftest.py as the shipped
     methods are by chorus/adapters/methods.py, is a method like the others: every test parametrized over
@@ -287,7 +297,7 @@ def test_the_registry_imports_no_method():
     grimp = pytest.importorskip("grimp")
     graph = grimp.build_graph("chorus")
     shipped = [m.config_class.__module__ for m in all_methods() if m.config_class.__module__.startswith("chorus.")]
-    assert len(shipped) == len(all_methods()) - 1   # all but the toy
+    assert len(shipped) == len(all_methods()) - 1  # all but the toy
     for module in shipped:
         assert not graph.chain_exists(importer="chorus.adapters.registry", imported=module), module
         assert graph.direct_import_exists(importer="chorus.adapters.methods", imported=module), module
@@ -313,8 +323,9 @@ class ForeignModel(nn.Module):
         return self.conv(self.body(self.embed(ids)).transpose(1, 2))
 
 
-FOREIGN_METHODS = [method.name for method in all_methods()
-                   if any(method.supports(module) for module in ForeignModel().modules())]
+FOREIGN_METHODS = [
+    method.name for method in all_methods() if any(method.supports(module) for module in ForeignModel().modules())
+]
 
 
 @pytest.mark.parametrize("method", FOREIGN_METHODS)
@@ -364,6 +375,7 @@ def test_voice_refusals(tmp_path):
 
 # -- PEFT interoperability: the same LoRA file is read by both (the peft fixture skips without peft) ----
 
+
 def test_peft_loads_a_chorus_lora(peft, tmp_path):
     model, inputs = model_and_inputs()
     configs = [LoraConfig(r=4, alpha=8, targets=["q_proj", "v_proj", "conv1", "symbol_embedding"])]
@@ -379,8 +391,9 @@ def test_peft_loads_a_chorus_lora(peft, tmp_path):
 
 def test_chorus_loads_a_peft_lora(peft, tmp_path):
     model, inputs = model_and_inputs()
-    peft_config = peft.LoraConfig(r=4, lora_alpha=8, target_modules=["k_proj", "out_proj", "conv2"],
-                                  init_lora_weights=False)   # random B, so the update is not zero
+    peft_config = peft.LoraConfig(
+        r=4, lora_alpha=8, target_modules=["k_proj", "out_proj", "conv2"], init_lora_weights=False
+    )  # random B, so the update is not zero
     peft_model = peft.get_peft_model(model, peft_config)
     expected = peft_model.base_model.model.infer(*inputs[:2], speaker_ids=inputs[2]).mel
     peft_model.save_pretrained(str(tmp_path / "peft"))

@@ -91,8 +91,15 @@ def test_failed_save_leaves_nothing(tmp_path: Path) -> None:
 
 def test_mel_configuration_is_the_hifigan_one() -> None:
     config = MelConfig()
-    assert (config.sample_rate, config.n_fft, config.hop_length, config.win_length, config.n_mels,
-            config.fmin, config.fmax) == (22_050, 1024, 256, 1024, 80, 0.0, 8000.0)
+    assert (
+        config.sample_rate,
+        config.n_fft,
+        config.hop_length,
+        config.win_length,
+        config.n_mels,
+        config.fmin,
+        config.fmax,
+    ) == (22_050, 1024, 256, 1024, 80, 0.0, 8000.0)
 
 
 @pytest.mark.parametrize("samples", [1, 300, 512, 513, 1024, 22_050, 22_050 + 77])
@@ -118,9 +125,21 @@ def test_mel_matches_librosa() -> None:
     config = MelConfig()
     # pad_mode spelled out: librosa >= 0.10 pads with zeros by default, the mel module reflects.
     reference = librosa.feature.melspectrogram(
-        y=audio, sr=config.sample_rate, n_fft=config.n_fft, hop_length=config.hop_length,
-        win_length=config.win_length, window="hann", center=True, pad_mode="reflect", power=1.0,
-        n_mels=config.n_mels, fmin=config.fmin, fmax=config.fmax, htk=False, norm="slaney")
+        y=audio,
+        sr=config.sample_rate,
+        n_fft=config.n_fft,
+        hop_length=config.hop_length,
+        win_length=config.win_length,
+        window="hann",
+        center=True,
+        pad_mode="reflect",
+        power=1.0,
+        n_mels=config.n_mels,
+        fmin=config.fmin,
+        fmax=config.fmax,
+        htk=False,
+        norm="slaney",
+    )
     reference = np.log(np.maximum(reference, config.log_floor)).T
     ours = log_mel(audio, config)
     assert ours.shape == reference.shape

@@ -37,7 +37,6 @@ CONFIG = tiny_config(n_speakers=3)
 NAMES = [f"v{k}" for k in range(6)]
 
 
-
 def voice_configs(method: str, k: int):
     """Voice k of ``method`` is the method's example k (:attr:`Method.example`: sizes and targets differ
     between voices, so ranks, bottlenecks and prefix lengths are padded in the bank and voices that skip
@@ -96,8 +95,11 @@ def assert_same_output(actual, expected):
 
 def loss_of(output, target, rows=None):
     """A training-like loss ([batch] weights ``rows`` select samples) that reaches every adapted layer."""
-    per_sample = (((output.mel - target) ** 2).sum((1, 2)) + ((output.prior_mean - target) ** 2).sum((1, 2))
-                  + (output.log_duration ** 2).sum(1))
+    per_sample = (
+        ((output.mel - target) ** 2).sum((1, 2))
+        + ((output.prior_mean - target) ** 2).sum((1, 2))
+        + (output.log_duration**2).sum(1)
+    )
     return per_sample.sum() if rows is None else (per_sample * rows).sum()
 
 
@@ -126,7 +128,7 @@ def test_bank_equals_routed_reference(method):
             assert_same_output(actual, expected)
     with banked(model, bank, MIXES["base"]):
         based = run(model, inputs, False)
-    assert_same_output(based, run(model, inputs, False))   # outside the block the base runs again
+    assert_same_output(based, run(model, inputs, False))  # outside the block the base runs again
 
 
 def compare_gradients(model, bank, inputs, mix) -> int:
@@ -146,7 +148,7 @@ def compare_gradients(model, bank, inputs, mix) -> int:
     for _, layer in bank.layers:
         for slot, name in enumerate(NAMES):
             for key in layer.adapter_state(name) if name in layer.configs else {}:
-                grad = layer.bank[key].grad[slot]   # every banked layer is reached by the loss
+                grad = layer.bank[key].grad[slot]  # every banked layer is reached by the loss
                 reference = adapter_parameter(layer, name, key).grad
                 expected = torch.zeros_like(grad)
                 if reference is not None:
@@ -166,14 +168,14 @@ def frozen_model_with_bank(method: str, config: AcousticConfig = CONFIG):
 def test_trainable_bank_gradients_match_reference_and_stay_per_voice():
     model, bank = frozen_model_with_bank("all")
     inputs = batch()
-    mix = ["v0", "v2", BASE, "v3", "v4", "v5", "v0", "v4"]   # v1 has no sample; v4's speaker vector is fixed
+    mix = ["v0", "v2", BASE, "v3", "v4", "v5", "v0", "v4"]  # v1 has no sample; v4's speaker vector is fixed
     assert compare_gradients(model, bank, inputs, mix) > 50
     speaker = next(layer for path, layer in bank.layers if path == "speaker_embedding")
     learns = [name in mix and name in speaker.configs and speaker.configs[name].train_vector for name in NAMES]
-    assert "v4" in speaker.configs and not speaker.configs["v4"].train_vector   # a fixed vector in the batch
+    assert "v4" in speaker.configs and not speaker.configs["v4"].train_vector  # a fixed vector in the batch
     grad = speaker.bank["speaker_vector"].grad
     learns = torch.tensor(learns)
-    assert grad[~learns].abs().sum() == 0   # absent from the batch or from the voice; fixed
+    assert grad[~learns].abs().sum() == 0  # absent from the batch or from the voice; fixed
     assert grad[learns].abs().min() > 0 and learns.sum() >= 3
 
     # Each slot learns from its own samples only: a loss on v3's rows reaches slot 3 alone.
@@ -221,7 +223,7 @@ def test_unpack_round_trip_after_training_and_export(tmp_path):
                 assert torch.equal(tensor, padded[region(tensor)])
                 padded = padded.clone()
                 padded[region(tensor)] = 0
-                assert torch.count_nonzero(padded) == 0   # padding had exactly zero gradient: still zero
+                assert torch.count_nonzero(padded) == 0  # padding had exactly zero gradient: still zero
     with torch.no_grad():
         with routed(model, mix):
             expected = run(model, inputs, True)
@@ -236,7 +238,7 @@ def test_unpack_round_trip_after_training_and_export(tmp_path):
     fresh = build_model(CONFIG).eval()
     apply_voice(fresh, read_voice(tmp_path / "v5"), "v5")
     row = mix.index("v5")
-    phonemes, text_lengths, mel, frame_lengths, speakers = (t[row:row + 1] for t in inputs)
+    phonemes, text_lengths, mel, frame_lengths, speakers = (t[row : row + 1] for t in inputs)
     with active_adapter(fresh, "v5"):
         alone = fresh(phonemes, text_lengths, mel, frame_lengths, speaker_ids=speakers)
     frames = int(frame_lengths)
@@ -266,10 +268,13 @@ def test_foreign_model_bank_equals_routed_reference():
     torch.manual_seed(0)
     model = ForeignModel()
     for k, name in enumerate(NAMES[:4]):
-        configs = [LoraConfig(targets=["embed", "body.0", "conv"], r=1 + k),
-                   ResidualAdapterConfig(targets=["body.0", "conv", "body.2"], bottleneck=2 + k),
-                   ConditionalNormConfig(targets=["body.2"]), BitFitConfig()]
-        add_adapter(model, name, configs[k % 2:])
+        configs = [
+            LoraConfig(targets=["embed", "body.0", "conv"], r=1 + k),
+            ResidualAdapterConfig(targets=["body.0", "conv", "body.2"], bottleneck=2 + k),
+            ConditionalNormConfig(targets=["body.2"]),
+            BitFitConfig(),
+        ]
+        add_adapter(model, name, configs[k % 2 :])
         with torch.no_grad():
             for value in adapter_state_dict(model, name).values():
                 value.copy_(torch.randn_like(value) * 0.1 + value)
@@ -282,8 +287,9 @@ def test_foreign_model_bank_equals_routed_reference():
         torch.testing.assert_close(model(ids), expected, rtol=1e-4, atol=1e-5)
 
 
-FOREIGN_METHODS = [method.name for method in all_methods()
-                   if any(method.supports(module) for module in ForeignModel().modules())]
+FOREIGN_METHODS = [
+    method.name for method in all_methods() if any(method.supports(module) for module in ForeignModel().modules())
+]
 
 
 @pytest.mark.parametrize("method", FOREIGN_METHODS)
@@ -332,6 +338,7 @@ def test_refusals():
 
 # -- PEFT's mixed-adapter batch (adapter_names=[...]) is a second, independent reference ---------------
 
+
 def peft_run(peft_model, inputs, mix, teacher_forced: bool):
     """PEFT's mixed-adapter batch: sample i through adapter ``mix[i]`` (``BASE`` is PEFT's base sentinel
     too). ``PeftModel.forward`` takes ``adapter_names`` for the teacher-forced forward; inference
@@ -349,15 +356,18 @@ def test_lora_bank_equals_peft_mixed_batch(peft, tmp_path):
     convolutions, embedding and projections), Chorus reads PEFT's folders and banks them: equal in
     every voice mix, teacher-forced and in inference."""
     lora = [get_method("lora").example(k) for k in range(len(NAMES))]
-    specs = {name: dict(r=c.r, lora_alpha=c.alpha, target_modules=c.targets, use_rslora=c.use_rslora,
-                        init_lora_weights=False)   # random B, so every update is non-zero
-             for name, c in zip(NAMES, lora, strict=True)}
+    specs = {
+        name: dict(
+            r=c.r, lora_alpha=c.alpha, target_modules=c.targets, use_rslora=c.use_rslora, init_lora_weights=False
+        )  # random B, so every update is non-zero
+        for name, c in zip(NAMES, lora, strict=True)
+    }
     torch.manual_seed(0)
     peft_model = peft.get_peft_model(build_model(CONFIG).eval(), peft.LoraConfig(**specs["v0"]), adapter_name="v0")
     for name in NAMES[1:]:
         peft_model.add_adapter(name, peft.LoraConfig(**specs[name]))
     peft_model.eval()
-    peft_model.save_pretrained(str(tmp_path))   # one folder per adapter
+    peft_model.save_pretrained(str(tmp_path))  # one folder per adapter
     torch.manual_seed(0)
     model = build_model(CONFIG).eval()
     for name in NAMES:
@@ -372,4 +382,4 @@ def test_lora_bank_equals_peft_mixed_batch(peft, tmp_path):
                     actual = run(model, inputs, teacher_forced)
                 base = run(model, inputs, teacher_forced)
             assert_same_output(actual, expected)
-            assert torch.equal(expected.mel, base.mel) == (mix == MIXES["base"])   # PEFT applied the voices
+            assert torch.equal(expected.mel, base.mel) == (mix == MIXES["base"])  # PEFT applied the voices

@@ -30,8 +30,22 @@ def test_speakers_lists_voices_and_the_default(tiny_base):
 
 def test_synthesize_writes_audio_and_reports_rtf(tiny_base, tmp_path):
     out = tmp_path / "hello.wav"
-    result = runner.invoke(app, ["synthesize", "--text", "Hello there, 3 dogs.", "--speaker", "f2",
-                                 "--model", str(tiny_base), "--vocoder", "griffin-lim", "--out", str(out)])
+    result = runner.invoke(
+        app,
+        [
+            "synthesize",
+            "--text",
+            "Hello there, 3 dogs.",
+            "--speaker",
+            "f2",
+            "--model",
+            str(tiny_base),
+            "--vocoder",
+            "griffin-lim",
+            "--out",
+            str(out),
+        ],
+    )
     assert result.exit_code == 0, result.output
     audio, rate = sf.read(out)
     assert rate == 22_050 and len(audio) > 256
@@ -41,8 +55,20 @@ def test_synthesize_writes_audio_and_reports_rtf(tiny_base, tmp_path):
 def test_synthesize_text_file_one_clip_per_line_and_bad_lines_skipped(tiny_base, tmp_path):
     lines = tmp_path / "lines.txt"
     lines.write_text("First line.\n\n!!!\nSecond line.\n")
-    result = runner.invoke(app, ["synthesize", "--text-file", str(lines), "--model", str(tiny_base),
-                                 "--vocoder", "griffin-lim", "--out", str(tmp_path / "clips")])
+    result = runner.invoke(
+        app,
+        [
+            "synthesize",
+            "--text-file",
+            str(lines),
+            "--model",
+            str(tiny_base),
+            "--vocoder",
+            "griffin-lim",
+            "--out",
+            str(tmp_path / "clips"),
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert sorted(p.name for p in (tmp_path / "clips").iterdir()) == ["0001.wav", "0004.wav", "metadata.csv"]
     assert (tmp_path / "clips" / "metadata.csv").read_text() == "0001|First line.\n0004|Second line.\n"
@@ -50,8 +76,22 @@ def test_synthesize_text_file_one_clip_per_line_and_bad_lines_skipped(tiny_base,
 
 
 def test_synthesize_errors_are_clear(tiny_base, tmp_path):
-    unknown = runner.invoke(app, ["synthesize", "--text", "Hi.", "--speaker", "nobody", "--model", str(tiny_base),
-                                  "--vocoder", "griffin-lim", "--out", str(tmp_path / "x.wav")])
+    unknown = runner.invoke(
+        app,
+        [
+            "synthesize",
+            "--text",
+            "Hi.",
+            "--speaker",
+            "nobody",
+            "--model",
+            str(tiny_base),
+            "--vocoder",
+            "griffin-lim",
+            "--out",
+            str(tmp_path / "x.wav"),
+        ],
+    )
     assert unknown.exit_code == 2 and "unknown speaker 'nobody'" in unknown.output
     both = runner.invoke(app, ["synthesize", "--model", str(tiny_base)])
     assert both.exit_code == 2 and "exactly one of --text or --text-file" in both.output
@@ -68,8 +108,22 @@ def test_data_check_exit_codes(two_voice_corpus, tmp_path):
 
 
 def test_demo_speaks_and_judges_each_voice(tiny_base, tmp_path):
-    result = runner.invoke(app, ["demo", "--model", str(tiny_base), "--speakers", "m3,f2", "--sentences", "1",
-                                 "--out", str(tmp_path / "demo"), "--adapt-steps", "2"])
+    result = runner.invoke(
+        app,
+        [
+            "demo",
+            "--model",
+            str(tiny_base),
+            "--speakers",
+            "m3,f2",
+            "--sentences",
+            "1",
+            "--out",
+            str(tmp_path / "demo"),
+            "--adapt-steps",
+            "2",
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert {p.name for p in (tmp_path / "demo").glob("*.wav")} == {"m3_000.wav", "f2_000.wav", "piper-joe_000.wav"}
     report = (tmp_path / "demo" / "report.md").read_text()
@@ -86,8 +140,20 @@ def test_demo_refuses_an_unknown_speaker(tiny_base, tmp_path):
 
 
 def test_unspeakable_text_fails_and_bad_model_folder_is_a_clear_error(tiny_base, tmp_path):
-    result = runner.invoke(app, ["synthesize", "--text", "!!!", "--model", str(tiny_base), "--vocoder", "griffin-lim",
-                                 "--out", str(tmp_path / "x.wav")])
+    result = runner.invoke(
+        app,
+        [
+            "synthesize",
+            "--text",
+            "!!!",
+            "--model",
+            str(tiny_base),
+            "--vocoder",
+            "griffin-lim",
+            "--out",
+            str(tmp_path / "x.wav"),
+        ],
+    )
     assert result.exit_code == 2 and "nothing was synthesized" in result.output
     missing = runner.invoke(app, ["speakers", "--model", str(tmp_path)])
     assert missing.exit_code == 2 and "missing config.json" in missing.output
@@ -101,8 +167,24 @@ def test_memory_predicts_and_measures_per_category(tmp_path):
     config = tmp_path / "tiny.json"
     config.write_text(json.dumps(dict(TINY_MODEL, n_symbols=40, n_speakers=2)))
     png = tmp_path / "memory.png"
-    result = runner.invoke(app, ["memory", "--model", str(config), "--method", "lora", "--batch", "2",
-                                 "--text-length", "7", "--frames", "20", "--out", str(png)])
+    result = runner.invoke(
+        app,
+        [
+            "memory",
+            "--model",
+            str(config),
+            "--method",
+            "lora",
+            "--batch",
+            "2",
+            "--text-length",
+            "7",
+            "--frames",
+            "20",
+            "--out",
+            str(png),
+        ],
+    )
     assert result.exit_code == 0, result.output
     for category in ("weights", "gradients", "optimizer", "activations"):
         assert category in result.output
@@ -120,13 +202,17 @@ def test_version():
 
 def test_method_options_are_every_registered_methods_config_fields():
     shared = {f.name for f in dataclasses.fields(MethodConfig)}
-    expected = {f.metadata.get("option", f.name).replace("-", "_") for name in adapter_methods()
-                for f in dataclasses.fields(get_method(name).config_class) if f.name not in shared}
-    assert expected   # the registry has methods with options
+    expected = {
+        f.metadata.get("option", f.name).replace("-", "_")
+        for name in adapter_methods()
+        for f in dataclasses.fields(get_method(name).config_class)
+        if f.name not in shared
+    }
+    assert expected  # the registry has methods with options
     for command in (adapt, adapt_many, memory):
         parameters = inspect.signature(command).parameters
         assert expected <= set(parameters) and "targets" in parameters and "method_fields" not in parameters
-        assert "base" not in parameters and "model" in parameters   # one name for the base everywhere
+        assert "base" not in parameters and "model" in parameters  # one name for the base everywhere
 
 
 def test_method_options_go_to_the_chosen_methods_that_have_them():
@@ -134,7 +220,9 @@ def test_method_options_go_to_the_chosen_methods_that_have_them():
     reach the config under the field's own name."""
     values = {"rank": 2, "alpha": None, "train_projection": True, "bottleneck": None}
     assert method_options("lora+speaker", values, "q_proj, v_proj") == {
-        "lora": {"r": 2, "targets": ["q_proj", "v_proj"]}, "speaker": {"train_projection": True}}
+        "lora": {"r": 2, "targets": ["q_proj", "v_proj"]},
+        "speaker": {"train_projection": True},
+    }
     assert method_options("residual", {"rank": None}, "^decoder\\..*") == {"residual": {"targets": "^decoder\\..*"}}
     with pytest.raises(ValueError, match="--rank applies to lora, not to --method bitfit"):
         method_options("bitfit", values)
@@ -170,8 +258,11 @@ def test_a_new_methods_config_fields_become_options(monkeypatch):
 
     real_get_method = module.get_method
     monkeypatch.setattr(module, "adapter_methods", lambda: ["toy", "lora"])
-    monkeypatch.setattr(module, "get_method", lambda name: SimpleNamespace(config_class=ToyConfig) if name == "toy"
-                        else real_get_method(name))
+    monkeypatch.setattr(
+        module,
+        "get_method",
+        lambda name: SimpleNamespace(config_class=ToyConfig) if name == "toy" else real_get_method(name),
+    )
 
     @module.with_method_fields
     def command(method: str = typer.Option("toy"), method_fields: dict | None = None) -> None:

@@ -178,7 +178,7 @@ def test_heldout_speaker_goes_to_its_own_folder(tmp_path: Path) -> None:
 
 
 def test_recorded_sentences_match_what_the_corpus_build_writes(tmp_path: Path, tiny_speakers) -> None:
-    speaker = tiny_speakers[1]   # flite through a sox chain: every step of the recipe
+    speaker = tiny_speakers[1]  # flite through a sox chain: every step of the recipe
     build_corpus(tmp_path, speakers=[speaker], jobs=1, progress=False)
     utterances, _ = read_metadata(tmp_path / "train" / speaker.name, speaker=speaker.name)
     recorded = record_sentences(speaker, [u.text for u in utterances])

@@ -27,8 +27,11 @@ RATE = 22_050
 
 
 @pytest.fixture(scope="module")
-def bad_dataset(tmp_path_factory: pytest.TempPathFactory, speech: Callable[[str, Path], Path],
-                metadata: Callable[[Path, list[str]], Path]) -> tuple[Path, dict[str, str]]:
+def bad_dataset(
+    tmp_path_factory: pytest.TempPathFactory,
+    speech: Callable[[str, Path], Path],
+    metadata: Callable[[Path, list[str]], Path],
+) -> tuple[Path, dict[str, str]]:
     """A folder of two speakers: "alice" is clean, "bob" has one utterance per problem kind.
 
     Returns the root and, for bob, the expected ``{kind: source}``.
@@ -60,21 +63,21 @@ def bad_dataset(tmp_path_factory: pytest.TempPathFactory, speech: Callable[[str,
     wav("long", np.concatenate([speech, np.zeros(20 * RATE, dtype=np.float32)]))
     wav("lowrate", soxr.resample(speech, RATE, 8000), rate=8000)
     lines = [
-        f"good|{SENTENCE}",                # 1
-        "this line has no separator",     # 2 metadata
-        f"missing|{SENTENCE}",             # 3 missing_audio
-        f"garbage|{SENTENCE}",             # 4 unreadable_audio
-        f"nan|{SENTENCE}",                 # 5 unreadable_audio (NaN samples)
-        f"empty|{SENTENCE}",               # 6 empty_audio
-        "emptytext|",                     # 7 empty_text
-        "unspeakable|☺ ☺ ☺",              # 8 unspeakable_text
-        f"clipped|{SENTENCE}",             # 9 clipped
-        f"silent|{SENTENCE}",              # 10 silent
-        "short|Printing.",                # 11 too_short
-        f"long|{SENTENCE}",                # 12 too_long
-        f"lowrate|{SENTENCE}",             # 13 low_sample_rate
-        "wrongtext|Hi.",                  # 14 text_length: five seconds of speech for one syllable
-        f"good|{SENTENCE}",                # 15 metadata: duplicate id
+        f"good|{SENTENCE}",  # 1
+        "this line has no separator",  # 2 metadata
+        f"missing|{SENTENCE}",  # 3 missing_audio
+        f"garbage|{SENTENCE}",  # 4 unreadable_audio
+        f"nan|{SENTENCE}",  # 5 unreadable_audio (NaN samples)
+        f"empty|{SENTENCE}",  # 6 empty_audio
+        "emptytext|",  # 7 empty_text
+        "unspeakable|☺ ☺ ☺",  # 8 unspeakable_text
+        f"clipped|{SENTENCE}",  # 9 clipped
+        f"silent|{SENTENCE}",  # 10 silent
+        "short|Printing.",  # 11 too_short
+        f"long|{SENTENCE}",  # 12 too_long
+        f"lowrate|{SENTENCE}",  # 13 low_sample_rate
+        "wrongtext|Hi.",  # 14 text_length: five seconds of speech for one syllable
+        f"good|{SENTENCE}",  # 15 metadata: duplicate id
     ]
     meta = write_metadata(bob, lines)
     expected = {
@@ -109,8 +112,9 @@ def test_clean_dataset_has_no_problems(lj_dataset: Path) -> None:
     assert "no problems" in report.summary()
 
 
-def test_each_problem_kind_is_found_where_it_is(bad_dataset: tuple[Path, dict[str, str]],
-                                                 bad_report: DatasetReport) -> None:
+def test_each_problem_kind_is_found_where_it_is(
+    bad_dataset: tuple[Path, dict[str, str]], bad_report: DatasetReport
+) -> None:
     root, expected = bad_dataset
     found = {(p.kind, p.source) for p in bad_report.problems}
     for kind, source in expected.items():

@@ -31,8 +31,10 @@ def test_two_columns_and_flac_audio(tmp_path: Path, metadata: Metadata) -> None:
     (folder / "wavs" / "a2.flac").write_bytes(b"")  # parsing never reads audio, only finds it
     utterances, problems = discover(folder)
     assert problems == []
-    assert [(u.id, u.speaker, u.text) for u in utterances] == [("a1", "anna", "Hello there."),
-                                                                ("a2", "anna", "Second line.")]
+    assert [(u.id, u.speaker, u.text) for u in utterances] == [
+        ("a1", "anna", "Hello there."),
+        ("a2", "anna", "Second line."),
+    ]
     assert utterances[0].audio_path.name == "a1.wav"  # missing: reported later by the checker
     assert utterances[1].audio_path.name == "a2.flac"
     assert utterances[1].source.endswith("metadata.csv:3")
@@ -40,8 +42,14 @@ def test_two_columns_and_flac_audio(tmp_path: Path, metadata: Metadata) -> None:
 
 def test_single_word_normalized_line_is_not_a_speaker(tmp_path: Path, metadata: Metadata) -> None:
     # "1990" looks like a speaker name in isolation; the rest of the file says it is LJSpeech.
-    metadata(tmp_path / "lj", ["LJ1|1990|nineteen ninety", "LJ2|It was a dark night.|It was a dark night.",
-                               "LJ3|He paid $5.|He paid five dollars."])
+    metadata(
+        tmp_path / "lj",
+        [
+            "LJ1|1990|nineteen ninety",
+            "LJ2|It was a dark night.|It was a dark night.",
+            "LJ3|He paid $5.|He paid five dollars.",
+        ],
+    )
     utterances, problems = discover(tmp_path / "lj")
     assert problems == []
     assert {u.speaker for u in utterances} == {"lj"}
@@ -86,15 +94,18 @@ def test_id_speaker_text(tmp_path: Path, metadata: Metadata) -> None:
 
 
 def test_bad_lines_reported_with_file_and_line(tmp_path: Path, metadata: Metadata) -> None:
-    path = metadata(tmp_path, [
-        "u1|anna|Hello there.",        # 1 fine
-        "u2|anna|too|many|fields",     # 2
-        "just one field",              # 3
-        "|anna|No id here.",           # 4
-        "u1|anna|Duplicate id.",       # 5
-        "u5|A line without a speaker.",  # 6: two fields in an id|speaker|text file
-        "u6|bob|Fine again.",          # 7
-    ])
+    path = metadata(
+        tmp_path,
+        [
+            "u1|anna|Hello there.",  # 1 fine
+            "u2|anna|too|many|fields",  # 2
+            "just one field",  # 3
+            "|anna|No id here.",  # 4
+            "u1|anna|Duplicate id.",  # 5
+            "u5|A line without a speaker.",  # 6: two fields in an id|speaker|text file
+            "u6|bob|Fine again.",  # 7
+        ],
+    )
     utterances, problems = discover(tmp_path)
     assert [u.key for u in utterances] == ["anna/u1", "bob/u6"]
     found = {p.source: p.message for p in problems}

@@ -39,8 +39,13 @@ def tiny_batch(batch: int = 2, text: int = 6, frames: int = 18) -> dict:
     phonemes = phonemes * lengths_to_mask(text_lengths, text)
     mel = torch.randn(batch, frames, 80, generator=generator)
     mel = mel * lengths_to_mask(frame_lengths, frames).unsqueeze(-1)
-    return {"phonemes": phonemes, "text_lengths": text_lengths, "mel": mel,
-            "frame_lengths": frame_lengths, "speaker_ids": torch.arange(batch) % 2}
+    return {
+        "phonemes": phonemes,
+        "text_lengths": text_lengths,
+        "mel": mel,
+        "frame_lengths": frame_lengths,
+        "speaker_ids": torch.arange(batch) % 2,
+    }
 
 
 def total_loss(model: AcousticModel, batch: dict) -> torch.Tensor:
@@ -67,6 +72,7 @@ def grads(module: torch.nn.Module) -> dict[str, torch.Tensor]:
 
 
 # -- activation checkpointing ------------------------------------------------------------------
+
 
 def test_checkpointing_gives_the_same_loss_and_gradients_and_stores_less():
     model, batch = tiny_model(), tiny_batch()
@@ -99,6 +105,7 @@ def test_checkpointing_is_off_without_grad_and_not_saved():
 
 # -- reversible blocks -------------------------------------------------------------------------
 
+
 def coupled_reference(stack: TransformerStack, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """The reversible stack's function, written out for plain autograd (stores every activation)."""
     x = x + stack.positions[: x.shape[1]].to(x.dtype)
@@ -112,8 +119,7 @@ def coupled_reference(stack: TransformerStack, x: torch.Tensor, mask: torch.Tens
 # Adapters freeze the base and train a few tensors; "all" trains everything.
 TRAINABLE = {
     "all": lambda name: True,
-    "adapter-like": lambda name: name in ("layers.0.attn.q_proj.weight", "layers.2.ff.conv2.bias",
-                                          "norm.weight"),
+    "adapter-like": lambda name: name in ("layers.0.attn.q_proj.weight", "layers.2.ff.conv2.bias", "norm.weight"),
     "half": lambda name: "attn" in name,
 }
 
@@ -221,12 +227,12 @@ def test_reversible_refuses_dropout_and_an_unreversible_base():
 
 # -- bf16 autocast -----------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("reversible", [False, True])
 def test_bf16_training_step_is_finite(reversible):
     model, batch = tiny_model(reversible=reversible), tiny_batch()
     dtypes = []
-    model.decoder.layers[0].attn.q_proj.register_forward_hook(
-        lambda module, args, out: dtypes.append(out.dtype))
+    model.decoder.layers[0].attn.q_proj.register_forward_hook(lambda module, args, out: dtypes.append(out.dtype))
     with autocast("bf16", "cpu"):
         out = model(**batch)
         loss = compute_losses(model, out, batch["mel"], batch["text_lengths"])["total"]
@@ -249,6 +255,7 @@ def test_fp32_autocast_is_a_no_op_and_unknown_precision_fails():
 
 
 # -- optimizers --------------------------------------------------------------------------------
+
 
 def fit_weight(name: str, steps: int = 5) -> tuple[list[float], torch.optim.Optimizer, torch.nn.Parameter]:
     """A few optimizer steps regressing a 256x256 weight onto a target (65,536 values)."""
@@ -282,8 +289,11 @@ def test_adamw8bit_quantizes_small_tensors_too():
     # bitsandbytes' default min_8bit_size (4096) would leave every adapter tensor in float32; ours is 1,
     # so a LoRA-sized matrix, a bias and a single value all get uint8 moments and block scales.
     bitsandbytes = pytest.importorskip("bitsandbytes")
-    tensors = [torch.nn.Parameter(torch.randn(4, 256)), torch.nn.Parameter(torch.randn(6)),
-               torch.nn.Parameter(torch.randn(1))]
+    tensors = [
+        torch.nn.Parameter(torch.randn(4, 256)),
+        torch.nn.Parameter(torch.randn(6)),
+        torch.nn.Parameter(torch.randn(1)),
+    ]
     optimizer = build_optimizer(tensors, "adamw8bit", lr=1e-2, weight_decay=0.0)
     assert isinstance(optimizer, bitsandbytes.optim.AdamW8bit)
     sum(t.sum() for t in tensors).backward()
@@ -291,7 +301,7 @@ def test_adamw8bit_quantizes_small_tensors_too():
     for tensor in tensors:
         assert optimizer.state[tensor]["state1"].dtype == optimizer.state[tensor]["state2"].dtype == torch.uint8
     # 2 bytes per value + two float32 scales per block of 256, + the two shared 256-entry quantile maps.
-    blocks = 4 + 1 + 1   # 4 x 256 fills four blocks; 6 values and 1 value one (partial) block each
+    blocks = 4 + 1 + 1  # 4 x 256 fills four blocks; 6 values and 1 value one (partial) block each
     assert optimizer_state_bytes(optimizer) == 2 * (1024 + 6 + 1) + 2 * 4 * blocks + 2 * 4 * 256
     assert optimizer_state_bytes(optimizer) == predicted_optimizer_states(tensors, "adamw8bit")
 
@@ -300,14 +310,14 @@ def test_torchao_optimizer_builds():
     # Its first step compiles (seconds); stepping it is measured outside the test suite.
     optim = pytest.importorskip("torchao.optim")
     weight = torch.nn.Parameter(torch.randn(64, 64))
-    assert isinstance(build_optimizer([weight], "adamw8bit-torchao", lr=1e-3, weight_decay=0.0),
-                      optim.AdamW8bit)
+    assert isinstance(build_optimizer([weight], "adamw8bit-torchao", lr=1e-3, weight_decay=0.0), optim.AdamW8bit)
 
 
 def test_optimizer_groups_and_unknown_names():
     a, b = torch.nn.Parameter(torch.randn(4)), torch.nn.Parameter(torch.randn(4))
-    optimizer = build_optimizer([{"params": [a]}, {"params": [b], "weight_decay": 0.0}], "adamw",
-                                lr=1e-3, weight_decay=0.1)
+    optimizer = build_optimizer(
+        [{"params": [a]}, {"params": [b], "weight_decay": 0.0}], "adamw", lr=1e-3, weight_decay=0.1
+    )
     assert [g["weight_decay"] for g in optimizer.param_groups] == [0.1, 0.0]
     assert optimizer.param_groups[0]["betas"] == (0.9, 0.98) and optimizer.param_groups[0]["eps"] == 1e-9
     assert optimizer_state_bytes(optimizer) == 0, "no state before the first step"
@@ -317,12 +327,18 @@ def test_optimizer_groups_and_unknown_names():
 
 # -- options -----------------------------------------------------------------------------------
 
+
 def test_memory_options_validate_and_explain_themselves():
     assert set(MemoryOptions.help()) == {"optimizer", "checkpointing", "reversible", "precision", "frozen_dtype"}
     assert all(text and "\n" not in text for text in MemoryOptions.help().values())
     assert set(OPTIMIZERS) == {"adamw", "adamw8bit", "adamw8bit-torchao"}
-    for bad in ({"optimizer": "adam"}, {"precision": "fp16"}, {"checkpointing": True, "reversible": True},
-                {"frozen_dtype": "fp16"}, {"frozen_dtype": "bf16", "precision": "fp32"}):
+    for bad in (
+        {"optimizer": "adam"},
+        {"precision": "fp16"},
+        {"checkpointing": True, "reversible": True},
+        {"frozen_dtype": "fp16"},
+        {"frozen_dtype": "bf16", "precision": "fp32"},
+    ):
         with pytest.raises(ValueError, match="MemoryOptions"):
             MemoryOptions(**bad)
 

@@ -48,6 +48,7 @@ SENTENCE_B = "Please call me when you get home tonight."
 
 # --- audio fixtures ---------------------------------------------------------------------------------
 
+
 def _espeak(voice: str, text: str, path: Path) -> Path:
     if shutil.which("espeak-ng") is None:
         pytest.skip("espeak-ng is not installed")
@@ -94,22 +95,26 @@ def _tone(freq: float, seconds: float = 1.0, seed: int = 0) -> np.ndarray:
 
 # --- word and character error rates ----------------------------------------------------------------
 
+
 def test_normalize_for_scoring_spells_out_and_strips():
     assert normalize_for_scoring("Dr. Smith's 2 cats, at 5 p.m.!") == "doctor smiths two cats at five pm"
     assert normalize_for_scoring("  Well-known   U.S.A.  ") == "well known usa"
 
 
-@pytest.mark.parametrize(("reference", "hypothesis", "expected"), [
-    ("the cat sat on the mat", "the cat sat on the mat", 0.0),
-    ("the cat sat on the mat", "the cat sat on mat", 1 / 6),  # one deletion
-    ("a b c d", "a x c d e", 2 / 4),  # one substitution, one insertion
-    ("Hello, World!", "hello world", 0.0),  # case and punctuation do not count
-    ("one two", "", 1.0),  # nothing recognized: every word deleted
-    ("I have 3 cats.", "I have three cats", 0.0),  # numbers spelled out on the reference side...
-    ("it costs five dollars", "It costs $5.", 0.0),  # ...and on the transcript side
-    ("In 1990 we had 21 dogs", "in nineteen ninety we had twenty-one dogs", 0.0),
-    ("I have 3 cats", "I have 4 cats", 1 / 4),  # "three" vs "four"
-])
+@pytest.mark.parametrize(
+    ("reference", "hypothesis", "expected"),
+    [
+        ("the cat sat on the mat", "the cat sat on the mat", 0.0),
+        ("the cat sat on the mat", "the cat sat on mat", 1 / 6),  # one deletion
+        ("a b c d", "a x c d e", 2 / 4),  # one substitution, one insertion
+        ("Hello, World!", "hello world", 0.0),  # case and punctuation do not count
+        ("one two", "", 1.0),  # nothing recognized: every word deleted
+        ("I have 3 cats.", "I have three cats", 0.0),  # numbers spelled out on the reference side...
+        ("it costs five dollars", "It costs $5.", 0.0),  # ...and on the transcript side
+        ("In 1990 we had 21 dogs", "in nineteen ninety we had twenty-one dogs", 0.0),
+        ("I have 3 cats", "I have 4 cats", 1 / 4),  # "three" vs "four"
+    ],
+)
 def test_word_error_rate(reference, hypothesis, expected):
     assert word_error_rate(reference, hypothesis) == pytest.approx(expected)
 
@@ -135,6 +140,7 @@ def test_empty_reference_is_an_error():
 
 # --- MCD and pitch ---------------------------------------------------------------------------------
 
+
 def test_mcd_is_zero_to_itself_and_larger_to_another_voice(clips):
     m3 = load_audio(clips["m3_a"])
     f4 = load_audio(clips["f4_a"])
@@ -151,8 +157,7 @@ def test_f0_rmse_of_150_vs_160_hz_tone(f0_method):
 
 
 def test_alignment_path_spans_both_clips():
-    synth, ref, alignment = analyse_pair(_tone(150.0), _tone(150.0, seconds=1.2, seed=1), SAMPLE_RATE,
-                                         f0_method="dio")
+    synth, ref, alignment = analyse_pair(_tone(150.0), _tone(150.0, seconds=1.2, seed=1), SAMPLE_RATE, f0_method="dio")
     assert alignment.path[0].tolist() == [0, 0]
     assert alignment.path[-1].tolist() == [synth.frames - 1, ref.frames - 1]
     steps = np.diff(alignment.path, axis=0)
@@ -174,6 +179,7 @@ def test_silence_or_too_short_audio_is_an_error():
 
 
 # --- speaking rate ---------------------------------------------------------------------------------
+
 
 def test_speech_duration_ignores_leading_and_trailing_silence():
     silence = np.zeros(SAMPLE_RATE // 2, np.float32)
@@ -197,6 +203,7 @@ def test_real_time_factor():
 
 # --- model judges ----------------------------------------------------------------------------------
 
+
 def test_speaker_similarity_separates_espeak_voices(clips, speaker):
     m3_a = speaker.embed(load_audio(clips["m3_a"]))
     m3_b = speaker.embed(load_audio(clips["m3_b"]))
@@ -208,8 +215,9 @@ def test_speaker_similarity_separates_espeak_voices(clips, speaker):
     assert same_voice > other_voice + 0.1
     # Against the mean d-vector of reference clips, the clip's own voice wins as well.
     references = [load_audio(clips["m3_b"])]
-    assert (speaker.similarity_to_references(load_audio(clips["m3_a"]), references)
-            > speaker.similarity_to_references(load_audio(clips["f4_a"]), references))
+    assert speaker.similarity_to_references(load_audio(clips["m3_a"]), references) > speaker.similarity_to_references(
+        load_audio(clips["f4_a"]), references
+    )
     assert cosine_similarity(m3_a, m3_a) == pytest.approx(1.0)
 
 
@@ -223,6 +231,7 @@ def test_whisper_transcribes_clean_speech(clips, whisper):
 
 
 # --- report and chorus eval ------------------------------------------------------------------------
+
 
 def test_evaluate_folder_and_its_markdown_and_json(tmp_path, clips, whisper, speaker):
     audio_dir = tmp_path / "synth"
@@ -253,8 +262,7 @@ def test_evaluate_folder_and_its_markdown_and_json(tmp_path, clips, whisper, spe
 
 
 def test_evaluate_pairs_on_arrays_with_rtf(tmp_path):
-    items = [EvalItem(id="tone", audio=_tone(150.0), text="ah", reference=_tone(160.0, seed=1),
-                      synthesis_seconds=0.1)]
+    items = [EvalItem(id="tone", audio=_tone(150.0), text="ah", reference=_tone(160.0, seed=1), synthesis_seconds=0.1)]
     report = evaluate_pairs(items, judges=Judges(whisper=None, speaker=None, f0_method="dio"), progress=False)
     row = report.rows[0]
     assert row.rtf == pytest.approx(0.1)
@@ -278,13 +286,14 @@ def test_missing_and_unreadable_files_are_named(tmp_path):
     broken = tmp_path / "broken.wav"
     broken.write_bytes(b"not a wav file")
     with pytest.raises(EvaluationError, match=r"item 'x': .*broken\.wav: unreadable audio"):
-        evaluate_pairs([EvalItem(id="x", audio=broken, text="hi")], judges=Judges(whisper=None, speaker=None),
-                       progress=False)
+        evaluate_pairs(
+            [EvalItem(id="x", audio=broken, text="hi")], judges=Judges(whisper=None, speaker=None), progress=False
+        )
 
 
 def test_array_items_at_other_rates_are_resampled(tmp_path):
     # A 16 kHz array and a 16 kHz file of the same tone measure the same speech duration.
-    tone_16k = _tone(150.0)[: 16_000]
+    tone_16k = _tone(150.0)[:16_000]
     path = tmp_path / "tone16k.wav"
     sf.write(path, tone_16k, 16_000)
     judges = Judges(whisper=None, speaker=None, reference=False)

@@ -30,5 +30,12 @@ def test_synthesize_grid_covers_every_voice_and_sentence():
         return np.full(100, len(voice), dtype=np.float32), 22_050, 0.01
 
     clips = synthesize_grid(speak, ["a", "bb"], ["one", "two", "three"], progress=False)
-    assert [(c.voice, c.sentence_index) for c in clips] == [("a", 0), ("a", 1), ("a", 2), ("bb", 0), ("bb", 1), ("bb", 2)]
+    assert [(c.voice, c.sentence_index) for c in clips] == [
+        ("a", 0),
+        ("a", 1),
+        ("a", 2),
+        ("bb", 0),
+        ("bb", 1),
+        ("bb", 2),
+    ]
     assert clips[4].id == "bb/001" and clips[4].audio[0] == 2

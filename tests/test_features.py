@@ -28,8 +28,10 @@ def test_cache_round_trip_keeps_every_mel_exactly(two_voice_corpus, tmp_path):
 
 def test_unusable_items_are_skipped_with_reasons(two_voice_corpus, tmp_path):
     utterances, _ = discover(two_voice_corpus)
-    broken = [utterances[0].__class__("x", "m3", "!!!", utterances[0].audio_path, "metadata.csv:9"),
-              utterances[1].__class__("y", "m3", "Fine text.", tmp_path / "gone.wav", "metadata.csv:10")]
+    broken = [
+        utterances[0].__class__("x", "m3", "!!!", utterances[0].audio_path, "metadata.csv:9"),
+        utterances[1].__class__("y", "m3", "Fine text.", tmp_path / "gone.wav", "metadata.csv:10"),
+    ]
     cache, skipped = build_feature_cache(utterances[:2] + broken, TextFrontEnd(), progress=False)
     assert len(cache) == 2
     assert any("metadata.csv:9" in s and "nothing speakable" in s for s in skipped)

@@ -52,14 +52,18 @@ def test_prediction_matches_measurement(trainable, batch, text_length, frames):
         assert 0 < measured.gradients < 0.05 * measured.weights
 
 
-@pytest.mark.parametrize("config_extra,settings", [
-    ({}, {"precision": "bf16"}),
-    ({}, {"checkpointing": True}),
-    ({}, {"optimizer": "adamw8bit"}),
-    ({"dropout": 0.1}, {"precision": "bf16"}),
-    ({"use_pitch": True, "use_energy": True}, {}),
-    ({"reversible": True}, {}),
-], ids=["bf16", "checkpointing", "adamw8bit", "dropout-bf16", "pitch-energy", "reversible"])
+@pytest.mark.parametrize(
+    "config_extra,settings",
+    [
+        ({}, {"precision": "bf16"}),
+        ({}, {"checkpointing": True}),
+        ({}, {"optimizer": "adamw8bit"}),
+        ({"dropout": 0.1}, {"precision": "bf16"}),
+        ({"use_pitch": True, "use_energy": True}, {}),
+        ({"reversible": True}, {}),
+    ],
+    ids=["bf16", "checkpointing", "adamw8bit", "dropout-bf16", "pitch-energy", "reversible"],
+)
 @pytest.mark.parametrize("trainable", [None, freeze_base], ids=["full", "frozen-base"])
 def test_prediction_matches_measurement_with_options(config_extra, settings, trainable):
     if settings.get("optimizer") == "adamw8bit":
@@ -90,16 +94,24 @@ def test_checkpointed_blocks_are_seen_through_their_saved_inputs():
 
 
 def test_500m_parameter_prediction_on_meta_allocates_nothing():
-    config = AcousticConfig(d_model=1024, n_heads=16, encoder_layers=8, decoder_layers=9, ff_hidden=4096,
-                            predictor_hidden=1024, speaker_dim=256)
+    config = AcousticConfig(
+        d_model=1024,
+        n_heads=16,
+        encoder_layers=8,
+        decoder_layers=9,
+        ff_hidden=4096,
+        predictor_hidden=1024,
+        speaker_dim=256,
+    )
     model = build_model(config, "meta")
     parameters = count_parameters(model)
     assert 480e6 < parameters < 520e6
     assert all(p.is_meta for p in model.parameters())
     resettable = _reset_peak_rss()
     started = time.perf_counter()
-    predicted = predict_memory(model, batch=16, text_length=100, frames=400, optimizer="adamw8bit",
-                               precision="bf16", checkpointing=True)
+    predicted = predict_memory(
+        model, batch=16, text_length=100, frames=400, optimizer="adamw8bit", precision="bf16", checkpointing=True
+    )
     assert time.perf_counter() - started < 5
     assert predicted.gradients == 4 * parameters
     assert predicted.activations > 2**28 and predicted.recompute > 0
@@ -110,11 +122,26 @@ def test_500m_parameter_prediction_on_meta_allocates_nothing():
 
 def test_report_table_and_plot(tmp_path):
     config = tiny_config()
-    report = memory_report(config, trainable=freeze_base, batch=2, text_length=7, frames=23, measure=True,
-                           checkpointing=True, out_png=tmp_path / "memory.png")
+    report = memory_report(
+        config,
+        trainable=freeze_base,
+        batch=2,
+        text_length=7,
+        frames=23,
+        measure=True,
+        checkpointing=True,
+        out_png=tmp_path / "memory.png",
+    )
     markdown = report.markdown()
-    for row in ("| weights |", "| gradients |", "| optimizer states |", "| activations |", "| total |",
-                "| recompute", "| step peak (RSS growth) |"):
+    for row in (
+        "| weights |",
+        "| gradients |",
+        "| optimizer states |",
+        "| activations |",
+        "| total |",
+        "| recompute",
+        "| step peak (RSS growth) |",
+    ):
         assert row in markdown
     assert "freeze_base" in markdown and report.trainable_parameters < report.parameters
     # Bytes, not rounded MiB; the total holds the recompute, and prediction and measurement agree to the byte.
@@ -128,8 +155,10 @@ def test_report_table_and_plot(tmp_path):
 
     predicted_only = memory_report(config, batch=2, text_length=7, frames=23)
     assert predicted_only.measured is None and "| activations |" in predicted_only.markdown()
-    png = plot_memory([("full", predicted_only.predicted, None),
-                       ("frozen base", report.predicted, report.measured)], tmp_path / "methods.png")
+    png = plot_memory(
+        [("full", predicted_only.predicted, None), ("frozen base", report.predicted, report.measured)],
+        tmp_path / "methods.png",
+    )
     assert png.stat().st_size > 10_000
 
 

@@ -44,10 +44,15 @@ def _assert_exact(predicted, measured) -> None:
 
 
 # Every registered method (and full fine-tuning) with its defaults, then combinations and variants.
-@pytest.mark.parametrize("method,options", [
-    *((name, {}) for name in method_names()),
-    ("lora+speaker", {}), ("speaker", {"speaker": {"train_projection": True}}),
-], ids=[*method_names(), "lora+speaker", "speaker-projection"])
+@pytest.mark.parametrize(
+    "method,options",
+    [
+        *((name, {}) for name in method_names()),
+        ("lora+speaker", {}),
+        ("speaker", {"speaker": {"train_projection": True}}),
+    ],
+    ids=[*method_names(), "lora+speaker", "speaker-projection"],
+)
 def test_adapter_prediction_matches_measurement(method, options):
     predicted, measured = _compare(adapted(method, **options))
     _assert_exact(predicted, measured)
@@ -55,10 +60,16 @@ def test_adapter_prediction_matches_measurement(method, options):
         assert 0 < measured.gradients < 0.05 * measured.weights
 
 
-@pytest.mark.parametrize("settings", [
-    {"checkpointing": True}, {"precision": "bf16"}, {"optimizer": "adamw8bit"},
-    {"optimizer": "adamw8bit", "checkpointing": True, "precision": "bf16"},
-], ids=["checkpointing", "bf16", "adamw8bit", "all-three"])
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {"checkpointing": True},
+        {"precision": "bf16"},
+        {"optimizer": "adamw8bit"},
+        {"optimizer": "adamw8bit", "checkpointing": True, "precision": "bf16"},
+    ],
+    ids=["checkpointing", "bf16", "adamw8bit", "all-three"],
+)
 @pytest.mark.parametrize("method", ["lora", "full"])
 def test_adapter_prediction_with_memory_options(method, settings):
     if settings.get("optimizer") == "adamw8bit":
@@ -66,32 +77,63 @@ def test_adapter_prediction_with_memory_options(method, settings):
     _assert_exact(*_compare(adapted(method), **settings))
 
 
-@pytest.mark.parametrize("method,options,config_extra,settings", [
-    # BiasDelta(LoraLinear(Linear)); bf16 deltas promote bf16 outputs back to float32.
-    ("lora+bitfit", {}, {}, {"precision": "bf16"}),
-    # ResidualAdapter(PrefixAttention(attention with LoraLinear projections)), ConditionalLayerNorm norms.
-    ("residual+prefix+lora+cln", {}, {}, {"precision": "bf16", "checkpointing": True}),
-    # LoraConv1d and LoraEmbedding.
-    ("lora", {"lora": {"targets": ["q_proj", "conv1", "conv2", "symbol_embedding", "embed"]}}, {"use_pitch": True},
-     {"precision": "bf16"}),
-    # Residual adapters after a Conv1d (channel axis), a Linear and a LayerNorm.
-    ("residual", {"residual": {"targets": ["ff", "conv1", "prior_proj", "norm2"]}}, {}, {}),
-    # The math attention path with a prefix: keys and values need gradients where queries do not.
-    ("prefix", {}, {"dropout": 0.1}, {}),
-    # The plain layer norm of a bf16 input keeps bf16 statistics.
-    ("cln", {}, {}, {"precision": "bf16"}),
-], ids=["bitfit-around-lora", "residual-prefix-lora-cln", "lora-conv-embedding", "residual-conv-linear-norm",
-        "prefix-dropout", "cln-bf16"])
+@pytest.mark.parametrize(
+    "method,options,config_extra,settings",
+    [
+        # BiasDelta(LoraLinear(Linear)); bf16 deltas promote bf16 outputs back to float32.
+        ("lora+bitfit", {}, {}, {"precision": "bf16"}),
+        # ResidualAdapter(PrefixAttention(attention with LoraLinear projections)), ConditionalLayerNorm norms.
+        ("residual+prefix+lora+cln", {}, {}, {"precision": "bf16", "checkpointing": True}),
+        # LoraConv1d and LoraEmbedding.
+        (
+            "lora",
+            {"lora": {"targets": ["q_proj", "conv1", "conv2", "symbol_embedding", "embed"]}},
+            {"use_pitch": True},
+            {"precision": "bf16"},
+        ),
+        # Residual adapters after a Conv1d (channel axis), a Linear and a LayerNorm.
+        ("residual", {"residual": {"targets": ["ff", "conv1", "prior_proj", "norm2"]}}, {}, {}),
+        # The math attention path with a prefix: keys and values need gradients where queries do not.
+        ("prefix", {}, {"dropout": 0.1}, {}),
+        # The plain layer norm of a bf16 input keeps bf16 statistics.
+        ("cln", {}, {}, {"precision": "bf16"}),
+    ],
+    ids=[
+        "bitfit-around-lora",
+        "residual-prefix-lora-cln",
+        "lora-conv-embedding",
+        "residual-conv-linear-norm",
+        "prefix-dropout",
+        "cln-bf16",
+    ],
+)
 def test_nested_and_targeted_adapters(method, options, config_extra, settings):
     _assert_exact(*_compare(adapted(method, **options), config_extra, **settings))
 
 
-@pytest.mark.parametrize("method,settings", [
-    ("lora", {}), ("lora+speaker", {}), ("residual", {}), ("speaker", {}), ("prefix", {}),
-    ("lora", {"checkpointing": True}), ("lora", {"optimizer": "adamw8bit", "checkpointing": True}),
-    ("full", {}),
-], ids=["lora", "lora+speaker", "residual", "speaker", "prefix", "lora-checkpointing", "lora-adamw8bit-checkpointing",
-        "full"])
+@pytest.mark.parametrize(
+    "method,settings",
+    [
+        ("lora", {}),
+        ("lora+speaker", {}),
+        ("residual", {}),
+        ("speaker", {}),
+        ("prefix", {}),
+        ("lora", {"checkpointing": True}),
+        ("lora", {"optimizer": "adamw8bit", "checkpointing": True}),
+        ("full", {}),
+    ],
+    ids=[
+        "lora",
+        "lora+speaker",
+        "residual",
+        "speaker",
+        "prefix",
+        "lora-checkpointing",
+        "lora-adamw8bit-checkpointing",
+        "full",
+    ],
+)
 def test_bf16_frozen_base(method, settings):
     # The frozen weights stored in bfloat16: no autocast copies of them, a bfloat16 residual stream,
     # alignment path and duration targets. (Full fine-tuning freezes nothing: no parameter is cast.)
@@ -103,7 +145,7 @@ def test_bf16_frozen_base(method, settings):
     fp32_base = predict_memory(model, **SIZES, precision="bf16", **settings)
     norms = {id(p) for module in model.modules() if isinstance(module, torch.nn.LayerNorm) for p in module.parameters()}
     frozen = sum(p.numel() for p in model.parameters() if not p.requires_grad and id(p) not in norms)
-    assert fp32_base.weights - predicted.weights == 2 * frozen   # 2 of 4 bytes per frozen value (norms stay fp32)
+    assert fp32_base.weights - predicted.weights == 2 * frozen  # 2 of 4 bytes per frozen value (norms stay fp32)
     assert predicted.activations < fp32_base.activations or method == "full"
     assert predicted.gradients == fp32_base.gradients and predicted.optimizer_states == fp32_base.optimizer_states
 
@@ -142,8 +184,9 @@ def test_frozen_linear_saves_only_what_lora_needs():
     layer.active = VOICE
     layer.base_layer.requires_grad_(False)
     x = torch.randn(3, 5, 16, requires_grad=True)
-    measured = measure_training_step(layer, {"x": x}, lambda out, _: out.sum(),
-                                     torch.optim.AdamW(p for p in layer.parameters() if p.requires_grad))
+    measured = measure_training_step(
+        layer, {"x": x}, lambda out, _: out.sum(), torch.optim.AdamW(p for p in layer.parameters() if p.requires_grad)
+    )
     pass_ = ShadowPass()
     pass_.leaf(layer, pass_.new(tuple(x.shape), x.dtype, requires_grad=True))
     assert pass_.saved_bytes == measured.activations == 3 * 5 * (16 + 4) * 4
@@ -157,6 +200,6 @@ def test_inactive_adapter_is_the_base_layer():
     model.requires_grad_(True)
     with_adapter, base = predict_memory(model, **SIZES), predict_memory(plain, **SIZES)
     assert with_adapter.activations == base.activations
-    assert with_adapter.gradients == base.gradients   # the adapter's tensors are not read
+    assert with_adapter.gradients == base.gradients  # the adapter's tensors are not read
     with routed(model, [VOICE, BASE]), pytest.raises(ValueError, match="routing"):
         predict_memory(model, **SIZES)

@@ -20,8 +20,17 @@ from chorus.models.bundle import CheckpointError, ModelBundle, load_bundle, save
 from chorus.models.config import AcousticConfig
 from chorus.text import TextFrontEnd
 
-TINY = dict(n_symbols=40, n_speakers=3, d_model=32, n_heads=2, encoder_layers=1, decoder_layers=1,
-            ff_hidden=48, predictor_hidden=16, speaker_dim=8)
+TINY = dict(
+    n_symbols=40,
+    n_speakers=3,
+    d_model=32,
+    n_heads=2,
+    encoder_layers=1,
+    decoder_layers=1,
+    ff_hidden=48,
+    predictor_hidden=16,
+    speaker_dim=8,
+)
 
 
 def tiny_model(**overrides) -> AcousticModel:
@@ -32,7 +41,7 @@ def tiny_model(**overrides) -> AcousticModel:
 def tiny_batch(batch=3, text=7, frames=20):
     phonemes = torch.randint(1, 40, (batch, text))
     text_lengths = torch.tensor([text] + [text - 2] * (batch - 1))
-    phonemes[1:, text - 2:] = 0
+    phonemes[1:, text - 2 :] = 0
     frame_lengths = torch.tensor([frames] + [frames - 5] * (batch - 1))
     mel = torch.randn(batch, frames, 80) * lengths_to_mask(frame_lengths, frames).unsqueeze(-1)
     return phonemes, text_lengths, mel, frame_lengths, torch.tensor([0, 1, 2][:batch])
@@ -44,7 +53,7 @@ def brute_force_best_path(log_prob):
     best, best_durations = -float("inf"), None
     for cuts in itertools.combinations(range(1, n_frames), n_text - 1):
         bounds = (0, *cuts, n_frames)
-        score = sum(log_prob[i, bounds[i]:bounds[i + 1]].sum() for i in range(n_text))
+        score = sum(log_prob[i, bounds[i] : bounds[i + 1]].sum() for i in range(n_text))
         if score > best:
             best, best_durations = score, [bounds[i + 1] - bounds[i] for i in range(n_text)]
     return best_durations
@@ -130,14 +139,27 @@ def test_energy_predictor_is_optional_and_trained_from_targets():
 
 def test_module_names_are_predictable_for_adapters():
     names = dict(tiny_model().named_modules())
-    for name in ("encoder.layers.0.attn.q_proj", "encoder.layers.0.attn.v_proj", "decoder.layers.0.ff.conv1",
-                 "decoder.layers.0.norm2", "duration_predictor.conv1", "speaker_proj"):
+    for name in (
+        "encoder.layers.0.attn.q_proj",
+        "encoder.layers.0.attn.v_proj",
+        "decoder.layers.0.ff.conv1",
+        "decoder.layers.0.norm2",
+        "duration_predictor.conv1",
+        "speaker_proj",
+    ):
         assert name in names
 
 
 def test_any_size_builds_on_the_meta_device_without_memory():
-    config = AcousticConfig(d_model=1536, n_heads=16, encoder_layers=12, decoder_layers=12, ff_hidden=6144,
-                            ff_kernel=3, predictor_hidden=512)
+    config = AcousticConfig(
+        d_model=1536,
+        n_heads=16,
+        encoder_layers=12,
+        decoder_layers=12,
+        ff_hidden=6144,
+        ff_kernel=3,
+        predictor_hidden=512,
+    )
     model = build_model(config, "meta")
     assert next(model.parameters()).is_meta
     assert 450e6 < count_parameters(model) < 2e9

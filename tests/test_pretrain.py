@@ -28,8 +28,17 @@ def corpus(two_voice_corpus) -> Path:
 
 
 def recipe(corpus: Path, out: Path, steps: int) -> PretrainConfig:
-    return PretrainConfig(data=str(corpus), out=str(out), model=AcousticConfig(**TINY_MODEL), steps=steps,
-                          max_frames=2000, eval_every=2, save_every=2, threads=1, val_per_speaker=1)
+    return PretrainConfig(
+        data=str(corpus),
+        out=str(out),
+        model=AcousticConfig(**TINY_MODEL),
+        steps=steps,
+        max_frames=2000,
+        eval_every=2,
+        save_every=2,
+        threads=1,
+        val_per_speaker=1,
+    )
 
 
 def test_pretrain_writes_checkpoint_log_and_plot_and_resumes(corpus, tmp_path):
@@ -97,10 +106,34 @@ def test_ddp_with_two_local_processes(corpus, tmp_path):
     torchrun = Path(sys.executable).with_name("torchrun")
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     result = subprocess.run(
-        [str(torchrun), "--nproc_per_node", "2", "--master_addr", "127.0.0.1", "--master_port", str(free_port()),
-         "-m", "chorus", "pretrain", str(corpus),
-         "--out", str(tmp_path / "run"), "--steps", "4", "--config", str(config), "--threads", "1",
-         "--max-frames", "700"], capture_output=True, text=True, env=env, timeout=240)
+        [
+            str(torchrun),
+            "--nproc_per_node",
+            "2",
+            "--master_addr",
+            "127.0.0.1",
+            "--master_port",
+            str(free_port()),
+            "-m",
+            "chorus",
+            "pretrain",
+            str(corpus),
+            "--out",
+            str(tmp_path / "run"),
+            "--steps",
+            "4",
+            "--config",
+            str(config),
+            "--threads",
+            "1",
+            "--max-frames",
+            "700",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=240,
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     bundle = load_bundle(tmp_path / "run" / "checkpoint")
     assert bundle.info["world_size"] == 2 and bundle.info["steps"] == 4

@@ -58,9 +58,12 @@ KEYS = {"acme-key-0123456789abcdef": "acme", "globex-key-0123456789abcdef": "glo
 ACME = {"Authorization": "Bearer acme-key-0123456789abcdef"}
 GLOBEX = {"Authorization": "Bearer globex-key-0123456789abcdef"}
 LIMITS = UploadLimits(max_upload_bytes=8 << 20, max_clips=40)
-SETTINGS = ServerSettings(max_wait_ms=20, upload=LIMITS, progress_interval=0.2,
-                          adapt=AdaptRecipe(method="lora", steps=4, threads=1,
-                                            options={"eval_every": 2, "max_frames": 1500}))
+SETTINGS = ServerSettings(
+    max_wait_ms=20,
+    upload=LIMITS,
+    progress_interval=0.2,
+    adapt=AdaptRecipe(method="lora", steps=4, threads=1, options={"eval_every": 2, "max_frames": 1500}),
+)
 SENTENCES = "The birch canoe slid on the smooth planks. Glue the sheet to the dark blue background. It is easy."
 
 
@@ -77,15 +80,22 @@ def adapter_folders(tiny_base, tmp_path_factory) -> dict[str, Path]:
     folders = {}
     for k, name in enumerate(["ann", "bob", "other-ann", "alien"]):
         # alien: made for another base
-        folders[name] = random_voice(bundle, name, [LoraConfig(r=2), SpeakerConfig()], root / name, 100 + k,
-                                     base_sha256="0" * 64 if name == "alien" else None)
+        folders[name] = random_voice(
+            bundle,
+            name,
+            [LoraConfig(r=2), SpeakerConfig()],
+            root / name,
+            100 + k,
+            base_sha256="0" * 64 if name == "alien" else None,
+        )
     return folders
 
 
 def make_app(tiny_base: Path, root: Path, keys: dict[str, str] | None = None, settings: ServerSettings = SETTINGS):
     store = VoiceStore(str(root))
-    engine = Engine(load_base(tiny_base, "griffin-lim"), resolve=functools.partial(resolve_voice_key, store),
-                    cache_bytes=1 << 20)
+    engine = Engine(
+        load_base(tiny_base, "griffin-lim"), resolve=functools.partial(resolve_voice_key, store), cache_bytes=1 << 20
+    )
     tenants = Tenants.from_pairs(keys.items()) if keys else Tenants()
     return create_app(store, engine, tenants, settings), store
 
@@ -118,7 +128,7 @@ def assert_error(response, status: int, fragment: str = "") -> str:
     body = response.json()
     assert set(body) == {"error"} and isinstance(body["error"]["message"], str), body
     assert "Traceback" not in response.text and 'File "' not in response.text
-    assert "pytest-of" not in response.text   # no server paths either
+    assert "pytest-of" not in response.text  # no server paths either
     assert fragment.lower() in body["error"]["message"].lower(), body
     return body["error"]["message"]
 
@@ -150,16 +160,24 @@ def test_keys_file_env_and_bind_rules(tmp_path):
     for host in ["0.0.0.0", "192.168.1.5", "example.com", "::"]:
         with pytest.raises(ValueError, match="loopback"):
             check_bind(host, single)
-    check_bind("0.0.0.0", tenants)   # with keys any address is allowed
+    check_bind("0.0.0.0", tenants)  # with keys any address is allowed
 
 
 def test_adapt_recipe_becomes_the_training_config():
     config = adapt_config(AdaptRecipe(method="lora", steps=4, options={"eval_every": 2, "max_frames": 1500}))
-    assert (config.method, config.steps, config.threads, config.eval_every, config.max_frames) == ("lora", 4, 1, 2, 1500)
-    assert ServerSettings().adapt.method == "residual"   # the onboarding default, as `chorus serve`'s
-    for recipe, fragment in [(AdaptRecipe(method="dora"), "unknown adapter method"),
-                             (AdaptRecipe(options={"steps": 3}), "other than method, steps, threads"),
-                             (AdaptRecipe(options={"no_such_field": 1}), "no_such_field")]:
+    assert (config.method, config.steps, config.threads, config.eval_every, config.max_frames) == (
+        "lora",
+        4,
+        1,
+        2,
+        1500,
+    )
+    assert ServerSettings().adapt.method == "residual"  # the onboarding default, as `chorus serve`'s
+    for recipe, fragment in [
+        (AdaptRecipe(method="dora"), "unknown adapter method"),
+        (AdaptRecipe(options={"steps": 3}), "other than method, steps, threads"),
+        (AdaptRecipe(options={"no_such_field": 1}), "no_such_field"),
+    ]:
         with pytest.raises(ValueError, match=fragment):
             adapt_config(recipe)
 
@@ -211,13 +229,15 @@ def test_transcripts_and_archive_safety(new_voice_data, tmp_path):
                 archive.writestr(info, "/etc/passwd")
         return buffer.getvalue()
 
-    cases = {"'..'": zipped({"../evil.wav": b"x", "metadata.csv": b"a|b"}),
-             "absolute": zipped({"/abs/metadata.csv": b"a|b"}),
-             "symbolic link": zipped({"metadata.csv": b"a|b"}, symlink="wavs/a.wav"),
-             "zip bomb": zipped({"metadata.csv": b"a|b", "wavs/a.wav": bytes(4 << 20)}),
-             "exactly one metadata.csv": zipped({"wavs/a.wav": b"x"}),
-             "no wavs/a.wav": zipped({"metadata.csv": b"a|hello"}),
-             "not a zip": b"PK not really"}
+    cases = {
+        "'..'": zipped({"../evil.wav": b"x", "metadata.csv": b"a|b"}),
+        "absolute": zipped({"/abs/metadata.csv": b"a|b"}),
+        "symbolic link": zipped({"metadata.csv": b"a|b"}, symlink="wavs/a.wav"),
+        "zip bomb": zipped({"metadata.csv": b"a|b", "wavs/a.wav": bytes(4 << 20)}),
+        "exactly one metadata.csv": zipped({"wavs/a.wav": b"x"}),
+        "no wavs/a.wav": zipped({"metadata.csv": b"a|hello"}),
+        "not a zip": b"PK not really",
+    }
     for number, (fragment, data) in enumerate(cases.items()):
         with pytest.raises(UploadError, match=fragment):
             prepare_archive(data, tmp_path / f"bad{number}", LIMITS)
@@ -227,12 +247,14 @@ def test_transcripts_and_archive_safety(new_voice_data, tmp_path):
 def test_openapi_page_shows_the_routes_and_their_bodies(tenants_app):
     client, _ = tenants_app
     schema = client.get("/openapi.json").json()
-    assert {"/v1/audio/speech", "/v1/voices", "/v1/voices/{voice_id}", "/v1/jobs/{job_id}", "/healthz"} \
-        <= set(schema["paths"])
+    assert {"/v1/audio/speech", "/v1/voices", "/v1/voices/{voice_id}", "/v1/jobs/{job_id}", "/healthz"} <= set(
+        schema["paths"]
+    )
     body = schema["paths"]["/v1/audio/speech"]["post"]["requestBody"]["content"]["application/json"]["schema"]
     assert body["title"] == "SpeechRequest" and set(body["required"]) == {"input", "voice"}
-    assert {"CustomVoice", "BaseVoice", "VoiceList", "Job", "CreatedJob", "ErrorBody"} \
-        <= set(schema["components"]["schemas"])
+    assert {"CustomVoice", "BaseVoice", "VoiceList", "Job", "CreatedJob", "ErrorBody"} <= set(
+        schema["components"]["schemas"]
+    )
     docs = client.get("/docs")
     assert docs.status_code == 200 and "openapi.json" in docs.text
 
@@ -243,7 +265,7 @@ def test_speech_formats_speed_and_streaming(tenants_app):
     assert wav.status_code == 200 and wav.headers["content-type"] == "audio/wav"
     audio, rate = decode(wav.content)
     assert rate == 22050 and len(audio) > 0 and np.isfinite(audio).all()
-    assert struct.unpack("<I", wav.content[40:44])[0] == len(wav.content) - 44   # exact sizes when whole
+    assert struct.unpack("<I", wav.content[40:44])[0] == len(wav.content) - 44  # exact sizes when whole
 
     pcm = speak(client, response_format="pcm")
     assert pcm.headers["content-type"] == "audio/pcm" and pcm.headers["x-sample-rate"] == "22050"
@@ -256,8 +278,9 @@ def test_speech_formats_speed_and_streaming(tenants_app):
     assert len(fast.content) < len(pcm.content) < len(slow.content)
 
     # Several sentences: streamed as made, a WAV header of unknown length, one chunk per sentence.
-    with client.stream("POST", "/v1/audio/speech", headers=ACME,
-                       json={"model": "tts-1", "input": SENTENCES, "voice": {"id": "bob"}}) as streamed:
+    with client.stream(
+        "POST", "/v1/audio/speech", headers=ACME, json={"model": "tts-1", "input": SENTENCES, "voice": {"id": "bob"}}
+    ) as streamed:
         assert streamed.status_code == 200 and "content-length" not in streamed.headers
         body = b"".join(streamed.iter_bytes())
     assert body[:4] == b"RIFF" and struct.unpack("<I", body[40:44])[0] == 0xFFFFFFFF
@@ -273,7 +296,7 @@ BAD_SPEECH = [
     ({"input": 42}, 400, "'input' is required"),
     ({"input": "!!! ???"}, 400, "speakable"),
     ({"voice": "nobody"}, 404, "not found"),
-    ({"voice": "secret"}, 404, "not found"),          # globex's voice, asked by acme
+    ({"voice": "secret"}, 404, "not found"),  # globex's voice, asked by acme
     ({"voice": "../x"}, 400, "invalid voice id"),
     ({"voice": "ANN"}, 400, "invalid voice id"),
     ({"voice": ""}, 400, "'voice' is required"),
@@ -306,10 +329,16 @@ def test_bad_bodies_paths_and_methods(tenants_app):
     json_header = ACME | {"Content-Type": "application/json"}
     assert_error(post("/v1/audio/speech", content=b"{bad", headers=json_header), 400, "not valid JSON")
     assert_error(post("/v1/audio/speech", content=b"[1, 2]", headers=json_header), 400, "JSON object")
-    assert_error(post("/v1/audio/speech", content=b'{"input": "Hi.", "voice": "m3", "speed": NaN}',
-                      headers=json_header), 400, "'speed'")
-    assert_error(post("/v1/audio/speech", content=b"input=hi", headers=ACME | {"Content-Type": "text/plain"}),
-                 415, "application/json")
+    assert_error(
+        post("/v1/audio/speech", content=b'{"input": "Hi.", "voice": "m3", "speed": NaN}', headers=json_header),
+        400,
+        "'speed'",
+    )
+    assert_error(
+        post("/v1/audio/speech", content=b"input=hi", headers=ACME | {"Content-Type": "text/plain"}),
+        415,
+        "application/json",
+    )
     assert_error(post("/v1/audio/speech", content=b" " * (70 << 10), headers=json_header), 413, "over")
     # The same words for a voice of another tenant and one that never existed.
     theirs, missing = (speak(client, voice=v).json()["error"] for v in ("secret", "nobody-at-all"))
@@ -335,9 +364,16 @@ def test_api_keys_and_tenant_isolation(tenants_app, adapter_folders):
         assert_error(response, 401)
         assert response.headers["www-authenticate"] == "Bearer"
         assert_error(speak(client, headers=headers), 401)
-    listed = {t: {v["id"]: v for v in client.get("/v1/voices", headers=h).json()["data"]}
-              for t, h in [("acme", ACME), ("globex", GLOBEX)]}
-    assert set(listed["acme"]) == {"m3", "f2", "ann", "bob", "alien"} and set(listed["globex"]) == {"m3", "f2", "ann", "secret"}
+    listed = {
+        t: {v["id"]: v for v in client.get("/v1/voices", headers=h).json()["data"]}
+        for t, h in [("acme", ACME), ("globex", GLOBEX)]
+    }
+    assert set(listed["acme"]) == {"m3", "f2", "ann", "bob", "alien"} and set(listed["globex"]) == {
+        "m3",
+        "f2",
+        "ann",
+        "secret",
+    }
     assert listed["acme"]["m3"]["type"] == "base" and listed["acme"]["m3"]["default"] is True
     assert listed["acme"]["ann"]["status"] == "ready" and listed["acme"]["ann"]["type"] == "custom"
     assert client.get("/v1/voices/bob", headers=ACME).json()["status"] == "ready"
@@ -352,7 +388,10 @@ def test_api_keys_and_tenant_isolation(tenants_app, adapter_folders):
     assert speak(client, voice="to-delete").status_code == 200
     assert_error(client.delete("/v1/voices/to-delete", headers=GLOBEX), 404)
     assert client.delete("/v1/voices/to-delete", headers=ACME).json() == {
-        "id": "to-delete", "object": "voice.deleted", "deleted": True}
+        "id": "to-delete",
+        "object": "voice.deleted",
+        "deleted": True,
+    }
     assert_error(speak(client, voice="to-delete"), 404, "not found")
     assert_error(client.get("/v1/voices/to-delete", headers=ACME), 404)
     assert not any(key.startswith("acme/to-delete@") for key in client.app.state.server.engine.resident())
@@ -432,15 +471,18 @@ def test_upload_refusals(tenants_app, new_voice_data):
     three = {name: text for name, text in list(json.loads(transcripts).items())[:3]}
     assert_error(upload(form | {"transcripts": json.dumps(three)}, upload_files=files[:3]), 400, "at least 30 s")
     too_many = [("clips", (f"c{i}.wav", b"x", "audio/wav")) for i in range(41)]
-    assert_error(upload(form | {"transcripts": json.dumps({f"c{i}.wav": "Hi." for i in range(41)})},
-                        upload_files=too_many), 413, "at most 40")
+    assert_error(
+        upload(form | {"transcripts": json.dumps({f"c{i}.wav": "Hi." for i in range(41)})}, upload_files=too_many),
+        413,
+        "at most 40",
+    )
     archive = [("archive", ("voice.zip", b"PK nonsense", "application/zip"))]
     assert_error(upload(upload_files=files + archive), 400, "not both")
     assert_error(upload(upload_files=archive), 415, "not a zip")
     assert_error(upload(upload_files=[("archive", ("big.zip", bytes(9 << 20), "application/zip"))]), 413, "at most")
     assert_error(client.post("/v1/voices", json={"name": "x", "consent": CONSENT}, headers=ACME), 415, "multipart")
     assert_error(upload(headers={}), 401)
-    assert [v.voice_id for v in store.list_voices("acme")] == ["alien", "ann", "bob"]   # nothing half-made
+    assert [v.voice_id for v in store.list_voices("acme")] == ["alien", "ann", "bob"]  # nothing half-made
     jobs_dir = client.app.state.server.jobs.jobs_dir
     assert [p.name for p in jobs_dir.iterdir() if p.is_dir()] == []
 
@@ -461,8 +503,9 @@ def test_onboarding_end_to_end_single_tenant(tiny_base, new_voice_data, tmp_path
     files, transcripts = clip_files(new_voice_data)
     with TestClient(app) as client:
         assert client.get("/healthz").json()["tenancy"] == "single"
-        created = client.post("/v1/voices", files=files,
-                              data={"name": "Fiona Four", "consent": CONSENT, "transcripts": transcripts})
+        created = client.post(
+            "/v1/voices", files=files, data={"name": "Fiona Four", "consent": CONSENT, "transcripts": transcripts}
+        )
         assert created.status_code == 202, created.text
         job = created.json()
         assert job["voice"] == "fiona-four" and job["clips"] == 16 and created.headers["location"].endswith(job["id"])
@@ -475,13 +518,18 @@ def test_onboarding_end_to_end_single_tenant(tiny_base, new_voice_data, tmp_path
         assert client.get("/v1/voices/fiona-four").json()["status"] == "ready"
         audio, rate = decode(speak(client, {}, voice="fiona-four").content)
         assert rate == 22050 and len(audio) > 0
-        assert_error(client.post("/v1/voices", files=files, data={"name": "Fiona Four", "consent": CONSENT,
-                                                                  "transcripts": transcripts}), 409, "exists")
+        assert_error(
+            client.post(
+                "/v1/voices", files=files, data={"name": "Fiona Four", "consent": CONSENT, "transcripts": transcripts}
+            ),
+            409,
+            "exists",
+        )
         metrics = client.get("/metrics").text
         assert "chorus_cache_loads_total 1.0" in metrics
     consent = [json.loads(line) for line in (tmp_path / "store" / ".jobs" / "consent.jsonl").read_text().splitlines()]
     assert consent[0]["statement"] == CONSENT and consent[0]["voice_id"] == "fiona-four"
-    assert not [p for p in (tmp_path / "store" / ".jobs").iterdir() if p.is_dir()]   # job files removed
+    assert not [p for p in (tmp_path / "store" / ".jobs").iterdir() if p.is_dir()]  # job files removed
 
 
 def test_a_job_reports_the_training_steps_as_its_progress(tiny_base, new_voice_data, tmp_path):
@@ -514,10 +562,11 @@ def test_interrupted_jobs_resume_or_fail_on_restart(tiny_base, new_voice_data, t
     with VoiceStore(str(root)) as store:
         kept = store.create_job("default", "kept", name="Kept")
         lost = store.create_job("default", "lost", name="Lost")
-        store.update_job(kept, status="running", progress=0.4)   # the server died mid-training
+        store.update_job(kept, status="running", progress=0.4)  # the server died mid-training
     shutil.copytree(new_voice_data, root / ".jobs" / kept / "voice")
-    (root / ".jobs" / kept / "job.json").write_text(json.dumps({"job_id": kept, "tenant": "default",
-                                                                "voice_id": "kept", "name": "Kept"}))
+    (root / ".jobs" / kept / "job.json").write_text(
+        json.dumps({"job_id": kept, "tenant": "default", "voice_id": "kept", "name": "Kept"})
+    )
     app, store = make_app(tiny_base, root)
     with TestClient(app) as client:
         assert client.get(f"/v1/jobs/{lost}").json()["status"] == "failed"
@@ -526,7 +575,7 @@ def test_interrupted_jobs_resume_or_fail_on_restart(tiny_base, new_voice_data, t
         assert store.voice("default", "kept").status == VoiceStatus.READY
         assert store.voice("default", "lost").status == VoiceStatus.FAILED
         assert speak(client, {}, voice="kept").status_code == 200
-    with VoiceStore(str(root)) as reopened:   # the server closed its store when it stopped
+    with VoiceStore(str(root)) as reopened:  # the server closed its store when it stopped
         assert reopened.get_job("default", kept).status == JobStatus.DONE
 
 
@@ -541,7 +590,7 @@ def test_a_stopped_server_leaves_everything_in_the_database_file(tiny_base, adap
         assert client.get("/v1/voices/ann").json()["status"] == "ready"
     backup = tmp_path / "backup"
     backup.mkdir()
-    shutil.copy(root / "store.sqlite3", backup / "store.sqlite3")   # the main file alone
+    shutil.copy(root / "store.sqlite3", backup / "store.sqlite3")  # the main file alone
     db = sqlite3.connect(backup / "store.sqlite3")
     try:
         voices = {row[0]: row[1] for row in db.execute("SELECT id, status FROM voices")}
@@ -570,14 +619,16 @@ def test_official_openai_client(live_server):
     whole = client.audio.speech.create(model="chorus", voice="ann", input="Hello there.", response_format="wav")
     audio, rate = decode(whole.content)
     assert rate == 22050 and len(audio) > 0
-    with client.audio.speech.with_streaming_response.create(model="tts-1", voice="m3", input=SENTENCES,
-                                                            response_format="pcm") as response:
+    with client.audio.speech.with_streaming_response.create(
+        model="tts-1", voice="m3", input=SENTENCES, response_format="pcm"
+    ) as response:
         assert response.headers.get("transfer-encoding") == "chunked"
         chunks = [chunk for chunk in response.iter_bytes() if chunk]
     streamed = b"".join(chunks)
     assert len(chunks) >= 2 and len(streamed) % 2 == 0 and len(streamed) > 2 * 22050 // 2
-    with client.audio.speech.with_streaming_response.create(model="chorus", voice="bob", input=SENTENCES,
-                                                            response_format="wav") as response:
+    with client.audio.speech.with_streaming_response.create(
+        model="chorus", voice="bob", input=SENTENCES, response_format="wav"
+    ) as response:
         assert len(decode(response.read())[0]) > 0
     with pytest.raises(openai.NotFoundError, match="not found"):
         client.audio.speech.create(model="chorus", voice="nobody", input="Hello.")
@@ -591,15 +642,24 @@ def test_official_openai_client(live_server):
 def test_concurrent_mixed_voices_and_metrics(live_server):
     live_server, server = live_server
     voices = ["m3", "f2", "ann", "bob"]
-    texts = ["The birch canoe slid on the smooth planks.", "Rice is often served in round bowls.",
-             "It is easy to tell the depth of a well.", "Glue the sheet to the dark blue background."]
+    texts = [
+        "The birch canoe slid on the smooth planks.",
+        "Rice is often served in round bowls.",
+        "It is easy to tell the depth of a well.",
+        "Glue the sheet to the dark blue background.",
+    ]
     results: dict[int, tuple[int, bytes] | Exception] = {}
 
     def call(index: int) -> None:
-        body = json.dumps({"model": "chorus", "input": texts[index % 4], "voice": voices[index % 4],
-                           "response_format": "wav"}).encode()
-        request = urllib.request.Request(f"{live_server}/v1/audio/speech", data=body, method="POST",
-                                         headers={"Content-Type": "application/json", **ACME})
+        body = json.dumps(
+            {"model": "chorus", "input": texts[index % 4], "voice": voices[index % 4], "response_format": "wav"}
+        ).encode()
+        request = urllib.request.Request(
+            f"{live_server}/v1/audio/speech",
+            data=body,
+            method="POST",
+            headers={"Content-Type": "application/json", **ACME},
+        )
         try:
             with urllib.request.urlopen(request, timeout=60) as response:
                 results[index] = (response.status, response.read())

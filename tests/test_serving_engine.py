@@ -30,16 +30,22 @@ from chorus.serving.engine import Engine, UnknownVoice
 from chorus.synthesis import load_base
 from conftest import random_voice
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))   # the baselines live with the benchmark
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))  # the baselines live with the benchmark
 from serving_baselines import ModelPerVoice, swap_one_at_a_time  # noqa: E402
 
-TEXTS = ["The birch canoe slid on the smooth planks.", "Glue the sheet to the dark blue background.",
-         "It is easy to tell the depth of a well.", "Rice is often served in round bowls."]
+TEXTS = [
+    "The birch canoe slid on the smooth planks.",
+    "Glue the sheet to the dark blue background.",
+    "It is easy to tell the depth of a well.",
+    "Rice is often served in round bowls.",
+]
 # Voice k's methods: a Chorus voice usually carries a speaker vector (not mergeable); k % 4 == 1 and 3 merge.
-CONFIGS = [lambda: [LoraConfig(r=4), SpeakerConfig()],
-           lambda: [LoraConfig(r=2)],
-           lambda: [ResidualAdapterConfig(bottleneck=4), SpeakerConfig()],
-           lambda: [LoraConfig(r=3), BitFitConfig()]]
+CONFIGS = [
+    lambda: [LoraConfig(r=4), SpeakerConfig()],
+    lambda: [LoraConfig(r=2)],
+    lambda: [ResidualAdapterConfig(bottleneck=4), SpeakerConfig()],
+    lambda: [LoraConfig(r=3), BitFitConfig()],
+]
 
 
 @pytest.fixture(autouse=True)
@@ -70,8 +76,12 @@ def reference(tiny_base, voices):
 
 def alone(tts, request: Request) -> torch.Tensor:
     base = request.voice in tts.speakers
-    return tts.mel([request.text], speaker=request.voice if base else None, length_scale=1.0 / request.speed,
-                   voice=None if base else request.voice)[0]
+    return tts.mel(
+        [request.text],
+        speaker=request.voice if base else None,
+        length_scale=1.0 / request.speed,
+        voice=None if base else request.voice,
+    )[0]
 
 
 def assert_same_as_alone(tts, request: Request, result) -> None:
@@ -82,12 +92,13 @@ def assert_same_as_alone(tts, request: Request, result) -> None:
 
 def make_engine(tiny_base, voices, **kwargs) -> Engine:
     def resolve(voice_id: str) -> Path:
-        return voices[voice_id]   # KeyError: unknown
+        return voices[voice_id]  # KeyError: unknown
+
     return Engine(load_base(tiny_base, "griffin-lim"), resolve=resolve, **kwargs)
 
 
 def test_speakers_work_without_onboarding_and_unknown_voices_raise(tiny_base, reference):
-    engine = Engine(load_base(tiny_base, "griffin-lim"))   # no resolver, no voices
+    engine = Engine(load_base(tiny_base, "griffin-lim"))  # no resolver, no voices
     requests = [Request(TEXTS[0], "m3"), Request(TEXTS[1], "f2", 1.25), Request(TEXTS[2], "nobody")]
     results = synthesize_batch(engine, requests)
     for request, result in zip(requests[:2], results[:2]):
@@ -114,27 +125,29 @@ def test_cache_loads_on_demand_evicts_lru_by_bytes_and_keeps_pinned(tiny_base, v
     first = synthesize_batch(engine, [request])[0]
     assert_same_as_alone(reference, request, first)
     stats = engine.stats()
-    assert (stats.misses, stats.loads, stats.evictions, stats.resident_voices) == (1, 1, 1, 0), \
+    assert (stats.misses, stats.loads, stats.evictions, stats.resident_voices) == (1, 1, 1, 0), (
         "a budget of 0 keeps nothing once the batch is done"
+    )
     with engine.using(["v1"]) as (handles, _):
         size = engine.cached("v1").nbytes
-        assert size == sum(t.numel() * t.element_size()
-                           for t in adapter_state_dict(engine.model, handles["v1"].adapter).values())
+        assert size == sum(
+            t.numel() * t.element_size() for t in adapter_state_dict(engine.model, handles["v1"].adapter).values()
+        )
     engine.resize(1 << 20)
     sizes = {}
     for voice in ("v0", "v1", "v2", "v3"):
         with engine.using([voice]):
             sizes[voice] = engine.cached(voice).nbytes
     assert sizes["v1"] == size and engine.resident() == ["v0", "v1", "v2", "v3"]
-    with engine.using(["v1"]):           # a hit: v1 becomes the most recent
+    with engine.using(["v1"]):  # a hit: v1 becomes the most recent
         pass
     assert engine.resident() == ["v0", "v2", "v3", "v1"]
     engine.resize(sizes["v2"] + sizes["v3"] + sizes["v1"])
     assert engine.resident() == ["v2", "v3", "v1"], "the least recently used voice goes first"
-    engine.pin("v2")                     # pinned: never evicted
+    engine.pin("v2")  # pinned: never evicted
     engine.resize(sizes["v2"] + sizes["v1"])
     assert engine.resident() == ["v1", "v2"]
-    with engine.using(["v5"]) as (handles, errors):   # v5 is v1's size: v1 makes room, not pinned v2
+    with engine.using(["v5"]) as (handles, errors):  # v5 is v1's size: v1 makes room, not pinned v2
         assert not errors and handles["v5"].adapter in adapter_names(engine.model)
     assert engine.resident() == ["v2", "v5"]
     stats = engine.stats()
@@ -171,8 +184,9 @@ def test_batcher_serves_concurrent_requests_in_one_forward_each_equal_to_alone(t
 
     def call(index: int) -> None:
         try:
-            results[index] = batcher.synthesize(everything[index].text, everything[index].voice,
-                                                everything[index].speed, timeout=60)
+            results[index] = batcher.synthesize(
+                everything[index].text, everything[index].voice, everything[index].speed, timeout=60
+            )
         except Exception as error:  # noqa: BLE001 - checked below
             results[index] = error
 
@@ -208,7 +222,7 @@ def test_batcher_from_asyncio_tasks(tiny_base, voices, reference):
     requests = [Request(TEXTS[i % 2], ("v1", "v4", "m3")[i % 3]) for i in range(6)]
 
     async def main(batcher):
-        with batcher.held():   # until all six wait in the queue: then one batch
+        with batcher.held():  # until all six wait in the queue: then one batch
             tasks = [asyncio.create_task(batcher.synthesize_async(r.text, r.voice, r.speed)) for r in requests]
             assert await asyncio.to_thread(batcher.wait_queued, len(requests), 60)
         return await asyncio.gather(*tasks)

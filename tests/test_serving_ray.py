@@ -40,9 +40,12 @@ from conftest import random_voice  # noqa: E402
 
 APP = "chorus-test"
 CONSENT = "Fiona Four consented in writing on 2024-05-01 to a synthetic voice made from these recordings."
-SETTINGS = ServerSettings(max_wait_ms=20, progress_interval=0.5, upload=UploadLimits(max_upload_bytes=8 << 20),
-                          adapt=AdaptRecipe(method="lora", steps=2, threads=1,
-                                            options={"eval_every": 2, "max_frames": 1500}))
+SETTINGS = ServerSettings(
+    max_wait_ms=20,
+    progress_interval=0.5,
+    upload=UploadLimits(max_upload_bytes=8 << 20),
+    adapt=AdaptRecipe(method="lora", steps=2, threads=1, options={"eval_every": 2, "max_frames": 1500}),
+)
 
 
 @pytest.fixture(scope="module")
@@ -76,17 +79,18 @@ def decode(content: bytes) -> tuple[np.ndarray, int]:
 
 def test_voice_host_drops_a_voice_only_when_its_requests_end(tiny_base, voice_folders, tmp_path):
     store, keys = make_store(tmp_path / "store", voice_folders)
-    host = VoiceHost(RayServeConfig(store=str(tmp_path / "store"), base=tiny_base, vocoder="griffin-lim",
-                                    settings=SETTINGS))
+    host = VoiceHost(
+        RayServeConfig(store=str(tmp_path / "store"), base=tiny_base, vocoder="griffin-lim", settings=SETTINGS)
+    )
     try:
         loaded = host.load(keys["ann"])
         assert host.engine.resident() == [keys["ann"]] and host.loads[keys["ann"]] == 1
         with host.using(keys["ann"]):
-            loaded.__del__()                  # what Ray's multiplexer calls when it drops the voice
-            assert host.engine.resident() == [keys["ann"]]   # a request still uses it
+            loaded.__del__()  # what Ray's multiplexer calls when it drops the voice
+            assert host.engine.resident() == [keys["ann"]]  # a request still uses it
             assert host.batcher.synthesize("Hello there.", keys["ann"]).audio.size > 0
         assert host.engine.resident() == [] and host.held == set()
-        loaded.__del__()                      # garbage collection after Ray's call: nothing more happens
+        loaded.__del__()  # garbage collection after Ray's call: nothing more happens
         assert host.stats()["loads"] == {keys["ann"]: 1}
     finally:
         host.close()
@@ -101,12 +105,22 @@ def ray_cluster(tmp_path_factory):
     # voice whose replica is not yet known to the router waits up to
     # RAY_SERVE_MULTIPLEXED_MODEL_ID_MATCHING_TIMEOUT_S for the news (default 1 s) before trying another
     # replica: generous here, as the test CPUs are shared.
-    env = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_AUTH_MODE": "disabled",
-           "RAY_SERVE_MULTIPLEXED_MODEL_ID_MATCHING_TIMEOUT_S": "10"}
+    env = {
+        "RAY_USAGE_STATS_ENABLED": "0",
+        "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+        "RAY_AUTH_MODE": "disabled",
+        "RAY_SERVE_MULTIPLEXED_MODEL_ID_MATCHING_TIMEOUT_S": "10",
+    }
     saved = {name: os.environ.get(name) for name in env}
-    os.environ.update(env)   # before ray.init: the cluster's processes inherit it
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
-             _node_ip_address="127.0.0.1", _temp_dir=str(tmp_path_factory.mktemp("ray")))
+    os.environ.update(env)  # before ray.init: the cluster's processes inherit it
+    ray.init(
+        address="local",
+        num_cpus=2,
+        include_dashboard=False,
+        log_to_driver=False,
+        _node_ip_address="127.0.0.1",
+        _temp_dir=str(tmp_path_factory.mktemp("ray")),
+    )
     try:
         yield
     finally:
@@ -131,21 +145,32 @@ def replica_stats(handle, replicas: int) -> dict[str, dict]:
     raise AssertionError(f"only replicas {sorted(seen)} answered")
 
 
-def test_ray_serve_routes_voices_to_replicas_holding_them(ray_cluster, tiny_base, voice_folders, new_voice_data,
-                                                          tmp_path):
+def test_ray_serve_routes_voices_to_replicas_holding_them(
+    ray_cluster, tiny_base, voice_folders, new_voice_data, tmp_path
+):
     root = tmp_path / "store"
     store, keys = make_store(root, voice_folders)
     port = free_port()
     serve.start(http_options={"host": "127.0.0.1", "port": port})
     # 2 x 0.5 CPU voices replicas + 0.25 ingress + 0.5 per onboarding task: fits the two CPUs.
-    config = RayServeConfig(store=str(root), base=tiny_base, vocoder="griffin-lim", settings=SETTINGS, replicas=2,
-                            voices_per_replica=2, replica_cpus=0.5, ingress_cpus=0.25, job_cpus=0.5)
+    config = RayServeConfig(
+        store=str(root),
+        base=tiny_base,
+        vocoder="griffin-lim",
+        settings=SETTINGS,
+        replicas=2,
+        voices_per_replica=2,
+        replica_cpus=0.5,
+        ingress_cpus=0.25,
+        job_cpus=0.5,
+    )
     serve.run(build_app(config, APP), name=APP, route_prefix="/")
     url = f"http://127.0.0.1:{port}"
 
     def speak(voice: str, text: str = "Hello there.") -> requests.Response:
-        return requests.post(f"{url}/v1/audio/speech", json={"model": "chorus", "input": text, "voice": voice},
-                             timeout=60)
+        return requests.post(
+            f"{url}/v1/audio/speech", json={"model": "chorus", "input": text, "voice": voice}, timeout=60
+        )
 
     assert requests.get(f"{url}/healthz", timeout=30).json()["status"] == "ok"
     # The same HTTP API: base and adapted voices speak; errors keep their status and shape.
@@ -156,7 +181,7 @@ def test_ray_serve_routes_voices_to_replicas_holding_them(ray_cluster, tiny_base
         assert rate == 22050 and audio.size > 0 and np.isfinite(audio).all()
     streamed = speak("ann", "The birch canoe slid on the smooth planks. Glue the sheet to the dark blue background.")
     assert streamed.status_code == 200 and decode(streamed.content)[0].size > 0
-    unspeakable = speak("ann", "!!! ???")      # refused by the voices replica, re-raised by the ingress
+    unspeakable = speak("ann", "!!! ???")  # refused by the voices replica, re-raised by the ingress
     assert unspeakable.status_code == 400 and "speakable" in unspeakable.json()["error"]["message"]
     missing = speak("nobody")
     assert missing.status_code == 404 and missing.json()["error"]["code"] == "voice_not_found"
@@ -175,17 +200,19 @@ def test_ray_serve_routes_voices_to_replicas_holding_them(ray_cluster, tiny_base
     for name in ["ann", "bob"]:
         key = keys[name]
         assert 1 <= cluster_loads(key) <= 2
-        for _ in range(10):   # a few seconds for the replicas' reports to reach the routers
+        for _ in range(10):  # a few seconds for the replicas' reports to reach the routers
             before = cluster_loads(key)
-            results = [handle.options(multiplexed_model_id=key).synthesize.remote("Hi.", key, 1.0)
-                       .result(timeout_s=60) for _ in range(3)]
+            results = [
+                handle.options(multiplexed_model_id=key).synthesize.remote("Hi.", key, 1.0).result(timeout_s=60)
+                for _ in range(3)
+            ]
             if cluster_loads(key) == before:
                 break
             time.sleep(0.5)
         else:
             raise AssertionError(f"requests for {name} kept loading it: {replica_stats(handle, 2)}")
         assert all(isinstance(r, RemoteResult) and r.audio.size > 0 and r.speaker == key for r in results), results
-        assert all(r.voice_loads == 1 for r in results)   # each replica that served it had loaded it once
+        assert all(r.voice_loads == 1 for r in results)  # each replica that served it had loaded it once
         for replica in {r.replica for r in results}:
             stats = replica_stats(handle, 2)[replica]
             assert stats["loads"][key] == 1 and key in stats["held"] and key in stats["resident"], stats
@@ -197,13 +224,17 @@ def test_ray_serve_routes_voices_to_replicas_holding_them(ray_cluster, tiny_base
     lines = (new_voice_data / "metadata.csv").read_text().splitlines()
     transcripts = {f"{line.split('|')[0]}.wav": line.split("|", 1)[1] for line in lines}
     files = [("clips", (name, (new_voice_data / "wavs" / name).read_bytes(), "audio/wav")) for name in transcripts]
-    created = requests.post(f"{url}/v1/voices", files=files, timeout=60,
-                            data={"name": "Fiona", "consent": CONSENT, "transcripts": json.dumps(transcripts)})
+    created = requests.post(
+        f"{url}/v1/voices",
+        files=files,
+        timeout=60,
+        data={"name": "Fiona", "consent": CONSENT, "transcripts": json.dumps(transcripts)},
+    )
     assert created.status_code == 202, created.text
     job_id = created.json()["id"]
     # And directly: a Ray task for a folder on disk, whose result is the job's final status.
     direct_job, task = submit_onboarding(config, "default", "gina", new_voice_data, CONSENT, name="Gina")
-    assert ray.get(task, timeout=300) == "done"   # slow on a busy 2-core machine
+    assert ray.get(task, timeout=300) == "done"  # slow on a busy 2-core machine
     assert requests.get(f"{url}/v1/jobs/{direct_job}", timeout=30).json()["status"] == "done"
     deadline = time.monotonic() + 300
     while (job := requests.get(f"{url}/v1/jobs/{job_id}", timeout=30).json())["status"] not in ("done", "failed"):
@@ -214,7 +245,7 @@ def test_ray_serve_routes_voices_to_replicas_holding_them(ray_cluster, tiny_base
         response = speak(voice)
         assert response.status_code == 200, response.text
         assert decode(response.content)[0].size > 0
-    assert not [p for p in (root / ".jobs").iterdir() if p.is_dir()]   # job files removed by the tasks
+    assert not [p for p in (root / ".jobs").iterdir() if p.is_dir()]  # job files removed by the tasks
     consent = [json.loads(line)["voice_id"] for line in (root / ".jobs" / "consent.jsonl").read_text().splitlines()]
     assert sorted(consent) == ["fiona", "gina"]
     # Four voices, two replicas of at most two each: whatever Ray dropped has left the engine too.

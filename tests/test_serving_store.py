@@ -41,8 +41,17 @@ from chorus.serving.store import (
     VoiceStore,
 )
 
-CONFIG = AcousticConfig(n_symbols=40, n_speakers=3, d_model=32, n_heads=2, encoder_layers=2, decoder_layers=2,
-                        ff_hidden=48, predictor_hidden=16, speaker_dim=8)
+CONFIG = AcousticConfig(
+    n_symbols=40,
+    n_speakers=3,
+    d_model=32,
+    n_heads=2,
+    encoder_layers=2,
+    decoder_layers=2,
+    ff_hidden=48,
+    predictor_hidden=16,
+    speaker_dim=8,
+)
 
 
 @pytest.fixture(scope="module")
@@ -148,10 +157,16 @@ BAD_IDS = ["../x", "a/b", "A", "", "a" * 65, ".hidden", "a.b", "x\n", "-x", "a b
 @pytest.mark.parametrize("bad", BAD_IDS)
 def test_id_validation(bad, voice_folder, tmp_path):
     with VoiceStore(str(tmp_path / "root")) as store:
-        calls = [lambda: store.put_voice("acme", bad, voice_folder), lambda: store.put_voice(bad, "ann", voice_folder),
-                 lambda: store.get_voice("acme", bad), lambda: store.get_voice(bad, "ann"),
-                 lambda: store.delete_voice("acme", bad), lambda: store.list_voices(bad),
-                 lambda: store.create_job("acme", bad), lambda: store.create_job(bad, "ann")]
+        calls = [
+            lambda: store.put_voice("acme", bad, voice_folder),
+            lambda: store.put_voice(bad, "ann", voice_folder),
+            lambda: store.get_voice("acme", bad),
+            lambda: store.get_voice(bad, "ann"),
+            lambda: store.delete_voice("acme", bad),
+            lambda: store.list_voices(bad),
+            lambda: store.create_job("acme", bad),
+            lambda: store.create_job(bad, "ann"),
+        ]
         for call in calls:
             with pytest.raises(InvalidId):
                 call()
@@ -220,10 +235,12 @@ def test_jobs_follow_their_voice(store, voice_folder):
 
 def test_threads_share_one_store(tmp_path):
     with VoiceStore(str(tmp_path / "root")) as store:
+
         def work(i: int) -> None:
             job = store.create_job("acme", f"v{i}")
             for step in range(5):
                 store.update_job(job, status="running", progress=step / 5)
+
         threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
         for thread in threads:
             thread.start()
@@ -263,8 +280,13 @@ store.put_voice("acme", "ann", folder, job_id=job)
 @pytest.mark.parametrize("point", ["upload", "commit", "ready"])
 def test_recovery_after_kill_9(point, voice_folder, tmp_path):
     root, db = tmp_path / "root", tmp_path / "store.sqlite3"
-    child = subprocess.run([sys.executable, "-c", CHILD, str(root), str(db), str(voice_folder), point],
-                           check=False, capture_output=True, text=True, timeout=60)
+    child = subprocess.run(
+        [sys.executable, "-c", CHILD, str(root), str(db), str(voice_folder), point],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert child.returncode == -signal.SIGKILL, child.stderr
     job = child.stdout.strip()
     leftovers = [p.name for p in (root / "acme").iterdir()]
@@ -321,9 +343,9 @@ def test_close_checkpoints_the_log_into_the_database_file(tmp_path, voice_folder
     store.put_voice("acme", "ann", voice_folder)
     job_id = store.create_job("acme", "bob", name="Bob")
     store.close()
-    store.close()   # a second close is harmless
+    store.close()  # a second close is harmless
     (tmp_path / "backup").mkdir()
-    shutil.copy(tmp_path / "root" / "store.sqlite3", tmp_path / "backup" / "store.sqlite3")   # no -wal, no -shm
+    shutil.copy(tmp_path / "root" / "store.sqlite3", tmp_path / "backup" / "store.sqlite3")  # no -wal, no -shm
     db = sqlite3.connect(tmp_path / "backup" / "store.sqlite3")
     try:
         assert sorted(row[0] for row in db.execute("SELECT id FROM voices")) == ["ann", "bob"]

@@ -36,10 +36,12 @@ from chorus.synthesis import load_base  # noqa: E402
 from conftest import uvicorn_thread  # noqa: E402
 
 KEY = "acme-key-0123456789abcdef"
-SETTINGS = ServerSettings(max_wait_ms=20, upload=UploadLimits(max_upload_bytes=8 << 20, max_clips=40),
-                          progress_interval=0.2,
-                          adapt=AdaptRecipe(method="lora", steps=4, threads=1,
-                                            options={"eval_every": 2, "max_frames": 1500}))
+SETTINGS = ServerSettings(
+    max_wait_ms=20,
+    upload=UploadLimits(max_upload_bytes=8 << 20, max_clips=40),
+    progress_interval=0.2,
+    adapt=AdaptRecipe(method="lora", steps=4, threads=1, options={"eval_every": 2, "max_frames": 1500}),
+)
 CONSENT = "Fiona Four consented in writing on 2024-05-01 to a synthetic voice made from these recordings."
 TWO_SENTENCES = "The birch canoe slid on the smooth planks. Glue the sheet to the dark blue background."
 SCREENSHOT = Path("/tmp/chorus-web.png")
@@ -62,8 +64,9 @@ def live_server(tiny_base, tmp_path_factory):
     """A uvicorn server on a free loopback port, with one API key (so the page must send it)."""
     pytest.importorskip("uvicorn")
     store = VoiceStore(str(tmp_path_factory.mktemp("store_web")))
-    engine = Engine(load_base(tiny_base, "griffin-lim"), resolve=functools.partial(resolve_voice_key, store),
-                    cache_bytes=1 << 20)
+    engine = Engine(
+        load_base(tiny_base, "griffin-lim"), resolve=functools.partial(resolve_voice_key, store), cache_bytes=1 << 20
+    )
     # A few training steps take well under the page's poll interval: hold each job at "running" (before
     # it copies the base) until the test has seen the page show it, then let it finish.
     gate = threading.Event()
@@ -72,12 +75,13 @@ def live_server(tiny_base, tmp_path_factory):
         gate.wait(30)
         return engine.base_copy()
 
-    runner = JobRunner(store, jobs_dir(SETTINGS, store), held_bundle, SETTINGS.adapt,
-                       progress_interval=SETTINGS.progress_interval)
+    runner = JobRunner(
+        store, jobs_dir(SETTINGS, store), held_bundle, SETTINGS.adapt, progress_interval=SETTINGS.progress_interval
+    )
     app = create_app(store, engine, Tenants.from_pairs([(KEY, "acme")]), SETTINGS, jobs=runner)
     with uvicorn_thread(app) as url:
         yield url, gate
-        gate.set()   # let a held job finish before the server stops
+        gate.set()  # let a held job finish before the server stops
 
 
 @pytest.fixture(scope="module")
@@ -87,8 +91,9 @@ def browser():
         pytest.skip("needs Debian chromium (bash scripts/browser-packages.sh as root)")
     sync_api = pytest.importorskip("playwright.sync_api", reason="needs playwright (pip install -e '.[dev]')")
     with sync_api.sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=executable,
-                                              args=["--no-sandbox", "--disable-dev-shm-usage"])
+        launched = playwright.chromium.launch(
+            executable_path=executable, args=["--no-sandbox", "--disable-dev-shm-usage"]
+        )
         yield launched
         launched.close()
 
@@ -103,11 +108,11 @@ def fetch(url: str, headers: dict[str, str] | None = None) -> tuple[int, dict[st
 
 def test_page_and_assets_are_served(live_server):
     live_server, _ = live_server
-    status, headers, body = fetch(f"{live_server}/")   # no key needed for the page itself
+    status, headers, body = fetch(f"{live_server}/")  # no key needed for the page itself
     assert status == 200 and headers["content-type"].startswith("text/html"), (status, body[:200])
     assert b'src="web/app.js"' in body and b'href="web/style.css"' in body
     assert "script-src 'self'" in headers["content-security-policy"]
-    assert b"http://" not in body and b"https://" not in body   # nothing from outside: works offline
+    assert b"http://" not in body and b"https://" not in body  # nothing from outside: works offline
     for name, media_type in WEB_FILES.items():
         status, headers, body = fetch(f"{live_server}/web/{name}")
         assert status == 200 and headers["content-type"] == media_type and body, name
@@ -115,7 +120,7 @@ def test_page_and_assets_are_served(live_server):
     for path in ["/web/api.py", "/web/..%2Fapi.py", "/web/%2E%2E", "/web/"]:
         status, _, body = fetch(f"{live_server}{path}")
         assert status == 404 and "error" in json.loads(body), path
-    assert fetch(f"{live_server}/v1/voices")[0] == 401   # the API still needs the key
+    assert fetch(f"{live_server}/v1/voices")[0] == 401  # the API still needs the key
 
 
 def test_web_page_speaks_and_onboards_a_voice(live_server, browser, new_voice_data):
@@ -126,8 +131,14 @@ def test_web_page_speaks_and_onboards_a_voice(live_server, browser, new_voice_da
     page = context.new_page()
     page.set_default_timeout(30_000)
     outside, problems, requests = [], [], []
-    page.on("request", lambda r: requests.append(r) if r.url.startswith(live_server)
-            else r.url.startswith(("blob:", "data:")) or outside.append(r.url))
+    page.on(
+        "request",
+        lambda r: (
+            requests.append(r)
+            if r.url.startswith(live_server)
+            else r.url.startswith(("blob:", "data:")) or outside.append(r.url)
+        ),
+    )
     page.on("pageerror", lambda error: problems.append(f"uncaught: {error}"))
     page.on("console", lambda m: m.type == "error" and "Content Security Policy" in m.text and problems.append(m.text))
 
@@ -141,10 +152,10 @@ def test_web_page_speaks_and_onboards_a_voice(live_server, browser, new_voice_da
     expect(page.locator("#voices-status")).to_contain_text("API key")
     key = page.get_by_role("textbox", name="API key")
     key.fill(KEY)
-    key.press("Tab")   # "change": lists the voices with the key
+    key.press("Tab")  # "change": lists the voices with the key
     voice = page.get_by_label("Voice", exact=True)
     expect(voice.locator("option[value=m3]")).to_have_count(1)
-    expect(voice).to_have_value("m3")   # the base's default voice
+    expect(voice).to_have_value("m3")  # the base's default voice
     assert page.evaluate("localStorage.getItem('chorus.apiKey')") == KEY
 
     # Speak: two sentences come streamed (a WAV header of unknown length); the page fixes the sizes,
@@ -173,7 +184,7 @@ def test_web_page_speaks_and_onboards_a_voice(live_server, browser, new_voice_da
     assert sorted(transcripts.input_value().splitlines()) == sorted(f"{c.name}|" for c in clips)
     transcripts.fill("\n".join(f"{name}.wav|{text}" for name, text in lines))
     page.get_by_label("Consent statement").fill(CONSENT)
-    page.get_by_role("button", name="Make voice").click()   # not yet confirmed: refused on the page
+    page.get_by_role("button", name="Make voice").click()  # not yet confirmed: refused on the page
     expect(page.locator("#onboard-error")).to_contain_text("Confirm that the person recorded consented")
     page.get_by_label("The person recorded consented").check()
     with page.expect_response(lambda r: r.url.endswith("/v1/voices") and r.request.method == "POST") as answer:
@@ -198,17 +209,18 @@ def test_web_page_speaks_and_onboards_a_voice(live_server, browser, new_voice_da
         if job_status in ("done", "failed"):
             break
         time.sleep(0.05)
-    if not shown[-1][1].startswith("Done"):   # say where it stuck: the server's view and every thread
+    if not shown[-1][1].startswith("Done"):  # say where it stuck: the server's view and every thread
         faulthandler.dump_traceback(all_threads=True)
         server_view = fetch(f"{live_server}/v1/jobs/{job['id']}", {"Authorization": f"Bearer {KEY}"})
-        pytest.fail(f"the page showed {shown[-5:]}; the server says {server_view[0]} {server_view[2][:300]!r}; "
-                    f"page errors {problems}; onboard error {page.locator('#onboard-error').inner_text()!r}")
+        pytest.fail(
+            f"the page showed {shown[-5:]}; the server says {server_view[0]} {server_view[2][:300]!r}; "
+            f"page errors {problems}; onboard error {page.locator('#onboard-error').inner_text()!r}"
+        )
     assert shown[-1][0] == 1.0 and shown[-1][1].startswith("Done: voice fiona-four is ready"), shown[-1]
     assert any(text.startswith("Training (2%): checking the clips") for _, text in shown), shown
     values = [value for value, text in shown if not text.startswith("Uploading")]
     assert values == sorted(values) and any(0 < value < 1 for value in values), values
-    assert any(f"/v1/jobs/{job['id']}" in r.url and r.headers.get("authorization") == f"Bearer {KEY}"
-               for r in requests)
+    assert any(f"/v1/jobs/{job['id']}" in r.url and r.headers.get("authorization") == f"Bearer {KEY}" for r in requests)
 
     # The new voice is listed, chosen, and speaks.
     expect(voice).to_have_value("fiona-four")
@@ -218,9 +230,11 @@ def test_web_page_speaks_and_onboards_a_voice(live_server, browser, new_voice_da
         page.get_by_role("button", name="Speak", exact=True).click()
     assert answer.value.status == 200 and answer.value.headers["content-type"] == "audio/wav"
     assert json.loads(answer.value.request.post_data)["voice"] == "fiona-four"
-    page.wait_for_function("""first => { const a = document.getElementById('audio');
+    page.wait_for_function(
+        """first => { const a = document.getElementById('audio');
         return a.src.startsWith('blob:') && a.src !== first && a.readyState >= 1 && a.duration > 0; }""",
-                           arg=first_audio)
+        arg=first_audio,
+    )
     expect(page.locator("#speak-error")).to_be_hidden()
     page.screenshot(path=str(SCREENSHOT), full_page=True)
 

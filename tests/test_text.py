@@ -16,42 +16,45 @@ from chorus.text import (
 )
 
 
-@pytest.mark.parametrize("raw, spoken", [
-    # numbers, years, decimals, thousands
-    ("I have 3 cats.", "I have three cats."),
-    ("Room 101!", "Room one hundred and one!"),
-    ("It was 1990, then 2010.", "It was nineteen ninety, then twenty ten."),
-    ("1,000,000 people", "one million people"),
-    ("pi is 3.14", "pi is three point one four"),
-    ("MP3 players", "MP three players"),
-    # ordinals
-    ("May 3rd, the 21st century", "May third, the twenty first century"),
-    ("1st 2nd 4th", "first second fourth"),
-    # currency
-    ("$5.50", "five dollars and fifty cents"),
-    ("$1", "one dollar"),
-    ("$0.99", "ninety nine cents"),
-    ("$1.5 million", "one point five million dollars"),
-    ("£3 and €2.10", "three pounds and two euros and ten cents"),
-    # percent
-    ("50% off", "fifty percent off"),
-    ("2.5%", "two point five percent"),
-    # times
-    ("at 5:30 pm", "at five thirty p m"),
-    ("7:00", "seven o'clock"),
-    ("10:05 a.m.", "ten oh five a m"),
-    # titles
-    ("Mr. and Mrs. Jones met Dr. Who.", "mister and missus Jones met doctor Who."),
-    ("No. 5 won", "number five won"),
-    ("I said no. Then I left.", "I said no. Then I left."),
-    # Saint before a name, Street after one
-    ("In St. Louis we met.", "In Saint Louis we met."),
-    ("Visit St. Paul's.", "Visit Saint Paul's."),
-    ("He lives on Main St. and works.", "He lives on Main Street and works."),
-    ("I live at 12 Baker St. Then I left.", "I live at twelve Baker Street. Then I left."),
-    ("St. John St.", "Saint John Street."),
-    ("5th St. is wide", "fifth Street is wide"),
-])
+@pytest.mark.parametrize(
+    "raw, spoken",
+    [
+        # numbers, years, decimals, thousands
+        ("I have 3 cats.", "I have three cats."),
+        ("Room 101!", "Room one hundred and one!"),
+        ("It was 1990, then 2010.", "It was nineteen ninety, then twenty ten."),
+        ("1,000,000 people", "one million people"),
+        ("pi is 3.14", "pi is three point one four"),
+        ("MP3 players", "MP three players"),
+        # ordinals
+        ("May 3rd, the 21st century", "May third, the twenty first century"),
+        ("1st 2nd 4th", "first second fourth"),
+        # currency
+        ("$5.50", "five dollars and fifty cents"),
+        ("$1", "one dollar"),
+        ("$0.99", "ninety nine cents"),
+        ("$1.5 million", "one point five million dollars"),
+        ("£3 and €2.10", "three pounds and two euros and ten cents"),
+        # percent
+        ("50% off", "fifty percent off"),
+        ("2.5%", "two point five percent"),
+        # times
+        ("at 5:30 pm", "at five thirty p m"),
+        ("7:00", "seven o'clock"),
+        ("10:05 a.m.", "ten oh five a m"),
+        # titles
+        ("Mr. and Mrs. Jones met Dr. Who.", "mister and missus Jones met doctor Who."),
+        ("No. 5 won", "number five won"),
+        ("I said no. Then I left.", "I said no. Then I left."),
+        # Saint before a name, Street after one
+        ("In St. Louis we met.", "In Saint Louis we met."),
+        ("Visit St. Paul's.", "Visit Saint Paul's."),
+        ("He lives on Main St. and works.", "He lives on Main Street and works."),
+        ("I live at 12 Baker St. Then I left.", "I live at twelve Baker Street. Then I left."),
+        ("St. John St.", "Saint John Street."),
+        ("5th St. is wide", "fifth Street is wide"),
+    ],
+)
 def test_normalization(raw: str, spoken: str) -> None:
     assert normalize_text(raw) == spoken
 
@@ -70,10 +73,23 @@ def test_unknown_characters_dropped_with_warning() -> None:
         assert normalize_text("café naïve") == "cafe naive"
 
 
-@pytest.mark.parametrize("text", [
-    "", "   ", "☺☺☺", "中文字符", "\x00\x07\u200b\ufeff", "9" * 400, "$" + "1" * 5000, "1" * 40 + "th",
-    "e\u0301\u0301\u0301", "!!!???", "a|b\\c/d<e>f{g}", "12:99 pm %%% $$",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "   ",
+        "☺☺☺",
+        "中文字符",
+        "\x00\x07\u200b\ufeff",
+        "9" * 400,
+        "$" + "1" * 5000,
+        "1" * 40 + "th",
+        "e\u0301\u0301\u0301",
+        "!!!???",
+        "a|b\\c/d<e>f{g}",
+        "12:99 pm %%% $$",
+    ],
+)
 def test_odd_input_never_crashes(text: str) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UnknownCharacterWarning)
@@ -94,17 +110,25 @@ def test_symbol_table_round_trip() -> None:
     assert 0 not in table.encode("həlˈoʊ")[0]  # id 0 is padding only
 
 
-@pytest.mark.parametrize("data", [
-    None, [], "symbols", {}, {"symbols": ["_", "a"]}, {"version": 1},
-    {"symbols": "_abc", "version": 1},  # a string, not a list
-    {"symbols": ["_", "ab"], "version": 1},  # multi-character symbol
-    {"symbols": ["_", 3], "version": 1},
-    {"symbols": [], "version": 1},
-    {"symbols": ["a", "_"], "version": 1},  # padding not first
-    {"symbols": ["_", "a", "a"], "version": 1},  # duplicate
-    {"symbols": ["_", "a"], "version": "one"},
-    {"symbols": ["_", "a"], "version": True},
-])
+@pytest.mark.parametrize(
+    "data",
+    [
+        None,
+        [],
+        "symbols",
+        {},
+        {"symbols": ["_", "a"]},
+        {"version": 1},
+        {"symbols": "_abc", "version": 1},  # a string, not a list
+        {"symbols": ["_", "ab"], "version": 1},  # multi-character symbol
+        {"symbols": ["_", 3], "version": 1},
+        {"symbols": [], "version": 1},
+        {"symbols": ["a", "_"], "version": 1},  # padding not first
+        {"symbols": ["_", "a", "a"], "version": 1},  # duplicate
+        {"symbols": ["_", "a"], "version": "one"},
+        {"symbols": ["_", "a"], "version": True},
+    ],
+)
 def test_symbol_table_rejects_malformed(data: object) -> None:
     with pytest.raises(ValueError, match="symbol"):
         SymbolTable.from_dict(data)  # type: ignore[arg-type]

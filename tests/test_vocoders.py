@@ -68,9 +68,16 @@ def make_dataset(root: Path) -> Path:
 
 
 def tiny_train_config(**changes) -> VocoderTrainConfig:
-    config = VocoderTrainConfig(vocoder=TINY_VOCOS, batch_size=2, min_segment_seconds=0.3,
-                                max_segment_seconds=0.4, learning_rate=3e-3, warmup_steps=2, log_every=1,
-                                checkpoint_every=10)
+    config = VocoderTrainConfig(
+        vocoder=TINY_VOCOS,
+        batch_size=2,
+        min_segment_seconds=0.3,
+        max_segment_seconds=0.4,
+        learning_rate=3e-3,
+        warmup_steps=2,
+        log_every=1,
+        checkpoint_every=10,
+    )
     return replace(config, **changes)
 
 
@@ -97,8 +104,10 @@ def test_registry_lists_builtins_and_explains_unknown_names():
 
 def test_save_load_round_trip_gives_identical_output(tmp_path):
     mel = torch.randn(2, 20, 80) - 4
-    for vocoder in (build_vocoder("vocos", dim=32, intermediate_dim=64, num_layers=2),
-                    build_vocoder("griffin-lim", n_iter=4)):
+    for vocoder in (
+        build_vocoder("vocos", dim=32, intermediate_dim=64, num_layers=2),
+        build_vocoder("griffin-lim", n_iter=4),
+    ):
         folder = vocoder.save(tmp_path / vocoder.name)
         assert sorted(p.name for p in folder.iterdir()) == ["vocoder.json", "vocoder.safetensors"]
         loaded = load_vocoder(folder, mel_config=MelConfig())
@@ -205,8 +214,9 @@ def test_resume_continues_exactly_where_it_stopped(tmp_path):
     with pytest.raises(FileExistsError):
         train_vocoder(data, tmp_path / "resumed", config, steps=4, show_progress=False)
     with pytest.raises(ValueError, match="batch_size"):
-        train_vocoder(data, tmp_path / "resumed", replace(config, batch_size=3), steps=4, resume=True,
-                      show_progress=False)
+        train_vocoder(
+            data, tmp_path / "resumed", replace(config, batch_size=3), steps=4, resume=True, show_progress=False
+        )
     result = train_vocoder(data, tmp_path / "resumed", None, steps=4, resume=True, show_progress=False)
     assert result.step == 4
     assert [row["step"] for row in read_log(tmp_path / "resumed")] == ["1", "2", "3", "4"]
@@ -224,7 +234,7 @@ def test_interrupted_checkpoint_write_is_recovered(tmp_path):
     train_vocoder(data, tmp_path / "run", tiny_train_config(), steps=2, show_progress=False)
     # A kill between the two renames of an atomic write leaves only the moved-aside old folder.
     (tmp_path / "run" / "checkpoint").rename(tmp_path / "run" / ".checkpoint.old-12345")
-    with pytest.raises(FileExistsError):   # the put-back checkpoint is there to resume, not to overwrite
+    with pytest.raises(FileExistsError):  # the put-back checkpoint is there to resume, not to overwrite
         train_vocoder(data, tmp_path / "run", None, steps=3, show_progress=False)
     assert train_vocoder(data, tmp_path / "run", None, steps=3, resume=True, show_progress=False).step == 3
     assert load_training_state(tmp_path / "run" / "checkpoint").meta["step"] == 3
@@ -243,14 +253,25 @@ def test_fine_tuning_on_teacher_forced_mels_starts_from_the_given_vocoder(tiny_b
     assert len(sampler.mels) == 4 and all(len(a) == len(m) * hop for a, m in zip(sampler.audio, sampler.mels))
     audio, mels = sampler.batch(np.random.default_rng(0), 6, frames=20)
     assert audio.shape == (6, 20 * hop) and mels.shape == (6, 20, bundle.mel_config.n_mels)
-    for clip, mel in zip(audio, mels):   # each crop is one clip's frames [s, s+20) and samples [s*hop, (s+20)*hop)
-        assert any(torch.equal(mel, m[s: s + 20]) and torch.equal(clip, a[s * hop: (s + 20) * hop])
-                   for m, a in zip(sampler.mels, sampler.audio) for s in range(len(m) - 19))
+    for clip, mel in zip(audio, mels):  # each crop is one clip's frames [s, s+20) and samples [s*hop, (s+20)*hop)
+        assert any(
+            torch.equal(mel, m[s : s + 20]) and torch.equal(clip, a[s * hop : (s + 20) * hop])
+            for m, a in zip(sampler.mels, sampler.audio)
+            for s in range(len(m) - 19)
+        )
 
     start = train_vocoder(two_voice_corpus, tmp_path / "start", tiny_train_config(), steps=2, show_progress=False)
-    tuned = train_vocoder_command(two_voice_corpus, tmp_path / "tuned", steps=2, resume=True, threads=1,
-                                  init_from=start.out_dir, aligned_model=tiny_base, aligned_clips=2,
-                                  learning_rate=1e-12)
+    tuned = train_vocoder_command(
+        two_voice_corpus,
+        tmp_path / "tuned",
+        steps=2,
+        resume=True,
+        threads=1,
+        init_from=start.out_dir,
+        aligned_model=tiny_base,
+        aligned_clips=2,
+        learning_rate=1e-12,
+    )
     before = load_file(start.out_dir / "vocoder.safetensors")
     after = load_file(tuned.out_dir / "vocoder.safetensors")
     assert all(torch.allclose(after[key], before[key], atol=1e-6) for key in before)

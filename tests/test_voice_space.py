@@ -37,7 +37,7 @@ def space_dir(tiny_base, two_voice_corpus, tmp_path_factory):
 def test_space_generates_adapter_tensors_linear_in_z(space_dir):
     space, z, names = VoiceSpace.load(space_dir)
     assert names == ["f2", "m3"] and z.shape == (2, 4)
-    assert space.embedding_to_z.shape == (257, 4)         # d-vector (+ bias) -> z, fitted after training
+    assert space.embedding_to_z.shape == (257, 4)  # d-vector (+ bias) -> z, fitted after training
     a, b = torch.randn(4), torch.randn(4)
     ta, tb, tab = space.voice_tensors(a), space.voice_tensors(b), space.voice_tensors(a + b)
     center = space.voice_tensors(torch.zeros(4))
@@ -99,8 +99,9 @@ def test_new_voice_fits_only_its_vector(tiny_base, space_dir, new_voice_data, tm
     space, _, _ = VoiceSpace.load(space_dir)
     before = {k: v.clone() for k, v in space.state_dict().items()}
     bundle = load_bundle(tiny_base)
-    result = fit_voice(new_voice_data, bundle, space, tmp_path / "f4", steps=4, eval_every=2, init=init,
-                       threads=1, progress=False)
+    result = fit_voice(
+        new_voice_data, bundle, space, tmp_path / "f4", steps=4, eval_every=2, init=init, threads=1, progress=False
+    )
     assert all(torch.equal(space.state_dict()[k], v) for k, v in before.items())
     assert result.card.trainable_parameters == 4 and len(result.card.notes["voice_space_z"]) == 4
     assert result.card.notes["init"] == init
@@ -120,8 +121,24 @@ def test_refusals_and_cli(tiny_base, space_dir, new_voice_data, tmp_path):
         fit_voice(new_voice_data, load_bundle(tiny_base), space, tmp_path / "x", init="random", progress=False)
     with pytest.raises(ValueError, match="not a readable voice space"):
         VoiceSpace.load(tmp_path)
-    result = runner.invoke(app, ["voice-space", "fit", str(new_voice_data), "--space", str(space_dir), "--out",
-                                 str(tmp_path / "v"), "--steps", "2", "--threads", "1", "--model", str(tiny_base)])
+    result = runner.invoke(
+        app,
+        [
+            "voice-space",
+            "fit",
+            str(new_voice_data),
+            "--space",
+            str(space_dir),
+            "--out",
+            str(tmp_path / "v"),
+            "--steps",
+            "2",
+            "--threads",
+            "1",
+            "--model",
+            str(tiny_base),
+        ],
+    )
     assert result.exit_code == 0, result.output
     # rich wraps the line at the console width, wherever the temporary path's length puts the break
     output = " ".join(result.output.split())
@@ -164,7 +181,7 @@ def test_virtual_voices_are_new_voices_with_the_same_text_and_rate(two_voice_cor
             name = line.split("|")[0] + ".wav"
             new, rate = sf.read(str(folder / "wavs" / name))
             old, _ = sf.read(str(source / "wavs" / name))
-            assert rate == 22_050 and abs(len(new) - len(old)) < 0.05 * len(old)   # the speaking rate is kept
+            assert rate == 22_050 and abs(len(new) - len(old)) < 0.05 * len(old)  # the speaking rate is kept
             assert not np.allclose(new[: len(old)], old[: len(new)], atol=1e-3)
     # Derived voices are never sources: a second call adds the same three, not voices of voices.
     assert add_virtual_speakers(root, 3, minutes=0.05) == made
@@ -185,9 +202,28 @@ def test_virtual_voices_never_repeat_a_voice_and_chain(two_voice_corpus, tmp_pat
 def test_cli_trains_over_virtual_voices_beside_the_given_ones(tiny_base, two_voice_corpus, tmp_path):
     if shutil.which("sox") is None:
         pytest.skip("needs Debian sox")
-    result = runner.invoke(app, ["voice-space", "train", str(two_voice_corpus), "--out", str(tmp_path / "space"),
-                                 "--dim", "4", "--steps", "2", "--virtual", "2", "--virtual-minutes", "1",
-                                 "--model", str(tiny_base), "--threads", "1"])
+    result = runner.invoke(
+        app,
+        [
+            "voice-space",
+            "train",
+            str(two_voice_corpus),
+            "--out",
+            str(tmp_path / "space"),
+            "--dim",
+            "4",
+            "--steps",
+            "2",
+            "--virtual",
+            "2",
+            "--virtual-minutes",
+            "1",
+            "--model",
+            str(tiny_base),
+            "--threads",
+            "1",
+        ],
+    )
     assert result.exit_code == 0, result.output
     _, _, names = VoiceSpace.load(tmp_path / "space")
     assert sorted(names) == sorted(["f2", "m3", "f2~speed-086-tempo-1163", "m3~speed-112-tempo-0893"])

@@ -22,8 +22,9 @@ from chorus.adapters.registry import TARGETS_HELP, Method, MethodConfig, registe
 @dataclass
 class ToyGainConfig(MethodConfig):
     method = "toy"
-    targets: str | list[str] = field(default_factory=lambda: ["q_proj", "v_proj"],
-                                     metadata={"help": f"{TARGETS_HELP}; default: q_proj, v_proj"})
+    targets: str | list[str] = field(
+        default_factory=lambda: ["q_proj", "v_proj"], metadata={"help": f"{TARGETS_HELP}; default: q_proj, v_proj"}
+    )
     init: float = field(default=0.0, metadata={"help": "starting gain (0: a fresh voice is the base)"})
 
 
@@ -41,8 +42,9 @@ class ToyGain(AdapterLayer):
     def add(self, name: str, config: ToyGainConfig) -> None:
         self.configs[name] = config
         weight = innermost(self).weight
-        self.gain[name] = nn.Parameter(torch.full((weight.shape[0],), config.init, device=weight.device,
-                                                  dtype=weight.dtype))
+        self.gain[name] = nn.Parameter(
+            torch.full((weight.shape[0],), config.init, device=weight.device, dtype=weight.dtype)
+        )
 
     def forward_with(self, name, x):
         """x ``[..., in]`` -> ``[..., out]``."""
@@ -52,7 +54,7 @@ class ToyGain(AdapterLayer):
         """x ``[batch, ..., in]`` -> ``[batch, ..., out]`` with each sample's gain (0 for base samples)."""
         y = self.base_layer(x)
         slot, used = self.bank.route(self.bank_index, y.shape[0])
-        gain = self.bank["gain"][slot] * used[:, None].to(y.dtype)                 # [batch, out]
+        gain = self.bank["gain"][slot] * used[:, None].to(y.dtype)  # [batch, out]
         return y * (1 + gain.view(y.shape[0], *[1] * (y.dim() - 2), -1))
 
     def merged_base_tensors(self, name):
@@ -74,9 +76,19 @@ class ToyGain(AdapterLayer):
 def _example(k: int) -> ToyGainConfig:
     """Test voice ``k``: even voices scale queries, values and the mel projection, odd ones the
     attention outputs and the speaker projection; voice 3 only in the second block of each stack."""
-    return ToyGainConfig(targets=["q_proj", "v_proj", "mel_proj"] if k % 2 == 0 else ["out_proj", "speaker_proj"],
-                         layers=[1] if k == 3 else None)
+    return ToyGainConfig(
+        targets=["q_proj", "v_proj", "mel_proj"] if k % 2 == 0 else ["out_proj", "speaker_proj"],
+        layers=[1] if k == 3 else None,
+    )
 
 
-register(Method("toy", ToyGainConfig, ((nn.Linear, ToyGain),), learning_rate=1e-2,
-                summary="a toy: a learned gain per output feature of a Linear", example=_example))
+register(
+    Method(
+        "toy",
+        ToyGainConfig,
+        ((nn.Linear, ToyGain),),
+        learning_rate=1e-2,
+        summary="a toy: a learned gain per output feature of a Linear",
+        example=_example,
+    )
+)

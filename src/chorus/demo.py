@@ -24,7 +24,7 @@ from chorus.synthesis import SAMPLE_VOICE, Synthesizer
 from chorus.training.adapt import AdaptConfig
 from chorus.training.adapt import adapt as run_adapt
 
-SAMPLE_VOICE_NAME = "piper-joe"   # the shipped sample's voice, held out of pretraining
+SAMPLE_VOICE_NAME = "piper-joe"  # the shipped sample's voice, held out of pretraining
 
 
 @dataclass
@@ -68,12 +68,12 @@ class AdaptedVoiceResult:
 
     voice_dir: Path
     card: VoiceCard
-    artifact_bytes: int          # adapter_model.safetensors
+    artifact_bytes: int  # adapter_model.safetensors
     base_parameters: int
-    base_bytes: int              # the base's weights
-    peak_rss_bytes: int          # this process's peak resident memory so far
+    base_bytes: int  # the base's weights
+    peak_rss_bytes: int  # this process's peak resident memory so far
     wer: float | None
-    similarity: float            # to the sample's real clips (nan without the speaker judge)
+    similarity: float  # to the sample's real clips (nan without the speaker judge)
 
     @property
     def parameter_fraction(self) -> float:
@@ -91,7 +91,7 @@ def speak_base_speakers(tts: Synthesizer, out: Path, config: DemoConfig) -> Spea
     for speaker in chosen:
         if speaker not in tts.speakers:
             raise ValueError(f"unknown speaker {speaker!r}; see `chorus speakers`")
-    texts = benchmark_sentences()[:config.sentences]
+    texts = benchmark_sentences()[: config.sentences]
 
     def speak(text: str, speaker: str):
         result = tts.synthesize(text, speaker)
@@ -120,8 +120,13 @@ def adapt_sample_voice(tts: Synthesizer, spoken: SpeakersResult, out: Path, conf
     sentences with it (``out/piper-joe_<index>.wav``) and judge them against the sample's real clips."""
     base_parameters = sum(p.numel() for p in tts.bundle.model.parameters())
     base_bytes = sum(p.numel() * p.element_size() for p in tts.bundle.model.parameters())
-    result = run_adapt(SAMPLE_VOICE, tts.bundle, out / "voices" / SAMPLE_VOICE_NAME,
-                       AdaptConfig(method=config.adapt_method, steps=config.adapt_steps), name=SAMPLE_VOICE_NAME)
+    result = run_adapt(
+        SAMPLE_VOICE,
+        tts.bundle,
+        out / "voices" / SAMPLE_VOICE_NAME,
+        AdaptConfig(method=config.adapt_method, steps=config.adapt_steps),
+        name=SAMPLE_VOICE_NAME,
+    )
     artifact = (result.voice_dir / "adapter_model.safetensors").stat().st_size
     name = tts.load_voice(result.voice_dir)
     clips = []
@@ -133,5 +138,13 @@ def adapt_sample_voice(tts: Synthesizer, spoken: SpeakersResult, out: Path, conf
     report = judge_clips(clips, spoken.judges, {name: [u.audio_path for u in references]})
     # ru_maxrss is in KiB on Linux.
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    return AdaptedVoiceResult(result.voice_dir, result.card, artifact, base_parameters, base_bytes, peak,
-                              report.corpus_wer, report.means().get("speaker_similarity", float("nan")))
+    return AdaptedVoiceResult(
+        result.voice_dir,
+        result.card,
+        artifact,
+        base_parameters,
+        base_bytes,
+        peak,
+        report.corpus_wer,
+        report.means().get("speaker_similarity", float("nan")),
+    )

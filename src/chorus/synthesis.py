@@ -20,14 +20,14 @@ from chorus.models.bundle import ModelBundle, load_bundle
 ASSETS = Path(__file__).parent / "assets"
 DEFAULT_BASE = ASSETS / "base"
 DEFAULT_VOCODER = ASSETS / "vocoder"
-SAMPLE_VOICE = ASSETS / "samples" / "piper-joe"   # 1 minute of a speaker held out of pretraining
+SAMPLE_VOICE = ASSETS / "samples" / "piper-joe"  # 1 minute of a speaker held out of pretraining
 
 
 @dataclass
 class SynthesisResult:
-    audio: np.ndarray          # [samples] float32 in [-1, 1]
+    audio: np.ndarray  # [samples] float32 in [-1, 1]
     sample_rate: int
-    seconds: float             # wall time spent synthesizing
+    seconds: float  # wall time spent synthesizing
     speaker: str
 
     @property
@@ -46,8 +46,7 @@ class Synthesizer:
 
     def __init__(self, bundle: ModelBundle, vocoder: Vocoder):
         if vocoder.mel_config != bundle.mel_config:
-            raise ValueError(f"vocoder mel settings {vocoder.mel_config} differ from the model's "
-                             f"{bundle.mel_config}")
+            raise ValueError(f"vocoder mel settings {vocoder.mel_config} differ from the model's {bundle.mel_config}")
         self.bundle = bundle
         self.vocoder = vocoder.eval()
         # Adapted voices by name: (the model that holds it, its adapter name there). Adapter voices
@@ -87,7 +86,9 @@ class Synthesizer:
     def resolve_speaker(self, speaker: str | int | None) -> int:
         if speaker is None:
             return self.bundle.speaker_index(self.bundle.default_speaker)
-        if isinstance(speaker, int) or (isinstance(speaker, str) and speaker.isdigit() and speaker not in self.speakers):
+        if isinstance(speaker, int) or (
+            isinstance(speaker, str) and speaker.isdigit() and speaker not in self.speakers
+        ):
             index = int(speaker)
             if not 0 <= index < len(self.speakers):
                 raise KeyError(f"speaker index {index} out of range 0..{len(self.speakers) - 1}")
@@ -95,8 +96,9 @@ class Synthesizer:
         return self.bundle.speaker_index(speaker)
 
     @torch.no_grad()
-    def mel(self, texts: list[str], speaker: str | int | None = None, length_scale: float = 1.0,
-            voice: str | None = None) -> list[torch.Tensor]:
+    def mel(
+        self, texts: list[str], speaker: str | int | None = None, length_scale: float = 1.0, voice: str | None = None
+    ) -> list[torch.Tensor]:
         """Raw log-mels ``[frames, n_mels]`` for each text (one batched forward), in the base
         ``speaker`` or, if given, the loaded adapted ``voice``."""
         model, using_voice = self._model_for(voice)
@@ -108,14 +110,14 @@ class Synthesizer:
         device = model.mel_mean.device
         speakers = torch.full((len(ids),), self.resolve_speaker(speaker), dtype=torch.long, device=device)
         with using_voice:
-            out = model.infer(phonemes.to(device), lengths.to(device), speaker_ids=speakers,
-                              length_scale=length_scale)
+            out = model.infer(phonemes.to(device), lengths.to(device), speaker_ids=speakers, length_scale=length_scale)
         mels = model.denormalize_mel(out.mel)
         return [mels[row, : int(mask.sum())] for row, mask in enumerate(out.frame_mask)]
 
     @torch.no_grad()
-    def synthesize(self, text: str, speaker: str | int | None = None, length_scale: float = 1.0,
-                   voice: str | None = None) -> SynthesisResult:
+    def synthesize(
+        self, text: str, speaker: str | int | None = None, length_scale: float = 1.0, voice: str | None = None
+    ) -> SynthesisResult:
         """Speak ``text`` in the base speaker ``speaker`` (name or index; None = the default speaker)
         or in the loaded adapted ``voice`` (see :meth:`load_voice`)."""
         started = time.perf_counter()
@@ -129,8 +131,7 @@ class Synthesizer:
         return SynthesisResult(audio.astype(np.float32), self.sample_rate, elapsed, name)
 
 
-def load_base(path: str | Path | None = None, vocoder: str | Path | None = None,
-              device: str = "cpu") -> Synthesizer:
+def load_base(path: str | Path | None = None, vocoder: str | Path | None = None, device: str = "cpu") -> Synthesizer:
     """The shipped base model (or the model folder at ``path``) and a vocoder.
 
     ``vocoder``: a saved vocoder folder, a registered name (``"griffin-lim"``), ``"neural"`` for the

@@ -41,7 +41,7 @@ from torch import nn
 from chorus.adapters.inject import adapter_layers, adapter_names
 from chorus.adapters.layer import BASE, AdapterLayer
 
-BASE_SLOT = -1   # voice_index value: this sample uses no adapter
+BASE_SLOT = -1  # voice_index value: this sample uses no adapter
 
 
 class LayerBank(nn.Module):
@@ -53,8 +53,13 @@ class LayerBank(nn.Module):
     trains them (a speaker vector kept fixed stays fixed).
     """
 
-    def __init__(self, stacked: dict[str, torch.Tensor], constants: dict[str, torch.Tensor],
-                 present: torch.Tensor, trains: torch.Tensor | None):
+    def __init__(
+        self,
+        stacked: dict[str, torch.Tensor],
+        constants: dict[str, torch.Tensor],
+        present: torch.Tensor,
+        trains: torch.Tensor | None,
+    ):
         super().__init__()
         # Tensors computed elsewhere (a voice space's hypernetwork) can stand in for the stacked ones.
         self.generated: dict[str, torch.Tensor] | None = None
@@ -77,7 +82,7 @@ class LayerBank(nn.Module):
         return getattr(self, self._attributes[key])
 
     def _keep_trained_slots(self, grad: torch.Tensor | None) -> torch.Tensor | None:
-        if grad is None:   # a custom backward (the reversible stack) may report "no gradient" as None
+        if grad is None:  # a custom backward (the reversible stack) may report "no gradient" as None
             return None
         return grad * self.trains.view(-1, *[1] * (grad.dim() - 1)).to(grad.dtype)
 
@@ -85,8 +90,10 @@ class LayerBank(nn.Module):
         """voice_index ``[batch]`` -> (slot ``[batch]`` long, safe to gather with; used ``[batch]`` bool:
         the sample's voice adapts this layer). Samples not ``used`` must get the base output."""
         if voice_index.shape != (batch,):
-            raise ValueError(f"voice_index has shape {tuple(voice_index.shape)}, but this layer sees a batch of "
-                             f"{batch} (bank layers need batch-first inputs)")
+            raise ValueError(
+                f"voice_index has shape {tuple(voice_index.shape)}, but this layer sees a batch of "
+                f"{batch} (bank layers need batch-first inputs)"
+            )
         voice_index = voice_index.to(self.present.device)
         slot = voice_index.clamp(min=0)
         return slot, (voice_index >= 0) & self.present[slot]
@@ -122,7 +129,7 @@ class VoiceBank:
     """Handle on the banks packed into a model's wrappers; slot k is voice ``names[k]``."""
 
     names: list[str]
-    layers: list[tuple[str, AdapterLayer]]   # (canonical layer name, wrapper holding a LayerBank)
+    layers: list[tuple[str, AdapterLayer]]  # (canonical layer name, wrapper holding a LayerBank)
 
     def index(self, names: Sequence[str]) -> torch.Tensor:
         """Voice names (``BASE`` for none) -> ``[batch]`` long slots; an unknown voice is an error."""
@@ -185,9 +192,15 @@ def pack_bank(model: nn.Module, names: Sequence[str], trainable: bool = False) -
             raise ValueError(f"{path}: already holds a bank or a merged adapter; remove or unmerge it first")
     # All banks are built before any is installed, so a layer the bank path cannot serve leaves the
     # model as it was.
-    banks = [LayerBank(_stack(layer, names), layer.pack(names), torch.tensor([n in layer.configs for n in names]),
-                       torch.tensor([_trains(layer, n) for n in names]) if trainable else None)
-             for _, layer in layers]
+    banks = [
+        LayerBank(
+            _stack(layer, names),
+            layer.pack(names),
+            torch.tensor([n in layer.configs for n in names]),
+            torch.tensor([_trains(layer, n) for n in names]) if trainable else None,
+        )
+        for _, layer in layers
+    ]
     for (_, layer), layer_bank in zip(layers, banks):
         layer.bank = layer_bank
     return VoiceBank(names, layers)
@@ -206,11 +219,12 @@ def banked(model: nn.Module, bank: VoiceBank, voice_index: torch.Tensor | Sequen
     if not torch.is_tensor(voice_index):
         voice_index = bank.index(voice_index)
     if voice_index.dtype != torch.long or voice_index.dim() != 1:
-        raise ValueError(f"voice_index must be a [batch] long tensor, got {voice_index.dtype} "
-                         f"{tuple(voice_index.shape)}")
+        raise ValueError(
+            f"voice_index must be a [batch] long tensor, got {voice_index.dtype} {tuple(voice_index.shape)}"
+        )
     if voice_index.numel() and (voice_index.min() < BASE_SLOT or voice_index.max() >= len(bank.names)):
         raise ValueError(f"voice_index values must be in {BASE_SLOT}..{len(bank.names) - 1}")
-    voice_index = voice_index.to(bank.layers[0][1].bank.present.device)   # once, not in every layer
+    voice_index = voice_index.to(bank.layers[0][1].bank.present.device)  # once, not in every layer
     in_bank = {id(layer) for _, layer in bank.layers}
     layers = [layer for _, layer in adapter_layers(model)]
     if any(layer.merged is not None for layer in layers):

@@ -48,7 +48,7 @@ class BiasDelta(AdapterLayer):
         """Same shapes as the wrapped layer; each sample's bias delta on the output-feature axis."""
         y = self.base_layer(x, *args, **kwargs)
         slot, used = self.bank.route(self.bank_index, y.shape[0])
-        delta = self.bank["bias_delta"][slot]                                      # [batch, *bias shape]
+        delta = self.bank["bias_delta"][slot]  # [batch, *bias shape]
         delta = delta * used.view(-1, *[1] * (delta.dim() - 1)).to(y.dtype)
         if self.axis == 1:
             return y + delta.view(*delta.shape, *[1] * (y.dim() - 2))
@@ -67,5 +67,13 @@ def _example(k: int) -> BitFitConfig:
     return BitFitConfig(exclude=r"encoder\..*" if k % 2 else None)
 
 
-register(Method("bitfit", BitFitConfig, ((nn.Linear, BiasDelta), (nn.Conv1d, BiasDelta), (nn.LayerNorm, BiasDelta)),
-                learning_rate=3e-3, summary="per-voice deltas of every bias", example=_example))
+register(
+    Method(
+        "bitfit",
+        BitFitConfig,
+        ((nn.Linear, BiasDelta), (nn.Conv1d, BiasDelta), (nn.LayerNorm, BiasDelta)),
+        learning_rate=3e-3,
+        summary="per-voice deltas of every bias",
+        example=_example,
+    )
+)

@@ -20,8 +20,10 @@ from chorus.adapters.registry import TARGETS_HELP, Method, MethodConfig, registe
 @dataclass
 class ConditionalNormConfig(MethodConfig):
     method = "cln"
-    targets: str | list[str] = field(default_factory=lambda: ["norm1", "norm2", "norm"],
-                                     metadata={"help": f"{TARGETS_HELP}; default: norm1, norm2, norm"})
+    targets: str | list[str] = field(
+        default_factory=lambda: ["norm1", "norm2", "norm"],
+        metadata={"help": f"{TARGETS_HELP}; default: norm1, norm2, norm"},
+    )
 
 
 class ConditionalLayerNorm(AdapterLayer):
@@ -77,5 +79,13 @@ def _example(k: int) -> ConditionalNormConfig:
     return ConditionalNormConfig(exclude=r"decoder\..*" if k % 2 else None)
 
 
-register(Method("cln", ConditionalNormConfig, ((nn.LayerNorm, ConditionalLayerNorm),), learning_rate=3e-3,
-                summary="per-voice scale and bias of every layer norm (AdaSpeech)", example=_example))
+register(
+    Method(
+        "cln",
+        ConditionalNormConfig,
+        ((nn.LayerNorm, ConditionalLayerNorm),),
+        learning_rate=3e-3,
+        summary="per-voice scale and bias of every layer norm (AdaSpeech)",
+        example=_example,
+    )
+)

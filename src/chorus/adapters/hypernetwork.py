@@ -33,8 +33,9 @@ SPACE_FORMAT = "chorus-voice-space"
 class VoiceSpace(nn.Module):
     """``generate(z [K, dim]) -> {canonical tensor key: [K, *shape]}`` for the adapter of ``configs``."""
 
-    def __init__(self, shapes: dict[str, tuple[int, ...]], dim: int, configs: list[MethodConfig],
-                 base_model_sha256: str = ""):
+    def __init__(
+        self, shapes: dict[str, tuple[int, ...]], dim: int, configs: list[MethodConfig], base_model_sha256: str = ""
+    ):
         super().__init__()
         self.shapes, self.dim, self.configs = dict(shapes), dim, list(configs)
         self.base_model_sha256 = base_model_sha256
@@ -50,12 +51,21 @@ class VoiceSpace(nn.Module):
         self.register_buffer("embedding_to_z", torch.zeros(0))
 
     @classmethod
-    def from_bank(cls, bank: VoiceBank, dim: int, configs: list[MethodConfig], base_model_sha256: str = "",
-                  basis_scale: float = 1e-3) -> VoiceSpace:
+    def from_bank(
+        cls,
+        bank: VoiceBank,
+        dim: int,
+        configs: list[MethodConfig],
+        base_model_sha256: str = "",
+        basis_scale: float = 1e-3,
+    ) -> VoiceSpace:
         """A space shaped like one slot of ``bank``; centers start at the mean of the bank's voices
         (their initial adapters), bases small and random so every direction of z has a gradient."""
-        values = {f"{path}.{key}": layer.bank[key].detach() for path, layer in bank.layers
-                  for key in layer.adapter_state(layer.names()[0])}
+        values = {
+            f"{path}.{key}": layer.bank[key].detach()
+            for path, layer in bank.layers
+            for key in layer.adapter_state(layer.names()[0])
+        }
         space = cls({k: tuple(v.shape[1:]) for k, v in values.items()}, dim, configs, base_model_sha256)
         with torch.no_grad():
             for index, key in enumerate(space.keys):
@@ -65,8 +75,10 @@ class VoiceSpace(nn.Module):
 
     def generate(self, z: torch.Tensor) -> dict[str, torch.Tensor]:
         """z ``[K, dim]`` -> each adapter tensor for the K voices, ``[K, *shape]``."""
-        return {key: center + (z @ basis.T).view(z.shape[0], *center.shape)
-                for key, center, basis in zip(self.keys, self.center, self.basis)}
+        return {
+            key: center + (z @ basis.T).view(z.shape[0], *center.shape)
+            for key, center, basis in zip(self.keys, self.center, self.basis)
+        }
 
     def voice_tensors(self, z: torch.Tensor) -> dict[str, torch.Tensor]:
         """One voice's adapter tensors (canonical keys, as :func:`~chorus.adapters.adapter_state_dict`)."""
@@ -104,15 +116,23 @@ class VoiceSpace(nn.Module):
     def save(self, folder: str | Path) -> Path:
         tensors = {f"center.{k}": c.detach().contiguous() for k, c in zip(self.keys, self.center)}
         tensors |= {f"basis.{k}": b.detach().contiguous() for k, b in zip(self.keys, self.basis)}
-        tensors |= {name: getattr(self, name).contiguous()
-                    for name in ("voice_z", "voice_embeddings", "embedding_to_z")}
-        meta = {"format": SPACE_FORMAT, "version": 1, "dim": self.dim, "configs": [c.to_dict() for c in self.configs],
-                "shapes": {k: list(v) for k, v in self.shapes.items()}, "voices": self.voice_names,
-                "base_model_sha256": self.base_model_sha256}
+        tensors |= {
+            name: getattr(self, name).contiguous() for name in ("voice_z", "voice_embeddings", "embedding_to_z")
+        }
+        meta = {
+            "format": SPACE_FORMAT,
+            "version": 1,
+            "dim": self.dim,
+            "configs": [c.to_dict() for c in self.configs],
+            "shapes": {k: list(v) for k, v in self.shapes.items()},
+            "voices": self.voice_names,
+            "base_model_sha256": self.base_model_sha256,
+        }
 
         def write(temp: Path) -> None:
             save_file(tensors, str(temp / "voice_space.safetensors"))
             (temp / "voice_space.json").write_text(json.dumps(meta, indent=1))
+
         return atomic_write_folder(folder, write)
 
     @classmethod
@@ -126,8 +146,12 @@ class VoiceSpace(nn.Module):
             raise ValueError(f"{folder}: not a readable voice space ({error})") from error
         if meta.get("format") != SPACE_FORMAT:
             raise ValueError(f"{folder}: not a voice space (format {meta.get('format')!r})")
-        space = cls({k: tuple(v) for k, v in meta["shapes"].items()}, meta["dim"],
-                    [config_from_dict(c) for c in meta["configs"]], meta.get("base_model_sha256", ""))
+        space = cls(
+            {k: tuple(v) for k, v in meta["shapes"].items()},
+            meta["dim"],
+            [config_from_dict(c) for c in meta["configs"]],
+            meta.get("base_model_sha256", ""),
+        )
         with torch.no_grad():
             for index, key in enumerate(space.keys):
                 space.center[index].copy_(tensors[f"center.{key}"])
@@ -144,8 +168,9 @@ def generated(bank: VoiceBank, tensors: dict[str, torch.Tensor]):
     """Make ``bank`` serve ``tensors`` (canonical key -> ``[K, *shape]``) instead of its own values."""
     for path, layer in bank.layers:
         # Keys of layers nested below this one come along too; this layer never looks them up.
-        layer.bank.generated = {key[len(path) + 1:]: value for key, value in tensors.items()
-                                if key.startswith(path + ".")}
+        layer.bank.generated = {
+            key[len(path) + 1 :]: value for key, value in tensors.items() if key.startswith(path + ".")
+        }
     try:
         yield
     finally:

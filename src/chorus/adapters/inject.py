@@ -33,11 +33,13 @@ def _in_layers(name: str, layers: list[int] | None) -> bool:
 def named_layers(model: nn.Module) -> Iterator[tuple[str, nn.Module]]:
     """(canonical name, outermost module at that name) for every module below ``model``; the inside
     of wrappers (their adapter tensors) is skipped."""
+
     def walk(module: nn.Module, prefix: str):
         for child_name, child in innermost(module).named_children():
             path = f"{prefix}{child_name}"
             yield path, child
             yield from walk(child, path + ".")
+
     yield from walk(model, "")
 
 
@@ -70,11 +72,13 @@ def find_targets(model: nn.Module, config: MethodConfig) -> list[str]:
             continue
         if _matches(name, config.exclude) or not _in_layers(name, config.layers):
             continue
-        method.wrapper_for(innermost(module), name)   # refuses unsupported types by name
+        method.wrapper_for(innermost(module), name)  # refuses unsupported types by name
         chosen.append(name)
     if not chosen:
-        raise ValueError(f"{config.method}: targets {config.targets!r} (exclude {config.exclude!r}, layers "
-                         f"{config.layers}) match no module of {type(model).__name__}")
+        raise ValueError(
+            f"{config.method}: targets {config.targets!r} (exclude {config.exclude!r}, layers "
+            f"{config.layers}) match no module of {type(model).__name__}"
+        )
     return chosen
 
 
@@ -178,8 +182,10 @@ def load_adapter_state_dict(model: nn.Module, name: str, state: dict[str, torch.
     expected = adapter_state_dict(model, name)
     missing, unexpected = set(expected) - set(state), set(state) - set(expected)
     if missing or unexpected:
-        raise ValueError(f"adapter tensors do not match the model: missing {sorted(missing)[:5]}, "
-                         f"unexpected {sorted(unexpected)[:5]}")
+        raise ValueError(
+            f"adapter tensors do not match the model: missing {sorted(missing)[:5]}, "
+            f"unexpected {sorted(unexpected)[:5]}"
+        )
     for path, layer in adapter_layers(model):
         prefix = path + "."
         own = layer.adapter_state(name)

@@ -29,7 +29,7 @@ from collections.abc import Iterator, Sequence
 import torch
 from torch import nn
 
-BASE = "__base__"   # routing name meaning "this sample uses no adapter"
+BASE = "__base__"  # routing name meaning "this sample uses no adapter"
 
 
 class AdapterTensors(nn.Module):
@@ -91,7 +91,7 @@ class AdapterLayer(nn.Module):
     method: str = ""
     adapter_attributes: tuple[str, ...] = ()
     mergeable: bool = False
-    innermost_only: bool = False   # True for wrappers that recompute the layer (must sit next to it)
+    innermost_only: bool = False  # True for wrappers that recompute the layer (must sit next to it)
 
     def __init__(self, base_layer: nn.Module):
         super().__init__()
@@ -99,10 +99,10 @@ class AdapterLayer(nn.Module):
         self.active: str | None = None
         self.routing: Sequence[str] | None = None
         self.merged: str | None = None
-        self._saved_base: dict[str, torch.Tensor] = {}   # exact base tensors while an adapter is merged
+        self._saved_base: dict[str, torch.Tensor] = {}  # exact base tensors while an adapter is merged
         self.configs: dict[str, object] = {}
-        self.bank: nn.Module | None = None              # a LayerBank (chorus.adapters.bank) while packed
-        self.bank_index: torch.Tensor | None = None     # [batch] bank slot per sample (-1: base) while banked
+        self.bank: nn.Module | None = None  # a LayerBank (chorus.adapters.bank) while packed
+        self.bank_index: torch.Tensor | None = None  # [batch] bank slot per sample (-1: base) while banked
 
     # -- per-method hooks ----------------------------------------------------------------------
     @classmethod
@@ -146,8 +146,10 @@ class AdapterLayer(nn.Module):
 
     def merged_base_tensors(self, name: str) -> dict[str, torch.Tensor]:
         """For mergeable methods: new values of the innermost layer's tensors with ``name`` folded in."""
-        raise ValueError(f"{self.method} adapters cannot be merged into the base weights "
-                         "(their effect is not a change of the base layer's tensors)")
+        raise ValueError(
+            f"{self.method} adapters cannot be merged into the base weights "
+            "(their effect is not a change of the base layer's tensors)"
+        )
 
     # -- bookkeeping ---------------------------------------------------------------------------
     def names(self) -> list[str]:
@@ -188,13 +190,17 @@ class AdapterLayer(nn.Module):
         own = self.adapter_state(name)
         missing, unexpected = set(own) - set(state), set(state) - set(own)
         if missing or unexpected:
-            raise ValueError(f"{self.method} adapter tensors do not match: missing {sorted(missing)}, "
-                             f"unexpected {sorted(unexpected)}")
+            raise ValueError(
+                f"{self.method} adapter tensors do not match: missing {sorted(missing)}, "
+                f"unexpected {sorted(unexpected)}"
+            )
         with torch.no_grad():
             for key, value in state.items():
                 if own[key].shape != value.shape:
-                    raise ValueError(f"{key}: shape {tuple(value.shape)} does not fit {tuple(own[key].shape)} "
-                                     "(the adapter was made for another base model)")
+                    raise ValueError(
+                        f"{key}: shape {tuple(value.shape)} does not fit {tuple(own[key].shape)} "
+                        "(the adapter was made for another base model)"
+                    )
                 own[key].copy_(value)
 
     def remove(self, name: str) -> None:
@@ -245,10 +251,12 @@ class AdapterLayer(nn.Module):
         name = self.active
         if self.merged is not None:
             if name != self.merged:
-                raise RuntimeError(f"adapter {self.merged!r} is merged into the base weights; unmerge it "
-                                   f"before using {name or 'the base'!r}")
+                raise RuntimeError(
+                    f"adapter {self.merged!r} is merged into the base weights; unmerge it "
+                    f"before using {name or 'the base'!r}"
+                )
             return self.base_layer(*args, **kwargs)
-        if name is None or name not in self.configs:   # a voice may leave this layer alone
+        if name is None or name not in self.configs:  # a voice may leave this layer alone
             return self.base_layer(*args, **kwargs)
         return self.forward_with(name, *args, **kwargs)
 
@@ -270,7 +278,7 @@ class AdapterLayer(nn.Module):
             for module in inner:
                 module.routing, module.active = None, (None if name == BASE else name)
             try:
-                if name not in self.configs:   # BASE, or a voice that did not adapt this layer
+                if name not in self.configs:  # BASE, or a voice that did not adapt this layer
                     part = self.base_layer(*sub_args, **sub_kwargs)
                 else:
                     part = self.forward_with(name, *sub_args, **sub_kwargs)

@@ -31,8 +31,10 @@ class LoraConfig(MethodConfig):
     (add ``k_proj``, ``conv1``/``conv2`` for keys and the feed-forward and predictor convolutions)."""
 
     method = "lora"
-    targets: str | list[str] = field(default_factory=lambda: list(DEFAULT_TARGETS), metadata={
-        "help": f"{TARGETS_HELP}; default: {', '.join(DEFAULT_TARGETS)}"})
+    targets: str | list[str] = field(
+        default_factory=lambda: list(DEFAULT_TARGETS),
+        metadata={"help": f"{TARGETS_HELP}; default: {', '.join(DEFAULT_TARGETS)}"},
+    )
     r: int = field(default=4, metadata={"help": "rank of the update", "option": "rank"})
     alpha: float = field(default=8.0, metadata={"help": "scale of the update: alpha / r (default 8)"})
     use_rslora: bool = field(default=False, metadata={"help": "scale by alpha / sqrt(r) instead (rank-stabilized)"})
@@ -74,8 +76,11 @@ class _LoraLayer(AdapterLayer):
         """``scaling`` ``[K]``: each voice's alpha / r, applied per sample so the bank's A and B stay in
         PEFT's layout (unpacking is a copy; gradients match the name-keyed adapters')."""
         weight = innermost(self).weight
-        return {"scaling": torch.tensor([self.scaling.get(name, 0.0) for name in names], dtype=weight.dtype,
-                                        device=weight.device)}
+        return {
+            "scaling": torch.tensor(
+                [self.scaling.get(name, 0.0) for name in names], dtype=weight.dtype, device=weight.device
+            )
+        }
 
     def _bank_gather(self, batch: int, key_b: str) -> tuple[torch.Tensor, torch.Tensor]:
         """(slot ``[batch]``, each sample's B ``[batch, out, r, ...]`` times its voice's scaling, zero
@@ -138,9 +143,10 @@ class LoraLinear(_LoraSublayers):
         """x ``[batch, ..., in]`` -> ``[batch, ..., out]``: per sample ``x A[v]^T B[v]^T * scaling[v]``."""
         y = self.base_layer(x, *args, **kwargs)
         batch = x.shape[0]
-        slot, b = self._bank_gather(batch, "lora_B.weight")                        # b [batch, out, r]
-        low = torch.bmm(x.reshape(batch, -1, x.shape[-1]),
-                        self.bank["lora_A.weight"][slot].transpose(1, 2))          # [batch, n, r]
+        slot, b = self._bank_gather(batch, "lora_B.weight")  # b [batch, out, r]
+        low = torch.bmm(
+            x.reshape(batch, -1, x.shape[-1]), self.bank["lora_A.weight"][slot].transpose(1, 2)
+        )  # [batch, n, r]
         return torch.baddbmm(y.reshape(batch, -1, y.shape[-1]), low, b.transpose(1, 2)).view(y.shape)
 
     def delta_weight(self, name):
@@ -176,16 +182,25 @@ class LoraConv1d(_LoraSublayers):
         y = self.base_layer(x, *args, **kwargs)
         base = innermost(self)
         batch, channels, time = x.shape
-        slot, b = self._bank_gather(batch, "lora_B.weight")                        # b [batch, out, r, 1]
-        a = self.bank["lora_A.weight"][slot]                                       # [batch, r, in, kernel]
-        low = F.conv1d(x.reshape(1, batch * channels, time), a.reshape(-1, channels, a.shape[-1]), None,
-                       base.stride, base.padding, base.dilation, groups=batch)   # [1, batch * r, time']
+        slot, b = self._bank_gather(batch, "lora_B.weight")  # b [batch, out, r, 1]
+        a = self.bank["lora_A.weight"][slot]  # [batch, r, in, kernel]
+        low = F.conv1d(
+            x.reshape(1, batch * channels, time),
+            a.reshape(-1, channels, a.shape[-1]),
+            None,
+            base.stride,
+            base.padding,
+            base.dilation,
+            groups=batch,
+        )  # [1, batch * r, time']
         return torch.baddbmm(y, b[..., 0], low.view(batch, a.shape[1], -1))
 
     def delta_weight(self, name):
         # [out, r, 1] composed with [r, in, k] -> [out, in, k]
-        return torch.einsum("or,rik->oik", self.lora_B[name]["weight"][:, :, 0], self.lora_A[name]["weight"]) \
+        return (
+            torch.einsum("or,rik->oik", self.lora_B[name]["weight"][:, :, 0], self.lora_A[name]["weight"])
             * self.scaling[name]
+        )
 
     def shadow_forward(self, pass_, name, x):
         """x ``[batch, in, time]`` -> ``[batch, out, time']``: as :meth:`LoraLinear.shadow_forward`, with
@@ -214,15 +229,23 @@ class LoraEmbedding(_LoraLayer):
     def forward_with(self, name, ids, *args, **kwargs):
         """ids ``[...]`` -> ``[..., embedding_dim]``."""
         base = innermost(self)
-        looked_up = F.embedding(ids, self.lora_embedding_A[name].T, base.padding_idx, base.max_norm,
-                                base.norm_type, base.scale_grad_by_freq, base.sparse)
+        looked_up = F.embedding(
+            ids,
+            self.lora_embedding_A[name].T,
+            base.padding_idx,
+            base.max_norm,
+            base.norm_type,
+            base.scale_grad_by_freq,
+            base.sparse,
+        )
         return self.base_layer(ids, *args, **kwargs) + looked_up @ self.lora_embedding_B[name].T * self.scaling[name]
 
     def pack(self, names):
         base = innermost(self)
         if base.max_norm is not None or base.scale_grad_by_freq or base.sparse:
-            raise NotImplementedError("LoRA banks support Embedding layers without max_norm, scale_grad_by_freq "
-                                      "and sparse gradients only")
+            raise NotImplementedError(
+                "LoRA banks support Embedding layers without max_norm, scale_grad_by_freq and sparse gradients only"
+            )
         return super().pack(names)
 
     def forward_bank(self, ids, *args, **kwargs):
@@ -231,23 +254,24 @@ class LoraEmbedding(_LoraLayer):
         y = self.base_layer(ids, *args, **kwargs)
         base = innermost(self)
         batch = ids.shape[0]
-        slot, b = self._bank_gather(batch, "lora_embedding_B")                     # b [batch, dim, r]
-        table = self.bank["lora_embedding_A"].transpose(1, 2)                      # [K, num_embeddings, r]
-        looked = table[slot.view(batch, *[1] * (ids.dim() - 1)), ids]               # [batch, ..., r]
+        slot, b = self._bank_gather(batch, "lora_embedding_B")  # b [batch, dim, r]
+        table = self.bank["lora_embedding_A"].transpose(1, 2)  # [K, num_embeddings, r]
+        looked = table[slot.view(batch, *[1] * (ids.dim() - 1)), ids]  # [batch, ..., r]
         if base.padding_idx is not None:
             # As F.embedding with padding_idx: the padding id is looked up but passes no gradient.
             looked = torch.where((ids == base.padding_idx).unsqueeze(-1), looked.detach(), looked)
-        return torch.baddbmm(y.reshape(batch, -1, y.shape[-1]), looked.reshape(batch, -1, looked.shape[-1]),
-                             b.transpose(1, 2)).view(y.shape)
+        return torch.baddbmm(
+            y.reshape(batch, -1, y.shape[-1]), looked.reshape(batch, -1, looked.shape[-1]), b.transpose(1, 2)
+        ).view(y.shape)
 
     def delta_weight(self, name):
         return (self.lora_embedding_B[name] @ self.lora_embedding_A[name]).T * self.scaling[name]
 
     def shadow_forward(self, pass_, name, ids):
         """ids ``[...]`` -> ``[..., embedding_dim]``: base(ids) + embedding(ids, A.T) @ B.T * scaling."""
-        table = pass_.parameter(self.lora_embedding_A[name])   # [r, num_embeddings], looked up transposed
+        table = pass_.parameter(self.lora_embedding_A[name])  # [r, num_embeddings], looked up transposed
         if table.requires_grad:
-            pass_.save(ids)   # the indices, to scatter the gradient into A
+            pass_.save(ids)  # the indices, to scatter the gradient into A
         looked_up = pass_.new((*ids.shape, table.shape[0]), table.dtype, table.requires_grad)
         update = pass_.matmul_transposed(looked_up, self.lora_embedding_B[name])
         return pass_.elementwise(pass_.leaf(self.base_layer, ids), update)
@@ -257,11 +281,25 @@ def _example(k: int) -> LoraConfig:
     """Test voice ``k``: ranks 1-4, alphas and rsLoRA vary; even voices adapt attention, the first
     feed-forward convolution, the symbol embedding and the mel projection, odd ones keys, the second
     convolution and the speaker projection."""
-    return LoraConfig(r=1 + k % 4, alpha=2.0 + k, use_rslora=k == 3, targets=(
-        ["q_proj", "v_proj", "out_proj", "conv1", "symbol_embedding", "mel_proj"] if k % 2 == 0
-        else ["k_proj", "conv2", "speaker_proj"]))
+    return LoraConfig(
+        r=1 + k % 4,
+        alpha=2.0 + k,
+        use_rslora=k == 3,
+        targets=(
+            ["q_proj", "v_proj", "out_proj", "conv1", "symbol_embedding", "mel_proj"]
+            if k % 2 == 0
+            else ["k_proj", "conv2", "speaker_proj"]
+        ),
+    )
 
 
-register(Method("lora", LoraConfig, ((nn.Linear, LoraLinear), (nn.Conv1d, LoraConv1d), (nn.Embedding, LoraEmbedding)),
-                learning_rate=2e-3, summary="low-rank updates of attention and feed-forward weights",
-                example=_example))
+register(
+    Method(
+        "lora",
+        LoraConfig,
+        ((nn.Linear, LoraLinear), (nn.Conv1d, LoraConv1d), (nn.Embedding, LoraEmbedding)),
+        learning_rate=2e-3,
+        summary="low-rank updates of attention and feed-forward weights",
+        example=_example,
+    )
+)

@@ -23,10 +23,12 @@ class PrefixConfig(MethodConfig):
     """n_prefix: key/value pairs per attention layer."""
 
     method = "prefix"
-    targets: str | list[str] = field(default_factory=lambda: ["attn"],
-                                     metadata={"help": f"{TARGETS_HELP}; default: attn"})
-    n_prefix: int = field(default=8, metadata={"help": "learned key/value pairs per attention layer",
-                                               "option": "prefix-length"})
+    targets: str | list[str] = field(
+        default_factory=lambda: ["attn"], metadata={"help": f"{TARGETS_HELP}; default: attn"}
+    )
+    n_prefix: int = field(
+        default=8, metadata={"help": "learned key/value pairs per attention layer", "option": "prefix-length"}
+    )
 
     def __post_init__(self) -> None:
         if self.n_prefix <= 0:
@@ -49,10 +51,12 @@ class PrefixAttention(AdapterLayer):
         self.configs[name] = config
         weight = innermost(self.base_layer.q_proj).weight
         dim = weight.shape[0]
-        self.prefix_key[name] = nn.Parameter(0.02 * torch.randn(config.n_prefix, dim, device=weight.device,
-                                                                dtype=weight.dtype))
-        self.prefix_value[name] = nn.Parameter(torch.zeros(config.n_prefix, dim, device=weight.device,
-                                                           dtype=weight.dtype))
+        self.prefix_key[name] = nn.Parameter(
+            0.02 * torch.randn(config.n_prefix, dim, device=weight.device, dtype=weight.dtype)
+        )
+        self.prefix_value[name] = nn.Parameter(
+            torch.zeros(config.n_prefix, dim, device=weight.device, dtype=weight.dtype)
+        )
 
     def forward_with(self, name, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """x ``[batch, time, dim]``, mask ``[batch, time]`` -> ``[batch, time, dim]``."""
@@ -64,15 +68,18 @@ class PrefixAttention(AdapterLayer):
         k = attention._heads(torch.cat([prefix_k.to(x.dtype), attention.k_proj(x)], dim=1))
         v = attention._heads(torch.cat([prefix_v.to(x.dtype), attention.v_proj(x)], dim=1))
         full_mask = torch.cat([mask.new_ones(batch, prefix_k.shape[1]), mask], dim=1)[:, None, None, :]
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=full_mask,
-                                             dropout_p=attention.dropout if self.training else 0.0)
+        out = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=full_mask, dropout_p=attention.dropout if self.training else 0.0
+        )
         return attention.out_proj(out.transpose(1, 2).reshape(x.shape))
 
     def pack(self, names):
         """``prefix_valid`` ``[K, n_prefix max]``: which prefix positions each voice has (voices with fewer
         are zero-padded, and zero keys would still draw attention, so padding is masked instead)."""
-        lengths = torch.tensor([self.configs[n].n_prefix if n in self.configs else 0 for n in names],
-                               device=innermost(self.base_layer.q_proj).weight.device)
+        lengths = torch.tensor(
+            [self.configs[n].n_prefix if n in self.configs else 0 for n in names],
+            device=innermost(self.base_layer.q_proj).weight.device,
+        )
         return {"prefix_valid": torch.arange(int(lengths.max()), device=lengths.device) < lengths[:, None]}
 
     def forward_bank(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -80,15 +87,16 @@ class PrefixAttention(AdapterLayer):
         every prefix position masked out, which is attention without prefixes."""
         attention = self.base_layer
         slot, used = self.bank.route(self.bank_index, x.shape[0])
-        prefix_k = self.bank["prefix_key"][slot].to(x.dtype)                      # [batch, n_prefix, dim]
+        prefix_k = self.bank["prefix_key"][slot].to(x.dtype)  # [batch, n_prefix, dim]
         prefix_v = self.bank["prefix_value"][slot].to(x.dtype)
-        valid = self.bank["prefix_valid"][slot] & used[:, None]                    # [batch, n_prefix]
+        valid = self.bank["prefix_valid"][slot] & used[:, None]  # [batch, n_prefix]
         q = attention._heads(attention.q_proj(x))
         k = attention._heads(torch.cat([prefix_k, attention.k_proj(x)], dim=1))
         v = attention._heads(torch.cat([prefix_v, attention.v_proj(x)], dim=1))
         full_mask = torch.cat([valid, mask], dim=1)[:, None, None, :]
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=full_mask,
-                                             dropout_p=attention.dropout if self.training else 0.0)
+        out = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=full_mask, dropout_p=attention.dropout if self.training else 0.0
+        )
         return attention.out_proj(out.transpose(1, 2).reshape(x.shape))
 
     def shadow_forward(self, pass_, name, x):
@@ -100,9 +108,9 @@ class PrefixAttention(AdapterLayer):
         keys_values = []
         prefixes = (self.prefix_key[name], self.prefix_value[name])
         for prefix, projection in zip(prefixes, (attention.k_proj, attention.v_proj), strict=True):
-            rows = pass_.parameter(prefix).view(batch, *prefix.shape)   # expanded over the batch: a view
+            rows = pass_.parameter(prefix).view(batch, *prefix.shape)  # expanded over the batch: a view
             if rows.dtype != x.dtype:
-                rows = pass_.new(rows.shape, x.dtype, rows.requires_grad)   # .to(x.dtype): a copy, nothing saved
+                rows = pass_.new(rows.shape, x.dtype, rows.requires_grad)  # .to(x.dtype): a copy, nothing saved
             keys_values.append(pass_.cat(rows, pass_.leaf(projection, x)))
         out = pass_.attention(q, *keys_values, attention.n_heads, attention.dropout)
         return pass_.leaf(attention.out_proj, out)
@@ -113,5 +121,13 @@ def _example(k: int) -> PrefixConfig:
     return PrefixConfig(n_prefix=1 + k % 3, layers=[1] if k == 4 else None)
 
 
-register(Method("prefix", PrefixConfig, ((MultiHeadAttention, PrefixAttention),), learning_rate=5e-3,
-                summary="learned key/value prefixes in every self-attention", example=_example))
+register(
+    Method(
+        "prefix",
+        PrefixConfig,
+        ((MultiHeadAttention, PrefixAttention),),
+        learning_rate=5e-3,
+        summary="learned key/value prefixes in every self-attention",
+        example=_example,
+    )
+)

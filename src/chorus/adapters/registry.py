@@ -19,13 +19,16 @@ from torch import nn
 
 from chorus.adapters.layer import AdapterLayer
 
-ALL_LAYERS = "all"   # targets value: every layer of a type the method supports
+ALL_LAYERS = "all"  # targets value: every layer of a type the method supports
 
 # Help texts of the fields every method shares (each method repeats ``targets`` with its own default).
-TARGETS_HELP = ("modules to adapt: names or name suffixes, a regular expression matching the whole name, or "
-                "'all' (every layer of a supported type)")
+TARGETS_HELP = (
+    "modules to adapt: names or name suffixes, a regular expression matching the whole name, or "
+    "'all' (every layer of a supported type)"
+)
 EXCLUDE_HELP = "modules to skip, in the same forms as targets"
 LAYERS_HELP = "adapt only inside these block indices (.layers.<i>.); default: every block"
+
 
 @dataclass
 class MethodConfig:
@@ -70,8 +73,8 @@ class Method:
     name: str
     config_class: type[MethodConfig]
     wrappers: tuple[tuple[type[nn.Module], type[AdapterLayer]], ...]
-    learning_rate: float          # default learning rate for `chorus adapt`
-    summary: str                  # one line for help texts
+    learning_rate: float  # default learning rate for `chorus adapt`
+    summary: str  # one line for help texts
     example: Callable[[int], MethodConfig]
 
     def wrapper_for(self, layer: nn.Module, name: str) -> type[AdapterLayer]:
@@ -96,8 +99,8 @@ class Method:
         return all(wrapper.mergeable for _, wrapper in self.wrappers)
 
 
-FULL_FINE_TUNING = "full"   # the baseline: not an adapter, every base weight trains on a copy
-_METHODS: dict[str, Method] = {}   # in registration order: the order of chorus.adapters.methods
+FULL_FINE_TUNING = "full"  # the baseline: not an adapter, every base weight trains on a copy
+_METHODS: dict[str, Method] = {}  # in registration order: the order of chorus.adapters.methods
 
 
 def register(method: Method) -> Method:
@@ -105,8 +108,9 @@ def register(method: Method) -> Method:
     if method.name in _METHODS or method.name == FULL_FINE_TUNING:
         raise ValueError(f"adapter method {method.name!r} is already registered")
     if method.config_class.method != method.name:
-        raise ValueError(f"{method.config_class.__name__}.method is {method.config_class.method!r}, "
-                         f"not {method.name!r}")
+        raise ValueError(
+            f"{method.config_class.__name__}.method is {method.config_class.method!r}, not {method.name!r}"
+        )
     _METHODS[method.name] = method
     return method
 

@@ -29,8 +29,10 @@ class ResidualAdapterConfig(MethodConfig):
     """bottleneck: hidden width of each adapter (6 keeps a voice under 1% of the shipped base)."""
 
     method = "residual"
-    targets: str | list[str] = field(default_factory=lambda: list(DEFAULT_TARGETS), metadata={
-        "help": f"{TARGETS_HELP}; default: {', '.join(DEFAULT_TARGETS)}"})
+    targets: str | list[str] = field(
+        default_factory=lambda: list(DEFAULT_TARGETS),
+        metadata={"help": f"{TARGETS_HELP}; default: {', '.join(DEFAULT_TARGETS)}"},
+    )
     bottleneck: int = field(default=6, metadata={"help": "hidden width of each adapter (default 6)"})
 
     def __post_init__(self) -> None:
@@ -78,15 +80,17 @@ class ResidualAdapter(AdapterLayer):
         bound = 1 / math.sqrt(self.features)
         nn.init.uniform_(down_bias, -bound, bound)
         self.adapter_down[name] = {"weight": down_weight, "bias": down_bias}
-        self.adapter_up[name] = {"weight": torch.zeros(self.features, config.bottleneck, **kwargs),
-                                 "bias": torch.zeros(self.features, **kwargs)}
+        self.adapter_up[name] = {
+            "weight": torch.zeros(self.features, config.bottleneck, **kwargs),
+            "bias": torch.zeros(self.features, **kwargs),
+        }
 
     def forward_with(self, name, *args, **kwargs):
         """Same shapes as the wrapped layer; features on the last axis (channels for Conv1d)."""
         y = self.base_layer(*args, **kwargs)
-        h = y.transpose(1, -1) if self.axis == 1 else y                             # [..., features]
+        h = y.transpose(1, -1) if self.axis == 1 else y  # [..., features]
         down, up = self.adapter_down[name], self.adapter_up[name]
-        hidden = torch.relu(F.linear(h, down["weight"], down["bias"]))              # [..., bottleneck]
+        hidden = torch.relu(F.linear(h, down["weight"], down["bias"]))  # [..., bottleneck]
         h = h + F.linear(hidden, up["weight"], up["bias"])
         return h.transpose(1, -1) if self.axis == 1 else h
 
@@ -94,22 +98,28 @@ class ResidualAdapter(AdapterLayer):
         """Same shapes as the wrapped layer. Bottlenecks padded with zero rows (bias 0) stay 0 through the
         ReLU and meet zero columns of ``up``: exact."""
         y = self.base_layer(*args, **kwargs)
-        h = y.transpose(1, -1) if self.axis == 1 else y                             # [batch, ..., features]
+        h = y.transpose(1, -1) if self.axis == 1 else y  # [batch, ..., features]
         batch = h.shape[0]
         slot, used = self.bank.route(self.bank_index, batch)
-        rows = h.reshape(batch, -1, self.features)                                  # [batch, n, features]
-        down = torch.baddbmm(self.bank["adapter_down.bias"][slot].unsqueeze(1), rows,
-                             self.bank["adapter_down.weight"][slot].transpose(1, 2))  # [batch, n, bottleneck]
-        keep = used.to(h.dtype)[:, None]        # zeroing the gathered up projection gives base rows +0
-        up = torch.baddbmm((self.bank["adapter_up.bias"][slot] * keep).unsqueeze(1), torch.relu(down),
-                           (self.bank["adapter_up.weight"][slot] * keep[:, None]).transpose(1, 2))
-        h = h + up.view(h.shape)                                                    # up [batch, n, features]
+        rows = h.reshape(batch, -1, self.features)  # [batch, n, features]
+        down = torch.baddbmm(
+            self.bank["adapter_down.bias"][slot].unsqueeze(1),
+            rows,
+            self.bank["adapter_down.weight"][slot].transpose(1, 2),
+        )  # [batch, n, bottleneck]
+        keep = used.to(h.dtype)[:, None]  # zeroing the gathered up projection gives base rows +0
+        up = torch.baddbmm(
+            (self.bank["adapter_up.bias"][slot] * keep).unsqueeze(1),
+            torch.relu(down),
+            (self.bank["adapter_up.weight"][slot] * keep[:, None]).transpose(1, 2),
+        )
+        h = h + up.view(h.shape)  # up [batch, n, features]
         return h.transpose(1, -1) if self.axis == 1 else h
 
     def shadow_forward(self, pass_, name, x):
         """Same shapes as the wrapped layer: y + up(relu(down(y))) on the feature axis."""
         y = pass_.leaf(self.base_layer, x)
-        if self.axis == 1:   # a Conv1d's channels move last and back: transposed views, nothing saved
+        if self.axis == 1:  # a Conv1d's channels move last and back: transposed views, nothing saved
             batch, channels, length = y.shape
             y = y.view(batch, length, channels)
         down, up = self.adapter_down[name], self.adapter_up[name]
@@ -123,8 +133,13 @@ def _example(k: int) -> ResidualAdapterConfig:
     return ResidualAdapterConfig(bottleneck=2 + k % 3, layers=[0] if k % 3 == 1 else None)
 
 
-register(Method("residual", ResidualAdapterConfig,
-                tuple((t, ResidualAdapter) for t in (MultiHeadAttention, ConvFeedForward, nn.Linear, nn.Conv1d,
-                                                     nn.LayerNorm)),
-                learning_rate=2e-3, summary="bottleneck adapters after attention, feed-forward and predictors",
-                example=_example))
+register(
+    Method(
+        "residual",
+        ResidualAdapterConfig,
+        tuple((t, ResidualAdapter) for t in (MultiHeadAttention, ConvFeedForward, nn.Linear, nn.Conv1d, nn.LayerNorm)),
+        learning_rate=2e-3,
+        summary="bottleneck adapters after attention, feed-forward and predictors",
+        example=_example,
+    )
+)

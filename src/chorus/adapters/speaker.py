@@ -25,12 +25,20 @@ class SpeakerConfig(MethodConfig):
     numbers)."""
 
     method = "speaker"
-    targets: str | list[str] | None = field(default=None, metadata={
-        "help": f"{TARGETS_HELP}; default: speaker_embedding, and speaker_proj with train_projection"})
-    train_vector: bool = field(default=True, metadata={
-        "help": "learn the voice's speaker vector (else it stays at its starting value, the closest speaker's)"})
-    train_projection: bool = field(default=False, metadata={
-        "help": "also learn a delta of the speaker projection (speaker_dim x d_model more numbers)"})
+    targets: str | list[str] | None = field(
+        default=None,
+        metadata={"help": f"{TARGETS_HELP}; default: speaker_embedding, and speaker_proj with train_projection"},
+    )
+    train_vector: bool = field(
+        default=True,
+        metadata={
+            "help": "learn the voice's speaker vector (else it stays at its starting value, the closest speaker's)"
+        },
+    )
+    train_projection: bool = field(
+        default=False,
+        metadata={"help": "also learn a delta of the speaker projection (speaker_dim x d_model more numbers)"},
+    )
 
     def __post_init__(self) -> None:
         if self.targets is None:
@@ -69,7 +77,7 @@ class SpeakerVector(AdapterLayer):
         """ids ``[batch]`` -> ``[batch, speaker_dim]``: the sample's voice vector, or the table row where
         the sample's voice has none."""
         slot, used = self.bank.route(self.bank_index, ids.shape[0])
-        vector = self.bank["speaker_vector"][slot]                                  # [batch, speaker_dim]
+        vector = self.bank["speaker_vector"][slot]  # [batch, speaker_dim]
         vector = vector.view(ids.shape[0], *[1] * (ids.dim() - 1), -1).expand(*ids.shape, -1)
         return torch.where(used.view(-1, *[1] * ids.dim()), vector, self.base_layer(ids))
 
@@ -107,16 +115,18 @@ class ProjectionDelta(AdapterLayer):
         y = self.base_layer(x)
         batch = x.shape[0]
         slot, used = self.bank.route(self.bank_index, batch)
-        keep = used.to(x.dtype)[:, None]                       # zeroed deltas give base rows +0
-        weight = self.bank["projection_weight_delta"][slot] * keep[:, None]          # [batch, out, in]
-        bias = (self.bank["projection_bias_delta"][slot] * keep).unsqueeze(1)        # [batch, 1, out]
-        delta = torch.baddbmm(bias, x.reshape(batch, -1, x.shape[-1]), weight.transpose(1, 2))   # [batch, n, out]
+        keep = used.to(x.dtype)[:, None]  # zeroed deltas give base rows +0
+        weight = self.bank["projection_weight_delta"][slot] * keep[:, None]  # [batch, out, in]
+        bias = (self.bank["projection_bias_delta"][slot] * keep).unsqueeze(1)  # [batch, 1, out]
+        delta = torch.baddbmm(bias, x.reshape(batch, -1, x.shape[-1]), weight.transpose(1, 2))  # [batch, n, out]
         return y + delta.view(y.shape)
 
     def merged_base_tensors(self, name):
         base = innermost(self)
-        return {"weight": base.weight + self.projection_weight_delta[name],
-                "bias": base.bias + self.projection_bias_delta[name]}
+        return {
+            "weight": base.weight + self.projection_weight_delta[name],
+            "bias": base.bias + self.projection_bias_delta[name],
+        }
 
     def shadow_forward(self, pass_, name, x):
         """x ``[..., in]`` -> ``[..., out]``: base(x) + x @ W_delta.T + b_delta."""
@@ -130,6 +140,13 @@ def _example(k: int) -> SpeakerConfig:
     return SpeakerConfig(train_projection=k % 2 == 0, train_vector=k != 4)
 
 
-register(Method("speaker", SpeakerConfig, ((nn.Embedding, SpeakerVector), (nn.Linear, ProjectionDelta)),
-                learning_rate=1e-2, summary="a new speaker vector (optionally a projection update)",
-                example=_example))
+register(
+    Method(
+        "speaker",
+        SpeakerConfig,
+        ((nn.Embedding, SpeakerVector), (nn.Linear, ProjectionDelta)),
+        learning_rate=1e-2,
+        summary="a new speaker vector (optionally a projection update)",
+        example=_example,
+    )
+)

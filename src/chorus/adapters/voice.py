@@ -60,11 +60,14 @@ class VoiceCard:
     notes: dict = field(default_factory=dict)
 
     def to_markdown(self) -> str:
-        lines = [f"# Voice `{self.name}`", "",
-                 f"- methods: {', '.join(self.methods)}",
-                 f"- base model sha256: `{self.base_model_sha256}`",
-                 f"- data: {self.data_minutes:.2f} min; training: {self.steps} steps in {self.train_seconds:.0f} s",
-                 f"- trainable parameters: {self.trainable_parameters:,}"]
+        lines = [
+            f"# Voice `{self.name}`",
+            "",
+            f"- methods: {', '.join(self.methods)}",
+            f"- base model sha256: `{self.base_model_sha256}`",
+            f"- data: {self.data_minutes:.2f} min; training: {self.steps} steps in {self.train_seconds:.0f} s",
+            f"- trainable parameters: {self.trainable_parameters:,}",
+        ]
         lines += [f"- {key}: {value}" for key, value in {**self.metrics, **self.notes}.items()]
         return "\n".join(lines) + "\n"
 
@@ -77,7 +80,7 @@ class Voice:
     tensors: dict[str, torch.Tensor]
     card: VoiceCard | None
     base_model_sha256: str | None
-    full: bool = False            # full fine-tuning: ``tensors`` are a whole model's weights
+    full: bool = False  # full fine-tuning: ``tensors`` are a whole model's weights
 
     @property
     def methods(self) -> list[str]:
@@ -86,24 +89,45 @@ class Voice:
 
 def _peft_lora_fields(config: LoraConfig) -> dict:
     """The LoraConfig fields PEFT needs to rebuild the same LoRA on the same module names."""
-    return {"peft_type": "LORA", "task_type": None, "base_model_name_or_path": None, "inference_mode": True,
-            "r": config.r, "lora_alpha": config.alpha, "target_modules": config.targets,
-            "exclude_modules": config.exclude, "layers_to_transform": config.layers,
-            "layers_pattern": "layers" if config.layers is not None else None, "lora_dropout": 0.0,
-            "bias": "none", "fan_in_fan_out": False, "use_rslora": config.use_rslora, "modules_to_save": None,
-            "init_lora_weights": True, "use_dora": False, "rank_pattern": {}, "alpha_pattern": {}}
+    return {
+        "peft_type": "LORA",
+        "task_type": None,
+        "base_model_name_or_path": None,
+        "inference_mode": True,
+        "r": config.r,
+        "lora_alpha": config.alpha,
+        "target_modules": config.targets,
+        "exclude_modules": config.exclude,
+        "layers_to_transform": config.layers,
+        "layers_pattern": "layers" if config.layers is not None else None,
+        "lora_dropout": 0.0,
+        "bias": "none",
+        "fan_in_fan_out": False,
+        "use_rslora": config.use_rslora,
+        "modules_to_save": None,
+        "init_lora_weights": True,
+        "use_dora": False,
+        "rank_pattern": {},
+        "alpha_pattern": {},
+    }
 
 
-def save_voice(folder: str | Path, model: nn.Module, name: str, configs: list[MethodConfig], card: VoiceCard,
-               *, full: bool = False) -> Path:
+def save_voice(
+    folder: str | Path, model: nn.Module, name: str, configs: list[MethodConfig], card: VoiceCard, *, full: bool = False
+) -> Path:
     """Write adapter ``name`` of ``model`` (or, with ``full``, all of the model's weights) atomically."""
     tensors = adapter_state_dict(model, name)
     if full:
         tensors = {**base_state_dict(model), **tensors}
     tensors = {PEFT_PREFIX + key: value.detach().contiguous().cpu() for key, value in tensors.items()}
     lora = next((c for c in configs if isinstance(c, LoraConfig)), None)
-    chorus_section = {"format": VOICE_FORMAT, "version": VOICE_FORMAT_VERSION, "full": full,
-                      "methods": [c.to_dict() for c in configs], "base_model_sha256": card.base_model_sha256}
+    chorus_section = {
+        "format": VOICE_FORMAT,
+        "version": VOICE_FORMAT_VERSION,
+        "full": full,
+        "methods": [c.to_dict() for c in configs],
+        "base_model_sha256": card.base_model_sha256,
+    }
 
     def write(temp: Path) -> None:
         save_file(tensors, str(temp / WEIGHTS_FILE), metadata={"format": "pt"})
@@ -112,6 +136,7 @@ def save_voice(folder: str | Path, model: nn.Module, name: str, configs: list[Me
         (temp / CONFIG_FILE).write_text(json.dumps(config, indent=2))
         (temp / CARD_FILE).write_text(json.dumps(asdict(card), indent=2))
         (temp / "README.md").write_text(card.to_markdown())
+
     return atomic_write_folder(folder, write)
 
 
@@ -136,8 +161,10 @@ def read_voice(folder: str | Path) -> Voice:
         configs, base_hash, full = [_lora_from_peft(config, config_path)], None, False
     else:
         if section.get("format") != VOICE_FORMAT or section.get("version", 0) > VOICE_FORMAT_VERSION:
-            raise VoiceError(f"{config_path}: not a voice format this Chorus reads ({section.get('format')!r} "
-                             f"version {section.get('version')})")
+            raise VoiceError(
+                f"{config_path}: not a voice format this Chorus reads ({section.get('format')!r} "
+                f"version {section.get('version')})"
+            )
         if hashlib.sha256(data).hexdigest() != section.get("weights_sha256"):
             raise VoiceError(f"{weights_path}: checksum mismatch (the file is corrupted or was changed)")
         try:
@@ -162,22 +189,30 @@ def read_voice(folder: str | Path) -> Voice:
 def _lora_from_peft(config: dict, path: Path) -> LoraConfig:
     if config.get("peft_type") != "LORA":
         raise VoiceError(f"{path}: peft_type {config.get('peft_type')!r} is not supported (only LORA)")
-    unsupported = [key for key in ("use_dora", "rank_pattern", "alpha_pattern", "modules_to_save")
-                   if config.get(key)] + (["bias"] if config.get("bias", "none") != "none" else [])
+    unsupported = [
+        key for key in ("use_dora", "rank_pattern", "alpha_pattern", "modules_to_save") if config.get(key)
+    ] + (["bias"] if config.get("bias", "none") != "none" else [])
     if unsupported:
         raise VoiceError(f"{path}: PEFT LoRA options not supported by Chorus: {', '.join(unsupported)}")
     targets = config.get("target_modules")
-    return LoraConfig(targets=sorted(targets) if isinstance(targets, list) else targets, r=int(config["r"]),
-                      alpha=float(config["lora_alpha"]), exclude=config.get("exclude_modules"),
-                      layers=config.get("layers_to_transform"), use_rslora=bool(config.get("use_rslora")))
+    return LoraConfig(
+        targets=sorted(targets) if isinstance(targets, list) else targets,
+        r=int(config["r"]),
+        alpha=float(config["lora_alpha"]),
+        exclude=config.get("exclude_modules"),
+        layers=config.get("layers_to_transform"),
+        use_rslora=bool(config.get("use_rslora")),
+    )
 
 
 def apply_voice(model: nn.Module, voice: Voice, name: str, base_model_sha256: str | None = None) -> None:
     """Add ``voice`` to ``model`` as adapter ``name``. For a full fine-tuning voice, ``model`` is
     overwritten with its weights (pass a copy of the base). Refuses a voice of another base model."""
     if base_model_sha256 and voice.base_model_sha256 and voice.base_model_sha256 != base_model_sha256:
-        raise VoiceError(f"voice {name!r} was made for base model {voice.base_model_sha256[:12]}..., not this "
-                         f"one ({base_model_sha256[:12]}...); adapt it again on this base")
+        raise VoiceError(
+            f"voice {name!r} was made for base model {voice.base_model_sha256[:12]}..., not this "
+            f"one ({base_model_sha256[:12]}...); adapt it again on this base"
+        )
     tensors = dict(voice.tensors)
     if voice.full:
         base_keys = set(base_state_dict(model))
@@ -187,8 +222,9 @@ def apply_voice(model: nn.Module, voice: Voice, name: str, base_model_sha256: st
         with torch.no_grad():
             for key, value in base_state_dict(model).items():
                 if value.shape != weights[key].shape:
-                    raise VoiceError(f"voice {name!r}: {key} has shape {tuple(weights[key].shape)}, the model "
-                                     f"{tuple(value.shape)}")
+                    raise VoiceError(
+                        f"voice {name!r}: {key} has shape {tuple(weights[key].shape)}, the model {tuple(value.shape)}"
+                    )
                 value.copy_(weights[key])
     try:
         add_adapter(model, name, voice.configs)
@@ -197,4 +233,3 @@ def apply_voice(model: nn.Module, voice: Voice, name: str, base_model_sha256: st
         if name in adapter_names(model):
             remove_adapter(model, name)
         raise VoiceError(f"voice {name!r} does not fit this base model: {error}") from error
-

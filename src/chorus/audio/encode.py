@@ -13,8 +13,15 @@ def wav_header(sample_rate: int, data_bytes: int | None = None) -> bytes:
     """A 16-bit mono PCM WAV header; ``data_bytes=None`` writes 0xFFFFFFFF sizes ("unknown length", for streams)."""
     data = 0xFFFFFFFF if data_bytes is None else data_bytes
     riff = 0xFFFFFFFF if data_bytes is None else 36 + data_bytes
-    return (b"RIFF" + struct.pack("<I", riff) + b"WAVE" + b"fmt " +
-            struct.pack("<IHHIIHH", 16, 1, 1, sample_rate, sample_rate * 2, 2, 16) + b"data" + struct.pack("<I", data))
+    return (
+        b"RIFF"
+        + struct.pack("<I", riff)
+        + b"WAVE"
+        + b"fmt "
+        + struct.pack("<IHHIIHH", 16, 1, 1, sample_rate, sample_rate * 2, 2, 16)
+        + b"data"
+        + struct.pack("<I", data)
+    )
 
 
 def pcm16(audio: np.ndarray) -> bytes:

@@ -37,8 +37,9 @@ class MelSpectrogram(torch.nn.Module):
     def __init__(self, config: MelConfig = MelConfig()):
         super().__init__()
         self.config = config
-        basis = librosa.filters.mel(sr=config.sample_rate, n_fft=config.n_fft, n_mels=config.n_mels,
-                                    fmin=config.fmin, fmax=config.fmax)
+        basis = librosa.filters.mel(
+            sr=config.sample_rate, n_fft=config.n_fft, n_mels=config.n_mels, fmin=config.fmin, fmax=config.fmax
+        )
         self.register_buffer("mel_basis", torch.from_numpy(basis).float(), persistent=False)
         self.register_buffer("window", torch.hann_window(config.win_length), persistent=False)
 
@@ -47,8 +48,16 @@ class MelSpectrogram(torch.nn.Module):
         # Reflect padding needs more than n_fft // 2 samples and torch.stft raises below that; such
         # scraps of audio get zero padding instead, which keeps frames = samples // hop + 1.
         pad_mode = "reflect" if audio.shape[-1] > self.config.n_fft // 2 else "constant"
-        spec = torch.stft(audio, self.config.n_fft, self.config.hop_length, self.config.win_length,
-                          self.window, center=True, pad_mode=pad_mode, return_complex=True)
+        spec = torch.stft(
+            audio,
+            self.config.n_fft,
+            self.config.hop_length,
+            self.config.win_length,
+            self.window,
+            center=True,
+            pad_mode=pad_mode,
+            return_complex=True,
+        )
         return spec.abs()
 
     def forward(self, audio: torch.Tensor) -> torch.Tensor:

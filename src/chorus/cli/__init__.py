@@ -36,8 +36,15 @@ def _print_version(value: bool) -> None:
 
 
 @app.callback()
-def main(show_version: bool = typer.Option(False, "--version", is_eager=True, callback=_print_version,
-                                           help="Print the installed chorus-tts version and exit.")) -> None:
+def main(
+    show_version: bool = typer.Option(
+        False,
+        "--version",
+        is_eager=True,
+        callback=_print_version,
+        help="Print the installed chorus-tts version and exit.",
+    ),
+) -> None:
     """Chorus: many voices on one text-to-speech model.
 
     A speaker is a voice the base model knows (`chorus speakers`).

@@ -18,8 +18,9 @@ from chorus.training.adapt_many import ManyVoicesConfig
 from chorus.training.adapt_many import adapt_many as run_adapt_many
 from chorus.training.efficiency import MemoryOptions
 
-TARGETS_HELP = ("Comma-separated module names/suffixes for the first method, or a regex (full match) if it "
-                "starts with ^.")
+TARGETS_HELP = (
+    "Comma-separated module names/suffixes for the first method, or a regex (full match) if it starts with ^."
+)
 MODEL_HELP = "Base model folder (default: the shipped base)."
 
 
@@ -29,11 +30,13 @@ def adapt(
     out: Path = typer.Option(..., help="Voice folder to write, e.g. voices/NAME."),
     method: str = typer.Option(config_default(AdaptConfig, "method"), help=method_help()),
     targets: str | None = typer.Option(None, help=TARGETS_HELP),
-    steps: int = typer.Option(config_default(AdaptConfig, "steps"),
-                              help="Most optimizer steps (early stopping usually ends sooner)."),
+    steps: int = typer.Option(
+        config_default(AdaptConfig, "steps"), help="Most optimizer steps (early stopping usually ends sooner)."
+    ),
     learning_rate: float | None = typer.Option(None, help="Default: per method."),
-    max_minutes: float = typer.Option(config_default(AdaptConfig, "max_minutes"),
-                                      help="Wall-clock budget of the training loop."),
+    max_minutes: float = typer.Option(
+        config_default(AdaptConfig, "max_minutes"), help="Wall-clock budget of the training loop."
+    ),
     optimizer: str = config_option(MemoryOptions, "optimizer"),
     checkpointing: bool = config_option(MemoryOptions, "checkpointing"),
     reversible: bool = config_option(MemoryOptions, "reversible"),
@@ -46,31 +49,45 @@ def adapt(
     """Learn a new voice from a few minutes of one speaker's recordings; writes a voice folder."""
     with user_errors():
         options = method_options(method, method_fields or {}, targets)
-        config = AdaptConfig(method=method, method_options=options, steps=steps, learning_rate=learning_rate,
-                             max_minutes=max_minutes, threads=threads,
-                             memory=MemoryOptions(optimizer=optimizer, checkpointing=checkpointing,
-                                                  reversible=reversible, precision=precision,
-                                                  frozen_dtype=frozen_dtype))
+        config = AdaptConfig(
+            method=method,
+            method_options=options,
+            steps=steps,
+            learning_rate=learning_rate,
+            max_minutes=max_minutes,
+            threads=threads,
+            memory=MemoryOptions(
+                optimizer=optimizer,
+                checkpointing=checkpointing,
+                reversible=reversible,
+                precision=precision,
+                frozen_dtype=frozen_dtype,
+            ),
+        )
         config.method_configs()
         bundle = load_bundle(model or DEFAULT_BASE)
         result = run_adapt(data, bundle, out, config)
     card = result.card
-    console.print(f"voice: {result.voice_dir}  ({card.data_minutes:.1f} min of data, {card.steps} steps in "
-                  f"{card.train_seconds:.0f} s, {card.trainable_parameters:,} trained parameters, held-out mel L1 "
-                  f"{card.metrics['validation_mel_l1_start']:.3f} -> {card.metrics['validation_mel_l1_best']:.3f})")
-    console.print(f"speak with it: chorus synthesize --voice {result.voice_dir} --text \"Hello.\"")
+    console.print(
+        f"voice: {result.voice_dir}  ({card.data_minutes:.1f} min of data, {card.steps} steps in "
+        f"{card.train_seconds:.0f} s, {card.trainable_parameters:,} trained parameters, held-out mel L1 "
+        f"{card.metrics['validation_mel_l1_start']:.3f} -> {card.metrics['validation_mel_l1_best']:.3f})"
+    )
+    console.print(f'speak with it: chorus synthesize --voice {result.voice_dir} --text "Hello."')
 
 
 @with_method_fields
 def adapt_many(
     root: Path = typer.Argument(..., help="A folder of speaker folders (LJSpeech-style), one per new voice."),
     out: Path = typer.Option(Path("voices"), help="Each voice is written to OUT/<its folder name>."),
-    method: str = typer.Option(config_default(ManyVoicesConfig, "adapt").method,
-                               help=method_help(" Many voices share one base.", full=False)),
+    method: str = typer.Option(
+        config_default(ManyVoicesConfig, "adapt").method, help=method_help(" Many voices share one base.", full=False)
+    ),
     targets: str | None = typer.Option(None, help=TARGETS_HELP),
     steps: int = typer.Option(config_default(ManyVoicesConfig, "steps"), help="Updates every voice gets."),
-    clips_per_voice: int = typer.Option(config_default(ManyVoicesConfig, "clips_per_voice"),
-                                        help="Clips of each voice in every (mixed-voice) batch."),
+    clips_per_voice: int = typer.Option(
+        config_default(ManyVoicesConfig, "clips_per_voice"), help="Clips of each voice in every (mixed-voice) batch."
+    ),
     learning_rate: float | None = typer.Option(None, help="Default: per method."),
     optimizer: str = config_option(MemoryOptions, "optimizer"),
     model: Path | None = typer.Option(None, help=MODEL_HELP),
@@ -82,24 +99,37 @@ def adapt_many(
     with user_errors():
         options = method_options(method, method_fields or {}, targets)
         config = ManyVoicesConfig(
-            adapt=AdaptConfig(method=method, method_options=options, learning_rate=learning_rate, threads=threads,
-                              memory=MemoryOptions(optimizer=optimizer)),
-            steps=steps, clips_per_voice=clips_per_voice)
+            adapt=AdaptConfig(
+                method=method,
+                method_options=options,
+                learning_rate=learning_rate,
+                threads=threads,
+                memory=MemoryOptions(optimizer=optimizer),
+            ),
+            steps=steps,
+            clips_per_voice=clips_per_voice,
+        )
         config.adapt.method_configs()
         bundle = load_bundle(model or DEFAULT_BASE)
         result = run_adapt_many(root, bundle, out, config)
     table = Table("voice", "status", "minutes", "held-out mel L1", "folder or reason")
     for outcome in result.outcomes:
         if outcome.status == "ok":
-            table.add_row(outcome.name, "ok", f"{outcome.data_minutes:.1f}",
-                          f"{outcome.validation_mel_l1_start:.3f} -> {outcome.validation_mel_l1_best:.3f}",
-                          outcome.voice_dir)
+            table.add_row(
+                outcome.name,
+                "ok",
+                f"{outcome.data_minutes:.1f}",
+                f"{outcome.validation_mel_l1_start:.3f} -> {outcome.validation_mel_l1_best:.3f}",
+                outcome.voice_dir,
+            )
         else:
             table.add_row(outcome.name, "[red]failed[/]", "", "", outcome.message)
     console.print(table)
     trained = sum(o.status == "ok" for o in result.outcomes)
-    console.print(f"{trained} voice(s) in {result.setup_seconds + result.train_seconds:.0f} s "
-                  f"({result.steps} steps each; training {result.train_seconds:.0f} s); "
-                  f"summary in {out}/adapt-many.json")
+    console.print(
+        f"{trained} voice(s) in {result.setup_seconds + result.train_seconds:.0f} s "
+        f"({result.steps} steps each; training {result.train_seconds:.0f} s); "
+        f"summary in {out}/adapt-many.json"
+    )
     if trained == 0:
         raise typer.Exit(1)

@@ -19,8 +19,9 @@ corpus_app = typer.Typer(help="Build the offline multi-speaker training corpus."
 @data_app.command("check")
 def data_check(
     root: Path = typer.Argument(..., help="LJSpeech-style folder, a folder of them, or id|speaker|text metadata."),
-    max_problems: int = typer.Option(parameter_default(format_report, "max_problems"),
-                                     help="Problems to list (0 = all)."),
+    max_problems: int = typer.Option(
+        parameter_default(format_report, "max_problems"), help="Problems to list (0 = all)."
+    ),
     jobs: int = typer.Option(parameter_default(check_dataset, "jobs"), help="Threads reading audio."),
 ) -> None:
     """Per speaker: clips, minutes, and every problem with its file and line. Exit 1 if any."""
@@ -33,8 +34,10 @@ def data_check(
 @corpus_app.command("build")
 def corpus_build(
     out_dir: Path = typer.Argument(..., help="Output folder: train/<speaker>/, heldout/<speaker>/, voices.json."),
-    scale: float = typer.Option(parameter_default(build_corpus, "utterances_scale"),
-                                help="Multiply every speaker's utterance count (0.1 for a quick try)."),
+    scale: float = typer.Option(
+        parameter_default(build_corpus, "utterances_scale"),
+        help="Multiply every speaker's utterance count (0.1 for a quick try).",
+    ),
     jobs: int = typer.Option(parameter_default(build_corpus, "jobs"), help="Speakers synthesized in parallel."),
     install: bool = typer.Option(False, help="apt-get install missing Debian packages of the sources first (root)."),
 ) -> None:
@@ -50,10 +53,26 @@ def corpus_build(
     for column in ("speaker", "split", "source", "gender", "clips", "minutes", "new", "failed"):
         table.add_column(column, justify="right" if column in ("clips", "minutes", "new", "failed") else "left")
     for speaker in summary.speakers:
-        table.add_row(speaker.name, speaker.split, speaker.engine, speaker.gender, str(speaker.clips),
-                      f"{speaker.minutes:.1f}", str(speaker.written), str(speaker.failed))
-    table.add_row("[bold]total", "", "", "", f"[bold]{summary.clips}", f"[bold]{summary.hours * 60:.1f}",
-                  str(summary.written), str(summary.failed))
+        table.add_row(
+            speaker.name,
+            speaker.split,
+            speaker.engine,
+            speaker.gender,
+            str(speaker.clips),
+            f"{speaker.minutes:.1f}",
+            str(speaker.written),
+            str(speaker.failed),
+        )
+    table.add_row(
+        "[bold]total",
+        "",
+        "",
+        "",
+        f"[bold]{summary.clips}",
+        f"[bold]{summary.hours * 60:.1f}",
+        str(summary.written),
+        str(summary.failed),
+    )
     console.print(table)
     for speaker in summary.speakers:
         for failure in speaker.failures:

@@ -15,52 +15,70 @@ from chorus.synthesis import SAMPLE_VOICE, load_base
 def demo(
     out: Path = typer.Option(Path("demo"), help="Folder for the clips and report.md."),
     speakers: str | None = typer.Option(
-        None, help="Comma-separated speakers of the base model (default: its four showcase speakers)."),
-    sentences: int = typer.Option(config_default(DemoConfig, "sentences"),
-                                  help="Sentences per speaker (from the held-out benchmark set)."),
+        None, help="Comma-separated speakers of the base model (default: its four showcase speakers)."
+    ),
+    sentences: int = typer.Option(
+        config_default(DemoConfig, "sentences"), help="Sentences per speaker (from the held-out benchmark set)."
+    ),
     model: Path | None = typer.Option(None, help="Model folder (default: the shipped base)."),
-    adapt_method: str = typer.Option(config_default(DemoConfig, "adapt_method"),
-                                     help="Method of the new voice from the shipped sample ('' to skip adaptation)."),
-    adapt_steps: int = typer.Option(config_default(DemoConfig, "adapt_steps"),
-                                    help="Most adaptation steps for the new voice."),
+    adapt_method: str = typer.Option(
+        config_default(DemoConfig, "adapt_method"),
+        help="Method of the new voice from the shipped sample ('' to skip adaptation).",
+    ),
+    adapt_steps: int = typer.Option(
+        config_default(DemoConfig, "adapt_steps"), help="Most adaptation steps for the new voice."
+    ),
 ) -> None:
     """The main job: speak unseen sentences in base speakers, adapt a new voice from a 1-minute sample,
     speak with it, and judge everything (WER, similarity, RTF, what the voice cost)."""
-    config = DemoConfig(speakers=speakers.split(",") if speakers else None, sentences=sentences,
-                        adapt_method=adapt_method, adapt_steps=adapt_steps)
+    config = DemoConfig(
+        speakers=speakers.split(",") if speakers else None,
+        sentences=sentences,
+        adapt_method=adapt_method,
+        adapt_steps=adapt_steps,
+    )
     with user_errors():
         tts = load_base(model)
         spoken = speak_base_speakers(tts, out, config)
     table = Table("speaker", "WER %", "RTF", "transcript of the first sentence")
     for score in spoken.scores:
-        table.add_row(score.speaker, f"{100 * score.wer:.1f}", f"{score.real_time_factor:.3f}",
-                      score.first_transcript)
+        table.add_row(score.speaker, f"{100 * score.wer:.1f}", f"{score.real_time_factor:.3f}", score.first_transcript)
     console.print(table)
     similarity = spoken.similarity
-    console.print(f"speaker similarity (resemblyzer): same speaker {similarity.same:.3f}, "
-                  f"different speakers {similarity.different:.3f}"
-                  + (f" ({similarity.silent_clips} clip(s) had no speech)" if similarity.silent_clips else ""))
+    console.print(
+        f"speaker similarity (resemblyzer): same speaker {similarity.same:.3f}, "
+        f"different speakers {similarity.different:.3f}"
+        + (f" ({similarity.silent_clips} clip(s) had no speech)" if similarity.silent_clips else "")
+    )
     console.print(f"clips and report.md in {out}/")
     if not adapt_method:
         return
-    console.print(f"\n[bold]Adapting a new voice[/] from {SAMPLE_VOICE} (held out of pretraining) with "
-                  f"{adapt_method}")
+    console.print(f"\n[bold]Adapting a new voice[/] from {SAMPLE_VOICE} (held out of pretraining) with {adapt_method}")
     with user_errors():
         voice = adapt_sample_voice(tts, spoken, out, config)
     card = voice.card
     table = Table("cost / result", "value")
-    table.add_row("data", f"{card.data_minutes:.2f} min, {card.metrics['training_clips']} clips "
-                          f"(+{card.metrics['held_out_clips']} held out)")
+    table.add_row(
+        "data",
+        f"{card.data_minutes:.2f} min, {card.metrics['training_clips']} clips "
+        f"(+{card.metrics['held_out_clips']} held out)",
+    )
     table.add_row("training", f"{card.steps} steps in {card.train_seconds:.0f} s on the CPU")
-    table.add_row("trained parameters", f"{card.trainable_parameters:,} "
-                                        f"({100 * voice.parameter_fraction:.2f}% of the base)")
-    table.add_row("voice artifact", f"{voice.artifact_bytes / 1024:.1f} KB "
-                                    f"({100 * voice.artifact_fraction:.2f}% of the base's weights)")
+    table.add_row(
+        "trained parameters", f"{card.trainable_parameters:,} ({100 * voice.parameter_fraction:.2f}% of the base)"
+    )
+    table.add_row(
+        "voice artifact",
+        f"{voice.artifact_bytes / 1024:.1f} KB ({100 * voice.artifact_fraction:.2f}% of the base's weights)",
+    )
     table.add_row("peak memory (process RSS)", f"{voice.peak_rss_bytes / 2**20:.0f} MB")
-    table.add_row("held-out mel L1", f"{card.metrics['validation_mel_l1_start']:.3f} -> "
-                                     f"{card.metrics['validation_mel_l1_best']:.3f}")
+    table.add_row(
+        "held-out mel L1",
+        f"{card.metrics['validation_mel_l1_start']:.3f} -> {card.metrics['validation_mel_l1_best']:.3f}",
+    )
     table.add_row("WER of the new voice", f"{100 * voice.wer:.1f}%" if voice.wer is not None else "n/a")
     table.add_row("similarity to the real sample", f"{voice.similarity:.3f}")
     console.print(table)
-    console.print(f"voice folder: {voice.voice_dir}; speak with it: chorus synthesize --voice {voice.voice_dir} "
-                  "--text \"...\"")
+    console.print(
+        f'voice folder: {voice.voice_dir}; speak with it: chorus synthesize --voice {voice.voice_dir} --text "..."'
+    )

@@ -20,8 +20,11 @@ from chorus.training.efficiency import MemoryOptions
 def memory(
     method: str = typer.Option(config_default(AdaptConfig, "method"), help=method_help()),
     targets: str | None = typer.Option(None, help="Targets of the first method, as for `chorus adapt`."),
-    model: str = typer.Option("shipped", help="shipped (the shipped base's size), 500m (a 506M-parameter "
-                                              "configuration), or a JSON file of AcousticConfig fields."),
+    model: str = typer.Option(
+        "shipped",
+        help="shipped (the shipped base's size), 500m (a 506M-parameter "
+        "configuration), or a JSON file of AcousticConfig fields.",
+    ),
     batch: int = typer.Option(8, help="Utterances per batch."),
     text_length: int = typer.Option(60, help="Phonemes per utterance (padded)."),
     frames: int = typer.Option(300, help="Mel frames per utterance (padded)."),
@@ -41,10 +44,21 @@ def memory(
         AdaptConfig(method=method, method_options=options).method_configs()
         if measure and model == "500m":
             raise ValueError("measuring the 500m configuration needs tens of GB; use --no-measure")
-        report = memory_report(config, trainable=trainable_for(method, options), batch=batch,
-                               text_length=text_length, frames=frames, optimizer=optimizer, precision=precision,
-                               checkpointing=checkpointing, frozen_dtype=frozen_dtype, measure=measure,
-                               fresh_process=measure, out_png=out, label=f"{method} on {model}")
+        report = memory_report(
+            config,
+            trainable=trainable_for(method, options),
+            batch=batch,
+            text_length=text_length,
+            frames=frames,
+            optimizer=optimizer,
+            precision=precision,
+            checkpointing=checkpointing,
+            frozen_dtype=frozen_dtype,
+            measure=measure,
+            fresh_process=measure,
+            out_png=out,
+            label=f"{method} on {model}",
+        )
     console.print(report.rich_table())
     console.print(f"{report.parameters:,} parameters, {report.trainable_parameters:,} trained")
     if out is not None:

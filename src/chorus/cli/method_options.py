@@ -21,8 +21,8 @@ import typer
 
 from chorus.adapters import FULL_FINE_TUNING, MethodConfig, get_method, method_names
 
-OPTION_TYPES = (int, float, bool, str)   # what one command-line value can hold
-FIELDS_PARAMETER = "method_fields"       # the decorated command's parameter that receives the values
+OPTION_TYPES = (int, float, bool, str)  # what one command-line value can hold
+FIELDS_PARAMETER = "method_fields"  # the decorated command's parameter that receives the values
 
 
 @dataclass(frozen=True)
@@ -60,22 +60,31 @@ def field_options() -> list[FieldOption]:
                 continue
             kind = hints[field.name]
             if kind not in OPTION_TYPES:
-                raise TypeError(f"{method} config field {field.name!r} is a {kind}; a command-line option "
-                                f"holds one of: {', '.join(t.__name__ for t in OPTION_TYPES)}")
+                raise TypeError(
+                    f"{method} config field {field.name!r} is a {kind}; a command-line option "
+                    f"holds one of: {', '.join(t.__name__ for t in OPTION_TYPES)}"
+                )
             default = field.default if field.default is not dataclasses.MISSING else field.default_factory()
             text = field.metadata.get("help", f"the {field.name} field of its config").rstrip(".")
             option = field.metadata.get("option", field.name).replace("-", "_")
-            found.setdefault((option, field.name), []).append((method, kind, f"{method}: {text} (default {default!r})."))
+            found.setdefault((option, field.name), []).append(
+                (method, kind, f"{method}: {text} (default {default!r}).")
+            )
     options = []
     for (name, field_name), entries in found.items():
         kinds = {kind for _, kind, _ in entries}
         if len(kinds) > 1:
             raise TypeError(f"config field {field_name!r} has different types in {', '.join(m for m, _, _ in entries)}")
-        options.append(FieldOption(name, field_name, kinds.pop(), tuple(m for m, _, _ in entries),
-                                   " ".join(text for _, _, text in entries)))
+        options.append(
+            FieldOption(
+                name, field_name, kinds.pop(), tuple(m for m, _, _ in entries), " ".join(text for _, _, text in entries)
+            )
+        )
     if len({option.name for option in options}) < len(options):
-        raise TypeError("two config fields ask for the same option name: "
-                        f"{sorted((option.name, option.field) for option in options)}")
+        raise TypeError(
+            "two config fields ask for the same option name: "
+            f"{sorted((option.name, option.field) for option in options)}"
+        )
     return options
 
 
@@ -86,18 +95,29 @@ def with_method_fields(command: Callable[..., Any]) -> Callable[..., Any]:
     options = field_options()
     hints = typing.get_type_hints(command)
     signature = inspect.signature(command)
-    parameters = [parameter.replace(annotation=hints.get(parameter.name, parameter.annotation))
-                  for parameter in signature.parameters.values() if parameter.name != FIELDS_PARAMETER]
+    parameters = [
+        parameter.replace(annotation=hints.get(parameter.name, parameter.annotation))
+        for parameter in signature.parameters.values()
+        if parameter.name != FIELDS_PARAMETER
+    ]
     names = {parameter.name for parameter in parameters}
     clashes = names & {option.name for option in options}
     if clashes:
         raise TypeError(f"{command.__name__} already has options named like method config fields: {sorted(clashes)}")
     # Beside the method options the command names, so --help lists them together.
-    after = next((i for i, p in enumerate(parameters) if p.name == "targets"),
-                 next(i for i, p in enumerate(parameters) if p.name == "method"))
-    parameters[after + 1:after + 1] = [
-        inspect.Parameter(option.name, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=option.kind | None,
-                          default=typer.Option(None, help=option.help)) for option in options]
+    after = next(
+        (i for i, p in enumerate(parameters) if p.name == "targets"),
+        next(i for i, p in enumerate(parameters) if p.name == "method"),
+    )
+    parameters[after + 1 : after + 1] = [
+        inspect.Parameter(
+            option.name,
+            inspect.Parameter.POSITIONAL_OR_KEYWORD,
+            annotation=option.kind | None,
+            default=typer.Option(None, help=option.help),
+        )
+        for option in options
+    ]
 
     @functools.wraps(command)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -106,7 +126,8 @@ def with_method_fields(command: Callable[..., Any]) -> Callable[..., Any]:
 
     wrapper.__signature__ = signature.replace(parameters=parameters)
     wrapper.__annotations__ = {parameter.name: parameter.annotation for parameter in parameters} | {
-        "return": hints.get("return")}
+        "return": hints.get("return")
+    }
     return wrapper
 
 
@@ -122,8 +143,7 @@ def method_options(method: str, values: dict[str, Any], targets: str | None = No
         owners = by_name[name].methods
         takers = [m for m in chosen if m in owners]
         if not takers:
-            raise ValueError(f"--{name.replace('_', '-')} applies to {', '.join(owners)}, "
-                             f"not to --method {method}")
+            raise ValueError(f"--{name.replace('_', '-')} applies to {', '.join(owners)}, not to --method {method}")
         for taker in takers:
             options.setdefault(taker, {})[by_name[name].field] = value
     if targets is not None:

@@ -18,22 +18,29 @@ def serve(
     port: int = typer.Option(8000, help="TCP port."),
     model: Path | None = typer.Option(None, help="Base model folder (default: the shipped base)."),
     vocoder: str | None = typer.Option(None, help="griffin-lim, neural or a folder (default: the model's)."),
-    keys: Path | None = typer.Option(None, help="API keys file: 'KEY TENANT' lines or JSON {\"KEY\": \"TENANT\"}."),
+    keys: Path | None = typer.Option(None, help='API keys file: \'KEY TENANT\' lines or JSON {"KEY": "TENANT"}.'),
     cache_mb: float = typer.Option(64.0, help="Adapter cache budget in MB (least recently used voices are evicted)."),
     adapt_steps: int | None = typer.Option(
-        None, help=f"Most training steps of an onboarded voice (early stopping; {SERVER_DEFAULT})."),
+        None, help=f"Most training steps of an onboarded voice (early stopping; {SERVER_DEFAULT})."
+    ),
     adapt_method: str | None = typer.Option(
-        None, help=f"Adapter method(s) of onboarded voices, e.g. lora+speaker ({SERVER_DEFAULT})."),
+        None, help=f"Adapter method(s) of onboarded voices, e.g. lora+speaker ({SERVER_DEFAULT})."
+    ),
     adapt_threads: int | None = typer.Option(None, help=f"CPU threads of an onboarding job ({SERVER_DEFAULT})."),
     max_text_chars: int | None = typer.Option(None, help=f"Longest text of one speech request ({SERVER_DEFAULT})."),
     # -- scale-out on Ray Serve (chorus.serving.ray_app) --
-    ray: bool = typer.Option(False, "--ray", help="Serve on a local Ray cluster started on this machine's "
-                                                  "resources: --ray-replicas copies of the base, voices routed to "
-                                                  "replicas holding them, onboarding as Ray tasks (needs the ray "
-                                                  "extra)."),
+    ray: bool = typer.Option(
+        False,
+        "--ray",
+        help="Serve on a local Ray cluster started on this machine's "
+        "resources: --ray-replicas copies of the base, voices routed to "
+        "replicas holding them, onboarding as Ray tasks (needs the ray "
+        "extra).",
+    ),
     ray_replicas: int = typer.Option(2, help="With --ray: speech replicas, one resident base each."),
-    ray_voices_per_replica: int = typer.Option(32, help="With --ray: adapted voices one replica holds (least "
-                                                        "recently used dropped first)."),
+    ray_voices_per_replica: int = typer.Option(
+        32, help="With --ray: adapted voices one replica holds (least recently used dropped first)."
+    ),
 ) -> None:
     """Run the multi-tenant voice server (one resident base, voices loaded on demand).
 
@@ -55,23 +62,35 @@ def serve(
     try:
         from chorus.serving.api import serve as run_server
         from chorus.serving.settings import ServerSettings
+
         if ray:
             from chorus.serving.ray_app import serve_ray
     except ImportError as error:
-        fail(f"{'--ray' if ray else 'the server'} needs the {extras} ({error.name} is missing): "
-             f"pip install 'chorus-tts\\[{'serve,ray' if ray else 'serve'}]'")
+        fail(
+            f"{'--ray' if ray else 'the server'} needs the {extras} ({error.name} is missing): "
+            f"pip install 'chorus-tts\\[{'serve,ray' if ray else 'serve'}]'"
+        )
     with user_errors():
         settings = server_settings(ServerSettings(), adapt_method, adapt_steps, adapt_threads, max_text_chars)
-        common = dict(host=host, port=port, base=model, vocoder=vocoder, keys=keys, cache_mb=cache_mb,
-                      settings=settings, announce=console.print)
+        common = dict(
+            host=host,
+            port=port,
+            base=model,
+            vocoder=vocoder,
+            keys=keys,
+            cache_mb=cache_mb,
+            settings=settings,
+            announce=console.print,
+        )
         if ray:
             serve_ray(store, **common, replicas=ray_replicas, voices_per_replica=ray_voices_per_replica)
         else:
             run_server(store, **common)
 
 
-def server_settings(defaults, adapt_method: str | None, adapt_steps: int | None, adapt_threads: int | None,
-                    max_text_chars: int | None):
+def server_settings(
+    defaults, adapt_method: str | None, adapt_steps: int | None, adapt_threads: int | None, max_text_chars: int | None
+):
     """``defaults`` (a ``ServerSettings``) with what the command line gives; a bad onboarding method
     fails here, before the server starts."""
     from chorus.serving.worker import adapt_config

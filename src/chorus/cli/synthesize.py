@@ -30,15 +30,19 @@ def synthesize(
     text: str | None = typer.Option(None, help="Text to speak."),
     text_file: Path | None = typer.Option(None, help="File with one utterance per line."),
     speaker: str | None = typer.Option(
-        None, help="A speaker of the base model, by name or index (default: the model's default speaker)."),
+        None, help="A speaker of the base model, by name or index (default: the model's default speaker)."
+    ),
     voice: Path | None = typer.Option(None, help="An adapted voice folder (from `chorus adapt`) to speak with."),
-    out: Path = typer.Option(Path("out.wav"), help="Output WAV; with --text-file, a folder of 0001.wav, "
-                                                   "0002.wav ... named by line number."),
+    out: Path = typer.Option(
+        Path("out.wav"), help="Output WAV; with --text-file, a folder of 0001.wav, 0002.wav ... named by line number."
+    ),
     model: Path | None = typer.Option(None, help=MODEL_HELP),
     vocoder: str | None = typer.Option(
-        None, help="Vocoder: griffin-lim, neural (the shipped one), or a folder. Default: the model's."),
-    length_scale: float = typer.Option(parameter_default(Synthesizer.synthesize, "length_scale"),
-                                       help="> 1 speaks slower, < 1 faster."),
+        None, help="Vocoder: griffin-lim, neural (the shipped one), or a folder. Default: the model's."
+    ),
+    length_scale: float = typer.Option(
+        parameter_default(Synthesizer.synthesize, "length_scale"), help="> 1 speaks slower, < 1 faster."
+    ),
 ) -> None:
     """Speak text with a base speaker or an adapted voice and report the real-time factor."""
     if (text is None) == (text_file is None):
@@ -46,8 +50,11 @@ def synthesize(
     if text_file is not None:
         if not text_file.is_file():
             fail(f"{text_file}: no such file")
-        numbered = [(number, line.strip()) for number, line in
-                    enumerate(text_file.read_text(encoding="utf-8").splitlines(), start=1) if line.strip()]
+        numbered = [
+            (number, line.strip())
+            for number, line in enumerate(text_file.read_text(encoding="utf-8").splitlines(), start=1)
+            if line.strip()
+        ]
         if not numbered:
             fail(f"{text_file}: no text lines")
         # One clip per line, named by its line number so files map back to the text file.
@@ -71,8 +78,7 @@ def synthesize(
             continue
         save_audio(path, result.audio, result.sample_rate)
         written.append((path, line))
-        table.add_row(str(path), result.speaker, f"{result.duration:.2f}", f"{result.real_time_factor:.3f}",
-                      line[:60])
+        table.add_row(str(path), result.speaker, f"{result.duration:.2f}", f"{result.real_time_factor:.3f}", line[:60])
     console.print(table)
     if not written:
         fail("nothing was synthesized (see the skipped lines above)")

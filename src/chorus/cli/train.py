@@ -18,12 +18,15 @@ from chorus.training.vocoder import train_vocoder as run_train_vocoder
 def pretrain(
     data: Path = typer.Argument(..., help="Corpus root: a folder of LJSpeech-style speaker folders."),
     out: Path = typer.Option(Path("runs/base"), help="Run folder (features, checkpoint/, log.csv, loss.png)."),
-    steps: int = typer.Option(config_default(PretrainConfig, "steps"),
-                              help="Total optimizer steps (a resumed run continues to this)."),
-    max_frames: int = typer.Option(config_default(PretrainConfig, "max_frames"),
-                                   help="Padded mel frames per batch and process."),
+    steps: int = typer.Option(
+        config_default(PretrainConfig, "steps"), help="Total optimizer steps (a resumed run continues to this)."
+    ),
+    max_frames: int = typer.Option(
+        config_default(PretrainConfig, "max_frames"), help="Padded mel frames per batch and process."
+    ),
     anneal_from: int | None = typer.Option(
-        None, help="From this step the learning rate falls linearly to 0 at --steps (also on resume)."),
+        None, help="From this step the learning rate falls linearly to 0 at --steps (also on resume)."
+    ),
     config: Path | None = typer.Option(None, help="JSON file with AcousticConfig fields (new runs only)."),
     default_speaker: str | None = typer.Option(None, help="Speaker used when none is asked for."),
     threads: int = typer.Option(config_default(PretrainConfig, "threads"), help="CPU threads per process."),
@@ -32,9 +35,17 @@ def pretrain(
     """Pretrain (or resume) the multi-speaker base model. Run under `torchrun` for DDP."""
     with user_errors():
         model_config = AcousticConfig.from_dict(json.loads(config.read_text())) if config else AcousticConfig()
-        recipe = PretrainConfig(data=str(data), out=str(out), model=model_config, steps=steps,
-                                max_frames=max_frames, anneal_from=anneal_from, threads=threads,
-                                device=device, default_speaker=default_speaker)
+        recipe = PretrainConfig(
+            data=str(data),
+            out=str(out),
+            model=model_config,
+            steps=steps,
+            max_frames=max_frames,
+            anneal_from=anneal_from,
+            threads=threads,
+            device=device,
+            default_speaker=default_speaker,
+        )
         checkpoint = run_pretrain(recipe)
     console.print(f"checkpoint: {checkpoint}")
 
@@ -42,24 +53,33 @@ def pretrain(
 def train_vocoder(
     data: Path = typer.Argument(..., help="Folder of LJSpeech-style speaker folders (any **/wavs/*.wav)."),
     out: Path = typer.Option(Path("runs/vocoder"), help="Run folder; the trained vocoder is saved here."),
-    steps: int = typer.Option(parameter_default(run_train_vocoder, "steps"),
-                              help="Total steps (a resumed run continues to this)."),
+    steps: int = typer.Option(
+        parameter_default(run_train_vocoder, "steps"), help="Total steps (a resumed run continues to this)."
+    ),
     resume: bool = typer.Option(True, help="Continue from OUT's checkpoint if there is one."),
     threads: int = typer.Option(parameter_default(run_train_vocoder, "threads"), help="CPU threads."),
     init_from: Path | None = typer.Option(None, help="Fine-tune this saved vocoder (its architecture)."),
     aligned_model: Path | None = typer.Option(
-        None, help="Feed the vocoder this acoustic model's teacher-forced mels of the clips (GTA fine-tuning)."),
-    aligned_clips: int = typer.Option(config_default(VocoderTrainConfig, "aligned_clips_per_voice"),
-                                      help="With --aligned-model: clips per speaker forced through it."),
+        None, help="Feed the vocoder this acoustic model's teacher-forced mels of the clips (GTA fine-tuning)."
+    ),
+    aligned_clips: int = typer.Option(
+        config_default(VocoderTrainConfig, "aligned_clips_per_voice"),
+        help="With --aligned-model: clips per speaker forced through it.",
+    ),
     learning_rate: float | None = typer.Option(
-        None, help=f"Peak learning rate (default {config_default(VocoderTrainConfig, 'learning_rate'):g})."),
+        None, help=f"Peak learning rate (default {config_default(VocoderTrainConfig, 'learning_rate'):g})."
+    ),
 ) -> None:
     """Train the Vocos-style neural vocoder on real (or corpus) audio, or fine-tune one on an acoustic
     model's output (--init-from + --aligned-model), so it fits the spectra that model makes."""
     with user_errors():
-        result = train_vocoder_command(data, out, steps, resume, threads, init_from, aligned_model, aligned_clips,
-                                       learning_rate)
+        result = train_vocoder_command(
+            data, out, steps, resume, threads, init_from, aligned_model, aligned_clips, learning_rate
+        )
     loss = f", loss {result.losses['loss']:.3f}" if result.losses else ""
-    console.print(f"vocoder at step {result.step}{loss} ({result.steps_per_second:.2f} steps/s) saved in {out}; "
-                  f"curves in {out / 'loss.png'}, samples in {out / 'samples'}; "
-                  f"use it with load_vocoder({str(out)!r})", soft_wrap=True)
+    console.print(
+        f"vocoder at step {result.step}{loss} ({result.steps_per_second:.2f} steps/s) saved in {out}; "
+        f"curves in {out / 'loss.png'}, samples in {out / 'samples'}; "
+        f"use it with load_vocoder({str(out)!r})",
+        soft_wrap=True,
+    )

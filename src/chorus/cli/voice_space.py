@@ -14,8 +14,9 @@ from chorus.models.bundle import load_bundle
 from chorus.synthesis import DEFAULT_BASE
 from chorus.training.voice_space_training import VoiceSpaceConfig, fit_voice, train_voice_space
 
-space_app = typer.Typer(help="A voice space: a voice as a short vector that generates its adapter.",
-                        no_args_is_help=True)
+space_app = typer.Typer(
+    help="A voice space: a voice as a short vector that generates its adapter.", no_args_is_help=True
+)
 MODEL_HELP = "Base model folder (default: the shipped base)."
 
 
@@ -24,14 +25,19 @@ def voice_space_train(
     root: Path = typer.Argument(..., help="A folder of speaker folders (LJSpeech-style) to learn the space from."),
     out: Path = typer.Option(..., help="Folder for voice_space.safetensors + voice_space.json."),
     dim: int = typer.Option(config_default(VoiceSpaceConfig, "dim"), help="Numbers per voice."),
-    method: str = typer.Option(config_default(VoiceSpaceConfig, "method"),
-                               help=method_help(" The adapter the space generates.", full=False)),
-    steps: int = typer.Option(config_default(VoiceSpaceConfig, "steps"),
-                              help="Updates; each takes one clip of every voice."),
-    virtual: int = typer.Option(0, help="Also learn over this many new virtual speakers, made from ROOT's "
-                                        "speakers with sox (in OUT-voices/, beside links to ROOT's speakers): "
-                                        "speakers the base never heard, which widen the space; each step then "
-                                        "costs more."),
+    method: str = typer.Option(
+        config_default(VoiceSpaceConfig, "method"), help=method_help(" The adapter the space generates.", full=False)
+    ),
+    steps: int = typer.Option(
+        config_default(VoiceSpaceConfig, "steps"), help="Updates; each takes one clip of every voice."
+    ),
+    virtual: int = typer.Option(
+        0,
+        help="Also learn over this many new virtual speakers, made from ROOT's "
+        "speakers with sox (in OUT-voices/, beside links to ROOT's speakers): "
+        "speakers the base never heard, which widen the space; each step then "
+        "costs more.",
+    ),
     virtual_minutes: float = typer.Option(1.0, help="Audio of each virtual speaker."),
     model: Path | None = typer.Option(None, help=MODEL_HELP),
     threads: int = typer.Option(config_default(VoiceSpaceConfig, "threads"), help="CPU threads."),
@@ -43,8 +49,10 @@ def voice_space_train(
             root = with_virtual_speakers(root, out.with_name(out.name + "-voices"), virtual, minutes=virtual_minutes)
             console.print(f"{virtual} virtual speakers in {root}")
         space, history = train_voice_space(root, load_bundle(model or DEFAULT_BASE), out, config)
-    console.print(f"voice space: {out} (dim {space.dim}); mean held-out mel L1 {history[0]['val_mel']:.3f} -> "
-                  f"{min(h['val_mel'] for h in history):.3f}")
+    console.print(
+        f"voice space: {out} (dim {space.dim}); mean held-out mel L1 {history[0]['val_mel']:.3f} -> "
+        f"{min(h['val_mel'] for h in history):.3f}"
+    )
 
 
 @space_app.command("fit")
@@ -52,23 +60,30 @@ def voice_space_fit(
     data: Path = typer.Argument(..., help="One speaker's LJSpeech-style folder (30 s or more)."),
     space: Path = typer.Option(..., help="A voice space folder (`chorus voice-space train`)."),
     out: Path = typer.Option(..., help="Voice folder to write."),
-    steps: int = typer.Option(parameter_default(fit_voice, "steps"),
-                              help="Most steps (it stops earlier once the held-out loss stops improving)."),
-    init: str = typer.Option(parameter_default(fit_voice, "init"),
-                             help="Where the vector starts: nearest (the training speaker whose d-vector is "
-                                  "closest to the clips'), embedding (the clips' d-vector through a linear map) "
-                                  "or mean (the space's center)."),
+    steps: int = typer.Option(
+        parameter_default(fit_voice, "steps"),
+        help="Most steps (it stops earlier once the held-out loss stops improving).",
+    ),
+    init: str = typer.Option(
+        parameter_default(fit_voice, "init"),
+        help="Where the vector starts: nearest (the training speaker whose d-vector is "
+        "closest to the clips'), embedding (the clips' d-vector through a linear map) "
+        "or mean (the space's center).",
+    ),
     model: Path | None = typer.Option(None, help=MODEL_HELP),
     threads: int = typer.Option(parameter_default(fit_voice, "threads"), help="CPU threads."),
 ) -> None:
     """A new voice as a point of a voice space: only its vector learns. Writes a normal voice folder."""
     with user_errors():
         voice_space, _, _ = VoiceSpace.load(space)
-        result = fit_voice(data, load_bundle(model or DEFAULT_BASE), voice_space, out, steps=steps, init=init,
-                           threads=threads)
+        result = fit_voice(
+            data, load_bundle(model or DEFAULT_BASE), voice_space, out, steps=steps, init=init, threads=threads
+        )
     card = result.card
     if result.start_voice:
         console.print(f"started from the nearest training voice: {result.start_voice}")
-    console.print(f"voice: {result.voice_dir} ({card.data_minutes:.1f} min of data, {voice_space.dim} numbers, "
-                  f"{card.train_seconds:.0f} s; held-out mel L1 {card.metrics['validation_mel_l1_start']:.3f} -> "
-                  f"{card.metrics['validation_mel_l1_best']:.3f})")
+    console.print(
+        f"voice: {result.voice_dir} ({card.data_minutes:.1f} min of data, {voice_space.dim} numbers, "
+        f"{card.train_seconds:.0f} s; held-out mel L1 {card.metrics['validation_mel_l1_start']:.3f} -> "
+        f"{card.metrics['validation_mel_l1_best']:.3f})"
+    )

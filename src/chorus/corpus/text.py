@@ -46,8 +46,10 @@ def benchmark_sentences() -> list[str]:
 
 @functools.cache
 def _training_sentences() -> tuple[tuple[str, str], ...]:
-    harvard = [(f"harvard_{index // 10 + 1:02d}_{index % 10 + 1:02d}", text)
-               for index, text in enumerate(_read_lines("harvard_sentences.txt"))]
+    harvard = [
+        (f"harvard_{index // 10 + 1:02d}_{index % 10 + 1:02d}", text)
+        for index, text in enumerate(_read_lines("harvard_sentences.txt"))
+    ]
     rows = _read_tsv("cmu_arctic_prompts.tsv") + harvard + _read_tsv("ljspeech_short.tsv")
     reserved = {sentence_key(text) for text in benchmark_sentences()}
     kept, seen_ids, seen_text = [], set(), set(reserved)

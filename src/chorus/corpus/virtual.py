@@ -20,8 +20,13 @@ from chorus.data.subsets import first_minutes, write_metadata
 
 # F0 alone, or F0 and formants together at the same speaking rate.
 VIRTUAL_CHAINS: tuple[tuple[str, ...], ...] = (
-    ("speed", "0.86", "tempo", "1.163"), ("speed", "1.12", "tempo", "0.893"), ("pitch", "-220"), ("pitch", "240"),
-    ("speed", "0.92", "pitch", "180", "tempo", "1.087"), ("speed", "1.07", "pitch", "-200", "tempo", "0.935"))
+    ("speed", "0.86", "tempo", "1.163"),
+    ("speed", "1.12", "tempo", "0.893"),
+    ("pitch", "-220"),
+    ("pitch", "240"),
+    ("speed", "0.92", "pitch", "180", "tempo", "1.087"),
+    ("speed", "1.07", "pitch", "-200", "tempo", "0.935"),
+)
 
 
 def virtual_speaker_name(source: str, chain: tuple[str, ...]) -> str:
@@ -45,8 +50,10 @@ def add_virtual_speakers(root: str | Path, count: int, *, minutes: float = 1.0) 
     if not sources:
         raise ValueError(f"{root}: no speaker folders (sub-folders with a metadata.csv) to derive speakers from")
     if count > len(sources) * len(VIRTUAL_CHAINS):
-        raise ValueError(f"{root}: {len(sources)} speakers and {len(VIRTUAL_CHAINS)} sox chains make at most "
-                         f"{len(sources) * len(VIRTUAL_CHAINS)} virtual speakers, {count} asked for")
+        raise ValueError(
+            f"{root}: {len(sources)} speakers and {len(VIRTUAL_CHAINS)} sox chains make at most "
+            f"{len(sources) * len(VIRTUAL_CHAINS)} virtual speakers, {count} asked for"
+        )
     # Speakers and chains in turn; after each lcm(speakers, chains) the chains shift by one, so no
     # (speaker, chain) pair comes twice before all have come once.
     cycle = math.lcm(len(sources), len(VIRTUAL_CHAINS))
@@ -58,9 +65,12 @@ def add_virtual_speakers(root: str | Path, count: int, *, minutes: float = 1.0) 
         (target / "wavs").mkdir(parents=True, exist_ok=True)
         utterances = first_minutes(discover(source)[0], minutes)
         for utterance in utterances:
-            done = subprocess.run([*SOX_COMMAND, str(utterance.audio_path),
-                                   str(target / "wavs" / utterance.audio_path.name), *chain],
-                                  capture_output=True, text=True, check=False)
+            done = subprocess.run(
+                [*SOX_COMMAND, str(utterance.audio_path), str(target / "wavs" / utterance.audio_path.name), *chain],
+                capture_output=True,
+                text=True,
+                check=False,
+            )
             if done.returncode != 0:
                 raise RuntimeError(f"sox failed on {utterance.audio_path}: {done.stderr.strip()[-300:]}")
         write_metadata(utterances, target)

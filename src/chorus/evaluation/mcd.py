@@ -20,8 +20,9 @@ def mcd_on_alignment(synthesized: WorldFeatures, reference: WorldFeatures, align
     return float(_DB_SCALE * np.mean(np.sqrt(np.sum(diff**2, axis=1))))
 
 
-def mel_cepstral_distortion(synthesized: np.ndarray, reference: np.ndarray, sample_rate: int, *,
-                            f0_method: F0Method = "harvest") -> float:
+def mel_cepstral_distortion(
+    synthesized: np.ndarray, reference: np.ndarray, sample_rate: int, *, f0_method: F0Method = "harvest"
+) -> float:
     """MCD in dB between two mono clips ``[samples]`` at the same ``sample_rate``.
 
     To also score pitch on the same alignment, call :func:`~chorus.evaluation.features.analyse_pair`

@@ -24,8 +24,9 @@ class PitchErrors:
     voiced_frames: int
 
 
-def _aligned_f0(synthesized: WorldFeatures, reference: WorldFeatures,
-                alignment: Alignment) -> tuple[np.ndarray, np.ndarray]:
+def _aligned_f0(
+    synthesized: WorldFeatures, reference: WorldFeatures, alignment: Alignment
+) -> tuple[np.ndarray, np.ndarray]:
     """F0 of both clips per alignment step, ``[steps]`` each."""
     return synthesized.f0[alignment.synthesized], reference.f0[alignment.reference]
 
@@ -45,16 +46,20 @@ def voicing_error(synthesized: WorldFeatures, reference: WorldFeatures, alignmen
     return float(np.mean((synth > 0) != (ref > 0)))
 
 
-def pitch_errors_on_alignment(synthesized: WorldFeatures, reference: WorldFeatures,
-                              alignment: Alignment) -> PitchErrors:
+def pitch_errors_on_alignment(
+    synthesized: WorldFeatures, reference: WorldFeatures, alignment: Alignment
+) -> PitchErrors:
     """Both pitch metrics along an existing alignment."""
     synth, ref = _aligned_f0(synthesized, reference, alignment)
-    return PitchErrors(f0_rmse_hz=f0_rmse_hz(synthesized, reference, alignment),
-                       voicing_error=voicing_error(synthesized, reference, alignment),
-                       voiced_frames=int(np.sum((synth > 0) & (ref > 0))))
+    return PitchErrors(
+        f0_rmse_hz=f0_rmse_hz(synthesized, reference, alignment),
+        voicing_error=voicing_error(synthesized, reference, alignment),
+        voiced_frames=int(np.sum((synth > 0) & (ref > 0))),
+    )
 
 
-def pitch_errors(synthesized: np.ndarray, reference: np.ndarray, sample_rate: int, *,
-                 f0_method: F0Method = "harvest") -> PitchErrors:
+def pitch_errors(
+    synthesized: np.ndarray, reference: np.ndarray, sample_rate: int, *, f0_method: F0Method = "harvest"
+) -> PitchErrors:
     """Pitch metrics of two mono clips ``[samples]`` at the same ``sample_rate``."""
     return pitch_errors_on_alignment(*analyse_pair(synthesized, reference, sample_rate, f0_method=f0_method))

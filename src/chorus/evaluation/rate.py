@@ -56,8 +56,11 @@ def count_phonemes(text: str) -> int:
 
 def speaking_rate(audio: np.ndarray, text: str, sample_rate: int = SAMPLE_RATE) -> SpeakingRate:
     """Words and phonemes per second of speech for a clip ``[samples]`` that says ``text``."""
-    return SpeakingRate(words=len(normalize_for_scoring(text).split()), phonemes=count_phonemes(text),
-                        speech_seconds=speech_duration(audio, sample_rate))
+    return SpeakingRate(
+        words=len(normalize_for_scoring(text).split()),
+        phonemes=count_phonemes(text),
+        speech_seconds=speech_duration(audio, sample_rate),
+    )
 
 
 def real_time_factor(synthesis_seconds: float, audio_seconds: float) -> float:

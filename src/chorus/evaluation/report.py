@@ -170,8 +170,9 @@ class EvalReport:
         lines = [("items", str(len(self.rows)))]
         if self.corpus_wer is not None:
             lines += [("corpus WER", f"{self.corpus_wer:.1%}"), ("corpus CER", f"{self.corpus_cer:.1%}")]
-        lines += [(f"mean {_METRICS[name][0]}", _METRICS[name][2].format(value))
-                  for name, value in self.means().items()]
+        lines += [
+            (f"mean {_METRICS[name][0]}", _METRICS[name][2].format(value)) for name, value in self.means().items()
+        ]
         return lines
 
     def _item_columns(self) -> list[str]:
@@ -197,8 +198,9 @@ class EvalReport:
         lines += _markdown_table(["metric", "value"], [list(line) for line in self._summary_lines()])
         lines += ["", "## Per item", ""]
         transcript = any(row.transcript is not None for row in self.rows)
-        lines += _markdown_table(self._item_header(columns, transcript),
-                                 [self._item_cells(row, columns, transcript) for row in self.rows])
+        lines += _markdown_table(
+            self._item_header(columns, transcript), [self._item_cells(row, columns, transcript) for row in self.rows]
+        )
         return "\n".join(lines) + "\n"
 
     def rich_tables(self) -> tuple[Table, Table]:
@@ -222,8 +224,9 @@ class EvalReport:
             targets = [out / "report.md", out / "report.json"]
         for target in targets:
             target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_text(self.to_json() if target.suffix.lower() == ".json" else self.to_markdown(),
-                              encoding="utf-8")
+            target.write_text(
+                self.to_json() if target.suffix.lower() == ".json" else self.to_markdown(), encoding="utf-8"
+            )
         return targets
 
 
@@ -270,9 +273,14 @@ def _judge_item(item: EvalItem, judges: Judges, speaker_refs: _SpeakerReferences
     if not audio.size:
         raise ValueError("synthesized audio is empty")
     rate = speaking_rate(audio, item.text, SAMPLE_RATE)
-    row = EvalRow(id=item.id, text=item.text, audio_seconds=len(audio) / SAMPLE_RATE,
-                  speech_seconds=rate.speech_seconds, words_per_second=rate.words_per_second,
-                  phonemes_per_second=rate.phonemes_per_second)
+    row = EvalRow(
+        id=item.id,
+        text=item.text,
+        audio_seconds=len(audio) / SAMPLE_RATE,
+        speech_seconds=rate.speech_seconds,
+        words_per_second=rate.words_per_second,
+        phonemes_per_second=rate.phonemes_per_second,
+    )
     if judges.whisper is not None:
         row.transcript = judges.whisper.transcribe(audio, SAMPLE_RATE)
         words = word_errors(item.text, row.transcript)
@@ -283,8 +291,9 @@ def _judge_item(item: EvalItem, judges: Judges, speaker_refs: _SpeakerReferences
         reference = speaker_refs.embedding(item.speaker_references, item.sample_rate)
         row.speaker_similarity = cosine_similarity(speaker_refs.judge.embed(audio, SAMPLE_RATE), reference)
     if judges.reference and item.reference is not None:
-        synth, ref, alignment = analyse_pair(audio, _load(item.reference, item.sample_rate), SAMPLE_RATE,
-                                             f0_method=judges.f0_method)
+        synth, ref, alignment = analyse_pair(
+            audio, _load(item.reference, item.sample_rate), SAMPLE_RATE, f0_method=judges.f0_method
+        )
         row.mcd_db = mcd_on_alignment(synth, ref, alignment)
         pitch = pitch_errors_on_alignment(synth, ref, alignment)
         row.f0_rmse_hz, row.voicing_error = pitch.f0_rmse_hz, pitch.voicing_error
@@ -300,8 +309,12 @@ def evaluate_pairs(items: Sequence[EvalItem], judges: Judges | None = None, prog
     judges = judges if judges is not None else Judges()
     speaker_refs = _SpeakerReferences(judges.speaker) if judges.speaker is not None else None
     rows = []
-    columns = (TextColumn("[progress.description]{task.description}"), BarColumn(), MofNCompleteColumn(),
-               TimeRemainingColumn())
+    columns = (
+        TextColumn("[progress.description]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeRemainingColumn(),
+    )
     with Progress(*columns, disable=not progress) as bar:
         task = bar.add_task("judging", total=len(items))
         for item in items:
@@ -354,9 +367,15 @@ def _audio_files(folder: Path) -> dict[str, Path]:
     return files
 
 
-def evaluate_folder(audio_dir: Path, metadata: Path | None = None, references: Path | None = None, *,
-                    max_speaker_references: int = 64, judges: Judges | None = None,
-                    progress: bool = True) -> EvalReport:
+def evaluate_folder(
+    audio_dir: Path,
+    metadata: Path | None = None,
+    references: Path | None = None,
+    *,
+    max_speaker_references: int = 64,
+    judges: Judges | None = None,
+    progress: bool = True,
+) -> EvalReport:
     """``chorus eval``: judge ``audio_dir/<id>.wav`` against the texts in ``metadata`` (default
     ``audio_dir/metadata.csv``); :meth:`EvalReport.write` saves the result.
 
@@ -381,6 +400,13 @@ def evaluate_folder(audio_dir: Path, metadata: Path | None = None, references: P
         audio = next((path for path in candidates if path.is_file()), candidates[0])
         if not audio.is_file():
             raise EvaluationError(f"{audio}: audio file not found for id {utt_id!r} listed in the metadata")
-        items.append(EvalItem(id=utt_id, audio=audio, text=text, reference=reference_files.get(utt_id),
-                              speaker_references=speaker_references))
+        items.append(
+            EvalItem(
+                id=utt_id,
+                audio=audio,
+                text=text,
+                reference=reference_files.get(utt_id),
+                speaker_references=speaker_references,
+            )
+        )
     return evaluate_pairs(items, judges=judges, progress=progress)

@@ -83,7 +83,8 @@ class SpeakerJudge:
         """The speaker d-vector ``[256]`` of real clips (each ``[samples]`` at ``sample_rate``)."""
         return mean_embedding([self.embed(clip, sample_rate) for clip in reference_clips])
 
-    def similarity_to_references(self, audio: np.ndarray, reference_clips: Sequence[np.ndarray],
-                                 sample_rate: int = SAMPLE_RATE) -> float:
+    def similarity_to_references(
+        self, audio: np.ndarray, reference_clips: Sequence[np.ndarray], sample_rate: int = SAMPLE_RATE
+    ) -> float:
         """Cosine of ``audio``'s d-vector to the mean d-vector of ``reference_clips`` (same rate)."""
         return cosine_similarity(self.embed(audio, sample_rate), self.reference_embedding(reference_clips, sample_rate))

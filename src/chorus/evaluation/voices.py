@@ -21,17 +21,21 @@ class VoiceClip:
     voice: str
     sentence_index: int
     text: str
-    audio: np.ndarray        # [samples] float32
+    audio: np.ndarray  # [samples] float32
     sample_rate: int
-    seconds: float           # synthesis wall time
+    seconds: float  # synthesis wall time
 
     @property
     def id(self) -> str:
         return f"{self.voice}/{self.sentence_index:03d}"
 
 
-def synthesize_grid(speak: Callable[[str, str], tuple[np.ndarray, int, float]], voices: Sequence[str],
-                    sentences: Sequence[str], progress: bool = True) -> list[VoiceClip]:
+def synthesize_grid(
+    speak: Callable[[str, str], tuple[np.ndarray, int, float]],
+    voices: Sequence[str],
+    sentences: Sequence[str],
+    progress: bool = True,
+) -> list[VoiceClip]:
     """Every voice says every sentence. ``speak(text, voice) -> (audio, sample_rate, seconds)``."""
     clips = []
     with Progress(disable=not progress) as bar:
@@ -44,12 +48,25 @@ def synthesize_grid(speak: Callable[[str, str], tuple[np.ndarray, int, float]], 
     return clips
 
 
-def judge_clips(clips: Sequence[VoiceClip], judges: Judges,
-                speaker_references: dict[str, Sequence] | None = None, progress: bool = True) -> EvalReport:
+def judge_clips(
+    clips: Sequence[VoiceClip],
+    judges: Judges,
+    speaker_references: dict[str, Sequence] | None = None,
+    progress: bool = True,
+) -> EvalReport:
     """Run the judges; a clip's voice's real clips (if given) are its speaker-similarity references."""
     speaker_references = speaker_references or {}
-    items = [EvalItem(clip.id, clip.audio, clip.text, speaker_references=speaker_references.get(clip.voice, ()),
-                      synthesis_seconds=clip.seconds, sample_rate=clip.sample_rate) for clip in clips]
+    items = [
+        EvalItem(
+            clip.id,
+            clip.audio,
+            clip.text,
+            speaker_references=speaker_references.get(clip.voice, ()),
+            synthesis_seconds=clip.seconds,
+            sample_rate=clip.sample_rate,
+        )
+        for clip in clips
+    ]
     return evaluate_pairs(items, judges=judges, progress=progress)
 
 
@@ -58,10 +75,10 @@ class SameVersusDifferent:
     """Mean cosine similarity of d-vectors between clips of the same voice and of different voices."""
 
     voices: list[str]
-    matrix: np.ndarray       # [voices, voices] mean pairwise similarity (diagonal: distinct clips)
-    same: float              # NaN when no pair exists
+    matrix: np.ndarray  # [voices, voices] mean pairwise similarity (diagonal: distinct clips)
+    same: float  # NaN when no pair exists
     different: float
-    silent_clips: int = 0    # clips the speaker judge found no speech in (left out of every pair)
+    silent_clips: int = 0  # clips the speaker judge found no speech in (left out of every pair)
 
 
 def _embed_or_none(judge: SpeakerJudge, clip: VoiceClip) -> np.ndarray | None:
@@ -92,5 +109,4 @@ def same_versus_different(clips: Sequence[VoiceClip], judge: SpeakerJudge) -> Sa
     def mean(mask: np.ndarray) -> float:
         return float(sums[mask].sum() / counts[mask].sum()) if counts[mask].sum() else float("nan")
 
-    return SameVersusDifferent(voices, matrix, mean(same_mask), mean(~same_mask),
-                               sum(e is None for e in embeddings))
+    return SameVersusDifferent(voices, matrix, mean(same_mask), mean(~same_mask), sum(e is None for e in embeddings))

@@ -26,7 +26,21 @@ from chorus.memory.report import (
     rich_table,
 )
 
-__all__ = ["MeasuredMemory", "MemoryBreakdown", "MemoryReport", "ShadowPass", "ShadowTensor", "markdown_table",
-           "measure_acoustic_step", "measure_in_fresh_process", "measure_training_step", "memory_report",
-           "plot_memory", "predict_memory", "predicted_optimizer_states", "register_activation_rule",
-           "rich_table", "synthetic_batch"]
+__all__ = [
+    "MeasuredMemory",
+    "MemoryBreakdown",
+    "MemoryReport",
+    "ShadowPass",
+    "ShadowTensor",
+    "markdown_table",
+    "measure_acoustic_step",
+    "measure_in_fresh_process",
+    "measure_training_step",
+    "memory_report",
+    "plot_memory",
+    "predict_memory",
+    "predicted_optimizer_states",
+    "register_activation_rule",
+    "rich_table",
+    "synthetic_batch",
+]

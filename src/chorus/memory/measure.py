@@ -59,10 +59,10 @@ class MeasuredMemory:
     optimizer_states: int
     activations: int
     device: str
-    recompute: int = 0                  # checkpointing / reversible stacks: the largest rebuilt block or branch
-    peak_kind: str = ""                 # "RSS" (CPU process) or "CUDA allocated"
-    peak: int | None = None             # after the step: process peak RSS, or max_memory_allocated
-    peak_growth: int | None = None      # how much the step raised the peak above its level before
+    recompute: int = 0  # checkpointing / reversible stacks: the largest rebuilt block or branch
+    peak_kind: str = ""  # "RSS" (CPU process) or "CUDA allocated"
+    peak: int | None = None  # after the step: process peak RSS, or max_memory_allocated
+    peak_growth: int | None = None  # how much the step raised the peak above its level before
 
     @property
     def total(self) -> int:
@@ -73,8 +73,12 @@ class MeasuredMemory:
     def categories(self) -> dict[str, int]:
         """``{"weights": ..., "gradients": ..., "optimizer_states": ..., "activations": ...}``, plus
         ``recompute`` when checkpointing or a reversible stack adds any (as :class:`MemoryBreakdown`)."""
-        values = {"weights": self.weights, "gradients": self.gradients,
-                  "optimizer_states": self.optimizer_states, "activations": self.activations}
+        values = {
+            "weights": self.weights,
+            "gradients": self.gradients,
+            "optimizer_states": self.optimizer_states,
+            "activations": self.activations,
+        }
         if self.recompute:
             values["recompute"] = self.recompute
         return values
@@ -116,7 +120,7 @@ def _reset_peak_rss() -> bool:
 class _Rebuild:
     """A block or branch that backward reruns, and the kind of input it reruns on."""
 
-    run: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]   # (x [batch, time, dim], mask [batch, time])
+    run: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # (x [batch, time, dim], mask [batch, time])
     shape: tuple[int, ...]
     dtype: torch.dtype
     requires_grad: bool
@@ -145,6 +149,7 @@ def _watch_rebuilds(model: nn.Module, watching: list[bool], rebuilds: list[_Rebu
                     if watching[0]:
                         x = args[0]
                         rebuilds.append(_Rebuild(run, tuple(x.shape), x.dtype, True, masks[0]))
+
                 return hook
 
             handles.append(stack.register_forward_pre_hook(note_mask))
@@ -152,6 +157,7 @@ def _watch_rebuilds(model: nn.Module, watching: list[bool], rebuilds: list[_Rebu
                 handles.append(block.norm1.register_forward_pre_hook(note_branch(block.attention_branch)))
                 handles.append(block.norm2.register_forward_pre_hook(note_branch(block.feed_forward_branch)))
         elif stack.gradient_checkpointing:
+
             def note_block(block: FFTBlock, args):
                 if watching[0]:
                     x, mask = args
@@ -161,8 +167,7 @@ def _watch_rebuilds(model: nn.Module, watching: list[bool], rebuilds: list[_Rebu
     return handles
 
 
-def _largest_rebuild(rebuilds: list[_Rebuild], resident_keys: set, precision: str,
-                     device: torch.device) -> int:
+def _largest_rebuild(rebuilds: list[_Rebuild], resident_keys: set, precision: str, device: torch.device) -> int:
     """Bytes the largest of ``rebuilds`` saves when rerun with grad under ``precision``, beyond its
     input and mask (see the module docstring); 0 without rebuilds."""
     largest = 0
@@ -177,16 +182,24 @@ def _largest_rebuild(rebuilds: list[_Rebuild], resident_keys: set, precision: st
                 saved.setdefault(key, tensor)
             return tensor
 
-        with torch.enable_grad(), torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor), \
-                autocast(precision, device):
+        with (
+            torch.enable_grad(),
+            torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor),
+            autocast(precision, device),
+        ):
             rebuild.run(x, rebuild.mask)
         largest = max(largest, sum(tensor.untyped_storage().nbytes() for tensor in saved.values()))
     return largest
 
 
-def measure_training_step(model: nn.Module, batch_inputs: dict[str, Any],
-                          loss_fn: Callable[[Any, dict[str, Any]], torch.Tensor],
-                          optimizer: torch.optim.Optimizer, *, precision: str = "fp32") -> MeasuredMemory:
+def measure_training_step(
+    model: nn.Module,
+    batch_inputs: dict[str, Any],
+    loss_fn: Callable[[Any, dict[str, Any]], torch.Tensor],
+    optimizer: torch.optim.Optimizer,
+    *,
+    precision: str = "fp32",
+) -> MeasuredMemory:
     """Run one forward (``model(**batch_inputs)``), ``loss_fn(output, batch_inputs)`` -> scalar,
     backward and optimizer step, and report what each category used.
 
@@ -225,7 +238,7 @@ def measure_training_step(model: nn.Module, batch_inputs: dict[str, Any],
         loss = loss_fn(model(**batch_inputs), batch_inputs)
     activations = sum(tensor.untyped_storage().nbytes() for tensor in saved.values())
     saved.clear()
-    watching[0] = False   # backward reruns the same blocks: those calls are the rebuilds, not new ones
+    watching[0] = False  # backward reruns the same blocks: those calls are the rebuilds, not new ones
     loss.backward()
     gradients = _unique_bytes(p.grad for p in model.parameters() if p.grad is not None)
     optimizer.step()
@@ -238,14 +251,28 @@ def measure_training_step(model: nn.Module, batch_inputs: dict[str, Any],
     recompute = _largest_rebuild(rebuilds, resident_keys, precision, device)
     for handle in handles:
         handle.remove()
-    return MeasuredMemory(weights=_unique_bytes(resident), gradients=gradients,
-                          optimizer_states=optimizer_state_bytes(optimizer), activations=activations,
-                          device=str(device), recompute=recompute, peak_kind=peak_kind, peak=peak,
-                          peak_growth=max(0, peak - before))
+    return MeasuredMemory(
+        weights=_unique_bytes(resident),
+        gradients=gradients,
+        optimizer_states=optimizer_state_bytes(optimizer),
+        activations=activations,
+        device=str(device),
+        recompute=recompute,
+        peak_kind=peak_kind,
+        peak=peak,
+        peak_growth=max(0, peak - before),
+    )
 
 
-def synthetic_batch(config: AcousticConfig, *, batch: int, text_length: int, frames: int,
-                    device: str | torch.device = "cpu", seed: int = 0) -> dict[str, torch.Tensor]:
+def synthetic_batch(
+    config: AcousticConfig,
+    *,
+    batch: int,
+    text_length: int,
+    frames: int,
+    device: str | torch.device = "cpu",
+    seed: int = 0,
+) -> dict[str, torch.Tensor]:
     """Random inputs of ``AcousticModel.forward`` at full length (no padding).
 
     Returns phonemes ``[batch, text_length]`` (ids 1..n_symbols-1), text_lengths and frame_lengths
@@ -254,10 +281,13 @@ def synthetic_batch(config: AcousticConfig, *, batch: int, text_length: int, fra
     """
     generator = torch.Generator().manual_seed(seed)
     mel = torch.randn(batch, frames, config.n_mels, generator=generator)
-    inputs = {"phonemes": torch.randint(1, config.n_symbols, (batch, text_length), generator=generator),
-              "text_lengths": torch.full((batch,), text_length), "mel": mel,
-              "frame_lengths": torch.full((batch,), frames),
-              "speaker_ids": torch.randint(0, config.n_speakers, (batch,), generator=generator)}
+    inputs = {
+        "phonemes": torch.randint(1, config.n_symbols, (batch, text_length), generator=generator),
+        "text_lengths": torch.full((batch,), text_length),
+        "mel": mel,
+        "frame_lengths": torch.full((batch,), frames),
+        "speaker_ids": torch.randint(0, config.n_speakers, (batch,), generator=generator),
+    }
     if config.use_pitch:
         inputs["pitch"] = torch.randn(batch, frames, generator=generator)
     if config.use_energy:
@@ -267,15 +297,28 @@ def synthetic_batch(config: AcousticConfig, *, batch: int, text_length: int, fra
 
 def acoustic_loss(model: AcousticModel) -> Callable[[Any, dict[str, torch.Tensor]], torch.Tensor]:
     """``loss_fn`` for :func:`measure_training_step`: the pretraining loss (``compute_losses``)."""
+
     def loss(output, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
         return compute_losses(model, output, inputs["mel"], inputs["text_lengths"])["total"]
+
     return loss
 
 
-def measure_acoustic_step(config: AcousticConfig, *, trainable: Callable[[nn.Module], None] | None = None,
-                          batch: int, text_length: int, frames: int, optimizer: str = "adamw",
-                          precision: str = "fp32", checkpointing: bool = False, frozen_dtype: str = "fp32",
-                          device: str = "cpu", seed: int = 0, warmup: bool = True) -> MeasuredMemory:
+def measure_acoustic_step(
+    config: AcousticConfig,
+    *,
+    trainable: Callable[[nn.Module], None] | None = None,
+    batch: int,
+    text_length: int,
+    frames: int,
+    optimizer: str = "adamw",
+    precision: str = "fp32",
+    checkpointing: bool = False,
+    frozen_dtype: str = "fp32",
+    device: str = "cpu",
+    seed: int = 0,
+    warmup: bool = True,
+) -> MeasuredMemory:
     """Build ``config`` for real on ``device``, set what trains, and measure one step on a
     :func:`synthetic_batch`. ``trainable(model)`` sets ``requires_grad`` (None: everything trains).
     ``frozen_dtype`` ``"bf16"`` then stores the parameters left frozen in bfloat16, as
@@ -287,12 +330,26 @@ def measure_acoustic_step(config: AcousticConfig, *, trainable: Callable[[nn.Mod
     """
     # The same checks as a training run's (a bf16 frozen base only under bf16 autocast).
     MemoryOptions(optimizer=optimizer, checkpointing=checkpointing, precision=precision, frozen_dtype=frozen_dtype)
-    settings = {"optimizer": optimizer, "precision": precision, "checkpointing": checkpointing,
-                "frozen_dtype": frozen_dtype, "device": device, "seed": seed}
+    settings = {
+        "optimizer": optimizer,
+        "precision": precision,
+        "checkpointing": checkpointing,
+        "frozen_dtype": frozen_dtype,
+        "device": device,
+        "seed": seed,
+    }
     if warmup:
         # ff_hidden 512 gives conv weights of >= 4096 values, so torchao's 8-bit states load their kernels too.
-        toy = replace(config, d_model=4 * config.n_heads, ff_hidden=512, predictor_hidden=8, speaker_dim=4,
-                      encoder_layers=1, decoder_layers=1, max_positions=16)
+        toy = replace(
+            config,
+            d_model=4 * config.n_heads,
+            ff_hidden=512,
+            predictor_hidden=8,
+            speaker_dim=4,
+            encoder_layers=1,
+            decoder_layers=1,
+            max_positions=16,
+        )
         measure_acoustic_step(toy, batch=1, text_length=4, frames=8, warmup=False, **settings)
     torch.manual_seed(seed)
     model = build_model(config, device)
@@ -308,9 +365,13 @@ def measure_acoustic_step(config: AcousticConfig, *, trainable: Callable[[nn.Mod
     if not parameters:
         raise ValueError("nothing to train: trainable() left no parameter with requires_grad")
     inputs = synthetic_batch(config, batch=batch, text_length=text_length, frames=frames, device=device, seed=seed)
-    return measure_training_step(model, inputs, acoustic_loss(model),
-                                 build_optimizer(parameters, optimizer, lr=1e-4, weight_decay=0.0),
-                                 precision=precision)
+    return measure_training_step(
+        model,
+        inputs,
+        acoustic_loss(model),
+        build_optimizer(parameters, optimizer, lr=1e-4, weight_decay=0.0),
+        precision=precision,
+    )
 
 
 def _measure_worker(queue, kwargs: dict) -> None:
@@ -321,8 +382,9 @@ def _measure_worker(queue, kwargs: dict) -> None:
         queue.put(error)
 
 
-def measure_in_fresh_process(config: AcousticConfig, *, threads: int = 1, timeout: float = 3600,
-                             **kwargs) -> MeasuredMemory:
+def measure_in_fresh_process(
+    config: AcousticConfig, *, threads: int = 1, timeout: float = 3600, **kwargs
+) -> MeasuredMemory:
     """:func:`measure_acoustic_step` in a new Python process, for a peak RSS that is the step's own.
 
     ``kwargs`` are those of :func:`measure_acoustic_step`; ``trainable`` must be picklable (a
@@ -331,8 +393,7 @@ def measure_in_fresh_process(config: AcousticConfig, *, threads: int = 1, timeou
     """
     context = multiprocessing.get_context("spawn")
     queue = context.Queue()
-    process = context.Process(target=_measure_worker,
-                              args=(queue, dict(config=config, threads=threads, **kwargs)))
+    process = context.Process(target=_measure_worker, args=(queue, dict(config=config, threads=threads, **kwargs)))
     process.start()
     deadline = time.monotonic() + timeout
     try:

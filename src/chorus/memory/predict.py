@@ -74,7 +74,7 @@ class MemoryBreakdown:
     gradients: int
     optimizer_states: int
     activations: int
-    recompute: int = 0    # checkpointing only: one block's activations, rebuilt during its backward
+    recompute: int = 0  # checkpointing only: one block's activations, rebuilt during its backward
 
     @property
     def total(self) -> int:
@@ -92,6 +92,7 @@ class MemoryBreakdown:
 
 
 # -- shadow tensors ------------------------------------------------------------------------------
+
 
 class _Storage:
     """One allocation; tensors that are views of each other share it (identity is what counts)."""
@@ -131,8 +132,12 @@ class ShadowPass:
     reversible blocks, whose parameters are read too): only those get gradients.
     """
 
-    def __init__(self, autocast: torch.dtype | None = None, checkpointing: bool = False,
-                 used: dict[int, torch.Tensor] | None = None):
+    def __init__(
+        self,
+        autocast: torch.dtype | None = None,
+        checkpointing: bool = False,
+        used: dict[int, torch.Tensor] | None = None,
+    ):
         self.autocast = autocast
         self.checkpointing = checkpointing
         self._saved: dict[int, _Storage] = {}
@@ -200,8 +205,11 @@ class ShadowPass:
     def cat(self, a: ShadowTensor, b: ShadowTensor) -> ShadowTensor:
         """``torch.cat([a, b], dim=1)`` of ``[batch, n, dim]`` tensors: nothing saved, a new tensor
         in the promoted dtype."""
-        return self.new((a.shape[0], a.shape[1] + b.shape[1], *a.shape[2:]), self._result_dtype(a, b),
-                        a.requires_grad or b.requires_grad)
+        return self.new(
+            (a.shape[0], a.shape[1] + b.shape[1], *a.shape[2:]),
+            self._result_dtype(a, b),
+            a.requires_grad or b.requires_grad,
+        )
 
     def relu(self, x: ShadowTensor) -> ShadowTensor:
         out = self.new(x.shape, x.dtype, x.requires_grad)
@@ -245,8 +253,15 @@ class ShadowPass:
         requires_grad = x.requires_grad or _trains(weight, bias)
         return self.new((*x.shape[:-1], weight.shape[0]), x_in.dtype, requires_grad)
 
-    def conv1d(self, x: ShadowTensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
-               stride: tuple[int] = (1,), padding: tuple[int] = (0,), dilation: tuple[int] = (1,)) -> ShadowTensor:
+    def conv1d(
+        self,
+        x: ShadowTensor,
+        weight: torch.Tensor,
+        bias: torch.Tensor | None = None,
+        stride: tuple[int] = (1,),
+        padding: tuple[int] = (0,),
+        dilation: tuple[int] = (1,),
+    ) -> ShadowTensor:
         """``F.conv1d`` (an ``nn.Conv1d``'s forward, or adapter tensors applied as one): x ``[batch,
         in, length]``, weight ``[out, in, kernel]`` -> ``[batch, out, length']``.
 
@@ -262,8 +277,13 @@ class ShadowPass:
         length = (x.shape[-1] + 2 * padding - dilation * (kernel - 1) - 1) // stride + 1
         return self.new((x.shape[0], weight.shape[0], length), x_in.dtype, requires_grad)
 
-    def layer_norm(self, x: ShadowTensor, normalized_dims: int, weight: torch.Tensor | None = None,
-                   bias: torch.Tensor | None = None) -> ShadowTensor:
+    def layer_norm(
+        self,
+        x: ShadowTensor,
+        normalized_dims: int,
+        weight: torch.Tensor | None = None,
+        bias: torch.Tensor | None = None,
+    ) -> ShadowTensor:
         """``F.layer_norm`` over the last ``normalized_dims`` axes, with or without affine parameters.
 
         Runs in its input's dtype (autocast leaves it alone on CPU); saves the input and a mean and
@@ -276,11 +296,13 @@ class ShadowPass:
         bf16 frozen base behind an adapter that adds float32 tensors to the residual stream.
         """
         if weight is not None and x.dtype == torch.float32 and weight.dtype != torch.float32:
-            raise ValueError(f"a layer norm with {weight.dtype} parameters gets a float32 input, which "
-                             "torch refuses on CPU: this step would fail (a bf16 frozen base with an "
-                             "adapter whose float32 output reaches a frozen layer norm, as cln, bitfit and "
-                             "a trained speaker projection do; such a base needs its layer norms kept in "
-                             "float32)")
+            raise ValueError(
+                f"a layer norm with {weight.dtype} parameters gets a float32 input, which "
+                "torch refuses on CPU: this step would fail (a bf16 frozen base with an "
+                "adapter whose float32 output reaches a frozen layer norm, as cln, bitfit and "
+                "a trained speaker projection do; such a base needs its layer norms kept in "
+                "float32)"
+            )
         requires_grad = x.requires_grad or _trains(weight, bias)
         if requires_grad:
             rows = x.shape[:-normalized_dims]
@@ -288,8 +310,7 @@ class ShadowPass:
             self.save(x, self.new((*rows, 1), stats), self.new((*rows, 1), stats))
         return self.new(x.shape, x.dtype, requires_grad)
 
-    def attention(self, q: ShadowTensor, k: ShadowTensor, v: ShadowTensor, heads: int,
-                  dropout: float) -> ShadowTensor:
+    def attention(self, q: ShadowTensor, k: ShadowTensor, v: ShadowTensor, heads: int, dropout: float) -> ShadowTensor:
         """``F.scaled_dot_product_attention`` with a bool key mask on heads split from q
         ``[batch, time, dim]`` and k, v ``[batch, keys, dim]``; returns the heads merged back,
         ``[batch, time, dim]`` (the output projection's input)."""
@@ -306,8 +327,9 @@ class ShadowPass:
             # logsumexp per row and the mask converted to the query's dtype.
             out = self.new((batch, length, dim), dtype, requires_grad)
             if requires_grad:
-                self.save(q, k, v, out, self.new((batch, heads, length), torch.float32),
-                          self.new((batch, 1, 1, keys), dtype))
+                self.save(
+                    q, k, v, out, self.new((batch, heads, length), torch.float32), self.new((batch, 1, 1, keys), dtype)
+                )
             return out
         # Dropout selects the math path, which on CPU computes in float32 whatever the inputs. Its
         # two matmuls each save one factor per other factor that needs a gradient: a scaled copy of
@@ -316,10 +338,14 @@ class ShadowPass:
         # gradient. (q, k and v all need one or none, except beside a learned prefix.)
         scores_grad = q.requires_grad or k.requires_grad
         per_head, scores = dim // heads, (batch, heads, length, keys)
-        for needed, shape in ((k.requires_grad, (batch * heads, length, per_head)),
-                              (q.requires_grad, (batch * heads, keys, per_head)),
-                              (scores_grad, scores), (scores_grad, scores),
-                              (v.requires_grad, scores), (scores_grad, (batch * heads, keys, per_head))):
+        for needed, shape in (
+            (k.requires_grad, (batch * heads, length, per_head)),
+            (q.requires_grad, (batch * heads, keys, per_head)),
+            (scores_grad, scores),
+            (scores_grad, scores),
+            (v.requires_grad, scores),
+            (scores_grad, (batch * heads, keys, per_head)),
+        ):
             if needed:
                 self.save(self.new(shape, torch.float32))
         # Heads back to [batch, time, dim]: a copy, which out_proj saves.
@@ -342,8 +368,10 @@ class ShadowPass:
                 self.used.update((id(p), p) for p in module.parameters(recurse=False))
                 return _LEAF_RULES[cls](self, module, x)
         supported = ", ".join(sorted(cls.__name__ for cls in _LEAF_RULES))
-        raise TypeError(f"no activation rule for {type(module).__name__} (supported: {supported}); "
-                        "add one with chorus.memory.register_activation_rule")
+        raise TypeError(
+            f"no activation rule for {type(module).__name__} (supported: {supported}); "
+            "add one with chorus.memory.register_activation_rule"
+        )
 
 
 LeafRule = Callable[[ShadowPass, nn.Module, ShadowTensor], ShadowTensor]
@@ -357,9 +385,11 @@ def register_activation_rule(module_type: type) -> Callable[[LeafRule], LeafRule
     The rule gets the pass, the module and its input, calls ``pass_.save`` for what autograd keeps
     and returns the output; subclasses of ``module_type`` use it unless they have their own.
     """
+
     def register(rule: LeafRule) -> LeafRule:
         _LEAF_RULES[module_type] = rule
         return rule
+
     return register
 
 
@@ -391,8 +421,10 @@ def _adapter(pass_: ShadowPass, layer: AdapterLayer, x: ShadowTensor) -> ShadowT
     where it runs its base layer alone (no adapter of its own active, or the active one merged into
     the base weights) the base layer's rule."""
     if layer.routing is not None:
-        raise ValueError("per-sample adapter routing is not predicted: set one active adapter "
-                         "(chorus.adapters.set_active) for the step")
+        raise ValueError(
+            "per-sample adapter routing is not predicted: set one active adapter "
+            "(chorus.adapters.set_active) for the step"
+        )
     name = layer.active
     if layer.merged is not None or name is None or name not in layer.configs:
         return pass_.leaf(layer.base_layer, x)
@@ -400,6 +432,7 @@ def _adapter(pass_: ShadowPass, layer: AdapterLayer, x: ShadowTensor) -> ShadowT
 
 
 # -- the acoustic model, op by op (mirrors chorus.models.acoustic) --------------------------------
+
 
 @register_activation_rule(MultiHeadAttention)
 def _attention(pass_: ShadowPass, attn: MultiHeadAttention, x: ShadowTensor) -> ShadowTensor:
@@ -447,8 +480,7 @@ def _rebuilt_branch(pass_: ShadowPass, norm: nn.Module, layer: nn.Module, x: Sha
     return out
 
 
-def _reversible_blocks(pass_: ShadowPass, stack: TransformerStack, x: ShadowTensor,
-                       mask: ShadowTensor) -> ShadowTensor:
+def _reversible_blocks(pass_: ShadowPass, stack: TransformerStack, x: ShadowTensor, mask: ShadowTensor) -> ShadowTensor:
     # The coupling saves its two outputs and the bool mask; backward rebuilds one branch (attention
     # or feed-forward of one block) at a time from them: ``recompute`` is the largest branch. The
     # outputs follow the stream's dtype (bfloat16 behind a bf16 frozen base, until a float32 branch
@@ -488,8 +520,9 @@ def _variance_predictor(pass_: ShadowPass, predictor: VariancePredictor, x: Shad
     return pass_.mul(out.view(batch, length), pass_.new((batch, length), x.dtype))
 
 
-def _variance_embedding(pass_: ShadowPass, variance: VarianceEmbedding, h: ShadowTensor, target: ShadowTensor
-                        ) -> tuple[ShadowTensor, ShadowTensor]:
+def _variance_embedding(
+    pass_: ShadowPass, variance: VarianceEmbedding, h: ShadowTensor, target: ShadowTensor
+) -> tuple[ShadowTensor, ShadowTensor]:
     """Returns (h + embedded target, prediction); ``target`` ``[batch, text]`` is the token-averaged
     value (teacher forcing)."""
     batch, length, dim = h.shape
@@ -550,6 +583,7 @@ def _acoustic_step(pass_: ShadowPass, model: AcousticModel, batch: int, text: in
 
 # -- weights, gradients, optimizer states -----------------------------------------------------------
 
+
 def _nbytes(tensor: torch.Tensor) -> int:
     return tensor.numel() * tensor.element_size()
 
@@ -583,9 +617,17 @@ def predicted_optimizer_states(parameters: list[torch.Tensor], optimizer: str) -
     return total
 
 
-def predict_memory(model: AcousticModel, *, batch: int, text_length: int, frames: int,
-                   optimizer: str = "adamw", precision: str = "fp32",
-                   checkpointing: bool = False, frozen_dtype: str = "fp32") -> MemoryBreakdown:
+def predict_memory(
+    model: AcousticModel,
+    *,
+    batch: int,
+    text_length: int,
+    frames: int,
+    optimizer: str = "adamw",
+    precision: str = "fp32",
+    checkpointing: bool = False,
+    frozen_dtype: str = "fp32",
+) -> MemoryBreakdown:
     """Predict the memory of one training step of ``model`` without running it.
 
     Args:
@@ -604,10 +646,9 @@ def predict_memory(model: AcousticModel, *, batch: int, text_length: int, frames
     """
     if precision not in PRECISIONS:
         raise ValueError(f"unknown precision {precision!r} (known: {', '.join(PRECISIONS)})")
-    MemoryOptions(precision=precision, frozen_dtype=frozen_dtype)   # a bf16 frozen base needs bf16 autocast
+    MemoryOptions(precision=precision, frozen_dtype=frozen_dtype)  # a bf16 frozen base needs bf16 autocast
     if frames < text_length:
-        raise ValueError(f"frames ({frames}) must be at least text_length ({text_length}): every token "
-                         "gets a frame")
+        raise ValueError(f"frames ({frames}) must be at least text_length ({text_length}): every token gets a frame")
     if frozen_dtype == "bf16":
         # On the meta device a copy costs nothing; meta tensors change dtype like real ones.
         model = copy.deepcopy(model)

@@ -9,8 +9,9 @@ from pathlib import Path
 from chorus.models.config import AcousticConfig
 
 # 506M parameters: a size where one full fine-tuning step no longer fits a 12 GB card.
-LARGE_500M = dict(d_model=1024, n_heads=16, encoder_layers=8, decoder_layers=9, ff_hidden=4096,
-                  predictor_hidden=1024, speaker_dim=256)
+LARGE_500M = dict(
+    d_model=1024, n_heads=16, encoder_layers=8, decoder_layers=9, ff_hidden=4096, predictor_hidden=1024, speaker_dim=256
+)
 
 
 def model_config_by_name(name: str) -> AcousticConfig:

@@ -24,29 +24,38 @@ from chorus.models.acoustic import build_model, count_parameters
 from chorus.models.config import AcousticConfig
 
 MIB = 2**20
-CATEGORY_NAMES = {"weights": "weights", "gradients": "gradients", "optimizer_states": "optimizer states",
-                  "activations": "activations"}
+CATEGORY_NAMES = {
+    "weights": "weights",
+    "gradients": "gradients",
+    "optimizer_states": "optimizer states",
+    "activations": "activations",
+}
 RECOMPUTE_NAME = "recompute (one block, during backward)"
-PEAK_NOTE = ("Total: everything live at the step's peak by category, checkpointing's (or a reversible stack's) "
-             "recompute included. The step-peak row sets the measured growth of the process peak (RSS on CPU, "
-             "allocated memory on CUDA) over the step beside the total less the weights (resident before the "
-             "step): the peak also holds backward's temporaries and allocator slack, and on CPU the RSS counts "
-             "pages, so it is context for the categories, not their sum.")
+PEAK_NOTE = (
+    "Total: everything live at the step's peak by category, checkpointing's (or a reversible stack's) "
+    "recompute included. The step-peak row sets the measured growth of the process peak (RSS on CPU, "
+    "allocated memory on CUDA) over the step beside the total less the weights (resident before the "
+    "step): the peak also holds backward's temporaries and allocator slack, and on CPU the RSS counts "
+    "pages, so it is context for the categories, not their sum."
+)
 
 
-def comparison_rows(predicted: MemoryBreakdown, measured: MeasuredMemory | None = None
-                    ) -> list[tuple[str, int, int | None]]:
+def comparison_rows(
+    predicted: MemoryBreakdown, measured: MeasuredMemory | None = None
+) -> list[tuple[str, int, int | None]]:
     """(row name, predicted bytes, measured bytes or None): the four categories, checkpointing's
     recompute when there is any, their total, and, when measured, the step's peak growth."""
     measured_values = measured.categories() if measured is not None else {}
     rows = [(CATEGORY_NAMES[name], getattr(predicted, name), measured_values.get(name)) for name in CATEGORY_NAMES]
     if predicted.recompute or measured_values.get("recompute"):
-        rows.append((RECOMPUTE_NAME, predicted.recompute,
-                     measured_values.get("recompute", 0) if measured is not None else None))
+        rows.append(
+            (RECOMPUTE_NAME, predicted.recompute, measured_values.get("recompute", 0) if measured is not None else None)
+        )
     rows.append(("total", predicted.total, measured.total if measured is not None else None))
     if measured is not None and measured.peak_growth is not None:
-        rows.append((f"step peak ({measured.peak_kind} growth)", predicted.total - predicted.weights,
-                     measured.peak_growth))
+        rows.append(
+            (f"step peak ({measured.peak_kind} growth)", predicted.total - predicted.weights, measured.peak_growth)
+        )
     return rows
 
 
@@ -70,15 +79,18 @@ def _mib(value: int) -> str:
 
 def markdown_table(predicted: MemoryBreakdown, measured: MeasuredMemory | None = None) -> str:
     """A Markdown table: category, predicted and measured bytes, their difference, predicted MiB."""
-    lines = ["| category | predicted (bytes) | measured (bytes) | predicted - measured (bytes) | predicted (MiB) |",
-             "|---|---:|---:|---:|---:|"]
-    lines += [f"| {name} | {_bytes(p)} | {_bytes(m)} | {_difference(p, m)} | {_mib(p)} |"
-              for name, p, m in comparison_rows(predicted, measured)]
+    lines = [
+        "| category | predicted (bytes) | measured (bytes) | predicted - measured (bytes) | predicted (MiB) |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    lines += [
+        f"| {name} | {_bytes(p)} | {_bytes(m)} | {_difference(p, m)} | {_mib(p)} |"
+        for name, p, m in comparison_rows(predicted, measured)
+    ]
     return "\n".join(lines) + "\n"
 
 
-def rich_table(predicted: MemoryBreakdown, measured: MeasuredMemory | None = None,
-               title: str | None = None) -> Table:
+def rich_table(predicted: MemoryBreakdown, measured: MeasuredMemory | None = None, title: str | None = None) -> Table:
     """The same comparison as :func:`markdown_table`, for a terminal."""
     table = Table(title=title)
     table.add_column("category")
@@ -94,6 +106,7 @@ def plot_memory(rows: Sequence[tuple[str, MemoryBreakdown, MeasuredMemory | None
     (solid) and measured (hatched) MiB for each ``(label, predicted, measured or None)``: several
     methods or configurations side by side."""
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -107,13 +120,20 @@ def plot_memory(rows: Sequence[tuple[str, MemoryBreakdown, MeasuredMemory | None
     fig, axes = plt.subplots(1, len(panels), figsize=(3.6 * len(panels), 3.8), squeeze=False)
     for axis, (key, title) in zip(axes[0], panels.items(), strict=True):
         positions = range(len(rows))
-        axis.bar([x - width / 2 for x in positions], [getattr(p, key) / MIB for _, p, _ in rows], width,
-                 label="predicted", color="tab:blue")
-        measured = [(x + width / 2, getattr(m, key) / MIB)
-                    for x, (_, _, m) in zip(positions, rows, strict=True) if m is not None]
+        axis.bar(
+            [x - width / 2 for x in positions],
+            [getattr(p, key) / MIB for _, p, _ in rows],
+            width,
+            label="predicted",
+            color="tab:blue",
+        )
+        measured = [
+            (x + width / 2, getattr(m, key) / MIB)
+            for x, (_, _, m) in zip(positions, rows, strict=True)
+            if m is not None
+        ]
         if measured:
-            axis.bar(*zip(*measured, strict=True), width, label="measured", color="tab:orange", hatch="//",
-                     alpha=0.8)
+            axis.bar(*zip(*measured, strict=True), width, label="measured", color="tab:orange", hatch="//", alpha=0.8)
         axis.set_title(title)
         axis.set_ylabel("MiB")
         axis.set_xticks(list(positions), labels, rotation=30, ha="right")
@@ -133,17 +153,18 @@ class MemoryReport:
     label: str
     predicted: MemoryBreakdown
     measured: MeasuredMemory | None
-    parameters: int               # all parameters of the model
-    trainable_parameters: int     # those with requires_grad
-    settings: dict                # batch, text_length, frames, optimizer, precision, checkpointing, frozen_dtype
+    parameters: int  # all parameters of the model
+    trainable_parameters: int  # those with requires_grad
+    settings: dict  # batch, text_length, frames, optimizer, precision, checkpointing, frozen_dtype
     png: Path | None = None
 
     def markdown(self) -> str:
         """Heading with the settings, the comparison table, and the peak note when measured."""
         settings = ", ".join(f"{key} {value}" for key, value in self.settings.items())
-        text = (f"### Memory of one training step: {self.label}\n\n{self.parameters:,} parameters, "
-                f"{self.trainable_parameters:,} trained; {settings}.\n\n"
-                + markdown_table(self.predicted, self.measured))
+        text = (
+            f"### Memory of one training step: {self.label}\n\n{self.parameters:,} parameters, "
+            f"{self.trainable_parameters:,} trained; {settings}.\n\n" + markdown_table(self.predicted, self.measured)
+        )
         if self.measured is not None:
             text += f"\nMeasured on {self.measured.device}. {PEAK_NOTE}\n"
         return text
@@ -152,12 +173,23 @@ class MemoryReport:
         return rich_table(self.predicted, self.measured, title=f"Memory of one training step: {self.label}")
 
 
-def memory_report(model_config: AcousticConfig, *, trainable: Callable[[nn.Module], None] | None = None,
-                  batch: int, text_length: int, frames: int, optimizer: str = "adamw",
-                  precision: str = "fp32", checkpointing: bool = False, frozen_dtype: str = "fp32",
-                  measure: bool = False,
-                  out_png: Path | None = None, device: str = "cpu", fresh_process: bool = False,
-                  label: str = "") -> MemoryReport:
+def memory_report(
+    model_config: AcousticConfig,
+    *,
+    trainable: Callable[[nn.Module], None] | None = None,
+    batch: int,
+    text_length: int,
+    frames: int,
+    optimizer: str = "adamw",
+    precision: str = "fp32",
+    checkpointing: bool = False,
+    frozen_dtype: str = "fp32",
+    measure: bool = False,
+    out_png: Path | None = None,
+    device: str = "cpu",
+    fresh_process: bool = False,
+    label: str = "",
+) -> MemoryReport:
     """Predict (and optionally measure) the memory of one training step of ``model_config``.
 
     The prediction builds the model on ``meta``, so any size costs nothing. With ``measure`` the
@@ -170,16 +202,24 @@ def memory_report(model_config: AcousticConfig, *, trainable: Callable[[nn.Modul
     model = build_model(model_config, "meta")
     if trainable is not None:
         trainable(model)
-    settings = {"batch": batch, "text_length": text_length, "frames": frames, "optimizer": optimizer,
-                "precision": precision, "checkpointing": checkpointing, "frozen_dtype": frozen_dtype}
+    settings = {
+        "batch": batch,
+        "text_length": text_length,
+        "frames": frames,
+        "optimizer": optimizer,
+        "precision": precision,
+        "checkpointing": checkpointing,
+        "frozen_dtype": frozen_dtype,
+    }
     predicted = predict_memory(model, **settings)
     measured = None
     if measure:
         measure_step = measure_in_fresh_process if fresh_process else measure_acoustic_step
         measured = measure_step(model_config, trainable=trainable, device=device, **settings)
     label = label or ("full fine-tuning" if trainable is None else getattr(trainable, "__name__", "custom"))
-    report = MemoryReport(label, predicted, measured, count_parameters(model),
-                          count_parameters(model, trainable_only=True), settings)
+    report = MemoryReport(
+        label, predicted, measured, count_parameters(model), count_parameters(model, trainable_only=True), settings
+    )
     if out_png is not None:
         report.png = plot_memory([(label, predicted, measured)], out_png)
     return report

@@ -67,8 +67,9 @@ class MultiHeadAttention(nn.Module):
         """x ``[batch, time, dim]``, mask ``[batch, time]`` (True = valid) -> ``[batch, time, dim]``."""
         q, k, v = self._heads(self.q_proj(x)), self._heads(self.k_proj(x)), self._heads(self.v_proj(x))
         attn_mask = mask[:, None, None, :]
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask,
-                                             dropout_p=self.dropout if self.training else 0.0)
+        out = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=attn_mask, dropout_p=self.dropout if self.training else 0.0
+        )
         return self.out_proj(out.transpose(1, 2).reshape(x.shape))
 
 
@@ -115,8 +116,7 @@ class FFTBlock(nn.Module):
         return self.ff(self.norm2(x), mask) * mask.unsqueeze(-1).to(x.dtype)
 
 
-def _couple(blocks: tuple[FFTBlock, ...], x: torch.Tensor,
-            mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def _couple(blocks: tuple[FFTBlock, ...], x: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """The reversible coupling: ``x1 = x2 = x``; per block ``y1 = x1 + F(x2)``, ``y2 = x2 + G(y1)``.
 
     x ``[batch, time, dim]`` -> the last block's (y1, y2), each ``[batch, time, dim]``.
@@ -148,8 +148,9 @@ class _ReversibleBlocks(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, x: torch.Tensor, mask: torch.Tensor, blocks: tuple[FFTBlock, ...],
-                *params: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(
+        ctx, x: torch.Tensor, mask: torch.Tensor, blocks: tuple[FFTBlock, ...], *params: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         x1, x2 = _couple(blocks, x, mask)
         ctx.blocks = blocks
         # Backward must rebuild F and G in the precision forward used, or the recovered inputs
@@ -170,14 +171,12 @@ class _ReversibleBlocks(torch.autograd.Function):
             start = end - len(block_params)
             wanted = [i for i in range(start, end) if needs_param_grad[i]]
             tensors = [block_params[i - start] for i in wanted]
-            g, grad_y1, g_grads = _branch_backward(block.feed_forward_branch, y1, mask, grad2, tensors,
-                                                   ctx.autocast)
+            g, grad_y1, g_grads = _branch_backward(block.feed_forward_branch, y1, mask, grad2, tensors, ctx.autocast)
             x2 = y2 - g
-            grad1 = grad1 + grad_y1          # y1 reached the loss directly and through y2 = x2 + G(y1)
-            f, grad_x2, f_grads = _branch_backward(block.attention_branch, x2, mask, grad1, tensors,
-                                                   ctx.autocast)
+            grad1 = grad1 + grad_y1  # y1 reached the loss directly and through y2 = x2 + G(y1)
+            f, grad_x2, f_grads = _branch_backward(block.attention_branch, x2, mask, grad1, tensors, ctx.autocast)
             x1 = y1 - f
-            grad2 = grad2 + grad_x2          # x2 reached y2 directly and y1 through F
+            grad2 = grad2 + grad_x2  # x2 reached y2 directly and y1 through F
             for i, *grads in zip(wanted, g_grads, f_grads):
                 for grad in grads:
                     if grad is not None:
@@ -187,14 +186,21 @@ class _ReversibleBlocks(torch.autograd.Function):
         return (grad_x, None, None, *param_grads)
 
 
-def _branch_backward(branch, inputs: torch.Tensor, mask: torch.Tensor, grad_out: torch.Tensor,
-                     tensors: list[torch.Tensor], autocast: tuple | None):
+def _branch_backward(
+    branch,
+    inputs: torch.Tensor,
+    mask: torch.Tensor,
+    grad_out: torch.Tensor,
+    tensors: list[torch.Tensor],
+    autocast: tuple | None,
+):
     """Rebuild ``out = branch(inputs, mask)`` and back-propagate ``grad_out`` through it.
 
     Returns (out detached, grad w.r.t. inputs, grads w.r.t. ``tensors`` (None where unused)).
     """
-    precision = nullcontext() if autocast is None else \
-        torch.autocast(autocast[0], dtype=autocast[1], enabled=autocast[2])
+    precision = (
+        nullcontext() if autocast is None else torch.autocast(autocast[0], dtype=autocast[1], enabled=autocast[2])
+    )
     with torch.enable_grad(), precision:
         inputs = inputs.detach().requires_grad_(True)
         out = branch(inputs, mask)
@@ -226,8 +232,7 @@ class TransformerStack(nn.Module):
 
     def __init__(self, config: AcousticConfig, n_layers: int):
         super().__init__()
-        self.register_buffer("positions", sinusoidal_positions(config.max_positions, config.d_model),
-                             persistent=False)
+        self.register_buffer("positions", sinusoidal_positions(config.max_positions, config.d_model), persistent=False)
         self.layers = nn.ModuleList(FFTBlock(config) for _ in range(n_layers))
         self.norm = nn.LayerNorm(config.d_model)
         self.reversible = config.reversible
@@ -235,8 +240,7 @@ class TransformerStack(nn.Module):
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         if x.shape[1] > self.positions.shape[0]:
-            raise ValueError(f"sequence of {x.shape[1]} steps exceeds max_positions "
-                             f"({self.positions.shape[0]})")
+            raise ValueError(f"sequence of {x.shape[1]} steps exceeds max_positions ({self.positions.shape[0]})")
         x = x + self.positions[: x.shape[1]].to(x.dtype)
         if self.reversible and len(self.layers):
             blocks = tuple(self.layers)
@@ -298,14 +302,14 @@ class VarianceEmbedding(nn.Module):
 class AcousticOutput:
     """Tensors of one forward pass. Mels are in the model's normalized space unless noted."""
 
-    mel: torch.Tensor                    # [batch, frames, n_mels] decoder output (normalized)
-    frame_mask: torch.Tensor             # [batch, frames] True at valid frames
-    log_duration: torch.Tensor           # [batch, text] predicted log(1 + frames)
-    durations: torch.Tensor              # [batch, text] frames per token used to expand (MAS or predicted)
-    prior_mean: torch.Tensor | None = None   # [batch, frames, n_mels] aligned prior mean (training)
-    pitch: torch.Tensor | None = None        # [batch, text] predicted pitch (if enabled)
-    energy: torch.Tensor | None = None       # [batch, text] predicted energy (if enabled)
-    pitch_target: torch.Tensor | None = None   # [batch, text] token-averaged targets (training)
+    mel: torch.Tensor  # [batch, frames, n_mels] decoder output (normalized)
+    frame_mask: torch.Tensor  # [batch, frames] True at valid frames
+    log_duration: torch.Tensor  # [batch, text] predicted log(1 + frames)
+    durations: torch.Tensor  # [batch, text] frames per token used to expand (MAS or predicted)
+    prior_mean: torch.Tensor | None = None  # [batch, frames, n_mels] aligned prior mean (training)
+    pitch: torch.Tensor | None = None  # [batch, text] predicted pitch (if enabled)
+    energy: torch.Tensor | None = None  # [batch, text] predicted energy (if enabled)
+    pitch_target: torch.Tensor | None = None  # [batch, text] token-averaged targets (training)
     energy_target: torch.Tensor | None = None
 
 
@@ -342,8 +346,9 @@ class AcousticModel(nn.Module):
         return (log_f0 - self.pitch_stats[0]) / self.pitch_stats[1]
 
     # -- pieces --------------------------------------------------------------------------------
-    def speaker_condition(self, speaker_ids: torch.Tensor | None = None,
-                          speaker_vectors: torch.Tensor | None = None) -> torch.Tensor:
+    def speaker_condition(
+        self, speaker_ids: torch.Tensor | None = None, speaker_vectors: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """``[batch]`` ids or ``[batch, speaker_dim]`` vectors -> ``[batch, 1, d_model]``."""
         if (speaker_ids is None) == (speaker_vectors is None):
             raise ValueError("give exactly one of speaker_ids or speaker_vectors")
@@ -366,11 +371,13 @@ class AcousticModel(nn.Module):
         prior_mean ``[batch, text, n_mels]``, mel ``[batch, frames, n_mels]`` -> ``[batch, text, frames]``
         (constant terms dropped: they do not change the best path).
         """
-        return (-0.5 * (prior_mean.pow(2).sum(-1, keepdim=True) + mel.pow(2).sum(-1).unsqueeze(1))
-                + torch.bmm(prior_mean, mel.transpose(1, 2)))
+        return -0.5 * (prior_mean.pow(2).sum(-1, keepdim=True) + mel.pow(2).sum(-1).unsqueeze(1)) + torch.bmm(
+            prior_mean, mel.transpose(1, 2)
+        )
 
-    def decode(self, h: torch.Tensor, path: torch.Tensor, frame_mask: torch.Tensor,
-               speaker: torch.Tensor) -> torch.Tensor:
+    def decode(
+        self, h: torch.Tensor, path: torch.Tensor, frame_mask: torch.Tensor, speaker: torch.Tensor
+    ) -> torch.Tensor:
         """Expand token states by the 0/1 path ``[batch, text, frames]`` and decode to mel (normalized)."""
         expanded = torch.bmm(path.transpose(1, 2), h) + speaker
         out = self.decoder(expanded * frame_mask.unsqueeze(-1).to(h.dtype), frame_mask)
@@ -385,10 +392,18 @@ class AcousticModel(nn.Module):
         return h, pitch, energy
 
     # -- training and inference ----------------------------------------------------------------
-    def forward(self, phonemes: torch.Tensor, text_lengths: torch.Tensor, mel: torch.Tensor,
-                frame_lengths: torch.Tensor, speaker_ids: torch.Tensor | None = None,
-                speaker_vectors: torch.Tensor | None = None, pitch: torch.Tensor | None = None,
-                energy: torch.Tensor | None = None, alignment_prior_weight: float = 0.0) -> AcousticOutput:
+    def forward(
+        self,
+        phonemes: torch.Tensor,
+        text_lengths: torch.Tensor,
+        mel: torch.Tensor,
+        frame_lengths: torch.Tensor,
+        speaker_ids: torch.Tensor | None = None,
+        speaker_vectors: torch.Tensor | None = None,
+        pitch: torch.Tensor | None = None,
+        energy: torch.Tensor | None = None,
+        alignment_prior_weight: float = 0.0,
+    ) -> AcousticOutput:
         """Teacher-forced pass for training.
 
         Args:
@@ -409,7 +424,8 @@ class AcousticModel(nn.Module):
             log_prob = self.alignment_log_prob(prior_token.detach().float(), mel.float())
             if alignment_prior_weight > 0:
                 log_prob = log_prob + alignment_prior_weight * beta_binomial_log_prior(
-                    text_lengths, frame_lengths, phonemes.shape[1], mel.shape[1]).to(log_prob.device)
+                    text_lengths, frame_lengths, phonemes.shape[1], mel.shape[1]
+                ).to(log_prob.device)
             path = monotonic_alignment_search(log_prob, text_lengths, frame_lengths).to(h.dtype)
         durations = path.sum(-1)
         prior_mean = torch.bmm(path.transpose(1, 2), prior_token)
@@ -421,8 +437,17 @@ class AcousticModel(nn.Module):
             raise ValueError("this model predicts pitch/energy: pass frame-level pitch/energy targets")
         h, pitch_pred, energy_pred = self._variances(h, text_mask, pitch_target, energy_target)
         mel_out = self.decode(h, path, frame_mask, speaker)
-        return AcousticOutput(mel_out, frame_mask, log_duration, durations, prior_mean, pitch_pred,
-                              energy_pred, pitch_target, energy_target)
+        return AcousticOutput(
+            mel_out,
+            frame_mask,
+            log_duration,
+            durations,
+            prior_mean,
+            pitch_pred,
+            energy_pred,
+            pitch_target,
+            energy_target,
+        )
 
     @staticmethod
     def _token_average(frame_values: torch.Tensor | None, path: torch.Tensor) -> torch.Tensor | None:
@@ -433,10 +458,16 @@ class AcousticModel(nn.Module):
         return total / path.sum(-1).clamp(min=1)
 
     @torch.no_grad()
-    def infer(self, phonemes: torch.Tensor, text_lengths: torch.Tensor,
-              speaker_ids: torch.Tensor | None = None, speaker_vectors: torch.Tensor | None = None,
-              length_scale: float = 1.0, pitch_scale: float = 1.0, energy_scale: float = 1.0
-              ) -> AcousticOutput:
+    def infer(
+        self,
+        phonemes: torch.Tensor,
+        text_lengths: torch.Tensor,
+        speaker_ids: torch.Tensor | None = None,
+        speaker_vectors: torch.Tensor | None = None,
+        length_scale: float = 1.0,
+        pitch_scale: float = 1.0,
+        energy_scale: float = 1.0,
+    ) -> AcousticOutput:
         """Synthesize. ``length_scale`` > 1 speaks slower. Returns normalized mels; see ``denormalize_mel``."""
         text_mask = lengths_to_mask(text_lengths, phonemes.shape[1])
         speaker = self.speaker_condition(speaker_ids, speaker_vectors)

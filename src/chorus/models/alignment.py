@@ -32,8 +32,9 @@ def _search_one(log_prob: np.ndarray, path: np.ndarray, n_text: int, n_frames: i
             i -= 1
 
 
-def monotonic_alignment_search(log_prob: torch.Tensor, text_lengths: torch.Tensor,
-                               frame_lengths: torch.Tensor) -> torch.Tensor:
+def monotonic_alignment_search(
+    log_prob: torch.Tensor, text_lengths: torch.Tensor, frame_lengths: torch.Tensor
+) -> torch.Tensor:
     """Hard alignment for a batch.
 
     Args:
@@ -64,8 +65,9 @@ def durations_to_path(durations: torch.Tensor, n_frames: int | None = None) -> t
     return ((frames >= starts.unsqueeze(-1)) & (frames < ends.unsqueeze(-1))).float()
 
 
-def beta_binomial_log_prior(text_lengths: torch.Tensor, frame_lengths: torch.Tensor, n_text: int,
-                            n_frames: int, scale: float = 1.0) -> torch.Tensor:
+def beta_binomial_log_prior(
+    text_lengths: torch.Tensor, frame_lengths: torch.Tensor, n_text: int, n_frames: int, scale: float = 1.0
+) -> torch.Tensor:
     """A near-diagonal alignment prior (RAD-TTS): ``[batch, text, frames]`` log-probabilities.
 
     Frame j of T is spread over the N tokens by a beta-binomial centred on token j*N/T. Added to the
@@ -80,6 +82,7 @@ def beta_binomial_log_prior(text_lengths: torch.Tensor, frame_lengths: torch.Ten
         k = np.arange(n)[:, None]
         j = np.arange(1, t + 1)[None, :]
         alpha, beta = scale * j, scale * (t - j + 1)
-        prior[b, :n, :t] = (gammaln(n) - gammaln(k + 1) - gammaln(n - k) + betaln(k + alpha, n - 1 - k + beta)
-                            - betaln(alpha, beta))
+        prior[b, :n, :t] = (
+            gammaln(n) - gammaln(k + 1) - gammaln(n - k) + betaln(k + alpha, n - 1 - k + beta) - betaln(alpha, beta)
+        )
     return torch.from_numpy(prior)

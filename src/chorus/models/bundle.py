@@ -42,8 +42,8 @@ class ModelBundle:
     mel_config: MelConfig
     speakers: list[str]
     default_speaker: str
-    info: dict = field(default_factory=dict)   # provenance: data, steps, wall time ...
-    weights_sha256: str = ""                    # of model.safetensors when loaded from disk; voices record it
+    info: dict = field(default_factory=dict)  # provenance: data, steps, wall time ...
+    weights_sha256: str = ""  # of model.safetensors when loaded from disk; voices record it
 
     def speaker_index(self, name: str) -> int:
         try:
@@ -52,10 +52,16 @@ class ModelBundle:
             raise KeyError(f"unknown speaker {name!r}; this model has: {', '.join(self.speakers)}") from None
 
     def config_dict(self) -> dict:
-        return {"format": MODEL_FORMAT, "version": MODEL_FORMAT_VERSION,
-                "model": self.model.config.to_dict(), "front_end": self.front_end.to_dict(),
-                "mel": self.mel_config.to_dict(), "speakers": self.speakers,
-                "default_speaker": self.default_speaker, "info": self.info}
+        return {
+            "format": MODEL_FORMAT,
+            "version": MODEL_FORMAT_VERSION,
+            "model": self.model.config.to_dict(),
+            "front_end": self.front_end.to_dict(),
+            "mel": self.mel_config.to_dict(),
+            "speakers": self.speakers,
+            "default_speaker": self.default_speaker,
+            "info": self.info,
+        }
 
 
 def file_sha256(path: str | Path) -> str:
@@ -104,8 +110,10 @@ def load_bundle(folder: str | Path, device: str | torch.device = "cpu") -> Model
     if config.get("format") != MODEL_FORMAT:
         raise CheckpointError(f"{config_path}: format {config.get('format')!r} is not {MODEL_FORMAT!r}")
     if config.get("version", 0) > MODEL_FORMAT_VERSION:
-        raise CheckpointError(f"{config_path}: format version {config['version']} is newer than this "
-                              f"Chorus understands ({MODEL_FORMAT_VERSION}); upgrade chorus")
+        raise CheckpointError(
+            f"{config_path}: format version {config['version']} is newer than this "
+            f"Chorus understands ({MODEL_FORMAT_VERSION}); upgrade chorus"
+        )
     try:
         model = build_model(AcousticConfig.from_dict(config["model"]), device)
         front_end = TextFrontEnd.from_dict(config["front_end"])
@@ -122,11 +130,13 @@ def load_bundle(folder: str | Path, device: str | torch.device = "cpu") -> Model
     except RuntimeError as error:  # shape mismatches
         raise CheckpointError(f"{weights_path}: weights do not match the config ({error})") from error
     if missing or unexpected:
-        raise CheckpointError(f"{weights_path}: weights do not match the config "
-                              f"(missing {missing[:5]}, unexpected {unexpected[:5]})")
+        raise CheckpointError(
+            f"{weights_path}: weights do not match the config (missing {missing[:5]}, unexpected {unexpected[:5]})"
+        )
     model.eval()
-    return ModelBundle(model, front_end, mel_config, speakers, default_speaker, config.get("info", {}),
-                       file_sha256(weights_path))
+    return ModelBundle(
+        model, front_end, mel_config, speakers, default_speaker, config.get("info", {}), file_sha256(weights_path)
+    )
 
 
 @torch.no_grad()
@@ -138,6 +148,11 @@ def teacher_forced_mel(bundle: ModelBundle, text: str, recorded_mel: torch.Tenso
     device = model.mel_mean.device
     phonemes = torch.tensor(bundle.front_end.encode([text]), device=device)
     mel = model.normalize_mel(torch.as_tensor(recorded_mel, dtype=torch.float32, device=device)).unsqueeze(0)
-    out = model(phonemes, torch.tensor([phonemes.shape[1]], device=device), mel,
-                torch.tensor([mel.shape[1]], device=device), speaker_ids=torch.tensor([speaker], device=device))
+    out = model(
+        phonemes,
+        torch.tensor([phonemes.shape[1]], device=device),
+        mel,
+        torch.tensor([mel.shape[1]], device=device),
+        speaker_ids=torch.tensor([speaker], device=device),
+    )
     return model.denormalize_mel(out.mel)[0]

@@ -13,28 +13,28 @@ class AcousticConfig:
     far faster than real time on two cores.
     """
 
-    n_symbols: int = 128            # size of the phoneme symbol table (set from the text front end)
-    n_speakers: int = 32            # rows of the speaker embedding table
+    n_symbols: int = 128  # size of the phoneme symbol table (set from the text front end)
+    n_speakers: int = 32  # rows of the speaker embedding table
     n_mels: int = 80
-    d_model: int = 192              # width of every transformer block
+    d_model: int = 192  # width of every transformer block
     n_heads: int = 2
     encoder_layers: int = 4
     decoder_layers: int = 4
-    ff_hidden: int = 384            # hidden channels of the convolutional feed-forward
-    ff_kernel: int = 3              # kernel of the convolutional feed-forward (time axis)
-    dropout: float = 0.0            # off for the CPU base: dropout RNG was ~16% of a CPU step, and the
-                                    # corpus is large next to the steps a CPU run affords
-    speaker_dim: int = 64           # speaker vectors live here; a projection maps them to d_model
-    predictor_hidden: int = 192     # duration / pitch / energy predictors (two conv layers)
+    ff_hidden: int = 384  # hidden channels of the convolutional feed-forward
+    ff_kernel: int = 3  # kernel of the convolutional feed-forward (time axis)
+    dropout: float = 0.0  # off for the CPU base: dropout RNG was ~16% of a CPU step, and the
+    # corpus is large next to the steps a CPU run affords
+    speaker_dim: int = 64  # speaker vectors live here; a projection maps them to d_model
+    predictor_hidden: int = 192  # duration / pitch / energy predictors (two conv layers)
     predictor_kernel: int = 3
-    use_pitch: bool = False         # optional phoneme-level pitch predictor (needs F0 targets)
-    use_energy: bool = False        # optional phoneme-level energy predictor
-    max_positions: int = 4096       # longest sequence the sinusoidal positions cover
-    reversible: bool = False        # reversible (RevNet) coupling of each stack's blocks: block
-                                    # activations are recomputed in backward instead of stored
-                                    # (O(1) in depth, ~one extra forward per step). A different
-                                    # function from the plain blocks: set it before pretraining; a
-                                    # base trained without it cannot be switched. Needs dropout 0.
+    use_pitch: bool = False  # optional phoneme-level pitch predictor (needs F0 targets)
+    use_energy: bool = False  # optional phoneme-level energy predictor
+    max_positions: int = 4096  # longest sequence the sinusoidal positions cover
+    reversible: bool = False  # reversible (RevNet) coupling of each stack's blocks: block
+    # activations are recomputed in backward instead of stored
+    # (O(1) in depth, ~one extra forward per step). A different
+    # function from the plain blocks: set it before pretraining; a
+    # base trained without it cannot be switched. Needs dropout 0.
 
     def __post_init__(self) -> None:
         if self.d_model % self.n_heads:
@@ -45,14 +45,18 @@ class AcousticConfig:
                 raise ValueError(f"AcousticConfig.{f.name} must be positive, got {value}")
         for name in ("ff_kernel", "predictor_kernel"):
             if getattr(self, name) % 2 == 0:
-                raise ValueError(f"AcousticConfig.{name} must be odd (same-length convolutions), got {getattr(self, name)}")
+                raise ValueError(
+                    f"AcousticConfig.{name} must be odd (same-length convolutions), got {getattr(self, name)}"
+                )
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"AcousticConfig.dropout must be in [0, 1), got {self.dropout}")
         if self.reversible and self.dropout > 0:
             # Backward recomputes each block from its outputs; dropout would need its RNG replayed
             # exactly, which the reversible stack does not do.
-            raise ValueError(f"AcousticConfig.reversible needs dropout 0 (dropout RNG is not replayed "
-                             f"when blocks are recomputed in backward), got dropout {self.dropout}")
+            raise ValueError(
+                f"AcousticConfig.reversible needs dropout 0 (dropout RNG is not replayed "
+                f"when blocks are recomputed in backward), got dropout {self.dropout}"
+            )
 
     def to_dict(self) -> dict:
         return asdict(self)

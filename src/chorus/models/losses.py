@@ -23,8 +23,9 @@ def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return (values * mask).sum() / denominator.clamp(min=1)
 
 
-def compute_losses(model: AcousticModel, out: AcousticOutput, target: torch.Tensor,
-                   text_lengths: torch.Tensor) -> dict[str, torch.Tensor]:
+def compute_losses(
+    model: AcousticModel, out: AcousticOutput, target: torch.Tensor, text_lengths: torch.Tensor
+) -> dict[str, torch.Tensor]:
     """Losses of one teacher-forced pass; ``target`` is the normalized mel ``[batch, frames, n_mels]``.
 
     mel: L1 of the decoder output; prior: Gaussian NLL of the frames under the aligned prior means
@@ -55,9 +56,17 @@ def step_inputs(model: AcousticModel, batch: Batch) -> dict:
     pitch = None
     if model.pitch is not None:
         if batch.pitch is None:
-            raise ValueError("the model predicts pitch but the feature cache has none: delete "
-                             "features.safetensors in the run folder to rebuild it with pitch")
+            raise ValueError(
+                "the model predicts pitch but the feature cache has none: delete "
+                "features.safetensors in the run folder to rebuild it with pitch"
+            )
         pitch = model.normalize_pitch(batch.pitch)
-    return dict(phonemes=batch.phonemes, text_lengths=batch.text_lengths, mel=mel,
-                frame_lengths=batch.frame_lengths, speaker_ids=batch.speakers, pitch=pitch,
-                energy=frame_energy(mel) if model.energy is not None else None)
+    return dict(
+        phonemes=batch.phonemes,
+        text_lengths=batch.text_lengths,
+        mel=mel,
+        frame_lengths=batch.frame_lengths,
+        speaker_ids=batch.speakers,
+        pitch=pitch,
+        energy=frame_energy(mel) if model.energy is not None else None,
+    )

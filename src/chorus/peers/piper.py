@@ -29,8 +29,10 @@ class PiperVoice:
         self.language: str = config["espeak"]["voice"]
         self.id_map: dict[str, list[int]] = config["phoneme_id_map"]
         inference = config.get("inference", {})
-        self.scales = np.array([inference.get("noise_scale", 0.667), inference.get("length_scale", 1.0),
-                                inference.get("noise_w", 0.8)], dtype=np.float32)
+        self.scales = np.array(
+            [inference.get("noise_scale", 0.667), inference.get("length_scale", 1.0), inference.get("noise_w", 0.8)],
+            dtype=np.float32,
+        )
         options = onnxruntime.SessionOptions()
         options.intra_op_num_threads = threads  # 0 = onnxruntime's default (all cores)
         self.session = onnxruntime.InferenceSession(str(model_path), options, providers=["CPUExecutionProvider"])
@@ -48,9 +50,14 @@ class PiperVoice:
     def synthesize(self, text: str) -> tuple[np.ndarray, int]:
         """Speak ``text``; returns mono float32 audio and its sample rate."""
         ids = self.phoneme_ids(phonemize([normalize_text(text, warn=False)], self.language)[0])
-        audio = self.session.run(None, {"input": np.array([ids], dtype=np.int64),
-                                        "input_lengths": np.array([len(ids)], dtype=np.int64),
-                                        "scales": self.scales})[0]
+        audio = self.session.run(
+            None,
+            {
+                "input": np.array([ids], dtype=np.int64),
+                "input_lengths": np.array([len(ids)], dtype=np.int64),
+                "scales": self.scales,
+            },
+        )[0]
         return np.asarray(audio, dtype=np.float32).reshape(-1), self.sample_rate
 
 

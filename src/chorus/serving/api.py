@@ -117,9 +117,15 @@ async def _read_upload(upload: UploadFile, limits: UploadLimits) -> tuple[str, b
     return upload.filename or "", data
 
 
-def create_app(store: VoiceStore, engine: Engine, tenants: Tenants | None = None,
-               settings: ServerSettings | None = None, *, jobs: JobRunner | None = None,
-               batcher: SpeechQueue | None = None) -> FastAPI:
+def create_app(
+    store: VoiceStore,
+    engine: Engine,
+    tenants: Tenants | None = None,
+    settings: ServerSettings | None = None,
+    *,
+    jobs: JobRunner | None = None,
+    batcher: SpeechQueue | None = None,
+) -> FastAPI:
     """The FastAPI app of one server (:class:`VoiceServer` says what ``jobs`` and ``batcher`` default to).
     Starting it (its lifespan) recovers the store, starts the onboarding worker and resumes interrupted
     jobs; stopping it closes the worker, the batcher and the store."""
@@ -134,8 +140,9 @@ def create_app(store: VoiceStore, engine: Engine, tenants: Tenants | None = None
         finally:
             await run_in_threadpool(server.close)
 
-    app = FastAPI(title="Chorus voice server", lifespan=lifespan, docs_url="/docs", redoc_url=None,
-                  openapi_url="/openapi.json")
+    app = FastAPI(
+        title="Chorus voice server", lifespan=lifespan, docs_url="/docs", redoc_url=None, openapi_url="/openapi.json"
+    )
     app.state.server = server
     app.add_middleware(MetricsMiddleware, metrics=lambda: server.metrics)
     add_error_handlers(app)
@@ -144,20 +151,30 @@ def create_app(store: VoiceStore, engine: Engine, tenants: Tenants | None = None
     @app.get("/healthz", responses={200: {"model": Health}})
     def healthz():
         stats = engine.stats()
-        return Health(status="ok" if server.started else "starting", base_voices=len(engine.speakers),
-                      resident_voices=stats.resident_voices, resident_bytes=stats.resident_bytes,
-                      tenancy="single" if server.tenants.single_tenant else "keys",
-                      onboarding=Onboarding(queued=server.jobs.queued,
-                                            running=server.jobs.running is not None)).model_dump()
+        return Health(
+            status="ok" if server.started else "starting",
+            base_voices=len(engine.speakers),
+            resident_voices=stats.resident_voices,
+            resident_bytes=stats.resident_bytes,
+            tenancy="single" if server.tenants.single_tenant else "keys",
+            onboarding=Onboarding(queued=server.jobs.queued, running=server.jobs.running is not None),
+        ).model_dump()
 
     @app.get("/metrics")
     def metrics():
         return Response(generate_latest(server.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     # -- speech
-    @app.post("/v1/audio/speech", responses={200: {"content": {t: {} for t in CONTENT_TYPES.values()}}, **_ERRORS},
-              openapi_extra={"requestBody": {"required": True, "content": {
-                  "application/json": {"schema": SpeechRequest.model_json_schema()}}}})
+    @app.post(
+        "/v1/audio/speech",
+        responses={200: {"content": {t: {} for t in CONTENT_TYPES.values()}}, **_ERRORS},
+        openapi_extra={
+            "requestBody": {
+                "required": True,
+                "content": {"application/json": {"schema": SpeechRequest.model_json_schema()}},
+            }
+        },
+    )
     async def speech(request: Request):
         tenant = server.authenticate(request)
         body = parse_speech(await _read_json(request, settings.max_json_bytes), settings.max_text_chars)
@@ -242,16 +259,21 @@ def create_app(store: VoiceStore, engine: Engine, tenants: Tenants | None = None
         limits = settings.upload
         content_type = request.headers.get("content-type", "")
         if not content_type.lower().startswith("multipart/form-data"):
-            raise ApiError(415, "expected a multipart/form-data upload (fields name, consent, and files 'clips' "
-                                f"with 'transcripts', or one 'archive'), got {content_type[:60] or 'none'!r}")
+            raise ApiError(
+                415,
+                "expected a multipart/form-data upload (fields name, consent, and files 'clips' "
+                f"with 'transcripts', or one 'archive'), got {content_type[:60] or 'none'!r}",
+            )
         declared = request.headers.get("content-length")
         if not declared or not declared.isdigit():
             raise ApiError(411, "uploads need a Content-Length header")
         if int(declared) > limits.max_upload_bytes:
-            raise ApiError(413, f"the upload is {int(declared)} bytes; at most {limits.max_upload_bytes}",
-                           type="request_too_large")
-        form = await request.form(max_files=limits.max_clips + 1, max_fields=16,
-                                  max_part_size=max(1 << 20, 200 * limits.max_clips))
+            raise ApiError(
+                413, f"the upload is {int(declared)} bytes; at most {limits.max_upload_bytes}", type="request_too_large"
+            )
+        form = await request.form(
+            max_files=limits.max_clips + 1, max_fields=16, max_part_size=max(1 << 20, 200 * limits.max_clips)
+        )
         upload_dir = None
         try:
             name = (_form_text(form, "name", True, 100) or "").strip()
@@ -259,15 +281,20 @@ def create_app(store: VoiceStore, engine: Engine, tenants: Tenants | None = None
                 raise ApiError(400, "'name' must be 1-100 printable characters", param="name")
             consent = (_form_text(form, "consent", False, 2_000) or "").strip()
             if len(consent) < 10:
-                raise ApiError(400, "'consent' is required: a statement that the person recorded consented to a "
-                                    "synthetic voice made from these recordings (e.g. 'Jane Doe consented in "
-                                    "writing on 2024-05-01'); uploads without it are refused", param="consent",
-                               code="consent_required")
+                raise ApiError(
+                    400,
+                    "'consent' is required: a statement that the person recorded consented to a "
+                    "synthetic voice made from these recordings (e.g. 'Jane Doe consented in "
+                    "writing on 2024-05-01'); uploads without it are refused",
+                    param="consent",
+                    code="consent_required",
+                )
             voice_id = (_form_text(form, "id", False, 64) or "").strip() or _slug(name)
             server.check_voice_id(voice_id, param="id")
             if engine.is_speaker(voice_id):
-                raise ApiError(409, f"{voice_id!r} is a speaker of the model; choose another id", param="id",
-                               type="conflict_error")
+                raise ApiError(
+                    409, f"{voice_id!r} is a speaker of the model; choose another id", param="id", type="conflict_error"
+                )
             clips = [f for f in form.getlist("clips") if isinstance(f, UploadFile)]
             if len(clips) != len(form.getlist("clips")):
                 raise ApiError(400, "'clips' must be files", param="clips")
@@ -275,7 +302,9 @@ def create_app(store: VoiceStore, engine: Engine, tenants: Tenants | None = None
             if archive is not None and not isinstance(archive, UploadFile):
                 raise ApiError(400, "'archive' must be a file (a zip)", param="archive")
             if bool(clips) == (archive is not None):
-                raise ApiError(400, "send either files 'clips' (with 'transcripts') or one 'archive', not both or neither")
+                raise ApiError(
+                    400, "send either files 'clips' (with 'transcripts') or one 'archive', not both or neither"
+                )
             upload_dir = server.jobs.new_upload_dir()
             if clips:
                 text = _form_text(form, "transcripts", True, limits.max_clips * (limits.max_transcript_chars + 300))
@@ -291,9 +320,16 @@ def create_app(store: VoiceStore, engine: Engine, tenants: Tenants | None = None
                 job_id = store.create_job(tenant, voice_id, name=name, method=settings.adapt.method)
             except VoiceConflict as error:
                 raise ApiError(409, str(error), type="conflict_error", param="id") from None
-            server.jobs.submit(upload_dir, OnboardingJob(job_id, tenant, voice_id, name),
-                               {"statement": consent, "clips": prepared.clips, "seconds": prepared.seconds,
-                                "audio_sha256": prepared.audio_sha256})
+            server.jobs.submit(
+                upload_dir,
+                OnboardingJob(job_id, tenant, voice_id, name),
+                {
+                    "statement": consent,
+                    "clips": prepared.clips,
+                    "seconds": prepared.seconds,
+                    "audio_sha256": prepared.audio_sha256,
+                },
+            )
             upload_dir = None
             job = server.job_json(store.get_job(tenant, job_id))
             job.update(clips=prepared.clips, seconds=prepared.seconds)
@@ -317,29 +353,42 @@ def create_app(store: VoiceStore, engine: Engine, tenants: Tenants | None = None
     return app
 
 
-def serve(store: str, host: str = "127.0.0.1", port: int = 8000, base: str | Path | None = None,
-          vocoder: str | None = None, keys: str | Path | None = None, cache_mb: float = 64.0,
-          settings: ServerSettings | None = None, announce: Callable[[str], None] = print,
-          log_level: str = "info") -> None:
+def serve(
+    store: str,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    base: str | Path | None = None,
+    vocoder: str | None = None,
+    keys: str | Path | None = None,
+    cache_mb: float = 64.0,
+    settings: ServerSettings | None = None,
+    announce: Callable[[str], None] = print,
+    log_level: str = "info",
+) -> None:
     """Run the server with uvicorn until interrupted (``chorus serve``)."""
     import uvicorn
 
-    logging.basicConfig(level=getattr(logging, log_level.upper(), logging.INFO),
-                        format="%(levelname)s:     %(name)s: %(message)s")
+    logging.basicConfig(
+        level=getattr(logging, log_level.upper(), logging.INFO), format="%(levelname)s:     %(name)s: %(message)s"
+    )
     tenants = Tenants.load(keys)
     check_bind(host, tenants)
     if cache_mb < 0:
         raise ValueError(f"--cache-mb must be >= 0, got {cache_mb}")
     voice_store = VoiceStore(store)
-    engine = Engine.load(base, vocoder, resolve=functools.partial(resolve_voice_key, voice_store),
-                         cache_bytes=int(cache_mb * (1 << 20)))
+    engine = Engine.load(
+        base, vocoder, resolve=functools.partial(resolve_voice_key, voice_store), cache_bytes=int(cache_mb * (1 << 20))
+    )
     app = create_app(voice_store, engine, tenants, settings)
     if tenants.single_tenant:
-        announce(f"no API keys configured: single-tenant mode (tenant 'default', no authentication), "
-                 f"loopback only ({host})")
+        announce(
+            f"no API keys configured: single-tenant mode (tenant 'default', no authentication), loopback only ({host})"
+        )
     else:
         announce(f"{len(tenants.names)} tenant(s) with API keys; requests need 'Authorization: Bearer KEY'")
-    announce(f"{len(engine.speakers)} speakers (default {engine.bundle.default_speaker}); voice store: {store}; "
-             f"adapter cache {cache_mb:g} MB")
+    announce(
+        f"{len(engine.speakers)} speakers (default {engine.bundle.default_speaker}); voice store: {store}; "
+        f"adapter cache {cache_mb:g} MB"
+    )
     announce(f"OpenAI-compatible endpoint: http://{host}:{port}/v1 (audio.speech), voices at /v1/voices")
     uvicorn.run(app, host=host, port=port, log_level=log_level)

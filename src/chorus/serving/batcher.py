@@ -49,14 +49,14 @@ from chorus.adapters.layer import BASE
 from chorus.serving.engine import Engine, VoiceHandle
 from chorus.synthesis import SynthesisResult
 
-MERGE_MIN_BATCH = 8   # below this a merge + unmerge costs more than the adapter math it saves
+MERGE_MIN_BATCH = 8  # below this a merge + unmerge costs more than the adapter math it saves
 
 
 @dataclass(frozen=True)
 class Request:
     text: str
     voice: str
-    speed: float = 1.0          # 2.0 speaks twice as fast (length_scale = 1 / speed)
+    speed: float = 1.0  # 2.0 speaks twice as fast (length_scale = 1 / speed)
 
 
 @dataclass
@@ -82,7 +82,7 @@ class BatcherStats:
     batches: int = 0
     batch_sizes: Counter = field(default_factory=Counter)
     paths: Counter = field(default_factory=Counter)
-    busy_seconds: float = 0.0      # worker time spent in batches
+    busy_seconds: float = 0.0  # worker time spent in batches
 
     @property
     def mean_batch_size(self) -> float:
@@ -122,8 +122,12 @@ def check_request(request: Request) -> None:
         raise TypeError(f"text must be a string, got {type(request.text).__name__}")
     if not isinstance(request.voice, str):
         raise TypeError(f"voice must be a string, got {type(request.voice).__name__}")
-    if isinstance(request.speed, bool) or not isinstance(request.speed, numbers.Real) \
-            or not math.isfinite(request.speed) or request.speed <= 0:
+    if (
+        isinstance(request.speed, bool)
+        or not isinstance(request.speed, numbers.Real)
+        or not math.isfinite(request.speed)
+        or request.speed <= 0
+    ):
         raise ValueError(f"speed must be a positive number, got {request.speed!r}")
 
 
@@ -138,8 +142,12 @@ def infer_mels(model, ids: list[list[int]], speakers: list[int], speeds: list[fl
     # The model scales durations elementwise, so a [batch, 1] tensor gives each row its own speed.
     length_scale = scales[0] if len(set(scales)) == 1 else torch.tensor(scales, device=device).unsqueeze(1)
     with torch.no_grad():
-        out = model.infer(phonemes.to(device), lengths.to(device), speaker_ids=torch.tensor(speakers, device=device),
-                          length_scale=length_scale)
+        out = model.infer(
+            phonemes.to(device),
+            lengths.to(device),
+            speaker_ids=torch.tensor(speakers, device=device),
+            length_scale=length_scale,
+        )
         mels = model.denormalize_mel(out.mel)
     return [mels[row, : int(mask.sum())].clone() for row, mask in enumerate(out.frame_mask)]
 
@@ -155,7 +163,7 @@ def vocode_mels(vocoder, mels: list[torch.Tensor]) -> list[np.ndarray]:
             batch = vocoder(torch.stack([mels[row] for row in rows])).float().cpu().numpy()
             for row, wave in zip(rows, batch):
                 peak = float(np.abs(wave).max()) if wave.size else 0.0
-                if peak > 0.99:   # as Synthesizer.synthesize: scale rather than clip
+                if peak > 0.99:  # as Synthesizer.synthesize: scale rather than clip
                     wave = wave * (0.99 / peak)
                 audio[row] = wave.astype(np.float32)
     return audio
@@ -168,8 +176,9 @@ def _vocode_one(vocoder, mel: torch.Tensor) -> np.ndarray | Exception:
         return error
 
 
-def _forward(engine: Engine, handles: list[VoiceHandle], ids: list[list[int]], speeds: list[float],
-             merge: bool | str) -> tuple[list[torch.Tensor], str]:
+def _forward(
+    engine: Engine, handles: list[VoiceHandle], ids: list[list[int]], speeds: list[float], merge: bool | str
+) -> tuple[list[torch.Tensor], str]:
     """The batch's mels and the path taken; the caller holds the engine lock."""
     model = engine.model
     speakers = [h.speaker_id for h in handles]
@@ -185,7 +194,7 @@ def _forward(engine: Engine, handles: list[VoiceHandle], ids: list[list[int]], s
                 return infer_mels(model, ids, speakers, speeds), "merged"
             finally:
                 unmerge_all(model)
-                set_active(model, None)   # merge_adapter activated it
+                set_active(model, None)  # merge_adapter activated it
         with active_adapter(model, name):
             return infer_mels(model, ids, speakers, speeds), "active"
     bank = pack_bank(model, [a for a in adapters if a is not None])
@@ -196,8 +205,9 @@ def _forward(engine: Engine, handles: list[VoiceHandle], ids: list[list[int]], s
         bank.remove()
 
 
-def synthesize_batch(engine: Engine, requests: Sequence[Request], merge: bool | str = "auto",
-                     vocode: bool = True) -> list[ServedResult | Exception]:
+def synthesize_batch(
+    engine: Engine, requests: Sequence[Request], merge: bool | str = "auto", vocode: bool = True
+) -> list[ServedResult | Exception]:
     """Serve ``requests`` in one forward of the acoustic model (see the module docstring); returns a
     result or the exception for each request, in order. ``merge``: ``"auto"`` merges a single
     mergeable voice for batches of at least :data:`MERGE_MIN_BATCH` rows, True always, False never.
@@ -230,8 +240,13 @@ def synthesize_batch(engine: Engine, requests: Sequence[Request], merge: bool | 
         while groups:
             group = groups.pop()
             try:
-                mels, path = _forward(engine, [handles[requests[i].voice] for i in group], [ids[i] for i in group],
-                                      [float(requests[i].speed) for i in group], merge)
+                mels, path = _forward(
+                    engine,
+                    [handles[requests[i].voice] for i in group],
+                    [ids[i] for i in group],
+                    [float(requests[i].speed) for i in group],
+                    merge,
+                )
             except Exception as error:  # noqa: BLE001 - isolate the failing row
                 if len(group) == 1:
                     results[group[0]] = error
@@ -248,8 +263,13 @@ def synthesize_batch(engine: Engine, requests: Sequence[Request], merge: bool | 
             except Exception:  # noqa: BLE001 - vocode each row to find the failing one
                 audio = [_vocode_one(engine.vocoder, mel) for mel in mels]
         for index, mel, wave in zip(group, mels, audio):
-            results[index] = wave if isinstance(wave, Exception) else ServedResult(
-                wave, engine.sample_rate, 0.0, requests[index].voice, mel=mel, batch_size=len(group), path=path)
+            results[index] = (
+                wave
+                if isinstance(wave, Exception)
+                else ServedResult(
+                    wave, engine.sample_rate, 0.0, requests[index].voice, mel=mel, batch_size=len(group), path=path
+                )
+            )
     elapsed = time.perf_counter() - started
     for result in results:
         if isinstance(result, ServedResult):
@@ -298,7 +318,7 @@ class Batcher:
                 raise RuntimeError("this batcher is closed")
             self._pending.append(_Pending(Request(text, voice, speed), future, time.perf_counter()))
             self.stats.requests += 1
-            self._wake.notify_all()   # the worker, and any wait_queued
+            self._wake.notify_all()  # the worker, and any wait_queued
         return future
 
     def synthesize(self, text: str, voice: str, speed: float = 1.0, timeout: float | None = None) -> ServedResult:
@@ -357,7 +377,7 @@ class Batcher:
 
     def _run(self) -> None:
         while (batch := self._next_batch()) is not None:
-            batch = [p for p in batch if p.future.set_running_or_notify_cancel()]   # drop cancelled ones
+            batch = [p for p in batch if p.future.set_running_or_notify_cancel()]  # drop cancelled ones
             if not batch:
                 continue
             started = time.perf_counter()

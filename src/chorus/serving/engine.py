@@ -52,7 +52,7 @@ class UnknownVoice(KeyError):
         self.voice_id = voice_id
         self.detail = detail
 
-    def __str__(self) -> str:   # KeyError would print the repr of its argument only
+    def __str__(self) -> str:  # KeyError would print the repr of its argument only
         return f"unknown voice {self.voice_id!r}" + (f": {self.detail}" if self.detail else "")
 
 
@@ -79,7 +79,7 @@ class CachedVoice:
     methods: list[str]
     mergeable: bool
     pinned: bool = False
-    in_use: int = 0            # batches holding it right now (never evicted while > 0)
+    in_use: int = 0  # batches holding it right now (never evicted while > 0)
     loaded_at: float = field(default_factory=time.time)
     last_used: float = field(default_factory=time.time)
 
@@ -94,7 +94,7 @@ class EngineStats:
     loads: int = 0
     load_failures: int = 0
     evictions: int = 0
-    load_seconds: float = 0.0        # total wall time spent reading and applying voice folders
+    load_seconds: float = 0.0  # total wall time spent reading and applying voice folders
     resident_bytes: int = 0
     resident_voices: int = 0
     pinned_voices: int = 0
@@ -129,8 +129,13 @@ class Engine:
         pinned: voice ids loaded now and never evicted.
     """
 
-    def __init__(self, synthesizer: Synthesizer, resolve: Callable[[str], str | Path | None] | None = None,
-                 cache_bytes: int = DEFAULT_CACHE_BYTES, pinned: Iterable[str] = ()):
+    def __init__(
+        self,
+        synthesizer: Synthesizer,
+        resolve: Callable[[str], str | Path | None] | None = None,
+        cache_bytes: int = DEFAULT_CACHE_BYTES,
+        pinned: Iterable[str] = (),
+    ):
         if cache_bytes < 0:
             raise ValueError(f"cache_bytes must be >= 0, got {cache_bytes}")
         self.synthesizer = synthesizer
@@ -140,8 +145,8 @@ class Engine:
         self.resolve = resolve
         self.cache_bytes = cache_bytes
         self.lock = threading.RLock()
-        self._cache: OrderedDict[str, CachedVoice] = OrderedDict()   # LRU order: least recent first
-        self._folders: dict[str, Path] = {}                           # voices added by add_voice
+        self._cache: OrderedDict[str, CachedVoice] = OrderedDict()  # LRU order: least recent first
+        self._folders: dict[str, Path] = {}  # voices added by add_voice
         self._pins: set[str] = set()
         self._next_adapter = 0
         self._stats = EngineStats(capacity_bytes=cache_bytes)
@@ -151,8 +156,9 @@ class Engine:
             self.pin(voice_id)
 
     @classmethod
-    def load(cls, base: str | Path | None = None, vocoder: str | Path | None = None, device: str = "cpu",
-             **kwargs) -> Engine:
+    def load(
+        cls, base: str | Path | None = None, vocoder: str | Path | None = None, device: str = "cpu", **kwargs
+    ) -> Engine:
         """An engine on :func:`~chorus.synthesis.load_base` ``(base, vocoder, device)``."""
         return cls(load_base(base, vocoder, device), **kwargs)
 
@@ -223,7 +229,7 @@ class Engine:
     def pin(self, voice_id: str) -> None:
         """Load ``voice_id`` (if needed) and keep it resident until :meth:`unpin` or :meth:`remove_voice`."""
         if self.is_speaker(voice_id):
-            return   # speakers are always there
+            return  # speakers are always there
         with self.using([voice_id]) as (_, errors):
             if voice_id in errors:
                 raise errors[voice_id]
@@ -249,7 +255,7 @@ class Engine:
     def base_copy(self) -> ModelBundle:
         """A private copy of the base, without any adapter, for one adaptation (``adapt`` adds its adapter
         to the model it gets; the resident model must not see that)."""
-        with self.lock:   # never copy mid-batch (a merged adapter would be copied in)
+        with self.lock:  # never copy mid-batch (a merged adapter would be copied in)
             model = copy.deepcopy(self.model)
         for name in adapter_names(model):
             remove_adapter(model, name)
@@ -287,7 +293,7 @@ class Engine:
         wanted = [v for v in voice_ids if not self.is_speaker(v)]
         read: dict[str, tuple[Path, Voice, float] | Exception] = {}
         for voice_id in wanted:
-            if voice_id not in self._cache:   # unlocked peek: at worst a voice is read twice
+            if voice_id not in self._cache:  # unlocked peek: at worst a voice is read twice
                 started = time.perf_counter()
                 try:
                     folder = self._find(voice_id)
@@ -346,7 +352,7 @@ class Engine:
         try:
             if isinstance(read, Exception):
                 raise read
-            if read is None:   # evicted between the unlocked read and now
+            if read is None:  # evicted between the unlocked read and now
                 started = time.perf_counter()
                 folder = self._find(voice_id)
                 read = (folder, read_voice(folder), started)
@@ -359,13 +365,22 @@ class Engine:
 
     def _apply(self, voice_id: str, folder: Path, voice: Voice, started: float) -> CachedVoice:
         if voice.full:
-            raise VoiceError(f"voice {voice_id!r} is a fully fine-tuned model, not an adapter; the engine "
-                             "serves adapters on one shared base (serve it as a model of its own)")
-        adapter = f"voice{self._next_adapter}"   # voice ids may hold characters module names cannot
+            raise VoiceError(
+                f"voice {voice_id!r} is a fully fine-tuned model, not an adapter; the engine "
+                "serves adapters on one shared base (serve it as a model of its own)"
+            )
+        adapter = f"voice{self._next_adapter}"  # voice ids may hold characters module names cannot
         self._next_adapter += 1
         apply_voice(self.model, voice, adapter, self.bundle.weights_sha256)
-        entry = CachedVoice(voice_id, adapter, folder, adapter_bytes(self.model, adapter), voice.methods,
-                            is_mergeable(self.model, adapter), pinned=voice_id in self._pins)
+        entry = CachedVoice(
+            voice_id,
+            adapter,
+            folder,
+            adapter_bytes(self.model, adapter),
+            voice.methods,
+            is_mergeable(self.model, adapter),
+            pinned=voice_id in self._pins,
+        )
         self._cache[voice_id] = entry
         self._stats.loads += 1
         self._stats.load_seconds += time.perf_counter() - started

@@ -25,30 +25,52 @@ log = logging.getLogger("chorus.serving.errors")
 class ApiError(Exception):
     """A refusal sent to the client as ``{"error": {...}}`` with ``status``."""
 
-    def __init__(self, status: int, message: str, *, type: str = "invalid_request_error", param: str | None = None,
-                 code: str | None = None, headers: dict[str, str] | None = None):
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        type: str = "invalid_request_error",
+        param: str | None = None,
+        code: str | None = None,
+        headers: dict[str, str] | None = None,
+    ):
         super().__init__(message)
         self.status, self.message, self.type, self.param, self.code = status, message, type, param, code
         self.headers = headers
 
 
-def error_response(status: int, message: str, type: str = "invalid_request_error", param: str | None = None,
-                   code: str | None = None, headers: dict[str, str] | None = None) -> JSONResponse:
-    return JSONResponse({"error": {"message": message, "type": type, "param": param, "code": code}},
-                        status_code=status, headers=headers)
+def error_response(
+    status: int,
+    message: str,
+    type: str = "invalid_request_error",
+    param: str | None = None,
+    code: str | None = None,
+    headers: dict[str, str] | None = None,
+) -> JSONResponse:
+    return JSONResponse(
+        {"error": {"message": message, "type": type, "param": param, "code": code}}, status_code=status, headers=headers
+    )
 
 
 def type_for(status: int) -> str:
     """OpenAI's error type for an HTTP status."""
-    return {401: "authentication_error", 403: "permission_error", 404: "not_found_error", 409: "conflict_error",
-            413: "request_too_large", 415: "invalid_request_error", 429: "rate_limit_error"}.get(
-        status, "invalid_request_error" if status < 500 else "server_error")
+    return {
+        401: "authentication_error",
+        403: "permission_error",
+        404: "not_found_error",
+        409: "conflict_error",
+        413: "request_too_large",
+        415: "invalid_request_error",
+        429: "rate_limit_error",
+    }.get(status, "invalid_request_error" if status < 500 else "server_error")
 
 
 def voice_not_found(voice_id: str) -> ApiError:
     # The same words whether the voice never existed or belongs to another tenant.
-    return ApiError(404, f"voice {voice_id[:80]!r} not found", type="not_found_error", param="voice",
-                    code="voice_not_found")
+    return ApiError(
+        404, f"voice {voice_id[:80]!r} not found", type="not_found_error", param="voice", code="voice_not_found"
+    )
 
 
 def synthesis_error(error: BaseException, voice: str) -> ApiError:
@@ -56,16 +78,31 @@ def synthesis_error(error: BaseException, voice: str) -> ApiError:
     if isinstance(error, UnknownVoice):
         return voice_not_found(voice)
     if isinstance(error, VoiceNotReady):
-        return ApiError(409, f"voice {voice!r} is not ready (GET /v1/voices/{voice} says why)", type="conflict_error",
-                        param="voice", code="voice_not_ready")
+        return ApiError(
+            409,
+            f"voice {voice!r} is not ready (GET /v1/voices/{voice} says why)",
+            type="conflict_error",
+            param="voice",
+            code="voice_not_ready",
+        )
     if isinstance(error, VoiceCorrupted):
-        return ApiError(409, f"voice {voice!r} failed its checksum and is marked failed; upload it again",
-                        type="conflict_error", param="voice", code="voice_corrupted")
-    if isinstance(error, VoiceError):   # a folder this base cannot load; its message names server paths
+        return ApiError(
+            409,
+            f"voice {voice!r} failed its checksum and is marked failed; upload it again",
+            type="conflict_error",
+            param="voice",
+            code="voice_corrupted",
+        )
+    if isinstance(error, VoiceError):  # a folder this base cannot load; its message names server paths
         log.warning("voice %r could not be loaded: %s", voice, error)
-        return ApiError(409, f"voice {voice!r} cannot be loaded on this server's base model (see the server log)",
-                        type="conflict_error", param="voice", code="voice_unloadable")
-    if isinstance(error, (ValueError, TypeError)):   # e.g. nothing speakable in the text
+        return ApiError(
+            409,
+            f"voice {voice!r} cannot be loaded on this server's base model (see the server log)",
+            type="conflict_error",
+            param="voice",
+            code="voice_unloadable",
+        )
+    if isinstance(error, (ValueError, TypeError)):  # e.g. nothing speakable in the text
         log.info("speech refused: %s", error)
         return ApiError(400, str(error)[:300], param="input")
     log.error("synthesis failed", exc_info=error)

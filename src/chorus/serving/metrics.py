@@ -21,15 +21,24 @@ class Metrics:
 
     def __init__(self, server: VoiceServer):
         self.registry = CollectorRegistry()
-        self.requests = Counter("chorus_http_requests", "HTTP requests by route template, method and status",
-                                ["route", "method", "status"], registry=self.registry)
-        self.latency = Histogram("chorus_http_request_seconds", "Time to the end of the response, by route",
-                                 ["route"], registry=self.registry,
-                                 buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60))
-        self.audio_seconds = Counter("chorus_speech_audio_seconds", "Seconds of audio synthesized",
-                                     registry=self.registry)
+        self.requests = Counter(
+            "chorus_http_requests",
+            "HTTP requests by route template, method and status",
+            ["route", "method", "status"],
+            registry=self.registry,
+        )
+        self.latency = Histogram(
+            "chorus_http_request_seconds",
+            "Time to the end of the response, by route",
+            ["route"],
+            registry=self.registry,
+            buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
+        )
+        self.audio_seconds = Counter(
+            "chorus_speech_audio_seconds", "Seconds of audio synthesized", registry=self.registry
+        )
         self.characters = Counter("chorus_speech_characters", "Characters of text synthesized", registry=self.registry)
-        ProcessCollector(registry=self.registry)   # process_resident_memory_bytes, cpu seconds, open fds
+        ProcessCollector(registry=self.registry)  # process_resident_memory_bytes, cpu seconds, open fds
         self.registry.register(ServerCollector(server))
 
 
@@ -41,15 +50,18 @@ class ServerCollector:
 
     def collect(self):
         stats = self.server.engine.stats()
-        for name, value, text in [("hits", stats.hits, "batches that found an adapted voice resident"),
-                                  ("misses", stats.misses, "batches that had to load an adapted voice"),
-                                  ("loads", stats.loads, "adapted voices loaded into the model"),
-                                  ("load_failures", stats.load_failures, "adapted voice loads that failed"),
-                                  ("evictions", stats.evictions, "adapted voices evicted from the model")]:
+        for name, value, text in [
+            ("hits", stats.hits, "batches that found an adapted voice resident"),
+            ("misses", stats.misses, "batches that had to load an adapted voice"),
+            ("loads", stats.loads, "adapted voices loaded into the model"),
+            ("load_failures", stats.load_failures, "adapted voice loads that failed"),
+            ("evictions", stats.evictions, "adapted voices evicted from the model"),
+        ]:
             yield CounterMetricFamily(f"chorus_cache_{name}", f"Voice cache: {text}", value=value)
         yield CounterMetricFamily("chorus_cache_load_seconds", "Time spent loading voices", value=stats.load_seconds)
-        yield GaugeMetricFamily("chorus_cache_resident_bytes", "Bytes of adapter tensors resident",
-                                value=stats.resident_bytes)
+        yield GaugeMetricFamily(
+            "chorus_cache_resident_bytes", "Bytes of adapter tensors resident", value=stats.resident_bytes
+        )
         yield GaugeMetricFamily("chorus_cache_resident_voices", "Adapted voices resident", value=stats.resident_voices)
         yield GaugeMetricFamily("chorus_cache_capacity_bytes", "Adapter cache budget", value=stats.capacity_bytes)
         b = self.server.batcher.stats
@@ -57,19 +69,23 @@ class ServerCollector:
         bounds = [1, 2, 4, 8, 16, 32, 64]
         buckets = [(str(le), sum(c for s, c in sizes.items() if s <= le)) for le in bounds]
         buckets.append(("+Inf", sum(sizes.values())))
-        yield HistogramMetricFamily("chorus_batch_size", "Requests per forward of the acoustic model",
-                                    buckets=buckets, sum_value=sum(s * c for s, c in sizes.items()))
+        yield HistogramMetricFamily(
+            "chorus_batch_size",
+            "Requests per forward of the acoustic model",
+            buckets=buckets,
+            sum_value=sum(s * c for s, c in sizes.items()),
+        )
         for name, value in [("requests", b.requests), ("completed", b.completed), ("failed", b.failed)]:
             yield CounterMetricFamily(f"chorus_batcher_{name}", f"Batcher requests {name}", value=value)
-        yield CounterMetricFamily("chorus_batcher_busy_seconds", "Batcher worker time in batches",
-                                  value=b.busy_seconds)
+        yield CounterMetricFamily("chorus_batcher_busy_seconds", "Batcher worker time in batches", value=b.busy_seconds)
         paths = CounterMetricFamily("chorus_batches_by_path", "Batches by path", labels=["path"])
         for path, count in b.paths.items():
             paths.add_metric([path], count)
         yield paths
         yield GaugeMetricFamily("chorus_onboarding_queued", "Onboarding jobs waiting", value=self.server.jobs.queued)
-        yield GaugeMetricFamily("chorus_onboarding_running", "Onboarding jobs running",
-                                value=int(self.server.jobs.running is not None))
+        yield GaugeMetricFamily(
+            "chorus_onboarding_running", "Onboarding jobs running", value=int(self.server.jobs.running is not None)
+        )
 
 
 class MetricsMiddleware:

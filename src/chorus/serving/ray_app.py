@@ -93,12 +93,13 @@ class RayServeConfig:
     ingress_cpus: float = 0.5
     job_cpus: float = 1.0
     threads: int = 1
-    max_ongoing_requests: int = 64      # per voices replica: what its batcher may gather into batches
+    max_ongoing_requests: int = 64  # per voices replica: what its batcher may gather into batches
 
     def __post_init__(self):
         if self.replicas < 1 or self.voices_per_replica < 1:
-            raise ValueError(f"need replicas >= 1 and voices_per_replica >= 1, got {self.replicas}, "
-                             f"{self.voices_per_replica}")
+            raise ValueError(
+                f"need replicas >= 1 and voices_per_replica >= 1, got {self.replicas}, {self.voices_per_replica}"
+            )
         if self.cache_mb < 0:
             raise ValueError(f"cache_mb must be >= 0, got {self.cache_mb}")
         # Replicas and tasks are other processes, maybe in other folders: local paths become absolute.
@@ -106,7 +107,7 @@ class RayServeConfig:
             self.store = os.path.abspath(self.store)
         self.db_path = None if self.db_path is None else os.path.abspath(self.db_path)
         self.base = None if self.base is None else os.path.abspath(self.base)
-        if self.vocoder is not None:   # a name (griffin-lim, neural) or a folder
+        if self.vocoder is not None:  # a name (griffin-lim, neural) or a folder
             self.vocoder = os.path.abspath(self.vocoder) if Path(self.vocoder).exists() else str(self.vocoder)
         if self.settings.jobs_dir is not None:
             self.settings = dataclasses.replace(self.settings, jobs_dir=Path(self.settings.jobs_dir).absolute())
@@ -116,8 +117,13 @@ class RayServeConfig:
 
     def job_runner(self, store: VoiceStore) -> JobRunner:
         """An in-process onboarding worker on ``store`` (what each onboarding task runs its job with)."""
-        return JobRunner(store, jobs_dir(self.settings, store), lambda: load_bundle(self.base or DEFAULT_BASE),
-                         self.settings.adapt, progress_interval=self.settings.progress_interval)
+        return JobRunner(
+            store,
+            jobs_dir(self.settings, store),
+            lambda: load_bundle(self.base or DEFAULT_BASE),
+            self.settings.adapt,
+            progress_interval=self.settings.progress_interval,
+        )
 
 
 # -- one voices replica ------------------------------------------------------------------------------
@@ -137,7 +143,7 @@ class LoadedVoice:
         self.host, self.key, self._dropped = host, key, False
 
     def __del__(self):
-        if not self._dropped:   # Ray's eviction calls it, then garbage collection would again
+        if not self._dropped:  # Ray's eviction calls it, then garbage collection would again
             self._dropped = True
             try:
                 self.host.evict(self.key)
@@ -160,14 +166,19 @@ class VoiceHost:
         self.config = config
         self.replica = replica or f"pid-{os.getpid()}"
         self.store = config.open_store()
-        self.engine = Engine.load(config.base, config.vocoder, resolve=functools.partial(resolve_voice_key, self.store),
-                                  cache_bytes=int(config.cache_mb * (1 << 20)))
-        self.batcher = Batcher(self.engine, max_batch=config.settings.max_batch,
-                               max_wait_ms=config.settings.max_wait_ms)
-        self.loads: Counter[str] = Counter()       # multiplexer loads per voice key, ever
-        self.held: set[str] = set()                # voices the multiplexer holds now
-        self._active: Counter[str] = Counter()     # requests using each voice now
-        self._dropped: set[str] = set()            # dropped by the multiplexer while in use
+        self.engine = Engine.load(
+            config.base,
+            config.vocoder,
+            resolve=functools.partial(resolve_voice_key, self.store),
+            cache_bytes=int(config.cache_mb * (1 << 20)),
+        )
+        self.batcher = Batcher(
+            self.engine, max_batch=config.settings.max_batch, max_wait_ms=config.settings.max_wait_ms
+        )
+        self.loads: Counter[str] = Counter()  # multiplexer loads per voice key, ever
+        self.held: set[str] = set()  # voices the multiplexer holds now
+        self._active: Counter[str] = Counter()  # requests using each voice now
+        self._dropped: set[str] = set()  # dropped by the multiplexer while in use
         self._lock = threading.Lock()
 
     def load(self, key: str) -> LoadedVoice:
@@ -212,15 +223,24 @@ class VoiceHost:
         try:
             self.engine.remove_voice(key)
         except (UnknownVoice, RuntimeError):
-            pass   # already gone, or in a running batch: the engine's own LRU takes it later
+            pass  # already gone, or in a running batch: the engine's own LRU takes it later
 
     def stats(self) -> dict:
         engine, resident = self.engine.stats(), self.engine.resident()
         with self._lock:
-            return {"replica": self.replica, "pid": os.getpid(), "loads": dict(self.loads), "held": sorted(self.held),
-                    "resident": resident, "engine": dataclasses.asdict(engine),
-                    "batcher": {"requests": self.batcher.stats.requests, "batches": self.batcher.stats.batches,
-                                "mean_batch_size": self.batcher.stats.mean_batch_size}}
+            return {
+                "replica": self.replica,
+                "pid": os.getpid(),
+                "loads": dict(self.loads),
+                "held": sorted(self.held),
+                "resident": resident,
+                "engine": dataclasses.asdict(engine),
+                "batcher": {
+                    "requests": self.batcher.stats.requests,
+                    "batches": self.batcher.stats.batches,
+                    "mean_batch_size": self.batcher.stats.mean_batch_size,
+                },
+            }
 
     def close(self) -> None:
         self.batcher.close(timeout=30)
@@ -249,8 +269,10 @@ class VoiceReplica:
             if not self.host.engine.is_speaker(voice):
                 routed = serve.get_multiplexed_model_id()
                 if routed != voice:
-                    raise ValueError(f"adapted voice {voice!r} must be requested with multiplexed_model_id={voice!r} "
-                                     f"(got {routed!r})")
+                    raise ValueError(
+                        f"adapted voice {voice!r} must be requested with multiplexed_model_id={voice!r} "
+                        f"(got {routed!r})"
+                    )
                 await self.voice(voice)
                 key = voice
             with self.host.using(key):
@@ -258,8 +280,9 @@ class VoiceReplica:
         except Exception as error:  # noqa: BLE001 - handed back to the ingress
             return error
         fields = {f.name: getattr(result, f.name) for f in dataclasses.fields(ServedResult)}
-        return RemoteResult(**(fields | {"mel": None}), replica=self.host.replica,
-                            voice_loads=self.host.loads[key] if key else 0)
+        return RemoteResult(
+            **(fields | {"mel": None}), replica=self.host.replica, voice_loads=self.host.loads[key] if key else 0
+        )
 
     def voice_stats(self) -> dict:
         """This replica's bookkeeping: loads per voice, voices held, engine and batcher counters."""
@@ -320,8 +343,13 @@ class RayJobRunner(JobRunner):
     queued (the cluster decides how many train at once), instead of training in this process."""
 
     def __init__(self, store: VoiceStore, config: RayServeConfig):
-        super().__init__(store, jobs_dir(config.settings, store), bundle_factory=_no_bundle,
-                         recipe=config.settings.adapt, progress_interval=config.settings.progress_interval)
+        super().__init__(
+            store,
+            jobs_dir(config.settings, store),
+            bundle_factory=_no_bundle,
+            recipe=config.settings.adapt,
+            progress_interval=config.settings.progress_interval,
+        )
         self.ray_config = config
         self._tasks: dict[object, OnboardingJob] = {}
         self._tasks_lock = threading.Lock()
@@ -385,8 +413,7 @@ def build_ingress_app(config: RayServeConfig, app_name: str):
     # The ingress never runs the model (its batcher is remote); it needs the base's speakers and rate.
     engine = Engine.load(config.base, config.vocoder, cache_bytes=0)
     remote = RemoteBatcher(lambda: serve.get_deployment_handle(VOICES_DEPLOYMENT, app_name=app_name), engine.is_speaker)
-    return create_app(store, engine, config.tenants, config.settings, jobs=RayJobRunner(store, config),
-                      batcher=remote)
+    return create_app(store, engine, config.tenants, config.settings, jobs=RayJobRunner(store, config), batcher=remote)
 
 
 def ingress_deployment(config: RayServeConfig, app_name: str):
@@ -398,15 +425,18 @@ def ingress_deployment(config: RayServeConfig, app_name: str):
     @serve.ingress(build)
     class ChorusIngress:
         def __init__(self, voices):
-            self.voices = voices   # bound so that the voices deployment is part of the application
+            self.voices = voices  # bound so that the voices deployment is part of the application
 
     return serve.deployment(name=INGRESS_DEPLOYMENT)(ChorusIngress)
 
 
 def build_app(config: RayServeConfig, app_name: str = APP_NAME):
     """The Serve application (pass ``app_name`` again as ``serve.run(..., name=app_name)``)."""
-    voices = VoiceReplica.options(num_replicas=config.replicas, max_ongoing_requests=config.max_ongoing_requests,
-                                  ray_actor_options={"num_cpus": config.replica_cpus}).bind(config)
+    voices = VoiceReplica.options(
+        num_replicas=config.replicas,
+        max_ongoing_requests=config.max_ongoing_requests,
+        ray_actor_options={"num_cpus": config.replica_cpus},
+    ).bind(config)
     ingress = ingress_deployment(config, app_name).options(ray_actor_options={"num_cpus": config.ingress_cpus})
     return ingress.bind(voices)
 
@@ -435,8 +465,9 @@ def onboarding_task(config: RayServeConfig):
     return _onboarding_remote.options(num_cpus=config.job_cpus)
 
 
-def submit_onboarding(config: RayServeConfig, tenant: str, voice_id: str, data: str | Path, consent: str,
-                      name: str | None = None) -> tuple[str, ray.ObjectRef]:
+def submit_onboarding(
+    config: RayServeConfig, tenant: str, voice_id: str, data: str | Path, consent: str, name: str | None = None
+) -> tuple[str, ray.ObjectRef]:
     """Onboard the LJSpeech-style folder ``data`` as ``voice_id`` of ``tenant`` in a Ray task; returns the
     job id (``GET /v1/jobs/ID`` follows it) and the task's ref (its result is the final job status).
     ``consent``: the recorded person's consent statement, logged as an upload's is."""
@@ -445,8 +476,9 @@ def submit_onboarding(config: RayServeConfig, tenant: str, voice_id: str, data: 
     name = name or voice_id
     store = config.open_store()
     try:
-        job = OnboardingJob(store.create_job(tenant, voice_id, name=name, method=config.settings.adapt.method),
-                            tenant, voice_id, name)
+        job = OnboardingJob(
+            store.create_job(tenant, voice_id, name=name, method=config.settings.adapt.method), tenant, voice_id, name
+        )
         folder = jobs_dir(config.settings, store)
         job_dir = folder / job.job_id
         try:
@@ -463,20 +495,38 @@ def submit_onboarding(config: RayServeConfig, tenant: str, voice_id: str, data: 
 
 
 # -- chorus serve --ray ------------------------------------------------------------------------------
-def serve_ray(store: str, host: str = "127.0.0.1", port: int = 8000, base: str | Path | None = None,
-              vocoder: str | None = None, keys: str | Path | None = None, cache_mb: float = 64.0,
-              settings: ServerSettings | None = None, replicas: int = 2, voices_per_replica: int = 32,
-              announce: Callable[[str], None] = print, log_level: str = "info") -> None:
+def serve_ray(
+    store: str,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    base: str | Path | None = None,
+    vocoder: str | None = None,
+    keys: str | Path | None = None,
+    cache_mb: float = 64.0,
+    settings: ServerSettings | None = None,
+    replicas: int = 2,
+    voices_per_replica: int = 32,
+    announce: Callable[[str], None] = print,
+    log_level: str = "info",
+) -> None:
     """Start a local Ray cluster on this machine's resources, deploy the server on it and serve until
     interrupted (``chorus serve --ray``)."""
-    logging.basicConfig(level=getattr(logging, log_level.upper(), logging.INFO),
-                        format="%(levelname)s:     %(name)s: %(message)s")
+    logging.basicConfig(
+        level=getattr(logging, log_level.upper(), logging.INFO), format="%(levelname)s:     %(name)s: %(message)s"
+    )
     tenants = Tenants.load(keys)
     check_bind(host, tenants)
-    config = RayServeConfig(store=store, base=base, vocoder=vocoder, tenants=tenants,
-                            settings=settings or ServerSettings(), replicas=replicas,
-                            voices_per_replica=voices_per_replica, cache_mb=cache_mb)
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")   # no usage report leaves the machine
+    config = RayServeConfig(
+        store=store,
+        base=base,
+        vocoder=vocoder,
+        tenants=tenants,
+        settings=settings or ServerSettings(),
+        replicas=replicas,
+        voices_per_replica=voices_per_replica,
+        cache_mb=cache_mb,
+    )
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # no usage report leaves the machine
     # address="local": always a new cluster on this machine, never one named by RAY_ADDRESS.
     ray.init(address="local", include_dashboard=False, logging_level=logging.WARNING)
     try:
@@ -488,11 +538,16 @@ def serve_ray(store: str, host: str = "127.0.0.1", port: int = 8000, base: str |
         config.replica_cpus = config.job_cpus = share
         serve.start(http_options={"host": host, "port": port})
         serve.run(build_app(config, APP_NAME), name=APP_NAME, route_prefix="/")
-        announce(f"Ray Serve on {cpus:g} CPUs: {replicas} speech replicas ({share:.2g} CPU each; one base, at most "
-                 f"{voices_per_replica} adapted voices and {cache_mb:g} MB of adapters each), onboarding jobs as Ray "
-                 f"tasks ({share:.2g} CPU each)")
-        announce("single-tenant mode (no authentication), loopback only" if tenants.single_tenant else
-                 f"{len(tenants.names)} tenant(s) with API keys; requests need 'Authorization: Bearer KEY'")
+        announce(
+            f"Ray Serve on {cpus:g} CPUs: {replicas} speech replicas ({share:.2g} CPU each; one base, at most "
+            f"{voices_per_replica} adapted voices and {cache_mb:g} MB of adapters each), onboarding jobs as Ray "
+            f"tasks ({share:.2g} CPU each)"
+        )
+        announce(
+            "single-tenant mode (no authentication), loopback only"
+            if tenants.single_tenant
+            else f"{len(tenants.names)} tenant(s) with API keys; requests need 'Authorization: Bearer KEY'"
+        )
         announce(f"OpenAI-compatible endpoint: http://{host}:{port}/v1 (audio.speech), voices at /v1/voices")
         while True:
             time.sleep(3600)

@@ -23,11 +23,16 @@ class SpeechRequest(BaseModel):
 
     model: str = Field("chorus", max_length=200, description="any name is accepted, e.g. 'chorus' or 'tts-1'")
     input: str = Field(..., min_length=1, description="the text to speak")
-    voice: str = Field(..., min_length=1, description="a speaker name or one of your voice ids "
-                                                      "(OpenAI's {\"id\": ...} form is accepted too)")
+    voice: str = Field(
+        ...,
+        min_length=1,
+        description='a speaker name or one of your voice ids (OpenAI\'s {"id": ...} form is accepted too)',
+    )
     response_format: Literal["wav", "pcm", "flac"] = Field(
-        "wav", description="pcm: 16-bit little-endian mono at X-Sample-Rate; several sentences stream (chunked), "
-                           "except flac, sent whole")
+        "wav",
+        description="pcm: 16-bit little-endian mono at X-Sample-Rate; several sentences stream (chunked), "
+        "except flac, sent whole",
+    )
     speed: float = Field(1.0, ge=MIN_SPEED, le=MAX_SPEED)
     stream_format: Literal["audio"] = Field("audio", description="no server-sent events")
 
@@ -45,27 +50,44 @@ def parse_speech(body: object, max_text_chars: int) -> SpeechRequest:
     if not text.strip():
         raise ApiError(400, "'input' is empty", param="input")
     if len(text) > max_text_chars:
-        raise ApiError(400, f"'input' is {len(text)} characters; at most {max_text_chars} per request",
-                       param="input", code="input_too_long")
+        raise ApiError(
+            400,
+            f"'input' is {len(text)} characters; at most {max_text_chars} per request",
+            param="input",
+            code="input_too_long",
+        )
     voice = body.get("voice")
-    if isinstance(voice, dict):   # OpenAI's custom voice reference {"id": ...}
+    if isinstance(voice, dict):  # OpenAI's custom voice reference {"id": ...}
         voice = voice.get("id")
     if not isinstance(voice, str) or not voice:
         raise ApiError(400, "'voice' is required: a speaker name or one of your voice ids", param="voice")
     response_format = body.get("response_format", "wav")
     if response_format not in CONTENT_TYPES:
         shown = response_format if isinstance(response_format, str) else type(response_format).__name__
-        raise ApiError(400, f"unsupported response_format {str(shown)[:40]!r}: use one of {', '.join(CONTENT_TYPES)}",
-                       param="response_format")
+        raise ApiError(
+            400,
+            f"unsupported response_format {str(shown)[:40]!r}: use one of {', '.join(CONTENT_TYPES)}",
+            param="response_format",
+        )
     speed = body.get("speed", 1.0)
-    if isinstance(speed, bool) or not isinstance(speed, (int, float)) or not math.isfinite(speed) \
-            or not MIN_SPEED <= speed <= MAX_SPEED:
+    if (
+        isinstance(speed, bool)
+        or not isinstance(speed, (int, float))
+        or not math.isfinite(speed)
+        or not MIN_SPEED <= speed <= MAX_SPEED
+    ):
         raise ApiError(400, f"'speed' must be a number from {MIN_SPEED} to {MAX_SPEED}", param="speed")
     stream_format = body.get("stream_format", "audio")
     if stream_format != "audio":
         raise ApiError(400, "only stream_format 'audio' is supported (no server-sent events)", param="stream_format")
-    return SpeechRequest(model=model, input=text, voice=voice, response_format=response_format, speed=float(speed),
-                         stream_format=stream_format)
+    return SpeechRequest(
+        model=model,
+        input=text,
+        voice=voice,
+        response_format=response_format,
+        speed=float(speed),
+        stream_format=stream_format,
+    )
 
 
 class ErrorDetail(BaseModel):

@@ -32,17 +32,30 @@ class VoiceServer:
     speech requests go (default: a :class:`Batcher` on ``engine`` with the settings' limits).
     """
 
-    def __init__(self, store: VoiceStore, engine: Engine, tenants: Tenants | None = None,
-                 settings: ServerSettings | None = None, *, jobs: JobRunner | None = None,
-                 batcher: SpeechQueue | None = None):
+    def __init__(
+        self,
+        store: VoiceStore,
+        engine: Engine,
+        tenants: Tenants | None = None,
+        settings: ServerSettings | None = None,
+        *,
+        jobs: JobRunner | None = None,
+        batcher: SpeechQueue | None = None,
+    ):
         self.store = store
         self.engine = engine
         self.tenants = tenants or Tenants()
         self.settings = settings or ServerSettings()
-        self.jobs = jobs or JobRunner(store, jobs_dir(self.settings, store), engine.base_copy, self.settings.adapt,
-                                      progress_interval=self.settings.progress_interval)
-        self.batcher = batcher or Batcher(engine, max_batch=self.settings.max_batch,
-                                          max_wait_ms=self.settings.max_wait_ms)
+        self.jobs = jobs or JobRunner(
+            store,
+            jobs_dir(self.settings, store),
+            engine.base_copy,
+            self.settings.adapt,
+            progress_interval=self.settings.progress_interval,
+        )
+        self.batcher = batcher or Batcher(
+            engine, max_batch=self.settings.max_batch, max_wait_ms=self.settings.max_wait_ms
+        )
         self.metrics = Metrics(self)
         self.started = False
 
@@ -69,8 +82,12 @@ class VoiceServer:
         try:
             return check_id(voice_id)
         except InvalidId:
-            raise ApiError(400, f"invalid voice id {voice_id[:80]!r}: use 1-64 of a-z, 0-9, '_' and '-', starting "
-                                f"with a letter or digit", param=param) from None
+            raise ApiError(
+                400,
+                f"invalid voice id {voice_id[:80]!r}: use 1-64 of a-z, 0-9, '_' and '-', starting "
+                f"with a letter or digit",
+                param=param,
+            ) from None
 
     def record(self, tenant: str, voice_id: str) -> VoiceRecord:
         self.check_voice_id(voice_id)
@@ -85,11 +102,21 @@ class VoiceServer:
             return voice_id
         record = self.record(tenant, voice_id)
         if record.status == VoiceStatus.TRAINING:
-            raise ApiError(409, f"voice {voice_id!r} is still training (job {record.job_id})", type="conflict_error",
-                           param="voice", code="voice_not_ready")
+            raise ApiError(
+                409,
+                f"voice {voice_id!r} is still training (job {record.job_id})",
+                type="conflict_error",
+                param="voice",
+                code="voice_not_ready",
+            )
         if record.status != VoiceStatus.READY:
-            raise ApiError(409, f"voice {voice_id!r} is {record.status.value}: {self.public(record.error or '')}",
-                           type="conflict_error", param="voice", code="voice_not_ready")
+            raise ApiError(
+                409,
+                f"voice {voice_id!r} is {record.status.value}: {self.public(record.error or '')}",
+                type="conflict_error",
+                param="voice",
+                code="voice_not_ready",
+            )
         return voice_key(record)
 
     def public(self, message: str) -> str:
@@ -99,20 +126,34 @@ class VoiceServer:
         return message
 
     def voice_json(self, record: VoiceRecord, resident: set[str]) -> dict:
-        return CustomVoice(id=record.voice_id, name=record.name, status=record.status.value,
-                           created=int(record.created), updated=int(record.updated), method=record.method,
-                           size_bytes=record.size_bytes, job_id=record.job_id,
-                           error=self.public(record.error) if record.error else None,
-                           resident=voice_key(record) in resident).model_dump()
+        return CustomVoice(
+            id=record.voice_id,
+            name=record.name,
+            status=record.status.value,
+            created=int(record.created),
+            updated=int(record.updated),
+            method=record.method,
+            size_bytes=record.size_bytes,
+            job_id=record.job_id,
+            error=self.public(record.error) if record.error else None,
+            resident=voice_key(record) in resident,
+        ).model_dump()
 
     def speaker_json(self, name: str) -> dict:
         return BaseVoice(id=name, name=name, default=name == self.engine.bundle.default_speaker).model_dump()
 
     def job_json(self, job: JobRecord) -> dict:
         message = self.public(job.message) if job.message else None
-        return Job(id=job.job_id, voice=job.voice_id, status=job.status.value, progress=round(job.progress, 3),
-                   message=message, error=message if job.status.value in ("failed", "interrupted") else None,
-                   created=int(job.created), updated=int(job.updated)).model_dump()
+        return Job(
+            id=job.job_id,
+            voice=job.voice_id,
+            status=job.status.value,
+            progress=round(job.progress, 3),
+            message=message,
+            error=message if job.status.value in ("failed", "interrupted") else None,
+            created=int(job.created),
+            updated=int(job.updated),
+        ).model_dump()
 
     def forget(self, tenant: str, voice_id: str) -> None:
         """Drop every resident version of a deleted voice from the model (one in use goes at eviction)."""
@@ -128,5 +169,10 @@ class VoiceServer:
         try:
             return self.tenants.authenticate(request.headers.get("authorization"))
         except Unauthorized as error:
-            raise ApiError(401, str(error), type="authentication_error", code="invalid_api_key",
-                           headers={"WWW-Authenticate": "Bearer"}) from None
+            raise ApiError(
+                401,
+                str(error),
+                type="authentication_error",
+                code="invalid_api_key",
+                headers={"WWW-Authenticate": "Bearer"},
+            ) from None

@@ -37,13 +37,13 @@ class ServerSettings:
 
     max_text_chars: int = 2_000
     max_json_bytes: int = 64 << 10
-    max_chunk_chars: int = 300            # a sentence longer than this is cut at a comma or space
+    max_chunk_chars: int = 300  # a sentence longer than this is cut at a comma or space
     max_batch: int = 16
     max_wait_ms: float = 5.0
     upload: UploadLimits = field(default_factory=UploadLimits)
     adapt: AdaptRecipe = field(default_factory=AdaptRecipe)
-    jobs_dir: Path | None = None          # default: see :func:`jobs_dir`
-    progress_interval: float = 1.0        # least seconds between two progress writes of a running job
+    jobs_dir: Path | None = None  # default: see :func:`jobs_dir`
+    progress_interval: float = 1.0  # least seconds between two progress writes of a running job
 
 
 def jobs_dir(settings: ServerSettings, store: VoiceStore) -> Path:

@@ -62,10 +62,10 @@ SCHEMA_VERSION = 1
 
 
 class VoiceStatus(StrEnum):
-    READY = "ready"          # committed and checksummed: may be served
-    TRAINING = "training"    # a job or an upload is producing it
-    FAILED = "failed"        # training, upload or a load-time check failed; ``error`` says why
-    DELETED = "deleted"      # being deleted (``recover`` finishes a deletion cut short)
+    READY = "ready"  # committed and checksummed: may be served
+    TRAINING = "training"  # a job or an upload is producing it
+    FAILED = "failed"  # training, upload or a load-time check failed; ``error`` says why
+    DELETED = "deleted"  # being deleted (``recover`` finishes a deletion cut short)
 
 
 class JobStatus(StrEnum):
@@ -73,7 +73,7 @@ class JobStatus(StrEnum):
     RUNNING = "running"
     DONE = "done"
     FAILED = "failed"
-    INTERRUPTED = "interrupted"   # the process died while it was queued or running; may be resumed
+    INTERRUPTED = "interrupted"  # the process died while it was queued or running; may be resumed
 
 
 ACTIVE_JOB = (JobStatus.QUEUED, JobStatus.RUNNING)
@@ -115,11 +115,11 @@ class VoiceRecord:
     created: float
     updated: float
     blob_url: str
-    sha256: str | None        # of adapter_model.safetensors, once committed
-    size_bytes: int | None    # of all the voice's files, once committed
-    method: str | None        # e.g. "lora+speaker"
-    job_id: str | None        # the job that trains (or trained) it
-    error: str | None         # why it failed
+    sha256: str | None  # of adapter_model.safetensors, once committed
+    size_bytes: int | None  # of all the voice's files, once committed
+    method: str | None  # e.g. "lora+speaker"
+    job_id: str | None  # the job that trains (or trained) it
+    error: str | None  # why it failed
 
 
 @dataclass(frozen=True)
@@ -130,7 +130,7 @@ class JobRecord:
     tenant: str
     voice_id: str
     status: JobStatus
-    progress: float           # 0..1
+    progress: float  # 0..1
     message: str | None
     created: float
     updated: float
@@ -141,10 +141,10 @@ class RecoveryReport:
     """What ``VoiceStore.recover`` found and did."""
 
     interrupted_jobs: list[str] = field(default_factory=list)
-    failed_voices: list[tuple[str, str]] = field(default_factory=list)      # (tenant, voice id)
-    restored_voices: list[tuple[str, str]] = field(default_factory=list)    # committed, not yet marked ready
+    failed_voices: list[tuple[str, str]] = field(default_factory=list)  # (tenant, voice id)
+    restored_voices: list[tuple[str, str]] = field(default_factory=list)  # committed, not yet marked ready
     finished_deletes: list[tuple[str, str]] = field(default_factory=list)
-    removed_uploads: list[str] = field(default_factory=list)                # temporary prefixes
+    removed_uploads: list[str] = field(default_factory=list)  # temporary prefixes
 
 
 @dataclass(frozen=True)
@@ -186,8 +186,7 @@ CREATE INDEX IF NOT EXISTS jobs_by_status ON jobs (status);
 def check_id(value: str, kind: str = "voice id") -> str:
     """Return ``value`` if it is a valid tenant or voice id, else raise ``InvalidId``."""
     if not isinstance(value, str) or not ID_PATTERN.fullmatch(value):
-        raise InvalidId(f"invalid {kind} {value!r}: use 1-64 of a-z, 0-9, '_' and '-', starting with a letter "
-                        f"or digit")
+        raise InvalidId(f"invalid {kind} {value!r}: use 1-64 of a-z, 0-9, '_' and '-', starting with a letter or digit")
     return value
 
 
@@ -219,8 +218,9 @@ class VoiceStore:
         self._db.execute("PRAGMA journal_mode=WAL")
         version = self._db.execute("PRAGMA user_version").fetchone()[0]
         if version > SCHEMA_VERSION:
-            raise RuntimeError(f"{db_path}: store schema version {version} is newer than this Chorus "
-                               f"({SCHEMA_VERSION})")
+            raise RuntimeError(
+                f"{db_path}: store schema version {version} is newer than this Chorus ({SCHEMA_VERSION})"
+            )
         self._db.executescript(_SCHEMA)
         self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
@@ -245,8 +245,9 @@ class VoiceStore:
 
     # -- voices ------------------------------------------------------------------------------------
 
-    def put_voice(self, tenant: str, voice_id: str, folder: str | Path, *, name: str | None = None,
-                  job_id: str | None = None) -> VoiceRecord:
+    def put_voice(
+        self, tenant: str, voice_id: str, folder: str | Path, *, name: str | None = None, job_id: str | None = None
+    ) -> VoiceRecord:
         """Upload voice folder ``folder`` as ``voice_id`` of ``tenant`` and mark it ready.
 
         The folder is verified first (``read_voice``: config, weights checksum, safetensors), then
@@ -273,8 +274,11 @@ class VoiceStore:
             if bad:
                 raise VoiceError(f"upload of {voice_id!r} does not match its source: {', '.join(bad)}")
             self._move_into_place(temp, blob, list(manifest))
-            marker = {"format": MARKER_FORMAT, "version": 1,
-                      "files": {file: {"sha256": d.sha256, "size": d.size} for file, d in manifest.items()}}
+            marker = {
+                "format": MARKER_FORMAT,
+                "version": 1,
+                "files": {file: {"sha256": d.sha256, "size": d.size} for file, d in manifest.items()},
+            }
             self.fs.pipe_file(f"{blob}/{MARKER_FILE}", json.dumps(marker, indent=2).encode())
         except BaseException as error:
             self._remove(temp)
@@ -282,13 +286,19 @@ class VoiceStore:
             raise
         now = time.time()
         with self._transaction() as db:
-            db.execute("UPDATE voices SET status=?, sha256=?, size_bytes=?, error=NULL, updated=? "
-                       "WHERE tenant=? AND id=?",
-                       (VoiceStatus.READY, manifest[WEIGHTS_FILE].sha256, sum(d.size for d in manifest.values()),
-                        now, tenant, voice_id))
+            db.execute(
+                "UPDATE voices SET status=?, sha256=?, size_bytes=?, error=NULL, updated=? WHERE tenant=? AND id=?",
+                (
+                    VoiceStatus.READY,
+                    manifest[WEIGHTS_FILE].sha256,
+                    sum(d.size for d in manifest.values()),
+                    now,
+                    tenant,
+                    voice_id,
+                ),
+            )
             if job_id is not None:
-                db.execute("UPDATE jobs SET status=?, progress=1, updated=? WHERE id=?",
-                           (JobStatus.DONE, now, job_id))
+                db.execute("UPDATE jobs SET status=?, progress=1, updated=? WHERE id=?", (JobStatus.DONE, now, job_id))
         return self.voice(tenant, voice_id)
 
     def get_voice(self, tenant: str, voice_id: str) -> Path:
@@ -308,8 +318,12 @@ class VoiceStore:
             self._corrupted(tenant, voice_id, "its stored folder has no valid commit marker for these weights")
         stray = sorted(set(_names(self.fs, blob)) - VOICE_FILES - {MARKER_FILE})
         if stray:
-            self._corrupted(tenant, voice_id, f"its stored folder holds unexpected files {stray} (only the "
-                                              f"voice files and safetensors weights are ever loaded)")
+            self._corrupted(
+                tenant,
+                voice_id,
+                f"its stored folder holds unexpected files {stray} (only the "
+                f"voice files and safetensors weights are ever loaded)",
+            )
         if self.local:
             local = Path(blob)
             bad = _mismatches(self.fs, blob, manifest)
@@ -318,8 +332,9 @@ class VoiceStore:
             with self._download_lock(tenant, voice_id):
                 bad = _mismatches(_LOCAL, str(local), manifest)
                 if bad:
-                    atomic_write_folder(local, lambda temp: [self.fs.get_file(f"{blob}/{file}", str(temp / file))
-                                                             for file in manifest])
+                    atomic_write_folder(
+                        local, lambda temp: [self.fs.get_file(f"{blob}/{file}", str(temp / file)) for file in manifest]
+                    )
                     bad = _mismatches(_LOCAL, str(local), manifest)
         if bad:
             self._corrupted(tenant, voice_id, f"checksum mismatch in {', '.join(bad)}")
@@ -330,8 +345,9 @@ class VoiceStore:
         check_id(tenant, "tenant")
         check_id(voice_id)
         with self._lock:
-            row = self._db.execute("SELECT * FROM voices WHERE tenant=? AND id=? AND status!=?",
-                                   (tenant, voice_id, VoiceStatus.DELETED)).fetchone()
+            row = self._db.execute(
+                "SELECT * FROM voices WHERE tenant=? AND id=? AND status!=?", (tenant, voice_id, VoiceStatus.DELETED)
+            ).fetchone()
         if row is None:
             raise VoiceNotFound(f"no voice {voice_id!r}")
         return _voice_record(row)
@@ -340,8 +356,9 @@ class VoiceStore:
         """Every voice of ``tenant`` with its status (ready, training, failed), by id."""
         check_id(tenant, "tenant")
         with self._lock:
-            rows = self._db.execute("SELECT * FROM voices WHERE tenant=? AND status!=? ORDER BY id",
-                                    (tenant, VoiceStatus.DELETED)).fetchall()
+            rows = self._db.execute(
+                "SELECT * FROM voices WHERE tenant=? AND status!=? ORDER BY id", (tenant, VoiceStatus.DELETED)
+            ).fetchall()
         return [_voice_record(row) for row in rows]
 
     def delete_voice(self, tenant: str, voice_id: str) -> None:
@@ -351,19 +368,22 @@ class VoiceStore:
         check_id(voice_id)
         now = time.time()
         with self._transaction() as db:
-            changed = db.execute("UPDATE voices SET status=?, updated=? WHERE tenant=? AND id=? AND status!=?",
-                                 (VoiceStatus.DELETED, now, tenant, voice_id, VoiceStatus.DELETED)).rowcount
+            changed = db.execute(
+                "UPDATE voices SET status=?, updated=? WHERE tenant=? AND id=? AND status!=?",
+                (VoiceStatus.DELETED, now, tenant, voice_id, VoiceStatus.DELETED),
+            ).rowcount
             if not changed:
                 raise VoiceNotFound(f"no voice {voice_id!r}")
-            db.execute(f"UPDATE jobs SET status=?, message=?, updated=? WHERE tenant=? AND voice_id=? "
-                       f"AND status IN ({_placeholders(ACTIVE_JOB)})",
-                       (JobStatus.FAILED, "voice deleted", now, tenant, voice_id, *ACTIVE_JOB))
+            db.execute(
+                f"UPDATE jobs SET status=?, message=?, updated=? WHERE tenant=? AND voice_id=? "
+                f"AND status IN ({_placeholders(ACTIVE_JOB)})",
+                (JobStatus.FAILED, "voice deleted", now, tenant, voice_id, *ACTIVE_JOB),
+            )
         self._finish_delete(tenant, voice_id)
 
     # -- jobs --------------------------------------------------------------------------------------
 
-    def create_job(self, tenant: str, voice_id: str, *, name: str | None = None,
-                   method: str | None = None) -> str:
+    def create_job(self, tenant: str, voice_id: str, *, name: str | None = None, method: str | None = None) -> str:
         """Queue a training job for a new voice (or a failed one): the voice is listed as training.
         Returns the job id. Raises ``VoiceConflict`` if the voice is ready, training or being deleted."""
         check_id(tenant, "tenant")
@@ -371,13 +391,16 @@ class VoiceStore:
         job_id, now = uuid.uuid4().hex, time.time()
         with self._transaction() as db:
             self._check_claimable(db, tenant, voice_id, job_id=None)
-            db.execute("INSERT INTO jobs VALUES (?, ?, ?, ?, 0, NULL, ?, ?)",
-                       (job_id, tenant, voice_id, JobStatus.QUEUED, now, now))
+            db.execute(
+                "INSERT INTO jobs VALUES (?, ?, ?, ?, 0, NULL, ?, ?)",
+                (job_id, tenant, voice_id, JobStatus.QUEUED, now, now),
+            )
             self._upsert_training(db, tenant, voice_id, name or voice_id, method, job_id, now)
         return job_id
 
-    def update_job(self, job_id: str, *, status: str | None = None, progress: float | None = None,
-                   message: str | None = None) -> JobRecord:
+    def update_job(
+        self, job_id: str, *, status: str | None = None, progress: float | None = None, message: str | None = None
+    ) -> JobRecord:
         """Record a job's progress (the worker's call, hence no tenant). Its voice follows while not
         ready: running -> training (a resumed job), failed or interrupted -> failed with ``message``.
         A done or failed job is final: updating it raises ``ValueError``."""
@@ -392,9 +415,16 @@ class VoiceStore:
             job = _job_record(row)
             if job.status in FINISHED_JOB:
                 raise ValueError(f"job {job_id!r} is {job.status.value} already")
-            db.execute("UPDATE jobs SET status=?, progress=?, message=?, updated=? WHERE id=?",
-                       (new_status or job.status, job.progress if progress is None else progress,
-                        job.message if message is None else message, now, job_id))
+            db.execute(
+                "UPDATE jobs SET status=?, progress=?, message=?, updated=? WHERE id=?",
+                (
+                    new_status or job.status,
+                    job.progress if progress is None else progress,
+                    job.message if message is None else message,
+                    now,
+                    job_id,
+                ),
+            )
             if new_status is JobStatus.RUNNING:
                 voice_status, error = VoiceStatus.TRAINING, None
             elif new_status in (JobStatus.FAILED, JobStatus.INTERRUPTED):
@@ -402,10 +432,20 @@ class VoiceStore:
             else:
                 voice_status = None
             if voice_status is not None:
-                db.execute("UPDATE voices SET status=?, error=?, updated=? WHERE tenant=? AND id=? AND job_id=? "
-                           "AND status IN (?, ?)",
-                           (voice_status, error, now, job.tenant, job.voice_id, job_id,
-                            VoiceStatus.TRAINING, VoiceStatus.FAILED))
+                db.execute(
+                    "UPDATE voices SET status=?, error=?, updated=? WHERE tenant=? AND id=? AND job_id=? "
+                    "AND status IN (?, ?)",
+                    (
+                        voice_status,
+                        error,
+                        now,
+                        job.tenant,
+                        job.voice_id,
+                        job_id,
+                        VoiceStatus.TRAINING,
+                        VoiceStatus.FAILED,
+                    ),
+                )
             row = db.execute("SELECT * FROM jobs WHERE id=?", (job_id,)).fetchone()
         return _job_record(row)
 
@@ -420,8 +460,9 @@ class VoiceStore:
     def interrupted_jobs(self) -> list[JobRecord]:
         """Jobs of every tenant cut short by a dead process, oldest first, for the server to resume."""
         with self._lock:
-            rows = self._db.execute("SELECT * FROM jobs WHERE status=? ORDER BY created",
-                                    (JobStatus.INTERRUPTED,)).fetchall()
+            rows = self._db.execute(
+                "SELECT * FROM jobs WHERE status=? ORDER BY created", (JobStatus.INTERRUPTED,)
+            ).fetchall()
         return [_job_record(row) for row in rows]
 
     # -- crash recovery ----------------------------------------------------------------------------
@@ -467,12 +508,19 @@ class VoiceStore:
                     report.failed_voices.append(key)
         now = time.time()
         with self._transaction() as db:
-            rows = db.execute(f"SELECT * FROM jobs WHERE status IN ({_placeholders(ACTIVE_JOB)})",
-                              ACTIVE_JOB).fetchall()
+            rows = db.execute(
+                f"SELECT * FROM jobs WHERE status IN ({_placeholders(ACTIVE_JOB)})", ACTIVE_JOB
+            ).fetchall()
             for row in rows:
-                db.execute("UPDATE jobs SET status=?, message=?, updated=? WHERE id=?",
-                           (JobStatus.INTERRUPTED, f"interrupted: the server stopped while the job was {row['status']}",
-                            now, row["id"]))
+                db.execute(
+                    "UPDATE jobs SET status=?, message=?, updated=? WHERE id=?",
+                    (
+                        JobStatus.INTERRUPTED,
+                        f"interrupted: the server stopped while the job was {row['status']}",
+                        now,
+                        row["id"],
+                    ),
+                )
                 report.interrupted_jobs.append(row["id"])
         return report
 
@@ -500,9 +548,11 @@ class VoiceStore:
             return
         if row["status"] == VoiceStatus.TRAINING and job_id is not None and row["job_id"] == job_id:
             return
-        reasons = {VoiceStatus.READY: "exists already (delete it first)",
-                   VoiceStatus.TRAINING: f"is being trained (job {row['job_id']})",
-                   VoiceStatus.DELETED: "is being deleted"}
+        reasons = {
+            VoiceStatus.READY: "exists already (delete it first)",
+            VoiceStatus.TRAINING: f"is being trained (job {row['job_id']})",
+            VoiceStatus.DELETED: "is being deleted",
+        }
         raise VoiceConflict(f"voice {voice_id!r} {reasons[VoiceStatus(row['status'])]}")
 
     def _claim(self, tenant: str, voice_id: str, name: str, method: str, job_id: str | None) -> None:
@@ -511,8 +561,9 @@ class VoiceStore:
         now = time.time()
         with self._transaction() as db:
             if job_id is not None:
-                job = db.execute("SELECT status FROM jobs WHERE id=? AND tenant=? AND voice_id=?",
-                                 (job_id, tenant, voice_id)).fetchone()
+                job = db.execute(
+                    "SELECT status FROM jobs WHERE id=? AND tenant=? AND voice_id=?", (job_id, tenant, voice_id)
+                ).fetchone()
                 if job is None:
                     raise JobNotFound(f"no job {job_id!r} for voice {voice_id!r}")
                 if job["status"] not in ACTIVE_JOB:
@@ -520,19 +571,40 @@ class VoiceStore:
             self._check_claimable(db, tenant, voice_id, job_id)
             self._upsert_training(db, tenant, voice_id, name, method, job_id, now)
 
-    def _upsert_training(self, db: sqlite3.Connection, tenant: str, voice_id: str, name: str, method: str | None,
-                         job_id: str | None, now: float) -> None:
-        db.execute("INSERT INTO voices VALUES (?, ?, ?, ?, ?, ?, ?, NULL, NULL, ?, ?, NULL) "
-                   "ON CONFLICT (tenant, id) DO UPDATE SET name=excluded.name, status=excluded.status, "
-                   "updated=excluded.updated, sha256=NULL, size_bytes=NULL, method=excluded.method, "
-                   "job_id=excluded.job_id, error=NULL",
-                   (tenant, voice_id, name, VoiceStatus.TRAINING, now, now,
-                    self.fs.unstrip_protocol(self._blob(tenant, voice_id)), method, job_id))
+    def _upsert_training(
+        self,
+        db: sqlite3.Connection,
+        tenant: str,
+        voice_id: str,
+        name: str,
+        method: str | None,
+        job_id: str | None,
+        now: float,
+    ) -> None:
+        db.execute(
+            "INSERT INTO voices VALUES (?, ?, ?, ?, ?, ?, ?, NULL, NULL, ?, ?, NULL) "
+            "ON CONFLICT (tenant, id) DO UPDATE SET name=excluded.name, status=excluded.status, "
+            "updated=excluded.updated, sha256=NULL, size_bytes=NULL, method=excluded.method, "
+            "job_id=excluded.job_id, error=NULL",
+            (
+                tenant,
+                voice_id,
+                name,
+                VoiceStatus.TRAINING,
+                now,
+                now,
+                self.fs.unstrip_protocol(self._blob(tenant, voice_id)),
+                method,
+                job_id,
+            ),
+        )
 
     def _set_failed(self, tenant: str, voice_id: str, error: str) -> None:
         with self._transaction() as db:
-            db.execute("UPDATE voices SET status=?, error=?, updated=? WHERE tenant=? AND id=? AND status!=?",
-                       (VoiceStatus.FAILED, error, time.time(), tenant, voice_id, VoiceStatus.DELETED))
+            db.execute(
+                "UPDATE voices SET status=?, error=?, updated=? WHERE tenant=? AND id=? AND status!=?",
+                (VoiceStatus.FAILED, error, time.time(), tenant, voice_id, VoiceStatus.DELETED),
+            )
 
     def _corrupted(self, tenant: str, voice_id: str, reason: str) -> NoReturn:
         self._set_failed(tenant, voice_id, reason)
@@ -541,14 +613,23 @@ class VoiceStore:
     def _restore(self, voice: VoiceRecord, manifest: dict[str, FileDigest]) -> None:
         now = time.time()
         with self._transaction() as db:
-            db.execute("UPDATE voices SET status=?, sha256=?, size_bytes=?, error=NULL, updated=? "
-                       "WHERE tenant=? AND id=?",
-                       (VoiceStatus.READY, manifest[WEIGHTS_FILE].sha256, sum(d.size for d in manifest.values()),
-                        now, voice.tenant, voice.voice_id))
+            db.execute(
+                "UPDATE voices SET status=?, sha256=?, size_bytes=?, error=NULL, updated=? WHERE tenant=? AND id=?",
+                (
+                    VoiceStatus.READY,
+                    manifest[WEIGHTS_FILE].sha256,
+                    sum(d.size for d in manifest.values()),
+                    now,
+                    voice.tenant,
+                    voice.voice_id,
+                ),
+            )
             if voice.job_id is not None:
-                db.execute(f"UPDATE jobs SET status=?, progress=1, updated=? WHERE id=? "
-                           f"AND status IN ({_placeholders(ACTIVE_JOB)})",
-                           (JobStatus.DONE, now, voice.job_id, *ACTIVE_JOB))
+                db.execute(
+                    f"UPDATE jobs SET status=?, progress=1, updated=? WHERE id=? "
+                    f"AND status IN ({_placeholders(ACTIVE_JOB)})",
+                    (JobStatus.DONE, now, voice.job_id, *ACTIVE_JOB),
+                )
 
     def _finish_delete(self, tenant: str, voice_id: str) -> None:
         blob = self._blob(tenant, voice_id)
@@ -558,8 +639,9 @@ class VoiceStore:
         self._remove(blob)
         shutil.rmtree(self.cache_dir / tenant / voice_id, ignore_errors=True)
         with self._transaction() as db:
-            db.execute("DELETE FROM voices WHERE tenant=? AND id=? AND status=?",
-                       (tenant, voice_id, VoiceStatus.DELETED))
+            db.execute(
+                "DELETE FROM voices WHERE tenant=? AND id=? AND status=?", (tenant, voice_id, VoiceStatus.DELETED)
+            )
 
     def _move_into_place(self, temp: str, blob: str, files: list[str]) -> None:
         # Whatever is at ``blob`` now is uncommitted or a failed voice (a ready one was refused).
@@ -604,12 +686,13 @@ def _voice_files(folder: Path) -> dict[str, Path]:
     entries = {path.name: path for path in folder.iterdir()}
     pickles = sorted(name for name in entries if Path(name).suffix.lower() in PICKLE_SUFFIXES)
     if pickles:
-        raise VoiceError(f"{folder}: refusing pickle files {pickles}: voice weights are loaded only from "
-                         f"safetensors (a pickle can run code when loaded)")
+        raise VoiceError(
+            f"{folder}: refusing pickle files {pickles}: voice weights are loaded only from "
+            f"safetensors (a pickle can run code when loaded)"
+        )
     unexpected = sorted(name for name, path in entries.items() if name not in VOICE_FILES or not path.is_file())
     if unexpected:
-        raise VoiceError(f"{folder}: unexpected entries {unexpected}; a voice folder holds only "
-                         f"{sorted(VOICE_FILES)}")
+        raise VoiceError(f"{folder}: unexpected entries {unexpected}; a voice folder holds only {sorted(VOICE_FILES)}")
     missing = sorted(REQUIRED_FILES - set(entries))
     if missing:
         raise VoiceError(f"{folder}: missing {missing} (not a voice folder)")
@@ -657,13 +740,30 @@ def _placeholders(values: tuple) -> str:
 
 
 def _voice_record(row: sqlite3.Row) -> VoiceRecord:
-    return VoiceRecord(tenant=row["tenant"], voice_id=row["id"], name=row["name"], status=VoiceStatus(row["status"]),
-                       created=row["created"], updated=row["updated"], blob_url=row["blob_url"],
-                       sha256=row["sha256"], size_bytes=row["size_bytes"], method=row["method"],
-                       job_id=row["job_id"], error=row["error"])
+    return VoiceRecord(
+        tenant=row["tenant"],
+        voice_id=row["id"],
+        name=row["name"],
+        status=VoiceStatus(row["status"]),
+        created=row["created"],
+        updated=row["updated"],
+        blob_url=row["blob_url"],
+        sha256=row["sha256"],
+        size_bytes=row["size_bytes"],
+        method=row["method"],
+        job_id=row["job_id"],
+        error=row["error"],
+    )
 
 
 def _job_record(row: sqlite3.Row) -> JobRecord:
-    return JobRecord(job_id=row["id"], tenant=row["tenant"], voice_id=row["voice_id"],
-                     status=JobStatus(row["status"]), progress=row["progress"], message=row["message"],
-                     created=row["created"], updated=row["updated"])
+    return JobRecord(
+        job_id=row["id"],
+        tenant=row["tenant"],
+        voice_id=row["voice_id"],
+        status=JobStatus(row["status"]),
+        progress=row["progress"],
+        message=row["message"],
+        created=row["created"],
+        updated=row["updated"],
+    )

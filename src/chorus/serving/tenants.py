@@ -167,6 +167,8 @@ def is_loopback(host: str) -> bool:
 def check_bind(host: str, tenants: Tenants) -> None:
     """Refuse to serve without keys on anything but loopback: single-tenant mode has no authentication."""
     if tenants.single_tenant and not is_loopback(host):
-        raise ValueError(f"no API keys configured (--keys FILE or {ENV_VAR}): the server runs single-tenant "
-                         f"without authentication and binds only to a loopback host (127.0.0.1, ::1, localhost), "
-                         f"not {host!r}")
+        raise ValueError(
+            f"no API keys configured (--keys FILE or {ENV_VAR}): the server runs single-tenant "
+            f"without authentication and binds only to a loopback host (127.0.0.1, ::1, localhost), "
+            f"not {host!r}"
+        )

@@ -29,17 +29,17 @@ _SAFE_ID = re.compile(r"[^A-Za-z0-9_-]+")
 class UploadLimits:
     """What one onboarding upload may hold."""
 
-    max_upload_bytes: int = 100 << 20          # the whole multipart body
+    max_upload_bytes: int = 100 << 20  # the whole multipart body
     max_clips: int = 300
-    max_clip_bytes: int = 25 << 20             # one clip, as uploaded or as unpacked from the archive
+    max_clip_bytes: int = 25 << 20  # one clip, as uploaded or as unpacked from the archive
     min_clip_seconds: float = 0.3
     max_clip_seconds: float = 30.0
-    min_total_seconds: float = 30.0            # as ``AdaptConfig.min_minutes``: less cannot make a voice
+    min_total_seconds: float = 30.0  # as ``AdaptConfig.min_minutes``: less cannot make a voice
     max_total_seconds: float = 20 * 60.0
     max_transcript_chars: int = 1_000
     max_archive_members: int = 1_000
-    max_unpacked_bytes: int = 400 << 20        # sum of an archive's declared member sizes
-    max_compression_ratio: float = 200.0       # per member; audio never compresses like this, a bomb does
+    max_unpacked_bytes: int = 400 << 20  # sum of an archive's declared member sizes
+    max_compression_ratio: float = 200.0  # per member; audio never compresses like this, a bomb does
     min_sample_rate: int = 8_000
     max_sample_rate: int = 192_000
 
@@ -57,7 +57,7 @@ class PreparedUpload:
     folder: Path
     clips: int
     seconds: float
-    audio_sha256: str          # over every decoded clip, for the consent record
+    audio_sha256: str  # over every decoded clip, for the consent record
 
 
 def parse_transcripts(text: str) -> dict[str, str]:
@@ -130,11 +130,14 @@ class _DatasetWriter:
         except Exception:  # noqa: BLE001 - libsndfile raises several types for non-audio
             raise UploadError(f"{label}: not a readable audio file (WAV, FLAC, OGG or MP3)", 415) from None
         if not limits.min_sample_rate <= info.samplerate <= limits.max_sample_rate:
-            raise UploadError(f"{label}: sample rate {info.samplerate} Hz outside {limits.min_sample_rate}-"
-                              f"{limits.max_sample_rate} Hz")
-        if info.frames > limits.max_clip_seconds * info.samplerate:   # refused before decoding it all
-            raise UploadError(f"{label}: {info.frames / info.samplerate:.1f} s; a clip may last at most "
-                              f"{limits.max_clip_seconds:g} s")
+            raise UploadError(
+                f"{label}: sample rate {info.samplerate} Hz outside {limits.min_sample_rate}-"
+                f"{limits.max_sample_rate} Hz"
+            )
+        if info.frames > limits.max_clip_seconds * info.samplerate:  # refused before decoding it all
+            raise UploadError(
+                f"{label}: {info.frames / info.samplerate:.1f} s; a clip may last at most {limits.max_clip_seconds:g} s"
+            )
         try:
             audio, rate = sf.read(io.BytesIO(data), dtype="float32", always_2d=True)
         except Exception:  # noqa: BLE001
@@ -164,14 +167,20 @@ class _DatasetWriter:
         if not self.lines:
             raise UploadError("no clips in the upload")
         if self.seconds < self.limits.min_total_seconds:
-            raise UploadError(f"{self.seconds:.1f} s of audio; a voice needs at least "
-                              f"{self.limits.min_total_seconds:g} s (1-10 minutes is the intended range)")
+            raise UploadError(
+                f"{self.seconds:.1f} s of audio; a voice needs at least "
+                f"{self.limits.min_total_seconds:g} s (1-10 minutes is the intended range)"
+            )
         (self.folder / "metadata.csv").write_text("\n".join(self.lines) + "\n", encoding="utf-8")
         return PreparedUpload(self.folder, len(self.lines), round(self.seconds, 2), self.digest.hexdigest())
 
 
-def prepare_clips(clips: list[tuple[str, bytes]], transcripts: dict[str, str], folder: str | Path,
-                  limits: UploadLimits = UploadLimits()) -> PreparedUpload:
+def prepare_clips(
+    clips: list[tuple[str, bytes]],
+    transcripts: dict[str, str],
+    folder: str | Path,
+    limits: UploadLimits = UploadLimits(),
+) -> PreparedUpload:
     """Write uploaded ``(filename, bytes)`` clips with their transcripts (keyed by file name or stem)
     as an LJSpeech-style folder at ``folder`` (which must not exist)."""
     if not clips:
@@ -232,19 +241,32 @@ def prepare_archive(data: bytes, folder: str | Path, limits: UploadLimits = Uplo
                 raise UploadError(f"archive entry {info.filename[:100]!r} refused: {reason}")
             total += info.file_size
             if info.file_size > limits.max_clip_bytes and not info.is_dir():
-                raise UploadError(f"archive entry {info.filename[:100]!r}: {info.file_size} bytes unpacked; at most "
-                                  f"{limits.max_clip_bytes}", 413)
+                raise UploadError(
+                    f"archive entry {info.filename[:100]!r}: {info.file_size} bytes unpacked; at most "
+                    f"{limits.max_clip_bytes}",
+                    413,
+                )
             if info.file_size > limits.max_compression_ratio * max(info.compress_size, 1) and info.file_size > 1 << 20:
-                raise UploadError(f"archive entry {info.filename[:100]!r}: compression ratio over "
-                                  f"{limits.max_compression_ratio:g} (a zip bomb?)", 413)
+                raise UploadError(
+                    f"archive entry {info.filename[:100]!r}: compression ratio over "
+                    f"{limits.max_compression_ratio:g} (a zip bomb?)",
+                    413,
+                )
         if total > limits.max_unpacked_bytes:
             raise UploadError(f"the archive unpacks to {total} bytes; at most {limits.max_unpacked_bytes}", 413)
         members = {info.filename: info for info in infos if not info.is_dir()}
-        metadata = [name for name in members if PurePosixPath(name).name == "metadata.csv"
-                    and not name.startswith("__MACOSX/") and len(PurePosixPath(name).parts) <= 2]
+        metadata = [
+            name
+            for name in members
+            if PurePosixPath(name).name == "metadata.csv"
+            and not name.startswith("__MACOSX/")
+            and len(PurePosixPath(name).parts) <= 2
+        ]
         if len(metadata) != 1:
-            raise UploadError("the archive needs exactly one metadata.csv (at the top or in one folder) with "
-                              f"'id|text' lines and the clips in wavs/; found {len(metadata)}")
+            raise UploadError(
+                "the archive needs exactly one metadata.csv (at the top or in one folder) with "
+                f"'id|text' lines and the clips in wavs/; found {len(metadata)}"
+            )
         root = str(PurePosixPath(metadata[0]).parent)
         prefix = "" if root == "." else root + "/"
         try:
@@ -259,10 +281,18 @@ def prepare_archive(data: bytes, folder: str | Path, limits: UploadLimits = Uplo
             if len(fields) not in (2, 3) or not fields[0]:
                 raise UploadError(f"metadata.csv line {number}: expected 'id|text' or 'id|text|normalized'")
             utt_id, text = fields[0], (fields[2] if len(fields) == 3 and fields[2] else fields[1])
-            audio = next((members[f"{prefix}wavs/{utt_id}{s}"] for s in AUDIO_SUFFIXES
-                          if f"{prefix}wavs/{utt_id}{s}" in members), None)
+            audio = next(
+                (
+                    members[f"{prefix}wavs/{utt_id}{s}"]
+                    for s in AUDIO_SUFFIXES
+                    if f"{prefix}wavs/{utt_id}{s}" in members
+                ),
+                None,
+            )
             if audio is None:
-                raise UploadError(f"metadata.csv line {number}: no wavs/{utt_id[:60]}.wav (or .flac, ...) in the archive")
+                raise UploadError(
+                    f"metadata.csv line {number}: no wavs/{utt_id[:60]}.wav (or .flac, ...) in the archive"
+                )
             writer.add(audio.filename, _read_member(archive, audio, limits), text)
         return writer.finish()
 

@@ -35,8 +35,8 @@ from chorus.training.adapt import AdaptConfig, adapt
 
 log = logging.getLogger("chorus.serving.worker")
 
-DATA_DIR = "voice"           # the LJSpeech-style folder of a job
-OUT_DIR = "out"              # the voice folder ``adapt`` writes
+DATA_DIR = "voice"  # the LJSpeech-style folder of a job
+OUT_DIR = "out"  # the voice folder ``adapt`` writes
 JOB_FILE = "job.json"
 INCOMING_PREFIX = ".incoming-"
 CONSENT_LOG = "consent.jsonl"
@@ -48,14 +48,15 @@ _consent_lock = threading.Lock()
 
 def adapt_config(recipe: AdaptRecipe) -> AdaptConfig:
     """The training config of ``recipe``; ``ValueError`` for an unknown field, method or method option."""
-    own = {"method", "steps", "threads"}   # the recipe's own fields, never options
+    own = {"method", "steps", "threads"}  # the recipe's own fields, never options
     allowed = {f.name for f in dataclasses.fields(AdaptConfig)} - own
     refused = sorted(set(recipe.options) - allowed)
     if refused:
-        raise ValueError(f"adaptation options {refused}: options are AdaptConfig fields other than "
-                         f"{', '.join(sorted(own))}")
+        raise ValueError(
+            f"adaptation options {refused}: options are AdaptConfig fields other than {', '.join(sorted(own))}"
+        )
     config = AdaptConfig(method=recipe.method, steps=recipe.steps, threads=recipe.threads, **recipe.options)
-    config.method_configs()   # a bad method name or option fails here, before any upload
+    config.method_configs()  # a bad method name or option fails here, before any upload
     return config
 
 
@@ -69,8 +70,18 @@ class OnboardingJob:
 
 def write_job_file(job_dir: Path, job: OnboardingJob) -> None:
     """``job.json``: what :meth:`JobRunner.resume` needs to take the job up again after a restart."""
-    (job_dir / JOB_FILE).write_text(json.dumps({"job_id": job.job_id, "tenant": job.tenant, "voice_id": job.voice_id,
-                                                "name": job.name, "created": time.time()}), encoding="utf-8")
+    (job_dir / JOB_FILE).write_text(
+        json.dumps(
+            {
+                "job_id": job.job_id,
+                "tenant": job.tenant,
+                "voice_id": job.voice_id,
+                "name": job.name,
+                "created": time.time(),
+            }
+        ),
+        encoding="utf-8",
+    )
 
 
 def record_consent(jobs_dir: Path, job: OnboardingJob, consent: dict) -> None:
@@ -90,9 +101,15 @@ class JobRunner:
     Subclasses change where a queued job runs by overriding :meth:`dispatch` (and :attr:`running`).
     """
 
-    def __init__(self, store: VoiceStore, jobs_dir: str | Path, bundle_factory: Callable[[], ModelBundle],
-                 recipe: AdaptRecipe, on_ready: Callable[[str, str], None] | None = None,
-                 progress_interval: float = 1.0):
+    def __init__(
+        self,
+        store: VoiceStore,
+        jobs_dir: str | Path,
+        bundle_factory: Callable[[], ModelBundle],
+        recipe: AdaptRecipe,
+        on_ready: Callable[[str, str], None] | None = None,
+        progress_interval: float = 1.0,
+    ):
         self.store = store
         self.jobs_dir = Path(jobs_dir)
         self.jobs_dir.mkdir(parents=True, exist_ok=True)
@@ -162,18 +179,30 @@ class JobRunner:
                 voice = self.store.voice(job.tenant, job.voice_id)
             except VoiceNotFound:
                 voice = None
-            intact = (meta is not None and (job_dir / DATA_DIR / "metadata.csv").is_file() and voice is not None
-                      and voice.job_id == job.job_id and meta.get("tenant") == job.tenant)
+            intact = (
+                meta is not None
+                and (job_dir / DATA_DIR / "metadata.csv").is_file()
+                and voice is not None
+                and voice.job_id == job.job_id
+                and meta.get("tenant") == job.tenant
+            )
             if intact:
-                self.store.update_job(job.job_id, status=JobStatus.RUNNING, progress=0.0,
-                                      message="resumed after a server restart; waiting for the trainer")
-                self._queue.put(OnboardingJob(job.job_id, job.tenant, job.voice_id,
-                                              str(meta.get("name") or job.voice_id)))
+                self.store.update_job(
+                    job.job_id,
+                    status=JobStatus.RUNNING,
+                    progress=0.0,
+                    message="resumed after a server restart; waiting for the trainer",
+                )
+                self._queue.put(
+                    OnboardingJob(job.job_id, job.tenant, job.voice_id, str(meta.get("name") or job.voice_id))
+                )
                 resumed.append(job.job_id)
             else:
-                self.store.update_job(job.job_id, status=JobStatus.FAILED,
-                                      message="interrupted by a server restart and its uploaded clips are gone; "
-                                              "upload them again")
+                self.store.update_job(
+                    job.job_id,
+                    status=JobStatus.FAILED,
+                    message="interrupted by a server restart and its uploaded clips are gone; upload them again",
+                )
                 shutil.rmtree(job_dir, ignore_errors=True)
                 failed.append(job.job_id)
         live = set(resumed)
@@ -181,7 +210,7 @@ class JobRunner:
             if entry.is_dir() and entry.name not in live:
                 meta = _read_json(entry / JOB_FILE)
                 if meta is not None and self._active(meta):
-                    continue   # another process's job (a store shared by servers)
+                    continue  # another process's job (a store shared by servers)
                 shutil.rmtree(entry, ignore_errors=True)
         if resumed or failed:
             log.info("onboarding jobs after restart: %d resumed, %d failed", len(resumed), len(failed))
@@ -213,18 +242,31 @@ class JobRunner:
         job_dir = self.jobs_dir / job.job_id
         try:
             if self.store.get_job(job.tenant, job.job_id).status not in ACTIVE_JOB:
-                return   # its voice was deleted while it waited
-            self.store.update_job(job.job_id, status=JobStatus.RUNNING, progress=0.02,
-                                  message="checking the clips and preparing the base")
-            shutil.rmtree(job_dir / OUT_DIR, ignore_errors=True)   # a resumed job starts over
+                return  # its voice was deleted while it waited
+            self.store.update_job(
+                job.job_id, status=JobStatus.RUNNING, progress=0.02, message="checking the clips and preparing the base"
+            )
+            shutil.rmtree(job_dir / OUT_DIR, ignore_errors=True)  # a resumed job starts over
             bundle = self.bundle_factory()
-            result = adapt(job_dir / DATA_DIR, bundle, job_dir / OUT_DIR, self.config, progress=False, name=job.name,
-                           on_step=self._progress_reporter(job))
+            result = adapt(
+                job_dir / DATA_DIR,
+                bundle,
+                job_dir / OUT_DIR,
+                self.config,
+                progress=False,
+                name=job.name,
+                on_step=self._progress_reporter(job),
+            )
             card = result.card
             metrics = card.metrics
-            self.store.update_job(job.job_id, progress=0.97, message=(
-                f"trained {card.steps} steps in {card.train_seconds:.0f} s on {card.data_minutes:.2f} min of audio; "
-                f"held-out mel L1 {metrics['validation_mel_l1_start']:.3f} -> {metrics['validation_mel_l1_best']:.3f}"))
+            self.store.update_job(
+                job.job_id,
+                progress=0.97,
+                message=(
+                    f"trained {card.steps} steps in {card.train_seconds:.0f} s on {card.data_minutes:.2f} min of audio; "
+                    f"held-out mel L1 {metrics['validation_mel_l1_start']:.3f} -> {metrics['validation_mel_l1_best']:.3f}"
+                ),
+            )
             self.store.put_voice(job.tenant, job.voice_id, result.voice_dir, name=job.name, job_id=job.job_id)
             log.info("onboarding job %s: voice %s/%s is ready", job.job_id, job.tenant, job.voice_id)
             if self.on_ready is not None:
@@ -232,7 +274,7 @@ class JobRunner:
         except VoiceConflict as error:
             log.info("onboarding job %s dropped: %s", job.job_id, error)
             self.fail(job, "the voice was deleted or replaced while it trained")
-        except ValueError as error:   # the data or the recipe (adapt's checks say why)
+        except ValueError as error:  # the data or the recipe (adapt's checks say why)
             log.info("onboarding job %s failed: %s", job.job_id, error)
             self.fail(job, str(error).replace(str(job_dir / DATA_DIR), "upload").replace(str(job_dir), "job"))
         except Exception:  # noqa: BLE001 - the details stay in the server log
@@ -254,11 +296,13 @@ class JobRunner:
             last_write[0] = now
             fraction = TRAINING_START + (TRAINING_END - TRAINING_START) * done / max(total, 1)
             try:
-                self.store.update_job(job.job_id, progress=round(fraction, 3),
-                                      message=f"training: step {done} of at most {total} (early stopping may end "
-                                              "it sooner)")
+                self.store.update_job(
+                    job.job_id,
+                    progress=round(fraction, 3),
+                    message=f"training: step {done} of at most {total} (early stopping may end it sooner)",
+                )
             except (ValueError, JobNotFound):
-                ended[0] = True   # the job ended (its voice was deleted): the voice is refused when it is put
+                ended[0] = True  # the job ended (its voice was deleted): the voice is refused when it is put
 
         return on_step
 

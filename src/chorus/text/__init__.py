@@ -34,8 +34,11 @@ class TextFrontEnd:
         for text, phonemes in zip(texts, self.to_phonemes(texts), strict=True):
             ids, unknown = self.symbols.encode(phonemes)
             if unknown:
-                warnings.warn(f"dropped phoneme symbols not in table v{self.symbols.version}: "
-                              f"{''.join(sorted(unknown))!r}", UnknownCharacterWarning, stacklevel=2)
+                warnings.warn(
+                    f"dropped phoneme symbols not in table v{self.symbols.version}: {''.join(sorted(unknown))!r}",
+                    UnknownCharacterWarning,
+                    stacklevel=2,
+                )
             if not any(self.symbols.symbols[i] not in " ,;:.!?" for i in ids):
                 raise ValueError(f"nothing speakable in text {text!r}")
             result.append(ids)

@@ -46,8 +46,11 @@ _ABBREVIATIONS = {
     "est": "established",
 }
 
-_CURRENCIES = {"$": ("dollar", "dollars", "cent", "cents"), "£": ("pound", "pounds", "penny", "pence"),
-               "€": ("euro", "euros", "cent", "cents")}
+_CURRENCIES = {
+    "$": ("dollar", "dollars", "cent", "cents"),
+    "£": ("pound", "pounds", "penny", "pence"),
+    "€": ("euro", "euros", "cent", "cents"),
+}
 
 # Characters kept after normalization: letters, digits have been expanded by then, apostrophes inside
 # words, spaces and pause punctuation. Everything else is dropped (with a warning) before phonemizing.
@@ -131,7 +134,7 @@ def _expand_abbreviation(match: re.Match) -> str:
     words = _ABBREVIATIONS[match.group(1).lower()]
     # The period also ends the text when nothing follows ("... and Co."); otherwise the trailing
     # space keeps "Mr.Smith" two words (runs of spaces are collapsed at the end).
-    return words + "." if not match.string[match.end():].strip() else words + " "
+    return words + "." if not match.string[match.end() :].strip() else words + " "
 
 
 def _saint_or_street(match: re.Match) -> str:
@@ -139,12 +142,13 @@ def _saint_or_street(match: re.Match) -> str:
 
     "St. Louis", "Visit St. Paul's" -> Saint; "Baker St. Then", "Main St. and", "on Main St." -> Street.
     """
-    before, after = match.string[:match.start()], match.string[match.end():]
+    before, after = match.string[: match.start()], match.string[match.end() :]
     previous = before.rstrip()
     name = _street_name_re.search(previous) if previous != before else None
     # A capitalized first word of a sentence is no street name ("Visit St. Paul's"); "5th" still is.
-    names_street = name is not None and (name.group()[0].isdigit()
-                                         or not _sentence_start_re.search(previous[:name.start()]))
+    names_street = name is not None and (
+        name.group()[0].isdigit() or not _sentence_start_re.search(previous[: name.start()])
+    )
     next_is_name = re.match(r"\s*[A-Z]", after) is not None
     if next_is_name and not names_street:
         return "Saint "
@@ -182,8 +186,11 @@ def normalize_text(text: str, *, warn: bool = True) -> str:
             kept.append(" ")
             dropped.append(char)
     if dropped and warn:
-        warnings.warn(f"dropped characters with no spoken form: {''.join(sorted(set(dropped)))!r}",
-                      UnknownCharacterWarning, stacklevel=2)
+        warnings.warn(
+            f"dropped characters with no spoken form: {''.join(sorted(set(dropped)))!r}",
+            UnknownCharacterWarning,
+            stacklevel=2,
+        )
     text = "".join(kept)
     text = re.sub(r"\s+([,;:.!?])", r"\1", text)
     return _whitespace_re.sub(" ", text).strip()

@@ -26,8 +26,7 @@ def _backend(language: str):
     _configure_espeak()
     from phonemizer.backend import EspeakBackend
 
-    return EspeakBackend(language, preserve_punctuation=True, with_stress=True,
-                         language_switch="remove-flags")
+    return EspeakBackend(language, preserve_punctuation=True, with_stress=True, language_switch="remove-flags")
 
 
 def phonemize(texts: list[str], language: str = "en-us") -> list[str]:

@@ -5,8 +5,9 @@ from __future__ import annotations
 import re
 
 _SENTENCE_BREAK = re.compile(r"(?<=[.!?;])\s+|\s*\n\s*")
-_ABBREVIATION = re.compile(r"(?:\b(?:Mr|Mrs|Ms|Dr|Prof|Sr|Jr|St|Mt|vs|etc|e\.g|i\.e|No|Fig|approx)|\b[A-Z])\.$",
-                           re.IGNORECASE)
+_ABBREVIATION = re.compile(
+    r"(?:\b(?:Mr|Mrs|Ms|Dr|Prof|Sr|Jr|St|Mt|vs|etc|e\.g|i\.e|No|Fig|approx)|\b[A-Z])\.$", re.IGNORECASE
+)
 
 
 def split_sentences(text: str, max_chars: int = 300) -> list[str]:

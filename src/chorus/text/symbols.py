@@ -13,10 +13,7 @@ WORD_BOUNDARY = " "
 PUNCTUATION = ",;:.!?"
 # espeak-ng's en-us IPA output (phonemizer, with stress) uses these characters; a few extras from
 # other English accents are included so en-gb text does not drop symbols.
-IPA = (
-    "abdefhijklmnoprstuvwxzæçðøħŋœɐɑɒɔɕɖəɘɚɛɜɝɞɟɡɣɤɥɨɪɫɬɭɮɯɰɱɲɳɴɵɸɹɺɻɽɾʀʁʂʃʈʉʊʋʌʍʎʏʐʑʒʔʕʙʝʟʰʲ"
-    "ʷˈˌːˑ̩̃θχᵻ"
-)
+IPA = "abdefhijklmnoprstuvwxzæçðøħŋœɐɑɒɔɕɖəɘɚɛɜɝɞɟɡɣɤɥɨɪɫɬɭɮɯɰɱɲɳɴɵɸɹɺɻɽɾʀʁʂʃʈʉʊʋʌʍʎʏʐʑʒʔʕʙʝʟʰʲʷˈˌːˑ̩̃θχᵻ"
 SYMBOL_TABLE_VERSION = 1
 
 

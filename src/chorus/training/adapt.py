@@ -45,7 +45,7 @@ from chorus.training.efficiency import (
 )
 from chorus.training.progress import step_progress
 
-VOICE = "voice"   # adapter name while training; a voice folder is named by the user
+VOICE = "voice"  # adapter name while training; a voice folder is named by the user
 
 # Learning rate of full fine-tuning: small, as for any pretrained network.
 FULL_LEARNING_RATE = 2e-4
@@ -61,14 +61,14 @@ class AdaptConfig:
 
     method: str = "lora"
     method_options: dict = field(default_factory=dict)
-    steps: int = 600                  # upper bound; early stopping usually ends sooner
-    learning_rate: float | None = None   # None: the method's default
-    max_frames: int = 3_000           # padded mel frames per batch
+    steps: int = 600  # upper bound; early stopping usually ends sooner
+    learning_rate: float | None = None  # None: the method's default
+    max_frames: int = 3_000  # padded mel frames per batch
     eval_every: int = 25
-    patience: int = 4                 # evaluations without improvement before stopping
-    max_minutes: float = 10.0         # wall-clock budget of the training loop
+    patience: int = 4  # evaluations without improvement before stopping
+    max_minutes: float = 10.0  # wall-clock budget of the training loop
     validation_fraction: float = 0.1
-    min_minutes: float = 0.5          # less usable audio than this is refused
+    min_minutes: float = 0.5  # less usable audio than this is refused
     max_bad_transcript_fraction: float = 0.2
     memory: MemoryOptions = field(default_factory=MemoryOptions)
     threads: int = 2
@@ -115,28 +115,34 @@ class AdaptConfig:
 class AdaptResult:
     voice_dir: Path
     card: VoiceCard
-    model: AcousticModel           # the base with the voice added as adapter ``VOICE`` (a copy for full)
-    history: list[dict]            # per evaluation: step, train and validation mel loss
+    model: AcousticModel  # the base with the voice added as adapter ``VOICE`` (a copy for full)
+    history: list[dict]  # per evaluation: step, train and validation mel loss
 
 
 def check_adaptation_data(data: str | Path, config: AdaptConfig, progress: bool = True) -> DatasetReport:
     """Refuse data that cannot make a voice, with the reason, before any model is loaded."""
     report = check_dataset(data, progress=progress)
     if len(report.speakers) > 1:
-        raise ValueError(f"{data}: {len(report.speakers)} speakers found ({', '.join(sorted(report.speakers))}); "
-                         "`chorus adapt` makes one voice from one speaker's folder")
+        raise ValueError(
+            f"{data}: {len(report.speakers)} speakers found ({', '.join(sorted(report.speakers))}); "
+            "`chorus adapt` makes one voice from one speaker's folder"
+        )
     bad_text = sum(1 for p in report.problems if p.kind == "text_length")
     if bad_text > config.max_bad_transcript_fraction * len(report.utterances):
-        raise ValueError(f"{data}: {bad_text} of {len(report.utterances)} transcripts do not fit their clips' "
-                         "durations (mismatched transcripts?); see `chorus data check`")
+        raise ValueError(
+            f"{data}: {bad_text} of {len(report.utterances)} transcripts do not fit their clips' "
+            "durations (mismatched transcripts?); see `chorus data check`"
+        )
     valid = report.valid_utterances()
     if not valid:
         reason = report.problems[0].message if report.problems else "no utterances"
         raise ValueError(f"{data}: nothing usable ({reason}); see `chorus data check {data}`")
     minutes = sum(report.durations[u.key] for u in valid) / 60
     if minutes < config.min_minutes:
-        raise ValueError(f"{data}: {minutes * 60:.0f} s of usable audio; a voice needs at least "
-                         f"{config.min_minutes * 60:.0f} s (1-10 minutes is the intended range)")
+        raise ValueError(
+            f"{data}: {minutes * 60:.0f} s of usable audio; a voice needs at least "
+            f"{config.min_minutes * 60:.0f} s (1-10 minutes is the intended range)"
+        )
     if len(valid) < 2:
         raise ValueError(f"{data}: a voice needs at least 2 usable clips (one is held out for validation)")
     return report
@@ -150,8 +156,14 @@ def split_held_out(count: int, fraction: float, seed: int) -> tuple[np.ndarray, 
 
 
 @torch.no_grad()
-def mel_loss(model: AcousticModel, cache: FeatureCache, indices: np.ndarray, max_frames: int,
-             speaker_id: int = 0, precision: str = "fp32") -> float:
+def mel_loss(
+    model: AcousticModel,
+    cache: FeatureCache,
+    indices: np.ndarray,
+    max_frames: int,
+    speaker_id: int = 0,
+    precision: str = "fp32",
+) -> float:
     """Mean teacher-forced mel L1 over ``indices`` (speaker ids go to the embedding table, which a
     voice's speaker vector overrides)."""
     was_training = model.training
@@ -169,8 +181,9 @@ def mel_loss(model: AcousticModel, cache: FeatureCache, indices: np.ndarray, max
     return total / max(count, 1)
 
 
-def closest_speakers(model: AcousticModel, cache: FeatureCache, indices: np.ndarray,
-                     groups: np.ndarray | None = None) -> np.ndarray:
+def closest_speakers(
+    model: AcousticModel, cache: FeatureCache, indices: np.ndarray, groups: np.ndarray | None = None
+) -> np.ndarray:
     """The speaker whose conditioning fits each new voice best (lowest teacher-forced mel L1,
     averaged over that voice's clips): the voices' speaker-vector starting points.
 
@@ -218,9 +231,16 @@ def trainable_for(method: str, method_options: dict | None = None) -> Callable[[
     return functools.partial(_prepare_method, method=method, method_options=method_options)
 
 
-def adapt(data: str | Path, bundle: ModelBundle, out: str | Path, config: AdaptConfig, *,
-          progress: bool = True, name: str | None = None,
-          on_step: Callable[[int, int], None] | None = None) -> AdaptResult:
+def adapt(
+    data: str | Path,
+    bundle: ModelBundle,
+    out: str | Path,
+    config: AdaptConfig,
+    *,
+    progress: bool = True,
+    name: str | None = None,
+    on_step: Callable[[int, int], None] | None = None,
+) -> AdaptResult:
     """Make a voice from ``data`` on ``bundle``'s base and save it to ``out``.
 
     Adapter methods add tensors to ``bundle.model`` (base weights untouched); full fine-tuning
@@ -229,15 +249,21 @@ def adapt(data: str | Path, bundle: ModelBundle, out: str | Path, config: AdaptC
     """
     torch.set_num_threads(config.threads)
     torch.manual_seed(config.seed)
-    configs = config.method_configs()              # bad method names or options fail here
+    configs = config.method_configs()  # bad method names or options fail here
     full = FULL_FINE_TUNING in config.method_names()
     report = check_adaptation_data(data, config, progress)
     valid = report.valid_utterances()
     for problem in report.problems:
         print(f"skipped {problem.source}: {problem.message}")
     speaker = valid[0].speaker
-    cache, skipped = build_feature_cache(valid, bundle.front_end, bundle.mel_config, speaker_names=[speaker],
-                                         with_pitch=bundle.model.config.use_pitch, progress=progress)
+    cache, skipped = build_feature_cache(
+        valid,
+        bundle.front_end,
+        bundle.mel_config,
+        speaker_names=[speaker],
+        with_pitch=bundle.model.config.use_pitch,
+        progress=progress,
+    )
     for line in skipped:
         print(f"skipped {line}")
     train_indices, val_indices = split_held_out(len(cache), config.validation_fraction, config.seed)
@@ -248,7 +274,7 @@ def adapt(data: str | Path, bundle: ModelBundle, out: str | Path, config: AdaptC
     model = copy.deepcopy(bundle.model) if copied else bundle.model
     apply_memory_options(model, config.memory)
     start_speaker = int(closest_speakers(model, cache, train_indices[:16], np.zeros(len(train_indices[:16])))[0])
-    trainable = prepare_for_training(model, config)   # a target that matches nothing fails here
+    trainable = prepare_for_training(model, config)  # a target that matches nothing fails here
     if config.memory.frozen_dtype == "bf16":
         cast_frozen_parameters(model, torch.bfloat16)
     for _, layer in adapter_layers(model):
@@ -305,15 +331,27 @@ def adapt(data: str | Path, bundle: ModelBundle, out: str | Path, config: AdaptC
     model.eval()
     apply_memory_options(model, MemoryOptions())
 
-    card = VoiceCard(name=name or Path(out).name, methods=config.method_names(),
-                     base_model_sha256=bundle.weights_sha256, data_minutes=round(minutes, 2),
-                     train_seconds=round(train_seconds, 1), steps=step, trainable_parameters=trainable_count,
-                     metrics={"validation_mel_l1_start": round(history[0]["val_mel"], 4),
-                              "validation_mel_l1_best": round(best[0], 4), "best_step": best[1],
-                              "held_out_clips": len(val_indices), "training_clips": len(train_indices)},
-                     notes={"speaker_vector_start": bundle.speakers[start_speaker],
-                            "recipe": {k: v for k, v in asdict(config).items() if k != "memory"},
-                            "memory_options": asdict(config.memory)})
+    card = VoiceCard(
+        name=name or Path(out).name,
+        methods=config.method_names(),
+        base_model_sha256=bundle.weights_sha256,
+        data_minutes=round(minutes, 2),
+        train_seconds=round(train_seconds, 1),
+        steps=step,
+        trainable_parameters=trainable_count,
+        metrics={
+            "validation_mel_l1_start": round(history[0]["val_mel"], 4),
+            "validation_mel_l1_best": round(best[0], 4),
+            "best_step": best[1],
+            "held_out_clips": len(val_indices),
+            "training_clips": len(train_indices),
+        },
+        notes={
+            "speaker_vector_start": bundle.speakers[start_speaker],
+            "recipe": {k: v for k, v in asdict(config).items() if k != "memory"},
+            "memory_options": asdict(config.memory),
+        },
+    )
     voice_dir = save_voice(out, model, VOICE, configs, card, full=full)
     return AdaptResult(Path(voice_dir), card, model, history)
 

@@ -67,7 +67,7 @@ class ManyVoicesConfig:
 @dataclass
 class VoiceOutcome:
     name: str
-    status: str                        # "ok" or "failed"
+    status: str  # "ok" or "failed"
     message: str = ""
     voice_dir: str | None = None
     data_minutes: float = 0.0
@@ -78,10 +78,10 @@ class VoiceOutcome:
 @dataclass
 class ManyVoicesResult:
     outcomes: list[VoiceOutcome]
-    train_seconds: float               # the shared training loop
-    setup_seconds: float               # data checks, features, starting points
+    train_seconds: float  # the shared training loop
+    setup_seconds: float  # data checks, features, starting points
     steps: int
-    model: AcousticModel               # the base with every voice as a name-keyed adapter
+    model: AcousticModel  # the base with every voice as a name-keyed adapter
 
 
 def speaker_folders(root: str | Path) -> list[Path]:
@@ -109,8 +109,13 @@ def banked_inputs(model: AcousticModel, batch: Batch) -> dict:
     return inputs
 
 
-def per_voice_losses(model: AcousticModel, out: AcousticOutput, target: torch.Tensor, text_lengths: torch.Tensor,
-                     voice_index: torch.Tensor) -> dict[int, dict[str, torch.Tensor]]:
+def per_voice_losses(
+    model: AcousticModel,
+    out: AcousticOutput,
+    target: torch.Tensor,
+    text_lengths: torch.Tensor,
+    voice_index: torch.Tensor,
+) -> dict[int, dict[str, torch.Tensor]]:
     """Each voice's own mean losses over its rows (as :func:`compute_losses` would give it alone)."""
     losses = {}
     for voice in voice_index.unique().tolist():
@@ -140,14 +145,15 @@ class VoiceSet:
 
     names: list[str]
     cache: FeatureCache
-    train: dict[int, np.ndarray]       # cache speaker index -> training utterance indices
+    train: dict[int, np.ndarray]  # cache speaker index -> training utterance indices
     validation: dict[int, np.ndarray]  # cache speaker index -> held-out utterance indices
-    failed: dict[str, str]             # voice name -> why it was left out
-    audio: dict[str, list[Path]]       # voice name -> its usable clips' files
+    failed: dict[str, str]  # voice name -> why it was left out
+    audio: dict[str, list[Path]]  # voice name -> its usable clips' files
 
 
-def load_voices(root: str | Path, bundle: ModelBundle, config: AdaptConfig, seed: int,
-                progress: bool = True) -> VoiceSet:
+def load_voices(
+    root: str | Path, bundle: ModelBundle, config: AdaptConfig, seed: int, progress: bool = True
+) -> VoiceSet:
     """Check every speaker folder under ``root`` (a failure leaves that voice out, with its reason) and
     featurize the rest in one cache; hold out a share of each voice's clips."""
     failed: dict[str, str] = {}
@@ -159,14 +165,20 @@ def load_voices(root: str | Path, bundle: ModelBundle, config: AdaptConfig, seed
             failed[folder.name] = str(error)
             continue
         # The folder name is the voice's name, whatever the metadata calls its speaker.
-        voices[folder.name] = [Utterance(u.key, folder.name, u.text, u.audio_path, u.source)
-                               for u in report.valid_utterances()]
+        voices[folder.name] = [
+            Utterance(u.key, folder.name, u.text, u.audio_path, u.source) for u in report.valid_utterances()
+        ]
     if not voices:
         raise ValueError(f"{root}: no voice has usable data: " + "; ".join(f"{n}: {m}" for n, m in failed.items()))
     names = sorted(voices)
-    cache, skipped = build_feature_cache([u for n in names for u in voices[n]], bundle.front_end, bundle.mel_config,
-                                         speaker_names=names, with_pitch=bundle.model.config.use_pitch,
-                                         progress=progress)
+    cache, skipped = build_feature_cache(
+        [u for n in names for u in voices[n]],
+        bundle.front_end,
+        bundle.mel_config,
+        speaker_names=names,
+        with_pitch=bundle.model.config.use_pitch,
+        progress=progress,
+    )
     for line in skipped:
         print(f"skipped {line}")
     train, validation = {}, {}
@@ -221,8 +233,15 @@ def slots_for(voices: VoiceSet) -> torch.Tensor:
     return slot_of
 
 
-def banked_step(model: AcousticModel, bank, cache: FeatureCache, chosen: np.ndarray, slot_of: torch.Tensor,
-                optimizer: torch.optim.Optimizer, around: Callable[[], AbstractContextManager] = nullcontext) -> float:
+def banked_step(
+    model: AcousticModel,
+    bank,
+    cache: FeatureCache,
+    chosen: np.ndarray,
+    slot_of: torch.Tensor,
+    optimizer: torch.optim.Optimizer,
+    around: Callable[[], AbstractContextManager] = nullcontext,
+) -> float:
     """One optimizer step on the mixed-voice batch ``chosen`` (cache indices) through ``bank``; the loss
     is the sum of each voice's own mean loss. ``around()`` wraps the forward and backward (a voice
     space generating the bank's tensors). Returns the mean over voices of their mel L1."""
@@ -238,8 +257,9 @@ def banked_step(model: AcousticModel, bank, cache: FeatureCache, chosen: np.ndar
     return float(np.mean([values["mel"].item() for values in losses.values()]))
 
 
-def adapt_many(root: str | Path, bundle: ModelBundle, out: str | Path, config: ManyVoicesConfig, *,
-               progress: bool = True) -> ManyVoicesResult:
+def adapt_many(
+    root: str | Path, bundle: ModelBundle, out: str | Path, config: ManyVoicesConfig, *, progress: bool = True
+) -> ManyVoicesResult:
     """Adapt every speaker folder under ``root`` in one job; voice ``NAME`` goes to ``out/NAME``."""
     torch.set_num_threads(config.adapt.threads)
     torch.manual_seed(config.seed)
@@ -256,8 +276,9 @@ def adapt_many(root: str | Path, bundle: ModelBundle, out: str | Path, config: M
     bank = pack_bank(model, [names[v] for v in train_indices], trainable=True)
     slot_of = slots_for(voices)
     trainable = list(bank.parameters())
-    optimizer = build_optimizer(trainable, config.adapt.memory.optimizer, config.adapt.learning_rate_for(),
-                                weight_decay=0.0)
+    optimizer = build_optimizer(
+        trainable, config.adapt.memory.optimizer, config.adapt.learning_rate_for(), weight_decay=0.0
+    )
     setup_seconds = time.perf_counter() - started
 
     start_val = _validation(model, bank, cache, val_indices, slot_of)
@@ -285,25 +306,47 @@ def adapt_many(root: str | Path, bundle: ModelBundle, out: str | Path, config: M
     for voice in train_indices:
         name = names[voice]
         minutes = float(cache.frames()[np.flatnonzero(cache.speakers == voice)].sum()) * frames_to_minutes
-        card = VoiceCard(name=name, methods=config.adapt.method_names(), base_model_sha256=bundle.weights_sha256,
-                         data_minutes=round(minutes, 2), train_seconds=round(train_seconds, 1), steps=config.steps,
-                         trainable_parameters=sum(p.numel() for _, layer in adapter_layers(model)
-                                                  if layer.configs.get(name) and layer.configs[name].trains()
-                                                  for p in layer.adapter_parameters(name)),
-                         metrics={"validation_mel_l1_start": round(start_val[voice], 4),
-                                  "validation_mel_l1_best": round(best[voice][0], 4),
-                                  "held_out_clips": len(val_indices[voice]),
-                                  "training_clips": len(train_indices[voice])},
-                         notes={"job": f"adapt-many: {len(train_indices)} voices in one job",
-                                "recipe": {**asdict(config), "adapt": {k: v for k, v in asdict(config.adapt).items()
-                                                                       if k != "memory"}}})
+        card = VoiceCard(
+            name=name,
+            methods=config.adapt.method_names(),
+            base_model_sha256=bundle.weights_sha256,
+            data_minutes=round(minutes, 2),
+            train_seconds=round(train_seconds, 1),
+            steps=config.steps,
+            trainable_parameters=sum(
+                p.numel()
+                for _, layer in adapter_layers(model)
+                if layer.configs.get(name) and layer.configs[name].trains()
+                for p in layer.adapter_parameters(name)
+            ),
+            metrics={
+                "validation_mel_l1_start": round(start_val[voice], 4),
+                "validation_mel_l1_best": round(best[voice][0], 4),
+                "held_out_clips": len(val_indices[voice]),
+                "training_clips": len(train_indices[voice]),
+            },
+            notes={
+                "job": f"adapt-many: {len(train_indices)} voices in one job",
+                "recipe": {**asdict(config), "adapt": {k: v for k, v in asdict(config.adapt).items() if k != "memory"}},
+            },
+        )
         voice_dir = save_voice(out / name, model, name, configs, card)
-        outcomes[name] = VoiceOutcome(name, "ok", "", str(voice_dir), card.data_minutes, start_val[voice],
-                                      best[voice][0])
-    result = ManyVoicesResult(sorted(outcomes.values(), key=lambda o: o.name), train_seconds, setup_seconds,
-                              config.steps, model)
-    atomic_write_text(out / "adapt-many.json", json.dumps(
-        {"train_seconds": train_seconds, "setup_seconds": setup_seconds, "steps": config.steps,
-         "voices": [asdict(o) for o in result.outcomes]}, indent=1))
+        outcomes[name] = VoiceOutcome(
+            name, "ok", "", str(voice_dir), card.data_minutes, start_val[voice], best[voice][0]
+        )
+    result = ManyVoicesResult(
+        sorted(outcomes.values(), key=lambda o: o.name), train_seconds, setup_seconds, config.steps, model
+    )
+    atomic_write_text(
+        out / "adapt-many.json",
+        json.dumps(
+            {
+                "train_seconds": train_seconds,
+                "setup_seconds": setup_seconds,
+                "steps": config.steps,
+                "voices": [asdict(o) for o in result.outcomes],
+            },
+            indent=1,
+        ),
+    )
     return result
-

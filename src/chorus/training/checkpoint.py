@@ -32,8 +32,7 @@ STATE_TENSORS = "training_state.safetensors"
 STATE_META = "training_state.json"
 
 
-def pack_optimizer(optimizer: torch.optim.Optimizer, prefix: str = "optimizer"
-                   ) -> tuple[dict[str, torch.Tensor], dict]:
+def pack_optimizer(optimizer: torch.optim.Optimizer, prefix: str = "optimizer") -> tuple[dict[str, torch.Tensor], dict]:
     """Split an optimizer state dict into tensors ``{prefix}.{param index}.{name}`` (for safetensors)
     and JSON-able metadata (param groups, non-tensor state values)."""
     state = optimizer.state_dict()
@@ -58,14 +57,19 @@ def unpack_optimizer(tensors: Mapping[str, torch.Tensor], meta: dict, prefix: st
         param_id, name = key.split(".", 1)
         state.setdefault(int(param_id), {})[name] = value
     # JSON turned the betas tuples into lists; give the optimizer back what it saved.
-    groups = [{**group, "betas": tuple(group["betas"])} if "betas" in group else dict(group)
-              for group in meta["param_groups"]]
+    groups = [
+        {**group, "betas": tuple(group["betas"])} if "betas" in group else dict(group) for group in meta["param_groups"]
+    ]
     return {"state": state, "param_groups": groups}
 
 
-def save_checkpoint(folder: str | Path, write_model: Callable[[Path], object], meta: dict,
-                    optimizers: Mapping[str, torch.optim.Optimizer],
-                    modules: Mapping[str, nn.Module] | None = None) -> Path:
+def save_checkpoint(
+    folder: str | Path,
+    write_model: Callable[[Path], object],
+    meta: dict,
+    optimizers: Mapping[str, torch.optim.Optimizer],
+    modules: Mapping[str, nn.Module] | None = None,
+) -> Path:
     """Write a checkpoint folder atomically and return it.
 
     ``write_model(temp_folder)`` writes the model's own files; ``meta`` is the loop's JSON-able state
@@ -75,21 +79,24 @@ def save_checkpoint(folder: str | Path, write_model: Callable[[Path], object], m
     names = [*optimizers, *modules]
     # Names prefix tensor names and key metadata entries: each must pick out its own.
     if len(set(names)) != len(names) or set(names) & set(meta) or any("." in name for name in names):
-        raise ValueError(f"optimizer and module names must be distinct, free of dots and not metadata keys: "
-                         f"{names} / {sorted(meta)}")
+        raise ValueError(
+            f"optimizer and module names must be distinct, free of dots and not metadata keys: {names} / {sorted(meta)}"
+        )
     tensors: dict[str, torch.Tensor] = {}
     full_meta = dict(meta)
     for name, optimizer in optimizers.items():
         optimizer_tensors, full_meta[name] = pack_optimizer(optimizer, name)
         tensors.update(optimizer_tensors)
     for name, module in modules.items():
-        tensors.update({f"{name}.{key}": value.detach().contiguous().cpu()
-                        for key, value in module.state_dict().items()})
+        tensors.update(
+            {f"{name}.{key}": value.detach().contiguous().cpu() for key, value in module.state_dict().items()}
+        )
 
     def write(temp: Path) -> None:
         write_model(temp)
         save_file(tensors, str(temp / STATE_TENSORS))
         (temp / STATE_META).write_text(json.dumps(full_meta, indent=1))
+
     return atomic_write_folder(Path(folder), write)
 
 
@@ -101,14 +108,20 @@ class TrainingState:
     meta: dict
     tensors: dict[str, torch.Tensor]
 
-    def restore(self, optimizers: Mapping[str, torch.optim.Optimizer],
-                modules: Mapping[str, nn.Module] | None = None) -> None:
+    def restore(
+        self, optimizers: Mapping[str, torch.optim.Optimizer], modules: Mapping[str, nn.Module] | None = None
+    ) -> None:
         """Load the saved state into ``optimizers`` and ``modules`` (in place), each by its name."""
         for name, optimizer in optimizers.items():
             optimizer.load_state_dict(unpack_optimizer(self.tensors, self.meta[name], name))
         for name, module in (modules or {}).items():
-            module.load_state_dict({key.removeprefix(f"{name}."): value for key, value in self.tensors.items()
-                                    if key.startswith(f"{name}.")})
+            module.load_state_dict(
+                {
+                    key.removeprefix(f"{name}."): value
+                    for key, value in self.tensors.items()
+                    if key.startswith(f"{name}.")
+                }
+            )
 
 
 def load_training_state(folder: str | Path) -> TrainingState | None:

@@ -27,18 +27,18 @@ from chorus.models.acoustic import AcousticModel, TransformerStack
 PRECISIONS: dict[str, str] = {
     "fp32": "float32 everywhere: the reference, most memory",
     "bf16": "autocast matmuls/convs to bfloat16: ~half the activation memory, ~3 significant digits; "
-            "weights, gradients and optimizer states stay float32 (no loss scaling needed)",
+    "weights, gradients and optimizer states stay float32 (no loss scaling needed)",
 }
 
 OPTIMIZERS: dict[str, str] = {
     "adamw": "torch AdamW: two float32 moments per parameter value (8 bytes/value)",
     "adamw8bit": "bitsandbytes AdamW8bit: block-wise 8-bit moments (2 bytes/value + 8 bytes per block "
-                 "of 256) for every tensor, adapters' small ones included; needs bitsandbytes",
+    "of 256) for every tensor, adapters' small ones included; needs bitsandbytes",
     "adamw8bit-torchao": "torchao AdamW8bit: block-wise 8-bit moments only for tensors of >= 4096 values "
-                         "that fill whole blocks of 256 (torchao has no setting for it; smaller ones, every "
-                         "LoRA tensor here, keep float32 moments); "
-                         "compiles its step with torch.compile (first step of each shape is slow); "
-                         "needs torchao",
+    "that fill whole blocks of 256 (torchao has no setting for it; smaller ones, every "
+    "LoRA tensor here, keep float32 moments); "
+    "compiles its step with torch.compile (first step of each shape is slow); "
+    "needs torchao",
 }
 
 # Every tensor gets 8-bit moments (see build_optimizer); a block of 256 values is the quantization unit.
@@ -58,9 +58,14 @@ def autocast(precision: str, device: str | torch.device) -> AbstractContextManag
     return torch.autocast(torch.device(device).type, dtype=torch.bfloat16)
 
 
-def build_optimizer(params_or_groups: Iterable[nn.Parameter] | Iterable[dict], name: str, lr: float,
-                    weight_decay: float, betas: tuple[float, float] = (0.9, 0.98),
-                    eps: float = 1e-9) -> torch.optim.Optimizer:
+def build_optimizer(
+    params_or_groups: Iterable[nn.Parameter] | Iterable[dict],
+    name: str,
+    lr: float,
+    weight_decay: float,
+    betas: tuple[float, float] = (0.9, 0.98),
+    eps: float = 1e-9,
+) -> torch.optim.Optimizer:
     """AdamW by ``name`` (see :data:`OPTIMIZERS`): full-precision or with 8-bit moments.
 
     ``params_or_groups`` is what any torch optimizer takes: parameters, or dicts of parameter groups.
@@ -82,9 +87,11 @@ def build_optimizer(params_or_groups: Iterable[nn.Parameter] | Iterable[dict], n
     try:
         from torchao.optim import AdamW8bit
     except Exception as error:  # a torchao built for another torch fails with more than ImportError
-        raise ImportError(f"optimizer 'adamw8bit-torchao' needs a torchao release built for torch "
-                          f"{torch.__version__.split('+')[0]} (torchao 0.18 works with torch 2.13): "
-                          f"pip install --no-deps torchao ({type(error).__name__}: {error})") from error
+        raise ImportError(
+            f"optimizer 'adamw8bit-torchao' needs a torchao release built for torch "
+            f"{torch.__version__.split('+')[0]} (torchao 0.18 works with torch 2.13): "
+            f"pip install --no-deps torchao ({type(error).__name__}: {error})"
+        ) from error
     return AdamW8bit(params_or_groups, **settings)
 
 
@@ -106,46 +113,72 @@ def optimizer_state_bytes(optimizer: torch.optim.Optimizer) -> int:
     A tensor shared between parameters (bitsandbytes' quantization map) is counted once.
     """
     seen: set[int] = set()
-    return sum(_tensor_bytes(value, seen) for state in optimizer.state.values()
-               for value in state.values() if isinstance(value, torch.Tensor))
+    return sum(
+        _tensor_bytes(value, seen)
+        for state in optimizer.state.values()
+        for value in state.values()
+        if isinstance(value, torch.Tensor)
+    )
 
 
 @dataclass
 class MemoryOptions:
     """How a training run saves memory. ``MemoryOptions.help()`` gives each field's trade-off."""
 
-    optimizer: str = field(default="adamw", metadata={
-        "help": "adamw: 8 bytes of state per trained value; adamw8bit: ~2 bytes per value for every "
-                "tensor (8-bit moments, + 8 bytes per block of 256); adamw8bit-torchao: the same for tensors "
-                "of >= 4096 values only; same update up to quantization"})
-    checkpointing: bool = field(default=False, metadata={
-        "help": "rerun each transformer block in backward: stores only block inputs, ~25-35% slower "
-                "steps, identical gradients"})
-    reversible: bool = field(default=False, metadata={
-        "help": "the base has reversible blocks (AcousticConfig.reversible, set before pretraining): "
-                "block activations O(1) in depth, ~one extra forward per step"})
-    precision: str = field(default="fp32", metadata={
-        "help": "fp32, or bf16 autocast: ~half the activation memory, ~3 significant digits in "
-                "matmuls; fast only on CPUs/GPUs with bf16 units"})
-    frozen_dtype: str = field(default="fp32", metadata={
-        "help": "fp32, or bf16: keep the frozen base weights in bfloat16 (half their memory; adapters and "
-                "their optimizer states stay fp32). Needs precision bf16; trains on a bf16 copy of the base"})
+    optimizer: str = field(
+        default="adamw",
+        metadata={
+            "help": "adamw: 8 bytes of state per trained value; adamw8bit: ~2 bytes per value for every "
+            "tensor (8-bit moments, + 8 bytes per block of 256); adamw8bit-torchao: the same for tensors "
+            "of >= 4096 values only; same update up to quantization"
+        },
+    )
+    checkpointing: bool = field(
+        default=False,
+        metadata={
+            "help": "rerun each transformer block in backward: stores only block inputs, ~25-35% slower "
+            "steps, identical gradients"
+        },
+    )
+    reversible: bool = field(
+        default=False,
+        metadata={
+            "help": "the base has reversible blocks (AcousticConfig.reversible, set before pretraining): "
+            "block activations O(1) in depth, ~one extra forward per step"
+        },
+    )
+    precision: str = field(
+        default="fp32",
+        metadata={
+            "help": "fp32, or bf16 autocast: ~half the activation memory, ~3 significant digits in "
+            "matmuls; fast only on CPUs/GPUs with bf16 units"
+        },
+    )
+    frozen_dtype: str = field(
+        default="fp32",
+        metadata={
+            "help": "fp32, or bf16: keep the frozen base weights in bfloat16 (half their memory; adapters and "
+            "their optimizer states stay fp32). Needs precision bf16; trains on a bf16 copy of the base"
+        },
+    )
 
     def __post_init__(self) -> None:
         if self.optimizer not in OPTIMIZERS:
-            raise ValueError(f"MemoryOptions.optimizer must be one of {', '.join(OPTIMIZERS)}, "
-                             f"got {self.optimizer!r}")
+            raise ValueError(f"MemoryOptions.optimizer must be one of {', '.join(OPTIMIZERS)}, got {self.optimizer!r}")
         if self.precision not in PRECISIONS:
-            raise ValueError(f"MemoryOptions.precision must be one of {', '.join(PRECISIONS)}, "
-                             f"got {self.precision!r}")
+            raise ValueError(f"MemoryOptions.precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
         if self.frozen_dtype not in ("fp32", "bf16"):
             raise ValueError(f"MemoryOptions.frozen_dtype must be fp32 or bf16, got {self.frozen_dtype!r}")
         if self.frozen_dtype == "bf16" and self.precision != "bf16":
-            raise ValueError("MemoryOptions: a bf16 frozen base needs precision bf16 (autocast), so fp32 "
-                             "activations never meet bf16 weights outside it")
+            raise ValueError(
+                "MemoryOptions: a bf16 frozen base needs precision bf16 (autocast), so fp32 "
+                "activations never meet bf16 weights outside it"
+            )
         if self.checkpointing and self.reversible:
-            raise ValueError("MemoryOptions: checkpointing adds nothing to reversible blocks, which "
-                             "store no block activations already; choose one")
+            raise ValueError(
+                "MemoryOptions: checkpointing adds nothing to reversible blocks, which "
+                "store no block activations already; choose one"
+            )
 
     @classmethod
     def help(cls) -> dict[str, str]:
@@ -162,12 +195,15 @@ def apply_memory_options(model: AcousticModel, options: MemoryOptions) -> None:
     """
     reversible_model = model.config.reversible
     if options.reversible and not reversible_model:
-        raise ValueError("reversible=True needs a base built with AcousticConfig(reversible=True): "
-                         "a base trained with plain blocks cannot run as a reversible stack (a "
-                         "different function); use checkpointing=True to save activation memory")
+        raise ValueError(
+            "reversible=True needs a base built with AcousticConfig(reversible=True): "
+            "a base trained with plain blocks cannot run as a reversible stack (a "
+            "different function); use checkpointing=True to save activation memory"
+        )
     if options.checkpointing and reversible_model:
-        raise ValueError("checkpointing adds nothing to this base: its blocks are reversible and "
-                         "store no block activations already")
+        raise ValueError(
+            "checkpointing adds nothing to this base: its blocks are reversible and store no block activations already"
+        )
     for module in model.modules():
         if isinstance(module, TransformerStack):
             module.gradient_checkpointing = options.checkpointing

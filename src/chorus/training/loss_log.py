@@ -44,8 +44,9 @@ def read_log(path: str | Path) -> list[dict[str, str]]:
         return list(csv.DictReader(handle))
 
 
-def plot_losses(log_path: str | Path, png_path: str | Path, names: Sequence[str], *, title: str,
-                log_scale: bool = False) -> None:
+def plot_losses(
+    log_path: str | Path, png_path: str | Path, names: Sequence[str], *, title: str, log_scale: bool = False
+) -> None:
     """Loss curves from a log to a PNG: one panel per column in ``names``, one curve per value of the
     log's ``split`` column (``train`` lines, ``val`` points), or one curve when it has none.
     ``log_scale``: a logarithmic loss axis. Draws on an Agg canvas: no display, no global pyplot state."""
@@ -64,8 +65,9 @@ def plot_losses(log_path: str | Path, png_path: str | Path, names: Sequence[str]
             points = [(int(row["step"]), float(row[name])) for row in rows if split is None or row["split"] == split]
             style = "o-" if split == "val" else "-"
             axes.plot(*zip(*points, strict=True), style, label=split, markersize=3)
-        axes.set(title=name if "loss" in name else f"{name} loss", xlabel="step",
-                 yscale="log" if log_scale else "linear")
+        axes.set(
+            title=name if "loss" in name else f"{name} loss", xlabel="step", yscale="log" if log_scale else "linear"
+        )
         axes.grid(alpha=0.3)
         if splits != [None]:
             axes.legend()

@@ -39,18 +39,18 @@ PLOTTED = ("mel", "prior", "duration")
 class PretrainConfig:
     """Recipe of a pretraining run. ``model`` sizes are fixed once a run has started."""
 
-    data: str                          # corpus root: a folder of LJSpeech-style speaker folders
-    out: str                           # run folder: features cache, checkpoint/, log.csv, loss.png
+    data: str  # corpus root: a folder of LJSpeech-style speaker folders
+    out: str  # run folder: features cache, checkpoint/, log.csv, loss.png
     model: AcousticConfig = field(default_factory=AcousticConfig)
     steps: int = 30_000
-    max_frames: int = 4_800            # padded mel frames per batch (per process)
+    max_frames: int = 4_800  # padded mel frames per batch (per process)
     learning_rate: float = 1e-3
     warmup_steps: int = 1_000
-    anneal_from: int | None = None     # from this step the learning rate falls linearly to 0 at ``steps``
+    anneal_from: int | None = None  # from this step the learning rate falls linearly to 0 at ``steps``
     weight_decay: float = 0.01
     grad_clip: float = 1.0
     alignment_prior_steps: int = 3_000  # near-diagonal alignment prior, faded out linearly by this step
-    val_per_speaker: int = 2           # utterances per speaker kept out for validation
+    val_per_speaker: int = 2  # utterances per speaker kept out for validation
     eval_every: int = 250
     save_every: int = 500
     threads: int = 2
@@ -65,8 +65,9 @@ class PretrainConfig:
             if getattr(self, name) <= 0:
                 raise ValueError(f"PretrainConfig.{name} must be positive")
         if self.anneal_from is not None and not 0 <= self.anneal_from < self.steps:
-            raise ValueError(f"PretrainConfig.anneal_from must lie in 0..{self.steps - 1} (steps), "
-                             f"got {self.anneal_from}")
+            raise ValueError(
+                f"PretrainConfig.anneal_from must lie in 0..{self.steps - 1} (steps), got {self.anneal_from}"
+            )
 
 
 def learning_rate_at(step: int, config: PretrainConfig) -> float:
@@ -74,6 +75,7 @@ def learning_rate_at(step: int, config: PretrainConfig) -> float:
     a linear fall from that step's rate to 0 at ``config.steps`` (the decay phase of a
     warmup-stable-decay schedule). The noise of a large step size hides progress an underfit model
     has made; annealing it away cashes that in, so a resumed run can end with an anneal."""
+
     def transformer(step: int) -> float:
         step = max(step, 1)
         return config.learning_rate * min(step / config.warmup_steps, math.sqrt(config.warmup_steps / step))
@@ -105,8 +107,7 @@ class _Distributed:
             torch.cuda.set_device(self.device)
         if self.world > 1 and not dist.is_initialized():
             # Rank 0 may spend a long time checking data and building features while the others wait.
-            dist.init_process_group("nccl" if self.device.type == "cuda" else "gloo",
-                                    timeout=timedelta(hours=4))
+            dist.init_process_group("nccl" if self.device.type == "cuda" else "gloo", timeout=timedelta(hours=4))
 
     @property
     def main(self) -> bool:
@@ -124,8 +125,9 @@ class _Distributed:
         return float(tensor.item()) / self.world
 
 
-def prepare_features(config: PretrainConfig, front_end: TextFrontEnd, mel_config: MelConfig,
-                     progress: bool = True) -> FeatureCache:
+def prepare_features(
+    config: PretrainConfig, front_end: TextFrontEnd, mel_config: MelConfig, progress: bool = True
+) -> FeatureCache:
     """Load the run's feature cache, building it from the corpus the first time."""
     path = Path(config.out) / "features.safetensors"
     if path.is_file():
@@ -134,13 +136,16 @@ def prepare_features(config: PretrainConfig, front_end: TextFrontEnd, mel_config
     report = check_dataset(config.data, progress=progress)
     if not report.speakers and report.problems:
         raise ValueError(f"{config.data}: {report.problems[0].message}")
-    cache, skipped = build_feature_cache(report.valid_utterances(), front_end, mel_config,
-                                         with_pitch=config.model.use_pitch, progress=progress)
+    cache, skipped = build_feature_cache(
+        report.valid_utterances(), front_end, mel_config, with_pitch=config.model.use_pitch, progress=progress
+    )
     for line in [f"{p.source}: {p.message}" for p in report.problems] + skipped:
         print(f"skipped {line}")
     if report.problems or skipped:
-        print(f"skipped {len(report.problems) + len(skipped)} problem(s) in {config.data}: {report.summary()} "
-              "Training on the rest.")
+        print(
+            f"skipped {len(report.problems) + len(skipped)} problem(s) in {config.data}: {report.summary()} "
+            "Training on the rest."
+        )
     cache.save(path)
     return cache
 
@@ -160,30 +165,42 @@ def split_validation(cache: FeatureCache, per_speaker: int, seed: int) -> tuple[
 
 
 @torch.no_grad()
-def evaluate(model: AcousticModel, cache: FeatureCache, indices: np.ndarray, device: torch.device,
-             max_frames: int, prior_weight: float = 0.0) -> dict[str, float]:
+def evaluate(
+    model: AcousticModel,
+    cache: FeatureCache,
+    indices: np.ndarray,
+    device: torch.device,
+    max_frames: int,
+    prior_weight: float = 0.0,
+) -> dict[str, float]:
     model.eval()
     totals: dict[str, float] = {}
     batches = make_batches(cache.frames()[indices], max_frames, shuffle=False)
     for batch_positions in batches:
         batch = collate(cache, indices[batch_positions]).to(device)
         inputs = step_inputs(model, batch)
-        losses = compute_losses(model, model(**inputs, alignment_prior_weight=prior_weight), inputs["mel"],
-                                batch.text_lengths)
+        losses = compute_losses(
+            model, model(**inputs, alignment_prior_weight=prior_weight), inputs["mel"], batch.text_lengths
+        )
         for name, value in losses.items():
             totals[name] = totals.get(name, 0.0) + float(value) * len(batch_positions)
     model.train()
     return {name: value / len(indices) for name, value in totals.items()}
 
 
-def _check_resume_matches(bundle: ModelBundle, cache: FeatureCache, front_end: TextFrontEnd,
-                          mel_config: MelConfig) -> None:
+def _check_resume_matches(
+    bundle: ModelBundle, cache: FeatureCache, front_end: TextFrontEnd, mel_config: MelConfig
+) -> None:
     """A resumed model must see the speakers, phoneme ids and mel settings it was trained with."""
     if bundle.speakers != cache.speaker_names:
-        raise ValueError("the checkpoint's speakers differ from the corpus' (a speaker folder was added, "
-                         "removed or renamed); start a new run folder")
-    for name, ours, theirs in (("phoneme table / text front end", bundle.front_end.to_dict(), front_end.to_dict()),
-                               ("mel settings", bundle.mel_config.to_dict(), mel_config.to_dict())):
+        raise ValueError(
+            "the checkpoint's speakers differ from the corpus' (a speaker folder was added, "
+            "removed or renamed); start a new run folder"
+        )
+    for name, ours, theirs in (
+        ("phoneme table / text front end", bundle.front_end.to_dict(), front_end.to_dict()),
+        ("mel settings", bundle.mel_config.to_dict(), mel_config.to_dict()),
+    ):
         if ours != theirs:
             raise ValueError(f"the checkpoint's {name} differ from this Chorus version's; start a new run folder")
 
@@ -210,8 +227,9 @@ def pretrain(config: PretrainConfig, *, progress: bool = True) -> Path:
     run.barrier()
     cache = FeatureCache.load(out / "features.safetensors")
     if cache.meta.get("front_end") != front_end.to_dict() or cache.meta.get("mel") != mel_config.to_dict():
-        raise ValueError(f"{out / 'features.safetensors'} was made with other text or mel settings; delete it "
-                         "to rebuild")
+        raise ValueError(
+            f"{out / 'features.safetensors'} was made with other text or mel settings; delete it to rebuild"
+        )
     train_indices, val_indices = split_validation(cache, config.val_per_speaker, config.seed)
     default_speaker = config.default_speaker or cache.speaker_names[0]
     if default_speaker not in cache.speaker_names:
@@ -222,8 +240,9 @@ def pretrain(config: PretrainConfig, *, progress: bool = True) -> Path:
         _check_resume_matches(bundle, cache, front_end, mel_config)
         model = bundle.model
     else:
-        model_config = AcousticConfig(**{**config.model.to_dict(), "n_symbols": len(front_end.symbols),
-                                         "n_speakers": len(cache.speaker_names)})
+        model_config = AcousticConfig(
+            **{**config.model.to_dict(), "n_symbols": len(front_end.symbols), "n_speakers": len(cache.speaker_names)}
+        )
         model = build_model(model_config, device)
         mean, std = cache.mel_statistics()
         model.mel_mean.copy_(torch.from_numpy(mean))
@@ -234,9 +253,12 @@ def pretrain(config: PretrainConfig, *, progress: bool = True) -> Path:
     model.train()
     decay = [p for n, p in model.named_parameters() if p.dim() > 1 and "embedding" not in n]
     no_decay = [p for n, p in model.named_parameters() if not (p.dim() > 1 and "embedding" not in n)]
-    optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": config.weight_decay},
-                                   {"params": no_decay, "weight_decay": 0.0}],
-                                  lr=config.learning_rate, betas=(0.9, 0.98), eps=1e-9)
+    optimizer = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": config.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=config.learning_rate,
+        betas=(0.9, 0.98),
+        eps=1e-9,
+    )
     # step_seconds: time inside training steps, summed (this process); elapsed: wall clock of the runs.
     step, epoch, batch_in_epoch, step_seconds, elapsed = 0, 0, 0, 0.0, 0.0
     state = load_training_state(checkpoint_dir)
@@ -251,19 +273,35 @@ def pretrain(config: PretrainConfig, *, progress: bool = True) -> Path:
     trained = model
     if run.world > 1:
         trained = torch.nn.parallel.DistributedDataParallel(
-            model, device_ids=[device.index] if device.type == "cuda" else None)
+            model, device_ids=[device.index] if device.type == "cuda" else None
+        )
 
     log = LossLog(out / "log.csv", LOG_FIELDS, resume_step=step) if run.main else None
 
     def save(epoch: int, batch_in_epoch: int) -> None:
         elapsed_now = time.perf_counter() - session_started
-        bundle.info = {"steps": step, "step_seconds": round(step_seconds, 1), "elapsed_seconds": round(elapsed_now, 1),
-                       "world_size": run.world, "device": str(device), "corpus": str(config.data),
-                       "utterances": len(cache),
-                       "recipe": {k: v for k, v in asdict(config).items() if k not in ("data", "out")}}
-        save_checkpoint(checkpoint_dir, lambda temp: write_bundle_files(bundle, temp),
-                        {"step": step, "epoch": epoch, "batch_in_epoch": batch_in_epoch, "step_seconds": step_seconds,
-                         "elapsed_seconds": elapsed_now}, {"optimizer": optimizer})
+        bundle.info = {
+            "steps": step,
+            "step_seconds": round(step_seconds, 1),
+            "elapsed_seconds": round(elapsed_now, 1),
+            "world_size": run.world,
+            "device": str(device),
+            "corpus": str(config.data),
+            "utterances": len(cache),
+            "recipe": {k: v for k, v in asdict(config).items() if k not in ("data", "out")},
+        }
+        save_checkpoint(
+            checkpoint_dir,
+            lambda temp: write_bundle_files(bundle, temp),
+            {
+                "step": step,
+                "epoch": epoch,
+                "batch_in_epoch": batch_in_epoch,
+                "step_seconds": step_seconds,
+                "elapsed_seconds": elapsed_now,
+            },
+            {"optimizer": optimizer},
+        )
         plot_losses(out / "log.csv", out / "loss.png", PLOTTED, title="pretraining")
 
     # -- loop ---------------------------------------------------------------------------------------
@@ -276,9 +314,11 @@ def pretrain(config: PretrainConfig, *, progress: bool = True) -> Path:
             # Every process takes the same number of batches, so DDP's collective steps stay in lockstep.
             per_process = len(batches) // run.world
             if per_process == 0:
-                raise ValueError(f"{len(batches)} batch(es) per epoch cannot feed {run.world} processes: "
-                                 "lower max_frames or add data")
-            batches = batches[run.rank::run.world][:per_process]
+                raise ValueError(
+                    f"{len(batches)} batch(es) per epoch cannot feed {run.world} processes: "
+                    "lower max_frames or add data"
+                )
+            batches = batches[run.rank :: run.world][:per_process]
             while batch_in_epoch < per_process and step < config.steps:
                 positions = batches[batch_in_epoch]
                 started = time.perf_counter()
@@ -287,8 +327,9 @@ def pretrain(config: PretrainConfig, *, progress: bool = True) -> Path:
                     group["lr"] = learning_rate_at(step + 1, config)
                 inputs = step_inputs(model, batch)
                 prior_weight = alignment_prior_weight(step, config)
-                losses = compute_losses(model, trained(**inputs, alignment_prior_weight=prior_weight), inputs["mel"],
-                                        batch.text_lengths)
+                losses = compute_losses(
+                    model, trained(**inputs, alignment_prior_weight=prior_weight), inputs["mel"], batch.text_lengths
+                )
                 optimizer.zero_grad(set_to_none=True)
                 losses["total"].backward()
                 torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
@@ -300,24 +341,38 @@ def pretrain(config: PretrainConfig, *, progress: bool = True) -> Path:
                 for name, value in values.items():
                     running[name] = running.get(name, 0.0) + value
                 running_steps += 1
-                bar.update(task, completed=step, status=f"mel {values['mel']:.3f} prior {values['prior']:.3f} "
-                                                        f"dur {values['duration']:.3f}")
+                bar.update(
+                    task,
+                    completed=step,
+                    status=f"mel {values['mel']:.3f} prior {values['prior']:.3f} dur {values['duration']:.3f}",
+                )
                 if step % config.eval_every == 0:
                     if run.main and not bar.console.is_terminal:
                         # Background runs log to a file, where a live bar never renders.
-                        print(f"step {step}/{config.steps} {bar.tasks[0].fields['status']} "
-                              f"{step_seconds / max(step, 1):.2f} s/step", flush=True)
+                        print(
+                            f"step {step}/{config.steps} {bar.tasks[0].fields['status']} "
+                            f"{step_seconds / max(step, 1):.2f} s/step",
+                            flush=True,
+                        )
                     train_means = {k: run.mean(v / running_steps) for k, v in running.items()}
                     running, running_steps = {}, 0
                     if run.main:
                         rows = [("train", train_means)]
                         if len(val_indices):
-                            rows.append(("val", evaluate(model, cache, val_indices, device, config.max_frames,
-                                                         prior_weight)))
+                            rows.append(
+                                ("val", evaluate(model, cache, val_indices, device, config.max_frames, prior_weight))
+                            )
                         lr = optimizer.param_groups[0]["lr"]
-                        log.append({"step": step, "split": split,
-                                    **{name: f"{means[name]:.4f}" for name in ("total", *PLOTTED)},
-                                    "lr": f"{lr:.6f}", "seconds": f"{step_seconds:.0f}"} for split, means in rows)
+                        log.append(
+                            {
+                                "step": step,
+                                "split": split,
+                                **{name: f"{means[name]:.4f}" for name in ("total", *PLOTTED)},
+                                "lr": f"{lr:.6f}",
+                                "seconds": f"{step_seconds:.0f}",
+                            }
+                            for split, means in rows
+                        )
                 if step % config.save_every == 0 or step == config.steps:
                     if run.main:
                         # A checkpoint at an epoch's end resumes at the start of the next one.

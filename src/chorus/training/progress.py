@@ -10,6 +10,12 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, Ti
 def step_progress(title: str, enabled: bool = True) -> Progress:
     """A rich ``Progress`` for a loop of steps; add its task with a ``status`` field
     (``bar.add_task("steps", total=n, status="")``). ``enabled=False`` shows nothing."""
-    return Progress(TextColumn(f"[bold]{title}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                    TextColumn("{task.fields[status]}"), TimeElapsedColumn(), TimeRemainingColumn(),
-                    disable=not enabled)
+    return Progress(
+        TextColumn(f"[bold]{title}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total}"),
+        TextColumn("{task.fields[status]}"),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        disable=not enabled,
+    )

@@ -145,8 +145,7 @@ class SegmentSampler:
         rate = self.rates[index]
         source_length = math.ceil(length * rate / self.sample_rate)
         start = int(rng.integers(0, max(self.lengths[index] - source_length, 0) + 1)) if rng else 0
-        audio, _ = sf.read(str(self.files[index]), start=start, frames=source_length, dtype="float32",
-                           always_2d=True)
+        audio, _ = sf.read(str(self.files[index]), start=start, frames=source_length, dtype="float32", always_2d=True)
         audio = audio.mean(axis=1)
         if rate != self.sample_rate:
             audio = soxr.resample(audio, rate, self.sample_rate)
@@ -164,11 +163,14 @@ class AlignedSampler:
     """
 
     def __init__(self, data_root: Path, bundle: ModelBundle, clips_per_voice: int, progress: bool = False):
-        folders = sorted(p for p in Path(data_root).iterdir()
-                         if (p / "metadata.csv").is_file() and p.name in bundle.speakers)
+        folders = sorted(
+            p for p in Path(data_root).iterdir() if (p / "metadata.csv").is_file() and p.name in bundle.speakers
+        )
         if not folders:
-            raise FileNotFoundError(f"{data_root}: no speaker folder named after one of the model's speakers "
-                                    f"({', '.join(bundle.speakers[:5])}, ...)")
+            raise FileNotFoundError(
+                f"{data_root}: no speaker folder named after one of the model's speakers "
+                f"({', '.join(bundle.speakers[:5])}, ...)"
+            )
         self.hop = bundle.mel_config.hop_length
         self.mels: list[torch.Tensor] = []
         self.audio: list[torch.Tensor] = []
@@ -177,8 +179,12 @@ class AlignedSampler:
             task = bar.add_task("clips", total=len(utterances), status="")
             for voice, utterance in bar.track(utterances, task_id=task):
                 audio = load_audio(utterance.audio_path, bundle.mel_config.sample_rate)
-                mel = teacher_forced_mel(bundle, utterance.text, torch.from_numpy(log_mel(audio, bundle.mel_config)),
-                                         bundle.speaker_index(voice))
+                mel = teacher_forced_mel(
+                    bundle,
+                    utterance.text,
+                    torch.from_numpy(log_mel(audio, bundle.mel_config)),
+                    bundle.speaker_index(voice),
+                )
                 samples = mel.shape[0] * self.hop
                 self.mels.append(mel.float())
                 self.audio.append(torch.from_numpy(np.pad(audio, (0, max(samples - len(audio), 0)))[:samples]))
@@ -191,10 +197,10 @@ class AlignedSampler:
         for index in rng.choice(len(self.mels), size=batch_size, p=self.weights):
             mel, clip = self.mels[index], self.audio[index]
             start = int(rng.integers(0, max(len(mel) - frames, 0) + 1))
-            mel = mel[start: start + frames]
+            mel = mel[start : start + frames]
             # A clip shorter than the crop: pad with its quietest frame (silence), the audio with zeros.
             mel = torch.cat([mel, mel.min(0).values.expand(frames - len(mel), -1)])
-            clip = clip[start * self.hop: (start + frames) * self.hop]
+            clip = clip[start * self.hop : (start + frames) * self.hop]
             audio.append(F.pad(clip, (0, frames * self.hop - len(clip))))
             mels.append(mel)
         return torch.stack(audio), torch.stack(mels)
@@ -214,8 +220,9 @@ def _stft_magnitude(audio: torch.Tensor, n_fft: int, hop: int, win: int) -> torc
     return spec.abs().clamp(min=1e-5)
 
 
-def multi_resolution_stft_loss(predicted: torch.Tensor, target: torch.Tensor,
-                               resolutions: tuple[tuple[int, int, int], ...]) -> tuple[torch.Tensor, torch.Tensor]:
+def multi_resolution_stft_loss(
+    predicted: torch.Tensor, target: torch.Tensor, resolutions: tuple[tuple[int, int, int], ...]
+) -> tuple[torch.Tensor, torch.Tensor]:
     """``(predicted, target) [batch, samples]`` -> (spectral convergence, log-magnitude L1), each
     averaged over the resolutions. Several resolutions keep any one STFT's time/frequency trade-off
     from being gamed."""
@@ -238,12 +245,17 @@ class SpectrogramDiscriminator(nn.Module):
     def __init__(self, resolutions: tuple[tuple[int, int, int], ...], channels: int):
         super().__init__()
         self.resolutions = resolutions
-        self.stacks = nn.ModuleList(nn.ModuleList([
-            nn.Conv2d(1, channels, (3, 5), stride=2, padding=(1, 2)),
-            *(nn.Conv2d(channels, channels, (3, 5), stride=2, padding=(1, 2)) for _ in range(3)),
-            nn.Conv2d(channels, channels, 3, padding=1),
-            nn.Conv2d(channels, 1, 3, padding=1),
-        ]) for _ in resolutions)
+        self.stacks = nn.ModuleList(
+            nn.ModuleList(
+                [
+                    nn.Conv2d(1, channels, (3, 5), stride=2, padding=(1, 2)),
+                    *(nn.Conv2d(channels, channels, (3, 5), stride=2, padding=(1, 2)) for _ in range(3)),
+                    nn.Conv2d(channels, channels, 3, padding=1),
+                    nn.Conv2d(channels, 1, 3, padding=1),
+                ]
+            )
+            for _ in resolutions
+        )
 
     def forward(self, audio: torch.Tensor) -> list[list[torch.Tensor]]:
         outputs = []
@@ -265,8 +277,9 @@ def discriminator_loss(real: list[list[torch.Tensor]], fake: list[list[torch.Ten
     return sum(((1 - r[-1]) ** 2).mean() + (f[-1] ** 2).mean() for r, f in zip(real, fake))
 
 
-def generator_losses(real: list[list[torch.Tensor]], fake: list[list[torch.Tensor]]
-                     ) -> tuple[torch.Tensor, torch.Tensor]:
+def generator_losses(
+    real: list[list[torch.Tensor]], fake: list[list[torch.Tensor]]
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(adversarial, feature matching): fake logits -> 1, and L1 between real and fake feature maps."""
     adversarial = sum(((1 - f[-1]) ** 2).mean() for f in fake)
     matching = sum(F.l1_loss(fm, rm) for r, f in zip(real, fake) for rm, fm in zip(r[:-1], f[:-1]))
@@ -286,12 +299,18 @@ def _load_start(config: VocoderTrainConfig) -> Vocos:
 
 def learning_rate(step: int, config: VocoderTrainConfig) -> float:
     """Linear warm-up, then exponential decay; depends on the step alone."""
-    return config.learning_rate * min(1.0, (step + 1) / config.warmup_steps) * config.lr_decay ** step
+    return config.learning_rate * min(1.0, (step + 1) / config.warmup_steps) * config.lr_decay**step
 
 
-def train_vocoder(data_root: Path, out_dir: Path, config: VocoderTrainConfig | None = None,
-                  steps: int = 20_000, resume: bool = False, threads: int = 1,
-                  show_progress: bool = True) -> VocoderTrainResult:
+def train_vocoder(
+    data_root: Path,
+    out_dir: Path,
+    config: VocoderTrainConfig | None = None,
+    steps: int = 20_000,
+    resume: bool = False,
+    threads: int = 1,
+    show_progress: bool = True,
+) -> VocoderTrainResult:
     """Train a Vocos vocoder up to ``steps`` total steps; returns the final step and losses.
 
     ``resume``: continue from ``out_dir/checkpoint`` if there is one (with no checkpoint, start
@@ -308,8 +327,9 @@ def train_vocoder(data_root: Path, out_dir: Path, config: VocoderTrainConfig | N
             raise FileExistsError(f"{out_dir} already holds a vocoder checkpoint; resume it or use another folder")
         saved = VocoderTrainConfig.from_dict(state.meta["config"])
         if config is not None and config != saved:
-            changed = ", ".join(f.name for f in dataclasses.fields(saved)
-                                if getattr(saved, f.name) != getattr(config, f.name))
+            changed = ", ".join(
+                f.name for f in dataclasses.fields(saved) if getattr(saved, f.name) != getattr(config, f.name)
+            )
             raise ValueError(f"{checkpoint}: resuming needs the saved config; these fields differ: {changed}")
         config = saved
     config = config or VocoderTrainConfig()
@@ -317,8 +337,11 @@ def train_vocoder(data_root: Path, out_dir: Path, config: VocoderTrainConfig | N
     # Model, optional discriminator, optimizers.
     torch.manual_seed(config.seed)
     model = Vocos(config.vocoder, config.mel).train()
-    discriminator = (SpectrogramDiscriminator(config.stft_resolutions, config.discriminator_channels)
-                     if config.discriminator else None)
+    discriminator = (
+        SpectrogramDiscriminator(config.stft_resolutions, config.discriminator_channels)
+        if config.discriminator
+        else None
+    )
     adamw = dict(lr=config.learning_rate, betas=config.betas, weight_decay=config.weight_decay)
     optimizers = {"optimizer": torch.optim.AdamW(model.parameters(), **adamw)}
     if discriminator is not None:
@@ -343,8 +366,10 @@ def train_vocoder(data_root: Path, out_dir: Path, config: VocoderTrainConfig | N
         aligned = AlignedSampler(data_root, bundle, config.aligned_clips_per_voice, show_progress)
     to_mel = MelSpectrogram(config.mel)
     hop = config.mel.hop_length
-    segment_frames = (round(config.min_segment_seconds * config.mel.sample_rate / hop),
-                      round(config.max_segment_seconds * config.mel.sample_rate / hop))
+    segment_frames = (
+        round(config.min_segment_seconds * config.mel.sample_rate / hop),
+        round(config.max_segment_seconds * config.mel.sample_rate / hop),
+    )
     samples_dir = out_dir / "samples"
     samples_dir.mkdir(exist_ok=True)
     reference = sampler.crop(0, 3 * config.mel.sample_rate)
@@ -379,7 +404,7 @@ def train_vocoder(data_root: Path, out_dir: Path, config: VocoderTrainConfig | N
                     group["lr"] = lr
 
             # Output is frames * hop long, one hop more than the crop: compare the crop's span.
-            predicted = model(target_mel if input_mel is None else input_mel)[:, :audio.shape[1]]
+            predicted = model(target_mel if input_mel is None else input_mel)[:, : audio.shape[1]]
             terms = {}
             if discriminator is not None:
                 terms["discriminator"] = discriminator_loss(discriminator(audio), discriminator(predicted.detach()))
@@ -389,20 +414,25 @@ def train_vocoder(data_root: Path, out_dir: Path, config: VocoderTrainConfig | N
                 optimizers["discriminator_optimizer"].step()
 
             terms["mel_l1"] = F.l1_loss(to_mel(predicted), target_mel)
-            terms["stft_sc"], terms["stft_log_mag"] = multi_resolution_stft_loss(predicted, audio,
-                                                                                 config.stft_resolutions)
+            terms["stft_sc"], terms["stft_log_mag"] = multi_resolution_stft_loss(
+                predicted, audio, config.stft_resolutions
+            )
             loss = config.mel_loss_weight * terms["mel_l1"] + config.stft_loss_weight * (
-                terms["stft_sc"] + terms["stft_log_mag"])
+                terms["stft_sc"] + terms["stft_log_mag"]
+            )
             if discriminator is not None:
                 # Gradients reach the generator through a frozen discriminator: its grads would be unused.
                 discriminator.requires_grad_(False)
                 with torch.no_grad():
                     real_features = discriminator(audio)
                 terms["adversarial"], terms["feature_matching"] = generator_losses(
-                    real_features, discriminator(predicted))
+                    real_features, discriminator(predicted)
+                )
                 discriminator.requires_grad_(True)
-                loss = loss + (config.adversarial_weight * terms["adversarial"]
-                               + config.feature_matching_weight * terms["feature_matching"])
+                loss = loss + (
+                    config.adversarial_weight * terms["adversarial"]
+                    + config.feature_matching_weight * terms["feature_matching"]
+                )
             optimizers["optimizer"].zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
@@ -416,14 +446,21 @@ def train_vocoder(data_root: Path, out_dir: Path, config: VocoderTrainConfig | N
             if done % config.log_every == 0 or done == steps:
                 losses = {name: total / summed for name, total in sums.items()}
                 sums, summed = {}, 0
-                log.append([{"step": done, **{k: f"{v:.5f}" for k, v in losses.items()}, "lr": f"{lr:.3g}",
-                             "seconds": f"{time.perf_counter() - started:.1f}"}])
+                log.append(
+                    [
+                        {
+                            "step": done,
+                            **{k: f"{v:.5f}" for k, v in losses.items()},
+                            "lr": f"{lr:.3g}",
+                            "seconds": f"{time.perf_counter() - started:.1f}",
+                        }
+                    ]
+                )
                 progress.update(task, status=f"loss {losses['loss']:.3f} mel {losses['mel_l1']:.3f}")
             progress.update(task, completed=done)
 
             if done % config.checkpoint_every == 0 or done == steps:
-                save_checkpoint(checkpoint, model.save, {"step": done, "config": config.to_dict()}, optimizers,
-                                modules)
+                save_checkpoint(checkpoint, model.save, {"step": done, "config": config.to_dict()}, optimizers, modules)
                 model.save(out_dir)
                 plot_losses(log.path, out_dir / "loss.png", PLOTTED, title="vocoder training", log_scale=True)
                 model.eval()
@@ -433,23 +470,37 @@ def train_vocoder(data_root: Path, out_dir: Path, config: VocoderTrainConfig | N
                 save_audio(samples_dir / f"step_{done:06d}.wav", resynthesis.numpy(), config.mel.sample_rate)
 
     elapsed = time.perf_counter() - started
-    return VocoderTrainResult(step=max(start_step, steps), losses=losses,
-                              steps_per_second=max(steps - start_step, 0) / elapsed, out_dir=out_dir)
+    return VocoderTrainResult(
+        step=max(start_step, steps),
+        losses=losses,
+        steps_per_second=max(steps - start_step, 0) / elapsed,
+        out_dir=out_dir,
+    )
 
 
-def train_vocoder_command(data_root: Path, out: Path, steps: int, resume: bool, threads: int,
-                          init_from: Path | None = None, aligned_model: Path | None = None,
-                          aligned_clips: int = 40, learning_rate: float | None = None) -> VocoderTrainResult:
+def train_vocoder_command(
+    data_root: Path,
+    out: Path,
+    steps: int,
+    resume: bool,
+    threads: int,
+    init_from: Path | None = None,
+    aligned_model: Path | None = None,
+    aligned_clips: int = 40,
+    learning_rate: float | None = None,
+) -> VocoderTrainResult:
     """``chorus train-vocoder``: train the default CPU-sized Vocos, or fine-tune ``init_from`` (with its
     architecture), optionally on ``aligned_model``'s teacher-forced mels; returns the run's result."""
-    config = None   # a resumed run takes its saved config
+    config = None  # a resumed run takes its saved config
     if init_from or aligned_model or learning_rate:
-        config = VocoderTrainConfig(aligned_model=str(aligned_model) if aligned_model else None,
-                                    aligned_clips_per_voice=aligned_clips)
+        config = VocoderTrainConfig(
+            aligned_model=str(aligned_model) if aligned_model else None, aligned_clips_per_voice=aligned_clips
+        )
         if init_from:
-            start = load_vocoder(init_from, mel_config=config.mel)   # its architecture; checked when loaded
-            config = dataclasses.replace(config, init_from=str(init_from),
-                                         vocoder=getattr(start, "config", config.vocoder))
+            start = load_vocoder(init_from, mel_config=config.mel)  # its architecture; checked when loaded
+            config = dataclasses.replace(
+                config, init_from=str(init_from), vocoder=getattr(start, "config", config.vocoder)
+            )
         if learning_rate:
             config = dataclasses.replace(config, learning_rate=learning_rate)
     return train_vocoder(data_root, out, config, steps=steps, resume=resume, threads=threads)

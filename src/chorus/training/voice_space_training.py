@@ -43,7 +43,7 @@ from chorus.training.adapt_many import (
 )
 from chorus.training.progress import step_progress
 
-FITTED = "voice"   # adapter name of the voice being fitted
+FITTED = "voice"  # adapter name of the voice being fitted
 
 
 @dataclass
@@ -54,16 +54,17 @@ class VoiceSpaceConfig:
     dim: int = 64
     steps: int = 300
     clips_per_voice: int = 1
-    learning_rate: float = 5e-4         # on the hypernetwork: each step moves every generated tensor
-                                        # by about lr x |z|_1, so it must be far below an adapter's own
+    learning_rate: float = 5e-4  # on the hypernetwork: each step moves every generated tensor
+    # by about lr x |z|_1, so it must be far below an adapter's own
     eval_every: int = 50
-    min_minutes: float = 0.2           # each voice only places its vector; a little audio per voice is enough
+    min_minutes: float = 0.2  # each voice only places its vector; a little audio per voice is enough
     threads: int = 2
     seed: int = 1234
 
 
-def train_voice_space(root: str | Path, bundle: ModelBundle, out: str | Path, config: VoiceSpaceConfig, *,
-                      progress: bool = True) -> tuple[VoiceSpace, list[dict]]:
+def train_voice_space(
+    root: str | Path, bundle: ModelBundle, out: str | Path, config: VoiceSpaceConfig, *, progress: bool = True
+) -> tuple[VoiceSpace, list[dict]]:
     """Learn a space over every speaker folder under ``root``; saves it to ``out``. Returns the space
     and the validation history (mean held-out mel L1 over voices)."""
     torch.set_num_threads(config.threads)
@@ -84,7 +85,7 @@ def train_voice_space(root: str | Path, bundle: ModelBundle, out: str | Path, co
     # Each voice's starting adapter (its closest speaker's vector) is folded into the
     # centers; z starts random (unit norm on average) so that every voice pulls the bases its own way
     # from the first step.
-    z = nn.Parameter(torch.randn(len(names), config.dim) / config.dim ** 0.5)
+    z = nn.Parameter(torch.randn(len(names), config.dim) / config.dim**0.5)
     optimizer = torch.optim.AdamW([*space.parameters(), z], lr=config.learning_rate, weight_decay=0.0)
     sampler = ClipSampler(voices.train, config.clips_per_voice, config.seed)
 
@@ -98,8 +99,15 @@ def train_voice_space(root: str | Path, bundle: ModelBundle, out: str | Path, co
     with step_progress(f"voice space ({len(names)} voices, dim {config.dim})", progress) as bar:
         task = bar.add_task("steps", total=config.steps, status="")
         for step in range(1, config.steps + 1):
-            mean_mel = banked_step(model, bank, voices.cache, sampler.next_batch(), slot_of, optimizer,
-                                   around=lambda: generated(bank, space.generate(z)))
+            mean_mel = banked_step(
+                model,
+                bank,
+                voices.cache,
+                sampler.next_batch(),
+                slot_of,
+                optimizer,
+                around=lambda: generated(bank, space.generate(z)),
+            )
             bar.update(task, completed=step, status=f"mean mel {mean_mel:.3f}")
             if step % config.eval_every == 0 or step == config.steps:
                 history.append({"step": step, "val_mel": validate()})
@@ -131,7 +139,7 @@ def _fit_embedding_map(space: VoiceSpace, voices) -> None:
     installed."""
     try:
         judge = SpeakerJudge()
-        judge.encoder   # noqa: B018  (loads resemblyzer, which comes with the `judges` extra)
+        judge.encoder  # noqa: B018  (loads resemblyzer, which comes with the `judges` extra)
     except ImportError:
         return
     embeddings = [torch.from_numpy(speaker_embedding(judge, voices.audio[voices.names[v]][:5])) for v in voices.train]
@@ -177,9 +185,21 @@ def starting_z(space: VoiceSpace, embedding: torch.Tensor, init: str) -> tuple[t
     return torch.zeros(space.dim), None
 
 
-def fit_voice(data: str | Path, bundle: ModelBundle, space: VoiceSpace, out: str | Path, *, steps: int = 600,
-              learning_rate: float = 3e-2, eval_every: int = 25, patience: int = 4, init: str = "nearest",
-              threads: int = 2, seed: int = 1234, progress: bool = True) -> FittedVoice:
+def fit_voice(
+    data: str | Path,
+    bundle: ModelBundle,
+    space: VoiceSpace,
+    out: str | Path,
+    *,
+    steps: int = 600,
+    learning_rate: float = 3e-2,
+    eval_every: int = 25,
+    patience: int = 4,
+    init: str = "nearest",
+    threads: int = 2,
+    seed: int = 1234,
+    progress: bool = True,
+) -> FittedVoice:
     """A new voice from ``data`` as a point of ``space``: only z (``space.dim`` numbers) learns, from
     the start ``init`` names (see :func:`starting_z`).
 
@@ -192,11 +212,17 @@ def fit_voice(data: str | Path, bundle: ModelBundle, space: VoiceSpace, out: str
     _check_start(init)
     torch.set_num_threads(threads)
     torch.manual_seed(seed)
-    check_config = AdaptConfig(min_minutes=0.4)       # a voice space voice may come from 30 seconds
+    check_config = AdaptConfig(min_minutes=0.4)  # a voice space voice may come from 30 seconds
     report = check_adaptation_data(data, check_config, progress=False)
     valid = report.valid_utterances()
-    cache, _ = build_feature_cache(valid, bundle.front_end, bundle.mel_config, speaker_names=[valid[0].speaker],
-                                   with_pitch=bundle.model.config.use_pitch, progress=progress)
+    cache, _ = build_feature_cache(
+        valid,
+        bundle.front_end,
+        bundle.mel_config,
+        speaker_names=[valid[0].speaker],
+        with_pitch=bundle.model.config.use_pitch,
+        progress=progress,
+    )
     train, val = split_held_out(len(cache), 0.1, seed)
     model = bundle.model
     add_adapter(model, FITTED, space.configs)
@@ -214,8 +240,7 @@ def fit_voice(data: str | Path, bundle: ModelBundle, space: VoiceSpace, out: str
         batch = collate(cache, indices)
         inputs = step_inputs(model, batch)
         index = torch.zeros(len(indices), dtype=torch.long)
-        with torch.set_grad_enabled(grad), generated(bank, space.generate(z.view(1, -1))), \
-                banked(model, bank, index):
+        with torch.set_grad_enabled(grad), generated(bank, space.generate(z.view(1, -1))), banked(model, bank, index):
             losses = per_voice_losses(model, model(**inputs), inputs["mel"], batch.text_lengths, index)[0]
             if grad:
                 optimizer.zero_grad(set_to_none=True)
@@ -247,17 +272,27 @@ def fit_voice(data: str | Path, bundle: ModelBundle, space: VoiceSpace, out: str
     model.eval()
     load_adapter_state_dict(model, FITTED, space.voice_tensors(best[1]))
     minutes = float(cache.frames().sum()) * bundle.mel_config.hop_length / bundle.mel_config.sample_rate / 60
-    card = VoiceCard(name=Path(out).name, methods=[c.method for c in space.configs] + ["voice-space"],
-                     base_model_sha256=bundle.weights_sha256, data_minutes=round(minutes, 2),
-                     train_seconds=round(seconds, 1), steps=history[-1]["step"], trainable_parameters=space.dim,
-                     metrics={"validation_mel_l1_start": round(history[0]["val_mel"], 4),
-                              "validation_mel_l1_best": round(best[0], 4), "held_out_clips": len(val),
-                              "training_clips": len(train)},
-                     notes={"voice_space_z": [round(v, 6) for v in best[1].tolist()], "init": init,
-                            "start_voice": start_voice,
-                            "recipe": {"steps": steps, "learning_rate": learning_rate, "seed": seed}})
+    card = VoiceCard(
+        name=Path(out).name,
+        methods=[c.method for c in space.configs] + ["voice-space"],
+        base_model_sha256=bundle.weights_sha256,
+        data_minutes=round(minutes, 2),
+        train_seconds=round(seconds, 1),
+        steps=history[-1]["step"],
+        trainable_parameters=space.dim,
+        metrics={
+            "validation_mel_l1_start": round(history[0]["val_mel"], 4),
+            "validation_mel_l1_best": round(best[0], 4),
+            "held_out_clips": len(val),
+            "training_clips": len(train),
+        },
+        notes={
+            "voice_space_z": [round(v, 6) for v in best[1].tolist()],
+            "init": init,
+            "start_voice": start_voice,
+            "recipe": {"steps": steps, "learning_rate": learning_rate, "seed": seed},
+        },
+    )
     voice_dir = save_voice(out, model, FITTED, space.configs, card)
     remove_adapter(model, FITTED)
     return FittedVoice(Path(voice_dir), card, best[1], history, start_voice)
-
-

@@ -72,8 +72,10 @@ class Vocoder(torch.nn.Module, ABC):
         if squeeze:
             mel = mel.unsqueeze(0)
         if mel.dim() != 3 or mel.shape[-1] != self.mel_config.n_mels:
-            raise VocoderError(f"{self.name} vocoder expects log-mel [batch, frames, "
-                               f"{self.mel_config.n_mels}], got {list(log_mel.shape)}")
+            raise VocoderError(
+                f"{self.name} vocoder expects log-mel [batch, frames, "
+                f"{self.mel_config.n_mels}], got {list(log_mel.shape)}"
+            )
         device = next(itertools.chain(self.parameters(), self.buffers()), torch.empty(0)).device
         with torch.inference_mode():
             audio = self(mel.to(device)).float().cpu().numpy()
@@ -83,8 +85,12 @@ class Vocoder(torch.nn.Module, ABC):
         """Write ``vocoder.safetensors`` + ``vocoder.json`` into ``folder``; returns the folder."""
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
-        meta = {"format": FORMAT_VERSION, "type": self.name,
-                "config": dataclasses.asdict(self.config), "mel_config": self.mel_config.to_dict()}
+        meta = {
+            "format": FORMAT_VERSION,
+            "type": self.name,
+            "config": dataclasses.asdict(self.config),
+            "mel_config": self.mel_config.to_dict(),
+        }
         # contiguous() because safetensors refuses views; clone() because it refuses shared storage.
         tensors = {key: value.detach().cpu().contiguous().clone() for key, value in self.state_dict().items()}
         atomic_write(folder / WEIGHTS_FILE, lambda temp: save_file(tensors, str(temp)))
@@ -118,8 +124,9 @@ def vocoder_class(name: str) -> type[Vocoder]:
     try:
         return _REGISTRY[name]
     except KeyError:
-        raise VocoderError(f"unknown vocoder {name!r}; registered vocoders: "
-                           f"{', '.join(registered_vocoders())}") from None
+        raise VocoderError(
+            f"unknown vocoder {name!r}; registered vocoders: {', '.join(registered_vocoders())}"
+        ) from None
 
 
 def build_vocoder(name: str, mel_config: MelConfig = MelConfig(), **config_fields: Any) -> Vocoder:
@@ -132,8 +139,9 @@ def build_vocoder(name: str, mel_config: MelConfig = MelConfig(), **config_field
     return cls(config, mel_config)
 
 
-def load_vocoder(path_or_name: str | os.PathLike, mel_config: MelConfig | None = None,
-                 device: str | torch.device = "cpu") -> Vocoder:
+def load_vocoder(
+    path_or_name: str | os.PathLike, mel_config: MelConfig | None = None, device: str | torch.device = "cpu"
+) -> Vocoder:
     """A vocoder in eval mode from a saved folder, or by registered name if it needs no weights.
 
     ``mel_config`` is the acoustic model's: a saved vocoder trained on different mel features is
@@ -143,12 +151,15 @@ def load_vocoder(path_or_name: str | os.PathLike, mel_config: MelConfig | None =
     if not path.is_dir():
         name = str(path_or_name)
         if name not in _REGISTRY:
-            raise VocoderError(f"{name!r} is neither a vocoder folder nor a registered vocoder; "
-                               f"registered vocoders: {', '.join(registered_vocoders())}")
+            raise VocoderError(
+                f"{name!r} is neither a vocoder folder nor a registered vocoder; "
+                f"registered vocoders: {', '.join(registered_vocoders())}"
+            )
         cls = _REGISTRY[name]
         if cls.needs_weights:
-            raise VocoderError(f"vocoder {name!r} needs trained weights: pass the folder holding "
-                               f"{WEIGHTS_FILE} and {CONFIG_FILE}")
+            raise VocoderError(
+                f"vocoder {name!r} needs trained weights: pass the folder holding {WEIGHTS_FILE} and {CONFIG_FILE}"
+            )
         return cls(cls.config_class(), mel_config or MelConfig()).to(device).eval()
 
     try:
@@ -159,16 +170,20 @@ def load_vocoder(path_or_name: str | os.PathLike, mel_config: MelConfig | None =
     except FileNotFoundError:
         raise VocoderError(f"{path}: no {CONFIG_FILE}; not a saved vocoder folder") from None
     except VocoderError as error:
-        raise VocoderError(f"{path / CONFIG_FILE}: {error} (import the module that registers it "
-                           f"before loading)") from None
+        raise VocoderError(
+            f"{path / CONFIG_FILE}: {error} (import the module that registers it before loading)"
+        ) from None
     except (json.JSONDecodeError, KeyError, TypeError) as error:
         raise VocoderError(f"{path / CONFIG_FILE}: unreadable vocoder config ({error!r})") from None
     if mel_config is not None and saved_mel != mel_config:
-        differences = ", ".join(f"{field} {getattr(saved_mel, field)} != {getattr(mel_config, field)}"
-                                for field in saved_mel.to_dict()
-                                if getattr(saved_mel, field) != getattr(mel_config, field))
-        raise VocoderError(f"{path}: vocoder was trained on different mel features than the model's "
-                           f"(vocoder vs model: {differences})")
+        differences = ", ".join(
+            f"{field} {getattr(saved_mel, field)} != {getattr(mel_config, field)}"
+            for field in saved_mel.to_dict()
+            if getattr(saved_mel, field) != getattr(mel_config, field)
+        )
+        raise VocoderError(
+            f"{path}: vocoder was trained on different mel features than the model's (vocoder vs model: {differences})"
+        )
 
     vocoder = cls(config, saved_mel)
     try:

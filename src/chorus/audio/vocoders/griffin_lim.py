@@ -52,7 +52,7 @@ class GriffinLim(Vocoder):
         # left out of all the work below (27% of the bins at fmax 8 kHz).
         basis = MelSpectrogram(mel_config).mel_basis
         self.bins = int(basis.abs().sum(0).nonzero().max()) + 1
-        basis = basis[:, :self.bins]
+        basis = basis[:, : self.bins]
         self.register_buffer("mel_basis", basis, persistent=False)  # [n_mels, bins]
         self.register_buffer("mel_pinv", torch.linalg.pinv(basis).T.contiguous(), persistent=False)  # same
         # 1 / Lipschitz constant of the least-squares gradient: the largest step that never overshoots.
@@ -82,12 +82,12 @@ class GriffinLim(Vocoder):
         frames, hop = magnitude.shape[1], self.mel_config.hop_length
         start = self.mel_config.n_fft // 2  # centered frames: the signal starts half a window in
         # Window-squared overlap-add: the inverse STFT's normaliser (floored, as torch.istft refuses zeros).
-        envelope = self._overlap_add(self.window.square().expand(1, frames, -1))[0, start:start + frames * hop]
+        envelope = self._overlap_add(self.window.square().expand(1, frames, -1))[0, start : start + frames * hop]
         envelope = envelope.clamp(min=1e-11)
 
         def istft(spec: torch.Tensor, length: int) -> torch.Tensor:  # [batch, frames, bins] -> [batch, length]
             chunks = torch.fft.irfft(spec, n=self.mel_config.n_fft) * self.window
-            return self._overlap_add(chunks)[:, start:start + length] / envelope[:length]
+            return self._overlap_add(chunks)[:, start : start + length] / envelope[:length]
 
         # Iterate on (frames - 1) * hop samples: the length whose centered STFT has exactly `frames` frames.
         inner_length = (frames - 1) * hop
@@ -108,20 +108,21 @@ class GriffinLim(Vocoder):
         """
         n_fft = self.mel_config.n_fft
         frames = F.pad(audio, (n_fft // 2, n_fft // 2)).unfold(-1, n_fft, self.mel_config.hop_length)
-        return torch.fft.rfft(frames * self.window)[..., :self.bins]
+        return torch.fft.rfft(frames * self.window)[..., : self.bins]
 
     def _overlap_add(self, frames: torch.Tensor) -> torch.Tensor:
         """``[batch, count, n_fft]`` -> ``[batch, (count - 1) * hop + n_fft]``."""
         n_fft, hop = self.mel_config.n_fft, self.mel_config.hop_length
         batch, count = frames.shape[:2]
         if n_fft % hop:
-            return F.fold(frames.transpose(1, 2), (1, (count - 1) * hop + n_fft), (1, n_fft),
-                          stride=(1, hop)).flatten(1)
+            return F.fold(frames.transpose(1, 2), (1, (count - 1) * hop + n_fft), (1, n_fft), stride=(1, hop)).flatten(
+                1
+            )
         # hop | n_fft: cut frames into n_fft / hop chunks and overlap-add is that many shifted adds,
         # ~10x faster than fold.
         overlap = n_fft // hop
         chunks = frames.reshape(batch, count, overlap, hop)
         signal = frames.new_zeros(batch, count + overlap - 1, hop)
         for k in range(overlap):
-            signal[:, k:k + count] += chunks[:, :, k]
+            signal[:, k : k + count] += chunks[:, :, k]
         return signal.flatten(1)

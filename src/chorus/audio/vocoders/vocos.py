@@ -63,7 +63,8 @@ class Vocos(Vocoder):
         self.norm = nn.LayerNorm(dim, eps=1e-6)
         self.blocks = nn.ModuleList(
             ConvNeXtBlock(dim, config.intermediate_dim, config.kernel_size, 1.0 / config.num_layers)
-            for _ in range(config.num_layers))
+            for _ in range(config.num_layers)
+        )
         self.final_norm = nn.LayerNorm(dim, eps=1e-6)
         self.head = nn.Linear(dim, mel_config.n_fft + 2)  # log-magnitude and phase, n_fft // 2 + 1 each
         self.register_buffer("window", torch.hann_window(mel_config.win_length), persistent=False)
@@ -89,5 +90,6 @@ class Vocos(Vocoder):
     def forward(self, log_mel: torch.Tensor) -> torch.Tensor:
         spec = self.spectrum(log_mel)
         m = self.mel_config
-        return torch.istft(spec, m.n_fft, m.hop_length, m.win_length, self.window, center=True,
-                           length=spec.shape[-1] * m.hop_length)
+        return torch.istft(
+            spec, m.n_fft, m.hop_length, m.win_length, self.window, center=True, length=spec.shape[-1] * m.hop_length
+        )
