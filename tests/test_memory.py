@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 import pytest
 import torch
 from rich.console import Console
@@ -107,12 +105,12 @@ def test_500m_parameter_prediction_on_meta_allocates_nothing():
     parameters = count_parameters(model)
     assert 480e6 < parameters < 520e6
     assert all(p.is_meta for p in model.parameters())
+    # No timing here (times belong to the benchmarks): what shows the prediction never runs the model
+    # for real is that the process's resident peak stays far below the weights' size.
     resettable = _reset_peak_rss()
-    started = time.perf_counter()
     predicted = predict_memory(
         model, batch=16, text_length=100, frames=400, optimizer="adamw8bit", precision="bf16", checkpointing=True
     )
-    assert time.perf_counter() - started < 5
     assert predicted.gradients == 4 * parameters
     assert predicted.activations > 2**28 and predicted.recompute > 0
     if resettable:
