@@ -264,27 +264,41 @@ class ForeignModel(nn.Module):
         return self.conv(self.body(self.embed(ids)).transpose(1, 2))
 
 
-def test_foreign_model_bank_equals_routed_reference():
+def foreign_model_with_voices(configs_of) -> ForeignModel:
+    """The foreign model with four randomized voices; voice ``k`` gets the adapters ``configs_of(k)``."""
     torch.manual_seed(0)
     model = ForeignModel()
     for k, name in enumerate(NAMES[:4]):
-        configs = [
-            LoraConfig(targets=["embed", "body.0", "conv"], r=1 + k),
-            ResidualAdapterConfig(targets=["body.0", "conv", "body.2"], bottleneck=2 + k),
-            ConditionalNormConfig(targets=["body.2"]),
-            BitFitConfig(),
-        ]
-        add_adapter(model, name, configs[k % 2 :])
+        add_adapter(model, name, configs_of(k))
         with torch.no_grad():
             for value in adapter_state_dict(model, name).values():
                 value.copy_(torch.randn_like(value) * 0.1 + value)
+    return model
+
+
+def assert_foreign_bank_equals_reference(model: ForeignModel) -> None:
+    """A mix of the four voices and the base: the bank's output equals the routed reference's, which
+    differs from the base's (an adapter that did nothing would not pass)."""
     bank = pack_bank(model, NAMES[:4])
     ids = torch.randint(0, 20, (6, 11))
     mix = ["v0", "v1", BASE, "v3", "v2", "v1"]
     with routed(model, mix):
         expected = model(ids)
+    assert not torch.equal(expected, model(ids))
     with banked(model, bank, mix):
         torch.testing.assert_close(model(ids), expected, rtol=1e-4, atol=1e-5)
+
+
+def test_foreign_model_bank_equals_routed_reference():
+    def configs_of(k: int) -> list:
+        return [
+            LoraConfig(targets=["embed", "body.0", "conv"], r=1 + k),
+            ResidualAdapterConfig(targets=["body.0", "conv", "body.2"], bottleneck=2 + k),
+            ConditionalNormConfig(targets=["body.2"]),
+            BitFitConfig(),
+        ][k % 2 :]
+
+    assert_foreign_bank_equals_reference(foreign_model_with_voices(configs_of))
 
 
 FOREIGN_METHODS = [
@@ -295,22 +309,11 @@ FOREIGN_METHODS = [
 @pytest.mark.parametrize("method", FOREIGN_METHODS)
 def test_each_method_banks_on_a_foreign_model(method):
     """Every method that fits a layer of a module tree Chorus did not build, on all such layers."""
-    torch.manual_seed(0)
-    model = ForeignModel()
-    for k, name in enumerate(NAMES[:4]):
-        config = dataclasses.replace(get_method(method).example(k), targets=ALL_LAYERS, exclude=None, layers=None)
-        add_adapter(model, name, [config])
-        with torch.no_grad():
-            for value in adapter_state_dict(model, name).values():
-                value.copy_(torch.randn_like(value) * 0.1 + value)
-    bank = pack_bank(model, NAMES[:4])
-    ids = torch.randint(0, 20, (6, 11))
-    mix = ["v0", "v1", BASE, "v3", "v2", "v1"]
-    with routed(model, mix):
-        expected = model(ids)
-    assert not torch.equal(expected, model(ids))
-    with banked(model, bank, mix):
-        torch.testing.assert_close(model(ids), expected, rtol=1e-4, atol=1e-5)
+
+    def configs_of(k: int) -> list:
+        return [dataclasses.replace(get_method(method).example(k), targets=ALL_LAYERS, exclude=None, layers=None)]
+
+    assert_foreign_bank_equals_reference(foreign_model_with_voices(configs_of))
 
 
 def test_refusals():
