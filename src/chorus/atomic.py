@@ -39,7 +39,7 @@ def atomic_write_folder(folder: str | os.PathLike, write: Callable[[Path], objec
     """Call ``write(temp_folder)`` and swap the result in for ``folder`` with renames.
 
     The old folder is moved aside (``.NAME.old-PID``) for the instant between the two renames;
-    :func:`chorus.models.bundle.recover_interrupted_write` puts it back if a process dies there.
+    :func:`recover_interrupted_write` puts it back if a process dies there.
     """
     folder = Path(folder)
     folder.parent.mkdir(parents=True, exist_ok=True)
@@ -57,3 +57,14 @@ def atomic_write_folder(folder: str | os.PathLike, write: Callable[[Path], objec
     os.replace(temp, folder)
     shutil.rmtree(old, ignore_errors=True)
     return folder
+
+
+def recover_interrupted_write(folder: str | Path) -> None:
+    """Finish a write that was killed between moving the old folder aside and moving the new one in:
+    the old folder is the last complete one, so it is put back."""
+    folder = Path(folder)
+    if folder.exists():
+        return
+    leftovers = sorted(folder.parent.glob(f".{folder.name}.old-*"), key=lambda p: p.stat().st_mtime)
+    if leftovers:
+        os.replace(leftovers[-1], folder)

@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 from safetensors.torch import load_file, save_file
 
-from chorus.atomic import atomic_write_folder
+from chorus.atomic import atomic_write_folder, recover_interrupted_write
 from chorus.audio.mel import MelConfig
 from chorus.models.acoustic import AcousticModel, build_model
 from chorus.models.config import AcousticConfig
@@ -70,17 +69,6 @@ def file_sha256(path: str | Path) -> str:
         for block in iter(lambda: handle.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
-
-
-def recover_interrupted_write(folder: str | Path) -> None:
-    """Finish a write that was killed between moving the old folder aside and moving the new one in:
-    the old folder is the last complete checkpoint, so it is put back."""
-    folder = Path(folder)
-    if folder.exists():
-        return
-    leftovers = sorted(folder.parent.glob(f".{folder.name}.old-*"), key=lambda p: p.stat().st_mtime)
-    if leftovers:
-        os.replace(leftovers[-1], folder)
 
 
 def write_bundle_files(bundle: ModelBundle, folder: Path) -> None:

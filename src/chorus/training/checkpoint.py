@@ -25,8 +25,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from chorus.atomic import atomic_write_folder
-from chorus.models.bundle import recover_interrupted_write
+from chorus.atomic import atomic_write_folder, recover_interrupted_write
 
 STATE_TENSORS = "training_state.safetensors"
 STATE_META = "training_state.json"

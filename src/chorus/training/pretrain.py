@@ -17,12 +17,13 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from chorus.atomic import recover_interrupted_write
 from chorus.audio.mel import MelConfig
 from chorus.data.batching import collate, make_batches
 from chorus.data.check import check_dataset
 from chorus.data.features import FeatureCache, build_feature_cache
 from chorus.models.acoustic import AcousticModel, build_model
-from chorus.models.bundle import ModelBundle, load_bundle, recover_interrupted_write, write_bundle_files
+from chorus.models.bundle import ModelBundle, load_bundle, write_bundle_files
 from chorus.models.config import AcousticConfig
 from chorus.models.losses import compute_losses, step_inputs
 from chorus.text import TextFrontEnd
