@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 
 import numpy as np
@@ -9,11 +10,12 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
+from chorus.adapters import active_adapter
 from chorus.adapters.voice import read_voice
 from chorus.cli import app
 from chorus.models.bundle import load_bundle
 from chorus.synthesis import load_base
-from chorus.training.adapt import AdaptConfig, adapt
+from chorus.training.adapt import TEXT_SIDE_PATTERN, AdaptConfig, adapt
 
 runner = CliRunner()
 QUICK = dict(steps=4, eval_every=2, threads=1)
@@ -54,6 +56,35 @@ def test_full_fine_tuning_trains_a_copy(tiny_base, new_voice_data, tmp_path):
     name = tts.load_voice(result.voice_dir)
     assert tts.synthesize("A test.", voice=name).audio.size > 0
     assert torch.equal(tts.bundle.model.symbol_embedding.weight, weights["symbol_embedding.weight"])
+
+
+@pytest.mark.parametrize("method", ["residual", "lora", "full"])
+def test_keep_text_side_leaves_the_text_side_as_the_base_has_it(tiny_base, new_voice_data, tmp_path, method):
+    bundle = load_bundle(tiny_base)
+    before = {k: v.clone() for k, v in bundle.model.state_dict().items()}
+    seen = []
+    config = AdaptConfig(method=method, keep_text_side=True, learning_rate=1e-2, **QUICK)
+    result = adapt(
+        new_voice_data, bundle, tmp_path / "v", config, progress=False, on_evaluate=lambda s, m: seen.append(s)
+    )
+    assert seen == [0, 2, 4]  # before training, then every eval_every steps
+    # Wrapped layers keep their weights under ``base_layer``; adapter tensors are new keys.
+    adapted = {k.replace(".base_layer", ""): v for k, v in result.model.state_dict().items()}
+    text_side = [k for k in before if re.fullmatch(TEXT_SIDE_PATTERN, k)]
+    assert text_side and all(torch.equal(adapted[k], before[k]) for k in text_side)
+    added = [k for k in adapted if k not in before]
+    assert all(k.startswith(("decoder.", "speaker_embedding.speaker_vector.")) for k in added)
+    changed = [k for k in before if not torch.equal(adapted[k], before[k])]
+    assert all(k.startswith(("decoder.", "mel_proj.")) for k in changed)
+    assert any(k.startswith("decoder.") for k in added + changed)
+    # Same timing as the start speaker on the base: the text side and the speaker vector stay.
+    phonemes = torch.tensor([bundle.front_end.encode(["Keep every word."])[0]])
+    lengths = torch.tensor([phonemes.shape[1]])
+    start = bundle.speakers.index(result.card.notes["speaker_vector_start"])
+    with active_adapter(result.model, None):
+        base_timing = result.model.infer(phonemes, lengths, speaker_ids=torch.tensor([start])).durations
+    voice_timing = result.model.infer(phonemes, lengths, speaker_ids=torch.tensor([0])).durations
+    assert torch.equal(base_timing, voice_timing)
 
 
 def test_early_stopping_keeps_the_best_adapter(tiny_base, new_voice_data, tmp_path):

@@ -3,9 +3,11 @@ synthesizer output (espeak-ng, flite) generated into temporary folders."""
 
 from __future__ import annotations
 
+import importlib.abc
 import json
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -24,6 +26,7 @@ from chorus.evaluation.asr import (
 )
 from chorus.evaluation.features import analyse_pair, dtw_path
 from chorus.evaluation.mcd import mel_cepstral_distortion
+from chorus.evaluation.naturalness import NaturalnessJudge, _torchaudio_for_import, load_distillmos
 from chorus.evaluation.pitch import pitch_errors
 from chorus.evaluation.rate import (
     count_phonemes,
@@ -252,13 +255,14 @@ def test_evaluate_folder_and_its_markdown_and_json(tmp_path, clips, whisper, spe
     a, b = report.rows
     assert a.mcd_db is not None and a.mcd_db > 0 and a.voicing_error is not None
     assert b.mcd_db is None  # no reference of sentence b
-    assert a.wer is not None and a.speaker_similarity is not None
+    assert a.wer is not None and a.speaker_similarity is not None and 1.0 <= a.mos <= 5.0
     assert report.corpus_wer == pytest.approx((a.word_edits + b.word_edits) / (a.reference_words + b.reference_words))
     saved = json.loads((tmp_path / "out" / "report.json").read_text())
     assert saved["summary"]["items"] == 2 and len(saved["rows"]) == 2
     assert saved["rows"][1]["mcd_db"] is None
     markdown = (tmp_path / "out" / "report.md").read_text()
     assert "| corpus WER |" in markdown and "| mean MCD (dB) |" in markdown and "MCD dB" in markdown
+    assert "| mean predicted MOS |" in markdown and saved["rows"][0]["mos"] == pytest.approx(a.mos)
 
 
 def test_evaluate_pairs_on_arrays_with_rtf(tmp_path):
@@ -301,3 +305,47 @@ def test_array_items_at_other_rates_are_resampled(tmp_path):
     from_file = evaluate_pairs([EvalItem("f", path, "ah")], judges, progress=False)
     assert from_array.rows[0].audio_seconds == pytest.approx(1.0, abs=0.01)
     assert from_array.rows[0].speech_seconds == pytest.approx(from_file.rows[0].speech_seconds, abs=0.01)
+
+
+# --- naturalness (distillmos) ----------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def naturalness() -> NaturalnessJudge:
+    return NaturalnessJudge()
+
+
+def test_naturalness_ranks_a_recording_above_noise_and_hum(naturalness, clips):
+    recording = naturalness.score(load_audio(clips["rms_a"]), SAMPLE_RATE)
+    rng = np.random.default_rng(0)
+    noise = naturalness.score(0.3 * rng.standard_normal(2 * SAMPLE_RATE).astype(np.float32), SAMPLE_RATE)
+    hum = naturalness.score(_tone(150.0), SAMPLE_RATE)
+    print(f"MOS: flite rms {recording:.2f}, noise {noise:.2f}, 150 Hz tone {hum:.2f}")
+    assert 1.0 <= min(noise, hum) and max(noise, hum) < recording <= 5.0
+    # 16 kHz in is the model's own rate; the same clip there scores the same up to resampling.
+    at_16k = naturalness.score(load_audio(clips["rms_a"], 16_000), 16_000)
+    assert at_16k == pytest.approx(recording, abs=0.1)
+    with pytest.raises(ValueError, match="empty audio"):
+        naturalness.score(np.zeros(0, dtype=np.float32))
+
+
+def test_distillmos_imports_beside_a_torchaudio_that_cannot_load(monkeypatch):
+    # What the pinned torch meets on the package index: a torchaudio whose library fails to load.
+    class BrokenTorchaudio(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path=None, target=None):
+            if name == "torchaudio":
+                raise OSError("Could not load this library: _torchaudio.so")
+            return None
+
+    for name in [n for n in sys.modules if n == "torchaudio" or n.startswith(("torchaudio.", "distillmos"))]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setattr(sys, "meta_path", [BrokenTorchaudio(), *sys.meta_path])
+    with _torchaudio_for_import():
+        import torchaudio
+
+        with pytest.raises(ImportError, match="never needs it"):
+            torchaudio.load("clip.wav")
+    assert "torchaudio" not in sys.modules  # nothing after the import sees the placeholder
+    model = load_distillmos()
+    with torch.no_grad():
+        assert 1.0 <= float(model(torch.zeros(1, 16_000) + 0.01 * torch.randn(1, 16_000))) <= 5.0

@@ -16,7 +16,8 @@ def evaluate(
     references: Path | None = typer.Option(None, help="Real clips of the target speaker (same ids: MCD, F0)."),
     out: Path | None = typer.Option(None, help="Write report.md/report.json here (or a .md/.json file)."),
 ) -> None:
-    """Judge synthesized clips: Whisper WER/CER, speaker similarity, MCD, F0 RMSE, speaking rate."""
+    """Judge synthesized clips: Whisper WER/CER, speaker similarity, predicted MOS (distillmos), MCD, F0 RMSE,
+    speaking rate."""
     with user_errors():
         report = evaluate_folder(audio_dir, metadata, references, progress=console.is_terminal)
     for table in report.rich_tables():

@@ -2,7 +2,8 @@
 
 Each :class:`EvalItem` is a synthesized clip and its text, optionally with a real clip of the same
 sentence (MCD, F0 RMSE, voicing error), real clips of the target speaker (speaker similarity) and the
-time synthesis took (real-time factor). All audio is analysed at the model rate, 22,050 Hz.
+time synthesis took (real-time factor). Every clip also gets a predicted naturalness score (MOS, from
+distillmos), which needs nothing but the clip. All audio is analysed at the model rate, 22,050 Hz.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from chorus.data.formats import AUDIO_SUFFIXES
 from chorus.evaluation.asr import WhisperJudge, char_errors, word_errors
 from chorus.evaluation.features import F0Method, analyse_pair
 from chorus.evaluation.mcd import mcd_on_alignment
+from chorus.evaluation.naturalness import NaturalnessJudge
 from chorus.evaluation.pitch import pitch_errors_on_alignment
 from chorus.evaluation.rate import real_time_factor, speaking_rate
 from chorus.evaluation.similarity import SpeakerJudge, cosine_similarity, mean_embedding
@@ -66,6 +68,7 @@ class Judges:
 
     whisper: WhisperJudge | None = field(default_factory=WhisperJudge)
     speaker: SpeakerJudge | None = field(default_factory=SpeakerJudge)
+    naturalness: NaturalnessJudge | None = field(default_factory=NaturalnessJudge)
     reference: bool = True
     f0_method: F0Method = "harvest"
 
@@ -92,6 +95,7 @@ class EvalRow:
     char_edits: int | None = None
     reference_chars: int | None = None
     speaker_similarity: float | None = None
+    mos: float | None = None
     mcd_db: float | None = None
     f0_rmse_hz: float | None = None
     voicing_error: float | None = None
@@ -104,6 +108,7 @@ _METRICS: dict[str, tuple[str, str, str]] = {
     "wer": ("WER", "WER", "{:.1%}"),
     "cer": ("CER", "CER", "{:.1%}"),
     "speaker_similarity": ("speaker similarity", "spk sim", "{:.3f}"),
+    "mos": ("predicted MOS", "MOS", "{:.2f}"),
     "mcd_db": ("MCD (dB)", "MCD dB", "{:.2f}"),
     "f0_rmse_hz": ("F0 RMSE (Hz)", "F0 RMSE", "{:.1f}"),
     "voicing_error": ("voicing error", "V/UV err", "{:.1%}"),
@@ -290,6 +295,8 @@ def _judge_item(item: EvalItem, judges: Judges, speaker_refs: _SpeakerReferences
     if speaker_refs is not None and item.speaker_references:
         reference = speaker_refs.embedding(item.speaker_references, item.sample_rate)
         row.speaker_similarity = cosine_similarity(speaker_refs.judge.embed(audio, SAMPLE_RATE), reference)
+    if judges.naturalness is not None:
+        row.mos = judges.naturalness.score(audio, SAMPLE_RATE)
     if judges.reference and item.reference is not None:
         synth, ref, alignment = analyse_pair(
             audio, _load(item.reference, item.sample_rate), SAMPLE_RATE, f0_method=judges.f0_method
@@ -329,6 +336,8 @@ def evaluate_pairs(items: Sequence[EvalItem], judges: Judges | None = None, prog
         settings["asr"] = f"whisper (beam {judges.whisper.beam_size})"
     if judges.speaker is not None:
         settings["speaker"] = "resemblyzer d-vector cosine"
+    if judges.naturalness is not None:
+        settings["naturalness"] = "distillmos predicted MOS (1-5)"
     if judges.reference:
         settings["reference"] = f"MCD and F0 (WORLD {judges.f0_method}), DTW on mel-cepstra"
     return EvalReport(rows=rows, settings=settings)

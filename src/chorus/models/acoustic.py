@@ -467,14 +467,21 @@ class AcousticModel(nn.Module):
         length_scale: float = 1.0,
         pitch_scale: float = 1.0,
         energy_scale: float = 1.0,
+        durations: torch.Tensor | None = None,
     ) -> AcousticOutput:
-        """Synthesize. ``length_scale`` > 1 speaks slower. Returns normalized mels; see ``denormalize_mel``."""
+        """Synthesize. ``length_scale`` > 1 speaks slower. Returns normalized mels; see ``denormalize_mel``.
+
+        ``durations`` ``[batch, text]`` (frames per token) replaces the predicted timing, e.g. a real
+        recording's searched alignment or another speaker's predicted durations (``length_scale`` is
+        then not applied).
+        """
         text_mask = lengths_to_mask(text_lengths, phonemes.shape[1])
         speaker = self.speaker_condition(speaker_ids, speaker_vectors)
         h, _ = self.encode(phonemes, text_mask, speaker)
         log_duration = self.duration_predictor(h, text_mask)
-        durations = torch.clamp(torch.round((torch.exp(log_duration) - 1) * length_scale), min=1)
-        durations = durations * text_mask.to(durations.dtype)
+        if durations is None:
+            durations = torch.clamp(torch.round((torch.exp(log_duration) - 1) * length_scale), min=1)
+        durations = durations.to(log_duration.dtype) * text_mask.to(log_duration.dtype)
         h, pitch, energy = self._variances(h, text_mask, None, None, pitch_scale, energy_scale)
         frame_lengths = durations.sum(-1).long()
         path = durations_to_path(durations.long()).to(h.dtype)

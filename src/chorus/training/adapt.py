@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import re
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -50,6 +51,21 @@ VOICE = "voice"  # adapter name while training; a voice folder is named by the u
 # Learning rate of full fine-tuning: small, as for any pretrained network.
 FULL_LEARNING_RATE = 2e-4
 
+# The text side of the model: what turns phonemes into per-token states and timing. With
+# ``AdaptConfig.keep_text_side`` none of it changes (see there).
+TEXT_SIDE = ("symbol_embedding", "encoder", "prior_proj", "duration_predictor", "pitch", "energy")
+TEXT_SIDE_PATTERN = rf"({'|'.join(TEXT_SIDE)})(\..+)?"
+
+
+def _with_text_side_excluded(exclude: str | list[str] | None) -> str:
+    """``exclude`` (a regular expression, a list of names or suffixes, or None) widened to the text side."""
+    patterns = [TEXT_SIDE_PATTERN]
+    if isinstance(exclude, str):
+        patterns.append(exclude)
+    elif exclude:
+        patterns += [rf"(.+\.)?{re.escape(item)}" for item in exclude]
+    return "|".join(f"(?:{pattern})" for pattern in patterns)
+
 
 @dataclass
 class AdaptConfig:
@@ -70,6 +86,13 @@ class AdaptConfig:
     validation_fraction: float = 0.1
     min_minutes: float = 0.5  # less usable audio than this is refused
     max_bad_transcript_fraction: float = 0.2
+    # The text side (TEXT_SIDE: phoneme embedding, encoder, prior, duration and variance predictors)
+    # stays the base's: adapters go only where the voice is made (the decoder); full fine-tuning
+    # trains only the decoder and output layer, its speaker vector and projection kept as well, so
+    # the voice speaks with its start speaker's timing. A few minutes of one voice then cannot
+    # unlearn how text is read (bench/intelligibility.py measured what it costs and saves). A
+    # speaker vector the user trains (``lora+speaker``) still moves the timing.
+    keep_text_side: bool = False
     memory: MemoryOptions = field(default_factory=MemoryOptions)
     threads: int = 2
     seed: int = 1234
@@ -94,12 +117,15 @@ class AdaptConfig:
                 continue
             options = self.method_options.get(name, {})
             try:
-                configs.append(get_method(name).config_class(**options))
+                config = get_method(name).config_class(**options)
             except TypeError as error:
                 raise ValueError(f"bad options for {name}: {error}") from error
+            if self.keep_text_side and not isinstance(config, SpeakerConfig):
+                config.exclude = _with_text_side_excluded(config.exclude)
+            configs.append(config)
         if not any(isinstance(c, SpeakerConfig) for c in configs):
             # Every voice carries a speaker vector; here it stays at the closest speaker's.
-            configs.append(SpeakerConfig(train_vector=FULL_FINE_TUNING in names))
+            configs.append(SpeakerConfig(train_vector=FULL_FINE_TUNING in names and not self.keep_text_side))
         return configs
 
     def learning_rate_for(self) -> float:
@@ -214,8 +240,9 @@ def prepare_for_training(model: AcousticModel, config: AdaptConfig) -> list[torc
     set_active(model, VOICE)
     trainable = mark_trainable(model, VOICE)
     if FULL_FINE_TUNING in config.method_names():
-        for parameter in model.parameters():
-            parameter.requires_grad_(True)
+        for name, parameter in model.named_parameters():
+            kept = re.fullmatch(TEXT_SIDE_PATTERN, name) or name.startswith(("speaker_embedding.", "speaker_proj."))
+            parameter.requires_grad_(not (config.keep_text_side and kept))
         trainable = [p for p in model.parameters() if p.requires_grad]
     return trainable
 
@@ -240,12 +267,15 @@ def adapt(
     progress: bool = True,
     name: str | None = None,
     on_step: Callable[[int, int], None] | None = None,
+    on_evaluate: Callable[[int, AcousticModel], None] | None = None,
 ) -> AdaptResult:
     """Make a voice from ``data`` on ``bundle``'s base and save it to ``out``.
 
     Adapter methods add tensors to ``bundle.model`` (base weights untouched); full fine-tuning
     trains a copy. ``progress`` draws a progress bar; ``on_step(steps_done, steps_at_most)`` is called
-    after every optimizer step (early stopping may end the loop before ``steps_at_most``).
+    after every optimizer step (early stopping may end the loop before ``steps_at_most``);
+    ``on_evaluate(step, model)`` after every held-out evaluation, with the voice active in ``model``
+    (to follow more than the mel loss over the steps; it must leave the model as it found it).
     """
     torch.set_num_threads(config.threads)
     torch.manual_seed(config.seed)
@@ -287,6 +317,8 @@ def adapt(
     precision = config.memory.precision
     history = [{"step": 0, "val_mel": mel_loss(model, cache, val_indices, config.max_frames, precision=precision)}]
     best = (history[0]["val_mel"], 0, _snapshot(trainable))
+    if on_evaluate is not None:
+        on_evaluate(0, model)
     started = time.perf_counter()
     step, stale, epoch, running = 0, 0, 0, []
     model.train()
@@ -316,6 +348,8 @@ def adapt(
                         best, stale = (value, step, _snapshot(trainable)), 0
                     else:
                         stale += 1
+                    if on_evaluate is not None:
+                        on_evaluate(step, model)
                 out_of_time = time.perf_counter() - started > config.max_minutes * 60
                 if step >= config.steps or stale >= config.patience or out_of_time:
                     break
