@@ -4,12 +4,17 @@ For each held-out voice (piper-joe, flite-slt, festival-ked: no clip of them, no
 from them, was in pretraining) and each amount of data (1, 3, 10 minutes), every method adapts the
 shipped base; then it speaks sentences held out from its training clips and is judged against the
 real recordings of those sentences: Whisper tiny.en WER, resemblyzer similarity to real clips of the
-voice, MCD (DTW), F0 RMSE. Also trainable parameters, artifact size, time per step and in total, and
-forgetting: how the base voices change (adapters: checked bit-identical; full fine-tuning:
-teacher-forced mel L1 on base-voice clips before and after).
+voice, distillmos predicted MOS, MCD (DTW), F0 RMSE. Beside each voice: the same sentences from its start
+speaker on the base (the speaker whose vector it starts from) and from its own recordings. Also trainable
+parameters, artifact size, time per step and in total, and forgetting: how the base voices change
+(adapters: checked bit-identical; full fine-tuning: teacher-forced mel L1 on base-voice clips before and
+after).
+
+Adapter methods run with ``AdaptConfig``'s defaults (its text-side setting included); ``full`` is the
+baseline every target names, full fine-tuning of every weight (``keep_text_side=False``).
 
     python bench/adaptation.py --voices flite-slt --minutes 3 --seeds 1234,1,2 --threads 1 \\
-        --out bench/results/adaptation
+        --methods residual,full --out bench/results/adaptation
 
 Training is capped by steps (``--steps``) and early stopping on held-out mel loss, never by wall clock:
 on a shared CPU a clock cap would make a cell depend on the load beside it. Each row is one seed (held-out
@@ -65,6 +70,43 @@ def base_voice_loss(model, bundle, corpus: Path, clips_per_voice: int = 4) -> fl
     return float(np.mean(losses))
 
 
+_START_VOICES: dict[tuple, dict] = {}
+
+
+def start_voice(args, speaker: str, eval_utterances, references, judges) -> dict:
+    """WER, similarity and MOS of the base speaker ``speaker`` on the evaluation sentences (once per process)."""
+    key = (speaker, tuple(u.key for u in eval_utterances))
+    if key not in _START_VOICES:
+        tts = load_base(args.base, "griffin-lim")
+        items = [
+            EvalItem(
+                u.key,
+                (spoken := tts.synthesize(u.text, speaker)).audio,
+                u.text,
+                speaker_references=references,
+                sample_rate=spoken.sample_rate,
+            )
+            for u in eval_utterances
+        ]
+        report = evaluate_pairs(
+            items, judges=Judges(judges.whisper, judges.speaker, judges.naturalness, False), progress=False
+        )
+        means = report.means()
+        _START_VOICES[key] = {
+            "wer": report.corpus_wer,
+            "similarity": means.get("speaker_similarity"),
+            "mos": means.get("mos"),
+        }
+    return _START_VOICES[key]
+
+
+def recordings(voice: str, eval_utterances, judges) -> dict:
+    """WER and MOS of the voice's own recordings of the evaluation sentences."""
+    items = [EvalItem(u.key, u.audio_path, u.text) for u in eval_utterances]
+    report = evaluate_pairs(items, judges=Judges(judges.whisper, None, judges.naturalness, False), progress=False)
+    return {"voice": voice, "wer": report.corpus_wer, "mos": report.means().get("mos")}
+
+
 def recipe(args) -> dict:
     """Settings every row of one results folder shares (method settings are per row, under ``settings``)."""
     defaults = AdaptConfig()
@@ -93,6 +135,8 @@ def run_one(
     base_loss_before = base_voice_loss(bundle.model, bundle, args.corpus)
     # No wall-clock cap (math.inf): the step cap and early stopping alone end training.
     config = AdaptConfig(method=method, steps=args.steps, threads=args.threads, max_minutes=math.inf, seed=seed)
+    if method == "full":
+        config.keep_text_side = False  # the baseline: every weight
     data = work / f"{voice}-{minutes:g}min"
     result = adapt(data, bundle, work / "voices" / f"{voice}-{minutes:g}-{method}-seed{seed}", config, progress=False)
     card = result.card
@@ -115,6 +159,8 @@ def run_one(
         )
     report = evaluate_pairs(items, judges=judges, progress=False)
     means = report.means()
+    start_speaker = card.notes["speaker_vector_start"]
+    start = start_voice(args, start_speaker, eval_utterances, references, judges)
 
     if read_voice(result.voice_dir).full:
         forgetting = base_voice_loss(result.model, bundle, args.corpus) / base_loss_before - 1
@@ -125,16 +171,19 @@ def run_one(
         base_identical = bool(torch.equal(fresh.mel([probe_text], FORGETTING_VOICES[0])[0], base_before))
         forgetting = 0.0 if base_identical else float("nan")
     artifact_bytes = (result.voice_dir / "adapter_model.safetensors").stat().st_size
-    settings = "; ".join(
-        " ".join(
-            [config.method]
-            + [
-                f"{k}={v}"
-                for k, v in config.to_dict().items()
-                if k not in ("method", "exclude", "layers") and v is not None
-            ]
+    settings = (
+        "; ".join(
+            " ".join(
+                [config.method]
+                + [
+                    f"{k}={v}"
+                    for k, v in config.to_dict().items()
+                    if k not in ("method", "exclude", "layers") and v is not None
+                ]
+            )
+            for config in read_voice(result.voice_dir).configs
         )
-        for config in read_voice(result.voice_dir).configs
+        + f"; keep_text_side={config.keep_text_side}"
     )
     base_bytes = (Path(args.base or DEFAULT_BASE) / "model.safetensors").stat().st_size
     return {
@@ -154,8 +203,14 @@ def run_one(
         "seconds_per_step": card.train_seconds / max(card.steps, 1),
         "val_mel_start": card.metrics["validation_mel_l1_start"],
         "val_mel_best": card.metrics["validation_mel_l1_best"],
+        "keep_text_side": config.keep_text_side,
         "wer": report.corpus_wer,
         "similarity": means.get("speaker_similarity"),
+        "mos": means.get("mos"),
+        "start_speaker": start_speaker,
+        "start_wer": start["wer"],
+        "start_similarity": start["similarity"],
+        "start_mos": start["mos"],
         "mcd_db": means.get("mcd_db"),
         "f0_rmse_hz": means.get("f0_rmse_hz"),
         "base_voices_bit_identical": base_identical,
@@ -178,6 +233,12 @@ def mean_spread(values: list[float], digits: int = 3) -> str:
     if len(values) == 1:
         return f"{values[0]:.{digits}f}"
     return f"{statistics.mean(values):.{digits}f} ± {statistics.stdev(values):.{digits}f}"
+
+
+def optional_spread(values: list[float | None], digits: int, scale: float = 1.0) -> str:
+    """:func:`mean_spread` of the values present ("-" when none: rows made before the column existed)."""
+    present = [v * scale for v in values if v is not None]
+    return mean_spread(present, digits) if present else "-"
 
 
 def similarity_ratio(rows: list[dict], row: dict) -> float | None:
@@ -243,7 +304,62 @@ def target_lines(rows: list[dict]) -> list[str]:
     return lines
 
 
-def write_results(rows: list[dict], out: Path, args) -> None:
+def _mean(rows: list[dict], key: str, scale: float = 1.0) -> float | None:
+    values = [r[key] * scale for r in rows if r.get(key) is not None]
+    return statistics.mean(values) if values else None
+
+
+def word_target_lines(rows: list[dict], voices: dict[str, dict]) -> list[str]:
+    """The intelligibility targets of the default method (``AdaptConfig().method``) per voice, on the means
+    over its seeds: WER against its start speaker on the base (3 min: +5 points, 1 min: +10) and against full
+    fine-tuning, similarity against full fine-tuning, predicted MOS against the start speaker, the moonshot
+    (within 3 points of the voice's own recordings), and base voices bit-identical."""
+    method = AdaptConfig().method
+    grouped = cells(rows)
+    lines = [
+        f"Intelligibility targets of the default method (`{method}`), on the means over its seeds (WER in points):",
+        "",
+    ]
+
+    def verdict(ok: bool) -> str:
+        return "met" if ok else "**not met**"
+
+    for voice in sorted({r["voice"] for r in rows}):
+        own = voices.get(voice, {})
+        for minutes, allowance in ((3.0, 5.0), (1.0, 10.0)):
+            mine = grouped.get((voice, minutes, method))
+            if not mine or mine[0].get("start_wer") is None:
+                continue
+            wer, start = _mean(mine, "wer", 100), _mean(mine, "start_wer", 100)
+            parts = [f"WER {wer:.1f} vs start voice {start:.1f} + {allowance:g} ({verdict(wer <= start + allowance)})"]
+            full = grouped.get((voice, minutes, "full"))
+            if full:
+                seeds = {r["seed"] for r in full} & {r["seed"] for r in mine}
+                full_wer = _mean([r for r in full if r["seed"] in seeds], "wer", 100)
+                ratio = _mean([r for r in mine if r["seed"] in seeds], "similarity") / _mean(
+                    [r for r in full if r["seed"] in seeds], "similarity"
+                )
+                parts.append(f"vs full fine-tuning {full_wer:.1f} ({verdict(wer <= full_wer)})")
+                parts.append(f"similarity {ratio:.3f}x full ({verdict(ratio >= 0.95)})")
+            if mine[0].get("mos") is not None:
+                mos, start_mos = _mean(mine, "mos"), _mean(mine, "start_mos")
+                parts.append(f"MOS {mos:.2f} vs start voice {start_mos:.2f} ({verdict(mos >= start_mos)})")
+            if own.get("wer") is not None:
+                parts.append(
+                    f"moonshot: own recordings {100 * own['wer']:.1f} + 3 ({verdict(wer <= 100 * own['wer'] + 3)})"
+                )
+            fraction = max(r["artifact_fraction"] for r in mine)
+            parts.append(f"artifact {100 * fraction:.2f}% of the base ({verdict(fraction <= 0.01)})")
+            lines.append(f"- {voice}, {minutes:g} min, {len(mine)} seed(s): " + "; ".join(parts))
+    identical = [r["base_voices_bit_identical"] for r in rows if r["base_voices_bit_identical"] is not None]
+    lines += [
+        "",
+        f"Base voices bit-identical after every adapter run: {'yes' if all(identical) else 'NO'} ({len(identical)} runs).",
+    ]
+    return lines
+
+
+def write_results(rows: list[dict], out: Path, args, voices: dict[str, dict] | None = None) -> None:
     order = METHODS.split(",")
     rows = sorted(
         rows,
@@ -261,12 +377,15 @@ def write_results(rows: list[dict], out: Path, args) -> None:
         f"{shared['threads']} torch thread(s). Rows ran on a shared 2-core CPU, niced, beside other work: "
         "times are upper bounds; steps and similarities do not depend on the load.",
         "",
+        *word_target_lines(rows, voices or {}),
+        "",
         *target_lines(rows),
         "",
         "Per cell (mean ± sample standard deviation over the seeds run; one value for one seed):",
         "",
-        "| voice | min | method | seeds | similarity | sim / full FT | WER % | MCD dB | steps reached |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| voice | min | method | seeds | similarity | sim / full FT | WER % | start voice WER % | MOS | "
+        "start voice MOS | MCD dB | steps reached |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for (voice, minutes, method), group in cells(rows).items():
         ratios = [ratio for ratio in (similarity_ratio(rows, r) for r in group) if ratio is not None]
@@ -275,8 +394,16 @@ def write_results(rows: list[dict], out: Path, args) -> None:
             f"{mean_spread([r['similarity'] for r in group])} | "
             f"{mean_spread(ratios) if ratios and method != 'full' else 'n/a'} | "
             f"{mean_spread([100 * (r['wer'] or 0) for r in group], 1)} | "
+            f"{optional_spread([r.get('start_wer') for r in group], 1, 100)} | "
+            f"{optional_spread([r.get('mos') for r in group], 2)} | "
+            f"{optional_spread([r.get('start_mos') for r in group], 2)} | "
             f"{mean_spread([r['mcd_db'] for r in group], 2)} | {', '.join(str(r['steps']) for r in group)} |"
         )
+    if voices:
+        lines += ["", "The voices' own recordings of the evaluation sentences:", ""]
+        lines += [
+            f"- {voice}: WER {100 * v['wer']:.1f}%, predicted MOS {v['mos']:.2f}" for voice, v in sorted(voices.items())
+        ]
     lines += [
         "",
         "Per seed (steps reached of the cap, and the step whose weights were kept):",
@@ -351,7 +478,7 @@ def main() -> None:
     parser.add_argument("--minutes", default="1,3,10")
     parser.add_argument("--methods", default=METHODS)
     parser.add_argument("--steps", type=int, default=AdaptConfig.steps, help="step cap of every run")
-    parser.add_argument("--sentences", type=int, default=8, help="held-out sentences judged per voice")
+    parser.add_argument("--sentences", type=int, default=20, help="held-out sentences judged per voice")
     parser.add_argument("--references", type=int, default=10, help="real clips for speaker similarity")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument(
@@ -374,6 +501,8 @@ def main() -> None:
             "give another --out (one table, one recipe)"
         )
     rows = {(r["voice"], r["minutes"], r["method"], r["seed"]): r for r in previous}
+    voices_file = args.out / "recordings.json"
+    voices = json.loads(voices_file.read_text()) if voices_file.is_file() else {}
     speaker = SpeakerJudge()
     judges = Judges(speaker=speaker)
     for voice in args.voices.split(","):
@@ -382,6 +511,9 @@ def main() -> None:
         evaluation = utterances[-args.sentences :]
         pool = utterances[: -args.sentences - args.references]
         references = [u.audio_path for u in utterances[-args.sentences - args.references : -args.sentences]]
+        if voice not in voices:
+            voices[voice] = recordings(voice, evaluation, judges)
+            voices_file.write_text(json.dumps(voices, indent=1))
         for minutes in [float(m) for m in args.minutes.split(",")]:
             subset = first_minutes(pool, minutes)
             write_subset(subset, args.work / f"{voice}-{minutes:g}min")
@@ -399,7 +531,7 @@ def main() -> None:
                         f"adapting ({time.perf_counter() - started:.0f} s with judging)",
                         flush=True,
                     )
-                    write_results(list(rows.values()), args.out, args)
+                    write_results(list(rows.values()), args.out, args, voices)
 
 
 if __name__ == "__main__":

@@ -122,15 +122,23 @@ def test_demo_speaks_and_judges_each_voice(tiny_base, tmp_path):
             str(tmp_path / "demo"),
             "--adapt-steps",
             "2",
+            "--voice-sentences",
+            "2",
         ],
     )
     assert result.exit_code == 0, result.output
-    assert {p.name for p in (tmp_path / "demo").glob("*.wav")} == {"m3_000.wav", "f2_000.wav", "piper-joe_000.wav"}
+    assert {p.name for p in (tmp_path / "demo").glob("*.wav")} == {
+        "m3_000.wav",
+        "f2_000.wav",
+        "piper-joe_000.wav",
+        "piper-joe_001.wav",
+    }
     report = (tmp_path / "demo" / "report.md").read_text()
     assert "m3/000" in report and "f2/000" in report
     assert "same speaker" in result.output and "WER" in result.output
     # The second half adapts a voice from the shipped sample and says what it cost.
     assert "voice artifact" in result.output and "2 steps" in result.output
+    assert "WER over 2 sentences" in result.output and "predicted MOS" in result.output and "MOS" in result.output
     assert (tmp_path / "demo" / "voices" / "piper-joe" / "voice_card.json").is_file()
 
 

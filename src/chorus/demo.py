@@ -1,6 +1,6 @@
 """The demo (``chorus demo``): unseen sentences in the base model's speakers, then a new voice adapted
-from the shipped 1-minute sample, each judged (Whisper WER, resemblyzer similarity, real-time factor)
-and what the new voice cost. Two steps, so a caller can report the first while the second trains."""
+from the shipped 1-minute sample, each judged (Whisper WER, resemblyzer similarity, distillmos predicted
+MOS, real-time factor) and what the new voice cost; the new voice beside its start speaker on the base. Two steps, so a caller can report the first while the second trains."""
 
 from __future__ import annotations
 
@@ -30,21 +30,25 @@ SAMPLE_VOICE_NAME = "piper-joe"  # the shipped sample's voice, held out of pretr
 @dataclass
 class DemoConfig:
     """speakers: base speakers to speak in (None: the model's showcase speakers, else its first four);
-    sentences: held-out benchmark sentences per speaker; adapt_method: method of the new voice ("" skips
-    adapting one); adapt_steps: its most adaptation steps."""
+    sentences: held-out benchmark sentences per speaker; voice_sentences: benchmark sentences the new voice
+    and its start speaker are judged on; adapt_method: method of the new voice ("" skips adapting one);
+    adapt_steps: its most adaptation steps."""
 
     speakers: list[str] | None = None
     sentences: int = 3
+    voice_sentences: int = 10
     adapt_method: str = "residual"
     adapt_steps: int = 150
 
 
 @dataclass
 class SpeakerScore:
-    """One base speaker over the demo's sentences: corpus WER, RTF, and the first sentence's transcript."""
+    """One base speaker over the demo's sentences: corpus WER, mean predicted MOS, RTF, and the first
+    sentence's transcript."""
 
     speaker: str
     wer: float
+    mos: float | None
     real_time_factor: float
     first_transcript: str
 
@@ -72,8 +76,13 @@ class AdaptedVoiceResult:
     base_parameters: int
     base_bytes: int  # the base's weights
     peak_rss_bytes: int  # this process's peak resident memory so far
+    sentences: int  # benchmark sentences the voice and its start speaker were judged on
     wer: float | None
     similarity: float  # to the sample's real clips (nan without the speaker judge)
+    mos: float | None
+    start_speaker: str  # the base speaker whose vector the voice started from
+    start_wer: float | None  # that speaker on the base, same sentences
+    start_mos: float | None
 
     @property
     def parameter_fraction(self) -> float:
@@ -108,7 +117,9 @@ def speak_base_speakers(tts: Synthesizer, out: Path, config: DemoConfig) -> Spea
         edits = sum(r.word_edits for r in rows)
         words = sum(r.reference_words for r in rows)
         rtf = sum(r.synthesis_seconds for r in rows) / sum(r.audio_seconds for r in rows)
-        scores.append(SpeakerScore(speaker, edits / words, rtf, rows[0].transcript or ""))
+        scored = [r.mos for r in rows if r.mos is not None]
+        mos = sum(scored) / len(scored) if scored else None
+        scores.append(SpeakerScore(speaker, edits / words, mos, rtf, rows[0].transcript or ""))
     similarity = same_versus_different(clips, judges.speaker)
     report_path = out / "report.md"
     report.write(report_path)
@@ -116,8 +127,9 @@ def speak_base_speakers(tts: Synthesizer, out: Path, config: DemoConfig) -> Spea
 
 
 def adapt_sample_voice(tts: Synthesizer, spoken: SpeakersResult, out: Path, config: DemoConfig) -> AdaptedVoiceResult:
-    """Adapt a new voice from the shipped sample (into ``out/voices/piper-joe``), speak the demo's
-    sentences with it (``out/piper-joe_<index>.wav``) and judge them against the sample's real clips."""
+    """Adapt a new voice from the shipped sample (into ``out/voices/piper-joe``), speak
+    ``config.voice_sentences`` benchmark sentences with it (``out/piper-joe_<index>.wav``) and with its
+    start speaker on the base, and judge both against the sample's real clips."""
     base_parameters = sum(p.numel() for p in tts.bundle.model.parameters())
     base_bytes = sum(p.numel() * p.element_size() for p in tts.bundle.model.parameters())
     result = run_adapt(
@@ -129,13 +141,18 @@ def adapt_sample_voice(tts: Synthesizer, spoken: SpeakersResult, out: Path, conf
     )
     artifact = (result.voice_dir / "adapter_model.safetensors").stat().st_size
     name = tts.load_voice(result.voice_dir)
-    clips = []
-    for index, text in enumerate(spoken.texts):
+    start_speaker = result.card.notes["speaker_vector_start"]
+    clips, start_clips = [], []
+    for index, text in enumerate(benchmark_sentences()[: config.voice_sentences]):
         speech = tts.synthesize(text, voice=name)
         clips.append(VoiceClip(name, index, text, speech.audio, speech.sample_rate, speech.seconds))
         save_audio(out / f"{name}_{index:03d}.wav", speech.audio, speech.sample_rate)
+        start = tts.synthesize(text, start_speaker)
+        start_clips.append(VoiceClip(name, index, text, start.audio, start.sample_rate, start.seconds))
     references, _ = discover(SAMPLE_VOICE)
-    report = judge_clips(clips, spoken.judges, {name: [u.audio_path for u in references]})
+    reference_clips = {name: [u.audio_path for u in references]}
+    report = judge_clips(clips, spoken.judges, reference_clips)
+    start_report = judge_clips(start_clips, spoken.judges, reference_clips)
     # ru_maxrss is in KiB on Linux.
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     return AdaptedVoiceResult(
@@ -145,6 +162,11 @@ def adapt_sample_voice(tts: Synthesizer, spoken: SpeakersResult, out: Path, conf
         base_parameters,
         base_bytes,
         peak,
+        len(clips),
         report.corpus_wer,
         report.means().get("speaker_similarity", float("nan")),
+        report.means().get("mos"),
+        start_speaker,
+        start_report.corpus_wer,
+        start_report.means().get("mos"),
     )

@@ -12,6 +12,14 @@ from chorus.demo import DemoConfig, adapt_sample_voice, speak_base_speakers
 from chorus.synthesis import SAMPLE_VOICE, load_base
 
 
+def percent(value: float | None) -> str:
+    return "n/a" if value is None else f"{100 * value:.1f}%"
+
+
+def number(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.2f}"
+
+
 def demo(
     out: Path = typer.Option(Path("demo"), help="Folder for the clips and report.md."),
     speakers: str | None = typer.Option(
@@ -19,6 +27,10 @@ def demo(
     ),
     sentences: int = typer.Option(
         config_default(DemoConfig, "sentences"), help="Sentences per speaker (from the held-out benchmark set)."
+    ),
+    voice_sentences: int = typer.Option(
+        config_default(DemoConfig, "voice_sentences"),
+        help="Benchmark sentences the new voice and its start speaker are judged on.",
     ),
     model: Path | None = typer.Option(None, help="Model folder (default: the shipped base)."),
     adapt_method: str = typer.Option(
@@ -30,19 +42,26 @@ def demo(
     ),
 ) -> None:
     """The main job: speak unseen sentences in base speakers, adapt a new voice from a 1-minute sample,
-    speak with it, and judge everything (WER, similarity, RTF, what the voice cost)."""
+    speak with it, and judge everything (WER, similarity, predicted MOS, RTF, what the voice cost)."""
     config = DemoConfig(
         speakers=speakers.split(",") if speakers else None,
         sentences=sentences,
+        voice_sentences=voice_sentences,
         adapt_method=adapt_method,
         adapt_steps=adapt_steps,
     )
     with user_errors():
         tts = load_base(model)
         spoken = speak_base_speakers(tts, out, config)
-    table = Table("speaker", "WER %", "RTF", "transcript of the first sentence")
+    table = Table("speaker", "WER %", "MOS", "RTF", "transcript of the first sentence")
     for score in spoken.scores:
-        table.add_row(score.speaker, f"{100 * score.wer:.1f}", f"{score.real_time_factor:.3f}", score.first_transcript)
+        table.add_row(
+            score.speaker,
+            f"{100 * score.wer:.1f}",
+            "n/a" if score.mos is None else f"{score.mos:.2f}",
+            f"{score.real_time_factor:.3f}",
+            score.first_transcript,
+        )
     console.print(table)
     similarity = spoken.similarity
     console.print(
@@ -76,7 +95,13 @@ def demo(
         "held-out mel L1",
         f"{card.metrics['validation_mel_l1_start']:.3f} -> {card.metrics['validation_mel_l1_best']:.3f}",
     )
-    table.add_row("WER of the new voice", f"{100 * voice.wer:.1f}%" if voice.wer is not None else "n/a")
+    table.add_row(
+        f"WER over {voice.sentences} sentences",
+        f"{percent(voice.wer)} (start speaker {voice.start_speaker} on the base: {percent(voice.start_wer)})",
+    )
+    table.add_row(
+        "predicted MOS (distillmos)", f"{number(voice.mos)} (start speaker on the base: {number(voice.start_mos)})"
+    )
     table.add_row("similarity to the real sample", f"{voice.similarity:.3f}")
     console.print(table)
     console.print(
