@@ -54,6 +54,12 @@ from chorus.training.adapt import AdaptConfig, adapt
 RECIPES = {
     "residual": {"method": "residual"},
     "residual-keep-text": {"method": "residual", "keep_text_side": True},
+    "residual-keep-text-b12": {
+        "method": "residual",
+        "keep_text_side": True,
+        "method_options": {"residual": {"bottleneck": 12}},
+    },
+    "residual+speaker-keep-text": {"method": "residual+speaker", "keep_text_side": True},
     "lora": {"method": "lora"},
     "lora-keep-text": {"method": "lora", "keep_text_side": True},
     "full": {"method": "full"},
@@ -212,11 +218,13 @@ def run_one(args, voice: str, minutes: float, recipe: str, seed: int, evaluation
     )
     keys = [k for k in texts if k in cache.keys]  # an item the features refuse is left out of every timing
     timing = real_timing(model, cache, keys, 0)
-    with active_adapter(model, None):
-        base_durations = {key: speaker.durations(model, texts[key], start_speaker) for key in keys}
-        base_timing = real_timing(model, cache, keys, start_speaker)
-        base_clips = {key: speaker.audio(model, texts[key], start_speaker) for key in keys}
-        base_errors, base_rate = duration_errors(model, speaker, texts, base_timing, start_speaker)
+    # The base: bundle.model with the voice switched off (full fine-tuning trained a copy, result.model).
+    base = bundle.model
+    with active_adapter(base, None):
+        base_durations = {key: speaker.durations(base, texts[key], start_speaker) for key in keys}
+        base_timing = real_timing(base, cache, keys, start_speaker)
+        base_clips = {key: speaker.audio(base, texts[key], start_speaker) for key in keys}
+        base_errors, base_rate = duration_errors(base, speaker, texts, base_timing, start_speaker)
     kept = {key: texts[key] for key in keys}
     timings = {
         "free": {key: speaker.audio(model, texts[key]) for key in keys},

@@ -13,7 +13,7 @@ from chorus.adapters.lora import LoraConfig, LoraLinear
 from chorus.memory import ShadowPass, measure_acoustic_step, predict_memory
 from chorus.memory.measure import measure_training_step
 from chorus.models.acoustic import build_model
-from chorus.training.adapt import VOICE, AdaptConfig, prepare_for_training
+from chorus.training.adapt import VOICE, AdaptConfig, prepare_for_training, trainable_for
 from conftest import tiny_config
 
 torch.set_num_threads(1)
@@ -165,11 +165,12 @@ def test_bf16_frozen_base_with_float32_outputs_into_frozen_layer_norms(method):
 
 
 def test_unread_parameters_get_no_gradient():
-    # Full fine-tuning behind an active speaker vector never reads the speaker table: no gradient,
-    # no optimizer state, although it requires grad.
-    predicted, measured = _compare(adapted("full"))
+    # Full fine-tuning (of every weight) behind an active speaker vector never reads the speaker table:
+    # no gradient, no optimizer state, although it requires grad.
+    every_weight = trainable_for("full", keep_text_side=False)
+    predicted, measured = _compare(every_weight)
     model = build_model(tiny_config(), "meta")
-    adapted("full")(model)
+    every_weight(model)
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad) * 4
     table = model.speaker_embedding.base_layer.weight.numel() * 4
     assert predicted.gradients == measured.gradients == trainable - table

@@ -34,6 +34,7 @@ def adapt(
         config_default(AdaptConfig, "steps"), help="Most optimizer steps (early stopping usually ends sooner)."
     ),
     learning_rate: float | None = typer.Option(None, help="Default: per method."),
+    keep_text_side: bool = config_option(AdaptConfig, "keep_text_side"),
     max_minutes: float = typer.Option(
         config_default(AdaptConfig, "max_minutes"), help="Wall-clock budget of the training loop."
     ),
@@ -54,6 +55,7 @@ def adapt(
             method_options=options,
             steps=steps,
             learning_rate=learning_rate,
+            keep_text_side=keep_text_side,
             max_minutes=max_minutes,
             threads=threads,
             memory=MemoryOptions(
@@ -89,6 +91,7 @@ def adapt_many(
         config_default(ManyVoicesConfig, "clips_per_voice"), help="Clips of each voice in every (mixed-voice) batch."
     ),
     learning_rate: float | None = typer.Option(None, help="Default: per method."),
+    keep_text_side: bool = config_option(AdaptConfig, "keep_text_side"),
     optimizer: str = config_option(MemoryOptions, "optimizer"),
     model: Path | None = typer.Option(None, help=MODEL_HELP),
     threads: int = typer.Option(config_default(AdaptConfig, "threads"), help="CPU threads."),
@@ -103,6 +106,7 @@ def adapt_many(
                 method=method,
                 method_options=options,
                 learning_rate=learning_rate,
+                keep_text_side=keep_text_side,
                 threads=threads,
                 memory=MemoryOptions(optimizer=optimizer),
             ),

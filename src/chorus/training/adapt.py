@@ -75,7 +75,7 @@ class AdaptConfig:
     method_options: per-method config fields, e.g. ``{"lora": {"r": 4}}``.
     """
 
-    method: str = "lora"
+    method: str = "residual"
     method_options: dict = field(default_factory=dict)
     steps: int = 600  # upper bound; early stopping usually ends sooner
     learning_rate: float | None = None  # None: the method's default
@@ -92,7 +92,13 @@ class AdaptConfig:
     # the voice speaks with its start speaker's timing. A few minutes of one voice then cannot
     # unlearn how text is read (bench/intelligibility.py measured what it costs and saves). A
     # speaker vector the user trains (``lora+speaker``) still moves the timing.
-    keep_text_side: bool = False
+    keep_text_side: bool = field(
+        default=True,
+        metadata={
+            "help": "Keep the base's text side (encoder, duration predictor): adapt only the decoder, so "
+            "the voice keeps the base's way of reading words."
+        },
+    )
     memory: MemoryOptions = field(default_factory=MemoryOptions)
     threads: int = 2
     seed: int = 1234
@@ -247,15 +253,20 @@ def prepare_for_training(model: AcousticModel, config: AdaptConfig) -> list[torc
     return trainable
 
 
-def _prepare_method(model: AcousticModel, method: str, method_options: dict | None) -> None:
-    prepare_for_training(model, AdaptConfig(method=method, method_options=method_options or {}))
+def _prepare_method(model: AcousticModel, method: str, method_options: dict | None, keep_text_side: bool) -> None:
+    config = AdaptConfig(method=method, method_options=method_options or {}, keep_text_side=keep_text_side)
+    prepare_for_training(model, config)
 
 
-def trainable_for(method: str, method_options: dict | None = None) -> Callable[[AcousticModel], None]:
+def trainable_for(
+    method: str, method_options: dict | None = None, keep_text_side: bool = AdaptConfig.keep_text_side
+) -> Callable[[AcousticModel], None]:
     """``trainable(model)`` callback for :mod:`chorus.memory`: prepares ``method``'s voice adapter (with
-    ``method_options`` as in :class:`AdaptConfig`). A partial of a module-level function, so it can be
-    sent to a fresh measuring process."""
-    return functools.partial(_prepare_method, method=method, method_options=method_options)
+    ``method_options`` and ``keep_text_side`` as in :class:`AdaptConfig`). A partial of a module-level
+    function, so it can be sent to a fresh measuring process."""
+    return functools.partial(
+        _prepare_method, method=method, method_options=method_options, keep_text_side=keep_text_side
+    )
 
 
 def adapt(

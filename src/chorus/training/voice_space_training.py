@@ -69,7 +69,11 @@ def train_voice_space(
     and the validation history (mean held-out mel L1 over voices)."""
     torch.set_num_threads(config.threads)
     torch.manual_seed(config.seed)
-    adapt_config = AdaptConfig(method=config.method, threads=config.threads, min_minutes=config.min_minutes)
+    # The space's bases adapt every layer the method targets, text side included: the recipe its
+    # benchmark measured (bench/voice_space.py), where each voice is one vector, not a free adapter.
+    adapt_config = AdaptConfig(
+        method=config.method, threads=config.threads, min_minutes=config.min_minutes, keep_text_side=False
+    )
     configs = adapt_config.method_configs()
     voices = load_voices(root, bundle, adapt_config, config.seed, progress)
     for name, message in voices.failed.items():
