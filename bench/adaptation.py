@@ -488,21 +488,34 @@ def main() -> None:
     )
     parser.add_argument("--work", type=Path, default=Path("runs/adaptation"))
     parser.add_argument("--out", type=Path, default=Path("bench/results/adaptation"))
+    parser.add_argument(
+        "--merge",
+        type=Path,
+        nargs="+",
+        default=[],
+        help="results folders of other runs (e.g. parallel processes) to merge into --out; nothing is run",
+    )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     args.out.mkdir(parents=True, exist_ok=True)
-    previous = (
-        json.loads((args.out / "adaptation.json").read_text()) if (args.out / "adaptation.json").is_file() else []
-    )
+    previous, voices = [], {}
+    for folder in [args.out, *args.merge]:
+        if (folder / "adaptation.json").is_file():
+            previous += json.loads((folder / "adaptation.json").read_text())
+        if (folder / "recordings.json").is_file():
+            voices.update(json.loads((folder / "recordings.json").read_text()))
     other = [r for r in previous if r.get("recipe") != recipe(args)]
     if other:
         parser.error(
-            f"{args.out} holds {len(other)} rows made with other settings than {recipe(args)}: "
+            f"{len(other)} rows were made with other settings than {recipe(args)}: "
             "give another --out (one table, one recipe)"
         )
     rows = {(r["voice"], r["minutes"], r["method"], r["seed"]): r for r in previous}
     voices_file = args.out / "recordings.json"
-    voices = json.loads(voices_file.read_text()) if voices_file.is_file() else {}
+    if args.merge:
+        voices_file.write_text(json.dumps(voices, indent=1))
+        write_results(list(rows.values()), args.out, args, voices)
+        return
     speaker = SpeakerJudge()
     judges = Judges(speaker=speaker)
     for voice in args.voices.split(","):

@@ -26,14 +26,16 @@ DEFAULT_TARGETS = ["attn", "ff", "duration_predictor.norm2", "pitch.predictor.no
 
 @dataclass
 class ResidualAdapterConfig(MethodConfig):
-    """bottleneck: hidden width of each adapter (6 keeps a voice under 1% of the shipped base)."""
+    """bottleneck: hidden width of each adapter. 12 keeps a voice under 1% of the shipped base when the
+    adapters sit in the decoder only (``chorus adapt``'s default, which keeps the base's text side); in
+    every block (``--no-keep-text-side``) 6 does."""
 
     method = "residual"
     targets: str | list[str] = field(
         default_factory=lambda: list(DEFAULT_TARGETS),
         metadata={"help": f"{TARGETS_HELP}; default: {', '.join(DEFAULT_TARGETS)}"},
     )
-    bottleneck: int = field(default=6, metadata={"help": "hidden width of each adapter (default 6)"})
+    bottleneck: int = field(default=12, metadata={"help": "hidden width of each adapter (default 12)"})
 
     def __post_init__(self) -> None:
         if self.bottleneck <= 0:
