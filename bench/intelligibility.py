@@ -52,17 +52,24 @@ from chorus.training.adapt import AdaptConfig, adapt
 
 # Recipes compared: AdaptConfig fields over the defaults (steps, threads and seed come from the command).
 RECIPES = {
-    "residual": {"method": "residual"},
-    "residual-keep-text": {"method": "residual", "keep_text_side": True},
+    # Every field that a default could change is spelled out, so a run means the same thing later.
+    "residual": {"method": "residual", "keep_text_side": False, "method_options": {"residual": {"bottleneck": 6}}},
+    "residual-keep-text": {
+        "method": "residual",
+        "keep_text_side": True,
+        "method_options": {"residual": {"bottleneck": 6}},
+    },
     "residual-keep-text-b12": {
         "method": "residual",
         "keep_text_side": True,
         "method_options": {"residual": {"bottleneck": 12}},
     },
-    "residual+speaker-keep-text": {"method": "residual+speaker", "keep_text_side": True},
-    "lora": {"method": "lora"},
-    "lora-keep-text": {"method": "lora", "keep_text_side": True},
-    "full": {"method": "full"},
+    "residual+speaker-keep-text": {
+        "method": "residual+speaker",
+        "keep_text_side": True,
+        "method_options": {"residual": {"bottleneck": 6}},
+    },
+    "full": {"method": "full", "keep_text_side": False},
     "full-keep-text": {"method": "full", "keep_text_side": True},
 }
 

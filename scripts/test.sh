@@ -6,9 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/system-packages.sh
 bash scripts/browser-packages.sh   # chromium for the web page test
-python3 -m venv .venv
-.venv/bin/pip install -q "setuptools<81" wheel
-.venv/bin/pip install -q -e ".[dev]"
+bash scripts/install.sh dev
 .venv/bin/lint-imports                                  # every import points down (pyproject.toml)
 .venv/bin/ruff check src tests bench scripts
 .venv/bin/ruff format --check src tests bench scripts

@@ -349,3 +349,18 @@ def test_distillmos_imports_beside_a_torchaudio_that_cannot_load(monkeypatch):
     model = load_distillmos()
     with torch.no_grad():
         assert 1.0 <= float(model(torch.zeros(1, 16_000) + 0.01 * torch.randn(1, 16_000))) <= 5.0
+
+
+def test_without_distillmos_the_judges_say_how_to_get_it(monkeypatch):
+    import chorus.evaluation.naturalness as naturalness_module
+    import chorus.evaluation.report as report_module
+
+    monkeypatch.setattr(report_module, "naturalness_available", lambda: False)
+    with pytest.warns(UserWarning, match="no predicted MOS: pip install --no-deps"):
+        judges = Judges(whisper=None, speaker=None)
+    assert judges.naturalness is None
+    report = evaluate_pairs([EvalItem("tone", _tone(150.0), "ah")], judges=judges, progress=False)
+    assert report.rows[0].mos is None and "naturalness" not in report.settings
+    monkeypatch.setattr(naturalness_module.importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(ImportError, match="scripts/install.sh"):
+        load_distillmos()

@@ -5,9 +5,10 @@ quality models; its weights (``distill_mos_v7.pt``, 17 MB) ship inside the wheel
 offline. It takes 16 kHz mono audio and gives one score per clip.
 
 distillmos imports ``torchaudio`` at module import, only for its own command line (file reading and
-resampling); Chorus hands it arrays it resampled itself. ``torchaudio`` is built for one torch
-release: the newest on the package index (2.11.1) fails to load its C++ library beside the torch
-Chorus pins (2.13). When the real ``torchaudio`` loads it is used as is; when it does not, distillmos
+resampling); Chorus hands it arrays it resampled itself. The only ``torchaudio`` the package index has
+for the pinned torch is a CUDA build that cannot load beside the CPU torch and, installed, breaks
+transformers, so ``scripts/install.sh`` installs distillmos without its declared dependencies and no
+``torchaudio`` at all. When a real ``torchaudio`` loads it is used as is; when it does not, distillmos
 is imported with a placeholder ``torchaudio`` that raises on any use, removed again right after, so
 no other import ever sees it.
 """
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import importlib.util
 import io
 import sys
 import types
@@ -62,8 +64,18 @@ def _torchaudio_for_import():
         sys.modules.pop("torchaudio", None)
 
 
+INSTALL_HINT = 'pip install --no-deps "distillmos==0.9.1" "xls-r-sqa==0.1.0" (as scripts/install.sh does)'
+
+
+def naturalness_available() -> bool:
+    """Whether distillmos is installed (without it, judges run without the naturalness score)."""
+    return importlib.util.find_spec("distillmos") is not None
+
+
 def load_distillmos() -> torch.nn.Module:
     """distillmos's ``ConvTransformerSQAModel`` with its shipped weights, in eval mode."""
+    if not naturalness_available():
+        raise ImportError(f"the naturalness judge needs distillmos: {INSTALL_HINT}")
     with _torchaudio_for_import():
         from distillmos import ConvTransformerSQAModel
     with contextlib.redirect_stdout(io.StringIO()):  # it prints where it loaded its weights from

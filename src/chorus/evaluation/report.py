@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import warnings
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -31,7 +32,7 @@ from chorus.data.formats import AUDIO_SUFFIXES
 from chorus.evaluation.asr import WhisperJudge, char_errors, word_errors
 from chorus.evaluation.features import F0Method, analyse_pair
 from chorus.evaluation.mcd import mcd_on_alignment
-from chorus.evaluation.naturalness import NaturalnessJudge
+from chorus.evaluation.naturalness import INSTALL_HINT, NaturalnessJudge, naturalness_available
 from chorus.evaluation.pitch import pitch_errors_on_alignment
 from chorus.evaluation.rate import real_time_factor, speaking_rate
 from chorus.evaluation.similarity import SpeakerJudge, cosine_similarity, mean_embedding
@@ -60,6 +61,14 @@ class EvalItem:
     sample_rate: int = SAMPLE_RATE
 
 
+def default_naturalness() -> NaturalnessJudge | None:
+    """The naturalness judge when distillmos is installed; otherwise None, with a warning saying how."""
+    if naturalness_available():
+        return NaturalnessJudge()
+    warnings.warn(f"no predicted MOS: {INSTALL_HINT}", stacklevel=3)
+    return None
+
+
 @dataclass
 class Judges:
     """Which judges run. ``None`` switches a model judge off; pass loaded judges to reuse them across
@@ -68,7 +77,7 @@ class Judges:
 
     whisper: WhisperJudge | None = field(default_factory=WhisperJudge)
     speaker: SpeakerJudge | None = field(default_factory=SpeakerJudge)
-    naturalness: NaturalnessJudge | None = field(default_factory=NaturalnessJudge)
+    naturalness: NaturalnessJudge | None = field(default_factory=lambda: default_naturalness())
     reference: bool = True
     f0_method: F0Method = "harvest"
 
