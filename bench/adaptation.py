@@ -371,7 +371,7 @@ def write_results(rows: list[dict], out: Path, args, voices: dict[str, dict] | N
         "",
         f"Base: {args.base or 'shipped base'}; held-out voices; evaluation on {args.sentences} held-out "
         f"sentences per voice against the real recordings of the same sentences ({args.references} other real "
-        "clips are the similarity references); judges: Whisper tiny.en, resemblyzer, MCD (DTW), F0 RMSE "
+        "clips are the similarity references); judges: Whisper tiny.en, resemblyzer, distillmos, MCD (DTW), F0 RMSE "
         f"(WORLD harvest). Every row: step cap {shared['step_cap']}, no wall-clock cap, early stopping on "
         f"held-out mel loss (evaluated every {shared['eval_every']} steps, patience {shared['patience']}), "
         f"{shared['threads']} torch thread(s). Rows ran on a shared 2-core CPU, niced, beside other work: "
@@ -409,8 +409,9 @@ def write_results(rows: list[dict], out: Path, args, voices: dict[str, dict] | N
         "Per seed (steps reached of the cap, and the step whose weights were kept):",
         "",
         "| voice | min | method | seed | trainable params | artifact KB (% of base) | steps reached / cap | "
-        "best step | s/step | adapt s | WER % | similarity | sim / full FT | MCD dB | F0 RMSE Hz | base voices |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "best step | s/step | adapt s | WER % | start speaker (WER %) | similarity | sim / full FT | MOS | MCD dB | "
+        "F0 RMSE Hz | base voices |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in rows:
         ratio = similarity_ratio(rows, row)
@@ -419,12 +420,13 @@ def write_results(rows: list[dict], out: Path, args, voices: dict[str, dict] | N
             base = f"mel L1 +{100 * row['forgetting_mel_l1_increase']:.1f}%"
         else:
             base = "bit-identical" if row["base_voices_bit_identical"] else "CHANGED"
+        start = "-" if row.get("start_wer") is None else f"{row['start_speaker']} ({100 * row['start_wer']:.1f})"
         lines.append(
             f"| {row['voice']} | {row['data_minutes']:.1f} | {row['method']} | {row['seed']} | "
             f"{row['trainable_parameters']:,} | {row['artifact_bytes'] / 1024:.1f} ({100 * row['artifact_fraction']:.2f}%)"
             f" | {row['steps']} / {row['step_cap']} | {row['best_step']} | {row['seconds_per_step']:.2f} | "
-            f"{row['train_seconds']:.0f} | {100 * (row['wer'] or 0):.1f} | {row['similarity']:.3f} | {ratio} | "
-            f"{row['mcd_db']:.2f} | {row['f0_rmse_hz']:.1f} | {base} |"
+            f"{row['train_seconds']:.0f} | {100 * (row['wer'] or 0):.1f} | {start} | {row['similarity']:.3f} | "
+            f"{ratio} | {optional_spread([row.get('mos')], 2)} | {row['mcd_db']:.2f} | {row['f0_rmse_hz']:.1f} | {base} |"
         )
     lines += ["", "Settings of each method as run (the same for every seed):", ""]
     for method, settings in dict.fromkeys((r["method"], r["settings"]) for r in rows):
