@@ -36,7 +36,7 @@ class LoraConfig(MethodConfig):
         metadata={"help": f"{TARGETS_HELP}; default: {', '.join(DEFAULT_TARGETS)}"},
     )
     r: int = field(default=4, metadata={"help": "rank of the update", "option": "rank"})
-    alpha: float = field(default=8.0, metadata={"help": "scale of the update: alpha / r (default 8)"})
+    alpha: float = field(default=8.0, metadata={"help": "scale of the update: alpha / r"})
     use_rslora: bool = field(default=False, metadata={"help": "scale by alpha / sqrt(r) instead (rank-stabilized)"})
 
     def __post_init__(self) -> None:

@@ -35,7 +35,7 @@ class ResidualAdapterConfig(MethodConfig):
         default_factory=lambda: list(DEFAULT_TARGETS),
         metadata={"help": f"{TARGETS_HELP}; default: {', '.join(DEFAULT_TARGETS)}"},
     )
-    bottleneck: int = field(default=12, metadata={"help": "hidden width of each adapter (default 12)"})
+    bottleneck: int = field(default=12, metadata={"help": "hidden width of each adapter"})
 
     def __post_init__(self) -> None:
         if self.bottleneck <= 0:
