@@ -412,7 +412,8 @@ def plot_curves(cells: dict[tuple, list[dict]], path: Path) -> None:
             for g in group:
                 steps = [p["step"] for p in g["curve"]]
                 label = f"{recipe} {minutes:g} min" if g is group[0] else None
-                axis.plot(steps, [100 * p["wer"] for p in g["curve"]], "o-", color=colors[recipe], label=label)
+                style = "o-" if minutes >= 3 else "s:"  # squares, dotted: less data
+                axis.plot(steps, [100 * p["wer"] for p in g["curve"]], style, color=colors[recipe], label=label)
                 twin.plot(steps, [p["val_mel"] for p in g["curve"]], "--", color=colors[recipe], alpha=0.5)
         axis.set_title(voice)
         axis.set_xlabel("adaptation step")
