@@ -69,6 +69,16 @@ RECIPES = {
         "keep_text_side": True,
         "method_options": {"residual": {"bottleneck": 6}},
     },
+    "residual+cln-keep-text-b12": {
+        "method": "residual+cln",
+        "keep_text_side": True,
+        "method_options": {"residual": {"bottleneck": 12}},
+    },
+    "residual-keep-text-b12-output": {
+        "method": "residual",
+        "keep_text_side": True,
+        "method_options": {"residual": {"bottleneck": 12, "targets": ["attn", "ff", "mel_proj"]}},
+    },
     "full": {"method": "full", "keep_text_side": False},
     "full-keep-text": {"method": "full", "keep_text_side": True},
 }
