@@ -310,6 +310,8 @@ BAD_SPEECH = [
     ({"speed": True}, 400, "'speed'"),
     ({"stream_format": "sse"}, 400, "stream_format"),
     ({"model": ["x"]}, 400, "'model'"),
+    ({"response_format": ["wav"]}, 400, "unsupported response_format 'list'"),
+    ({"response_format": {"type": "wav"}}, 400, "unsupported response_format 'dict'"),
     ({"voice": "alien"}, 409, "cannot be loaded on this server's base"),
 ]
 
@@ -340,6 +342,14 @@ def test_bad_bodies_paths_and_methods(tenants_app):
         "application/json",
     )
     assert_error(post("/v1/audio/speech", content=b" " * (70 << 10), headers=json_header), 413, "over")
+    # Bodies past Python's own parser limits (recursion, int digits) are plain 400s, checked on the raw text.
+    deep = b'{"input": "Hi.", "voice": "m3", "x": ' + b"[" * 20_000 + b"]" * 20_000 + b"}"
+    assert_error(post("/v1/audio/speech", content=deep, headers=json_header), 400, "nested over 32 levels")
+    huge = b'{"input": "Hi.", "voice": "m3", "speed": ' + b"9" * 5_000 + b"}"
+    assert_error(post("/v1/audio/speech", content=huge, headers=json_header), 400, "number over 64 characters")
+    # Brackets and digits inside strings are text, not structure.
+    inside = json.dumps({"input": "[" * 100 + "9" * 100, "voice": "m3"}).encode()
+    assert post("/v1/audio/speech", content=inside, headers=json_header).status_code == 200
     # The same words for a voice of another tenant and one that never existed.
     theirs, missing = (speak(client, voice=v).json()["error"] for v in ("secret", "nobody-at-all"))
     assert theirs["message"].replace("secret", "X") == missing["message"].replace("nobody-at-all", "X")
@@ -456,6 +466,7 @@ def test_upload_refusals(tenants_app, new_voice_data):
     assert_error(upload(form | {"consent": "yes"}), 400, "consent")
     assert_error(upload({k: v for k, v in form.items() if k != "name"}), 400, "'name'")
     assert_error(upload(form | {"id": "../evil"}), 400, "invalid voice id")
+    assert_error(upload(form | {"name": "!!!"}), 400, "the name '!!!' has no letter or digit")
     assert_error(upload(form | {"id": "m3"}), 409, "is a speaker")
     assert_error(upload(form | {"id": "ann"}), 409, "exists already")
     not_audio = [("clips", ("u0.wav", b"this is not audio at all", "audio/wav"))] + files[1:]

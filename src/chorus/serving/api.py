@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import json
 import logging
 import re
 from collections.abc import Callable
@@ -43,6 +42,7 @@ from chorus.audio.encode import encode_whole, pcm16, wav_header
 from chorus.serving.batcher import SpeechQueue
 from chorus.serving.engine import Engine
 from chorus.serving.errors import ApiError, add_error_handlers, synthesis_error, voice_not_found
+from chorus.serving.json_body import BodyError, loads_bounded
 from chorus.serving.metrics import MetricsMiddleware
 from chorus.serving.page import add_web_page
 from chorus.serving.schemas import (
@@ -88,9 +88,9 @@ async def _read_json(request: Request, limit: int) -> object:
         if len(body) > limit:
             raise ApiError(413, f"the request body is over {limit} bytes", type="request_too_large")
     try:
-        return json.loads(body)
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        raise ApiError(400, "the request body is not valid JSON") from None
+        return loads_bounded(body)
+    except BodyError as error:
+        raise ApiError(400, str(error)) from None
 
 
 def _form_text(form, name: str, required: bool, max_chars: int) -> str | None:
@@ -290,6 +290,13 @@ def create_app(
                     code="consent_required",
                 )
             voice_id = (_form_text(form, "id", False, 64) or "").strip() or _slug(name)
+            if not voice_id:
+                raise ApiError(
+                    400,
+                    f"the name {name[:80]!r} has no letter or digit to make a voice id from: give an 'id' "
+                    "(1-64 of a-z, 0-9, '_' and '-') or a name with a letter or digit",
+                    param="name",
+                )
             server.check_voice_id(voice_id, param="id")
             if engine.is_speaker(voice_id):
                 raise ApiError(

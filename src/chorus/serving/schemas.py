@@ -62,7 +62,7 @@ def parse_speech(body: object, max_text_chars: int) -> SpeechRequest:
     if not isinstance(voice, str) or not voice:
         raise ApiError(400, "'voice' is required: a speaker name or one of your voice ids", param="voice")
     response_format = body.get("response_format", "wav")
-    if response_format not in CONTENT_TYPES:
+    if not isinstance(response_format, str) or response_format not in CONTENT_TYPES:
         shown = response_format if isinstance(response_format, str) else type(response_format).__name__
         raise ApiError(
             400,
