@@ -568,6 +568,48 @@ def test_a_job_reports_the_training_steps_as_its_progress(tiny_base, new_voice_d
     assert [p for p, _ in reports] == sorted(p for p, _ in reports)
 
 
+@pytest.mark.parametrize("how", ["voice deleted", "job cancelled"])
+def test_ending_a_job_stops_its_training_within_seconds(tiny_base, new_voice_data, tmp_path, how):
+    store = VoiceStore(str(tmp_path / "store"))
+    # Far more steps than the test waits for: only cancellation can end it in time.
+    recipe = AdaptRecipe(method="lora", steps=100_000, threads=1, options={"eval_every": 50_000, "patience": 100})
+    runner = JobRunner(store, tmp_path / "jobs", lambda: load_bundle(tiny_base), recipe, progress_interval=0.2)
+    job = OnboardingJob(store.create_job("default", "fiona", name="Fiona"), "default", "fiona", "Fiona")
+    shutil.copytree(new_voice_data, tmp_path / "jobs" / job.job_id / "voice")
+    trainer = threading.Thread(target=runner.run, args=(job,))
+    try:
+        trainer.start()
+        deadline = time.monotonic() + 60
+        while not (store.get_job("default", job.job_id).message or "").startswith("training: step"):
+            assert time.monotonic() < deadline and trainer.is_alive()
+            time.sleep(0.05)
+        if how == "voice deleted":
+            store.delete_voice("default", "fiona")
+        else:
+            store.update_job(job.job_id, status=JobStatus.FAILED, message="cancelled by its tenant")
+        ended = time.monotonic()
+        trainer.join(timeout=10)
+        assert not trainer.is_alive(), "training went on after its job ended"
+        print(f"{how}: training stopped {time.monotonic() - ended:.2f} s later")
+        assert store.get_job("default", job.job_id).status == JobStatus.FAILED
+        assert not (tmp_path / "jobs" / job.job_id).exists()  # its files are cleaned up
+    finally:
+        trainer.join(timeout=30)
+        store.close()
+
+
+def test_cancel_route(tenants_app):
+    client, store = tenants_app
+    job_id = store.create_job("acme", "to-cancel", name="To cancel")
+    cancelled = client.post(f"/v1/jobs/{job_id}/cancel", headers=ACME)
+    assert cancelled.status_code == 200 and cancelled.json()["status"] == "failed"
+    assert "cancelled by its tenant" in json.dumps(cancelled.json())
+    assert store.voice("acme", "to-cancel").status == VoiceStatus.FAILED
+    assert_error(client.post(f"/v1/jobs/{job_id}/cancel", headers=ACME), 409, "nothing to cancel")
+    assert_error(client.post(f"/v1/jobs/{job_id}/cancel", headers=GLOBEX), 404, "not found")
+    assert_error(client.post("/v1/jobs/job_0000/cancel", headers=ACME), 404, "not found")
+
+
 def test_interrupted_jobs_resume_or_fail_on_restart(tiny_base, new_voice_data, tmp_path):
     root = tmp_path / "store"
     with VoiceStore(str(root)) as store:

@@ -61,7 +61,7 @@ from chorus.serving.schemas import (
 )
 from chorus.serving.server import VoiceServer
 from chorus.serving.settings import ServerSettings
-from chorus.serving.store import JobNotFound, VoiceConflict, VoiceNotFound, VoiceStore
+from chorus.serving.store import FINISHED_JOB, JobNotFound, JobStatus, VoiceConflict, VoiceNotFound, VoiceStore
 from chorus.serving.tenants import Tenants, check_bind
 from chorus.serving.uploads import UploadError, UploadLimits, parse_transcripts, prepare_archive, prepare_clips
 from chorus.serving.voice_keys import resolve_voice_key
@@ -355,6 +355,26 @@ def create_app(
             return server.job_json(store.get_job(tenant, job_id))
         except JobNotFound:
             raise ApiError(404, f"job {job_id!r} not found", type="not_found_error") from None
+
+    @app.post("/v1/jobs/{job_id}/cancel", responses={200: {"model": Job}, **_ERRORS})
+    def cancel_job(job_id: str, request: Request):
+        """Stop an onboarding job: a queued one never trains, a running one stops within about a second
+        (the trainer checks at each progress write); its voice is marked failed and its files removed."""
+        tenant = server.authenticate(request)
+        if not JOB_ID.fullmatch(job_id):
+            raise ApiError(404, f"job {job_id[:80]!r} not found", type="not_found_error")
+        try:
+            job = store.get_job(tenant, job_id)
+            if job.status in FINISHED_JOB:
+                raise ApiError(
+                    409, f"job {job_id!r} is {job.status.value} already: nothing to cancel", type="conflict_error"
+                )
+            store.update_job(job_id, status=JobStatus.FAILED, message="cancelled by its tenant")
+            return server.job_json(store.get_job(tenant, job_id))
+        except JobNotFound:
+            raise ApiError(404, f"job {job_id!r} not found", type="not_found_error") from None
+        except ValueError:  # it ended between the two reads
+            raise ApiError(409, f"job {job_id!r} ended already: nothing to cancel", type="conflict_error") from None
 
     add_web_page(app)
     return app

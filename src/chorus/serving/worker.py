@@ -92,6 +92,11 @@ def record_consent(jobs_dir: Path, job: OnboardingJob, consent: dict) -> None:
         handle.write(json.dumps(entry, ensure_ascii=False) + "\n")
 
 
+class JobCancelled(Exception):
+    """Raised from ``adapt``'s step callback when the job ended while it trained (its voice was
+    deleted, or its tenant cancelled it): the training loop stops at that step."""
+
+
 class JobRunner:
     """Runs onboarding jobs one at a time in a background thread.
 
@@ -271,6 +276,8 @@ class JobRunner:
             log.info("onboarding job %s: voice %s/%s is ready", job.job_id, job.tenant, job.voice_id)
             if self.on_ready is not None:
                 self.on_ready(job.tenant, job.voice_id)
+        except JobCancelled:
+            log.info("onboarding job %s stopped: it ended while it trained", job.job_id)
         except VoiceConflict as error:
             log.info("onboarding job %s dropped: %s", job.job_id, error)
             self.fail(job, "the voice was deleted or replaced while it trained")
@@ -285,13 +292,14 @@ class JobRunner:
 
     def _progress_reporter(self, job: OnboardingJob) -> Callable[[int, int], None]:
         """``adapt``'s step callback: the job's progress from TRAINING_START to TRAINING_END as steps pass,
-        written at most every ``progress_interval`` seconds (and at the last step)."""
+        written at most every ``progress_interval`` seconds (and at the last step). The write is also the
+        cancellation check: a job that ended meanwhile (voice deleted, job cancelled, possibly by another
+        server on the same store) raises :class:`JobCancelled`, which stops the training loop."""
         last_write = [float("-inf")]
-        ended = [False]
 
         def on_step(done: int, total: int) -> None:
             now = time.monotonic()
-            if ended[0] or (done < total and now - last_write[0] < self.progress_interval):
+            if done < total and now - last_write[0] < self.progress_interval:
                 return
             last_write[0] = now
             fraction = TRAINING_START + (TRAINING_END - TRAINING_START) * done / max(total, 1)
@@ -302,7 +310,7 @@ class JobRunner:
                     message=f"training: step {done} of at most {total} (early stopping may end it sooner)",
                 )
             except (ValueError, JobNotFound):
-                ended[0] = True  # the job ended (its voice was deleted): the voice is refused when it is put
+                raise JobCancelled(job.job_id) from None
 
         return on_step
 
