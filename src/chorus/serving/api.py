@@ -13,7 +13,8 @@ are the models of :mod:`chorus.serving.schemas`, shown at ``/docs``):
   (with status) and the base's speakers.
 * ``POST /v1/voices`` -- onboarding: multipart ``name``, ``consent``, optional ``id``, then either
   files ``clips`` + field ``transcripts`` or one ``archive`` (LJSpeech-style zip); answers 202 with
-  the job. ``GET /v1/jobs/{id}`` -- its status, progress and error.
+  the job. ``GET /v1/jobs/{id}`` -- its status, progress and error; ``POST /v1/jobs/{id}/cancel`` stops
+  it (training stops within about a second; deleting the voice does the same).
 * ``GET /healthz``; ``GET /metrics`` (Prometheus).
 * ``GET /`` -- a web page on these routes (speak, onboard a voice, follow its job): :mod:`chorus.serving.page`.
 
