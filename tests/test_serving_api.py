@@ -54,7 +54,12 @@ from chorus.synthesis import load_base  # noqa: E402
 from chorus.text.sentences import split_sentences  # noqa: E402
 from conftest import random_voice, uvicorn_thread  # noqa: E402
 
-KEYS = {"acme-key-0123456789abcdef": "acme", "globex-key-0123456789abcdef": "globex"}
+KEYS = {
+    "acme-key-0123456789abcdef": "acme",
+    "globex-key-0123456789abcdef": "globex",
+    "operator-key-0123456789abcdef": "operator",
+}
+OPERATOR = {"Authorization": "Bearer operator-key-0123456789abcdef"}
 ACME = {"Authorization": "Bearer acme-key-0123456789abcdef"}
 GLOBEX = {"Authorization": "Bearer globex-key-0123456789abcdef"}
 LIMITS = UploadLimits(max_upload_bytes=8 << 20, max_clips=40)
@@ -134,20 +139,47 @@ def assert_error(response, status: int, fragment: str = "") -> str:
 
 
 # -- pieces ----------------------------------------------------------------------------------------
+def test_keys_are_long_and_kept_hashed(tmp_path):
+    from typer.testing import CliRunner
+
+    from chorus.cli import app
+
+    made = CliRunner().invoke(app, ["serve-key", "acme"])
+    assert made.exit_code == 0, made.output
+    key = made.stderr.split("(shown once, not stored): ")[1].split()[0]
+    line = made.stdout.strip()  # stdout is exactly the keys-file line
+    assert len(key) >= 32 and key not in line and line.startswith("sha256:") and line.endswith(" acme")
+    keys = tmp_path / "keys.txt"
+    keys.write_text(line + "\n")
+    tenants = Tenants.load(keys, env={})
+    assert tenants.authenticate(f"Bearer {key}") == "acme"
+    with pytest.raises(Unauthorized):
+        tenants.authenticate(f"Bearer {line.split()[0]}")  # the digest is not a key
+    with pytest.raises(ValueError, match="at least|16-512"):
+        Tenants.load(None, env={"CHORUS_API_KEYS": "x:acme"})  # a 1-character key
+    assert CliRunner().invoke(app, ["serve-key", "Bad!"]).exit_code != 0
+
+
 def test_keys_file_env_and_bind_rules(tmp_path):
     lines = tmp_path / "keys.txt"
-    lines.write_text("# key tenant\nk1-abcdef acme\n\nk2-abcdef globex\n")
-    assert parse_keys_file(lines) == [("k1-abcdef", "acme"), ("k2-abcdef", "globex")]
+    lines.write_text("# key tenant\nk1-abcdef-0123456789 acme\n\nk2-abcdef-0123456789 globex\n")
+    assert parse_keys_file(lines) == [("k1-abcdef-0123456789", "acme"), ("k2-abcdef-0123456789", "globex")]
     as_json = tmp_path / "keys.json"
-    as_json.write_text(json.dumps({"k3-abcdef": "acme"}))
-    assert parse_keys_file(as_json) == [("k3-abcdef", "acme")]
-    tenants = Tenants.load(lines, env={"CHORUS_API_KEYS": "k4:x:initech, k5-abcdef:acme"})
-    assert tenants.authenticate("Bearer k4:x") == "initech"
-    assert tenants.authenticate("bearer k2-abcdef") == "globex"
-    for header in [None, "", "Bearer", "Basic k1-abcdef", "Bearer wrong"]:
+    as_json.write_text(json.dumps({"k3-abcdef-0123456789": "acme"}))
+    assert parse_keys_file(as_json) == [("k3-abcdef-0123456789", "acme")]
+    tenants = Tenants.load(lines, env={"CHORUS_API_KEYS": "k4:x-0123456789abcdef:initech, k5-abcdef-0123456789:acme"})
+    assert tenants.authenticate("Bearer k4:x-0123456789abcdef") == "initech"
+    assert tenants.authenticate("bearer k2-abcdef-0123456789") == "globex"
+    for header in [None, "", "Bearer", "Basic k1-abcdef-0123456789", "Bearer wrong"]:
         with pytest.raises(Unauthorized):
             tenants.authenticate(header)
-    for bad in ["k1 ../etc", "k1 Acme", "only-a-key"]:
+    for bad in [
+        "k1-abcdef-0123456789 ../etc",
+        "k1-abcdef-0123456789 Acme",
+        "only-a-key",
+        "short acme",
+        "sha256:12 acme",
+    ]:
         lines.write_text(bad + "\n")
         with pytest.raises(ValueError):
             Tenants.load(lines, env={})
@@ -598,6 +630,17 @@ def test_ending_a_job_stops_its_training_within_seconds(tiny_base, new_voice_dat
         store.close()
 
 
+def test_server_figures_need_the_operators_key(tenants_app):
+    client, _ = tenants_app
+    for headers in [{}, ACME, {"Authorization": "Bearer wrong"}]:
+        assert client.get("/healthz", headers=headers).json() == {"status": "ok"}  # liveness only
+    detailed = client.get("/healthz", headers=OPERATOR).json()
+    assert detailed["tenancy"] == "keys" and "onboarding" in detailed and "resident_bytes" in detailed
+    assert_error(client.get("/metrics"), 401, "missing API key")
+    assert_error(client.get("/metrics", headers=ACME), 403, "operator")
+    assert "chorus_http_requests_total" in client.get("/metrics", headers=OPERATOR).text
+
+
 def test_cancel_route(tenants_app):
     client, store = tenants_app
     job_id = store.create_job("acme", "to-cancel", name="To cancel")
@@ -733,7 +776,8 @@ def test_concurrent_mixed_voices_and_metrics(live_server):
     assert server.batcher.stats.batch_sizes[16] == batches_before + 1
     for index, (_, content) in results.items():
         assert len(decode(content)[0]) > 0, index
-    metrics = urllib.request.urlopen(f"{live_server}/metrics", timeout=10).read().decode()
+    metrics_request = urllib.request.Request(f"{live_server}/metrics", headers=OPERATOR)
+    metrics = urllib.request.urlopen(metrics_request, timeout=10).read().decode()
     samples = {}
     for line in metrics.splitlines():
         if line and not line.startswith("#"):

@@ -102,3 +102,17 @@ def server_settings(
     if max_text_chars is not None:
         settings = dataclasses.replace(settings, max_text_chars=max_text_chars)
     return settings
+
+
+def serve_key(
+    tenant: str = typer.Argument(..., help="The tenant the key belongs to ('operator' also reads /metrics)."),
+) -> None:
+    """Make a new API key for TENANT: the key on stderr (give it to the tenant; it is shown once), the line
+    for the --keys file on stdout (only the key's SHA-256 digest), so `chorus serve-key ann >> keys.txt`."""
+    from chorus.serving.tenants import make_key
+
+    with user_errors():
+        key, line = make_key(tenant)
+    # Plain lines: a terminal-width wrap would break them.
+    typer.echo(f"API key for {tenant} (shown once, not stored): {key}", err=True)
+    typer.echo(line)

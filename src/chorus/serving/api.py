@@ -54,6 +54,7 @@ from chorus.serving.schemas import (
     ErrorBody,
     Health,
     Job,
+    Liveness,
     Onboarding,
     SpeechRequest,
     VoiceDeleted,
@@ -63,7 +64,7 @@ from chorus.serving.schemas import (
 from chorus.serving.server import VoiceServer
 from chorus.serving.settings import ServerSettings
 from chorus.serving.store import FINISHED_JOB, JobNotFound, JobStatus, VoiceConflict, VoiceNotFound, VoiceStore
-from chorus.serving.tenants import Tenants, check_bind
+from chorus.serving.tenants import OPERATOR_TENANT, Tenants, check_bind
 from chorus.serving.uploads import UploadError, UploadLimits, parse_transcripts, prepare_archive, prepare_clips
 from chorus.serving.voice_keys import resolve_voice_key
 from chorus.serving.worker import JobRunner, OnboardingJob
@@ -149,11 +150,24 @@ def create_app(
     add_error_handlers(app)
 
     # -- health and metrics
-    @app.get("/healthz", responses={200: {"model": Health}})
-    def healthz():
+    def is_operator(request: Request) -> bool:
+        """Whether the request may see server-wide figures: any request without keys configured, else
+        only the operator tenant's key (``tenants.OPERATOR_TENANT``)."""
+        if server.tenants.single_tenant:
+            return True
+        try:
+            return server.authenticate(request) == OPERATOR_TENANT
+        except ApiError:
+            return False
+
+    @app.get("/healthz", responses={200: {"model": Health | Liveness}})
+    def healthz(request: Request):
+        status = "ok" if server.started else "starting"
+        if not is_operator(request):
+            return Liveness(status=status).model_dump()
         stats = engine.stats()
         return Health(
-            status="ok" if server.started else "starting",
+            status=status,
             base_voices=len(engine.speakers),
             resident_voices=stats.resident_voices,
             resident_bytes=stats.resident_bytes,
@@ -161,8 +175,14 @@ def create_app(
             onboarding=Onboarding(queued=server.jobs.queued, running=server.jobs.running is not None),
         ).model_dump()
 
-    @app.get("/metrics")
-    def metrics():
+    @app.get("/metrics", responses={401: {"model": ErrorBody}, 403: {"model": ErrorBody}})
+    def metrics(request: Request):
+        if not server.tenants.single_tenant and server.authenticate(request) != OPERATOR_TENANT:
+            raise ApiError(
+                403,
+                f"/metrics needs the operator's key (tenant {OPERATOR_TENANT!r})",
+                type="permission_error",
+            )
         return Response(generate_latest(server.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     # -- speech

@@ -170,6 +170,12 @@ class Onboarding(BaseModel):
     running: bool
 
 
+class Liveness(BaseModel):
+    """``/healthz`` without the operator's key (when keys are configured): alive or not, nothing more."""
+
+    status: Literal["ok", "starting"]
+
+
 class Health(BaseModel):
     status: Literal["ok", "starting"]
     base_voices: int

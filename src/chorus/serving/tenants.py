@@ -8,6 +8,11 @@ environment variable ``CHORUS_API_KEYS``:
 * file, JSON: ``{"KEY": "TENANT", ...}`` or ``[{"key": "KEY", "tenant": "TENANT"}, ...]``;
 * ``CHORUS_API_KEYS="key1:tenant1,key2:tenant2"``.
 
+A key is at least :data:`MIN_KEY_LENGTH` characters. In a file it may be given as its digest,
+``sha256:<64 hex digits>`` (what ``chorus serve-key TENANT`` prints), so the file holds no secret.
+The tenant :data:`OPERATOR_TENANT` is the operator's: its key also reads ``/metrics`` and the detailed
+``/healthz``.
+
 Tenant names are store ids (``[a-z0-9][a-z0-9_-]{0,63}``). Keys are kept only as SHA-256 digests, so
 looking one up compares digests, not the secrets themselves.
 
@@ -22,6 +27,7 @@ import hashlib
 import ipaddress
 import json
 import os
+import secrets
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,7 +36,10 @@ from chorus.serving.store import InvalidId, check_id
 
 ENV_VAR = "CHORUS_API_KEYS"
 DEFAULT_TENANT = "default"
+MIN_KEY_LENGTH = 16  # a guessable key is no key; ``make_key`` gives 43 characters
 MAX_KEY_LENGTH = 512
+HASHED_PREFIX = "sha256:"
+OPERATOR_TENANT = "operator"
 
 
 class Unauthorized(Exception):
@@ -41,10 +50,26 @@ def _digest(key: str) -> bytes:
     return hashlib.sha256(key.encode("utf-8")).digest()
 
 
-def _check_key(key: str, where: str) -> str:
-    if not key or len(key) > MAX_KEY_LENGTH or any(c.isspace() for c in key) or not key.isprintable():
-        raise ValueError(f"{where}: an API key must be 1-{MAX_KEY_LENGTH} printable characters without spaces")
-    return key
+def _key_digest(key: str, where: str) -> bytes:
+    """The digest a key is kept as: of the key itself, or the one a ``sha256:HEX`` entry spells out."""
+    if key.startswith(HASHED_PREFIX):
+        hex_digest = key[len(HASHED_PREFIX) :]
+        if len(hex_digest) != 64 or any(c not in "0123456789abcdef" for c in hex_digest.lower()):
+            raise ValueError(f"{where}: a hashed key is '{HASHED_PREFIX}' and 64 hex digits")
+        return bytes.fromhex(hex_digest)
+    if not MIN_KEY_LENGTH <= len(key) <= MAX_KEY_LENGTH or any(c.isspace() for c in key) or not key.isprintable():
+        raise ValueError(
+            f"{where}: an API key must be {MIN_KEY_LENGTH}-{MAX_KEY_LENGTH} printable characters without spaces "
+            "(`chorus serve-key TENANT` makes one)"
+        )
+    return _digest(key)
+
+
+def make_key(tenant: str) -> tuple[str, str]:
+    """A new random key for ``tenant`` and its keys-file line (``sha256:HEX TENANT``, no secret in it)."""
+    check_id(tenant, "tenant")
+    key = secrets.token_urlsafe(32)
+    return key, f"{HASHED_PREFIX}{_digest(key).hex()} {tenant}"
 
 
 @dataclass
@@ -57,12 +82,11 @@ class Tenants:
     def from_pairs(cls, pairs: Iterable[tuple[str, str]], where: str = "keys") -> Tenants:
         tenants = cls()
         for key, tenant in pairs:
-            _check_key(key, where)
+            digest = _key_digest(key, where)
             try:
                 check_id(tenant, "tenant")
             except InvalidId as error:
                 raise ValueError(f"{where}: {error}") from None
-            digest = _digest(key)
             if tenants._by_digest.get(digest, tenant) != tenant:
                 raise ValueError(f"{where}: one API key is given to two tenants")
             tenants._by_digest[digest] = tenant
