@@ -3,6 +3,7 @@ load, pickle refusal, id validation, tenant isolation, jobs, and recovery after 
 
 from __future__ import annotations
 
+import errno
 import shutil
 import signal
 import sqlite3
@@ -13,6 +14,7 @@ import uuid
 from pathlib import Path
 
 import fsspec
+import fsspec.implementations.memory
 import pytest
 import torch
 
@@ -33,6 +35,7 @@ from chorus.serving.store import (
     InvalidId,
     JobNotFound,
     JobStatus,
+    StoreUnavailable,
     VoiceConflict,
     VoiceCorrupted,
     VoiceNotFound,
@@ -352,3 +355,31 @@ def test_close_checkpoints_the_log_into_the_database_file(tmp_path, voice_folder
         assert [row[0] for row in db.execute("SELECT id FROM jobs")] == [job_id]
     finally:
         db.close()
+
+
+class FullMemoryFileSystem(fsspec.implementations.memory.MemoryFileSystem):
+    """An object store that has run out of space: every write fails as a full disk does."""
+
+    protocol = "fullmem"
+
+    def pipe_file(self, path, value, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device", path)
+
+
+def test_a_store_that_cannot_be_written_is_one_clear_error_at_start_up(tmp_path):
+    fsspec.register_implementation("fullmem", FullMemoryFileSystem, clobber=True)
+    with pytest.raises(StoreUnavailable, match=r"fullmem://voices: .*cannot be opened for writing .*No space left"):
+        VoiceStore("fullmem://voices", db_path=str(tmp_path / "store.sqlite3"))
+    blocked = tmp_path / "a-file"
+    blocked.write_text("not a folder")
+    with pytest.raises(StoreUnavailable, match="cannot be opened for writing"):
+        VoiceStore(str(blocked / "store"))
+    # `chorus serve` says it in one line, with no traceback.
+    from typer.testing import CliRunner
+
+    from chorus.cli import app
+
+    result = CliRunner().invoke(app, ["serve", "--store", str(blocked / "store")])
+    assert result.exit_code == 2, result.output  # the CLI's exit status for bad input
+    message = " ".join(result.output.split())
+    assert "cannot be opened for writing" in message and "Traceback" not in result.output

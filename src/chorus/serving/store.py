@@ -84,6 +84,10 @@ class InvalidId(ValueError):
     """A tenant or voice id outside ``[a-z0-9][a-z0-9_-]{0,63}`` (so never a path, a dot or a slash)."""
 
 
+class StoreUnavailable(OSError):
+    """The store cannot be opened for writing (read-only, full, missing); the message says which store."""
+
+
 class VoiceNotFound(KeyError):
     """No such voice for this tenant (whether or not another tenant has one of that id)."""
 
@@ -206,15 +210,32 @@ class VoiceStore:
             if not self.local:
                 raise ValueError(f"{root_url}: SQLite needs local disk; pass db_path for a remote voice root")
             db_path = os.path.join(self.root, "store.sqlite3")
-        self.fs.makedirs(self.root, exist_ok=True)
-        Path(db_path).parent.mkdir(parents=True, exist_ok=True)
         self.cache_dir = Path(cache_dir) if cache_dir else Path(db_path).parent / "voice-cache"
         # One connection behind a lock: metadata operations are tiny, and blob transfers run outside it.
         self._lock = threading.RLock()
         self._download_locks: dict[tuple[str, str], threading.Lock] = {}
+        self._closed = False
+        self._db: sqlite3.Connection | None = None
+        try:
+            self._open(db_path)
+        except (OSError, sqlite3.Error) as error:
+            if self._db is not None:
+                self._db.close()
+            raise StoreUnavailable(
+                f"{root_url}: the voice store cannot be opened for writing ({error}); check that it exists, "
+                "is writable and has free space"
+            ) from None
+
+    def _open(self, db_path: str) -> None:
+        """Make the folders, write and remove a probe file in the voice root (a read-only or full root
+        fails here, not at the first upload), then open the database and its schema."""
+        self.fs.makedirs(self.root, exist_ok=True)
+        Path(db_path).parent.mkdir(parents=True, exist_ok=True)
+        probe = f"{self.root}/.write-probe-{uuid.uuid4().hex}"
+        self.fs.pipe_file(probe, b"chorus")
+        self.fs.rm_file(probe)
         self._db = sqlite3.connect(db_path, check_same_thread=False, isolation_level=None, timeout=30.0)
         self._db.row_factory = sqlite3.Row
-        self._closed = False
         self._db.execute("PRAGMA journal_mode=WAL")
         version = self._db.execute("PRAGMA user_version").fetchone()[0]
         if version > SCHEMA_VERSION:
