@@ -831,3 +831,36 @@ def test_no_route_answers_a_server_error(fuzzed_app):
         never_a_server_error()
     print(f"{len(calls)} generated requests, statuses {sorted(set(calls))}")
     assert len(calls) >= 5 * EXAMPLES_PER_ROUTE // 2
+
+
+def test_a_store_that_turns_read_only_answers_503_and_keeps_serving(tiny_base, adapter_folders, tmp_path):
+    app, store = make_app(tiny_base, tmp_path / "store", KEYS)
+    store.put_voice("acme", "ann", adapter_folders["ann"])
+    with TestClient(app) as client:
+        assert client.get("/healthz", headers=OPERATOR).json()["status"] == "ok"
+        # The database turns read-only under the running server (a remount, a full disk): SQLite's own
+        # refusal, through a read-only connection to the same file.
+        writable = store._db
+        store._db = sqlite3.connect(
+            f"file:{tmp_path / 'store' / 'store.sqlite3'}?mode=ro",
+            uri=True,
+            check_same_thread=False,
+            isolation_level=None,
+        )
+        store._db.row_factory = sqlite3.Row
+        try:
+            refused = client.delete("/v1/voices/ann", headers=ACME)
+            assert_error(refused, 503, "cannot take writes right now")
+            assert refused.headers["Retry-After"] == "30"
+            health = client.get("/healthz", headers=OPERATOR).json()
+            assert health["status"] == "degraded" and "readonly" in health["store_problem"]
+            assert client.get("/healthz").json() == {"status": "degraded"}
+            # Reads keep working, and nothing was half-done: ann is still there and speaks.
+            listed = client.get("/v1/voices", headers=ACME).json()["data"]
+            assert any(v["id"] == "ann" and v.get("status") == "ready" for v in listed), listed
+            assert speak(client, voice="ann").status_code == 200
+        finally:
+            store._db.close()
+            store._db = writable
+        assert client.get("/healthz", headers=OPERATOR).json()["status"] == "ok"
+        assert client.delete("/v1/voices/ann", headers=ACME).status_code == 200

@@ -162,12 +162,14 @@ def create_app(
 
     @app.get("/healthz", responses={200: {"model": Health | Liveness}})
     def healthz(request: Request):
-        status = "ok" if server.started else "starting"
+        problem = store.write_problem() if server.started else None
+        status = "starting" if not server.started else "degraded" if problem else "ok"
         if not is_operator(request):
             return Liveness(status=status).model_dump()
         stats = engine.stats()
         return Health(
             status=status,
+            store_problem=problem,
             base_voices=len(engine.speakers),
             resident_voices=stats.resident_voices,
             resident_bytes=stats.resident_bytes,

@@ -7,7 +7,10 @@ route, a failed validation, a bug) such a body, never a stack trace.
 
 from __future__ import annotations
 
+import errno
 import logging
+import os
+import sqlite3
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -109,8 +112,23 @@ def synthesis_error(error: BaseException, voice: str) -> ApiError:
     return ApiError(500, "synthesis failed (see the server log)", type="server_error")
 
 
+# What a full, read-only or vanished disk raises: SQLite's messages and the errno of file writes.
+_SQLITE_STORAGE = ("readonly", "read-only", "disk is full", "disk i/o error", "unable to open")
+_STORAGE_ERRNOS = {errno.ENOSPC, errno.EROFS, errno.EDQUOT, errno.EACCES, errno.EPERM, errno.EIO}
+
+
+def storage_fault(error: BaseException) -> str | None:
+    """The storage problem ``error`` is (read-only, full, I/O), or None for any other error."""
+    if isinstance(error, sqlite3.OperationalError) and any(m in str(error).lower() for m in _SQLITE_STORAGE):
+        return f"database: {error}"
+    if isinstance(error, OSError) and error.errno in _STORAGE_ERRNOS:
+        return f"files: {os.strerror(error.errno)}"
+    return None
+
+
 def add_error_handlers(app: FastAPI) -> None:
-    """Every error ``app`` meets becomes an OpenAI-shaped JSON body."""
+    """Every error ``app`` meets becomes an OpenAI-shaped JSON body; a storage fault is a 503 (the
+    store cannot take writes; reads go on)."""
 
     @app.exception_handler(ApiError)
     async def api_error(request: Request, error: ApiError):
@@ -140,6 +158,24 @@ def add_error_handlers(app: FastAPI) -> None:
     async def validation_error(request: Request, error: RequestValidationError):
         parts = [f"{'.'.join(str(p) for p in e.get('loc', ())[1:]) or 'body'}: {e.get('msg')}" for e in error.errors()]
         return error_response(400, "; ".join(parts)[:500] or "invalid request")
+
+    # Registered for the error types themselves (not left to the catch-all), so the answer is a plain
+    # response: the catch-all runs where the server also re-raises the error.
+    @app.exception_handler(sqlite3.OperationalError)
+    @app.exception_handler(OSError)
+    async def storage_error(request: Request, error: Exception):
+        fault = storage_fault(error)
+        if fault is None:
+            log.error("unhandled error in %s %s", request.method, request.url.path, exc_info=error)
+            return error_response(500, "internal server error (logged on the server)", "server_error")
+        log.warning("storage fault in %s %s: %s", request.method, request.url.path, fault)
+        return error_response(
+            503,
+            f"the voice store cannot take writes right now ({fault}); reading and speaking still work, try again later",
+            "server_error",
+            code="storage_unavailable",
+            headers={"Retry-After": "30"},
+        )
 
     @app.exception_handler(Exception)
     async def internal_error(request: Request, error: Exception):

@@ -171,13 +171,15 @@ class Onboarding(BaseModel):
 
 
 class Liveness(BaseModel):
-    """``/healthz`` without the operator's key (when keys are configured): alive or not, nothing more."""
+    """``/healthz`` without the operator's key (when keys are configured): alive or not, nothing more.
+    ``degraded``: serving, but the store cannot take writes."""
 
-    status: Literal["ok", "starting"]
+    status: Literal["ok", "starting", "degraded"]
 
 
 class Health(BaseModel):
-    status: Literal["ok", "starting"]
+    status: Literal["ok", "starting", "degraded"]
+    store_problem: str | None = None  # why the store cannot take writes, when degraded
     base_voices: int
     resident_voices: int
     resident_bytes: int

@@ -545,6 +545,20 @@ class VoiceStore:
                 report.interrupted_jobs.append(row["id"])
         return report
 
+    def write_problem(self) -> str | None:
+        """Why the store cannot take writes now (None when it can): a probe file written to and removed
+        from the voice root, and a write to the database rolled back. For ``/healthz``."""
+        try:
+            probe = f"{self.root}/.write-probe-{uuid.uuid4().hex}"
+            self.fs.pipe_file(probe, b"chorus")
+            self.fs.rm_file(probe)
+            with self._transaction() as db:
+                db.execute("CREATE TEMP TABLE IF NOT EXISTS write_probe (x)")
+                db.execute("PRAGMA user_version = " + str(SCHEMA_VERSION))  # writes the database file's header
+        except (OSError, sqlite3.Error) as error:
+            return str(error)[:200]
+        return None
+
     # -- internals ---------------------------------------------------------------------------------
 
     @contextmanager
