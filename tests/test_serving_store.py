@@ -383,3 +383,35 @@ def test_a_store_that_cannot_be_written_is_one_clear_error_at_start_up(tmp_path)
     assert result.exit_code == 2, result.output  # the CLI's exit status for bad input
     message = " ".join(result.output.split())
     assert "cannot be opened for writing" in message and "Traceback" not in result.output
+
+
+def test_verify_finds_corrupt_voices_and_orphan_folders(store, voice_folder):
+    store.put_voice("acme", "ann", voice_folder)
+    store.put_voice("acme", "bob", voice_folder)
+    store.put_voice("globex", "cat", voice_folder)
+    assert store.verify().checked == 3 and store.verify().ok
+    corrupt(store, f"{store.root}/acme/bob/adapter_model.safetensors")
+    store.fs.makedirs(f"{store.root}/acme/ghost", exist_ok=True)
+    store.fs.pipe_file(f"{store.root}/acme/ghost/adapter_model.safetensors", b"left by a crash or a copy")
+    report = store.verify()
+    assert report.checked == 3 and not report.ok
+    assert report.corrupt == [("acme", "bob", "files differ from their marker: adapter_model.safetensors")]
+    assert len(report.orphan_folders) == 1 and report.orphan_folders[0].endswith("/acme/ghost")
+    assert store.recover().orphan_folders == report.orphan_folders  # start-up reports them, keeps them
+    assert store.fs.exists(f"{store.root}/acme/ghost/adapter_model.safetensors")
+
+
+def test_store_verify_command(tmp_path, voice_folder):
+    from typer.testing import CliRunner
+
+    from chorus.cli import app
+
+    root = tmp_path / "store"
+    with VoiceStore(str(root)) as store:
+        store.put_voice("acme", "ann", voice_folder)
+    clean = CliRunner().invoke(app, ["store", "verify", str(root)])
+    assert clean.exit_code == 0 and "1 ready voice(s) checked" in clean.output and "no corrupt voice" in clean.output
+    (root / "acme" / "ghost").mkdir()
+    (root / "acme" / "ghost" / "README.md").write_text("orphan")
+    found = CliRunner().invoke(app, ["store", "verify", str(root)])
+    assert found.exit_code == 1 and "orphan folder" in found.output and "ghost" in found.output

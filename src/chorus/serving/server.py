@@ -65,6 +65,12 @@ class VoiceServer:
         report = self.store.recover()
         if any(dataclasses.asdict(report).values()):
             log.warning("store recovery: %s", report)
+        if report.orphan_folders:
+            log.warning(
+                "%d voice folder(s) that no record lists, left as they are (`chorus store verify` lists them): %s",
+                len(report.orphan_folders),
+                ", ".join(report.orphan_folders[:5]),
+            )
         self.jobs.start()
         self.jobs.resume()
         self.started = True

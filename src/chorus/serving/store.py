@@ -149,6 +149,20 @@ class RecoveryReport:
     restored_voices: list[tuple[str, str]] = field(default_factory=list)  # committed, not yet marked ready
     finished_deletes: list[tuple[str, str]] = field(default_factory=list)
     removed_uploads: list[str] = field(default_factory=list)  # temporary prefixes
+    orphan_folders: list[str] = field(default_factory=list)  # voice folders no record lists (left as they are)
+
+
+@dataclass
+class VerifyReport:
+    """What ``VoiceStore.verify`` found; it changes nothing."""
+
+    checked: int = 0  # ready voices whose files were read and hashed
+    corrupt: list[tuple[str, str, str]] = field(default_factory=list)  # (tenant, voice id, what is wrong)
+    orphan_folders: list[str] = field(default_factory=list)  # voice folders no record lists
+
+    @property
+    def ok(self) -> bool:
+        return not self.corrupt and not self.orphan_folders
 
 
 @dataclass(frozen=True)
@@ -527,6 +541,7 @@ class VoiceStore:
                 if manifest is None or manifest[WEIGHTS_FILE].sha256 != voice.sha256:
                     self._set_failed(*key, "its stored folder has no valid commit marker")
                     report.failed_voices.append(key)
+        report.orphan_folders = self._orphan_folders(voices)
         now = time.time()
         with self._transaction() as db:
             rows = db.execute(
@@ -544,6 +559,43 @@ class VoiceStore:
                 )
                 report.interrupted_jobs.append(row["id"])
         return report
+
+    def verify(self) -> VerifyReport:
+        """Check every ready voice's files against its commit marker and the record's checksum, and find
+        voice folders no record lists (``chorus store verify``). Reads only; safe while serving."""
+        report = VerifyReport()
+        with self._lock:
+            voices = [_voice_record(row) for row in self._db.execute("SELECT * FROM voices").fetchall()]
+        for voice in voices:
+            if voice.status != VoiceStatus.READY:
+                continue
+            report.checked += 1
+            blob = self._blob(voice.tenant, voice.voice_id)
+            manifest = self._read_marker(blob)
+            if manifest is None:
+                report.corrupt.append((voice.tenant, voice.voice_id, "no valid commit marker (folder missing?)"))
+            elif manifest[WEIGHTS_FILE].sha256 != voice.sha256:
+                report.corrupt.append((voice.tenant, voice.voice_id, "weights differ from the record's checksum"))
+            elif bad := _mismatches(self.fs, blob, manifest):
+                report.corrupt.append(
+                    (voice.tenant, voice.voice_id, f"files differ from their marker: {', '.join(bad)}")
+                )
+        report.orphan_folders = self._orphan_folders(voices)
+        return report
+
+    def _orphan_folders(self, voices: list[VoiceRecord]) -> list[str]:
+        """Voice folders (``<root>/<tenant>/<id>``) that no record lists, as URLs."""
+        known = {(v.tenant, v.voice_id) for v in voices}
+        orphans = []
+        for tenant_path in _subpaths(self.fs, self.root):
+            tenant = _basename(tenant_path)
+            if not ID_PATTERN.fullmatch(tenant) or not self.fs.isdir(tenant_path):
+                continue
+            for entry in _subpaths(self.fs, tenant_path):
+                name = _basename(entry)
+                if ID_PATTERN.fullmatch(name) and (tenant, name) not in known:
+                    orphans.append(self.fs.unstrip_protocol(entry))
+        return sorted(orphans)
 
     def write_problem(self) -> str | None:
         """Why the store cannot take writes now (None when it can): a probe file written to and removed
