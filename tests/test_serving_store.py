@@ -415,3 +415,35 @@ def test_store_verify_command(tmp_path, voice_folder):
     (root / "acme" / "ghost" / "README.md").write_text("orphan")
     found = CliRunner().invoke(app, ["store", "verify", str(root)])
     assert found.exit_code == 1 and "orphan folder" in found.output and "ghost" in found.output
+
+
+def test_backup_while_writing_is_a_consistent_store(store, voice_folder, tmp_path):
+    for name in ("ann", "bob"):
+        store.put_voice("acme", name, voice_folder)
+    writer_done = threading.Event()
+
+    def keep_writing():
+        for k in range(6):
+            store.put_voice("globex", f"v{k}", voice_folder)
+        store.delete_voice("acme", "bob")
+        writer_done.set()
+
+    writer = threading.Thread(target=keep_writing)
+    writer.start()
+    copied, gone = store.backup(tmp_path / "backup")
+    writer.join(60)
+    assert writer_done.is_set() and copied >= 2 - len(gone)
+    with VoiceStore(str(tmp_path / "backup")) as restored:
+        report = restored.verify()
+        assert report.ok and report.checked == copied, report  # every listed voice is whole, nothing extra
+        assert (restored.get_voice("acme", "ann") / "adapter_model.safetensors").is_file()
+    with pytest.raises(ValueError, match="must be new or empty"):
+        store.backup(tmp_path / "backup")
+    # The command line does the same.
+    if store.local:
+        from typer.testing import CliRunner
+
+        from chorus.cli import app
+
+        result = CliRunner().invoke(app, ["store", "backup", store.root, str(tmp_path / "second")])
+        assert result.exit_code == 0 and "voice(s) copied" in result.output, result.output

@@ -32,3 +32,20 @@ def verify(
     if not report.ok:
         raise typer.Exit(1)
     console.print("no corrupt voice, no orphan folder")
+
+
+@store_app.command()
+def backup(
+    store: str = typer.Argument(..., help="The voice store: a folder or an fsspec URL."),
+    destination: str = typer.Argument(..., help="A new local folder for the copy (it opens as a store)."),
+    db: str | None = typer.Option(None, help="Its SQLite file, for a store on an object store."),
+) -> None:
+    """Copy a store, consistently while its server runs: the database through SQLite's online backup, then
+    every voice ready in that snapshot, each checked against its commit marker."""
+    from chorus.serving.store import VoiceStore
+
+    with user_errors(), VoiceStore(store, db) as voices:
+        copied, gone = voices.backup(destination)
+    console.print(f"{copied} voice(s) copied to {destination}")
+    for tenant, voice_id in gone:
+        console.print(f"left out {tenant}/{voice_id}: deleted while the backup ran")

@@ -560,6 +560,45 @@ class VoiceStore:
                 report.interrupted_jobs.append(row["id"])
         return report
 
+    def backup(self, destination: str | os.PathLike) -> tuple[int, list[tuple[str, str]]]:
+        """Copy the store into the new local folder ``destination``, consistently while it serves: the
+        database through SQLite's online backup (one snapshot), then the files of every voice ready in
+        that snapshot, each checked against its commit marker. ``destination`` opens as a store itself.
+        Returns (voices copied, voices deleted before their files were copied: left out of the copy)."""
+        destination = Path(destination)
+        if destination.exists() and any(destination.iterdir()):
+            raise ValueError(f"{destination}: the backup folder must be new or empty")
+        destination.mkdir(parents=True, exist_ok=True)
+        copy = sqlite3.connect(destination / "store.sqlite3", isolation_level=None)
+        try:
+            with self._lock:
+                self._db.backup(copy)
+            copy.row_factory = sqlite3.Row
+            ready = [
+                _voice_record(r) for r in copy.execute("SELECT * FROM voices WHERE status=?", (VoiceStatus.READY,))
+            ]
+            copied, gone = 0, []
+            for voice in ready:
+                blob = self._blob(voice.tenant, voice.voice_id)
+                manifest = self._read_marker(blob)
+                target = destination / voice.tenant / voice.voice_id
+                target.mkdir(parents=True)
+                try:
+                    for file in [*(manifest or {}), MARKER_FILE]:
+                        self.fs.get_file(f"{blob}/{file}", str(target / file))
+                except FileNotFoundError:
+                    manifest = None
+                if manifest is None or _mismatches(_LOCAL, str(target), manifest):
+                    shutil.rmtree(target)  # deleted (or replaced) while the backup ran
+                    copy.execute("DELETE FROM voices WHERE tenant=? AND id=?", (voice.tenant, voice.voice_id))
+                    gone.append((voice.tenant, voice.voice_id))
+                else:
+                    copied += 1
+            copy.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        finally:
+            copy.close()
+        return copied, gone
+
     def verify(self) -> VerifyReport:
         """Check every ready voice's files against its commit marker and the record's checksum, and find
         voice folders no record lists (``chorus store verify``). Reads only; safe while serving."""
