@@ -447,3 +447,37 @@ def test_backup_while_writing_is_a_consistent_store(store, voice_folder, tmp_pat
 
         result = CliRunner().invoke(app, ["store", "backup", store.root, str(tmp_path / "second")])
         assert result.exit_code == 0 and "voice(s) copied" in result.output, result.output
+
+
+def test_repair_adopts_whole_orphans_and_quarantines_the_rest(store, voice_folder):
+    store.put_voice("acme", "ann", voice_folder, name="Ann")
+    # A whole voice folder no record lists (a restored copy, a lost database row) and a broken one.
+    store.fs.copy(f"{store.root}/acme/ann", f"{store.root}/acme/twin", recursive=True)
+    store.fs.makedirs(f"{store.root}/globex/junk", exist_ok=True)
+    store.fs.pipe_file(f"{store.root}/globex/junk/adapter_model.safetensors", b"half a file")
+    assert len(store.verify().orphan_folders) == 2
+    report = store.repair()
+    assert report.adopted == [("acme", "twin")]
+    assert len(report.quarantined) == 1 and "/.quarantine/globex/junk-" in report.quarantined[0]
+    assert store.voice("acme", "twin").status == VoiceStatus.READY
+    assert (store.get_voice("acme", "twin") / "adapter_model.safetensors").is_file()
+    after = store.verify()
+    assert after.ok and after.checked == 2  # nothing orphaned left, and nothing deleted:
+    assert store.fs.exists(report.quarantined[0] + "/adapter_model.safetensors")
+    assert store.repair().adopted == [] and store.repair().quarantined == []
+
+
+def test_store_repair_command(tmp_path, voice_folder):
+    from typer.testing import CliRunner
+
+    from chorus.cli import app
+
+    root = tmp_path / "store"
+    with VoiceStore(str(root)) as store:
+        store.put_voice("acme", "ann", voice_folder)
+    (root / "acme" / "junk").mkdir()
+    (root / "acme" / "junk" / "README.md").write_text("no marker")
+    result = CliRunner().invoke(app, ["store", "repair", str(root)])
+    assert result.exit_code == 0 and "quarantined" in result.output, result.output
+    assert (root / ".quarantine" / "acme").is_dir() and not (root / "acme" / "junk").exists()
+    assert "nothing to repair" in CliRunner().invoke(app, ["store", "repair", str(root)]).output

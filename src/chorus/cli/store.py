@@ -49,3 +49,22 @@ def backup(
     console.print(f"{copied} voice(s) copied to {destination}")
     for tenant, voice_id in gone:
         console.print(f"left out {tenant}/{voice_id}: deleted while the backup ran")
+
+
+@store_app.command()
+def repair(
+    store: str = typer.Argument(..., help="The voice store: a folder or an fsspec URL."),
+    db: str | None = typer.Option(None, help="Its SQLite file, for a store on an object store."),
+) -> None:
+    """Deal with voice folders no record lists, deleting none: one whose commit marker and files check out
+    becomes a ready voice again; any other moves to the store's .quarantine folder. Stop the server first."""
+    from chorus.serving.store import VoiceStore
+
+    with user_errors(), VoiceStore(store, db) as voices:
+        report = voices.repair()
+    for tenant, voice_id in report.adopted:
+        console.print(f"adopted {tenant}/{voice_id}: its files check out, it is a ready voice again")
+    for folder in report.quarantined:
+        console.print(f"quarantined: {folder}")
+    if not report.adopted and not report.quarantined:
+        console.print("no orphan folder: nothing to repair")

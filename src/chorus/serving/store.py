@@ -51,6 +51,7 @@ from chorus.atomic import atomic_write_folder
 
 ID_PATTERN = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
 MARKER_FILE = "COMMITTED.json"
+QUARANTINE_DIR = ".quarantine"  # under the root: folders `chorus store repair` set aside
 MARKER_FORMAT = "chorus-voice-blob"
 UPLOAD_PREFIX = ".upload-"
 # Everything a voice folder may hold. Weights are only ever safetensors: a pickle (.bin, .pt, ...)
@@ -163,6 +164,14 @@ class VerifyReport:
     @property
     def ok(self) -> bool:
         return not self.corrupt and not self.orphan_folders
+
+
+@dataclass
+class RepairReport:
+    """What ``VoiceStore.repair`` did with the voice folders no record listed."""
+
+    adopted: list[tuple[str, str]] = field(default_factory=list)  # (tenant, voice id), now ready voices
+    quarantined: list[str] = field(default_factory=list)  # where each other folder was moved
 
 
 @dataclass(frozen=True)
@@ -622,19 +631,63 @@ class VoiceStore:
         report.orphan_folders = self._orphan_folders(voices)
         return report
 
-    def _orphan_folders(self, voices: list[VoiceRecord]) -> list[str]:
-        """Voice folders (``<root>/<tenant>/<id>``) that no record lists, as URLs."""
+    def repair(self) -> RepairReport:
+        """Deal with every voice folder no record lists, deleting none (``chorus store repair``): one whose
+        commit marker and files check out is adopted as a ready voice, named from its voice card; any other
+        is moved to ``<root>/.quarantine/<tenant>/<id>-<time>``. Run while no server writes to the store."""
+        with self._lock:
+            voices = [_voice_record(row) for row in self._db.execute("SELECT * FROM voices").fetchall()]
+        report = RepairReport()
+        for tenant, voice_id, path in self._orphans(voices):
+            manifest = self._read_marker(path)
+            if manifest is not None and not _mismatches(self.fs, path, manifest):
+                try:
+                    card = json.loads(self.fs.cat_file(f"{path}/{CARD_FILE}"))
+                except (FileNotFoundError, ValueError):
+                    card = {}
+                card = card if isinstance(card, dict) else {}
+                now = time.time()
+                with self._transaction() as db:
+                    db.execute(
+                        "INSERT INTO voices VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, NULL)",
+                        (
+                            tenant,
+                            voice_id,
+                            str(card.get("name") or voice_id)[:100],
+                            VoiceStatus.READY,
+                            now,
+                            now,
+                            self.fs.unstrip_protocol(path),
+                            manifest[WEIGHTS_FILE].sha256,
+                            sum(d.size for d in manifest.values()),
+                            "+".join(card.get("methods") or []) or None,
+                        ),
+                    )
+                report.adopted.append((tenant, voice_id))
+            else:
+                target = f"{self.root}/{QUARANTINE_DIR}/{tenant}/{voice_id}-{int(time.time())}"
+                self.fs.makedirs(target.rsplit("/", 1)[0], exist_ok=True)
+                self.fs.mv(path, target, recursive=True)
+                report.quarantined.append(self.fs.unstrip_protocol(target))
+        return report
+
+    def _orphans(self, voices: list[VoiceRecord]) -> list[tuple[str, str, str]]:
+        """(tenant, voice id, path) of the voice folders (``<root>/<tenant>/<id>``) no record lists."""
         known = {(v.tenant, v.voice_id) for v in voices}
         orphans = []
         for tenant_path in _subpaths(self.fs, self.root):
             tenant = _basename(tenant_path)
             if not ID_PATTERN.fullmatch(tenant) or not self.fs.isdir(tenant_path):
-                continue
+                continue  # the SQLite files, the quarantine
             for entry in _subpaths(self.fs, tenant_path):
                 name = _basename(entry)
                 if ID_PATTERN.fullmatch(name) and (tenant, name) not in known:
-                    orphans.append(self.fs.unstrip_protocol(entry))
+                    orphans.append((tenant, name, entry))
         return sorted(orphans)
+
+    def _orphan_folders(self, voices: list[VoiceRecord]) -> list[str]:
+        """The orphan voice folders as URLs."""
+        return [self.fs.unstrip_protocol(path) for _, _, path in self._orphans(voices)]
 
     def write_problem(self) -> str | None:
         """Why the store cannot take writes now (None when it can): a probe file written to and removed
