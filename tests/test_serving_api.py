@@ -6,6 +6,7 @@ restart, concurrent mixed-voice load through the batcher, Prometheus metrics, an
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import io
 import json
@@ -35,6 +36,7 @@ from chorus.adapters.speaker import SpeakerConfig  # noqa: E402
 from chorus.models.bundle import load_bundle
 from chorus.serving.api import create_app  # noqa: E402
 from chorus.serving.engine import Engine  # noqa: E402
+from chorus.serving.quotas import TenantLimits  # noqa: E402
 from chorus.serving.settings import AdaptRecipe, ServerSettings  # noqa: E402
 from chorus.serving.store import JobStatus, VoiceStatus, VoiceStore  # noqa: E402
 from chorus.serving.tenants import (  # noqa: E402
@@ -68,6 +70,7 @@ LIMITS = UploadLimits(max_upload_bytes=8 << 20, max_clips=40)
 SETTINGS = ServerSettings(
     max_wait_ms=20,
     upload=LIMITS,
+    limits=TenantLimits(requests_per_minute=100_000, active_jobs=100),  # the limits have their own tests
     progress_interval=0.2,
     adapt=AdaptRecipe(method="lora", steps=4, threads=1, options={"eval_every": 2, "max_frames": 1500}),
 )
@@ -864,3 +867,26 @@ def test_a_store_that_turns_read_only_answers_503_and_keeps_serving(tiny_base, a
             store._db = writable
         assert client.get("/healthz", headers=OPERATOR).json()["status"] == "ok"
         assert client.delete("/v1/voices/ann", headers=ACME).status_code == 200
+
+
+def test_limits_per_tenant_answer_429(tiny_base, adapter_folders, tmp_path):
+    settings = dataclasses.replace(SETTINGS, limits=TenantLimits(requests_per_minute=3, active_jobs=1, voices=2))
+    app, store = make_app(tiny_base, tmp_path / "store", KEYS, settings)
+    store.put_voice("acme", "ann", adapter_folders["ann"])
+    with TestClient(app) as client:
+        for _ in range(3):
+            assert client.get("/v1/voices", headers=ACME).status_code == 200
+        limited = client.get("/v1/voices", headers=ACME)
+        assert_error(limited, 429, "over 3 requests a minute")
+        assert 1 <= int(limited.headers["Retry-After"]) <= 20
+        assert client.get("/v1/voices", headers=GLOBEX).status_code == 200  # another tenant's own budget
+        upload = {"data": {"name": "X"}, "files": [("clips", ("a.wav", b"x", "audio/wav"))]}
+        store.create_job("globex", "pending", name="Pending")  # globex has one job queued already
+        busy = client.post("/v1/voices", headers=GLOBEX, **upload)
+        assert_error(busy, 429, "1 of your onboarding jobs are queued or running (at most 1)")
+        assert busy.headers["Retry-After"] == "60"
+        store.put_voice("globex", "one", adapter_folders["ann"])
+        store.put_voice("globex", "two", adapter_folders["bob"])
+        with store._transaction() as db:  # the queued job ends, so only the voice count stands in the way
+            db.execute("UPDATE jobs SET status='failed' WHERE tenant='globex'")
+        assert_error(client.post("/v1/voices", headers=GLOBEX, **upload), 429, "delete some to make room")

@@ -46,6 +46,7 @@ from chorus.serving.errors import ApiError, add_error_handlers, synthesis_error,
 from chorus.serving.json_body import BodyError, loads_bounded
 from chorus.serving.metrics import MetricsMiddleware
 from chorus.serving.page import add_web_page
+from chorus.serving.quotas import check_onboarding
 from chorus.serving.schemas import (
     CONTENT_TYPES,
     BaseVoice,
@@ -279,6 +280,7 @@ def create_app(
     @app.post("/v1/voices", status_code=202, responses={202: {"model": CreatedJob}, **_ERRORS})
     async def create_voice(request: Request):
         tenant = server.authenticate(request)
+        check_onboarding(store, tenant, settings.limits, server.jobs.queued)
         limits = settings.upload
         content_type = request.headers.get("content-type", "")
         if not content_type.lower().startswith("multipart/form-data"):

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from chorus.serving.quotas import TenantLimits
 from chorus.serving.store import VoiceStore
 from chorus.serving.uploads import UploadLimits
 
@@ -41,6 +42,7 @@ class ServerSettings:
     max_batch: int = 16
     max_wait_ms: float = 5.0
     upload: UploadLimits = field(default_factory=UploadLimits)
+    limits: TenantLimits = field(default_factory=TenantLimits)
     adapt: AdaptRecipe = field(default_factory=AdaptRecipe)
     jobs_dir: Path | None = None  # default: see :func:`jobs_dir`
     progress_interval: float = 1.0  # least seconds between two progress writes of a running job

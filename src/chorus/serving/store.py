@@ -501,6 +501,15 @@ class VoiceStore:
             raise JobNotFound(f"no job {job_id!r}")
         return _job_record(row)
 
+    def active_jobs(self, tenant: str) -> int:
+        """How many of ``tenant``'s onboarding jobs are queued or running."""
+        with self._lock:
+            row = self._db.execute(
+                f"SELECT COUNT(*) FROM jobs WHERE tenant=? AND status IN ({_placeholders(ACTIVE_JOB)})",
+                (tenant, *ACTIVE_JOB),
+            ).fetchone()
+        return int(row[0])
+
     def interrupted_jobs(self) -> list[JobRecord]:
         """Jobs of every tenant cut short by a dead process, oldest first, for the server to resume."""
         with self._lock:
