@@ -48,24 +48,26 @@ class RateLimiter:
             if tokens < 1.0:
                 self._buckets[tenant] = (tokens, now)
                 wait = max(1, math.ceil((1.0 - tokens) / rate))
-                raise ApiError(
-                    429,
-                    f"over {self.per_minute} requests a minute for this key; retry in {wait} s",
-                    type="rate_limit_error",
-                    code="rate_limit_exceeded",
-                    headers={"Retry-After": str(wait)},
-                )
+                raise _busy(f"over {self.per_minute} requests a minute for this key", wait, "rate_limit_exceeded")
             self._buckets[tenant] = (tokens - 1.0, now)
 
 
 def check_onboarding(store: VoiceStore, tenant: str, limits: TenantLimits, queued_here: int) -> None:
     """Refuse a new onboarding job over ``tenant``'s limits or the server's queue (``ApiError`` 429)."""
     if queued_here >= limits.queued_jobs:
-        raise _busy(f"{queued_here} onboarding jobs are waiting on this server (at most {limits.queued_jobs})", 60)
+        raise _busy(
+            f"{queued_here} onboarding jobs are waiting on this server (at most {limits.queued_jobs})",
+            60,
+            "too_many_jobs",
+        )
     active = store.active_jobs(tenant)
     if active >= limits.active_jobs:
-        raise _busy(f"{active} of your onboarding jobs are queued or running (at most {limits.active_jobs})", 60)
-    voices = [v for v in store.list_voices(tenant)]
+        raise _busy(
+            f"{active} of your onboarding jobs are queued or running (at most {limits.active_jobs})",
+            60,
+            "too_many_jobs",
+        )
+    voices = store.list_voices(tenant)
     if len(voices) >= limits.voices:
         raise _full(f"you keep {len(voices)} voices (at most {limits.voices}); delete some to make room")
     stored = sum(v.size_bytes or 0 for v in voices)
@@ -73,12 +75,13 @@ def check_onboarding(store: VoiceStore, tenant: str, limits: TenantLimits, queue
         raise _full(f"your voices take {stored} bytes (at most {limits.voice_bytes}); delete some to make room")
 
 
-def _busy(message: str, retry_after: int) -> ApiError:
+def _busy(message: str, retry_after: int, code: str) -> ApiError:
+    """429 where waiting helps: ``Retry-After`` says how long."""
     return ApiError(
         429,
         f"{message}; retry in {retry_after} s",
         type="rate_limit_error",
-        code="too_many_jobs",
+        code=code,
         headers={"Retry-After": str(retry_after)},
     )
 
