@@ -71,6 +71,7 @@ SETTINGS = ServerSettings(
     max_wait_ms=20,
     upload=LIMITS,
     limits=TenantLimits(requests_per_minute=100_000, active_jobs=100),  # the limits have their own tests
+    store_probe_seconds=0.0,  # every /healthz probes the store (a fault shows at once)
     progress_interval=0.2,
     adapt=AdaptRecipe(method="lora", steps=4, threads=1, options={"eval_every": 2, "max_frames": 1500}),
 )

@@ -163,7 +163,7 @@ def create_app(
 
     @app.get("/healthz", responses={200: {"model": Health | Liveness}})
     def healthz(request: Request):
-        problem = store.write_problem() if server.started else None
+        problem = server.store_problem() if server.started else None
         status = "starting" if not server.started else "degraded" if problem else "ok"
         if not is_operator(request):
             return Liveness(status=status).model_dump()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import time
 
 from fastapi import Request
 
@@ -60,6 +61,7 @@ class VoiceServer:
         )
         self.metrics = Metrics(self)
         self.started = False
+        self._store_check: tuple[float, str | None] = (float("-inf"), None)  # (when, problem)
 
     # -- lifecycle
     def start(self) -> None:
@@ -84,6 +86,16 @@ class VoiceServer:
             self.batcher.close(timeout=30)
         finally:
             self.store.close()
+
+    def store_problem(self) -> str | None:
+        """Why the store cannot take writes (None when it can), probed at most every
+        ``settings.store_probe_seconds``: a load balancer polling ``/healthz`` must not become a stream
+        of writes to an object store."""
+        checked, problem = self._store_check
+        if time.monotonic() - checked >= self.settings.store_probe_seconds:
+            problem = self.store.write_problem()
+            self._store_check = (time.monotonic(), problem)
+        return problem
 
     # -- voices
     def check_voice_id(self, voice_id: str, param: str = "voice") -> str:

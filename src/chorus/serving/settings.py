@@ -46,6 +46,7 @@ class ServerSettings:
     adapt: AdaptRecipe = field(default_factory=AdaptRecipe)
     jobs_dir: Path | None = None  # default: see :func:`jobs_dir`
     progress_interval: float = 1.0  # least seconds between two progress writes of a running job
+    store_probe_seconds: float = 5.0  # /healthz probes the store's writability at most this often
 
 
 def jobs_dir(settings: ServerSettings, store: VoiceStore) -> Path:
