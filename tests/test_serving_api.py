@@ -36,8 +36,7 @@ from chorus.adapters.speaker import SpeakerConfig  # noqa: E402
 from chorus.models.bundle import load_bundle
 from chorus.serving.api import create_app  # noqa: E402
 from chorus.serving.engine import Engine  # noqa: E402
-from chorus.serving.quotas import TenantLimits  # noqa: E402
-from chorus.serving.settings import AdaptRecipe, ServerSettings  # noqa: E402
+from chorus.serving.settings import AdaptRecipe, ServerSettings, TenantLimits  # noqa: E402
 from chorus.serving.store import JobStatus, VoiceStatus, VoiceStore  # noqa: E402
 from chorus.serving.tenants import (  # noqa: E402
     Tenants,

@@ -77,7 +77,7 @@ class Judges:
 
     whisper: WhisperJudge | None = field(default_factory=WhisperJudge)
     speaker: SpeakerJudge | None = field(default_factory=SpeakerJudge)
-    naturalness: NaturalnessJudge | None = field(default_factory=lambda: default_naturalness())
+    naturalness: NaturalnessJudge | None = field(default_factory=default_naturalness)
     reference: bool = True
     f0_method: F0Method = "harvest"
 

@@ -10,23 +10,13 @@ from __future__ import annotations
 import math
 import threading
 import time
-from dataclasses import dataclass
 
 from chorus.serving.errors import ApiError
+from chorus.serving.settings import TenantLimits
 from chorus.serving.store import VoiceStore
 
-
-@dataclass(frozen=True)
-class TenantLimits:
-    """requests_per_minute: authenticated requests of one tenant (bursts up to the same number);
-    active_jobs: its onboarding jobs queued or running; voices / voice_bytes: what it keeps stored;
-    queued_jobs: onboarding jobs waiting on this server, all tenants together."""
-
-    requests_per_minute: int = 600
-    active_jobs: int = 2
-    voices: int = 1_000
-    voice_bytes: int = 2 << 30
-    queued_jobs: int = 32
+# A job slot frees when a job ends: minutes for a voice from a few minutes of audio.
+JOB_RETRY_SECONDS = 60
 
 
 class RateLimiter:
@@ -57,14 +47,14 @@ def check_onboarding(store: VoiceStore, tenant: str, limits: TenantLimits, queue
     if queued_here >= limits.queued_jobs:
         raise _busy(
             f"{queued_here} onboarding jobs are waiting on this server (at most {limits.queued_jobs})",
-            60,
+            JOB_RETRY_SECONDS,
             "too_many_jobs",
         )
     active = store.active_jobs(tenant)
     if active >= limits.active_jobs:
         raise _busy(
             f"{active} of your onboarding jobs are queued or running (at most {limits.active_jobs})",
-            60,
+            JOB_RETRY_SECONDS,
             "too_many_jobs",
         )
     voices = store.list_voices(tenant)

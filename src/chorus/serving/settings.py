@@ -9,7 +9,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from chorus.serving.quotas import TenantLimits
 from chorus.serving.store import VoiceStore
 from chorus.serving.uploads import UploadLimits
 
@@ -30,6 +29,22 @@ class AdaptRecipe:
     steps: int = 300
     threads: int = 1
     options: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class TenantLimits:
+    """What one tenant may ask of a server (:mod:`chorus.serving.quotas` enforces it).
+
+    requests_per_minute: authenticated requests of one tenant (bursts up to the same number);
+    active_jobs: its onboarding jobs queued or running; voices / voice_bytes: what it keeps stored;
+    queued_jobs: onboarding jobs waiting on this server, all tenants together.
+    """
+
+    requests_per_minute: int = 600
+    active_jobs: int = 2
+    voices: int = 1_000
+    voice_bytes: int = 2 << 30
+    queued_jobs: int = 32
 
 
 @dataclass

@@ -254,9 +254,7 @@ class VoiceStore:
         fails here, not at the first upload), then open the database and its schema."""
         self.fs.makedirs(self.root, exist_ok=True)
         Path(db_path).parent.mkdir(parents=True, exist_ok=True)
-        probe = f"{self.root}/.write-probe-{uuid.uuid4().hex}"
-        self.fs.pipe_file(probe, b"chorus")
-        self.fs.rm_file(probe)
+        self._probe_files()
         self._db = sqlite3.connect(db_path, check_same_thread=False, isolation_level=None, timeout=30.0)
         self._db.row_factory = sqlite3.Row
         self._db.execute("PRAGMA journal_mode=WAL")
@@ -537,8 +535,7 @@ class VoiceStore:
                 if _basename(entry).startswith(UPLOAD_PREFIX):
                     self._remove(entry)
                     report.removed_uploads.append(self.fs.unstrip_protocol(entry))
-        with self._lock:
-            voices = [_voice_record(row) for row in self._db.execute("SELECT * FROM voices").fetchall()]
+        voices = self._all_voices()
         for voice in voices:
             key = (voice.tenant, voice.voice_id)
             blob = self._blob(*key)
@@ -581,8 +578,9 @@ class VoiceStore:
     def backup(self, destination: str | os.PathLike) -> tuple[int, list[tuple[str, str]]]:
         """Copy the store into the new local folder ``destination``, consistently while it serves: the
         database through SQLite's online backup (one snapshot), then the files of every voice ready in
-        that snapshot, each checked against its commit marker. ``destination`` opens as a store itself.
-        Returns (voices copied, voices deleted before their files were copied: left out of the copy)."""
+        that snapshot, each checked against its commit marker and the snapshot's checksum. ``destination``
+        opens as a store itself. Returns (voices copied, voices deleted or replaced before their files were
+        copied: left out of the copy)."""
         destination = Path(destination)
         if destination.exists() and any(destination.iterdir()):
             raise ValueError(f"{destination}: the backup folder must be new or empty")
@@ -606,8 +604,12 @@ class VoiceStore:
                         self.fs.get_file(f"{blob}/{file}", str(target / file))
                 except FileNotFoundError:
                     manifest = None
-                if manifest is None or _mismatches(_LOCAL, str(target), manifest):
-                    shutil.rmtree(target)  # deleted (or replaced) while the backup ran
+                if (
+                    manifest is None
+                    or manifest[WEIGHTS_FILE].sha256 != voice.sha256  # replaced after the snapshot
+                    or _mismatches(_LOCAL, str(target), manifest)
+                ):
+                    shutil.rmtree(target)  # deleted or replaced while the backup ran
                     copy.execute("DELETE FROM voices WHERE tenant=? AND id=?", (voice.tenant, voice.voice_id))
                     gone.append((voice.tenant, voice.voice_id))
                 else:
@@ -621,8 +623,7 @@ class VoiceStore:
         """Check every ready voice's files against its commit marker and the record's checksum, and find
         voice folders no record lists (``chorus store verify``). Reads only; safe while serving."""
         report = VerifyReport()
-        with self._lock:
-            voices = [_voice_record(row) for row in self._db.execute("SELECT * FROM voices").fetchall()]
+        voices = self._all_voices()
         for voice in voices:
             if voice.status != VoiceStatus.READY:
                 continue
@@ -644,8 +645,7 @@ class VoiceStore:
         """Deal with every voice folder no record lists, deleting none (``chorus store repair``): one whose
         commit marker and files check out is adopted as a ready voice, named from its voice card; any other
         is moved to ``<root>/.quarantine/<tenant>/<id>-<time>``. Run while no server writes to the store."""
-        with self._lock:
-            voices = [_voice_record(row) for row in self._db.execute("SELECT * FROM voices").fetchall()]
+        voices = self._all_voices()
         report = RepairReport()
         for tenant, voice_id, path in self._orphans(voices):
             manifest = self._read_marker(path)
@@ -702,17 +702,25 @@ class VoiceStore:
         """Why the store cannot take writes now (None when it can): a probe file written to and removed
         from the voice root, and a write to the database rolled back. For ``/healthz``."""
         try:
-            probe = f"{self.root}/.write-probe-{uuid.uuid4().hex}"
-            self.fs.pipe_file(probe, b"chorus")
-            self.fs.rm_file(probe)
+            self._probe_files()
             with self._transaction() as db:
-                db.execute("CREATE TEMP TABLE IF NOT EXISTS write_probe (x)")
-                db.execute("PRAGMA user_version = " + str(SCHEMA_VERSION))  # writes the database file's header
+                db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")  # rewrites the database file's header
         except (OSError, sqlite3.Error) as error:
             return str(error)[:200]
         return None
 
     # -- internals ---------------------------------------------------------------------------------
+
+    def _all_voices(self) -> list[VoiceRecord]:
+        """Every record, whatever its status or tenant."""
+        with self._lock:
+            return [_voice_record(row) for row in self._db.execute("SELECT * FROM voices").fetchall()]
+
+    def _probe_files(self) -> None:
+        """Write and remove a small file in the voice root: raises what a read-only or full root raises."""
+        probe = f"{self.root}/.write-probe-{uuid.uuid4().hex}"
+        self.fs.pipe_file(probe, b"chorus")
+        self.fs.rm_file(probe)
 
     @contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
