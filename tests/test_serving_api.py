@@ -6,18 +6,23 @@ restart, concurrent mixed-voice load through the batcher, Prometheus metrics, an
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import errno
 import functools
 import io
 import json
+import re
 import shutil
 import sqlite3
 import struct
+import subprocess
 import threading
 import time
 import urllib.error
 import urllib.request
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import hypothesis
@@ -34,9 +39,11 @@ from fastapi.testclient import TestClient  # noqa: E402
 from chorus.adapters.lora import LoraConfig  # noqa: E402
 from chorus.adapters.speaker import SpeakerConfig  # noqa: E402
 from chorus.models.bundle import load_bundle
+from chorus.serving import worker  # noqa: E402
 from chorus.serving.api import create_app  # noqa: E402
 from chorus.serving.engine import Engine  # noqa: E402
-from chorus.serving.settings import AdaptRecipe, ServerSettings, TenantLimits  # noqa: E402
+from chorus.serving.quotas import RateLimiter  # noqa: E402
+from chorus.serving.settings import AdaptRecipe, Limits, ServerSettings, TenantLimits  # noqa: E402
 from chorus.serving.store import JobStatus, VoiceStatus, VoiceStore  # noqa: E402
 from chorus.serving.tenants import (  # noqa: E402
     Tenants,
@@ -69,7 +76,8 @@ LIMITS = UploadLimits(max_upload_bytes=8 << 20, max_clips=40)
 SETTINGS = ServerSettings(
     max_wait_ms=20,
     upload=LIMITS,
-    limits=TenantLimits(requests_per_minute=100_000, active_jobs=100),  # the limits have their own tests
+    # The limits have their own tests.
+    limits=Limits(TenantLimits(requests_per_minute=100_000, active_jobs=100), requests_per_minute=1_000_000),
     store_probe_seconds=0.0,  # every /healthz probes the store (a fault shows at once)
     progress_interval=0.2,
     adapt=AdaptRecipe(method="lora", steps=4, threads=1, options={"eval_every": 2, "max_frames": 1500}),
@@ -869,15 +877,148 @@ def test_a_store_that_turns_read_only_answers_503_and_keeps_serving(tiny_base, a
         assert client.delete("/v1/voices/ann", headers=ACME).status_code == 200
 
 
-def test_limits_per_tenant_answer_429(tiny_base, adapter_folders, tmp_path):
-    settings = dataclasses.replace(SETTINGS, limits=TenantLimits(requests_per_minute=3, active_jobs=1, voices=2))
-    app, store = make_app(tiny_base, tmp_path / "store", KEYS, settings)
+@contextlib.contextmanager
+def small_disk(path: Path, size: str = "4m") -> Iterator[Path]:
+    """A real filesystem of ``size`` at ``path`` (tmpfs, so a full disk is a full disk: ENOSPC for files,
+    SQLITE_FULL for the database); skips where this process may not mount (it needs CAP_SYS_ADMIN)."""
+    path.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode(errors='replace').strip()}")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], check=False)
+
+
+def fill(folder: Path) -> Path:
+    """Write a file in ``folder`` until its disk is full; the file, to free the space again."""
+    filler = folder / "filler"
+    with open(filler, "wb") as out:
+        try:
+            while True:
+                out.write(b"\0" * 65536)
+                out.flush()
+        except OSError as error:
+            assert error.errno == errno.ENOSPC, error
+    return filler
+
+
+def test_a_full_disk_answers_503_and_keeps_serving(tiny_base, adapter_folders, new_voice_data, tmp_path):
+    with small_disk(tmp_path / "disk") as disk:
+        app, store = make_app(tiny_base, disk / "store", KEYS)
+        store.put_voice("acme", "ann", adapter_folders["ann"])
+        files, transcripts = clip_files(new_voice_data)
+        form = {"files": files, "data": {"name": "Fiona", "consent": CONSENT, "transcripts": transcripts}}
+        with TestClient(app) as client:
+            filler = fill(disk)
+            refused = client.post("/v1/voices", headers=ACME, **form)
+            assert_error(refused, 503, "No space left on device")
+            assert refused.headers["Retry-After"] == "30"
+            health = client.get("/healthz", headers=OPERATOR).json()
+            assert health["status"] == "degraded" and "No space left" in health["store_problem"]
+            # Reads keep working; nothing half-written: no job, no voice, no upload left in the job folder.
+            listed = {v["id"]: v for v in client.get("/v1/voices", headers=ACME).json()["data"]}
+            assert listed["ann"]["status"] == "ready" and "fiona" not in listed
+            assert speak(client, voice="ann").status_code == 200
+            assert not [p for p in (disk / "store" / ".jobs").iterdir() if p.is_dir()]
+            report = store.verify()
+            assert report.ok and report.checked == 1 and not report.orphan_folders
+            filler.unlink()  # space again: the same upload goes through
+            assert client.get("/healthz", headers=OPERATOR).json()["status"] == "ok"
+            created = client.post("/v1/voices", headers=ACME, **form)
+            assert created.status_code == 202, created.text
+            assert wait_for_job(client, created.json()["id"], ACME)[-1]["status"] == "done"
+
+
+def test_an_upload_whose_job_files_cannot_be_written_leaves_only_a_failed_job(
+    tiny_base, new_voice_data, tmp_path, monkeypatch
+):
+    def disk_full(*args):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(worker, "record_consent", disk_full)  # after the clips, before the job is queued
+    app, store = make_app(tiny_base, tmp_path / "store", KEYS)
+    files, transcripts = clip_files(new_voice_data)
+    with TestClient(app) as client:
+        refused = client.post(
+            "/v1/voices",
+            headers=ACME,
+            files=files,
+            data={"name": "Fiona", "consent": CONSENT, "transcripts": transcripts},
+        )
+        assert_error(refused, 503, "No space left on device")
+        [voice] = store.list_voices("acme")
+        assert voice.voice_id == "fiona" and voice.status == VoiceStatus.FAILED and "its files" in voice.error
+        assert store.get_job("acme", voice.job_id).status == JobStatus.FAILED
+        assert not [p for p in (tmp_path / "store" / ".jobs").iterdir() if p.is_dir()]
+        assert app.state.server.jobs.queued == 0
+
+
+def test_every_route_keeps_tenants_apart(tiny_base, adapter_folders, new_voice_data, tmp_path):
+    """The cross-tenant matrix: for every route of the API, globex tries acme's voice or job (and the
+    server-wide figures); not one attempt reaches them. A route added without its row fails here."""
+    app, store = make_app(tiny_base, tmp_path / "store", KEYS)
+    store.put_voice("acme", "bob", adapter_folders["bob"])
+    files, transcripts = clip_files(new_voice_data)
+    upload = {"files": files, "data": {"name": "Bob", "id": "bob", "consent": CONSENT, "transcripts": transcripts}}
+
+    def own_namespace(response):  # globex's "bob" is its own voice: no conflict with acme's, no leak
+        assert response.status_code == 202, response.text
+        job = response.json()
+        assert job["voice"] == "bob" and client.post(f"/v1/jobs/{job['id']}/cancel", headers=GLOBEX).status_code == 200
+
+    def not_listed(response):
+        ids = {v["id"] for v in response.json()["data"]}
+        assert response.status_code == 200 and not ids & {"bob", "pending"}, ids
+
+    matrix = {
+        ("POST", "/v1/audio/speech"): (lambda: speak(client, GLOBEX, voice="bob"), 404),
+        ("GET", "/v1/voices"): (lambda: client.get("/v1/voices", headers=GLOBEX), not_listed),
+        ("GET", "/v1/voices/{voice_id}"): (lambda: client.get("/v1/voices/pending", headers=GLOBEX), 404),
+        ("DELETE", "/v1/voices/{voice_id}"): (lambda: client.delete("/v1/voices/bob", headers=GLOBEX), 404),
+        ("POST", "/v1/voices"): (lambda: client.post("/v1/voices", headers=GLOBEX, **upload), own_namespace),
+        ("GET", "/v1/jobs/{job_id}"): (lambda: client.get(f"/v1/jobs/{acme_job}", headers=GLOBEX), 404),
+        ("POST", "/v1/jobs/{job_id}/cancel"): (
+            lambda: client.post(f"/v1/jobs/{acme_job}/cancel", headers=GLOBEX),
+            404,
+        ),
+        ("GET", "/metrics"): (lambda: client.get("/metrics", headers=GLOBEX), 403),
+        ("GET", "/healthz"): (
+            lambda: client.get("/healthz", headers=GLOBEX),
+            lambda response: response.json() == {"status": "ok"},  # liveness only
+        ),
+    }
+    with TestClient(app) as client:
+        acme_job = store.create_job("acme", "pending", name="Pending")  # after start-up's recovery
+        routes = {(method, path) for path, item in app.openapi()["paths"].items() for method in map(str.upper, item)}
+        assert routes == set(matrix), f"routes without a cross-tenant row: {routes - set(matrix)}"
+        for (method, path), (attempt, expected) in matrix.items():
+            response = attempt()
+            if isinstance(expected, int):
+                assert response.status_code == expected, (method, path, response.status_code, response.text)
+                assert "acme" not in response.text, (method, path, response.text)
+            else:
+                assert expected(response) is not False, (method, path, response.text)
+        # acme's things are untouched: bob speaks, the job still waits.
+        assert speak(client, ACME, voice="bob").status_code == 200
+        assert client.get(f"/v1/jobs/{acme_job}", headers=ACME).json()["status"] == "queued"
+
+
+def test_limits_per_tenant_and_server_answer_429(tiny_base, adapter_folders, tmp_path):
+    limits = Limits(
+        TenantLimits(requests_per_minute=3, active_jobs=1, voices=2),
+        tenants={"operator": TenantLimits(requests_per_minute=1_000)},
+        requests_per_minute=7,
+    )
+    app, store = make_app(tiny_base, tmp_path / "store", KEYS, dataclasses.replace(SETTINGS, limits=limits))
+    app.state.server.rate = RateLimiter(clock=lambda: 0.0)  # no refill while the test runs
     store.put_voice("acme", "ann", adapter_folders["ann"])
     with TestClient(app) as client:
         for _ in range(3):
             assert client.get("/v1/voices", headers=ACME).status_code == 200
         limited = client.get("/v1/voices", headers=ACME)
-        assert_error(limited, 429, "over 3 requests a minute")
+        assert_error(limited, 429, "over 3 requests a minute for this key")
         assert 1 <= int(limited.headers["Retry-After"]) <= 20
         assert client.get("/v1/voices", headers=GLOBEX).status_code == 200  # another tenant's own budget
         upload = {"data": {"name": "X"}, "files": [("clips", ("a.wav", b"x", "audio/wav"))]}
@@ -890,3 +1031,56 @@ def test_limits_per_tenant_answer_429(tiny_base, adapter_folders, tmp_path):
         with store._transaction() as db:  # the queued job ends, so only the voice count stands in the way
             db.execute("UPDATE jobs SET status='failed' WHERE tenant='globex'")
         assert_error(client.post("/v1/voices", headers=GLOBEX, **upload), 429, "delete some to make room")
+        # 7 requests so far: the operator's own budget is large, the server's is spent.
+        assert_error(client.get("/v1/voices", headers=OPERATOR), 429, "over 7 requests a minute on this server")
+        assert client.get("/healthz").json() == {"status": "ok"}  # liveness spends no one's budget
+
+
+def test_limits_on_stored_bytes(tiny_base, adapter_folders, tmp_path):
+    upload = {"data": {"name": "X"}, "files": [("clips", ("a.wav", b"x", "audio/wav"))]}
+    one_voice = sum(f.stat().st_size for f in adapter_folders["ann"].iterdir())
+    for case, limits, tenant, message in [
+        ("tenant", Limits(TenantLimits(voice_bytes=one_voice)), ACME, "your voices take"),
+        ("server", Limits(SETTINGS.limits.tenant, voice_bytes=one_voice), GLOBEX, "this server's voices take"),
+    ]:
+        app, store = make_app(tiny_base, tmp_path / case, KEYS, dataclasses.replace(SETTINGS, limits=limits))
+        store.put_voice("acme", "ann", adapter_folders["ann"])
+        assert store.stored_bytes("acme") == store.stored_bytes() >= one_voice and store.stored_bytes("globex") == 0
+        with TestClient(app) as client:
+            assert_error(client.post("/v1/voices", headers=tenant, **upload), 429, message)
+
+
+def test_limits_file(tmp_path):
+    path = tmp_path / "limits.json"
+    path.write_text(
+        json.dumps(
+            {
+                "tenant": {"requests_per_minute": 120, "voices": 50},
+                "tenants": {"acme": {"voices": 500}},
+                "server": {"requests_per_minute": 3000, "voice_bytes": 1e9},
+            }
+        )
+    )
+    limits = Limits.from_file(path)
+    assert limits.of("globex") == TenantLimits(requests_per_minute=120, voices=50)
+    assert limits.of("acme") == TenantLimits(requests_per_minute=120, voices=500)  # over the file's tenant part
+    assert (limits.requests_per_minute, limits.queued_jobs, limits.voice_bytes) == (3000, 32, 10**9)
+    for bad, fragment in [
+        ({"tenant": {"voices": 0}}, "greater than 0"),
+        ({"tenant": {"voice": 5}}, "voice"),
+        ({"tenants": {"acme": {"requests": 5}}}, "requests"),
+        ({"server": {"voices": 5}}, "server: unknown fields ['voices']"),
+        ({"servers": {}}, "unknown parts ['servers']"),
+        ([], "expected a JSON object"),
+    ]:
+        path.write_text(json.dumps(bad))
+        with pytest.raises(ValueError, match=re.escape(fragment)) as error:
+            Limits.from_file(path)
+        assert str(path) in str(error.value)
+    path.write_text("{not json")
+    from typer.testing import CliRunner
+
+    from chorus.cli import app
+
+    result = CliRunner().invoke(app, ["serve", "--store", str(tmp_path / "store"), "--limits", str(path)])
+    assert result.exit_code == 2 and "limits file" in result.output and "Traceback" not in result.output

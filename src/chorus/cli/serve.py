@@ -28,6 +28,14 @@ def serve(
     ),
     adapt_threads: int | None = typer.Option(None, help=f"CPU threads of an onboarding job ({SERVER_DEFAULT})."),
     max_text_chars: int | None = typer.Option(None, help=f"Longest text of one speech request ({SERVER_DEFAULT})."),
+    limits: Path | None = typer.Option(
+        None,
+        help="Limits file (JSON) per tenant and for the whole server, e.g. "
+        '{"tenant": {"requests_per_minute": 120, "active_jobs": 1, "voices": 50, "voice_bytes": 1e8}, '
+        '"tenants": {"acme": {"voices": 500}}, "server": {"requests_per_minute": 3000, "queued_jobs": 16}} '
+        "(default: 600 requests a minute, 2 onboarding jobs, 1,000 voices and 2 GiB per tenant; "
+        "6,000 requests a minute, 32 queued jobs and 64 GiB for the server).",
+    ),
     # -- scale-out on Ray Serve (chorus.serving.ray_app) --
     ray: bool = typer.Option(
         False,
@@ -61,7 +69,7 @@ def serve(
     extras = "serve and ray extras" if ray else "serve extra"
     try:
         from chorus.serving.api import serve as run_server
-        from chorus.serving.settings import ServerSettings
+        from chorus.serving.settings import Limits, ServerSettings
 
         if ray:
             from chorus.serving.ray_app import serve_ray
@@ -72,6 +80,8 @@ def serve(
         )
     with user_errors():
         settings = server_settings(ServerSettings(), adapt_method, adapt_steps, adapt_threads, max_text_chars)
+        if limits is not None:
+            settings = dataclasses.replace(settings, limits=Limits.from_file(limits))
         common = dict(
             host=host,
             port=port,

@@ -1,4 +1,5 @@
-"""Limits per tenant: a request rate (token bucket), onboarding jobs at once, stored voices and bytes.
+"""Limits per tenant and for the whole server: request rates (token buckets), onboarding jobs at once,
+stored voices and bytes.
 
 A request over a limit is a 429 with a message naming the limit (``Retry-After`` where waiting helps:
 the rate and the jobs; stored voices free up only when the tenant deletes some). Counts of jobs and
@@ -12,57 +13,69 @@ import threading
 import time
 
 from chorus.serving.errors import ApiError
-from chorus.serving.settings import TenantLimits
+from chorus.serving.settings import Limits
 from chorus.serving.store import VoiceStore
 
 # A job slot frees when a job ends: minutes for a voice from a few minutes of audio.
 JOB_RETRY_SECONDS = 60
+SERVER = "*"  # the bucket of all tenants together (no tenant id has a '*')
 
 
 class RateLimiter:
-    """One token bucket per tenant: ``per_minute`` tokens, refilled continuously."""
+    """Token buckets by name (a tenant, or :data:`SERVER` for all of them): ``per_minute`` tokens each,
+    refilled continuously, so bursts up to ``per_minute`` pass."""
 
-    def __init__(self, per_minute: int, clock=time.monotonic):
-        self.per_minute = per_minute
+    def __init__(self, clock=time.monotonic):
         self.clock = clock
-        self._buckets: dict[str, tuple[float, float]] = {}  # tenant -> (tokens, time)
+        self._buckets: dict[str, tuple[float, float]] = {}  # name -> (tokens, time)
         self._lock = threading.Lock()
 
-    def take(self, tenant: str) -> None:
-        """Spend one request of ``tenant``'s; ``ApiError`` 429 with ``Retry-After`` when none is left."""
-        rate = self.per_minute / 60.0
+    def take(self, name: str, per_minute: int, whose: str) -> None:
+        """Spend one request from ``name``'s bucket; ``ApiError`` 429 with ``Retry-After`` when none is
+        left (``whose`` ends the message: "for this key", "on this server")."""
+        rate = per_minute / 60.0
         with self._lock:
             now = self.clock()
-            tokens, then = self._buckets.get(tenant, (float(self.per_minute), now))
-            tokens = min(float(self.per_minute), tokens + (now - then) * rate)
+            tokens, then = self._buckets.get(name, (float(per_minute), now))
+            tokens = min(float(per_minute), tokens + (now - then) * rate)
             if tokens < 1.0:
-                self._buckets[tenant] = (tokens, now)
+                self._buckets[name] = (tokens, now)
                 wait = max(1, math.ceil((1.0 - tokens) / rate))
-                raise _busy(f"over {self.per_minute} requests a minute for this key", wait, "rate_limit_exceeded")
-            self._buckets[tenant] = (tokens - 1.0, now)
+                raise _busy(f"over {per_minute} requests a minute {whose}", wait, "rate_limit_exceeded")
+            self._buckets[name] = (tokens - 1.0, now)
 
 
-def check_onboarding(store: VoiceStore, tenant: str, limits: TenantLimits, queued_here: int) -> None:
-    """Refuse a new onboarding job over ``tenant``'s limits or the server's queue (``ApiError`` 429)."""
+def check_rate(rate: RateLimiter, tenant: str, limits: Limits) -> None:
+    """Spend one of the server's requests and one of ``tenant``'s (``ApiError`` 429)."""
+    rate.take(SERVER, limits.requests_per_minute, "on this server (all keys together)")
+    rate.take(tenant, limits.of(tenant).requests_per_minute, "for this key")
+
+
+def check_onboarding(store: VoiceStore, tenant: str, limits: Limits, queued_here: int) -> None:
+    """Refuse a new onboarding job over ``tenant``'s limits or the server's (``ApiError`` 429)."""
     if queued_here >= limits.queued_jobs:
         raise _busy(
             f"{queued_here} onboarding jobs are waiting on this server (at most {limits.queued_jobs})",
             JOB_RETRY_SECONDS,
             "too_many_jobs",
         )
+    own = limits.of(tenant)
     active = store.active_jobs(tenant)
-    if active >= limits.active_jobs:
+    if active >= own.active_jobs:
         raise _busy(
-            f"{active} of your onboarding jobs are queued or running (at most {limits.active_jobs})",
+            f"{active} of your onboarding jobs are queued or running (at most {own.active_jobs})",
             JOB_RETRY_SECONDS,
             "too_many_jobs",
         )
-    voices = store.list_voices(tenant)
-    if len(voices) >= limits.voices:
-        raise _full(f"you keep {len(voices)} voices (at most {limits.voices}); delete some to make room")
-    stored = sum(v.size_bytes or 0 for v in voices)
-    if stored >= limits.voice_bytes:
-        raise _full(f"your voices take {stored} bytes (at most {limits.voice_bytes}); delete some to make room")
+    voices = len(store.list_voices(tenant))
+    if voices >= own.voices:
+        raise _full(f"you keep {voices} voices (at most {own.voices}); delete some to make room")
+    stored = store.stored_bytes(tenant)
+    if stored >= own.voice_bytes:
+        raise _full(f"your voices take {stored} bytes (at most {own.voice_bytes}); delete some to make room")
+    everyone = store.stored_bytes()
+    if everyone >= limits.voice_bytes:
+        raise _full(f"this server's voices take {everyone} bytes (at most {limits.voice_bytes}); ask its operator")
 
 
 def _busy(message: str, retry_after: int, code: str) -> ApiError:

@@ -13,7 +13,7 @@ from chorus.serving.batcher import Batcher, SpeechQueue
 from chorus.serving.engine import Engine
 from chorus.serving.errors import ApiError, voice_not_found
 from chorus.serving.metrics import Metrics
-from chorus.serving.quotas import RateLimiter
+from chorus.serving.quotas import RateLimiter, check_rate
 from chorus.serving.schemas import BaseVoice, CustomVoice, Job
 from chorus.serving.settings import ServerSettings, jobs_dir
 from chorus.serving.store import InvalidId, JobRecord, VoiceNotFound, VoiceRecord, VoiceStatus, VoiceStore, check_id
@@ -48,7 +48,7 @@ class VoiceServer:
         self.engine = engine
         self.tenants = tenants or Tenants()
         self.settings = settings or ServerSettings()
-        self.rate = RateLimiter(self.settings.limits.requests_per_minute)
+        self.rate = RateLimiter()
         self.jobs = jobs or JobRunner(
             store,
             jobs_dir(self.settings, store),
@@ -186,7 +186,7 @@ class VoiceServer:
                     pass
 
     def authenticate(self, request: Request) -> str:
-        """The request's tenant, its request spent from the tenant's rate (``ApiError`` 401 or 429)."""
+        """The request's tenant, its request spent from the server's and the tenant's rates (``ApiError`` 401 or 429)."""
         try:
             tenant = self.tenants.authenticate(request.headers.get("authorization"))
         except Unauthorized as error:
@@ -197,5 +197,5 @@ class VoiceServer:
                 code="invalid_api_key",
                 headers={"WWW-Authenticate": "Bearer"},
             ) from None
-        self.rate.take(tenant)
+        check_rate(self.rate, tenant, self.settings.limits)
         return tenant

@@ -6,8 +6,12 @@ code; only the onboarding worker (:mod:`chorus.serving.worker`) turns it into an
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from pydantic import ConfigDict, PositiveInt, TypeAdapter, with_config
 
 from chorus.serving.store import VoiceStore
 from chorus.serving.uploads import UploadLimits
@@ -31,20 +35,73 @@ class AdaptRecipe:
     options: dict = field(default_factory=dict)
 
 
+@with_config(ConfigDict(extra="forbid"))
 @dataclass(frozen=True)
 class TenantLimits:
     """What one tenant may ask of a server (:mod:`chorus.serving.quotas` enforces it).
 
-    requests_per_minute: authenticated requests of one tenant (bursts up to the same number);
-    active_jobs: its onboarding jobs queued or running; voices / voice_bytes: what it keeps stored;
-    queued_jobs: onboarding jobs waiting on this server, all tenants together.
+    requests_per_minute: authenticated requests (bursts up to the same number); active_jobs: onboarding
+    jobs queued or running; voices / voice_bytes: what it keeps stored.
     """
 
-    requests_per_minute: int = 600
-    active_jobs: int = 2
-    voices: int = 1_000
-    voice_bytes: int = 2 << 30
-    queued_jobs: int = 32
+    requests_per_minute: PositiveInt = 600
+    active_jobs: PositiveInt = 2
+    voices: PositiveInt = 1_000
+    voice_bytes: PositiveInt = 2 << 30
+
+
+@with_config(ConfigDict(extra="forbid"))
+@dataclass(frozen=True)
+class Limits:
+    """Every tenant's limits (``tenant``, with overrides by tenant name in ``tenants``) and the whole
+    server's: ``requests_per_minute`` of all tenants together, ``queued_jobs`` waiting on this server,
+    ``voice_bytes`` of every tenant's voices together."""
+
+    tenant: TenantLimits = field(default_factory=TenantLimits)
+    tenants: Mapping[str, TenantLimits] = field(default_factory=dict)
+    requests_per_minute: PositiveInt = 6_000
+    queued_jobs: PositiveInt = 32
+    voice_bytes: PositiveInt = 64 << 30
+
+    def of(self, tenant: str) -> TenantLimits:
+        """``tenant``'s limits."""
+        return self.tenants.get(tenant, self.tenant)
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> Limits:
+        """Limits from a JSON file (``chorus serve --limits``)::
+
+            {"tenant": {"requests_per_minute": 120, "voices": 50},
+             "tenants": {"acme": {"voices": 500}},
+             "server": {"requests_per_minute": 3000, "queued_jobs": 16, "voice_bytes": 10737418240}}
+
+        Every part and field may be left out (its default stands); a tenant's overrides apply over
+        ``tenant``. ``ValueError`` naming the file and the field for anything else.
+        """
+        try:
+            data = json.loads(Path(path).read_text())
+            if not isinstance(data, dict):
+                raise ValueError("expected a JSON object")
+            unknown = sorted(set(data) - {"tenant", "tenants", "server"})
+            if unknown:
+                raise ValueError(f"unknown parts {unknown}: expected 'tenant', 'tenants' and 'server'")
+            tenant, tenants, server = (data.get(part, {}) for part in ("tenant", "tenants", "server"))
+            if not all(isinstance(part, dict) for part in (tenant, tenants, server)):
+                raise ValueError("'tenant', 'tenants' and 'server' must be objects")
+            unknown = sorted(set(server) - _SERVER_FIELDS)
+            if unknown:
+                raise ValueError(f"server: unknown fields {unknown}; expected {sorted(_SERVER_FIELDS)}")
+            merged = {
+                name: {**tenant, **overrides} if isinstance(overrides, dict) else overrides
+                for name, overrides in tenants.items()
+            }
+            return _LIMITS.validate_python({"tenant": tenant, "tenants": merged, **server})
+        except (OSError, ValueError, TypeError) as error:  # pydantic's ValidationError is a ValueError
+            raise ValueError(f"limits file {path}: {error}") from None
+
+
+_LIMITS = TypeAdapter(Limits)
+_SERVER_FIELDS = {"requests_per_minute", "queued_jobs", "voice_bytes"}
 
 
 @dataclass
@@ -57,7 +114,7 @@ class ServerSettings:
     max_batch: int = 16
     max_wait_ms: float = 5.0
     upload: UploadLimits = field(default_factory=UploadLimits)
-    limits: TenantLimits = field(default_factory=TenantLimits)
+    limits: Limits = field(default_factory=Limits)
     adapt: AdaptRecipe = field(default_factory=AdaptRecipe)
     jobs_dir: Path | None = None  # default: see :func:`jobs_dir`
     progress_interval: float = 1.0  # least seconds between two progress writes of a running job

@@ -499,6 +499,15 @@ class VoiceStore:
             raise JobNotFound(f"no job {job_id!r}")
         return _job_record(row)
 
+    def stored_bytes(self, tenant: str | None = None) -> int:
+        """Bytes of the committed voices of ``tenant`` (None: of every tenant)."""
+        where, args = ("AND tenant=?", (tenant,)) if tenant is not None else ("", ())
+        with self._lock:
+            row = self._db.execute(
+                f"SELECT COALESCE(SUM(size_bytes), 0) FROM voices WHERE status!=? {where}", (VoiceStatus.DELETED, *args)
+            ).fetchone()
+        return int(row[0])
+
     def active_jobs(self, tenant: str) -> int:
         """How many of ``tenant``'s onboarding jobs are queued or running."""
         with self._lock:

@@ -159,7 +159,11 @@ class _DatasetWriter:
             raise UploadError(f"more than {limits.max_total_seconds / 60:g} minutes of audio in one upload", 413)
         utt_id = self._id(name)
         pcm = np.clip(mono, -1.0, 1.0)
-        sf.write(self.folder / "wavs" / f"{utt_id}.wav", pcm, rate, subtype="PCM_16")
+        # Encoded in memory and written by Python: libsndfile's own file writes turn a full or
+        # read-only disk into an opaque "System error" instead of the OSError the server answers 503 for.
+        wav = io.BytesIO()
+        sf.write(wav, pcm, rate, format="WAV", subtype="PCM_16")
+        (self.folder / "wavs" / f"{utt_id}.wav").write_bytes(wav.getvalue())
         self.digest.update(pcm.tobytes())
         self.lines.append(f"{utt_id}|{text}")
 

@@ -9,11 +9,13 @@ job ends. A job interrupted by a restart is resumed from those files when they a
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
 import queue
 import shutil
+import sqlite3
 import threading
 import time
 import uuid
@@ -166,11 +168,19 @@ class JobRunner:
         shutil.rmtree(folder, ignore_errors=True)
 
     def submit(self, upload_dir: Path, job: OnboardingJob, consent: dict) -> None:
-        """Adopt ``upload_dir`` (holding the checked ``voice/`` folder) as ``job``'s files and queue it."""
-        job_dir = self.jobs_dir / job.job_id
-        upload_dir.rename(job_dir)
-        write_job_file(job_dir, job)
-        record_consent(self.jobs_dir, job, consent)
+        """Adopt ``upload_dir`` (holding the checked ``voice/`` folder) as ``job``'s files and queue it.
+
+        The files are written before the folder is renamed into place, so a full disk leaves nothing
+        but ``upload_dir`` (for :meth:`discard`); the job is then marked failed where the store can
+        still take it (else start-up's :meth:`resume` fails it: it has no job folder)."""
+        try:
+            write_job_file(upload_dir, job)
+            record_consent(self.jobs_dir, job, consent)
+            upload_dir.rename(self.jobs_dir / job.job_id)
+        except OSError as error:
+            with contextlib.suppress(OSError, sqlite3.Error):
+                self.store.update_job(job.job_id, status=JobStatus.FAILED, message=f"its files: {error}"[:200])
+            raise
         self._queue.put(job)
 
     def resume(self) -> tuple[list[str], list[str]]:
