@@ -643,6 +643,34 @@ def test_ending_a_job_stops_its_training_within_seconds(tiny_base, new_voice_dat
         store.close()
 
 
+def test_stopping_the_server_stops_a_training_job_and_the_next_start_resumes_it(tiny_base, new_voice_data, tmp_path):
+    # Far more steps than the test waits for: only the stop can end it in time.
+    long = dataclasses.replace(
+        SETTINGS,
+        adapt=AdaptRecipe(method="lora", steps=100_000, threads=1, options={"eval_every": 50_000, "patience": 100}),
+    )
+    app, store = make_app(tiny_base, tmp_path / "store", settings=long)
+    files, transcripts = clip_files(new_voice_data)
+    threads = torch.get_num_threads()
+    with TestClient(app) as client:
+        job_id = client.post(
+            "/v1/voices", files=files, data={"name": "Fiona", "consent": CONSENT, "transcripts": transcripts}
+        ).json()["id"]
+        deadline = time.monotonic() + 60
+        while not (client.get(f"/v1/jobs/{job_id}").json().get("message") or "").startswith("training: step"):
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        worker = app.state.server.jobs._thread
+        stopping = time.monotonic()
+    assert time.monotonic() - stopping < 10 and not worker.is_alive()  # no thread left inside torch at exit
+    assert torch.get_num_threads() == threads  # the job's thread count did not stay with the process
+    assert (tmp_path / "store" / ".jobs" / job_id / "voice" / "metadata.csv").is_file()  # kept to resume
+    app, store = make_app(tiny_base, tmp_path / "store")  # the next start, with the short recipe
+    with TestClient(app) as client:
+        assert wait_for_job(client, job_id, {})[-1]["status"] == "done"
+        assert speak(client, {}, voice="fiona").status_code == 200
+
+
 def test_server_figures_need_the_operators_key(tenants_app):
     client, _ = tenants_app
     for headers in [{}, ACME, {"Authorization": "Bearer wrong"}]:

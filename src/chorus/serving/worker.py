@@ -23,6 +23,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import torch
+
 from chorus.models.bundle import ModelBundle
 from chorus.serving.settings import AdaptRecipe
 from chorus.serving.store import (
@@ -99,6 +101,11 @@ class JobCancelled(Exception):
     deleted, or its tenant cancelled it): the training loop stops at that step."""
 
 
+class ServerStopping(Exception):
+    """Raised from ``adapt``'s step callback when the server stops: training ends at that step and the
+    job's files stay for the next start, which resumes it."""
+
+
 class JobRunner:
     """Runs onboarding jobs one at a time in a background thread.
 
@@ -135,9 +142,11 @@ class JobRunner:
             self._thread = threading.Thread(target=self._loop, name="chorus-onboarding", daemon=True)
             self._thread.start()
 
-    def close(self, timeout: float | None = 5.0) -> None:
-        """Stop after the job in progress; queued jobs, and one still running when ``timeout`` passes,
-        are left to the next start's recovery (interrupted, then resumed from their files)."""
+    def close(self, timeout: float | None = 60.0) -> None:
+        """Stop: a job training stops at its next step, queued ones are not started; all are left to the
+        next start's recovery (interrupted, then resumed from their files). Waits for the worker thread
+        (a job still preparing its data finishes that first): an interpreter that exits under a thread
+        inside torch aborts."""
         if self._thread is not None:
             self._closing.set()
             self._queue.put(None)
@@ -255,6 +264,8 @@ class JobRunner:
     def run(self, job: OnboardingJob) -> None:
         """Train ``job`` from its files to its end (done or failed) in this thread; removes its files."""
         job_dir = self.jobs_dir / job.job_id
+        keep_files = False
+        threads = torch.get_num_threads()  # adapt sets the process's count; speech must get it back
         try:
             if self.store.get_job(job.tenant, job.job_id).status not in ACTIVE_JOB:
                 return  # its voice was deleted while it waited
@@ -288,6 +299,9 @@ class JobRunner:
                 self.on_ready(job.tenant, job.voice_id)
         except JobCancelled:
             log.info("onboarding job %s stopped: it ended while it trained", job.job_id)
+        except ServerStopping:
+            keep_files = True
+            log.info("onboarding job %s stopped by the server's stop; the next start resumes it", job.job_id)
         except VoiceConflict as error:
             log.info("onboarding job %s dropped: %s", job.job_id, error)
             self.fail(job, "the voice was deleted or replaced while it trained")
@@ -298,7 +312,9 @@ class JobRunner:
             log.exception("onboarding job %s failed", job.job_id)
             self.fail(job, "training failed with an internal error (see the server log)")
         finally:
-            shutil.rmtree(job_dir, ignore_errors=True)
+            torch.set_num_threads(threads)
+            if not keep_files:
+                shutil.rmtree(job_dir, ignore_errors=True)
 
     def _progress_reporter(self, job: OnboardingJob) -> Callable[[int, int], None]:
         """``adapt``'s step callback: the job's progress from TRAINING_START to TRAINING_END as steps pass,
@@ -308,6 +324,8 @@ class JobRunner:
         last_write = [float("-inf")]
 
         def on_step(done: int, total: int) -> None:
+            if self._closing.is_set():
+                raise ServerStopping(job.job_id)
             now = time.monotonic()
             if done < total and now - last_write[0] < self.progress_interval:
                 return

@@ -7,6 +7,7 @@ per process, before the first backend is made.
 from __future__ import annotations
 
 import functools
+import logging
 import threading
 
 _lock = threading.Lock()
@@ -26,7 +27,13 @@ def _backend(language: str):
     _configure_espeak()
     from phonemizer.backend import EspeakBackend
 
-    return EspeakBackend(language, preserve_punctuation=True, with_stress=True, language_switch="remove-flags")
+    # phonemizer warns whenever espeak joins or splits words ("words count mismatch"), on most
+    # single-sentence calls; nothing here depends on word counts, so its logger keeps to errors.
+    quiet = logging.getLogger("chorus.text.phonemizer")
+    quiet.setLevel(logging.ERROR)
+    return EspeakBackend(
+        language, preserve_punctuation=True, with_stress=True, language_switch="remove-flags", logger=quiet
+    )
 
 
 def phonemize(texts: list[str], language: str = "en-us") -> list[str]:

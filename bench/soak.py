@@ -1,0 +1,979 @@
+"""Soak: ten minutes of mixed load on loopback against one real voice server, for errors, latency
+over time and resident memory over time.
+
+The server is ``chorus serve`` (this tree's CLI, a subprocess on a free loopback port) with an API
+keys file of ``--tenants`` tenants and the operator, on a fresh store into which ``--voices``
+synthetic ``lora+speaker`` voices (adapter tensors set to small random values, as in
+``bench/serving.py``) were put beforehand, spread over the tenants (``VoiceStore.put_voice``).
+Its adapter cache (``--cache-mb``) holds about half of them, so voices are loaded and evicted
+throughout. Onboarding trains ``--adapt-steps`` steps on ``--adapt-threads`` thread(s), so a job
+takes seconds: what is soaked is the job's path through the server (upload, base copy, training,
+store commit, cache), not the quality of the voice.
+
+Load, from client threads, each request on a fresh loopback connection, paced (a fixed period with
++-20% jitter, never a backlog burst), for ``--minutes``; per tenant:
+
+* speech (most of the traffic): ``--speech-rate`` requests/s over all tenants, split over
+  ``--speech-clients`` threads per tenant; a short sentence (one in five: two, streamed) in one of
+  the tenant's voices, one request in ten in a base speaker; WAV, PCM or FLAC;
+* catalog: list the tenant's voices, get one, and now and then get another tenant's voice (must
+  be 404);
+* onboarding, one job at a time per tenant (the limit is two): upload the shipped sample voice
+  (17 clips, 61 s; as files with transcripts or as a zip archive, alternately), poll its job every
+  second until it ends, speak with the new voice three times, get it, delete it, and check that
+  speaking it then is a 404; every ``--cancel-every``-th job is cancelled at its first poll
+  instead (then its voice is deleted); ``--upload-pause`` seconds between jobs;
+* the operator: the detailed ``/healthz`` every 5 s (resident voices and bytes) and ``/metrics``
+  every 30 s.
+
+Every request is recorded: when, kind, status, latency (connect to last byte). An error is a
+connection failure or timeout, any 5xx, any status outside the ones expected for its kind, or a body
+that is not what that kind returns (speech: a WAV/FLAC header and audio, or non-empty PCM; JSON
+routes: the ids asked for, only the tenant's own voices in its list). A 429 is counted as
+"limited", apart from errors (each tenant stays well under its 600 requests a minute). The
+server's RSS, threads and open file descriptors are read from ``/proc/PID`` every second.
+
+Targets: 0 errors; resident memory flat after warm-up: the median RSS over the last 30 s against
+the median over the 30 s after warm-up grows less than 5%. Warm-up is the first fifth of the run
+(2 of 10 minutes; shorter runs scale it and the windows down). Then the server is stopped with
+SIGINT and must exit 0, and its store is checked offline: the pre-registered voices ready and
+intact (``VoiceStore.verify``), every uploaded voice deleted, every job finished, no job files left.
+
+    python bench/soak.py --out bench/results/soak
+
+Writes ``soak.md``, ``soak.json`` and ``soak.png`` (p50/p99 latency per kind over time; RSS over time).
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import io
+import json
+import os
+import platform
+import random
+import secrets
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+import zipfile
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from chorus.serving.store import FINISHED_JOB, VoiceStatus, VoiceStore
+from chorus.serving.tenants import OPERATOR_TENANT
+from chorus.synthesis import SAMPLE_VOICE, load_base
+from serving import MB, TEXTS, free_port, make_voices, pct, process_rss  # bench/, beside this script
+
+GROWTH_TARGET = 0.05
+# Statuses each kind of request may answer besides 429 (counted as limited); anything else is an error.
+EXPECTED = {
+    "speech": {200},
+    "speech-new": {200},  # in a voice just onboarded (its first request loads it)
+    "speech-deleted": {404},  # in that voice once deleted
+    "list": {200},
+    "get": {200},
+    "get-foreign": {404},  # another tenant's voice
+    "upload": {202},
+    "job": {200},
+    "cancel": {200, 409},  # 409: the job ended before the cancel reached it
+    "delete": {200},
+    "healthz": {200},
+    "metrics": {200},
+}
+CONSENT = "The recorded speaker (Piper joe, CC0) consented to synthetic voices; soak benchmark."
+FORMATS = ["wav"] * 7 + ["pcm"] * 2 + ["flac"]
+
+
+# -- the requests --------------------------------------------------------------------------------
+@dataclass
+class Call:
+    at: float  # seconds since the load started, when the request was sent
+    kind: str
+    tenant: str
+    status: int  # 0: no answer (connection failure, timeout, cut-short body)
+    seconds: float
+    outcome: str  # ok | limited | error
+
+
+@dataclass
+class Recorder:
+    """Sends requests to the server and records each one: its kind, status, latency and outcome."""
+
+    port: int
+    start: float
+    calls: list[Call] = field(default_factory=list)
+    errors: list[dict] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def send(
+        self,
+        kind: str,
+        tenant: str,
+        key: str,
+        method: str,
+        path: str,
+        body: bytes | None = None,
+        content_type: str | None = None,
+        check=None,
+        timeout: float = 120.0,
+    ) -> tuple[int, bytes]:
+        """``(status, body)``, ``(0, b"")`` without an answer. ``check(body) -> problem | None`` runs on
+        an expected status."""
+        began = time.monotonic()
+        headers = {"Authorization": f"Bearer {key}"}
+        if content_type:
+            headers["Content-Type"] = content_type
+        # A fresh connection per request: an idle kept-alive one closed by the server (uvicorn closes
+        # them after 5 s) would otherwise fail the next request for a reason of the client's making.
+        connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+        try:
+            connection.request(method, path, body=body, headers=headers)
+            response = connection.getresponse()
+            status, data = response.status, response.read()
+        except (OSError, http.client.HTTPException) as error:
+            status, data, problem = 0, b"", f"no answer: {error!r}"
+        else:
+            problem = None
+            if status != 429 and status not in EXPECTED[kind]:
+                problem = f"status {status}: {data[:300].decode(errors='replace')}"
+            elif status != 429 and check is not None:
+                try:
+                    problem = check(data)
+                except (ValueError, KeyError, TypeError) as error:  # a body that is not the JSON expected
+                    problem = f"bad body ({error!r}): {data[:200]!r}"
+        finally:
+            connection.close()
+        took = time.monotonic() - began
+        outcome = "error" if problem else "limited" if status == 429 else "ok"
+        with self.lock:
+            self.calls.append(Call(began - self.start, kind, tenant, status, took, outcome))
+            if problem:
+                self.errors.append(
+                    {
+                        "at_s": round(began - self.start, 2),
+                        "kind": kind,
+                        "tenant": tenant,
+                        "request": f"{method} {path}",
+                        "problem": problem,
+                    }
+                )
+        return status, data
+
+    def note(self, kind: str, tenant: str, problem: str) -> None:
+        """An error that is no single request's answer (a job that never ends)."""
+        with self.lock:
+            self.errors.append(
+                {"at_s": round(time.monotonic() - self.start, 2), "kind": kind, "tenant": tenant, "problem": problem}
+            )
+
+
+def audio_check(response_format: str):
+    def check(data: bytes) -> str | None:
+        if response_format == "wav" and (data[:4] != b"RIFF" or len(data) <= 44):
+            return f"not a WAV with audio ({len(data)} bytes, starts {data[:4]!r})"
+        if response_format == "flac" and (data[:4] != b"fLaC" or len(data) <= 42):
+            return f"not a FLAC with audio ({len(data)} bytes, starts {data[:4]!r})"
+        if response_format == "pcm" and (not data or len(data) % 2):
+            return f"not 16-bit PCM ({len(data)} bytes)"
+        return None
+
+    return check
+
+
+def json_check(test):
+    """A check that parses the body as JSON and runs ``test(parsed) -> problem | None`` on it."""
+    return lambda data: test(json.loads(data))
+
+
+def multipart(fields: dict[str, str], files: list[tuple[str, str, bytes, str]]) -> tuple[bytes, str]:
+    """A multipart/form-data body of text ``fields`` and ``(field, filename, bytes, type)`` files."""
+    boundary = uuid.uuid4().hex
+    parts = []
+    for name, value in fields.items():
+        parts.append(f'--{boundary}\r\nContent-Disposition: form-data; name="{name}"\r\n\r\n{value}\r\n'.encode())
+    for name, filename, data, kind in files:
+        head = f'--{boundary}\r\nContent-Disposition: form-data; name="{name}"; filename="{filename}"\r\n'
+        parts.append(f"{head}Content-Type: {kind}\r\n\r\n".encode() + data + b"\r\n")
+    parts.append(f"--{boundary}--\r\n".encode())
+    return b"".join(parts), f"multipart/form-data; boundary={boundary}"
+
+
+@dataclass(frozen=True)
+class Sample:
+    """The upload material: the shipped sample voice as clip files with transcripts, and as a zip."""
+
+    clips: list[tuple[str, bytes]]
+    transcripts: str  # JSON {filename: text}
+    archive: bytes
+
+    @classmethod
+    def load(cls, folder: Path) -> Sample:
+        lines = [line.split("|", 1) for line in (folder / "metadata.csv").read_text().splitlines() if line]
+        clips = [(f"{utt}.flac", (folder / "wavs" / f"{utt}.flac").read_bytes()) for utt, _ in lines]
+        buffer = io.BytesIO()
+        with zipfile.ZipFile(buffer, "w", zipfile.ZIP_STORED) as archive:  # FLAC does not compress further
+            archive.writestr("metadata.csv", (folder / "metadata.csv").read_text())
+            for name, data in clips:
+                archive.writestr(f"wavs/{name}", data)
+        return cls(clips, json.dumps({f"{utt}.flac": text for utt, text in lines}), buffer.getvalue())
+
+    def form(self, name: str, voice_id: str, as_archive: bool) -> tuple[bytes, str]:
+        fields = {"name": name, "consent": CONSENT, "id": voice_id}
+        if as_archive:
+            return multipart(fields, [("archive", "voice.zip", self.archive, "application/zip")])
+        files = [("clips", filename, data, "audio/flac") for filename, data in self.clips]
+        return multipart(fields | {"transcripts": self.transcripts}, files)
+
+
+# -- the load ------------------------------------------------------------------------------------
+def paced(stop: threading.Event, period: float, rng: random.Random, action) -> None:
+    """``action()`` every ``period`` seconds (+-20% jitter, random phase) until ``stop``; a late one
+    is followed by the next at once, not by a burst catching up."""
+    next_at = time.monotonic() + rng.uniform(0, period)
+    while not stop.wait(max(0.0, next_at - time.monotonic())):
+        action()
+        next_at = max(next_at + period * rng.uniform(0.8, 1.2), time.monotonic())
+
+
+@dataclass
+class Tenant:
+    name: str
+    key: str
+    voices: list[str]  # pre-registered, ready throughout
+
+
+@dataclass
+class Load:
+    """The client threads of the soak and what they share."""
+
+    recorder: Recorder
+    tenants: list[Tenant]
+    operator_key: str
+    speakers: list[str]
+    sample: Sample
+    args: argparse.Namespace
+    stop: threading.Event = field(default_factory=threading.Event)
+    jobs: list[dict] = field(default_factory=list)  # every accepted upload: tenant, voice, job, how it ended
+    health: list[dict] = field(default_factory=list)  # /healthz samples of the operator
+
+    def threads(self) -> list[threading.Thread]:
+        per_client = len(self.tenants) * self.args.speech_clients / self.args.speech_rate
+        targets = []
+        for t, tenant in enumerate(self.tenants):
+            for c in range(self.args.speech_clients):
+                targets.append((f"speech-{tenant.name}-{c}", self.speech_loop, (tenant, per_client, 100 * t + c)))
+            targets.append((f"catalog-{tenant.name}", self.catalog_loop, (tenant, 100 * t + 50)))
+            targets.append((f"onboarding-{tenant.name}", self.onboarding_loop, (tenant, 100 * t + 60)))
+        targets.append(("operator", self.operator_loop, (10_000,)))
+        return [
+            threading.Thread(target=self.guarded, args=(target, *args), name=name, daemon=True)
+            for name, target, args in targets
+        ]
+
+    def guarded(self, target, *args) -> None:
+        """Run a client loop; a client that dies is an error of the soak (it would silently lower the load)."""
+        try:
+            target(*args)
+        except Exception as error:  # noqa: BLE001 - reported, not raised in a thread nobody joins for it
+            self.recorder.note("client", threading.current_thread().name, f"client thread died: {error!r}")
+
+    def speak(self, kind: str, tenant: Tenant, voice: str, rng: random.Random) -> int:
+        response_format = rng.choice(FORMATS)
+        text = rng.choice(TEXTS) if rng.random() < 0.8 else " ".join(rng.sample(TEXTS, 2))  # two: streamed
+        body = json.dumps({"model": "tts-1", "input": text, "voice": voice, "response_format": response_format})
+        status, _ = self.recorder.send(
+            kind,
+            tenant.name,
+            tenant.key,
+            "POST",
+            "/v1/audio/speech",
+            body.encode(),
+            "application/json",
+            audio_check(response_format) if kind != "speech-deleted" else None,
+        )
+        return status
+
+    def speech_loop(self, tenant: Tenant, period: float, seed: int) -> None:
+        rng = random.Random(self.args.seed * 1_000_003 + seed)
+
+        def one() -> None:
+            voice = rng.choice(self.speakers) if rng.random() < 0.1 else rng.choice(tenant.voices)
+            self.speak("speech", tenant, voice, rng)
+
+        paced(self.stop, period, rng, one)
+
+    def catalog_loop(self, tenant: Tenant, seed: int) -> None:
+        rng = random.Random(self.args.seed * 1_000_003 + seed)
+        others = [v for t in self.tenants if t is not tenant for v in t.voices]
+        step = iter(range(1 << 62))
+
+        def listed(data: dict) -> str | None:
+            custom = {v["id"]: v["status"] for v in data["data"] if v["type"] != "base"}
+            foreign = [v for v in custom if not v.startswith(f"{tenant.name}-")]
+            missing = [v for v in tenant.voices if custom.get(v) != VoiceStatus.READY]
+            if foreign or missing:
+                return f"list: foreign voices {foreign[:3]}, pre-registered not ready {missing[:3]}"
+            return None
+
+        def one() -> None:
+            n = next(step)
+            if n % 10 == 9:
+                voice = rng.choice(others)
+                self.recorder.send("get-foreign", tenant.name, tenant.key, "GET", f"/v1/voices/{voice}")
+            elif n % 2:
+                voice = rng.choice(tenant.voices)
+                check = json_check(
+                    lambda d: None if (d["id"], d["status"]) == (voice, "ready") else f"get {voice}: {d}"
+                )
+                self.recorder.send("get", tenant.name, tenant.key, "GET", f"/v1/voices/{voice}", check=check)
+            else:
+                self.recorder.send("list", tenant.name, tenant.key, "GET", "/v1/voices", check=json_check(listed))
+
+        paced(self.stop, 2.0, rng, one)
+
+    def onboarding_loop(self, tenant: Tenant, seed: int) -> None:
+        """One onboarding job at a time: upload, poll to its end, use the voice, delete it."""
+        rng = random.Random(self.args.seed * 1_000_003 + seed)
+        if self.stop.wait(rng.uniform(0, self.args.upload_pause)):  # tenants' uploads out of step
+            return
+        number = 0
+        while not self.stop.is_set():
+            voice_id = f"{tenant.name}-up{number:03d}"
+            body, content_type = self.sample.form(f"Upload {number} of {tenant.name}", voice_id, number % 2 == 1)
+            check = json_check(lambda d, v=voice_id: None if d["voice"] == v and d["id"] else f"upload: {d}")
+            status, data = self.recorder.send(
+                "upload", tenant.name, tenant.key, "POST", "/v1/voices", body, content_type, check
+            )
+            if status == 429:
+                self.stop.wait(5.0)
+                continue
+            number += 1
+            if status == 202:
+                self.follow(
+                    tenant, voice_id, json.loads(data)["id"], cancel=number % self.args.cancel_every == 0, rng=rng
+                )
+            self.stop.wait(self.args.upload_pause * rng.uniform(0.8, 1.2))
+
+    def follow(self, tenant: Tenant, voice_id: str, job_id: str, cancel: bool, rng: random.Random) -> None:
+        """Poll a job to its end (cancelling it at the first poll if ``cancel``), then use and delete its
+        voice. At the soak's end a job still going is cancelled, so the store is left clean."""
+        job = {"tenant": tenant.name, "voice": voice_id, "job": job_id, "cancelled": False, "status": None}
+        self.jobs.append(job)
+        began = time.monotonic()
+        status = None
+        while True:
+            code, data = self.recorder.send(
+                "job", tenant.name, tenant.key, "GET", f"/v1/jobs/{job_id}", check=json_check(lambda d: None)
+            )
+            if code == 200:
+                answer = json.loads(data)
+                status, job["message"] = answer["status"], answer["message"]
+                if status in FINISHED_JOB:
+                    break
+            if time.monotonic() - began > self.args.job_timeout:
+                self.recorder.note("job", tenant.name, f"job {job_id} not finished after {self.args.job_timeout:g} s")
+                break  # deleting its voice below fails it
+            if not job["cancelled"] and (cancel or self.stop.is_set()):
+                self.recorder.send("cancel", tenant.name, tenant.key, "POST", f"/v1/jobs/{job_id}/cancel")
+                job["cancelled"] = "planned" if cancel else "at the end"
+                continue  # poll at once: it is failed now, or it had ended
+            time.sleep(1.0)
+        job["status"], job["seconds"] = status, round(time.monotonic() - began, 1)
+        if status == "done":
+            for _ in range(3):
+                self.speak("speech-new", tenant, voice_id, rng)
+            check = json_check(lambda d: None if d["id"] == voice_id else f"get {voice_id}: {d}")
+            self.recorder.send("get", tenant.name, tenant.key, "GET", f"/v1/voices/{voice_id}", check=check)
+        check = json_check(lambda d: None if d["id"] == voice_id and d["deleted"] else f"delete: {d}")
+        self.recorder.send("delete", tenant.name, tenant.key, "DELETE", f"/v1/voices/{voice_id}", check=check)
+        if status == "done":
+            self.speak("speech-deleted", tenant, voice_id, rng)
+
+    def operator_loop(self, seed: int) -> None:
+        rng = random.Random(seed)
+        step = iter(range(1 << 62))
+
+        def healthy(data: dict) -> str | None:
+            with self.recorder.lock:
+                self.health.append(
+                    {
+                        "at_s": round(time.monotonic() - self.recorder.start, 1),
+                        "resident_voices": data["resident_voices"],
+                        "resident_bytes": data["resident_bytes"],
+                        "queued": data["onboarding"]["queued"],
+                        "running": data["onboarding"]["running"],
+                    }
+                )
+            return None if data["status"] == "ok" else f"healthz: {data}"
+
+        def one() -> None:
+            key = self.operator_key
+            self.recorder.send("healthz", OPERATOR_TENANT, key, "GET", "/healthz", check=json_check(healthy))
+            if next(step) % 6 == 5:
+                self.recorder.send("metrics", OPERATOR_TENANT, key, "GET", "/metrics", check=metrics_check)
+
+        paced(self.stop, 5.0, rng, one)
+
+
+def metrics_check(data: bytes) -> str | None:
+    return None if b"chorus_" in data else "no chorus_ series in /metrics"
+
+
+def sample_process(pid: int, start: float, stop: threading.Event, out: list[dict]) -> None:
+    """RSS, threads and open file descriptors of the server every second (a leak shows in any)."""
+    while not stop.wait(1.0):
+        try:
+            status = Path(f"/proc/{pid}/status").read_text()
+            fds = len(os.listdir(f"/proc/{pid}/fd"))
+        except OSError:
+            return  # the process is gone
+        fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+        out.append(
+            {
+                "at_s": round(time.monotonic() - start, 2),
+                "rss_bytes": int(fields["VmRSS"].split()[0]) * 1024,
+                "threads": int(fields["Threads"]),
+                "fds": fds,
+            }
+        )
+
+
+# -- the server ----------------------------------------------------------------------------------
+def prepare_store(args, root: Path) -> tuple[list[Tenant], str, Path]:
+    """A store with ``--voices`` synthetic voices over the tenants, and the keys file for them."""
+    synthesizer = load_base(None, "griffin-lim")
+    folders = make_voices(synthesizer, args.voices, args.work / "voices", args.method, args.adapter_scale, args.seed)
+    tenants = [Tenant(f"t{t}", secrets.token_urlsafe(24), []) for t in range(args.tenants)]
+    with VoiceStore(str(root)) as store:
+        for k, folder in enumerate(folders[v] for v in sorted(folders)):
+            tenant = tenants[k % len(tenants)]
+            voice_id = f"{tenant.name}-v{k:03d}"
+            store.put_voice(tenant.name, voice_id, folder)
+            tenant.voices.append(voice_id)
+    operator_key = secrets.token_urlsafe(24)
+    keys = args.work / "keys.txt"
+    keys.write_text("".join(f"{t.key} {t.name}\n" for t in tenants) + f"{operator_key} {OPERATOR_TENANT}\n")
+    return tenants, operator_key, keys
+
+
+def start_server(args, root: Path, keys: Path, log_path: Path) -> tuple[subprocess.Popen, list[str], int]:
+    port = free_port()
+    chorus = Path(sys.executable).with_name("chorus")
+    command = [
+        str(chorus),
+        "serve",
+        "--store",
+        str(root),
+        "--port",
+        str(port),
+        "--keys",
+        str(keys),
+        "--cache-mb",
+        f"{args.cache_mb:g}",
+        "--adapt-steps",
+        str(args.adapt_steps),
+        "--adapt-threads",
+        str(args.adapt_threads),
+    ]
+    environment = os.environ | {"OMP_NUM_THREADS": str(args.threads)}
+    with open(log_path, "w") as log:  # the child writes to its own copy of the descriptor
+        server = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=environment)
+    deadline = time.monotonic() + 300
+    while True:
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+        try:
+            connection.request("GET", "/healthz")
+            if json.loads(connection.getresponse().read())["status"] == "ok":
+                break
+        except (OSError, http.client.HTTPException, ValueError):
+            pass
+        finally:
+            connection.close()
+        if server.poll() is not None or time.monotonic() > deadline:
+            server.kill()
+            raise RuntimeError(f"the server did not start: {log_path.read_text()[-2000:]}")
+        time.sleep(0.5)
+    return server, command, port
+
+
+def drain(port: int, operator_key: str, timeout: float) -> float | None:
+    """Wait until the onboarding worker is idle (``/healthz``), so the stop finds no job mid-way and the
+    job files of cancelled jobs still queued are gone; seconds waited, None if it never was."""
+    began = time.monotonic()
+    while time.monotonic() - began < timeout:
+        onboarding = json.loads(http_get(port, "/healthz", operator_key))["onboarding"]
+        if onboarding["queued"] == 0 and not onboarding["running"]:
+            return round(time.monotonic() - began, 1)
+        time.sleep(1.0)
+    return None
+
+
+def stop_server(server: subprocess.Popen) -> dict:
+    """SIGINT (uvicorn's graceful shutdown: the lifespan closes the worker, batcher and store)."""
+    began = time.monotonic()
+    server.send_signal(signal.SIGINT)
+    try:
+        code = server.wait(timeout=120)
+    except subprocess.TimeoutExpired:
+        server.kill()
+        code = server.wait()
+        return {"exit_code": code, "seconds": round(time.monotonic() - began, 1), "killed": True}
+    return {"exit_code": code, "seconds": round(time.monotonic() - began, 1), "killed": False}
+
+
+def check_store(root: Path, tenants: list[Tenant], jobs: list[dict]) -> dict:
+    """The store after shutdown, read offline: what should be there is, and nothing else."""
+    with VoiceStore(str(root)) as store:
+        expected = {t.name: set(t.voices) for t in tenants}
+        found = {t.name: {v.voice_id: v.status for v in store.list_voices(t.name)} for t in tenants}
+        missing = sorted(v for t in tenants for v in t.voices if found[t.name].get(v) != VoiceStatus.READY)
+        left = sorted(v for t in tenants for v in found[t.name] if v not in expected[t.name])
+        unfinished = [j["job"] for j in jobs if store.get_job(j["tenant"], j["job"]).status not in FINISHED_JOB]
+        report = store.verify()
+        interrupted = [j.job_id for j in store.interrupted_jobs()]
+    jobs_dir = root / ".jobs"
+    leftovers = sorted(p.name for p in jobs_dir.iterdir() if p.name != "consent.jsonl") if jobs_dir.exists() else []
+    consent = jobs_dir / "consent.jsonl"
+    consents = len(consent.read_text().splitlines()) if consent.exists() else 0
+    result = {
+        "ready_voices_missing": missing,
+        "uploaded_voices_left": left,
+        "jobs_unfinished": unfinished,
+        "jobs_interrupted": interrupted,
+        "verified_voices": report.checked,
+        "corrupt": [list(c) for c in report.corrupt],
+        "orphan_folders": report.orphan_folders,
+        "job_files_left": leftovers,
+        "consent_records": consents,
+        "jobs_accepted": len(jobs),
+    }
+    result["ok"] = not (missing or left or unfinished or interrupted or report.corrupt or report.orphan_folders)
+    result["ok"] = result["ok"] and not leftovers and consents == len(jobs)
+    return result
+
+
+def server_log(path: Path) -> dict:
+    """Log lines by level, the warnings, errors and tracebacks (each distinct line once, with its count)
+    and the log's last lines (what the process said as it stopped)."""
+    lines = path.read_text(errors="replace").splitlines()
+    levels = Counter(line.split(":", 1)[0] for line in lines if line[:1].isupper() and ":" in line[:10])
+    notable = Counter(
+        line for line in lines if "Traceback" in line or line.startswith(("ERROR", "WARNING", "CRITICAL"))
+    )
+    return {
+        "lines": len(lines),
+        "levels": dict(levels),
+        "notable": [{"line": line, "count": n} for line, n in notable.most_common(20)],
+        "notable_count": sum(notable.values()),
+        "tail": lines[-15:],
+    }
+
+
+# -- summaries -----------------------------------------------------------------------------------
+def latency(seconds: list[float]) -> dict:
+    ms = [1000 * s for s in seconds]
+    if not ms:
+        return {"n": 0}
+    return {"n": len(ms), "p50_ms": pct(ms, 50), "p99_ms": pct(ms, 99), "max_ms": float(np.max(ms))}
+
+
+def summarize(calls: list[Call], duration: float, bins: int) -> dict:
+    kinds = [k for k in EXPECTED if any(c.kind == k for c in calls)]
+    totals = {}
+    for kind in kinds:
+        mine = [c for c in calls if c.kind == kind]
+        outcomes = Counter(c.outcome for c in mine)
+        totals[kind] = {
+            "requests": len(mine),
+            "ok": outcomes["ok"],
+            "limited": outcomes["limited"],
+            "errors": outcomes["error"],
+            "statuses": {str(s): n for s, n in sorted(Counter(c.status for c in mine).items())},
+            **latency([c.seconds for c in mine if c.outcome == "ok"]),
+        }
+    width = duration / bins
+    series = []
+    for b in range(bins):
+        # The last bin also takes the requests of the cleanup after the load (jobs cancelled at the end).
+        inside = [c for c in calls if b * width <= c.at < (b + 1) * width or (b == bins - 1 and c.at >= duration)]
+        series.append(
+            {
+                "from_s": b * width,
+                "to_s": (b + 1) * width,
+                "kinds": {k: latency([c.seconds for c in inside if c.kind == k and c.outcome == "ok"]) for k in kinds},
+                "errors": sum(c.outcome == "error" for c in inside),
+                "limited": sum(c.outcome == "limited" for c in inside),
+            }
+        )
+    return {"totals": totals, "series": series, "bin_s": width}
+
+
+def memory(samples: list[dict], health: list[dict], duration: float, warmup: float, bins: int) -> dict:
+    """RSS growth after warm-up: the median over the window right after it against the one at the end."""
+    window = min(30.0, (duration - warmup) / 4)
+
+    def median(key: str, lo: float, hi: float, rows: list[dict] = samples) -> float:
+        values = [s[key] for s in rows if lo <= s["at_s"] < hi]
+        return float(np.median(values)) if values else float("nan")
+
+    after = median("rss_bytes", warmup, warmup + window)
+    end = median("rss_bytes", duration - window, duration)
+    width = duration / bins
+    series = [
+        {
+            "from_s": b * width,
+            "to_s": (b + 1) * width,
+            "rss_bytes": median("rss_bytes", b * width, (b + 1) * width),
+            "threads": median("threads", b * width, (b + 1) * width),
+            "fds": median("fds", b * width, (b + 1) * width),
+            "resident_voices": median("resident_voices", b * width, (b + 1) * width, health),
+        }
+        for b in range(bins)
+    ]
+    during = [s for s in samples if s["at_s"] < duration]
+    return {
+        "warmup_s": warmup,
+        "window_s": window,
+        "rss_after_warmup_bytes": after,
+        "rss_end_bytes": end,
+        "growth": (end - after) / after,
+        "target": GROWTH_TARGET,
+        "met": (end - after) / after < GROWTH_TARGET,
+        "rss_first_bytes": during[0]["rss_bytes"] if during else None,
+        "rss_max_bytes": max(s["rss_bytes"] for s in during) if during else None,
+        "threads_after_warmup": median("threads", warmup, warmup + window),
+        "threads_end": median("threads", duration - window, duration),
+        "fds_after_warmup": median("fds", warmup, warmup + window),
+        "fds_end": median("fds", duration - window, duration),
+        "series": series,
+    }
+
+
+# -- report --------------------------------------------------------------------------------------
+def fmt(row: dict) -> str:
+    return f"{row['p50_ms']:.0f} / {row['p99_ms']:.0f} ({row['n']})" if row.get("n") else "-"
+
+
+def report(result: dict, args) -> None:
+    (args.out / "soak.json").write_text(json.dumps(result, indent=1))  # first: the figures survive a bad format
+    totals, series, mem = result["requests"]["totals"], result["requests"]["series"], result["memory"]
+    errors = result["error_count"]
+    limited = sum(t["limited"] for t in totals.values())
+    requests = sum(t["requests"] for t in totals.values())
+    config, stop, store = result["config"], result["shutdown"], result["store"]
+    jobs = result["jobs"]
+    done = [j for j in jobs if j["status"] == "done"]
+    minutes = args.minutes
+    lines = [
+        "# Soak: mixed load against one voice server",
+        "",
+        "```",
+        result["command"],
+        "```",
+        "",
+        (
+            f"`{shlex.join(result['server_command'])}` (this tree at {config['git']}) on a {config['cpus']}-core "
+            f"CPU, OMP_NUM_THREADS={args.threads}, load average {config['load_average_start'][0]:.1f} at the start "
+            f"and {config['load_average_end'][0]:.1f} at the end (other work shares the machine). "
+            f"{args.tenants} tenants with {args.voices} synthetic `{args.method}` voices between them, put into "
+            f"the store before the server started; adapter cache {args.cache_mb:g} MB (a median "
+            f"{np.median([h['resident_voices'] for h in result['health']]):.0f} voices resident: the server loads "
+            f"and evicts throughout); onboarding {args.adapt_steps} training steps "
+            f"on {args.adapt_threads} thread(s). {minutes:g} minutes of load: speech at {args.speech_rate:g} "
+            f"requests/s over all tenants ({args.speech_clients} paced clients per tenant), catalog requests "
+            f"every 2 s per tenant, one onboarding job at a time per tenant with {args.upload_pause:g} s between "
+            f"jobs (every {args.cancel_every}th cancelled), the operator's /healthz every 5 s. Every request "
+            "opens its own loopback connection; latency is from connecting to the last byte."
+        ),
+        "",
+        "## Findings",
+        "",
+        f"- Errors: **{errors}** in {requests:,} requests (target 0: **{'met' if errors == 0 else 'NOT met'}**); "
+        f"{limited} limited (429)"
+        + (
+            f"; client threads still running at the end: {', '.join(result['stuck_threads'])}"
+            if result["stuck_threads"]
+            else ""
+        )
+        + ".",
+        (
+            f"- Resident memory after warm-up (the first {mem['warmup_s'] / 60:g} min, a fifth of the run): "
+            f"{mem['rss_after_warmup_bytes'] / MB:.1f} MB (median over {mem['window_s']:g} s after warm-up) -> "
+            f"{mem['rss_end_bytes'] / MB:.1f} MB (median over the last {mem['window_s']:g} s): "
+            f"**{100 * mem['growth']:+.2f}%** (target < {100 * GROWTH_TARGET:g}%: "
+            f"**{'met' if mem['met'] else 'NOT met'}**). First sample {mem['rss_first_bytes'] / MB:.1f} MB, "
+            f"highest {mem['rss_max_bytes'] / MB:.1f} MB."
+        ),
+        (
+            f"- Server threads {mem['threads_after_warmup']:.0f} -> {mem['threads_end']:.0f}, open file "
+            f"descriptors {mem['fds_after_warmup']:.0f} -> {mem['fds_end']:.0f} over the same windows."
+        ),
+        (
+            f"- Onboarding: {len(jobs)} jobs accepted, {len(done)} done "
+            f"(median {np.median([j['seconds'] for j in done]) if done else float('nan'):.1f} s from upload to done), "
+            f"{sum(j['cancelled'] == 'planned' for j in jobs)} cancelled as planned at their first poll, "
+            f"{sum(j['cancelled'] == 'at the end' for j in jobs)} at the end of the load; each voice made was spoken 3 times, deleted, then asked for "
+            "again (a 404 expected)."
+        ),
+        (
+            f"- Shutdown (SIGINT, once the onboarding worker was idle: "
+            f"{'after ' + format(result['drain_s'], 'g') + ' s' if result['drain_s'] is not None else 'it never was'}): "
+            f"exit code {stop['exit_code']} after {stop['seconds']:g} s"
+            + (" (killed: it did not exit in 120 s)" if stop["killed"] else "")
+            + f". Store read afterwards: {'all as expected' if store['ok'] else '**NOT as expected**'} "
+            f"({store['verified_voices']} ready voices verified, {len(store['uploaded_voices_left'])} uploaded "
+            f"voices left, {len(store['jobs_unfinished'])} jobs unfinished, {len(store['job_files_left'])} job "
+            f"folders left, {store['consent_records']} consent records for {store['jobs_accepted']} jobs)."
+        ),
+        "",
+        "## Requests by kind",
+        "",
+        "| kind | requests | ok | limited | errors | statuses | p50 ms | p99 ms | max ms |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for kind, t in totals.items():
+        statuses = ", ".join(f"{s}: {n}" for s, n in t["statuses"].items())
+        timing = f"{t['p50_ms']:.0f} | {t['p99_ms']:.0f} | {t['max_ms']:.0f}" if t.get("n") else "- | - | -"
+        lines.append(
+            f"| {kind} | {t['requests']:,} | {t['ok']:,} | {t['limited']} | {t['errors']} | {statuses} | {timing} |"
+        )
+    lines += [
+        "",
+        "Latency percentiles are over the requests answered as expected. Expected statuses: "
+        + "; ".join(f"{k} {', '.join(str(s) for s in sorted(v))}" for k, v in EXPECTED.items())
+        + ".",
+        "",
+        "## Errors",
+        "",
+    ]
+    if result["errors"]:
+        lines += [f"- {e['at_s']} s, {e['kind']} ({e['tenant']}): {e['problem']}" for e in result["errors"][:10]]
+        if len(result["errors"]) > 10:
+            lines.append(f"- ... {len(result['errors']) - 10} more in soak.json")
+    else:
+        lines.append("None.")
+    shown = [k for k in ("speech", "speech-new", "list", "get", "upload", "job", "delete") if k in totals]
+    lines += [
+        "",
+        f"## Latency over time: p50 / p99 ms (requests), per {result['requests']['bin_s']:g} s",
+        "",
+        "| from min | " + " | ".join(shown) + " | errors | limited |",
+        "|---" * (len(shown) + 3) + "|",
+    ]
+    for row in series:
+        cells = " | ".join(fmt(row["kinds"].get(k, {})) for k in shown)
+        lines.append(f"| {row['from_s'] / 60:.1f} | {cells} | {row['errors']} | {row['limited']} |")
+    lines += [
+        "",
+        "## Server process over time (medians per interval)",
+        "",
+        "| from min | RSS MB | threads | open fds | resident voices |",
+        "|---|---|---|---|---|",
+    ]
+    for row in mem["series"]:
+        lines.append(
+            f"| {row['from_s'] / 60:.1f} | {row['rss_bytes'] / MB:.1f} | {row['threads']:.0f} | {row['fds']:.0f} | "
+            f"{row['resident_voices']:.0f} |"
+        )
+    log = result["server_log"]
+    lines += [
+        "",
+        "## Server log",
+        "",
+        f"{log['lines']:,} lines ({', '.join(f'{k} {v:,}' for k, v in sorted(log['levels'].items()))}); "
+        f"{log['notable_count']} warnings, errors or tracebacks"
+        + (" (distinct lines, with their counts):" if log["notable"] else "."),
+    ]
+    if log["notable"]:
+        lines += ["", "```", *(f"{n['count']:>5} x {n['line'][:200]}" for n in log["notable"][:10]), "```"]
+    lines += ["", "Its last lines, as it stopped:", "", "```", *(line[:200] for line in log["tail"]), "```"]
+    lines += [
+        "",
+        "## Caveats",
+        "",
+        "- Synthetic voices with random adapters: the speech is not meant to sound like anyone; its cost does "
+        "not depend on the adapter values.",
+        f"- {args.adapt_steps} training steps per onboarded voice: a real job trains for minutes, so its memory "
+        "(a copy of the base, the optimizer, the batch) lives longer; the path through the server is the same.",
+        "- One shared CPU: latencies move with whatever else runs on it; RSS includes allocator slack.",
+    ]
+    (args.out / "soak.md").write_text("\n".join(lines) + "\n")
+    plot(result, args.out / "soak.png")
+    print("\n".join(lines))
+
+
+def plot(result: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    series, mem = result["requests"]["series"], result["memory"]
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(10, 7), sharex=True)
+    middles = [(row["from_s"] + row["to_s"]) / 120 for row in series]
+    for k, kind in enumerate(("speech", "speech-new", "list", "get", "upload", "job", "delete")):
+        points = [(m, row["kinds"].get(kind, {})) for m, row in zip(middles, series)]
+        points = [(m, r) for m, r in points if r.get("n")]
+        if not points:
+            continue
+        color = f"C{k}"
+        top.plot([m for m, _ in points], [r["p50_ms"] for _, r in points], "o-", color=color, label=f"{kind} p50")
+        top.plot(
+            [m for m, _ in points],
+            [r["p99_ms"] for _, r in points],
+            "s--",
+            color=color,
+            mfc="white",
+            label=f"{kind} p99",
+        )
+    top.set_yscale("log")
+    top.set_ylabel("latency, ms")
+    top.legend(fontsize=7, ncol=4)
+    top.grid(alpha=0.3, which="both")
+    samples = result["process"]
+    bottom.plot([s["at_s"] / 60 for s in samples], [s["rss_bytes"] / MB for s in samples], color="C0", lw=1)
+    warm, window, duration = mem["warmup_s"], mem["window_s"], result["config"]["minutes"] * 60
+    bottom.axvline(warm / 60, color="k", ls="--", lw=1, label="end of warm-up")
+    bottom.axvspan(warm / 60, (warm + window) / 60, color="C2", alpha=0.2, label="windows compared")
+    bottom.axvspan((duration - window) / 60, duration / 60, color="C2", alpha=0.2)
+    bottom.set_ylabel("server RSS, MB")
+    bottom.set_xlabel("minutes since the load started")
+    bottom.set_title(f"RSS after warm-up {100 * mem['growth']:+.2f}% (target < {100 * GROWTH_TARGET:g}%)", fontsize=9)
+    bottom.legend(fontsize=7)
+    bottom.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def http_get(port: int, path: str, key: str) -> bytes:
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    try:
+        connection.request("GET", path, headers={"Authorization": f"Bearer {key}"})
+        return connection.getresponse().read()
+    finally:
+        connection.close()
+
+
+def git_state() -> str:
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True)
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return head.stdout.strip() + (" with uncommitted changes" if dirty.stdout.strip() else "")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--minutes", type=float, default=10.0, help="of load (warm-up: the first fifth)")
+    parser.add_argument("--tenants", type=int, default=4)
+    parser.add_argument("--voices", type=int, default=40, help="synthetic voices put in the store, over the tenants")
+    parser.add_argument("--speech-rate", type=float, default=4.0, help="speech requests/s, all tenants together")
+    parser.add_argument("--speech-clients", type=int, default=2, help="paced speech threads per tenant")
+    parser.add_argument("--upload-pause", type=float, default=60.0, help="seconds between one tenant's jobs")
+    parser.add_argument("--cancel-every", type=int, default=4, help="every n-th job is cancelled")
+    parser.add_argument("--job-timeout", type=float, default=300.0, help="a job not done by then is an error")
+    parser.add_argument("--adapt-steps", type=int, default=3)
+    parser.add_argument("--adapt-threads", type=int, default=1)
+    parser.add_argument("--cache-mb", type=float, default=1.5, help="the server's adapter cache")
+    parser.add_argument("--threads", type=int, default=1, help="OMP_NUM_THREADS of the server")
+    parser.add_argument("--bins", type=int, default=10, help="intervals of the time series")
+    parser.add_argument("--method", default="lora+speaker", help="of the synthetic voices")
+    parser.add_argument("--adapter-scale", type=float, default=0.02)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--work", type=Path, default=None, help="scratch folder (default: a temporary one)")
+    parser.add_argument("--out", type=Path, default=Path("bench/results/soak"))
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    command = shlex.join(["python", "bench/soak.py", *sys.argv[1:]])
+    scratch = args.work is None
+    args.work = Path(tempfile.mkdtemp(prefix="chorus-soak-")) if scratch else args.work
+    args.out.mkdir(parents=True, exist_ok=True)
+    root, log_path = args.work / "store", args.work / "server.log"
+    try:
+        config = {
+            "cpus": os.cpu_count(),
+            "load_average_start": os.getloadavg(),
+            "git": git_state(),
+            "torch": torch.__version__,
+            "python": platform.python_version(),
+            **{k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+        }
+        print("preparing the store ...", flush=True)
+        tenants, operator_key, keys = prepare_store(args, root)
+        server, server_command, port = start_server(args, root, keys, log_path)
+        print(f"server up on port {port} (pid {server.pid}); {args.minutes:g} minutes of load ...", flush=True)
+        try:
+            listed = json.loads(http_get(port, "/v1/voices", tenants[0].key))["data"]
+            speakers = [v["id"] for v in listed if v["type"] == "base"]
+            start = time.monotonic()
+            load = Load(Recorder(port, start), tenants, operator_key, speakers, Sample.load(SAMPLE_VOICE), args)
+            samples: list[dict] = []
+            sampling = threading.Event()
+            sampler = threading.Thread(target=sample_process, args=(server.pid, start, sampling, samples), daemon=True)
+            sampler.start()
+            threads = load.threads()
+            for thread in threads:
+                thread.start()
+            duration = 60 * args.minutes
+            while (left := start + duration - time.monotonic()) > 0:
+                time.sleep(min(left, 60.0))
+                with load.recorder.lock:
+                    calls = list(load.recorder.calls)
+                print(
+                    f"{(time.monotonic() - start) / 60:5.1f} min: {len(calls):,} requests, "
+                    f"{sum(c.outcome == 'error' for c in calls)} errors, RSS {process_rss(server.pid) / MB:.1f} MB",
+                    flush=True,
+                )
+            load.stop.set()
+            for thread in threads:
+                thread.join(timeout=args.job_timeout + 60)
+            stuck = [t.name for t in threads if t.is_alive()]
+            drained = drain(port, operator_key, args.job_timeout)
+            sampling.set()
+            sampler.join()
+        finally:
+            shutdown = stop_server(server)
+        config["load_average_end"] = os.getloadavg()
+        calls = load.recorder.calls
+        result = {
+            "command": command,
+            "server_command": [Path(server_command[0]).name, *server_command[1:]],
+            "config": config,
+            "requests": summarize(calls, duration, args.bins),
+            "errors": load.recorder.errors,
+            "error_count": len(load.recorder.errors) + len(stuck),
+            "stuck_threads": stuck,
+            "drain_s": drained,
+            "memory": memory(samples, load.health, duration, duration / 5, args.bins),
+            "process": samples,
+            "health": load.health,
+            "jobs": load.jobs,
+            "shutdown": shutdown,
+            "store": check_store(root, tenants, load.jobs),
+            "server_log": server_log(log_path),
+            "calls": [
+                [round(c.at, 3), c.kind, c.tenant, c.status, round(1000 * c.seconds, 1), c.outcome] for c in calls
+            ],
+        }
+        report(result, args)
+    finally:
+        if scratch:
+            shutil.rmtree(args.work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
