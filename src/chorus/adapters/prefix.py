@@ -71,7 +71,7 @@ class PrefixAttention(AdapterLayer):
         out = F.scaled_dot_product_attention(
             q, k, v, attn_mask=full_mask, dropout_p=attention.dropout if self.training else 0.0
         )
-        return attention.out_proj(out.transpose(1, 2).reshape(x.shape))
+        return attention.out_proj(out.transpose(1, 2).reshape(*x.shape[:2], -1))
 
     def pack(self, names):
         """``prefix_valid`` ``[K, n_prefix max]``: which prefix positions each voice has (voices with fewer
@@ -97,7 +97,7 @@ class PrefixAttention(AdapterLayer):
         out = F.scaled_dot_product_attention(
             q, k, v, attn_mask=full_mask, dropout_p=attention.dropout if self.training else 0.0
         )
-        return attention.out_proj(out.transpose(1, 2).reshape(x.shape))
+        return attention.out_proj(out.transpose(1, 2).reshape(*x.shape[:2], -1))
 
     def shadow_forward(self, pass_, name, x):
         """x ``[batch, time, dim]`` -> ``[batch, time, dim]``; keys and values get ``n_prefix`` learned

@@ -15,6 +15,7 @@ from chorus.cli.data import corpus_app, data_app
 from chorus.cli.demo import demo
 from chorus.cli.evaluate import evaluate
 from chorus.cli.memory import memory
+from chorus.cli.prune import prune
 from chorus.cli.serve import serve, serve_key
 from chorus.cli.store import store_app
 from chorus.cli.synthesize import speakers, synthesize
@@ -59,6 +60,7 @@ app.command()(synthesize)
 app.command()(adapt)
 app.command("adapt-many")(adapt_many)
 app.command()(memory)
+app.command()(prune)
 app.add_typer(space_app, name="voice-space")
 app.command()(serve)
 app.command("serve-key")(serve_key)

@@ -48,20 +48,26 @@ def sinusoidal_positions(n_positions: int, dim: int) -> torch.Tensor:
 
 
 class MultiHeadAttention(nn.Module):
-    """Self-attention with separate q/k/v/out projections (named so adapters can target them)."""
+    """Self-attention with separate q/k/v/out projections (named so adapters can target them).
 
-    def __init__(self, dim: int, n_heads: int, dropout: float):
+    ``heads`` of width ``dim // n_heads`` each; fewer than ``n_heads`` after structured pruning
+    (q/k/v then project to ``heads * dim // n_heads`` and ``out_proj`` from it).
+    """
+
+    def __init__(self, dim: int, n_heads: int, dropout: float, heads: int | None = None):
         super().__init__()
-        self.n_heads = n_heads
-        self.q_proj = nn.Linear(dim, dim)
-        self.k_proj = nn.Linear(dim, dim)
-        self.v_proj = nn.Linear(dim, dim)
-        self.out_proj = nn.Linear(dim, dim)
+        self.n_heads = n_heads if heads is None else heads
+        self.head_dim = dim // n_heads
+        inner = self.n_heads * self.head_dim
+        self.q_proj = nn.Linear(dim, inner)
+        self.k_proj = nn.Linear(dim, inner)
+        self.v_proj = nn.Linear(dim, inner)
+        self.out_proj = nn.Linear(inner, dim)
         self.dropout = dropout
 
     def _heads(self, x: torch.Tensor) -> torch.Tensor:
-        batch, length, dim = x.shape
-        return x.view(batch, length, self.n_heads, dim // self.n_heads).transpose(1, 2)
+        batch, length, _ = x.shape
+        return x.view(batch, length, self.n_heads, self.head_dim).transpose(1, 2)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """x ``[batch, time, dim]``, mask ``[batch, time]`` (True = valid) -> ``[batch, time, dim]``."""
@@ -70,7 +76,7 @@ class MultiHeadAttention(nn.Module):
         out = F.scaled_dot_product_attention(
             q, k, v, attn_mask=attn_mask, dropout_p=self.dropout if self.training else 0.0
         )
-        return self.out_proj(out.transpose(1, 2).reshape(x.shape))
+        return self.out_proj(out.transpose(1, 2).reshape(*x.shape[:2], -1))
 
 
 class ConvFeedForward(nn.Module):
@@ -90,14 +96,17 @@ class ConvFeedForward(nn.Module):
 
 
 class FFTBlock(nn.Module):
-    """Pre-norm transformer block: x + attn(norm(x)), then x + ff(norm(x))."""
+    """Pre-norm transformer block: x + attn(norm(x)), then x + ff(norm(x)). ``name`` (``encoder.layers.0``)
+    finds the block's own widths in ``config.layer_sizes``."""
 
-    def __init__(self, config: AcousticConfig):
+    def __init__(self, config: AcousticConfig, name: str = ""):
         super().__init__()
         self.norm1 = nn.LayerNorm(config.d_model)
-        self.attn = MultiHeadAttention(config.d_model, config.n_heads, config.dropout)
+        heads = config.size(f"{name}.attn", config.n_heads)
+        self.attn = MultiHeadAttention(config.d_model, config.n_heads, config.dropout, heads)
         self.norm2 = nn.LayerNorm(config.d_model)
-        self.ff = ConvFeedForward(config.d_model, config.ff_hidden, config.ff_kernel, config.dropout)
+        hidden = config.size(f"{name}.ff", config.ff_hidden)
+        self.ff = ConvFeedForward(config.d_model, hidden, config.ff_kernel, config.dropout)
         self.dropout = nn.Dropout(config.dropout)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -230,10 +239,10 @@ class TransformerStack(nn.Module):
     routing) must not change between a forward and its backward.
     """
 
-    def __init__(self, config: AcousticConfig, n_layers: int):
+    def __init__(self, config: AcousticConfig, n_layers: int, name: str = ""):
         super().__init__()
         self.register_buffer("positions", sinusoidal_positions(config.max_positions, config.d_model), persistent=False)
-        self.layers = nn.ModuleList(FFTBlock(config) for _ in range(n_layers))
+        self.layers = nn.ModuleList(FFTBlock(config, f"{name}.layers.{i}") for i in range(n_layers))
         self.norm = nn.LayerNorm(config.d_model)
         self.reversible = config.reversible
         self.gradient_checkpointing = False
@@ -260,16 +269,19 @@ class TransformerStack(nn.Module):
 
 
 class VariancePredictor(nn.Module):
-    """Two conv layers + linear: one scalar per phoneme (log-duration, pitch or energy)."""
+    """Two conv layers + linear: one scalar per phoneme (log-duration, pitch or energy). ``name``
+    (``duration_predictor``) finds its own widths in ``config.layer_sizes``."""
 
-    def __init__(self, config: AcousticConfig):
+    def __init__(self, config: AcousticConfig, name: str = ""):
         super().__init__()
-        hidden, kernel = config.predictor_hidden, config.predictor_kernel
-        self.conv1 = nn.Conv1d(config.d_model, hidden, kernel, padding=kernel // 2)
-        self.norm1 = nn.LayerNorm(hidden)
-        self.conv2 = nn.Conv1d(hidden, hidden, kernel, padding=kernel // 2)
-        self.norm2 = nn.LayerNorm(hidden)
-        self.proj = nn.Linear(hidden, 1)
+        kernel = config.predictor_kernel
+        hidden1 = config.size(f"{name}.conv1", config.predictor_hidden)
+        hidden2 = config.size(f"{name}.conv2", config.predictor_hidden)
+        self.conv1 = nn.Conv1d(config.d_model, hidden1, kernel, padding=kernel // 2)
+        self.norm1 = nn.LayerNorm(hidden1)
+        self.conv2 = nn.Conv1d(hidden1, hidden2, kernel, padding=kernel // 2)
+        self.norm2 = nn.LayerNorm(hidden2)
+        self.proj = nn.Linear(hidden2, 1)
         self.dropout = nn.Dropout(config.dropout)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -283,9 +295,9 @@ class VariancePredictor(nn.Module):
 class VarianceEmbedding(nn.Module):
     """Optional phoneme-level pitch or energy: a predictor, and a 1-D conv that embeds the value."""
 
-    def __init__(self, config: AcousticConfig):
+    def __init__(self, config: AcousticConfig, name: str = ""):
         super().__init__()
-        self.predictor = VariancePredictor(config)
+        self.predictor = VariancePredictor(config, f"{name}.predictor")
         self.embed = nn.Conv1d(1, config.d_model, kernel_size=3, padding=1)
 
     def forward(self, h: torch.Tensor, mask: torch.Tensor, target: torch.Tensor | None, scale: float = 1.0):
@@ -322,12 +334,12 @@ class AcousticModel(nn.Module):
         self.symbol_embedding = nn.Embedding(config.n_symbols, config.d_model, padding_idx=0)
         self.speaker_embedding = nn.Embedding(config.n_speakers, config.speaker_dim)
         self.speaker_proj = nn.Linear(config.speaker_dim, config.d_model)
-        self.encoder = TransformerStack(config, config.encoder_layers)
+        self.encoder = TransformerStack(config, config.encoder_layers, "encoder")
         self.prior_proj = nn.Linear(config.d_model, config.n_mels)
-        self.duration_predictor = VariancePredictor(config)
-        self.pitch = VarianceEmbedding(config) if config.use_pitch else None
-        self.energy = VarianceEmbedding(config) if config.use_energy else None
-        self.decoder = TransformerStack(config, config.decoder_layers)
+        self.duration_predictor = VariancePredictor(config, "duration_predictor")
+        self.pitch = VarianceEmbedding(config, "pitch") if config.use_pitch else None
+        self.energy = VarianceEmbedding(config, "energy") if config.use_energy else None
+        self.decoder = TransformerStack(config, config.decoder_layers, "decoder")
         self.mel_proj = nn.Linear(config.d_model, config.n_mels)
         # Normalization statistics live in the checkpoint so features never drift from the weights.
         self.register_buffer("mel_mean", torch.zeros(config.n_mels))

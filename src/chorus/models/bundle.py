@@ -1,6 +1,7 @@
 """The model artifact: a folder of safetensors + JSON (never pickle), and what loads it.
 
-A model folder holds ``model.safetensors`` (weights and normalization buffers) and ``config.json``
+A model folder holds ``model.safetensors`` (weights and normalization buffers; a pruned model's sparse
+weights as kept values + bitmask, see :mod:`chorus.models.sparse_storage`) and ``config.json``
 (model config, text front end with its symbol table, mel settings, speaker names, provenance).
 Writes go to a temporary folder that is renamed into place, so a killed process never leaves a
 half-written model. This lives with the model, not with the training loops, so that synthesis and
@@ -16,10 +17,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors import safe_open
+from safetensors.torch import save_file
 
 from chorus.atomic import atomic_write_folder, recover_interrupted_write
 from chorus.audio.mel import MelConfig
+from chorus.models import sparse_storage
 from chorus.models.acoustic import AcousticModel, build_model
 from chorus.models.config import AcousticConfig
 from chorus.text import TextFrontEnd
@@ -74,7 +77,8 @@ def file_sha256(path: str | Path) -> str:
 def write_bundle_files(bundle: ModelBundle, folder: Path) -> None:
     """Write ``model.safetensors`` and ``config.json`` into an existing (temporary) folder."""
     state = {k: v.detach().contiguous().cpu() for k, v in bundle.model.state_dict().items()}
-    save_file(state, str(folder / "model.safetensors"), metadata={"format": MODEL_FORMAT})
+    tensors, packed = sparse_storage.pack(state)  # a pruned model's zeros take a bit each
+    save_file(tensors, str(folder / "model.safetensors"), metadata={"format": MODEL_FORMAT, **packed})
     (folder / "config.json").write_text(json.dumps(bundle.config_dict(), indent=2))
 
 
@@ -110,7 +114,10 @@ def load_bundle(folder: str | Path, device: str | torch.device = "cpu") -> Model
     except (KeyError, TypeError, ValueError) as error:
         raise CheckpointError(f"{config_path}: invalid model config ({type(error).__name__}: {error})") from error
     try:
-        state = load_file(str(weights_path), device=str(device))
+        with safe_open(str(weights_path), "pt", device=str(device)) as weights:
+            state = sparse_storage.unpack(
+                {name: weights.get_tensor(name) for name in weights.keys()}, weights.metadata()
+            )
     except Exception as error:  # safetensors raises its own error types for truncated files
         raise CheckpointError(f"{weights_path}: cannot read weights ({error})") from error
     try:

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+import re
+from dataclasses import asdict, dataclass, field, fields
+
+# The layers whose width ``AcousticConfig.layer_sizes`` may set.
+LAYER_SIZE_NAME = re.compile(
+    r"(encoder|decoder)\.layers\.\d+\.(ff|attn)|(duration_predictor|pitch\.predictor|energy\.predictor)\.conv[12]"
+)
 
 
 @dataclass
@@ -35,6 +41,14 @@ class AcousticConfig:
     # (O(1) in depth, ~one extra forward per step). A different
     # function from the plain blocks: set it before pretraining; a
     # base trained without it cannot be switched. Needs dropout 0.
+    layer_sizes: dict[str, int] = field(default_factory=dict)  # widths of single layers that differ
+    # from the sizes above, by stable module name (what structured pruning leaves):
+    # "<stack>.layers.<i>.ff": feed-forward hidden channels, "<stack>.layers.<i>.attn": attention
+    # heads kept, "<predictor>.conv1" / "<predictor>.conv2": a variance predictor's channels.
+
+    def size(self, name: str, default: int) -> int:
+        """The width of layer ``name`` (see ``layer_sizes``), ``default`` when not pruned."""
+        return self.layer_sizes.get(name, default)
 
     def __post_init__(self) -> None:
         if self.d_model % self.n_heads:
@@ -48,6 +62,14 @@ class AcousticConfig:
                 raise ValueError(
                     f"AcousticConfig.{name} must be odd (same-length convolutions), got {getattr(self, name)}"
                 )
+        for name, width in self.layer_sizes.items():
+            if not LAYER_SIZE_NAME.fullmatch(name) or not isinstance(width, int) or width <= 0:
+                raise ValueError(
+                    f"AcousticConfig.layer_sizes: {name!r}: {width!r} is not a positive width of a "
+                    "'<encoder|decoder>.layers.<i>.<ff|attn>' or '<predictor>.<conv1|conv2>' layer"
+                )
+            if name.endswith(".attn") and width > self.n_heads:
+                raise ValueError(f"AcousticConfig.layer_sizes: {name!r} keeps {width} heads of {self.n_heads}")
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"AcousticConfig.dropout must be in [0, 1), got {self.dropout}")
         if self.reversible and self.dropout > 0:

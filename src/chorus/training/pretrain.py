@@ -127,24 +127,32 @@ class _Distributed:
 
 
 def prepare_features(
-    config: PretrainConfig, front_end: TextFrontEnd, mel_config: MelConfig, progress: bool = True
+    data: str | Path,
+    path: Path,
+    front_end: TextFrontEnd,
+    mel_config: MelConfig,
+    with_pitch: bool = False,
+    progress: bool = True,
 ) -> FeatureCache:
-    """Load the run's feature cache, building it from the corpus the first time."""
-    path = Path(config.out) / "features.safetensors"
+    """The feature cache at ``path``, built from the corpus ``data`` the first time; ``ValueError`` if
+    the cache was made with other text or mel settings."""
     if path.is_file():
-        return FeatureCache.load(path)
+        cache = FeatureCache.load(path)
+        if cache.meta.get("front_end") != front_end.to_dict() or cache.meta.get("mel") != mel_config.to_dict():
+            raise ValueError(f"{path} was made with other text or mel settings; delete it to rebuild")
+        return cache
     # The data check's rules (missing, silent, clipped, mis-transcribed ...) decide what is trained on.
-    report = check_dataset(config.data, progress=progress)
+    report = check_dataset(data, progress=progress)
     if not report.speakers and report.problems:
-        raise ValueError(f"{config.data}: {report.problems[0].message}")
+        raise ValueError(f"{data}: {report.problems[0].message}")
     cache, skipped = build_feature_cache(
-        report.valid_utterances(), front_end, mel_config, with_pitch=config.model.use_pitch, progress=progress
+        report.valid_utterances(), front_end, mel_config, with_pitch=with_pitch, progress=progress
     )
     for line in [f"{p.source}: {p.message}" for p in report.problems] + skipped:
         print(f"skipped {line}")
     if report.problems or skipped:
         print(
-            f"skipped {len(report.problems) + len(skipped)} problem(s) in {config.data}: {report.summary()} "
+            f"skipped {len(report.problems) + len(skipped)} problem(s) in {data}: {report.summary()} "
             "Training on the rest."
         )
     cache.save(path)
@@ -189,6 +197,18 @@ def evaluate(
     return {name: value / len(indices) for name, value in totals.items()}
 
 
+def base_optimizer(model: AcousticModel, learning_rate: float, weight_decay: float) -> torch.optim.AdamW:
+    """The base's AdamW: weight decay on weight matrices only (not on embeddings, norms or biases)."""
+    decay = [p for n, p in model.named_parameters() if p.dim() > 1 and "embedding" not in n]
+    no_decay = [p for n, p in model.named_parameters() if not (p.dim() > 1 and "embedding" not in n)]
+    return torch.optim.AdamW(
+        [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=learning_rate,
+        betas=(0.9, 0.98),
+        eps=1e-9,
+    )
+
+
 def _check_resume_matches(
     bundle: ModelBundle, cache: FeatureCache, front_end: TextFrontEnd, mel_config: MelConfig
 ) -> None:
@@ -223,14 +243,11 @@ def pretrain(config: PretrainConfig, *, progress: bool = True) -> Path:
 
     # -- setup: features, model, optimizer (resumed when a checkpoint exists) -------------------
     front_end, mel_config = TextFrontEnd(), MelConfig()
+    features = out / "features.safetensors"
     if run.main:
-        prepare_features(config, front_end, mel_config, progress)
+        prepare_features(config.data, features, front_end, mel_config, config.model.use_pitch, progress)
     run.barrier()
-    cache = FeatureCache.load(out / "features.safetensors")
-    if cache.meta.get("front_end") != front_end.to_dict() or cache.meta.get("mel") != mel_config.to_dict():
-        raise ValueError(
-            f"{out / 'features.safetensors'} was made with other text or mel settings; delete it to rebuild"
-        )
+    cache = prepare_features(config.data, features, front_end, mel_config)  # built: loaded and checked
     train_indices, val_indices = split_validation(cache, config.val_per_speaker, config.seed)
     default_speaker = config.default_speaker or cache.speaker_names[0]
     if default_speaker not in cache.speaker_names:
@@ -252,14 +269,7 @@ def pretrain(config: PretrainConfig, *, progress: bool = True) -> Path:
             model.pitch_stats.copy_(torch.tensor(cache.pitch_statistics()))
         bundle = ModelBundle(model, front_end, mel_config, cache.speaker_names, default_speaker)
     model.train()
-    decay = [p for n, p in model.named_parameters() if p.dim() > 1 and "embedding" not in n]
-    no_decay = [p for n, p in model.named_parameters() if not (p.dim() > 1 and "embedding" not in n)]
-    optimizer = torch.optim.AdamW(
-        [{"params": decay, "weight_decay": config.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-        lr=config.learning_rate,
-        betas=(0.9, 0.98),
-        eps=1e-9,
-    )
+    optimizer = base_optimizer(model, config.learning_rate, config.weight_decay)
     # step_seconds: time inside training steps, summed (this process); elapsed: wall clock of the runs.
     step, epoch, batch_in_epoch, step_seconds, elapsed = 0, 0, 0, 0.0, 0.0
     state = load_training_state(checkpoint_dir)
