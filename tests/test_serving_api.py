@@ -834,7 +834,7 @@ def test_concurrent_mixed_voices_and_metrics(live_server):
 
 
 # -- every route fuzzed from its OpenAPI schema ------------------------------------------------------
-EXAMPLES_PER_ROUTE = 250
+EXAMPLES_PER_ROUTE = 500
 
 
 @pytest.fixture(scope="module")

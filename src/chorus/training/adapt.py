@@ -284,7 +284,8 @@ def adapt(
 
     Adapter methods add tensors to ``bundle.model`` (base weights untouched); full fine-tuning
     trains a copy. ``progress`` draws a progress bar; ``on_step(steps_done, steps_at_most)`` is called
-    after every optimizer step (early stopping may end the loop before ``steps_at_most``);
+    after every optimizer step (early stopping may end the loop before ``steps_at_most``), and with 0
+    steps done after the data check and after the features (an exception it raises stops ``adapt``);
     ``on_evaluate(step, model)`` after every held-out evaluation, with the voice active in ``model``
     (to follow more than the mel loss over the steps; it must leave the model as it found it).
     """
@@ -293,6 +294,8 @@ def adapt(
     configs = config.method_configs()  # bad method names or options fail here
     full = FULL_FINE_TUNING in config.method_names()
     report = check_adaptation_data(data, config, progress)
+    if on_step is not None:
+        on_step(0, config.steps)  # the data check done: a caller may stop here (a cancelled job)
     valid = report.valid_utterances()
     for problem in report.problems:
         print(f"skipped {problem.source}: {problem.message}")
@@ -307,6 +310,8 @@ def adapt(
     )
     for line in skipped:
         print(f"skipped {line}")
+    if on_step is not None:
+        on_step(0, config.steps)  # the features made
     train_indices, val_indices = split_held_out(len(cache), config.validation_fraction, config.seed)
     minutes = float(cache.frames().sum()) * bundle.mel_config.hop_length / bundle.mel_config.sample_rate / 60
 
