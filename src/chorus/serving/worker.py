@@ -335,7 +335,9 @@ class JobRunner:
                 self.store.update_job(
                     job.job_id,
                     progress=round(fraction, 3),
-                    message=f"training: step {done} of at most {total} (early stopping may end it sooner)",
+                    message=f"training: step {done} of at most {total} (early stopping may end it sooner)"
+                    if done
+                    else "preparing: checking the clips and computing their features",
                 )
             except (ValueError, JobNotFound):
                 raise JobCancelled(job.job_id) from None
