@@ -14,13 +14,11 @@ vector. Module names are stable (``encoder.layers.0.attn.q_proj`` ...) so adapte
 from __future__ import annotations
 
 import math
-from contextlib import nullcontext
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.autograd.function import once_differentiable
 from torch.utils.checkpoint import checkpoint
 
 from chorus.models.alignment import (
@@ -29,6 +27,7 @@ from chorus.models.alignment import (
     monotonic_alignment_search,
 )
 from chorus.models.config import AcousticConfig
+from chorus.models.reversible import reversible
 
 
 def lengths_to_mask(lengths: torch.Tensor, max_length: int | None = None) -> torch.Tensor:
@@ -124,97 +123,7 @@ class FFTBlock(nn.Module):
         """G: ``ff(norm2(x))`` zeroed at padding; x ``[batch, time, dim]`` -> ``[batch, time, dim]``."""
         return self.ff(self.norm2(x), mask) * mask.unsqueeze(-1).to(x.dtype)
 
-
-def _couple(blocks: tuple[FFTBlock, ...], x: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """The reversible coupling: ``x1 = x2 = x``; per block ``y1 = x1 + F(x2)``, ``y2 = x2 + G(y1)``.
-
-    x ``[batch, time, dim]`` -> the last block's (y1, y2), each ``[batch, time, dim]``.
-    """
-    x1 = x2 = x
-    for block in blocks:
-        x1 = x1 + block.attention_branch(x2, mask)
-        x2 = x2 + block.feed_forward_branch(x1, mask)
-    return x1, x2
-
-
-def _autocast_state(device_type: str) -> tuple | None:
-    """The autocast settings in force for ``device_type`` (None where autocast does not exist, e.g. meta)."""
-    if not torch.amp.is_autocast_available(device_type):
-        return None
-    return device_type, torch.get_autocast_dtype(device_type), torch.is_autocast_enabled(device_type)
-
-
-class _ReversibleBlocks(torch.autograd.Function):
-    """RevNet coupling through FFT blocks that stores no block activations.
-
-    Forward is :func:`_couple`; only its two outputs and the mask are saved. Backward walks the
-    blocks in reverse, recovers each block's inputs from its outputs (``x2 = y2 - G(y1)``,
-    ``x1 = y1 - F(x2)``) and back-propagates through F and G rebuilt on them (Gomez et al. 2017).
-
-    ``params`` are every parameter of ``blocks``, passed so autograd routes their gradients through
-    this function; frozen ones (``requires_grad=False``) get none. Anything else F or G differentiate
-    (a tensor reached other than as a parameter of the block) would silently get no gradient.
-    """
-
-    @staticmethod
-    def forward(
-        ctx, x: torch.Tensor, mask: torch.Tensor, blocks: tuple[FFTBlock, ...], *params: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        x1, x2 = _couple(blocks, x, mask)
-        ctx.blocks = blocks
-        # Backward must rebuild F and G in the precision forward used, or the recovered inputs
-        # drift from the true ones; the engine does not carry the caller's autocast state over.
-        ctx.autocast = _autocast_state(x.device.type)
-        ctx.save_for_backward(x1, x2, mask)
-        return x1, x2
-
-    @staticmethod
-    @once_differentiable
-    def backward(ctx, grad1: torch.Tensor, grad2: torch.Tensor):
-        y1, y2, mask = ctx.saved_tensors
-        needs_param_grad = ctx.needs_input_grad[3:]
-        param_grads: list[torch.Tensor | None] = [None] * len(needs_param_grad)
-        end = len(needs_param_grad)
-        for block in reversed(ctx.blocks):
-            block_params = list(block.parameters())
-            start = end - len(block_params)
-            wanted = [i for i in range(start, end) if needs_param_grad[i]]
-            tensors = [block_params[i - start] for i in wanted]
-            g, grad_y1, g_grads = _branch_backward(block.feed_forward_branch, y1, mask, grad2, tensors, ctx.autocast)
-            x2 = y2 - g
-            grad1 = grad1 + grad_y1  # y1 reached the loss directly and through y2 = x2 + G(y1)
-            f, grad_x2, f_grads = _branch_backward(block.attention_branch, x2, mask, grad1, tensors, ctx.autocast)
-            x1 = y1 - f
-            grad2 = grad2 + grad_x2  # x2 reached y2 directly and y1 through F
-            for i, *grads in zip(wanted, g_grads, f_grads):
-                for grad in grads:
-                    if grad is not None:
-                        param_grads[i] = grad if param_grads[i] is None else param_grads[i] + grad
-            y1, y2, end = x1, x2, start
-        grad_x = grad1 + grad2 if ctx.needs_input_grad[0] else None
-        return (grad_x, None, None, *param_grads)
-
-
-def _branch_backward(
-    branch,
-    inputs: torch.Tensor,
-    mask: torch.Tensor,
-    grad_out: torch.Tensor,
-    tensors: list[torch.Tensor],
-    autocast: tuple | None,
-):
-    """Rebuild ``out = branch(inputs, mask)`` and back-propagate ``grad_out`` through it.
-
-    Returns (out detached, grad w.r.t. inputs, grads w.r.t. ``tensors`` (None where unused)).
-    """
-    precision = (
-        nullcontext() if autocast is None else torch.autocast(autocast[0], dtype=autocast[1], enabled=autocast[2])
-    )
-    with torch.enable_grad(), precision:
-        inputs = inputs.detach().requires_grad_(True)
-        out = branch(inputs, mask)
-    grad_in, *grads = torch.autograd.grad(out, (inputs, *tensors), grad_out, allow_unused=True)
-    return out.detach(), grad_in, grads
+    f, g = attention_branch, feed_forward_branch  # the branches chorus.models.reversible couples
 
 
 class TransformerStack(nn.Module):
@@ -226,7 +135,7 @@ class TransformerStack(nn.Module):
       block runs under ``torch.utils.checkpoint`` while grad is enabled, so only block inputs are
       stored and every block's forward runs again in backward: ~one extra forward of each block per
       step (~25-35% slower). Same function, same gradients; dropout RNG is replayed.
-    * ``config.reversible``: the blocks form a reversible stack (see :class:`_ReversibleBlocks`):
+    * ``config.reversible``: the blocks form a reversible stack (see :mod:`chorus.models.reversible`):
       ``(x1, x2) = (x, x)``, per block ``y1 = x1 + F(x2)``, ``y2 = x2 + G(y1)`` with F / G the
       block's attention / feed-forward sub-layers, output ``norm((y1 + y2) / 2)``. Block activations
       are recomputed from the outputs in backward, so their memory is O(1) in depth, for about the
@@ -252,12 +161,7 @@ class TransformerStack(nn.Module):
             raise ValueError(f"sequence of {x.shape[1]} steps exceeds max_positions ({self.positions.shape[0]})")
         x = x + self.positions[: x.shape[1]].to(x.dtype)
         if self.reversible and len(self.layers):
-            blocks = tuple(self.layers)
-            if torch.is_grad_enabled():
-                params = (p for block in blocks for p in block.parameters())
-                y1, y2 = _ReversibleBlocks.apply(x, mask, blocks, *params)
-            else:
-                y1, y2 = _couple(blocks, x, mask)
+            y1, y2 = reversible(tuple(self.layers), x, x, (mask,))
             x = (y1 + y2) / 2
         else:
             for layer in self.layers:
