@@ -3,6 +3,7 @@ gradients against plain autograd, activation memory flat in depth, and the AAM h
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -86,3 +87,23 @@ def test_bad_configs_are_refused():
         SpeakerEncoderConfig(channels=(8, 8, 16, 18), groups=2)
     config = SpeakerEncoderConfig(**SMALL)
     assert SpeakerEncoderConfig.from_dict(config.to_dict()) == config
+
+
+def test_eer_and_min_dcf():
+    from chorus.evaluation.verification import verification_scores
+
+    perfect = verification_scores([0.9, 0.8, 0.2, 0.1], [True, True, False, False])
+    assert perfect.eer == 0.0 and perfect.min_dcf == 0.0 and perfect.trials == 4 and perfect.targets == 2
+    assert 0.2 < perfect.eer_threshold <= 0.8
+    # One of four targets scores below one of four non-targets: at the crossing, 1 miss and 1 false alarm in 4.
+    mixed = verification_scores([0.9, 0.8, 0.7, 0.3, 0.6, 0.2, 0.1, 0.0], [True] * 4 + [False] * 4)
+    assert mixed.eer == pytest.approx(0.25)
+    # minDCF at p=0.5 with unit costs is P_miss + P_fa at the best threshold: accept above 0.6, one miss of four.
+    assert verification_scores(
+        [0.9, 0.8, 0.7, 0.3, 0.6, 0.2, 0.1, 0.0], [True] * 4 + [False] * 4, p_target=0.5
+    ).min_dcf == pytest.approx(0.5)
+    rng = np.random.default_rng(0)
+    chance = verification_scores(rng.normal(size=4000), rng.random(4000) < 0.5)
+    assert 0.45 < chance.eer < 0.55
+    with pytest.raises(ValueError, match="both same-speaker and different-speaker"):
+        verification_scores([0.1, 0.2], [True, True])
