@@ -101,7 +101,7 @@ def test_eer_and_min_dcf():
     # minDCF at p=0.5 with unit costs is P_miss + P_fa at the best threshold: accept above 0.6, one miss of four.
     assert verification_scores(
         [0.9, 0.8, 0.7, 0.3, 0.6, 0.2, 0.1, 0.0], [True] * 4 + [False] * 4, p_target=0.5
-    ).min_dcf == pytest.approx(0.5)
+    ).min_dcf == pytest.approx(0.25)
     rng = np.random.default_rng(0)
     chance = verification_scores(rng.normal(size=4000), rng.random(4000) < 0.5)
     assert 0.45 < chance.eer < 0.55
