@@ -107,3 +107,44 @@ def test_eer_and_min_dcf():
     assert 0.45 < chance.eer < 0.55
     with pytest.raises(ValueError, match="both same-speaker and different-speaker"):
         verification_scores([0.1, 0.2], [True, True])
+
+
+@pytest.mark.parametrize("name", ["adam8bit", "sgd8bit"])
+def test_8bit_optimizers_keep_every_state_of_every_tensor_in_8_bits(name):
+    from chorus.training.speaker_encoder import speaker_optimizer
+
+    encoder = SpeakerEncoder(SpeakerEncoderConfig(**SMALL))
+    optimizer = speaker_optimizer(list(encoder.parameters()), name, 1e-3, 0.0)
+    encoder(torch.randn(2, 40, 16)).sum().backward()
+    optimizer.step()
+    small = [p for p in encoder.parameters() if p.numel() < 4096]
+    assert small  # bitsandbytes' default would keep these in 32 bits
+    for p in encoder.parameters():
+        states = [v for k, v in optimizer.state[p].items() if k.startswith("state")]
+        assert states and all(s.dtype == torch.uint8 and s.shape == p.shape for s in states), (name, p.shape)
+
+
+def test_training_saves_an_encoder_that_embeds_and_loads_back(two_voice_corpus, tmp_path):
+    from chorus.models.speaker_encoder import load_encoder
+    from chorus.training.speaker_encoder import SpeakerTrainConfig, train_speaker_encoder
+
+    config = SpeakerTrainConfig(
+        corpus=str(two_voice_corpus),
+        out=str(tmp_path / "encoder"),
+        encoder=SpeakerEncoderConfig(**{**SMALL, "n_mels": 80}),
+        steps=3,
+        batch_speakers=2,
+        heldout=2,
+        segment_frames=64,
+    )
+    folder = train_speaker_encoder(config, progress=False)
+    bundle = load_encoder(folder)
+    assert bundle.info["speakers"] == 2 and bundle.info["train_clips"] == 2 * 4 * 2  # 4 clips + 1 copy each
+    assert bundle.info["calibration"]["trials"] == 6 and -1 <= bundle.threshold <= 1
+    clips = sorted((two_voice_corpus / "m3" / "wavs").glob("*.wav"))[:2]
+    embeddings = bundle.embed(clips)
+    assert embeddings.shape == (2, 16)
+    np.testing.assert_allclose(np.linalg.norm(embeddings, axis=1), 1.0, rtol=1e-5)
+    (folder / "encoder.safetensors").write_bytes(b"damaged")
+    with pytest.raises(ValueError, match="cannot load the encoder's weights"):
+        load_encoder(folder)
