@@ -148,3 +148,38 @@ def test_training_saves_an_encoder_that_embeds_and_loads_back(two_voice_corpus, 
     (folder / "encoder.safetensors").write_bytes(b"damaged")
     with pytest.raises(ValueError, match="cannot load the encoder's weights"):
         load_encoder(folder)
+
+
+def test_speaker_commands(two_voice_corpus, tmp_path):
+    from typer.testing import CliRunner
+
+    from chorus.cli import app
+
+    runner = CliRunner()
+    encoder = tmp_path / "encoder"
+    result = runner.invoke(
+        app, ["speaker", "train", str(two_voice_corpus), "--out", str(encoder), "--steps", "1", "--depth", "10"]
+    )
+    assert result.exit_code == 0 and "held-out EER" in result.output, result.output
+    m3 = sorted((two_voice_corpus / "m3" / "wavs").glob("*.wav"))
+    f2 = sorted((two_voice_corpus / "f2" / "wavs").glob("*.wav"))
+    out = tmp_path / "e.npy"
+    result = runner.invoke(
+        app, ["speaker", "embed", str(m3[0]), str(f2[0]), str(m3[1]), "--out", str(out), "--encoder", str(encoder)]
+    )
+    assert result.exit_code == 0, result.output
+    rows = np.load(out)
+    assert rows.shape == (3, 128)
+    result = runner.invoke(app, ["speaker", "verify", str(m3[0]), str(m3[1]), "--encoder", str(encoder)])
+    assert result.exit_code == 0 and "score" in result.output and "threshold" in result.output
+    expected = float(rows[0] @ rows[2])
+    assert f"score {expected:.3f}" in result.output  # the same embedding as `embed` gives
+    trials = tmp_path / "trials.txt"
+    trials.write_text(f"1 {m3[0]} {m3[1]}\n0 {m3[0]} {f2[0]}\n0 {m3[1]} {f2[1]}\n1 {f2[0]} {f2[1]}\n")
+    result = runner.invoke(app, ["speaker", "eval", str(trials), "--encoder", str(encoder)])
+    assert result.exit_code == 0 and "4 trials (2 same speaker): EER" in result.output, result.output
+    trials.write_text("yes a b\n")
+    result = runner.invoke(app, ["speaker", "eval", str(trials), "--encoder", str(encoder)])
+    assert result.exit_code == 2 and "expected 'LABEL A B'" in " ".join(result.output.split())
+    result = runner.invoke(app, ["speaker", "verify", str(m3[0]), str(m3[1]), "--encoder", str(tmp_path)])
+    assert result.exit_code == 2 and "no speaker encoder here" in " ".join(result.output.split())

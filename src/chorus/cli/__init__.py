@@ -17,6 +17,7 @@ from chorus.cli.evaluate import evaluate
 from chorus.cli.memory import memory
 from chorus.cli.prune import prune
 from chorus.cli.serve import serve, serve_key
+from chorus.cli.speaker import speaker_app
 from chorus.cli.store import store_app
 from chorus.cli.synthesize import speakers, synthesize
 from chorus.cli.train import pretrain, train_vocoder
@@ -65,6 +66,7 @@ app.add_typer(space_app, name="voice-space")
 app.command()(serve)
 app.command("serve-key")(serve_key)
 app.add_typer(store_app, name="store")
+app.add_typer(speaker_app, name="speaker")
 app.add_typer(data_app, name="data")
 app.add_typer(corpus_app, name="corpus")
 app.command("eval")(evaluate)

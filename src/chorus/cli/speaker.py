@@ -1,0 +1,127 @@
+"""``chorus speaker``: Chorus's own speaker encoder: train, embed, verify, evaluate."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import typer
+
+from chorus.cli.common import config_default, console, fail, user_errors
+from chorus.models.speaker_encoder import STAGE_BLOCKS, SpeakerEncoderConfig, load_encoder
+from chorus.synthesis import ASSETS
+from chorus.training.speaker_encoder import SPEAKER_OPTIMIZERS, SpeakerTrainConfig
+
+speaker_app = typer.Typer(help="Chorus's speaker encoder: train one, embed clips, verify and evaluate trials.")
+DEFAULT_ENCODER = ASSETS / "speaker_encoder"
+ENCODER_HELP = "Encoder folder (default: the one shipped with Chorus)."
+
+
+def _encoder(folder: Path | None):
+    folder = folder or DEFAULT_ENCODER
+    if not (folder / "config.json").is_file():
+        fail(
+            f"{folder}: no speaker encoder here; train one with `chorus speaker train CORPUS --out DIR` and pass --encoder DIR"
+        )
+    with user_errors():
+        return load_encoder(folder)
+
+
+@speaker_app.command()
+def train(
+    corpus: Path = typer.Argument(..., help="A folder of speaker folders (LJSpeech-style), e.g. corpus_out/train."),
+    out: Path = typer.Option(..., help="Encoder folder to write."),
+    arch: str = typer.Option("resnet", help=f"Trunk: {', '.join(STAGE_BLOCKS)}."),
+    depth: int = typer.Option(18, help="resnet: 10, 18, 34, 50; df-resnet: 56, 110, 179."),
+    reversible: bool = typer.Option(False, "--reversible", help="Reversible stages: no block activations kept."),
+    optimizer: str = typer.Option("adam", help=f"{', '.join(SPEAKER_OPTIMIZERS)}."),
+    steps: int = typer.Option(config_default(SpeakerTrainConfig, "steps"), help="Training steps."),
+    threads: int = typer.Option(config_default(SpeakerTrainConfig, "threads"), help="CPU threads."),
+    seed: int = typer.Option(config_default(SpeakerTrainConfig, "seed"), help="Random seed."),
+) -> None:
+    """Train a speaker encoder; its threshold is calibrated on clips held out of every speaker."""
+    from chorus.training.speaker_encoder import train_speaker_encoder
+
+    with user_errors():
+        config = SpeakerTrainConfig(
+            corpus=str(corpus),
+            out=str(out),
+            encoder=SpeakerEncoderConfig(arch=arch, depth=depth, reversible=reversible),
+            optimizer=optimizer,
+            steps=steps,
+            threads=threads,
+            seed=seed,
+        )
+        folder = train_speaker_encoder(config)
+    info = load_encoder(folder).info
+    console.print(
+        f"encoder: {folder} ({info['speakers']} speakers, {info['steps']} steps in {info['train_seconds']:.0f} s; "
+        f"held-out EER {100 * info['calibration']['eer']:.1f}%)"
+    )
+
+
+@speaker_app.command()
+def embed(
+    files: list[Path] = typer.Argument(..., help="Audio files, one embedding each."),
+    out: Path = typer.Option(..., help="FILE.npy (an [N, D] array, rows in the order given) or FILE.json."),
+    encoder: Path | None = typer.Option(None, help=ENCODER_HELP),
+) -> None:
+    """Embed audio files: one unit-length row per file, in the order given."""
+    if out.suffix not in (".npy", ".json"):
+        fail(f"--out {out}: give a .npy or .json file")
+    bundle = _encoder(encoder)
+    with user_errors():
+        embeddings = bundle.embed(files)
+    if out.suffix == ".npy":
+        np.save(out, embeddings)
+    else:
+        out.write_text(json.dumps({"files": [str(f) for f in files], "embeddings": embeddings.tolist()}))
+    console.print(f"{len(files)} embedding(s) of {embeddings.shape[1]} numbers: {out}")
+
+
+@speaker_app.command()
+def verify(
+    a: Path = typer.Argument(..., help="One clip."),
+    b: Path = typer.Argument(..., help="Another clip."),
+    encoder: Path | None = typer.Option(None, help=ENCODER_HELP),
+) -> None:
+    """Whether two clips are the same speaker: their cosine score against the encoder's threshold."""
+    bundle = _encoder(encoder)
+    with user_errors():
+        first, second = bundle.embed([a, b])
+    score = bundle.score(first, second)
+    verdict = "same speaker" if score >= bundle.threshold else "different speakers"
+    console.print(f"score {score:.3f} (threshold {bundle.threshold:.3f}): {verdict}")
+
+
+@speaker_app.command("eval")
+def evaluate(
+    trials: Path = typer.Argument(
+        ..., help="Trials file: lines 'LABEL A B' (1 same, 0 different; paths relative to it)."
+    ),
+    encoder: Path | None = typer.Option(None, help=ENCODER_HELP),
+    p_target: float = typer.Option(0.01, help="Prior of a target trial for minDCF."),
+) -> None:
+    """Equal error rate and minDCF of a trials file (VoxCeleb's format)."""
+    from chorus.evaluation.verification import verification_scores
+
+    bundle = _encoder(encoder)
+    with user_errors():
+        pairs = []
+        for number, line in enumerate(trials.read_text().splitlines(), 1):
+            if not line.strip():
+                continue
+            parts = line.split()
+            if len(parts) != 3 or parts[0] not in ("0", "1"):
+                raise ValueError(f"{trials}:{number}: expected 'LABEL A B' with LABEL 0 or 1, got {line[:80]!r}")
+            pairs.append((parts[0] == "1", trials.parent / parts[1], trials.parent / parts[2]))
+        files = sorted({p for _, a, b in pairs for p in (a, b)})
+        rows = dict(zip(files, bundle.embed(files)))
+        scores = verification_scores(
+            [bundle.score(rows[a], rows[b]) for _, a, b in pairs], [s for s, _, _ in pairs], p_target
+        )
+    console.print(
+        f"{scores.trials} trials ({scores.targets} same speaker): EER {100 * scores.eer:.2f}%, "
+        f"minDCF(p={p_target:g}) {scores.min_dcf:.3f}, EER threshold {scores.eer_threshold:.3f}"
+    )
