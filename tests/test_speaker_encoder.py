@@ -3,6 +3,8 @@ gradients against plain autograd, activation memory flat in depth, and the AAM h
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -183,3 +185,43 @@ def test_speaker_commands(two_voice_corpus, tmp_path):
     assert result.exit_code == 2 and "expected 'LABEL A B'" in " ".join(result.output.split())
     result = runner.invoke(app, ["speaker", "verify", str(m3[0]), str(m3[1]), "--encoder", str(tmp_path)])
     assert result.exit_code == 2 and "no speaker encoder here" in " ".join(result.output.split())
+
+
+def test_eval_judges_similarity_with_the_encoder_beside_resemblyzer(two_voice_corpus, tmp_path):
+    from typer.testing import CliRunner
+
+    from chorus.cli import app
+    from chorus.evaluation.report import EvalItem, Judges, evaluate_pairs
+    from chorus.evaluation.similarity import EncoderJudge
+    from chorus.models.speaker_encoder import EncoderBundle, save_encoder
+
+    torch.manual_seed(0)
+    bundle = EncoderBundle(SpeakerEncoder(SpeakerEncoderConfig(**{**SMALL, "n_mels": 80})))
+    m3 = sorted((two_voice_corpus / "m3" / "wavs").glob("*.wav"))
+    f2 = sorted((two_voice_corpus / "f2" / "wavs").glob("*.wav"))
+    items = [EvalItem(f"{i}", clip, "text", speaker_references=[m3[0]]) for i, clip in enumerate([m3[0], f2[0]])]
+    judges = Judges(whisper=None, speaker=None, naturalness=None, encoder=EncoderJudge(bundle))
+    rows = evaluate_pairs(items, judges, progress=False).rows
+    assert rows[0].encoder_similarity == pytest.approx(1.0, abs=1e-5)  # the reference itself
+    assert rows[1].encoder_similarity < rows[0].encoder_similarity and rows[1].speaker_similarity is None
+    folder = save_encoder(bundle, tmp_path / "encoder")
+    clips = tmp_path / "clips"
+    clips.mkdir()
+    (clips / "a.wav").write_bytes(m3[1].read_bytes())
+    (clips / "metadata.csv").write_text("a|The birch canoe slid on the smooth planks.\n")
+    result = CliRunner().invoke(
+        app,
+        [
+            "eval",
+            str(clips),
+            "--references",
+            str(two_voice_corpus / "m3"),
+            "--speaker-encoder",
+            str(folder),
+            "--out",
+            str(tmp_path / "r.json"),
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    saved = json.loads((tmp_path / "r.json").read_text())
+    assert saved["rows"][0]["encoder_similarity"] is not None and saved["rows"][0]["speaker_similarity"] is not None

@@ -35,7 +35,7 @@ from chorus.evaluation.mcd import mcd_on_alignment
 from chorus.evaluation.naturalness import INSTALL_HINT, NaturalnessJudge, naturalness_available
 from chorus.evaluation.pitch import pitch_errors_on_alignment
 from chorus.evaluation.rate import real_time_factor, speaking_rate
-from chorus.evaluation.similarity import SpeakerJudge, cosine_similarity, mean_embedding
+from chorus.evaluation.similarity import EncoderJudge, SpeakerJudge, cosine_similarity, mean_embedding
 
 AudioSource = str | os.PathLike | np.ndarray
 
@@ -77,6 +77,7 @@ class Judges:
 
     whisper: WhisperJudge | None = field(default_factory=WhisperJudge)
     speaker: SpeakerJudge | None = field(default_factory=SpeakerJudge)
+    encoder: EncoderJudge | None = None  # Chorus's own speaker encoder, beside resemblyzer
     naturalness: NaturalnessJudge | None = field(default_factory=default_naturalness)
     reference: bool = True
     f0_method: F0Method = "harvest"
@@ -104,6 +105,7 @@ class EvalRow:
     char_edits: int | None = None
     reference_chars: int | None = None
     speaker_similarity: float | None = None
+    encoder_similarity: float | None = None  # by Chorus's speaker encoder
     mos: float | None = None
     mcd_db: float | None = None
     f0_rmse_hz: float | None = None
@@ -117,6 +119,7 @@ _METRICS: dict[str, tuple[str, str, str]] = {
     "wer": ("WER", "WER", "{:.1%}"),
     "cer": ("CER", "CER", "{:.1%}"),
     "speaker_similarity": ("speaker similarity", "spk sim", "{:.3f}"),
+    "encoder_similarity": ("speaker similarity (Chorus encoder)", "enc sim", "{:.3f}"),
     "mos": ("predicted MOS", "MOS", "{:.2f}"),
     "mcd_db": ("MCD (dB)", "MCD dB", "{:.2f}"),
     "f0_rmse_hz": ("F0 RMSE (Hz)", "F0 RMSE", "{:.1f}"),
@@ -265,7 +268,7 @@ def _load(source: AudioSource, sample_rate: int) -> np.ndarray:
 class _SpeakerReferences:
     """Embeds each reference file once per evaluation: items usually share one speaker's clips."""
 
-    def __init__(self, judge: SpeakerJudge):
+    def __init__(self, judge: SpeakerJudge | EncoderJudge):
         self.judge = judge
         self._files: dict[Path, np.ndarray] = {}
 
@@ -282,7 +285,12 @@ class _SpeakerReferences:
         return mean_embedding(embeddings)
 
 
-def _judge_item(item: EvalItem, judges: Judges, speaker_refs: _SpeakerReferences | None) -> EvalRow:
+def _judge_item(
+    item: EvalItem,
+    judges: Judges,
+    speaker_refs: _SpeakerReferences | None,
+    encoder_refs: _SpeakerReferences | None = None,
+) -> EvalRow:
     audio = _load(item.audio, item.sample_rate)
     if not audio.size:
         raise ValueError("synthesized audio is empty")
@@ -304,6 +312,9 @@ def _judge_item(item: EvalItem, judges: Judges, speaker_refs: _SpeakerReferences
     if speaker_refs is not None and item.speaker_references:
         reference = speaker_refs.embedding(item.speaker_references, item.sample_rate)
         row.speaker_similarity = cosine_similarity(speaker_refs.judge.embed(audio, SAMPLE_RATE), reference)
+    if encoder_refs is not None and item.speaker_references:
+        reference = encoder_refs.embedding(item.speaker_references, item.sample_rate)
+        row.encoder_similarity = cosine_similarity(encoder_refs.judge.embed(audio, SAMPLE_RATE), reference)
     if judges.naturalness is not None:
         row.mos = judges.naturalness.score(audio, SAMPLE_RATE)
     if judges.reference and item.reference is not None:
@@ -324,6 +335,7 @@ def evaluate_pairs(items: Sequence[EvalItem], judges: Judges | None = None, prog
     is False. Raises :class:`EvaluationError` naming the item (and file) that could not be judged."""
     judges = judges if judges is not None else Judges()
     speaker_refs = _SpeakerReferences(judges.speaker) if judges.speaker is not None else None
+    encoder_refs = _SpeakerReferences(judges.encoder) if judges.encoder is not None else None
     rows = []
     columns = (
         TextColumn("[progress.description]{task.description}"),
@@ -336,7 +348,7 @@ def evaluate_pairs(items: Sequence[EvalItem], judges: Judges | None = None, prog
         for item in items:
             bar.update(task, description=f"judging {item.id}")
             try:
-                rows.append(_judge_item(item, judges, speaker_refs))
+                rows.append(_judge_item(item, judges, speaker_refs, encoder_refs))
             except (ValueError, OSError) as error:
                 raise EvaluationError(f"item {item.id!r}: {error}") from error
             bar.advance(task)

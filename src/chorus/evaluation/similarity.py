@@ -88,3 +88,22 @@ class SpeakerJudge:
     ) -> float:
         """Cosine of ``audio``'s d-vector to the mean d-vector of ``reference_clips`` (same rate)."""
         return cosine_similarity(self.embed(audio, sample_rate), self.reference_embedding(reference_clips, sample_rate))
+
+
+class EncoderJudge:
+    """The same judge's interface on Chorus's own speaker encoder (:mod:`chorus.models.speaker_encoder`):
+    ``embed(audio, sample_rate)`` is its unit-length embedding; similarity is the cosine."""
+
+    def __init__(self, bundle):
+        self.bundle = bundle  # an EncoderBundle
+
+    def embed(self, audio: np.ndarray, sample_rate: int = SAMPLE_RATE) -> np.ndarray:
+        audio = np.asarray(audio, dtype=np.float32).reshape(-1)
+        if not np.any(audio):
+            raise ValueError("no speech found in the clip (silent or too short)")
+        rate = self.bundle.mel_config.sample_rate
+        if sample_rate != rate:
+            audio = soxr.resample(audio, sample_rate, rate, quality="HQ")
+        return self.bundle.embed([audio])[0]
+
+    similarity = staticmethod(cosine_similarity)
