@@ -52,6 +52,7 @@ from chorus.pruning.loop import fresh_model, train
 from chorus.pruning.run import load_training_data, sparsity_report
 from chorus.pruning.targets import DEFAULT_EXCLUDE, DEFAULT_INCLUDE
 from chorus.synthesis import DEFAULT_BASE, load_base
+from chorus.training.pretrain import evaluate
 
 METRICS = [  # (key, column header, format, plotted)
     ("wer", "WER %", "{:.1f}", True),
@@ -177,6 +178,18 @@ def judge(row: Row, folder: Path, args, judges: Judges, recordings, references) 
     return scores
 
 
+def held_out_mel_l1(name: str, folder: Path, data, args) -> float:
+    """The row's teacher-forced mel L1 on the corpus' held-out utterances (two per speaker), cached:
+    what training optimizes, and still telling where every row's speech is unintelligible."""
+    cached = args.work / "judged" / f"{name}.loss.json"
+    if cached.is_file():
+        return json.loads(cached.read_text())["mel"]
+    model = load_bundle(folder).model
+    losses = evaluate(model, data.cache, data.validation, torch.device("cpu"), args.max_frames)
+    cached.write_text(json.dumps(losses))
+    return losses["mel"]
+
+
 @torch.no_grad()
 def acoustic_rtf(folders: dict[str, Path], sentences: list[str], voices: list[str], repeats: int, seed: int) -> dict:
     """Per row: the acoustic model's seconds per second of audio, each round timing every row on every
@@ -217,7 +230,8 @@ def plot(results: list[dict], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    shown = [m for m in METRICS if m[3]] + [("bytes", "MB on disk", "", True), ("rtf", "acoustic RTF", "", True)]
+    shown = [("held_out_mel_l1", "held-out mel L1", "", True)] + [m for m in METRICS if m[3]]
+    shown += [("bytes", "MB on disk", "", True), ("rtf", "acoustic RTF", "", True)]
     fig, axes = plt.subplots(2, 4, figsize=(17, 7.5))
     dense = next(r for r in results if r["technique"] == "dense")
     for axis, (key, label, _, _) in zip(axes.flat, shown):
@@ -249,7 +263,7 @@ def _value(row: dict, key: str) -> float:
 
 def report(results: list[dict], args) -> str:
     dense = next(r for r in results if r["technique"] == "dense")
-    header = ["row", "budget", "sparsity reached %"] + [m[1] for m in METRICS]
+    header = ["row", "budget", "sparsity reached %", "held-out mel L1"] + [m[1] for m in METRICS]
     header += ["non-zero params", "MB on disk", "x dense bytes", "train s", "acoustic RTF (min-max)", "x dense speed"]
     lines = [
         "# Pruning the base",
@@ -269,7 +283,7 @@ def report(results: list[dict], args) -> str:
             if r["technique"] == "dense"
             else f"{r['steps']} steps {'from scratch' if r['from_scratch'] else 'fine-tuning the base'}"
         )
-        cells = [r["name"], budget, f"{100 * r['sparsity']:.1f}"]
+        cells = [r["name"], budget, f"{100 * r['sparsity']:.1f}", f"{r['held_out_mel_l1']:.3f}"]
         for key, _, fmt, _ in METRICS:
             value = r.get(key)
             cells.append("n/a" if value is None else fmt.format(100 * value if key in PERCENT else value))
@@ -309,6 +323,7 @@ def main() -> None:
     parser.add_argument("--corpus", type=Path, default=Path("corpus_out/train"))
     parser.add_argument("--work", type=Path, default=Path("runs/pruning"))
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--max-frames", type=int, default=4800, help="padded frames per batch of the loss")
     parser.add_argument("--seed", type=int, default=1234)
     parser.add_argument("--out", type=Path, default=Path("bench/results/pruning"))
     args = parser.parse_args()
@@ -334,6 +349,8 @@ def main() -> None:
     done = [r for r in every if (args.work / "judged" / f"{r.name}.json").is_file() or r.name in scores]
     folders = {r.name: DEFAULT_BASE if r.technique == "dense" else args.work / r.name for r in done}
     rtf = acoustic_rtf(folders, args.sentence_list, args.voices, args.rtf_repeats, args.seed)
+    data = load_training_data(load_bundle(DEFAULT_BASE), args.corpus, args.work / "features.safetensors")
+    losses = {name: held_out_mel_l1(name, folder, data, args) for name, folder in folders.items()}
     results = []
     for r in done:
         values = json.loads((args.work / "judged" / f"{r.name}.json").read_text())
@@ -345,6 +362,7 @@ def main() -> None:
                 "target_sparsity": r.sparsity,
                 "from_scratch": r.from_scratch,
                 "rtf": rtf[r.name],
+                "held_out_mel_l1": losses[r.name],
             }
         )
     args.out.mkdir(parents=True, exist_ok=True)
