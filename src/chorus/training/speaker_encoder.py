@@ -192,7 +192,7 @@ def train_speaker_encoder(config: SpeakerTrainConfig, *, progress: bool = True) 
             loss.backward()
             optimizer.step()
             seconds += time.perf_counter() - started
-            losses.append(float(loss))
+            losses.append(loss.item())
             bar.update(task, completed=step, status=f"loss {np.mean(losses[-20:]):.3f}")
     bundle = EncoderBundle(encoder.eval(), mel_config)
     scores, same = calibration_trials(bundle, clips)
