@@ -225,3 +225,47 @@ def test_eval_judges_similarity_with_the_encoder_beside_resemblyzer(two_voice_co
     assert result.exit_code == 0, result.output
     saved = json.loads((tmp_path / "r.json").read_text())
     assert saved["rows"][0]["encoder_similarity"] is not None and saved["rows"][0]["speaker_similarity"] is not None
+
+
+def test_speaker_map_recovers_a_linear_map_and_picks_the_nearest_speaker():
+    from chorus.training.speaker_start import fit_speaker_map
+
+    rng = np.random.default_rng(0)
+    embeddings = rng.normal(size=(30, 8))
+    embeddings /= np.linalg.norm(embeddings, axis=1, keepdims=True)
+    truth = rng.normal(size=(8, 4))
+    vectors = embeddings @ truth + 0.5 + rng.normal(scale=0.01, size=(30, 4))
+    mapping = fit_speaker_map(embeddings, vectors)
+    assert mapping.leave_one_out_error < 0.01 and mapping.ridge <= 0.1
+    probe = embeddings[7] + 0.01 * rng.normal(size=8)
+    assert mapping.nearest(probe) == 7
+    np.testing.assert_allclose(mapping.vector(probe), probe / np.linalg.norm(probe) @ truth + 0.5, atol=0.1)
+    with pytest.raises(ValueError, match="at least 2 base speakers"):
+        fit_speaker_map(embeddings[:1], vectors[:1])
+
+
+def test_adapt_starts_from_the_speaker_encoder(tiny_base, new_voice_data, tmp_path):
+    from safetensors.torch import load_file
+
+    from chorus.data.formats import discover
+    from chorus.models.bundle import load_bundle
+    from chorus.models.speaker_encoder import EncoderBundle, save_encoder
+    from chorus.training.adapt import AdaptConfig, adapt
+    from chorus.training.speaker_start import speaker_map
+
+    torch.manual_seed(0)
+    encoder = EncoderBundle(SpeakerEncoder(SpeakerEncoderConfig(**{**SMALL, "n_mels": 80})))
+    folder = save_encoder(encoder, tmp_path / "encoder")
+    config = AdaptConfig(method="lora", steps=2, speaker_encoder=str(folder), max_frames=1500)
+    result = adapt(new_voice_data, load_bundle(tiny_base), tmp_path / "voice", config, progress=False)
+    notes = result.card.notes
+    assert notes["start"] == "speaker encoder" and -1 <= notes["start_similarity"] <= 1
+    # The voice's (frozen) speaker vector is where the map puts the clips' mean embedding.
+    bundle = load_bundle(tiny_base)
+    mapping = speaker_map(bundle, encoder)
+    utterances, _ = discover(new_voice_data)  # the clips adapt embeds: the first 16, in this order
+    embedding = encoder.embed([u.audio_path for u in utterances[:16]]).mean(0)
+    assert notes["speaker_vector_start"] == bundle.speakers[mapping.nearest(embedding)]
+    tensors = load_file(str(result.voice_dir / "adapter_model.safetensors"))
+    [vector] = [v for k, v in tensors.items() if "speaker_vector" in k]
+    torch.testing.assert_close(vector.flatten(), torch.from_numpy(mapping.vector(embedding)), atol=1e-5, rtol=1e-5)

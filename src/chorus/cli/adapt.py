@@ -35,6 +35,7 @@ def adapt(
     ),
     learning_rate: float | None = typer.Option(None, help="Default: per method."),
     keep_text_side: bool = config_option(AdaptConfig, "keep_text_side"),
+    speaker_encoder: Path | None = config_option(AdaptConfig, "speaker_encoder"),
     max_minutes: float = typer.Option(
         config_default(AdaptConfig, "max_minutes"), help="Wall-clock budget of the training loop."
     ),
@@ -56,6 +57,7 @@ def adapt(
             steps=steps,
             learning_rate=learning_rate,
             keep_text_side=keep_text_side,
+            speaker_encoder=str(speaker_encoder) if speaker_encoder else None,
             max_minutes=max_minutes,
             threads=threads,
             memory=MemoryOptions(

@@ -37,6 +37,7 @@ from chorus.data.features import FeatureCache, build_feature_cache
 from chorus.models.acoustic import AcousticModel
 from chorus.models.bundle import ModelBundle
 from chorus.models.losses import compute_losses, step_inputs
+from chorus.models.speaker_encoder import load_encoder
 from chorus.training.efficiency import (
     MemoryOptions,
     apply_memory_options,
@@ -45,6 +46,7 @@ from chorus.training.efficiency import (
     cast_frozen_parameters,
 )
 from chorus.training.progress import step_progress
+from chorus.training.speaker_start import speaker_map
 
 VOICE = "voice"  # adapter name while training; a voice folder is named by the user
 
@@ -98,6 +100,14 @@ class AdaptConfig:
             "help": "Keep the base's text side (encoder, duration predictor): adapt only the decoder, so "
             "the voice keeps the base's way of reading words."
         },
+    )
+    # A Chorus speaker encoder folder (chorus speaker train): the voice starts at the base speaker
+    # nearest its clips in the encoder's space, its speaker vector where the encoder->speaker map
+    # puts them (chorus.training.speaker_start). None: the base speaker whose conditioning fits the
+    # clips best (lowest teacher-forced mel loss), its vector as it is.
+    speaker_encoder: str | None = field(
+        default=None,
+        metadata={"help": "Speaker encoder folder that picks the start voice and its vector (default: by mel loss)."},
     )
     memory: MemoryOptions = field(default_factory=MemoryOptions)
     threads: int = 2
@@ -319,14 +329,29 @@ def adapt(
     copied = full or config.memory.frozen_dtype == "bf16"
     model = copy.deepcopy(bundle.model) if copied else bundle.model
     apply_memory_options(model, config.memory)
-    start_speaker = int(closest_speakers(model, cache, train_indices[:16], np.zeros(len(train_indices[:16])))[0])
+    start_vector, start_notes = None, {"start": "mel loss"}
+    if config.speaker_encoder is not None:
+        encoder = load_encoder(config.speaker_encoder)
+        mapping = speaker_map(bundle, encoder)
+        clips = encoder.embed([u.audio_path for u in valid[:16]]).mean(0)
+        start_speaker = mapping.nearest(clips)
+        start_vector = torch.from_numpy(mapping.vector(clips))
+        start_notes = {
+            "start": "speaker encoder",
+            "speaker_encoder": str(config.speaker_encoder),
+            "start_similarity": round(float(mapping.embeddings[start_speaker] @ (clips / np.linalg.norm(clips))), 4),
+            "speaker_map_ridge": mapping.ridge,
+        }
+    else:
+        start_speaker = int(closest_speakers(model, cache, train_indices[:16], np.zeros(len(train_indices[:16])))[0])
     trainable = prepare_for_training(model, config)  # a target that matches nothing fails here
     if config.memory.frozen_dtype == "bf16":
         cast_frozen_parameters(model, torch.bfloat16)
     for _, layer in adapter_layers(model):
         if isinstance(layer, SpeakerVector):
             with torch.no_grad():
-                layer.speaker_vector[VOICE].copy_(innermost(layer).weight[start_speaker])
+                start = innermost(layer).weight[start_speaker] if start_vector is None else start_vector
+                layer.speaker_vector[VOICE].copy_(start)
     trainable_count = sum(p.numel() for p in trainable)
     optimizer = build_optimizer(trainable, config.memory.optimizer, config.learning_rate_for(), weight_decay=0.0)
 
@@ -398,6 +423,7 @@ def adapt(
         },
         notes={
             "speaker_vector_start": bundle.speakers[start_speaker],
+            **start_notes,
             "recipe": {k: v for k, v in asdict(config).items() if k != "memory"},
             "memory_options": asdict(config.memory),
         },
