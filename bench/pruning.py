@@ -25,7 +25,7 @@ once, rows in a new order each round; the median round and the spread are report
 
 Model folders and the corpus' feature cache go to ``--work`` (default ``runs/pruning``); a row whose
 folder (or judged scores) exists is reused, so a stopped run resumes, and ``--rows`` splits the rows
-over processes (the RTF loop and the report run with ``--report``, over every row found). Writes
+over processes (the RTF loop and the report run with ``--report``, over every judged row found). Writes
 ``pruning.md``, ``pruning.json`` and ``pruning.png`` (each metric against sparsity, a line per technique).
 """
 
@@ -80,6 +80,13 @@ class Row:
     @property
     def from_scratch(self) -> bool:
         return self.technique in ("snip", "dynamic", "dense-scratch")
+
+    @classmethod
+    def from_name(cls, name: str) -> Row:
+        if name == "dense":
+            return cls("dense", 0.0, 0)
+        technique, sparsity, steps = name.rsplit("-", 2)
+        return cls(technique, float(sparsity), int(steps))
 
 
 def planned_rows(args) -> list[Row]:
@@ -345,8 +352,11 @@ def main() -> None:
         print(f"{row.name}: WER {100 * scores[row.name]['wer']:.1f}% MOS {scores[row.name].get('mos')}", flush=True)
     if not args.report:
         return
-    every = planned_rows(args)
-    done = [r for r in every if (args.work / "judged" / f"{r.name}.json").is_file() or r.name in scores]
+    order = {t: i for i, t in enumerate(("dense", "ump", "parp", "structured", "dense-scratch", "snip", "dynamic"))}
+    judged = [
+        p.name[: -len(".json")] for p in (args.work / "judged").glob("*.json") if not p.name.endswith(".loss.json")
+    ]
+    done = sorted(map(Row.from_name, judged), key=lambda r: (order[r.technique], r.steps, r.sparsity))
     folders = {r.name: DEFAULT_BASE if r.technique == "dense" else args.work / r.name for r in done}
     rtf = acoustic_rtf(folders, args.sentence_list, args.voices, args.rtf_repeats, args.seed)
     data = load_training_data(load_bundle(DEFAULT_BASE), args.corpus, args.work / "features.safetensors")
