@@ -242,11 +242,13 @@ def plot(results: list[dict], path: Path) -> None:
     fig, axes = plt.subplots(2, 4, figsize=(17, 7.5))
     dense = next(r for r in results if r["technique"] == "dense")
     for axis, (key, label, _, _) in zip(axes.flat, shown):
-        for technique in ("ump", "parp", "structured", "snip", "dynamic"):
-            mine = sorted((r for r in results if r["technique"] == technique), key=lambda r: r["target_sparsity"])
-            if mine:
-                values = [_value(r, key) for r in mine]
-                axis.plot([100 * r["target_sparsity"] for r in mine], values, marker="o", label=technique)
+        groups = sorted({(r["technique"], r["steps"]) for r in results if not r["technique"].startswith("dense")})
+        for technique, steps in groups:  # one line per technique and budget
+            mine = [r for r in results if (r["technique"], r["steps"]) == (technique, steps)]
+            mine.sort(key=lambda r: r["target_sparsity"])
+            values = [_value(r, key) for r in mine]
+            label = f"{technique} ({steps} steps)"
+            axis.plot([100 * r["target_sparsity"] for r in mine], values, marker="o", label=label)
         axis.axhline(_value(dense, key), color="k", linestyle="--", linewidth=1, label="dense base")
         scratch = [r for r in results if r["technique"] == "dense-scratch"]
         if scratch:
