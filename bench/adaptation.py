@@ -89,7 +89,11 @@ def start_voice(args, speaker: str, eval_utterances, references, judges) -> dict
             for u in eval_utterances
         ]
         report = evaluate_pairs(
-            items, judges=Judges(judges.whisper, judges.speaker, judges.naturalness, False), progress=False
+            items,
+            judges=Judges(
+                whisper=judges.whisper, speaker=judges.speaker, naturalness=judges.naturalness, reference=False
+            ),
+            progress=False,
         )
         means = report.means()
         _START_VOICES[key] = {
@@ -103,7 +107,11 @@ def start_voice(args, speaker: str, eval_utterances, references, judges) -> dict
 def recordings(voice: str, eval_utterances, judges) -> dict:
     """WER and MOS of the voice's own recordings of the evaluation sentences."""
     items = [EvalItem(u.key, u.audio_path, u.text) for u in eval_utterances]
-    report = evaluate_pairs(items, judges=Judges(judges.whisper, None, judges.naturalness, False), progress=False)
+    report = evaluate_pairs(
+        items,
+        judges=Judges(whisper=judges.whisper, speaker=None, naturalness=judges.naturalness, reference=False),
+        progress=False,
+    )
     return {"voice": voice, "wer": report.corpus_wer, "mos": report.means().get("mos")}
 
 

@@ -77,10 +77,10 @@ class Judges:
 
     whisper: WhisperJudge | None = field(default_factory=WhisperJudge)
     speaker: SpeakerJudge | None = field(default_factory=SpeakerJudge)
-    encoder: EncoderJudge | None = None  # Chorus's own speaker encoder, beside resemblyzer
     naturalness: NaturalnessJudge | None = field(default_factory=default_naturalness)
     reference: bool = True
     f0_method: F0Method = "harvest"
+    encoder: EncoderJudge | None = None  # Chorus's own speaker encoder, beside resemblyzer
 
 
 @dataclass
