@@ -194,6 +194,11 @@ def train_speaker_encoder(config: SpeakerTrainConfig, *, progress: bool = True) 
             seconds += time.perf_counter() - started
             losses.append(loss.item())
             bar.update(task, completed=step, status=f"loss {np.mean(losses[-20:]):.3f}")
+            if progress and not bar.console.is_terminal and step % 100 == 0:  # a background run's log
+                print(
+                    f"step {step}/{config.steps} loss {np.mean(losses[-100:]):.3f} {seconds / step:.2f} s/step",
+                    flush=True,
+                )
     bundle = EncoderBundle(encoder.eval(), mel_config)
     scores, same = calibration_trials(bundle, clips)
     calibrated = verification_scores(scores, same)
