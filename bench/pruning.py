@@ -247,8 +247,8 @@ def plot(results: list[dict], path: Path) -> None:
             mine = [r for r in results if (r["technique"], r["steps"]) == (technique, steps)]
             mine.sort(key=lambda r: r["target_sparsity"])
             values = [_value(r, key) for r in mine]
-            label = f"{technique} ({steps} steps)"
-            axis.plot([100 * r["target_sparsity"] for r in mine], values, marker="o", label=label)
+            name = f"{technique} ({steps} steps)"
+            axis.plot([100 * r["target_sparsity"] for r in mine], values, marker="o", label=name)
         axis.axhline(_value(dense, key), color="k", linestyle="--", linewidth=1, label="dense base")
         scratch = [r for r in results if r["technique"] == "dense-scratch"]
         if scratch:
