@@ -2,7 +2,7 @@
 2020). Every layer starts at the target sparsity with a random mask; every ``UPDATE_EVERY`` steps
 until ``END`` of the budget, each layer drops the share ``DROP * (1 + cos(pi t / T_end)) / 2`` of its
 active weights with the smallest magnitude and grows as many inactive ones with the largest dense
-gradient (grown weights start at zero), so the sparsity of every layer stays fixed."""
+gradient (grown weights start at zero: inactive weights are zero already), so the sparsity of every layer stays fixed."""
 
 from __future__ import annotations
 
@@ -52,7 +52,6 @@ def drop_and_regrow(masks: MaskSet, fraction: float) -> int:
             mask = mask.clone()
             mask[dropped] = False
             mask[grown] = True
-            layer.weight.view(-1)[grown] = 0.0
             masks.masks[name] = mask.view_as(layer.weight)
             moved += count
     return moved

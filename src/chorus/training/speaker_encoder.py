@@ -37,10 +37,10 @@ from chorus.models.speaker_encoder import (
     SpeakerEncoderConfig,
     save_encoder,
 )
+from chorus.training.efficiency import BNB_MIN_8BIT_SIZE  # every tensor's states in 8 bits
 from chorus.training.progress import step_progress
 
 SPEAKER_OPTIMIZERS = ("adam", "adam8bit", "sgd", "sgd8bit")
-BNB_MIN_8BIT_SIZE = 1  # every tensor's states in 8 bits (bitsandbytes' default keeps small ones in 32)
 
 
 @dataclass
