@@ -160,12 +160,18 @@ def calibration_trials(bundle: EncoderBundle, clips: SpeakerClips) -> tuple[list
     return scores, same
 
 
-def train_speaker_encoder(config: SpeakerTrainConfig, *, progress: bool = True) -> Path:
-    """Train, calibrate the threshold on the held-out trials and save the encoder folder ``config.out``."""
+def train_speaker_encoder(
+    config: SpeakerTrainConfig, *, progress: bool = True, clips: SpeakerClips | None = None
+) -> Path:
+    """Train, calibrate the threshold on the held-out trials and save the encoder folder ``config.out``.
+
+    ``clips``: features already made by :func:`prepare_clips` for this corpus (several encoders
+    trained on one corpus share them); made here when None."""
     torch.set_num_threads(config.threads)
     torch.manual_seed(config.seed)
     mel_config = MelConfig(n_mels=config.encoder.n_mels)
-    clips = prepare_clips(config, mel_config, progress)
+    if clips is None:
+        clips = prepare_clips(config, mel_config, progress)
     encoder = SpeakerEncoder(config.encoder)
     head = AdditiveAngularMargin(config.encoder.embedding_dim, len(clips.speakers), config.margin, config.scale)
     parameters = [*encoder.parameters(), *head.parameters()]
