@@ -14,6 +14,9 @@ from chorus.memory.presets import model_config_by_name
 from chorus.memory.report import memory_report
 from chorus.training.adapt import AdaptConfig, trainable_for
 from chorus.training.efficiency import MemoryOptions
+from chorus.training.speaker_encoder import SPEAKER_OPTIMIZERS
+
+SPEAKER_PREFIX = "speaker-"
 
 
 @with_method_fields
@@ -23,12 +26,17 @@ def memory(
     model: str = typer.Option(
         "shipped",
         help="shipped (the shipped base's size), 500m (a 506M-parameter "
-        "configuration), or a JSON file of AcousticConfig fields.",
+        "configuration), a JSON file of AcousticConfig fields, or a speaker encoder: "
+        "speaker-{resnet|df-resnet}{depth}[-rev], e.g. speaker-resnet18-rev (--batch crops of --frames).",
     ),
     batch: int = typer.Option(8, help="Utterances per batch."),
     text_length: int = typer.Option(60, help="Phonemes per utterance (padded)."),
     frames: int = typer.Option(300, help="Mel frames per utterance (padded)."),
-    optimizer: str = config_option(MemoryOptions, "optimizer"),
+    optimizer: str | None = typer.Option(
+        None,
+        help="The acoustic model's: adamw (default), adamw8bit, adamw8bit-torchao; a speaker encoder's: "
+        f"{', '.join(SPEAKER_OPTIMIZERS)} (default adam).",
+    ),
     precision: str = config_option(MemoryOptions, "precision"),
     checkpointing: bool = config_option(MemoryOptions, "checkpointing"),
     frozen_dtype: str = config_option(MemoryOptions, "frozen_dtype"),
@@ -38,6 +46,9 @@ def memory(
 ) -> None:
     """Training memory per category, predicted analytically (any size, on the meta device) and
     measured on a real step: weights, gradients, optimizer states, activations."""
+    if model.startswith(SPEAKER_PREFIX):
+        _speaker_memory(model[len(SPEAKER_PREFIX) :], batch, frames, optimizer or "adam", measure, out)
+        return
     with user_errors():
         config = model_config_by_name(model)
         options = method_options(method, method_fields or {}, targets)
@@ -50,7 +61,7 @@ def memory(
             batch=batch,
             text_length=text_length,
             frames=frames,
-            optimizer=optimizer,
+            optimizer=optimizer or MemoryOptions().optimizer,
             precision=precision,
             checkpointing=checkpointing,
             frozen_dtype=frozen_dtype,
@@ -59,6 +70,31 @@ def memory(
             out_png=out,
             label=f"{method} on {model}",
         )
+    _show(report, out)
+
+
+def _speaker_memory(name: str, batch: int, frames: int, optimizer: str, measure: bool, out: Path | None) -> None:
+    """``chorus memory --model speaker-...``: the speaker encoder's training step (encoder, AAM head, loss)."""
+    from chorus.memory.speaker import encoder_config_by_name, speaker_memory_report
+
+    with user_errors():
+        if optimizer not in SPEAKER_OPTIMIZERS:
+            raise ValueError(f"a speaker encoder trains with {', '.join(SPEAKER_OPTIMIZERS)}, not {optimizer!r}")
+        report = speaker_memory_report(
+            encoder_config_by_name(name),
+            batch=batch,
+            frames=frames,
+            optimizer=optimizer,
+            measure=measure,
+            fresh_process=measure,
+            out_png=out,
+            label=f"speaker encoder {name} ({optimizer})",
+        )
+    _show(report, out)
+
+
+def _show(report, out: Path | None) -> None:
+    """The table on the terminal; with ``--out`` the chart there and the Markdown table beside it."""
     console.print(report.rich_table())
     console.print(f"{report.parameters:,} parameters, {report.trainable_parameters:,} trained")
     if out is not None:

@@ -10,8 +10,8 @@
 * weights: parameters and buffers.
 * recompute: what backward rebuilds and holds for one block at a time. With gradient checkpointing a
   block's forward reruns in its backward, under checkpointing's own saved-tensor hooks, which hide it
-  from ours; reversible stacks rebuild one branch (attention or feed-forward) at a time. Forward
-  notes each rebuilt block's or branch's input (shape, dtype, requires-grad; the bool mask is
+  from ours; reversible stacks rebuild one branch (attention or feed-forward) at a time, the speaker
+  encoder's reversible stages one F or G of a block. Forward notes each rebuilt block's or branch's input (shape, dtype, requires-grad; the bool mask is
   copied); after the step each is rerun on a fresh input of that kind under our hooks, and the
   largest is reported: the bytes it saves beyond its input and mask, which the forward already keeps.
 * peak: on CPU the process's peak resident set after the step and its growth over the resident
@@ -41,6 +41,7 @@ from torch import nn
 from chorus.models.acoustic import AcousticModel, FFTBlock, TransformerStack, build_model
 from chorus.models.config import AcousticConfig
 from chorus.models.losses import compute_losses
+from chorus.models.speaker_encoder import Stage
 from chorus.training.efficiency import (
     MemoryOptions,
     autocast,
@@ -48,6 +49,8 @@ from chorus.training.efficiency import (
     cast_frozen_parameters,
     optimizer_state_bytes,
 )
+
+NO_MASK = torch.zeros(0, dtype=torch.bool)
 
 
 @dataclass
@@ -134,6 +137,9 @@ def _watch_rebuilds(model: nn.Module, watching: list[bool], rebuilds: list[_Rebu
     Only metadata of the hidden states is kept (holding them would raise the step's peak); the bool
     mask, ``[batch, time]``, is copied."""
     handles = []
+    for stage in model.modules():
+        if isinstance(stage, Stage) and stage.reversible:
+            handles += _watch_reversible_stage(stage, watching, rebuilds)
     for stack in model.modules():
         if not isinstance(stack, TransformerStack) or not len(stack.layers):
             continue
@@ -165,6 +171,25 @@ def _watch_rebuilds(model: nn.Module, watching: list[bool], rebuilds: list[_Rebu
 
             handles += [block.register_forward_pre_hook(note_block) for block in stack.layers]
     return handles
+
+
+def _watch_reversible_stage(stage: Stage, watching: list[bool], rebuilds: list[_Rebuild]) -> list:
+    """The speaker encoder's reversible stage: backward rebuilds each branch (F, then G, of every
+    block) on its recovered input ``[batch, C / 2, F, T]``; no mask."""
+
+    def note_branch(branch: nn.Module):
+        def hook(_module, args):
+            if watching[0]:
+                x = args[0]
+                rebuilds.append(_Rebuild(lambda x, _mask: branch(x), tuple(x.shape), x.dtype, True, NO_MASK))
+
+        return hook
+
+    return [
+        branch.register_forward_pre_hook(note_branch(branch))
+        for block in stage.blocks
+        for branch in (block.branch_f, block.branch_g)
+    ]
 
 
 def _largest_rebuild(rebuilds: list[_Rebuild], resident_keys: set, precision: str, device: torch.device) -> int:
@@ -374,26 +399,35 @@ def measure_acoustic_step(
     )
 
 
-def _measure_worker(queue, kwargs: dict) -> None:
+def _measure_worker(queue, step: Callable[..., MeasuredMemory], kwargs: dict) -> None:
     try:
         torch.set_num_threads(kwargs.pop("threads"))
-        queue.put(measure_acoustic_step(**kwargs))
+        queue.put(step(**kwargs))
     except Exception as error:  # noqa: BLE001 - the parent re-raises it; a child's error is otherwise lost
         queue.put(error)
 
 
 def measure_in_fresh_process(
-    config: AcousticConfig, *, threads: int = 1, timeout: float = 3600, **kwargs
+    config: Any,
+    *,
+    step: Callable[..., MeasuredMemory] | None = None,
+    threads: int = 1,
+    timeout: float = 3600,
+    **kwargs,
 ) -> MeasuredMemory:
-    """:func:`measure_acoustic_step` in a new Python process, for a peak RSS that is the step's own.
+    """``step(config, **kwargs)`` in a new Python process, for a peak RSS that is the step's own.
 
-    ``kwargs`` are those of :func:`measure_acoustic_step`; ``trainable`` must be picklable (a
-    module-level function). ``threads`` are torch's intra-op threads in the child. Raises what the
+    ``step`` (default :func:`measure_acoustic_step`; any module-level measuring function, such as the
+    speaker encoder's) gets ``config`` and ``kwargs``; ``trainable`` must be picklable (a module-level
+    function). ``threads`` are torch's intra-op threads in the child. Raises what the
     child raised, RuntimeError if it died without an answer, TimeoutError after ``timeout`` s.
     """
     context = multiprocessing.get_context("spawn")
     queue = context.Queue()
-    process = context.Process(target=_measure_worker, args=(queue, dict(config=config, threads=threads, **kwargs)))
+    process = context.Process(
+        target=_measure_worker,
+        args=(queue, step or measure_acoustic_step, dict(config=config, threads=threads, **kwargs)),
+    )
     process.start()
     deadline = time.monotonic() + timeout
     try:

@@ -47,6 +47,16 @@ def reversible(
     return _Reversible.apply(x1, x2, tuple(blocks), context, *params)
 
 
+def reversible_halves(blocks: Sequence[nn.Module], x: torch.Tensor, dim: int = 1) -> torch.Tensor:
+    """The coupling of ``blocks`` on the two halves of ``x`` along ``dim``, returned joined again
+    (``cat([y1, y2], dim)``, the shape of ``x``). What backward needs is that one joined output, so a
+    layer after it that saves its input (a convolution) shares the storage instead of keeping a copy."""
+    if not torch.is_grad_enabled() or not blocks:
+        return torch.cat(couple(blocks, *x.chunk(2, dim=dim)), dim=dim)
+    params = (p for block in blocks for p in block.parameters())
+    return _ReversibleJoined.apply(x, dim, tuple(blocks), *params)
+
+
 def _autocast_state(device_type: str) -> tuple | None:
     """The autocast settings in force for ``device_type`` (None where autocast does not exist, e.g. meta)."""
     if not torch.amp.is_autocast_available(device_type):
@@ -69,25 +79,9 @@ class _Reversible(torch.autograd.Function):
     @once_differentiable
     def backward(ctx, grad1, grad2):
         y1, y2, *context = ctx.saved_tensors
-        needs_param_grad = ctx.needs_input_grad[4:]
-        param_grads: list[torch.Tensor | None] = [None] * len(needs_param_grad)
-        end = len(needs_param_grad)
-        for block in reversed(ctx.blocks):
-            block_params = list(block.parameters())
-            start = end - len(block_params)
-            wanted = [i for i in range(start, end) if needs_param_grad[i]]
-            tensors = [block_params[i - start] for i in wanted]
-            g, grad_y1, g_grads = _branch_backward(block.g, y1, context, grad2, tensors, ctx.autocast)
-            x2 = y2 - g
-            grad1 = grad1 + grad_y1  # y1 reached the loss directly and through y2 = x2 + G(y1)
-            f, grad_x2, f_grads = _branch_backward(block.f, x2, context, grad1, tensors, ctx.autocast)
-            x1 = y1 - f
-            grad2 = grad2 + grad_x2  # x2 reached y2 directly and y1 through F
-            for i, *grads in zip(wanted, g_grads, f_grads):
-                for grad in grads:
-                    if grad is not None:
-                        param_grads[i] = grad if param_grads[i] is None else param_grads[i] + grad
-            y1, y2, end = x1, x2, start
+        grad1, grad2, param_grads = _blocks_backward(
+            ctx.blocks, y1, y2, grad1, grad2, context, ctx.needs_input_grad[4:], ctx.autocast
+        )
         return (
             grad1 if ctx.needs_input_grad[0] else None,
             grad2 if ctx.needs_input_grad[1] else None,
@@ -95,6 +89,53 @@ class _Reversible(torch.autograd.Function):
             None,
             *param_grads,
         )
+
+
+class _ReversibleJoined(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, dim, blocks, *params):
+        y = torch.cat(couple(blocks, *x.chunk(2, dim=dim)), dim=dim)
+        ctx.blocks, ctx.dim = blocks, dim
+        ctx.autocast = _autocast_state(x.device.type)
+        ctx.save_for_backward(y)
+        return y
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad):
+        (y,) = ctx.saved_tensors
+        y1, y2 = y.chunk(2, dim=ctx.dim)
+        grad1, grad2 = grad.chunk(2, dim=ctx.dim)
+        grad1, grad2, param_grads = _blocks_backward(
+            ctx.blocks, y1, y2, grad1, grad2, (), ctx.needs_input_grad[3:], ctx.autocast
+        )
+        grad_x = torch.cat([grad1, grad2], dim=ctx.dim) if ctx.needs_input_grad[0] else None
+        return (grad_x, None, None, *param_grads)
+
+
+def _blocks_backward(blocks, y1, y2, grad1, grad2, context, needs_param_grad, autocast):
+    """Backward through the coupling of ``blocks`` from its outputs (y1, y2) and their gradients:
+    walks the blocks in reverse, recovering each block's inputs by subtraction. Returns the gradients
+    of the coupling's inputs (x1, x2) and of every block parameter in order (None where not needed)."""
+    param_grads: list[torch.Tensor | None] = [None] * len(needs_param_grad)
+    end = len(needs_param_grad)
+    for block in reversed(blocks):
+        block_params = list(block.parameters())
+        start = end - len(block_params)
+        wanted = [i for i in range(start, end) if needs_param_grad[i]]
+        tensors = [block_params[i - start] for i in wanted]
+        g, grad_y1, g_grads = _branch_backward(block.g, y1, context, grad2, tensors, autocast)
+        x2 = y2 - g
+        grad1 = grad1 + grad_y1  # y1 reached the loss directly and through y2 = x2 + G(y1)
+        f, grad_x2, f_grads = _branch_backward(block.f, x2, context, grad1, tensors, autocast)
+        x1 = y1 - f
+        grad2 = grad2 + grad_x2  # x2 reached y2 directly and y1 through F
+        for i, *grads in zip(wanted, g_grads, f_grads):
+            for grad in grads:
+                if grad is not None:
+                    param_grads[i] = grad if param_grads[i] is None else param_grads[i] + grad
+        y1, y2, end = x1, x2, start
+    return grad1, grad2, param_grads
 
 
 def _branch_backward(branch, inputs, context, grad_out, tensors, autocast):

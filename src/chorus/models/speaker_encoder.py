@@ -15,7 +15,8 @@ Two trunks ("Memory-Efficient Training for Deep Speaker Embedding Learning", Liu
 ``reversible`` makes every stage's blocks a reversible coupling (:mod:`chorus.models.reversible`):
 the channels split in two halves, ``y1 = x1 + F(x2)``, ``y2 = x2 + G(y1)``, F and G each a block of
 the trunk on half the channels; backward recomputes the blocks' inputs from their outputs, so a
-stage keeps only its output: activation memory does not grow with the number of blocks. Only the
+stage keeps only its output (one tensor, which the next layer saves as its input too: stored once):
+activation memory does not grow with the number of blocks. Only the
 transitions (which change the shape) keep theirs. Normalization is GroupNorm in every variant: it
 has no running statistics, so recomputing a block in backward computes exactly what forward did
 (BatchNorm would update its statistics twice), and one choice for all keeps the comparison fair.
@@ -40,7 +41,7 @@ from torch import nn
 from chorus.atomic import atomic_write_folder, recover_interrupted_write
 from chorus.audio.io import load_audio
 from chorus.audio.mel import MelConfig, log_mel
-from chorus.models.reversible import reversible as reversible_coupling
+from chorus.models.reversible import reversible_halves
 
 ENCODER_FORMAT = "chorus-speaker-encoder"
 WEIGHTS, CONFIG = "encoder.safetensors", "config.json"
@@ -183,9 +184,7 @@ class Stage(nn.Module):
             for block in self.blocks:
                 x = block(x)
             return x
-        x1, x2 = x.chunk(2, dim=1)
-        y1, y2 = reversible_coupling(tuple(self.blocks), x1, x2)
-        return torch.cat([y1, y2], dim=1)
+        return reversible_halves(tuple(self.blocks), x, dim=1)
 
 
 class AttentiveStatisticsPooling(nn.Module):
@@ -248,6 +247,19 @@ class AdditiveAngularMargin(nn.Module):
 
     def forward(self, embeddings: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         return F.cross_entropy(self.logits(embeddings, labels), labels)
+
+
+class SpeakerClassifier(nn.Module):
+    """What one training step runs: the encoder and its AAM head, log-mels ``[batch, frames, n_mels]``
+    and speaker labels ``[batch]`` -> the loss (a scalar)."""
+
+    def __init__(self, encoder: SpeakerEncoder, n_speakers: int, margin: float = 0.2, scale: float = 30.0):
+        super().__init__()
+        self.encoder = encoder
+        self.head = AdditiveAngularMargin(encoder.config.embedding_dim, n_speakers, margin, scale)
+
+    def forward(self, mel: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        return self.head(self.encoder(mel), labels)
 
 
 @dataclass

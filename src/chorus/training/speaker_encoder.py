@@ -31,8 +31,8 @@ from chorus.audio.mel import MelConfig, log_mel
 from chorus.data.formats import discover
 from chorus.evaluation.verification import verification_scores
 from chorus.models.speaker_encoder import (
-    AdditiveAngularMargin,
     EncoderBundle,
+    SpeakerClassifier,
     SpeakerEncoder,
     SpeakerEncoderConfig,
     save_encoder,
@@ -56,6 +56,7 @@ class SpeakerTrainConfig:
     learning_rate: float | None = None  # None: 1e-3 for Adam, 0.05 for SGD
     weight_decay: float = 1e-4
     margin: float = 0.2
+    margin_warmup: float = 0.4  # the margin grows from 0 over this fraction of the steps (from the start it stalls)
     scale: float = 30.0
     clips_per_speaker: int = 40  # at most, for training
     heldout: int = 4  # clips per speaker kept for the calibration trials
@@ -172,14 +173,15 @@ def train_speaker_encoder(
     mel_config = MelConfig(n_mels=config.encoder.n_mels)
     if clips is None:
         clips = prepare_clips(config, mel_config, progress)
-    encoder = SpeakerEncoder(config.encoder)
-    head = AdditiveAngularMargin(config.encoder.embedding_dim, len(clips.speakers), config.margin, config.scale)
-    parameters = [*encoder.parameters(), *head.parameters()]
-    optimizer = speaker_optimizer(parameters, config.optimizer, config.learning_rate, config.weight_decay)
+    classifier = SpeakerClassifier(SpeakerEncoder(config.encoder), len(clips.speakers), config.margin, config.scale)
+    encoder = classifier.encoder
+    optimizer = speaker_optimizer(
+        list(classifier.parameters()), config.optimizer, config.learning_rate, config.weight_decay
+    )
     rng = np.random.default_rng(config.seed + 1)
     batch_speakers = min(config.batch_speakers, len(clips.speakers))
     seconds, losses = 0.0, []
-    encoder.train()
+    classifier.train()
     with step_progress(f"speaker encoder ({config.optimizer})", progress) as bar:
         task = bar.add_task("steps", total=config.steps, status="")
         for step in range(1, config.steps + 1):
@@ -187,13 +189,16 @@ def train_speaker_encoder(
             # Cosine decay of the learning rate to a tenth.
             for group in optimizer.param_groups:
                 group["lr"] = config.learning_rate * (0.1 + 0.9 * 0.5 * (1 + np.cos(np.pi * (step - 1) / config.steps)))
+            classifier.head.margin = config.margin * min(
+                1.0, (step - 1) / max(1.0, config.margin_warmup * config.steps)
+            )
             chosen = rng.choice(len(clips.speakers), size=batch_speakers, replace=False)
             mels, labels = [], []
             for speaker in chosen:
                 for index in rng.choice(len(clips.train[speaker]), size=config.per_speaker):
                     mels.append(crop(clips.train[speaker][index], config.segment_frames, rng))
                     labels.append(int(speaker))
-            loss = head(encoder(torch.from_numpy(np.stack(mels))), torch.tensor(labels))
+            loss = classifier(torch.from_numpy(np.stack(mels)), torch.tensor(labels))
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
