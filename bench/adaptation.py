@@ -129,6 +129,7 @@ def recipe(args) -> dict:
         "sentences": args.sentences,
         "references": args.references,
         "threads": args.threads,
+        "start": f"speaker encoder {args.speaker_encoder}" if args.speaker_encoder else "mel loss",
     }
 
 
@@ -142,7 +143,14 @@ def run_one(
     )[0]
     base_loss_before = base_voice_loss(bundle.model, bundle, args.corpus)
     # No wall-clock cap (math.inf): the step cap and early stopping alone end training.
-    config = AdaptConfig(method=method, steps=args.steps, threads=args.threads, max_minutes=math.inf, seed=seed)
+    config = AdaptConfig(
+        method=method,
+        steps=args.steps,
+        threads=args.threads,
+        max_minutes=math.inf,
+        seed=seed,
+        speaker_encoder=str(args.speaker_encoder) if args.speaker_encoder else None,
+    )
     if method == "full":
         config.keep_text_side = False  # the baseline: every weight
     data = work / f"{voice}-{minutes:g}min"
@@ -491,6 +499,12 @@ def main() -> None:
     parser.add_argument("--sentences", type=int, default=20, help="held-out sentences judged per voice")
     parser.add_argument("--references", type=int, default=10, help="real clips for speaker similarity")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument(
+        "--speaker-encoder",
+        type=Path,
+        default=None,
+        help="start every voice from this encoder's map (chorus adapt --speaker-encoder); --steps 0: zero-shot",
+    )
     parser.add_argument(
         "--seeds",
         default=str(AdaptConfig.seed),

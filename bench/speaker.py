@@ -9,6 +9,12 @@ virtual speakers its sox chains make), with the same steps, batch and seed.
     python bench/speaker.py --train resnet18-adam,resnet18-rev-adam8bit   # train (one process per core)
     python bench/speaker.py --report                                      # judge every trained variant
 
+Memory: every trained variant, and plain/reversible x 32-bit/8-bit Adam over depths (ResNet-18/34/50,
+DF-ResNet-56/110/179), at the training batch (32 crops of 200 frames, 252 speakers), predicted and
+measured (one step in a fresh process per configuration: categories from saved-tensor hooks, and the
+process's peak RSS growth over the step). The zero-shot and start rows come from
+``bench/adaptation.py --speaker-encoder`` runs (see bench/README.md) when their results exist.
+
 Trials: the corpus' held-out voices (flite-slt, festival-ked, piper-joe) and speakers derived only
 from them by the same sox chains, ``--trial-clips`` clips each, every pair a trial (a derived speaker
 is a different speaker from its source: the hardest trials). None of these clips is used in training.
@@ -17,6 +23,7 @@ is a different speaker from its source: the hardest trials). None of these clips
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import re
 import sys
@@ -25,9 +32,15 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from chorus.audio.io import SAMPLE_RATE, load_audio
 from chorus.audio.mel import MelConfig
 from chorus.corpus.virtual import with_virtual_speakers
-from chorus.models.speaker_encoder import SpeakerEncoderConfig
+from chorus.data.formats import discover
+from chorus.evaluation.similarity import SpeakerJudge
+from chorus.evaluation.verification import verification_scores
+from chorus.memory.measure import measure_in_fresh_process
+from chorus.memory.speaker import ENCODER_NAME, encoder_config_by_name, measure_speaker_step, predict_speaker_memory
+from chorus.models.speaker_encoder import SpeakerEncoderConfig, load_encoder
 from chorus.training.speaker_encoder import SpeakerTrainConfig, prepare_clips, train_speaker_encoder
 
 VARIANT = re.compile(r"^(resnet|df-resnet)(\d+)(-rev)?-(adam8bit|adam|sgd8bit|sgd)$")
@@ -68,6 +81,187 @@ def train_variants(names: list[str], args) -> None:
         train_speaker_encoder(config, clips=clips)
 
 
+def trial_clips(args) -> list[tuple[str, Path]]:
+    """(speaker, clip) of the trials: the held-out voices and speakers derived only from them."""
+    folder = args.work / "trials"
+    if not folder.is_dir():
+        with_virtual_speakers(args.heldout, folder, args.trial_virtual_speakers)
+    rng = np.random.default_rng(args.seed)
+    clips = []
+    for speaker in sorted(p for p in folder.iterdir() if (p / "metadata.csv").is_file()):
+        paths = sorted(u.audio_path for u in discover(speaker)[0])
+        chosen = rng.choice(len(paths), size=min(args.trial_clips, len(paths)), replace=False)
+        clips += [(speaker.name, paths[i]) for i in sorted(chosen)]
+    lines = [
+        f"{int(a[0] == b[0])} {a[1].relative_to(folder)} {b[1].relative_to(folder)}"
+        for a, b in itertools.combinations(clips, 2)
+    ]
+    (folder / "trials.txt").write_text("\n".join(lines) + "\n")  # VoxCeleb's format, for chorus speaker eval
+    return clips
+
+
+def verification_row(embeddings: np.ndarray, clips: list[tuple[str, Path]]) -> dict:
+    """EER and minDCF (p_target 0.01) of every pair of ``clips`` from their unit embeddings ``[N, D]``."""
+    pairs = list(itertools.combinations(range(len(clips)), 2))
+    scores = [float(embeddings[i] @ embeddings[j]) for i, j in pairs]
+    same = [clips[i][0] == clips[j][0] for i, j in pairs]
+    result = verification_scores(scores, same)
+    return {"eer": result.eer, "min_dcf": result.min_dcf, "trials": result.trials, "targets": result.targets}
+
+
+def resemblyzer_embeddings(clips: list[tuple[str, Path]]) -> np.ndarray:
+    judge = SpeakerJudge()
+    return np.stack([judge.embed(load_audio(path, SAMPLE_RATE), SAMPLE_RATE) for _, path in clips])
+
+
+def memory_rows(names: list[str], args) -> list[dict]:
+    """Predicted and measured memory of one training step per encoder name and optimizer."""
+    cache = args.work / "memory.json"
+    done = {(r["encoder"], r["optimizer"]): r for r in json.loads(cache.read_text())} if cache.is_file() else {}
+    rows = []
+    for name, optimizer in names:
+        if (name, optimizer) in done:
+            rows.append(done[(name, optimizer)])
+            continue
+        config = encoder_config_by_name(name)
+        settings = {"speakers": args.memory_speakers, "batch": args.batch, "frames": args.frames}
+        predicted = predict_speaker_memory(config, optimizer=optimizer, **settings)
+        measured = measure_in_fresh_process(config, step=measure_speaker_step, optimizer=optimizer, **settings)
+        rows.append(
+            {
+                "encoder": name,
+                "optimizer": optimizer,
+                "predicted": predicted.categories(),
+                "measured": measured.categories(),
+                "peak_rss_growth": measured.peak_growth,
+            }
+        )
+        print(f"memory {name} {optimizer}: {sum(measured.categories().values()) / 2**20:.0f} MiB", flush=True)
+        cache.write_text(json.dumps(rows + [r for k, r in done.items() if k not in names], indent=1))
+    return rows
+
+
+def encoder_rows(args, clips) -> list[dict]:
+    rows = []
+    for folder in sorted((args.work / "encoders").glob("*/config.json")):
+        name = folder.parent.name
+        bundle = load_encoder(folder.parent)
+        info = bundle.info
+        rows.append(
+            {
+                "variant": name,
+                "parameters": sum(p.numel() for p in bundle.encoder.parameters()),
+                "steps": info["steps"],
+                "seconds_per_step": info["train_seconds"] / info["steps"],
+                "final_loss": info["final_loss"],
+                "calibration_eer": info["calibration"]["eer"],
+                **verification_row(bundle.embed([path for _, path in clips]), clips),
+            }
+        )
+        print(f"{name}: EER {100 * rows[-1]['eer']:.2f}%", flush=True)
+    return rows
+
+
+def mib(value: float) -> str:
+    return f"{value / 2**20:,.1f}"
+
+
+def report(encoders: list[dict], resemblyzer: dict, memory: list[dict], starts: dict, args, clips) -> str:
+    speakers = len({s for s, _ in clips})
+    lines = [
+        "# Chorus's speaker encoder",
+        "",
+        f"Trials: {encoders[0]['trials'] if encoders else resemblyzer['trials']:,} pairs of {len(clips)} clips "
+        f"of {speakers} speakers never trained on ({args.heldout} and {args.trial_virtual_speakers} speakers derived "
+        f"from them), {encoders[0]['targets'] if encoders else resemblyzer['targets']:,} same-speaker. "
+        f"Training: {args.steps} steps of 16 speakers x 2 crops of 200 frames, seed {args.seed}, 1 CPU thread.",
+        "",
+        "| variant | parameters | s/step | final loss | EER % | minDCF (0.01) | EER x the same trunk's vanilla Adam |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    eers = {r["variant"]: r["eer"] for r in encoders}
+    for r in encoders:
+        arch, depth = VARIANT.match(r["variant"]).groups()[:2]
+        vanilla = eers.get(f"{arch}{depth}-adam")
+        ratio = f"{r['eer'] / vanilla:.2f}" if vanilla else ""
+        lines.append(
+            f"| {r['variant']} | {r['parameters']:,} | {r['seconds_per_step']:.2f} | {r['final_loss']:.2f} | "
+            f"{100 * r['eer']:.2f} | {r['min_dcf']:.3f} | {ratio} |"
+        )
+    lines.append(
+        f"| resemblyzer (GE2E, pretrained on thousands of real speakers) | | | | {100 * resemblyzer['eer']:.2f} | "
+        f"{resemblyzer['min_dcf']:.3f} | |"
+    )
+    lines += [
+        "",
+        f"## Training memory of one step ({args.batch} crops of {args.frames} frames, {args.memory_speakers} "
+        "speakers), MiB: predicted / measured",
+        "",
+        "| encoder | optimizer | weights | gradients | optimizer states | activations | recompute | total "
+        "| peak RSS growth | total x vanilla Adam |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    totals = {(r["encoder"], r["optimizer"]): sum(r["measured"].values()) for r in memory}
+    for r in memory:
+        plain = totals.get((r["encoder"].removesuffix("-rev"), "adam"))
+        cells = [
+            f"{mib(r['predicted'].get(k, 0))} / {mib(r['measured'].get(k, 0))}"
+            for k in ("weights", "gradients", "optimizer_states", "activations", "recompute")
+        ]
+        total = totals[(r["encoder"], r["optimizer"])]
+        lines.append(
+            f"| {r['encoder']} | {r['optimizer']} | " + " | ".join(cells) + f" | {mib(sum(r['predicted'].values()))} / "
+            f"{mib(total)} | {mib(r['peak_rss_growth'])} | {plain / total:.1f}x |"
+        )
+    if starts:
+        lines += [
+            "",
+            "## Where a voice starts (bench/adaptation.py, 1 minute, resemblyzer similarity to real clips)",
+            "",
+            "| run | method | voice | steps | similarity | WER % | start speaker |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for run, rows in starts.items():
+            for row in rows:
+                lines.append(
+                    f"| {run} | {row['method']} | {row['voice']} | {row['steps']} | {row['similarity']:.3f} | "
+                    f"{100 * (row['wer'] or 0):.1f} | {row['start_speaker']} |"
+                )
+    return "\n".join(lines) + "\n"
+
+
+def plot(encoders: list[dict], resemblyzer: dict, memory: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(13, 4.8))
+    curves: dict[str, list[tuple[int, float]]] = {}
+    for r in memory:
+        arch, depth, rev = ENCODER_NAME.match(r["encoder"]).groups()
+        label = f"{arch}{rev or ''} {r['optimizer']}"
+        curves.setdefault(label, []).append((int(depth), sum(r["measured"].values()) / 2**20))
+    for label, points in sorted(curves.items()):
+        xs, ys = zip(*sorted(set(points)))
+        style = ("--" if "8bit" in label else "-") + ("^" if "-rev" in label else "o")
+        right.plot(xs, ys, style, color="tab:orange" if label.startswith("df") else "tab:blue", label=label)
+    right.set_xscale("log")
+    right.set_yscale("log")
+    right.set_xlabel("depth")
+    right.set_ylabel("measured training memory of one step, MiB")
+    right.set_title("Memory against depth (batch 32 x 200 frames)")
+    right.legend(fontsize=7)
+    names = [r["variant"] for r in encoders] + ["resemblyzer"]
+    values = [100 * r["eer"] for r in encoders] + [100 * resemblyzer["eer"]]
+    left.barh(names, values, color=["tab:blue"] * len(encoders) + ["tab:gray"])
+    left.set_xlabel("EER % on held-out speakers (lower is better)")
+    left.set_title("Verification")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--train", default=None, help=f"variants to train (comma-separated), e.g. {DEFAULT_VARIANTS}")
@@ -75,7 +269,13 @@ def main() -> None:
     parser.add_argument("--corpus", type=Path, default=Path("corpus_out/train"))
     parser.add_argument("--heldout", type=Path, default=Path("corpus_out/heldout"))
     parser.add_argument("--virtual-speakers", type=int, default=216, help="virtual speakers added to the corpus")
-    parser.add_argument("--steps", type=int, default=500)
+    parser.add_argument("--steps", type=int, default=600)
+    parser.add_argument("--trial-virtual-speakers", type=int, default=9)
+    parser.add_argument("--trial-clips", type=int, default=8, help="clips per trial speaker")
+    parser.add_argument("--memory-speakers", type=int, default=252, help="classes of the AAM head")
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--frames", type=int, default=200)
+    parser.add_argument("--starts", type=Path, default=Path("bench/results/speaker_start"))
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--seed", type=int, default=1234)
     parser.add_argument("--work", type=Path, default=Path("runs/speaker"))
@@ -86,6 +286,32 @@ def main() -> None:
         train_variants(args.train.split(","), args)
     if not args.report:
         return
+    clips = trial_clips(args)
+    encoders = encoder_rows(args, clips)
+    resemblyzer = verification_row(resemblyzer_embeddings(clips), clips)
+    trained = [
+        (m.group(1) + m.group(2) + (m.group(3) or ""), m.group(4))
+        for m in map(VARIANT.match, (r["variant"] for r in encoders))
+    ]
+    sweep = [
+        (f"{arch}{depth}{rev}", optimizer)
+        for arch, depths in (("resnet", (18, 34, 50)), ("df-resnet", (56, 110, 179)))
+        for depth in depths
+        for rev in ("", "-rev")
+        for optimizer in ("adam", "adam8bit")
+    ]
+    memory = memory_rows(list(dict.fromkeys(sweep + trained)), args)
+    starts = {
+        folder.name: json.loads((folder / "adaptation.json").read_text())
+        for folder in sorted(args.starts.glob("*"))
+        if (folder / "adaptation.json").is_file()
+    }
+    args.out.mkdir(parents=True, exist_ok=True)
+    results = {"encoders": encoders, "resemblyzer": resemblyzer, "memory": memory}
+    (args.out / "speaker.json").write_text(json.dumps(results, indent=2))
+    (args.out / "speaker.md").write_text(report(encoders, resemblyzer, memory, starts, args, clips))
+    plot(encoders, resemblyzer, memory, args.out / "speaker.png")
+    print((args.out / "speaker.md").read_text())
 
 
 if __name__ == "__main__":

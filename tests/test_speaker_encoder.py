@@ -260,6 +260,8 @@ def test_adapt_starts_from_the_speaker_encoder(tiny_base, new_voice_data, tmp_pa
     result = adapt(new_voice_data, load_bundle(tiny_base), tmp_path / "voice", config, progress=False)
     notes = result.card.notes
     assert notes["start"] == "speaker encoder" and -1 <= notes["start_similarity"] <= 1
+    # The card says how close the new voice's speech is to its own clips, by the same encoder.
+    assert -1 <= result.card.metrics["encoder_similarity_to_clips"] <= 1
     # The voice's (frozen) speaker vector is where the map puts the clips' mean embedding.
     bundle = load_bundle(tiny_base)
     mapping = speaker_map(bundle, encoder)

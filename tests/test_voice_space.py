@@ -16,8 +16,15 @@ from chorus.adapters.hypernetwork import VoiceSpace, generated
 from chorus.adapters.voice import read_voice
 from chorus.cli import app
 from chorus.models.bundle import load_bundle
+from chorus.models.speaker_encoder import load_encoder, shipped_encoder_dir
 from chorus.synthesis import load_base
-from chorus.training.voice_space_training import VoiceSpaceConfig, fit_voice, starting_z, train_voice_space
+from chorus.training.voice_space_training import (
+    VoiceSpaceConfig,
+    embedder_of,
+    fit_voice,
+    starting_z,
+    train_voice_space,
+)
 
 runner = CliRunner()
 
@@ -69,7 +76,11 @@ def test_training_improved_the_voices_and_generated_bank_matches_unpacked_adapte
 
 def test_space_keeps_its_voices_and_starts_a_new_voice_where_asked(space_dir, tmp_path):
     space, z, names = VoiceSpace.load(space_dir)
-    assert space.voice_names == names and space.voice_embeddings.shape == (2, 256)
+    # The shipped speaker encoder's embeddings where it ships ([2, 128]), else resemblyzer's ([2, 256]).
+    encoder = shipped_encoder_dir()
+    dim = load_encoder(encoder).encoder.config.embedding_dim if encoder else 256
+    assert space.voice_names == names and space.voice_embeddings.shape == (2, dim)
+    assert space.embedder.startswith("chorus-speaker-encoder:" if encoder else "resemblyzer")
     for index, name in enumerate(names):
         # A voice's own d-vector is nearest to itself: the start is exactly its z.
         start, voice = starting_z(space, space.voice_embeddings[index], "nearest")
@@ -85,7 +96,7 @@ def test_space_keeps_its_voices_and_starts_a_new_voice_where_asked(space_dir, tm
     space.save(tmp_path / "again")
     again, z_again, names_again = VoiceSpace.load(tmp_path / "again")
     assert names_again == names and torch.equal(z_again, z)
-    assert torch.equal(again.voice_embeddings, space.voice_embeddings)
+    assert torch.equal(again.voice_embeddings, space.voice_embeddings) and again.embedder == space.embedder
     # A space that kept no d-vectors (older, or trained without the judges) starts at its center.
     space.voice_embeddings = torch.zeros(0)
     start, voice = starting_z(space, between, "nearest")
@@ -228,3 +239,12 @@ def test_cli_trains_over_virtual_voices_beside_the_given_ones(tiny_base, two_voi
     _, _, names = VoiceSpace.load(tmp_path / "space")
     assert sorted(names) == sorted(["f2", "m3", "f2~speed-086-tempo-1163", "m3~speed-112-tempo-0893"])
     assert (tmp_path / "space-voices" / "m3").is_symlink()
+
+
+def test_a_new_voice_is_embedded_by_the_encoder_that_made_the_space(space_dir):
+    space, _, _ = VoiceSpace.load(space_dir)
+    judge = embedder_of(space)
+    assert type(judge).__name__ == ("EncoderJudge" if shipped_encoder_dir() else "SpeakerJudge")
+    space.embedder = "chorus-speaker-encoder:" + "0" * 64  # another encoder's embeddings
+    with pytest.raises(ValueError, match="not the installed speaker encoder"):
+        embedder_of(space)

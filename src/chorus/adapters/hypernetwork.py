@@ -7,9 +7,10 @@ z, see :mod:`chorus.training.voice_space_training`); a new voice then fits only 
 audio than fitting the adapter itself. The generated tensors have the usual adapter layout, so a
 voice made this way is saved and served as any other voice folder.
 
-Saved as ``voice_space.safetensors`` (centers, bases, the training voices' z and, when the judges are
-installed, their speaker d-vectors and a linear map from d-vectors to z) + ``voice_space.json`` (dim,
-method configs, tensor shapes, the training voices' names, base model hash).
+Saved as ``voice_space.safetensors`` (centers, bases, the training voices' z and, where a speaker
+encoder is installed, their speaker embeddings and a linear map from an embedding to z) +
+``voice_space.json`` (dim, method configs, tensor shapes, the training voices' names, base model hash,
+the speaker encoder that made the embeddings).
 """
 
 from __future__ import annotations
@@ -43,9 +44,11 @@ class VoiceSpace(nn.Module):
         self.center = nn.ParameterList(nn.Parameter(torch.zeros(shapes[k])) for k in self.keys)
         self.basis = nn.ParameterList(nn.Parameter(torch.zeros(math.prod(shapes[k]), dim)) for k in self.keys)
         # The training voices: their names and z [K, dim], set once training ends. Their mean
-        # speaker d-vectors (resemblyzer, [K, 256]) and the linear map from a d-vector to z are set by
+        # speaker embeddings ([K, D], by ``embedder``) and the linear map from a d-vector to z are set by
         # fit_embedding_map (optional: empty without the judges).
         self.voice_names: list[str] = []
+        # Which speaker encoder made voice_embeddings: "resemblyzer", or "chorus-speaker-encoder:<sha256>".
+        self.embedder = "resemblyzer"
         self.register_buffer("voice_z", torch.zeros(0, dim))
         self.register_buffer("voice_embeddings", torch.zeros(0))
         self.register_buffer("embedding_to_z", torch.zeros(0))
@@ -91,23 +94,23 @@ class VoiceSpace(nn.Module):
         self.voice_names, self.voice_z = list(names), z.detach().clone()
 
     def z_from_embedding(self, embedding: torch.Tensor) -> torch.Tensor | None:
-        """A starting z for a voice from its mean speaker d-vector ``[256]``, if the map was fitted."""
+        """A starting z for a voice from its mean speaker speaker embedding ``[D]``, if the map was fitted."""
         if self.embedding_to_z.numel() == 0:
             return None
         return torch.cat([embedding, embedding.new_ones(1)]) @ self.embedding_to_z
 
     def nearest_voice(self, embedding: torch.Tensor) -> int | None:
-        """Index of the training voice whose d-vector is closest (cosine) to ``embedding`` ``[256]``;
-        None if the space kept no d-vectors."""
+        """Index of the training voice whose embedding is closest (cosine) to ``embedding`` ``[256]``;
+        None if the space kept no embeddings."""
         if self.voice_embeddings.numel() == 0:
             return None
         return int(torch.nn.functional.cosine_similarity(self.voice_embeddings, embedding.view(1, -1)).argmax())
 
     def fit_embedding_map(self, embeddings: torch.Tensor, ridge: float = 1e-2) -> None:
-        """Keep the training voices' d-vectors ``[K, d]`` and fit least squares (ridge) from a d-vector
+        """Keep the training voices' embeddings ``[K, d]`` and fit least squares (ridge) from an embedding
         (+ bias) to their z."""
         if len(embeddings) != len(self.voice_z):
-            raise ValueError(f"{len(embeddings)} d-vectors for {len(self.voice_z)} training voices")
+            raise ValueError(f"{len(embeddings)} embeddings for {len(self.voice_z)} training voices")
         features = torch.cat([embeddings, embeddings.new_ones(len(embeddings), 1)], dim=1).double()
         gram = features.T @ features + ridge * torch.eye(features.shape[1], dtype=torch.float64)
         self.embedding_to_z = torch.linalg.solve(gram, features.T @ self.voice_z.double()).float()
@@ -127,6 +130,7 @@ class VoiceSpace(nn.Module):
             "shapes": {k: list(v) for k, v in self.shapes.items()},
             "voices": self.voice_names,
             "base_model_sha256": self.base_model_sha256,
+            "embedder": self.embedder,
         }
 
         def write(temp: Path) -> None:
@@ -160,6 +164,7 @@ class VoiceSpace(nn.Module):
         space.embedding_to_z = tensors["embedding_to_z"]
         # Spaces saved before the d-vectors were kept have none: they cannot start from the nearest voice.
         space.voice_embeddings = tensors.get("voice_embeddings", torch.zeros(0))
+        space.embedder = meta.get("embedder", "resemblyzer")  # spaces saved before it was recorded
         return space, space.voice_z, space.voice_names
 
 

@@ -9,17 +9,15 @@ import numpy as np
 import typer
 
 from chorus.cli.common import config_default, console, fail, user_errors
-from chorus.models.speaker_encoder import STAGE_BLOCKS, SpeakerEncoderConfig, load_encoder
-from chorus.synthesis import ASSETS
+from chorus.models.speaker_encoder import SHIPPED_ENCODER, STAGE_BLOCKS, SpeakerEncoderConfig, load_encoder
 from chorus.training.speaker_encoder import SPEAKER_OPTIMIZERS, SpeakerTrainConfig
 
 speaker_app = typer.Typer(help="Chorus's speaker encoder: train one, embed clips, verify and evaluate trials.")
-DEFAULT_ENCODER = ASSETS / "speaker_encoder"
 ENCODER_HELP = "Encoder folder (default: the one shipped with Chorus)."
 
 
 def _encoder(folder: Path | None):
-    folder = folder or DEFAULT_ENCODER
+    folder = folder or SHIPPED_ENCODER
     if not (folder / "config.json").is_file():
         fail(
             f"{folder}: no speaker encoder here; train one with `chorus speaker train CORPUS --out DIR` and pass --encoder DIR"

@@ -107,3 +107,7 @@ class EncoderJudge:
         return self.bundle.embed([audio])[0]
 
     similarity = staticmethod(cosine_similarity)
+
+    def reference_embedding(self, reference_clips: Sequence[np.ndarray], sample_rate: int = SAMPLE_RATE) -> np.ndarray:
+        """The speaker's mean embedding of real clips (each ``[samples]`` at ``sample_rate``), unit length."""
+        return mean_embedding([self.embed(clip, sample_rate) for clip in reference_clips])

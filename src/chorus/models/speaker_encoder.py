@@ -41,10 +41,12 @@ from torch import nn
 from chorus.atomic import atomic_write_folder, recover_interrupted_write
 from chorus.audio.io import load_audio
 from chorus.audio.mel import MelConfig, log_mel
+from chorus.models.bundle import file_sha256
 from chorus.models.reversible import reversible_halves
 
 ENCODER_FORMAT = "chorus-speaker-encoder"
 WEIGHTS, CONFIG = "encoder.safetensors", "config.json"
+SHIPPED_ENCODER = Path(__file__).resolve().parents[1] / "assets" / "speaker_encoder"  # the default encoder
 
 STAGE_BLOCKS = {
     "resnet": {10: (1, 1, 1, 1), 18: (2, 2, 2, 2), 34: (3, 4, 6, 3), 50: (3, 4, 14, 3)},
@@ -271,6 +273,7 @@ class EncoderBundle:
     mel_config: MelConfig = field(default_factory=MelConfig)
     threshold: float = 0.5
     info: dict = field(default_factory=dict)
+    weights_sha256: str = ""  # of encoder.safetensors when loaded from disk: what embeddings were made with
 
     @torch.no_grad()
     def embed(self, clips: Sequence[np.ndarray | str | Path]) -> np.ndarray:
@@ -308,6 +311,11 @@ def save_encoder(bundle: EncoderBundle, folder: str | Path) -> Path:
     return atomic_write_folder(Path(folder), write)
 
 
+def shipped_encoder_dir() -> Path | None:
+    """The encoder folder that ships with Chorus, None where it is absent (a source checkout without it)."""
+    return SHIPPED_ENCODER if (SHIPPED_ENCODER / CONFIG).is_file() else None
+
+
 def load_encoder(folder: str | Path, device: str = "cpu") -> EncoderBundle:
     """An encoder folder written by :func:`save_encoder`; ``ValueError`` naming the problem otherwise."""
     folder = Path(folder)
@@ -323,4 +331,10 @@ def load_encoder(folder: str | Path, device: str = "cpu") -> EncoderBundle:
         encoder.load_state_dict(load_file(str(folder / WEIGHTS), device=device))
     except Exception as error:  # safetensors' own errors for a damaged file, RuntimeError for shapes
         raise ValueError(f"{folder / WEIGHTS}: cannot load the encoder's weights ({error})") from None
-    return EncoderBundle(encoder.eval(), MelConfig(**config["mel"]), float(config["threshold"]), config.get("info", {}))
+    return EncoderBundle(
+        encoder.eval(),
+        MelConfig(**config["mel"]),
+        float(config["threshold"]),
+        config.get("info", {}),
+        file_sha256(folder / WEIGHTS),
+    )

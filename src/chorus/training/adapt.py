@@ -37,7 +37,7 @@ from chorus.data.features import FeatureCache, build_feature_cache
 from chorus.models.acoustic import AcousticModel
 from chorus.models.bundle import ModelBundle
 from chorus.models.losses import compute_losses, step_inputs
-from chorus.models.speaker_encoder import load_encoder
+from chorus.models.speaker_encoder import load_encoder, shipped_encoder_dir
 from chorus.training.efficiency import (
     MemoryOptions,
     apply_memory_options,
@@ -46,7 +46,7 @@ from chorus.training.efficiency import (
     cast_frozen_parameters,
 )
 from chorus.training.progress import step_progress
-from chorus.training.speaker_start import speaker_map
+from chorus.training.speaker_start import similarity_to_clips, speaker_map
 
 VOICE = "voice"  # adapter name while training; a voice folder is named by the user
 
@@ -406,6 +406,19 @@ def adapt(
     model.eval()
     apply_memory_options(model, MemoryOptions())
 
+    similarity = None
+    if (encoder_dir := config.speaker_encoder or shipped_encoder_dir()) is not None:
+        by_key = {u.key: u for u in valid}
+        held_out = [by_key[cache.keys[i]] for i in val_indices[:3] if cache.keys[i] in by_key]
+        similarity = similarity_to_clips(
+            bundle,
+            model,
+            VOICE,
+            start_speaker,
+            load_encoder(encoder_dir),
+            [u.text for u in held_out],
+            [u.audio_path for u in valid[:16]],
+        )
     card = VoiceCard(
         name=name or Path(out).name,
         methods=config.method_names(),
@@ -420,6 +433,8 @@ def adapt(
             "best_step": best[1],
             "held_out_clips": len(val_indices),
             "training_clips": len(train_indices),
+            # Chorus's speaker encoder: held-out texts in the new voice against its clips (cosine).
+            **({"encoder_similarity_to_clips": round(similarity, 4)} if similarity is not None else {}),
         },
         notes={
             "speaker_vector_start": bundle.speakers[start_speaker],

@@ -11,13 +11,15 @@ is under-determined without the ridge.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from pathlib import Path
 
 import numpy as np
 import torch
 
 from chorus.adapters.layer import innermost
 from chorus.audio.vocoders import load_vocoder
+from chorus.models.acoustic import AcousticModel
 from chorus.models.bundle import ModelBundle
 from chorus.models.speaker_encoder import EncoderBundle
 from chorus.synthesis import Synthesizer
@@ -88,3 +90,23 @@ def speaker_map(bundle: ModelBundle, encoder: EncoderBundle, sentences: Sequence
     with torch.no_grad():  # the table itself, under any adapter wrapping it
         vectors = innermost(bundle.model.speaker_embedding).weight.detach().cpu().numpy()
     return fit_speaker_map(np.stack(embeddings), vectors[: len(bundle.speakers)])
+
+
+def similarity_to_clips(
+    bundle: ModelBundle,
+    model: AcousticModel,
+    adapter: str,
+    speaker: int,
+    encoder: EncoderBundle,
+    texts: Sequence[str],
+    clips: Sequence[str | Path],
+) -> float | None:
+    """How close an adapted voice is to its own clips in the encoder's space: the cosine of the mean
+    embedding of ``texts`` spoken by ``model`` with ``adapter`` active (base ``speaker`` underneath,
+    Griffin-Lim) to the mean embedding of ``clips``. None where the encoder takes another sample rate."""
+    if encoder.mel_config.sample_rate != bundle.mel_config.sample_rate or not texts or not clips:
+        return None
+    tts = Synthesizer(replace(bundle, model=model), load_vocoder("griffin-lim", mel_config=bundle.mel_config))
+    tts.voices["adapted"] = (model, adapter)  # the voice as it is in memory, not reloaded from disk
+    spoken = encoder.embed([tts.synthesize(text, speaker, voice="adapted").audio for text in texts]).mean(0)
+    return float(_unit(spoken) @ _unit(encoder.embed(list(clips)).mean(0)))

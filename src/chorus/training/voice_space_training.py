@@ -6,8 +6,10 @@ voice bank serves to mixed-voice batches (as in ``adapt-many``); the loss is the
 own mean loss, and the hypernetwork and every z learn together.
 
 Fitting: a new voice from 30 seconds to a few minutes of audio learns only its z (``dim`` numbers),
-starting from the z of the training voice whose speaker d-vector is nearest its clips' (the default),
-from its d-vector through a linear map fitted on the training voices, or from the space's center;
+starting from the z of the training voice whose speaker embedding is nearest its clips' (the default),
+from its embedding through a linear map fitted on the training voices, or from the space's center;
+the embeddings are Chorus's own speaker encoder's where it ships (resemblyzer's otherwise; the
+space records which);
 the generated adapter is saved as an ordinary voice folder.
 """
 
@@ -28,9 +30,10 @@ from chorus.adapters.voice import VoiceCard, save_voice
 from chorus.audio.io import SAMPLE_RATE, load_audio
 from chorus.data.batching import collate
 from chorus.data.features import build_feature_cache
-from chorus.evaluation.similarity import SpeakerJudge
+from chorus.evaluation.similarity import EncoderJudge, SpeakerJudge
 from chorus.models.bundle import ModelBundle
 from chorus.models.losses import step_inputs
+from chorus.models.speaker_encoder import load_encoder, shipped_encoder_dir
 from chorus.training.adapt import AdaptConfig, check_adaptation_data, split_held_out
 from chorus.training.adapt_many import (
     ClipSampler,
@@ -138,20 +141,43 @@ def _restore(space: VoiceSpace, z: torch.Tensor, values: list[torch.Tensor]) -> 
             parameter.copy_(value)
 
 
+ENCODER_EMBEDDER = "chorus-speaker-encoder"
+
+
 def _fit_embedding_map(space: VoiceSpace, voices) -> None:
-    """Keep the training voices' speaker d-vectors (resemblyzer) and map them to z, when the judges are
-    installed."""
-    try:
-        judge = SpeakerJudge()
-        judge.encoder  # noqa: B018  (loads resemblyzer, which comes with the `judges` extra)
-    except ImportError:
-        return
+    """Keep the training voices' mean speaker embeddings and map them to z: by Chorus's shipped speaker
+    encoder where it is installed, else by resemblyzer when the judges are; neither, no map."""
+    if (folder := shipped_encoder_dir()) is not None:
+        encoder = load_encoder(folder)
+        judge, space.embedder = EncoderJudge(encoder), f"{ENCODER_EMBEDDER}:{encoder.weights_sha256}"
+    else:
+        try:
+            judge = SpeakerJudge()
+            judge.encoder  # noqa: B018  (loads resemblyzer, which comes with the `judges` extra)
+        except ImportError:
+            return
+        space.embedder = "resemblyzer"
     embeddings = [torch.from_numpy(speaker_embedding(judge, voices.audio[voices.names[v]][:5])) for v in voices.train]
     space.fit_embedding_map(torch.stack(embeddings).float())
 
 
+def embedder_of(space: VoiceSpace):
+    """The judge that made ``space``'s embeddings, to embed a new voice the same way; ValueError if
+    the space was made with a speaker encoder other than the one installed."""
+    if space.embedder == "resemblyzer":
+        return SpeakerJudge()
+    folder = shipped_encoder_dir()
+    encoder = load_encoder(folder) if folder is not None else None
+    if encoder is None or space.embedder != f"{ENCODER_EMBEDDER}:{encoder.weights_sha256}":
+        raise ValueError(
+            f"this voice space's embeddings come from {space.embedder}, which is not the installed speaker "
+            "encoder: fit with --init mean, or learn the space again"
+        )
+    return EncoderJudge(encoder)
+
+
 def speaker_embedding(judge, paths: list[Path]) -> np.ndarray:
-    """Mean d-vector ``[256]`` of a few clips of one voice."""
+    """Mean speaker embedding of a few clips of one voice (``judge``: resemblyzer's or Chorus's encoder)."""
     return judge.reference_embedding([load_audio(path, SAMPLE_RATE) for path in paths], SAMPLE_RATE)
 
 
@@ -175,10 +201,10 @@ def _check_start(init: str) -> None:
 
 
 def starting_z(space: VoiceSpace, embedding: torch.Tensor, init: str) -> tuple[torch.Tensor, str | None]:
-    """Where a new voice's z starts, and the training voice it is (if any), from its mean d-vector ``[256]``.
+    """Where a new voice's z starts, and the training voice it is (if any), from its mean speaker embedding ``[D]``.
 
-    ``nearest``: the z of the training voice with the closest d-vector; ``embedding``: the d-vector
-    through the fitted linear map; ``mean``: the center (z = 0). A space that kept no d-vectors (or
+    ``nearest``: the z of the training voice with the closest embedding; ``embedding``: the embedding
+    through the fitted linear map; ``mean``: the center (z = 0). A space that kept no embeddings (or
     no map) starts at its center.
     """
     _check_start(init)
@@ -235,7 +261,7 @@ def fit_voice(
     bank = pack_bank(model, [FITTED])
     start, start_voice = torch.zeros(space.dim), None
     if init != "mean":
-        embedding = torch.from_numpy(speaker_embedding(SpeakerJudge(), [u.audio_path for u in valid[:10]])).float()
+        embedding = torch.from_numpy(speaker_embedding(embedder_of(space), [u.audio_path for u in valid[:10]])).float()
         start, start_voice = starting_z(space, embedding, init)
     z = nn.Parameter(start)
     optimizer = torch.optim.Adam([z], lr=learning_rate)
