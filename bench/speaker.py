@@ -44,6 +44,7 @@ from chorus.models.speaker_encoder import SpeakerEncoderConfig, load_encoder
 from chorus.training.speaker_encoder import SpeakerTrainConfig, prepare_clips, train_speaker_encoder
 
 VARIANT = re.compile(r"^(resnet|df-resnet)(\d+)(-rev)?-(adam8bit|adam|sgd8bit|sgd)$")
+TRAINING = SpeakerTrainConfig(corpus="", out="")  # the recipe every variant shares, but for steps and seed
 DEFAULT_VARIANTS = (
     "resnet18-adam,resnet18-adam8bit,resnet18-sgd,resnet18-sgd8bit,resnet18-rev-adam,resnet18-rev-adam8bit,"
     "df-resnet56-adam,df-resnet56-rev-adam8bit"
@@ -75,7 +76,13 @@ def train_variants(names: list[str], args) -> None:
         if clips is None:
             clips = prepare_clips(base, MelConfig(n_mels=encoder.n_mels))
         config = SpeakerTrainConfig(
-            corpus=str(corpus), out=str(folder), encoder=encoder, optimizer=optimizer, steps=args.steps, seed=args.seed
+            corpus=str(corpus),
+            out=str(folder),
+            encoder=encoder,
+            optimizer=optimizer,
+            steps=args.steps,
+            seed=args.seed,
+            threads=args.threads,
         )
         print(f"{name}: training", flush=True)
         train_speaker_encoder(config, clips=clips)
@@ -174,7 +181,8 @@ def report(encoders: list[dict], resemblyzer: dict, memory: list[dict], starts: 
         f"Trials: {encoders[0]['trials'] if encoders else resemblyzer['trials']:,} pairs of {len(clips)} clips "
         f"of {speakers} speakers never trained on ({args.heldout} and {args.trial_virtual_speakers} speakers derived "
         f"from them), {encoders[0]['targets'] if encoders else resemblyzer['targets']:,} same-speaker. "
-        f"Training: {args.steps} steps of 16 speakers x 2 crops of 200 frames, seed {args.seed}, 1 CPU thread.",
+        f"Training: {args.steps} steps of {TRAINING.batch_speakers} speakers x {TRAINING.per_speaker} crops of "
+        f"{TRAINING.segment_frames} frames, seed {args.seed}, {args.threads} CPU thread(s).",
         "",
         "| variant | parameters | s/step | final loss | EER % | minDCF (0.01) | EER x the same trunk's vanilla Adam |",
         "|---|---|---|---|---|---|---|",

@@ -78,8 +78,6 @@ def _speaker_memory(name: str, batch: int, frames: int, optimizer: str, measure:
     from chorus.memory.speaker import encoder_config_by_name, speaker_memory_report
 
     with user_errors():
-        if optimizer not in SPEAKER_OPTIMIZERS:
-            raise ValueError(f"a speaker encoder trains with {', '.join(SPEAKER_OPTIMIZERS)}, not {optimizer!r}")
         report = speaker_memory_report(
             encoder_config_by_name(name),
             batch=batch,

@@ -584,7 +584,8 @@ def _acoustic_step(pass_: ShadowPass, model: AcousticModel, batch: int, text: in
 # -- weights, gradients, optimizer states -----------------------------------------------------------
 
 
-def _nbytes(tensor: torch.Tensor) -> int:
+def nbytes(tensor: torch.Tensor) -> int:
+    """Bytes of ``tensor``'s values (meta tensors too)."""
     return tensor.numel() * tensor.element_size()
 
 
@@ -600,7 +601,7 @@ def predicted_optimizer_states(parameters: list[torch.Tensor], optimizer: str) -
         n = p.numel()
         if optimizer == "adamw":
             # exp_avg and exp_avg_sq like the parameter, and a float32 step counter.
-            total += 2 * _nbytes(p) + 4
+            total += 2 * nbytes(p) + 4
         elif optimizer == "adamw8bit":
             # bitsandbytes (optim/optimizer.py, Optimizer2State.init_state): uint8 moments and one
             # float32 absmax per block of 256 from min_8bit_size values up (build_optimizer sets it to
@@ -611,7 +612,7 @@ def predicted_optimizer_states(parameters: list[torch.Tensor], optimizer: str) -
             # 256 and a 256-entry float32 quantile map per moment, only for 4096+ values that fill
             # whole blocks; a float32 step tensor.
             quantized = n >= 4096 and n % 256 == 0
-            total += (2 * (n + 4 * (n // 256) + 4 * 256) if quantized else 2 * _nbytes(p)) + 4
+            total += (2 * (n + 4 * (n // 256) + 4 * 256) if quantized else 2 * nbytes(p)) + 4
     if optimizer == "adamw8bit" and any(p.numel() >= BNB_MIN_8BIT_SIZE for p in parameters):
         total += 2 * 4 * 256  # bitsandbytes' two quantile maps, shared by all tensors
     return total
@@ -653,14 +654,21 @@ def predict_memory(
         # On the meta device a copy costs nothing; meta tensors change dtype like real ones.
         model = copy.deepcopy(model)
         cast_frozen_parameters(model, torch.bfloat16)
-    parameters = list(model.parameters())
     pass_ = ShadowPass(torch.bfloat16 if precision == "bf16" else None, checkpointing)
     _acoustic_step(pass_, model, batch, text_length, frames)
     trainable = [p for p in pass_.used.values() if p.requires_grad]
+    return breakdown(model, trainable, predicted_optimizer_states(trainable, optimizer), pass_)
+
+
+def breakdown(
+    model: nn.Module, trainable: list[torch.Tensor], optimizer_states: int, pass_: ShadowPass
+) -> MemoryBreakdown:
+    """The categories of a predicted step: ``model``'s parameters and buffers, a gradient per
+    ``trainable`` parameter, the optimizer's states, and what ``pass_`` saved and rebuilt."""
     return MemoryBreakdown(
-        weights=sum(_nbytes(t) for t in parameters) + sum(_nbytes(b) for b in model.buffers()),
-        gradients=sum(_nbytes(p) for p in trainable),
-        optimizer_states=predicted_optimizer_states(trainable, optimizer),
+        weights=sum(nbytes(t) for t in model.parameters()) + sum(nbytes(b) for b in model.buffers()),
+        gradients=sum(nbytes(p) for p in trainable),
+        optimizer_states=optimizer_states,
         activations=pass_.saved_bytes,
         recompute=pass_.recompute,
     )

@@ -20,7 +20,14 @@ import torch
 from torch import nn
 
 from chorus.memory.measure import MeasuredMemory, measure_in_fresh_process, measure_training_step
-from chorus.memory.predict import MemoryBreakdown, ShadowPass, ShadowTensor, register_activation_rule
+from chorus.memory.predict import (
+    MemoryBreakdown,
+    ShadowPass,
+    ShadowTensor,
+    breakdown,
+    nbytes,
+    register_activation_rule,
+)
 from chorus.memory.report import MemoryReport, plot_memory
 from chorus.models.speaker_encoder import (
     AdditiveAngularMargin,
@@ -198,10 +205,6 @@ def _aam_loss(pass_: ShadowPass, head: AdditiveAngularMargin, embeddings: Shadow
 # -- weights, gradients, optimizer states ------------------------------------------------------------
 
 
-def _nbytes(tensor: torch.Tensor) -> int:
-    return tensor.numel() * tensor.element_size()
-
-
 def speaker_optimizer_states(parameters: list[torch.Tensor], optimizer: str) -> int:
     """Bytes of optimizer state after the first step (see :func:`~chorus.training.speaker_encoder.speaker_optimizer`).
 
@@ -213,9 +216,9 @@ def speaker_optimizer_states(parameters: list[torch.Tensor], optimizer: str) -> 
         raise ValueError(f"unknown optimizer {optimizer!r} (known: {', '.join(SPEAKER_OPTIMIZERS)})")
     states = 2 if optimizer.startswith("adam") else 1
     if optimizer == "adam":
-        return sum(2 * _nbytes(p) + 4 for p in parameters)
+        return sum(2 * nbytes(p) + 4 for p in parameters)
     if optimizer == "sgd":
-        return sum(_nbytes(p) for p in parameters)
+        return sum(nbytes(p) for p in parameters)
     per_tensor = sum(states * (p.numel() + 4 * math.ceil(p.numel() / QUANTIZATION_BLOCK)) for p in parameters)
     return per_tensor + (states * 4 * 256 if parameters else 0)
 
@@ -230,14 +233,8 @@ def predict_speaker_memory(
     pass_ = ShadowPass()
     embeddings = pass_.leaf(model.encoder, pass_.new((batch, frames, config.n_mels), torch.float32))
     _aam_loss(pass_, model.head, embeddings)
-    parameters = list(model.parameters())
-    return MemoryBreakdown(
-        weights=sum(_nbytes(p) for p in parameters) + sum(_nbytes(b) for b in model.buffers()),
-        gradients=sum(_nbytes(p) for p in parameters),
-        optimizer_states=speaker_optimizer_states(parameters, optimizer),
-        activations=pass_.saved_bytes,
-        recompute=pass_.recompute,
-    )
+    parameters = list(model.parameters())  # all of them train
+    return breakdown(model, parameters, speaker_optimizer_states(parameters, optimizer), pass_)
 
 
 def measure_speaker_step(

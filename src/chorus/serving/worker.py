@@ -292,7 +292,11 @@ class JobRunner:
                 message=(
                     f"trained {card.steps} steps in {card.train_seconds:.0f} s on {card.data_minutes:.2f} min of audio; "
                     f"held-out mel L1 {metrics['validation_mel_l1_start']:.3f} -> {metrics['validation_mel_l1_best']:.3f}"
-                    + (f"; similarity to the upload {similarity:.3f} (Chorus speaker encoder)" if similarity else "")
+                    + (
+                        f"; similarity to the upload {similarity:.3f} (Chorus speaker encoder)"
+                        if similarity is not None
+                        else ""
+                    )
                 ),
             )
             self.store.put_voice(job.tenant, job.voice_id, result.voice_dir, name=job.name, job_id=job.job_id)

@@ -330,8 +330,9 @@ def adapt(
     model = copy.deepcopy(bundle.model) if copied else bundle.model
     apply_memory_options(model, config.memory)
     start_vector, start_notes = None, {"start": "mel loss"}
+    encoder_dir = config.speaker_encoder or shipped_encoder_dir()  # also judges the voice at the end
+    encoder = load_encoder(encoder_dir) if encoder_dir is not None else None
     if config.speaker_encoder is not None:
-        encoder = load_encoder(config.speaker_encoder)
         mapping = speaker_map(bundle, encoder)
         clips = encoder.embed([u.audio_path for u in valid[:16]]).mean(0)
         start_speaker = mapping.nearest(clips)
@@ -407,7 +408,7 @@ def adapt(
     apply_memory_options(model, MemoryOptions())
 
     similarity = None
-    if (encoder_dir := config.speaker_encoder or shipped_encoder_dir()) is not None:
+    if encoder is not None:
         by_key = {u.key: u for u in valid}
         held_out = [by_key[cache.keys[i]] for i in val_indices[:3] if cache.keys[i] in by_key]
         similarity = similarity_to_clips(
@@ -415,7 +416,7 @@ def adapt(
             model,
             VOICE,
             start_speaker,
-            load_encoder(encoder_dir),
+            encoder,
             [u.text for u in held_out],
             [u.audio_path for u in valid[:16]],
         )
