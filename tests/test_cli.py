@@ -93,8 +93,10 @@ def test_synthesize_errors_are_clear(tiny_base, tmp_path):
         ],
     )
     assert unknown.exit_code == 2 and "unknown speaker 'nobody'" in unknown.output
-    both = runner.invoke(app, ["synthesize", "--model", str(tiny_base)])
-    assert both.exit_code == 2 and "exactly one of --text or --text-file" in both.output
+    neither = runner.invoke(app, ["synthesize", "--model", str(tiny_base)])  # and an empty standard input
+    assert neither.exit_code == 2 and "standard input is empty" in neither.output
+    both = runner.invoke(app, ["synthesize", "--model", str(tiny_base), "--text", "Hi.", "--text-file", "x.txt"])
+    assert both.exit_code == 2 and "--text or --text-file, not both" in both.output
     assert not (tmp_path / "x.wav").exists()
 
 
@@ -283,3 +285,94 @@ def test_a_new_methods_config_fields_become_options(monkeypatch):
     result = runner.invoke(toy_app, ["--width", "5", "--rank", "2", "--method", "toy+lora"])
     assert result.exit_code == 0, result.output
     assert json.loads(result.output) == {"toy": {"width": 5}, "lora": {"r": 2}}
+
+
+# -- everyday habits: pipes, formats, long text, timestamps, devices -------------------------------------
+def _synthesize_args(tiny_base, *more: str) -> list[str]:
+    return ["synthesize", "--model", str(tiny_base), "--vocoder", "griffin-lim", *more]
+
+
+def test_a_unix_pipe_round_trip(tiny_base, tmp_path):
+    """Text on standard input, audio on standard output, through a real shell pipe."""
+    import shlex
+    import subprocess
+    import sys
+
+    command = " ".join(shlex.quote(a) for a in [sys.executable, "-m", "chorus", *_synthesize_args(tiny_base)])
+    out = tmp_path / "piped.mp3"
+    done = subprocess.run(
+        f"printf 'Hello there. The birch canoe slid on the smooth planks.' | {command} --out - --format mp3 > {out}",
+        shell=True,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "RTF" in done.stderr  # the report goes to standard error, the audio alone to standard output
+    import av
+
+    with av.open(str(out)) as box:
+        assert box.format.name == "mp3"
+        samples = sum(frame.samples for frame in box.decode(audio=0))
+    assert samples > 22_050 // 2
+
+
+@pytest.mark.parametrize(
+    "name, audio_format", [("a.flac", "flac"), ("a.mp3", "mp3"), ("a.opus", "opus"), ("a.aac", "aac"), ("a.raw", "pcm")]
+)
+def test_the_suffix_names_the_format(tiny_base, tmp_path, name, audio_format):
+    out = tmp_path / name
+    result = runner.invoke(app, _synthesize_args(tiny_base, "--text", "Hello there.", "--out", str(out)))
+    assert result.exit_code == 0, result.output
+    data = out.read_bytes()
+    magic = {"flac": b"fLaC", "opus": b"OggS", "aac": b"\xff\xf1"}
+    if audio_format in magic:
+        assert data.startswith(magic[audio_format])
+    elif audio_format == "mp3":
+        assert data[:3] == b"ID3" or data[0] == 0xFF
+    else:
+        assert len(data) % 2 == 0 and len(data) > 1000  # 16-bit samples, no header
+
+
+def test_unknown_suffix_is_an_error_and_sample_rate_is_kept(tiny_base, tmp_path):
+    result = runner.invoke(app, _synthesize_args(tiny_base, "--text", "Hi.", "--out", str(tmp_path / "a.xyz")))
+    assert result.exit_code == 2 and "suffix '.xyz'" in result.output and not (tmp_path / "a.xyz").exists()
+    out = tmp_path / "a.wav"
+    result = runner.invoke(
+        app, _synthesize_args(tiny_base, "--text", "Hi.", "--out", str(out), "--sample-rate", "24000")
+    )
+    assert result.exit_code == 0, result.output
+    assert sf.info(out).samplerate == 24_000
+    result = runner.invoke(app, _synthesize_args(tiny_base, "--text", "Hi.", "--out", str(out), "--format", "wma"))
+    assert result.exit_code == 2 and "unknown audio format 'wma'" in result.output
+
+
+def test_long_text_is_read_sentence_by_sentence_with_timestamps(tiny_base, tmp_path):
+    sentence = "The birch canoe slid on the smooth planks, and it was easy to tell the depth of a well."
+    text = " ".join([sentence] * 40)  # 760 words: one utterance would exceed the model's positions
+    out, stamps = tmp_path / "long.wav", tmp_path / "long.json"
+    result = runner.invoke(
+        app, _synthesize_args(tiny_base, "--text", text, "--out", str(out), "--timestamps", str(stamps))
+    )
+    assert result.exit_code == 0, result.output
+    words = json.loads(stamps.read_text())["words"]
+    assert [w["text"] for w in words[:4]] == ["The", "birch", "canoe", "slid"] and len(words) == 19 * 40
+    assert all(a["end"] <= b["start"] for a, b in zip(words, words[1:]))  # in order, never overlapping
+    assert words[-1]["end"] <= sf.info(out).duration + 1e-3
+    captions = tmp_path / "long.srt"
+    result = runner.invoke(
+        app, _synthesize_args(tiny_base, "--text", sentence, "--out", str(out), "--timestamps", str(captions))
+    )
+    assert result.exit_code == 0 and captions.read_text().startswith("1\n00:00:00,")
+
+
+def test_messages_keep_their_brackets_and_devices_are_checked(tiny_base, tmp_path):
+    missing = tmp_path / "lines[serve].txt"
+    result = runner.invoke(app, _synthesize_args(tiny_base, "--text-file", str(missing)))
+    assert result.exit_code == 2 and "lines[serve].txt: no such file" in result.output
+    result = runner.invoke(app, _synthesize_args(tiny_base, "--text", "Hi.", "--device", "cuda"))
+    assert result.exit_code == 2 and "no CUDA device" in result.output
+    result = runner.invoke(
+        app, _synthesize_args(tiny_base, "--text", "Hi.", "--device", "cpu", "--out", str(tmp_path / "a.wav"))
+    )
+    assert result.exit_code == 0, result.output

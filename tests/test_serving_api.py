@@ -141,6 +141,14 @@ def decode(content: bytes) -> tuple[np.ndarray, int]:
     return audio, rate
 
 
+def decode_any(content: bytes, audio_format: str) -> np.ndarray:
+    """Samples of an mp3/opus/aac file (PyAV's decoders), mono float."""
+    import av
+
+    with av.open(io.BytesIO(content), format={"opus": "ogg", "aac": "aac"}.get(audio_format, audio_format)) as box:
+        return np.concatenate([frame.to_ndarray().reshape(-1) for frame in box.decode(audio=0)])
+
+
 def assert_error(response, status: int, fragment: str = "") -> str:
     assert response.status_code == status, (response.status_code, response.text)
     body = response.json()
@@ -312,14 +320,18 @@ def test_speech_formats_speed_and_streaming(tenants_app):
     assert rate == 22050 and len(audio) > 0 and np.isfinite(audio).all()
     assert struct.unpack("<I", wav.content[40:44])[0] == len(wav.content) - 44  # exact sizes when whole
 
-    pcm = speak(client, response_format="pcm")
+    pcm = speak(client, response_format="pcm", sample_rate=22050)
     assert pcm.headers["content-type"] == "audio/pcm" and pcm.headers["x-sample-rate"] == "22050"
     assert np.array_equal(np.frombuffer(pcm.content, "<i2"), np.frombuffer(wav.content[44:], "<i2"))
+    openai_pcm = speak(client, response_format="pcm")  # OpenAI's clients play raw pcm at 24 kHz
+    assert openai_pcm.headers["x-sample-rate"] == "24000"
+    assert abs(len(openai_pcm.content) / 2 / 24000 - len(pcm.content) / 2 / 22050) < 0.01
 
     flac = speak(client, response_format="flac", voice="ann")
     assert flac.headers["content-type"] == "audio/flac" and decode(flac.content)[1] == 22050
 
     fast, slow = speak(client, speed=2.0, response_format="pcm"), speak(client, speed=0.5, response_format="pcm")
+    pcm = openai_pcm
     assert len(fast.content) < len(pcm.content) < len(slow.content)
 
     # Several sentences: streamed as made, a WAV header of unknown length, one chunk per sentence.
@@ -331,6 +343,83 @@ def test_speech_formats_speed_and_streaming(tenants_app):
     assert body[:4] == b"RIFF" and struct.unpack("<I", body[40:44])[0] == 0xFFFFFFFF
     audio, _ = decode(body)
     assert len(audio) == (len(body) - 44) // 2 and len(audio) > len(decode(wav.content)[0])
+
+
+@pytest.mark.parametrize(
+    "audio_format, content_type", [("mp3", "audio/mpeg"), ("opus", "audio/ogg"), ("aac", "audio/aac")]
+)
+def test_compressed_formats_whole_and_streamed(tenants_app, audio_format, content_type):
+    client, _ = tenants_app
+    wav_seconds = len(decode(speak(client).content)[0]) / 22050
+    whole = speak(client, response_format=audio_format)
+    assert whole.status_code == 200 and whole.headers["content-type"] == content_type
+    rate = int(whole.headers["x-sample-rate"])
+    assert rate == (48000 if audio_format == "opus" else 22050)
+    # Encoders pad a frame or two at the ends: the length agrees to within 0.1 s.
+    assert abs(len(decode_any(whole.content, audio_format)) / rate - wav_seconds) < 0.1
+    with client.stream(
+        "POST",
+        "/v1/audio/speech",
+        headers=ACME,
+        json={"input": SENTENCES, "voice": "m3", "response_format": audio_format},
+    ) as streamed:
+        assert streamed.status_code == 200 and "content-length" not in streamed.headers
+        body = b"".join(streamed.iter_bytes())
+    assert len(decode_any(body, audio_format)) / rate > wav_seconds  # one continuous file of every sentence
+
+
+def test_server_sent_events_as_openai_defines_them(tenants_app):
+    client, _ = tenants_app
+    with client.stream(
+        "POST",
+        "/v1/audio/speech",
+        headers=ACME,
+        json={"input": SENTENCES, "voice": "m3", "response_format": "pcm", "stream_format": "sse"},
+    ) as streamed:
+        assert streamed.headers["content-type"].startswith("text/event-stream")
+        text = "".join(streamed.iter_text())
+    events = [json.loads(line[len("data: ") :]) for line in text.split("\n\n") if line.startswith("data: ")]
+    assert [e["type"] for e in events[:-1]] == ["speech.audio.delta"] * (len(events) - 1) and len(events) >= 3
+    assert events[-1]["type"] == "speech.audio.done" and events[-1]["usage"]["input_tokens"] == len(SENTENCES)
+    import base64
+
+    pcm = b"".join(base64.b64decode(e["audio"]) for e in events[:-1])
+    whole = speak(client, input=SENTENCES, response_format="pcm")
+    assert len(pcm) == len(whole.content)  # the same samples as the audio stream, in events
+
+
+def test_instructions_set_the_pace_or_are_refused(tenants_app):
+    client, _ = tenants_app
+    plain = len(speak(client, response_format="pcm").content)
+    slow = len(speak(client, response_format="pcm", instructions="Please speak slowly.").content)
+    very_fast = len(speak(client, response_format="pcm", instructions="very fast").content)
+    assert very_fast < plain < slow
+    assert_error(speak(client, instructions="Whisper it, then shout."), 400, "only the speaking rate")
+
+
+def test_models_voices_and_openai_voice_aliases(tenants_app, adapter_folders):
+    client, store = tenants_app
+    models = client.get("/v1/models", headers=ACME).json()
+    assert models["object"] == "list" and {"chorus", "tts-1"} <= {m["id"] for m in models["data"]}
+    voices = client.get("/v1/audio/voices", headers=ACME).json()
+    assert {"m3", "f2", "ann", "bob", "alloy", "nova"} <= set(voices["voices"])
+    assert "secret" not in voices["voices"]  # another tenant's voice
+    kinds = {v["id"]: v["kind"] for v in voices["data"]}
+    assert kinds["ann"] == "custom" and kinds["alloy"] == "alias" and kinds["m3"] == "base"
+    # The tiny base has none of the shipped base's speakers: every alias speaks as its default speaker.
+    default = client.app.state.server.engine.bundle.default_speaker
+    assert voices["aliases"]["alloy"] == default
+    alloy, base = speak(client, voice="alloy"), speak(client, voice=default)
+    assert alloy.status_code == 200 and alloy.content == base.content
+    assert_error(client.get("/v1/models"), 401)
+    # A tenant's own voice named like an alias comes first, for that tenant only.
+    store.put_voice("globex", "nova", adapter_folders["bob"])
+    try:
+        globex_nova = speak(client, headers=GLOBEX, voice="nova")
+        assert globex_nova.content == speak(client, headers=GLOBEX, voice="secret").content
+        assert speak(client, voice="nova").content == base.content
+    finally:
+        store.delete_voice("globex", "nova")
 
 
 BAD_SPEECH = [
@@ -346,14 +435,18 @@ BAD_SPEECH = [
     ({"voice": "ANN"}, 400, "invalid voice id"),
     ({"voice": ""}, 400, "'voice' is required"),
     ({"voice": None}, 400, "'voice' is required"),
-    ({"response_format": "mp3"}, 400, "unsupported response_format"),
-    ({"response_format": "opus"}, 400, "unsupported response_format"),
+    ({"response_format": "ogg"}, 400, "unsupported response_format"),
+    ({"response_format": "m4a"}, 400, "unsupported response_format"),
     ({"response_format": 3}, 400, "unsupported response_format"),
     ({"speed": 0.1}, 400, "'speed'"),
     ({"speed": 4.5}, 400, "'speed'"),
     ({"speed": "fast"}, 400, "'speed'"),
     ({"speed": True}, 400, "'speed'"),
-    ({"stream_format": "sse"}, 400, "stream_format"),
+    ({"stream_format": "events"}, 400, "stream_format"),
+    ({"instructions": "Speak in a cheerful tone."}, 400, "cannot be followed"),
+    ({"instructions": 3}, 400, "'instructions' must be a string"),
+    ({"sample_rate": 4000}, 400, "'sample_rate'"),
+    ({"sample_rate": 22050.5}, 400, "'sample_rate'"),
     ({"model": ["x"]}, 400, "'model'"),
     ({"response_format": ["wav"]}, 400, "unsupported response_format 'list'"),
     ({"response_format": {"type": "wav"}}, 400, "unsupported response_format 'dict'"),
@@ -769,8 +862,13 @@ def test_official_openai_client(live_server):
         assert len(decode(response.read())[0]) > 0
     with pytest.raises(openai.NotFoundError, match="not found"):
         client.audio.speech.create(model="chorus", voice="nobody", input="Hello.")
+    mp3 = client.audio.speech.create(model="tts-1", voice="alloy", input="Hello there.", response_format="mp3")
+    assert mp3.response.headers["content-type"] == "audio/mpeg" and len(decode_any(mp3.content, "mp3")) > 0
     with pytest.raises(openai.BadRequestError, match="response_format"):
-        client.audio.speech.create(model="chorus", voice="m3", input="Hello.", response_format="mp3")
+        client.audio.speech.create(model="chorus", voice="m3", input="Hello.", response_format="wma")
+    with pytest.raises(openai.BadRequestError, match="instructions"):
+        client.audio.speech.create(model="gpt-4o-mini-tts", voice="m3", input="Hello.", instructions="Sound sad.")
+    assert {m.id for m in client.models.list()} >= {"chorus", "tts-1", "gpt-4o-mini-tts"}
     stranger = openai.OpenAI(base_url=f"{live_server}/v1", api_key="not-a-key", max_retries=0)
     with pytest.raises(openai.AuthenticationError):
         stranger.audio.speech.create(model="chorus", voice="m3", input="Hello.")

@@ -91,6 +91,19 @@ def test_bad_configs_are_refused():
     assert SpeakerEncoderConfig.from_dict(config.to_dict()) == config
 
 
+def test_the_margin_is_zero_then_ramps_to_its_value():
+    from chorus.training.speaker_encoder import SpeakerTrainConfig, margin_at
+
+    config = SpeakerTrainConfig(corpus="", out="", steps=100, margin=0.2, margin_start=0.5, margin_full=0.8)
+    margins = [margin_at(config, step) for step in range(1, 101)]
+    assert margins[:51] == [0.0] * 51  # steps 1-51: done fraction 0.0-0.5
+    assert margins[80:] == pytest.approx([0.2] * 20)
+    assert all(a <= b for a, b in zip(margins, margins[1:]))
+    assert margins[65] == pytest.approx(0.2 * (0.65 - 0.5) / 0.3)
+    with pytest.raises(ValueError, match="margin_start <= margin_full"):
+        SpeakerTrainConfig(corpus="", out="", margin_start=0.9, margin_full=0.5)
+
+
 def test_eer_and_min_dcf():
     from chorus.evaluation.verification import verification_scores
 

@@ -1,11 +1,18 @@
-"""Text in, audio out: the acoustic model + a vocoder, with timing for the real-time factor."""
+"""Text in, audio out: the acoustic model + a vocoder, with timing for the real-time factor.
+
+Text of any length is split into sentences (:func:`chorus.text.sentences.split_sentences`) and read one
+sentence at a time, with ``sentence_silence`` seconds between them; :meth:`Synthesizer.stream` yields
+each sentence's audio as it is made. Every result carries word and phoneme timestamps from the durations
+the model predicted.
+"""
 
 from __future__ import annotations
 
 import copy
 import time
+from collections.abc import Iterator
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -13,14 +20,22 @@ import torch
 
 from chorus.adapters import active_adapter
 from chorus.adapters.voice import apply_voice, read_voice
+from chorus.atomic import atomic_write
+from chorus.audio.encode import encode_whole, format_for
 from chorus.audio.vocoders import Vocoder, load_vocoder
 from chorus.models.acoustic import AcousticModel
 from chorus.models.bundle import ModelBundle, load_bundle
+from chorus.text import normalize_text
+from chorus.text.sentences import split_sentences
+from chorus.text.timestamps import Timestamp, spoken_words, timestamps
 
 ASSETS = Path(__file__).parent / "assets"
 DEFAULT_BASE = ASSETS / "base"
 DEFAULT_VOCODER = ASSETS / "vocoder"
 SAMPLE_VOICE = ASSETS / "samples" / "piper-joe"  # 1 minute of a speaker held out of pretraining
+
+
+SENTENCE_SILENCE = 0.2  # seconds between sentences
 
 
 @dataclass
@@ -29,6 +44,23 @@ class SynthesisResult:
     sample_rate: int
     seconds: float  # wall time spent synthesizing
     speaker: str
+    words: list[Timestamp] = field(default_factory=list)  # start/end of every spoken word
+    phonemes: list[Timestamp] = field(default_factory=list)  # start/end of every phoneme symbol
+    text: str = ""
+
+    def to_bytes(self, audio_format: str = "wav", sample_rate: int | None = None) -> bytes:
+        """The audio as one file of ``audio_format`` (wav, flac, mp3, opus, aac, pcm), at ``sample_rate``
+        (default: the model's; Opus takes 8-48 kHz in five steps)."""
+        return encode_whole(self.audio, self.sample_rate, audio_format, sample_rate)
+
+    def save(self, path: str | Path, audio_format: str | None = None, sample_rate: int | None = None) -> Path:
+        """Write the audio to ``path``, in ``audio_format`` or the one its suffix names; returns the path."""
+        path = Path(path)
+        data = self.to_bytes(format_for(path, audio_format), sample_rate)
+        atomic_write(path, lambda temp: Path(temp).write_bytes(data))
+        return path
+
+    to_file = save
 
     @property
     def duration(self) -> float:
@@ -100,7 +132,13 @@ class Synthesizer:
         self, texts: list[str], speaker: str | int | None = None, length_scale: float = 1.0, voice: str | None = None
     ) -> list[torch.Tensor]:
         """Raw log-mels ``[frames, n_mels]`` for each text (one batched forward), in the base
-        ``speaker`` or, if given, the loaded adapted ``voice``."""
+        ``speaker`` or, if given, the loaded adapted ``voice``. Each text is read as one utterance."""
+        return [mel for mel, _, _ in self._mel_and_durations(texts, speaker, length_scale, voice)]
+
+    def _mel_and_durations(
+        self, texts: list[str], speaker: str | int | None, length_scale: float, voice: str | None
+    ) -> list[tuple[torch.Tensor, list[int], str]]:
+        """(log-mel ``[frames, n_mels]``, frames per symbol, symbols) of each text."""
         model, using_voice = self._model_for(voice)
         ids = self.bundle.front_end.encode(texts)
         lengths = torch.tensor([len(i) for i in ids])
@@ -112,23 +150,74 @@ class Synthesizer:
         with using_voice:
             out = model.infer(phonemes.to(device), lengths.to(device), speaker_ids=speakers, length_scale=length_scale)
         mels = model.denormalize_mel(out.mel)
-        return [mels[row, : int(mask.sum())] for row, mask in enumerate(out.frame_mask)]
+        symbols = self.bundle.front_end.symbols
+        return [
+            (
+                mels[row, : int(mask.sum())],
+                [int(d) for d in out.durations[row, : len(ids[row])].tolist()],
+                symbols.decode(ids[row]),
+            )
+            for row, mask in enumerate(out.frame_mask)
+        ]
 
     @torch.no_grad()
-    def synthesize(
-        self, text: str, speaker: str | int | None = None, length_scale: float = 1.0, voice: str | None = None
+    def _sentence(
+        self, text: str, speaker: str | int | None, length_scale: float, voice: str | None
     ) -> SynthesisResult:
-        """Speak ``text`` in the base speaker ``speaker`` (name or index; None = the default speaker)
-        or in the loaded adapted ``voice`` (see :meth:`load_voice`)."""
         started = time.perf_counter()
-        mel = self.mel([text], speaker, length_scale, voice)[0]
+        mel, frames, symbols = self._mel_and_durations([text], speaker, length_scale, voice)[0]
         audio = self.vocoder(mel.unsqueeze(0))[0].float().cpu().numpy()
         peak = float(np.abs(audio).max()) if audio.size else 0.0
         if peak > 0.99:  # the vocoder may overshoot; scale rather than clip
             audio = audio * (0.99 / peak)
         elapsed = time.perf_counter() - started
+        config = self.bundle.mel_config
+        spoken = spoken_words(normalize_text(text))
+        # espeak reads some words as one group; each word phonemized alone lets a group be shared out.
+        alone = self.bundle.front_end.to_phonemes(spoken) if spoken else []
+        words, phonemes = timestamps(symbols, frames, config.hop_length / config.sample_rate, spoken, alone)
         name = voice or self.speakers[self.resolve_speaker(speaker)]
-        return SynthesisResult(audio.astype(np.float32), self.sample_rate, elapsed, name)
+        return SynthesisResult(audio.astype(np.float32), self.sample_rate, elapsed, name, words, phonemes, text)
+
+    def stream(
+        self,
+        text: str,
+        speaker: str | int | None = None,
+        length_scale: float = 1.0,
+        voice: str | None = None,
+        max_chars: int = 300,
+    ) -> Iterator[SynthesisResult]:
+        """One result per sentence of ``text``, each as soon as it is made (timestamps from its own start)."""
+        for sentence in split_sentences(text, max_chars):
+            yield self._sentence(sentence, speaker, length_scale, voice)
+
+    def synthesize(
+        self,
+        text: str,
+        speaker: str | int | None = None,
+        length_scale: float = 1.0,
+        voice: str | None = None,
+        sentence_silence: float = SENTENCE_SILENCE,
+    ) -> SynthesisResult:
+        """Speak ``text`` (any length: read sentence by sentence, ``sentence_silence`` seconds apart) in the
+        base ``speaker`` (name or index; None = the default speaker) or in the loaded adapted ``voice``
+        (see :meth:`load_voice`)."""
+        if sentence_silence < 0:
+            raise ValueError(f"sentence_silence must be >= 0 seconds, got {sentence_silence}")
+        gap = np.zeros(int(round(sentence_silence * self.sample_rate)), dtype=np.float32)
+        parts, words, phonemes, seconds, offset, name = [], [], [], 0.0, 0, ""
+        for result in self.stream(text, speaker, length_scale, voice):
+            if parts:
+                parts.append(gap)
+                offset += len(gap)
+            shift = offset / self.sample_rate
+            words += [w.shifted(shift) for w in result.words]
+            phonemes += [p.shifted(shift) for p in result.phonemes]
+            parts.append(result.audio)
+            offset += len(result.audio)
+            seconds += result.seconds
+            name = result.speaker
+        return SynthesisResult(np.concatenate(parts), self.sample_rate, seconds, name, words, phonemes, text)
 
 
 def load_base(path: str | Path | None = None, vocoder: str | Path | None = None, device: str = "cpu") -> Synthesizer:

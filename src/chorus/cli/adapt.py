@@ -7,8 +7,9 @@ from typing import Any
 
 import typer
 from rich.table import Table
+from rich.text import Text
 
-from chorus.cli.common import config_default, config_option, console, user_errors
+from chorus.cli.common import DEVICE_OPTION, config_default, config_option, console, user_errors
 from chorus.cli.method_options import method_help, method_options, with_method_fields
 from chorus.models.bundle import load_bundle
 from chorus.synthesis import DEFAULT_BASE
@@ -46,6 +47,7 @@ def adapt(
     frozen_dtype: str = config_option(MemoryOptions, "frozen_dtype"),
     model: Path | None = typer.Option(None, help=MODEL_HELP),
     threads: int = typer.Option(config_default(AdaptConfig, "threads"), help="CPU threads."),
+    device: str = DEVICE_OPTION,
     method_fields: dict[str, Any] | None = None,
 ) -> None:
     """Learn a new voice from a few minutes of one speaker's recordings; writes a voice folder."""
@@ -69,7 +71,7 @@ def adapt(
             ),
         )
         config.method_configs()
-        bundle = load_bundle(model or DEFAULT_BASE)
+        bundle = load_bundle(model or DEFAULT_BASE, device)
         result = run_adapt(data, bundle, out, config)
     card = result.card
     console.print(
@@ -129,7 +131,7 @@ def adapt_many(
                 outcome.voice_dir,
             )
         else:
-            table.add_row(outcome.name, "[red]failed[/]", "", "", outcome.message)
+            table.add_row(outcome.name, Text("failed", style="red"), "", "", outcome.message)
     console.print(table)
     trained = sum(o.status == "ok" for o in result.outcomes)
     console.print(

@@ -11,11 +11,32 @@ from typing import Any, NoReturn
 import typer
 from rich.console import Console
 
-console = Console()
+# No markup: messages carry paths, names and hints such as pip install 'chorus-tts[serve]', which
+# rich would read as tags and swallow. Styles are given with style= where wanted.
+console = Console(markup=False)
+errors = Console(markup=False, stderr=True)
+
+
+def _check_device(value: str) -> str:
+    """``cpu``, ``cuda`` or ``cuda:N``, available on this machine; anything else is a usage error."""
+    import torch
+
+    try:
+        device = torch.device(value)
+    except RuntimeError as error:
+        raise typer.BadParameter(f"{value!r} is not a device (cpu, cuda, cuda:N)") from error
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise typer.BadParameter(f"{value!r}: this machine has no CUDA device (torch {torch.__version__})")
+    if device.type not in ("cpu", "cuda"):
+        raise typer.BadParameter(f"{value!r}: Chorus runs on cpu or cuda")
+    return value
+
+
+DEVICE_OPTION: Any = typer.Option("cpu", help="Where the model runs: cpu, cuda or cuda:N.", callback=_check_device)
 
 
 def fail(message: str) -> NoReturn:
-    console.print(f"[bold red]error:[/] {message}", soft_wrap=True)  # paths stay copyable
+    errors.print("error:", message, style="bold red", soft_wrap=True)  # paths stay copyable
     raise typer.Exit(2)
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import typer
 from rich.table import Table
+from rich.text import Text
 
 from chorus.cli.common import console, parameter_default
 from chorus.corpus.build import RequirementsError, build_corpus, check_requirements
@@ -46,7 +47,7 @@ def corpus_build(
     try:
         check_requirements(install=install)
     except (RequirementsError, subprocess.CalledProcessError) as error:
-        console.print(f"[red]{error}[/]")
+        console.print(str(error), style="red")
         raise typer.Exit(1) from error
     summary = build_corpus(out_dir, utterances_scale=scale, jobs=jobs)
     table = Table(title=f"Corpus in {summary.out_dir}")
@@ -64,17 +65,17 @@ def corpus_build(
             str(speaker.failed),
         )
     table.add_row(
-        "[bold]total",
+        Text("total", style="bold"),
         "",
         "",
         "",
-        f"[bold]{summary.clips}",
-        f"[bold]{summary.hours * 60:.1f}",
+        Text(str(summary.clips), style="bold"),
+        Text(f"{summary.hours * 60:.1f}", style="bold"),
         str(summary.written),
         str(summary.failed),
     )
     console.print(table)
     for speaker in summary.speakers:
         for failure in speaker.failures:
-            console.print(f"[yellow]skipped {failure}[/]")
+            console.print(f"skipped {failure}", style="yellow")
     console.print(f"{summary.clips} clips, {summary.hours:.2f} h, built in {summary.elapsed_s / 60:.1f} min")

@@ -72,7 +72,9 @@ def demo(
     console.print(f"clips and report.md in {out}/")
     if not adapt_method:
         return
-    console.print(f"\n[bold]Adapting a new voice[/] from {SAMPLE_VOICE} (held out of pretraining) with {adapt_method}")
+    console.print(
+        f"\nAdapting a new voice from {SAMPLE_VOICE} (held out of pretraining) with {adapt_method}", style="bold"
+    )
     with user_errors():
         voice = adapt_sample_voice(tts, spoken, out, config)
     card = voice.card

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from chorus.cli.common import console, fail, user_errors
+from chorus.cli.common import DEVICE_OPTION, console, fail, user_errors
 
 SERVER_DEFAULT = "default: the server's, from ServerSettings"
 
@@ -36,6 +36,12 @@ def serve(
         "(default: 600 requests a minute, 2 onboarding jobs, 1,000 voices and 2 GiB per tenant; "
         "6,000 requests a minute, 32 queued jobs and 64 GiB for the server).",
     ),
+    voice_aliases: Path | None = typer.Option(
+        None,
+        help='Voice aliases file (JSON {"alias": "speaker"}) replacing the built-in map of OpenAI\'s voice '
+        "names (alloy, echo, fable, onyx, nova, shimmer, ...) to speakers.",
+    ),
+    device: str = DEVICE_OPTION,
     # -- scale-out on Ray Serve (chorus.serving.ray_app) --
     ray: bool = typer.Option(
         False,
@@ -69,19 +75,21 @@ def serve(
     extras = "serve and ray extras" if ray else "serve extra"
     try:
         from chorus.serving.api import serve as run_server
-        from chorus.serving.settings import Limits, ServerSettings
+        from chorus.serving.settings import Limits, ServerSettings, read_voice_aliases
 
         if ray:
             from chorus.serving.ray_app import serve_ray
     except ImportError as error:
         fail(
             f"{'--ray' if ray else 'the server'} needs the {extras} ({error.name} is missing): "
-            f"pip install 'chorus-tts\\[{'serve,ray' if ray else 'serve'}]'"
+            f"pip install 'chorus-tts[{'serve,ray' if ray else 'serve'}]'"
         )
     with user_errors():
         settings = server_settings(ServerSettings(), adapt_method, adapt_steps, adapt_threads, max_text_chars)
         if limits is not None:
             settings = dataclasses.replace(settings, limits=Limits.from_file(limits))
+        if voice_aliases is not None:
+            settings = dataclasses.replace(settings, voice_aliases=read_voice_aliases(voice_aliases))
         common = dict(
             host=host,
             port=port,
@@ -93,9 +101,11 @@ def serve(
             announce=console.print,
         )
         if ray:
+            if device != "cpu":
+                fail("--ray places replicas on CPUs; --device goes with the one-process server")
             serve_ray(store, **common, replicas=ray_replicas, voices_per_replica=ray_voices_per_replica)
         else:
-            run_server(store, **common)
+            run_server(store, **common, device=device)
 
 
 def server_settings(

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import json
+import sys
 from pathlib import Path
 
 import typer
 from rich.table import Table
 
 from chorus.atomic import atomic_write_text
-from chorus.audio.io import save_audio
-from chorus.cli.common import console, fail, parameter_default, user_errors
+from chorus.audio.encode import FORMATS, format_for
+from chorus.cli.common import DEVICE_OPTION, console, errors, fail, parameter_default, user_errors
 from chorus.models.bundle import load_bundle
 from chorus.synthesis import DEFAULT_BASE, Synthesizer, load_base
+from chorus.text.timestamps import captions
 
 MODEL_HELP = "Model folder (default: the shipped base)."
 
@@ -26,15 +29,47 @@ def speakers(model: Path | None = typer.Option(None, help=MODEL_HELP)) -> None:
     console.print(table)
 
 
+def _write_timestamps(path: Path, result) -> None:
+    """Word and phoneme times as JSON, or word captions as SRT/VTT, by ``path``'s suffix."""
+    kind = path.suffix.lower().lstrip(".")
+    if kind == "json":
+        document = {
+            "words": [vars(w) for w in result.words],
+            "phonemes": [vars(p) for p in result.phonemes],
+            "sample_rate": result.sample_rate,
+        }
+        atomic_write_text(path, json.dumps(document, indent=1, ensure_ascii=False) + "\n")
+    elif kind in ("srt", "vtt"):
+        atomic_write_text(path, captions(result.words, kind))
+    else:
+        raise ValueError(f"--timestamps {path}: give a .json, .srt or .vtt file")
+
+
 def synthesize(
-    text: str | None = typer.Option(None, help="Text to speak."),
+    text: str | None = typer.Option(
+        None, help="Text to speak (any length). Without it: --text-file, or standard input."
+    ),
     text_file: Path | None = typer.Option(None, help="File with one utterance per line."),
     speaker: str | None = typer.Option(
         None, help="A speaker of the base model, by name or index (default: the model's default speaker)."
     ),
     voice: Path | None = typer.Option(None, help="An adapted voice folder (from `chorus adapt`) to speak with."),
     out: Path = typer.Option(
-        Path("out.wav"), help="Output WAV; with --text-file, a folder of 0001.wav, 0002.wav ... named by line number."
+        Path("out.wav"),
+        help="Output file ('-': standard output); its suffix gives the format unless --format does. "
+        "With --text-file, a folder of 0001.wav, 0002.wav ... named by line number.",
+    ),
+    audio_format: str | None = typer.Option(
+        None, "--format", help=f"Audio format: {', '.join(FORMATS)} (default: by --out's suffix; wav for '-')."
+    ),
+    sample_rate: int | None = typer.Option(
+        None, help="Output sample rate in Hz (default: the model's, 22,050; Opus is written at 8-48 kHz)."
+    ),
+    sentence_silence: float = typer.Option(
+        parameter_default(Synthesizer.synthesize, "sentence_silence"), help="Seconds of silence between sentences."
+    ),
+    timestamps: Path | None = typer.Option(
+        None, help="Write word and phoneme times: FILE.json, or word captions FILE.srt / FILE.vtt."
     ),
     model: Path | None = typer.Option(None, help=MODEL_HELP),
     vocoder: str | None = typer.Option(
@@ -43,11 +78,28 @@ def synthesize(
     length_scale: float = typer.Option(
         parameter_default(Synthesizer.synthesize, "length_scale"), help="> 1 speaks slower, < 1 faster."
     ),
+    device: str = DEVICE_OPTION,
 ) -> None:
-    """Speak text with a base speaker or an adapted voice and report the real-time factor."""
-    if (text is None) == (text_file is None):
-        fail("give exactly one of --text or --text-file")
+    """Speak text with a base speaker or an adapted voice and report the real-time factor.
+
+    echo "Hello there." | chorus synthesize --out - --format mp3 > hello.mp3"""
+    if text is not None and text_file is not None:
+        fail("give --text or --text-file, not both")
+    if text is None and text_file is None:
+        if sys.stdin is None or sys.stdin.isatty():
+            fail("give --text, --text-file, or text on standard input")
+        text = sys.stdin.read()
+        if not text.strip():
+            fail("standard input is empty: nothing to speak")
+    to_stdout = str(out) == "-"
+    report = errors if to_stdout else console  # standard output carries the audio
+    # WAV unless told otherwise where no file name says: standard output, a folder of clips.
+    implicit_wav = to_stdout or (text_file is not None and out.suffix == "")
+    with user_errors():
+        chosen_format = format_for(None if to_stdout else out, audio_format or ("wav" if implicit_wav else None))
     if text_file is not None:
+        if to_stdout:
+            fail("--text-file writes one file per line; --out - takes --text or standard input")
         if not text_file.is_file():
             fail(f"{text_file}: no such file")
         numbered = [
@@ -59,27 +111,43 @@ def synthesize(
             fail(f"{text_file}: no text lines")
         # One clip per line, named by its line number so files map back to the text file.
         folder = out if out.suffix == "" else out.parent / out.stem
-        jobs = [(f"{text_file}:{number}", line, folder / f"{number:04d}.wav") for number, line in numbered]
+        suffix = FORMATS[chosen_format].suffixes[0]
+        jobs = [(f"{text_file}:{number}", line, folder / f"{number:04d}{suffix}") for number, line in numbered]
     else:
         jobs = [("--text", text, out)]
+    if timestamps is not None and text_file is not None:
+        fail("--timestamps goes with --text (or standard input), not --text-file")
     if voice is not None and speaker is not None:
         fail("give --speaker (a base speaker) or --voice (an adapted voice), not both")
     with user_errors():
-        tts = load_base(model, vocoder)
+        tts = load_base(model, vocoder, device=device)
         speaker_index = tts.resolve_speaker(speaker)
         voice_name = tts.load_voice(voice) if voice is not None else None
     table = Table("file", "speaker / voice", "seconds", "RTF", "text")
     written: list[tuple[Path, str]] = []
     for where, line, path in jobs:
         try:
-            result = tts.synthesize(line, speaker_index, length_scale, voice=voice_name)
+            result = tts.synthesize(line, speaker_index, length_scale, voice_name, sentence_silence)
         except ValueError as error:
-            console.print(f"[yellow]skipped {where}: {error}[/]")
+            report.print(f"skipped {where}: {error}", style="yellow")
             continue
-        save_audio(path, result.audio, result.sample_rate)
+        with user_errors():
+            if to_stdout:
+                sys.stdout.buffer.write(result.to_bytes(chosen_format, sample_rate))
+                sys.stdout.buffer.flush()
+            else:
+                result.save(path, chosen_format, sample_rate)
+            if timestamps is not None:
+                _write_timestamps(timestamps, result)
         written.append((path, line))
-        table.add_row(str(path), result.speaker, f"{result.duration:.2f}", f"{result.real_time_factor:.3f}", line[:60])
-    console.print(table)
+        table.add_row(
+            str(path),
+            result.speaker,
+            f"{result.duration:.2f}",
+            f"{result.real_time_factor:.3f}",
+            " ".join(line.split())[:60],
+        )
+    report.print(table)
     if not written:
         fail("nothing was synthesized (see the skipped lines above)")
     if text_file is not None:

@@ -51,8 +51,10 @@ def frame_energy(normalized_mel: torch.Tensor) -> torch.Tensor:
 
 
 def step_inputs(model: AcousticModel, batch: Batch) -> dict:
-    """Keyword arguments of ``model(...)`` for a batch: normalized mel, pitch and energy targets."""
-    mel = model.normalize_mel(batch.mel)
+    """Keyword arguments of ``model(...)`` for a batch: normalized mel, pitch and energy targets, every
+    tensor on the model's device (batches are collated on the CPU)."""
+    device = model.mel_mean.device
+    mel = model.normalize_mel(batch.mel.to(device))
     pitch = None
     if model.pitch is not None:
         if batch.pitch is None:
@@ -60,13 +62,13 @@ def step_inputs(model: AcousticModel, batch: Batch) -> dict:
                 "the model predicts pitch but the feature cache has none: delete "
                 "features.safetensors in the run folder to rebuild it with pitch"
             )
-        pitch = model.normalize_pitch(batch.pitch)
+        pitch = model.normalize_pitch(batch.pitch.to(device))
     return dict(
-        phonemes=batch.phonemes,
-        text_lengths=batch.text_lengths,
+        phonemes=batch.phonemes.to(device),
+        text_lengths=batch.text_lengths.to(device),
         mel=mel,
-        frame_lengths=batch.frame_lengths,
-        speaker_ids=batch.speakers,
+        frame_lengths=batch.frame_lengths.to(device),
+        speaker_ids=batch.speakers.to(device),
         pitch=pitch,
         energy=frame_energy(mel) if model.energy is not None else None,
     )

@@ -107,7 +107,7 @@ def train(
                     group["lr"] = budget.rate(step)
                 inputs = step_inputs(model, batch)
                 out = model(**inputs, alignment_prior_weight=budget.prior_weight(step))
-                losses = compute_losses(model, out, inputs["mel"], batch.text_lengths)
+                losses = compute_losses(model, out, inputs["mel"], inputs["text_lengths"])
                 optimizer.zero_grad(set_to_none=True)
                 losses["total"].backward()
                 if on_step is not None:

@@ -26,7 +26,7 @@ def connection_sensitivity(model, layers, job: PruneJob) -> dict[str, torch.Tens
         batch = collate(job.data.cache, job.data.train[positions]).to(device)
         inputs = step_inputs(model, batch)
         out = model(**inputs, alignment_prior_weight=job.budget.prior_weight(0))
-        compute_losses(model, out, inputs["mel"], batch.text_lengths)["total"].backward()
+        compute_losses(model, out, inputs["mel"], inputs["text_lengths"])["total"].backward()
     scores = {name: (layer.weight.grad * layer.weight).abs().detach() for name, layer in layers.items()}
     model.zero_grad(set_to_none=True)
     return scores

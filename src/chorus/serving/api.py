@@ -6,9 +6,11 @@ Routes (all JSON errors are ``{"error": {"message", "type", "param", "code"}}``,
 are the models of :mod:`chorus.serving.schemas`, shown at ``/docs``):
 
 * ``POST /v1/audio/speech`` -- OpenAI-compatible: ``{"model", "input", "voice", "response_format",
-  "speed"}``; ``wav`` | ``pcm`` (16-bit little-endian mono at the model's rate, see ``X-Sample-Rate``)
-  | ``flac``. Text of several sentences is streamed (chunked) sentence by sentence as each is made;
-  a streamed WAV's header says "unknown length" (sizes 0xFFFFFFFF). FLAC is sent whole.
+  "speed", "instructions", "stream_format"}`` (+ Chorus's ``sample_rate``); ``wav`` | ``flac`` | ``mp3``
+  | ``opus`` | ``aac`` | ``pcm`` (16-bit little-endian mono at 24 kHz, see ``X-Sample-Rate``). Text of
+  several sentences is streamed (chunked) sentence by sentence as each is made, one encoder over the
+  whole text; a streamed WAV's header says "unknown length" (sizes 0xFFFFFFFF). FLAC is sent whole.
+  ``stream_format: "sse"`` sends OpenAI's ``speech.audio.delta`` / ``speech.audio.done`` events.
 * ``GET /v1/voices``, ``GET /v1/voices/{id}``, ``DELETE /v1/voices/{id}`` -- the tenant's voices
   (with status) and the base's speakers.
 * ``POST /v1/voices`` -- onboarding: multipart ``name``, ``consent``, optional ``id``, then either
@@ -25,10 +27,12 @@ does not exist. An adapted voice reaches the engine by its key (:mod:`chorus.ser
 from __future__ import annotations
 
 import asyncio
+import base64
 import functools
+import json
 import logging
 import re
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -39,7 +43,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import UploadFile
 
-from chorus.audio.encode import encode_whole, pcm16, wav_header
+from chorus.audio.encode import FORMATS, AudioStream, encode_whole, output_rate
 from chorus.serving.batcher import SpeechQueue
 from chorus.serving.engine import Engine
 from chorus.serving.errors import ApiError, add_error_handlers, synthesis_error, voice_not_found
@@ -49,6 +53,9 @@ from chorus.serving.page import add_web_page
 from chorus.serving.quotas import check_onboarding
 from chorus.serving.schemas import (
     CONTENT_TYPES,
+    MODEL_NAMES,
+    PCM_RATE,
+    AudioVoices,
     BaseVoice,
     CreatedJob,
     CustomVoice,
@@ -56,15 +63,26 @@ from chorus.serving.schemas import (
     Health,
     Job,
     Liveness,
+    ModelCard,
+    ModelList,
     Onboarding,
     SpeechRequest,
     VoiceDeleted,
     VoiceList,
+    VoiceName,
     parse_speech,
 )
 from chorus.serving.server import VoiceServer
 from chorus.serving.settings import ServerSettings
-from chorus.serving.store import FINISHED_JOB, JobNotFound, JobStatus, VoiceConflict, VoiceNotFound, VoiceStore
+from chorus.serving.store import (
+    FINISHED_JOB,
+    JobNotFound,
+    JobStatus,
+    VoiceConflict,
+    VoiceNotFound,
+    VoiceStatus,
+    VoiceStore,
+)
 from chorus.serving.tenants import OPERATOR_TENANT, Tenants, check_bind
 from chorus.serving.uploads import UploadError, UploadLimits, parse_transcripts, prepare_archive, prepare_clips
 from chorus.serving.voice_keys import resolve_voice_key
@@ -76,6 +94,17 @@ log = logging.getLogger("chorus.serving.api")
 JOB_ID = re.compile(r"[0-9a-f]{32}")
 # What /docs shows for the routes' answers (they are built from these models; errors are ErrorBody).
 _ERRORS = {status: {"model": ErrorBody} for status in (400, 401, 404, 409, 413, 415, 500)}
+
+
+async def speech_events(audio: AsyncIterator[bytes], input_chars: int) -> AsyncIterator[bytes]:
+    """OpenAI's speech stream as server-sent events: ``speech.audio.delta`` events carrying base64 audio,
+    then ``speech.audio.done`` with the usage (characters stand in for tokens)."""
+    async for data in audio:
+        if data:
+            event = {"type": "speech.audio.delta", "audio": base64.b64encode(data).decode()}
+            yield f"data: {json.dumps(event)}\n\n".encode()
+    usage = {"input_tokens": input_chars, "output_tokens": 0, "total_tokens": input_chars}
+    yield f"data: {json.dumps({'type': 'speech.audio.done', 'usage': usage})}\n\n".encode()
 
 
 async def _read_json(request: Request, limit: int) -> object:
@@ -208,15 +237,17 @@ def create_app(
             raise ApiError(503, "the server is starting", type="server_error")
         chunks = split_sentences(body.input, settings.max_chunk_chars)
         rate = engine.sample_rate
+        audio_format = body.response_format
+        out_rate = output_rate(audio_format, body.sample_rate or (PCM_RATE if audio_format == "pcm" else rate))
         server.metrics.characters.inc(len(body.input))
-        headers = {"X-Sample-Rate": str(rate), "Cache-Control": "no-store"}
-        media_type = CONTENT_TYPES[body.response_format]
+        headers = {"X-Sample-Rate": str(out_rate), "Cache-Control": "no-store"}
+        media_type = CONTENT_TYPES[audio_format]
         # The first chunk is awaited before any byte is sent, so a bad voice or text is a clean 4xx.
         try:
             first = await batcher.synthesize_async(chunks[0], voice_key, body.speed)
         except Exception as error:  # noqa: BLE001 - mapped to a status and a message
             raise synthesis_error(error, body.voice) from None
-        if len(chunks) == 1 or body.response_format == "flac":
+        if body.stream_format == "audio" and (len(chunks) == 1 or not FORMATS[audio_format].streams):
             audio = [first.audio]
             try:
                 for chunk in chunks[1:]:
@@ -225,20 +256,22 @@ def create_app(
                 raise synthesis_error(error, body.voice) from None
             whole = np.concatenate(audio)
             server.metrics.audio_seconds.inc(len(whole) / rate)
-            return Response(encode_whole(whole, rate, body.response_format), media_type=media_type, headers=headers)
+            data = encode_whole(whole, rate, audio_format, out_rate)
+            return Response(data, media_type=media_type, headers=headers)
         # The rest are queued together once the first is out: they batch into one forward while it streams.
         futures = [batcher.submit(chunk, voice_key, body.speed) for chunk in chunks[1:]]
 
-        async def stream():
+        async def audio_bytes():
+            """The file's bytes as each sentence is made: one encoder over the whole text."""
+            encoder = AudioStream(audio_format, rate, out_rate)
             try:
-                if body.response_format == "wav":
-                    yield wav_header(rate)
-                yield pcm16(first.audio)
+                yield encoder.write(first.audio)
                 server.metrics.audio_seconds.inc(first.duration)
                 for future in futures:
                     result = await asyncio.wrap_future(future)
                     server.metrics.audio_seconds.inc(result.duration)
-                    yield pcm16(result.audio)
+                    yield encoder.write(result.audio)
+                yield encoder.close()
             except Exception:
                 # Headers are gone: the only honest signal left is a stream cut short.
                 log.exception("speech stream for voice %r failed mid-way", body.voice)
@@ -247,7 +280,33 @@ def create_app(
                 for future in futures:
                     future.cancel()
 
-        return StreamingResponse(stream(), media_type=media_type, headers=headers)
+        if body.stream_format == "sse":
+            return StreamingResponse(
+                speech_events(audio_bytes(), len(body.input)), media_type="text/event-stream", headers=headers
+            )
+        return StreamingResponse(audio_bytes(), media_type=media_type, headers=headers)
+
+    # -- what OpenAI clients look up
+    @app.get("/v1/models", responses={200: {"model": ModelList}, **_ERRORS})
+    def list_models(request: Request):
+        server.authenticate(request)
+        # Any model name is accepted by /v1/audio/speech; these are the ones clients offer.
+        return ModelList(data=[ModelCard(id=name) for name in MODEL_NAMES]).model_dump()
+
+    @app.get("/v1/audio/voices", responses={200: {"model": AudioVoices}, **_ERRORS})
+    def audio_voices(request: Request):
+        """Every name ``voice`` takes: the base's speakers, the aliases, the tenant's ready voices."""
+        tenant = server.authenticate(request)
+        ready = [r.voice_id for r in store.list_voices(tenant) if r.status == VoiceStatus.READY]
+        names = list(dict.fromkeys(ready + list(server.aliases) + engine.speakers))
+        return AudioVoices(
+            voices=names,
+            data=[
+                VoiceName(id=name, kind="custom" if name in ready else "alias" if name in server.aliases else "base")
+                for name in names
+            ],
+            aliases=server.aliases,
+        ).model_dump()
 
     # -- voices
     @app.get("/v1/voices", responses={200: {"model": VoiceList}, **_ERRORS})
@@ -416,6 +475,7 @@ def serve(
     settings: ServerSettings | None = None,
     announce: Callable[[str], None] = print,
     log_level: str = "info",
+    device: str = "cpu",
 ) -> None:
     """Run the server with uvicorn until interrupted (``chorus serve``)."""
     import uvicorn
@@ -429,7 +489,11 @@ def serve(
         raise ValueError(f"--cache-mb must be >= 0, got {cache_mb}")
     voice_store = VoiceStore(store)
     engine = Engine.load(
-        base, vocoder, resolve=functools.partial(resolve_voice_key, voice_store), cache_bytes=int(cache_mb * (1 << 20))
+        base,
+        vocoder,
+        device,
+        resolve=functools.partial(resolve_voice_key, voice_store),
+        cache_bytes=int(cache_mb * (1 << 20)),
     )
     app = create_app(voice_store, engine, tenants, settings)
     if tenants.single_tenant:

@@ -8,14 +8,26 @@ refusal names its field with OpenAI's words and codes (``input_too_long``, ...),
 from __future__ import annotations
 
 import math
+import re
 from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from chorus.audio.encode import FORMATS
 from chorus.serving.errors import ApiError
 
-CONTENT_TYPES = {"wav": "audio/wav", "pcm": "audio/pcm", "flac": "audio/flac"}
+CONTENT_TYPES = {name: audio_format.content_type for name, audio_format in FORMATS.items()}
 MIN_SPEED, MAX_SPEED = 0.25, 4.0
+PCM_RATE = 24_000  # OpenAI's raw pcm is 24 kHz, and its clients play it so
+MIN_RATE, MAX_RATE = 8_000, 48_000
+# What ``instructions`` can ask of this model: its speaking rate. Anything else (tone, emotion, accent)
+# is refused, never silently dropped.
+_INSTRUCTION = re.compile(
+    r"^\s*(?:please\s+)?(?:speak|talk|read|say it)?\s*(?P<very>very\s+|a bit\s+|a little\s+)?"
+    r"(?P<pace>slowly|slower|slow|quickly|faster|fast)[.!]?\s*$",
+    re.IGNORECASE,
+)
+_PACE = {"slowly": 0.8, "slower": 0.8, "slow": 0.8, "quickly": 1.25, "faster": 1.25, "fast": 1.25}
 
 
 class SpeechRequest(BaseModel):
@@ -28,13 +40,29 @@ class SpeechRequest(BaseModel):
         min_length=1,
         description='a speaker name or one of your voice ids (OpenAI\'s {"id": ...} form is accepted too)',
     )
-    response_format: Literal["wav", "pcm", "flac"] = Field(
+    response_format: Literal["wav", "flac", "mp3", "opus", "aac", "pcm"] = Field(
         "wav",
-        description="pcm: 16-bit little-endian mono at X-Sample-Rate; several sentences stream (chunked), "
-        "except flac, sent whole",
+        description="pcm: 16-bit little-endian mono at X-Sample-Rate (24 kHz unless sample_rate says otherwise); "
+        "opus in Ogg; several sentences stream (chunked) as each is made, except flac, sent whole",
     )
     speed: float = Field(1.0, ge=MIN_SPEED, le=MAX_SPEED)
-    stream_format: Literal["audio"] = Field("audio", description="no server-sent events")
+    instructions: str | None = Field(
+        None,
+        max_length=4096,
+        description="only the speaking rate is understood ('speak slowly', 'quickly', 'very fast'): it scales "
+        "speed; any other instruction is refused with a 400",
+    )
+    stream_format: Literal["audio", "sse"] = Field(
+        "audio",
+        description="audio: the file's bytes; sse: server-sent events speech.audio.delta (base64 audio of "
+        "response_format) and speech.audio.done, as OpenAI's",
+    )
+    sample_rate: int | None = Field(
+        None,
+        ge=MIN_RATE,
+        le=MAX_RATE,
+        description="Chorus extension: output rate in Hz (default: the model's, 24 kHz for pcm); sent as X-Sample-Rate",
+    )
 
 
 def parse_speech(body: object, max_text_chars: int) -> SpeechRequest:
@@ -78,16 +106,48 @@ def parse_speech(body: object, max_text_chars: int) -> SpeechRequest:
     ):
         raise ApiError(400, f"'speed' must be a number from {MIN_SPEED} to {MAX_SPEED}", param="speed")
     stream_format = body.get("stream_format", "audio")
-    if stream_format != "audio":
-        raise ApiError(400, "only stream_format 'audio' is supported (no server-sent events)", param="stream_format")
+    if stream_format not in ("audio", "sse"):
+        raise ApiError(400, "stream_format must be 'audio' or 'sse'", param="stream_format")
+    instructions = body.get("instructions")
+    if instructions is not None and not isinstance(instructions, str):
+        raise ApiError(400, "'instructions' must be a string", param="instructions")
+    if instructions and instructions.strip():
+        speed = float(speed) * instruction_pace(instructions)
+        speed = min(MAX_SPEED, max(MIN_SPEED, speed))
+    rate = body.get("sample_rate")
+    if rate is not None and (isinstance(rate, bool) or not isinstance(rate, int) or not MIN_RATE <= rate <= MAX_RATE):
+        raise ApiError(
+            400, f"'sample_rate' must be a whole number of Hz from {MIN_RATE} to {MAX_RATE}", param="sample_rate"
+        )
     return SpeechRequest(
         model=model,
         input=text,
         voice=voice,
         response_format=response_format,
         speed=float(speed),
+        instructions=instructions,
         stream_format=stream_format,
+        sample_rate=rate,
     )
+
+
+def instruction_pace(instructions: str) -> float:
+    """The speed factor ``instructions`` asks for; raises :class:`ApiError` for anything this model cannot do."""
+    match = _INSTRUCTION.match(instructions)
+    if match is None:
+        raise ApiError(
+            400,
+            f"instructions {instructions[:80]!r} cannot be followed: this model takes no tone, emotion or accent "
+            "instructions; only the speaking rate ('speak slowly', 'speak quickly', 'very fast') or the 'speed' field",
+            param="instructions",
+            code="unsupported_instructions",
+        )
+    factor = _PACE[match["pace"].lower()]
+    if match["very"] and match["very"].strip().lower() == "very":
+        factor = factor**2
+    elif match["very"]:
+        factor = factor**0.5
+    return factor
 
 
 class ErrorDetail(BaseModel):
@@ -131,6 +191,38 @@ class CustomVoice(BaseModel):
     job_id: str | None
     error: str | None
     resident: bool
+
+
+MODEL_NAMES = ("chorus", "tts-1", "tts-1-hd", "gpt-4o-mini-tts")  # every one is the same base model
+
+
+class ModelCard(BaseModel):
+    id: str
+    object: Literal["model"] = "model"
+    created: int = 0
+    owned_by: str = "chorus"
+
+
+class ModelList(BaseModel):
+    """``GET /v1/models``, as OpenAI's; ``/v1/audio/speech`` accepts any name."""
+
+    object: Literal["list"] = "list"
+    data: list[ModelCard]
+
+
+class VoiceName(BaseModel):
+    id: str
+    kind: Literal["base", "alias", "custom"]
+
+
+class AudioVoices(BaseModel):
+    """``GET /v1/audio/voices``: every name ``voice`` takes (``voices``, the shape voice pickers read),
+    each with its kind, and what every alias speaks as."""
+
+    object: Literal["list"] = "list"
+    voices: list[str]
+    data: list[VoiceName]
+    aliases: dict[str, str]
 
 
 class VoiceList(BaseModel):

@@ -60,6 +60,13 @@ class VoiceServer:
             engine, max_batch=self.settings.max_batch, max_wait_ms=self.settings.max_wait_ms
         )
         self.metrics = Metrics(self)
+        # Aliases (OpenAI's voice names) to speakers of this base; a target it lacks: its default speaker.
+        default = engine.bundle.default_speaker
+        self.aliases = {
+            alias: target if engine.is_speaker(target) else default
+            for alias, target in self.settings.voice_aliases.items()
+            if not engine.is_speaker(alias)
+        }
         self.started = False
         self._store_check: tuple[float, str | None] = (float("-inf"), None)  # (when, problem)
 
@@ -120,7 +127,13 @@ class VoiceServer:
         """What to ask the engine for: a speaker name or the key of the tenant's ready voice."""
         if self.engine.is_speaker(voice_id):
             return voice_id
-        record = self.record(tenant, voice_id)
+        if voice_id in self.aliases:
+            try:  # the tenant's own voice of that id comes first
+                record = self.store.voice(tenant, voice_id)
+            except VoiceNotFound:
+                return self.aliases[voice_id]
+        else:
+            record = self.record(tenant, voice_id)
         if record.status == VoiceStatus.TRAINING:
             raise ApiError(
                 409,

@@ -104,9 +104,42 @@ _LIMITS = TypeAdapter(Limits)
 _SERVER_FIELDS = {"requests_per_minute", "queued_jobs", "voice_bytes"}
 
 
+# OpenAI's voice names, so that clients with a fixed voice picker work: each speaks as a speaker of the
+# shipped base (names a base lacks fall back to its default speaker). `chorus serve --voice-aliases FILE`
+# replaces the map. A tenant's own voice of the same id comes first.
+OPENAI_VOICE_ALIASES = {
+    "alloy": "flite-rms",
+    "ash": "flite-rms-down300-slow",
+    "ballad": "flite-awb-speed120",
+    "coral": "espeak-us-f4",
+    "echo": "flite-awb",
+    "fable": "festival-kal",
+    "onyx": "flite-kal16",
+    "nova": "espeak-us-f2",
+    "sage": "festival-kal-speed135",
+    "shimmer": "espeak-us-f3",
+    "verse": "flite-rms-up350",
+    "marin": "espeak-us-f5",
+    "cedar": "flite-kal16-up500",
+}
+
+
+def read_voice_aliases(path: str | Path) -> dict[str, str]:
+    """A voice aliases file: JSON ``{"alias": "speaker", ...}``; raises ``ValueError`` naming the file."""
+    try:
+        aliases = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as error:
+        raise ValueError(f"voice aliases file {path}: {error}") from None
+    if not isinstance(aliases, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in aliases.items()):
+        raise ValueError(f'voice aliases file {path}: expected a JSON object {{"alias": "speaker", ...}}')
+    return aliases
+
+
 @dataclass
 class ServerSettings:
     """Limits and knobs of one server."""
+
+    voice_aliases: dict[str, str] = field(default_factory=lambda: dict(OPENAI_VOICE_ALIASES))
 
     max_text_chars: int = 2_000
     max_json_bytes: int = 64 << 10

@@ -1,31 +1,49 @@
-"""Splitting text into the chunks a server synthesizes and streams one by one."""
+"""Splitting text into the chunks that are synthesized (and streamed) one by one.
+
+Sentences come from pysbd (rule-based, the Golden Rules of sentence boundaries: abbreviations,
+initials, decimals, ellipses, quotes); line breaks also end a chunk. The model reads one chunk at a
+time, so a sentence longer than ``max_chars`` is cut at a comma, else at a space.
+"""
 
 from __future__ import annotations
 
+import functools
 import re
 
-_SENTENCE_BREAK = re.compile(r"(?<=[.!?;])\s+|\s*\n\s*")
-_ABBREVIATION = re.compile(
-    r"(?:\b(?:Mr|Mrs|Ms|Dr|Prof|Sr|Jr|St|Mt|vs|etc|e\.g|i\.e|No|Fig|approx)|\b[A-Z])\.$", re.IGNORECASE
-)
+_LINE_BREAK = re.compile(r"\s*\n\s*")
+
+
+@functools.cache
+def _segmenter():
+    import pysbd
+
+    return pysbd.Segmenter(language="en", clean=False)
 
 
 def split_sentences(text: str, max_chars: int = 300) -> list[str]:
-    """Chunks to synthesize and stream one by one: sentences (not after abbreviations), pieces without a
-    letter or digit joined to their neighbour, and overlong sentences cut at a comma or a space."""
-    pieces = [p.strip() for p in _SENTENCE_BREAK.split(text) if p and p.strip()]
+    """The chunks of ``text``: its sentences, in order, none longer than ``max_chars`` characters.
+
+    A piece without a letter or digit ("...", "--") joins its neighbour rather than being spoken alone.
+    """
     sentences: list[str] = []
-    for piece in pieces:
-        if sentences and (not any(c.isalnum() for c in piece) or _ABBREVIATION.search(sentences[-1])):
-            sentences[-1] = f"{sentences[-1]} {piece}"
-        else:
-            sentences.append(piece)
+    for line in _LINE_BREAK.split(text):
+        if not line.strip():
+            continue
+        for piece in _segmenter().segment(line):
+            piece = piece.strip()
+            if not piece:
+                continue
+            if sentences and not any(c.isalnum() for c in piece):
+                sentences[-1] = f"{sentences[-1]} {piece}"
+            else:
+                sentences.append(piece)
     if len(sentences) > 1 and not any(c.isalnum() for c in sentences[0]):
         sentences[1] = f"{sentences.pop(0)} {sentences[0]}"
     chunks = []
     for sentence in sentences:
         while len(sentence) > max_chars:
-            cut = max(sentence.rfind(", ", 0, max_chars), sentence.rfind(" ", 0, max_chars))
+            cut = sentence.rfind(", ", 0, max_chars)
+            cut = cut if cut > 0 else sentence.rfind(" ", 0, max_chars)
             cut = cut + 1 if cut > 0 else max_chars
             chunks.append(sentence[:cut].strip())
             sentence = sentence[cut:].strip()

@@ -217,7 +217,7 @@ def mel_loss(
         inputs = step_inputs(model, batch)
         with autocast(precision, "cpu"):
             out = model(**inputs)
-            total += float(compute_losses(model, out, inputs["mel"], batch.text_lengths)["mel"]) * len(positions)
+            total += float(compute_losses(model, out, inputs["mel"], inputs["text_lengths"])["mel"]) * len(positions)
         count += len(positions)
     model.train(was_training)
     return total / max(count, 1)
@@ -372,7 +372,7 @@ def adapt(
                 batch.speakers.zero_()
                 inputs = step_inputs(model, batch)
                 with autocast(config.memory.precision, "cpu"):
-                    losses = compute_losses(model, model(**inputs), inputs["mel"], batch.text_lengths)
+                    losses = compute_losses(model, model(**inputs), inputs["mel"], inputs["text_lengths"])
                 optimizer.zero_grad(set_to_none=True)
                 losses["total"].backward()
                 torch.nn.utils.clip_grad_norm_(trainable, 1.0)

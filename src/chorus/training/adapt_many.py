@@ -134,7 +134,7 @@ def _validation(model, bank, cache, val_indices: dict[int, np.ndarray], slot_of:
     inputs = banked_inputs(model, batch)
     with banked(model, bank, slot_of[speakers]):
         out = model(**inputs)
-    losses = per_voice_losses(model, out, inputs["mel"], batch.text_lengths, speakers)
+    losses = per_voice_losses(model, out, inputs["mel"], inputs["text_lengths"], speakers)
     model.train()
     return {voice: float(values["mel"]) for voice, values in losses.items()}
 
@@ -250,7 +250,7 @@ def banked_step(
     inputs = banked_inputs(model, batch)
     # Backward inside the block too: checkpointed layers read the routing again.
     with around(), banked(model, bank, voice_index):
-        losses = per_voice_losses(model, model(**inputs), inputs["mel"], batch.text_lengths, voice_index)
+        losses = per_voice_losses(model, model(**inputs), inputs["mel"], inputs["text_lengths"], voice_index)
         optimizer.zero_grad(set_to_none=True)
         sum(values["total"] for values in losses.values()).backward()
     optimizer.step()

@@ -189,7 +189,7 @@ def evaluate(
         batch = collate(cache, indices[batch_positions]).to(device)
         inputs = step_inputs(model, batch)
         losses = compute_losses(
-            model, model(**inputs, alignment_prior_weight=prior_weight), inputs["mel"], batch.text_lengths
+            model, model(**inputs, alignment_prior_weight=prior_weight), inputs["mel"], inputs["text_lengths"]
         )
         for name, value in losses.items():
             totals[name] = totals.get(name, 0.0) + float(value) * len(batch_positions)
@@ -339,7 +339,7 @@ def pretrain(config: PretrainConfig, *, progress: bool = True) -> Path:
                 inputs = step_inputs(model, batch)
                 prior_weight = alignment_prior_weight(step, config)
                 losses = compute_losses(
-                    model, trained(**inputs, alignment_prior_weight=prior_weight), inputs["mel"], batch.text_lengths
+                    model, trained(**inputs, alignment_prior_weight=prior_weight), inputs["mel"], inputs["text_lengths"]
                 )
                 optimizer.zero_grad(set_to_none=True)
                 losses["total"].backward()

@@ -271,7 +271,7 @@ def fit_voice(
         inputs = step_inputs(model, batch)
         index = torch.zeros(len(indices), dtype=torch.long)
         with torch.set_grad_enabled(grad), generated(bank, space.generate(z.view(1, -1))), banked(model, bank, index):
-            losses = per_voice_losses(model, model(**inputs), inputs["mel"], batch.text_lengths, index)[0]
+            losses = per_voice_losses(model, model(**inputs), inputs["mel"], inputs["text_lengths"], index)[0]
             if grad:
                 optimizer.zero_grad(set_to_none=True)
                 losses["total"].backward()

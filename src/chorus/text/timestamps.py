@@ -1,0 +1,144 @@
+"""Word and phoneme start/end times from the durations the acoustic model predicts for its symbols.
+
+The model reads one IPA character per symbol and expands each to a number of frames; a space
+separates words. A word's span runs from its first symbol's start to its last symbol's end
+(punctuation and spaces between words belong to no word). Words are labelled with the normalized
+text's words when the phonemizer kept them one for one, else with their phonemes.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+_PUNCTUATION = set(",;:.!?")
+_STRESS = set("ˈˌ")  # marks the next phoneme: joined to it
+_SUFFIX_MARKS = set("ːˑ̩̃")  # length and diacritics: joined to the phoneme before
+_WORD = re.compile(r"[\w'’-]+")
+
+
+@dataclass(frozen=True)
+class Timestamp:
+    text: str
+    start: float  # seconds from the start of the audio
+    end: float
+
+    def shifted(self, seconds: float) -> Timestamp:
+        return Timestamp(self.text, round(self.start + seconds, 4), round(self.end + seconds, 4))
+
+
+def timestamps(
+    symbols: str,
+    frames: list[int],
+    seconds_per_frame: float,
+    words: list[str],
+    word_phonemes: list[str] | None = None,
+) -> tuple[list[Timestamp], list[Timestamp]]:
+    """(words, phonemes) of one utterance.
+
+    ``symbols``: the model's input, one character per symbol; ``frames[i]``: frames of symbol ``i``;
+    ``words``: the normalized text's words (:func:`spoken_words`); ``word_phonemes``: each word
+    phonemized alone. espeak reads some words as one group ("of a" -> ``ʌvə``): with ``word_phonemes``
+    such a group is shared among its words in proportion to their phonemes; without them, or when the
+    groups cannot be matched to the words, words are labelled by their phonemes.
+    """
+    if len(symbols) != len(frames):
+        raise ValueError(f"{len(symbols)} symbols but {len(frames)} durations")
+    phonemes, groups, current = [], [], []
+    elapsed = 0
+    for symbol, count in zip(symbols, frames):
+        start, elapsed = elapsed, elapsed + int(count)
+        if symbol == " " or symbol in _PUNCTUATION:
+            if current:
+                groups.append(current)
+                current = []
+            continue
+        stamp = Timestamp(symbol, round(start * seconds_per_frame, 4), round(elapsed * seconds_per_frame, 4))
+        if current and (current[-1].text[-1] in _STRESS or symbol in _SUFFIX_MARKS):
+            stamp = Timestamp(current[-1].text + symbol, current[-1].start, stamp.end)
+            current[-1] = phonemes[-1] = stamp
+        else:
+            phonemes.append(stamp)
+            current.append(stamp)
+    if current:
+        groups.append(current)
+    if len(words) == len(groups):
+        return [Timestamp(w, g[0].start, g[-1].end) for w, g in zip(words, groups)], phonemes
+    shared = _share_groups(groups, words, word_phonemes) if word_phonemes and len(word_phonemes) == len(words) else None
+    if shared is None:
+        shared = [Timestamp("".join(p.text for p in g), g[0].start, g[-1].end) for g in groups]
+    return shared, phonemes
+
+
+def spoken_words(normalized_text: str) -> list[str]:
+    """The words of normalized text, as the phonemizer reads them (punctuation dropped)."""
+    return _WORD.findall(normalized_text)
+
+
+def _size(phonemes: str) -> int:
+    return sum(1 for c in phonemes if c not in _STRESS and c not in _SUFFIX_MARKS and not c.isspace())
+
+
+def _share_groups(groups: list[list[Timestamp]], words: list[str], word_phonemes: list[str]) -> list[Timestamp] | None:
+    """Words over phoneme groups when some groups hold several words: every group takes a run of one
+    or more words, in order, the runs chosen (dynamic programming) so that their phonemes best match the
+    groups' sizes; a group then splits its phonemes among its words by their sizes."""
+    sizes = [max(1, _size(p)) for p in word_phonemes]
+    n_groups, n_words = len(groups), len(words)
+    if n_groups > n_words:
+        return None
+    prefix = np.concatenate([[0], np.cumsum(sizes)])
+    # cost[g][w]: the best mismatch of the first g groups over the first w words; last[g][w]: where group g-1's run starts.
+    cost = np.full((n_groups + 1, n_words + 1), np.inf)
+    last = np.zeros((n_groups + 1, n_words + 1), dtype=int)
+    cost[0][0] = 0.0
+    for g in range(1, n_groups + 1):
+        for w in range(g, n_words - (n_groups - g) + 1):
+            for start in range(g - 1, w):
+                value = cost[g - 1][start] + abs(prefix[w] - prefix[start] - len(groups[g - 1]))
+                if value < cost[g][w]:
+                    cost[g][w], last[g][w] = value, start
+    if not np.isfinite(cost[n_groups][n_words]):
+        return None
+    runs, w = [], n_words
+    for g in range(n_groups, 0, -1):
+        runs.append((last[g][w], w))
+        w = last[g][w]
+    result = []
+    for group, (first, stop) in zip(groups, reversed(runs)):
+        members = range(first, stop)
+        share, taken = sum(sizes[i] for i in members), 0
+        for position, i in enumerate(members):
+            rest = len(members) - position - 1
+            count = len(group) - taken if rest == 0 else round(len(group) * sizes[i] / share)
+            count = max(1, min(count, len(group) - taken - rest))
+            if count <= 0:
+                return None
+            part = group[taken : taken + count]
+            result.append(Timestamp(words[i], part[0].start, part[-1].end))
+            taken += count
+    return result
+
+
+def _clock(seconds: float, separator: str) -> str:
+    millis = int(round(seconds * 1000))
+    hours, millis = divmod(millis, 3_600_000)
+    minutes, millis = divmod(millis, 60_000)
+    return f"{hours:02d}:{minutes:02d}:{millis // 1000:02d}{separator}{millis % 1000:03d}"
+
+
+def captions(words: list[Timestamp], kind: str, words_per_caption: int = 7) -> str:
+    """SRT (``kind="srt"``) or WebVTT (``"vtt"``) captions of ``words``, ``words_per_caption`` a cue."""
+    if kind not in ("srt", "vtt"):
+        raise ValueError(f"captions are 'srt' or 'vtt', not {kind!r}")
+    separator = "," if kind == "srt" else "."
+    lines = ["WEBVTT", ""] if kind == "vtt" else []
+    for number, first in enumerate(range(0, len(words), words_per_caption), start=1):
+        cue = words[first : first + words_per_caption]
+        if kind == "srt":
+            lines.append(str(number))
+        lines.append(f"{_clock(cue[0].start, separator)} --> {_clock(cue[-1].end, separator)}")
+        lines += [" ".join(w.text for w in cue), ""]
+    return "\n".join(lines)
