@@ -41,7 +41,10 @@ from chorus.text import (
         # times
         ("at 5:30 pm", "at five thirty p m"),
         ("7:00", "seven o'clock"),
-        ("10:05 a.m.", "ten oh five a m"),
+        ("10:05 a.m.", "ten oh five a m."),
+        ("We met at 9 a.m. Then we left.", "We met at nine a m. Then we left."),
+        ("at 9am sharp", "at nine a m sharp"),
+        ("On 2024-03-05 at 10:30pm.", "On March fifth, twenty twenty four at ten thirty p m."),
         # titles
         ("Mr. and Mrs. Jones met Dr. Who.", "mister and missus Jones met doctor Who."),
         ("No. 5 won", "number five won"),
@@ -53,6 +56,66 @@ from chorus.text import (
         ("I live at 12 Baker St. Then I left.", "I live at twelve Baker Street. Then I left."),
         ("St. John St.", "Saint John Street."),
         ("5th St. is wide", "fifth Street is wide"),
+        # units (the issue's cases first)
+        ("12.5kg", "twelve point five kilograms"),
+        ("1 kg of rice", "one kilogram of rice"),
+        ("5 km away", "five kilometers away"),
+        ("20 mph", "twenty miles per hour"),
+        ("90 km/h", "ninety kilometers per hour"),
+        ("98.6°F", "ninety eight point six degrees Fahrenheit"),
+        ("It is 21°C.", "It is twenty one degrees Celsius."),
+        ("10 lbs", "ten pounds"),
+        ("a 5ft wall", "a five feet wall"),
+        ("3 oz of cheese", "three ounces of cheese"),
+        ("500 ml", "five hundred milliliters"),
+        ("8 GB of memory", "eight gigabytes of memory"),
+        ("a 3.5 GHz chip", "a three point five gigahertz chip"),
+        ("I am 5 min late.", "I am five minutes late."),
+        # fractions
+        ("3/4 cup", "three quarters cup"),
+        ("1/2 an hour", "one half an hour"),
+        ("2/3 of them", "two thirds of them"),
+        ("5/8 inch", "five eighths inch"),
+        ("1 1/2 cups", "one and a half cups"),
+        ("2 3/4 miles", "two and three quarters miles"),
+        # phone numbers
+        ("555-1234", "five five five, one two three four"),
+        ("Call (555) 123-4567.", "Call five five five, one two three, four five six seven."),
+        ("Call 555-123-4567 now", "Call five five five, one two three, four five six seven now"),
+        ("Dial +1 800-555-0199.", "Dial eight zero zero, five five five, zero one nine nine."),
+        # e-mail and URLs
+        ("a@b.com", "a at b dot com"),
+        ("Mail john.smith@example.co.uk today.", "Mail john dot smith at example dot co dot uk today."),
+        ("Visit https://example.com/docs today.", "Visit example dot com slash docs today."),
+        ("See www.chorus.dev.", "See w w w dot chorus dot dev."),
+        # decades
+        ("1990s", "nineteen nineties"),
+        ("the 80s", "the eighties"),
+        ("the '60s", "the sixties"),
+        ("the 2010s", "the twenty tens"),
+        ("the 1900s", "the nineteen hundreds"),
+        # dates and months
+        ("Jan. 5", "January fifth"),
+        ("Jan.", "January"),
+        ("Dec. 25, 2020", "December twenty fifth, twenty twenty"),
+        ("March 15, 2020", "March fifteenth, twenty twenty"),
+        ("Jan 1st", "January first"),
+        ("on 3/4/2021", "on March fourth, twenty twenty one"),
+        ("on 12/31/99", "on December thirty first, nineteen ninety nine"),
+        ("2024-03-05", "March fifth, twenty twenty four"),
+        ("Sept. 9", "September ninth"),
+        # abbreviations, signs, ordinals
+        ("Apt. 4B", "apartment four B"),
+        ("e.g. this one", "for example this one"),
+        ("i.e. that one", "that is that one"),
+        ("It was -5 degrees.", "It was minus five degrees."),
+        ("well-known", "well known"),
+        ("COVID-19", "COVID nineteen"),
+        ("the 100th time", "the one hundredth time"),
+        ("R&D", "R and D"),
+        # currency beyond the above
+        ("$2,500", "two thousand five hundred dollars"),
+        ("£1.01", "one pound and one penny"),
     ],
 )
 def test_normalization(raw: str, spoken: str) -> None:
@@ -180,3 +243,37 @@ def test_unspeakable_text_raises_naming_it(text: str) -> None:
         with pytest.raises(ValueError, match="nothing speakable") as error:
             TextFrontEnd().encode(["Hello there.", text])
     assert repr(text) in str(error.value)
+
+
+def test_sentences_are_split_by_pysbd_and_long_ones_cut() -> None:
+    from chorus.text.sentences import split_sentences
+
+    assert split_sentences("Dr. Smith paid $12.50 at 3 p.m. on Jan. 5. Then he left! Was it 1.5 kg? Yes.") == [
+        "Dr. Smith paid $12.50 at 3 p.m. on Jan. 5.",
+        "Then he left!",
+        "Was it 1.5 kg?",
+        "Yes.",
+    ]
+    assert split_sentences("First line\nsecond line") == ["First line", "second line"]
+    long = ", ".join(["a clause of some words"] * 30) + "."
+    chunks = split_sentences(long, max_chars=100)
+    assert all(len(c) <= 100 for c in chunks) and " ".join(chunks) == long
+
+
+def test_timestamps_share_a_merged_group_among_its_words() -> None:
+    from chorus.text.timestamps import captions, spoken_words, timestamps
+
+    # espeak reads "of a" as one group "əvə"; each word alone is "ʌv" and "ˈeɪ".
+    symbols = "ðə dˈɛpθ əvə wˈɛl."
+    frames = [1] * len(symbols)
+    words, phonemes = timestamps(
+        symbols, frames, 0.01, spoken_words("the depth of a well."), ["ðə", "dˈɛpθ", "ʌv", "ˈeɪ", "wˈɛl"]
+    )
+    assert [w.text for w in words] == ["the", "depth", "of", "a", "well"]
+    assert [(w.start, w.end) for w in words[2:4]] == [(0.09, 0.11), (0.11, 0.12)]  # ə v | ə
+    assert [p.text for p in phonemes[:4]] == ["ð", "ə", "d", "ˈɛ"]  # a stress mark joins its vowel
+    without = timestamps(symbols, frames, 0.01, spoken_words("the depth of a well."))[0]
+    assert [w.text for w in without] == ["ðə", "dˈɛpθ", "əvə", "wˈɛl"]  # no per-word phonemes: labelled by sound
+    assert captions(words, "vtt", words_per_caption=3) == (
+        "WEBVTT\n\n00:00:00.000 --> 00:00:00.110\nthe depth of\n\n00:00:00.110 --> 00:00:00.170\na well\n"
+    )

@@ -1,6 +1,7 @@
 """English text normalization: what a reader would say, written out in words.
 
-Numbers, ordinals, currency, percentages, times and common abbreviations are expanded; punctuation
+Numbers, ordinals, fractions, currency, percentages, units, times, dates, decades, phone numbers,
+e-mail addresses, URLs and common abbreviations are expanded; punctuation
 that marks a pause (, ; : . ! ? and dashes) is kept because the phonemizer passes it through and the
 acoustic model learns pauses from it. Characters that have no spoken form are dropped with a warning.
 """
@@ -44,7 +45,54 @@ _ABBREVIATIONS = {
     "approx": "approximately",
     "dept": "department",
     "est": "established",
+    "apt": "apartment",
+    "blvd": "boulevard",
+    "e.g": "for example",
+    "i.e": "that is",
 }
+
+_MONTHS = "January February March April May June July August September October November December".split()
+_MONTH_ABBREVIATIONS = {m[:3].lower(): m for m in _MONTHS} | {"sept": "September"}
+
+# Units read after a number: (singular, plural). Case matters where it tells units apart (mW, MW).
+_UNITS = {
+    "km": ("kilometer", "kilometers"),
+    "cm": ("centimeter", "centimeters"),
+    "mm": ("millimeter", "millimeters"),
+    "m": ("meter", "meters"),
+    "kg": ("kilogram", "kilograms"),
+    "mg": ("milligram", "milligrams"),
+    "g": ("gram", "grams"),
+    "lb": ("pound", "pounds"),
+    "lbs": ("pound", "pounds"),
+    "oz": ("ounce", "ounces"),
+    "ft": ("foot", "feet"),
+    "mi": ("mile", "miles"),
+    "ml": ("milliliter", "milliliters"),
+    "mL": ("milliliter", "milliliters"),
+    "l": ("liter", "liters"),
+    "L": ("liter", "liters"),
+    "mph": ("mile per hour", "miles per hour"),
+    "km/h": ("kilometer per hour", "kilometers per hour"),
+    "kph": ("kilometer per hour", "kilometers per hour"),
+    "°F": ("degree Fahrenheit", "degrees Fahrenheit"),
+    "°C": ("degree Celsius", "degrees Celsius"),
+    "°": ("degree", "degrees"),
+    "KB": ("kilobyte", "kilobytes"),
+    "MB": ("megabyte", "megabytes"),
+    "GB": ("gigabyte", "gigabytes"),
+    "TB": ("terabyte", "terabytes"),
+    "Hz": ("hertz", "hertz"),
+    "kHz": ("kilohertz", "kilohertz"),
+    "MHz": ("megahertz", "megahertz"),
+    "GHz": ("gigahertz", "gigahertz"),
+    "kW": ("kilowatt", "kilowatts"),
+    "ms": ("millisecond", "milliseconds"),
+    "min": ("minute", "minutes"),
+    "hr": ("hour", "hours"),
+    "hrs": ("hour", "hours"),
+}
+_FRACTION_NAMES = {2: ("half", "halves"), 4: ("quarter", "quarters")}
 
 _CURRENCIES = {
     "$": ("dollar", "dollars", "cent", "cents"),
@@ -57,7 +105,24 @@ _CURRENCIES = {
 _ALLOWED = re.compile(r"[a-zA-Z' ,;:.!?]")
 _PAUSE_DASHES = str.maketrans({"–": " - ", "—": " - ", "…": "...", "“": '"', "”": '"', "‘": "'", "’": "'"})
 
-_abbrev_re = re.compile(r"\b(" + "|".join(_ABBREVIATIONS) + r")\.", re.IGNORECASE)
+_abbrev_re = re.compile(r"\b(" + "|".join(re.escape(a) for a in _ABBREVIATIONS) + r")\.", re.IGNORECASE)
+_url_re = re.compile(r"\b(?:https?://|www\.)[^\s<>\"']*[^\s<>\"'.,;:!?)]", re.IGNORECASE)
+_email_re = re.compile(r"\b[\w.+-]+@[\w-]+(?:\.[\w-]+)+\b")
+_iso_date_re = re.compile(r"\b(\d{4})-(\d{2})-(\d{2})\b")
+_slash_date_re = re.compile(r"\b(\d{1,2})/(\d{1,2})/(\d{4}|\d{2})\b")
+_month_day_re = re.compile(
+    r"\b(" + "|".join(_MONTHS) + r"|(?:" + "|".join(_MONTH_ABBREVIATIONS) + r")\.?)\s+(\d{1,2})(?:st|nd|rd|th)?\b(?!:)",
+    re.IGNORECASE,
+)
+_month_abbrev_re = re.compile(r"\b(" + "|".join(_MONTH_ABBREVIATIONS) + r")\.", re.IGNORECASE)
+_phone_re = re.compile(r"(?<![\d-])(?:\+?1[-. ])?(?:\((\d{3})\)\s?|(\d{3})[-. ])?(\d{3})-(\d{4})(?![\d-])")
+_negative_re = re.compile(r"(?<![\w-])-(?=\d)")
+_unit_re = re.compile(
+    r"(\d[\d,]*(?:\.\d+)?)\s?(" + "|".join(re.escape(u) for u in sorted(_UNITS, key=len, reverse=True)) + r")(?![\w/])"
+)
+_mixed_fraction_re = re.compile(r"\b(\d+)\s+(\d+)/(\d+)\b")
+_fraction_re = re.compile(r"\b(\d+)/(\d+)\b")
+_decade_re = re.compile(r"(?:\b(\d{2})|')?(\d0)s\b")
 _number_abbrev_re = re.compile(r"\bno\.(?=\s*\d)", re.IGNORECASE)
 _st_re = re.compile(r"\bSt\.", re.IGNORECASE)
 # A word that names a street when it comes right before "St.": "Baker", "Main", "5th".
@@ -66,7 +131,7 @@ _sentence_start_re = re.compile(r"(?:^|[.!?]['\"]?)\s*$")
 _currency_re = re.compile(r"([$£€])\s?(\d[\d,]*)(?:\.(\d+))?\b(?:\s?(million|billion|thousand))?")
 _percent_re = re.compile(r"(\d[\d,]*(?:\.\d+)?)\s?%")
 _ordinal_re = re.compile(r"\b(\d+)(st|nd|rd|th)\b", re.IGNORECASE)
-_time_re = re.compile(r"\b(\d{1,2}):(\d{2})\b(?:\s?([ap])\.?m\.?)?", re.IGNORECASE)
+_time_re = re.compile(r"\b(\d{1,2})(?::(\d{2})(?!\d)(?:\s?([ap])\.?m\b\.?)?|\s?([ap])\.?m\b\.?)", re.IGNORECASE)
 _decimal_re = re.compile(r"\b(\d+)\.(\d+)\b")
 # Thousands separators only in groups of three ("1,000"; "1,2" is a list), and no word boundary
 # needed, so digits stuck to letters ("MP3", "4K") are read rather than dropped.
@@ -116,8 +181,116 @@ def _currency(match: re.Match) -> str:
     return f"{words} and {cents_words}" if cents else words
 
 
+def _spell(text: str) -> str:
+    """``text`` said character by character: digits as words, ``.`` as "dot", ``/`` as "slash"."""
+    said = {".": " dot ", "/": " slash ", "@": " at ", "-": " dash ", "_": " underscore ", ":": " colon "}
+    out = []
+    for part in re.split(r"([./@_:-])", text):
+        if part in said:
+            out.append(said[part])
+        elif part.isdigit():
+            out.append(" ".join(_words(int(d)) for d in part) if len(part) > 4 else _words(part))
+        elif part:
+            out.append(part)
+    return " ".join("".join(out).split())
+
+
+def _url(match: re.Match) -> str:
+    address = re.sub(r"^(?:https?://)", "", match.group(0), flags=re.IGNORECASE)
+    spoken = _spell(address.rstrip("/"))
+    return " " + re.sub(r"^www\b", "w w w", spoken, flags=re.IGNORECASE) + " "
+
+
+def _email(match: re.Match) -> str:
+    return f" {_spell(match.group(0))} "
+
+
+def _digits(text: str) -> str:
+    return " ".join(_words(int(d)) for d in text)
+
+
+def _phone(match: re.Match) -> str:
+    """Phone numbers digit by digit, a pause between the groups: 555-1234 -> "five five five, one two three four"."""
+    area = match.group(1) or match.group(2)
+    groups = ([area] if area else []) + [match.group(3), match.group(4)]
+    return ", ".join(_digits(g) for g in groups)
+
+
+def _date(month: int, day: int, year: str | None) -> str:
+    if not (1 <= month <= 12 and 1 <= day <= 31):
+        raise ValueError
+    spoken = f"{_MONTHS[month - 1]} {_words(day, to='ordinal')}"
+    return f"{spoken}, {_words(year, to='year')}" if year else spoken
+
+
+def _iso_date(match: re.Match) -> str:
+    year, month, day = match.groups()
+    try:
+        return _date(int(month), int(day), year)
+    except ValueError:
+        return match.group(0)
+
+
+def _slash_date(match: re.Match) -> str:
+    month, day, year = match.groups()  # US order, as the rest of the front end is en-us
+    year = year if len(year) == 4 else ("20" + year if int(year) < 50 else "19" + year)
+    try:
+        return _date(int(month), int(day), year)
+    except ValueError:
+        return match.group(0)
+
+
+def _month_day(match: re.Match) -> str:
+    month = match.group(1).rstrip(".")
+    name = next((m for m in _MONTHS if m.lower() == month.lower()), None) or _MONTH_ABBREVIATIONS[month.lower()]
+    day = int(match.group(2))
+    return f"{name} {_words(day, to='ordinal')}" if 1 <= day <= 31 else match.group(0)
+
+
+def _unit(match: re.Match) -> str:
+    number, unit = match.groups()
+    singular, plural = _UNITS[unit]
+    return f"{_decimal_or_cardinal(number)} {singular if number == '1' else plural}"
+
+
+def _fraction_words(numerator: int, denominator: int) -> str:
+    if denominator in _FRACTION_NAMES:
+        one, many = _FRACTION_NAMES[denominator]
+    else:
+        one = _words(denominator, to="ordinal")
+        many = one + "s"
+    return f"{_words(numerator)} {one if numerator == 1 else many}"
+
+
+def _fraction(match: re.Match) -> str:
+    numerator, denominator = int(match.group(1)), int(match.group(2))
+    if denominator < 2 or denominator > 100:
+        return f"{_words(numerator)} over {_words(denominator)}"
+    return _fraction_words(numerator, denominator)
+
+
+def _mixed_fraction(match: re.Match) -> str:
+    whole, numerator, denominator = (int(g) for g in match.groups())
+    if not 0 < numerator < denominator <= 100:
+        return match.group(0)
+    if numerator == 1 and denominator == 2:
+        return f"{_words(whole)} and a half"
+    return f"{_words(whole)} and {_fraction_words(numerator, denominator)}"
+
+
+def _decade(match: re.Match) -> str:
+    century, decade = match.group(1), match.group(2)
+    words = _words(century + decade, to="year") if century else _words(decade)
+    last = words.split()[-1]
+    plural = last[:-1] + "ies" if last.endswith("y") else last + "s"
+    return " ".join(words.split()[:-1] + [plural])
+
+
 def _time(match: re.Match) -> str:
-    hours, minutes, meridiem = int(match.group(1)), int(match.group(2)), match.group(3)
+    """5:30 pm, 7:00, 9am. The period of "a.m." that also ends the sentence is kept as its end."""
+    hours, minutes, meridiem = int(match.group(1)), int(match.group(2) or 0), match.group(3) or match.group(4)
+    if match.group(2) is None and hours > 12:
+        return match.group(0)
     words = _words(hours)
     if minutes == 0:
         words += " o'clock" if not meridiem else ""
@@ -127,6 +300,9 @@ def _time(match: re.Match) -> str:
         words += " " + _words(minutes)
     if meridiem:
         words += " a m" if meridiem.lower() == "a" else " p m"
+    rest = match.string[match.end() :]
+    if match.group(0).endswith(".") and (not rest.strip() or re.match(r"\s+[A-Z]", rest)):
+        words += "."
     return words
 
 
@@ -164,12 +340,25 @@ def normalize_text(text: str, *, warn: bool = True) -> str:
     """
     text = unicodedata.normalize("NFKC", text).translate(_PAUSE_DASHES)
     text = text.replace(" - ", ", ")
+    # Addresses first: they hold dots, slashes and digits that the rules below would read apart.
+    text = _url_re.sub(_url, text)
+    text = _email_re.sub(_email, text)
+    text = _iso_date_re.sub(_iso_date, text)
+    text = _slash_date_re.sub(_slash_date, text)
+    text = _phone_re.sub(_phone, text)
+    text = _month_day_re.sub(_month_day, text)
+    text = _month_abbrev_re.sub(lambda m: _MONTH_ABBREVIATIONS[m.group(1).lower()] + " ", text)
     text = _abbrev_re.sub(_expand_abbreviation, text)
     text = _number_abbrev_re.sub("number", text)
     text = _st_re.sub(_saint_or_street, text)
     text = _currency_re.sub(_currency, text)
     text = _percent_re.sub(lambda m: _decimal_or_cardinal(m.group(1)) + " percent", text)
     text = _time_re.sub(_time, text)
+    text = _negative_re.sub("minus ", text)
+    text = _unit_re.sub(_unit, text)
+    text = _mixed_fraction_re.sub(_mixed_fraction, text)
+    text = _fraction_re.sub(_fraction, text)
+    text = _decade_re.sub(_decade, text)
     text = _ordinal_re.sub(lambda m: _words(m.group(1), to="ordinal"), text)
     text = _decimal_re.sub(lambda m: _decimal_or_cardinal(m.group(0)), text)
     # Spaces around the words part "MP3" into "MP three"; runs of spaces are collapsed at the end.
