@@ -34,6 +34,7 @@ def test_lora_voice_leaves_speakers_bit_identical(tiny_base, new_voice_data, tmp
     assert card.metrics["held_out_clips"] >= 1
     assert {p.name for p in result.voice_dir.iterdir()} >= {
         "adapter_config.json",
+        "chorus_voice.json",
         "adapter_model.safetensors",
         "voice_card.json",
         "README.md",

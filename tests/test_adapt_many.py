@@ -47,6 +47,7 @@ def test_voices_train_together_and_export_like_adapt(tiny_base, voices_root, tmp
         folder = tmp_path / "voices" / name
         assert {p.name for p in folder.iterdir()} == {
             "adapter_config.json",
+            "chorus_voice.json",
             "adapter_model.safetensors",
             "voice_card.json",
             "README.md",

@@ -376,7 +376,7 @@ def test_voice_refusals(tmp_path):
 # -- PEFT interoperability: the same LoRA file is read by both (the peft fixture skips without peft) ----
 
 
-def test_peft_loads_a_chorus_lora(peft, tmp_path):
+def test_peft_loads_a_chorus_lora(peft, tmp_path, recwarn):
     model, inputs = model_and_inputs()
     configs = [LoraConfig(r=4, alpha=8, targets=["q_proj", "v_proj", "conv1", "symbol_embedding"])]
     add_adapter(model, "v1", configs)
@@ -385,8 +385,69 @@ def test_peft_loads_a_chorus_lora(peft, tmp_path):
         expected = infer(model, inputs)
     save_voice(tmp_path / "v1", model, "v1", configs, VoiceCard("v1", ["lora"], base_model_sha256=""))
     fresh, _ = model_and_inputs()
+    recwarn.clear()
     peft_model = peft.PeftModel.from_pretrained(fresh, str(tmp_path / "v1"))
+    assert [str(w.message) for w in recwarn if "chorus" in str(w.message).lower()] == []  # nothing unexpected
     torch.testing.assert_close(peft_model.base_model.model.infer(*inputs[:2], speaker_ids=inputs[2]).mel, expected)
+    # ... and back: the folder PEFT saves loads in Chorus to the same output.
+    peft_model.save_pretrained(str(tmp_path / "back"))
+    again, _ = model_and_inputs()
+    apply_voice(again, read_voice(tmp_path / "back"), "b")
+    with active_adapter(again, "b"):
+        torch.testing.assert_close(infer(again, inputs), expected)
+
+
+@pytest.mark.parametrize(
+    "methods",
+    [["residual"], ["lora", "speaker"], ["bitfit"]],
+    ids=lambda m: "+".join(m),
+)
+def test_voices_that_are_not_peft_methods_say_so_to_peft(peft, tmp_path, methods):
+    from chorus.adapters.speaker import SpeakerConfig
+
+    model, inputs = model_and_inputs()
+    by_name = {
+        "residual": ResidualAdapterConfig(),
+        "lora": LoraConfig(r=2),
+        "speaker": SpeakerConfig(),
+        "bitfit": BitFitConfig(),
+    }
+    configs = [by_name[m] for m in methods]
+    add_adapter(model, "v", configs)
+    randomize(model, "v")
+    with active_adapter(model, "v"):
+        expected = infer(model, inputs)
+    save_voice(tmp_path / "v", model, "v", configs, VoiceCard("v", methods, base_model_sha256=""))
+    fresh, _ = model_and_inputs()
+    with pytest.raises(KeyError, match="a Chorus voice format, not a PEFT adapter"):
+        peft.PeftModel.from_pretrained(fresh, str(tmp_path / "v"))
+    apply_voice(fresh, read_voice(tmp_path / "v"), "v")  # Chorus reads it whole
+    with active_adapter(fresh, "v"):
+        torch.testing.assert_close(infer(fresh, inputs), expected)
+
+
+def test_voices_of_the_earlier_layout_still_load_and_cards_carry_hub_metadata(tmp_path):
+    from huggingface_hub import ModelCard
+
+    model, inputs = model_and_inputs()
+    configs = [ResidualAdapterConfig()]
+    add_adapter(model, "v", configs)
+    randomize(model, "v")
+    with active_adapter(model, "v"):
+        expected = infer(model, inputs)
+    card = VoiceCard("v", ["residual"], base_model_sha256="ab" * 32, data_minutes=3.25)
+    folder = save_voice(tmp_path / "v", model, "v", configs, card)
+    hub = ModelCard((folder / "README.md").read_text()).data
+    assert hub.library_name == "chorus-tts" and hub.base_model == "chorus-tts/base-" + "ab" * 6
+    assert hub.data_minutes == 3.25 and hub.license == "other" and "residual" in hub.tags
+    # The earlier layout: the Chorus section inside adapter_config.json, no chorus_voice.json.
+    section = json.loads((folder / "chorus_voice.json").read_text())
+    (folder / "chorus_voice.json").unlink()
+    (folder / "adapter_config.json").write_text(json.dumps({"peft_type": None, "chorus": section}))
+    fresh, _ = model_and_inputs()
+    apply_voice(fresh, read_voice(folder), "v")
+    with active_adapter(fresh, "v"):
+        torch.testing.assert_close(infer(fresh, inputs), expected)
 
 
 def test_chorus_loads_a_peft_lora(peft, tmp_path):

@@ -366,6 +366,16 @@ def test_long_text_is_read_sentence_by_sentence_with_timestamps(tiny_base, tmp_p
     assert result.exit_code == 0 and captions.read_text().startswith("1\n00:00:00,")
 
 
+def test_a_blend_of_speakers_from_the_command_line(tiny_base, tmp_path):
+    out = tmp_path / "blend.wav"
+    result = runner.invoke(
+        app, _synthesize_args(tiny_base, "--text", "Hi there.", "--speaker", "m3(2)+f2(1)", "--out", str(out))
+    )
+    assert result.exit_code == 0 and "m3(2)+f2(1)" in result.output and sf.info(out).duration > 0
+    result = runner.invoke(app, _synthesize_args(tiny_base, "--text", "Hi.", "--speaker", "m3+zz"))
+    assert result.exit_code == 2 and "'zz' is not a speaker of this model" in result.output
+
+
 def test_messages_keep_their_brackets_and_devices_are_checked(tiny_base, tmp_path):
     missing = tmp_path / "lines[serve].txt"
     result = runner.invoke(app, _synthesize_args(tiny_base, "--text-file", str(missing)))

@@ -422,6 +422,14 @@ def test_models_voices_and_openai_voice_aliases(tenants_app, adapter_folders):
         store.delete_voice("globex", "nova")
 
 
+def test_a_blend_of_speakers_is_a_voice(tenants_app):
+    client, _ = tenants_app
+    blend = speak(client, voice="m3(2)+f2(1)")
+    assert blend.status_code == 200 and blend.content not in (speak(client).content, speak(client, voice="f2").content)
+    assert speak(client, voice="m3(1)").content == speak(client).content
+    assert_error(speak(client, voice="m3+ann"), 400, "cannot be blended")
+
+
 BAD_SPEECH = [
     ({"input": ""}, 400, "empty"),
     ({"input": "   "}, 400, "empty"),

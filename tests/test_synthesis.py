@@ -42,3 +42,27 @@ def test_shipped_base_loads_and_speaks_every_voice_it_lists():
     assert len(tts.speakers) >= 24
     result = tts.synthesize("Hello.", tts.speakers[-1])
     assert result.duration > 0.2 and np.isfinite(result.audio).all()
+
+
+def test_blends_of_speakers_are_weighted_speaker_vectors(tiny_base):
+    import torch
+
+    from chorus.models.speaker_mix import parse_mix
+
+    tts = load_base(tiny_base, "griffin-lim")
+    text = "Hello there."
+    m3, f2 = (tts.synthesize(text, speaker=s).audio for s in ("m3", "f2"))
+    assert np.array_equal(tts.synthesize(text, speaker="m3(1)").audio, m3)  # a blend of one is that speaker
+    blend = tts.synthesize(text, speaker="m3(2)+f2(1)")
+    assert (
+        blend.speaker == "m3(2)+f2(1)" and not np.array_equal(blend.audio, m3) and not np.array_equal(blend.audio, f2)
+    )
+    table = tts.bundle.model.speaker_embedding.weight.detach()
+    expected = (2 * table[tts.speakers.index("m3")] + table[tts.speakers.index("f2")]) / 3
+    torch.testing.assert_close(tts.bundle.speaker_mix("m3(2)+f2(1)"), expected)
+    assert parse_mix("a + b(3)") == [("a", 0.25), ("b", 0.75)]
+    for bad, message in [("m3(0)+f2", "positive"), ("m3+m3", "twice"), ("m3(x)", r"NAME or NAME\(WEIGHT\)")]:
+        with pytest.raises(ValueError, match=message):
+            tts.synthesize(text, speaker=bad)
+    with pytest.raises(KeyError, match="an adapted voice cannot be blended"):
+        tts.synthesize(text, speaker="m3+nobody")

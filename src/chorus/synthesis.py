@@ -25,6 +25,7 @@ from chorus.audio.encode import encode_whole, format_for
 from chorus.audio.vocoders import Vocoder, load_vocoder
 from chorus.models.acoustic import AcousticModel
 from chorus.models.bundle import ModelBundle, load_bundle
+from chorus.models.speaker_mix import is_mix
 from chorus.text import normalize_text
 from chorus.text.sentences import split_sentences
 from chorus.text.timestamps import Timestamp, spoken_words, timestamps
@@ -115,7 +116,11 @@ class Synthesizer:
     def sample_rate(self) -> int:
         return self.bundle.mel_config.sample_rate
 
-    def resolve_speaker(self, speaker: str | int | None) -> int:
+    def resolve_speaker(self, speaker: str | int | None) -> int | str:
+        """A speaker's index, or a validated blend (``"flite-rms(2)+festival-kal(1)"``) as it is."""
+        if isinstance(speaker, str) and is_mix(speaker):
+            self.bundle.speaker_mix(speaker)  # raises for a bad blend, before any work
+            return speaker
         if speaker is None:
             return self.bundle.speaker_index(self.bundle.default_speaker)
         if isinstance(speaker, int) or (
@@ -146,9 +151,13 @@ class Synthesizer:
         for row, seq in enumerate(ids):
             phonemes[row, : len(seq)] = torch.tensor(seq)
         device = model.mel_mean.device
-        speakers = torch.full((len(ids),), self.resolve_speaker(speaker), dtype=torch.long, device=device)
+        resolved = self.resolve_speaker(speaker)
+        if isinstance(resolved, str):  # a blend of speakers: one vector for every row
+            condition = {"speaker_vectors": self.bundle.speaker_mix(resolved).to(device).expand(len(ids), -1)}
+        else:
+            condition = {"speaker_ids": torch.full((len(ids),), resolved, dtype=torch.long, device=device)}
         with using_voice:
-            out = model.infer(phonemes.to(device), lengths.to(device), speaker_ids=speakers, length_scale=length_scale)
+            out = model.infer(phonemes.to(device), lengths.to(device), length_scale=length_scale, **condition)
         mels = model.denormalize_mel(out.mel)
         symbols = self.bundle.front_end.symbols
         return [
@@ -176,7 +185,8 @@ class Synthesizer:
         # espeak reads some words as one group; each word phonemized alone lets a group be shared out.
         alone = self.bundle.front_end.to_phonemes(spoken) if spoken else []
         words, phonemes = timestamps(symbols, frames, config.hop_length / config.sample_rate, spoken, alone)
-        name = voice or self.speakers[self.resolve_speaker(speaker)]
+        resolved = self.resolve_speaker(speaker)
+        name = voice or (resolved if isinstance(resolved, str) else self.speakers[resolved])
         return SynthesisResult(audio.astype(np.float32), self.sample_rate, elapsed, name, words, phonemes, text)
 
     def stream(
@@ -200,8 +210,8 @@ class Synthesizer:
         sentence_silence: float = SENTENCE_SILENCE,
     ) -> SynthesisResult:
         """Speak ``text`` (any length: read sentence by sentence, ``sentence_silence`` seconds apart) in the
-        base ``speaker`` (name or index; None = the default speaker) or in the loaded adapted ``voice``
-        (see :meth:`load_voice`)."""
+        base ``speaker`` (name, index or blend such as ``"flite-rms(2)+festival-kal(1)"``; None = the default
+        speaker) or in the loaded adapted ``voice`` (see :meth:`load_voice`)."""
         if sentence_silence < 0:
             raise ValueError(f"sentence_silence must be >= 0 seconds, got {sentence_silence}")
         gap = np.zeros(int(round(sentence_silence * self.sample_rate)), dtype=np.float32)

@@ -1,14 +1,17 @@
 """A voice on disk: a folder that carries everything needed to speak with it on its base model.
 
     voices/NAME/
-      adapter_config.json        methods and their configs, base model hash, weights checksum;
-                                 for LoRA also PEFT's LoraConfig fields, so `peft` reads it
+      adapter_config.json        a LoRA voice: PEFT's LoraConfig fields alone, so `peft` reads it
+                                 without a warning; any other voice: a peft_type that says it is a
+                                 Chorus format (PEFT refuses it with that message, never half-loads it)
+      chorus_voice.json          methods and their configs, base model hash, weights checksum
       adapter_model.safetensors  tensors keyed as PEFT keys them: base_model.model.<layer>.<tensor>
       voice_card.json            how it was made: data minutes, training time, metrics
-      README.md                  the same card for people
+      README.md                  the same card for people, with Hugging Face model-card metadata
 
 Loading refuses a voice made for another base model, a file whose checksum does not match, and
-anything that is not safetensors. A PEFT LoRA folder (no Chorus section) loads too.
+anything that is not safetensors. A PEFT LoRA folder (no Chorus section) loads too, and so do
+voices of the earlier layout (the Chorus section inside adapter_config.json).
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ VOICE_FORMAT = "chorus-voice"
 VOICE_FORMAT_VERSION = 1
 PEFT_PREFIX = "base_model.model."
 CONFIG_FILE, WEIGHTS_FILE, CARD_FILE = "adapter_config.json", "adapter_model.safetensors", "voice_card.json"
+CHORUS_FILE = "chorus_voice.json"
 
 
 class VoiceError(ValueError):
@@ -60,7 +64,10 @@ class VoiceCard:
     notes: dict = field(default_factory=dict)
 
     def to_markdown(self) -> str:
+        """The card for people, after Hugging Face model-card metadata (YAML front matter)."""
         lines = [
+            model_card_metadata(self),
+            "",
             f"# Voice `{self.name}`",
             "",
             f"- methods: {', '.join(self.methods)}",
@@ -70,6 +77,26 @@ class VoiceCard:
         ]
         lines += [f"- {key}: {value}" for key, value in {**self.metrics, **self.notes}.items()]
         return "\n".join(lines) + "\n"
+
+
+def model_card_metadata(card: VoiceCard) -> str:
+    """``---`` YAML ``---`` as the Hugging Face Hub reads it (``huggingface_hub.ModelCardData``)."""
+    from huggingface_hub import ModelCardData
+
+    peft = card.methods == ["lora"]
+    data = ModelCardData(
+        library_name="peft" if peft else "chorus-tts",
+        pipeline_tag="text-to-speech",
+        license="other",  # the recordings' licence is the voice owner's to state
+        base_model=f"chorus-tts/base-{card.base_model_sha256[:12]}" if card.base_model_sha256 else None,
+        tags=["chorus-tts", "text-to-speech", "voice", *card.methods],
+        chorus_methods=card.methods,
+        chorus_base_model_sha256=card.base_model_sha256,
+        data_minutes=round(card.data_minutes, 2),
+        trainable_parameters=card.trainable_parameters,
+        automatic_transcripts=card.notes.get("automatic_transcripts"),
+    )
+    return f"---\n{data.to_yaml()}\n---"
 
 
 @dataclass
@@ -112,6 +139,15 @@ def _peft_lora_fields(config: LoraConfig) -> dict:
     }
 
 
+def _not_peft(configs: list[MethodConfig], full: bool) -> str:
+    """A peft_type PEFT cannot load, whose text (PEFT's KeyError shows it) says why."""
+    methods = FULL_FINE_TUNING if full else "+".join(c.method for c in configs)
+    return (
+        f"CHORUS ({methods}): a Chorus voice format, not a PEFT adapter; only LoRA voices load in peft. "
+        "Load this one with Chorus: chorus synthesize --voice DIR, or Synthesizer.load_voice(DIR)"
+    )
+
+
 def save_voice(
     folder: str | Path, model: nn.Module, name: str, configs: list[MethodConfig], card: VoiceCard, *, full: bool = False
 ) -> Path:
@@ -120,7 +156,8 @@ def save_voice(
     if full:
         tensors = {**base_state_dict(model), **tensors}
     tensors = {PEFT_PREFIX + key: value.detach().contiguous().cpu() for key, value in tensors.items()}
-    lora = next((c for c in configs if isinstance(c, LoraConfig)), None)
+    # Only a voice that is LoRA and nothing else is a PEFT adapter; PEFT would drop the rest silently.
+    lora = configs[0] if not full and len(configs) == 1 and isinstance(configs[0], LoraConfig) else None
     chorus_section = {
         "format": VOICE_FORMAT,
         "version": VOICE_FORMAT_VERSION,
@@ -132,8 +169,9 @@ def save_voice(
     def write(temp: Path) -> None:
         save_file(tensors, str(temp / WEIGHTS_FILE), metadata={"format": "pt"})
         chorus_section["weights_sha256"] = file_sha256(temp / WEIGHTS_FILE)
-        config = {**(_peft_lora_fields(lora) if lora else {"peft_type": None}), "chorus": chorus_section}
+        config = _peft_lora_fields(lora) if lora else {"peft_type": _not_peft(configs, full)}
         (temp / CONFIG_FILE).write_text(json.dumps(config, indent=2))
+        (temp / CHORUS_FILE).write_text(json.dumps(chorus_section, indent=2))
         (temp / CARD_FILE).write_text(json.dumps(asdict(card), indent=2))
         (temp / "README.md").write_text(card.to_markdown())
 
@@ -156,7 +194,12 @@ def read_voice(folder: str | Path) -> Voice:
     # open (safetensors 0.8, tracemalloc; safetensors issue #369): a server reading voices on demand
     # would grow without bound.
     data = weights_path.read_bytes()
-    section = config.get("chorus")
+    section = config.get("chorus")  # the earlier layout kept it inside adapter_config.json
+    if (folder / CHORUS_FILE).is_file():
+        try:
+            section = json.loads((folder / CHORUS_FILE).read_text())
+        except json.JSONDecodeError as error:
+            raise VoiceError(f"{folder / CHORUS_FILE}: corrupted JSON ({error})") from error
     if section is None:
         configs, base_hash, full = [_lora_from_peft(config, config_path)], None, False
     else:

@@ -51,7 +51,9 @@ def synthesize(
     ),
     text_file: Path | None = typer.Option(None, help="File with one utterance per line."),
     speaker: str | None = typer.Option(
-        None, help="A speaker of the base model, by name or index (default: the model's default speaker)."
+        None,
+        help="A speaker of the base model, by name or index, or a blend such as 'flite-rms(2)+festival-kal(1)' "
+        "(default: the model's default speaker).",
     ),
     voice: Path | None = typer.Option(None, help="An adapted voice folder (from `chorus adapt`) to speak with."),
     out: Path = typer.Option(

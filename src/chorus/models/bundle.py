@@ -25,6 +25,7 @@ from chorus.audio.mel import MelConfig
 from chorus.models import sparse_storage
 from chorus.models.acoustic import AcousticModel, build_model
 from chorus.models.config import AcousticConfig
+from chorus.models.speaker_mix import mix_vector, parse_mix
 from chorus.text import TextFrontEnd
 
 MODEL_FORMAT = "chorus-acoustic"
@@ -52,6 +53,19 @@ class ModelBundle:
             return self.speakers.index(name)
         except ValueError:
             raise KeyError(f"unknown speaker {name!r}; this model has: {', '.join(self.speakers)}") from None
+
+    def speaker_mix(self, spec: str) -> torch.Tensor:
+        """The speaker vector ``[speaker_dim]`` of a blend such as ``"flite-rms(2)+festival-kal(1)"``
+        (:mod:`chorus.models.speaker_mix`); ``KeyError`` for a name that is not a speaker of this model."""
+        parts = []
+        for name, weight in parse_mix(spec):
+            if name not in self.speakers:
+                raise KeyError(
+                    f"speaker blend {spec!r}: {name!r} is not a speaker of this model (blends take base speakers; "
+                    f"an adapted voice cannot be blended): {', '.join(self.speakers)}"
+                )
+            parts.append((self.speakers.index(name), weight))
+        return mix_vector(self.model.speaker_embedding.weight.detach(), parts)
 
     def config_dict(self) -> dict:
         return {

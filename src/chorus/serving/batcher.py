@@ -131,9 +131,18 @@ def check_request(request: Request) -> None:
         raise ValueError(f"speed must be a positive number, got {request.speed!r}")
 
 
-def infer_mels(model, ids: list[list[int]], speakers: list[int], speeds: list[float]) -> list[torch.Tensor]:
-    """One forward: ids per row -> raw log-mel ``[frames, n_mels]`` per row."""
+def infer_mels(
+    model, ids: list[list[int]], speakers: list[int | torch.Tensor], speeds: list[float]
+) -> list[torch.Tensor]:
+    """One forward: ids per row -> raw log-mel ``[frames, n_mels]`` per row. A speaker is a row of the
+    table or a vector ``[speaker_dim]`` (a blend)."""
     device = model.mel_mean.device
+    if any(isinstance(s, torch.Tensor) for s in speakers):
+        table = model.speaker_embedding.weight.detach()
+        vectors = torch.stack([s.to(device) if isinstance(s, torch.Tensor) else table[s] for s in speakers])
+        condition = {"speaker_vectors": vectors}
+    else:
+        condition = {"speaker_ids": torch.tensor(speakers, device=device)}
     lengths = torch.tensor([len(seq) for seq in ids])
     phonemes = torch.zeros(len(ids), int(lengths.max()), dtype=torch.long)
     for row, seq in enumerate(ids):
@@ -145,8 +154,8 @@ def infer_mels(model, ids: list[list[int]], speakers: list[int], speeds: list[fl
         out = model.infer(
             phonemes.to(device),
             lengths.to(device),
-            speaker_ids=torch.tensor(speakers, device=device),
             length_scale=length_scale,
+            **condition,
         )
         mels = model.denormalize_mel(out.mel)
     return [mels[row, : int(mask.sum())].clone() for row, mask in enumerate(out.frame_mask)]
@@ -181,7 +190,7 @@ def _forward(
 ) -> tuple[list[torch.Tensor], str]:
     """The batch's mels and the path taken; the caller holds the engine lock."""
     model = engine.model
-    speakers = [h.speaker_id for h in handles]
+    speakers = [h.speaker_id if h.speaker_vector is None else h.speaker_vector for h in handles]
     adapters = list(dict.fromkeys(h.adapter for h in handles))
     if adapters == [None]:
         with active_adapter(model, None):

@@ -31,6 +31,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import torch
+
 from chorus.adapters.inject import (
     adapter_layers,
     adapter_names,
@@ -39,6 +41,7 @@ from chorus.adapters.inject import (
 )
 from chorus.adapters.voice import Voice, VoiceError, apply_voice, read_voice
 from chorus.models.bundle import ModelBundle
+from chorus.models.speaker_mix import is_mix
 from chorus.synthesis import Synthesizer, load_base
 
 DEFAULT_CACHE_BYTES = 64 << 20
@@ -66,6 +69,7 @@ class VoiceHandle:
     adapter: str | None
     speaker_id: int
     mergeable: bool = False
+    speaker_vector: torch.Tensor | None = None  # a blend of speakers (``"a(2)+b(1)"``) instead of a row
 
 
 @dataclass
@@ -172,7 +176,16 @@ class Engine:
         return self.bundle.mel_config.sample_rate
 
     def is_speaker(self, voice_id: str) -> bool:
-        return voice_id in self._speaker_ids
+        """A speaker of the base, or a valid blend of them (``"flite-rms(2)+festival-kal(1)"``)."""
+        if voice_id in self._speaker_ids:
+            return True
+        if not is_mix(voice_id):
+            return False
+        try:
+            self.bundle.speaker_mix(voice_id)
+        except (KeyError, ValueError):
+            return False
+        return True
 
     def resident(self) -> list[str]:
         """Adapted voices loaded in the model, least recently used first."""
@@ -274,8 +287,10 @@ class Engine:
     # -- serving -------------------------------------------------------------------------------
     def handle(self, voice_id: str) -> VoiceHandle:
         """The handle of a speaker or a *resident* adapted voice (no loading, no counting)."""
-        if self.is_speaker(voice_id):
+        if voice_id in self._speaker_ids:
             return VoiceHandle(voice_id, None, self._speaker_ids[voice_id])
+        if self.is_speaker(voice_id):  # a blend
+            return VoiceHandle(voice_id, None, self._default_speaker, speaker_vector=self.bundle.speaker_mix(voice_id))
         with self.lock:
             entry = self._cache.get(voice_id)
             if entry is None:

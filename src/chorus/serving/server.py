@@ -9,6 +9,7 @@ import time
 
 from fastapi import Request
 
+from chorus.models.speaker_mix import is_mix
 from chorus.serving.batcher import Batcher, SpeechQueue
 from chorus.serving.engine import Engine
 from chorus.serving.errors import ApiError, voice_not_found
@@ -127,6 +128,11 @@ class VoiceServer:
         """What to ask the engine for: a speaker name or the key of the tenant's ready voice."""
         if self.engine.is_speaker(voice_id):
             return voice_id
+        if is_mix(voice_id):
+            try:
+                self.engine.bundle.speaker_mix(voice_id)
+            except (KeyError, ValueError) as error:
+                raise ApiError(400, str(error.args[0]), param="voice", code="invalid_blend") from None
         if voice_id in self.aliases:
             try:  # the tenant's own voice of that id comes first
                 record = self.store.voice(tenant, voice_id)

@@ -1,7 +1,7 @@
 """The voice store of the multi-tenant server: voice and job metadata in SQLite, adapter folders as blobs.
 
     <root>/<tenant>/<voice_id>/          one committed voice
-      adapter_config.json, adapter_model.safetensors, voice_card.json, README.md
+      adapter_config.json, chorus_voice.json, adapter_model.safetensors, voice_card.json, README.md
       COMMITTED.json                     written last: sha256 and size of every file above
     <root>/<tenant>/.upload-<voice_id>-<token>/    an upload in progress (removed by ``recover``)
 
@@ -42,6 +42,7 @@ from fsspec.implementations.local import LocalFileSystem
 
 from chorus.adapters.voice import (
     CARD_FILE,
+    CHORUS_FILE,
     CONFIG_FILE,
     WEIGHTS_FILE,
     VoiceError,
@@ -56,7 +57,7 @@ MARKER_FORMAT = "chorus-voice-blob"
 UPLOAD_PREFIX = ".upload-"
 # Everything a voice folder may hold. Weights are only ever safetensors: a pickle (.bin, .pt, ...)
 # runs code when loaded, so a folder carrying one is refused rather than skipped.
-VOICE_FILES = frozenset({CONFIG_FILE, WEIGHTS_FILE, CARD_FILE, "README.md"})
+VOICE_FILES = frozenset({CONFIG_FILE, CHORUS_FILE, WEIGHTS_FILE, CARD_FILE, "README.md"})
 REQUIRED_FILES = frozenset({CONFIG_FILE, WEIGHTS_FILE})
 PICKLE_SUFFIXES = frozenset({".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt"})
 SCHEMA_VERSION = 1
