@@ -422,6 +422,17 @@ def test_models_voices_and_openai_voice_aliases(tenants_app, adapter_folders):
         store.delete_voice("globex", "nova")
 
 
+def test_ssml_breaks_in_speech_whole_and_streamed(tenants_app):
+    client, _ = tenants_app
+    plain = speak(client, input="Hello there. Good day.", response_format="pcm", sample_rate=22050).content
+    ssml = '<speak>Hello there. <break time="1s"/>Good day.</speak>'
+    whole = speak(client, input=ssml, response_format="pcm", sample_rate=22050).content
+    assert len(whole) - len(plain) == 2 * 22050  # one second more, exactly
+    streamed = speak(client, input=ssml, response_format="wav")  # several pieces: streamed
+    assert (len(streamed.content) - 44) == len(whole)
+    assert_error(speak(client, input="<speak><emphasis>Hi</emphasis></speak>"), 400, "<emphasis> is not supported")
+
+
 def test_a_blend_of_speakers_is_a_voice(tenants_app):
     client, _ = tenants_app
     blend = speak(client, voice="m3(2)+f2(1)")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import warnings
 
 import pytest
@@ -277,3 +278,41 @@ def test_timestamps_share_a_merged_group_among_its_words() -> None:
     assert captions(words, "vtt", words_per_caption=3) == (
         "WEBVTT\n\n00:00:00.000 --> 00:00:00.110\nthe depth of\n\n00:00:00.110 --> 00:00:00.170\na well\n"
     )
+
+
+def test_ssml_subset_is_read_and_the_rest_refused() -> None:
+    from chorus.text.sentences import speech_pieces
+    from chorus.text.ssml import Pause, SsmlError
+
+    pieces = speech_pieces(
+        '<speak>Hello. <break time="700ms"/>Call <say-as interpret-as="telephone">555-1234</say-as> on '
+        '<say-as interpret-as="date" format="mdy">3/5/2024</say-as>. <s>It is <sub alias="doctor">Dr.</sub> '
+        '<phoneme alphabet="ipa" ph="kˈɔːɹəs">Chorus</phoneme>.</s><break strength="strong"/>'
+        '<say-as interpret-as="characters">ABC</say-as> and <say-as interpret-as="ordinal">3</say-as>.</speak>'
+    )
+    assert pieces == [
+        "Hello.",
+        Pause(0.7),
+        "Call five five five, one two three four on 2024-03-05.",
+        "It is doctor [[kˈɔːɹəs]].",
+        Pause(0.7),
+        "A B C and third.",
+    ]
+    for bad, message in [
+        ('<speak><prosody rate="slow">Hi</prosody></speak>', "<prosody> is not supported"),
+        ('<speak><break time="fast"/>Hi</speak>', "give milliseconds or seconds"),
+        ('<speak><say-as interpret-as="cardinal">ten</say-as></speak>', "is not a number"),
+        ('<speak><phoneme alphabet="x-sampa" ph="a">a</phoneme></speak>', "only 'ipa'"),
+        ("<speak>Hi", "does not parse"),
+    ]:
+        with pytest.raises(SsmlError, match=re.escape(message)):
+            speech_pieces(bad)
+
+
+def test_inline_phonemes_pass_through_to_the_model() -> None:
+    front_end = TextFrontEnd()
+    assert front_end.to_phonemes(["Say [[tʃˈɔːɹəs]] now."]) == [
+        front_end.to_phonemes(["Say"])[0] + " tʃˈɔːɹəs " + front_end.to_phonemes(["now."])[0]
+    ]
+    words, alone = front_end.words("Say [[tʃˈɔːɹəs]] now.")
+    assert words == ["Say", "tʃˈɔːɹəs", "now"] and alone[1] == "tʃˈɔːɹəs"

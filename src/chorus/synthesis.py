@@ -26,9 +26,9 @@ from chorus.audio.vocoders import Vocoder, load_vocoder
 from chorus.models.acoustic import AcousticModel
 from chorus.models.bundle import ModelBundle, load_bundle
 from chorus.models.speaker_mix import is_mix
-from chorus.text import normalize_text
-from chorus.text.sentences import split_sentences
-from chorus.text.timestamps import Timestamp, spoken_words, timestamps
+from chorus.text.sentences import speech_pieces
+from chorus.text.ssml import Pause
+from chorus.text.timestamps import Timestamp, timestamps
 
 ASSETS = Path(__file__).parent / "assets"
 DEFAULT_BASE = ASSETS / "base"
@@ -181,9 +181,8 @@ class Synthesizer:
             audio = audio * (0.99 / peak)
         elapsed = time.perf_counter() - started
         config = self.bundle.mel_config
-        spoken = spoken_words(normalize_text(text))
         # espeak reads some words as one group; each word phonemized alone lets a group be shared out.
-        alone = self.bundle.front_end.to_phonemes(spoken) if spoken else []
+        spoken, alone = self.bundle.front_end.words(text)
         words, phonemes = timestamps(symbols, frames, config.hop_length / config.sample_rate, spoken, alone)
         resolved = self.resolve_speaker(speaker)
         name = voice or (resolved if isinstance(resolved, str) else self.speakers[resolved])
@@ -197,9 +196,15 @@ class Synthesizer:
         voice: str | None = None,
         max_chars: int = 300,
     ) -> Iterator[SynthesisResult]:
-        """One result per sentence of ``text``, each as soon as it is made (timestamps from its own start)."""
-        for sentence in split_sentences(text, max_chars):
-            yield self._sentence(sentence, speaker, length_scale, voice)
+        """One result per sentence of ``text``, each as soon as it is made (timestamps from its own start).
+        SSML (text starting with ``<speak``, :mod:`chorus.text.ssml`) is read too: a ``<break>`` comes as
+        a result of silence (``text`` empty)."""
+        for piece in speech_pieces(text, max_chars):
+            if isinstance(piece, Pause):
+                silence = np.zeros(int(round(piece.seconds * self.sample_rate)), dtype=np.float32)
+                yield SynthesisResult(silence, self.sample_rate, 0.0, "")
+            else:
+                yield self._sentence(piece, speaker, length_scale, voice)
 
     def synthesize(
         self,
@@ -216,10 +221,17 @@ class Synthesizer:
             raise ValueError(f"sentence_silence must be >= 0 seconds, got {sentence_silence}")
         gap = np.zeros(int(round(sentence_silence * self.sample_rate)), dtype=np.float32)
         parts, words, phonemes, seconds, offset, name = [], [], [], 0.0, 0, ""
+        after_pause = True  # no sentence silence before the first sentence, nor after an SSML break
         for result in self.stream(text, speaker, length_scale, voice):
-            if parts:
+            if not result.text:  # an SSML break: its own silence instead of the sentence silence
+                parts.append(result.audio)
+                offset += len(result.audio)
+                after_pause = True
+                continue
+            if not after_pause:
                 parts.append(gap)
                 offset += len(gap)
+            after_pause = False
             shift = offset / self.sample_rate
             words += [w.shifted(shift) for w in result.words]
             phonemes += [p.shifted(shift) for p in result.phonemes]
@@ -227,6 +239,8 @@ class Synthesizer:
             offset += len(result.audio)
             seconds += result.seconds
             name = result.speaker
+        if not name:
+            raise ValueError(f"nothing speakable in text {text[:80]!r}")
         return SynthesisResult(np.concatenate(parts), self.sample_rate, seconds, name, words, phonemes, text)
 
 

@@ -87,7 +87,8 @@ from chorus.serving.tenants import OPERATOR_TENANT, Tenants, check_bind
 from chorus.serving.uploads import UploadError, UploadLimits, parse_transcripts, prepare_archive, prepare_clips
 from chorus.serving.voice_keys import resolve_voice_key
 from chorus.serving.worker import JobRunner, OnboardingJob
-from chorus.text.sentences import split_sentences
+from chorus.text.sentences import speech_pieces
+from chorus.text.ssml import Pause, SsmlError
 
 log = logging.getLogger("chorus.serving.api")
 
@@ -235,23 +236,39 @@ def create_app(
         batcher = server.batcher
         if not server.started:
             raise ApiError(503, "the server is starting", type="server_error")
-        chunks = split_sentences(body.input, settings.max_chunk_chars)
+        try:
+            pieces = speech_pieces(body.input, settings.max_chunk_chars)
+        except SsmlError as error:
+            raise ApiError(400, str(error), param="input", code="unsupported_ssml") from None
+        chunks = [p for p in pieces if isinstance(p, str)]
+        if not chunks:
+            raise ApiError(400, "'input' has nothing to speak, only pauses", param="input")
+        first_index = next(i for i, p in enumerate(pieces) if isinstance(p, str))
         rate = engine.sample_rate
         audio_format = body.response_format
         out_rate = output_rate(audio_format, body.sample_rate or (PCM_RATE if audio_format == "pcm" else rate))
         server.metrics.characters.inc(len(body.input))
         headers = {"X-Sample-Rate": str(out_rate), "Cache-Control": "no-store"}
         media_type = CONTENT_TYPES[audio_format]
+
+        def silence(pause: Pause) -> np.ndarray:
+            return np.zeros(int(round(pause.seconds * rate)), dtype=np.float32)
+
         # The first chunk is awaited before any byte is sent, so a bad voice or text is a clean 4xx.
         try:
             first = await batcher.synthesize_async(chunks[0], voice_key, body.speed)
         except Exception as error:  # noqa: BLE001 - mapped to a status and a message
             raise synthesis_error(error, body.voice) from None
-        if body.stream_format == "audio" and (len(chunks) == 1 or not FORMATS[audio_format].streams):
-            audio = [first.audio]
+        if body.stream_format == "audio" and (len(pieces) == 1 or not FORMATS[audio_format].streams):
+            audio = []
             try:
-                for chunk in chunks[1:]:
-                    audio.append((await batcher.synthesize_async(chunk, voice_key, body.speed)).audio)
+                for index, piece in enumerate(pieces):
+                    if isinstance(piece, Pause):
+                        audio.append(silence(piece))
+                    elif index == first_index:
+                        audio.append(first.audio)
+                    else:
+                        audio.append((await batcher.synthesize_async(piece, voice_key, body.speed)).audio)
             except Exception as error:  # noqa: BLE001
                 raise synthesis_error(error, body.voice) from None
             whole = np.concatenate(audio)
@@ -264,11 +281,13 @@ def create_app(
         async def audio_bytes():
             """The file's bytes as each sentence is made: one encoder over the whole text."""
             encoder = AudioStream(audio_format, rate, out_rate)
+            pending = iter(futures)
             try:
-                yield encoder.write(first.audio)
-                server.metrics.audio_seconds.inc(first.duration)
-                for future in futures:
-                    result = await asyncio.wrap_future(future)
+                for index, piece in enumerate(pieces):
+                    if isinstance(piece, Pause):
+                        yield encoder.write(silence(piece))
+                        continue
+                    result = first if index == first_index else await asyncio.wrap_future(next(pending))
                     server.metrics.audio_seconds.inc(result.duration)
                     yield encoder.write(result.audio)
                 yield encoder.close()

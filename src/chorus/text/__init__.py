@@ -1,17 +1,22 @@
 """Text front end: normalize -> phonemize (espeak-ng IPA) -> symbol ids.
 
 Training and inference both call :meth:`TextFrontEnd.encode`, so text is always processed the same
-way; the symbol table travels inside each checkpoint.
+way; the symbol table travels inside each checkpoint. Phonemes written inline as ``[[ ... ]]`` (IPA,
+as espeak-ng writes it) pass through as they are, for names and words the phonemizer gets wrong.
 """
 
 from __future__ import annotations
 
+import re
 import warnings
 from dataclasses import dataclass, field
 
 from chorus.text.normalize import UnknownCharacterWarning, normalize_text
 from chorus.text.phonemize import phonemize
 from chorus.text.symbols import SymbolTable
+from chorus.text.timestamps import spoken_words
+
+_INLINE_PHONEMES = re.compile(r"\[\[(.*?)\]\]", re.DOTALL)
 
 __all__ = ["TextFrontEnd", "SymbolTable", "normalize_text", "phonemize", "UnknownCharacterWarning"]
 
@@ -22,7 +27,40 @@ class TextFrontEnd:
     language: str = "en-us"
 
     def to_phonemes(self, texts: list[str]) -> list[str]:
-        return phonemize([normalize_text(t) for t in texts], self.language)
+        if not any("[[" in t for t in texts):
+            return phonemize([normalize_text(t) for t in texts], self.language)
+        return [self._with_inline_phonemes(t) for t in texts]
+
+    def _with_inline_phonemes(self, text: str) -> str:
+        """Text pieces normalized and phonemized, ``[[ ... ]]`` pieces kept, joined by spaces."""
+        pieces = _INLINE_PHONEMES.split(text)  # even indices: text; odd: phonemes
+        spoken = [normalize_text(p) for p in pieces[0::2]]
+        said = iter(phonemize([s for s in spoken if s], self.language))
+        out = []
+        for index, piece in enumerate(pieces):
+            if index % 2:
+                out.append(" ".join(piece.split()))
+            elif spoken[index // 2]:
+                out.append(next(said))
+        return " ".join(p for p in out if p)
+
+    def words(self, text: str) -> tuple[list[str], list[str]]:
+        """The words of ``text`` as they are read, each with its phonemes read alone (for timestamps):
+        normalized words, and inline ``[[ ... ]]`` phonemes labelled by themselves."""
+        pieces = _INLINE_PHONEMES.split(text)  # even indices: text; odd: phonemes
+        plain = {i: spoken_words(normalize_text(p, warn=False)) for i, p in enumerate(pieces) if not i % 2}
+        flat = [word for words in plain.values() for word in words]
+        said = iter(phonemize(flat, self.language) if flat else [])
+        words: list[str] = []
+        alone: list[str] = []
+        for index, piece in enumerate(pieces):
+            if index % 2:
+                words += piece.split()
+                alone += piece.split()
+            else:
+                words += plain[index]
+                alone += [next(said) for _ in plain[index]]
+        return words, alone
 
     def encode(self, texts: list[str]) -> list[list[int]]:
         """Symbol ids for each text. Characters without an id are dropped with one warning.

@@ -10,6 +10,8 @@ from __future__ import annotations
 import functools
 import re
 
+from chorus.text.ssml import Pause, is_ssml, parse_ssml
+
 _LINE_BREAK = re.compile(r"\s*\n\s*")
 
 
@@ -50,3 +52,14 @@ def split_sentences(text: str, max_chars: int = 300) -> list[str]:
         if sentence:
             chunks.append(sentence)
     return chunks or [text.strip()]
+
+
+def speech_pieces(text: str, max_chars: int = 300) -> list[str | Pause]:
+    """What to read, in order: the chunks of plain text, or of SSML (text starting with ``<speak``)
+    its text's chunks and its ``<break>`` pauses (:mod:`chorus.text.ssml`; raises ``SsmlError``)."""
+    if not is_ssml(text):
+        return split_sentences(text, max_chars)
+    pieces: list[str | Pause] = []
+    for piece in parse_ssml(text):
+        pieces += [piece] if isinstance(piece, Pause) else split_sentences(piece, max_chars)
+    return pieces
