@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 
@@ -194,3 +195,42 @@ def test_cli_adapt_errors_are_clear(tiny_base, new_voice_data, tmp_path):
         app, ["synthesize", "--text", "Hi.", "--voice", str(tmp_path / "nope"), "--model", str(tiny_base)]
     )
     assert missing.exit_code == 2 and "not a voice folder" in missing.output
+
+
+def test_split_at_silences_cuts_long_recordings_into_clips():
+    from chorus.training.transcripts import split_at_silences
+
+    rate = 16_000
+    tone = 0.3 * np.sin(2 * np.pi * 220 * np.arange(int(2.0 * rate)) / rate).astype(np.float32)
+    pause = np.zeros(rate, dtype=np.float32)
+    clips = split_at_silences(np.concatenate([tone, pause, tone, pause, tone]), rate, max_seconds=3.0)
+    assert len(clips) == 3 and all(1.9 < len(c) / rate < 2.5 for c in clips)
+    long = np.concatenate([tone] * 5)  # 10 s without a pause: cut at most every 3 s
+    assert all(len(c) / rate <= 3.0 + 0.2 for c in split_at_silences(long, rate, max_seconds=3.0))
+
+
+def test_adapt_transcribes_recordings_without_transcripts(tiny_base, new_voice_data, tmp_path):
+    """Two long recordings (an mp3 and an m4a-like aac, no metadata.csv): cut at silences, transcribed by
+    Whisper, adapted; the card says the transcripts were automatic."""
+    from chorus.audio.encode import encode_whole
+    from chorus.audio.io import load_audio
+
+    recordings = tmp_path / "recordings"
+    recordings.mkdir()
+    wavs = sorted((new_voice_data / "wavs").glob("*.wav"))  # about 35 s
+    gap = np.zeros(11025, dtype=np.float32)
+    half = len(wavs) // 2
+    for name, chunk in [("one.mp3", wavs[:half]), ("two.aac", wavs[half:])]:
+        audio = np.concatenate([np.concatenate([load_audio(w), gap]) for w in chunk])
+        (recordings / name).write_bytes(encode_whole(audio, 22050, name.split(".")[1]))
+    voice = tmp_path / "voices" / "auto"
+    result = runner.invoke(
+        app,
+        ["adapt", str(recordings), "--out", str(voice), "--steps", "2", "--threads", "1", "--model", str(tiny_base)],
+    )
+    assert result.exit_code == 0, result.output
+    assert "transcribed by Whisper" in result.output
+    card = json.loads((voice / "voice_card.json").read_text())
+    automatic, _, clips = card["notes"]["automatic_transcripts"].partition(" of ")
+    assert int(automatic) == int(clips.split()[0]) >= 4  # every clip, cut from two recordings
+    assert "automatic_transcripts" in (voice / "README.md").read_text()  # in the model-card metadata too

@@ -700,6 +700,21 @@ def test_onboarding_end_to_end_single_tenant(tiny_base, new_voice_data, tmp_path
     assert not [p for p in (tmp_path / "store" / ".jobs").iterdir() if p.is_dir()]  # job files removed
 
 
+def test_onboarding_without_transcripts_transcribes_with_whisper(tiny_base, new_voice_data, tmp_path):
+    app, store = make_app(tiny_base, tmp_path / "store")
+    files, _ = clip_files(new_voice_data)
+    with TestClient(app) as client:
+        created = client.post("/v1/voices", files=files, data={"name": "Untold", "consent": CONSENT})
+        assert created.status_code == 202, created.text
+        history = wait_for_job(client, created.json()["id"], {})
+        assert history[-1]["status"] == "done", history[-1]
+        assert decode(speak(client, {}, voice="untold").content)[1] == 22050
+        card = json.loads((store.get_voice("default", "untold") / "voice_card.json").read_text())
+    automatic, _, clips = card["notes"]["automatic_transcripts"].partition(" of ")
+    # Every clip's transcript is Whisper's; a clip in which it hears no word is left out.
+    assert int(automatic) == int(clips.split()[0]) >= 14
+
+
 def test_a_job_reports_the_training_steps_as_its_progress(tiny_base, new_voice_data, tmp_path):
     """Progress is adapt's own count (steps done of the recipe's at most), not a guess from elapsed time."""
     store = VoiceStore(str(tmp_path / "store"))
@@ -1117,8 +1132,16 @@ def test_every_route_keeps_tenants_apart(tiny_base, adapter_folders, new_voice_d
         ids = {v["id"] for v in response.json()["data"]}
         assert response.status_code == 200 and not ids & {"bob", "pending"}, ids
 
+    def no_acme_voice(response):
+        assert response.status_code == 200 and not {"bob", "pending"} & set(response.json()["voices"])
+
     matrix = {
         ("POST", "/v1/audio/speech"): (lambda: speak(client, GLOBEX, voice="bob"), 404),
+        ("GET", "/v1/audio/voices"): (lambda: client.get("/v1/audio/voices", headers=GLOBEX), no_acme_voice),
+        ("GET", "/v1/models"): (
+            lambda: client.get("/v1/models", headers=GLOBEX),
+            lambda response: response.status_code == 200,  # the same for every tenant: nothing of acme's
+        ),
         ("GET", "/v1/voices"): (lambda: client.get("/v1/voices", headers=GLOBEX), not_listed),
         ("GET", "/v1/voices/{voice_id}"): (lambda: client.get("/v1/voices/pending", headers=GLOBEX), 404),
         ("DELETE", "/v1/voices/{voice_id}"): (lambda: client.delete("/v1/voices/bob", headers=GLOBEX), 404),

@@ -282,3 +282,17 @@ def test_a_failing_batched_forward_is_retried_row_by_row(tiny_base, voices, refe
     for request, result in zip([requests[0], requests[2]], [results[0], results[2]]):
         assert result.batch_size == 1
         assert_same_as_alone(reference, request, result)
+
+
+def test_blends_beside_adapted_voices_keep_each_voices_speaker_vector(tiny_base, voices, reference):
+    """v0 and v2 carry their own speaker vector: a blend in the same batch must not replace it."""
+    engine = make_engine(tiny_base, voices)
+    requests = [Request(TEXTS[0], "m3(2)+f2(1)"), Request(TEXTS[1], "v0"), Request(TEXTS[2], "v2")]
+    results = synthesize_batch(engine, requests)
+    assert [r.path for r in results] == ["split"] * 3
+    for request, result in zip(requests[1:], results[1:]):
+        assert_same_as_alone(reference, request, result)
+    blend_alone = synthesize_batch(engine, requests[:1])[0]
+    assert blend_alone.path == "base" and torch.allclose(results[0].mel, blend_alone.mel, atol=1e-5)
+    expected = reference.mel([TEXTS[0]], speaker="m3(2)+f2(1)")[0]
+    torch.testing.assert_close(blend_alone.mel, expected, atol=1e-5, rtol=1e-4)

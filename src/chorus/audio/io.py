@@ -29,7 +29,11 @@ def load_audio(path: str | os.PathLike, sample_rate: int = SAMPLE_RATE) -> np.nd
     try:
         audio, rate = sf.read(str(path), dtype="float32", always_2d=True)
     except (sf.LibsndfileError, RuntimeError, OSError) as error:  # OSError: e.g. no read permission
-        raise AudioError(f"{path}: unreadable audio ({error})") from error
+        # libsndfile reads WAV, FLAC, Ogg and MP3; AAC/M4A/WebM go through FFmpeg's decoders (PyAV).
+        decoded = _decode_with_av(path)
+        if decoded is None:
+            raise AudioError(f"{path}: unreadable audio ({error})") from error
+        audio, rate = decoded
     # Float WAVs can hold NaN/inf, which would turn every loss downstream into NaN.
     if not np.isfinite(audio).all():
         raise AudioError(f"{path}: audio contains NaN or infinite samples")
@@ -37,6 +41,25 @@ def load_audio(path: str | os.PathLike, sample_rate: int = SAMPLE_RATE) -> np.nd
     if rate != sample_rate and mono.size:
         mono = soxr.resample(mono, rate, sample_rate, quality="HQ")
     return np.ascontiguousarray(mono, dtype=np.float32)
+
+
+def _decode_with_av(path: Path) -> tuple[np.ndarray, int] | None:
+    """``([samples, 1] float32, rate)`` of any file FFmpeg decodes, or None."""
+    try:
+        import av
+
+        with av.open(str(path)) as container:
+            stream = container.streams.audio[0]
+            rate = stream.rate
+            resampler = av.AudioResampler(format="flt", layout="mono", rate=rate)
+            chunks = [
+                out.to_ndarray().reshape(-1) for frame in container.decode(stream) for out in resampler.resample(frame)
+            ]
+    except Exception:  # noqa: BLE001 - any decoder failure means: not audio we can read
+        return None
+    if not chunks:
+        return None
+    return np.concatenate(chunks)[:, None].astype(np.float32), rate
 
 
 def save_audio(path: str | os.PathLike, audio: np.ndarray, sample_rate: int = SAMPLE_RATE) -> None:

@@ -38,7 +38,7 @@ def normalize_for_scoring(text: str) -> str:
     a space.
 
     >>> normalize_for_scoring("Dr. Smith's 2 cats, at 5 p.m.!")
-    'doctor smiths two cats at five pm'
+    'doctor smiths two cats at five p m'
     """
     text = normalize_text(text, warn=False).lower()
     text = _acronym_period_re.sub("", text).replace("'", "")

@@ -65,7 +65,14 @@ class ModelBundle:
                     f"an adapted voice cannot be blended): {', '.join(self.speakers)}"
                 )
             parts.append((self.speakers.index(name), weight))
-        return mix_vector(self.model.speaker_embedding.weight.detach(), parts)
+        return mix_vector(self.speaker_table(), parts)
+
+    def speaker_table(self) -> torch.Tensor:
+        """The base's speaker vectors ``[n_speakers, speaker_dim]``, under any adapter wrapping the table."""
+        table = self.model.speaker_embedding
+        while hasattr(table, "base_layer"):  # an adapter's wrapper (chorus.adapters.layer.AdapterLayer)
+            table = table.base_layer
+        return table.weight.detach()
 
     def config_dict(self) -> dict:
         return {

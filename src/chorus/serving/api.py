@@ -14,7 +14,8 @@ are the models of :mod:`chorus.serving.schemas`, shown at ``/docs``):
 * ``GET /v1/voices``, ``GET /v1/voices/{id}``, ``DELETE /v1/voices/{id}`` -- the tenant's voices
   (with status) and the base's speakers.
 * ``POST /v1/voices`` -- onboarding: multipart ``name``, ``consent``, optional ``id``, then either
-  files ``clips`` + field ``transcripts`` or one ``archive`` (LJSpeech-style zip); answers 202 with
+  files ``clips`` + field ``transcripts`` (without it, the job transcribes the clips with Whisper)
+  or one ``archive`` (LJSpeech-style zip); answers 202 with
   the job. ``GET /v1/jobs/{id}`` -- its status, progress and error; ``POST /v1/jobs/{id}/cancel`` stops
   it (training stops within about a second; deleting the voice does the same).
 * ``GET /healthz``; ``GET /metrics`` (Prometheus).
@@ -417,8 +418,9 @@ def create_app(
                 )
             upload_dir = server.jobs.new_upload_dir()
             if clips:
-                text = _form_text(form, "transcripts", True, limits.max_clips * (limits.max_transcript_chars + 300))
-                transcripts = parse_transcripts(text)
+                text = _form_text(form, "transcripts", False, limits.max_clips * (limits.max_transcript_chars + 300))
+                # Without transcripts the job transcribes the clips with Whisper (long ones cut at silences).
+                transcripts = parse_transcripts(text) if text is not None else None
                 files = [await _read_upload(clip, limits) for clip in clips]
                 prepared = await run_in_threadpool(prepare_clips, files, transcripts, upload_dir / "voice", limits)
             else:

@@ -64,7 +64,8 @@ class ServedResult(SynthesisResult):
     """A :class:`~chorus.synthesis.SynthesisResult` (``speaker`` is the voice id) plus how it was made.
 
     ``mel``: the raw log-mel ``[frames, n_mels]``; ``batch_size``: rows in its forward; ``path``:
-    ``"base"``, ``"active"``, ``"merged"`` or ``"bank"``; ``seconds``: from submission to result.
+    ``"base"``, ``"active"``, ``"merged"``, ``"bank"`` or ``"split"`` (blends of speakers beside adapted
+    voices: two forwards); ``seconds``: from submission to result.
     """
 
     mel: torch.Tensor | None = None
@@ -138,9 +139,9 @@ def infer_mels(
     table or a vector ``[speaker_dim]`` (a blend)."""
     device = model.mel_mean.device
     if any(isinstance(s, torch.Tensor) for s in speakers):
-        table = model.speaker_embedding.weight.detach()
-        vectors = torch.stack([s.to(device) if isinstance(s, torch.Tensor) else table[s] for s in speakers])
-        condition = {"speaker_vectors": vectors}
+        if not all(isinstance(s, torch.Tensor) for s in speakers):
+            raise ValueError("a forward takes speaker rows or blend vectors, not both")
+        condition = {"speaker_vectors": torch.stack([s.to(device) for s in speakers])}
     else:
         condition = {"speaker_ids": torch.tensor(speakers, device=device)}
     lengths = torch.tensor([len(seq) for seq in ids])
@@ -190,7 +191,23 @@ def _forward(
 ) -> tuple[list[torch.Tensor], str]:
     """The batch's mels and the path taken; the caller holds the engine lock."""
     model = engine.model
-    speakers = [h.speaker_id if h.speaker_vector is None else h.speaker_vector for h in handles]
+    blends = [row for row, h in enumerate(handles) if h.speaker_vector is not None]
+    if blends and len(blends) < len(handles):
+        # Blends feed vectors instead of table rows, which would bypass an adapted voice's own speaker
+        # vector: they run as a forward of their own, on the bare base.
+        rest = [row for row in range(len(handles)) if row not in set(blends)]
+        mels: list[torch.Tensor | None] = [None] * len(handles)
+        for rows in (blends, rest):
+            part, path = _forward(
+                engine, [handles[r] for r in rows], [ids[r] for r in rows], [speeds[r] for r in rows], merge
+            )
+            for row, mel in zip(rows, part):
+                mels[row] = mel
+        return mels, "split"
+    if blends:
+        with active_adapter(model, None):
+            return infer_mels(model, ids, [h.speaker_vector for h in handles], speeds), "base"
+    speakers = [h.speaker_id for h in handles]
     adapters = list(dict.fromkeys(h.adapter for h in handles))
     if adapters == [None]:
         with active_adapter(model, None):

@@ -111,8 +111,11 @@ class _DatasetWriter:
         self.ids.add(candidate.lower())
         return candidate
 
-    def add(self, name: str, data: bytes, text: str) -> None:
+    def add(self, name: str, data: bytes, text: str | None) -> None:
+        """One clip; ``text`` None: no transcript (the onboarding job transcribes it, and a long
+        recording is cut at its silences there, so it may last up to the upload's whole budget)."""
         limits = self.limits
+        longest = limits.max_total_seconds if text is None else limits.max_clip_seconds
         label = _basename(name)[:100] or "clip"
         if len(self.lines) >= limits.max_clips:
             raise UploadError(f"too many clips: at most {limits.max_clips}", 413)
@@ -120,10 +123,10 @@ class _DatasetWriter:
             raise UploadError(f"{label}: {len(data)} bytes; a clip may have at most {limits.max_clip_bytes}", 413)
         if not data:
             raise UploadError(f"{label}: empty file (zero-length audio)")
-        text = " ".join(text.replace("|", " ").split())
-        if not text:
+        text = None if text is None else " ".join(text.replace("|", " ").split())
+        if text == "":
             raise UploadError(f"{label}: empty transcript")
-        if len(text) > limits.max_transcript_chars:
+        if text is not None and len(text) > limits.max_transcript_chars:
             raise UploadError(f"{label}: transcript of {len(text)} characters; at most {limits.max_transcript_chars}")
         try:
             info = sf.info(io.BytesIO(data))
@@ -134,10 +137,8 @@ class _DatasetWriter:
                 f"{label}: sample rate {info.samplerate} Hz outside {limits.min_sample_rate}-"
                 f"{limits.max_sample_rate} Hz"
             )
-        if info.frames > limits.max_clip_seconds * info.samplerate:  # refused before decoding it all
-            raise UploadError(
-                f"{label}: {info.frames / info.samplerate:.1f} s; a clip may last at most {limits.max_clip_seconds:g} s"
-            )
+        if info.frames > longest * info.samplerate:  # refused before decoding it all
+            raise UploadError(f"{label}: {info.frames / info.samplerate:.1f} s; a clip may last at most {longest:g} s")
         try:
             audio, rate = sf.read(io.BytesIO(data), dtype="float32", always_2d=True)
         except Exception:  # noqa: BLE001
@@ -146,8 +147,8 @@ class _DatasetWriter:
             raise UploadError(f"{label}: zero-length audio")
         mono = audio.mean(axis=1)
         seconds = len(mono) / rate
-        if seconds > limits.max_clip_seconds:
-            raise UploadError(f"{label}: {seconds:.1f} s; a clip may last at most {limits.max_clip_seconds:g} s")
+        if seconds > longest:
+            raise UploadError(f"{label}: {seconds:.1f} s; a clip may last at most {longest:g} s")
         if seconds < limits.min_clip_seconds:
             raise UploadError(f"{label}: {seconds:.2f} s; a clip must last at least {limits.min_clip_seconds:g} s")
         if not np.isfinite(mono).all():
@@ -165,7 +166,7 @@ class _DatasetWriter:
         sf.write(wav, pcm, rate, format="WAV", subtype="PCM_16")
         (self.folder / "wavs" / f"{utt_id}.wav").write_bytes(wav.getvalue())
         self.digest.update(pcm.tobytes())
-        self.lines.append(f"{utt_id}|{text}")
+        self.lines.append(f"{utt_id}|{text or ''}")  # an empty text: transcribed by the job
 
     def finish(self) -> PreparedUpload:
         if not self.lines:
@@ -181,16 +182,22 @@ class _DatasetWriter:
 
 def prepare_clips(
     clips: list[tuple[str, bytes]],
-    transcripts: dict[str, str],
+    transcripts: dict[str, str] | None,
     folder: str | Path,
     limits: UploadLimits = UploadLimits(),
 ) -> PreparedUpload:
     """Write uploaded ``(filename, bytes)`` clips with their transcripts (keyed by file name or stem)
-    as an LJSpeech-style folder at ``folder`` (which must not exist)."""
+    as an LJSpeech-style folder at ``folder`` (which must not exist). ``transcripts`` None: none given;
+    the lines leave the text empty and the onboarding job transcribes the clips with Whisper."""
     if not clips:
         raise UploadError("no clips uploaded: send files in 'clips' (with 'transcripts') or one 'archive'")
     if len(clips) > limits.max_clips:
         raise UploadError(f"{len(clips)} clips; at most {limits.max_clips}", 413)
+    if transcripts is None:
+        writer = _DatasetWriter(Path(folder), limits)
+        for name, data in clips:
+            writer.add(name, data, None)
+        return writer.finish()
     by_name = {k.strip(): v for k, v in transcripts.items()}
     by_stem = {PurePosixPath(_basename(k)).stem: v for k, v in by_name.items()}
     used: set[str] = set()

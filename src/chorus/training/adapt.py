@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import functools
 import re
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -47,6 +48,7 @@ from chorus.training.efficiency import (
 )
 from chorus.training.progress import step_progress
 from chorus.training.speaker_start import similarity_to_clips, speaker_map
+from chorus.training.transcripts import auto_transcribe, needs_transcripts
 
 VOICE = "voice"  # adapter name while training; a voice folder is named by the user
 
@@ -279,7 +281,20 @@ def trainable_for(
     )
 
 
-def adapt(
+def adapt(data: str | Path, bundle: ModelBundle, out: str | Path, config: AdaptConfig, **options) -> AdaptResult:
+    """Make a voice from ``data`` on ``bundle``'s base and save it to ``out`` (see :func:`_adapt` for
+    ``options``). Recordings without transcripts (no ``metadata.csv``, or lines with no text) are
+    transcribed by Whisper first (:mod:`chorus.training.transcripts`); the card says how many."""
+    if not needs_transcripts(data):
+        return _adapt(data, bundle, out, config, **options)
+    with tempfile.TemporaryDirectory(prefix="chorus-transcribed-") as work:
+        auto = auto_transcribe(data, work, progress=options.get("progress", True))
+        print(f"{auto.automatic} of {auto.clips} clip(s) transcribed by Whisper ({auto.seconds / 60:.1f} min of audio)")
+        notes = {"automatic_transcripts": f"{auto.automatic} of {auto.clips} clips (Whisper tiny.en)"}
+        return _adapt(auto.folder, bundle, out, config, extra_notes=notes, **options)
+
+
+def _adapt(
     data: str | Path,
     bundle: ModelBundle,
     out: str | Path,
@@ -289,8 +304,10 @@ def adapt(
     name: str | None = None,
     on_step: Callable[[int, int], None] | None = None,
     on_evaluate: Callable[[int, AcousticModel], None] | None = None,
+    extra_notes: dict | None = None,
 ) -> AdaptResult:
-    """Make a voice from ``data`` on ``bundle``'s base and save it to ``out``.
+    """Make a voice from ``data`` (an LJSpeech-style folder with its transcripts) on ``bundle``'s base
+    and save it to ``out``.
 
     Adapter methods add tensors to ``bundle.model`` (base weights untouched); full fine-tuning
     trains a copy. ``progress`` draws a progress bar; ``on_step(steps_done, steps_at_most)`` is called
@@ -442,6 +459,7 @@ def adapt(
             **start_notes,
             "recipe": {k: v for k, v in asdict(config).items() if k != "memory"},
             "memory_options": asdict(config.memory),
+            **(extra_notes or {}),
         },
     )
     voice_dir = save_voice(out, model, VOICE, configs, card, full=full)
