@@ -82,6 +82,15 @@ def _group_norm(pass_: ShadowPass, norm: nn.GroupNorm, x: ShadowTensor) -> Shado
     return pass_.new(x.shape, x.dtype, requires_grad)
 
 
+@register_activation_rule(nn.BatchNorm1d)
+def _batch_norm(pass_: ShadowPass, norm: nn.BatchNorm1d, x: ShadowTensor) -> ShadowTensor:
+    """native_batch_norm in training saves its input and a float32 mean and inverse std per channel."""
+    if x.requires_grad:
+        stats = (x.shape[1],)
+        pass_.save(x, pass_.new(stats, torch.float32), pass_.new(stats, torch.float32))
+    return pass_.new(x.shape, x.dtype, x.requires_grad)
+
+
 @register_activation_rule(nn.ReLU)
 def _relu(pass_: ShadowPass, _module: nn.ReLU, x: ShadowTensor) -> ShadowTensor:
     return pass_.relu(x)
@@ -180,7 +189,8 @@ def _encoder(pass_: ShadowPass, encoder: SpeakerEncoder, mel: ShadowTensor) -> S
     for stage in encoder.stages:
         x = pass_.leaf(stage, x)
     x = x.view(x.shape[0], x.shape[1] * x.shape[2], x.shape[3])
-    return _normalize(pass_, pass_.leaf(encoder.embedding, pass_.leaf(encoder.pooling, x)))
+    embedded = pass_.leaf(encoder.embedding, pass_.leaf(encoder.pooling, x))
+    return _normalize(pass_, pass_.leaf(encoder.center, embedded))
 
 
 def _aam_loss(pass_: ShadowPass, head: AdditiveAngularMargin, embeddings: ShadowTensor) -> None:
