@@ -908,6 +908,56 @@ def test_official_openai_client(live_server):
         stranger.audio.speech.create(model="chorus", voice="m3", input="Hello.")
 
 
+def test_curl_round_trip(live_server, tmp_path):
+    """What the README shows: curl lists voices and speaks into a file, as a shell user would."""
+    url, _ = live_server
+    curl = shutil.which("curl")
+    if curl is None:
+        pytest.skip("needs curl")
+    auth = ["-H", "Authorization: Bearer acme-key-0123456789abcdef"]
+    listed = subprocess.run(
+        [curl, "-sS", "--fail-with-body", *auth, f"{url}/v1/audio/voices"], capture_output=True, timeout=60
+    )
+    assert listed.returncode == 0 and "alloy" in json.loads(listed.stdout)["voices"]
+    out = tmp_path / "hello.mp3"
+    body = json.dumps({"model": "tts-1", "voice": "ann", "input": "Hello there. Good day.", "response_format": "mp3"})
+    spoken = subprocess.run(
+        [
+            curl,
+            "-sS",
+            "--fail-with-body",
+            *auth,
+            "-H",
+            "Content-Type: application/json",
+            "-d",
+            body,
+            "-o",
+            str(out),
+            f"{url}/v1/audio/speech",
+        ],
+        capture_output=True,
+        timeout=120,
+    )
+    assert spoken.returncode == 0, spoken.stderr
+    assert len(decode_any(out.read_bytes(), "mp3")) > 2000  # the tiny base speaks fast
+    refused = subprocess.run(
+        [
+            curl,
+            "-sS",
+            "--fail-with-body",
+            *auth,
+            "-H",
+            "Content-Type: application/json",
+            "-d",
+            '{"voice": "ann"}',
+            f"{url}/v1/audio/speech",
+        ],
+        capture_output=True,
+        timeout=60,
+    )
+    assert refused.returncode == 22 and "'input' is required" in json.loads(refused.stdout)["error"]["message"]
+
+
 def test_concurrent_mixed_voices_and_metrics(live_server):
     live_server, server = live_server
     voices = ["m3", "f2", "ann", "bob"]

@@ -33,7 +33,7 @@ from chorus.serving.uploads import UploadLimits  # noqa: E402
 from chorus.serving.voice_keys import resolve_voice_key  # noqa: E402
 from chorus.serving.worker import JobRunner  # noqa: E402
 from chorus.synthesis import load_base  # noqa: E402
-from conftest import uvicorn_thread  # noqa: E402
+from conftest import random_voice, uvicorn_thread  # noqa: E402
 
 KEY = "acme-key-0123456789abcdef"
 SETTINGS = ServerSettings(
@@ -80,22 +80,28 @@ def live_server(tiny_base, tmp_path_factory):
     )
     app = create_app(store, engine, Tenants.from_pairs([(KEY, "acme")]), SETTINGS, jobs=runner)
     with uvicorn_thread(app) as url:
-        yield url, gate
+        yield url, gate, store
         gate.set()  # let a held job finish before the server stops
 
 
 @pytest.fixture(scope="module")
-def browser():
+def chromium():
+    """A function that launches Debian's chromium with extra arguments (one Playwright for the module)."""
     executable = chromium_path()
     if executable is None:
         pytest.skip("needs Debian chromium (bash scripts/browser-packages.sh as root)")
     sync_api = pytest.importorskip("playwright.sync_api", reason="needs playwright (pip install -e '.[dev]')")
     with sync_api.sync_playwright() as playwright:
-        launched = playwright.chromium.launch(
-            executable_path=executable, args=["--no-sandbox", "--disable-dev-shm-usage"]
+        yield lambda *args: playwright.chromium.launch(
+            executable_path=executable, args=["--no-sandbox", "--disable-dev-shm-usage", *args]
         )
-        yield launched
-        launched.close()
+
+
+@pytest.fixture(scope="module")
+def browser(chromium):
+    launched = chromium()
+    yield launched
+    launched.close()
 
 
 def fetch(url: str, headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], bytes]:
@@ -107,7 +113,7 @@ def fetch(url: str, headers: dict[str, str] | None = None) -> tuple[int, dict[st
 
 
 def test_page_and_assets_are_served(live_server):
-    live_server, _ = live_server
+    live_server = live_server[0]
     status, headers, body = fetch(f"{live_server}/")  # no key needed for the page itself
     assert status == 200 and headers["content-type"].startswith("text/html"), (status, body[:200])
     assert b'src="web/app.js"' in body and b'href="web/style.css"' in body
@@ -126,7 +132,7 @@ def test_page_and_assets_are_served(live_server):
 def test_web_page_speaks_and_onboards_a_voice(live_server, browser, new_voice_data):
     from playwright.sync_api import expect
 
-    live_server, training_gate = live_server
+    live_server, training_gate, _ = live_server
     context = browser.new_context(viewport={"width": 1000, "height": 900})
     page = context.new_page()
     page.set_default_timeout(30_000)
@@ -248,3 +254,91 @@ def test_web_page_speaks_and_onboards_a_voice(live_server, browser, new_voice_da
     expect(page.get_by_label("Voice", exact=True).locator("option[value=fiona-four]")).to_have_count(1)
     assert outside == [] and problems == [], (outside, problems)
     context.close()
+
+
+def open_page(browser, live_server: str):
+    context = browser.new_context(viewport={"width": 1000, "height": 1100})
+    page = context.new_page()
+    page.set_default_timeout(30_000)
+    problems: list[str] = []
+    page.on("pageerror", lambda error: problems.append(f"uncaught: {error}"))
+    page.goto(f"{live_server}/")
+    key = page.get_by_role("textbox", name="API key")
+    key.fill(KEY)
+    key.press("Tab")
+    return context, page, problems
+
+
+def test_web_page_formats_streaming_voice_card_and_delete(live_server, browser, tiny_base, tmp_path):
+    from playwright.sync_api import expect
+
+    from chorus.adapters.lora import LoraConfig
+    from chorus.models.bundle import load_bundle
+
+    live_server, _, store = live_server
+    store.put_voice("acme", "ann", random_voice(load_bundle(tiny_base), "ann", [LoraConfig(r=2)], tmp_path / "ann", 3))
+    context, page, problems = open_page(browser, live_server)
+    voice = page.get_by_label("Voice", exact=True)
+    expect(voice.locator("option[value=ann]")).to_have_count(1)
+
+    # A format: MP3 comes back as MP3, plays, and downloads under its name.
+    page.get_by_label("Format").select_option("mp3")
+    with page.expect_response(lambda r: r.url.endswith("/v1/audio/speech")) as answer:
+        page.get_by_role("button", name="Speak", exact=True).click()
+    assert answer.value.headers["content-type"] == "audio/mpeg"
+    expect(page.locator("#download")).to_have_attribute("download", "m3.mp3")
+    page.wait_for_function(
+        "() => document.getElementById('audio').readyState >= 1 && document.getElementById('audio').duration > 0"
+    )
+
+    # Play while it streams: raw PCM read piece by piece into Web Audio, one piece per sentence at least.
+    page.get_by_label("Play while it streams").check()
+    page.get_by_label("Text", exact=True).fill(TWO_SENTENCES)
+    with page.expect_response(lambda r: r.url.endswith("/v1/audio/speech")) as answer:
+        page.get_by_role("button", name="Speak", exact=True).click()
+    assert json.loads(answer.value.request.post_data)["response_format"] == "pcm"
+    expect(page.locator("#speak-status")).to_contain_text("s of audio from m3")
+    pieces = int(page.eval_on_selector("#audio", "a => a.dataset.streamedPieces"))
+    assert pieces >= 2  # the first sentence was scheduled before the second arrived
+    expect(page.locator("#download")).to_have_attribute("download", "m3.wav")
+
+    # A voice of yours: its card, then deleting it (after the browser's confirmation).
+    expect(page.get_by_role("button", name="Delete voice")).to_be_disabled()  # m3 is a speaker
+    voice.select_option("ann")
+    expect(page.locator("#voice-card")).to_be_visible()
+    expect(page.locator("#voice-card-body")).to_contain_text("lora")
+    page.once("dialog", lambda dialog: dialog.accept())
+    page.get_by_role("button", name="Delete voice").click()
+    expect(voice.locator("option[value=ann]")).to_have_count(0)
+    assert store.list_voices("acme") == [] or "ann" not in {r.voice_id for r in store.list_voices("acme")}
+    assert problems == [], problems
+    context.close()
+
+
+def test_web_page_records_clips_from_the_microphone(live_server, chromium, new_voice_data, tmp_path):
+    """Chromium's fake microphone plays a real recording; the page keeps what it hears as a WAV clip."""
+    from playwright.sync_api import expect
+
+    from chorus.audio.io import load_audio, save_audio
+
+    speech = tmp_path / "microphone.wav"
+    save_audio(speech, load_audio(sorted((new_voice_data / "wavs").glob("*.wav"))[0]), 22050)
+    browser = chromium(
+        "--use-fake-ui-for-media-stream",
+        "--use-fake-device-for-media-stream",
+        f"--use-file-for-fake-audio-capture={speech}",
+    )
+    try:
+        context, page, problems = open_page(browser, live_server[0])
+        context.grant_permissions(["microphone"])
+        page.get_by_role("button", name="Record").click()
+        expect(page.get_by_role("button", name="Stop")).to_be_enabled()
+        page.wait_for_timeout(2000)
+        page.get_by_role("button", name="Stop").click()
+        expect(page.locator("#record-status")).to_contain_text("Recorded recording-1.wav")
+        listed = page.locator("#recordings li").first.inner_text()
+        seconds = float(listed.split("(")[1].split(" s)")[0])
+        assert seconds > 1.0, listed
+        assert problems == [], problems
+    finally:
+        browser.close()

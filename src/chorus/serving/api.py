@@ -337,11 +337,15 @@ def create_app(
         return {"object": "list", "data": [server.speaker_json(name) for name in engine.speakers] + custom}
 
     @app.get("/v1/voices/{voice_id}", responses={200: {"model": BaseVoice | CustomVoice}, **_ERRORS})
-    def get_voice(voice_id: str, request: Request):
+    async def get_voice(voice_id: str, request: Request):
         tenant = server.authenticate(request)
         if engine.is_speaker(voice_id):
             return server.speaker_json(voice_id)
-        return server.voice_json(server.record(tenant, voice_id), set(engine.resident()))
+        record = server.record(tenant, voice_id)
+        answer = server.voice_json(record, set(engine.resident()))
+        if record.status == VoiceStatus.READY:
+            answer["card"] = await run_in_threadpool(server.voice_card, tenant, voice_id)
+        return answer
 
     @app.delete("/v1/voices/{voice_id}", responses={200: {"model": VoiceDeleted}, **_ERRORS})
     def delete_voice(voice_id: str, request: Request):

@@ -191,6 +191,11 @@ class CustomVoice(BaseModel):
     job_id: str | None
     error: str | None
     resident: bool
+    card: dict | None = Field(
+        None,
+        description="GET /v1/voices/{id} only, for a ready voice: how it was made and its scores "
+        "(data minutes, steps, held-out loss, similarity to its own clips, automatic transcripts)",
+    )
 
 
 MODEL_NAMES = ("chorus", "tts-1", "tts-1-hd", "gpt-4o-mini-tts")  # every one is the same base model

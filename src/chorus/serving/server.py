@@ -4,11 +4,13 @@ the routes ask of them (which voice a tenant means, the JSON of a voice or job).
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import time
 
 from fastapi import Request
 
+from chorus.adapters.voice import CARD_FILE
 from chorus.models.speaker_mix import is_mix
 from chorus.serving.batcher import Batcher, SpeechQueue
 from chorus.serving.engine import Engine
@@ -177,6 +179,15 @@ class VoiceServer:
             error=self.public(record.error) if record.error else None,
             resident=voice_key(record) in resident,
         ).model_dump()
+
+    def voice_card(self, tenant: str, voice_id: str) -> dict | None:
+        """A ready voice's card (``voice_card.json``) without the recipe's internals, or None if unreadable."""
+        try:
+            card = json.loads((self.store.get_voice(tenant, voice_id) / CARD_FILE).read_text())
+        except (OSError, ValueError, VoiceNotFound):
+            return None
+        notes = {k: v for k, v in card.get("notes", {}).items() if k not in ("recipe", "memory_options")}
+        return {**{k: v for k, v in card.items() if k != "notes"}, "notes": notes}
 
     def speaker_json(self, name: str) -> dict:
         return BaseVoice(id=name, name=name, default=name == self.engine.bundle.default_speaker).model_dump()

@@ -91,7 +91,56 @@
     const training = custom.filter((v) => v.status === "training").length;
     voicesStatus.textContent = `${voices.length - custom.length} speakers, ${custom.length} of yours` +
       (training ? ` (${training} training)` : "") + ".";
+    customIds = new Set(custom.map((v) => v.id));
+    showVoice();
   }
+
+  // -- a voice of yours: its card and scores, and deleting it ----------------------------------------
+  const deleteButton = $("delete-voice");
+  const cardBox = $("voice-card");
+  let customIds = new Set();
+
+  function row(list, name, value) {
+    if (value === undefined || value === null || value === "") return;
+    const term = document.createElement("dt");
+    term.textContent = name;
+    const detail = document.createElement("dd");
+    detail.textContent = typeof value === "object" ? JSON.stringify(value) : String(value);
+    list.append(term, detail);
+  }
+
+  async function showVoice() {
+    const id = voiceSelect.value;
+    const mine = customIds.has(id);
+    deleteButton.disabled = !mine;
+    cardBox.hidden = true;
+    if (!mine) return;
+    const response = await fetch(`v1/voices/${encodeURIComponent(id)}`, { headers: authHeaders(), cache: "no-store" });
+    if (!response.ok || voiceSelect.value !== id) return;
+    const voice = await response.json();
+    const card = voice.card;
+    if (!card) return;
+    const list = $("voice-card-body");
+    list.replaceChildren();
+    row(list, "Methods", (card.methods || []).join(" + "));
+    row(list, "Data", `${Number(card.data_minutes).toFixed(1)} min`);
+    row(list, "Training", `${card.steps} steps in ${Number(card.train_seconds).toFixed(0)} s`);
+    row(list, "Trained parameters", Number(card.trainable_parameters).toLocaleString("en"));
+    for (const [name, value] of Object.entries(card.metrics || {})) row(list, name.replaceAll("_", " "), value);
+    for (const [name, value] of Object.entries(card.notes || {})) row(list, name.replaceAll("_", " "), value);
+    row(list, "Size", voice.size_bytes ? `${(voice.size_bytes / 1024).toFixed(0)} KB` : "");
+    cardBox.hidden = false;
+  }
+
+  voiceSelect.addEventListener("change", showVoice);
+
+  deleteButton.addEventListener("click", async () => {
+    const id = voiceSelect.value;
+    if (!customIds.has(id) || !window.confirm(`Delete voice ${id}? This cannot be undone.`)) return;
+    const response = await fetch(`v1/voices/${encodeURIComponent(id)}`, { method: "DELETE", headers: authHeaders() });
+    voicesStatus.textContent = response.ok ? `Deleted ${id}.` : `Could not delete ${id}: ${await errorMessage(response)}`;
+    if (response.ok) await loadVoices();
+  });
 
   // -- speech ----------------------------------------------------------------------------------------
   const audio = $("audio");
@@ -124,6 +173,63 @@
     return buffer;
   }
 
+  const formatSelect = $("format");
+  const streamPlay = $("stream-play");
+  const download = $("download");
+  const TYPES = { wav: "audio/wav", mp3: "audio/mpeg", opus: "audio/ogg", aac: "audio/aac", flac: "audio/flac" };
+  streamPlay.addEventListener("change", () => { formatSelect.disabled = streamPlay.checked; });
+
+  // A 16-bit mono WAV around raw PCM bytes.
+  function wavFile(pcm, rate) {
+    const header = new DataView(new ArrayBuffer(44));
+    const text = (at, s) => [...s].forEach((c, i) => header.setUint8(at + i, c.charCodeAt(0)));
+    text(0, "RIFF"); header.setUint32(4, 36 + pcm.byteLength, true); text(8, "WAVE"); text(12, "fmt ");
+    header.setUint32(16, 16, true); header.setUint16(20, 1, true); header.setUint16(22, 1, true);
+    header.setUint32(24, rate, true); header.setUint32(28, rate * 2, true); header.setUint16(32, 2, true);
+    header.setUint16(34, 16, true); text(36, "data"); header.setUint32(40, pcm.byteLength, true);
+    return new Blob([header.buffer, pcm], { type: "audio/wav" });
+  }
+
+  // Raw PCM read as it arrives, each piece scheduled in Web Audio right after the one before.
+  async function playStreaming(response, started) {
+    const rate = Number(response.headers.get("X-Sample-Rate"));
+    const context = new AudioContext({ sampleRate: rate });
+    const reader = response.body.getReader();
+    const parts = [];
+    let carry = new Uint8Array(0), at = context.currentTime + 0.05, firstMs = null, pieces = 0;
+    for (;;) {
+      const { done, value } = await reader.read();
+      if (done) break;
+      const bytes = new Uint8Array(carry.length + value.length);
+      bytes.set(carry); bytes.set(value, carry.length);
+      const even = bytes.length - (bytes.length % 2);
+      carry = bytes.slice(even);
+      if (!even) continue;
+      const chunk = bytes.slice(0, even);
+      parts.push(chunk);
+      const samples = new Int16Array(chunk.buffer);
+      const buffer = context.createBuffer(1, samples.length, rate);
+      buffer.getChannelData(0).set(Float32Array.from(samples, (s) => s / 32768));
+      const source = context.createBufferSource();
+      source.buffer = buffer;
+      source.connect(context.destination);
+      at = Math.max(at, context.currentTime);
+      source.start(at);
+      at += buffer.duration;
+      pieces += 1;
+      if (firstMs === null) {
+        firstMs = performance.now() - started;
+        speakStatus.textContent = `Playing (first audio after ${(firstMs / 1000).toFixed(1)} s)…`;
+      }
+    }
+    const pcm = new Uint8Array(parts.reduce((n, p) => n + p.length, 0));
+    let offset = 0;
+    for (const part of parts) { pcm.set(part, offset); offset += part.length; }
+    audio.dataset.streamedPieces = String(pieces);
+    audio.dataset.firstAudioMs = String(Math.round(firstMs || 0));
+    return { blob: wavFile(pcm, rate), seconds: pcm.byteLength / 2 / rate, extension: "wav" };
+  }
+
   $("speak-form").addEventListener("submit", async (event) => {
     event.preventDefault();
     show(speakError, "");
@@ -133,23 +239,38 @@
     speakButton.disabled = true;
     speakStatus.textContent = "Synthesizing…";
     const started = performance.now();
+    const streaming = streamPlay.checked;
+    const format = streaming ? "pcm" : formatSelect.value;
     try {
       const response = await fetch("v1/audio/speech", {
         method: "POST",
         headers: authHeaders({ "Content-Type": "application/json" }),
-        body: JSON.stringify({ model: "chorus", input, voice: voiceSelect.value, response_format: "wav",
-                               speed: Number(speed.value) }),
+        body: JSON.stringify({ model: "chorus", input, voice: voiceSelect.value, response_format: format,
+                               speed: Number(speed.value), ...(streaming ? { sample_rate: 24000 } : {}) }),
       });
       if (!response.ok) throw new Error(await errorMessage(response));
-      const body = fixWavSizes(await response.arrayBuffer());
-      const rate = Number(response.headers.get("X-Sample-Rate")) || 22050;
+      let result;
+      if (streaming) {
+        result = await playStreaming(response, started);
+      } else {
+        const raw = await response.arrayBuffer();
+        const body = format === "wav" ? fixWavSizes(raw) : raw;
+        const blob = new Blob([body], { type: TYPES[format] });
+        const rate = Number(response.headers.get("X-Sample-Rate")) || 22050;
+        result = { blob, seconds: format === "wav" ? Math.max(0, body.byteLength - 44) / 2 / rate : null, extension: format };
+      }
       if (audioUrl) URL.revokeObjectURL(audioUrl);
-      audioUrl = URL.createObjectURL(new Blob([body], { type: "audio/wav" }));
+      audioUrl = URL.createObjectURL(result.blob);
       audio.src = audioUrl;
-      const seconds = Math.max(0, body.byteLength - 44) / 2 / rate;
-      speakStatus.textContent = `${seconds.toFixed(1)} s of audio from ${voiceSelect.value} in ` +
+      download.href = audioUrl;
+      download.download = `${voiceSelect.value}.${result.extension === "opus" ? "ogg" : result.extension}`;
+      download.textContent = `Download ${download.download}`;
+      download.hidden = false;
+      const length = result.seconds === null ? `${(result.blob.size / 1024).toFixed(0)} KB of ${format}` :
+        `${result.seconds.toFixed(1)} s of audio`;
+      speakStatus.textContent = `${length} from ${voiceSelect.value} in ` +
         `${((performance.now() - started) / 1000).toFixed(1)} s.`;
-      audio.play().catch(() => { /* autoplay refused: the controls are there */ });
+      if (!streaming) audio.play().catch(() => { /* autoplay refused: the controls are there */ });
     } catch (error) {
       speakStatus.textContent = "";
       show(speakError, `Speech failed: ${error.message}`);
@@ -191,15 +312,86 @@
     }
     if (!$("consent-confirm").checked) return "Confirm that the person recorded consented.";
     if (archiveInput.files.length) return "";
-    if (!clipsInput.files.length) return "Choose the clips (or one zip archive).";
-    if (!transcripts.value.trim()) return "Write a transcript line (filename|text) for each clip.";
+    const names = [...clipsInput.files].map((f) => f.name).concat(recordings.map((r) => r.name));
+    if (!names.length) return "Choose or record the clips (or one zip archive).";
+    if (!hasTranscripts()) return "";   // the server transcribes every clip with Whisper
     const named = transcriptNames(transcripts.value);
-    const untranscribed = [...clipsInput.files].map((f) => f.name).filter((name) => !named.has(name));
-    if (untranscribed.length) return `No transcript line for: ${untranscribed.join(", ")}.`;
+    const untranscribed = names.filter((name) => !named.has(name));
+    if (untranscribed.length) return `No transcript line for: ${untranscribed.join(", ")} (or clear every line to let the server transcribe).`;
     const empty = transcripts.value.split(/\r?\n/).filter((l) => l.includes("|") && !l.split("|").slice(1).join("|").trim());
-    if (empty.length) return `Write the text after the '|' for: ${empty.map((l) => l.split("|")[0]).join(", ")}.`;
+    if (empty.length) return `Write the text after the '|' for: ${empty.map((l) => l.split("|")[0]).join(", ")} (or clear every line to let the server transcribe).`;
     return "";
   }
+
+  // Lines with text after their '|': without any, the clips go without transcripts.
+  function hasTranscripts() {
+    return transcripts.value.split(/\r?\n/).some((l) => l.includes("|") && l.split("|").slice(1).join("|").trim());
+  }
+
+  // -- recording clips in the browser: the microphone's audio, kept as 16-bit WAV ---------------------
+  const recordButton = $("record");
+  const stopButton = $("stop-record");
+  const recordStatus = $("record-status");
+  const recordings = [];
+  let recorder = null;
+
+  async function asWav(blob) {
+    const context = new AudioContext();
+    const decoded = await context.decodeAudioData(await blob.arrayBuffer());
+    context.close();
+    const channel = decoded.getChannelData(0);
+    const pcm = new Int16Array(channel.length);
+    for (let i = 0; i < channel.length; i += 1) pcm[i] = Math.max(-1, Math.min(1, channel[i])) * 32767;
+    return { blob: wavFile(new Uint8Array(pcm.buffer), decoded.sampleRate), seconds: decoded.duration };
+  }
+
+  function listRecordings() {
+    $("recordings").replaceChildren(...recordings.map((r, index) => {
+      const item = document.createElement("li");
+      item.textContent = `${r.name} (${r.seconds.toFixed(1)} s) `;
+      const remove = document.createElement("button");
+      remove.type = "button";
+      remove.textContent = `Remove ${r.name}`;
+      remove.addEventListener("click", () => { recordings.splice(index, 1); listRecordings(); });
+      item.append(remove);
+      return item;
+    }));
+  }
+
+  recordButton.addEventListener("click", async () => {
+    let stream;
+    try {
+      stream = await navigator.mediaDevices.getUserMedia({ audio: true });
+    } catch (error) {
+      recordStatus.textContent = `No microphone: ${error.message}`;
+      return;
+    }
+    const chunks = [];
+    recorder = new MediaRecorder(stream);
+    recorder.addEventListener("dataavailable", (event) => chunks.push(event.data));
+    recorder.addEventListener("stop", async () => {
+      stream.getTracks().forEach((track) => track.stop());
+      try {
+        const { blob, seconds } = await asWav(new Blob(chunks, { type: recorder.mimeType }));
+        const name = `recording-${recordings.length + 1}.wav`;
+        recordings.push({ name, blob, seconds });
+        recordStatus.textContent = `Recorded ${name} (${seconds.toFixed(1)} s).`;
+        listRecordings();
+      } catch (error) {
+        recordStatus.textContent = `The recording could not be read: ${error.message}`;
+      }
+    });
+    recorder.start();
+    recordButton.disabled = true;
+    stopButton.disabled = false;
+    recordStatus.textContent = "Recording… read a sentence aloud, then Stop.";
+  });
+
+  stopButton.addEventListener("click", () => {
+    if (recorder && recorder.state === "recording") recorder.stop();
+    recordButton.disabled = false;
+    stopButton.disabled = true;
+  });
 
   function uploadForm() {
     const form = new FormData();
@@ -211,7 +403,8 @@
       form.append("archive", archiveInput.files[0]);
     } else {
       for (const file of clipsInput.files) form.append("clips", file, file.name);
-      form.append("transcripts", transcripts.value);
+      for (const recording of recordings) form.append("clips", recording.blob, recording.name);
+      if (hasTranscripts()) form.append("transcripts", transcripts.value);
     }
     return form;
   }
