@@ -44,7 +44,9 @@ def needs_transcripts(folder: str | Path) -> bool:
     metadata = folder / "metadata.csv"
     if metadata.is_file():
         return any(not text for _, text in _lines(metadata))
-    return folder.is_dir() and any(p.suffix.lower() in AUDIO_SUFFIXES for p in folder.rglob("*") if p.is_file())
+    if not folder.is_dir() or any(folder.rglob("metadata.csv")):
+        return False  # a dataset of another layout (speaker folders): the data check says what it holds
+    return any(p.suffix.lower() in AUDIO_SUFFIXES for p in folder.rglob("*") if p.is_file())
 
 
 def split_at_silences(
