@@ -73,7 +73,7 @@ class ModelPerVoice:
         else:
             raise UnknownVoice(request.voice, "no model for it in this baseline")
         with context:
-            mel = infer_mels(model, ids, [speaker], [float(request.speed)])[0]
+            mel = infer_mels(model, ids, [speaker], [float(request.speed)])[0].mel
         audio = vocode_mels(self.engine.vocoder, [mel])[0] if vocode else np.zeros(0, np.float32)
         return ServedResult(
             audio,

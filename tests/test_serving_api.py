@@ -433,6 +433,24 @@ def test_ssml_breaks_in_speech_whole_and_streamed(tenants_app):
     assert_error(speak(client, input="<speak><emphasis>Hi</emphasis></speak>"), 400, "<emphasis> is not supported")
 
 
+def test_captioned_speech_gives_word_and_phoneme_times(tenants_app):
+    import base64
+
+    client, _ = tenants_app
+    body = {"input": '<speak>Hello there. <break time="500ms"/>Good day to you.</speak>', "voice": "ann"}
+    answer = client.post("/v1/audio/speech/captioned", json=body | {"response_format": "wav"}, headers=ACME)
+    assert answer.status_code == 200, answer.text
+    captioned = answer.json()
+    audio, rate = decode(base64.b64decode(captioned["audio"]))
+    assert rate == captioned["sample_rate"] == 22050 and abs(len(audio) / rate - captioned["duration"]) < 1e-3
+    words = captioned["words"]
+    assert [w["text"] for w in words] == ["Hello", "there", "Good", "day", "to", "you"]
+    assert all(a["end"] <= b["start"] for a, b in zip(words, words[1:])) and words[-1]["end"] <= captioned["duration"]
+    assert words[2]["start"] - words[1]["end"] >= 0.5  # the break lies between the sentences
+    assert captioned["phonemes"][0]["text"] == "h" and len(captioned["phonemes"]) > len(words)
+    assert_error(client.post("/v1/audio/speech/captioned", json={"voice": "ann"}, headers=ACME), 400, "'input'")
+
+
 def test_a_blend_of_speakers_is_a_voice(tenants_app):
     client, _ = tenants_app
     blend = speak(client, voice="m3(2)+f2(1)")
@@ -1188,6 +1206,10 @@ def test_every_route_keeps_tenants_apart(tiny_base, adapter_folders, new_voice_d
     matrix = {
         ("POST", "/v1/audio/speech"): (lambda: speak(client, GLOBEX, voice="bob"), 404),
         ("GET", "/v1/audio/voices"): (lambda: client.get("/v1/audio/voices", headers=GLOBEX), no_acme_voice),
+        ("POST", "/v1/audio/speech/captioned"): (
+            lambda: client.post("/v1/audio/speech/captioned", json={"input": "Hi.", "voice": "bob"}, headers=GLOBEX),
+            404,
+        ),
         ("GET", "/v1/models"): (
             lambda: client.get("/v1/models", headers=GLOBEX),
             lambda response: response.status_code == 200,  # the same for every tenant: nothing of acme's

@@ -11,6 +11,8 @@ are the models of :mod:`chorus.serving.schemas`, shown at ``/docs``):
   several sentences is streamed (chunked) sentence by sentence as each is made, one encoder over the
   whole text; a streamed WAV's header says "unknown length" (sizes 0xFFFFFFFF). FLAC is sent whole.
   ``stream_format: "sse"`` sends OpenAI's ``speech.audio.delta`` / ``speech.audio.done`` events.
+* ``POST /v1/audio/speech/captioned`` -- the same body; JSON with the audio (base64) and every word's
+  and phoneme's start and end, from the durations the model predicted.
 * ``GET /v1/voices``, ``GET /v1/voices/{id}``, ``DELETE /v1/voices/{id}`` -- the tenant's voices
   (with status) and the base's speakers.
 * ``POST /v1/voices`` -- onboarding: multipart ``name``, ``consent``, optional ``id``, then either
@@ -58,6 +60,7 @@ from chorus.serving.schemas import (
     PCM_RATE,
     AudioVoices,
     BaseVoice,
+    CaptionedSpeech,
     CreatedJob,
     CustomVoice,
     ErrorBody,
@@ -90,6 +93,7 @@ from chorus.serving.voice_keys import resolve_voice_key
 from chorus.serving.worker import JobRunner, OnboardingJob
 from chorus.text.sentences import speech_pieces
 from chorus.text.ssml import Pause, SsmlError
+from chorus.text.timestamps import timestamps
 
 log = logging.getLogger("chorus.serving.api")
 
@@ -230,24 +234,33 @@ def create_app(
             }
         },
     )
-    async def speech(request: Request):
+    async def speech_request(request: Request) -> tuple[SpeechRequest, str, list[str | Pause]]:
+        """The checked body, the engine's key of its voice, and what to read (text chunks and pauses)."""
         tenant = server.authenticate(request)
         body = parse_speech(await _read_json(request, settings.max_json_bytes), settings.max_text_chars)
         voice_key = await run_in_threadpool(server.engine_voice, tenant, body.voice)
-        batcher = server.batcher
         if not server.started:
             raise ApiError(503, "the server is starting", type="server_error")
         try:
             pieces = speech_pieces(body.input, settings.max_chunk_chars)
         except SsmlError as error:
             raise ApiError(400, str(error), param="input", code="unsupported_ssml") from None
-        chunks = [p for p in pieces if isinstance(p, str)]
-        if not chunks:
+        if not any(isinstance(p, str) for p in pieces):
             raise ApiError(400, "'input' has nothing to speak, only pauses", param="input")
+        return body, voice_key, pieces
+
+    def output_rate_of(body: SpeechRequest) -> int:
+        default = PCM_RATE if body.response_format == "pcm" else engine.sample_rate
+        return output_rate(body.response_format, body.sample_rate or default)
+
+    async def speech(request: Request):
+        body, voice_key, pieces = await speech_request(request)
+        batcher = server.batcher
+        chunks = [p for p in pieces if isinstance(p, str)]
         first_index = next(i for i, p in enumerate(pieces) if isinstance(p, str))
         rate = engine.sample_rate
         audio_format = body.response_format
-        out_rate = output_rate(audio_format, body.sample_rate or (PCM_RATE if audio_format == "pcm" else rate))
+        out_rate = output_rate_of(body)
         server.metrics.characters.inc(len(body.input))
         headers = {"X-Sample-Rate": str(out_rate), "Cache-Control": "no-store"}
         media_type = CONTENT_TYPES[audio_format]
@@ -305,6 +318,51 @@ def create_app(
                 speech_events(audio_bytes(), len(body.input)), media_type="text/event-stream", headers=headers
             )
         return StreamingResponse(audio_bytes(), media_type=media_type, headers=headers)
+
+    @app.post(
+        "/v1/audio/speech/captioned",
+        responses={200: {"model": CaptionedSpeech}, **_ERRORS},
+        openapi_extra={
+            "requestBody": {
+                "required": True,
+                "content": {"application/json": {"schema": SpeechRequest.model_json_schema()}},
+            }
+        },
+    )
+    async def captioned_speech(request: Request):
+        """Speech with word and phoneme timestamps (the model's predicted durations): the body of
+        ``/v1/audio/speech``; the audio comes whole, base64 in JSON."""
+        body, voice_key, pieces = await speech_request(request)
+        rate, front_end = engine.sample_rate, engine.bundle.front_end
+        seconds_per_frame = engine.bundle.mel_config.hop_length / rate
+        audio, words, phonemes, offset = [], [], [], 0
+        server.metrics.characters.inc(len(body.input))
+        for piece in pieces:
+            if isinstance(piece, Pause):
+                audio.append(np.zeros(int(round(piece.seconds * rate)), dtype=np.float32))
+            else:
+                try:
+                    result = await server.batcher.synthesize_async(piece, voice_key, body.speed)
+                except Exception as error:  # noqa: BLE001 - mapped to a status and a message
+                    raise synthesis_error(error, body.voice) from None
+                symbols = front_end.symbols.decode(front_end.encode([piece])[0])
+                spoken, alone = await run_in_threadpool(front_end.words, piece)
+                said, sounds = timestamps(symbols, result.frames, seconds_per_frame, spoken, alone)
+                words += [w.shifted(offset / rate) for w in said]
+                phonemes += [p.shifted(offset / rate) for p in sounds]
+                audio.append(result.audio)
+            offset += len(audio[-1])
+        whole = np.concatenate(audio)
+        server.metrics.audio_seconds.inc(len(whole) / rate)
+        out_rate = output_rate_of(body)
+        return CaptionedSpeech(
+            audio=base64.b64encode(encode_whole(whole, rate, body.response_format, out_rate)).decode(),
+            response_format=body.response_format,
+            sample_rate=out_rate,
+            duration=round(len(whole) / rate, 4),
+            words=[vars(w) for w in words],
+            phonemes=[vars(p) for p in phonemes],
+        ).model_dump()
 
     # -- what OpenAI clients look up
     @app.get("/v1/models", responses={200: {"model": ModelList}, **_ERRORS})

@@ -33,7 +33,7 @@ from collections.abc import Iterator, Sequence
 from concurrent.futures import Future
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Protocol, Self
+from typing import NamedTuple, Protocol, Self
 
 import numpy as np
 import torch
@@ -69,6 +69,7 @@ class ServedResult(SynthesisResult):
     """
 
     mel: torch.Tensor | None = None
+    frames: list[int] | None = None  # frames of each input symbol: the durations the model predicted
     batch_size: int = 1
     path: str = ""
 
@@ -132,11 +133,17 @@ def check_request(request: Request) -> None:
         raise ValueError(f"speed must be a positive number, got {request.speed!r}")
 
 
-def infer_mels(
-    model, ids: list[list[int]], speakers: list[int | torch.Tensor], speeds: list[float]
-) -> list[torch.Tensor]:
-    """One forward: ids per row -> raw log-mel ``[frames, n_mels]`` per row. A speaker is a row of the
-    table or a vector ``[speaker_dim]`` (a blend)."""
+class RowOutput(NamedTuple):
+    """One row of a forward: its raw log-mel ``[frames, n_mels]`` and the frames of each input symbol
+    (the durations the model predicted, for timestamps)."""
+
+    mel: torch.Tensor
+    frames: list[int]
+
+
+def infer_mels(model, ids: list[list[int]], speakers: list[int | torch.Tensor], speeds: list[float]) -> list[RowOutput]:
+    """One forward: ids per row -> a :class:`RowOutput` per row. A speaker is a row of the table or a
+    vector ``[speaker_dim]`` (a blend)."""
     device = model.mel_mean.device
     if any(isinstance(s, torch.Tensor) for s in speakers):
         if not all(isinstance(s, torch.Tensor) for s in speakers):
@@ -159,7 +166,10 @@ def infer_mels(
             **condition,
         )
         mels = model.denormalize_mel(out.mel)
-    return [mels[row, : int(mask.sum())].clone() for row, mask in enumerate(out.frame_mask)]
+    return [
+        RowOutput(mels[row, : int(mask.sum())].clone(), [int(d) for d in out.durations[row, : len(ids[row])].tolist()])
+        for row, mask in enumerate(out.frame_mask)
+    ]
 
 
 def vocode_mels(vocoder, mels: list[torch.Tensor]) -> list[np.ndarray]:
@@ -196,7 +206,7 @@ def _forward(
         # Blends feed vectors instead of table rows, which would bypass an adapted voice's own speaker
         # vector: they run as a forward of their own, on the bare base.
         rest = [row for row in range(len(handles)) if row not in set(blends)]
-        mels: list[torch.Tensor | None] = [None] * len(handles)
+        mels: list[RowOutput | None] = [None] * len(handles)
         for rows in (blends, rest):
             part, path = _forward(
                 engine, [handles[r] for r in rows], [ids[r] for r in rows], [speeds[r] for r in rows], merge
@@ -285,15 +295,22 @@ def synthesize_batch(
         audio: list[np.ndarray | Exception] = [np.zeros(0, np.float32)] * len(mels)
         if vocode:
             try:
-                audio = vocode_mels(engine.vocoder, mels)
+                audio = vocode_mels(engine.vocoder, [row.mel for row in mels])
             except Exception:  # noqa: BLE001 - vocode each row to find the failing one
-                audio = [_vocode_one(engine.vocoder, mel) for mel in mels]
-        for index, mel, wave in zip(group, mels, audio):
+                audio = [_vocode_one(engine.vocoder, row.mel) for row in mels]
+        for index, row, wave in zip(group, mels, audio):
             results[index] = (
                 wave
                 if isinstance(wave, Exception)
                 else ServedResult(
-                    wave, engine.sample_rate, 0.0, requests[index].voice, mel=mel, batch_size=len(group), path=path
+                    wave,
+                    engine.sample_rate,
+                    0.0,
+                    requests[index].voice,
+                    mel=row.mel,
+                    frames=row.frames,
+                    batch_size=len(group),
+                    path=path,
                 )
             )
     elapsed = time.perf_counter() - started

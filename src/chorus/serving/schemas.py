@@ -198,6 +198,23 @@ class CustomVoice(BaseModel):
     )
 
 
+class Timing(BaseModel):
+    text: str
+    start: float = Field(..., description="seconds from the start of the audio")
+    end: float
+
+
+class CaptionedSpeech(BaseModel):
+    """``POST /v1/audio/speech/captioned``: the audio and its word and phoneme timestamps."""
+
+    audio: str = Field(..., description="the audio file (response_format), base64")
+    response_format: str
+    sample_rate: int
+    duration: float
+    words: list[Timing]
+    phonemes: list[Timing]
+
+
 MODEL_NAMES = ("chorus", "tts-1", "tts-1-hd", "gpt-4o-mini-tts")  # every one is the same base model
 
 
