@@ -386,3 +386,24 @@ def test_messages_keep_their_brackets_and_devices_are_checked(tiny_base, tmp_pat
         app, _synthesize_args(tiny_base, "--text", "Hi.", "--device", "cpu", "--out", str(tmp_path / "a.wav"))
     )
     assert result.exit_code == 0, result.output
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["synthesize", "--text", "Hi."],
+        ["adapt", "x", "--out", "y"],
+        ["adapt-many", "x", "--out", "y"],
+        ["demo"],
+        ["serve", "--store", "s"],
+        ["speaker", "embed", "a.wav", "--out", "e.npy"],
+        ["speaker", "verify", "a", "b"],
+        ["speaker", "eval", "t.txt"],
+    ],
+    ids=lambda c: " ".join(c[:2]),
+)
+def test_every_command_that_runs_a_model_takes_a_device(command):
+    result = runner.invoke(app, [*command, "--device", "cuda:0"])
+    assert result.exit_code == 2 and "no CUDA device" in result.output, result.output  # checked before any work
+    result = runner.invoke(app, [*command, "--device", "tpu"])
+    assert result.exit_code == 2 and "is not a device" in result.output

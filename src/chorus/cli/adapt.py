@@ -99,6 +99,7 @@ def adapt_many(
     optimizer: str = config_option(MemoryOptions, "optimizer"),
     model: Path | None = typer.Option(None, help=MODEL_HELP),
     threads: int = typer.Option(config_default(AdaptConfig, "threads"), help="CPU threads."),
+    device: str = DEVICE_OPTION,
     method_fields: dict[str, Any] | None = None,
 ) -> None:
     """Adapt many voices in one job (mixed-voice batches through batched adapters); each voice is
@@ -118,7 +119,7 @@ def adapt_many(
             clips_per_voice=clips_per_voice,
         )
         config.adapt.method_configs()
-        bundle = load_bundle(model or DEFAULT_BASE)
+        bundle = load_bundle(model or DEFAULT_BASE, device)
         result = run_adapt_many(root, bundle, out, config)
     table = Table("voice", "status", "minutes", "held-out mel L1", "folder or reason")
     for outcome in result.outcomes:

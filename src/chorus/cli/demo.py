@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from chorus.cli.common import config_default, console, user_errors
+from chorus.cli.common import DEVICE_OPTION, config_default, console, user_errors
 from chorus.demo import DemoConfig, adapt_sample_voice, speak_base_speakers
 from chorus.synthesis import SAMPLE_VOICE, load_base
 
@@ -40,6 +40,7 @@ def demo(
     adapt_steps: int = typer.Option(
         config_default(DemoConfig, "adapt_steps"), help="Most adaptation steps for the new voice."
     ),
+    device: str = DEVICE_OPTION,
 ) -> None:
     """The main job: speak unseen sentences in base speakers, adapt a new voice from a 1-minute sample,
     speak with it, and judge everything (WER, similarity, predicted MOS, RTF, what the voice cost)."""
@@ -51,7 +52,7 @@ def demo(
         adapt_steps=adapt_steps,
     )
     with user_errors():
-        tts = load_base(model)
+        tts = load_base(model, device=device)
         spoken = speak_base_speakers(tts, out, config)
     table = Table("speaker", "WER %", "MOS", "RTF", "transcript of the first sentence")
     for score in spoken.scores:

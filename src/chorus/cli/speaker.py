@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import typer
 
-from chorus.cli.common import config_default, console, fail, user_errors
+from chorus.cli.common import DEVICE_OPTION, config_default, console, fail, user_errors
 from chorus.models.speaker_encoder import SHIPPED_ENCODER, STAGE_BLOCKS, SpeakerEncoderConfig, load_encoder
 from chorus.training.speaker_encoder import SPEAKER_OPTIMIZERS, SpeakerTrainConfig
 
@@ -16,14 +16,14 @@ speaker_app = typer.Typer(help="Chorus's speaker encoder: train one, embed clips
 ENCODER_HELP = "Encoder folder (default: the one shipped with Chorus)."
 
 
-def _encoder(folder: Path | None):
+def _encoder(folder: Path | None, device: str = "cpu"):
     folder = folder or SHIPPED_ENCODER
     if not (folder / "config.json").is_file():
         fail(
             f"{folder}: no speaker encoder here; train one with `chorus speaker train CORPUS --out DIR` and pass --encoder DIR"
         )
     with user_errors():
-        return load_encoder(folder)
+        return load_encoder(folder, device)
 
 
 @speaker_app.command()
@@ -64,11 +64,12 @@ def embed(
     files: list[Path] = typer.Argument(..., help="Audio files, one embedding each."),
     out: Path = typer.Option(..., help="FILE.npy (an [N, D] array, rows in the order given) or FILE.json."),
     encoder: Path | None = typer.Option(None, help=ENCODER_HELP),
+    device: str = DEVICE_OPTION,
 ) -> None:
     """Embed audio files: one unit-length row per file, in the order given."""
     if out.suffix not in (".npy", ".json"):
         fail(f"--out {out}: give a .npy or .json file")
-    bundle = _encoder(encoder)
+    bundle = _encoder(encoder, device)
     with user_errors():
         embeddings = bundle.embed(files)
     if out.suffix == ".npy":
@@ -83,9 +84,10 @@ def verify(
     a: Path = typer.Argument(..., help="One clip."),
     b: Path = typer.Argument(..., help="Another clip."),
     encoder: Path | None = typer.Option(None, help=ENCODER_HELP),
+    device: str = DEVICE_OPTION,
 ) -> None:
     """Whether two clips are the same speaker: their cosine score against the encoder's threshold."""
-    bundle = _encoder(encoder)
+    bundle = _encoder(encoder, device)
     with user_errors():
         first, second = bundle.embed([a, b])
     score = bundle.score(first, second)
@@ -100,11 +102,12 @@ def evaluate(
     ),
     encoder: Path | None = typer.Option(None, help=ENCODER_HELP),
     p_target: float = typer.Option(0.01, help="Prior of a target trial for minDCF."),
+    device: str = DEVICE_OPTION,
 ) -> None:
     """Equal error rate and minDCF of a trials file (VoxCeleb's format)."""
     from chorus.evaluation.verification import verification_scores
 
-    bundle = _encoder(encoder)
+    bundle = _encoder(encoder, device)
     with user_errors():
         pairs = []
         for number, line in enumerate(trials.read_text().splitlines(), 1):
