@@ -933,46 +933,21 @@ def test_curl_round_trip(live_server, tmp_path):
     if curl is None:
         pytest.skip("needs curl")
     auth = ["-H", "Authorization: Bearer acme-key-0123456789abcdef"]
+
+    def curl_post(body: str, *more: str) -> subprocess.CompletedProcess:
+        command = [curl, "-sS", "--fail-with-body", *auth, "-H", "Content-Type: application/json", "-d", body]
+        return subprocess.run([*command, *more, f"{url}/v1/audio/speech"], capture_output=True, timeout=120)
+
     listed = subprocess.run(
         [curl, "-sS", "--fail-with-body", *auth, f"{url}/v1/audio/voices"], capture_output=True, timeout=60
     )
     assert listed.returncode == 0 and "alloy" in json.loads(listed.stdout)["voices"]
     out = tmp_path / "hello.mp3"
-    body = json.dumps({"model": "tts-1", "voice": "ann", "input": "Hello there. Good day.", "response_format": "mp3"})
-    spoken = subprocess.run(
-        [
-            curl,
-            "-sS",
-            "--fail-with-body",
-            *auth,
-            "-H",
-            "Content-Type: application/json",
-            "-d",
-            body,
-            "-o",
-            str(out),
-            f"{url}/v1/audio/speech",
-        ],
-        capture_output=True,
-        timeout=120,
-    )
+    body = {"model": "tts-1", "voice": "ann", "input": "Hello there. Good day.", "response_format": "mp3"}
+    spoken = curl_post(json.dumps(body), "-o", str(out))
     assert spoken.returncode == 0, spoken.stderr
     assert len(decode_any(out.read_bytes(), "mp3")) > 2000  # the tiny base speaks fast
-    refused = subprocess.run(
-        [
-            curl,
-            "-sS",
-            "--fail-with-body",
-            *auth,
-            "-H",
-            "Content-Type: application/json",
-            "-d",
-            '{"voice": "ann"}',
-            f"{url}/v1/audio/speech",
-        ],
-        capture_output=True,
-        timeout=60,
-    )
+    refused = curl_post('{"voice": "ann"}')
     assert refused.returncode == 22 and "'input' is required" in json.loads(refused.stdout)["error"]["message"]
 
 
