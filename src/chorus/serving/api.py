@@ -224,16 +224,6 @@ def create_app(
         return Response(generate_latest(server.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     # -- speech
-    @app.post(
-        "/v1/audio/speech",
-        responses={200: {"content": {t: {} for t in CONTENT_TYPES.values()}}, **_ERRORS},
-        openapi_extra={
-            "requestBody": {
-                "required": True,
-                "content": {"application/json": {"schema": SpeechRequest.model_json_schema()}},
-            }
-        },
-    )
     async def speech_request(request: Request) -> tuple[SpeechRequest, str, list[str | Pause]]:
         """The checked body, the engine's key of its voice, and what to read (text chunks and pauses)."""
         tenant = server.authenticate(request)
@@ -253,6 +243,16 @@ def create_app(
         default = PCM_RATE if body.response_format == "pcm" else engine.sample_rate
         return output_rate(body.response_format, body.sample_rate or default)
 
+    @app.post(
+        "/v1/audio/speech",
+        responses={200: {"content": {t: {} for t in CONTENT_TYPES.values()}}, **_ERRORS},
+        openapi_extra={
+            "requestBody": {
+                "required": True,
+                "content": {"application/json": {"schema": SpeechRequest.model_json_schema()}},
+            }
+        },
+    )
     async def speech(request: Request):
         body, voice_key, pieces = await speech_request(request)
         batcher = server.batcher
