@@ -46,7 +46,7 @@ from chorus.training.speaker_encoder import SpeakerTrainConfig, prepare_clips, t
 VARIANT = re.compile(r"^(resnet|df-resnet)(\d+)(-rev)?-(adam8bit|adam|sgd8bit|sgd)$")
 TRAINING = SpeakerTrainConfig(corpus="", out="")  # the recipe every variant shares, but for steps and seed
 DEFAULT_VARIANTS = (
-    "resnet18-adam,resnet18-adam8bit,resnet18-sgd,resnet18-sgd8bit,resnet18-rev-adam,resnet18-rev-adam8bit,"
+    "resnet18-adam,resnet18-rev-adam8bit,resnet18-adam8bit,resnet18-rev-adam,resnet18-sgd,resnet18-sgd8bit,"
     "df-resnet56-adam,df-resnet56-rev-adam8bit"
 )
 

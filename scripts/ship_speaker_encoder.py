@@ -19,7 +19,7 @@ from chorus.models.bundle import file_sha256
 from chorus.models.speaker_encoder import CONFIG, SHIPPED_ENCODER, WEIGHTS, load_encoder
 
 
-def card(folder: Path, report: dict | None) -> str:
+def card(folder: Path, report: dict | None, note: str = "") -> str:
     bundle = load_encoder(folder)
     info, config = bundle.info, bundle.encoder.config
     parameters = sum(p.numel() for p in bundle.encoder.parameters())
@@ -48,6 +48,7 @@ def card(folder: Path, report: dict | None) -> str:
         f"- threshold: {bundle.threshold:.4f}, the equal-error point of {info['calibration']['trials']:,} trials "
         f"between clips held out of every training speaker (EER {100 * info['calibration']['eer']:.2f}%, minDCF "
         f"{info['calibration']['min_dcf']:.3f}).",
+        *([f"- {note}"] if note else []),
         "",
         "## Verification on speakers it never trained on",
         "",
@@ -80,12 +81,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("encoder", type=Path, help="a folder written by chorus speaker train / bench/speaker.py")
     parser.add_argument("--report", type=Path, default=None, help="bench/results/speaker/speaker.json")
+    parser.add_argument("--note", default="", help="a line for the card: why this encoder, how its data was built")
     args = parser.parse_args()
     report = json.loads(args.report.read_text()) if args.report and args.report.is_file() else None
     SHIPPED_ENCODER.mkdir(parents=True, exist_ok=True)
     for name in (WEIGHTS, CONFIG):
         shutil.copyfile(args.encoder / name, SHIPPED_ENCODER / name)
-    (SHIPPED_ENCODER / "MODEL_CARD.md").write_text(card(args.encoder, report))
+    (SHIPPED_ENCODER / "MODEL_CARD.md").write_text(card(args.encoder, report, args.note))
     print(f"shipped {args.encoder} -> {SHIPPED_ENCODER}")
 
 

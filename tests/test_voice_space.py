@@ -44,7 +44,10 @@ def space_dir(tiny_base, two_voice_corpus, tmp_path_factory):
 def test_space_generates_adapter_tensors_linear_in_z(space_dir):
     space, z, names = VoiceSpace.load(space_dir)
     assert names == ["f2", "m3"] and z.shape == (2, 4)
-    assert space.embedding_to_z.shape == (257, 4)  # d-vector (+ bias) -> z, fitted after training
+    # the embedder's vector (+ bias) -> z, fitted after training: the shipped encoder's, else resemblyzer's 256
+    encoder = shipped_encoder_dir()
+    dim = load_encoder(encoder).encoder.config.embedding_dim if encoder else 256
+    assert space.embedding_to_z.shape == (dim + 1, 4)
     a, b = torch.randn(4), torch.randn(4)
     ta, tb, tab = space.voice_tensors(a), space.voice_tensors(b), space.voice_tensors(a + b)
     center = space.voice_tensors(torch.zeros(4))
