@@ -169,6 +169,44 @@ def encoder_rows(args, clips) -> list[dict]:
     return rows
 
 
+def step_times(names: list[str], args) -> dict[str, list[float]]:
+    """Seconds of one training step (batch ``args.batch`` x ``args.frames``, ``args.memory_speakers`` classes)
+    per variant, in this process on ``args.threads`` thread(s): ``args.time_rounds`` rounds, the variants
+    interleaved within each (so a busy moment of the machine falls on all of them), one step a round after
+    one untimed warm-up step each."""
+    import time
+
+    from chorus.models.speaker_encoder import SpeakerClassifier, SpeakerEncoder
+    from chorus.training.speaker_encoder import speaker_optimizer
+
+    torch.manual_seed(args.seed)
+    steps = {}
+    for name in names:
+        encoder, optimizer_name = parse_variant(name)
+        model = SpeakerClassifier(SpeakerEncoder(encoder), args.memory_speakers)
+        lr = 1e-3 if optimizer_name.startswith("adam") else 0.05
+        steps[name] = (model, speaker_optimizer(list(model.parameters()), optimizer_name, lr, 1e-4))
+    mel = torch.randn(args.batch, args.frames, 80)
+    labels = torch.randint(0, args.memory_speakers, (args.batch,))
+
+    def one(name: str) -> float:
+        model, optimizer = steps[name]
+        started = time.perf_counter()
+        loss = model(mel, labels)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        return time.perf_counter() - started
+
+    for name in names:
+        one(name)  # warm-up: first-call allocations, bitsandbytes' kernels
+    times: dict[str, list[float]] = {name: [] for name in names}
+    for _ in range(args.time_rounds):
+        for name in names:
+            times[name].append(one(name))
+    return times
+
+
 def mib(value: float) -> str:
     return f"{value / 2**20:,.1f}"
 
@@ -184,22 +222,32 @@ def report(encoders: list[dict], resemblyzer: dict, memory: list[dict], starts: 
         f"Training: {args.steps} steps of {TRAINING.batch_speakers} speakers x {TRAINING.per_speaker} crops of "
         f"{TRAINING.segment_frames} frames, seed {args.seed}, {args.threads} CPU thread(s).",
         "",
-        "| variant | parameters | s/step | final loss | EER % | minDCF (0.01) | EER x the same trunk's vanilla Adam |",
-        "|---|---|---|---|---|---|---|",
+        "| variant | parameters | s/step (median, min-max) | final loss | calibration EER % | EER % | minDCF (0.01) "
+        "| EER x the same trunk's vanilla Adam |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     eers = {r["variant"]: r["eer"] for r in encoders}
     for r in encoders:
         arch, depth = VARIANT.match(r["variant"]).groups()[:2]
         vanilla = eers.get(f"{arch}{depth}-adam")
         ratio = f"{r['eer'] / vanilla:.2f}" if vanilla else ""
+        timed = r.get("step_seconds") or [r["seconds_per_step"]]
         lines.append(
-            f"| {r['variant']} | {r['parameters']:,} | {r['seconds_per_step']:.2f} | {r['final_loss']:.2f} | "
-            f"{100 * r['eer']:.2f} | {r['min_dcf']:.3f} | {ratio} |"
+            f"| {r['variant']} | {r['parameters']:,} | {np.median(timed):.2f} ({min(timed):.2f}-{max(timed):.2f}) | "
+            f"{r['final_loss']:.2f} | {100 * r['calibration_eer']:.2f} | {100 * r['eer']:.2f} | {r['min_dcf']:.3f} | {ratio} |"
         )
     lines.append(
-        f"| resemblyzer (GE2E, pretrained on thousands of real speakers) | | | | {100 * resemblyzer['eer']:.2f} | "
+        f"| resemblyzer (GE2E, pretrained on thousands of real speakers) | | | | | {100 * resemblyzer['eer']:.2f} | "
         f"{resemblyzer['min_dcf']:.3f} | |"
     )
+    if encoders and "step_seconds" in encoders[0]:
+        lines += [
+            "",
+            f"Step time: one step of {args.batch} crops of {args.frames} frames ({args.memory_speakers} classes) in one "
+            f"process on {args.threads} thread(s), {args.time_rounds} rounds with the variants interleaved; the time is "
+            "the whole step (forward, backward with the reversible stages' recomputation, optimizer). Calibration EER: "
+            "the training speakers' held-out clips, which set each encoder's threshold; EER: the trials above.",
+        ]
     lines += [
         "",
         f"## Training memory of one step ({args.batch} crops of {args.frames} frames, {args.memory_speakers} "
@@ -286,6 +334,7 @@ def main() -> None:
     parser.add_argument("--starts", type=Path, default=Path("bench/results/speaker_start"))
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--seed", type=int, default=1234)
+    parser.add_argument("--time-rounds", type=int, default=5, help="rounds of the step-time measurement (0: none)")
     parser.add_argument("--work", type=Path, default=Path("runs/speaker"))
     parser.add_argument("--out", type=Path, default=Path("bench/results/speaker"))
     args = parser.parse_args()
@@ -296,6 +345,10 @@ def main() -> None:
         return
     clips = trial_clips(args)
     encoders = encoder_rows(args, clips)
+    if args.time_rounds:
+        times = step_times([r["variant"] for r in encoders], args)
+        for row in encoders:
+            row["step_seconds"] = [round(t, 4) for t in times[row["variant"]]]
     resemblyzer = verification_row(resemblyzer_embeddings(clips), clips)
     trained = [
         (m.group(1) + m.group(2) + (m.group(3) or ""), m.group(4))
