@@ -57,6 +57,7 @@ from chorus.serving.uploads import (  # noqa: E402
     UploadLimits,
     parse_transcripts,
     prepare_archive,
+    prepare_clips,
 )
 from chorus.serving.voice_keys import resolve_voice_key  # noqa: E402
 from chorus.serving.worker import JobRunner, OnboardingJob, adapt_config  # noqa: E402
@@ -254,6 +255,25 @@ def test_sentence_splitting():
     assert split_sentences("Hello. ... !") == ["Hello. ... !"]
     long = " ".join(["word"] * 200)
     assert all(len(chunk) <= 300 for chunk in split_sentences(long)) and len(split_sentences(long)) > 1
+
+
+def test_uploads_of_any_common_format_and_length_without_transcripts(new_voice_data, tmp_path):
+    """An AAC and an MP3 recording, each longer than a clip may be when transcribed, and no transcripts:
+    written for the job to cut and transcribe; a transcribed clip still keeps the clip limit."""
+    from chorus.audio.encode import encode_whole
+    from chorus.audio.io import load_audio
+
+    wavs = sorted((new_voice_data / "wavs").glob("*.wav"))
+    audio = np.concatenate([load_audio(w) for w in wavs])  # about 35 s
+    limits = UploadLimits(max_clip_seconds=20.0)
+    clips = [("long.aac", encode_whole(audio, 22050, "aac")), ("long.mp3", encode_whole(audio, 22050, "mp3"))]
+    prepared = prepare_clips(clips, None, tmp_path / "voice", limits)
+    assert prepared.clips == 2 and prepared.seconds > 60
+    assert (tmp_path / "voice" / "metadata.csv").read_text().splitlines() == ["long|", "long_2|"]
+    with pytest.raises(UploadError, match="at most 20 s"):
+        prepare_clips(clips[:1], {"long.aac": "Some words."}, tmp_path / "again", limits)
+    with pytest.raises(UploadError, match="AAC/M4A or WebM"):
+        prepare_clips([("x.m4a", b"not audio at all" * 100)], None, tmp_path / "bad", limits)
 
 
 def test_transcripts_and_archive_safety(new_voice_data, tmp_path):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 import soundfile as sf
@@ -30,7 +31,7 @@ def load_audio(path: str | os.PathLike, sample_rate: int = SAMPLE_RATE) -> np.nd
         audio, rate = sf.read(str(path), dtype="float32", always_2d=True)
     except (sf.LibsndfileError, RuntimeError, OSError) as error:  # OSError: e.g. no read permission
         # libsndfile reads WAV, FLAC, Ogg and MP3; AAC/M4A/WebM go through FFmpeg's decoders (PyAV).
-        decoded = _decode_with_av(path)
+        decoded = decode_with_av(path)
         if decoded is None:
             raise AudioError(f"{path}: unreadable audio ({error})") from error
         audio, rate = decoded
@@ -43,12 +44,13 @@ def load_audio(path: str | os.PathLike, sample_rate: int = SAMPLE_RATE) -> np.nd
     return np.ascontiguousarray(mono, dtype=np.float32)
 
 
-def _decode_with_av(path: Path) -> tuple[np.ndarray, int] | None:
-    """``([samples, 1] float32, rate)`` of any file FFmpeg decodes, or None."""
+def decode_with_av(source: str | os.PathLike | BinaryIO) -> tuple[np.ndarray, int] | None:
+    """``([samples, 1] float32, rate)`` of any audio FFmpeg decodes (AAC/M4A, WebM, ...: what libsndfile
+    does not read), from a path or a binary file; None if it is not such audio."""
     try:
         import av
 
-        with av.open(str(path)) as container:
+        with av.open(source if hasattr(source, "read") else str(source)) as container:
             stream = container.streams.audio[0]
             rate = stream.rate
             resampler = av.AudioResampler(format="flt", layout="mono", rate=rate)

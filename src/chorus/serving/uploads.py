@@ -21,7 +21,9 @@ from pathlib import Path, PurePosixPath
 import numpy as np
 import soundfile as sf
 
-AUDIO_SUFFIXES = (".wav", ".flac", ".ogg", ".oga", ".mp3", ".aiff", ".aif")
+from chorus.audio.io import decode_with_av
+
+AUDIO_SUFFIXES = (".wav", ".flac", ".ogg", ".oga", ".opus", ".mp3", ".aiff", ".aif", ".m4a", ".aac", ".webm")
 _SAFE_ID = re.compile(r"[^A-Za-z0-9_-]+")
 
 
@@ -128,21 +130,30 @@ class _DatasetWriter:
             raise UploadError(f"{label}: empty transcript")
         if text is not None and len(text) > limits.max_transcript_chars:
             raise UploadError(f"{label}: transcript of {len(text)} characters; at most {limits.max_transcript_chars}")
+        decoded = None
         try:
             info = sf.info(io.BytesIO(data))
+            rate, frames = info.samplerate, info.frames
         except Exception:  # noqa: BLE001 - libsndfile raises several types for non-audio
-            raise UploadError(f"{label}: not a readable audio file (WAV, FLAC, OGG or MP3)", 415) from None
-        if not limits.min_sample_rate <= info.samplerate <= limits.max_sample_rate:
+            decoded = decode_with_av(io.BytesIO(data))  # AAC/M4A, WebM: FFmpeg's decoders
+            if decoded is None:
+                raise UploadError(
+                    f"{label}: not a readable audio file (WAV, FLAC, OGG, MP3, AAC/M4A or WebM)", 415
+                ) from None
+            rate, frames = decoded[1], len(decoded[0])
+        if not limits.min_sample_rate <= rate <= limits.max_sample_rate:
             raise UploadError(
-                f"{label}: sample rate {info.samplerate} Hz outside {limits.min_sample_rate}-"
-                f"{limits.max_sample_rate} Hz"
+                f"{label}: sample rate {rate} Hz outside {limits.min_sample_rate}-{limits.max_sample_rate} Hz"
             )
-        if info.frames > longest * info.samplerate:  # refused before decoding it all
-            raise UploadError(f"{label}: {info.frames / info.samplerate:.1f} s; a clip may last at most {longest:g} s")
-        try:
-            audio, rate = sf.read(io.BytesIO(data), dtype="float32", always_2d=True)
-        except Exception:  # noqa: BLE001
-            raise UploadError(f"{label}: the audio could not be decoded", 415) from None
+        if frames > longest * rate:  # refused before decoding it all
+            raise UploadError(f"{label}: {frames / rate:.1f} s; a clip may last at most {longest:g} s")
+        if decoded is not None:
+            audio = decoded[0]
+        else:
+            try:
+                audio, rate = sf.read(io.BytesIO(data), dtype="float32", always_2d=True)
+            except Exception:  # noqa: BLE001
+                raise UploadError(f"{label}: the audio could not be decoded", 415) from None
         if audio.shape[0] == 0:
             raise UploadError(f"{label}: zero-length audio")
         mono = audio.mean(axis=1)
