@@ -28,7 +28,7 @@ from chorus.models.bundle import ModelBundle, load_bundle
 from chorus.models.speaker_mix import is_mix
 from chorus.text.sentences import speech_pieces
 from chorus.text.ssml import Pause
-from chorus.text.timestamps import Timestamp, timestamps
+from chorus.text.timestamps import Timestamp
 
 ASSETS = Path(__file__).parent / "assets"
 DEFAULT_BASE = ASSETS / "base"
@@ -181,9 +181,7 @@ class Synthesizer:
             audio = audio * (0.99 / peak)
         elapsed = time.perf_counter() - started
         config = self.bundle.mel_config
-        # espeak reads some words as one group; each word phonemized alone lets a group be shared out.
-        spoken, alone = self.bundle.front_end.words(text)
-        words, phonemes = timestamps(symbols, frames, config.hop_length / config.sample_rate, spoken, alone)
+        words, phonemes = self.bundle.front_end.timings(text, frames, config.hop_length / config.sample_rate, symbols)
         resolved = self.resolve_speaker(speaker)
         name = voice or (resolved if isinstance(resolved, str) else self.speakers[resolved])
         return SynthesisResult(audio.astype(np.float32), self.sample_rate, elapsed, name, words, phonemes, text)
@@ -201,8 +199,7 @@ class Synthesizer:
         a result of silence (``text`` empty)."""
         for piece in speech_pieces(text, max_chars):
             if isinstance(piece, Pause):
-                silence = np.zeros(int(round(piece.seconds * self.sample_rate)), dtype=np.float32)
-                yield SynthesisResult(silence, self.sample_rate, 0.0, "")
+                yield SynthesisResult(np.zeros(piece.samples(self.sample_rate), np.float32), self.sample_rate, 0.0, "")
             else:
                 yield self._sentence(piece, speaker, length_scale, voice)
 

@@ -93,13 +93,17 @@ from chorus.serving.voice_keys import resolve_voice_key
 from chorus.serving.worker import JobRunner, OnboardingJob
 from chorus.text.sentences import speech_pieces
 from chorus.text.ssml import Pause, SsmlError
-from chorus.text.timestamps import timestamps
 
 log = logging.getLogger("chorus.serving.api")
 
 JOB_ID = re.compile(r"[0-9a-f]{32}")
 # What /docs shows for the routes' answers (they are built from these models; errors are ErrorBody).
 _ERRORS = {status: {"model": ErrorBody} for status in (400, 401, 404, 409, 413, 415, 500)}
+
+
+def silence(pause: Pause, rate: int) -> np.ndarray:
+    """An SSML ``<break>`` as samples ``[samples]`` at ``rate``."""
+    return np.zeros(pause.samples(rate), dtype=np.float32)
 
 
 async def speech_events(audio: AsyncIterator[bytes], input_chars: int) -> AsyncIterator[bytes]:
@@ -265,9 +269,6 @@ def create_app(
         headers = {"X-Sample-Rate": str(out_rate), "Cache-Control": "no-store"}
         media_type = CONTENT_TYPES[audio_format]
 
-        def silence(pause: Pause) -> np.ndarray:
-            return np.zeros(int(round(pause.seconds * rate)), dtype=np.float32)
-
         # The first chunk is awaited before any byte is sent, so a bad voice or text is a clean 4xx.
         try:
             first = await batcher.synthesize_async(chunks[0], voice_key, body.speed)
@@ -278,7 +279,7 @@ def create_app(
             try:
                 for index, piece in enumerate(pieces):
                     if isinstance(piece, Pause):
-                        audio.append(silence(piece))
+                        audio.append(silence(piece, rate))
                     elif index == first_index:
                         audio.append(first.audio)
                     else:
@@ -299,7 +300,7 @@ def create_app(
             try:
                 for index, piece in enumerate(pieces):
                     if isinstance(piece, Pause):
-                        yield encoder.write(silence(piece))
+                        yield encoder.write(silence(piece, rate))
                         continue
                     result = first if index == first_index else await asyncio.wrap_future(next(pending))
                     server.metrics.audio_seconds.inc(result.duration)
@@ -339,15 +340,13 @@ def create_app(
         server.metrics.characters.inc(len(body.input))
         for piece in pieces:
             if isinstance(piece, Pause):
-                audio.append(np.zeros(int(round(piece.seconds * rate)), dtype=np.float32))
+                audio.append(silence(piece, rate))
             else:
                 try:
                     result = await server.batcher.synthesize_async(piece, voice_key, body.speed)
                 except Exception as error:  # noqa: BLE001 - mapped to a status and a message
                     raise synthesis_error(error, body.voice) from None
-                symbols = front_end.symbols.decode(front_end.encode([piece])[0])
-                spoken, alone = await run_in_threadpool(front_end.words, piece)
-                said, sounds = timestamps(symbols, result.frames, seconds_per_frame, spoken, alone)
+                said, sounds = await run_in_threadpool(front_end.timings, piece, result.frames, seconds_per_frame)
                 words += [w.shifted(offset / rate) for w in said]
                 phonemes += [p.shifted(offset / rate) for p in sounds]
                 audio.append(result.audio)

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from chorus.text.normalize import UnknownCharacterWarning, normalize_text
 from chorus.text.phonemize import phonemize
 from chorus.text.symbols import SymbolTable
-from chorus.text.timestamps import spoken_words
+from chorus.text.timestamps import Timestamp, spoken_words, timestamps
 
 _INLINE_PHONEMES = re.compile(r"\[\[(.*?)\]\]", re.DOTALL)
 
@@ -43,6 +43,16 @@ class TextFrontEnd:
             elif spoken[index // 2]:
                 out.append(next(said))
         return " ".join(p for p in out if p)
+
+    def timings(
+        self, text: str, frames: list[int], seconds_per_frame: float, symbols: str | None = None
+    ) -> tuple[list[Timestamp], list[Timestamp]]:
+        """(words, phonemes) with start/end times of ``text`` read with ``frames`` per symbol (the durations
+        the model predicted); ``symbols``: the model's input, re-encoded from ``text`` when not given."""
+        if symbols is None:
+            symbols = self.symbols.decode(self.encode([text])[0])
+        spoken, alone = self.words(text)  # each word alone lets a group espeak reads as one be shared out
+        return timestamps(symbols, frames, seconds_per_frame, spoken, alone)
 
     def words(self, text: str) -> tuple[list[str], list[str]]:
         """The words of ``text`` as they are read, each with its phonemes read alone (for timestamps):

@@ -30,6 +30,10 @@ class SsmlError(ValueError):
 class Pause:
     seconds: float
 
+    def samples(self, rate: int) -> int:
+        """Its length in samples at ``rate``."""
+        return int(round(self.seconds * rate))
+
 
 def is_ssml(text: str) -> bool:
     return text.lstrip().startswith("<speak")
