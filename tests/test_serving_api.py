@@ -1074,14 +1074,15 @@ def test_a_store_that_turns_read_only_answers_503_and_keeps_serving(tiny_base, a
         assert client.get("/healthz", headers=OPERATOR).json()["status"] == "ok"
         # The database turns read-only under the running server (a remount, a full disk): SQLite's own
         # refusal, through a read-only connection to the same file.
-        writable = store._db
-        store._db = sqlite3.connect(
+        database = store._db  # chorus.serving.metadata.SqliteDatabase
+        writable = database._db
+        database._db = sqlite3.connect(
             f"file:{tmp_path / 'store' / 'store.sqlite3'}?mode=ro",
             uri=True,
             check_same_thread=False,
             isolation_level=None,
         )
-        store._db.row_factory = sqlite3.Row
+        database._db.row_factory = sqlite3.Row
         try:
             refused = client.delete("/v1/voices/ann", headers=ACME)
             assert_error(refused, 503, "cannot take writes right now")
@@ -1094,8 +1095,8 @@ def test_a_store_that_turns_read_only_answers_503_and_keeps_serving(tiny_base, a
             assert any(v["id"] == "ann" and v.get("status") == "ready" for v in listed), listed
             assert speak(client, voice="ann").status_code == 200
         finally:
-            store._db.close()
-            store._db = writable
+            database._db.close()
+            database._db = writable
         assert client.get("/healthz", headers=OPERATOR).json()["status"] == "ok"
         assert client.delete("/v1/voices/ann", headers=ACME).status_code == 200
 

@@ -76,7 +76,7 @@ def store(request, tmp_path):
     """A store on local disk (plain path or file:// URL) or on fsspec's in-memory object store."""
     if request.param == "memory":
         root = f"memory://chorus-test-{uuid.uuid4().hex}"
-        store = VoiceStore(root, db_path=str(tmp_path / "store.sqlite3"))
+        store = VoiceStore(root, database=str(tmp_path / "store.sqlite3"))
     else:
         root = str(tmp_path / "root")
         store = VoiceStore(root if request.param == "path" else f"file://{root}")
@@ -260,7 +260,7 @@ CHILD = """
 import os, signal, sys
 from chorus.serving.store import VoiceStore
 root, db, folder, point = sys.argv[1:]
-store = VoiceStore(root, db_path=db)
+store = VoiceStore(root, database=db)
 job = store.create_job("acme", "ann")
 store.update_job(job, status="running", progress=0.9)
 print(job, flush=True)
@@ -296,7 +296,7 @@ def test_recovery_after_kill_9(point, voice_folder, tmp_path):
     leftovers = [p.name for p in (root / "acme").iterdir()]
     assert any(name.startswith(".upload-") for name in leftovers) == (point == "upload")
 
-    with VoiceStore(str(root), db_path=str(db)) as store:
+    with VoiceStore(str(root), database=str(db)) as store:
         report = store.recover()
         assert not any(p.name.startswith(".") for p in (root / "acme").iterdir())
         voices = {v.voice_id: v for v in store.list_voices("acme")}
@@ -377,8 +377,8 @@ def test_recover_fails_a_ready_voice_without_marker_and_finishes_deletes(tmp_pat
         assert not (tmp_path / "root" / "acme" / "bob").exists()
 
 
-def test_remote_root_needs_a_db_path():
-    with pytest.raises(ValueError, match="db_path"):
+def test_remote_root_needs_a_database():
+    with pytest.raises(ValueError, match="needs a database"):
         VoiceStore("memory://chorus-test-no-db")
 
 
@@ -410,7 +410,7 @@ class FullMemoryFileSystem(fsspec.implementations.memory.MemoryFileSystem):
 def test_a_store_that_cannot_be_written_is_one_clear_error_at_start_up(tmp_path):
     fsspec.register_implementation("fullmem", FullMemoryFileSystem, clobber=True)
     with pytest.raises(StoreUnavailable, match=r"fullmem://voices: .*cannot be opened for writing .*No space left"):
-        VoiceStore("fullmem://voices", db_path=str(tmp_path / "store.sqlite3"))
+        VoiceStore("fullmem://voices", database=str(tmp_path / "store.sqlite3"))
     blocked = tmp_path / "a-file"
     blocked.write_text("not a folder")
     with pytest.raises(StoreUnavailable, match="cannot be opened for writing"):

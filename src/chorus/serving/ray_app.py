@@ -56,6 +56,7 @@ from chorus.models.bundle import load_bundle
 from chorus.serving.api import create_app
 from chorus.serving.batcher import Batcher, BatcherStats, ServedResult
 from chorus.serving.engine import Engine, UnknownVoice
+from chorus.serving.metadata import is_postgres_url
 from chorus.serving.settings import ServerSettings, jobs_dir
 from chorus.serving.store import JobStatus, VoiceStore
 from chorus.serving.tenants import Tenants, check_bind
@@ -81,7 +82,7 @@ class RayServeConfig:
     """
 
     store: str
-    db_path: str | None = None
+    database: str | None = None  # SQLite path or postgresql:// URL (default: in the store folder)
     base: str | None = None
     vocoder: str | None = None
     tenants: Tenants = field(default_factory=Tenants)
@@ -105,7 +106,8 @@ class RayServeConfig:
         # Replicas and tasks are other processes, maybe in other folders: local paths become absolute.
         if "://" not in self.store:
             self.store = os.path.abspath(self.store)
-        self.db_path = None if self.db_path is None else os.path.abspath(self.db_path)
+        if self.database is not None and not is_postgres_url(self.database):
+            self.database = os.path.abspath(self.database)
         self.base = None if self.base is None else os.path.abspath(self.base)
         if self.vocoder is not None:  # a name (griffin-lim, neural) or a folder
             self.vocoder = os.path.abspath(self.vocoder) if Path(self.vocoder).exists() else str(self.vocoder)
@@ -113,7 +115,7 @@ class RayServeConfig:
             self.settings = dataclasses.replace(self.settings, jobs_dir=Path(self.settings.jobs_dir).absolute())
 
     def open_store(self) -> VoiceStore:
-        return VoiceStore(self.store, self.db_path)
+        return VoiceStore(self.store, self.database)
 
     def job_runner(self, store: VoiceStore) -> JobRunner:
         """An in-process onboarding worker on ``store`` (what each onboarding task runs its job with)."""
@@ -349,6 +351,7 @@ class RayJobRunner(JobRunner):
             bundle_factory=_no_bundle,
             recipe=config.settings.adapt,
             progress_interval=config.settings.progress_interval,
+            poll_seconds=None,  # every job of this cluster comes through this ingress
         )
         self.ray_config = config
         self._tasks: dict[object, OnboardingJob] = {}
@@ -396,7 +399,7 @@ class RayJobRunner(JobRunner):
                     ray.get(ref)
                 except Exception as error:  # noqa: BLE001 - the task itself died
                     log.error("onboarding task of job %s died: %s", job.job_id, error)
-                    self.fail(job, "training failed with an internal error (see the server log)")
+                    self.fail(job.job_id, "training failed with an internal error (see the server log)")
 
 
 def _no_bundle():

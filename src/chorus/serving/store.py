@@ -1,19 +1,27 @@
-"""The voice store of the multi-tenant server: voice and job metadata in SQLite, adapter folders as blobs.
+"""The voice store of the multi-tenant server: voice and job metadata in a database (SQLite on one
+machine, PostgreSQL for servers on several), adapter folders as blobs under any fsspec URL.
 
     <root>/<tenant>/<voice_id>/          one committed voice
       adapter_config.json, chorus_voice.json, adapter_model.safetensors, voice_card.json, README.md
       COMMITTED.json                     written last: sha256 and size of every file above
-    <root>/<tenant>/.upload-<voice_id>-<token>/    an upload in progress (removed by ``recover``)
+    <root>/<tenant>/.upload-<voice_id>-<owner>-<token>/    an upload in progress (removed by ``recover``)
+    <root>/.jobs/<job_id>/               a queued job's clips, for a remote root (see ``publish_job_inputs``)
 
 ``root_url`` is anything fsspec opens: a plain path or ``file://`` (local disk, the default),
 ``s3://``, ``gs://``, ``memory://`` ... A voice folder without a valid ``COMMITTED.json`` is treated
 as absent, because object stores have no atomic rename of a prefix: the marker is the commit. On
 local disk the folder is also renamed into place in one step.
 
-Metadata lives in one SQLite file (WAL mode, so readers in other processes do not block the writer);
-it must be on local disk, so a remote ``root_url`` needs an explicit ``db_path``. A voice's status
-says whether it may be served: only ``ready`` voices are, and only after their files match the
-recorded checksums on that very load.
+Metadata lives in one SQLite file on local disk (the default, ``<root>/store.sqlite3``) or in
+PostgreSQL (:mod:`chorus.serving.metadata`); a remote ``root_url`` needs an explicit ``database``. A
+voice's status says whether it may be served: only ``ready`` voices are, and only after their files match
+the recorded checksums on that very load.
+
+Several processes (servers on several machines) may share one store. Each open store is an *owner* with
+a heartbeat in the database; work in flight (an upload, a deletion, a running job) records its owner, and
+whoever finds an owner dead (no heartbeat for ``lease_seconds``, or a process of this machine that is
+gone) finishes or undoes its work: :meth:`VoiceStore.reclaim`, run by every store's heartbeat thread, and
+:meth:`VoiceStore.recover` at start-up. Work of a live owner is never touched.
 
 Tenants are isolated: every query is scoped by tenant, and another tenant's voice or job raises the
 same ``VoiceNotFound``/``JobNotFound`` as one that does not exist.
@@ -21,17 +29,20 @@ same ``VoiceNotFound``/``JobNotFound`` as one that does not exist.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
+import logging
 import os
 import re
 import shutil
+import socket
 import sqlite3
 import threading
 import time
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -49,6 +60,9 @@ from chorus.adapters.voice import (
     read_voice,
 )
 from chorus.atomic import atomic_write_folder
+from chorus.serving.metadata import Database, Sql, SqliteDatabase, is_postgres_url, open_database, public_url
+
+log = logging.getLogger("chorus.serving.store")
 
 ID_PATTERN = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
 MARKER_FILE = "COMMITTED.json"
@@ -60,7 +74,10 @@ UPLOAD_PREFIX = ".upload-"
 VOICE_FILES = frozenset({CONFIG_FILE, CHORUS_FILE, WEIGHTS_FILE, CARD_FILE, "README.md"})
 REQUIRED_FILES = frozenset({CONFIG_FILE, WEIGHTS_FILE})
 PICKLE_SUFFIXES = frozenset({".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt"})
-SCHEMA_VERSION = 1
+JOB_INPUTS_DIR = ".jobs"  # under a remote root: the clips of queued jobs, for any server's worker
+# An owner that has not beaten for this long is dead: its uploads are undone, its deletions finished,
+# its jobs resumed by another worker. Long enough for a paused process (a swap storm, a GC) to come back.
+LEASE_SECONDS = 15.0
 
 
 class VoiceStatus(StrEnum):
@@ -126,6 +143,7 @@ class VoiceRecord:
     method: str | None  # e.g. "lora+speaker"
     job_id: str | None  # the job that trains (or trained) it
     error: str | None  # why it failed
+    owner: str | None = None  # the store that is uploading or deleting it (see ``VoiceStore.reclaim``)
 
 
 @dataclass(frozen=True)
@@ -181,36 +199,6 @@ class FileDigest:
     size: int
 
 
-_SCHEMA = f"""
-CREATE TABLE IF NOT EXISTS voices (
-    tenant TEXT NOT NULL,
-    id TEXT NOT NULL,
-    name TEXT NOT NULL,
-    status TEXT NOT NULL CHECK (status IN ({", ".join(repr(s.value) for s in VoiceStatus)})),
-    created REAL NOT NULL,
-    updated REAL NOT NULL,
-    blob_url TEXT NOT NULL,
-    sha256 TEXT,
-    size_bytes INTEGER,
-    method TEXT,
-    job_id TEXT,
-    error TEXT,
-    PRIMARY KEY (tenant, id)
-);
-CREATE TABLE IF NOT EXISTS jobs (
-    id TEXT PRIMARY KEY,
-    tenant TEXT NOT NULL,
-    voice_id TEXT NOT NULL,
-    status TEXT NOT NULL CHECK (status IN ({", ".join(repr(s.value) for s in JobStatus)})),
-    progress REAL NOT NULL CHECK (progress BETWEEN 0 AND 1),
-    message TEXT,
-    created REAL NOT NULL,
-    updated REAL NOT NULL
-);
-CREATE INDEX IF NOT EXISTS jobs_by_status ON jobs (status);
-"""
-
-
 def check_id(value: str, kind: str = "voice id") -> str:
     """Return ``value`` if it is a valid tenant or voice id, else raise ``InvalidId``."""
     if not isinstance(value, str) or not ID_PATTERN.fullmatch(value):
@@ -221,64 +209,107 @@ def check_id(value: str, kind: str = "voice id") -> str:
 class VoiceStore:
     """Voices and training jobs of many tenants; safe to share between threads.
 
-    ``root_url``: where adapter folders live (fsspec URL or local path). ``db_path``: the SQLite file,
-    by default ``<root>/store.sqlite3`` for a local root (required for a remote one). ``cache_dir``:
-    where voices of a remote root are downloaded, by default ``voice-cache`` next to ``db_path``.
+    ``root_url``: where adapter folders live (fsspec URL or local path). ``database``: a SQLite file or a
+    ``postgresql://`` URL, by default ``<root>/store.sqlite3`` for a local root (required for a remote
+    one). ``cache_dir``: where voices of a remote root are downloaded, by default ``voice-cache`` next to
+    a SQLite file (under ``~/.cache/chorus`` for PostgreSQL). ``lease_seconds``: see :meth:`reclaim`.
     """
 
-    def __init__(self, root_url: str, db_path: str | None = None, cache_dir: str | None = None) -> None:
+    def __init__(
+        self,
+        root_url: str,
+        database: str | None = None,
+        cache_dir: str | None = None,
+        *,
+        lease_seconds: float = LEASE_SECONDS,
+    ) -> None:
         self.fs, root = fsspec.core.url_to_fs(root_url)
         self.root = root.rstrip("/")
         self.local = isinstance(self.fs, LocalFileSystem)
-        if db_path is None:
+        if database is None:
             if not self.local:
-                raise ValueError(f"{root_url}: SQLite needs local disk; pass db_path for a remote voice root")
-            db_path = os.path.join(self.root, "store.sqlite3")
-        self.cache_dir = Path(cache_dir) if cache_dir else Path(db_path).parent / "voice-cache"
-        # One connection behind a lock: metadata operations are tiny, and blob transfers run outside it.
+                raise ValueError(
+                    f"{root_url}: a remote voice root needs a database: a postgresql:// URL (servers on "
+                    "several machines) or a local SQLite file"
+                )
+            database = os.path.join(self.root, "store.sqlite3")
+        self.shared_database = is_postgres_url(database)
+        if cache_dir is None:
+            cache_dir = _default_cache_dir(root_url) if self.shared_database else Path(database).parent / "voice-cache"
+        self.cache_dir = Path(cache_dir)
+        self.lease_seconds = lease_seconds
+        # Who this store is to the others on the same database: work in flight (an upload, a deletion, a
+        # job) carries its id, and its heartbeat says it is alive (:meth:`reclaim`).
+        self.owner = uuid.uuid4().hex[:12]
         self._lock = threading.RLock()
         self._download_locks: dict[tuple[str, str], threading.Lock] = {}
-        self._closed = False
-        self._db: sqlite3.Connection | None = None
+        self._closed = threading.Event()
+        self._db: Database | None = None
         try:
-            self._open(db_path)
-        except (OSError, sqlite3.Error) as error:
+            self._open(database)
+        except (OSError, sqlite3.Error, *_database_errors()) as error:
             if self._db is not None:
                 self._db.close()
             raise StoreUnavailable(
                 f"{root_url}: the voice store cannot be opened for writing ({error}); check that it exists, "
-                "is writable and has free space"
+                f"is writable and has free space (database: {public_url(database)})"
             ) from None
+        self._heartbeat = threading.Thread(target=self._beat, name="chorus-store-heartbeat", daemon=True)
+        self._heartbeat.start()
 
-    def _open(self, db_path: str) -> None:
+    def _open(self, database: str) -> None:
         """Make the folders, write and remove a probe file in the voice root (a read-only or full root
-        fails here, not at the first upload), then open the database and its schema."""
+        fails here, not at the first upload), then open the database (its schema migrated) and register
+        this store as an owner."""
         self.fs.makedirs(self.root, exist_ok=True)
-        Path(db_path).parent.mkdir(parents=True, exist_ok=True)
         self._probe_files()
-        self._db = sqlite3.connect(db_path, check_same_thread=False, isolation_level=None, timeout=30.0)
-        self._db.row_factory = sqlite3.Row
-        self._db.execute("PRAGMA journal_mode=WAL")
-        version = self._db.execute("PRAGMA user_version").fetchone()[0]
-        if version > SCHEMA_VERSION:
-            raise RuntimeError(
-                f"{db_path}: store schema version {version} is newer than this Chorus ({SCHEMA_VERSION})"
+        self._db = open_database(database)
+        now = time.time()
+        with self._db.transaction() as db:
+            db.execute(
+                "INSERT INTO owners (id, host, pid, started, heartbeat) VALUES (?, ?, ?, ?, ?)",
+                (self.owner, socket.gethostname(), os.getpid(), now, now),
             )
-        self._db.executescript(_SCHEMA)
-        self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+    @property
+    def database_url(self) -> str:
+        """The metadata database: a SQLite path or a PostgreSQL URL without its password."""
+        return self._db.url
 
     def close(self) -> None:
-        """Checkpoint the write-ahead log into the database file and close it, so that the file alone
-        holds every voice and job (a backup of it, or a lost ``-wal``, loses nothing). Idempotent."""
+        """Stop the heartbeat, mark this owner dead (what it left in flight is then anyone's to recover)
+        and close the database; a SQLite file gets its write-ahead log checkpointed into it, so that the
+        file alone holds every voice and job. Idempotent."""
         with self._lock:
-            if self._closed:
+            if self._closed.is_set():
                 return
-            self._closed = True
+            self._closed.set()
+        self._heartbeat.join()
+        try:
+            with self._db.transaction() as db:
+                # Marked dead rather than removed: whatever it left in flight (a job stopped by the
+                # server's stop) is for the next reclaim or recovery, of this server or another.
+                db.execute("UPDATE owners SET heartbeat=0 WHERE id=?", (self.owner,))
+        finally:
+            self._db.close()
+
+    def _beat(self) -> None:
+        """The heartbeat thread: every third of the lease, mark this store alive and :meth:`reclaim` the
+        work of owners that are not (a server on another machine that stopped beating, a process on this
+        one that is gone)."""
+        while not self._closed.wait(self.lease_seconds / 3):
             try:
-                # Another process with the file open (a store shared by servers) may keep part of the log.
-                self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-            finally:
-                self._db.close()
+                with self._db.transaction(exclusive=False) as db:
+                    beat = db.execute("UPDATE owners SET heartbeat=? WHERE id=?", (time.time(), self.owner))
+                    if not beat.rowcount:  # declared dead while paused: its claimed work went to others
+                        log.warning("store owner %s was reclaimed by another server; registering again", self.owner)
+                        db.execute(
+                            "INSERT INTO owners (id, host, pid, started, heartbeat) VALUES (?, ?, ?, ?, ?)",
+                            (self.owner, socket.gethostname(), os.getpid(), time.time(), time.time()),
+                        )
+                self.reclaim()
+            except Exception:  # noqa: BLE001 - a database that is down for a while must not end the thread
+                log.exception("store heartbeat failed (retrying)")
 
     def __enter__(self) -> Self:
         return self
@@ -308,7 +339,7 @@ class VoiceStore:
         method = "+".join(voice.methods)
         self._claim(tenant, voice_id, name or voice_id, method, job_id)
         blob = self._blob(tenant, voice_id)
-        temp = f"{self.root}/{tenant}/{UPLOAD_PREFIX}{voice_id}-{uuid.uuid4().hex}"
+        temp = f"{self.root}/{tenant}/{UPLOAD_PREFIX}{voice_id}-{self.owner}-{uuid.uuid4().hex}"
         try:
             self.fs.makedirs(temp, exist_ok=True)
             for file, path in files.items():
@@ -329,8 +360,11 @@ class VoiceStore:
             raise
         now = time.time()
         with self._transaction() as db:
-            db.execute(
-                "UPDATE voices SET status=?, sha256=?, size_bytes=?, error=NULL, updated=? WHERE tenant=? AND id=?",
+            # Only while the voice is still this upload's: a deletion, or another server that found this
+            # one dead and undid its upload, wins.
+            marked = db.execute(
+                "UPDATE voices SET status=?, sha256=?, size_bytes=?, error=NULL, owner=NULL, updated=? "
+                "WHERE tenant=? AND id=? AND status=? AND owner=?",
                 (
                     VoiceStatus.READY,
                     manifest[WEIGHTS_FILE].sha256,
@@ -338,10 +372,21 @@ class VoiceStore:
                     now,
                     tenant,
                     voice_id,
+                    VoiceStatus.TRAINING,
+                    self.owner,
                 ),
-            )
-            if job_id is not None:
-                db.execute("UPDATE jobs SET status=?, progress=1, updated=? WHERE id=?", (JobStatus.DONE, now, job_id))
+            ).rowcount
+            if marked and job_id is not None:
+                db.execute(
+                    "UPDATE jobs SET status=?, progress=1, owner=NULL, updated=? WHERE id=?",
+                    (JobStatus.DONE, now, job_id),
+                )
+        if not marked:
+            with self._db.read() as db:
+                row = db.execute("SELECT status FROM voices WHERE tenant=? AND id=?", (tenant, voice_id)).fetchone()
+            if row is None or row["status"] == VoiceStatus.DELETED:
+                self._remove(blob)  # the deletion may have removed the folder before this upload moved in
+            raise VoiceConflict(f"voice {voice_id!r} was deleted or taken over while it was uploaded")
         return self.voice(tenant, voice_id)
 
     def get_voice(self, tenant: str, voice_id: str) -> Path:
@@ -387,8 +432,8 @@ class VoiceStore:
         """The metadata of one voice of ``tenant`` (any status but deleted)."""
         check_id(tenant, "tenant")
         check_id(voice_id)
-        with self._lock:
-            row = self._db.execute(
+        with self._db.read() as db:
+            row = db.execute(
                 "SELECT * FROM voices WHERE tenant=? AND id=? AND status!=?", (tenant, voice_id, VoiceStatus.DELETED)
             ).fetchone()
         if row is None:
@@ -398,8 +443,8 @@ class VoiceStore:
     def list_voices(self, tenant: str) -> list[VoiceRecord]:
         """Every voice of ``tenant`` with its status (ready, training, failed), by id."""
         check_id(tenant, "tenant")
-        with self._lock:
-            rows = self._db.execute(
+        with self._db.read() as db:
+            rows = db.execute(
                 "SELECT * FROM voices WHERE tenant=? AND status!=? ORDER BY id", (tenant, VoiceStatus.DELETED)
             ).fetchall()
         return [_voice_record(row) for row in rows]
@@ -412,8 +457,8 @@ class VoiceStore:
         now = time.time()
         with self._transaction() as db:
             changed = db.execute(
-                "UPDATE voices SET status=?, updated=? WHERE tenant=? AND id=? AND status!=?",
-                (VoiceStatus.DELETED, now, tenant, voice_id, VoiceStatus.DELETED),
+                "UPDATE voices SET status=?, owner=?, updated=? WHERE tenant=? AND id=? AND status!=?",
+                (VoiceStatus.DELETED, self.owner, now, tenant, voice_id, VoiceStatus.DELETED),
             ).rowcount
             if not changed:
                 raise VoiceNotFound(f"no voice {voice_id!r}")
@@ -435,8 +480,9 @@ class VoiceStore:
         with self._transaction() as db:
             self._check_claimable(db, tenant, voice_id, job_id=None)
             db.execute(
-                "INSERT INTO jobs VALUES (?, ?, ?, ?, 0, NULL, ?, ?)",
-                (job_id, tenant, voice_id, JobStatus.QUEUED, now, now),
+                "INSERT INTO jobs (id, tenant, voice_id, status, progress, created, updated, owner) "
+                "VALUES (?, ?, ?, ?, 0, ?, ?, ?)",
+                (job_id, tenant, voice_id, JobStatus.QUEUED, now, now, self.owner),
             )
             self._upsert_training(db, tenant, voice_id, name or voice_id, method, job_id, now)
         return job_id
@@ -445,8 +491,10 @@ class VoiceStore:
         self, job_id: str, *, status: str | None = None, progress: float | None = None, message: str | None = None
     ) -> JobRecord:
         """Record a job's progress (the worker's call, hence no tenant). Its voice follows while not
-        ready: running -> training (a resumed job), failed or interrupted -> failed with ``message``.
-        A done or failed job is final: updating it raises ``ValueError``."""
+        ready: queued or running -> training (a resumed job), failed or interrupted -> failed with
+        ``message``. A done or failed job is final: updating it raises ``ValueError``, as does anything
+        but failing it while another owner runs it (this store's worker was presumed dead and the job
+        went to another)."""
         new_status = JobStatus(status) if status is not None else None
         if progress is not None and not 0.0 <= progress <= 1.0:
             raise ValueError(f"progress must be within 0..1, got {progress}")
@@ -458,17 +506,22 @@ class VoiceStore:
             job = _job_record(row)
             if job.status in FINISHED_JOB:
                 raise ValueError(f"job {job_id!r} is {job.status.value} already")
+            if job.status == JobStatus.RUNNING and row["owner"] not in (None, self.owner):
+                if new_status is not JobStatus.FAILED:
+                    raise ValueError(f"job {job_id!r} is run by another worker")
+            owner = row["owner"] if new_status is None else self.owner if new_status in ACTIVE_JOB else None
             db.execute(
-                "UPDATE jobs SET status=?, progress=?, message=?, updated=? WHERE id=?",
+                "UPDATE jobs SET status=?, progress=?, message=?, owner=?, updated=? WHERE id=?",
                 (
                     new_status or job.status,
                     job.progress if progress is None else progress,
                     job.message if message is None else message,
+                    owner,
                     now,
                     job_id,
                 ),
             )
-            if new_status is JobStatus.RUNNING:
+            if new_status in ACTIVE_JOB:
                 voice_status, error = VoiceStatus.TRAINING, None
             elif new_status in (JobStatus.FAILED, JobStatus.INTERRUPTED):
                 voice_status, error = VoiceStatus.FAILED, message or f"training job {new_status.value}"
@@ -494,8 +547,8 @@ class VoiceStore:
 
     def get_job(self, tenant: str, job_id: str) -> JobRecord:
         check_id(tenant, "tenant")
-        with self._lock:
-            row = self._db.execute("SELECT * FROM jobs WHERE tenant=? AND id=?", (tenant, job_id)).fetchone()
+        with self._db.read() as db:
+            row = db.execute("SELECT * FROM jobs WHERE tenant=? AND id=?", (tenant, job_id)).fetchone()
         if row is None:
             raise JobNotFound(f"no job {job_id!r}")
         return _job_record(row)
@@ -503,16 +556,16 @@ class VoiceStore:
     def stored_bytes(self, tenant: str | None = None) -> int:
         """Bytes of the committed voices of ``tenant`` (None: of every tenant)."""
         where, args = ("AND tenant=?", (tenant,)) if tenant is not None else ("", ())
-        with self._lock:
-            row = self._db.execute(
+        with self._db.read() as db:
+            row = db.execute(
                 f"SELECT COALESCE(SUM(size_bytes), 0) FROM voices WHERE status!=? {where}", (VoiceStatus.DELETED, *args)
             ).fetchone()
         return int(row[0])
 
     def active_jobs(self, tenant: str) -> int:
         """How many of ``tenant``'s onboarding jobs are queued or running."""
-        with self._lock:
-            row = self._db.execute(
+        with self._db.read() as db:
+            row = db.execute(
                 f"SELECT COUNT(*) FROM jobs WHERE tenant=? AND status IN ({_placeholders(ACTIVE_JOB)})",
                 (tenant, *ACTIVE_JOB),
             ).fetchone()
@@ -520,33 +573,180 @@ class VoiceStore:
 
     def interrupted_jobs(self) -> list[JobRecord]:
         """Jobs of every tenant cut short by a dead process, oldest first, for the server to resume."""
-        with self._lock:
-            rows = self._db.execute(
-                "SELECT * FROM jobs WHERE status=? ORDER BY created", (JobStatus.INTERRUPTED,)
-            ).fetchall()
+        with self._db.read() as db:
+            rows = db.execute("SELECT * FROM jobs WHERE status=? ORDER BY created", (JobStatus.INTERRUPTED,)).fetchall()
         return [_job_record(row) for row in rows]
+
+    def claim_job(self, job_id: str) -> JobRecord | None:
+        """Take queued or interrupted job ``job_id`` for this store's worker: it is marked running, owned
+        by this store (taking it again is a no-op). None when it is not there to take (another worker has
+        it, or it ended)."""
+        return self._claim_job(
+            "id=? AND (status IN (?, ?) OR (status=? AND owner=?))",
+            (job_id, JobStatus.QUEUED, JobStatus.INTERRUPTED, JobStatus.RUNNING, self.owner),
+        )
+
+    def claim_next_job(self) -> JobRecord | None:
+        """Take the oldest queued or interrupted job whose clips are published (any server's), as
+        :meth:`claim_job` does; None when there is none. On PostgreSQL a job another worker is claiming
+        at this moment is skipped, not waited for (``FOR UPDATE SKIP LOCKED``)."""
+        return self._claim_job(
+            "inputs IS NOT NULL AND status IN (?, ?) ORDER BY created LIMIT 1",
+            (JobStatus.QUEUED, JobStatus.INTERRUPTED),
+        )
+
+    def _claim_job(self, where: str, args: tuple) -> JobRecord | None:
+        now = time.time()
+        with self._db.transaction(exclusive=not self._db.skip_locked) as db:
+            row = db.execute(f"SELECT id FROM jobs WHERE {where} {self._db.skip_locked}", args).fetchone()
+            if row is None:
+                return None
+            db.execute(
+                "UPDATE jobs SET status=?, owner=?, updated=? WHERE id=?",
+                (JobStatus.RUNNING, self.owner, now, row["id"]),
+            )
+            job = _job_record(db.execute("SELECT * FROM jobs WHERE id=?", (row["id"],)).fetchone())
+            db.execute(
+                "UPDATE voices SET status=?, error=NULL, owner=?, updated=? WHERE tenant=? AND id=? AND job_id=? "
+                "AND status IN (?, ?)",
+                (
+                    VoiceStatus.TRAINING,
+                    self.owner,
+                    now,
+                    job.tenant,
+                    job.voice_id,
+                    job.job_id,
+                    VoiceStatus.TRAINING,
+                    VoiceStatus.FAILED,
+                ),
+            )
+        return job
+
+    def publish_job_inputs(self, job_id: str, folder: str | Path) -> None:
+        """Record where job ``job_id``'s files are, so that any server's worker can take the job: the
+        local ``folder`` itself for a store on local disk (servers sharing it are on this machine), else
+        a copy under ``<root>/.jobs/<job id>/`` (uploaded first, then recorded)."""
+        folder = Path(folder)
+        if self.local:
+            url = str(folder.absolute())
+        else:
+            remote = f"{self.root}/{JOB_INPUTS_DIR}/{job_id}"
+            self.fs.put(str(folder), remote, recursive=True)
+            url = self.fs.unstrip_protocol(remote)
+        with self._transaction() as db:
+            db.execute("UPDATE jobs SET inputs=? WHERE id=?", (url, job_id))
+
+    def fetch_job_inputs(self, job_id: str, folder: str | Path) -> bool:
+        """Make ``folder`` hold job ``job_id``'s published files (downloading them from a remote root when
+        ``folder`` lacks them); False when they are nowhere to be found."""
+        folder = Path(folder)
+        if folder.is_dir():
+            return True
+        with self._db.read() as db:
+            row = db.execute("SELECT inputs FROM jobs WHERE id=?", (job_id,)).fetchone()
+        url = None if row is None else row["inputs"]
+        if url is None:
+            return False
+        if self.local:  # a server on this machine with another jobs folder
+            if not Path(url).is_dir():
+                return False
+            atomic_write_folder(folder, lambda temp: shutil.copytree(url, temp, dirs_exist_ok=True))
+            return True
+        remote = self.fs._strip_protocol(url)
+        if not self.fs.exists(remote):
+            return False
+        atomic_write_folder(folder, lambda temp: self.fs.get(f"{remote}/", f"{temp}/", recursive=True))
+        return True
+
+    def remove_job_inputs(self, job_id: str) -> None:
+        """Remove the published copy of a job's files (a remote root's; a local job folder is its worker's)."""
+        if not self.local:
+            self._remove(f"{self.root}/{JOB_INPUTS_DIR}/{job_id}")
 
     # -- crash recovery ----------------------------------------------------------------------------
 
     def recover(self) -> RecoveryReport:
-        """Bring the store back to a consistent state after a crash; call at startup, before serving,
-        while no other process writes to this store (it removes uploads in progress).
+        """Bring the store back to a consistent state after a crash; call at start-up, before serving.
+        Only work whose owner is not alive is touched, so servers sharing the store may keep working.
 
-        Temporary upload prefixes are removed; a deletion cut short is finished; a training voice
-        whose upload was committed (the process died before marking it ready) becomes ready, any
-        other training voice becomes failed and its partial folder is removed; a ready voice without
-        a valid commit marker becomes failed; queued and running jobs become interrupted.
+        Upload prefixes of owners not alive (nor of this store) are removed; a deletion cut short is finished; a training voice
+        whose upload was committed (the process died before marking it ready) becomes ready, any other
+        becomes failed and its partial folder is removed; a ready voice without a valid commit marker
+        becomes failed; queued and running jobs become interrupted (:meth:`claim_job` takes them again).
         """
+        # This store's own work at start-up is a caller's leftover, not a live server's.
+        alive = self._alive_owners() - {self.owner}
         report = RecoveryReport()
         for tenant_path in _subpaths(self.fs, self.root):
             if not ID_PATTERN.fullmatch(_basename(tenant_path)):
-                continue  # the SQLite files, when they live in the root
+                continue  # the SQLite files, the jobs' files
             for entry in _subpaths(self.fs, tenant_path):
-                if _basename(entry).startswith(UPLOAD_PREFIX):
+                name = _basename(entry)
+                if name.startswith(UPLOAD_PREFIX) and _upload_owner(name) not in alive:
                     self._remove(entry)
                     report.removed_uploads.append(self.fs.unstrip_protocol(entry))
         voices = self._all_voices()
+        self._recover_work(alive, voices, report)
         for voice in voices:
+            if voice.status == VoiceStatus.READY:
+                manifest = self._read_marker(self._blob(voice.tenant, voice.voice_id))
+                if manifest is None or manifest[WEIGHTS_FILE].sha256 != voice.sha256:
+                    self._set_failed(voice.tenant, voice.voice_id, "its stored folder has no valid commit marker")
+                    report.failed_voices.append((voice.tenant, voice.voice_id))
+        report.orphan_folders = self._orphan_folders(voices)
+        with self._db.read() as db:
+            owners = {row["id"] for row in db.execute("SELECT id FROM owners").fetchall()}
+        self._forget_owners(owners - alive - {self.owner})
+        return report
+
+    def reclaim(self) -> RecoveryReport:
+        """Finish or undo the work in flight of every owner found dead since the last look (what
+        :meth:`recover` does at start-up, for those owners only); run by the heartbeat thread, so a job
+        of a server that died is taken up by another within a lease."""
+        alive = self._alive_owners()
+        with self._db.read() as db:
+            dead = {row["id"] for row in db.execute("SELECT id FROM owners").fetchall()} - alive
+        report = RecoveryReport()
+        if not dead:
+            return report
+        voices = [voice for voice in self._all_voices() if voice.owner in dead]
+        for voice in voices:
+            if voice.status == VoiceStatus.TRAINING:  # its upload in progress, if any
+                for owner in dead:
+                    pattern = f"{self.root}/{voice.tenant}/{UPLOAD_PREFIX}{voice.voice_id}-{owner}-*"
+                    for entry in self.fs.glob(pattern):
+                        self._remove(entry)
+                        report.removed_uploads.append(self.fs.unstrip_protocol(entry))
+        self._recover_work(alive, voices, report)
+        self._forget_owners(dead)
+        if any(dataclasses.asdict(report).values()):
+            log.warning("reclaimed the work of dead store owner(s) %s: %s", sorted(dead), report)
+        return report
+
+    def _alive_owners(self) -> set[str]:
+        """Owners with a heartbeat within the lease, less the processes of this machine that are gone."""
+        host, now = socket.gethostname(), time.time()
+        with self._db.read() as db:
+            rows = db.execute("SELECT * FROM owners").fetchall()
+        return {
+            row["id"]
+            for row in rows
+            if row["id"] == self.owner
+            or (now - row["heartbeat"] < self.lease_seconds and (row["host"] != host or _process_exists(row["pid"])))
+        }
+
+    def _forget_owners(self, dead: set[str]) -> None:
+        """Drop the rows of owners whose work was just recovered."""
+        with self._transaction() as db:
+            for owner in dead:
+                db.execute("DELETE FROM owners WHERE id=?", (owner,))
+
+    def _recover_work(self, alive: set[str], voices: list[VoiceRecord], report: RecoveryReport) -> None:
+        """Finish the deletions and undo or finish the uploads among ``voices`` whose owner is not in
+        ``alive``, and interrupt the active jobs of such owners."""
+        for voice in voices:
+            if voice.owner in alive:
+                continue
             key = (voice.tenant, voice.voice_id)
             blob = self._blob(*key)
             if voice.status == VoiceStatus.DELETED:
@@ -561,20 +761,16 @@ class VoiceStore:
                     self._remove(blob)
                     self._set_failed(*key, "interrupted before its upload was committed")
                     report.failed_voices.append(key)
-            elif voice.status == VoiceStatus.READY:
-                manifest = self._read_marker(blob)
-                if manifest is None or manifest[WEIGHTS_FILE].sha256 != voice.sha256:
-                    self._set_failed(*key, "its stored folder has no valid commit marker")
-                    report.failed_voices.append(key)
-        report.orphan_folders = self._orphan_folders(voices)
         now = time.time()
         with self._transaction() as db:
             rows = db.execute(
                 f"SELECT * FROM jobs WHERE status IN ({_placeholders(ACTIVE_JOB)})", ACTIVE_JOB
             ).fetchall()
             for row in rows:
+                if row["owner"] in alive:
+                    continue
                 db.execute(
-                    "UPDATE jobs SET status=?, message=?, updated=? WHERE id=?",
+                    "UPDATE jobs SET status=?, message=?, owner=NULL, updated=? WHERE id=?",
                     (
                         JobStatus.INTERRUPTED,
                         f"interrupted: the server stopped while the job was {row['status']}",
@@ -583,7 +779,6 @@ class VoiceStore:
                     ),
                 )
                 report.interrupted_jobs.append(row["id"])
-        return report
 
     def backup(self, destination: str | os.PathLike) -> tuple[int, list[tuple[str, str]]]:
         """Copy the store into the new local folder ``destination``, consistently while it serves: the
@@ -591,15 +786,18 @@ class VoiceStore:
         that snapshot, each checked against its commit marker and the snapshot's checksum. ``destination``
         opens as a store itself. Returns (voices copied, voices deleted or replaced before their files were
         copied: left out of the copy)."""
+        if not isinstance(self._db, SqliteDatabase):
+            raise ValueError(
+                f"{self._db.url}: back up a PostgreSQL store with `chorus store migrate` (a checked copy into a "
+                "single-machine store) or with pg_dump and a copy of its object store"
+            )
         destination = Path(destination)
         if destination.exists() and any(destination.iterdir()):
             raise ValueError(f"{destination}: the backup folder must be new or empty")
         destination.mkdir(parents=True, exist_ok=True)
-        copy = sqlite3.connect(destination / "store.sqlite3", isolation_level=None)
+        copy = self._db.backup(destination / "store.sqlite3")
         try:
-            with self._lock:
-                self._db.backup(copy)
-            copy.row_factory = sqlite3.Row
+            copy.execute("DELETE FROM owners")  # this store's liveness is not the copy's
             ready = [
                 _voice_record(r) for r in copy.execute("SELECT * FROM voices WHERE status=?", (VoiceStatus.READY,))
             ]
@@ -668,7 +866,8 @@ class VoiceStore:
                 now = time.time()
                 with self._transaction() as db:
                     db.execute(
-                        "INSERT INTO voices VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, NULL)",
+                        "INSERT INTO voices (tenant, id, name, status, created, updated, blob_url, sha256, "
+                        "size_bytes, method) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                         (
                             tenant,
                             voice_id,
@@ -713,9 +912,8 @@ class VoiceStore:
         from the voice root, and a write to the database rolled back. For ``/healthz``."""
         try:
             self._probe_files()
-            with self._transaction() as db:
-                db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")  # rewrites the database file's header
-        except (OSError, sqlite3.Error) as error:
+            self._db.probe_write()
+        except (OSError, sqlite3.Error, *_database_errors()) as error:
             return str(error)[:200]
         return None
 
@@ -723,8 +921,8 @@ class VoiceStore:
 
     def _all_voices(self) -> list[VoiceRecord]:
         """Every record, whatever its status or tenant."""
-        with self._lock:
-            return [_voice_record(row) for row in self._db.execute("SELECT * FROM voices").fetchall()]
+        with self._db.read() as db:
+            return [_voice_record(row) for row in db.execute("SELECT * FROM voices").fetchall()]
 
     def _probe_files(self) -> None:
         """Write and remove a small file in the voice root: raises what a read-only or full root raises."""
@@ -732,23 +930,14 @@ class VoiceStore:
         self.fs.pipe_file(probe, b"chorus")
         self.fs.rm_file(probe)
 
-    @contextmanager
-    def _transaction(self) -> Iterator[sqlite3.Connection]:
-        # IMMEDIATE takes the write lock up front, so a read-check-write cannot interleave with
-        # another process's write.
-        with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
-                yield self._db
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
-            self._db.execute("COMMIT")
+    def _transaction(self) -> AbstractContextManager[Sql]:
+        """One exclusive write transaction (see :mod:`chorus.serving.metadata`)."""
+        return self._db.transaction()
 
     def _blob(self, tenant: str, voice_id: str) -> str:
         return f"{self.root}/{tenant}/{voice_id}"
 
-    def _check_claimable(self, db: sqlite3.Connection, tenant: str, voice_id: str, job_id: str | None) -> None:
+    def _check_claimable(self, db: Sql, tenant: str, voice_id: str, job_id: str | None) -> None:
         row = db.execute("SELECT status, job_id FROM voices WHERE tenant=? AND id=?", (tenant, voice_id)).fetchone()
         if row is None or row["status"] == VoiceStatus.FAILED:
             return
@@ -779,7 +968,7 @@ class VoiceStore:
 
     def _upsert_training(
         self,
-        db: sqlite3.Connection,
+        db: Sql,
         tenant: str,
         voice_id: str,
         name: str,
@@ -788,10 +977,11 @@ class VoiceStore:
         now: float,
     ) -> None:
         db.execute(
-            "INSERT INTO voices VALUES (?, ?, ?, ?, ?, ?, ?, NULL, NULL, ?, ?, NULL) "
+            "INSERT INTO voices (tenant, id, name, status, created, updated, blob_url, method, job_id, owner) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
             "ON CONFLICT (tenant, id) DO UPDATE SET name=excluded.name, status=excluded.status, "
             "updated=excluded.updated, sha256=NULL, size_bytes=NULL, method=excluded.method, "
-            "job_id=excluded.job_id, error=NULL",
+            "job_id=excluded.job_id, error=NULL, owner=excluded.owner",
             (
                 tenant,
                 voice_id,
@@ -802,6 +992,7 @@ class VoiceStore:
                 self.fs.unstrip_protocol(self._blob(tenant, voice_id)),
                 method,
                 job_id,
+                self.owner,
             ),
         )
 
@@ -941,11 +1132,43 @@ def _basename(path: str) -> str:
     return path.rstrip("/").rsplit("/", 1)[-1]
 
 
+def _upload_owner(name: str) -> str | None:
+    """The owner in an upload prefix's name (``.upload-<voice id>-<owner>-<token>``)."""
+    parts = name.removeprefix(UPLOAD_PREFIX).rsplit("-", 2)
+    return parts[1] if len(parts) == 3 else None
+
+
+def _process_exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's process
+    return True
+
+
+def _default_cache_dir(root_url: str) -> Path:
+    """Where voices of a store with a shared database are cached when no ``cache_dir`` is given."""
+    digest = hashlib.sha256(root_url.encode()).hexdigest()[:16]
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "chorus" / f"store-{digest}" / "voices"
+
+
+def _database_errors() -> tuple[type[Exception], ...]:
+    """What a PostgreSQL store raises when it cannot be reached (psycopg is imported only when used)."""
+    try:
+        import psycopg
+        import psycopg_pool
+    except ImportError:
+        return ()
+    return (psycopg.Error, psycopg_pool.PoolTimeout)
+
+
 def _placeholders(values: tuple) -> str:
     return ", ".join("?" * len(values))
 
 
-def _voice_record(row: sqlite3.Row) -> VoiceRecord:
+def _voice_record(row: Mapping) -> VoiceRecord:
     return VoiceRecord(
         tenant=row["tenant"],
         voice_id=row["id"],
@@ -959,10 +1182,11 @@ def _voice_record(row: sqlite3.Row) -> VoiceRecord:
         method=row["method"],
         job_id=row["job_id"],
         error=row["error"],
+        owner=row["owner"],
     )
 
 
-def _job_record(row: sqlite3.Row) -> JobRecord:
+def _job_record(row: Mapping) -> JobRecord:
     return JobRecord(
         job_id=row["id"],
         tenant=row["tenant"],

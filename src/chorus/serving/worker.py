@@ -3,7 +3,11 @@ with real progress (steps done of the recipe's at most) reported to the store's 
 
 This is the one serving module that imports the training code. A job's files live in
 ``<jobs_dir>/<job_id>/`` (``job.json``, the clips in ``voice/``, the trained voice in ``out/``) until the
-job ends. A job interrupted by a restart is resumed from those files when they are still there
+job ends; once written they are published to the store (:meth:`VoiceStore.publish_job_inputs`: copied
+under a remote root), so that the worker of any server sharing the store can take the job. Each job is
+claimed by exactly one worker (:meth:`VoiceStore.claim_job`); an idle worker takes queued or interrupted
+jobs of other servers (:meth:`VoiceStore.claim_next_job`), so a job whose server died is finished by
+another. A job interrupted by a restart is resumed from its files when they are still there
 (:meth:`JobRunner.resume`), else marked failed.
 """
 
@@ -112,6 +116,7 @@ class JobRunner:
     ``bundle_factory`` gives a private copy of the base for each job (``adapt`` adds its adapter to the
     model it is given; the resident serving model must not see that). ``on_ready(tenant, voice_id)``
     is called once a voice is stored. ``progress_interval``: least seconds between two progress writes.
+    ``poll_seconds``: how often an idle worker looks for published jobs of other servers (None: never).
     Subclasses change where a queued job runs by overriding :meth:`dispatch` (and :attr:`running`).
     """
 
@@ -123,6 +128,7 @@ class JobRunner:
         recipe: AdaptRecipe,
         on_ready: Callable[[str, str], None] | None = None,
         progress_interval: float = 1.0,
+        poll_seconds: float | None = 1.0,
     ):
         self.store = store
         self.jobs_dir = Path(jobs_dir)
@@ -131,6 +137,7 @@ class JobRunner:
         self.config = adapt_config(recipe)
         self.on_ready = on_ready
         self.progress_interval = progress_interval
+        self.poll_seconds = poll_seconds
         self._queue: queue.Queue[OnboardingJob | None] = queue.Queue()
         self._thread: threading.Thread | None = None
         self._closing = threading.Event()
@@ -186,6 +193,7 @@ class JobRunner:
             write_job_file(upload_dir, job)
             record_consent(self.jobs_dir, job, consent)
             upload_dir.rename(self.jobs_dir / job.job_id)
+            self.store.publish_job_inputs(job.job_id, self.jobs_dir / job.job_id)
         except OSError as error:
             with contextlib.suppress(OSError, sqlite3.Error):
                 self.store.update_job(job.job_id, status=JobStatus.FAILED, message=f"its files: {error}"[:200])
@@ -193,12 +201,12 @@ class JobRunner:
         self._queue.put(job)
 
     def resume(self) -> tuple[list[str], list[str]]:
-        """After ``store.recover()``: queue every interrupted job whose files are still here, fail the
-        others, and remove files no live job owns. Returns (resumed, failed) job ids."""
+        """After ``store.recover()``: queue every interrupted job whose files are still here or published
+        in the store, fail the others, and remove files no live job owns. Returns (resumed, failed) job ids."""
         resumed, failed = [], []
         for job in self.store.interrupted_jobs():
             job_dir = self.jobs_dir / job.job_id
-            meta = _read_json(job_dir / JOB_FILE)
+            meta = _read_json(job_dir / JOB_FILE) if self.store.fetch_job_inputs(job.job_id, job_dir) else None
             try:
                 voice = self.store.voice(job.tenant, job.voice_id)
             except VoiceNotFound:
@@ -213,7 +221,7 @@ class JobRunner:
             if intact:
                 self.store.update_job(
                     job.job_id,
-                    status=JobStatus.RUNNING,
+                    status=JobStatus.QUEUED,
                     progress=0.0,
                     message="resumed after a server restart; waiting for the trainer",
                 )
@@ -228,6 +236,7 @@ class JobRunner:
                     message="interrupted by a server restart and its uploaded clips are gone; upload them again",
                 )
                 shutil.rmtree(job_dir, ignore_errors=True)
+                self.store.remove_job_inputs(job.job_id)
                 failed.append(job.job_id)
         live = set(resumed)
         for entry in self.jobs_dir.iterdir():
@@ -248,7 +257,15 @@ class JobRunner:
 
     # -- the work
     def _loop(self) -> None:
-        while (job := self._queue.get()) is not None and not self._closing.is_set():
+        while not self._closing.is_set():
+            try:
+                job = self._queue.get(timeout=self.poll_seconds)
+            except queue.Empty:
+                job = self._claim_published()
+                if job is None:
+                    continue
+            if job is None or self._closing.is_set():
+                break
             self._running = job.job_id
             try:
                 self.dispatch(job)
@@ -257,21 +274,38 @@ class JobRunner:
             finally:
                 self._running = None
 
+    def _claim_published(self) -> OnboardingJob | None:
+        """A job of any server, queued or interrupted, with its files fetched here; None when there is none."""
+        try:
+            record = self.store.claim_next_job()
+        except Exception:  # noqa: BLE001 - a database that is down for a while: look again later
+            log.exception("looking for onboarding jobs failed")
+            return None
+        if record is None:
+            return None
+        job_dir = self.jobs_dir / record.job_id
+        meta = _read_json(job_dir / JOB_FILE) if self.store.fetch_job_inputs(record.job_id, job_dir) else None
+        if meta is None:
+            self.fail(record.job_id, "its uploaded clips are gone; upload them again")
+            return None
+        log.info("onboarding job %s (%s/%s) taken from the shared queue", record.job_id, record.tenant, record.voice_id)
+        return OnboardingJob(record.job_id, record.tenant, record.voice_id, str(meta.get("name") or record.voice_id))
+
     def dispatch(self, job: OnboardingJob) -> None:
         """Called by the worker thread for each queued job, in order: trains it here (:meth:`run`)."""
         self.run(job)
 
     def run(self, job: OnboardingJob) -> None:
         """Train ``job`` from its files to its end (done or failed) in this thread; removes its files."""
+        if self.store.claim_job(job.job_id) is None:
+            return  # another worker has it, or it ended (its voice was deleted while it waited)
         job_dir = self.jobs_dir / job.job_id
         keep_files = False
         threads = torch.get_num_threads()  # adapt sets the process's count; speech must get it back
         try:
-            if self.store.get_job(job.tenant, job.job_id).status not in ACTIVE_JOB:
-                return  # its voice was deleted while it waited
-            self.store.update_job(
-                job.job_id, status=JobStatus.RUNNING, progress=0.02, message="checking the clips and preparing the base"
-            )
+            if not self.store.fetch_job_inputs(job.job_id, job_dir):
+                raise ValueError("its uploaded clips are gone; upload them again")
+            self.store.update_job(job.job_id, progress=0.02, message="checking the clips and preparing the base")
             shutil.rmtree(job_dir / OUT_DIR, ignore_errors=True)  # a resumed job starts over
             bundle = self.bundle_factory()
             result = adapt(
@@ -304,23 +338,30 @@ class JobRunner:
             if self.on_ready is not None:
                 self.on_ready(job.tenant, job.voice_id)
         except JobCancelled:
-            log.info("onboarding job %s stopped: it ended while it trained", job.job_id)
+            # Still active: another worker took it (this server was presumed dead) and needs its files.
+            keep_files = self.store.get_job(job.tenant, job.job_id).status in ACTIVE_JOB
+            log.info(
+                "onboarding job %s stopped: %s",
+                job.job_id,
+                "another worker took it" if keep_files else "it ended while it trained",
+            )
         except ServerStopping:
             keep_files = True
             log.info("onboarding job %s stopped by the server's stop; the next start resumes it", job.job_id)
         except VoiceConflict as error:
             log.info("onboarding job %s dropped: %s", job.job_id, error)
-            self.fail(job, "the voice was deleted or replaced while it trained")
+            self.fail(job.job_id, "the voice was deleted or replaced while it trained")
         except ValueError as error:  # the data or the recipe (adapt's checks say why)
             log.info("onboarding job %s failed: %s", job.job_id, error)
-            self.fail(job, str(error).replace(str(job_dir / DATA_DIR), "upload").replace(str(job_dir), "job"))
+            self.fail(job.job_id, str(error).replace(str(job_dir / DATA_DIR), "upload").replace(str(job_dir), "job"))
         except Exception:  # noqa: BLE001 - the details stay in the server log
             log.exception("onboarding job %s failed", job.job_id)
-            self.fail(job, "training failed with an internal error (see the server log)")
+            self.fail(job.job_id, "training failed with an internal error (see the server log)")
         finally:
             torch.set_num_threads(threads)
             if not keep_files:
                 shutil.rmtree(job_dir, ignore_errors=True)
+                self.store.remove_job_inputs(job.job_id)
 
     def _progress_reporter(self, job: OnboardingJob) -> Callable[[int, int], None]:
         """``adapt``'s step callback: the job's progress from TRAINING_START to TRAINING_END as steps pass,
@@ -350,10 +391,10 @@ class JobRunner:
 
         return on_step
 
-    def fail(self, job: OnboardingJob, message: str) -> None:
-        """Mark ``job`` failed with ``message`` (nothing if it already ended, e.g. its voice was deleted)."""
+    def fail(self, job_id: str, message: str) -> None:
+        """Mark the job failed with ``message`` (nothing if it already ended, e.g. its voice was deleted)."""
         try:
-            self.store.update_job(job.job_id, status=JobStatus.FAILED, message=message)
+            self.store.update_job(job_id, status=JobStatus.FAILED, message=message)
         except (ValueError, JobNotFound):
             pass
 

@@ -1,0 +1,261 @@
+"""Where the voice store keeps its metadata: one SQLite file (one machine) or PostgreSQL (several).
+
+Both speak the same SQL through :class:`Sql` (``?`` placeholders, rows read by column name) and carry
+one schema, versioned by the same migrations: SQLite records its version in ``PRAGMA user_version``,
+PostgreSQL in the one-row table ``chorus_schema``. A write transaction is exclusive on both: SQLite's
+``BEGIN IMMEDIATE`` takes the file's write lock; on PostgreSQL every write transaction first takes one
+transaction-level advisory lock, so a read-check-write of one server never interleaves with another
+server's (the store's guarantees rest on that; its writes are a few rows each). Reads take no lock.
+Claiming a job is the one write that needs no exclusive lock on PostgreSQL: it locks the job's row
+with ``FOR UPDATE SKIP LOCKED`` (:attr:`Database.skip_locked`), so two workers never take the same job.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Protocol
+from urllib.parse import urlsplit
+
+# The store's schema, one step per version. Types valid in both SQLite and PostgreSQL: times are Unix
+# seconds in DOUBLE PRECISION (PostgreSQL's REAL is 4 bytes: a 2-minute resolution today).
+MIGRATIONS: tuple[tuple[str, ...], ...] = (
+    (  # 1: voices and jobs
+        """CREATE TABLE IF NOT EXISTS voices (
+            tenant TEXT NOT NULL,
+            id TEXT NOT NULL,
+            name TEXT NOT NULL,
+            status TEXT NOT NULL CHECK (status IN ('ready', 'training', 'failed', 'deleted')),
+            created DOUBLE PRECISION NOT NULL,
+            updated DOUBLE PRECISION NOT NULL,
+            blob_url TEXT NOT NULL,
+            sha256 TEXT,
+            size_bytes BIGINT,
+            method TEXT,
+            job_id TEXT,
+            error TEXT,
+            PRIMARY KEY (tenant, id)
+        )""",
+        """CREATE TABLE IF NOT EXISTS jobs (
+            id TEXT PRIMARY KEY,
+            tenant TEXT NOT NULL,
+            voice_id TEXT NOT NULL,
+            status TEXT NOT NULL CHECK (status IN ('queued', 'running', 'done', 'failed', 'interrupted')),
+            progress DOUBLE PRECISION NOT NULL CHECK (progress BETWEEN 0 AND 1),
+            message TEXT,
+            created DOUBLE PRECISION NOT NULL,
+            updated DOUBLE PRECISION NOT NULL
+        )""",
+        "CREATE INDEX IF NOT EXISTS jobs_by_status ON jobs (status)",
+    ),
+    (  # 2: several servers on one store: who owns the work in flight, and where a job's clips are
+        "ALTER TABLE voices ADD COLUMN owner TEXT",
+        "ALTER TABLE jobs ADD COLUMN owner TEXT",
+        "ALTER TABLE jobs ADD COLUMN inputs TEXT",
+        """CREATE TABLE IF NOT EXISTS owners (
+            id TEXT PRIMARY KEY,
+            host TEXT NOT NULL,
+            pid INTEGER NOT NULL,
+            started DOUBLE PRECISION NOT NULL,
+            heartbeat DOUBLE PRECISION NOT NULL
+        )""",
+    ),
+)
+SCHEMA_VERSION = len(MIGRATIONS)
+_ADVISORY_LOCK = 0x43686F7275  # "Choru": the one advisory lock every Chorus write transaction takes
+
+
+class Sql(Protocol):
+    """One connection inside a transaction (or a read)."""
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> Any:
+        """Run ``sql`` with ``?`` placeholders; the result has ``fetchone``, ``fetchall`` and ``rowcount``,
+        and its rows read by column name."""
+
+
+class Database(Protocol):
+    url: str  # what to show a person (no password)
+    skip_locked: str  # the clause that makes a row lock skip rows another transaction holds ('' on SQLite)
+
+    def transaction(self, exclusive: bool = True) -> Any:
+        """A context manager: one write transaction (committed on exit, rolled back on an exception)."""
+
+    def read(self) -> Any:
+        """A context manager: a connection for reads (each statement sees committed data)."""
+
+    def probe_write(self) -> None:
+        """Write to the database and commit (raises what a full or read-only database raises)."""
+
+    def close(self) -> None: ...
+
+
+def is_postgres_url(url: str | None) -> bool:
+    return url is not None and urlsplit(str(url)).scheme in ("postgresql", "postgres")
+
+
+def public_url(url: str) -> str:
+    """``url`` without its password (what a log line or an error message may show)."""
+    parts = urlsplit(str(url))
+    if parts.password is None:
+        return str(url)
+    return parts._replace(netloc=parts.netloc.replace(f":{parts.password}@", ":***@")).geturl()
+
+
+def open_database(url: str | Path) -> Database:
+    """The database at ``url``: ``postgresql://...`` (or ``postgres://``), else a SQLite file path or
+    ``sqlite:///path``; its schema is created or migrated to :data:`SCHEMA_VERSION`."""
+    url = str(url)
+    if is_postgres_url(url):
+        return PostgresDatabase(url)
+    if url.startswith("sqlite://"):
+        url = url.removeprefix("sqlite://")
+    return SqliteDatabase(url)
+
+
+def _newer_schema(where: str, version: int) -> RuntimeError:
+    return RuntimeError(f"{where}: store schema version {version} is newer than this Chorus ({SCHEMA_VERSION})")
+
+
+class SqliteDatabase:
+    """One SQLite file in WAL mode (readers in other processes do not block the writer), one connection
+    behind a lock: metadata operations are tiny."""
+
+    skip_locked = ""
+
+    def __init__(self, path: str | Path):
+        self.url = str(path)
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.RLock()
+        self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None, timeout=30.0)
+        try:
+            self._db.row_factory = sqlite3.Row
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._migrate()
+        except BaseException:
+            self._db.close()
+            raise
+
+    def _migrate(self) -> None:
+        with self.transaction() as db:
+            version = db.execute("PRAGMA user_version").fetchone()[0]
+            if version > SCHEMA_VERSION:
+                raise _newer_schema(self.url, version)
+            for step in MIGRATIONS[version:]:
+                for statement in step:
+                    db.execute(statement)
+            db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+    @contextmanager
+    def transaction(self, exclusive: bool = True) -> Iterator[sqlite3.Connection]:
+        # IMMEDIATE takes the write lock up front, so a read-check-write cannot interleave with
+        # another process's write.
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._db
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+
+    @contextmanager
+    def read(self) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            yield self._db
+
+    def probe_write(self) -> None:
+        with self.transaction() as db:
+            db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")  # rewrites the database file's header
+
+    def backup(self, path: str | Path) -> sqlite3.Connection:
+        """A copy of the database at ``path`` (one consistent snapshot, taken while others write), open."""
+        copy = sqlite3.connect(str(path), isolation_level=None)
+        with self._lock:
+            self._db.backup(copy)
+        copy.row_factory = sqlite3.Row
+        return copy
+
+    def close(self) -> None:
+        """Checkpoint the write-ahead log into the database file and close it, so that the file alone
+        holds every row (a backup of it, or a lost ``-wal``, loses nothing)."""
+        with self._lock:
+            try:
+                # Another process with the file open (a store shared by servers) may keep part of the log.
+                self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            finally:
+                self._db.close()
+
+
+class _PostgresSql:
+    """A psycopg connection that takes SQLite's ``?`` placeholders (the store's SQL has no other ``?``
+    and no ``%``)."""
+
+    def __init__(self, connection):
+        self._connection = connection
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> Any:
+        return self._connection.execute(sql.replace("?", "%s"), tuple(params))
+
+
+class PostgresDatabase:
+    """PostgreSQL through psycopg 3 and its connection pool (a few connections: each server's metadata
+    traffic is one short statement per request)."""
+
+    skip_locked = "FOR UPDATE SKIP LOCKED"
+
+    def __init__(self, url: str, max_connections: int = 8):
+        from psycopg.rows import dict_row
+        from psycopg_pool import ConnectionPool
+
+        self.url = public_url(url)
+        self._pool = ConnectionPool(
+            url,
+            min_size=1,
+            max_size=max_connections,
+            kwargs={"row_factory": dict_row, "autocommit": True},
+            open=False,
+            name="chorus-store",
+        )
+        self._pool.open(wait=True, timeout=30.0)
+        try:
+            self._migrate()
+        except BaseException:
+            self._pool.close()
+            raise
+
+    def _migrate(self) -> None:
+        with self.transaction() as db:
+            db.execute("CREATE TABLE IF NOT EXISTS chorus_schema (version INTEGER NOT NULL)")
+            row = db.execute("SELECT version FROM chorus_schema").fetchone()
+            version = 0 if row is None else row["version"]
+            if version > SCHEMA_VERSION:
+                raise _newer_schema(self.url, version)
+            for step in MIGRATIONS[version:]:
+                for statement in step:
+                    db.execute(statement)
+            if row is None:
+                db.execute("INSERT INTO chorus_schema VALUES (?)", (SCHEMA_VERSION,))
+            else:
+                db.execute("UPDATE chorus_schema SET version=?", (SCHEMA_VERSION,))
+
+    @contextmanager
+    def transaction(self, exclusive: bool = True) -> Iterator[Sql]:
+        with self._pool.connection() as connection, connection.transaction():
+            if exclusive:
+                connection.execute("SELECT pg_advisory_xact_lock(%s)", (_ADVISORY_LOCK,))
+            yield _PostgresSql(connection)
+
+    @contextmanager
+    def read(self) -> Iterator[Sql]:
+        with self._pool.connection() as connection:
+            yield _PostgresSql(connection)
+
+    def probe_write(self) -> None:
+        with self.transaction() as db:
+            db.execute("UPDATE chorus_schema SET version=version")
+
+    def close(self) -> None:
+        self._pool.close()
