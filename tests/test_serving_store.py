@@ -71,12 +71,17 @@ def voice_folder(tmp_path_factory) -> Path:
     return save_voice(folder, model, "ann", configs, VoiceCard("ann", ["lora"], base_model_sha256="base"))
 
 
-@pytest.fixture(params=["path", "file-url", "memory"])
+@pytest.fixture(params=["path", "file-url", "memory", "postgres-s3"])
 def store(request, tmp_path):
-    """A store on local disk (plain path or file:// URL) or on fsspec's in-memory object store."""
+    """A store on local disk (plain path or file:// URL), on fsspec's in-memory object store, or shared:
+    PostgreSQL and S3 (moto's server), as servers on several machines use it."""
     if request.param == "memory":
         root = f"memory://chorus-test-{uuid.uuid4().hex}"
         store = VoiceStore(root, database=str(tmp_path / "store.sqlite3"))
+    elif request.param == "postgres-s3":
+        database = request.getfixturevalue("postgres_url")
+        bucket = request.getfixturevalue("s3_bucket")
+        store = VoiceStore(f"{bucket}/voices", database=database, cache_dir=str(tmp_path / "cache"))
     else:
         root = str(tmp_path / "root")
         store = VoiceStore(root if request.param == "path" else f"file://{root}")

@@ -38,10 +38,11 @@ import re
 import shutil
 import socket
 import sqlite3
+import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -193,6 +194,15 @@ class RepairReport:
     quarantined: list[str] = field(default_factory=list)  # where each other folder was moved
 
 
+@dataclass
+class CopyReport:
+    """What ``VoiceStore.copy_to`` copied, and what it did not."""
+
+    copied: list[tuple[str, str]] = field(default_factory=list)  # (tenant, voice id), checksums equal
+    skipped: list[tuple[str, str, str]] = field(default_factory=list)  # (tenant, voice id, why)
+    gone: list[tuple[str, str]] = field(default_factory=list)  # deleted or replaced while it copied
+
+
 @dataclass(frozen=True)
 class FileDigest:
     sha256: str
@@ -223,7 +233,7 @@ class VoiceStore:
         *,
         lease_seconds: float = LEASE_SECONDS,
     ) -> None:
-        self.fs, root = fsspec.core.url_to_fs(root_url)
+        self.fs, root = fsspec.core.url_to_fs(root_url, **_storage_options(root_url))
         self.root = root.rstrip("/")
         self.local = isinstance(self.fs, LocalFileSystem)
         if database is None:
@@ -780,21 +790,65 @@ class VoiceStore:
                 )
                 report.interrupted_jobs.append(row["id"])
 
+    def copy_to(self, target: VoiceStore, on_voice: Callable[[VoiceRecord], None] | None = None) -> CopyReport:
+        """Copy every ready voice into ``target`` (``chorus store migrate``), from one snapshot of the
+        records: each voice's files are downloaded, checked against its commit marker and its record's
+        checksum, uploaded through ``target.put_voice`` (which checks them again where they land), and
+        the copy's checksums compared with the source's. Voices not ready, or already in ``target``, are
+        skipped; one deleted or replaced while the copy ran is left out. ``on_voice``: called per voice
+        (a progress bar)."""
+        report = CopyReport()
+        for voice in self._all_voices():
+            key = (voice.tenant, voice.voice_id)
+            if on_voice is not None:
+                on_voice(voice)
+            if voice.status != VoiceStatus.READY:
+                if voice.status != VoiceStatus.DELETED:
+                    report.skipped.append((*key, f"{voice.status.value}, not ready"))
+                continue
+            blob = self._blob(*key)
+            with tempfile.TemporaryDirectory(prefix="chorus-copy-") as temp:
+                manifest = self._read_marker(blob)
+                try:
+                    for file in manifest or {}:
+                        self.fs.get_file(f"{blob}/{file}", f"{temp}/{file}")
+                except FileNotFoundError:
+                    manifest = None
+                if (
+                    manifest is None
+                    or manifest[WEIGHTS_FILE].sha256 != voice.sha256
+                    or _mismatches(_LOCAL, temp, manifest)
+                ):
+                    report.gone.append(key)
+                    continue
+                try:
+                    copy = target.put_voice(*key, temp, name=voice.name)
+                except VoiceConflict as error:
+                    report.skipped.append((*key, f"in the target already ({error})"))
+                    continue
+            copied = target._read_marker(target._blob(*key))
+            if copy.sha256 != voice.sha256 or copied != manifest:
+                raise VoiceCorrupted(f"{voice.tenant}/{voice.voice_id}: the copy's checksums differ from the source's")
+            with target._transaction() as db:  # the voice keeps its age
+                db.execute("UPDATE voices SET created=? WHERE tenant=? AND id=?", (voice.created, *key))
+            report.copied.append(key)
+        return report
+
     def backup(self, destination: str | os.PathLike) -> tuple[int, list[tuple[str, str]]]:
-        """Copy the store into the new local folder ``destination``, consistently while it serves: the
-        database through SQLite's online backup (one snapshot), then the files of every voice ready in
+        """Copy the store into the new local folder ``destination``, consistently while it serves: a SQLite
+        database through its online backup (one snapshot, jobs and failed voices included; a PostgreSQL
+        store's ready voices through :meth:`copy_to`), then the files of every voice ready in
         that snapshot, each checked against its commit marker and the snapshot's checksum. ``destination``
         opens as a store itself. Returns (voices copied, voices deleted or replaced before their files were
         copied: left out of the copy)."""
-        if not isinstance(self._db, SqliteDatabase):
-            raise ValueError(
-                f"{self._db.url}: back up a PostgreSQL store with `chorus store migrate` (a checked copy into a "
-                "single-machine store) or with pg_dump and a copy of its object store"
-            )
         destination = Path(destination)
         if destination.exists() and any(destination.iterdir()):
             raise ValueError(f"{destination}: the backup folder must be new or empty")
         destination.mkdir(parents=True, exist_ok=True)
+        if not isinstance(self._db, SqliteDatabase):  # PostgreSQL: the ready voices, as `migrate` copies them
+            with VoiceStore(str(destination)) as copy:
+                report = self.copy_to(copy)
+            return len(report.copied), report.gone
         copy = self._db.backup(destination / "store.sqlite3")
         try:
             copy.execute("DELETE FROM owners")  # this store's liveness is not the copy's
@@ -884,8 +938,13 @@ class VoiceStore:
                 report.adopted.append((tenant, voice_id))
             else:
                 target = f"{self.root}/{QUARANTINE_DIR}/{tenant}/{voice_id}-{int(time.time())}"
-                self.fs.makedirs(target.rsplit("/", 1)[0], exist_ok=True)
-                self.fs.mv(path, target, recursive=True)
+                if self.local:
+                    self.fs.makedirs(target.rsplit("/", 1)[0], exist_ok=True)
+                    self.fs.mv(path, target, recursive=True)
+                else:  # an object store has no folders to move: each object goes
+                    for file in self.fs.find(path):
+                        self.fs.mv(file, f"{target}/{file[len(path) :].lstrip('/')}")
+                    self._remove(path)
                 report.quarantined.append(self.fs.unstrip_protocol(target))
         return report
 
@@ -1146,6 +1205,12 @@ def _process_exists(pid: int) -> bool:
     except PermissionError:
         return True  # another user's process
     return True
+
+
+def _storage_options(root_url: str) -> dict:
+    """No cached listings on an object store: other servers write the same prefixes."""
+    protocol = root_url.split("://", 1)[0] if "://" in root_url else "file"
+    return {"use_listings_cache": False} if protocol in ("s3", "s3a", "gs", "gcs", "az", "abfs") else {}
 
 
 def _default_cache_dir(root_url: str) -> Path:
