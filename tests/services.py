@@ -12,9 +12,9 @@ import socket
 import subprocess
 import tempfile
 import uuid
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from collections.abc import Iterator
 
 S3_CREDENTIALS = {
     "AWS_ACCESS_KEY_ID": "chorus-test",

@@ -36,6 +36,7 @@ from chorus.serving.store import (
     InvalidId,
     JobNotFound,
     JobStatus,
+    RecoveryReport,
     StoreUnavailable,
     VoiceConflict,
     VoiceCorrupted,
@@ -527,3 +528,127 @@ def test_store_repair_command(tmp_path, voice_folder):
     assert result.exit_code == 0 and "quarantined" in result.output, result.output
     assert (root / ".quarantine" / "acme").is_dir() and not (root / "acme" / "junk").exists()
     assert "nothing to repair" in CliRunner().invoke(app, ["store", "repair", str(root)]).output
+
+
+@pytest.fixture
+def shared_root(s3_bucket, postgres_url) -> tuple[str, str]:
+    """(voice root, database) of a shared store: S3 (moto's server) and PostgreSQL."""
+    return f"{s3_bucket}/voices", postgres_url
+
+
+@pytest.mark.parametrize("point", ["upload", "commit", "ready"])
+def test_a_live_server_reclaims_the_work_of_one_killed_on_a_shared_store(point, voice_folder, shared_root, tmp_path):
+    """Two processes on PostgreSQL + S3; one is killed (SIGKILL) in the middle of putting a voice. The
+    live one finds it dead and finishes or undoes its work while it keeps serving: nothing half-written
+    is listed, a committed upload is kept, the jobs are interrupted (for any worker to take)."""
+    root, database = shared_root
+    with VoiceStore(root, database=database, cache_dir=str(tmp_path / "live")) as live:
+        live.put_voice("globex", "kept", voice_folder)
+        child = subprocess.run(
+            [sys.executable, "-c", CHILD, root, database, str(voice_folder), point],
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert child.returncode == -signal.SIGKILL, child.stderr
+        job = child.stdout.strip()
+        report = live.reclaim()
+        voices = {v.voice_id: v for v in live.list_voices("acme")}
+        assert not live.fs.glob(f"{live.root}/acme/.upload-*")  # no upload left half-way
+        assert voices["queued-voice"].status == VoiceStatus.FAILED
+        if point == "ready":
+            assert report.restored_voices == [("acme", "ann")]
+            assert voices["ann"].status == VoiceStatus.READY and live.get_job("acme", job).status == JobStatus.DONE
+            read_voice(live.get_voice("acme", "ann"))
+        else:
+            assert voices["ann"].status == VoiceStatus.FAILED and "interrupted" in voices["ann"].error
+            assert not live.fs.exists(f"{live.root}/acme/ann")
+            assert live.get_job("acme", job).status == JobStatus.INTERRUPTED
+        interrupted = {"queued-voice"} if point == "ready" else {"queued-voice", "ann"}
+        assert {j.voice_id for j in live.interrupted_jobs()} == interrupted
+        assert live.reclaim() == RecoveryReport()  # the dead owner is forgotten once its work is done
+        assert live.voice("globex", "kept").status == VoiceStatus.READY and live.verify().ok
+
+
+def test_each_job_is_claimed_by_exactly_one_worker_across_servers(shared_root, tmp_path):
+    """Two stores (two servers) on one PostgreSQL database, three threads each, claiming the same 24
+    published jobs at once: each job is taken exactly once (``FOR UPDATE SKIP LOCKED``), and its clips
+    reach whichever worker took it."""
+    root, database = shared_root
+    inputs = tmp_path / "inputs"
+    (inputs / "voice").mkdir(parents=True)
+    (inputs / "voice" / "metadata.csv").write_text("a|Hello.\n")
+    with (
+        VoiceStore(root, database=database, cache_dir=str(tmp_path / "a")) as a,
+        VoiceStore(root, database=database, cache_dir=str(tmp_path / "b")) as b,
+    ):
+        jobs = [a.create_job("acme", f"v{k}") for k in range(24)]
+        for job in jobs:
+            a.publish_job_inputs(job, inputs)
+        claims: list[tuple[str, str]] = []
+        lock = threading.Lock()
+
+        def worker(store: VoiceStore) -> None:
+            while (job := store.claim_next_job()) is not None:
+                with lock:
+                    claims.append((job.job_id, store.owner))
+
+        threads = [threading.Thread(target=worker, args=(store,)) for store in (a, b) for _ in range(3)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+        assert sorted(job for job, _ in claims) == sorted(jobs)  # each once, none lost
+        assert {owner for _, owner in claims} <= {a.owner, b.owner}
+        job, owner = claims[0]
+        taker = a if owner == a.owner else b
+        assert taker.get_job("acme", job).status == JobStatus.RUNNING
+        assert taker.claim_job(job) is not None  # taking it again is a no-op for its worker ...
+        assert (b if taker is a else a).claim_job(job) is None  # ... and refused to the other
+        assert taker.fetch_job_inputs(job, tmp_path / "fetched")
+        assert (tmp_path / "fetched" / "voice" / "metadata.csv").read_text() == "a|Hello.\n"
+
+
+def test_store_migrate_to_a_shared_store_and_back(voice_folder, shared_root, tmp_path):
+    """`chorus store migrate` copies a single-machine store into PostgreSQL + S3 and back, checksums
+    checked; a voice whose files no longer match is left out and the command exits 1."""
+    from typer.testing import CliRunner
+
+    from chorus.cli import app
+
+    root, database = shared_root
+    with VoiceStore(str(tmp_path / "single")) as single:
+        for tenant, voice_id in [("acme", "ann"), ("acme", "bob"), ("globex", "ann")]:
+            single.put_voice(tenant, voice_id, voice_folder, name=f"{voice_id} of {tenant}")
+        single.create_job("acme", "training")
+        records = {(v.tenant, v.voice_id): v for v in single.all_voices() if v.status == VoiceStatus.READY}
+    runner = CliRunner()
+    there = runner.invoke(
+        app, ["store", "migrate", "--from", str(tmp_path / "single"), "--to", root, "--to-database", database]
+    )
+    assert there.exit_code == 1, there.output  # the training voice was not copied, and it says so
+    assert "3 voice(s) copied" in there.output and "skipped acme/training: training, not ready" in there.output
+    back = runner.invoke(
+        app, ["store", "migrate", "--from", root, "--from-database", database, "--to", str(tmp_path / "back")]
+    )
+    assert back.exit_code == 0 and "3 voice(s) copied" in back.output, back.output
+    with VoiceStore(str(tmp_path / "back")) as copy:
+        for key, record in records.items():
+            copied = copy.voice(*key)
+            assert (copied.sha256, copied.size_bytes, copied.name, copied.created) == (
+                record.sha256,
+                record.size_bytes,
+                record.name,
+                record.created,
+            )
+    again = runner.invoke(
+        app, ["store", "migrate", "--from", root, "--from-database", database, "--to", str(tmp_path / "back")]
+    )
+    assert again.exit_code == 0 and "0 voice(s) copied" in again.output and "in the target already" in again.output
+    with VoiceStore(root, database=database, cache_dir=str(tmp_path / "cache")) as shared:
+        corrupt(shared, f"{shared.root}/acme/bob/adapter_model.safetensors")
+    broken = runner.invoke(
+        app, ["store", "migrate", "--from", root, "--from-database", database, "--to", str(tmp_path / "third")]
+    )
+    assert broken.exit_code == 1 and "left out acme/bob" in broken.output and "2 voice(s) copied" in broken.output

@@ -13,7 +13,21 @@ SERVER_DEFAULT = "default: the server's, from ServerSettings"
 
 
 def serve(
-    store: str = typer.Option(..., help="Voice store: a folder (or an fsspec URL) for voices, jobs and metadata."),
+    store: str = typer.Option(
+        ...,
+        help="Voice store: a folder for voices, jobs and metadata, or an fsspec URL for the voices "
+        "(s3://bucket/prefix; AWS_ENDPOINT_URL and the AWS credential variables reach any S3-compatible store).",
+    ),
+    database: str | None = typer.Option(
+        None,
+        help="Voice and job metadata: a postgresql://user@host/db URL (servers on several machines share it; "
+        "needs the serve extra's psycopg), or a SQLite file path or sqlite:///path (default: "
+        "STORE/store.sqlite3; needed for a remote STORE).",
+    ),
+    cache_dir: str | None = typer.Option(
+        None,
+        help="Where voices of a remote store are downloaded (default: beside a SQLite file, else ~/.cache/chorus).",
+    ),
     host: str = typer.Option("127.0.0.1", help="Address to bind. Without API keys only loopback is allowed."),
     port: int = typer.Option(8000, help="TCP port."),
     model: Path | None = typer.Option(None, help="Base model folder (default: the shipped base)."),
@@ -66,6 +80,11 @@ def serve(
     "Authorization: Bearer KEY". With no key configured the server runs
     single-tenant (tenant "default", no authentication) on loopback only.
 
+    Servers on several machines share one store: voices under an object store
+    URL (--store s3://bucket/voices) and metadata in PostgreSQL (--database
+    postgresql://...). A voice onboarded through one is spoken by all; an
+    onboarding job whose server dies is finished by another.
+
     With --ray the same HTTP API runs on Ray Serve: a local Ray cluster is
     started on this machine (no dashboard, no usage reporting); each speech
     replica holds one base and the voices it was last asked for (Ray model
@@ -91,6 +110,8 @@ def serve(
         if voice_aliases is not None:
             settings = dataclasses.replace(settings, voice_aliases=read_voice_aliases(voice_aliases))
         common = dict(
+            database=database,
+            cache_dir=cache_dir,
             host=host,
             port=port,
             base=model,

@@ -7,19 +7,25 @@ from rich.table import Table
 
 from chorus.cli.common import console, user_errors
 
-store_app = typer.Typer(help="Look after a voice server's store (the folder given to `chorus serve --store`).")
+store_app = typer.Typer(help="Look after a voice server's store (what `chorus serve --store/--database` was given).")
+DATABASE_OPTION = typer.Option(
+    None,
+    "--database",
+    "--db",
+    help="Its metadata: a postgresql:// URL or a SQLite file (default: STORE/store.sqlite3; needed for a remote STORE).",
+)
 
 
 @store_app.command()
 def verify(
     store: str = typer.Argument(..., help="The voice store: a folder or an fsspec URL."),
-    db: str | None = typer.Option(None, help="Its SQLite file, for a store on an object store."),
+    database: str | None = DATABASE_OPTION,
 ) -> None:
     """Hash every ready voice's files against its commit marker and record, and list voice folders that
     no record lists. Reads only, so it is safe beside a running server; exits 1 when anything is wrong."""
     from chorus.serving.store import VoiceStore
 
-    with user_errors(), VoiceStore(store, db) as voices:
+    with user_errors(), VoiceStore(store, database) as voices:
         report = voices.verify()
     console.print(f"{report.checked} ready voice(s) checked")
     if report.corrupt:
@@ -38,13 +44,13 @@ def verify(
 def backup(
     store: str = typer.Argument(..., help="The voice store: a folder or an fsspec URL."),
     destination: str = typer.Argument(..., help="A new local folder for the copy (it opens as a store)."),
-    db: str | None = typer.Option(None, help="Its SQLite file, for a store on an object store."),
+    database: str | None = DATABASE_OPTION,
 ) -> None:
     """Copy a store, consistently while its server runs: the database through SQLite's online backup, then
     every voice ready in that snapshot, each checked against its commit marker."""
     from chorus.serving.store import VoiceStore
 
-    with user_errors(), VoiceStore(store, db) as voices:
+    with user_errors(), VoiceStore(store, database) as voices:
         copied, gone = voices.backup(destination)
     console.print(f"{copied} voice(s) copied to {destination}")
     for tenant, voice_id in gone:
@@ -54,13 +60,13 @@ def backup(
 @store_app.command()
 def repair(
     store: str = typer.Argument(..., help="The voice store: a folder or an fsspec URL."),
-    db: str | None = typer.Option(None, help="Its SQLite file, for a store on an object store."),
+    database: str | None = DATABASE_OPTION,
 ) -> None:
     """Deal with voice folders no record lists, deleting none: one whose commit marker and files check out
     becomes a ready voice again; any other moves to the store's .quarantine folder. Stop the server first."""
     from chorus.serving.store import VoiceStore
 
-    with user_errors(), VoiceStore(store, db) as voices:
+    with user_errors(), VoiceStore(store, database) as voices:
         report = voices.repair()
     for tenant, voice_id in report.adopted:
         console.print(f"adopted {tenant}/{voice_id}: its files check out, it is a ready voice again")
@@ -68,3 +74,38 @@ def repair(
         console.print(f"quarantined: {folder}")
     if not report.adopted and not report.quarantined:
         console.print("no orphan folder: nothing to repair")
+
+
+@store_app.command()
+def migrate(
+    source: str = typer.Option(..., "--from", help="The store to copy from: a folder or an fsspec URL."),
+    target: str = typer.Option(..., "--to", help="The store to copy into: a folder or an fsspec URL (s3://...)."),
+    from_database: str | None = typer.Option(None, help="The source's metadata (default: FROM/store.sqlite3)."),
+    to_database: str | None = typer.Option(
+        None, help="The target's metadata: a postgresql:// URL for a shared store (default: TO/store.sqlite3)."
+    ),
+) -> None:
+    """Copy every ready voice of one store into another: a single-machine store (SQLite + folder) into a
+    shared one (PostgreSQL + object store), or back. Each voice's files are checked against its commit
+    marker and checksum before the copy, again where they land, and the copy's checksums are compared
+    with the source's; the target is verified at the end. Voices already in the target are skipped, so a
+    migration cut short can be run again. Exits 1 when anything was left out."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+    from chorus.serving.store import VoiceStore
+
+    with user_errors(), VoiceStore(source, from_database) as origin, VoiceStore(target, to_database) as copy:
+        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), console=console) as bar:
+            task = bar.add_task("copying voices", total=len(origin.all_voices()))
+            report = origin.copy_to(copy, on_voice=lambda voice: bar.advance(task))
+        verified = copy.verify()
+    console.print(f"{len(report.copied)} voice(s) copied from {source} to {target}, checksums equal")
+    for tenant, voice_id, why in report.skipped:
+        console.print(f"skipped {tenant}/{voice_id}: {why}")
+    for tenant, voice_id in report.gone:
+        console.print(f"left out {tenant}/{voice_id}: deleted or replaced while the copy ran")
+    for tenant, voice_id, problem in verified.corrupt:
+        console.print(f"target: {tenant}/{voice_id} {problem}")
+    console.print(f"target verified: {verified.checked} ready voice(s), {len(verified.corrupt)} corrupt")
+    if report.gone or not verified.ok or any("not ready" in why for *_, why in report.skipped):
+        raise typer.Exit(1)

@@ -548,6 +548,8 @@ def create_app(
 
 def serve(
     store: str,
+    database: str | None = None,
+    cache_dir: str | None = None,
     host: str = "127.0.0.1",
     port: int = 8000,
     base: str | Path | None = None,
@@ -569,7 +571,7 @@ def serve(
     check_bind(host, tenants)
     if cache_mb < 0:
         raise ValueError(f"--cache-mb must be >= 0, got {cache_mb}")
-    voice_store = VoiceStore(store)
+    voice_store = VoiceStore(store, database, cache_dir)
     engine = Engine.load(
         base,
         vocoder,
@@ -585,8 +587,8 @@ def serve(
     else:
         announce(f"{len(tenants.names)} tenant(s) with API keys; requests need 'Authorization: Bearer KEY'")
     announce(
-        f"{len(engine.speakers)} speakers (default {engine.bundle.default_speaker}); voice store: {store}; "
-        f"adapter cache {cache_mb:g} MB"
+        f"{len(engine.speakers)} speakers (default {engine.bundle.default_speaker}); voice store: {store} "
+        f"(metadata: {voice_store.database_url}); adapter cache {cache_mb:g} MB"
     )
     announce(f"OpenAI-compatible endpoint: http://{host}:{port}/v1 (audio.speech), voices at /v1/voices")
     uvicorn.run(app, host=host, port=port, log_level=log_level)

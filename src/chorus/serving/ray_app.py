@@ -83,6 +83,7 @@ class RayServeConfig:
 
     store: str
     database: str | None = None  # SQLite path or postgresql:// URL (default: in the store folder)
+    cache_dir: str | None = None  # where a remote store's voices are downloaded (default: VoiceStore's)
     base: str | None = None
     vocoder: str | None = None
     tenants: Tenants = field(default_factory=Tenants)
@@ -108,6 +109,7 @@ class RayServeConfig:
             self.store = os.path.abspath(self.store)
         if self.database is not None and not is_postgres_url(self.database):
             self.database = os.path.abspath(self.database)
+        self.cache_dir = None if self.cache_dir is None else os.path.abspath(self.cache_dir)
         self.base = None if self.base is None else os.path.abspath(self.base)
         if self.vocoder is not None:  # a name (griffin-lim, neural) or a folder
             self.vocoder = os.path.abspath(self.vocoder) if Path(self.vocoder).exists() else str(self.vocoder)
@@ -115,7 +117,7 @@ class RayServeConfig:
             self.settings = dataclasses.replace(self.settings, jobs_dir=Path(self.settings.jobs_dir).absolute())
 
     def open_store(self) -> VoiceStore:
-        return VoiceStore(self.store, self.database)
+        return VoiceStore(self.store, self.database, self.cache_dir)
 
     def job_runner(self, store: VoiceStore) -> JobRunner:
         """An in-process onboarding worker on ``store`` (what each onboarding task runs its job with)."""
@@ -500,6 +502,8 @@ def submit_onboarding(
 # -- chorus serve --ray ------------------------------------------------------------------------------
 def serve_ray(
     store: str,
+    database: str | None = None,
+    cache_dir: str | None = None,
     host: str = "127.0.0.1",
     port: int = 8000,
     base: str | Path | None = None,
@@ -521,6 +525,8 @@ def serve_ray(
     check_bind(host, tenants)
     config = RayServeConfig(
         store=store,
+        database=database,
+        cache_dir=cache_dir,
         base=base,
         vocoder=vocoder,
         tenants=tenants,

@@ -695,7 +695,7 @@ class VoiceStore:
                 if name.startswith(UPLOAD_PREFIX) and _upload_owner(name) not in alive:
                     self._remove(entry)
                     report.removed_uploads.append(self.fs.unstrip_protocol(entry))
-        voices = self._all_voices()
+        voices = self.all_voices()
         self._recover_work(alive, voices, report)
         for voice in voices:
             if voice.status == VoiceStatus.READY:
@@ -719,7 +719,7 @@ class VoiceStore:
         report = RecoveryReport()
         if not dead:
             return report
-        voices = [voice for voice in self._all_voices() if voice.owner in dead]
+        voices = [voice for voice in self.all_voices() if voice.owner in dead]
         for voice in voices:
             if voice.status == VoiceStatus.TRAINING:  # its upload in progress, if any
                 for owner in dead:
@@ -798,7 +798,7 @@ class VoiceStore:
         skipped; one deleted or replaced while the copy ran is left out. ``on_voice``: called per voice
         (a progress bar)."""
         report = CopyReport()
-        for voice in self._all_voices():
+        for voice in self.all_voices():
             key = (voice.tenant, voice.voice_id)
             if on_voice is not None:
                 on_voice(voice)
@@ -885,7 +885,7 @@ class VoiceStore:
         """Check every ready voice's files against its commit marker and the record's checksum, and find
         voice folders no record lists (``chorus store verify``). Reads only; safe while serving."""
         report = VerifyReport()
-        voices = self._all_voices()
+        voices = self.all_voices()
         for voice in voices:
             if voice.status != VoiceStatus.READY:
                 continue
@@ -907,7 +907,7 @@ class VoiceStore:
         """Deal with every voice folder no record lists, deleting none (``chorus store repair``): one whose
         commit marker and files check out is adopted as a ready voice, named from its voice card; any other
         is moved to ``<root>/.quarantine/<tenant>/<id>-<time>``. Run while no server writes to the store."""
-        voices = self._all_voices()
+        voices = self.all_voices()
         report = RepairReport()
         for tenant, voice_id, path in self._orphans(voices):
             manifest = self._read_marker(path)
@@ -978,7 +978,7 @@ class VoiceStore:
 
     # -- internals ---------------------------------------------------------------------------------
 
-    def _all_voices(self) -> list[VoiceRecord]:
+    def all_voices(self) -> list[VoiceRecord]:
         """Every record, whatever its status or tenant."""
         with self._db.read() as db:
             return [_voice_record(row) for row in db.execute("SELECT * FROM voices").fetchall()]
