@@ -6,6 +6,7 @@ AWS SDK)."""
 from __future__ import annotations
 
 import glob
+import logging
 import os
 import shutil
 import socket
@@ -85,6 +86,7 @@ def s3_server() -> Iterator[dict[str, str]]:
     points any AWS SDK (s3fs's botocore included) at it. The caller sets it where it is needed."""
     from moto.server import ThreadedMotoServer
 
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # one line per request otherwise
     port = free_port()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()

@@ -568,18 +568,19 @@ class VoiceStore:
         where, args = ("AND tenant=?", (tenant,)) if tenant is not None else ("", ())
         with self._db.read() as db:
             row = db.execute(
-                f"SELECT COALESCE(SUM(size_bytes), 0) FROM voices WHERE status!=? {where}", (VoiceStatus.DELETED, *args)
+                f"SELECT COALESCE(SUM(size_bytes), 0) AS total FROM voices WHERE status!=? {where}",
+                (VoiceStatus.DELETED, *args),
             ).fetchone()
-        return int(row[0])
+        return int(row["total"])
 
     def active_jobs(self, tenant: str) -> int:
         """How many of ``tenant``'s onboarding jobs are queued or running."""
         with self._db.read() as db:
             row = db.execute(
-                f"SELECT COUNT(*) FROM jobs WHERE tenant=? AND status IN ({_placeholders(ACTIVE_JOB)})",
+                f"SELECT COUNT(*) AS total FROM jobs WHERE tenant=? AND status IN ({_placeholders(ACTIVE_JOB)})",
                 (tenant, *ACTIVE_JOB),
             ).fetchone()
-        return int(row[0])
+        return int(row["total"])
 
     def interrupted_jobs(self) -> list[JobRecord]:
         """Jobs of every tenant cut short by a dead process, oldest first, for the server to resume."""
