@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Debian packages Chorus uses outside Python: espeak-ng (test fixtures, corpus voices), flite and
-# festival (corpus voices), sox (virtual speakers). Installs what is missing when run as root;
+# festival (corpus voices), sox (virtual speakers), postgresql (the shared-store tests start a throwaway
+# cluster of their own; Debian's own cluster is not used). Installs what is missing when run as root;
 # otherwise prints the command to run.
 set -euo pipefail
-packages=(espeak-ng flite festival festvox-kallpc16k festvox-kdlpc16k sox libsndfile1)
+packages=(espeak-ng flite festival festvox-kallpc16k festvox-kdlpc16k sox libsndfile1 postgresql)
 missing=()
 for package in "${packages[@]}"; do
   dpkg -s "$package" >/dev/null 2>&1 || missing+=("$package")

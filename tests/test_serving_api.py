@@ -1320,3 +1320,24 @@ def test_limits_file(tmp_path):
 
     result = CliRunner().invoke(app, ["serve", "--store", str(tmp_path / "store"), "--limits", str(path)])
     assert result.exit_code == 2 and "limits file" in result.output and "Traceback" not in result.output
+
+
+def test_a_voice_changed_through_another_server_is_dropped_from_this_ones_model(tiny_base, adapter_folders, tmp_path):
+    """Two servers on one store: a voice resident in one's model and then replaced or deleted through the
+    other is never spoken stale: the next request loads the new version (the old leaves the model) or
+    gets 404 (and the voice leaves the model)."""
+    first, first_store = make_app(tiny_base, tmp_path / "store", KEYS)
+    second, second_store = make_app(tiny_base, tmp_path / "store", KEYS)
+    first_store.put_voice("acme", "ann", adapter_folders["ann"])
+    with TestClient(first) as one, TestClient(second) as other:
+        engine = other.app.state.server.engine
+        assert speak(other, voice="ann").status_code == 200
+        (old,) = [key for key in engine.resident() if key.startswith("acme/ann@")]
+        assert one.delete("/v1/voices/ann", headers=ACME).status_code == 200
+        first_store.put_voice("acme", "ann", adapter_folders["bob"])  # the same id, other weights
+        assert speak(other, voice="ann").status_code == 200
+        (new,) = [key for key in engine.resident() if key.startswith("acme/ann@")]
+        assert new != old
+        assert one.delete("/v1/voices/ann", headers=ACME).status_code == 200
+        assert_error(speak(other, voice="ann"), 404, "ann")
+        assert not [key for key in engine.resident() if key.startswith("acme/ann@")]

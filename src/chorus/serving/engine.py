@@ -192,6 +192,10 @@ class Engine:
         with self.lock:
             return list(self._cache)
 
+    def is_resident(self, voice_id: str) -> bool:
+        """Whether ``voice_id`` is loaded now, without waiting for :attr:`lock` (a running batch holds it)."""
+        return voice_id in self._cache  # one dict lookup: atomic under the GIL
+
     def cached(self, voice_id: str) -> CachedVoice | None:
         with self.lock:
             return self._cache.get(voice_id)

@@ -124,6 +124,7 @@ class VoiceServer:
         try:
             return self.store.voice(tenant, voice_id)
         except VoiceNotFound:
+            self.forget(tenant, voice_id)  # deleted, maybe through another server on the same store
             raise voice_not_found(voice_id) from None
 
     def engine_voice(self, tenant: str, voice_id: str) -> str:
@@ -158,7 +159,10 @@ class VoiceServer:
                 param="voice",
                 code="voice_not_ready",
             )
-        return voice_key(record)
+        key = voice_key(record)
+        if not self.engine.is_resident(key):  # a new version: drop an older one (replaced through another server)
+            self.forget(tenant, voice_id, keep=key)
+        return key
 
     def public(self, message: str) -> str:
         """A message with server paths taken out."""
@@ -205,11 +209,12 @@ class VoiceServer:
             updated=int(job.updated),
         ).model_dump()
 
-    def forget(self, tenant: str, voice_id: str) -> None:
-        """Drop every resident version of a deleted voice from the model (one in use goes at eviction)."""
+    def forget(self, tenant: str, voice_id: str, keep: str | None = None) -> None:
+        """Drop every resident version of a voice but ``keep`` from the model (one in use goes at eviction):
+        the store is the truth, and another server on it may have deleted or replaced the voice."""
         prefix = f"{tenant}/{voice_id}@"
         for key in self.engine.resident():
-            if key.startswith(prefix):
+            if key.startswith(prefix) and key != keep:
                 try:
                     self.engine.unload(key)
                 except RuntimeError:
