@@ -1,5 +1,5 @@
-"""Soak: ten minutes of mixed load on loopback against one real voice server, for errors, latency
-over time and resident memory over time.
+"""Soak: ten minutes of mixed load on loopback against one real voice server (or several on one shared
+store), for errors, latency over time and resident memory over time.
 
 The server is ``chorus serve`` (this tree's CLI, a subprocess on a free loopback port) with an API
 keys file of ``--tenants`` tenants and the operator, on a fresh store into which ``--voices``
@@ -41,12 +41,24 @@ intact (``VoiceStore.verify``), every uploaded voice deleted, every job finished
 
     python bench/soak.py --out bench/results/soak
 
+With ``--servers 2`` (or more) the same load runs against several servers on one shared store, each on its
+own port (no load balancer: each request goes to a server drawn at random), the store being S3 (moto's
+server) and PostgreSQL (a throwaway cluster) unless ``--store URL --database URL`` name real ones. Each
+onboarded voice is then spoken and read on another server than the one that took its upload, right after
+its job is seen done, and asked for there again after its deletion: any stale read is an error. Before the
+load, the speech throughput of one server is measured against that of all of them (closed-loop clients,
+alternating rounds; target: two one-thread servers at least 1.8x one). Per server: requests, latency,
+errors, RSS.
+
+    python bench/soak.py --servers 2 --out bench/results/soak-2-servers
+
 Writes ``soak.md``, ``soak.json`` and ``soak.png`` (p50/p99 latency per kind over time; RSS over time).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import http.client
 import io
 import json
@@ -71,12 +83,15 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from chorus.serving import local_services
+from chorus.serving.metadata import public_url
 from chorus.serving.store import FINISHED_JOB, VoiceStatus, VoiceStore
 from chorus.serving.tenants import OPERATOR_TENANT
 from chorus.synthesis import SAMPLE_VOICE, load_base
 from serving import MB, TEXTS, free_port, make_voices, pct, process_rss  # bench/, beside this script
 
 GROWTH_TARGET = 0.05
+THROUGHPUT_TARGET = 1.8  # two servers, one thread each, against one (issue 20)
 # Statuses each kind of request may answer besides 429 (counted as limited); anything else is an error.
 EXPECTED = {
     "speech": {200},
@@ -105,13 +120,15 @@ class Call:
     status: int  # 0: no answer (connection failure, timeout, cut-short body)
     seconds: float
     outcome: str  # ok | limited | error
+    server: int = 0  # which server answered (an index into the ports)
 
 
 @dataclass
 class Recorder:
-    """Sends requests to the server and records each one: its kind, status, latency and outcome."""
+    """Sends requests to the servers and records each one: its kind, server, status, latency and outcome.
+    A request goes to the server given, else to one drawn at random (every server shares the store)."""
 
-    port: int
+    ports: list[int]
     start: float
     calls: list[Call] = field(default_factory=list)
     errors: list[dict] = field(default_factory=list)
@@ -128,16 +145,18 @@ class Recorder:
         content_type: str | None = None,
         check=None,
         timeout: float = 120.0,
+        server: int | None = None,
     ) -> tuple[int, bytes]:
         """``(status, body)``, ``(0, b"")`` without an answer. ``check(body) -> problem | None`` runs on
         an expected status."""
+        server = random.randrange(len(self.ports)) if server is None else server
         began = time.monotonic()
         headers = {"Authorization": f"Bearer {key}"}
         if content_type:
             headers["Content-Type"] = content_type
         # A fresh connection per request: an idle kept-alive one closed by the server (uvicorn closes
         # them after 5 s) would otherwise fail the next request for a reason of the client's making.
-        connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+        connection = http.client.HTTPConnection("127.0.0.1", self.ports[server], timeout=timeout)
         try:
             connection.request(method, path, body=body, headers=headers)
             response = connection.getresponse()
@@ -158,13 +177,14 @@ class Recorder:
         took = time.monotonic() - began
         outcome = "error" if problem else "limited" if status == 429 else "ok"
         with self.lock:
-            self.calls.append(Call(began - self.start, kind, tenant, status, took, outcome))
+            self.calls.append(Call(began - self.start, kind, tenant, status, took, outcome, server))
             if problem:
                 self.errors.append(
                     {
                         "at_s": round(began - self.start, 2),
                         "kind": kind,
                         "tenant": tenant,
+                        "server": server,
                         "request": f"{method} {path}",
                         "problem": problem,
                     }
@@ -289,7 +309,7 @@ class Load:
         except Exception as error:  # noqa: BLE001 - reported, not raised in a thread nobody joins for it
             self.recorder.note("client", threading.current_thread().name, f"client thread died: {error!r}")
 
-    def speak(self, kind: str, tenant: Tenant, voice: str, rng: random.Random) -> int:
+    def speak(self, kind: str, tenant: Tenant, voice: str, rng: random.Random, server: int | None = None) -> int:
         response_format = rng.choice(FORMATS)
         text = rng.choice(TEXTS) if rng.random() < 0.8 else " ".join(rng.sample(TEXTS, 2))  # two: streamed
         body = json.dumps({"model": "tts-1", "input": text, "voice": voice, "response_format": response_format})
@@ -302,6 +322,7 @@ class Load:
             body.encode(),
             "application/json",
             audio_check(response_format) if kind != "speech-deleted" else None,
+            server=server,
         )
         return status
 
@@ -353,8 +374,9 @@ class Load:
             voice_id = f"{tenant.name}-up{number:03d}"
             body, content_type = self.sample.form(f"Upload {number} of {tenant.name}", voice_id, number % 2 == 1)
             check = json_check(lambda d, v=voice_id: None if d["voice"] == v and d["id"] else f"upload: {d}")
+            writer = rng.randrange(len(self.recorder.ports))
             status, data = self.recorder.send(
-                "upload", tenant.name, tenant.key, "POST", "/v1/voices", body, content_type, check
+                "upload", tenant.name, tenant.key, "POST", "/v1/voices", body, content_type, check, server=writer
             )
             if status == 429:
                 self.stop.wait(5.0)
@@ -362,14 +384,31 @@ class Load:
             number += 1
             if status == 202:
                 self.follow(
-                    tenant, voice_id, json.loads(data)["id"], cancel=number % self.args.cancel_every == 0, rng=rng
+                    tenant,
+                    voice_id,
+                    json.loads(data)["id"],
+                    cancel=number % self.args.cancel_every == 0,
+                    rng=rng,
+                    writer=writer,
                 )
             self.stop.wait(self.args.upload_pause * rng.uniform(0.8, 1.2))
 
-    def follow(self, tenant: Tenant, voice_id: str, job_id: str, cancel: bool, rng: random.Random) -> None:
+    def follow(self, tenant: Tenant, voice_id: str, job_id: str, cancel: bool, rng: random.Random, writer: int) -> None:
         """Poll a job to its end (cancelling it at the first poll if ``cancel``), then use and delete its
-        voice. At the soak's end a job still going is cancelled, so the store is left clean."""
-        job = {"tenant": tenant.name, "voice": voice_id, "job": job_id, "cancelled": False, "status": None}
+        voice. At the soak's end a job still going is cancelled, so the store is left clean. With several
+        servers the job is polled on any, the voice is spoken and read on another server than the one
+        that took the upload (``writer``) right after the job is seen done, deleted through the writer
+        and asked for again on the other: each a read across servers."""
+        other = (writer + 1) % len(self.recorder.ports)
+        job = {
+            "tenant": tenant.name,
+            "voice": voice_id,
+            "job": job_id,
+            "cancelled": False,
+            "status": None,
+            "writer": writer,
+            "reader": other,
+        }
         self.jobs.append(job)
         began = time.monotonic()
         status = None
@@ -392,14 +431,20 @@ class Load:
             time.sleep(1.0)
         job["status"], job["seconds"] = status, round(time.monotonic() - began, 1)
         if status == "done":
+            seen_done = time.monotonic()
             for _ in range(3):
-                self.speak("speech-new", tenant, voice_id, rng)
+                if self.speak("speech-new", tenant, voice_id, rng, server=other) == 200 and "spoken_after_s" not in job:
+                    job["spoken_after_s"] = round(time.monotonic() - seen_done, 3)  # done -> audio from the other
             check = json_check(lambda d: None if d["id"] == voice_id else f"get {voice_id}: {d}")
-            self.recorder.send("get", tenant.name, tenant.key, "GET", f"/v1/voices/{voice_id}", check=check)
+            self.recorder.send(
+                "get", tenant.name, tenant.key, "GET", f"/v1/voices/{voice_id}", check=check, server=other
+            )
         check = json_check(lambda d: None if d["id"] == voice_id and d["deleted"] else f"delete: {d}")
-        self.recorder.send("delete", tenant.name, tenant.key, "DELETE", f"/v1/voices/{voice_id}", check=check)
+        self.recorder.send(
+            "delete", tenant.name, tenant.key, "DELETE", f"/v1/voices/{voice_id}", check=check, server=writer
+        )
         if status == "done":
-            self.speak("speech-deleted", tenant, voice_id, rng)
+            self.speak("speech-deleted", tenant, voice_id, rng, server=other)
 
     def operator_loop(self, seed: int) -> None:
         rng = random.Random(seed)
@@ -431,7 +476,7 @@ def metrics_check(data: bytes) -> str | None:
     return None if b"chorus_" in data else "no chorus_ series in /metrics"
 
 
-def sample_process(pid: int, start: float, stop: threading.Event, out: list[dict]) -> None:
+def sample_process(pid: int, start: float, stop: threading.Event, out: list[dict]) -> None:  # one per server
     """RSS, threads and open file descriptors of the server every second (a leak shows in any)."""
     while not stop.wait(1.0):
         try:
@@ -451,16 +496,16 @@ def sample_process(pid: int, start: float, stop: threading.Event, out: list[dict
 
 
 # -- the server ----------------------------------------------------------------------------------
-def prepare_store(args, root: Path) -> tuple[list[Tenant], str, Path]:
+def prepare_store(args, store: StoreSpec) -> tuple[list[Tenant], str, Path]:
     """A store with ``--voices`` synthetic voices over the tenants, and the keys file for them."""
     synthesizer = load_base(None, "griffin-lim")
     folders = make_voices(synthesizer, args.voices, args.work / "voices", args.method, args.adapter_scale, args.seed)
     tenants = [Tenant(f"t{t}", secrets.token_urlsafe(24), []) for t in range(args.tenants)]
-    with VoiceStore(str(root)) as store:
+    with store.open(args.work / "prepare-cache") as voices:
         for k, folder in enumerate(folders[v] for v in sorted(folders)):
             tenant = tenants[k % len(tenants)]
             voice_id = f"{tenant.name}-v{k:03d}"
-            store.put_voice(tenant.name, voice_id, folder)
+            voices.put_voice(tenant.name, voice_id, folder)
             tenant.voices.append(voice_id)
     operator_key = secrets.token_urlsafe(24)
     keys = args.work / "keys.txt"
@@ -468,14 +513,48 @@ def prepare_store(args, root: Path) -> tuple[list[Tenant], str, Path]:
     return tenants, operator_key, keys
 
 
-def start_server(args, root: Path, keys: Path, log_path: Path) -> tuple[subprocess.Popen, list[str], int]:
+@dataclass(frozen=True)
+class StoreSpec:
+    """Where the servers keep voices: a folder (SQLite inside), or an object store URL and a database."""
+
+    root: str
+    database: str | None = None
+
+    def open(self, cache: Path) -> VoiceStore:
+        return VoiceStore(self.root, self.database, str(cache) if self.database else None)
+
+    def server_options(self, folder: Path) -> list[str]:
+        options = ["--store", self.root]
+        if self.database:
+            options += ["--database", self.database, "--cache-dir", str(folder / "cache")]
+        return options
+
+
+@dataclass
+class Server:
+    """One ``chorus serve`` process of the soak, with its own folder (cache, job files when the store is
+    remote) and log."""
+
+    process: subprocess.Popen
+    command: list[str]
+    port: int
+    folder: Path
+    samples: list[dict] = field(default_factory=list)  # /proc readings during the load
+
+    @property
+    def log_path(self) -> Path:
+        return self.folder / "server.log"
+
+
+def start_server(args, store: StoreSpec, keys: Path, limits: Path, folder: Path) -> Server:
+    folder.mkdir(parents=True, exist_ok=True)
+    log_path = folder / "server.log"
     port = free_port()
     chorus = Path(sys.executable).with_name("chorus")
     command = [
         str(chorus),
         "serve",
-        "--store",
-        str(root),
+        *store.server_options(folder),
         "--port",
         str(port),
         "--keys",
@@ -486,10 +565,12 @@ def start_server(args, root: Path, keys: Path, log_path: Path) -> tuple[subproce
         str(args.adapt_steps),
         "--adapt-threads",
         str(args.adapt_threads),
+        "--limits",
+        str(limits),
     ]
     environment = os.environ | {"OMP_NUM_THREADS": str(args.threads)}
     with open(log_path, "w") as log:  # the child writes to its own copy of the descriptor
-        server = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=environment)
+        server = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=environment, cwd=folder)
     deadline = time.monotonic() + 300
     while True:
         connection = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
@@ -505,7 +586,7 @@ def start_server(args, root: Path, keys: Path, log_path: Path) -> tuple[subproce
             server.kill()
             raise RuntimeError(f"the server did not start: {log_path.read_text()[-2000:]}")
         time.sleep(0.5)
-    return server, command, port
+    return Server(server, command, port, folder)
 
 
 def drain(port: int, operator_key: str, timeout: float) -> float | None:
@@ -533,9 +614,9 @@ def stop_server(server: subprocess.Popen) -> dict:
     return {"exit_code": code, "seconds": round(time.monotonic() - began, 1), "killed": False}
 
 
-def check_store(root: Path, tenants: list[Tenant], jobs: list[dict]) -> dict:
+def check_store(store_spec: StoreSpec, servers: list[Server], tenants: list[Tenant], jobs: list[dict]) -> dict:
     """The store after shutdown, read offline: what should be there is, and nothing else."""
-    with VoiceStore(str(root)) as store:
+    with store_spec.open(servers[0].folder.parent / "check-cache") as store:
         expected = {t.name: set(t.voices) for t in tenants}
         found = {t.name: {v.voice_id: v.status for v in store.list_voices(t.name)} for t in tenants}
         missing = sorted(v for t in tenants for v in t.voices if found[t.name].get(v) != VoiceStatus.READY)
@@ -543,10 +624,14 @@ def check_store(root: Path, tenants: list[Tenant], jobs: list[dict]) -> dict:
         unfinished = [j["job"] for j in jobs if store.get_job(j["tenant"], j["job"]).status not in FINISHED_JOB]
         report = store.verify()
         interrupted = [j.job_id for j in store.interrupted_jobs()]
-    jobs_dir = root / ".jobs"
-    leftovers = sorted(p.name for p in jobs_dir.iterdir() if p.name != "consent.jsonl") if jobs_dir.exists() else []
-    consent = jobs_dir / "consent.jsonl"
-    consents = len(consent.read_text().splitlines()) if consent.exists() else 0
+        # Job files: in each server's jobs folder, and published under a remote root.
+        jobs_dirs = [Path(store.root) / ".jobs"] if store.local else [s.folder / ".jobs" for s in servers]
+        published = [] if store.local else [p for p in store.fs.find(f"{store.root}/.jobs")]
+    leftovers = sorted(p.name for d in jobs_dirs if d.exists() for p in d.iterdir() if p.name != "consent.jsonl")
+    leftovers += published
+    consents = sum(
+        len((d / "consent.jsonl").read_text().splitlines()) for d in jobs_dirs if (d / "consent.jsonl").exists()
+    )
     result = {
         "ready_voices_missing": missing,
         "uploaded_voices_left": left,
@@ -668,24 +753,34 @@ def fmt(row: dict) -> str:
 
 def report(result: dict, args) -> None:
     (args.out / "soak.json").write_text(json.dumps(result, indent=1))  # first: the figures survive a bad format
-    totals, series, mem = result["requests"]["totals"], result["requests"]["series"], result["memory"]
+    totals, series, servers = result["requests"]["totals"], result["requests"]["series"], result["servers"]
     errors = result["error_count"]
     limited = sum(t["limited"] for t in totals.values())
     requests = sum(t["requests"] for t in totals.values())
-    config, stop, store = result["config"], result["shutdown"], result["store"]
+    config, store = result["config"], result["store"]
     jobs = result["jobs"]
     done = [j for j in jobs if j["status"] == "done"]
+    spoken = [j["spoken_after_s"] for j in done if "spoken_after_s" in j]
     minutes = args.minutes
+    several = len(servers) > 1
     lines = [
-        "# Soak: mixed load against one voice server",
+        f"# Soak: mixed load against {'one voice server' if not several else f'{len(servers)} voice servers on one shared store'}",
         "",
         "```",
         result["command"],
         "```",
         "",
         (
-            f"`{shlex.join(result['server_command'])}` (this tree at {config['git']}) on a {config['cpus']}-core "
-            f"CPU, OMP_NUM_THREADS={args.threads}, load average {config['load_average_start'][0]:.1f} at the start "
+            f"`{shlex.join(result['server_command'])}` (this tree at {config['git']})"
+            + (
+                f" and {len(servers) - 1} more like it on other ports, sharing the store (voices {config['store_root']}"
+                f" through moto's S3 server, metadata in PostgreSQL {config['database']}); each request goes to a "
+                "server drawn at random, and each onboarded voice is spoken, read and asked for after deletion on "
+                "another server than the one that took its upload"
+                if several
+                else ""
+            )
+            + f" on a {config['cpus']}-core CPU, OMP_NUM_THREADS={args.threads}, load average {config['load_average_start'][0]:.1f} at the start "
             f"and {config['load_average_end'][0]:.1f} at the end (other work shares the machine). "
             f"{args.tenants} tenants with {args.voices} synthetic `{args.method}` voices between them, put into "
             f"the store before the server started; adapter cache {args.cache_mb:g} MB (a median "
@@ -708,35 +803,48 @@ def report(result: dict, args) -> None:
             else ""
         )
         + ".",
-        (
-            f"- Resident memory after warm-up (the first {mem['warmup_s'] / 60:g} min, a fifth of the run): "
-            f"{mem['rss_after_warmup_bytes'] / MB:.1f} MB (median over {mem['window_s']:g} s after warm-up) -> "
+        *(
+            f"- Server {k}: resident memory after warm-up (the first {mem['warmup_s'] / 60:g} min, a fifth of the "
+            f"run) {mem['rss_after_warmup_bytes'] / MB:.1f} MB (median over {mem['window_s']:g} s after warm-up) -> "
             f"{mem['rss_end_bytes'] / MB:.1f} MB (median over the last {mem['window_s']:g} s): "
             f"**{100 * mem['growth']:+.2f}%** (target < {100 * GROWTH_TARGET:g}%: "
-            f"**{'met' if mem['met'] else 'NOT met'}**). First sample {mem['rss_first_bytes'] / MB:.1f} MB, "
-            f"highest {mem['rss_max_bytes'] / MB:.1f} MB."
-        ),
-        (
-            f"- Server threads {mem['threads_after_warmup']:.0f} -> {mem['threads_end']:.0f}, open file "
-            f"descriptors {mem['fds_after_warmup']:.0f} -> {mem['fds_end']:.0f} over the same windows."
+            f"**{'met' if mem['met'] else 'NOT met'}**); first sample {mem['rss_first_bytes'] / MB:.1f} MB, "
+            f"highest {mem['rss_max_bytes'] / MB:.1f} MB; threads {mem['threads_after_warmup']:.0f} -> "
+            f"{mem['threads_end']:.0f}, open file descriptors {mem['fds_after_warmup']:.0f} -> {mem['fds_end']:.0f}."
+            for k, mem in enumerate(server["memory"] for server in servers)
         ),
         (
             f"- Onboarding: {len(jobs)} jobs accepted, {len(done)} done "
             f"(median {np.median([j['seconds'] for j in done]) if done else float('nan'):.1f} s from upload to done), "
             f"{sum(j['cancelled'] == 'planned' for j in jobs)} cancelled as planned at their first poll, "
             f"{sum(j['cancelled'] == 'at the end' for j in jobs)} at the end of the load; each voice made was spoken 3 times, deleted, then asked for "
-            "again (a 404 expected)."
+            "again (a 404 expected)"
+            + (
+                f"; from a job seen done to the first audio of its voice from the other server: median "
+                f"{np.median(spoken):.2f} s, at most {max(spoken):.2f} s over {len(spoken)} voices (that request's "
+                "own time included: loading the voice and synthesizing)"
+                if several and spoken
+                else ""
+            )
+            + "."
+        ),
+        *(
+            f"- Server {k} shutdown (SIGINT, once its onboarding worker was idle: "
+            f"{'after ' + format(server['drain_s'], 'g') + ' s' if server['drain_s'] is not None else 'it never was'}): "
+            f"exit code {server['shutdown']['exit_code']} after {server['shutdown']['seconds']:g} s"
+            + (" (killed: it did not exit in 120 s)" if server["shutdown"]["killed"] else "")
+            + "."
+            for k, server in enumerate(servers)
         ),
         (
-            f"- Shutdown (SIGINT, once the onboarding worker was idle: "
-            f"{'after ' + format(result['drain_s'], 'g') + ' s' if result['drain_s'] is not None else 'it never was'}): "
-            f"exit code {stop['exit_code']} after {stop['seconds']:g} s"
-            + (" (killed: it did not exit in 120 s)" if stop["killed"] else "")
-            + f". Store read afterwards: {'all as expected' if store['ok'] else '**NOT as expected**'} "
+            "- Store read afterwards: {'all as expected' if store['ok'] else '**NOT as expected**'} "
             f"({store['verified_voices']} ready voices verified, {len(store['uploaded_voices_left'])} uploaded "
             f"voices left, {len(store['jobs_unfinished'])} jobs unfinished, {len(store['job_files_left'])} job "
             f"folders left, {store['consent_records']} consent records for {store['jobs_accepted']} jobs)."
         ),
+        *throughput_lines(result["throughput"]),
+        "",
+        *server_table(servers),
         "",
         "## Requests by kind",
         "",
@@ -777,28 +885,33 @@ def report(result: dict, args) -> None:
         lines.append(f"| {row['from_s'] / 60:.1f} | {cells} | {row['errors']} | {row['limited']} |")
     lines += [
         "",
-        "## Server process over time (medians per interval)",
+        "## Server processes over time (medians per interval)",
         "",
-        "| from min | RSS MB | threads | open fds | resident voices |",
-        "|---|---|---|---|---|",
+        "| from min | "
+        + " | ".join(f"server {k} RSS MB, threads, fds" for k in range(len(servers)))
+        + " | resident voices |",
+        "|---" * (len(servers) + 2) + "|",
     ]
-    for row in mem["series"]:
-        lines.append(
-            f"| {row['from_s'] / 60:.1f} | {row['rss_bytes'] / MB:.1f} | {row['threads']:.0f} | {row['fds']:.0f} | "
-            f"{row['resident_voices']:.0f} |"
+    for b, row in enumerate(servers[0]["memory"]["series"]):
+        cells = " | ".join(
+            f"{s['memory']['series'][b]['rss_bytes'] / MB:.1f}, {s['memory']['series'][b]['threads']:.0f}, "
+            f"{s['memory']['series'][b]['fds']:.0f}"
+            for s in servers
         )
-    log = result["server_log"]
-    lines += [
-        "",
-        "## Server log",
-        "",
-        f"{log['lines']:,} lines ({', '.join(f'{k} {v:,}' for k, v in sorted(log['levels'].items()))}); "
-        f"{log['notable_count']} warnings, errors or tracebacks"
-        + (" (distinct lines, with their counts):" if log["notable"] else "."),
-    ]
-    if log["notable"]:
-        lines += ["", "```", *(f"{n['count']:>5} x {n['line'][:200]}" for n in log["notable"][:10]), "```"]
-    lines += ["", "Its last lines, as it stopped:", "", "```", *(line[:200] for line in log["tail"]), "```"]
+        lines.append(f"| {row['from_s'] / 60:.1f} | {cells} | {row['resident_voices']:.0f} |")
+    for k, server in enumerate(servers):
+        log = server["log"]
+        lines += [
+            "",
+            f"## Server {k} log",
+            "",
+            f"{log['lines']:,} lines ({', '.join(f'{k} {v:,}' for k, v in sorted(log['levels'].items()))}); "
+            f"{log['notable_count']} warnings, errors or tracebacks"
+            + (" (distinct lines, with their counts):" if log["notable"] else "."),
+        ]
+        if log["notable"]:
+            lines += ["", "```", *(f"{n['count']:>5} x {n['line'][:200]}" for n in log["notable"][:10]), "```"]
+        lines += ["", "Its last lines, as it stopped:", "", "```", *(line[:200] for line in log["tail"]), "```"]
     lines += [
         "",
         "## Caveats",
@@ -814,13 +927,55 @@ def report(result: dict, args) -> None:
     print("\n".join(lines))
 
 
+def throughput_lines(scaling: dict | None) -> list[str]:
+    if scaling is None:
+        return []
+    rounds = scaling["rounds"]
+    one = [r["one"]["requests_per_s"] for r in rounds]
+    every = [r["all"]["requests_per_s"] for r in rounds]
+    return [
+        (
+            f"- Throughput, measured before the soak's load ({len(rounds)} alternating rounds of "
+            f"{scaling['seconds']:g} s after 3 s of warm-up; {scaling['clients_per_server']} closed-loop clients per "
+            f"server; one sentence, {len(scaling['text'])} characters, in base speaker {scaling['speaker']}: the "
+            f"time is the base model's synthesis on each server's one thread): one server "
+            f"{np.median(one):.2f} req/s (rounds {', '.join(f'{v:.2f}' for v in one)}), all "
+            f"{np.median(every):.2f} req/s (rounds {', '.join(f'{v:.2f}' for v in every)}): ratio "
+            f"**{scaling['ratio_median']:.2f}x** (median; {scaling['ratio_min']:.2f}-{scaling['ratio_max']:.2f} over "
+            f"the rounds; target {scaling['target']:g}x: **{'met' if scaling['met'] else 'NOT met'}**)."
+        )
+    ]
+
+
+def server_table(servers: list[dict]) -> list[str]:
+    """Per server: requests it answered, their rate, speech latency, errors, RSS."""
+    lines = [
+        "## By server",
+        "",
+        "| server | requests | requests/s | speech p50 / p99 ms | errors | RSS after warm-up -> end MB | RSS max MB |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for k, server in enumerate(servers):
+        totals, mem = server["requests"], server["memory"]
+        count = sum(t["requests"] for t in totals.values())
+        speech = totals.get("speech", {})
+        timing = f"{speech['p50_ms']:.0f} / {speech['p99_ms']:.0f}" if speech.get("n") else "-"
+        seconds = server["memory"]["series"][-1]["to_s"]
+        lines.append(
+            f"| {k} | {count:,} | {count / seconds:.2f} | {timing} | {sum(t['errors'] for t in totals.values())} | "
+            f"{mem['rss_after_warmup_bytes'] / MB:.1f} -> {mem['rss_end_bytes'] / MB:.1f} | {mem['rss_max_bytes'] / MB:.1f} |"
+        )
+    return lines
+
+
 def plot(result: dict, path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    series, mem = result["requests"]["series"], result["memory"]
+    series, servers = result["requests"]["series"], result["servers"]
+    mem = servers[0]["memory"]
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(10, 7), sharex=True)
     middles = [(row["from_s"] + row["to_s"]) / 120 for row in series]
     for k, kind in enumerate(("speech", "speech-new", "list", "get", "upload", "job", "delete")):
@@ -842,15 +997,23 @@ def plot(result: dict, path: Path) -> None:
     top.set_ylabel("latency, ms")
     top.legend(fontsize=7, ncol=4)
     top.grid(alpha=0.3, which="both")
-    samples = result["process"]
-    bottom.plot([s["at_s"] / 60 for s in samples], [s["rss_bytes"] / MB for s in samples], color="C0", lw=1)
+    for k, server in enumerate(servers):
+        samples = server["process"]
+        bottom.plot(
+            [s["at_s"] / 60 for s in samples],
+            [s["rss_bytes"] / MB for s in samples],
+            color=f"C{k}",
+            lw=1,
+            label=f"server {k}",
+        )
     warm, window, duration = mem["warmup_s"], mem["window_s"], result["config"]["minutes"] * 60
     bottom.axvline(warm / 60, color="k", ls="--", lw=1, label="end of warm-up")
     bottom.axvspan(warm / 60, (warm + window) / 60, color="C2", alpha=0.2, label="windows compared")
     bottom.axvspan((duration - window) / 60, duration / 60, color="C2", alpha=0.2)
     bottom.set_ylabel("server RSS, MB")
     bottom.set_xlabel("minutes since the load started")
-    bottom.set_title(f"RSS after warm-up {100 * mem['growth']:+.2f}% (target < {100 * GROWTH_TARGET:g}%)", fontsize=9)
+    growth = ", ".join(f"{100 * s['memory']['growth']:+.2f}%" for s in servers)
+    bottom.set_title(f"RSS after warm-up {growth} (target < {100 * GROWTH_TARGET:g}%)", fontsize=9)
     bottom.legend(fontsize=7)
     bottom.grid(alpha=0.3)
     fig.tight_layout()
@@ -876,9 +1039,105 @@ def git_state() -> str:
     return head.stdout.strip() + (" with uncommitted changes" if dirty.stdout.strip() else "")
 
 
+def closed_loop(ports: list[int], keys: list[str], body: bytes, clients: int, warmup: float, seconds: float) -> dict:
+    """``clients`` threads per port, each sending the same speech request back to back; the requests
+    answered 200 within the ``seconds`` after ``warmup`` are counted. Keys rotate over the tenants."""
+    stop, lock = threading.Event(), threading.Lock()
+    ends: list[tuple[float, int, float]] = []  # (answered at, status, latency)
+
+    def client(port: int, key: str) -> None:
+        while not stop.is_set():
+            began = time.monotonic()
+            connection = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+            try:
+                connection.request("POST", "/v1/audio/speech", body, {"Authorization": f"Bearer {key}"})
+                response = connection.getresponse()
+                status, _ = response.status, response.read()
+            except (OSError, http.client.HTTPException):
+                status = 0
+            finally:
+                connection.close()
+            with lock:
+                ends.append((time.monotonic(), status, time.monotonic() - began))
+
+    threads = [
+        threading.Thread(target=client, args=(port, keys[(k * clients + c) % len(keys)]), daemon=True)
+        for k, port in enumerate(ports)
+        for c in range(clients)
+    ]
+    start = time.monotonic()
+    for thread in threads:
+        thread.start()
+    time.sleep(warmup + seconds)
+    stop.set()
+    for thread in threads:
+        thread.join(150)
+    inside = [(status, took) for at, status, took in ends if start + warmup <= at < start + warmup + seconds]
+    answered = [took for status, took in inside if status == 200]
+    return {
+        "requests_per_s": len(answered) / seconds,
+        "failed": sum(status != 200 for status, _ in inside),
+        "p50_ms": pct([1000 * t for t in answered], 50) if answered else None,
+    }
+
+
+def throughput(args, servers: list[Server], tenants: list[Tenant], speaker: str) -> dict:
+    """Speech throughput of the first server alone against all of them, in alternating rounds: the same
+    sentence in base speaker ``speaker`` (no adapter to load: the time is the base model's synthesis),
+    ``--throughput-clients`` closed-loop clients per server."""
+    text = TEXTS[0]
+    body = json.dumps({"model": "tts-1", "input": text, "voice": speaker, "response_format": "wav"}).encode()
+    keys = [t.key for t in tenants]
+    rounds = []
+    for r in range(args.throughput_rounds):
+        one = closed_loop([servers[0].port], keys, body, args.throughput_clients, 3.0, args.throughput_seconds)
+        every = closed_loop(
+            [s.port for s in servers], keys, body, args.throughput_clients, 3.0, args.throughput_seconds
+        )
+        rounds.append({"one": one, "all": every, "ratio": every["requests_per_s"] / max(one["requests_per_s"], 1e-9)})
+        print(
+            f"throughput round {r + 1}: one server {one['requests_per_s']:.2f} req/s, {len(servers)} servers "
+            f"{every['requests_per_s']:.2f} req/s, ratio {rounds[-1]['ratio']:.2f}",
+            flush=True,
+        )
+    ratios = [row["ratio"] for row in rounds]
+    return {
+        "text": text,
+        "speaker": speaker,
+        "clients_per_server": args.throughput_clients,
+        "seconds": args.throughput_seconds,
+        "rounds": rounds,
+        "ratio_median": float(np.median(ratios)),
+        "ratio_min": min(ratios),
+        "ratio_max": max(ratios),
+        "target": THROUGHPUT_TARGET,
+        "met": float(np.median(ratios)) >= THROUGHPUT_TARGET,
+    }
+
+
+def shared_store(args, services: contextlib.ExitStack) -> StoreSpec:
+    """The store the servers share: the folder of one machine by default; with several servers, the
+    PostgreSQL and S3 given (``--database``, ``--store``), else a throwaway cluster and moto's S3 server."""
+    if args.database:
+        if not args.store:
+            raise SystemExit("--database needs --store (the voices' URL, e.g. s3://bucket/voices)")
+        return StoreSpec(args.store, args.database)
+    if args.servers == 1:
+        return StoreSpec(args.store or str(args.work / "store"))
+    postgres = services.enter_context(local_services.postgres_cluster())
+    environment = services.enter_context(local_services.s3_server())
+    os.environ.update(environment)  # the servers and this process reach moto's S3 as any AWS SDK would
+    return StoreSpec(f"s3://{local_services.new_bucket(environment)}/voices", local_services.new_database(postgres))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--minutes", type=float, default=10.0, help="of load (warm-up: the first fifth)")
+    parser.add_argument("--servers", type=int, default=1, help="servers on one shared store, each on its own port")
+    parser.add_argument("--store", default=None, help="voice store URL (default: a folder, or S3 for --servers 2+)")
+    parser.add_argument(
+        "--database", default=None, help="postgresql:// URL (default for --servers 2+: a throwaway one)"
+    )
     parser.add_argument("--tenants", type=int, default=4)
     parser.add_argument("--voices", type=int, default=40, help="synthetic voices put in the store, over the tenants")
     parser.add_argument("--speech-rate", type=float, default=4.0, help="speech requests/s, all tenants together")
@@ -888,8 +1147,11 @@ def main() -> None:
     parser.add_argument("--job-timeout", type=float, default=300.0, help="a job not done by then is an error")
     parser.add_argument("--adapt-steps", type=int, default=3)
     parser.add_argument("--adapt-threads", type=int, default=1)
-    parser.add_argument("--cache-mb", type=float, default=1.5, help="the server's adapter cache")
-    parser.add_argument("--threads", type=int, default=1, help="OMP_NUM_THREADS of the server")
+    parser.add_argument("--cache-mb", type=float, default=1.5, help="each server's adapter cache")
+    parser.add_argument("--threads", type=int, default=1, help="OMP_NUM_THREADS of each server")
+    parser.add_argument("--throughput-seconds", type=float, default=20.0, help="per measurement (--servers 2+)")
+    parser.add_argument("--throughput-clients", type=int, default=4, help="closed-loop clients per server")
+    parser.add_argument("--throughput-rounds", type=int, default=3, help="one server, then all: alternating")
     parser.add_argument("--bins", type=int, default=10, help="intervals of the time series")
     parser.add_argument("--method", default="lora+speaker", help="of the synthetic voices")
     parser.add_argument("--adapter-scale", type=float, default=0.02)
@@ -902,8 +1164,9 @@ def main() -> None:
     scratch = args.work is None
     args.work = Path(tempfile.mkdtemp(prefix="chorus-soak-")) if scratch else args.work
     args.out.mkdir(parents=True, exist_ok=True)
-    root, log_path = args.work / "store", args.work / "server.log"
+    services = contextlib.ExitStack()
     try:
+        store = shared_store(args, services)
         config = {
             "cpus": os.cpu_count(),
             "load_average_start": os.getloadavg(),
@@ -911,20 +1174,32 @@ def main() -> None:
             "torch": torch.__version__,
             "python": platform.python_version(),
             **{k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+            "store_root": store.root,
+            "database": public_url(store.database) if store.database else "SQLite in the store folder",
         }
-        print("preparing the store ...", flush=True)
-        tenants, operator_key, keys = prepare_store(args, root)
-        server, server_command, port = start_server(args, root, keys, log_path)
-        print(f"server up on port {port} (pid {server.pid}); {args.minutes:g} minutes of load ...", flush=True)
+        print(f"preparing the store ({store.root}) ...", flush=True)
+        tenants, operator_key, keys = prepare_store(args, store)
+        limits = args.work / "limits.json"  # the throughput clients would meet the default 600/min per tenant
+        limits.write_text(
+            json.dumps({"tenant": {"requests_per_minute": 60_000}, "server": {"requests_per_minute": 600_000}})
+        )
+        servers = [start_server(args, store, keys, limits, args.work / f"server-{k}") for k in range(args.servers)]
+        ports = [server.port for server in servers]
+        print(f"servers up on ports {ports} (pids {[s.process.pid for s in servers]})", flush=True)
         try:
-            listed = json.loads(http_get(port, "/v1/voices", tenants[0].key))["data"]
+            listed = json.loads(http_get(ports[0], "/v1/voices", tenants[0].key))["data"]
             speakers = [v["id"] for v in listed if v["type"] == "base"]
+            scaling = throughput(args, servers, tenants, speakers[0]) if args.servers > 1 else None
+            print(f"{args.minutes:g} minutes of load ...", flush=True)
             start = time.monotonic()
-            load = Load(Recorder(port, start), tenants, operator_key, speakers, Sample.load(SAMPLE_VOICE), args)
-            samples: list[dict] = []
+            load = Load(Recorder(ports, start), tenants, operator_key, speakers, Sample.load(SAMPLE_VOICE), args)
             sampling = threading.Event()
-            sampler = threading.Thread(target=sample_process, args=(server.pid, start, sampling, samples), daemon=True)
-            sampler.start()
+            samplers = [
+                threading.Thread(target=sample_process, args=(s.process.pid, start, sampling, s.samples), daemon=True)
+                for s in servers
+            ]
+            for sampler in samplers:
+                sampler.start()
             threads = load.threads()
             for thread in threads:
                 thread.start()
@@ -933,44 +1208,56 @@ def main() -> None:
                 time.sleep(min(left, 60.0))
                 with load.recorder.lock:
                     calls = list(load.recorder.calls)
+                rss = ", ".join(f"{process_rss(s.process.pid) / MB:.1f}" for s in servers)
                 print(
                     f"{(time.monotonic() - start) / 60:5.1f} min: {len(calls):,} requests, "
-                    f"{sum(c.outcome == 'error' for c in calls)} errors, RSS {process_rss(server.pid) / MB:.1f} MB",
+                    f"{sum(c.outcome == 'error' for c in calls)} errors, RSS {rss} MB",
                     flush=True,
                 )
             load.stop.set()
             for thread in threads:
                 thread.join(timeout=args.job_timeout + 60)
             stuck = [t.name for t in threads if t.is_alive()]
-            drained = drain(port, operator_key, args.job_timeout)
+            drained = [drain(port, operator_key, args.job_timeout) for port in ports]
             sampling.set()
-            sampler.join()
+            for sampler in samplers:
+                sampler.join()
         finally:
-            shutdown = stop_server(server)
+            shutdowns = [stop_server(server.process) for server in servers]
         config["load_average_end"] = os.getloadavg()
         calls = load.recorder.calls
         result = {
             "command": command,
-            "server_command": [Path(server_command[0]).name, *server_command[1:]],
+            "server_command": [Path(servers[0].command[0]).name, *servers[0].command[1:]],
             "config": config,
             "requests": summarize(calls, duration, args.bins),
+            "servers": [
+                {
+                    "port": server.port,
+                    "requests": summarize([c for c in calls if c.server == k], duration, 1)["totals"],
+                    "memory": memory(server.samples, load.health, duration, duration / 5, args.bins),
+                    "shutdown": shutdown,
+                    "drain_s": drain_s,
+                    "log": server_log(server.log_path),
+                    "process": server.samples,
+                }
+                for k, (server, shutdown, drain_s) in enumerate(zip(servers, shutdowns, drained))
+            ],
+            "throughput": scaling,
             "errors": load.recorder.errors,
             "error_count": len(load.recorder.errors) + len(stuck),
             "stuck_threads": stuck,
-            "drain_s": drained,
-            "memory": memory(samples, load.health, duration, duration / 5, args.bins),
-            "process": samples,
             "health": load.health,
             "jobs": load.jobs,
-            "shutdown": shutdown,
-            "store": check_store(root, tenants, load.jobs),
-            "server_log": server_log(log_path),
+            "store": check_store(store, servers, tenants, load.jobs),
             "calls": [
-                [round(c.at, 3), c.kind, c.tenant, c.status, round(1000 * c.seconds, 1), c.outcome] for c in calls
+                [round(c.at, 3), c.kind, c.tenant, c.status, round(1000 * c.seconds, 1), c.outcome, c.server]
+                for c in calls
             ],
         }
         report(result, args)
     finally:
+        services.close()
         if scratch:
             shutil.rmtree(args.work, ignore_errors=True)
 

@@ -18,9 +18,9 @@ import pytest
 import soundfile as sf
 import torch
 
-import services
 import toy_method  # noqa: F401  (registers a toy adapter method: the one line a new method adds to the list)
 from chorus.models.config import AcousticConfig
+from chorus.serving import local_services
 from chorus.text import normalize_text
 
 SAMPLE_RATE = 22_050
@@ -52,22 +52,22 @@ def peft():
 
 @pytest.fixture(scope="session")
 def postgres_server() -> Iterator[str]:
-    """A throwaway PostgreSQL cluster for the session (see ``services.py``); its server URL."""
-    with services.postgres_cluster() as url:
+    """A throwaway PostgreSQL cluster for the session (see ``local_services.py``); its server URL."""
+    with local_services.postgres_cluster() as url:
         yield url
 
 
 @pytest.fixture
 def postgres_url(postgres_server) -> str:
     """A new empty PostgreSQL database for one test."""
-    return services.new_database(postgres_server)
+    return local_services.new_database(postgres_server)
 
 
 @pytest.fixture(scope="session")
 def s3_environment() -> Iterator[dict[str, str]]:
     """moto's S3 server for the session; the AWS environment that reaches it, set in this process too
     (s3fs reads ``AWS_ENDPOINT_URL`` and the credentials as every AWS SDK does)."""
-    with services.s3_server() as environment, pytest.MonkeyPatch.context() as patch:
+    with local_services.s3_server() as environment, pytest.MonkeyPatch.context() as patch:
         for name, value in environment.items():
             patch.setenv(name, value)
         yield environment
@@ -76,7 +76,7 @@ def s3_environment() -> Iterator[dict[str, str]]:
 @pytest.fixture
 def s3_bucket(s3_environment) -> str:
     """A new bucket for one test: ``s3://<name>``."""
-    return f"s3://{services.new_bucket(s3_environment)}"
+    return f"s3://{local_services.new_bucket(s3_environment)}"
 
 
 @pytest.fixture(autouse=True)

@@ -17,7 +17,7 @@ import psycopg
 import pytest
 import requests
 
-from services import free_port
+from chorus.serving.local_services import free_port
 
 CONSENT = "Fiona Example consented in writing on 2024-05-01 to a synthetic voice made from these recordings."
 

@@ -36,6 +36,7 @@ from chorus.serving.store import (
     InvalidId,
     JobNotFound,
     JobStatus,
+    QuotaReached,
     RecoveryReport,
     StoreUnavailable,
     VoiceConflict,
@@ -652,3 +653,32 @@ def test_store_migrate_to_a_shared_store_and_back(voice_folder, shared_root, tmp
         app, ["store", "migrate", "--from", root, "--from-database", database, "--to", str(tmp_path / "third")]
     )
     assert broken.exit_code == 1 and "left out acme/bob" in broken.output and "2 voice(s) copied" in broken.output
+
+
+def test_a_tenants_limits_hold_across_servers_that_create_jobs_at_once(shared_root, tmp_path):
+    """Two stores (two servers) creating jobs for one tenant at once, each told the same limit of 3
+    active jobs: the count is taken in the job's own transaction, so together they create 3, not 3 each."""
+    root, database = shared_root
+    with (
+        VoiceStore(root, database=database, cache_dir=str(tmp_path / "a")) as a,
+        VoiceStore(root, database=database, cache_dir=str(tmp_path / "b")) as b,
+    ):
+        created, refused = [], []
+        barrier = threading.Barrier(8)
+
+        def onboard(store: VoiceStore, k: int) -> None:
+            barrier.wait()
+            try:
+                created.append(store.create_job("acme", f"v{k}", max_active_jobs=3))
+            except QuotaReached as error:
+                refused.append(str(error))
+
+        threads = [threading.Thread(target=onboard, args=(store, k)) for k, store in enumerate([a, b] * 4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+        assert len(created) == 3 and len(refused) == 5 and a.active_jobs("acme") == 3
+        assert all("at most 3" in message for message in refused)
+        with pytest.raises(QuotaReached, match="you keep 3 voices"):
+            b.create_job("acme", "another", max_voices=3)

@@ -53,7 +53,7 @@ from chorus.serving.errors import ApiError, add_error_handlers, synthesis_error,
 from chorus.serving.json_body import BodyError, loads_bounded
 from chorus.serving.metrics import MetricsMiddleware
 from chorus.serving.page import add_web_page
-from chorus.serving.quotas import check_onboarding
+from chorus.serving.quotas import check_onboarding, quota_reached
 from chorus.serving.schemas import (
     CONTENT_TYPES,
     MODEL_NAMES,
@@ -82,6 +82,7 @@ from chorus.serving.store import (
     FINISHED_JOB,
     JobNotFound,
     JobStatus,
+    QuotaReached,
     VoiceConflict,
     VoiceNotFound,
     VoiceStatus,
@@ -489,10 +490,20 @@ def create_app(
                     raise UploadError("the archive is too large", 413)
                 data = await archive.read(limits.max_upload_bytes + 1)
                 prepared = await run_in_threadpool(prepare_archive, data, upload_dir / "voice", limits)
-            try:
-                job_id = store.create_job(tenant, voice_id, name=name, method=settings.adapt.method)
+            own = settings.limits.of(tenant)
+            try:  # the limits again, in the job's own transaction: another server may have taken the last place
+                job_id = store.create_job(
+                    tenant,
+                    voice_id,
+                    name=name,
+                    method=settings.adapt.method,
+                    max_active_jobs=own.active_jobs,
+                    max_voices=own.voices,
+                )
             except VoiceConflict as error:
                 raise ApiError(409, str(error), type="conflict_error", param="id") from None
+            except QuotaReached as error:
+                raise quota_reached(error) from None
             server.jobs.submit(
                 upload_dir,
                 OnboardingJob(job_id, tenant, voice_id, name),

@@ -14,7 +14,7 @@ import time
 
 from chorus.serving.errors import ApiError
 from chorus.serving.settings import Limits
-from chorus.serving.store import VoiceStore
+from chorus.serving.store import QuotaReached, VoiceStore
 
 # A job slot frees when a job ends: minutes for a voice from a few minutes of audio.
 JOB_RETRY_SECONDS = 60
@@ -76,6 +76,13 @@ def check_onboarding(store: VoiceStore, tenant: str, limits: Limits, queued_here
     everyone = store.stored_bytes()
     if everyone >= limits.voice_bytes:
         raise _full(f"this server's voices take {everyone} bytes (at most {limits.voice_bytes}); ask its operator")
+
+
+def quota_reached(error: QuotaReached) -> ApiError:
+    """The 429 of a limit that ``VoiceStore.create_job`` found reached in its transaction."""
+    if error.what == "jobs":
+        return _busy(str(error), JOB_RETRY_SECONDS, "too_many_jobs")
+    return _full(str(error))
 
 
 def _busy(message: str, retry_after: int, code: str) -> ApiError:

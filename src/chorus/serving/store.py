@@ -124,6 +124,15 @@ class VoiceConflict(RuntimeError):
     """The voice id is taken: it is ready (delete it first), training, or being deleted."""
 
 
+class QuotaReached(RuntimeError):
+    """A tenant already has as many active jobs or voices as ``create_job`` was told to allow; ``what``
+    says which ("jobs" or "voices")."""
+
+    def __init__(self, message: str, what: str):
+        super().__init__(message)
+        self.what = what
+
+
 class VoiceCorrupted(VoiceError):
     """A stored voice's files do not match their checksums; the voice is marked failed."""
 
@@ -481,14 +490,44 @@ class VoiceStore:
 
     # -- jobs --------------------------------------------------------------------------------------
 
-    def create_job(self, tenant: str, voice_id: str, *, name: str | None = None, method: str | None = None) -> str:
+    def create_job(
+        self,
+        tenant: str,
+        voice_id: str,
+        *,
+        name: str | None = None,
+        method: str | None = None,
+        max_active_jobs: int | None = None,
+        max_voices: int | None = None,
+    ) -> str:
         """Queue a training job for a new voice (or a failed one): the voice is listed as training.
-        Returns the job id. Raises ``VoiceConflict`` if the voice is ready, training or being deleted."""
+        Returns the job id. Raises ``VoiceConflict`` if the voice is ready, training or being deleted, and
+        ``QuotaReached`` if ``tenant`` has ``max_active_jobs`` jobs queued or running, or ``max_voices``
+        voices, already: counted in the same transaction, so servers sharing the store cannot both take
+        the last place."""
         check_id(tenant, "tenant")
         check_id(voice_id)
         job_id, now = uuid.uuid4().hex, time.time()
         with self._transaction() as db:
             self._check_claimable(db, tenant, voice_id, job_id=None)
+            if max_active_jobs is not None:
+                active = db.execute(
+                    f"SELECT COUNT(*) AS total FROM jobs WHERE tenant=? AND status IN ({_placeholders(ACTIVE_JOB)})",
+                    (tenant, *ACTIVE_JOB),
+                ).fetchone()["total"]
+                if active >= max_active_jobs:
+                    raise QuotaReached(
+                        f"{active} of your onboarding jobs are queued or running (at most {max_active_jobs})", "jobs"
+                    )
+            if max_voices is not None:
+                voices = db.execute(
+                    "SELECT COUNT(*) AS total FROM voices WHERE tenant=? AND status!=? AND id!=?",
+                    (tenant, VoiceStatus.DELETED, voice_id),
+                ).fetchone()["total"]
+                if voices >= max_voices:
+                    raise QuotaReached(
+                        f"you keep {voices} voices (at most {max_voices}); delete some to make room", "voices"
+                    )
             db.execute(
                 "INSERT INTO jobs (id, tenant, voice_id, status, progress, created, updated, owner) "
                 "VALUES (?, ?, ?, ?, 0, ?, ?, ?)",

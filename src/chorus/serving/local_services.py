@@ -1,7 +1,8 @@
-"""Real services for the shared-store tests, started by the tests themselves: a throwaway PostgreSQL
-cluster (Debian's ``postgresql`` binaries, run as the ``postgres`` user when the tests run as root) and
-moto's S3 server (an S3-compatible endpoint on loopback, reached through ``AWS_ENDPOINT_URL`` as by any
-AWS SDK)."""
+"""Throwaway services for a shared store on one machine, for the tests and ``bench/soak.py --servers 2``
+(and to try several servers out): a PostgreSQL cluster in a temporary folder (Debian's ``postgresql``
+binaries, run as the ``postgres`` user when started as root) and moto's S3 server (an S3-compatible
+endpoint on loopback, reached through ``AWS_ENDPOINT_URL`` as by any AWS SDK; moto is a dev dependency).
+Nothing here is used by a server itself."""
 
 from __future__ import annotations
 
