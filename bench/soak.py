@@ -546,7 +546,7 @@ class Server:
         return self.folder / "server.log"
 
 
-def start_server(args, store: StoreSpec, keys: Path, limits: Path, folder: Path) -> Server:
+def start_server(args, store: StoreSpec, keys: Path, limits: Path | None, folder: Path) -> Server:
     folder.mkdir(parents=True, exist_ok=True)
     log_path = folder / "server.log"
     port = free_port()
@@ -565,8 +565,7 @@ def start_server(args, store: StoreSpec, keys: Path, limits: Path, folder: Path)
         str(args.adapt_steps),
         "--adapt-threads",
         str(args.adapt_threads),
-        "--limits",
-        str(limits),
+        *(["--limits", str(limits)] if limits else []),
     ]
     environment = os.environ | {"OMP_NUM_THREADS": str(args.threads)}
     with open(log_path, "w") as log:  # the child writes to its own copy of the descriptor
@@ -837,10 +836,10 @@ def report(result: dict, args) -> None:
             for k, server in enumerate(servers)
         ),
         (
-            "- Store read afterwards: {'all as expected' if store['ok'] else '**NOT as expected**'} "
+            f"- Store read afterwards: {'all as expected' if store['ok'] else '**NOT as expected**'} "
             f"({store['verified_voices']} ready voices verified, {len(store['uploaded_voices_left'])} uploaded "
             f"voices left, {len(store['jobs_unfinished'])} jobs unfinished, {len(store['job_files_left'])} job "
-            f"folders left, {store['consent_records']} consent records for {store['jobs_accepted']} jobs)."
+            f"files or folders left, {store['consent_records']} consent records for {store['jobs_accepted']} jobs)."
         ),
         *throughput_lines(result["throughput"]),
         "",
@@ -1050,7 +1049,12 @@ def closed_loop(ports: list[int], keys: list[str], body: bytes, clients: int, wa
             began = time.monotonic()
             connection = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
             try:
-                connection.request("POST", "/v1/audio/speech", body, {"Authorization": f"Bearer {key}"})
+                connection.request(
+                    "POST",
+                    "/v1/audio/speech",
+                    body,
+                    {"Authorization": f"Bearer {key}", "Content-Type": "application/json"},
+                )
                 response = connection.getresponse()
                 status, _ = response.status, response.read()
             except (OSError, http.client.HTTPException):
@@ -1179,10 +1183,12 @@ def main() -> None:
         }
         print(f"preparing the store ({store.root}) ...", flush=True)
         tenants, operator_key, keys = prepare_store(args, store)
-        limits = args.work / "limits.json"  # the throughput clients would meet the default 600/min per tenant
-        limits.write_text(
-            json.dumps({"tenant": {"requests_per_minute": 60_000}, "server": {"requests_per_minute": 600_000}})
-        )
+        # The throughput phase's clients would meet the default 600 requests a minute per tenant.
+        limits = args.work / "limits.json" if args.servers > 1 else None
+        if limits:
+            limits.write_text(
+                json.dumps({"tenant": {"requests_per_minute": 60_000}, "server": {"requests_per_minute": 600_000}})
+            )
         servers = [start_server(args, store, keys, limits, args.work / f"server-{k}") for k in range(args.servers)]
         ports = [server.port for server in servers]
         print(f"servers up on ports {ports} (pids {[s.process.pid for s in servers]})", flush=True)

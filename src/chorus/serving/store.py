@@ -640,10 +640,14 @@ class VoiceStore:
         """Take the oldest queued or interrupted job whose clips are published (any server's), as
         :meth:`claim_job` does; None when there is none. On PostgreSQL a job another worker is claiming
         at this moment is skipped, not waited for (``FOR UPDATE SKIP LOCKED``)."""
-        return self._claim_job(
-            "inputs IS NOT NULL AND status IN (?, ?) ORDER BY created LIMIT 1",
-            (JobStatus.QUEUED, JobStatus.INTERRUPTED),
-        )
+        where = "inputs IS NOT NULL AND status IN (?, ?) ORDER BY created LIMIT 1"
+        with self._db.read() as db:  # idle workers look every second: no write lock while there is nothing
+            if (
+                db.execute(f"SELECT id FROM jobs WHERE {where}", (JobStatus.QUEUED, JobStatus.INTERRUPTED)).fetchone()
+                is None
+            ):
+                return None
+        return self._claim_job(where, (JobStatus.QUEUED, JobStatus.INTERRUPTED))
 
     def _claim_job(self, where: str, args: tuple) -> JobRecord | None:
         now = time.time()

@@ -297,9 +297,13 @@ class JobRunner:
 
     def run(self, job: OnboardingJob) -> None:
         """Train ``job`` from its files to its end (done or failed) in this thread; removes its files."""
-        if self.store.claim_job(job.job_id) is None:
-            return  # another worker has it, or it ended (its voice was deleted while it waited)
         job_dir = self.jobs_dir / job.job_id
+        if self.store.claim_job(job.job_id) is None:
+            if self.store.get_job(job.tenant, job.job_id).status not in ACTIVE_JOB:
+                # It ended while it waited (cancelled, its voice deleted): its files go. Else another worker has it.
+                shutil.rmtree(job_dir, ignore_errors=True)
+                self.store.remove_job_inputs(job.job_id)
+            return
         keep_files = False
         threads = torch.get_num_threads()  # adapt sets the process's count; speech must get it back
         try:
