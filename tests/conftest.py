@@ -7,6 +7,7 @@ lasting as long as the text would take to say, so the tests never need recorded 
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 from collections.abc import Callable, Iterator
@@ -232,6 +233,15 @@ def new_voice_data(tmp_path_factory) -> Path:
     if shutil.which("espeak-ng") is None:
         pytest.skip("needs Debian espeak-ng")
     return espeak_voice(tmp_path_factory.mktemp("new_voice") / "f4", "f4", NEW_VOICE_SENTENCES)
+
+
+def clip_files(folder: Path) -> tuple[list, str]:
+    """An LJSpeech-style folder as an upload's ``clips`` files (for requests or TestClient) and its
+    ``transcripts`` JSON."""
+    lines = (folder / "metadata.csv").read_text().splitlines()
+    transcripts = {f"{line.split('|')[0]}.wav": line.split("|", 1)[1] for line in lines}
+    files = [("clips", (name, (folder / "wavs" / name).read_bytes(), "audio/wav")) for name in transcripts]
+    return files, json.dumps(transcripts)
 
 
 def random_voice(bundle, name: str, configs: list, folder: Path, seed: int, base_sha256: str | None = None) -> Path:

@@ -21,6 +21,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+import uuid
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -63,7 +64,7 @@ from chorus.serving.voice_keys import resolve_voice_key  # noqa: E402
 from chorus.serving.worker import JobRunner, OnboardingJob, adapt_config  # noqa: E402
 from chorus.synthesis import load_base  # noqa: E402
 from chorus.text.sentences import split_sentences  # noqa: E402
-from conftest import random_voice, uvicorn_thread  # noqa: E402
+from conftest import clip_files, random_voice, uvicorn_thread  # noqa: E402
 
 KEYS = {
     "acme-key-0123456789abcdef": "acme",
@@ -633,13 +634,6 @@ def test_internal_errors_are_logged_not_shown(tenants_app, monkeypatch, caplog):
 
 
 # -- onboarding --------------------------------------------------------------------------------------
-def clip_files(folder: Path) -> tuple[list, str]:
-    lines = (folder / "metadata.csv").read_text().splitlines()
-    transcripts = {f"{line.split('|')[0]}.wav": line.split("|", 1)[1] for line in lines}
-    files = [("clips", (name, (folder / "wavs" / name).read_bytes(), "audio/wav")) for name in transcripts]
-    return files, json.dumps(transcripts)
-
-
 def silence_wav(seconds: float, value: float = 0.1) -> bytes:
     buffer = io.BytesIO()
     sf.write(buffer, np.full(int(22050 * seconds), value, np.float32), 22050, format="WAV", subtype="PCM_16")
@@ -1341,3 +1335,29 @@ def test_a_voice_changed_through_another_server_is_dropped_from_this_ones_model(
         assert one.delete("/v1/voices/ann", headers=ACME).status_code == 200
         assert_error(speak(other, voice="ann"), 404, "ann")
         assert not [key for key in engine.resident() if key.startswith("acme/ann@")]
+
+
+def test_a_job_taken_and_finished_by_another_server_leaves_no_copy_here(new_voice_data, tmp_path):
+    """A job published by this server's worker and taken from the shared queue by another server's: once
+    it ends there, this server's copy of its clips goes at the next sweep; copies of jobs still running
+    elsewhere, and uploads still being checked, stay."""
+    root, database = f"memory://chorus-{uuid.uuid4().hex}", str(tmp_path / "store.sqlite3")
+    with VoiceStore(root, database) as here, VoiceStore(root, database) as there:
+        runner = JobRunner(here, tmp_path / "here-jobs", lambda: None, AdaptRecipe())
+        jobs = []
+        for voice_id in ("ann", "bob"):
+            job = OnboardingJob(here.create_job("default", voice_id), "default", voice_id, voice_id)
+            folder = runner.new_upload_dir()
+            shutil.copytree(new_voice_data, folder / "voice")
+            runner.submit(folder, job, {"statement": CONSENT})  # published, and queued here
+            jobs.append(job)
+        taken = [there.claim_next_job(), there.claim_next_job()]
+        assert {job.job_id for job in taken} == {job.job_id for job in jobs}  # the other worker has both
+        there.update_job(jobs[0].job_id, status="failed", message="ended there")
+        checking = runner.new_upload_dir()  # an upload still being checked
+        runner.remove_finished()
+        left = {p.name for p in runner.jobs_dir.iterdir()}
+        assert left == {jobs[1].job_id, checking.name, "consent.jsonl"}
+        runner.run(jobs[1])  # its turn here: the other server runs it, so this one leaves it (and its files)
+        assert there.get_job("default", jobs[1].job_id).status == JobStatus.RUNNING
+        assert (runner.jobs_dir / jobs[1].job_id).is_dir()

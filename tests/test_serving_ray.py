@@ -36,7 +36,7 @@ from chorus.serving.settings import AdaptRecipe, ServerSettings  # noqa: E402
 from chorus.serving.store import VoiceStore  # noqa: E402
 from chorus.serving.uploads import UploadLimits  # noqa: E402
 from chorus.serving.voice_keys import voice_key  # noqa: E402
-from conftest import random_voice  # noqa: E402
+from conftest import clip_files, random_voice  # noqa: E402
 
 APP = "chorus-test"
 CONSENT = "Fiona Four consented in writing on 2024-05-01 to a synthetic voice made from these recordings."
@@ -221,14 +221,12 @@ def test_ray_serve_routes_voices_to_replicas_holding_them(
     assert isinstance(unrouted, ValueError) and "multiplexed_model_id" in str(unrouted)
 
     # Onboarding through the API: the upload becomes a Ray task; the new voice then speaks.
-    lines = (new_voice_data / "metadata.csv").read_text().splitlines()
-    transcripts = {f"{line.split('|')[0]}.wav": line.split("|", 1)[1] for line in lines}
-    files = [("clips", (name, (new_voice_data / "wavs" / name).read_bytes(), "audio/wav")) for name in transcripts]
+    files, transcripts = clip_files(new_voice_data)
     created = requests.post(
         f"{url}/v1/voices",
         files=files,
         timeout=60,
-        data={"name": "Fiona", "consent": CONSENT, "transcripts": json.dumps(transcripts)},
+        data={"name": "Fiona", "consent": CONSENT, "transcripts": transcripts},
     )
     assert created.status_code == 202, created.text
     job_id = created.json()["id"]

@@ -5,7 +5,6 @@ same, consistent store."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -18,6 +17,7 @@ import pytest
 import requests
 
 from chorus.serving.local_services import free_port
+from conftest import clip_files
 
 CONSENT = "Fiona Example consented in writing on 2024-05-01 to a synthetic voice made from these recordings."
 
@@ -38,7 +38,7 @@ class ServerProcess:
             "--database",
             database,
             "--cache-dir",
-            str(folder / f"{name}-cache"),
+            str(folder / name / "cache"),  # and the jobs folder beside it: each "machine" its own disk
             "--port",
             str(self.port),
             "--model",
@@ -50,8 +50,8 @@ class ServerProcess:
             "--adapt-steps",
             "40",
         ]
+        self.jobs_dir = folder / name / ".jobs"
         with open(self.log_path, "ab") as log:
-            # Its own jobs folder (a machine's local disk): the clips reach another server only through the store.
             self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=folder / name)
         self.url = f"http://127.0.0.1:{self.port}"
         deadline = time.monotonic() + 120
@@ -80,13 +80,11 @@ class ServerProcess:
         )
 
     def onboard(self, voice_name: str, data: Path) -> str:
-        lines = (data / "metadata.csv").read_text().splitlines()
-        transcripts = {f"{line.split('|')[0]}.wav": line.split("|", 1)[1] for line in lines}
-        files = [("clips", (name, (data / "wavs" / name).read_bytes(), "audio/wav")) for name in transcripts]
+        files, transcripts = clip_files(data)
         response = requests.post(
             f"{self.url}/v1/voices",
             files=files,
-            data={"name": voice_name, "consent": CONSENT, "transcripts": json.dumps(transcripts)},
+            data={"name": voice_name, "consent": CONSENT, "transcripts": transcripts},
             timeout=60,
         )
         assert response.status_code == 202, response.text + self.log()[-4000:]
@@ -182,4 +180,6 @@ def test_two_servers_share_voices_and_finish_a_killed_servers_job(shared_servers
 
     fs, prefix = fsspec.core.url_to_fs(root)
     leftovers = [path for path in fs.find(prefix) if "/.upload-" in path or "/.jobs/" in path]
-    assert leftovers == []  # no upload half-way, no job's clips left behind
+    assert leftovers == []  # no upload half-way, no job's clips left behind ...
+    for server in (again, second):  # ... in the store or on either machine
+        assert [p.name for p in server.jobs_dir.iterdir() if p.name != "consent.jsonl"] == []

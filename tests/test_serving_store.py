@@ -288,18 +288,23 @@ store.put_voice("acme", "ann", folder, job_id=job)
 """
 
 
-@pytest.mark.parametrize("point", ["upload", "commit", "ready"])
-def test_recovery_after_kill_9(point, voice_folder, tmp_path):
-    root, db = tmp_path / "root", tmp_path / "store.sqlite3"
+def killed_child(root: str, database: str, folder: Path, point: str) -> str:
+    """Run :data:`CHILD` on the store until it kills itself at ``point``; the id of the job it was in."""
     child = subprocess.run(
-        [sys.executable, "-c", CHILD, str(root), str(db), str(voice_folder), point],
+        [sys.executable, "-c", CHILD, root, database, str(folder), point],
         check=False,
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=120,
     )
     assert child.returncode == -signal.SIGKILL, child.stderr
-    job = child.stdout.strip()
+    return child.stdout.strip()
+
+
+@pytest.mark.parametrize("point", ["upload", "commit", "ready"])
+def test_recovery_after_kill_9(point, voice_folder, tmp_path):
+    root, db = tmp_path / "root", tmp_path / "store.sqlite3"
+    job = killed_child(str(root), str(db), voice_folder, point)
     leftovers = [p.name for p in (root / "acme").iterdir()]
     assert any(name.startswith(".upload-") for name in leftovers) == (point == "upload")
 
@@ -545,15 +550,7 @@ def test_a_live_server_reclaims_the_work_of_one_killed_on_a_shared_store(point, 
     root, database = shared_root
     with VoiceStore(root, database=database, cache_dir=str(tmp_path / "live")) as live:
         live.put_voice("globex", "kept", voice_folder)
-        child = subprocess.run(
-            [sys.executable, "-c", CHILD, root, database, str(voice_folder), point],
-            check=False,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-        assert child.returncode == -signal.SIGKILL, child.stderr
-        job = child.stdout.strip()
+        job = killed_child(root, database, voice_folder, point)
         report = live.reclaim()
         voices = {v.voice_id: v for v in live.list_voices("acme")}
         assert not live.fs.glob(f"{live.root}/acme/.upload-*")  # no upload left half-way

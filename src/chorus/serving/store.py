@@ -287,7 +287,7 @@ class VoiceStore:
         with self._db.transaction() as db:
             db.execute(
                 "INSERT INTO owners (id, host, pid, started, heartbeat) VALUES (?, ?, ?, ?, ?)",
-                (self.owner, socket.gethostname(), os.getpid(), now, now),
+                (self.owner, _HOST, os.getpid(), now, now),
             )
 
     @property
@@ -324,7 +324,7 @@ class VoiceStore:
                         log.warning("store owner %s was reclaimed by another server; registering again", self.owner)
                         db.execute(
                             "INSERT INTO owners (id, host, pid, started, heartbeat) VALUES (?, ?, ?, ?, ?)",
-                            (self.owner, socket.gethostname(), os.getpid(), time.time(), time.time()),
+                            (self.owner, _HOST, os.getpid(), time.time(), time.time()),
                         )
                 self.reclaim()
             except Exception:  # noqa: BLE001 - a database that is down for a while must not end the thread
@@ -467,6 +467,11 @@ class VoiceStore:
                 "SELECT * FROM voices WHERE tenant=? AND status!=? ORDER BY id", (tenant, VoiceStatus.DELETED)
             ).fetchall()
         return [_voice_record(row) for row in rows]
+
+    def all_voices(self) -> list[VoiceRecord]:
+        """Every record, whatever its status or tenant."""
+        with self._db.read() as db:
+            return [_voice_record(row) for row in db.execute("SELECT * FROM voices").fetchall()]
 
     def delete_voice(self, tenant: str, voice_id: str) -> None:
         """Delete a voice: it stops being served at once; its files, cached copy and row go after.
@@ -779,14 +784,14 @@ class VoiceStore:
 
     def _alive_owners(self) -> set[str]:
         """Owners with a heartbeat within the lease, less the processes of this machine that are gone."""
-        host, now = socket.gethostname(), time.time()
+        now = time.time()
         with self._db.read() as db:
             rows = db.execute("SELECT * FROM owners").fetchall()
         return {
             row["id"]
             for row in rows
             if row["id"] == self.owner
-            or (now - row["heartbeat"] < self.lease_seconds and (row["host"] != host or _process_exists(row["pid"])))
+            or (now - row["heartbeat"] < self.lease_seconds and (row["host"] != _HOST or _process_exists(row["pid"])))
         }
 
     def _forget_owners(self, dead: set[str]) -> None:
@@ -1022,11 +1027,6 @@ class VoiceStore:
 
     # -- internals ---------------------------------------------------------------------------------
 
-    def all_voices(self) -> list[VoiceRecord]:
-        """Every record, whatever its status or tenant."""
-        with self._db.read() as db:
-            return [_voice_record(row) for row in db.execute("SELECT * FROM voices").fetchall()]
-
     def _probe_files(self) -> None:
         """Write and remove a small file in the voice root: raises what a read-only or full root raises."""
         probe = f"{self.root}/.write-probe-{uuid.uuid4().hex}"
@@ -1114,7 +1114,8 @@ class VoiceStore:
         now = time.time()
         with self._transaction() as db:
             db.execute(
-                "UPDATE voices SET status=?, sha256=?, size_bytes=?, error=NULL, updated=? WHERE tenant=? AND id=?",
+                "UPDATE voices SET status=?, sha256=?, size_bytes=?, error=NULL, owner=NULL, updated=? "
+                "WHERE tenant=? AND id=?",
                 (
                     VoiceStatus.READY,
                     manifest[WEIGHTS_FILE].sha256,
@@ -1126,7 +1127,7 @@ class VoiceStore:
             )
             if voice.job_id is not None:
                 db.execute(
-                    f"UPDATE jobs SET status=?, progress=1, updated=? WHERE id=? "
+                    f"UPDATE jobs SET status=?, progress=1, owner=NULL, updated=? WHERE id=? "
                     f"AND status IN ({_placeholders(ACTIVE_JOB)})",
                     (JobStatus.DONE, now, voice.job_id, *ACTIVE_JOB),
                 )
@@ -1239,6 +1240,19 @@ def _upload_owner(name: str) -> str | None:
     """The owner in an upload prefix's name (``.upload-<voice id>-<owner>-<token>``)."""
     parts = name.removeprefix(UPLOAD_PREFIX).rsplit("-", 2)
     return parts[1] if len(parts) == 3 else None
+
+
+def _host_identity() -> str:
+    """This machine's name and, on Linux, its PID namespace: two containers that share a host name
+    (host networking) still see each other's process ids as foreign."""
+    try:
+        namespace = os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return socket.gethostname()
+    return f"{socket.gethostname()}/{namespace}"
+
+
+_HOST = _host_identity()  # where a process id in the owners table can be checked with kill(pid, 0)
 
 
 def _process_exists(pid: int) -> bool:

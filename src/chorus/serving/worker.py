@@ -50,6 +50,7 @@ INCOMING_PREFIX = ".incoming-"
 CONSENT_LOG = "consent.jsonl"
 # Progress of a job: checks and setup below TRAINING_START, training steps up to TRAINING_END, then saving.
 TRAINING_START, TRAINING_END = 0.05, 0.95
+SWEEP_SECONDS = 30.0  # how often an idle worker removes the folders of jobs that ended elsewhere
 
 _consent_lock = threading.Lock()
 
@@ -159,6 +160,8 @@ class JobRunner:
             self._queue.put(None)
             self._thread.join(timeout)
             self._thread = None
+            with contextlib.suppress(Exception):  # a tidy-up: the next start sweeps again
+                self.remove_finished()
 
     @property
     def closing(self) -> threading.Event:
@@ -249,6 +252,15 @@ class JobRunner:
             log.info("onboarding jobs after restart: %d resumed, %d failed", len(resumed), len(failed))
         return resumed, failed
 
+    def remove_finished(self) -> None:
+        """Remove the folders of jobs that have ended: a job that another server's worker took from the
+        shared queue and finished leaves this server's copy of its clips behind. Folders of jobs still
+        queued or running, and uploads still being checked (no ``job.json`` yet), stay."""
+        for entry in self.jobs_dir.iterdir():
+            meta = _read_json(entry / JOB_FILE) if entry.is_dir() else None
+            if meta is not None and entry.name != self._running and not self._active(meta):
+                shutil.rmtree(entry, ignore_errors=True)
+
     def _active(self, meta: dict) -> bool:
         try:
             return self.store.get_job(str(meta.get("tenant")), str(meta.get("job_id"))).status in ACTIVE_JOB
@@ -257,12 +269,16 @@ class JobRunner:
 
     # -- the work
     def _loop(self) -> None:
+        swept = time.monotonic()
         while not self._closing.is_set():
             try:
                 job = self._queue.get(timeout=self.poll_seconds)
             except queue.Empty:
                 job = self._claim_published()
                 if job is None:
+                    if time.monotonic() - swept > SWEEP_SECONDS:
+                        swept = time.monotonic()
+                        self.remove_finished()
                     continue
             if job is None or self._closing.is_set():
                 break
