@@ -389,9 +389,33 @@ def test_recover_fails_a_ready_voice_without_marker_and_finishes_deletes(tmp_pat
         assert not (tmp_path / "root" / "acme" / "bob").exists()
 
 
-def test_remote_root_needs_a_database():
+def test_remote_root_needs_a_database(tmp_path, voice_folder):
     with pytest.raises(ValueError, match="needs a database"):
         VoiceStore("memory://chorus-test-no-db")
+    # A SQLite database may also be named by URL, as SQLAlchemy and friends write it.
+    with VoiceStore(f"memory://chorus-test-{uuid.uuid4().hex}", f"sqlite:///{tmp_path / 'meta.db'}") as store:
+        store.put_voice("acme", "ann", voice_folder)
+        assert store.database_url == str(tmp_path / "meta.db")
+    with sqlite3.connect(tmp_path / "meta.db") as db:
+        assert db.execute("SELECT id FROM voices").fetchall() == [("ann",)]
+        assert db.execute("PRAGMA user_version").fetchone()[0] == 2  # the schema's migrations, versioned
+
+
+def test_a_version_1_database_is_migrated_in_place(tmp_path, voice_folder):
+    """A store written by the previous schema (before several servers: no owners) opens, migrates and
+    keeps its voices."""
+    root = tmp_path / "root"
+    with VoiceStore(str(root)) as store:
+        store.put_voice("acme", "ann", voice_folder)
+    with sqlite3.connect(root / "store.sqlite3") as db:  # back to version 1, as an older Chorus left it
+        db.execute("DROP TABLE owners")
+        for table in ("voices", "jobs"):
+            db.execute(f"ALTER TABLE {table} DROP COLUMN owner")
+        db.execute("ALTER TABLE jobs DROP COLUMN inputs")
+        db.execute("PRAGMA user_version = 1")
+    with VoiceStore(str(root)) as store:
+        assert store.voice("acme", "ann").status == VoiceStatus.READY and store.recover().failed_voices == []
+        assert read_voice(store.get_voice("acme", "ann"))
 
 
 def test_close_checkpoints_the_log_into_the_database_file(tmp_path, voice_folder):

@@ -106,12 +106,12 @@ def public_url(url: str) -> str:
 
 def open_database(url: str | Path) -> Database:
     """The database at ``url``: ``postgresql://...`` (or ``postgres://``), else a SQLite file path or
-    ``sqlite:///path``; its schema is created or migrated to :data:`SCHEMA_VERSION`."""
+    ``sqlite:///path`` (``sqlite:////abs/path``); its schema is created or migrated to :data:`SCHEMA_VERSION`."""
     url = str(url)
     if is_postgres_url(url):
         return PostgresDatabase(url)
-    if url.startswith("sqlite://"):
-        url = url.removeprefix("sqlite://")
+    if url.startswith("sqlite:///"):  # SQLAlchemy's form: sqlite:///relative.db, sqlite:////absolute.db
+        url = url.removeprefix("sqlite:///")
     return SqliteDatabase(url)
 
 
