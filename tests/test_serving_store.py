@@ -395,7 +395,7 @@ def test_remote_root_needs_a_database(tmp_path, voice_folder):
     # A SQLite database may also be named by URL, as SQLAlchemy and friends write it.
     with VoiceStore(f"memory://chorus-test-{uuid.uuid4().hex}", f"sqlite:///{tmp_path / 'meta.db'}") as store:
         store.put_voice("acme", "ann", voice_folder)
-        assert store.database_url == str(tmp_path / "meta.db")
+        assert store.database_url == str(tmp_path / "meta.db") and store.cache_dir == tmp_path / "voice-cache"
     with sqlite3.connect(tmp_path / "meta.db") as db:
         assert db.execute("SELECT id FROM voices").fetchall() == [("ann",)]
         assert db.execute("PRAGMA user_version").fetchone()[0] == 2  # the schema's migrations, versioned

@@ -110,9 +110,13 @@ def open_database(url: str | Path) -> Database:
     url = str(url)
     if is_postgres_url(url):
         return PostgresDatabase(url)
-    if url.startswith("sqlite:///"):  # SQLAlchemy's form: sqlite:///relative.db, sqlite:////absolute.db
-        url = url.removeprefix("sqlite:///")
-    return SqliteDatabase(url)
+    return SqliteDatabase(sqlite_path(url))
+
+
+def sqlite_path(url: str) -> str:
+    """The file of a SQLite database named by path or URL (SQLAlchemy's form: ``sqlite:///relative.db``,
+    ``sqlite:////absolute.db``)."""
+    return str(url).removeprefix("sqlite:///")
 
 
 def _newer_schema(where: str, version: int) -> RuntimeError:

@@ -61,7 +61,15 @@ from chorus.adapters.voice import (
     read_voice,
 )
 from chorus.atomic import atomic_write_folder
-from chorus.serving.metadata import Database, Sql, SqliteDatabase, is_postgres_url, open_database, public_url
+from chorus.serving.metadata import (
+    Database,
+    Sql,
+    SqliteDatabase,
+    is_postgres_url,
+    open_database,
+    public_url,
+    sqlite_path,
+)
 
 log = logging.getLogger("chorus.serving.store")
 
@@ -252,9 +260,11 @@ class VoiceStore:
                     "several machines) or a local SQLite file"
                 )
             database = os.path.join(self.root, "store.sqlite3")
-        self.shared_database = is_postgres_url(database)
         if cache_dir is None:
-            cache_dir = _default_cache_dir(root_url) if self.shared_database else Path(database).parent / "voice-cache"
+            if is_postgres_url(database):
+                cache_dir = _default_cache_dir(root_url)
+            else:
+                cache_dir = Path(sqlite_path(database)).parent / "voice-cache"
         self.cache_dir = Path(cache_dir)
         self.lease_seconds = lease_seconds
         # Who this store is to the others on the same database: work in flight (an upload, a deletion, a
