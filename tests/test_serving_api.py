@@ -1361,3 +1361,10 @@ def test_a_job_taken_and_finished_by_another_server_leaves_no_copy_here(new_voic
         runner.run(jobs[1])  # its turn here: the other server runs it, so this one leaves it (and its files)
         assert there.get_job("default", jobs[1].job_id).status == JobStatus.RUNNING
         assert (runner.jobs_dir / jobs[1].job_id).is_dir()
+        # The other server stops with the job unfinished: interrupted, its files stay here to resume it.
+        there.close()
+        assert here.recover().interrupted_jobs == [jobs[1].job_id]
+        dead = runner.jobs_dir / f".incoming-{there.owner}-{uuid.uuid4().hex}"  # an upload it was checking
+        dead.mkdir()
+        runner.remove_finished()
+        assert {p.name for p in runner.jobs_dir.iterdir()} == {jobs[1].job_id, checking.name, "consent.jsonl"}

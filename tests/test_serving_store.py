@@ -36,6 +36,7 @@ from chorus.serving.store import (
     InvalidId,
     JobNotFound,
     JobStatus,
+    JobTakenOver,
     QuotaReached,
     RecoveryReport,
     StoreUnavailable,
@@ -703,3 +704,39 @@ def test_a_tenants_limits_hold_across_servers_that_create_jobs_at_once(shared_ro
         assert all("at most 3" in message for message in refused)
         with pytest.raises(QuotaReached, match="you keep 3 voices"):
             b.create_job("acme", "another", max_voices=3)
+
+
+def test_a_worker_found_dead_can_no_longer_touch_the_job_another_took(voice_folder, shared_root, tmp_path):
+    """Store ``a`` holds a job, stops beating (a long pause) and is found dead by ``b``, which takes the job
+    over. ``a``'s late writes are refused (its progress, its failing the job, its upload of the voice);
+    its own next heartbeat registers it again. A store that opened after another began its recovery is
+    never taken for dead by it."""
+    root, database = shared_root
+    with (
+        VoiceStore(root, database=database, cache_dir=str(tmp_path / "a"), lease_seconds=60) as a,
+        VoiceStore(root, database=database, cache_dir=str(tmp_path / "b"), lease_seconds=60) as b,
+    ):
+        job = a.create_job("acme", "ann")
+        assert a.claim_job(job).status == JobStatus.RUNNING
+        with b._transaction() as db:  # a's last heartbeat, long ago
+            db.execute("UPDATE owners SET heartbeat=0 WHERE id=?", (a.owner,))
+        assert b.reclaim().interrupted_jobs == [job]
+        assert b.claim_job(job) is not None
+        with pytest.raises(JobTakenOver):
+            a.update_job(job, progress=0.5, as_worker=True)
+        with pytest.raises(JobTakenOver):
+            a.update_job(job, status="failed", message="a's training broke", as_worker=True)
+        with pytest.raises(VoiceConflict, match="held by another worker"):
+            a.put_voice("acme", "ann", voice_folder, job_id=job)
+        assert b.get_job("acme", job).status == JobStatus.RUNNING and b.voice("acme", "ann").status == "training"
+        b.put_voice("acme", "ann", voice_folder, job_id=job)
+        assert b.get_job("acme", job).status == JobStatus.DONE
+        a._beat()  # its row is gone: it registers again, alive to everyone
+        assert b.is_alive(a.owner)
+
+        dead = b._dead_owners()  # b begins a recovery ...
+        with VoiceStore(root, database=database, cache_dir=str(tmp_path / "c")) as newcomer:  # ... c opens
+            fresh = newcomer.create_job("acme", "bob")
+            report = RecoveryReport()
+            b._recover_work(dead, b.all_voices(), report)
+            assert report.interrupted_jobs == [] and newcomer.get_job("acme", fresh).status == JobStatus.QUEUED

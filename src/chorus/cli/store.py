@@ -22,7 +22,7 @@ def verify(
     database: str | None = DATABASE_OPTION,
 ) -> None:
     """Hash every ready voice's files against its commit marker and record, and list voice folders that
-    no record lists. Reads only, so it is safe beside a running server; exits 1 when anything is wrong."""
+    no record lists. It changes no voice, so it is safe beside running servers; exits 1 when anything is wrong."""
     from chorus.serving.store import VoiceStore
 
     with user_errors(), VoiceStore(store, database) as voices:

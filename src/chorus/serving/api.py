@@ -504,7 +504,8 @@ def create_app(
                 raise ApiError(409, str(error), type="conflict_error", param="id") from None
             except QuotaReached as error:
                 raise quota_reached(error) from None
-            server.jobs.submit(
+            await run_in_threadpool(  # it publishes the clips: an upload to the object store, off the event loop
+                server.jobs.submit,
                 upload_dir,
                 OnboardingJob(job_id, tenant, voice_id, name),
                 {

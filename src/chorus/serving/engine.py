@@ -196,6 +196,11 @@ class Engine:
         """Whether ``voice_id`` is loaded now, without waiting for :attr:`lock` (a running batch holds it)."""
         return voice_id in self._cache  # one dict lookup: atomic under the GIL
 
+    def resident_now(self) -> list[str]:
+        """:meth:`resident` without waiting for :attr:`lock`: for a request's quick look (copying a dict of
+        str keys runs no Python code, so no other thread changes it midway under the GIL)."""
+        return list(self._cache)
+
     def cached(self, voice_id: str) -> CachedVoice | None:
         with self.lock:
             return self._cache.get(voice_id)

@@ -6,14 +6,19 @@ PostgreSQL in the one-row table ``chorus_schema``. A write transaction is exclus
 ``BEGIN IMMEDIATE`` takes the file's write lock; on PostgreSQL every write transaction first takes one
 transaction-level advisory lock, so a read-check-write of one server never interleaves with another
 server's (the store's guarantees rest on that; its writes are a few rows each). Reads take no lock.
-Claiming a job is the one write that needs no exclusive lock on PostgreSQL: it locks the job's row
-with ``FOR UPDATE SKIP LOCKED`` (:attr:`Database.skip_locked`), so two workers never take the same job.
+A job is claimed in such a transaction too, its row picked ``FOR UPDATE SKIP LOCKED``
+(:attr:`Database.skip_locked`): two workers never take the same job, and an idle worker looks (a read)
+before it claims, so the lock is taken only when there is a job to take.
+
+Times that servers compare (heartbeats) come from the database's clock (:meth:`Database.now`), not from
+each machine's.
 """
 
 from __future__ import annotations
 
 import sqlite3
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -88,6 +93,9 @@ class Database(Protocol):
 
     def probe_write(self) -> None:
         """Write to the database and commit (raises what a full or read-only database raises)."""
+
+    def now(self) -> float:
+        """The database's clock, in Unix seconds."""
 
     def close(self) -> None: ...
 
@@ -173,6 +181,9 @@ class SqliteDatabase:
     def probe_write(self) -> None:
         with self.transaction() as db:
             db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")  # rewrites the database file's header
+
+    def now(self) -> float:
+        return time.time()  # one machine: its clock is the database's
 
     def backup(self, path: str | Path) -> sqlite3.Connection:
         """A copy of the database at ``path`` (one consistent snapshot, taken while others write), open."""
@@ -260,6 +271,10 @@ class PostgresDatabase:
     def probe_write(self) -> None:
         with self.transaction() as db:
             db.execute("UPDATE chorus_schema SET version=version")
+
+    def now(self) -> float:
+        with self.read() as db:
+            return float(db.execute("SELECT EXTRACT(EPOCH FROM clock_timestamp()) AS now").fetchone()["now"])
 
     def close(self) -> None:
         self._pool.close()

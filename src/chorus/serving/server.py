@@ -85,8 +85,8 @@ class VoiceServer:
                 len(report.orphan_folders),
                 ", ".join(report.orphan_folders[:5]),
             )
+        self.jobs.resume()  # before the worker thread starts: it would take the same interrupted jobs
         self.jobs.start()
-        self.jobs.resume()
         self.started = True
 
     def close(self) -> None:
@@ -213,7 +213,7 @@ class VoiceServer:
         """Drop every resident version of a voice but ``keep`` from the model (one in use goes at eviction):
         the store is the truth, and another server on it may have deleted or replaced the voice."""
         prefix = f"{tenant}/{voice_id}@"
-        for key in self.engine.resident():
+        for key in self.engine.resident_now():
             if key.startswith(prefix) and key != keep:
                 try:
                     self.engine.unload(key)

@@ -132,6 +132,11 @@ class VoiceConflict(RuntimeError):
     """The voice id is taken: it is ready (delete it first), training, or being deleted."""
 
 
+class JobTakenOver(RuntimeError):
+    """A worker's update of a job it no longer holds: its store was found dead meanwhile, and the job was
+    interrupted or taken by another worker (``VoiceStore.update_job(as_worker=True)``)."""
+
+
 class QuotaReached(RuntimeError):
     """A tenant already has as many active jobs or voices as ``create_job`` was told to allow; ``what``
     says which ("jobs" or "voices")."""
@@ -283,8 +288,14 @@ class VoiceStore:
                 f"{root_url}: the voice store cannot be opened for writing ({error}); check that it exists, "
                 f"is writable and has free space (database: {public_url(database)})"
             ) from None
-        self._heartbeat = threading.Thread(target=self._beat, name="chorus-store-heartbeat", daemon=True)
-        self._heartbeat.start()
+        self._threads = [
+            threading.Thread(
+                target=self._every_third_of_lease, args=(job,), name=f"chorus-store-{job.__name__}", daemon=True
+            )
+            for job in (self._beat, self.reclaim)  # apart: a slow reclaim must not delay the heartbeat
+        ]
+        for thread in self._threads:
+            thread.start()
 
     def _open(self, database: str) -> None:
         """Make the folders, write and remove a probe file in the voice root (a read-only or full root
@@ -293,7 +304,10 @@ class VoiceStore:
         self.fs.makedirs(self.root, exist_ok=True)
         self._probe_files()
         self._db = open_database(database)
-        now = time.time()
+        self._register()
+
+    def _register(self) -> None:
+        now = self._db.now()
         with self._db.transaction() as db:
             db.execute(
                 "INSERT INTO owners (id, host, pid, started, heartbeat) VALUES (?, ?, ?, ?, ?)",
@@ -313,7 +327,8 @@ class VoiceStore:
             if self._closed.is_set():
                 return
             self._closed.set()
-        self._heartbeat.join()
+        for thread in self._threads:
+            thread.join()
         try:
             with self._db.transaction() as db:
                 # Marked dead rather than removed: whatever it left in flight (a job stopped by the
@@ -322,23 +337,22 @@ class VoiceStore:
         finally:
             self._db.close()
 
-    def _beat(self) -> None:
-        """The heartbeat thread: every third of the lease, mark this store alive and :meth:`reclaim` the
-        work of owners that are not (a server on another machine that stopped beating, a process on this
-        one that is gone)."""
+    def _every_third_of_lease(self, job: Callable[[], object]) -> None:
+        """Run ``job`` every third of the lease until the store closes; a database that is down for a
+        while is logged, not fatal."""
         while not self._closed.wait(self.lease_seconds / 3):
             try:
-                with self._db.transaction(exclusive=False) as db:
-                    beat = db.execute("UPDATE owners SET heartbeat=? WHERE id=?", (time.time(), self.owner))
-                    if not beat.rowcount:  # declared dead while paused: its claimed work went to others
-                        log.warning("store owner %s was reclaimed by another server; registering again", self.owner)
-                        db.execute(
-                            "INSERT INTO owners (id, host, pid, started, heartbeat) VALUES (?, ?, ?, ?, ?)",
-                            (self.owner, _HOST, os.getpid(), time.time(), time.time()),
-                        )
-                self.reclaim()
-            except Exception:  # noqa: BLE001 - a database that is down for a while must not end the thread
-                log.exception("store heartbeat failed (retrying)")
+                job()
+            except Exception:  # noqa: BLE001 - retried at the next turn
+                log.exception("store %s failed (retrying)", job.__name__)
+
+    def _beat(self) -> None:
+        """Mark this store alive (the heartbeat other stores read, by the database's clock)."""
+        with self._db.transaction(exclusive=False) as db:
+            beat = db.execute("UPDATE owners SET heartbeat=? WHERE id=?", (self._db.now(), self.owner))
+        if not beat.rowcount:  # declared dead while paused: its work went to others; it starts afresh
+            log.warning("store owner %s was found dead by another server; registering again", self.owner)
+            self._register()
 
     def __enter__(self) -> Self:
         return self
@@ -552,13 +566,22 @@ class VoiceStore:
         return job_id
 
     def update_job(
-        self, job_id: str, *, status: str | None = None, progress: float | None = None, message: str | None = None
-    ) -> JobRecord:
+        self,
+        job_id: str,
+        *,
+        status: str | None = None,
+        progress: float | None = None,
+        message: str | None = None,
+        as_worker: bool = False,
+        if_status: JobStatus | None = None,
+    ) -> JobRecord | None:
         """Record a job's progress (the worker's call, hence no tenant). Its voice follows while not
         ready: queued or running -> training (a resumed job), failed or interrupted -> failed with
-        ``message``. A done or failed job is final: updating it raises ``ValueError``, as does anything
-        but failing it while another owner runs it (this store's worker was presumed dead and the job
-        went to another)."""
+        ``message``. A done or failed job is final: updating it raises ``ValueError``; so does anything
+        but failing it (a tenant's cancel) while another store's worker runs it. ``as_worker``: the
+        update of the worker that holds the job, refused with ``JobTakenOver`` once this store does not
+        hold it (it was found dead meanwhile). ``if_status``: change nothing and return None unless the
+        job is in that status now."""
         new_status = JobStatus(status) if status is not None else None
         if progress is not None and not 0.0 <= progress <= 1.0:
             raise ValueError(f"progress must be within 0..1, got {progress}")
@@ -568,6 +591,10 @@ class VoiceStore:
             if row is None:
                 raise JobNotFound(f"no job {job_id!r}")
             job = _job_record(row)
+            if if_status is not None and job.status != if_status:
+                return None
+            if as_worker and row["owner"] != self.owner:
+                raise JobTakenOver(f"job {job_id!r} is no longer this worker's ({job.status.value})")
             if job.status in FINISHED_JOB:
                 raise ValueError(f"job {job_id!r} is {job.status.value} already")
             if job.status == JobStatus.RUNNING and row["owner"] not in (None, self.owner):
@@ -666,7 +693,7 @@ class VoiceStore:
 
     def _claim_job(self, where: str, args: tuple) -> JobRecord | None:
         now = time.time()
-        with self._db.transaction(exclusive=not self._db.skip_locked) as db:
+        with self._transaction() as db:
             row = db.execute(f"SELECT id FROM jobs WHERE {where} {self._db.skip_locked}", args).fetchone()
             if row is None:
                 return None
@@ -736,26 +763,26 @@ class VoiceStore:
 
     def recover(self) -> RecoveryReport:
         """Bring the store back to a consistent state after a crash; call at start-up, before serving.
-        Only work whose owner is not alive is touched, so servers sharing the store may keep working.
+        Only work of owners found dead (or of none, or of this store before it serves) is touched, so
+        servers sharing the store keep working meanwhile.
 
-        Upload prefixes of owners not alive (nor of this store) are removed; a deletion cut short is finished; a training voice
+        Upload prefixes of such owners are removed; a deletion cut short is finished; a training voice
         whose upload was committed (the process died before marking it ready) becomes ready, any other
         becomes failed and its partial folder is removed; a ready voice without a valid commit marker
         becomes failed; queued and running jobs become interrupted (:meth:`claim_job` takes them again).
         """
-        # This store's own work at start-up is a caller's leftover, not a live server's.
-        alive = self._alive_owners() - {self.owner}
+        dead = self._dead_owners() | {self.owner}  # this store's own work at start-up is a caller's leftover
         report = RecoveryReport()
         for tenant_path in _subpaths(self.fs, self.root):
             if not ID_PATTERN.fullmatch(_basename(tenant_path)):
                 continue  # the SQLite files, the jobs' files
             for entry in _subpaths(self.fs, tenant_path):
                 name = _basename(entry)
-                if name.startswith(UPLOAD_PREFIX) and _upload_owner(name) not in alive:
+                if name.startswith(UPLOAD_PREFIX) and self._is_dead(_upload_owner(name), dead):
                     self._remove(entry)
                     report.removed_uploads.append(self.fs.unstrip_protocol(entry))
         voices = self.all_voices()
-        self._recover_work(alive, voices, report)
+        self._recover_work(dead, voices, report)
         for voice in voices:
             if voice.status == VoiceStatus.READY:
                 manifest = self._read_marker(self._blob(voice.tenant, voice.voice_id))
@@ -763,18 +790,15 @@ class VoiceStore:
                     self._set_failed(voice.tenant, voice.voice_id, "its stored folder has no valid commit marker")
                     report.failed_voices.append((voice.tenant, voice.voice_id))
         report.orphan_folders = self._orphan_folders(voices)
-        with self._db.read() as db:
-            owners = {row["id"] for row in db.execute("SELECT id FROM owners").fetchall()}
-        self._forget_owners(owners - alive - {self.owner})
+        self._forget_owners(dead - {self.owner})
         return report
 
     def reclaim(self) -> RecoveryReport:
         """Finish or undo the work in flight of every owner found dead since the last look (what
-        :meth:`recover` does at start-up, for those owners only); run by the heartbeat thread, so a job
-        of a server that died is taken up by another within a lease."""
-        alive = self._alive_owners()
-        with self._db.read() as db:
-            dead = {row["id"] for row in db.execute("SELECT id FROM owners").fetchall()} - alive
+        :meth:`recover` does at start-up, for those owners only); run every third of the lease by a
+        thread of every open store, so a job of a server that died is taken up by another within a lease
+        or two."""
+        dead = self._dead_owners()
         report = RecoveryReport()
         if not dead:
             return report
@@ -786,57 +810,73 @@ class VoiceStore:
                     for entry in self.fs.glob(pattern):
                         self._remove(entry)
                         report.removed_uploads.append(self.fs.unstrip_protocol(entry))
-        self._recover_work(alive, voices, report)
+        self._recover_work(dead, voices, report)
         self._forget_owners(dead)
         if any(dataclasses.asdict(report).values()):
             log.warning("reclaimed the work of dead store owner(s) %s: %s", sorted(dead), report)
         return report
 
-    def _alive_owners(self) -> set[str]:
-        """Owners with a heartbeat within the lease, less the processes of this machine that are gone."""
-        now = time.time()
+    def _dead_owners(self) -> set[str]:
+        """The registered owners, this store aside, with no heartbeat within the lease (by the database's
+        clock) or that are processes of this machine now gone."""
+        now = self._db.now()
         with self._db.read() as db:
-            rows = db.execute("SELECT * FROM owners").fetchall()
+            rows = db.execute("SELECT * FROM owners WHERE id!=?", (self.owner,)).fetchall()
         return {
             row["id"]
             for row in rows
-            if row["id"] == self.owner
-            or (now - row["heartbeat"] < self.lease_seconds and (row["host"] != _HOST or _process_exists(row["pid"])))
+            if now - row["heartbeat"] >= self.lease_seconds
+            or (row["host"] == _HOST and not _process_exists(row["pid"]))
         }
 
+    def is_alive(self, owner: str) -> bool:
+        """Whether store owner ``owner`` (this one, or another process on the store) is alive."""
+        return owner == self.owner or not self._is_dead(owner, self._dead_owners())
+
+    def _is_dead(self, owner: str | None, dead: set[str]) -> bool:
+        """Whether work of ``owner`` is for recovery: an owner found dead, or none, or one not registered
+        (gone before; a store registers before it does any work, so a newcomer is never taken for dead)."""
+        if owner is None or owner in dead:
+            return True
+        with self._db.read() as db:
+            return db.execute("SELECT id FROM owners WHERE id=?", (owner,)).fetchone() is None
+
     def _forget_owners(self, dead: set[str]) -> None:
-        """Drop the rows of owners whose work was just recovered."""
+        """Drop the rows of owners whose work was just recovered (unless one beat again meanwhile)."""
+        stale = self._db.now() - self.lease_seconds
         with self._transaction() as db:
             for owner in dead:
-                db.execute("DELETE FROM owners WHERE id=?", (owner,))
+                db.execute("DELETE FROM owners WHERE id=? AND (heartbeat<? OR host=?)", (owner, stale, _HOST))
 
-    def _recover_work(self, alive: set[str], voices: list[VoiceRecord], report: RecoveryReport) -> None:
-        """Finish the deletions and undo or finish the uploads among ``voices`` whose owner is not in
-        ``alive``, and interrupt the active jobs of such owners."""
+    def _recover_work(self, dead: set[str], voices: list[VoiceRecord], report: RecoveryReport) -> None:
+        """Finish the deletions and undo or finish the uploads among ``voices`` of dead owners (see
+        :meth:`_is_dead`), and interrupt the active jobs of such owners."""
         for voice in voices:
-            if voice.owner in alive:
+            if voice.status not in (VoiceStatus.DELETED, VoiceStatus.TRAINING) or not self._is_dead(voice.owner, dead):
                 continue
             key = (voice.tenant, voice.voice_id)
             blob = self._blob(*key)
             if voice.status == VoiceStatus.DELETED:
                 self._finish_delete(*key)
                 report.finished_deletes.append(key)
-            elif voice.status == VoiceStatus.TRAINING:
-                manifest = self._read_marker(blob)
-                if manifest is not None and not _mismatches(self.fs, blob, manifest):
-                    self._restore(voice, manifest)
-                    report.restored_voices.append(key)
-                else:
-                    self._remove(blob)
-                    self._set_failed(*key, "interrupted before its upload was committed")
-                    report.failed_voices.append(key)
+                continue
+            manifest = self._read_marker(blob)
+            if manifest is not None and not _mismatches(self.fs, blob, manifest):
+                self._restore(voice, manifest)
+                report.restored_voices.append(key)
+            else:
+                self._remove(blob)
+                self._set_failed(*key, "interrupted before its upload was committed")
+                report.failed_voices.append(key)
         now = time.time()
         with self._transaction() as db:
             rows = db.execute(
                 f"SELECT * FROM jobs WHERE status IN ({_placeholders(ACTIVE_JOB)})", ACTIVE_JOB
             ).fetchall()
+            registered = {row["id"] for row in db.execute("SELECT id FROM owners").fetchall()}
             for row in rows:
-                if row["owner"] in alive:
+                owner = row["owner"]
+                if owner is not None and owner not in dead and owner in registered:
                     continue
                 db.execute(
                     "UPDATE jobs SET status=?, message=?, owner=NULL, updated=? WHERE id=?",
@@ -942,7 +982,7 @@ class VoiceStore:
 
     def verify(self) -> VerifyReport:
         """Check every ready voice's files against its commit marker and the record's checksum, and find
-        voice folders no record lists (``chorus store verify``). Reads only; safe while serving."""
+        voice folders no record lists (``chorus store verify``). Changes no voice; safe while serving."""
         report = VerifyReport()
         voices = self.all_voices()
         for voice in voices:
@@ -1070,12 +1110,14 @@ class VoiceStore:
         with self._transaction() as db:
             if job_id is not None:
                 job = db.execute(
-                    "SELECT status FROM jobs WHERE id=? AND tenant=? AND voice_id=?", (job_id, tenant, voice_id)
+                    "SELECT status, owner FROM jobs WHERE id=? AND tenant=? AND voice_id=?", (job_id, tenant, voice_id)
                 ).fetchone()
                 if job is None:
                     raise JobNotFound(f"no job {job_id!r} for voice {voice_id!r}")
                 if job["status"] not in ACTIVE_JOB:
                     raise VoiceConflict(f"job {job_id!r} is {job['status']}; its voice is not accepted")
+                if job["owner"] != self.owner:  # this store was found dead, and another worker took the job
+                    raise VoiceConflict(f"job {job_id!r} is held by another worker; its voice is not accepted")
             self._check_claimable(db, tenant, voice_id, job_id)
             self._upsert_training(db, tenant, voice_id, name, method, job_id, now)
 

@@ -19,7 +19,6 @@ import json
 import logging
 import queue
 import shutil
-import sqlite3
 import threading
 import time
 import uuid
@@ -35,6 +34,7 @@ from chorus.serving.store import (
     ACTIVE_JOB,
     JobNotFound,
     JobStatus,
+    JobTakenOver,
     VoiceConflict,
     VoiceNotFound,
     VoiceStore,
@@ -179,7 +179,9 @@ class JobRunner:
     # -- uploads and submission
     def new_upload_dir(self) -> Path:
         """A fresh folder for an upload being checked (removed by :meth:`discard` or moved by :meth:`submit`)."""
-        folder = self.jobs_dir / f"{INCOMING_PREFIX}{uuid.uuid4().hex}"
+        # Named after this store's owner: servers on one machine may share the jobs folder, and each
+        # removes only the leftovers of owners found dead.
+        folder = self.jobs_dir / f"{INCOMING_PREFIX}{self.store.owner}-{uuid.uuid4().hex}"
         folder.mkdir()
         return folder
 
@@ -197,9 +199,13 @@ class JobRunner:
             record_consent(self.jobs_dir, job, consent)
             upload_dir.rename(self.jobs_dir / job.job_id)
             self.store.publish_job_inputs(job.job_id, self.jobs_dir / job.job_id)
-        except OSError as error:
-            with contextlib.suppress(OSError, sqlite3.Error):
-                self.store.update_job(job.job_id, status=JobStatus.FAILED, message=f"its files: {error}"[:200])
+        except Exception as error:  # a full disk, an object store or a database that refused
+            with contextlib.suppress(Exception):
+                self.store.update_job(
+                    job.job_id, status=JobStatus.FAILED, message=f"its files: {error}"[:200], as_worker=True
+                )
+            shutil.rmtree(self.jobs_dir / job.job_id, ignore_errors=True)
+            self.store.remove_job_inputs(job.job_id)
             raise
         self._queue.put(job)
 
@@ -221,51 +227,64 @@ class JobRunner:
                 and voice.job_id == job.job_id
                 and meta.get("tenant") == job.tenant
             )
+            # Only while it is still interrupted: another server's worker may have taken it meanwhile.
             if intact:
-                self.store.update_job(
+                requeued = self.store.update_job(
                     job.job_id,
                     status=JobStatus.QUEUED,
                     progress=0.0,
                     message="resumed after a server restart; waiting for the trainer",
+                    if_status=JobStatus.INTERRUPTED,
                 )
+                if requeued is None:
+                    continue
                 self._queue.put(
                     OnboardingJob(job.job_id, job.tenant, job.voice_id, str(meta.get("name") or job.voice_id))
                 )
                 resumed.append(job.job_id)
             else:
-                self.store.update_job(
+                ended = self.store.update_job(
                     job.job_id,
                     status=JobStatus.FAILED,
                     message="interrupted by a server restart and its uploaded clips are gone; upload them again",
+                    if_status=JobStatus.INTERRUPTED,
                 )
+                if ended is None:
+                    continue
                 shutil.rmtree(job_dir, ignore_errors=True)
                 self.store.remove_job_inputs(job.job_id)
                 failed.append(job.job_id)
-        live = set(resumed)
-        for entry in self.jobs_dir.iterdir():
-            if entry.is_dir() and entry.name not in live:
-                meta = _read_json(entry / JOB_FILE)
-                if meta is not None and self._active(meta):
-                    continue  # another process's job (a store shared by servers)
-                shutil.rmtree(entry, ignore_errors=True)
+        self.remove_finished(live=set(resumed))
         if resumed or failed:
             log.info("onboarding jobs after restart: %d resumed, %d failed", len(resumed), len(failed))
         return resumed, failed
 
-    def remove_finished(self) -> None:
-        """Remove the folders of jobs that have ended: a job that another server's worker took from the
-        shared queue and finished leaves this server's copy of its clips behind. Folders of jobs still
-        queued or running, and uploads still being checked (no ``job.json`` yet), stay."""
+    def remove_finished(self, live: set[str] = frozenset()) -> None:
+        """Remove what no job needs from the jobs folder: folders of jobs that have ended (a job another
+        server's worker took from the shared queue and finished leaves this server's copy of its clips),
+        uploads being checked by a server found dead, and unreadable folders. Jobs queued, running or
+        interrupted (to be resumed), ``live`` ones, and uploads of live servers stay."""
         for entry in self.jobs_dir.iterdir():
-            meta = _read_json(entry / JOB_FILE) if entry.is_dir() else None
-            if meta is not None and entry.name != self._running and not self._active(meta):
+            if not entry.is_dir() or entry.name in live or entry.name == self._running:
+                continue
+            if entry.name.startswith(INCOMING_PREFIX):
+                owner = entry.name.removeprefix(INCOMING_PREFIX).rsplit("-", 1)[0]
+                if not self.store.is_alive(owner):
+                    shutil.rmtree(entry, ignore_errors=True)
+                continue
+            if entry.name.startswith("."):
+                continue  # a folder being written (atomic_write_folder's), or another tool's
+            meta = _read_json(entry / JOB_FILE)
+            if meta is None or not self._kept(meta):
                 shutil.rmtree(entry, ignore_errors=True)
 
-    def _active(self, meta: dict) -> bool:
+    def _kept(self, meta: dict) -> bool:
+        """Whether a job's files are still needed: it is queued, running or interrupted."""
         try:
-            return self.store.get_job(str(meta.get("tenant")), str(meta.get("job_id"))).status in ACTIVE_JOB
+            status = self.store.get_job(str(meta.get("tenant")), str(meta.get("job_id"))).status
         except (JobNotFound, ValueError):
             return False
+        return status in (*ACTIVE_JOB, JobStatus.INTERRUPTED)
 
     # -- the work
     def _loop(self) -> None:
@@ -274,11 +293,15 @@ class JobRunner:
             try:
                 job = self._queue.get(timeout=self.poll_seconds)
             except queue.Empty:
-                job = self._claim_published()
-                if job is None:
-                    if time.monotonic() - swept > SWEEP_SECONDS:
+                try:
+                    job = self._claim_published()
+                    if job is None and time.monotonic() - swept > SWEEP_SECONDS:
                         swept = time.monotonic()
                         self.remove_finished()
+                except Exception:  # noqa: BLE001 - an object store or database down for a while: look again later
+                    log.exception("looking for onboarding jobs failed")
+                    job = None
+                if job is None:
                     continue
             if job is None or self._closing.is_set():
                 break
@@ -291,16 +314,19 @@ class JobRunner:
                 self._running = None
 
     def _claim_published(self) -> OnboardingJob | None:
-        """A job of any server, queued or interrupted, with its files fetched here; None when there is none."""
-        try:
-            record = self.store.claim_next_job()
-        except Exception:  # noqa: BLE001 - a database that is down for a while: look again later
-            log.exception("looking for onboarding jobs failed")
-            return None
+        """A job of any server, queued or interrupted, with its files fetched here; None when there is none.
+        A job whose files cannot be fetched now goes back to the queue (interrupted) for any worker."""
+        record = self.store.claim_next_job()
         if record is None:
             return None
         job_dir = self.jobs_dir / record.job_id
-        meta = _read_json(job_dir / JOB_FILE) if self.store.fetch_job_inputs(record.job_id, job_dir) else None
+        try:
+            meta = _read_json(job_dir / JOB_FILE) if self.store.fetch_job_inputs(record.job_id, job_dir) else None
+        except Exception:
+            self.store.update_job(
+                record.job_id, status=JobStatus.INTERRUPTED, message="its clips could not be fetched", as_worker=True
+            )
+            raise
         if meta is None:
             self.fail(record.job_id, "its uploaded clips are gone; upload them again")
             return None
@@ -315,17 +341,18 @@ class JobRunner:
         """Train ``job`` from its files to its end (done or failed) in this thread; removes its files."""
         job_dir = self.jobs_dir / job.job_id
         if self.store.claim_job(job.job_id) is None:
-            if self.store.get_job(job.tenant, job.job_id).status not in ACTIVE_JOB:
-                # It ended while it waited (cancelled, its voice deleted): its files go. Else another worker has it.
+            if not self._needed(job):  # it ended while it waited (cancelled, its voice deleted)
                 shutil.rmtree(job_dir, ignore_errors=True)
                 self.store.remove_job_inputs(job.job_id)
-            return
+            return  # else another worker has it
         keep_files = False
         threads = torch.get_num_threads()  # adapt sets the process's count; speech must get it back
         try:
             if not self.store.fetch_job_inputs(job.job_id, job_dir):
                 raise ValueError("its uploaded clips are gone; upload them again")
-            self.store.update_job(job.job_id, progress=0.02, message="checking the clips and preparing the base")
+            self.store.update_job(
+                job.job_id, progress=0.02, message="checking the clips and preparing the base", as_worker=True
+            )
             shutil.rmtree(job_dir / OUT_DIR, ignore_errors=True)  # a resumed job starts over
             bundle = self.bundle_factory()
             result = adapt(
@@ -342,6 +369,7 @@ class JobRunner:
             similarity = metrics.get("encoder_similarity_to_clips")
             self.store.update_job(
                 job.job_id,
+                as_worker=True,
                 progress=0.97,
                 message=(
                     f"trained {card.steps} steps in {card.train_seconds:.0f} s on {card.data_minutes:.2f} min of audio; "
@@ -357,14 +385,8 @@ class JobRunner:
             log.info("onboarding job %s: voice %s/%s is ready", job.job_id, job.tenant, job.voice_id)
             if self.on_ready is not None:
                 self.on_ready(job.tenant, job.voice_id)
-        except JobCancelled:
-            # Still active: another worker took it (this server was presumed dead) and needs its files.
-            keep_files = self.store.get_job(job.tenant, job.job_id).status in ACTIVE_JOB
-            log.info(
-                "onboarding job %s stopped: %s",
-                job.job_id,
-                "another worker took it" if keep_files else "it ended while it trained",
-            )
+        except (JobCancelled, JobTakenOver):
+            log.info("onboarding job %s stopped: it ended, or another worker took it, while it trained", job.job_id)
         except ServerStopping:
             keep_files = True
             log.info("onboarding job %s stopped by the server's stop; the next start resumes it", job.job_id)
@@ -379,9 +401,14 @@ class JobRunner:
             self.fail(job.job_id, "training failed with an internal error (see the server log)")
         finally:
             torch.set_num_threads(threads)
-            if not keep_files:
+            # A job another worker holds now (this server was found dead meanwhile) keeps its files.
+            if not keep_files and not self._needed(job):
                 shutil.rmtree(job_dir, ignore_errors=True)
                 self.store.remove_job_inputs(job.job_id)
+
+    def _needed(self, job: OnboardingJob) -> bool:
+        """Whether ``job``'s files are still needed: it is queued, running or interrupted."""
+        return self._kept({"tenant": job.tenant, "job_id": job.job_id})
 
     def _progress_reporter(self, job: OnboardingJob) -> Callable[[int, int], None]:
         """``adapt``'s step callback: the job's progress from TRAINING_START to TRAINING_END as steps pass,
@@ -401,21 +428,23 @@ class JobRunner:
             try:
                 self.store.update_job(
                     job.job_id,
+                    as_worker=True,
                     progress=round(fraction, 3),
                     message=f"training: step {done} of at most {total} (early stopping may end it sooner)"
                     if done
                     else "preparing: checking the clips and computing their features",
                 )
-            except (ValueError, JobNotFound):
+            except (ValueError, JobNotFound, JobTakenOver):
                 raise JobCancelled(job.job_id) from None
 
         return on_step
 
     def fail(self, job_id: str, message: str) -> None:
-        """Mark the job failed with ``message`` (nothing if it already ended, e.g. its voice was deleted)."""
+        """Mark the job failed with ``message`` (nothing if it already ended, e.g. its voice was deleted,
+        or if this worker no longer holds it)."""
         try:
-            self.store.update_job(job_id, status=JobStatus.FAILED, message=message)
-        except (ValueError, JobNotFound):
+            self.store.update_job(job_id, status=JobStatus.FAILED, message=message, as_worker=True)
+        except (ValueError, JobNotFound, JobTakenOver):
             pass
 
 
