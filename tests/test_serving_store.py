@@ -740,3 +740,12 @@ def test_a_worker_found_dead_can_no_longer_touch_the_job_another_took(voice_fold
             report = RecoveryReport()
             b._recover_work(dead, b.all_voices(), report)
             assert report.interrupted_jobs == [] and newcomer.get_job("acme", fresh).status == JobStatus.QUEUED
+
+
+def test_an_unreachable_database_is_one_clear_error_without_its_password(tmp_path):
+    from chorus.serving.local_services import free_port
+
+    url = f"postgresql://chorus:hunter2@127.0.0.1:{free_port()}/voices"
+    with pytest.raises(StoreUnavailable, match="Connection refused") as refused:
+        VoiceStore(str(tmp_path / "root"), database=url)
+    assert "hunter2" not in str(refused.value) and "chorus:***@127.0.0.1" in str(refused.value)

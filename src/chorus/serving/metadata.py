@@ -222,8 +222,15 @@ class PostgresDatabase:
     skip_locked = "FOR UPDATE SKIP LOCKED"
 
     def __init__(self, url: str, max_connections: int = 8):
-        from psycopg.rows import dict_row
-        from psycopg_pool import ConnectionPool
+        try:
+            import psycopg
+            from psycopg.rows import dict_row
+            from psycopg_pool import ConnectionPool
+        except ImportError as error:
+            raise ValueError(
+                f"a PostgreSQL store needs psycopg ({error.name} is missing): pip install 'chorus-tts[serve]'"
+            ) from None
+        psycopg.connect(url, connect_timeout=10).close()  # an unreachable database: its own reason, at once
 
         self.url = public_url(url)
         self._pool = ConnectionPool(
@@ -234,7 +241,7 @@ class PostgresDatabase:
             open=False,
             name="chorus-store",
         )
-        self._pool.open(wait=True, timeout=30.0)
+        self._pool.open(wait=True, timeout=10.0)  # a database that cannot be reached: said at start-up
         try:
             self._migrate()
         except BaseException:
