@@ -59,9 +59,11 @@ def voice_folders(tiny_base, tmp_path_factory) -> dict[str, Path]:
     return folders
 
 
-def make_store(root: Path, folders: dict[str, Path]) -> tuple[VoiceStore, dict[str, str]]:
+def make_store(
+    root: Path | str, folders: dict[str, Path], database: str | None = None, cache_dir: Path | None = None
+) -> tuple[VoiceStore, dict[str, str]]:
     """A store with ann and bob for tenant ``default``; returns it and their engine keys."""
-    store = VoiceStore(str(root))
+    store = VoiceStore(str(root), database, None if cache_dir is None else str(cache_dir))
     keys = {name: voice_key(store.put_voice("default", name, folder)) for name, folder in folders.items()}
     return store, keys
 
@@ -98,7 +100,9 @@ def test_voice_host_drops_a_voice_only_when_its_requests_end(tiny_base, voice_fo
 
 
 @pytest.fixture(scope="module")
-def ray_cluster(tmp_path_factory):
+def ray_cluster(tmp_path_factory, s3_environment):
+    # s3_environment: the AWS variables that reach moto's S3 server are set before the cluster starts, so
+    # its processes inherit them.
     # A new local cluster on loopback, its files in the test's temporary folder: without
     # RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 it picks a non-loopback node address and binds its ports on all
     # interfaces; without RAY_AUTH_MODE=disabled it writes a token under the home folder. A request for a
@@ -145,16 +149,27 @@ def replica_stats(handle, replicas: int) -> dict[str, dict]:
     raise AssertionError(f"only replicas {sorted(seen)} answered")
 
 
+@pytest.mark.parametrize("shared", [False, True], ids=["one-machine-store", "postgres-s3-store"])
 def test_ray_serve_routes_voices_to_replicas_holding_them(
-    ray_cluster, tiny_base, voice_folders, new_voice_data, tmp_path
+    ray_cluster, tiny_base, voice_folders, new_voice_data, tmp_path, shared, request
 ):
-    root = tmp_path / "store"
-    store, keys = make_store(root, voice_folders)
+    if shared:  # the store of servers on several machines: every replica and task opens it
+        root = f"{request.getfixturevalue('s3_bucket')}/voices"
+        database, cache_dir = request.getfixturevalue("postgres_url"), tmp_path / "node" / "cache"
+        jobs = cache_dir.parent / ".jobs"
+    else:
+        root, database, cache_dir = tmp_path / "store", None, None
+        jobs = root / ".jobs"
+    store, keys = make_store(root, voice_folders, database, cache_dir)
+    request.addfinalizer(store.close)
+    request.addfinalizer(serve.shutdown)  # the next run starts Serve afresh on its own port
     port = free_port()
     serve.start(http_options={"host": "127.0.0.1", "port": port})
     # 2 x 0.5 CPU voices replicas + 0.25 ingress + 0.5 per onboarding task: fits the two CPUs.
     config = RayServeConfig(
         store=str(root),
+        database=database,
+        cache_dir=None if cache_dir is None else str(cache_dir),
         base=tiny_base,
         vocoder="griffin-lim",
         settings=SETTINGS,
@@ -243,10 +258,11 @@ def test_ray_serve_routes_voices_to_replicas_holding_them(
         response = speak(voice)
         assert response.status_code == 200, response.text
         assert decode(response.content)[0].size > 0
-    assert not [p for p in (root / ".jobs").iterdir() if p.is_dir()]  # job files removed by the tasks
-    consent = [json.loads(line)["voice_id"] for line in (root / ".jobs" / "consent.jsonl").read_text().splitlines()]
+    assert not [p for p in jobs.iterdir() if p.is_dir()]  # job files removed by the tasks ...
+    if shared:  # ... and their published copies
+        assert not store.fs.exists(f"{store.root}/.jobs") or not store.fs.find(f"{store.root}/.jobs")
+    consent = [json.loads(line)["voice_id"] for line in (jobs / "consent.jsonl").read_text().splitlines()]
     assert sorted(consent) == ["fiona", "gina"]
     # Four voices, two replicas of at most two each: whatever Ray dropped has left the engine too.
     for replica in replica_stats(handle, 2).values():
         assert len(replica["held"]) <= 2 and set(replica["resident"]) <= set(replica["held"]), replica
-    store.close()

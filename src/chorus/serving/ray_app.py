@@ -490,6 +490,7 @@ def submit_onboarding(
             shutil.copytree(data, job_dir / DATA_DIR)
             write_job_file(job_dir, job)
             record_consent(folder, job, {"statement": consent, "source": str(data)})
+            store.publish_job_inputs(job.job_id, job_dir)  # a task on another node fetches them from the store
         except BaseException:
             store.update_job(job.job_id, status=JobStatus.FAILED, message="could not copy the voice's data")
             shutil.rmtree(job_dir, ignore_errors=True)
