@@ -52,7 +52,6 @@ import platform
 import shlex
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -71,6 +70,7 @@ from chorus.adapters.inject import adapter_state_dict, add_adapter, remove_adapt
 from chorus.adapters.voice import VoiceCard, read_voice, save_voice
 from chorus.serving.batcher import Batcher, Request
 from chorus.serving.engine import Engine
+from chorus.serving.local_services import free_port
 from chorus.serving.store import VoiceStore
 from chorus.serving.tenants import DEFAULT_TENANT
 from chorus.synthesis import load_base
@@ -500,12 +500,6 @@ def cold_loads(engine: Engine, store: VoiceStore, voice_ids: list[str], folders:
 
 
 # -- 3: memory of the real server process -----------------------------------------------------
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 def process_rss(pid: int) -> int:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):

@@ -88,7 +88,7 @@ from chorus.serving.metadata import public_url
 from chorus.serving.store import FINISHED_JOB, VoiceStatus, VoiceStore
 from chorus.serving.tenants import OPERATOR_TENANT
 from chorus.synthesis import SAMPLE_VOICE, load_base
-from serving import MB, TEXTS, free_port, make_voices, pct, process_rss  # bench/, beside this script
+from serving import MB, TEXTS, make_voices, pct, process_rss  # bench/, beside this script
 
 GROWTH_TARGET = 0.05
 THROUGHPUT_TARGET = 1.8  # two servers, one thread each, against one (issue 20)
@@ -549,7 +549,7 @@ class Server:
 def start_server(args, store: StoreSpec, keys: Path, limits: Path | None, folder: Path) -> Server:
     folder.mkdir(parents=True, exist_ok=True)
     log_path = folder / "server.log"
-    port = free_port()
+    port = local_services.free_port()
     chorus = Path(sys.executable).with_name("chorus")
     command = [
         str(chorus),
@@ -625,7 +625,7 @@ def check_store(store_spec: StoreSpec, servers: list[Server], tenants: list[Tena
         interrupted = [j.job_id for j in store.interrupted_jobs()]
         # Job files: in each server's jobs folder, and published under a remote root.
         jobs_dirs = [Path(store.root) / ".jobs"] if store.local else [s.folder / ".jobs" for s in servers]
-        published = [] if store.local else [p for p in store.fs.find(f"{store.root}/.jobs")]
+        published = [] if store.local else list(store.fs.find(f"{store.root}/.jobs"))
     leftovers = sorted(p.name for d in jobs_dirs if d.exists() for p in d.iterdir() if p.name != "consent.jsonl")
     leftovers += published
     consents = sum(

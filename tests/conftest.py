@@ -268,15 +268,12 @@ def random_voice(bundle, name: str, configs: list, folder: Path, seed: int, base
 @contextmanager
 def uvicorn_thread(app):
     """``app`` served by uvicorn on a free loopback port in a thread; yields its base URL."""
-    import socket
     import threading
     import time
 
     import uvicorn
 
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = local_services.free_port()
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()

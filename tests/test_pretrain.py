@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +14,7 @@ import torch
 
 from chorus.models.bundle import load_bundle
 from chorus.models.config import AcousticConfig
+from chorus.serving.local_services import free_port
 from chorus.training.checkpoint import load_training_state
 from chorus.training.pretrain import PretrainConfig, learning_rate_at, pretrain
 from conftest import TINY_MODEL
@@ -90,13 +90,6 @@ def test_bad_corpus_items_are_skipped_with_a_summary(corpus, tmp_path, capsys):
     assert "metadata.csv:8" in printed
     assert "quiet.wav" in printed and "silent" in printed
     assert "skipped 3 problem(s)" in printed and "Training on the rest" in printed
-
-
-def free_port() -> int:
-    """A TCP port nobody listens on now: the kernel picks it for a socket bound to port 0."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="torchrun with gloo")

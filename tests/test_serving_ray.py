@@ -9,7 +9,6 @@ from __future__ import annotations
 import io
 import json
 import os
-import socket
 import time
 from pathlib import Path
 
@@ -24,6 +23,7 @@ requests = pytest.importorskip("requests")
 from chorus.adapters.lora import LoraConfig  # noqa: E402
 from chorus.adapters.speaker import SpeakerConfig  # noqa: E402
 from chorus.models.bundle import load_bundle  # noqa: E402
+from chorus.serving.local_services import free_port  # noqa: E402
 from chorus.serving.ray_app import (  # noqa: E402
     VOICES_DEPLOYMENT,
     RayServeConfig,
@@ -66,12 +66,6 @@ def make_store(
     store = VoiceStore(str(root), database, None if cache_dir is None else str(cache_dir))
     keys = {name: voice_key(store.put_voice("default", name, folder)) for name, folder in folders.items()}
     return store, keys
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def decode(content: bytes) -> tuple[np.ndarray, int]:

@@ -596,7 +596,7 @@ def test_a_live_server_reclaims_the_work_of_one_killed_on_a_shared_store(point, 
 
 def test_each_job_is_claimed_by_exactly_one_worker_across_servers(shared_root, tmp_path):
     """Two stores (two servers) on one PostgreSQL database, three threads each, claiming the same 24
-    published jobs at once: each job is taken exactly once (``FOR UPDATE SKIP LOCKED``), and its clips
+    published jobs at once: each job is taken exactly once (claims are exclusive write transactions), and its clips
     reach whichever worker took it."""
     root, database = shared_root
     inputs = tmp_path / "inputs"

@@ -7,6 +7,8 @@ from rich.table import Table
 
 from chorus.cli.common import console, user_errors
 
+# Lines that name folders or URLs are printed with soft_wrap: a path cut at the terminal's width cannot
+# be copied (nor found by a script reading the output).
 store_app = typer.Typer(help="Look after a voice server's store (what `chorus serve --store/--database` was given).")
 DATABASE_OPTION = typer.Option(
     None,
@@ -34,7 +36,7 @@ def verify(
             table.add_row(tenant, voice_id, problem)
         console.print(table)
     for folder in report.orphan_folders:
-        console.print(f"orphan folder (no record lists it): {folder}")
+        console.print(f"orphan folder (no record lists it): {folder}", soft_wrap=True)
     if not report.ok:
         raise typer.Exit(1)
     console.print("no corrupt voice, no orphan folder")
@@ -52,7 +54,7 @@ def backup(
 
     with user_errors(), VoiceStore(store, database) as voices:
         copied, gone = voices.backup(destination)
-    console.print(f"{copied} voice(s) copied to {destination}")
+    console.print(f"{copied} voice(s) copied to {destination}", soft_wrap=True)
     for tenant, voice_id in gone:
         console.print(f"left out {tenant}/{voice_id}: deleted while the backup ran")
 
@@ -71,7 +73,7 @@ def repair(
     for tenant, voice_id in report.adopted:
         console.print(f"adopted {tenant}/{voice_id}: its files check out, it is a ready voice again")
     for folder in report.quarantined:
-        console.print(f"quarantined: {folder}")
+        console.print(f"quarantined: {folder}", soft_wrap=True)
     if not report.adopted and not report.quarantined:
         console.print("no orphan folder: nothing to repair")
 
@@ -99,7 +101,7 @@ def migrate(
             task = bar.add_task("copying voices", total=len(origin.all_voices()))
             report = origin.copy_to(copy, on_voice=lambda voice: bar.advance(task))
         verified = copy.verify()
-    console.print(f"{len(report.copied)} voice(s) copied from {source} to {target}, checksums equal")
+    console.print(f"{len(report.copied)} voice(s) copied from {source} to {target}, checksums equal", soft_wrap=True)
     for tenant, voice_id, why in report.skipped:
         console.print(f"skipped {tenant}/{voice_id}: {why}")
     for tenant, voice_id in report.gone:

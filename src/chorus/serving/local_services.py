@@ -26,6 +26,7 @@ S3_CREDENTIALS = {
 
 
 def free_port() -> int:
+    """A TCP port nobody listens on now on loopback: the kernel picks it for a socket bound to port 0."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]

@@ -6,9 +6,9 @@ PostgreSQL in the one-row table ``chorus_schema``. A write transaction is exclus
 ``BEGIN IMMEDIATE`` takes the file's write lock; on PostgreSQL every write transaction first takes one
 transaction-level advisory lock, so a read-check-write of one server never interleaves with another
 server's (the store's guarantees rest on that; its writes are a few rows each). Reads take no lock.
-A job is claimed in such a transaction too, its row picked ``FOR UPDATE SKIP LOCKED``
-(:attr:`Database.skip_locked`): two workers never take the same job, and an idle worker looks (a read)
-before it claims, so the lock is taken only when there is a job to take.
+A job is claimed in such a transaction too, so two workers never take the same job; an idle worker
+looks (a read) before it claims, so the lock is taken only when there is a job to take. (A row lock,
+``FOR UPDATE SKIP LOCKED``, would add nothing under that lock: every write to a job takes it.)
 
 Times that servers compare (heartbeats) come from the database's clock (:meth:`Database.now`), not from
 each machine's.
@@ -83,7 +83,6 @@ class Sql(Protocol):
 
 class Database(Protocol):
     url: str  # what to show a person (no password)
-    skip_locked: str  # the clause that makes a row lock skip rows another transaction holds ('' on SQLite)
 
     def transaction(self, exclusive: bool = True) -> Any:
         """A context manager: one write transaction (committed on exit, rolled back on an exception)."""
@@ -127,15 +126,18 @@ def sqlite_path(url: str) -> str:
     return str(url).removeprefix("sqlite:///")
 
 
-def _newer_schema(where: str, version: int) -> RuntimeError:
-    return RuntimeError(f"{where}: store schema version {version} is newer than this Chorus ({SCHEMA_VERSION})")
+def _migrate(db: Sql, version: int, where: str) -> None:
+    """Bring a database at schema ``version`` to :data:`SCHEMA_VERSION` (the caller records the new version)."""
+    if version > SCHEMA_VERSION:
+        raise RuntimeError(f"{where}: store schema version {version} is newer than this Chorus ({SCHEMA_VERSION})")
+    for step in MIGRATIONS[version:]:
+        for statement in step:
+            db.execute(statement)
 
 
 class SqliteDatabase:
     """One SQLite file in WAL mode (readers in other processes do not block the writer), one connection
     behind a lock: metadata operations are tiny."""
-
-    skip_locked = ""
 
     def __init__(self, path: str | Path):
         self.url = str(path)
@@ -152,12 +154,7 @@ class SqliteDatabase:
 
     def _migrate(self) -> None:
         with self.transaction() as db:
-            version = db.execute("PRAGMA user_version").fetchone()[0]
-            if version > SCHEMA_VERSION:
-                raise _newer_schema(self.url, version)
-            for step in MIGRATIONS[version:]:
-                for statement in step:
-                    db.execute(statement)
+            _migrate(db, db.execute("PRAGMA user_version").fetchone()[0], self.url)
             db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
     @contextmanager
@@ -219,8 +216,6 @@ class PostgresDatabase:
     """PostgreSQL through psycopg 3 and its connection pool (a few connections: each server's metadata
     traffic is one short statement per request)."""
 
-    skip_locked = "FOR UPDATE SKIP LOCKED"
-
     def __init__(self, url: str, max_connections: int = 8):
         try:
             import psycopg
@@ -241,7 +236,7 @@ class PostgresDatabase:
             open=False,
             name="chorus-store",
         )
-        self._pool.open(wait=True, timeout=10.0)  # a database that cannot be reached: said at start-up
+        self._pool.open(wait=True, timeout=10.0)
         try:
             self._migrate()
         except BaseException:
@@ -252,12 +247,7 @@ class PostgresDatabase:
         with self.transaction() as db:
             db.execute("CREATE TABLE IF NOT EXISTS chorus_schema (version INTEGER NOT NULL)")
             row = db.execute("SELECT version FROM chorus_schema").fetchone()
-            version = 0 if row is None else row["version"]
-            if version > SCHEMA_VERSION:
-                raise _newer_schema(self.url, version)
-            for step in MIGRATIONS[version:]:
-                for statement in step:
-                    db.execute(statement)
+            _migrate(db, 0 if row is None else row["version"], self.url)
             if row is None:
                 db.execute("INSERT INTO chorus_schema VALUES (?)", (SCHEMA_VERSION,))
             else:

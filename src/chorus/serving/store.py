@@ -540,10 +540,7 @@ class VoiceStore:
         with self._transaction() as db:
             self._check_claimable(db, tenant, voice_id, job_id=None)
             if max_active_jobs is not None:
-                active = db.execute(
-                    f"SELECT COUNT(*) AS total FROM jobs WHERE tenant=? AND status IN ({_placeholders(ACTIVE_JOB)})",
-                    (tenant, *ACTIVE_JOB),
-                ).fetchone()["total"]
+                active = _active_jobs(db, tenant)
                 if active >= max_active_jobs:
                     raise QuotaReached(
                         f"{active} of your onboarding jobs are queued or running (at most {max_active_jobs})", "jobs"
@@ -657,11 +654,7 @@ class VoiceStore:
     def active_jobs(self, tenant: str) -> int:
         """How many of ``tenant``'s onboarding jobs are queued or running."""
         with self._db.read() as db:
-            row = db.execute(
-                f"SELECT COUNT(*) AS total FROM jobs WHERE tenant=? AND status IN ({_placeholders(ACTIVE_JOB)})",
-                (tenant, *ACTIVE_JOB),
-            ).fetchone()
-        return int(row["total"])
+            return _active_jobs(db, tenant)
 
     def interrupted_jobs(self) -> list[JobRecord]:
         """Jobs of every tenant cut short by a dead process, oldest first, for the server to resume."""
@@ -680,8 +673,8 @@ class VoiceStore:
 
     def claim_next_job(self) -> JobRecord | None:
         """Take the oldest queued or interrupted job whose clips are published (any server's), as
-        :meth:`claim_job` does; None when there is none. On PostgreSQL a job another worker is claiming
-        at this moment is skipped, not waited for (``FOR UPDATE SKIP LOCKED``)."""
+        :meth:`claim_job` does; None when there is none. Claims are write transactions, so two workers
+        never take the same job."""
         where = "inputs IS NOT NULL AND status IN (?, ?) ORDER BY created LIMIT 1"
         with self._db.read() as db:  # idle workers look every second: no write lock while there is nothing
             if (
@@ -694,7 +687,7 @@ class VoiceStore:
     def _claim_job(self, where: str, args: tuple) -> JobRecord | None:
         now = time.time()
         with self._transaction() as db:
-            row = db.execute(f"SELECT id FROM jobs WHERE {where} {self._db.skip_locked}", args).fetchone()
+            row = db.execute(f"SELECT id FROM jobs WHERE {where}", args).fetchone()
             if row is None:
                 return None
             db.execute(
@@ -1337,6 +1330,12 @@ def _database_errors() -> tuple[type[Exception], ...]:
     except ImportError:
         return ()
     return (psycopg.Error, psycopg_pool.PoolTimeout)
+
+
+def _active_jobs(db: Sql, tenant: str) -> int:
+    """How many of ``tenant``'s jobs are queued or running."""
+    query = f"SELECT COUNT(*) AS total FROM jobs WHERE tenant=? AND status IN ({_placeholders(ACTIVE_JOB)})"
+    return int(db.execute(query, (tenant, *ACTIVE_JOB)).fetchone()["total"])
 
 
 def _placeholders(values: tuple) -> str:

@@ -275,13 +275,13 @@ class JobRunner:
             if entry.name.startswith("."):
                 continue  # a folder being written (atomic_write_folder's), or another tool's
             meta = _read_json(entry / JOB_FILE)
-            if meta is None or not self._kept(meta):
+            if meta is None or not self._needed(str(meta.get("tenant")), str(meta.get("job_id"))):
                 shutil.rmtree(entry, ignore_errors=True)
 
-    def _kept(self, meta: dict) -> bool:
+    def _needed(self, tenant: str, job_id: str) -> bool:
         """Whether a job's files are still needed: it is queued, running or interrupted."""
         try:
-            status = self.store.get_job(str(meta.get("tenant")), str(meta.get("job_id"))).status
+            status = self.store.get_job(tenant, job_id).status
         except (JobNotFound, ValueError):
             return False
         return status in (*ACTIVE_JOB, JobStatus.INTERRUPTED)
@@ -341,7 +341,7 @@ class JobRunner:
         """Train ``job`` from its files to its end (done or failed) in this thread; removes its files."""
         job_dir = self.jobs_dir / job.job_id
         if self.store.claim_job(job.job_id) is None:
-            if not self._needed(job):  # it ended while it waited (cancelled, its voice deleted)
+            if not self._needed(job.tenant, job.job_id):  # it ended while it waited (cancelled, its voice deleted)
                 shutil.rmtree(job_dir, ignore_errors=True)
                 self.store.remove_job_inputs(job.job_id)
             return  # else another worker has it
@@ -402,13 +402,9 @@ class JobRunner:
         finally:
             torch.set_num_threads(threads)
             # A job another worker holds now (this server was found dead meanwhile) keeps its files.
-            if not keep_files and not self._needed(job):
+            if not keep_files and not self._needed(job.tenant, job.job_id):
                 shutil.rmtree(job_dir, ignore_errors=True)
                 self.store.remove_job_inputs(job.job_id)
-
-    def _needed(self, job: OnboardingJob) -> bool:
-        """Whether ``job``'s files are still needed: it is queued, running or interrupted."""
-        return self._kept({"tenant": job.tenant, "job_id": job.job_id})
 
     def _progress_reporter(self, job: OnboardingJob) -> Callable[[int, int], None]:
         """``adapt``'s step callback: the job's progress from TRAINING_START to TRAINING_END as steps pass,
