@@ -48,6 +48,7 @@ from chorus.data.subsets import first_minutes, write_subset
 from chorus.evaluation.report import EvalItem, Judges, evaluate_pairs
 from chorus.evaluation.similarity import SpeakerJudge
 from chorus.models.bundle import load_bundle
+from chorus.peers.piper import load_joe
 from chorus.synthesis import DEFAULT_BASE, Synthesizer, load_base
 from chorus.training.adapt import AdaptConfig, adapt, mel_loss
 
@@ -77,7 +78,7 @@ def start_voice(args, speaker: str, eval_utterances, references, judges) -> dict
     """WER, similarity and MOS of the base speaker ``speaker`` on the evaluation sentences (once per process)."""
     key = (speaker, tuple(u.key for u in eval_utterances))
     if key not in _START_VOICES:
-        tts = load_base(args.base, "griffin-lim")
+        tts = load_base(args.base, args.vocoder)
         items = [
             EvalItem(
                 u.key,
@@ -105,14 +106,25 @@ def start_voice(args, speaker: str, eval_utterances, references, judges) -> dict
 
 
 def recordings(voice: str, eval_utterances, judges) -> dict:
-    """WER and MOS of the voice's own recordings of the evaluation sentences."""
+    """WER and MOS of the voice's own recordings of the evaluation sentences, and of Piper joe (the peer)
+    reading the same sentences."""
+    plain = Judges(whisper=judges.whisper, speaker=None, naturalness=judges.naturalness, reference=False)
     items = [EvalItem(u.key, u.audio_path, u.text) for u in eval_utterances]
-    report = evaluate_pairs(
-        items,
-        judges=Judges(whisper=judges.whisper, speaker=None, naturalness=judges.naturalness, reference=False),
+    report = evaluate_pairs(items, judges=plain, progress=False)
+    joe = load_joe(threads=1)
+    spoken = [joe.synthesize(u.text) for u in eval_utterances]
+    piper = evaluate_pairs(
+        [EvalItem(u.key, audio, u.text, sample_rate=rate) for u, (audio, rate) in zip(eval_utterances, spoken)],
+        judges=plain,
         progress=False,
     )
-    return {"voice": voice, "wer": report.corpus_wer, "mos": report.means().get("mos")}
+    return {
+        "voice": voice,
+        "wer": report.corpus_wer,
+        "mos": report.means().get("mos"),
+        "piper_wer": piper.corpus_wer,
+        "piper_mos": piper.means().get("mos"),
+    }
 
 
 def recipe(args) -> dict:
@@ -130,6 +142,7 @@ def recipe(args) -> dict:
         "references": args.references,
         "threads": args.threads,
         "start": f"speaker encoder {args.speaker_encoder}" if args.speaker_encoder else "mel loss",
+        "vocoder": args.vocoder or load_bundle(args.base or DEFAULT_BASE).info.get("default_vocoder", "griffin-lim"),
     }
 
 
@@ -157,7 +170,7 @@ def run_one(
     result = adapt(data, bundle, work / "voices" / f"{voice}-{minutes:g}-{method}-seed{seed}", config, progress=False)
     card = result.card
 
-    tts = load_base(args.base, "griffin-lim")
+    tts = load_base(args.base, args.vocoder)
     name = tts.load_voice(result.voice_dir)
     items = []
     for utterance in eval_utterances:
@@ -359,7 +372,8 @@ def word_target_lines(rows: list[dict], voices: dict[str, dict]) -> list[str]:
                 parts.append(f"similarity {ratio:.3f}x full ({verdict(ratio >= 0.95)})")
             if mine[0].get("mos") is not None:
                 mos, start_mos = _mean(mine, "mos"), _mean(mine, "start_mos")
-                parts.append(f"MOS {mos:.2f} vs start voice {start_mos:.2f} ({verdict(mos >= start_mos)})")
+                peer = f", Piper joe {own['piper_mos']:.2f}" if own.get("piper_mos") is not None else ""
+                parts.append(f"MOS {mos:.2f} vs start voice {start_mos:.2f} ({verdict(mos >= start_mos)}){peer}")
             if own.get("wer") is not None:
                 parts.append(
                     f"moonshot: own recordings {100 * own['wer']:.1f} + 3 ({verdict(wer <= 100 * own['wer'] + 3)})"
@@ -416,9 +430,15 @@ def write_results(rows: list[dict], out: Path, args, voices: dict[str, dict] | N
             f"{mean_spread([r['mcd_db'] for r in group], 2)} | {', '.join(str(r['steps']) for r in group)} |"
         )
     if voices:
-        lines += ["", "The voices' own recordings of the evaluation sentences:", ""]
+        lines += ["", "The voices' own recordings of the evaluation sentences, and Piper joe reading them:", ""]
         lines += [
-            f"- {voice}: WER {100 * v['wer']:.1f}%, predicted MOS {v['mos']:.2f}" for voice, v in sorted(voices.items())
+            f"- {voice}: WER {100 * v['wer']:.1f}%, predicted MOS {v['mos']:.2f}"
+            + (
+                f"; Piper joe: WER {100 * v['piper_wer']:.1f}%, MOS {v['piper_mos']:.2f}"
+                if v.get("piper_mos") is not None
+                else ""
+            )
+            for voice, v in sorted(voices.items())
         ]
     lines += [
         "",
@@ -490,6 +510,9 @@ def plot_similarity_vs_minutes(rows: list[dict], path: Path) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--base", type=Path, default=None, help="base model folder (default: shipped)")
+    parser.add_argument(
+        "--vocoder", default=None, help="vocoder of every judged clip (default: the base's default vocoder)"
+    )
     parser.add_argument("--heldout", type=Path, default=Path("corpus_out/heldout"))
     parser.add_argument("--corpus", type=Path, default=Path("corpus_out/train"), help="base voices (forgetting)")
     parser.add_argument("--voices", default="piper-joe,flite-slt,festival-ked")

@@ -141,6 +141,8 @@ def test_demo_speaks_and_judges_each_voice(tiny_base, tmp_path):
     # The second half adapts a voice from the shipped sample and says what it cost.
     assert "voice artifact" in result.output and "2 steps" in result.output
     assert "WER over 2 sentences" in result.output and "predicted MOS" in result.output and "MOS" in result.output
+    # Beside the start speaker's and the peer's: Piper joe on the same sentences (the judges extra ships it).
+    assert "start speaker on the base" in result.output and "Piper joe:" in result.output
     assert (tmp_path / "demo" / "voices" / "piper-joe" / "voice_card.json").is_file()
 
 
@@ -407,3 +409,26 @@ def test_every_command_that_runs_a_model_takes_a_device(command):
     assert result.exit_code == 2 and "no CUDA device" in result.output, result.output  # checked before any work
     result = runner.invoke(app, [*command, "--device", "tpu"])
     assert result.exit_code == 2 and "is not a device" in result.output
+
+
+def test_eval_judges_clips_beside_the_start_speaker_and_piper(tiny_base, tmp_path, speech):
+    clips = tmp_path / "clips"
+    clips.mkdir()
+    texts = {"a": "The birch canoe slid on the smooth planks.", "b": "Glue the sheet to the dark blue background."}
+    for clip_id, text in texts.items():
+        speech(text, clips / f"{clip_id}.wav")
+    (clips / "metadata.csv").write_text("".join(f"{k}|{v}\n" for k, v in texts.items()))
+    out = tmp_path / "report"
+    result = runner.invoke(
+        app, ["eval", str(clips), "--start-speaker", "f2", "--model", str(tiny_base), "--out", str(out)]
+    )
+    assert result.exit_code == 0, result.output
+    beside = json.loads((out / "report.json").read_text())["beside"]
+    assert set(beside) == {"start speaker f2 on the base", "Piper joe"}
+    for values in beside.values():
+        assert values["items"] == 2 and 1.0 <= values["mean_mos"] <= 5.0 and 0.0 <= values["corpus_wer"]
+    # Piper reads these sentences almost perfectly; an untrained tiny base does not.
+    assert beside["Piper joe"]["corpus_wer"] < beside["start speaker f2 on the base"]["corpus_wer"]
+    assert "## Beside" in (out / "report.md").read_text() and "Beside" in result.output
+    refused = runner.invoke(app, ["eval", str(clips), "--start-speaker", "nobody", "--model", str(tiny_base)])
+    assert refused.exit_code != 0 and "nobody" in refused.output

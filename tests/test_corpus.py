@@ -30,6 +30,7 @@ from chorus.corpus.text import (
     training_sentences,
 )
 from chorus.data.formats import read_metadata
+from chorus.synthesis import ASSETS
 
 HELDOUT = {"piper-joe", "flite-slt", "festival-ked"}
 
@@ -58,6 +59,23 @@ def test_heldout_speakers_are_exactly_joe_slt_ked_and_never_derived_from() -> No
             assert not base.heldout and speaker.sox
             assert (base.engine, base.engine_voice) == (speaker.engine, speaker.engine_voice)
     assert all(speaker.split == "heldout" for speaker in heldout_speakers())
+
+
+def test_vocoder_speakers_never_read_a_heldout_clip_of_their_source() -> None:
+    from chorus.corpus.speakers import VOCODER_SPEAKERS
+
+    assert VOCODER_SPEAKERS and all(speaker.split == "vocoder" for speaker in VOCODER_SPEAKERS)
+    assert not {speaker.name for speaker in VOCODER_SPEAKERS} & {speaker.name for speaker in SPEAKERS}
+    for speaker in VOCODER_SPEAKERS:
+        source = get_speaker(speaker.derived_from)
+        assert source.heldout and speaker.sox and get_speaker(speaker.name) == speaker
+        held = {text for _, text in select_sentences(source, source.utterances)}
+        assert not held & {text for _, text in select_sentences(speaker, speaker.utterances)}
+    # The shipped adaptation sample of piper-joe is among its held-out clips, so out of vocoder training too.
+    joe = get_speaker("piper-joe")
+    lines = (ASSETS / "samples" / "piper-joe" / "metadata.csv").read_text(encoding="utf-8").splitlines()
+    sample = {line.split("|")[0] for line in lines}
+    assert sample and sample <= {clip_id for clip_id, _ in select_sentences(joe, joe.utterances)}
 
 
 def test_clear_speakers_outweigh_espeak() -> None:

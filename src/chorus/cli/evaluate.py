@@ -1,4 +1,4 @@
-"""``chorus eval``: judge a folder of synthesized clips."""
+"""``chorus eval``: judge a folder of synthesized clips, beside the start speaker and Piper joe."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 
 from chorus.cli.common import console, user_errors
-from chorus.evaluation.report import evaluate_folder
+from chorus.evaluation.report import Judges, evaluate_folder, speaker_reference_files
 
 
 def evaluate(
@@ -18,18 +18,34 @@ def evaluate(
     speaker_encoder: Path | None = typer.Option(
         None, help="Also judge similarity with this Chorus speaker encoder folder, beside resemblyzer."
     ),
+    voice: Path | None = typer.Option(
+        None, help="The adapted voice that spoke the clips: its start speaker reads the same texts beside them."
+    ),
+    start_speaker: str | None = typer.Option(None, help="A base speaker to read the same texts beside the clips."),
+    model: Path | None = typer.Option(None, help="Base model of the start speaker (default: the shipped one)."),
+    piper: bool = typer.Option(True, help="Piper joe reads the same texts beside the clips (if installed)."),
 ) -> None:
     """Judge synthesized clips: Whisper WER/CER, speaker similarity, predicted MOS (distillmos), MCD, F0 RMSE,
-    speaking rate."""
+    speaking rate; beside them the same texts read by the voice's start speaker on the base and by Piper joe."""
     with user_errors():
-        judges = None
+        judges = Judges()
         if speaker_encoder is not None:
-            from chorus.evaluation.report import Judges
             from chorus.evaluation.similarity import EncoderJudge
             from chorus.models.speaker_encoder import load_encoder
 
             judges = Judges(encoder=EncoderJudge(load_encoder(speaker_encoder)))
         report = evaluate_folder(audio_dir, metadata, references, judges=judges, progress=console.is_terminal)
+        if voice is not None or start_speaker is not None or piper:
+            from chorus.yardsticks import judge_yardsticks, start_speaker_of
+
+            report.beside = judge_yardsticks(
+                [row.text for row in report.rows],
+                judges,
+                start_speaker=start_speaker or (start_speaker_of(voice) if voice is not None else None),
+                model=model,
+                piper=piper,
+                speaker_references=speaker_reference_files(references),
+            )
     for table in report.rich_tables():
         console.print(table)
     if out is not None:

@@ -51,7 +51,10 @@ def pretrain(
 
 
 def train_vocoder(
-    data: Path = typer.Argument(..., help="Folder of LJSpeech-style speaker folders (any **/wavs/*.wav)."),
+    data: list[Path] = typer.Argument(
+        ...,
+        help="Folders of LJSpeech-style speaker folders (any **/wavs/*.wav), e.g. corpus_out/train corpus_out/vocoder.",
+    ),
     out: Path = typer.Option(Path("runs/vocoder"), help="Run folder; the trained vocoder is saved here."),
     steps: int = typer.Option(
         parameter_default(run_train_vocoder, "steps"), help="Total steps (a resumed run continues to this)."
@@ -66,15 +69,36 @@ def train_vocoder(
         config_default(VocoderTrainConfig, "aligned_clips_per_voice"),
         help="With --aligned-model: clips per speaker forced through it.",
     ),
+    aligned_fraction: float = typer.Option(
+        config_default(VocoderTrainConfig, "aligned_fraction"),
+        help="With --aligned-model: share of each batch from its forced mels (the rest: the data's own mels).",
+    ),
     learning_rate: float | None = typer.Option(
         None, help=f"Peak learning rate (default {config_default(VocoderTrainConfig, 'learning_rate'):g})."
+    ),
+    adversarial: bool = typer.Option(
+        False, help="Train against multi-period and multi-resolution discriminators (HiFi-GAN / Vocos); ~4x a step."
+    ),
+    weights_only: bool = typer.Option(
+        False, help="Checkpoints keep weights, not optimizer states (a third the size: small enough to commit)."
     ),
 ) -> None:
     """Train the Vocos-style neural vocoder on real (or corpus) audio, or fine-tune one on an acoustic
     model's output (--init-from + --aligned-model), so it fits the spectra that model makes."""
     with user_errors():
         result = train_vocoder_command(
-            data, out, steps, resume, threads, init_from, aligned_model, aligned_clips, learning_rate
+            data,
+            out,
+            steps,
+            resume,
+            threads,
+            init_from,
+            aligned_model,
+            aligned_clips,
+            learning_rate,
+            adversarial,
+            weights_only,
+            aligned_fraction,
         )
     loss = f", loss {result.losses['loss']:.3f}" if result.losses else ""
     console.print(

@@ -5,6 +5,7 @@ Layout under ``OUT``::
     train/<speaker>/metadata.csv    "id|text" lines (the normalized text each clip says)
     train/<speaker>/wavs/<id>.wav   22,050 Hz mono 16-bit, silences trimmed to ~0.1 s, peak ~0.9
     heldout/<speaker>/...           the same for speakers kept out of pretraining
+    vocoder/<speaker>/...           natural-sounding speakers for the neural vocoder alone (``VOCODER_SPEAKERS``)
     voices.json                     engine, arguments, sox chain, gender, clips and minutes per speaker
 
 Clips are written atomically and skipped when present, so an interrupted build resumes where it
@@ -35,7 +36,7 @@ import soundfile as sf
 
 from chorus.atomic import atomic_write_text
 from chorus.audio.io import SAMPLE_RATE, load_audio, save_audio
-from chorus.corpus.speakers import SOX_COMMAND, SPEAKERS, SpeakerSpec, get_speaker
+from chorus.corpus.speakers import SOX_COMMAND, SPEAKERS, VOCODER_SPEAKERS, SpeakerSpec, get_speaker
 from chorus.corpus.text import training_sentences
 from chorus.text.normalize import normalize_text
 
@@ -144,10 +145,20 @@ def select_sentences(speaker: SpeakerSpec, count: int) -> list[tuple[str, str]]:
     Each speaker shuffles the sentence pool with a seed from its name, so speakers read different
     (overlapping) sentences and a larger ``count`` extends a smaller one's selection.
     """
-    pool = training_sentences()
-    seed = int.from_bytes(hashlib.sha256(speaker.name.encode()).digest()[:8], "big")
-    random.Random(seed).shuffle(pool)
+    pool = _shuffled_pool(speaker.name)
+    if speaker.vocoder_only and speaker.derived_from:
+        # What its held-out source reads (adaptation and evaluation clips) stays out of vocoder training.
+        source = get_speaker(speaker.derived_from)
+        reserved = {sentence_id for sentence_id, _ in _shuffled_pool(source.name)[: source.utterances]}
+        pool = [(sentence_id, text) for sentence_id, text in pool if sentence_id not in reserved]
     return [(f"{speaker.name}_{sentence_id}", normalize_text(text, warn=False)) for sentence_id, text in pool[:count]]
+
+
+def _shuffled_pool(name: str) -> list[tuple[str, str]]:
+    """The training sentences in the order seeded by a speaker's name."""
+    pool = training_sentences()
+    random.Random(int.from_bytes(hashlib.sha256(name.encode()).digest()[:8], "big")).shuffle(pool)
+    return pool
 
 
 def trim_and_normalize(
@@ -371,7 +382,9 @@ class CorpusSummary:
 
 
 def _resolve_speakers(speakers: Sequence[str | SpeakerSpec] | None) -> list[SpeakerSpec]:
-    specs = list(SPEAKERS) if speakers is None else [get_speaker(v) if isinstance(v, str) else v for v in speakers]
+    if speakers is None:
+        return [*SPEAKERS, *VOCODER_SPEAKERS]
+    specs = [get_speaker(v) if isinstance(v, str) else v for v in speakers]
     names = [v.name for v in specs]
     if len(set(names)) != len(names):
         raise ValueError(f"speaker names repeat in {names}")

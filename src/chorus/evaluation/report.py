@@ -140,6 +140,9 @@ class EvalReport:
 
     rows: list[EvalRow]
     settings: dict = field(default_factory=dict)
+    # Yardsticks judged on the same texts by the same judges (``chorus eval``: the start speaker on the
+    # base, Piper joe): name -> ``{"items", "corpus_wer", "mean_mos", "mean_speaker_similarity"}``.
+    beside: dict[str, dict[str, float]] = field(default_factory=dict)
 
     def means(self) -> dict[str, float]:
         """Mean of each metric over the items that have it (NaN values skipped); absent metrics left out."""
@@ -178,7 +181,8 @@ class EvalReport:
     def to_dict(self) -> dict:
         """JSON-ready: ``summary``, ``settings`` and ``rows`` (non-finite numbers become null)."""
         rows = [{k: _finite_or_none(v) for k, v in asdict(row).items()} for row in self.rows]
-        return {"summary": self.summary(), "settings": self.settings, "rows": rows}
+        beside = {name: {k: _finite_or_none(v) for k, v in values.items()} for name, values in self.beside.items()}
+        return {"summary": self.summary(), "settings": self.settings, "beside": beside, "rows": rows}
 
     def to_json(self, indent: int = 2) -> str:
         return json.dumps(self.to_dict(), indent=indent, ensure_ascii=False)
@@ -213,6 +217,9 @@ class EvalReport:
         if self.settings:
             lines += ["Judges: " + ", ".join(f"{k} = {v}" for k, v in self.settings.items()), ""]
         lines += _markdown_table(["metric", "value"], [list(line) for line in self._summary_lines()])
+        if self.beside:
+            lines += ["", "## Beside", ""]
+            lines += _markdown_table(self._beside_header(), self._beside_rows())
         lines += ["", "## Per item", ""]
         transcript = any(row.transcript is not None for row in self.rows)
         lines += _markdown_table(
@@ -220,16 +227,43 @@ class EvalReport:
         )
         return "\n".join(lines) + "\n"
 
-    def rich_tables(self) -> tuple[Table, Table]:
-        """The same two tables for the terminal; transcripts only go to the files (too wide here)."""
+    def _beside_header(self) -> list[str]:
+        return ["clips", "items", "WER", "predicted MOS", "speaker similarity"]
+
+    def _beside_rows(self) -> list[list[str]]:
+        def cell(values: dict, key: str, spec: str) -> str:
+            value = values.get(key)
+            return "-" if value is None or not math.isfinite(value) else spec.format(value)
+
+        rows = []
+        for name, values in {"these clips": self.summary(), **self.beside}.items():
+            rows.append(
+                [
+                    name,
+                    str(int(values.get("items", 0))),
+                    cell(values, "corpus_wer", "{:.1%}"),
+                    cell(values, "mean_mos", "{:.2f}"),
+                    cell(values, "mean_speaker_similarity", "{:.3f}"),
+                ]
+            )
+        return rows
+
+    def rich_tables(self) -> list[Table]:
+        """The same tables for the terminal; transcripts only go to the files (too wide here)."""
         summary = Table("metric", "value", title="Chorus evaluation")
         for name, value in self._summary_lines():
             summary.add_row(name, value)
+        tables = [summary]
+        if self.beside:
+            beside = Table(*self._beside_header(), title="Beside (same texts, same judges)")
+            for row in self._beside_rows():
+                beside.add_row(*row)
+            tables.append(beside)
         columns = self._item_columns()
         items = Table(*self._item_header(columns, transcript=False), title="Per item")
         for row in self.rows:
             items.add_row(*self._item_cells(row, columns, transcript=False))
-        return summary, items
+        return [*tables, items]
 
     def write(self, out: str | os.PathLike) -> list[Path]:
         """Write ``out``: Markdown if it ends in ``.md``, JSON if ``.json``, otherwise a folder with
@@ -397,6 +431,16 @@ def _audio_files(folder: Path) -> dict[str, Path]:
     return files
 
 
+def speaker_reference_files(references: Path | None, limit: int = 64) -> list[Path]:
+    """Up to ``limit`` clips spread evenly over the sorted folder of a speaker's real clips (none without
+    a folder): the speaker reference of similarity."""
+    paths = list(_audio_files(Path(references)).values()) if references is not None else []
+    if not paths:
+        return []
+    picks = np.linspace(0, len(paths) - 1, min(len(paths), limit)).round().astype(int)
+    return [paths[i] for i in np.unique(picks)]
+
+
 def evaluate_folder(
     audio_dir: Path,
     metadata: Path | None = None,
@@ -419,11 +463,7 @@ def evaluate_folder(
         raise EvaluationError(f"{audio_dir}: not a folder")
     pairs = read_eval_metadata(Path(metadata) if metadata is not None else audio_dir / "metadata.csv")
     reference_files: dict[str, Path] = _audio_files(Path(references)) if references is not None else {}
-    paths = list(reference_files.values())
-    speaker_references = []
-    if paths:
-        picks = np.linspace(0, len(paths) - 1, min(len(paths), max_speaker_references)).round().astype(int)
-        speaker_references = [paths[i] for i in np.unique(picks)]
+    speaker_references = speaker_reference_files(references, max_speaker_references)
     items = []
     for utt_id, text in pairs:
         candidates = [audio_dir / f"{utt_id}{suffix}" for suffix in AUDIO_SUFFIXES]

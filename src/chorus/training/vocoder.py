@@ -2,17 +2,21 @@
 the progress bar are every training loop's own (:mod:`chorus.training.checkpoint`,
 :mod:`~chorus.training.loss_log`, :mod:`~chorus.training.progress`).
 
-Data: random 0.5-1 s crops of every ``**/wavs/*.wav`` under ``data_root`` (LJSpeech-style
-``<speaker>/wavs/``), read from disk on demand; mels are computed on the fly with the same
+Data: random 0.5-1 s crops of every ``**/wavs/*.wav`` under the data roots (LJSpeech-style
+``<speaker>/wavs/``; for the shipped vocoder ``corpus_out/train`` and ``corpus_out/vocoder``), read
+from disk on demand; mels are computed on the fly with the same
 :class:`~chorus.audio.mel.MelSpectrogram` the acoustic model uses, so vocoder and model agree.
 With ``aligned_model`` (fine-tuning, usually with ``init_from``) the vocoder is fed that acoustic
 model's teacher-forced log-mels of the clips instead (:class:`AlignedSampler`), and still judged
 against the clips themselves.
 
 Loss: L1 between the log-mels of output and input, plus a multi-resolution STFT loss (spectral
-convergence + log-magnitude L1 at 3 resolutions, Yamamoto et al., Parallel WaveGAN). Optionally a
-small multi-resolution spectrogram discriminator (UnivNet's MRD) with least-squares GAN and
-feature-matching losses; off by default because it roughly doubles the CPU cost of a step.
+convergence + log-magnitude L1 at 3 resolutions, Yamamoto et al., Parallel WaveGAN). Optionally
+adversarial training, as HiFi-GAN and Vocos train: a multi-period discriminator on the waveform
+(``"period"``, HiFi-GAN's MPD) and a multi-resolution spectrogram discriminator (``"resolution"``,
+UnivNet's MRD), both made light for a CPU, with least-squares GAN and feature-matching losses; off by
+default in a run from scratch because it multiplies the CPU cost of a step (see
+:class:`VocoderTrainConfig`).
 
 Every step's randomness comes from ``(seed, step)`` and the learning rate depends only on the step,
 so a resumed run follows exactly the path of an uninterrupted one.
@@ -21,7 +25,9 @@ so a resumed run follows exactly the path of an uninterrupted one.
 
 * ``vocoder.safetensors`` + ``vocoder.json``: latest weights, ``load_vocoder(out_dir)`` reads them;
 * ``checkpoint/``: the same plus the training state (:mod:`chorus.training.checkpoint`: optimizer
-  tensors, the discriminator, step, config, optimizer hyperparameters); no pickle anywhere;
+  tensors, the discriminators, step, config, optimizer hyperparameters); no pickle anywhere. With
+  ``checkpoint_optimizers=False`` it keeps weights only (small enough to commit); a run resumed from it
+  starts its Adam moments afresh, which with beta2 = 0.9 are re-estimated within ~20 steps;
 * ``loss.csv`` (means over each ``log_every`` steps; ``seconds`` counts from the start of this call)
   and ``loss.png``; ``samples/`` with a reference clip and its resynthesis at each checkpoint.
 """
@@ -31,6 +37,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -54,6 +61,8 @@ from chorus.training.progress import step_progress
 
 CHECKPOINT = "checkpoint"
 PLOTTED = ("loss", "mel_l1", "stft_sc", "stft_log_mag")
+ADVERSARIAL_PLOTTED = ("adversarial", "feature_matching", "discriminator")
+DISCRIMINATORS = ("period", "resolution")
 
 
 @dataclass(frozen=True)
@@ -77,12 +86,19 @@ class VocoderTrainConfig:
     stft_loss_weight: float = 1.0
     # (n_fft, hop, window) of Parallel WaveGAN's multi-resolution STFT loss; the discriminator uses them too.
     stft_resolutions: tuple[tuple[int, int, int], ...] = ((512, 50, 240), (1024, 120, 600), (2048, 240, 1200))
-    discriminator: bool = False
-    discriminator_channels: int = 8  # ~1.2 s/step with the default Vocos at 1 thread, vs 0.33 without
-    # HiFi-GAN's 1 : 2 : 45 (adversarial : feature matching : mel L1), relative to mel_loss_weight 1.
-    adversarial_weight: float = 0.025
-    feature_matching_weight: float = 0.05
+    # Adversarial training: any of DISCRIMINATORS; () trains on the reconstruction losses alone.
+    discriminators: tuple[str, ...] = ()
+    discriminator_channels: int = 8  # the spectrogram discriminator's convs
+    # HiFi-GAN's periods, primes so that no two see the same samples side by side; its channels are
+    # 32 ... 1024, ~300x the compute of these.
+    periods: tuple[int, ...] = (2, 3, 5, 7, 11)
+    period_channels: tuple[int, ...] = (16, 32, 64, 64)
+    # HiFi-GAN's 1 : 2 : 45 (adversarial : feature matching : mel L1) is 0.022 : 0.044 : 1; the STFT loss
+    # here doubles the reconstruction terms, so twice that.
+    adversarial_weight: float = 0.05
+    feature_matching_weight: float = 0.1
     checkpoint_every: int = 500
+    checkpoint_optimizers: bool = True  # False: weights only (see the module docstring)
     log_every: int = 10
     seed: int = 0
     # Fine-tuning: start from this saved vocoder's weights (None: from scratch) ...
@@ -92,6 +108,9 @@ class VocoderTrainConfig:
     # model's smoother spectra into the recordings. None: the clips' own log-mels.
     aligned_model: str | None = None
     aligned_clips_per_voice: int = 40
+    # Share of each batch drawn from those forced mels; the rest are crops of the data roots with their
+    # own mels, so a vocoder tuned to the model's spectra keeps its copy synthesis of real speech.
+    aligned_fraction: float = 1.0
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -103,7 +122,14 @@ class VocoderTrainConfig:
         fields["mel"] = MelConfig(**fields["mel"])
         fields["betas"] = tuple(fields["betas"])  # JSON made them lists
         fields["stft_resolutions"] = tuple(tuple(r) for r in fields["stft_resolutions"])
+        for name in ("discriminators", "periods", "period_channels"):
+            fields[name] = tuple(fields[name])
         return cls(**fields)
+
+    def __post_init__(self) -> None:
+        unknown = set(self.discriminators) - set(DISCRIMINATORS)
+        if unknown:
+            raise ValueError(f"unknown discriminators {sorted(unknown)}; known: {', '.join(DISCRIMINATORS)}")
 
 
 @dataclass(frozen=True)
@@ -118,16 +144,17 @@ class VocoderTrainResult:
 
 
 class SegmentSampler:
-    """Random crops of every ``**/wavs/*.wav`` under a root, read from disk when needed.
+    """Random crops of every ``**/wavs/*.wav`` under one or more roots, read from disk when needed.
 
     Files are drawn with probability proportional to duration, so every second of audio is equally
     likely; crops longer than a file are zero-padded; files at another rate are resampled.
     """
 
-    def __init__(self, data_root: Path, sample_rate: int):
-        self.files = sorted(Path(data_root).glob("**/wavs/*.wav"))
+    def __init__(self, data_roots: Sequence[Path], sample_rate: int):
+        self.files = sorted(path for root in data_roots for path in Path(root).glob("**/wavs/*.wav"))
         if not self.files:
-            raise FileNotFoundError(f"{data_root}: no wavs/*.wav found (expected <speaker>/wavs/*.wav)")
+            roots = ", ".join(str(root) for root in data_roots)
+            raise FileNotFoundError(f"{roots}: no wavs/*.wav found (expected <speaker>/wavs/*.wav)")
         infos = [sf.info(str(path)) for path in self.files]
         self.rates = [info.samplerate for info in infos]
         self.lengths = [info.frames for info in infos]
@@ -156,19 +183,22 @@ class SegmentSampler:
 class AlignedSampler:
     """Random crops of (an acoustic model's teacher-forced log-mel of a clip, the clip), frame for frame.
 
-    For each speaker folder under ``data_root`` that is one of ``bundle``'s speakers, its first
+    For each speaker folder under the ``data_roots`` that is one of ``bundle``'s speakers, its first
     ``clips_per_voice`` clips are forced through the model once (:func:`~chorus.synthesis.teacher_forced_mel`)
     and kept in memory: mel ``[frames, n_mels]`` beside audio padded to ``frames * hop`` samples.
     Clips are drawn in proportion to their length, as :class:`SegmentSampler` draws files.
     """
 
-    def __init__(self, data_root: Path, bundle: ModelBundle, clips_per_voice: int, progress: bool = False):
+    def __init__(self, data_roots: Sequence[Path], bundle: ModelBundle, clips_per_voice: int, progress: bool = False):
         folders = sorted(
-            p for p in Path(data_root).iterdir() if (p / "metadata.csv").is_file() and p.name in bundle.speakers
+            p
+            for root in data_roots
+            for p in Path(root).iterdir()
+            if (p / "metadata.csv").is_file() and p.name in bundle.speakers
         )
         if not folders:
             raise FileNotFoundError(
-                f"{data_root}: no speaker folder named after one of the model's speakers "
+                f"{', '.join(str(root) for root in data_roots)}: no speaker folder named after one of the model's speakers "
                 f"({', '.join(bundle.speakers[:5])}, ...)"
             )
         self.hop = bundle.mel_config.hop_length
@@ -234,6 +264,17 @@ def multi_resolution_stft_loss(
     return convergence / len(resolutions), magnitude / len(resolutions)
 
 
+def _feature_maps(stack: nn.ModuleList, x: torch.Tensor) -> list[torch.Tensor]:
+    """Every conv's output in turn (leaky ReLU between them); the last is the logits."""
+    features = []
+    for index, conv in enumerate(stack):
+        x = conv(x)
+        if index < len(stack) - 1:
+            x = F.leaky_relu(x, 0.1)
+        features.append(x)
+    return features
+
+
 class SpectrogramDiscriminator(nn.Module):
     """UnivNet's multi-resolution discriminator, made light: one 2-D conv stack per STFT resolution.
 
@@ -262,14 +303,49 @@ class SpectrogramDiscriminator(nn.Module):
         for (n_fft, hop, win), stack in zip(self.resolutions, self.stacks):
             # [batch, 1, frames, bins]: frequency is the strided axis.
             x = _stft_magnitude(audio, n_fft, hop, win).transpose(1, 2).unsqueeze(1)
-            features = []
-            for index, conv in enumerate(stack):
-                x = conv(x)
-                if index < len(stack) - 1:
-                    x = F.leaky_relu(x, 0.1)
-                features.append(x)
-            outputs.append(features)
+            outputs.append(_feature_maps(stack, x))
         return outputs
+
+
+class PeriodDiscriminator(nn.Module):
+    """HiFi-GAN's multi-period discriminator, made light: per period ``p`` the waveform is folded into
+    ``[samples / p, p]`` and 2-D convs with ``(5, 1)`` kernels look along each phase of the period, so
+    they judge the periodic structure (pitch pulses, their phase) that spectral losses leave loose.
+    ``audio [batch, samples]`` -> per period, a list of feature maps whose last is the logits."""
+
+    def __init__(self, periods: tuple[int, ...], channels: tuple[int, ...]):
+        super().__init__()
+        self.periods = periods
+
+        def stack() -> nn.ModuleList:
+            widths = (1, *channels)
+            convs = [nn.Conv2d(a, b, (5, 1), stride=(3, 1), padding=(2, 0)) for a, b in zip(widths, widths[1:])]
+            return nn.ModuleList([*convs, nn.Conv2d(widths[-1], 1, (3, 1), padding=(1, 0))])
+
+        self.stacks = nn.ModuleList(stack() for _ in periods)
+
+    def forward(self, audio: torch.Tensor) -> list[list[torch.Tensor]]:
+        outputs = []
+        for period, stack in zip(self.periods, self.stacks):
+            x = F.pad(audio, (0, -audio.shape[-1] % period), mode="reflect")
+            outputs.append(_feature_maps(stack, x.view(audio.shape[0], 1, -1, period)))  # [batch, 1, samples / p, p]
+        return outputs
+
+
+class Discriminators(nn.Module):
+    """The configured discriminators side by side: ``audio [batch, samples]`` -> every sub-discriminator's
+    feature maps (last = logits), periods first."""
+
+    def __init__(self, config: VocoderTrainConfig):
+        super().__init__()
+        self.parts = nn.ModuleDict()
+        if "period" in config.discriminators:
+            self.parts["period"] = PeriodDiscriminator(config.periods, config.period_channels)
+        if "resolution" in config.discriminators:
+            self.parts["resolution"] = SpectrogramDiscriminator(config.stft_resolutions, config.discriminator_channels)
+
+    def forward(self, audio: torch.Tensor) -> list[list[torch.Tensor]]:
+        return [features for part in self.parts.values() for features in part(audio)]
 
 
 def discriminator_loss(real: list[list[torch.Tensor]], fake: list[list[torch.Tensor]]) -> torch.Tensor:
@@ -297,13 +373,32 @@ def _load_start(config: VocoderTrainConfig) -> Vocos:
     return start
 
 
+def _load_start_discriminator(config: VocoderTrainConfig, discriminator: nn.Module) -> None:
+    """When ``config.init_from`` is a training run with these discriminators, start from its trained ones: a
+    fresh discriminator would spend its first steps on a generator that is already good."""
+    start = Path(config.init_from)  # a run folder, or its checkpoint folder itself
+    state = load_training_state(start / CHECKPOINT) or load_training_state(start)
+    saved = (
+        {}
+        if state is None
+        else {
+            key.removeprefix("discriminator."): value
+            for key, value in state.tensors.items()
+            if key.startswith("discriminator.")
+        }
+    )
+    own = discriminator.state_dict()
+    if saved.keys() == own.keys() and all(saved[key].shape == own[key].shape for key in own):
+        discriminator.load_state_dict(saved)
+
+
 def learning_rate(step: int, config: VocoderTrainConfig) -> float:
     """Linear warm-up, then exponential decay; depends on the step alone."""
     return config.learning_rate * min(1.0, (step + 1) / config.warmup_steps) * config.lr_decay**step
 
 
 def train_vocoder(
-    data_root: Path,
+    data_roots: Path | Sequence[Path],
     out_dir: Path,
     config: VocoderTrainConfig | None = None,
     steps: int = 20_000,
@@ -317,7 +412,8 @@ def train_vocoder(
     fresh). Without it, an existing checkpoint is refused rather than overwritten. On resume the
     saved config is used; passing a different one is an error.
     """
-    data_root, out_dir = Path(data_root), Path(out_dir)
+    data_roots = [Path(data_roots)] if isinstance(data_roots, str | Path) else [Path(root) for root in data_roots]
+    out_dir = Path(out_dir)
     torch.set_num_threads(threads)
     out_dir.mkdir(parents=True, exist_ok=True)
     checkpoint = out_dir / CHECKPOINT
@@ -337,11 +433,7 @@ def train_vocoder(
     # Model, optional discriminator, optimizers.
     torch.manual_seed(config.seed)
     model = Vocos(config.vocoder, config.mel).train()
-    discriminator = (
-        SpectrogramDiscriminator(config.stft_resolutions, config.discriminator_channels)
-        if config.discriminator
-        else None
-    )
+    discriminator = Discriminators(config) if config.discriminators else None
     adamw = dict(lr=config.learning_rate, betas=config.betas, weight_decay=config.weight_decay)
     optimizers = {"optimizer": torch.optim.AdamW(model.parameters(), **adamw)}
     if discriminator is not None:
@@ -349,21 +441,24 @@ def train_vocoder(
     modules = {"discriminator": discriminator} if discriminator is not None else {}
     if state is not None:
         model.load_state_dict(load_file(str(checkpoint / WEIGHTS_FILE)))
-        state.restore(optimizers, modules)
+        # A weights-only checkpoint has no optimizer entries: those optimizers start afresh.
+        state.restore({name: o for name, o in optimizers.items() if name in state.meta}, modules)
         start_step = int(state.meta["step"])
     else:
         start_step = 0
         if config.init_from:
             model.load_state_dict(_load_start(config).state_dict())
+            if discriminator is not None:
+                _load_start_discriminator(config, discriminator)
 
     # Data and losses.
-    sampler = SegmentSampler(data_root, config.mel.sample_rate)
+    sampler = SegmentSampler(data_roots, config.mel.sample_rate)
     aligned = None
     if config.aligned_model:
         bundle = load_bundle(config.aligned_model)
         if bundle.mel_config != config.mel:
             raise ValueError(f"{config.aligned_model}: the model's mel settings differ from the vocoder's")
-        aligned = AlignedSampler(data_root, bundle, config.aligned_clips_per_voice, show_progress)
+        aligned = AlignedSampler(data_roots, bundle, config.aligned_clips_per_voice, show_progress)
     to_mel = MelSpectrogram(config.mel)
     hop = config.mel.hop_length
     segment_frames = (
@@ -391,11 +486,17 @@ def train_vocoder(
             # Batch: one crop length per step (crops must stack), all randomness from (seed, step).
             rng = np.random.default_rng([config.seed, step])
             frames = int(rng.integers(*segment_frames, endpoint=True))
-            if aligned is None:
-                audio = sampler.batch(rng, config.batch_size, frames * hop)
-                input_mel = None
-            else:
-                audio, input_mel = aligned.batch(rng, config.batch_size, frames)
+            forced = 0 if aligned is None else round(config.batch_size * config.aligned_fraction)
+            audios, input_mels = [], []  # input mels [batch, frames, n_mels]: frame i starts at sample i * hop
+            if forced < config.batch_size:
+                audios.append(sampler.batch(rng, config.batch_size - forced, frames * hop))
+                with torch.no_grad():
+                    input_mels.append(to_mel(audios[-1])[:, :frames])
+            if forced:
+                forced_audio, forced_mel = aligned.batch(rng, forced, frames)
+                audios.append(forced_audio)
+                input_mels.append(forced_mel)
+            audio, input_mel = torch.cat(audios), torch.cat(input_mels)
             with torch.no_grad():
                 target_mel = to_mel(audio)  # [batch, frames + 1, n_mels]
             lr = learning_rate(step, config)
@@ -403,8 +504,7 @@ def train_vocoder(
                 for group in optimizer.param_groups:
                     group["lr"] = lr
 
-            # Output is frames * hop long, one hop more than the crop: compare the crop's span.
-            predicted = model(target_mel if input_mel is None else input_mel)[:, : audio.shape[1]]
+            predicted = model(input_mel)  # [batch, frames * hop]: the crop's span
             terms = {}
             if discriminator is not None:
                 terms["discriminator"] = discriminator_loss(discriminator(audio), discriminator(predicted.detach()))
@@ -460,9 +560,12 @@ def train_vocoder(
             progress.update(task, completed=done)
 
             if done % config.checkpoint_every == 0 or done == steps:
-                save_checkpoint(checkpoint, model.save, {"step": done, "config": config.to_dict()}, optimizers, modules)
+                saved_optimizers = optimizers if config.checkpoint_optimizers else {}
+                meta = {"step": done, "config": config.to_dict()}
+                save_checkpoint(checkpoint, model.save, meta, saved_optimizers, modules)
                 model.save(out_dir)
-                plot_losses(log.path, out_dir / "loss.png", PLOTTED, title="vocoder training", log_scale=True)
+                plotted = PLOTTED + (ADVERSARIAL_PLOTTED if discriminator is not None else ())
+                plot_losses(log.path, out_dir / "loss.png", plotted, title="vocoder training", log_scale=True)
                 model.eval()
                 with torch.inference_mode():
                     resynthesis = model(to_mel(torch.from_numpy(reference)[None]))[0]
@@ -479,7 +582,7 @@ def train_vocoder(
 
 
 def train_vocoder_command(
-    data_root: Path,
+    data_roots: Sequence[Path],
     out: Path,
     steps: int,
     resume: bool,
@@ -488,13 +591,21 @@ def train_vocoder_command(
     aligned_model: Path | None = None,
     aligned_clips: int = 40,
     learning_rate: float | None = None,
+    adversarial: bool = False,
+    weights_only: bool = False,
+    aligned_fraction: float = 1.0,
 ) -> VocoderTrainResult:
     """``chorus train-vocoder``: train the default CPU-sized Vocos, or fine-tune ``init_from`` (with its
-    architecture), optionally on ``aligned_model``'s teacher-forced mels; returns the run's result."""
+    architecture), optionally on ``aligned_model``'s teacher-forced mels and with both discriminators
+    (``adversarial``); returns the run's result."""
     config = None  # a resumed run takes its saved config
-    if init_from or aligned_model or learning_rate:
+    if init_from or aligned_model or learning_rate or adversarial or weights_only:
         config = VocoderTrainConfig(
-            aligned_model=str(aligned_model) if aligned_model else None, aligned_clips_per_voice=aligned_clips
+            aligned_model=str(aligned_model) if aligned_model else None,
+            aligned_clips_per_voice=aligned_clips,
+            aligned_fraction=aligned_fraction,
+            discriminators=DISCRIMINATORS if adversarial else (),
+            checkpoint_optimizers=not weights_only,
         )
         if init_from:
             start = load_vocoder(init_from, mel_config=config.mel)  # its architecture; checked when loaded
@@ -503,4 +614,4 @@ def train_vocoder_command(
             )
         if learning_rate:
             config = dataclasses.replace(config, learning_rate=learning_rate)
-    return train_vocoder(data_root, out, config, steps=steps, resume=resume, threads=threads)
+    return train_vocoder(data_roots, out, config, steps=steps, resume=resume, threads=threads)

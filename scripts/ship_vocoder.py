@@ -1,0 +1,171 @@
+"""Ship a trained neural vocoder as Chorus's, with its card, and record the base's default way of speaking.
+
+    python scripts/ship_vocoder.py checkpoints/vocoder-gan checkpoints/vocoder-gta \
+        --report bench/results/naturalness/naturalness.json --default-vocoder neural --postfilter 1.2:1.2
+
+The last run folder's weights (its ``checkpoint/``) become ``src/chorus/assets/vocoder/`` with a
+``MODEL_CARD.md`` made from every stage's own record (config, steps, data, loss log) and the naturalness
+benchmark's figures; each stage's loss curves are copied beside it. The base's ``config.json`` gets the
+chosen ``default_vocoder`` and ``postfilter`` (its weights, and so its hash, are untouched) and its card's
+line on them is rewritten.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import re
+import shutil
+from pathlib import Path
+
+from chorus.audio.postfilter import MelPostFilter
+from chorus.audio.vocoders import load_vocoder
+from chorus.audio.vocoders.base import CONFIG_FILE, WEIGHTS_FILE
+from chorus.models.bundle import file_sha256
+from chorus.synthesis import DEFAULT_BASE, DEFAULT_VOCODER
+from chorus.training.checkpoint import load_training_state
+from chorus.training.vocoder import CHECKPOINT
+
+# What the vocoder this one started from was (its card, before this script replaced it).
+ORIGIN = (
+    "12,000 steps from scratch on the 36 pretraining voices of the offline corpus (12.5 h, espeak-ng, flite and "
+    "festival voices and their sox variants), L1 on log-mel + 3-resolution STFT loss, no discriminator "
+    "(`chorus train-vocoder corpus_out/train --steps 12000`)"
+)
+
+
+def training_seconds(log: Path) -> tuple[int, float]:
+    """(steps logged, seconds inside training) of a loss.csv whose ``seconds`` restart at each resume."""
+    total, last, steps = 0.0, 0.0, 0
+    with log.open() as handle:
+        for row in csv.DictReader(handle):
+            seconds = float(row["seconds"])
+            if seconds < last:
+                total += last
+            last, steps = seconds, int(row["step"])
+    return steps, total + last
+
+
+def stage_lines(index: int, run: Path) -> list[str]:
+    state = load_training_state(run / CHECKPOINT)
+    config = state.meta["config"]
+    steps, seconds = training_seconds(run / "loss.csv")
+    with (run / "loss.csv").open() as handle:
+        rows = list(csv.DictReader(handle))
+    last = {k: float(v) for k, v in rows[-1].items() if k not in ("step", "lr", "seconds")}
+    data = config.get("aligned_model")
+    fed = (
+        f"{100 * config['aligned_fraction']:.0f}% of each batch: the base's teacher-forced mels of "
+        f"{config['aligned_clips_per_voice']} clips per base speaker in the data (ground-truth-aligned), judged "
+        "against the clips; the rest: crops of the data with their own mels"
+        if data
+        else "crops of the data with their own mels"
+    )
+    return [
+        f"{index}. `{run}` ({steps:,} steps, {seconds / 3600:.2f} h of training on 1 CPU thread of a shared 2-core "
+        f"machine), from `{config['init_from']}`: discriminators {', '.join(config['discriminators']) or 'none'} "
+        f"(periods {config['periods']}, channels {config['period_channels']}; spectrogram convs "
+        f"{config['discriminator_channels']}), least-squares GAN weight {config['adversarial_weight']:g}, feature "
+        f"matching {config['feature_matching_weight']:g}, beside mel L1 {config['mel_loss_weight']:g} and STFT "
+        f"{config['stft_loss_weight']:g}; batch {config['batch_size']} crops of {config['min_segment_seconds']:g}-"
+        f"{config['max_segment_seconds']:g} s; AdamW peak lr {config['learning_rate']:g}; {fed}. Last logged "
+        + ", ".join(f"{k} {v:.3f}" for k, v in last.items())
+        + f". Curves: `loss-stage{index}.png`.",
+    ]
+
+
+def figures(report: dict) -> list[str]:
+    summary = report["summary"]
+    voices = list(dict.fromkeys(key.split("|")[0] for key in summary if not key.startswith("piper-joe|Piper")))
+    systems = [s for s in dict.fromkeys(key.split("|")[1] for key in summary) if s.startswith(("copy", "recordings"))]
+    lines = ["| voice | " + " | ".join(systems) + " |", "|---|" + "---|" * len(systems)]
+    for voice in voices:
+        cells = []
+        for system in systems:
+            value = summary.get(f"{voice}|{system}")
+            cells.append("" if value is None else f"{value['mos']:.2f} ({100 * value['wer']:.0f}%)")
+        lines.append(f"| {voice} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("runs", type=Path, nargs="+", help="training run folders, in the order they ran")
+    parser.add_argument("--report", type=Path, required=True, help="bench/naturalness.py's naturalness.json")
+    parser.add_argument("--default-vocoder", choices=["griffin-lim", "neural"], required=True)
+    parser.add_argument("--postfilter", default="1:1", help="the base's post-filter, GV:CONTRAST")
+    args = parser.parse_args()
+    final = args.runs[-1] / CHECKPOINT
+    vocoder = load_vocoder(final)
+    postfilter = MelPostFilter(*(float(x) for x in args.postfilter.split(":")))
+    report = json.loads(args.report.read_text())
+
+    DEFAULT_VOCODER.mkdir(parents=True, exist_ok=True)
+    for name in (WEIGHTS_FILE, CONFIG_FILE):
+        shutil.copy(final / name, DEFAULT_VOCODER / name)
+    (DEFAULT_VOCODER / "loss.png").unlink(missing_ok=True)
+    for index, run in enumerate(args.runs, 1):
+        shutil.copy(run / "loss.png", DEFAULT_VOCODER / f"loss-stage{index}.png")
+    config = vocoder.config
+    parameters = sum(p.numel() for p in vocoder.parameters())
+    lines = [
+        "# Chorus neural vocoder (Vocos-style, adversarially fine-tuned)",
+        "",
+        f"Log-mel (80 bins, 22,050 Hz, hop 256, n_fft 1024, fmax 8 kHz, natural log) -> waveform through a ConvNeXt "
+        f"backbone and an inverse-STFT head (Vocos; Siuzdak 2023). {parameters / 1e6:.2f} M parameters (`dim "
+        f"{config.dim}, intermediate {config.intermediate_dim}, {config.num_layers} layers, kernel "
+        f"{config.kernel_size}`); `{WEIGHTS_FILE}` sha256 `{file_sha256(DEFAULT_VOCODER / WEIGHTS_FILE)}`.",
+        "",
+        "## How it was made",
+        "",
+        f"0. Its start: {ORIGIN}.",
+        *[line for index, run in enumerate(args.runs, 1) for line in stage_lines(index, run)],
+        "",
+        "Data of the stages: `corpus_out/train` (the base speakers flite-rms, flite-awb, festival-kal, flite-kal16, "
+        "flite-kal16-speed135, festival-kal-speed135 at a quarter of their corpus clips: `chorus corpus build "
+        "corpus_out --scale 0.25 --speakers ...`) and `corpus_out/vocoder` (`chorus.corpus.speakers."
+        "VOCODER_SPEAKERS`: Piper joe reading 160 other sentences each, resampled by sox `speed` 0.9, 1.1, 1.25 "
+        "and 1.4). **Shared source:** the held-out piper-joe dataset comes from the same Piper voice; none of its "
+        "adaptation or evaluation sentences was read for the vocoder (tested), but its copy-synthesis figures are "
+        "those of a voice whose relatives the vocoder heard. flite-slt and festival-ked share nothing with it.",
+        "",
+        "Each stage resumes from its committed weights-only checkpoint (`checkpoints/vocoder-*/checkpoint`: "
+        "generator and discriminators; Adam's moments start afresh, re-estimated within ~20 steps at beta2 0.9):",
+        "",
+        "```bash",
+        *[
+            f"chorus train-vocoder corpus_out/train corpus_out/vocoder --out {run} --adversarial --weights-only ..."
+            for run in args.runs
+        ],
+        "```",
+        "",
+        "## Measured (`bench/naturalness.py`, distillmos MOS (Whisper WER)), copy synthesis: recordings -> log-mel -> "
+        "vocoder",
+        "",
+        *figures(report),
+        "",
+        "Free synthesis, the choice of the default and the post-filter: `bench/results/naturalness/naturalness.md`.",
+        "",
+    ]
+    (DEFAULT_VOCODER / "MODEL_CARD.md").write_text("\n".join(lines))
+
+    config_path = DEFAULT_BASE / "config.json"
+    base = json.loads(config_path.read_text())
+    base["info"]["default_vocoder"] = args.default_vocoder
+    base["info"]["postfilter"] = postfilter.to_dict()
+    config_path.write_text(json.dumps(base, indent=2) + "\n")
+    card_path = DEFAULT_BASE / "MODEL_CARD.md"
+    card = card_path.read_text()
+    line = (
+        f"* Default vocoder: {args.default_vocoder}, after the post-filter global variance "
+        f"{postfilter.global_variance:g}, contrast {postfilter.contrast:g} (`chorus.audio.postfilter`), chosen by "
+        "`bench/naturalness.py` (best predicted MOS at WER within 1 point of Griffin-Lim's; "
+        "`bench/results/naturalness/`). The neural vocoder is `assets/vocoder/`, see its card."
+    )
+    card_path.write_text(re.sub(r"^\* Default vocoder:.*$", line, card, count=1, flags=re.MULTILINE))
+    print(f"shipped {final} as {DEFAULT_VOCODER}; base defaults: {args.default_vocoder}, {postfilter}")
+
+
+if __name__ == "__main__":
+    main()
