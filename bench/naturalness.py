@@ -49,6 +49,7 @@ from chorus.models.bundle import load_bundle
 from chorus.peers.piper import load_joe
 from chorus.synthesis import DEFAULT_VOCODER, Synthesizer
 from chorus.training.adapt import AdaptConfig, adapt
+from chorus.yardsticks import start_speaker_of
 
 BASE_VOICES = "flite-rms,flite-awb,festival-kal,flite-kal16"
 HELDOUT_VOICES = "piper-joe,flite-slt,festival-ked"
@@ -185,31 +186,32 @@ def main() -> None:
         peak = float(np.abs(audio).max()) if audio.size else 0.0
         return (audio * (0.99 / peak) if peak > 0.99 else audio), time.perf_counter() - started
 
-    for voice in [*base_voices, *heldout_voices]:
-        adapted = names.get(voice)
-        speaker = None if adapted else voice
-        add(voice, "recordings", recordings[voice])
-        recorded = [torch.from_numpy(log_mel(audio, bundle.mel_config)) for audio in recordings[voice]]
-        timed = [tts.teacher_forced(text, mel, speaker, adapted) for text, mel in zip(texts[voice], recorded)]
+    def speak_freely(voice: str, prefix: str, speaker: str | None, adapted: str | None) -> None:
+        """Rows ``<prefix> <vocoder>`` (and with each post-filter): the model with its own durations. Their RTF
+        is the acoustic model's forward plus the post-filter and the vocoder, per clip."""
         free, model_seconds = [], []
         for text in texts[voice]:
             started = time.perf_counter()
             free.append(tts.mel([text], speaker, voice=adapted)[0])
             model_seconds.append(time.perf_counter() - started)
         for label in vocoders:
+            for post in [None, *postfilters]:
+                spoken = [vocode(label, mel if post is None else partial(post, mel)) for mel in free]
+                system = f"{prefix} {label}" + ("" if post is None else f" {postfilter_label(post)}")
+                add(voice, system, [a for a, _ in spoken], [s + m for (_, s), m in zip(spoken, model_seconds)])
+
+    for voice in [*base_voices, *heldout_voices]:
+        adapted = names.get(voice)
+        speaker = None if adapted else voice
+        add(voice, "recordings", recordings[voice])
+        recorded = [torch.from_numpy(log_mel(audio, bundle.mel_config)) for audio in recordings[voice]]
+        timed = [tts.teacher_forced(text, mel, speaker, adapted) for text, mel in zip(texts[voice], recorded)]
+        for label in vocoders:
             add(voice, f"copy {label}", [vocode(label, mel)[0] for mel in recorded])
             add(voice, f"timed {label}", [vocode(label, mel)[0] for mel in timed])
-            spoken = [vocode(label, mel) for mel in free]
-            # RTF of free synthesis: the acoustic model's forward plus this vocoder, per clip.
-            add(voice, f"free {label}", [a for a, _ in spoken], [s + m for (_, s), m in zip(spoken, model_seconds)])
-            for post in postfilters:
-                spoken = [vocode(label, partial(post, mel)) for mel in free]  # post-filter timed too
-                add(
-                    voice,
-                    f"free {label} {postfilter_label(post)}",
-                    [a for a, _ in spoken],
-                    [s + m for (_, s), m in zip(spoken, model_seconds)],
-                )
+        speak_freely(voice, "free", speaker, adapted)
+        if adapted:  # the base speaker the voice started from, on the same sentences
+            speak_freely(voice, "start", start_speaker_of(voice_dirs[voice]), None)
         print(f"{voice}: synthesized", flush=True)
 
     joe = load_joe(threads=args.threads)
@@ -244,6 +246,7 @@ def main() -> None:
     for label in vocoders:
         systems += [f"copy {label}", f"timed {label}", f"free {label}"]
     systems += [f"free {label} {postfilter_label(post)}" for label in vocoders for post in postfilters]
+    systems += [s.replace("free", "start", 1) for s in systems if s.startswith("free ")] if heldout_voices else []
     write_results(args, summary, base_voices, heldout_voices, systems, vocoders, report)
 
 
@@ -300,9 +303,11 @@ def write_results(args, summary, base_voices, heldout_voices, systems, vocoders,
     for name, group in (("base speakers", base_voices), ("held-out (adapted)", heldout_voices)):
         if not group:
             continue
-        means = {s: float(np.mean([summary[f"{v}|{s}"]["mos"] for v in group])) for s in systems}
-        wers = {s: float(np.mean([summary[f"{v}|{s}"]["wer"] for v in group])) for s in systems}
-        lines.append(f"| {name} | " + " | ".join(f"{means[s]:.2f} ({100 * wers[s]:.1f}%)" for s in systems) + " |")
+        present = [s for s in systems if all(f"{v}|{s}" in summary for v in group)]
+        means = {s: float(np.mean([summary[f"{v}|{s}"]["mos"] for v in group])) for s in present}
+        wers = {s: float(np.mean([summary[f"{v}|{s}"]["wer"] for v in group])) for s in present}
+        cells = [f"{means[s]:.2f} ({100 * wers[s]:.1f}%)" if s in means else "" for s in systems]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
         for label in vocoders:
             losses += [
                 (means["recordings"] - means[f"copy {label}"], f"{name}: the vocoder `{label}` (recordings -> copy)"),
@@ -350,6 +355,22 @@ def write_results(args, summary, base_voices, heldout_voices, systems, vocoders,
         f"WER {100 * base_mean(chosen, 'wer'):.1f}% against {100 * base_mean(today, 'wer'):.1f}%).",
         "",
     ]
+    if heldout_voices:
+        lines += [
+            f"Adapted voices ({args.minutes:g} min) against their start speakers on the base, same sentences "
+            "(MOS, WER %):",
+            "",
+            "| voice | system | adapted | start speaker |",
+            "|---|---|---|---|",
+        ]
+        for voice in heldout_voices:
+            for system in dict.fromkeys([today, chosen]):
+                mine, start = summary[f"{voice}|{system}"], summary[f"{voice}|{system.replace('free', 'start', 1)}"]
+                lines.append(
+                    f"| {voice} | {system} | {mine['mos']:.2f} ({100 * mine['wer']:.1f}) | "
+                    f"{start['mos']:.2f} ({100 * start['wer']:.1f}) |"
+                )
+        lines.append("")
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "naturalness.md").write_text("\n".join(lines))
     (args.out / "naturalness.json").write_text(
