@@ -183,6 +183,20 @@ def test_keys_are_long_and_kept_hashed(tmp_path):
     assert CliRunner().invoke(app, ["serve-key", "Bad!"]).exit_code != 0
 
 
+def test_an_empty_keys_file_refuses_to_start_rather_than_open_the_server(tmp_path):
+    from typer.testing import CliRunner
+
+    from chorus.cli import app
+
+    empty = tmp_path / "keys.txt"
+    for text in ["", "\n\n", "# ann's key was here\n", "{}", "[]"]:
+        empty.write_text(text)
+        with pytest.raises(ValueError, match="no API keys in it"):
+            Tenants.load(empty, env={})
+    result = CliRunner().invoke(app, ["serve", "--store", str(tmp_path / "store"), "--keys", str(empty)])
+    assert result.exit_code != 0 and "no API keys in it" in result.output and "start without --keys" in result.output
+
+
 def test_keys_file_env_and_bind_rules(tmp_path):
     lines = tmp_path / "keys.txt"
     lines.write_text("# key tenant\nk1-abcdef-0123456789 acme\n\nk2-abcdef-0123456789 globex\n")

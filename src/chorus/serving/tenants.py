@@ -99,6 +99,11 @@ class Tenants:
         pairs: list[tuple[str, str]] = []
         if keys_file is not None:
             pairs += parse_keys_file(keys_file)
+            if not pairs:  # a keys file that lost its lines must not open the server to everyone
+                raise ValueError(
+                    f"{keys_file}: no API keys in it (blank or comments only); to serve single-tenant without "
+                    "keys on purpose, start without --keys (loopback only)"
+                )
         if env.get(ENV_VAR, "").strip():
             pairs += parse_env(env[ENV_VAR])
         return cls.from_pairs(pairs, where=str(keys_file) if keys_file else ENV_VAR)
