@@ -1382,3 +1382,18 @@ def test_a_job_taken_and_finished_by_another_server_leaves_no_copy_here(new_voic
         dead.mkdir()
         runner.remove_finished()
         assert {p.name for p in runner.jobs_dir.iterdir()} == {jobs[1].job_id, checking.name, "consent.jsonl"}
+
+
+def test_inputs_that_broke_the_parsers_are_400s(tenants_app):
+    """A lone surrogate in any text field, an ordinal of 500 digits, transcripts nested 100,000 deep."""
+    client, _ = tenants_app
+    for field in ("input", "model", "voice"):
+        body = {"model": "chorus", "input": "Hello there.", "voice": "m3"} | {field: "Hello \ud800 there"}
+        response = client.post(
+            "/v1/audio/speech", content=json.dumps(body), headers=ACME | {"Content-Type": "application/json"}
+        )
+        assert_error(response, 400, "not valid Unicode")
+    ordinal = f'<speak><say-as interpret-as="ordinal">{"9" * 500}</say-as></speak>'
+    assert_error(speak(client, input=ordinal), 400, "at most 30 digits")
+    with pytest.raises(UploadError, match="nested over 32 levels deep"):
+        parse_transcripts("{" + '"a":[' * 100_000 + "]" * 100_000 + "}")

@@ -36,6 +36,11 @@ def loads_bounded(body: bytes, max_depth: int = MAX_DEPTH) -> object:
     if _LONG_NUMBER.search(outside_strings):
         raise BodyError(f"the request body has a number over {MAX_NUMBER_CHARS} characters long")
     try:
-        return json.loads(body)
+        data = json.loads(body)
     except (json.JSONDecodeError, UnicodeDecodeError, RecursionError, ValueError):
         raise BodyError("the request body is not valid JSON") from None
+    try:  # JSON may escape half of a surrogate pair ("\\ud800"): no character, and no text can hold it
+        json.dumps(data, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        raise BodyError("the request body holds a string that is not valid Unicode (a lone surrogate escape)") from None
+    return data

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import io
-import json
 import re
 import stat
 import zipfile
@@ -22,6 +21,7 @@ import numpy as np
 import soundfile as sf
 
 from chorus.audio.io import decode_with_av
+from chorus.serving.json_body import BodyError, loads_bounded
 
 AUDIO_SUFFIXES = (".wav", ".flac", ".ogg", ".oga", ".opus", ".mp3", ".aiff", ".aif", ".m4a", ".aac", ".webm")
 _SAFE_ID = re.compile(r"[^A-Za-z0-9_-]+")
@@ -68,10 +68,10 @@ def parse_transcripts(text: str) -> dict[str, str]:
     if not text:
         raise UploadError("'transcripts' is empty: give a JSON object {filename: text} or lines 'filename|text'")
     if text.startswith("{"):
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as error:
-            raise UploadError(f"'transcripts' is not valid JSON: {error}") from None
+        try:  # bounded as request bodies are: nesting thousands deep would overflow json's recursion
+            data = loads_bounded(text.encode("utf-8", "surrogatepass"))
+        except BodyError as error:
+            raise UploadError(f"'transcripts': {str(error).replace('the request body', 'the JSON')}") from None
         if not isinstance(data, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in data.items()):
             raise UploadError("'transcripts' JSON must be an object of filename -> text strings")
         return dict(data)

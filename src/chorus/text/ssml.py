@@ -22,6 +22,9 @@ SUPPORTED = ("speak", "break", "say-as", "phoneme", "sub", "p", "s")
 _TIME = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s)\s*$")
 
 
+MAX_ORDINAL_DIGITS = 30
+
+
 class SsmlError(ValueError):
     """SSML this reader cannot follow; the message names the element or attribute."""
 
@@ -135,6 +138,8 @@ def _say_as(element: ElementTree.Element) -> str:
     if kind == "ordinal":
         if not digits.isdigit():
             raise SsmlError(f"SSML <say-as interpret-as='ordinal'>: {content!r} is not a whole number")
+        if len(digits) > MAX_ORDINAL_DIGITS:  # num2words overflows; nobody says a longer ordinal anyway
+            raise SsmlError(f"SSML <say-as interpret-as='ordinal'>: at most {MAX_ORDINAL_DIGITS} digits")
         return num2words(int(digits), to="ordinal").replace("-", " ")
     return _date(content, element.get("format", "mdy"))
 
