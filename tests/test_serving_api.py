@@ -45,7 +45,7 @@ from chorus.serving.api import create_app  # noqa: E402
 from chorus.serving.engine import Engine  # noqa: E402
 from chorus.serving.quotas import RateLimiter  # noqa: E402
 from chorus.serving.settings import AdaptRecipe, Limits, ServerSettings, TenantLimits  # noqa: E402
-from chorus.serving.store import JobStatus, VoiceStatus, VoiceStore  # noqa: E402
+from chorus.serving.store import JobStatus, QuotaReached, VoiceStatus, VoiceStore  # noqa: E402
 from chorus.serving.tenants import (  # noqa: E402
     Tenants,
     Unauthorized,
@@ -1397,3 +1397,21 @@ def test_inputs_that_broke_the_parsers_are_400s(tenants_app):
     assert_error(speak(client, input=ordinal), 400, "at most 30 digits")
     with pytest.raises(UploadError, match="nested over 32 levels deep"):
         parse_transcripts("{" + '"a":[' * 100_000 + "]" * 100_000 + "}")
+
+
+def test_a_failed_voice_replaced_at_the_voice_quota_is_not_counted_twice(tmp_path, adapter_folders):
+    from chorus.serving.errors import ApiError
+    from chorus.serving.quotas import check_onboarding
+
+    store = VoiceStore(str(tmp_path / "store"))
+    limits = Limits(TenantLimits(voices=2))
+    store.put_voice("acme", "ann", adapter_folders["ann"])
+    failed_job = store.create_job("acme", "again", name="Again")
+    store.update_job(failed_job, status="failed", message="out of disk")
+    assert {v.voice_id: v.status for v in store.list_voices("acme")}["again"] == "failed"
+    check_onboarding(store, "acme", limits, queued_here=0)  # 2 voices kept, one of them failed: no 429 yet
+    assert store.create_job("acme", "again", name="Again", max_voices=2)  # replacing it: still 2 voices
+    with pytest.raises(QuotaReached, match="at most 2"):
+        store.create_job("acme", "third", name="Third", max_voices=2)
+    with pytest.raises(ApiError, match="delete some to make room"):
+        check_onboarding(store, "acme", limits, queued_here=0)  # ann ready, again training: full

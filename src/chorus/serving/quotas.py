@@ -14,7 +14,7 @@ import time
 
 from chorus.serving.errors import ApiError
 from chorus.serving.settings import Limits
-from chorus.serving.store import QuotaReached, VoiceStore
+from chorus.serving.store import QuotaReached, VoiceStatus, VoiceStore
 
 # A job slot frees when a job ends: minutes for a voice from a few minutes of audio.
 JOB_RETRY_SECONDS = 60
@@ -67,7 +67,9 @@ def check_onboarding(store: VoiceStore, tenant: str, limits: Limits, queued_here
             JOB_RETRY_SECONDS,
             "too_many_jobs",
         )
-    voices = len(store.list_voices(tenant))
+    # Failed voices are left out: this upload may be the one that replaces one. The job's own transaction
+    # counts exactly, with the voice being replaced left out (VoiceStore.create_job).
+    voices = sum(voice.status != VoiceStatus.FAILED for voice in store.list_voices(tenant))
     if voices >= own.voices:
         raise _full(f"you keep {voices} voices (at most {own.voices}); delete some to make room")
     stored = store.stored_bytes(tenant)
