@@ -1275,7 +1275,9 @@ def test_limits_per_tenant_and_server_answer_429(tiny_base, adapter_folders, tmp
         with store._transaction() as db:  # the queued job ends, so only the voice count stands in the way
             db.execute("UPDATE jobs SET status='failed' WHERE tenant='globex'")
         assert_error(client.post("/v1/voices", headers=GLOBEX, **upload), 429, "delete some to make room")
-        # 7 requests so far: the operator's own budget is large, the server's is spent.
+        # 6 requests admitted so far (acme's refused one spent nothing): the operator's own budget is large, the
+        # server's has one left.
+        assert client.get("/v1/voices", headers=OPERATOR).status_code == 200
         assert_error(client.get("/v1/voices", headers=OPERATOR), 429, "over 7 requests a minute on this server")
         assert client.get("/healthz").json() == {"status": "ok"}  # liveness spends no one's budget
 
@@ -1415,3 +1417,14 @@ def test_a_failed_voice_replaced_at_the_voice_quota_is_not_counted_twice(tmp_pat
         store.create_job("acme", "third", name="Third", max_voices=2)
     with pytest.raises(ApiError, match="delete some to make room"):
         check_onboarding(store, "acme", limits, queued_here=0)  # ann ready, again training: full
+
+
+def test_a_tenants_refused_requests_leave_the_servers_budget_to_the_others(tiny_base, tmp_path):
+    limits = Limits(TenantLimits(requests_per_minute=3), requests_per_minute=5)
+    app, _ = make_app(tiny_base, tmp_path / "store", KEYS, dataclasses.replace(SETTINGS, limits=limits))
+    app.state.server.rate = RateLimiter(clock=lambda: 0.0)  # no refill while the test runs
+    with TestClient(app) as client:
+        answers = [client.get("/v1/voices", headers=ACME).status_code for _ in range(10)]
+        assert answers == [200] * 3 + [429] * 7  # acme floods: refused for its key, 3 of the server's spent
+        assert [client.get("/v1/voices", headers=GLOBEX).status_code for _ in range(2)] == [200, 200]
+        assert_error(client.get("/v1/voices", headers=OPERATOR), 429, "over 5 requests a minute on this server")

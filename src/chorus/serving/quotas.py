@@ -30,25 +30,31 @@ class RateLimiter:
         self._buckets: dict[str, tuple[float, float]] = {}  # name -> (tokens, time)
         self._lock = threading.Lock()
 
-    def take(self, name: str, per_minute: int, whose: str) -> None:
-        """Spend one request from ``name``'s bucket; ``ApiError`` 429 with ``Retry-After`` when none is
-        left (``whose`` ends the message: "for this key", "on this server")."""
-        rate = per_minute / 60.0
+    def take(self, *buckets: tuple[str, int, str]) -> None:
+        """Spend one request from each ``(name, per_minute, whose)`` bucket, or from none of them: ``ApiError``
+        429 with ``Retry-After`` naming the first bucket that is empty (``whose`` ends the message: "for this
+        key", "on this server"). All or none, so a request refused by one bucket costs the others nothing."""
         with self._lock:
             now = self.clock()
-            tokens, then = self._buckets.get(name, (float(per_minute), now))
-            tokens = min(float(per_minute), tokens + (now - then) * rate)
-            if tokens < 1.0:
-                self._buckets[name] = (tokens, now)
-                wait = max(1, math.ceil((1.0 - tokens) / rate))
-                raise _busy(f"over {per_minute} requests a minute {whose}", wait, "rate_limit_exceeded")
-            self._buckets[name] = (tokens - 1.0, now)
+            refilled = {}
+            for name, per_minute, _ in buckets:
+                tokens, then = self._buckets.get(name, (float(per_minute), now))
+                refilled[name] = min(float(per_minute), tokens + (now - then) * per_minute / 60.0)
+            for name, per_minute, whose in buckets:
+                if refilled[name] < 1.0:
+                    self._buckets.update({n: (tokens, now) for n, tokens in refilled.items()})
+                    wait = max(1, math.ceil((1.0 - refilled[name]) * 60.0 / per_minute))
+                    raise _busy(f"over {per_minute} requests a minute {whose}", wait, "rate_limit_exceeded")
+            self._buckets.update({n: (tokens - 1.0, now) for n, tokens in refilled.items()})
 
 
 def check_rate(rate: RateLimiter, tenant: str, limits: Limits) -> None:
-    """Spend one of the server's requests and one of ``tenant``'s (``ApiError`` 429)."""
-    rate.take(SERVER, limits.requests_per_minute, "on this server (all keys together)")
-    rate.take(tenant, limits.of(tenant).requests_per_minute, "for this key")
+    """Spend one of ``tenant``'s requests and one of the server's, or neither (``ApiError`` 429): a tenant's
+    refused requests leave the server's budget to the others."""
+    rate.take(
+        (tenant, limits.of(tenant).requests_per_minute, "for this key"),
+        (SERVER, limits.requests_per_minute, "on this server (all keys together)"),
+    )
 
 
 def check_onboarding(store: VoiceStore, tenant: str, limits: Limits, queued_here: int) -> None:
