@@ -144,3 +144,42 @@ def test_mel_matches_librosa() -> None:
     ours = log_mel(audio, config)
     assert ours.shape == reference.shape
     np.testing.assert_allclose(ours, reference, atol=1e-4)
+
+
+class _ReadCounter:
+    """A binary file, seekable or a pipe, that remembers how far it was read."""
+
+    def __init__(self, data: bytes, seekable: bool = True):
+        import io
+
+        self.file, self.furthest = io.BytesIO(data), 0
+        if seekable:
+            self.seek, self.tell = self.file.seek, self.file.tell
+
+    def read(self, size: int = -1) -> bytes:
+        chunk = self.file.read(size)
+        self.furthest = max(self.furthest, self.file.tell())
+        return chunk
+
+
+def test_decoding_stops_at_the_bound_whatever_the_container_declares() -> None:
+    """Ten minutes of quiet AAC is a few hundred kilobytes. Bounded to 30 s, it is refused from its declared
+    duration when the file can be measured (before decoding any of it), and after decoding a little over 30 s
+    when it streams from a pipe (no duration anywhere), having read a small part of it."""
+    from chorus.audio.encode import encode_whole
+    from chorus.audio.io import AudioTooLong, decode_with_av
+
+    rate = 16_000
+    quiet = 0.01 * np.random.default_rng(0).standard_normal(600 * rate).astype(np.float32)
+    data = encode_whole(quiet, rate, "aac")
+    whole = decode_with_av(_ReadCounter(data, seekable=False))
+    assert whole is not None and len(whole[0]) / whole[1] > 590
+    for seekable, seconds in ((True, (590, 700)), (False, (30, 40))):
+        counter = _ReadCounter(data, seekable)
+        with pytest.raises(AudioTooLong) as refused:
+            decode_with_av(counter, max_seconds=30)
+        assert seconds[0] < refused.value.seconds < seconds[1] and refused.value.bound == 30, seekable
+        if not seekable:  # a measurable file may be read through for its duration, but is not decoded
+            assert counter.furthest < 0.2 * len(data)
+    short = decode_with_av(_ReadCounter(encode_whole(quiet[: 5 * rate], rate, "aac")), max_seconds=30)
+    assert short is not None and 4.5 < len(short[0]) / short[1] < 5.5

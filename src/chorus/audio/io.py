@@ -44,24 +44,58 @@ def load_audio(path: str | os.PathLike, sample_rate: int = SAMPLE_RATE) -> np.nd
     return np.ascontiguousarray(mono, dtype=np.float32)
 
 
-def decode_with_av(source: str | os.PathLike | BinaryIO) -> tuple[np.ndarray, int] | None:
+class AudioTooLong(AudioError):
+    """Audio found longer than a caller's bound, before or while it was decoded."""
+
+    def __init__(self, seconds: float, bound: float):
+        super().__init__(f"{seconds:.1f} s or more; at most {bound:g} s")
+        self.seconds, self.bound = seconds, bound
+
+
+def decode_with_av(
+    source: str | os.PathLike | BinaryIO, max_seconds: float | None = None
+) -> tuple[np.ndarray, int] | None:
     """``([samples, 1] float32, rate)`` of any audio FFmpeg decodes (AAC/M4A, WebM, ...: what libsndfile
-    does not read), from a path or a binary file; None if it is not such audio."""
+    does not read), from a path or a binary file; None if it is not such audio.
+
+    ``max_seconds`` bounds the work, whatever the container says or hides: a duration in its metadata over
+    the bound is refused before any decoding, and decoding stops as soon as it passes the bound (raises
+    :class:`AudioTooLong`). A few compressed megabytes can hold hours of silence; decoded whole, they
+    would cost gigabytes."""
     try:
         import av
 
         with av.open(source if hasattr(source, "read") else str(source)) as container:
             stream = container.streams.audio[0]
             rate = stream.rate
+            declared = _declared_seconds(container, stream)
+            if max_seconds is not None and declared is not None and declared > max_seconds:
+                raise AudioTooLong(declared, max_seconds)
+            limit = None if max_seconds is None else int(max_seconds * rate)
             resampler = av.AudioResampler(format="flt", layout="mono", rate=rate)
-            chunks = [
-                out.to_ndarray().reshape(-1) for frame in container.decode(stream) for out in resampler.resample(frame)
-            ]
+            chunks, samples = [], 0
+            for frame in container.decode(stream):
+                for out in resampler.resample(frame):
+                    chunks.append(out.to_ndarray().reshape(-1))
+                    samples += len(chunks[-1])
+                if limit is not None and samples > limit:
+                    raise AudioTooLong(samples / rate, max_seconds)
+    except AudioTooLong:
+        raise
     except Exception:  # noqa: BLE001 - any decoder failure means: not audio we can read
         return None
     if not chunks:
         return None
     return np.concatenate(chunks)[:, None].astype(np.float32), rate
+
+
+def _declared_seconds(container, stream) -> float | None:
+    """The duration the container's metadata declares (stream's, else the container's), if any."""
+    if stream.duration is not None and stream.time_base is not None:
+        return float(stream.duration * stream.time_base)
+    if container.duration is not None:
+        return container.duration / 1_000_000  # AV_TIME_BASE: microseconds
+    return None
 
 
 def save_audio(path: str | os.PathLike, audio: np.ndarray, sample_rate: int = SAMPLE_RATE) -> None:

@@ -20,7 +20,7 @@ from pathlib import Path, PurePosixPath
 import numpy as np
 import soundfile as sf
 
-from chorus.audio.io import decode_with_av
+from chorus.audio.io import AudioTooLong, decode_with_av
 from chorus.serving.json_body import BodyError, loads_bounded
 
 AUDIO_SUFFIXES = (".wav", ".flac", ".ogg", ".oga", ".opus", ".mp3", ".aiff", ".aif", ".m4a", ".aac", ".webm")
@@ -135,7 +135,12 @@ class _DatasetWriter:
             info = sf.info(io.BytesIO(data))
             rate, frames = info.samplerate, info.frames
         except Exception:  # noqa: BLE001 - libsndfile raises several types for non-audio
-            decoded = decode_with_av(io.BytesIO(data))  # AAC/M4A, WebM: FFmpeg's decoders
+            try:  # AAC/M4A, WebM: FFmpeg's decoders, stopped as soon as the clip is longer than it may be
+                decoded = decode_with_av(io.BytesIO(data), max_seconds=longest)
+            except AudioTooLong as error:
+                raise UploadError(
+                    f"{label}: {error.seconds:.1f} s or more; a clip may last at most {longest:g} s"
+                ) from None
             if decoded is None:
                 raise UploadError(
                     f"{label}: not a readable audio file (WAV, FLAC, OGG, MP3, AAC/M4A or WebM)", 415
