@@ -1428,3 +1428,38 @@ def test_a_tenants_refused_requests_leave_the_servers_budget_to_the_others(tiny_
         assert answers == [200] * 3 + [429] * 7  # acme floods: refused for its key, 3 of the server's spent
         assert [client.get("/v1/voices", headers=GLOBEX).status_code for _ in range(2)] == [200, 200]
         assert_error(client.get("/v1/voices", headers=OPERATOR), 429, "over 5 requests a minute on this server")
+
+
+def test_a_job_whose_failure_the_store_refuses_is_failed_once_it_takes_writes(new_voice_data, tmp_path):
+    """A full disk during training, and the database refusing the failure too: the job does not stay
+    running (holding the tenant's job slot); the worker records its failure once the store takes writes."""
+    import sqlite3
+
+    store = VoiceStore(str(tmp_path / "store"))
+
+    def no_space():
+        raise OSError(28, "No space left on device")
+
+    runner = JobRunner(store, tmp_path / "jobs", no_space, AdaptRecipe(), poll_seconds=None)
+    job = OnboardingJob(store.create_job("default", "fiona", name="Fiona"), "default", "fiona", "Fiona")
+    shutil.copytree(new_voice_data, tmp_path / "jobs" / job.job_id / "voice")
+    update_job, full = store.update_job, [True]
+
+    def refusing_failures(job_id, **fields):
+        if full[0] and fields.get("status") == JobStatus.FAILED:
+            raise sqlite3.OperationalError("database or disk is full")
+        return update_job(job_id, **fields)
+
+    store.update_job = refusing_failures
+    try:
+        runner.run(job)  # nothing escapes to the worker loop
+        assert store.get_job("default", job.job_id).status == JobStatus.RUNNING
+        runner.record_failures()  # still full: kept for later
+        assert store.get_job("default", job.job_id).status == JobStatus.RUNNING
+        full[0] = False
+        runner.record_failures()
+        record = store.get_job("default", job.job_id)
+        assert record.status == JobStatus.FAILED and "internal error" in record.message
+        assert store.active_jobs("default") == 0
+    finally:
+        store.close()

@@ -143,6 +143,10 @@ class JobRunner:
         self._thread: threading.Thread | None = None
         self._closing = threading.Event()
         self._running: str | None = None
+        # Jobs that ended here while the store refused to record it (a full disk, a database down): the
+        # worker records them before anything else, so none stays "running" (and holds its tenant's slot).
+        self._unrecorded: dict[str, str] = {}
+        self._unrecorded_lock = threading.Lock()
 
     # -- lifecycle
     def start(self) -> None:
@@ -290,6 +294,7 @@ class JobRunner:
     def _loop(self) -> None:
         swept = time.monotonic()
         while not self._closing.is_set():
+            self.record_failures()
             try:
                 job = self._queue.get(timeout=self.poll_seconds)
             except queue.Empty:
@@ -401,10 +406,12 @@ class JobRunner:
             self.fail(job.job_id, "training failed with an internal error (see the server log)")
         finally:
             torch.set_num_threads(threads)
-            # A job another worker holds now (this server was found dead meanwhile) keeps its files.
-            if not keep_files and not self._needed(job.tenant, job.job_id):
-                shutil.rmtree(job_dir, ignore_errors=True)
-                self.store.remove_job_inputs(job.job_id)
+            # A job another worker holds now (this server was found dead meanwhile) keeps its files; so does
+            # one whose state the store cannot tell now (the sweep removes them later).
+            with contextlib.suppress(Exception):
+                if not keep_files and job.job_id not in self._unrecorded and not self._needed(job.tenant, job.job_id):
+                    shutil.rmtree(job_dir, ignore_errors=True)
+                    self.store.remove_job_inputs(job.job_id)
 
     def _progress_reporter(self, job: OnboardingJob) -> Callable[[int, int], None]:
         """``adapt``'s step callback: the job's progress from TRAINING_START to TRAINING_END as steps pass,
@@ -437,11 +444,23 @@ class JobRunner:
 
     def fail(self, job_id: str, message: str) -> None:
         """Mark the job failed with ``message`` (nothing if it already ended, e.g. its voice was deleted,
-        or if this worker no longer holds it)."""
+        or if this worker no longer holds it). When the store cannot take the write now, the failure is kept
+        and recorded by :meth:`record_failures`, which the worker calls before each job and each poll."""
         try:
             self.store.update_job(job_id, status=JobStatus.FAILED, message=message, as_worker=True)
         except (ValueError, JobNotFound, JobTakenOver):
             pass
+        except Exception:  # noqa: BLE001 - a database or object store that refuses writes for now
+            log.exception("onboarding job %s failed, and its failure could not be recorded yet", job_id)
+            with self._unrecorded_lock:
+                self._unrecorded[job_id] = message
+
+    def record_failures(self) -> None:
+        """Record the failures that the store refused earlier; those it still refuses are kept for later."""
+        with self._unrecorded_lock:
+            pending, self._unrecorded = self._unrecorded, {}
+        for job_id, message in pending.items():
+            self.fail(job_id, message)
 
 
 def _read_json(path: Path) -> dict | None:
