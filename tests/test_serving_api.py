@@ -1463,3 +1463,20 @@ def test_a_job_whose_failure_the_store_refuses_is_failed_once_it_takes_writes(ne
         assert store.active_jobs("default") == 0
     finally:
         store.close()
+
+
+def test_small_requests_for_huge_outputs_are_400s_before_any_synthesis(tenants_app):
+    from chorus.text.sentences import estimated_seconds, speech_pieces
+
+    client, _ = tenants_app
+    breaks = "<speak>a" + "<break time='10s'/>" * 104 + "</speak>"
+    digits = '<speak><say-as interpret-as="digits">' + "7" * 1_900 + "</say-as></speak>"
+    for text in (breaks, digits):
+        assert len(text) <= 2_000
+        for route in ("/v1/audio/speech", "/v1/audio/speech/captioned"):
+            body = {"model": "chorus", "input": text, "voice": "m3"}
+            assert_error(client.post(route, json=body, headers=ACME), 400, "at most 300 s per request")
+    # Plain text of the longest input allowed fits the budget, even read by the fastest base speaker.
+    prose = ("The birch canoe slid on the smooth planks. " * 50)[:1_990]
+    assert 60 < estimated_seconds(speech_pieces(prose)) < 300
+    assert estimated_seconds(speech_pieces(prose), speed=2.0) == estimated_seconds(speech_pieces(prose)) / 2

@@ -92,7 +92,7 @@ from chorus.serving.tenants import OPERATOR_TENANT, Tenants, check_bind
 from chorus.serving.uploads import UploadError, UploadLimits, parse_transcripts, prepare_archive, prepare_clips
 from chorus.serving.voice_keys import resolve_voice_key
 from chorus.serving.worker import JobRunner, OnboardingJob
-from chorus.text.sentences import speech_pieces
+from chorus.text.sentences import estimated_seconds, speech_pieces
 from chorus.text.ssml import Pause, SsmlError
 
 log = logging.getLogger("chorus.serving.api")
@@ -242,6 +242,15 @@ def create_app(
             raise ApiError(400, str(error), param="input", code="unsupported_ssml") from None
         if not any(isinstance(p, str) for p in pieces):
             raise ApiError(400, "'input' has nothing to speak, only pauses", param="input")
+        seconds = estimated_seconds(pieces, body.speed)
+        if seconds > settings.max_output_seconds:
+            raise ApiError(
+                400,
+                f"'input' would be about {seconds:.0f} s of audio or more (its breaks, and its text as read out); "
+                f"at most {settings.max_output_seconds:g} s per request: split it into several",
+                param="input",
+                code="output_too_long",
+            )
         return body, voice_key, pieces
 
     def output_rate_of(body: SpeechRequest) -> int:

@@ -142,6 +142,9 @@ class ServerSettings:
     voice_aliases: dict[str, str] = field(default_factory=lambda: dict(OPENAI_VOICE_ALIASES))
 
     max_text_chars: int = 2_000
+    # Seconds of audio one request may ask for (its pauses plus its text as read out, estimated before any
+    # synthesis): a short input of long breaks or thousands of digits must not cost minutes and megabytes.
+    max_output_seconds: float = 300.0
     max_json_bytes: int = 64 << 10
     max_chunk_chars: int = 300  # a sentence longer than this is cut at a comma or space
     max_batch: int = 16
