@@ -749,3 +749,46 @@ def test_an_unreachable_database_is_one_clear_error_without_its_password(tmp_pat
     with pytest.raises(StoreUnavailable, match="Connection refused") as refused:
         VoiceStore(str(tmp_path / "root"), database=url)
     assert "hunter2" not in str(refused.value) and "chorus:***@127.0.0.1" in str(refused.value)
+
+
+def test_a_delete_the_store_refuses_to_finish_is_done_for_the_tenant_and_finished_later(store, voice_folder):
+    """Files the store will not remove now (read-only, full): the voice is deleted all the same (not
+    served, not listed, its id free once the files go), and the next reclaim removes them."""
+    store.put_voice("acme", "ann", voice_folder)
+    remove = store._remove
+
+    def refuse(path):
+        raise PermissionError(13, "Read-only file system", path)
+
+    store._remove = refuse
+    try:
+        assert store.delete_voice("acme", "ann") is False
+    finally:
+        store._remove = remove
+    assert store.list_voices("acme") == []
+    with pytest.raises(VoiceNotFound):
+        store.delete_voice("acme", "ann")
+    store.reclaim()
+    assert not store.fs.exists(f"{store.root}/acme/ann") and store.all_voices() == []
+    store.put_voice("acme", "ann", voice_folder)  # the id is free again
+    assert store.delete_voice("acme", "ann") is True
+
+
+def test_a_write_probe_that_fails_half_way_leaves_no_file(tmp_path):
+    root = tmp_path / "root"
+    root.mkdir()
+    (root / ".write-probe-0123abcd").write_bytes(b"")  # left by a process killed mid-probe
+    with VoiceStore(str(root)) as store:
+        assert not list(root.glob(".write-probe-*"))
+        pipe = store.fs.pipe_file
+
+        def half_written(path, value, **kwargs):
+            pipe(path, b"")
+            raise OSError(28, "No space left on device")
+
+        store.fs.pipe_file = half_written
+        try:
+            assert "No space left" in store.write_problem()
+        finally:
+            store.fs.pipe_file = pipe
+        assert not list(root.glob(".write-probe-*"))

@@ -29,6 +29,7 @@ same ``VoiceNotFound``/``JobNotFound`` as one that does not exist.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -78,6 +79,7 @@ MARKER_FILE = "COMMITTED.json"
 QUARANTINE_DIR = ".quarantine"  # under the root: folders `chorus store repair` set aside
 MARKER_FORMAT = "chorus-voice-blob"
 UPLOAD_PREFIX = ".upload-"
+PROBE_PREFIX = ".write-probe-"  # the write probe of _probe_files, in the voice root
 # Everything a voice folder may hold. Weights are only ever safetensors: a pickle (.bin, .pt, ...)
 # runs code when loaded, so a folder carrying one is refused rather than skipped.
 VOICE_FILES = frozenset({CONFIG_FILE, CHORUS_FILE, WEIGHTS_FILE, CARD_FILE, "README.md"})
@@ -277,6 +279,7 @@ class VoiceStore:
         self.owner = uuid.uuid4().hex[:12]
         self._lock = threading.RLock()
         self._download_locks: dict[tuple[str, str], threading.Lock] = {}
+        self._pending_deletes: set[tuple[str, str]] = set()  # (tenant, voice id) whose files are left
         self._closed = threading.Event()
         self._db: Database | None = None
         try:
@@ -302,6 +305,9 @@ class VoiceStore:
         fails here, not at the first upload), then open the database (its schema migrated) and register
         this store as an owner."""
         self.fs.makedirs(self.root, exist_ok=True)
+        for stale in self.fs.glob(f"{self.root}/{PROBE_PREFIX}*"):  # a probe of a process killed mid-write
+            with contextlib.suppress(OSError):
+                self.fs.rm_file(stale)
         self._probe_files()
         self._db = open_database(database)
         self._register()
@@ -497,9 +503,11 @@ class VoiceStore:
         with self._db.read() as db:
             return [_voice_record(row) for row in db.execute("SELECT * FROM voices").fetchall()]
 
-    def delete_voice(self, tenant: str, voice_id: str) -> None:
+    def delete_voice(self, tenant: str, voice_id: str) -> bool:
         """Delete a voice: it stops being served at once; its files, cached copy and row go after.
-        A job still training it is marked failed (its upload would then be refused)."""
+        A job still training it is marked failed (its upload would then be refused). Returns whether its
+        files went now; when the store refuses (read-only, full), the voice is deleted all the same and
+        its files are removed by a later :meth:`reclaim` (every third of the lease) or start-up."""
         check_id(tenant, "tenant")
         check_id(voice_id)
         now = time.time()
@@ -515,7 +523,19 @@ class VoiceStore:
                 f"AND status IN ({_placeholders(ACTIVE_JOB)})",
                 (JobStatus.FAILED, "voice deleted", now, tenant, voice_id, *ACTIVE_JOB),
             )
-        self._finish_delete(tenant, voice_id)
+        return self._finish_delete_or_defer(tenant, voice_id)
+
+    def _finish_delete_or_defer(self, tenant: str, voice_id: str) -> bool:
+        try:
+            self._finish_delete(tenant, voice_id)
+        except (OSError, sqlite3.Error, *_database_errors()) as error:
+            log.warning(
+                "voice %s/%s is deleted; its files stay until the store takes writes (%s)", tenant, voice_id, error
+            )
+            with self._lock:
+                self._pending_deletes.add((tenant, voice_id))
+            return False
+        return True
 
     # -- jobs --------------------------------------------------------------------------------------
 
@@ -791,6 +811,10 @@ class VoiceStore:
         :meth:`recover` does at start-up, for those owners only); run every third of the lease by a
         thread of every open store, so a job of a server that died is taken up by another within a lease
         or two."""
+        with self._lock:
+            pending, self._pending_deletes = self._pending_deletes, set()
+        for tenant, voice_id in pending:  # this store's own deletions the store refused earlier
+            self._finish_delete_or_defer(tenant, voice_id)
         dead = self._dead_owners()
         report = RecoveryReport()
         if not dead:
@@ -1071,10 +1095,14 @@ class VoiceStore:
     # -- internals ---------------------------------------------------------------------------------
 
     def _probe_files(self) -> None:
-        """Write and remove a small file in the voice root: raises what a read-only or full root raises."""
-        probe = f"{self.root}/.write-probe-{uuid.uuid4().hex}"
-        self.fs.pipe_file(probe, b"chorus")
-        self.fs.rm_file(probe)
+        """Write and remove a small file in the voice root: raises what a read-only or full root raises.
+        The probe is removed even when writing it failed half-way (a full disk leaves an empty file)."""
+        probe = f"{self.root}/{PROBE_PREFIX}{uuid.uuid4().hex}"
+        try:
+            self.fs.pipe_file(probe, b"chorus")
+        finally:
+            with contextlib.suppress(OSError):
+                self.fs.rm_file(probe)
 
     def _transaction(self) -> AbstractContextManager[Sql]:
         """One exclusive write transaction (see :mod:`chorus.serving.metadata`)."""
