@@ -1480,3 +1480,55 @@ def test_small_requests_for_huge_outputs_are_400s_before_any_synthesis(tenants_a
     prose = ("The birch canoe slid on the smooth planks. " * 50)[:1_990]
     assert 60 < estimated_seconds(speech_pieces(prose)) < 300
     assert estimated_seconds(speech_pieces(prose), speed=2.0) == estimated_seconds(speech_pieces(prose)) / 2
+
+
+@pytest.mark.parametrize(
+    ("route", "response_format"), [("/v1/audio/speech", "flac"), ("/v1/audio/speech/captioned", "wav")]
+)
+def test_a_client_gone_before_a_whole_answer_stops_its_synthesis(tiny_base, tmp_path, route, response_format):
+    """Answers sent whole (flac, captioned) are made sentence by sentence: once the client has gone, the
+    sentences not yet made are never queued."""
+    import asyncio
+
+    app, _ = make_app(tiny_base, tmp_path / "store", KEYS)
+    text = " ".join(f"Sentence number {n} is here." for n in range(6))
+    body = json.dumps({"model": "chorus", "input": text, "voice": "m3", "response_format": response_format}).encode()
+    with TestClient(app):  # the server's start-up (batcher, engine)
+        server = app.state.server
+        made, synthesize = [], server.batcher.synthesize_async
+
+        async def counting(text, voice, speed=1.0):
+            made.append(text)
+            return await synthesize(text, voice, speed)
+
+        server.batcher.synthesize_async = counting
+        messages = [{"type": "http.request", "body": body, "more_body": False}]
+
+        async def receive():  # the body, then the client hangs up
+            return messages.pop(0) if messages else {"type": "http.disconnect"}
+
+        sent = []
+
+        async def send(message):
+            sent.append(message)
+
+        headers = [(b"content-type", b"application/json"), (b"authorization", ACME["Authorization"].encode())]
+        scope = {
+            "type": "http",
+            "asgi": {"version": "3.0"},
+            "http_version": "1.1",
+            "method": "POST",
+            "scheme": "http",
+            "path": route,
+            "raw_path": route.encode(),
+            "query_string": b"",
+            "headers": headers,
+            "client": ("127.0.0.1", 1),
+            "server": ("127.0.0.1", 80),
+            "root_path": "",
+        }
+        asyncio.run(app(scope, receive, send))
+    # /v1/audio/speech makes its first sentence before anything else (a bad voice or text must still be a clean
+    # 4xx); the captioned route looks before each sentence.
+    assert len(made) == (1 if route == "/v1/audio/speech" else 0), (made, sent)
+    assert sent[0]["status"] == 499

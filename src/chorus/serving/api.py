@@ -118,6 +118,10 @@ async def speech_events(audio: AsyncIterator[bytes], input_chars: int) -> AsyncI
     yield f"data: {json.dumps({'type': 'speech.audio.done', 'usage': usage})}\n\n".encode()
 
 
+# nginx's status for a request its client closed before the answer: logged, never seen by that client.
+CLIENT_CLOSED_REQUEST = 499
+
+
 async def _read_json(request: Request, limit: int) -> object:
     content_type = request.headers.get("content-type", "")
     if content_type.split(";")[0].strip().lower() != "application/json":
@@ -292,6 +296,8 @@ def create_app(
                         audio.append(silence(piece, rate))
                     elif index == first_index:
                         audio.append(first.audio)
+                    elif await request.is_disconnected():  # nobody waits for the rest: make none of it
+                        return Response(status_code=CLIENT_CLOSED_REQUEST)
                     else:
                         audio.append((await batcher.synthesize_async(piece, voice_key, body.speed)).audio)
             except Exception as error:  # noqa: BLE001
@@ -351,6 +357,8 @@ def create_app(
         for piece in pieces:
             if isinstance(piece, Pause):
                 audio.append(silence(piece, rate))
+            elif await request.is_disconnected():  # nobody waits for the rest: make none of it
+                return Response(status_code=CLIENT_CLOSED_REQUEST)
             else:
                 try:
                     result = await server.batcher.synthesize_async(piece, voice_key, body.speed)
