@@ -1532,3 +1532,39 @@ def test_a_client_gone_before_a_whole_answer_stops_its_synthesis(tiny_base, tmp_
     # 4xx); the captioned route looks before each sentence.
     assert len(made) == (1 if route == "/v1/audio/speech" else 0), (made, sent)
     assert sent[0]["status"] == 499
+
+
+def test_store_outages_answer_503_with_retry_after_and_name_nothing_internal(tiny_base, tmp_path):
+    """The shared store's database or object store unreachable: /healthz stays a 200 (degraded, its probe
+    cached), reads answer 503 with Retry-After and no host or bucket, aliases and speakers still speak."""
+    import psycopg
+    from botocore.exceptions import EndpointConnectionError
+
+    app, store = make_app(tiny_base, tmp_path / "store", KEYS, dataclasses.replace(SETTINGS, store_probe_seconds=60))
+    with TestClient(app) as client:
+        server = app.state.server
+        probes = []
+
+        def unreachable_s3():
+            probes.append(1)
+            raise EndpointConnectionError(endpoint_url="http://10.1.2.3:9000/secret-bucket")
+
+        store._probe_files = unreachable_s3
+        server._store_check = (float("-inf"), None)
+        for _ in range(3):
+            health = client.get("/healthz", headers=OPERATOR)
+            assert health.status_code == 200 and health.json()["status"] == "degraded"
+        assert len(probes) == 1  # a failed probe is cached as a good one is
+        assert client.get("/healthz").json() == {"status": "degraded"}  # no key: the status alone
+
+        def database_down(*args, **kwargs):
+            raise psycopg.OperationalError("connection to server at 10.1.2.3, port 5432 failed")
+
+        store.list_voices = store.voice = database_down
+        listed = client.get("/v1/voices", headers=ACME)
+        assert_error(listed, 503, "cannot be reached right now")
+        assert listed.headers["Retry-After"] == "15" and "10.1.2.3" not in listed.text
+        assert speak(client, voice="alloy").status_code == 200  # an alias, resolved without the database
+        assert speak(client, voice="m3").status_code == 200
+        message = f"upload failed: http://10.1.2.3:9000/{store.root}/acme/x unreachable ({store.root})"
+        assert "10.1.2.3" not in server.public(message) and store.root not in server.public(message)

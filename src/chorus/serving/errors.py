@@ -19,7 +19,14 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from chorus.adapters.voice import VoiceError
 from chorus.serving.engine import UnknownVoice
-from chorus.serving.store import InvalidId, JobNotFound, VoiceCorrupted, VoiceNotFound, VoiceNotReady
+from chorus.serving.store import (
+    InvalidId,
+    JobNotFound,
+    VoiceCorrupted,
+    VoiceNotFound,
+    VoiceNotReady,
+    outage_errors,
+)
 from chorus.serving.uploads import UploadError
 
 log = logging.getLogger("chorus.serving.errors")
@@ -126,6 +133,9 @@ def storage_fault(error: BaseException) -> str | None:
     return None
 
 
+OUTAGE_RETRY_SECONDS = 15
+
+
 def add_error_handlers(app: FastAPI) -> None:
     """Every error ``app`` meets becomes an OpenAI-shaped JSON body; a storage fault is a 503 (the
     store cannot take writes; reads go on)."""
@@ -176,6 +186,20 @@ def add_error_handlers(app: FastAPI) -> None:
             code="storage_unavailable",
             headers={"Retry-After": "30"},
         )
+
+    async def store_outage(request: Request, error: Exception):
+        # The details (hosts, buckets, the driver's words) go to the log only.
+        log.warning("voice store unreachable in %s %s: %r", request.method, request.url.path, error)
+        return error_response(
+            503,
+            "the voice store cannot be reached right now; try again later",
+            "server_error",
+            code="store_unavailable",
+            headers={"Retry-After": str(OUTAGE_RETRY_SECONDS)},
+        )
+
+    for outage in outage_errors():
+        app.add_exception_handler(outage, store_outage)
 
     @app.exception_handler(Exception)
     async def internal_error(request: Request, error: Exception):

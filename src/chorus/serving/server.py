@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import re
 import time
 
 from fastapi import Request
@@ -19,11 +20,21 @@ from chorus.serving.metrics import Metrics
 from chorus.serving.quotas import RateLimiter, check_rate
 from chorus.serving.schemas import BaseVoice, CustomVoice, Job
 from chorus.serving.settings import ServerSettings, jobs_dir
-from chorus.serving.store import InvalidId, JobRecord, VoiceNotFound, VoiceRecord, VoiceStatus, VoiceStore, check_id
+from chorus.serving.store import (
+    InvalidId,
+    JobRecord,
+    VoiceNotFound,
+    VoiceRecord,
+    VoiceStatus,
+    VoiceStore,
+    check_id,
+    outage_errors,
+)
 from chorus.serving.tenants import Tenants, Unauthorized
 from chorus.serving.voice_keys import voice_key
 from chorus.serving.worker import JobRunner
 
+_URL = re.compile(r"[a-zA-Z][a-zA-Z0-9+.-]*://\S+")
 log = logging.getLogger("chorus.serving.server")
 
 
@@ -141,6 +152,9 @@ class VoiceServer:
                 record = self.store.voice(tenant, voice_id)
             except VoiceNotFound:
                 return self.aliases[voice_id]
+            except outage_errors() as error:  # the database is down: an alias still speaks, as a speaker does
+                log.warning("alias %r spoken without the store (%r)", voice_id, error)
+                return self.aliases[voice_id]
         else:
             record = self.record(tenant, voice_id)
         if record.status == VoiceStatus.TRAINING:
@@ -165,9 +179,13 @@ class VoiceServer:
         return key
 
     def public(self, message: str) -> str:
-        """A message with server paths taken out."""
-        for path, name in [(str(self.jobs.jobs_dir), "<jobs>"), (self.store.root, "<store>")]:
-            message = message.replace(path, name)
+        """A message fit for a tenant: server paths, URLs (an object store's endpoint) and the store's bucket
+        taken out."""
+        message = _URL.sub("<url>", message)
+        bucket = self.store.root.split("/", 1)[0]
+        for path, name in [(str(self.jobs.jobs_dir), "<jobs>"), (self.store.root, "<store>"), (bucket, "<store>")]:
+            if path:
+                message = message.replace(path, name)
         return message
 
     def voice_json(self, record: VoiceRecord, resident: set[str]) -> dict:

@@ -284,7 +284,7 @@ class VoiceStore:
         self._db: Database | None = None
         try:
             self._open(database)
-        except (OSError, sqlite3.Error, *_database_errors()) as error:
+        except (OSError, sqlite3.Error, *outage_errors()) as error:
             if self._db is not None:
                 self._db.close()
             raise StoreUnavailable(
@@ -528,7 +528,7 @@ class VoiceStore:
     def _finish_delete_or_defer(self, tenant: str, voice_id: str) -> bool:
         try:
             self._finish_delete(tenant, voice_id)
-        except (OSError, sqlite3.Error, *_database_errors()) as error:
+        except (OSError, sqlite3.Error, *outage_errors()) as error:
             log.warning(
                 "voice %s/%s is deleted; its files stay until the store takes writes (%s)", tenant, voice_id, error
             )
@@ -1088,8 +1088,8 @@ class VoiceStore:
         try:
             self._probe_files()
             self._db.probe_write()
-        except (OSError, sqlite3.Error, *_database_errors()) as error:
-            return str(error)[:200]
+        except Exception as error:  # noqa: BLE001 - whatever the probe meets (an S3 endpoint down too) is the problem
+            return f"{type(error).__name__}: {error}"[:200]
         return None
 
     # -- internals ---------------------------------------------------------------------------------
@@ -1350,14 +1350,24 @@ def _default_cache_dir(root_url: str) -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "chorus" / f"store-{digest}" / "voices"
 
 
-def _database_errors() -> tuple[type[Exception], ...]:
-    """What a PostgreSQL store raises when it cannot be reached (psycopg is imported only when used)."""
+def outage_errors() -> tuple[type[Exception], ...]:
+    """What a shared store raises while its database or object store cannot be reached: psycopg's and its
+    pool's errors (PostgreSQL), botocore's (S3 through s3fs). Each only if installed (the serve extra)."""
+    found: list[type[Exception]] = []
     try:
         import psycopg
         import psycopg_pool
+
+        found += [psycopg.Error, psycopg_pool.PoolTimeout]
     except ImportError:
-        return ()
-    return (psycopg.Error, psycopg_pool.PoolTimeout)
+        pass
+    try:
+        from botocore.exceptions import BotoCoreError
+
+        found.append(BotoCoreError)
+    except ImportError:
+        pass
+    return tuple(found)
 
 
 def _active_jobs(db: Sql, tenant: str) -> int:
