@@ -1497,9 +1497,9 @@ def test_a_client_gone_before_a_whole_answer_stops_its_synthesis(tiny_base, tmp_
         server = app.state.server
         made, synthesize = [], server.batcher.synthesize_async
 
-        async def counting(text, voice, speed=1.0):
+        async def counting(text, voice, speed=1.0, tenant=""):
             made.append(text)
-            return await synthesize(text, voice, speed)
+            return await synthesize(text, voice, speed, tenant)
 
         server.batcher.synthesize_async = counting
         messages = [{"type": "http.request", "body": body, "more_body": False}]

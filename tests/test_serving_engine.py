@@ -296,3 +296,23 @@ def test_blends_beside_adapted_voices_keep_each_voices_speaker_vector(tiny_base,
     assert blend_alone.path == "base" and torch.allclose(results[0].mel, blend_alone.mel, atol=1e-5)
     expected = reference.mel([TEXTS[0]], speaker="m3(2)+f2(1)")[0]
     torch.testing.assert_close(blend_alone.mel, expected, atol=1e-5, rtol=1e-4)
+
+
+def test_a_batch_takes_each_tenant_in_turn(tiny_base):
+    """ann queues ten sentences, then bob one: bob's goes in the first batch, not after all of ann's; the
+    turn goes on from batch to batch."""
+    engine = Engine(load_base(tiny_base, "griffin-lim"))
+    order: list[str] = []
+    with Batcher(engine, max_batch=4, max_wait_ms=0) as batcher:
+        with batcher.held():
+            futures = [(f"ann{k}", batcher.submit(f"Sentence {k}.", "m3", tenant="ann")) for k in range(10)]
+            futures += [("bob", batcher.submit("Hello.", "f2", tenant="bob"))]
+            futures += [("carl", batcher.submit("Hi there.", "f2", tenant="carl"))]
+            for name, future in futures:
+                future.add_done_callback(lambda _, name=name: order.append(name))
+            assert batcher.wait_queued(12, timeout=60)
+        for _, future in futures:
+            future.result(timeout=60)
+    assert set(order[:4]) == {"ann0", "bob", "carl", "ann1"}, order  # first batch: each tenant in turn
+    assert [name for name in order if name.startswith("ann")] == [f"ann{k}" for k in range(10)]
+    assert batcher.stats.batch_sizes == {4: 3}

@@ -233,8 +233,9 @@ def create_app(
         return Response(generate_latest(server.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     # -- speech
-    async def speech_request(request: Request) -> tuple[SpeechRequest, str, list[str | Pause]]:
-        """The checked body, the engine's key of its voice, and what to read (text chunks and pauses)."""
+    async def speech_request(request: Request) -> tuple[str, SpeechRequest, str, list[str | Pause]]:
+        """The tenant, the checked body, the engine's key of its voice, and what to read (text chunks and
+        pauses)."""
         tenant = server.authenticate(request)
         body = parse_speech(await _read_json(request, settings.max_json_bytes), settings.max_text_chars)
         voice_key = await run_in_threadpool(server.engine_voice, tenant, body.voice)
@@ -255,7 +256,7 @@ def create_app(
                 param="input",
                 code="output_too_long",
             )
-        return body, voice_key, pieces
+        return tenant, body, voice_key, pieces
 
     def output_rate_of(body: SpeechRequest) -> int:
         default = PCM_RATE if body.response_format == "pcm" else engine.sample_rate
@@ -272,7 +273,7 @@ def create_app(
         },
     )
     async def speech(request: Request):
-        body, voice_key, pieces = await speech_request(request)
+        tenant, body, voice_key, pieces = await speech_request(request)
         batcher = server.batcher
         chunks = [p for p in pieces if isinstance(p, str)]
         first_index = next(i for i, p in enumerate(pieces) if isinstance(p, str))
@@ -285,7 +286,7 @@ def create_app(
 
         # The first chunk is awaited before any byte is sent, so a bad voice or text is a clean 4xx.
         try:
-            first = await batcher.synthesize_async(chunks[0], voice_key, body.speed)
+            first = await batcher.synthesize_async(chunks[0], voice_key, body.speed, tenant)
         except Exception as error:  # noqa: BLE001 - mapped to a status and a message
             raise synthesis_error(error, body.voice) from None
         if body.stream_format == "audio" and (len(pieces) == 1 or not FORMATS[audio_format].streams):
@@ -299,7 +300,7 @@ def create_app(
                     elif await request.is_disconnected():  # nobody waits for the rest: make none of it
                         return Response(status_code=CLIENT_CLOSED_REQUEST)
                     else:
-                        audio.append((await batcher.synthesize_async(piece, voice_key, body.speed)).audio)
+                        audio.append((await batcher.synthesize_async(piece, voice_key, body.speed, tenant)).audio)
             except Exception as error:  # noqa: BLE001
                 raise synthesis_error(error, body.voice) from None
             whole = np.concatenate(audio)
@@ -307,7 +308,7 @@ def create_app(
             data = encode_whole(whole, rate, audio_format, out_rate)
             return Response(data, media_type=media_type, headers=headers)
         # The rest are queued together once the first is out: they batch into one forward while it streams.
-        futures = [batcher.submit(chunk, voice_key, body.speed) for chunk in chunks[1:]]
+        futures = [batcher.submit(chunk, voice_key, body.speed, tenant) for chunk in chunks[1:]]
 
         async def audio_bytes():
             """The file's bytes as each sentence is made: one encoder over the whole text."""
@@ -349,7 +350,7 @@ def create_app(
     async def captioned_speech(request: Request):
         """Speech with word and phoneme timestamps (the model's predicted durations): the body of
         ``/v1/audio/speech``; the audio comes whole, base64 in JSON."""
-        body, voice_key, pieces = await speech_request(request)
+        tenant, body, voice_key, pieces = await speech_request(request)
         rate, front_end = engine.sample_rate, engine.bundle.front_end
         seconds_per_frame = engine.bundle.mel_config.hop_length / rate
         audio, words, phonemes, offset = [], [], [], 0
@@ -361,7 +362,7 @@ def create_app(
                 return Response(status_code=CLIENT_CLOSED_REQUEST)
             else:
                 try:
-                    result = await server.batcher.synthesize_async(piece, voice_key, body.speed)
+                    result = await server.batcher.synthesize_async(piece, voice_key, body.speed, tenant)
                 except Exception as error:  # noqa: BLE001 - mapped to a status and a message
                     raise synthesis_error(error, body.voice) from None
                 said, sounds = await run_in_threadpool(front_end.timings, piece, result.frames, seconds_per_frame)

@@ -96,9 +96,9 @@ class SpeechQueue(Protocol):
 
     stats: BatcherStats
 
-    def submit(self, text: str, voice: str, speed: float = 1.0) -> Future: ...
+    def submit(self, text: str, voice: str, speed: float = 1.0, tenant: str = "") -> Future: ...
 
-    async def synthesize_async(self, text: str, voice: str, speed: float = 1.0) -> ServedResult: ...
+    async def synthesize_async(self, text: str, voice: str, speed: float = 1.0, tenant: str = "") -> ServedResult: ...
 
     def close(self, timeout: float | None = None) -> None: ...
 
@@ -336,6 +336,10 @@ class Batcher:
     it arrives (a request that waited longer while the worker was busy goes in the next batch at
     once). Use as a context manager or call :meth:`close`. :meth:`held` and :meth:`wait_queued` make
     a batch's makeup deterministic (tests, benchmarks): requests gathered while held go out together.
+
+    Fair across tenants: each tenant's requests wait in a queue of their own, and a batch takes one from
+    each tenant in turn (the turn goes on from batch to batch), so one tenant's hundreds of sentences
+    delay another's one by a batch at most, not by all of them.
     """
 
     def __init__(self, engine: Engine, max_batch: int = 16, max_wait_ms: float = 5.0, merge: bool | str = "auto"):
@@ -346,32 +350,38 @@ class Batcher:
         self.max_wait = max_wait_ms / 1000.0
         self.merge = merge
         self.stats = BatcherStats()
-        self._pending: deque[_Pending] = deque()
+        self._queues: dict[str, deque[_Pending]] = {}  # by tenant, in turn order
+        self._waiting = 0
         self._wake = threading.Condition()
         self._closed = False
         self._holds = 0
         self._worker = threading.Thread(target=self._run, name="chorus-batcher", daemon=True)
         self._worker.start()
 
-    def submit(self, text: str, voice: str, speed: float = 1.0) -> Future:
-        """Queue a request; the future gives a :class:`ServedResult` or raises its error
+    def submit(self, text: str, voice: str, speed: float = 1.0, tenant: str = "") -> Future:
+        """Queue a request of ``tenant``; the future gives a :class:`ServedResult` or raises its error
         (:class:`~chorus.serving.engine.UnknownVoice`, ``ValueError`` for unspeakable text, ...)."""
         future: Future = Future()
         with self._wake:
             if self._closed:
                 raise RuntimeError("this batcher is closed")
-            self._pending.append(_Pending(Request(text, voice, speed), future, time.perf_counter()))
+            self._queues.setdefault(tenant, deque()).append(
+                _Pending(Request(text, voice, speed), future, time.perf_counter())
+            )
+            self._waiting += 1
             self.stats.requests += 1
             self._wake.notify_all()  # the worker, and any wait_queued
         return future
 
-    def synthesize(self, text: str, voice: str, speed: float = 1.0, timeout: float | None = None) -> ServedResult:
+    def synthesize(
+        self, text: str, voice: str, speed: float = 1.0, timeout: float | None = None, tenant: str = ""
+    ) -> ServedResult:
         """Blocking: speak ``text`` in ``voice`` (a speaker name or an adapted voice id)."""
-        return self.submit(text, voice, speed).result(timeout)
+        return self.submit(text, voice, speed, tenant).result(timeout)
 
-    async def synthesize_async(self, text: str, voice: str, speed: float = 1.0) -> ServedResult:
+    async def synthesize_async(self, text: str, voice: str, speed: float = 1.0, tenant: str = "") -> ServedResult:
         """The same for asyncio; cancelling the awaiting task drops the request if it has not started."""
-        return await asyncio.wrap_future(self.submit(text, voice, speed))
+        return await asyncio.wrap_future(self.submit(text, voice, speed, tenant))
 
     @contextmanager
     def held(self) -> Iterator[None]:
@@ -389,7 +399,7 @@ class Batcher:
     def wait_queued(self, count: int, timeout: float | None = None) -> bool:
         """Block until at least ``count`` requests wait in the queue (True) or ``timeout`` passes (False)."""
         with self._wake:
-            return self._wake.wait_for(lambda: len(self._pending) >= count, timeout)
+            return self._wake.wait_for(lambda: self._waiting >= count, timeout)
 
     def close(self, timeout: float | None = None) -> None:
         """Stop taking requests, finish the queued ones, stop the worker."""
@@ -406,18 +416,25 @@ class Batcher:
 
     def _next_batch(self) -> list[_Pending] | None:
         with self._wake:
-            while (not self._pending or self._holds) and not self._closed:
+            while (not self._waiting or self._holds) and not self._closed:
                 self._wake.wait()
-            if not self._pending:
+            if not self._waiting:
                 return None
-            deadline = self._pending[0].arrived + self.max_wait
-            while len(self._pending) < self.max_batch and not self._closed:
+            deadline = min(queue[0].arrived for queue in self._queues.values()) + self.max_wait
+            while self._waiting < self.max_batch and not self._closed:
                 remaining = deadline - time.perf_counter()
                 if remaining <= 0:
                     break
                 self._wake.wait(remaining)
-            count = min(self.max_batch, len(self._pending))
-            return [self._pending.popleft() for _ in range(count)]
+            batch: list[_Pending] = []
+            while len(batch) < self.max_batch and self._waiting:
+                tenant = next(iter(self._queues))  # whose turn it is
+                queue = self._queues.pop(tenant)
+                batch.append(queue.popleft())
+                self._waiting -= 1
+                if queue:
+                    self._queues[tenant] = queue  # to the back of the turn
+            return batch
 
     def _run(self) -> None:
         while (batch := self._next_batch()) is not None:

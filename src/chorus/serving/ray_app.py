@@ -266,7 +266,7 @@ class VoiceReplica:
         # Wrapped here rather than on the class: the limit is the config's.
         self.voice = serve.multiplexed(max_num_models_per_replica=config.voices_per_replica)(load_voice)
 
-    async def synthesize(self, text: str, voice: str, speed: float = 1.0) -> RemoteResult | Exception:
+    async def synthesize(self, text: str, voice: str, speed: float = 1.0, tenant: str = "") -> RemoteResult | Exception:
         """Speak ``text``; an error is returned, not raised, so the caller re-raises it with its own type."""
         key = None
         try:
@@ -280,7 +280,7 @@ class VoiceReplica:
                 await self.voice(voice)
                 key = voice
             with self.host.using(key):
-                result = await self.host.batcher.synthesize_async(text, voice, speed)
+                result = await self.host.batcher.synthesize_async(text, voice, speed, tenant)
         except Exception as error:  # noqa: BLE001 - handed back to the ingress
             return error
         fields = {f.name: getattr(result, f.name) for f in dataclasses.fields(ServedResult)}
@@ -315,12 +315,12 @@ class RemoteBatcher:
             self._handle = self._handle_factory()
         return self._handle
 
-    async def synthesize_async(self, text: str, voice: str, speed: float = 1.0) -> RemoteResult:
+    async def synthesize_async(self, text: str, voice: str, speed: float = 1.0, tenant: str = "") -> RemoteResult:
         self.stats.requests += 1
         handle = self.handle() if self.is_speaker(voice) else self.handle().options(multiplexed_model_id=voice)
         started = time.perf_counter()
         try:
-            outcome = await handle.synthesize.remote(text, voice, speed)
+            outcome = await handle.synthesize.remote(text, voice, speed, tenant)
         except Exception:
             self.stats.failed += 1
             raise
@@ -331,9 +331,11 @@ class RemoteBatcher:
         self.stats.busy_seconds += time.perf_counter() - started
         return outcome
 
-    def submit(self, text: str, voice: str, speed: float = 1.0) -> Future:
+    def submit(self, text: str, voice: str, speed: float = 1.0, tenant: str = "") -> Future:
         """As :meth:`Batcher.submit`; call it from the ingress's event loop."""
-        return asyncio.run_coroutine_threadsafe(self.synthesize_async(text, voice, speed), asyncio.get_running_loop())
+        return asyncio.run_coroutine_threadsafe(
+            self.synthesize_async(text, voice, speed, tenant), asyncio.get_running_loop()
+        )
 
     def synthesize(self, *args, **kwargs):
         raise RuntimeError("the Ray ingress only serves asynchronously")
