@@ -2,8 +2,9 @@
 
 Each clip's log-mel is turned back into audio by each vocoder; Whisper tiny.en transcribes it (WER
 against the text, beside the WER of the original clip), MCD and F0 RMSE compare it with the original,
-and the real-time factor is timed. Clips come from voices the vocoder never heard (the held-out
-piper-joe, flite-slt, festival-ked) and from seen voices.
+distillmos predicts its MOS, and the real-time factor is timed. Clips come from the held-out datasets
+(piper-joe, flite-slt, festival-ked; the shipped vocoder heard Piper joe resampled, reading other
+sentences) and from seen voices.
 
     python bench/vocoders.py --vocoder runs/vocoder --corpus corpus_out --out bench/results/vocoders
 """
@@ -63,7 +64,7 @@ def main() -> None:
         judges=Judges(speaker=None, reference=False),
         progress=False,
     )
-    results["original"] = {"wer": originals.corpus_wer, "mcd_db": 0.0, "rtf": None}
+    results["original"] = {"wer": originals.corpus_wer, "mcd_db": 0.0, "rtf": None, "mos": originals.means().get("mos")}
     for name, vocoder in vocoders.items():
         items, synth_seconds, audio_seconds = [], 0.0, 0.0
         for voice, utterance in clips:
@@ -84,21 +85,24 @@ def main() -> None:
             "mcd_db": means.get("mcd_db"),
             "f0_rmse_hz": means.get("f0_rmse_hz"),
             "similarity_to_original": means.get("speaker_similarity"),
+            "mos": means.get("mos"),
             "rtf": synth_seconds / audio_seconds,
         }
     lines = [
         "# Vocoders: copy-synthesis of real clips",
         "",
-        f"{len(clips)} clips ({args.per_voice} each from {', '.join(HELDOUT)} (never heard by the vocoder) and "
-        f"{', '.join(SEEN)}); {args.threads} thread(s); Whisper tiny.en, resemblyzer, WORLD (dio).",
+        f"{len(clips)} clips ({args.per_voice} each from {', '.join(HELDOUT)} (held out: no clip of theirs was "
+        "ever heard by a vocoder; the shipped one heard Piper joe resampled by sox, reading other sentences) and "
+        f"{', '.join(SEEN)}); {args.threads} thread(s); Whisper tiny.en, resemblyzer, WORLD (dio), distillmos.",
         "",
-        "| audio | WER % | MCD dB | F0 RMSE Hz | similarity to original | RTF |",
-        "|---|---|---|---|---|---|",
+        "| audio | predicted MOS | WER % | MCD dB | F0 RMSE Hz | similarity to original | RTF |",
+        "|---|---|---|---|---|---|---|",
     ]
     for name, r in results.items():
         fmt = lambda value, spec: "" if value is None else format(value, spec)  # noqa: E731
         lines.append(
-            f"| {name} | {100 * r['wer']:.1f} | {fmt(r.get('mcd_db'), '.2f')} | {fmt(r.get('f0_rmse_hz'), '.1f')} | "
+            f"| {name} | {fmt(r.get('mos'), '.2f')} | {100 * r['wer']:.1f} | {fmt(r.get('mcd_db'), '.2f')} | "
+            f"{fmt(r.get('f0_rmse_hz'), '.1f')} | "
             f"{fmt(r.get('similarity_to_original'), '.3f')} | {fmt(r.get('rtf'), '.4f')} |"
         )
     (args.out / "vocoders.md").write_text("\n".join(lines) + "\n")

@@ -1482,56 +1482,96 @@ def test_small_requests_for_huge_outputs_are_400s_before_any_synthesis(tenants_a
     assert estimated_seconds(speech_pieces(prose), speed=2.0) == estimated_seconds(speech_pieces(prose)) / 2
 
 
+def call_asgi(app, route: str, body: dict, hang_up: bool, on_send=None) -> list[dict]:
+    """POST ``body`` to ``route`` straight through ASGI (TestClient buffers whole answers): the client
+    hangs up after sending it if ``hang_up``; ``on_send(message)`` sees each message as it is sent."""
+    import asyncio
+
+    messages = [{"type": "http.request", "body": json.dumps(body).encode(), "more_body": False}]
+
+    async def receive():
+        if messages:
+            return messages.pop(0)
+        if hang_up:
+            return {"type": "http.disconnect"}
+        await asyncio.sleep(3600)  # a client that stays: nothing more to read
+
+    sent = []
+
+    async def send(message):
+        sent.append(message)
+        if on_send is not None:
+            on_send(message)
+
+    headers = [(b"content-type", b"application/json"), (b"authorization", ACME["Authorization"].encode())]
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": route,
+        "raw_path": route.encode(),
+        "query_string": b"",
+        "headers": headers,
+        "client": ("127.0.0.1", 1),
+        "server": ("127.0.0.1", 80),
+        "root_path": "",
+    }
+    asyncio.run(app(scope, receive, send))
+    return sent
+
+
+def counted_submits(batcher) -> list[str]:
+    """The texts ``batcher`` is asked to speak from now on, in order."""
+    made, submit = [], batcher.submit
+
+    def counting(text, *args):
+        made.append(text)
+        return submit(text, *args)
+
+    batcher.submit = counting
+    return made
+
+
 @pytest.mark.parametrize(
     ("route", "response_format"), [("/v1/audio/speech", "flac"), ("/v1/audio/speech/captioned", "wav")]
 )
 def test_a_client_gone_before_a_whole_answer_stops_its_synthesis(tiny_base, tmp_path, route, response_format):
     """Answers sent whole (flac, captioned) are made sentence by sentence: once the client has gone, the
     sentences not yet made are never queued."""
-    import asyncio
-
     app, _ = make_app(tiny_base, tmp_path / "store", KEYS)
     text = " ".join(f"Sentence number {n} is here." for n in range(6))
-    body = json.dumps({"model": "chorus", "input": text, "voice": "m3", "response_format": response_format}).encode()
     with TestClient(app):  # the server's start-up (batcher, engine)
-        server = app.state.server
-        made, synthesize = [], server.batcher.synthesize_async
-
-        async def counting(text, voice, speed=1.0, tenant=""):
-            made.append(text)
-            return await synthesize(text, voice, speed, tenant)
-
-        server.batcher.synthesize_async = counting
-        messages = [{"type": "http.request", "body": body, "more_body": False}]
-
-        async def receive():  # the body, then the client hangs up
-            return messages.pop(0) if messages else {"type": "http.disconnect"}
-
-        sent = []
-
-        async def send(message):
-            sent.append(message)
-
-        headers = [(b"content-type", b"application/json"), (b"authorization", ACME["Authorization"].encode())]
-        scope = {
-            "type": "http",
-            "asgi": {"version": "3.0"},
-            "http_version": "1.1",
-            "method": "POST",
-            "scheme": "http",
-            "path": route,
-            "raw_path": route.encode(),
-            "query_string": b"",
-            "headers": headers,
-            "client": ("127.0.0.1", 1),
-            "server": ("127.0.0.1", 80),
-            "root_path": "",
-        }
-        asyncio.run(app(scope, receive, send))
+        made = counted_submits(app.state.server.batcher)
+        body = {"model": "chorus", "input": text, "voice": "m3", "response_format": response_format}
+        sent = call_asgi(app, route, body, hang_up=True)
     # /v1/audio/speech makes its first sentence before anything else (a bad voice or text must still be a clean
     # 4xx); the captioned route looks before each sentence.
     assert len(made) == (1 if route == "/v1/audio/speech" else 0), (made, sent)
     assert sent[0]["status"] == 499
+
+
+def test_a_streamed_answer_queues_its_sentences_as_it_is_consumed(tiny_base, tmp_path):
+    """Ten sentences streamed: when each piece of audio is sent, at most STREAM_AHEAD more sentences of it
+    wait in the batcher's queue (they had all been queued at once: another tenant's sentence waited for all)."""
+    from chorus.serving.api import STREAM_AHEAD
+
+    app, _ = make_app(tiny_base, tmp_path / "store", KEYS)
+    text = " ".join(f"Sentence number {n} is here." for n in range(10))
+    with TestClient(app):
+        made = counted_submits(app.state.server.batcher)
+        asked_when_sent = []
+
+        def on_send(message):
+            if message["type"] == "http.response.body" and message.get("body"):
+                asked_when_sent.append(len(made))
+
+        body = {"model": "chorus", "input": text, "voice": "m3", "response_format": "pcm"}
+        sent = call_asgi(app, "/v1/audio/speech", body, hang_up=False, on_send=on_send)
+    assert sent[0]["status"] == 200 and len(made) == 10
+    # The k-th sentence's audio goes out with at most 1 + k + STREAM_AHEAD sentences asked for.
+    assert all(count <= min(10, 1 + k + STREAM_AHEAD) for k, count in enumerate(asked_when_sent)), asked_when_sent
 
 
 def test_store_outages_answer_503_with_retry_after_and_name_nothing_internal(tiny_base, tmp_path):

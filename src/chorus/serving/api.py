@@ -35,7 +35,9 @@ import functools
 import json
 import logging
 import re
+from collections import deque
 from collections.abc import AsyncIterator, Callable
+from concurrent.futures import Future
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -118,6 +120,8 @@ async def speech_events(audio: AsyncIterator[bytes], input_chars: int) -> AsyncI
     yield f"data: {json.dumps({'type': 'speech.audio.done', 'usage': usage})}\n\n".encode()
 
 
+# Sentences of a streamed answer queued ahead of the one being sent (see the speech route).
+STREAM_AHEAD = 3
 # nginx's status for a request its client closed before the answer: logged, never seen by that client.
 CLIENT_CLOSED_REQUEST = 499
 
@@ -307,19 +311,30 @@ def create_app(
             server.metrics.audio_seconds.inc(len(whole) / rate)
             data = encode_whole(whole, rate, audio_format, out_rate)
             return Response(data, media_type=media_type, headers=headers)
-        # The rest are queued together once the first is out: they batch into one forward while it streams.
-        futures = [batcher.submit(chunk, voice_key, body.speed, tenant) for chunk in chunks[1:]]
+        # The rest are admitted as the stream is consumed, STREAM_AHEAD sentences ahead of the one being sent:
+        # enough to batch while it plays, without one long text filling the queue before other requests.
+        rest = iter(chunks[1:])
+        futures: deque[Future] = deque()
+
+        def admit() -> None:
+            while len(futures) < STREAM_AHEAD and (chunk := next(rest, None)) is not None:
+                futures.append(batcher.submit(chunk, voice_key, body.speed, tenant))
+
+        admit()
 
         async def audio_bytes():
             """The file's bytes as each sentence is made: one encoder over the whole text."""
             encoder = AudioStream(audio_format, rate, out_rate)
-            pending = iter(futures)
             try:
                 for index, piece in enumerate(pieces):
                     if isinstance(piece, Pause):
                         yield encoder.write(silence(piece, rate))
                         continue
-                    result = first if index == first_index else await asyncio.wrap_future(next(pending))
+                    if index == first_index:
+                        result = first
+                    else:
+                        result = await asyncio.wrap_future(futures.popleft())
+                        admit()
                     server.metrics.audio_seconds.inc(result.duration)
                     yield encoder.write(result.audio)
                 yield encoder.close()
