@@ -75,6 +75,20 @@ def stage_lines(index: int, run: Path) -> list[str]:
     ]
 
 
+def command(run: Path) -> str:
+    """The ``chorus train-vocoder`` call that makes (or resumes) ``run``, from its saved config."""
+    config = load_training_state(run / CHECKPOINT).meta["config"]
+    words = [
+        "chorus train-vocoder corpus_out/train corpus_out/vocoder",
+        f"--out {run} --init-from {config['init_from']} --adversarial --weights-only",
+        f"--learning-rate {config['learning_rate']:g} --threads 1",
+    ]
+    if config.get("aligned_model"):
+        words.append(f"--aligned-model {config['aligned_model']} --aligned-fraction {config['aligned_fraction']:g}")
+    steps, _ = training_seconds(run / "loss.csv")
+    return " ".join(words) + f" --steps {steps}"
+
+
 def figures(report: dict) -> list[str]:
     summary = report["summary"]
     voices = list(dict.fromkeys(key.split("|")[0] for key in summary if not key.startswith("piper-joe|Piper")))
@@ -134,14 +148,16 @@ def main() -> None:
         "generator and discriminators; Adam's moments start afresh, re-estimated within ~20 steps at beta2 0.9):",
         "",
         "```bash",
-        *[
-            f"chorus train-vocoder corpus_out/train corpus_out/vocoder --out {run} --adversarial --weights-only ..."
-            for run in args.runs
-        ],
+        *[command(run) for run in args.runs],
         "```",
         "",
-        "## Measured (`bench/naturalness.py`, distillmos MOS (Whisper WER)), copy synthesis: recordings -> log-mel -> "
-        "vocoder",
+        "Stage 1's `--init-from src/chorus/assets/vocoder` was the vocoder of stage 0, which this one replaced there "
+        "(`git show 865661c:src/chorus/assets/vocoder/vocoder.safetensors`).",
+        "",
+        "## Measured (`bench/naturalness.py`), copy synthesis: recordings -> log-mel -> vocoder",
+        "",
+        "Mean distillmos MOS (Whisper WER) over 20 clips per cell (sample spreads in "
+        "`bench/results/naturalness/naturalness.md`); `v1` is the neural vocoder shipped before this one (stage 0).",
         "",
         *figures(report),
         "",
