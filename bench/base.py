@@ -186,7 +186,9 @@ def main() -> None:
         if vocoder == vocoders[0]:
             clips += from_recordings(
                 f"{vocoder} timed",
-                lambda text, mel, voice, tts=tts: teacher_forced_mel(tts.bundle, text, mel, tts.resolve_speaker(voice)),
+                lambda text, mel, voice, tts=tts: teacher_forced_mel(
+                    tts.bundle, text, mel, tts.resolve_speaker(voice).index
+                ),
             )
             systems.append((f"{vocoder} timed", f"Chorus base with the recordings' timing, {name}"))
 

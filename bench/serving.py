@@ -68,8 +68,8 @@ import torch
 
 from chorus.adapters.inject import adapter_state_dict, add_adapter, remove_adapter
 from chorus.adapters.voice import VoiceCard, read_voice, save_voice
-from chorus.serving.batcher import Batcher, Request
-from chorus.serving.engine import Engine
+from chorus.serving.batcher import Batcher
+from chorus.serving.engine import Engine, Request
 from chorus.serving.local_services import free_port
 from chorus.serving.store import VoiceStore
 from chorus.serving.tenants import DEFAULT_TENANT
@@ -232,7 +232,7 @@ def workload(voice_ids: list[str], n_voices: int, concurrency: int, per_thread: 
 
 
 def closed_loop(serve, per_thread: list[list[Request]], frame_seconds: float) -> dict:
-    """Each thread sends its requests one after another through ``serve(request) -> ServedResult``."""
+    """Each thread sends its requests one after another through ``serve(request) -> SentenceResult``."""
     latencies: list[float] = []
     audio: list[float] = []
     errors: list[str] = []
@@ -608,7 +608,7 @@ def memory_child(args) -> None:
     folders = {p.name: p for p in sorted((args.work / "voices").iterdir())}
     voice_ids = sorted(folders)
     synthesizer = load_base(None, "griffin-lim")
-    engine = Engine(synthesizer, resolve=folders.__getitem__, cache_bytes=1 << 40)
+    engine = Engine(synthesizer, resolve=lambda voice: folders[voice.key], cache_bytes=1 << 40)
     model_bytes = sum(t.numel() * t.element_size() for t in [*engine.model.parameters(), *engine.model.buffers()])
     ids = voice_ids[: max(args.in_use)]
     with engine.using(ids) as (_, errors):
@@ -1041,7 +1041,7 @@ def main() -> None:
         store = VoiceStore(str(args.work / "store"))
         for voice_id in voice_ids:
             store.put_voice(TENANT, voice_id, folders[voice_id])
-        engine = Engine(synthesizer, resolve=folders.__getitem__, cache_bytes=1 << 30)
+        engine = Engine(synthesizer, resolve=lambda voice: folders[voice.key], cache_bytes=1 << 30)
         print("cold loads ...", flush=True)
         cold = cold_loads(engine, store, voice_ids, folders, args)
 

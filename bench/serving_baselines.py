@@ -1,4 +1,5 @@
-"""The serving benchmark's baselines, on the batcher's own pieces (same front end, forward and vocoder):
+"""The serving benchmark's baselines, on the library's one synthesis path (same front end, forward,
+post-filter and vocoder as the engine's batches):
 :func:`swap_one_at_a_time` (requests in order, one adapter activated per request, as PEFT's
 ``set_adapter``) and :class:`ModelPerVoice` (a full copy of the base per voice, the voice merged into it).
 """
@@ -16,16 +17,16 @@ import torch
 
 from chorus.adapters.inject import active_adapter, adapter_names, merge_adapter, remove_adapter
 from chorus.adapters.voice import apply_voice, read_voice
-from chorus.serving.batcher import Request, ServedResult, check_request, infer_mels, synthesize_batch, vocode_mels
-from chorus.serving.engine import Engine, UnknownVoice, is_mergeable
+from chorus.serving.engine import Engine, Request, UnknownVoice, is_mergeable
+from chorus.synthesis.forward import SentenceResult, check_speed, infer_mels, vocode_batch
 
 
 def swap_one_at_a_time(
     engine: Engine, requests: Sequence[Request], vocode: bool = True
-) -> list[ServedResult | Exception]:
+) -> list[SentenceResult | Exception]:
     """Baseline: requests one after another, each a forward of one row with its voice's adapter
     activated for it (PEFT's ``set_adapter`` per request); the same engine and cache."""
-    return [synthesize_batch(engine, [request], merge=False, vocode=vocode)[0] for request in requests]
+    return [engine.speak([request], merge=False, vocode=vocode)[0] for request in requests]
 
 
 class ModelPerVoice:
@@ -57,36 +58,39 @@ class ModelPerVoice:
             total += sum(t.numel() * t.element_size() for t in [*model.parameters(), *model.buffers()])
         return total
 
-    def synthesize(self, request: Request, vocode: bool = True) -> ServedResult:
-        check_request(request)
+    def synthesize(self, request: Request, vocode: bool = True) -> SentenceResult:
         started = time.perf_counter()
+        voice = request.voice if isinstance(request.voice, str) else request.voice.key
+        check_speed(request.speed)
         ids = self.engine.bundle.front_end.encode([request.text])
-        if request.voice in self.models:
-            model, merged = self.models[request.voice]
+        if voice in self.models:
+            model, merged = self.models[voice]
             speaker = self.engine.bundle.speaker_index(self.engine.bundle.default_speaker)
-            # A fully fine-tuned voice is its weights alone; it may carry no adapter to activate.
+            # A merged voice is in the weights, and a fully fine-tuned one is its weights alone: nothing
+            # to activate (the library's forward would insist on the bare base for them).
             context = (
                 active_adapter(model, "voice") if not merged and "voice" in adapter_names(model) else nullcontext()
             )
-        elif self.engine.is_speaker(request.voice):
-            model, speaker, context = self.base, self.engine.handle(request.voice).speaker_id, nullcontext()
+        elif self.engine.is_speaker(voice):
+            model, speaker, context = self.base, self.engine.handle(voice).speaker_id, nullcontext()
         else:
-            raise UnknownVoice(request.voice, "no model for it in this baseline")
+            raise UnknownVoice(voice, "no model for it in this baseline")
         with context:
-            mel = infer_mels(model, ids, [speaker], [float(request.speed)])[0].mel
-        audio = vocode_mels(self.engine.vocoder, [mel])[0] if vocode else np.zeros(0, np.float32)
-        return ServedResult(
-            audio,
-            self.engine.sample_rate,
-            time.perf_counter() - started,
-            request.voice,
-            mel=mel,
-            path="model-per-voice",
+            row = infer_mels(model, ids, [speaker], [float(request.speed)])[0]
+        result = SentenceResult(
+            np.zeros(0, np.float32), self.engine.sample_rate, 0.0, voice, mel=row.mel, frames=row.frames
         )
+        if vocode:
+            engine = self.engine
+            (result,) = vocode_batch(engine.vocoder, engine.synthesizer.postfilter, engine.sample_rate, [result])
+            if isinstance(result, Exception):
+                raise result
+        result.seconds, result.path = time.perf_counter() - started, "model-per-voice"
+        return result
 
-    def run(self, requests: Sequence[Request], vocode: bool = True) -> list[ServedResult | Exception]:
+    def run(self, requests: Sequence[Request], vocode: bool = True) -> list[SentenceResult | Exception]:
         """Requests one after another, each on its voice's own model."""
-        out: list[ServedResult | Exception] = []
+        out: list[SentenceResult | Exception] = []
         for request in requests:
             try:
                 out.append(self.synthesize(request, vocode))

@@ -60,9 +60,12 @@ from chorus.serving.uploads import (  # noqa: E402
     prepare_archive,
     prepare_clips,
 )
-from chorus.serving.voice_keys import resolve_voice_key  # noqa: E402
+from chorus.serving.voice_keys import resolve_stored  # noqa: E402
 from chorus.serving.worker import JobRunner, OnboardingJob, adapt_config  # noqa: E402
-from chorus.synthesis import load_base  # noqa: E402
+from chorus.synthesis import (
+    SENTENCE_SILENCE,  # noqa: E402
+    load_base,  # noqa: E402
+)
 from chorus.text.sentences import split_sentences  # noqa: E402
 from conftest import clip_files, random_voice, uvicorn_thread  # noqa: E402
 
@@ -114,7 +117,7 @@ def adapter_folders(tiny_base, tmp_path_factory) -> dict[str, Path]:
 def make_app(tiny_base: Path, root: Path, keys: dict[str, str] | None = None, settings: ServerSettings = SETTINGS):
     store = VoiceStore(str(root))
     engine = Engine(
-        load_base(tiny_base, "griffin-lim"), resolve=functools.partial(resolve_voice_key, store), cache_bytes=1 << 20
+        load_base(tiny_base, "griffin-lim"), resolve=functools.partial(resolve_stored, store), cache_bytes=1 << 20
     )
     tenants = Tenants.from_pairs(keys.items()) if keys else Tenants()
     return create_app(store, engine, tenants, settings), store
@@ -457,12 +460,64 @@ def test_models_voices_and_openai_voice_aliases(tenants_app, adapter_folders):
         store.delete_voice("globex", "nova")
 
 
+def library_speech(tiny_base, adapter_folders, voice: str, speed: float, text: str):
+    """What ``Synthesizer.synthesize`` makes of ``text`` in ``voice`` (a speaker, a blend, or acme's ann)."""
+    library = load_base(tiny_base, "griffin-lim")
+    if voice == "ann":
+        library.load_voice(adapter_folders["ann"], "ann")
+        return library.synthesize(text, voice="ann", length_scale=1 / speed)
+    return library.synthesize(text, speaker=voice, length_scale=1 / speed)
+
+
+@pytest.mark.parametrize(
+    ("voice", "speed", "text"),
+    [
+        ("m3", 1.0, "Hello there. Good day to you."),
+        ("m3(2)+f2(1)", 1.25, "Hello there. Good day to you."),
+        ("ann", 0.8, '<speak>Hello there. <break time="300ms"/>Good day.</speak>'),
+    ],
+)
+def test_the_library_and_the_server_give_the_same_samples(tenants_app, tiny_base, adapter_folders, voice, speed, text):
+    """One synthesis path: ``Synthesizer.synthesize`` and ``/v1/audio/speech`` (streamed PCM, whole FLAC) and
+    the captioned route give the same bytes and timestamps for the same text, voice and speed (each
+    sentence in a forward of its own on both sides)."""
+    client, _ = tenants_app
+    expected = library_speech(tiny_base, adapter_folders, voice, speed, text)
+    rate = expected.sample_rate
+    for audio_format in ("pcm", "flac"):
+        served = speak(client, input=text, voice=voice, speed=speed, response_format=audio_format, sample_rate=rate)
+        assert served.status_code == 200, served.text
+        assert served.content == expected.to_bytes(audio_format, rate), audio_format
+    captioned = client.post(
+        "/v1/audio/speech/captioned",
+        json={"model": "chorus", "input": text, "voice": voice, "speed": speed, "response_format": "pcm"},
+        headers=ACME,
+    ).json()
+    assert [(w["text"], w["start"], w["end"]) for w in captioned["words"]] == [
+        (w.text, w.start, w.end) for w in expected.words
+    ]
+
+
+def test_sentences_batched_by_the_server_match_the_library_to_float_noise(tenants_app, tiny_base, adapter_folders):
+    """A stream admits the sentences after the first together (one padded forward); the samples then
+    agree with the library's to Griffin-Lim's amplified float noise, and the lengths exactly."""
+    client, _ = tenants_app
+    text = "Hello there. Good day to you. See you soon. Take care."
+    expected = library_speech(tiny_base, adapter_folders, "ann", 1.0, text)
+    served = speak(client, input=text, voice="ann", response_format="pcm", sample_rate=expected.sample_rate)
+    got = np.frombuffer(served.content, dtype="<i2").astype(np.float32) / 32767
+    want = np.frombuffer(expected.to_bytes("pcm", expected.sample_rate), dtype="<i2").astype(np.float32) / 32767
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got, want, atol=5e-3)
+
+
 def test_ssml_breaks_in_speech_whole_and_streamed(tenants_app):
     client, _ = tenants_app
     plain = speak(client, input="Hello there. Good day.", response_format="pcm", sample_rate=22050).content
     ssml = '<speak>Hello there. <break time="1s"/>Good day.</speak>'
     whole = speak(client, input=ssml, response_format="pcm", sample_rate=22050).content
-    assert len(whole) - len(plain) == 2 * 22050  # one second more, exactly
+    # The break stands in place of the silence between sentences (as the library lays it out): 1 s more, less it.
+    assert len(whole) - len(plain) == 2 * round(22050 * (1.0 - SENTENCE_SILENCE))
     streamed = speak(client, input=ssml, response_format="wav")  # several pieces: streamed
     assert (len(streamed.content) - 44) == len(whole)
     assert_error(speak(client, input="<speak><emphasis>Hi</emphasis></speak>"), 400, "<emphasis> is not supported")
@@ -1555,7 +1610,7 @@ def test_a_client_gone_before_a_whole_answer_stops_its_synthesis(tiny_base, tmp_
 def test_a_streamed_answer_queues_its_sentences_as_it_is_consumed(tiny_base, tmp_path):
     """Ten sentences streamed: when each piece of audio is sent, at most STREAM_AHEAD more sentences of it
     wait in the batcher's queue (they had all been queued at once: another tenant's sentence waited for all)."""
-    from chorus.serving.api import STREAM_AHEAD
+    from chorus.serving.routes.speech import STREAM_AHEAD
 
     app, _ = make_app(tiny_base, tmp_path / "store", KEYS)
     text = " ".join(f"Sentence number {n} is here." for n in range(10))

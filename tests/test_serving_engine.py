@@ -25,8 +25,8 @@ from chorus.adapters.lora import LoraConfig
 from chorus.adapters.residual import ResidualAdapterConfig
 from chorus.adapters.speaker import SpeakerConfig
 from chorus.models.bundle import load_bundle
-from chorus.serving.batcher import Batcher, Request, synthesize_batch
-from chorus.serving.engine import Engine, UnknownVoice
+from chorus.serving.batcher import Batcher
+from chorus.serving.engine import Engine, Request, UnknownVoice
 from chorus.synthesis import load_base
 from conftest import random_voice
 
@@ -91,8 +91,8 @@ def assert_same_as_alone(tts, request: Request, result) -> None:
 
 
 def make_engine(tiny_base, voices, **kwargs) -> Engine:
-    def resolve(voice_id: str) -> Path:
-        return voices[voice_id]  # KeyError: unknown
+    def resolve(voice) -> Path:
+        return voices[voice.key]  # KeyError: unknown
 
     return Engine(load_base(tiny_base, "griffin-lim"), resolve=resolve, **kwargs)
 
@@ -100,7 +100,7 @@ def make_engine(tiny_base, voices, **kwargs) -> Engine:
 def test_speakers_work_without_onboarding_and_unknown_voices_raise(tiny_base, reference):
     engine = Engine(load_base(tiny_base, "griffin-lim"))  # no resolver, no voices
     requests = [Request(TEXTS[0], "m3"), Request(TEXTS[1], "f2", 1.25), Request(TEXTS[2], "nobody")]
-    results = synthesize_batch(engine, requests)
+    results = engine.speak(requests)
     for request, result in zip(requests[:2], results[:2]):
         assert result.path == "base" and result.batch_size == 2
         assert_same_as_alone(reference, request, result)
@@ -122,7 +122,7 @@ def test_cache_loads_on_demand_evicts_lru_by_bytes_and_keeps_pinned(tiny_base, v
     # v1 and v5 have the same methods, so the same size.
     engine = make_engine(tiny_base, voices, cache_bytes=0)
     request = Request(TEXTS[0], "v1")
-    first = synthesize_batch(engine, [request])[0]
+    first = engine.speak([request])[0]
     assert_same_as_alone(reference, request, first)
     stats = engine.stats()
     assert (stats.misses, stats.loads, stats.evictions, stats.resident_voices) == (1, 1, 1, 0), (
@@ -156,7 +156,7 @@ def test_cache_loads_on_demand_evicts_lru_by_bytes_and_keeps_pinned(tiny_base, v
     assert len(adapter_names(engine.model)) == 2, "eviction removes the adapter from the model"
 
     # An evicted voice comes back on demand, identical.
-    again = synthesize_batch(engine, [request])[0]
+    again = engine.speak([request])[0]
     assert torch.equal(again.mel, first.mel)
     assert "v2" in engine.resident()
 
@@ -166,7 +166,7 @@ def test_cache_loads_on_demand_evicts_lru_by_bytes_and_keeps_pinned(tiny_base, v
     assert "guest/7" in engine.resident()
     engine.remove_voice("guest/7")
     assert "guest/7" not in engine.resident()
-    results = synthesize_batch(engine, [Request(TEXTS[0], "guest/7"), Request(TEXTS[1], "v2")])
+    results = engine.speak([Request(TEXTS[0], "guest/7"), Request(TEXTS[1], "v2")])
     assert isinstance(results[0], UnknownVoice) and results[1].path == "active"
     engine.remove_voice("v2")
     assert "v2" not in engine.resident() and engine.stats().pinned_voices == 0
@@ -236,20 +236,20 @@ def test_batcher_from_asyncio_tasks(tiny_base, voices, reference):
 
 def test_one_voice_batches_merge_or_activate_and_leave_the_base_exact(tiny_base, voices, reference):
     engine = make_engine(tiny_base, voices)
-    base_before = synthesize_batch(engine, [Request(TEXTS[0], "m3")])[0].mel
+    base_before = engine.speak([Request(TEXTS[0], "m3")])[0].mel
     for voice, merge, path in [("v1", True, "merged"), ("v3", "auto", "active"), ("v0", True, "active")]:
         requests = [Request(text, voice) for text in TEXTS[:3]]
-        results = synthesize_batch(engine, requests, merge=merge)
+        results = engine.speak(requests, merge=merge)
         for request, result in zip(requests, results):
             assert result.path == path, (voice, merge)
             assert_same_as_alone(reference, request, result)
-    assert torch.equal(synthesize_batch(engine, [Request(TEXTS[0], "m3")])[0].mel, base_before)
+    assert torch.equal(engine.speak([Request(TEXTS[0], "m3")])[0].mel, base_before)
 
 
 def test_baselines_match_the_batched_engine(tiny_base, voices, reference):
     engine = make_engine(tiny_base, voices)
     requests = [Request(TEXTS[i % 4], f"v{i % 3}", 1.1) for i in range(4)] + [Request(TEXTS[1], "f2")]
-    batched = synthesize_batch(engine, requests, vocode=False)
+    batched = engine.speak(requests, vocode=False)
     swapped = swap_one_at_a_time(engine, requests, vocode=False)
     assert all(r.batch_size == 1 and r.path in ("active", "base") for r in swapped)
     per_voice = ModelPerVoice(engine, {f"v{k}": voices[f"v{k}"] for k in range(3)})
@@ -264,20 +264,20 @@ def test_baselines_match_the_batched_engine(tiny_base, voices, reference):
 
 
 def test_a_failing_batched_forward_is_retried_row_by_row(tiny_base, voices, reference, monkeypatch):
-    import chorus.serving.batcher as batcher_module
+    import chorus.synthesis.forward as forward_module
 
     engine = make_engine(tiny_base, voices)
     poison = engine.bundle.front_end.encode([TEXTS[3]])[0]
-    real_infer = batcher_module.infer_mels
+    real_infer = forward_module.infer_mels
 
     def flaky_infer(model, ids, speakers, speeds):
         if poison in ids:
             raise RuntimeError("this row breaks the forward")
         return real_infer(model, ids, speakers, speeds)
 
-    monkeypatch.setattr(batcher_module, "infer_mels", flaky_infer)
+    monkeypatch.setattr(forward_module, "infer_mels", flaky_infer)
     requests = [Request(TEXTS[0], "v0"), Request(TEXTS[3], "v1"), Request(TEXTS[2], "m3")]
-    results = synthesize_batch(engine, requests)
+    results = engine.speak(requests)
     assert isinstance(results[1], RuntimeError)
     for request, result in zip([requests[0], requests[2]], [results[0], results[2]]):
         assert result.batch_size == 1
@@ -288,11 +288,11 @@ def test_blends_beside_adapted_voices_keep_each_voices_speaker_vector(tiny_base,
     """v0 and v2 carry their own speaker vector: a blend in the same batch must not replace it."""
     engine = make_engine(tiny_base, voices)
     requests = [Request(TEXTS[0], "m3(2)+f2(1)"), Request(TEXTS[1], "v0"), Request(TEXTS[2], "v2")]
-    results = synthesize_batch(engine, requests)
+    results = engine.speak(requests)
     assert [r.path for r in results] == ["split"] * 3
     for request, result in zip(requests[1:], results[1:]):
         assert_same_as_alone(reference, request, result)
-    blend_alone = synthesize_batch(engine, requests[:1])[0]
+    blend_alone = engine.speak(requests[:1])[0]
     assert blend_alone.path == "base" and torch.allclose(results[0].mel, blend_alone.mel, atol=1e-5)
     expected = reference.mel([TEXTS[0]], speaker="m3(2)+f2(1)")[0]
     torch.testing.assert_close(blend_alone.mel, expected, atol=1e-5, rtol=1e-4)

@@ -30,7 +30,7 @@ from chorus.serving.settings import AdaptRecipe, ServerSettings, jobs_dir  # noq
 from chorus.serving.store import VoiceStore  # noqa: E402
 from chorus.serving.tenants import Tenants  # noqa: E402
 from chorus.serving.uploads import UploadLimits  # noqa: E402
-from chorus.serving.voice_keys import resolve_voice_key  # noqa: E402
+from chorus.serving.voice_keys import resolve_stored  # noqa: E402
 from chorus.serving.worker import JobRunner  # noqa: E402
 from chorus.synthesis import load_base  # noqa: E402
 from conftest import random_voice, uvicorn_thread  # noqa: E402
@@ -65,7 +65,7 @@ def live_server(tiny_base, tmp_path_factory):
     pytest.importorskip("uvicorn")
     store = VoiceStore(str(tmp_path_factory.mktemp("store_web")))
     engine = Engine(
-        load_base(tiny_base, "griffin-lim"), resolve=functools.partial(resolve_voice_key, store), cache_bytes=1 << 20
+        load_base(tiny_base, "griffin-lim"), resolve=functools.partial(resolve_stored, store), cache_bytes=1 << 20
     )
     # A few training steps take well under the page's poll interval: hold each job at "running" (before
     # it copies the base) until the test has seen the page show it, then let it finish.

@@ -123,13 +123,13 @@ def synthesize(
         fail("give --speaker (a base speaker) or --voice (an adapted voice), not both")
     with user_errors():
         tts = load_base(model, vocoder, device=device)
-        speaker_index = tts.resolve_speaker(speaker)
+        speaker_voice = tts.resolve_speaker(speaker)  # checked (and a blend parsed) once
         voice_name = tts.load_voice(voice) if voice is not None else None
     table = Table("file", "speaker / voice", "seconds", "RTF", "text")
     written: list[tuple[Path, str]] = []
     for where, line, path in jobs:
         try:
-            result = tts.synthesize(line, speaker_index, length_scale, voice_name, sentence_silence)
+            result = tts.synthesize(line, speaker_voice, length_scale, voice_name, sentence_silence)
         except ValueError as error:
             report.print(f"skipped {where}: {error}", style="yellow")
             continue

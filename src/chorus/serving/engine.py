@@ -13,10 +13,15 @@ The model is shared by every request, so whatever runs it or changes its adapter
 
 Typical use::
 
-    engine = Engine(load_base("runs/base", "griffin-lim"), resolve=store.folder, cache_bytes=64 << 20)
+    engine = Engine(load_base("runs/base", "griffin-lim"), resolve=lambda voice: folders[voice.key])
     engine.add_voice("ann", "voices/ann", pin=True)
-    with engine.using(["ann", "flite-rms"]) as (handles, errors):
-        ...   # handles["ann"].adapter is the adapter name inside engine.model
+    results = engine.speak([Request("Hello.", engine.voice("ann")), Request("Hi.", engine.voice("flite-rms"))])
+
+A voice reaches the engine typed, resolved once by whoever took the request (:meth:`Engine.voice` for a
+name; the server's :class:`~chorus.serving.voice_keys.StoredVoice` carries its store record): a base
+:class:`~chorus.synthesis.voices.Speaker`, a :class:`~chorus.synthesis.voices.Blend`, or an
+:class:`AdaptedVoice` found by its ``key``. :meth:`Engine.speak` reads a batch of requests through the
+library's one synthesis path (:mod:`chorus.synthesis.forward`), holding the lock for the forward only.
 """
 
 from __future__ import annotations
@@ -26,12 +31,12 @@ import dataclasses
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import torch
+import numpy as np
 
 from chorus.adapters.inject import (
     adapter_layers,
@@ -43,6 +48,8 @@ from chorus.adapters.voice import Voice, VoiceError, apply_voice, read_voice
 from chorus.models.bundle import ModelBundle
 from chorus.models.speaker_mix import is_mix
 from chorus.synthesis import Synthesizer, load_base
+from chorus.synthesis.forward import Sentence, SentenceResult, infer_batch, stamp, vocode_batch
+from chorus.synthesis.voices import Blend, Speaker, VoiceHandle
 
 DEFAULT_CACHE_BYTES = 64 << 20
 
@@ -60,16 +67,24 @@ class UnknownVoice(KeyError):
 
 
 @dataclass(frozen=True)
-class VoiceHandle:
-    """How a batch runs one voice: ``adapter`` is the adapter name in the model (None for a base
-    voice), ``speaker_id`` the row of the speaker table to feed (an adapted voice's speaker vector,
-    when it has one, overrides it), ``mergeable`` whether every method of the voice can be merged."""
+class AdaptedVoice:
+    """An adapted voice, by its ``key`` in the engine's cache (the folder comes from :meth:`Engine.add_voice`
+    or the engine's ``resolve``)."""
 
-    voice_id: str
-    adapter: str | None
-    speaker_id: int
-    mergeable: bool = False
-    speaker_vector: torch.Tensor | None = None  # a blend of speakers (``"a(2)+b(1)"``) instead of a row
+    key: str
+
+
+EngineVoice = Speaker | Blend | AdaptedVoice
+
+
+@dataclass(frozen=True)
+class Request:
+    """One sentence to speak: ``text`` in ``voice`` (typed, or a name :meth:`Engine.voice` resolves) at
+    ``speed`` (2.0 speaks twice as fast)."""
+
+    text: str
+    voice: EngineVoice | str
+    speed: float = 1.0
 
 
 @dataclass
@@ -126,7 +141,7 @@ class Engine:
     Args:
         synthesizer: the base model and vocoder (:func:`chorus.synthesis.load_base`); the engine owns
             its model from now on (adapters are added to and removed from it).
-        resolve: ``voice_id -> local voice folder`` for voices not added with :meth:`add_voice`;
+        resolve: ``AdaptedVoice -> local voice folder`` for voices not added with :meth:`add_voice`;
             raising ``KeyError``/``FileNotFoundError`` or returning None means "no such voice".
         cache_bytes: budget for the adapter tensors of unpinned resident voices plus pinned ones;
             pinned voices and voices in use may push it over, never a reason to refuse them.
@@ -136,7 +151,7 @@ class Engine:
     def __init__(
         self,
         synthesizer: Synthesizer,
-        resolve: Callable[[str], str | Path | None] | None = None,
+        resolve: Callable[[AdaptedVoice], str | Path | None] | None = None,
         cache_bytes: int = DEFAULT_CACHE_BYTES,
         pinned: Iterable[str] = (),
     ):
@@ -294,52 +309,71 @@ class Engine:
             return snapshot
 
     # -- serving -------------------------------------------------------------------------------
-    def handle(self, voice_id: str) -> VoiceHandle:
-        """The handle of a speaker or a *resident* adapted voice (no loading, no counting)."""
-        if voice_id in self._speaker_ids:
-            return VoiceHandle(voice_id, None, self._speaker_ids[voice_id])
-        if self.is_speaker(voice_id):  # a blend
-            return VoiceHandle(voice_id, None, self._default_speaker, speaker_vector=self.bundle.speaker_mix(voice_id))
+    def voice(self, name: str) -> EngineVoice:
+        """``name`` as a typed voice: a speaker of the base, a blend of them (``ValueError``/``KeyError`` for
+        a bad one), else an adapted voice by that key (found when it is used)."""
+        if name in self._speaker_ids:
+            return Speaker(name, self._speaker_ids[name])
+        if is_mix(name):
+            return Blend(name, self.bundle.speaker_mix(name))
+        return AdaptedVoice(name)
+
+    def _typed(self, voice: EngineVoice | str) -> EngineVoice:
+        return self.voice(voice) if isinstance(voice, str) else voice
+
+    def handle(self, voice: EngineVoice | str) -> VoiceHandle:
+        """The handle of a speaker, a blend or a *resident* adapted voice (no loading, no counting)."""
+        voice = self._typed(voice)
+        if isinstance(voice, Speaker | Blend):
+            return VoiceHandle.of(voice, self._default_speaker)
         with self.lock:
-            entry = self._cache.get(voice_id)
+            entry = self._cache.get(voice.key)
             if entry is None:
-                raise UnknownVoice(voice_id, "not resident")
-            return VoiceHandle(voice_id, entry.adapter, self._default_speaker, entry.mergeable)
+                raise UnknownVoice(voice.key, "not resident")
+            return VoiceHandle(voice.key, entry.adapter, self._default_speaker, entry.mergeable)
 
     @contextmanager
-    def using(self, voice_ids: Iterable[str]) -> Iterator[tuple[dict[str, VoiceHandle], dict[str, Exception]]]:
-        """Hold :attr:`lock` with every voice of ``voice_ids`` resident; yields (handles by voice id,
-        errors by voice id) so one bad voice fails only its own requests. Voices missing from the
+    def using(
+        self, voices: Iterable[EngineVoice | str]
+    ) -> Iterator[tuple[dict[str, VoiceHandle], dict[str, Exception]]]:
+        """Hold :attr:`lock` with every voice of ``voices`` resident; yields (handles by voice key,
+        errors by voice key) so one bad voice fails only its own requests. Voices missing from the
         cache are read from disk first (outside the lock) and then added to the model; the voices
         held are exempt from eviction until the block ends, after which the cache is trimmed to
         its budget."""
-        voice_ids = list(dict.fromkeys(voice_ids))
-        wanted = [v for v in voice_ids if not self.is_speaker(v)]
+        typed: dict[str, EngineVoice] = {}
+        errors: dict[str, Exception] = {}
+        for voice in voices:
+            try:
+                voice = self._typed(voice)
+            except (KeyError, ValueError) as error:  # a bad blend
+                errors[voice] = error
+                continue
+            typed.setdefault(voice.key, voice)
         read: dict[str, tuple[Path, Voice, float] | Exception] = {}
-        for voice_id in wanted:
-            if voice_id not in self._cache:  # unlocked peek: at worst a voice is read twice
+        for key, voice in typed.items():
+            if isinstance(voice, AdaptedVoice) and key not in self._cache:  # unlocked peek: at worst read twice
                 started = time.perf_counter()
                 try:
-                    folder = self._find(voice_id)
-                    read[voice_id] = (folder, read_voice(folder), started)
+                    folder = self._find(voice)
+                    read[key] = (folder, read_voice(folder), started)
                 except Exception as error:  # noqa: BLE001 - reported per voice
-                    read[voice_id] = error
+                    read[key] = error
         with self.lock:
             handles: dict[str, VoiceHandle] = {}
-            errors: dict[str, Exception] = {}
             held: list[CachedVoice] = []
-            for voice_id in voice_ids:
-                if self.is_speaker(voice_id):
-                    handles[voice_id] = self.handle(voice_id)
+            for key, voice in typed.items():
+                if not isinstance(voice, AdaptedVoice):
+                    handles[key] = VoiceHandle.of(voice, self._default_speaker)
                     continue
                 try:
-                    entry = self._lookup(voice_id, read.get(voice_id))
+                    entry = self._lookup(voice, read.get(key))
                 except Exception as error:  # noqa: BLE001 - reported per voice
-                    errors[voice_id] = error
+                    errors[key] = error
                     continue
                 entry.in_use += 1
                 held.append(entry)
-                handles[voice_id] = VoiceHandle(voice_id, entry.adapter, self._default_speaker, entry.mergeable)
+                handles[key] = VoiceHandle(key, entry.adapter, self._default_speaker, entry.mergeable)
             try:
                 self._evict()
                 yield handles, errors
@@ -348,14 +382,53 @@ class Engine:
                     entry.in_use -= 1
                 self._evict()
 
+    def speak(
+        self, requests: Sequence[Request], merge: bool | str = "auto", vocode: bool = True
+    ) -> list[SentenceResult | Exception]:
+        """Speak ``requests`` through the library's one synthesis path (:mod:`chorus.synthesis.forward`):
+        one forward under :attr:`lock`, then the vocoder outside it (it does not touch the acoustic model).
+        Returns a result (``speaker`` is the voice's key; ``seconds`` the time this took) or the exception
+        for each request, in order; one bad request (voice, text, speed) fails alone. ``merge``: see
+        :func:`~chorus.synthesis.forward.infer_batch`; ``vocode=False`` leaves ``audio`` empty (for timing
+        the acoustic model alone)."""
+        started = time.perf_counter()
+        results: list[SentenceResult | Exception | None] = [None] * len(requests)
+        keys: list[str | None] = []
+        for index, request in enumerate(requests):
+            try:
+                if not isinstance(request.voice, str | Speaker | Blend | AdaptedVoice):
+                    raise TypeError(f"voice must be a string or a typed voice, got {type(request.voice).__name__}")
+                keys.append(self._typed(request.voice).key)
+            except Exception as error:  # noqa: BLE001 - reported to that request
+                results[index] = error
+                keys.append(None)
+        live = [i for i, key in enumerate(keys) if key is not None]
+        with self.using(requests[i].voice for i in live) as (handles, errors):
+            rows = []
+            for index in live:
+                if keys[index] in errors:
+                    results[index] = errors[keys[index]]
+                else:
+                    rows.append(index)
+            sentences = [Sentence(requests[i].text, handles[keys[i]], requests[i].speed) for i in rows]
+            spoken = infer_batch(self.model, self.bundle.front_end, sentences, merge)
+        if vocode:
+            spoken = vocode_batch(self.vocoder, self.synthesizer.postfilter, self.sample_rate, spoken)
+        for index, result in zip(rows, spoken):
+            if isinstance(result, SentenceResult) and not vocode:
+                result.audio, result.sample_rate = np.zeros(0, np.float32), self.sample_rate
+            results[index] = result
+        return stamp(results, started)
+
     # -- internals (callers hold the lock) -----------------------------------------------------
-    def _find(self, voice_id: str) -> Path:
+    def _find(self, voice: AdaptedVoice) -> Path:
+        voice_id = voice.key
         folder = self._folders.get(voice_id)
         if folder is None:
             if self.resolve is None:
                 raise UnknownVoice(voice_id, f"not a speaker ({', '.join(self.bundle.speakers)}) and not added")
             try:
-                folder = self.resolve(voice_id)
+                folder = self.resolve(voice)
             except (KeyError, FileNotFoundError) as error:
                 raise UnknownVoice(voice_id, str(error)) from error
             if folder is None:
@@ -365,7 +438,8 @@ class Engine:
             raise UnknownVoice(voice_id, f"its folder {folder} does not exist")
         return folder
 
-    def _lookup(self, voice_id: str, read: tuple[Path, Voice, float] | Exception | None) -> CachedVoice:
+    def _lookup(self, voice: AdaptedVoice, read: tuple[Path, Voice, float] | Exception | None) -> CachedVoice:
+        voice_id = voice.key
         entry = self._cache.get(voice_id)
         if entry is not None:
             self._stats.hits += 1
@@ -378,7 +452,7 @@ class Engine:
                 raise read
             if read is None:  # evicted between the unlocked read and now
                 started = time.perf_counter()
-                folder = self._find(voice_id)
+                folder = self._find(voice)
                 read = (folder, read_voice(folder), started)
             return self._apply(voice_id, *read)
         except UnknownVoice:

@@ -54,15 +54,16 @@ from ray import serve
 
 from chorus.models.bundle import load_bundle
 from chorus.serving.api import create_app
-from chorus.serving.batcher import Batcher, BatcherStats, ServedResult
-from chorus.serving.engine import Engine, UnknownVoice
+from chorus.serving.batcher import Batcher, BatcherStats
+from chorus.serving.engine import AdaptedVoice, Engine, EngineVoice, UnknownVoice
 from chorus.serving.metadata import is_postgres_url
 from chorus.serving.settings import ServerSettings, jobs_dir
 from chorus.serving.store import JobStatus, VoiceStore
 from chorus.serving.tenants import Tenants, check_bind
-from chorus.serving.voice_keys import resolve_voice_key
+from chorus.serving.voice_keys import resolve_stored
 from chorus.serving.worker import DATA_DIR, JobRunner, OnboardingJob, record_consent, write_job_file
 from chorus.synthesis import DEFAULT_BASE
+from chorus.synthesis.forward import SentenceResult
 
 log = logging.getLogger("chorus.serving.ray")
 
@@ -132,8 +133,8 @@ class RayServeConfig:
 
 # -- one voices replica ------------------------------------------------------------------------------
 @dataclass
-class RemoteResult(ServedResult):
-    """A :class:`ServedResult` from a voices replica (its ``mel`` left behind), with where it was made:
+class RemoteResult(SentenceResult):
+    """A :class:`SentenceResult` from a voices replica (its ``mel`` left behind), with where it was made:
     ``replica`` (Serve replica id) and ``voice_loads`` (times that replica has loaded this voice)."""
 
     replica: str = ""
@@ -173,7 +174,7 @@ class VoiceHost:
         self.engine = Engine.load(
             config.base,
             config.vocoder,
-            resolve=functools.partial(resolve_voice_key, self.store),
+            resolve=functools.partial(resolve_stored, self.store),
             cache_bytes=int(config.cache_mb * (1 << 20)),
         )
         self.batcher = Batcher(
@@ -183,11 +184,20 @@ class VoiceHost:
         self.held: set[str] = set()  # voices the multiplexer holds now
         self._active: Counter[str] = Counter()  # requests using each voice now
         self._dropped: set[str] = set()  # dropped by the multiplexer while in use
+        self._announced: dict[str, AdaptedVoice] = {}  # voices about to be loaded, with their records
         self._lock = threading.Lock()
+
+    def announce(self, voice: AdaptedVoice) -> None:
+        """The typed voice of a request about to ask the multiplexer for ``voice.key``: :meth:`load` takes
+        its folder from the record it carries (the multiplexer passes the key alone)."""
+        with self._lock:
+            self._announced[voice.key] = voice
 
     def load(self, key: str) -> LoadedVoice:
         """Put voice ``key`` into the engine now (blocking); raises ``UnknownVoice``, ``VoiceError``..."""
-        self.engine.add_voice(key, resolve_voice_key(self.store, key))
+        with self._lock:
+            voice = self._announced.pop(key, None) or AdaptedVoice(key)
+        self.engine.add_voice(key, resolve_stored(self.store, voice))
         with self._lock:
             self.loads[key] += 1
             self.held.add(key)
@@ -266,24 +276,30 @@ class VoiceReplica:
         # Wrapped here rather than on the class: the limit is the config's.
         self.voice = serve.multiplexed(max_num_models_per_replica=config.voices_per_replica)(load_voice)
 
-    async def synthesize(self, text: str, voice: str, speed: float = 1.0, tenant: str = "") -> RemoteResult | Exception:
-        """Speak ``text``; an error is returned, not raised, so the caller re-raises it with its own type."""
+    async def synthesize(
+        self, text: str, voice: EngineVoice | str, speed: float = 1.0, tenant: str = ""
+    ) -> RemoteResult | Exception:
+        """Speak ``text`` in ``voice`` (typed by the ingress); an error is returned, not raised, so the
+        caller re-raises it with its own type."""
         key = None
         try:
-            if not self.host.engine.is_speaker(voice):
+            if isinstance(voice, str):  # a caller of the deployment itself, not the ingress
+                voice = self.host.engine.voice(voice)
+            if isinstance(voice, AdaptedVoice):
                 routed = serve.get_multiplexed_model_id()
-                if routed != voice:
+                if routed != voice.key:
                     raise ValueError(
-                        f"adapted voice {voice!r} must be requested with multiplexed_model_id={voice!r} "
+                        f"adapted voice {voice.key!r} must be requested with multiplexed_model_id={voice.key!r} "
                         f"(got {routed!r})"
                     )
-                await self.voice(voice)
-                key = voice
+                self.host.announce(voice)
+                await self.voice(voice.key)
+                key = voice.key
             with self.host.using(key):
                 result = await self.host.batcher.synthesize_async(text, voice, speed, tenant)
         except Exception as error:  # noqa: BLE001 - handed back to the ingress
             return error
-        fields = {f.name: getattr(result, f.name) for f in dataclasses.fields(ServedResult)}
+        fields = {f.name: getattr(result, f.name) for f in dataclasses.fields(SentenceResult)}
         return RemoteResult(
             **(fields | {"mel": None}), replica=self.host.replica, voice_loads=self.host.loads[key] if key else 0
         )
@@ -304,10 +320,9 @@ class RemoteBatcher:
     deployment, an adapted voice with its key as ``multiplexed_model_id`` (batching happens in the
     voices replicas)."""
 
-    def __init__(self, handle: Callable[[], object], is_speaker: Callable[[str], bool]):
+    def __init__(self, handle: Callable[[], object]):
         self._handle_factory = handle
         self._handle = None
-        self.is_speaker = is_speaker
         self.stats = BatcherStats()
 
     def handle(self):
@@ -315,9 +330,13 @@ class RemoteBatcher:
             self._handle = self._handle_factory()
         return self._handle
 
-    async def synthesize_async(self, text: str, voice: str, speed: float = 1.0, tenant: str = "") -> RemoteResult:
+    async def synthesize_async(
+        self, text: str, voice: EngineVoice, speed: float = 1.0, tenant: str = ""
+    ) -> RemoteResult:
+        """Speak ``text`` in ``voice`` (typed: resolved by the ingress, so the replica reads no record)."""
         self.stats.requests += 1
-        handle = self.handle() if self.is_speaker(voice) else self.handle().options(multiplexed_model_id=voice)
+        multiplexed = isinstance(voice, AdaptedVoice)
+        handle = self.handle().options(multiplexed_model_id=voice.key) if multiplexed else self.handle()
         started = time.perf_counter()
         try:
             outcome = await handle.synthesize.remote(text, voice, speed, tenant)
@@ -331,7 +350,7 @@ class RemoteBatcher:
         self.stats.busy_seconds += time.perf_counter() - started
         return outcome
 
-    def submit(self, text: str, voice: str, speed: float = 1.0, tenant: str = "") -> Future:
+    def submit(self, text: str, voice: EngineVoice, speed: float = 1.0, tenant: str = "") -> Future:
         """As :meth:`Batcher.submit`; call it from the ingress's event loop."""
         return asyncio.run_coroutine_threadsafe(
             self.synthesize_async(text, voice, speed, tenant), asyncio.get_running_loop()
@@ -419,7 +438,7 @@ def build_ingress_app(config: RayServeConfig, app_name: str):
     store = config.open_store()
     # The ingress never runs the model (its batcher is remote); it needs the base's speakers and rate.
     engine = Engine.load(config.base, config.vocoder, cache_bytes=0)
-    remote = RemoteBatcher(lambda: serve.get_deployment_handle(VOICES_DEPLOYMENT, app_name=app_name), engine.is_speaker)
+    remote = RemoteBatcher(lambda: serve.get_deployment_handle(VOICES_DEPLOYMENT, app_name=app_name))
     return create_app(store, engine, config.tenants, config.settings, jobs=RayJobRunner(store, config), batcher=remote)
 
 

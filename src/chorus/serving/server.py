@@ -14,7 +14,7 @@ from fastapi import Request
 from chorus.adapters.voice import CARD_FILE
 from chorus.models.speaker_mix import is_mix
 from chorus.serving.batcher import Batcher, SpeechQueue
-from chorus.serving.engine import Engine
+from chorus.serving.engine import Engine, EngineVoice
 from chorus.serving.errors import ApiError, voice_not_found
 from chorus.serving.metrics import Metrics
 from chorus.serving.quotas import RateLimiter, check_rate
@@ -31,7 +31,7 @@ from chorus.serving.store import (
     outage_errors,
 )
 from chorus.serving.tenants import Tenants, Unauthorized
-from chorus.serving.voice_keys import voice_key
+from chorus.serving.voice_keys import StoredVoice, voice_key
 from chorus.serving.worker import JobRunner
 
 _URL = re.compile(r"[a-zA-Z][a-zA-Z0-9+.-]*://\S+")
@@ -43,7 +43,7 @@ class VoiceServer:
     and the store (checkpointing its write-ahead log).
 
     ``engine`` finds adapted voices through its own ``resolve`` (for a store,
-    ``functools.partial(resolve_voice_key, store)``). ``jobs``: the onboarding worker (default: a
+    ``functools.partial(resolve_stored, store)``). ``jobs``: the onboarding worker (default: a
     :class:`JobRunner` training in this process on copies of the engine's base); ``batcher``: where
     speech requests go (default: a :class:`Batcher` on ``engine`` with the settings' limits).
     """
@@ -138,23 +138,22 @@ class VoiceServer:
             self.forget(tenant, voice_id)  # deleted, maybe through another server on the same store
             raise voice_not_found(voice_id) from None
 
-    def engine_voice(self, tenant: str, voice_id: str) -> str:
-        """What to ask the engine for: a speaker name or the key of the tenant's ready voice."""
-        if self.engine.is_speaker(voice_id):
-            return voice_id
-        if is_mix(voice_id):
+    def voice_for(self, tenant: str, voice_id: str) -> EngineVoice:
+        """The voice a tenant's request names, resolved once: a speaker or blend of the base, an alias's
+        speaker, or the tenant's ready voice with its record (:class:`StoredVoice`)."""
+        if self.engine.is_speaker(voice_id) or is_mix(voice_id):
             try:
-                self.engine.bundle.speaker_mix(voice_id)
+                return self.engine.voice(voice_id)
             except (KeyError, ValueError) as error:
                 raise ApiError(400, str(error.args[0]), param="voice", code="invalid_blend") from None
         if voice_id in self.aliases:
             try:  # the tenant's own voice of that id comes first
                 record = self.store.voice(tenant, voice_id)
             except VoiceNotFound:
-                return self.aliases[voice_id]
+                return self.engine.voice(self.aliases[voice_id])
             except outage_errors() as error:  # the database is down: an alias still speaks, as a speaker does
                 log.warning("alias %r spoken without the store (%r)", voice_id, error)
-                return self.aliases[voice_id]
+                return self.engine.voice(self.aliases[voice_id])
         else:
             record = self.record(tenant, voice_id)
         if record.status == VoiceStatus.TRAINING:
@@ -173,10 +172,10 @@ class VoiceServer:
                 param="voice",
                 code="voice_not_ready",
             )
-        key = voice_key(record)
-        if not self.engine.is_resident(key):  # a new version: drop an older one (replaced through another server)
-            self.forget(tenant, voice_id, keep=key)
-        return key
+        voice = StoredVoice.of(record)
+        if not self.engine.is_resident(voice.key):  # a new version: drop an older one (replaced through another server)
+            self.forget(tenant, voice_id, keep=voice.key)
+        return voice
 
     def public(self, message: str) -> str:
         """A message fit for a tenant: server paths, URLs (an object store's endpoint) and the store's bucket

@@ -445,13 +445,20 @@ class VoiceStore:
         A voice whose stored files do not match (or carry anything but the voice files) is marked
         failed and ``VoiceCorrupted`` is raised; it is not served again until uploaded anew.
         """
-        record = self.voice(tenant, voice_id)
+        return self.voice_folder(self.voice(tenant, voice_id))
+
+    def voice_folder(self, record: VoiceRecord) -> Path:
+        """:meth:`get_voice` of a record read before (a request's): ``VoiceNotFound`` when the voice was
+        replaced or deleted since, rather than a mismatch taken for corruption."""
+        tenant, voice_id = record.tenant, record.voice_id
         if record.status != VoiceStatus.READY:
             detail = f": {record.error}" if record.error else ""
             raise VoiceNotReady(f"voice {voice_id!r} is {record.status.value}{detail}")
         blob = self._blob(tenant, voice_id)
         manifest = self._read_marker(blob)
         if manifest is None or manifest[WEIGHTS_FILE].sha256 != record.sha256:
+            if self.voice(tenant, voice_id).sha256 != record.sha256:  # raises VoiceNotFound once deleted
+                raise VoiceNotFound(f"voice {voice_id!r} was replaced")
             self._corrupted(tenant, voice_id, "its stored folder has no valid commit marker for these weights")
         stray = sorted(set(_names(self.fs, blob)) - VOICE_FILES - {MARKER_FILE})
         if stray:

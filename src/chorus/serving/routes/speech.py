@@ -1,0 +1,247 @@
+"""Speech: ``POST /v1/audio/speech`` (OpenAI-compatible) and ``POST /v1/audio/speech/captioned``.
+
+The body is ``{"model", "input", "voice", "response_format", "speed", "instructions", "stream_format"}``
+(+ Chorus's ``sample_rate``); ``wav`` | ``flac`` | ``mp3`` | ``opus`` | ``aac`` | ``pcm`` (16-bit
+little-endian mono at 24 kHz, see ``X-Sample-Rate``). The voice is resolved once per request
+(:meth:`VoiceServer.voice_for`) and the text laid out as the library lays it out
+(:func:`chorus.synthesis.timeline.layout`: sentences, the silence between them, SSML breaks), so the same
+text and voice give the same samples as ``chorus synthesize``. Text of several sentences is streamed
+(chunked) sentence by sentence as each is made, one encoder over the whole text; a streamed WAV's header
+says "unknown length" (sizes 0xFFFFFFFF). FLAC is sent whole. ``stream_format: "sse"`` sends OpenAI's
+``speech.audio.delta`` / ``speech.audio.done`` events. The captioned route answers JSON with the audio
+(base64) and every word's and phoneme's start and end, from the durations the model predicted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import logging
+from collections import deque
+from collections.abc import AsyncIterator
+from concurrent.futures import Future
+from dataclasses import dataclass
+
+from fastapi import APIRouter, Request
+from fastapi.responses import Response, StreamingResponse
+from starlette.concurrency import run_in_threadpool
+
+from chorus.audio.encode import FORMATS, AudioStream, encode_whole, output_rate
+from chorus.serving.engine import EngineVoice
+from chorus.serving.errors import ApiError, synthesis_error
+from chorus.serving.json_body import BodyError, loads_bounded
+from chorus.serving.routes.deps import ERRORS, Server, Tenant
+from chorus.serving.schemas import CONTENT_TYPES, PCM_RATE, CaptionedSpeech, SpeechRequest, parse_speech
+from chorus.serving.server import VoiceServer
+from chorus.synthesis.timeline import Timeline, layout, silence
+from chorus.text.sentences import estimated_seconds
+from chorus.text.ssml import Pause, SsmlError
+
+log = logging.getLogger("chorus.serving.speech")
+
+router = APIRouter()
+
+# Sentences of a streamed answer queued ahead of the one being sent (see :func:`_streamed`).
+STREAM_AHEAD = 3
+# nginx's status for a request its client closed before the answer: logged, never seen by that client.
+CLIENT_CLOSED_REQUEST = 499
+
+_BODY = {
+    "requestBody": {"required": True, "content": {"application/json": {"schema": SpeechRequest.model_json_schema()}}}
+}
+
+
+async def read_json(request: Request, limit: int) -> object:
+    """The request's JSON body: 415 for another content type, 413 past ``limit`` bytes, 400 if malformed."""
+    content_type = request.headers.get("content-type", "")
+    if content_type.split(";")[0].strip().lower() != "application/json":
+        raise ApiError(415, f"expected Content-Type application/json, got {content_type[:60] or 'none'!r}")
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > limit:
+        raise ApiError(413, f"the request body is over {limit} bytes", type="request_too_large")
+    body = b""
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > limit:
+            raise ApiError(413, f"the request body is over {limit} bytes", type="request_too_large")
+    try:
+        return loads_bounded(body)
+    except BodyError as error:
+        raise ApiError(400, str(error)) from None
+
+
+@dataclass
+class SpeechJob:
+    """A checked speech request: whose, its body, its voice (resolved once) and what to read, in order."""
+
+    tenant: str
+    body: SpeechRequest
+    voice: EngineVoice
+    pieces: list[str | Pause]
+
+    def speak(self, server: VoiceServer, text: str):
+        """The awaitable result of one sentence."""
+        return server.batcher.synthesize_async(text, self.voice, self.body.speed, self.tenant)
+
+    def failed(self, error: Exception) -> ApiError:
+        return synthesis_error(error, self.body.voice)
+
+
+async def speech_job(request: Request, tenant: str, server: VoiceServer) -> SpeechJob:
+    settings = server.settings
+    body = parse_speech(await read_json(request, settings.max_json_bytes), settings.max_text_chars)
+    voice = await run_in_threadpool(server.voice_for, tenant, body.voice)
+    if not server.started:
+        raise ApiError(503, "the server is starting", type="server_error")
+    try:
+        pieces = layout(body.input, settings.max_chunk_chars)
+    except SsmlError as error:
+        raise ApiError(400, str(error), param="input", code="unsupported_ssml") from None
+    if not any(isinstance(p, str) for p in pieces):
+        raise ApiError(400, "'input' has nothing to speak, only pauses", param="input")
+    seconds = estimated_seconds(pieces, body.speed)
+    if seconds > settings.max_output_seconds:
+        raise ApiError(
+            400,
+            f"'input' would be about {seconds:.0f} s of audio or more (its breaks, and its text as read out); "
+            f"at most {settings.max_output_seconds:g} s per request: split it into several",
+            param="input",
+            code="output_too_long",
+        )
+    server.metrics.characters.inc(len(body.input))
+    return SpeechJob(tenant, body, voice, pieces)
+
+
+def output_rate_of(body: SpeechRequest, model_rate: int) -> int:
+    default = PCM_RATE if body.response_format == "pcm" else model_rate
+    return output_rate(body.response_format, body.sample_rate or default)
+
+
+async def speech_events(audio: AsyncIterator[bytes], input_chars: int) -> AsyncIterator[bytes]:
+    """OpenAI's speech stream as server-sent events: ``speech.audio.delta`` events carrying base64 audio,
+    then ``speech.audio.done`` with the usage (characters stand in for tokens)."""
+    async for data in audio:
+        if data:
+            event = {"type": "speech.audio.delta", "audio": base64.b64encode(data).decode()}
+            yield f"data: {json.dumps(event)}\n\n".encode()
+    usage = {"input_tokens": input_chars, "output_tokens": 0, "total_tokens": input_chars}
+    yield f"data: {json.dumps({'type': 'speech.audio.done', 'usage': usage})}\n\n".encode()
+
+
+@router.post(
+    "/v1/audio/speech",
+    responses={200: {"content": {t: {} for t in CONTENT_TYPES.values()}}, **ERRORS},
+    openapi_extra=_BODY,
+)
+async def speech(request: Request, tenant: Tenant, server: Server):
+    job = await speech_job(request, tenant, server)
+    body = job.body
+    out_rate = output_rate_of(body, server.engine.sample_rate)
+    headers = {"X-Sample-Rate": str(out_rate), "Cache-Control": "no-store"}
+    media_type = CONTENT_TYPES[body.response_format]
+    # The first sentence is awaited before any byte is sent, so a bad voice or text is a clean 4xx.
+    first_index = next(i for i, p in enumerate(job.pieces) if isinstance(p, str))
+    try:
+        first = await job.speak(server, job.pieces[first_index])
+    except Exception as error:  # noqa: BLE001 - mapped to a status and a message
+        raise job.failed(error) from None
+    if body.stream_format == "audio" and (len(job.pieces) == 1 or not FORMATS[body.response_format].streams):
+        return await _whole(request, server, job, first_index, first, out_rate, media_type, headers)
+    audio = _streamed(server, job, first_index, first, out_rate)
+    if body.stream_format == "sse":
+        return StreamingResponse(speech_events(audio, len(body.input)), media_type="text/event-stream", headers=headers)
+    return StreamingResponse(audio, media_type=media_type, headers=headers)
+
+
+async def _whole(
+    request: Request, server: VoiceServer, job: SpeechJob, first_index: int, first, out_rate: int, media_type, headers
+) -> Response:
+    """The answer as one file, made to the end unless the client leaves."""
+    rate = server.engine.sample_rate
+    timeline = Timeline(rate)
+    try:
+        for index, piece in enumerate(job.pieces):
+            if isinstance(piece, Pause):
+                timeline.pause(piece)
+            elif index == first_index:
+                timeline.sentence(first)
+            elif await request.is_disconnected():  # nobody waits for the rest: make none of it
+                return Response(status_code=CLIENT_CLOSED_REQUEST)
+            else:
+                timeline.sentence(await job.speak(server, piece))
+    except Exception as error:  # noqa: BLE001
+        raise job.failed(error) from None
+    whole = timeline.result().audio
+    server.metrics.audio_seconds.inc(len(whole) / rate)
+    data = encode_whole(whole, rate, job.body.response_format, out_rate)
+    return Response(data, media_type=media_type, headers=headers)
+
+
+async def _streamed(server: VoiceServer, job: SpeechJob, first_index: int, first, out_rate: int):
+    """The file's bytes as each sentence is made: one encoder over the whole text. The sentences after the
+    first are admitted as the stream is consumed, :data:`STREAM_AHEAD` ahead of the one being sent: enough
+    to batch while it plays, without one long text filling the queue before other requests."""
+    rate = server.engine.sample_rate
+    rest = iter(p for i, p in enumerate(job.pieces) if isinstance(p, str) and i != first_index)
+    futures: deque[Future] = deque()
+
+    def admit() -> None:
+        while len(futures) < STREAM_AHEAD and (text := next(rest, None)) is not None:
+            futures.append(server.batcher.submit(text, job.voice, job.body.speed, job.tenant))
+
+    admit()
+    encoder = AudioStream(job.body.response_format, rate, out_rate)
+    try:
+        for index, piece in enumerate(job.pieces):
+            if isinstance(piece, Pause):
+                yield encoder.write(silence(piece, rate))
+                continue
+            if index == first_index:
+                result = first
+            else:
+                result = await asyncio.wrap_future(futures.popleft())
+                admit()
+            server.metrics.audio_seconds.inc(result.duration)
+            yield encoder.write(result.audio)
+        yield encoder.close()
+    except Exception:
+        # Headers are gone: the only honest signal left is a stream cut short.
+        log.exception("speech stream for voice %r failed mid-way", job.body.voice)
+        raise
+    finally:
+        for future in futures:
+            future.cancel()
+
+
+@router.post("/v1/audio/speech/captioned", responses={200: {"model": CaptionedSpeech}, **ERRORS}, openapi_extra=_BODY)
+async def captioned_speech(request: Request, tenant: Tenant, server: Server):
+    """Speech with word and phoneme timestamps (the model's predicted durations): the body of
+    ``/v1/audio/speech``; the audio comes whole, base64 in JSON."""
+    job = await speech_job(request, tenant, server)
+    engine = server.engine
+    rate, front_end = engine.sample_rate, engine.bundle.front_end
+    seconds_per_frame = engine.bundle.mel_config.hop_length / rate
+    timeline = Timeline(rate)
+    for piece in job.pieces:
+        if isinstance(piece, Pause):
+            timeline.pause(piece)
+        elif await request.is_disconnected():  # nobody waits for the rest: make none of it
+            return Response(status_code=CLIENT_CLOSED_REQUEST)
+        else:
+            try:
+                result = await job.speak(server, piece)
+            except Exception as error:  # noqa: BLE001 - mapped to a status and a message
+                raise job.failed(error) from None
+            timeline.sentence(await run_in_threadpool(result.timed, front_end, seconds_per_frame))
+    answer = timeline.result()
+    server.metrics.audio_seconds.inc(answer.duration)
+    out_rate = output_rate_of(job.body, rate)
+    return CaptionedSpeech(
+        audio=base64.b64encode(encode_whole(answer.audio, rate, job.body.response_format, out_rate)).decode(),
+        response_format=job.body.response_format,
+        sample_rate=out_rate,
+        duration=round(answer.duration, 4),
+        words=[vars(w) for w in answer.words],
+        phonemes=[vars(p) for p in answer.phonemes],
+    ).model_dump()

@@ -1,0 +1,119 @@
+"""Voices: what ``voice`` takes (``GET /v1/audio/voices``), the tenant's voices (``GET /v1/voices``,
+``GET``/``DELETE /v1/voices/{id}``) and onboarding (``POST /v1/voices``: a form of clips or an archive,
+answered 202 with the job that trains the voice).
+
+A tenant sees only its own voices: another tenant's voice is a 404 with the same message as one that
+does not exist.
+"""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse
+from starlette.concurrency import run_in_threadpool
+
+from chorus.serving.errors import ApiError, voice_not_found
+from chorus.serving.quotas import check_onboarding, quota_reached
+from chorus.serving.routes.deps import ERRORS, Server, Tenant
+from chorus.serving.schemas import AudioVoices, BaseVoice, CreatedJob, CustomVoice, VoiceDeleted, VoiceList, VoiceName
+from chorus.serving.store import QuotaReached, VoiceConflict, VoiceNotFound, VoiceStatus
+from chorus.serving.upload_form import read_onboarding_form
+from chorus.serving.worker import OnboardingJob
+
+router = APIRouter()
+
+
+@router.get("/v1/audio/voices", responses={200: {"model": AudioVoices}, **ERRORS})
+def audio_voices(tenant: Tenant, server: Server):
+    """Every name ``voice`` takes: the base's speakers, the aliases, the tenant's ready voices."""
+    ready = [r.voice_id for r in server.store.list_voices(tenant) if r.status == VoiceStatus.READY]
+    aliases = server.aliases
+    names = list(dict.fromkeys(ready + list(aliases) + server.engine.speakers))
+    return AudioVoices(
+        voices=names,
+        data=[
+            VoiceName(id=name, kind="custom" if name in ready else "alias" if name in aliases else "base")
+            for name in names
+        ],
+        aliases=aliases,
+    ).model_dump()
+
+
+@router.get("/v1/voices", responses={200: {"model": VoiceList}, **ERRORS})
+def list_voices(tenant: Tenant, server: Server):
+    resident = set(server.engine.resident())
+    custom = [server.voice_json(r, resident) for r in server.store.list_voices(tenant)]
+    return {"object": "list", "data": [server.speaker_json(name) for name in server.engine.speakers] + custom}
+
+
+@router.get("/v1/voices/{voice_id}", responses={200: {"model": BaseVoice | CustomVoice}, **ERRORS})
+async def get_voice(voice_id: str, tenant: Tenant, server: Server):
+    if server.engine.is_speaker(voice_id):
+        return server.speaker_json(voice_id)
+    record = server.record(tenant, voice_id)
+    answer = server.voice_json(record, set(server.engine.resident()))
+    if record.status == VoiceStatus.READY:
+        answer["card"] = await run_in_threadpool(server.voice_card, tenant, voice_id)
+    return answer
+
+
+@router.delete("/v1/voices/{voice_id}", responses={200: {"model": VoiceDeleted}, **ERRORS})
+def delete_voice(voice_id: str, tenant: Tenant, server: Server):
+    if server.engine.is_speaker(voice_id):
+        raise ApiError(400, f"{voice_id!r} is a speaker of the model; it cannot be deleted", param="voice")
+    server.check_voice_id(voice_id)
+    try:
+        server.store.delete_voice(tenant, voice_id)
+    except VoiceNotFound:
+        raise voice_not_found(voice_id) from None
+    server.forget(tenant, voice_id)
+    return VoiceDeleted(id=voice_id).model_dump()
+
+
+@router.post("/v1/voices", status_code=202, responses={202: {"model": CreatedJob}, **ERRORS})
+async def create_voice(request: Request, tenant: Tenant, server: Server):
+    settings, store = server.settings, server.store
+    check_onboarding(store, tenant, settings.limits, server.jobs.queued)
+    form = await read_onboarding_form(request, settings.upload)
+    upload_dir = None
+    try:
+        voice_id = server.check_voice_id(form.voice_id, param="id")
+        if server.engine.is_speaker(voice_id):
+            raise ApiError(
+                409, f"{voice_id!r} is a speaker of the model; choose another id", param="id", type="conflict_error"
+            )
+        upload_dir = server.jobs.new_upload_dir()
+        prepared = await form.prepare(upload_dir / "voice")
+        own = settings.limits.of(tenant)
+        try:  # the limits again, in the job's own transaction: another server may have taken the last place
+            job_id = store.create_job(
+                tenant,
+                voice_id,
+                name=form.name,
+                method=settings.adapt.method,
+                max_active_jobs=own.active_jobs,
+                max_voices=own.voices,
+            )
+        except VoiceConflict as error:
+            raise ApiError(409, str(error), type="conflict_error", param="id") from None
+        except QuotaReached as error:
+            raise quota_reached(error) from None
+        await run_in_threadpool(  # it publishes the clips: an upload to the object store, off the event loop
+            server.jobs.submit,
+            upload_dir,
+            OnboardingJob(job_id, tenant, voice_id, form.name),
+            {
+                "statement": form.consent,
+                "clips": prepared.clips,
+                "seconds": prepared.seconds,
+                "audio_sha256": prepared.audio_sha256,
+            },
+        )
+        upload_dir = None
+        job = server.job_json(store.get_job(tenant, job_id))
+        job.update(clips=prepared.clips, seconds=prepared.seconds)
+        return JSONResponse(job, status_code=202, headers={"Location": f"/v1/jobs/{job_id}"})
+    finally:
+        if upload_dir is not None:
+            server.jobs.discard(upload_dir)
+        await form.close()

@@ -1,0 +1,84 @@
+"""Who speaks: a voice resolved once, from what a caller wrote, into a typed value.
+
+A base :class:`Speaker` (a row of the model's speaker table) or a :class:`Blend` of speakers (one vector,
+``"flite-rms(2)+festival-kal(1)"`` parsed once) come from :func:`base_voice`. An adapted voice is known to
+whoever holds it (:class:`~chorus.synthesis.Synthesizer` by name, the server's engine by its record); at
+the forward every voice becomes a :class:`VoiceHandle`: which adapter of the model is on, and which
+speaker row or vector conditions the row.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from chorus.models.bundle import ModelBundle
+from chorus.models.speaker_mix import is_mix
+
+
+@dataclass(frozen=True)
+class Speaker:
+    """A speaker of the base: its ``name`` and its ``index`` in the model's speaker table."""
+
+    name: str
+    index: int
+
+    @property
+    def key(self) -> str:
+        return self.name
+
+
+@dataclass(frozen=True, eq=False)
+class Blend:
+    """A blend of the base's speakers: ``spec`` as written and its ``vector`` ``[speaker_dim]``."""
+
+    spec: str
+    vector: torch.Tensor = field(repr=False)
+
+    @property
+    def key(self) -> str:
+        return self.spec
+
+
+# What a caller may name a base voice by: typed, a name, an index, a blend as written, or None (the default).
+SpeakerSpec = Speaker | Blend | str | int | None
+
+
+def base_voice(bundle: ModelBundle, spec: SpeakerSpec) -> Speaker | Blend:
+    """``spec`` (a speaker's name or index, a blend, None for the default speaker) as a typed voice;
+    ``KeyError`` for a name the model lacks or an index out of range, ``ValueError`` for a bad blend.
+    A typed voice is its own answer."""
+    if isinstance(spec, Speaker | Blend):
+        return spec
+    if isinstance(spec, str) and is_mix(spec):
+        return Blend(spec, bundle.speaker_mix(spec))
+    if spec is None:
+        spec = bundle.default_speaker
+    if isinstance(spec, int) or (spec.isdigit() and spec not in bundle.speakers):
+        index = int(spec)
+        if not 0 <= index < len(bundle.speakers):
+            raise KeyError(f"speaker index {index} out of range 0..{len(bundle.speakers) - 1}")
+        return Speaker(bundle.speakers[index], index)
+    return Speaker(spec, bundle.speaker_index(spec))
+
+
+@dataclass(frozen=True, eq=False)
+class VoiceHandle:
+    """How a forward runs one voice: ``adapter`` is the adapter's name inside the model (None: the bare
+    base), ``speaker_id`` the row of the speaker table to feed (an adapted voice's own speaker vector,
+    when it has one, overrides it), ``speaker_vector`` a blend's vector ``[speaker_dim]`` fed instead,
+    ``mergeable`` whether every method of the adapter folds into the base weights."""
+
+    key: str
+    adapter: str | None
+    speaker_id: int
+    mergeable: bool = False
+    speaker_vector: torch.Tensor | None = None
+
+    @classmethod
+    def of(cls, voice: Speaker | Blend, default_speaker: int) -> VoiceHandle:
+        """The handle of a base speaker or a blend (a blend's row id is unused: its vector is fed)."""
+        if isinstance(voice, Blend):
+            return cls(voice.key, None, default_speaker, speaker_vector=voice.vector)
+        return cls(voice.key, None, voice.index)
