@@ -37,10 +37,11 @@ from chorus.audio.mel import MelConfig
 from chorus.corpus.virtual import with_virtual_speakers
 from chorus.data.formats import discover
 from chorus.evaluation.similarity import SpeakerJudge
-from chorus.evaluation.verification import verification_scores
 from chorus.memory.measure import measure_in_fresh_process
 from chorus.memory.speaker import ENCODER_NAME, encoder_config_by_name, measure_speaker_step, predict_speaker_memory
-from chorus.models.speaker_encoder import SpeakerEncoderConfig, load_encoder
+from chorus.speaker.bundle import load_encoder
+from chorus.speaker.encoder import SpeakerEncoderConfig
+from chorus.speaker.verification import verification_scores
 from chorus.training.speaker_encoder import SpeakerTrainConfig, prepare_clips, train_speaker_encoder
 
 VARIANT = re.compile(r"^(resnet|df-resnet)(\d+)(-rev)?-(adam8bit|adam|sgd8bit|sgd)$")
@@ -176,7 +177,7 @@ def step_times(names: list[str], args) -> dict[str, list[float]]:
     one untimed warm-up step each."""
     import time
 
-    from chorus.models.speaker_encoder import SpeakerClassifier, SpeakerEncoder
+    from chorus.speaker.encoder import SpeakerClassifier, SpeakerEncoder
     from chorus.training.speaker_encoder import speaker_optimizer
 
     torch.manual_seed(args.seed)

@@ -14,7 +14,7 @@ from chorus.memory.speaker import (
     predict_speaker_memory,
     speaker_memory_report,
 )
-from chorus.models.speaker_encoder import SpeakerClassifier, SpeakerEncoder, SpeakerEncoderConfig
+from chorus.speaker.encoder import SpeakerClassifier, SpeakerEncoder, SpeakerEncoderConfig
 from chorus.training.speaker_encoder import speaker_optimizer
 
 SMALL = {"channels": (8, 16, 16, 32), "embedding_dim": 16, "n_mels": 16, "groups": 2, "pooling_hidden": 8}

@@ -10,12 +10,7 @@ import pytest
 import torch
 
 from chorus.models.reversible import couple
-from chorus.models.speaker_encoder import (
-    AdditiveAngularMargin,
-    SpeakerEncoder,
-    SpeakerEncoderConfig,
-    Stage,
-)
+from chorus.speaker.encoder import AdditiveAngularMargin, SpeakerEncoder, SpeakerEncoderConfig, Stage
 from test_efficiency import grads, saved_bytes
 
 SMALL = dict(channels=(8, 8, 16, 16), embedding_dim=16, n_mels=16, groups=2, pooling_hidden=8)
@@ -105,7 +100,7 @@ def test_the_margin_is_zero_then_ramps_to_its_value():
 
 
 def test_eer_and_min_dcf():
-    from chorus.evaluation.verification import verification_scores
+    from chorus.speaker.verification import verification_scores
 
     perfect = verification_scores([0.9, 0.8, 0.2, 0.1], [True, True, False, False])
     assert perfect.eer == 0.0 and perfect.min_dcf == 0.0 and perfect.trials == 4 and perfect.targets == 2
@@ -140,7 +135,7 @@ def test_8bit_optimizers_keep_every_state_of_every_tensor_in_8_bits(name):
 
 
 def test_training_saves_an_encoder_that_embeds_and_loads_back(two_voice_corpus, tmp_path):
-    from chorus.models.speaker_encoder import load_encoder
+    from chorus.speaker.bundle import load_encoder
     from chorus.training.speaker_encoder import SpeakerTrainConfig, train_speaker_encoder
 
     config = SpeakerTrainConfig(
@@ -206,7 +201,7 @@ def test_eval_judges_similarity_with_the_encoder_beside_resemblyzer(two_voice_co
     from chorus.cli import app
     from chorus.evaluation.report import EvalItem, Judges, evaluate_pairs
     from chorus.evaluation.similarity import EncoderJudge
-    from chorus.models.speaker_encoder import EncoderBundle, save_encoder
+    from chorus.speaker.bundle import EncoderBundle, save_encoder
 
     torch.manual_seed(0)
     bundle = EncoderBundle(SpeakerEncoder(SpeakerEncoderConfig(**{**SMALL, "n_mels": 80})))
@@ -241,7 +236,7 @@ def test_eval_judges_similarity_with_the_encoder_beside_resemblyzer(two_voice_co
 
 
 def test_speaker_map_recovers_a_linear_map_and_picks_the_nearest_speaker():
-    from chorus.training.speaker_start import fit_speaker_map
+    from chorus.speaker.start import fit_speaker_map
 
     rng = np.random.default_rng(0)
     embeddings = rng.normal(size=(30, 8))
@@ -262,9 +257,9 @@ def test_adapt_starts_from_the_speaker_encoder(tiny_base, new_voice_data, tmp_pa
 
     from chorus.data.formats import discover
     from chorus.models.bundle import load_bundle
-    from chorus.models.speaker_encoder import EncoderBundle, save_encoder
+    from chorus.speaker.bundle import EncoderBundle, save_encoder
+    from chorus.speaker.start import speaker_map
     from chorus.training.adapt import AdaptConfig, adapt
-    from chorus.training.speaker_start import speaker_map
 
     torch.manual_seed(0)
     encoder = EncoderBundle(SpeakerEncoder(SpeakerEncoderConfig(**{**SMALL, "n_mels": 80})))

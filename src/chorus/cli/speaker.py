@@ -9,7 +9,8 @@ import numpy as np
 import typer
 
 from chorus.cli.common import DEVICE_OPTION, config_default, console, fail, user_errors
-from chorus.models.speaker_encoder import SHIPPED_ENCODER, STAGE_BLOCKS, SpeakerEncoderConfig, load_encoder
+from chorus.speaker.bundle import SHIPPED_ENCODER, load_encoder
+from chorus.speaker.encoder import STAGE_BLOCKS, SpeakerEncoderConfig
 from chorus.training.speaker_encoder import SPEAKER_OPTIMIZERS, SpeakerTrainConfig
 
 speaker_app = typer.Typer(help="Chorus's speaker encoder: train one, embed clips, verify and evaluate trials.")
@@ -90,8 +91,8 @@ def verify(
     bundle = _encoder(encoder, device)
     with user_errors():
         first, second = bundle.embed([a, b])
-    score = bundle.score(first, second)
-    verdict = "same speaker" if score >= bundle.threshold else "different speakers"
+    score, same = bundle.verify(first, second)
+    verdict = "same speaker" if same else "different speakers"
     console.print(f"score {score:.3f} (threshold {bundle.threshold:.3f}): {verdict}")
 
 
@@ -105,23 +106,11 @@ def evaluate(
     device: str = DEVICE_OPTION,
 ) -> None:
     """Equal error rate and minDCF of a trials file (VoxCeleb's format)."""
-    from chorus.evaluation.verification import verification_scores
+    from chorus.speaker.verification import read_trials, score_trials
 
     bundle = _encoder(encoder, device)
     with user_errors():
-        pairs = []
-        for number, line in enumerate(trials.read_text().splitlines(), 1):
-            if not line.strip():
-                continue
-            parts = line.split()
-            if len(parts) != 3 or parts[0] not in ("0", "1"):
-                raise ValueError(f"{trials}:{number}: expected 'LABEL A B' with LABEL 0 or 1, got {line[:80]!r}")
-            pairs.append((parts[0] == "1", trials.parent / parts[1], trials.parent / parts[2]))
-        files = sorted({p for _, a, b in pairs for p in (a, b)})
-        rows = dict(zip(files, bundle.embed(files)))
-        scores = verification_scores(
-            [bundle.score(rows[a], rows[b]) for _, a, b in pairs], [s for s, _, _ in pairs], p_target
-        )
+        scores = score_trials(bundle, read_trials(trials), p_target)
     console.print(
         f"{scores.trials} trials ({scores.targets} same speaker): EER {100 * scores.eer:.2f}%, "
         f"minDCF(p={p_target:g}) {scores.min_dcf:.3f}, EER threshold {scores.eer_threshold:.3f}"

@@ -91,7 +91,7 @@ class SpeakerJudge:
 
 
 class EncoderJudge:
-    """The same judge's interface on Chorus's own speaker encoder (:mod:`chorus.models.speaker_encoder`):
+    """The same judge's interface on Chorus's own speaker encoder (:mod:`chorus.speaker.bundle`):
     ``embed(audio, sample_rate)`` is its unit-length embedding; similarity is the cosine."""
 
     def __init__(self, bundle):

@@ -41,7 +41,7 @@ from torch import nn
 from chorus.models.acoustic import AcousticModel, FFTBlock, TransformerStack, build_model
 from chorus.models.config import AcousticConfig
 from chorus.models.losses import compute_losses
-from chorus.models.speaker_encoder import Stage
+from chorus.speaker.encoder import Stage
 from chorus.training.efficiency import (
     MemoryOptions,
     autocast,

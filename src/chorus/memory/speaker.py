@@ -1,10 +1,10 @@
 """Training memory of Chorus's speaker encoder per category, predicted and measured: the accounting
 of :mod:`chorus.memory.predict` and :mod:`chorus.memory.measure` (weights, gradients, optimizer
 states, activations and what reversible stages rebuild in backward) for one step of
-:class:`~chorus.models.speaker_encoder.SpeakerClassifier` (encoder + AAM head + loss) on log-mels
+:class:`~chorus.speaker.encoder.SpeakerClassifier` (encoder + AAM head + loss) on log-mels
 ``[batch, frames, n_mels]``, float32.
 
-The shadow pass follows :class:`~chorus.models.speaker_encoder.SpeakerEncoder.forward` and the AAM
+The shadow pass follows :class:`~chorus.speaker.encoder.SpeakerEncoder.forward` and the AAM
 loss op by op, with the rules of torch 2.13 on CPU (a convolution saves its input, group norm its input
 and a mean and reciprocal std per sample and group, relu and tanh their results ...), checked against
 measurement by ``tests/test_memory_speaker.py``. A reversible stage keeps only its joined output;
@@ -29,7 +29,7 @@ from chorus.memory.predict import (
     register_activation_rule,
 )
 from chorus.memory.report import MemoryReport, plot_memory
-from chorus.models.speaker_encoder import (
+from chorus.speaker.encoder import (
     AdditiveAngularMargin,
     AttentiveStatisticsPooling,
     BasicBranch,

@@ -38,7 +38,8 @@ from chorus.data.features import FeatureCache, build_feature_cache
 from chorus.models.acoustic import AcousticModel
 from chorus.models.bundle import ModelBundle
 from chorus.models.losses import compute_losses, step_inputs
-from chorus.models.speaker_encoder import load_encoder, shipped_encoder_dir
+from chorus.speaker.bundle import load_encoder, shipped_encoder_dir
+from chorus.speaker.start import similarity_to_clips, speaker_map
 from chorus.training.efficiency import (
     MemoryOptions,
     apply_memory_options,
@@ -47,7 +48,6 @@ from chorus.training.efficiency import (
     cast_frozen_parameters,
 )
 from chorus.training.progress import step_progress
-from chorus.training.speaker_start import similarity_to_clips, speaker_map
 from chorus.training.transcripts import auto_transcribe, needs_transcripts
 
 VOICE = "voice"  # adapter name while training; a voice folder is named by the user
@@ -105,7 +105,7 @@ class AdaptConfig:
     )
     # A Chorus speaker encoder folder (chorus speaker train): the voice starts at the base speaker
     # nearest its clips in the encoder's space, its speaker vector where the encoder->speaker map
-    # puts them (chorus.training.speaker_start). None: the base speaker whose conditioning fits the
+    # puts them (chorus.speaker.start). None: the base speaker whose conditioning fits the
     # clips best (lowest teacher-forced mel loss), its vector as it is.
     speaker_encoder: str | None = field(
         default=None,

@@ -29,14 +29,9 @@ from chorus.audio.augment import Augmentation
 from chorus.audio.io import load_audio
 from chorus.audio.mel import MelConfig, log_mel
 from chorus.data.formats import discover
-from chorus.evaluation.verification import verification_scores
-from chorus.models.speaker_encoder import (
-    EncoderBundle,
-    SpeakerClassifier,
-    SpeakerEncoder,
-    SpeakerEncoderConfig,
-    save_encoder,
-)
+from chorus.speaker.bundle import EncoderBundle, save_encoder
+from chorus.speaker.encoder import SpeakerClassifier, SpeakerEncoder, SpeakerEncoderConfig
+from chorus.speaker.verification import verification_scores
 from chorus.training.efficiency import BNB_MIN_8BIT_SIZE  # every tensor's states in 8 bits
 from chorus.training.progress import step_progress
 

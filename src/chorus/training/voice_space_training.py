@@ -33,7 +33,7 @@ from chorus.data.features import build_feature_cache
 from chorus.evaluation.similarity import EncoderJudge, SpeakerJudge
 from chorus.models.bundle import ModelBundle
 from chorus.models.losses import step_inputs
-from chorus.models.speaker_encoder import load_encoder, shipped_encoder_dir
+from chorus.speaker.bundle import load_encoder, shipped_encoder_dir
 from chorus.training.adapt import AdaptConfig, check_adaptation_data, split_held_out
 from chorus.training.adapt_many import (
     ClipSampler,

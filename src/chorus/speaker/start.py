@@ -5,7 +5,10 @@ The map is learned over the base's own speakers: each says ``SENTENCES`` through
 the encoder embeds them, and a ridge regression (closed form; its strength chosen by leave-one-out
 error over the speakers) maps a speaker's mean embedding ``[D]`` to its speaker vector
 ``[speaker_dim]``. A base has a few dozen speakers and the embedding ~128 numbers, so the regression
-is under-determined without the ridge.
+is under-determined without the ridge. The same space judges where the voice ended:
+:func:`similarity_to_clips`, the adapted voice's speech against its own clips.
+
+It sits above :mod:`chorus.synthesis` because the map is made by having the base speak.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from chorus.adapters.layer import innermost
 from chorus.audio.vocoders import load_vocoder
 from chorus.models.acoustic import AcousticModel
 from chorus.models.bundle import ModelBundle
-from chorus.models.speaker_encoder import EncoderBundle
+from chorus.speaker.bundle import EncoderBundle
 from chorus.synthesis import Synthesizer
 
 SENTENCES = (

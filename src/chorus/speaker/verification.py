@@ -1,19 +1,24 @@
-"""Speaker verification scores: equal error rate and minimum detection cost of a list of trials.
+"""Speaker verification scores: equal error rate and minimum detection cost of a list of trials, and
+the trials of a file in VoxCeleb's format scored by an encoder (``chorus speaker eval``).
 
 A trial is a score (higher: more likely the same speaker) and a label (True: the same speaker).
 The ROC curve comes from scikit-learn; EER is where the miss rate equals the false-alarm rate
 (interpolated between the two ROC points around it); minDCF is NIST SRE's normalized detection cost
 ``min over thresholds of (C_miss P_miss p + C_fa P_fa (1 - p)) / min(C_miss p, C_fa (1 - p))`` with
-p = ``p_target`` (0.01 and 0.05 are usual).
+p = ``p_target`` (0.01 and 0.05 are usual). An encoder's threshold is the EER point of its held-out
+trials (:func:`chorus.training.speaker_encoder.train_speaker_encoder`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 from sklearn.metrics import roc_curve
+
+from chorus.speaker.bundle import EncoderBundle
 
 
 @dataclass(frozen=True)
@@ -55,3 +60,28 @@ def verification_scores(
     min_dcf = float(cost.min() / min(c_miss * p_target, c_fa * (1 - p_target)))
     labels = np.asarray(same, dtype=bool)
     return VerificationScores(eer, threshold, min_dcf, p_target, len(labels), int(labels.sum()))
+
+
+def read_trials(path: Path) -> list[tuple[bool, Path, Path]]:
+    """The trials of a file of lines ``LABEL A B`` (1 same speaker, 0 different; paths relative to the
+    file): ``(same, a, b)`` each; ``ValueError`` naming the first malformed line."""
+    trials = []
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        parts = line.split()
+        if len(parts) != 3 or parts[0] not in ("0", "1"):
+            raise ValueError(f"{path}:{number}: expected 'LABEL A B' with LABEL 0 or 1, got {line[:80]!r}")
+        trials.append((parts[0] == "1", path.parent / parts[1], path.parent / parts[2]))
+    return trials
+
+
+def score_trials(
+    bundle: EncoderBundle, trials: Sequence[tuple[bool, Path, Path]], p_target: float = 0.01
+) -> VerificationScores:
+    """EER and minDCF of ``trials`` (from :func:`read_trials`) by ``bundle``: every file embedded once."""
+    files = sorted({p for _, a, b in trials for p in (a, b)})
+    rows = dict(zip(files, bundle.embed(files)))
+    return verification_scores(
+        [bundle.score(rows[a], rows[b]) for _, a, b in trials], [s for s, _, _ in trials], p_target
+    )

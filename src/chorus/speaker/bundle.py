@@ -1,0 +1,109 @@
+"""A trained speaker encoder as it is used: its network, mel settings and calibrated threshold;
+embedding clips, scoring and verifying pairs; its folder on disk (``encoder.safetensors`` +
+``config.json``) and the one that ships with Chorus.
+
+The folder's ``config.json`` names its ``format`` and the encoder's sizes, never a module path, so a
+folder written before the encoder moved packages loads unchanged.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+from safetensors.torch import load_file, save_file
+
+from chorus.atomic import atomic_write_folder, recover_interrupted_write
+from chorus.audio.io import load_audio
+from chorus.audio.mel import MelConfig, log_mel
+from chorus.models.bundle import file_sha256
+from chorus.speaker.encoder import SpeakerEncoder, SpeakerEncoderConfig
+
+ENCODER_FORMAT = "chorus-speaker-encoder"
+WEIGHTS, CONFIG = "encoder.safetensors", "config.json"
+SHIPPED_ENCODER = Path(__file__).resolve().parents[1] / "assets" / "speaker_encoder"  # the default encoder
+
+
+@dataclass
+class EncoderBundle:
+    """A trained encoder with what it needs to embed audio: its mel settings and the threshold of
+    same/different calibrated on held-out trials (the EER point). ``info``: how it was made."""
+
+    encoder: SpeakerEncoder
+    mel_config: MelConfig = field(default_factory=MelConfig)
+    threshold: float = 0.5
+    info: dict = field(default_factory=dict)
+    weights_sha256: str = ""  # of encoder.safetensors when loaded from disk: what embeddings were made with
+
+    @torch.no_grad()
+    def embed(self, clips: Sequence[np.ndarray | str | Path]) -> np.ndarray:
+        """``[N, D]`` unit embeddings, one row per clip (arrays at the mel settings' rate, or files), in order."""
+        self.encoder.eval()
+        device = next(self.encoder.parameters()).device
+        rows = []
+        for clip in clips:
+            audio = load_audio(clip, self.mel_config.sample_rate) if isinstance(clip, str | Path) else clip
+            mel = torch.from_numpy(log_mel(audio, self.mel_config)).unsqueeze(0).to(device)
+            rows.append(self.encoder(mel)[0].cpu().numpy())
+        return np.stack(rows) if rows else np.zeros((0, self.encoder.config.embedding_dim), np.float32)
+
+    def score(self, a: np.ndarray, b: np.ndarray) -> float:
+        """Cosine similarity of two embeddings (unit vectors: their dot product)."""
+        return float(np.dot(a, b))
+
+    def verify(self, a: np.ndarray, b: np.ndarray) -> tuple[float, bool]:
+        """The score of two embeddings ``[D]`` and whether it reaches the calibrated threshold (same speaker)."""
+        score = self.score(a, b)
+        return score, score >= self.threshold
+
+
+def save_encoder(bundle: EncoderBundle, folder: str | Path) -> Path:
+    """``encoder.safetensors`` + ``config.json``, written atomically."""
+
+    def write(temp: Path) -> None:
+        state = {k: v.detach().contiguous().cpu() for k, v in bundle.encoder.state_dict().items()}
+        save_file(state, str(temp / WEIGHTS), metadata={"format": ENCODER_FORMAT})
+        config = {
+            "format": ENCODER_FORMAT,
+            "version": 1,
+            "encoder": bundle.encoder.config.to_dict(),
+            "mel": bundle.mel_config.to_dict(),
+            "threshold": bundle.threshold,
+            "info": bundle.info,
+        }
+        (temp / CONFIG).write_text(json.dumps(config, indent=2))
+
+    return atomic_write_folder(Path(folder), write)
+
+
+def shipped_encoder_dir() -> Path | None:
+    """The encoder folder that ships with Chorus, None where it is absent (a source checkout without it)."""
+    return SHIPPED_ENCODER if (SHIPPED_ENCODER / CONFIG).is_file() else None
+
+
+def load_encoder(folder: str | Path, device: str = "cpu") -> EncoderBundle:
+    """An encoder folder written by :func:`save_encoder`; ``ValueError`` naming the problem otherwise."""
+    folder = Path(folder)
+    recover_interrupted_write(folder)
+    try:
+        config = json.loads((folder / CONFIG).read_text())
+    except (OSError, ValueError) as error:
+        raise ValueError(f"{folder}: not a speaker encoder folder ({error})") from None
+    if config.get("format") != ENCODER_FORMAT:
+        raise ValueError(f"{folder / CONFIG}: format {config.get('format')!r} is not {ENCODER_FORMAT!r}")
+    encoder = SpeakerEncoder(SpeakerEncoderConfig.from_dict(config["encoder"])).to(device)
+    try:
+        encoder.load_state_dict(load_file(str(folder / WEIGHTS), device=device))
+    except Exception as error:  # safetensors' own errors for a damaged file, RuntimeError for shapes
+        raise ValueError(f"{folder / WEIGHTS}: cannot load the encoder's weights ({error})") from None
+    return EncoderBundle(
+        encoder.eval(),
+        MelConfig(**config["mel"]),
+        float(config["threshold"]),
+        config.get("info", {}),
+        file_sha256(folder / WEIGHTS),
+    )
