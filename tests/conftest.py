@@ -3,6 +3,10 @@
 Clips are spoken by the espeak-ng program when it is installed (real speech, so the dataset checks
 see realistic levels and speaking rates) and otherwise synthesized as a train of voiced "syllables"
 lasting as long as the text would take to say, so the tests never need recorded data.
+
+Also what several test files share, defined once here: the tiny model (its config, weights and a
+batch), a live uvicorn server for a module's ``live_app``, decoding audio bytes, and waiting for a
+state (tests wait for states, never assert how long something took).
 """
 
 from __future__ import annotations
