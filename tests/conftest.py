@@ -3,15 +3,21 @@
 Clips are spoken by the espeak-ng program when it is installed (real speech, so the dataset checks
 see realistic levels and speaking rates) and otherwise synthesized as a train of voiced "syllables"
 lasting as long as the text would take to say, so the tests never need recorded data.
+
+Also what several test files share, defined once here: the tiny model (its config, weights and a
+batch), a live uvicorn server for a module's ``live_app``, decoding audio bytes, and waiting for a
+state (tests wait for states, never assert how long something took).
 """
 
 from __future__ import annotations
 
+import io
 import json
 import shutil
 import subprocess
+import threading
+import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +26,7 @@ import soundfile as sf
 import torch
 
 import toy_method  # noqa: F401  (registers a toy adapter method: the one line a new method adds to the list)
+from chorus.models.acoustic import AcousticModel, build_model, lengths_to_mask
 from chorus.models.config import AcousticConfig
 from chorus.serving import local_services
 from chorus.text import normalize_text
@@ -157,6 +164,31 @@ def tiny_config(**overrides) -> AcousticConfig:
     )
 
 
+def tiny_model(**overrides) -> AcousticModel:
+    """The tiny model (:func:`tiny_config` with ``overrides``), its random weights the same in every test."""
+    torch.manual_seed(0)
+    return build_model(tiny_config(**overrides))
+
+
+def tiny_batch(batch: int = 2, text: int = 6, frames: int = 18) -> dict[str, torch.Tensor]:
+    """A fixed random batch for the tiny model, the keyword arguments of its forward: the first item is
+    ``text`` symbols and ``frames`` frames long, the others 2 symbols and 5 frames shorter (padded with
+    zeros); speakers alternate 0, 1. phonemes (B, T_text), text_lengths (B,), mel (B, T_frames, 80),
+    frame_lengths (B,), speaker_ids (B,)."""
+    generator = torch.Generator().manual_seed(1)
+    text_lengths = torch.tensor([text] + [text - 2] * (batch - 1))
+    frame_lengths = torch.tensor([frames] + [frames - 5] * (batch - 1))
+    phonemes = torch.randint(1, 40, (batch, text), generator=generator) * lengths_to_mask(text_lengths, text)
+    mel = torch.randn(batch, frames, 80, generator=generator) * lengths_to_mask(frame_lengths, frames).unsqueeze(-1)
+    return {
+        "phonemes": phonemes,
+        "text_lengths": text_lengths,
+        "mel": mel,
+        "frame_lengths": frame_lengths,
+        "speaker_ids": torch.arange(batch) % 2,
+    }
+
+
 TWO_VOICE_SENTENCES = [
     "The birch canoe slid on the smooth planks.",
     "Glue the sheet to the dark blue background.",
@@ -265,24 +297,37 @@ def random_voice(bundle, name: str, configs: list, folder: Path, seed: int, base
     return path
 
 
-@contextmanager
-def uvicorn_thread(app):
-    """``app`` served by uvicorn on a free loopback port in a thread; yields its base URL."""
-    import threading
-    import time
+def decode(content: bytes) -> tuple[np.ndarray, int]:
+    """The samples (float32) and sample rate of an audio file's bytes (WAV, FLAC: what soundfile reads)."""
+    audio, rate = sf.read(io.BytesIO(content), dtype="float32")
+    return audio, rate
 
-    import uvicorn
 
+def wait_for(condition: Callable[[], object], timeout: float, what: str, interval: float = 0.05) -> object:
+    """Poll ``condition()`` until it is true and return its value. ``timeout`` only bounds a wait for a
+    state that never comes (a hung test fails, saying ``what`` it waited for, instead of running forever):
+    callers give one far above how long the state takes on a busy machine; no test asserts how long it took."""
+    deadline = time.monotonic() + timeout
+    while not (value := condition()):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {timeout:.0f} s: {what}")
+        time.sleep(interval)
+    return value
+
+
+@pytest.fixture(scope="module")
+def live_server(live_app) -> Iterator[tuple[str, object]]:
+    """The module's ``live_app`` fixture (a FastAPI app) served by uvicorn on a free loopback port in a
+    thread: (its base URL, the app)."""
+    uvicorn = pytest.importorskip("uvicorn")
     port = local_services.free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on"))
+    server = uvicorn.Server(uvicorn.Config(live_app, host="127.0.0.1", port=port, log_level="warning", lifespan="on"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
-        time.sleep(0.05)
+    wait_for(lambda: server.started or not thread.is_alive(), 60, "uvicorn starts")
+    assert server.started, "uvicorn stopped before it started serving"
     try:
-        yield f"http://127.0.0.1:{port}"
+        yield f"http://127.0.0.1:{port}", live_app
     finally:
         server.should_exit = True
-        thread.join(15)
+        thread.join(60)

@@ -23,29 +23,7 @@ from chorus.training.efficiency import (
     build_optimizer,
     optimizer_state_bytes,
 )
-from conftest import tiny_config
-
-
-def tiny_model(**overrides) -> AcousticModel:
-    torch.manual_seed(0)
-    return build_model(tiny_config(**overrides))
-
-
-def tiny_batch(batch: int = 2, text: int = 6, frames: int = 18) -> dict:
-    generator = torch.Generator().manual_seed(1)
-    text_lengths = torch.tensor([text] + [text - 2] * (batch - 1))
-    frame_lengths = torch.tensor([frames] + [frames - 5] * (batch - 1))
-    phonemes = torch.randint(1, 40, (batch, text), generator=generator)
-    phonemes = phonemes * lengths_to_mask(text_lengths, text)
-    mel = torch.randn(batch, frames, 80, generator=generator)
-    mel = mel * lengths_to_mask(frame_lengths, frames).unsqueeze(-1)
-    return {
-        "phonemes": phonemes,
-        "text_lengths": text_lengths,
-        "mel": mel,
-        "frame_lengths": frame_lengths,
-        "speaker_ids": torch.arange(batch) % 2,
-    }
+from conftest import tiny_batch, tiny_config, tiny_model
 
 
 def total_loss(model: AcousticModel, batch: dict) -> torch.Tensor:

@@ -10,41 +10,14 @@ import torch
 
 from chorus.audio.mel import MelConfig
 from chorus.models.acoustic import (
-    AcousticModel,
     build_model,
     count_parameters,
-    lengths_to_mask,
 )
 from chorus.models.alignment import durations_to_path, monotonic_alignment_search
 from chorus.models.bundle import CheckpointError, ModelBundle, load_bundle, save_bundle
 from chorus.models.config import AcousticConfig
 from chorus.text import TextFrontEnd
-
-TINY = dict(
-    n_symbols=40,
-    n_speakers=3,
-    d_model=32,
-    n_heads=2,
-    encoder_layers=1,
-    decoder_layers=1,
-    ff_hidden=48,
-    predictor_hidden=16,
-    speaker_dim=8,
-)
-
-
-def tiny_model(**overrides) -> AcousticModel:
-    torch.manual_seed(0)
-    return build_model(AcousticConfig(**{**TINY, **overrides}))
-
-
-def tiny_batch(batch=3, text=7, frames=20):
-    phonemes = torch.randint(1, 40, (batch, text))
-    text_lengths = torch.tensor([text] + [text - 2] * (batch - 1))
-    phonemes[1:, text - 2 :] = 0
-    frame_lengths = torch.tensor([frames] + [frames - 5] * (batch - 1))
-    mel = torch.randn(batch, frames, 80) * lengths_to_mask(frame_lengths, frames).unsqueeze(-1)
-    return phonemes, text_lengths, mel, frame_lengths, torch.tensor([0, 1, 2][:batch])
+from conftest import tiny_batch, tiny_config, tiny_model
 
 
 def brute_force_best_path(log_prob):
@@ -84,57 +57,54 @@ def test_durations_to_path_expands_in_order():
 
 
 def test_forward_shapes_and_masks():
-    model = tiny_model()
-    phonemes, text_lengths, mel, frame_lengths, speakers = tiny_batch()
-    out = model(phonemes, text_lengths, mel, frame_lengths, speaker_ids=speakers)
+    model, batch = tiny_model(), tiny_batch()
+    out = model(**batch)
+    mel, frame_lengths = batch["mel"], batch["frame_lengths"]
     assert out.mel.shape == mel.shape and out.prior_mean.shape == mel.shape
     assert out.durations.sum(-1).tolist() == frame_lengths.tolist(), "alignment covers every frame"
-    assert out.mel[1, 15:].abs().sum() == 0, "padded frames are zero"
-    assert out.log_duration.shape == phonemes.shape
+    assert out.mel[1, frame_lengths[1] :].abs().sum() == 0, "padded frames are zero"
+    assert out.log_duration.shape == batch["phonemes"].shape
 
 
 def test_training_step_reduces_loss_and_inference_runs():
     from chorus.models.losses import compute_losses
 
-    model = tiny_model()
-    batch = tiny_batch()
+    model, batch = tiny_model(), tiny_batch()
     optimizer = torch.optim.Adam(model.parameters(), 3e-3)
     losses = []
     for _ in range(30):
-        out = model(*batch[:4], speaker_ids=batch[4])
-        loss = compute_losses(model, out, batch[2], batch[1])["total"]
+        out = model(**batch)
+        loss = compute_losses(model, out, batch["mel"], batch["text_lengths"])["total"]
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
         losses.append(loss.item())
     assert losses[-1] < 0.8 * losses[0]
     model.eval()
-    out = model.infer(batch[0], batch[1], speaker_ids=batch[4])
-    assert out.mel.shape[0] == 3 and out.mel.shape[2] == 80
+    out = model.infer(batch["phonemes"], batch["text_lengths"], speaker_ids=batch["speaker_ids"])
+    assert out.mel.shape[0] == len(batch["phonemes"]) and out.mel.shape[2] == 80
     assert (out.durations[0] >= 1).all()
     assert out.frame_mask.sum(-1).tolist() == out.durations.sum(-1).long().tolist()
 
 
 def test_speaker_vectors_go_through_the_same_projection_as_the_table():
-    model = tiny_model().eval()
-    phonemes, text_lengths, *_ = tiny_batch()
-    ids = torch.tensor([0, 1, 2])
-    by_id = model.infer(phonemes, text_lengths, speaker_ids=ids)
-    by_vector = model.infer(phonemes, text_lengths, speaker_vectors=model.speaker_embedding(ids))
+    model, batch = tiny_model().eval(), tiny_batch()
+    ids = batch["speaker_ids"]
+    by_id = model.infer(batch["phonemes"], batch["text_lengths"], speaker_ids=ids)
+    by_vector = model.infer(batch["phonemes"], batch["text_lengths"], speaker_vectors=model.speaker_embedding(ids))
     assert torch.equal(by_id.mel, by_vector.mel)
     with pytest.raises(ValueError, match="exactly one"):
         model.speaker_condition(ids, model.speaker_embedding(ids))
     with pytest.raises(ValueError, match="out of range"):
-        model.speaker_condition(torch.tensor([3]))
+        model.speaker_condition(torch.tensor([model.config.n_speakers]))
 
 
 def test_energy_predictor_is_optional_and_trained_from_targets():
-    model = tiny_model(use_energy=True)
-    phonemes, text_lengths, mel, frame_lengths, speakers = tiny_batch()
+    model, batch = tiny_model(use_energy=True), tiny_batch()
     with pytest.raises(ValueError, match="targets"):
-        model(phonemes, text_lengths, mel, frame_lengths, speaker_ids=speakers)
-    out = model(phonemes, text_lengths, mel, frame_lengths, speaker_ids=speakers, energy=mel.mean(-1))
-    assert out.energy.shape == out.energy_target.shape == phonemes.shape
+        model(**batch)
+    out = model(**batch, energy=batch["mel"].mean(-1))
+    assert out.energy.shape == out.energy_target.shape == batch["phonemes"].shape
 
 
 def test_module_names_are_predictable_for_adapters():
@@ -166,7 +136,7 @@ def test_any_size_builds_on_the_meta_device_without_memory():
 
 
 def test_config_validation_and_round_trip():
-    config = AcousticConfig(**TINY)
+    config = tiny_config()
     assert AcousticConfig.from_dict(json.loads(json.dumps(config.to_dict()))) == config
     with pytest.raises(ValueError, match="divisible"):
         AcousticConfig(d_model=30, n_heads=4)
@@ -175,7 +145,7 @@ def test_config_validation_and_round_trip():
 
 
 def _bundle():
-    return ModelBundle(tiny_model().eval(), TextFrontEnd(), MelConfig(), ["a", "b", "c"], "b", {"steps": 1})
+    return ModelBundle(tiny_model().eval(), TextFrontEnd(), MelConfig(), ["a", "b"], "b", {"steps": 1})
 
 
 def test_checkpoint_round_trip_is_exact(tmp_path):
@@ -184,7 +154,7 @@ def test_checkpoint_round_trip_is_exact(tmp_path):
     loaded = load_bundle(tmp_path / "model")
     for (name, a), (_, b) in zip(bundle.model.state_dict().items(), loaded.model.state_dict().items()):
         assert torch.equal(a, b), name
-    assert loaded.speakers == ["a", "b", "c"] and loaded.default_speaker == "b"
+    assert loaded.speakers == ["a", "b"] and loaded.default_speaker == "b"
     assert loaded.front_end.symbols == bundle.front_end.symbols
     assert not list(tmp_path.glob(".*")), "no temporary folders left behind"
 

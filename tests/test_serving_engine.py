@@ -48,11 +48,6 @@ CONFIGS = [
 ]
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    torch.set_num_threads(1)
-
-
 @pytest.fixture(scope="module")
 def voices(tiny_base, tmp_path_factory) -> dict[str, Path]:
     """Eight voice folders v0..v7 for the tiny base (random adapter values, so each sounds its own)."""

@@ -6,15 +6,13 @@ Also the replica's bookkeeping without Ray: a voice dropped while in use leaves 
 
 from __future__ import annotations
 
-import io
+import functools
 import json
 import os
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
-import soundfile as sf
 
 ray = pytest.importorskip("ray")
 serve = pytest.importorskip("ray.serve")
@@ -36,7 +34,7 @@ from chorus.serving.settings import AdaptRecipe, ServerSettings  # noqa: E402
 from chorus.serving.store import VoiceStore  # noqa: E402
 from chorus.serving.uploads import UploadLimits  # noqa: E402
 from chorus.serving.voice_keys import voice_key  # noqa: E402
-from conftest import clip_files, random_voice  # noqa: E402
+from conftest import clip_files, decode, random_voice, wait_for  # noqa: E402
 
 APP = "chorus-test"
 CONSENT = "Fiona Four consented in writing on 2024-05-01 to a synthetic voice made from these recordings."
@@ -66,11 +64,6 @@ def make_store(
     store = VoiceStore(str(root), database, None if cache_dir is None else str(cache_dir))
     keys = {name: voice_key(store.put_voice("default", name, folder)) for name, folder in folders.items()}
     return store, keys
-
-
-def decode(content: bytes) -> tuple[np.ndarray, int]:
-    audio, rate = sf.read(io.BytesIO(content), dtype="float32")
-    return audio, rate
 
 
 def test_voice_host_drops_a_voice_only_when_its_requests_end(tiny_base, voice_folders, tmp_path):
@@ -206,20 +199,19 @@ def test_ray_serve_routes_voices_to_replicas_holding_them(
     def cluster_loads(key: str) -> int:
         return sum(s["loads"].get(key, 0) for s in replica_stats(handle, 2).values())
 
+    def served_where_held(key: str) -> list | None:
+        """Three requests for the voice, or None while they still load it somewhere."""
+        before = cluster_loads(key)
+        results = [
+            handle.options(multiplexed_model_id=key).synthesize.remote("Hi.", key, 1.0).result(timeout_s=60)
+            for _ in range(3)
+        ]
+        return results if cluster_loads(key) == before else None
+
     for name in ["ann", "bob"]:
         key = keys[name]
         assert 1 <= cluster_loads(key) <= 2
-        for _ in range(10):  # a few seconds for the replicas' reports to reach the routers
-            before = cluster_loads(key)
-            results = [
-                handle.options(multiplexed_model_id=key).synthesize.remote("Hi.", key, 1.0).result(timeout_s=60)
-                for _ in range(3)
-            ]
-            if cluster_loads(key) == before:
-                break
-            time.sleep(0.5)
-        else:
-            raise AssertionError(f"requests for {name} kept loading it: {replica_stats(handle, 2)}")
+        results = wait_for(functools.partial(served_where_held, key), 120, f"{name}'s requests stop loading it", 0.5)
         assert all(isinstance(r, RemoteResult) and r.audio.size > 0 and r.speaker == key for r in results), results
         assert all(r.voice_loads == 1 for r in results)  # each replica that served it had loaded it once
         for replica in {r.replica for r in results}:
@@ -243,10 +235,13 @@ def test_ray_serve_routes_voices_to_replicas_holding_them(
     direct_job, task = submit_onboarding(config, "default", "gina", new_voice_data, CONSENT, name="Gina")
     assert ray.get(task, timeout=300) == "done"  # slow on a busy 2-core machine
     assert requests.get(f"{url}/v1/jobs/{direct_job}", timeout=30).json()["status"] == "done"
-    deadline = time.monotonic() + 300
-    while (job := requests.get(f"{url}/v1/jobs/{job_id}", timeout=30).json())["status"] not in ("done", "failed"):
-        assert time.monotonic() < deadline, job
-        time.sleep(0.3)
+    wait_for(
+        lambda: requests.get(f"{url}/v1/jobs/{job_id}", timeout=30).json()["status"] in ("done", "failed"),
+        300,
+        f"job {job_id} ends",
+        interval=0.3,
+    )
+    job = requests.get(f"{url}/v1/jobs/{job_id}", timeout=30).json()
     assert job["status"] == "done", job
     for voice in ["fiona", "gina"]:
         response = speak(voice)

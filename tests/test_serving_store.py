@@ -28,9 +28,7 @@ from chorus.adapters.voice import (
     read_voice,
     save_voice,
 )
-from chorus.models.acoustic import build_model
 from chorus.models.bundle import file_sha256
-from chorus.models.config import AcousticConfig
 from chorus.serving.store import (
     MARKER_FILE,
     InvalidId,
@@ -47,24 +45,12 @@ from chorus.serving.store import (
     VoiceStatus,
     VoiceStore,
 )
-
-CONFIG = AcousticConfig(
-    n_symbols=40,
-    n_speakers=3,
-    d_model=32,
-    n_heads=2,
-    encoder_layers=2,
-    decoder_layers=2,
-    ff_hidden=48,
-    predictor_hidden=16,
-    speaker_dim=8,
-)
+from conftest import tiny_model
 
 
 @pytest.fixture(scope="module")
 def voice_folder(tmp_path_factory) -> Path:
-    torch.manual_seed(0)
-    model = build_model(CONFIG).eval()
+    model = tiny_model().eval()
     configs = [LoraConfig(r=2)]
     add_adapter(model, "ann", configs)
     with torch.no_grad():

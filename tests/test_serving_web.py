@@ -18,7 +18,6 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-import torch
 
 pytest.importorskip("fastapi")
 pytest.importorskip("prometheus_client")
@@ -33,7 +32,7 @@ from chorus.serving.uploads import UploadLimits  # noqa: E402
 from chorus.serving.voice_keys import resolve_stored  # noqa: E402
 from chorus.serving.worker import JobRunner  # noqa: E402
 from chorus.synthesis import load_base  # noqa: E402
-from conftest import random_voice, uvicorn_thread  # noqa: E402
+from conftest import random_voice  # noqa: E402
 
 KEY = "acme-key-0123456789abcdef"
 SETTINGS = ServerSettings(
@@ -54,34 +53,32 @@ def chromium_path() -> str | None:
     return None
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    torch.set_num_threads(1)
+@pytest.fixture(scope="module")
+def training_gate() -> threading.Event:
+    """Set by the test once the page has shown a job training: until then the job is held."""
+    return threading.Event()
 
 
 @pytest.fixture(scope="module")
-def live_server(tiny_base, tmp_path_factory):
-    """A uvicorn server on a free loopback port, with one API key (so the page must send it)."""
-    pytest.importorskip("uvicorn")
+def live_app(tiny_base, training_gate, tmp_path_factory):
+    """What ``live_server`` serves: one API key (so the page must send it)."""
     store = VoiceStore(str(tmp_path_factory.mktemp("store_web")))
     engine = Engine(
         load_base(tiny_base, "griffin-lim"), resolve=functools.partial(resolve_stored, store), cache_bytes=1 << 20
     )
-    # A few training steps take well under the page's poll interval: hold each job at "running" (before
-    # it copies the base) until the test has seen the page show it, then let it finish.
-    gate = threading.Event()
 
+    # A few training steps take well under the page's poll interval: hold each job at "running" (before
+    # it copies the base) until the test has seen the page show it, then let it finish; a server that
+    # stops meanwhile (a test that failed before) lets it go too, and its first step ends it.
     def held_bundle():
-        gate.wait(30)
+        while not (training_gate.wait(0.1) or runner.closing.is_set()):
+            pass
         return engine.base_copy()
 
     runner = JobRunner(
         store, jobs_dir(SETTINGS, store), held_bundle, SETTINGS.adapt, progress_interval=SETTINGS.progress_interval
     )
-    app = create_app(store, engine, Tenants.from_pairs([(KEY, "acme")]), SETTINGS, jobs=runner)
-    with uvicorn_thread(app) as url:
-        yield url, gate, store
-        gate.set()  # let a held job finish before the server stops
+    return create_app(store, engine, Tenants.from_pairs([(KEY, "acme")]), SETTINGS, jobs=runner)
 
 
 @pytest.fixture(scope="module")
@@ -129,10 +126,10 @@ def test_page_and_assets_are_served(live_server):
     assert fetch(f"{live_server}/v1/voices")[0] == 401  # the API still needs the key
 
 
-def test_web_page_speaks_and_onboards_a_voice(live_server, browser, new_voice_data):
+def test_web_page_speaks_and_onboards_a_voice(live_server, training_gate, browser, new_voice_data):
     from playwright.sync_api import expect
 
-    live_server, training_gate, _ = live_server
+    live_server, _ = live_server
     context = browser.new_context(viewport={"width": 1000, "height": 900})
     page = context.new_page()
     page.set_default_timeout(30_000)
@@ -275,7 +272,8 @@ def test_web_page_formats_streaming_voice_card_and_delete(live_server, browser, 
     from chorus.adapters.lora import LoraConfig
     from chorus.models.bundle import load_bundle
 
-    live_server, _, store = live_server
+    live_server, app = live_server
+    store = app.state.server.store
     store.put_voice("acme", "ann", random_voice(load_bundle(tiny_base), "ann", [LoraConfig(r=2)], tmp_path / "ann", 3))
     context, page, problems = open_page(browser, live_server)
     voice = page.get_by_label("Voice", exact=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import inspect
 import shutil
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -159,13 +160,38 @@ def test_refusals_and_cli(tiny_base, space_dir, new_voice_data, tmp_path):
     assert "4 numbers" in output and "started from the nearest training voice" in output
 
 
-def test_fit_cli_defaults_are_the_library_defaults():
-    from chorus.cli.voice_space import voice_space_fit
+def test_cli_without_options_runs_the_library_defaults(monkeypatch, tmp_path):
+    """`voice-space train` without options trains with ``VoiceSpaceConfig()``; `voice-space fit` without
+    them calls ``fit_voice`` with its own defaults (the calls are recorded, not run)."""
+    from chorus.cli import voice_space as cli
 
-    library = inspect.signature(fit_voice).parameters
-    for name, parameter in inspect.signature(voice_space_fit).parameters.items():
-        if name in ("steps", "init", "threads"):
-            assert parameter.default.default == library[name].default, name
+    class Recorded(Exception):
+        pass
+
+    calls = {}
+
+    def record(name):
+        def call(*args, **kwargs):
+            calls[name] = args, kwargs
+            raise Recorded
+
+        return call
+
+    monkeypatch.setattr(cli, "load_bundle", lambda path: "the base")
+    monkeypatch.setattr(cli, "VoiceSpace", SimpleNamespace(load=lambda path: ("the space", {}, {})))
+    monkeypatch.setattr(cli, "train_voice_space", record("train"))
+    monkeypatch.setattr(cli, "fit_voice", record("fit"))
+    trained = runner.invoke(app, ["voice-space", "train", str(tmp_path), "--out", str(tmp_path / "space")])
+    assert isinstance(trained.exception, Recorded), trained.output
+    assert calls["train"] == ((tmp_path, "the base", tmp_path / "space", VoiceSpaceConfig()), {})
+    fitted = runner.invoke(
+        app, ["voice-space", "fit", str(tmp_path), "--space", str(tmp_path / "space"), "--out", str(tmp_path / "v")]
+    )
+    assert isinstance(fitted.exception, Recorded), fitted.output
+    args, kwargs = calls["fit"]
+    assert args == (tmp_path, "the base", "the space", tmp_path / "v")
+    defaults = inspect.signature(fit_voice).parameters
+    assert kwargs and kwargs == {name: defaults[name].default for name in kwargs}
 
 
 def copied_voices(two_voice_corpus: Path, tmp_path: Path) -> Path:
