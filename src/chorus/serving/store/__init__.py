@@ -267,6 +267,7 @@ class VoiceStore:
         )
 
     def get_job(self, tenant: str, job_id: str) -> JobRecord:
+        """One job of ``tenant``; ``JobNotFound`` for another tenant's."""
         return self._jobs.get(tenant, job_id)
 
     def active_jobs(self, tenant: str) -> int:
