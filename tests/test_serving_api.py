@@ -1142,16 +1142,9 @@ def test_a_store_that_turns_read_only_answers_503_and_keeps_serving(tiny_base, a
     with TestClient(app) as client:
         assert client.get("/healthz", headers=OPERATOR).json()["status"] == "ok"
         # The database turns read-only under the running server (a remount, a full disk): SQLite's own
-        # refusal, through a read-only connection to the same file.
-        database = store._db  # chorus.serving.metadata.SqliteDatabase
-        writable = database._db
-        database._db = sqlite3.connect(
-            f"file:{tmp_path / 'store' / 'store.sqlite3'}?mode=ro",
-            uri=True,
-            check_same_thread=False,
-            isolation_level=None,
-        )
-        database._db.row_factory = sqlite3.Row
+        # refusal, through the read-only switch of the store's connection.
+        with store.database.read() as db:
+            db.execute("PRAGMA query_only = ON")
         try:
             refused = client.delete("/v1/voices/ann", headers=ACME)
             assert_error(refused, 503, "cannot take writes right now")
@@ -1164,8 +1157,8 @@ def test_a_store_that_turns_read_only_answers_503_and_keeps_serving(tiny_base, a
             assert any(v["id"] == "ann" and v.get("status") == "ready" for v in listed), listed
             assert speak(client, voice="ann").status_code == 200
         finally:
-            database._db.close()
-            database._db = writable
+            with store.database.read() as db:
+                db.execute("PRAGMA query_only = OFF")
         assert client.get("/healthz", headers=OPERATOR).json()["status"] == "ok"
         assert client.delete("/v1/voices/ann", headers=ACME).status_code == 200
 
@@ -1333,7 +1326,7 @@ def test_limits_per_tenant_and_server_answer_429(tiny_base, adapter_folders, tmp
         assert busy.headers["Retry-After"] == "60"
         store.put_voice("globex", "one", adapter_folders["ann"])
         store.put_voice("globex", "two", adapter_folders["bob"])
-        with store._transaction() as db:  # the queued job ends, so only the voice count stands in the way
+        with store.database.transaction() as db:  # the queued job ends, so only the voice count stands in the way
             db.execute("UPDATE jobs SET status='failed' WHERE tenant='globex'")
         assert_error(client.post("/v1/voices", headers=GLOBEX, **upload), 429, "delete some to make room")
         # 6 requests admitted so far (acme's refused one spent nothing): the operator's own budget is large, the
@@ -1635,7 +1628,7 @@ def test_a_streamed_answer_queues_its_sentences_as_it_is_consumed(tiny_base, tmp
     assert all(count <= min(10, 1 + k + STREAM_AHEAD) for k, count in enumerate(asked_when_sent)), asked_when_sent
 
 
-def test_store_outages_answer_503_with_retry_after_and_name_nothing_internal(tiny_base, tmp_path):
+def test_store_outages_answer_503_with_retry_after_and_name_nothing_internal(tiny_base, tmp_path, monkeypatch):
     """The shared store's database or object store unreachable: /healthz stays a 200 (degraded, its probe
     cached), reads answer 503 with Retry-After and no host or bucket, aliases and speakers still speak."""
     import psycopg
@@ -1646,11 +1639,11 @@ def test_store_outages_answer_503_with_retry_after_and_name_nothing_internal(tin
         server = app.state.server
         probes = []
 
-        def unreachable_s3():
+        def unreachable_s3(*args, **kwargs):  # the probe file the store writes to its root
             probes.append(1)
             raise EndpointConnectionError(endpoint_url="http://10.1.2.3:9000/secret-bucket")
 
-        store._probe_files = unreachable_s3
+        monkeypatch.setattr(store.fs, "pipe_file", unreachable_s3)
         server._store_check = (float("-inf"), None)
         for _ in range(3):
             health = client.get("/healthz", headers=OPERATOR)

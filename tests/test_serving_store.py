@@ -3,6 +3,7 @@ load, pickle refusal, id validation, tenant isolation, jobs, and recovery after 
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import shutil
@@ -704,7 +705,7 @@ def test_a_worker_found_dead_can_no_longer_touch_the_job_another_took(voice_fold
     ):
         job = a.create_job("acme", "ann")
         assert a.claim_job(job).status == JobStatus.RUNNING
-        with b._transaction() as db:  # a's last heartbeat, long ago
+        with b.database.transaction() as db:  # a's last heartbeat, long ago
             db.execute("UPDATE owners SET heartbeat=0 WHERE id=?", (a.owner,))
         assert b.reclaim().interrupted_jobs == [job]
         assert b.claim_job(job) is not None
@@ -717,15 +718,28 @@ def test_a_worker_found_dead_can_no_longer_touch_the_job_another_took(voice_fold
         assert b.get_job("acme", job).status == JobStatus.RUNNING and b.voice("acme", "ann").status == "training"
         b.put_voice("acme", "ann", voice_folder, job_id=job)
         assert b.get_job("acme", job).status == JobStatus.DONE
-        a._beat()  # its row is gone: it registers again, alive to everyone
+        a.heartbeat()  # its row is gone: it registers again, alive to everyone
         assert b.is_alive(a.owner)
 
-        dead = b._dead_owners()  # b begins a recovery ...
-        with VoiceStore(root, database=database, cache_dir=str(tmp_path / "c")) as newcomer:  # ... c opens
-            fresh = newcomer.create_job("acme", "bob")
-            report = RecoveryReport()
-            b._recover_work(dead, b.all_voices(), report)
-            assert report.interrupted_jobs == [] and newcomer.get_job("acme", fresh).status == JobStatus.QUEUED
+        # b begins a recovery (it has found who is dead); c opens and queues a job before b's first write.
+        with contextlib.ExitStack() as newcomers:
+            transaction, fresh = b.database.transaction, []
+
+            def newcomer_opens_first(exclusive=True):
+                if exclusive and not fresh:
+                    newcomer = newcomers.enter_context(
+                        VoiceStore(root, database=database, cache_dir=str(tmp_path / "c"))
+                    )
+                    fresh.append((newcomer, newcomer.create_job("acme", "bob")))
+                return transaction(exclusive)
+
+            b.database.transaction = newcomer_opens_first
+            try:
+                report = b.recover()
+            finally:
+                del b.database.transaction
+            newcomer, job = fresh[0]
+            assert report.interrupted_jobs == [] and newcomer.get_job("acme", job).status == JobStatus.QUEUED
 
 
 def test_an_unreachable_database_is_one_clear_error_without_its_password(tmp_path):
@@ -741,16 +755,16 @@ def test_a_delete_the_store_refuses_to_finish_is_done_for_the_tenant_and_finishe
     """Files the store will not remove now (read-only, full): the voice is deleted all the same (not
     served, not listed, its id free once the files go), and the next reclaim removes them."""
     store.put_voice("acme", "ann", voice_folder)
-    remove = store._remove
+    remove = store.fs.rm
 
-    def refuse(path):
+    def refuse(path, *args, **kwargs):
         raise PermissionError(13, "Read-only file system", path)
 
-    store._remove = refuse
+    store.fs.rm = refuse
     try:
         assert store.delete_voice("acme", "ann") is False
     finally:
-        store._remove = remove
+        store.fs.rm = remove
     assert store.list_voices("acme") == []
     with pytest.raises(VoiceNotFound):
         store.delete_voice("acme", "ann")

@@ -1,0 +1,206 @@
+"""An operator's care of a store (``chorus store ...``): copy its voices into another store (migrate),
+back it up while it serves, verify every voice's files, and repair the folders no record lists."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from chorus.adapters.voice import CARD_FILE, WEIGHTS_FILE
+from chorus.serving.metadata import SqliteDatabase
+from chorus.serving.store.backends import Backends
+from chorus.serving.store.layout import LOCAL, MARKER_FILE, mismatches
+from chorus.serving.store.records import VoiceConflict, VoiceCorrupted, VoiceRecord, VoiceStatus, voice_record
+from chorus.serving.store.voices import Voices
+
+
+@dataclass
+class VerifyReport:
+    """What ``VoiceStore.verify`` found; it changes nothing."""
+
+    checked: int = 0  # ready voices whose files were read and hashed
+    corrupt: list[tuple[str, str, str]] = field(default_factory=list)  # (tenant, voice id, what is wrong)
+    orphan_folders: list[str] = field(default_factory=list)  # voice folders no record lists
+
+    @property
+    def ok(self) -> bool:
+        return not self.corrupt and not self.orphan_folders
+
+
+@dataclass
+class RepairReport:
+    """What ``VoiceStore.repair`` did with the voice folders no record listed."""
+
+    adopted: list[tuple[str, str]] = field(default_factory=list)  # (tenant, voice id), now ready voices
+    quarantined: list[str] = field(default_factory=list)  # where each other folder was moved
+
+
+@dataclass
+class CopyReport:
+    """What ``VoiceStore.copy_to`` copied, and what it did not."""
+
+    copied: list[tuple[str, str]] = field(default_factory=list)  # (tenant, voice id), checksums equal
+    skipped: list[tuple[str, str, str]] = field(default_factory=list)  # (tenant, voice id, why)
+    gone: list[tuple[str, str]] = field(default_factory=list)  # deleted or replaced while it copied
+
+
+class Maintenance:
+    """Copy, back up, verify and repair the store of ``backends`` and ``voices``."""
+
+    def __init__(self, backends: Backends, voices: Voices) -> None:
+        self._layout, self._db = backends.layout, backends.db
+        self._voices = voices
+
+    def copy_to(self, target: Voices, on_voice: Callable[[VoiceRecord], None] | None = None) -> CopyReport:
+        """Copy every ready voice into the voices of another store, from one snapshot of the records: each
+        voice's files are downloaded, checked against its commit marker and its record's checksum,
+        uploaded through ``target.put`` (which checks them again where they land), and the copy's
+        checksums compared with the source's. Voices not ready, or already in ``target``, are skipped;
+        one deleted or replaced while the copy ran is left out. ``on_voice``: called per voice (a
+        progress bar)."""
+        report = CopyReport()
+        for voice in self._voices.every():
+            key = (voice.tenant, voice.voice_id)
+            if on_voice is not None:
+                on_voice(voice)
+            if voice.status != VoiceStatus.READY:
+                if voice.status != VoiceStatus.DELETED:
+                    report.skipped.append((*key, f"{voice.status.value}, not ready"))
+                continue
+            blob = self._layout.blob(*key)
+            with tempfile.TemporaryDirectory(prefix="chorus-copy-") as temp:
+                manifest = self._layout.read_marker(blob)
+                try:
+                    for file in manifest or {}:
+                        self._layout.fs.get_file(f"{blob}/{file}", f"{temp}/{file}")
+                except FileNotFoundError:
+                    manifest = None
+                if (
+                    manifest is None
+                    or manifest[WEIGHTS_FILE].sha256 != voice.sha256
+                    or mismatches(LOCAL, temp, manifest)
+                ):
+                    report.gone.append(key)
+                    continue
+                try:
+                    copy = target.put(*key, temp, name=voice.name)
+                except VoiceConflict as error:
+                    report.skipped.append((*key, f"in the target already ({error})"))
+                    continue
+            copied = target.backends.layout.read_marker(target.backends.layout.blob(*key))
+            if copy.sha256 != voice.sha256 or copied != manifest:
+                raise VoiceCorrupted(f"{voice.tenant}/{voice.voice_id}: the copy's checksums differ from the source's")
+            with target.backends.db.transaction() as db:  # the voice keeps its age
+                db.execute("UPDATE voices SET created=? WHERE tenant=? AND id=?", (voice.created, *key))
+            report.copied.append(key)
+        return report
+
+    def backup(
+        self, destination: str | os.PathLike, copy_into_new_store: Callable[[Path], CopyReport]
+    ) -> tuple[int, list[tuple[str, str]]]:
+        """Copy the store into the new local folder ``destination``, consistently while it serves: a SQLite
+        database through its online backup (one snapshot, jobs and failed voices included), then the files
+        of every voice ready in that snapshot, each checked against its commit marker and the snapshot's
+        checksum. A PostgreSQL store's ready voices go through ``copy_into_new_store`` (:meth:`copy_to` a
+        store opened at ``destination``). ``destination`` opens as a store itself. Returns (voices
+        copied, voices deleted or replaced before their files were copied: left out of the copy)."""
+        destination = Path(destination)
+        if destination.exists() and any(destination.iterdir()):
+            raise ValueError(f"{destination}: the backup folder must be new or empty")
+        destination.mkdir(parents=True, exist_ok=True)
+        if not isinstance(self._db, SqliteDatabase):  # PostgreSQL: the ready voices, as `migrate` copies them
+            report = copy_into_new_store(destination)
+            return len(report.copied), report.gone
+        copy = self._db.backup(destination / "store.sqlite3")
+        try:
+            copy.execute("DELETE FROM owners")  # this store's liveness is not the copy's
+            ready = [voice_record(r) for r in copy.execute("SELECT * FROM voices WHERE status=?", (VoiceStatus.READY,))]
+            copied, gone = 0, []
+            for voice in ready:
+                blob = self._layout.blob(voice.tenant, voice.voice_id)
+                manifest = self._layout.read_marker(blob)
+                target = destination / voice.tenant / voice.voice_id
+                target.mkdir(parents=True)
+                try:
+                    for file in [*(manifest or {}), MARKER_FILE]:
+                        self._layout.fs.get_file(f"{blob}/{file}", str(target / file))
+                except FileNotFoundError:
+                    manifest = None
+                if (
+                    manifest is None
+                    or manifest[WEIGHTS_FILE].sha256 != voice.sha256  # replaced after the snapshot
+                    or mismatches(LOCAL, str(target), manifest)
+                ):
+                    shutil.rmtree(target)  # deleted or replaced while the backup ran
+                    copy.execute("DELETE FROM voices WHERE tenant=? AND id=?", (voice.tenant, voice.voice_id))
+                    gone.append((voice.tenant, voice.voice_id))
+                else:
+                    copied += 1
+            copy.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        finally:
+            copy.close()
+        return copied, gone
+
+    def verify(self) -> VerifyReport:
+        """Check every ready voice's files against its commit marker and the record's checksum, and find
+        voice folders no record lists (``chorus store verify``). Changes no voice; safe while serving."""
+        report = VerifyReport()
+        voices = self._voices.every()
+        for voice in voices:
+            if voice.status != VoiceStatus.READY:
+                continue
+            report.checked += 1
+            blob = self._layout.blob(voice.tenant, voice.voice_id)
+            manifest = self._layout.read_marker(blob)
+            if manifest is None:
+                report.corrupt.append((voice.tenant, voice.voice_id, "no valid commit marker (folder missing?)"))
+            elif manifest[WEIGHTS_FILE].sha256 != voice.sha256:
+                report.corrupt.append((voice.tenant, voice.voice_id, "weights differ from the record's checksum"))
+            elif bad := mismatches(self._layout.fs, blob, manifest):
+                report.corrupt.append(
+                    (voice.tenant, voice.voice_id, f"files differ from their marker: {', '.join(bad)}")
+                )
+        report.orphan_folders = self._layout.orphan_urls({(v.tenant, v.voice_id) for v in voices})
+        return report
+
+    def repair(self) -> RepairReport:
+        """Deal with every voice folder no record lists, deleting none (``chorus store repair``): one whose
+        commit marker and files check out is adopted as a ready voice, named from its voice card; any other
+        is moved to ``<root>/.quarantine/<tenant>/<id>-<time>``. Run while no server writes to the store."""
+        report = RepairReport()
+        for tenant, voice_id, path in self._layout.orphans({(v.tenant, v.voice_id) for v in self._voices.every()}):
+            manifest = self._layout.read_marker(path)
+            if manifest is None or mismatches(self._layout.fs, path, manifest):
+                report.quarantined.append(self._layout.quarantine(tenant, voice_id, path))
+                continue
+            try:
+                card = json.loads(self._layout.fs.cat_file(f"{path}/{CARD_FILE}"))
+            except (FileNotFoundError, ValueError):
+                card = {}
+            card = card if isinstance(card, dict) else {}
+            now = time.time()
+            with self._db.transaction() as db:
+                db.execute(
+                    "INSERT INTO voices (tenant, id, name, status, created, updated, blob_url, sha256, "
+                    "size_bytes, method) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (
+                        tenant,
+                        voice_id,
+                        str(card.get("name") or voice_id)[:100],
+                        VoiceStatus.READY,
+                        now,
+                        now,
+                        self._layout.url(path),
+                        manifest[WEIGHTS_FILE].sha256,
+                        sum(d.size for d in manifest.values()),
+                        "+".join(card.get("methods") or []) or None,
+                    ),
+                )
+            report.adopted.append((tenant, voice_id))
+        return report
