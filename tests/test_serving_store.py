@@ -49,16 +49,21 @@ from chorus.serving.store import (
 from conftest import tiny_model
 
 
-@pytest.fixture(scope="module")
-def voice_folder(tmp_path_factory) -> Path:
+def make_voice_folder(folder: Path, seed: int = 0) -> Path:
+    """A LoRA voice of random values drawn from ``seed``, saved in ``folder``."""
     model = tiny_model().eval()
     configs = [LoraConfig(r=2)]
     add_adapter(model, "ann", configs)
+    generator = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for value in adapter_state_dict(model, "ann").values():
-            value.add_(torch.randn_like(value) * 0.05)
-    folder = tmp_path_factory.mktemp("voices") / "ann"
+            value.add_(torch.randn(value.shape, generator=generator) * 0.05)
     return save_voice(folder, model, "ann", configs, VoiceCard("ann", ["lora"], base_model_sha256="base"))
+
+
+@pytest.fixture(scope="module")
+def voice_folder(tmp_path_factory) -> Path:
+    return make_voice_folder(tmp_path_factory.mktemp("voices") / "ann")
 
 
 @pytest.fixture(params=["path", "file-url", "memory", "postgres-s3"])
@@ -110,6 +115,23 @@ def test_round_trip(store, voice_folder):
     with pytest.raises(VoiceNotFound):
         store.delete_voice("acme", "ann")
     assert store.put_voice("acme", "ann", voice_folder).status == VoiceStatus.READY  # the id is free again
+
+
+def test_a_record_read_before_a_replacement_is_not_found_not_corrupt(store, voice_folder, tmp_path):
+    """A request resolves its voice's record once; if the voice is replaced before the engine loads it,
+    the store says so (VoiceNotFound) and leaves the new voice ready rather than failing it as corrupt."""
+    old = store.put_voice("acme", "ann", voice_folder)
+    assert file_sha256(store.voice_folder(old) / WEIGHTS_FILE) == old.sha256
+    other = make_voice_folder(tmp_path / "ann-2", seed=1)
+    store.delete_voice("acme", "ann")
+    new = store.put_voice("acme", "ann", other)
+    with pytest.raises(VoiceNotFound, match="replaced"):
+        store.voice_folder(old)
+    assert store.voice("acme", "ann").status == VoiceStatus.READY
+    assert file_sha256(store.voice_folder(new) / WEIGHTS_FILE) == new.sha256 != old.sha256
+    store.delete_voice("acme", "ann")
+    with pytest.raises(VoiceNotFound):
+        store.voice_folder(new)
 
 
 def test_checksum_verified_on_every_load(store, voice_folder):
