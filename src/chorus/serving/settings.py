@@ -22,9 +22,9 @@ from chorus.serving.uploads import UploadLimits
 JOBS_FOLDER = ".jobs"
 
 # Where the server's onboarding recipe differs from `chorus adapt`'s (AdaptConfig's defaults): a job
-# shares the server's CPUs with speech. It stops at half the steps (most runs stop early anyway:
-# bench/README.md's residual runs after 225-500 steps), so one upload holds the machine for at most
-# half as long, and it trains on one thread, leaving the others to the speech batcher.
+# shares the server's CPUs with speech, so it trains on one thread (the others stay with the speech
+# batcher) and stops at half `chorus adapt`'s step cap, bounding how long one upload holds the worker
+# (early stopping ends many runs sooner: bench/README.md's residual runs stopped after 225-500 steps).
 ONBOARDING_STEPS = 300
 ONBOARDING_THREADS = 1
 

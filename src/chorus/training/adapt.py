@@ -1,8 +1,9 @@
 """Adapting the base to a new voice: one readable loop (check data, set up, step, evaluate, save).
 
 Data is a single-speaker LJSpeech-style folder. Everything that can be wrong with it (too little
-audio, transcripts that do not fit their clips, an unknown method, a target pattern that matches
-nothing) is refused before the first step. A share of the clips is held out; training stops early
+audio, transcripts that do not fit their clips, a target pattern that matches nothing) is refused
+before the first step; an unknown method or option already where the recipe is made
+(:func:`chorus.adapters.parse_methods`). A share of the clips is held out; training stops early
 when their loss stops improving, and the best adapter seen is what gets saved.
 """
 
@@ -250,7 +251,7 @@ def _adapt(
     trainable_count = sum(p.numel() for p in trainable)
     optimizer = build_optimizer(trainable, config.memory.optimizer, config.learning_rate_for(), weight_decay=0.0)
 
-    # Autocast where the model is: bf16 on the CPU as on a GPU (fp32 needs no context).
+    # Autocast on the device the model was loaded on (`--device`): bf16 on the CPU as on a GPU.
     precision, device = config.memory.precision, model.mel_mean.device
     history = [{"step": 0, "val_mel": mel_loss(model, cache, val_indices, config.max_frames, precision=precision)}]
     best = (history[0]["val_mel"], 0, _snapshot(trainable))
