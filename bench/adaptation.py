@@ -40,6 +40,7 @@ import numpy as np
 import soundfile as sf
 import torch
 
+from chorus.adapters import parse_methods
 from chorus.adapters.voice import read_voice
 from chorus.audio.vocoders import load_vocoder
 from chorus.data.features import build_feature_cache
@@ -49,8 +50,9 @@ from chorus.evaluation.report import EvalItem, Judges, evaluate_pairs
 from chorus.evaluation.similarity import SpeakerJudge
 from chorus.models.bundle import load_bundle
 from chorus.peers.piper import load_joe
+from chorus.recipe import DEFAULT_METHOD, AdaptConfig
 from chorus.synthesis import DEFAULT_BASE, Synthesizer, load_base
-from chorus.training.adapt import AdaptConfig, adapt, mel_loss
+from chorus.training.adapt import adapt, mel_loss
 
 METHODS = "speaker,lora,lora+speaker,residual,prefix,cln,bitfit,lora+cln+speaker,full"
 FORGETTING_VOICES = ("flite-rms", "flite-awb", "festival-kal", "flite-kal16")
@@ -157,7 +159,7 @@ def run_one(
     base_loss_before = base_voice_loss(bundle.model, bundle, args.corpus)
     # No wall-clock cap (math.inf): the step cap and early stopping alone end training.
     config = AdaptConfig(
-        method=method,
+        methods=parse_methods(method),
         steps=args.steps,
         threads=args.threads,
         max_minutes=math.inf,
@@ -339,11 +341,11 @@ def _mean(rows: list[dict], key: str, scale: float = 1.0) -> float | None:
 
 
 def word_target_lines(rows: list[dict], voices: dict[str, dict]) -> list[str]:
-    """The intelligibility targets of the default method (``AdaptConfig().method``) per voice, on the means
+    """The intelligibility targets of the default method (``DEFAULT_METHOD``) per voice, on the means
     over its seeds: WER against its start speaker on the base (3 min: +5 points, 1 min: +10) and against full
     fine-tuning, similarity against full fine-tuning, predicted MOS against the start speaker, the moonshot
     (within 3 points of the voice's own recordings), and base voices bit-identical."""
-    method = AdaptConfig().method
+    method = DEFAULT_METHOD
     grouped = cells(rows)
     lines = [
         f"Intelligibility targets of the default method (`{method}`), on the means over its seeds (WER in points):",

@@ -18,8 +18,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from chorus.adapters import parse_methods
 from chorus.memory.presets import model_config_by_name
 from chorus.memory.report import memory_report, plot_memory
+from chorus.recipe import AdaptConfig, MemoryOptions
 from chorus.training.adapt import trainable_for
 
 # (label, method, optimizer, precision, checkpointing, frozen_dtype)
@@ -52,11 +54,10 @@ def options(label: str) -> dict:
     return dict(
         # Every layer the method targets, text side included: the recipe the recorded figures were measured
         # with, and full fine-tuning of every weight, the 16-bytes-per-parameter baseline.
-        trainable=trainable_for(method, keep_text_side=False),
-        optimizer=optimizer,
-        precision=precision,
-        checkpointing=checkpointing,
-        frozen_dtype=frozen_dtype,
+        trainable=trainable_for(AdaptConfig(methods=parse_methods(method), keep_text_side=False)),
+        options=MemoryOptions(
+            optimizer=optimizer, precision=precision, checkpointing=checkpointing, frozen_dtype=frozen_dtype
+        ),
     )
 
 

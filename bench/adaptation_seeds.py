@@ -17,7 +17,7 @@ import json
 import statistics
 from pathlib import Path
 
-from chorus.training.adapt import AdaptConfig
+from chorus.recipe import AdaptConfig
 
 
 def main() -> None:

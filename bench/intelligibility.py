@@ -36,7 +36,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from chorus.adapters import active_adapter
+from chorus.adapters import active_adapter, parse_methods
 from chorus.audio.io import load_audio
 from chorus.audio.mel import log_mel
 from chorus.audio.vocoders import load_vocoder
@@ -47,8 +47,9 @@ from chorus.data.subsets import first_minutes, write_subset
 from chorus.evaluation.report import EvalItem, EvalReport, Judges, evaluate_pairs
 from chorus.models.bundle import load_bundle
 from chorus.models.losses import step_inputs
+from chorus.recipe import AdaptConfig
 from chorus.synthesis import DEFAULT_BASE
-from chorus.training.adapt import AdaptConfig, adapt
+from chorus.training.adapt import adapt
 
 # Recipes compared: AdaptConfig fields over the defaults (steps, threads and seed come from the command).
 RECIPES = {
@@ -209,7 +210,11 @@ def run_one(args, voice: str, minutes: float, recipe: str, seed: int, evaluation
     speaker = Speaker(bundle)
     rate = bundle.mel_config.sample_rate
     texts = {u.key: u.text for u in evaluation}
-    config = AdaptConfig(**RECIPES[recipe], steps=args.steps, threads=args.threads, max_minutes=math.inf, seed=seed)
+    fields = dict(RECIPES[recipe])
+    methods = parse_methods(fields.pop("method"), fields.pop("method_options", None))
+    config = AdaptConfig(
+        methods=methods, **fields, steps=args.steps, threads=args.threads, max_minutes=math.inf, seed=seed
+    )
     curve = []
 
     def follow(step: int, model) -> None:

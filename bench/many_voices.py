@@ -31,13 +31,14 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from chorus.adapters import parse_methods
 from chorus.data.formats import discover
 from chorus.data.subsets import first_minutes, write_subset
 from chorus.evaluation.report import EvalItem, Judges, evaluate_pairs
 from chorus.evaluation.similarity import SpeakerJudge
 from chorus.models.bundle import load_bundle
+from chorus.recipe import AdaptConfig
 from chorus.synthesis import DEFAULT_BASE, load_base
-from chorus.training.adapt import AdaptConfig
 from chorus.training.adapt_many import ManyVoicesConfig, adapt_many
 
 HELD_OUT = ("piper-joe", "flite-slt", "festival-ked")
@@ -81,7 +82,7 @@ def run_job(folders: list[Path], out: Path, args) -> dict:
     started = time.perf_counter()
     bundle = load_bundle(args.base or DEFAULT_BASE)
     config = ManyVoicesConfig(
-        adapt=AdaptConfig(method=args.method, threads=args.threads),
+        adapt=AdaptConfig(methods=parse_methods(args.method), threads=args.threads),
         steps=args.steps,
         clips_per_voice=args.clips_per_voice,
         eval_every=max(args.steps // 2, 1),

@@ -47,8 +47,9 @@ from chorus.evaluation.similarity import SpeakerJudge
 from chorus.evaluation.voices import VoiceClip, judge_clips
 from chorus.models.bundle import load_bundle
 from chorus.peers.piper import load_joe
+from chorus.recipe import AdaptConfig
 from chorus.synthesis import DEFAULT_VOCODER, Synthesizer
-from chorus.training.adapt import AdaptConfig, adapt
+from chorus.training.adapt import adapt
 from chorus.yardsticks import start_speaker_of
 
 BASE_VOICES = "flite-rms,flite-awb,festival-kal,flite-kal16"

@@ -66,15 +66,16 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from chorus.adapters import parse_methods
 from chorus.adapters.inject import adapter_state_dict, add_adapter, remove_adapter
 from chorus.adapters.voice import VoiceCard, read_voice, save_voice
+from chorus.recipe import AdaptConfig
 from chorus.serving.batcher import Batcher
 from chorus.serving.engine import Engine, Request
 from chorus.serving.local_services import free_port
 from chorus.serving.store import VoiceStore
 from chorus.serving.tenants import DEFAULT_TENANT
 from chorus.synthesis import load_base
-from chorus.training.adapt import AdaptConfig
 from serving_baselines import ModelPerVoice, swap_one_at_a_time  # bench/, beside this script
 
 TEXTS = [
@@ -95,7 +96,7 @@ MB = 1 << 20
 # -- voices ------------------------------------------------------------------------------------
 def make_voices(synthesizer, count: int, root: Path, method: str, scale: float, seed: int) -> dict[str, Path]:
     """``count`` voice folders ``v000``... for the base: the method's adapters with random values."""
-    model, configs = synthesizer.bundle.model, AdaptConfig(method=method).method_configs()
+    model, configs = synthesizer.bundle.model, AdaptConfig(methods=parse_methods(method)).method_configs()
     torch.manual_seed(seed)
     folders = {}
     for k in range(count):

@@ -28,6 +28,7 @@ from pathlib import Path
 
 import torch
 
+from chorus.adapters import parse_methods
 from chorus.adapters.hypernetwork import VoiceSpace
 from chorus.atomic import atomic_write_text
 from chorus.corpus.virtual import add_virtual_speakers
@@ -36,8 +37,9 @@ from chorus.data.subsets import first_minutes, write_subset
 from chorus.evaluation.report import EvalItem, Judges, evaluate_pairs
 from chorus.evaluation.similarity import SpeakerJudge
 from chorus.models.bundle import load_bundle
+from chorus.recipe import AdaptConfig
 from chorus.synthesis import DEFAULT_BASE, load_base
-from chorus.training.adapt import AdaptConfig, adapt
+from chorus.training.adapt import adapt
 from chorus.training.voice_space_training import VoiceSpaceConfig, fit_voice, train_voice_space
 
 
@@ -153,7 +155,7 @@ def main() -> None:
                     data,
                     load_bundle(args.base),
                     args.work / "voices" / f"{voice}-{minutes:g}-lora",
-                    AdaptConfig(method="lora+speaker", threads=args.threads, min_minutes=0.4),
+                    AdaptConfig(methods=parse_methods("lora+speaker"), threads=args.threads, min_minutes=0.4),
                     progress=False,
                 )
                 made.append(("lora+speaker", lora.voice_dir, lora.card))

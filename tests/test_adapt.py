@@ -11,12 +11,13 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from chorus.adapters import active_adapter
+from chorus.adapters import active_adapter, parse_methods
 from chorus.adapters.voice import read_voice
 from chorus.cli import app
 from chorus.models.bundle import load_bundle
+from chorus.recipe import TEXT_SIDE_PATTERN, AdaptConfig
 from chorus.synthesis import load_base
-from chorus.training.adapt import TEXT_SIDE_PATTERN, AdaptConfig, adapt
+from chorus.training.adapt import adapt
 
 runner = CliRunner()
 QUICK = dict(steps=4, eval_every=2, threads=1)
@@ -26,7 +27,11 @@ def test_lora_voice_leaves_speakers_bit_identical(tiny_base, new_voice_data, tmp
     tts = load_base(tiny_base, "griffin-lim")
     before = tts.mel(["Hello there."], "m3")[0]
     result = adapt(
-        new_voice_data, tts.bundle, tmp_path / "voices" / "f4", AdaptConfig(method="lora", **QUICK), progress=False
+        new_voice_data,
+        tts.bundle,
+        tmp_path / "voices" / "f4",
+        AdaptConfig(methods=parse_methods("lora"), **QUICK),
+        progress=False,
     )
     card = result.card
     assert card.methods == ["lora"] and card.steps == 4 and card.trainable_parameters > 0
@@ -50,7 +55,7 @@ def test_lora_voice_leaves_speakers_bit_identical(tiny_base, new_voice_data, tmp
 def test_full_fine_tuning_trains_a_copy(tiny_base, new_voice_data, tmp_path):
     bundle = load_bundle(tiny_base)
     weights = {k: v.clone() for k, v in bundle.model.state_dict().items()}
-    config = AdaptConfig(method="full", keep_text_side=False, **QUICK)  # every weight
+    config = AdaptConfig(methods=parse_methods("full"), keep_text_side=False, **QUICK)  # every weight
     result = adapt(new_voice_data, bundle, tmp_path / "full", config, progress=False)
     assert all(torch.equal(bundle.model.state_dict()[k], v) for k, v in weights.items())
     voice = read_voice(result.voice_dir)
@@ -66,7 +71,7 @@ def test_keep_text_side_leaves_the_text_side_as_the_base_has_it(tiny_base, new_v
     bundle = load_bundle(tiny_base)
     before = {k: v.clone() for k, v in bundle.model.state_dict().items()}
     seen = []
-    config = AdaptConfig(method=method, keep_text_side=True, learning_rate=1e-2, **QUICK)
+    config = AdaptConfig(methods=parse_methods(method), keep_text_side=True, learning_rate=1e-2, **QUICK)
     result = adapt(
         new_voice_data, bundle, tmp_path / "v", config, progress=False, on_evaluate=lambda s, m: seen.append(s)
     )
@@ -91,7 +96,9 @@ def test_keep_text_side_leaves_the_text_side_as_the_base_has_it(tiny_base, new_v
 
 
 def test_early_stopping_keeps_the_best_adapter(tiny_base, new_voice_data, tmp_path):
-    config = AdaptConfig(method="speaker", steps=40, eval_every=1, patience=2, learning_rate=50.0, threads=1)
+    config = AdaptConfig(
+        methods=parse_methods("speaker"), steps=40, eval_every=1, patience=2, learning_rate=50.0, threads=1
+    )
     result = adapt(new_voice_data, load_bundle(tiny_base), tmp_path / "v", config, progress=False)
     assert result.card.steps < 40
     best = min(h["val_mel"] for h in result.history)
@@ -99,17 +106,19 @@ def test_early_stopping_keeps_the_best_adapter(tiny_base, new_voice_data, tmp_pa
 
 
 @pytest.mark.parametrize(
-    "config, message",
+    "method, options, fields, message",
     [
-        (AdaptConfig(method="dora"), "unknown adapter method 'dora'"),
-        (AdaptConfig(method="lora+full"), "not combined"),
-        (AdaptConfig(method="lora", method_options={"lora": {"targets": ["no_such_layer"]}}), "match no module"),
-        (AdaptConfig(method="lora", method_options={"lora": {"rank": 4}}), "bad options for lora"),
-        (AdaptConfig(method="lora", min_minutes=5.0), "a voice needs at least 300 s"),
+        ("dora", None, {}, "unknown adapter method 'dora'"),
+        ("lora+full", None, {}, "not combined"),
+        ("lora", {"lora": {"targets": ["no_such_layer"]}}, {}, "match no module"),
+        ("lora", {"lora": {"rank": 4}}, {}, "bad options for lora"),
+        ("lora", {"speaker": {"train_projection": True}}, {}, "options given for methods not chosen"),
+        ("lora", None, {"min_minutes": 5.0}, "a voice needs at least 300 s"),
     ],
 )
-def test_bad_requests_fail_before_training(tiny_base, new_voice_data, tmp_path, config, message):
+def test_bad_requests_fail_before_training(tiny_base, new_voice_data, tmp_path, method, options, fields, message):
     with pytest.raises(ValueError, match=message):
+        config = AdaptConfig(methods=parse_methods(method, options), **fields)
         adapt(new_voice_data, load_bundle(tiny_base), tmp_path / "v", config, progress=False)
     assert not (tmp_path / "v").exists()
 

@@ -9,11 +9,12 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
+from chorus.adapters import parse_methods
 from chorus.adapters.voice import read_voice
 from chorus.cli import app
 from chorus.models.bundle import load_bundle
+from chorus.recipe import AdaptConfig
 from chorus.synthesis import load_base
-from chorus.training.adapt import AdaptConfig
 from chorus.training.adapt_many import ManyVoicesConfig, adapt_many
 from conftest import espeak_voice
 
@@ -22,7 +23,10 @@ runner = CliRunner()
 
 def many_config(**adapt) -> ManyVoicesConfig:
     return ManyVoicesConfig(
-        adapt=AdaptConfig(method="lora+speaker", threads=1, **adapt), steps=4, clips_per_voice=2, eval_every=2
+        adapt=AdaptConfig(methods=parse_methods("lora+speaker"), threads=1, **adapt),
+        steps=4,
+        clips_per_voice=2,
+        eval_every=2,
     )
 
 
@@ -81,7 +85,7 @@ def test_each_voice_learns_only_from_its_own_samples(tiny_base, voices_root, new
 
 def test_refusals(tiny_base, voices_root, tmp_path):
     with pytest.raises(ValueError, match="full fine-tuning makes one model per voice"):
-        ManyVoicesConfig(adapt=AdaptConfig(method="full"))
+        ManyVoicesConfig(adapt=AdaptConfig(methods=parse_methods("full")))
     only_broken = tmp_path / "only_broken"
     shutil.copytree(voices_root / "broken", only_broken / "broken")
     with pytest.raises(ValueError, match="no voice has usable data"):

@@ -252,7 +252,11 @@ def test_serve_defaults_are_the_servers():
     defaults = api.ServerSettings()
     assert server_settings(defaults, None, None, None, None) == defaults
     given = server_settings(defaults, "lora+speaker", 5, None, 100)
-    assert (given.adapt.method, given.adapt.steps, given.adapt.threads) == ("lora+speaker", 5, defaults.adapt.threads)
+    assert (given.adapt.methods.spec, given.adapt.steps, given.adapt.threads) == (
+        "lora+speaker",
+        5,
+        defaults.adapt.threads,
+    )
     assert given.max_text_chars == 100 and given.upload == defaults.upload
     with pytest.raises(ValueError, match="unknown adapter method"):
         server_settings(defaults, "magic", None, None, None)

@@ -15,9 +15,8 @@ from chorus.models.acoustic import (
     lengths_to_mask,
 )
 from chorus.models.losses import compute_losses
+from chorus.recipe import OPTIMIZERS, AdaptConfig, MemoryOptions
 from chorus.training.efficiency import (
-    OPTIMIZERS,
-    MemoryOptions,
     apply_memory_options,
     autocast,
     build_optimizer,
@@ -322,11 +321,12 @@ def test_memory_options_validate_and_explain_themselves():
 
 
 def test_bf16_frozen_base_keeps_layer_norms_in_float32():
-    from chorus.training.adapt import AdaptConfig, prepare_for_training
+    from chorus.adapters import parse_methods
+    from chorus.training.adapt import prepare_for_training
     from chorus.training.efficiency import cast_frozen_parameters
 
     model = build_model(tiny_config())
-    trained = prepare_for_training(model, AdaptConfig(method="bitfit"))
+    trained = prepare_for_training(model, AdaptConfig(methods=parse_methods("bitfit")))
     cast_frozen_parameters(model, torch.bfloat16)
     norms = {id(p) for m in model.modules() if isinstance(m, torch.nn.LayerNorm) for p in m.parameters()}
     for parameter in model.parameters():

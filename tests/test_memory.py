@@ -17,6 +17,7 @@ from chorus.memory import (
 from chorus.memory.measure import _reset_peak_rss, _rss
 from chorus.models.acoustic import build_model, count_parameters
 from chorus.models.config import AcousticConfig
+from chorus.recipe import MemoryOptions
 from conftest import tiny_config
 
 
@@ -26,11 +27,11 @@ def freeze_base(model: torch.nn.Module) -> None:
         parameter.requires_grad_(name.startswith("speaker_proj") or name.endswith("bias"))
 
 
-def _predict(config: AcousticConfig, trainable, **settings) -> MemoryBreakdown:
+def _predict(config: AcousticConfig, trainable, options: MemoryOptions | None = None, **sizes) -> MemoryBreakdown:
     model = build_model(config, "meta")
     if trainable is not None:
         trainable(model)
-    return predict_memory(model, **settings)
+    return predict_memory(model, **sizes, options=options)
 
 
 def _assert_exact(predicted, measured) -> None:
@@ -68,8 +69,9 @@ def test_prediction_matches_measurement_with_options(config_extra, settings, tra
         pytest.importorskip("bitsandbytes")
     config = tiny_config(**config_extra)
     sizes = {"batch": 2, "text_length": 9, "frames": 31}
-    measured = measure_acoustic_step(config, trainable=trainable, warmup=False, **sizes, **settings)
-    _assert_exact(_predict(config, trainable, **sizes, **settings), measured)
+    options = MemoryOptions(**settings)
+    measured = measure_acoustic_step(config, trainable=trainable, warmup=False, **sizes, options=options)
+    _assert_exact(_predict(config, trainable, options, **sizes), measured)
 
 
 def test_checkpointed_blocks_are_seen_through_their_saved_inputs():
@@ -78,8 +80,9 @@ def test_checkpointed_blocks_are_seen_through_their_saved_inputs():
     config = tiny_config()
     sizes = {"batch": 2, "text_length": 9, "frames": 31}
     plain = measure_acoustic_step(config, warmup=False, **sizes)
-    checkpointed = measure_acoustic_step(config, checkpointing=True, warmup=False, **sizes)
-    predicted = _predict(config, None, checkpointing=True, **sizes)
+    checkpointing = MemoryOptions(checkpointing=True)
+    checkpointed = measure_acoustic_step(config, options=checkpointing, warmup=False, **sizes)
+    predicted = _predict(config, None, checkpointing, **sizes)
     assert checkpointed.activations < plain.activations
     _assert_exact(predicted, checkpointed)
     # Backward's rebuild of one block is measured too (rerun under the measuring hooks), to the byte.
@@ -108,9 +111,8 @@ def test_500m_parameter_prediction_on_meta_allocates_nothing():
     # No timing here (times belong to the benchmarks): what shows the prediction never runs the model
     # for real is that the process's resident peak stays far below the weights' size.
     resettable = _reset_peak_rss()
-    predicted = predict_memory(
-        model, batch=16, text_length=100, frames=400, optimizer="adamw8bit", precision="bf16", checkpointing=True
-    )
+    options = MemoryOptions(optimizer="adamw8bit", precision="bf16", checkpointing=True)
+    predicted = predict_memory(model, batch=16, text_length=100, frames=400, options=options)
     assert predicted.gradients == 4 * parameters
     assert predicted.activations > 2**28 and predicted.recompute > 0
     if resettable:
@@ -127,7 +129,7 @@ def test_report_table_and_plot(tmp_path):
         text_length=7,
         frames=23,
         measure=True,
-        checkpointing=True,
+        options=MemoryOptions(checkpointing=True),
         out_png=tmp_path / "memory.png",
     )
     markdown = report.markdown()
@@ -172,8 +174,6 @@ def test_prediction_refuses_what_it_cannot_count():
     model = build_model(tiny_config(), "meta")
     with pytest.raises(ValueError, match="at least text_length"):
         predict_memory(model, batch=1, text_length=10, frames=5)
-    with pytest.raises(ValueError, match="unknown optimizer"):
-        predict_memory(model, batch=1, text_length=5, frames=10, optimizer="sgd")
     model.speaker_proj = torch.nn.Identity()
     with pytest.raises(TypeError, match="register_activation_rule"):
         predict_memory(model, batch=1, text_length=5, frames=10)

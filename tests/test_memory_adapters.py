@@ -3,17 +3,16 @@ against one measured step, per category."""
 
 from __future__ import annotations
 
-import functools
-
 import pytest
 import torch
 
-from chorus.adapters import BASE, method_names, routed, set_active
+from chorus.adapters import BASE, method_names, parse_methods, routed, set_active
 from chorus.adapters.lora import LoraConfig, LoraLinear
 from chorus.memory import ShadowPass, measure_acoustic_step, predict_memory
 from chorus.memory.measure import measure_training_step
 from chorus.models.acoustic import build_model
-from chorus.training.adapt import VOICE, AdaptConfig, prepare_for_training, trainable_for
+from chorus.recipe import AdaptConfig, MemoryOptions
+from chorus.training.adapt import VOICE, prepare_for_training, trainable_for
 from conftest import tiny_config
 
 torch.set_num_threads(1)
@@ -21,21 +20,18 @@ torch.set_num_threads(1)
 SIZES = {"batch": 2, "text_length": 9, "frames": 31}
 
 
-def _prepare(model: torch.nn.Module, method: str, options: dict) -> None:
-    prepare_for_training(model, AdaptConfig(method=method, method_options=options))
-
-
-def adapted(method: str, **options) -> functools.partial:
+def adapted(method: str, **options):
     """``trainable`` callback that adds and activates voice ``method`` (picklable, for fresh processes)."""
-    return functools.partial(_prepare, method=method, options=options)
+    return trainable_for(AdaptConfig(methods=parse_methods(method, options)))
 
 
 def _compare(trainable, config_extra: dict | None = None, **settings):
-    config = tiny_config(**(config_extra or {}))
-    measured = measure_acoustic_step(config, trainable=trainable, warmup=False, **SIZES, **settings)
+    """Predicted and measured memory of a step with the memory options ``settings``."""
+    config, options = tiny_config(**(config_extra or {})), MemoryOptions(**settings)
+    measured = measure_acoustic_step(config, trainable=trainable, warmup=False, **SIZES, options=options)
     model = build_model(config, "meta")
     trainable(model)
-    return predict_memory(model, **SIZES, **settings), measured
+    return predict_memory(model, **SIZES, options=options), measured
 
 
 def _assert_exact(predicted, measured) -> None:
@@ -142,7 +138,7 @@ def test_bf16_frozen_base(method, settings):
     predicted, measured = _compare(adapted(method), precision="bf16", frozen_dtype="bf16", **settings)
     _assert_exact(predicted, measured)
     model = _meta_model(adapted(method))
-    fp32_base = predict_memory(model, **SIZES, precision="bf16", **settings)
+    fp32_base = predict_memory(model, **SIZES, options=MemoryOptions(precision="bf16", **settings))
     norms = {id(p) for module in model.modules() if isinstance(module, torch.nn.LayerNorm) for p in module.parameters()}
     frozen = sum(p.numel() for p in model.parameters() if not p.requires_grad and id(p) not in norms)
     assert fp32_base.weights - predicted.weights == 2 * frozen  # 2 of 4 bytes per frozen value (norms stay fp32)
@@ -167,7 +163,7 @@ def test_bf16_frozen_base_with_float32_outputs_into_frozen_layer_norms(method):
 def test_unread_parameters_get_no_gradient():
     # Full fine-tuning (of every weight) behind an active speaker vector never reads the speaker table:
     # no gradient, no optimizer state, although it requires grad.
-    every_weight = trainable_for("full", keep_text_side=False)
+    every_weight = trainable_for(AdaptConfig(methods=parse_methods("full"), keep_text_side=False))
     predicted, measured = _compare(every_weight)
     model = build_model(tiny_config(), "meta")
     every_weight(model)
@@ -196,7 +192,7 @@ def test_frozen_linear_saves_only_what_lora_needs():
 def test_inactive_adapter_is_the_base_layer():
     config = tiny_config()
     model, plain = build_model(config, "meta"), build_model(config, "meta")
-    prepare_for_training(model, AdaptConfig(method="lora+speaker"))
+    prepare_for_training(model, AdaptConfig(methods=parse_methods("lora+speaker")))
     set_active(model, None)
     model.requires_grad_(True)
     with_adapter, base = predict_memory(model, **SIZES), predict_memory(plain, **SIZES)

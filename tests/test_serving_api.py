@@ -37,14 +37,22 @@ pytest.importorskip("fastapi")
 pytest.importorskip("prometheus_client")
 from fastapi.testclient import TestClient  # noqa: E402
 
+from chorus.adapters import parse_methods  # noqa: E402
 from chorus.adapters.lora import LoraConfig  # noqa: E402
 from chorus.adapters.speaker import SpeakerConfig  # noqa: E402
 from chorus.models.bundle import load_bundle
+from chorus.recipe import DEFAULT_METHOD, AdaptConfig  # noqa: E402
 from chorus.serving import worker  # noqa: E402
 from chorus.serving.api import create_app  # noqa: E402
 from chorus.serving.engine import Engine  # noqa: E402
 from chorus.serving.quotas import RateLimiter  # noqa: E402
-from chorus.serving.settings import AdaptRecipe, Limits, ServerSettings, TenantLimits  # noqa: E402
+from chorus.serving.settings import (  # noqa: E402
+    ONBOARDING_STEPS,
+    ONBOARDING_THREADS,
+    Limits,
+    ServerSettings,
+    TenantLimits,
+)
 from chorus.serving.store import JobStatus, QuotaReached, VoiceStatus, VoiceStore  # noqa: E402
 from chorus.serving.tenants import (  # noqa: E402
     Tenants,
@@ -61,11 +69,8 @@ from chorus.serving.uploads import (  # noqa: E402
     prepare_clips,
 )
 from chorus.serving.voice_keys import resolve_stored  # noqa: E402
-from chorus.serving.worker import JobRunner, OnboardingJob, adapt_config  # noqa: E402
-from chorus.synthesis import (
-    SENTENCE_SILENCE,  # noqa: E402
-    load_base,  # noqa: E402
-)
+from chorus.serving.worker import JobRunner, OnboardingJob  # noqa: E402
+from chorus.synthesis import SENTENCE_SILENCE, load_base  # noqa: E402
 from chorus.text.sentences import split_sentences  # noqa: E402
 from conftest import clip_files, decode, random_voice, wait_for  # noqa: E402
 
@@ -85,7 +90,7 @@ SETTINGS = ServerSettings(
     limits=Limits(TenantLimits(requests_per_minute=100_000, active_jobs=100), requests_per_minute=1_000_000),
     store_probe_seconds=0.0,  # every /healthz probes the store (a fault shows at once)
     progress_interval=0.2,
-    adapt=AdaptRecipe(method="lora", steps=4, threads=1, options={"eval_every": 2, "max_frames": 1500}),
+    adapt=AdaptConfig(methods=parse_methods("lora"), steps=4, threads=1, eval_every=2, max_frames=1500),
 )
 SENTENCES = "The birch canoe slid on the smooth planks. Glue the sheet to the dark blue background. It is easy."
 
@@ -225,23 +230,11 @@ def test_keys_file_env_and_bind_rules(tmp_path):
     check_bind("0.0.0.0", tenants)  # with keys any address is allowed
 
 
-def test_adapt_recipe_becomes_the_training_config():
-    config = adapt_config(AdaptRecipe(method="lora", steps=4, options={"eval_every": 2, "max_frames": 1500}))
-    assert (config.method, config.steps, config.threads, config.eval_every, config.max_frames) == (
-        "lora",
-        4,
-        1,
-        2,
-        1500,
-    )
-    assert ServerSettings().adapt.method == "residual"  # the onboarding default, as `chorus serve`'s
-    for recipe, fragment in [
-        (AdaptRecipe(method="dora"), "unknown adapter method"),
-        (AdaptRecipe(options={"steps": 3}), "other than method, steps, threads"),
-        (AdaptRecipe(options={"no_such_field": 1}), "no_such_field"),
-    ]:
-        with pytest.raises(ValueError, match=fragment):
-            adapt_config(recipe)
+def test_the_onboarding_recipe_is_adapts_but_for_the_servers_own_values():
+    onboarding, library = ServerSettings().adapt, AdaptConfig()
+    assert onboarding.methods.spec == DEFAULT_METHOD  # the onboarding default, as `chorus adapt`'s
+    assert (onboarding.steps, onboarding.threads) == (ONBOARDING_STEPS, ONBOARDING_THREADS) == (300, 1)
+    assert dataclasses.replace(onboarding, steps=library.steps, threads=library.threads) == library
 
 
 def test_cli_refuses_an_open_host_without_keys(monkeypatch, tmp_path):
@@ -809,7 +802,7 @@ def test_onboarding_without_transcripts_transcribes_with_whisper(tiny_base, new_
 def test_a_job_reports_the_training_steps_as_its_progress(tiny_base, new_voice_data, tmp_path):
     """Progress is adapt's own count (steps done of the recipe's at most), not a guess from elapsed time."""
     store = VoiceStore(str(tmp_path / "store"))
-    recipe = AdaptRecipe(method="lora", steps=4, threads=1, options={"eval_every": 2, "max_frames": 1500})
+    recipe = AdaptConfig(methods=parse_methods("lora"), steps=4, threads=1, eval_every=2, max_frames=1500)
     runner = JobRunner(store, tmp_path / "jobs", lambda: load_bundle(tiny_base), recipe, progress_interval=0.0)
     job = OnboardingJob(store.create_job("default", "fiona", name="Fiona"), "default", "fiona", "Fiona")
     shutil.copytree(new_voice_data, tmp_path / "jobs" / job.job_id / "voice")
@@ -836,7 +829,7 @@ def test_ending_a_job_stops_its_training_at_its_next_step(tiny_base, new_voice_d
     store = VoiceStore(str(tmp_path / "store"))
     # Far more steps than the test waits for (hours): only cancellation can end it. progress_interval 0:
     # every step writes its progress, and that write is the cancellation check.
-    recipe = AdaptRecipe(method="lora", steps=100_000, threads=1, options={"eval_every": 50_000, "patience": 100})
+    recipe = AdaptConfig(methods=parse_methods("lora"), steps=100_000, threads=1, eval_every=50_000, patience=100)
     runner = JobRunner(store, tmp_path / "jobs", lambda: load_bundle(tiny_base), recipe, progress_interval=0.0)
     job = OnboardingJob(store.create_job("default", "fiona", name="Fiona"), "default", "fiona", "Fiona")
     shutil.copytree(new_voice_data, tmp_path / "jobs" / job.job_id / "voice")
@@ -879,7 +872,7 @@ def test_stopping_the_server_stops_a_training_job_and_the_next_start_resumes_it(
     # Far more steps than the test waits for: only the stop can end it in time.
     long = dataclasses.replace(
         SETTINGS,
-        adapt=AdaptRecipe(method="lora", steps=100_000, threads=1, options={"eval_every": 50_000, "patience": 100}),
+        adapt=AdaptConfig(methods=parse_methods("lora"), steps=100_000, threads=1, eval_every=50_000, patience=100),
     )
     app, store = make_app(tiny_base, tmp_path / "store", settings=long)
     files, transcripts = clip_files(new_voice_data)
@@ -1413,7 +1406,7 @@ def test_a_job_taken_and_finished_by_another_server_leaves_no_copy_here(new_voic
     elsewhere, and uploads still being checked, stay."""
     root, database = f"memory://chorus-{uuid.uuid4().hex}", str(tmp_path / "store.sqlite3")
     with VoiceStore(root, database) as here, VoiceStore(root, database) as there:
-        runner = JobRunner(here, tmp_path / "here-jobs", lambda: None, AdaptRecipe())
+        runner = JobRunner(here, tmp_path / "here-jobs", lambda: None, ServerSettings().adapt)
         jobs = []
         for voice_id in ("ann", "bob"):
             job = OnboardingJob(here.create_job("default", voice_id), "default", voice_id, voice_id)
@@ -1494,7 +1487,7 @@ def test_a_job_whose_failure_the_store_refuses_is_failed_once_it_takes_writes(ne
     def no_space():
         raise OSError(28, "No space left on device")
 
-    runner = JobRunner(store, tmp_path / "jobs", no_space, AdaptRecipe(), poll_seconds=None)
+    runner = JobRunner(store, tmp_path / "jobs", no_space, ServerSettings().adapt, poll_seconds=None)
     job = OnboardingJob(store.create_job("default", "fiona", name="Fiona"), "default", "fiona", "Fiona")
     shutil.copytree(new_voice_data, tmp_path / "jobs" / job.job_id / "voice")
     update_job, full = store.update_job, [True]

@@ -18,9 +18,11 @@ ray = pytest.importorskip("ray")
 serve = pytest.importorskip("ray.serve")
 requests = pytest.importorskip("requests")
 
+from chorus.adapters import parse_methods  # noqa: E402
 from chorus.adapters.lora import LoraConfig  # noqa: E402
 from chorus.adapters.speaker import SpeakerConfig  # noqa: E402
 from chorus.models.bundle import load_bundle  # noqa: E402
+from chorus.recipe import AdaptConfig  # noqa: E402
 from chorus.serving.local_services import free_port  # noqa: E402
 from chorus.serving.ray_app import (  # noqa: E402
     VOICES_DEPLOYMENT,
@@ -30,7 +32,7 @@ from chorus.serving.ray_app import (  # noqa: E402
     build_app,
     submit_onboarding,
 )
-from chorus.serving.settings import AdaptRecipe, ServerSettings  # noqa: E402
+from chorus.serving.settings import ServeConfig, ServerSettings  # noqa: E402
 from chorus.serving.store import VoiceStore  # noqa: E402
 from chorus.serving.uploads import UploadLimits  # noqa: E402
 from chorus.serving.voice_keys import voice_key  # noqa: E402
@@ -42,7 +44,7 @@ SETTINGS = ServerSettings(
     max_wait_ms=20,
     progress_interval=0.5,
     upload=UploadLimits(max_upload_bytes=8 << 20),
-    adapt=AdaptRecipe(method="lora", steps=2, threads=1, options={"eval_every": 2, "max_frames": 1500}),
+    adapt=AdaptConfig(methods=parse_methods("lora"), steps=2, threads=1, eval_every=2, max_frames=1500),
 )
 
 
@@ -69,7 +71,9 @@ def make_store(
 def test_voice_host_drops_a_voice_only_when_its_requests_end(tiny_base, voice_folders, tmp_path):
     store, keys = make_store(tmp_path / "store", voice_folders)
     host = VoiceHost(
-        RayServeConfig(store=str(tmp_path / "store"), base=tiny_base, vocoder="griffin-lim", settings=SETTINGS)
+        RayServeConfig(
+            ServeConfig(store=str(tmp_path / "store"), base=tiny_base, vocoder="griffin-lim", settings=SETTINGS)
+        )
     )
     try:
         loaded = host.load(keys["ann"])
@@ -154,12 +158,14 @@ def test_ray_serve_routes_voices_to_replicas_holding_them(
     serve.start(http_options={"host": "127.0.0.1", "port": port})
     # 2 x 0.5 CPU voices replicas + 0.25 ingress + 0.5 per onboarding task: fits the two CPUs.
     config = RayServeConfig(
-        store=str(root),
-        database=database,
-        cache_dir=None if cache_dir is None else str(cache_dir),
-        base=tiny_base,
-        vocoder="griffin-lim",
-        settings=SETTINGS,
+        ServeConfig(
+            store=str(root),
+            database=database,
+            cache_dir=None if cache_dir is None else str(cache_dir),
+            base=tiny_base,
+            vocoder="griffin-lim",
+            settings=SETTINGS,
+        ),
         replicas=2,
         voices_per_replica=2,
         replica_cpus=0.5,

@@ -22,10 +22,12 @@ import pytest
 pytest.importorskip("fastapi")
 pytest.importorskip("prometheus_client")
 
+from chorus.adapters import parse_methods  # noqa: E402
+from chorus.recipe import AdaptConfig  # noqa: E402
 from chorus.serving.api import create_app  # noqa: E402
 from chorus.serving.engine import Engine  # noqa: E402
 from chorus.serving.page import WEB_FILES  # noqa: E402
-from chorus.serving.settings import AdaptRecipe, ServerSettings, jobs_dir  # noqa: E402
+from chorus.serving.settings import ServerSettings, jobs_dir  # noqa: E402
 from chorus.serving.store import VoiceStore  # noqa: E402
 from chorus.serving.tenants import Tenants  # noqa: E402
 from chorus.serving.uploads import UploadLimits  # noqa: E402
@@ -39,7 +41,7 @@ SETTINGS = ServerSettings(
     max_wait_ms=20,
     upload=UploadLimits(max_upload_bytes=8 << 20, max_clips=40),
     progress_interval=0.2,
-    adapt=AdaptRecipe(method="lora", steps=4, threads=1, options={"eval_every": 2, "max_frames": 1500}),
+    adapt=AdaptConfig(methods=parse_methods("lora"), steps=4, threads=1, eval_every=2, max_frames=1500),
 )
 CONSENT = "Fiona Four consented in writing on 2024-05-01 to a synthetic voice made from these recordings."
 TWO_SENTENCES = "The birch canoe slid on the smooth planks. Glue the sheet to the dark blue background."

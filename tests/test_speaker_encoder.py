@@ -255,16 +255,18 @@ def test_speaker_map_recovers_a_linear_map_and_picks_the_nearest_speaker():
 def test_adapt_starts_from_the_speaker_encoder(tiny_base, new_voice_data, tmp_path):
     from safetensors.torch import load_file
 
+    from chorus.adapters import parse_methods
     from chorus.data.formats import discover
     from chorus.models.bundle import load_bundle
+    from chorus.recipe import AdaptConfig
     from chorus.speaker.bundle import EncoderBundle, save_encoder
     from chorus.speaker.start import speaker_map
-    from chorus.training.adapt import AdaptConfig, adapt
+    from chorus.training.adapt import adapt
 
     torch.manual_seed(0)
     encoder = EncoderBundle(SpeakerEncoder(SpeakerEncoderConfig(**{**SMALL, "n_mels": 80})))
     folder = save_encoder(encoder, tmp_path / "encoder")
-    config = AdaptConfig(method="lora", steps=2, speaker_encoder=str(folder), max_frames=1500)
+    config = AdaptConfig(methods=parse_methods("lora"), steps=2, speaker_encoder=str(folder), max_frames=1500)
     result = adapt(new_voice_data, load_bundle(tiny_base), tmp_path / "voice", config, progress=False)
     notes = result.card.notes
     assert notes["start"] == "speaker encoder" and -1 <= notes["start_similarity"] <= 1

@@ -10,6 +10,7 @@ import resource
 from dataclasses import dataclass
 from pathlib import Path
 
+from chorus.adapters import parse_methods
 from chorus.adapters.voice import VoiceCard
 from chorus.audio.io import save_audio
 from chorus.corpus.text import benchmark_sentences
@@ -23,8 +24,8 @@ from chorus.evaluation.voices import (
     synthesize_grid,
 )
 from chorus.peers.piper import load_joe, piper_available
+from chorus.recipe import DEFAULT_METHOD, AdaptConfig
 from chorus.synthesis import SAMPLE_VOICE, Synthesizer
-from chorus.training.adapt import AdaptConfig
 from chorus.training.adapt import adapt as run_adapt
 
 SAMPLE_VOICE_NAME = "piper-joe"  # the shipped sample's voice, held out of pretraining
@@ -40,7 +41,7 @@ class DemoConfig:
     speakers: list[str] | None = None
     sentences: int = 3
     voice_sentences: int = 10
-    adapt_method: str = "residual"
+    adapt_method: str = DEFAULT_METHOD
     adapt_steps: int = 150
 
 
@@ -141,7 +142,7 @@ def adapt_sample_voice(tts: Synthesizer, spoken: SpeakersResult, out: Path, conf
         SAMPLE_VOICE,
         tts.bundle,
         out / "voices" / SAMPLE_VOICE_NAME,
-        AdaptConfig(method=config.adapt_method, steps=config.adapt_steps),
+        AdaptConfig(methods=parse_methods(config.adapt_method), steps=config.adapt_steps),
         name=SAMPLE_VOICE_NAME,
     )
     artifact = (result.voice_dir / "adapter_model.safetensors").stat().st_size

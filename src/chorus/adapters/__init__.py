@@ -28,17 +28,21 @@ from chorus.adapters.inject import (
 from chorus.adapters.layer import BASE, AdapterLayer
 from chorus.adapters.registry import (
     FULL_FINE_TUNING,
+    MethodChoice,
     MethodConfig,
     all_methods,
     config_from_dict,
     get_method,
     method_names,
+    parse_methods,
+    split_methods,
 )
 
 __all__ = [
     "BASE",
     "FULL_FINE_TUNING",
     "AdapterLayer",
+    "MethodChoice",
     "MethodConfig",
     "active_adapter",
     "adapter_layers",
@@ -54,8 +58,10 @@ __all__ = [
     "mark_trainable",
     "merge_adapter",
     "method_names",
+    "parse_methods",
     "remove_adapter",
     "routed",
     "set_active",
+    "split_methods",
     "unmerge_all",
 ]

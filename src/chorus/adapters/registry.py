@@ -11,9 +11,9 @@ with the list of supported types, or with the wrapper's reason for refusing a la
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, fields
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from torch import nn
 
@@ -140,3 +140,51 @@ def config_from_dict(data: dict) -> MethodConfig:
     if unknown:
         raise ValueError(f"unknown {method.name} config fields: {sorted(unknown)}")
     return method.config_class(**data)
+
+
+def split_methods(spec: str) -> list[str]:
+    """The method names of ``spec``: one method, or several joined by ``+`` (``lora+speaker``), as a
+    user writes them; ``ValueError`` when it names none."""
+    names = [name.strip() for name in spec.split("+") if name.strip()]
+    if not names:
+        raise ValueError("no adaptation method given")
+    return names
+
+
+@dataclass(frozen=True)
+class MethodChoice:
+    """The methods of one adaptation as typed configs, in the order given; or full fine-tuning
+    (``full``, no adapter config: every base weight trains on a copy)."""
+
+    configs: tuple[MethodConfig, ...] = ()
+    full: bool = False
+
+    @property
+    def names(self) -> list[str]:
+        return [FULL_FINE_TUNING] if self.full else [config.method for config in self.configs]
+
+    @property
+    def spec(self) -> str:
+        """As a user writes it: ``lora+speaker``."""
+        return "+".join(self.names)
+
+
+def parse_methods(spec: str, options: Mapping[str, Mapping[str, Any]] | None = None) -> MethodChoice:
+    """The methods of ``spec`` (``lora+speaker``; ``full``) with their config fields from ``options``
+    (``{"lora": {"r": 4}}``), parsed once where a user gives them. ``ValueError`` for an unknown method,
+    full fine-tuning combined with adapters, options of a method not chosen, or a bad option."""
+    names, options = split_methods(spec), options or {}
+    if FULL_FINE_TUNING in names and len(names) > 1:
+        raise ValueError("full fine-tuning trains every weight; it is not combined with adapters")
+    unknown_options = set(options) - set(names)
+    if unknown_options:
+        raise ValueError(f"options given for methods not chosen: {sorted(unknown_options)}")
+    if names == [FULL_FINE_TUNING]:
+        return MethodChoice(full=True)
+    configs = []
+    for name in names:
+        try:
+            configs.append(get_method(name).config_class(**options.get(name, {})))
+        except TypeError as error:
+            raise ValueError(f"bad options for {name}: {error}") from error
+    return MethodChoice(tuple(configs))

@@ -9,15 +9,15 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
+from chorus.adapters import parse_methods
 from chorus.cli.common import DEVICE_OPTION, config_default, config_option, console, user_errors
 from chorus.cli.method_options import method_help, method_options, with_method_fields
 from chorus.models.bundle import load_bundle
+from chorus.recipe import DEFAULT_METHOD, AdaptConfig, MemoryOptions
 from chorus.synthesis import DEFAULT_BASE
-from chorus.training.adapt import AdaptConfig
 from chorus.training.adapt import adapt as run_adapt
 from chorus.training.adapt_many import ManyVoicesConfig
 from chorus.training.adapt_many import adapt_many as run_adapt_many
-from chorus.training.efficiency import MemoryOptions
 
 TARGETS_HELP = (
     "Comma-separated module names/suffixes for the first method, or a regex (full match) if it starts with ^."
@@ -29,7 +29,7 @@ MODEL_HELP = "Base model folder (default: the shipped base)."
 def adapt(
     data: Path = typer.Argument(..., help="One speaker's LJSpeech-style folder (1-10 minutes of clips)."),
     out: Path = typer.Option(..., help="Voice folder to write, e.g. voices/NAME."),
-    method: str = typer.Option(config_default(AdaptConfig, "method"), help=method_help()),
+    method: str = typer.Option(DEFAULT_METHOD, help=method_help()),
     targets: str | None = typer.Option(None, help=TARGETS_HELP),
     steps: int = typer.Option(
         config_default(AdaptConfig, "steps"), help="Most optimizer steps (early stopping usually ends sooner)."
@@ -52,10 +52,8 @@ def adapt(
 ) -> None:
     """Learn a new voice from a few minutes of one speaker's recordings; writes a voice folder."""
     with user_errors():
-        options = method_options(method, method_fields or {}, targets)
         config = AdaptConfig(
-            method=method,
-            method_options=options,
+            methods=parse_methods(method, method_options(method, method_fields or {}, targets)),
             steps=steps,
             learning_rate=learning_rate,
             keep_text_side=keep_text_side,
@@ -70,7 +68,6 @@ def adapt(
                 frozen_dtype=frozen_dtype,
             ),
         )
-        config.method_configs()
         bundle = load_bundle(model or DEFAULT_BASE, device)
         result = run_adapt(data, bundle, out, config)
     card = result.card
@@ -87,7 +84,8 @@ def adapt_many(
     root: Path = typer.Argument(..., help="A folder of speaker folders (LJSpeech-style), one per new voice."),
     out: Path = typer.Option(Path("voices"), help="Each voice is written to OUT/<its folder name>."),
     method: str = typer.Option(
-        config_default(ManyVoicesConfig, "adapt").method, help=method_help(" Many voices share one base.", full=False)
+        config_default(ManyVoicesConfig, "adapt").methods.spec,
+        help=method_help(" Many voices share one base.", full=False),
     ),
     targets: str | None = typer.Option(None, help=TARGETS_HELP),
     steps: int = typer.Option(config_default(ManyVoicesConfig, "steps"), help="Updates every voice gets."),
@@ -105,11 +103,9 @@ def adapt_many(
     """Adapt many voices in one job (mixed-voice batches through batched adapters); each voice is
     exported as a standalone voice folder. A voice whose data fails its checks does not stop the others."""
     with user_errors():
-        options = method_options(method, method_fields or {}, targets)
         config = ManyVoicesConfig(
             adapt=AdaptConfig(
-                method=method,
-                method_options=options,
+                methods=parse_methods(method, method_options(method, method_fields or {}, targets)),
                 learning_rate=learning_rate,
                 keep_text_side=keep_text_side,
                 threads=threads,
@@ -118,7 +114,6 @@ def adapt_many(
             steps=steps,
             clips_per_voice=clips_per_voice,
         )
-        config.adapt.method_configs()
         bundle = load_bundle(model or DEFAULT_BASE, device)
         result = run_adapt_many(root, bundle, out, config)
     table = Table("voice", "status", "minutes", "held-out mel L1", "folder or reason")

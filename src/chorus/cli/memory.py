@@ -7,13 +7,14 @@ from typing import Any
 
 import typer
 
+from chorus.adapters import parse_methods
 from chorus.atomic import atomic_write_text
-from chorus.cli.common import config_default, config_option, console, user_errors
+from chorus.cli.common import config_option, console, user_errors
 from chorus.cli.method_options import method_help, method_options, with_method_fields
 from chorus.memory.presets import model_config_by_name
 from chorus.memory.report import memory_report
-from chorus.training.adapt import AdaptConfig, trainable_for
-from chorus.training.efficiency import MemoryOptions
+from chorus.recipe import DEFAULT_METHOD, AdaptConfig, MemoryOptions
+from chorus.training.adapt import trainable_for
 from chorus.training.speaker_encoder import SPEAKER_OPTIMIZERS
 
 SPEAKER_PREFIX = "speaker-"
@@ -21,7 +22,7 @@ SPEAKER_PREFIX = "speaker-"
 
 @with_method_fields
 def memory(
-    method: str = typer.Option(config_default(AdaptConfig, "method"), help=method_help()),
+    method: str = typer.Option(DEFAULT_METHOD, help=method_help()),
     targets: str | None = typer.Option(None, help="Targets of the first method, as for `chorus adapt`."),
     model: str = typer.Option(
         "shipped",
@@ -51,20 +52,22 @@ def memory(
         return
     with user_errors():
         config = model_config_by_name(model)
-        options = method_options(method, method_fields or {}, targets)
-        AdaptConfig(method=method, method_options=options).method_configs()
-        if measure and model == "500m":
-            raise ValueError("measuring the 500m configuration needs tens of GB; use --no-measure")
-        report = memory_report(
-            config,
-            trainable=trainable_for(method, options),
-            batch=batch,
-            text_length=text_length,
-            frames=frames,
+        adapt_config = AdaptConfig(methods=parse_methods(method, method_options(method, method_fields or {}, targets)))
+        options = MemoryOptions(
             optimizer=optimizer or MemoryOptions().optimizer,
             precision=precision,
             checkpointing=checkpointing,
             frozen_dtype=frozen_dtype,
+        )
+        if measure and model == "500m":
+            raise ValueError("measuring the 500m configuration needs tens of GB; use --no-measure")
+        report = memory_report(
+            config,
+            trainable=trainable_for(adapt_config),
+            batch=batch,
+            text_length=text_length,
+            frames=frames,
+            options=options,
             measure=measure,
             fresh_process=measure,
             out_png=out,

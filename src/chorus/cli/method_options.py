@@ -19,7 +19,7 @@ from typing import Any
 
 import typer
 
-from chorus.adapters import FULL_FINE_TUNING, MethodConfig, get_method, method_names
+from chorus.adapters import FULL_FINE_TUNING, MethodConfig, get_method, method_names, split_methods
 
 OPTION_TYPES = (int, float, bool, str)  # what one command-line value can hold
 FIELDS_PARAMETER = "method_fields"  # the decorated command's parameter that receives the values
@@ -134,7 +134,7 @@ def with_method_fields(command: Callable[..., Any]) -> Callable[..., Any]:
 def method_options(method: str, values: dict[str, Any], targets: str | None = None) -> dict[str, dict[str, Any]]:
     """Per-method config fields (``{"lora": {"r": 2}}``) from the given option ``values`` and ``--targets``
     (for the first method): an option no chosen method has is an error."""
-    chosen = [name.strip() for name in method.split("+")]
+    chosen = split_methods(method)
     by_name = {option.name: option for option in field_options()}
     options: dict[str, dict[str, Any]] = {}
     for name, value in values.items():

@@ -94,7 +94,7 @@ def serve(
     extras = "serve and ray extras" if ray else "serve extra"
     try:
         from chorus.serving.api import serve as run_server
-        from chorus.serving.settings import Limits, ServerSettings, read_voice_aliases
+        from chorus.serving.settings import Limits, ServeConfig, ServerSettings, read_voice_aliases
 
         if ray:
             from chorus.serving.ray_app import serve_ray
@@ -109,7 +109,8 @@ def serve(
             settings = dataclasses.replace(settings, limits=Limits.from_file(limits))
         if voice_aliases is not None:
             settings = dataclasses.replace(settings, voice_aliases=read_voice_aliases(voice_aliases))
-        common = dict(
+        config = ServeConfig(
+            store=store,
             database=database,
             cache_dir=cache_dir,
             host=host,
@@ -119,14 +120,12 @@ def serve(
             keys=keys,
             cache_mb=cache_mb,
             settings=settings,
-            announce=console.print,
+            device=device,
         )
         if ray:
-            if device != "cpu":
-                fail("--ray places replicas on CPUs; --device goes with the one-process server")
-            serve_ray(store, **common, replicas=ray_replicas, voices_per_replica=ray_voices_per_replica)
+            serve_ray(config, replicas=ray_replicas, voices_per_replica=ray_voices_per_replica, announce=console.print)
         else:
-            run_server(store, **common, device=device)
+            run_server(config, announce=console.print)
 
 
 def server_settings(
@@ -134,11 +133,14 @@ def server_settings(
 ):
     """``defaults`` (a ``ServerSettings``) with what the command line gives; a bad onboarding method
     fails here, before the server starts."""
-    from chorus.serving.worker import adapt_config
+    from chorus.adapters import parse_methods
 
-    given = {"method": adapt_method, "steps": adapt_steps, "threads": adapt_threads}
+    given = {
+        "methods": None if adapt_method is None else parse_methods(adapt_method),
+        "steps": adapt_steps,
+        "threads": adapt_threads,
+    }
     adapt = dataclasses.replace(defaults.adapt, **{k: v for k, v in given.items() if v is not None})
-    adapt_config(adapt)
     settings = dataclasses.replace(defaults, adapt=adapt)
     if max_text_chars is not None:
         settings = dataclasses.replace(settings, max_text_chars=max_text_chars)

@@ -41,14 +41,9 @@ from torch import nn
 from chorus.models.acoustic import AcousticModel, FFTBlock, TransformerStack, build_model
 from chorus.models.config import AcousticConfig
 from chorus.models.losses import compute_losses
+from chorus.recipe import MemoryOptions
 from chorus.speaker.encoder import Stage
-from chorus.training.efficiency import (
-    MemoryOptions,
-    autocast,
-    build_optimizer,
-    cast_frozen_parameters,
-    optimizer_state_bytes,
-)
+from chorus.training.efficiency import autocast, build_optimizer, cast_frozen_parameters, optimizer_state_bytes
 
 NO_MASK = torch.zeros(0, dtype=torch.bool)
 
@@ -336,33 +331,23 @@ def measure_acoustic_step(
     batch: int,
     text_length: int,
     frames: int,
-    optimizer: str = "adamw",
-    precision: str = "fp32",
-    checkpointing: bool = False,
-    frozen_dtype: str = "fp32",
+    options: MemoryOptions | None = None,
     device: str = "cpu",
     seed: int = 0,
     warmup: bool = True,
 ) -> MeasuredMemory:
     """Build ``config`` for real on ``device``, set what trains, and measure one step on a
-    :func:`synthetic_batch`. ``trainable(model)`` sets ``requires_grad`` (None: everything trains).
-    ``frozen_dtype`` ``"bf16"`` then stores the parameters left frozen in bfloat16, as
-    :func:`chorus.training.adapt.adapt` does (needs ``precision`` ``"bf16"``).
+    :func:`synthetic_batch` with the training run's memory ``options`` (default :class:`MemoryOptions`;
+    ``reversible`` is ``config``'s own). ``trainable(model)`` sets ``requires_grad`` (None: everything
+    trains). ``options.frozen_dtype`` ``"bf16"`` then stores the parameters left frozen in bfloat16, as
+    :func:`chorus.training.adapt.adapt` does.
 
     ``warmup`` first runs one step of a toy model with the same options, so that one-time costs
     (numba loading the alignment search, kernel and thread-pool setup, the optimizer's library,
     together ~100 MiB of RSS) do not land in the measured step's peak.
     """
-    # The same checks as a training run's (a bf16 frozen base only under bf16 autocast).
-    MemoryOptions(optimizer=optimizer, checkpointing=checkpointing, precision=precision, frozen_dtype=frozen_dtype)
-    settings = {
-        "optimizer": optimizer,
-        "precision": precision,
-        "checkpointing": checkpointing,
-        "frozen_dtype": frozen_dtype,
-        "device": device,
-        "seed": seed,
-    }
+    options = options or MemoryOptions()
+    settings = {"options": options, "device": device, "seed": seed}
     if warmup:
         # ff_hidden 512 gives conv weights of >= 4096 values, so torchao's 8-bit states load their kernels too.
         toy = replace(
@@ -381,11 +366,11 @@ def measure_acoustic_step(
     model.train()
     if trainable is not None:
         trainable(model)
-    if frozen_dtype == "bf16":
+    if options.frozen_dtype == "bf16":
         cast_frozen_parameters(model, torch.bfloat16)
     for module in model.modules():
         if isinstance(module, TransformerStack):
-            module.gradient_checkpointing = checkpointing
+            module.gradient_checkpointing = options.checkpointing
     parameters = [p for p in model.parameters() if p.requires_grad]
     if not parameters:
         raise ValueError("nothing to train: trainable() left no parameter with requires_grad")
@@ -394,8 +379,8 @@ def measure_acoustic_step(
         model,
         inputs,
         acoustic_loss(model),
-        build_optimizer(parameters, optimizer, lr=1e-4, weight_decay=0.0),
-        precision=precision,
+        build_optimizer(parameters, options.optimizer, lr=1e-4, weight_decay=0.0),
+        precision=options.precision,
     )
 
 

@@ -57,13 +57,8 @@ from chorus.models.acoustic import (
     VarianceEmbedding,
     VariancePredictor,
 )
-from chorus.training.efficiency import (
-    BNB_MIN_8BIT_SIZE,
-    OPTIMIZERS,
-    PRECISIONS,
-    MemoryOptions,
-    cast_frozen_parameters,
-)
+from chorus.recipe import OPTIMIZERS, MemoryOptions
+from chorus.training.efficiency import BNB_MIN_8BIT_SIZE, cast_frozen_parameters
 
 
 @dataclass
@@ -592,7 +587,7 @@ def nbytes(tensor: torch.Tensor) -> int:
 def predicted_optimizer_states(parameters: list[torch.Tensor], optimizer: str) -> int:
     """Bytes of optimizer state for ``parameters`` (the trainable ones) after the first step.
 
-    ``optimizer`` is a name of :data:`chorus.training.efficiency.OPTIMIZERS`.
+    ``optimizer`` is a name of :data:`chorus.recipe.OPTIMIZERS`.
     """
     if optimizer not in OPTIMIZERS:
         raise ValueError(f"unknown optimizer {optimizer!r} (known: {', '.join(OPTIMIZERS)})")
@@ -624,10 +619,7 @@ def predict_memory(
     batch: int,
     text_length: int,
     frames: int,
-    optimizer: str = "adamw",
-    precision: str = "fp32",
-    checkpointing: bool = False,
-    frozen_dtype: str = "fp32",
+    options: MemoryOptions | None = None,
 ) -> MemoryBreakdown:
     """Predict the memory of one training step of ``model`` without running it.
 
@@ -637,27 +629,26 @@ def predict_memory(
             that is how a method (full fine-tuning, a frozen base with adapters, with the voice's
             adapter active) enters the prediction.
         batch: utterances per batch; text_length: padded phoneme count; frames: padded mel frames.
-        optimizer: ``"adamw"`` (torch), ``"adamw8bit"`` (bitsandbytes) or ``"adamw8bit-torchao"``.
-        precision: ``"fp32"``, or ``"bf16"``: forward and losses under a bfloat16 autocast, float32
-            weights (:func:`chorus.training.efficiency.autocast`).
-        checkpointing: every FFT block recomputed in backward (see the module docstring).
-        frozen_dtype: ``"fp32"``, or ``"bf16"``: the parameters that do not train stored in bfloat16
-            (:func:`chorus.training.efficiency.cast_frozen_parameters`, as adaptation does); needs
-            ``precision`` ``"bf16"``. The prediction casts a copy of ``model``; ``model`` is unchanged.
+        options: the training run's memory options (default :class:`MemoryOptions`): its
+            ``optimizer``; ``precision`` ``"bf16"``: forward and losses under a bfloat16 autocast,
+            float32 weights (:func:`chorus.training.efficiency.autocast`); ``checkpointing``: every FFT
+            block recomputed in backward (see the module docstring); ``frozen_dtype`` ``"bf16"``: the
+            parameters that do not train stored in bfloat16
+            (:func:`chorus.training.efficiency.cast_frozen_parameters`, as adaptation does); the
+            prediction casts a copy of ``model``, ``model`` is unchanged. ``reversible`` is ``model``'s
+            own (``AcousticConfig.reversible``).
     """
-    if precision not in PRECISIONS:
-        raise ValueError(f"unknown precision {precision!r} (known: {', '.join(PRECISIONS)})")
-    MemoryOptions(precision=precision, frozen_dtype=frozen_dtype)  # a bf16 frozen base needs bf16 autocast
+    options = options or MemoryOptions()
     if frames < text_length:
         raise ValueError(f"frames ({frames}) must be at least text_length ({text_length}): every token gets a frame")
-    if frozen_dtype == "bf16":
+    if options.frozen_dtype == "bf16":
         # On the meta device a copy costs nothing; meta tensors change dtype like real ones.
         model = copy.deepcopy(model)
         cast_frozen_parameters(model, torch.bfloat16)
-    pass_ = ShadowPass(torch.bfloat16 if precision == "bf16" else None, checkpointing)
+    pass_ = ShadowPass(torch.bfloat16 if options.precision == "bf16" else None, options.checkpointing)
     _acoustic_step(pass_, model, batch, text_length, frames)
     trainable = [p for p in pass_.used.values() if p.requires_grad]
-    return breakdown(model, trainable, predicted_optimizer_states(trainable, optimizer), pass_)
+    return breakdown(model, trainable, predicted_optimizer_states(trainable, options.optimizer), pass_)
 
 
 def breakdown(

@@ -22,8 +22,12 @@ from chorus.memory.measure import (
 from chorus.memory.predict import MemoryBreakdown, predict_memory
 from chorus.models.acoustic import build_model, count_parameters
 from chorus.models.config import AcousticConfig
+from chorus.recipe import MemoryOptions
 
 MIB = 2**20
+# The memory options a report's heading lists: what the step's cost depends on beyond the model
+# (``reversible`` is the model config's own).
+REPORTED_OPTIONS = ("optimizer", "precision", "checkpointing", "frozen_dtype")
 CATEGORY_NAMES = {
     "weights": "weights",
     "gradients": "gradients",
@@ -180,10 +184,7 @@ def memory_report(
     batch: int,
     text_length: int,
     frames: int,
-    optimizer: str = "adamw",
-    precision: str = "fp32",
-    checkpointing: bool = False,
-    frozen_dtype: str = "fp32",
+    options: MemoryOptions | None = None,
     measure: bool = False,
     out_png: Path | None = None,
     device: str = "cpu",
@@ -196,26 +197,20 @@ def memory_report(
     model is built for real on ``device`` and one step runs on a synthetic batch of the given sizes;
     ``fresh_process`` runs it in a new process for a clean peak RSS (``trainable`` must then be a
     module-level function). ``trainable(model)`` sets which parameters train (None: all, i.e. full
-    fine-tuning). ``frozen_dtype`` ``"bf16"`` stores the parameters left frozen in bfloat16 (needs
-    ``precision`` ``"bf16"``). ``out_png`` gets the bar chart.
+    fine-tuning). ``options``: the training run's memory options (default :class:`MemoryOptions`).
+    ``out_png`` gets the bar chart.
     """
+    options = options or MemoryOptions()
     model = build_model(model_config, "meta")
     if trainable is not None:
         trainable(model)
-    settings = {
-        "batch": batch,
-        "text_length": text_length,
-        "frames": frames,
-        "optimizer": optimizer,
-        "precision": precision,
-        "checkpointing": checkpointing,
-        "frozen_dtype": frozen_dtype,
-    }
-    predicted = predict_memory(model, **settings)
+    shape = {"batch": batch, "text_length": text_length, "frames": frames}
+    predicted = predict_memory(model, **shape, options=options)
     measured = None
     if measure:
         measure_step = measure_in_fresh_process if fresh_process else measure_acoustic_step
-        measured = measure_step(model_config, trainable=trainable, device=device, **settings)
+        measured = measure_step(model_config, trainable=trainable, device=device, **shape, options=options)
+    settings = shape | {name: getattr(options, name) for name in REPORTED_OPTIONS}
     label = label or ("full fine-tuning" if trainable is None else getattr(trainable, "__name__", "custom"))
     report = MemoryReport(
         label, predicted, measured, count_parameters(model), count_parameters(model, trainable_only=True), settings

@@ -15,7 +15,6 @@ import functools
 import logging
 from collections.abc import Callable
 from contextlib import asynccontextmanager
-from pathlib import Path
 
 from fastapi import FastAPI
 from starlette.concurrency import run_in_threadpool
@@ -27,7 +26,7 @@ from chorus.serving.metrics import MetricsMiddleware
 from chorus.serving.page import add_web_page
 from chorus.serving.routes import ROUTERS
 from chorus.serving.server import VoiceServer
-from chorus.serving.settings import ServerSettings
+from chorus.serving.settings import ServeConfig, ServerSettings
 from chorus.serving.store import VoiceStore
 from chorus.serving.tenants import Tenants, check_bind
 from chorus.serving.voice_keys import resolve_stored
@@ -70,49 +69,34 @@ def create_app(
     return app
 
 
-def serve(
-    store: str,
-    database: str | None = None,
-    cache_dir: str | None = None,
-    host: str = "127.0.0.1",
-    port: int = 8000,
-    base: str | Path | None = None,
-    vocoder: str | None = None,
-    keys: str | Path | None = None,
-    cache_mb: float = 64.0,
-    settings: ServerSettings | None = None,
-    announce: Callable[[str], None] = print,
-    log_level: str = "info",
-    device: str = "cpu",
-) -> None:
+def serve(config: ServeConfig, announce: Callable[[str], None] = print, log_level: str = "info") -> None:
     """Run the server with uvicorn until interrupted (``chorus serve``)."""
     import uvicorn
 
     logging.basicConfig(
         level=getattr(logging, log_level.upper(), logging.INFO), format="%(levelname)s:     %(name)s: %(message)s"
     )
-    tenants = Tenants.load(keys)
-    check_bind(host, tenants)
-    if cache_mb < 0:
-        raise ValueError(f"--cache-mb must be >= 0, got {cache_mb}")
-    voice_store = VoiceStore(store, database, cache_dir)
+    tenants = Tenants.load(config.keys)
+    check_bind(config.host, tenants)
+    voice_store = VoiceStore(config.store, config.database, config.cache_dir)
     engine = Engine.load(
-        base,
-        vocoder,
-        device,
+        config.base,
+        config.vocoder,
+        config.device,
         resolve=functools.partial(resolve_stored, voice_store),
-        cache_bytes=int(cache_mb * (1 << 20)),
+        cache_bytes=int(config.cache_mb * (1 << 20)),
     )
-    app = create_app(voice_store, engine, tenants, settings)
+    app = create_app(voice_store, engine, tenants, config.settings)
     if tenants.single_tenant:
         announce(
-            f"no API keys configured: single-tenant mode (tenant 'default', no authentication), loopback only ({host})"
+            "no API keys configured: single-tenant mode (tenant 'default', no authentication), "
+            f"loopback only ({config.host})"
         )
     else:
         announce(f"{len(tenants.names)} tenant(s) with API keys; requests need 'Authorization: Bearer KEY'")
     announce(
-        f"{len(engine.speakers)} speakers (default {engine.bundle.default_speaker}); voice store: {store} "
-        f"(metadata: {voice_store.database_url}); adapter cache {cache_mb:g} MB"
+        f"{len(engine.speakers)} speakers (default {engine.bundle.default_speaker}); voice store: {config.store} "
+        f"(metadata: {voice_store.database_url}); adapter cache {config.cache_mb:g} MB"
     )
-    announce(f"OpenAI-compatible endpoint: http://{host}:{port}/v1 (audio.speech), voices at /v1/voices")
-    uvicorn.run(app, host=host, port=port, log_level=log_level)
+    announce(f"OpenAI-compatible endpoint: http://{config.host}:{config.port}/v1 (audio.speech), voices at /v1/voices")
+    uvicorn.run(app, host=config.host, port=config.port, log_level=log_level)

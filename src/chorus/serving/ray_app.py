@@ -29,7 +29,7 @@ Typical use::
 
     ray.init(include_dashboard=False)
     serve.start(http_options={"host": "127.0.0.1", "port": 8000})
-    serve.run(build_app(RayServeConfig(store="voices", replicas=4)), name="chorus", route_prefix="/")
+    serve.run(build_app(RayServeConfig(ServeConfig(store="voices"), replicas=4)), name="chorus", route_prefix="/")
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ from chorus.serving.api import create_app
 from chorus.serving.batcher import Batcher, BatcherStats
 from chorus.serving.engine import AdaptedVoice, Engine, EngineVoice, UnknownVoice
 from chorus.serving.metadata import is_postgres_url
-from chorus.serving.settings import ServerSettings, jobs_dir
+from chorus.serving.settings import ServeConfig, jobs_dir
 from chorus.serving.store import JobStatus, VoiceStore
 from chorus.serving.tenants import Tenants, check_bind
 from chorus.serving.voice_keys import resolve_stored
@@ -76,22 +76,18 @@ APP_NAME = "chorus"
 class RayServeConfig:
     """What every replica and onboarding task of one Ray deployment needs (sent to them pickled).
 
-    ``replicas``: copies of the base serving speech; ``voices_per_replica``: Ray's multiplexing limit
-    (adapted voices held per replica, least recently used dropped first); ``cache_mb``: each engine's
-    adapter budget in MB; ``*_cpus``: Ray CPUs reserved per voices replica, ingress and onboarding task;
-    ``threads``: torch threads per voices replica.
+    ``server``: the store, base, vocoder, adapter budget (``cache_mb``, per engine) and settings, as for
+    ``chorus serve``; ``tenants``: loaded from its keys once, here, so that no replica reads the keys file
+    or the environment. ``replicas``: copies of the base serving speech; ``voices_per_replica``: Ray's
+    multiplexing limit (adapted voices held per replica, least recently used dropped first); ``*_cpus``:
+    Ray CPUs reserved per voices replica, ingress and onboarding task; ``threads``: torch threads per
+    voices replica.
     """
 
-    store: str
-    database: str | None = None  # SQLite path or postgresql:// URL (default: in the store folder)
-    cache_dir: str | None = None  # where a remote store's voices are downloaded (default: VoiceStore's)
-    base: str | None = None
-    vocoder: str | None = None
+    server: ServeConfig
     tenants: Tenants = field(default_factory=Tenants)
-    settings: ServerSettings = field(default_factory=ServerSettings)
     replicas: int = 2
     voices_per_replica: int = 32
-    cache_mb: float = 64.0
     replica_cpus: float = 1.0
     ingress_cpus: float = 0.5
     job_cpus: float = 1.0
@@ -103,32 +99,40 @@ class RayServeConfig:
             raise ValueError(
                 f"need replicas >= 1 and voices_per_replica >= 1, got {self.replicas}, {self.voices_per_replica}"
             )
-        if self.cache_mb < 0:
-            raise ValueError(f"cache_mb must be >= 0, got {self.cache_mb}")
-        # Replicas and tasks are other processes, maybe in other folders: local paths become absolute.
-        if "://" not in self.store:
-            self.store = os.path.abspath(self.store)
-        if self.database is not None and not is_postgres_url(self.database):
-            self.database = os.path.abspath(self.database)
-        self.cache_dir = None if self.cache_dir is None else os.path.abspath(self.cache_dir)
-        self.base = None if self.base is None else os.path.abspath(self.base)
-        if self.vocoder is not None:  # a name (griffin-lim, neural) or a folder
-            self.vocoder = os.path.abspath(self.vocoder) if Path(self.vocoder).exists() else str(self.vocoder)
-        if self.settings.jobs_dir is not None:
-            self.settings = dataclasses.replace(self.settings, jobs_dir=Path(self.settings.jobs_dir).absolute())
+        self.server = _absolute_paths(self.server)
 
     def open_store(self) -> VoiceStore:
-        return VoiceStore(self.store, self.database, self.cache_dir)
+        return VoiceStore(self.server.store, self.server.database, self.server.cache_dir)
 
     def job_runner(self, store: VoiceStore) -> JobRunner:
         """An in-process onboarding worker on ``store`` (what each onboarding task runs its job with)."""
         return JobRunner(
             store,
-            jobs_dir(self.settings, store),
-            lambda: load_bundle(self.base or DEFAULT_BASE),
-            self.settings.adapt,
-            progress_interval=self.settings.progress_interval,
+            jobs_dir(self.server.settings, store),
+            lambda: load_bundle(self.server.base or DEFAULT_BASE),
+            self.server.settings.adapt,
+            progress_interval=self.server.settings.progress_interval,
         )
+
+
+def _absolute_paths(server: ServeConfig) -> ServeConfig:
+    """``server`` with its local paths absolute: replicas and tasks are other processes, maybe in other
+    folders."""
+    vocoder = server.vocoder  # a name (griffin-lim, neural) or a folder
+    settings = server.settings
+    if settings.jobs_dir is not None:
+        settings = dataclasses.replace(settings, jobs_dir=Path(settings.jobs_dir).absolute())
+    return dataclasses.replace(
+        server,
+        store=server.store if "://" in server.store else os.path.abspath(server.store),
+        database=server.database
+        if server.database is None or is_postgres_url(server.database)
+        else os.path.abspath(server.database),
+        cache_dir=None if server.cache_dir is None else os.path.abspath(server.cache_dir),
+        base=None if server.base is None else os.path.abspath(server.base),
+        vocoder=os.path.abspath(vocoder) if vocoder is not None and Path(vocoder).exists() else vocoder,
+        settings=settings,
+    )
 
 
 # -- one voices replica ------------------------------------------------------------------------------
@@ -172,13 +176,13 @@ class VoiceHost:
         self.replica = replica or f"pid-{os.getpid()}"
         self.store = config.open_store()
         self.engine = Engine.load(
-            config.base,
-            config.vocoder,
+            config.server.base,
+            config.server.vocoder,
             resolve=functools.partial(resolve_stored, self.store),
-            cache_bytes=int(config.cache_mb * (1 << 20)),
+            cache_bytes=int(config.server.cache_mb * (1 << 20)),
         )
         self.batcher = Batcher(
-            self.engine, max_batch=config.settings.max_batch, max_wait_ms=config.settings.max_wait_ms
+            self.engine, max_batch=config.server.settings.max_batch, max_wait_ms=config.server.settings.max_wait_ms
         )
         self.loads: Counter[str] = Counter()  # multiplexer loads per voice key, ever
         self.held: set[str] = set()  # voices the multiplexer holds now
@@ -370,10 +374,10 @@ class RayJobRunner(JobRunner):
     def __init__(self, store: VoiceStore, config: RayServeConfig):
         super().__init__(
             store,
-            jobs_dir(config.settings, store),
+            jobs_dir(config.server.settings, store),
             bundle_factory=_no_bundle,
-            recipe=config.settings.adapt,
-            progress_interval=config.settings.progress_interval,
+            config=config.server.settings.adapt,
+            progress_interval=config.server.settings.progress_interval,
             poll_seconds=None,  # every job of this cluster comes through this ingress
         )
         self.ray_config = config
@@ -437,9 +441,11 @@ def build_ingress_app(config: RayServeConfig, app_name: str):
     torch.set_num_threads(1)
     store = config.open_store()
     # The ingress never runs the model (its batcher is remote); it needs the base's speakers and rate.
-    engine = Engine.load(config.base, config.vocoder, cache_bytes=0)
+    engine = Engine.load(config.server.base, config.server.vocoder, cache_bytes=0)
     remote = RemoteBatcher(lambda: serve.get_deployment_handle(VOICES_DEPLOYMENT, app_name=app_name))
-    return create_app(store, engine, config.tenants, config.settings, jobs=RayJobRunner(store, config), batcher=remote)
+    return create_app(
+        store, engine, config.tenants, config.server.settings, jobs=RayJobRunner(store, config), batcher=remote
+    )
 
 
 def ingress_deployment(config: RayServeConfig, app_name: str):
@@ -473,7 +479,7 @@ def run_onboarding_job(config: RayServeConfig, job: OnboardingJob) -> str:
     steps, checks and progress reports as the in-process worker); returns the job's final status."""
     import torch
 
-    torch.set_num_threads(config.settings.adapt.threads)
+    torch.set_num_threads(config.server.settings.adapt.threads)
     store = config.open_store()
     try:
         config.job_runner(store).run(job)
@@ -503,9 +509,12 @@ def submit_onboarding(
     store = config.open_store()
     try:
         job = OnboardingJob(
-            store.create_job(tenant, voice_id, name=name, method=config.settings.adapt.method), tenant, voice_id, name
+            store.create_job(tenant, voice_id, name=name, method=config.server.settings.adapt.methods.spec),
+            tenant,
+            voice_id,
+            name,
         )
-        folder = jobs_dir(config.settings, store)
+        folder = jobs_dir(config.server.settings, store)
         job_dir = folder / job.job_id
         try:
             shutil.copytree(data, job_dir / DATA_DIR)
@@ -523,40 +532,22 @@ def submit_onboarding(
 
 # -- chorus serve --ray ------------------------------------------------------------------------------
 def serve_ray(
-    store: str,
-    database: str | None = None,
-    cache_dir: str | None = None,
-    host: str = "127.0.0.1",
-    port: int = 8000,
-    base: str | Path | None = None,
-    vocoder: str | None = None,
-    keys: str | Path | None = None,
-    cache_mb: float = 64.0,
-    settings: ServerSettings | None = None,
+    server: ServeConfig,
     replicas: int = 2,
     voices_per_replica: int = 32,
     announce: Callable[[str], None] = print,
     log_level: str = "info",
 ) -> None:
-    """Start a local Ray cluster on this machine's resources, deploy the server on it and serve until
-    interrupted (``chorus serve --ray``)."""
+    """Start a local Ray cluster on this machine's resources, deploy ``server`` on it with ``replicas``
+    speech replicas and serve until interrupted (``chorus serve --ray``)."""
+    if server.device != "cpu":
+        raise ValueError("--ray places replicas on CPUs; --device goes with the one-process server")
     logging.basicConfig(
         level=getattr(logging, log_level.upper(), logging.INFO), format="%(levelname)s:     %(name)s: %(message)s"
     )
-    tenants = Tenants.load(keys)
-    check_bind(host, tenants)
-    config = RayServeConfig(
-        store=store,
-        database=database,
-        cache_dir=cache_dir,
-        base=base,
-        vocoder=vocoder,
-        tenants=tenants,
-        settings=settings or ServerSettings(),
-        replicas=replicas,
-        voices_per_replica=voices_per_replica,
-        cache_mb=cache_mb,
-    )
+    tenants = Tenants.load(server.keys)
+    check_bind(server.host, tenants)
+    config = RayServeConfig(server, tenants=tenants, replicas=replicas, voices_per_replica=voices_per_replica)
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # no usage report leaves the machine
     # address="local": always a new cluster on this machine, never one named by RAY_ADDRESS.
     ray.init(address="local", include_dashboard=False, logging_level=logging.WARNING)
@@ -567,11 +558,11 @@ def serve_ray(
         config.ingress_cpus = min(0.5, cpus / (replicas + 2))
         share = min(1.0, (cpus - config.ingress_cpus) / (replicas + 1))
         config.replica_cpus = config.job_cpus = share
-        serve.start(http_options={"host": host, "port": port})
+        serve.start(http_options={"host": server.host, "port": server.port})
         serve.run(build_app(config, APP_NAME), name=APP_NAME, route_prefix="/")
         announce(
             f"Ray Serve on {cpus:g} CPUs: {replicas} speech replicas ({share:.2g} CPU each; one base, at most "
-            f"{voices_per_replica} adapted voices and {cache_mb:g} MB of adapters each), onboarding jobs as Ray "
+            f"{voices_per_replica} adapted voices and {server.cache_mb:g} MB of adapters each), onboarding jobs as Ray "
             f"tasks ({share:.2g} CPU each)"
         )
         announce(
@@ -579,7 +570,9 @@ def serve_ray(
             if tenants.single_tenant
             else f"{len(tenants.names)} tenant(s) with API keys; requests need 'Authorization: Bearer KEY'"
         )
-        announce(f"OpenAI-compatible endpoint: http://{host}:{port}/v1 (audio.speech), voices at /v1/voices")
+        announce(
+            f"OpenAI-compatible endpoint: http://{server.host}:{server.port}/v1 (audio.speech), voices at /v1/voices"
+        )
         while True:
             time.sleep(3600)
     except KeyboardInterrupt:

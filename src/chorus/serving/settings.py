@@ -1,11 +1,13 @@
-"""Settings of one voice server: limits, batching, where job files live, and the onboarding recipe.
+"""Settings of one voice server: limits, batching, where job files live, the onboarding recipe, and
+where a server's parts come from (:class:`ServeConfig`, for ``chorus serve`` with or without ``--ray``).
 
-The recipe is plain data here (:class:`AdaptRecipe`): the routes and the server import no training
-code; only the onboarding worker (:mod:`chorus.serving.worker`) turns it into an ``AdaptConfig``.
+The onboarding recipe is a :class:`chorus.recipe.AdaptConfig`, plain data: the routes and the server
+import no training code; only the onboarding worker (:mod:`chorus.serving.worker`) runs it.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -13,26 +15,18 @@ from pathlib import Path
 
 from pydantic import ConfigDict, PositiveInt, TypeAdapter, with_config
 
+from chorus.recipe import AdaptConfig
 from chorus.serving.store import VoiceStore
 from chorus.serving.uploads import UploadLimits
 
 JOBS_FOLDER = ".jobs"
 
-
-@dataclass(frozen=True)
-class AdaptRecipe:
-    """How onboarded voices are trained.
-
-    ``method``: adapter method(s) joined by ``+`` (``residual`` scored best in ``bench/adaptation.py``);
-    ``steps``: most training steps (early stopping usually ends sooner); ``threads``: CPU threads of one
-    job; ``options``: any other ``chorus.training.adapt.AdaptConfig`` field by name (for example
-    ``{"eval_every": 2, "max_frames": 1500}`` or ``{"method_options": {"lora": {"r": 4}}}``).
-    """
-
-    method: str = "residual"
-    steps: int = 300
-    threads: int = 1
-    options: dict = field(default_factory=dict)
+# Where the server's onboarding recipe differs from `chorus adapt`'s (AdaptConfig's defaults): a job
+# shares the server's CPUs with speech, so it trains on one thread (the others stay with the speech
+# batcher) and stops at half `chorus adapt`'s step cap, bounding how long one upload holds the worker
+# (early stopping ends many runs sooner: bench/README.md's residual runs stopped after 225-500 steps).
+ONBOARDING_STEPS = 300
+ONBOARDING_THREADS = 1
 
 
 @with_config(ConfigDict(extra="forbid"))
@@ -151,7 +145,10 @@ class ServerSettings:
     max_wait_ms: float = 5.0
     upload: UploadLimits = field(default_factory=UploadLimits)
     limits: Limits = field(default_factory=Limits)
-    adapt: AdaptRecipe = field(default_factory=AdaptRecipe)
+    # How onboarded voices are trained: AdaptConfig's defaults (its default method) but for the above.
+    adapt: AdaptConfig = field(
+        default_factory=functools.partial(AdaptConfig, steps=ONBOARDING_STEPS, threads=ONBOARDING_THREADS)
+    )
     jobs_dir: Path | None = None  # default: see :func:`jobs_dir`
     progress_interval: float = 1.0  # least seconds between two progress writes of a running job
     store_probe_seconds: float = 5.0  # /healthz probes the store's writability at most this often
@@ -164,3 +161,32 @@ def jobs_dir(settings: ServerSettings, store: VoiceStore) -> Path:
     if settings.jobs_dir is not None:
         return Path(settings.jobs_dir)
     return Path(store.root) / JOBS_FOLDER if store.local else store.cache_dir.parent / JOBS_FOLDER
+
+
+@dataclass(frozen=True)
+class ServeConfig:
+    """Where one server's parts come from and where it listens: ``chorus serve``'s options, the same with
+    ``--ray`` (:func:`chorus.serving.api.serve`, :func:`chorus.serving.ray_app.serve_ray`).
+
+    store: a folder, or an fsspec URL for the voices; database: a SQLite path or ``postgresql://`` URL of
+    the metadata (default: in the store folder); cache_dir: where a remote store's voices are downloaded;
+    base: the base model folder (default: the shipped base); vocoder: ``griffin-lim``, ``neural`` or a
+    folder (default: the base's); keys: the API keys file; cache_mb: adapter cache budget in MB; device:
+    where the one-process server's base runs (``--ray`` replicas run on CPUs).
+    """
+
+    store: str
+    database: str | None = None
+    cache_dir: str | None = None
+    host: str = "127.0.0.1"
+    port: int = 8000
+    base: str | Path | None = None
+    vocoder: str | None = None
+    keys: str | Path | None = None
+    cache_mb: float = 64.0
+    settings: ServerSettings = field(default_factory=ServerSettings)
+    device: str = "cpu"
+
+    def __post_init__(self) -> None:
+        if self.cache_mb < 0:
+            raise ValueError(f"cache_mb (--cache-mb) must be >= 0, got {self.cache_mb}")

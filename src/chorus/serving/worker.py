@@ -14,7 +14,6 @@ another. A job interrupted by a restart is resumed from its files when they are 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 import logging
 import queue
@@ -29,7 +28,7 @@ from pathlib import Path
 import torch
 
 from chorus.models.bundle import ModelBundle
-from chorus.serving.settings import AdaptRecipe
+from chorus.recipe import AdaptConfig
 from chorus.serving.store import (
     ACTIVE_JOB,
     JobNotFound,
@@ -39,7 +38,7 @@ from chorus.serving.store import (
     VoiceNotFound,
     VoiceStore,
 )
-from chorus.training.adapt import AdaptConfig, adapt
+from chorus.training.adapt import adapt
 
 log = logging.getLogger("chorus.serving.worker")
 
@@ -53,20 +52,6 @@ TRAINING_START, TRAINING_END = 0.05, 0.95
 SWEEP_SECONDS = 30.0  # how often an idle worker removes the folders of jobs that ended elsewhere
 
 _consent_lock = threading.Lock()
-
-
-def adapt_config(recipe: AdaptRecipe) -> AdaptConfig:
-    """The training config of ``recipe``; ``ValueError`` for an unknown field, method or method option."""
-    own = {"method", "steps", "threads"}  # the recipe's own fields, never options
-    allowed = {f.name for f in dataclasses.fields(AdaptConfig)} - own
-    refused = sorted(set(recipe.options) - allowed)
-    if refused:
-        raise ValueError(
-            f"adaptation options {refused}: options are AdaptConfig fields other than {', '.join(sorted(own))}"
-        )
-    config = AdaptConfig(method=recipe.method, steps=recipe.steps, threads=recipe.threads, **recipe.options)
-    config.method_configs()  # a bad method name or option fails here, before any upload
-    return config
 
 
 @dataclass(frozen=True)
@@ -115,7 +100,8 @@ class JobRunner:
     """Runs onboarding jobs one at a time in a background thread.
 
     ``bundle_factory`` gives a private copy of the base for each job (``adapt`` adds its adapter to the
-    model it is given; the resident serving model must not see that). ``on_ready(tenant, voice_id)``
+    model it is given; the resident serving model must not see that); ``config`` is the recipe every job
+    trains with (``ServerSettings.adapt``). ``on_ready(tenant, voice_id)``
     is called once a voice is stored. ``progress_interval``: least seconds between two progress writes.
     ``poll_seconds``: how often an idle worker looks for published jobs of other servers (None: never).
     Subclasses change where a queued job runs by overriding :meth:`dispatch` (and :attr:`running`).
@@ -126,7 +112,7 @@ class JobRunner:
         store: VoiceStore,
         jobs_dir: str | Path,
         bundle_factory: Callable[[], ModelBundle],
-        recipe: AdaptRecipe,
+        config: AdaptConfig,
         on_ready: Callable[[str, str], None] | None = None,
         progress_interval: float = 1.0,
         poll_seconds: float | None = 1.0,
@@ -135,7 +121,7 @@ class JobRunner:
         self.jobs_dir = Path(jobs_dir)
         self.jobs_dir.mkdir(parents=True, exist_ok=True)
         self.bundle_factory = bundle_factory
-        self.config = adapt_config(recipe)
+        self.config = config
         self.on_ready = on_ready
         self.progress_interval = progress_interval
         self.poll_seconds = poll_seconds

@@ -1,8 +1,9 @@
 """Adapting the base to a new voice: one readable loop (check data, set up, step, evaluate, save).
 
 Data is a single-speaker LJSpeech-style folder. Everything that can be wrong with it (too little
-audio, transcripts that do not fit their clips, an unknown method, a target pattern that matches
-nothing) is refused before the first step. A share of the clips is held out; training stops early
+audio, transcripts that do not fit their clips, a target pattern that matches nothing) is refused
+before the first step; an unknown method or option already where the recipe is made
+(:func:`chorus.adapters.parse_methods`). A share of the clips is held out; training stops early
 when their loss stops improving, and the best adapter seen is what gets saved.
 """
 
@@ -14,23 +15,16 @@ import re
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from chorus.adapters import (
-    FULL_FINE_TUNING,
-    add_adapter,
-    get_method,
-    mark_trainable,
-    set_active,
-)
+from chorus.adapters import add_adapter, mark_trainable, set_active
 from chorus.adapters.inject import adapter_layers
 from chorus.adapters.layer import innermost
-from chorus.adapters.registry import MethodConfig
-from chorus.adapters.speaker import SpeakerConfig, SpeakerVector
+from chorus.adapters.speaker import SpeakerVector
 from chorus.adapters.voice import VoiceCard, save_voice
 from chorus.data.batching import collate, make_batches
 from chorus.data.check import DatasetReport, check_dataset
@@ -38,121 +32,14 @@ from chorus.data.features import FeatureCache, build_feature_cache
 from chorus.models.acoustic import AcousticModel
 from chorus.models.bundle import ModelBundle
 from chorus.models.losses import compute_losses, step_inputs
+from chorus.recipe import TEXT_SIDE_PATTERN, AdaptConfig, MemoryOptions
 from chorus.speaker.bundle import load_encoder, shipped_encoder_dir
 from chorus.speaker.start import similarity_to_clips, speaker_map
-from chorus.training.efficiency import (
-    MemoryOptions,
-    apply_memory_options,
-    autocast,
-    build_optimizer,
-    cast_frozen_parameters,
-)
+from chorus.training.efficiency import apply_memory_options, autocast, build_optimizer, cast_frozen_parameters
 from chorus.training.progress import step_progress
 from chorus.training.transcripts import auto_transcribe, needs_transcripts
 
 VOICE = "voice"  # adapter name while training; a voice folder is named by the user
-
-# Learning rate of full fine-tuning: small, as for any pretrained network.
-FULL_LEARNING_RATE = 2e-4
-
-# The text side of the model: what turns phonemes into per-token states and timing. With
-# ``AdaptConfig.keep_text_side`` none of it changes (see there).
-TEXT_SIDE = ("symbol_embedding", "encoder", "prior_proj", "duration_predictor", "pitch", "energy")
-TEXT_SIDE_PATTERN = rf"({'|'.join(TEXT_SIDE)})(\..+)?"
-
-
-def _with_text_side_excluded(exclude: str | list[str] | None) -> str:
-    """``exclude`` (a regular expression, a list of names or suffixes, or None) widened to the text side."""
-    patterns = [TEXT_SIDE_PATTERN]
-    if isinstance(exclude, str):
-        patterns.append(exclude)
-    elif exclude:
-        patterns += [rf"(.+\.)?{re.escape(item)}" for item in exclude]
-    return "|".join(f"(?:{pattern})" for pattern in patterns)
-
-
-@dataclass
-class AdaptConfig:
-    """Recipe of one adaptation.
-
-    method: one method or several joined by ``+`` (``lora+speaker``); ``full`` is full fine-tuning.
-    method_options: per-method config fields, e.g. ``{"lora": {"r": 4}}``.
-    """
-
-    method: str = "residual"
-    method_options: dict = field(default_factory=dict)
-    steps: int = 600  # upper bound; early stopping usually ends sooner
-    learning_rate: float | None = None  # None: the method's default
-    max_frames: int = 3_000  # padded mel frames per batch
-    eval_every: int = 25
-    patience: int = 4  # evaluations without improvement before stopping
-    max_minutes: float = 10.0  # wall-clock budget of the training loop
-    validation_fraction: float = 0.1
-    min_minutes: float = 0.5  # less usable audio than this is refused
-    max_bad_transcript_fraction: float = 0.2
-    # The text side (TEXT_SIDE: phoneme embedding, encoder, prior, duration and variance predictors)
-    # stays the base's: adapters go only where the voice is made (the decoder); full fine-tuning
-    # trains only the decoder and output layer, its speaker vector and projection kept as well, so
-    # the voice speaks with its start speaker's timing. A few minutes of one voice then cannot
-    # unlearn how text is read (bench/intelligibility.py measured what it costs and saves). A
-    # speaker vector the user trains (``lora+speaker``) still moves the timing.
-    keep_text_side: bool = field(
-        default=True,
-        metadata={
-            "help": "Keep the base's text side (encoder, duration predictor): adapt only the decoder, so "
-            "the voice keeps the base's way of reading words."
-        },
-    )
-    # A Chorus speaker encoder folder (chorus speaker train): the voice starts at the base speaker
-    # nearest its clips in the encoder's space, its speaker vector where the encoder->speaker map
-    # puts them (chorus.speaker.start). None: the base speaker whose conditioning fits the
-    # clips best (lowest teacher-forced mel loss), its vector as it is.
-    speaker_encoder: str | None = field(
-        default=None,
-        metadata={"help": "Speaker encoder folder that picks the start voice and its vector (default: by mel loss)."},
-    )
-    memory: MemoryOptions = field(default_factory=MemoryOptions)
-    threads: int = 2
-    seed: int = 1234
-
-    def method_names(self) -> list[str]:
-        names = [m.strip() for m in self.method.split("+") if m.strip()]
-        if not names:
-            raise ValueError("no adaptation method given")
-        return names
-
-    def method_configs(self) -> list[MethodConfig]:
-        """Configs of the chosen adapter methods (validates names and options)."""
-        names = self.method_names()
-        if FULL_FINE_TUNING in names and len(names) > 1:
-            raise ValueError("full fine-tuning trains every weight; it is not combined with adapters")
-        unknown_options = set(self.method_options) - set(names)
-        if unknown_options:
-            raise ValueError(f"options given for methods not chosen: {sorted(unknown_options)}")
-        configs = []
-        for name in names:
-            if name == FULL_FINE_TUNING:
-                continue
-            options = self.method_options.get(name, {})
-            try:
-                config = get_method(name).config_class(**options)
-            except TypeError as error:
-                raise ValueError(f"bad options for {name}: {error}") from error
-            if self.keep_text_side and not isinstance(config, SpeakerConfig):
-                config.exclude = _with_text_side_excluded(config.exclude)
-            configs.append(config)
-        if not any(isinstance(c, SpeakerConfig) for c in configs):
-            # Every voice carries a speaker vector; here it stays at the closest speaker's.
-            configs.append(SpeakerConfig(train_vector=FULL_FINE_TUNING in names and not self.keep_text_side))
-        return configs
-
-    def learning_rate_for(self) -> float:
-        if self.learning_rate is not None:
-            return self.learning_rate
-        names = self.method_names()
-        if FULL_FINE_TUNING in names:
-            return FULL_LEARNING_RATE
-        return min(get_method(n).learning_rate for n in names)
 
 
 @dataclass
@@ -217,7 +104,7 @@ def mel_loss(
         batch = collate(cache, indices[positions])
         batch.speakers.fill_(speaker_id)
         inputs = step_inputs(model, batch)
-        with autocast(precision, "cpu"):
+        with autocast(precision, model.mel_mean.device):
             out = model(**inputs)
             total += float(compute_losses(model, out, inputs["mel"], inputs["text_lengths"])["mel"]) * len(positions)
         count += len(positions)
@@ -245,7 +132,7 @@ def closest_speakers(
             inputs = step_inputs(model, batch)
             out = model(**inputs)
             error = ((out.mel - inputs["mel"]).abs().mean(-1) * out.frame_mask).sum(-1) / out.frame_mask.sum(-1)
-            losses[speaker] = error.numpy()
+            losses[speaker] = error.cpu().numpy()
     model.train(was_training)
     return np.array([losses[:, groups == group].mean(1).argmin() for group in np.unique(groups)])
 
@@ -257,7 +144,7 @@ def prepare_for_training(model: AcousticModel, config: AdaptConfig) -> list[torc
     add_adapter(model, VOICE, config.method_configs())
     set_active(model, VOICE)
     trainable = mark_trainable(model, VOICE)
-    if FULL_FINE_TUNING in config.method_names():
+    if config.methods.full:
         for name, parameter in model.named_parameters():
             kept = re.fullmatch(TEXT_SIDE_PATTERN, name) or name.startswith(("speaker_embedding.", "speaker_proj."))
             parameter.requires_grad_(not (config.keep_text_side and kept))
@@ -265,20 +152,11 @@ def prepare_for_training(model: AcousticModel, config: AdaptConfig) -> list[torc
     return trainable
 
 
-def _prepare_method(model: AcousticModel, method: str, method_options: dict | None, keep_text_side: bool) -> None:
-    config = AdaptConfig(method=method, method_options=method_options or {}, keep_text_side=keep_text_side)
-    prepare_for_training(model, config)
-
-
-def trainable_for(
-    method: str, method_options: dict | None = None, keep_text_side: bool = AdaptConfig.keep_text_side
-) -> Callable[[AcousticModel], None]:
-    """``trainable(model)`` callback for :mod:`chorus.memory`: prepares ``method``'s voice adapter (with
-    ``method_options`` and ``keep_text_side`` as in :class:`AdaptConfig`). A partial of a module-level
-    function, so it can be sent to a fresh measuring process."""
-    return functools.partial(
-        _prepare_method, method=method, method_options=method_options, keep_text_side=keep_text_side
-    )
+def trainable_for(config: AdaptConfig) -> Callable[[AcousticModel], None]:
+    """``trainable(model)`` callback for :mod:`chorus.memory`: prepares ``config``'s voice adapter
+    (:func:`prepare_for_training`). A partial of a module-level function, so it can be sent to a fresh
+    measuring process."""
+    return functools.partial(prepare_for_training, config=config)
 
 
 def adapt(data: str | Path, bundle: ModelBundle, out: str | Path, config: AdaptConfig, **options) -> AdaptResult:
@@ -318,8 +196,8 @@ def _adapt(
     """
     torch.set_num_threads(config.threads)
     torch.manual_seed(config.seed)
-    configs = config.method_configs()  # bad method names or options fail here
-    full = FULL_FINE_TUNING in config.method_names()
+    configs = config.method_configs()
+    full = config.methods.full
     report = check_adaptation_data(data, config, progress)
     if on_step is not None:
         on_step(0, config.steps)  # the data check done: a caller may stop here (a cancelled job)
@@ -373,7 +251,8 @@ def _adapt(
     trainable_count = sum(p.numel() for p in trainable)
     optimizer = build_optimizer(trainable, config.memory.optimizer, config.learning_rate_for(), weight_decay=0.0)
 
-    precision = config.memory.precision
+    # Autocast on the device the model was loaded on (`--device`): bf16 on the CPU as on a GPU.
+    precision, device = config.memory.precision, model.mel_mean.device
     history = [{"step": 0, "val_mel": mel_loss(model, cache, val_indices, config.max_frames, precision=precision)}]
     best = (history[0]["val_mel"], 0, _snapshot(trainable))
     if on_evaluate is not None:
@@ -381,14 +260,14 @@ def _adapt(
     started = time.perf_counter()
     step, stale, epoch, running = 0, 0, 0, []
     model.train()
-    with step_progress(f"adapt ({config.method})", progress) as bar:
+    with step_progress(f"adapt ({config.methods.spec})", progress) as bar:
         task = bar.add_task("steps", total=config.steps, status="")
         while step < config.steps and stale < config.patience:
             for positions in make_batches(cache.frames()[train_indices], config.max_frames, seed=config.seed + epoch):
                 batch = collate(cache, train_indices[positions])
                 batch.speakers.zero_()
                 inputs = step_inputs(model, batch)
-                with autocast(config.memory.precision, "cpu"):
+                with autocast(precision, device):
                     losses = compute_losses(model, model(**inputs), inputs["mel"], inputs["text_lengths"])
                 optimizer.zero_grad(set_to_none=True)
                 losses["total"].backward()
@@ -439,7 +318,7 @@ def _adapt(
         )
     card = VoiceCard(
         name=name or Path(out).name,
-        methods=config.method_names(),
+        methods=config.methods.names,
         base_model_sha256=bundle.weights_sha256,
         data_minutes=round(minutes, 2),
         train_seconds=round(train_seconds, 1),
@@ -457,7 +336,7 @@ def _adapt(
         notes={
             "speaker_vector_start": bundle.speakers[start_speaker],
             **start_notes,
-            "recipe": {k: v for k, v in asdict(config).items() if k != "memory"},
+            "recipe": config.recipe(),
             "memory_options": asdict(config.memory),
             **(extra_notes or {}),
         },

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from chorus.adapters import add_adapter
+from chorus.adapters import add_adapter, parse_methods
 from chorus.adapters.bank import banked, pack_bank
 from chorus.adapters.inject import adapter_layers
 from chorus.adapters.layer import innermost
@@ -34,8 +34,8 @@ from chorus.data.formats import Utterance
 from chorus.models.acoustic import AcousticModel, AcousticOutput
 from chorus.models.bundle import ModelBundle
 from chorus.models.losses import compute_losses, step_inputs
+from chorus.recipe import AdaptConfig
 from chorus.training.adapt import (
-    AdaptConfig,
     check_adaptation_data,
     closest_speakers,
     split_held_out,
@@ -49,16 +49,14 @@ class ManyVoicesConfig:
     """Recipe of a many-voice job. ``adapt`` gives the method and its options (as for one voice);
     every voice gets ``steps`` updates, each from ``clips_per_voice`` of its clips."""
 
-    adapt: AdaptConfig = field(default_factory=lambda: AdaptConfig(method="lora+speaker"))
+    adapt: AdaptConfig = field(default_factory=lambda: AdaptConfig(methods=parse_methods("lora+speaker")))
     steps: int = 200
     clips_per_voice: int = 2
     eval_every: int = 25
     seed: int = 1234
 
     def __post_init__(self) -> None:
-        if isinstance(self.adapt, dict):
-            self.adapt = AdaptConfig(**self.adapt)
-        if "full" in self.adapt.method_names():
+        if self.adapt.methods.full:
             raise ValueError("full fine-tuning makes one model per voice; adapt-many trains adapters")
         if self.steps <= 0 or self.clips_per_voice <= 0:
             raise ValueError("steps and clips_per_voice must be positive")
@@ -308,7 +306,7 @@ def adapt_many(
         minutes = float(cache.frames()[np.flatnonzero(cache.speakers == voice)].sum()) * frames_to_minutes
         card = VoiceCard(
             name=name,
-            methods=config.adapt.method_names(),
+            methods=config.adapt.methods.names,
             base_model_sha256=bundle.weights_sha256,
             data_minutes=round(minutes, 2),
             train_seconds=round(train_seconds, 1),
@@ -327,7 +325,7 @@ def adapt_many(
             },
             notes={
                 "job": f"adapt-many: {len(train_indices)} voices in one job",
-                "recipe": {**asdict(config), "adapt": {k: v for k, v in asdict(config.adapt).items() if k != "memory"}},
+                "recipe": {**asdict(config), "adapt": config.adapt.recipe()},
             },
         )
         voice_dir = save_voice(out / name, model, name, configs, card)

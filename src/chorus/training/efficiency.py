@@ -9,37 +9,21 @@ the last two:
 * optimizer states: ``optimizer`` ``"adamw8bit"`` / ``"adamw8bit-torchao"`` (Adam moments in 8 bits
   instead of 2 x fp32 per value).
 
-``MemoryOptions`` holds them, with one-line help per field for a CLI; ``apply_memory_options`` sets
-them on a model; ``build_optimizer`` and ``autocast`` are what a training loop calls.
+:class:`chorus.recipe.MemoryOptions` holds them (plain data, with one-line help per field for a CLI);
+``apply_memory_options`` sets them on a model; ``build_optimizer`` and ``autocast`` are what a training
+loop calls.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass, field, fields
 
 import torch
 from torch import nn
 
 from chorus.models.acoustic import AcousticModel, TransformerStack
-
-PRECISIONS: dict[str, str] = {
-    "fp32": "float32 everywhere: the reference, most memory",
-    "bf16": "autocast matmuls/convs to bfloat16: ~half the activation memory, ~3 significant digits; "
-    "weights, gradients and optimizer states stay float32 (no loss scaling needed)",
-}
-
-OPTIMIZERS: dict[str, str] = {
-    "adamw": "torch AdamW: two float32 moments per parameter value (8 bytes/value)",
-    "adamw8bit": "bitsandbytes AdamW8bit: block-wise 8-bit moments (2 bytes/value + 8 bytes per block "
-    "of 256) for every tensor, adapters' small ones included; needs bitsandbytes",
-    "adamw8bit-torchao": "torchao AdamW8bit: block-wise 8-bit moments only for tensors of >= 4096 values "
-    "that fill whole blocks of 256 (torchao has no setting for it; smaller ones, every "
-    "LoRA tensor here, keep float32 moments); "
-    "compiles its step with torch.compile (first step of each shape is slow); "
-    "needs torchao",
-}
+from chorus.recipe import OPTIMIZERS, PRECISIONS, MemoryOptions
 
 # Every tensor gets 8-bit moments (see build_optimizer); a block of 256 values is the quantization unit.
 BNB_MIN_8BIT_SIZE = 1
@@ -119,71 +103,6 @@ def optimizer_state_bytes(optimizer: torch.optim.Optimizer) -> int:
         for value in state.values()
         if isinstance(value, torch.Tensor)
     )
-
-
-@dataclass
-class MemoryOptions:
-    """How a training run saves memory. ``MemoryOptions.help()`` gives each field's trade-off."""
-
-    optimizer: str = field(
-        default="adamw",
-        metadata={
-            "help": "adamw: 8 bytes of state per trained value; adamw8bit: ~2 bytes per value for every "
-            "tensor (8-bit moments, + 8 bytes per block of 256); adamw8bit-torchao: the same for tensors "
-            "of >= 4096 values only; same update up to quantization"
-        },
-    )
-    checkpointing: bool = field(
-        default=False,
-        metadata={
-            "help": "rerun each transformer block in backward: stores only block inputs, ~25-35% slower "
-            "steps, identical gradients"
-        },
-    )
-    reversible: bool = field(
-        default=False,
-        metadata={
-            "help": "the base has reversible blocks (AcousticConfig.reversible, set before pretraining): "
-            "block activations O(1) in depth, ~one extra forward per step"
-        },
-    )
-    precision: str = field(
-        default="fp32",
-        metadata={
-            "help": "fp32, or bf16 autocast: ~half the activation memory, ~3 significant digits in "
-            "matmuls; fast only on CPUs/GPUs with bf16 units"
-        },
-    )
-    frozen_dtype: str = field(
-        default="fp32",
-        metadata={
-            "help": "fp32, or bf16: keep the frozen base weights in bfloat16 (half their memory; adapters and "
-            "their optimizer states stay fp32). Needs precision bf16; trains on a bf16 copy of the base"
-        },
-    )
-
-    def __post_init__(self) -> None:
-        if self.optimizer not in OPTIMIZERS:
-            raise ValueError(f"MemoryOptions.optimizer must be one of {', '.join(OPTIMIZERS)}, got {self.optimizer!r}")
-        if self.precision not in PRECISIONS:
-            raise ValueError(f"MemoryOptions.precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
-        if self.frozen_dtype not in ("fp32", "bf16"):
-            raise ValueError(f"MemoryOptions.frozen_dtype must be fp32 or bf16, got {self.frozen_dtype!r}")
-        if self.frozen_dtype == "bf16" and self.precision != "bf16":
-            raise ValueError(
-                "MemoryOptions: a bf16 frozen base needs precision bf16 (autocast), so fp32 "
-                "activations never meet bf16 weights outside it"
-            )
-        if self.checkpointing and self.reversible:
-            raise ValueError(
-                "MemoryOptions: checkpointing adds nothing to reversible blocks, which "
-                "store no block activations already; choose one"
-            )
-
-    @classmethod
-    def help(cls) -> dict[str, str]:
-        """Field name -> one-line trade-off, for a CLI's ``--help``."""
-        return {f.name: f.metadata["help"] for f in fields(cls)}
 
 
 def apply_memory_options(model: AcousticModel, options: MemoryOptions) -> None:

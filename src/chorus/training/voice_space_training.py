@@ -23,7 +23,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from chorus.adapters import add_adapter, load_adapter_state_dict, remove_adapter
+from chorus.adapters import add_adapter, load_adapter_state_dict, parse_methods, remove_adapter
 from chorus.adapters.bank import banked, pack_bank
 from chorus.adapters.hypernetwork import VoiceSpace, generated
 from chorus.adapters.voice import VoiceCard, save_voice
@@ -33,8 +33,9 @@ from chorus.data.features import build_feature_cache
 from chorus.evaluation.similarity import EncoderJudge, SpeakerJudge
 from chorus.models.bundle import ModelBundle
 from chorus.models.losses import step_inputs
+from chorus.recipe import AdaptConfig
 from chorus.speaker.bundle import load_encoder, shipped_encoder_dir
-from chorus.training.adapt import AdaptConfig, check_adaptation_data, split_held_out
+from chorus.training.adapt import check_adaptation_data, split_held_out
 from chorus.training.adapt_many import (
     ClipSampler,
     _validation,
@@ -75,7 +76,10 @@ def train_voice_space(
     # The space's bases adapt every layer the method targets, text side included: the recipe its
     # benchmark measured (bench/voice_space.py), where each voice is one vector, not a free adapter.
     adapt_config = AdaptConfig(
-        method=config.method, threads=config.threads, min_minutes=config.min_minutes, keep_text_side=False
+        methods=parse_methods(config.method),
+        threads=config.threads,
+        min_minutes=config.min_minutes,
+        keep_text_side=False,
     )
     configs = adapt_config.method_configs()
     voices = load_voices(root, bundle, adapt_config, config.seed, progress)

@@ -90,7 +90,7 @@ async def create_voice(request: Request, tenant: Tenant, server: Server):
                 tenant,
                 voice_id,
                 name=form.name,
-                method=settings.adapt.method,
+                method=settings.adapt.methods.spec,
                 max_active_jobs=own.active_jobs,
                 max_voices=own.voices,
             )

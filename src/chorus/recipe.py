@@ -1,0 +1,193 @@
+"""The recipe of an adaptation as plain data: its adapter methods (typed configs), its training knobs and
+its memory options, with their defaults and checks.
+
+It sits just above :mod:`chorus.adapters` (whose method configs it holds) and below everything that
+reads a recipe: the training loop (:mod:`chorus.training.adapt`) runs it, the server keeps its
+onboarding recipe in its settings and the memory accounting takes its :class:`MemoryOptions`, and
+neither may import the training code to do so. Nothing here runs a model.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field, fields, replace
+
+from chorus.adapters import MethodChoice, MethodConfig, get_method, parse_methods
+from chorus.adapters.speaker import SpeakerConfig
+
+# The adapter method a voice is made with unless one is asked for: it scored best in bench/adaptation.py.
+DEFAULT_METHOD = "residual"
+
+# Learning rate of full fine-tuning: small, as for any pretrained network.
+FULL_LEARNING_RATE = 2e-4
+
+# The text side of the model: what turns phonemes into per-token states and timing. With
+# ``AdaptConfig.keep_text_side`` none of it changes (see there).
+TEXT_SIDE = ("symbol_embedding", "encoder", "prior_proj", "duration_predictor", "pitch", "energy")
+TEXT_SIDE_PATTERN = rf"({'|'.join(TEXT_SIDE)})(\..+)?"
+
+PRECISIONS: dict[str, str] = {
+    "fp32": "float32 everywhere: the reference, most memory",
+    "bf16": "autocast matmuls/convs to bfloat16: ~half the activation memory, ~3 significant digits; "
+    "weights, gradients and optimizer states stay float32 (no loss scaling needed)",
+}
+
+OPTIMIZERS: dict[str, str] = {
+    "adamw": "torch AdamW: two float32 moments per parameter value (8 bytes/value)",
+    "adamw8bit": "bitsandbytes AdamW8bit: block-wise 8-bit moments (2 bytes/value + 8 bytes per block "
+    "of 256) for every tensor, adapters' small ones included; needs bitsandbytes",
+    "adamw8bit-torchao": "torchao AdamW8bit: block-wise 8-bit moments only for tensors of >= 4096 values "
+    "that fill whole blocks of 256 (torchao has no setting for it; smaller ones, every "
+    "LoRA tensor here, keep float32 moments); "
+    "compiles its step with torch.compile (first step of each shape is slow); "
+    "needs torchao",
+}
+
+
+@dataclass
+class MemoryOptions:
+    """How a training run saves memory. ``MemoryOptions.help()`` gives each field's trade-off
+    (:mod:`chorus.training.efficiency` applies them)."""
+
+    optimizer: str = field(
+        default="adamw",
+        metadata={
+            "help": "adamw: 8 bytes of state per trained value; adamw8bit: ~2 bytes per value for every "
+            "tensor (8-bit moments, + 8 bytes per block of 256); adamw8bit-torchao: the same for tensors "
+            "of >= 4096 values only; same update up to quantization"
+        },
+    )
+    checkpointing: bool = field(
+        default=False,
+        metadata={
+            "help": "rerun each transformer block in backward: stores only block inputs, ~25-35% slower "
+            "steps, identical gradients"
+        },
+    )
+    reversible: bool = field(
+        default=False,
+        metadata={
+            "help": "the base has reversible blocks (AcousticConfig.reversible, set before pretraining): "
+            "block activations O(1) in depth, ~one extra forward per step"
+        },
+    )
+    precision: str = field(
+        default="fp32",
+        metadata={
+            "help": "fp32, or bf16 autocast: ~half the activation memory, ~3 significant digits in "
+            "matmuls; fast only on CPUs/GPUs with bf16 units"
+        },
+    )
+    frozen_dtype: str = field(
+        default="fp32",
+        metadata={
+            "help": "fp32, or bf16: keep the frozen base weights in bfloat16 (half their memory; adapters and "
+            "their optimizer states stay fp32). Needs precision bf16; trains on a bf16 copy of the base"
+        },
+    )
+
+    def __post_init__(self) -> None:
+        if self.optimizer not in OPTIMIZERS:
+            raise ValueError(f"MemoryOptions.optimizer must be one of {', '.join(OPTIMIZERS)}, got {self.optimizer!r}")
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"MemoryOptions.precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
+        if self.frozen_dtype not in ("fp32", "bf16"):
+            raise ValueError(f"MemoryOptions.frozen_dtype must be fp32 or bf16, got {self.frozen_dtype!r}")
+        if self.frozen_dtype == "bf16" and self.precision != "bf16":
+            raise ValueError(
+                "MemoryOptions: a bf16 frozen base needs precision bf16 (autocast), so fp32 "
+                "activations never meet bf16 weights outside it"
+            )
+        if self.checkpointing and self.reversible:
+            raise ValueError(
+                "MemoryOptions: checkpointing adds nothing to reversible blocks, which "
+                "store no block activations already; choose one"
+            )
+
+    @classmethod
+    def help(cls) -> dict[str, str]:
+        """Field name -> one-line trade-off, for a CLI's ``--help``."""
+        return {f.name: f.metadata["help"] for f in fields(cls)}
+
+
+def _with_text_side_excluded(exclude: str | list[str] | None) -> str:
+    """``exclude`` (a regular expression, a list of names or suffixes, or None) widened to the text side."""
+    patterns = [TEXT_SIDE_PATTERN]
+    if isinstance(exclude, str):
+        patterns.append(exclude)
+    elif exclude:
+        patterns += [rf"(.+\.)?{re.escape(item)}" for item in exclude]
+    return "|".join(f"(?:{pattern})" for pattern in patterns)
+
+
+@dataclass
+class AdaptConfig:
+    """Recipe of one adaptation.
+
+    methods: the adapter methods as typed configs, parsed where a user names them
+    (:func:`chorus.adapters.parse_methods`: ``parse_methods("lora+speaker", {"lora": {"r": 4}})``), or
+    full fine-tuning (``parse_methods("full")``).
+    """
+
+    methods: MethodChoice = field(default_factory=lambda: parse_methods(DEFAULT_METHOD))
+    steps: int = 600  # upper bound; early stopping usually ends sooner
+    learning_rate: float | None = None  # None: the method's default
+    max_frames: int = 3_000  # padded mel frames per batch
+    eval_every: int = 25
+    patience: int = 4  # evaluations without improvement before stopping
+    max_minutes: float = 10.0  # wall-clock budget of the training loop
+    validation_fraction: float = 0.1
+    min_minutes: float = 0.5  # less usable audio than this is refused
+    max_bad_transcript_fraction: float = 0.2
+    # The text side (TEXT_SIDE: phoneme embedding, encoder, prior, duration and variance predictors)
+    # stays the base's: adapters go only where the voice is made (the decoder); full fine-tuning
+    # trains only the decoder and output layer, its speaker vector and projection kept as well, so
+    # the voice speaks with its start speaker's timing. A few minutes of one voice then cannot
+    # unlearn how text is read (bench/intelligibility.py measured what it costs and saves). A
+    # speaker vector the user trains (``lora+speaker``) still moves the timing.
+    keep_text_side: bool = field(
+        default=True,
+        metadata={
+            "help": "Keep the base's text side (encoder, duration predictor): adapt only the decoder, so "
+            "the voice keeps the base's way of reading words."
+        },
+    )
+    # A Chorus speaker encoder folder (chorus speaker train): the voice starts at the base speaker
+    # nearest its clips in the encoder's space, its speaker vector where the encoder->speaker map
+    # puts them (chorus.speaker.start). None: the base speaker whose conditioning fits the
+    # clips best (lowest teacher-forced mel loss), its vector as it is.
+    speaker_encoder: str | None = field(
+        default=None,
+        metadata={"help": "Speaker encoder folder that picks the start voice and its vector (default: by mel loss)."},
+    )
+    memory: MemoryOptions = field(default_factory=MemoryOptions)
+    threads: int = 2
+    seed: int = 1234
+
+    def method_configs(self) -> list[MethodConfig]:
+        """The configs the voice's adapter is built from: copies of ``methods``' configs, the text side
+        excluded from all but the speaker vector's when ``keep_text_side``, and a speaker vector when none
+        was chosen (every voice carries one; here it stays at the closest speaker's)."""
+        configs = [
+            replace(config, exclude=_with_text_side_excluded(config.exclude))
+            if self.keep_text_side and not isinstance(config, SpeakerConfig)
+            else replace(config)
+            for config in self.methods.configs
+        ]
+        if not any(isinstance(c, SpeakerConfig) for c in configs):
+            configs.append(SpeakerConfig(train_vector=self.methods.full and not self.keep_text_side))
+        return configs
+
+    def learning_rate_for(self) -> float:
+        if self.learning_rate is not None:
+            return self.learning_rate
+        if self.methods.full:
+            return FULL_LEARNING_RATE
+        return min(get_method(name).learning_rate for name in self.methods.names)
+
+    def recipe(self) -> dict:
+        """What a voice card notes of this config (JSON; its memory options are noted apart): the methods as
+        written and as saved configs, and every training knob."""
+        knobs = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("methods", "memory")}
+        configs = [config.to_dict() for config in self.methods.configs]  # none for full fine-tuning
+        return {"method": self.methods.spec, "method_configs": configs, **knobs}
