@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Optional Debian packages for the web page test (tests/test_serving_web.py): chromium, driven headless
+# Optional Debian packages for the web page test (tests/serving/test_serving_web.py): chromium, driven headless
 # by Playwright from the dev extra (never `playwright install`, which downloads browsers). Installs what
 # is missing when run as root; otherwise, or when apt fails, says so and exits 0: the test then skips.
 set -uo pipefail

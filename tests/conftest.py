@@ -331,3 +331,21 @@ def live_server(live_app) -> Iterator[tuple[str, object]]:
     finally:
         server.should_exit = True
         thread.join(60)
+
+
+def saved_bytes(fn) -> tuple[int, object]:
+    """Bytes autograd keeps for backward while ``fn()`` runs, and what ``fn`` returned."""
+    total = 0
+
+    def pack(tensor: torch.Tensor) -> torch.Tensor:
+        nonlocal total
+        total += tensor.numel() * tensor.element_size()
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        result = fn()
+    return total, result
+
+
+def grads(module: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {name: p.grad.clone() for name, p in module.named_parameters() if p.grad is not None}

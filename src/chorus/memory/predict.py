@@ -24,7 +24,7 @@ through rules registered per module type (:func:`register_activation_rule`): the
 attention and feed-forward of the acoustic model, while every adapter wrapper of
 :mod:`chorus.adapters` declares its own (:meth:`~chorus.adapters.AdapterLayer.shadow_forward`),
 applied by one generic rule. The rules are those of torch 2.13 on CPU, found by reading the saved
-tensors of every node of a real step (see ``tests/test_memory.py`` and ``tests/test_memory_adapters.py``,
+tensors of every node of a real step (see ``tests/memory/test_memory.py`` and ``tests/memory/test_memory_adapters.py``,
 which check prediction against measurement). A training step is assumed: dropout with ``p > 0`` is active.
 
 With gradient checkpointing (``TransformerStack.gradient_checkpointing``), each FFT block of the

@@ -7,7 +7,7 @@ states, activations and what reversible stages rebuild in backward) for one step
 The shadow pass follows :class:`~chorus.speaker.encoder.SpeakerEncoder.forward` and the AAM
 loss op by op, with the rules of torch 2.13 on CPU (a convolution saves its input, group norm its input
 and a mean and reciprocal std per sample and group, relu and tanh their results ...), checked against
-measurement by ``tests/test_memory_speaker.py``. A reversible stage keeps only its joined output;
+measurement by ``tests/memory/test_memory_speaker.py``. A reversible stage keeps only its joined output;
 ``recompute`` is its largest branch rebuilt in backward, beyond the branch's input.
 """
 

@@ -50,7 +50,7 @@ SETTINGS = ServerSettings(
 
 @pytest.fixture(scope="module")
 def voice_folders(tiny_base, tmp_path_factory) -> dict[str, Path]:
-    """Two voices with random adapter values (as tests/test_serving_api.py makes them)."""
+    """Two voices with random adapter values (as tests/serving/test_serving_api.py makes them)."""
     bundle = load_bundle(tiny_base)
     root = tmp_path_factory.mktemp("ray_voices")
     folders = {}

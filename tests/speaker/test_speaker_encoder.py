@@ -11,7 +11,7 @@ import torch
 
 from chorus.models.reversible import couple
 from chorus.speaker.encoder import AdditiveAngularMargin, SpeakerEncoder, SpeakerEncoderConfig, Stage
-from test_efficiency import grads, saved_bytes
+from conftest import grads, saved_bytes
 
 SMALL = dict(channels=(8, 8, 16, 16), embedding_dim=16, n_mels=16, groups=2, pooling_hidden=8)
 

@@ -22,30 +22,12 @@ from chorus.training.efficiency import (
     build_optimizer,
     optimizer_state_bytes,
 )
-from conftest import tiny_batch, tiny_config, tiny_model
+from conftest import grads, saved_bytes, tiny_batch, tiny_config, tiny_model
 
 
 def total_loss(model: AcousticModel, batch: dict) -> torch.Tensor:
     out = model(**batch)
     return compute_losses(model, out, batch["mel"], batch["text_lengths"])["total"]
-
-
-def saved_bytes(fn) -> tuple[int, object]:
-    """Bytes autograd keeps for backward while ``fn()`` runs, and what ``fn`` returned."""
-    total = 0
-
-    def pack(tensor: torch.Tensor) -> torch.Tensor:
-        nonlocal total
-        total += tensor.numel() * tensor.element_size()
-        return tensor
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
-        result = fn()
-    return total, result
-
-
-def grads(module: torch.nn.Module) -> dict[str, torch.Tensor]:
-    return {name: p.grad.clone() for name, p in module.named_parameters() if p.grad is not None}
 
 
 # -- activation checkpointing ------------------------------------------------------------------

@@ -30,7 +30,7 @@ from chorus.serving.engine import Engine, Request, UnknownVoice
 from chorus.synthesis import load_base
 from conftest import random_voice
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))  # the baselines live with the benchmark
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))  # the baselines live with the benchmark
 from serving_baselines import ModelPerVoice, swap_one_at_a_time  # noqa: E402
 
 TEXTS = [
