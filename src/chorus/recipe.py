@@ -138,6 +138,9 @@ class AdaptConfig:
     max_minutes: float = 10.0  # wall-clock budget of the training loop
     validation_fraction: float = 0.1
     min_minutes: float = 0.5  # less usable audio than this is refused
+    # Recordings without transcripts are cut at silences into clips of at most this many seconds for
+    # Whisper; a short sample needs shorter ones (a voice holds a clip out for validation).
+    transcribed_clip_seconds: float = 12.0
     max_bad_transcript_fraction: float = 0.2
     # The text side (TEXT_SIDE: phoneme embedding, encoder, prior, duration and variance predictors)
     # stays the base's: adapters go only where the voice is made (the decoder); full fine-tuning

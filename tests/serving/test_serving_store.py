@@ -30,8 +30,11 @@ from chorus.adapters.voice import (
     save_voice,
 )
 from chorus.models.bundle import file_sha256
+from chorus.serving.metadata import SCHEMA_VERSION
 from chorus.serving.store import (
     MARKER_FILE,
+    ConsentInUse,
+    ConsentNotFound,
     InvalidId,
     JobNotFound,
     JobStatus,
@@ -408,7 +411,7 @@ def test_remote_root_needs_a_database(tmp_path, voice_folder):
         assert store.database_url == str(tmp_path / "meta.db") and store.cache_dir == tmp_path / "voice-cache"
     with sqlite3.connect(tmp_path / "meta.db") as db:
         assert db.execute("SELECT id FROM voices").fetchall() == [("ann",)]
-        assert db.execute("PRAGMA user_version").fetchone()[0] == 2  # the schema's migrations, versioned
+        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3  # the migrations, versioned
 
 
 def test_a_version_1_database_is_migrated_in_place(tmp_path, voice_folder):
@@ -419,13 +422,16 @@ def test_a_version_1_database_is_migrated_in_place(tmp_path, voice_folder):
         store.put_voice("acme", "ann", voice_folder)
     with sqlite3.connect(root / "store.sqlite3") as db:  # back to version 1, as an older Chorus left it
         db.execute("DROP TABLE owners")
-        for table in ("voices", "jobs"):
-            db.execute(f"ALTER TABLE {table} DROP COLUMN owner")
-        db.execute("ALTER TABLE jobs DROP COLUMN inputs")
+        db.execute("DROP TABLE consents")
+        for column in ("owner", "consent_id", "instant"):
+            db.execute(f"ALTER TABLE voices DROP COLUMN {column}")
+        for column in ("owner", "inputs"):
+            db.execute(f"ALTER TABLE jobs DROP COLUMN {column}")
         db.execute("PRAGMA user_version = 1")
     with VoiceStore(str(root)) as store:
         assert store.voice("acme", "ann").status == VoiceStatus.READY and store.recover().failed_voices == []
         assert read_voice(store.get_voice("acme", "ann"))
+        assert store.voice("acme", "ann").consent_id is None and store.list_consents("acme") == []
 
 
 def test_close_checkpoints_the_log_into_the_database_file(tmp_path, voice_folder):
@@ -814,3 +820,31 @@ def test_a_write_probe_that_fails_half_way_leaves_no_file(tmp_path):
         finally:
             store.fs.pipe_file = pipe
         assert not list(root.glob(".write-probe-*"))
+
+
+def test_consents_per_tenant_kept_while_a_voice_made_under_them_exists(store):
+    """OpenAI's consent recordings: per tenant, listed oldest first, renamed, counted against a quota,
+    and not deleted while a voice made under one exists (in every kind of store)."""
+    fields = {"language": "en", "heard": "i am the owner", "word_error_rate": 0.1, "embedding": [0.6, 0.8]}
+    first = store.create_consent("acme", name="one", recording=b"RIFF-1", **fields)
+    second = store.create_consent("acme", name="two", recording=b"RIFF-2", **fields)
+    assert first.consent_id.startswith("cons_") and first.embedding == (0.6, 0.8)
+    assert [c.consent_id for c in store.list_consents("acme")] == [first.consent_id, second.consent_id]
+    assert [c.consent_id for c in store.list_consents("acme", after=first.consent_id)] == [second.consent_id]
+    assert [c.consent_id for c in store.list_consents("acme", limit=1)] == [first.consent_id]
+    assert store.list_consents("globex") == []
+    with pytest.raises(ConsentNotFound):
+        store.consent("globex", first.consent_id)  # another tenant's is not found
+    assert store.rename_consent("acme", first.consent_id, "renamed").name == "renamed"
+    assert store.consent_recording("acme", second.consent_id) == b"RIFF-2"
+    with pytest.raises(QuotaReached):
+        store.create_consent("acme", name="three", recording=b"x", max_consents=2, **fields)
+    store.create_job("acme", "voice_1", name="One", consent_id=first.consent_id, instant="m3(1)")
+    record = store.voice("acme", "voice_1")
+    assert (record.consent_id, record.instant) == (first.consent_id, "m3(1)")
+    with pytest.raises(ConsentInUse, match="voice_1"):
+        store.delete_consent("acme", first.consent_id)
+    store.delete_voice("acme", "voice_1")
+    store.delete_consent("acme", first.consent_id)
+    store.delete_consent("acme", second.consent_id)
+    assert store.list_consents("acme") == []

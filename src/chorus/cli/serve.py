@@ -41,6 +41,10 @@ def serve(
         None, help=f"Adapter method(s) of onboarded voices, e.g. lora+speaker ({SERVER_DEFAULT})."
     ),
     adapt_threads: int | None = typer.Option(None, help=f"CPU threads of an onboarding job ({SERVER_DEFAULT})."),
+    sample_steps: int | None = typer.Option(
+        None,
+        help=f"Most training steps refining a voice made from one sample, POST /v1/audio/voices ({SERVER_DEFAULT}).",
+    ),
     max_text_chars: int | None = typer.Option(None, help=f"Longest text of one speech request ({SERVER_DEFAULT})."),
     limits: Path | None = typer.Option(
         None,
@@ -104,7 +108,9 @@ def serve(
             f"pip install 'chorus-tts[{'serve,ray' if ray else 'serve'}]'"
         )
     with user_errors():
-        settings = server_settings(ServerSettings(), adapt_method, adapt_steps, adapt_threads, max_text_chars)
+        settings = server_settings(
+            ServerSettings(), adapt_method, adapt_steps, adapt_threads, max_text_chars, sample_steps
+        )
         if limits is not None:
             settings = dataclasses.replace(settings, limits=Limits.from_file(limits))
         if voice_aliases is not None:
@@ -129,7 +135,12 @@ def serve(
 
 
 def server_settings(
-    defaults, adapt_method: str | None, adapt_steps: int | None, adapt_threads: int | None, max_text_chars: int | None
+    defaults,
+    adapt_method: str | None,
+    adapt_steps: int | None,
+    adapt_threads: int | None,
+    max_text_chars: int | None,
+    sample_steps: int | None = None,
 ):
     """``defaults`` (a ``ServerSettings``) with what the command line gives; a bad onboarding method
     fails here, before the server starts."""
@@ -142,6 +153,10 @@ def server_settings(
     }
     adapt = dataclasses.replace(defaults.adapt, **{k: v for k, v in given.items() if v is not None})
     settings = dataclasses.replace(defaults, adapt=adapt)
+    if sample_steps is not None:
+        settings = dataclasses.replace(
+            settings, adapt_sample=dataclasses.replace(settings.adapt_sample, steps=sample_steps)
+        )
     if max_text_chars is not None:
         settings = dataclasses.replace(settings, max_text_chars=max_text_chars)
     return settings

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import threading
 from collections.abc import Callable
 from contextlib import asynccontextmanager
 
@@ -20,6 +21,7 @@ from fastapi import FastAPI
 from starlette.concurrency import run_in_threadpool
 
 from chorus.serving.batcher import SpeechQueue
+from chorus.serving.custom_voices import CustomVoiceChecks
 from chorus.serving.engine import Engine
 from chorus.serving.errors import add_error_handlers
 from chorus.serving.metrics import MetricsMiddleware
@@ -43,11 +45,12 @@ def create_app(
     *,
     jobs: JobRunner | None = None,
     batcher: SpeechQueue | None = None,
+    custom_voices: CustomVoiceChecks | None = None,
 ) -> FastAPI:
     """The FastAPI app of one server (:class:`VoiceServer` says what ``jobs`` and ``batcher`` default to).
     Starting it (its lifespan) recovers the store, starts the onboarding worker and resumes interrupted
     jobs; stopping it closes the worker, the batcher and the store."""
-    server = VoiceServer(store, engine, tenants, settings, jobs=jobs, batcher=batcher)
+    server = VoiceServer(store, engine, tenants, settings, jobs=jobs, batcher=batcher, custom_voices=custom_voices)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -87,6 +90,9 @@ def serve(config: ServeConfig, announce: Callable[[str], None] = print, log_leve
         cache_bytes=int(config.cache_mb * (1 << 20)),
     )
     app = create_app(voice_store, engine, tenants, config.settings)
+    # The base's speakers in the speaker encoder's space, for instant voices: made now, in the background,
+    # so the first POST /v1/audio/voices does not wait for it (tens of seconds on a CPU).
+    threading.Thread(target=app.state.server.custom_voices.speaker_map, name="chorus-speaker-map", daemon=True).start()
     if tenants.single_tenant:
         announce(
             "no API keys configured: single-tenant mode (tenant 'default', no authentication), "

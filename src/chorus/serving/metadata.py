@@ -68,6 +68,23 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             heartbeat DOUBLE PRECISION NOT NULL
         )""",
     ),
+    (  # 3: OpenAI's custom voices: consent recordings (audit records), and a voice's consent and instant voice
+        """CREATE TABLE IF NOT EXISTS consents (
+            tenant TEXT NOT NULL,
+            id TEXT NOT NULL,
+            name TEXT NOT NULL,
+            language TEXT NOT NULL,
+            created DOUBLE PRECISION NOT NULL,
+            heard TEXT NOT NULL,
+            word_error_rate DOUBLE PRECISION NOT NULL,
+            embedding TEXT NOT NULL,
+            recording TEXT NOT NULL,
+            recording_sha256 TEXT NOT NULL,
+            PRIMARY KEY (tenant, id)
+        )""",
+        "ALTER TABLE voices ADD COLUMN consent_id TEXT",
+        "ALTER TABLE voices ADD COLUMN instant TEXT",
+    ),
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 _ADVISORY_LOCK = 0x43686F7275  # "Choru": the one advisory lock every Chorus write transaction takes

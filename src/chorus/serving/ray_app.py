@@ -112,6 +112,7 @@ class RayServeConfig:
             lambda: load_bundle(self.server.base or DEFAULT_BASE),
             self.server.settings.adapt,
             progress_interval=self.server.settings.progress_interval,
+            sample_config=self.server.settings.adapt_sample,
         )
 
 

@@ -191,6 +191,13 @@ class CustomVoice(BaseModel):
     job_id: str | None
     error: str | None
     resident: bool
+    stage: Literal["adapted", "instant", "training", "failed"] = Field(
+        ...,
+        description="adapted: its own trained voice; instant: a voice from one sample, speaking as its instant "
+        "voice (a blend of the base speakers nearest the sample) while it is refined, or after its refinement "
+        "failed (error says why); training / failed: an upload of clips, not speaking yet / not at all",
+    )
+    instant: str | None = Field(None, description="the blend an instant voice speaks as")
     card: dict | None = Field(
         None,
         description="GET /v1/voices/{id} only, for a ready voice: how it was made and its scores "
@@ -255,6 +262,54 @@ class VoiceList(BaseModel):
 class VoiceDeleted(BaseModel):
     id: str
     object: Literal["voice.deleted"] = "voice.deleted"
+    deleted: Literal[True] = True
+
+
+class VoiceConsent(BaseModel):
+    """OpenAI's ``audio.voice_consent``: a consent recording, checked (it reads the server's phrase)."""
+
+    object: Literal["audio.voice_consent"] = "audio.voice_consent"
+    id: str
+    name: str
+    language: str
+    created_at: int
+
+
+class VoiceConsentList(BaseModel):
+    """``GET /v1/audio/voice_consents``: oldest first, ``limit`` at a time, ``after`` an id."""
+
+    object: Literal["list"] = "list"
+    data: list[VoiceConsent]
+    first_id: str | None
+    last_id: str | None
+    has_more: bool
+
+
+class VoiceConsentDeleted(BaseModel):
+    id: str
+    object: Literal["audio.voice_consent"] = "audio.voice_consent"
+    deleted: Literal[True] = True
+
+
+class AudioVoice(BaseModel):
+    """OpenAI's ``audio.voice``: a custom voice made from a sample (``type`` "audio_sample"), with Chorus's
+    ``stage`` (instant, then adapted) and ``refinement`` (the background adaptation: queued, running,
+    done or failed, with ``refinement_error``)."""
+
+    object: Literal["audio.voice"] = "audio.voice"
+    id: str
+    name: str
+    created_at: int
+    type: Literal["audio_sample"] = "audio_sample"
+    consent: str | None
+    stage: Literal["instant", "adapted"]
+    refinement: str | None
+    refinement_error: str | None = None
+
+
+class AudioVoiceDeleted(BaseModel):
+    id: str
+    object: Literal["audio.voice.deleted"] = "audio.voice.deleted"
     deleted: Literal[True] = True
 
 

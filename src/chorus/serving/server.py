@@ -14,14 +14,16 @@ from fastapi import Request
 from chorus.adapters.voice import CARD_FILE
 from chorus.models.speaker_mix import is_mix
 from chorus.serving.batcher import Batcher, SpeechQueue
+from chorus.serving.custom_voices import CustomVoiceChecks
 from chorus.serving.engine import Engine, EngineVoice
 from chorus.serving.errors import ApiError, voice_not_found
 from chorus.serving.metrics import Metrics
 from chorus.serving.quotas import RateLimiter, check_rate
-from chorus.serving.schemas import BaseVoice, CustomVoice, Job
+from chorus.serving.schemas import AudioVoice, BaseVoice, CustomVoice, Job
 from chorus.serving.settings import ServerSettings, jobs_dir
 from chorus.serving.store import (
     InvalidId,
+    JobNotFound,
     JobRecord,
     VoiceNotFound,
     VoiceRecord,
@@ -36,6 +38,14 @@ from chorus.serving.worker import JobRunner
 
 _URL = re.compile(r"[a-zA-Z][a-zA-Z0-9+.-]*://\S+")
 log = logging.getLogger("chorus.serving.server")
+
+
+def stage_of(record: VoiceRecord) -> str:
+    """What a voice speaks as now: ``adapted``, ``instant`` (a sample's voice before or without its
+    refinement), else ``training`` or ``failed`` (an upload of clips: nothing to speak yet)."""
+    if record.status == VoiceStatus.READY:
+        return "adapted"
+    return "instant" if record.instant else record.status.value
 
 
 class VoiceServer:
@@ -57,6 +67,7 @@ class VoiceServer:
         *,
         jobs: JobRunner | None = None,
         batcher: SpeechQueue | None = None,
+        custom_voices: CustomVoiceChecks | None = None,
     ):
         self.store = store
         self.engine = engine
@@ -69,11 +80,13 @@ class VoiceServer:
             engine.base_copy,
             self.settings.adapt,
             progress_interval=self.settings.progress_interval,
+            sample_config=self.settings.adapt_sample,
         )
         self.batcher = batcher or Batcher(
             engine, max_batch=self.settings.max_batch, max_wait_ms=self.settings.max_wait_ms
         )
         self.metrics = Metrics(self)
+        self.custom_voices = custom_voices or CustomVoiceChecks(engine, self.settings.consent)
         # Aliases (OpenAI's voice names) to speakers of this base; a target it lacks: its default speaker.
         default = engine.bundle.default_speaker
         self.aliases = {
@@ -156,6 +169,8 @@ class VoiceServer:
                 return self.engine.voice(self.aliases[voice_id])
         else:
             record = self.record(tenant, voice_id)
+        if record.instant and record.status != VoiceStatus.READY:
+            return self.engine.voice(record.instant)  # a sample's voice, until (or unless) refined
         if record.status == VoiceStatus.TRAINING:
             raise ApiError(
                 409,
@@ -199,6 +214,27 @@ class VoiceServer:
             job_id=record.job_id,
             error=self.public(record.error) if record.error else None,
             resident=voice_key(record) in resident,
+            stage=stage_of(record),
+            instant=record.instant,
+        ).model_dump()
+
+    def audio_voice_json(self, record: VoiceRecord) -> dict:
+        """The voice as OpenAI's ``audio.voice``, with its stage and its refinement's state."""
+        refinement = None
+        if record.job_id is not None:
+            try:
+                refinement = self.store.get_job(record.tenant, record.job_id).status.value
+            except JobNotFound:
+                refinement = None
+        failed = record.status == VoiceStatus.FAILED
+        return AudioVoice(
+            id=record.voice_id,
+            name=record.name,
+            created_at=int(record.created),
+            consent=record.consent_id,
+            stage="adapted" if record.status == VoiceStatus.READY else "instant",
+            refinement="failed" if failed else refinement,
+            refinement_error=self.public(record.error) if failed and record.error else None,
         ).model_dump()
 
     def voice_card(self, tenant: str, voice_id: str) -> dict | None:

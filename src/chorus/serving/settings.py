@@ -27,6 +27,34 @@ JOBS_FOLDER = ".jobs"
 # (early stopping ends many runs sooner: bench/README.md's residual runs stopped after 225-500 steps).
 ONBOARDING_STEPS = 300
 ONBOARDING_THREADS = 1
+# A voice refined from one short sample (OpenAI's custom voices: 10 s and up): fewer steps, as a few
+# clips stop improving sooner, and accepted from 10 s of audio (chorus adapt asks 30 s).
+SAMPLE_STEPS = 150
+SAMPLE_MIN_MINUTES = 10 / 60
+SAMPLE_CLIP_SECONDS = 4.0  # a 10 s sample cut at silences: a few clips, one held out
+
+# The phrase a consent recording reads, per language (BCP 47 primary tag); a server may set its own.
+CONSENT_PHRASES = {
+    "en": "I am the owner of this voice and I consent to Chorus using this voice to create a synthetic voice model."
+}
+
+
+@dataclass(frozen=True)
+class ConsentSettings:
+    """How OpenAI-style custom voices are checked (``/v1/audio/voice_consents``, ``POST /v1/audio/voices``).
+
+    phrases: what a consent recording must say, per language; max_word_error_rate: how far what Whisper
+    heard may be from it (Whisper mishears: not exact equality); max_file_bytes: a recording or sample (as
+    OpenAI's 10 MiB); min_sample_seconds / max_consent_seconds: how long a sample must be, a consent may
+    be; instant_speakers: how many base speakers, nearest the sample, blend into its instant voice.
+    """
+
+    phrases: dict[str, str] = field(default_factory=lambda: dict(CONSENT_PHRASES))
+    max_word_error_rate: float = 0.35
+    max_file_bytes: int = 10 << 20
+    min_sample_seconds: float = 10.0
+    max_consent_seconds: float = 60.0
+    instant_speakers: int = 3
 
 
 @with_config(ConfigDict(extra="forbid"))
@@ -42,6 +70,7 @@ class TenantLimits:
     active_jobs: PositiveInt = 2
     voices: PositiveInt = 1_000
     voice_bytes: PositiveInt = 2 << 30
+    consents: PositiveInt = 100  # consent recordings kept (OpenAI's custom voices)
 
 
 @with_config(ConfigDict(extra="forbid"))
@@ -149,6 +178,17 @@ class ServerSettings:
     adapt: AdaptConfig = field(
         default_factory=functools.partial(AdaptConfig, steps=ONBOARDING_STEPS, threads=ONBOARDING_THREADS)
     )
+    # How a voice from one short sample (OpenAI's custom voices) is refined in the background.
+    adapt_sample: AdaptConfig = field(
+        default_factory=functools.partial(
+            AdaptConfig,
+            steps=SAMPLE_STEPS,
+            threads=ONBOARDING_THREADS,
+            min_minutes=SAMPLE_MIN_MINUTES,
+            transcribed_clip_seconds=SAMPLE_CLIP_SECONDS,
+        )
+    )
+    consent: ConsentSettings = field(default_factory=ConsentSettings)
     jobs_dir: Path | None = None  # default: see :func:`jobs_dir`
     progress_interval: float = 1.0  # least seconds between two progress writes of a running job
     store_probe_seconds: float = 5.0  # /healthz probes the store's writability at most this often

@@ -79,25 +79,47 @@ class OnboardingForm:
         await self.form.close()
 
 
-async def read_onboarding_form(request: Request, limits: UploadLimits) -> OnboardingForm:
-    """The request's form, its fields checked (415 not multipart, 411 no length, 413 too large, 400 a bad
-    or missing field)."""
+async def read_multipart(
+    request: Request, max_bytes: int, max_files: int, expected: str, max_part_size: int = 1 << 20
+) -> FormData:
+    """The request's multipart form (415 not multipart, saying ``expected``; 411 no length; 413 over
+    ``max_bytes``); close it when done."""
     content_type = request.headers.get("content-type", "")
     if not content_type.lower().startswith("multipart/form-data"):
-        raise ApiError(
-            415,
-            "expected a multipart/form-data upload (fields name, consent, and files 'clips' "
-            f"with 'transcripts', or one 'archive'), got {content_type[:60] or 'none'!r}",
-        )
+        raise ApiError(415, f"expected a multipart/form-data upload ({expected}), got {content_type[:60] or 'none'!r}")
     declared = request.headers.get("content-length")
     if not declared or not declared.isdigit():
         raise ApiError(411, "uploads need a Content-Length header")
-    if int(declared) > limits.max_upload_bytes:
-        raise ApiError(
-            413, f"the upload is {int(declared)} bytes; at most {limits.max_upload_bytes}", type="request_too_large"
-        )
-    form = await request.form(
-        max_files=limits.max_clips + 1, max_fields=16, max_part_size=max(1 << 20, 200 * limits.max_clips)
+    if int(declared) > max_bytes:
+        raise ApiError(413, f"the upload is {int(declared)} bytes; at most {max_bytes}", type="request_too_large")
+    return await request.form(max_files=max_files, max_fields=16, max_part_size=max_part_size)
+
+
+def form_text(form: FormData, name: str, required: bool, max_chars: int) -> str | None:
+    """A text field of ``form`` (400 when a required one is missing, a file, or over ``max_chars``)."""
+    return _text(form, name, required, max_chars)
+
+
+async def form_file(form: FormData, name: str, max_bytes: int) -> tuple[str, bytes]:
+    """The one file ``name`` of ``form``: its file name and bytes (400 missing or not a file, 413 too large)."""
+    upload = form.get(name)
+    if not isinstance(upload, UploadFile):
+        raise ApiError(400, f"the form field {name!r} must be an audio file", param=name)
+    data = await upload.read(max_bytes + 1)
+    if len(data) > max_bytes:
+        raise ApiError(413, f"{name!r} is over {max_bytes} bytes", param=name, type="request_too_large")
+    return upload.filename or name, data
+
+
+async def read_onboarding_form(request: Request, limits: UploadLimits) -> OnboardingForm:
+    """The request's form, its fields checked (415 not multipart, 411 no length, 413 too large, 400 a bad
+    or missing field)."""
+    form = await read_multipart(
+        request,
+        limits.max_upload_bytes,
+        limits.max_clips + 1,
+        "fields name, consent, and files 'clips' with 'transcripts', or one 'archive'",
+        max_part_size=max(1 << 20, 200 * limits.max_clips),
     )
     try:
         return _checked(form, limits)

@@ -130,47 +130,8 @@ class _DatasetWriter:
             raise UploadError(f"{label}: empty transcript")
         if text is not None and len(text) > limits.max_transcript_chars:
             raise UploadError(f"{label}: transcript of {len(text)} characters; at most {limits.max_transcript_chars}")
-        decoded = None
-        try:
-            info = sf.info(io.BytesIO(data))
-            rate, frames = info.samplerate, info.frames
-        except Exception:  # noqa: BLE001 - libsndfile raises several types for non-audio
-            try:  # AAC/M4A, WebM: FFmpeg's decoders, stopped as soon as the clip is longer than it may be
-                decoded = decode_with_av(io.BytesIO(data), max_seconds=longest)
-            except AudioTooLong as error:
-                raise UploadError(
-                    f"{label}: {error.seconds:.1f} s or more; a clip may last at most {longest:g} s"
-                ) from None
-            if decoded is None:
-                raise UploadError(
-                    f"{label}: not a readable audio file (WAV, FLAC, OGG, MP3, AAC/M4A or WebM)", 415
-                ) from None
-            rate, frames = decoded[1], len(decoded[0])
-        if not limits.min_sample_rate <= rate <= limits.max_sample_rate:
-            raise UploadError(
-                f"{label}: sample rate {rate} Hz outside {limits.min_sample_rate}-{limits.max_sample_rate} Hz"
-            )
-        if frames > longest * rate:  # refused before decoding it all
-            raise UploadError(f"{label}: {frames / rate:.1f} s; a clip may last at most {longest:g} s")
-        if decoded is not None:
-            audio = decoded[0]
-        else:
-            try:
-                audio, rate = sf.read(io.BytesIO(data), dtype="float32", always_2d=True)
-            except Exception:  # noqa: BLE001
-                raise UploadError(f"{label}: the audio could not be decoded", 415) from None
-        if audio.shape[0] == 0:
-            raise UploadError(f"{label}: zero-length audio")
-        mono = audio.mean(axis=1)
+        mono, rate = decode_recording(label, data, longest, limits)
         seconds = len(mono) / rate
-        if seconds > longest:
-            raise UploadError(f"{label}: {seconds:.1f} s; a clip may last at most {longest:g} s")
-        if seconds < limits.min_clip_seconds:
-            raise UploadError(f"{label}: {seconds:.2f} s; a clip must last at least {limits.min_clip_seconds:g} s")
-        if not np.isfinite(mono).all():
-            raise UploadError(f"{label}: the audio holds non-finite samples")
-        if float(np.abs(mono).max()) < 1e-4:
-            raise UploadError(f"{label}: the clip is silent")
         self.seconds += seconds
         if self.seconds > limits.max_total_seconds:
             raise UploadError(f"more than {limits.max_total_seconds / 60:g} minutes of audio in one upload", 413)
@@ -194,6 +155,55 @@ class _DatasetWriter:
             )
         (self.folder / "metadata.csv").write_text("\n".join(self.lines) + "\n", encoding="utf-8")
         return PreparedUpload(self.folder, len(self.lines), round(self.seconds, 2), self.digest.hexdigest())
+
+
+def decode_recording(label: str, data: bytes, longest: float, limits: UploadLimits) -> tuple[np.ndarray, int]:
+    """An uploaded recording's mono samples ``[samples]`` and rate, checked: a readable audio file (by
+    libsndfile, else FFmpeg's decoders stopped once it is longer than ``longest`` seconds), its rate within
+    the limits, at least ``limits.min_clip_seconds`` long, finite and not silent; ``UploadError`` (named
+    by ``label``) otherwise."""
+    decoded = None
+    try:
+        info = sf.info(io.BytesIO(data))
+        rate, frames = info.samplerate, info.frames
+    except Exception:  # noqa: BLE001 - libsndfile raises several types for non-audio
+        try:  # AAC/M4A, WebM: FFmpeg's decoders, stopped as soon as the clip is longer than it may be
+            decoded = decode_with_av(io.BytesIO(data), max_seconds=longest)
+        except AudioTooLong as error:
+            raise UploadError(
+                f"{label}: {error.seconds:.1f} s or more; a clip may last at most {longest:g} s"
+            ) from None
+        if decoded is None:
+            raise UploadError(
+                f"{label}: not a readable audio file (WAV, FLAC, OGG, MP3, AAC/M4A or WebM)", 415
+            ) from None
+        rate, frames = decoded[1], len(decoded[0])
+    if not limits.min_sample_rate <= rate <= limits.max_sample_rate:
+        raise UploadError(
+            f"{label}: sample rate {rate} Hz outside {limits.min_sample_rate}-{limits.max_sample_rate} Hz"
+        )
+    if frames > longest * rate:  # refused before decoding it all
+        raise UploadError(f"{label}: {frames / rate:.1f} s; a clip may last at most {longest:g} s")
+    if decoded is not None:
+        audio = decoded[0]
+    else:
+        try:
+            audio, rate = sf.read(io.BytesIO(data), dtype="float32", always_2d=True)
+        except Exception:  # noqa: BLE001
+            raise UploadError(f"{label}: the audio could not be decoded", 415) from None
+    if audio.shape[0] == 0:
+        raise UploadError(f"{label}: zero-length audio")
+    mono = audio.mean(axis=1)
+    seconds = len(mono) / rate
+    if seconds > longest:
+        raise UploadError(f"{label}: {seconds:.1f} s; a clip may last at most {longest:g} s")
+    if seconds < limits.min_clip_seconds:
+        raise UploadError(f"{label}: {seconds:.2f} s; a clip must last at least {limits.min_clip_seconds:g} s")
+    if not np.isfinite(mono).all():
+        raise UploadError(f"{label}: the audio holds non-finite samples")
+    if float(np.abs(mono).max()) < 1e-4:
+        raise UploadError(f"{label}: the clip is silent")
+    return mono, rate
 
 
 def prepare_clips(

@@ -54,12 +54,18 @@ SWEEP_SECONDS = 30.0  # how often an idle worker removes the folders of jobs tha
 _consent_lock = threading.Lock()
 
 
+# A job's recipe: CLIPS for an upload of clips (``ServerSettings.adapt``), SAMPLE for a voice refined from
+# one short sample in the background (``ServerSettings.adapt_sample``: OpenAI's custom voices).
+CLIPS, SAMPLE = "clips", "sample"
+
+
 @dataclass(frozen=True)
 class OnboardingJob:
     job_id: str
     tenant: str
     voice_id: str
     name: str
+    recipe: str = CLIPS
 
 
 def write_job_file(job_dir: Path, job: OnboardingJob) -> None:
@@ -71,6 +77,7 @@ def write_job_file(job_dir: Path, job: OnboardingJob) -> None:
                 "tenant": job.tenant,
                 "voice_id": job.voice_id,
                 "name": job.name,
+                "recipe": job.recipe,
                 "created": time.time(),
             }
         ),
@@ -100,8 +107,9 @@ class JobRunner:
     """Runs onboarding jobs one at a time in a background thread.
 
     ``bundle_factory`` gives a private copy of the base for each job (``adapt`` adds its adapter to the
-    model it is given; the resident serving model must not see that); ``config`` is the recipe every job
-    trains with (``ServerSettings.adapt``). ``on_ready(tenant, voice_id)``
+    model it is given; the resident serving model must not see that); ``config`` is the recipe jobs of
+    clips train with (``ServerSettings.adapt``), ``sample_config`` the one of a voice refined from one
+    short sample (``ServerSettings.adapt_sample``; default ``config``). ``on_ready(tenant, voice_id)``
     is called once a voice is stored. ``progress_interval``: least seconds between two progress writes.
     ``poll_seconds``: how often an idle worker looks for published jobs of other servers (None: never).
     Subclasses change where a queued job runs by overriding :meth:`dispatch` (and :attr:`running`).
@@ -116,12 +124,14 @@ class JobRunner:
         on_ready: Callable[[str, str], None] | None = None,
         progress_interval: float = 1.0,
         poll_seconds: float | None = 1.0,
+        sample_config: AdaptConfig | None = None,
     ):
         self.store = store
         self.jobs_dir = Path(jobs_dir)
         self.jobs_dir.mkdir(parents=True, exist_ok=True)
         self.bundle_factory = bundle_factory
         self.config = config
+        self.sample_config = sample_config or config
         self.on_ready = on_ready
         self.progress_interval = progress_interval
         self.poll_seconds = poll_seconds
@@ -229,7 +239,13 @@ class JobRunner:
                 if requeued is None:
                     continue
                 self._queue.put(
-                    OnboardingJob(job.job_id, job.tenant, job.voice_id, str(meta.get("name") or job.voice_id))
+                    OnboardingJob(
+                        job.job_id,
+                        job.tenant,
+                        job.voice_id,
+                        str(meta.get("name") or job.voice_id),
+                        str(meta.get("recipe") or CLIPS),
+                    )
                 )
                 resumed.append(job.job_id)
             else:
@@ -322,7 +338,13 @@ class JobRunner:
             self.fail(record.job_id, "its uploaded clips are gone; upload them again")
             return None
         log.info("onboarding job %s (%s/%s) taken from the shared queue", record.job_id, record.tenant, record.voice_id)
-        return OnboardingJob(record.job_id, record.tenant, record.voice_id, str(meta.get("name") or record.voice_id))
+        return OnboardingJob(
+            record.job_id,
+            record.tenant,
+            record.voice_id,
+            str(meta.get("name") or record.voice_id),
+            str(meta.get("recipe") or CLIPS),
+        )
 
     def dispatch(self, job: OnboardingJob) -> None:
         """Called by the worker thread for each queued job, in order: trains it here (:meth:`run`)."""
@@ -350,13 +372,20 @@ class JobRunner:
                 job_dir / DATA_DIR,
                 bundle,
                 job_dir / OUT_DIR,
-                self.config,
+                self.sample_config if job.recipe == SAMPLE else self.config,
                 progress=False,
                 name=job.name,
                 on_step=self._progress_reporter(job),
             )
             card = result.card
             metrics = card.metrics
+            if job.recipe == SAMPLE and not metrics["validation_mel_l1_best"] < metrics["validation_mel_l1_start"]:
+                # A sample's voice already speaks (its instant voice): refinement must earn its place.
+                raise ValueError(
+                    f"refinement did not improve on the held-out part of the sample (mel L1 "
+                    f"{metrics['validation_mel_l1_start']:.3f} -> {metrics['validation_mel_l1_best']:.3f}); "
+                    "the instant voice stays"
+                )
             similarity = metrics.get("encoder_similarity_to_clips")
             self.store.update_job(
                 job.job_id,

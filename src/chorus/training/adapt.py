@@ -166,10 +166,15 @@ def adapt(data: str | Path, bundle: ModelBundle, out: str | Path, config: AdaptC
     if not needs_transcripts(data):
         return _adapt(data, bundle, out, config, **options)
     with tempfile.TemporaryDirectory(prefix="chorus-transcribed-") as work:
-        auto = auto_transcribe(data, work, progress=options.get("progress", True))
+        auto = auto_transcribe(
+            data, work, max_seconds=config.transcribed_clip_seconds, progress=options.get("progress", True)
+        )
         print(f"{auto.automatic} of {auto.clips} clip(s) transcribed by Whisper ({auto.seconds / 60:.1f} min of audio)")
         notes = {"automatic_transcripts": f"{auto.automatic} of {auto.clips} clips (Whisper tiny.en)"}
-        return _adapt(auto.folder, bundle, out, config, extra_notes=notes, **options)
+        try:
+            return _adapt(auto.folder, bundle, out, config, extra_notes=notes, **options)
+        except ValueError as error:  # name the recordings given, not the temporary folder made from them
+            raise ValueError(str(error).replace(str(auto.folder), str(data)).replace(work, str(data))) from None
 
 
 def _adapt(

@@ -7,6 +7,7 @@ from typing import Annotated
 from fastapi import Depends, Request
 
 from chorus.serving.errors import ApiError
+from chorus.serving.json_body import BodyError, loads_bounded
 from chorus.serving.schemas import ErrorBody
 from chorus.serving.server import VoiceServer
 from chorus.serving.tenants import OPERATOR_TENANT
@@ -39,3 +40,22 @@ def is_operator(request: Request, server: VoiceServer) -> bool:
         return server.authenticate(request) == OPERATOR_TENANT
     except ApiError:
         return False
+
+
+async def read_json(request: Request, limit: int) -> object:
+    """The request's JSON body: 415 for another content type, 413 past ``limit`` bytes, 400 if malformed."""
+    content_type = request.headers.get("content-type", "")
+    if content_type.split(";")[0].strip().lower() != "application/json":
+        raise ApiError(415, f"expected Content-Type application/json, got {content_type[:60] or 'none'!r}")
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > limit:
+        raise ApiError(413, f"the request body is over {limit} bytes", type="request_too_large")
+    body = b""
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > limit:
+            raise ApiError(413, f"the request body is over {limit} bytes", type="request_too_large")
+    try:
+        return loads_bounded(body)
+    except BodyError as error:
+        raise ApiError(400, str(error)) from None

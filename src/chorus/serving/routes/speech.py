@@ -30,8 +30,7 @@ from starlette.concurrency import run_in_threadpool
 from chorus.audio.encode import FORMATS, AudioStream, encode_whole, output_rate
 from chorus.serving.engine import EngineVoice
 from chorus.serving.errors import ApiError, synthesis_error
-from chorus.serving.json_body import BodyError, loads_bounded
-from chorus.serving.routes.deps import ERRORS, Server, Tenant
+from chorus.serving.routes.deps import ERRORS, Server, Tenant, read_json
 from chorus.serving.schemas import CONTENT_TYPES, PCM_RATE, CaptionedSpeech, SpeechRequest, parse_speech
 from chorus.serving.server import VoiceServer
 from chorus.synthesis.timeline import Timeline, layout, silence
@@ -50,25 +49,6 @@ CLIENT_CLOSED_REQUEST = 499
 _BODY = {
     "requestBody": {"required": True, "content": {"application/json": {"schema": SpeechRequest.model_json_schema()}}}
 }
-
-
-async def read_json(request: Request, limit: int) -> object:
-    """The request's JSON body: 415 for another content type, 413 past ``limit`` bytes, 400 if malformed."""
-    content_type = request.headers.get("content-type", "")
-    if content_type.split(";")[0].strip().lower() != "application/json":
-        raise ApiError(415, f"expected Content-Type application/json, got {content_type[:60] or 'none'!r}")
-    declared = request.headers.get("content-length")
-    if declared and declared.isdigit() and int(declared) > limit:
-        raise ApiError(413, f"the request body is over {limit} bytes", type="request_too_large")
-    body = b""
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > limit:
-            raise ApiError(413, f"the request body is over {limit} bytes", type="request_too_large")
-    try:
-        return loads_bounded(body)
-    except BodyError as error:
-        raise ApiError(400, str(error)) from None
 
 
 @dataclass

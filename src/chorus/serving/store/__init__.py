@@ -42,6 +42,7 @@ import fsspec
 from chorus.serving.metadata import Database, open_database, public_url
 from chorus.serving.store.backends import Backends, outage_errors
 from chorus.serving.store.cache import DownloadCache, default_cache_dir
+from chorus.serving.store.consents import Consents
 from chorus.serving.store.jobs import Jobs
 from chorus.serving.store.layout import MARKER_FILE, BlobLayout
 from chorus.serving.store.maintenance import CopyReport, Maintenance, RepairReport, VerifyReport
@@ -49,6 +50,9 @@ from chorus.serving.store.owners import LEASE_SECONDS, Owners, RecoveryReport
 from chorus.serving.store.records import (
     ACTIVE_JOB,
     FINISHED_JOB,
+    ConsentInUse,
+    ConsentNotFound,
+    ConsentRecord,
     InvalidId,
     JobNotFound,
     JobRecord,
@@ -70,6 +74,9 @@ __all__ = [
     "ACTIVE_JOB",
     "FINISHED_JOB",
     "MARKER_FILE",
+    "ConsentInUse",
+    "ConsentNotFound",
+    "ConsentRecord",
     "CopyReport",
     "InvalidId",
     "JobNotFound",
@@ -132,6 +139,7 @@ class VoiceStore:
             self._backends = Backends(layout, db, self.owner)
             self._voices = Voices(self._backends, DownloadCache(self.cache_dir))
             self._jobs = Jobs(self._backends, self._voices)
+            self._consents = Consents(self._backends)
             self._owners = Owners(self._backends, self._voices, self._jobs, lease_seconds)
             self._owners.register()
         except (OSError, sqlite3.Error, *outage_errors()) as error:
@@ -249,12 +257,42 @@ class VoiceStore:
         method: str | None = None,
         max_active_jobs: int | None = None,
         max_voices: int | None = None,
+        consent_id: str | None = None,
+        instant: str | None = None,
     ) -> str:
         """Queue a training job for a new voice (or a failed one), within the quotas given; its id. See
         :meth:`Jobs.create`."""
         return self._jobs.create(
-            tenant, voice_id, name=name, method=method, max_active_jobs=max_active_jobs, max_voices=max_voices
+            tenant,
+            voice_id,
+            name=name,
+            method=method,
+            max_active_jobs=max_active_jobs,
+            max_voices=max_voices,
+            consent_id=consent_id,
+            instant=instant,
         )
+
+    # -- consent recordings (OpenAI's custom voices; see :mod:`chorus.serving.store.consents`)
+    def create_consent(self, tenant: str, **fields) -> ConsentRecord:
+        """Keep a checked consent recording (fields of :meth:`Consents.create`)."""
+        return self._consents.create(tenant, **fields)
+
+    def consent(self, tenant: str, consent_id: str) -> ConsentRecord:
+        return self._consents.get(tenant, consent_id)
+
+    def consent_recording(self, tenant: str, consent_id: str) -> bytes:
+        return self._consents.recording(tenant, consent_id)
+
+    def list_consents(self, tenant: str, after: str | None = None, limit: int | None = None) -> list[ConsentRecord]:
+        return self._consents.of_tenant(tenant, after, limit)
+
+    def rename_consent(self, tenant: str, consent_id: str, name: str) -> ConsentRecord:
+        return self._consents.rename(tenant, consent_id, name)
+
+    def delete_consent(self, tenant: str, consent_id: str) -> None:
+        """Forget a consent recording; ``ConsentInUse`` while voices made under it exist."""
+        self._consents.delete(tenant, consent_id)
 
     def update_job(
         self,

@@ -44,8 +44,12 @@ class Jobs:
         method: str | None = None,
         max_active_jobs: int | None = None,
         max_voices: int | None = None,
+        consent_id: str | None = None,
+        instant: str | None = None,
     ) -> str:
-        """Queue a training job for a new voice (or a failed one): the voice is listed as training.
+        """Queue a training job for a new voice (or a failed one): the voice is listed as training (made
+        under consent recording ``consent_id``, speaking as the blend ``instant`` until it is ready, for
+        OpenAI's custom voices).
         Returns the job id. Raises ``VoiceConflict`` if the voice is ready, training or being deleted, and
         ``QuotaReached`` if ``tenant`` has ``max_active_jobs`` jobs queued or running, or ``max_voices``
         voices, already: counted in the same transaction, so servers sharing the store cannot both take
@@ -75,7 +79,7 @@ class Jobs:
                 "VALUES (?, ?, ?, ?, 0, ?, ?, ?)",
                 (job_id, tenant, voice_id, JobStatus.QUEUED, now, now, self._owner),
             )
-            self._voices.mark_training(db, tenant, voice_id, name or voice_id, method, job_id, now)
+            self._voices.mark_training(db, tenant, voice_id, name or voice_id, method, job_id, now, consent_id, instant)
         return job_id
 
     def update(

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -52,6 +53,14 @@ class VoiceNotReady(LookupError):
     """The voice exists but may not be served: it is training or has failed."""
 
 
+class ConsentNotFound(KeyError):
+    """No such consent recording for this tenant (whether or not another tenant has one of that id)."""
+
+
+class ConsentInUse(RuntimeError):
+    """A consent recording that voices were made under: it is their audit record, kept while they exist."""
+
+
 class VoiceConflict(RuntimeError):
     """The voice id is taken: it is ready (delete it first), training, or being deleted."""
 
@@ -91,6 +100,25 @@ class VoiceRecord:
     job_id: str | None  # the job that trains (or trained) it
     error: str | None  # why it failed
     owner: str | None = None  # the store that is uploading or deleting it (see ``VoiceStore.reclaim``)
+    consent_id: str | None = None  # the consent recording it was made under (OpenAI's custom voices)
+    instant: str | None = None  # a blend of base speakers it speaks as until its adapted voice is ready
+
+
+@dataclass(frozen=True)
+class ConsentRecord:
+    """One row of the ``consents`` table: a consent recording (an audit record, kept while any voice made
+    under it exists). ``heard``: Whisper's transcript of it; ``embedding``: its speaker in the encoder's
+    space ``[D]``; the recording itself is read only by :meth:`VoiceStore.consent_recording`."""
+
+    tenant: str
+    consent_id: str
+    name: str
+    language: str
+    created: float
+    heard: str
+    word_error_rate: float
+    embedding: tuple[float, ...]
+    recording_sha256: str
 
 
 @dataclass(frozen=True)
@@ -134,6 +162,22 @@ def voice_record(row: Mapping) -> VoiceRecord:
         job_id=row["job_id"],
         error=row["error"],
         owner=row["owner"],
+        consent_id=row["consent_id"],
+        instant=row["instant"],
+    )
+
+
+def consent_record(row: Mapping) -> ConsentRecord:
+    return ConsentRecord(
+        tenant=row["tenant"],
+        consent_id=row["id"],
+        name=row["name"],
+        language=row["language"],
+        created=row["created"],
+        heard=row["heard"],
+        word_error_rate=row["word_error_rate"],
+        embedding=tuple(json.loads(row["embedding"])),
+        recording_sha256=row["recording_sha256"],
     )
 
 

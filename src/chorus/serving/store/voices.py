@@ -253,14 +253,19 @@ class Voices:
         method: str | None,
         job_id: str | None,
         now: float,
+        consent_id: str | None = None,
+        instant: str | None = None,
     ) -> None:
         """List the voice as training, owned by this store (a new row, or one that was failed)."""
         db.execute(
-            "INSERT INTO voices (tenant, id, name, status, created, updated, blob_url, method, job_id, owner) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+            "INSERT INTO voices (tenant, id, name, status, created, updated, blob_url, method, job_id, owner, "
+            "consent_id, instant) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
             "ON CONFLICT (tenant, id) DO UPDATE SET name=excluded.name, status=excluded.status, "
             "updated=excluded.updated, sha256=NULL, size_bytes=NULL, method=excluded.method, "
-            "job_id=excluded.job_id, error=NULL, owner=excluded.owner",
+            "job_id=excluded.job_id, error=NULL, owner=excluded.owner, "
+            # the upload of a job's own voice keeps what the job was queued with (its consent, its instant voice)
+            "consent_id=CASE WHEN voices.job_id=excluded.job_id THEN voices.consent_id ELSE excluded.consent_id END, "
+            "instant=CASE WHEN voices.job_id=excluded.job_id THEN voices.instant ELSE excluded.instant END",
             (
                 tenant,
                 voice_id,
@@ -272,6 +277,8 @@ class Voices:
                 method,
                 job_id,
                 self._owner,
+                consent_id,
+                instant,
             ),
         )
 

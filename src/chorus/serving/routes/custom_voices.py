@@ -1,0 +1,241 @@
+"""OpenAI's custom voices, as its API and SDK shape them: consent recordings (``/v1/audio/voice_consents``:
+create, list, retrieve, rename, delete) and voices from one sample (``POST /v1/audio/voices``,
+``DELETE /v1/audio/voices/{id}``; Chorus adds ``GET /v1/audio/voices/{id}`` for the voice's stage).
+
+A consent must read the server's phrase for its language; a sample must be the consent's speaker
+(:mod:`chorus.serving.custom_voices`). A new voice speaks at once as its instant voice and is refined by an
+adaptation job in the background (the sample transcribed and cut at silences); once that job is done the
+voice's next request speaks the adapted voice. A consent is kept while any voice made under it exists:
+deleting it then is refused (409, naming the voices), since it is their audit record.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import secrets
+
+from fastapi import APIRouter, Request
+from starlette.concurrency import run_in_threadpool
+
+from chorus.serving.errors import ApiError, voice_not_found
+from chorus.serving.quotas import check_onboarding, quota_reached
+from chorus.serving.routes.deps import ERRORS, Server, Tenant, read_json
+from chorus.serving.schemas import (
+    AudioVoice,
+    AudioVoiceDeleted,
+    VoiceConsent,
+    VoiceConsentDeleted,
+    VoiceConsentList,
+)
+from chorus.serving.server import VoiceServer
+from chorus.serving.store import (
+    ConsentInUse,
+    ConsentNotFound,
+    ConsentRecord,
+    InvalidId,
+    QuotaReached,
+    VoiceConflict,
+    VoiceNotFound,
+    check_id,
+)
+from chorus.serving.upload_form import form_file, form_text, read_multipart
+from chorus.serving.uploads import decode_recording, prepare_clips
+from chorus.serving.worker import SAMPLE, OnboardingJob
+
+router = APIRouter()
+
+VOICE_PREFIX = "voice_"
+_CONSENTS = "/v1/audio/voice_consents"
+
+
+def consent_json(record: ConsentRecord) -> dict:
+    return VoiceConsent(
+        id=record.consent_id, name=record.name, language=record.language, created_at=int(record.created)
+    ).model_dump()
+
+
+def _consent(server: VoiceServer, tenant: str, consent_id: str, param: str | None = None) -> ConsentRecord:
+    """The tenant's consent (another tenant's is not found, as one that never was)."""
+    try:
+        return server.store.consent(tenant, check_id(consent_id, "consent id"))
+    except (ConsentNotFound, InvalidId):
+        raise ApiError(
+            404, f"consent recording {consent_id[:80]!r} not found", type="not_found_error", param=param
+        ) from None
+
+
+def _name(form, max_chars: int = 100) -> str:
+    name = (form_text(form, "name", True, max_chars) or "").strip()
+    if not name or not name.isprintable():
+        raise ApiError(400, f"'name' must be 1-{max_chars} printable characters", param="name")
+    return name
+
+
+# -- consent recordings
+@router.post(_CONSENTS, responses={200: {"model": VoiceConsent}, **ERRORS})
+async def create_consent(request: Request, tenant: Tenant, server: Server):
+    """A consent recording: multipart ``name``, ``language`` (BCP 47) and ``recording`` (<= 10 MiB); it
+    must read the server's phrase for the language (400 quoting what was heard otherwise)."""
+    settings = server.settings.consent
+    form = await read_multipart(request, settings.max_file_bytes + (64 << 10), 1, "fields name, language, recording")
+    try:
+        name = _name(form)
+        language = (form_text(form, "language", True, 35) or "").strip()
+        filename, data = await form_file(form, "recording", settings.max_file_bytes)
+    finally:
+        await form.close()
+    checks = server.custom_voices
+    checks.phrase(language)  # a language without a phrase: refused before any decoding
+    audio, rate = await run_in_threadpool(
+        decode_recording, "recording", data, settings.max_consent_seconds, server.settings.upload
+    )
+    heard, error_rate = await run_in_threadpool(checks.heard, audio, rate, language)
+    embedding = await run_in_threadpool(checks.embed, audio, rate)
+    try:
+        record = server.store.create_consent(
+            tenant,
+            name=name,
+            language=language,
+            heard=heard,
+            word_error_rate=error_rate,
+            embedding=embedding.tolist(),
+            recording=data,
+            max_consents=server.settings.limits.of(tenant).consents,
+        )
+    except QuotaReached as error:
+        raise quota_reached(error) from None
+    return consent_json(record)
+
+
+@router.get(_CONSENTS, responses={200: {"model": VoiceConsentList}, **ERRORS})
+def list_consents(tenant: Tenant, server: Server, after: str | None = None, limit: int = 20):
+    if not 1 <= limit <= 100:
+        raise ApiError(400, "'limit' must be 1-100", param="limit")
+    if after is not None:
+        _consent(server, tenant, after, param="after")
+    records = server.store.list_consents(tenant, after, limit + 1)
+    page = records[:limit]
+    return VoiceConsentList(
+        data=[consent_json(r) for r in page],
+        first_id=page[0].consent_id if page else None,
+        last_id=page[-1].consent_id if page else None,
+        has_more=len(records) > limit,
+    ).model_dump()
+
+
+@router.get(_CONSENTS + "/{consent_id}", responses={200: {"model": VoiceConsent}, **ERRORS})
+def retrieve_consent(consent_id: str, tenant: Tenant, server: Server):
+    return consent_json(_consent(server, tenant, consent_id))
+
+
+@router.post(_CONSENTS + "/{consent_id}", responses={200: {"model": VoiceConsent}, **ERRORS})
+async def update_consent(consent_id: str, request: Request, tenant: Tenant, server: Server):
+    """Rename a consent recording (the only change a consent takes): JSON ``{"name": ...}``."""
+    _consent(server, tenant, consent_id)
+    body = await read_json(request, 4 << 10)
+    name = body.get("name") if isinstance(body, dict) else None
+    if not isinstance(name, str) or not name.strip() or len(name) > 100 or not name.isprintable():
+        raise ApiError(400, "'name' must be 1-100 printable characters", param="name")
+    return consent_json(server.store.rename_consent(tenant, consent_id, name.strip()))
+
+
+@router.delete(_CONSENTS + "/{consent_id}", responses={200: {"model": VoiceConsentDeleted}, **ERRORS})
+def delete_consent(consent_id: str, tenant: Tenant, server: Server):
+    _consent(server, tenant, consent_id)
+    try:
+        server.store.delete_consent(tenant, consent_id)
+    except ConsentInUse as error:
+        raise ApiError(409, str(error), type="conflict_error", code="consent_in_use") from None
+    except ConsentNotFound:
+        raise ApiError(404, f"consent recording {consent_id!r} not found", type="not_found_error") from None
+    return VoiceConsentDeleted(id=consent_id).model_dump()
+
+
+# -- voices from a sample
+@router.post("/v1/audio/voices", responses={200: {"model": AudioVoice}, **ERRORS})
+async def create_audio_voice(request: Request, tenant: Tenant, server: Server):
+    """A voice from multipart ``name``, ``audio_sample`` (10 s and up, <= 10 MiB) and ``consent`` (an id):
+    answered as soon as the checks pass, speaking at once as its instant voice, refined in the background."""
+    settings = server.settings
+    consent_settings = settings.consent
+    check_onboarding(server.store, tenant, settings.limits, server.jobs.queued)
+    form = await read_multipart(
+        request, consent_settings.max_file_bytes + (64 << 10), 1, "fields name, consent, audio_sample"
+    )
+    try:
+        kind = form_text(form, "type", False, 20)
+        if kind not in (None, "audio_sample"):
+            raise ApiError(400, f"type {kind!r} is not supported here: only 'audio_sample'", param="type")
+        name = _name(form)
+        consent = _consent(server, tenant, (form_text(form, "consent", True, 80) or "").strip(), param="consent")
+        filename, data = await form_file(form, "audio_sample", consent_settings.max_file_bytes)
+    finally:
+        await form.close()
+    checks = server.custom_voices
+    limits = dataclasses.replace(settings.upload, min_total_seconds=consent_settings.min_sample_seconds)
+    audio, rate = await run_in_threadpool(
+        decode_recording, "audio_sample", data, limits.max_total_seconds, settings.upload
+    )
+    if len(audio) / rate < consent_settings.min_sample_seconds:
+        raise ApiError(
+            400,
+            f"the sample lasts {len(audio) / rate:.1f} s; at least {consent_settings.min_sample_seconds:g} s",
+            param="audio_sample",
+        )
+    embedding = await run_in_threadpool(checks.embed, audio, rate)
+    await run_in_threadpool(checks.same_speaker, consent.embedding, embedding)
+    instant = await run_in_threadpool(checks.instant_voice, embedding)
+    voice_id = VOICE_PREFIX + secrets.token_hex(12)
+    upload_dir = server.jobs.new_upload_dir()
+    try:
+        prepared = await run_in_threadpool(prepare_clips, [(filename, data)], None, upload_dir / "voice", limits)
+        own = settings.limits.of(tenant)
+        try:
+            job_id = server.store.create_job(
+                tenant,
+                voice_id,
+                name=name,
+                method=settings.adapt_sample.methods.spec,
+                max_active_jobs=own.active_jobs,
+                max_voices=own.voices,
+                consent_id=consent.consent_id,
+                instant=instant,
+            )
+        except VoiceConflict as error:
+            raise ApiError(409, str(error), type="conflict_error") from None
+        except QuotaReached as error:
+            raise quota_reached(error) from None
+        await run_in_threadpool(
+            server.jobs.submit,
+            upload_dir,
+            OnboardingJob(job_id, tenant, voice_id, name, SAMPLE),
+            {
+                "statement": f"consent recording {consent.consent_id} ({consent.heard!r})",
+                "consent_id": consent.consent_id,
+                "clips": prepared.clips,
+                "seconds": prepared.seconds,
+                "audio_sha256": prepared.audio_sha256,
+            },
+        )
+        upload_dir = None
+    finally:
+        if upload_dir is not None:
+            server.jobs.discard(upload_dir)
+    return server.audio_voice_json(server.store.voice(tenant, voice_id))
+
+
+@router.get("/v1/audio/voices/{voice_id}", responses={200: {"model": AudioVoice}, **ERRORS})
+def retrieve_audio_voice(voice_id: str, tenant: Tenant, server: Server):
+    """A voice made from a sample, with its stage (Chorus's; OpenAI's SDK has no retrieve)."""
+    return server.audio_voice_json(server.record(tenant, voice_id))
+
+
+@router.delete("/v1/audio/voices/{voice_id}", responses={200: {"model": AudioVoiceDeleted}, **ERRORS})
+def delete_audio_voice(voice_id: str, tenant: Tenant, server: Server):
+    server.check_voice_id(voice_id)
+    try:
+        server.store.delete_voice(tenant, voice_id)
+    except VoiceNotFound:
+        raise voice_not_found(voice_id) from None
+    server.forget(tenant, voice_id)
+    return AudioVoiceDeleted(id=voice_id).model_dump()

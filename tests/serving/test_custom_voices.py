@@ -1,0 +1,159 @@
+"""OpenAI's custom voices, end to end with the official ``openai`` SDK against a real ``chorus serve``
+(a subprocess on the tiny base): a consent recording, a voice from a sample that speaks at once as its
+instant voice, its refinement, deletes; and the refusals (wrong phrase, another speaker, another tenant's
+consent, an oversized file, an unknown format). The recordings are espeak-ng's, heard by the shipped
+Whisper and judged by the shipped speaker encoder."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import requests
+
+openai = pytest.importorskip("openai")
+pytest.importorskip("uvicorn")
+
+from chorus.serving.local_services import free_port  # noqa: E402
+from chorus.serving.settings import CONSENT_PHRASES  # noqa: E402
+
+SAMPLE_TEXT = (
+    "The birch canoe slid on the smooth planks. Glue the sheet to the dark blue background. "
+    "It is easy to tell the depth of a well. These days a chicken leg is a rare dish. "
+    "Rice is often served in round bowls."
+)
+KEYS = {"ann-key-0123456789abcdef": "ann", "bob-key-0123456789abcdef": "bob"}
+
+
+def espeak(path: Path, variant: str, text: str) -> Path:
+    subprocess.run(["espeak-ng", "-v", f"en-us+{variant}", "-w", str(path), text], check=True, timeout=60)
+    return path
+
+
+@pytest.fixture(scope="module")
+def recordings(tmp_path_factory) -> dict[str, Path]:
+    """f4 reads the consent phrase, a wrong phrase and a 12 s sample; m3 (another speaker) the sample."""
+    if shutil.which("espeak-ng") is None:
+        pytest.skip("needs Debian espeak-ng")
+    folder = tmp_path_factory.mktemp("recordings")
+    junk = folder / "notes.txt"
+    junk.write_text("not audio at all\n" * 100)
+    return {
+        "consent": espeak(folder / "consent.wav", "f4", CONSENT_PHRASES["en"]),
+        "wrong": espeak(folder / "wrong.wav", "f4", "I do not give anyone permission to copy my voice today."),
+        "sample": espeak(folder / "sample.wav", "f4", SAMPLE_TEXT),
+        "other": espeak(folder / "other.wav", "m3", SAMPLE_TEXT),
+        "junk": junk,
+    }
+
+
+@pytest.fixture(scope="module")
+def server_url(tiny_base, tmp_path_factory):
+    """``chorus serve`` on the tiny base with two tenants, on a free loopback port."""
+    folder = tmp_path_factory.mktemp("custom_voices_server")
+    keys = folder / "keys.txt"
+    keys.write_text("".join(f"{key} {tenant}\n" for key, tenant in KEYS.items()))
+    port = free_port()
+    chorus = Path(sys.executable).with_name("chorus")
+    command = [str(chorus), "serve", "--store", str(folder / "store"), "--model", str(tiny_base)]
+    command += ["--vocoder", "griffin-lim", "--keys", str(keys), "--port", str(port), "--sample-steps", "60"]
+    log = open(folder / "server.log", "w")  # noqa: SIM115 - closed below
+    process = subprocess.Popen(
+        command, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "OMP_NUM_THREADS": "1"}
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            if requests.get(f"{url}/healthz", timeout=2).json()["status"] == "ok":
+                break
+        except (requests.RequestException, ValueError):
+            pass
+        if process.poll() is not None or time.monotonic() > deadline:
+            process.kill()
+            raise AssertionError(f"chorus serve did not start:\n{(folder / 'server.log').read_text()[-3000:]}")
+        time.sleep(0.5)
+    yield url
+    process.terminate()
+    process.wait(30)
+    log.close()
+
+
+def client(url: str, tenant: str = "ann") -> openai.OpenAI:
+    key = next(k for k, t in KEYS.items() if t == tenant)
+    return openai.OpenAI(base_url=f"{url}/v1", api_key=key, max_retries=0, timeout=300)
+
+
+def stage(url: str, voice_id: str) -> dict:
+    return requests.get(
+        f"{url}/v1/audio/voices/{voice_id}", headers={"Authorization": "Bearer ann-key-0123456789abcdef"}, timeout=30
+    ).json()
+
+
+def test_the_openai_sdk_creates_speaks_refines_and_deletes_a_voice(server_url, recordings):
+    ann = client(server_url)
+    with open(recordings["consent"], "rb") as recording:
+        consent = ann.audio.voice_consents.create(name="Fiona's consent", language="en-US", recording=recording)
+    assert consent.object == "audio.voice_consent" and consent.id.startswith("cons_") and consent.language == "en-US"
+    assert ann.audio.voice_consents.retrieve(consent.id).name == "Fiona's consent"
+    assert ann.audio.voice_consents.update(consent.id, name="Fiona").name == "Fiona"
+    assert [c.id for c in ann.audio.voice_consents.list()] == [consent.id]
+
+    with open(recordings["sample"], "rb") as sample:
+        voice = ann.audio.voices.create(name="Fiona", consent=consent.id, audio_sample=sample)
+    assert voice.object == "audio.voice" and voice.id.startswith("voice_") and voice.name == "Fiona"
+    assert voice.type == "audio_sample" and voice.model_extra["stage"] == "instant"
+    instant = ann.audio.speech.create(
+        model="tts-1", voice={"id": voice.id}, input="Hello there.", response_format="wav"
+    )
+    assert instant.content[:4] == b"RIFF" and len(instant.content) > 1_000
+
+    deadline = time.monotonic() + 600
+    while (now := stage(server_url, voice.id))["stage"] != "adapted":
+        assert now["refinement"] != "failed", now
+        assert time.monotonic() < deadline, f"not refined in 10 minutes: {now}"
+        time.sleep(1)
+    adapted = ann.audio.speech.create(
+        model="tts-1", voice={"id": voice.id}, input="Hello there.", response_format="wav"
+    )
+    assert adapted.content[:4] == b"RIFF" and adapted.content != instant.content
+
+    with pytest.raises(openai.ConflictError, match="audit record"):
+        ann.audio.voice_consents.delete(consent.id)  # a voice made under it still exists
+    deleted = ann.audio.voices.delete(voice.id)
+    assert deleted.deleted and deleted.id == voice.id
+    with pytest.raises(openai.NotFoundError):
+        ann.audio.speech.create(model="tts-1", voice={"id": voice.id}, input="Hello.")
+    assert ann.audio.voice_consents.delete(consent.id).deleted
+    assert list(ann.audio.voice_consents.list()) == []
+
+
+def test_the_refusals(server_url, recordings):
+    ann, bob = client(server_url), client(server_url, "bob")
+    with open(recordings["wrong"], "rb") as recording, pytest.raises(openai.BadRequestError, match="heard") as wrong:
+        ann.audio.voice_consents.create(name="wrong", language="en", recording=recording)
+    assert wrong.value.code == "consent_phrase_mismatch"
+    with open(recordings["junk"], "rb") as junk, pytest.raises(openai.APIStatusError) as unknown:
+        ann.audio.voice_consents.create(name="junk", language="en", recording=junk)
+    assert unknown.value.status_code == 415
+    with pytest.raises(openai.APIStatusError) as oversized:
+        ann.audio.voice_consents.create(name="big", language="en", recording=("big.wav", b"\0" * (11 << 20)))
+    assert oversized.value.status_code == 413
+    with open(recordings["consent"], "rb") as recording:
+        consent = ann.audio.voice_consents.create(name="Fiona", language="en", recording=recording)
+    with (
+        open(recordings["other"], "rb") as other,
+        pytest.raises(openai.BadRequestError, match="similarity") as mismatch,
+    ):
+        ann.audio.voices.create(name="Not Fiona", consent=consent.id, audio_sample=other)
+    assert mismatch.value.code == "speaker_mismatch"
+    with open(recordings["sample"], "rb") as sample, pytest.raises(openai.NotFoundError):
+        bob.audio.voices.create(name="Stolen", consent=consent.id, audio_sample=sample)  # ann's consent
+    with pytest.raises(openai.NotFoundError):
+        bob.audio.voice_consents.retrieve(consent.id)
+    assert ann.audio.voice_consents.delete(consent.id).deleted
