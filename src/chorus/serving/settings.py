@@ -135,7 +135,7 @@ class ServerSettings:
 
     voice_aliases: dict[str, str] = field(default_factory=lambda: dict(OPENAI_VOICE_ALIASES))
 
-    max_text_chars: int = 2_000
+    max_text_chars: int = 4_096  # OpenAI's: clients cut long texts at it
     # Seconds of audio one request may ask for (its pauses plus its text as read out, estimated before any
     # synthesis): a short input of long breaks or thousands of digits must not cost minutes and megabytes.
     max_output_seconds: float = 300.0
