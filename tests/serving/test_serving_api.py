@@ -466,6 +466,25 @@ def test_models_voices_and_openai_voice_aliases(tenants_app, adapter_folders):
         store.delete_voice("globex", "nova")
 
 
+def test_given_voice_aliases_must_name_speakers_of_the_base(tiny_base, tmp_path):
+    """--voice-aliases naming no speaker stops the start with the alias and the speakers (never the
+    default speaker in its place); the built-in OpenAI names fall back on a base without theirs (above)."""
+    for aliases, fragment in [
+        ({"narrator": "flite-rms", "duet": "m3(1)+f2(1)"}, "'narrator' -> 'flite-rms': no such speaker. "),
+        ({"m3": "f2"}, "'m3' is a speaker's own name. "),
+    ]:
+        with pytest.raises(ValueError, match=re.escape(fragment)) as refused:
+            make_app(tiny_base, tmp_path / "refused", settings=dataclasses.replace(SETTINGS, voice_aliases=aliases))
+        assert "base's speakers: f2, m3" in str(refused.value) and "duet" not in str(refused.value)
+    given = {"narrator": "f2", "duet": "m3(1)+f2(1)"}
+    app, _ = make_app(tiny_base, tmp_path / "given", settings=dataclasses.replace(SETTINGS, voice_aliases=given))
+    with TestClient(app) as client:
+        assert client.get("/v1/audio/voices").json()["aliases"] == given
+        assert speak(client, voice="narrator").content == speak(client, voice="f2").content
+        assert speak(client, voice="duet").content == speak(client, voice="m3(1)+f2(1)").content
+        assert_error(speak(client, voice="alloy"), 404, "not found")  # the given map replaces the built-in one
+
+
 def library_speech(tiny_base, adapter_folders, voice: str, speed: float, text: str):
     """What ``Synthesizer.synthesize`` makes of ``text`` in ``voice`` (a speaker, a blend, or acme's ann)."""
     library = load_base(tiny_base, "griffin-lim")
