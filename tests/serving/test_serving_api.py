@@ -557,7 +557,7 @@ def test_captioned_speech_gives_word_and_phoneme_times(tenants_app):
     audio, rate = decode(base64.b64decode(captioned["audio"]))
     assert rate == captioned["sample_rate"] == 22050 and abs(len(audio) / rate - captioned["duration"]) < 1e-3
     words = captioned["words"]
-    assert [w["text"] for w in words] == ["Hello", "there", "Good", "day", "to", "you"]
+    assert [w["text"] for w in words] == ["Hello", "there.", "Good", "day", "to", "you."]  # as written
     assert all(a["end"] <= b["start"] for a, b in zip(words, words[1:])) and words[-1]["end"] <= captioned["duration"]
     assert words[2]["start"] - words[1]["end"] >= 0.5  # the break lies between the sentences
     assert captioned["phonemes"][0]["text"] == "h" and len(captioned["phonemes"]) > len(words)
