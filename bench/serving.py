@@ -547,7 +547,11 @@ def server_memory(args, folders: dict[str, Path]) -> dict:
         base_voices = json.loads(http(f"{url}/v1/voices"))["data"]
         http(
             f"{url}/v1/audio/speech",
-            {"input": "Hello.", "voice": next(v["id"] for v in base_voices if v.get("default"))},
+            {
+                "input": "Hello.",
+                "voice": next(v["id"] for v in base_voices if v.get("default")),
+                "response_format": "wav",
+            },
         )
         started = process_rss(server.pid)
         registration, registered = [], 0
@@ -573,7 +577,7 @@ def server_memory(args, folders: dict[str, Path]) -> dict:
         in_use, loaded = [], 0
         for count in args.in_use:
             while loaded < min(count, registered):
-                http(f"{url}/v1/audio/speech", {"input": "Hello.", "voice": f"r{loaded:04d}"})
+                http(f"{url}/v1/audio/speech", {"input": "Hello.", "voice": f"r{loaded:04d}", "response_format": "wav"})
                 loaded += 1
             health = json.loads(http(f"{url}/healthz"))
             rss = process_rss(server.pid)

@@ -397,6 +397,46 @@ def test_peft_loads_a_chorus_lora(peft, tmp_path, recwarn):
         torch.testing.assert_close(infer(again, inputs), expected)
 
 
+def test_peft_loads_a_lora_voice_as_chorus_adapt_makes_it(peft, tmp_path, recwarn):
+    """`chorus adapt --method lora`: a LoRA (off the text side) and the untrained speaker vector every voice
+    carries. The card says peft, and PEFT loads it: the LoRA from the adapter, the vector from its own
+    file, which with it speaks the voice as Chorus does."""
+    from huggingface_hub import ModelCard
+    from safetensors.torch import load_file
+
+    from chorus.adapters import parse_methods
+    from chorus.recipe import AdaptConfig
+
+    model, inputs = model_and_inputs()
+    configs = AdaptConfig(methods=parse_methods("lora")).method_configs()
+    assert [(c.method, c.trains()) for c in configs] == [("lora", True), ("speaker", False)]
+    add_adapter(model, "v", configs)
+    randomize(model, "v")
+    with active_adapter(model, "v"):
+        expected = infer(model, inputs)
+    folder = save_voice(tmp_path / "v", model, "v", configs, VoiceCard("v", ["lora"], base_model_sha256="ab" * 32))
+    hub = ModelCard((folder / "README.md").read_text()).data
+    assert hub.library_name == "peft" and hub.base_model is None and hub.chorus_base_model_sha256 == "ab" * 32
+    assert hub.license == "other" and hub.license_name and (folder / hub.license_link).is_file()
+    fresh, _ = model_and_inputs()
+    recwarn.clear()
+    peft_model = peft.PeftModel.from_pretrained(fresh, str(folder))
+    assert [str(w.message) for w in recwarn if "key" in str(w.message).lower()] == []  # no tensor left out
+    (vector,) = load_file(folder / "speaker_vector.safetensors").values()
+    phonemes, lengths, speakers = inputs
+    vectors = vector.expand(len(speakers), -1)
+    torch.testing.assert_close(
+        peft_model.base_model.model.infer(phonemes, lengths, speaker_vectors=vectors).mel, expected
+    )
+    again, _ = model_and_inputs()
+    apply_voice(again, read_voice(folder), "v")  # Chorus reads the folder whole
+    with active_adapter(again, "v"):
+        torch.testing.assert_close(infer(again, inputs), expected)
+    (folder / "speaker_vector.safetensors").write_bytes(b"changed")
+    with pytest.raises(VoiceError, match="speaker_vector.safetensors: checksum mismatch"):
+        read_voice(folder)
+
+
 @pytest.mark.parametrize(
     "methods",
     [["residual"], ["lora", "speaker"], ["bitfit"]],
@@ -438,8 +478,8 @@ def test_voices_of_the_earlier_layout_still_load_and_cards_carry_hub_metadata(tm
     card = VoiceCard("v", ["residual"], base_model_sha256="ab" * 32, data_minutes=3.25)
     folder = save_voice(tmp_path / "v", model, "v", configs, card)
     hub = ModelCard((folder / "README.md").read_text()).data
-    assert hub.library_name == "chorus-tts" and hub.base_model == "chorus-tts/base-" + "ab" * 6
-    assert hub.data_minutes == 3.25 and hub.license == "other" and "residual" in hub.tags
+    assert hub.library_name == "chorus-tts" and hub.chorus_base_model_sha256 == "ab" * 32
+    assert hub.data_minutes == 3.25 and hub.license_link == "LICENSE.md" and "residual" in hub.tags
     # The earlier layout: the Chorus section inside adapter_config.json, no chorus_voice.json.
     section = json.loads((folder / "chorus_voice.json").read_text())
     (folder / "chorus_voice.json").unlink()

@@ -6,6 +6,7 @@ restart, concurrent mixed-voice load through the batcher, Prometheus metrics, an
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import dataclasses
 import errno
@@ -46,6 +47,7 @@ from chorus.serving import worker  # noqa: E402
 from chorus.serving.api import create_app  # noqa: E402
 from chorus.serving.engine import Engine  # noqa: E402
 from chorus.serving.quotas import RateLimiter  # noqa: E402
+from chorus.serving.schemas import MODEL_NAMES, parse_speech  # noqa: E402
 from chorus.serving.settings import (  # noqa: E402
     ONBOARDING_STEPS,
     ONBOARDING_THREADS,
@@ -357,13 +359,35 @@ def test_speech_formats_speed_and_streaming(tenants_app):
 
     # Several sentences: streamed as made, a WAV header of unknown length, one chunk per sentence.
     with client.stream(
-        "POST", "/v1/audio/speech", headers=ACME, json={"model": "tts-1", "input": SENTENCES, "voice": {"id": "bob"}}
+        "POST",
+        "/v1/audio/speech",
+        headers=ACME,
+        json={"model": "tts-1", "input": SENTENCES, "voice": {"id": "bob"}, "response_format": "wav"},
     ) as streamed:
         assert streamed.status_code == 200 and "content-length" not in streamed.headers
         body = b"".join(streamed.iter_bytes())
     assert body[:4] == b"RIFF" and struct.unpack("<I", body[40:44])[0] == 0xFFFFFFFF
     audio, _ = decode(body)
     assert len(audio) == (len(body) - 44) // 2 and len(audio) > len(decode(wav.content)[0])
+
+
+def test_openai_defaults_mp3_and_its_model_names(tenants_app):
+    """What OpenAI's clients send without a format gets OpenAI's default, mp3 (also as SSE and captioned);
+    every model name /v1/models lists speaks the same base model."""
+    client, _ = tenants_app
+    body = {"model": "tts-1", "input": "Hello there.", "voice": "m3"}
+    plain = client.post("/v1/audio/speech", json=body, headers=ACME)
+    assert plain.status_code == 200 and plain.headers["content-type"] == "audio/mpeg"
+    assert len(decode_any(plain.content, "mp3")) > 0
+    with client.stream("POST", "/v1/audio/speech", headers=ACME, json=body | {"stream_format": "sse"}) as events:
+        deltas = [json.loads(line[6:]) for line in events.iter_lines() if line.startswith("data: ")][:-1]
+    assert len(decode_any(b"".join(base64.b64decode(e["audio"]) for e in deltas), "mp3")) > 0
+    captioned = client.post("/v1/audio/speech/captioned", json=body, headers=ACME).json()
+    assert captioned["response_format"] == "mp3"
+    listed = [m["id"] for m in client.get("/v1/models", headers=ACME).json()["data"]]
+    assert listed == list(MODEL_NAMES)
+    spoken = {speak(client, model=name).content for name in listed}
+    assert len(spoken) == 1  # the same samples whatever the name
 
 
 @pytest.mark.parametrize(
@@ -402,7 +426,6 @@ def test_server_sent_events_as_openai_defines_them(tenants_app):
     events = [json.loads(line[len("data: ") :]) for line in text.split("\n\n") if line.startswith("data: ")]
     assert [e["type"] for e in events[:-1]] == ["speech.audio.delta"] * (len(events) - 1) and len(events) >= 3
     assert events[-1]["type"] == "speech.audio.done" and events[-1]["usage"]["input_tokens"] == len(SENTENCES)
-    import base64
 
     pcm = b"".join(base64.b64decode(e["audio"]) for e in events[:-1])
     whole = speak(client, input=SENTENCES, response_format="pcm")
@@ -441,6 +464,25 @@ def test_models_voices_and_openai_voice_aliases(tenants_app, adapter_folders):
         assert speak(client, voice="nova").content == base.content
     finally:
         store.delete_voice("globex", "nova")
+
+
+def test_given_voice_aliases_must_name_speakers_of_the_base(tiny_base, tmp_path):
+    """--voice-aliases naming no speaker stops the start with the alias and the speakers (never the
+    default speaker in its place); the built-in OpenAI names fall back on a base without theirs (above)."""
+    for aliases, fragment in [
+        ({"narrator": "flite-rms", "duet": "m3(1)+f2(1)"}, "'narrator' -> 'flite-rms': no such speaker. "),
+        ({"m3": "f2"}, "'m3' is a speaker's own name. "),
+    ]:
+        with pytest.raises(ValueError, match=re.escape(fragment)) as refused:
+            make_app(tiny_base, tmp_path / "refused", settings=dataclasses.replace(SETTINGS, voice_aliases=aliases))
+        assert "base's speakers: f2, m3" in str(refused.value) and "duet" not in str(refused.value)
+    given = {"narrator": "f2", "duet": "m3(1)+f2(1)"}
+    app, _ = make_app(tiny_base, tmp_path / "given", settings=dataclasses.replace(SETTINGS, voice_aliases=given))
+    with TestClient(app) as client:
+        assert client.get("/v1/audio/voices").json()["aliases"] == given
+        assert speak(client, voice="narrator").content == speak(client, voice="f2").content
+        assert speak(client, voice="duet").content == speak(client, voice="m3(1)+f2(1)").content
+        assert_error(speak(client, voice="alloy"), 404, "not found")  # the given map replaces the built-in one
 
 
 def library_speech(tiny_base, adapter_folders, voice: str, speed: float, text: str):
@@ -507,8 +549,6 @@ def test_ssml_breaks_in_speech_whole_and_streamed(tenants_app):
 
 
 def test_captioned_speech_gives_word_and_phoneme_times(tenants_app):
-    import base64
-
     client, _ = tenants_app
     body = {"input": '<speak>Hello there. <break time="500ms"/>Good day to you.</speak>', "voice": "ann"}
     answer = client.post("/v1/audio/speech/captioned", json=body | {"response_format": "wav"}, headers=ACME)
@@ -517,7 +557,7 @@ def test_captioned_speech_gives_word_and_phoneme_times(tenants_app):
     audio, rate = decode(base64.b64decode(captioned["audio"]))
     assert rate == captioned["sample_rate"] == 22050 and abs(len(audio) / rate - captioned["duration"]) < 1e-3
     words = captioned["words"]
-    assert [w["text"] for w in words] == ["Hello", "there", "Good", "day", "to", "you"]
+    assert [w["text"] for w in words] == ["Hello", "there.", "Good", "day", "to", "you."]  # as written
     assert all(a["end"] <= b["start"] for a, b in zip(words, words[1:])) and words[-1]["end"] <= captioned["duration"]
     assert words[2]["start"] - words[1]["end"] >= 0.5  # the break lies between the sentences
     assert captioned["phonemes"][0]["text"] == "h" and len(captioned["phonemes"]) > len(words)
@@ -535,7 +575,7 @@ def test_a_blend_of_speakers_is_a_voice(tenants_app):
 BAD_SPEECH = [
     ({"input": ""}, 400, "empty"),
     ({"input": "   "}, 400, "empty"),
-    ({"input": "a" * 2001}, 400, "at most 2000"),
+    ({"input": "a" * 4097}, 400, "at most 4096"),
     ({"input": None}, 400, "'input' is required"),
     ({"input": 42}, 400, "'input' is required"),
     ({"input": "!!! ???"}, 400, "speakable"),
@@ -558,6 +598,8 @@ BAD_SPEECH = [
     ({"sample_rate": 4000}, 400, "'sample_rate'"),
     ({"sample_rate": 22050.5}, 400, "'sample_rate'"),
     ({"model": ["x"]}, 400, "'model'"),
+    ({"model": "nope"}, 404, "'nope' does not exist: use one of chorus, tts-1, tts-1-hd, gpt-4o-mini-tts"),
+    ({"model": "whisper-1"}, 404, "does not exist"),
     ({"response_format": ["wav"]}, 400, "unsupported response_format 'list'"),
     ({"response_format": {"type": "wav"}}, 400, "unsupported response_format 'dict'"),
     ({"voice": "alien"}, 409, "cannot be loaded on this server's base"),
@@ -975,7 +1017,7 @@ def live_app(tiny_base, adapter_folders, tmp_path_factory):
     return app
 
 
-def test_official_openai_client(live_server):
+def test_official_openai_client(live_server, tmp_path):
     live_server, _ = live_server
     openai = pytest.importorskip("openai")
     client = openai.OpenAI(base_url=f"{live_server}/v1", api_key="acme-key-0123456789abcdef")
@@ -995,8 +1037,14 @@ def test_official_openai_client(live_server):
         assert len(decode(response.read())[0]) > 0
     with pytest.raises(openai.NotFoundError, match="not found"):
         client.audio.speech.create(model="chorus", voice="nobody", input="Hello.")
-    mp3 = client.audio.speech.create(model="tts-1", voice="alloy", input="Hello there.", response_format="mp3")
-    assert mp3.response.headers["content-type"] == "audio/mpeg" and len(decode_any(mp3.content, "mp3")) > 0
+    # No response_format: mp3, as OpenAI's, so the file its README writes is what its name says.
+    mp3 = client.audio.speech.create(model="tts-1", voice="alloy", input="Hello there.")
+    mp3.write_to_file(tmp_path / "hello.mp3")
+    assert mp3.response.headers["content-type"] == "audio/mpeg"
+    assert len(decode_any((tmp_path / "hello.mp3").read_bytes(), "mp3")) > 0
+    with pytest.raises(openai.NotFoundError, match="does not exist") as refused:
+        client.audio.speech.create(model="whisper-1", voice="m3", input="Hello.")
+    assert refused.value.code == "model_not_found" and "tts-1" in refused.value.message
     with pytest.raises(openai.BadRequestError, match="response_format"):
         client.audio.speech.create(model="chorus", voice="m3", input="Hello.", response_format="wma")
     with pytest.raises(openai.BadRequestError, match="instructions"):
@@ -1519,13 +1567,14 @@ def test_small_requests_for_huge_outputs_are_400s_before_any_synthesis(tenants_a
     breaks = "<speak>a" + "<break time='10s'/>" * 104 + "</speak>"
     digits = '<speak><say-as interpret-as="digits">' + "7" * 1_900 + "</say-as></speak>"
     for text in (breaks, digits):
-        assert len(text) <= 2_000
+        assert len(text) <= 4_096
         for route in ("/v1/audio/speech", "/v1/audio/speech/captioned"):
             body = {"model": "chorus", "input": text, "voice": "m3"}
             assert_error(client.post(route, json=body, headers=ACME), 400, "at most 300 s per request")
-    # Plain text of the longest input allowed fits the budget, even read by the fastest base speaker.
-    prose = ("The birch canoe slid on the smooth planks. " * 50)[:1_990]
-    assert 60 < estimated_seconds(speech_pieces(prose)) < 300
+    # Plain text of the longest input allowed (OpenAI's 4,096 characters) fits the budget.
+    prose = ("The birch canoe slid on the smooth planks. " * 100)[:4_096]
+    assert parse_speech({"input": prose, "voice": "m3"}, SETTINGS.max_text_chars).input == prose
+    assert 120 < estimated_seconds(speech_pieces(prose)) < 300
     assert estimated_seconds(speech_pieces(prose), speed=2.0) == estimated_seconds(speech_pieces(prose)) / 2
 
 

@@ -177,7 +177,9 @@ def test_ray_serve_routes_voices_to_replicas_holding_them(
 
     def speak(voice: str, text: str = "Hello there.") -> requests.Response:
         return requests.post(
-            f"{url}/v1/audio/speech", json={"model": "chorus", "input": text, "voice": voice}, timeout=60
+            f"{url}/v1/audio/speech",
+            json={"model": "chorus", "input": text, "voice": voice, "response_format": "wav"},
+            timeout=60,
         )
 
     assert requests.get(f"{url}/healthz", timeout=30).json()["status"] == "ok"

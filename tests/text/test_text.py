@@ -280,6 +280,36 @@ def test_timestamps_share_a_merged_group_among_its_words() -> None:
     )
 
 
+def test_word_timestamps_show_the_words_as_written() -> None:
+    """Captions show what was written ("Dr.", "5:30"), each over the times of what was said for it."""
+    from chorus.text.timestamps import captions, timestamps, written_units
+
+    text = "Meet Dr. Smith at 5:30 pm."
+    assert written_units(text) == [("Meet", 1), ("Dr.", 1), ("Smith", 1), ("at", 1), ("5:30", 2), ("pm.", 2)]
+    assert written_units("Visit St. Louis now.")[1] == ("St. Louis", 2)  # read only together: one unit
+    front_end = TextFrontEnd()
+    symbols = front_end.symbols.decode(front_end.encode([text])[0])
+    frames = [1 + i % 3 for i in range(len(symbols))]
+    words, _ = front_end.timings(text, frames, 0.01, symbols)
+    said = timestamps(symbols, frames, 0.01, *front_end.words(text))[0]
+    assert [w.text for w in said] == ["Meet", "doctor", "Smith", "at", "five", "thirty", "p", "m"]
+    assert [w.text for w in words] == ["Meet", "Dr.", "Smith", "at", "5:30", "pm."]
+    assert [(w.start, w.end) for w in words[:4]] == [(w.start, w.end) for w in said[:4]]
+    assert (words[4].start, words[4].end, words[5].start, words[5].end) == (
+        said[4].start,
+        said[5].end,
+        said[6].start,
+        said[7].end,
+    )
+    assert all(a.start < a.end <= b.start for a, b in zip(words, words[1:]))
+    assert captions(words, "srt").splitlines()[2] == text
+    # A written word said as nothing joins the one before; one read only with the next shares its times.
+    text = "It cost $5 million — really."
+    symbols = front_end.symbols.decode(front_end.encode([text])[0])
+    words, _ = front_end.timings(text, [2] * len(symbols), 0.01, symbols)
+    assert [w.text for w in words] == ["It", "cost", "$5 million —", "really."]
+
+
 def test_ssml_subset_is_read_and_the_rest_refused() -> None:
     from chorus.text.sentences import speech_pieces
     from chorus.text.ssml import Pause, SsmlError

@@ -55,6 +55,7 @@ def test_voices_train_together_and_export_like_adapt(tiny_base, voices_root, tmp
             "adapter_model.safetensors",
             "voice_card.json",
             "README.md",
+            "LICENSE.md",
         }
         voice = read_voice(folder)
         assert [c.method for c in voice.configs] == ["lora", "speaker"] and voice.card.steps == 4

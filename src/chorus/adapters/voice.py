@@ -4,10 +4,16 @@
       adapter_config.json        a LoRA voice: PEFT's LoraConfig fields alone, so `peft` reads it
                                  without a warning; any other voice: a peft_type that says it is a
                                  Chorus format (PEFT refuses it with that message, never half-loads it)
-      chorus_voice.json          methods and their configs, base model hash, weights checksum
+      chorus_voice.json          methods and their configs, base model hash, weights checksums
       adapter_model.safetensors  tensors keyed as PEFT keys them: base_model.model.<layer>.<tensor>
+      speaker_vector.safetensors a LoRA voice: its speaker vector, apart, as PEFT loads only the LoRA
       voice_card.json            how it was made: data minutes, training time, metrics
       README.md                  the same card for people, with Hugging Face model-card metadata
+      LICENSE.md                 whose terms govern the voice (its owner's; Chorus grants nothing over it)
+
+A LoRA voice is what ``chorus adapt --method lora`` makes: a LoRA and the speaker vector every voice
+carries, left at its starting value (not trained). PEFT loads the LoRA (``PeftModel.from_pretrained``);
+the model then speaks the voice given the vector (``infer(..., speaker_vectors=...)``).
 
 Loading refuses a voice made for another base model, a file whose checksum does not match, and
 anything that is not safetensors. A PEFT LoRA folder (no Chorus section) loads too, and so do
@@ -26,6 +32,7 @@ from safetensors.torch import load, save_file
 from torch import nn
 
 from chorus.adapters.inject import (
+    adapter_layers,
     adapter_names,
     adapter_state_dict,
     add_adapter,
@@ -35,6 +42,7 @@ from chorus.adapters.inject import (
 )
 from chorus.adapters.lora import LoraConfig
 from chorus.adapters.registry import FULL_FINE_TUNING, MethodConfig, config_from_dict
+from chorus.adapters.speaker import SpeakerConfig, SpeakerVector
 from chorus.atomic import atomic_write_folder
 from chorus.models.bundle import file_sha256
 
@@ -42,7 +50,15 @@ VOICE_FORMAT = "chorus-voice"
 VOICE_FORMAT_VERSION = 1
 PEFT_PREFIX = "base_model.model."
 CONFIG_FILE, WEIGHTS_FILE, CARD_FILE = "adapter_config.json", "adapter_model.safetensors", "voice_card.json"
-CHORUS_FILE = "chorus_voice.json"
+CHORUS_FILE, SPEAKER_FILE, LICENSE_FILE = "chorus_voice.json", "speaker_vector.safetensors", "LICENSE.md"
+# Voices are made from one person's recordings: the terms are theirs to give (LICENSE.md says so).
+LICENSE_NAME = "voice-owner-terms"
+LICENSE_TEXT = """# Terms of this voice
+
+These weights were adapted from recordings of one person's voice. Chorus (Apache-2.0) grants nothing
+over that voice: whether and how it may be used or shared is for that person to say. Write their terms
+here before sharing this folder.
+"""
 
 
 class VoiceError(ValueError):
@@ -63,10 +79,11 @@ class VoiceCard:
     metrics: dict = field(default_factory=dict)
     notes: dict = field(default_factory=dict)
 
-    def to_markdown(self) -> str:
-        """The card for people, after Hugging Face model-card metadata (YAML front matter)."""
+    def to_markdown(self, peft: bool = False) -> str:
+        """The card for people, after Hugging Face model-card metadata (YAML front matter); ``peft``: the
+        folder is a PEFT LoRA adapter (its vector apart, in ``speaker_vector.safetensors``)."""
         lines = [
-            model_card_metadata(self),
+            model_card_metadata(self, peft),
             "",
             f"# Voice `{self.name}`",
             "",
@@ -76,19 +93,30 @@ class VoiceCard:
             f"- trainable parameters: {self.trainable_parameters:,}",
         ]
         lines += [f"- {key}: {value}" for key, value in {**self.metrics, **self.notes}.items()]
+        if peft:
+            lines += ["", _PEFT_USE]
         return "\n".join(lines) + "\n"
 
 
-def model_card_metadata(card: VoiceCard) -> str:
-    """``---`` YAML ``---`` as the Hugging Face Hub reads it (``huggingface_hub.ModelCardData``)."""
+_PEFT_USE = """## In PEFT
+
+`PeftModel.from_pretrained(base, folder)` loads the LoRA onto the Chorus base model (the one whose
+weights have the sha256 above). The voice also needs its speaker vector, `speaker_vector.safetensors`
+(one tensor `[speaker_dim]`): pass it as `infer(..., speaker_vectors=vector[None])`. Chorus loads the
+folder whole: `chorus synthesize --voice FOLDER`."""
+
+
+def model_card_metadata(card: VoiceCard, peft: bool = False) -> str:
+    """``---`` YAML ``---`` as the Hugging Face Hub reads it (``huggingface_hub.ModelCardData``). The base
+    model is named by its sha256 alone: it is on no Hub repository, which ``base_model`` would name."""
     from huggingface_hub import ModelCardData
 
-    peft = card.methods == ["lora"]
     data = ModelCardData(
         library_name="peft" if peft else "chorus-tts",
         pipeline_tag="text-to-speech",
-        license="other",  # the recordings' licence is the voice owner's to state
-        base_model=f"chorus-tts/base-{card.base_model_sha256[:12]}" if card.base_model_sha256 else None,
+        license="other",
+        license_name=LICENSE_NAME,
+        license_link=LICENSE_FILE,
         tags=["chorus-tts", "text-to-speech", "voice", *card.methods],
         chorus_methods=card.methods,
         chorus_base_model_sha256=card.base_model_sha256,
@@ -139,6 +167,15 @@ def _peft_lora_fields(config: LoraConfig) -> dict:
     }
 
 
+def peft_lora(configs: list[MethodConfig], full: bool) -> LoraConfig | None:
+    """The LoRA of a voice PEFT can load: one LoRA, and at most the speaker vector every voice carries,
+    untrained (:meth:`chorus.recipe.AdaptConfig.method_configs`), which is saved apart from it."""
+    loras = [c for c in configs if isinstance(c, LoraConfig)]
+    rest = [c for c in configs if not isinstance(c, LoraConfig)]
+    fixed_vector = all(isinstance(c, SpeakerConfig) and not c.trains() for c in rest) and len(rest) <= 1
+    return loras[0] if not full and len(loras) == 1 and fixed_vector else None
+
+
 def _not_peft(configs: list[MethodConfig], full: bool) -> str:
     """A peft_type PEFT cannot load, whose text (PEFT's KeyError shows it) says why."""
     methods = FULL_FINE_TUNING if full else "+".join(c.method for c in configs)
@@ -156,8 +193,14 @@ def save_voice(
     if full:
         tensors = {**base_state_dict(model), **tensors}
     tensors = {PEFT_PREFIX + key: value.detach().contiguous().cpu() for key, value in tensors.items()}
-    # Only a voice that is LoRA and nothing else is a PEFT adapter; PEFT would drop the rest silently.
-    lora = configs[0] if not full and len(configs) == 1 and isinstance(configs[0], LoraConfig) else None
+    # Only a LoRA voice is a PEFT adapter (PEFT would drop anything else silently): its speaker vector
+    # goes to a file of its own, which PEFT does not read.
+    lora, vector = peft_lora(configs, full), {}
+    if lora is not None:
+        for path, layer in adapter_layers(model):
+            if isinstance(layer, SpeakerVector):
+                for key in layer.adapter_state(name):
+                    vector[f"{PEFT_PREFIX}{path}.{key}"] = tensors.pop(f"{PEFT_PREFIX}{path}.{key}")
     chorus_section = {
         "format": VOICE_FORMAT,
         "version": VOICE_FORMAT_VERSION,
@@ -169,11 +212,15 @@ def save_voice(
     def write(temp: Path) -> None:
         save_file(tensors, str(temp / WEIGHTS_FILE), metadata={"format": "pt"})
         chorus_section["weights_sha256"] = file_sha256(temp / WEIGHTS_FILE)
+        if vector:
+            save_file(vector, str(temp / SPEAKER_FILE), metadata={"format": "pt"})
+            chorus_section["speaker_vector_sha256"] = file_sha256(temp / SPEAKER_FILE)
         config = _peft_lora_fields(lora) if lora else {"peft_type": _not_peft(configs, full)}
         (temp / CONFIG_FILE).write_text(json.dumps(config, indent=2))
         (temp / CHORUS_FILE).write_text(json.dumps(chorus_section, indent=2))
         (temp / CARD_FILE).write_text(json.dumps(asdict(card), indent=2))
-        (temp / "README.md").write_text(card.to_markdown())
+        (temp / "README.md").write_text(card.to_markdown(peft=lora is not None))
+        (temp / LICENSE_FILE).write_text(LICENSE_TEXT)
 
     return atomic_write_folder(folder, write)
 
@@ -195,6 +242,7 @@ def read_voice(folder: str | Path) -> Voice:
     # would grow without bound.
     data = weights_path.read_bytes()
     section = config.get("chorus")  # the earlier layout kept it inside adapter_config.json
+    parts = [(weights_path, data)]  # safetensors files and their bytes
     if (folder / CHORUS_FILE).is_file():
         try:
             section = json.loads((folder / CHORUS_FILE).read_text())
@@ -210,15 +258,24 @@ def read_voice(folder: str | Path) -> Voice:
             )
         if hashlib.sha256(data).hexdigest() != section.get("weights_sha256"):
             raise VoiceError(f"{weights_path}: checksum mismatch (the file is corrupted or was changed)")
+        if section.get("speaker_vector_sha256") is not None:  # a LoRA voice's vector, apart
+            vector_path = folder / SPEAKER_FILE
+            if not vector_path.is_file():
+                raise VoiceError(f"{folder}: missing {SPEAKER_FILE} (a LoRA voice's speaker vector)")
+            parts.append((vector_path, vector_path.read_bytes()))
+            if hashlib.sha256(parts[-1][1]).hexdigest() != section["speaker_vector_sha256"]:
+                raise VoiceError(f"{vector_path}: checksum mismatch (the file is corrupted or was changed)")
         try:
             configs = [config_from_dict(c) for c in section["methods"] if c.get("method") != FULL_FINE_TUNING]
         except (KeyError, TypeError, ValueError) as error:
             raise VoiceError(f"{config_path}: invalid method config ({error})") from error
         base_hash, full = section.get("base_model_sha256"), bool(section.get("full"))
-    try:
-        tensors = load(data)
-    except Exception as error:  # safetensors raises its own types for truncated or foreign files
-        raise VoiceError(f"{weights_path}: cannot read tensors ({error})") from error
+    tensors = {}
+    for path, content in parts:
+        try:
+            tensors.update(load(content))
+        except Exception as error:  # safetensors raises its own types for truncated or foreign files
+            raise VoiceError(f"{path}: cannot read tensors ({error})") from error
     tensors = {key.removeprefix(PEFT_PREFIX): value for key, value in tensors.items()}
     card = None
     if (folder / CARD_FILE).is_file():

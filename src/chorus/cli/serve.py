@@ -57,7 +57,8 @@ def serve(
     voice_aliases: Path | None = typer.Option(
         None,
         help='Voice aliases file (JSON {"alias": "speaker"}) replacing the built-in map of OpenAI\'s voice '
-        "names (alloy, echo, fable, onyx, nova, shimmer, ...) to speakers.",
+        "names (alloy, echo, fable, onyx, nova, shimmer, ...) to speakers; the server does not start when "
+        "one names no speaker (or blend) of the base.",
     ),
     device: str = DEVICE_OPTION,
     # -- scale-out on Ray Serve (chorus.serving.ray_app) --

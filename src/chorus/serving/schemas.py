@@ -20,6 +20,10 @@ CONTENT_TYPES = {name: audio_format.content_type for name, audio_format in FORMA
 MIN_SPEED, MAX_SPEED = 0.25, 4.0
 PCM_RATE = 24_000  # OpenAI's raw pcm is 24 kHz, and its clients play it so
 MIN_RATE, MAX_RATE = 8_000, 48_000
+DEFAULT_FORMAT = "mp3"  # OpenAI's: its clients write what comes back without a format into "speech.mp3"
+# Every name is the same base model; they are OpenAI's speech models, so that clients with a fixed model
+# picker work. Any other name is refused as OpenAI refuses it (404 model_not_found), never spoken.
+MODEL_NAMES = ("chorus", "tts-1", "tts-1-hd", "gpt-4o-mini-tts")
 # What ``instructions`` can ask of this model: its speaking rate. Anything else (tone, emotion, accent)
 # is refused, never silently dropped.
 _INSTRUCTION = re.compile(
@@ -33,7 +37,9 @@ _PACE = {"slowly": 0.8, "slower": 0.8, "slow": 0.8, "quickly": 1.25, "faster": 1
 class SpeechRequest(BaseModel):
     """``POST /v1/audio/speech``, as OpenAI's ``audio.speech``."""
 
-    model: str = Field("chorus", max_length=200, description="any name is accepted, e.g. 'chorus' or 'tts-1'")
+    model: str = Field(
+        "chorus", max_length=200, description="one of GET /v1/models ('chorus', 'tts-1', ...): the same base model"
+    )
     input: str = Field(..., min_length=1, description="the text to speak")
     voice: str = Field(
         ...,
@@ -41,8 +47,8 @@ class SpeechRequest(BaseModel):
         description='a speaker name or one of your voice ids (OpenAI\'s {"id": ...} form is accepted too)',
     )
     response_format: Literal["wav", "flac", "mp3", "opus", "aac", "pcm"] = Field(
-        "wav",
-        description="pcm: 16-bit little-endian mono at X-Sample-Rate (24 kHz unless sample_rate says otherwise); "
+        DEFAULT_FORMAT,
+        description="mp3 unless asked (OpenAI's default); pcm: 16-bit little-endian mono at X-Sample-Rate (24 kHz unless sample_rate says otherwise); "
         "opus in Ogg; several sentences stream (chunked) as each is made, except flac, sent whole",
     )
     speed: float = Field(1.0, ge=MIN_SPEED, le=MAX_SPEED)
@@ -71,7 +77,14 @@ def parse_speech(body: object, max_text_chars: int) -> SpeechRequest:
         raise ApiError(400, "the request body must be a JSON object")
     model = body.get("model", "chorus")
     if not isinstance(model, str) or len(model) > 200:
-        raise ApiError(400, "'model' must be a string (any name is accepted, e.g. 'chorus')", param="model")
+        raise ApiError(400, f"'model' must be a string, one of {', '.join(MODEL_NAMES)}", param="model")
+    if model not in MODEL_NAMES:
+        raise ApiError(
+            404,
+            f"The model {model[:80]!r} does not exist: use one of {', '.join(MODEL_NAMES)} (GET /v1/models)",
+            param="model",
+            code="model_not_found",
+        )
     text = body.get("input")
     if not isinstance(text, str):
         raise ApiError(400, "'input' is required: the text to speak, as a string", param="input")
@@ -89,7 +102,7 @@ def parse_speech(body: object, max_text_chars: int) -> SpeechRequest:
         voice = voice.get("id")
     if not isinstance(voice, str) or not voice:
         raise ApiError(400, "'voice' is required: a speaker name or one of your voice ids", param="voice")
-    response_format = body.get("response_format", "wav")
+    response_format = body.get("response_format", DEFAULT_FORMAT)
     if not isinstance(response_format, str) or response_format not in CONTENT_TYPES:
         shown = response_format if isinstance(response_format, str) else type(response_format).__name__
         raise ApiError(
@@ -222,9 +235,6 @@ class CaptionedSpeech(BaseModel):
     phonemes: list[Timing]
 
 
-MODEL_NAMES = ("chorus", "tts-1", "tts-1-hd", "gpt-4o-mini-tts")  # every one is the same base model
-
-
 class ModelCard(BaseModel):
     id: str
     object: Literal["model"] = "model"
@@ -233,7 +243,7 @@ class ModelCard(BaseModel):
 
 
 class ModelList(BaseModel):
-    """``GET /v1/models``, as OpenAI's; ``/v1/audio/speech`` accepts any name."""
+    """``GET /v1/models``, as OpenAI's: the names ``/v1/audio/speech`` accepts."""
 
     object: Literal["list"] = "list"
     data: list[ModelCard]

@@ -20,7 +20,7 @@ from chorus.serving.errors import ApiError, voice_not_found
 from chorus.serving.metrics import Metrics
 from chorus.serving.quotas import RateLimiter, check_rate
 from chorus.serving.schemas import AudioVoice, BaseVoice, CustomVoice, Job
-from chorus.serving.settings import ServerSettings, jobs_dir
+from chorus.serving.settings import OPENAI_VOICE_ALIASES, ServerSettings, jobs_dir
 from chorus.serving.store import (
     InvalidId,
     JobNotFound,
@@ -46,6 +46,34 @@ def stage_of(record: VoiceRecord) -> str:
     if record.status == VoiceStatus.READY:
         return "adapted"
     return "instant" if record.instant else record.status.value
+
+
+def speaker_aliases(given: dict[str, str] | None, engine: Engine) -> dict[str, str]:
+    """What each alias speaks as on ``engine``'s base. ``given`` (``--voice-aliases``): each must name a
+    speaker or blend of the base and must not be a speaker's own name, else ``ValueError`` naming the
+    aliases and the speakers (an unknown voice is an error, never another voice). None: the built-in
+    :data:`OPENAI_VOICE_ALIASES`, made for the shipped base: on a base without one of its speakers that
+    alias speaks as the default speaker, as ``/v1/audio/voices`` says, so OpenAI's names work on any base."""
+    if given is None:
+        default = engine.bundle.default_speaker
+        return {
+            alias: target if engine.is_speaker(target) else default
+            for alias, target in OPENAI_VOICE_ALIASES.items()
+            if not engine.is_speaker(alias)
+        }
+    problems = [
+        f"{alias!r} is a speaker's own name"
+        if engine.is_speaker(alias)
+        else f"{alias!r} -> {target!r}: no such speaker"
+        for alias, target in given.items()
+        if engine.is_speaker(alias) or not engine.is_speaker(target)
+    ]
+    if problems:
+        raise ValueError(
+            f"voice aliases refused: {'; '.join(problems)}. This base's speakers: "
+            f"{', '.join(engine.speakers)} (or a blend of them, e.g. 'a(2)+b(1)')"
+        )
+    return dict(given)
 
 
 class VoiceServer:
@@ -87,13 +115,7 @@ class VoiceServer:
         )
         self.metrics = Metrics(self)
         self.custom_voices = custom_voices or CustomVoiceChecks(engine, self.settings.consent)
-        # Aliases (OpenAI's voice names) to speakers of this base; a target it lacks: its default speaker.
-        default = engine.bundle.default_speaker
-        self.aliases = {
-            alias: target if engine.is_speaker(target) else default
-            for alias, target in self.settings.voice_aliases.items()
-            if not engine.is_speaker(alias)
-        }
+        self.aliases = speaker_aliases(self.settings.voice_aliases, engine)
         self.started = False
         self._store_check: tuple[float, str | None] = (float("-inf"), None)  # (when, problem)
 

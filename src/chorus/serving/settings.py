@@ -128,8 +128,9 @@ _SERVER_FIELDS = {"requests_per_minute", "queued_jobs", "voice_bytes"}
 
 
 # OpenAI's voice names, so that clients with a fixed voice picker work: each speaks as a speaker of the
-# shipped base (names a base lacks fall back to its default speaker). `chorus serve --voice-aliases FILE`
-# replaces the map. A tenant's own voice of the same id comes first.
+# shipped base; on another base, a speaker it lacks is its default speaker (/v1/audio/voices shows which).
+# `chorus serve --voice-aliases FILE` replaces the map, and every speaker it names must exist. A tenant's
+# own voice of the same id comes first.
 OPENAI_VOICE_ALIASES = {
     "alloy": "flite-rms",
     "ash": "flite-rms-down300-slow",
@@ -162,9 +163,11 @@ def read_voice_aliases(path: str | Path) -> dict[str, str]:
 class ServerSettings:
     """Limits and knobs of one server."""
 
-    voice_aliases: dict[str, str] = field(default_factory=lambda: dict(OPENAI_VOICE_ALIASES))
+    # Aliases to speakers (or blends) of the base, each checked when the server starts; None: the built-in
+    # OPENAI_VOICE_ALIASES, whose speakers another base may lack (then its default speaker speaks).
+    voice_aliases: dict[str, str] | None = None
 
-    max_text_chars: int = 2_000
+    max_text_chars: int = 4_096  # OpenAI's: clients cut long texts at it
     # Seconds of audio one request may ask for (its pauses plus its text as read out, estimated before any
     # synthesis): a short input of long breaks or thousands of digits must not cost minutes and megabytes.
     max_output_seconds: float = 300.0

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from chorus.text.normalize import UnknownCharacterWarning, normalize_text
 from chorus.text.phonemize import phonemize
 from chorus.text.symbols import SymbolTable
-from chorus.text.timestamps import Timestamp, spoken_words, timestamps
+from chorus.text.timestamps import Timestamp, as_written, spoken_words, timestamps, written_units
 
 _INLINE_PHONEMES = re.compile(r"\[\[(.*?)\]\]", re.DOTALL)
 
@@ -48,11 +48,26 @@ class TextFrontEnd:
         self, text: str, frames: list[int], seconds_per_frame: float, symbols: str | None = None
     ) -> tuple[list[Timestamp], list[Timestamp]]:
         """(words, phonemes) with start/end times of ``text`` read with ``frames`` per symbol (the durations
-        the model predicted); ``symbols``: the model's input, re-encoded from ``text`` when not given."""
+        the model predicted); ``symbols``: the model's input, re-encoded from ``text`` when not given.
+        Words are as written ("Dr.", "5:30"), each over the spoken words it was read as, as a caption
+        shows them; labelled by their phonemes when those could not be matched to the spoken words."""
         if symbols is None:
             symbols = self.symbols.decode(self.encode([text])[0])
         spoken, alone = self.words(text)  # each word alone lets a group espeak reads as one be shared out
-        return timestamps(symbols, frames, seconds_per_frame, spoken, alone)
+        words, phonemes = timestamps(symbols, frames, seconds_per_frame, spoken, alone)
+        if [w.text for w in words] == spoken:
+            words = as_written(words, self.written(text))
+        return words, phonemes
+
+    def written(self, text: str) -> list[tuple[str, int]]:
+        """``text``'s written words with how many of :meth:`words` each was read as
+        (:func:`written_units`); inline ``[[ ... ]]`` phonemes stand for themselves."""
+        pieces = _INLINE_PHONEMES.split(text)  # even indices: text; odd: phonemes
+        return [
+            unit
+            for index, piece in enumerate(pieces)
+            for unit in ([(word, 1) for word in piece.split()] if index % 2 else written_units(piece))
+        ]
 
     def words(self, text: str) -> tuple[list[str], list[str]]:
         """The words of ``text`` as they are read, each with its phonemes read alone (for timestamps):

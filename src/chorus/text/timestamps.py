@@ -3,7 +3,8 @@
 The model reads one IPA character per symbol and expands each to a number of frames; a space
 separates words. A word's span runs from its first symbol's start to its last symbol's end
 (punctuation and spaces between words belong to no word). Words are labelled with the normalized
-text's words when the phonemizer kept them one for one, else with their phonemes.
+text's words when the phonemizer kept them one for one, else with their phonemes; captions then show
+them as written (:func:`as_written`: "Dr." over "doctor", "5:30" over "five thirty").
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ import re
 from dataclasses import dataclass
 
 import numpy as np
+
+from chorus.text.normalize import normalize_text
 
 _PUNCTUATION = set(",;:.!?")
 _STRESS = set("ˈˌ")  # marks the next phoneme: joined to it
@@ -75,6 +78,47 @@ def timestamps(
 def spoken_words(normalized_text: str) -> list[str]:
     """The words of normalized text, as the phonemizer reads them (punctuation dropped)."""
     return _WORD.findall(normalized_text)
+
+
+def written_units(text: str) -> list[tuple[str, int]]:
+    """``text``'s written words (runs of non-space) with how many of its spoken words
+    (:func:`spoken_words` of :func:`normalize_text`) each was read as, in order.
+
+    A written word ends a unit where the text up to it reads as the start of the whole text's reading;
+    written words the normalizer reads only together ("$5 million", "(555) 123-4567", "St. Louis") are
+    one unit, spaces kept. "5:30 pm." is two: "5:30" (five thirty) and "pm." (p m), as the text up to
+    "5:30" reads "five thirty" either way. A word said as nothing (a dash, an emoji) is a unit of none.
+    """
+    whole = spoken_words(normalize_text(text, warn=False))
+    units: list[tuple[str, int]] = []
+    start, said = None, 0
+    for token in re.finditer(r"\S+", text):
+        start = token.start() if start is None else start
+        read = spoken_words(normalize_text(text[: token.end()], warn=False))
+        if len(read) >= said and whole[: len(read)] == read:
+            units.append((text[start : token.end()], len(read) - said))
+            start, said = None, len(read)
+    return units
+
+
+def as_written(words: list[Timestamp], units: list[tuple[str, int]]) -> list[Timestamp]:
+    """Spoken ``words`` as the written words they were read from: a unit of :func:`written_units` spans its
+    spoken words' times; one said as nothing joins the unit before it (the first unit: the one after)."""
+    if sum(count for _, count in units) != len(words):
+        raise ValueError(f"{len(words)} spoken words but the written units hold {sum(c for _, c in units)}")
+    joined: list[tuple[str, int]] = []
+    for text, count in units:
+        if joined and (count == 0 or joined[-1][1] == 0):
+            joined[-1] = (f"{joined[-1][0]} {text}", joined[-1][1] + count)
+        else:
+            joined.append((text, count))
+    result, position = [], 0
+    for text, count in joined:
+        if count:
+            span = words[position : position + count]
+            result.append(Timestamp(" ".join(text.split()), span[0].start, span[-1].end))
+            position += count
+    return result
 
 
 def _size(phonemes: str) -> int:

@@ -12,5 +12,5 @@ router = APIRouter()
 
 @router.get("/v1/models", responses={200: {"model": ModelList}, **ERRORS})
 def list_models(tenant: Tenant):
-    # Any model name is accepted by /v1/audio/speech; these are the ones clients offer.
+    # The names /v1/audio/speech accepts (any other is a 404 model_not_found there).
     return ModelList(data=[ModelCard(id=name) for name in MODEL_NAMES]).model_dump()

@@ -1,8 +1,8 @@
 """Speech: ``POST /v1/audio/speech`` (OpenAI-compatible) and ``POST /v1/audio/speech/captioned``.
 
 The body is ``{"model", "input", "voice", "response_format", "speed", "instructions", "stream_format"}``
-(+ Chorus's ``sample_rate``); ``wav`` | ``flac`` | ``mp3`` | ``opus`` | ``aac`` | ``pcm`` (16-bit
-little-endian mono at 24 kHz, see ``X-Sample-Rate``). The voice is resolved once per request
+(+ Chorus's ``sample_rate``); ``model`` one of :data:`MODEL_NAMES`; ``mp3`` (the default, as OpenAI's) |
+``wav`` | ``flac`` | ``opus`` | ``aac`` | ``pcm`` (16-bit little-endian mono at 24 kHz, see ``X-Sample-Rate``). The voice is resolved once per request
 (:meth:`VoiceServer.voice_for`) and the text laid out as the library lays it out
 (:func:`chorus.synthesis.timeline.layout`: sentences, the silence between them, SSML breaks), so the same
 text and voice give the same samples as ``chorus synthesize``. Text of several sentences is streamed

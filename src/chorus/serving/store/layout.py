@@ -1,7 +1,8 @@
 """Where a voice store's files live under its root, and the commit marker that makes a folder a voice.
 
     <root>/<tenant>/<voice_id>/          one committed voice
-      adapter_config.json, chorus_voice.json, adapter_model.safetensors, voice_card.json, README.md
+      adapter_config.json, chorus_voice.json, adapter_model.safetensors, voice_card.json, README.md,
+      LICENSE.md, speaker_vector.safetensors (a LoRA voice's)
       COMMITTED.json                     written last: sha256 and size of every file above
     <root>/<tenant>/.upload-<voice_id>-<owner>-<token>/    an upload in progress (removed by ``recover``)
     <root>/.jobs/<job_id>/               a queued job's clips, for a remote root (see ``publish_job_inputs``)
@@ -27,7 +28,15 @@ from pathlib import Path
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
-from chorus.adapters.voice import CARD_FILE, CHORUS_FILE, CONFIG_FILE, WEIGHTS_FILE, VoiceError
+from chorus.adapters.voice import (
+    CARD_FILE,
+    CHORUS_FILE,
+    CONFIG_FILE,
+    LICENSE_FILE,
+    SPEAKER_FILE,
+    WEIGHTS_FILE,
+    VoiceError,
+)
 from chorus.serving.store.records import ID_PATTERN
 
 MARKER_FILE = "COMMITTED.json"
@@ -37,7 +46,7 @@ UPLOAD_PREFIX = ".upload-"
 PROBE_PREFIX = ".write-probe-"  # the write probe of BlobLayout.probe, in the voice root
 # Everything a voice folder may hold. Weights are only ever safetensors: a pickle (.bin, .pt, ...)
 # runs code when loaded, so a folder carrying one is refused rather than skipped.
-VOICE_FILES = frozenset({CONFIG_FILE, CHORUS_FILE, WEIGHTS_FILE, CARD_FILE, "README.md"})
+VOICE_FILES = frozenset({CONFIG_FILE, CHORUS_FILE, WEIGHTS_FILE, SPEAKER_FILE, CARD_FILE, "README.md", LICENSE_FILE})
 REQUIRED_FILES = frozenset({CONFIG_FILE, WEIGHTS_FILE})
 PICKLE_SUFFIXES = frozenset({".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt"})
 JOB_INPUTS_DIR = ".jobs"  # under a remote root: the clips of queued jobs, for any server's worker
