@@ -13,6 +13,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 import requests
 
@@ -157,3 +158,43 @@ def test_the_refusals(server_url, recordings):
     with pytest.raises(openai.NotFoundError):
         bob.audio.voice_consents.retrieve(consent.id)
     assert ann.audio.voice_consents.delete(consent.id).deleted
+
+
+@pytest.mark.parametrize(
+    ("heard", "accepted"),
+    [
+        (CONSENT_PHRASES["en"], True),
+        (
+            "I am the owner of this voice and I consent to Boris using this voice to create a synthetic voice model",
+            True,
+        ),
+        (
+            "I am the owner of this voice and I do not consent to Chorus using this voice to create a synthetic voice model.",
+            False,
+        ),
+        (
+            "I am not the owner of this voice and I consent to Chorus using this voice to create a synthetic voice model.",
+            False,
+        ),
+        ("I don't consent to Chorus using this voice.", False),
+        ("I am the owner of this voice.", False),
+        ("The birch canoe slid on the smooth planks.", False),
+    ],
+)
+def test_the_consent_phrase_is_judged_by_word_error_rate_and_negations(heard, accepted):
+    """Whisper mishears (a word error rate threshold, not equality), but a negation turns the phrase into a
+    refusal a word error rate cannot see (bench/consent.py: "I do not consent ..." scored 0.10-0.19)."""
+    from chorus.serving.custom_voices import CustomVoiceChecks
+    from chorus.serving.errors import ApiError
+    from chorus.serving.settings import ConsentSettings
+
+    checks = CustomVoiceChecks(None, ConsentSettings(), transcriber=lambda audio, rate: heard)
+    if accepted:
+        text, error_rate = checks.heard(np.zeros(16000, np.float32), 16000, "en-GB")
+        assert text == heard and error_rate <= ConsentSettings().max_word_error_rate
+    else:
+        with pytest.raises(ApiError, match="must read") as refused:
+            checks.heard(np.zeros(16000, np.float32), 16000, "en")
+        assert refused.value.status == 400 and refused.value.code == "consent_phrase_mismatch"
+    with pytest.raises(ApiError, match="no consent phrase for language"):
+        checks.heard(np.zeros(16000, np.float32), 16000, "fr-FR")

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+from chorus.adapters.voice import SPEAKER_FILE, WEIGHTS_FILE
 from chorus.models.reversible import couple
 from chorus.speaker.encoder import AdditiveAngularMargin, SpeakerEncoder, SpeakerEncoderConfig, Stage
 from conftest import grads, saved_bytes
@@ -278,6 +279,10 @@ def test_adapt_starts_from_the_speaker_encoder(tiny_base, new_voice_data, tmp_pa
     utterances, _ = discover(new_voice_data)  # the clips adapt embeds: the first 16, in this order
     embedding = encoder.embed([u.audio_path for u in utterances[:16]]).mean(0)
     assert notes["speaker_vector_start"] == bundle.speakers[mapping.nearest(embedding)]
-    tensors = load_file(str(result.voice_dir / "adapter_model.safetensors"))
+    # A plain-LoRA voice keeps its untrained speaker vector apart from PEFT's weights (SPEAKER_FILE).
+    tensors = {}
+    for name in (WEIGHTS_FILE, SPEAKER_FILE):
+        if (result.voice_dir / name).is_file():
+            tensors |= load_file(str(result.voice_dir / name))
     [vector] = [v for k, v in tensors.items() if "speaker_vector" in k]
     torch.testing.assert_close(vector.flatten(), torch.from_numpy(mapping.vector(embedding)), atol=1e-5, rtol=1e-5)

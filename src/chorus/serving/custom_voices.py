@@ -2,7 +2,8 @@
 
 * A consent recording must read the server's phrase for its language: Whisper transcribes it and the word
   error rate against the phrase must be at most ``ConsentSettings.max_word_error_rate`` (Whisper mishears:
-  a threshold, not string equality).
+  a threshold, not string equality), and it must say no negation the phrase does not ("I do not
+  consent ..." is within any useful threshold of the phrase: bench/consent.py).
 * A sample must be the consent's speaker: Chorus's speaker encoder embeds both and their cosine must reach
   the encoder's calibrated threshold (its EER point on held-out trials).
 * The *instant voice* a sample speaks as at once: the base speakers nearest the sample in the encoder's
@@ -18,7 +19,7 @@ from collections.abc import Callable
 import numpy as np
 import soxr
 
-from chorus.evaluation.asr import WhisperJudge, word_error_rate
+from chorus.evaluation.asr import WhisperJudge, normalize_for_scoring, word_error_rate
 from chorus.serving.engine import Engine
 from chorus.serving.errors import ApiError
 from chorus.serving.settings import ConsentSettings
@@ -26,6 +27,17 @@ from chorus.speaker.bundle import EncoderBundle, load_encoder, shipped_encoder_d
 from chorus.speaker.start import SpeakerMap, speaker_map
 
 Transcriber = Callable[[np.ndarray, int], str]  # (mono audio [samples], its rate) -> what was said
+
+# Words that turn a consent into a refusal: a word error rate cannot see them (one word in twenty). As the
+# scoring normalizer writes them (lower case, no apostrophes: "don't" is "dont").
+NEGATIONS = frozenset(
+    {"not", "no", "never", "nobody", "neither", "nor", "refuse", "cannot", "without"}
+    | {"dont", "doesnt", "didnt", "wont", "cant", "isnt", "arent", "wasnt", "shouldnt", "wouldnt", "havent"}
+)
+
+
+def _negations(text: str) -> set[str]:
+    return set(normalize_for_scoring(text).split()) & NEGATIONS
 
 
 class CustomVoiceChecks:
@@ -72,6 +84,15 @@ class CustomVoiceChecks:
             self._transcriber = transcriber
             text = transcriber(audio, rate)
         error_rate = word_error_rate(phrase, text)
+        negations = _negations(text) - _negations(phrase)
+        if negations:  # "I do not consent ..." is a few words from the phrase, and means the opposite
+            raise ApiError(
+                400,
+                f"the consent recording must read: {phrase!r}; heard: {text[:300]!r}, which says "
+                f"{', '.join(sorted(negations))!r}: not a consent",
+                param="recording",
+                code="consent_phrase_mismatch",
+            )
         if error_rate > self.settings.max_word_error_rate:
             raise ApiError(
                 400,
