@@ -12,7 +12,6 @@ import functools
 import json
 import os
 import shutil
-import subprocess
 import threading
 import time
 import urllib.error
@@ -362,20 +361,8 @@ def test_web_page_records_clips_from_the_microphone(live_server, chromium, new_v
         browser.close()
 
 
-SAMPLE_TEXT = (
-    "The birch canoe slid on the smooth planks. Glue the sheet to the dark blue background. "
-    "It is easy to tell the depth of a well. These days a chicken leg is a rare dish. "
-    "Rice is often served in round bowls."
-)
-
-
-def espeak(path: Path, variant: str, text: str) -> Path:
-    subprocess.run(["espeak-ng", "-v", f"en-us+{variant}", "-w", str(path), text], check=True, timeout=60)
-    return path
-
-
 def test_web_page_creates_a_voice_from_a_consent_and_a_sample(
-    live_server, training_gate, heard, chromium, new_voice_data, tmp_path
+    live_server, training_gate, heard, chromium, new_voice_data, custom_voice_recordings
 ):
     """OpenAI-style custom voices on the page: the server's phrase shown, the consent recorded from the
     (fake) microphone and posted as the browser's webm, the refusals shown as the server words them (what
@@ -383,9 +370,8 @@ def test_web_page_creates_a_voice_from_a_consent_and_a_sample(
     instant to its end (adapted, or its refinement failed and why), and the voice speaking."""
     from playwright.sync_api import expect
 
-    consent = espeak(tmp_path / "consent.wav", "f4", CONSENT_PHRASES["en"])  # what the fake microphone plays
-    sample = espeak(tmp_path / "sample.wav", "f4", SAMPLE_TEXT)
-    other = espeak(tmp_path / "other.wav", "m3", SAMPLE_TEXT)  # another speaker
+    consent = custom_voice_recordings["consent"]  # what the fake microphone plays
+    sample, other = custom_voice_recordings["sample"], custom_voice_recordings["other"]  # other: another speaker
     short = sorted((new_voice_data / "wavs").glob("*.wav"))[0]
     browser = chromium(
         "--use-fake-ui-for-media-stream",
