@@ -213,6 +213,34 @@ def espeak_voice(folder: Path, variant: str, sentences: list[str]) -> Path:
     return folder
 
 
+CUSTOM_VOICE_SAMPLE = (
+    "The birch canoe slid on the smooth planks. Glue the sheet to the dark blue background. "
+    "It is easy to tell the depth of a well. These days a chicken leg is a rare dish. "
+    "Rice is often served in round bowls."
+)
+
+
+@pytest.fixture(scope="session")
+def custom_voice_recordings(tmp_path_factory) -> dict[str, Path]:
+    """For OpenAI-style custom voices, by espeak-ng: f4 reads the consent phrase ("consent") and a 12 s
+    sample ("sample"); m3, another speaker, the same sample ("other")."""
+    from chorus.serving.settings import CONSENT_PHRASES
+
+    if shutil.which("espeak-ng") is None:
+        pytest.skip("needs Debian espeak-ng")
+    folder = tmp_path_factory.mktemp("custom_voice_recordings")
+    texts = {
+        "consent": ("f4", CONSENT_PHRASES["en"]),
+        "sample": ("f4", CUSTOM_VOICE_SAMPLE),
+        "other": ("m3", CUSTOM_VOICE_SAMPLE),
+    }
+    for name, (variant, text) in texts.items():
+        subprocess.run(
+            ["espeak-ng", "-v", f"en-us+{variant}", "-w", str(folder / f"{name}.wav"), text], check=True, timeout=60
+        )
+    return {name: folder / f"{name}.wav" for name in texts}
+
+
 @pytest.fixture(scope="session")
 def two_voice_corpus(tmp_path_factory) -> Path:
     """Two espeak-ng voices (m3, f2) x six sentences, as a folder of LJSpeech-style folders."""

@@ -1,11 +1,12 @@
 """The web page at ``/`` end to end in headless Chromium against a live server on the tiny base: the API
 key (kept in localStorage, sent as a Bearer token), the voice list, speech played from a blob URL, and
 onboarding a voice (clips + transcripts + consent) with its job followed to the end, after which the new
-voice is listed and speaks. Uses Debian's ``chromium`` (scripts/browser-packages.sh) through Playwright;
+voice is listed and speaks; and a voice made OpenAI's way (a consent recording from the microphone, a sample). Uses Debian's ``chromium`` (scripts/browser-packages.sh) through Playwright;
 skipped when either is missing. Leaves a screenshot at ``/tmp/chorus-web.png``."""
 
 from __future__ import annotations
 
+import dataclasses
 import faulthandler
 import functools
 import json
@@ -18,6 +19,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+import soundfile as sf
 
 pytest.importorskip("fastapi")
 pytest.importorskip("prometheus_client")
@@ -25,9 +27,10 @@ pytest.importorskip("prometheus_client")
 from chorus.adapters import parse_methods  # noqa: E402
 from chorus.recipe import AdaptConfig  # noqa: E402
 from chorus.serving.api import create_app  # noqa: E402
+from chorus.serving.custom_voices import CustomVoiceChecks  # noqa: E402
 from chorus.serving.engine import Engine  # noqa: E402
 from chorus.serving.page import WEB_FILES  # noqa: E402
-from chorus.serving.settings import ServerSettings, jobs_dir  # noqa: E402
+from chorus.serving.settings import CONSENT_PHRASES, ServerSettings, jobs_dir  # noqa: E402
 from chorus.serving.store import VoiceStore  # noqa: E402
 from chorus.serving.tenants import Tenants  # noqa: E402
 from chorus.serving.uploads import UploadLimits  # noqa: E402
@@ -43,6 +46,7 @@ SETTINGS = ServerSettings(
     progress_interval=0.2,
     adapt=AdaptConfig(methods=parse_methods("lora"), steps=4, threads=1, eval_every=2, max_frames=1500),
 )
+SETTINGS = dataclasses.replace(SETTINGS, adapt_sample=dataclasses.replace(SETTINGS.adapt_sample, steps=4, threads=1))
 CONSENT = "Fiona Four consented in writing on 2024-05-01 to a synthetic voice made from these recordings."
 TWO_SENTENCES = "The birch canoe slid on the smooth planks. Glue the sheet to the dark blue background."
 SCREENSHOT = Path("/tmp/chorus-web.png")
@@ -62,7 +66,14 @@ def training_gate() -> threading.Event:
 
 
 @pytest.fixture(scope="module")
-def live_app(tiny_base, training_gate, tmp_path_factory):
+def heard() -> dict[str, str]:
+    """What the server's Whisper "hears" in a consent recording: the test says (the speaker encoder is
+    the shipped one)."""
+    return {"text": CONSENT_PHRASES["en"]}
+
+
+@pytest.fixture(scope="module")
+def live_app(tiny_base, training_gate, heard, tmp_path_factory):
     """What ``live_server`` serves: one API key (so the page must send it)."""
     store = VoiceStore(str(tmp_path_factory.mktemp("store_web")))
     engine = Engine(
@@ -78,9 +89,15 @@ def live_app(tiny_base, training_gate, tmp_path_factory):
         return engine.base_copy()
 
     runner = JobRunner(
-        store, jobs_dir(SETTINGS, store), held_bundle, SETTINGS.adapt, progress_interval=SETTINGS.progress_interval
+        store,
+        jobs_dir(SETTINGS, store),
+        held_bundle,
+        SETTINGS.adapt,
+        progress_interval=SETTINGS.progress_interval,
+        sample_config=SETTINGS.adapt_sample,
     )
-    return create_app(store, engine, Tenants.from_pairs([(KEY, "acme")]), SETTINGS, jobs=runner)
+    checks = CustomVoiceChecks(engine, SETTINGS.consent, transcriber=lambda audio, rate: heard["text"])
+    return create_app(store, engine, Tenants.from_pairs([(KEY, "acme")]), SETTINGS, jobs=runner, custom_voices=checks)
 
 
 @pytest.fixture(scope="module")
@@ -331,14 +348,116 @@ def test_web_page_records_clips_from_the_microphone(live_server, chromium, new_v
     try:
         context, page, problems = open_page(browser, live_server[0])
         context.grant_permissions(["microphone"])
-        page.get_by_role("button", name="Record").click()
-        expect(page.get_by_role("button", name="Stop")).to_be_enabled()
+        page.get_by_role("button", name="Record", exact=True).click()
+        expect(page.get_by_role("button", name="Stop", exact=True)).to_be_enabled()
         page.wait_for_timeout(2000)
-        page.get_by_role("button", name="Stop").click()
+        page.get_by_role("button", name="Stop", exact=True).click()
         expect(page.locator("#record-status")).to_contain_text("Recorded recording-1.wav")
         listed = page.locator("#recordings li").first.inner_text()
         seconds = float(listed.split("(")[1].split(" s)")[0])
         assert seconds > 1.0, listed
         assert problems == [], problems
+    finally:
+        browser.close()
+
+
+def test_web_page_creates_a_voice_from_a_consent_and_a_sample(
+    live_server, training_gate, heard, chromium, new_voice_data, custom_voice_recordings
+):
+    """OpenAI-style custom voices on the page: the server's phrase shown, the consent recorded from the
+    (fake) microphone and posted as the browser's webm, the refusals shown as the server words them (what
+    was heard, the speaker similarity), then a sample file accepted, the voice's stage followed from
+    instant to its end (adapted, or its refinement failed and why), and the voice speaking."""
+    from playwright.sync_api import expect
+
+    consent = custom_voice_recordings["consent"]  # what the fake microphone plays
+    sample, other = custom_voice_recordings["sample"], custom_voice_recordings["other"]  # other: another speaker
+    short = sorted((new_voice_data / "wavs").glob("*.wav"))[0]
+    browser = chromium(
+        "--use-fake-ui-for-media-stream",
+        "--use-fake-device-for-media-stream",
+        f"--use-file-for-fake-audio-capture={consent}",
+    )
+    live_server, app = live_server
+    try:
+        context, page, problems = open_page(browser, live_server)
+        context.grant_permissions(["microphone"])
+        posts = []
+        page.on("request", lambda r: r.method == "POST" and posts.append(r.url.removeprefix(live_server)))
+        expect(page.locator("#cv-phrase")).to_have_text(CONSENT_PHRASES["en"])  # from .../phrases, with the key
+        expect(page.get_by_label("Language of the consent")).to_have_value("en")
+        error = page.locator("#cv-error")
+        create = page.get_by_role("button", name="Create voice")
+
+        # The consent from the microphone: the browser's own format, decoded by the server.
+        page.get_by_label("Voice name").fill("Fiona")
+        page.get_by_role("button", name="Record consent").click()
+        page.wait_for_timeout(1000 * sf.info(consent).duration + 300)  # the phrase once (the fake device loops it)
+        page.get_by_role("button", name="Stop consent").click()
+        expect(page.locator("#cv-consent-status")).to_contain_text("Recorded")
+        create.click()  # no sample yet: refused on the page, nothing posted
+        expect(error).to_contain_text("Record a sample")
+        page.get_by_label("Or a sample file").set_input_files(short)
+        expect(page.locator("#cv-sample-status")).to_contain_text(f"{short.name} chosen")
+
+        # Whisper heard something else: the server's refusal, quoted.
+        heard["text"] = "I do not give anyone permission."
+        with page.expect_response(lambda r: r.url.endswith("/v1/audio/voice_consents")) as answer:
+            create.click()
+        assert answer.value.status == 400
+        expect(error).to_contain_text("The consent recording was refused: the consent recording must read")
+        expect(error).to_contain_text("heard: 'I do not give anyone permission.'")
+
+        # The right phrase: the consent is taken; the sample is too short, then another speaker's.
+        heard["text"] = CONSENT_PHRASES["en"]
+        with page.expect_response(lambda r: r.url.endswith("/v1/audio/voices")) as answer:
+            create.click()
+        assert answer.value.status == 400
+        expect(error).to_contain_text("The sample was refused: the sample lasts")
+        expect(page.locator("#cv-create-status")).to_contain_text("Consent cons_")
+        [taken] = app.state.server.store.list_consents("acme", None, 10)
+        assert app.state.server.store.consent_recording("acme", taken.consent_id)[:4] == b"\x1a\x45\xdf\xa3"  # WebM
+        page.get_by_label("Or a sample file").set_input_files(other)
+        with page.expect_response(lambda r: r.url.endswith("/v1/audio/voices")) as answer:
+            create.click()
+        assert answer.value.status == 400
+        expect(error).to_contain_text("does not match the consent recording's (speaker similarity")
+
+        # Fiona's own sample: the voice speaks at once (instant), and is refined once the gate opens.
+        page.get_by_label("Or a sample file").set_input_files(sample)
+        with page.expect_response(lambda r: r.url.endswith("/v1/audio/voices")) as answer:
+            create.click()
+        assert answer.value.status == 200, answer.value.text()
+        voice = answer.value.json()
+        assert voice["stage"] == "instant" and voice["name"] == "Fiona"
+        assert posts.count("/v1/audio/voice_consents") == 2  # the taken consent was not posted again
+        expect(error).to_be_hidden()
+        stage = page.locator("#cv-stage")
+        expect(page.locator("#cv-voice-id")).to_have_text(voice["id"])
+        expect(stage).to_contain_text("instant voice")
+        expect(page.get_by_label("Voice", exact=True)).to_have_value(voice["id"])  # it speaks: chosen above
+        training_gate.set()
+        box = page.locator("#cv-voice")
+        page.wait_for_function(
+            """() => { const b = document.getElementById('cv-voice');
+            return b.dataset.stage === 'adapted' || b.dataset.refinement === 'failed'; }""",
+            timeout=300_000,
+        )
+        final = fetch(f"{live_server}/v1/audio/voices/{voice['id']}", {"Authorization": f"Bearer {KEY}"})
+        final = json.loads(final[2])
+        if final["stage"] == "adapted":
+            expect(stage).to_have_text("adapted: refined on the sample, it speaks as its own voice.")
+        else:
+            assert final["refinement"] == "failed" and final["refinement_error"], final
+            expect(box).to_have_attribute("data-refinement", "failed")
+            expect(stage).to_contain_text(f"the refinement failed: {final['refinement_error']}")
+
+        # Speak with it: the Speak form's text, in the new voice.
+        with page.expect_response(lambda r: r.url.endswith("/v1/audio/speech")) as answer:
+            page.get_by_role("button", name="Speak with this voice").click()
+        assert answer.value.status == 200 and json.loads(answer.value.request.post_data)["voice"] == voice["id"]
+        expect(page.locator("#speak-status")).to_contain_text(f"s of audio from {voice['id']}")
+        assert problems == [], problems
+        app.state.server.store.delete_voice("acme", voice["id"])  # leaves the module's other tests as they were
     finally:
         browser.close()

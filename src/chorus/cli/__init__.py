@@ -22,6 +22,7 @@ from chorus.cli.store import store_app
 from chorus.cli.synthesize import speakers, synthesize
 from chorus.cli.train import pretrain, train_vocoder
 from chorus.cli.voice_space import space_app
+from chorus.cli.voices import voices_app
 
 DISTRIBUTION = "chorus-tts"
 
@@ -66,6 +67,7 @@ app.add_typer(space_app, name="voice-space")
 app.command()(serve)
 app.command("serve-key")(serve_key)
 app.add_typer(store_app, name="store")
+app.add_typer(voices_app, name="voices")
 app.add_typer(speaker_app, name="speaker")
 app.add_typer(data_app, name="data")
 app.add_typer(corpus_app, name="corpus")

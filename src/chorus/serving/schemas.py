@@ -285,6 +285,16 @@ class VoiceConsent(BaseModel):
     created_at: int
 
 
+class ConsentPhrases(BaseModel):
+    """``GET /v1/audio/voice_consents/phrases`` (Chorus's): the phrase a consent recording must read, per
+    language (primary BCP 47 subtag: ``en``), and the bounds of a sample for ``POST /v1/audio/voices``."""
+
+    object: Literal["audio.voice_consent.phrases"] = "audio.voice_consent.phrases"
+    phrases: dict[str, str]
+    min_sample_seconds: float
+    max_file_bytes: int
+
+
 class VoiceConsentList(BaseModel):
     """``GET /v1/audio/voice_consents``: oldest first, ``limit`` at a time, ``after`` an id."""
 

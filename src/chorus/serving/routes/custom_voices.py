@@ -1,6 +1,7 @@
 """OpenAI's custom voices, as its API and SDK shape them: consent recordings (``/v1/audio/voice_consents``:
 create, list, retrieve, rename, delete) and voices from one sample (``POST /v1/audio/voices``,
-``DELETE /v1/audio/voices/{id}``; Chorus adds ``GET /v1/audio/voices/{id}`` for the voice's stage).
+``DELETE /v1/audio/voices/{id}``). Chorus adds ``GET /v1/audio/voices/{id}`` for the voice's stage and
+``GET /v1/audio/voice_consents/phrases`` for what a consent must read (clients show it before recording).
 
 A consent must read the server's phrase for its language; a sample must be the consent's speaker
 (:mod:`chorus.serving.custom_voices`). A new voice speaks at once as its instant voice and is refined by an
@@ -23,6 +24,7 @@ from chorus.serving.routes.deps import ERRORS, Server, Tenant, read_json
 from chorus.serving.schemas import (
     AudioVoice,
     AudioVoiceDeleted,
+    ConsentPhrases,
     VoiceConsent,
     VoiceConsentDeleted,
     VoiceConsentList,
@@ -120,6 +122,17 @@ def list_consents(tenant: Tenant, server: Server, after: str | None = None, limi
         first_id=page[0].consent_id if page else None,
         last_id=page[-1].consent_id if page else None,
         has_more=len(records) > limit,
+    ).model_dump()
+
+
+# Before the route of one consent, which would take "phrases" for an id (consent ids start with "cons_").
+@router.get(_CONSENTS + "/phrases", responses={200: {"model": ConsentPhrases}, **ERRORS})
+def consent_phrases(tenant: Tenant, server: Server):
+    """What a consent recording must read, per language, and what a sample must be (Chorus's: clients such
+    as the web page show the phrase before recording it)."""
+    settings = server.settings.consent
+    return ConsentPhrases(
+        phrases=settings.phrases, min_sample_seconds=settings.min_sample_seconds, max_file_bytes=settings.max_file_bytes
     ).model_dump()
 
 

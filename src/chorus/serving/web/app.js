@@ -49,9 +49,44 @@
     element.hidden = !message;
   }
 
+  // Polls `url` (GET, with the key) until `answer(body)` returns true. A poll that fails for any reason (no
+  // answer within POLL_TIMEOUT_MS, a dropped connection, a 5xx or 429, an unreadable body) is retried with
+  // back-off, telling `lost(reason)`; only the server refusing (any other 4xx) ends it, with
+  // `refused(message)`. A hung request must never freeze a status line. Returns its stop().
+  function pollUntil(url, answer, refused, lost, delay = POLL_MS) {
+    let timer = null, failures = 0, stopped = false;
+    const next = (ms) => { if (!stopped) timer = setTimeout(poll, ms); };
+    const poll = async () => {
+      timer = null;
+      let body;
+      try {
+        const response = await fetch(url, { headers: authHeaders(), cache: "no-store",
+                                             signal: AbortSignal.timeout(POLL_TIMEOUT_MS) });
+        if (response.status >= 400 && response.status < 500 && ![408, 429].includes(response.status)) {
+          if (!stopped) refused(await errorMessage(response));
+          return;
+        }
+        if (!response.ok) throw new Error(`${response.status} ${response.statusText || "error"}`);
+        body = await response.json();
+      } catch (error) {
+        failures += 1;
+        if (!stopped) lost(error.message);
+        next(Math.min(10000, POLL_MS * 2 ** failures));
+        return;
+      }
+      failures = 0;
+      if (!stopped && !(await answer(body))) next(POLL_MS);
+    };
+    next(delay);
+    return () => { stopped = true; if (timer !== null) clearTimeout(timer); };
+  }
+
   // -- voices ----------------------------------------------------------------------------------------
   const voiceSelect = $("voice");
   const voicesStatus = $("voices-status");
+
+  // A voice speaks when ready, and a voice made from a sample as soon as it exists (its instant voice).
+  const speaks = (voice) => voice.status === "ready" || voice.stage === "instant";
 
   async function loadVoices(select) {
     const wanted = select || voiceSelect.value;
@@ -74,17 +109,18 @@
     for (const voice of voices) {
       const option = document.createElement("option");
       option.value = voice.id;
-      const ready = voice.status === "ready";
+      const ready = speaks(voice);
       let text = voice.name && voice.name !== voice.id ? `${voice.name} (${voice.id})` : voice.id;
       if (voice.default) text += " — default";
-      if (!ready) text += ` — ${voice.status}`;
+      if (voice.stage === "instant") text += " — instant voice";
+      else if (!ready) text += ` — ${voice.status}`;
       option.textContent = text;
       option.disabled = !ready;
       if (!ready && voice.error) option.title = voice.error;
       (voice.type === "base" ? groups.base : groups.custom).appendChild(option);
     }
     voiceSelect.replaceChildren(...[groups.base, groups.custom].filter((g) => g.children.length));
-    const choices = voices.filter((v) => v.status === "ready").map((v) => v.id);
+    const choices = voices.filter(speaks).map((v) => v.id);
     const preset = voices.find((v) => v.default);
     voiceSelect.value = choices.includes(wanted) ? wanted : (preset ? preset.id : choices[0] || "");
     const custom = voices.filter((v) => v.type !== "base");
@@ -288,7 +324,7 @@
   const jobBox = $("job");
   const jobProgress = $("job-progress");
   const jobStatus = $("job-status");
-  let pollTimer = null;
+  let stopPolling = null;
 
   function transcriptNames(text) {
     return new Set(text.split(/\r?\n/).filter((line) => line.includes("|"))
@@ -328,17 +364,58 @@
     return transcripts.value.split(/\r?\n/).some((l) => l.includes("|") && l.split("|").slice(1).join("|").trim());
   }
 
+  // -- the microphone: Record starts, Stop ends; `recorded(blob)` gets what it heard, in the browser's own
+  // format (webm or ogg: the server decodes both); `prompt()` says what to do meanwhile; `audio`: the
+  // getUserMedia constraints --------------------------------------------------------------------------
+  function microphone(startButton, stopButton, status, prompt, recorded, audio = true) {
+    let recorder = null;
+    startButton.addEventListener("click", async () => {
+      let stream;
+      try {
+        stream = await navigator.mediaDevices.getUserMedia({ audio });
+      } catch (error) {
+        status.textContent = `No microphone: ${error.message}`;
+        return;
+      }
+      const chunks = [];
+      const current = new MediaRecorder(stream);
+      recorder = current;
+      current.addEventListener("dataavailable", (event) => chunks.push(event.data));
+      current.addEventListener("stop", async () => {
+        stream.getTracks().forEach((track) => track.stop());
+        try {
+          await recorded(new Blob(chunks, { type: current.mimeType }));
+        } catch (error) {
+          status.textContent = `The recording could not be read: ${error.message}`;
+        }
+      });
+      current.start();
+      startButton.disabled = true;
+      stopButton.disabled = false;
+      status.textContent = prompt();
+    });
+    stopButton.addEventListener("click", () => {
+      if (recorder && recorder.state === "recording") recorder.stop();
+      startButton.disabled = false;
+      stopButton.disabled = true;
+    });
+  }
+
+  async function decode(blob) {
+    const context = new AudioContext();
+    try {
+      return await context.decodeAudioData(await blob.arrayBuffer());
+    } finally {
+      context.close();
+    }
+  }
+
   // -- recording clips in the browser: the microphone's audio, kept as 16-bit WAV ---------------------
-  const recordButton = $("record");
-  const stopButton = $("stop-record");
   const recordStatus = $("record-status");
   const recordings = [];
-  let recorder = null;
 
   async function asWav(blob) {
-    const context = new AudioContext();
-    const decoded = await context.decodeAudioData(await blob.arrayBuffer());
-    context.close();
+    const decoded = await decode(blob);
     const channel = decoded.getChannelData(0);
     const pcm = new Int16Array(channel.length);
     for (let i = 0; i < channel.length; i += 1) pcm[i] = Math.max(-1, Math.min(1, channel[i])) * 32767;
@@ -358,39 +435,12 @@
     }));
   }
 
-  recordButton.addEventListener("click", async () => {
-    let stream;
-    try {
-      stream = await navigator.mediaDevices.getUserMedia({ audio: true });
-    } catch (error) {
-      recordStatus.textContent = `No microphone: ${error.message}`;
-      return;
-    }
-    const chunks = [];
-    recorder = new MediaRecorder(stream);
-    recorder.addEventListener("dataavailable", (event) => chunks.push(event.data));
-    recorder.addEventListener("stop", async () => {
-      stream.getTracks().forEach((track) => track.stop());
-      try {
-        const { blob, seconds } = await asWav(new Blob(chunks, { type: recorder.mimeType }));
-        const name = `recording-${recordings.length + 1}.wav`;
-        recordings.push({ name, blob, seconds });
-        recordStatus.textContent = `Recorded ${name} (${seconds.toFixed(1)} s).`;
-        listRecordings();
-      } catch (error) {
-        recordStatus.textContent = `The recording could not be read: ${error.message}`;
-      }
-    });
-    recorder.start();
-    recordButton.disabled = true;
-    stopButton.disabled = false;
-    recordStatus.textContent = "Recording… read a sentence aloud, then Stop.";
-  });
-
-  stopButton.addEventListener("click", () => {
-    if (recorder && recorder.state === "recording") recorder.stop();
-    recordButton.disabled = false;
-    stopButton.disabled = true;
+  microphone($("record"), $("stop-record"), recordStatus, () => "Recording… read a sentence aloud, then Stop.", async (raw) => {
+    const { blob, seconds } = await asWav(raw);
+    const name = `recording-${recordings.length + 1}.wav`;
+    recordings.push({ name, blob, seconds });
+    recordStatus.textContent = `Recorded ${name} (${seconds.toFixed(1)} s).`;
+    listRecordings();
   });
 
   function uploadForm() {
@@ -456,8 +506,8 @@
   });
 
   function stopWatching() {
-    if (pollTimer !== null) clearTimeout(pollTimer);
-    pollTimer = null;
+    if (stopPolling !== null) stopPolling();
+    stopPolling = null;
   }
 
   function render(job) {
@@ -480,38 +530,9 @@
     stopWatching();
     storage("set", JOB_STORAGE, job.id);
     render(job);
-    let failures = 0;
-    // A poll that fails for any reason (no answer within POLL_TIMEOUT_MS, a dropped connection, a 5xx
-    // or 429, an unreadable body) is retried with back-off; only the server refusing the job to us (any
-    // other 4xx) ends the watch. A hung request must never freeze the status line.
-    const retry = (reason) => {
-      failures += 1;
-      jobStatus.textContent = `Lost contact with the server; retrying… (${reason})`;
-      pollTimer = setTimeout(poll, Math.min(10000, POLL_MS * 2 ** failures));
-    };
-    const poll = async () => {
-      pollTimer = null;
-      let current;
-      try {
-        const response = await fetch(`v1/jobs/${encodeURIComponent(job.id)}`, {
-          headers: authHeaders(), cache: "no-store", signal: AbortSignal.timeout(POLL_TIMEOUT_MS) });
-        if (response.status >= 400 && response.status < 500 && ![408, 429].includes(response.status)) {
-          storage("remove", JOB_STORAGE);
-          show(onboardError, `Could not follow job ${job.id}: ${await errorMessage(response)}`);
-          return;
-        }
-        if (!response.ok) throw new Error(`${response.status} ${response.statusText || "error"}`);
-        current = await response.json();
-      } catch (error) {
-        retry(error.message);
-        return;
-      }
-      failures = 0;
+    const answer = async (current) => {
       render(current);
-      if (!FINAL.has(current.status)) {
-        pollTimer = setTimeout(poll, POLL_MS);
-        return;
-      }
+      if (!FINAL.has(current.status)) return false;
       storage("remove", JOB_STORAGE);
       if (current.status === "failed") {
         show(onboardError, `Making voice ${current.voice} failed: ${current.error || current.message || "no reason given"}`);
@@ -519,15 +540,200 @@
       } else {
         await loadVoices(current.voice);
       }
+      return true;
     };
-    pollTimer = setTimeout(poll, FINAL.has(job.status) ? 0 : POLL_MS);
+    const refused = (message) => {
+      storage("remove", JOB_STORAGE);
+      show(onboardError, `Could not follow job ${job.id}: ${message}`);
+    };
+    const lost = (reason) => { jobStatus.textContent = `Lost contact with the server; retrying… (${reason})`; };
+    stopPolling = pollUntil(`v1/jobs/${encodeURIComponent(job.id)}`, answer, refused, lost,
+                            FINAL.has(job.status) ? 0 : POLL_MS);
   }
+
+  // -- a voice from one sample (OpenAI's custom voices): a consent recording, then the sample ----------
+  const cvLanguage = $("cv-language");
+  const cvError = $("cv-error");
+  const cvCreate = $("cv-create");
+  const cvCreateStatus = $("cv-create-status");
+  const cvBox = $("cv-voice");
+  // The speaker encoder compares the consent with the sample, and the refinement learns the voice from
+  // the sample: the voice as the microphone hears it, without the call-audio processing browsers add.
+  const RAW_AUDIO = { echoCancellation: false, noiseSuppression: false, autoGainControl: false };
+  const picked = { consent: null, sample: null };   // {blob, name, seconds (null for a file)}
+  let phrases = {};
+  let minSampleSeconds = 10;
+  let accepted = null;   // the consent the server took: {pick, language, id}, reused until either changes
+  let stopFollowing = null;
+  let cvVoiceId = null;
+
+  function showPhrase() {
+    $("cv-phrase").textContent = phrases[cvLanguage.value] || "";
+  }
+
+  async function loadPhrases() {
+    const status = $("cv-phrase-status");
+    let response;
+    try {
+      response = await fetch("v1/audio/voice_consents/phrases", { headers: authHeaders(), cache: "no-store" });
+    } catch (error) {
+      status.textContent = `Could not reach the server: ${error.message}`;
+      return;
+    }
+    if (!response.ok) {
+      status.textContent = `Could not read the consent phrases: ${await errorMessage(response)}`;
+      return;
+    }
+    const body = await response.json();
+    phrases = body.phrases || {};
+    minSampleSeconds = body.min_sample_seconds;
+    $("cv-min-seconds").textContent = String(minSampleSeconds);
+    const wanted = cvLanguage.value;
+    const languages = Object.keys(phrases).sort();
+    cvLanguage.replaceChildren(...languages.map((language) => {
+      const option = document.createElement("option");
+      option.value = language;
+      option.textContent = language;
+      return option;
+    }));
+    cvLanguage.value = languages.includes(wanted) ? wanted : (languages.includes("en") ? "en" : languages[0] || "");
+    status.textContent = "";
+    showPhrase();
+  }
+
+  cvLanguage.addEventListener("change", showPhrase);
+
+  // A recording or a file: the latest chosen is the one sent.
+  function pick(part, choice, status) {
+    picked[part] = choice;
+    if (choice.seconds === null) {
+      status.textContent = `${choice.name} chosen.`;
+      return;
+    }
+    const short = part === "sample" && choice.seconds < minSampleSeconds;
+    status.textContent = `Recorded ${choice.seconds.toFixed(1)} s` +
+      (short ? `: too short, the sample needs ${minSampleSeconds} s or more.` : ".");
+  }
+
+  for (const part of ["consent", "sample"]) {
+    const status = $(`cv-${part}-status`);
+    const fileInput = $(`cv-${part}-file`);
+    const prompt = () => (part === "consent" ? "Recording… read the phrase above aloud, then Stop." :
+      `Recording… speak for ${minSampleSeconds} s or more, then Stop.`);
+    microphone($(`cv-${part}-record`), $(`cv-${part}-stop`), status, prompt, async (blob) => {
+      const { duration } = await decode(blob);
+      const extension = blob.type.includes("ogg") ? "ogg" : blob.type.includes("mp4") ? "m4a" : "webm";
+      fileInput.value = "";
+      pick(part, { blob, name: `${part}.${extension}`, seconds: duration }, status);
+    }, RAW_AUDIO);
+    fileInput.addEventListener("change", () => {
+      if (fileInput.files.length) pick(part, { blob: fileInput.files[0], name: fileInput.files[0].name, seconds: null }, status);
+    });
+  }
+
+  // A multipart POST; a refusal is thrown with the server's message (what was heard, the similarity).
+  async function postForm(path, fields, refusal) {
+    const form = new FormData();
+    for (const [name, value] of Object.entries(fields)) {
+      if (value.blob) form.append(name, value.blob, value.name);
+      else form.append(name, value);
+    }
+    let response;
+    try {
+      response = await fetch(path, { method: "POST", headers: authHeaders(), body: form });
+    } catch (error) {
+      throw new Error(`${refusal}: the server could not be reached (${error.message})`);
+    }
+    if (!response.ok) throw new Error(`${refusal}: ${await errorMessage(response)}`);
+    return response.json();
+  }
+
+  function checkCustomVoice() {
+    if (!$("cv-name").value.trim()) return "Give the voice a name.";
+    if (!cvLanguage.value) return "No consent phrase to read: fill in the API key at the top of the page.";
+    if (!picked.consent) return "Record the consent phrase (or choose a file of it).";
+    if (!picked.sample) return "Record a sample (or choose a file).";
+    const seconds = picked.sample.seconds;
+    if (seconds !== null && seconds < minSampleSeconds) {
+      return `The sample lasts ${seconds.toFixed(1)} s: record ${minSampleSeconds} s or more.`;
+    }
+    return "";
+  }
+
+  // The voice's stage: instant (speaking as a blend of the speakers nearest the sample) until its
+  // refinement is done (adapted) or failed (it stays instant, and the server says why).
+  function renderStage(voice) {
+    cvBox.hidden = false;
+    cvBox.dataset.stage = voice.stage;
+    cvBox.dataset.refinement = voice.refinement || "";
+    $("cv-voice-id").textContent = voice.id;
+    let words;
+    if (voice.stage === "adapted") words = "adapted: refined on the sample, it speaks as its own voice.";
+    else if (voice.refinement === "failed") {
+      words = `instant voice (a blend of the nearest speakers); the refinement failed: ${voice.refinement_error || "no reason given"}`;
+    } else words = `instant voice (a blend of the nearest speakers), speaking now; refinement ${voice.refinement || "pending"}…`;
+    $("cv-stage").textContent = words;
+  }
+
+  function follow(voice) {
+    if (stopFollowing !== null) stopFollowing();
+    cvVoiceId = voice.id;
+    renderStage(voice);
+    const answer = async (current) => {
+      renderStage(current);
+      const final = current.stage === "adapted" || current.refinement === "failed" || !current.refinement;
+      if (final) await loadVoices(current.id);
+      return final;
+    };
+    const refused = (message) => show(cvError, `Could not follow voice ${voice.id}: ${message}`);
+    const lost = (reason) => { $("cv-stage").textContent = `lost contact with the server; retrying… (${reason})`; };
+    stopFollowing = pollUntil(`v1/audio/voices/${encodeURIComponent(voice.id)}`, answer, refused, lost);
+  }
+
+  $("cv-form").addEventListener("submit", async (event) => {
+    event.preventDefault();
+    show(cvError, "");
+    const problem = checkCustomVoice();
+    if (problem) return show(cvError, problem);
+    const name = $("cv-name").value.trim();
+    const language = cvLanguage.value;
+    cvCreate.disabled = true;
+    try {
+      if (!accepted || accepted.pick !== picked.consent || accepted.language !== language) {
+        accepted = null;
+        cvCreateStatus.textContent = "Checking the consent recording…";
+        const consent = await postForm("v1/audio/voice_consents", { name, language, recording: picked.consent },
+                                       "The consent recording was refused");
+        accepted = { pick: picked.consent, language, id: consent.id };
+      }
+      cvCreateStatus.textContent = `Consent ${accepted.id} accepted; checking the sample…`;
+      const voice = await postForm("v1/audio/voices", { name, consent: accepted.id, audio_sample: picked.sample },
+                                   "The sample was refused");
+      cvCreateStatus.textContent = `Consent ${accepted.id} accepted; voice ${voice.id} created.`;
+      follow(voice);
+      await loadVoices(voice.id);
+    } catch (error) {
+      cvCreateStatus.textContent = accepted ? `Consent ${accepted.id} accepted.` : "";
+      show(cvError, error.message);
+    } finally {
+      cvCreate.disabled = false;
+    }
+  });
+
+  // Speaks the text of the Speak form with the new voice (chosen there, so format and speed apply).
+  $("cv-speak").addEventListener("click", () => {
+    voiceSelect.value = cvVoiceId;
+    showVoice();
+    $("speak-form").requestSubmit();
+    $("speak-heading").scrollIntoView({ behavior: "smooth" });
+  });
 
   // -- start -----------------------------------------------------------------------------------------
   keyInput.value = storage("get", KEY_STORAGE);
   keyInput.addEventListener("input", () => storage("set", KEY_STORAGE, keyInput.value.trim()));
-  keyInput.addEventListener("change", () => loadVoices());
+  keyInput.addEventListener("change", () => { loadVoices(); loadPhrases(); });
   $("refresh-voices").addEventListener("click", () => loadVoices());
+  loadPhrases();
   loadVoices().then(() => {
     const pending = storage("get", JOB_STORAGE);   // a job still training when the page was last closed
     if (pending) watch({ id: pending, voice: "", status: "queued", progress: 0 });

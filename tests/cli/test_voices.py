@@ -1,0 +1,97 @@
+"""``chorus voices`` against a live server on the tiny base (uvicorn in a thread): the phrase, a voice made
+from a consent recording and a sample and followed to the end of its refinement, the list, delete, and the
+refusals as the server words them. Recordings are espeak-ng's; the speaker encoder is the shipped one and
+Whisper's part in the consent check is played by a stand-in (the e2e test in tests/serving hears it)."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import pytest
+from typer.testing import CliRunner
+
+pytest.importorskip("fastapi")
+
+from chorus.cli import app  # noqa: E402
+from chorus.serving.api import create_app  # noqa: E402
+from chorus.serving.custom_voices import CustomVoiceChecks  # noqa: E402
+from chorus.serving.engine import Engine  # noqa: E402
+from chorus.serving.settings import CONSENT_PHRASES, ServerSettings, jobs_dir  # noqa: E402
+from chorus.serving.store import VoiceStore  # noqa: E402
+from chorus.serving.tenants import Tenants  # noqa: E402
+from chorus.serving.voice_keys import resolve_stored  # noqa: E402
+from chorus.serving.worker import JobRunner  # noqa: E402
+from chorus.synthesis import load_base  # noqa: E402
+
+KEY = "acme-key-0123456789abcdef"
+SETTINGS = ServerSettings(progress_interval=0.2)
+SETTINGS = dataclasses.replace(SETTINGS, adapt_sample=dataclasses.replace(SETTINGS.adapt_sample, steps=4, threads=1))
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def heard() -> dict[str, str]:
+    """What the server's Whisper "hears" in a consent recording: the test says."""
+    return {"text": CONSENT_PHRASES["en"]}
+
+
+@pytest.fixture(scope="module")
+def live_app(tiny_base, heard, tmp_path_factory):
+    """What ``live_server`` serves: one API key, a consent heard as ``heard`` says."""
+    store = VoiceStore(str(tmp_path_factory.mktemp("store_voices_cli")))
+    engine = Engine(
+        load_base(tiny_base, "griffin-lim"), resolve=functools.partial(resolve_stored, store), cache_bytes=1 << 20
+    )
+    jobs = JobRunner(
+        store, jobs_dir(SETTINGS, store), engine.base_copy, SETTINGS.adapt, sample_config=SETTINGS.adapt_sample
+    )
+    checks = CustomVoiceChecks(engine, SETTINGS.consent, transcriber=lambda audio, rate: heard["text"])
+    return create_app(store, engine, Tenants.from_pairs([(KEY, "acme")]), SETTINGS, jobs=jobs, custom_voices=checks)
+
+
+def voices(url: str, *args: str, key: str = KEY):
+    return runner.invoke(app, ["voices", *args, "--server", url], env={"CHORUS_API_KEY": key}, catch_exceptions=False)
+
+
+def test_voices_create_wait_list_delete(live_server, custom_voice_recordings):
+    recordings = custom_voice_recordings
+    url, server_app = live_server
+    phrase = voices(url, "phrase", "--language", "en-US")
+    assert phrase.exit_code == 0 and phrase.output.strip() == CONSENT_PHRASES["en"], phrase.output
+
+    create = ["create", "--consent", str(recordings["consent"]), "--name", "Fiona"]
+    made = voices(url, *create, "--sample", str(recordings["sample"]), "--wait")
+    lines = made.output.splitlines()
+    assert lines[0].startswith("consent cons_") and lines[0].endswith(" accepted"), made.output
+    voice_id = lines[1].split()[1].rstrip(":")
+    assert voice_id.startswith("voice_") and "instant (a blend of the speakers nearest the sample)" in lines[1]
+    final = server_app.state.server.audio_voice_json(server_app.state.server.store.voice("acme", voice_id))
+    if final["stage"] == "adapted":  # a few steps on the tiny base may or may not improve on the held-out clip
+        assert made.exit_code == 0 and lines[-1] == f"voice {voice_id}: adapted (refined on the sample)", made.output
+    else:
+        assert made.exit_code == 1 and final["refinement"] == "failed", (made.output, final)
+        assert lines[-1] == f"voice {voice_id}: instant; its refinement failed: {final['refinement_error']}"
+
+    listed = voices(url, "list")
+    assert listed.exit_code == 0 and voice_id in listed.output and final["stage"] in listed.output, listed.output
+    deleted = voices(url, "delete", voice_id)
+    assert deleted.exit_code == 0 and deleted.output.strip() == f"deleted {voice_id}"
+    assert voice_id not in voices(url, "list").output
+
+
+def test_voices_create_shows_the_refusals(live_server, heard, custom_voice_recordings):
+    url, _ = live_server
+    recordings = custom_voice_recordings
+    create = ["create", "--name", "Fiona", "--consent", str(recordings["consent"])]
+    heard["text"] = "I do not give anyone permission."
+    wrong = voices(url, *create, "--sample", str(recordings["sample"]))
+    assert wrong.exit_code == 2 and "the consent recording must read" in wrong.output, wrong.output
+    assert "heard: 'I do not give anyone permission.'" in wrong.output
+    heard["text"] = CONSENT_PHRASES["en"]
+    other = voices(url, *create, "--sample", str(recordings["other"]))
+    assert other.exit_code == 2 and "consent cons_" in other.output, other.output
+    assert "does not match the consent recording's (speaker similarity" in other.output
+    assert voices(url, "list", key="not-a-key-0123456789").exit_code == 2
+    unknown = voices(url, "phrase", "--language", "xx")
+    assert unknown.exit_code == 2 and "no consent phrase for 'xx'; the server has en" in unknown.output
