@@ -7,7 +7,6 @@ Whisper and judged by the shipped speaker encoder."""
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -23,34 +22,18 @@ pytest.importorskip("uvicorn")
 from chorus.serving.local_services import free_port  # noqa: E402
 from chorus.serving.settings import CONSENT_PHRASES  # noqa: E402
 
-SAMPLE_TEXT = (
-    "The birch canoe slid on the smooth planks. Glue the sheet to the dark blue background. "
-    "It is easy to tell the depth of a well. These days a chicken leg is a rare dish. "
-    "Rice is often served in round bowls."
-)
 KEYS = {"ann-key-0123456789abcdef": "ann", "bob-key-0123456789abcdef": "bob"}
 
 
-def espeak(path: Path, variant: str, text: str) -> Path:
-    subprocess.run(["espeak-ng", "-v", f"en-us+{variant}", "-w", str(path), text], check=True, timeout=60)
-    return path
-
-
 @pytest.fixture(scope="module")
-def recordings(tmp_path_factory) -> dict[str, Path]:
-    """f4 reads the consent phrase, a wrong phrase and a 12 s sample; m3 (another speaker) the sample."""
-    if shutil.which("espeak-ng") is None:
-        pytest.skip("needs Debian espeak-ng")
-    folder = tmp_path_factory.mktemp("recordings")
-    junk = folder / "notes.txt"
+def recordings(custom_voice_recordings, tmp_path_factory) -> dict[str, Path]:
+    """conftest's (f4: the consent phrase and a 12 s sample; m3: the sample), a wrong phrase and a text file."""
+    folder = tmp_path_factory.mktemp("more_recordings")
+    wrong, junk = folder / "wrong.wav", folder / "notes.txt"
+    text = "I do not give anyone permission to copy my voice today."
+    subprocess.run(["espeak-ng", "-v", "en-us+f4", "-w", str(wrong), text], check=True, timeout=60)
     junk.write_text("not audio at all\n" * 100)
-    return {
-        "consent": espeak(folder / "consent.wav", "f4", CONSENT_PHRASES["en"]),
-        "wrong": espeak(folder / "wrong.wav", "f4", "I do not give anyone permission to copy my voice today."),
-        "sample": espeak(folder / "sample.wav", "f4", SAMPLE_TEXT),
-        "other": espeak(folder / "other.wav", "m3", SAMPLE_TEXT),
-        "junk": junk,
-    }
+    return {**custom_voice_recordings, "wrong": wrong, "junk": junk}
 
 
 @pytest.fixture(scope="module")

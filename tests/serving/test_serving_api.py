@@ -1332,6 +1332,10 @@ def test_every_route_keeps_tenants_apart(tiny_base, adapter_folders, new_voice_d
             ),
             400,  # its own request, refused for its own reason (no phrase for that language)
         ),
+        ("GET", "/v1/audio/voice_consents/phrases"): (
+            lambda: client.get("/v1/audio/voice_consents/phrases", headers=GLOBEX),
+            lambda response: response.status_code == 200,  # the server's phrases: the same for every tenant
+        ),
         ("GET", "/v1/audio/voice_consents"): (
             lambda: client.get("/v1/audio/voice_consents", headers=GLOBEX),
             lambda response: response.status_code == 200 and response.json()["data"] == [],
