@@ -260,7 +260,7 @@ def main() -> None:
     judges = Judges(speaker=SpeakerJudge(), reference=False)
     rows, quality = earlier_results(args)
     for k in args.ks:
-        row = measure_k(k, folders, args)
+        row = measure_k(k, folders, args) | {"command": COMMAND}
         # Quality of the held-out voices trained inside the first K-voice job (after the timing, so
         # judging never sits between a K-voice job and its single jobs).
         if k >= len(HELD_OUT):
@@ -279,6 +279,7 @@ def main() -> None:
     report(rows, quality, args)
 
 
+COMMAND = " ".join(["python", "bench/many_voices.py", *sys.argv[1:]])
 SETTINGS = (
     "steps",
     "clips_per_voice",
@@ -314,19 +315,20 @@ def spread(stats: dict, digits: int = 2) -> str:
 
 def report(rows: list[dict], quality: dict, args) -> None:
     base = args.base or DEFAULT_BASE
+    named = str(args.base) if args.base else "the shipped default base (`chorus.synthesis.DEFAULT_BASE`)"
     lines = [
         "# Many voices in one job against sequential single-voice jobs",
         "",
         "```",
-        "python " + " ".join(["bench/many_voices.py", *sys.argv[1:]]),
+        *dict.fromkeys(row["command"] for row in rows),
         "```",
         "",
-        f"Base: {base} (weights sha256 {load_bundle(base).weights_sha256[:12]}). Method {args.method}; "
+        f"Base: {named}, weights sha256 {load_bundle(base).weights_sha256[:12]}. Method {args.method}; "
         f"{args.steps} updates per voice, {args.clips_per_voice} clip(s) of the voice per update, on both "
         f"sides; {args.threads} CPU thread(s); held-out voices {args.heldout_minutes:g} min each, "
         f"pseudo-voices {args.pseudo_minutes:g} min cut from base-corpus voices.",
         "",
-        f"Interleaved: for each K, {args.singles} single-voice jobs, then {args.repeats} times one K-voice job "
+        f"Interleaved: for each K, {args.singles} single-voice jobs, then, repeat after repeat, one K-voice job "
         f"followed by {args.singles} more single-voice jobs (B A B A ... B). Per repeat, the per-voice ratio "
         "is (voices trained x the mean time of the single jobs right before and right after the K-voice "
         "job) / the K-voice job's time; above 1, one job of K voices costs less per voice than K jobs of "
@@ -335,7 +337,9 @@ def report(rows: list[dict], quality: dict, args) -> None:
         "",
         "The machine is a 2-core CPU shared with other workers' jobs (load average over the jobs below): "
         "absolute times drift with their load, which is why each K-voice job is compared only with its "
-        "neighbouring single jobs; the spread of the ratio over repeats is given as measured.",
+        "neighbouring single jobs; the spread of the ratio over repeats is given as measured. K = 1 is the "
+        "control: a one-voice job against single-voice jobs of the same kind, whose ratio is 1 but for that "
+        "noise.",
         "",
         "| K | voices trained | K-voice job, s, per repeat | single job, s (all groups) | per-voice ratio, "
         "per repeat (mean ± sd) | whole-process ratio, per repeat (mean ± sd) | s per voice: setup + training, "
@@ -364,7 +368,7 @@ def report(rows: list[dict], quality: dict, args) -> None:
         for setting, values in settings.items():
             lines.append(f"| {voice} | {setting} | {100 * (values['wer'] or 0):.1f} | {values['similarity']:.3f} |")
     (args.out / "many_voices.md").write_text("\n".join(lines) + "\n")
-    results = {"settings": settings_of(args), "repeats": args.repeats, "rows": rows, "quality": quality}
+    results = {"settings": settings_of(args), "rows": rows, "quality": quality}
     (args.out / "many_voices.json").write_text(json.dumps(results, indent=1))
     plot(rows, args.out / "throughput.png")
     print("\n".join(lines), flush=True)
