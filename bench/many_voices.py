@@ -258,9 +258,10 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     folders, evaluation = build_voices(args)
     judges = Judges(speaker=SpeakerJudge(), reference=False)
-    rows, quality = earlier_results(args)
+    rows, quality, commands = earlier_results(args)
+    commands = list(dict.fromkeys([*commands, COMMAND]))
     for k in args.ks:
-        row = measure_k(k, folders, args) | {"command": COMMAND}
+        row = measure_k(k, folders, args)
         # Quality of the held-out voices trained inside the first K-voice job (after the timing, so
         # judging never sits between a K-voice job and its single jobs).
         if k >= len(HELD_OUT):
@@ -268,7 +269,7 @@ def main() -> None:
                 voice_dir = args.work / f"job-{k}-r0" / "voices" / voice
                 quality.setdefault(voice, {})[f"k{k}"] = judge(voice_dir, evaluation[voice], judges)
         rows = sorted([r for r in rows if r["k"] != k] + [row], key=lambda r: r["k"])
-        report(rows, quality, args)  # after every K, so a cut-short run keeps what it measured
+        report(rows, quality, commands, args)  # after every K, so a cut-short run keeps what it measured
     # Quality reference: each held-out voice adapted alone.
     for voice, folder in zip(HELD_OUT, folders):
         if "single" not in quality.setdefault(voice, {}):
@@ -276,7 +277,7 @@ def main() -> None:
             quality[voice]["single"] = judge(
                 args.work / f"single-{voice}" / "voices" / voice, evaluation[voice], judges
             )
-    report(rows, quality, args)
+    report(rows, quality, commands, args)
 
 
 COMMAND = " ".join(["python", "bench/many_voices.py", *sys.argv[1:]])
@@ -297,14 +298,14 @@ def settings_of(args) -> dict:
     return {name: str(getattr(args, name)) if name == "base" else getattr(args, name) for name in SETTINGS}
 
 
-def earlier_results(args) -> tuple[list[dict], dict]:
-    """Rows and quality of an earlier run into ``--out`` with the same settings (so that one K can be
-    run, or run again, on its own); nothing if the settings differ."""
+def earlier_results(args) -> tuple[list[dict], dict, list[str]]:
+    """Rows, quality and commands of earlier runs into ``--out`` with the same settings (so that one K
+    can be run, or run again, on its own); nothing if the settings differ."""
     path = args.out / "many_voices.json"
     earlier = json.loads(path.read_text()) if path.is_file() else {}
     if earlier.get("settings") != settings_of(args):
-        return [], {}
-    return earlier["rows"], earlier["quality"]
+        return [], {}, []
+    return earlier["rows"], earlier["quality"], earlier["commands"]
 
 
 def spread(stats: dict, digits: int = 2) -> str:
@@ -313,14 +314,14 @@ def spread(stats: dict, digits: int = 2) -> str:
     return f"{listed} ({stats['mean']:.{digits}f} ± {stats['std']:.{digits}f})"
 
 
-def report(rows: list[dict], quality: dict, args) -> None:
+def report(rows: list[dict], quality: dict, commands: list[str], args) -> None:
     base = args.base or DEFAULT_BASE
     named = str(args.base) if args.base else "the shipped default base (`chorus.synthesis.DEFAULT_BASE`)"
     lines = [
         "# Many voices in one job against sequential single-voice jobs",
         "",
         "```",
-        *dict.fromkeys(row["command"] for row in rows),
+        *commands,
         "```",
         "",
         f"Base: {named}, weights sha256 {load_bundle(base).weights_sha256[:12]}. Method {args.method}; "
@@ -368,7 +369,7 @@ def report(rows: list[dict], quality: dict, args) -> None:
         for setting, values in settings.items():
             lines.append(f"| {voice} | {setting} | {100 * (values['wer'] or 0):.1f} | {values['similarity']:.3f} |")
     (args.out / "many_voices.md").write_text("\n".join(lines) + "\n")
-    results = {"settings": settings_of(args), "rows": rows, "quality": quality}
+    results = {"settings": settings_of(args), "commands": commands, "rows": rows, "quality": quality}
     (args.out / "many_voices.json").write_text(json.dumps(results, indent=1))
     plot(rows, args.out / "throughput.png")
     print("\n".join(lines), flush=True)
