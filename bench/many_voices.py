@@ -1,18 +1,25 @@
 """Benchmark: K voices in one job (batched adapters) against K sequential single-voice jobs.
 
-Both sides run the same trainer (``chorus.training.adapt_many``) with the same recipe and the same
-number of updates per voice, each update from the same number of that voice's clips; a sequential
-job is the K = 1 case run once per voice, paying its own setup (base loading, data checks,
-features, starting points, export). Voices per hour = voices / (setup + training) wall time.
+Both sides run the same trainer (``chorus.training.adapt_many``) on the shipped default base
+(``chorus.synthesis.DEFAULT_BASE``) with the same recipe and the same number of updates per voice,
+each update from the same number of that voice's clips; a sequential job is the K = 1 case run once
+per voice, paying its own setup (base loading, data checks, features, starting points, export).
+
+Timing is interleaved, because the machine is shared and its load drifts: for each K, a group of
+``--singles`` single-voice jobs, then ``--repeats`` times a K-voice job followed by another group
+(B A B A B ...), so each K-voice job has single jobs timed right before and right after it. Per
+repeat, the per-voice ratio is (voices trained x the mean single-job time of the two neighbouring
+groups) / the K-voice job's time: above 1, one job of K voices costs less per voice than K jobs of
+one. Only voices that trained count. Each job runs in a fresh process; its time is measured inside
+it (loading the base to exporting the voices: the headline) and from outside (whole process,
+interpreter start and imports included, which every separate job pays again).
 
 Voices: the three held-out voices (piper-joe, flite-slt, festival-ked: their quality is judged,
-Whisper WER and resemblyzer similarity to their real clips, in the one-job run and in their own
-single-voice runs) plus pseudo-voices cut from base-corpus voices (disjoint sets of clips) to reach
-K. Sequential time for K voices is the measured mean single-voice job time times K (the jobs are
-independent and identical in kind); each K-voice job is measured whole. Memory against K: peak RSS
-of the job process.
+Whisper WER and resemblyzer similarity to their real clips, in the first K-voice job and in their
+own single-voice runs) plus pseudo-voices cut from base-corpus voices (disjoint sets of clips) to
+reach K. Memory against K: peak RSS of the job process.
 
-    python bench/many_voices.py --ks 1,8,32,128 --out bench/results/many_voices
+    python bench/many_voices.py --ks 1,8,32 --repeats 3 --threads 1 --out bench/results/many_voices
 
 Writes ``many_voices.md``, ``many_voices.json`` and ``throughput.png``.
 """
@@ -21,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import shutil
 import subprocess
@@ -128,6 +136,8 @@ def child(args) -> None:
 
 
 def spawn(folders: list[Path], out: Path, args) -> dict:
+    """One job in a fresh process: its own result plus ``process_seconds``, the whole process's wall
+    time (interpreter start and imports included)."""
     command = [
         sys.executable,
         __file__,
@@ -145,25 +155,95 @@ def spawn(folders: list[Path], out: Path, args) -> dict:
         "--threads",
         str(args.threads),
     ] + (["--base", str(args.base)] if args.base else [])
+    started = time.perf_counter()
     finished = subprocess.run(command, capture_output=True, text=True, check=False)
+    process_seconds = time.perf_counter() - started
     lines = [line for line in finished.stdout.splitlines() if line.startswith("RESULT ")]
     if finished.returncode != 0 or not lines:
         raise RuntimeError(f"job failed:\n{finished.stderr[-3000:]}")
-    return json.loads(lines[-1][len("RESULT ") :])
+    return {**json.loads(lines[-1][len("RESULT ") :]), "process_seconds": process_seconds, "load": os.getloadavg()[0]}
+
+
+def single_group(folders: list[Path], k: int, group: int, args) -> list[dict]:
+    """``--singles`` single-voice jobs, on voices taken in turn from the first ``k`` (each group its own)."""
+    jobs = []
+    for index in range(args.singles):
+        folder = folders[(group * args.singles + index) % k]
+        jobs.append(spawn([folder], args.work / "single", args) | {"voice": folder.name, "group": group})
+    return jobs
+
+
+def ratios(job: dict, neighbours: list[dict]) -> dict:
+    """Per-voice ratio of one K-voice job against the single jobs around it, in-job and whole-process time."""
+    out = {}
+    for clock in ("wall_seconds", "process_seconds"):
+        single = float(np.mean([s[clock] for s in neighbours]))
+        out[clock] = {"single_seconds": single, "ratio": job["voices"] * single / job[clock]}
+    return out
+
+
+def measure_k(k: int, folders: list[Path], args) -> dict:
+    """B A B A ... B for one K: single-job groups around each K-voice job; every job and ratio kept."""
+    groups = [single_group(folders, k, 0, args)]
+    jobs = []
+    for repeat in range(args.repeats):
+        job = spawn(folders[:k], args.work / f"job-{k}-r{repeat}", args) | {"repeat": repeat}
+        groups.append(single_group(folders, k, repeat + 1, args))
+        job["ratios"] = ratios(job, groups[repeat] + groups[repeat + 1])
+        jobs.append(job)
+        print(
+            f"K={k} repeat {repeat}: {job['voices']} voices in {job['wall_seconds']:.0f} s (process "
+            f"{job['process_seconds']:.0f} s); single jobs around it "
+            f"{job['ratios']['wall_seconds']['single_seconds']:.1f} s -> per-voice ratio "
+            f"{job['ratios']['wall_seconds']['ratio']:.2f}x (process {job['ratios']['process_seconds']['ratio']:.2f}x)",
+            flush=True,
+        )
+    return summarize_k(k, jobs, groups)
+
+
+def summarize_k(k: int, jobs: list[dict], groups: list[list[dict]]) -> dict:
+    def stats(values: list[float]) -> dict:
+        return {
+            "values": values,
+            "mean": float(np.mean(values)),
+            "std": float(np.std(values, ddof=1)) if len(values) > 1 else 0.0,
+            "min": float(min(values)),
+            "max": float(max(values)),
+        }
+
+    singles = [s for group in groups for s in group]
+    return {
+        "k": k,
+        "voices": [j["voices"] for j in jobs],
+        "jobs": jobs,
+        "singles": singles,
+        "ratio": stats([j["ratios"]["wall_seconds"]["ratio"] for j in jobs]),
+        "process_ratio": stats([j["ratios"]["process_seconds"]["ratio"] for j in jobs]),
+        "job_seconds": stats([j["wall_seconds"] for j in jobs]),
+        "single_seconds": stats([s["wall_seconds"] for s in singles]),
+        "seconds_per_voice": stats([j["wall_seconds"] / j["voices"] for j in jobs]),
+        "setup_seconds_per_voice": float(np.mean([j["setup_seconds"] / j["voices"] for j in jobs])),
+        "train_seconds_per_voice": float(np.mean([j["train_seconds"] / j["voices"] for j in jobs])),
+        "single_setup_seconds": float(np.mean([s["setup_seconds"] for s in singles])),
+        "single_train_seconds": float(np.mean([s["train_seconds"] for s in singles])),
+        "peak_rss_mb": float(max(j["peak_rss_mb"] for j in jobs)),
+        "load": stats([j["load"] for j in jobs] + [s["load"] for s in singles]),
+    }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--ks", type=lambda s: [int(k) for k in s.split(",")], default=[1, 8, 32, 128])
-    parser.add_argument("--sequential-jobs", type=int, default=3, help="single-voice jobs timed after each K")
+    parser.add_argument("--ks", type=lambda s: [int(k) for k in s.split(",")], default=[1, 8, 32])
+    parser.add_argument("--repeats", type=int, default=3, help="K-voice jobs per K, each between two single groups")
+    parser.add_argument("--singles", type=int, default=3, help="single-voice jobs per group")
     parser.add_argument("--steps", type=int, default=50, help="updates per voice (both sides)")
     parser.add_argument("--clips-per-voice", type=int, default=1)
     parser.add_argument("--method", default="lora+speaker")
     parser.add_argument("--heldout-minutes", type=float, default=1.0)
     parser.add_argument("--pseudo-minutes", type=float, default=0.6)
     parser.add_argument("--sentences", type=int, default=6)
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--base", type=Path, default=None)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--base", type=Path, default=None, help="default: the shipped base (DEFAULT_BASE)")
     parser.add_argument("--heldout", type=Path, default=Path("corpus_out/heldout"))
     parser.add_argument("--corpus", type=Path, default=Path("corpus_out/train"))
     parser.add_argument("--work", type=Path, default=Path("runs/many_voices"))
@@ -179,8 +259,18 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     folders, evaluation = build_voices(args)
     judges = Judges(speaker=SpeakerJudge(), reference=False)
-    rows, single, quality = earlier_results(args)
-
+    rows, quality, commands = earlier_results(args)
+    commands = list(dict.fromkeys([*commands, COMMAND]))
+    for k in args.ks:
+        row = measure_k(k, folders, args)
+        # Quality of the held-out voices trained inside the first K-voice job (after the timing, so
+        # judging never sits between a K-voice job and its single jobs).
+        if k >= len(HELD_OUT):
+            for voice in HELD_OUT:
+                voice_dir = args.work / f"job-{k}-r0" / "voices" / voice
+                quality.setdefault(voice, {})[f"k{k}"] = judge(voice_dir, evaluation[voice], judges)
+        rows = sorted([r for r in rows if r["k"] != k] + [row], key=lambda r: r["k"])
+        report(rows, quality, commands, args)  # after every K, so a cut-short run keeps what it measured
     # Quality reference: each held-out voice adapted alone.
     for voice, folder in zip(HELD_OUT, folders):
         if "single" not in quality.setdefault(voice, {}):
@@ -188,78 +278,90 @@ def main() -> None:
             quality[voice]["single"] = judge(
                 args.work / f"single-{voice}" / "voices" / voice, evaluation[voice], judges
             )
-
-    for k in args.ks:
-        job = spawn(folders[:k], args.work / f"job-{k}", args)
-        # Single-voice jobs timed right after each K-voice job, so both see the same machine load.
-        singles = [
-            spawn([folder], args.work / f"single-{k}-{index}", args)
-            for index, folder in enumerate(folders[: args.sequential_jobs])
-        ]
-        single += singles
-        per_job = float(np.mean([s["wall_seconds"] for s in singles]))
-        sequential = per_job * k
-        row = {
-            "k": k,
-            **job,
-            "single_job_seconds": per_job,
-            "sequential_seconds": sequential,
-            "voices_per_hour": 3600 * k / job["wall_seconds"],
-            "sequential_voices_per_hour": 3600 / per_job,
-            "speedup": sequential / job["wall_seconds"],
-        }
-        if k >= len(HELD_OUT):
-            for voice in HELD_OUT:
-                quality[voice][f"k{k}"] = judge(args.work / f"job-{k}" / "voices" / voice, evaluation[voice], judges)
-        rows = sorted([r for r in rows if r["k"] != k] + [row], key=lambda r: r["k"])
-        print(
-            f"K={k}: {job['wall_seconds']:.0f} s in one job vs {sequential:.0f} s sequential ({row['speedup']:.1f}x)",
-            flush=True,
-        )
-        report(rows, quality, single, args)  # after every K, so a cut-short run keeps what it measured
+    report(rows, quality, commands, args)
 
 
-SETTINGS = ("steps", "clips_per_voice", "method", "heldout_minutes", "pseudo_minutes", "sentences", "threads", "base")
+COMMAND = " ".join(["python", "bench/many_voices.py", *sys.argv[1:]])
+SETTINGS = (
+    "steps",
+    "clips_per_voice",
+    "method",
+    "heldout_minutes",
+    "pseudo_minutes",
+    "sentences",
+    "threads",
+    "base",
+    "singles",
+)
 
 
 def settings_of(args) -> dict:
     return {name: str(getattr(args, name)) if name == "base" else getattr(args, name) for name in SETTINGS}
 
 
-def earlier_results(args) -> tuple[list[dict], list[dict], dict]:
-    """Rows, single jobs and quality of an earlier run into ``--out`` with the same settings (so that
-    one K can be run, or run again, on its own); nothing if the settings differ."""
+def earlier_results(args) -> tuple[list[dict], dict, list[str]]:
+    """Rows, quality and commands of earlier runs into ``--out`` with the same settings (so that one K
+    can be run, or run again, on its own); nothing if the settings differ."""
     path = args.out / "many_voices.json"
     earlier = json.loads(path.read_text()) if path.is_file() else {}
     if earlier.get("settings") != settings_of(args):
-        return [], [], {}
-    return earlier["rows"], earlier["single"], earlier["quality"]
+        return [], {}, []
+    return earlier["rows"], earlier["quality"], earlier["commands"]
 
 
-def report(rows: list[dict], quality: dict, single: list[dict], args) -> None:
+def spread(stats: dict, digits: int = 2) -> str:
+    """``a, b, c (mean ± sample standard deviation)``."""
+    listed = ", ".join(f"{v:.{digits}f}" for v in stats["values"])
+    return f"{listed} ({stats['mean']:.{digits}f} ± {stats['std']:.{digits}f})"
+
+
+def report(rows: list[dict], quality: dict, commands: list[str], args) -> None:
+    base = args.base or DEFAULT_BASE
+    named = str(args.base) if args.base else "the shipped default base (`chorus.synthesis.DEFAULT_BASE`)"
     lines = [
         "# Many voices in one job against sequential single-voice jobs",
         "",
-        f"Method {args.method}; {args.steps} updates per voice, {args.clips_per_voice} clip(s) of the voice "
-        f"per update, on both sides; {args.threads} CPU threads; held-out voices {args.heldout_minutes:g} min "
-        f"each, pseudo-voices {args.pseudo_minutes:g} min cut from base-corpus voices. Sequential = K x the "
-        f"mean of {args.sequential_jobs} single-voice jobs timed right after the K-voice job (each including "
-        "loading the base, data checks, features, starting points and export).",
+        "```",
+        *commands,
+        "```",
         "",
-        "| K | one job, s (setup + training) | s/step | single job, s | voices/hour, one job | "
-        "voices/hour, sequential | speedup | peak RSS MB |",
-        "|---|---|---|---|---|---|---|---|",
+        f"Base: {named}, weights sha256 {load_bundle(base).weights_sha256[:12]}. Method {args.method}; "
+        f"{args.steps} updates per voice, {args.clips_per_voice} clip(s) of the voice per update, on both "
+        f"sides; {args.threads} CPU thread(s); held-out voices {args.heldout_minutes:g} min each, "
+        f"pseudo-voices {args.pseudo_minutes:g} min cut from base-corpus voices.",
+        "",
+        f"Interleaved: for each K, {args.singles} single-voice jobs, then, repeat after repeat, one K-voice job "
+        f"followed by {args.singles} more single-voice jobs (B A B A ... B). Per repeat, the per-voice ratio "
+        "is (voices trained x the mean time of the single jobs right before and right after the K-voice "
+        "job) / the K-voice job's time; above 1, one job of K voices costs less per voice than K jobs of "
+        "one. Job time is measured inside the job (loading the base to exporting the voices; headline) "
+        "and for the whole process (interpreter start and imports too, which every separate job pays).",
+        "",
+        "The machine is a 2-core CPU shared with other workers' jobs (load average over the jobs below): "
+        "absolute times drift with their load, which is why each K-voice job is compared only with its "
+        "neighbouring single jobs; the spread of the ratio over repeats is given as measured. K = 1 is the "
+        "control: a one-voice job against single-voice jobs of the same kind, whose ratio is 1 but for that "
+        "noise.",
+        "",
+        "| K | voices trained | K-voice job, s, per repeat | single job, s (all groups) | per-voice ratio, "
+        "per repeat (mean ± sd) | whole-process ratio, per repeat (mean ± sd) | s per voice: setup + training, "
+        "K job vs single | peak RSS MB | load average |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for row in rows:
+        single = row["single_seconds"]
         lines.append(
-            f"| {row['k']} | {row['wall_seconds']:.0f} ({row['setup_seconds']:.0f} + {row['train_seconds']:.0f}) "
-            f"| {row['seconds_per_step']:.2f} | {row['single_job_seconds']:.1f} | {row['voices_per_hour']:.0f} | "
-            f"{row['sequential_voices_per_hour']:.0f} | {row['speedup']:.1f}x | {row['peak_rss_mb']:.0f} |"
+            f"| {row['k']} | {', '.join(map(str, row['voices']))} | {spread(row['job_seconds'], 0)} | "
+            f"{single['mean']:.1f} ± {single['std']:.1f} ({single['min']:.1f}-{single['max']:.1f}, "
+            f"n = {len(single['values'])}) | {spread(row['ratio'])} | {spread(row['process_ratio'])} | "
+            f"{row['setup_seconds_per_voice']:.1f} + {row['train_seconds_per_voice']:.1f} vs "
+            f"{row['single_setup_seconds']:.1f} + {row['single_train_seconds']:.1f} | {row['peak_rss_mb']:.0f} | "
+            f"{row['load']['mean']:.1f} ({row['load']['min']:.1f}-{row['load']['max']:.1f}) |"
         )
     lines += [
         "",
         "Quality of the held-out voices (Whisper WER, resemblyzer similarity to their real clips), "
-        "single-voice job against the same voice trained inside a K-voice job:",
+        "single-voice job against the same voice trained inside the first K-voice job:",
         "",
         "| voice | setting | WER % | similarity |",
         "|---|---|---|---|",
@@ -268,10 +370,10 @@ def report(rows: list[dict], quality: dict, single: list[dict], args) -> None:
         for setting, values in settings.items():
             lines.append(f"| {voice} | {setting} | {100 * (values['wer'] or 0):.1f} | {values['similarity']:.3f} |")
     (args.out / "many_voices.md").write_text("\n".join(lines) + "\n")
-    results = {"settings": settings_of(args), "rows": rows, "single": single, "quality": quality}
+    results = {"settings": settings_of(args), "commands": commands, "rows": rows, "quality": quality}
     (args.out / "many_voices.json").write_text(json.dumps(results, indent=1))
     plot(rows, args.out / "throughput.png")
-    print("\n".join(lines))
+    print("\n".join(lines), flush=True)
 
 
 def plot(rows: list[dict], path: Path) -> None:
@@ -282,12 +384,15 @@ def plot(rows: list[dict], path: Path) -> None:
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.8))
     ks = [r["k"] for r in rows]
-    left.plot(ks, [r["voices_per_hour"] for r in rows], "o-", label="one job")
-    left.plot(ks, [r["sequential_voices_per_hour"] for r in rows], "s--", label="sequential jobs")
+    for key, label, marker in (("ratio", "in-job time", "o"), ("process_ratio", "whole process", "s")):
+        for row in rows:
+            left.plot([row["k"]] * len(row[key]["values"]), row[key]["values"], marker, color="grey", alpha=0.5)
+        left.plot(ks, [r[key]["mean"] for r in rows], marker + "-", label=f"{label} (mean; dots: repeats)")
+    left.axhline(1.0, color="black", lw=0.8, ls=":")
     left.set_xscale("log", base=2)
     left.set_xlabel("voices K")
-    left.set_ylabel("voices per hour")
-    left.legend()
+    left.set_ylabel("K single jobs' time / one K-voice job's")
+    left.legend(fontsize=8)
     left.grid(alpha=0.3)
     right.plot(ks, [r["peak_rss_mb"] for r in rows], "o-")
     right.set_xscale("log", base=2)

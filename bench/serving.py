@@ -19,9 +19,12 @@ its values).
    adapters' cost shows), the vocoded one is reported beside it. All voices are resident before
    timing (no cold loads), and every (method, N, vocoder) combination first runs one untimed round
    (one request per client), so each path measured (active adapter, voice bank, swapping, model
-   copies, with and without the vocoder) is warm. Runs repeat ``--repeats`` times, N in alternating
-   order, the methods back to back; every ratio is given per repeat too (its spread), and every
-   percentile with the number of requests behind it.
+   copies, with and without the vocoder) is warm. Runs repeat ``--repeats`` times; within a repeat
+   and vocoder mode the batcher runs at N = 1 and at N = ``--concurrency`` back to back (the target
+   pair, so its ratio compares neighbours on the shared CPU), each beside its swap run (swap N=1,
+   batcher N=1, batcher N=C, swap N=C), then every other N (batcher, swap, model copies); odd repeats
+   run that sequence backwards. Every ratio is given per repeat (per pair) too, with its spread, and
+   every percentile with the number of requests behind it.
    Target: 32 concurrent requests over 32 distinct voices reach >= 0.85x the throughput of 32 of one.
 2. Cold-load latency of a voice: engine cache miss -> voice ready (folder checksum, safetensors
    read, adapter added to the model), resolving the voice to a plain folder or through
@@ -338,6 +341,21 @@ def run_once(
     return run
 
 
+def target_pair(args) -> list[int]:
+    """The N run back to back in every repeat: 1 and ``--concurrency`` (those of them measured)."""
+    return [n for n in dict.fromkeys([1, args.concurrency]) if n in args.voices]
+
+
+def repeat_sequence(args) -> list[tuple[int, str]]:
+    """(N, method) runs of one repeat and vocoder mode, in order: swap N=1, batcher N=1, batcher N=C,
+    swap N=C (the two batcher runs of the target pair back to back, each beside its swap run), the
+    model copies after them, then every other N (batcher, swap, model copies)."""
+    pair = target_pair(args)
+    sequence = [(n, m) for n in pair[:1] for m in methods_at(n, args)[::-1]]
+    sequence += [(n, m) for n in pair[1:] for m in methods_at(n, args)]
+    return sequence + [(n, m) for n in args.voices if n not in pair for m in methods_at(n, args)]
+
+
 def throughput(engine: Engine, voice_ids: list[str], folders: dict[str, Path], args) -> list[dict]:
     frame_seconds = engine.bundle.mel_config.hop_length / engine.sample_rate
     per_voice = ModelPerVoice(engine, {v: folders[v] for v in voice_ids[: args.per_voice_models]})
@@ -351,21 +369,20 @@ def throughput(engine: Engine, voice_ids: list[str], folders: dict[str, Path], a
     print("warm-up done", flush=True)
     runs = []
     for repeat in range(args.repeats):
-        order = args.voices if repeat % 2 == 0 else args.voices[::-1]
-        for n_voices in order:
-            plan = workload(voice_ids, n_voices, args.concurrency, args.requests_per_thread)
-            for vocode in (True, False):
-                for method in methods_at(n_voices, args):
-                    run = run_once(engine, per_voice, method, plan, vocode, args, frame_seconds)
-                    run.update(voices=n_voices, repeat=repeat)
-                    runs.append(run)
-                    print(
-                        f"repeat {repeat} N={n_voices:<4d} {'vocoded ' if vocode else 'acoustic'} {method:<16s} "
-                        f"{run['req_per_s']:6.2f} req/s  p50 {1000 * pct(run['latencies_s'], 50):6.0f} ms  "
-                        f"p99 {1000 * pct(run['latencies_s'], 99):6.0f} ms  errors {run['errors']}"
-                        + (f"  mean batch {run['mean_batch']:.1f}" if method == "batcher" else ""),
-                        flush=True,
-                    )
+        sequence = repeat_sequence(args)
+        for vocode in (False, True):
+            for n_voices, method in sequence if repeat % 2 == 0 else sequence[::-1]:
+                plan = workload(voice_ids, n_voices, args.concurrency, args.requests_per_thread)
+                run = run_once(engine, per_voice, method, plan, vocode, args, frame_seconds)
+                run.update(voices=n_voices, repeat=repeat, order=len(runs))
+                runs.append(run)
+                print(
+                    f"repeat {repeat} N={n_voices:<4d} {'vocoded ' if vocode else 'acoustic'} {method:<16s} "
+                    f"{run['req_per_s']:6.2f} req/s  p50 {1000 * pct(run['latencies_s'], 50):6.0f} ms  "
+                    f"p99 {1000 * pct(run['latencies_s'], 99):6.0f} ms  errors {run['errors']}"
+                    + (f"  mean batch {run['mean_batch']:.1f}" if method == "batcher" else ""),
+                    flush=True,
+                )
     return runs
 
 
@@ -409,7 +426,8 @@ def summarize(runs: list[dict]) -> list[dict]:
 
 
 def per_repeat(numerator: dict, denominator: dict) -> list[float]:
-    """Throughput ratios of two rows repeat by repeat (the two ran back to back in each repeat)."""
+    """Throughput ratios of two rows repeat by repeat (both ran in each repeat; back to back for the
+    target pair and for the batcher beside its swap run, see :func:`repeat_sequence`)."""
     return [
         n / d if d else float("nan")
         for n, d in zip(numerator["per_repeat_req_per_s"], denominator["per_repeat_req_per_s"], strict=True)
@@ -431,7 +449,7 @@ def find(rows: list[dict], method: str, vocode: bool, n_voices: int) -> dict | N
 def targets(rows: list[dict], args) -> dict:
     """Throughput of ``--concurrency`` requests over that many distinct voices against one voice: the
     acoustic model alone first (the headline: Griffin-Lim's time, the same for every voice, dilutes
-    the vocoded ratio toward 1), pooled over the repeats and per repeat."""
+    the vocoded ratio toward 1), pooled over the repeats and per pair (the two runs back to back)."""
     out = {}
     distinct = args.concurrency
     for vocode in (False, True):
@@ -440,6 +458,7 @@ def targets(rows: list[dict], args) -> dict:
             continue
         paired = per_repeat(many, one)
         ratio = many["req_per_s"] / one["req_per_s"] if one["req_per_s"] else float("nan")
+        adjacent = target_pair(args) == [1, distinct]
         out["vocoded" if vocode else "acoustic"] = {
             "distinct_voices": distinct,
             "ratio": ratio,
@@ -447,6 +466,7 @@ def targets(rows: list[dict], args) -> dict:
             "min_ratio": min(paired),
             "target": TARGET,
             "met": ratio >= TARGET,
+            "pairs_back_to_back": adjacent,
             "headline": not vocode,
             "requests_per_run": args.concurrency * args.requests_per_thread,
             "batches": many["batches"],
@@ -691,13 +711,18 @@ def report(result: dict, args) -> None:
         "",
         (
             f"Shipped base, Griffin-Lim vocoder, {cfg['threads']} torch thread(s) on a {cfg['cpus']}-core CPU shared "
-            f"with other benchmarks (load average at start {cfg['load_average'][0]:.1f}). Voices are synthetic "
+            f"with other workers' jobs (load average {cfg['load_average'][0]:.1f} at the start, "
+            f"{cfg.get('load_average_end', [float('nan')])[0]:.1f} after the throughput runs). Voices are synthetic "
             f"`{args.method}` adapters with random values (scale {args.adapter_scale:g}), "
             f"{result['adapter_bytes_per_voice'] / 1024:.0f} KiB of tensors each: they measure speed and memory, "
             "not quality. "
             f"{args.concurrency} client threads in a closed loop, {args.requests_per_thread} requests each per run "
             f"({args.concurrency * args.requests_per_thread} requests, about {args.requests_per_thread} batches of "
-            f"{args.max_batch}), {args.repeats} repeats (N in alternating order, methods back to back); batcher "
+            f"{args.max_batch}), {args.repeats} repeats; in each repeat and vocoder mode the batcher ran at N = 1 "
+            f"and N = {args.concurrency} back to back, each beside its swap run (swap N=1, batcher N=1, batcher "
+            f"N={args.concurrency}, swap N={args.concurrency}), then the other N (batcher, swap, model copies), "
+            "odd repeats in reverse order, so the target ratio and batcher / swap compare neighbours and the "
+            "other N's ratio to N = 1 compares runs of the same repeat, not adjacent; batcher "
             f"max_batch {args.max_batch}, max_wait {args.max_wait_ms:g} ms, merge 'auto'. Every voice was resident "
             "before timing (cache misses during runs are listed), and every (method, N, vocoder) combination ran "
             "one untimed warm-up round first. Baselines serve one request at a time, first come first "
@@ -711,6 +736,7 @@ def report(result: dict, args) -> None:
     lines += ["## Target: many distinct voices in one batch", ""]
     for mode, t in target.items():
         verdict = "**met**" if t["met"] else "**not met**"
+        pairing = "per pair (back to back)" if t["pairs_back_to_back"] else "per repeat"
         role = (
             "headline: the acoustic model alone, where the adapters' cost shows"
             if t["headline"]
@@ -719,7 +745,7 @@ def report(result: dict, args) -> None:
         lines.append(
             f"- {mode} ({role}): {t['distinct_voices']} concurrent requests over {t['distinct_voices']} "
             f"distinct voices reach **{t['ratio']:.2f}x** the throughput of {t['distinct_voices']} requests "
-            f"of one voice (target >= {TARGET}x: {verdict}); per repeat {spread(t['per_repeat_ratios'])}, "
+            f"of one voice (target >= {TARGET}x: {verdict}); {pairing} {spread(t['per_repeat_ratios'])}, "
             f"lowest {t['min_ratio']:.2f}; {t['batches']} batches over all repeats"
         )
     lines.append("")
@@ -902,7 +928,8 @@ def findings(result: dict, args) -> list[str]:
         lines.append(
             f"- Throughput, {mode}{' (headline)' if t['headline'] else ''}: {t['distinct_voices']} distinct "
             f"voices / 1 voice = {t['ratio']:.2f}x (target >= {TARGET}x: {'met' if t['met'] else 'NOT met'}; "
-            f"per repeat {spread(t['per_repeat_ratios'])})."
+            f"{'per pair (back to back)' if t['pairs_back_to_back'] else 'per repeat'} "
+            f"{spread(t['per_repeat_ratios'])})."
         )
     for vocode in (False, True):
         ratios = [
@@ -1053,6 +1080,7 @@ def main() -> None:
         with engine.using(voice_ids):  # every voice resident before timing
             pass
         runs = throughput(engine, voice_ids, folders, args)
+        config["load_average_end"] = os.getloadavg()
         rows = summarize(runs)
         result = {
             "command": command,

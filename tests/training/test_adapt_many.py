@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shutil
 
+import numpy as np
 import pytest
 import torch
 from typer.testing import CliRunner
@@ -15,7 +16,7 @@ from chorus.cli import app
 from chorus.models.bundle import load_bundle
 from chorus.recipe import AdaptConfig
 from chorus.synthesis import load_base
-from chorus.training.adapt_many import ManyVoicesConfig, adapt_many
+from chorus.training.adapt_many import ManyVoicesConfig, adapt_many, length_groups
 from conftest import espeak_voice
 
 runner = CliRunner()
@@ -80,6 +81,27 @@ def test_each_voice_learns_only_from_its_own_samples(tiny_base, voices_root, new
         adapt_many(root, load_bundle(tiny_base), out, many_config(), progress=False)
         results.append(read_voice(out / "f4").tensors)
     assert results[0].keys() == results[1].keys()
+    for key in results[0]:
+        torch.testing.assert_close(results[0][key], results[1][key], rtol=1e-4, atol=1e-5)
+
+
+def test_length_groups_keep_voices_whole_and_pad_like_lengths_together():
+    frames = np.array([100, 400, 120, 390, 110, 50])
+    voices = np.array([0, 1, 0, 2, 3, 3])  # voice 0: rows 0, 2 (longest 120); 3: rows 4, 5 (110)
+    groups = length_groups(frames, voices, max_frames=500)
+    # By longest clip: voice 3 (110), 0 (120), 2 (390), 1 (400); 4 rows x 120 fit, a fifth x 390 does not.
+    assert [g.tolist() for g in groups] == [[4, 5, 0, 2], [3], [1]]
+    assert [g.tolist() for g in length_groups(frames, voices, None)] == [[0, 1, 2, 3, 4, 5]]
+    assert [g.tolist() for g in length_groups(frames, voices, max_frames=1)] == [[4, 5], [0, 2], [3], [1]]
+
+
+def test_forwards_of_one_voice_each_train_as_one_forward(tiny_base, voices_root, tmp_path):
+    """Cutting each step into forwards of similar length (here one voice each) sums the same gradient."""
+    results = []
+    for max_frames in (1, 1_000_000):
+        out = tmp_path / f"out-{max_frames}"
+        adapt_many(voices_root, load_bundle(tiny_base), out, many_config(max_frames=max_frames), progress=False)
+        results.append(read_voice(out / "f4").tensors)
     for key in results[0]:
         torch.testing.assert_close(results[0][key], results[1][key], rtol=1e-4, atol=1e-5)
 

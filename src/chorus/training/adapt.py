@@ -113,26 +113,39 @@ def mel_loss(
 
 
 def closest_speakers(
-    model: AcousticModel, cache: FeatureCache, indices: np.ndarray, groups: np.ndarray | None = None
+    model: AcousticModel,
+    cache: FeatureCache,
+    indices: np.ndarray,
+    groups: np.ndarray | None = None,
+    max_frames: int | None = None,
 ) -> np.ndarray:
     """The speaker whose conditioning fits each new voice best (lowest teacher-forced mel L1,
     averaged over that voice's clips): the voices' speaker-vector starting points.
 
     ``groups[i]`` is the voice of clip ``indices[i]`` (default: every clip its own voice); returns one
-    speaker index per group, in sorted group order. One forward per speaker for all clips.
+    speaker index per group, in sorted group order. One forward per speaker for all clips, or with
+    ``max_frames`` per length-bucketed batch of at most that many padded frames (many voices' clips
+    padded to the longest make attention, quadratic in length, the bulk of the cost).
     """
     groups = np.arange(len(indices)) if groups is None else np.asarray(groups)
     losses = np.zeros((model.config.n_speakers, len(indices)))
     was_training = model.training
     model.eval()
-    batch = collate(cache, indices)
+    if max_frames is None:
+        buckets = [np.arange(len(indices))]
+    else:
+        buckets = make_batches(cache.frames()[indices], max_frames, shuffle=False)
     with torch.no_grad():
-        for speaker in range(model.config.n_speakers):
-            batch.speakers.fill_(speaker)
-            inputs = step_inputs(model, batch)
-            out = model(**inputs)
-            error = ((out.mel - inputs["mel"]).abs().mean(-1) * out.frame_mask).sum(-1) / out.frame_mask.sum(-1)
-            losses[speaker] = error.cpu().numpy()
+        for positions in buckets:
+            batch = collate(cache, indices[positions])
+            for speaker in range(model.config.n_speakers):
+                batch.speakers.fill_(speaker)
+                inputs = step_inputs(model, batch)
+                out = model(**inputs)
+                mask = out.frame_mask
+                losses[speaker, positions] = (
+                    ((out.mel - inputs["mel"]).abs().mean(-1) * mask).sum(-1) / mask.sum(-1)
+                ).cpu().numpy()
     model.train(was_training)
     return np.array([losses[:, groups == group].mean(1).argmin() for group in np.unique(groups)])
 

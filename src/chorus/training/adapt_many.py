@@ -4,7 +4,10 @@ Every step takes ``clips_per_voice`` clips of every voice still training, runs t
 frozen base in one batch, and routes each sample to its own voice's adapter through the batched
 bank (gather + batched matmul, :mod:`chorus.adapters.bank`). The loss is the sum over voices of
 each voice's own mean loss, so a voice's gradient comes only from its own samples and has the
-scale it would have alone. Each voice keeps its best held-out snapshot and is exported as a
+scale it would have alone. A step's clips go through the model in forwards of similar length (each
+voice's clips together, at most ``max_frames`` padded frames each, as one voice's batches are):
+padding every clip to the longest of K voices' made a K-voice job slower per voice than K jobs of
+one (attention is quadratic in the padded length). Each voice keeps its best held-out snapshot and is exported as a
 standalone voice folder, the same format as ``chorus adapt`` writes. A voice whose data fails its
 checks is reported and left out; the others train.
 """
@@ -122,19 +125,45 @@ def per_voice_losses(
     return losses
 
 
+def length_groups(frames: np.ndarray, voices: np.ndarray, max_frames: int | None) -> list[np.ndarray]:
+    """Positions ``[rows]`` of a mixed-voice batch cut into forwards of similar length: voices in order
+    of their longest clip, each voice's rows kept together (its mean loss is over all of them), a
+    forward closed before it would exceed ``max_frames`` padded frames (rows x longest; at least one
+    voice). ``frames[i]`` and ``voices[i]`` are row i's length and voice; None: one forward."""
+    if max_frames is None:
+        return [np.arange(len(frames))]
+    members = {voice: np.flatnonzero(voices == voice) for voice in np.unique(voices)}
+    groups, current, rows = [], [], 0
+    for voice in sorted(members, key=lambda v: frames[members[v]].max()):
+        longest = frames[members[voice]].max()  # the largest so far: voices come in ascending order
+        if current and (rows + len(members[voice])) * longest > max_frames:
+            groups.append(np.concatenate(current))
+            current, rows = [], 0
+        current.append(members[voice])
+        rows += len(members[voice])
+    groups.append(np.concatenate(current))
+    return groups
+
+
 @torch.no_grad()
-def _validation(model, bank, cache, val_indices: dict[int, np.ndarray], slot_of: torch.Tensor) -> dict[int, float]:
-    """Each voice's held-out mel L1 (keyed by cache speaker index), all voices in one banked batch."""
+def _validation(
+    model, bank, cache, val_indices: dict[int, np.ndarray], slot_of: torch.Tensor, max_frames: int | None = None
+) -> dict[int, float]:
+    """Each voice's held-out mel L1 (keyed by cache speaker index), all voices through the bank in
+    forwards of at most ``max_frames`` padded frames (None: one forward)."""
     model.eval()
     indices = np.concatenate(list(val_indices.values()))
-    batch = collate(cache, indices)
-    speakers = torch.from_numpy(cache.speakers[indices])
-    inputs = banked_inputs(model, batch)
-    with banked(model, bank, slot_of[speakers]):
-        out = model(**inputs)
-    losses = per_voice_losses(model, out, inputs["mel"], inputs["text_lengths"], speakers)
+    speakers = cache.speakers[indices]
+    result = {}
+    for positions in length_groups(cache.frames()[indices], speakers, max_frames):
+        inputs = banked_inputs(model, collate(cache, indices[positions]))
+        rows = torch.from_numpy(speakers[positions])
+        with banked(model, bank, slot_of[rows]):
+            out = model(**inputs)
+        losses = per_voice_losses(model, out, inputs["mel"], inputs["text_lengths"], rows)
+        result.update({voice: float(values["mel"]) for voice, values in losses.items()})
     model.train()
-    return {voice: float(values["mel"]) for voice, values in losses.items()}
+    return result
 
 
 @dataclass
@@ -191,9 +220,12 @@ def load_voices(
     return VoiceSet(names, cache, train, validation, failed, audio)
 
 
-def add_voice_adapters(model: AcousticModel, voices: VoiceSet, configs: list) -> None:
-    """Add each training voice's adapter, its speaker vector starting at its closest speaker."""
-    starts = closest_speakers(model, voices.cache, np.array([voices.train[v][0] for v in voices.train]))
+def add_voice_adapters(model: AcousticModel, voices: VoiceSet, configs: list, max_frames: int | None = None) -> None:
+    """Add each training voice's adapter, its speaker vector starting at its closest speaker (found
+    in forwards of at most ``max_frames`` padded frames; None: one)."""
+    starts = closest_speakers(
+        model, voices.cache, np.array([voices.train[v][0] for v in voices.train]), max_frames=max_frames
+    )
     for voice, start in zip(voices.train, starts):
         add_adapter(model, voices.names[voice], configs)
         for _, layer in adapter_layers(model):
@@ -239,20 +271,26 @@ def banked_step(
     slot_of: torch.Tensor,
     optimizer: torch.optim.Optimizer,
     around: Callable[[], AbstractContextManager] = nullcontext,
+    max_frames: int | None = None,
 ) -> float:
     """One optimizer step on the mixed-voice batch ``chosen`` (cache indices) through ``bank``; the loss
-    is the sum of each voice's own mean loss. ``around()`` wraps the forward and backward (a voice
-    space generating the bank's tensors). Returns the mean over voices of their mel L1."""
-    batch = collate(cache, chosen)
+    is the sum of each voice's own mean loss. The batch runs as forwards of similar length of at most
+    ``max_frames`` padded frames (:func:`length_groups`; None: one forward), their gradients summed
+    (the same sum: each voice lies in one forward). ``around()`` wraps each forward and backward (a
+    voice space generating the bank's tensors). Returns the mean over voices of their mel L1."""
     voice_index = slot_of[torch.from_numpy(cache.speakers[chosen])]
-    inputs = banked_inputs(model, batch)
-    # Backward inside the block too: checkpointed layers read the routing again.
-    with around(), banked(model, bank, voice_index):
-        losses = per_voice_losses(model, model(**inputs), inputs["mel"], inputs["text_lengths"], voice_index)
-        optimizer.zero_grad(set_to_none=True)
-        sum(values["total"] for values in losses.values()).backward()
+    optimizer.zero_grad(set_to_none=True)
+    mels = []
+    for positions in length_groups(cache.frames()[chosen], voice_index.numpy(), max_frames):
+        inputs = banked_inputs(model, collate(cache, chosen[positions]))
+        rows = voice_index[positions]
+        # Backward inside the block too: checkpointed layers read the routing again.
+        with around(), banked(model, bank, rows):
+            losses = per_voice_losses(model, model(**inputs), inputs["mel"], inputs["text_lengths"], rows)
+            sum(values["total"] for values in losses.values()).backward()
+        mels += [values["mel"].item() for values in losses.values()]
     optimizer.step()
-    return float(np.mean([values["mel"].item() for values in losses.values()]))
+    return float(np.mean(mels))
 
 
 def adapt_many(
@@ -268,7 +306,8 @@ def adapt_many(
     names, cache, train_indices, val_indices = voices.names, voices.cache, voices.train, voices.validation
     outcomes = {name: VoiceOutcome(name, "failed", message) for name, message in voices.failed.items()}
     model = bundle.model
-    add_voice_adapters(model, voices, configs)
+    max_frames = config.adapt.max_frames
+    add_voice_adapters(model, voices, configs, max_frames)
     for parameter in model.parameters():
         parameter.requires_grad_(False)
     bank = pack_bank(model, [names[v] for v in train_indices], trainable=True)
@@ -279,7 +318,7 @@ def adapt_many(
     )
     setup_seconds = time.perf_counter() - started
 
-    start_val = _validation(model, bank, cache, val_indices, slot_of)
+    start_val = _validation(model, bank, cache, val_indices, slot_of, max_frames)
     best = {voice: (loss, bank.snapshot(int(slot_of[voice]))) for voice, loss in start_val.items()}
     sampler = ClipSampler(train_indices, config.clips_per_voice, config.seed)
     started = time.perf_counter()
@@ -287,10 +326,10 @@ def adapt_many(
     with step_progress(f"adapt-many ({len(train_indices)} voices)", progress) as bar:
         task = bar.add_task("steps", total=config.steps, status="")
         for step in range(1, config.steps + 1):
-            mean_mel = banked_step(model, bank, cache, sampler.next_batch(), slot_of, optimizer)
+            mean_mel = banked_step(model, bank, cache, sampler.next_batch(), slot_of, optimizer, max_frames=max_frames)
             bar.update(task, completed=step, status=f"mean mel {mean_mel:.3f}")
             if step % config.eval_every == 0 or step == config.steps:
-                for voice, loss in _validation(model, bank, cache, val_indices, slot_of).items():
+                for voice, loss in _validation(model, bank, cache, val_indices, slot_of, max_frames).items():
                     if loss < best[voice][0]:
                         best[voice] = (loss, bank.snapshot(int(slot_of[voice])))
     train_seconds = time.perf_counter() - started
