@@ -284,6 +284,15 @@ class VoiceServer:
             updated=int(job.updated),
         ).model_dump()
 
+    def delete_voice(self, tenant: str, voice_id: str) -> None:
+        """Delete the tenant's voice from the store and from this server's model (404 if it has none)."""
+        self.check_voice_id(voice_id)
+        try:
+            self.store.delete_voice(tenant, voice_id)
+        except VoiceNotFound:
+            raise voice_not_found(voice_id) from None
+        self.forget(tenant, voice_id)
+
     def forget(self, tenant: str, voice_id: str, keep: str | None = None) -> None:
         """Drop every resident version of a voice but ``keep`` from the model (one in use goes at eviction):
         the store is the truth, and another server on it may have deleted or replaced the voice."""

@@ -144,8 +144,8 @@ def closest_speakers(
                 out = model(**inputs)
                 mask = out.frame_mask
                 losses[speaker, positions] = (
-                    ((out.mel - inputs["mel"]).abs().mean(-1) * mask).sum(-1) / mask.sum(-1)
-                ).cpu().numpy()
+                    (((out.mel - inputs["mel"]).abs().mean(-1) * mask).sum(-1) / mask.sum(-1)).cpu().numpy()
+                )
     model.train(was_training)
     return np.array([losses[:, groups == group].mean(1).argmin() for group in np.unique(groups)])
 

@@ -18,7 +18,7 @@ import secrets
 from fastapi import APIRouter, Request
 from starlette.concurrency import run_in_threadpool
 
-from chorus.serving.errors import ApiError, voice_not_found
+from chorus.serving.errors import ApiError
 from chorus.serving.quotas import check_onboarding, quota_reached
 from chorus.serving.routes.deps import ERRORS, Server, Tenant, read_json
 from chorus.serving.schemas import (
@@ -37,7 +37,6 @@ from chorus.serving.store import (
     InvalidId,
     QuotaReached,
     VoiceConflict,
-    VoiceNotFound,
     check_id,
 )
 from chorus.serving.upload_form import form_file, form_text, read_multipart
@@ -245,10 +244,5 @@ def retrieve_audio_voice(voice_id: str, tenant: Tenant, server: Server):
 
 @router.delete("/v1/audio/voices/{voice_id}", responses={200: {"model": AudioVoiceDeleted}, **ERRORS})
 def delete_audio_voice(voice_id: str, tenant: Tenant, server: Server):
-    server.check_voice_id(voice_id)
-    try:
-        server.store.delete_voice(tenant, voice_id)
-    except VoiceNotFound:
-        raise voice_not_found(voice_id) from None
-    server.forget(tenant, voice_id)
+    server.delete_voice(tenant, voice_id)
     return AudioVoiceDeleted(id=voice_id).model_dump()

@@ -12,11 +12,11 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
-from chorus.serving.errors import ApiError, voice_not_found
+from chorus.serving.errors import ApiError
 from chorus.serving.quotas import check_onboarding, quota_reached
 from chorus.serving.routes.deps import ERRORS, Server, Tenant
 from chorus.serving.schemas import AudioVoices, BaseVoice, CreatedJob, CustomVoice, VoiceDeleted, VoiceList, VoiceName
-from chorus.serving.store import QuotaReached, VoiceConflict, VoiceNotFound, VoiceStatus
+from chorus.serving.store import QuotaReached, VoiceConflict, VoiceStatus
 from chorus.serving.upload_form import read_onboarding_form
 from chorus.serving.worker import OnboardingJob
 
@@ -61,12 +61,7 @@ async def get_voice(voice_id: str, tenant: Tenant, server: Server):
 def delete_voice(voice_id: str, tenant: Tenant, server: Server):
     if server.engine.is_speaker(voice_id):
         raise ApiError(400, f"{voice_id!r} is a speaker of the model; it cannot be deleted", param="voice")
-    server.check_voice_id(voice_id)
-    try:
-        server.store.delete_voice(tenant, voice_id)
-    except VoiceNotFound:
-        raise voice_not_found(voice_id) from None
-    server.forget(tenant, voice_id)
+    server.delete_voice(tenant, voice_id)
     return VoiceDeleted(id=voice_id).model_dump()
 
 
