@@ -38,7 +38,6 @@ import http.client
 import json
 import os
 import platform
-import re
 import secrets
 import shlex
 import shutil
@@ -54,7 +53,7 @@ import torch
 from chorus.serving.engine import Engine, Request
 from chorus.serving.tenants import OPERATOR_TENANT
 from serving import TEXTS, pct  # bench/, beside this script
-from soak import StoreSpec, git_state, http_get, start_server, stop_server
+from soak import StoreSpec, batcher_counters, git_state, http_get, start_server, stop_server, wait_idle
 
 TARGET_S = 0.3  # p50 at 4 clients
 TARGET_CLIENTS = 4
@@ -91,21 +90,6 @@ def one_request(port: int, key: str, body: bytes) -> dict:
     }
 
 
-def batcher_counters(port: int, key: str) -> dict[str, float]:
-    """The batcher's counters from ``/metrics``: busy seconds, batches, requests in them."""
-    text = http_get(port, "/metrics", key).decode()
-
-    def value(name: str) -> float:
-        found = re.search(rf"^{name} ([0-9.e+-]+)$", text, re.MULTILINE)
-        return float(found.group(1)) if found else float("nan")
-
-    return {
-        "busy_s": value("chorus_batcher_busy_seconds_total"),
-        "batches": value("chorus_batch_size_count"),
-        "rows": value("chorus_batch_size_sum"),
-    }
-
-
 def block(port: int, keys: list[str], operator_key: str, bodies: list[bytes], clients: int, requests: int) -> dict:
     """``clients`` closed-loop clients sending ``requests`` requests between them (plus one uncounted first
     request each); their timings and the batcher's work over the block."""
@@ -137,24 +121,6 @@ def block(port: int, keys: list[str], operator_key: str, bodies: list[bytes], cl
     after = batcher_counters(port, operator_key)
     work = {k: after[k] - before[k] for k in after}
     return {"clients": clients, "seconds": seconds, "rows": rows, "batcher": work}
-
-
-def wait_idle(pid: int, quiet_s: float = 3.0, limit_s: float = 300.0) -> float:
-    """Wait until the server's CPU time grows by less than 10% of one core over ``quiet_s`` (its start-up
-    work in the background is done); seconds waited."""
-    ticks = os.sysconf("SC_CLK_TCK")
-
-    def cpu() -> float:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / ticks  # utime + stime
-
-    began = time.monotonic()
-    while time.monotonic() - began < limit_s:
-        start = cpu()
-        time.sleep(quiet_s)
-        if cpu() - start < 0.1 * quiet_s:
-            break
-    return time.monotonic() - began
 
 
 def alone(args, speaker: str) -> dict:
