@@ -24,9 +24,16 @@ Load, from client threads, each request on a fresh loopback connection, paced (a
   speaking it then is a 404; every ``--cancel-every``-th job is cancelled at its first poll
   instead (then its voice is deleted); ``--upload-pause`` seconds between jobs;
 * the operator: the detailed ``/healthz`` every 5 s (resident voices and bytes) and ``/metrics``
-  every 30 s.
+  every 30 s;
+* a *flood tenant* (``--flood-streams``, 0 for none), as a hostile user: that many streamed PCM
+  requests at once, each ~``--flood-chars`` characters (about 50 sentences, the most one request may
+  carry), each read to its end and followed by the next at once;
+* a *polite tenant*: one short sentence (PCM, a base speaker) every ``--polite-period`` seconds. It
+  runs alone on the servers for ``--idle-seconds`` before the rest of the load starts (its idle
+  latency), then through the whole load. Target: its p99 under the flood at most 5x its idle p99.
 
-Every request is recorded: when, kind, status, latency (connect to last byte). An error is a
+Every request is recorded: when, kind, status, latency (connect to last byte) and the time to its
+first body byte (for speech: the first audio). An error is a
 connection failure or timeout, any 5xx, any status outside the ones expected for its kind, or a body
 that is not what that kind returns (speech: a WAV/FLAC header and audio, or non-empty PCM; JSON
 routes: the ids asked for, only the tenant's own voices in its list). A 429 is counted as
@@ -35,7 +42,10 @@ server's RSS, threads and open file descriptors are read from ``/proc/PID`` ever
 
 Targets: 0 errors; resident memory flat after warm-up: the median RSS over the last 30 s against
 the median over the 30 s after warm-up grows less than 5%. Warm-up is the first fifth of the run
-(2 of 10 minutes; shorter runs scale it and the windows down). Then the server is stopped with
+(2 of 10 minutes; shorter runs scale it and the windows down). Steps: the largest rise of the
+median RSS over 30 s against the 30 s before (target: none > 100 MB), and the RSS just before each
+onboarding job's upload against 5-15 s after its end (whether jobs step the memory up, and whether
+the steps stop). Then the server is stopped with
 SIGINT and must exit 0, and its store is checked offline: the pre-registered voices ready and
 intact (``VoiceStore.verify``), every uploaded voice deleted, every job finished, no job files left.
 
@@ -65,6 +75,7 @@ import json
 import os
 import platform
 import random
+import re
 import secrets
 import shlex
 import shutil
@@ -91,6 +102,8 @@ from chorus.synthesis import SAMPLE_VOICE, load_base
 from serving import MB, TEXTS, make_voices, pct, process_rss  # bench/, beside this script
 
 GROWTH_TARGET = 0.05
+STEP_TARGET = 100 * (1 << 20)  # bytes: no step of resident memory larger (issue 31)
+POLITE_TARGET = 5.0  # the polite tenant's p99 under the flood, at most this times its idle p99 (issue 31)
 THROUGHPUT_TARGET = 1.8  # two servers, one thread each, against one (issue 20)
 # Statuses each kind of request may answer besides 429 (counted as limited); anything else is an error.
 EXPECTED = {
@@ -106,9 +119,12 @@ EXPECTED = {
     "delete": {200},
     "healthz": {200},
     "metrics": {200},
+    "polite": {200},  # the polite tenant's one sentence, alone before the load ("idle") and under the flood
+    "flood": {200},  # the flood tenant's long streamed texts
 }
 CONSENT = "The recorded speaker (Piper joe, CC0) consented to synthetic voices; soak benchmark."
 FORMATS = ["wav"] * 7 + ["pcm"] * 2 + ["flac"]
+SHOWN = ("speech", "polite", "flood", "speech-new", "list", "get", "upload", "job", "delete")  # in tables, plots
 
 
 # -- the requests --------------------------------------------------------------------------------
@@ -121,6 +137,7 @@ class Call:
     seconds: float
     outcome: str  # ok | limited | error
     server: int = 0  # which server answered (an index into the ports)
+    first_byte: float = 0.0  # seconds to the first byte of the body (the whole time without an answer)
 
 
 @dataclass
@@ -160,9 +177,12 @@ class Recorder:
         try:
             connection.request(method, path, body=body, headers=headers)
             response = connection.getresponse()
-            status, data = response.status, response.read()
+            first = response.read(1)  # speech: the first audio, as a client playing it would hear it
+            first_byte = time.monotonic() - began
+            status, data = response.status, first + response.read()
         except (OSError, http.client.HTTPException) as error:
             status, data, problem = 0, b"", f"no answer: {error!r}"
+            first_byte = time.monotonic() - began
         else:
             problem = None
             if status != 429 and status not in EXPECTED[kind]:
@@ -177,7 +197,7 @@ class Recorder:
         took = time.monotonic() - began
         outcome = "error" if problem else "limited" if status == 429 else "ok"
         with self.lock:
-            self.calls.append(Call(began - self.start, kind, tenant, status, took, outcome, server))
+            self.calls.append(Call(began - self.start, kind, tenant, status, took, outcome, server, first_byte))
             if problem:
                 self.errors.append(
                     {
@@ -284,6 +304,8 @@ class Load:
     speakers: list[str]
     sample: Sample
     args: argparse.Namespace
+    flood: Tenant | None = None  # sends --flood-streams long streamed texts at once, back to back
+    polite: Tenant | None = None  # one short sentence at a time, every --polite-period seconds
     stop: threading.Event = field(default_factory=threading.Event)
     jobs: list[dict] = field(default_factory=list)  # every accepted upload: tenant, voice, job, how it ended
     health: list[dict] = field(default_factory=list)  # /healthz samples of the operator
@@ -297,6 +319,12 @@ class Load:
             targets.append((f"catalog-{tenant.name}", self.catalog_loop, (tenant, 100 * t + 50)))
             targets.append((f"onboarding-{tenant.name}", self.onboarding_loop, (tenant, 100 * t + 60)))
         targets.append(("operator", self.operator_loop, (10_000,)))
+        if self.flood is not None:
+            targets += [(f"flood-{k}", self.flood_loop, (20_000 + k,)) for k in range(self.args.flood_streams)]
+        if self.polite is not None:
+            targets.append(
+                ("polite", polite_loop, (self.recorder, self.stop, self.polite, self.speakers[0], self.args))
+            )
         return [
             threading.Thread(target=self.guarded, args=(target, *args), name=name, daemon=True)
             for name, target, args in targets
@@ -334,6 +362,25 @@ class Load:
             self.speak("speech", tenant, voice, rng)
 
         paced(self.stop, period, rng, one)
+
+    def flood_loop(self, seed: int) -> None:
+        """A hostile tenant's stream: the longest text allowed, streamed as PCM and read to its end, then
+        the next at once."""
+        rng = random.Random(self.args.seed * 1_000_003 + seed)
+        while not self.stop.is_set():
+            text = flood_text(rng, self.args.flood_chars)
+            body = json.dumps({"model": "tts-1", "input": text, "voice": self.speakers[-1], "response_format": "pcm"})
+            self.recorder.send(
+                "flood",
+                self.flood.name,
+                self.flood.key,
+                "POST",
+                "/v1/audio/speech",
+                body.encode(),
+                "application/json",
+                audio_check("pcm"),
+                timeout=600.0,
+            )
 
     def catalog_loop(self, tenant: Tenant, seed: int) -> None:
         rng = random.Random(self.args.seed * 1_000_003 + seed)
@@ -408,6 +455,7 @@ class Load:
             "status": None,
             "writer": writer,
             "reader": other,
+            "uploaded_at_s": round(time.monotonic() - self.recorder.start, 1),
         }
         self.jobs.append(job)
         began = time.monotonic()
@@ -430,6 +478,7 @@ class Load:
                 continue  # poll at once: it is failed now, or it had ended
             time.sleep(1.0)
         job["status"], job["seconds"] = status, round(time.monotonic() - began, 1)
+        job["ended_at_s"] = round(time.monotonic() - self.recorder.start, 1)
         if status == "done":
             seen_done = time.monotonic()
             for _ in range(3):
@@ -472,6 +521,47 @@ class Load:
         paced(self.stop, 5.0, rng, one)
 
 
+def flood_text(rng: random.Random, chars: int) -> str:
+    """Sentences drawn from ``TEXTS`` up to ``chars`` characters: about 50 of them for 1,990."""
+    sentences: list[str] = []
+    while len(" ".join([*sentences, candidate := rng.choice(TEXTS)])) <= chars:
+        sentences.append(candidate)
+    return " ".join(sentences)
+
+
+def polite_loop(recorder: Recorder, stop: threading.Event, tenant: Tenant, speaker: str, args) -> None:
+    """The polite tenant: one short sentence (PCM, a base speaker) every ``--polite-period`` seconds."""
+    rng = random.Random(args.seed * 1_000_003 + 30_000)
+
+    def one() -> None:
+        body = json.dumps({"model": "tts-1", "input": rng.choice(TEXTS), "voice": speaker, "response_format": "pcm"})
+        recorder.send(
+            "polite",
+            tenant.name,
+            tenant.key,
+            "POST",
+            "/v1/audio/speech",
+            body.encode(),
+            "application/json",
+            audio_check("pcm"),
+        )
+
+    paced(stop, args.polite_period, rng, one)
+
+
+def polite_alone(ports: list[int], tenant: Tenant, speaker: str, args) -> Recorder:
+    """The polite tenant alone on the servers for ``--idle-seconds``, before any other load: its idle latency."""
+    for port in ports:  # untimed: the first request of a server pays for what it loads on first use
+        http_post(port, "/v1/audio/speech", tenant.key, {"model": "tts-1", "input": TEXTS[0], "voice": speaker})
+    recorder, stop = Recorder(ports, time.monotonic()), threading.Event()
+    thread = threading.Thread(target=polite_loop, args=(recorder, stop, tenant, speaker, args), daemon=True)
+    thread.start()
+    time.sleep(args.idle_seconds)
+    stop.set()
+    thread.join()
+    return recorder
+
+
 def metrics_check(data: bytes) -> str | None:
     return None if b"chorus_" in data else "no chorus_ series in /metrics"
 
@@ -496,8 +586,9 @@ def sample_process(pid: int, start: float, stop: threading.Event, out: list[dict
 
 
 # -- the server ----------------------------------------------------------------------------------
-def prepare_store(args, store: StoreSpec) -> tuple[list[Tenant], str, Path]:
-    """A store with ``--voices`` synthetic voices over the tenants, and the keys file for them."""
+def prepare_store(args, store: StoreSpec) -> tuple[list[Tenant], list[Tenant], str, Path]:
+    """A store with ``--voices`` synthetic voices over the tenants, and the keys file for them; with
+    ``--flood-streams``, also the flood and polite tenants (no voices of their own: base speakers)."""
     synthesizer = load_base(None, "griffin-lim")
     folders = make_voices(synthesizer, args.voices, args.work / "voices", args.method, args.adapter_scale, args.seed)
     tenants = [Tenant(f"t{t}", secrets.token_urlsafe(24), []) for t in range(args.tenants)]
@@ -507,10 +598,11 @@ def prepare_store(args, store: StoreSpec) -> tuple[list[Tenant], str, Path]:
             voice_id = f"{tenant.name}-v{k:03d}"
             voices.put_voice(tenant.name, voice_id, folder)
             tenant.voices.append(voice_id)
+    extra = [Tenant(name, secrets.token_urlsafe(24), []) for name in ("flood", "polite")] if args.flood_streams else []
     operator_key = secrets.token_urlsafe(24)
     keys = args.work / "keys.txt"
-    keys.write_text("".join(f"{t.key} {t.name}\n" for t in tenants) + f"{operator_key} {OPERATOR_TENANT}\n")
-    return tenants, operator_key, keys
+    keys.write_text("".join(f"{t.key} {t.name}\n" for t in [*tenants, *extra]) + f"{operator_key} {OPERATOR_TENANT}\n")
+    return tenants, extra, operator_key, keys
 
 
 @dataclass(frozen=True)
@@ -586,6 +678,24 @@ def start_server(args, store: StoreSpec, keys: Path, limits: Path | None, folder
             raise RuntimeError(f"the server did not start: {log_path.read_text()[-2000:]}")
         time.sleep(0.5)
     return Server(server, command, port, folder)
+
+
+def wait_idle(pid: int, quiet_s: float = 3.0, limit_s: float = 300.0) -> float:
+    """Wait until the server's CPU time grows by less than 10% of one core over ``quiet_s`` (its start-up
+    work in the background is done); seconds waited."""
+    ticks = os.sysconf("SC_CLK_TCK")
+
+    def cpu() -> float:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / ticks  # utime + stime
+
+    began = time.monotonic()
+    while time.monotonic() - began < limit_s:
+        start = cpu()
+        time.sleep(quiet_s)
+        if cpu() - start < 0.1 * quiet_s:
+            break
+    return time.monotonic() - began
 
 
 def drain(port: int, operator_key: str, timeout: float) -> float | None:
@@ -741,8 +851,85 @@ def memory(samples: list[dict], health: list[dict], duration: float, warmup: flo
         "threads_end": median("threads", duration - window, duration),
         "fds_after_warmup": median("fds", warmup, warmup + window),
         "fds_end": median("fds", duration - window, duration),
+        "largest_step": largest_step(during, 0.0),
+        "largest_step_after_warmup": largest_step(during, warmup),
+        "step_target_bytes": STEP_TARGET,
         "series": series,
     }
+
+
+def flood_summary(idle: Recorder, calls: list[Call], args) -> dict:
+    """The polite tenant alone (before the load) and under the flood; what the flood sent."""
+
+    def timing(rows: list[Call]) -> dict:
+        ok = [c for c in rows if c.outcome == "ok"]
+        first = latency([c.first_byte for c in ok])
+        return {
+            **latency([c.seconds for c in ok]),
+            "first_byte_p50_ms": first.get("p50_ms"),
+            "first_byte_p99_ms": first.get("p99_ms"),
+            "errors": sum(c.outcome == "error" for c in rows),
+        }
+
+    alone, under = timing(idle.calls), timing([c for c in calls if c.kind == "polite"])
+    ratio = under["p99_ms"] / alone["p99_ms"] if alone.get("n") and under.get("n") else float("nan")
+    flood = [c for c in calls if c.kind == "flood"]
+    return {
+        "idle": alone,
+        "under_flood": under,
+        "p99_ratio": ratio,
+        "target": POLITE_TARGET,
+        "met": ratio <= POLITE_TARGET,
+        "flood": {
+            "streams": args.flood_streams,
+            "chars": args.flood_chars,
+            "requests": len(flood),
+            "errors": sum(c.outcome == "error" for c in flood),
+            **latency([c.seconds for c in flood if c.outcome == "ok"]),
+        },
+    }
+
+
+def largest_step(samples: list[dict], since: float, window: float = 30.0) -> dict:
+    """The largest rise of resident memory that stays: the median RSS over ``window`` seconds against the
+    median over the ``window`` before, at every 5 s from ``since``."""
+    best = {"bytes": 0.0, "at_s": None}
+    if not samples:
+        return best
+    at = np.array([s["at_s"] for s in samples])
+    rss = np.array([s["rss_bytes"] for s in samples], dtype=float)
+    for t in np.arange(since + window, at[-1] - window, 5.0):
+        before, after = rss[(at >= t - window) & (at < t)], rss[(at >= t) & (at < t + window)]
+        if len(before) and len(after) and np.median(after) - np.median(before) > best["bytes"]:
+            best = {"bytes": float(np.median(after) - np.median(before)), "at_s": float(t)}
+    return best
+
+
+def job_rss(samples: list[dict], jobs: list[dict]) -> list[dict]:
+    """RSS just before each job's upload (median over the 5 s before) and after it ended (median over 5-15 s
+    after): whether onboarding steps the memory up, and whether the steps stop."""
+    at = np.array([s["at_s"] for s in samples]) if samples else np.zeros(0)
+    rss = np.array([s["rss_bytes"] for s in samples], dtype=float) if samples else np.zeros(0)
+
+    def median(lo: float, hi: float) -> float:
+        inside = rss[(at >= lo) & (at < hi)]
+        return float(np.median(inside)) if len(inside) else float("nan")
+
+    rows = []
+    for job in sorted((j for j in jobs if "ended_at_s" in j), key=lambda j: j["uploaded_at_s"]):
+        before = median(job["uploaded_at_s"] - 5, job["uploaded_at_s"])
+        after = median(job["ended_at_s"] + 5, job["ended_at_s"] + 15)
+        rows.append(
+            {
+                "voice": job["voice"],
+                "status": job["status"],
+                "uploaded_at_s": job["uploaded_at_s"],
+                "ended_at_s": job["ended_at_s"],
+                "rss_before_bytes": before,
+                "rss_after_bytes": after,
+            }
+        )
+    return rows
 
 
 # -- report --------------------------------------------------------------------------------------
@@ -812,6 +999,8 @@ def report(result: dict, args) -> None:
             f"{mem['threads_end']:.0f}, open file descriptors {mem['fds_after_warmup']:.0f} -> {mem['fds_end']:.0f}."
             for k, mem in enumerate(server["memory"] for server in servers)
         ),
+        *step_lines(servers),
+        *flood_lines(result["flood"]),
         (
             f"- Onboarding: {len(jobs)} jobs accepted, {len(done)} done "
             f"(median {np.median([j['seconds'] for j in done]) if done else float('nan'):.1f} s from upload to done), "
@@ -871,7 +1060,7 @@ def report(result: dict, args) -> None:
             lines.append(f"- ... {len(result['errors']) - 10} more in soak.json")
     else:
         lines.append("None.")
-    shown = [k for k in ("speech", "speech-new", "list", "get", "upload", "job", "delete") if k in totals]
+    shown = [k for k in SHOWN if k in totals]
     lines += [
         "",
         f"## Latency over time: p50 / p99 ms (requests), per {result['requests']['bin_s']:g} s",
@@ -898,6 +1087,7 @@ def report(result: dict, args) -> None:
             for s in servers
         )
         lines.append(f"| {row['from_s'] / 60:.1f} | {cells} | {row['resident_voices']:.0f} |")
+    lines += job_table(servers)
     for k, server in enumerate(servers):
         log = server["log"]
         lines += [
@@ -924,6 +1114,73 @@ def report(result: dict, args) -> None:
     (args.out / "soak.md").write_text("\n".join(lines) + "\n")
     plot(result, args.out / "soak.png")
     print("\n".join(lines))
+
+
+def flood_lines(flood: dict | None) -> list[str]:
+    if flood is None:
+        return []
+    idle, under, sent = flood["idle"], flood["under_flood"], flood["flood"]
+    return [
+        f"- Polite tenant (one sentence at a time, PCM): alone before the load p50 {idle['p50_ms']:.0f} ms, p99 "
+        f"{idle['p99_ms']:.0f} ms (first byte {idle['first_byte_p50_ms']:.0f} / {idle['first_byte_p99_ms']:.0f} ms, "
+        f"{idle['n']} requests); under the flood and the mixed load p50 {under['p50_ms']:.0f} ms, p99 "
+        f"{under['p99_ms']:.0f} ms (first byte {under['first_byte_p50_ms']:.0f} / {under['first_byte_p99_ms']:.0f} "
+        f"ms, {under['n']} requests, {under['errors']} errors): p99 **{flood['p99_ratio']:.1f}x** idle (target <= "
+        f"{flood['target']:g}x: **{'met' if flood['met'] else 'NOT met'}**). The flood tenant: {sent['streams']} "
+        f"streamed texts of ~{sent['chars']:,} characters at once, back to back: {sent['requests']} requests, "
+        f"{sent['errors']} errors"
+        + (f", each {sent['p50_ms'] / 1000:.0f} s (p50) to its last byte." if sent.get("n") else ".")
+    ]
+
+
+def step_lines(servers: list[dict]) -> list[str]:
+    lines = []
+    for k, server in enumerate(servers):
+        mem, jobs = server["memory"], server["job_rss"]
+        step, after = mem["largest_step"], mem["largest_step_after_warmup"]
+        deltas = [(j["rss_after_bytes"] - j["rss_before_bytes"]) / MB for j in jobs if j["status"] == "done"]
+        work = server["batcher"]
+        lines.append(
+            f"- Server {k}'s batcher during the load: {work['batches']:,.0f} batches, mean "
+            f"{work['rows'] / max(work['batches'], 1):.2f} sentences taking {work['busy_s'] / max(work['batches'], 1):.3f} s "
+            f"(busy {100 * work['busy_s'] / work['seconds']:.0f}% of the {work['seconds'] / 60:.1f} min from the load's start "
+            "to the end of the streams and jobs still going when it stopped)."
+        )
+        lines.append(
+            f"- Server {k}: largest lasting RSS step (median over 30 s against the 30 s before) "
+            f"{step['bytes'] / MB:.1f} MB"
+            + (f" at {step['at_s'] / 60:.1f} min" if step["at_s"] is not None else "")
+            + f"; after warm-up {after['bytes'] / MB:.1f} MB (target no step > {STEP_TARGET / MB:.0f} MB: "
+            f"**{'met' if step['bytes'] <= STEP_TARGET else 'NOT met'}** over the whole run)"
+            + (
+                f"; across each finished onboarding job (5 s before its upload -> 5-15 s after its end, other "
+                f"load going on): median {np.median(deltas):+.1f} MB, first three "
+                f"{', '.join(f'{d:+.1f}' for d in deltas[:3])} MB, last three "
+                f"{', '.join(f'{d:+.1f}' for d in deltas[-3:])} MB."
+                if deltas
+                else "."
+            )
+        )
+    return lines
+
+
+def job_table(servers: list[dict]) -> list[str]:
+    lines = ["", "## Resident memory around each onboarding job", ""]
+    for k, server in enumerate(servers):
+        lines += [
+            f"Server {k}:",
+            "",
+            "| voice | status | uploaded, min | ended, min | RSS before MB | RSS after MB | change MB |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for j in server["job_rss"]:
+            change = (j["rss_after_bytes"] - j["rss_before_bytes"]) / MB
+            lines.append(
+                f"| {j['voice']} | {j['status']} | {j['uploaded_at_s'] / 60:.2f} | {j['ended_at_s'] / 60:.2f} | "
+                f"{j['rss_before_bytes'] / MB:.1f} | {j['rss_after_bytes'] / MB:.1f} | {change:+.1f} |"
+            )
+        lines.append("")
+    return lines
 
 
 def throughput_lines(scaling: dict | None) -> list[str]:
@@ -977,7 +1234,7 @@ def plot(result: dict, path: Path) -> None:
     mem = servers[0]["memory"]
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(10, 7), sharex=True)
     middles = [(row["from_s"] + row["to_s"]) / 120 for row in series]
-    for k, kind in enumerate(("speech", "speech-new", "list", "get", "upload", "job", "delete")):
+    for k, kind in enumerate(SHOWN):
         points = [(m, row["kinds"].get(kind, {})) for m, row in zip(middles, series)]
         points = [(m, r) for m, r in points if r.get("n")]
         if not points:
@@ -1005,6 +1262,8 @@ def plot(result: dict, path: Path) -> None:
             lw=1,
             label=f"server {k}",
         )
+        for job in server["job_rss"]:
+            bottom.axvline(job["ended_at_s"] / 60, color=f"C{k}", lw=0.5, alpha=0.4)
     warm, window, duration = mem["warmup_s"], mem["window_s"], result["config"]["minutes"] * 60
     bottom.axvline(warm / 60, color="k", ls="--", lw=1, label="end of warm-up")
     bottom.axvspan(warm / 60, (warm + window) / 60, color="C2", alpha=0.2, label="windows compared")
@@ -1027,6 +1286,31 @@ def http_get(port: int, path: str, key: str) -> bytes:
         return connection.getresponse().read()
     finally:
         connection.close()
+
+
+def http_post(port: int, path: str, key: str, body: dict) -> bytes:
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+    try:
+        headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
+        connection.request("POST", path, json.dumps(body).encode(), headers)
+        return connection.getresponse().read()
+    finally:
+        connection.close()
+
+
+def batcher_counters(port: int, key: str) -> dict[str, float]:
+    """The batcher's counters from ``/metrics``: busy seconds, batches, requests in them."""
+    text = http_get(port, "/metrics", key).decode()
+
+    def value(name: str) -> float:
+        found = re.search(rf"^{name} ([0-9.e+-]+)$", text, re.MULTILINE)
+        return float(found.group(1)) if found else float("nan")
+
+    return {
+        "busy_s": value("chorus_batcher_busy_seconds_total"),
+        "batches": value("chorus_batch_size_count"),
+        "rows": value("chorus_batch_size_sum"),
+    }
 
 
 def git_state() -> str:
@@ -1157,6 +1441,12 @@ def main() -> None:
     parser.add_argument("--throughput-clients", type=int, default=4, help="closed-loop clients per server")
     parser.add_argument("--throughput-rounds", type=int, default=3, help="one server, then all: alternating")
     parser.add_argument("--bins", type=int, default=10, help="intervals of the time series")
+    parser.add_argument(
+        "--flood-streams", type=int, default=4, help="the flood tenant's long streams at once (0: no flood tenant)"
+    )
+    parser.add_argument("--flood-chars", type=int, default=1990, help="characters of each flood text")
+    parser.add_argument("--polite-period", type=float, default=1.0, help="seconds between the polite tenant's requests")
+    parser.add_argument("--idle-seconds", type=float, default=60.0, help="the polite tenant alone, before the load")
     parser.add_argument("--method", default="lora+speaker", help="of the synthetic voices")
     parser.add_argument("--adapter-scale", type=float, default=0.02)
     parser.add_argument("--seed", type=int, default=0)
@@ -1182,7 +1472,7 @@ def main() -> None:
             "database": public_url(store.database) if store.database else "SQLite in the store folder",
         }
         print(f"preparing the store ({store.root}) ...", flush=True)
-        tenants, operator_key, keys = prepare_store(args, store)
+        tenants, extra, operator_key, keys = prepare_store(args, store)
         # The throughput phase's clients would meet the default 600 requests a minute per tenant.
         limits = args.work / "limits.json" if args.servers > 1 else None
         if limits:
@@ -1196,9 +1486,21 @@ def main() -> None:
             listed = json.loads(http_get(ports[0], "/v1/voices", tenants[0].key))["data"]
             speakers = [v["id"] for v in listed if v["type"] == "base"]
             scaling = throughput(args, servers, tenants, speakers[0]) if args.servers > 1 else None
+            idle = None
+            if extra:
+                waited = [wait_idle(server.process.pid) for server in servers]  # start-up work in the background
+                print(
+                    f"servers idle after {max(waited):.0f} s; the polite tenant alone for {args.idle_seconds:g} s ...",
+                    flush=True,
+                )
+                idle = polite_alone(ports, extra[1], speakers[0], args)
+                print(f"idle: {latency([c.seconds for c in idle.calls if c.outcome == 'ok'])}", flush=True)
             print(f"{args.minutes:g} minutes of load ...", flush=True)
+            counters = [batcher_counters(port, operator_key) for port in ports]
             start = time.monotonic()
-            load = Load(Recorder(ports, start), tenants, operator_key, speakers, Sample.load(SAMPLE_VOICE), args)
+            load = Load(
+                Recorder(ports, start), tenants, operator_key, speakers, Sample.load(SAMPLE_VOICE), args, *extra
+            )
             sampling = threading.Event()
             samplers = [
                 threading.Thread(target=sample_process, args=(s.process.pid, start, sampling, s.samples), daemon=True)
@@ -1225,6 +1527,10 @@ def main() -> None:
                 thread.join(timeout=args.job_timeout + 60)
             stuck = [t.name for t in threads if t.is_alive()]
             drained = [drain(port, operator_key, args.job_timeout) for port in ports]
+            batches = [
+                {k: after[k] - before[k] for k in before} | {"seconds": time.monotonic() - start}
+                for before, after in zip(counters, (batcher_counters(port, operator_key) for port in ports))
+            ]
             sampling.set()
             for sampler in samplers:
                 sampler.join()
@@ -1242,16 +1548,19 @@ def main() -> None:
                     "port": server.port,
                     "requests": summarize([c for c in calls if c.server == k], duration, 1)["totals"],
                     "memory": memory(server.samples, load.health, duration, duration / 5, args.bins),
+                    "job_rss": job_rss(server.samples, load.jobs),
+                    "batcher": batcher_work,
                     "shutdown": shutdown,
                     "drain_s": drain_s,
                     "log": server_log(server.log_path),
                     "process": server.samples,
                 }
-                for k, (server, shutdown, drain_s) in enumerate(zip(servers, shutdowns, drained))
+                for k, (server, shutdown, drain_s, batcher_work) in enumerate(zip(servers, shutdowns, drained, batches))
             ],
             "throughput": scaling,
-            "errors": load.recorder.errors,
-            "error_count": len(load.recorder.errors) + len(stuck),
+            "errors": (idle.errors if idle else []) + load.recorder.errors,
+            "error_count": len(load.recorder.errors) + len(stuck) + (len(idle.errors) if idle else 0),
+            "flood": flood_summary(idle, calls, args) if idle else None,
             "stuck_threads": stuck,
             "health": load.health,
             "jobs": load.jobs,

@@ -29,6 +29,7 @@ import torch
 
 from chorus.models.bundle import ModelBundle
 from chorus.recipe import AdaptConfig
+from chorus.serving.heap import give_back_freed_memory
 from chorus.serving.store import (
     ACTIVE_JOB,
     JobNotFound,
@@ -319,6 +320,9 @@ class JobRunner:
                 log.exception("onboarding job %s crashed", job.job_id)
             finally:
                 self._running = None
+            # The job's copy of the base is garbage now (run's frame is gone): hand its pages back to the OS
+            # rather than leave them in malloc's arenas, where the server's RSS would keep them.
+            give_back_freed_memory()
 
     def _claim_published(self) -> OnboardingJob | None:
         """A job of any server, queued or interrupted, with its files fetched here; None when there is none.
