@@ -502,7 +502,8 @@ def plot(adapted: list[dict], instant: list[dict], path: Path) -> None:
                 )
         bottom.set_xlabel("WER %")
         bottom.grid(alpha=0.3)
-        bottom.legend(fontsize=7)
+        if bottom.collections:
+            bottom.legend(fontsize=7)
     axes[0][0].set_ylabel("similarity, adapted voice")
     axes[1][0].set_ylabel("similarity, instant voice")
     handles = {h.get_label(): h for axis in axes[0] for h in axis.get_lines()}
