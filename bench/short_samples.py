@@ -425,6 +425,14 @@ def write_results(adapted: list[dict], instant: list[dict], out: Path, args) -> 
             f"{', '.join('{steps} ({best_step})'.format(**r) for r in rows)} | "
             f"{spread([r['adapt_seconds'] for r in rows], 0)} |"
         )
+    runaway = [r for r in adapted if r["wer"] > 1.0 and r["cap"] == min(x["cap"] for x in adapted)]
+    if runaway:
+        lines += [
+            "",
+            "Corpus WER above 100 % (look for a transcript where Whisper repeats itself; such a row's WER is the "
+            "judge's, not the voice's): "
+            + ", ".join(f"{r['voice']} {r['seconds']:g} s {r['recipe']} seed {r['seed']}" for r in runaway),
+        ]
     lines += [
         "",
         "## Instant voice",
