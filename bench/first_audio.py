@@ -312,7 +312,7 @@ def plot(result: dict, path: Path) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--levels", default="1,4,16", help="concurrent clients, comma-separated")
-    parser.add_argument("--per-block", type=int, default=30, help="counted requests per level per round")
+    parser.add_argument("--per-block", type=int, default=60, help="counted requests per level per round")
     parser.add_argument("--repeats", type=int, default=3, help="rounds over the levels")
     parser.add_argument("--threads", type=int, default=1, help="OMP_NUM_THREADS of the server")
     parser.add_argument("--alone-repeats", type=int, default=3, help="passes over the texts, one sentence alone")

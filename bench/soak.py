@@ -907,13 +907,15 @@ def largest_step(samples: list[dict], since: float, window: float = 30.0) -> dic
 
 def job_rss(samples: list[dict], jobs: list[dict]) -> list[dict]:
     """RSS just before each job's upload (median over the 5 s before) and after it ended (median over 5-15 s
-    after): whether onboarding steps the memory up, and whether the steps stop."""
+    after): whether onboarding steps the memory up, and whether the steps stop. And the floor: the lowest
+    RSS from 3 s before the job was seen ended to 10 s after, where the worker has just given the freed heap
+    back (``chorus.serving.heap``) and no job holds memory; a leak raises the floor job after job."""
     at = np.array([s["at_s"] for s in samples]) if samples else np.zeros(0)
     rss = np.array([s["rss_bytes"] for s in samples], dtype=float) if samples else np.zeros(0)
 
-    def median(lo: float, hi: float) -> float:
+    def median(lo: float, hi: float, of=np.median) -> float:
         inside = rss[(at >= lo) & (at < hi)]
-        return float(np.median(inside)) if len(inside) else float("nan")
+        return float(of(inside)) if len(inside) else float("nan")
 
     rows = []
     for job in sorted((j for j in jobs if "ended_at_s" in j), key=lambda j: j["uploaded_at_s"]):
@@ -927,6 +929,7 @@ def job_rss(samples: list[dict], jobs: list[dict]) -> list[dict]:
                 "ended_at_s": job["ended_at_s"],
                 "rss_before_bytes": before,
                 "rss_after_bytes": after,
+                "rss_floor_bytes": median(job["ended_at_s"] - 3, job["ended_at_s"] + 10, np.min),
             }
         )
     return rows
@@ -1139,6 +1142,8 @@ def step_lines(servers: list[dict]) -> list[str]:
         mem, jobs = server["memory"], server["job_rss"]
         step, after = mem["largest_step"], mem["largest_step_after_warmup"]
         deltas = [(j["rss_after_bytes"] - j["rss_before_bytes"]) / MB for j in jobs if j["status"] == "done"]
+        floors = [(j["ended_at_s"], j["rss_floor_bytes"] / MB) for j in jobs if j["status"] == "done"]
+        floors = [(t, f) for t, f in floors if t >= mem["warmup_s"] and np.isfinite(f)]
         work = server["batcher"]
         lines.append(
             f"- Server {k}'s batcher during the load: {work['batches']:,.0f} batches, mean "
@@ -1161,6 +1166,15 @@ def step_lines(servers: list[dict]) -> list[str]:
                 else "."
             )
         )
+        if len(floors) >= 3:
+            slope = np.polyfit([t / 3600 for t, _ in floors], [f for _, f in floors], 1)[0]
+            lines.append(
+                f"- Server {k}: RSS floor right after each job done after warm-up (the lowest from 3 s before it was "
+                f"seen done to 10 s after: the worker has just handed the freed heap back and no job holds memory), "
+                f"{len(floors)} jobs: first three {', '.join(f'{f:.0f}' for _, f in floors[:3])} MB, last three "
+                f"{', '.join(f'{f:.0f}' for _, f in floors[-3:])} MB; least-squares trend **{slope:+.0f} MB per "
+                "hour** (a leak raises the floor job after job; a plateau keeps it level)."
+            )
     return lines
 
 
@@ -1170,14 +1184,15 @@ def job_table(servers: list[dict]) -> list[str]:
         lines += [
             f"Server {k}:",
             "",
-            "| voice | status | uploaded, min | ended, min | RSS before MB | RSS after MB | change MB |",
-            "|---|---|---|---|---|---|---|",
+            "| voice | status | uploaded, min | ended, min | RSS before MB | RSS after MB | change MB | floor MB |",
+            "|---|---|---|---|---|---|---|---|",
         ]
         for j in server["job_rss"]:
             change = (j["rss_after_bytes"] - j["rss_before_bytes"]) / MB
             lines.append(
                 f"| {j['voice']} | {j['status']} | {j['uploaded_at_s'] / 60:.2f} | {j['ended_at_s'] / 60:.2f} | "
-                f"{j['rss_before_bytes'] / MB:.1f} | {j['rss_after_bytes'] / MB:.1f} | {change:+.1f} |"
+                f"{j['rss_before_bytes'] / MB:.1f} | {j['rss_after_bytes'] / MB:.1f} | {change:+.1f} | "
+                f"{j['rss_floor_bytes'] / MB:.1f} |"
             )
         lines.append("")
     return lines
@@ -1418,6 +1433,15 @@ def shared_store(args, services: contextlib.ExitStack) -> StoreSpec:
     return StoreSpec(f"s3://{local_services.new_bucket(environment)}/voices", local_services.new_database(postgres))
 
 
+def rereport(out: Path) -> None:
+    """The report of a finished run again, from its ``soak.json`` (the figures derived from the raw
+    samples recomputed with this code), with the run's own options."""
+    result = json.loads((out / "soak.json").read_text())
+    for server in result["servers"]:
+        server["job_rss"] = job_rss(server["process"], result["jobs"])
+    report(result, argparse.Namespace(**result["config"] | {"out": out}))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--minutes", type=float, default=10.0, help="of load (warm-up: the first fifth)")
@@ -1452,7 +1476,13 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--work", type=Path, default=None, help="scratch folder (default: a temporary one)")
     parser.add_argument("--out", type=Path, default=Path("bench/results/soak"))
+    parser.add_argument(
+        "--rereport", action="store_true", help="write the report again from OUT/soak.json (no load is run)"
+    )
     args = parser.parse_args()
+    if args.rereport:
+        rereport(args.out)
+        return
     torch.set_num_threads(args.threads)
     command = shlex.join(["python", "bench/soak.py", *sys.argv[1:]])
     scratch = args.work is None
