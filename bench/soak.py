@@ -211,6 +211,33 @@ class Recorder:
                 )
         return status, data
 
+    def speech(
+        self,
+        kind: str,
+        tenant: Tenant,
+        text: str,
+        voice: str,
+        response_format: str,
+        server: int | None = None,
+        timeout: float = 120.0,
+    ) -> int:
+        """``POST /v1/audio/speech``; its status. Audio is checked unless the kind expects none."""
+        body = json.dumps({"model": "tts-1", "input": text, "voice": voice, "response_format": response_format})
+        check = audio_check(response_format) if 200 in EXPECTED[kind] else None
+        status, _ = self.send(
+            kind,
+            tenant.name,
+            tenant.key,
+            "POST",
+            "/v1/audio/speech",
+            body.encode(),
+            "application/json",
+            check,
+            timeout,
+            server,
+        )
+        return status
+
     def note(self, kind: str, tenant: str, problem: str) -> None:
         """An error that is no single request's answer (a job that never ends)."""
         with self.lock:
@@ -340,19 +367,7 @@ class Load:
     def speak(self, kind: str, tenant: Tenant, voice: str, rng: random.Random, server: int | None = None) -> int:
         response_format = rng.choice(FORMATS)
         text = rng.choice(TEXTS) if rng.random() < 0.8 else " ".join(rng.sample(TEXTS, 2))  # two: streamed
-        body = json.dumps({"model": "tts-1", "input": text, "voice": voice, "response_format": response_format})
-        status, _ = self.recorder.send(
-            kind,
-            tenant.name,
-            tenant.key,
-            "POST",
-            "/v1/audio/speech",
-            body.encode(),
-            "application/json",
-            audio_check(response_format) if kind != "speech-deleted" else None,
-            server=server,
-        )
-        return status
+        return self.recorder.speech(kind, tenant, text, voice, response_format, server)
 
     def speech_loop(self, tenant: Tenant, period: float, seed: int) -> None:
         rng = random.Random(self.args.seed * 1_000_003 + seed)
@@ -369,18 +384,7 @@ class Load:
         rng = random.Random(self.args.seed * 1_000_003 + seed)
         while not self.stop.is_set():
             text = flood_text(rng, self.args.flood_chars)
-            body = json.dumps({"model": "tts-1", "input": text, "voice": self.speakers[-1], "response_format": "pcm"})
-            self.recorder.send(
-                "flood",
-                self.flood.name,
-                self.flood.key,
-                "POST",
-                "/v1/audio/speech",
-                body.encode(),
-                "application/json",
-                audio_check("pcm"),
-                timeout=600.0,
-            )
+            self.recorder.speech("flood", self.flood, text, self.speakers[-1], "pcm", timeout=600.0)
 
     def catalog_loop(self, tenant: Tenant, seed: int) -> None:
         rng = random.Random(self.args.seed * 1_000_003 + seed)
@@ -533,20 +537,7 @@ def polite_loop(recorder: Recorder, stop: threading.Event, tenant: Tenant, speak
     """The polite tenant: one short sentence (PCM, a base speaker) every ``--polite-period`` seconds."""
     rng = random.Random(args.seed * 1_000_003 + 30_000)
 
-    def one() -> None:
-        body = json.dumps({"model": "tts-1", "input": rng.choice(TEXTS), "voice": speaker, "response_format": "pcm"})
-        recorder.send(
-            "polite",
-            tenant.name,
-            tenant.key,
-            "POST",
-            "/v1/audio/speech",
-            body.encode(),
-            "application/json",
-            audio_check("pcm"),
-        )
-
-    paced(stop, args.polite_period, rng, one)
+    paced(stop, args.polite_period, rng, lambda: recorder.speech("polite", tenant, rng.choice(TEXTS), speaker, "pcm"))
 
 
 def polite_alone(ports: list[int], tenant: Tenant, speaker: str, args) -> Recorder:
@@ -1328,6 +1319,17 @@ def batcher_counters(port: int, key: str) -> dict[str, float]:
     }
 
 
+def machine() -> dict:
+    """What a result was measured on: cores, load, code, versions."""
+    return {
+        "cpus": os.cpu_count(),
+        "load_average_start": os.getloadavg(),
+        "git": git_state(),
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+    }
+
+
 def git_state() -> str:
     try:
         head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True)
@@ -1492,11 +1494,7 @@ def main() -> None:
     try:
         store = shared_store(args, services)
         config = {
-            "cpus": os.cpu_count(),
-            "load_average_start": os.getloadavg(),
-            "git": git_state(),
-            "torch": torch.__version__,
-            "python": platform.python_version(),
+            **machine(),
             **{k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
             "store_root": store.root,
             "database": public_url(store.database) if store.database else "SQLite in the store folder",
