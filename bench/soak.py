@@ -1157,14 +1157,16 @@ def step_lines(servers: list[dict]) -> list[str]:
                 else "."
             )
         )
-        if len(floors) >= 3:
-            slope = np.polyfit([t / 3600 for t, _ in floors], [f for _, f in floors], 1)[0]
+        if len(floors) >= 6:
+            third = len(floors) // 3
+            first, last = (float(np.median([f for _, f in part])) for part in (floors[:third], floors[-third:]))
             lines.append(
                 f"- Server {k}: RSS floor right after each job done after warm-up (the lowest from 3 s before it was "
-                f"seen done to 10 s after: the worker has just handed the freed heap back and no job holds memory), "
-                f"{len(floors)} jobs: first three {', '.join(f'{f:.0f}' for _, f in floors[:3])} MB, last three "
-                f"{', '.join(f'{f:.0f}' for _, f in floors[-3:])} MB; least-squares trend **{slope:+.0f} MB per "
-                "hour** (a leak raises the floor job after job; a plateau keeps it level)."
+                "seen done to 10 s after: where the worker has just handed the freed heap back, if the job ran on "
+                f"this server), {len(floors)} jobs: median of the first third {first:.0f} MB (to "
+                f"{floors[third - 1][0] / 60:.1f} min), of the last third {last:.0f} MB (from "
+                f"{floors[-third][0] / 60:.1f} min): **{last - first:+.0f} MB** (a leak raises the floor job after "
+                "job; a plateau keeps it level)."
             )
     return lines
 
