@@ -37,7 +37,6 @@ import argparse
 import http.client
 import json
 import os
-import platform
 import secrets
 import shlex
 import shutil
@@ -53,7 +52,7 @@ import torch
 from chorus.serving.engine import Engine, Request
 from chorus.serving.tenants import OPERATOR_TENANT
 from serving import TEXTS, pct  # bench/, beside this script
-from soak import StoreSpec, batcher_counters, git_state, http_get, start_server, stop_server, wait_idle
+from soak import StoreSpec, batcher_counters, http_get, machine, start_server, stop_server, wait_idle
 
 TARGET_S = 0.3  # p50 at 4 clients
 TARGET_CLIENTS = 4
@@ -312,7 +311,7 @@ def plot(result: dict, path: Path) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--levels", default="1,4,16", help="concurrent clients, comma-separated")
-    parser.add_argument("--per-block", type=int, default=30, help="counted requests per level per round")
+    parser.add_argument("--per-block", type=int, default=60, help="counted requests per level per round")
     parser.add_argument("--repeats", type=int, default=3, help="rounds over the levels")
     parser.add_argument("--threads", type=int, default=1, help="OMP_NUM_THREADS of the server")
     parser.add_argument("--alone-repeats", type=int, default=3, help="passes over the texts, one sentence alone")
@@ -330,11 +329,7 @@ def main() -> None:
     work.mkdir(parents=True, exist_ok=True)
     keys_file.write_text("".join(f"{k} c{c}\n" for c, k in enumerate(keys)) + f"{operator_key} {OPERATOR_TENANT}\n")
     config = {
-        "cpus": os.cpu_count(),
-        "load_average_start": os.getloadavg(),
-        "git": git_state(),
-        "torch": torch.__version__,
-        "python": platform.python_version(),
+        **machine(),
         "levels": levels,
         "per_block": args.per_block,
         "repeats": args.repeats,

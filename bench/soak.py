@@ -211,6 +211,33 @@ class Recorder:
                 )
         return status, data
 
+    def speech(
+        self,
+        kind: str,
+        tenant: Tenant,
+        text: str,
+        voice: str,
+        response_format: str,
+        server: int | None = None,
+        timeout: float = 120.0,
+    ) -> int:
+        """``POST /v1/audio/speech``; its status. Audio is checked unless the kind expects none."""
+        body = json.dumps({"model": "tts-1", "input": text, "voice": voice, "response_format": response_format})
+        check = audio_check(response_format) if 200 in EXPECTED[kind] else None
+        status, _ = self.send(
+            kind,
+            tenant.name,
+            tenant.key,
+            "POST",
+            "/v1/audio/speech",
+            body.encode(),
+            "application/json",
+            check,
+            timeout,
+            server,
+        )
+        return status
+
     def note(self, kind: str, tenant: str, problem: str) -> None:
         """An error that is no single request's answer (a job that never ends)."""
         with self.lock:
@@ -340,19 +367,7 @@ class Load:
     def speak(self, kind: str, tenant: Tenant, voice: str, rng: random.Random, server: int | None = None) -> int:
         response_format = rng.choice(FORMATS)
         text = rng.choice(TEXTS) if rng.random() < 0.8 else " ".join(rng.sample(TEXTS, 2))  # two: streamed
-        body = json.dumps({"model": "tts-1", "input": text, "voice": voice, "response_format": response_format})
-        status, _ = self.recorder.send(
-            kind,
-            tenant.name,
-            tenant.key,
-            "POST",
-            "/v1/audio/speech",
-            body.encode(),
-            "application/json",
-            audio_check(response_format) if kind != "speech-deleted" else None,
-            server=server,
-        )
-        return status
+        return self.recorder.speech(kind, tenant, text, voice, response_format, server)
 
     def speech_loop(self, tenant: Tenant, period: float, seed: int) -> None:
         rng = random.Random(self.args.seed * 1_000_003 + seed)
@@ -369,18 +384,7 @@ class Load:
         rng = random.Random(self.args.seed * 1_000_003 + seed)
         while not self.stop.is_set():
             text = flood_text(rng, self.args.flood_chars)
-            body = json.dumps({"model": "tts-1", "input": text, "voice": self.speakers[-1], "response_format": "pcm"})
-            self.recorder.send(
-                "flood",
-                self.flood.name,
-                self.flood.key,
-                "POST",
-                "/v1/audio/speech",
-                body.encode(),
-                "application/json",
-                audio_check("pcm"),
-                timeout=600.0,
-            )
+            self.recorder.speech("flood", self.flood, text, self.speakers[-1], "pcm", timeout=600.0)
 
     def catalog_loop(self, tenant: Tenant, seed: int) -> None:
         rng = random.Random(self.args.seed * 1_000_003 + seed)
@@ -533,20 +537,7 @@ def polite_loop(recorder: Recorder, stop: threading.Event, tenant: Tenant, speak
     """The polite tenant: one short sentence (PCM, a base speaker) every ``--polite-period`` seconds."""
     rng = random.Random(args.seed * 1_000_003 + 30_000)
 
-    def one() -> None:
-        body = json.dumps({"model": "tts-1", "input": rng.choice(TEXTS), "voice": speaker, "response_format": "pcm"})
-        recorder.send(
-            "polite",
-            tenant.name,
-            tenant.key,
-            "POST",
-            "/v1/audio/speech",
-            body.encode(),
-            "application/json",
-            audio_check("pcm"),
-        )
-
-    paced(stop, args.polite_period, rng, one)
+    paced(stop, args.polite_period, rng, lambda: recorder.speech("polite", tenant, rng.choice(TEXTS), speaker, "pcm"))
 
 
 def polite_alone(ports: list[int], tenant: Tenant, speaker: str, args) -> Recorder:
@@ -907,13 +898,15 @@ def largest_step(samples: list[dict], since: float, window: float = 30.0) -> dic
 
 def job_rss(samples: list[dict], jobs: list[dict]) -> list[dict]:
     """RSS just before each job's upload (median over the 5 s before) and after it ended (median over 5-15 s
-    after): whether onboarding steps the memory up, and whether the steps stop."""
+    after): whether onboarding steps the memory up, and whether the steps stop. And the floor: the lowest
+    RSS from 3 s before the job was seen ended to 10 s after, where the worker has just given the freed heap
+    back (``chorus.serving.heap``) and no job holds memory; a leak raises the floor job after job."""
     at = np.array([s["at_s"] for s in samples]) if samples else np.zeros(0)
     rss = np.array([s["rss_bytes"] for s in samples], dtype=float) if samples else np.zeros(0)
 
-    def median(lo: float, hi: float) -> float:
+    def median(lo: float, hi: float, of=np.median) -> float:
         inside = rss[(at >= lo) & (at < hi)]
-        return float(np.median(inside)) if len(inside) else float("nan")
+        return float(of(inside)) if len(inside) else float("nan")
 
     rows = []
     for job in sorted((j for j in jobs if "ended_at_s" in j), key=lambda j: j["uploaded_at_s"]):
@@ -927,6 +920,7 @@ def job_rss(samples: list[dict], jobs: list[dict]) -> list[dict]:
                 "ended_at_s": job["ended_at_s"],
                 "rss_before_bytes": before,
                 "rss_after_bytes": after,
+                "rss_floor_bytes": median(job["ended_at_s"] - 3, job["ended_at_s"] + 10, np.min),
             }
         )
     return rows
@@ -1139,6 +1133,8 @@ def step_lines(servers: list[dict]) -> list[str]:
         mem, jobs = server["memory"], server["job_rss"]
         step, after = mem["largest_step"], mem["largest_step_after_warmup"]
         deltas = [(j["rss_after_bytes"] - j["rss_before_bytes"]) / MB for j in jobs if j["status"] == "done"]
+        floors = [(j["ended_at_s"], j["rss_floor_bytes"] / MB) for j in jobs if j["status"] == "done"]
+        floors = [(t, f) for t, f in floors if t >= mem["warmup_s"] and np.isfinite(f)]
         work = server["batcher"]
         lines.append(
             f"- Server {k}'s batcher during the load: {work['batches']:,.0f} batches, mean "
@@ -1161,6 +1157,17 @@ def step_lines(servers: list[dict]) -> list[str]:
                 else "."
             )
         )
+        if len(floors) >= 6:
+            third = len(floors) // 3
+            first, last = (float(np.median([f for _, f in part])) for part in (floors[:third], floors[-third:]))
+            lines.append(
+                f"- Server {k}: RSS floor right after each job done after warm-up (the lowest from 3 s before it was "
+                "seen done to 10 s after: where the worker has just handed the freed heap back, if the job ran on "
+                f"this server), {len(floors)} jobs: median of the first third {first:.0f} MB (to "
+                f"{floors[third - 1][0] / 60:.1f} min), of the last third {last:.0f} MB (from "
+                f"{floors[-third][0] / 60:.1f} min): **{last - first:+.0f} MB** (a leak raises the floor job after "
+                "job; a plateau keeps it level)."
+            )
     return lines
 
 
@@ -1170,14 +1177,15 @@ def job_table(servers: list[dict]) -> list[str]:
         lines += [
             f"Server {k}:",
             "",
-            "| voice | status | uploaded, min | ended, min | RSS before MB | RSS after MB | change MB |",
-            "|---|---|---|---|---|---|---|",
+            "| voice | status | uploaded, min | ended, min | RSS before MB | RSS after MB | change MB | floor MB |",
+            "|---|---|---|---|---|---|---|---|",
         ]
         for j in server["job_rss"]:
             change = (j["rss_after_bytes"] - j["rss_before_bytes"]) / MB
             lines.append(
                 f"| {j['voice']} | {j['status']} | {j['uploaded_at_s'] / 60:.2f} | {j['ended_at_s'] / 60:.2f} | "
-                f"{j['rss_before_bytes'] / MB:.1f} | {j['rss_after_bytes'] / MB:.1f} | {change:+.1f} |"
+                f"{j['rss_before_bytes'] / MB:.1f} | {j['rss_after_bytes'] / MB:.1f} | {change:+.1f} | "
+                f"{j['rss_floor_bytes'] / MB:.1f} |"
             )
         lines.append("")
     return lines
@@ -1313,6 +1321,17 @@ def batcher_counters(port: int, key: str) -> dict[str, float]:
     }
 
 
+def machine() -> dict:
+    """What a result was measured on: cores, load, code, versions."""
+    return {
+        "cpus": os.cpu_count(),
+        "load_average_start": os.getloadavg(),
+        "git": git_state(),
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+    }
+
+
 def git_state() -> str:
     try:
         head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True)
@@ -1418,6 +1437,15 @@ def shared_store(args, services: contextlib.ExitStack) -> StoreSpec:
     return StoreSpec(f"s3://{local_services.new_bucket(environment)}/voices", local_services.new_database(postgres))
 
 
+def rereport(out: Path) -> None:
+    """The report of a finished run again, from its ``soak.json`` (the figures derived from the raw
+    samples recomputed with this code), with the run's own options."""
+    result = json.loads((out / "soak.json").read_text())
+    for server in result["servers"]:
+        server["job_rss"] = job_rss(server["process"], result["jobs"])
+    report(result, argparse.Namespace(**result["config"] | {"out": out}))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--minutes", type=float, default=10.0, help="of load (warm-up: the first fifth)")
@@ -1452,7 +1480,13 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--work", type=Path, default=None, help="scratch folder (default: a temporary one)")
     parser.add_argument("--out", type=Path, default=Path("bench/results/soak"))
+    parser.add_argument(
+        "--rereport", action="store_true", help="write the report again from OUT/soak.json (no load is run)"
+    )
     args = parser.parse_args()
+    if args.rereport:
+        rereport(args.out)
+        return
     torch.set_num_threads(args.threads)
     command = shlex.join(["python", "bench/soak.py", *sys.argv[1:]])
     scratch = args.work is None
@@ -1462,11 +1496,7 @@ def main() -> None:
     try:
         store = shared_store(args, services)
         config = {
-            "cpus": os.cpu_count(),
-            "load_average_start": os.getloadavg(),
-            "git": git_state(),
-            "torch": torch.__version__,
-            "python": platform.python_version(),
+            **machine(),
             **{k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
             "store_root": store.root,
             "database": public_url(store.database) if store.database else "SQLite in the store folder",
