@@ -148,7 +148,10 @@ async def update_consent(consent_id: str, request: Request, tenant: Tenant, serv
     name = body.get("name") if isinstance(body, dict) else None
     if not isinstance(name, str) or not name.strip() or len(name) > 100 or not name.isprintable():
         raise ApiError(400, "'name' must be 1-100 printable characters", param="name")
-    return consent_json(server.store.rename_consent(tenant, consent_id, name.strip()))
+    try:
+        return consent_json(server.store.rename_consent(tenant, consent_id, name.strip()))
+    except ConsentNotFound:  # deleted meanwhile
+        raise ApiError(404, f"consent recording {consent_id!r} not found", type="not_found_error") from None
 
 
 @router.delete(_CONSENTS + "/{consent_id}", responses={200: {"model": VoiceConsentDeleted}, **ERRORS})
