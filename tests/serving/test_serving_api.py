@@ -866,6 +866,43 @@ def test_a_job_reports_the_training_steps_as_its_progress(tiny_base, new_voice_d
     assert [p for p, _ in reports] == sorted(p for p, _ in reports)
 
 
+def test_a_sample_voice_speaks_as_its_best_fitting_base_speaker_while_it_is_refined(
+    tiny_base, new_voice_data, tmp_path
+):
+    """From its POST a sample's voice speaks as the encoder's blend; once its job has the sample's features it
+    speaks as the base speaker the training starts from (lowest mel loss), and stays so if refinement fails."""
+    store = VoiceStore(str(tmp_path / "store"))
+    recipe = AdaptConfig(methods=parse_methods("lora"), steps=6, threads=1, eval_every=3, max_frames=1500)
+    bundle = load_bundle(tiny_base)
+    runner = JobRunner(store, tmp_path / "jobs", lambda: load_bundle(tiny_base), recipe, progress_interval=0.0)
+    blend = f"{bundle.speakers[0]}(0.5)+{bundle.speakers[1]}(0.5)"
+    job_id = store.create_job("default", "fiona", name="Fiona", instant=blend)
+    job = OnboardingJob(job_id, "default", "fiona", "Fiona", worker.SAMPLE)
+    shutil.copytree(new_voice_data, tmp_path / "jobs" / job.job_id / "voice")
+    spoken, update_job = [], store.update_job
+
+    def recording_update(job_id, **fields):  # what the voice speaks as at each progress write
+        spoken.append((fields.get("message") or "", store.voice("default", "fiona").instant))
+        return update_job(job_id, **fields)
+
+    store.update_job = recording_update
+    try:
+        runner.run(job)
+        record = store.voice("default", "fiona")
+        assert spoken[0][1] == blend  # queued and checking the data: still the blend
+        during = {instant for message, instant in spoken if message.startswith("training: step")}
+        assert len(during) == 1 and next(iter(during)) in bundle.speakers
+        assert record.instant == next(iter(during))
+        if record.status == VoiceStatus.READY:  # the start the card names is the one it spoke as
+            card = json.loads((store.get_voice("default", "fiona") / "voice_card.json").read_text())
+            assert card["notes"]["speaker_vector_start"] == record.instant
+        # Once its job has moved on, a late update changes nothing.
+        assert not store.set_instant("default", "fiona", job_id, blend)
+        assert store.voice("default", "fiona").instant == record.instant
+    finally:
+        store.close()
+
+
 @pytest.mark.parametrize("how", ["voice deleted", "job cancelled"])
 def test_ending_a_job_stops_its_training_at_its_next_step(tiny_base, new_voice_data, tmp_path, how):
     store = VoiceStore(str(tmp_path / "store"))

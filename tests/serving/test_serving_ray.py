@@ -1,11 +1,13 @@
 """The voice server on Ray Serve, on a local two-CPU Ray cluster with the tiny base: speech through the
 ingress's HTTP API in base and adapted voices, voices routed by Ray's model multiplexing to a replica
 that already holds them (a replica-local load counter says they are not loaded again), onboarding as a
-Ray task (uploaded through the API, and submitted directly) after which the new voice speaks.
+Ray task (uploaded through the API, and submitted directly) after which the new voice speaks; an OpenAI-style
+custom voice (consent, sample, instant voice, refined by a Ray task).
 Also the replica's bookkeeping without Ray: a voice dropped while in use leaves when its requests end."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import os
@@ -45,6 +47,7 @@ SETTINGS = ServerSettings(
     progress_interval=0.5,
     upload=UploadLimits(max_upload_bytes=8 << 20),
     adapt=AdaptConfig(methods=parse_methods("lora"), steps=2, threads=1, eval_every=2, max_frames=1500),
+    adapt_sample=dataclasses.replace(ServerSettings().adapt_sample, steps=40, eval_every=10, threads=1),
 )
 
 
@@ -142,7 +145,7 @@ def replica_stats(handle, replicas: int) -> dict[str, dict]:
 
 @pytest.mark.parametrize("shared", [False, True], ids=["one-machine-store", "postgres-s3-store"])
 def test_ray_serve_routes_voices_to_replicas_holding_them(
-    ray_cluster, tiny_base, voice_folders, new_voice_data, tmp_path, shared, request
+    ray_cluster, tiny_base, voice_folders, new_voice_data, custom_voice_recordings, tmp_path, shared, request
 ):
     if shared:  # the store of servers on several machines: every replica and task opens it
         root = f"{request.getfixturevalue('s3_bucket')}/voices"
@@ -175,7 +178,7 @@ def test_ray_serve_routes_voices_to_replicas_holding_them(
     serve.run(build_app(config, APP), name=APP, route_prefix="/")
     url = f"http://127.0.0.1:{port}"
 
-    def speak(voice: str, text: str = "Hello there.") -> requests.Response:
+    def speak(voice: str | dict, text: str = "Hello there.") -> requests.Response:
         return requests.post(
             f"{url}/v1/audio/speech",
             json={"model": "chorus", "input": text, "voice": voice, "response_format": "wav"},
@@ -260,6 +263,38 @@ def test_ray_serve_routes_voices_to_replicas_holding_them(
         assert not store.fs.exists(f"{store.root}/.jobs") or not store.fs.find(f"{store.root}/.jobs")
     consent = [json.loads(line)["voice_id"] for line in (jobs / "consent.jsonl").read_text().splitlines()]
     assert sorted(consent) == ["fiona", "gina"]
-    # Four voices, two replicas of at most two each: whatever Ray dropped has left the engine too.
+
+    # OpenAI's custom voices through the ingress: a consent, a voice from a sample that speaks at once (its
+    # instant voice, a blend of base speakers, on any replica), refined by a Ray task, then speaking as itself.
+    with open(custom_voice_recordings["consent"], "rb") as recording:
+        consent = requests.post(
+            f"{url}/v1/audio/voice_consents",
+            files={"recording": ("consent.wav", recording, "audio/wav")},
+            data={"name": "Fiona", "language": "en"},
+            timeout=300,
+        )
+    assert consent.status_code == 200, consent.text
+    with open(custom_voice_recordings["sample"], "rb") as sample:
+        made = requests.post(
+            f"{url}/v1/audio/voices",
+            files={"audio_sample": ("sample.wav", sample, "audio/wav")},
+            data={"name": "Fiona's sample", "consent": consent.json()["id"]},
+            timeout=300,
+        )
+    assert made.status_code == 200 and made.json()["stage"] == "instant", made.text
+    sample_voice = {"id": made.json()["id"]}
+    instant = speak(sample_voice)
+    assert instant.status_code == 200 and decode(instant.content)[0].size > 0, instant.text
+
+    def refined() -> dict | None:
+        now = requests.get(f"{url}/v1/audio/voices/{sample_voice['id']}", timeout=30).json()
+        assert now["refinement"] != "failed", now
+        return now if now["stage"] == "adapted" else None
+
+    wait_for(refined, 300, "the sample's voice is refined", interval=0.5)
+    adapted = speak(sample_voice)
+    assert adapted.status_code == 200 and adapted.content != instant.content, adapted.text
+
+    # Five voices, two replicas of at most two each: whatever Ray dropped has left the engine too.
     for replica in replica_stats(handle, 2).values():
         assert len(replica["held"]) <= 2 and set(replica["resident"]) <= set(replica["held"]), replica

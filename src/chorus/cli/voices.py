@@ -25,7 +25,7 @@ def _stage(voice: dict) -> str:
         return "adapted (refined on the sample)"
     if voice["refinement"] == "failed":
         return f"instant; its refinement failed: {voice.get('refinement_error') or 'no reason given'}"
-    return f"instant (a blend of the speakers nearest the sample); refinement {voice['refinement'] or 'gone'}"
+    return f"instant (as {voice.get('instant') or 'the base'}); refinement {voice['refinement'] or 'gone'}"
 
 
 @voices_app.command()

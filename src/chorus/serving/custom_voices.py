@@ -6,9 +6,12 @@
   consent ..." is within any useful threshold of the phrase: bench/consent.py).
 * A sample must be the consent's speaker: Chorus's speaker encoder embeds both and their cosine must reach
   the encoder's calibrated threshold (its EER point on held-out trials).
-* The *instant voice* a sample speaks as at once: the base speakers nearest the sample in the encoder's
-  space, blended by their similarity (``"a(0.41)+b(0.33)+c(0.26)"``), each speaker placed once by having
-  the base say a few sentences (:func:`chorus.speaker.start.speaker_map`, computed on first use).
+* The *instant voice* a sample speaks as the moment its ``POST`` is answered: the base speakers nearest the
+  sample in the encoder's space, blended by their similarity (``"a(0.41)+b(0.33)+c(0.26)"``), each speaker
+  placed once by having the base say a few sentences (:func:`chorus.speaker.start.speaker_map`, computed on
+  first use). Within seconds of its refinement starting, the job replaces it with the base speaker that fits
+  the transcribed sample best by mel loss (``JobRunner``): better in bench/short_samples.py, but it needs the
+  sample's words and a forward per base speaker, too slow to answer the ``POST`` with (7-39 s measured).
 """
 
 from __future__ import annotations

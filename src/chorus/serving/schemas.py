@@ -207,10 +207,10 @@ class CustomVoice(BaseModel):
     stage: Literal["adapted", "instant", "training", "failed"] = Field(
         ...,
         description="adapted: its own trained voice; instant: a voice from one sample, speaking as its instant "
-        "voice (a blend of the base speakers nearest the sample) while it is refined, or after its refinement "
+        "voice (see audio.voice's instant) while it is refined, or after its refinement "
         "failed (error says why); training / failed: an upload of clips, not speaking yet / not at all",
     )
-    instant: str | None = Field(None, description="the blend an instant voice speaks as")
+    instant: str | None = Field(None, description="the base speaker or blend an instant voice speaks as")
     card: dict | None = Field(
         None,
         description="GET /v1/voices/{id} only, for a ready voice: how it was made and its scores "
@@ -323,6 +323,12 @@ class AudioVoice(BaseModel):
     type: Literal["audio_sample"] = "audio_sample"
     consent: str | None
     stage: Literal["instant", "adapted"]
+    instant: str | None = Field(
+        None,
+        description="what it speaks as at stage instant: from its POST, a blend of the base speakers nearest "
+        "the sample by Chorus's speaker encoder; once its refinement has transcribed the sample, the base "
+        "speaker that fits the sample best by mel loss",
+    )
     refinement: str | None
     refinement_error: str | None = None
 

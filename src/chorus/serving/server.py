@@ -255,6 +255,7 @@ class VoiceServer:
             created_at=int(record.created),
             consent=record.consent_id,
             stage="adapted" if record.status == VoiceStatus.READY else "instant",
+            instant=record.instant,
             refinement="failed" if failed else refinement,
             refinement_error=self.public(record.error) if failed and record.error else None,
         ).model_dump()

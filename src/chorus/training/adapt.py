@@ -200,6 +200,7 @@ def _adapt(
     name: str | None = None,
     on_step: Callable[[int, int], None] | None = None,
     on_evaluate: Callable[[int, AcousticModel], None] | None = None,
+    on_start: Callable[[int], None] | None = None,
     extra_notes: dict | None = None,
 ) -> AdaptResult:
     """Make a voice from ``data`` (an LJSpeech-style folder with its transcripts) on ``bundle``'s base
@@ -210,7 +211,9 @@ def _adapt(
     after every optimizer step (early stopping may end the loop before ``steps_at_most``), and with 0
     steps done after the data check and after the features (an exception it raises stops ``adapt``);
     ``on_evaluate(step, model)`` after every held-out evaluation, with the voice active in ``model``
-    (to follow more than the mel loss over the steps; it must leave the model as it found it).
+    (to follow more than the mel loss over the steps; it must leave the model as it found it);
+    ``on_start(speaker)`` with the base speaker index the voice starts from, before the first step (the
+    base speaker that fits the data best: what a sample's voice speaks as until it is refined).
     """
     torch.set_num_threads(config.threads)
     torch.manual_seed(config.seed)
@@ -258,6 +261,8 @@ def _adapt(
         }
     else:
         start_speaker = int(closest_speakers(model, cache, train_indices[:16], np.zeros(len(train_indices[:16])))[0])
+    if on_start is not None:
+        on_start(start_speaker)
     trainable = prepare_for_training(model, config)  # a target that matches nothing fails here
     if config.memory.frozen_dtype == "bf16":
         cast_frozen_parameters(model, torch.bfloat16)

@@ -229,6 +229,10 @@ class VoiceStore:
         """The metadata of one voice of ``tenant`` (any status but deleted)."""
         return self._voices.record(tenant, voice_id)
 
+    def set_instant(self, tenant: str, voice_id: str, job_id: str, instant: str) -> bool:
+        """Change what a training sample's voice speaks as meanwhile. See :meth:`Voices.set_instant`."""
+        return self._voices.set_instant(tenant, voice_id, job_id, instant)
+
     def list_voices(self, tenant: str) -> list[VoiceRecord]:
         """Every voice of ``tenant`` with its status (ready, training, failed), by id."""
         return self._voices.of_tenant(tenant)

@@ -300,6 +300,16 @@ class Voices:
             self.check_claimable(db, tenant, voice_id, job_id)
             self.mark_training(db, tenant, voice_id, name, method, job_id, now)
 
+    def set_instant(self, tenant: str, voice_id: str, job_id: str, instant: str) -> bool:
+        """Make a sample's voice speak as ``instant`` while its job ``job_id`` trains; False if the voice
+        has moved on meanwhile (deleted, replaced by another job, already ready)."""
+        with self._db.transaction() as db:
+            changed = db.execute(
+                "UPDATE voices SET instant=?, updated=? WHERE tenant=? AND id=? AND job_id=? AND status=?",
+                (instant, time.time(), tenant, voice_id, job_id, VoiceStatus.TRAINING),
+            )
+            return changed.rowcount == 1
+
     def set_failed(self, tenant: str, voice_id: str, error: str) -> None:
         """Mark the voice failed with ``error`` (unless it is being deleted)."""
         with self._db.transaction() as db:

@@ -660,8 +660,9 @@
     return "";
   }
 
-  // The voice's stage: instant (speaking as a blend of the speakers nearest the sample) until its
-  // refinement is done (adapted) or failed (it stays instant, and the server says why).
+  // The voice's stage: instant (speaking as voice.instant: a blend of the speakers nearest the sample,
+  // then the base speaker that fits it best) until its refinement is done (adapted) or failed (it stays
+  // instant, and the server says why).
   function renderStage(voice) {
     cvBox.hidden = false;
     cvBox.dataset.stage = voice.stage;
@@ -670,8 +671,8 @@
     let words;
     if (voice.stage === "adapted") words = "adapted: refined on the sample, it speaks as its own voice.";
     else if (voice.refinement === "failed") {
-      words = `instant voice (a blend of the nearest speakers); the refinement failed: ${voice.refinement_error || "no reason given"}`;
-    } else words = `instant voice (a blend of the nearest speakers), speaking now; refinement ${voice.refinement || "pending"}…`;
+      words = `instant voice (as ${voice.instant}); the refinement failed: ${voice.refinement_error || "no reason given"}`;
+    } else words = `instant voice (as ${voice.instant}), speaking now; refinement ${voice.refinement || "pending"}…`;
     $("cv-stage").textContent = words;
   }
 
