@@ -1,5 +1,7 @@
 """Benchmark: how long an OpenAI-style custom voice takes on this CPU, from ``POST /v1/audio/voices`` to its
-instant voice and to its refined (adapted) voice, for the three held-out voices.
+instant voice (the encoder's blend), to its fitted instant voice (the base speaker that fits the sample best by
+mel loss, set once the refinement job has the sample's words) and to its refined (adapted) voice, for the three
+held-out voices.
 
 Each voice's consent recording (the phrase read by the engine that made its dataset) and a 13-28 s sample
 of its recordings come from ``bench/consent.py``'s run (``runs/consent/audio``: run that first). The
@@ -59,20 +61,22 @@ def make_voice(client: TestClient, consent: Path, sample: Path, name: str, timeo
     row |= {"voice_status": answer.status_code, "instant_seconds": time.perf_counter() - started}
     if answer.status_code != 200:
         return row | {"error": answer.json()["error"]["message"]}
-    voice_id = answer.json()["id"]
+    voice_id, blend = answer.json()["id"], answer.json()["instant"]
+    row["blend"] = blend
     speech = client.post("/v1/audio/speech", json={"input": "Hello there.", "voice": {"id": voice_id}})
     row["instant_speaks"] = speech.status_code == 200
     while time.perf_counter() - started < timeout:
         state = client.get(f"/v1/audio/voices/{voice_id}").json()
+        if "fitted_seconds" not in row and state["instant"] != blend:
+            row |= {"fitted_seconds": time.perf_counter() - started, "fitted": state["instant"]}
         if state["stage"] == "adapted" or state["refinement"] == "failed":
             break
-        time.sleep(1.0)
+        time.sleep(0.5)
     row |= {
         "stage": state["stage"],
         "refinement": state["refinement"],
         "refinement_error": state.get("refinement_error"),
         "refined_seconds": time.perf_counter() - started,
-        "instant": client.get(f"/v1/voices/{voice_id}").json()["instant"],
     }
     return row
 
@@ -85,21 +89,25 @@ def report(rows: list[dict], command: str, threads: int, map_seconds: float) -> 
         f"{threads} torch thread(s) for speech; the speaker map took {map_seconds:.1f} s before the clock started.",
         "On the shared 2-core CPU, with other benchmark runs beside it (timings are upper bounds).",
         "",
-        "| voice | consent (s) | POST -> instant (s) | instant speaks | POST -> end of refinement (s) | stage | refinement |",
-        "|---|---|---|---|---|---|---|",
+        "| voice | consent (s) | POST -> instant (s) | instant speaks | blend | POST -> fitted instant (s) | fitted "
+        "speaker | POST -> end of refinement (s) | stage | refinement |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         lines.append(
             f"| {r['voice']} | {r.get('consent_seconds', 0):.1f} | {r.get('instant_seconds', float('nan')):.1f} | "
-            f"{r.get('instant_speaks', '')} | {r.get('refined_seconds', float('nan')):.0f} | {r.get('stage', '-')} | "
+            f"{r.get('instant_speaks', '')} | {r.get('blend', '-')} | {r.get('fitted_seconds', float('nan')):.1f} | "
+            f"{r.get('fitted', '-')} | {r.get('refined_seconds', float('nan')):.0f} | {r.get('stage', '-')} | "
             f"{r.get('refinement', '-')}{': ' + r['refinement_error'] if r.get('refinement_error') else ''}"
             f"{' ' + r['error'] if r.get('error') else ''} |"
         )
     refined = [r["refined_seconds"] for r in rows if r.get("stage") == "adapted"]
     instant = [r["instant_seconds"] for r in rows if "instant_seconds" in r]
+    fitted = [r["fitted_seconds"] for r in rows if "fitted_seconds" in r]
     lines += [
         "",
         f"p50 POST -> instant voice: {statistics.median(instant):.1f} s (n = {len(instant)})" if instant else "",
+        f"p50 POST -> fitted instant voice: {statistics.median(fitted):.1f} s (n = {len(fitted)})" if fitted else "",
         f"p50 POST -> refined voice: {statistics.median(refined):.0f} s (n = {len(refined)} refined of {len(rows)})"
         if refined
         else f"no voice was refined (of {len(rows)})",
