@@ -294,8 +294,8 @@ def test_blends_beside_adapted_voices_keep_each_voices_speaker_vector(tiny_base,
 
 
 def test_a_batch_takes_each_tenant_in_turn(tiny_base):
-    """ann queues ten sentences, then bob one: bob's goes in the first batch, not after all of ann's; the
-    turn goes on from batch to batch."""
+    """ann queues ten sentences, then bob and carl one each: theirs go in the first batch (their start tags
+    are ann's first's, ties by arrival), not after all of ann's."""
     engine = Engine(load_base(tiny_base, "griffin-lim"))
     order: list[str] = []
     with Batcher(engine, max_batch=4, max_wait_ms=0) as batcher:
@@ -311,3 +311,66 @@ def test_a_batch_takes_each_tenant_in_turn(tiny_base):
     assert set(order[:4]) == {"ann0", "bob", "carl", "ann1"}, order  # first batch: each tenant in turn
     assert [name for name in order if name.startswith("ann")] == [f"ann{k}" for k in range(10)]
     assert batcher.stats.batch_sizes == {4: 3}
+
+
+def run_in_order(batcher: Batcher, submissions: list[tuple[str, str]]) -> list[str]:
+    """Queue ``(tenant, text)`` while the batcher is held; the names (``tenant`` + index) in completion order."""
+    order: list[str] = []
+    with batcher.held():
+        futures = []
+        for index, (tenant, text) in enumerate(submissions):
+            future = batcher.submit(text, "m3", tenant=tenant)
+            future.add_done_callback(lambda _, name=f"{tenant}{index}": order.append(name))
+            futures.append(future)
+        assert batcher.wait_queued(len(submissions), timeout=60)
+    for future in futures:
+        future.result(timeout=120)
+    return order
+
+
+LONG = "The birch canoe slid on the smooth planks, and the sheet was glued to the dark blue background at once."
+
+
+def test_tenants_share_the_batcher_by_work_not_by_sentence(tiny_base):
+    """ann's long sentences and bob's short ones, both queued, one row a batch: bob gets about as many
+    characters spoken as ann, so several of his sentences go for each of hers (round robin would alternate)."""
+    engine = Engine(load_base(tiny_base, "griffin-lim"))
+    with Batcher(engine, max_batch=1, max_wait_ms=0) as batcher:
+        order = run_in_order(batcher, [("ann", LONG)] * 6 + [("bob", "Hi.")] * 6)
+    ann = [order.index(f"ann{k}") for k in range(6)]
+    bob = [order.index(f"bob{k}") for k in range(6, 12)]
+    assert ann == sorted(ann) and bob == sorted(bob), order  # each tenant's own order kept
+    assert max(bob) < ann[2], order  # costs 28 against 128 characters: all of bob's before ann's third
+
+
+def test_a_tenant_that_starts_waiting_goes_before_anothers_backlog(tiny_base):
+    """carl comes while ann's backlog is being spoken: his sentence is in the next batch, whatever ann queued."""
+    engine = Engine(load_base(tiny_base, "griffin-lim"))
+    with Batcher(engine, max_batch=1, max_wait_ms=0) as batcher:
+        ann = [batcher.submit(LONG, "m3", tenant="ann") for _ in range(8)]
+        ann[1].result(timeout=120)
+        carl = batcher.submit("Hello.", "m3", tenant="carl")
+        carl.result(timeout=120)
+        assert sum(f.done() for f in ann) <= 4, [f.done() for f in ann]  # at most the batch running meanwhile
+        for future in ann:
+            future.result(timeout=120)
+
+
+def test_a_short_sentence_is_not_padded_to_a_long_one_and_batches_stay_within_their_time(tiny_base):
+    engine = Engine(load_base(tiny_base, "griffin-lim"))
+    # pad_ratio 2: bob's "Hi." (28) goes first (lowest tag, ties by arrival); ann's long ones (128) would pad it.
+    with Batcher(engine, max_batch=8, max_wait_ms=0, pad_ratio=2.0) as batcher:
+        order = run_in_order(batcher, [("bob", "Hi.")] + [("ann", LONG)] * 3)
+    assert order[0] == "bob0" and batcher.stats.batch_sizes == {1: 1, 3: 1}, (order, batcher.stats.batch_sizes)
+    # max_batch_ms: with an estimate of 1 ms per padded character, 128-character rows, 400 ms: 3 rows a batch.
+    with Batcher(engine, max_batch=8, max_wait_ms=0, max_batch_ms=400) as batcher:
+        with batcher.held():
+            batcher.seconds_per_cost = 0.001
+            futures = [batcher.submit(LONG, "m3", tenant="ann") for _ in range(3)]
+            futures += [batcher.submit(LONG, "m3", tenant="bob") for _ in range(3)]
+            assert batcher.wait_queued(6, timeout=60)
+        for future in futures:
+            future.result(timeout=120)
+    first, *_ = batcher.stats.batch_sizes
+    assert first == 3, batcher.stats.batch_sizes  # the first batch, on the estimate set above
+    assert batcher.seconds_per_cost != 0.001  # then learned from the batches that ran

@@ -1,10 +1,20 @@
 """Dynamic batching: concurrent requests in many voices become one forward of the acoustic model.
 
 Requests ``(text, voice, speed)`` from any number of threads or asyncio tasks wait in queues, one per
-tenant; a worker thread takes up to ``max_batch`` of them, one from each tenant in turn, waiting at most
-``max_wait_ms`` after the oldest one arrived, and hands them to :meth:`Engine.speak
-<chorus.serving.engine.Engine.speak>` as one batch (the library's one synthesis path,
-:mod:`chorus.synthesis.forward`, says how voices share a forward). The batcher only queues and groups.
+tenant; a worker thread takes up to ``max_batch`` of them, waiting at most ``max_wait_ms`` after the oldest
+one arrived, and hands them to :meth:`Engine.speak <chorus.serving.engine.Engine.speak>` as one batch (the
+library's one synthesis path, :mod:`chorus.synthesis.forward`, says how voices share a forward). The
+batcher only queues and groups.
+
+Which requests go first is fair by work across tenants (start-time fair queueing): every sentence costs its
+characters, each tenant's next sentence carries a virtual start tag (where its previous one ended, or the
+present virtual time if the tenant had nothing queued), and a batch takes the lowest tags first. A tenant
+with one sentence waiting goes ahead of another's backlog of long ones, whatever the order they came in.
+Two bounds keep that one sentence from waiting behind the backlog's padding and bulk (server settings
+``max_batch_ms``, ``batch_pad_ratio``): no row joins a batch whose first row it would pad to more than
+``pad_ratio`` times its length, and a batch stops growing once its estimated time (learned from the batches
+run) would pass ``max_batch_ms``. On a CPU rows cost time in proportion to their padded length with next to
+no gain from batching (``bench/README.md``), so the bounds cost little throughput there.
 """
 
 from __future__ import annotations
@@ -20,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Protocol, Self
 
 from chorus.serving.engine import Engine, EngineVoice, Request
+from chorus.serving.settings import ServerSettings
 from chorus.synthesis.forward import SentenceResult
 
 
@@ -55,11 +66,23 @@ class SpeechQueue(Protocol):
 
 
 # -- the batcher -------------------------------------------------------------------------------
+# What a row costs besides its characters, in characters: text front end, vocoder start, the row's share of
+# the batch's fixed work. On the shipped base, one CPU thread: 17 ms for 6 characters, 107 ms for 167.
+ROW_COST_CHARS = 25
+# How fast the batch time estimate follows the measured batches (an exponential moving average's weight).
+ESTIMATE_WEIGHT = 0.2
+
+
 @dataclass
 class _Pending:
     request: Request
     future: Future
     arrived: float
+
+    @property
+    def cost(self) -> float:
+        """The sentence's work, in characters: its length (slower speech is longer) plus a row's own."""
+        return len(self.request.text) / max(self.request.speed, 0.25) + ROW_COST_CHARS
 
 
 class Batcher:
@@ -67,29 +90,60 @@ class Batcher:
 
     ``max_batch``: most rows per forward; ``max_wait_ms``: longest a request waits for company after
     it arrives (a request that waited longer while the worker was busy goes in the next batch at
-    once). Use as a context manager or call :meth:`close`. :meth:`held` and :meth:`wait_queued` make
-    a batch's makeup deterministic (tests, benchmarks): requests gathered while held go out together.
+    once). ``max_batch_ms`` and ``pad_ratio`` (None: unbounded) bound a batch's estimated time and its
+    padding (see the module's docstring). Use as a context manager or call :meth:`close`. :meth:`held`
+    and :meth:`wait_queued` make a batch's makeup deterministic (tests, benchmarks): requests gathered
+    while held go out together, as far as the bounds let them.
 
-    Fair across tenants: each tenant's requests wait in a queue of their own, and a batch takes one from
-    each tenant in turn (the turn goes on from batch to batch), so one tenant's hundreds of sentences
-    delay another's one by a batch at most, not by all of them.
+    Fair across tenants by work: each tenant's requests wait in a queue of their own, taken by virtual
+    start tag, so one tenant's hundreds of sentences delay another's one by a batch at most, not by all of
+    them.
     """
 
-    def __init__(self, engine: Engine, max_batch: int = 16, max_wait_ms: float = 5.0, merge: bool | str = "auto"):
+    def __init__(
+        self,
+        engine: Engine,
+        max_batch: int = 16,
+        max_wait_ms: float = 5.0,
+        merge: bool | str = "auto",
+        max_batch_ms: float | None = None,
+        pad_ratio: float | None = None,
+    ):
         if max_batch < 1 or max_wait_ms < 0:
             raise ValueError(f"need max_batch >= 1 and max_wait_ms >= 0, got {max_batch}, {max_wait_ms}")
+        if (max_batch_ms is not None and max_batch_ms <= 0) or (pad_ratio is not None and pad_ratio < 1):
+            raise ValueError(f"need max_batch_ms > 0 and pad_ratio >= 1, got {max_batch_ms}, {pad_ratio}")
         self.engine = engine
         self.max_batch = max_batch
         self.max_wait = max_wait_ms / 1000.0
+        self.max_batch_seconds = None if max_batch_ms is None else max_batch_ms / 1000.0
+        self.pad_ratio = pad_ratio
         self.merge = merge
         self.stats = BatcherStats()
-        self._queues: dict[str, deque[_Pending]] = {}  # by tenant, in turn order
+        # Seconds per padded character of work (rows x the longest row's cost), from the batches run; None
+        # until one has run (a test may set it).
+        self.seconds_per_cost: float | None = None
+        self._queues: dict[str, deque[_Pending]] = {}  # by tenant, in the order they started waiting
+        self._tags: dict[str, float] = {}  # each waiting tenant's next sentence's virtual start
+        self._finish: dict[str, float] = {}  # where each tenant's last sentence taken ends, in virtual time
+        self._virtual = 0.0  # the start tag of the last sentence taken
         self._waiting = 0
         self._wake = threading.Condition()
         self._closed = False
         self._holds = 0
         self._worker = threading.Thread(target=self._run, name="chorus-batcher", daemon=True)
         self._worker.start()
+
+    @classmethod
+    def of_server(cls, engine: Engine, settings: ServerSettings) -> Batcher:
+        """A server's batcher (``chorus serve``'s, a Ray replica's): its sizes and bounds from ``settings``."""
+        return cls(
+            engine,
+            max_batch=settings.max_batch,
+            max_wait_ms=settings.max_wait_ms,
+            max_batch_ms=settings.max_batch_ms,
+            pad_ratio=settings.batch_pad_ratio,
+        )
 
     def submit(self, text: str, voice: EngineVoice | str, speed: float = 1.0, tenant: str = "") -> Future:
         """Queue a request of ``tenant``; the future gives a :class:`SentenceResult` or raises its error
@@ -98,9 +152,10 @@ class Batcher:
         with self._wake:
             if self._closed:
                 raise RuntimeError("this batcher is closed")
-            self._queues.setdefault(tenant, deque()).append(
-                _Pending(Request(text, voice, speed), future, time.perf_counter())
-            )
+            if tenant not in self._queues:  # it starts waiting: no earlier than now in virtual time
+                self._queues[tenant] = deque()
+                self._tags[tenant] = max(self._finish.get(tenant, 0.0), self._virtual)
+            self._queues[tenant].append(_Pending(Request(text, voice, speed), future, time.perf_counter()))
             self._waiting += 1
             self.stats.requests += 1
             self._wake.notify_all()  # the worker, and any wait_queued
@@ -161,15 +216,41 @@ class Batcher:
                 if remaining <= 0:
                     break
                 self._wake.wait(remaining)
-            batch: list[_Pending] = []
-            while len(batch) < self.max_batch and self._waiting:
-                tenant = next(iter(self._queues))  # whose turn it is
-                queue = self._queues.pop(tenant)
-                batch.append(queue.popleft())
-                self._waiting -= 1
-                if queue:
-                    self._queues[tenant] = queue  # to the back of the turn
-            return batch
+            return self._take()
+
+    def _take(self) -> list[_Pending]:
+        """The next batch, lowest start tags first, within the bounds (at least one row)."""
+        batch: list[_Pending] = []
+        passed: set[str] = set()  # tenants whose next sentence does not fit this batch
+        while len(batch) < self.max_batch:
+            tenant = min((t for t in self._queues if t not in passed), key=self._tags.__getitem__, default=None)
+            if tenant is None:
+                break
+            if batch and not self._fits(batch, self._queues[tenant][0]):
+                passed.add(tenant)  # keeps its tag: it goes first in a later batch; others' may still fit
+                continue
+            queue, start = self._queues[tenant], self._tags[tenant]
+            pending = queue.popleft()
+            self._waiting -= 1
+            self._virtual = max(self._virtual, start)
+            self._finish[tenant] = self._tags[tenant] = start + pending.cost
+            if not queue:
+                del self._queues[tenant], self._tags[tenant]
+            batch.append(pending)
+        # A tenant that stopped waiting and whose last sentence ends before now starts at now anyway.
+        for tenant in [t for t, end in self._finish.items() if end <= self._virtual and t not in self._queues]:
+            del self._finish[tenant]
+        return batch
+
+    def _fits(self, batch: list[_Pending], pending: _Pending) -> bool:
+        """Whether ``pending`` may join ``batch``: not padding its first row past ``pad_ratio`` times its
+        length, and not taking the batch's estimated time past ``max_batch_ms``."""
+        if self.pad_ratio is not None and pending.cost > self.pad_ratio * batch[0].cost:
+            return False
+        if self.max_batch_seconds is None or self.seconds_per_cost is None:
+            return True
+        longest = max(max(p.cost for p in batch), pending.cost)
+        return self.seconds_per_cost * (len(batch) + 1) * longest <= self.max_batch_seconds
 
     def _run(self) -> None:
         while (batch := self._next_batch()) is not None:
@@ -182,6 +263,12 @@ class Batcher:
             except Exception as error:  # noqa: BLE001 - a bug must not kill the worker or strand callers
                 results = [error] * len(batch)
             done = time.perf_counter()
+            if not all(isinstance(result, Exception) for result in results):  # a batch that ran, not one refused
+                measured = (done - started) / (len(batch) * max(p.cost for p in batch))
+                estimate = self.seconds_per_cost
+                self.seconds_per_cost = (
+                    measured if estimate is None else (1 - ESTIMATE_WEIGHT) * estimate + ESTIMATE_WEIGHT * measured
+                )
             self.stats.batches += 1
             self.stats.batch_sizes[len(batch)] += 1
             self.stats.busy_seconds += done - started

@@ -182,9 +182,7 @@ class VoiceHost:
             resolve=functools.partial(resolve_stored, self.store),
             cache_bytes=int(config.server.cache_mb * (1 << 20)),
         )
-        self.batcher = Batcher(
-            self.engine, max_batch=config.server.settings.max_batch, max_wait_ms=config.server.settings.max_wait_ms
-        )
+        self.batcher = Batcher.of_server(self.engine, config.server.settings)
         self.loads: Counter[str] = Counter()  # multiplexer loads per voice key, ever
         self.held: set[str] = set()  # voices the multiplexer holds now
         self._active: Counter[str] = Counter()  # requests using each voice now

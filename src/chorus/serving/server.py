@@ -110,9 +110,7 @@ class VoiceServer:
             progress_interval=self.settings.progress_interval,
             sample_config=self.settings.adapt_sample,
         )
-        self.batcher = batcher or Batcher(
-            engine, max_batch=self.settings.max_batch, max_wait_ms=self.settings.max_wait_ms
-        )
+        self.batcher = batcher or Batcher.of_server(engine, self.settings)
         self.metrics = Metrics(self)
         self.custom_voices = custom_voices or CustomVoiceChecks(engine, self.settings.consent)
         self.aliases = speaker_aliases(self.settings.voice_aliases, engine)

@@ -177,6 +177,11 @@ class ServerSettings:
     max_chunk_chars: int = 300  # a sentence longer than this is cut at a comma or space
     max_batch: int = 16
     max_wait_ms: float = 5.0
+    # A batch stops growing once its estimated time would pass this, and takes no row that would pad its first
+    # past this many times its length: one tenant's sentence waits out at most one bounded batch of another's
+    # backlog (see chorus.serving.batcher; None: unbounded).
+    max_batch_ms: float | None = 250.0
+    batch_pad_ratio: float | None = 2.0
     upload: UploadLimits = field(default_factory=UploadLimits)
     limits: Limits = field(default_factory=Limits)
     # How onboarded voices are trained: AdaptConfig's defaults (its default method) but for the above.
