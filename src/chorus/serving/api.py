@@ -24,6 +24,7 @@ from chorus.serving.batcher import SpeechQueue
 from chorus.serving.custom_voices import CustomVoiceChecks
 from chorus.serving.engine import Engine
 from chorus.serving.errors import add_error_handlers
+from chorus.serving.job_process import ProcessJobRunner
 from chorus.serving.metrics import MetricsMiddleware
 from chorus.serving.page import add_web_page
 from chorus.serving.routes import ROUTERS
@@ -89,7 +90,8 @@ def serve(config: ServeConfig, announce: Callable[[str], None] = print, log_leve
         resolve=functools.partial(resolve_stored, voice_store),
         cache_bytes=int(config.cache_mb * (1 << 20)),
     )
-    app = create_app(voice_store, engine, tenants, config.settings)
+    # Jobs train in processes of their own: their memory goes back to the system when each ends.
+    app = create_app(voice_store, engine, tenants, config.settings, jobs=ProcessJobRunner(voice_store, config))
     # The base's speakers in the speaker encoder's space, for instant voices: made now, in the background,
     # so the first POST /v1/audio/voices does not wait for it (tens of seconds on a CPU).
     threading.Thread(target=app.state.server.custom_voices.speaker_map, name="chorus-speaker-map", daemon=True).start()

@@ -52,17 +52,16 @@ from pathlib import Path
 import ray
 from ray import serve
 
-from chorus.models.bundle import load_bundle
 from chorus.serving.api import create_app
 from chorus.serving.batcher import Batcher, BatcherStats
 from chorus.serving.engine import AdaptedVoice, Engine, EngineVoice, UnknownVoice
+from chorus.serving.job_process import job_runner_for
 from chorus.serving.metadata import is_postgres_url
 from chorus.serving.settings import ServeConfig, jobs_dir
 from chorus.serving.store import JobStatus, VoiceStore
 from chorus.serving.tenants import Tenants, check_bind
 from chorus.serving.voice_keys import resolve_stored
 from chorus.serving.worker import DATA_DIR, JobRunner, OnboardingJob, record_consent, write_job_file
-from chorus.synthesis import DEFAULT_BASE
 from chorus.synthesis.forward import SentenceResult
 
 log = logging.getLogger("chorus.serving.ray")
@@ -106,14 +105,7 @@ class RayServeConfig:
 
     def job_runner(self, store: VoiceStore) -> JobRunner:
         """An in-process onboarding worker on ``store`` (what each onboarding task runs its job with)."""
-        return JobRunner(
-            store,
-            jobs_dir(self.server.settings, store),
-            lambda: load_bundle(self.server.base or DEFAULT_BASE),
-            self.server.settings.adapt,
-            progress_interval=self.server.settings.progress_interval,
-            sample_config=self.server.settings.adapt_sample,
-        )
+        return job_runner_for(self.server, store)
 
 
 def _absolute_paths(server: ServeConfig) -> ServeConfig:

@@ -180,7 +180,7 @@ class ServerSettings:
     # A batch stops growing once its estimated time would pass this, and takes no row that would pad its first
     # past this many times its length: one tenant's sentence waits out at most one bounded batch of another's
     # backlog (see chorus.serving.batcher; None: unbounded).
-    max_batch_ms: float | None = 250.0
+    max_batch_ms: float | None = 100.0
     batch_pad_ratio: float | None = 2.0
     upload: UploadLimits = field(default_factory=UploadLimits)
     limits: Limits = field(default_factory=Limits)

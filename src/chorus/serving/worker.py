@@ -113,6 +113,7 @@ class JobRunner:
     short sample (``ServerSettings.adapt_sample``; default ``config``). ``on_ready(tenant, voice_id)``
     is called once a voice is stored. ``progress_interval``: least seconds between two progress writes.
     ``poll_seconds``: how often an idle worker looks for published jobs of other servers (None: never).
+    ``closing``: the event that stops it (default its own; a job's process gets its server's).
     Subclasses change where a queued job runs by overriding :meth:`dispatch` (and :attr:`running`).
     """
 
@@ -126,6 +127,7 @@ class JobRunner:
         progress_interval: float = 1.0,
         poll_seconds: float | None = 1.0,
         sample_config: AdaptConfig | None = None,
+        closing: threading.Event | None = None,
     ):
         self.store = store
         self.jobs_dir = Path(jobs_dir)
@@ -138,7 +140,7 @@ class JobRunner:
         self.poll_seconds = poll_seconds
         self._queue: queue.Queue[OnboardingJob | None] = queue.Queue()
         self._thread: threading.Thread | None = None
-        self._closing = threading.Event()
+        self._closing = closing or threading.Event()
         self._running: str | None = None
         # Jobs that ended here while the store refused to record it (a full disk, a database down): the
         # worker records them before anything else, so none stays "running" (and holds its tenant's slot).

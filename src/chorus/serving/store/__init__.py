@@ -108,7 +108,9 @@ class VoiceStore:
     one). ``cache_dir``: where voices of a remote root are downloaded, by default ``voice-cache`` next to
     a SQLite file (under ``~/.cache/chorus`` for PostgreSQL). ``lease_seconds``: see :meth:`reclaim`.
     Opening the store writes a probe file to its root and registers it as an owner in the database, so
-    a read-only or full store fails here (``StoreUnavailable``), not at the first upload.
+    a read-only or full store fails here (``StoreUnavailable``), not at the first upload. ``on_behalf_of``:
+    open it as a helper of that live owner (an onboarding job's process working for its server): what it
+    claims and writes is that owner's, it has no heartbeat of its own, and closing it leaves the owner alive.
     """
 
     def __init__(
@@ -118,6 +120,7 @@ class VoiceStore:
         cache_dir: str | None = None,
         *,
         lease_seconds: float = LEASE_SECONDS,
+        on_behalf_of: str | None = None,
     ) -> None:
         layout = BlobLayout(root_url)
         if database is None:
@@ -129,7 +132,8 @@ class VoiceStore:
             database = os.path.join(layout.root, "store.sqlite3")
         self.cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir(root_url, database)
         self.lease_seconds = lease_seconds
-        self.owner = uuid.uuid4().hex[:12]
+        self.owner = on_behalf_of or uuid.uuid4().hex[:12]
+        self._helper = on_behalf_of is not None
         self._lock = threading.Lock()
         self._closed = False
         db: Database | None = None
@@ -141,7 +145,8 @@ class VoiceStore:
             self._jobs = Jobs(self._backends, self._voices)
             self._consents = Consents(self._backends)
             self._owners = Owners(self._backends, self._voices, self._jobs, lease_seconds)
-            self._owners.register()
+            if not self._helper:
+                self._owners.register()
         except (OSError, sqlite3.Error, *outage_errors()) as error:
             if db is not None:
                 db.close()
@@ -150,7 +155,8 @@ class VoiceStore:
                 f"is writable and has free space (database: {public_url(database)})"
             ) from None
         self._maintenance = Maintenance(self._backends, self._voices)
-        self._owners.start()
+        if not self._helper:
+            self._owners.start()
 
     @property
     def fs(self) -> fsspec.AbstractFileSystem:
@@ -186,7 +192,8 @@ class VoiceStore:
                 return
             self._closed = True
         try:
-            self._owners.stop()
+            if not self._helper:
+                self._owners.stop()
         finally:
             self._backends.db.close()
 

@@ -1,0 +1,127 @@
+"""Onboarding jobs in processes of their own: what ``chorus serve`` trains voices with.
+
+A job holds a copy of the base, Whisper, the speaker encoder and the training's activations: 250-500 MB
+on the shipped base (``bench/job_memory.py``). Trained in a thread of the server, that memory stays in the
+server's heap after the job (glibc keeps freed arenas; ``malloc_trim`` gives back most, not all), and the
+server's resident memory steps up and down by hundreds of MB as jobs come and go (``bench/soak.py``). In a
+process of its own it all goes back to the system when the job ends, and a crash or an out-of-memory kill
+in training ends that job (marked failed), not the server.
+
+Jobs start from a fork server that has imported torch and Chorus once: a job is forked from it in a
+fraction of a second, without the server's threads (uvicorn, the batcher) in the child. The child opens
+the store itself on behalf of the server (the job stays the server's: if the child dies, the server fails
+the job; if the server dies, its jobs are reclaimed as any dead owner's) and runs :meth:`JobRunner.run
+<chorus.serving.worker.JobRunner.run>` (:func:`job_runner_for`, as a Ray onboarding task does): the same
+claim, checks, progress and cancellation through the store. The server's stop reaches it through a shared event (training stops at
+its next step and the next start resumes the job).
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+from multiprocessing.connection import wait
+
+from chorus.models.bundle import load_bundle
+from chorus.serving.settings import ServeConfig, jobs_dir
+from chorus.serving.store import ACTIVE_JOB, JobNotFound, VoiceStore
+from chorus.serving.worker import JobRunner, OnboardingJob
+from chorus.synthesis import DEFAULT_BASE
+
+log = logging.getLogger("chorus.serving.jobs")
+
+# What the fork server imports before forking jobs: the training stack, so a job starts in well under a second.
+PRELOAD = ["torch", "chorus.serving.job_process", "chorus.training.adapt", "chorus.evaluation.asr"]
+# Seconds a stopping server gives a job's process to stop at its next step before it is killed.
+STOP_GRACE_SECONDS = 30.0
+
+
+def job_runner_for(config: ServeConfig, store: VoiceStore, closing=None) -> JobRunner:
+    """An in-process worker for ``config``'s server on ``store`` that loads its own copy of the base: what a
+    job's process (and a Ray onboarding task) runs one job with. ``closing``: an event whose setting stops
+    training (a ``multiprocessing`` one from the server; default the runner's own)."""
+    settings = config.settings
+    return JobRunner(
+        store,
+        jobs_dir(settings, store),
+        lambda: load_bundle(config.base or DEFAULT_BASE, config.device),
+        settings.adapt,
+        progress_interval=settings.progress_interval,
+        sample_config=settings.adapt_sample,
+        closing=closing,
+    )
+
+
+def run_job(config: ServeConfig, job: OnboardingJob, owner: str, closing) -> None:
+    """A job process's body: open the store on behalf of its server (store ``owner``: the job is the
+    server's, claimed by it or by this process, and stays so if this process dies), train ``job`` to its
+    end, close the store."""
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s:     %(name)s: %(message)s")
+    store = VoiceStore(config.store, config.database, config.cache_dir, on_behalf_of=owner)
+    try:
+        job_runner_for(config, store, closing).run(job)
+    finally:
+        store.close()
+
+
+class ProcessJobRunner(JobRunner):
+    """The server's onboarding worker, each job trained in a process of its own (see the module's
+    docstring); queueing, resuming and the shared queue stay in the server, as :class:`JobRunner`'s."""
+
+    def __init__(self, store: VoiceStore, config: ServeConfig):
+        self._context = multiprocessing.get_context("forkserver")
+        self._context.set_forkserver_preload(PRELOAD)
+        settings = config.settings
+        super().__init__(
+            store,
+            jobs_dir(settings, store),
+            bundle_factory=_no_bundle,
+            config=settings.adapt,
+            progress_interval=settings.progress_interval,
+            sample_config=settings.adapt_sample,
+            closing=self._context.Event(),
+        )
+        self.serve_config = config
+        self._process = None  # the job's process while one runs
+
+    def dispatch(self, job: OnboardingJob) -> None:
+        """Train ``job`` in a new process and wait for it; a job its process left unfinished (killed, or a
+        store that refused the job's end) is failed here."""
+        process = self._context.Process(
+            target=run_job,
+            args=(self.serve_config, job, self.store.owner, self.closing),
+            name=f"chorus-job-{job.job_id[:8]}",
+        )
+        process.start()
+        self._process = process
+        log.info("onboarding job %s: training in process %d", job.job_id, process.pid)
+        process.join()
+        while process.exitcode is None:  # join() returned early: only when interrupted
+            process.join(1.0)
+        self._process = None
+        if self.closing.is_set():
+            return  # stopped by the server's stop: left for the next start to resume
+        try:
+            status = self.store.get_job(job.tenant, job.job_id).status
+        except JobNotFound:
+            return
+        if status in ACTIVE_JOB:
+            how = f"was killed by signal {-process.exitcode}" if process.exitcode < 0 else "exited"
+            log.error("onboarding job %s: its process %s (code %s)", job.job_id, how, process.exitcode)
+            self.fail(job.job_id, f"training stopped: its process {how} (see the server log)")
+
+    def close(self, timeout: float | None = 60.0) -> None:
+        """Stop: a job's process stops training at its next step (killed if it has not within
+        :data:`STOP_GRACE_SECONDS`); the next start resumes it."""
+        self.closing.set()
+        process = self._process
+        # Waits on its sentinel, not join(): the worker thread joins it, and two readers of a fork server's
+        # child's exit status leave one of them without it.
+        if process is not None and not wait([process.sentinel], STOP_GRACE_SECONDS):
+            log.warning("onboarding process %d did not stop; killing it", process.pid)
+            process.kill()
+        super().close(timeout)
+
+
+def _no_bundle():
+    raise RuntimeError("each onboarding job's process loads its own copy of the base")

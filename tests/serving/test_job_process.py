@@ -1,0 +1,111 @@
+"""Onboarding jobs in processes of their own (``chorus serve``'s worker): a job trains in its process and its
+voice is stored; a killed process fails its job; the server's stop stops the process at its next step and
+leaves the job to the next start."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+
+import pytest
+
+from chorus.adapters import parse_methods
+from chorus.recipe import AdaptConfig
+from chorus.serving.job_process import ProcessJobRunner
+from chorus.serving.settings import ServeConfig, ServerSettings
+from chorus.serving.store import JobStatus, VoiceStatus, VoiceStore
+from chorus.serving.worker import OnboardingJob
+from conftest import wait_for
+
+SHORT = AdaptConfig(methods=parse_methods("lora"), steps=4, threads=1, eval_every=2, max_frames=1500)
+# Far more steps than a test waits for: only a kill or a stop ends it in time.
+ENDLESS = AdaptConfig(methods=parse_methods("lora"), steps=100_000, threads=1, eval_every=50_000, patience=100)
+
+
+@pytest.fixture
+def serving(tiny_base, tmp_path, request):
+    """(store, runner, submit) for a server on ``tmp_path`` whose jobs train with the recipe ``request.param``."""
+    config = ServeConfig(
+        store=str(tmp_path / "store"),
+        base=tiny_base,
+        settings=ServerSettings(adapt=request.param, progress_interval=0.0),
+    )
+    store = VoiceStore(config.store)
+    runner = ProcessJobRunner(store, config)
+    runner.start()
+
+    def submit(voice_id: str, data) -> OnboardingJob:
+        job = OnboardingJob(store.create_job("default", voice_id, name=voice_id), "default", voice_id, voice_id)
+        upload = runner.new_upload_dir()
+        shutil.copytree(data, upload / "voice")
+        runner.submit(upload, job, {"statement": "consented in writing, for this test"})
+        return job
+
+    yield store, runner, submit
+    runner.close()
+    store.close()
+
+
+def job_of(store: VoiceStore, job: OnboardingJob):
+    return store.get_job(job.tenant, job.job_id)
+
+
+@pytest.mark.parametrize("serving", [SHORT], indirect=True)
+def test_a_job_trains_in_a_process_of_its_own_and_its_voice_is_stored(serving, new_voice_data):
+    store, runner, submit = serving
+    job = submit("fiona", new_voice_data)
+    wait_for(lambda: job_of(store, job).status in (JobStatus.DONE, JobStatus.FAILED), 300, "the job ends")
+    assert job_of(store, job).status == JobStatus.DONE, job_of(store, job).message
+    # The server's own runner cannot load a base (its bundle factory raises): the job's process trained it.
+    assert store.voice("default", "fiona").status == VoiceStatus.READY
+    assert (store.get_voice("default", "fiona") / "voice_card.json").is_file()
+    assert not (runner.jobs_dir / job.job_id).exists()  # its files removed once it ended
+
+
+def wait_training(store: VoiceStore, runner: ProcessJobRunner, job: OnboardingJob) -> int:
+    """The pid of ``job``'s process, once it trains."""
+    wait_for(
+        lambda: (job_of(store, job).message or "").startswith("training: step")
+        or job_of(store, job).status not in (JobStatus.QUEUED, JobStatus.RUNNING),
+        300,
+        "training starts",
+    )
+    assert job_of(store, job).status == JobStatus.RUNNING, job_of(store, job)
+    process = runner._process
+    assert process is not None and process.pid != os.getpid()
+    return process.pid
+
+
+@pytest.mark.parametrize("serving", [ENDLESS], indirect=True)
+def test_a_job_whose_process_is_killed_fails_and_the_server_goes_on(serving, new_voice_data):
+    store, runner, submit = serving
+    job = submit("fiona", new_voice_data)
+    os.kill(wait_training(store, runner, job), signal.SIGKILL)  # what the kernel's OOM killer does
+    wait_for(lambda: job_of(store, job).status == JobStatus.FAILED, 60, "the job is failed")
+    assert "killed by signal 9" in job_of(store, job).message
+    assert store.voice("default", "fiona").status == VoiceStatus.FAILED
+    # The worker takes the next job.
+    second = submit("gina", new_voice_data)
+    wait_training(store, runner, second)
+
+
+@pytest.mark.parametrize("serving", [ENDLESS], indirect=True)
+def test_the_servers_stop_stops_the_jobs_process_and_leaves_the_job_to_the_next_start(
+    serving, new_voice_data, tmp_path
+):
+    store, runner, submit = serving
+    job = submit("fiona", new_voice_data)
+    wait_training(store, runner, job)
+    process = runner._process
+    runner.close()
+    assert process.exitcode == 0  # it stopped at its next step, not killed
+    assert job_of(store, job).status == JobStatus.RUNNING  # held by its process's owner, now gone
+    assert (runner.jobs_dir / job.job_id).is_dir()  # its files kept for the resume
+    store.close()
+    reopened = VoiceStore(str(tmp_path / "store"))
+    try:
+        reopened.recover()
+        assert reopened.get_job("default", job.job_id).status == JobStatus.INTERRUPTED
+    finally:
+        reopened.close()
