@@ -66,8 +66,10 @@ def test_a_job_trains_in_a_process_of_its_own_and_its_voice_is_stored(serving, n
 def wait_training(store: VoiceStore, runner: ProcessJobRunner, job: OnboardingJob) -> int:
     """The pid of ``job``'s process, once it trains."""
     wait_for(
-        lambda: (job_of(store, job).message or "").startswith("training: step")
-        or job_of(store, job).status not in (JobStatus.QUEUED, JobStatus.RUNNING),
+        lambda: (
+            (job_of(store, job).message or "").startswith("training: step")
+            or job_of(store, job).status not in (JobStatus.QUEUED, JobStatus.RUNNING)
+        ),
         300,
         "training starts",
     )
