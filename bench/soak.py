@@ -557,8 +557,31 @@ def metrics_check(data: bytes) -> str | None:
     return None if b"chorus_" in data else "no chorus_ series in /metrics"
 
 
+def descendants_rss(pid: int) -> int:
+    """The summed RSS of ``pid``'s descendants (a server's onboarding fork server and the job processes it
+    forks): memory the server's own RSS does not show. Shared pages count once per process (an upper bound)."""
+    parents: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            parents[int(entry)] = int(stat.rsplit(")", 1)[1].split()[1])
+    found, frontier = set(), {pid}
+    while frontier:
+        frontier = {child for child, parent in parents.items() if parent in frontier} - found
+        found |= frontier
+    total = 0
+    for child in found:
+        with contextlib.suppress(OSError, RuntimeError):
+            total += process_rss(child)
+    return total
+
+
 def sample_process(pid: int, start: float, stop: threading.Event, out: list[dict]) -> None:  # one per server
-    """RSS, threads and open file descriptors of the server every second (a leak shows in any)."""
+    """RSS, threads and open file descriptors of the server every second (a leak shows in any), and the RSS
+    of the processes it started (onboarding jobs)."""
     while not stop.wait(1.0):
         try:
             status = Path(f"/proc/{pid}/status").read_text()
@@ -572,6 +595,7 @@ def sample_process(pid: int, start: float, stop: threading.Event, out: list[dict
                 "rss_bytes": int(fields["VmRSS"].split()[0]) * 1024,
                 "threads": int(fields["Threads"]),
                 "fds": fds,
+                "children_rss_bytes": descendants_rss(pid),
             }
         )
 
@@ -1157,6 +1181,13 @@ def step_lines(servers: list[dict]) -> list[str]:
                 else "."
             )
         )
+        children = [p.get("children_rss_bytes", 0) for p in server["process"]]
+        if any(children):
+            lines.append(
+                f"- Server {k}'s onboarding processes (its fork server and the job processes forked from it; not in "
+                f"the server's RSS above): RSS peak {max(children) / MB:.0f} MB, median {np.median(children) / MB:.0f} "
+                f"MB, at the end {children[-1] / MB:.0f} MB."
+            )
         if len(floors) >= 6:
             third = len(floors) // 3
             first, last = (float(np.median([f for _, f in part])) for part in (floors[:third], floors[-third:]))
