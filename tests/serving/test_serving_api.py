@@ -1145,15 +1145,19 @@ def test_concurrent_mixed_voices_and_metrics(live_server):
         except (urllib.error.URLError, OSError) as error:
             results[index] = error
 
-    # The batcher is held until all 16 requests wait in it, so they go out as one batch of 16 (max_batch).
+    # The batcher is held until all 16 requests wait in it, so they go out as one batch of 16 (max_batch),
+    # its bounds on a batch's time and padding lifted for this (tested in test_serving_engine.py).
     threads = [threading.Thread(target=call, args=(i,)) for i in range(16)]
     batches_before = server.batcher.stats.batch_sizes[16]
+    bounds = server.batcher.max_batch_seconds, server.batcher.pad_ratio
+    server.batcher.max_batch_seconds = server.batcher.pad_ratio = None
     with server.batcher.held():
         for thread in threads:
             thread.start()
         assert server.batcher.wait_queued(16, timeout=60), "the requests did not reach the batcher"
     for thread in threads:
         thread.join(90)
+    server.batcher.max_batch_seconds, server.batcher.pad_ratio = bounds
     errors = {i: r for i, r in results.items() if isinstance(r, Exception) or r[0] != 200}
     assert len(results) == 16 and not errors, errors
     assert server.batcher.stats.batch_sizes[16] == batches_before + 1
