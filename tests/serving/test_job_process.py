@@ -1,12 +1,15 @@
 """Onboarding jobs in processes of their own (``chorus serve``'s worker): a job trains in its process and its
 voice is stored; a killed process fails its job; the server's stop stops the process at its next step and
-leaves the job to the next start."""
+leaves the job to the next start; a server killed -9 takes its job's process with it."""
 
 from __future__ import annotations
 
 import os
 import shutil
 import signal
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -60,7 +63,8 @@ def test_a_job_trains_in_a_process_of_its_own_and_its_voice_is_stored(serving, n
     # The server's own runner cannot load a base (its bundle factory raises): the job's process trained it.
     assert store.voice("default", "fiona").status == VoiceStatus.READY
     assert (store.get_voice("default", "fiona") / "voice_card.json").is_file()
-    assert not (runner.jobs_dir / job.job_id).exists()  # its files removed once it ended
+    # Its files removed once it ended (by its process, just after it recorded the end).
+    wait_for(lambda: not (runner.jobs_dir / job.job_id).exists(), 60, "the job's files are removed")
 
 
 def wait_training(store: VoiceStore, runner: ProcessJobRunner, job: OnboardingJob) -> int:
@@ -111,3 +115,64 @@ def test_the_servers_stop_stops_the_jobs_process_and_leaves_the_job_to_the_next_
         assert reopened.get_job("default", job.job_id).status == JobStatus.INTERRUPTED
     finally:
         reopened.close()
+
+
+# A server that starts one endless job and prints its process's pid: killed -9 by the test below.
+SERVER = """
+import shutil, sys, time
+from chorus.adapters import parse_methods
+from chorus.recipe import AdaptConfig
+from chorus.serving.job_process import ProcessJobRunner
+from chorus.serving.settings import ServeConfig, ServerSettings
+from chorus.serving.store import VoiceStore
+from chorus.serving.worker import OnboardingJob
+
+root, base, data = sys.argv[1:4]
+endless = AdaptConfig(methods=parse_methods("lora"), steps=100_000, threads=1, eval_every=50_000, patience=100)
+config = ServeConfig(store=root, base=base, settings=ServerSettings(adapt=endless, progress_interval=0.0))
+store = VoiceStore(root)
+runner = ProcessJobRunner(store, config)
+runner.start()
+job = OnboardingJob(store.create_job("default", "fiona", name="fiona"), "default", "fiona", "fiona")
+upload = runner.new_upload_dir()
+shutil.copytree(data, upload / "voice")
+runner.submit(upload, job, {"statement": "consented in writing, for this test"})
+while runner._process is None:
+    time.sleep(0.05)
+print(runner._process.pid, job.job_id, flush=True)
+time.sleep(3600)
+"""
+
+
+def running(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"  # a zombie is gone
+    except OSError:
+        return False
+
+
+def test_a_job_process_dies_with_its_server(tiny_base, new_voice_data, tmp_path):
+    """A server killed -9 mid-job leaves no orphan training on (with no other server on the store to take
+    the job over, only the kernel can stop it); the next start finds the job interrupted."""
+    root = str(tmp_path / "store")
+    server = subprocess.Popen(
+        [sys.executable, "-c", SERVER, root, str(tiny_base), str(new_voice_data)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        pid, job_id = server.stdout.readline().split()
+        pid = int(pid)
+        with VoiceStore(root) as store:
+            wait_for(
+                lambda: (store.get_job("default", job_id).message or "").startswith("training: step"),
+                300,
+                "training starts",
+            )
+        assert running(pid)
+        server.kill()
+        wait_for(lambda: not running(pid), 30, "the job's process dies with its server")
+    finally:
+        server.kill()
+        server.wait(30)
+    with VoiceStore(root) as store:
+        store.recover()
+        assert store.get_job("default", job_id).status == JobStatus.INTERRUPTED

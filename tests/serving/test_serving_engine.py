@@ -374,3 +374,22 @@ def test_a_short_sentence_is_not_padded_to_a_long_one_and_batches_stay_within_th
     first, *_ = batcher.stats.batch_sizes
     assert first == 3, batcher.stats.batch_sizes  # the first batch, on the estimate set above
     assert batcher.seconds_per_cost != 0.001  # then learned from the batches that ran
+
+
+def test_a_cancelled_sentence_is_not_charged_to_its_tenant(tiny_base):
+    """ann's stream is cut short (its five sentences queued ahead cancelled), then she asks for one more:
+    it goes before bob's, which came after it, as if the cancelled ones had never been queued."""
+    engine = Engine(load_base(tiny_base, "griffin-lim"))
+    order: list[str] = []
+    with Batcher(engine, max_batch=1, max_wait_ms=0) as batcher:
+        with batcher.held():
+            for future in [batcher.submit(LONG, "m3", tenant="ann") for _ in range(5)]:
+                future.cancel()
+            futures = {"ann": batcher.submit("Hi.", "m3", tenant="ann")}
+            futures |= {f"bob{k}": batcher.submit("Hi.", "m3", tenant="bob") for k in range(2)}
+            for name, future in futures.items():
+                future.add_done_callback(lambda _, name=name: order.append(name))
+        for future in futures.values():
+            future.result(timeout=60)
+    assert order == ["ann", "bob0", "bob1"], order  # charged, ann's would have gone last (5 x 128 characters)
+    assert batcher.stats.batches == 3

@@ -71,6 +71,9 @@ class SpeechQueue(Protocol):
 ROW_COST_CHARS = 25
 # How fast the batch time estimate follows the measured batches (an exponential moving average's weight).
 ESTIMATE_WEIGHT = 0.2
+# The most one batch's measurement may count, as a multiple of the estimate: a batch's time also holds
+# loading its voices into the cache (maybe from an object store), which is not its rows' cost.
+ESTIMATE_CLIP = 3.0
 
 
 @dataclass
@@ -136,12 +139,15 @@ class Batcher:
 
     @classmethod
     def of_server(cls, engine: Engine, settings: ServerSettings) -> Batcher:
-        """A server's batcher (``chorus serve``'s, a Ray replica's): its sizes and bounds from ``settings``."""
+        """A server's batcher (``chorus serve``'s, a Ray replica's): its sizes and bounds from ``settings``.
+        The time bound applies on a CPU only: its estimate (rows x the longest row) is a CPU's cost, where
+        a GPU runs a batch in about the time of its longest row."""
+        on_cpu = engine.model.mel_mean.device.type == "cpu"
         return cls(
             engine,
             max_batch=settings.max_batch,
             max_wait_ms=settings.max_wait_ms,
-            max_batch_ms=settings.max_batch_ms,
+            max_batch_ms=settings.max_batch_ms if on_cpu else None,
             pad_ratio=settings.batch_pad_ratio,
         )
 
@@ -226,10 +232,17 @@ class Batcher:
             tenant = min((t for t in self._queues if t not in passed), key=self._tags.__getitem__, default=None)
             if tenant is None:
                 break
-            if batch and not self._fits(batch, self._queues[tenant][0]):
+            queue = self._queues[tenant]
+            if queue[0].future.cancelled():  # a stream cut short: dropped, not charged to its tenant
+                queue.popleft()
+                self._waiting -= 1
+                if not queue:
+                    del self._queues[tenant], self._tags[tenant]
+                continue
+            if batch and not self._fits(batch, queue[0]):
                 passed.add(tenant)  # keeps its tag: it goes first in a later batch; others' may still fit
                 continue
-            queue, start = self._queues[tenant], self._tags[tenant]
+            start = self._tags[tenant]
             pending = queue.popleft()
             self._waiting -= 1
             self._virtual = max(self._virtual, start)
@@ -266,9 +279,11 @@ class Batcher:
             if not all(isinstance(result, Exception) for result in results):  # a batch that ran, not one refused
                 measured = (done - started) / (len(batch) * max(p.cost for p in batch))
                 estimate = self.seconds_per_cost
-                self.seconds_per_cost = (
-                    measured if estimate is None else (1 - ESTIMATE_WEIGHT) * estimate + ESTIMATE_WEIGHT * measured
-                )
+                if estimate is None:
+                    self.seconds_per_cost = measured
+                else:  # a batch that also loaded a voice (or met a busy CPU) moves the estimate by a bounded step
+                    measured = min(measured, ESTIMATE_CLIP * estimate)
+                    self.seconds_per_cost = (1 - ESTIMATE_WEIGHT) * estimate + ESTIMATE_WEIGHT * measured
             self.stats.batches += 1
             self.stats.batch_sizes[len(batch)] += 1
             self.stats.busy_seconds += done - started

@@ -12,19 +12,25 @@ fraction of a second, without the server's threads (uvicorn, the batcher) in the
 the store itself on behalf of the server (the job stays the server's: if the child dies, the server fails
 the job; if the server dies, its jobs are reclaimed as any dead owner's) and runs :meth:`JobRunner.run
 <chorus.serving.worker.JobRunner.run>` (:func:`job_runner_for`, as a Ray onboarding task does): the same
-claim, checks, progress and cancellation through the store. The server's stop reaches it through a shared event (training stops at
-its next step and the next start resumes the job).
+claim, checks, progress and cancellation through the store. The server's stop reaches it through a
+shared flag (training stops at its next step and the next start resumes the job); it ends itself the moment the
+server ends.
 """
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import multiprocessing
+import os
+import select
+import threading
+import time
 from multiprocessing.connection import wait
 
 from chorus.models.bundle import load_bundle
 from chorus.serving.settings import ServeConfig, jobs_dir
-from chorus.serving.store import ACTIVE_JOB, JobNotFound, VoiceStore
+from chorus.serving.store import ACTIVE_JOB, JobNotFound, JobStatus, VoiceStore
 from chorus.serving.worker import JobRunner, OnboardingJob
 from chorus.synthesis import DEFAULT_BASE
 
@@ -52,10 +58,48 @@ def job_runner_for(config: ServeConfig, store: VoiceStore, closing=None) -> JobR
     )
 
 
-def run_job(config: ServeConfig, job: OnboardingJob, owner: str, closing) -> None:
+class StopFlag:
+    """The server's stop, seen by its job processes: a byte in shared memory with :class:`threading.Event`'s
+    ``set``/``is_set``/``wait``. Lock-free, unlike ``multiprocessing.Event``: a job process killed while
+    it held that Event's lock would leave the server's stop hanging on it."""
+
+    def __init__(self, context: multiprocessing.context.BaseContext):
+        self._value = context.RawValue(ctypes.c_bool, False)
+
+    def set(self) -> None:
+        self._value.value = True
+
+    def is_set(self) -> bool:
+        return bool(self._value.value)
+
+    def wait(self, timeout: float | None = None) -> bool:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self.is_set() and (deadline is None or time.monotonic() < deadline):
+            time.sleep(0.05)
+        return self.is_set()
+
+
+def _die_with(server_pid: int) -> None:
+    """End this process the moment the server ``server_pid`` ends: a server killed mid-job must not leave a
+    job training beside the one that takes it over (the fork server outlives the server while a job lives:
+    each job holds the end of the pipe it watches, so only the job can watch the server)."""
+    try:
+        server = os.pidfd_open(server_pid)  # readable once that process has ended; immune to pid reuse
+    except ProcessLookupError:
+        os._exit(1)  # already gone
+
+    def watch() -> None:
+        select.select([server], [], [])
+        os._exit(1)
+
+    threading.Thread(target=watch, name="chorus-job-watchdog", daemon=True).start()
+
+
+def run_job(config: ServeConfig, job: OnboardingJob, owner: str, closing: StopFlag, server_pid: int) -> None:
     """A job process's body: open the store on behalf of its server (store ``owner``: the job is the
     server's, claimed by it or by this process, and stays so if this process dies), train ``job`` to its
     end, close the store."""
+    _die_with(server_pid)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s:     %(name)s: %(message)s")
     store = VoiceStore(config.store, config.database, config.cache_dir, on_behalf_of=owner)
     try:
@@ -79,20 +123,26 @@ class ProcessJobRunner(JobRunner):
             config=settings.adapt,
             progress_interval=settings.progress_interval,
             sample_config=settings.adapt_sample,
-            closing=self._context.Event(),
+            closing=StopFlag(self._context),
         )
         self.serve_config = config
         self._process = None  # the job's process while one runs
 
     def dispatch(self, job: OnboardingJob) -> None:
         """Train ``job`` in a new process and wait for it; a job its process left unfinished (killed, or a
-        store that refused the job's end) is failed here."""
-        process = self._context.Process(
-            target=run_job,
-            args=(self.serve_config, job, self.store.owner, self.closing),
-            name=f"chorus-job-{job.job_id[:8]}",
-        )
-        process.start()
+        store that refused the job's end) or that could not start is failed here (``fail`` leaves alone a
+        job that has ended or that another worker holds)."""
+        try:
+            process = self._context.Process(
+                target=run_job,
+                args=(self.serve_config, job, self.store.owner, self.closing, os.getpid()),
+                name=f"chorus-job-{job.job_id[:8]}",
+            )
+            process.start()
+        except Exception:  # noqa: BLE001 - no process (out of memory, of file descriptors): the job ends here
+            log.exception("onboarding job %s: its process did not start", job.job_id)
+            self.fail(job.job_id, "training could not start (see the server log)")
+            return
         self._process = process
         log.info("onboarding job %s: training in process %d", job.job_id, process.pid)
         process.join()
@@ -105,9 +155,15 @@ class ProcessJobRunner(JobRunner):
             status = self.store.get_job(job.tenant, job.job_id).status
         except JobNotFound:
             return
+        except Exception:  # noqa: BLE001 - the store is down: fail it (recorded once the store takes it)
+            status = JobStatus.RUNNING
         if status in ACTIVE_JOB:
-            how = f"was killed by signal {-process.exitcode}" if process.exitcode < 0 else "exited"
-            log.error("onboarding job %s: its process %s (code %s)", job.job_id, how, process.exitcode)
+            if process.exitcode < 0:
+                how = f"was killed by signal {-process.exitcode}"
+                log.error("onboarding job %s: its process %s", job.job_id, how)
+            else:
+                how = f"exited (code {process.exitcode}) without ending it"
+                log.warning("onboarding job %s: its process %s", job.job_id, how)
             self.fail(job.job_id, f"training stopped: its process {how} (see the server log)")
 
     def close(self, timeout: float | None = 60.0) -> None:
@@ -121,6 +177,9 @@ class ProcessJobRunner(JobRunner):
             log.warning("onboarding process %d did not stop; killing it", process.pid)
             process.kill()
         super().close(timeout)
+        process = self._process  # one started while this stop began (the fork server's first start is slow)
+        if process is not None and not wait([process.sentinel], STOP_GRACE_SECONDS):
+            process.kill()
 
 
 def _no_bundle():

@@ -1,4 +1,5 @@
-"""The onboarding worker: checked uploads adapted into voices in a background thread, one job at a time,
+"""The onboarding worker: checked uploads adapted into voices one job at a time, by a background thread
+(here, or in a process of its own per job: :mod:`chorus.serving.job_process`, what ``chorus serve`` uses),
 with real progress (steps done of the recipe's at most) reported to the store's job.
 
 This is the one serving module that imports the training code. A job's files live in
@@ -105,7 +106,7 @@ class ServerStopping(Exception):
 
 
 class JobRunner:
-    """Runs onboarding jobs one at a time in a background thread.
+    """Runs onboarding jobs one at a time from a background thread (in it, or wherever :meth:`dispatch` says).
 
     ``bundle_factory`` gives a private copy of the base for each job (``adapt`` adds its adapter to the
     model it is given; the resident serving model must not see that); ``config`` is the recipe jobs of
@@ -439,8 +440,10 @@ class JobRunner:
         """``adapt``'s start callback for a sample's voice: until it is refined, the voice speaks as the base
         speaker that fits the transcribed sample best by teacher-forced mel loss (where training starts),
         not the encoder's blend it spoke as from its ``POST``: bench/short_samples.py measured the mel-loss
-        choice at the nearest speaker's similarity and WER in every cell, the blend in a third of them. A
-        store that cannot take it now leaves the blend; the refinement goes on."""
+        choice at the nearest speaker's similarity and WER in every cell, the blend in a third of them. (A
+        sample recipe started by a speaker encoder, ``AdaptConfig.speaker_encoder``, starts from, and so
+        speaks as, the encoder's nearest speaker instead.) A store that cannot take it now leaves the blend;
+        the refinement goes on."""
 
         def on_start(speaker: int) -> None:
             try:
