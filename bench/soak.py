@@ -62,6 +62,12 @@ errors, RSS.
 
     python bench/soak.py --servers 2 --out bench/results/soak-2-servers
 
+With ``--trace-memory`` the servers run under tracemalloc (``bench/traced_serve.py``; slower, so not for
+latency): a snapshot at warm-up's end and one at the load's end say how much of the RSS growth is Python
+objects, and which lines allocate what grew.
+
+    python bench/soak.py --minutes 15 --trace-memory --out bench/results/soak-traced
+
 Writes ``soak.md``, ``soak.json`` and ``soak.png`` (p50/p99 latency per kind over time; RSS over time).
 """
 
@@ -85,6 +91,7 @@ import sys
 import tempfile
 import threading
 import time
+import tracemalloc
 import uuid
 import zipfile
 from collections import Counter
@@ -105,6 +112,7 @@ GROWTH_TARGET = 0.05
 STEP_TARGET = 100 * (1 << 20)  # bytes: no step of resident memory larger (issue 31)
 POLITE_TARGET = 5.0  # the polite tenant's p99 under the flood, at most this times its idle p99 (issue 31)
 THROUGHPUT_TARGET = 1.8  # two servers, one thread each, against one (issue 20)
+TRACED_SERVE = Path(__file__).with_name("traced_serve.py")  # chorus under tracemalloc (--trace-memory)
 # Statuses each kind of request may answer besides 429 (counted as limited); anything else is an error.
 EXPECTED = {
     "speech": {200},
@@ -657,9 +665,12 @@ def start_server(args, store: StoreSpec, keys: Path, limits: Path | None, folder
     folder.mkdir(parents=True, exist_ok=True)
     log_path = folder / "server.log"
     port = local_services.free_port()
-    chorus = Path(sys.executable).with_name("chorus")
+    # --trace-memory: the same command under tracemalloc (bench/traced_serve.py), snapshots on SIGUSR1.
+    chorus = (
+        [sys.executable, str(TRACED_SERVE)] if args.trace_memory else [str(Path(sys.executable).with_name("chorus"))]
+    )
     command = [
-        str(chorus),
+        *chorus,
         "serve",
         *store.server_options(folder),
         "--port",
@@ -674,7 +685,7 @@ def start_server(args, store: StoreSpec, keys: Path, limits: Path | None, folder
         str(args.adapt_threads),
         *(["--limits", str(limits)] if limits else []),
     ]
-    environment = os.environ | {"OMP_NUM_THREADS": str(args.threads)}
+    environment = os.environ | {"OMP_NUM_THREADS": str(args.threads), "CHORUS_SNAPSHOTS": str(folder / "snapshots")}
     with open(log_path, "w") as log:  # the child writes to its own copy of the descriptor
         server = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=environment, cwd=folder)
     deadline = time.monotonic() + 300
@@ -693,6 +704,38 @@ def start_server(args, store: StoreSpec, keys: Path, limits: Path | None, folder
             raise RuntimeError(f"the server did not start: {log_path.read_text()[-2000:]}")
         time.sleep(0.5)
     return Server(server, command, port, folder)
+
+
+def take_snapshot(server: Server, limit_s: float = 120.0) -> Path | None:
+    """Have a ``--trace-memory`` server write its next tracemalloc snapshot; its path, None if it did not."""
+    folder = server.folder / "snapshots"
+    before = len(list(folder.glob("snapshot-*.pickle"))) if folder.is_dir() else 0
+    server.process.send_signal(signal.SIGUSR1)
+    path = folder / f"snapshot-{before + 1}.pickle"
+    deadline = time.monotonic() + limit_s
+    while not path.exists() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    return path if path.exists() else None
+
+
+def python_growth(first: Path, last: Path, top: int = 12) -> dict:
+    """What the server's Python objects grew by between two tracemalloc snapshots: the total and the
+    allocation sites that grew most (each with the innermost frames of Chorus's code that led there)."""
+    before, after = (tracemalloc.Snapshot.load(str(p)) for p in (first, last))
+    ignore = [
+        tracemalloc.Filter(False, tracemalloc.__file__),
+        tracemalloc.Filter(False, "<frozen importlib._bootstrap>"),
+    ]
+    before, after = before.filter_traces(ignore), after.filter_traces(ignore)
+    rows = []
+    for stat in after.compare_to(before, "traceback")[:top]:
+        frames = [f"{Path(f.filename).name}:{f.lineno}" for f in stat.traceback]
+        ours = [f"{f.filename.split('/chorus/')[-1]}:{f.lineno}" for f in stat.traceback if "/chorus/" in f.filename]
+        rows.append(
+            {"growth_bytes": stat.size_diff, "count_diff": stat.count_diff, "where": frames[-1], "chorus": ours[-3:]}
+        )
+    totals = [sum(s.size for s in snap.statistics("filename")) for snap in (before, after)]
+    return {"before_bytes": totals[0], "after_bytes": totals[1], "top": rows}
 
 
 def wait_idle(pid: int, quiet_s: float = 3.0, limit_s: float = 300.0) -> float:
@@ -1105,6 +1148,7 @@ def report(result: dict, args) -> None:
             for s in servers
         )
         lines.append(f"| {row['from_s'] / 60:.1f} | {cells} | {row['resident_voices']:.0f} |")
+    lines += growth_table(servers)
     lines += job_table(servers)
     for k, server in enumerate(servers):
         log = server["log"]
@@ -1188,6 +1232,14 @@ def step_lines(servers: list[dict]) -> list[str]:
                 f"the server's RSS above): RSS peak {max(children) / MB:.0f} MB, median {np.median(children) / MB:.0f} "
                 f"MB, at the end {children[-1] / MB:.0f} MB."
             )
+        growth = server.get("python_growth")
+        if growth:
+            lines.append(
+                f"- Server {k}'s Python objects (tracemalloc, after a garbage collection, warm-up's end -> the end of "
+                f"the load): {growth['before_bytes'] / MB:.1f} -> {growth['after_bytes'] / MB:.1f} MB "
+                f"(**{(growth['after_bytes'] - growth['before_bytes']) / MB:+.1f} MB**); the sites that grew most are "
+                "listed below."
+            )
         if len(floors) >= 6:
             third = len(floors) // 3
             first, last = (float(np.median([f for _, f in part])) for part in (floors[:third], floors[-third:]))
@@ -1199,6 +1251,28 @@ def step_lines(servers: list[dict]) -> list[str]:
                 f"{floors[-third][0] / 60:.1f} min): **{last - first:+.0f} MB** (a leak raises the floor job after "
                 "job; a plateau keeps it level)."
             )
+    return lines
+
+
+def growth_table(servers: list[dict]) -> list[str]:
+    """The allocation sites whose Python objects grew most after warm-up (``--trace-memory``)."""
+    lines = []
+    for k, server in enumerate(servers):
+        growth = server.get("python_growth")
+        if not growth:
+            continue
+        lines += [
+            "",
+            f"## Server {k}: Python allocations that grew most after warm-up (tracemalloc)",
+            "",
+            "| growth | objects | allocated at | through Chorus's |",
+            "|---|---|---|---|",
+        ]
+        lines += [
+            f"| {row['growth_bytes'] / 1024:+,.0f} KB | {row['count_diff']:+,} | `{row['where']}` | "
+            f"{', '.join(f'`{c}`' for c in row['chorus']) or '-'} |"
+            for row in growth["top"]
+        ]
     return lines
 
 
@@ -1509,6 +1583,11 @@ def main() -> None:
     parser.add_argument("--method", default="lora+speaker", help="of the synthetic voices")
     parser.add_argument("--adapter-scale", type=float, default=0.02)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--trace-memory",
+        action="store_true",
+        help="run the servers under tracemalloc (slower) and report their Python objects' growth after warm-up",
+    )
     parser.add_argument("--work", type=Path, default=None, help="scratch folder (default: a temporary one)")
     parser.add_argument("--out", type=Path, default=Path("bench/results/soak"))
     parser.add_argument(
@@ -1573,8 +1652,11 @@ def main() -> None:
             for thread in threads:
                 thread.start()
             duration = 60 * args.minutes
+            snapshots: list[list[Path | None]] = []
             while (left := start + duration - time.monotonic()) > 0:
                 time.sleep(min(left, 60.0))
+                if args.trace_memory and not snapshots and time.monotonic() - start >= duration / 5:
+                    snapshots.append([take_snapshot(server) for server in servers])  # warm-up's end
                 with load.recorder.lock:
                     calls = list(load.recorder.calls)
                 rss = ", ".join(f"{process_rss(s.process.pid) / MB:.1f}" for s in servers)
@@ -1595,6 +1677,8 @@ def main() -> None:
             sampling.set()
             for sampler in samplers:
                 sampler.join()
+            if args.trace_memory:
+                snapshots.append([take_snapshot(server) for server in servers])
         finally:
             shutdowns = [stop_server(server.process) for server in servers]
         config["load_average_end"] = os.getloadavg()
@@ -1615,6 +1699,9 @@ def main() -> None:
                     "drain_s": drain_s,
                     "log": server_log(server.log_path),
                     "process": server.samples,
+                    "python_growth": python_growth(snapshots[0][k], snapshots[-1][k])
+                    if args.trace_memory and len(snapshots) == 2 and snapshots[0][k] and snapshots[-1][k]
+                    else None,
                 }
                 for k, (server, shutdown, drain_s, batcher_work) in enumerate(zip(servers, shutdowns, drained, batches))
             ],
