@@ -176,3 +176,26 @@ def test_a_job_process_dies_with_its_server(tiny_base, new_voice_data, tmp_path)
     with VoiceStore(root) as store:
         store.recover()
         assert store.get_job("default", job_id).status == JobStatus.INTERRUPTED
+
+
+def test_a_job_another_server_took_costs_no_process(tiny_base, tmp_path, monkeypatch):
+    """Two servers on one store: a job queued on this one but taken from the shared queue by the other's
+    worker starts no process here (each would load a copy of the base only to find the job gone) and stays
+    the other's."""
+    config = ServeConfig(store=str(tmp_path / "store"), base=tiny_base, settings=ServerSettings(adapt=SHORT))
+    here, there = VoiceStore(config.store), VoiceStore(config.store)
+    runner = ProcessJobRunner(here, config)  # not started: the test hands it the job
+    started = []
+    # The context is multiprocessing's own (shared by every test): patched for this test only.
+    monkeypatch.setattr(runner._context, "Process", lambda *args, **kwargs: started.append(kwargs))
+    try:
+        job = OnboardingJob(here.create_job("default", "fiona", name="fiona"), "default", "fiona", "fiona")
+        assert there.claim_job(job.job_id) is not None
+        runner.dispatch(job)
+        assert started == []
+        record = there.get_job("default", job.job_id)
+        assert record.status == JobStatus.RUNNING
+        assert there.claim_job(job.job_id) is not None  # still the other server's: its own claim is a no-op
+    finally:
+        here.close()
+        there.close()

@@ -132,6 +132,10 @@ class ProcessJobRunner(JobRunner):
         """Train ``job`` in a new process and wait for it; a job its process left unfinished (killed, or a
         store that refused the job's end) or that could not start is failed here (``fail`` leaves alone a
         job that has ended or that another worker holds)."""
+        # Taken here first: a job that another server's worker took from the shared queue costs no process
+        # (and no copy of the base); the process's own claim is then a no-op, the job being this owner's.
+        if not self.claim(job):
+            return
         try:
             process = self._context.Process(
                 target=run_job,

@@ -357,14 +357,22 @@ class JobRunner:
         """Called by the worker thread for each queued job, in order: trains it here (:meth:`run`)."""
         self.run(job)
 
+    def claim(self, job: OnboardingJob) -> bool:
+        """Take ``job`` for this worker (a no-op when it holds it already). False when it is not there to
+        take: a job that ended while it waited (cancelled, its voice deleted) has its files removed; one
+        that another server's worker took from the shared queue is left to it."""
+        if self.store.claim_job(job.job_id) is not None:
+            return True
+        if not self._needed(job.tenant, job.job_id):
+            shutil.rmtree(self.jobs_dir / job.job_id, ignore_errors=True)
+            self.store.remove_job_inputs(job.job_id)
+        return False
+
     def run(self, job: OnboardingJob) -> None:
         """Train ``job`` from its files to its end (done or failed) in this thread; removes its files."""
         job_dir = self.jobs_dir / job.job_id
-        if self.store.claim_job(job.job_id) is None:
-            if not self._needed(job.tenant, job.job_id):  # it ended while it waited (cancelled, its voice deleted)
-                shutil.rmtree(job_dir, ignore_errors=True)
-                self.store.remove_job_inputs(job.job_id)
-            return  # else another worker has it
+        if not self.claim(job):
+            return
         keep_files = False
         threads = torch.get_num_threads()  # adapt sets the process's count; speech must get it back
         try:
