@@ -258,7 +258,7 @@ def report(result: dict, out: Path) -> None:
         "",
         "## Caveats",
         "",
-        "- One shared 2-core CPU: other benchmarks ran beside this one, so absolute times carry their load; the "
+        "- One shared 2-core CPU: absolute times carry whatever else ran on it (the load average above); the "
         "levels were interleaved so that they compare under the same load.",
         "- One short sentence per request: its first byte is its whole audio (the route answers a one-sentence "
         "text as one piece); a longer text's first byte is its first sentence's, the same wait.",
@@ -336,7 +336,9 @@ def main() -> None:
         "threads": args.threads,
     }
     # start_server's options: the defaults of chorus serve but the thread count (no onboarding here).
-    serve_args = argparse.Namespace(cache_mb=64.0, adapt_steps=3, adapt_threads=1, threads=args.threads)
+    serve_args = argparse.Namespace(
+        cache_mb=64.0, adapt_steps=3, adapt_threads=1, threads=args.threads, trace_memory=False
+    )
     try:
         server = start_server(serve_args, StoreSpec(str(work / "store")), keys_file, None, work / "server")
         try:
