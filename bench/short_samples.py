@@ -138,7 +138,7 @@ def settings(args) -> dict:
     """What every row of one results folder shares."""
     defaults = AdaptConfig()
     return {
-        "base": str(args.base or DEFAULT_BASE),
+        "base": str(args.base) if args.base else "shipped",  # not its path: checkouts and worktrees differ
         "vocoder": args.vocoder or load_bundle(args.base or DEFAULT_BASE).info.get("default_vocoder", "griffin-lim"),
         "sentences": args.sentences,
         "references": REFERENCES,
