@@ -559,13 +559,19 @@ def polite_alone(ports: list[int], tenant: Tenant, speaker: str, args) -> Record
     """The polite tenant alone on the servers for ``--idle-seconds``, before any other load: its idle latency."""
     for port in ports:  # untimed: the first request of a server pays for what it loads on first use
         http_post(port, "/v1/audio/speech", tenant.key, {"model": "tts-1", "input": TEXTS[0], "voice": speaker})
-    recorder, stop = Recorder(ports, time.monotonic()), threading.Event()
+    recorder = Recorder(ports, time.monotonic())
+    polite_for(recorder, tenant, speaker, args)
+    return recorder
+
+
+def polite_for(recorder: Recorder, tenant: Tenant, speaker: str, args: argparse.Namespace) -> None:
+    """The polite tenant's requests into ``recorder`` for ``--idle-seconds``; returns when its last has ended."""
+    stop = threading.Event()
     thread = threading.Thread(target=polite_loop, args=(recorder, stop, tenant, speaker, args), daemon=True)
     thread.start()
     time.sleep(args.idle_seconds)
     stop.set()
     thread.join()
-    return recorder
 
 
 def polite_beside_flood(
@@ -575,7 +581,7 @@ def polite_beside_flood(
     ``--idle-seconds`` (after 5 s in which the streams fill the queue): the batcher's fairness between two
     tenants, without the CPU that the mixed load's speech and training take. Returns once the streams in
     flight have ended."""
-    recorder, stop, polite_stop = Recorder(ports, time.monotonic()), threading.Event(), threading.Event()
+    recorder, stop = Recorder(ports, time.monotonic()), threading.Event()
     streams = [
         threading.Thread(target=flood_stream, args=(recorder, stop, flood, speakers[-1], args, 40_000 + k), daemon=True)
         for k in range(args.flood_streams)
@@ -583,13 +589,7 @@ def polite_beside_flood(
     for stream in streams:
         stream.start()
     time.sleep(5.0)
-    polite_thread = threading.Thread(
-        target=polite_loop, args=(recorder, polite_stop, polite, speakers[0], args), daemon=True
-    )
-    polite_thread.start()
-    time.sleep(args.idle_seconds)
-    polite_stop.set()
-    polite_thread.join()
+    polite_for(recorder, polite, speakers[0], args)
     stop.set()
     for stream in streams:
         stream.join()
@@ -971,15 +971,16 @@ def flood_summary(idle: Recorder, beside: Recorder, calls: list[Call], args) -> 
 
     alone, under = timing(idle.calls), timing([c for c in calls if c.kind == "polite"])
     paired = timing([c for c in beside.calls if c.kind == "polite"])
+    judged = ratio(alone, paired)  # the target's: the flood and nothing else
     flood = [c for c in calls if c.kind == "flood"]
     return {
         "idle": alone,
         "beside_flood": paired,
         "under_flood": under,
-        "p99_ratio_beside_flood": ratio(alone, paired),
+        "p99_ratio_beside_flood": judged,
         "p99_ratio": ratio(alone, under),
         "target": POLITE_TARGET,
-        "met": ratio(alone, paired) <= POLITE_TARGET,
+        "met": judged <= POLITE_TARGET,
         "flood": {
             "streams": args.flood_streams,
             "chars": args.flood_chars,
