@@ -1,316 +1,557 @@
-"""The two checks of OpenAI-style custom voices, measured on voices nobody trained on.
+"""The checks of OpenAI-style custom voices against what an attacker and an owner really send.
 
-The issue's targets: the right phrase from the right speaker accepted in >= 95% of trials; another
-speaker's sample refused in >= 95%. Both checks run as the server runs them
-(:class:`chorus.serving.custom_voices.CustomVoiceChecks` with the default ``ConsentSettings``): Whisper
-tiny.en's word error rate against the phrase at most ``max_word_error_rate``, and the shipped speaker
-encoder's cosine of consent and sample at least its calibrated threshold. Neither threshold is tuned here;
-the report says, as information only, which thresholds would have met both targets on these trials.
+Issue 37's targets, on the figures' split: impostors accepted <= 1 % under every condition (shared
+channels included), laundering 0 %, wrong phrases 0 %; owners accepted >= 99 % clean, >= 97 % at 20 dB,
+phone line, quiet mic, room and with a mismatched channel, >= 90 % at 10 dB; Chorus's encoder's EER on
+natural-sounding trials <= resemblyzer's.
 
-Speakers: the three held-out voices (piper-joe, flite-slt, festival-ked: no clip of them, nor anything
-derived from them, trained the base or the encoder) and, from each, the sox-derived speakers of
-``CHAINS`` (pitch alone moved +/-300 cents; pitch and formants moved together by ``speed``). A derived
-speaker counts as another speaker, as in ``bench/speaker.py``: its *sox siblings* share the source
-voice's engine, text and timing, the hardest pairs to tell apart.
+Speakers (none heard by anything that learned: the held-out voices and sox chains of them):
 
-* Consent recordings: each speaker reads the phrase with the engine that made its dataset (Piper joe,
-  ``flite -voice slt``, festival ``ked_diphone``; then its sox chain), through the corpus's own recording
-  path (:func:`chorus.corpus.build.record_sentences`), in ``VARIANTS`` (as read; faster and 15 dB quieter;
-  white noise at 30 and at 15 dB SNR, a quiet room and a noisy one). Wrong phrases (``WRONG``: another sentence, the phrase negated, half of it)
-  must be refused; a reworded phrase (``REWORDED``) is reported without a verdict.
-* Samples: ``--windows`` windows of consecutive dataset recordings, 12-28 s long, disjoint, per source
-  voice; a derived speaker's samples are its source's windows through its sox chain.
-* Trials: every right-phrase consent recording against every sample (a confusion table of consent
-  speaker x sample speaker).
+* **figures**: piper-joe, flite-slt, festival-ked and each through ``FIGURE_CHAINS`` (12 speakers);
+* **calibration**: each source voice through ``CALIBRATION_CHAINS`` only (12 other speakers), with sample
+  windows from the other half of each dataset. Thresholds are set here and only here.
 
-    python bench/consent.py --threads 1      # ~5 minutes on one core
+A speaker's *consent* is its engine reading the phrase (the corpus's recording path, then its chain); its
+*samples* are ``--windows`` stretches of 10-14 s of its dataset's recordings (through its chain). Each
+``CONDITIONS`` entry is a channel; trials are **shared** (consent and sample both through it: for an
+impostor, the shared-line attack) and **mismatched** (a clean consent, a sample through it). Owners:
+consent and sample of one speaker; impostors: every other speaker's sample, split into *other voice* and
+*sox sibling* (the same source voice under another chain: a near neighbour).
 
-Writes ``consent.md``, ``consent.json`` and ``consent.png`` under ``--out``; the recordings and samples
-go to ``--work`` for listening.
+Every trial runs the server's own checks: the phrase check (:class:`CustomVoiceChecks.heard`, Whisper
+tiny.en) on the consent, then :class:`chorus.speaker.voice_match.VoiceMatch` (its channel classes, its
+windows, its cohort, :meth:`VoiceMatch.verdict`) with each encoder; each recording is embedded once per
+band and reused across its trials, which is all that differs from a request.
+
+Also: laundering (the phrase, then 12 s of the victim's speech reversed, at 0 and -14 dB, or in the
+middle), spliced samples (half the owner, half someone else), and ``WRONG`` phrases written after the
+phrase check was changed.
+
+    python bench/consent.py --threads 1     # writes consent.md / .json / .png under --out
+
+The calibrated settings go into the shipped cohort with ``scripts/ship_speaker_cohort.py --settings``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
-import tempfile
+import sys
+import time
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
-import soundfile as sf
 import torch
 
+from chorus.audio import augment
 from chorus.audio.io import SAMPLE_RATE, load_audio
 from chorus.corpus.build import record_sentences
-from chorus.corpus.speakers import SOX_COMMAND, SpeakerSpec, get_speaker
+from chorus.corpus.speakers import get_speaker
 from chorus.data.formats import discover
-from chorus.evaluation.asr import WhisperJudge, word_error_rate
+from chorus.evaluation.asr import WhisperJudge
 from chorus.serving.custom_voices import CustomVoiceChecks
 from chorus.serving.errors import ApiError
 from chorus.serving.settings import ConsentSettings
+from chorus.speaker.bundle import load_encoder, shipped_encoder_dir
+from chorus.speaker.embedders import ChorusEmbedder, ResemblyzerEmbedder
 from chorus.speaker.verification import verification_scores
+from chorus.speaker.voice_match import MatchSettings, UnusableRecording, VoiceMatch, load_cohort
 
 SOURCES = ("piper-joe", "flite-slt", "festival-ked")
 SHORT = {"piper-joe": "joe", "flite-slt": "slt", "festival-ked": "ked"}
-# Derived speakers: F0 alone (WSOLA, formants kept: the hardest case), and F0 with formants (a shorter
-# vocal tract; tempo restores the speaking rate), as the corpus's virtual speakers are made.
-CHAINS = {
+NATURAL = "joe"  # the natural-sounding source (Piper's VITS voice)
+FIGURE_CHAINS = {
+    "": (),
     "+300c": ("pitch", "300"),
     "-300c": ("pitch", "-300"),
     "spd115": ("speed", "1.15", "tempo", "0.87"),
 }
-VARIANTS = ("as read", "fast, -15 dB", "noise 30 dB SNR", "noise 15 dB SNR")
-WRONG = {
-    "other sentence": "The weather will be cloudy tomorrow, with a chance of rain in the afternoon.",
-    "do not consent": (
-        "I am the owner of this voice and I do not consent to Chorus using this voice to create a synthetic "
-        "voice model."
-    ),
-    "not the owner": (
-        "I am not the owner of this voice and I consent to Chorus using this voice to create a synthetic voice model."
-    ),
-    "half the phrase": "I am the owner of this voice and I consent.",
+CALIBRATION_CHAINS = {
+    "+220c": ("pitch", "220"),
+    "-220c": ("pitch", "-220"),
+    "spd108": ("speed", "1.08", "tempo", "0.93"),
+    "spd092": ("speed", "0.92", "tempo", "1.09"),
 }
-REWORDED = "I'm the owner of this voice, and I agree to Chorus using my voice to make a synthetic voice model."
-TARGET = 0.95
+CONDITIONS = (
+    "clean", "white 20 dB", "babble 20 dB", "room noise 20 dB", "white 10 dB", "babble 10 dB", "room noise 10 dB",
+    "phone line", "8 kHz", "quiet mic", "room", "mp3", "opus", "amr", "faster speech",
+)  # fmt: skip
+# Owner targets per condition (mismatched trials: 97 % everywhere but 10 dB, 90 % there; shared trials
+# of a condition the issue names none for: reported without a verdict).
+OWNER_TARGET = {"clean": 0.99, "white 20 dB": 0.97, "babble 20 dB": 0.97, "room noise 20 dB": 0.97,
+                "white 10 dB": 0.90, "babble 10 dB": 0.90, "room noise 10 dB": 0.90, "phone line": 0.97,
+                "quiet mic": 0.97, "room": 0.97}  # fmt: skip
+IMPOSTOR_TARGET = 0.01
+WRONG = {
+    "withhold": "I am the owner of this voice and I withhold consent to Chorus using this voice to create a synthetic voice model.",
+    "revoke": "I am the owner of this voice and I revoke my consent to Chorus using this voice to create a synthetic voice model.",
+    "refuse": "I am the owner of this voice and I refuse to let Chorus use this voice to create a synthetic voice model.",
+    "another company": "I am the owner of this voice and I consent to Boris using this voice to create a synthetic voice model.",
+    "another purpose": "I am the owner of this voice and I consent to Chorus using this voice to create a synthetic voice model for fraud.",
+    "turned around": "They asked me to say I am the owner of this voice and I consent to Chorus using this voice to create a synthetic voice model, but I do not.",
+    "not true": "It is not true that I am the owner of this voice and I consent to Chorus using this voice to create a synthetic voice model.",
+}  # fmt: skip
 
 
-def speakers() -> dict[str, SpeakerSpec]:
-    """Every speaker by its short name (``joe``, ``joe+300c`` ...): the held-out voices and their sox chains."""
-    found = {}
-    for source in SOURCES:
-        spec = get_speaker(source)
-        found[SHORT[source]] = spec
-        for label, chain in CHAINS.items():
-            name = f"{SHORT[source]}{label}"
-            found[name] = SpeakerSpec(
-                name, spec.engine, spec.engine_voice, spec.gender, 0, sox=chain, derived_from=source
-            )
-    return found
+def babble_talkers() -> list[np.ndarray]:
+    """Four training-corpus voices reading two sentences each: the crowd of babble noise."""
+    texts = ["The station was crowded with people waiting for the late train.", "Please pass the salt and pepper."]
+    return [
+        np.concatenate(record_sentences(name, texts))
+        for name in ("flite-rms", "espeak-us-f2", "flite-awb", "espeak-us-m4")
+    ]
 
 
-def source_of(name: str) -> str:
-    return name[:3]
+def through(condition: str, audio: np.ndarray, rng: np.random.Generator, talkers: list[np.ndarray]) -> np.ndarray:
+    """``audio`` (at SAMPLE_RATE) through ``condition``'s channel."""
+    rate = SAMPLE_RATE
+    if condition == "clean":
+        return audio
+    if condition.endswith(" dB"):
+        kind, snr = condition.rsplit(" ", 2)[0], float(condition.split()[-2])
+        if kind == "babble":
+            return augment.add_babble(audio, talkers, snr, rng)
+        return augment.add_noise(audio, snr, rng, color="room" if kind == "room noise" else kind, rate=rate)
+    if condition == "phone line":
+        return augment.phone_line(audio, rate)
+    if condition == "8 kHz":
+        return augment.narrowband(audio, rate)
+    if condition == "quiet mic":
+        return augment.quiet_mic(audio, rate, rng)
+    if condition == "room":
+        return augment.reverberate(audio, 0.5, rate, rng)
+    if condition in ("mp3", "opus", "amr"):
+        return augment.codec_round_trip(audio, rate, condition)
+    if condition == "faster speech":
+        return augment.change_rate(audio, rate, 1.2)
+    raise ValueError(condition)
 
 
-def relation(consent: str, sample: str) -> str:
-    """``same``, ``sox sibling`` (one source voice, different chains) or ``other voice``."""
-    if consent == sample:
-        return "same"
-    return "sox sibling" if source_of(consent) == source_of(sample) else "other voice"
+@dataclass(frozen=True)
+class Speaker:
+    name: str  # joe, joe+300c ...
+    source: str  # piper-joe ...
+    chain: tuple[str, ...]
+    split: str  # figures / calibration
 
 
-def sox(audio: np.ndarray, *effects: str) -> np.ndarray:
-    """``audio`` (mono, at SAMPLE_RATE) through a sox effect chain."""
+def speakers() -> list[Speaker]:
+    return [
+        Speaker(f"{SHORT[source]}{label}", source, chain, split)
+        for split, chains in (("figures", FIGURE_CHAINS), ("calibration", CALIBRATION_CHAINS))
+        for source in SOURCES
+        for label, chain in chains.items()
+    ]
+
+
+def sox(audio: np.ndarray, chain: tuple[str, ...]) -> np.ndarray:
+    """``audio`` through a sox chain (as the corpus makes its virtual speakers)."""
+    if not chain:
+        return audio
+    import tempfile
+
+    import soundfile as sf
+
+    from chorus.corpus.speakers import SOX_COMMAND
+
     with tempfile.TemporaryDirectory(prefix="chorus-consent-") as temp:
         source, target = Path(temp) / "in.wav", Path(temp) / "out.wav"
         sf.write(source, audio, SAMPLE_RATE, subtype="FLOAT")
-        subprocess.run([*SOX_COMMAND, str(source), str(target), *effects], check=True, capture_output=True)
+        subprocess.run([*SOX_COMMAND, str(source), str(target), *chain], check=True, capture_output=True)
         return load_audio(target)
 
 
-def with_noise(audio: np.ndarray, snr_db: float, rng: np.random.Generator) -> np.ndarray:
-    """``audio`` plus white noise ``snr_db`` below its mean power."""
-    noise = rng.standard_normal(audio.size).astype(np.float32)
-    return audio + noise * np.sqrt(np.mean(audio**2) / np.mean(noise**2) / 10 ** (snr_db / 10))
-
-
-def variants(audio: np.ndarray, rng: np.random.Generator) -> dict[str, np.ndarray]:
-    """``VARIANTS`` of one consent recording: as read, faster and quieter, with noise at 30 and 15 dB SNR."""
-    quieter = sox(audio, "tempo", "1.1") * 10 ** (-15 / 20)  # not sox's gain: -G refuses to cut it
-    takes = (audio, quieter, with_noise(audio, 30, rng), with_noise(audio, 15, rng))
-    return dict(zip(VARIANTS, takes, strict=True))
-
-
-def sample_windows(source: str, heldout: Path, count: int, rng: np.random.Generator) -> list[np.ndarray]:
-    """``count`` disjoint windows of consecutive recordings of ``source``, 12-28 s long: one from each of
-    ``count`` equal stretches of its dataset, at a random start in it."""
+def sample_windows(source: str, heldout: Path, split: str, count: int, rng: np.random.Generator) -> list[np.ndarray]:
+    """``count`` disjoint 10-14 s stretches of consecutive recordings of ``source``: the first half of its
+    dataset for the figures, the second half for calibration."""
     paths = [u.audio_path for u in discover(heldout / source)[0]]
-    block = len(paths) // count
+    half = paths[: len(paths) // 2] if split == "figures" else paths[len(paths) // 2 :]
+    block = len(half) // count
     windows = []
-    for index, seconds in enumerate(np.linspace(12, 28, count)):
-        start = index * block + int(rng.integers(0, block // 2))
+    for index in range(count):
+        seconds = float(rng.uniform(10, 14))
         clips: list[np.ndarray] = []
-        for path in paths[start : (index + 1) * block]:
+        for path in half[index * block + int(rng.integers(0, max(1, block // 3))) : (index + 1) * block]:
             clips.append(load_audio(path))
             if sum(c.size for c in clips) >= seconds * SAMPLE_RATE:
                 break
-        windows.append(np.concatenate(clips))
+        windows.append(np.concatenate(clips)[: int(14 * SAMPLE_RATE)])
     return windows
 
 
-class Heard:
-    """The transcriber the checks call, keeping the whole of what it heard (a refusal quotes 300 characters)."""
+class Judges:
+    """The server's checks, with each encoder's windows cached per recording and band."""
 
-    def __init__(self, judge: WhisperJudge):
-        self.judge = judge
-        self.last = ""
+    def __init__(self, checks: CustomVoiceChecks, matchers: dict[str, VoiceMatch]):
+        self.checks, self.matchers = checks, matchers
+        self._channels: dict = {}
+        self._windows: dict = {}
 
-    def __call__(self, audio: np.ndarray, rate: int) -> str:
-        self.last = self.judge.transcribe(audio, rate)
-        return self.last
+    def phrase(self, audio: np.ndarray) -> dict:
+        """The consent's phrase check: accepted, what was heard, the audio its speaker is taken from."""
+        try:
+            heard = self.checks.heard(audio, SAMPLE_RATE, "en")
+            return {"accepted": True, "heard": heard.text, "speech": heard.speech, "reason": ""}
+        except ApiError as error:
+            return {"accepted": False, "heard": "", "speech": audio, "reason": f"{error.code}: {error.message}"}
+
+    def trial(self, name: str, consent_key, consent: np.ndarray, sample_key, sample: np.ndarray) -> dict:
+        """Encoder ``name``'s verdict on a consent and a sample, each embedded once per band."""
+        matcher = self.matchers[name]
+        try:
+            (ca, a), (sb, b) = self._channel(name, consent_key, consent), self._channel(name, sample_key, sample)
+            band = matcher.band(a, b)
+            wa = self._window(name, consent_key, ca, band)
+            wb = self._window(name, sample_key, sb, band)
+        except UnusableRecording as error:
+            return {"accepted": False, "score": float("nan"), "unusable": str(error)[:200]}
+        verdict = matcher.verdict(wa, a, wb, b, band)
+        return {
+            "accepted": verdict.accepted,
+            "score": verdict.score,
+            "raw": verdict.raw,
+            "worst_window": verdict.worst_window,
+        }
+
+    def _channel(self, name, key, audio):
+        if (name, key) not in self._channels:
+            try:
+                self._channels[(name, key)] = self.matchers[name].channel(audio, SAMPLE_RATE, "recording")
+            except UnusableRecording as error:
+                self._channels[(name, key)] = error
+        found = self._channels[(name, key)]
+        if isinstance(found, UnusableRecording):
+            raise found
+        return found
+
+    def _window(self, name, key, audio, band):
+        if (name, key, band) not in self._windows:
+            self._windows[(name, key, band)] = self.matchers[name].windows(audio, band, "recording")
+        return self._windows[(name, key, band)]
 
 
-def phrase_check(checks: CustomVoiceChecks, heard: Heard, audio: np.ndarray) -> dict:
-    """What Whisper heard, its WER against the phrase and whether the server accepts it."""
-    try:
-        text, error_rate = checks.heard(audio, SAMPLE_RATE, "en")
-        return {"heard": text, "wer": error_rate, "accepted": True}
-    except ApiError:
-        return {"heard": heard.last, "wer": word_error_rate(checks.phrase("en"), heard.last), "accepted": False}
+def provisional(cohort, name: str) -> MatchSettings:
+    """Settings before calibration: the shipped ones where the cohort has them (their thresholds are
+    replaced by the calibrated ones for the figures; raw scores do not depend on them)."""
+    return cohort.settings.get(name, MatchSettings())
 
 
 def measure(args) -> dict:
     torch.set_num_threads(args.threads)
     rng = np.random.default_rng(args.seed)
-    settings = ConsentSettings()
-    heard = Heard(WhisperJudge(beam_size=5, cpu_threads=args.threads))
-    # No engine: the instant voice is not measured here, only the two checks.
-    checks = CustomVoiceChecks(None, settings, transcriber=heard)  # type: ignore[arg-type]
+    cohort = load_cohort(args.cohort)
+    embedders = {
+        "resemblyzer": ResemblyzerEmbedder(),
+        "chorus": ChorusEmbedder(load_encoder(args.encoder or shipped_encoder_dir())),
+    }
+    matchers = {name: VoiceMatch(e, cohort, provisional(cohort, name)) for name, e in embedders.items()}
+    # The server's Whisper, on the benchmark's thread budget.
+    whisper = WhisperJudge(beam_size=5, cpu_threads=args.threads)
+    checks = CustomVoiceChecks(None, ConsentSettings(), transcriber=whisper.transcribe_words)  # type: ignore[arg-type]
+    judges = Judges(checks, matchers)
     phrase = checks.phrase("en")
-    audio_dir = args.work / "audio"
-    audio_dir.mkdir(parents=True, exist_ok=True)
+    talkers = babble_talkers()
+    people = speakers()
+    started = time.perf_counter()
 
-    recordings, consent_embeddings = [], {}
-    voices = speakers()
-    for name, spec in voices.items():
-        texts = [phrase, *WRONG.values(), REWORDED]
-        spoken = dict(zip(["right", *WRONG, "reworded"], record_sentences(spec, texts), strict=True))
-        takes = [(f"right: {v}", a) for v, a in variants(spoken.pop("right"), rng).items()]
-        takes += [(f"wrong: {k}", a) if k != "reworded" else ("reworded", a) for k, a in spoken.items()]
-        for take, audio in takes:
-            row = {"speaker": name, "take": take, "seconds": round(audio.size / SAMPLE_RATE, 2)}
-            row |= phrase_check(checks, heard, audio)
-            recordings.append(row)
-            sf.write(audio_dir / f"consent_{name}_{take.replace(': ', '_').replace(' ', '-')}.wav", audio, SAMPLE_RATE)
-            if take.startswith("right"):
-                consent_embeddings[(name, take)] = checks.embed(audio, SAMPLE_RATE)
-            print(
-                f"{name:12s} {take:28s} WER {row['wer']:.2f} {'accepted' if row['accepted'] else 'refused'}: "
-                f"{row['heard']}",
-                flush=True,
-            )
+    consents = {}  # speaker name -> clean consent audio
+    for person in people:
+        consents[person.name] = sox(record_sentences(get_speaker(person.source), [phrase])[0], person.chain)
+    samples: dict[tuple[str, int], np.ndarray] = {}
+    for split in ("figures", "calibration"):
+        for source in SOURCES:
+            windows = sample_windows(source, args.heldout, split, args.windows, rng)
+            for person in people:
+                if person.split == split and person.source == source:
+                    for index, window in enumerate(windows):
+                        samples[(person.name, index)] = sox(window, person.chain)
+    print(f"recordings made in {time.perf_counter() - started:.0f} s", flush=True)
 
-    samples = {}
-    for source in SOURCES:
-        for window, audio in enumerate(sample_windows(source, args.heldout, args.windows, rng)):
-            for name, spec in voices.items():
-                if (spec.derived_from or spec.name) != source:
-                    continue
-                shifted = sox(audio, *spec.sox) if spec.sox else audio
-                sf.write(audio_dir / f"sample_{name}_{window}.wav", shifted, SAMPLE_RATE)
-                samples[(name, window)] = (round(shifted.size / SAMPLE_RATE, 1), checks.embed(shifted, SAMPLE_RATE))
-        print(f"samples of {source} embedded", flush=True)
+    phrase_rows, trials = [], []
+    # Every condition's mismatched trials take the clean consent; hear each once, first.
+    clean = {p.name: judges.phrase(consents[p.name]) for p in people}
+    for condition in args.conditions:
+        heard_consents = clean if condition == "clean" else {}
+        for person in people:
+            if condition != "clean":
+                heard_consents[person.name] = judges.phrase(through(condition, consents[person.name], rng, talkers))
+            verdict = heard_consents[person.name]
+            phrase_rows.append({"speaker": person.name, "split": person.split, "condition": condition,
+                                "accepted": verdict["accepted"], "heard": verdict["heard"], "reason": verdict["reason"]})  # fmt: skip
+        conditioned = {key: through(condition, audio, rng, talkers) for key, audio in samples.items()}
+        for person in people:
+            for kind in ("shared", "mismatched") if condition != "clean" else ("shared",):
+                chosen = heard_consents if kind == "shared" else clean
+                consent_key = (condition if kind == "shared" else "clean", person.name)
+                consent_audio, phrase_ok = chosen[person.name]["speech"], chosen[person.name]["accepted"]
+                for (other, index), audio in conditioned.items():
+                    owner = next(p for p in people if p.name == other)
+                    if owner.split != person.split:
+                        continue
+                    relation = (
+                        "owner"
+                        if other == person.name
+                        else "sox sibling"
+                        if owner.source == person.source
+                        else "other voice"
+                    )
+                    row = {"condition": condition, "kind": kind, "split": person.split, "consent": person.name,
+                           "sample": other, "window": index, "relation": relation, "phrase_accepted": phrase_ok}  # fmt: skip
+                    for name in matchers:
+                        row[name] = judges.trial(name, consent_key, consent_audio, (condition, other, index), audio)
+                    trials.append(row)
+        print(f"{condition}: {len(trials)} trials so far, {time.perf_counter() - started:.0f} s", flush=True)
+        args.partial.write_text(json.dumps({"trials": trials, "phrases": phrase_rows}, default=float))
 
-    accepted_phrase = {(r["speaker"], r["take"]): r["accepted"] for r in recordings}
-    trials = []
-    for (consent, take), a in consent_embeddings.items():
-        for (sample, window), (seconds, b) in samples.items():
-            score, same = checks.encoder.verify(a, b)
-            trials.append(
-                {
-                    "consent": consent,
-                    "take": take,
-                    "sample": sample,
-                    "window": window,
-                    "sample_seconds": seconds,
-                    "relation": relation(consent, sample),
-                    "score": round(score, 4),
-                    "speaker_accepted": bool(same),
-                    "accepted": bool(same) and accepted_phrase[(consent, take)],
-                }
-            )
+    attacks = attack_trials(judges, people, consents, samples, phrase, rng) if args.attacks else []
+    wrong = wrong_phrases(judges, rng, talkers) if args.attacks else []
     return {
         "phrase": phrase,
-        "max_word_error_rate": settings.max_word_error_rate,
-        "threshold": checks.encoder.threshold,
-        "encoder_sha256": checks.encoder.weights_sha256,
-        "speakers": {
-            name: {"source": spec.derived_from or spec.name, "sox": list(spec.sox)} for name, spec in voices.items()
+        "cohort": {"speakers": len(cohort.speakers), "info": cohort.info},
+        "encoders": {
+            "chorus": matchers["chorus"].embedder.bundle.weights_sha256,
+            "resemblyzer": "resemblyzer 0.1.4 (GE2E)",
         },
-        "recordings": recordings,
+        "speakers": [asdict(p) for p in people],
+        "windows": args.windows,
+        "phrases": phrase_rows,
         "trials": trials,
+        "attacks": attacks,
+        "wrong": wrong,
+        "seconds": round(time.perf_counter() - started, 1),
     }
 
 
+def attack_trials(judges: Judges, people, consents, samples, phrase: str, rng) -> list[dict]:
+    """Laundering (the attacker's phrase, then the victim's speech reversed) and spliced samples (half the
+    consent's speaker, half another), on the figures' split, each against the victim's / owner's sample."""
+    figures = [p for p in people if p.split == "figures"]
+    rows = []
+    victims = [p for p in figures if not p.chain]  # each source voice as recorded
+    last = max(index for _, index in samples)  # the victim's sample: another window than the reversed one
+    for attacker in figures:
+        for victim in victims:
+            if victim.source == attacker.source:
+                continue
+            reversed_speech = samples[(victim.name, 0)][::-1][: 12 * SAMPLE_RATE]
+            consent = consents[attacker.name]
+            gap = np.zeros(int(0.3 * SAMPLE_RATE), np.float32)
+            for how, audio in (
+                ("appended", np.concatenate([consent, gap, reversed_speech])),
+                ("appended -14 dB", np.concatenate([consent, gap, reversed_speech * 10 ** (-14 / 20)])),
+                ("in the middle", np.concatenate([consent[: consent.size // 2], gap, reversed_speech, gap, consent[consent.size // 2 :]])),
+            ):  # fmt: skip
+                verdict = judges.phrase(audio)
+                row = {"attack": f"laundering, {how}", "attacker": attacker.name, "victim": victim.name,
+                       "phrase_accepted": verdict["accepted"], "reason": verdict["reason"]}  # fmt: skip
+                for name in judges.matchers:
+                    trial = judges.trial(name, ("launder", how, attacker.name, victim.name), verdict["speech"],
+                                         ("figures-clean", victim.name, last), samples[(victim.name, last)])  # fmt: skip
+                    row[name] = trial
+                rows.append(row)
+    for owner in figures:
+        for other in victims:
+            if other.source == owner.source:
+                continue
+            own, theirs = samples[(owner.name, 0)], samples[(other.name, last)]
+            spliced = np.concatenate([own[: own.size // 2], theirs[: theirs.size // 2]])
+            row = {"attack": "spliced sample", "attacker": owner.name, "victim": other.name, "phrase_accepted": True}
+            for name in judges.matchers:
+                row[name] = judges.trial(
+                    name, ("clean", owner.name), consents[owner.name], ("spliced", owner.name, other.name), spliced
+                )
+            rows.append(row)
+    return rows
+
+
+def wrong_phrases(judges: Judges, rng, talkers) -> list[dict]:
+    """Each ``WRONG`` phrase read by each source voice, clean and at 20 dB white noise: all must be refused."""
+    rows = []
+    for source in SOURCES:
+        for kind, text in WRONG.items():
+            audio = record_sentences(get_speaker(source), [text])[0]
+            for condition in ("clean", "white 20 dB"):
+                verdict = judges.phrase(through(condition, audio, rng, talkers))
+                rows.append({"speaker": SHORT[source], "kind": kind, "condition": condition,
+                             "accepted": verdict["accepted"], "reason": verdict["reason"]})  # fmt: skip
+    return rows
+
+
+# -- calibration and summary ------------------------------------------------------------------------
 def rate(flags) -> float:
     flags = list(flags)
     return sum(flags) / len(flags) if flags else float("nan")
 
 
-def threshold_range(same: list[float], different: list[float]) -> tuple[float, float]:
-    """The thresholds that would meet both targets: at most the lowest score that still accepts 95% of the
-    same-speaker trials, above the score that 95% of the different-speaker trials stay at or below."""
-    highest = float(np.sort(same)[int(np.floor((1 - TARGET) * len(same)))])
-    lowest = float(np.sort(different)[int(np.ceil(TARGET * len(different))) - 1])
-    return lowest, highest
+def calibrate(trials: list[dict], name: str, base: MatchSettings) -> MatchSettings:
+    """Thresholds from the calibration split: the score threshold is the lowest at which no condition's
+    other voices (shared and mismatched) are accepted above 0.5 %; the one-speaker threshold lets 99.5 % of
+    the owners' single-speaker samples through.
+
+    Sox siblings are left out: a sibling of a voice the cohort has nothing near (flite-slt) scores far above
+    every other trial once normalized (the cohort's spread around it is small), up to the owner's own
+    score, so no threshold that refuses them accepts owners; they are reported apart as near neighbours."""
+    cal = [t for t in trials if t["split"] == "calibration" and np.isfinite(t[name]["score"])]
+    threshold = -np.inf
+    for condition in {t["condition"] for t in cal}:
+        impostors = np.sort(
+            [t[name]["score"] for t in cal if t["condition"] == condition and t["relation"] == "other voice"]
+        )
+        if impostors.size:
+            allowed = int(np.floor(0.005 * impostors.size))
+            threshold = max(threshold, float(impostors[impostors.size - 1 - allowed]) + 1e-4)
+    owners = np.sort(
+        [t[name]["worst_window"] for t in cal if t["relation"] == "owner" and np.isfinite(t[name]["worst_window"])]
+    )
+    window = float(owners[int(np.floor(0.005 * owners.size))]) - 1e-4 if owners.size else base.window_threshold
+    return replace(base, threshold=round(threshold, 4), window_threshold=round(window, 4))
+
+
+def decide(trials: list[dict], attacks: list[dict], settings: dict[str, MatchSettings]) -> None:
+    """Each trial's verdict under the calibrated settings (the phrase check's verdict included)."""
+    for row in [*trials, *attacks]:
+        for name, chosen in settings.items():
+            trial = row[name]
+            speaker_ok = (
+                np.isfinite(trial["score"]) and trial["score"] >= chosen.threshold
+                and trial.get("worst_window", np.inf) >= chosen.window_threshold
+            )  # fmt: skip
+            trial["accepted"] = bool(speaker_ok and row["phrase_accepted"])
+
+
+def eer_of(trials: list[dict], name: str, field: str = "score") -> float:
+    rows = [t for t in trials if np.isfinite(t[name].get(field, np.nan))]
+    if not rows or all(t["relation"] == "owner" for t in rows) or not any(t["relation"] == "owner" for t in rows):
+        return float("nan")
+    return verification_scores([t[name][field] for t in rows], [t["relation"] == "owner" for t in rows]).eer
 
 
 def summarize(result: dict) -> dict:
-    recordings, trials = result["recordings"], result["trials"]
-    right = [r for r in recordings if r["take"].startswith("right")]
-    wrong = [r for r in recordings if r["take"].startswith("wrong")]
-    same = [t for t in trials if t["relation"] == "same"]
-    different = [t for t in trials if t["relation"] != "same"]
-    names = list(result["speakers"])
-    confusion = {
-        c: {s: rate(t["speaker_accepted"] for t in trials if t["consent"] == c and t["sample"] == s) for s in names}
-        for c in names
-    }
-    mean_score = {
-        c: {s: float(np.mean([t["score"] for t in trials if t["consent"] == c and t["sample"] == s])) for s in names}
-        for c in names
-    }
-    scores = verification_scores([t["score"] for t in trials], [t["relation"] == "same" for t in trials])
-    outsiders = [t for t in trials if t["relation"] != "sox sibling"]
-    without_siblings = verification_scores(
-        [t["score"] for t in outsiders], [t["relation"] == "same" for t in outsiders]
-    )
-    by_take = {
-        take: {
-            "same_speaker_accept": rate(t["speaker_accepted"] for t in same if t["take"] == f"right: {take}"),
-            "same_mean_score": float(np.mean([t["score"] for t in same if t["take"] == f"right: {take}"])),
-            **{
-                f"{kind} refuse": rate(
-                    not t["speaker_accepted"]
-                    for t in different
-                    if t["take"] == f"right: {take}" and t["relation"] == kind
-                )
-                for kind in ("sox sibling", "other voice")
-            },
-            "phrase_wer_max": max(r["wer"] for r in right if r["take"] == f"right: {take}"),
+    trials = [t for t in result["trials"] if t["split"] == "figures"]
+    settings = result["calibration"]["settings"]
+    summary = {}
+    for name in settings:
+        table = {}
+        for condition in dict.fromkeys(t["condition"] for t in trials):
+            for kind in ("shared", "mismatched"):
+                rows = [t for t in trials if t["condition"] == condition and t["kind"] == kind]
+                if not rows:
+                    continue
+                owners = [t for t in rows if t["relation"] == "owner"]
+                table[f"{condition} / {kind}"] = {
+                    "owners": rate(t[name]["accepted"] for t in owners),
+                    "owners_n": len(owners),
+                    **{
+                        relation: rate(t[name]["accepted"] for t in rows if t["relation"] == relation)
+                        for relation in ("other voice", "sox sibling")
+                    },
+                    "impostors_n": len(rows) - len(owners),
+                }
+        natural = [t for t in trials if t["consent"].startswith(NATURAL) and t["sample"].startswith(NATURAL)]
+        natural_vs_all = [t for t in trials if t["consent"].startswith(NATURAL)]
+        summary[name] = {
+            "table": table,
+            "eer": eer_of(trials, name),
+            "eer_raw": eer_of(trials, name, "raw"),
+            "eer_natural": eer_of(natural_vs_all, name),
+            "eer_natural_raw": eer_of(natural_vs_all, name, "raw"),
+            "eer_natural_siblings": eer_of(natural, name),
+            "laundering": rate(a[name]["accepted"] for a in result["attacks"] if a["attack"].startswith("laundering")),
+            "laundering_n": sum(a["attack"].startswith("laundering") for a in result["attacks"]),
+            "spliced": rate(a[name]["accepted"] for a in result["attacks"] if a["attack"] == "spliced sample"),
+            "spliced_n": sum(a["attack"] == "spliced sample" for a in result["attacks"]),
         }
-        for take in VARIANTS
+    summary["wrong_accepted"] = rate(r["accepted"] for r in result["wrong"])
+    summary["wrong_n"] = len(result["wrong"])
+    summary["right_phrase"] = {
+        c: rate(r["accepted"] for r in result["phrases"] if r["condition"] == c and r["split"] == "figures")
+        for c in dict.fromkeys(r["condition"] for r in result["phrases"])
     }
-    return {
-        "by_take": by_take,
-        "right_phrase_accept": rate(r["accepted"] for r in right),
-        "right_phrase_wer_max": max(r["wer"] for r in right),
-        "wrong_phrase_refuse": rate(not r["accepted"] for r in wrong),
-        "wrong_refuse_by_kind": {
-            k: rate(not r["accepted"] for r in wrong if r["take"] == f"wrong: {k}") for k in WRONG
-        },
-        "wrong_wer_by_kind": {k: [r["wer"] for r in wrong if r["take"] == f"wrong: {k}"] for k in WRONG},
-        "reworded_wer": [r["wer"] for r in recordings if r["take"] == "reworded"],
-        "same_speaker_accept": rate(t["speaker_accepted"] for t in same),
-        "same_speaker_accept_end_to_end": rate(t["accepted"] for t in same),
-        "different_speaker_refuse": rate(not t["speaker_accepted"] for t in different),
-        "refuse_by_relation": {
-            k: rate(not t["speaker_accepted"] for t in different if t["relation"] == k)
-            for k in ("sox sibling", "other voice")
-        },
-        "trials": {k: sum(t["relation"] == k for t in trials) for k in ("same", "sox sibling", "other voice")},
-        "eer": scores.eer,
-        "eer_threshold": scores.eer_threshold,
-        "eer_without_siblings": without_siblings.eer,
-        "meeting_both": threshold_range([t["score"] for t in same], [t["score"] for t in different]),
-        "meeting_both_without_siblings": threshold_range(
-            [t["score"] for t in same], [t["score"] for t in different if t["relation"] == "other voice"]
-        ),
-        "confusion": confusion,
-        "mean_score": mean_score,
-    }
+    return summary
+
+
+def verdict_of(value: float, target: float, at_most: bool) -> str:
+    if not np.isfinite(value):
+        return "n/a"
+    return "met" if (value <= target if at_most else value >= target) else "**not met**"
+
+
+def markdown(result: dict, summary: dict) -> str:
+    provenance = result["provenance"]
+    lines = [
+        "# Custom voices: the consent checks against owners and attackers",
+        "",
+        f"`python bench/consent.py --threads {provenance['threads']}` at commit `{provenance['commit'][:10]}` "
+        f"(src/ {'clean' if provenance['src_clean'] else 'with uncommitted changes to ' + ', '.join(provenance['src_modified'])}), load average sampled during the run "
+        f"{provenance['load']}, {result['seconds'] / 60:.0f} min. Phrase: {result['phrase']!r}. Cohort: "
+        f"{result['cohort']['speakers']} speakers (the base's training voices and Piper joe chains; no held-out "
+        "voice). Thresholds calibrated on the calibration split (other sox chains of the held-out voices, the "
+        "other half of each dataset); every figure below is the figures' split.",
+        "",
+        "Calibrated settings: "
+        + "; ".join(f"{n}: score >= {s['threshold']:.3f}, every window >= {s['window_threshold']:.3f}" for n, s in result["calibration"]["settings"].items()),
+        "",
+    ]  # fmt: skip
+    for name in result["calibration"]["settings"]:
+        s = summary[name]
+        lines += [
+            f"## {name}",
+            "",
+            "| condition / trials | owners accepted (n) | target | other voices accepted | sox siblings accepted | impostor n | target <= 1 % |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for key, row in s["table"].items():
+            condition, kind = key.split(" / ")
+            target = OWNER_TARGET.get(condition) if kind == "shared" else (0.90 if "10 dB" in condition else 0.97)
+            owner_verdict = verdict_of(row["owners"], target, False) if target else "reported"
+            impostor = max(row["other voice"], row["sox sibling"])
+            lines.append(
+                f"| {key} | {100 * row['owners']:.1f} % ({row['owners_n']}) | {f'>= {100 * target:.0f} %: ' + owner_verdict if target else owner_verdict} | "
+                f"{100 * row['other voice']:.1f} % | {100 * row['sox sibling']:.1f} % | {row['impostors_n']} | "
+                f"{verdict_of(impostor, IMPOSTOR_TARGET, True)} |"
+            )  # fmt: skip
+        lines += [
+            "",
+            f"Laundering accepted: {100 * s['laundering']:.1f} % of {s['laundering_n']} (target 0 %: "
+            f"{verdict_of(s['laundering'], 0.0, True)}). Spliced samples (half the owner, half another voice) "
+            f"accepted: {100 * s['spliced']:.1f} % of {s['spliced_n']}.",
+            "",
+            f"EER of every figures trial: {100 * s['eer']:.1f} % s-normalized, {100 * s['eer_raw']:.1f} % raw cosine. "
+            f"Natural-sounding consents (joe and its chains) against every sample: {100 * s['eer_natural']:.1f} % "
+            f"s-normalized ({100 * s['eer_natural_raw']:.1f} % raw); joe chains among themselves: "
+            f"{100 * s['eer_natural_siblings']:.1f} %.",
+            "",
+        ]
+    chorus, resemblyzer = summary.get("chorus"), summary.get("resemblyzer")
+    if chorus and resemblyzer:
+        lines += [
+            f"EER on natural-sounding trials, Chorus's encoder <= resemblyzer's: {100 * chorus['eer_natural']:.1f} % vs "
+            f"{100 * resemblyzer['eer_natural']:.1f} %: {verdict_of(chorus['eer_natural'], resemblyzer['eer_natural'], True)}.",
+            "",
+        ]
+    lines += [
+        "## Phrase check",
+        "",
+        f"Wrong phrases ({', '.join(WRONG)}; each source voice, clean and 20 dB) accepted: "
+        f"{100 * summary['wrong_accepted']:.1f} % of {summary['wrong_n']} (target 0 %: {verdict_of(summary['wrong_accepted'], 0.0, True)}).",
+        "",
+        "The right phrase accepted, per condition (figures' speakers, n = 12 each): "
+        + ", ".join(f"{c} {100 * v:.0f} %" for c, v in summary["right_phrase"].items()),
+        "",
+        "Refusals of the right phrase:",
+        "",
+    ]
+    refusals = [r for r in result["phrases"] if r["split"] == "figures" and not r["accepted"]]
+    lines += [f"* {r['speaker']}, {r['condition']}: {r['reason'][:200]}" for r in refusals] or ["* none"]
+    lines += ["", "Wrong phrases accepted:", ""]
+    lines += [f"* {r['speaker']} {r['kind']} ({r['condition']})" for r in result["wrong"] if r["accepted"]] or [
+        "* none"
+    ]
+    lines += ["", "![scores](consent.png)", ""]
+    return "\n".join(lines) + "\n"
 
 
 def plot(result: dict, path: Path) -> None:
@@ -319,200 +560,114 @@ def plot(result: dict, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (left, right) = plt.subplots(1, 2, figsize=(13, 4.5), gridspec_kw={"width_ratios": [3, 2]})
-    bins = np.linspace(-0.5, 1, 61)
-    for kind, color in (("same", "tab:green"), ("sox sibling", "tab:orange"), ("other voice", "tab:blue")):
-        scores = [t["score"] for t in result["trials"] if t["relation"] == kind]
-        left.hist(scores, bins=bins, alpha=0.6, color=color, density=True, label=f"{kind} ({len(scores)})")
-    left.axvline(
-        result["threshold"], color="k", linestyle="--", label=f"calibrated threshold {result['threshold']:.3f}"
-    )
-    left.set(
-        xlabel="cosine of consent and sample (shipped speaker encoder)",
-        ylabel="density",
-        title="speaker check: consent x sample trials",
-    )
-    left.legend(fontsize=8)
-    kinds = ["right", *(f"wrong: {k}" for k in WRONG), "reworded"]
-    for index, kind in enumerate(kinds):
-        wers = [r["wer"] for r in result["recordings"] if r["take"].startswith(kind)]
-        jitter = np.random.default_rng(index).uniform(-0.15, 0.15, len(wers))
-        right.scatter(np.full(len(wers), index) + jitter, wers, s=14, alpha=0.7)
-    right.axhline(
-        result["max_word_error_rate"], color="k", linestyle="--", label=f"max WER {result['max_word_error_rate']:g}"
-    )
-    right.set_xticks(range(len(kinds)), [k.replace("wrong: ", "") for k in kinds], rotation=30, ha="right", fontsize=8)
-    right.set(ylabel="WER of what Whisper tiny.en heard vs the phrase", title="phrase check")
-    right.legend(fontsize=8)
+    names = list(result["calibration"]["settings"])
+    fig, axes = plt.subplots(1, len(names), figsize=(6.5 * len(names), 4.5), squeeze=False)
+    trials = [t for t in result["trials"] if t["split"] == "figures"]
+    for ax, name in zip(axes[0], names, strict=True):
+        bins = np.linspace(-6, 12, 73)
+        for relation, color in (("owner", "tab:green"), ("sox sibling", "tab:orange"), ("other voice", "tab:blue")):
+            scores = [t[name]["score"] for t in trials if t["relation"] == relation and np.isfinite(t[name]["score"])]
+            ax.hist(
+                np.clip(scores, -6, 12),
+                bins=bins,
+                alpha=0.6,
+                color=color,
+                density=True,
+                label=f"{relation} ({len(scores)})",
+            )
+        ax.axvline(
+            result["calibration"]["settings"][name]["threshold"],
+            color="k",
+            linestyle="--",
+            label="calibrated threshold",
+        )
+        ax.set(xlabel="s-normalized score (every condition, shared and mismatched)", ylabel="density", title=name)
+        ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
 
-def met(value: float) -> str:
-    return "**met**" if value >= TARGET else "**not met**"
+def merge(parts: list[dict]) -> dict:
+    """One result from runs over disjoint conditions (run side by side: the same code, speakers and seed)."""
+    result = dict(parts[0])
+    for key in ("phrases", "trials", "attacks", "wrong"):
+        result[key] = [row for part in parts for row in part[key]]
+    result["seconds"] = max(part["seconds"] for part in parts)
+    result["provenance"] = {**parts[0]["provenance"], "runs": [part["provenance"] for part in parts]}
+    return result
 
 
-def markdown(result: dict, summary: dict) -> str:
-    names = list(result["speakers"])
-    recordings = result["recordings"]
-    lines = [
-        "# Custom voices: the consent phrase and speaker checks",
-        "",
-        f"Phrase: {result['phrase']!r}; accepted at WER <= {result['max_word_error_rate']:g} (Whisper tiny.en, beam "
-        f"5). Speaker: the shipped encoder (sha256 `{result['encoder_sha256'][:12]}`) at its calibrated threshold "
-        f"{result['threshold']:.4f}. Neither tuned on these trials. `python bench/consent.py --threads 1`.",
-        "",
-        "| target | measured | |",
-        "|---|---|---|",
-        f"| right phrase from the right speaker accepted >= 95% (phrase and speaker checks) | "
-        f"{100 * summary['same_speaker_accept_end_to_end']:.1f}% of {summary['trials']['same']} trials | "
-        f"{met(summary['same_speaker_accept_end_to_end'])} |",
-        f"| another speaker's sample refused >= 95% | {100 * summary['different_speaker_refuse']:.1f}% of "
-        f"{summary['trials']['sox sibling'] + summary['trials']['other voice']} trials | "
-        f"{met(summary['different_speaker_refuse'])} |",
-        f"| (of them: another held-out voice) | {100 * summary['refuse_by_relation']['other voice']:.1f}% of "
-        f"{summary['trials']['other voice']} | {met(summary['refuse_by_relation']['other voice'])} |",
-        f"| (of them: a sox sibling, same source voice) | {100 * summary['refuse_by_relation']['sox sibling']:.1f}% of "
-        f"{summary['trials']['sox sibling']} | {met(summary['refuse_by_relation']['sox sibling'])} |",
-        f"| the right phrase accepted (phrase check alone) | {100 * summary['right_phrase_accept']:.1f}% of "
-        f"{sum(r['take'].startswith('right') for r in recordings)} recordings | {met(summary['right_phrase_accept'])} |",
-        f"| a wrong phrase refused | {100 * summary['wrong_phrase_refuse']:.1f}% of "
-        f"{sum(r['take'].startswith('wrong') for r in recordings)} recordings | {met(summary['wrong_phrase_refuse'])} |",
-        f"| same speaker accepted (speaker check alone) | {100 * summary['same_speaker_accept']:.1f}% | "
-        f"{met(summary['same_speaker_accept'])} |",
-        "",
-        f"EER of these trials {100 * summary['eer']:.1f}% (at threshold {summary['eer_threshold']:.3f}); without the "
-        f"sox siblings {100 * summary['eer_without_siblings']:.1f}%. " + threshold_sentence(summary),
-        "",
-        "Per consent take (every speaker, every sample window):",
-        "",
-        "| consent take | same speaker accepted % | mean same-speaker cosine | sox sibling refused % | "
-        "other voice refused % | highest phrase WER |",
-        "|---|---|---|---|---|---|",
-        *(
-            f"| {take} | {100 * row['same_speaker_accept']:.1f} | {row['same_mean_score']:.3f} | "
-            f"{100 * row['sox sibling refuse']:.1f} | {100 * row['other voice refuse']:.1f} | {row['phrase_wer_max']:.2f} |"
-            for take, row in summary["by_take"].items()
-        ),
-        "",
-        "Who is the same speaker here: a consent recording is the source voice's engine reading the phrase "
-        "(through the corpus's recording path and the speaker's sox chain), a sample is that voice's own dataset "
-        "recordings of other sentences (through the same chain). The three source voices come from three "
-        "engines (Piper, flite, festival), so no two of them share an engine; every *sox sibling* pair does: one "
-        "engine voice under different sox chains (or none). Whether a sibling is another speaker "
-        "is a definition (bench/speaker.py's): acoustically it is another voice, but it is the consenting voice "
-        "itself, edited, not somebody else's, so the 'other voice' row is the check's real target and the "
-        "sibling row its hardest case.",
-        "",
-        "## Phrase check",
-        "",
-        "WER of what Whisper heard, per speaker and take (x: refused).",
-        "",
-        "| speaker | " + " | ".join(t for t in dict.fromkeys(r["take"] for r in recordings)) + " |",
-        "|---|" + "---|" * len(dict.fromkeys(r["take"] for r in recordings)),
-    ]
-    for name in names:
-        cells = [f"{r['wer']:.2f}{'' if r['accepted'] else ' x'}" for r in recordings if r["speaker"] == name]
-        lines.append(f"| {name} | " + " | ".join(cells) + " |")
-    lines += ["", "Refused, per wrong phrase:", ""]
-    lines += [
-        f"* {kind} ({WRONG[kind]!r}): {100 * summary['wrong_refuse_by_kind'][kind]:.0f}% refused, WER "
-        f"{min(summary['wrong_wer_by_kind'][kind]):.2f}-{max(summary['wrong_wer_by_kind'][kind]):.2f}"
-        for kind in WRONG
-    ]
-    reworded = summary["reworded_wer"]
-    lines += [
-        f"* reworded, no verdict ({REWORDED!r}): WER {min(reworded):.2f}-{max(reworded):.2f}, "
-        f"{sum(w <= result['max_word_error_rate'] for w in reworded)} of {len(reworded)} accepted",
-        "",
-        wer_sentence(summary),
-        "",
-        "What Whisper heard in the refused right-phrase recordings:",
-        "",
-    ]
-    lines += [
-        f"* {r['speaker']}, {r['take']}: {r['heard']!r} (WER {r['wer']:.2f})"
-        for r in recordings
-        if r["take"].startswith("right") and not r["accepted"]
-    ] or ["* none"]
-    lines += [
-        "",
-        "## Speaker check",
-        "",
-        "Accept rate (%) of consent speaker (rows; every right-phrase take) x sample speaker (columns; every "
-        "window), mean cosine beneath. Same source voice: the 4x4 blocks on the diagonal.",
-        "",
-        "| consent \\ sample | " + " | ".join(names) + " |",
-        "|---|" + "---|" * len(names),
-    ]
-    for c in names:
-        cells = [
-            f"{'**' if c == s else ''}{100 * summary['confusion'][c][s]:.0f}{'**' if c == s else ''} "
-            f"({summary['mean_score'][c][s]:.2f})"
-            for s in names
-        ]
-        lines.append(f"| {c} | " + " | ".join(cells) + " |")
-    lines += ["", "![scores](consent.png)", ""]
-    return "\n".join(lines) + "\n"
+def provenance(threads: int) -> dict:
+    """What is measured, read when the run starts: the commit, and any file of ``src/`` that differs from it."""
 
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], capture_output=True, text=True, check=False).stdout.strip()
 
-def wer_sentence(summary: dict) -> str:
-    """Which WER thresholds would accept every right take and refuse each kind of wrong phrase."""
-    highest = summary["right_phrase_wer_max"]
-    lowest = {kind: min(wers) for kind, wers in summary["wrong_wer_by_kind"].items()}
-    apart = [kind for kind in WRONG if lowest[kind] > highest]
-    mixed = [kind for kind in WRONG if lowest[kind] <= highest]
-    sentence = f"The right phrase was heard at WER {highest:.2f} at worst"
-    if apart:
-        sentence += (
-            f": any WER threshold in [{highest:.2f}, {min(lowest[k] for k in apart):.2f}) accepts every right take "
-            f"and refuses every {' and '.join(map(repr, apart))}"
-        )
-    if mixed:
-        sentence += (
-            f"; none refuses every {' or '.join(map(repr, mixed))} (heard at WER as low as {min(lowest[k] for k in mixed):.2f}: "
-            "a word or two that turn the meaning around are a small word error rate)"
-        )
-    return sentence + "."
-
-
-def threshold_sentence(summary: dict) -> str:
-    """Which thresholds would have met both targets (information: the shipped one is not moved)."""
-    parts = []
-    for label, (low, high) in (
-        ("all trials", summary["meeting_both"]),
-        ("without the sox siblings", summary["meeting_both_without_siblings"]),
-    ):
-        parts.append(
-            f"{label}: any threshold in ({low:.3f}, {high:.3f}]"
-            if low < high
-            else f"{label}: none (a 95%-refusing threshold is above {low:.3f}, a 95%-accepting one at most {high:.3f})"
-        )
-    return (
-        "Thresholds that would meet both speaker targets on these trials (information only): " + "; ".join(parts) + "."
-    )
+    modified = [line[3:] for line in git("status", "--porcelain", "src").splitlines()]
+    return {
+        "commit": git("rev-parse", "HEAD"),
+        "src_clean": not modified,
+        "src_modified": modified,
+        "threads": threads,
+        "python": sys.version.split()[0],
+        "path": "CustomVoiceChecks.heard (phrase) + VoiceMatch.verdict (speaker), as the server",
+    }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--heldout", type=Path, default=Path("corpus_out/heldout"))
-    parser.add_argument("--windows", type=int, default=4, help="sample windows per speaker")
+    parser.add_argument("--cohort", type=Path, default=Path("src/chorus/assets/speaker_cohort"))
+    parser.add_argument("--encoder", type=Path, help="Chorus speaker encoder folder (default: the shipped one)")
+    parser.add_argument("--windows", type=int, default=3, help="sample windows per speaker")
+    parser.add_argument("--conditions", type=lambda s: s.split(","), default=list(CONDITIONS))
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--seed", type=int, default=1234)
-    parser.add_argument("--work", type=Path, default=Path("runs/consent"))
     parser.add_argument("--out", type=Path, default=Path("bench/results/consent"))
-    parser.add_argument("--report", action="store_true", help="rebuild md and png from --out's consent.json")
+    parser.add_argument(
+        "--no-attacks", dest="attacks", action="store_false", help="skip laundering, splices, wrong phrases"
+    )
+    parser.add_argument(
+        "--report", action="store_true", help="recalibrate and rewrite md/png from --out's consent.json"
+    )
+    parser.add_argument(
+        "--merge", type=Path, nargs="+", help="consent.json files of runs over other conditions: one report"
+    )
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
+    args.partial = args.out / "partial.json"
     if args.report:
         result = json.loads((args.out / "consent.json").read_text())
+    elif args.merge:
+        result = merge([json.loads(path.read_text()) for path in args.merge])
     else:
+        load = []
+        import threading
+
+        stop = threading.Event()
+
+        def sample_load() -> None:
+            while not stop.wait(30):
+                load.append(os.getloadavg()[0])
+
+        threading.Thread(target=sample_load, daemon=True).start()
+        started = provenance(args.threads)
         result = measure(args)
+        stop.set()
+        result["provenance"] = {
+            **started,
+            "load": f"{min(load):.1f}-{max(load):.1f} (1-minute, n = {len(load)})" if load else "not sampled",
+        }
+    cohort = load_cohort(args.cohort)
+    chosen = {name: calibrate(result["trials"], name, provisional(cohort, name)) for name in ("resemblyzer", "chorus")}
+    result["calibration"] = {"settings": {n: asdict(s) for n, s in chosen.items()}}
+    decide(result["trials"], result["attacks"], chosen)
     result["summary"] = summary = summarize(result)
-    (args.out / "consent.json").write_text(json.dumps(result, indent=1))
+    (args.out / "consent.json").write_text(json.dumps(result, indent=1, default=float))
     plot(result, args.out / "consent.png")
     (args.out / "consent.md").write_text(markdown(result, summary))
+    args.partial.unlink(missing_ok=True)
     print(markdown(result, summary))
 
 

@@ -151,7 +151,7 @@ def test_the_refusals(server_url, recordings):
         (CONSENT_PHRASES["en"], True),
         (
             "I am the owner of this voice and I consent to Boris using this voice to create a synthetic voice model",
-            True,
+            False,
         ),
         (
             "I am the owner of this voice and I do not consent to Chorus using this voice to create a synthetic voice model.",
@@ -166,20 +166,23 @@ def test_the_refusals(server_url, recordings):
         ("The birch canoe slid on the smooth planks.", False),
     ],
 )
-def test_the_consent_phrase_is_judged_by_word_error_rate_and_negations(heard, accepted):
-    """Whisper mishears (a word error rate threshold, not equality), but a negation turns the phrase into a
-    refusal a word error rate cannot see (bench/consent.py: "I do not consent ..." scored 0.10-0.19)."""
+def test_the_consent_phrase_is_judged_by_its_words(heard, accepted):
+    """The server's phrase check reads the words' meaning (tests/serving/test_consent_phrase.py has the
+    cases): another company's name, a negation or half the phrase is refused, quoting what was heard."""
+    from chorus.evaluation.asr import Transcript, Word
     from chorus.serving.custom_voices import CustomVoiceChecks
     from chorus.serving.errors import ApiError
     from chorus.serving.settings import ConsentSettings
 
-    checks = CustomVoiceChecks(None, ConsentSettings(), transcriber=lambda audio, rate: heard)
+    words = tuple(Word(w, 0.3 * k, 0.3 * k + 0.25, 0.9) for k, w in enumerate(heard.split()))
+    checks = CustomVoiceChecks(None, ConsentSettings(), transcriber=lambda audio, rate, beam: Transcript(heard, words))
+    silence = np.zeros(16000 * 7, np.float32)
     if accepted:
-        text, error_rate = checks.heard(np.zeros(16000, np.float32), 16000, "en-GB")
-        assert text == heard and error_rate <= ConsentSettings().max_word_error_rate
+        consent = checks.heard(silence, 16000, "en-GB")
+        assert consent.text == heard and consent.verdict.accepted and consent.speech.size > 0
     else:
         with pytest.raises(ApiError, match="must read") as refused:
-            checks.heard(np.zeros(16000, np.float32), 16000, "en")
+            checks.heard(silence, 16000, "en")
         assert refused.value.status == 400 and refused.value.code == "consent_phrase_mismatch"
     with pytest.raises(ApiError, match="no consent phrase for language"):
-        checks.heard(np.zeros(16000, np.float32), 16000, "fr-FR")
+        checks.heard(silence, 16000, "fr-FR")

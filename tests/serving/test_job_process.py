@@ -117,6 +117,38 @@ def test_the_servers_stop_stops_the_jobs_process_and_leaves_the_job_to_the_next_
         reopened.close()
 
 
+def test_deleting_a_voice_stops_its_jobs_process_at_its_next_step(tiny_base, new_voice_data, tmp_path):
+    """What the server's delete does (the store fails the job, the worker cancels it) stops the job's process
+    at its next step: its progress is written once an hour here, so the store's state alone would not."""
+    config = ServeConfig(
+        store=str(tmp_path / "store"), base=tiny_base, settings=ServerSettings(adapt=ENDLESS, progress_interval=3600.0)
+    )
+    store = VoiceStore(config.store)
+    runner = ProcessJobRunner(store, config)
+    runner.start()
+    try:
+        job = OnboardingJob(store.create_job("default", "fiona", name="fiona"), "default", "fiona", "fiona")
+        upload = runner.new_upload_dir()
+        shutil.copytree(new_voice_data, upload / "voice")
+        runner.submit(upload, job, {"statement": "consented in writing, for this test"})
+        # Its first progress write (the clips checked): it trains from there on, in its process.
+        process = wait_for(
+            lambda: (job_of(store, job).message or "").startswith("preparing") and runner._process,
+            300,
+            "the job's process starts",
+        )
+        store.delete_voice("default", "fiona")
+        runner.cancel(job.job_id)
+        wait_for(lambda: runner.running is None, 120, "the job's process stops")
+        assert process.exitcode == 0  # it stopped itself, not killed
+        assert job_of(store, job).status == JobStatus.FAILED and job_of(store, job).message == "voice deleted"
+        assert not store.list_voices("default")
+        assert not (runner.jobs_dir / job.job_id).exists()  # its process removed its files
+    finally:
+        runner.close()
+        store.close()
+
+
 # A server that starts one endless job and prints its process's pid: killed -9 by the test below.
 SERVER = """
 import shutil, sys, time

@@ -43,10 +43,11 @@ from chorus.adapters.lora import LoraConfig  # noqa: E402
 from chorus.adapters.speaker import SpeakerConfig  # noqa: E402
 from chorus.models.bundle import load_bundle
 from chorus.recipe import DEFAULT_METHOD, AdaptConfig  # noqa: E402
-from chorus.serving import worker  # noqa: E402
+from chorus.serving import uploads, worker  # noqa: E402
 from chorus.serving.api import create_app  # noqa: E402
 from chorus.serving.engine import Engine  # noqa: E402
 from chorus.serving.quotas import RateLimiter  # noqa: E402
+from chorus.serving.refinement import CHECK_SENTENCES, RefinementCheck, WordCheck  # noqa: E402
 from chorus.serving.schemas import MODEL_NAMES, parse_speech  # noqa: E402
 from chorus.serving.settings import (  # noqa: E402
     ONBOARDING_STEPS,
@@ -64,6 +65,7 @@ from chorus.serving.tenants import (  # noqa: E402
     parse_keys_file,
 )
 from chorus.serving.uploads import (  # noqa: E402
+    RecordingTooLong,
     UploadError,
     UploadLimits,
     parse_transcripts,
@@ -466,6 +468,30 @@ def test_models_voices_and_openai_voice_aliases(tenants_app, adapter_folders):
         store.delete_voice("globex", "nova")
 
 
+def test_a_sample_voice_is_listed_with_its_stage_from_its_post_on(tiny_base, adapter_folders, tmp_path):
+    """``GET /v1/audio/voices`` lists every name ``voice`` takes: a sample's voice speaks from its POST on
+    (its instant voice), so it is listed from then on, with its stage; an upload of clips still training
+    has nothing to speak yet."""
+    app, store = make_app(tiny_base, tmp_path / "store", KEYS)
+    with TestClient(app) as client:  # the jobs below are never submitted: they stay as they are put
+
+        def listed() -> dict[str, str | None]:
+            return {v["id"]: v.get("stage") for v in client.get("/v1/audio/voices", headers=ACME).json()["data"]}
+
+        sample_job = store.create_job("acme", "voice_0123", name="Fiona", instant="m3(1)")
+        store.create_job("acme", "clips", name="Clips")
+        assert listed()["voice_0123"] == "instant" and "clips" not in listed()
+        assert "voice_0123" in client.get("/v1/audio/voices", headers=ACME).json()["voices"]
+        assert speak(client, voice="voice_0123").status_code == 200  # as listed: it speaks
+        assert "voice_0123" not in client.get("/v1/audio/voices", headers=GLOBEX).json()["voices"]
+        store.update_job(sample_job, status=JobStatus.FAILED, message="refinement did not improve")
+        assert listed()["voice_0123"] == "instant"  # a failed refinement leaves the instant voice speaking
+        store.put_voice("acme", "ann", adapter_folders["ann"])
+        assert listed()["ann"] == "adapted" and listed()["m3"] is None
+        store.delete_voice("acme", "voice_0123")
+        assert "voice_0123" not in listed()
+
+
 def test_given_voice_aliases_must_name_speakers_of_the_base(tiny_base, tmp_path):
     """--voice-aliases naming no speaker stops the start with the alias and the speakers (never the
     default speaker in its place); the built-in OpenAI names fall back on a base without theirs (above)."""
@@ -781,6 +807,72 @@ def test_upload_refusals(tenants_app, new_voice_data):
     assert [p.name for p in jobs_dir.iterdir() if p.is_dir()] == []
 
 
+def tone(seconds: float, audio_format: str = "WAV", subtype: str = "PCM_16", rate: int = 16_000) -> bytes:
+    """``seconds`` of a 220 Hz tone as an audio file's bytes."""
+    t = np.arange(int(seconds * rate)) / rate
+    buffer = io.BytesIO()
+    sf.write(buffer, (0.3 * np.sin(2 * np.pi * 220 * t)).astype(np.float32), rate, format=audio_format, subtype=subtype)
+    return buffer.getvalue()
+
+
+@pytest.mark.parametrize(
+    ("seconds", "audio_format", "subtype"),
+    [(31, "WAV", "PCM_16"), (600, "FLAC", "PCM_16"), (600, "MP3", "MPEG_LAYER_III")],
+)
+def test_a_sample_over_30_s_is_refused_from_its_length_before_decoding(
+    tenants_app, monkeypatch, seconds, audio_format, subtype
+):
+    """OpenAI takes samples of up to 30 s: a longer one is refused from the length its file declares (10
+    minutes of MP3 held a request 43 s when decoded), pointing to Chorus's onboarding of longer recordings."""
+    client, store = tenants_app
+    consent = store.create_consent(
+        "acme", name="Acme", language="en", heard="...", word_error_rate=0.0, embedding=[1.0], recording=b"RIFF"
+    ).consent_id
+
+    def no_decoding(*args, **kwargs):
+        raise AssertionError("the sample was decoded")
+
+    monkeypatch.setattr(uploads.sf, "read", no_decoding)
+    monkeypatch.setattr(uploads, "decode_with_av", no_decoding)
+    try:
+        response = client.post(
+            "/v1/audio/voices",
+            data={"name": "Long", "consent": consent},
+            files={"audio_sample": (f"long.{audio_format.lower()}", tone(seconds, audio_format, subtype))},
+            headers=ACME,
+        )
+        message = assert_error(response, 400, "POST /v1/voices")
+        assert f"lasts {seconds:.1f} s; at most 30 s" in message, message
+        assert response.json()["error"]["param"] == "audio_sample"
+        assert response.json()["error"]["code"] == "sample_too_long"
+        assert [v.voice_id for v in store.list_voices("acme")] == ["alien", "ann", "bob"]  # nothing made
+    finally:
+        store.delete_consent("acme", consent)
+
+
+def test_a_recording_longer_than_its_file_declares_is_refused_once_decoding_passes_the_bound(monkeypatch):
+    """Where a container understates its length (an MP3's is estimated where it has no length header), the
+    duration check at the end would come after decoding all of it: decoding stops one frame past the bound."""
+    real_info, real_read, read = uploads.sf.info, uploads.sf.read, []
+
+    def understated(file):
+        info = real_info(file)
+        info.frames = 20 * info.samplerate
+        return info
+
+    def counted(*args, **kwargs):
+        audio, rate = real_read(*args, **kwargs)
+        read.append(len(audio))
+        return audio, rate
+
+    monkeypatch.setattr(uploads.sf, "info", understated)
+    monkeypatch.setattr(uploads.sf, "read", counted)
+    with pytest.raises(RecordingTooLong, match="or more; a clip may last at most 30 s") as refused:
+        uploads.decode_recording("sample", tone(300), 30.0, UploadLimits())
+    assert read == [30 * 16_000 + 1] and refused.value.longest == 30.0
+    assert uploads.decode_recording("sample", tone(30), 30.0, UploadLimits())[0].shape == (30 * 16_000,)
+
+
 def wait_for_job(client, job_id: str, headers: dict, timeout: float = 120.0) -> list[dict]:
     seen, deadline = [], time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -945,6 +1037,137 @@ def test_ending_a_job_stops_its_training_at_its_next_step(tiny_base, new_voice_d
     finally:
         trainer.join(timeout=30)
         store.close()
+
+
+# Far more steps than a test waits for (hours): only a cancel or a stop can end it in time.
+ENDLESS = AdaptConfig(methods=parse_methods("lora"), steps=100_000, threads=1, eval_every=50_000, patience=100)
+# A few steps that lower the held-out mel loss of new_voice_data on the tiny base: the word check decides.
+SAMPLE_RECIPE = AdaptConfig(methods=parse_methods("lora"), steps=6, threads=1, eval_every=3, max_frames=1500)
+
+
+def submit_sample_job(server, data: Path, voice_id: str = "voice_0123") -> OnboardingJob:
+    """A sample's voice (speaking as a base speaker meanwhile) and its refinement job, queued on ``server``'s
+    worker with ``data`` (an LJSpeech-style folder, its transcripts given) as the sample."""
+    instant = server.engine.speakers[0]
+    job_id = server.store.create_job("default", voice_id, name="Fiona", instant=instant)
+    job = OnboardingJob(job_id, "default", voice_id, "Fiona", worker.SAMPLE)
+    upload = server.jobs.new_upload_dir()
+    shutil.copytree(data, upload / "voice")
+    server.jobs.submit(upload, job, {"statement": "consented in writing, for this test"})
+    return job
+
+
+@pytest.mark.parametrize("route", ["/v1/audio/voices", "/v1/voices"])
+def test_deleting_a_voice_stops_its_training_job_at_once(tiny_base, new_voice_data, tmp_path, route):
+    """Deleting a voice fails its job in the store, and this server's worker stops training it at its next
+    step: here its progress is written once an hour, so the store's state alone would not stop it."""
+    settings = dataclasses.replace(SETTINGS, adapt_sample=ENDLESS, progress_interval=3600.0)
+    app, store = make_app(tiny_base, tmp_path / "store", settings=settings)
+    with TestClient(app) as client:
+        server = app.state.server
+        training, set_instant = threading.Event(), store.set_instant
+
+        def starts_training(*args):  # the job's last call before its first step
+            training.set()
+            return set_instant(*args)
+
+        store.set_instant = starts_training
+        job = submit_sample_job(server, new_voice_data)
+        wait_for(training.is_set, 120, "the job starts training")
+        assert client.delete(f"{route}/{job.voice_id}").json()["deleted"] is True
+        wait_for(lambda: server.jobs.running is None, 120, "the job stops")
+        ended = store.get_job("default", job.job_id)
+        assert ended.status == JobStatus.FAILED and ended.message == "voice deleted"
+        assert_error(client.get(f"/v1/audio/voices/{job.voice_id}"), 404)
+        assert not (server.jobs.jobs_dir / job.job_id).exists()  # its files removed
+
+
+def test_a_voice_deleted_while_its_refinement_checks_its_words_stays_deleted(tiny_base, new_voice_data, tmp_path):
+    """The job's end after its voice was deleted (here: while it judged the refined voice's words) neither
+    stores the voice again nor leaves the job running."""
+    app, store = make_app(
+        tiny_base, tmp_path / "store", settings=dataclasses.replace(SETTINGS, adapt_sample=SAMPLE_RECIPE)
+    )
+    with TestClient(app) as client:
+        server = app.state.server
+        heard = []
+
+        def delete_then_hear(audio, rate):
+            if not heard:
+                server.delete_voice("default", "voice_0123")
+            heard.append(rate)
+            return CHECK_SENTENCES[(len(heard) - 1) % len(CHECK_SENTENCES)]
+
+        server.jobs.refinement_check = RefinementCheck(0.05, transcriber=delete_then_hear)
+        job = submit_sample_job(server, new_voice_data)
+        wait_for(lambda: store.get_job("default", job.job_id).status == JobStatus.FAILED, 120, "the job ends")
+        wait_for(lambda: server.jobs.running is None, 120, "the worker is done with it")
+        assert heard, "the job never checked its words (the held-out mel loss did not improve)"
+        assert store.get_job("default", job.job_id).message == "voice deleted"
+        assert_error(client.get(f"/v1/audio/voices/{job.voice_id}"), 404)
+        assert not store.list_voices("default")
+        assert not (server.jobs.jobs_dir / job.job_id).exists()
+
+
+NOTHING, HALLUCINATED = ("",) * len(CHECK_SENTENCES), ("Thank you. " * 12,) * len(CHECK_SENTENCES)
+
+
+@pytest.mark.parametrize(
+    ("instant_heard", "refined_heard", "kept"),
+    [
+        (CHECK_SENTENCES, CHECK_SENTENCES, True),
+        (CHECK_SENTENCES, NOTHING, False),
+        # Two unintelligible voices tie (a rate is capped at 1: more hallucinated words say no more).
+        (HALLUCINATED, NOTHING, True),
+    ],
+)
+def test_a_refined_voice_replaces_its_instant_voice_only_if_it_reads_as_well(
+    tiny_base, new_voice_data, tmp_path, instant_heard, refined_heard, kept
+):
+    """A refinement that fits the sample better (held-out mel loss) but reads worse than the instant voice
+    (word error rate by Whisper, here a transcriber the test gives) is refused, as one that does not fit."""
+    store = VoiceStore(str(tmp_path / "store"))
+    heard = []
+
+    def transcriber(audio, rate):  # the instant voice's clips first, then the refined voice's
+        heard.append((len(audio), rate))
+        return (tuple(instant_heard) + tuple(refined_heard))[len(heard) - 1]
+
+    runner = JobRunner(
+        store,
+        tmp_path / "jobs",
+        lambda: load_bundle(tiny_base),
+        SAMPLE_RECIPE,
+        progress_interval=0.0,
+        refinement_check=RefinementCheck(0.05, transcriber=transcriber),
+    )
+    instant = load_bundle(tiny_base).speakers[1]
+    job = OnboardingJob(store.create_job("default", "fiona", instant=instant), "default", "fiona", "F", worker.SAMPLE)
+    shutil.copytree(new_voice_data, tmp_path / "jobs" / job.job_id / "voice")
+    try:
+        runner.run(job)
+        ended, record = store.get_job("default", job.job_id), store.voice("default", "fiona")
+        assert len(heard) == 2 * len(CHECK_SENTENCES) and all(samples > 0 and rate == 22050 for samples, rate in heard)
+        if kept:
+            assert ended.status == JobStatus.DONE and record.status == VoiceStatus.READY, ended.message
+            rates = (
+                "0.00 (instant voice) -> 0.00" if instant_heard == CHECK_SENTENCES else "1.00 (instant voice) -> 1.00"
+            )
+            assert f"word error rate on 4 check sentences {rates} (refined)" in ended.message, ended.message
+        else:
+            assert ended.status == JobStatus.FAILED and record.status == VoiceStatus.FAILED
+            assert ended.message.startswith("the refined voice reads worse than the instant voice"), ended.message
+            assert "0.00 (instant voice) -> 1.00 (refined), at most +0.05" in ended.message
+            assert ended.message.endswith("the instant voice stays")
+            assert record.instant is not None  # what it speaks as still
+    finally:
+        store.close()
+
+
+def test_the_word_check_allows_the_settings_increase():
+    assert WordCheck(0.08, 0.13, 0.05).kept and not WordCheck(0.08, 0.14, 0.05).kept
+    assert WordCheck(0.3, 0.2, 0.0).kept and not WordCheck(0.0, 0.01, 0.0).kept
+    assert ServerSettings().consent.max_refined_wer_increase == 0.05
 
 
 def test_stopping_the_server_stops_a_training_job_and_the_next_start_resumes_it(tiny_base, new_voice_data, tmp_path):

@@ -257,6 +257,35 @@ def test_jobs_follow_their_voice(store, voice_folder):
         store.put_voice("acme", "cid", voice_folder, job_id=deleted)
 
 
+def test_a_deleted_voice_is_not_brought_back_by_its_job(store, voice_folder, tmp_path):
+    # A job interrupted (its server died), its voice then deleted: no worker takes the job up again.
+    job = store.create_job("acme", "ann")
+    (tmp_path / "inputs").mkdir()
+    (tmp_path / "inputs" / "job.json").write_text("{}")
+    store.publish_job_inputs(job, tmp_path / "inputs")  # any server's worker may take it
+    store.update_job(job, status="interrupted", message="the server stopped")
+    store.delete_voice("acme", "ann")
+    assert (
+        store.get_job("acme", job).status == JobStatus.FAILED and store.get_job("acme", job).message == "voice deleted"
+    )
+    assert store.claim_job(job) is None and store.claim_next_job() is None
+    with pytest.raises(VoiceConflict):
+        store.put_voice("acme", "ann", voice_folder, job_id=job)
+    with pytest.raises(VoiceNotFound):
+        store.voice("acme", "ann")
+
+    # A job left running with its voice gone (as a server of an earlier version left one): its end is refused.
+    running = store.create_job("acme", "bob")
+    assert store.claim_job(running) is not None
+    store.delete_voice("acme", "bob")
+    with store.database.transaction() as db:
+        db.execute("UPDATE jobs SET status=?, owner=? WHERE id=?", (JobStatus.RUNNING, store.owner, running))
+    with pytest.raises(VoiceConflict, match="deleted or replaced"):
+        store.put_voice("acme", "bob", voice_folder, job_id=running)
+    with pytest.raises(VoiceNotFound):
+        store.voice("acme", "bob")
+
+
 def test_threads_share_one_store(tmp_path):
     with VoiceStore(str(tmp_path / "root")) as store:
 

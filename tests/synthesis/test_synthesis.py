@@ -36,6 +36,24 @@ def test_synthesize_by_name_index_and_default(tiny_base):
         tts.synthesize("A short test.", "nobody")
 
 
+def test_a_batch_of_sentences_reads_each_as_one_sentence_alone_does(tiny_base):
+    """``synthesize_batch``: one forward for every text, each read as ``synthesize`` reads one sentence, in a
+    speaker or a blend: the lengths exactly, the samples to Griffin-Lim's amplified float noise (rows are
+    padded to the longest)."""
+    tts = load_base(tiny_base, "griffin-lim")
+    texts = ["A short test.", "Another, longer sentence to read."]
+    for speaker in ("f2", "m3(2)+f2(1)"):
+        batch = tts.synthesize_batch(texts, speaker=speaker)
+        alone = [tts.synthesize(text, speaker=speaker) for text in texts]
+        assert [r.text for r in batch] == texts and all(r.sample_rate == 22_050 for r in batch)
+        assert all(r.batch_size == 2 and r.words for r in batch)
+        for together, single in zip(batch, alone):
+            assert together.audio.shape == single.audio.shape
+            np.testing.assert_allclose(together.audio, single.audio, atol=5e-3)
+    with pytest.raises(KeyError, match="unknown speaker"):
+        tts.synthesize_batch(texts, speaker="nobody")
+
+
 @pytest.mark.skipif(not (DEFAULT_BASE / "config.json").is_file(), reason="no shipped base model")
 def test_shipped_base_loads_and_speaks_every_voice_it_lists():
     tts = load_base()

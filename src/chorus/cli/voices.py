@@ -48,7 +48,7 @@ def create(
     consent: Path = typer.Option(
         ..., exists=True, dir_okay=False, help="The consent recording: the phrase read aloud."
     ),
-    sample: Path = typer.Option(..., exists=True, dir_okay=False, help="A sample of the same speaker, 10 s and up."),
+    sample: Path = typer.Option(..., exists=True, dir_okay=False, help="A sample of the same speaker, 10-30 s."),
     name: str = typer.Option(..., help="The voice's name (the consent recording's too)."),
     language: str = typer.Option(
         "en", help="The consent's language (BCP 47); `chorus voices phrase` prints its phrase."

@@ -58,7 +58,7 @@ class VoicesClient:
         return self._upload("/v1/audio/voice_consents", {"name": name, "language": language}, "recording", recording)
 
     def create_voice(self, name: str, consent_id: str, sample: Path) -> dict:
-        """A voice from ``sample`` (the consent's speaker, 10 s and up): its ``audio.voice`` (stage instant)."""
+        """A voice from ``sample`` (the consent's speaker, 10-30 s): its ``audio.voice`` (stage instant)."""
         return self._upload("/v1/audio/voices", {"name": name, "consent": consent_id}, "audio_sample", sample)
 
     def voice(self, voice_id: str) -> dict:

@@ -1,9 +1,10 @@
 """What OpenAI-style custom voices must pass, and what a new one speaks as before it is refined.
 
-* A consent recording must read the server's phrase for its language: Whisper transcribes it and the word
-  error rate against the phrase must be at most ``ConsentSettings.max_word_error_rate`` (Whisper mishears:
-  a threshold, not string equality), and it must say no negation the phrase does not ("I do not
-  consent ..." is within any useful threshold of the phrase: bench/consent.py).
+* A consent recording must read the server's phrase for its language, and nothing else: Whisper transcribes
+  it with each word's place, its words must mean the phrase (:mod:`chorus.serving.consent_phrase`: every
+  content word heard, the name by its sound, no negation nor word the phrase lacks; a word Whisper was unsure
+  of is heard again before it refuses), and it must hold no other speech beside the phrase's words
+  (:mod:`chorus.serving.consent_speech`): the consent's speaker is taken from those words alone.
 * A sample must be the consent's speaker: Chorus's speaker encoder embeds both and their cosine must reach
   the encoder's calibrated threshold (its EER point on held-out trials).
 * The *instant voice* a sample speaks as the moment its ``POST`` is answered: the base speakers nearest the
@@ -18,29 +19,44 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 import soxr
 
-from chorus.evaluation.asr import WhisperJudge, normalize_for_scoring, word_error_rate
+from chorus.evaluation.asr import Transcript, WhisperJudge, word_error_rate
+from chorus.serving.consent_phrase import PhraseVerdict, judge_phrase
+from chorus.serving.consent_speech import cut, phrase_spans, speech_outside
 from chorus.serving.engine import Engine
 from chorus.serving.errors import ApiError
 from chorus.serving.settings import ConsentSettings
 from chorus.speaker.bundle import EncoderBundle, load_encoder, shipped_encoder_dir
+from chorus.speaker.embedders import ChorusEmbedder, ResemblyzerEmbedder
 from chorus.speaker.start import SpeakerMap, speaker_map
+from chorus.speaker.voice_match import SHIPPED_COHORT, MatchVerdict, UnusableRecording, VoiceMatch, load_cohort
 
-Transcriber = Callable[[np.ndarray, int], str]  # (mono audio [samples], its rate) -> what was said
+# (mono audio [samples], its rate, beam size 1-5) -> what was said, word by word (WhisperJudge.transcribe_words)
+Transcriber = Callable[[np.ndarray, int, int], Transcript]
 
-# Words that turn a consent into a refusal: a word error rate cannot see them (one word in twenty). As the
-# scoring normalizer writes them (lower case, no apostrophes: "don't" is "dont").
-NEGATIONS = frozenset(
-    {"not", "no", "never", "nobody", "neither", "nor", "refuse", "cannot", "without"}
-    | {"dont", "doesnt", "didnt", "wont", "cant", "isnt", "arent", "wasnt", "shouldnt", "wouldnt", "havent"}
-)
+# A consent is heard with beam search; a word it heard at a low probability is heard again by greedy decoding,
+# which searches differently and so rarely invents the same word in the same noise.
+FIRST_BEAM, SECOND_BEAM = 5, 1
 
 
-def _negations(text: str) -> set[str]:
-    return set(normalize_for_scoring(text).split()) & NEGATIONS
+@dataclass(frozen=True)
+class HeardConsent:
+    """A consent recording that reads the phrase.
+
+    text: what Whisper heard; word_error_rate: of ``text`` against the phrase (kept with the consent for the
+    record: the check reads the words' meaning, not this); verdict: the phrase check's reading; speech: the
+    recording cut to the phrase's words, the audio the consent's speaker is taken from, mono float32
+    ``[samples]`` at the recording's rate.
+    """
+
+    text: str
+    word_error_rate: float
+    verdict: PhraseVerdict
+    speech: np.ndarray
 
 
 class CustomVoiceChecks:
@@ -61,6 +77,7 @@ class CustomVoiceChecks:
         self._transcriber = transcriber
         self._encoder = encoder
         self._map: SpeakerMap | None = None
+        self._match: VoiceMatch | None = None
         self._lock = threading.Lock()
 
     # -- consent
@@ -78,33 +95,52 @@ class CustomVoiceChecks:
             )
         return self.settings.phrases[primary]
 
-    def heard(self, audio: np.ndarray, rate: int, language: str) -> tuple[str, float]:
-        """What the consent recording says and its word error rate against the phrase; 400 quoting what was
-        heard when it is not the phrase."""
+    def heard(self, audio: np.ndarray, rate: int, language: str) -> HeardConsent:
+        """The consent recording ``audio`` (mono ``[samples]`` at ``rate``) checked and cut to the phrase's words.
+
+        400 ``consent_phrase_mismatch`` quoting what was heard when it does not say the phrase, or says more;
+        400 ``consent_extra_speech`` when it holds voiced audio beside the phrase's words (another voice, speech
+        played backwards, humming: one recording, one claim).
+        """
         phrase = self.phrase(language)
+        settings = self.settings
         with self._lock:  # one Whisper model, used by one request at a time
-            transcriber = self._transcriber or WhisperJudge(beam_size=5).transcribe
-            self._transcriber = transcriber
-            text = transcriber(audio, rate)
-        error_rate = word_error_rate(phrase, text)
-        negations = _negations(text) - _negations(phrase)
-        if negations:  # "I do not consent ..." is a few words from the phrase, and means the opposite
+            if self._transcriber is None:
+                self._transcriber = WhisperJudge(beam_size=FIRST_BEAM).transcribe_words
+            transcriber = self._transcriber
+            first = transcriber(audio, rate, FIRST_BEAM)
+
+        def second_listen() -> Transcript:
+            with self._lock:
+                return transcriber(audio, rate, SECOND_BEAM)
+
+        verdict = judge_phrase(
+            phrase,
+            first,
+            second_listen,
+            max_loose_words=settings.max_loose_words,
+            doubtful_probability=settings.doubtful_probability,
+        )
+        spans = phrase_spans(verdict.words, settings.word_pad_seconds, settings.max_word_seconds, len(audio) / rate)
+        # Extra speech first once the phrase's words are all there: what was added then is another recording
+        # (Whisper transcribes reversed speech as anything, or as nothing), and "record the phrase alone" says so.
+        outside = speech_outside(audio, rate, spans) if verdict.heard_content else 0.0
+        if outside > settings.max_extra_speech_seconds:
             raise ApiError(
                 400,
-                f"the consent recording must read: {phrase!r}; heard: {text[:300]!r}, which says "
-                f"{', '.join(sorted(negations))!r}: not a consent",
+                f"the consent recording has {outside:.1f} s of speech outside the phrase; record the phrase alone "
+                f"(heard: {first.text[:300]!r})",
                 param="recording",
-                code="consent_phrase_mismatch",
+                code="consent_extra_speech",
             )
-        if error_rate > self.settings.max_word_error_rate:
-            raise ApiError(
-                400,
-                f"the consent recording must read: {phrase!r}; heard: {text[:300]!r} (word error rate "
-                f"{error_rate:.2f}, at most {self.settings.max_word_error_rate:g})",
-                param="recording",
-                code="consent_phrase_mismatch",
-            )
-        return text, error_rate
+        if not verdict.accepted:
+            raise ApiError(400, verdict.refusal(phrase), param="recording", code="consent_phrase_mismatch")
+        return HeardConsent(
+            text=first.text,
+            word_error_rate=word_error_rate(phrase, first.text),
+            verdict=verdict,
+            speech=cut(audio, rate, spans),
+        )
 
     # -- speaker
     @property
@@ -125,19 +161,43 @@ class CustomVoiceChecks:
             audio = soxr.resample(audio, rate, target, quality="HQ")
         return encoder.embed([audio.astype(np.float32)])[0]
 
-    def same_speaker(self, consent: np.ndarray, sample: np.ndarray) -> float:
-        """The cosine of the consent's and the sample's speakers; 400 with the score below the threshold."""
-        score, same = self.encoder.verify(np.asarray(consent, dtype=np.float32), sample)
-        if not same:
+    @property
+    def voice_match(self) -> VoiceMatch:
+        """The speaker check (:mod:`chorus.speaker.voice_match`) with ``settings.speaker_encoder`` and the
+        shipped cohort, made on first use."""
+        with self._lock:
+            if self._match is None:
+                cohort = load_cohort(self.settings.cohort or SHIPPED_COHORT)
+                name = self.settings.speaker_encoder
+                if name == "resemblyzer":
+                    embedder = ResemblyzerEmbedder()
+                else:
+                    embedder = ChorusEmbedder(self._encoder or load_encoder(shipped_encoder_dir()))
+                self._match = VoiceMatch(embedder, cohort)
+            return self._match
+
+    def same_speaker(
+        self, consent: np.ndarray, consent_rate: int, sample: np.ndarray, sample_rate: int
+    ) -> MatchVerdict:
+        """Whether ``sample`` is the speaker of ``consent`` (the consent's phrase speech, :meth:`heard`'s
+        ``speech``), both mono ``[samples]``; 400 saying why when it is not, or when a recording's channel
+        leaves too little of the voice to tell."""
+        try:
+            verdict = self.voice_match.match(consent, consent_rate, sample, sample_rate)
+        except UnusableRecording as error:
+            raise ApiError(400, str(error), param="audio_sample", code="recording_unusable") from None
+        if not verdict.accepted:
+            settings = self.voice_match.settings
             raise ApiError(
                 400,
-                f"the sample's voice does not match the consent recording's (speaker similarity {score:.3f}, "
-                f"at least {self.encoder.threshold:.3f} needed: Chorus's speaker encoder at its calibrated "
-                "threshold)",
+                f"{verdict.reason} (speaker score {verdict.score:.2f}, at least {settings.threshold:.2f} needed; "
+                f"the sample's least consistent stretch {verdict.worst_window:.2f}, at least "
+                f"{settings.window_threshold:.2f}; compared in {verdict.band[0]:.0f}-"
+                f"{verdict.band[1] or self.voice_match.embedder.rate / 2:.0f} Hz against a cohort heard the same way)",
                 param="audio_sample",
                 code="speaker_mismatch",
             )
-        return score
+        return verdict
 
     # -- the instant voice
     def speaker_map(self) -> SpeakerMap:

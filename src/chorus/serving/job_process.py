@@ -13,8 +13,9 @@ the store itself on behalf of the server (the job stays the server's: if the chi
 the job; if the server dies, its jobs are reclaimed as any dead owner's) and runs :meth:`JobRunner.run
 <chorus.serving.worker.JobRunner.run>` (:func:`job_runner_for`, as a Ray onboarding task does): the same
 claim, checks, progress and cancellation through the store. The server's stop reaches it through a
-shared flag (training stops at its next step and the next start resumes the job); it ends itself the moment the
-server ends.
+shared flag (training stops at its next step and the next start resumes the job), and so does a cancel of its
+job (its voice deleted: :meth:`JobRunner.cancel <chorus.serving.worker.JobRunner.cancel>`); it ends itself the
+moment the server ends.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import time
 from multiprocessing.connection import wait
 
 from chorus.models.bundle import load_bundle
+from chorus.serving.refinement import RefinementCheck
 from chorus.serving.settings import ServeConfig, jobs_dir
 from chorus.serving.store import ACTIVE_JOB, JobNotFound, JobStatus, VoiceStore
 from chorus.serving.worker import JobRunner, OnboardingJob
@@ -42,10 +44,11 @@ PRELOAD = ["torch", "chorus.serving.job_process", "chorus.training.adapt", "chor
 STOP_GRACE_SECONDS = 30.0
 
 
-def job_runner_for(config: ServeConfig, store: VoiceStore, closing=None) -> JobRunner:
+def job_runner_for(config: ServeConfig, store: VoiceStore, closing=None, cancelled=None) -> JobRunner:
     """An in-process worker for ``config``'s server on ``store`` that loads its own copy of the base: what a
-    job's process (and a Ray onboarding task) runs one job with. ``closing``: an event whose setting stops
-    training (a ``multiprocessing`` one from the server; default the runner's own)."""
+    job's process (and a Ray onboarding task) runs one job with. ``closing`` / ``cancelled``: events whose
+    setting stops training for the server's stop / the job's cancel (:class:`StopFlag` from the server;
+    default the runner's own)."""
     settings = config.settings
     return JobRunner(
         store,
@@ -55,19 +58,25 @@ def job_runner_for(config: ServeConfig, store: VoiceStore, closing=None) -> JobR
         progress_interval=settings.progress_interval,
         sample_config=settings.adapt_sample,
         closing=closing,
+        cancelled=cancelled,
+        refinement_check=RefinementCheck(settings.consent.max_refined_wer_increase),
     )
 
 
 class StopFlag:
-    """The server's stop, seen by its job processes: a byte in shared memory with :class:`threading.Event`'s
-    ``set``/``is_set``/``wait``. Lock-free, unlike ``multiprocessing.Event``: a job process killed while
-    it held that Event's lock would leave the server's stop hanging on it."""
+    """The server's stop (or a job's cancel), seen by its job processes: a byte in shared memory with
+    :class:`threading.Event`'s ``set``/``clear``/``is_set``/``wait``. Lock-free, unlike
+    ``multiprocessing.Event``: a job process killed while it held that Event's lock would leave the server's
+    stop hanging on it."""
 
     def __init__(self, context: multiprocessing.context.BaseContext):
         self._value = context.RawValue(ctypes.c_bool, False)
 
     def set(self) -> None:
         self._value.value = True
+
+    def clear(self) -> None:
+        self._value.value = False
 
     def is_set(self) -> bool:
         return bool(self._value.value)
@@ -95,15 +104,17 @@ def _die_with(server_pid: int) -> None:
     threading.Thread(target=watch, name="chorus-job-watchdog", daemon=True).start()
 
 
-def run_job(config: ServeConfig, job: OnboardingJob, owner: str, closing: StopFlag, server_pid: int) -> None:
+def run_job(
+    config: ServeConfig, job: OnboardingJob, owner: str, closing: StopFlag, server_pid: int, cancelled: StopFlag
+) -> None:
     """A job process's body: open the store on behalf of its server (store ``owner``: the job is the
     server's, claimed by it or by this process, and stays so if this process dies), train ``job`` to its
-    end, close the store."""
+    end (or to the server's stop, ``closing``, or the job's cancel, ``cancelled``), close the store."""
     _die_with(server_pid)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s:     %(name)s: %(message)s")
     store = VoiceStore(config.store, config.database, config.cache_dir, on_behalf_of=owner)
     try:
-        job_runner_for(config, store, closing).run(job)
+        job_runner_for(config, store, closing, cancelled).run(job)
     finally:
         store.close()
 
@@ -124,6 +135,7 @@ class ProcessJobRunner(JobRunner):
             progress_interval=settings.progress_interval,
             sample_config=settings.adapt_sample,
             closing=StopFlag(self._context),
+            cancelled=StopFlag(self._context),  # one job's process at a time: cleared before each
         )
         self.serve_config = config
         self._process = None  # the job's process while one runs
@@ -139,7 +151,7 @@ class ProcessJobRunner(JobRunner):
         try:
             process = self._context.Process(
                 target=run_job,
-                args=(self.serve_config, job, self.store.owner, self.closing, os.getpid()),
+                args=(self.serve_config, job, self.store.owner, self.closing, os.getpid(), self._cancelled),
                 name=f"chorus-job-{job.job_id[:8]}",
             )
             process.start()

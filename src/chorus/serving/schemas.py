@@ -252,6 +252,12 @@ class ModelList(BaseModel):
 class VoiceName(BaseModel):
     id: str
     kind: Literal["base", "alias", "custom"]
+    stage: Literal["adapted", "instant"] | None = Field(
+        None,
+        description="a custom voice's: adapted (its own trained voice) or instant (a voice from one sample, "
+        "speaking as its instant voice while it is refined or after its refinement failed: "
+        "GET /v1/audio/voices/{id} gives the refinement's state)",
+    )
 
 
 class AudioVoices(BaseModel):

@@ -19,6 +19,7 @@ from chorus.serving.engine import Engine, EngineVoice
 from chorus.serving.errors import ApiError, voice_not_found
 from chorus.serving.metrics import Metrics
 from chorus.serving.quotas import RateLimiter, check_rate
+from chorus.serving.refinement import RefinementCheck
 from chorus.serving.schemas import AudioVoice, BaseVoice, CustomVoice, Job
 from chorus.serving.settings import OPENAI_VOICE_ALIASES, ServerSettings, jobs_dir
 from chorus.serving.store import (
@@ -109,6 +110,7 @@ class VoiceServer:
             self.settings.adapt,
             progress_interval=self.settings.progress_interval,
             sample_config=self.settings.adapt_sample,
+            refinement_check=RefinementCheck(self.settings.consent.max_refined_wer_increase),
         )
         self.batcher = batcher or Batcher.of_server(engine, self.settings)
         self.metrics = Metrics(self)
@@ -284,12 +286,17 @@ class VoiceServer:
         ).model_dump()
 
     def delete_voice(self, tenant: str, voice_id: str) -> None:
-        """Delete the tenant's voice from the store and from this server's model (404 if it has none)."""
-        self.check_voice_id(voice_id)
+        """Delete the tenant's voice from the store and from this server's model (404 if it has none), and
+        stop its onboarding job: the store fails it (queued, running or interrupted), and this server's
+        worker, if it trains it now, stops it at once (:meth:`JobRunner.cancel`; another server's worker
+        stops at its next progress write)."""
+        record = self.record(tenant, voice_id)
         try:
             self.store.delete_voice(tenant, voice_id)
         except VoiceNotFound:
             raise voice_not_found(voice_id) from None
+        if record.job_id is not None:
+            self.jobs.cancel(record.job_id)
         self.forget(tenant, voice_id)
 
     def forget(self, tenant: str, voice_id: str, keep: str | None = None) -> None:

@@ -12,6 +12,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 from pydantic import ConfigDict, PositiveInt, TypeAdapter, with_config
 
@@ -27,7 +28,7 @@ JOBS_FOLDER = ".jobs"
 # (early stopping ends many runs sooner: bench/README.md's residual runs stopped after 225-500 steps).
 ONBOARDING_STEPS = 300
 ONBOARDING_THREADS = 1
-# A voice refined from one short sample (OpenAI's custom voices: 10 s and up): fewer steps, and accepted
+# A voice refined from one short sample (OpenAI's custom voices: 10-30 s): fewer steps, and accepted
 # from 10 s of audio (chorus adapt asks 30 s). bench/short_samples.py chose residual with a 100-step cap
 # for samples under a minute: at 30 s, 200 or 300 steps gained no similarity (0.864-0.866 mean over the
 # held-out datasets) and took up to 1.7x the time.
@@ -45,18 +46,44 @@ CONSENT_PHRASES = {
 class ConsentSettings:
     """How OpenAI-style custom voices are checked (``/v1/audio/voice_consents``, ``POST /v1/audio/voices``).
 
-    phrases: what a consent recording must say, per language; max_word_error_rate: how far what Whisper
-    heard may be from it (Whisper mishears: not exact equality); max_file_bytes: a recording or sample (as
-    OpenAI's 10 MiB); min_sample_seconds / max_consent_seconds: how long a sample must be, a consent may
-    be; instant_speakers: how many base speakers, nearest the sample, blend into its instant voice.
+    phrases: what a consent recording must say, per language (checked by meaning, not by word error rate: see
+    the phrase check's fields below); max_file_bytes: a recording or sample (as OpenAI's 10 MiB);
+    min_sample_seconds / max_sample_seconds / max_consent_seconds: how long a sample must
+    be and may be (OpenAI's 30 s: longer recordings go to ``POST /v1/voices``), a consent may be;
+    instant_speakers: how many base speakers, nearest the sample, blend into its instant voice;
+    max_refined_wer_increase: how much worse than its instant voice (word error rate on the check
+    sentences, :mod:`chorus.serving.refinement`) a refined voice may read and still replace it.
+
+    The last one is here rather than on the sample recipe (``ServerSettings.adapt_sample``, an
+    :class:`AdaptConfig`): it is a rule of these voices, which alone have an instant voice to lose, not a
+    way of training; a recipe is ``chorus adapt``'s too and is written into every voice card.
     """
 
     phrases: dict[str, str] = field(default_factory=lambda: dict(CONSENT_PHRASES))
-    max_word_error_rate: float = 0.35
+    # The phrase check (chorus.serving.consent_phrase): how many function words ("I", "the", "to") may be missed,
+    # added or swapped for another (Whisper tiny.en on espeak's reading of the phrase: 0 clean, 2-3 at 15-20 dB
+    # SNR, its "Thank you." after noise among them), and below what probability an extra word is heard again
+    # before it refuses (Whisper's inventions in noise: 0.01-0.4; words it was sure of: 0.6 and up).
+    max_loose_words: int = 4
+    doubtful_probability: float = 0.5
+    # The consent's speech (chorus.serving.consent_speech): how far past its timestamps a word may reach (they
+    # are about 0.1 s off), the longest a word may be (the alignment stretches a word over audio it did not
+    # transcribe), and how much voiced audio a consent may hold beside the phrase's words (an "um", a breath
+    # voiced, a word's edge past the pad); laundering adds seconds.
+    word_pad_seconds: float = 0.15
+    max_word_seconds: float = 1.0
+    max_extra_speech_seconds: float = 1.0
     max_file_bytes: int = 10 << 20
     min_sample_seconds: float = 10.0
+    max_sample_seconds: float = 30.0
     max_consent_seconds: float = 60.0
     instant_speakers: int = 3
+    max_refined_wer_increase: float = 0.05
+    # The speaker check (chorus.speaker.voice_match): which encoder embeds ("resemblyzer" or "chorus": the one
+    # that met more of bench/consent.py's targets, see docs/serving.md) and the cohort folder its scores are
+    # normalized against (default: the shipped one, whose cohort.json holds each encoder's calibrated thresholds).
+    speaker_encoder: Literal["resemblyzer", "chorus"] = "resemblyzer"
+    cohort: Path | None = None
 
 
 @with_config(ConfigDict(extra="forbid"))

@@ -54,6 +54,16 @@ class UploadError(ValueError):
         self.status = status
 
 
+class RecordingTooLong(UploadError):
+    """A recording longer than ``longest`` seconds, found from its metadata or while decoding it (which
+    stopped there): it lasts ``seconds``, or more when ``at_least``."""
+
+    def __init__(self, label: str, seconds: float, longest: float, at_least: bool = False):
+        more = " or more" if at_least else ""
+        super().__init__(f"{label}: {seconds:.1f} s{more}; a clip may last at most {longest:g} s")
+        self.seconds, self.longest, self.at_least = seconds, longest, at_least
+
+
 @dataclass(frozen=True)
 class PreparedUpload:
     folder: Path
@@ -159,9 +169,10 @@ class _DatasetWriter:
 
 def decode_recording(label: str, data: bytes, longest: float, limits: UploadLimits) -> tuple[np.ndarray, int]:
     """An uploaded recording's mono samples ``[samples]`` and rate, checked: a readable audio file (by
-    libsndfile, else FFmpeg's decoders stopped once it is longer than ``longest`` seconds), its rate within
-    the limits, at least ``limits.min_clip_seconds`` long, finite and not silent; ``UploadError`` (named
-    by ``label``) otherwise."""
+    libsndfile, else FFmpeg's decoders), its rate within the limits, at least ``limits.min_clip_seconds``
+    long, finite and not silent; ``UploadError`` (named by ``label``) otherwise. One longer than ``longest``
+    seconds is refused (:class:`RecordingTooLong`) from the duration its container declares, before any
+    decoding, or, where that understates it, as soon as decoding passes ``longest``: never decoded whole."""
     decoded = None
     try:
         info = sf.info(io.BytesIO(data))
@@ -170,9 +181,7 @@ def decode_recording(label: str, data: bytes, longest: float, limits: UploadLimi
         try:  # AAC/M4A, WebM: FFmpeg's decoders, stopped as soon as the clip is longer than it may be
             decoded = decode_with_av(io.BytesIO(data), max_seconds=longest)
         except AudioTooLong as error:
-            raise UploadError(
-                f"{label}: {error.seconds:.1f} s or more; a clip may last at most {longest:g} s"
-            ) from None
+            raise RecordingTooLong(label, error.seconds, longest, at_least=True) from None
         if decoded is None:
             raise UploadError(
                 f"{label}: not a readable audio file (WAV, FLAC, OGG, MP3, AAC/M4A or WebM)", 415
@@ -183,20 +192,23 @@ def decode_recording(label: str, data: bytes, longest: float, limits: UploadLimi
             f"{label}: sample rate {rate} Hz outside {limits.min_sample_rate}-{limits.max_sample_rate} Hz"
         )
     if frames > longest * rate:  # refused before decoding it all
-        raise UploadError(f"{label}: {frames / rate:.1f} s; a clip may last at most {longest:g} s")
+        raise RecordingTooLong(label, frames / rate, longest)
+    most = int(longest * rate)
     if decoded is not None:
         audio = decoded[0]
     else:
         try:
-            audio, rate = sf.read(io.BytesIO(data), dtype="float32", always_2d=True)
+            # One frame past the bound at most: a declared length that understates the stream (an MP3 without
+            # a length header is estimated) is caught at that frame, not after decoding all of it.
+            audio, rate = sf.read(io.BytesIO(data), frames=most + 1, dtype="float32", always_2d=True)
         except Exception:  # noqa: BLE001
             raise UploadError(f"{label}: the audio could not be decoded", 415) from None
     if audio.shape[0] == 0:
         raise UploadError(f"{label}: zero-length audio")
+    if audio.shape[0] > most:
+        raise RecordingTooLong(label, audio.shape[0] / rate, longest, at_least=decoded is None)
     mono = audio.mean(axis=1)
     seconds = len(mono) / rate
-    if seconds > longest:
-        raise UploadError(f"{label}: {seconds:.1f} s; a clip may last at most {longest:g} s")
     if seconds < limits.min_clip_seconds:
         raise UploadError(f"{label}: {seconds:.2f} s; a clip must last at least {limits.min_clip_seconds:g} s")
     if not np.isfinite(mono).all():

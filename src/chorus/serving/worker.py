@@ -31,6 +31,8 @@ import torch
 from chorus.models.bundle import ModelBundle
 from chorus.recipe import AdaptConfig
 from chorus.serving.heap import give_back_freed_memory
+from chorus.serving.refinement import RefinementCheck, WordCheck
+from chorus.serving.settings import ConsentSettings
 from chorus.serving.store import (
     ACTIVE_JOB,
     JobNotFound,
@@ -40,7 +42,7 @@ from chorus.serving.store import (
     VoiceNotFound,
     VoiceStore,
 )
-from chorus.training.adapt import adapt
+from chorus.training.adapt import VOICE, AdaptResult, adapt
 
 log = logging.getLogger("chorus.serving.worker")
 
@@ -96,8 +98,8 @@ def record_consent(jobs_dir: Path, job: OnboardingJob, consent: dict) -> None:
 
 
 class JobCancelled(Exception):
-    """Raised from ``adapt``'s step callback when the job ended while it trained (its voice was
-    deleted, or its tenant cancelled it): the training loop stops at that step."""
+    """Raised from ``adapt``'s callbacks, and between the job's later phases, when the job ended while it
+    trained (its voice was deleted, or its tenant cancelled it): the job stops there."""
 
 
 class ServerStopping(Exception):
@@ -115,6 +117,9 @@ class JobRunner:
     is called once a voice is stored. ``progress_interval``: least seconds between two progress writes.
     ``poll_seconds``: how often an idle worker looks for published jobs of other servers (None: never).
     ``closing``: the event that stops it (default its own; a job's process gets its server's).
+    ``cancelled``: the event that stops the job being trained (set by :meth:`cancel`; default its own, a
+    job's process gets its server's). ``refinement_check``: whether a sample's refined voice reads well
+    enough to replace its instant voice (default: Whisper, ``ConsentSettings``' threshold).
     Subclasses change where a queued job runs by overriding :meth:`dispatch` (and :attr:`running`).
     """
 
@@ -129,6 +134,8 @@ class JobRunner:
         poll_seconds: float | None = 1.0,
         sample_config: AdaptConfig | None = None,
         closing: threading.Event | None = None,
+        cancelled: threading.Event | None = None,
+        refinement_check: RefinementCheck | None = None,
     ):
         self.store = store
         self.jobs_dir = Path(jobs_dir)
@@ -142,7 +149,10 @@ class JobRunner:
         self._queue: queue.Queue[OnboardingJob | None] = queue.Queue()
         self._thread: threading.Thread | None = None
         self._closing = closing or threading.Event()
+        self._cancelled = cancelled or threading.Event()
+        self.refinement_check = refinement_check or RefinementCheck(ConsentSettings().max_refined_wer_increase)
         self._running: str | None = None
+        self._running_lock = threading.Lock()  # a cancel and the start or end of a job: one at a time
         # Jobs that ended here while the store refused to record it (a full disk, a database down): the
         # worker records them before anything else, so none stays "running" (and holds its tenant's slot).
         self._unrecorded: dict[str, str] = {}
@@ -179,6 +189,16 @@ class JobRunner:
     def running(self) -> str | None:
         """The id of the job being trained, if any."""
         return self._running
+
+    def cancel(self, job_id: str) -> None:
+        """Stop ``job_id`` now if this worker is training it (in this process or a job process of its own):
+        at its next step, or before its next phase. For a job the store has ended already (its voice
+        deleted, its tenant's cancel): the store's state is what every worker reads, but a training job only
+        reads it at its next progress write, and a job between steps (checking its words, uploading) never.
+        A queued job needs none: it is not claimed once its turn comes."""
+        with self._running_lock:
+            if self._running == job_id:
+                self._cancelled.set()
 
     # -- uploads and submission
     def new_upload_dir(self) -> Path:
@@ -316,13 +336,16 @@ class JobRunner:
                     continue
             if job is None or self._closing.is_set():
                 break
-            self._running = job.job_id
+            with self._running_lock:
+                self._cancelled.clear()  # a cancel of the job before this one stops nothing of it
+                self._running = job.job_id
             try:
                 self.dispatch(job)
             except Exception:  # noqa: BLE001 - never let one job kill the worker
                 log.exception("onboarding job %s crashed", job.job_id)
             finally:
-                self._running = None
+                with self._running_lock:
+                    self._running = None
             # The job's copy of the base is garbage now (run's frame is gone): hand its pages back to the OS
             # rather than leave them in malloc's arenas, where the server's RSS would keep them.
             give_back_freed_memory()
@@ -395,14 +418,23 @@ class JobRunner:
             )
             card = result.card
             metrics = card.metrics
-            if job.recipe == SAMPLE and not metrics["validation_mel_l1_best"] < metrics["validation_mel_l1_start"]:
-                # A sample's voice already speaks (its instant voice): refinement must earn its place.
-                raise ValueError(
-                    f"refinement did not improve on the held-out part of the sample (mel L1 "
-                    f"{metrics['validation_mel_l1_start']:.3f} -> {metrics['validation_mel_l1_best']:.3f}); "
-                    "the instant voice stays"
-                )
+            words = None
+            if job.recipe == SAMPLE:
+                # A sample's voice already speaks (its instant voice): refinement must earn its place, by
+                # likeness (the held-out mel loss) and then by words.
+                if not metrics["validation_mel_l1_best"] < metrics["validation_mel_l1_start"]:
+                    raise ValueError(
+                        f"refinement did not improve on the held-out part of the sample (mel L1 "
+                        f"{metrics['validation_mel_l1_start']:.3f} -> {metrics['validation_mel_l1_best']:.3f}); "
+                        "the instant voice stays"
+                    )
+                words = self._check_words(job, bundle, result)
+                if not words.kept:
+                    raise ValueError(
+                        f"the refined voice reads worse than the instant voice ({words}); the instant voice stays"
+                    )
             similarity = metrics.get("encoder_similarity_to_clips")
+            self._stop_if_cancelled(job)  # deleted while it was judged (its words, its likeness): not uploaded
             self.store.update_job(
                 job.job_id,
                 as_worker=True,
@@ -415,6 +447,7 @@ class JobRunner:
                         if similarity is not None
                         else ""
                     )
+                    + (f"; {words}" if words is not None else "")
                 ),
             )
             self.store.put_voice(job.tenant, job.voice_id, result.voice_dir, name=job.name, job_id=job.job_id)
@@ -444,6 +477,29 @@ class JobRunner:
                     shutil.rmtree(job_dir, ignore_errors=True)
                     self.store.remove_job_inputs(job.job_id)
 
+    def _stop_if_cancelled(self, job: OnboardingJob) -> None:
+        if self._cancelled.is_set():
+            raise JobCancelled(job.job_id)
+
+    def _check_words(self, job: OnboardingJob, bundle: ModelBundle, result: AdaptResult) -> WordCheck:
+        """The refined voice of a sample's ``job`` against the instant voice it speaks as now (its record's;
+        the start speaker the card names where the record has none) (:mod:`chorus.serving.refinement`)."""
+        self._stop_if_cancelled(job)
+        try:
+            self.store.update_job(
+                job.job_id,
+                as_worker=True,
+                progress=0.96,
+                message="checking that the refined voice reads as well as the instant voice",
+            )
+            record = self.store.voice(job.tenant, job.voice_id)
+        except (ValueError, JobNotFound, VoiceNotFound):  # it ended meanwhile (the voice deleted, the job cancelled)
+            raise JobCancelled(job.job_id) from None
+        instant = record.instant or result.card.notes["speaker_vector_start"]
+        words = self.refinement_check(bundle, result.model, VOICE, instant)
+        log.info("onboarding job %s: %s", job.job_id, words)
+        return words
+
     def _instant_reporter(self, job: OnboardingJob, speakers: list[str]) -> Callable[[int], None]:
         """``adapt``'s start callback for a sample's voice: until it is refined, the voice speaks as the base
         speaker that fits the transcribed sample best by teacher-forced mel loss (where training starts),
@@ -454,6 +510,7 @@ class JobRunner:
         the refinement goes on."""
 
         def on_start(speaker: int) -> None:
+            self._stop_if_cancelled(job)
             try:
                 changed = self.store.set_instant(job.tenant, job.voice_id, job.job_id, speakers[speaker])
             except Exception as error:  # noqa: BLE001 - an outage: the blend stays, training goes on
@@ -468,14 +525,16 @@ class JobRunner:
 
     def _progress_reporter(self, job: OnboardingJob) -> Callable[[int, int], None]:
         """``adapt``'s step callback: the job's progress from TRAINING_START to TRAINING_END as steps pass,
-        written at most every ``progress_interval`` seconds (and at the last step). The write is also the
-        cancellation check: a job that ended meanwhile (voice deleted, job cancelled, possibly by another
-        server on the same store) raises :class:`JobCancelled`, which stops the training loop."""
+        written at most every ``progress_interval`` seconds (and at the last step). Each step stops on
+        :meth:`cancel`, and the write is the cancellation check for the rest: a job that ended meanwhile
+        (voice deleted, job cancelled, possibly by another server on the same store) raises
+        :class:`JobCancelled`, which stops the training loop."""
         last_write = [float("-inf")]
 
         def on_step(done: int, total: int) -> None:
             if self._closing.is_set():
                 raise ServerStopping(job.job_id)
+            self._stop_if_cancelled(job)
             now = time.monotonic()
             if done < total and now - last_write[0] < self.progress_interval:
                 return

@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import secrets
 
+import numpy as np
 from fastapi import APIRouter, Request
 from starlette.concurrency import run_in_threadpool
 
@@ -40,7 +41,7 @@ from chorus.serving.store import (
     check_id,
 )
 from chorus.serving.upload_form import form_file, form_text, read_multipart
-from chorus.serving.uploads import decode_recording, prepare_clips
+from chorus.serving.uploads import RecordingTooLong, decode_recording, prepare_clips
 from chorus.serving.worker import SAMPLE, OnboardingJob
 
 router = APIRouter()
@@ -76,7 +77,8 @@ def _name(form, max_chars: int = 100) -> str:
 @router.post(_CONSENTS, responses={200: {"model": VoiceConsent}, **ERRORS})
 async def create_consent(request: Request, tenant: Tenant, server: Server):
     """A consent recording: multipart ``name``, ``language`` (BCP 47) and ``recording`` (<= 10 MiB); it
-    must read the server's phrase for the language (400 quoting what was heard otherwise)."""
+    must read the server's phrase for the language and nothing else (400 quoting what was heard otherwise); the
+    consent's speaker is embedded from the phrase's words alone."""
     settings = server.settings.consent
     form = await read_multipart(request, settings.max_file_bytes + (64 << 10), 1, "fields name, language, recording")
     try:
@@ -90,15 +92,15 @@ async def create_consent(request: Request, tenant: Tenant, server: Server):
     audio, rate = await run_in_threadpool(
         decode_recording, "recording", data, settings.max_consent_seconds, server.settings.upload
     )
-    heard, error_rate = await run_in_threadpool(checks.heard, audio, rate, language)
-    embedding = await run_in_threadpool(checks.embed, audio, rate)
+    heard = await run_in_threadpool(checks.heard, audio, rate, language)
+    embedding = await run_in_threadpool(checks.embed, heard.speech, rate)  # the phrase's words alone
     try:
         record = server.store.create_consent(
             tenant,
             name=name,
             language=language,
-            heard=heard,
-            word_error_rate=error_rate,
+            heard=heard.text,
+            word_error_rate=heard.word_error_rate,
             embedding=embedding.tolist(),
             recording=data,
             max_consents=server.settings.limits.of(tenant).consents,
@@ -167,10 +169,25 @@ def delete_consent(consent_id: str, tenant: Tenant, server: Server):
 
 
 # -- voices from a sample
+def _same_speaker(server: VoiceServer, consent: ConsentRecord, sample: np.ndarray, rate: int) -> None:
+    """400 unless ``sample`` is the consent's speaker. The consent is heard again from its audit recording:
+    its speaker is judged on the stretches that read the phrase alone (the check needs audio, not a stored
+    embedding, to compare both in the band they share)."""
+    checks = server.custom_voices
+    recording = server.store.consent_recording(consent.tenant, consent.consent_id)
+    audio, consent_rate = decode_recording(
+        "recording", recording, server.settings.consent.max_consent_seconds, server.settings.upload
+    )
+    heard = checks.heard(audio, consent_rate, consent.language)
+    checks.same_speaker(heard.speech, consent_rate, sample, rate)
+
+
 @router.post("/v1/audio/voices", responses={200: {"model": AudioVoice}, **ERRORS})
 async def create_audio_voice(request: Request, tenant: Tenant, server: Server):
-    """A voice from multipart ``name``, ``audio_sample`` (10 s and up, <= 10 MiB) and ``consent`` (an id):
-    answered as soon as the checks pass, speaking at once as its instant voice, refined in the background."""
+    """A voice from multipart ``name``, ``audio_sample`` (10-30 s, <= 10 MiB) and ``consent`` (an id):
+    answered as soon as the checks pass, speaking at once as its instant voice, refined in the background.
+    A longer sample is refused from its declared duration (or where decoding passes 30 s), pointing to
+    ``POST /v1/voices``, Chorus's onboarding of longer recordings."""
     settings = server.settings
     consent_settings = settings.consent
     check_onboarding(server.store, tenant, settings.limits, server.jobs.queued)
@@ -188,17 +205,27 @@ async def create_audio_voice(request: Request, tenant: Tenant, server: Server):
         await form.close()
     checks = server.custom_voices
     limits = dataclasses.replace(settings.upload, min_total_seconds=consent_settings.min_sample_seconds)
-    audio, rate = await run_in_threadpool(
-        decode_recording, "audio_sample", data, limits.max_total_seconds, settings.upload
-    )
+    try:
+        audio, rate = await run_in_threadpool(
+            decode_recording, "audio_sample", data, consent_settings.max_sample_seconds, settings.upload
+        )
+    except RecordingTooLong as error:
+        raise ApiError(
+            400,
+            f"the sample lasts {error.seconds:.1f} s{' or more' if error.at_least else ''}; at most "
+            f"{error.longest:g} s. For a voice from longer recordings (up to {limits.max_total_seconds / 60:g} "
+            "minutes), upload them to POST /v1/voices",
+            param="audio_sample",
+            code="sample_too_long",
+        ) from None
     if len(audio) / rate < consent_settings.min_sample_seconds:
         raise ApiError(
             400,
             f"the sample lasts {len(audio) / rate:.1f} s; at least {consent_settings.min_sample_seconds:g} s",
             param="audio_sample",
         )
+    await run_in_threadpool(_same_speaker, server, consent, audio, rate)
     embedding = await run_in_threadpool(checks.embed, audio, rate)
-    await run_in_threadpool(checks.same_speaker, consent.embedding, embedding)
     instant = await run_in_threadpool(checks.instant_voice, embedding)
     voice_id = VOICE_PREFIX + secrets.token_hex(12)
     upload_dir = server.jobs.new_upload_dir()

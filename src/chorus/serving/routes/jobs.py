@@ -32,8 +32,9 @@ def get_job(job_id: str, tenant: Tenant, server: Server):
 
 @router.post("/v1/jobs/{job_id}/cancel", responses={200: {"model": Job}, **ERRORS})
 def cancel_job(job_id: str, tenant: Tenant, server: Server):
-    """Stop an onboarding job: a queued one never trains, a running one stops within about a second
-    (the trainer checks at each progress write); its voice is marked failed and its files removed."""
+    """Stop an onboarding job: a queued one never trains, a running one stops at its next step (on this
+    server; another server's at its next progress write, within about a second); its voice is marked
+    failed and its files removed."""
     if not JOB_ID.fullmatch(job_id):
         raise _not_found(job_id)
     store = server.store
@@ -44,6 +45,7 @@ def cancel_job(job_id: str, tenant: Tenant, server: Server):
                 409, f"job {job_id!r} is {job.status.value} already: nothing to cancel", type="conflict_error"
             )
         store.update_job(job_id, status=JobStatus.FAILED, message="cancelled by its tenant")
+        server.jobs.cancel(job_id)
         return server.job_json(store.get_job(tenant, job_id))
     except JobNotFound:
         raise _not_found(job_id) from None

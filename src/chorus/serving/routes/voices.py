@@ -16,6 +16,7 @@ from chorus.serving.errors import ApiError
 from chorus.serving.quotas import check_onboarding, quota_reached
 from chorus.serving.routes.deps import ERRORS, Server, Tenant
 from chorus.serving.schemas import AudioVoices, BaseVoice, CreatedJob, CustomVoice, VoiceDeleted, VoiceList, VoiceName
+from chorus.serving.server import stage_of
 from chorus.serving.store import QuotaReached, VoiceConflict, VoiceStatus
 from chorus.serving.upload_form import read_onboarding_form
 from chorus.serving.worker import OnboardingJob
@@ -25,14 +26,21 @@ router = APIRouter()
 
 @router.get("/v1/audio/voices", responses={200: {"model": AudioVoices}, **ERRORS})
 def audio_voices(tenant: Tenant, server: Server):
-    """Every name ``voice`` takes: the base's speakers, the aliases, the tenant's ready voices."""
-    ready = [r.voice_id for r in server.store.list_voices(tenant) if r.status == VoiceStatus.READY]
+    """Every name ``voice`` takes: the base's speakers, the aliases, the tenant's voices that speak: ready
+    ones, and a sample's voice from its ``POST`` on (its instant voice while it is refined, or after its
+    refinement failed), each with its stage."""
+    # What voice_for speaks: a training or failed voice of clips has nothing to speak yet.
+    own = {
+        r.voice_id: stage_of(r) for r in server.store.list_voices(tenant) if r.status == VoiceStatus.READY or r.instant
+    }
     aliases = server.aliases
-    names = list(dict.fromkeys(ready + list(aliases) + server.engine.speakers))
+    names = list(dict.fromkeys(list(own) + list(aliases) + server.engine.speakers))
     return AudioVoices(
         voices=names,
         data=[
-            VoiceName(id=name, kind="custom" if name in ready else "alias" if name in aliases else "base")
+            VoiceName(id=name, kind="custom", stage=own[name])
+            if name in own
+            else VoiceName(id=name, kind="alias" if name in aliases else "base")
             for name in names
         ],
         aliases=aliases,

@@ -178,7 +178,8 @@ class Voices:
 
     def delete(self, tenant: str, voice_id: str) -> bool:
         """Delete a voice: it stops being served at once; its files, cached copy and row go after.
-        A job still training it is marked failed (its upload would then be refused). Returns whether its
+        A job queued, training or interrupted for it is marked failed (its upload would then be refused, and
+        no worker takes it up again to bring the voice back). Returns whether its
         files went now; when the store refuses (read-only, full), the voice is deleted all the same and
         its files are removed by :meth:`finish_pending_deletes` (the store's next reclaim) or start-up."""
         check_id(tenant, "tenant")
@@ -191,10 +192,11 @@ class Voices:
             ).rowcount
             if not changed:
                 raise VoiceNotFound(f"no voice {voice_id!r}")
+            unfinished = (*ACTIVE_JOB, JobStatus.INTERRUPTED)
             db.execute(
                 f"UPDATE jobs SET status=?, message=?, updated=? WHERE tenant=? AND voice_id=? "
-                f"AND status IN ({placeholders(ACTIVE_JOB)})",
-                (JobStatus.FAILED, "voice deleted", now, tenant, voice_id, *ACTIVE_JOB),
+                f"AND status IN ({placeholders(unfinished)})",
+                (JobStatus.FAILED, "voice deleted", now, tenant, voice_id, *unfinished),
             )
         return self._finish_delete_or_defer(tenant, voice_id)
 
@@ -297,6 +299,11 @@ class Voices:
                     raise VoiceConflict(f"job {job_id!r} is {job['status']}; its voice is not accepted")
                 if job["owner"] != self._owner:  # this store was found dead, and another worker took the job
                     raise VoiceConflict(f"job {job_id!r} is held by another worker; its voice is not accepted")
+                # A job uploads only the voice it was queued for: one deleted meanwhile (its row gone with its
+                # files) is not brought back by the job's late end, nor is one queued anew by another job.
+                voice = db.execute("SELECT job_id FROM voices WHERE tenant=? AND id=?", (tenant, voice_id)).fetchone()
+                if voice is None or voice["job_id"] != job_id:
+                    raise VoiceConflict(f"voice {voice_id!r} was deleted or replaced while job {job_id!r} trained it")
             self.check_claimable(db, tenant, voice_id, job_id)
             self.mark_training(db, tenant, voice_id, name, method, job_id, now)
 

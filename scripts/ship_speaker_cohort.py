@@ -1,0 +1,113 @@
+"""Make the speaker cohort that the custom-voice speaker check normalizes its scores against
+(:mod:`chorus.speaker.voice_match`) and write it to ``src/chorus/assets/speaker_cohort/``.
+
+The cohort: one clip of about 5 s (one or two sentences) from each of the base's 36 training speakers
+(espeak-ng, flite, festival and their sox variants) and from 9 natural-sounding speakers made from the
+Piper joe voice by sox pitch / speed+tempo chains, reading training sentences that no held-out piper-joe
+clip reads (as the vocoder's Piper speakers do). No held-out dataset (piper-joe, flite-slt,
+festival-ked) is in it. Each clip is embedded by both encoders in every channel class (``BANDS`` x
+``SNRS``).
+
+    python scripts/ship_speaker_cohort.py                      # clips + embeddings (~30 min, one core)
+    python scripts/ship_speaker_cohort.py --settings bench/results/consent/consent.json   # + thresholds
+
+``--settings`` copies the thresholds that bench/consent.py calibrated (on its calibration split) into the
+cohort's ``cohort.json``, which the server reads.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from chorus.audio.io import SAMPLE_RATE
+from chorus.corpus.build import record_sentences, select_sentences
+from chorus.corpus.speakers import SpeakerSpec, get_speaker, pretraining_speakers
+from chorus.speaker.bundle import load_encoder, shipped_encoder_dir
+from chorus.speaker.embedders import ChorusEmbedder, ResemblyzerEmbedder
+from chorus.speaker.voice_match import SHIPPED_COHORT, Cohort, MatchSettings, load_cohort
+
+COHORT_RATE = 16_000  # every encoder here embeds at most 8 kHz of band
+MIN_SECONDS = 5.0
+# Natural-sounding cohort speakers from Piper joe; none of bench/consent.py's trial chains.
+PIPER_CHAINS = {
+    "up150": ("pitch", "150"),
+    "down150": ("pitch", "-150"),
+    "up450": ("pitch", "450"),
+    "down450": ("pitch", "-450"),
+    "up700": ("pitch", "700"),
+    "speed085": ("speed", "0.85", "tempo", "1.18"),
+    "speed125": ("speed", "1.25", "tempo", "0.8"),
+    "speed140": ("speed", "1.4", "tempo", "0.71"),
+    "down250-speed110": ("pitch", "-250", "speed", "1.1"),
+}
+
+
+def cohort_speakers() -> list[SpeakerSpec]:
+    joe = get_speaker("piper-joe")
+    piper = [
+        # vocoder_only + derived_from: select_sentences keeps piper-joe's held-out sentences out.
+        SpeakerSpec(f"cohort-joe-{label}", joe.engine, joe.engine_voice, "male", 0, sox=chain,
+                    derived_from="piper-joe", vocoder_only=True)
+        for label, chain in PIPER_CHAINS.items()
+    ]  # fmt: skip
+    return [*pretraining_speakers(), *piper]
+
+
+def record(speaker: SpeakerSpec) -> np.ndarray:
+    """One or two sentences of ``speaker``, 0.2 s apart, at ``COHORT_RATE``."""
+    import soxr
+
+    sentences = [text for _, text in select_sentences(speaker, 4)]
+    clips = record_sentences(speaker, sentences[:2])
+    audio = clips[0] if clips[0].size >= MIN_SECONDS * SAMPLE_RATE else np.concatenate(
+        [clips[0], np.zeros(int(0.2 * SAMPLE_RATE), np.float32), clips[1]]
+    )  # fmt: skip
+    return soxr.resample(audio, SAMPLE_RATE, COHORT_RATE).astype(np.float32)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=Path, default=SHIPPED_COHORT)
+    parser.add_argument("--settings", type=Path, help="bench/consent.py's consent.json: copy its calibrated settings")
+    parser.add_argument("--threads", type=int, default=1)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    if args.settings:
+        cohort = load_cohort(args.out)
+        calibrated = json.loads(args.settings.read_text())["calibration"]["settings"]
+        cohort.settings = {name: MatchSettings(**values) for name, values in calibrated.items()}
+        cohort.info["settings_from"] = str(args.settings)
+        cohort.save(args.out)
+        print(f"settings for {', '.join(cohort.settings)} written to {args.out / 'cohort.json'}")
+        return
+    started = time.perf_counter()
+    speakers = cohort_speakers()
+    clips = []
+    for speaker in speakers:
+        clips.append(record(speaker))
+        print(f"{speaker.name}: {clips[-1].size / COHORT_RATE:.1f} s", flush=True)
+    cohort = Cohort(clips, COHORT_RATE, [s.name for s in speakers])
+    embedders = [ResemblyzerEmbedder(), ChorusEmbedder(load_encoder(shipped_encoder_dir()))]
+    for embedder in embedders:
+        cohort.embed_classes(embedder, progress=lambda key, e=embedder: print(f"{e.name} {key}", flush=True))
+    cohort.info = {
+        "speakers": len(speakers),
+        "piper_chains": {k: list(v) for k, v in PIPER_CHAINS.items()},
+        "encoders": {
+            e.name: getattr(getattr(e, "bundle", None), "weights_sha256", "resemblyzer 0.1.4") for e in embedders
+        },
+        "seconds": round(time.perf_counter() - started, 1),
+        "threads": args.threads,
+    }
+    cohort.save(args.out)
+    print(f"cohort of {len(speakers)} speakers in {args.out} ({cohort.info['seconds']:.0f} s)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,380 @@
+"""Whether what the recognizer heard in a consent recording says the consent phrase: its meaning, word by word.
+
+A word error rate cannot tell a mishearing from a refusal: "I withhold consent to Chorus ..." or "... I
+consent to Boris ..." is one word in twenty from the phrase, while Whisper tiny.en hears the clean phrase as
+"... I can send to call us using ..." (four). So the heard words are aligned to the phrase's, in order
+(:func:`judge_phrase`), and the alignment is read:
+
+* every *content* word of the phrase must be heard. *Function* words ("I", "the", "of", "to" ...) carry no
+  consent of their own: missed, added or swapped for one another they count against a small allowance
+  (``max_loose_words``), as recognizers drop and confuse them most;
+* a heard word the phrase does not have is refused when it is a content word ("Boris", "advertising",
+  "but", "false"); a *negation* ("not", "withhold", "revoke", "don't", "unconsenting" ...) never stands for a
+  phrase word, so no likeness of sound can hide one;
+* the phrase's name (its capitalized word: "Chorus") is matched by sound, since the recognizer spells a
+  name it does not know as it likes ("Korus", "call us", "chloros"): the same consonants, by class, and the
+  same first vowel. "Boris", "Horace" and "Microsoft" differ in a consonant and are refused. Other content
+  words are matched by a looser likeness (most of their sounds in order): in noise Whisper hears "voice" as
+  "moist", and a sound-alike of "voice" or "model" changes no one's consent;
+* a recognizer also invents words in noise ("Thank you." after the phrase, a "not" nobody said), at a low
+  probability. When such words are all that is wrong, a second listen decides (``recheck``: the server
+  decodes again another way); only a word heard both times refuses.
+
+Sounds are espeak-ng's phonemes of the written words (:func:`chorus.text.phonemize.phonemize`), not a
+spelling key such as Soundex: spelling puts "chorus" (/k/) with "church" and apart from "Korus" and "call us";
+espeak reads each word once (milliseconds) and its phonemes are cached.
+
+The word lists are English's, as the server's recognizer (Whisper tiny.en) is.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from chorus.evaluation.asr import Transcript, Word, normalize_for_scoring
+from chorus.text.phonemize import phonemize
+
+# Words that carry no consent of their own, as the scoring normalizer writes them. Not here, so refused when
+# heard beyond the phrase: modal verbs ("could", "may"), conjunctions that turn a sentence ("but", "if", "or").
+FUNCTION_WORDS = frozenset(
+    {"i", "me", "my", "mine", "myself", "you", "your", "we", "us", "our", "it", "its", "this", "that", "these"}
+    | {"those", "the", "a", "an", "am", "is", "are", "was", "be", "been", "do", "of", "to", "and", "in", "on"}
+    | {"at", "for", "with", "by", "as", "so", "uh", "um", "oh"}
+)
+# Words that make a consent a refusal, and their stems (withhold, withheld, withholding ...).
+NEGATIONS = frozenset(
+    {"not", "no", "never", "nor", "neither", "nobody", "nothing", "none", "nowhere", "without", "against"}
+)
+NEGATING_STEMS = (
+    "withh", "revok", "revoc", "refus", "declin", "deny", "deni", "reject", "object", "oppos", "withdr",
+    "retract", "rescind", "forbid", "forbad", "prohibit", "disagree", "dissent", "disallow", "disapprov",
+    "veto", "resent",
+)  # fmt: skip
+# A prefix that negates the word it is put on, when that word is (begins as) one of the phrase's.
+NEGATING_PREFIXES = ("un", "non", "dis", "mis")
+# Words that turn a sentence around: like a negation, they never stand for a phrase word.
+TURNS = frozenset(
+    {"but", "however", "although", "though", "if", "unless", "except", "only", "until", "false", "untrue", "lie"}
+    | {"lying", "pretend", "pretending", "forced", "joke", "joking", "kidding", "fake", "fiction", "quote"}
+)
+# Contractions as the scoring normalizer writes them ("don't" is "dont"), spelled out so that their "not"
+# is a negation and their "am" the phrase's.
+CONTRACTIONS = {
+    "im": "i am",
+    "ive": "i have",
+    "dont": "do not",
+    "doesnt": "does not",
+    "didnt": "did not",
+    "wont": "will not",
+    "cant": "can not",
+    "cannot": "can not",
+    "isnt": "is not",
+    "arent": "are not",
+    "wasnt": "was not",
+    "werent": "were not",
+    "shouldnt": "should not",
+    "wouldnt": "would not",
+    "couldnt": "could not",
+    "havent": "have not",
+    "hasnt": "has not",
+    "hadnt": "had not",
+    "aint": "am not",
+    "mustnt": "must not",
+    "neednt": "need not",
+    "shant": "shall not",
+}
+
+# Alignment costs: a content word missed or added outweighs any number of small ones, so the alignment with
+# the fewest content errors wins and, among those, the one with the fewest loose function words.
+_CONTENT = 1000.0
+_LOOSE = 1.0
+_SOUND_ALIKE = 0.25  # a match by sound rather than spelling: preferred to any error, after an exact match
+_TWO_TOKENS = 0.3  # one phrase word heard as two ("call us" for "Chorus")
+# Looser likeness of a content word: twice the phonemes the two share in order over their lengths (Dice).
+# Whisper tiny.en's mishearings of espeak's phrase in noise: "moist" for "voice" 0.57, "longer" for "owner"
+# 0.5, "can send" for "consent" 0.86; "builder" for "owner" is 0.25.
+SOUND_ALIKE = 0.5
+
+
+@dataclass(frozen=True)
+class PhraseVerdict:
+    """What the recognizer heard, read against the phrase.
+
+    heard: the transcript's text; words: the heard words aligned to phrase words, in order (where the phrase
+    was said: the consent's speech); missing: phrase words not heard (content words, and function words past
+    the allowance); extra: heard words the phrase does not have and the allowance does not cover (normalized:
+    "don't" is "do", "not"); negations: those of ``extra`` that negate; loose: function words missed, added or
+    swapped, within the allowance; dismissed: extra words heard at a low probability and not on the second
+    listen; rechecked: what the second listen heard, when there was one.
+    """
+
+    heard: str
+    words: tuple[Word, ...]
+    missing: tuple[str, ...]
+    extra: tuple[str, ...]
+    negations: tuple[str, ...]
+    loose: int
+    dismissed: tuple[str, ...] = ()
+    rechecked: str | None = None
+
+    @property
+    def accepted(self) -> bool:
+        return not self.missing and not self.extra
+
+    @property
+    def heard_content(self) -> bool:
+        """Whether every content word of the phrase was heard (what is wrong, if anything, is what was added)."""
+        return all(word in FUNCTION_WORDS for word in self.missing)
+
+    def refusal(self, phrase: str) -> str:
+        """Why the recording is not the phrase, quoting what was heard ("" when it is)."""
+        if self.accepted:
+            return ""
+        reasons = []
+        if self.missing:
+            reasons.append(f"it lacks {_quoted(self.missing)}")
+        if self.negations:
+            reasons.append(f"it says {_quoted(self.negations)}, which makes it a refusal, not a consent")
+        others = [word for word in self.extra if word not in self.negations]
+        if others:
+            reasons.append(f"it adds {_quoted(others)}, which the phrase does not say")
+        again = " (heard again on a second listen)" if self.rechecked is not None else ""
+        return f"the consent recording must read: {phrase!r}; heard: {self.heard[:300]!r}: {'; '.join(reasons)}{again}"
+
+
+def judge_phrase(
+    phrase: str,
+    transcript: Transcript,
+    recheck: Callable[[], Transcript] | None = None,
+    *,
+    max_loose_words: int = 4,
+    doubtful_probability: float = 0.5,
+    language: str = "en-us",
+) -> PhraseVerdict:
+    """Whether ``transcript`` says ``phrase`` (see the module's notes).
+
+    recheck: a second listen to the same recording, called only when all that is wrong is extra words each
+    heard below ``doubtful_probability``; the verdict then refuses only the words the second listen hears
+    too (the same word, or any negation for a negation). ``language``: espeak-ng's, for the sounds.
+    """
+    verdict, extra = _read(phrase, transcript, max_loose_words, language)
+    doubtful = not verdict.missing and all(word.probability < doubtful_probability for word in extra)
+    if recheck is None or verdict.accepted or not doubtful:
+        return verdict
+    second = recheck()
+    again, _ = _read(phrase, second, max_loose_words, language)
+    confirmed = tuple(w for w in verdict.extra if w in again.extra or (w in verdict.negations and again.negations))
+    return PhraseVerdict(
+        heard=verdict.heard,
+        words=verdict.words,
+        missing=(),
+        extra=confirmed,
+        negations=tuple(w for w in confirmed if w in verdict.negations),
+        loose=verdict.loose,
+        dismissed=tuple(w for w in verdict.extra if w not in confirmed),
+        rechecked=second.text,
+    )
+
+
+# -- reading one transcript
+@dataclass(frozen=True)
+class _Token:
+    """One normalized word of a transcript, and the recognizer's word it came from."""
+
+    text: str
+    word: Word
+
+
+def _tokens(transcript: Transcript) -> list[_Token]:
+    tokens = []
+    for word in transcript.words:
+        for text in normalize_for_scoring(word.text).split():
+            tokens += [_Token(part, word) for part in CONTRACTIONS.get(text, text).split()]
+    return tokens
+
+
+def _name_words(phrase: str) -> set[str]:
+    """The phrase's names: capitalized words inside a sentence ("Chorus"), "I" aside."""
+    names, starts_sentence = set(), True
+    for raw in phrase.split():
+        word = raw.strip(".,;:!?\"'()")
+        if word and not starts_sentence and word[0].isupper() and word not in ("I", "I'm"):
+            names.update(normalize_for_scoring(word).split())
+        starts_sentence = raw.endswith((".", "!", "?"))
+    return names
+
+
+def is_negation(word: str, phrase_words: frozenset[str] = frozenset()) -> bool:
+    """Whether normalized ``word`` negates: a negation, a refusal verb, or a negating prefix on one of
+    ``phrase_words`` ("unconsenting", "nonconsensual", "disowned", "misusing")."""
+    if word in NEGATIONS or word.startswith(NEGATING_STEMS):
+        return True
+    for prefix in NEGATING_PREFIXES:
+        rest = word[len(prefix) :]
+        if word.startswith(prefix) and len(rest) >= 4 and any(rest[:4] == p[:4] for p in phrase_words if len(p) >= 4):
+            return True
+    return False
+
+
+def _read(phrase: str, transcript: Transcript, max_loose_words: int, language: str) -> tuple[PhraseVerdict, list[Word]]:
+    """One transcript against the phrase, without a second listen; and the recognizer's words that the
+    verdict's ``extra`` came from."""
+    said = normalize_for_scoring(phrase).split()
+    names = _name_words(phrase)
+    content = frozenset(w for w in said if w not in FUNCTION_WORDS)
+    heard = _tokens(transcript)
+    never = [is_negation(t.text, content) or t.text in TURNS for t in heard]
+    match = functools.partial(_match_cost, names=names, language=language)
+    closeness = functools.partial(_closeness, names=names, language=language)
+
+    # The cheapest order-preserving alignment (edit distance over words, with a two-words-for-one step):
+    # cost[i][j] aligns the first i heard tokens with the first j phrase words.
+    n, m = len(heard), len(said)
+    cost = [[0.0] * (m + 1) for _ in range(n + 1)]
+    step = [[(0, 0)] * (m + 1) for _ in range(n + 1)]
+    for i in range(n + 1):
+        for j in range(m + 1):
+            if i == j == 0:
+                continue
+            options = []
+            if j:  # phrase word j-1 not heard
+                options.append((cost[i][j - 1] + _miss(said[j - 1]), (i, j - 1)))
+            if i:  # heard token i-1 not in the phrase
+                options.append((cost[i - 1][j] + _extra(heard[i - 1].text, never[i - 1]), (i - 1, j)))
+            if i and j and (not never[i - 1] or heard[i - 1].text == said[j - 1]):  # a phrase may say "not"
+                found = match(heard[i - 1].text, said[j - 1])
+                if found is not None:
+                    options.append((cost[i - 1][j - 1] + found, (i - 1, j - 1)))
+            if i >= 2 and j and said[j - 1] in content and not (never[i - 1] or never[i - 2]):
+                # Two tokens for one word only when together they sound more like it than either alone: "can
+                # send" for "consent", but not "Boris using" for "using".
+                first, second, joined = heard[i - 2].text, heard[i - 1].text, f"{heard[i - 2].text} {heard[i - 1].text}"
+                found = match(joined, said[j - 1])
+                if found is not None and closeness(joined, said[j - 1]) > max(
+                    closeness(first, said[j - 1]), closeness(second, said[j - 1])
+                ):
+                    options.append((cost[i - 2][j - 1] + found + _TWO_TOKENS, (i - 2, j - 1)))
+            cost[i][j], step[i][j] = min(options, key=lambda option: option[0])
+
+    # Read back from the end what each step did; phrase words and heard tokens by their places.
+    words: list[Word] = []
+    missing: dict[int, str] = {}
+    extra: dict[int, _Token] = {}
+    loose_missing: dict[int, str] = {}
+    loose_extra: dict[int, _Token] = {}
+    i, j = n, m
+    while i or j:
+        pi, pj = step[i][j]
+        if pj == j:  # a heard token alone
+            small = heard[i - 1].text in FUNCTION_WORDS and not never[i - 1]
+            (loose_extra if small else extra)[i - 1] = heard[i - 1]
+        elif pi == i:  # a phrase word alone
+            (loose_missing if said[j - 1] not in content else missing)[j - 1] = said[j - 1]
+        else:
+            for token in reversed(heard[pi:i]):
+                if not words or words[-1] is not token.word:
+                    words.append(token.word)
+            if said[j - 1] not in content and heard[i - 1].text != said[j - 1]:
+                loose_missing[j - 1] = said[j - 1]  # a function word heard as another
+        i, j = pi, pj
+    loose = len(loose_missing) + len(loose_extra)
+    if loose > max_loose_words:  # too far from the phrase to call it noise
+        missing |= loose_missing
+        extra |= loose_extra
+    texts = tuple(extra[k].text for k in sorted(extra))
+    verdict = PhraseVerdict(
+        heard=transcript.text,
+        words=tuple(reversed(words)),
+        missing=tuple(missing[k] for k in sorted(missing)),
+        extra=texts,
+        negations=tuple(w for w in texts if is_negation(w, content)),
+        loose=loose,
+    )
+    return verdict, [extra[k].word for k in sorted(extra)]
+
+
+def _miss(word: str) -> float:
+    return _LOOSE if word in FUNCTION_WORDS else _CONTENT
+
+
+def _extra(word: str, never: bool) -> float:
+    return _LOOSE if word in FUNCTION_WORDS and not never else _CONTENT
+
+
+def _match_cost(heard: str, said: str, names: set[str], language: str) -> float | None:
+    """What it costs to take ``heard`` (one token, or two joined by a space) for phrase word ``said``; None
+    when it cannot stand for it."""
+    if heard == said:
+        return 0.0
+    if said in FUNCTION_WORDS:  # one small word for another: a loose word
+        return _LOOSE if heard in FUNCTION_WORDS else None
+    if heard in FUNCTION_WORDS:
+        return None
+    closeness = _closeness(heard, said, names, language)
+    return _SOUND_ALIKE if closeness >= (1.0 if said in names else SOUND_ALIKE) else None
+
+
+def _closeness(heard: str, said: str, names: set[str], language: str) -> float:
+    """How like content word ``said`` ``heard`` sounds, 0-1: for a name 1 or 0 (the same key or not), for
+    another word :func:`_likeness`."""
+    a, b = _sounds(heard, language), _sounds(said, language)
+    if said in names:
+        return float(_name_key(a) == _name_key(b))
+    return _likeness(a, b)
+
+
+# -- sounds
+_STRESS_AND_BREAKS = re.compile(r"[ˈˌ\s\-.,;:!?'\"()]")
+_VOWELS = set("aeiouyæɐɑɒɔəɘɚɛɜɞɨɪʉʊʌʏᵻøœɤɯ")
+_JOINED = {"aɪ", "aʊ", "eɪ", "oʊ", "ɔɪ", "tʃ", "dʒ"}  # one sound in two letters
+# Consonants a recognizer or an accent trades for each other: voicing pairs, the liquids, the flap.
+_CONSONANT_CLASS = str.maketrans(
+    {"b": "p", "d": "t", "ɾ": "t", "ɡ": "k", "g": "k", "v": "f", "ð": "θ", "z": "s", "ʒ": "ʃ", "ɹ": "l", "ŋ": "n"}
+)
+_VOWEL_CLASS = {
+    **dict.fromkeys("ieɛæaɪᵻy", "front"),
+    **dict.fromkeys("əʌɐɜɚɘ", "mid"),
+    **dict.fromkeys("uʊoɔɑɒ", "back"),
+}
+
+
+@functools.lru_cache(maxsize=4096)
+def _sounds(text: str, language: str) -> tuple[str, ...]:
+    """espeak-ng's phonemes of ``text``, one string per sound, stress and length left out (``"chorus"``:
+    k ɔ ɹ ə s), voicing pairs and liquids as one class."""
+    ipa = _STRESS_AND_BREAKS.sub("", phonemize([text], language)[0]).replace("ː", "")
+    sounds: list[str] = []
+    for char in ipa:
+        if sounds and sounds[-1] + char in _JOINED:
+            sounds[-1] += char
+        else:
+            sounds.append(char)
+    return tuple(s if s[0] in _VOWELS else s.translate(_CONSONANT_CLASS) for s in sounds)
+
+
+def _name_key(sounds: tuple[str, ...]) -> tuple[str, ...]:
+    """A name as heard: its consonants by class, a cluster of one class as one (the "l" of "chloros"), and the
+    class of its first vowel. "Chorus", "Korus", "call us" and "chloros" share one; "Boris" and "Horace" not."""
+    consonants = [s for s in sounds if s[0] not in _VOWELS]
+    key = [c for index, c in enumerate(consonants) if index == 0 or c != consonants[index - 1]]
+    first_vowel = next((_VOWEL_CLASS.get(s[0], s[0]) for s in sounds if s[0] in _VOWELS), "")
+    return (*key, first_vowel)
+
+
+def _likeness(a: tuple[str, ...], b: tuple[str, ...]) -> float:
+    """Twice the sounds ``a`` and ``b`` share in order (their longest common subsequence) over their lengths."""
+    if not a or not b:
+        return 0.0
+    row = [0] * (len(b) + 1)
+    for x in a:
+        previous_diagonal = 0
+        for k, y in enumerate(b, 1):
+            previous_diagonal, row[k] = row[k], previous_diagonal + 1 if x == y else max(row[k], row[k - 1])
+    return 2 * row[-1] / (len(a) + len(b))
+
+
+def _quoted(words) -> str:
+    return ", ".join(repr(w) for w in words)

@@ -1,0 +1,287 @@
+"""Is a voice sample the consenting speaker? A check that hears the voice, not the channel.
+
+A raw cosine of two speaker embeddings is lifted by whatever the two recordings share: two strangers
+through one phone line score as one speaker (the shipped encoder: 272 of 272 impostor pairs above its
+threshold, issue 37). So:
+
+1. **One band.** Each recording's channel is estimated (:mod:`chorus.speaker.channel`); both are cut
+   to the band they share, so an owner's clean consent and phone-line sample are compared as two phone
+   recordings, not as two channels.
+2. **Several windows.** Each recording is embedded window by window (:mod:`chorus.speaker.embedders`);
+   its embedding is the windows' mean.
+3. **A cohort heard the same way (adaptive s-norm).** The score is compared with what each side scores
+   against a cohort of other speakers heard through the *other* side's channel: the same band, and noise
+   at the other side's SNR. A trial through a phone line is judged against strangers through a phone
+   line, so the channel lifts the impostor and the cohort alike.
+   ``s = ((raw - mean_a) / sd_a + (raw - mean_b) / sd_b) / 2`` over the ``top`` highest cohort scores of
+   each side (adaptive: the cohort speakers that most resemble it). Embedding the cohort anew for every
+   trial takes 20-40 s on a CPU core, so it is embedded once per *channel class* (``BANDS`` x ``SNRS``,
+   pink noise) and shipped; a trial is cut to its class's band and takes the nearest SNR's cohort.
+4. **One speaker throughout.** Every window of the sample is scored against the rest of the sample the
+   same way; a sample with another voice spliced in has windows that are not its speaker's.
+5. **Too little voice to tell** (a band narrower than ``min_band_hz`` or an SNR under ``min_snr_db``) is
+   refused as such, not guessed.
+
+The thresholds are set on a calibration split of bench/consent.py's trials, never on its figures'
+split, and stored with the cohort (``cohort.json``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import soundfile as sf
+import soxr
+
+from chorus.audio.augment import add_noise
+from chorus.speaker.channel import Channel, estimate_channel, limit_band
+from chorus.speaker.embedders import WindowEmbedder
+
+SHIPPED_COHORT = Path(__file__).resolve().parents[1] / "assets" / "speaker_cohort"
+# Channel classes, widest first: a whole band (the embedder's Nyquist), a wideband call, a narrowband
+# (8 kHz) recording, a landline. A trial takes the widest class inside the band both recordings share.
+BANDS: tuple[tuple[float, float], ...] = ((0.0, 0.0), (0.0, 5500.0), (0.0, 3900.0), (300.0, 3400.0))
+SNRS: tuple[float, ...] = (60.0, 30.0, 20.0, 15.0, 10.0, 5.0)  # 60: clean (no noise added)
+
+
+class UnusableRecording(ValueError):
+    """A recording whose channel leaves too little of the voice to tell who speaks (or no speech at all)."""
+
+
+@dataclass(frozen=True)
+class MatchSettings:
+    """How a sample is matched to a consent with one encoder.
+
+    threshold: the least s-normalized score of the same speaker; window_threshold: the least score of any
+    one sample window against the rest of the sample; top: cohort scores per side in the adaptive
+    s-norm; min_band_hz: the narrowest band (its high edge) a speaker is told from; min_snr_db: the
+    noisiest recording.
+    """
+
+    threshold: float = 3.0
+    window_threshold: float = 0.0
+    top: int = 10
+    min_band_hz: float = 2500.0
+    min_snr_db: float = 3.0
+
+
+@dataclass(frozen=True)
+class MatchVerdict:
+    """The score of consent vs sample and why it was accepted or not."""
+
+    score: float  # s-normalized
+    raw: float  # the plain cosine, for the record
+    accepted: bool
+    band: tuple[float, float]  # the channel class both were cut to
+    cohort_snr: tuple[float, float]  # the SNR classes the consent's and the sample's cohorts were heard at
+    consent_channel: Channel
+    sample_channel: Channel
+    worst_window: float  # the lowest one-speaker score among the sample's windows
+    windows: int
+    reason: str = ""
+
+
+def class_key(band: tuple[float, float], snr: float) -> str:
+    return f"{band[0]:.0f}-{band[1]:.0f}@{snr:.0f}"
+
+
+def band_class(low_hz: float, high_hz: float, nyquist: float) -> tuple[float, float]:
+    """The widest of ``BANDS`` no wider than ``[low_hz, high_hz]``; ``(0, 0)`` stands for the whole band up
+    to ``nyquist``. Slack for the estimate: 5 % at the high edge (15 % of Nyquist for the whole band), 150 Hz
+    at the low one (a whole-band voice reads 60-100 Hz there, a 300 Hz high-pass 170-200 Hz). A class
+    narrower than the recordings costs a little of the voice; a wider one would compare them with a
+    cohort that kept what they lost, so the narrowest class takes whatever fits no other."""
+    for low, high in BANDS:
+        top = high or nyquist
+        if low_hz <= low + 150.0 and top <= high_hz * 1.05 + (0.0 if high else 0.15 * nyquist):
+            return low, high
+    return BANDS[-1]
+
+
+def snr_class(snr_db: float) -> float:
+    return min(SNRS, key=lambda c: abs(c - snr_db))
+
+
+def _resampled(audio: np.ndarray, rate: int, target: int) -> np.ndarray:
+    audio = np.asarray(audio, dtype=np.float32).reshape(-1)
+    return audio if rate == target else soxr.resample(audio, rate, target, quality="HQ").astype(np.float32)
+
+
+def _cut(audio: np.ndarray, rate: int, band: tuple[float, float]) -> np.ndarray:
+    return limit_band(audio, rate, band[0], band[1] or rate / 2)
+
+
+def mean_embedding(windows: np.ndarray) -> np.ndarray:
+    """The unit mean ``[D]`` of window embeddings ``[windows, D]``."""
+    mean = windows.mean(axis=0)
+    return mean / max(float(np.linalg.norm(mean)), 1e-12)
+
+
+@dataclass
+class Cohort:
+    """Other speakers' clips (``[samples]`` at ``rate``, one per speaker), each encoder's embeddings of
+    them per channel class (``embeddings[encoder][class_key] -> [speakers, D]``), and each encoder's
+    settings calibrated with them."""
+
+    clips: list[np.ndarray]
+    rate: int
+    speakers: list[str]
+    embeddings: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)
+    settings: dict[str, MatchSettings] = field(default_factory=dict)
+    info: dict = field(default_factory=dict)
+
+    def embed_classes(self, embedder: WindowEmbedder, progress: Callable[[str], None] = lambda key: None) -> None:
+        """Embed every clip in every channel class (pink noise, seeded per clip) for ``embedder``."""
+        rng = np.random.default_rng(0)
+        clips = [_resampled(c, self.rate, embedder.rate) for c in self.clips]
+        table = {}
+        for band in BANDS:
+            for snr in SNRS:
+                rows = []
+                for clip in clips:
+                    noisy = clip if snr >= SNRS[0] else add_noise(clip, snr, rng, color="pink")
+                    rows.append(mean_embedding(embedder.windows(_cut(noisy, embedder.rate, band))))
+                table[class_key(band, snr)] = np.stack(rows)
+                progress(class_key(band, snr))
+        self.embeddings[embedder.name] = table
+
+    def save(self, folder: str | Path) -> None:
+        """``cohort.json``, the clips as 16-bit FLAC and ``embeddings-<encoder>.npz`` under ``folder``."""
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        entries = []
+        for index, (speaker, clip) in enumerate(zip(self.speakers, self.clips, strict=True)):
+            name = f"{index:02d}-{speaker}.flac"
+            sf.write(folder / name, clip, self.rate, subtype="PCM_16")
+            entries.append({"speaker": speaker, "file": name})
+        for encoder, table in self.embeddings.items():
+            np.savez_compressed(
+                folder / f"embeddings-{encoder}.npz", **{k: v.astype(np.float16) for k, v in table.items()}
+            )
+        config = {
+            "format": "chorus-speaker-cohort",
+            "clips": entries,
+            "encoders": sorted(self.embeddings),
+            "settings": {name: asdict(s) for name, s in self.settings.items()},
+            "info": self.info,
+        }
+        (folder / "cohort.json").write_text(json.dumps(config, indent=2) + "\n")
+
+
+def load_cohort(folder: str | Path = SHIPPED_COHORT) -> Cohort:
+    """A cohort folder written by :meth:`Cohort.save`."""
+    folder = Path(folder)
+    config = json.loads((folder / "cohort.json").read_text())
+    clips, rates = [], set()
+    for entry in config["clips"]:
+        audio, rate = sf.read(folder / entry["file"], dtype="float32")
+        clips.append(audio if audio.ndim == 1 else audio.mean(axis=1))
+        rates.add(rate)
+    if len(rates) != 1:
+        raise ValueError(f"{folder}: cohort clips at several rates {sorted(rates)}")
+    embeddings = {}
+    for encoder in config.get("encoders", []):
+        with np.load(folder / f"embeddings-{encoder}.npz") as table:
+            embeddings[encoder] = {k: table[k].astype(np.float32) for k in table.files}
+    settings = {name: MatchSettings(**values) for name, values in config.get("settings", {}).items()}
+    speakers = [e["speaker"] for e in config["clips"]]
+    return Cohort(clips, rates.pop(), speakers, embeddings, settings, config.get("info", {}))
+
+
+class VoiceMatch:
+    """Matches samples to consents with one encoder and one cohort (no state changes: thread-safe)."""
+
+    def __init__(self, embedder: WindowEmbedder, cohort: Cohort, settings: MatchSettings | None = None):
+        if embedder.name not in cohort.embeddings:
+            raise ValueError(
+                f"the cohort has no embeddings by the {embedder.name!r} encoder "
+                f"(it has {', '.join(sorted(cohort.embeddings)) or 'none'}): run scripts/ship_speaker_cohort.py"
+            )
+        if settings is None and embedder.name not in cohort.settings:
+            raise ValueError(f"the cohort has no calibrated settings for the {embedder.name!r} encoder")
+        self.embedder = embedder
+        self.table = cohort.embeddings[embedder.name]
+        self.settings = settings or cohort.settings[embedder.name]
+
+    def channel(self, audio: np.ndarray, rate: int, what: str) -> tuple[np.ndarray, Channel]:
+        """``audio`` at the embedder's rate and its channel; ``UnusableRecording`` naming ``what`` when the
+        channel leaves too little of the voice."""
+        audio = _resampled(audio, rate, self.embedder.rate)
+        channel = estimate_channel(audio, self.embedder.rate)
+        if channel.high_hz < self.settings.min_band_hz or channel.snr_db < self.settings.min_snr_db:
+            raise UnusableRecording(
+                f"the {what} leaves too little of the voice to tell who is speaking ({channel.describe()}; a "
+                f"band up to at least {self.settings.min_band_hz:.0f} Hz and {self.settings.min_snr_db:g} dB "
+                "SNR are needed): record it again closer to the microphone, away from noise"
+            )
+        return audio, channel
+
+    def windows(self, audio: np.ndarray, band: tuple[float, float], what: str) -> np.ndarray:
+        """``[windows, D]`` of ``audio`` (at the embedder's rate) cut to ``band``."""
+        try:
+            return self.embedder.windows(_cut(audio, self.embedder.rate, band))
+        except ValueError as error:
+            raise UnusableRecording(f"the {what}: {error}") from None
+
+    def _norm(self, scores: np.ndarray) -> tuple[float, float]:
+        """Mean and deviation of the ``top`` highest cohort scores ``[speakers]``."""
+        top = np.sort(scores)[-self.settings.top :]
+        return float(top.mean()), max(float(top.std()), 1e-3)
+
+    def snorm(self, raw: float, a: np.ndarray, b: np.ndarray, cohort_a: np.ndarray, cohort_b: np.ndarray) -> float:
+        """Adaptive s-norm of ``raw = a . b``: ``a`` against ``cohort_a`` ``[speakers, D]`` (strangers heard
+        as ``b`` is), ``b`` against ``cohort_b``."""
+        mean_a, sd_a = self._norm(cohort_a @ a)
+        mean_b, sd_b = self._norm(cohort_b @ b)
+        return ((raw - mean_a) / sd_a + (raw - mean_b) / sd_b) / 2
+
+    def band(self, a: Channel, b: Channel) -> tuple[float, float]:
+        """The channel class two recordings are compared in: the widest inside the band both pass."""
+        return band_class(max(a.low_hz, b.low_hz), min(a.high_hz, b.high_hz), self.embedder.rate / 2)
+
+    def match(self, consent: np.ndarray, consent_rate: int, sample: np.ndarray, sample_rate: int) -> MatchVerdict:
+        """Score ``sample`` (mono ``[samples]``) against ``consent``; ``UnusableRecording`` for a recording
+        whose channel leaves too little of the voice."""
+        consent, a = self.channel(consent, consent_rate, "consent recording")
+        sample, b = self.channel(sample, sample_rate, "sample")
+        band = self.band(a, b)
+        return self.verdict(
+            self.windows(consent, band, "consent recording"), a, self.windows(sample, band, "sample"), b, band
+        )
+
+    def verdict(
+        self, consent_windows: np.ndarray, a: Channel, sample_windows: np.ndarray, b: Channel, band: tuple[float, float]
+    ) -> MatchVerdict:
+        """The verdict on window embeddings ``[W, D]`` of a consent (channel ``a``) and a sample (``b``),
+        both cut to ``band`` (bench/consent.py reuses embeddings across trials through this)."""
+        ea, eb = mean_embedding(consent_windows), mean_embedding(sample_windows)
+        heard_as_sample = self.table[class_key(band, snr_class(b.snr_db))]
+        heard_as_consent = self.table[class_key(band, snr_class(a.snr_db))]
+        raw = float(ea @ eb)
+        score = self.snorm(raw, ea, eb, heard_as_sample, heard_as_consent)
+        worst = self.worst_window(sample_windows, heard_as_sample)
+        reason = ""
+        if score < self.settings.threshold:
+            reason = "the sample's voice does not match the consent recording's"
+        elif worst < self.settings.window_threshold:
+            reason = "the sample holds more than one voice: part of it does not match the rest"
+        return MatchVerdict(
+            round(score, 4), round(raw, 4), not reason, band, (snr_class(a.snr_db), snr_class(b.snr_db)), a, b,
+            round(worst, 4), len(sample_windows), reason,
+        )  # fmt: skip
+
+    def worst_window(self, windows: np.ndarray, cohort: np.ndarray) -> float:
+        """The lowest s-normalized score of a window ``[D]`` against the mean of the sample's other windows
+        (``windows`` ``[W, D]``; ``cohort`` ``[speakers, D]`` heard as the sample); inf under 3 windows."""
+        if len(windows) < 3:
+            return float("inf")
+        total = windows.sum(axis=0)
+        worst = float("inf")
+        for window in windows:
+            rest = (total - window) / max(float(np.linalg.norm(total - window)), 1e-12)
+            worst = min(worst, self.snorm(float(window @ rest), window, rest, cohort, cohort))
+        return worst

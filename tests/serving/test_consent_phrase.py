@@ -1,0 +1,296 @@
+"""The consent recording's phrase check (issue 37): what the words mean, not their word error rate, and one
+recording, one claim.
+
+Tables of fake transcripts (words with times and probabilities) against :func:`judge_phrase`; the second
+listen faked; then real audio (espeak-ng's consent phrase, reversed speech of another espeak voice, white
+noise) through :class:`CustomVoiceChecks` with the shipped Whisper tiny.en. Each case says which hole of the
+word-error-rate check (at most 0.35, a fixed negation list, the whole recording embedded) it closes; the
+old check had no word transcript, no :func:`judge_phrase` and no ``HeardConsent.speech``, so none of these
+passes on it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import soundfile as sf
+
+from chorus.evaluation.asr import Transcript, Word, word_error_rate
+from chorus.serving.consent_phrase import judge_phrase
+from chorus.serving.consent_speech import HOP, phrase_spans, speech_outside, voiced_frames
+from chorus.serving.custom_voices import FIRST_BEAM, CustomVoiceChecks
+from chorus.serving.errors import ApiError
+from chorus.serving.settings import CONSENT_PHRASES, ConsentSettings
+
+PHRASE = CONSENT_PHRASES["en"]
+SAY = "I am the owner of this voice and I consent to {} using this voice to create a synthetic voice model."
+
+
+def transcript(text: str, unsure: dict[str, float] | None = None, step: float = 0.3) -> Transcript:
+    """``text`` as a recognizer's words, one every ``step`` s, each heard at probability 0.9 but those named in
+    ``unsure`` (by their text as written, punctuation aside)."""
+    unsure = unsure or {}
+    words = tuple(
+        Word(word, step * k, step * k + 0.8 * step, unsure.get(word.strip(".,").lower(), 0.9))
+        for k, word in enumerate(text.split())
+    )
+    return Transcript(text, words)
+
+
+def never_called() -> Transcript:
+    raise AssertionError("the second listen was not needed")
+
+
+# Harmless mishearings and owners' wordings: accepted. The old check accepted these too (WER <= 0.33); they
+# hold the new one to the owners' side. (The real 20 dB recording, with the "Thank you." Whisper invents after
+# it, the old check refused at WER 0.43: test_the_phrase_in_white_noise_is_accepted_with_its_words.)
+ACCEPTED = [
+    ("the phrase", PHRASE),  # the baseline
+    ("I'm for I am", "I'm the owner of this voice and I consent to Chorus using this voice to create a synthetic voice model."),
+    ("a dropped 'the' and 'a'", "I am owner of this voice and I consent to Chorus using this voice to create synthetic voice model."),
+    ("'to' heard as 'the'", "I am the owner of this voice and I consent the Chorus using this voice to create a synthetic voice model."),
+    ("Whisper on the clean consent", "I am the owner of this voice and I can send to call us using this voice to create a synthetic voice model."),
+    ("Whisper at 20 dB SNR", "I am the owner of this moist and I can send the chloros using this moist to create a synthetic moist model."),
+    ("owner heard as longer", "I am longer of this voice and I consent to Chorus using this voice to create a synthetic voice model."),
+    ("'my voice' for 'this voice'", "I am the owner of this voice and I consent to Chorus using my voice to create a synthetic voice model."),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("label", "heard"), ACCEPTED, ids=[label for label, _ in ACCEPTED])
+def test_harmless_mishearings_are_the_phrase(label, heard):
+    verdict = judge_phrase(PHRASE, transcript(heard), never_called)
+    assert verdict.accepted, verdict.refusal(PHRASE)
+    assert verdict.heard == heard and len(verdict.words) >= 18
+
+
+# Wrong phrases, written before the check was: refused, naming what is missing and what was added.
+# (label, heard, a word it must name as missing or None, a word it must name as added or None)
+REFUSED = [
+    # Old check: accepted (WER 0.05-0.24, no word of its negation list).
+    ("withhold", "I am the owner of this voice and I withhold consent to Chorus using this voice to create a synthetic voice model.", None, "withhold"),
+    ("revoke", "I am the owner of this voice and I revoke my consent to Chorus using this voice to create a synthetic voice model.", None, "revoke"),
+    ("decline", "I am the owner of this voice and I decline to consent to Chorus using this voice to create a synthetic voice model.", None, "decline"),
+    ("object", "I am the owner of this voice and I object to Chorus using this voice to create a synthetic voice model.", "consent", "object"),
+    ("unconsenting", "I am the owner of this voice and I am unconsenting to Chorus using this voice to create a synthetic voice model.", "consent", "unconsenting"),
+    ("another company", SAY.format("Boris"), "chorus", "boris"),
+    ("another company", SAY.format("Acme"), "chorus", "acme"),
+    ("a sound-alike company", SAY.format("Horace"), "chorus", "horace"),
+    ("another purpose", PHRASE[:-1] + " for advertising.", None, "advertising"),
+    ("another purpose", "I am the owner of this voice and I consent to Chorus using this voice to impersonate me.", "synthetic", "impersonate"),
+    ("the phrase, then turned around", PHRASE[:-1] + ", but I was forced.", None, "forced"),
+    ("the phrase, called false", "It is false that I am the owner of this voice and I consent to Chorus using this voice to create a synthetic voice model.", None, "false"),
+    # Old check: refused already (its negation list, or WER); kept so that the new one is no weaker.
+    ("the phrase, then turned around", "They told me to say I am the owner of this voice and I consent to Chorus using this voice to create a synthetic voice model, but I do not agree.", None, "but"),
+    ("refuse", "I am the owner of this voice and I refuse consent to Chorus using this voice to create a synthetic voice model.", None, "refuse"),
+    ("do not", "I am the owner of this voice and I do not consent to Chorus using this voice to create a synthetic voice model.", None, "not"),
+    ("don't", "I am the owner of this voice and I don't consent to Chorus using this voice to create a synthetic voice model.", None, "not"),
+    ("never", "I am the owner of this voice and I never consent to Chorus using this voice to create a synthetic voice model.", None, "never"),
+    ("not the owner", "I am not the owner of this voice and I consent to Chorus using this voice to create a synthetic voice model.", None, "not"),
+    ("it is not true", "It is not true that I am the owner of this voice and I consent to Chorus using this voice to create a synthetic voice model.", None, "not"),
+    ("half the phrase", "I am the owner of this voice and I consent.", "chorus", None),
+    ("a different sentence", "The birch canoe slid on the smooth planks.", "owner", "birch"),
+    ("nothing", "", "owner", None),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("label", "heard", "missing", "extra"), REFUSED, ids=[f"{label}: {heard[:40]}" for label, heard, *_ in REFUSED]
+)
+def test_wrong_phrases_are_refused_saying_why(label, heard, missing, extra):
+    verdict = judge_phrase(PHRASE, transcript(heard), never_called)  # every word heard surely: no second listen
+    assert not verdict.accepted
+    message = verdict.refusal(PHRASE)
+    assert message.startswith(f"the consent recording must read: {PHRASE!r}; heard: {heard[:300]!r}")
+    if missing:
+        assert missing in verdict.missing and f"it lacks {verdict.missing[0]!r}" in message
+    if extra:
+        assert extra in verdict.extra and repr(extra) in message
+
+
+@pytest.mark.parametrize(
+    ("name", "same"),
+    [
+        ("Korus", True),
+        ("Corus", True),
+        ("chorus'", True),
+        ("Coruss", True),
+        ("call us", True),
+        ("Boris", False),
+        ("Horace", False),
+        ("Doris", False),
+        ("Microsoft", False),
+        ("Keras", False),
+    ],
+)
+def test_the_name_is_matched_by_its_sound(name, same):
+    """Old check: every one accepted (one word of twenty, or two). Whisper spells a name it does not know as
+    it likes; another name is another company."""
+    verdict = judge_phrase(PHRASE, transcript(SAY.format(name)), never_called)
+    assert verdict.accepted is same, verdict.refusal(PHRASE)
+    assert ("chorus" in verdict.missing) is not same
+
+
+def test_a_negation_heard_at_a_low_probability_is_heard_again():
+    """Old check: a "not" Whisper invented in noise refused the owner; one said softly was refused too, but by
+    a list (a "withhold" was not). Now a doubtful word refuses only when the second listen hears it too."""
+    said = "I am the owner of this voice and I do not consent to Chorus using this voice to create a synthetic voice model."
+    first = transcript(said, unsure={"not": 0.2})
+    calls = []
+
+    def second_listen(heard: str):
+        def listen() -> Transcript:
+            calls.append(heard)
+            return transcript(heard)
+
+        return listen
+
+    invented = judge_phrase(PHRASE, first, second_listen(PHRASE))
+    assert invented.accepted and invented.dismissed == ("not",) and invented.rechecked == PHRASE
+    assert calls == [PHRASE]
+
+    confirmed = judge_phrase(PHRASE, first, second_listen(said))
+    assert not confirmed.accepted and confirmed.negations == ("not",) and confirmed.dismissed == ()
+    assert "heard again on a second listen" in confirmed.refusal(PHRASE)
+
+    # Any negation confirms a negation: "never" the second time is no better than "not".
+    assert not judge_phrase(PHRASE, first, second_listen(said.replace("do not", "never"))).accepted
+
+    # Heard surely, or with something else wrong: refused on the first listen alone.
+    assert not judge_phrase(PHRASE, transcript(said), never_called).accepted
+    unsure_and_short = transcript(said.replace("synthetic ", ""), unsure={"not": 0.2})
+    assert judge_phrase(PHRASE, unsure_and_short, never_called).missing == ("synthetic",)
+    # Whisper's "Thank you." after noise: "thank" at 0.03 is heard again; "you" is a small word.
+    assert judge_phrase(PHRASE, transcript(PHRASE + " Thank you.", {"thank": 0.03}), second_listen(PHRASE)).accepted
+
+
+def test_the_allowance_of_small_words():
+    """Function words missed or added count up to ``max_loose_words``; a sentence of them is not the phrase."""
+    padded = (
+        "Um so I am the owner of this voice and I consent to Chorus using this voice to create a synthetic voice model."
+    )
+    assert judge_phrase(PHRASE, transcript(padded), never_called, max_loose_words=2).accepted
+    verdict = judge_phrase(PHRASE, transcript(padded), never_called, max_loose_words=1)
+    assert not verdict.accepted and verdict.extra == ("um", "so")
+
+
+# -- the checks with a fake recognizer
+def checks_hearing(first: Transcript, second: Transcript | None = None) -> CustomVoiceChecks:
+    """The server's checks, whose recognizer hears ``first`` with beam search and ``second`` greedily."""
+
+    def transcriber(audio: np.ndarray, rate: int, beam: int) -> Transcript:
+        if beam == FIRST_BEAM:
+            return first
+        assert second is not None, "no second listen expected"
+        return second
+
+    return CustomVoiceChecks(None, ConsentSettings(), transcriber=transcriber)  # type: ignore[arg-type]
+
+
+def test_the_checks_take_the_speaker_from_the_phrase_words_alone():
+    """Old check: ``heard`` returned the text and the route embedded the whole recording; now the speech
+    is the recording cut to the phrase's words (here: 0.3-6.54 s of 10 s of silence, padded 0.15 s)."""
+    rate = 16_000
+    heard = transcript(PHRASE)
+    words = tuple(Word(w.text, w.start + 0.3, w.end + 0.3, w.probability) for w in heard.words)
+    audio = np.zeros(10 * rate, np.float32)  # silence: nothing voiced outside the words
+    consent = checks_hearing(Transcript(PHRASE, words)).heard(audio, rate, "en-US")
+    assert consent.text == PHRASE and consent.word_error_rate == 0.0 and consent.verdict.accepted
+    first, last = words[0].start - 0.15, words[-1].end + 0.15
+    assert consent.speech.dtype == np.float32 and abs(consent.speech.size - (last - first) * rate) <= 2
+
+
+def test_the_checks_hear_a_doubtful_word_twice():
+    said = "I am the owner of this voice and I do not consent to Chorus using this voice to create a synthetic voice model."
+    audio = np.zeros(16_000 * 7, np.float32)
+    doubtful = transcript(said, unsure={"not": 0.1})
+    assert checks_hearing(doubtful, transcript(PHRASE)).heard(audio, 16_000, "en").verdict.dismissed == ("not",)
+    with pytest.raises(ApiError, match="which makes it a refusal") as refused:
+        checks_hearing(doubtful, transcript(said)).heard(audio, 16_000, "en")
+    assert refused.value.status == 400 and refused.value.code == "consent_phrase_mismatch"
+    assert refused.value.param == "recording"
+
+
+# -- real audio: espeak-ng's phrase (f4), another voice's speech reversed (m3), Whisper tiny.en
+@pytest.fixture(scope="module")
+def real(custom_voice_recordings):
+    """The consent phrase and 10 s of another voice reversed (one rate), the server's checks with the shipped
+    Whisper, and the words Whisper hears in the clean phrase."""
+    consent, rate = sf.read(custom_voice_recordings["consent"], dtype="float32")
+    other, other_rate = sf.read(custom_voice_recordings["other"], dtype="float32")
+    assert rate == other_rate
+    checks = CustomVoiceChecks(None, ConsentSettings())  # type: ignore[arg-type]
+    words = checks.heard(consent, rate, "en").verdict.words
+    return consent, other[::-1][: 10 * rate].copy(), rate, checks, words
+
+
+def pause(rate: int, seconds: float = 0.5) -> np.ndarray:
+    return np.zeros(int(seconds * rate), np.float32)
+
+
+@pytest.mark.parametrize("gain_db", [0.0, -14.0])
+def test_a_consent_laundering_another_voice_after_the_phrase_is_refused(real, gain_db):
+    """The phrase, a pause, then another voice's speech reversed (as loud, and 14 dB quieter): Whisper hears
+    the phrase alone (the old check accepted it at WER 0.24 and embedded the other voice with it)."""
+    consent, reversed_speech, rate, checks, _ = real
+    audio = np.concatenate([consent, pause(rate), reversed_speech * 10 ** (gain_db / 20)])
+    with pytest.raises(ApiError, match=r"s of speech outside the phrase; record the phrase alone") as refused:
+        checks.heard(audio, rate, "en")
+    assert refused.value.code == "consent_extra_speech" and refused.value.param == "recording"
+    seconds = float(refused.value.message.split("has ")[1].split(" s")[0])
+    assert seconds > 5, refused.value.message  # most of the reversed speech is voiced
+
+
+def test_a_consent_laundering_another_voice_inside_the_phrase_is_refused(real):
+    """The reversed speech before "synthetic": the old check accepted what Whisper heard ("... to create a
+    system.", WER 0.29). Refused, as the phrase's last words or as speech beside them."""
+    consent, reversed_speech, rate, checks, words = real
+    at = int(next(w.start for w in words if w.text.lower().startswith("synthetic")) * rate)
+    audio = np.concatenate([consent[:at], pause(rate), reversed_speech, pause(rate), consent[at:]])
+    with pytest.raises(ApiError) as refused:
+        checks.heard(audio, rate, "en")
+    assert refused.value.code in ("consent_phrase_mismatch", "consent_extra_speech"), refused.value.message
+
+
+def test_speech_hidden_between_two_phrase_words_is_refused(real):
+    """Had the recognizer heard the whole phrase around the reversed speech (its words' timestamps leaving
+    a long gap), the gap is voiced: refused as extra speech."""
+    consent, reversed_speech, rate, _, words = real
+    index = next(k for k, w in enumerate(words) if w.text.lower().startswith("synthetic"))
+    at = words[index].start
+    inserted = np.concatenate([pause(rate), reversed_speech, pause(rate)])
+    shift = inserted.size / rate
+    heard = tuple(
+        w if k < index else Word(w.text, w.start + shift, w.end + shift, w.probability) for k, w in enumerate(words)
+    )
+    audio = np.concatenate([consent[: int(at * rate)], inserted, consent[int(at * rate) :]])
+    with pytest.raises(ApiError, match="speech outside the phrase") as refused:
+        checks_hearing(Transcript(PHRASE, heard)).heard(audio, rate, "en")
+    assert refused.value.code == "consent_extra_speech"
+
+
+def test_the_phrase_in_white_noise_is_accepted_with_its_words(real):
+    """20 dB SNR white noise: Whisper hears "moist" for "voice", "chloros" for "Chorus" and invents "Thank
+    you." (WER 0.43: the old check refused the owner). Accepted, the speech covering every word."""
+    consent, _, rate, checks, _ = real
+    noise = np.random.default_rng(0).standard_normal(consent.size).astype(np.float32)
+    noisy = consent + noise * np.sqrt(np.mean(consent**2) / np.mean(noise**2) / 10 ** (20 / 10))
+    heard = checks.heard(noisy, rate, "en")
+    assert word_error_rate(PHRASE, heard.text) > 0.35 and heard.verdict.accepted
+    settings = ConsentSettings()
+    spans = phrase_spans(heard.verdict.words, settings.word_pad_seconds, settings.max_word_seconds, noisy.size / rate)
+    assert all(any(s <= (w.start + w.end) / 2 <= e for s, e in spans) for w in heard.verdict.words)
+    assert heard.speech.size == sum(int(e * rate) - int(s * rate) for s, e in spans)
+    first, last = heard.verdict.words[0], heard.verdict.words[-1]
+    assert heard.speech.size / rate >= last.end - first.start
+
+
+def test_voiced_audio_is_periodic_audio_not_noise(real):
+    """The detector: white noise at 15 dB below the phrase's power is not speech; the reversed speech, even
+    14 dB quieter than the phrase, is."""
+    consent, reversed_speech, rate, _, _ = real
+    noise = np.random.default_rng(1).standard_normal(10 * rate).astype(np.float32)
+    noise *= np.sqrt(np.mean(consent**2) / np.mean(noise**2) / 10 ** (15 / 10))
+    assert voiced_frames(noise, rate).sum() * HOP < 0.1
+    quiet = reversed_speech * 10 ** (-14 / 20)
+    assert voiced_frames(quiet, rate).sum() * HOP > 5
+    assert speech_outside(np.concatenate([consent, quiet]), rate, [(0.0, consent.size / rate)]) > 5
