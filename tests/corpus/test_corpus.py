@@ -61,12 +61,14 @@ def test_heldout_speakers_are_exactly_joe_slt_ked_and_never_derived_from() -> No
     assert all(speaker.split == "heldout" for speaker in heldout_speakers())
 
 
-def test_vocoder_speakers_never_read_a_heldout_clip_of_their_source() -> None:
-    from chorus.corpus.speakers import VOCODER_SPEAKERS
+@pytest.mark.parametrize("split", ["vocoder", "encoder"])
+def test_vocoder_and_encoder_speakers_never_read_a_heldout_clip_of_their_source(split) -> None:
+    from chorus.corpus.speakers import ENCODER_SPEAKERS, VOCODER_SPEAKERS
 
-    assert VOCODER_SPEAKERS and all(speaker.split == "vocoder" for speaker in VOCODER_SPEAKERS)
-    assert not {speaker.name for speaker in VOCODER_SPEAKERS} & {speaker.name for speaker in SPEAKERS}
-    for speaker in VOCODER_SPEAKERS:
+    derived = {"vocoder": VOCODER_SPEAKERS, "encoder": ENCODER_SPEAKERS}[split]
+    assert derived and all(speaker.split == split for speaker in derived)
+    assert not {speaker.name for speaker in derived} & {speaker.name for speaker in SPEAKERS}
+    for speaker in derived:
         source = get_speaker(speaker.derived_from)
         assert source.heldout and speaker.sox and get_speaker(speaker.name) == speaker
         held = {text for _, text in select_sentences(source, source.utterances)}

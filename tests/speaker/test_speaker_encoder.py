@@ -147,6 +147,7 @@ def test_training_saves_an_encoder_that_embeds_and_loads_back(two_voice_corpus, 
         batch_speakers=2,
         heldout=2,
         segment_frames=64,
+        augment_copies=1,
     )
     folder = train_speaker_encoder(config, progress=False)
     bundle = load_encoder(folder)
@@ -286,3 +287,103 @@ def test_adapt_starts_from_the_speaker_encoder(tiny_base, new_voice_data, tmp_pa
             tensors |= load_file(str(result.voice_dir / name))
     [vector] = [v for k, v in tensors.items() if "speaker_vector" in k]
     torch.testing.assert_close(vector.flatten(), torch.from_numpy(mapping.vector(embedding)), atol=1e-5, rtol=1e-5)
+
+
+def _tiny_config(corpus, out, **changes):
+    from chorus.training.speaker_encoder import SpeakerTrainConfig
+
+    settings = dict(
+        corpus=str(corpus),
+        out=str(out),
+        encoder=SpeakerEncoderConfig(**{**SMALL, "n_mels": 80}),
+        steps=4,
+        batch_speakers=2,
+        per_speaker=2,
+        heldout=2,
+        segment_frames=48,
+        checkpoint_every=2,
+        log_every=1,
+    )
+    return SpeakerTrainConfig(**{**settings, **changes})
+
+
+@pytest.mark.parametrize("optimizer", ["adam", "adam8bit"])  # 8-bit: bitsandbytes' nested states
+def test_resuming_from_the_checkpoint_follows_the_uninterrupted_run(two_voice_corpus, tmp_path, monkeypatch, optimizer):
+    from safetensors.torch import load_file
+
+    import chorus.training.speaker_encoder as training
+    from chorus.training.loss_log import read_log
+    from chorus.training.speaker_encoder import CHECKPOINT, train_speaker_encoder
+
+    straight = train_speaker_encoder(
+        _tiny_config(two_voice_corpus, tmp_path / "straight", optimizer=optimizer), progress=False
+    )
+
+    def killed_after_saving(*args, **kwargs):  # the run dies right after its first checkpoint (step 2)
+        save_checkpoint(*args, **kwargs)
+        raise KeyboardInterrupt
+
+    save_checkpoint = training.save_checkpoint
+    monkeypatch.setattr(training, "save_checkpoint", killed_after_saving)
+    half = tmp_path / "half"
+    with pytest.raises(KeyboardInterrupt):
+        train_speaker_encoder(_tiny_config(two_voice_corpus, half, optimizer=optimizer), progress=False)
+    monkeypatch.setattr(training, "save_checkpoint", save_checkpoint)
+    assert (half / CHECKPOINT / "training_state.safetensors").is_file() and (straight / "loss.png").is_file()
+    assert not (half / "encoder.safetensors").exists()
+    resumed = train_speaker_encoder(
+        _tiny_config(two_voice_corpus, tmp_path / "resumed", optimizer=optimizer), progress=False, resume=half
+    )
+    ours, theirs = load_file(str(resumed / "encoder.safetensors")), load_file(str(straight / "encoder.safetensors"))
+    assert ours.keys() == theirs.keys()
+    for name in ours:
+        torch.testing.assert_close(ours[name], theirs[name], msg=name)
+    head = "head.weight"
+    torch.testing.assert_close(
+        load_file(str(resumed / CHECKPOINT / "training_state.safetensors"))[head],
+        load_file(str(straight / CHECKPOINT / "training_state.safetensors"))[head],
+    )
+    straight_log, resumed_log = read_log(straight / "loss.csv"), read_log(tmp_path / "resumed" / "loss.csv")
+    assert [r["loss"] for r in straight_log] == [r["loss"] for r in read_log(half / "loss.csv")] + [
+        r["loss"] for r in resumed_log
+    ]
+    assert [int(r["step"]) for r in resumed_log] == [3, 4]
+    # The encoder, checkpoint and loss curve share the run folder.
+    assert {"encoder.safetensors", "config.json", CHECKPOINT, "loss.csv", "loss.png"} <= {
+        p.name for p in resumed.iterdir()
+    }
+    with pytest.raises(ValueError, match="these fields differ: margin"):
+        train_speaker_encoder(
+            _tiny_config(two_voice_corpus, tmp_path / "other", optimizer=optimizer, margin=0.3), resume=half
+        )
+    with pytest.raises(ValueError, match="no speaker encoder checkpoint"):
+        train_speaker_encoder(_tiny_config(two_voice_corpus, tmp_path / "other"), resume=tmp_path)
+
+
+def test_training_crops_are_augmented_on_the_fly(two_voice_corpus):
+    from chorus.audio.augment import Augmentation
+    from chorus.audio.mel import MelConfig
+    from chorus.training.speaker_encoder import prepare_clips, training_crop
+
+    mel_config = MelConfig()
+    config = _tiny_config(two_voice_corpus, "", augment_share=1.0, augmentation=Augmentation(channel=1.0))
+    clips = prepare_clips(config, mel_config, progress=False)
+    assert clips.augmentations == 0 and all(a.dtype == np.float16 for s in clips.train for a in s)
+    rng = np.random.default_rng(0)
+    crops = [training_crop(clips, 0, config, mel_config, rng) for _ in range(12)]
+    assert all(mel.shape == (48, 80) for mel, _ in crops)
+    assert all(any(d.startswith("channel") for d in done) for _, done in crops)
+    clean = _tiny_config(two_voice_corpus, "", augment_share=0.0)
+    assert all(training_crop(clips, 1, clean, mel_config, rng)[1] == [] for _ in range(5))
+    # A phone line leaves nothing above 4 kHz in the mel (fmax 8 kHz: the top bins).
+    phone = _tiny_config(
+        two_voice_corpus,
+        "",
+        augment_share=1.0,
+        augmentation=Augmentation(
+            speed=0.0, tempo=0.0, reverb=0.0, noise=0.0, mic=0.0, channel=1.0, channels=("phone",)
+        ),
+    )
+    mel, done = training_crop(clips, 0, phone, mel_config, rng)
+    plain, _ = training_crop(clips, 0, clean, mel_config, np.random.default_rng(1))
+    assert done == ["channel phone"] and mel[:, -10:].mean() < plain[:, -10:].mean() - 2.0

@@ -36,7 +36,7 @@ def data_check(
 @corpus_app.command("build")
 def corpus_build(
     out_dir: Path = typer.Argument(
-        ..., help="Output folder: train/<speaker>/, heldout/<speaker>/, vocoder/<speaker>/, voices.json."
+        ..., help="Output folder: train/, heldout/, vocoder/, encoder/ (a folder per speaker each), voices.json."
     ),
     scale: float = typer.Option(
         parameter_default(build_corpus, "utterances_scale"),

@@ -38,8 +38,23 @@ def train(
     steps: int = typer.Option(config_default(SpeakerTrainConfig, "steps"), help="Training steps."),
     threads: int = typer.Option(config_default(SpeakerTrainConfig, "threads"), help="CPU threads."),
     seed: int = typer.Option(config_default(SpeakerTrainConfig, "seed"), help="Random seed."),
+    augment_share: float = typer.Option(
+        config_default(SpeakerTrainConfig, "augment_share"),
+        help="Share of training crops given a random room, noise, microphone and channel on the fly (0: none).",
+    ),
+    augment_copies: int = typer.Option(
+        config_default(SpeakerTrainConfig, "augment_copies"),
+        help="Fixed augmented copies of each clip made before training (the older recipe).",
+    ),
+    checkpoint_every: int = typer.Option(
+        config_default(SpeakerTrainConfig, "checkpoint_every"), help="Steps between checkpoints (OUT/checkpoint)."
+    ),
+    resume: Path | None = typer.Option(
+        None, help="Continue from this checkpoint (a run folder or its checkpoint/) up to --steps in all."
+    ),
 ) -> None:
-    """Train a speaker encoder; its threshold is calibrated on clips held out of every speaker."""
+    """Train a speaker encoder; its threshold is calibrated on clips held out of every speaker.
+    OUT also gets the checkpoint (checkpoint/) and the loss curve (loss.csv, loss.png)."""
     from chorus.training.speaker_encoder import train_speaker_encoder
 
     with user_errors():
@@ -51,8 +66,11 @@ def train(
             steps=steps,
             threads=threads,
             seed=seed,
+            augment_share=augment_share,
+            augment_copies=augment_copies,
+            checkpoint_every=checkpoint_every,
         )
-        folder = train_speaker_encoder(config)
+        folder = train_speaker_encoder(config, resume=resume)
     info = load_encoder(folder).info
     console.print(
         f"encoder: {folder} ({info['speakers']} speakers, {info['steps']} steps in {info['train_seconds']:.0f} s; "

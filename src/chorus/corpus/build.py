@@ -6,6 +6,7 @@ Layout under ``OUT``::
     train/<speaker>/wavs/<id>.wav   22,050 Hz mono 16-bit, silences trimmed to ~0.1 s, peak ~0.9
     heldout/<speaker>/...           the same for speakers kept out of pretraining
     vocoder/<speaker>/...           natural-sounding speakers for the neural vocoder alone (``VOCODER_SPEAKERS``)
+    encoder/<speaker>/...           natural-sounding speakers for the speaker encoder alone (``ENCODER_SPEAKERS``)
     voices.json                     engine, arguments, sox chain, gender, clips and minutes per speaker
 
 Clips are written atomically and skipped when present, so an interrupted build resumes where it
@@ -36,7 +37,14 @@ import soundfile as sf
 
 from chorus.atomic import atomic_write_text
 from chorus.audio.io import SAMPLE_RATE, load_audio, save_audio
-from chorus.corpus.speakers import SOX_COMMAND, SPEAKERS, VOCODER_SPEAKERS, SpeakerSpec, get_speaker
+from chorus.corpus.speakers import (
+    ENCODER_SPEAKERS,
+    SOX_COMMAND,
+    SPEAKERS,
+    VOCODER_SPEAKERS,
+    SpeakerSpec,
+    get_speaker,
+)
 from chorus.corpus.text import training_sentences
 from chorus.text.normalize import normalize_text
 
@@ -146,9 +154,9 @@ def select_sentences(speaker: SpeakerSpec, count: int) -> list[tuple[str, str]]:
     (overlapping) sentences and a larger ``count`` extends a smaller one's selection.
     """
     pool = _shuffled_pool(speaker.name)
-    if speaker.vocoder_only and speaker.derived_from:
-        # What its held-out source reads (adaptation and evaluation clips) stays out of vocoder training.
-        source = get_speaker(speaker.derived_from)
+    source = get_speaker(speaker.derived_from) if speaker.derived_from else None
+    if source is not None and source.heldout:
+        # What its held-out source reads (adaptation and evaluation clips) stays out of any training.
         reserved = {sentence_id for sentence_id, _ in _shuffled_pool(source.name)[: source.utterances]}
         pool = [(sentence_id, text) for sentence_id, text in pool if sentence_id not in reserved]
     return [(f"{speaker.name}_{sentence_id}", normalize_text(text, warn=False)) for sentence_id, text in pool[:count]]
@@ -383,7 +391,7 @@ class CorpusSummary:
 
 def _resolve_speakers(speakers: Sequence[str | SpeakerSpec] | None) -> list[SpeakerSpec]:
     if speakers is None:
-        return [*SPEAKERS, *VOCODER_SPEAKERS]
+        return [*SPEAKERS, *VOCODER_SPEAKERS, *ENCODER_SPEAKERS]
     specs = [get_speaker(v) if isinstance(v, str) else v for v in speakers]
     names = [v.name for v in specs]
     if len(set(names)) != len(names):

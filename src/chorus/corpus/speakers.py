@@ -16,6 +16,11 @@ The one exception is the neural vocoder's own data (``VOCODER_SPEAKERS``, corpus
 the package index has no other natural-sounding English voice, so Piper joe reads *other* sentences
 (never one of its held-out clips') resampled by sox into speakers with other pitch and formants.
 Benchmarks say so wherever piper-joe is judged through that vocoder.
+
+The speaker encoder's natural-sounding speakers (``ENCODER_SPEAKERS``, corpus split ``encoder/``) are
+made the same way, under the same rule: Piper joe reads other sentences than its held-out clips',
+through sox chains that move its pitch, its formants and its speaking rate. Neither the base nor the
+vocoder reads this split; an encoder that learns from it says so in its model card.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ CLEAR_CLIPS = 600  # flite / festival voices and their sox derivatives
 ESPEAK_CLIPS = 250  # espeak-ng formant variants, much less intelligible
 HELDOUT_CLIPS = 220  # ~12.5 minutes: clips average ~3.4 s (joe 3.5, slt 3.4, ked 3.4) with their 0.2 s of silence
 VOCODER_CLIPS = 160  # per vocoder-only speaker: ~9 minutes each
+ENCODER_CLIPS = 250  # per encoder-only speaker; 45 at the encoder corpus' scale 0.18 (the encoder uses 44)
 
 # How every sox effect chain is run. -R: repeatable mode, a fixed dither seed, so the same input
 # gives the same samples (sox dithers its 16-bit output at random otherwise, and after trimming and
@@ -59,11 +65,14 @@ class SpeakerSpec:
     sox: tuple[str, ...] = ()
     derived_from: str | None = None
     vocoder_only: bool = False
+    encoder_only: bool = False
 
     @property
     def split(self) -> str:
-        """Corpus sub-folder: ``heldout`` and ``vocoder`` speakers never mix with the ``train`` ones."""
-        return "heldout" if self.heldout else "vocoder" if self.vocoder_only else "train"
+        """Corpus sub-folder: ``heldout``, ``vocoder`` and ``encoder`` speakers never mix with the ``train`` ones."""
+        if self.heldout:
+            return "heldout"
+        return "vocoder" if self.vocoder_only else "encoder" if self.encoder_only else "train"
 
 
 def _espeak(name: str, engine_voice: str, gender: Gender) -> SpeakerSpec:
@@ -149,6 +158,48 @@ VOCODER_SPEAKERS: tuple[SpeakerSpec, ...] = tuple(
 )
 
 
+# Natural-sounding speakers for the speaker encoder alone: Piper joe through sox. `pitch` moves F0
+# alone (WSOLA); `speed` moves F0 and formants together (a shorter or longer vocal tract) and `tempo`
+# restores the speaking rate (1 / speed); `speed` with an opposite `pitch` moves the formants against F0;
+# the last chains also change the speaking rate. Unlike the vocoder's, WSOLA's phasiness does no harm
+# here: the encoder is trained on noisier channels than that.
+_ENCODER_CHAINS: tuple[tuple[tuple[str, ...], Gender], ...] = (
+    (("pitch", "-600"), "male"),
+    (("pitch", "-400"), "male"),
+    (("pitch", "-200"), "male"),
+    (("pitch", "-100"), "male"),
+    (("pitch", "150"), "male"),
+    (("pitch", "300"), "male"),
+    (("pitch", "450"), "female"),
+    (("pitch", "600"), "female"),
+    (("speed", "0.85", "tempo", "1.176"), "male"),
+    (("speed", "0.92", "tempo", "1.087"), "male"),
+    (("speed", "1.08", "tempo", "0.926"), "male"),
+    (("speed", "1.16", "tempo", "0.862"), "male"),
+    (("speed", "1.25", "tempo", "0.8"), "female"),
+    (("speed", "1.4", "tempo", "0.714"), "female"),
+    (("speed", "0.9", "pitch", "300", "tempo", "1.111"), "male"),
+    (("speed", "1.12", "pitch", "-350", "tempo", "0.893"), "male"),
+    (("speed", "1.3", "pitch", "-500", "tempo", "0.769"), "female"),
+    (("pitch", "-250", "tempo", "0.9"), "male"),
+    (("pitch", "250", "tempo", "1.12"), "male"),
+    (("speed", "1.2", "tempo", "0.95"), "female"),
+)
+ENCODER_SPEAKERS: tuple[SpeakerSpec, ...] = tuple(
+    SpeakerSpec(
+        f"piper-joe-{'-'.join(part.replace('-', 'm').replace('.', '') for part in chain)}",  # pitch-m600
+        "piper",
+        "joe",
+        gender,
+        ENCODER_CLIPS,
+        sox=chain,
+        derived_from="piper-joe",
+        encoder_only=True,
+    )
+    for chain, gender in _ENCODER_CHAINS
+)
+
+
 def pretraining_speakers() -> list[SpeakerSpec]:
     """Speakers of the base model's training corpus (``train/``)."""
     return [speaker for speaker in SPEAKERS if not speaker.heldout]
@@ -161,8 +212,8 @@ def heldout_speakers() -> list[SpeakerSpec]:
 
 def get_speaker(name: str) -> SpeakerSpec:
     """The registered speaker called ``name``; ``KeyError`` lists the known names otherwise."""
-    for speaker in (*SPEAKERS, *VOCODER_SPEAKERS):
+    for speaker in (*SPEAKERS, *VOCODER_SPEAKERS, *ENCODER_SPEAKERS):
         if speaker.name == name:
             return speaker
-    known = ", ".join(v.name for v in (*SPEAKERS, *VOCODER_SPEAKERS))
+    known = ", ".join(v.name for v in (*SPEAKERS, *VOCODER_SPEAKERS, *ENCODER_SPEAKERS))
     raise KeyError(f"unknown corpus speaker {name!r}; known: {known}")

@@ -9,7 +9,8 @@ history, optimizer hyperparameters), so a run can resume exactly; no pickle anyw
 folder is written to a temporary name and renamed into place (:func:`chorus.atomic.atomic_write_folder`),
 so a killed process never leaves a half-written checkpoint.
 
-Tensor names: ``NAME.PARAM_INDEX.KEY`` for the optimizer ``NAME`` (``optimizer.3.exp_avg``) and
+Tensor names: ``NAME.PARAM_INDEX.KEY`` for the optimizer ``NAME`` (``optimizer.3.exp_avg``; a state
+nested one level deeper, as bitsandbytes' 8-bit ones are, ``optimizer.3.KEY.INNER``) and
 ``NAME.KEY`` for the module ``NAME``; an optimizer's param groups and non-tensor state go to the
 metadata under its name.
 """
@@ -38,7 +39,12 @@ def pack_optimizer(optimizer: torch.optim.Optimizer, prefix: str = "optimizer") 
     tensors, scalars = {}, {}
     for param_id, values in state["state"].items():
         for name, value in values.items():
-            if torch.is_tensor(value):
+            if isinstance(value, dict):  # bitsandbytes nests a parameter's quantized states in one dict
+                for inner, tensor in value.items():
+                    # Cloned: its quantization maps are one tensor shared by every parameter, and
+                    # safetensors refuses shared memory.
+                    tensors[f"{prefix}.{param_id}.{name}.{inner}"] = tensor.detach().clone().contiguous().cpu()
+            elif torch.is_tensor(value):
                 tensors[f"{prefix}.{param_id}.{name}"] = value.detach().contiguous().cpu()
             else:
                 scalars[f"{param_id}.{name}"] = value
@@ -51,7 +57,11 @@ def unpack_optimizer(tensors: Mapping[str, torch.Tensor], meta: dict, prefix: st
     for key, value in tensors.items():
         if key.startswith(f"{prefix}."):
             param_id, name = key.removeprefix(f"{prefix}.").split(".", 1)
-            state.setdefault(int(param_id), {})[name] = value
+            outer, _, inner = name.partition(".")  # a nested state (bitsandbytes) has a second part
+            if inner:
+                state.setdefault(int(param_id), {}).setdefault(outer, {})[inner] = value
+            else:
+                state.setdefault(int(param_id), {})[name] = value
     for key, value in meta["scalars"].items():
         param_id, name = key.split(".", 1)
         state.setdefault(int(param_id), {})[name] = value
