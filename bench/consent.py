@@ -183,12 +183,13 @@ def sample_windows(source: str, heldout: Path, split: str, count: int, rng: np.r
 
 
 class Judges:
-    """The server's checks, with each encoder's windows cached per recording and band."""
+    """The server's checks, with each encoder's windows cached per recording and band (saved with
+    :meth:`save`, so ``--rescore`` can judge every trial again with another cohort or settings)."""
 
     def __init__(self, checks: CustomVoiceChecks, matchers: dict[str, VoiceMatch]):
         self.checks, self.matchers = checks, matchers
-        self._channels: dict = {}
-        self._windows: dict = {}
+        self.channels: dict = {}  # (encoder, recording key) -> (audio at its rate, Channel) or UnusableRecording
+        self.windows: dict = {}  # (encoder, recording key, band) -> [windows, D]
 
     def phrase(self, audio: np.ndarray) -> dict:
         """The consent's phrase check: accepted, what was heard, the audio its speaker is taken from."""
@@ -200,15 +201,30 @@ class Judges:
 
     def trial(self, name: str, consent_key, consent: np.ndarray, sample_key, sample: np.ndarray) -> dict:
         """Encoder ``name``'s verdict on a consent and a sample, each embedded once per band."""
+        consent_key, sample_key = repr(consent_key), repr(sample_key)
         matcher = self.matchers[name]
         try:
             (ca, a), (sb, b) = self._channel(name, consent_key, consent), self._channel(name, sample_key, sample)
             band = matcher.band(a, b)
-            wa = self._window(name, consent_key, ca, band)
-            wb = self._window(name, sample_key, sb, band)
+            self._window(name, consent_key, ca, band)
+            self._window(name, sample_key, sb, band)
         except UnusableRecording as error:
-            return {"accepted": False, "score": float("nan"), "unusable": str(error)[:200]}
-        verdict = matcher.verdict(wa, a, wb, b, band)
+            return {
+                "accepted": False,
+                "score": float("nan"),
+                "unusable": str(error)[:200],
+                "keys": [consent_key, sample_key],
+            }
+        return {**self.judge(name, consent_key, sample_key), "keys": [consent_key, sample_key]}
+
+    def judge(self, name: str, consent_key: str, sample_key: str) -> dict:
+        """The verdict from the cached channels and windows of two recordings."""
+        matcher = self.matchers[name]
+        (_, a), (_, b) = self.channels[(name, consent_key)], self.channels[(name, sample_key)]
+        band = matcher.band(a, b)
+        verdict = matcher.verdict(
+            self.windows[(name, consent_key, band)], a, self.windows[(name, sample_key, band)], b, band
+        )
         return {
             "accepted": verdict.accepted,
             "score": verdict.score,
@@ -216,21 +232,40 @@ class Judges:
             "worst_window": verdict.worst_window,
         }
 
+    def rescore(self, rows: list[dict]) -> None:
+        """Every trial's scores again, from the cache, with the matchers' cohort and settings."""
+        for row in rows:
+            for name in self.matchers:
+                if np.isfinite(row[name]["score"]):
+                    row[name] = {**self.judge(name, *row[name]["keys"]), "keys": row[name]["keys"]}
+
+    def save(self, path: Path) -> None:
+        import pickle
+
+        channels = {k: (None, v[1]) if isinstance(v, tuple) else v for k, v in self.channels.items()}
+        path.write_bytes(pickle.dumps({"channels": channels, "windows": self.windows}))
+
+    def load(self, path: Path) -> None:
+        import pickle
+
+        cached = pickle.loads(path.read_bytes())
+        self.channels, self.windows = cached["channels"], cached["windows"]
+
     def _channel(self, name, key, audio):
-        if (name, key) not in self._channels:
+        if (name, key) not in self.channels:
             try:
-                self._channels[(name, key)] = self.matchers[name].channel(audio, SAMPLE_RATE, "recording")
+                self.channels[(name, key)] = self.matchers[name].channel(audio, SAMPLE_RATE, "recording")
             except UnusableRecording as error:
-                self._channels[(name, key)] = error
-        found = self._channels[(name, key)]
+                self.channels[(name, key)] = error
+        found = self.channels[(name, key)]
         if isinstance(found, UnusableRecording):
             raise found
         return found
 
     def _window(self, name, key, audio, band):
-        if (name, key, band) not in self._windows:
-            self._windows[(name, key, band)] = self.matchers[name].windows(audio, band, "recording")
-        return self._windows[(name, key, band)]
+        if (name, key, band) not in self.windows:
+            self.windows[(name, key, band)] = self.matchers[name].windows(audio, band, "recording")
+        return self.windows[(name, key, band)]
 
 
 def provisional(cohort, name: str) -> MatchSettings:
@@ -239,19 +274,24 @@ def provisional(cohort, name: str) -> MatchSettings:
     return cohort.settings.get(name, MatchSettings())
 
 
+def matchers_for(cohort, encoder: Path | None) -> Judges:
+    """Both encoders' speaker checks on ``cohort`` (without a phrase check yet)."""
+    embedders = {
+        "resemblyzer": ResemblyzerEmbedder(),
+        "chorus": ChorusEmbedder(load_encoder(encoder or shipped_encoder_dir())),
+    }
+    return Judges(None, {name: VoiceMatch(e, cohort, provisional(cohort, name)) for name, e in embedders.items()})  # type: ignore[arg-type]
+
+
 def measure(args) -> dict:
     torch.set_num_threads(args.threads)
     rng = np.random.default_rng(args.seed)
     cohort = load_cohort(args.cohort)
-    embedders = {
-        "resemblyzer": ResemblyzerEmbedder(),
-        "chorus": ChorusEmbedder(load_encoder(args.encoder or shipped_encoder_dir())),
-    }
-    matchers = {name: VoiceMatch(e, cohort, provisional(cohort, name)) for name, e in embedders.items()}
+    judges = matchers_for(cohort, args.encoder)
     # The server's Whisper, on the benchmark's thread budget.
     whisper = WhisperJudge(beam_size=5, cpu_threads=args.threads)
-    checks = CustomVoiceChecks(None, ConsentSettings(), transcriber=whisper.transcribe_words)  # type: ignore[arg-type]
-    judges = Judges(checks, matchers)
+    judges.checks = checks = CustomVoiceChecks(None, ConsentSettings(), transcriber=whisper.transcribe_words)  # type: ignore[arg-type]
+    matchers = judges.matchers
     phrase = checks.phrase("en")
     talkers = babble_talkers()
     people = speakers()
@@ -308,6 +348,7 @@ def measure(args) -> dict:
 
     attacks = attack_trials(judges, people, consents, samples, phrase, rng) if args.attacks else []
     wrong = wrong_phrases(judges, rng, talkers) if args.attacks else []
+    judges.save(args.out / "embeddings.pkl")
     return {
         "phrase": phrase,
         "cohort": {"speakers": len(cohort.speakers), "info": cohort.info},
@@ -634,6 +675,12 @@ def main() -> None:
     parser.add_argument(
         "--merge", type=Path, nargs="+", help="consent.json files of runs over other conditions: one report"
     )
+    parser.add_argument(
+        "--rescore",
+        type=Path,
+        nargs="+",
+        help="embeddings.pkl of the runs behind --out's consent.json: judge every trial again with --cohort",
+    )
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     args.partial = args.out / "partial.json"
@@ -660,6 +707,15 @@ def main() -> None:
             "load": f"{min(load):.1f}-{max(load):.1f} (1-minute, n = {len(load)})" if load else "not sampled",
         }
     cohort = load_cohort(args.cohort)
+    if args.rescore:
+        judges = matchers_for(cohort, args.encoder)
+        for path in args.rescore:
+            cached = Judges(None, {})  # type: ignore[arg-type]
+            cached.load(path)
+            judges.channels |= cached.channels
+            judges.windows |= cached.windows
+        judges.rescore([*result["trials"], *result["attacks"]])
+        result["provenance"]["rescored"] = provenance(args.threads)
     chosen = {name: calibrate(result["trials"], name, provisional(cohort, name)) for name in ("resemblyzer", "chorus")}
     result["calibration"] = {"settings": {n: asdict(s) for n, s in chosen.items()}}
     decide(result["trials"], result["attacks"], chosen)

@@ -6,9 +6,9 @@ The cohort: one clip of about 5 s (one or two sentences) from each of the base's
 Piper joe voice by sox pitch / speed+tempo chains, reading training sentences that no held-out piper-joe
 clip reads (as the vocoder's Piper speakers do). No held-out dataset (piper-joe, flite-slt,
 festival-ked) is in it. Each clip is embedded by both encoders in every channel class (``BANDS`` x
-``SNRS``).
+``SNRS``), dry and in two simulated rooms (``ROOMS``).
 
-    python scripts/ship_speaker_cohort.py                      # clips + embeddings (~30 min, one core)
+    python scripts/ship_speaker_cohort.py                      # clips + embeddings (~20 min, one core)
     python scripts/ship_speaker_cohort.py --settings bench/results/consent/consent.json   # + thresholds
 
 ``--settings`` copies the thresholds that bench/consent.py calibrated (on its calibration split) into the
@@ -30,7 +30,7 @@ from chorus.corpus.build import record_sentences, select_sentences
 from chorus.corpus.speakers import SpeakerSpec, get_speaker, pretraining_speakers
 from chorus.speaker.bundle import load_encoder, shipped_encoder_dir
 from chorus.speaker.embedders import ChorusEmbedder, ResemblyzerEmbedder
-from chorus.speaker.voice_match import SHIPPED_COHORT, Cohort, MatchSettings, load_cohort
+from chorus.speaker.voice_match import ROOMS, SHIPPED_COHORT, Cohort, MatchSettings, load_cohort
 
 COHORT_RATE = 16_000  # every encoder here embeds at most 8 kHz of band
 MIN_SECONDS = 5.0
@@ -76,6 +76,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=SHIPPED_COHORT)
     parser.add_argument("--settings", type=Path, help="bench/consent.py's consent.json: copy its calibrated settings")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--fresh", action="store_true", help="record the clips again (default: embed what --out lacks)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     if args.settings:
@@ -87,26 +88,29 @@ def main() -> None:
         print(f"settings for {', '.join(cohort.settings)} written to {args.out / 'cohort.json'}")
         return
     started = time.perf_counter()
-    speakers = cohort_speakers()
-    clips = []
-    for speaker in speakers:
-        clips.append(record(speaker))
-        print(f"{speaker.name}: {clips[-1].size / COHORT_RATE:.1f} s", flush=True)
-    cohort = Cohort(clips, COHORT_RATE, [s.name for s in speakers])
+    if (args.out / "cohort.json").is_file() and not args.fresh:
+        cohort = load_cohort(args.out)  # embed only the classes it lacks
+    else:
+        speakers = cohort_speakers()
+        clips = []
+        for speaker in speakers:
+            clips.append(record(speaker))
+            print(f"{speaker.name}: {clips[-1].size / COHORT_RATE:.1f} s", flush=True)
+        cohort = Cohort(clips, COHORT_RATE, [s.name for s in speakers])
+        cohort.info = {"speakers": len(speakers), "piper_chains": {k: list(v) for k, v in PIPER_CHAINS.items()}}
     embedders = [ResemblyzerEmbedder(), ChorusEmbedder(load_encoder(shipped_encoder_dir()))]
     for embedder in embedders:
         cohort.embed_classes(embedder, progress=lambda key, e=embedder: print(f"{e.name} {key}", flush=True))
-    cohort.info = {
-        "speakers": len(speakers),
-        "piper_chains": {k: list(v) for k, v in PIPER_CHAINS.items()},
-        "encoders": {
-            e.name: getattr(getattr(e, "bundle", None), "weights_sha256", "resemblyzer 0.1.4") for e in embedders
-        },
-        "seconds": round(time.perf_counter() - started, 1),
-        "threads": args.threads,
+    cohort.info["encoders"] = {
+        e.name: getattr(getattr(e, "bundle", None), "weights_sha256", "resemblyzer 0.1.4") for e in embedders
     }
+    cohort.info["rooms"] = {room or "dry": rt60 for room, rt60 in ROOMS.items()}
+    cohort.info["embedding_seconds"] = round(
+        time.perf_counter() - started + cohort.info.get("embedding_seconds", 0.0), 1
+    )
+    cohort.info["threads"] = args.threads
     cohort.save(args.out)
-    print(f"cohort of {len(speakers)} speakers in {args.out} ({cohort.info['seconds']:.0f} s)")
+    print(f"cohort of {len(cohort.speakers)} speakers in {args.out} ({cohort.info['embedding_seconds']:.0f} s in all)")
 
 
 if __name__ == "__main__":

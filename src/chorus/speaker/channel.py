@@ -13,7 +13,7 @@ The estimate:
 * SNR: speech-frame power over noise-frame power (digital silence: capped at ``MAX_SNR_DB``);
 * the voice's spectrum: the speech frames' mean power spectrum less the noise frames', smoothed over
   ~100 Hz, in dB below its level in 500-2,500 Hz (the part of a voice every channel keeps); the band
-  runs from there down to where it falls ``LOW_EDGE_DB`` and up to where it falls ``HIGH_EDGE_DB``.
+  runs from 1 kHz down to where it falls ``LOW_EDGE_DB`` and up to where it falls ``HIGH_EDGE_DB``.
   A voice's own spectrum falls 30-40 dB by 5-7 kHz (espeak-ng's anika: below -30 dB from 2.75 kHz), so
   the high edge must be lenient to keep a clean recording's band; nothing is left above 4 kHz at 8 kHz.
   Below its F0 a voice falls fast, so the low edge is strict: a 300 Hz high-pass (a phone line, 24 dB an
@@ -85,13 +85,13 @@ def estimate_channel(audio: np.ndarray, rate: int) -> Channel:
     mid = (freqs >= _MID_BAND[0]) & (freqs <= _MID_BAND[1])
     level = 10 * np.log10(smooth + 1e-20)
     reference = 10 * np.log10(float(np.mean(smooth[mid])) + 1e-20)
-    # The band is the run of frequencies within the limits that holds the mid band: a peak of noise far
-    # above the voice's band is not part of it.
-    first_mid, last_mid = int(np.argmax(mid)), int(len(mid) - 1 - np.argmax(mid[::-1]))
-    low = first_mid
+    # The band is the run of frequencies within the limits around 1 kHz: a peak of noise far above the
+    # voice's band is not part of it, and a muffled recording can read narrower than the reference band.
+    start = int(np.argmin(np.abs(freqs - 1000.0)))
+    low = start
     while low > 0 and level[low - 1] >= reference - LOW_EDGE_DB:
         low -= 1
-    high = last_mid
+    high = start
     while high < len(level) - 1 and level[high + 1] >= reference - HIGH_EDGE_DB:
         high += 1
     return Channel(float(freqs[low]), float(freqs[high]), float(min(snr, MAX_SNR_DB)))

@@ -37,7 +37,7 @@ import numpy as np
 import soundfile as sf
 import soxr
 
-from chorus.audio.augment import add_noise
+from chorus.audio.augment import add_noise, reverberate
 from chorus.speaker.channel import Channel, estimate_channel, limit_band
 from chorus.speaker.embedders import WindowEmbedder
 
@@ -46,6 +46,11 @@ SHIPPED_COHORT = Path(__file__).resolve().parents[1] / "assets" / "speaker_cohor
 # (8 kHz) recording, a landline. A trial takes the widest class inside the band both recordings share.
 BANDS: tuple[tuple[float, float], ...] = ((0.0, 0.0), (0.0, 5500.0), (0.0, 3900.0), (300.0, 3400.0))
 SNRS: tuple[float, ...] = (60.0, 30.0, 20.0, 15.0, 10.0, 5.0)  # 60: clean (no noise added)
+# Every cohort voice is also heard in two simulated rooms (reverberation time in seconds), pooled into each
+# class: adaptive s-norm takes each side's highest cohort scores, so a reverberant trial is normalized by
+# the reverberant cohort and a dry one by the dry, with no estimate of the room (a shared room lifted
+# impostors as a shared line did: bench/consent.py's "room" condition).
+ROOMS: dict[str, float] = {"": 0.0, "room 0.35 s": 0.35, "room 0.8 s": 0.8}
 
 
 class UnusableRecording(ValueError):
@@ -85,8 +90,8 @@ class MatchVerdict:
     reason: str = ""
 
 
-def class_key(band: tuple[float, float], snr: float) -> str:
-    return f"{band[0]:.0f}-{band[1]:.0f}@{snr:.0f}"
+def class_key(band: tuple[float, float], snr: float, room: str = "") -> str:
+    return f"{band[0]:.0f}-{band[1]:.0f}@{snr:.0f}" + (f" {room}" if room else "")
 
 
 def band_class(low_hz: float, high_hz: float, nyquist: float) -> tuple[float, float]:
@@ -135,19 +140,24 @@ class Cohort:
     info: dict = field(default_factory=dict)
 
     def embed_classes(self, embedder: WindowEmbedder, progress: Callable[[str], None] = lambda key: None) -> None:
-        """Embed every clip in every channel class (pink noise, seeded per clip) for ``embedder``."""
-        rng = np.random.default_rng(0)
+        """Embed every clip in every channel class and room (pink noise and simulated rooms, seeded) for
+        ``embedder``; classes it already has are kept."""
         clips = [_resampled(c, self.rate, embedder.rate) for c in self.clips]
-        table = {}
-        for band in BANDS:
-            for snr in SNRS:
-                rows = []
-                for clip in clips:
-                    noisy = clip if snr >= SNRS[0] else add_noise(clip, snr, rng, color="pink")
-                    rows.append(mean_embedding(embedder.windows(_cut(noisy, embedder.rate, band))))
-                table[class_key(band, snr)] = np.stack(rows)
-                progress(class_key(band, snr))
-        self.embeddings[embedder.name] = table
+        table = self.embeddings.setdefault(embedder.name, {})
+        for room, rt60 in ROOMS.items():
+            rng = np.random.default_rng(0)
+            heard = [clip if not rt60 else reverberate(clip, rt60, embedder.rate, rng) for clip in clips]
+            for band in BANDS:
+                for snr in SNRS:
+                    key = class_key(band, snr, room)
+                    if key in table:
+                        continue
+                    rows = []
+                    for clip in heard:
+                        noisy = clip if snr >= SNRS[0] else add_noise(clip, snr, rng, color="pink")
+                        rows.append(mean_embedding(embedder.windows(_cut(noisy, embedder.rate, band))))
+                    table[key] = np.stack(rows)
+                    progress(key)
 
     def save(self, folder: str | Path) -> None:
         """``cohort.json``, the clips as 16-bit FLAC and ``embeddings-<encoder>.npz`` under ``folder``."""
@@ -227,6 +237,17 @@ class VoiceMatch:
         except ValueError as error:
             raise UnusableRecording(f"the {what}: {error}") from None
 
+    def cohort(self, band: tuple[float, float], snr_db: float) -> np.ndarray:
+        """``[voices x rooms, D]``: the cohort heard in ``band`` at the SNR class nearest ``snr_db``, every
+        room pooled."""
+        return np.concatenate(
+            [
+                self.table[class_key(band, snr_class(snr_db), room)]
+                for room in ROOMS
+                if class_key(band, snr_class(snr_db), room) in self.table
+            ]
+        )
+
     def _norm(self, scores: np.ndarray) -> tuple[float, float]:
         """Mean and deviation of the ``top`` highest cohort scores ``[speakers]``."""
         top = np.sort(scores)[-self.settings.top :]
@@ -259,8 +280,7 @@ class VoiceMatch:
         """The verdict on window embeddings ``[W, D]`` of a consent (channel ``a``) and a sample (``b``),
         both cut to ``band`` (bench/consent.py reuses embeddings across trials through this)."""
         ea, eb = mean_embedding(consent_windows), mean_embedding(sample_windows)
-        heard_as_sample = self.table[class_key(band, snr_class(b.snr_db))]
-        heard_as_consent = self.table[class_key(band, snr_class(a.snr_db))]
+        heard_as_sample, heard_as_consent = self.cohort(band, b.snr_db), self.cohort(band, a.snr_db)
         raw = float(ea @ eb)
         score = self.snorm(raw, ea, eb, heard_as_sample, heard_as_consent)
         worst = self.worst_window(sample_windows, heard_as_sample)
