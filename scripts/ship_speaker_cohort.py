@@ -6,7 +6,7 @@ The cohort: one clip of about 5 s (one or two sentences) from each of the base's
 Piper joe voice by sox pitch / speed+tempo chains, reading training sentences that no held-out piper-joe
 clip reads (as the vocoder's Piper speakers do). No held-out dataset (piper-joe, flite-slt,
 festival-ked) is in it. Each clip is embedded by both encoders in every channel class (``BANDS`` x
-``SNRS``), dry and in two simulated rooms (``ROOMS``).
+``SNRS``), through each of ``VARIANTS`` (pink noise, two rooms, a crowd, a coarse quantizer).
 
     python scripts/ship_speaker_cohort.py                      # clips + embeddings (~20 min, one core)
     python scripts/ship_speaker_cohort.py --settings bench/results/consent/consent.json   # + thresholds
@@ -30,7 +30,7 @@ from chorus.corpus.build import record_sentences, select_sentences
 from chorus.corpus.speakers import SpeakerSpec, get_speaker, pretraining_speakers
 from chorus.speaker.bundle import load_encoder, shipped_encoder_dir
 from chorus.speaker.embedders import ChorusEmbedder, ResemblyzerEmbedder
-from chorus.speaker.voice_match import ROOMS, SHIPPED_COHORT, Cohort, MatchSettings, load_cohort
+from chorus.speaker.voice_match import SHIPPED_COHORT, VARIANTS, Cohort, MatchSettings, load_cohort
 
 COHORT_RATE = 16_000  # every encoder here embeds at most 8 kHz of band
 MIN_SECONDS = 5.0
@@ -104,7 +104,7 @@ def main() -> None:
     cohort.info["encoders"] = {
         e.name: getattr(getattr(e, "bundle", None), "weights_sha256", "resemblyzer 0.1.4") for e in embedders
     }
-    cohort.info["rooms"] = {room or "dry": rt60 for room, rt60 in ROOMS.items()}
+    cohort.info["variants"] = [variant or "pink noise" for variant in VARIANTS]
     cohort.info["embedding_seconds"] = round(
         time.perf_counter() - started + cohort.info.get("embedding_seconds", 0.0), 1
     )

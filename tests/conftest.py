@@ -222,7 +222,7 @@ CUSTOM_VOICE_SAMPLE = (
 
 @pytest.fixture(scope="session")
 def custom_voice_recordings(tmp_path_factory) -> dict[str, Path]:
-    """For OpenAI-style custom voices, by espeak-ng: anika reads the consent phrase ("consent") and a 12 s
+    """For OpenAI-style custom voices, by espeak-ng: michel reads the consent phrase ("consent") and a 12 s
     sample ("sample"); m8, another speaker, the same sample ("other"). Neither is in the speaker check's
     cohort (which has the base's training voices, f4 and m3 among them): a cohort speaker's own recordings
     are normalized against themselves, which no real owner meets."""
@@ -232,8 +232,8 @@ def custom_voice_recordings(tmp_path_factory) -> dict[str, Path]:
         pytest.skip("needs Debian espeak-ng")
     folder = tmp_path_factory.mktemp("custom_voice_recordings")
     texts = {
-        "consent": ("anika", CONSENT_PHRASES["en"]),
-        "sample": ("anika", CUSTOM_VOICE_SAMPLE),
+        "consent": ("michel", CONSENT_PHRASES["en"]),
+        "sample": ("michel", CUSTOM_VOICE_SAMPLE),
         "other": ("m8", CUSTOM_VOICE_SAMPLE),
     }
     for name, (variant, text) in texts.items():

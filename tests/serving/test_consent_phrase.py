@@ -11,6 +11,9 @@ passes on it.
 
 from __future__ import annotations
 
+import shutil
+import subprocess
+
 import numpy as np
 import pytest
 import soundfile as sf
@@ -21,6 +24,7 @@ from chorus.serving.consent_speech import HOP, phrase_spans, speech_outside, voi
 from chorus.serving.custom_voices import FIRST_BEAM, CustomVoiceChecks
 from chorus.serving.errors import ApiError
 from chorus.serving.settings import CONSENT_PHRASES, ConsentSettings
+from conftest import CUSTOM_VOICE_SAMPLE
 
 PHRASE = CONSENT_PHRASES["en"]
 SAY = "I am the owner of this voice and I consent to {} using this voice to create a synthetic voice model."
@@ -212,11 +216,19 @@ def test_the_checks_hear_a_doubtful_word_twice():
 
 # -- real audio: espeak-ng's phrase (f4), another voice's speech reversed (m3), Whisper tiny.en
 @pytest.fixture(scope="module")
-def real(custom_voice_recordings):
+def real(tmp_path_factory):
     """The consent phrase and 10 s of another voice reversed (one rate), the server's checks with the shipped
-    Whisper, and the words Whisper hears in the clean phrase."""
-    consent, rate = sf.read(custom_voice_recordings["consent"], dtype="float32")
-    other, other_rate = sf.read(custom_voice_recordings["other"], dtype="float32")
+    Whisper, and the words Whisper hears in the clean phrase. espeak-ng's f4 and m3: f4 is the voice whose
+    noisy takes Whisper mishears most (the old check's word error rate refused it)."""
+    if shutil.which("espeak-ng") is None:
+        pytest.skip("needs Debian espeak-ng")
+    folder = tmp_path_factory.mktemp("consent_phrase")
+    for name, variant, text in (("consent", "f4", PHRASE), ("other", "m3", CUSTOM_VOICE_SAMPLE)):
+        subprocess.run(
+            ["espeak-ng", "-v", f"en-us+{variant}", "-w", str(folder / f"{name}.wav"), text], check=True, timeout=60
+        )
+    consent, rate = sf.read(folder / "consent.wav", dtype="float32")
+    other, other_rate = sf.read(folder / "other.wav", dtype="float32")
     assert rate == other_rate
     checks = CustomVoiceChecks(None, ConsentSettings())  # type: ignore[arg-type]
     words = checks.heard(consent, rate, "en").verdict.words

@@ -19,6 +19,7 @@ from chorus.speaker.channel import Channel, limit_band
 from chorus.speaker.voice_match import (
     BANDS,
     SNRS,
+    VARIANTS,
     Cohort,
     MatchSettings,
     UnusableRecording,
@@ -73,8 +74,17 @@ def fake_cohort() -> Cohort:
 
 def test_every_channel_class_is_embedded(fake_cohort):
     table = fake_cohort.embeddings["fake"]
-    assert set(table) == {class_key(b, s) for b in BANDS for s in SNRS}
+    expected = {class_key(b, s, v) for b in BANDS for s in SNRS for v in VARIANTS}
+    assert set(table) == expected - {class_key(b, SNRS[0], "babble") for b in BANDS}  # a clean crowd is no crowd
     assert all(rows.shape == (12, 8) for rows in table.values())
+
+
+def test_a_trial_is_normalized_by_every_variant_of_its_class_pooled(fake_cohort):
+    """Adaptive s-norm picks among the cohort heard every way (rooms, crowd, quantizer): no estimate of
+    which one the trial came through is needed."""
+    match = VoiceMatch(FakeEmbedder(), fake_cohort, MatchSettings())
+    assert match.cohort(BANDS[1], 11.0).shape == (12 * len(VARIANTS), 8)
+    assert match.cohort(BANDS[1], 55.0).shape == (12 * (len(VARIANTS) - 1), 8)  # no crowd when clean
 
 
 def test_a_cohort_round_trips_through_its_folder(fake_cohort, tmp_path):

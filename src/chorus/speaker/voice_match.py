@@ -37,7 +37,7 @@ import numpy as np
 import soundfile as sf
 import soxr
 
-from chorus.audio.augment import add_noise, reverberate
+from chorus.audio.augment import add_babble, add_noise, mu_law, reverberate
 from chorus.speaker.channel import Channel, estimate_channel, limit_band
 from chorus.speaker.embedders import WindowEmbedder
 
@@ -46,11 +46,16 @@ SHIPPED_COHORT = Path(__file__).resolve().parents[1] / "assets" / "speaker_cohor
 # (8 kHz) recording, a landline. A trial takes the widest class inside the band both recordings share.
 BANDS: tuple[tuple[float, float], ...] = ((0.0, 0.0), (0.0, 5500.0), (0.0, 3900.0), (300.0, 3400.0))
 SNRS: tuple[float, ...] = (60.0, 30.0, 20.0, 15.0, 10.0, 5.0)  # 60: clean (no noise added)
-# Every cohort voice is also heard in two simulated rooms (reverberation time in seconds), pooled into each
-# class: adaptive s-norm takes each side's highest cohort scores, so a reverberant trial is normalized by
-# the reverberant cohort and a dry one by the dry, with no estimate of the room (a shared room lifted
-# impostors as a shared line did: bench/consent.py's "room" condition).
-ROOMS: dict[str, float] = {"": 0.0, "room 0.35 s": 0.35, "room 0.8 s": 0.8}
+# Every cohort voice is heard through several channels at once, pooled into each class: adaptive s-norm
+# takes each side's highest cohort scores, so a trial is normalized by the strangers heard most like it, with
+# no estimate of which channel it came through. Beside pink noise: two simulated rooms (a shared room lifted
+# impostors as a shared line did), a crowd of other voices in place of the noise (a shared crowd is voices
+# the encoder hears), and a 5-bit mu-law quantizer (a codec's noise follows the voice). The crowd is the
+# cohort's natural-sounding Piper voices (``CROWD``), none of bench/consent.py's babble talkers.
+VARIANTS: tuple[str, ...] = ("", "room 0.35 s", "room 0.8 s", "babble", "mu-law 5 bit")
+CROWD = (
+    4  # talkers in the babble: the last CROWD cohort clips (scripts/ship_speaker_cohort.py puts the Piper voices last)
+)
 
 
 class UnusableRecording(ValueError):
@@ -90,8 +95,8 @@ class MatchVerdict:
     reason: str = ""
 
 
-def class_key(band: tuple[float, float], snr: float, room: str = "") -> str:
-    return f"{band[0]:.0f}-{band[1]:.0f}@{snr:.0f}" + (f" {room}" if room else "")
+def class_key(band: tuple[float, float], snr: float, variant: str = "") -> str:
+    return f"{band[0]:.0f}-{band[1]:.0f}@{snr:.0f}" + (f" {variant}" if variant else "")
 
 
 def band_class(low_hz: float, high_hz: float, nyquist: float) -> tuple[float, float]:
@@ -120,6 +125,20 @@ def _cut(audio: np.ndarray, rate: int, band: tuple[float, float]) -> np.ndarray:
     return limit_band(audio, rate, band[0], band[1] or rate / 2)
 
 
+def _through(
+    variant: str, clip: np.ndarray, snr: float, rate: int, rng, crowd: list[np.ndarray], own: int
+) -> np.ndarray:
+    """A cohort ``clip`` heard through ``variant`` at ``snr`` (``own``: its index among ``crowd`` if it is
+    one of them, so a voice is never its own crowd)."""
+    if variant.startswith("room"):
+        clip = reverberate(clip, float(variant.split()[1]), rate, rng)
+    if snr < SNRS[0]:
+        if variant == "babble":
+            return add_babble(clip, [t for i, t in enumerate(crowd, -len(crowd)) if i != own], snr, rng)
+        clip = add_noise(clip, snr, rng, color="pink")
+    return mu_law(clip, bits=5) if variant == "mu-law 5 bit" else clip
+
+
 def mean_embedding(windows: np.ndarray) -> np.ndarray:
     """The unit mean ``[D]`` of window embeddings ``[windows, D]``."""
     mean = windows.mean(axis=0)
@@ -140,22 +159,21 @@ class Cohort:
     info: dict = field(default_factory=dict)
 
     def embed_classes(self, embedder: WindowEmbedder, progress: Callable[[str], None] = lambda key: None) -> None:
-        """Embed every clip in every channel class and room (pink noise and simulated rooms, seeded) for
-        ``embedder``; classes it already has are kept."""
+        """Embed every clip in every channel class and ``VARIANTS`` (seeded) for ``embedder``; classes it
+        already has are kept."""
         clips = [_resampled(c, self.rate, embedder.rate) for c in self.clips]
         table = self.embeddings.setdefault(embedder.name, {})
-        for room, rt60 in ROOMS.items():
+        for variant in VARIANTS:
             rng = np.random.default_rng(0)
-            heard = [clip if not rt60 else reverberate(clip, rt60, embedder.rate, rng) for clip in clips]
             for band in BANDS:
                 for snr in SNRS:
-                    key = class_key(band, snr, room)
-                    if key in table:
+                    key = class_key(band, snr, variant)
+                    if key in table or (variant == "babble" and snr >= SNRS[0]):  # a clean crowd is no crowd
                         continue
                     rows = []
-                    for clip in heard:
-                        noisy = clip if snr >= SNRS[0] else add_noise(clip, snr, rng, color="pink")
-                        rows.append(mean_embedding(embedder.windows(_cut(noisy, embedder.rate, band))))
+                    for index, clip in enumerate(clips):
+                        heard = _through(variant, clip, snr, embedder.rate, rng, clips[-CROWD:], index - len(clips))
+                        rows.append(mean_embedding(embedder.windows(_cut(heard, embedder.rate, band))))
                     table[key] = np.stack(rows)
                     progress(key)
 
@@ -238,15 +256,10 @@ class VoiceMatch:
             raise UnusableRecording(f"the {what}: {error}") from None
 
     def cohort(self, band: tuple[float, float], snr_db: float) -> np.ndarray:
-        """``[voices x rooms, D]``: the cohort heard in ``band`` at the SNR class nearest ``snr_db``, every
-        room pooled."""
-        return np.concatenate(
-            [
-                self.table[class_key(band, snr_class(snr_db), room)]
-                for room in ROOMS
-                if class_key(band, snr_class(snr_db), room) in self.table
-            ]
-        )
+        """``[voices x variants, D]``: the cohort heard in ``band`` at the SNR class nearest ``snr_db``, every
+        variant the cohort has pooled."""
+        keys = [class_key(band, snr_class(snr_db), variant) for variant in VARIANTS]
+        return np.concatenate([self.table[key] for key in keys if key in self.table])
 
     def _norm(self, scores: np.ndarray) -> tuple[float, float]:
         """Mean and deviation of the ``top`` highest cohort scores ``[speakers]``."""
