@@ -527,7 +527,10 @@ def markdown(result: dict, summary: dict) -> str:
         "",
         f"`python bench/consent.py --threads {provenance['threads']}` at commit `{provenance['commit'][:10]}` "
         f"(src/ {'clean' if provenance['src_clean'] else 'with uncommitted changes to ' + ', '.join(provenance['src_modified'])}), load average sampled during the run "
-        f"{provenance['load']}, {result['seconds'] / 60:.0f} min. Phrase: {result['phrase']!r}. Cohort: "
+        f"{provenance['load']}, {result['seconds'] / 60:.0f} min"
+        + (f"; speaker scores rescored from its cached embeddings at commit `{provenance['rescored']['commit'][:10]}` "
+           f"(src/ {'clean' if provenance['rescored']['src_clean'] else 'modified'}), with the cohort of that commit" if "rescored" in provenance else "")
+        + f". Phrase: {result['phrase']!r}. Cohort: "
         f"{result['cohort']['speakers']} speakers (the base's training voices and Piper joe chains; no held-out "
         "voice). Thresholds calibrated on the calibration split (other sox chains of the held-out voices, the "
         "other half of each dataset); every figure below is the figures' split.",
@@ -720,7 +723,7 @@ def main() -> None:
     result["calibration"] = {"settings": {n: asdict(s) for n, s in chosen.items()}}
     decide(result["trials"], result["attacks"], chosen)
     result["summary"] = summary = summarize(result)
-    (args.out / "consent.json").write_text(json.dumps(result, indent=1, default=float))
+    (args.out / "consent.json").write_text(json.dumps(result, separators=(",", ":"), default=float))
     plot(result, args.out / "consent.png")
     (args.out / "consent.md").write_text(markdown(result, summary))
     args.partial.unlink(missing_ok=True)

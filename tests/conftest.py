@@ -220,6 +220,17 @@ CUSTOM_VOICE_SAMPLE = (
 )
 
 
+def heard_as(text: str, audio: np.ndarray, rate: int):
+    """A transcript saying ``text`` with its words spread evenly over ``audio`` (a fake Whisper for the
+    custom-voice checks: every stretch of the recording belongs to a word, so none is speech beside the
+    phrase)."""
+    from chorus.evaluation.asr import Transcript, Word
+
+    words, seconds = text.split(), len(audio) / rate
+    step = seconds / max(len(words), 1)
+    return Transcript(text, tuple(Word(w, i * step, (i + 1) * step, 0.99) for i, w in enumerate(words)))
+
+
 @pytest.fixture(scope="session")
 def custom_voice_recordings(tmp_path_factory) -> dict[str, Path]:
     """For OpenAI-style custom voices, by espeak-ng: michel reads the consent phrase ("consent") and a 12 s

@@ -23,6 +23,7 @@ from chorus.serving.tenants import Tenants  # noqa: E402
 from chorus.serving.voice_keys import resolve_stored  # noqa: E402
 from chorus.serving.worker import JobRunner  # noqa: E402
 from chorus.synthesis import load_base  # noqa: E402
+from conftest import heard_as
 
 KEY = "acme-key-0123456789abcdef"
 SETTINGS = ServerSettings(progress_interval=0.2)
@@ -46,7 +47,9 @@ def live_app(tiny_base, heard, tmp_path_factory):
     jobs = JobRunner(
         store, jobs_dir(SETTINGS, store), engine.base_copy, SETTINGS.adapt, sample_config=SETTINGS.adapt_sample
     )
-    checks = CustomVoiceChecks(engine, SETTINGS.consent, transcriber=lambda audio, rate: heard["text"])
+    checks = CustomVoiceChecks(
+        engine, SETTINGS.consent, transcriber=lambda audio, rate, beam: heard_as(heard["text"], audio, rate)
+    )
     return create_app(store, engine, Tenants.from_pairs([(KEY, "acme")]), SETTINGS, jobs=jobs, custom_voices=checks)
 
 
@@ -91,7 +94,7 @@ def test_voices_create_shows_the_refusals(live_server, heard, custom_voice_recor
     heard["text"] = CONSENT_PHRASES["en"]
     other = voices(url, *create, "--sample", str(recordings["other"]))
     assert other.exit_code == 2 and "consent cons_" in other.output, other.output
-    assert "does not match the consent recording's (speaker similarity" in other.output
+    assert "does not match the consent recording's (speaker score" in other.output
     assert voices(url, "list", key="not-a-key-0123456789").exit_code == 2
     unknown = voices(url, "phrase", "--language", "xx")
     assert unknown.exit_code == 2 and "no consent phrase for 'xx'; the server has en" in unknown.output

@@ -134,7 +134,7 @@ def test_the_refusals(server_url, recordings):
         consent = ann.audio.voice_consents.create(name="Fiona", language="en", recording=recording)
     with (
         open(recordings["other"], "rb") as other,
-        pytest.raises(openai.BadRequestError, match="similarity") as mismatch,
+        pytest.raises(openai.BadRequestError, match="speaker score") as mismatch,
     ):
         ann.audio.voices.create(name="Not Fiona", consent=consent.id, audio_sample=other)
     assert mismatch.value.code == "speaker_mismatch"

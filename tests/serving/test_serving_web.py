@@ -37,7 +37,7 @@ from chorus.serving.uploads import UploadLimits  # noqa: E402
 from chorus.serving.voice_keys import resolve_stored  # noqa: E402
 from chorus.serving.worker import JobRunner  # noqa: E402
 from chorus.synthesis import load_base  # noqa: E402
-from conftest import random_voice  # noqa: E402
+from conftest import heard_as, random_voice  # noqa: E402
 
 KEY = "acme-key-0123456789abcdef"
 SETTINGS = ServerSettings(
@@ -96,7 +96,9 @@ def live_app(tiny_base, training_gate, heard, tmp_path_factory):
         progress_interval=SETTINGS.progress_interval,
         sample_config=SETTINGS.adapt_sample,
     )
-    checks = CustomVoiceChecks(engine, SETTINGS.consent, transcriber=lambda audio, rate: heard["text"])
+    checks = CustomVoiceChecks(
+        engine, SETTINGS.consent, transcriber=lambda audio, rate, beam: heard_as(heard["text"], audio, rate)
+    )
     return create_app(store, engine, Tenants.from_pairs([(KEY, "acme")]), SETTINGS, jobs=runner, custom_voices=checks)
 
 
@@ -366,7 +368,7 @@ def test_web_page_creates_a_voice_from_a_consent_and_a_sample(
 ):
     """OpenAI-style custom voices on the page: the server's phrase shown, the consent recorded from the
     (fake) microphone and posted as the browser's webm, the refusals shown as the server words them (what
-    was heard, the speaker similarity), then a sample file accepted, the voice's stage followed from
+    was heard, the speaker score), then a sample file accepted, the voice's stage followed from
     instant to its end (adapted, or its refinement failed and why), and the voice speaking."""
     from playwright.sync_api import expect
 
@@ -421,7 +423,7 @@ def test_web_page_creates_a_voice_from_a_consent_and_a_sample(
         with page.expect_response(lambda r: r.url.endswith("/v1/audio/voices")) as answer:
             create.click()
         assert answer.value.status == 400
-        expect(error).to_contain_text("does not match the consent recording's (speaker similarity")
+        expect(error).to_contain_text("does not match the consent recording's (speaker score")
 
         # Fiona's own sample: the voice speaks at once (instant), and is refined once the gate opens.
         page.get_by_label("Or a sample file").set_input_files(sample)

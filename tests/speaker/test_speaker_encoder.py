@@ -137,18 +137,9 @@ def test_8bit_optimizers_keep_every_state_of_every_tensor_in_8_bits(name):
 
 def test_training_saves_an_encoder_that_embeds_and_loads_back(two_voice_corpus, tmp_path):
     from chorus.speaker.bundle import load_encoder
-    from chorus.training.speaker_encoder import SpeakerTrainConfig, train_speaker_encoder
+    from chorus.training.speaker_encoder import train_speaker_encoder
 
-    config = SpeakerTrainConfig(
-        corpus=str(two_voice_corpus),
-        out=str(tmp_path / "encoder"),
-        encoder=SpeakerEncoderConfig(**{**SMALL, "n_mels": 80}),
-        steps=3,
-        batch_speakers=2,
-        heldout=2,
-        segment_frames=64,
-        augment_copies=1,
-    )
+    config = _tiny_config(two_voice_corpus, tmp_path / "encoder", steps=3, segment_frames=64, augment_copies=1)
     folder = train_speaker_encoder(config, progress=False)
     bundle = load_encoder(folder)
     assert bundle.info["speakers"] == 2 and bundle.info["train_clips"] == 2 * 4 * 2  # 4 clips + 1 copy each

@@ -5,8 +5,10 @@
   content word heard, the name by its sound, no negation nor word the phrase lacks; a word Whisper was unsure
   of is heard again before it refuses), and it must hold no other speech beside the phrase's words
   (:mod:`chorus.serving.consent_speech`): the consent's speaker is taken from those words alone.
-* A sample must be the consent's speaker: Chorus's speaker encoder embeds both and their cosine must reach
-  the encoder's calibrated threshold (its EER point on held-out trials).
+* A sample must be the consent's speaker, heard through its channel (:mod:`chorus.speaker.voice_match`): the
+  consent's phrase speech and the sample compared in the band both pass, window by window, their score
+  normalized against a cohort heard the same way, every window of the sample matching the rest of it, at
+  the thresholds calibrated by bench/consent.py (``ConsentSettings.speaker_encoder``: resemblyzer's).
 * The *instant voice* a sample speaks as the moment its ``POST`` is answered: the base speakers nearest the
   sample in the encoder's space, blended by their similarity (``"a(0.41)+b(0.33)+c(0.26)"``), each speaker
   placed once by having the base say a few sentences (:func:`chorus.speaker.start.speaker_map`, computed on
