@@ -525,7 +525,9 @@ def markdown(result: dict, summary: dict) -> str:
     lines = [
         "# Custom voices: the consent checks against owners and attackers",
         "",
-        f"`python bench/consent.py --threads {provenance['threads']}` at commit `{provenance['commit'][:10]}` "
+        (f"{len(provenance['runs'])} runs of `bench/consent.py` over disjoint conditions, side by side, merged "
+         "(bench/README gives the commands), " if "runs" in provenance else "")
+        + f"`python bench/consent.py --threads {provenance['threads']}` at commit `{provenance['commit'][:10]}` "
         f"(src/ {'clean' if provenance['src_clean'] else 'with uncommitted changes to ' + ', '.join(provenance['src_modified'])}), load average sampled during the run "
         f"{provenance['load']}, {result['seconds'] / 60:.0f} min"
         + (f"; speaker scores rescored from its cached embeddings at commit `{provenance['rescored']['commit'][:10]}` "

@@ -8,6 +8,7 @@ clip through one shared channel (a phone line, 8 kHz, AMR-like, MP3), and with a
 import argparse
 import itertools
 import json
+import os
 import subprocess
 import time
 from pathlib import Path
@@ -29,6 +30,10 @@ parser.add_argument("--heldout", type=int, default=4)
 parser.add_argument("--seed", type=int, default=1234)
 args = parser.parse_args()
 torch.set_num_threads(1)
+load_at_start = os.getloadavg()[0]
+# What is measured: read before the run.
+commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+dirty = bool(subprocess.run(["git", "status", "--porcelain", "src"], capture_output=True, text=True).stdout.strip())
 started = time.monotonic()
 bundle = load_encoder(args.encoder)
 rate = bundle.mel_config.sample_rate
@@ -68,8 +73,6 @@ for name, channel in channels.items():
         "misses_at_own_threshold": round(float(np.mean(scores[np.array(same)] < bundle.threshold)), 4),
     }
     print(name, rows[name], flush=True)
-commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
-dirty = bool(subprocess.run(["git", "status", "--porcelain", "src"], capture_output=True, text=True).stdout.strip())
 args.out.write_text(
     json.dumps(
         {
@@ -85,8 +88,9 @@ args.out.write_text(
             "commit": commit,
             "src_clean": not dirty,
             "threads": 1,
+            "load": f"{load_at_start:.1f} at the start, {os.getloadavg()[0]:.1f} at the end (1-minute)",
             "seconds": round(time.monotonic() - started, 1),
-            "command": "python runs/channel_eer.py " + " ".join(str(a) for a in (args.encoder, args.out)),
+            "command": "python bench/speaker_channels.py " + " ".join(str(a) for a in (args.encoder, args.out)),
         },
         indent=1,
     )

@@ -15,6 +15,7 @@ from scipy.signal import lfilter
 
 from chorus.audio import augment
 from chorus.audio.io import SAMPLE_RATE, load_audio
+from chorus.evaluation.similarity import mean_embedding
 from chorus.speaker.channel import Channel, limit_band
 from chorus.speaker.voice_match import (
     BANDS,
@@ -27,7 +28,6 @@ from chorus.speaker.voice_match import (
     band_class,
     class_key,
     load_cohort,
-    mean_embedding,
     snr_class,
 )
 

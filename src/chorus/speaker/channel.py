@@ -58,7 +58,11 @@ def _frames(audio: np.ndarray, rate: int) -> np.ndarray:
 
 def speech_and_noise_frames(audio: np.ndarray, rate: int) -> tuple[np.ndarray, np.ndarray]:
     """Indices of the speech frames (loudest 40 %) and the noise frames (quietest 10 %) of ``audio``."""
-    power = np.mean(_frames(audio, rate) ** 2, axis=1)
+    return _loudest_and_quietest(_frames(audio, rate))
+
+
+def _loudest_and_quietest(frames: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    power = np.mean(frames**2, axis=1)
     order = np.argsort(power)
     noise = order[: max(1, len(order) // 10)]
     speech = order[len(order) - max(1, (4 * len(order)) // 10) :]
@@ -69,7 +73,7 @@ def estimate_channel(audio: np.ndarray, rate: int) -> Channel:
     """The channel of mono ``audio`` ``[samples]`` at ``rate``: its voice's band and its SNR."""
     audio = np.asarray(audio, dtype=np.float64).reshape(-1)
     frames = _frames(audio, rate)
-    speech, noise = speech_and_noise_frames(audio, rate)
+    speech, noise = _loudest_and_quietest(frames)
     spectra = np.abs(np.fft.rfft(frames, axis=1)) ** 2
     speech_power, noise_power = spectra[speech].mean(axis=0), spectra[noise].mean(axis=0)
     frame_speech, frame_noise = float(np.mean(frames[speech] ** 2)), float(np.mean(frames[noise] ** 2))

@@ -38,6 +38,7 @@ import soundfile as sf
 import soxr
 
 from chorus.audio.augment import add_babble, add_noise, mu_law, reverberate
+from chorus.evaluation.similarity import mean_embedding
 from chorus.speaker.channel import Channel, estimate_channel, limit_band
 from chorus.speaker.embedders import WindowEmbedder
 
@@ -137,12 +138,6 @@ def _through(
             return add_babble(clip, [t for i, t in enumerate(crowd, -len(crowd)) if i != own], snr, rng)
         clip = add_noise(clip, snr, rng, color="pink")
     return mu_law(clip, bits=5) if variant == "mu-law 5 bit" else clip
-
-
-def mean_embedding(windows: np.ndarray) -> np.ndarray:
-    """The unit mean ``[D]`` of window embeddings ``[windows, D]``."""
-    mean = windows.mean(axis=0)
-    return mean / max(float(np.linalg.norm(mean)), 1e-12)
 
 
 @dataclass
