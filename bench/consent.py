@@ -90,6 +90,8 @@ WRONG = {
     "revoke": "I am the owner of this voice and I revoke my consent to Chorus using this voice to create a synthetic voice model.",
     "refuse": "I am the owner of this voice and I refuse to let Chorus use this voice to create a synthetic voice model.",
     "another company": "I am the owner of this voice and I consent to Boris using this voice to create a synthetic voice model.",
+    "a company named like it": "I am the owner of this voice and I consent to Coral using this voice to create a synthetic voice model.",
+    "a company rhyming with it": "I am the owner of this voice and I consent to Horace using this voice to create a synthetic voice model.",
     "another purpose": "I am the owner of this voice and I consent to Chorus using this voice to create a synthetic voice model for fraud.",
     "turned around": "They asked me to say I am the owner of this voice and I consent to Chorus using this voice to create a synthetic voice model, but I do not.",
     "not true": "It is not true that I am the owner of this voice and I consent to Chorus using this voice to create a synthetic voice model.",
@@ -195,9 +197,11 @@ class Judges:
         """The consent's phrase check: accepted, what was heard, the audio its speaker is taken from."""
         try:
             heard = self.checks.heard(audio, SAMPLE_RATE, "en")
-            return {"accepted": True, "heard": heard.text, "speech": heard.speech, "reason": ""}
+            forced = min((p for _, p in heard.verdict.forced), default=None)
+            return {"accepted": True, "heard": heard.text, "speech": heard.speech, "reason": "", "forced": forced}
         except ApiError as error:
-            return {"accepted": False, "heard": "", "speech": audio, "reason": f"{error.code}: {error.message}"}
+            reason = f"{error.code}: {error.message}"
+            return {"accepted": False, "heard": "", "speech": audio, "reason": reason, "forced": None}
 
     def trial(self, name: str, consent_key, consent: np.ndarray, sample_key, sample: np.ndarray) -> dict:
         """Encoder ``name``'s verdict on a consent and a sample, each embedded once per band."""
@@ -230,6 +234,8 @@ class Judges:
             "score": verdict.score,
             "raw": verdict.raw,
             "worst_window": verdict.worst_window,
+            "worst_stretch": verdict.worst_stretch,
+            "threshold_key": verdict.threshold_key,
         }
 
     def rescore(self, rows: list[dict]) -> None:
@@ -290,7 +296,14 @@ def measure(args) -> dict:
     judges = matchers_for(cohort, args.encoder)
     # The server's Whisper, on the benchmark's thread budget.
     whisper = WhisperJudge(beam_size=5, cpu_threads=args.threads)
-    judges.checks = checks = CustomVoiceChecks(None, ConsentSettings(), transcriber=whisper.transcribe_words)  # type: ignore[arg-type]
+    # The forced listen at probability 0: every consent it would settle passes here with its probability kept
+    # ("forced"), and calibrate_forced() sets the bound on the calibration split's wrong readings.
+    judges.checks = checks = CustomVoiceChecks(
+        None,  # type: ignore[arg-type]
+        ConsentSettings(forced_probability=0.0),
+        transcriber=whisper.transcribe_words,
+        forced_listener=whisper.word_probabilities,
+    )
     matchers = judges.matchers
     phrase = checks.phrase("en")
     talkers = babble_talkers()
@@ -320,13 +333,15 @@ def measure(args) -> dict:
                 heard_consents[person.name] = judges.phrase(through(condition, consents[person.name], rng, talkers))
             verdict = heard_consents[person.name]
             phrase_rows.append({"speaker": person.name, "split": person.split, "condition": condition,
-                                "accepted": verdict["accepted"], "heard": verdict["heard"], "reason": verdict["reason"]})  # fmt: skip
+                                "accepted": verdict["accepted"], "forced": verdict["forced"],
+                                "heard": verdict["heard"], "reason": verdict["reason"]})  # fmt: skip
         conditioned = {key: through(condition, audio, rng, talkers) for key, audio in samples.items()}
         for person in people:
             for kind in ("shared", "mismatched") if condition != "clean" else ("shared",):
                 chosen = heard_consents if kind == "shared" else clean
                 consent_key = (condition if kind == "shared" else "clean", person.name)
                 consent_audio, phrase_ok = chosen[person.name]["speech"], chosen[person.name]["accepted"]
+                phrase_forced = chosen[person.name]["forced"]
                 for (other, index), audio in conditioned.items():
                     owner = next(p for p in people if p.name == other)
                     if owner.split != person.split:
@@ -339,7 +354,8 @@ def measure(args) -> dict:
                         else "other voice"
                     )
                     row = {"condition": condition, "kind": kind, "split": person.split, "consent": person.name,
-                           "sample": other, "window": index, "relation": relation, "phrase_accepted": phrase_ok}  # fmt: skip
+                           "sample": other, "window": index, "relation": relation, "phrase_accepted": phrase_ok,
+                           "phrase_forced": phrase_forced}  # fmt: skip
                     for name in matchers:
                         row[name] = judges.trial(name, consent_key, consent_audio, (condition, other, index), audio)
                     trials.append(row)
@@ -348,6 +364,7 @@ def measure(args) -> dict:
 
     attacks = attack_trials(judges, people, consents, samples, phrase, rng) if args.attacks else []
     wrong = wrong_phrases(judges, rng, talkers) if args.attacks else []
+    print(f"attacks and wrong phrases done, {time.perf_counter() - started:.0f} s", flush=True)
     judges.save(args.out / "embeddings.pkl")
     return {
         "phrase": phrase,
@@ -387,7 +404,8 @@ def attack_trials(judges: Judges, people, consents, samples, phrase: str, rng) -
             ):  # fmt: skip
                 verdict = judges.phrase(audio)
                 row = {"attack": f"laundering, {how}", "attacker": attacker.name, "victim": victim.name,
-                       "phrase_accepted": verdict["accepted"], "reason": verdict["reason"]}  # fmt: skip
+                       "phrase_accepted": verdict["accepted"], "phrase_forced": verdict["forced"],
+                       "reason": verdict["reason"]}  # fmt: skip
                 for name in judges.matchers:
                     trial = judges.trial(name, ("launder", how, attacker.name, victim.name), verdict["speech"],
                                          ("figures-clean", victim.name, last), samples[(victim.name, last)])  # fmt: skip
@@ -409,15 +427,23 @@ def attack_trials(judges: Judges, people, consents, samples, phrase: str, rng) -
 
 
 def wrong_phrases(judges: Judges, rng, talkers) -> list[dict]:
-    """Each ``WRONG`` phrase read by each source voice, clean and at 20 dB white noise: all must be refused."""
+    """Each ``WRONG`` phrase read by each source voice, clean and at 20 dB white noise: all must be refused
+    (the figures); and read through each calibration chain, which sets the forced listen's bound."""
     rows = []
     for source in SOURCES:
         for kind, text in WRONG.items():
             audio = record_sentences(get_speaker(source), [text])[0]
-            for condition in ("clean", "white 20 dB"):
-                verdict = judges.phrase(through(condition, audio, rng, talkers))
-                rows.append({"speaker": SHORT[source], "kind": kind, "condition": condition,
-                             "accepted": verdict["accepted"], "reason": verdict["reason"]})  # fmt: skip
+            readers = {
+                "figures": {"": audio},
+                "calibration": {c: sox(audio, chain) for c, chain in CALIBRATION_CHAINS.items()},
+            }
+            for split, chains in readers.items():
+                for chain, reading in chains.items():
+                    for condition in ("clean", "white 20 dB"):
+                        verdict = judges.phrase(through(condition, reading, rng, talkers))
+                        rows.append({"speaker": SHORT[source] + chain, "split": split, "kind": kind,
+                                     "condition": condition, "accepted": verdict["accepted"],
+                                     "forced": verdict["forced"], "reason": verdict["reason"]})  # fmt: skip
     return rows
 
 
@@ -427,40 +453,89 @@ def rate(flags) -> float:
     return sum(flags) / len(flags) if flags else float("nan")
 
 
+# A threshold class needs this many calibration strangers for a threshold of its own (else the strictest).
+MIN_CLASS_IMPOSTORS = 100
+
+
+def strictest(scores_by_condition: dict[str, list[float]]) -> float:
+    """The lowest score at which no condition's strangers are accepted above 0.5 %."""
+    threshold = -np.inf
+    for scores in scores_by_condition.values():
+        ranked = np.sort(scores)
+        if ranked.size:
+            allowed = int(np.floor(0.005 * ranked.size))
+            threshold = max(threshold, float(ranked[ranked.size - 1 - allowed]) + 1e-4)
+    return threshold
+
+
 def calibrate(trials: list[dict], name: str, base: MatchSettings) -> MatchSettings:
-    """Thresholds from the calibration split: the score threshold is the lowest at which no condition's
-    other voices (shared and mismatched) are accepted above 0.5 %; the one-speaker threshold lets 99.5 % of
-    the owners' single-speaker samples through.
+    """Thresholds from the calibration split: the score threshold of each threshold class (``VoiceMatch``'s
+    band x SNR groups) with ``MIN_CLASS_IMPOSTORS`` strangers or more is the lowest at which no condition's
+    other voices in that class (shared and mismatched) are accepted above 0.5 %; ``threshold``, for every
+    other class, is that over all classes (the strictest). The one-speaker threshold lets 99.5 % of the
+    owners' single-speaker samples through.
 
     Sox siblings are left out: a sibling of a voice the cohort has nothing near (flite-slt) scores far above
     every other trial once normalized (the cohort's spread around it is small), up to the owner's own
     score, so no threshold that refuses them accepts owners; they are reported apart as near neighbours."""
     cal = [t for t in trials if t["split"] == "calibration" and np.isfinite(t[name]["score"])]
-    threshold = -np.inf
-    for condition in {t["condition"] for t in cal}:
-        impostors = np.sort(
-            [t[name]["score"] for t in cal if t["condition"] == condition and t["relation"] == "other voice"]
-        )
-        if impostors.size:
-            allowed = int(np.floor(0.005 * impostors.size))
-            threshold = max(threshold, float(impostors[impostors.size - 1 - allowed]) + 1e-4)
+    impostors = [t for t in cal if t["relation"] == "other voice"]
+    by_class: dict[str, dict[str, list[float]]] = {}
+    for t in impostors:
+        by_class.setdefault(t[name]["threshold_key"], {}).setdefault(t["condition"], []).append(t[name]["score"])
+    threshold = strictest(
+        {c: [t[name]["score"] for t in impostors if t["condition"] == c] for c in {t["condition"] for t in impostors}}
+    )
+    thresholds = {
+        key: round(strictest(conditions), 4)
+        for key, conditions in sorted(by_class.items())
+        if sum(map(len, conditions.values())) >= MIN_CLASS_IMPOSTORS
+    }
     owners = np.sort(
         [t[name]["worst_window"] for t in cal if t["relation"] == "owner" and np.isfinite(t[name]["worst_window"])]
     )
     window = float(owners[int(np.floor(0.005 * owners.size))]) - 1e-4 if owners.size else base.window_threshold
-    return replace(base, threshold=round(threshold, 4), window_threshold=round(window, 4))
+    # The stretch margin lets 99.5 % of the owners that pass the score threshold through: how far their
+    # worst third falls under their class's threshold.
+    chosen = replace(base, threshold=round(threshold, 4), thresholds=thresholds)
+    shortfalls = np.sort([
+        chosen.threshold_for(t[name]["threshold_key"]) - t[name]["worst_stretch"]
+        for t in cal
+        if t["relation"] == "owner" and t[name]["score"] >= chosen.threshold_for(t[name]["threshold_key"])
+    ])  # fmt: skip
+    margin = (
+        float(shortfalls[int(np.ceil(0.995 * shortfalls.size)) - 1]) + 1e-4 if shortfalls.size else base.stretch_margin
+    )
+    return replace(chosen, window_threshold=round(window, 4), stretch_margin=round(max(margin, 0.0), 4))
 
 
-def decide(trials: list[dict], attacks: list[dict], settings: dict[str, MatchSettings]) -> None:
-    """Each trial's verdict under the calibrated settings (the phrase check's verdict included)."""
-    for row in [*trials, *attacks]:
+def calibrate_forced(wrong: list[dict]) -> float:
+    """The forced listen's bound: just above the highest probability it found for a missed phrase word in a
+    wrong phrase of the calibration split (ConsentSettings' default where none reached a forced listen)."""
+    found = [r["forced"] for r in wrong if r.get("split") == "calibration" and r.get("forced") is not None]
+    return round(max(found) + 1e-4, 4) if found else ConsentSettings().forced_probability
+
+
+def phrase_passes(accepted: bool, forced: float | None, least: float) -> bool:
+    """A phrase verdict recorded with the forced listen at 0, judged with its bound at ``least``."""
+    return bool(accepted and (forced is None or forced >= least))
+
+
+def decide(result: dict, settings: dict[str, MatchSettings], least: float) -> None:
+    """Each verdict under the calibrated settings: the phrase check's with the forced listen's bound ``least``
+    (``ok`` on phrase and wrong-phrase rows), and each trial's and attack's with its speaker check."""
+    for row in [*result["phrases"], *result["wrong"]]:
+        row["ok"] = phrase_passes(row["accepted"], row.get("forced"), least)
+    for row in [*result["trials"], *result["attacks"]]:
+        phrase_ok = phrase_passes(row["phrase_accepted"], row.get("phrase_forced"), least)
         for name, chosen in settings.items():
             trial = row[name]
             speaker_ok = (
-                np.isfinite(trial["score"]) and trial["score"] >= chosen.threshold
+                np.isfinite(trial["score"]) and trial["score"] >= chosen.threshold_for(trial.get("threshold_key", ""))
                 and trial.get("worst_window", np.inf) >= chosen.window_threshold
+                and trial.get("worst_stretch", np.inf) >= chosen.threshold_for(trial.get("threshold_key", "")) - chosen.stretch_margin
             )  # fmt: skip
-            trial["accepted"] = bool(speaker_ok and row["phrase_accepted"])
+            trial["accepted"] = bool(speaker_ok and phrase_ok)
 
 
 def eer_of(trials: list[dict], name: str, field: str = "score") -> float:
@@ -505,10 +580,11 @@ def summarize(result: dict) -> dict:
             "spliced": rate(a[name]["accepted"] for a in result["attacks"] if a["attack"] == "spliced sample"),
             "spliced_n": sum(a["attack"] == "spliced sample" for a in result["attacks"]),
         }
-    summary["wrong_accepted"] = rate(r["accepted"] for r in result["wrong"])
-    summary["wrong_n"] = len(result["wrong"])
+    wrong = [r for r in result["wrong"] if r.get("split", "figures") == "figures"]
+    summary["wrong_accepted"] = rate(r["ok"] for r in wrong)
+    summary["wrong_n"] = len(wrong)
     summary["right_phrase"] = {
-        c: rate(r["accepted"] for r in result["phrases"] if r["condition"] == c and r["split"] == "figures")
+        c: rate(r["ok"] for r in result["phrases"] if r["condition"] == c and r["split"] == "figures")
         for c in dict.fromkeys(r["condition"] for r in result["phrases"])
     }
     return summary
@@ -538,7 +614,15 @@ def markdown(result: dict, summary: dict) -> str:
         "other half of each dataset); every figure below is the figures' split.",
         "",
         "Calibrated settings: "
-        + "; ".join(f"{n}: score >= {s['threshold']:.3f}, every window >= {s['window_threshold']:.3f}" for n, s in result["calibration"]["settings"].items()),
+        + "; ".join(f"{n}: score >= {s['threshold']:.3f} (the strictest class; {len(s.get('thresholds', {}))} classes "
+                    f"with their own, {min(s.get('thresholds', {}).values(), default=float('nan')):.2f} to "
+                    f"{max(s.get('thresholds', {}).values(), default=float('nan')):.2f}), every window >= {s['window_threshold']:.3f}, each third >= its class's threshold - {s.get('stretch_margin', float('nan')):.3f}"
+                    for n, s in result["calibration"]["settings"].items())
+        + f"; the forced listen: each settled word's probability >= {result['calibration'].get('forced_probability', float('nan')):.4f}.",
+        "",
+        "Per-class speaker thresholds (band, consent SNR / sample SNR): "
+        + "; ".join(f"**{n}** " + ", ".join(f"{k} {v:.2f}" for k, v in s.get("thresholds", {}).items())
+                    for n, s in result["calibration"]["settings"].items()),
         "",
     ]  # fmt: skip
     for name in result["calibration"]["settings"]:
@@ -590,12 +674,21 @@ def markdown(result: dict, summary: dict) -> str:
         "Refusals of the right phrase:",
         "",
     ]
-    refusals = [r for r in result["phrases"] if r["split"] == "figures" and not r["accepted"]]
-    lines += [f"* {r['speaker']}, {r['condition']}: {r['reason'][:200]}" for r in refusals] or ["* none"]
+    refusals = [r for r in result["phrases"] if r["split"] == "figures" and not r["ok"]]
+    lines += [
+        f"* {r['speaker']}, {r['condition']}: "
+        + (r["reason"][:200] or f"the forced listen found a missed word at {r['forced']:.4f}, under the bound")
+        for r in refusals
+    ] or ["* none"]
+    forced = [r for r in result["phrases"] if r["split"] == "figures" and r["ok"] and r.get("forced") is not None]
+    lines += ["", f"Right phrases settled by the forced listen: {len(forced)} of "
+              f"{sum(r['split'] == 'figures' for r in result['phrases'])}."]  # fmt: skip
     lines += ["", "Wrong phrases accepted:", ""]
-    lines += [f"* {r['speaker']} {r['kind']} ({r['condition']})" for r in result["wrong"] if r["accepted"]] or [
-        "* none"
-    ]
+    lines += [
+        f"* {r['speaker']} {r['kind']} ({r['condition']})"
+        for r in result["wrong"]
+        if r["ok"] and r.get("split", "figures") == "figures"
+    ] or ["* none"]
     lines += ["", "![scores](consent.png)", ""]
     return "\n".join(lines) + "\n"
 
@@ -722,8 +815,9 @@ def main() -> None:
         judges.rescore([*result["trials"], *result["attacks"]])
         result["provenance"]["rescored"] = provenance(args.threads)
     chosen = {name: calibrate(result["trials"], name, provisional(cohort, name)) for name in ("resemblyzer", "chorus")}
-    result["calibration"] = {"settings": {n: asdict(s) for n, s in chosen.items()}}
-    decide(result["trials"], result["attacks"], chosen)
+    least = calibrate_forced(result["wrong"])
+    result["calibration"] = {"settings": {n: asdict(s) for n, s in chosen.items()}, "forced_probability": least}
+    decide(result, chosen, least)
     result["summary"] = summary = summarize(result)
     (args.out / "consent.json").write_text(json.dumps(result, separators=(",", ":"), default=float))
     plot(result, args.out / "consent.png")

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from chorus.evaluation.asr import Transcript, Word, word_error_rate
+from chorus.evaluation.asr import Transcript, WhisperJudge, Word, word_error_rate
 from chorus.serving.consent_phrase import judge_phrase
 from chorus.serving.consent_speech import HOP, phrase_spans, speech_outside, voiced_frames
 from chorus.serving.custom_voices import FIRST_BEAM, CustomVoiceChecks
@@ -306,3 +306,92 @@ def test_voiced_audio_is_periodic_audio_not_noise(real):
     quiet = reversed_speech * 10 ** (-14 / 20)
     assert voiced_frames(quiet, rate).sum() * HOP > 5
     assert speech_outside(np.concatenate([consent, quiet]), rate, [(0.0, consent.size / rate)]) > 5
+
+
+# -- the forced listen: the recognizer fed the phrase decides a word it wrote otherwise
+def forced_listen(probabilities: dict[str, float]):
+    """A forced listen that finds each phrase word at 0.9 but those named (as written, punctuation aside)."""
+    calls = []
+
+    def listen() -> list[float]:
+        calls.append(1)
+        return [probabilities.get(word.strip(".,").lower(), 0.9) for word in PHRASE.split()]
+
+    listen.calls = calls  # type: ignore[attr-defined]
+    return listen
+
+
+def never_forced() -> list[float]:
+    raise AssertionError("the forced listen was not needed")
+
+
+def test_a_name_written_otherwise_is_settled_by_the_forced_listen():
+    """Before: Whisper tiny.en's "Boris" for flite-slt's "Chorus" refused the owner in 12 of 15 conditions
+    (bench/consent.py); now the phrase word counts as heard when the recognizer, fed the phrase, finds it
+    likely, and stays refused when it does not (a "Boris" said: under 0.006)."""
+    heard = transcript(SAY.format("Boris"))
+    said = judge_phrase(PHRASE, heard, never_called, forced_listen({"chorus": 0.3}), forced_probability=0.02)
+    assert said.accepted and said.forced == (("chorus", 0.3),) and said.dismissed == ("boris",)
+    other = judge_phrase(PHRASE, heard, never_called, forced_listen({"chorus": 0.004}), forced_probability=0.02)
+    assert not other.accepted and other.missing == ("chorus",) and other.extra == ("boris",)
+    assert other.forced == (("chorus", 0.004),)
+    # Two words for one ("pour us"), and a word dropped with nothing in its place, are in the phrase word's place.
+    assert judge_phrase(PHRASE, transcript(SAY.format("pour us")), None, forced_listen({"chorus": 0.1})).accepted
+    dropped = "I am the owner of this voice and I consent to using this voice to create a synthetic voice model."
+    assert not judge_phrase(PHRASE, transcript(dropped), None, forced_listen({"chorus": 0.001})).accepted
+    # Two content words misheard are settled; three are another sentence, not a mishearing.
+    two = SAY.format("Boris").replace("owner", "builder")
+    assert judge_phrase(PHRASE, transcript(two), None, forced_listen({"chorus": 0.1, "owner": 0.2})).accepted
+    three = two.replace("synthetic", "musical")
+    assert not judge_phrase(PHRASE, transcript(three), None, never_forced).accepted
+
+
+@pytest.mark.parametrize(
+    "label, heard",
+    [
+        ("a negation beside the name", SAY.format("Boris").replace("I consent", "I withhold consent")),
+        ("a turn beside the name", SAY.format("Boris").replace(" model.", " model, but falsely.")),
+        ("words added elsewhere", SAY.format("Boris").replace(" model.", " model for fraud.")),
+        ("another purpose", PHRASE.replace("create a synthetic voice model", "sell a political advertisement")),
+    ],
+)
+def test_the_forced_listen_never_hears_over_a_refusal(label, heard):
+    """Only words heard in a phrase word's place go to the forced listen: a negation, a turn or a word added
+    elsewhere refuses without it, however likely the phrase's words are."""
+    assert not judge_phrase(PHRASE, transcript(heard), never_called, never_forced).accepted, label
+
+
+def test_the_checks_settle_a_misheard_name_with_the_forced_listen():
+    audio = np.zeros(16_000 * 7, np.float32)
+
+    def transcriber(audio, rate, beam):
+        return transcript(SAY.format("Boris"))
+
+    def listener(probability):
+        return lambda audio, rate, text: [probability if w == "Chorus" else 0.9 for w in text.split()]
+
+    settings = ConsentSettings()
+    heard = CustomVoiceChecks(None, settings, transcriber, forced_listener=listener(0.3)).heard(audio, 16_000, "en")  # type: ignore[arg-type]
+    assert heard.verdict.forced == (("chorus", 0.3),)
+    with pytest.raises(ApiError, match="it lacks 'chorus'"):
+        CustomVoiceChecks(None, settings, transcriber, forced_listener=listener(0.001)).heard(audio, 16_000, "en")  # type: ignore[arg-type]
+    with pytest.raises(ApiError, match="it lacks 'chorus'"):  # a transcriber alone: no forced listen
+        CustomVoiceChecks(None, settings, transcriber).heard(audio, 16_000, "en")  # type: ignore[arg-type]
+
+
+def test_the_forced_listen_finds_the_name_said_and_not_another(real, tmp_path):
+    """Whisper tiny.en fed the phrase, on espeak-ng's reading of it and of the phrase with "Boris": the name
+    said is found over ten times likelier than where "Boris" was said (0.004 against 0.0002 here: Whisper
+    writes this "Chorus" as "call us", which the match by sound accepts without a forced listen), and every
+    other word of the phrase said reaches the shipped ``forced_probability``."""
+    consent, _, rate, _, _ = real
+    subprocess.run(["espeak-ng", "-v", "en-us+f4", "-w", str(tmp_path / "boris.wav"), SAY.format("Boris")], check=True)
+    boris, boris_rate = sf.read(tmp_path / "boris.wav", dtype="float32")
+    whisper = WhisperJudge()
+    name = PHRASE.split().index("Chorus")
+    said = whisper.word_probabilities(consent, rate, PHRASE)
+    other = whisper.word_probabilities(boris, boris_rate, PHRASE)
+    assert len(said) == len(other) == len(PHRASE.split())
+    least = ConsentSettings().forced_probability
+    assert said[name] > 10 * other[name], (said[name], other[name])
+    assert min(p for k, p in enumerate(said) if k != name) >= least

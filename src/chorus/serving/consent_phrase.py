@@ -18,7 +18,13 @@ consent to Boris ..." is one word in twenty from the phrase, while Whisper tiny.
   "moist", and a sound-alike of "voice" or "model" changes no one's consent;
 * a recognizer also invents words in noise ("Thank you." after the phrase, a "not" nobody said), at a low
   probability. When such words are all that is wrong, a second listen decides (``recheck``: the server
-  decodes again another way); only a word heard both times refuses.
+  decodes again another way); only a word heard both times refuses;
+* a recognizer's first choice can miss a word that was said by a hair: Whisper tiny.en writes flite-slt's
+  "Chorus" as "Boris" or "bars", a noisy "owner" as "older". When all that is wrong is one or two phrase words
+  heard as other words in their place (no negation, no turn, nothing added elsewhere), a *forced listen*
+  decides (``forced``: the recognizer is fed the phrase and says how likely each word is in this audio): each
+  missed word must reach ``forced_probability`` (set on bench/consent.py's calibration split; "Boris",
+  "Horace" or "Acme" said for "Chorus" reach 0.006 at most on clean readings).
 
 Sounds are espeak-ng's phonemes of the written words (:func:`chorus.text.phonemize.phonemize`), not a
 spelling key such as Soundex: spelling puts "chorus" (/k/) with "church" and apart from "Korus" and "call us";
@@ -31,8 +37,8 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 
 from chorus.evaluation.asr import Transcript, Word, normalize_for_scoring
 from chorus.text.phonemize import phonemize
@@ -112,7 +118,8 @@ class PhraseVerdict:
     the allowance); extra: heard words the phrase does not have and the allowance does not cover (normalized:
     "don't" is "do", "not"); negations: those of ``extra`` that negate; loose: function words missed, added or
     swapped, within the allowance; dismissed: extra words heard at a low probability and not on the second
-    listen; rechecked: what the second listen heard, when there was one.
+    listen, or heard in place of a word the forced listen found; rechecked: what the second listen heard,
+    when there was one; forced: the missed phrase words the forced listen judged, with their probabilities.
     """
 
     heard: str
@@ -123,6 +130,7 @@ class PhraseVerdict:
     loose: int
     dismissed: tuple[str, ...] = ()
     rechecked: str | None = None
+    forced: tuple[tuple[str, float], ...] = ()  # phrase words judged on the forced listen, with their probabilities
 
     @property
     def accepted(self) -> bool:
@@ -153,23 +161,31 @@ def judge_phrase(
     phrase: str,
     transcript: Transcript,
     recheck: Callable[[], Transcript] | None = None,
+    forced: Callable[[], Sequence[float]] | None = None,
     *,
     max_loose_words: int = 4,
     doubtful_probability: float = 0.5,
+    forced_probability: float = 0.02,
+    max_forced_words: int = 2,
     language: str = "en-us",
 ) -> PhraseVerdict:
     """Whether ``transcript`` says ``phrase`` (see the module's notes).
 
     recheck: a second listen to the same recording, called only when all that is wrong is extra words each
     heard below ``doubtful_probability``; the verdict then refuses only the words the second listen hears
-    too (the same word, or any negation for a negation). ``language``: espeak-ng's, for the sounds.
+    too (the same word, or any negation for a negation). forced: the probability of each whitespace word of
+    ``phrase`` in the recording when the recognizer is fed the phrase (``WhisperJudge.word_probabilities``),
+    called only when all that is wrong is at most ``max_forced_words`` content words heard as others in their
+    place; they count as heard if each reaches ``forced_probability``. ``language``: espeak-ng's, for the sounds.
     """
-    verdict, extra = _read(phrase, transcript, max_loose_words, language)
+    verdict, extra, substitutions = _read(phrase, transcript, max_loose_words, language)
+    if forced is not None and substitutions is not None and 0 < len(verdict.missing) <= max_forced_words:
+        return _forced_listen(phrase, verdict, substitutions, forced(), forced_probability)
     doubtful = not verdict.missing and all(word.probability < doubtful_probability for word in extra)
     if recheck is None or verdict.accepted or not doubtful:
         return verdict
     second = recheck()
-    again, _ = _read(phrase, second, max_loose_words, language)
+    again, _, _ = _read(phrase, second, max_loose_words, language)
     confirmed = tuple(w for w in verdict.extra if w in again.extra or (w in verdict.negations and again.negations))
     return PhraseVerdict(
         heard=verdict.heard,
@@ -181,6 +197,20 @@ def judge_phrase(
         dismissed=tuple(w for w in verdict.extra if w not in confirmed),
         rechecked=second.text,
     )
+
+
+def _forced_listen(
+    phrase: str, verdict: PhraseVerdict, missing_at: list[int], probabilities: Sequence[float], least: float
+) -> PhraseVerdict:
+    """``verdict`` with its missed phrase words (at normalized-phrase places ``missing_at``) taken as heard if
+    the forced listen's ``probabilities`` (one per whitespace word of ``phrase``) give each ``least`` or more."""
+    places = [k for k, word in enumerate(phrase.split()) for _ in normalize_for_scoring(word).split()]
+    if len(places) != len(normalize_for_scoring(phrase).split()) or len(probabilities) != len(phrase.split()):
+        return verdict  # the phrase's words do not map one to one onto its normalized words: no forced listen
+    found = tuple((word, round(float(probabilities[places[k]]), 4)) for word, k in zip(verdict.missing, missing_at))
+    if any(probability < least for _, probability in found):
+        return replace(verdict, forced=found)  # for the record; still refused
+    return replace(verdict, missing=(), dismissed=verdict.extra, extra=(), forced=found)
 
 
 # -- reading one transcript
@@ -223,9 +253,13 @@ def is_negation(word: str, phrase_words: frozenset[str] = frozenset()) -> bool:
     return False
 
 
-def _read(phrase: str, transcript: Transcript, max_loose_words: int, language: str) -> tuple[PhraseVerdict, list[Word]]:
-    """One transcript against the phrase, without a second listen; and the recognizer's words that the
-    verdict's ``extra`` came from."""
+def _read(
+    phrase: str, transcript: Transcript, max_loose_words: int, language: str
+) -> tuple[PhraseVerdict, list[Word], list[int] | None]:
+    """One transcript against the phrase, without a second listen; the recognizer's words that the verdict's
+    ``extra`` came from; and, when every fault is a phrase content word heard as one or two other words in
+    its place (none of them a negation or a turn), the normalized-phrase places of the missed words (else
+    None): what a forced listen may settle."""
     said = normalize_for_scoring(phrase).split()
     names = _name_words(phrase)
     content = frozenset(w for w in said if w not in FUNCTION_WORDS)
@@ -267,6 +301,7 @@ def _read(phrase: str, transcript: Transcript, max_loose_words: int, language: s
     words: list[Word] = []
     missing: dict[int, str] = {}
     extra: dict[int, _Token] = {}
+    gaps: dict[int, int] = {}  # heard token -> the phrase place it was heard before (j: after phrase word j - 1)
     loose_missing: dict[int, str] = {}
     loose_extra: dict[int, _Token] = {}
     i, j = n, m
@@ -275,6 +310,7 @@ def _read(phrase: str, transcript: Transcript, max_loose_words: int, language: s
         if pj == j:  # a heard token alone
             small = heard[i - 1].text in FUNCTION_WORDS and not never[i - 1]
             (loose_extra if small else extra)[i - 1] = heard[i - 1]
+            gaps[i - 1] = j
         elif pi == i:  # a phrase word alone
             (loose_missing if said[j - 1] not in content else missing)[j - 1] = said[j - 1]
         else:
@@ -297,7 +333,17 @@ def _read(phrase: str, transcript: Transcript, max_loose_words: int, language: s
         negations=tuple(w for w in texts if is_negation(w, content)),
         loose=loose,
     )
-    return verdict, [extra[k].word for k in sorted(extra)]
+    # Heard in a missed word's place: just before it (gap k) or just after (gap k + 1), at most two for one.
+    in_place = [next((k for k in missing if gaps[t] in (k, k + 1)), None) for t in extra]
+    substitutions = (
+        sorted(missing)
+        if all(word in content for word in missing.values())
+        and not any(never[t] for t in extra)
+        and None not in in_place
+        and all(in_place.count(k) <= 2 for k in missing)
+        else None
+    )
+    return verdict, [extra[k].word for k in sorted(extra)], substitutions
 
 
 def _miss(word: str) -> float:

@@ -20,7 +20,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -39,6 +39,9 @@ from chorus.speaker.voice_match import SHIPPED_COHORT, MatchVerdict, UnusableRec
 
 # (mono audio [samples], its rate, beam size 1-5) -> what was said, word by word (WhisperJudge.transcribe_words)
 Transcriber = Callable[[np.ndarray, int, int], Transcript]
+# (mono audio [samples], its rate, a text) -> how likely each whitespace word of the text is said there
+# (WhisperJudge.word_probabilities: the recognizer fed the text)
+ForcedListener = Callable[[np.ndarray, int, str], Sequence[float]]
 
 # A consent is heard with beam search; a word it heard at a low probability is heard again by greedy decoding,
 # which searches differently and so rarely invents the same word in the same noise.
@@ -64,7 +67,9 @@ class HeardConsent:
 class CustomVoiceChecks:
     """The checks of one server; the judges (Whisper, the speaker encoder) load on first use.
 
-    ``transcriber`` and ``encoder`` replace Whisper tiny.en and the shipped encoder (tests, other languages).
+    ``transcriber`` and ``encoder`` replace Whisper tiny.en and the shipped encoder (tests, other languages);
+    ``forced_listener`` goes with a ``transcriber`` (Whisper's own when both are None; none, so no forced
+    listen, when only a transcriber is given).
     """
 
     def __init__(
@@ -73,10 +78,12 @@ class CustomVoiceChecks:
         settings: ConsentSettings,
         transcriber: Transcriber | None = None,
         encoder: EncoderBundle | None = None,
+        forced_listener: ForcedListener | None = None,
     ):
         self.engine = engine
         self.settings = settings
         self._transcriber = transcriber
+        self._forced_listener = forced_listener
         self._encoder = encoder
         self._map: SpeakerMap | None = None
         self._match: VoiceMatch | None = None
@@ -108,20 +115,28 @@ class CustomVoiceChecks:
         settings = self.settings
         with self._lock:  # one Whisper model, used by one request at a time
             if self._transcriber is None:
-                self._transcriber = WhisperJudge(beam_size=FIRST_BEAM).transcribe_words
-            transcriber = self._transcriber
+                whisper = WhisperJudge(beam_size=FIRST_BEAM)
+                self._transcriber, self._forced_listener = whisper.transcribe_words, whisper.word_probabilities
+            transcriber, forced_listener = self._transcriber, self._forced_listener
             first = transcriber(audio, rate, FIRST_BEAM)
 
         def second_listen() -> Transcript:
             with self._lock:
                 return transcriber(audio, rate, SECOND_BEAM)
 
+        def forced_listen() -> Sequence[float]:
+            with self._lock:
+                return forced_listener(audio, rate, phrase)
+
         verdict = judge_phrase(
             phrase,
             first,
             second_listen,
+            forced_listen if forced_listener is not None else None,
             max_loose_words=settings.max_loose_words,
             doubtful_probability=settings.doubtful_probability,
+            forced_probability=settings.forced_probability,
+            max_forced_words=settings.max_forced_words,
         )
         spans = phrase_spans(verdict.words, settings.word_pad_seconds, settings.max_word_seconds, len(audio) / rate)
         # Extra speech first once the phrase's words are all there: what was added then is another recording
@@ -192,9 +207,10 @@ class CustomVoiceChecks:
             settings = self.voice_match.settings
             raise ApiError(
                 400,
-                f"{verdict.reason} (speaker score {verdict.score:.2f}, at least {settings.threshold:.2f} needed; "
-                f"the sample's least consistent stretch {verdict.worst_window:.2f}, at least "
-                f"{settings.window_threshold:.2f}; compared in {verdict.band[0]:.0f}-"
+                f"{verdict.reason} (speaker score {verdict.score:.2f}, at least "
+                f"{settings.threshold_for(verdict.threshold_key):.2f} needed; the sample's least consistent window "
+                f"{verdict.worst_window:.2f}, at least {settings.window_threshold:.2f}; its third least like the "
+                f"consent {verdict.worst_stretch:.2f}; compared in {verdict.band[0]:.0f}-"
                 f"{verdict.band[1] or self.voice_match.embedder.rate / 2:.0f} Hz against a cohort heard the same way)",
                 param="audio_sample",
                 code="speaker_mismatch",

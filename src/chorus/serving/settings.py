@@ -66,6 +66,11 @@ class ConsentSettings:
     # before it refuses (Whisper's inventions in noise: 0.01-0.4; words it was sure of: 0.6 and up).
     max_loose_words: int = 4
     doubtful_probability: float = 0.5
+    # The forced listen (the recognizer fed the phrase): how many phrase content words heard as others in their
+    # place it may settle, and how likely each must be in the recording. Set on bench/consent.py's calibration
+    # split, above every wrong reading there ("Boris", "Acme" ... for "Chorus"); see docs/serving.md.
+    max_forced_words: int = 2
+    forced_probability: float = 0.02
     # The consent's speech (chorus.serving.consent_speech): how far past its timestamps a word may reach (they
     # are about 0.1 s off), the longest a word may be (the alignment stretches a word over audio it did not
     # transcribe), and how much voiced audio a consent may hold beside the phrase's words (an "um", a breath

@@ -18,12 +18,19 @@ threshold, issue 37). So:
    trial takes 20-40 s on a CPU core, so it is embedded once per *channel class* (``BANDS`` x ``SNRS``,
    pink noise) and shipped; a trial is cut to its class's band and takes the nearest SNR's cohort.
 4. **One speaker throughout.** Every window of the sample is scored against the rest of the sample the
-   same way; a sample with another voice spliced in has windows that are not its speaker's.
+   same way; and each third of the sample (``STRETCHES``) against the consent, which must reach the trial's
+   threshold less ``stretch_margin``. The first alone let a sample of half the owner and half another
+   voice through (the rest of the sample is half each window's own voice); the second refuses it, the other
+   voice's stretch scoring as a stranger does.
 5. **Too little voice to tell** (a band narrower than ``min_band_hz`` or an SNR under ``min_snr_db``) is
    refused as such, not guessed.
 
 The thresholds are set on a calibration split of bench/consent.py's trials, never on its figures'
-split, and stored with the cohort (``cohort.json``).
+split, and stored with the cohort (``cohort.json``): one per *threshold class* (the band both were cut to,
+and each side's SNR as clean, middling or noisy, :func:`threshold_key`) that the calibration filled with
+enough strangers, the strictest of them for any other. One threshold for every channel was set by the
+hardest (a crowd of voices shared by both recordings lifts strangers to 8.5 where a clean pair tops at -2)
+and refused three owners in four on clean recordings.
 """
 
 from __future__ import annotations
@@ -54,6 +61,7 @@ SNRS: tuple[float, ...] = (60.0, 30.0, 20.0, 15.0, 10.0, 5.0)  # 60: clean (no n
 # the encoder hears), and a 5-bit mu-law quantizer (a codec's noise follows the voice). The crowd is the
 # cohort's natural-sounding Piper voices (``CROWD``), none of bench/consent.py's babble talkers.
 VARIANTS: tuple[str, ...] = ("", "room 0.35 s", "room 0.8 s", "babble", "mu-law 5 bit")
+STRETCHES = 3  # a sample's thirds, each scored against the consent (the one-speaker check)
 CROWD = (
     4  # talkers in the babble: the last CROWD cohort clips (scripts/ship_speaker_cohort.py puts the Piper voices last)
 )
@@ -67,7 +75,10 @@ class UnusableRecording(ValueError):
 class MatchSettings:
     """How a sample is matched to a consent with one encoder.
 
-    threshold: the least s-normalized score of the same speaker; window_threshold: the least score of any
+    threshold: the least s-normalized score of the same speaker where ``thresholds`` has none for the trial's
+    class (:func:`threshold_key`: calibrated per class where the calibration had enough strangers in it,
+    and ``threshold`` the strictest of them); stretch_margin: how far under the trial's threshold each third of
+    the sample may score against the consent; window_threshold: the least score of any
     one sample window against the rest of the sample; top: cohort scores per side in the adaptive
     s-norm; min_band_hz: the narrowest band (its high edge) a speaker is told from; min_snr_db: the
     noisiest recording.
@@ -78,6 +89,11 @@ class MatchSettings:
     top: int = 10
     min_band_hz: float = 2500.0
     min_snr_db: float = 3.0
+    thresholds: dict[str, float] = field(default_factory=dict)  # per threshold_key; ``threshold`` for the rest
+    stretch_margin: float = 2.0
+
+    def threshold_for(self, key: str) -> float:
+        return self.thresholds.get(key, self.threshold)
 
 
 @dataclass(frozen=True)
@@ -92,8 +108,10 @@ class MatchVerdict:
     consent_channel: Channel
     sample_channel: Channel
     worst_window: float  # the lowest one-speaker score among the sample's windows
+    worst_stretch: float  # the lowest score of a third of the sample against the consent
     windows: int
     reason: str = ""
+    threshold_key: str = ""  # the class whose threshold judged it
 
 
 def class_key(band: tuple[float, float], snr: float, variant: str = "") -> str:
@@ -115,6 +133,17 @@ def band_class(low_hz: float, high_hz: float, nyquist: float) -> tuple[float, fl
 
 def snr_class(snr_db: float) -> float:
     return min(SNRS, key=lambda c: abs(c - snr_db))
+
+
+def snr_group(snr_db: float) -> str:
+    """A recording's SNR as a threshold class sees it: ``clean`` (25 dB and over), ``noisy`` (under 12.5 dB),
+    else ``middling``. Coarser than the cohort's classes, so that each holds enough calibration trials."""
+    return "clean" if snr_db >= 25.0 else "noisy" if snr_db < 12.5 else "middling"
+
+
+def threshold_key(band: tuple[float, float], consent_snr_db: float, sample_snr_db: float) -> str:
+    """The class a trial's threshold is calibrated for: the band both were cut to and each side's SNR group."""
+    return f"{band[0]:.0f}-{band[1]:.0f} {snr_group(consent_snr_db)}/{snr_group(sample_snr_db)}"
 
 
 def _resampled(audio: np.ndarray, rate: int, target: int) -> np.ndarray:
@@ -292,14 +321,20 @@ class VoiceMatch:
         raw = float(ea @ eb)
         score = self.snorm(raw, ea, eb, heard_as_sample, heard_as_consent)
         worst = self.worst_window(sample_windows, heard_as_sample)
+        stretch = min(
+            self.snorm(float(ea @ part), ea, part, heard_as_sample, heard_as_consent)
+            for part in map(mean_embedding, np.array_split(sample_windows, min(STRETCHES, len(sample_windows))))
+        )
+        key = threshold_key(band, a.snr_db, b.snr_db)
+        threshold = self.settings.threshold_for(key)
         reason = ""
-        if score < self.settings.threshold:
+        if score < threshold:
             reason = "the sample's voice does not match the consent recording's"
-        elif worst < self.settings.window_threshold:
-            reason = "the sample holds more than one voice: part of it does not match the rest"
+        elif worst < self.settings.window_threshold or stretch < threshold - self.settings.stretch_margin:
+            reason = "the sample holds more than one voice: part of it does not match the rest or the consent"
         return MatchVerdict(
             round(score, 4), round(raw, 4), not reason, band, (snr_class(a.snr_db), snr_class(b.snr_db)), a, b,
-            round(worst, 4), len(sample_windows), reason,
+            round(worst, 4), round(stretch, 4), len(sample_windows), reason, key,
         )  # fmt: skip
 
     def worst_window(self, windows: np.ndarray, cohort: np.ndarray) -> float:
