@@ -29,6 +29,8 @@ from chorus.speaker.voice_match import (
     class_key,
     load_cohort,
     snr_class,
+    snr_group,
+    threshold_key,
 )
 
 
@@ -140,6 +142,60 @@ def test_the_fake_voice_matches_itself_and_not_another(fake_cohort):
     stranger = match.match(tone(voice, 6.0, seed=1), 8000, tone([240.0, 610.0, 3300.0], 12.0, seed=3), 8000)
     assert owner.accepted and owner.score > stranger.score and not stranger.accepted
     assert stranger.reason == "the sample's voice does not match the consent recording's"
+
+
+def test_a_trial_is_judged_by_its_class_threshold_or_the_strictest(fake_cohort):
+    """Before: one threshold for every channel, set by the hardest (a crowd shared by both recordings), refused
+    three clean owners in four. Now a class the calibration filled has its own; any other takes the strictest."""
+    assert [snr_group(x) for x in (40.0, 25.0, 20.0, 12.5, 12.4, 3.0)] == ["clean", "clean"] + ["middling"] * 2 + [
+        "noisy"
+    ] * 2
+    assert threshold_key((0.0, 3900.0), 30.0, 8.0) == "0-3900 clean/noisy"
+    voice = [130.0, 1450.0, 2600.0]
+    consent, sample = tone(voice, 6.0, seed=1), tone(voice, 12.0, seed=2)
+    loose = VoiceMatch(
+        FakeEmbedder(), fake_cohort, MatchSettings(threshold=1.0, window_threshold=-50.0, min_band_hz=1000.0)
+    )
+    verdict = loose.match(consent, 8000, sample, 8000)
+    key = verdict.threshold_key
+    assert verdict.accepted and key == threshold_key(
+        verdict.band, verdict.consent_channel.snr_db, verdict.sample_channel.snr_db
+    )
+    strict = MatchSettings(
+        threshold=verdict.score + 1.0, window_threshold=-50.0, min_band_hz=1000.0, stretch_margin=50.0
+    )
+    assert not VoiceMatch(FakeEmbedder(), fake_cohort, strict).match(consent, 8000, sample, 8000).accepted
+    own = MatchSettings(**{**strict.__dict__, "thresholds": {key: verdict.score - 1.0}})
+    assert VoiceMatch(FakeEmbedder(), fake_cohort, own).match(consent, 8000, sample, 8000).accepted
+    other = MatchSettings(**{**strict.__dict__, "thresholds": {"300-3400 noisy/noisy": -99.0}})
+    assert not VoiceMatch(FakeEmbedder(), fake_cohort, other).match(consent, 8000, sample, 8000).accepted
+
+
+def test_each_third_of_the_sample_must_be_the_consents_speaker(fake_cohort):
+    """Before: each window was scored against the rest of the sample only, and the rest of a half-and-half
+    splice is half each window's own voice (91.7 % of bench/consent.py's splices passed once thresholds went
+    per class). Now each third is scored against the consent too."""
+    voice, other = [130.0, 1450.0, 2600.0], [240.0, 610.0, 3300.0]
+    consent = tone(voice, 6.0, seed=1)
+    spliced = np.concatenate([tone(voice, 8.0, seed=2), tone(other, 4.0, seed=3)])
+    settings = MatchSettings(threshold=-50.0, window_threshold=-50.0, min_band_hz=1000.0, stretch_margin=0.0)
+    match = VoiceMatch(FakeEmbedder(), fake_cohort, settings)
+    whole = match.match(consent, 8000, tone(voice, 12.0, seed=2), 8000)
+    verdict = match.match(consent, 8000, spliced, 8000)
+    assert verdict.worst_stretch < whole.worst_stretch
+    strict = VoiceMatch(
+        FakeEmbedder(),
+        fake_cohort,
+        MatchSettings(
+            **{
+                **settings.__dict__,
+                "threshold": verdict.worst_stretch + 0.5 * (whole.worst_stretch - verdict.worst_stretch),
+            }
+        ),
+    )
+    assert strict.match(consent, 8000, tone(voice, 12.0, seed=2), 8000).accepted
+    refused = strict.match(consent, 8000, spliced, 8000)
+    assert not refused.accepted and "more than one voice" in refused.reason
 
 
 def test_a_recording_with_too_little_voice_is_refused_as_such(fake_cohort):

