@@ -165,7 +165,7 @@ def judge_phrase(
     *,
     max_loose_words: int = 4,
     doubtful_probability: float = 0.5,
-    forced_probability: float = 0.02,
+    forced_probability: float = 0.0082,  # ConsentSettings.forced_probability, calibrated by bench/consent.py
     max_forced_words: int = 2,
     language: str = "en-us",
 ) -> PhraseVerdict:

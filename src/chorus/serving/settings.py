@@ -70,7 +70,7 @@ class ConsentSettings:
     # place it may settle, and how likely each must be in the recording. Set on bench/consent.py's calibration
     # split, above every wrong reading there ("Boris", "Acme" ... for "Chorus"); see docs/serving.md.
     max_forced_words: int = 2
-    forced_probability: float = 0.02
+    forced_probability: float = 0.0082
     # The consent's speech (chorus.serving.consent_speech): how far past its timestamps a word may reach (they
     # are about 0.1 s off), the longest a word may be (the alignment stretches a word over audio it did not
     # transcribe), and how much voiced audio a consent may hold beside the phrase's words (an "um", a breath
