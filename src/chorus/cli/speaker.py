@@ -11,7 +11,7 @@ import typer
 from chorus.cli.common import DEVICE_OPTION, config_default, console, fail, user_errors
 from chorus.speaker.bundle import SHIPPED_ENCODER, load_encoder
 from chorus.speaker.encoder import STAGE_BLOCKS, SpeakerEncoderConfig
-from chorus.training.speaker_encoder import SPEAKER_OPTIMIZERS, SpeakerTrainConfig
+from chorus.training.speaker_encoder import CHECKPOINT, SPEAKER_OPTIMIZERS, SpeakerTrainConfig
 
 speaker_app = typer.Typer(help="Chorus's speaker encoder: train one, embed clips, verify and evaluate trials.")
 ENCODER_HELP = "Encoder folder (default: the one shipped with Chorus)."
@@ -52,16 +52,34 @@ def train(
     resume: Path | None = typer.Option(
         None, help="Continue from this checkpoint (a run folder or its checkpoint/) up to --steps in all."
     ),
+    init: Path | None = typer.Option(
+        None,
+        help="Start from this checkpoint's encoder and AAM head (same speakers; its architecture, not "
+        "--arch/--depth/--reversible) with a fresh optimizer and schedule, the margin on from the first step.",
+    ),
+    device: str = DEVICE_OPTION,
+    workers: int = typer.Option(
+        config_default(SpeakerTrainConfig, "workers"),
+        help="Processes making the training crops while the steps run (0: the training process itself).",
+    ),
+    max_minutes: float | None = typer.Option(
+        None, help="Wall-clock budget of the steps: plan the schedules over the steps that fit, at most --steps."
+    ),
 ) -> None:
     """Train a speaker encoder; its threshold is calibrated on clips held out of every speaker.
     OUT also gets the checkpoint (checkpoint/) and the loss curve (loss.csv, loss.png)."""
     from chorus.training.speaker_encoder import train_speaker_encoder
 
     with user_errors():
+        if init is not None and resume is not None:
+            fail("give --resume (the same run, on) or --init (a new run from its weights), not both")
+        encoder = SpeakerEncoderConfig(arch=arch, depth=depth, reversible=reversible)
+        if init is not None:
+            encoder = load_encoder(init / CHECKPOINT if (init / CHECKPOINT).is_dir() else init).encoder.config
         config = SpeakerTrainConfig(
             corpus=str(corpus),
             out=str(out),
-            encoder=SpeakerEncoderConfig(arch=arch, depth=depth, reversible=reversible),
+            encoder=encoder,
             optimizer=optimizer,
             steps=steps,
             threads=threads,
@@ -69,8 +87,13 @@ def train(
             augment_share=augment_share,
             augment_copies=augment_copies,
             checkpoint_every=checkpoint_every,
+            device=device,
+            workers=workers,
+            max_minutes=max_minutes,
+            # From a trained head the classes are already apart: the margin's warm-up is not needed.
+            **({"margin_start": 0.0, "margin_full": 0.0} if init is not None else {}),
         )
-        folder = train_speaker_encoder(config, resume=resume)
+        folder = train_speaker_encoder(config, resume=resume, init=init)
     info = load_encoder(folder).info
     console.print(
         f"encoder: {folder} ({info['speakers']} speakers, {info['steps']} steps in {info['train_seconds']:.0f} s; "

@@ -22,6 +22,14 @@ the step, so a run resumed from its checkpoint (``out/checkpoint``: the encoder,
 optimizer state in safetensors, no pickle) follows the path of an uninterrupted one. ``out/loss.csv``
 and ``out/loss.png`` are the loss curve (means over ``log_every`` steps).
 
+The steps run on ``device`` (a GPU: ``cuda``); the crops are always made on the CPU, by ``workers``
+data-loader processes when there are any (:class:`TrainingBatches`: step ``k``'s batch is drawn from
+``(seed, k)`` whichever process makes it, so the batches are the same for any number of workers).
+``max_minutes`` bounds the steps' wall clock: the run measures its pace, plans how many steps fit and
+runs its learning-rate and margin schedules over that plan. ``init`` starts from another run's
+encoder and AAM head (same speakers) with a fresh optimizer and schedule, e.g. to go on with another
+optimizer than the one the checkpoint's state belongs to.
+
 Optimizers: ``adam`` / ``sgd`` (torch, SGD with momentum 0.9) and ``adam8bit`` / ``sgd8bit``
 (bitsandbytes, block-wise dynamic quantization of the states). bitsandbytes keeps tensors under
 4,096 values in 32 bits unless told otherwise; here every state of every tensor is 8-bit
@@ -35,11 +43,13 @@ import functools
 import itertools
 import os
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import torch
+from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from chorus.audio.augment import Augmentation
 from chorus.audio.io import load_audio
@@ -55,8 +65,23 @@ from chorus.training.progress import step_progress
 
 SPEAKER_OPTIMIZERS = ("adam", "adam8bit", "sgd", "sgd8bit")
 CHECKPOINT = "checkpoint"
-# Fields a resumed run may change: how long it runs and how it saves, not what it learns from.
-RESUMABLE_CHANGES = ("out", "steps", "checkpoint_every", "log_every", "threads")
+# Fields a resumed run may change: how long it runs, where and how it saves, not what it learns from.
+RESUMABLE_CHANGES = (
+    "out",
+    "steps",
+    "checkpoint_every",
+    "log_every",
+    "threads",
+    "device",
+    "workers",
+    "max_minutes",
+    "checkpoint_minutes",
+    "report_seconds",
+)
+# A budgeted run (``max_minutes``) measures its pace once this share of the budget has passed, and no
+# earlier than the end of the data loader's first round of batches (all workers start at once, so the
+# first batches come together and would make the pace look faster than it is).
+PLAN_AFTER = 0.15
 
 
 @dataclass
@@ -84,9 +109,27 @@ class SpeakerTrainConfig:
     augment_share: float = 0.7  # of the training crops, augmented on the fly; the rest stay clean
     augmentation: Augmentation = field(default_factory=Augmentation)
     augment_copies: int = 0  # fixed augmented copies per clip, made before training (the shipped recipe: 1)
+    # Steps of linear learning-rate warm-up before the cosine decay: a fresh Adam state's first steps
+    # move every weight by about the learning rate whatever its gradient, which unsettles a trained
+    # encoder (``init``). 0: none (the recipe the encoders were trained with).
+    warmup_steps: int = 0
     checkpoint_every: int = 100
     log_every: int = 10
     threads: int = 1
+    device: str = "cpu"  # where the steps run: cpu, cuda or cuda:N; the crops are made on the CPU
+    # Data-loader processes making the training crops while the steps run; 0: the training process
+    # makes each step's crops itself. On one CPU thread a 32-crop step's crops cost ~2.2 s beside
+    # ~3.5 s for its forward and backward pass; on a GPU the pass takes milliseconds, so the crops are
+    # nearly all the work and are spread over processes.
+    workers: int = 0
+    # Wall-clock budget of the steps, in minutes (None: none). The run measures its pace, plans how many
+    # of ``steps`` fit, runs the learning-rate and margin schedules over that plan and stops at it (or
+    # at the budget); the checkpoint's metadata keeps the plan (``planned_steps``).
+    max_minutes: float | None = None
+    checkpoint_minutes: float | None = None  # also checkpoint when this much wall clock has passed
+    # A progress line (step, loss, steps/s, data wait) every this many seconds when the progress bar is
+    # not on a terminal (a background run's log); 0: every 100 steps.
+    report_seconds: float = 0.0
     seed: int = 1234
 
     def __post_init__(self) -> None:
@@ -114,6 +157,11 @@ class SpeakerTrainConfig:
             raise ValueError("SpeakerTrainConfig needs 0 <= augment_share <= 1 and augment_copies >= 0")
         if not 0.0 <= self.margin_start <= self.margin_full <= 1.0:
             raise ValueError("SpeakerTrainConfig needs 0 <= margin_start <= margin_full <= 1")
+        if self.workers < 0 or self.warmup_steps < 0 or self.report_seconds < 0:
+            raise ValueError("SpeakerTrainConfig needs workers, warmup_steps and report_seconds >= 0")
+        for name in ("max_minutes", "checkpoint_minutes"):
+            if getattr(self, name) is not None and getattr(self, name) <= 0:
+                raise ValueError(f"SpeakerTrainConfig.{name} must be positive (or None)")
         if self.learning_rate is None:
             self.learning_rate = 1e-3 if self.optimizer.startswith("adam") else 0.05
 
@@ -122,11 +170,23 @@ class SpeakerTrainConfig:
         return dataclasses.asdict(self)
 
 
-def margin_at(config: SpeakerTrainConfig, step: int) -> float:
-    """The AAM margin at ``step`` (1-based): 0 until ``margin_start``, ``margin`` from ``margin_full``."""
-    done = (step - 1) / config.steps
-    ramp = max(config.margin_full - config.margin_start, 1e-9)
+def margin_at(config: SpeakerTrainConfig, step: int, planned: int | None = None) -> float:
+    """The AAM margin at ``step`` (1-based) of ``planned`` steps (default ``config.steps``): 0 until
+    ``margin_start``, ``margin`` from ``margin_full``; with no ramp (``margin_start == margin_full``),
+    ``margin`` from ``margin_start`` on: ``0, 0`` puts it on from the first step (classes already apart)."""
+    done = (step - 1) / (planned or config.steps)
+    if config.margin_full <= config.margin_start:
+        return config.margin if done >= config.margin_start else 0.0
+    ramp = config.margin_full - config.margin_start
     return config.margin * min(1.0, max(0.0, (done - config.margin_start) / ramp))
+
+
+def learning_rate_at(config: SpeakerTrainConfig, step: int, planned: int | None = None) -> float:
+    """The learning rate at ``step`` (1-based) of ``planned`` steps (default ``config.steps``): cosine
+    decay to a tenth over the steps, scaled by a linear warm-up over the first ``warmup_steps``."""
+    steps = planned or config.steps
+    lr = config.learning_rate * (0.1 + 0.9 * 0.5 * (1 + np.cos(np.pi * (step - 1) / steps)))
+    return lr * min(1.0, step / config.warmup_steps) if config.warmup_steps else lr
 
 
 def speaker_optimizer(params, name: str, lr: float, weight_decay: float) -> torch.optim.Optimizer:
@@ -159,26 +219,41 @@ class SpeakerClips:
     augmentations: int  # fixed augmented copies made
 
 
+def speaker_folders(corpus: str | Path) -> list[Path]:
+    """The speaker folders of a corpus (every sub-folder with a ``metadata.csv``), in name order: the
+    order of the speakers' labels."""
+    root = Path(corpus)
+    folders = sorted(p for p in root.iterdir() if (p / "metadata.csv").is_file()) if root.is_dir() else []
+    if len(folders) < 2:
+        raise ValueError(f"{root}: a speaker encoder needs at least two speaker folders (with a metadata.csv)")
+    return folders
+
+
+def split_clips(folder: Path, config: SpeakerTrainConfig, rng: np.random.Generator) -> tuple[list[Path], list[Path]]:
+    """One speaker's clips, shuffled by ``rng``: (``heldout`` calibration clips, at most
+    ``clips_per_speaker`` training clips). :func:`prepare_clips` calls it for each folder in turn with
+    one generator from ``seed``; with no fixed augmented copies (which draw from it too) a caller that
+    does the same gets the same split without reading any audio."""
+    utterances, _ = discover(folder)
+    paths = [u.audio_path for u in utterances]
+    rng.shuffle(paths)
+    if len(paths) < config.heldout + 1:
+        raise ValueError(f"{folder}: {len(paths)} clips; at least {config.heldout + 1} needed")
+    return paths[: config.heldout], paths[config.heldout : config.heldout + config.clips_per_speaker]
+
+
 def prepare_clips(config: SpeakerTrainConfig, mel_config: MelConfig, progress: bool = True) -> SpeakerClips:
     """Read every speaker folder of the corpus, hold clips out, make their features and any fixed copies.
 
     Training audio is kept in float16 (half the memory of float32: ~1.6 GB for 270 speakers x 44 clips
     of ~3.4 s; 11 bits of mantissa are far below any augmentation's noise)."""
-    root = Path(config.corpus)
-    folders = sorted(p for p in root.iterdir() if (p / "metadata.csv").is_file()) if root.is_dir() else []
-    if len(folders) < 2:
-        raise ValueError(f"{root}: a speaker encoder needs at least two speaker folders (with a metadata.csv)")
+    folders = speaker_folders(config.corpus)
     rng = np.random.default_rng(config.seed)
     speakers, train, heldout, made = [], [], [], 0
     with step_progress("speaker features", progress) as bar:
         task = bar.add_task("speakers", total=len(folders), status="")
         for folder in folders:
-            utterances, _ = discover(folder)
-            paths = [u.audio_path for u in utterances]
-            rng.shuffle(paths)
-            if len(paths) < config.heldout + 1:
-                raise ValueError(f"{folder}: {len(paths)} clips; at least {config.heldout + 1} needed")
-            kept, trained = paths[: config.heldout], paths[config.heldout : config.heldout + config.clips_per_speaker]
+            kept, trained = split_clips(folder, config, rng)
             clips = []
             for path in trained:
                 audio = load_audio(path, mel_config.sample_rate)
@@ -235,6 +310,87 @@ def training_crop(
     return crop(log_mel(piece, mel_config), config.segment_frames, rng), done
 
 
+def training_batch(
+    clips: SpeakerClips, config: SpeakerTrainConfig, mel_config: MelConfig, step: int
+) -> tuple[np.ndarray, np.ndarray, int]:
+    """Step ``step``'s batch, drawn from ``default_rng([seed, step])`` alone: ``batch_speakers`` speakers
+    x ``per_speaker`` crops (:func:`training_crop`) as float32 log-mels ``[batch, segment_frames,
+    n_mels]``, their int64 speaker labels ``[batch]``, and how many of the crops were augmented."""
+    rng = np.random.default_rng([config.seed, step])
+    chosen = rng.choice(len(clips.speakers), size=min(config.batch_speakers, len(clips.speakers)), replace=False)
+    mels, labels, augmented = [], [], 0
+    for speaker in chosen:
+        for _ in range(config.per_speaker):
+            mel, done = training_crop(clips, int(speaker), config, mel_config, rng)
+            mels.append(mel)
+            labels.append(int(speaker))
+            augmented += bool(done)
+    return np.stack(mels), np.array(labels, dtype=np.int64), augmented
+
+
+class TrainingBatches(IterableDataset):
+    """The batches of steps ``first..last`` (:func:`training_batch`), in step order, for a
+    ``DataLoader(batch_size=None)``. With ``W`` workers, worker ``w`` makes steps ``first + w``,
+    ``first + w + W``, ...; the loader takes the workers' batches round-robin, so they arrive in step
+    order, and each step's batch is seeded by ``(seed, step)``, not by the process that made it: the
+    same batches for any number of workers, and a resumed run's are the uninterrupted run's."""
+
+    def __init__(self, clips: SpeakerClips, config: SpeakerTrainConfig, mel_config: MelConfig, first: int, last: int):
+        self.clips, self.config, self.mel_config = clips, config, mel_config
+        self.first, self.last = first, last
+
+    def __iter__(self) -> Iterator[tuple[np.ndarray, np.ndarray, int]]:
+        worker = get_worker_info()
+        offset, stride = (worker.id, worker.num_workers) if worker is not None else (0, 1)
+        for step in range(self.first + offset, self.last + 1, stride):
+            yield training_batch(self.clips, self.config, self.mel_config, step)
+
+
+def _crop_worker_init(_worker_id: int) -> None:
+    # One thread per worker (the log-mel's STFT is torch's): the workers already fill the cores.
+    torch.set_num_threads(1)
+
+
+def _as_made(batch: tuple[np.ndarray, np.ndarray, int]) -> tuple[np.ndarray, np.ndarray, int]:
+    # Numpy arrays, not tensors, leave the workers: pickled through the loader's pipe instead of
+    # torch's shared-memory files, which a small /dev/shm (a container's 64 MB) cannot hold.
+    return batch
+
+
+def _warm_crop_code(clips: SpeakerClips, config: SpeakerTrainConfig, mel_config: MelConfig) -> None:
+    """One window through every effect and the log-mel, in this process, before workers fork from it:
+    numba compiles librosa's phase vocoder (the tempo effect) on its first call, 8 s on one busy
+    core, which every worker would otherwise spend on its own; forked, they inherit the compiled code.
+    Its own generator: the training batches' randomness is untouched."""
+    every = dataclasses.replace(config.augmentation, speed=1.0, tempo=1.0, reverb=1.0, noise=1.0, mic=1.0, channel=1.0)
+    audio = clips.train[0][0].astype(np.float32)
+    talkers = [clips.train[-1][0].astype(np.float32)]
+    log_mel(every.apply(audio, mel_config.sample_rate, np.random.default_rng(0), talkers)[0], mel_config)
+
+
+def training_batches(
+    clips: SpeakerClips, config: SpeakerTrainConfig, mel_config: MelConfig, first: int
+) -> Iterator[tuple[np.ndarray, np.ndarray, int]]:
+    """The batches of steps ``first..config.steps`` (:class:`TrainingBatches`), made ahead by
+    ``config.workers`` processes (forked: they share the clips' memory instead of each unpickling a
+    copy) or, with none, in this process as they are asked for."""
+    dataset = TrainingBatches(clips, config, mel_config, first, config.steps)
+    if config.workers == 0:
+        return iter(dataset)
+    if config.augment_share > 0:
+        _warm_crop_code(clips, config, mel_config)
+    loader = DataLoader(
+        dataset,
+        batch_size=None,
+        collate_fn=_as_made,
+        num_workers=config.workers,
+        worker_init_fn=_crop_worker_init,
+        prefetch_factor=2,
+        multiprocessing_context="fork",
+    )
+    return iter(loader)
+
+
 def calibration_trials(bundle: EncoderBundle, clips: SpeakerClips) -> tuple[list[float], list[bool]]:
     """Every pair of held-out clips: (cosine scores, same speaker?)."""
     device = next(bundle.encoder.parameters()).device
@@ -263,12 +419,27 @@ def _resumed_config(config: SpeakerTrainConfig, saved: dict, folder: Path) -> No
         raise ValueError(f"{folder}: resuming needs the saved recipe; these fields differ: {', '.join(changed)}")
 
 
+def _checkpoint_folder(folder: str | Path) -> Path:
+    """A checkpoint folder, or the run folder holding one in ``checkpoint/``."""
+    return Path(folder) / CHECKPOINT if (Path(folder) / CHECKPOINT).is_dir() else Path(folder)
+
+
+def _torch_device(name: str) -> torch.device:
+    """``name`` as a torch device, refused plainly when it is a GPU this machine lacks."""
+    device = torch.device(name)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device {name!r}: no CUDA GPU is available here (torch {torch.__version__})")
+    return device
+
+
 def train_speaker_encoder(
     config: SpeakerTrainConfig,
     *,
     progress: bool = True,
     clips: SpeakerClips | None = None,
     resume: str | Path | None = None,
+    init: str | Path | None = None,
+    on_save: Callable[[Path], None] | None = None,
 ) -> Path:
     """Train, calibrate the threshold on the held-out trials and save the encoder folder ``config.out``.
 
@@ -276,84 +447,131 @@ def train_speaker_encoder(
     trained on one corpus share them); made here when None. ``resume``: a checkpoint folder (or a
     run folder holding ``checkpoint/``) to continue from, up to ``config.steps`` in all; its recipe
     must match ``config`` but for :data:`RESUMABLE_CHANGES` (a longer run stretches the learning
-    rate's and margin's schedules from there on). ``out/checkpoint`` is written every
-    ``checkpoint_every`` steps and at the end."""
+    rate's and margin's schedules from there on). ``init``: a checkpoint folder (or run folder) of the
+    same encoder architecture and speakers whose encoder and AAM head this run starts from, with a
+    fresh optimizer, step count and schedules and any recipe (give it ``margin_start = margin_full =
+    0``: its classes are already apart, so the margin can be on from the first step). ``out/checkpoint``
+    is written every ``checkpoint_every`` steps (and ``checkpoint_minutes``) and at the end;
+    ``on_save(out)`` is called after each checkpoint and once the calibrated encoder is in ``out``."""
+    if resume is not None and init is not None:
+        raise ValueError("give resume (the same run, on) or init (a new run from its weights), not both")
     torch.set_num_threads(config.threads)
     torch.manual_seed(config.seed)
+    device = _torch_device(config.device)
     mel_config = MelConfig(n_mels=config.encoder.n_mels)
     out = Path(config.out)
     state, start_folder = None, None
-    if resume is not None:
-        start_folder = Path(resume) / CHECKPOINT if (Path(resume) / CHECKPOINT).is_dir() else Path(resume)
+    if resume is not None or init is not None:
+        start_folder = _checkpoint_folder(resume if resume is not None else init)
         state = load_training_state(start_folder)
         if state is None:
-            raise ValueError(f"{resume}: no speaker encoder checkpoint to resume from")
-        _resumed_config(config, state.meta["config"], start_folder)
+            raise ValueError(f"{resume if resume is not None else init}: no speaker encoder checkpoint to start from")
+        if resume is not None:
+            _resumed_config(config, state.meta["config"], start_folder)
+    start_encoder = load_encoder(start_folder) if start_folder is not None else None
+    if init is not None and start_encoder.encoder.config != config.encoder:
+        raise ValueError(f"{start_folder}: its encoder is not the one configured ({start_encoder.encoder.config})")
     if clips is None:
         clips = prepare_clips(config, mel_config, progress)
     classifier = SpeakerClassifier(SpeakerEncoder(config.encoder), len(clips.speakers), config.margin, config.scale)
     encoder = classifier.encoder
-    optimizer = speaker_optimizer(
-        list(classifier.parameters()), config.optimizer, config.learning_rate, config.weight_decay
-    )
     start_step, seconds, losses = 0, 0.0, []
     if state is not None:
         if state.meta["speakers"] != clips.speakers:
             raise ValueError(f"{start_folder}: saved for other speakers than the corpus {config.corpus} has")
-        encoder.load_state_dict(load_encoder(start_folder).encoder.state_dict())
-        state.restore({"optimizer": optimizer}, {"head": classifier.head})
+        encoder.load_state_dict(start_encoder.encoder.state_dict())
+        state.restore({}, {"head": classifier.head})
+    if resume is not None:
         start_step, seconds, losses = int(state.meta["step"]), float(state.meta["seconds"]), state.meta["losses"]
-    batch_speakers = min(config.batch_speakers, len(clips.speakers))
+    initialized_from = {"folder": str(init), "step": int(state.meta["step"])} if init is not None else None
+    # The crop workers start here, forked (sharing the clips' memory); they never touch CUDA, which a
+    # child forked from a process that uses it must not.
+    batches = training_batches(clips, config, mel_config, start_step + 1)
+    classifier.to(device)
+    # The optimizer after the move: its state lives beside the parameters (restored states are cast).
+    optimizer = speaker_optimizer(
+        list(classifier.parameters()), config.optimizer, config.learning_rate, config.weight_decay
+    )
+    if resume is not None:
+        state.restore({"optimizer": optimizer})
     out.mkdir(parents=True, exist_ok=True)
     log = LossLog(out / "loss.csv", ["step", "loss", "margin", "lr", "augmented", "seconds"], resume_step=start_step)
     logged: list[float] = []
-    augmented = 0
+    augmented, crops = 0, 0
     classifier.train()
+    # The plan: the steps the schedules run over. A budgeted run plans once it knows its pace, then
+    # again every PLAN_AFTER of its budget from the mean pace so far (a machine's pace drifts).
+    planned = config.steps
+    budget = 60.0 * config.max_minutes if config.max_minutes else None
+    first_round = start_step + max(config.workers, 1)  # the last step of the loader's first round
+    round_done = None
+    loop_started = last_saved = last_report = last_plan = time.perf_counter()
+    waited, report_step = 0.0, start_step
+    step = start_step
     with step_progress(f"speaker encoder ({config.optimizer})", progress) as bar:
         task = bar.add_task("steps", total=config.steps, status="", completed=start_step)
         for step in range(start_step + 1, config.steps + 1):
             started = time.perf_counter()
-            rng = np.random.default_rng([config.seed, step])
-            # Cosine decay of the learning rate to a tenth.
-            lr = config.learning_rate * (0.1 + 0.9 * 0.5 * (1 + np.cos(np.pi * (step - 1) / config.steps)))
+            if (
+                budget is not None
+                and round_done is not None
+                and step - 1 - round_done[0] >= max(config.workers, 1)  # a whole round timed, at least
+                and started - last_plan >= PLAN_AFTER * budget
+            ):
+                pace = (started - round_done[1]) / (step - 1 - round_done[0])
+                planned = min(config.steps, step - 1 + max(1, int((budget - (started - loop_started)) / pace)))
+                last_plan = started
+                bar.update(task, total=planned)
+                if progress:
+                    print(f"pace {pace:.3f} s/step: {planned} steps planned in {config.max_minutes:g} min", flush=True)
+            lr = learning_rate_at(config, step, planned)
             for group in optimizer.param_groups:
                 group["lr"] = lr
-            classifier.head.margin = margin_at(config, step)
-            chosen = rng.choice(len(clips.speakers), size=batch_speakers, replace=False)
-            mels, labels = [], []
-            for speaker in chosen:
-                for _ in range(config.per_speaker):
-                    mel, done = training_crop(clips, int(speaker), config, mel_config, rng)
-                    mels.append(mel)
-                    labels.append(int(speaker))
-                    augmented += bool(done)
-            loss = classifier(torch.from_numpy(np.stack(mels)), torch.tensor(labels))
+            classifier.head.margin = margin_at(config, step, planned)
+            mels, labels, made = next(batches)
+            waited += time.perf_counter() - started
+            augmented, crops = augmented + made, crops + len(labels)
+            loss = classifier(torch.from_numpy(mels).to(device), torch.from_numpy(labels).to(device))
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
-            seconds += time.perf_counter() - started
-            losses.append(round(loss.item(), 5))
-            logged.append(loss.item())
+            value = loss.item()  # waits for the step: the timing below is the step's
+            now = time.perf_counter()
+            seconds += now - started
+            losses.append(round(value, 5))
+            logged.append(value)
+            if step == first_round:
+                round_done = (step, now)
+            last = step >= planned or (budget is not None and now - loop_started >= budget)
             bar.update(task, completed=step, status=f"loss {np.mean(losses[-20:]):.3f}")
-            if step % config.log_every == 0 or step == config.steps:
+            if step % config.log_every == 0 or last:
                 row = {
                     "step": step,
                     "loss": f"{np.mean(logged):.4f}",
                     "margin": f"{classifier.head.margin:.3f}",
                     "lr": f"{lr:.3g}",
-                    "augmented": f"{augmented / (len(logged) * len(mels)):.2f}",
+                    "augmented": f"{augmented / crops:.2f}",
                     "seconds": f"{seconds:.1f}",
                 }
                 log.append([row])
-                logged, augmented = [], 0
-            if progress and not bar.console.is_terminal and step % 100 == 0:  # a background run's log
+                logged, augmented, crops = [], 0, 0
+            due = now - last_report >= config.report_seconds if config.report_seconds else step % 100 == 0
+            if progress and not bar.console.is_terminal and due:  # a background run's log
+                rate = (step - report_step) / (now - last_report)
                 print(
-                    f"step {step}/{config.steps} loss {np.mean(losses[-100:]):.3f} {seconds / step:.2f} s/step",
+                    f"step {step}/{planned} loss {np.mean(losses[-100:]):.3f} lr {lr:.3g} "
+                    f"margin {classifier.head.margin:.3f} {rate:.2f} steps/s "
+                    f"(data wait {waited / (now - last_report):.0%}) {now - loop_started:.0f} s",
                     flush=True,
                 )
-            if step % config.checkpoint_every == 0 or step == config.steps:
+                last_report, report_step, waited = now, step, 0.0
+            timed = config.checkpoint_minutes is not None and now - last_saved >= 60.0 * config.checkpoint_minutes
+            if step % config.checkpoint_every == 0 or last or timed:
                 meta = {"step": step, "seconds": seconds, "losses": losses, "speakers": clips.speakers}
                 meta["config"] = config.to_dict()
+                meta["planned_steps"] = planned
+                if initialized_from is not None:
+                    meta["initialized_from"] = initialized_from
                 save_checkpoint(
                     out / CHECKPOINT,
                     functools.partial(save_encoder, EncoderBundle(encoder, mel_config)),
@@ -362,19 +580,27 @@ def train_speaker_encoder(
                     {"head": classifier.head},
                 )
                 plot_losses(log.path, out / "loss.png", ["loss"], title=f"speaker encoder ({config.optimizer})")
+                last_saved = time.perf_counter()
+                if on_save is not None:
+                    on_save(out)
+            if last:
+                break
+    del batches  # stops the crop workers before calibration
     bundle = EncoderBundle(encoder.eval(), mel_config)
     scores, same = calibration_trials(bundle, clips)
     calibrated = verification_scores(scores, same)
     bundle.threshold = calibrated.eer_threshold
     bundle.info = {
-        "steps": config.steps,
+        "steps": step,
         "train_seconds": round(seconds, 1),
         "optimizer": config.optimizer,
+        "device": config.device,
         "speakers": len(clips.speakers),
         "train_clips": sum(len(m) for m in clips.train),
         "augmented_copies": clips.augmentations,
         "augment_share": config.augment_share,
         "resumed_from_step": start_step or None,
+        "initialized_from": initialized_from,
         "final_loss": round(float(np.mean(losses[-20:])), 4),
         "calibration": {
             "trials": calibrated.trials,
@@ -390,4 +616,6 @@ def train_speaker_encoder(
     for name in (WEIGHTS, CONFIG):
         os.replace(written / name, out / name)
     written.rmdir()
+    if on_save is not None:
+        on_save(out)
     return out
