@@ -572,10 +572,35 @@ class PiperGenerator(nn.Module):
         length_scale = defaults[1] if length_scale is None else length_scale
         noise_w = defaults[2] if noise_w is None else noise_w
 
+        z, frame_lengths, durations = self.latent(ids, lengths, None, noise_scale, length_scale, noise_w, generator)
+        padded = bool((frame_lengths < z.shape[2]).any())
+        audio = self.dec(z, frame_lengths if padded else None)
+        return PiperOutput(audio, frame_lengths * self.hop_length, durations.long())
+
+    def latent(
+        self,
+        ids: torch.Tensor,
+        lengths: torch.Tensor,
+        durations: torch.Tensor | None = None,
+        noise_scale: float = 0.0,
+        length_scale: float = 1.0,
+        noise_w: float = 0.0,
+        generator: torch.Generator | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The decoder's input: ids ``[batch, time]``, lengths ``[batch]`` -> z ``[batch, inter, frames]``
+        (zero past each item's frames), frame_lengths ``[batch]``, durations ``[batch, time]`` (float).
+
+        ``durations`` (frames per id ``[batch, time]``) replace the duration predictor's: adaptation
+        decodes a recording's text with the recording's own aligned durations, so the generated audio
+        lines up with the recording frame for frame.
+        """
         text_mask = _mask(lengths, ids.shape[1])
         hidden, m_p, logs_p = self.enc_p(ids, text_mask)
-        logw = self.dp(hidden, text_mask, noise_w, generator)
-        durations = torch.ceil(torch.exp(logw) * text_mask * length_scale)[:, 0]  # [B, T]
+        if durations is None:
+            logw = self.dp(hidden, text_mask, noise_w, generator)
+            durations = torch.ceil(torch.exp(logw) * text_mask * length_scale)[:, 0]  # [B, T]
+        else:
+            durations = durations.to(m_p.dtype) * text_mask[:, 0]
         frame_lengths = durations.sum(dim=1).clamp_min(1).long()
         frames = int(frame_lengths.max())
         frame_mask = _mask(frame_lengths, frames)
@@ -589,10 +614,7 @@ class PiperGenerator(nn.Module):
         if noise_scale:
             noise = torch.randn(m_p.shape, generator=generator, device=m_p.device, dtype=m_p.dtype)
             m_p = m_p + noise * torch.exp(logs_p) * noise_scale
-        z = self.flow(m_p, frame_mask)
-        padded = bool((frame_lengths < frames).any())
-        audio = self.dec(z * frame_mask, frame_lengths if padded else None)
-        return PiperOutput(audio, frame_lengths * self.hop_length, durations.long())
+        return self.flow(m_p, frame_mask) * frame_mask, frame_lengths, durations
 
 
 # ---------------------------------------------------------------- reading the ONNX graph

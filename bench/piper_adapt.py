@@ -1,0 +1,157 @@
+"""A Piper voice adapted to a held-out speaker without a posterior encoder (issue 38, items 3-4): a first cut.
+
+The base is the installed Piper joe generator in PyTorch (``PiperGenerator``); the recipe is
+``chorus.training.piper_adapt`` (durations by aligning each recording to the base's own rendering, then
+mel + multi-resolution STFT loss on decoded windows). Clips are chosen as ``bench/adaptation.py`` chooses
+them: of a held-out voice's utterances, the last ``--sentences`` are judged, the ``--references`` before
+them are the similarity references, and training takes the first ``--minutes`` of the rest.
+
+Judges (as the adaptation benchmark): Whisper tiny.en WER, resemblyzer similarity to the reference clips,
+distillmos MOS; each adapted voice beside the unadapted joe generator and the target's own recordings of
+the same sentences. Speech is sampled at the voice's default scales with a fixed seed.
+
+    python bench/piper_adapt.py --voice flite-slt --placement decoder --steps 400 --out runs/piper_adapt
+    python bench/piper_adapt.py --voice flite-slt --placement reference --out runs/piper_adapt   # joe, recordings
+
+Each run writes ``<out>/<voice>-<placement>.json`` (figures, settings, loss log) and the voice folder.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import subprocess
+import time
+from pathlib import Path
+
+import torch
+
+from chorus.data.formats import discover
+from chorus.data.subsets import first_minutes
+from chorus.evaluation.report import EvalItem, Judges, evaluate_pairs
+from chorus.evaluation.similarity import SpeakerJudge
+from chorus.models.piper_vits import PiperGenerator
+from chorus.peers.piper import joe_paths
+from chorus.training.piper_adapt import PiperAdaptConfig, adapt_piper, piper_sha256
+
+REFERENCE = "reference"  # --placement value: judge the unadapted generator and the recordings instead
+
+
+def speak(generator: PiperGenerator, texts: list[str], seed: int) -> list:
+    """Each text at the voice's default scales, noise seeded per sentence -> numpy audio ``[samples]``."""
+    spoken = []
+    with torch.inference_mode():
+        for index, text in enumerate(texts):
+            ids = torch.tensor([generator.voice.text_ids(text)])
+            out = generator(ids, torch.tensor([ids.shape[1]]), generator=torch.Generator().manual_seed(seed + index))
+            spoken.append(out.audio[0].numpy())
+    return spoken
+
+
+def judge(items: list[EvalItem]) -> dict:
+    report = evaluate_pairs(items, judges=Judges(speaker=SpeakerJudge(), reference=False), progress=False)
+    means = report.means()
+    return {"wer": report.corpus_wer, "similarity": means.get("speaker_similarity"), "mos": means.get("mos")}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--heldout", type=Path, default=Path("corpus_out/heldout"))
+    parser.add_argument("--voice", default="flite-slt")
+    parser.add_argument("--minutes", type=float, default=3.0)
+    parser.add_argument("--placement", default="decoder", help="a PLACEMENTS name, full, or 'reference'")
+    parser.add_argument("--steps", type=int, default=PiperAdaptConfig.steps)
+    parser.add_argument("--max-minutes", type=float, default=math.inf, help="training time cap")
+    parser.add_argument("--learning-rate", type=float, default=None)
+    parser.add_argument("--noise-scale", type=float, default=0.0, help="prior noise of the training latents")
+    parser.add_argument("--tag", default="", help="suffix of this run's file names (several runs of one placement)")
+    parser.add_argument("--sentences", type=int, default=10, help="held-out sentences judged")
+    parser.add_argument("--references", type=int, default=10, help="real clips for speaker similarity")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--seed", type=int, default=1234)
+    parser.add_argument("--out", type=Path, default=Path("runs/piper_adapt"))
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    args.out.mkdir(parents=True, exist_ok=True)
+
+    utterances, _ = discover(args.heldout / args.voice)
+    evaluation = utterances[-args.sentences :]
+    references = [u.audio_path for u in utterances[-args.sentences - args.references : -args.sentences]]
+    pool = utterances[: -args.sentences - args.references]
+    onnx, json_path = joe_paths()
+    generator = PiperGenerator.from_piper(onnx, json_path)
+    texts = [u.text for u in evaluation]
+    row: dict = {
+        "voice": args.voice,
+        "placement": args.placement,
+        "sentences": len(evaluation),
+        "references": len(references),
+        "threads": args.threads,
+        "seed": args.seed,
+        "commit": subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip(),
+        "src_clean": not subprocess.run(["git", "status", "--porcelain", "src"], capture_output=True, text=True).stdout,
+        "scales": "voice defaults (noise_scale, length_scale, noise_w) = "
+        f"{generator.voice.noise_scale}, {generator.voice.length_scale}, {generator.voice.noise_w}",
+    }
+    generator_parameters = sum(p.numel() for p in generator.parameters())
+    if args.placement == REFERENCE:
+        spoken = speak(generator, texts, args.seed)
+        row["joe_generator"] = judge(
+            [
+                EvalItem(u.key, a, u.text, speaker_references=references, sample_rate=generator.sample_rate)
+                for u, a in zip(evaluation, spoken)
+            ]
+        )
+        row["recordings"] = judge(
+            [EvalItem(u.key, u.audio_path, u.text, speaker_references=references) for u in evaluation]
+        )
+    else:
+        subset = first_minutes(pool, args.minutes)
+        config = PiperAdaptConfig(
+            placement=args.placement,
+            steps=args.steps,
+            threads=args.threads,
+            seed=args.seed,
+            learning_rate=args.learning_rate,
+            max_minutes=args.max_minutes,
+            noise_scale=args.noise_scale,
+        )
+        started = time.perf_counter()
+        result = adapt_piper(
+            subset,
+            generator,
+            args.out / f"{args.voice}-{args.placement}{args.tag}",
+            config,
+            piper_sha256(onnx),
+            progress=True,
+        )
+        row["adapt_seconds_with_alignment"] = round(time.perf_counter() - started, 1)
+        spoken = speak(result.model, texts, args.seed)
+        row["adapted"] = judge(
+            [
+                EvalItem(u.key, a, u.text, speaker_references=references, sample_rate=generator.sample_rate)
+                for u, a in zip(evaluation, spoken)
+            ]
+        )
+        row.update(
+            {
+                "config": {k: v for k, v in vars(config).items() if k != "max_minutes"},
+                "data_minutes": result.card.data_minutes,
+                "train_seconds": result.card.train_seconds,
+                "steps": result.card.steps,
+                "trainable_parameters": result.card.trainable_parameters,
+                "share_of_generator": result.card.trainable_parameters / generator_parameters,
+                "voice_bytes": (result.voice_dir / "adapter_model.safetensors").stat().st_size
+                if result.voice_dir
+                else None,
+                "loss_log": result.log,
+            }
+        )
+    path = args.out / f"{args.voice}-{args.placement}{args.tag}.json"
+    path.write_text(json.dumps(row, indent=1, default=str))
+    print(json.dumps({k: v for k, v in row.items() if k != "loss_log"}, indent=1, default=str))
+
+
+if __name__ == "__main__":
+    main()

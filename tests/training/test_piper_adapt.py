@@ -1,0 +1,158 @@
+"""Adapting a Piper generator without a posterior encoder, on a toy-size generator and two short clips."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+import soundfile as sf
+import torch
+
+from chorus.adapters import active_adapter, base_state_dict
+from chorus.adapters.voice import VoiceError
+from chorus.models.piper_vits import PiperGenerator, PiperVitsConfig
+from chorus.peers.piper import PiperVoiceConfig
+from chorus.training.piper_adapt import (
+    PLACEMENTS,
+    VOICE,
+    PiperAdaptConfig,
+    adapt_piper,
+    align_durations,
+    attach_voice,
+    load_piper_voice,
+    prepare_clips,
+    train,
+)
+
+# Joe's layout (type-2 residual blocks, upsampling 8 x 8 x 4) at toy widths.
+TINY = PiperVitsConfig(
+    n_symbols=48,
+    hidden_channels=16,
+    filter_channels=32,
+    n_heads=2,
+    n_layers=2,
+    kernel_size=3,
+    window_size=4,
+    inter_channels=8,
+    flow_couplings=2,
+    flow_wn_layers=2,
+    flow_kernel_size=5,
+    flow_dilation_rate=1,
+    dp_filter_channels=16,
+    dp_kernel_size=3,
+    dp_layers=3,
+    dp_flows=4,
+    dp_bins=10,
+    resblock="2",
+    resblock_kernel_sizes=(3, 5),
+    resblock_dilation_sizes=((1, 2), (2, 6)),
+    upsample_rates=(8, 8, 4),
+    upsample_kernel_sizes=(16, 16, 8),
+    upsample_initial_channel=32,
+    sample_rate=22_050,
+)
+# Pad, start and end as Piper's maps have them; then the IPA symbols espeak-ng gives the test sentences.
+SYMBOLS = "abcdefhijklmnoprstuvwzæðŋɐɑɔəɚɛɜɡɪɹʃʊʌʒˈˌː "
+ID_MAP = {"_": [0], "^": [1], "$": [2], **{s: [3 + i] for i, s in enumerate(SYMBOLS)}}
+TEXTS = ["Hello there.", "It is a fine day."]
+NOISELESS = dict(noise_scale=0.0, length_scale=1.0, noise_w=0.0)
+
+
+@pytest.fixture
+def tiny() -> PiperGenerator:
+    torch.manual_seed(0)
+    voice = PiperVoiceConfig(sample_rate=22_050, language="en-us", id_map=ID_MAP)
+    return PiperGenerator(TINY, voice).eval()
+
+
+@pytest.fixture
+def dataset(tmp_path):
+    """Two clips of a harmonic tone gliding in pitch (0.7 and 0.9 s), with transcripts."""
+    folder = tmp_path / "data"
+    (folder / "wavs").mkdir(parents=True)
+    rows = []
+    for index, (text, seconds) in enumerate(zip(TEXTS, (0.7, 0.9))):
+        t = np.arange(int(22_050 * seconds)) / 22_050
+        phase = 2 * np.pi * np.cumsum(110 + 60 * t) / 22_050
+        audio = 0.2 * sum(np.sin(k * phase) / k for k in range(1, 6)) * (1 + np.sin(2 * np.pi * 3 * t)) / 2
+        sf.write(folder / "wavs" / f"clip{index}.wav", audio.astype(np.float32), 22_050)
+        rows.append(f"clip{index}|{text}\n")
+    (folder / "metadata.csv").write_text("".join(rows))
+    return folder
+
+
+def speak(generator: PiperGenerator) -> torch.Tensor:
+    ids = torch.tensor([generator.voice.text_ids(TEXTS[0])])
+    with torch.inference_mode():
+        return generator(ids, torch.tensor([ids.shape[1]]), **NOISELESS).audio
+
+
+def test_aligned_durations_cover_the_recording(tiny, dataset) -> None:
+    from chorus.data.formats import discover
+
+    clips = prepare_clips(tiny, discover(dataset)[0])
+    for clip in clips:
+        assert clip.durations.min() >= 1 and len(clip.durations) == len(clip.ids)
+        assert clip.frames * tiny.hop_length == len(clip.audio)
+        assert torch.equal(align_durations(tiny, clip.ids, clip.audio), clip.durations)
+
+
+# Each placement on the prior's mean; and the decoder alone on noisy latents (recomputed every step, no grad).
+@pytest.mark.parametrize(("placement", "noise_scale"), [(p, 0.0) for p in PLACEMENTS] + [("decoder", 0.667)])
+def test_only_the_voice_trains_and_the_base_stays_bit_identical(tiny, dataset, placement, noise_scale) -> None:
+    from chorus.data.formats import discover
+
+    clips = prepare_clips(tiny, discover(dataset)[0])
+    before_audio = speak(tiny)
+    before = {k: v.clone() for k, v in base_state_dict(tiny).items()}
+    config = PiperAdaptConfig(
+        placement=placement, steps=3, batch_size=2, segment_frames=16, learning_rate=1e-2, noise_scale=noise_scale
+    )
+    model, trainable = attach_voice(tiny, config)
+    initial = [p.detach().clone() for p in trainable]
+    train(model, clips, trainable, config)
+    after = base_state_dict(tiny)
+    assert set(after) == set(before) and all(torch.equal(after[k], before[k]) for k in before)
+    assert any(not torch.equal(p, q) for p, q in zip(trainable, initial)), "no adapter tensor moved"
+    assert all(p.requires_grad == any(p is q for q in trainable) for p in tiny.parameters())
+    with active_adapter(tiny, None):
+        assert torch.equal(speak(tiny), before_audio)
+    assert not torch.equal(speak(tiny), before_audio)
+
+
+def test_full_fine_tuning_trains_a_copy(tiny, dataset) -> None:
+    from chorus.data.formats import discover
+
+    clips = prepare_clips(tiny, discover(dataset)[0])
+    before = {k: v.clone() for k, v in tiny.state_dict().items()}
+    config = PiperAdaptConfig(placement="full", steps=2, batch_size=2, segment_frames=16, learning_rate=1e-3)
+    model, trainable = attach_voice(tiny, config)
+    train(model, clips, trainable, config)
+    assert model is not tiny and all(torch.equal(tiny.state_dict()[k], v) for k, v in before.items())
+    assert any(not torch.equal(model.state_dict()[k], v) for k, v in before.items())
+
+
+def test_the_loss_goes_down_on_one_clip(tiny, dataset) -> None:
+    from chorus.data.formats import discover
+
+    clips = prepare_clips(tiny, discover(dataset)[0][:1])
+    # One window holding the whole clip: the same target every step, so the loss must fall.
+    config = PiperAdaptConfig(
+        placement="all", steps=20, batch_size=1, segment_frames=80, context_frames=0, learning_rate=1e-2, log_every=5
+    )
+    model, trainable = attach_voice(tiny, config)
+    rows, steps, _ = train(model, clips, trainable, config)
+    assert steps == 20 and rows[-1]["loss"] < 0.9 * rows[0]["loss"]
+
+
+def test_a_saved_voice_loads_back_and_speaks_the_same(tiny, dataset, tmp_path) -> None:
+    fresh = copy.deepcopy(tiny)
+    config = PiperAdaptConfig(placement="all", steps=3, batch_size=2, segment_frames=16, learning_rate=1e-2)
+    result = adapt_piper(dataset, tiny, tmp_path / "voice", config, base_sha256="a" * 64)
+    assert result.voice_dir is not None and (tmp_path / "voice.log.csv").is_file()
+    assert result.card.trainable_parameters == sum(p.numel() for p in tiny.parameters() if p.requires_grad)
+    load_piper_voice(fresh, result.voice_dir, VOICE, base_sha256="a" * 64)
+    assert torch.equal(speak(fresh), speak(result.model))
+    with pytest.raises(VoiceError, match="made for base model"):
+        load_piper_voice(copy.deepcopy(fresh), result.voice_dir, "other", base_sha256="b" * 64)
