@@ -390,3 +390,42 @@ def saved_bytes(fn) -> tuple[int, object]:
 
 def grads(module: torch.nn.Module) -> dict[str, torch.Tensor]:
     return {name: p.grad.clone() for name, p in module.named_parameters() if p.grad is not None}
+
+
+def tiny_piper_config(**changes):
+    """A Piper VITS generator's layout at toy widths (joe's: type-2 residual blocks, upsampling 8 x 8 x 4);
+    ``changes`` override fields (another decoder layout, more symbols)."""
+    from chorus.models.piper_vits import PiperVitsConfig
+
+    layout = dict(
+        n_symbols=48, hidden_channels=16, filter_channels=32, n_heads=2, n_layers=2, kernel_size=3, window_size=4,
+        inter_channels=8, flow_couplings=2, flow_wn_layers=2, flow_kernel_size=5, flow_dilation_rate=1,
+        dp_filter_channels=16, dp_kernel_size=3, dp_layers=3, dp_flows=4, dp_bins=10, resblock="2",
+        resblock_kernel_sizes=(3, 5), resblock_dilation_sizes=((1, 2), (2, 6)), upsample_rates=(8, 8, 4),
+        upsample_kernel_sizes=(16, 16, 8), upsample_initial_channel=32, sample_rate=22_050,
+    )  # fmt: skip
+    return PiperVitsConfig(**{**layout, **changes})
+
+
+# A speaker encoder small enough to train in a test.
+SMALL_SPEAKER_ENCODER = dict(channels=(8, 8, 16, 16), embedding_dim=16, n_mels=16, groups=2, pooling_hidden=8)
+
+
+def tiny_speaker_train_config(corpus, out, **changes):
+    """A few steps of speaker encoder training on ``corpus`` (80 mel bins), saved under ``out``."""
+    from chorus.speaker.encoder import SpeakerEncoderConfig
+    from chorus.training.speaker_encoder import SpeakerTrainConfig
+
+    settings = dict(
+        corpus=str(corpus),
+        out=str(out),
+        encoder=SpeakerEncoderConfig(**{**SMALL_SPEAKER_ENCODER, "n_mels": 80}),
+        steps=4,
+        batch_speakers=2,
+        per_speaker=2,
+        heldout=2,
+        segment_frames=48,
+        checkpoint_every=2,
+        log_every=1,
+    )
+    return SpeakerTrainConfig(**{**settings, **changes})

