@@ -453,14 +453,14 @@ def rate(flags) -> float:
     return sum(flags) / len(flags) if flags else float("nan")
 
 
-# A threshold class needs this many calibration strangers for a threshold of its own (else the strictest):
+# A threshold class needs this many calibration strangers for a threshold of its own (else the pooled one):
 # the highest of n strangers lies above their 99th percentile (the target: <= 1 % accepted) with probability
 # 1 - 0.99^n, 95 % at 300. (The first run took 100: one class of 186 strangers, clean consents and middling
 # samples, then let 3.4 % of the figures' strangers in, 4.7 % of one condition's.)
 MIN_CLASS_IMPOSTORS = 300
 
 
-def strictest(scores_by_condition: dict[str, list[float]]) -> float:
+def lowest_safe(scores_by_condition: dict[str, list[float]]) -> float:
     """The lowest score at which no condition's strangers are accepted above 0.5 %."""
     threshold = -np.inf
     for scores in scores_by_condition.values():
@@ -475,7 +475,7 @@ def calibrate(trials: list[dict], name: str, base: MatchSettings) -> MatchSettin
     """Thresholds from the calibration split: the score threshold of each threshold class (``VoiceMatch``'s
     band x SNR groups) with ``MIN_CLASS_IMPOSTORS`` strangers or more is the lowest at which no condition's
     other voices in that class (shared and mismatched) are accepted above 0.5 %; ``threshold``, for every
-    other class, is that over all classes (the strictest). The one-speaker threshold lets 99.5 % of the
+    other class, is that over all calibration strangers together (pooled). The one-speaker threshold lets 99.5 % of the
     owners' single-speaker samples through.
 
     Sox siblings are left out: a sibling of a voice the cohort has nothing near (flite-slt) scores far above
@@ -486,11 +486,11 @@ def calibrate(trials: list[dict], name: str, base: MatchSettings) -> MatchSettin
     by_class: dict[str, dict[str, list[float]]] = {}
     for t in impostors:
         by_class.setdefault(t[name]["threshold_key"], {}).setdefault(t["condition"], []).append(t[name]["score"])
-    threshold = strictest(
+    threshold = lowest_safe(
         {c: [t[name]["score"] for t in impostors if t["condition"] == c] for c in {t["condition"] for t in impostors}}
     )
     thresholds = {
-        key: round(strictest(conditions), 4)
+        key: round(lowest_safe(conditions), 4)
         for key, conditions in sorted(by_class.items())
         if sum(map(len, conditions.values())) >= MIN_CLASS_IMPOSTORS
     }
@@ -617,7 +617,7 @@ def markdown(result: dict, summary: dict) -> str:
         "other half of each dataset); every figure below is the figures' split.",
         "",
         "Calibrated settings: "
-        + "; ".join(f"{n}: score >= {s['threshold']:.3f} (the strictest class; {len(s.get('thresholds', {}))} classes "
+        + "; ".join(f"{n}: score >= {s['threshold']:.3f} (every class without its own: all strangers pooled; {len(s.get('thresholds', {}))} classes "
                     f"with their own, {min(s.get('thresholds', {}).values(), default=float('nan')):.2f} to "
                     f"{max(s.get('thresholds', {}).values(), default=float('nan')):.2f}), every window >= {s['window_threshold']:.3f}, each third >= its class's threshold - {s.get('stretch_margin', float('nan')):.3f}"
                     for n, s in result["calibration"]["settings"].items())

@@ -28,7 +28,8 @@ threshold, issue 37). So:
 The thresholds are set on a calibration split of bench/consent.py's trials, never on its figures'
 split, and stored with the cohort (``cohort.json``): one per *threshold class* (the band both were cut to,
 and each side's SNR as clean, middling or noisy, :func:`threshold_key`) that the calibration filled with
-enough strangers, the strictest of them for any other. One threshold for every channel was set by the
+enough strangers, and for any other the one set on all calibration strangers together (each condition's
+hardest). One threshold for every channel was set by the
 hardest (a crowd of voices shared by both recordings lifts strangers to 8.5 where a clean pair tops at -2)
 and refused three owners in four on clean recordings.
 """
@@ -77,7 +78,7 @@ class MatchSettings:
 
     threshold: the least s-normalized score of the same speaker where ``thresholds`` has none for the trial's
     class (:func:`threshold_key`: calibrated per class where the calibration had enough strangers in it,
-    and ``threshold`` the strictest of them); stretch_margin: how far under the trial's threshold each third of
+    and ``threshold``, set on all of them together, for the rest); stretch_margin: how far under the trial's threshold each third of
     the sample may score against the consent; window_threshold: the least score of any
     one sample window against the rest of the sample; top: cohort scores per side in the adaptive
     s-norm; min_band_hz: the narrowest band (its high edge) a speaker is told from; min_snr_db: the
