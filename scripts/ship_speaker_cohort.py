@@ -77,6 +77,9 @@ def main() -> None:
     parser.add_argument("--settings", type=Path, help="bench/consent.py's consent.json: copy its calibrated settings")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--fresh", action="store_true", help="record the clips again (default: embed what --out lacks)")
+    parser.add_argument(
+        "--encoder", type=Path, help="a Chorus speaker encoder folder to embed with (default: the shipped one)"
+    )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     if args.settings:
@@ -98,7 +101,7 @@ def main() -> None:
             print(f"{speaker.name}: {clips[-1].size / COHORT_RATE:.1f} s", flush=True)
         cohort = Cohort(clips, COHORT_RATE, [s.name for s in speakers])
         cohort.info = {"speakers": len(speakers), "piper_chains": {k: list(v) for k, v in PIPER_CHAINS.items()}}
-    embedders = [ResemblyzerEmbedder(), ChorusEmbedder(load_encoder(shipped_encoder_dir()))]
+    embedders = [ResemblyzerEmbedder(), ChorusEmbedder(load_encoder(args.encoder or shipped_encoder_dir()))]
     for embedder in embedders:
         cohort.embed_classes(embedder, progress=lambda key, e=embedder: print(f"{e.name} {key}", flush=True))
     cohort.info["encoders"] = {
