@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import subprocess
 import time
 from pathlib import Path
@@ -91,6 +92,8 @@ def main() -> None:
         "seed": args.seed,
         "commit": subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip(),
         "src_clean": not subprocess.run(["git", "status", "--porcelain", "src"], capture_output=True, text=True).stdout,
+        "path": "chorus.training.piper_adapt.adapt_piper, then the adapted PiperGenerator at the voice's scales",
+        "load_before": os.getloadavg()[0],
         "scales": "voice defaults (noise_scale, length_scale, noise_w) = "
         f"{generator.voice.noise_scale}, {generator.voice.length_scale}, {generator.voice.noise_w}",
     }
@@ -127,6 +130,7 @@ def main() -> None:
             progress=True,
         )
         row["adapt_seconds_with_alignment"] = round(time.perf_counter() - started, 1)
+        row["load_after"] = os.getloadavg()[0]  # 1-minute load average: what else shared the CPU
         spoken = speak(result.model, texts, args.seed)
         row["adapted"] = judge(
             [

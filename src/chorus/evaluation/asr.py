@@ -133,6 +133,14 @@ class Transcript:
     words: tuple[Word, ...]
 
 
+def _at_whisper_rate(audio: np.ndarray, sample_rate: int) -> np.ndarray:
+    """Mono float32 ``audio`` ``[samples]`` at Whisper's 16 kHz."""
+    audio = np.asarray(audio, dtype=np.float32).reshape(-1)
+    if sample_rate != WHISPER_SAMPLE_RATE and audio.size:
+        audio = soxr.resample(audio, sample_rate, WHISPER_SAMPLE_RATE, quality="HQ").astype(np.float32)
+    return audio
+
+
 class WhisperJudge:
     """English speech recognizer for intelligibility scores; the model loads on the first transcription.
 
@@ -206,9 +214,7 @@ class WhisperJudge:
         from faster_whisper.audio import pad_or_trim
         from faster_whisper.tokenizer import Tokenizer
 
-        audio = np.asarray(audio, dtype=np.float32).reshape(-1)
-        if sample_rate != WHISPER_SAMPLE_RATE and audio.size:
-            audio = soxr.resample(audio, sample_rate, WHISPER_SAMPLE_RATE, quality="HQ").astype(np.float32)
+        audio = _at_whisper_rate(audio, sample_rate)
         model = self.model
         features = model.feature_extractor(audio)
         frames = min(features.shape[-1], model.feature_extractor.nb_max_frames)
@@ -231,9 +237,7 @@ class WhisperJudge:
 
     def _segments(self, audio: np.ndarray, sample_rate: int, beam_size: int, word_timestamps: bool = False):
         """faster-whisper's segments of ``audio`` ``[samples]`` (a generator: decoding runs as it is read)."""
-        audio = np.asarray(audio, dtype=np.float32).reshape(-1)
-        if sample_rate != WHISPER_SAMPLE_RATE and audio.size:
-            audio = soxr.resample(audio, sample_rate, WHISPER_SAMPLE_RATE, quality="HQ")
+        audio = _at_whisper_rate(audio, sample_rate)
         # temperature 0 only: the default fallback to sampling at higher temperatures would make the
         # judge non-deterministic exactly on the unclear clips it should score consistently.
         # condition_on_previous_text off: each clip is one sentence, no context to carry. Word timestamps

@@ -23,8 +23,8 @@ consent to Boris ..." is one word in twenty from the phrase, while Whisper tiny.
   "Chorus" as "Boris" or "bars", a noisy "owner" as "older". When all that is wrong is one or two phrase words
   heard as other words in their place (no negation, no turn, nothing added elsewhere), a *forced listen*
   decides (``forced``: the recognizer is fed the phrase and says how likely each word is in this audio): each
-  missed word must reach ``forced_probability`` (set on bench/consent.py's calibration split; "Boris",
-  "Horace" or "Acme" said for "Chorus" reach 0.006 at most on clean readings).
+  missed word must reach ``forced_probability`` (set on bench/consent.py's calibration split, where "Boris"
+  or "Horace" said for "Chorus" reached 0.0081 at most).
 
 Sounds are espeak-ng's phonemes of the written words (:func:`chorus.text.phonemize.phonemize`), not a
 spelling key such as Soundex: spelling puts "chorus" (/k/) with "church" and apart from "Korus" and "call us";

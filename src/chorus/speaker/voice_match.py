@@ -30,7 +30,7 @@ split, and stored with the cohort (``cohort.json``): one per *threshold class* (
 and each side's SNR as clean, middling or noisy, :func:`threshold_key`) that the calibration filled with
 enough strangers, and for any other the one set on all calibration strangers together (each condition's
 hardest). One threshold for every channel was set by the
-hardest (a crowd of voices shared by both recordings lifts strangers to 8.5 where a clean pair tops at -2)
+hardest (a crowd of voices shared by both recordings lifts strangers to 8.5 where clean pairs stay under -0.6)
 and refused three owners in four on clean recordings.
 """
 
