@@ -36,9 +36,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
-import sys
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -59,6 +57,7 @@ from chorus.speaker.bundle import load_encoder, shipped_encoder_dir
 from chorus.speaker.embedders import ChorusEmbedder, ResemblyzerEmbedder
 from chorus.speaker.verification import verification_scores
 from chorus.speaker.voice_match import MatchSettings, UnusableRecording, VoiceMatch, load_cohort
+from run_record import LoadSampler, provenance
 
 SOURCES = ("piper-joe", "flite-slt", "festival-ked")
 SHORT = {"piper-joe": "joe", "flite-slt": "slt", "festival-ked": "ked"}
@@ -740,22 +739,8 @@ def merge(parts: list[dict]) -> dict:
     return result
 
 
-def provenance(threads: int) -> dict:
-    """What is measured, read when the run starts: the commit, and any file of ``src/`` that differs from it."""
-
-    def git(*args: str) -> str:
-        return subprocess.run(["git", *args], capture_output=True, text=True, check=False).stdout.strip()
-
-    status = subprocess.run(["git", "status", "--porcelain", "src"], capture_output=True, text=True, check=False)
-    modified = [line[3:] for line in status.stdout.splitlines()]  # unstripped: " M path" keeps its columns
-    return {
-        "commit": git("rev-parse", "HEAD"),
-        "src_clean": not modified,
-        "src_modified": modified,
-        "threads": threads,
-        "python": sys.version.split()[0],
-        "path": "CustomVoiceChecks.heard (phrase) + VoiceMatch.verdict (speaker), as the server",
-    }
+# What the figures time: the checks as the server runs them.
+TIMED_PATH = "CustomVoiceChecks.heard (phrase) + VoiceMatch.verdict (speaker), as the server"
 
 
 def main() -> None:
@@ -791,23 +776,10 @@ def main() -> None:
     elif args.merge:
         result = merge([json.loads(path.read_text()) for path in args.merge])
     else:
-        load = []
-        import threading
-
-        stop = threading.Event()
-
-        def sample_load() -> None:
-            while not stop.wait(30):
-                load.append(os.getloadavg()[0])
-
-        threading.Thread(target=sample_load, daemon=True).start()
-        started = provenance(args.threads)
-        result = measure(args)
-        stop.set()
-        result["provenance"] = {
-            **started,
-            "load": f"{min(load):.1f}-{max(load):.1f} (1-minute, n = {len(load)})" if load else "not sampled",
-        }
+        started = provenance(args.threads, TIMED_PATH)
+        with LoadSampler() as load:
+            result = measure(args)
+        result["provenance"] = {**started, "load": load.summary()}
     cohort = load_cohort(args.cohort)
     if args.rescore:
         judges = matchers_for(cohort, args.encoder)
@@ -817,7 +789,7 @@ def main() -> None:
             judges.channels |= cached.channels
             judges.windows |= cached.windows
         judges.rescore([*result["trials"], *result["attacks"]])
-        result["provenance"]["rescored"] = provenance(args.threads)
+        result["provenance"]["rescored"] = provenance(args.threads, TIMED_PATH)
     chosen = {name: calibrate(result["trials"], name, provisional(cohort, name)) for name in ("resemblyzer", "chorus")}
     least = calibrate_forced(result["wrong"])
     result["calibration"] = {"settings": {n: asdict(s) for n, s in chosen.items()}, "forced_probability": least}

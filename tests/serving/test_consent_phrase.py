@@ -136,7 +136,8 @@ def test_the_name_is_matched_by_its_sound(name, same):
 
 def test_a_negation_heard_at_a_low_probability_is_heard_again():
     """Old check: a "not" Whisper invented in noise refused the owner; one said softly was refused too, but by
-    a list (a "withhold" was not). Now a doubtful word refuses only when the second listen hears it too."""
+    a list (a "withhold" was not). Now a doubtful word is dismissed only when the second listen hears the
+    phrase alone."""
     said = "I am the owner of this voice and I do not consent to Chorus using this voice to create a synthetic voice model."
     first = transcript(said, unsure={"not": 0.2})
     calls = []
@@ -154,7 +155,7 @@ def test_a_negation_heard_at_a_low_probability_is_heard_again():
 
     confirmed = judge_phrase(PHRASE, first, second_listen(said))
     assert not confirmed.accepted and confirmed.negations == ("not",) and confirmed.dismissed == ()
-    assert "heard again on a second listen" in confirmed.refusal(PHRASE)
+    assert "a second listen did not hear the phrase alone either" in confirmed.refusal(PHRASE)
 
     # Any negation confirms a negation: "never" the second time is no better than "not".
     assert not judge_phrase(PHRASE, first, second_listen(said.replace("do not", "never"))).accepted
@@ -165,6 +166,21 @@ def test_a_negation_heard_at_a_low_probability_is_heard_again():
     assert judge_phrase(PHRASE, unsure_and_short, never_called).missing == ("synthetic",)
     # Whisper's "Thank you." after noise: "thank" at 0.03 is heard again; "you" is a small word.
     assert judge_phrase(PHRASE, transcript(PHRASE + " Thank you.", {"thank": 0.03}), second_listen(PHRASE)).accepted
+
+
+def test_a_refusal_heard_as_other_words_the_second_time_is_still_refused():
+    """The attack: "I withhold consent" read in babble. Whisper hears "withhold" unsure, then "would hold" on
+    the second listen: not the same word, not a negation, yet not the phrase either (it once passed, in
+    bench/consent_denoise.py's calibration run: the second listen only confirmed words heard twice)."""
+    said = "I am the owner of this voice and I withhold consent to Chorus using this voice to create a synthetic voice model."
+    first = transcript(said.replace("I consent", "I withhold consent"), unsure={"withhold": 0.3})
+    heard_again = transcript(said.replace("withhold", "would hold"), unsure={"would": 0.4, "hold": 0.4})
+    verdict = judge_phrase(PHRASE, first, lambda: heard_again)
+    assert not verdict.accepted and verdict.negations == ("withhold",) and verdict.dismissed == ()
+    # An invented word elsewhere the second time is no clean reading either.
+    owner_with_noise = transcript(PHRASE.replace("I consent", "I not consent"), unsure={"not": 0.2})
+    other_invention = transcript(PHRASE.replace("voice model", "voice model forest"), unsure={"forest": 0.2})
+    assert not judge_phrase(PHRASE, owner_with_noise, lambda: other_invention).accepted
 
 
 def test_the_allowance_of_small_words():

@@ -15,6 +15,7 @@ from chorus.text import (
     normalize_text,
     phonemize,
 )
+from chorus.text.sentences import UnspeakableTextWarning, is_speakable, speech_pieces
 
 
 @pytest.mark.parametrize(
@@ -117,6 +118,21 @@ from chorus.text import (
         # currency beyond the above
         ("$2,500", "two thousand five hundred dollars"),
         ("£1.01", "one pound and one penny"),
+        # everyday patterns a new user met read wrongly (issue 39)
+        ("open 24/7", "open twenty four seven"),
+        ("after 9/11", "after nine eleven"),
+        ("a 50/50 chance", "a fifty fifty chance"),
+        ("wait 5-10 minutes", "wait five to ten minutes"),
+        ("wait 5\u201310 minutes", "wait five to ten minutes"),
+        ("it ended 3-2", "it ended three to two"),
+        ("They raised $1.5B last year.", "They raised one point five billion dollars last year."),
+        ("$20M and $3K", "twenty million dollars and three thousand dollars"),
+        ("\u20ac2bn", "two billion euros"),
+        ("It is 1.5x faster.", "It is one point five times faster."),
+        ("It grew 2x.", "It grew two times."),
+        ("a 3x3 grid", "a three by three grid"),
+        ("We are #1.", "We are number one."),
+        ("x86 and 4K", "x eighty six and four K"),
     ],
 )
 def test_normalization(raw: str, spoken: str) -> None:
@@ -132,9 +148,16 @@ def test_pause_punctuation_is_kept() -> None:
 def test_unknown_characters_dropped_with_warning() -> None:
     with pytest.warns(UnknownCharacterWarning, match="☺"):
         assert normalize_text("hello ☺ world") == "hello world"
+    with pytest.warns(UnknownCharacterWarning, match="'你好。☺'"):  # in the order they came
+        assert normalize_text("Hello 你好。 ☺ Goodbye.") == "Hello Goodbye."
+
+
+def test_accented_latin_letters_are_kept_for_the_phonemizer() -> None:
+    """espeak-ng reads "café" as kæfˈeɪ and "cafe" as kˈæfeɪ: the accent carries the stress."""
     with warnings.catch_warnings():
-        warnings.simplefilter("error")  # accents are decomposed, not dropped: no warning
-        assert normalize_text("café naïve") == "cafe naive"
+        warnings.simplefilter("error")  # nothing is dropped: no warning
+        assert normalize_text("café naïve Zürich crème brûlée") == "café naïve Zürich crème brûlée"
+    assert phonemize([normalize_text("café")], "en-us") != phonemize(["cafe"], "en-us")
 
 
 @pytest.mark.parametrize(
@@ -346,3 +369,12 @@ def test_inline_phonemes_pass_through_to_the_model() -> None:
     ]
     words, alone = front_end.words("Say [[tʃˈɔːɹəs]] now.")
     assert words == ["Say", "tʃˈɔːɹəs", "now"] and alone[1] == "tʃˈɔːɹəs"
+
+
+def test_chunks_with_nothing_to_say_are_left_out_and_named() -> None:
+    skipped: list[str] = []
+    pieces = speech_pieces("Hello there. 你好。 Goodbye now. [[həlˈoʊ]]", skipped=skipped)
+    assert pieces == ["Hello there.", "Goodbye now.", "[[həlˈoʊ]]"] and skipped == ["你好。"]
+    with pytest.warns(UnspeakableTextWarning, match="你好"):
+        assert speech_pieces("Hello there. 你好。") == ["Hello there."]
+    assert not is_speakable("☺ ☺") and is_speakable("It is 5.") and is_speakable("Café!")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+import unicodedata
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,12 +36,14 @@ def normalize_for_scoring(text: str) -> str:
 
     Numbers, currency, ordinals and abbreviations are spelled out by :func:`normalize_text` (so the
     spoken form is what counts), apostrophes are removed ("don't" == "dont"), other punctuation becomes
-    a space.
+    a space; accents are dropped ("café" == "cafe").
 
     >>> normalize_for_scoring("Dr. Smith's 2 cats, at 5 p.m.!")
     'doctor smiths two cats at five p m'
     """
     text = normalize_text(text, warn=False).lower()
+    # The normalizer keeps accents for the phonemizer; a transcript may or may not write them.
+    text = "".join(c for c in unicodedata.normalize("NFKD", text) if not unicodedata.combining(c))
     text = _acronym_period_re.sub("", text).replace("'", "")
     return _whitespace_re.sub(" ", _non_word_re.sub(" ", text)).strip()
 

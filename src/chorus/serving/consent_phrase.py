@@ -18,7 +18,9 @@ consent to Boris ..." is one word in twenty from the phrase, while Whisper tiny.
   "moist", and a sound-alike of "voice" or "model" changes no one's consent;
 * a recognizer also invents words in noise ("Thank you." after the phrase, a "not" nobody said), at a low
   probability. When such words are all that is wrong, a second listen decides (``recheck``: the server
-  decodes again another way); only a word heard both times refuses;
+  decodes again another way): the words are dismissed only if the second listen hears the phrase with
+  nothing added. (It once took only the same word heard twice to refuse: a "withhold" read in babble and
+  heard as "would hold" the second time then passed, bench/consent_denoise.py's calibration run);
 * a recognizer's first choice can miss a word that was said by a hair: Whisper tiny.en writes flite-slt's
   "Chorus" as "Boris" or "bars", a noisy "owner" as "older". When all that is wrong is one or two phrase words
   heard as other words in their place (no negation, no turn, nothing added elsewhere), a *forced listen*
@@ -118,7 +120,8 @@ class PhraseVerdict:
     the allowance); extra: heard words the phrase does not have and the allowance does not cover (normalized:
     "don't" is "do", "not"); negations: those of ``extra`` that negate; loose: function words missed, added or
     swapped, within the allowance; dismissed: extra words heard at a low probability and not on the second
-    listen, or heard in place of a word the forced listen found; rechecked: what the second listen heard,
+    listen (which heard the phrase clean), or heard in place of a word the forced listen found; rechecked:
+    what the second listen heard,
     when there was one; forced: the missed phrase words the forced listen judged, with their probabilities.
     """
 
@@ -153,7 +156,7 @@ class PhraseVerdict:
         others = [word for word in self.extra if word not in self.negations]
         if others:
             reasons.append(f"it adds {_quoted(others)}, which the phrase does not say")
-        again = " (heard again on a second listen)" if self.rechecked is not None else ""
+        again = " (and a second listen did not hear the phrase alone either)" if self.rechecked is not None else ""
         return f"the consent recording must read: {phrase!r}; heard: {self.heard[:300]!r}: {'; '.join(reasons)}{again}"
 
 
@@ -172,8 +175,9 @@ def judge_phrase(
     """Whether ``transcript`` says ``phrase`` (see the module's notes).
 
     recheck: a second listen to the same recording, called only when all that is wrong is extra words each
-    heard below ``doubtful_probability``; the verdict then refuses only the words the second listen hears
-    too (the same word, or any negation for a negation). forced: the probability of each whitespace word of
+    heard below ``doubtful_probability``; they are dismissed only if the second listen hears the phrase and
+    nothing else (another word in the same place, "would hold" for "withhold", is no dismissal). forced: the
+    probability of each whitespace word of
     ``phrase`` in the recording when the recognizer is fed the phrase (``WhisperJudge.word_probabilities``),
     called only when all that is wrong is at most ``max_forced_words`` content words heard as others in their
     place; they count as heard if each reaches ``forced_probability``. ``language``: espeak-ng's, for the sounds.
@@ -186,17 +190,9 @@ def judge_phrase(
         return verdict
     second = recheck()
     again, _, _ = _read(phrase, second, max_loose_words, language)
-    confirmed = tuple(w for w in verdict.extra if w in again.extra or (w in verdict.negations and again.negations))
-    return PhraseVerdict(
-        heard=verdict.heard,
-        words=verdict.words,
-        missing=(),
-        extra=confirmed,
-        negations=tuple(w for w in confirmed if w in verdict.negations),
-        loose=verdict.loose,
-        dismissed=tuple(w for w in verdict.extra if w not in confirmed),
-        rechecked=second.text,
-    )
+    if again.accepted:
+        return replace(verdict, extra=(), negations=(), dismissed=verdict.extra, rechecked=second.text)
+    return replace(verdict, rechecked=second.text)
 
 
 def _forced_listen(

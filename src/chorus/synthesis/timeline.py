@@ -14,14 +14,17 @@ from chorus.text.timestamps import Timestamp
 SENTENCE_SILENCE = 0.2  # seconds between sentences
 
 
-def layout(text: str, max_chars: int = 300, sentence_silence: float = SENTENCE_SILENCE) -> list[str | Pause]:
+def layout(
+    text: str, max_chars: int = 300, sentence_silence: float = SENTENCE_SILENCE, skipped: list[str] | None = None
+) -> list[str | Pause]:
     """What to read of ``text``, in order: its sentences (chunks of at most ``max_chars``) with a pause of
     ``sentence_silence`` seconds between two of them, and SSML ``<break>`` pauses in place of that
-    silence where they stand (raises ``SsmlError`` for SSML it cannot follow)."""
+    silence where they stand (raises ``SsmlError`` for SSML it cannot follow). Chunks with nothing to
+    say are left out (:func:`chorus.text.sentences.speech_pieces`: into ``skipped``, else warned of)."""
     if sentence_silence < 0:
         raise ValueError(f"sentence_silence must be >= 0 seconds, got {sentence_silence}")
     parts: list[str | Pause] = []
-    for piece in speech_pieces(text, max_chars):
+    for piece in speech_pieces(text, max_chars, skipped):
         if isinstance(piece, str) and parts and isinstance(parts[-1], str) and sentence_silence:
             parts.append(Pause(sentence_silence))
         parts.append(piece)

@@ -1,9 +1,12 @@
 """English text normalization: what a reader would say, written out in words.
 
-Numbers, ordinals, fractions, currency, percentages, units, times, dates, decades, phone numbers,
-e-mail addresses, URLs and common abbreviations are expanded; punctuation
+Numbers, ordinals, fractions, ranges, multipliers, currency (with its K / M / B scales),
+percentages, units, times, dates, decades, phone numbers, e-mail addresses, URLs and common
+abbreviations are expanded; punctuation
 that marks a pause (, ; : . ! ? and dashes) is kept because the phonemizer passes it through and the
-acoustic model learns pauses from it. Characters that have no spoken form are dropped with a warning.
+acoustic model learns pauses from it. Latin letters keep their accents, because espeak-ng reads
+"café", "résumé" and "crème brûlée" better with them than without. Characters that have no spoken form
+are dropped with a warning.
 """
 
 from __future__ import annotations
@@ -93,6 +96,21 @@ _UNITS = {
     "hrs": ("hour", "hours"),
 }
 _FRACTION_NAMES = {2: ("half", "halves"), 4: ("quarter", "quarters")}
+# Number pairs written with a slash that are said as two numbers, not as a fraction. Improper ones
+# ("24/7", "50/50", "20/20") are caught by rule; these are the proper-looking ones.
+_SLASH_NAMES = {"9/11", "7/11", "1/10"}
+
+# Scales written after an amount: "$1.5B", "$20M", "$3K", "€2bn".
+_SCALES = {
+    "K": "thousand",
+    "k": "thousand",
+    "M": "million",
+    "m": "million",
+    "B": "billion",
+    "bn": "billion",
+    "T": "trillion",
+    "tn": "trillion",
+}
 
 _CURRENCIES = {
     "$": ("dollar", "dollars", "cent", "cents"),
@@ -103,6 +121,8 @@ _CURRENCIES = {
 # Characters kept after normalization: letters, digits have been expanded by then, apostrophes inside
 # words, spaces and pause punctuation. Everything else is dropped (with a warning) before phonemizing.
 _ALLOWED = re.compile(r"[a-zA-Z' ,;:.!?]")
+# A dash between two numbers is a range ("5–10 minutes"), not a pause.
+_number_dash_re = re.compile(r"(?<=\d)\s?[–—]\s?(?=\d)")
 _PAUSE_DASHES = str.maketrans({"–": " - ", "—": " - ", "…": "...", "“": '"', "”": '"', "‘": "'", "’": "'"})
 
 _abbrev_re = re.compile(r"\b(" + "|".join(re.escape(a) for a in _ABBREVIATIONS) + r")\.", re.IGNORECASE)
@@ -122,13 +142,20 @@ _unit_re = re.compile(
 )
 _mixed_fraction_re = re.compile(r"\b(\d+)\s+(\d+)/(\d+)\b")
 _fraction_re = re.compile(r"\b(\d+)/(\d+)\b")
+# What is left of a hyphen between two numbers once dates and phone numbers are read: a range or a score.
+_range_re = re.compile(r"(?<=\d)-(?=\d)")
+_times_re = re.compile(r"\b(\d+(?:\.\d+)?)[x×](?!\w|\.\w)")  # "1.5x faster", "by 2x."
+_by_re = re.compile(r"\b(\d+)\s?[x×]\s?(\d+)\b")  # "3x3 grid", "1920×1080"
+_number_sign_re = re.compile(r"#(?=\d)")
 _decade_re = re.compile(r"(?:\b(\d{2})|')?(\d0)s\b")
 _number_abbrev_re = re.compile(r"\bno\.(?=\s*\d)", re.IGNORECASE)
 _st_re = re.compile(r"\bSt\.", re.IGNORECASE)
 # A word that names a street when it comes right before "St.": "Baker", "Main", "5th".
 _street_name_re = re.compile(r"\b(?:[A-Z][\w']*|\d+(?:st|nd|rd|th)?)$")
 _sentence_start_re = re.compile(r"(?:^|[.!?]['\"]?)\s*$")
-_currency_re = re.compile(r"([$£€])\s?(\d[\d,]*)(?:\.(\d+))?\b(?:\s?(million|billion|thousand))?")
+_currency_re = re.compile(
+    r"([$£€])\s?(\d[\d,]*)(?:\.(\d+))?(?:\s?(million|billion|thousand|trillion)\b|(bn|tn|[KkMmBT])\b|\b)"
+)
 _percent_re = re.compile(r"(\d[\d,]*(?:\.\d+)?)\s?%")
 _ordinal_re = re.compile(r"\b(\d+)(st|nd|rd|th)\b", re.IGNORECASE)
 _time_re = re.compile(r"\b(\d{1,2})(?::(\d{2})(?!\d)(?:\s?([ap])\.?m\b\.?)?|\s?([ap])\.?m\b\.?)", re.IGNORECASE)
@@ -165,7 +192,8 @@ def _number(match: re.Match) -> str:
 
 
 def _currency(match: re.Match) -> str:
-    symbol, whole, fraction, scale = match.groups()
+    symbol, whole, fraction, scale, scale_letter = match.groups()
+    scale = scale or _SCALES.get(scale_letter or "")
     unit, units, sub, subs = _CURRENCIES[symbol]
     whole = whole.replace(",", "")
     significant = whole.lstrip("0")  # compared as text: the amount may be too long for int()
@@ -264,6 +292,8 @@ def _fraction_words(numerator: int, denominator: int) -> str:
 
 def _fraction(match: re.Match) -> str:
     numerator, denominator = int(match.group(1)), int(match.group(2))
+    if match.group(0) in _SLASH_NAMES or (numerator >= denominator > 1):
+        return f"{_words(numerator)} {_words(denominator)}"  # "24/7", "50/50", "9/11"
     if denominator < 2 or denominator > 100:
         return f"{_words(numerator)} over {_words(denominator)}"
     return _fraction_words(numerator, denominator)
@@ -338,7 +368,7 @@ def normalize_text(text: str, *, warn: bool = True) -> str:
     >>> normalize_text("Dr. Smith paid $5.50 on May 3rd.")
     'doctor Smith paid five dollars and fifty cents on May third.'
     """
-    text = unicodedata.normalize("NFKC", text).translate(_PAUSE_DASHES)
+    text = _number_dash_re.sub("-", unicodedata.normalize("NFKC", text)).translate(_PAUSE_DASHES)
     text = text.replace(" - ", ", ")
     # Addresses first: they hold dots, slashes and digits that the rules below would read apart.
     text = _url_re.sub(_url, text)
@@ -352,10 +382,14 @@ def normalize_text(text: str, *, warn: bool = True) -> str:
     text = _number_abbrev_re.sub("number", text)
     text = _st_re.sub(_saint_or_street, text)
     text = _currency_re.sub(_currency, text)
+    text = _number_sign_re.sub("number ", text)
     text = _percent_re.sub(lambda m: _decimal_or_cardinal(m.group(1)) + " percent", text)
     text = _time_re.sub(_time, text)
     text = _negative_re.sub("minus ", text)
     text = _unit_re.sub(_unit, text)
+    text = _by_re.sub(lambda m: f"{m.group(1)} by {m.group(2)}", text)
+    text = _times_re.sub(lambda m: _decimal_or_cardinal(m.group(1)) + " times", text)
+    text = _range_re.sub(" to ", text)
     text = _mixed_fraction_re.sub(_mixed_fraction, text)
     text = _fraction_re.sub(_fraction, text)
     text = _decade_re.sub(_decade, text)
@@ -364,25 +398,30 @@ def normalize_text(text: str, *, warn: bool = True) -> str:
     # Spaces around the words part "MP3" into "MP three"; runs of spaces are collapsed at the end.
     text = _number_re.sub(lambda m: f" {_number(m)} ", text)
     text = text.replace("&", " and ").replace("-", " ").replace('"', " ")
-    text = unicodedata.normalize("NFKD", text)
     kept, dropped = [], []
-    for char in text:
-        if _ALLOWED.match(char) or char.isspace():
+    for char in unicodedata.normalize("NFC", text):
+        if _ALLOWED.match(char) or char.isspace() or _is_latin_letter(char):
             kept.append(char)
         elif unicodedata.combining(char):
-            continue  # accents of decomposed letters: "café" -> "cafe"
+            continue  # a mark left over after composing ("e" + three acute accents)
         else:
             kept.append(" ")
             dropped.append(char)
     if dropped and warn:
+        # In the order they came, so a reader finds them in the text.
         warnings.warn(
-            f"dropped characters with no spoken form: {''.join(sorted(set(dropped)))!r}",
+            f"dropped characters with no spoken form: {''.join(dict.fromkeys(dropped))!r}",
             UnknownCharacterWarning,
             stacklevel=2,
         )
     text = "".join(kept)
     text = re.sub(r"\s+([,;:.!?])", r"\1", text)
     return _whitespace_re.sub(" ", text).strip()
+
+
+def _is_latin_letter(char: str) -> bool:
+    """A Latin letter with or without accents ("é", "ñ", "ø", "ß"); espeak-ng reads them."""
+    return char.isalpha() and unicodedata.name(char, "").startswith("LATIN ")
 
 
 def _decimal_or_cardinal(text: str) -> str:

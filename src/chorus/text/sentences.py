@@ -2,15 +2,17 @@
 
 Sentences come from pysbd (rule-based, the Golden Rules of sentence boundaries: abbreviations,
 initials, decimals, ellipses, quotes); line breaks also end a chunk. The model reads one chunk at a
-time, so a sentence longer than ``max_chars`` is cut at a comma, else at a space.
+time, so a sentence longer than ``max_chars`` is cut at a comma, else at a space. A chunk with nothing
+this reader can say (another script: "你好。") is left out and named, so the rest is still spoken.
 """
 
 from __future__ import annotations
 
 import functools
 import re
+import warnings
 
-from chorus.text.normalize import normalize_text
+from chorus.text.normalize import UnknownCharacterWarning, normalize_text
 from chorus.text.ssml import Pause, is_ssml, parse_ssml
 
 _LINE_BREAK = re.compile(r"\s*\n\s*")
@@ -55,14 +57,42 @@ def split_sentences(text: str, max_chars: int = 300) -> list[str]:
     return chunks or [text.strip()]
 
 
-def speech_pieces(text: str, max_chars: int = 300) -> list[str | Pause]:
+class UnspeakableTextWarning(UserWarning):
+    """A chunk of the text was left out because nothing in it can be said (another script, only symbols)."""
+
+
+def is_speakable(chunk: str) -> bool:
+    """Whether ``chunk`` holds anything to say: a word once normalized, or inline ``[[ ... ]]`` phonemes."""
+    if "[[" in chunk:
+        return True
+    with warnings.catch_warnings():  # the chunk's own reading names what it drops; asking is silent
+        warnings.simplefilter("ignore", UnknownCharacterWarning)
+        return any(c.isalpha() for c in normalize_text(chunk, warn=False))
+
+
+def speech_pieces(text: str, max_chars: int = 300, skipped: list[str] | None = None) -> list[str | Pause]:
     """What to read, in order: the chunks of plain text, or of SSML (text starting with ``<speak``)
-    its text's chunks and its ``<break>`` pauses (:mod:`chorus.text.ssml`; raises ``SsmlError``)."""
+    its text's chunks and its ``<break>`` pauses (:mod:`chorus.text.ssml`; raises ``SsmlError``).
+
+    Chunks with nothing to say are left out: appended to ``skipped`` when a list is given (the server
+    names them in a header), else named in an :class:`UnspeakableTextWarning`.
+    """
     if not is_ssml(text):
-        return split_sentences(text, max_chars)
-    pieces: list[str | Pause] = []
-    for piece in parse_ssml(text):
-        pieces += [piece] if isinstance(piece, Pause) else split_sentences(piece, max_chars)
+        chunks: list[str | Pause] = list(split_sentences(text, max_chars))
+    else:
+        chunks = []
+        for piece in parse_ssml(text):
+            chunks += [piece] if isinstance(piece, Pause) else split_sentences(piece, max_chars)
+    pieces = [c for c in chunks if isinstance(c, Pause) or is_speakable(c)]
+    left_out = [c for c in chunks if isinstance(c, str) and not is_speakable(c)]
+    if left_out and skipped is not None:
+        skipped += left_out
+    elif left_out:
+        warnings.warn(
+            f"left out text with nothing to say in it: {' '.join(left_out)[:200]!r}",
+            UnspeakableTextWarning,
+            stacklevel=2,
+        )
     return pieces
 
 
