@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-from run_record import LoadSampler, describe, kept_on_failure, paired_ratios, provenance, spread
+# Benchmarks run as ``python bench/<name>.py`` and import their helpers as siblings; so does this test.
+# (Not a tests/bench/conftest.py: it would shadow tests/conftest.py, which other modules import by name.)
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+from run_record import LoadSampler, describe, kept_on_failure, paired_ratios, provenance, spread  # noqa: E402
 
 
 def test_spread_matches_numpy_quartiles():
