@@ -72,7 +72,7 @@ def base_speaker(tts, length_scale: float = 1.0):
     """``speak(text, "voice|system")`` for :func:`synthesize_grid`: the base in that voice, timed."""
 
     def speak(text: str, voice: str):
-        result = tts.synthesize(text, voice.split("|")[0], length_scale=length_scale)
+        result = tts.synthesize(text, voice.split("|")[0], speed=1.0 / length_scale)
         return result.audio, result.sample_rate, result.seconds
 
     return speak

@@ -140,7 +140,7 @@ def alone(args, speaker: str) -> dict:
             whole.append(time.perf_counter() - began)
             audio.append(result.duration)
     return {
-        "vocoder": type(engine.vocoder).__name__,
+        "vocoder": type(engine.base.vocoder).__name__,
         "n": len(whole),
         "acoustic_p50_s": float(np.median(acoustic)),
         "whole_p50_s": float(np.median(whole)),

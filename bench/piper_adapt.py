@@ -34,7 +34,8 @@ from chorus.evaluation.report import EvalItem, Judges, evaluate_pairs
 from chorus.evaluation.similarity import SpeakerJudge
 from chorus.models.piper_vits import PiperGenerator
 from chorus.peers.piper import joe_paths
-from chorus.training.piper_adapt import PiperAdaptConfig, adapt_piper, piper_sha256
+from chorus.synthesis.bases.piper import piper_sha256
+from chorus.training.piper_adapt import PiperAdaptConfig, adapt_piper
 
 REFERENCE = "reference"  # --placement value: judge the unadapted generator and the recordings instead
 

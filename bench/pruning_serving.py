@@ -42,7 +42,7 @@ def child(base: Path, args) -> dict:
     synthesizer = load_base(base, "griffin-lim")
     with tempfile.TemporaryDirectory(prefix="chorus-prune-serve-") as temp:
         folders = make_voices(synthesizer, VOICES, Path(temp), "lora+speaker", 0.02, args.seed)
-        engine = Engine(load_base(base, "griffin-lim"), cache_bytes=1 << 30)
+        engine = Engine.load(base, "griffin-lim", cache_bytes=1 << 30)
         for voice_id, folder in folders.items():
             engine.add_voice(voice_id, folder)
         batcher = Batcher(engine, max_batch=VOICES, max_wait_ms=10.0)

@@ -217,13 +217,13 @@ class NoVocoder:
 
 @contextmanager
 def vocoder_mode(engine: Engine, vocode: bool):
-    real = engine.vocoder
+    real = engine.base.vocoder
     if not vocode:
-        engine.vocoder = NoVocoder()
+        engine.base.vocoder = NoVocoder()
     try:
         yield
     finally:
-        engine.vocoder = real
+        engine.base.vocoder = real
 
 
 def workload(voice_ids: list[str], n_voices: int, concurrency: int, per_thread: int) -> list[list[Request]]:
@@ -633,7 +633,7 @@ def memory_child(args) -> None:
     folders = {p.name: p for p in sorted((args.work / "voices").iterdir())}
     voice_ids = sorted(folders)
     synthesizer = load_base(None, "griffin-lim")
-    engine = Engine(synthesizer, resolve=lambda voice: folders[voice.key], cache_bytes=1 << 40)
+    engine = Engine(synthesizer.base, resolve=lambda voice: folders[voice.key], cache_bytes=1 << 40)
     model_bytes = sum(t.numel() * t.element_size() for t in [*engine.model.parameters(), *engine.model.buffers()])
     ids = voice_ids[: max(args.in_use)]
     with engine.using(ids) as (_, errors):
@@ -1073,7 +1073,7 @@ def main() -> None:
         store = VoiceStore(str(args.work / "store"))
         for voice_id in voice_ids:
             store.put_voice(TENANT, voice_id, folders[voice_id])
-        engine = Engine(synthesizer, resolve=lambda voice: folders[voice.key], cache_bytes=1 << 30)
+        engine = Engine(synthesizer.base, resolve=lambda voice: folders[voice.key], cache_bytes=1 << 30)
         print("cold loads ...", flush=True)
         cold = cold_loads(engine, store, voice_ids, folders, args)
 

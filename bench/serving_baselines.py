@@ -82,7 +82,7 @@ class ModelPerVoice:
         )
         if vocode:
             engine = self.engine
-            (result,) = vocode_batch(engine.vocoder, engine.synthesizer.postfilter, engine.sample_rate, [result])
+            (result,) = vocode_batch(engine.base.vocoder, engine.base.postfilter, engine.sample_rate, [result])
             if isinstance(result, Exception):
                 raise result
         result.seconds, result.path = time.perf_counter() - started, "model-per-voice"

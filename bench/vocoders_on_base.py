@@ -55,7 +55,7 @@ def main() -> None:
     # Every model voice, so that no sentence is one the model heard in any voice.
     sentences = unread_sentences(args.corpus, tts.speakers, args.sentences)
     voices = args.voices.split(",")
-    mels = {voice: tts.mel(sentences, voice, length_scale=args.length_scale) for voice in voices}
+    mels = {voice: tts.mel(sentences, voice, speed=1.0 / args.length_scale) for voice in voices}
     judge = WhisperJudge(cpu_threads=args.threads)
     results = {}
     for name in args.vocoders.split(","):

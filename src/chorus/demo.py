@@ -2,10 +2,13 @@
 from the shipped 1-minute sample, each judged (Whisper WER, resemblyzer similarity, distillmos predicted
 MOS, real-time factor) and what the new voice cost; the new voice beside its start speaker on the base and
 beside Piper's joe voice (the peer) on the same sentences. Two steps, so a caller can report the first while
-the second trains."""
+the second trains. On a Piper base (``chorus demo --base piper-joe``) the base speaks in its one voice and the
+new voice is adapted by the Piper recipe (:mod:`chorus.training.piper_adapt`), its start speaker the base's
+own voice."""
 
 from __future__ import annotations
 
+import copy
 import resource
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +30,7 @@ from chorus.peers.piper import load_joe, piper_available
 from chorus.recipe import DEFAULT_METHOD, AdaptConfig
 from chorus.synthesis import SAMPLE_VOICE, Synthesizer
 from chorus.training.adapt import adapt as run_adapt
+from chorus.training.piper_adapt import PiperAdaptConfig, adapt_piper
 
 SAMPLE_VOICE_NAME = "piper-joe"  # the shipped sample's voice, held out of pretraining
 
@@ -102,7 +106,8 @@ class AdaptedVoiceResult:
 def speak_base_speakers(tts: Synthesizer, out: Path, config: DemoConfig) -> SpeakersResult:
     """Speak ``config.sentences`` held-out sentences in each chosen speaker, save the clips as
     ``out/<speaker>_<index>.wav``, judge them and write ``out/report.md``."""
-    chosen = config.speakers or tts.bundle.info.get("showcase_speakers", tts.speakers[:4])
+    showcase = tts.bundle.info.get("showcase_speakers", tts.speakers[:4]) if tts.base.kind == "chorus" else None
+    chosen = config.speakers or showcase or tts.speakers[:4]
     for speaker in chosen:
         if speaker not in tts.speakers:
             raise ValueError(f"unknown speaker {speaker!r}; see `chorus speakers`")
@@ -136,18 +141,33 @@ def adapt_sample_voice(tts: Synthesizer, spoken: SpeakersResult, out: Path, conf
     """Adapt a new voice from the shipped sample (into ``out/voices/piper-joe``), speak
     ``config.voice_sentences`` benchmark sentences with it (``out/piper-joe_<index>.wav``) and with its
     start speaker on the base, and judge both against the sample's real clips."""
-    base_parameters = sum(p.numel() for p in tts.bundle.model.parameters())
-    base_bytes = sum(p.numel() * p.element_size() for p in tts.bundle.model.parameters())
-    result = run_adapt(
-        SAMPLE_VOICE,
-        tts.bundle,
-        out / "voices" / SAMPLE_VOICE_NAME,
-        AdaptConfig(methods=parse_methods(config.adapt_method), steps=config.adapt_steps),
-        name=SAMPLE_VOICE_NAME,
-    )
+    base = tts.base
+    # On Piper's joe the sample's speaker is the base's own voice: its adapted voice takes another name.
+    voice_name = SAMPLE_VOICE_NAME if SAMPLE_VOICE_NAME not in tts.speakers else f"{SAMPLE_VOICE_NAME}-adapted"
+    base_parameters = sum(p.numel() for p in base.model.parameters())
+    base_bytes = sum(p.numel() * p.element_size() for p in base.model.parameters())
+    if base.kind == "chorus":
+        result = run_adapt(
+            SAMPLE_VOICE,
+            tts.bundle,
+            out / "voices" / voice_name,
+            AdaptConfig(methods=parse_methods(config.adapt_method), steps=config.adapt_steps),
+            name=voice_name,
+        )
+        start_speaker = result.card.notes["speaker_vector_start"]
+    else:
+        # The recipe adds its adapter to the generator it gets: a copy, so the resident one stays bare.
+        result = adapt_piper(
+            SAMPLE_VOICE,
+            copy.deepcopy(base.model),
+            out / "voices" / voice_name,
+            PiperAdaptConfig(steps=config.adapt_steps),
+            base.sha256,
+            base_name=base.name,
+        )
+        start_speaker = base.default_speaker
     artifact = (result.voice_dir / "adapter_model.safetensors").stat().st_size
     name = tts.load_voice(result.voice_dir)
-    start_speaker = result.card.notes["speaker_vector_start"]
     clips, start_clips = [], []
     for index, text in enumerate(benchmark_sentences()[: config.voice_sentences]):
         speech = tts.synthesize(text, voice=name)

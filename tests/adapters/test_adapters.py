@@ -352,7 +352,7 @@ def test_voice_refusals(tmp_path):
     add_adapter(model, "v1", configs)
     save_voice(tmp_path / "v1", model, "v1", configs, VoiceCard("v1", ["lora"], base_model_sha256="base-a"))
     fresh, _ = model_and_inputs()
-    with pytest.raises(VoiceError, match="made for base model"):
+    with pytest.raises(VoiceError, match="was made on base"):
         apply_voice(fresh, read_voice(tmp_path / "v1"), "v1", base_model_sha256="base-b")
     weights = tmp_path / "v1" / "adapter_model.safetensors"
     data = bytearray(weights.read_bytes())

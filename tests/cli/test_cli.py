@@ -5,6 +5,8 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import json
+import subprocess
+import sys
 from importlib.metadata import version
 from types import SimpleNamespace
 
@@ -13,13 +15,16 @@ import soundfile as sf
 from typer.testing import CliRunner
 
 from chorus.adapters import MethodConfig, get_method
-from chorus.cli import app
+from chorus.cli import COMMANDS, app, load_command, written_help
 from chorus.cli.adapt import adapt, adapt_many
 from chorus.cli.memory import memory
 from chorus.cli.method_options import adapter_methods, method_options
 from conftest import TINY_MODEL
 
 runner = CliRunner()
+# Rich's width for output that names a temporary path: at its default 80 columns a long one (pytest-xdist's
+# are) is folded, or cut in a table cell.
+WIDE = {"COLUMNS": "400"}
 
 
 def test_speakers_lists_voices_and_the_default(tiny_base):
@@ -68,6 +73,7 @@ def test_synthesize_text_file_one_clip_per_line_and_bad_lines_skipped(tiny_base,
             "--out",
             str(tmp_path / "clips"),
         ],
+        env=WIDE,
     )
     assert result.exit_code == 0, result.output
     assert sorted(p.name for p in (tmp_path / "clips").iterdir()) == ["0001.wav", "0004.wav", "metadata.csv"]
@@ -105,7 +111,7 @@ def test_data_check_exit_codes(two_voice_corpus, tmp_path):
     broken = tmp_path / "broken"
     (broken / "wavs").mkdir(parents=True)
     (broken / "metadata.csv").write_text("a|Some text.\n")
-    result = runner.invoke(app, ["data", "check", str(broken)])
+    result = runner.invoke(app, ["data", "check", str(broken)], env=WIDE)
     assert result.exit_code == 1 and "metadata.csv:1" in result.output
 
 
@@ -212,6 +218,30 @@ def test_version():
     assert result.exit_code == 0 and result.output.strip() == f"chorus {version('chorus-tts')}"
 
 
+def test_version_and_help_start_without_torch():
+    """`chorus --version` and `chorus --help` load no command module: no torch, no training stack."""
+    probe = (
+        "import sys; from typer.testing import CliRunner; from chorus.cli import app; r = CliRunner(); "
+        "assert r.invoke(app, ['--version']).exit_code == 0; h = r.invoke(app, ['--help']); "
+        "assert h.exit_code == 0 and 'synthesize' in h.output, h.output; "
+        "heavy = sorted(m for m in sys.modules if m == 'torch' or m.startswith(('chorus.training', 'chorus.models'))); "
+        "assert not heavy, heavy"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.parametrize("name", list(COMMANDS))
+def test_each_command_is_listed_with_the_help_it_runs_with(name):
+    assert written_help(*COMMANDS[name]) == (load_command(name).help or "")
+    assert runner.invoke(app, [name, "--help"]).exit_code == 0
+
+
+def test_a_mistyped_command_gets_did_you_mean():
+    result = runner.invoke(app, ["synthesise"])
+    assert result.exit_code == 2 and "Did you mean 'synthesize'" in result.output
+
+
 def test_method_options_are_every_registered_methods_config_fields():
     shared = {f.name for f in dataclasses.fields(MethodConfig)}
     expected = {
@@ -224,7 +254,8 @@ def test_method_options_are_every_registered_methods_config_fields():
     for command in (adapt, adapt_many, memory):
         parameters = inspect.signature(command).parameters
         assert expected <= set(parameters) and "targets" in parameters and "method_fields" not in parameters
-        assert "base" not in parameters and "model" in parameters  # one name for the base everywhere
+        # --model names a Chorus model folder everywhere; --base (a Piper voice, too) where a Piper base works.
+        assert "model" in parameters and ("base" in parameters) == (command is adapt)
 
 
 def test_method_options_go_to_the_chosen_methods_that_have_them():
@@ -240,9 +271,44 @@ def test_method_options_go_to_the_chosen_methods_that_have_them():
         method_options("bitfit", values)
 
 
-def test_adapt_takes_the_base_as_model_only(tiny_base, tmp_path):
-    result = runner.invoke(app, ["adapt", str(tmp_path), "--out", str(tmp_path / "v"), "--base", str(tiny_base)])
-    assert result.exit_code == 2 and "No such option" in result.output
+def test_adapt_takes_one_base(tiny_base, tmp_path):
+    command = ["adapt", str(tmp_path), "--out", str(tmp_path / "v"), "--base", "piper-joe", "--model", str(tiny_base)]
+    result = runner.invoke(app, command)
+    assert result.exit_code == 2 and "not both" in result.output
+    result = runner.invoke(
+        app, ["adapt", str(tmp_path), "--out", str(tmp_path / "v"), "--base", "piper-joe", "--method", "bitfit"]
+    )
+    assert result.exit_code == 2 and "a Piper base takes --placement" in result.output
+
+
+def test_a_voice_adapted_on_a_piper_base_says_which_base_speaks_it(monkeypatch, tiny_base, new_voice_data, tmp_path):
+    """chorus adapt DATA --base piper-joe --out VOICE, then chorus synthesize --voice VOICE (its base found in
+    the folder); another base refuses it, naming both (a tiny generator stands in for joe)."""
+    from chorus.synthesis.bases import piper
+    from conftest import tiny_piper_base
+
+    def tiny_joe(spec, vocoder=None, device="cpu"):
+        assert spec == "piper-joe" and vocoder is None
+        return tiny_piper_base(name="piper-joe")
+
+    monkeypatch.setattr(piper, "open_base", tiny_joe)
+    voice = tmp_path / "voices" / "nova"
+    adapt_command = ["adapt", str(new_voice_data), "--base", "piper-joe", "--out", str(voice), "--steps", "2"]
+    result = runner.invoke(app, [*adapt_command, "--placement", "decoder", "--threads", "1"])
+    assert result.exit_code == 0, result.output
+    assert "(on piper-joe;" in " ".join(result.output.split())  # unwrapped
+    assert json.loads((voice / "chorus_voice.json").read_text())["base_model"] == "piper-joe"
+    out = tmp_path / "nova.wav"
+    result = runner.invoke(app, ["synthesize", "--voice", str(voice), "--text", "Hello there.", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    audio, rate = sf.read(out)
+    assert rate == 22_050 and len(audio) > 256 and "nova" in result.output
+    result = runner.invoke(app, ["synthesize", "--base", "piper-joe", "--text", "Hello.", "--out", str(out)])
+    assert result.exit_code == 0 and "piper-joe" in result.output, result.output
+    refused = ["synthesize", "--voice", str(voice), "--model", str(tiny_base), "--vocoder", "griffin-lim"]
+    result = runner.invoke(app, [*refused, "--text", "Hello.", "--out", str(out)])
+    message = " ".join(result.output.split())  # unwrapped
+    assert result.exit_code == 2 and "made on base piper-joe" in message and "not on chorus" in message
 
 
 def test_serve_defaults_are_the_servers():
@@ -260,6 +326,16 @@ def test_serve_defaults_are_the_servers():
     assert given.max_text_chars == 100 and given.upload == defaults.upload
     with pytest.raises(ValueError, match="unknown adapter method"):
         server_settings(defaults, "magic", None, None, None)
+
+
+def test_serve_takes_a_base(monkeypatch, tmp_path):
+    api = pytest.importorskip("chorus.serving.api", reason="needs the serve extra")
+    served = []
+    monkeypatch.setattr(api, "serve", lambda config, announce: served.append(config))
+    result = runner.invoke(app, ["serve", "--store", str(tmp_path), "--base", "piper-joe"])
+    assert result.exit_code == 0 and served[0].base == "piper-joe", result.output
+    result = runner.invoke(app, ["serve", "--store", str(tmp_path), "--base", "piper-joe", "--model", str(tmp_path)])
+    assert result.exit_code == 2 and "not both" in result.output
 
 
 def test_a_new_methods_config_fields_become_options(monkeypatch):

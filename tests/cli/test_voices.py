@@ -22,7 +22,6 @@ from chorus.serving.store import VoiceStore  # noqa: E402
 from chorus.serving.tenants import Tenants  # noqa: E402
 from chorus.serving.voice_keys import resolve_stored  # noqa: E402
 from chorus.serving.worker import JobRunner  # noqa: E402
-from chorus.synthesis import load_base  # noqa: E402
 from conftest import heard_as
 
 KEY = "acme-key-0123456789abcdef"
@@ -41,8 +40,8 @@ def heard() -> dict[str, str]:
 def live_app(tiny_base, heard, tmp_path_factory):
     """What ``live_server`` serves: one API key, a consent heard as ``heard`` says."""
     store = VoiceStore(str(tmp_path_factory.mktemp("store_voices_cli")))
-    engine = Engine(
-        load_base(tiny_base, "griffin-lim"), resolve=functools.partial(resolve_stored, store), cache_bytes=1 << 20
+    engine = Engine.load(
+        tiny_base, "griffin-lim", resolve=functools.partial(resolve_stored, store), cache_bytes=1 << 20
     )
     jobs = JobRunner(
         store, jobs_dir(SETTINGS, store), engine.base_copy, SETTINGS.adapt, sample_config=SETTINGS.adapt_sample

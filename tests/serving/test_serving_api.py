@@ -26,6 +26,7 @@ import uuid
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import unquote
 
 import hypothesis
 import numpy as np
@@ -48,7 +49,7 @@ from chorus.serving.api import create_app  # noqa: E402
 from chorus.serving.engine import Engine  # noqa: E402
 from chorus.serving.quotas import RateLimiter  # noqa: E402
 from chorus.serving.refinement import CHECK_SENTENCES, RefinementCheck, WordCheck  # noqa: E402
-from chorus.serving.schemas import MODEL_NAMES, parse_speech  # noqa: E402
+from chorus.serving.schemas import MODEL_NAMES, parse_speech, read_instructions  # noqa: E402
 from chorus.serving.settings import (  # noqa: E402
     ONBOARDING_STEPS,
     ONBOARDING_THREADS,
@@ -74,9 +75,9 @@ from chorus.serving.uploads import (  # noqa: E402
 )
 from chorus.serving.voice_keys import resolve_stored  # noqa: E402
 from chorus.serving.worker import JobRunner, OnboardingJob  # noqa: E402
-from chorus.synthesis import SENTENCE_SILENCE, load_base  # noqa: E402
+from chorus.synthesis import SENTENCE_SILENCE, Synthesizer, load_base  # noqa: E402
 from chorus.text.sentences import split_sentences  # noqa: E402
-from conftest import clip_files, decode, random_voice, wait_for  # noqa: E402
+from conftest import clip_files, decode, random_voice, tiny_piper_base, wait_for  # noqa: E402
 
 KEYS = {
     "acme-key-0123456789abcdef": "acme",
@@ -120,8 +121,8 @@ def adapter_folders(tiny_base, tmp_path_factory) -> dict[str, Path]:
 
 def make_app(tiny_base: Path, root: Path, keys: dict[str, str] | None = None, settings: ServerSettings = SETTINGS):
     store = VoiceStore(str(root))
-    engine = Engine(
-        load_base(tiny_base, "griffin-lim"), resolve=functools.partial(resolve_stored, store), cache_bytes=1 << 20
+    engine = Engine.load(
+        tiny_base, "griffin-lim", resolve=functools.partial(resolve_stored, store), cache_bytes=1 << 20
     )
     tenants = Tenants.from_pairs(keys.items()) if keys else Tenants()
     return create_app(store, engine, tenants, settings), store
@@ -434,13 +435,56 @@ def test_server_sent_events_as_openai_defines_them(tenants_app):
     assert len(pcm) == len(whole.content)  # the same samples as the audio stream, in events
 
 
-def test_instructions_set_the_pace_or_are_refused(tenants_app):
+def test_instructions_set_the_pace_and_name_what_they_ignore(tenants_app):
     client, _ = tenants_app
-    plain = len(speak(client, response_format="pcm").content)
-    slow = len(speak(client, response_format="pcm", instructions="Please speak slowly.").content)
-    very_fast = len(speak(client, response_format="pcm", instructions="very fast").content)
-    assert very_fast < plain < slow
-    assert_error(speak(client, instructions="Whisper it, then shout."), 400, "only the speaking rate")
+    plain = speak(client, response_format="pcm")
+    slow = speak(client, response_format="pcm", instructions="Please speak slowly.")
+    very_fast = speak(client, response_format="pcm", instructions="very fast")
+    assert len(very_fast.content) < len(plain.content) < len(slow.content)
+    assert "x-instructions-ignored" not in slow.headers
+    # Code written for gpt-4o-mini-tts is spoken, not refused: the pace is taken, the tone named as ignored.
+    calm = speak(client, response_format="pcm", instructions="Speak slowly and calmly.")
+    assert calm.status_code == 200 and len(calm.content) == len(slow.content)
+    assert calm.headers["x-instructions-ignored"] == "calmly"
+    shout = speak(client, response_format="pcm", instructions="Whisper it, then shout «loud».")
+    assert shout.status_code == 200 and len(shout.content) == len(plain.content)
+    assert unquote(shout.headers["x-instructions-ignored"]) == "Whisper it; shout «loud»"
+
+
+def test_a_sentence_in_another_script_is_left_out_and_named_never_a_cut_stream(tenants_app):
+    client, _ = tenants_app
+    plain = speak(client, input="Hello there. Goodbye now.", response_format="pcm")
+    mixed = speak(client, input="Hello there. 你好。 Goodbye now.", response_format="pcm")
+    assert mixed.status_code == 200 and unquote(mixed.headers["x-skipped-text"]) == "你好。"
+    assert len(mixed.content) == len(plain.content)  # the rest spoken, with one pause between, as without it
+    assert "x-skipped-text" not in plain.headers
+    with client.stream(
+        "POST",
+        "/v1/audio/speech",
+        headers=ACME,
+        json={"input": "Hi. Привет! Bye.", "voice": "m3", "stream_format": "sse"},
+    ) as streamed:
+        events = [json.loads(line[6:]) for line in streamed.iter_lines() if line.startswith("data: ")]
+    assert unquote(streamed.headers["x-skipped-text"]) == "Привет!"
+    assert events[-1]["type"] == "speech.audio.done" and len(events) > 1
+    assert_error(speak(client, input="你好。再见。"), 400, "only text this model cannot read")
+
+
+@pytest.mark.parametrize(
+    "instructions, pace, ignored",
+    [
+        ("Please speak slowly.", 0.8, ()),
+        ("very fast", 1.25**2, ()),
+        ("a bit faster please", 1.25**0.5, ()),
+        ("Speak slowly and calmly.", 0.8, ("calmly",)),
+        ("Read it quickly, with a British accent", 1.25, ("with a British accent",)),
+        ("Speak in a cheerful tone.", 1.0, ("Speak in a cheerful tone",)),
+        ("Breakfast tone", 1.0, ("Breakfast tone",)),  # "fast" only as a word
+    ],
+)
+def test_read_instructions(instructions, pace, ignored):
+    read = read_instructions(instructions)
+    assert read.pace == pytest.approx(pace) and read.ignored == ignored
 
 
 def test_models_voices_and_openai_voice_aliases(tenants_app, adapter_folders):
@@ -466,6 +510,19 @@ def test_models_voices_and_openai_voice_aliases(tenants_app, adapter_folders):
         assert speak(client, voice="nova").content == base.content
     finally:
         store.delete_voice("globex", "nova")
+
+
+def test_voice_names_are_case_insensitive_and_a_typo_gets_did_you_mean(tenants_app):
+    client, _ = tenants_app
+    assert speak(client, voice="Alloy").content == speak(client, voice="alloy").content
+    assert speak(client, voice="ANN").content == speak(client, voice="ann").content
+    assert_error(speak(client, voice="alloi"), 404, "did you mean 'alloy'")
+    nothing_close = speak(client, voice="qqqq")
+    assert nothing_close.status_code == 404 and "did you mean" not in nothing_close.text
+    # Suggestions come only from what the asking tenant may use: globex's "secret" is not offered to acme.
+    refused = speak(client, voice="secrets")
+    assert refused.status_code == 404 and "secret" not in refused.json()["error"]["message"].replace("secrets", "")
+    assert_error(speak(client, headers=GLOBEX, voice="secrets"), 404, "did you mean 'secret'")
 
 
 def test_a_sample_voice_is_listed_with_its_stage_from_its_post_on(tiny_base, adapter_folders, tmp_path):
@@ -516,8 +573,26 @@ def library_speech(tiny_base, adapter_folders, voice: str, speed: float, text: s
     library = load_base(tiny_base, "griffin-lim")
     if voice == "ann":
         library.load_voice(adapter_folders["ann"], "ann")
-        return library.synthesize(text, voice="ann", length_scale=1 / speed)
-    return library.synthesize(text, speaker=voice, length_scale=1 / speed)
+        return library.synthesize(text, voice="ann", speed=speed)
+    return library.synthesize(text, speaker=voice, speed=speed)
+
+
+def assert_served_as_the_library(client, expected, text: str, voice: str, speed: float) -> None:
+    """The speech route (pcm and flac) and the captioned route answer ``expected`` (the library's result for the
+    same text, voice and speed) byte for byte and timestamp for timestamp."""
+    rate = expected.sample_rate
+    for audio_format in ("pcm", "flac"):
+        served = speak(client, input=text, voice=voice, speed=speed, response_format=audio_format, sample_rate=rate)
+        assert served.status_code == 200, served.text
+        assert served.content == expected.to_bytes(audio_format, rate), audio_format
+    captioned = client.post(
+        "/v1/audio/speech/captioned",
+        json={"model": "chorus", "input": text, "voice": voice, "speed": speed, "response_format": "pcm"},
+        headers=ACME,
+    ).json()
+    assert [(w["text"], w["start"], w["end"]) for w in captioned["words"]] == [
+        (w.text, w.start, w.end) for w in expected.words
+    ]
 
 
 @pytest.mark.parametrize(
@@ -534,19 +609,49 @@ def test_the_library_and_the_server_give_the_same_samples(tenants_app, tiny_base
     sentence in a forward of its own on both sides)."""
     client, _ = tenants_app
     expected = library_speech(tiny_base, adapter_folders, voice, speed, text)
-    rate = expected.sample_rate
-    for audio_format in ("pcm", "flac"):
-        served = speak(client, input=text, voice=voice, speed=speed, response_format=audio_format, sample_rate=rate)
-        assert served.status_code == 200, served.text
-        assert served.content == expected.to_bytes(audio_format, rate), audio_format
-    captioned = client.post(
-        "/v1/audio/speech/captioned",
-        json={"model": "chorus", "input": text, "voice": voice, "speed": speed, "response_format": "pcm"},
-        headers=ACME,
-    ).json()
-    assert [(w["text"], w["start"], w["end"]) for w in captioned["words"]] == [
-        (w.text, w.start, w.end) for w in expected.words
-    ]
+    assert_served_as_the_library(client, expected, text, voice, speed)
+
+
+@pytest.fixture(scope="module")
+def piper_app(tmp_path_factory):
+    """A server on the tiny Piper base: acme has ann, a voice adapted on it."""
+    from chorus.synthesis.engine import Engine as LibraryEngine
+    from chorus.training.piper_adapt import PLACEMENTS
+
+    root = tmp_path_factory.mktemp("piper_server")
+    ann = random_voice(tiny_piper_base(), "ann", PLACEMENTS["all"](), root / "voices" / "ann", 7)
+    store = VoiceStore(str(root / "store"))
+    engine = LibraryEngine(tiny_piper_base(), resolve=functools.partial(resolve_stored, store))
+    store.put_voice("acme", "ann", ann)
+    with TestClient(create_app(store, engine, Tenants.from_pairs(KEYS.items()), SETTINGS)) as client:
+        yield client, ann
+
+
+@pytest.mark.parametrize(
+    ("voice", "speed", "text"),
+    [
+        ("tiny-piper", 1.0, "Hello there. Good day to you."),
+        ("ann", 0.8, '<speak>Hello there. <break time="300ms"/>Good day.</speak>'),
+    ],
+)
+def test_the_library_and_the_server_give_the_same_samples_on_the_piper_base(piper_app, voice, speed, text):
+    """The same on the Piper base (one resident generator): its own voice and a voice adapted on it, whole,
+    streamed and captioned."""
+    client, ann = piper_app
+    library = Synthesizer(tiny_piper_base())
+    if voice == "ann":
+        library.load_voice(ann, "ann")
+        expected = library.synthesize(text, voice="ann", speed=speed)
+    else:
+        expected = library.synthesize(text, speaker=voice, speed=speed)
+    assert_served_as_the_library(client, expected, text, voice, speed)
+
+
+def test_a_server_on_the_piper_base_refuses_to_onboard_voices(piper_app):
+    """Its voices are adapted offline (chorus adapt --base); the form is refused before it is read."""
+    client, _ = piper_app
+    for route in ("/v1/voices", "/v1/audio/voices"):
+        assert_error(client.post(route, data={"id": "new"}, headers=ACME), 501, "onboarding trains on the Chorus base")
 
 
 def test_sentences_batched_by_the_server_match_the_library_to_float_noise(tenants_app, tiny_base, adapter_folders):
@@ -608,7 +713,7 @@ BAD_SPEECH = [
     ({"voice": "nobody"}, 404, "not found"),
     ({"voice": "secret"}, 404, "not found"),  # globex's voice, asked by acme
     ({"voice": "../x"}, 400, "invalid voice id"),
-    ({"voice": "ANN"}, 400, "invalid voice id"),
+    ({"voice": "ANN!"}, 400, "invalid voice id"),
     ({"voice": ""}, 400, "'voice' is required"),
     ({"voice": None}, 400, "'voice' is required"),
     ({"response_format": "ogg"}, 400, "unsupported response_format"),
@@ -619,7 +724,6 @@ BAD_SPEECH = [
     ({"speed": "fast"}, 400, "'speed'"),
     ({"speed": True}, 400, "'speed'"),
     ({"stream_format": "events"}, 400, "stream_format"),
-    ({"instructions": "Speak in a cheerful tone."}, 400, "cannot be followed"),
     ({"instructions": 3}, 400, "'instructions' must be a string"),
     ({"sample_rate": 4000}, 400, "'sample_rate'"),
     ({"sample_rate": 22050.5}, 400, "'sample_rate'"),
@@ -1307,8 +1411,10 @@ def test_official_openai_client(live_server, tmp_path):
     assert refused.value.code == "model_not_found" and "tts-1" in refused.value.message
     with pytest.raises(openai.BadRequestError, match="response_format"):
         client.audio.speech.create(model="chorus", voice="m3", input="Hello.", response_format="wma")
-    with pytest.raises(openai.BadRequestError, match="instructions"):
-        client.audio.speech.create(model="gpt-4o-mini-tts", voice="m3", input="Hello.", instructions="Sound sad.")
+    sad = client.audio.speech.with_raw_response.create(
+        model="gpt-4o-mini-tts", voice="m3", input="Hello.", instructions="Sound sad.", response_format="wav"
+    )
+    assert sad.headers["x-instructions-ignored"] == "Sound sad" and len(sad.content) > 44
     assert {m.id for m in client.models.list()} >= {"chorus", "tts-1", "gpt-4o-mini-tts"}
     stranger = openai.OpenAI(base_url=f"{live_server}/v1", api_key="not-a-key", max_retries=0)
     with pytest.raises(openai.AuthenticationError):

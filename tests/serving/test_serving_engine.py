@@ -74,7 +74,7 @@ def alone(tts, request: Request) -> torch.Tensor:
     return tts.mel(
         [request.text],
         speaker=request.voice if base else None,
-        length_scale=1.0 / request.speed,
+        speed=request.speed,
         voice=None if base else request.voice,
     )[0]
 
@@ -89,17 +89,17 @@ def make_engine(tiny_base, voices, **kwargs) -> Engine:
     def resolve(voice) -> Path:
         return voices[voice.key]  # KeyError: unknown
 
-    return Engine(load_base(tiny_base, "griffin-lim"), resolve=resolve, **kwargs)
+    return Engine.load(tiny_base, "griffin-lim", resolve=resolve, **kwargs)
 
 
 def test_speakers_work_without_onboarding_and_unknown_voices_raise(tiny_base, reference):
-    engine = Engine(load_base(tiny_base, "griffin-lim"))  # no resolver, no voices
+    engine = Engine.load(tiny_base, "griffin-lim")  # no resolver, no voices
     requests = [Request(TEXTS[0], "m3"), Request(TEXTS[1], "f2", 1.25), Request(TEXTS[2], "nobody")]
     results = engine.speak(requests)
     for request, result in zip(requests[:2], results[:2]):
         assert result.path == "base" and result.batch_size == 2
         assert_same_as_alone(reference, request, result)
-        expected = reference.synthesize(request.text, request.voice, 1.0 / request.speed).audio
+        expected = reference.synthesize(request.text, request.voice, request.speed).audio
         assert result.audio.shape == expected.shape
         # The mels agree to 1e-4 (above); Griffin-Lim's iterations amplify that float noise of a padded
         # batch to ~1e-3 on a few samples (measured 1.1e-3 on 17 of 12,288), so the audio gets more room.
@@ -207,7 +207,7 @@ def test_batcher_serves_concurrent_requests_in_one_forward_each_equal_to_alone(t
 
     # Audio too: rows of equal length are vocoded together, each as the Synthesizer would alone.
     request, result = requests[1], results[1]
-    expected = reference.synthesize(request.text, voice=request.voice, length_scale=1.0 / request.speed).audio
+    expected = reference.synthesize(request.text, voice=request.voice, speed=request.speed).audio
     assert result.audio.shape == expected.shape
     np.testing.assert_allclose(result.audio, expected, atol=1e-3)
 
@@ -296,7 +296,7 @@ def test_blends_beside_adapted_voices_keep_each_voices_speaker_vector(tiny_base,
 def test_a_batch_takes_each_tenant_in_turn(tiny_base):
     """ann queues ten sentences, then bob and carl one each: theirs go in the first batch (their start tags
     are ann's first's, ties by arrival), not after all of ann's."""
-    engine = Engine(load_base(tiny_base, "griffin-lim"))
+    engine = Engine.load(tiny_base, "griffin-lim")
     order: list[str] = []
     with Batcher(engine, max_batch=4, max_wait_ms=0) as batcher:
         with batcher.held():
@@ -334,7 +334,7 @@ LONG = "The birch canoe slid on the smooth planks, and the sheet was glued to th
 def test_tenants_share_the_batcher_by_work_not_by_sentence(tiny_base):
     """ann's long sentences and bob's short ones, both queued, one row a batch: bob gets about as many
     characters spoken as ann, so several of his sentences go for each of hers (round robin would alternate)."""
-    engine = Engine(load_base(tiny_base, "griffin-lim"))
+    engine = Engine.load(tiny_base, "griffin-lim")
     with Batcher(engine, max_batch=1, max_wait_ms=0) as batcher:
         order = run_in_order(batcher, [("ann", LONG)] * 6 + [("bob", "Hi.")] * 6)
     ann = [order.index(f"ann{k}") for k in range(6)]
@@ -345,7 +345,7 @@ def test_tenants_share_the_batcher_by_work_not_by_sentence(tiny_base):
 
 def test_a_tenant_that_starts_waiting_goes_before_anothers_backlog(tiny_base):
     """carl comes while ann's backlog is being spoken: his sentence is in the next batch, whatever ann queued."""
-    engine = Engine(load_base(tiny_base, "griffin-lim"))
+    engine = Engine.load(tiny_base, "griffin-lim")
     with Batcher(engine, max_batch=1, max_wait_ms=0) as batcher:
         ann = [batcher.submit(LONG, "m3", tenant="ann") for _ in range(8)]
         ann[1].result(timeout=120)
@@ -357,7 +357,7 @@ def test_a_tenant_that_starts_waiting_goes_before_anothers_backlog(tiny_base):
 
 
 def test_a_short_sentence_is_not_padded_to_a_long_one_and_batches_stay_within_their_time(tiny_base):
-    engine = Engine(load_base(tiny_base, "griffin-lim"))
+    engine = Engine.load(tiny_base, "griffin-lim")
     # pad_ratio 2: bob's "Hi." (28) goes first (lowest tag, ties by arrival); ann's long ones (128) would pad it.
     with Batcher(engine, max_batch=8, max_wait_ms=0, pad_ratio=2.0) as batcher:
         order = run_in_order(batcher, [("bob", "Hi.")] + [("ann", LONG)] * 3)
@@ -379,7 +379,7 @@ def test_a_short_sentence_is_not_padded_to_a_long_one_and_batches_stay_within_th
 def test_a_cancelled_sentence_is_not_charged_to_its_tenant(tiny_base):
     """ann's stream is cut short (its five sentences queued ahead cancelled), then she asks for one more:
     it goes before bob's, which came after it, as if the cancelled ones had never been queued."""
-    engine = Engine(load_base(tiny_base, "griffin-lim"))
+    engine = Engine.load(tiny_base, "griffin-lim")
     order: list[str] = []
     with Batcher(engine, max_batch=1, max_wait_ms=0) as batcher:
         with batcher.held():

@@ -539,6 +539,20 @@ def test_store_verify_command(tmp_path, voice_folder):
     assert found.exit_code == 1 and "orphan folder" in found.output and "ghost" in found.output
 
 
+def test_store_add_command_puts_a_voice_made_offline(tmp_path, voice_folder):
+    from typer.testing import CliRunner
+
+    from chorus.cli import app
+
+    root = tmp_path / "store"
+    added = CliRunner().invoke(app, ["store", "add", str(root), "acme", "ann", str(voice_folder)])
+    assert added.exit_code == 0 and "acme/ann: ready" in added.output, added.output
+    with VoiceStore(str(root)) as store:
+        assert store.voice("acme", "ann").status == VoiceStatus.READY
+    broken = CliRunner().invoke(app, ["store", "add", str(root), "acme", "bob", str(tmp_path)])
+    assert broken.exit_code == 2 and "not a voice folder" in broken.output
+
+
 def test_backup_while_writing_is_a_consistent_store(store, voice_folder, tmp_path):
     for name in ("ann", "bob"):
         store.put_voice("acme", name, voice_folder)

@@ -36,7 +36,6 @@ from chorus.serving.tenants import Tenants  # noqa: E402
 from chorus.serving.uploads import UploadLimits  # noqa: E402
 from chorus.serving.voice_keys import resolve_stored  # noqa: E402
 from chorus.serving.worker import JobRunner  # noqa: E402
-from chorus.synthesis import load_base  # noqa: E402
 from conftest import heard_as, random_voice  # noqa: E402
 
 KEY = "acme-key-0123456789abcdef"
@@ -76,8 +75,8 @@ def heard() -> dict[str, str]:
 def live_app(tiny_base, training_gate, heard, tmp_path_factory):
     """What ``live_server`` serves: one API key (so the page must send it)."""
     store = VoiceStore(str(tmp_path_factory.mktemp("store_web")))
-    engine = Engine(
-        load_base(tiny_base, "griffin-lim"), resolve=functools.partial(resolve_stored, store), cache_bytes=1 << 20
+    engine = Engine.load(
+        tiny_base, "griffin-lim", resolve=functools.partial(resolve_stored, store), cache_bytes=1 << 20
     )
 
     # A few training steps take well under the page's poll interval: hold each job at "running" (before

@@ -132,7 +132,6 @@ def test_postfilter_spreads_each_bin_over_time_and_each_frame_around_its_peak():
 def test_the_bases_postfilter_is_applied_by_the_library_and_the_server_alike(tiny_base, tmp_path):
     from chorus.audio.postfilter import MelPostFilter
     from chorus.serving.batcher import Batcher
-    from chorus.serving.engine import Engine
 
     config = json.loads((tiny_base / "config.json").read_text())
     config["info"]["postfilter"] = {"global_variance": 1.3, "contrast": 1.2}
@@ -143,7 +142,7 @@ def test_the_bases_postfilter_is_applied_by_the_library_and_the_server_alike(tin
     tts = load_base(model, "griffin-lim")
     assert tts.postfilter == MelPostFilter(1.3, 1.2)
     filtered = tts.synthesize("A short test.", "f2").audio
-    with Batcher(Engine(tts)) as batcher:
+    with Batcher(tts.engine) as batcher:
         served = batcher.synthesize("A short test.", "f2").audio
     np.testing.assert_allclose(served, filtered, atol=1e-5)
     tts.postfilter = MelPostFilter()

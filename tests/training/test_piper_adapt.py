@@ -13,6 +13,7 @@ from chorus.adapters import active_adapter, base_state_dict
 from chorus.adapters.voice import VoiceError
 from chorus.models.piper_vits import PiperGenerator
 from chorus.peers.piper import PiperVoiceConfig
+from chorus.synthesis.bases.piper import load_piper_voice
 from chorus.training.piper_adapt import (
     PLACEMENTS,
     VOICE,
@@ -20,7 +21,6 @@ from chorus.training.piper_adapt import (
     adapt_piper,
     align_durations,
     attach_voice,
-    load_piper_voice,
     prepare_clips,
     train,
 )
@@ -130,5 +130,5 @@ def test_a_saved_voice_loads_back_and_speaks_the_same(tiny, dataset, tmp_path) -
     assert result.card.trainable_parameters == sum(p.numel() for p in tiny.parameters() if p.requires_grad)
     load_piper_voice(fresh, result.voice_dir, VOICE, base_sha256="a" * 64)
     assert torch.equal(speak(fresh), speak(result.model))
-    with pytest.raises(VoiceError, match="made for base model"):
+    with pytest.raises(VoiceError, match="was made on base"):
         load_piper_voice(copy.deepcopy(fresh), result.voice_dir, "other", base_sha256="b" * 64)

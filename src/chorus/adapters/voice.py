@@ -78,6 +78,9 @@ class VoiceCard:
     trainable_parameters: int = 0
     metrics: dict = field(default_factory=dict)
     notes: dict = field(default_factory=dict)
+    # The base by name, as `--base` takes it ("chorus", "piper-joe", a Piper voice file's name); its
+    # sha256 above says which weights. Empty in voices made before bases had names: a Chorus base's.
+    base_model: str = ""
 
     def to_markdown(self, peft: bool = False) -> str:
         """The card for people, after Hugging Face model-card metadata (YAML front matter); ``peft``: the
@@ -88,7 +91,7 @@ class VoiceCard:
             f"# Voice `{self.name}`",
             "",
             f"- methods: {', '.join(self.methods)}",
-            f"- base model sha256: `{self.base_model_sha256}`",
+            f"- base model: {self.base_model or 'chorus'}, sha256 `{self.base_model_sha256}`",
             f"- data: {self.data_minutes:.2f} min; training: {self.steps} steps in {self.train_seconds:.0f} s",
             f"- trainable parameters: {self.trainable_parameters:,}",
         ]
@@ -136,6 +139,7 @@ class Voice:
     card: VoiceCard | None
     base_model_sha256: str | None
     full: bool = False  # full fine-tuning: ``tensors`` are a whole model's weights
+    base_model: str | None = None  # the base's name (VoiceCard.base_model); None: not recorded
 
     @property
     def methods(self) -> list[str]:
@@ -207,6 +211,7 @@ def save_voice(
         "full": full,
         "methods": [c.to_dict() for c in configs],
         "base_model_sha256": card.base_model_sha256,
+        "base_model": card.base_model,
     }
 
     def write(temp: Path) -> None:
@@ -249,7 +254,7 @@ def read_voice(folder: str | Path) -> Voice:
         except json.JSONDecodeError as error:
             raise VoiceError(f"{folder / CHORUS_FILE}: corrupted JSON ({error})") from error
     if section is None:
-        configs, base_hash, full = [_lora_from_peft(config, config_path)], None, False
+        configs, base_hash, full, base_name = [_lora_from_peft(config, config_path)], None, False, None
     else:
         if section.get("format") != VOICE_FORMAT or section.get("version", 0) > VOICE_FORMAT_VERSION:
             raise VoiceError(
@@ -270,6 +275,7 @@ def read_voice(folder: str | Path) -> Voice:
         except (KeyError, TypeError, ValueError) as error:
             raise VoiceError(f"{config_path}: invalid method config ({error})") from error
         base_hash, full = section.get("base_model_sha256"), bool(section.get("full"))
+        base_name = section.get("base_model")
     tensors = {}
     for path, content in parts:
         try:
@@ -283,7 +289,7 @@ def read_voice(folder: str | Path) -> Voice:
             card = VoiceCard(**json.loads((folder / CARD_FILE).read_text()))
         except (json.JSONDecodeError, TypeError) as error:
             raise VoiceError(f"{folder / CARD_FILE}: corrupted voice card ({error})") from error
-    return Voice(configs, tensors, card, base_hash, full)
+    return Voice(configs, tensors, card, base_hash, full, base_name)
 
 
 def _lora_from_peft(config: dict, path: Path) -> LoraConfig:
@@ -305,13 +311,18 @@ def _lora_from_peft(config: dict, path: Path) -> LoraConfig:
     )
 
 
-def apply_voice(model: nn.Module, voice: Voice, name: str, base_model_sha256: str | None = None) -> None:
+def apply_voice(
+    model: nn.Module, voice: Voice, name: str, base_model_sha256: str | None = None, base_model: str = ""
+) -> None:
     """Add ``voice`` to ``model`` as adapter ``name``. For a full fine-tuning voice, ``model`` is
-    overwritten with its weights (pass a copy of the base). Refuses a voice of another base model."""
+    overwritten with its weights (pass a copy of the base). Refuses a voice of another base model
+    (``base_model_sha256``, named ``base_model`` in the message)."""
     if base_model_sha256 and voice.base_model_sha256 and voice.base_model_sha256 != base_model_sha256:
+        made_on = f"{voice.base_model or 'chorus'} (sha256 {voice.base_model_sha256[:12]}...)"
+        this = f"{base_model or 'this base'} (sha256 {base_model_sha256[:12]}...)"
         raise VoiceError(
-            f"voice {name!r} was made for base model {voice.base_model_sha256[:12]}..., not this "
-            f"one ({base_model_sha256[:12]}...); adapt it again on this base"
+            f"voice {name!r} was made on base {made_on}, not on {this}; speak it with --base "
+            f"{voice.base_model or 'chorus'}, or adapt it again on this base"
         )
     tensors = dict(voice.tensors)
     if voice.full:

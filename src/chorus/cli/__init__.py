@@ -5,28 +5,91 @@ One module per command group; this one builds the app and adds them.
 
 from __future__ import annotations
 
+import ast
+import importlib
+import importlib.util
 from importlib.metadata import PackageNotFoundError, version
 
+import click
 import typer
+import typer.core
+import typer.main
 
-from chorus.cli.adapt import adapt, adapt_many
 from chorus.cli.common import console, fail
-from chorus.cli.data import corpus_app, data_app
-from chorus.cli.demo import demo
-from chorus.cli.evaluate import evaluate
-from chorus.cli.memory import memory
-from chorus.cli.prune import prune
-from chorus.cli.serve import serve, serve_key
-from chorus.cli.speaker import speaker_app
-from chorus.cli.store import store_app
-from chorus.cli.synthesize import speakers, synthesize
-from chorus.cli.train import pretrain, train_vocoder
-from chorus.cli.voice_space import space_app
-from chorus.cli.voices import voices_app
 
 DISTRIBUTION = "chorus-tts"
 
-app = typer.Typer(no_args_is_help=True, pretty_exceptions_show_locals=False)
+# Every command, in the order `chorus --help` lists them: (module, attribute: a command function or a
+# typer app of subcommands). A command's module loads only when it runs, so `chorus --help` and
+# `chorus --version` start without torch or the training stack.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "pretrain": ("chorus.cli.train", "pretrain"),
+    "speakers": ("chorus.cli.synthesize", "speakers"),
+    "synthesize": ("chorus.cli.synthesize", "synthesize"),
+    "adapt": ("chorus.cli.adapt", "adapt"),
+    "adapt-many": ("chorus.cli.adapt", "adapt_many"),
+    "memory": ("chorus.cli.memory", "memory"),
+    "prune": ("chorus.cli.prune", "prune"),
+    "voice-space": ("chorus.cli.voice_space", "space_app"),
+    "serve": ("chorus.cli.serve", "serve"),
+    "serve-key": ("chorus.cli.serve", "serve_key"),
+    "store": ("chorus.cli.store", "store_app"),
+    "voices": ("chorus.cli.voices", "voices_app"),
+    "speaker": ("chorus.cli.speaker", "speaker_app"),
+    "data": ("chorus.cli.data", "data_app"),
+    "corpus": ("chorus.cli.data", "corpus_app"),
+    "eval": ("chorus.cli.evaluate", "evaluate"),
+    "train-vocoder": ("chorus.cli.train", "train_vocoder"),
+    "demo": ("chorus.cli.demo", "demo"),
+}
+
+
+def written_help(module: str, attribute: str) -> str:
+    """The help of a command as its source states it, read without importing its module: a function's
+    docstring, or the ``help=`` of a ``typer.Typer(...)`` assigned to ``attribute``."""
+    spec = importlib.util.find_spec(module)
+    tree = ast.parse(open(spec.origin, encoding="utf-8").read())  # noqa: SIM115 - read whole at once
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef) and node.name == attribute:
+            return ast.get_docstring(node) or ""
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == attribute for t in node.targets):
+            keywords = getattr(node.value, "keywords", [])
+            return next((ast.literal_eval(k.value) for k in keywords if k.arg == "help"), "")
+    raise LookupError(f"{module} has no command {attribute!r}")
+
+
+def load_command(name: str) -> click.Command:
+    """The click command ``name`` runs, built by typer from its module (imported now)."""
+    module, attribute = COMMANDS[name]
+    target = getattr(importlib.import_module(module), attribute)
+    if isinstance(target, typer.Typer):
+        return typer.main.get_group(target)
+    single = typer.Typer()
+    single.command(name)(target)
+    return typer.main.get_command(single)
+
+
+class _LazyCommand(click.Command):
+    """A command listed by its written help; the real one is built when it is run (or asked for --help)."""
+
+    def __init__(self, name: str):
+        super().__init__(name, help=written_help(*COMMANDS[name]))
+
+    def make_context(self, info_name, args, parent=None, **extra) -> click.Context:
+        # The context (and so the command invoked in it) is the real command's.
+        return load_command(self.name).make_context(info_name, args, parent=parent, **extra)
+
+
+class _LazyGroup(typer.core.TyperGroup):
+    """The app's group: every command of :data:`COMMANDS`, each loaded when run (typos still get
+    typer's "Did you mean")."""
+
+    def __init__(self, **attrs):
+        super().__init__(**attrs)
+        self.commands = {name: _LazyCommand(name) for name in COMMANDS}
+
+
+app = typer.Typer(cls=_LazyGroup, no_args_is_help=True, pretty_exceptions_show_locals=False)
 
 
 def _print_version(value: bool) -> None:
@@ -54,23 +117,3 @@ def main(
     A speaker is a voice the base model knows (`chorus speakers`).
     A voice is an adapted voice folder (`chorus adapt`).
     A source is an engine that speaks the corpus (espeak-ng, flite, festival)."""
-
-
-app.command()(pretrain)
-app.command()(speakers)
-app.command()(synthesize)
-app.command()(adapt)
-app.command("adapt-many")(adapt_many)
-app.command()(memory)
-app.command()(prune)
-app.add_typer(space_app, name="voice-space")
-app.command()(serve)
-app.command("serve-key")(serve_key)
-app.add_typer(store_app, name="store")
-app.add_typer(voices_app, name="voices")
-app.add_typer(speaker_app, name="speaker")
-app.add_typer(data_app, name="data")
-app.add_typer(corpus_app, name="corpus")
-app.command("eval")(evaluate)
-app.command("train-vocoder")(train_vocoder)
-app.command()(demo)

@@ -10,14 +10,25 @@ from rich.table import Table
 from rich.text import Text
 
 from chorus.adapters import parse_methods
-from chorus.cli.common import DEVICE_OPTION, config_default, config_option, console, user_errors
+from chorus.cli.common import (
+    BASE_HELP,
+    DEVICE_OPTION,
+    chosen_base,
+    config_default,
+    config_option,
+    console,
+    fail,
+    user_errors,
+)
 from chorus.cli.method_options import method_help, method_options, with_method_fields
 from chorus.models.bundle import load_bundle
 from chorus.recipe import DEFAULT_METHOD, AdaptConfig, MemoryOptions
 from chorus.synthesis import DEFAULT_BASE
+from chorus.synthesis.bases.piper import claims as piper_claims
 from chorus.training.adapt import adapt as run_adapt
 from chorus.training.adapt_many import ManyVoicesConfig
 from chorus.training.adapt_many import adapt_many as run_adapt_many
+from chorus.training.piper_adapt import PLACEMENTS, PiperAdaptConfig, adapt_piper
 
 TARGETS_HELP = (
     "Comma-separated module names/suffixes for the first method, or a regex (full match) if it starts with ^."
@@ -29,10 +40,21 @@ MODEL_HELP = "Base model folder (default: the shipped base)."
 def adapt(
     data: Path = typer.Argument(..., help="One speaker's LJSpeech-style folder (1-10 minutes of clips)."),
     out: Path = typer.Option(..., help="Voice folder to write, e.g. voices/NAME."),
+    base: str | None = typer.Option(
+        None,
+        help=BASE_HELP + " On a Piper base the voice is adapted by its own recipe (chorus.training.piper_adapt): "
+        "--placement, --steps, --learning-rate, --max-minutes and --threads apply.",
+    ),
+    placement: str = typer.Option(
+        config_default(PiperAdaptConfig, "placement"),
+        help=f"With a Piper --base: where the voice's adapters go ({', '.join(PLACEMENTS)}).",
+    ),
     method: str = typer.Option(DEFAULT_METHOD, help=method_help()),
     targets: str | None = typer.Option(None, help=TARGETS_HELP),
-    steps: int = typer.Option(
-        config_default(AdaptConfig, "steps"), help="Most optimizer steps (early stopping usually ends sooner)."
+    steps: int | None = typer.Option(
+        None,
+        help=f"Most optimizer steps (default: {config_default(AdaptConfig, 'steps')} on the Chorus base, where "
+        f"early stopping usually ends sooner; {config_default(PiperAdaptConfig, 'steps')} on a Piper base).",
     ),
     learning_rate: float | None = typer.Option(None, help="Default: per method."),
     keep_text_side: bool = config_option(AdaptConfig, "keep_text_side"),
@@ -50,11 +72,19 @@ def adapt(
     device: str = DEVICE_OPTION,
     method_fields: dict[str, Any] | None = None,
 ) -> None:
-    """Learn a new voice from a few minutes of one speaker's recordings; writes a voice folder."""
+    """Learn a new voice from a few minutes of one speaker's recordings; writes a voice folder that records its
+    base (chorus synthesize --voice then speaks it on that base)."""
+    with user_errors():
+        spec = chosen_base(base, model)
+    if spec is not None and piper_claims(str(spec)):
+        if method != DEFAULT_METHOD or targets is not None:
+            fail("--method and --targets choose the Chorus base's adapters; a Piper base takes --placement")
+        adapt_on_piper(data, out, str(spec), placement, steps, learning_rate, max_minutes, threads, device)
+        return
     with user_errors():
         config = AdaptConfig(
             methods=parse_methods(method, method_options(method, method_fields or {}, targets)),
-            steps=steps,
+            steps=config_default(AdaptConfig, "steps") if steps is None else steps,
             learning_rate=learning_rate,
             keep_text_side=keep_text_side,
             speaker_encoder=str(speaker_encoder) if speaker_encoder else None,
@@ -68,13 +98,49 @@ def adapt(
                 frozen_dtype=frozen_dtype,
             ),
         )
-        bundle = load_bundle(model or DEFAULT_BASE, device)
+        bundle = load_bundle(spec or DEFAULT_BASE, device)
         result = run_adapt(data, bundle, out, config)
     card = result.card
     console.print(
         f"voice: {result.voice_dir}  ({card.data_minutes:.1f} min of data, {card.steps} steps in "
         f"{card.train_seconds:.0f} s, {card.trainable_parameters:,} trained parameters, held-out mel L1 "
         f"{card.metrics['validation_mel_l1_start']:.3f} -> {card.metrics['validation_mel_l1_best']:.3f})"
+    )
+    console.print(f'speak with it: chorus synthesize --voice {result.voice_dir} --text "Hello."')
+
+
+def adapt_on_piper(
+    data: Path,
+    out: Path,
+    spec: str,
+    placement: str,
+    steps: int | None,
+    learning_rate: float | None,
+    max_minutes: float,
+    threads: int,
+    device: str,
+) -> None:
+    """``chorus adapt --base PIPER``: the Piper recipe (:func:`~chorus.training.piper_adapt.adapt_piper`) on the
+    base's generator; the voice folder records the base's name and sha256."""
+    from chorus.synthesis.bases import open_base
+
+    with user_errors():
+        config = PiperAdaptConfig(
+            placement=placement,
+            steps=config_default(PiperAdaptConfig, "steps") if steps is None else steps,
+            learning_rate=learning_rate,
+            max_minutes=max_minutes,
+            threads=threads,
+        )
+        if config.full:
+            raise ValueError("--placement full trains a whole generator: a model of its own, not a voice folder")
+        piper = open_base(spec, device=device)
+        result = adapt_piper(data, piper.model, out, config, piper.sha256, progress=False, base_name=piper.name)
+    card = result.card
+    console.print(
+        f"voice: {result.voice_dir}  (on {piper.name}; {card.data_minutes:.1f} min of data, {card.steps} steps in "
+        f"{card.train_seconds:.0f} s, {card.trainable_parameters:,} trained parameters, loss "
+        f"{card.metrics['loss_start']:.3f} -> {card.metrics['loss_end']:.3f})"
     )
     console.print(f'speak with it: chorus synthesize --voice {result.voice_dir} --text "Hello."')
 

@@ -6,6 +6,7 @@ import dataclasses
 import inspect
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any, NoReturn
 
 import typer
@@ -33,6 +34,26 @@ def _check_device(value: str) -> str:
 
 
 DEVICE_OPTION: Any = typer.Option("cpu", help="Where the model runs: cpu, cuda or cuda:N.", callback=_check_device)
+BASE_HELP = (
+    "The base: piper-joe (the Piper voice installed with Chorus) or a Piper voice file (voice.onnx, its "
+    "voice.onnx.json beside it). Default: the shipped Chorus base (or --model)."
+)
+
+
+def chosen_base(base: str | None, model: Path | None, voice: Path | None = None) -> str | Path | None:
+    """What ``--base`` and ``--model`` choose (None: the shipped Chorus base). Without either, a ``voice``
+    folder says which base it needs (the one it was adapted on)."""
+    if base is not None and model is not None:
+        raise ValueError("give --base (a Piper voice) or --model (a Chorus model folder), not both")
+    if base is not None or model is not None or voice is None:
+        return base if base is not None else model
+    from chorus.synthesis.bases import base_of_voice
+    from chorus.synthesis.bases.piper import claims
+
+    needed = base_of_voice(voice)
+    if needed is not None and claims(needed) and needed.endswith(".onnx") and not Path(needed).is_file():
+        raise ValueError(f"voice {voice} was adapted on the Piper voice {needed}: give its path with --base")
+    return needed
 
 
 def fail(message: str) -> NoReturn:

@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from chorus.cli.common import DEVICE_OPTION, config_default, console, user_errors
+from chorus.cli.common import BASE_HELP, DEVICE_OPTION, chosen_base, config_default, console, user_errors
 from chorus.demo import DemoConfig, adapt_sample_voice, speak_base_speakers
 from chorus.synthesis import SAMPLE_VOICE, load_base
 
@@ -32,7 +32,8 @@ def demo(
         config_default(DemoConfig, "voice_sentences"),
         help="Benchmark sentences the new voice and its start speaker are judged on.",
     ),
-    model: Path | None = typer.Option(None, help="Model folder (default: the shipped base)."),
+    base: str | None = typer.Option(None, help=BASE_HELP),
+    model: Path | None = typer.Option(None, help="Chorus model folder (default: the shipped base)."),
     adapt_method: str = typer.Option(
         config_default(DemoConfig, "adapt_method"),
         help="Method of the new voice from the shipped sample ('' to skip adaptation).",
@@ -52,7 +53,7 @@ def demo(
         adapt_steps=adapt_steps,
     )
     with user_errors():
-        tts = load_base(model, device=device)
+        tts = load_base(chosen_base(base, model), device=device)
         spoken = speak_base_speakers(tts, out, config)
     table = Table("speaker", "WER %", "MOS", "RTF", "transcript of the first sentence")
     for score in spoken.scores:
@@ -73,18 +74,19 @@ def demo(
     console.print(f"clips and report.md in {out}/")
     if not adapt_method:
         return
-    console.print(
-        f"\nAdapting a new voice from {SAMPLE_VOICE} (held out of pretraining) with {adapt_method}", style="bold"
-    )
+    recipe = adapt_method if tts.base.kind == "chorus" else "the Piper recipe"
+    console.print(f"\nAdapting a new voice from {SAMPLE_VOICE} (held out of pretraining) with {recipe}", style="bold")
     with user_errors():
         voice = adapt_sample_voice(tts, spoken, out, config)
     card = voice.card
     table = Table("cost / result", "value")
-    table.add_row(
-        "data",
-        f"{card.data_minutes:.2f} min, {card.metrics['training_clips']} clips "
-        f"(+{card.metrics['held_out_clips']} held out)",
+    metrics = card.metrics
+    clips = (
+        f", {metrics['training_clips']} clips (+{metrics['held_out_clips']} held out)"
+        if "training_clips" in metrics
+        else ""
     )
+    table.add_row("data", f"{card.data_minutes:.2f} min{clips}")
     table.add_row("training", f"{card.steps} steps in {card.train_seconds:.0f} s on the CPU")
     table.add_row(
         "trained parameters", f"{card.trainable_parameters:,} ({100 * voice.parameter_fraction:.2f}% of the base)"
@@ -94,10 +96,12 @@ def demo(
         f"{voice.artifact_bytes / 1024:.1f} KB ({100 * voice.artifact_fraction:.2f}% of the base's weights)",
     )
     table.add_row("peak memory (process RSS)", f"{voice.peak_rss_bytes / 2**20:.0f} MB")
-    table.add_row(
-        "held-out mel L1",
-        f"{card.metrics['validation_mel_l1_start']:.3f} -> {card.metrics['validation_mel_l1_best']:.3f}",
-    )
+    if "validation_mel_l1_start" in metrics:  # the Chorus recipe holds clips out; the Piper recipe logs its loss
+        table.add_row(
+            "held-out mel L1", f"{metrics['validation_mel_l1_start']:.3f} -> {metrics['validation_mel_l1_best']:.3f}"
+        )
+    else:
+        table.add_row("training loss", f"{metrics['loss_start']:.3f} -> {metrics['loss_end']:.3f}")
     piper = voice.piper_mos is not None
     table.add_row(
         f"WER over {voice.sentences} sentences",

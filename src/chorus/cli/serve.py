@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from chorus.cli.common import DEVICE_OPTION, console, fail, user_errors
+from chorus.cli.common import BASE_HELP, DEVICE_OPTION, chosen_base, console, fail, user_errors
 
 SERVER_DEFAULT = "default: the server's, from ServerSettings"
 
@@ -30,8 +30,15 @@ def serve(
     ),
     host: str = typer.Option("127.0.0.1", help="Address to bind. Without API keys only loopback is allowed."),
     port: int = typer.Option(8000, help="TCP port."),
-    model: Path | None = typer.Option(None, help="Base model folder (default: the shipped base)."),
-    vocoder: str | None = typer.Option(None, help="griffin-lim, neural or a folder (default: the model's)."),
+    base: str | None = typer.Option(
+        None,
+        help=BASE_HELP + " A Piper base serves its own voice and voices adapted on it (chorus adapt --base); "
+        "onboarding jobs and instant voices need the Chorus base.",
+    ),
+    model: Path | None = typer.Option(None, help="Chorus base model folder (default: the shipped base)."),
+    vocoder: str | None = typer.Option(
+        None, help="The Chorus base's vocoder: griffin-lim, neural or a folder (default: the model's)."
+    ),
     keys: Path | None = typer.Option(None, help='API keys file: \'KEY TENANT\' lines or JSON {"KEY": "TENANT"}.'),
     cache_mb: float = typer.Option(64.0, help="Adapter cache budget in MB (least recently used voices are evicted)."),
     adapt_steps: int | None = typer.Option(
@@ -122,7 +129,7 @@ def serve(
             cache_dir=cache_dir,
             host=host,
             port=port,
-            base=model,
+            base=chosen_base(base, model),
             vocoder=vocoder,
             keys=keys,
             cache_mb=cache_mb,

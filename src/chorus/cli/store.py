@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import typer
 from rich.table import Table
 
@@ -40,6 +42,30 @@ def verify(
     if not report.ok:
         raise typer.Exit(1)
     console.print("no corrupt voice, no orphan folder")
+
+
+@store_app.command()
+def add(
+    store: str = typer.Argument(..., help="The voice store: a folder or an fsspec URL."),
+    tenant: str = typer.Argument(..., help="The tenant the voice belongs to ('default' on a server without keys)."),
+    voice_id: str = typer.Argument(..., help="Its id in requests' voice field."),
+    folder: Path = typer.Argument(..., help="A voice folder (chorus adapt's output)."),
+    database: str | None = DATABASE_OPTION,
+) -> None:
+    """Add a voice adapted offline (chorus adapt, any --base) to a store, ready at once: how voices of a Piper
+    base, which servers do not onboard, reach `chorus serve --base`. The folder is checked as the server
+    would load it first."""
+    from chorus.adapters.voice import read_voice
+    from chorus.serving.store import VoiceStore
+
+    with user_errors():
+        voice = read_voice(folder)
+        with VoiceStore(store, database) as voices:
+            voices.put_voice(tenant, voice_id, folder)
+    base = voice.base_model or "chorus"
+    console.print(
+        f"{tenant}/{voice_id}: ready in {store} (made on base {base}: serve it with that --base)", soft_wrap=True
+    )
 
 
 @store_app.command()

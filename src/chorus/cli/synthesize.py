@@ -11,7 +11,16 @@ from rich.table import Table
 
 from chorus.atomic import atomic_write_text
 from chorus.audio.encode import FORMATS, format_for
-from chorus.cli.common import DEVICE_OPTION, console, errors, fail, parameter_default, user_errors
+from chorus.cli.common import (
+    BASE_HELP,
+    DEVICE_OPTION,
+    chosen_base,
+    console,
+    errors,
+    fail,
+    parameter_default,
+    user_errors,
+)
 from chorus.models.bundle import load_bundle
 from chorus.synthesis import DEFAULT_BASE, Synthesizer, load_base
 from chorus.text.timestamps import captions
@@ -55,7 +64,9 @@ def synthesize(
         help="A speaker of the base model, by name or index, or a blend such as 'flite-rms(2)+festival-kal(1)' "
         "(default: the model's default speaker).",
     ),
-    voice: Path | None = typer.Option(None, help="An adapted voice folder (from `chorus adapt`) to speak with."),
+    voice: Path | None = typer.Option(
+        None, help="An adapted voice folder (from `chorus adapt`) to speak with; it says which base it needs."
+    ),
     out: Path = typer.Option(
         Path("out.wav"),
         help="Output file ('-': standard output); its suffix gives the format unless --format does. "
@@ -73,18 +84,22 @@ def synthesize(
     timestamps: Path | None = typer.Option(
         None, help="Write word and phoneme times: FILE.json, or word captions FILE.srt / FILE.vtt."
     ),
+    base: str | None = typer.Option(None, help=BASE_HELP),
     model: Path | None = typer.Option(None, help=MODEL_HELP),
     vocoder: str | None = typer.Option(
-        None, help="Vocoder: griffin-lim, neural (the shipped one), or a folder. Default: the model's."
+        None,
+        help="Vocoder of the Chorus base: griffin-lim, neural (the shipped one), or a folder. Default: the model's.",
     ),
-    length_scale: float = typer.Option(
-        parameter_default(Synthesizer.synthesize, "length_scale"), help="> 1 speaks slower, < 1 faster."
+    speed: float = typer.Option(
+        parameter_default(Synthesizer.synthesize, "speed"), help="> 1 speaks faster (2: twice as fast), < 1 slower."
     ),
     device: str = DEVICE_OPTION,
 ) -> None:
     """Speak text with a base speaker or an adapted voice and report the real-time factor.
 
-    echo "Hello there." | chorus synthesize --out - --format mp3 > hello.mp3"""
+    echo "Hello there." | chorus synthesize --out - --format mp3 > hello.mp3
+
+    chorus synthesize --base piper-joe --text "Hello there." speaks with Piper's joe voice."""
     if text is not None and text_file is not None:
         fail("give --text or --text-file, not both")
     if text is None and text_file is None:
@@ -122,14 +137,14 @@ def synthesize(
     if voice is not None and speaker is not None:
         fail("give --speaker (a base speaker) or --voice (an adapted voice), not both")
     with user_errors():
-        tts = load_base(model, vocoder, device=device)
+        tts = load_base(chosen_base(base, model, voice), vocoder, device=device)
         speaker_voice = tts.resolve_speaker(speaker)  # checked (and a blend parsed) once
         voice_name = tts.load_voice(voice) if voice is not None else None
     table = Table("file", "speaker / voice", "seconds", "RTF", "text")
     written: list[tuple[Path, str]] = []
     for where, line, path in jobs:
         try:
-            result = tts.synthesize(line, speaker_voice, length_scale, voice_name, sentence_silence)
+            result = tts.synthesize(line, speaker_voice, speed, voice_name, sentence_silence)
         except ValueError as error:
             report.print(f"skipped {where}: {error}", style="yellow")
             continue

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -80,6 +81,29 @@ class PiperVitsConfig:
     def hop_length(self) -> int:
         """Audio samples per latent frame (256 in every Piper quality)."""
         return math.prod(self.upsample_rates)
+
+
+# A seed for the generator's noise: one generator for the whole batch, or one per row (see draw_noise).
+Noise = torch.Generator | Sequence[torch.Generator] | None
+
+
+def draw_noise(
+    shape: tuple[int, int, int], lengths: torch.Tensor, generator: Noise, like: torch.Tensor
+) -> torch.Tensor:
+    """Standard normal noise ``[batch, channels, time]`` on ``like``'s device and dtype.
+
+    With one generator (or None) the batch is one draw. With one generator per row, each row draws its own
+    ``[channels, lengths[row]]`` (zero past it): a row's noise is then the same whichever rows share its
+    batch, so a server that batches requests speaks each one as the library does alone.
+    """
+    if generator is None or isinstance(generator, torch.Generator):
+        return torch.randn(shape, generator=generator, device=like.device, dtype=like.dtype)
+    if len(generator) != shape[0]:
+        raise ValueError(f"{len(generator)} noise generators for a batch of {shape[0]}")
+    noise = like.new_zeros(shape)
+    for row, (seed, length) in enumerate(zip(generator, lengths.tolist())):
+        noise[row, :, :length] = torch.randn((shape[1], length), generator=seed, device=seed.device).to(like)
+    return noise
 
 
 # ---------------------------------------------------------------- text encoder (enc_p)
@@ -339,14 +363,13 @@ class DurationPredictor(nn.Module):
             flows += [spline, Flip()]
         self.flows = nn.ModuleList(flows)
 
-    def forward(
-        self, x: torch.Tensor, mask: torch.Tensor, noise_w: float, generator: torch.Generator | None = None
-    ) -> torch.Tensor:
-        """x ``[batch, hidden, time]``, mask ``[batch, 1, time]`` -> log durations ``[batch, 1, time]``."""
+    def forward(self, x: torch.Tensor, mask: torch.Tensor, noise_w: float, generator: Noise = None) -> torch.Tensor:
+        """x ``[batch, hidden, time]``, mask ``[batch, 1, time]`` -> log durations ``[batch, 1, time]``;
+        ``generator``: see :func:`draw_noise`."""
         x = self.proj(self.convs(self.pre(x), mask)) * mask
         shape = (x.shape[0], 2, x.shape[2])
         if noise_w:
-            z = torch.randn(shape, generator=generator, device=x.device, dtype=x.dtype) * noise_w
+            z = draw_noise(shape, mask.sum((1, 2)).long(), generator, x) * noise_w
         else:
             z = x.new_zeros(shape)
         for flow in reversed(self.flows[2:]):
@@ -557,15 +580,17 @@ class PiperGenerator(nn.Module):
         ids: torch.Tensor,
         lengths: torch.Tensor,
         noise_scale: float | None = None,
-        length_scale: float | None = None,
+        length_scale: float | torch.Tensor | None = None,
         noise_w: float | None = None,
-        generator: torch.Generator | None = None,
+        generator: Noise = None,
     ) -> PiperOutput:
         """Speak a batch of phoneme-id sequences.
 
         ids ``[batch, time]`` (any valid id, e.g. 0, past each length), lengths ``[batch]``. The scales default to the
         voice's (its json's ``inference``); at noise_scale = noise_w = 0 the result is deterministic and
-        matches Piper's onnxruntime output for the same ids. ``generator`` seeds the noise.
+        matches Piper's onnxruntime output for the same ids. ``length_scale`` may be a tensor ``[batch, 1, 1]``
+        (each row its own pace). ``generator`` seeds the noise: one for the batch, or one per row
+        (:func:`draw_noise`).
         """
         defaults = (self.voice.noise_scale, self.voice.length_scale, self.voice.noise_w) if self.voice else PIPER_SCALES
         noise_scale = defaults[0] if noise_scale is None else noise_scale
@@ -583,9 +608,9 @@ class PiperGenerator(nn.Module):
         lengths: torch.Tensor,
         durations: torch.Tensor | None = None,
         noise_scale: float = 0.0,
-        length_scale: float = 1.0,
+        length_scale: float | torch.Tensor = 1.0,
         noise_w: float = 0.0,
-        generator: torch.Generator | None = None,
+        generator: Noise = None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """The decoder's input: ids ``[batch, time]``, lengths ``[batch]`` -> z ``[batch, inter, frames]``
         (zero past each item's frames), frame_lengths ``[batch]``, durations ``[batch, time]`` (float).
@@ -612,7 +637,7 @@ class PiperGenerator(nn.Module):
         owner = owner.clamp(max=ids.shape[1] - 1)[:, None, :].expand(-1, m_p.shape[1], -1)
         m_p, logs_p = m_p.gather(2, owner) * frame_mask, logs_p.gather(2, owner) * frame_mask
         if noise_scale:
-            noise = torch.randn(m_p.shape, generator=generator, device=m_p.device, dtype=m_p.dtype)
+            noise = draw_noise(tuple(m_p.shape), frame_lengths, generator, m_p)
             m_p = m_p + noise * torch.exp(logs_p) * noise_scale
         return self.flow(m_p, frame_mask) * frame_mask, frame_lengths, durations
 

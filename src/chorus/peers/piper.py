@@ -50,13 +50,21 @@ class PiperVoiceConfig:
 
     def phoneme_ids(self, phonemes: str) -> list[int]:
         """Piper ids for an espeak IPA string; symbols missing from the map are skipped, as Piper does."""
+        return self.spoken(phonemes)[0]
+
+    def spoken(self, phonemes: str) -> tuple[list[int], str, list[int]]:
+        """Piper ids for an espeak IPA string (see :meth:`phoneme_ids`), the symbols they speak (one
+        character each: a space for the start and the end), and how many ids each symbol spans (its own
+        and the pad after it), so the durations of ids add up to durations of symbols for timestamps."""
         pad = self.id_map["_"]
-        ids = self.id_map["^"] + pad
+        ids, symbols, spans = self.id_map["^"] + pad, [" "], [len(self.id_map["^"] + pad)]
         # Piper maps single code points of the decomposed (NFD) IPA string.
         for symbol in unicodedata.normalize("NFD", phonemes):
             if symbol in self.id_map:
                 ids = ids + self.id_map[symbol] + pad
-        return ids + self.id_map["$"]
+                symbols.append(symbol)
+                spans.append(len(self.id_map[symbol]) + len(pad))
+        return ids + self.id_map["$"], "".join(symbols) + " ", spans + [len(self.id_map["$"])]
 
     def text_ids(self, text: str) -> list[int]:
         """Piper ids for plain text: normalized, phonemized by espeak-ng in the voice's language."""

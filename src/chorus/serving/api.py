@@ -93,8 +93,12 @@ def serve(config: ServeConfig, announce: Callable[[str], None] = print, log_leve
     # Jobs train in processes of their own: their memory goes back to the system when each ends.
     app = create_app(voice_store, engine, tenants, config.settings, jobs=ProcessJobRunner(voice_store, config))
     # The base's speakers in the speaker encoder's space, for instant voices: made now, in the background,
-    # so the first POST /v1/audio/voices does not wait for it (tens of seconds on a CPU).
-    threading.Thread(target=app.state.server.custom_voices.speaker_map, name="chorus-speaker-map", daemon=True).start()
+    # so the first POST /v1/audio/voices does not wait for it (tens of seconds on a CPU). Instant voices
+    # are blends of the Chorus base's speakers: another base has none to make.
+    if engine.base.kind == "chorus":
+        threading.Thread(
+            target=app.state.server.custom_voices.speaker_map, name="chorus-speaker-map", daemon=True
+        ).start()
     if tenants.single_tenant:
         announce(
             "no API keys configured: single-tenant mode (tenant 'default', no authentication), "
@@ -103,7 +107,7 @@ def serve(config: ServeConfig, announce: Callable[[str], None] = print, log_leve
     else:
         announce(f"{len(tenants.names)} tenant(s) with API keys; requests need 'Authorization: Bearer KEY'")
     announce(
-        f"{len(engine.speakers)} speakers (default {engine.bundle.default_speaker}); voice store: {config.store} "
+        f"{len(engine.speakers)} speakers (default {engine.default_speaker}); voice store: {config.store} "
         f"(metadata: {voice_store.database_url}); adapter cache {config.cache_mb:g} MB"
     )
     announce(f"OpenAI-compatible endpoint: http://{config.host}:{config.port}/v1 (audio.speech), voices at /v1/voices")

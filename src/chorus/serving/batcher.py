@@ -142,7 +142,7 @@ class Batcher:
         """A server's batcher (``chorus serve``'s, a Ray replica's): its sizes and bounds from ``settings``.
         The time bound applies on a CPU only: its estimate (rows x the longest row) is a CPU's cost, where
         a GPU runs a batch in about the time of its longest row."""
-        on_cpu = engine.model.mel_mean.device.type == "cpu"
+        on_cpu = engine.base.device.type == "cpu"
         return cls(
             engine,
             max_batch=settings.max_batch,

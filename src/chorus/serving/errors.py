@@ -76,10 +76,12 @@ def type_for(status: int) -> str:
     }.get(status, "invalid_request_error" if status < 500 else "server_error")
 
 
-def voice_not_found(voice_id: str) -> ApiError:
-    # The same words whether the voice never existed or belongs to another tenant.
+def voice_not_found(voice_id: str, close: list[str] | None = None) -> ApiError:
+    # The same words whether the voice never existed or belongs to another tenant; ``close`` holds only
+    # names the asking tenant may use.
+    hint = f"; did you mean {' or '.join(repr(name) for name in close)}?" if close else ""
     return ApiError(
-        404, f"voice {voice_id[:80]!r} not found", type="not_found_error", param="voice", code="voice_not_found"
+        404, f"voice {voice_id[:80]!r} not found{hint}", type="not_found_error", param="voice", code="voice_not_found"
     )
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import re
+from dataclasses import dataclass
 from typing import Literal
 
 from pydantic import BaseModel, Field
@@ -24,14 +25,18 @@ DEFAULT_FORMAT = "mp3"  # OpenAI's: its clients write what comes back without a 
 # Every name is the same base model; they are OpenAI's speech models, so that clients with a fixed model
 # picker work. Any other name is refused as OpenAI refuses it (404 model_not_found), never spoken.
 MODEL_NAMES = ("chorus", "tts-1", "tts-1-hd", "gpt-4o-mini-tts")
-# What ``instructions`` can ask of this model: its speaking rate. Anything else (tone, emotion, accent)
-# is refused, never silently dropped.
-_INSTRUCTION = re.compile(
-    r"^\s*(?:please\s+)?(?:speak|talk|read|say it)?\s*(?P<very>very\s+|a bit\s+|a little\s+)?"
-    r"(?P<pace>slowly|slower|slow|quickly|faster|fast)[.!]?\s*$",
+# What ``instructions`` can ask of this model: its speaking rate. The rest (tone, emotion, accent) is
+# ignored and said so in a header, as code written for gpt-4o-mini-tts expects to be spoken, not refused.
+_PACE_WORDS = re.compile(
+    r"\b(?P<very>very\s+|really\s+|a bit\s+|a little\s+|slightly\s+)?"
+    r"(?P<pace>slowly|slower|slow|quickly|quicker|quick|faster|fast|rapidly)\b",
     re.IGNORECASE,
 )
-_PACE = {"slowly": 0.8, "slower": 0.8, "slow": 0.8, "quickly": 1.25, "faster": 1.25, "fast": 1.25}
+_PACE = {"slow": 0.8, "quick": 1.25, "fast": 1.25, "rapid": 1.25}
+# Clauses of an instruction: "Speak slowly and calmly." is "Speak slowly" + "calmly".
+_CLAUSES = re.compile(r"[.,;:!?\n]+|\s+(?:and|but|then|while)\s+", re.IGNORECASE)
+# Words that ask for nothing by themselves ("please speak", "read it").
+_FILLER = re.compile(r"^(?:(?:please|speak|talk|read|say|it|this|the|text|voice|in|a|an|with)\s*)*$", re.IGNORECASE)
 
 
 class SpeechRequest(BaseModel):
@@ -55,8 +60,8 @@ class SpeechRequest(BaseModel):
     instructions: str | None = Field(
         None,
         max_length=4096,
-        description="only the speaking rate is understood ('speak slowly', 'quickly', 'very fast'): it scales "
-        "speed; any other instruction is refused with a 400",
+        description="the speaking rate is understood ('speak slowly', 'quickly', 'very fast') and scales speed; "
+        "anything else (tone, emotion, accent) is ignored and named in the X-Instructions-Ignored header",
     )
     stream_format: Literal["audio", "sse"] = Field(
         "audio",
@@ -125,7 +130,7 @@ def parse_speech(body: object, max_text_chars: int) -> SpeechRequest:
     if instructions is not None and not isinstance(instructions, str):
         raise ApiError(400, "'instructions' must be a string", param="instructions")
     if instructions and instructions.strip():
-        speed = float(speed) * instruction_pace(instructions)
+        speed = float(speed) * read_instructions(instructions).pace
         speed = min(MAX_SPEED, max(MIN_SPEED, speed))
     rate = body.get("sample_rate")
     if rate is not None and (isinstance(rate, bool) or not isinstance(rate, int) or not MIN_RATE <= rate <= MAX_RATE):
@@ -144,23 +149,33 @@ def parse_speech(body: object, max_text_chars: int) -> SpeechRequest:
     )
 
 
-def instruction_pace(instructions: str) -> float:
-    """The speed factor ``instructions`` asks for; raises :class:`ApiError` for anything this model cannot do."""
-    match = _INSTRUCTION.match(instructions)
-    if match is None:
-        raise ApiError(
-            400,
-            f"instructions {instructions[:80]!r} cannot be followed: this model takes no tone, emotion or accent "
-            "instructions; only the speaking rate ('speak slowly', 'speak quickly', 'very fast') or the 'speed' field",
-            param="instructions",
-            code="unsupported_instructions",
-        )
-    factor = _PACE[match["pace"].lower()]
-    if match["very"] and match["very"].strip().lower() == "very":
-        factor = factor**2
-    elif match["very"]:
-        factor = factor**0.5
-    return factor
+@dataclass(frozen=True)
+class Instructions:
+    """What this model does with ``instructions``: ``pace`` scales the speed; ``ignored`` lists the clauses
+    it cannot follow (tone, emotion, accent), in the order written."""
+
+    pace: float = 1.0
+    ignored: tuple[str, ...] = ()
+
+
+def read_instructions(instructions: str) -> Instructions:
+    """The speaking rate ``instructions`` ask for, and the clauses this model cannot follow.
+
+    >>> read_instructions("Speak slowly and calmly.")
+    Instructions(pace=0.8, ignored=('calmly',))
+    """
+    pace = 1.0
+    ignored = []
+    for clause in _CLAUSES.split(instructions):
+        found = list(_PACE_WORDS.finditer(clause))
+        for match in found:
+            factor = next(f for stem, f in _PACE.items() if match["pace"].lower().startswith(stem))
+            degree = (match["very"] or "").split()
+            pace *= factor**2 if degree[:1] in (["very"], ["really"]) else factor**0.5 if degree else factor
+        rest = _PACE_WORDS.sub(" ", clause).strip()
+        if rest and not _FILLER.match(rest):
+            ignored.append(" ".join(rest.split()))
+    return Instructions(pace=pace, ignored=tuple(ignored))
 
 
 class ErrorDetail(BaseModel):

@@ -4,6 +4,7 @@ the routes ask of them (which voice a tenant means, the JSON of a voice or job).
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import json
 import logging
 import re
@@ -56,7 +57,7 @@ def speaker_aliases(given: dict[str, str] | None, engine: Engine) -> dict[str, s
     :data:`OPENAI_VOICE_ALIASES`, made for the shipped base: on a base without one of its speakers that
     alias speaks as the default speaker, as ``/v1/audio/voices`` says, so OpenAI's names work on any base."""
     if given is None:
-        default = engine.bundle.default_speaker
+        default = engine.default_speaker
         return {
             alias: target if engine.is_speaker(target) else default
             for alias, target in OPENAI_VOICE_ALIASES.items()
@@ -154,6 +155,19 @@ class VoiceServer:
         return problem
 
     # -- voices
+    def check_trains_voices(self) -> None:
+        """Refuse onboarding (501) on a base the server's jobs do not train: they adapt the Chorus base."""
+        base = self.engine.base
+        if base.kind != "chorus":
+            raise ApiError(
+                501,
+                f"this server speaks the {base.name} base, whose voices are adapted offline "
+                f"(chorus adapt DATA --base {base.name} --out VOICE) and added to the store "
+                "(chorus store add STORE TENANT ID VOICE); "
+                "onboarding trains on the Chorus base",
+                type="not_implemented_error",
+            )
+
     def check_voice_id(self, voice_id: str, param: str = "voice") -> str:
         try:
             return check_id(voice_id)
@@ -171,11 +185,23 @@ class VoiceServer:
             return self.store.voice(tenant, voice_id)
         except VoiceNotFound:
             self.forget(tenant, voice_id)  # deleted, maybe through another server on the same store
-            raise voice_not_found(voice_id) from None
+            raise voice_not_found(voice_id, self.close_names(tenant, voice_id)) from None
+
+    def close_names(self, tenant: str, voice_id: str) -> list[str]:
+        """Names a tenant may use that look like ``voice_id`` (for "did you mean"): speakers, aliases and
+        the tenant's own voices, never another tenant's."""
+        names = [*self.engine.speakers, *self.aliases]
+        try:
+            names += [record.voice_id for record in self.store.list_voices(tenant)]
+        except outage_errors():
+            pass  # the suggestion is a courtesy: the 404 stands without the store
+        return difflib.get_close_matches(voice_id, names, n=3, cutoff=0.6)
 
     def voice_for(self, tenant: str, voice_id: str) -> EngineVoice:
         """The voice a tenant's request names, resolved once: a speaker or blend of the base, an alias's
-        speaker, or the tenant's ready voice with its record (:class:`StoredVoice`)."""
+        speaker, or the tenant's ready voice with its record (:class:`StoredVoice`). Names are
+        case-insensitive ("Alloy" is "alloy"), as every name the server gives out is lower case."""
+        voice_id = voice_id.lower()
         if self.engine.is_speaker(voice_id) or is_mix(voice_id):
             try:
                 return self.engine.voice(voice_id)
@@ -270,7 +296,7 @@ class VoiceServer:
         return {**{k: v for k, v in card.items() if k != "notes"}, "notes": notes}
 
     def speaker_json(self, name: str) -> dict:
-        return BaseVoice(id=name, name=name, default=name == self.engine.bundle.default_speaker).model_dump()
+        return BaseVoice(id=name, name=name, default=name == self.engine.default_speaker).model_dump()
 
     def job_json(self, job: JobRecord) -> dict:
         message = self.public(job.message) if job.message else None

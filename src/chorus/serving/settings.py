@@ -252,7 +252,8 @@ class ServeConfig:
 
     store: a folder, or an fsspec URL for the voices; database: a SQLite path or ``postgresql://`` URL of
     the metadata (default: in the store folder); cache_dir: where a remote store's voices are downloaded;
-    base: the base model folder (default: the shipped base); vocoder: ``griffin-lim``, ``neural`` or a
+    base: the base (default: the shipped Chorus base), as ``--base`` names it: a Chorus model folder,
+    ``piper-joe`` or a Piper ``voice.onnx`` (:func:`chorus.synthesis.bases.open_base`); vocoder: ``griffin-lim``, ``neural`` or a
     folder (default: the base's); keys: the API keys file; cache_mb: adapter cache budget in MB; device:
     where the one-process server's base runs (``--ray`` replicas run on CPUs).
     """

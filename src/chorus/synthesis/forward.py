@@ -14,10 +14,14 @@
 
 Rows of different speeds share the forward (``length_scale`` per row). A row that cannot be read
 (unspeakable text, a bad speed) fails alone; if a batched forward itself fails, its rows are retried one
-by one so only the culprit fails. :func:`vocode_batch` then turns the log-mels into audio through the
-base's post-filter and the vocoder, rows of equal length together (so no padding ever reaches the
-vocoder), scaled rather than clipped. :class:`~chorus.synthesis.Synthesizer` and the server's engine both
-speak through these two functions; the engine holds its lock over :func:`infer_batch` only.
+by one so only the culprit fails (:func:`read_sentences`). :func:`vocode_batch` then turns the log-mels
+into audio through the base's post-filter and the vocoder, rows of equal length together (so no padding
+ever reaches the vocoder), scaled rather than clipped.
+
+The routing of rows to voices (:func:`routed`) and the batch's checks and failure isolation
+(:func:`read_sentences`) are every base's: the Piper base (:mod:`chorus.synthesis.bases.piper`) runs its
+generator through the same two. Bases are spoken through :class:`~chorus.synthesis.engine.Engine`, which
+holds its lock over the forward only.
 """
 
 from __future__ import annotations
@@ -25,12 +29,14 @@ from __future__ import annotations
 import math
 import numbers
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 import numpy as np
 import torch
+from torch import nn
 
 from chorus.adapters.bank import banked, pack_bank
 from chorus.adapters.inject import active_adapter, merge_adapter, set_active, unmerge_all
@@ -128,6 +134,38 @@ def infer_mels(
     ]
 
 
+@contextmanager
+def routed(model: nn.Module, voices: Sequence[VoiceHandle], merge: bool | str) -> Iterator[str]:
+    """``model`` set up so that each row of the forward run inside speaks with its own voice's adapter;
+    yields the path taken (``"base"``, ``"active"``, ``"merged"`` or ``"bank"``, see the module docstring)
+    and puts the model back as it was. Any base's forward runs inside it: the routing is by adapter name,
+    whatever the model."""
+    adapters = list(dict.fromkeys(v.adapter for v in voices))
+    if adapters == [None]:
+        with active_adapter(model, None):
+            yield "base"
+        return
+    if len(adapters) == 1:
+        name, mergeable = adapters[0], voices[0].mergeable
+        if mergeable and (merge is True or (merge == "auto" and len(voices) >= MERGE_MIN_BATCH)):
+            merge_adapter(model, name)
+            try:
+                yield "merged"
+            finally:
+                unmerge_all(model)
+                set_active(model, None)  # merge_adapter activated it
+            return
+        with active_adapter(model, name):
+            yield "active"
+        return
+    bank = pack_bank(model, [a for a in adapters if a is not None])
+    try:
+        with banked(model, bank, [BASE if v.adapter is None else v.adapter for v in voices]):
+            yield "bank"
+    finally:
+        bank.remove()
+
+
 def _forward(
     model: AcousticModel, voices: list[VoiceHandle], ids: list[list[int]], speeds: list[float], merge: bool | str
 ) -> tuple[list[RowOutput], str]:
@@ -146,37 +184,22 @@ def _forward(
     if blends:
         with active_adapter(model, None):
             return infer_mels(model, ids, [v.speaker_vector for v in voices], speeds), "base"
-    speakers = [v.speaker_id for v in voices]
-    adapters = list(dict.fromkeys(v.adapter for v in voices))
-    if adapters == [None]:
-        with active_adapter(model, None):
-            return infer_mels(model, ids, speakers, speeds), "base"
-    if len(adapters) == 1:
-        name, mergeable = adapters[0], voices[0].mergeable
-        if mergeable and (merge is True or (merge == "auto" and len(ids) >= MERGE_MIN_BATCH)):
-            merge_adapter(model, name)
-            try:
-                return infer_mels(model, ids, speakers, speeds), "merged"
-            finally:
-                unmerge_all(model)
-                set_active(model, None)  # merge_adapter activated it
-        with active_adapter(model, name):
-            return infer_mels(model, ids, speakers, speeds), "active"
-    bank = pack_bank(model, [a for a in adapters if a is not None])
-    try:
-        with banked(model, bank, [BASE if v.adapter is None else v.adapter for v in voices]):
-            return infer_mels(model, ids, speakers, speeds), "bank"
-    finally:
-        bank.remove()
+    with routed(model, voices, merge) as path:
+        return infer_mels(model, ids, [v.speaker_id for v in voices], speeds), path
 
 
-def infer_batch(
-    model: AcousticModel, front_end: TextFrontEnd, sentences: Sequence[Sentence], merge: bool | str = "auto"
+Encoded = TypeVar("Encoded")
+
+
+def read_sentences(
+    sentences: Sequence[Sentence],
+    encode: Callable[[list[str]], list[Encoded | Exception]],
+    forward: Callable[[list[Sentence], list[Encoded]], list[SentenceResult]],
 ) -> list[SentenceResult | Exception]:
-    """Read ``sentences`` in one forward (see the module docstring): a :class:`SentenceResult` without
-    audio yet (``mel``, ``frames``, ``symbols``, ``path``) or the exception, per sentence, in order.
-    ``merge``: ``"auto"`` merges a single mergeable voice for batches of at least :data:`MERGE_MIN_BATCH`
-    rows, True always, False never."""
+    """What every base does with a batch: check each sentence (text, speed), ``encode`` the texts (what the
+    model reads, or the exception, per text), then ``forward`` the rows that encoded as one batch (a result
+    without audio or with it, per row). If a batched forward fails, its rows are retried one by one, so only
+    the culprit fails. Returns a result or the exception per sentence, in order."""
     results: list[SentenceResult | Exception | None] = [None] * len(sentences)
     live = []
     for index, sentence in enumerate(sentences):
@@ -187,23 +210,17 @@ def infer_batch(
             live.append(index)
         except Exception as error:  # noqa: BLE001 - reported to that sentence
             results[index] = error
-    ids = {}
-    for index, seq in zip(live, _encode(front_end, [sentences[i].text for i in live])):
-        if isinstance(seq, Exception):
-            results[index] = seq
+    encoded = {}
+    for index, item in zip(live, encode([sentences[i].text for i in live]) if live else []):
+        if isinstance(item, Exception):
+            results[index] = item
         else:
-            ids[index] = seq
-    groups = [list(ids)] if ids else []
+            encoded[index] = item
+    groups = [list(encoded)] if encoded else []
     while groups:
         group = groups.pop()
         try:
-            outputs, path = _forward(
-                model,
-                [sentences[i].voice for i in group],
-                [ids[i] for i in group],
-                [float(sentences[i].speed) for i in group],
-                merge,
-            )
+            outputs = forward([sentences[i] for i in group], [encoded[i] for i in group])
         except Exception as error:  # noqa: BLE001 - isolate the failing row
             if len(group) == 1:
                 results[group[0]] = error
@@ -211,8 +228,22 @@ def infer_batch(
                 groups.extend([i] for i in group)
             continue
         for index, output in zip(group, outputs):
-            sentence = sentences[index]
-            results[index] = SentenceResult(
+            results[index] = output
+    return results
+
+
+def infer_batch(
+    model: AcousticModel, front_end: TextFrontEnd, sentences: Sequence[Sentence], merge: bool | str = "auto"
+) -> list[SentenceResult | Exception]:
+    """Read ``sentences`` in one forward of the acoustic model (see the module docstring): a
+    :class:`SentenceResult` without audio yet (``mel``, ``frames``, ``symbols``, ``path``) or the exception,
+    per sentence, in order. ``merge``: ``"auto"`` merges a single mergeable voice for batches of at least
+    :data:`MERGE_MIN_BATCH` rows, True always, False never."""
+
+    def forward(rows: list[Sentence], ids: list[list[int]]) -> list[SentenceResult]:
+        outputs, path = _forward(model, [s.voice for s in rows], ids, [float(s.speed) for s in rows], merge)
+        return [
+            SentenceResult(
                 np.zeros(0, np.float32),
                 0,
                 0.0,
@@ -220,11 +251,14 @@ def infer_batch(
                 text=sentence.text,
                 mel=output.mel,
                 frames=output.frames,
-                symbols=front_end.symbols.decode(ids[index]),
-                batch_size=len(group),
+                symbols=front_end.symbols.decode(seq),
+                batch_size=len(rows),
                 path=path,
             )
-    return results
+            for sentence, seq, output in zip(rows, ids, outputs)
+        ]
+
+    return read_sentences(sentences, lambda texts: _encode(front_end, texts), forward)
 
 
 def vocode_mels(vocoder, mels: list[torch.Tensor]) -> list[np.ndarray]:

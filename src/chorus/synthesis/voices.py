@@ -2,9 +2,9 @@
 
 A base :class:`Speaker` (a row of the model's speaker table) or a :class:`Blend` of speakers (one vector,
 ``"flite-rms(2)+festival-kal(1)"`` parsed once) come from :func:`base_voice`. An adapted voice is known to
-whoever holds it (:class:`~chorus.synthesis.Synthesizer` by name, the server's engine by its record); at
-the forward every voice becomes a :class:`VoiceHandle`: which adapter of the model is on, and which
-speaker row or vector conditions the row.
+the engine that holds it (:class:`~chorus.synthesis.engine.Engine`, by the name a user loaded it under or by
+its store record); at the forward every voice becomes a :class:`VoiceHandle`: which adapter of the model is
+on, and which speaker row or vector conditions the row.
 """
 
 from __future__ import annotations

@@ -19,8 +19,9 @@ available. This recipe replaces both:
    clip goes through the HiFi-GAN decoder (as VITS trains it) and is compared with the same samples of the
    recording: log-mel L1 plus a multi-resolution STFT loss. When nothing before the decoder trains, each
    clip's latent is computed once and reused.
-5. **save**: a voice folder (:func:`chorus.adapters.voice.save_voice`) naming the ONNX file's sha256 as its
-   base; :func:`load_piper_voice` adds it back onto a generator.
+5. **save**: a voice folder (:func:`chorus.adapters.voice.save_voice`) naming its base and the ONNX file's
+   sha256; the runtime (:mod:`chorus.synthesis.bases.piper`, which never imports training) speaks it:
+   ``chorus synthesize --voice VOICE``.
 
 The duration predictor is not adapted: an adapted voice speaks at the base voice's pace.
 """
@@ -49,12 +50,11 @@ from chorus.adapters import (
 )
 from chorus.adapters.bitfit import BitFitConfig
 from chorus.adapters.lora import LoraConfig
-from chorus.adapters.voice import VoiceCard, VoiceError, apply_voice, read_voice, save_voice
+from chorus.adapters.voice import VoiceCard, save_voice
 from chorus.audio.io import load_audio
 from chorus.audio.mel import MelConfig, MelSpectrogram
 from chorus.data.formats import Utterance, discover
 from chorus.models.alignment import beta_binomial_log_prior, monotonic_alignment_search
-from chorus.models.bundle import file_sha256
 from chorus.models.piper_vits import PiperGenerator
 from chorus.training.loss_log import LossLog
 from chorus.training.vocoder import multi_resolution_stft_loss
@@ -371,17 +371,20 @@ def adapt_piper(
     config: PiperAdaptConfig,
     base_sha256: str = "",
     progress: bool = False,
+    base_name: str = "",
 ) -> PiperAdaptResult:
     """Adapt ``generator`` to the recordings of ``data`` (a dataset folder or utterances) and save the voice
-    to ``out`` (adapters only; None: not saved). ``base_sha256``: the voice file's hash, recorded in the
-    voice so that loading it on another base is refused. Writes ``out``'s loss log beside it
-    (``<out>.log.csv``)."""
+    to ``out`` (adapters only; None: not saved). ``base_sha256`` and ``base_name`` (as ``--base`` names it:
+    ``piper-joe``, a voice file's name): the base, recorded in the voice so that it is spoken on that base
+    and refused on another. Writes ``out``'s loss log beside it (``<out>.log.csv``)."""
     torch.set_num_threads(config.threads)
     torch.manual_seed(config.seed)
     utterances = discover(data)[0] if isinstance(data, (str, Path)) else list(data)
     clips = prepare_clips(generator, utterances)  # durations from the base, before any adapter exists
     minutes = sum(len(c.audio) for c in clips) / generator.sample_rate / 60
     model, trainable = attach_voice(generator, config)
+    if out:
+        Path(out).parent.mkdir(parents=True, exist_ok=True)  # the log is written beside the voice from step one
     log = (
         LossLog(Path(f"{out}.log.csv"), ["step", "seconds", "cpu_seconds", "loss", "mel_l1", "stft_sc", "stft_log_mag"])
         if out
@@ -393,6 +396,7 @@ def adapt_piper(
         name=Path(out).name if out else VOICE,
         methods=[FULL_FINE_TUNING] if config.full else [c.method for c in configs],
         base_model_sha256=base_sha256,
+        base_model=base_name,
         data_minutes=round(minutes, 3),
         train_seconds=round(seconds, 1),
         steps=steps,
@@ -408,21 +412,6 @@ def adapt_piper(
     return PiperAdaptResult(model, voice_dir, card, rows)
 
 
-def load_piper_voice(generator: PiperGenerator, folder: str | Path, name: str, base_sha256: str = "") -> None:
-    """Add the voice at ``folder`` to ``generator`` as adapter ``name`` and make it active; refuses a voice
-    made on another base (by ``base_sha256``) and a full fine-tune (it is a whole generator, not a voice)."""
-    voice = read_voice(folder)
-    if voice.full:
-        raise VoiceError(f"{folder}: a fully fine-tuned generator, not an adapter voice")
-    apply_voice(generator, voice, name, base_sha256 or None)
-    set_active(generator, name)
-
-
-def piper_sha256(onnx_path: str | Path) -> str:
-    """The base's identity recorded in its voices: the sha256 of its ``.onnx``."""
-    return file_sha256(Path(onnx_path))
-
-
 __all__ = [
     "PLACEMENTS",
     "VOICE",
@@ -432,8 +421,6 @@ __all__ = [
     "adapt_piper",
     "align_durations",
     "attach_voice",
-    "load_piper_voice",
-    "piper_sha256",
     "prepare_clips",
     "train",
 ]

@@ -188,6 +188,7 @@ async def create_audio_voice(request: Request, tenant: Tenant, server: Server):
     answered as soon as the checks pass, speaking at once as its instant voice, refined in the background.
     A longer sample is refused from its declared duration (or where decoding passes 30 s), pointing to
     ``POST /v1/voices``, Chorus's onboarding of longer recordings."""
+    server.check_trains_voices()
     settings = server.settings
     consent_settings = settings.consent
     check_onboarding(server.store, tenant, settings.limits, server.jobs.queued)

@@ -22,6 +22,7 @@ from collections import deque
 from collections.abc import AsyncIterator
 from concurrent.futures import Future
 from dataclasses import dataclass
+from urllib.parse import quote
 
 from fastapi import APIRouter, Request
 from fastapi.responses import Response, StreamingResponse
@@ -31,7 +32,14 @@ from chorus.audio.encode import FORMATS, AudioStream, encode_whole, output_rate
 from chorus.serving.engine import EngineVoice
 from chorus.serving.errors import ApiError, synthesis_error
 from chorus.serving.routes.deps import ERRORS, Server, Tenant, read_json
-from chorus.serving.schemas import CONTENT_TYPES, PCM_RATE, CaptionedSpeech, SpeechRequest, parse_speech
+from chorus.serving.schemas import (
+    CONTENT_TYPES,
+    PCM_RATE,
+    CaptionedSpeech,
+    SpeechRequest,
+    parse_speech,
+    read_instructions,
+)
 from chorus.serving.server import VoiceServer
 from chorus.synthesis.timeline import Timeline, layout, silence
 from chorus.text.sentences import estimated_seconds
@@ -53,12 +61,24 @@ _BODY = {
 
 @dataclass
 class SpeechJob:
-    """A checked speech request: whose, its body, its voice (resolved once) and what to read, in order."""
+    """A checked speech request: whose, its body, its voice (resolved once), what to read, in order, and
+    the chunks of its text left out for having nothing to say."""
 
     tenant: str
     body: SpeechRequest
     voice: EngineVoice
     pieces: list[str | Pause]
+    skipped: list[str]
+
+    def headers(self, out_rate: int) -> dict[str, str]:
+        """What the answer says beside its audio: the rate sent, and what of the request it did not follow."""
+        headers = {"X-Sample-Rate": str(out_rate), "Cache-Control": "no-store"}
+        ignored = read_instructions(self.body.instructions).ignored if self.body.instructions else ()
+        if ignored:
+            headers["X-Instructions-Ignored"] = _header_text("; ".join(ignored))
+        if self.skipped:
+            headers["X-Skipped-Text"] = _header_text(" ".join(self.skipped))
+        return headers
 
     def speak(self, server: VoiceServer, text: str):
         """The awaitable result of one sentence."""
@@ -74,12 +94,14 @@ async def speech_job(request: Request, tenant: str, server: VoiceServer) -> Spee
     voice = await run_in_threadpool(server.voice_for, tenant, body.voice)
     if not server.started:
         raise ApiError(503, "the server is starting", type="server_error")
+    skipped: list[str] = []
     try:
-        pieces = layout(body.input, settings.max_chunk_chars)
+        pieces = layout(body.input, settings.max_chunk_chars, skipped=skipped)
     except SsmlError as error:
         raise ApiError(400, str(error), param="input", code="unsupported_ssml") from None
     if not any(isinstance(p, str) for p in pieces):
-        raise ApiError(400, "'input' has nothing to speak, only pauses", param="input")
+        what = f"only text this model cannot read ({' '.join(skipped)[:80]!r})" if skipped else "only pauses"
+        raise ApiError(400, f"'input' has nothing speakable: {what}", param="input")
     seconds = estimated_seconds(pieces, body.speed)
     if seconds > settings.max_output_seconds:
         raise ApiError(
@@ -90,7 +112,17 @@ async def speech_job(request: Request, tenant: str, server: VoiceServer) -> Spee
             code="output_too_long",
         )
     server.metrics.characters.inc(len(body.input))
-    return SpeechJob(tenant, body, voice, pieces)
+    return SpeechJob(tenant, body, voice, pieces, skipped)
+
+
+# Printable ASCII but "%" stays as it is in a header value; the rest is percent-encoded UTF-8.
+_HEADER_SAFE = "".join(chr(c) for c in range(32, 127) if chr(c) != "%")
+
+
+def _header_text(text: str, limit: int = 300) -> str:
+    """``text`` as a header value (HTTP headers carry latin-1, no line breaks): percent-encoded UTF-8
+    beyond printable ASCII, so ``urllib.parse.unquote`` gives the text back ("你好" -> "%E4%BD%A0%E5%A5%BD")."""
+    return quote(text[:limit], safe=_HEADER_SAFE)
 
 
 def output_rate_of(body: SpeechRequest, model_rate: int) -> int:
@@ -118,7 +150,7 @@ async def speech(request: Request, tenant: Tenant, server: Server):
     job = await speech_job(request, tenant, server)
     body = job.body
     out_rate = output_rate_of(body, server.engine.sample_rate)
-    headers = {"X-Sample-Rate": str(out_rate), "Cache-Control": "no-store"}
+    headers = job.headers(out_rate)
     media_type = CONTENT_TYPES[body.response_format]
     # The first sentence is awaited before any byte is sent, so a bad voice or text is a clean 4xx.
     first_index = next(i for i, p in enumerate(job.pieces) if isinstance(p, str))
@@ -200,8 +232,7 @@ async def captioned_speech(request: Request, tenant: Tenant, server: Server):
     ``/v1/audio/speech``; the audio comes whole, base64 in JSON."""
     job = await speech_job(request, tenant, server)
     engine = server.engine
-    rate, front_end = engine.sample_rate, engine.bundle.front_end
-    seconds_per_frame = engine.bundle.mel_config.hop_length / rate
+    rate = engine.sample_rate
     timeline = Timeline(rate)
     for piece in job.pieces:
         if isinstance(piece, Pause):
@@ -213,7 +244,7 @@ async def captioned_speech(request: Request, tenant: Tenant, server: Server):
                 result = await job.speak(server, piece)
             except Exception as error:  # noqa: BLE001 - mapped to a status and a message
                 raise job.failed(error) from None
-            timeline.sentence(await run_in_threadpool(result.timed, front_end, seconds_per_frame))
+            timeline.sentence(await run_in_threadpool(engine.timed, result))
     answer = timeline.result()
     server.metrics.audio_seconds.inc(answer.duration)
     out_rate = output_rate_of(job.body, rate)

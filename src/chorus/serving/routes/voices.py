@@ -75,6 +75,7 @@ def delete_voice(voice_id: str, tenant: Tenant, server: Server):
 
 @router.post("/v1/voices", status_code=202, responses={202: {"model": CreatedJob}, **ERRORS})
 async def create_voice(request: Request, tenant: Tenant, server: Server):
+    server.check_trains_voices()
     settings, store = server.settings, server.store
     check_onboarding(store, tenant, settings.limits, server.jobs.queued)
     form = await read_onboarding_form(request, settings.upload)

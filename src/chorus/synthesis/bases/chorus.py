@@ -1,0 +1,88 @@
+"""The Chorus base: its acoustic model (text -> log-mel, with speakers and blends) and a vocoder.
+
+Its forward is :func:`~chorus.synthesis.forward.infer_batch` (under the engine's lock); the post-filter and
+the vocoder (:func:`~chorus.synthesis.forward.vocode_batch`) run outside it, since they do not read the
+acoustic model. Timestamps come from the durations the acoustic model predicted, one per symbol.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from pathlib import Path
+
+from torch import nn
+
+from chorus.audio.postfilter import MelPostFilter
+from chorus.audio.vocoders import Vocoder, load_vocoder
+from chorus.models.bundle import ModelBundle, load_bundle
+from chorus.synthesis.bases.base import Base
+from chorus.synthesis.forward import Sentence, SentenceResult, infer_batch, vocode_batch
+from chorus.synthesis.voices import Blend, Speaker, SpeakerSpec, base_voice
+
+ASSETS = Path(__file__).parent.parent.parent / "assets"
+DEFAULT_BASE = ASSETS / "base"
+DEFAULT_VOCODER = ASSETS / "vocoder"
+NAME = "chorus"
+
+
+class ChorusBase(Base):
+    """A loaded Chorus model ``bundle`` and its ``vocoder`` (their mel settings must agree).
+
+    ``postfilter``: what the base's spectra pass through on their way to the vocoder (default: the one
+    shipped in the bundle; ``MelPostFilter()`` to hear them raw).
+    """
+
+    kind = "chorus"
+
+    def __init__(self, bundle: ModelBundle, vocoder: Vocoder, postfilter: MelPostFilter | None = None):
+        if vocoder.mel_config != bundle.mel_config:
+            raise ValueError(f"vocoder mel settings {vocoder.mel_config} differ from the model's {bundle.mel_config}")
+        self.bundle = bundle
+        self.vocoder = vocoder.eval()
+        self.postfilter = bundle.postfilter if postfilter is None else postfilter
+        self.name, self.sha256 = NAME, bundle.weights_sha256
+        self.model = bundle.model
+        self.front_end = bundle.front_end
+        self.sample_rate = bundle.mel_config.sample_rate
+        self.seconds_per_frame = bundle.mel_config.hop_length / self.sample_rate
+
+    @property
+    def speakers(self) -> list[str]:
+        return list(self.bundle.speakers)
+
+    @property
+    def default_speaker(self) -> str:
+        return self.bundle.default_speaker
+
+    def speaker(self, spec: SpeakerSpec) -> Speaker | Blend:
+        return base_voice(self.bundle, spec)
+
+    def infer(self, sentences: Sequence[Sentence], merge: bool | str = "auto") -> list[SentenceResult | Exception]:
+        """Log-mels and durations (``mel``, ``frames``; no audio yet) per sentence: one forward of the acoustic model."""
+        return infer_batch(self.model, self.front_end, sentences, merge)
+
+    def finish(self, results: list[SentenceResult | Exception]) -> list[SentenceResult | Exception]:
+        """Each result's audio from its log-mel: post-filter, then vocoder."""
+        return vocode_batch(self.vocoder, self.postfilter, self.sample_rate, results)
+
+    def with_model(self, model: nn.Module) -> ChorusBase:
+        return ChorusBase(dataclasses.replace(self.bundle, model=model), self.vocoder, self.postfilter)
+
+
+def claims(spec: str | None) -> bool:
+    """The Chorus base takes whatever no other base claims: None or ``"chorus"`` (the shipped base) or a
+    model folder."""
+    return True
+
+
+def open_base(spec: str | None, vocoder: str | Path | None = None, device: str = "cpu") -> ChorusBase:
+    """The shipped base (``spec`` None or ``"chorus"``) or the model folder ``spec``, with ``vocoder``: a saved
+    vocoder folder, a registered name (``"griffin-lim"``), ``"neural"`` for the shipped neural vocoder, or
+    None for the model's ``default_vocoder`` (chosen on the judges when it was shipped; Griffin-Lim when
+    the model names none)."""
+    bundle = load_bundle(DEFAULT_BASE if spec in (None, NAME) else spec, device)
+    vocoder = vocoder or bundle.info.get("default_vocoder", "griffin-lim")
+    if str(vocoder) == "neural":
+        vocoder = DEFAULT_VOCODER
+    return ChorusBase(bundle, load_vocoder(vocoder, mel_config=bundle.mel_config, device=device))
