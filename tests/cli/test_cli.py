@@ -181,6 +181,19 @@ def test_unspeakable_text_fails_and_bad_model_folder_is_a_clear_error(tiny_base,
     assert result.exit_code == 2 and "unknown AcousticConfig fields" in result.output
 
 
+def test_a_sentence_in_another_script_is_left_out_with_a_plain_warning(tiny_base, tmp_path):
+    """One unspeakable sentence no longer costs the whole answer; the user reads one line, not a traceback
+    or a Python warning with a source path."""
+    out, plain = tmp_path / "mixed.wav", tmp_path / "plain.wav"
+    common = ["--model", str(tiny_base), "--vocoder", "griffin-lim", "--speaker", "f2"]
+    result = runner.invoke(app, ["synthesize", "--text", "Hello there. 你好。 Goodbye now.", *common, "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "warning: left out text with nothing to say in it: '你好。'" in result.output
+    assert "UnspeakableTextWarning" not in result.output and ".py:" not in result.output
+    runner.invoke(app, ["synthesize", "--text", "Hello there. Goodbye now.", *common, "--out", str(plain)])
+    assert sf.info(out).frames == sf.info(plain).frames  # the rest, spoken as without the other script
+
+
 def test_memory_predicts_and_measures_per_category(tmp_path):
     config = tmp_path / "tiny.json"
     config.write_text(json.dumps(dict(TINY_MODEL, n_symbols=40, n_speakers=2)))

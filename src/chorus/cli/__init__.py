@@ -8,6 +8,7 @@ from __future__ import annotations
 import ast
 import importlib
 import importlib.util
+import warnings
 from importlib.metadata import PackageNotFoundError, version
 
 import click
@@ -15,7 +16,7 @@ import typer
 import typer.core
 import typer.main
 
-from chorus.cli.common import console, fail
+from chorus.cli.common import console, errors, fail
 
 DISTRIBUTION = "chorus-tts"
 
@@ -92,6 +93,18 @@ class _LazyGroup(typer.core.TyperGroup):
 app = typer.Typer(cls=_LazyGroup, no_args_is_help=True, pretty_exceptions_show_locals=False)
 
 
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """Chorus's own warnings (text left out, characters dropped) as one plain line on stderr, as a user
+    reads them; anything else keeps Python's form, with its source line, for whoever must fix it."""
+    if category.__module__.startswith("chorus."):
+        errors.print(f"warning: {message}")
+    else:
+        _python_show_warning(message, category, filename, lineno, file, line)
+
+
+_python_show_warning = warnings.showwarning
+
+
 def _print_version(value: bool) -> None:
     if not value:
         return
@@ -117,3 +130,4 @@ def main(
     A speaker is a voice the base model knows (`chorus speakers`).
     A voice is an adapted voice folder (`chorus adapt`).
     A source is an engine that speaks the corpus (espeak-ng, flite, festival)."""
+    warnings.showwarning = _show_warning
