@@ -74,7 +74,20 @@ def record(speaker: SpeakerSpec) -> np.ndarray:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, default=SHIPPED_COHORT)
-    parser.add_argument("--settings", type=Path, help="bench/consent.py's consent.json: copy its calibrated settings")
+    parser.add_argument(
+        "--settings",
+        type=Path,
+        nargs="+",
+        help="bench/consent.py's consent.json or bench/consent_fusion.py's fusion.json: copy the calibrated "
+        "settings they hold (settings of other checks stay)",
+    )
+    parser.add_argument(
+        "--embeddings",
+        nargs=2,
+        metavar=("NAME", "NPZ"),
+        help="with --settings: add another cohort's embeddings-<encoder>.npz under NAME (a candidate encoder's, "
+        "embedded by --encoder into another folder: its checks are keyed by NAME)",
+    )
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--fresh", action="store_true", help="record the clips again (default: embed what --out lacks)")
     parser.add_argument(
@@ -84,9 +97,14 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     if args.settings:
         cohort = load_cohort(args.out)
-        calibrated = json.loads(args.settings.read_text())["calibration"]["settings"]
-        cohort.settings = {name: MatchSettings(**values) for name, values in calibrated.items()}
-        cohort.info["settings_from"] = str(args.settings)
+        if args.embeddings:
+            name, path = args.embeddings
+            with np.load(path) as table:
+                cohort.embeddings[name] = {k: table[k].astype(np.float32) for k in table.files}
+        for path in args.settings:
+            calibrated = json.loads(path.read_text())["calibration"]["settings"]
+            cohort.settings |= {name: MatchSettings(**values) for name, values in calibrated.items()}
+        cohort.info["settings_from"] = [str(path) for path in args.settings]
         cohort.save(args.out)
         print(f"settings for {', '.join(cohort.settings)} written to {args.out / 'cohort.json'}")
         return

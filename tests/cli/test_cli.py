@@ -186,7 +186,9 @@ def test_a_sentence_in_another_script_is_left_out_with_a_plain_warning(tiny_base
     or a Python warning with a source path."""
     out, plain = tmp_path / "mixed.wav", tmp_path / "plain.wav"
     common = ["--model", str(tiny_base), "--vocoder", "griffin-lim", "--speaker", "f2"]
-    result = runner.invoke(app, ["synthesize", "--text", "Hello there. 你好。 Goodbye now.", *common, "--out", str(out)])
+    result = runner.invoke(
+        app, ["synthesize", "--text", "Hello there. 你好。 Goodbye now.", *common, "--out", str(out)]
+    )
     assert result.exit_code == 0, result.output
     assert "warning: left out text with nothing to say in it: '你好。'" in result.output
     assert "UnspeakableTextWarning" not in result.output and ".py:" not in result.output

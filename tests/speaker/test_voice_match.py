@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -22,6 +23,7 @@ from chorus.speaker.voice_match import (
     SNRS,
     VARIANTS,
     Cohort,
+    FusedMatch,
     MatchSettings,
     UnusableRecording,
     VoiceMatch,
@@ -237,11 +239,42 @@ def voices(tmp_path_factory) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     return found
 
 
-@pytest.fixture(scope="module")
-def shipped_match() -> VoiceMatch:
-    from chorus.speaker.embedders import ResemblyzerEmbedder
+@pytest.fixture(scope="module", params=["resemblyzer", "fused"])
+def shipped_match(request):
+    """The speaker check as the server builds it, with the shipped cohort and settings: resemblyzer's, and the
+    default, resemblyzer's and Chorus v3's scores fused."""
+    from chorus.serving.custom_voices import CustomVoiceChecks
+    from chorus.serving.settings import ConsentSettings
 
-    return VoiceMatch(ResemblyzerEmbedder(), load_cohort())
+    return CustomVoiceChecks(None, ConsentSettings(speaker_encoder=request.param)).voice_match  # type: ignore[arg-type]
+
+
+def test_the_server_fuses_resemblyzer_and_chorus_v3_by_default():
+    from chorus.serving.custom_voices import CustomVoiceChecks
+    from chorus.serving.settings import ConsentSettings
+
+    match = CustomVoiceChecks(None, ConsentSettings()).voice_match  # type: ignore[arg-type]
+    assert isinstance(match, FusedMatch)
+    assert [part.embedder.name for part in match.parts] == ["resemblyzer", "chorus-v3"]
+    assert match.settings == load_cohort().settings["fused"]
+
+
+def test_a_fused_verdict_sums_its_parts_scores_and_is_judged_by_its_own_settings(fake_cohort):
+    """Each part's own thresholds do not count: only the summed scores against the fused settings."""
+    strict = MatchSettings(threshold=1e9)  # would refuse everything alone
+    part = VoiceMatch(FakeEmbedder(), fake_cohort, strict)
+    consent, sample = tone([700, 1200]), tone([700, 1200], seed=1)
+    alone = part.match(consent, 8000, sample, 8000)
+    assert not alone.accepted
+    lenient = MatchSettings(threshold=2 * alone.score - 1e-3, window_threshold=-1e9, stretch_margin=1e9)
+    fused = FusedMatch(part, part, lenient).match(consent, 8000, sample, 8000)
+    assert fused.accepted and fused.score == pytest.approx(2 * alone.score, abs=1e-3)
+    assert fused.worst_window == pytest.approx(2 * alone.worst_window, abs=1e-3)
+    assert fused.threshold_key == alone.threshold_key
+    refused = FusedMatch(part, part, replace(lenient, threshold=2 * alone.score + 1e-2)).match(
+        consent, 8000, sample, 8000
+    )
+    assert not refused.accepted and "does not match" in refused.reason
 
 
 def phone(audio: np.ndarray) -> np.ndarray:

@@ -8,7 +8,7 @@
 * A sample must be the consent's speaker, heard through its channel (:mod:`chorus.speaker.voice_match`): the
   consent's phrase speech and the sample compared in the band both pass, window by window, their score
   normalized against a cohort heard the same way, every window of the sample matching the rest of it, at
-  the thresholds calibrated by bench/consent.py (``ConsentSettings.speaker_encoder``: resemblyzer's).
+  the thresholds calibrated by bench/consent.py (``ConsentSettings.speaker_encoder``: resemblyzer's and Chorus v3's scores fused).
 * The *instant voice* a sample speaks as the moment its ``POST`` is answered: the base speakers nearest the
   sample in the encoder's space, blended by their similarity (``"a(0.41)+b(0.33)+c(0.26)"``), each speaker
   placed once by having the base say a few sentences (:func:`chorus.speaker.start.speaker_map`, computed on
@@ -32,10 +32,24 @@ from chorus.serving.consent_speech import cut, phrase_spans, speech_outside
 from chorus.serving.engine import Engine
 from chorus.serving.errors import ApiError
 from chorus.serving.settings import ConsentSettings
-from chorus.speaker.bundle import EncoderBundle, load_encoder, shipped_encoder_dir
+from chorus.speaker.bundle import (
+    CONSENT_ENCODER_NAME,
+    SHIPPED_CONSENT_ENCODER,
+    EncoderBundle,
+    load_encoder,
+    shipped_encoder_dir,
+)
 from chorus.speaker.embedders import ChorusEmbedder, ResemblyzerEmbedder
 from chorus.speaker.start import SpeakerMap, speaker_map
-from chorus.speaker.voice_match import SHIPPED_COHORT, MatchVerdict, UnusableRecording, VoiceMatch, load_cohort
+from chorus.speaker.voice_match import (
+    SHIPPED_COHORT,
+    FusedMatch,
+    MatchSettings,
+    MatchVerdict,
+    UnusableRecording,
+    VoiceMatch,
+    load_cohort,
+)
 
 # (mono audio [samples], its rate, beam size 1-5) -> what was said, word by word (WhisperJudge.transcribe_words)
 Transcriber = Callable[[np.ndarray, int, int], Transcript]
@@ -86,7 +100,7 @@ class CustomVoiceChecks:
         self._forced_listener = forced_listener
         self._encoder = encoder
         self._map: SpeakerMap | None = None
-        self._match: VoiceMatch | None = None
+        self._match: VoiceMatch | FusedMatch | None = None
         self._lock = threading.Lock()
 
     # -- consent
@@ -179,7 +193,7 @@ class CustomVoiceChecks:
         return encoder.embed([audio.astype(np.float32)])[0]
 
     @property
-    def voice_match(self) -> VoiceMatch:
+    def voice_match(self) -> VoiceMatch | FusedMatch:
         """The speaker check (:mod:`chorus.speaker.voice_match`) with ``settings.speaker_encoder`` and the
         shipped cohort, made on first use."""
         with self._lock:
@@ -187,10 +201,15 @@ class CustomVoiceChecks:
                 cohort = load_cohort(self.settings.cohort or SHIPPED_COHORT)
                 name = self.settings.speaker_encoder
                 if name == "resemblyzer":
-                    embedder = ResemblyzerEmbedder()
-                else:
-                    embedder = ChorusEmbedder(self._encoder or load_encoder(shipped_encoder_dir()))
-                self._match = VoiceMatch(embedder, cohort)
+                    self._match = VoiceMatch(ResemblyzerEmbedder(), cohort)
+                elif name == "chorus":
+                    self._match = VoiceMatch(
+                        ChorusEmbedder(self._encoder or load_encoder(shipped_encoder_dir())), cohort
+                    )
+                else:  # both parts judged by the fused settings only: their own thresholds do not count
+                    v3 = ChorusEmbedder(load_encoder(SHIPPED_CONSENT_ENCODER), name=CONSENT_ENCODER_NAME)
+                    parts = [VoiceMatch(e, cohort, MatchSettings()) for e in (ResemblyzerEmbedder(), v3)]
+                    self._match = FusedMatch(*parts, cohort.settings[name])
             return self._match
 
     def same_speaker(

@@ -84,10 +84,11 @@ class ConsentSettings:
     max_consent_seconds: float = 60.0
     instant_speakers: int = 3
     max_refined_wer_increase: float = 0.05
-    # The speaker check (chorus.speaker.voice_match): which encoder embeds ("resemblyzer" or "chorus": the one
-    # that met more of bench/consent.py's targets, see docs/serving.md) and the cohort folder its scores are
-    # normalized against (default: the shipped one, whose cohort.json holds each encoder's calibrated thresholds).
-    speaker_encoder: Literal["resemblyzer", "chorus"] = "resemblyzer"
+    # The speaker check (chorus.speaker.voice_match): which encoder embeds ("resemblyzer", "chorus": the shipped
+    # encoder, or "fused": resemblyzer's and Chorus v3's s-normalized scores summed, which took the most owners
+    # of bench/consent.py at resemblyzer's stranger rate, see docs/serving.md) and the cohort folder its scores
+    # are normalized against (default: the shipped one, whose cohort.json holds each check's calibrated settings).
+    speaker_encoder: Literal["resemblyzer", "chorus", "fused"] = "fused"
     cohort: Path | None = None
 
 

@@ -26,6 +26,10 @@ from chorus.speaker.encoder import SpeakerEncoder, SpeakerEncoderConfig
 ENCODER_FORMAT = "chorus-speaker-encoder"
 WEIGHTS, CONFIG = "encoder.safetensors", "config.json"
 SHIPPED_ENCODER = Path(__file__).resolve().parents[1] / "assets" / "speaker_encoder"  # the default encoder
+# The GPU-trained encoder v3 (checkpoints/speaker-encoder-v3), shipped for the consent check's fused score only:
+# the default encoder above still starts voices, whose figures were measured with it.
+SHIPPED_CONSENT_ENCODER = Path(__file__).resolve().parents[1] / "assets" / "speaker_encoder_v3"
+CONSENT_ENCODER_NAME = "chorus-v3"  # its name in the cohort's embeddings and settings
 
 
 @dataclass

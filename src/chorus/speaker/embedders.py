@@ -62,9 +62,11 @@ class ResemblyzerEmbedder:
 class ChorusEmbedder:
     """Chorus's encoder on ``window_seconds`` windows every ``hop_seconds`` (one batch)."""
 
-    name = "chorus"
-
-    def __init__(self, bundle: EncoderBundle, window_seconds: float = 3.0, hop_seconds: float = 1.5):
+    def __init__(
+        self, bundle: EncoderBundle, window_seconds: float = 3.0, hop_seconds: float = 1.5, name: str = "chorus"
+    ):
+        # The name keys its cohort embeddings and settings: another Chorus encoder ("chorus-v3") has its own.
+        self.name = name
         self.bundle = bundle
         self.rate = bundle.mel_config.sample_rate
         self.window, self.hop = int(window_seconds * self.rate), int(hop_seconds * self.rate)
