@@ -196,6 +196,21 @@ def test_a_sentence_in_another_script_is_left_out_with_a_plain_warning(tiny_base
     assert sf.info(out).frames == sf.info(plain).frames  # the rest, spoken as without the other script
 
 
+def test_openai_voice_names_case_and_did_you_mean_for_speakers(tiny_base, tmp_path):
+    """The CLI takes what the server takes: "alloy" (OpenAI's names) and any case; a typo gets a guess."""
+    common = ["synthesize", "--text", "Hi.", "--model", str(tiny_base), "--vocoder", "griffin-lim"]
+    default = runner.invoke(app, [*common, "--out", str(tmp_path / "default.wav")])
+    assert default.exit_code == 0, default.output
+    # The tiny base has none of the shipped base's speakers: OpenAI's names speak as its default speaker.
+    alloy = runner.invoke(app, [*common, "--speaker", "Alloy", "--out", str(tmp_path / "alloy.wav")])
+    assert alloy.exit_code == 0, alloy.output
+    assert sf.read(tmp_path / "alloy.wav")[0].tolist() == sf.read(tmp_path / "default.wav")[0].tolist()
+    upper = runner.invoke(app, [*common, "--speaker", "F2", "--out", str(tmp_path / "f2.wav")])
+    assert upper.exit_code == 0 and "f2" in upper.output, upper.output
+    typo = runner.invoke(app, [*common, "--speaker", "f22", "--out", str(tmp_path / "x.wav")])
+    assert typo.exit_code == 2 and "did you mean 'f2'" in typo.output, typo.output
+
+
 def test_memory_predicts_and_measures_per_category(tmp_path):
     config = tmp_path / "tiny.json"
     config.write_text(json.dumps(dict(TINY_MODEL, n_symbols=40, n_speakers=2)))

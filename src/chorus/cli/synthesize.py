@@ -28,6 +28,17 @@ from chorus.text.timestamps import captions
 MODEL_HELP = "Model folder (default: the shipped base)."
 
 
+def openai_voice(speaker: str | None, speakers: list[str]) -> str | None:
+    """``speaker``, or the base speaker an OpenAI voice name ("alloy", "Nova") speaks as, as the server's
+    ``/v1/audio/speech`` takes it (its speaker, when this base has it; else the default speaker)."""
+    from chorus.serving.settings import OPENAI_VOICE_ALIASES
+
+    if speaker is None or speaker in speakers or speaker.lower() not in OPENAI_VOICE_ALIASES:
+        return speaker
+    chosen = OPENAI_VOICE_ALIASES[speaker.lower()]
+    return chosen if chosen in speakers else None
+
+
 def speakers(model: Path | None = typer.Option(None, help=MODEL_HELP)) -> None:
     """List the speakers the base model knows."""
     with user_errors():
@@ -138,7 +149,7 @@ def synthesize(
         fail("give --speaker (a base speaker) or --voice (an adapted voice), not both")
     with user_errors():
         tts = load_base(chosen_base(base, model, voice), vocoder, device=device)
-        speaker_voice = tts.resolve_speaker(speaker)  # checked (and a blend parsed) once
+        speaker_voice = tts.resolve_speaker(openai_voice(speaker, tts.speakers))  # checked (and a blend parsed) once
         voice_name = tts.load_voice(voice) if voice is not None else None
     table = Table("file", "speaker / voice", "seconds", "RTF", "text")
     written: list[tuple[Path, str]] = []

@@ -11,6 +11,7 @@ to the same folder by :mod:`chorus.training.checkpoint`.
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
 from dataclasses import dataclass, field
@@ -55,10 +56,17 @@ class ModelBundle:
         return MelPostFilter(**self.info.get("postfilter", {}))
 
     def speaker_index(self, name: str) -> int:
-        try:
-            return self.speakers.index(name)
-        except ValueError:
-            raise KeyError(f"unknown speaker {name!r}; this model has: {', '.join(self.speakers)}") from None
+        """The row of speaker ``name`` (case aside: "Flite-RMS" is "flite-rms"); ``KeyError`` with the names
+        it looks like, else all of them."""
+        for candidate in (name, name.lower()):
+            if candidate in self.speakers:
+                return self.speakers.index(candidate)
+        close = difflib.get_close_matches(name.lower(), self.speakers, n=3, cutoff=0.6)
+        if close:
+            raise KeyError(
+                f"unknown speaker {name!r}; did you mean {' or '.join(map(repr, close))}? (chorus speakers lists all)"
+            )
+        raise KeyError(f"unknown speaker {name!r}; this model has: {', '.join(self.speakers)}")
 
     def speaker_mix(self, spec: str) -> torch.Tensor:
         """The speaker vector ``[speaker_dim]`` of a blend such as ``"flite-rms(2)+festival-kal(1)"``

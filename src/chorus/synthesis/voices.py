@@ -60,7 +60,8 @@ def base_voice(bundle: ModelBundle, spec: SpeakerSpec) -> Speaker | Blend:
         if not 0 <= index < len(bundle.speakers):
             raise KeyError(f"speaker index {index} out of range 0..{len(bundle.speakers) - 1}")
         return Speaker(bundle.speakers[index], index)
-    return Speaker(spec, bundle.speaker_index(spec))
+    index = bundle.speaker_index(spec)
+    return Speaker(bundle.speakers[index], index)  # as the model spells it (names are case-insensitive)
 
 
 @dataclass(frozen=True, eq=False)
