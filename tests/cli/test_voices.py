@@ -97,3 +97,14 @@ def test_voices_create_shows_the_refusals(live_server, heard, custom_voice_recor
     assert voices(url, "list", key="not-a-key-0123456789").exit_code == 2
     unknown = voices(url, "phrase", "--language", "xx")
     assert unknown.exit_code == 2 and "no consent phrase for 'xx'; the server has en" in unknown.output
+
+
+def test_no_server_is_one_plain_line_and_the_url_comes_from_the_environment(tmp_path):
+    import socket
+
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{probe.getsockname()[1]}"
+    result = runner.invoke(app, ["voices", "list"], env={"CHORUS_SERVER": url})
+    assert result.exit_code == 2, result.output
+    assert f"no Chorus server answers at {url}" in result.output and "HTTPConnectionPool" not in result.output

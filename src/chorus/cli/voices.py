@@ -14,7 +14,9 @@ from chorus.serving.client import DEFAULT_SERVER, VoicesClient
 voices_app = typer.Typer(
     help="Voices on a running `chorus serve`, OpenAI's way: a consent recording, then a sample of the same speaker."
 )
-SERVER_OPTION = typer.Option(DEFAULT_SERVER, "--server", help="The server's URL.")
+SERVER_OPTION = typer.Option(
+    DEFAULT_SERVER, "--server", envvar="CHORUS_SERVER", help="The server's URL (env CHORUS_SERVER)."
+)
 KEY_OPTION = typer.Option(
     None, "--key", envvar="CHORUS_API_KEY", help="Your API key (env CHORUS_API_KEY; none for a server without keys)."
 )

@@ -25,6 +25,10 @@ class ServerRefused(ValueError):
         self.status = status
 
 
+class ServerUnreachable(ConnectionError):
+    """No server answered at the URL (none running, another port, a firewall)."""
+
+
 class VoicesClient:
     """The custom-voice routes of the server at ``url`` as tenant of ``key`` (None: a server without keys)."""
 
@@ -36,7 +40,13 @@ class VoicesClient:
         self.timeout = timeout  # a consent or sample is checked by Whisper and the encoder before the answer
 
     def _call(self, method: str, path: str, **kwargs) -> dict:
-        response = self.session.request(method, f"{self.url}{path}", timeout=self.timeout, **kwargs)
+        try:
+            response = self.session.request(method, f"{self.url}{path}", timeout=self.timeout, **kwargs)
+        except requests.ConnectionError:
+            raise ServerUnreachable(
+                f"no Chorus server answers at {self.url} (start one with `chorus serve`, or point at yours with "
+                "--server or CHORUS_SERVER)"
+            ) from None
         if not response.ok:
             try:
                 message = response.json()["error"]["message"]
