@@ -21,7 +21,7 @@ import numpy as np
 
 from chorus.speaker.voice_match import MatchSettings
 from consent import calibrate, decide, phrase_passes
-from run_record import provenance
+from run_record import describe, provenance
 
 ENCODERS = ("resemblyzer", "chorus")
 FUSED = "fused"
@@ -99,8 +99,8 @@ def main() -> None:
         "",
         f"`python bench/consent_fusion.py {args.run}` on the run described in that folder's consent.md "
         f"(its trials and calibration; the fused check calibrated by `consent.calibrate` on the calibration "
-        f"split, at commit `{provenance(1, 'offline')['commit'][:10]}`). Phrase check as in that run (forced "
-        f"listen bound {least}); figures' split.",
+        f"split): {describe(provenance(1, 'no timing: the run per-trial scores recombined, summed as FusedMatch sums them'))}. "
+        f"Phrase check as in that run (forced listen bound {least}); figures' split.",
         "",
         f"Fused settings: {json.dumps(asdict(chosen[FUSED]))}",
         "",

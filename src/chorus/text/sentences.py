@@ -83,8 +83,10 @@ def speech_pieces(text: str, max_chars: int = 300, skipped: list[str] | None = N
         chunks = []
         for piece in parse_ssml(text):
             chunks += [piece] if isinstance(piece, Pause) else split_sentences(piece, max_chars)
-    pieces = [c for c in chunks if isinstance(c, Pause) or is_speakable(c)]
-    left_out = [c for c in chunks if isinstance(c, str) and not is_speakable(c)]
+    pieces: list[str | Pause] = []
+    left_out: list[str] = []
+    for chunk in chunks:  # each chunk normalized once to ask
+        (pieces if isinstance(chunk, Pause) or is_speakable(chunk) else left_out).append(chunk)
     if left_out and skipped is not None:
         skipped += left_out
     elif left_out:
