@@ -50,8 +50,8 @@ from chorus.corpus.build import record_sentences
 from chorus.corpus.speakers import get_speaker
 from chorus.data.formats import discover
 from chorus.evaluation.asr import WhisperJudge
-from chorus.serving.custom_voices import CustomVoiceChecks
 from chorus.serving.errors import ApiError
+from chorus.serving.onboarding.custom_voices import CustomVoiceChecks
 from chorus.serving.settings import ConsentSettings
 from chorus.speaker.bundle import load_encoder, shipped_encoder_dir
 from chorus.speaker.embedders import ChorusEmbedder, ResemblyzerEmbedder

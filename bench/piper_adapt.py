@@ -1,19 +1,25 @@
-"""A Piper voice adapted to a held-out speaker without a posterior encoder (issue 38, items 3-4): a first cut.
+"""A Piper voice adapted to a held-out speaker (issue 38, items 3-4): the recipes and their settings.
 
-The base is the installed Piper joe generator in PyTorch (``PiperGenerator``); the recipe is
-``chorus.training.piper_adapt`` (durations by aligning each recording to the base's own rendering, then
-mel + multi-resolution STFT loss on decoded windows). Clips are chosen as ``bench/adaptation.py`` chooses
-them: of a held-out voice's utterances, the last ``--sentences`` are judged, the ``--references`` before
-them are the similarity references, and training takes the first ``--minutes`` of the rest.
+The base is the installed Piper joe generator in PyTorch (``PiperGenerator``); the recipes are
+``chorus.training.piper_adapt``'s: ``posterior`` (a distilled posterior encoder reads each recording's
+latent, VITS's way; the default) and ``aligned`` (the first cut: durations by aligning each recording to
+the base's own rendering, then mel + multi-resolution STFT loss on decoded windows). Clips are chosen as
+``bench/adaptation.py`` chooses them: of a held-out voice's utterances, the last ``--sentences`` are judged,
+the ``--references`` before them are the similarity references, and training takes the first ``--minutes``
+of the rest; with ``--judge dev`` the ``--sentences`` before the references are judged instead (where
+settings are chosen) and training takes its minutes before those.
 
 Judges (as the adaptation benchmark): Whisper tiny.en WER, resemblyzer similarity to the reference clips,
 distillmos MOS; each adapted voice beside the unadapted joe generator and the target's own recordings of
 the same sentences. Speech is sampled at the voice's default scales with a fixed seed.
 
-    python bench/piper_adapt.py --voice flite-slt --placement decoder --steps 400 --out runs/piper_adapt
+    python bench/piper_adapt.py --voice flite-slt --placement all --steps 300 --out runs/piper_adapt
+    python bench/piper_adapt.py --voice flite-slt --recipe aligned --placement decoder --steps 400 --out runs/piper_adapt
     python bench/piper_adapt.py --voice flite-slt --placement reference --out runs/piper_adapt   # joe, recordings
+    python bench/piper_adapt.py --voice flite-slt --judge dev --voice-dir runs/piper_adapt/V --noise-scales 0.667,0.333,0
 
-Each run writes ``<out>/<voice>-<placement>.json`` (figures, settings, loss log) and the voice folder.
+Each run writes ``<out>/<voice>-<recipe>-<placement>.json`` (figures, settings, loss log), the voice folder
+and, for the posterior recipe, the posterior encoder as adaptation left it (``.posterior``, for diagnosis).
 """
 
 from __future__ import annotations
@@ -28,25 +34,33 @@ from pathlib import Path
 
 import torch
 
+from chorus.adapters.voice import read_voice
 from chorus.data.formats import discover
 from chorus.data.subsets import first_minutes
 from chorus.evaluation.report import EvalItem, Judges, evaluate_pairs
 from chorus.evaluation.similarity import SpeakerJudge
 from chorus.models.piper_vits import PiperGenerator
 from chorus.peers.piper import joe_paths
-from chorus.synthesis.bases.piper import piper_sha256
+from chorus.synthesis.bases.piper import load_piper_voice, piper_sha256
 from chorus.training.piper_adapt import PiperAdaptConfig, adapt_piper
 
 REFERENCE = "reference"  # --placement value: judge the unadapted generator and the recordings instead
 
 
-def speak(generator: PiperGenerator, texts: list[str], seed: int) -> list:
-    """Each text at the voice's default scales, noise seeded per sentence -> numpy audio ``[samples]``."""
+def speak(
+    generator: PiperGenerator, texts: list[str], seed: int, pace: float = 1.0, noise_scale: float | None = None
+) -> list:
+    """Each text at the voice's default scales (its length scale times the adapted voice's ``pace``; the
+    adapted voice's ``noise_scale`` when it has one), noise seeded per sentence -> numpy audio ``[samples]``."""
     spoken = []
+    length_scale = generator.voice.length_scale * pace
     with torch.inference_mode():
         for index, text in enumerate(texts):
             ids = torch.tensor([generator.voice.text_ids(text)])
-            out = generator(ids, torch.tensor([ids.shape[1]]), generator=torch.Generator().manual_seed(seed + index))
+            seed_of = torch.Generator().manual_seed(seed + index)
+            out = generator(
+                ids, torch.tensor([ids.shape[1]]), noise_scale=noise_scale, length_scale=length_scale, generator=seed_of
+            )
             spoken.append(out.audio[0].numpy())
     return spoken
 
@@ -63,13 +77,29 @@ def main() -> None:
     parser.add_argument("--voice", default="flite-slt")
     parser.add_argument("--minutes", type=float, default=3.0)
     parser.add_argument("--placement", default="decoder", help="a PLACEMENTS name, full, or 'reference'")
+    parser.add_argument("--recipe", default=PiperAdaptConfig.recipe, help="posterior or aligned")
+    parser.add_argument("--posterior", default=None, help="posterior encoder folder (default: the shipped one)")
     parser.add_argument("--steps", type=int, default=PiperAdaptConfig.steps)
     parser.add_argument("--max-minutes", type=float, default=math.inf, help="training time cap")
     parser.add_argument("--learning-rate", type=float, default=None)
     parser.add_argument("--noise-scale", type=float, default=0.0, help="prior noise of the training latents")
     parser.add_argument("--tag", default="", help="suffix of this run's file names (several runs of one placement)")
     parser.add_argument("--sentences", type=int, default=10, help="held-out sentences judged")
+    parser.add_argument(
+        "--judge",
+        choices=["figures", "dev"],
+        default="figures",
+        help="figures: the voice's last --sentences clips; dev: the --sentences before its references, where "
+        "recipe settings are chosen (training takes its first minutes before either)",
+    )
     parser.add_argument("--references", type=int, default=10, help="real clips for speaker similarity")
+    parser.add_argument(
+        "--noise-scales",
+        default=None,
+        help="with --voice-dir: judge that saved voice at each of these prior noises (comma-separated) instead "
+        "of adapting; how the voice's speaking noise was chosen (on --judge dev)",
+    )
+    parser.add_argument("--voice-dir", type=Path, default=None, help="a saved voice folder, for --noise-scales")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--seed", type=int, default=1234)
     parser.add_argument("--out", type=Path, default=Path("runs/piper_adapt"))
@@ -81,6 +111,8 @@ def main() -> None:
     evaluation = utterances[-args.sentences :]
     references = [u.audio_path for u in utterances[-args.sentences - args.references : -args.sentences]]
     pool = utterances[: -args.sentences - args.references]
+    if args.judge == "dev":
+        evaluation, pool = pool[-args.sentences :], pool[: -args.sentences]
     onnx, json_path = joe_paths()
     generator = PiperGenerator.from_piper(onnx, json_path)
     texts = [u.text for u in evaluation]
@@ -88,6 +120,7 @@ def main() -> None:
         "voice": args.voice,
         "placement": args.placement,
         "sentences": len(evaluation),
+        "judged_split": args.judge,
         "references": len(references),
         "threads": args.threads,
         "seed": args.seed,
@@ -99,7 +132,19 @@ def main() -> None:
         f"{generator.voice.noise_scale}, {generator.voice.length_scale}, {generator.voice.noise_w}",
     }
     generator_parameters = sum(p.numel() for p in generator.parameters())
-    if args.placement == REFERENCE:
+    if args.noise_scales:
+        load_piper_voice(generator, args.voice_dir, "voice", piper_sha256(onnx))
+        pace = read_voice(args.voice_dir).card.length_scale
+        row["voice_dir"], row["noise_w"] = str(args.voice_dir), generator.voice.noise_w
+        for noise_scale in (float(n) for n in args.noise_scales.split(",")):
+            spoken = speak(generator, texts, args.seed, pace, noise_scale)
+            row[f"noise {noise_scale:g}"] = judge(
+                [
+                    EvalItem(u.key, a, u.text, speaker_references=references, sample_rate=generator.sample_rate)
+                    for u, a in zip(evaluation, spoken)
+                ]
+            )
+    elif args.placement == REFERENCE:
         spoken = speak(generator, texts, args.seed)
         row["joe_generator"] = judge(
             [
@@ -114,6 +159,8 @@ def main() -> None:
         subset = first_minutes(pool, args.minutes)
         config = PiperAdaptConfig(
             placement=args.placement,
+            recipe=args.recipe,
+            posterior=args.posterior,
             steps=args.steps,
             threads=args.threads,
             seed=args.seed,
@@ -125,14 +172,16 @@ def main() -> None:
         result = adapt_piper(
             subset,
             generator,
-            args.out / f"{args.voice}-{args.placement}{args.tag}",
+            args.out / f"{args.voice}-{args.recipe}-{args.placement}{args.tag}",
             config,
             piper_sha256(onnx),
             progress=True,
         )
+        if result.posterior is not None:  # kept for diagnosis (copy synthesis), beside the voice
+            result.posterior.save(args.out / f"{args.voice}-{args.recipe}-{args.placement}{args.tag}.posterior", {})
         row["adapt_seconds_with_alignment"] = round(time.perf_counter() - started, 1)
         row["load_after"] = os.getloadavg()[0]  # 1-minute load average: what else shared the CPU
-        spoken = speak(result.model, texts, args.seed)
+        spoken = speak(result.model, texts, args.seed, result.card.length_scale, result.card.noise_scale)
         row["adapted"] = judge(
             [
                 EvalItem(u.key, a, u.text, speaker_references=references, sample_rate=generator.sample_rate)
@@ -146,6 +195,7 @@ def main() -> None:
                 "train_seconds": result.card.train_seconds,
                 "steps": result.card.steps,
                 "trainable_parameters": result.card.trainable_parameters,
+                "length_scale": result.card.length_scale,
                 "share_of_generator": result.card.trainable_parameters / generator_parameters,
                 "voice_bytes": (result.voice_dir / "adapter_model.safetensors").stat().st_size
                 if result.voice_dir
@@ -153,7 +203,10 @@ def main() -> None:
                 "loss_log": result.log,
             }
         )
-    path = args.out / f"{args.voice}-{args.placement}{args.tag}.json"
+    name = args.placement if args.placement == REFERENCE else f"{args.recipe}-{args.placement}"
+    if args.noise_scales:
+        name = f"{args.voice_dir.name}-noise-scales"
+    path = args.out / f"{args.voice}-{name}{args.tag}{'-dev' if args.judge == 'dev' else ''}.json"
     path.write_text(json.dumps(row, indent=1, default=str))
     print(json.dumps({k: v for k, v in row.items() if k != "loss_log"}, indent=1, default=str))
 

@@ -75,11 +75,14 @@ from chorus.adapters.voice import VoiceCard, read_voice, save_voice
 from chorus.recipe import AdaptConfig
 from chorus.serving.batcher import Batcher
 from chorus.serving.engine import Engine, Request
-from chorus.serving.local_services import free_port
 from chorus.serving.store import VoiceStore
 from chorus.serving.tenants import DEFAULT_TENANT
 from chorus.synthesis import load_base
 from serving_baselines import ModelPerVoice, swap_one_at_a_time  # bench/, beside this script
+
+# The throwaway services live with the tests (tests/local_services.py), outside the package that ships.
+sys.path.append(str(Path(__file__).resolve().parents[1] / "tests"))
+from local_services import free_port  # noqa: E402
 
 TEXTS = [
     "The birch canoe slid on the smooth planks.",

@@ -103,12 +103,15 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from chorus.serving import local_services
-from chorus.serving.metadata import public_url
 from chorus.serving.store import FINISHED_JOB, VoiceStatus, VoiceStore
+from chorus.serving.store.metadata import public_url
 from chorus.serving.tenants import OPERATOR_TENANT
 from chorus.synthesis import SAMPLE_VOICE, load_base
 from serving import MB, TEXTS, make_voices, pct, process_rss  # bench/, beside this script
+
+# The throwaway PostgreSQL and S3 live with the tests (tests/local_services.py), outside the package that ships.
+sys.path.append(str(Path(__file__).resolve().parents[1] / "tests"))
+import local_services  # noqa: E402
 
 GROWTH_TARGET = 0.05
 STEP_TARGET = 100 * (1 << 20)  # bytes: no step of resident memory larger (issue 31)
@@ -1010,7 +1013,7 @@ def job_rss(samples: list[dict], jobs: list[dict]) -> list[dict]:
     """RSS just before each job's upload (median over the 5 s before) and after it ended (median over 5-15 s
     after): whether onboarding steps the memory up, and whether the steps stop. And the floor: the lowest
     RSS from 3 s before the job was seen ended to 10 s after, where the worker has just given the freed heap
-    back (``chorus.serving.heap``) and no job holds memory; a leak raises the floor job after job."""
+    back (``chorus.serving.onboarding.heap``) and no job holds memory; a leak raises the floor job after job."""
     at = np.array([s["at_s"] for s in samples]) if samples else np.zeros(0)
     rss = np.array([s["rss_bytes"] for s in samples], dtype=float) if samples else np.zeros(0)
 

@@ -26,10 +26,10 @@ import pytest
 import soundfile as sf
 import torch
 
+import local_services  # throwaway PostgreSQL and S3 (tests/local_services.py)
 import toy_method  # noqa: F401  (registers a toy adapter method: the one line a new method adds to the list)
 from chorus.models.acoustic import AcousticModel, build_model, lengths_to_mask
 from chorus.models.config import AcousticConfig
-from chorus.serving import local_services
 from chorus.text import normalize_text
 
 SAMPLE_RATE = 22_050
@@ -530,3 +530,28 @@ def tiny_speaker_train_config(corpus, out, **changes):
         log_every=1,
     )
     return SpeakerTrainConfig(**{**settings, **changes})
+
+
+@pytest.fixture
+def tone_clips(tmp_path):
+    """A dataset folder of two clips of a harmonic tone gliding in pitch (0.7 and 0.9 s), with transcripts."""
+    folder = tmp_path / "data"
+    (folder / "wavs").mkdir(parents=True)
+    rows = []
+    for index, (text, seconds) in enumerate(zip(["Hello there.", "It is a fine day."], (0.7, 0.9))):
+        t = np.arange(int(22_050 * seconds)) / 22_050
+        phase = 2 * np.pi * np.cumsum(110 + 60 * t) / 22_050
+        audio = 0.2 * sum(np.sin(k * phase) / k for k in range(1, 6)) * (1 + np.sin(2 * np.pi * 3 * t)) / 2
+        sf.write(folder / "wavs" / f"clip{index}.wav", audio.astype(np.float32), 22_050)
+        rows.append(f"clip{index}|{text}\n")
+    (folder / "metadata.csv").write_text("".join(rows))
+    return folder
+
+
+@pytest.fixture
+def tiny_posterior(tmp_path) -> str:
+    """The folder of a random posterior encoder for :func:`tiny_piper_generator`'s latent (8 channels)."""
+    from chorus.models.piper_posterior import PosteriorConfig, PosteriorEncoder
+
+    torch.manual_seed(1)
+    return str(PosteriorEncoder(PosteriorConfig(8, 256, n_layers=2)).save(tmp_path / "posterior", {}))

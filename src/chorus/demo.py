@@ -28,11 +28,15 @@ from chorus.evaluation.voices import (
 )
 from chorus.peers.piper import load_joe, piper_available
 from chorus.recipe import DEFAULT_METHOD, AdaptConfig
-from chorus.synthesis import SAMPLE_VOICE, Synthesizer
+from chorus.synthesis import PIPER_SAMPLE_VOICE, SAMPLE_VOICE, Synthesizer
 from chorus.training.adapt import adapt as run_adapt
 from chorus.training.piper_adapt import PiperAdaptConfig, adapt_piper
 
-SAMPLE_VOICE_NAME = "piper-joe"  # the shipped sample's voice, held out of pretraining
+
+def sample_voice(tts: Synthesizer) -> Path:
+    """The shipped 1-minute sample the demo adapts on this base: piper-joe's (held out of pretraining), or on
+    a Piper base, whose own voice that may be, flite-slt's (held out as well)."""
+    return SAMPLE_VOICE if tts.base.kind == "chorus" else PIPER_SAMPLE_VOICE
 
 
 @dataclass
@@ -138,17 +142,17 @@ def speak_base_speakers(tts: Synthesizer, out: Path, config: DemoConfig) -> Spea
 
 
 def adapt_sample_voice(tts: Synthesizer, spoken: SpeakersResult, out: Path, config: DemoConfig) -> AdaptedVoiceResult:
-    """Adapt a new voice from the shipped sample (into ``out/voices/piper-joe``), speak
-    ``config.voice_sentences`` benchmark sentences with it (``out/piper-joe_<index>.wav``) and with its
+    """Adapt a new voice from the shipped sample (:func:`sample_voice`, into ``out/voices/<its name>``), speak
+    ``config.voice_sentences`` benchmark sentences with it (``out/<its name>_<index>.wav``) and with its
     start speaker on the base, and judge both against the sample's real clips."""
     base = tts.base
-    # On Piper's joe the sample's speaker is the base's own voice: its adapted voice takes another name.
-    voice_name = SAMPLE_VOICE_NAME if SAMPLE_VOICE_NAME not in tts.speakers else f"{SAMPLE_VOICE_NAME}-adapted"
+    sample = sample_voice(tts)
+    voice_name = sample.name
     base_parameters = sum(p.numel() for p in base.model.parameters())
     base_bytes = sum(p.numel() * p.element_size() for p in base.model.parameters())
     if base.kind == "chorus":
         result = run_adapt(
-            SAMPLE_VOICE,
+            sample,
             tts.bundle,
             out / "voices" / voice_name,
             AdaptConfig(methods=parse_methods(config.adapt_method), steps=config.adapt_steps),
@@ -158,7 +162,7 @@ def adapt_sample_voice(tts: Synthesizer, spoken: SpeakersResult, out: Path, conf
     else:
         # The recipe adds its adapter to the generator it gets: a copy, so the resident one stays bare.
         result = adapt_piper(
-            SAMPLE_VOICE,
+            sample,
             copy.deepcopy(base.model),
             out / "voices" / voice_name,
             PiperAdaptConfig(steps=config.adapt_steps),
@@ -175,7 +179,7 @@ def adapt_sample_voice(tts: Synthesizer, spoken: SpeakersResult, out: Path, conf
         save_audio(out / f"{name}_{index:03d}.wav", speech.audio, speech.sample_rate)
         start = tts.synthesize(text, start_speaker)
         start_clips.append(VoiceClip(name, index, text, start.audio, start.sample_rate, start.seconds))
-    references, _ = discover(SAMPLE_VOICE)
+    references, _ = discover(sample)
     reference_clips = {name: [u.audio_path for u in references]}
     report = judge_clips(clips, spoken.judges, reference_clips)
     start_report = judge_clips(start_clips, spoken.judges, reference_clips)

@@ -183,3 +183,57 @@ def test_decoding_stops_at_the_bound_whatever_the_container_declares() -> None:
             assert counter.furthest < 0.2 * len(data)
     short = decode_with_av(_ReadCounter(encode_whole(quiet[: 5 * rate], rate, "aac")), max_seconds=30)
     assert short is not None and 4.5 < len(short[0]) / short[1] < 5.5
+
+
+def test_audio_writer_writes_each_chunk_as_it_comes_and_the_true_length_where_it_can(tmp_path: Path) -> None:
+    """A WAV in a file this process opened gets its true sizes at close (Python's wave reads its frames);
+    into a pipe it says "unknown length", unless its first write was also its last; FLAC goes whole into a
+    pipe (through a temporary file) and as it comes into a file; each write is in the file when it returns."""
+    import io
+    import struct
+    import wave
+
+    from chorus.audio.encode import AudioStream, AudioWriter, encode_whole
+
+    rate = 22_050
+    chunks = [np.sin(np.linspace(0, 300 * k, rate // 2)).astype(np.float32) * 0.5 for k in (1, 2, 3)]
+    path = tmp_path / "a.wav"
+    with path.open("w+b") as file:
+        writer = AudioWriter(file, "wav", rate, seekable=True)
+        sizes = []
+        for chunk in chunks:
+            writer.write(chunk)
+            sizes.append(path.stat().st_size)
+        writer.close()
+    assert sizes == [44 + rate, 44 + 2 * rate, 44 + 3 * rate]  # flushed as written, nothing held back
+    with wave.open(str(path)) as read:
+        assert read.getnframes() == 3 * (rate // 2)
+    piped = io.BytesIO()
+    writer = AudioWriter(piped, "wav", rate)
+    for chunk in chunks:
+        writer.write(chunk)
+    writer.close()
+    assert struct.unpack("<I", piped.getvalue()[40:44])[0] == 0xFFFFFFFF
+    assert piped.getvalue()[44:] == path.read_bytes()[44:]
+    assert encode_whole(chunks[0], rate, "wav") == AudioStream("wav", rate).write(chunks[0], last=True)
+    one = io.BytesIO()
+    writer = AudioWriter(one, "wav", rate)
+    writer.write(chunks[0], last=True)
+    writer.close()
+    with wave.open(io.BytesIO(one.getvalue())) as read:
+        assert read.getnframes() == rate // 2
+
+    flac_pipe, flac_file = io.BytesIO(), tmp_path / "a.flac"
+    writer = AudioWriter(flac_pipe, "flac", rate)
+    with flac_file.open("w+b") as file:
+        into_file = AudioWriter(file, "flac", rate, seekable=True)
+        for chunk in chunks:
+            writer.write(chunk)
+            into_file.write(chunk)
+        assert not flac_pipe.getvalue()  # a pipe gets FLAC whole, at close
+        into_file.close()
+    writer.close()
+    expected = np.round(np.concatenate(chunks) * 32767) / 32767
+    for data in (flac_pipe.getvalue(), flac_file.read_bytes()):
+        audio, read_rate = sf.read(io.BytesIO(data), dtype="float32")
+        assert read_rate == rate and np.allclose(audio, expected, atol=1e-4)

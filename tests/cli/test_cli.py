@@ -152,6 +152,20 @@ def test_demo_speaks_and_judges_each_voice(tiny_base, tmp_path):
     assert (tmp_path / "demo" / "voices" / "piper-joe" / "voice_card.json").is_file()
 
 
+def test_the_demo_on_a_piper_base_adapts_another_voice_than_the_base(tiny_base):
+    """On a Piper joe base the joe sample is the base's own voice: the demo adapts the flite-slt one."""
+    from chorus.demo import sample_voice
+    from chorus.synthesis import PIPER_SAMPLE_VOICE, SAMPLE_VOICE, Synthesizer, load_base
+    from conftest import tiny_piper_base
+
+    assert sample_voice(load_base(tiny_base, "griffin-lim")) == SAMPLE_VOICE
+    assert sample_voice(Synthesizer(tiny_piper_base(name="piper-joe"))) == PIPER_SAMPLE_VOICE
+    assert (
+        PIPER_SAMPLE_VOICE.name == "flite-slt"
+        and len((PIPER_SAMPLE_VOICE / "metadata.csv").read_text().splitlines()) == 16
+    )
+
+
 def test_demo_refuses_an_unknown_speaker(tiny_base, tmp_path):
     result = runner.invoke(app, ["demo", "--model", str(tiny_base), "--speakers", "m3,nobody", "--out", str(tmp_path)])
     assert result.exit_code == 2 and "unknown speaker 'nobody'" in result.output
@@ -311,7 +325,9 @@ def test_adapt_takes_one_base(tiny_base, tmp_path):
     assert result.exit_code == 2 and "a Piper base takes --placement" in result.output
 
 
-def test_a_voice_adapted_on_a_piper_base_says_which_base_speaks_it(monkeypatch, tiny_base, new_voice_data, tmp_path):
+def test_a_voice_adapted_on_a_piper_base_says_which_base_speaks_it(
+    monkeypatch, tiny_base, new_voice_data, tiny_posterior, tmp_path
+):
     """chorus adapt DATA --base piper-joe --out VOICE, then chorus synthesize --voice VOICE (its base found in
     the folder); another base refuses it, naming both (a tiny generator stands in for joe)."""
     from chorus.synthesis.bases import piper
@@ -324,7 +340,7 @@ def test_a_voice_adapted_on_a_piper_base_says_which_base_speaks_it(monkeypatch, 
     monkeypatch.setattr(piper, "open_base", tiny_joe)
     voice = tmp_path / "voices" / "nova"
     adapt_command = ["adapt", str(new_voice_data), "--base", "piper-joe", "--out", str(voice), "--steps", "2"]
-    result = runner.invoke(app, [*adapt_command, "--placement", "decoder", "--threads", "1"])
+    result = runner.invoke(app, [*adapt_command, "--placement", "decoder", "--posterior", tiny_posterior])
     assert result.exit_code == 0, result.output
     assert "(on piper-joe;" in " ".join(result.output.split())  # unwrapped
     assert json.loads((voice / "chorus_voice.json").read_text())["base_model"] == "piper-joe"

@@ -19,8 +19,8 @@ import requests
 openai = pytest.importorskip("openai")
 pytest.importorskip("uvicorn")
 
-from chorus.serving.local_services import free_port  # noqa: E402
 from chorus.serving.settings import CONSENT_PHRASES  # noqa: E402
+from local_services import free_port  # noqa: E402
 
 KEYS = {"ann-key-0123456789abcdef": "ann", "bob-key-0123456789abcdef": "bob"}
 
@@ -170,8 +170,8 @@ def test_the_consent_phrase_is_judged_by_its_words(heard, accepted):
     """The server's phrase check reads the words' meaning (tests/serving/test_consent_phrase.py has the
     cases): another company's name, a negation or half the phrase is refused, quoting what was heard."""
     from chorus.evaluation.asr import Transcript, Word
-    from chorus.serving.custom_voices import CustomVoiceChecks
     from chorus.serving.errors import ApiError
+    from chorus.serving.onboarding.custom_voices import CustomVoiceChecks
     from chorus.serving.settings import ConsentSettings
 
     words = tuple(Word(w, 0.3 * k, 0.3 * k + 0.25, 0.9) for k, w in enumerate(heard.split()))

@@ -1,4 +1,4 @@
-"""Freed memory goes back to the OS after an onboarding job (chorus.serving.heap, the worker's use of it):
+"""Freed memory goes back to the OS after an onboarding job (chorus.serving.onboarding.heap, the worker's use of it):
 measured as resident memory (RSS), which glibc keeps in its arenas without the trim. The trim is the worker
 loop's, after every job, for both runners; with ``chorus serve``'s (``ProcessJobRunner``) a job's copy of the
 base lives and dies in its own process (tests/serving/test_job_process.py), with ``create_app``'s default
@@ -16,10 +16,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from chorus.serving import worker
+from chorus.serving.onboarding import job_runner
+from chorus.serving.onboarding.job_runner import JobRunner, OnboardingJob
 from chorus.serving.settings import ServerSettings
 from chorus.serving.store import JobStatus, VoiceStore
-from chorus.serving.worker import JobRunner, OnboardingJob
 
 glibc = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc_trim, RSS from /proc")
 
@@ -67,7 +67,7 @@ def test_the_worker_gives_the_heap_back_once_a_jobs_copy_of_the_base_is_garbage(
         resident["job"] = rss()
         return copy  # adapt fails on it: the job ends failed, its copy must go all the same
 
-    give_back = worker.give_back_freed_memory
+    give_back = job_runner.give_back_freed_memory
 
     def trim():  # the worker's own call, watched
         trims.append(copies[-1]() is None)
@@ -76,12 +76,12 @@ def test_the_worker_gives_the_heap_back_once_a_jobs_copy_of_the_base_is_garbage(
         trimmed.set()
         return given
 
-    monkeypatch.setattr(worker, "give_back_freed_memory", trim)
+    monkeypatch.setattr(job_runner, "give_back_freed_memory", trim)
     store = VoiceStore(str(tmp_path / "store"))
     runner = JobRunner(store, tmp_path / "jobs", base_copy, ServerSettings().adapt, poll_seconds=None)
     job = OnboardingJob(store.create_job("default", "fiona", name="Fiona"), "default", "fiona", "Fiona")
     folder = runner.new_upload_dir()
-    (folder / worker.DATA_DIR).mkdir()
+    (folder / job_runner.DATA_DIR).mkdir()
     start = rss()
     runner.start()
     try:
@@ -104,7 +104,7 @@ BURST = """
 import json, sys, threading
 from pathlib import Path
 import numpy as np
-from chorus.serving.heap import give_back_freed_memory
+from chorus.serving.onboarding.heap import give_back_freed_memory
 
 def rss():
     return int(Path("/proc/self/statm").read_text().split()[1]) * 4096

@@ -15,10 +15,10 @@ import pytest
 
 from chorus.adapters import parse_methods
 from chorus.recipe import AdaptConfig
-from chorus.serving.job_process import ProcessJobRunner
+from chorus.serving.onboarding.job_process import ProcessJobRunner
+from chorus.serving.onboarding.job_runner import OnboardingJob
 from chorus.serving.settings import ServeConfig, ServerSettings
 from chorus.serving.store import JobStatus, VoiceStatus, VoiceStore
-from chorus.serving.worker import OnboardingJob
 from conftest import wait_for
 
 SHORT = AdaptConfig(methods=parse_methods("lora"), steps=4, threads=1, eval_every=2, max_frames=1500)
@@ -154,10 +154,10 @@ SERVER = """
 import shutil, sys, time
 from chorus.adapters import parse_methods
 from chorus.recipe import AdaptConfig
-from chorus.serving.job_process import ProcessJobRunner
+from chorus.serving.onboarding.job_process import ProcessJobRunner
 from chorus.serving.settings import ServeConfig, ServerSettings
 from chorus.serving.store import VoiceStore
-from chorus.serving.worker import OnboardingJob
+from chorus.serving.onboarding.job_runner import OnboardingJob
 
 root, base, data = sys.argv[1:4]
 endless = AdaptConfig(methods=parse_methods("lora"), steps=100_000, threads=1, eval_every=50_000, patience=100)

@@ -44,11 +44,19 @@ from chorus.adapters.lora import LoraConfig  # noqa: E402
 from chorus.adapters.speaker import SpeakerConfig  # noqa: E402
 from chorus.models.bundle import load_bundle
 from chorus.recipe import DEFAULT_METHOD, AdaptConfig  # noqa: E402
-from chorus.serving import uploads, worker  # noqa: E402
 from chorus.serving.api import create_app  # noqa: E402
 from chorus.serving.engine import Engine  # noqa: E402
+from chorus.serving.errors import UploadError  # noqa: E402
+from chorus.serving.onboarding import job_runner, uploads  # noqa: E402
+from chorus.serving.onboarding.job_runner import JobRunner, OnboardingJob  # noqa: E402
+from chorus.serving.onboarding.refinement import CHECK_SENTENCES, RefinementCheck, WordCheck  # noqa: E402
+from chorus.serving.onboarding.uploads import (  # noqa: E402
+    RecordingTooLong,
+    parse_transcripts,
+    prepare_archive,
+    prepare_clips,
+)
 from chorus.serving.quotas import RateLimiter  # noqa: E402
-from chorus.serving.refinement import CHECK_SENTENCES, RefinementCheck, WordCheck  # noqa: E402
 from chorus.serving.schemas import MODEL_NAMES, parse_speech, read_instructions  # noqa: E402
 from chorus.serving.settings import (  # noqa: E402
     ONBOARDING_STEPS,
@@ -56,6 +64,7 @@ from chorus.serving.settings import (  # noqa: E402
     Limits,
     ServerSettings,
     TenantLimits,
+    UploadLimits,
 )
 from chorus.serving.store import JobStatus, QuotaReached, VoiceStatus, VoiceStore  # noqa: E402
 from chorus.serving.tenants import (  # noqa: E402
@@ -65,16 +74,7 @@ from chorus.serving.tenants import (  # noqa: E402
     parse_env,
     parse_keys_file,
 )
-from chorus.serving.uploads import (  # noqa: E402
-    RecordingTooLong,
-    UploadError,
-    UploadLimits,
-    parse_transcripts,
-    prepare_archive,
-    prepare_clips,
-)
 from chorus.serving.voice_keys import resolve_stored  # noqa: E402
-from chorus.serving.worker import JobRunner, OnboardingJob  # noqa: E402
 from chorus.synthesis import SENTENCE_SILENCE, Synthesizer, load_base  # noqa: E402
 from chorus.text.sentences import split_sentences  # noqa: E402
 from conftest import clip_files, decode, random_voice, tiny_piper_base, wait_for  # noqa: E402
@@ -372,6 +372,26 @@ def test_speech_formats_speed_and_streaming(tenants_app):
     assert body[:4] == b"RIFF" and struct.unpack("<I", body[40:44])[0] == 0xFFFFFFFF
     audio, _ = decode(body)
     assert len(audio) == (len(body) - 44) // 2 and len(audio) > len(decode(wav.content)[0])
+
+
+def test_a_wav_whole_before_its_first_byte_states_its_true_length(tenants_app):
+    """One sentence, SSML breaks around it or not, is whole once it is made, before any byte goes out: its WAV
+    says its true length (Python's wave reads its frames), as audio or as SSE events; several sentences still
+    stream with an unknown length (above)."""
+    import wave
+
+    client, _ = tenants_app
+    broken = speak(client, input='<speak><break time="300ms"/>Hello there.<break time="200ms"/></speak>')
+    assert broken.status_code == 200, broken.text
+    with wave.open(io.BytesIO(broken.content)) as read:
+        assert read.getnframes() == (len(broken.content) - 44) // 2 > round(0.5 * 22050)
+    with client.stream("POST", "/v1/audio/speech", headers=ACME, json={
+        "input": "Hello there.", "voice": "m3", "response_format": "wav", "stream_format": "sse"
+    }) as events:  # fmt: skip
+        deltas = [json.loads(line[6:]) for line in events.iter_lines() if line.startswith("data: ")][:-1]
+    body = b"".join(base64.b64decode(e["audio"]) for e in deltas)
+    with wave.open(io.BytesIO(body)) as read:
+        assert read.getnframes() == (len(body) - 44) // 2 > 0
 
 
 def test_openai_defaults_mp3_and_its_model_names(tenants_app):
@@ -1073,7 +1093,7 @@ def test_a_sample_voice_speaks_as_its_best_fitting_base_speaker_while_it_is_refi
     runner = JobRunner(store, tmp_path / "jobs", lambda: load_bundle(tiny_base), recipe, progress_interval=0.0)
     blend = f"{bundle.speakers[0]}(0.5)+{bundle.speakers[1]}(0.5)"
     job_id = store.create_job("default", "fiona", name="Fiona", instant=blend)
-    job = OnboardingJob(job_id, "default", "fiona", "Fiona", worker.SAMPLE)
+    job = OnboardingJob(job_id, "default", "fiona", "Fiona", job_runner.SAMPLE)
     shutil.copytree(new_voice_data, tmp_path / "jobs" / job.job_id / "voice")
     spoken, update_job = [], store.update_job
 
@@ -1154,7 +1174,7 @@ def submit_sample_job(server, data: Path, voice_id: str = "voice_0123") -> Onboa
     worker with ``data`` (an LJSpeech-style folder, its transcripts given) as the sample."""
     instant = server.engine.speakers[0]
     job_id = server.store.create_job("default", voice_id, name="Fiona", instant=instant)
-    job = OnboardingJob(job_id, "default", voice_id, "Fiona", worker.SAMPLE)
+    job = OnboardingJob(job_id, "default", voice_id, "Fiona", job_runner.SAMPLE)
     upload = server.jobs.new_upload_dir()
     shutil.copytree(data, upload / "voice")
     server.jobs.submit(upload, job, {"statement": "consented in writing, for this test"})
@@ -1246,7 +1266,9 @@ def test_a_refined_voice_replaces_its_instant_voice_only_if_it_reads_as_well(
         refinement_check=RefinementCheck(0.05, transcriber=transcriber),
     )
     instant = load_bundle(tiny_base).speakers[1]
-    job = OnboardingJob(store.create_job("default", "fiona", instant=instant), "default", "fiona", "F", worker.SAMPLE)
+    job = OnboardingJob(
+        store.create_job("default", "fiona", instant=instant), "default", "fiona", "F", job_runner.SAMPLE
+    )
     shutil.copytree(new_voice_data, tmp_path / "jobs" / job.job_id / "voice")
     try:
         runner.run(job)
@@ -1634,7 +1656,7 @@ def test_an_upload_whose_job_files_cannot_be_written_leaves_only_a_failed_job(
     def disk_full(*args):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(worker, "record_consent", disk_full)  # after the clips, before the job is queued
+    monkeypatch.setattr(job_runner, "record_consent", disk_full)  # after the clips, before the job is queued
     app, store = make_app(tiny_base, tmp_path / "store", KEYS)
     files, transcripts = clip_files(new_voice_data)
     with TestClient(app) as client:

@@ -25,7 +25,6 @@ from chorus.adapters.lora import LoraConfig  # noqa: E402
 from chorus.adapters.speaker import SpeakerConfig  # noqa: E402
 from chorus.models.bundle import load_bundle  # noqa: E402
 from chorus.recipe import AdaptConfig  # noqa: E402
-from chorus.serving.local_services import free_port  # noqa: E402
 from chorus.serving.ray_app import (  # noqa: E402
     VOICES_DEPLOYMENT,
     RayServeConfig,
@@ -34,11 +33,15 @@ from chorus.serving.ray_app import (  # noqa: E402
     build_app,
     submit_onboarding,
 )
-from chorus.serving.settings import ServeConfig, ServerSettings  # noqa: E402
+from chorus.serving.settings import (  # noqa: E402
+    ServeConfig,
+    ServerSettings,
+    UploadLimits,  # noqa: E402
+)
 from chorus.serving.store import VoiceStore  # noqa: E402
-from chorus.serving.uploads import UploadLimits  # noqa: E402
 from chorus.serving.voice_keys import voice_key  # noqa: E402
 from conftest import clip_files, decode, random_voice, wait_for  # noqa: E402
+from local_services import free_port  # noqa: E402
 
 APP = "chorus-test"
 CONSENT = "Fiona Four consented in writing on 2024-05-01 to a synthetic voice made from these recordings."

@@ -16,8 +16,8 @@ import psycopg
 import pytest
 import requests
 
-from chorus.serving.local_services import free_port
 from conftest import clip_files, wait_for
+from local_services import free_port
 
 CONSENT = "Fiona Example consented in writing on 2024-05-01 to a synthetic voice made from these recordings."
 

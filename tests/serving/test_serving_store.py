@@ -30,7 +30,6 @@ from chorus.adapters.voice import (
     save_voice,
 )
 from chorus.models.bundle import file_sha256
-from chorus.serving.metadata import SCHEMA_VERSION
 from chorus.serving.store import (
     MARKER_FILE,
     ConsentInUse,
@@ -49,6 +48,7 @@ from chorus.serving.store import (
     VoiceStatus,
     VoiceStore,
 )
+from chorus.serving.store.metadata import SCHEMA_VERSION
 from conftest import tiny_model
 
 
@@ -814,7 +814,7 @@ def test_a_worker_found_dead_can_no_longer_touch_the_job_another_took(voice_fold
 
 
 def test_an_unreachable_database_is_one_clear_error_without_its_password(tmp_path):
-    from chorus.serving.local_services import free_port
+    from local_services import free_port
 
     url = f"postgresql://chorus:hunter2@127.0.0.1:{free_port()}/voices"
     with pytest.raises(StoreUnavailable, match="Connection refused") as refused:

@@ -27,15 +27,19 @@ pytest.importorskip("prometheus_client")
 from chorus.adapters import parse_methods  # noqa: E402
 from chorus.recipe import AdaptConfig  # noqa: E402
 from chorus.serving.api import create_app  # noqa: E402
-from chorus.serving.custom_voices import CustomVoiceChecks  # noqa: E402
 from chorus.serving.engine import Engine  # noqa: E402
+from chorus.serving.onboarding.custom_voices import CustomVoiceChecks  # noqa: E402
+from chorus.serving.onboarding.job_runner import JobRunner  # noqa: E402
 from chorus.serving.page import WEB_FILES  # noqa: E402
-from chorus.serving.settings import CONSENT_PHRASES, ServerSettings, jobs_dir  # noqa: E402
+from chorus.serving.settings import (  # noqa: E402
+    CONSENT_PHRASES,
+    ServerSettings,
+    UploadLimits,  # noqa: E402
+    jobs_dir,
+)
 from chorus.serving.store import VoiceStore  # noqa: E402
 from chorus.serving.tenants import Tenants  # noqa: E402
-from chorus.serving.uploads import UploadLimits  # noqa: E402
 from chorus.serving.voice_keys import resolve_stored  # noqa: E402
-from chorus.serving.worker import JobRunner  # noqa: E402
 from conftest import heard_as, random_voice  # noqa: E402
 
 KEY = "acme-key-0123456789abcdef"

@@ -243,14 +243,14 @@ def voices(tmp_path_factory) -> dict[str, tuple[np.ndarray, np.ndarray]]:
 def shipped_match(request):
     """The speaker check as the server builds it, with the shipped cohort and settings: resemblyzer's, and the
     default, resemblyzer's and Chorus v3's scores fused."""
-    from chorus.serving.custom_voices import CustomVoiceChecks
+    from chorus.serving.onboarding.custom_voices import CustomVoiceChecks
     from chorus.serving.settings import ConsentSettings
 
     return CustomVoiceChecks(None, ConsentSettings(speaker_encoder=request.param)).voice_match  # type: ignore[arg-type]
 
 
 def test_the_server_fuses_resemblyzer_and_chorus_v3_by_default():
-    from chorus.serving.custom_voices import CustomVoiceChecks
+    from chorus.serving.onboarding.custom_voices import CustomVoiceChecks
     from chorus.serving.settings import ConsentSettings
 
     match = CustomVoiceChecks(None, ConsentSettings()).voice_match  # type: ignore[arg-type]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -131,3 +132,38 @@ def test_the_registry_and_the_runtime_import_neither_piper_nor_training_until_as
         "assert not [m for m in sys.modules if m.startswith('chorus.training')], 'training imported'"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_an_adapted_piper_voice_speaks_at_its_own_pace_and_noise(piper_voices, tmp_path):
+    """A voice's card records its pace (the posterior recipe measures it) and its prior noise: the engine
+    stretches its durations by the one and draws the prior at the other, in a mixed batch as alone; the
+    same adapter without them is unchanged."""
+    import json
+    import shutil
+
+    from chorus.adapters.voice import CARD_FILE
+    from chorus.synthesis.bases.piper import PiperSettings
+
+    def copy_with(name: str, **card_fields) -> Path:
+        folder = tmp_path / name
+        shutil.copytree(piper_voices["ann"], folder)
+        card = json.loads((folder / CARD_FILE).read_text())
+        (folder / CARD_FILE).write_text(json.dumps({**card, **card_fields}))
+        return folder
+
+    slow, quiet = copy_with("slow", length_scale=2.0), copy_with("quiet", noise_scale=0.0)
+    voices = {"ann": piper_voices["ann"], "slow": slow, "quiet": quiet}
+    engine = Engine(tiny_piper_base(), resolve=lambda voice: voices[voice.key])
+    ann, slow_ann = engine.speak([Request(TEXTS[1], "ann"), Request(TEXTS[1], "slow")])
+    assert sum(slow_ann.frames) > 1.5 * sum(ann.frames)
+    np.testing.assert_allclose(
+        ann.audio, library(piper_voices).synthesize_batch([TEXTS[1]], voice="ann")[0].audio, atol=1e-4
+    )
+    (alone,) = library(voices).synthesize_batch([TEXTS[1]], voice="slow")
+    assert alone.frames == slow_ann.frames
+    # The quiet voice in a batch beside a noisy one: as ann on a base told to draw no prior noise at all.
+    _, quiet_ann = engine.speak([Request(TEXTS[1], "ann"), Request(TEXTS[1], "quiet")])
+    noiseless = Engine(tiny_piper_base(settings=PiperSettings(noise_scale=0.0)), resolve=lambda v: voices[v.key])
+    (expected,) = noiseless.speak([Request(TEXTS[1], "ann")])
+    np.testing.assert_allclose(quiet_ann.audio, expected.audio, atol=1e-4)
+    assert not np.allclose(quiet_ann.audio[:1000], ann.audio[:1000], atol=1e-3)

@@ -303,6 +303,24 @@ def test_timestamps_share_a_merged_group_among_its_words() -> None:
     )
 
 
+def test_captions_give_a_cue_for_each_word_by_default() -> None:
+    """Word captions: each word its own cue, from when it is said to when it ends (the pause between two
+    words in no cue); grouping is asked for."""
+    from chorus.text.timestamps import Timestamp, captions
+
+    words = [Timestamp("Meet", 0.0, 0.25), Timestamp("Dr.", 0.3, 0.62), Timestamp("Smith", 0.62, 1.0)]
+    assert captions(words, "srt") == (
+        "1\n00:00:00,000 --> 00:00:00,250\nMeet\n\n"
+        "2\n00:00:00,300 --> 00:00:00,620\nDr.\n\n"
+        "3\n00:00:00,620 --> 00:00:01,000\nSmith\n"
+    )
+    vtt = captions(words, "vtt")
+    assert vtt.startswith("WEBVTT\n\n00:00:00.000 --> 00:00:00.250\nMeet\n") and vtt.count(" --> ") == 3
+    assert captions(words, "srt", words_per_caption=2).count(" --> ") == 2
+    with pytest.raises(ValueError, match="words_per_caption"):
+        captions(words, "srt", words_per_caption=0)
+
+
 def test_word_timestamps_show_the_words_as_written() -> None:
     """Captions show what was written ("Dr.", "5:30"), each over the times of what was said for it."""
     from chorus.text.timestamps import captions, timestamps, written_units
@@ -325,7 +343,7 @@ def test_word_timestamps_show_the_words_as_written() -> None:
         said[7].end,
     )
     assert all(a.start < a.end <= b.start for a, b in zip(words, words[1:]))
-    assert captions(words, "srt").splitlines()[2] == text
+    assert captions(words, "srt", words_per_caption=len(words)).splitlines()[2] == text
     # A written word said as nothing joins the one before; one read only with the next shares its times.
     text = "It cost $5 million — really."
     symbols = front_end.symbols.decode(front_end.encode([text])[0])

@@ -1,12 +1,10 @@
-"""Adapting a Piper generator without a posterior encoder, on a toy-size generator and two short clips."""
+"""Adapting a Piper generator (both recipes: aligned durations, and a posterior encoder) on a toy-size generator and two short clips."""
 
 from __future__ import annotations
 
 import copy
 
-import numpy as np
 import pytest
-import soundfile as sf
 import torch
 
 from chorus.adapters import active_adapter, base_state_dict
@@ -42,32 +40,16 @@ def tiny() -> PiperGenerator:
     return PiperGenerator(TINY, voice).eval()
 
 
-@pytest.fixture
-def dataset(tmp_path):
-    """Two clips of a harmonic tone gliding in pitch (0.7 and 0.9 s), with transcripts."""
-    folder = tmp_path / "data"
-    (folder / "wavs").mkdir(parents=True)
-    rows = []
-    for index, (text, seconds) in enumerate(zip(TEXTS, (0.7, 0.9))):
-        t = np.arange(int(22_050 * seconds)) / 22_050
-        phase = 2 * np.pi * np.cumsum(110 + 60 * t) / 22_050
-        audio = 0.2 * sum(np.sin(k * phase) / k for k in range(1, 6)) * (1 + np.sin(2 * np.pi * 3 * t)) / 2
-        sf.write(folder / "wavs" / f"clip{index}.wav", audio.astype(np.float32), 22_050)
-        rows.append(f"clip{index}|{text}\n")
-    (folder / "metadata.csv").write_text("".join(rows))
-    return folder
-
-
 def speak(generator: PiperGenerator) -> torch.Tensor:
     ids = torch.tensor([generator.voice.text_ids(TEXTS[0])])
     with torch.inference_mode():
         return generator(ids, torch.tensor([ids.shape[1]]), **NOISELESS).audio
 
 
-def test_aligned_durations_cover_the_recording(tiny, dataset) -> None:
+def test_aligned_durations_cover_the_recording(tiny, tone_clips) -> None:
     from chorus.data.formats import discover
 
-    clips = prepare_clips(tiny, discover(dataset)[0])
+    clips = prepare_clips(tiny, discover(tone_clips)[0])
     for clip in clips:
         assert clip.durations.min() >= 1 and len(clip.durations) == len(clip.ids)
         assert clip.frames * tiny.hop_length == len(clip.audio)
@@ -76,10 +58,10 @@ def test_aligned_durations_cover_the_recording(tiny, dataset) -> None:
 
 # Each placement on the prior's mean; and the decoder alone on noisy latents (recomputed every step, no grad).
 @pytest.mark.parametrize(("placement", "noise_scale"), [(p, 0.0) for p in PLACEMENTS] + [("decoder", 0.667)])
-def test_only_the_voice_trains_and_the_base_stays_bit_identical(tiny, dataset, placement, noise_scale) -> None:
+def test_only_the_voice_trains_and_the_base_stays_bit_identical(tiny, tone_clips, placement, noise_scale) -> None:
     from chorus.data.formats import discover
 
-    clips = prepare_clips(tiny, discover(dataset)[0])
+    clips = prepare_clips(tiny, discover(tone_clips)[0])
     before_audio = speak(tiny)
     before = {k: v.clone() for k, v in base_state_dict(tiny).items()}
     config = PiperAdaptConfig(
@@ -97,10 +79,10 @@ def test_only_the_voice_trains_and_the_base_stays_bit_identical(tiny, dataset, p
     assert not torch.equal(speak(tiny), before_audio)
 
 
-def test_full_fine_tuning_trains_a_copy(tiny, dataset) -> None:
+def test_full_fine_tuning_trains_a_copy(tiny, tone_clips) -> None:
     from chorus.data.formats import discover
 
-    clips = prepare_clips(tiny, discover(dataset)[0])
+    clips = prepare_clips(tiny, discover(tone_clips)[0])
     before = {k: v.clone() for k, v in tiny.state_dict().items()}
     config = PiperAdaptConfig(placement="full", steps=2, batch_size=2, segment_frames=16, learning_rate=1e-3)
     model, trainable = attach_voice(tiny, config)
@@ -109,10 +91,10 @@ def test_full_fine_tuning_trains_a_copy(tiny, dataset) -> None:
     assert any(not torch.equal(model.state_dict()[k], v) for k, v in before.items())
 
 
-def test_the_loss_goes_down_on_one_clip(tiny, dataset) -> None:
+def test_the_loss_goes_down_on_one_clip(tiny, tone_clips) -> None:
     from chorus.data.formats import discover
 
-    clips = prepare_clips(tiny, discover(dataset)[0][:1])
+    clips = prepare_clips(tiny, discover(tone_clips)[0][:1])
     # One window holding the whole clip: the same target every step, so the loss must fall.
     config = PiperAdaptConfig(
         placement="all", steps=20, batch_size=1, segment_frames=80, context_frames=0, learning_rate=1e-2, log_every=5
@@ -122,11 +104,19 @@ def test_the_loss_goes_down_on_one_clip(tiny, dataset) -> None:
     assert steps == 20 and rows[-1]["loss"] < 0.9 * rows[0]["loss"]
 
 
-def test_a_saved_voice_loads_back_and_speaks_the_same(tiny, dataset, tmp_path) -> None:
+@pytest.mark.parametrize("recipe", ["posterior", "aligned"])
+def test_a_saved_voice_loads_back_and_speaks_the_same(tiny, tone_clips, tiny_posterior, tmp_path, recipe) -> None:
     fresh = copy.deepcopy(tiny)
-    config = PiperAdaptConfig(placement="all", steps=3, batch_size=2, segment_frames=16, learning_rate=1e-2)
-    result = adapt_piper(dataset, tiny, tmp_path / "voice", config, base_sha256="a" * 64)
+    config = PiperAdaptConfig(
+        placement="all", recipe=recipe, posterior=tiny_posterior, steps=3, batch_size=2, segment_frames=16,
+        learning_rate=1e-2,
+    )  # fmt: skip
+    result = adapt_piper(tone_clips, tiny, tmp_path / "voice", config, base_sha256="a" * 64)
     assert result.voice_dir is not None and (tmp_path / "voice.log.csv").is_file()
+    # The posterior recipe measures the voice's pace and records the prior noise it speaks at.
+    assert (result.card.length_scale != 1.0, result.card.noise_scale) == (
+        (True, PiperAdaptConfig().speak_noise_scale) if recipe == "posterior" else (False, None)
+    )
     assert result.card.trainable_parameters == sum(p.numel() for p in tiny.parameters() if p.requires_grad)
     load_piper_voice(fresh, result.voice_dir, VOICE, base_sha256="a" * 64)
     assert torch.equal(speak(fresh), speak(result.model))

@@ -14,10 +14,10 @@ import torch
 
 from chorus.models.bundle import load_bundle
 from chorus.models.config import AcousticConfig
-from chorus.serving.local_services import free_port
 from chorus.training.checkpoint import load_training_state
 from chorus.training.pretrain import PretrainConfig, learning_rate_at, pretrain
 from conftest import TINY_MODEL
+from local_services import free_port
 
 pytestmark = pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="needs Debian espeak-ng")
 

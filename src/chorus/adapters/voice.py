@@ -81,6 +81,11 @@ class VoiceCard:
     # The base by name, as `--base` takes it ("chorus", "piper-joe", a Piper voice file's name); its
     # sha256 above says which weights. Empty in voices made before bases had names: a Chorus base's.
     base_model: str = ""
+    # The voice's own pace as a duration multiplier (Piper's length_scale): a Piper voice's recordings
+    # aligned to its text over the frames the base's duration predictor (which no adapter changes) gives.
+    length_scale: float = 1.0
+    # The prior noise a Piper voice speaks at (Piper's noise_scale); None: the base voice's own.
+    noise_scale: float | None = None
 
     def to_markdown(self, peft: bool = False) -> str:
         """The card for people, after Hugging Face model-card metadata (YAML front matter); ``peft``: the

@@ -4,15 +4,21 @@ The names and content types are OpenAI's ``response_format`` values. WAV and raw
 here (16-bit little-endian mono); FLAC by libsndfile; MP3, Opus and AAC by the FFmpeg encoders that
 PyAV ships (LAME, libopus, FFmpeg's AAC). Every format but FLAC streams: :class:`AudioStream` turns
 chunks of audio into bytes as they come, one continuous encoder over the whole text (no gap or
-click between sentences), and a streamed WAV carries an "unknown length" header.
+click between sentences). A WAV says its true length wherever it is known before its header goes out
+(the whole audio at once, :func:`encode_whole`); a streamed one carries an "unknown length" header.
+:class:`AudioWriter` writes chunks into a file as they come, keeping none of them, and gives a WAV in a
+file it can seek its true sizes when it is closed.
 """
 
 from __future__ import annotations
 
 import io
+import shutil
 import struct
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 import soundfile as sf
@@ -76,10 +82,17 @@ def resample(audio: np.ndarray, from_rate: int, to_rate: int) -> np.ndarray:
     return soxr.resample(audio, from_rate, to_rate, quality="HQ").astype(np.float32)
 
 
+WAV_HEADER_BYTES = 44
+# The most sample bytes a WAV can state: its RIFF size (data + 36) is a 32-bit field.
+_WAV_MAX_DATA = 0xFFFFFFFF - 36
+
+
 def wav_header(sample_rate: int, data_bytes: int | None = None) -> bytes:
-    """A 16-bit mono PCM WAV header; ``data_bytes=None`` writes 0xFFFFFFFF sizes ("unknown length", for streams)."""
-    data = 0xFFFFFFFF if data_bytes is None else data_bytes
-    riff = 0xFFFFFFFF if data_bytes is None else 36 + data_bytes
+    """A 16-bit mono PCM WAV header; ``data_bytes=None`` (or more than 32 bits can state) writes 0xFFFFFFFF
+    sizes ("unknown length", for streams)."""
+    known = data_bytes is not None and data_bytes <= _WAV_MAX_DATA
+    data = data_bytes if known else 0xFFFFFFFF
+    riff = 36 + data_bytes if known else 0xFFFFFFFF
     return (
         b"RIFF"
         + struct.pack("<I", riff)
@@ -119,7 +132,8 @@ class AudioStream:
 
     ``sample_rate`` is the rate of the audio written; ``rate`` the file's (see :func:`output_rate`).
     ``write(audio)`` returns the bytes ready so far (possibly none: encoders work in frames);
-    ``close()`` the rest. FLAC is kept and encoded whole at ``close()``."""
+    ``close()`` the rest. FLAC is kept and encoded whole at ``close()`` (:class:`AudioWriter` writes it to a
+    file as it comes)."""
 
     def __init__(self, audio_format: str, sample_rate: int, out_rate: int | None = None):
         self.format = FORMATS[format_for(None, audio_format)]
@@ -135,16 +149,24 @@ class AudioStream:
             self._container = av.open(self._sink, mode="w", format=self.format.container)
             self._stream = self._container.add_stream(self.format.codec, rate=self.rate, layout="mono")
 
-    def write(self, audio: np.ndarray) -> bytes:
-        audio = np.clip(resample(np.asarray(audio, dtype=np.float32).reshape(-1), self.sample_rate, self.rate), -1, 1)
+    def prepared(self, audio: np.ndarray) -> np.ndarray:
+        """``audio`` ``[samples]`` at the file's rate, clipped to [-1, 1]: what is encoded."""
+        return np.clip(resample(np.asarray(audio, dtype=np.float32).reshape(-1), self.sample_rate, self.rate), -1, 1)
+
+    def write(self, audio: np.ndarray, last: bool = False) -> bytes:
+        """The bytes of ``audio`` ``[samples]`` ready so far. ``last``: no audio follows, so a WAV whose header
+        has not gone out yet states its true length (then :meth:`close` adds nothing)."""
+        audio = self.prepared(audio)
         name = self.format.name
         if name == "flac":
             self._kept.append(audio)
             return b""
         if name in ("wav", "pcm"):
-            header = b"" if self._started or name == "pcm" else wav_header(self.rate)
+            data = pcm16(audio)
+            if name == "wav" and not self._started:
+                data = wav_header(self.rate, len(data) if last else None) + data
             self._started = True
-            return header + pcm16(audio)
+            return data
         return self._encode(audio)
 
     def _encode(self, audio: np.ndarray | None) -> bytes:
@@ -179,7 +201,61 @@ class AudioStream:
 def encode_whole(audio: np.ndarray, sample_rate: int, audio_format: str, out_rate: int | None = None) -> bytes:
     """``audio`` ``[samples]`` at ``sample_rate`` as one file of ``audio_format`` (a WAV with its true length)."""
     stream = AudioStream(audio_format, sample_rate, out_rate)
-    if stream.format.name == "wav":
-        data = pcm16(resample(np.asarray(audio, dtype=np.float32), sample_rate, stream.rate))
-        return wav_header(stream.rate, len(data)) + data
-    return stream.write(audio) + stream.close()
+    return stream.write(audio, last=True) + stream.close()
+
+
+class AudioWriter:
+    """Chunks of audio written into ``file`` (binary, open for writing) as one file of ``audio_format``, as
+    they come: each :meth:`write`'s bytes are in ``file`` (flushed) when it returns, so a pipe or a player
+    gets every sentence as it is made, and no audio is kept here (memory stays flat with the text's length).
+
+    ``seekable``: ``file`` is one this process opened (not standard output, which may be a pipe, or a file
+    opened for appending where a seek back would be ignored). Then a WAV's header, written first with
+    "unknown length", is rewritten with the true sizes at :meth:`close`, where the file began; elsewhere a
+    WAV knows its length only when its first write is its last (``last=True``). FLAC states its length in
+    its header and is not streamed: libsndfile writes it as it comes into ``file`` when seekable, else into a
+    temporary file that is copied to ``file`` at :meth:`close`. :meth:`close` leaves ``file`` open."""
+
+    def __init__(
+        self, file: BinaryIO, audio_format: str, sample_rate: int, out_rate: int | None = None, seekable: bool = False
+    ):
+        self._file = file
+        self._encoder = AudioStream(audio_format, sample_rate, out_rate)
+        self.format = self._encoder.format.name
+        self._start = file.tell() if seekable else None
+        self._bytes = 0  # written into file so far, header included
+        self._flac = self._spool = None
+        if self.format == "flac":
+            self._spool = file if seekable else tempfile.TemporaryFile()
+            self._flac = sf.SoundFile(self._spool, "w", self._encoder.rate, 1, format="FLAC", subtype="PCM_16")
+
+    def write(self, audio: np.ndarray, last: bool = False) -> None:
+        """Encode ``audio`` ``[samples]`` into the file now; ``last``: nothing follows (see the class)."""
+        if self._flac is not None:
+            self._flac.write(self._encoder.prepared(audio))
+            return
+        self._put(self._encoder.write(audio, last))
+
+    def close(self) -> None:
+        """End the file: the encoder's tail, and the true sizes where they can still be written."""
+        if self._flac is not None:
+            self._flac.close()
+            if self._spool is not self._file:
+                self._spool.seek(0)
+                shutil.copyfileobj(self._spool, self._file)
+                self._spool.close()
+            self._file.flush()
+            return
+        self._put(self._encoder.close())
+        if self.format == "wav" and self._start is not None and self._bytes >= WAV_HEADER_BYTES:
+            end = self._file.tell()
+            self._file.seek(self._start)
+            self._file.write(wav_header(self._encoder.rate, self._bytes - WAV_HEADER_BYTES))
+            self._file.seek(end)
+            self._file.flush()
+
+    def _put(self, data: bytes) -> None:
+        if data:
+            self._file.write(data)
+            self._file.flush()
+            self._bytes += len(data)

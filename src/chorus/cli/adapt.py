@@ -28,7 +28,7 @@ from chorus.synthesis.bases.piper import claims as piper_claims
 from chorus.training.adapt import adapt as run_adapt
 from chorus.training.adapt_many import ManyVoicesConfig
 from chorus.training.adapt_many import adapt_many as run_adapt_many
-from chorus.training.piper_adapt import PLACEMENTS, PiperAdaptConfig, adapt_piper
+from chorus.training.piper_adapt import PLACEMENTS, RECIPES, PiperAdaptConfig, adapt_piper
 
 TARGETS_HELP = (
     "Comma-separated module names/suffixes for the first method, or a regex (full match) if it starts with ^."
@@ -48,6 +48,15 @@ def adapt(
     placement: str = typer.Option(
         config_default(PiperAdaptConfig, "placement"),
         help=f"With a Piper --base: where the voice's adapters go ({', '.join(PLACEMENTS)}).",
+    ),
+    recipe: str = typer.Option(
+        config_default(PiperAdaptConfig, "recipe"),
+        help=f"With a Piper --base: {', '.join(RECIPES)} (chorus.training.piper_adapt says how each learns).",
+    ),
+    posterior: Path | None = typer.Option(
+        None,
+        help="With a Piper --base: a posterior encoder folder (scripts/distill_posterior.py makes one for any "
+        "Piper voice; default: the one shipped for piper-joe).",
     ),
     method: str = typer.Option(DEFAULT_METHOD, help=method_help()),
     targets: str | None = typer.Option(None, help=TARGETS_HELP),
@@ -79,7 +88,10 @@ def adapt(
     if spec is not None and piper_claims(str(spec)):
         if method != DEFAULT_METHOD or targets is not None:
             fail("--method and --targets choose the Chorus base's adapters; a Piper base takes --placement")
-        adapt_on_piper(data, out, str(spec), placement, steps, learning_rate, max_minutes, threads, device)
+        piper_config = dict(recipe=recipe, posterior=str(posterior) if posterior else None)
+        adapt_on_piper(
+            data, out, str(spec), placement, steps, learning_rate, max_minutes, threads, device, piper_config
+        )
         return
     with user_errors():
         config = AdaptConfig(
@@ -119,6 +131,7 @@ def adapt_on_piper(
     max_minutes: float,
     threads: int,
     device: str,
+    options: dict | None = None,
 ) -> None:
     """``chorus adapt --base PIPER``: the Piper recipe (:func:`~chorus.training.piper_adapt.adapt_piper`) on the
     base's generator; the voice folder records the base's name and sha256."""
@@ -131,11 +144,12 @@ def adapt_on_piper(
             learning_rate=learning_rate,
             max_minutes=max_minutes,
             threads=threads,
+            **(options or {}),
         )
         if config.full:
             raise ValueError("--placement full trains a whole generator: a model of its own, not a voice folder")
         piper = open_base(spec, device=device)
-        result = adapt_piper(data, piper.model, out, config, piper.sha256, progress=False, base_name=piper.name)
+        result = adapt_piper(data, piper.model, out, config, piper.sha256, progress=True, base_name=piper.name)
     card = result.card
     console.print(
         f"voice: {result.voice_dir}  (on {piper.name}; {card.data_minutes:.1f} min of data, {card.steps} steps in "

@@ -8,8 +8,8 @@ import typer
 from rich.table import Table
 
 from chorus.cli.common import BASE_HELP, DEVICE_OPTION, chosen_base, config_default, console, user_errors
-from chorus.demo import DemoConfig, adapt_sample_voice, speak_base_speakers
-from chorus.synthesis import SAMPLE_VOICE, load_base
+from chorus.demo import DemoConfig, adapt_sample_voice, sample_voice, speak_base_speakers
+from chorus.synthesis import load_base
 
 
 def percent(value: float | None) -> str:
@@ -75,7 +75,8 @@ def demo(
     if not adapt_method:
         return
     recipe = adapt_method if tts.base.kind == "chorus" else "the Piper recipe"
-    console.print(f"\nAdapting a new voice from {SAMPLE_VOICE} (held out of pretraining) with {recipe}", style="bold")
+    sample = sample_voice(tts)
+    console.print(f"\nAdapting a new voice from {sample} (held out of pretraining) with {recipe}", style="bold")
     with user_errors():
         voice = adapt_sample_voice(tts, spoken, out, config)
     card = voice.card

@@ -44,6 +44,7 @@ from chorus.corpus.speakers import (
     VOCODER_SPEAKERS,
     SpeakerSpec,
     get_speaker,
+    heldout_speakers,
 )
 from chorus.corpus.text import training_sentences
 from chorus.text.normalize import normalize_text
@@ -160,6 +161,16 @@ def select_sentences(speaker: SpeakerSpec, count: int) -> list[tuple[str, str]]:
         reserved = {sentence_id for sentence_id, _ in _shuffled_pool(source.name)[: source.utterances]}
         pool = [(sentence_id, text) for sentence_id, text in pool if sentence_id not in reserved]
     return [(f"{speaker.name}_{sentence_id}", normalize_text(text, warn=False)) for sentence_id, text in pool[:count]]
+
+
+def heldout_sentence_ids() -> set[str]:
+    """Ids of every sentence a held-out speaker reads (its adaptation and evaluation clips): what a model
+    that learns from speech another voice makes (a distilled posterior encoder) must not read either."""
+    return {
+        sentence_id
+        for speaker in heldout_speakers()
+        for sentence_id, _ in _shuffled_pool(speaker.name)[: speaker.utterances]
+    }
 
 
 def _shuffled_pool(name: str) -> list[tuple[str, str]]:

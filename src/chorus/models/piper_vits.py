@@ -423,9 +423,16 @@ class CouplingLayer(nn.Module):
 
     def forward(self, z: torch.Tensor, mask: torch.Tensor, g: torch.Tensor | None = None) -> torch.Tensor:
         """The inverse: z ``[batch, inter, time]``, mask ``[batch, 1, time]`` -> same shape."""
+        return self._couple(z, mask, -1.0)
+
+    def encode(self, z: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """The training direction (a latent towards the prior): same shapes as :meth:`forward`."""
+        return self._couple(z, mask, 1.0)
+
+    def _couple(self, z: torch.Tensor, mask: torch.Tensor, sign: float) -> torch.Tensor:
         z0, z1 = z.chunk(2, dim=1)
         shift = self.post(self.enc(self.pre(z0) * mask, mask)) * mask
-        return torch.cat([z0, (z1 - shift) * mask], dim=1)
+        return torch.cat([z0, (z1 + sign * shift) * mask], dim=1)
 
 
 class Flow(nn.Module):
@@ -441,6 +448,13 @@ class Flow(nn.Module):
         """z_p ``[batch, inter, frames]`` -> z, mask ``[batch, 1, frames]``."""
         for flow in reversed(self.flows):
             z = flow(z, mask)
+        return z
+
+    def encode(self, z: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """The training direction, z -> z_p (VITS's ``flow(z)``): a recording's latent in the prior's
+        space, where the text encoder's Gaussians judge it. Exactly :meth:`forward`'s inverse."""
+        for flow in self.flows:
+            z = flow.encode(z, mask) if isinstance(flow, CouplingLayer) else flow(z, mask)
         return z
 
 
@@ -505,7 +519,7 @@ class Decoder(nn.Module):
         ``lengths`` (frames, ``[batch]``) when items differ in length: every conv input is then masked
         past its item's end, as a lone item's zero padding would be. (Piper masks only z: in its batches
         the last samples of a shorter item hear the padding's activations, up to ~1e-4 on joe.)"""
-        mask = None if lengths is None else _mask(lengths, z.shape[2])
+        mask = None if lengths is None else sequence_mask(lengths, z.shape[2])
         x = self.conv_pre(z)
         for i, up in enumerate(self.ups):
             x = up(F.leaky_relu(x if mask is None else x * mask, LRELU_SLOPE))
@@ -533,7 +547,7 @@ class PiperOutput:
     durations: torch.Tensor
 
 
-def _mask(lengths: torch.Tensor, length: int) -> torch.Tensor:
+def sequence_mask(lengths: torch.Tensor, length: int) -> torch.Tensor:
     """``[batch]`` lengths -> ``[batch, 1, length]`` float mask, 1 at valid positions."""
     return (torch.arange(length, device=lengths.device)[None, :] < lengths[:, None]).unsqueeze(1).float()
 
@@ -579,7 +593,7 @@ class PiperGenerator(nn.Module):
         self,
         ids: torch.Tensor,
         lengths: torch.Tensor,
-        noise_scale: float | None = None,
+        noise_scale: float | torch.Tensor | None = None,
         length_scale: float | torch.Tensor | None = None,
         noise_w: float | None = None,
         generator: Noise = None,
@@ -588,8 +602,8 @@ class PiperGenerator(nn.Module):
 
         ids ``[batch, time]`` (any valid id, e.g. 0, past each length), lengths ``[batch]``. The scales default to the
         voice's (its json's ``inference``); at noise_scale = noise_w = 0 the result is deterministic and
-        matches Piper's onnxruntime output for the same ids. ``length_scale`` may be a tensor ``[batch, 1, 1]``
-        (each row its own pace). ``generator`` seeds the noise: one for the batch, or one per row
+        matches Piper's onnxruntime output for the same ids. ``length_scale`` and ``noise_scale`` may be tensors
+        ``[batch, 1, 1]`` (each row its own pace, its own prior noise). ``generator`` seeds the noise: one for the batch, or one per row
         (:func:`draw_noise`).
         """
         defaults = (self.voice.noise_scale, self.voice.length_scale, self.voice.noise_w) if self.voice else PIPER_SCALES
@@ -607,7 +621,7 @@ class PiperGenerator(nn.Module):
         ids: torch.Tensor,
         lengths: torch.Tensor,
         durations: torch.Tensor | None = None,
-        noise_scale: float = 0.0,
+        noise_scale: float | torch.Tensor = 0.0,
         length_scale: float | torch.Tensor = 1.0,
         noise_w: float = 0.0,
         generator: Noise = None,
@@ -619,7 +633,7 @@ class PiperGenerator(nn.Module):
         decodes a recording's text with the recording's own aligned durations, so the generated audio
         lines up with the recording frame for frame.
         """
-        text_mask = _mask(lengths, ids.shape[1])
+        text_mask = sequence_mask(lengths, ids.shape[1])
         hidden, m_p, logs_p = self.enc_p(ids, text_mask)
         if durations is None:
             logw = self.dp(hidden, text_mask, noise_w, generator)
@@ -628,7 +642,7 @@ class PiperGenerator(nn.Module):
             durations = durations.to(m_p.dtype) * text_mask[:, 0]
         frame_lengths = durations.sum(dim=1).clamp_min(1).long()
         frames = int(frame_lengths.max())
-        frame_mask = _mask(frame_lengths, frames)
+        frame_mask = sequence_mask(frame_lengths, frames)
 
         # Each frame reads the phoneme whose span covers it (Piper multiplies by a one-hot path: same values).
         ends = torch.cumsum(durations, dim=1)
@@ -636,7 +650,7 @@ class PiperGenerator(nn.Module):
         owner = torch.searchsorted(ends, positions, right=True)
         owner = owner.clamp(max=ids.shape[1] - 1)[:, None, :].expand(-1, m_p.shape[1], -1)
         m_p, logs_p = m_p.gather(2, owner) * frame_mask, logs_p.gather(2, owner) * frame_mask
-        if noise_scale:
+        if torch.is_tensor(noise_scale) or noise_scale:
             noise = draw_noise(tuple(m_p.shape), frame_lengths, generator, m_p)
             m_p = m_p + noise * torch.exp(logs_p) * noise_scale
         return self.flow(m_p, frame_mask) * frame_mask, frame_lengths, durations

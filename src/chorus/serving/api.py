@@ -1,5 +1,5 @@
 """The HTTP API of the multi-tenant voice server (FastAPI): one router per resource
-(:mod:`chorus.serving.routes`: speech, voices, jobs, models, health) on a :class:`VoiceServer` that holds
+(:mod:`chorus.serving.routes`: speech, voices, custom voices, jobs, models, health) on a :class:`VoiceServer` that holds
 the engine (one resident base, adapted voices cached on demand), the batcher (concurrent requests in one
 forward), the store (voices and jobs per tenant) and the onboarding worker; the routes reach it through
 FastAPI dependencies (:mod:`chorus.serving.routes.deps`).
@@ -21,11 +21,12 @@ from fastapi import FastAPI
 from starlette.concurrency import run_in_threadpool
 
 from chorus.serving.batcher import SpeechQueue
-from chorus.serving.custom_voices import CustomVoiceChecks
 from chorus.serving.engine import Engine
 from chorus.serving.errors import add_error_handlers
-from chorus.serving.job_process import ProcessJobRunner
 from chorus.serving.metrics import MetricsMiddleware
+from chorus.serving.onboarding.custom_voices import CustomVoiceChecks
+from chorus.serving.onboarding.job_process import ProcessJobRunner
+from chorus.serving.onboarding.job_runner import JobRunner
 from chorus.serving.page import add_web_page
 from chorus.serving.routes import ROUTERS
 from chorus.serving.server import VoiceServer
@@ -33,7 +34,6 @@ from chorus.serving.settings import ServeConfig, ServerSettings
 from chorus.serving.store import VoiceStore
 from chorus.serving.tenants import Tenants, check_bind
 from chorus.serving.voice_keys import resolve_stored
-from chorus.serving.worker import JobRunner
 
 log = logging.getLogger("chorus.serving.api")
 

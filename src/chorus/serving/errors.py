@@ -1,6 +1,7 @@
 """Refusals as OpenAI-shaped JSON: ``{"error": {"message", "type", "param", "code"}}`` with a status.
 
-:class:`ApiError` is what the routes raise; :func:`synthesis_error` maps what the engine and the store
+:class:`ApiError` is what the routes raise, :class:`UploadError` what the upload checks raise (here, low,
+so that every room may raise it); :func:`synthesis_error` maps what the engine and the store
 raise during speech to one; :func:`add_error_handlers` makes every error (an upload refused, an unknown
 route, a failed validation, a bug) such a body, never a stack trace.
 """
@@ -27,7 +28,6 @@ from chorus.serving.store import (
     VoiceNotReady,
     outage_errors,
 )
-from chorus.serving.uploads import UploadError
 
 log = logging.getLogger("chorus.serving.errors")
 
@@ -48,6 +48,14 @@ class ApiError(Exception):
         super().__init__(message)
         self.status, self.message, self.type, self.param, self.code = status, message, type, param, code
         self.headers = headers
+
+
+class UploadError(ValueError):
+    """An upload refused, with the HTTP status to answer (400 bad content, 413 too large, 415 not audio/zip)."""
+
+    def __init__(self, message: str, status: int = 400):
+        super().__init__(message)
+        self.status = status
 
 
 def error_response(

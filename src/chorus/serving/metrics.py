@@ -6,20 +6,21 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.process_collector import ProcessCollector
 
-if TYPE_CHECKING:
-    from chorus.serving.server import VoiceServer
+from chorus.serving.batcher import SpeechQueue
+from chorus.serving.engine import Engine
+from chorus.serving.onboarding.job_runner import JobRunner
 
 
 class Metrics:
-    """Prometheus metrics of one server, in a registry of its own."""
+    """Prometheus metrics of one server, in a registry of its own. It is given the parts it reads, not the
+    server that holds them, so that the server may import it (and it nothing above)."""
 
-    def __init__(self, server: VoiceServer):
+    def __init__(self, engine: Engine, batcher: SpeechQueue, jobs: JobRunner):
         self.registry = CollectorRegistry()
         self.requests = Counter(
             "chorus_http_requests",
@@ -39,17 +40,17 @@ class Metrics:
         )
         self.characters = Counter("chorus_speech_characters", "Characters of text synthesized", registry=self.registry)
         ProcessCollector(registry=self.registry)  # process_resident_memory_bytes, cpu seconds, open fds
-        self.registry.register(ServerCollector(server))
+        self.registry.register(ServerCollector(engine, batcher, jobs))
 
 
 class ServerCollector:
     """Engine cache and batcher counters, read at scrape time."""
 
-    def __init__(self, server: VoiceServer):
-        self.server = server
+    def __init__(self, engine: Engine, batcher: SpeechQueue, jobs: JobRunner):
+        self.engine, self.batcher, self.jobs = engine, batcher, jobs
 
     def collect(self):
-        stats = self.server.engine.stats()
+        stats = self.engine.stats()
         for name, value, text in [
             ("hits", stats.hits, "batches that found an adapted voice resident"),
             ("misses", stats.misses, "batches that had to load an adapted voice"),
@@ -64,7 +65,7 @@ class ServerCollector:
         )
         yield GaugeMetricFamily("chorus_cache_resident_voices", "Adapted voices resident", value=stats.resident_voices)
         yield GaugeMetricFamily("chorus_cache_capacity_bytes", "Adapter cache budget", value=stats.capacity_bytes)
-        b = self.server.batcher.stats
+        b = self.batcher.stats
         sizes = dict(b.batch_sizes)
         bounds = [1, 2, 4, 8, 16, 32, 64]
         buckets = [(str(le), sum(c for s, c in sizes.items() if s <= le)) for le in bounds]
@@ -82,9 +83,9 @@ class ServerCollector:
         for path, count in b.paths.items():
             paths.add_metric([path], count)
         yield paths
-        yield GaugeMetricFamily("chorus_onboarding_queued", "Onboarding jobs waiting", value=self.server.jobs.queued)
+        yield GaugeMetricFamily("chorus_onboarding_queued", "Onboarding jobs waiting", value=self.jobs.queued)
         yield GaugeMetricFamily(
-            "chorus_onboarding_running", "Onboarding jobs running", value=int(self.server.jobs.running is not None)
+            "chorus_onboarding_running", "Onboarding jobs running", value=int(self.jobs.running is not None)
         )
 
 

@@ -55,13 +55,13 @@ from ray import serve
 from chorus.serving.api import create_app
 from chorus.serving.batcher import Batcher, BatcherStats
 from chorus.serving.engine import AdaptedVoice, Engine, EngineVoice, UnknownVoice
-from chorus.serving.job_process import job_runner_for
-from chorus.serving.metadata import is_postgres_url
+from chorus.serving.onboarding.job_process import job_runner_for
+from chorus.serving.onboarding.job_runner import DATA_DIR, JobRunner, OnboardingJob, record_consent, write_job_file
 from chorus.serving.settings import ServeConfig, jobs_dir
 from chorus.serving.store import JobStatus, VoiceStore
+from chorus.serving.store.metadata import is_postgres_url
 from chorus.serving.tenants import Tenants, check_bind
 from chorus.serving.voice_keys import resolve_stored
-from chorus.serving.worker import DATA_DIR, JobRunner, OnboardingJob, record_consent, write_job_file
 from chorus.synthesis.forward import SentenceResult
 
 log = logging.getLogger("chorus.serving.ray")

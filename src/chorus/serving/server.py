@@ -15,12 +15,13 @@ from fastapi import Request
 from chorus.adapters.voice import CARD_FILE
 from chorus.models.speaker_mix import is_mix
 from chorus.serving.batcher import Batcher, SpeechQueue
-from chorus.serving.custom_voices import CustomVoiceChecks
 from chorus.serving.engine import Engine, EngineVoice
 from chorus.serving.errors import ApiError, voice_not_found
 from chorus.serving.metrics import Metrics
+from chorus.serving.onboarding.custom_voices import CustomVoiceChecks
+from chorus.serving.onboarding.job_runner import JobRunner
+from chorus.serving.onboarding.refinement import RefinementCheck
 from chorus.serving.quotas import RateLimiter, check_rate
-from chorus.serving.refinement import RefinementCheck
 from chorus.serving.schemas import AudioVoice, BaseVoice, CustomVoice, Job
 from chorus.serving.settings import OPENAI_VOICE_ALIASES, ServerSettings, jobs_dir
 from chorus.serving.store import (
@@ -36,7 +37,6 @@ from chorus.serving.store import (
 )
 from chorus.serving.tenants import Tenants, Unauthorized
 from chorus.serving.voice_keys import StoredVoice, voice_key
-from chorus.serving.worker import JobRunner
 
 _URL = re.compile(r"[a-zA-Z][a-zA-Z0-9+.-]*://\S+")
 log = logging.getLogger("chorus.serving.server")
@@ -114,7 +114,7 @@ class VoiceServer:
             refinement_check=RefinementCheck(self.settings.consent.max_refined_wer_increase),
         )
         self.batcher = batcher or Batcher.of_server(engine, self.settings)
-        self.metrics = Metrics(self)
+        self.metrics = Metrics(engine, self.batcher, self.jobs)
         self.custom_voices = custom_voices or CustomVoiceChecks(engine, self.settings.consent)
         self.aliases = speaker_aliases(self.settings.voice_aliases, engine)
         self.started = False

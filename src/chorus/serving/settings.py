@@ -2,7 +2,7 @@
 where a server's parts come from (:class:`ServeConfig`, for ``chorus serve`` with or without ``--ray``).
 
 The onboarding recipe is a :class:`chorus.recipe.AdaptConfig`, plain data: the routes and the server
-import no training code; only the onboarding worker (:mod:`chorus.serving.worker`) runs it.
+import no training code; only the onboarding worker (:mod:`chorus.serving.onboarding.job_runner`) runs it.
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ from pydantic import ConfigDict, PositiveInt, TypeAdapter, with_config
 
 from chorus.recipe import AdaptConfig
 from chorus.serving.store import VoiceStore
-from chorus.serving.uploads import UploadLimits
 
 JOBS_FOLDER = ".jobs"
 
@@ -52,7 +51,7 @@ class ConsentSettings:
     be and may be (OpenAI's 30 s: longer recordings go to ``POST /v1/voices``), a consent may be;
     instant_speakers: how many base speakers, nearest the sample, blend into its instant voice;
     max_refined_wer_increase: how much worse than its instant voice (word error rate on the check
-    sentences, :mod:`chorus.serving.refinement`) a refined voice may read and still replace it.
+    sentences, :mod:`chorus.serving.onboarding.refinement`) a refined voice may read and still replace it.
 
     The last one is here rather than on the sample recipe (``ServerSettings.adapt_sample``, an
     :class:`AdaptConfig`): it is a rule of these voices, which alone have an instant voice to lose, not a
@@ -60,7 +59,7 @@ class ConsentSettings:
     """
 
     phrases: dict[str, str] = field(default_factory=lambda: dict(CONSENT_PHRASES))
-    # The phrase check (chorus.serving.consent_phrase): how many function words ("I", "the", "to") may be missed,
+    # The phrase check (chorus.serving.onboarding.consent_phrase): how many function words ("I", "the", "to") may be missed,
     # added or swapped for another (Whisper tiny.en on espeak's reading of the phrase: 0 clean, 2-3 at 15-20 dB
     # SNR, its "Thank you." after noise among them), and below what probability an extra word is heard again
     # before it refuses (Whisper's inventions in noise: 0.01-0.4; words it was sure of: 0.6 and up).
@@ -71,7 +70,7 @@ class ConsentSettings:
     # split, above every wrong reading there ("Boris", "Coral", "Horace" for "Chorus"); see docs/serving.md.
     max_forced_words: int = 2
     forced_probability: float = 0.0082
-    # The consent's speech (chorus.serving.consent_speech): how far past its timestamps a word may reach (they
+    # The consent's speech (chorus.serving.onboarding.consent_speech): how far past its timestamps a word may reach (they
     # are about 0.1 s off), the longest a word may be (the alignment stretches a word over audio it did not
     # transcribe), and how much voiced audio a consent may hold beside the phrase's words (an "um", a breath
     # voiced, a word's edge past the pad); laundering adds seconds.
@@ -93,6 +92,25 @@ class ConsentSettings:
 
 
 @with_config(ConfigDict(extra="forbid"))
+@dataclass(frozen=True)
+class UploadLimits:
+    """What one onboarding upload may hold."""
+
+    max_upload_bytes: int = 100 << 20  # the whole multipart body
+    max_clips: int = 300
+    max_clip_bytes: int = 25 << 20  # one clip, as uploaded or as unpacked from the archive
+    min_clip_seconds: float = 0.3
+    max_clip_seconds: float = 30.0
+    min_total_seconds: float = 30.0  # as ``AdaptConfig.min_minutes``: less cannot make a voice
+    max_total_seconds: float = 20 * 60.0
+    max_transcript_chars: int = 1_000
+    max_archive_members: int = 1_000
+    max_unpacked_bytes: int = 400 << 20  # sum of an archive's declared member sizes
+    max_compression_ratio: float = 200.0  # per member; audio never compresses like this, a bomb does
+    min_sample_rate: int = 8_000
+    max_sample_rate: int = 192_000
+
+
 @dataclass(frozen=True)
 class TenantLimits:
     """What one tenant may ask of a server (:mod:`chorus.serving.quotas` enforces it).

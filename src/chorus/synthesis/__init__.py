@@ -13,13 +13,14 @@
 
 from chorus.synthesis.bases.chorus import ASSETS, DEFAULT_BASE, DEFAULT_VOCODER
 from chorus.synthesis.result import SynthesisResult
-from chorus.synthesis.synthesizer import SAMPLE_VOICE, Synthesizer, load_base
+from chorus.synthesis.synthesizer import PIPER_SAMPLE_VOICE, SAMPLE_VOICE, Synthesizer, load_base
 from chorus.synthesis.timeline import SENTENCE_SILENCE
 
 __all__ = [
     "ASSETS",
     "DEFAULT_BASE",
     "DEFAULT_VOCODER",
+    "PIPER_SAMPLE_VOICE",
     "SAMPLE_VOICE",
     "SENTENCE_SILENCE",
     "SynthesisResult",

@@ -114,6 +114,8 @@ class CachedVoice:
     loaded_at: float = field(default_factory=time.time)
     last_used: float = field(default_factory=time.time)
     base: Base | None = None
+    length_scale: float = 1.0  # the voice's own pace (VoiceCard.length_scale)
+    noise_scale: float | None = None  # the prior noise it speaks at (VoiceCard.noise_scale; None: the base's)
 
 
 @dataclass
@@ -392,7 +394,14 @@ class Engine:
 
     def _adapted_handle(self, voice: AdaptedVoice, entry: CachedVoice) -> VoiceHandle:
         row = self._default_speaker if voice.speaker is None else voice.speaker
-        return VoiceHandle(voice.key, entry.adapter, row, entry.mergeable)
+        return VoiceHandle(
+            voice.key,
+            entry.adapter,
+            row,
+            entry.mergeable,
+            length_scale=entry.length_scale,
+            noise_scale=entry.noise_scale,
+        )
 
     @contextmanager
     def using(
@@ -558,6 +567,8 @@ class Engine:
             is_mergeable(model, adapter),
             pinned=voice_id in self._pins,
             base=self.base.with_model(model) if voice.full else None,
+            length_scale=voice.card.length_scale if voice.card else 1.0,
+            noise_scale=voice.card.noise_scale if voice.card else None,
         )
         self._cache[voice_id] = entry
         self._stats.loads += 1

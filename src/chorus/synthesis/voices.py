@@ -69,13 +69,17 @@ class VoiceHandle:
     """How a forward runs one voice: ``adapter`` is the adapter's name inside the model (None: the bare
     base), ``speaker_id`` the row of the speaker table to feed (an adapted voice's own speaker vector,
     when it has one, overrides it), ``speaker_vector`` a blend's vector ``[speaker_dim]`` fed instead,
-    ``mergeable`` whether every method of the adapter folds into the base weights."""
+    ``mergeable`` whether every method of the adapter folds into the base weights, ``length_scale`` the
+    voice's own pace as a duration multiplier (a Piper voice adapted to a slower speaker: > 1), ``noise_scale``
+    the prior noise an adapted Piper voice speaks at (None: the base's)."""
 
     key: str
     adapter: str | None
     speaker_id: int
     mergeable: bool = False
     speaker_vector: torch.Tensor | None = None
+    length_scale: float = 1.0
+    noise_scale: float | None = None
 
     @classmethod
     def of(cls, voice: Speaker | Blend, default_speaker: int) -> VoiceHandle:

@@ -173,10 +173,14 @@ def _clock(seconds: float, separator: str) -> str:
     return f"{hours:02d}:{minutes:02d}:{millis // 1000:02d}{separator}{millis % 1000:03d}"
 
 
-def captions(words: list[Timestamp], kind: str, words_per_caption: int = 7) -> str:
-    """SRT (``kind="srt"``) or WebVTT (``"vtt"``) captions of ``words``, ``words_per_caption`` a cue."""
+def captions(words: list[Timestamp], kind: str, words_per_caption: int = 1) -> str:
+    """SRT (``kind="srt"``) or WebVTT (``"vtt"``) captions of ``words``, ``words_per_caption`` a cue: by
+    default one cue for each word (as written, :func:`as_written`), from when it is said to when it ends,
+    so a player shows each word as it is heard; more words a cue for captions read as lines."""
     if kind not in ("srt", "vtt"):
         raise ValueError(f"captions are 'srt' or 'vtt', not {kind!r}")
+    if words_per_caption < 1:
+        raise ValueError(f"words_per_caption must be >= 1, got {words_per_caption}")
     separator = "," if kind == "srt" else "."
     lines = ["WEBVTT", ""] if kind == "vtt" else []
     for number, first in enumerate(range(0, len(words), words_per_caption), start=1):

@@ -1,29 +1,30 @@
-"""Adapting a Piper voice (:class:`~chorus.models.piper_vits.PiperGenerator`) to a new speaker, without a
-posterior encoder.
+"""Adapting a Piper voice (:class:`~chorus.models.piper_vits.PiperGenerator`) to a new speaker.
 
-Piper's export keeps only the generator's inference direction, so VITS's own recipe (a posterior
-encoder gives each recording's latent, monotonic alignment search aligns it to the text prior) is not
-available. This recipe replaces both:
+Piper's export keeps only the generator's inference direction: no posterior encoder, no discriminators.
+Two recipes (:data:`RECIPES`), as named steps:
 
-1. **data**: each recording's phoneme durations come from aligning it to the base voice's own rendering of
-   the same text: the base speaks the text (noise 0), each phoneme id's mean MFCC over the frames it
-   spoke becomes a template, and monotonic alignment search (:mod:`chorus.models.alignment`, with its
-   near-diagonal beta-binomial prior) assigns the recording's frames to those templates. MFCCs are
-   normalized per utterance (mean and variance), which removes most of the difference between two
-   speakers' vocal tracts and channels while keeping which phoneme is said.
+1. **data**: each recording's phoneme ids and audio at the generator's rate. The ``aligned`` recipe also
+   aligns it now (:func:`align_durations`: the base speaks the text, its per-phoneme MFCC templates are
+   aligned to the recording by monotonic alignment search); the ``posterior`` recipe aligns as it trains.
 2. **model + adapters**: the registry's methods attach by module-name pattern (:data:`PLACEMENTS`), or every
    weight trains on a copy (full fine-tuning, the baseline).
-3. **optimizer**: AdamW on the trained tensors alone.
-4. **step loop**: the text is decoded with the recording's durations at noise 0, so the generated audio
-   lines up with the recording frame for frame; a random window of ``segment_frames`` latent frames per
-   clip goes through the HiFi-GAN decoder (as VITS trains it) and is compared with the same samples of the
-   recording: log-mel L1 plus a multi-resolution STFT loss. When nothing before the decoder trains, each
-   clip's latent is computed once and reused.
+3. **optimizer**: AdamW on the trained tensors (and, for ``posterior``, the posterior encoder's).
+4. **step loop**:
+   - ``posterior`` (the default; :func:`train_posterior`), VITS's generator step without its duration and
+     adversarial terms: a posterior encoder distilled from the base voice
+     (:mod:`chorus.training.piper_posterior`) reads each clip's latent; a window of it is decoded and
+     compared with the recording (log-mel L1 x ``mel_weight`` + multi-resolution STFT); the flow carries
+     the whole latent into the prior's space, where the KL to the text encoder's Gaussians, along the most
+     likely monotonic alignment, trains the text side. The posterior trains too and is dropped after.
+   - ``aligned`` (the first cut, which makes unintelligible voices; :func:`train`): the text is decoded
+     at the recording's aligned durations at noise 0, and a window is compared with the recording.
 5. **save**: a voice folder (:func:`chorus.adapters.voice.save_voice`) naming its base and the ONNX file's
-   sha256; the runtime (:mod:`chorus.synthesis.bases.piper`, which never imports training) speaks it:
+   sha256, with the pace its alignments measure (:func:`pace_of`) and the prior noise it speaks at; the
+   runtime (:mod:`chorus.synthesis.bases.piper`, which never imports training) speaks it:
    ``chorus synthesize --voice VOICE``.
 
-The duration predictor is not adapted: an adapted voice speaks at the base voice's pace.
+The duration predictor is not adapted (its training direction is not in the export): an adapted voice
+speaks at the base's relative durations, stretched to its own pace.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from importlib.resources import files
 from pathlib import Path
 
 import numpy as np
@@ -55,10 +57,13 @@ from chorus.audio.io import load_audio
 from chorus.audio.mel import MelConfig, MelSpectrogram
 from chorus.data.formats import Utterance, discover
 from chorus.models.alignment import beta_binomial_log_prior, monotonic_alignment_search
-from chorus.models.piper_vits import PiperGenerator
+from chorus.models.piper_posterior import PosteriorEncoder
+from chorus.models.piper_vits import PiperGenerator, sequence_mask
 from chorus.training.loss_log import LossLog
+from chorus.training.progress import step_progress
 from chorus.training.vocoder import multi_resolution_stft_loss
 
+SHIPPED_POSTERIOR = "piper_posterior_joe"  # chorus/assets folder: piper-joe's distilled posterior encoder
 VOICE = "voice"  # the adapter's name inside the generator while it trains
 
 # Module-name patterns of the generator's parts (Piper's names; see chorus.models.piper_vits).
@@ -79,6 +84,11 @@ def _either(*patterns: str) -> str:
 PLACEMENTS: dict[str, Callable[[], list[MethodConfig]]] = {
     "decoder": lambda: [LoraConfig(r=16, alpha=16, targets=DECODER), BitFitConfig(targets=DECODER_CONVS)],
     "text+flow": lambda: [LoraConfig(r=4, alpha=4, targets=_either(TEXT_ENCODER, FLOW))],
+    # Where multi-speaker VITS conditions on the speaker (flow and decoder; never the text encoder).
+    "flow+decoder": lambda: [
+        LoraConfig(r=4, alpha=4, targets=_either(FLOW, DECODER)),
+        BitFitConfig(targets=DECODER_CONVS),
+    ],
     "all": lambda: [
         LoraConfig(r=4, alpha=4, targets=_either(TEXT_ENCODER, FLOW, DECODER)),
         BitFitConfig(targets=DECODER_CONVS),
@@ -89,11 +99,35 @@ PLACEMENTS: dict[str, Callable[[], list[MethodConfig]]] = {
 }
 
 
+RECIPES = ("posterior", "aligned")
+
+
 @dataclass
 class PiperAdaptConfig:
     """How a Piper voice is adapted. ``placement`` names an entry of :data:`PLACEMENTS`, or ``full``."""
 
-    placement: str = field(default="all", metadata={"help": f"one of {', '.join(PLACEMENTS)}, or full"})
+    placement: str = field(default="flow+decoder", metadata={"help": f"one of {', '.join(PLACEMENTS)}, or full"})
+    recipe: str = field(
+        default="posterior",
+        metadata={
+            "help": "posterior: a distilled posterior encoder reads each recording's latent (VITS's way); "
+            "aligned: the text decoded at durations aligned by MFCC templates (the first cut, which fails)"
+        },
+    )
+    posterior: str | None = field(
+        default=None, metadata={"help": "posterior encoder folder (default: the one shipped for piper-joe)"}
+    )
+    posterior_learning_rate: float = field(default=2e-4, metadata={"help": "the posterior encoder's (VITS's)"})
+    mel_weight: float = field(default=45.0, metadata={"help": "weight of the mel L1 (VITS's c_mel; posterior recipe)"})
+    kl_weight: float = field(default=1.0, metadata={"help": "weight of the KL to the text prior (posterior recipe)"})
+    # Chosen on flite-slt's development clips (never the figures' split), a 300-step "all" voice:
+    # WER 43.4 / 38.0 / 36.7 %, MOS 1.87 / 1.87 / 1.80 at 0.667 / 0.333 / 0 (bench/README, "Adapting a Piper
+    # voice"). The prior an adapter learns from minutes of speech is wider than the base's own.
+    # The default placement was chosen after, on the same clips at this noise: flow+decoder WER 16.9 %,
+    # all 38.0 %, text+flow 47.6 %.
+    speak_noise_scale: float | None = field(
+        default=0.333, metadata={"help": "the prior noise the voice speaks at (recorded in it); None: the base's"}
+    )
     steps: int = field(default=300, metadata={"help": "optimizer steps"})
     batch_size: int = field(default=4, metadata={"help": "clips per step (one window each)"})
     segment_frames: int = field(
@@ -119,6 +153,8 @@ class PiperAdaptConfig:
     max_minutes: float = field(default=math.inf, metadata={"help": "stop after this much training time"})
 
     def __post_init__(self) -> None:
+        if self.recipe not in RECIPES:
+            raise ValueError(f"recipe {self.recipe!r}: choose one of {', '.join(RECIPES)}")
         if self.placement not in PLACEMENTS and self.placement != FULL_FINE_TUNING:
             raise ValueError(f"placement {self.placement!r}: choose one of {', '.join(PLACEMENTS)}, or full")
         if self.steps < 0 or self.batch_size <= 0 or self.segment_frames <= 0 or self.context_frames < 0:
@@ -141,16 +177,18 @@ STFT_RESOLUTIONS = ((512, 128, 512), (1024, 256, 1024), (2048, 512, 2048))
 @dataclass
 class Clip:
     """One recording ready to train on: ids ``[time]``, audio ``[frames * hop]`` at the generator's rate,
-    durations ``[time]`` (frames per id, summing to the recording's frames)."""
+    durations ``[time]`` (frames per id, summing to the recording's frames; the ``aligned`` recipe's, None
+    for the ``posterior`` recipe, which aligns as it trains)."""
 
     key: str
     ids: torch.Tensor
     audio: torch.Tensor
-    durations: torch.Tensor
+    durations: torch.Tensor | None
+    hop_length: int = 256
 
     @property
     def frames(self) -> int:
-        return int(self.durations.sum())
+        return len(self.audio) // self.hop_length
 
 
 def _mfcc(audio: torch.Tensor, mel: MelSpectrogram, coefficients: int = 20) -> torch.Tensor:
@@ -192,15 +230,16 @@ def align_durations(generator: PiperGenerator, ids: torch.Tensor, audio: torch.T
     return path.sum(1).long()
 
 
-def prepare_clips(generator: PiperGenerator, utterances: Sequence[Utterance]) -> list[Clip]:
-    """Phoneme ids, audio (trimmed to whole hops) and aligned durations of each utterance."""
+def prepare_clips(generator: PiperGenerator, utterances: Sequence[Utterance], align: bool = True) -> list[Clip]:
+    """Phoneme ids, audio (trimmed to whole hops) and, with ``align``, aligned durations of each utterance."""
     clips = []
     hop = generator.hop_length
     for utterance in utterances:
         ids = torch.tensor(generator.voice.text_ids(utterance.text))
         audio = torch.from_numpy(load_audio(utterance.audio_path, generator.sample_rate)).float()
         audio = audio[: len(audio) // hop * hop]
-        clips.append(Clip(utterance.key, ids, audio, align_durations(generator, ids, audio)))
+        durations = align_durations(generator, ids, audio) if align else None
+        clips.append(Clip(utterance.key, ids, audio, durations, hop))
     return clips
 
 
@@ -296,12 +335,63 @@ def target_windows(clips: Sequence[Clip], starts: Sequence[int], config: PiperAd
 @dataclass
 class PiperAdaptResult:
     """What :func:`adapt_piper` returns: the model (the generator with its voice active, or the fully
-    fine-tuned copy), the voice folder (None for full fine-tuning unless saved), the card, the log rows."""
+    fine-tuned copy), the voice folder (None for full fine-tuning unless saved), the card, the log rows,
+    and the posterior recipe's posterior encoder as it trained on the clips (not part of the voice)."""
 
     model: PiperGenerator
     voice_dir: Path | None
     card: VoiceCard
     log: list[dict]
+    posterior: PosteriorEncoder | None = None
+
+
+class StepLog:
+    """Mean loss terms every ``log_every`` steps, with wall and CPU seconds (on a shared machine the wall
+    clock also counts the neighbours), into the loss log; with ``progress``, a progress bar (stderr).
+    Use it as a context manager around the step loop."""
+
+    def __init__(self, config: PiperAdaptConfig, log: LossLog | None, progress: bool) -> None:
+        self.config, self.log = config, log
+        self.rows: list[dict] = []
+        self.window: list[dict[str, float]] = []
+        self.bar = step_progress(f"adapt the Piper voice ({config.recipe}, {config.placement})", progress)
+        self.task = self.bar.add_task("steps", total=config.steps, status="")
+        self.started, self.cpu_started = time.perf_counter(), time.process_time()
+
+    def __enter__(self) -> StepLog:
+        self.bar.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.bar.stop()
+
+    def add(self, step: int, terms: dict[str, torch.Tensor]) -> None:
+        self.window.append({k: float(v.detach()) for k, v in terms.items()})
+        self.bar.update(self.task, completed=step, status=f"loss {self.window[-1]['loss']:.3f}")
+        if step % self.config.log_every and step != self.config.steps:
+            return
+        row = {
+            "step": step,
+            "seconds": round(self.seconds, 1),
+            "cpu_seconds": round(time.process_time() - self.cpu_started, 1),
+        }
+        row.update({k: round(float(np.mean([w[k] for w in self.window])), 4) for k in self.window[0]})
+        self.rows.append(row)
+        self.window = []
+        if self.log is not None:
+            self.log.append([row])
+
+    @property
+    def seconds(self) -> float:
+        return time.perf_counter() - self.started
+
+    @property
+    def out_of_time(self) -> bool:
+        return self.seconds > self.config.max_minutes * 60
+
+
+def _optimizer(groups: list[dict]) -> torch.optim.Optimizer:
+    return torch.optim.AdamW(groups, betas=(0.8, 0.99), weight_decay=0.0)
 
 
 def train(
@@ -312,9 +402,9 @@ def train(
     log: LossLog | None = None,
     progress: bool = False,
 ) -> tuple[list[dict], int, float]:
-    """The step loop; returns (log rows, steps run, training seconds)."""
+    """The ``aligned`` recipe's step loop; returns (log rows, steps run, training seconds)."""
     rng = np.random.default_rng(config.seed)
-    optimizer = torch.optim.AdamW(trainable, lr=_learning_rate(config), betas=(0.8, 0.99), weight_decay=0.0)
+    optimizer = _optimizer([{"params": trainable, "lr": _learning_rate(config)}])
     loss_fn = SegmentLoss(model, config.stft_weight)
     trained = {id(p) for p in trainable}
     # Nothing before the decoder trains: each clip's latent is fixed, computed once.
@@ -323,42 +413,141 @@ def train(
     if not upstream and not config.noise_scale:
         with torch.no_grad():
             fixed = [z for i in range(0, len(clips), 8) for z in clip_latents(model, clips[i : i + 8])]
-    rows, window, step = [], [], 0
-    started, cpu_started = time.perf_counter(), time.process_time()
+    step = 0
     model.train()
-    for step in range(1, config.steps + 1):
-        chosen = rng.choice(len(clips), size=min(config.batch_size, len(clips)), replace=False)
-        batch = [clips[i] for i in chosen]
-        if fixed is not None:
-            latents = [fixed[i] for i in chosen]
-        else:
-            with torch.set_grad_enabled(bool(upstream)):
-                latents = clip_latents(model, batch, config.noise_scale, noise)
-        starts = [int(rng.integers(0, max(1, c.frames - config.segment_frames) + 1)) for c in batch]
-        generated = decode_windows(model, latents, starts, config)
-        terms = loss_fn(generated, target_windows(batch, starts, config, model.hop_length))
-        optimizer.zero_grad(set_to_none=True)
-        terms["loss"].backward()
-        optimizer.step()
-        window.append({k: float(v.detach()) for k, v in terms.items()})
-        if step % config.log_every == 0 or step == config.steps:
-            # CPU seconds beside wall seconds: on a shared machine the wall clock also counts the neighbours.
-            row = {
-                "step": step,
-                "seconds": round(time.perf_counter() - started, 1),
-                "cpu_seconds": round(time.process_time() - cpu_started, 1),
-            }
-            row.update({k: round(float(np.mean([w[k] for w in window])), 4) for k in window[0]})
-            rows.append(row)
-            window = []
-            if log is not None:
-                log.append([row])
-            if progress:
-                print(row, flush=True)
-        if time.perf_counter() - started > config.max_minutes * 60:
-            break
+    with StepLog(config, log, progress) as steps:
+        for step in range(1, config.steps + 1):
+            chosen = rng.choice(len(clips), size=min(config.batch_size, len(clips)), replace=False)
+            batch = [clips[i] for i in chosen]
+            if fixed is not None:
+                latents = [fixed[i] for i in chosen]
+            else:
+                with torch.set_grad_enabled(bool(upstream)):
+                    latents = clip_latents(model, batch, config.noise_scale, noise)
+            starts = [int(rng.integers(0, max(1, c.frames - config.segment_frames) + 1)) for c in batch]
+            generated = decode_windows(model, latents, starts, config)
+            terms = loss_fn(generated, target_windows(batch, starts, config, model.hop_length))
+            optimizer.zero_grad(set_to_none=True)
+            terms["loss"].backward()
+            optimizer.step()
+            steps.add(step, terms)
+            if steps.out_of_time:
+                break
     model.eval()
-    return rows, step, time.perf_counter() - started
+    return steps.rows, step, steps.seconds
+
+
+# ---------------------------------------------------------------- the posterior recipe
+
+
+def prior_log_likelihood(z_p: torch.Tensor, m_p: torch.Tensor, logs_p: torch.Tensor) -> torch.Tensor:
+    """Log-likelihood of every latent frame under every phoneme's Gaussian (VITS's ``neg_cent``):
+    z_p ``[batch, inter, frames]``, m_p and logs_p ``[batch, inter, time]`` -> ``[batch, time, frames]``."""
+    inverse_variance = torch.exp(-2 * logs_p)
+    constant = torch.sum(-0.5 * math.log(2 * math.pi) - logs_p, dim=1)[:, :, None]  # [B, T, 1]
+    quadratic = (inverse_variance.transpose(1, 2) @ (-0.5 * z_p.pow(2))) + (
+        (m_p * inverse_variance).transpose(1, 2) @ z_p
+    )
+    mean_term = torch.sum(-0.5 * m_p.pow(2) * inverse_variance, dim=1)[:, :, None]
+    return constant + quadratic + mean_term
+
+
+def prior_kl(
+    z_p: torch.Tensor, logs_q: torch.Tensor, m_p: torch.Tensor, logs_p: torch.Tensor, mask: torch.Tensor
+) -> torch.Tensor:
+    """VITS's KL term: the posterior's sample z_p (in the prior's space) against the aligned prior, all
+    ``[batch, inter, frames]``; summed over channels, averaged over the masked frames ``[batch, 1, frames]``."""
+    kl = logs_p - logs_q - 0.5 + 0.5 * (z_p - m_p).pow(2) * torch.exp(-2 * logs_p)
+    return (kl * mask).sum() / mask.sum()
+
+
+def load_posterior(config: PiperAdaptConfig) -> PosteriorEncoder:
+    """The configured posterior encoder, or the one shipped for piper-joe."""
+    return PosteriorEncoder.load(config.posterior or files("chorus.assets") / SHIPPED_POSTERIOR).float()
+
+
+def align_to_prior(
+    model: PiperGenerator, posterior: PosteriorEncoder, batch: Sequence[Clip], sample: bool = True
+) -> tuple[torch.Tensor, ...]:
+    """A batch's latents and their alignment to its text: z (the posterior's draw; its mean unless
+    ``sample``), logs_q, z_p (z in the
+    prior's space), the prior's m_p and logs_p expanded to frames along the most likely monotonic path,
+    all ``[batch, inter, frames]``; the frame mask ``[batch, 1, frames]`` and durations ``[batch, time]``."""
+    ids = _pad_stack([c.ids for c in batch])
+    text_lengths = torch.tensor([len(c.ids) for c in batch])
+    frame_lengths = torch.tensor([c.frames for c in batch])
+    z, _, logs_q, frame_mask = posterior(_pad_stack([c.audio for c in batch]), frame_lengths, sample)
+    _, m_p, logs_p = model.enc_p(ids, sequence_mask(text_lengths, ids.shape[1]))
+    z_p = model.flow.encode(z, frame_mask)
+    with torch.no_grad():
+        path = monotonic_alignment_search(prior_log_likelihood(z_p, m_p, logs_p), text_lengths, frame_lengths)
+    m_frames, logs_frames = m_p @ path, logs_p @ path  # [B, inter, T] @ [B, T, F]
+    return z, logs_q, z_p, m_frames, logs_frames, frame_mask, path.sum(2)
+
+
+def train_posterior(
+    model: PiperGenerator,
+    posterior: PosteriorEncoder,
+    clips: Sequence[Clip],
+    trainable: list[torch.nn.Parameter],
+    config: PiperAdaptConfig,
+    log: LossLog | None = None,
+    progress: bool = False,
+) -> tuple[list[dict], int, float]:
+    """The ``posterior`` recipe's step loop (VITS's generator step without its duration and adversarial
+    terms): the posterior encoder reads each clip's latent; the decoder renders a window of it, judged
+    against the recording (mel L1 x ``mel_weight`` + multi-resolution STFT); the flow carries the whole
+    latent to the text prior's space, judged by the KL to the prior along the monotonic alignment.
+    The posterior trains fully (it is not part of the voice); the generator trains through the adapters."""
+    rng = np.random.default_rng(config.seed)
+    posterior.train()
+    optimizer = _optimizer(
+        [
+            {"params": trainable, "lr": _learning_rate(config)},
+            {"params": list(posterior.parameters()), "lr": config.posterior_learning_rate},
+        ]
+    )
+    loss_fn = SegmentLoss(model, config.stft_weight)
+    step = 0
+    model.train()
+    with StepLog(config, log, progress) as steps:
+        for step in range(1, config.steps + 1):
+            chosen = rng.choice(len(clips), size=min(config.batch_size, len(clips)), replace=False)
+            batch = [clips[i] for i in chosen]
+            z, logs_q, z_p, m_p, logs_p, frame_mask, _ = align_to_prior(model, posterior, batch)
+            kl = prior_kl(z_p, logs_q, m_p, logs_p, frame_mask)
+            starts = [int(rng.integers(0, max(1, c.frames - config.segment_frames) + 1)) for c in batch]
+            latents = [z[i, :, : c.frames] for i, c in enumerate(batch)]
+            generated = decode_windows(model, latents, starts, config)
+            terms = loss_fn(generated, target_windows(batch, starts, config, model.hop_length))
+            loss = config.mel_weight * terms["mel_l1"] + config.stft_weight * (terms["stft_sc"] + terms["stft_log_mag"])
+            terms.update(loss=loss + config.kl_weight * kl, kl=kl)
+            optimizer.zero_grad(set_to_none=True)
+            terms["loss"].backward()
+            torch.nn.utils.clip_grad_norm_([*trainable, *posterior.parameters()], 10.0)
+            optimizer.step()
+            steps.add(step, terms)
+            if steps.out_of_time:
+                break
+    model.eval()
+    posterior.eval()
+    return steps.rows, step, steps.seconds
+
+
+@torch.no_grad()
+def pace_of(model: PiperGenerator, posterior: PosteriorEncoder, clips: Sequence[Clip]) -> float:
+    """The recordings' pace against the duration predictor's (which no adapter changes): frames the
+    adapted prior aligns to the text over frames the predictor gives it (noise 0), over all clips. The
+    voice speaks at this ``length_scale``."""
+    aligned = predicted = 0.0
+    for i in range(0, len(clips), 8):
+        batch = clips[i : i + 8]
+        durations = align_to_prior(model, posterior, batch, sample=False)[-1]
+        aligned += float(durations.sum())
+        ids = _pad_stack([c.ids for c in batch])
+        lengths = torch.tensor([len(c.ids) for c in batch])
+        predicted += float(model.latent(ids, lengths, noise_scale=0.0, length_scale=1.0, noise_w=0.0)[2].sum())
+    return aligned / predicted
 
 
 # ---------------------------------------------------------------- the recipe
@@ -380,17 +569,22 @@ def adapt_piper(
     torch.set_num_threads(config.threads)
     torch.manual_seed(config.seed)
     utterances = discover(data)[0] if isinstance(data, (str, Path)) else list(data)
-    clips = prepare_clips(generator, utterances)  # durations from the base, before any adapter exists
+    aligned = config.recipe == "aligned"
+    # The aligned recipe's durations come from the base, before any adapter exists.
+    clips = prepare_clips(generator, utterances, align=aligned)
     minutes = sum(len(c.audio) for c in clips) / generator.sample_rate / 60
     model, trainable = attach_voice(generator, config)
     if out:
         Path(out).parent.mkdir(parents=True, exist_ok=True)  # the log is written beside the voice from step one
-    log = (
-        LossLog(Path(f"{out}.log.csv"), ["step", "seconds", "cpu_seconds", "loss", "mel_l1", "stft_sc", "stft_log_mag"])
-        if out
-        else None
-    )
-    rows, steps, seconds = train(model, clips, trainable, config, log, progress)
+    columns = ["step", "seconds", "cpu_seconds", "loss", "mel_l1", "stft_sc", "stft_log_mag"]
+    log = LossLog(Path(f"{out}.log.csv"), columns + ([] if aligned else ["kl"])) if out else None
+    pace, posterior = 1.0, None
+    if aligned:
+        rows, steps, seconds = train(model, clips, trainable, config, log, progress)
+    else:
+        posterior = load_posterior(config)
+        rows, steps, seconds = train_posterior(model, posterior, clips, trainable, config, log, progress)
+        pace = round(pace_of(model, posterior, clips), 4)
     configs = config.method_configs()
     card = VoiceCard(
         name=Path(out).name if out else VOICE,
@@ -406,10 +600,12 @@ def adapt_piper(
             "loss_end": rows[-1]["loss"] if rows else None,
             "train_cpu_seconds": rows[-1]["cpu_seconds"] if rows else 0.0,
         },
-        notes={"recipe": "piper_adapt", "placement": config.placement, "threads": config.threads},
+        notes={"recipe": config.recipe, "placement": config.placement, "threads": config.threads},
+        length_scale=pace,
+        noise_scale=None if aligned else config.speak_noise_scale,
     )
     voice_dir = None if out is None or config.full else save_voice(out, model, VOICE, configs, card)
-    return PiperAdaptResult(model, voice_dir, card, rows)
+    return PiperAdaptResult(model, voice_dir, card, rows, posterior)
 
 
 __all__ = [

@@ -4,7 +4,7 @@ create, list, retrieve, rename, delete) and voices from one sample (``POST /v1/a
 ``GET /v1/audio/voice_consents/phrases`` for what a consent must read (clients show it before recording).
 
 A consent must read the server's phrase for its language; a sample must be the consent's speaker
-(:mod:`chorus.serving.custom_voices`). A new voice speaks at once as its instant voice and is refined by an
+(:mod:`chorus.serving.onboarding.custom_voices`). A new voice speaks at once as its instant voice and is refined by an
 adaptation job in the background (the sample transcribed and cut at silences); once that job is done the
 voice's next request speaks the adapted voice. A consent is kept while any voice made under it exists:
 deleting it then is refused (409, naming the voices), since it is their audit record.
@@ -20,6 +20,9 @@ from fastapi import APIRouter, Request
 from starlette.concurrency import run_in_threadpool
 
 from chorus.serving.errors import ApiError
+from chorus.serving.onboarding.job_runner import SAMPLE, OnboardingJob
+from chorus.serving.onboarding.upload_form import form_file, form_text, read_multipart
+from chorus.serving.onboarding.uploads import RecordingTooLong, decode_recording, prepare_clips
 from chorus.serving.quotas import check_onboarding, quota_reached
 from chorus.serving.routes.deps import ERRORS, Server, Tenant, read_json
 from chorus.serving.schemas import (
@@ -40,9 +43,6 @@ from chorus.serving.store import (
     VoiceConflict,
     check_id,
 )
-from chorus.serving.upload_form import form_file, form_text, read_multipart
-from chorus.serving.uploads import RecordingTooLong, decode_recording, prepare_clips
-from chorus.serving.worker import SAMPLE, OnboardingJob
 
 router = APIRouter()
 

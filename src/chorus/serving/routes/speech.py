@@ -7,7 +7,9 @@ The body is ``{"model", "input", "voice", "response_format", "speed", "instructi
 (:func:`chorus.synthesis.timeline.layout`: sentences, the silence between them, SSML breaks), so the same
 text and voice give the same samples as ``chorus synthesize``. Text of several sentences is streamed
 (chunked) sentence by sentence as each is made, one encoder over the whole text; a streamed WAV's header
-says "unknown length" (sizes 0xFFFFFFFF). FLAC is sent whole. ``stream_format: "sse"`` sends OpenAI's
+says "unknown length" (sizes 0xFFFFFFFF). Text of one sentence (SSML breaks around it or not) is known whole
+once that sentence is made, before any byte goes out: it is sent whole, a WAV with its true sizes. FLAC
+is sent whole. ``stream_format: "sse"`` sends OpenAI's
 ``speech.audio.delta`` / ``speech.audio.done`` events. The captioned route answers JSON with the audio
 (base64) and every word's and phoneme's start and end, from the durations the model predicted.
 """
@@ -158,7 +160,9 @@ async def speech(request: Request, tenant: Tenant, server: Server):
         first = await job.speak(server, job.pieces[first_index])
     except Exception as error:  # noqa: BLE001 - mapped to a status and a message
         raise job.failed(error) from None
-    if body.stream_format == "audio" and (len(job.pieces) == 1 or not FORMATS[body.response_format].streams):
+    # With its only sentence made, the whole answer is known before its first byte: sent whole, true sizes.
+    only_sentence = sum(isinstance(p, str) for p in job.pieces) == 1
+    if body.stream_format == "audio" and (only_sentence or not FORMATS[body.response_format].streams):
         return await _whole(request, server, job, first_index, first, out_rate, media_type, headers)
     audio = _streamed(server, job, first_index, first, out_rate)
     if body.stream_format == "sse":
@@ -206,8 +210,9 @@ async def _streamed(server: VoiceServer, job: SpeechJob, first_index: int, first
     encoder = AudioStream(job.body.response_format, rate, out_rate)
     try:
         for index, piece in enumerate(job.pieces):
+            last = index == len(job.pieces) - 1  # a WAV that is one piece says its true length (as SSE can be)
             if isinstance(piece, Pause):
-                yield encoder.write(silence(piece, rate))
+                yield encoder.write(silence(piece, rate), last)
                 continue
             if index == first_index:
                 result = first
@@ -215,7 +220,7 @@ async def _streamed(server: VoiceServer, job: SpeechJob, first_index: int, first
                 result = await asyncio.wrap_future(futures.popleft())
                 admit()
             server.metrics.audio_seconds.inc(result.duration)
-            yield encoder.write(result.audio)
+            yield encoder.write(result.audio, last)
         yield encoder.close()
     except Exception:
         # Headers are gone: the only honest signal left is a stream cut short.

@@ -13,13 +13,13 @@ from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
 from chorus.serving.errors import ApiError
+from chorus.serving.onboarding.job_runner import OnboardingJob
+from chorus.serving.onboarding.upload_form import read_onboarding_form
 from chorus.serving.quotas import check_onboarding, quota_reached
 from chorus.serving.routes.deps import ERRORS, Server, Tenant
 from chorus.serving.schemas import AudioVoices, BaseVoice, CreatedJob, CustomVoice, VoiceDeleted, VoiceList, VoiceName
 from chorus.serving.server import stage_of
 from chorus.serving.store import QuotaReached, VoiceConflict, VoiceStatus
-from chorus.serving.upload_form import read_onboarding_form
-from chorus.serving.worker import OnboardingJob
 
 router = APIRouter()
 

@@ -3,7 +3,7 @@ machine, PostgreSQL for servers on several), adapter folders as blobs under any 
 layout and its commit markers: :mod:`.layout`).
 
 Metadata lives in one SQLite file on local disk (the default, ``<root>/store.sqlite3``) or in
-PostgreSQL (:mod:`chorus.serving.metadata`); a remote ``root_url`` needs an explicit ``database``. A
+PostgreSQL (:mod:`chorus.serving.store.metadata`); a remote ``root_url`` needs an explicit ``database``. A
 voice's status says whether it may be served: only ``ready`` voices are, and only after their files match
 the recorded checksums on that very load.
 
@@ -39,13 +39,13 @@ from typing import Self
 
 import fsspec
 
-from chorus.serving.metadata import Database, open_database, public_url
 from chorus.serving.store.backends import Backends, outage_errors
 from chorus.serving.store.cache import DownloadCache, default_cache_dir
 from chorus.serving.store.consents import Consents
 from chorus.serving.store.jobs import Jobs
 from chorus.serving.store.layout import MARKER_FILE, BlobLayout
 from chorus.serving.store.maintenance import CopyReport, Maintenance, RepairReport, VerifyReport
+from chorus.serving.store.metadata import Database, open_database, public_url
 from chorus.serving.store.owners import LEASE_SECONDS, Owners, RecoveryReport
 from chorus.serving.store.records import (
     ACTIVE_JOB,
@@ -175,7 +175,7 @@ class VoiceStore:
 
     @property
     def database(self) -> Database:
-        """The metadata database (:mod:`chorus.serving.metadata`), shared by every part of the store."""
+        """The metadata database (:mod:`chorus.serving.store.metadata`), shared by every part of the store."""
         return self._backends.db
 
     @property

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from chorus.serving.metadata import Database
 from chorus.serving.store.layout import BlobLayout
+from chorus.serving.store.metadata import Database
 
 
 @dataclass(frozen=True)
 class Backends:
-    """``layout``: the voice folders. ``db``: the metadata (:mod:`chorus.serving.metadata`); every write is
+    """``layout``: the voice folders. ``db``: the metadata (:mod:`chorus.serving.store.metadata`); every write is
     one ``db.transaction()``, exclusive across the servers sharing it. ``owner``: who this store is to the
     others on the same database: work in flight (an upload, a deletion, a job) carries it, and its
     heartbeat says it is alive (see :mod:`chorus.serving.store.owners`)."""

@@ -10,8 +10,8 @@ import threading
 from pathlib import Path
 
 from chorus.atomic import atomic_write_folder
-from chorus.serving.metadata import is_postgres_url, sqlite_path
 from chorus.serving.store.layout import LOCAL, BlobLayout, Manifest, mismatches
+from chorus.serving.store.metadata import is_postgres_url, sqlite_path
 
 
 class DownloadCache:

@@ -1,6 +1,6 @@
 """The job queue of a store: training jobs queued for new voices (within a tenant's quotas), claimed by
 exactly one worker of the servers sharing the store, their progress, and the clips they train on.
-Every claim is a write transaction, exclusive across servers (:mod:`chorus.serving.metadata`)."""
+Every claim is a write transaction, exclusive across servers (:mod:`chorus.serving.store.metadata`)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import uuid
 from pathlib import Path
 
 from chorus.atomic import atomic_write_folder
-from chorus.serving.metadata import Sql
 from chorus.serving.store.backends import Backends
+from chorus.serving.store.metadata import Sql
 from chorus.serving.store.records import (
     ACTIVE_JOB,
     FINISHED_JOB,

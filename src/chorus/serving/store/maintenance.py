@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from chorus.adapters.voice import CARD_FILE, WEIGHTS_FILE
-from chorus.serving.metadata import SqliteDatabase
 from chorus.serving.store.backends import Backends
 from chorus.serving.store.layout import LOCAL, MARKER_FILE, mismatches
+from chorus.serving.store.metadata import SqliteDatabase
 from chorus.serving.store.records import VoiceConflict, VoiceCorrupted, VoiceRecord, VoiceStatus, voice_record
 from chorus.serving.store.voices import Voices
 

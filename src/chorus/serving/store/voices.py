@@ -14,10 +14,10 @@ from pathlib import Path
 from typing import NoReturn
 
 from chorus.adapters.voice import WEIGHTS_FILE, read_voice
-from chorus.serving.metadata import Sql
 from chorus.serving.store.backends import Backends, outage_errors
 from chorus.serving.store.cache import DownloadCache
 from chorus.serving.store.layout import LOCAL, MARKER_FILE, Manifest, digest, mismatches, voice_files
+from chorus.serving.store.metadata import Sql
 from chorus.serving.store.records import (
     ACTIVE_JOB,
     JobNotFound,

@@ -125,14 +125,21 @@ class PiperBase(Base):
             ids = torch.zeros(len(rows), int(lengths.max()), dtype=torch.long)
             for row, item in enumerate(encoded):
                 ids[row, : len(item.ids)] = torch.tensor(item.ids)
-            # speed 2 halves every duration: the voice's own length_scale divided by each row's speed.
-            pace = torch.tensor([voice.length_scale / float(s.speed) for s in rows], device=device).view(-1, 1, 1)
+            # speed 2 halves every duration: the base voice's length_scale times the adapted voice's own
+            # pace, divided by each row's speed.
+            pace = [voice.length_scale * s.voice.length_scale / float(s.speed) for s in rows]
+            pace = torch.tensor(pace, device=device).view(-1, 1, 1)
+            # Prior noise: the settings' when given (for every row), else each adapted voice's own, else the base's.
+            noise_scale = self.settings.noise_scale
+            if noise_scale is None and any(s.voice.noise_scale is not None for s in rows):
+                own = [voice.noise_scale if s.voice.noise_scale is None else s.voice.noise_scale for s in rows]
+                noise_scale = torch.tensor(own, device=device).view(-1, 1, 1)
             noise = [torch.Generator().manual_seed(self.settings.seed) for _ in rows]
             with routed(self.model, [s.voice for s in rows], merge) as path, torch.no_grad():
                 out = self.model(
                     ids.to(device),
                     lengths.to(device),
-                    noise_scale=self.settings.noise_scale,
+                    noise_scale=noise_scale,
                     length_scale=pace,
                     noise_w=self.settings.noise_w,
                     generator=noise,

@@ -2,7 +2,7 @@
 gains the likeness.
 
 The onboarding job keeps a refinement only if it improved the mel loss on the held-out part of the sample
-(:class:`chorus.serving.worker.JobRunner`), and mel loss measures likeness, not words: one probe voice
+(:class:`chorus.serving.onboarding.job_runner.JobRunner`), and mel loss measures likeness, not words: one probe voice
 lowered it and went from a word error rate of 0.08 to 0.31. So both voices read :data:`CHECK_SENTENCES`
 (each voice's in one batched forward and vocoder pass, Griffin-Lim as the job has no other vocoder),
 Whisper transcribes them, and the refined voice is kept only if its corpus word error rate is at most the

@@ -21,37 +21,12 @@ import numpy as np
 import soundfile as sf
 
 from chorus.audio.io import AudioTooLong, decode_with_av
+from chorus.serving.errors import UploadError
 from chorus.serving.json_body import BodyError, loads_bounded
+from chorus.serving.settings import UploadLimits
 
 AUDIO_SUFFIXES = (".wav", ".flac", ".ogg", ".oga", ".opus", ".mp3", ".aiff", ".aif", ".m4a", ".aac", ".webm")
 _SAFE_ID = re.compile(r"[^A-Za-z0-9_-]+")
-
-
-@dataclass(frozen=True)
-class UploadLimits:
-    """What one onboarding upload may hold."""
-
-    max_upload_bytes: int = 100 << 20  # the whole multipart body
-    max_clips: int = 300
-    max_clip_bytes: int = 25 << 20  # one clip, as uploaded or as unpacked from the archive
-    min_clip_seconds: float = 0.3
-    max_clip_seconds: float = 30.0
-    min_total_seconds: float = 30.0  # as ``AdaptConfig.min_minutes``: less cannot make a voice
-    max_total_seconds: float = 20 * 60.0
-    max_transcript_chars: int = 1_000
-    max_archive_members: int = 1_000
-    max_unpacked_bytes: int = 400 << 20  # sum of an archive's declared member sizes
-    max_compression_ratio: float = 200.0  # per member; audio never compresses like this, a bomb does
-    min_sample_rate: int = 8_000
-    max_sample_rate: int = 192_000
-
-
-class UploadError(ValueError):
-    """An upload refused, with the HTTP status to answer (400 bad content, 413 too large, 415 not audio/zip)."""
-
-    def __init__(self, message: str, status: int = 400):
-        super().__init__(message)
-        self.status = status
 
 
 class RecordingTooLong(UploadError):

@@ -11,10 +11,10 @@ Jobs start from a fork server that has imported torch and Chorus once: a job is 
 fraction of a second, without the server's threads (uvicorn, the batcher) in the child. The child opens
 the store itself on behalf of the server (the job stays the server's: if the child dies, the server fails
 the job; if the server dies, its jobs are reclaimed as any dead owner's) and runs :meth:`JobRunner.run
-<chorus.serving.worker.JobRunner.run>` (:func:`job_runner_for`, as a Ray onboarding task does): the same
+<chorus.serving.onboarding.job_runner.JobRunner.run>` (:func:`job_runner_for`, as a Ray onboarding task does): the same
 claim, checks, progress and cancellation through the store. The server's stop reaches it through a
 shared flag (training stops at its next step and the next start resumes the job), and so does a cancel of its
-job (its voice deleted: :meth:`JobRunner.cancel <chorus.serving.worker.JobRunner.cancel>`); it ends itself the
+job (its voice deleted: :meth:`JobRunner.cancel <chorus.serving.onboarding.job_runner.JobRunner.cancel>`); it ends itself the
 moment the server ends.
 """
 
@@ -30,16 +30,16 @@ import time
 from multiprocessing.connection import wait
 
 from chorus.models.bundle import load_bundle
-from chorus.serving.refinement import RefinementCheck
+from chorus.serving.onboarding.job_runner import JobRunner, OnboardingJob
+from chorus.serving.onboarding.refinement import RefinementCheck
 from chorus.serving.settings import ServeConfig, jobs_dir
 from chorus.serving.store import ACTIVE_JOB, JobNotFound, JobStatus, VoiceStore
-from chorus.serving.worker import JobRunner, OnboardingJob
 from chorus.synthesis import DEFAULT_BASE
 
 log = logging.getLogger("chorus.serving.jobs")
 
 # What the fork server imports before forking jobs: the training stack, so a job starts in well under a second.
-PRELOAD = ["torch", "chorus.serving.job_process", "chorus.training.adapt", "chorus.evaluation.asr"]
+PRELOAD = ["torch", "chorus.serving.onboarding.job_process", "chorus.training.adapt", "chorus.evaluation.asr"]
 # Seconds a stopping server gives a job's process to stop at its next step before it is killed.
 STOP_GRACE_SECONDS = 30.0
 

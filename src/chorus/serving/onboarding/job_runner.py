@@ -1,5 +1,5 @@
 """The onboarding worker: checked uploads adapted into voices one job at a time, by a background thread
-(here, or in a process of its own per job: :mod:`chorus.serving.job_process`, what ``chorus serve`` uses),
+(here, or in a process of its own per job: :mod:`chorus.serving.onboarding.job_process`, what ``chorus serve`` uses),
 with real progress (steps done of the recipe's at most) reported to the store's job.
 
 This is the one serving module that imports the training code. A job's files live in
@@ -30,8 +30,8 @@ import torch
 
 from chorus.models.bundle import ModelBundle
 from chorus.recipe import AdaptConfig
-from chorus.serving.heap import give_back_freed_memory
-from chorus.serving.refinement import RefinementCheck, WordCheck
+from chorus.serving.onboarding.heap import give_back_freed_memory
+from chorus.serving.onboarding.refinement import RefinementCheck, WordCheck
 from chorus.serving.settings import ConsentSettings
 from chorus.serving.store import (
     ACTIVE_JOB,
@@ -483,7 +483,7 @@ class JobRunner:
 
     def _check_words(self, job: OnboardingJob, bundle: ModelBundle, result: AdaptResult) -> WordCheck:
         """The refined voice of a sample's ``job`` against the instant voice it speaks as now (its record's;
-        the start speaker the card names where the record has none) (:mod:`chorus.serving.refinement`)."""
+        the start speaker the card names where the record has none) (:mod:`chorus.serving.onboarding.refinement`)."""
         self._stop_if_cancelled(job)
         try:
             self.store.update_job(

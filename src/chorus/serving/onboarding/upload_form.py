@@ -1,7 +1,7 @@
 """The onboarding form of ``POST /v1/voices``, read and checked: multipart ``name``, ``consent``, optional
 ``id``, then either files ``clips`` with an optional field ``transcripts`` (without it, the job transcribes
 the clips with Whisper) or one ``archive`` (an LJSpeech-style zip). Every refusal names its field; the
-files themselves are checked by :mod:`chorus.serving.uploads` when :meth:`OnboardingForm.prepare` reads
+files themselves are checked by :mod:`chorus.serving.onboarding.uploads` when :meth:`OnboardingForm.prepare` reads
 them."""
 
 from __future__ import annotations
@@ -14,15 +14,9 @@ from fastapi import Request
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import FormData, UploadFile
 
-from chorus.serving.errors import ApiError
-from chorus.serving.uploads import (
-    PreparedUpload,
-    UploadError,
-    UploadLimits,
-    parse_transcripts,
-    prepare_archive,
-    prepare_clips,
-)
+from chorus.serving.errors import ApiError, UploadError
+from chorus.serving.onboarding.uploads import PreparedUpload, parse_transcripts, prepare_archive, prepare_clips
+from chorus.serving.settings import UploadLimits
 
 
 def _slug(name: str) -> str:

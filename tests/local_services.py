@@ -2,7 +2,8 @@
 (and to try several servers out): a PostgreSQL cluster in a temporary folder (Debian's ``postgresql``
 binaries, run as the ``postgres`` user when started as root) and moto's S3 server (an S3-compatible
 endpoint on loopback, reached through ``AWS_ENDPOINT_URL`` as by any AWS SDK; moto is a dev dependency).
-Nothing here is used by a server itself."""
+Nothing here is used by a server itself, so it lives beside the tests and out of the package that ships
+(bench scripts add this folder to their path)."""
 
 from __future__ import annotations
 

@@ -1,10 +1,10 @@
 """What OpenAI-style custom voices must pass, and what a new one speaks as before it is refined.
 
 * A consent recording must read the server's phrase for its language, and nothing else: Whisper transcribes
-  it with each word's place, its words must mean the phrase (:mod:`chorus.serving.consent_phrase`: every
+  it with each word's place, its words must mean the phrase (:mod:`chorus.serving.onboarding.consent_phrase`: every
   content word heard, the name by its sound, no negation nor word the phrase lacks; a word Whisper was unsure
   of is heard again before it refuses), and it must hold no other speech beside the phrase's words
-  (:mod:`chorus.serving.consent_speech`): the consent's speaker is taken from those words alone.
+  (:mod:`chorus.serving.onboarding.consent_speech`): the consent's speaker is taken from those words alone.
 * A sample must be the consent's speaker, heard through its channel (:mod:`chorus.speaker.voice_match`): the
   consent's phrase speech and the sample compared in the band both pass, window by window, their score
   normalized against a cohort heard the same way, every window of the sample matching the rest of it, at
@@ -27,10 +27,10 @@ import numpy as np
 import soxr
 
 from chorus.evaluation.asr import Transcript, WhisperJudge, word_error_rate
-from chorus.serving.consent_phrase import PhraseVerdict, judge_phrase
-from chorus.serving.consent_speech import cut, phrase_spans, speech_outside
 from chorus.serving.engine import Engine
 from chorus.serving.errors import ApiError
+from chorus.serving.onboarding.consent_phrase import PhraseVerdict, judge_phrase
+from chorus.serving.onboarding.consent_speech import cut, phrase_spans, speech_outside
 from chorus.serving.settings import ConsentSettings
 from chorus.speaker.bundle import (
     CONSENT_ENCODER_NAME,

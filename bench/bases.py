@@ -1,0 +1,288 @@
+"""The bases side by side (issue 38, item 6): each base's own voice, and voices adapted on each base.
+
+**Base voices**, on the 20 benchmark sentences (no speaker here reads them), interleaved sentence by
+sentence in a rotating order, one thread each:
+
+* ``Chorus's PyTorch Piper``: ``load_base("piper-joe")``, the library's path (the engine);
+* ``onnxruntime Piper``: Piper's own graph (``chorus.peers.piper.PiperVoice``, 1 intra-op thread);
+* ``Chorus base``: ``load_base()``, the shipped base's default speaker and vocoder.
+
+Judged by distillmos (MOS) and Whisper tiny.en (WER); real-time factor per sentence with its spread, and
+PyTorch Piper over onnxruntime Piper per sentence pair. Both Piper systems use the voice's scales and
+draw their own noise, so their audio differs sample by sample; the noiseless equality is a test
+(``tests/models/test_piper_vits.py``).
+
+**Adapted voices**: for each target (``--targets``, held-out datasets never trained on) and each of
+``--minutes``, the first minutes of its clips (as ``bench/adaptation.py`` picks them) adapted on each base
+by ``chorus adapt`` itself in a child process (its defaults; ``--base piper-joe`` for the Piper base),
+timed and with its peak RSS read from the child's resource usage; then spoken through the library on the
+target's last 20 clips' sentences and judged (MOS, WER, resemblyzer similarity to 10 other real clips).
+Voices are kept under ``--work`` and reused when present (``--fresh`` makes them again).
+
+    python bench/bases.py --part base --out bench/results/bases
+    python bench/bases.py --part adapted --targets flite-slt,festival-ked --minutes 1,3 --out bench/results/bases
+    python bench/bases.py --part report --out bench/results/bases
+
+Writes ``base.json`` and ``adapted-<targets>.json`` (one per run of a part: targets may run in parallel
+processes) and, from all of them, ``bases.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from chorus.corpus.text import benchmark_sentences
+from chorus.data.formats import discover
+from chorus.data.subsets import first_minutes, write_subset
+from chorus.evaluation.report import EvalItem, Judges, evaluate_pairs
+from chorus.evaluation.similarity import SpeakerJudge
+from chorus.peers.piper import load_joe
+from chorus.synthesis import load_base
+
+sys.path.insert(0, str(Path(__file__).parent))
+from run_record import LoadSampler, describe, kept_on_failure, paired_ratios, provenance, spread  # noqa: E402
+
+BASES = {"piper-joe": "piper-joe", "chorus": None}  # --base value of each base (None: the shipped Chorus base)
+
+
+def judge(items: list[EvalItem], similarity: bool) -> dict:
+    judges = Judges(speaker=SpeakerJudge() if similarity else None, reference=False)
+    report = evaluate_pairs(items, judges=judges, progress=False)
+    means = report.means()
+    mos = [row.mos for row in report.rows if row.mos is not None]
+    return {
+        "n": len(items),
+        "wer": report.corpus_wer,
+        "mos": means.get("mos"),
+        "mos_sd": float(np.std(mos, ddof=1)) if len(mos) > 1 else None,
+        "similarity": means.get("speaker_similarity"),
+    }
+
+
+def base_voices(sentences: list[str]) -> dict:
+    """Each system speaks each sentence in turn (the order rotating per sentence); time and audio kept."""
+    torch.set_num_threads(1)
+    piper_torch, chorus = load_base("piper-joe"), load_base()
+    piper_onnx = load_joe(threads=1)
+    systems = {
+        "Chorus's PyTorch Piper": lambda text: piper_torch.synthesize_batch([text])[0].audio,
+        "onnxruntime Piper": lambda text: piper_onnx.synthesize(text)[0],
+        "Chorus base": lambda text: chorus.synthesize_batch([text])[0].audio,
+    }
+    rates = {"Chorus's PyTorch Piper": piper_torch.sample_rate, "Chorus base": chorus.sample_rate}
+    rates["onnxruntime Piper"] = piper_onnx.config.sample_rate
+    for speak in systems.values():  # one warm-up each: first calls pay for lazy set-up
+        speak("Warm up.")
+    audio: dict[str, list] = {name: [] for name in systems}
+    rtf: dict[str, list[float]] = {name: [] for name in systems}
+    names = list(systems)
+    for index, text in enumerate(sentences):
+        for name in names[index % len(names) :] + names[: index % len(names)]:
+            started = time.perf_counter()
+            clip = np.asarray(systems[name](text), dtype=np.float32)
+            rtf[name].append((time.perf_counter() - started) / (len(clip) / rates[name]))
+            audio[name].append(clip)
+    rows = {}
+    for name in names:
+        items = [
+            EvalItem(f"{i:02d}", a, t, sample_rate=rates[name]) for i, (a, t) in enumerate(zip(audio[name], sentences))
+        ]
+        rows[name] = {**judge(items, similarity=False), "rtf": vars(spread(rtf[name]))}
+    ratios = paired_ratios(rtf["Chorus's PyTorch Piper"], rtf["onnxruntime Piper"])
+    return {"systems": rows, "torch_over_onnx_rtf": vars(spread(ratios))}
+
+
+def heldout_split(folder: Path, sentences: int = 20, references: int = 10):
+    """(judged utterances, reference clip paths, the pool training takes its first minutes from)."""
+    utterances, _ = discover(folder)
+    return (
+        utterances[-sentences:],
+        [u.audio_path for u in utterances[-sentences - references : -sentences]],
+        utterances[: -sentences - references],
+    )
+
+
+def adapt_in_child(data: Path, voice: Path, base: str | None, threads: int, steps: int | None) -> dict:
+    """``chorus adapt`` in a child process: wall and CPU seconds and the child's peak RSS (its own, from wait4)."""
+    command = [sys.executable, "-m", "chorus", "adapt", str(data), "--out", str(voice), "--threads", str(threads)]
+    command += ["--base", base] if base else []
+    command += ["--steps", str(steps)] if steps else []
+    started = time.perf_counter()
+    child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    output = child.stdout.read()
+    _, status, usage = os.wait4(child.pid, 0)
+    child.returncode = os.waitstatus_to_exitcode(status)
+    if child.returncode:
+        raise RuntimeError(f"{' '.join(command)} failed ({child.returncode}):\n{output[-2000:]}")
+    return {
+        "seconds": round(time.perf_counter() - started, 1),
+        # CPU time beside wall time: on a shared machine the wall clock also counts the neighbours.
+        "cpu_seconds": round(usage.ru_utime + usage.ru_stime, 1),
+        "peak_rss_mb": round(usage.ru_maxrss / 1024, 1),
+        "log": output[-600:],
+    }
+
+
+def adapted_voices(args: argparse.Namespace) -> list[dict]:
+    rows = []
+    for target in args.targets.split(","):
+        evaluation, references, pool = heldout_split(args.heldout / target)
+        texts = [u.text for u in evaluation]
+        for minutes in (float(m) for m in args.minutes.split(",")):
+            data = write_subset(first_minutes(pool, minutes), args.work / f"{target}-{minutes:g}min-data")
+            for base_name, base in BASES.items():
+                if base_name not in args.bases.split(","):
+                    continue
+                voice = args.work / f"{target}-{minutes:g}min-{base_name}"
+                cell = args.work / f"{voice.name}.json"
+                if cell.is_file() and not args.fresh:
+                    adaptation = json.loads(cell.read_text())
+                else:
+                    adaptation = adapt_in_child(data, voice, base, args.threads, args.steps)
+                    cell.write_text(json.dumps(adaptation))
+                torch.set_num_threads(args.threads)
+                tts = load_base(base)
+                name = tts.load_voice(voice)
+                spoken = tts.synthesize_batch(texts, voice=name)
+                items = [
+                    EvalItem(u.key, s.audio, u.text, speaker_references=references, sample_rate=s.sample_rate)
+                    for u, s in zip(evaluation, spoken)
+                ]
+                card = json.loads((voice / "voice_card.json").read_text())
+                generator_parameters = sum(p.numel() for p in tts.engine.model.parameters())
+                rows.append(
+                    {
+                        "target": target,
+                        "minutes": minutes,
+                        "base": base_name,
+                        **judge(items, similarity=True),
+                        "train_minutes": round(adaptation["seconds"] / 60, 2),
+                        "train_cpu_minutes": round(adaptation["cpu_seconds"] / 60, 2),
+                        "peak_rss_mb": adaptation["peak_rss_mb"],
+                        "voice_bytes": sum(f.stat().st_size for f in voice.iterdir() if f.suffix == ".safetensors"),
+                        "voice_share": card["trainable_parameters"] / generator_parameters,
+                        "steps": card["steps"],
+                    }
+                )
+                print(json.dumps(rows[-1]), flush=True)
+        rows.append({"target": target, "recordings": judge(  # the recordings' own figures, once per run
+            [EvalItem(u.key, u.audio_path, u.text, speaker_references=references) for u in evaluation], similarity=True
+        )})  # fmt: skip
+    return rows
+
+
+def _fmt(value, digits: int = 2) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def report(out: Path) -> str:
+    lines = ["# The bases side by side", ""]
+    base_file = out / "base.json"
+    if base_file.is_file():
+        base = json.loads(base_file.read_text())
+        lines += [
+            "## Base voices (20 benchmark sentences, interleaved)",
+            "",
+            f"`python bench/bases.py --part base --out {out}`: {describe(base['provenance'])}.",
+            "",
+            "| system | MOS (sd) | WER | real-time factor, median (IQR) |",
+            "|---|---|---|---|",
+        ]
+        for name, row in base["result"]["systems"].items():
+            rtf = row["rtf"]
+            lines.append(
+                f"| {name} | {_fmt(row['mos'])} ({_fmt(row['mos_sd'])}) | {100 * row['wer']:.1f} % | "
+                f"{rtf['median']:.3f} ({rtf['q1']:.3f}-{rtf['q3']:.3f}), n {rtf['n']} |"
+            )
+        ratio = base["result"]["torch_over_onnx_rtf"]
+        systems = base["result"]["systems"]
+        torch_row, onnx_row = systems["Chorus's PyTorch Piper"], systems["onnxruntime Piper"]
+        mos_gap, wer_gap = torch_row["mos"] - onnx_row["mos"], 100 * (torch_row["wer"] - onnx_row["wer"])
+        lines += [
+            "",
+            f"PyTorch Piper's time over onnxruntime's, per sentence: median {ratio['median']:.2f}x "
+            f"(IQR {ratio['q1']:.2f}-{ratio['q3']:.2f}, range {ratio['low']:.2f}-{ratio['high']:.2f}).",
+            "",
+            "| target | measured | verdict |",
+            "|---|---|---|",
+            f"| MOS within 0.05 of onnxruntime Piper's | {mos_gap:+.2f} | {'met' if abs(mos_gap) <= 0.05 else 'not met'} |",
+            f"| WER within 1 point | {wer_gap:+.1f} points | {'met' if abs(wer_gap) <= 1 else 'not met'} |",
+            f"| real-time factor <= 1.5x onnxruntime's | {ratio['median']:.2f}x (median) | "
+            f"{'met' if ratio['median'] <= 1.5 else 'not met'} |",
+            "",
+        ]
+    adapted_files = sorted(out.glob("adapted-*.json"))
+    if adapted_files:
+        lines += [
+            "## Adapted voices (each target's last 20 clips' sentences; similarity to 10 other real clips)",
+            "",
+            "Adapted by `chorus adapt` with its defaults in a child process, "
+            + "; ".join(f"`{f.name}`: {describe(json.loads(f.read_text())['provenance'])}" for f in adapted_files)
+            + ".",
+            "",
+            "| target | minutes | base | MOS (sd) | WER | similarity | training min, wall (CPU) | peak RSS MB | voice KB (share) |",
+            "|---|---|---|---|---|---|---|---|---|",
+        ]
+        rows = [row for f in adapted_files for row in json.loads(f.read_text())["result"]]
+        seen_recordings = set()
+        for row in sorted(rows, key=lambda r: (r["target"], r.get("minutes", 0), r.get("base", ""))):
+            if "recordings" in row:
+                if row["target"] in seen_recordings:  # every run judges them again: the same clips
+                    continue
+                seen_recordings.add(row["target"])
+                rec = row["recordings"]
+                lines.append(
+                    f"| {row['target']} | recordings | - | {_fmt(rec['mos'])} ({_fmt(rec['mos_sd'])}) | "
+                    f"{100 * rec['wer']:.1f} % | {_fmt(rec['similarity'], 3)} | - | - | - |"
+                )
+                continue
+            lines.append(
+                f"| {row['target']} | {row['minutes']:g} | {row['base']} | {_fmt(row['mos'])} ({_fmt(row['mos_sd'])}) | "
+                f"{100 * row['wer']:.1f} % | {_fmt(row['similarity'], 3)} | {row['train_minutes']:.1f} "
+                f"({row['train_cpu_minutes']:.1f}) | "
+                f"{row['peak_rss_mb']:.0f} | {row['voice_bytes'] / 1024:.0f} ({100 * row['voice_share']:.2f} %) |"
+            )
+    text = "\n".join(lines) + "\n"
+    (out / "bases.md").write_text(text)
+    return text
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--part", choices=["base", "adapted", "report"], required=True)
+    parser.add_argument("--heldout", type=Path, default=Path("corpus_out/heldout"))
+    parser.add_argument("--targets", default="flite-slt,festival-ked")
+    parser.add_argument("--minutes", default="1,3")
+    parser.add_argument("--bases", default=",".join(BASES), help="which bases' voices to make and judge")
+    parser.add_argument("--steps", type=int, default=None, help="chorus adapt --steps (default: its own)")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--work", type=Path, default=Path("runs/bases"))
+    parser.add_argument("--fresh", action="store_true", help="adapt again even where a voice exists")
+    parser.add_argument("--out", type=Path, default=Path("bench/results/bases"))
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    args.work.mkdir(parents=True, exist_ok=True)
+    if args.part != "report":
+        name = (
+            f"adapted-{args.targets.replace(',', '+')}-{args.bases.replace(',', '+')}-{args.minutes.replace(',', '+')}"
+        )
+        path = args.out / ("base.json" if args.part == "base" else f"{name}.json")
+        record = {"provenance": provenance(args.threads, "load_base(...).synthesize_batch; chorus adapt in a child")}
+        with kept_on_failure(path, record), LoadSampler() as load:
+            record["result"] = base_voices(benchmark_sentences()) if args.part == "base" else adapted_voices(args)
+        record["provenance"]["load"] = load.summary()
+        path.write_text(json.dumps(record, indent=1, default=str))
+    print(report(args.out))
+
+
+if __name__ == "__main__":
+    main()
