@@ -558,3 +558,14 @@ def test_eval_judges_clips_beside_the_start_speaker_and_piper(tiny_base, tmp_pat
     assert "## Beside" in (out / "report.md").read_text() and "Beside" in result.output
     refused = runner.invoke(app, ["eval", str(clips), "--start-speaker", "nobody", "--model", str(tiny_base)])
     assert refused.exit_code != 0 and "nobody" in refused.output
+
+
+def test_speakers_lists_a_piper_bases_one_voice(monkeypatch):
+    from chorus.synthesis.bases import piper
+    from conftest import tiny_piper_base
+
+    monkeypatch.setattr(piper, "open_base", lambda spec, vocoder=None, device="cpu": tiny_piper_base(name=spec))
+    result = runner.invoke(app, ["speakers", "--base", "piper-joe"])
+    assert result.exit_code == 0, result.output
+    rows = [line.split() for line in result.output.splitlines() if "piper-joe" in line]
+    assert rows and "yes" in rows[0]

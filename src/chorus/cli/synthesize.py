@@ -62,13 +62,23 @@ def openai_voice(speaker: str | None, speakers: list[str]) -> str | None:
     return chosen if chosen in speakers else None
 
 
-def speakers(model: Path | None = typer.Option(None, help=MODEL_HELP)) -> None:
-    """List the speakers the base model knows."""
+def speakers(
+    model: Path | None = typer.Option(None, help=MODEL_HELP), base: str | None = typer.Option(None, help=BASE_HELP)
+) -> None:
+    """List the speakers the base model knows (a Piper base has one: its own voice)."""
+    from chorus.synthesis.bases.piper import claims as piper_claims
+
     with user_errors():
-        bundle = load_bundle(model or DEFAULT_BASE)
+        spec = chosen_base(base, model)
+        if spec is not None and piper_claims(str(spec)):
+            tts = load_base(spec)
+            names, default = tts.speakers, tts.base.default_speaker
+        else:
+            bundle = load_bundle(spec or DEFAULT_BASE)
+            names, default = bundle.speakers, bundle.default_speaker
     table = Table("index", "speaker", "default")
-    for index, name in enumerate(bundle.speakers):
-        table.add_row(str(index), name, "yes" if name == bundle.default_speaker else "")
+    for index, name in enumerate(names):
+        table.add_row(str(index), name, "yes" if name == default else "")
     console.print(table)
 
 
