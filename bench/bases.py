@@ -229,8 +229,9 @@ def report(out: Path) -> str:
             + "; ".join(f"`{f.name}`: {describe(json.loads(f.read_text())['provenance'])}" for f in adapted_files)
             + ".",
             "",
-            "| target | minutes | base | MOS (sd) | WER | similarity | training min, wall (CPU) | peak RSS MB | voice KB (share) |",
-            "|---|---|---|---|---|---|---|---|---|",
+            "| target | minutes | base | MOS (sd) | WER | similarity | steps | training min, wall (CPU) | peak RSS MB | "
+            "voice KB (share) |",
+            "|---|---|---|---|---|---|---|---|---|---|",
         ]
         rows = [row for f in adapted_files for row in json.loads(f.read_text())["result"]]
         seen_recordings = set()
@@ -242,12 +243,12 @@ def report(out: Path) -> str:
                 rec = row["recordings"]
                 lines.append(
                     f"| {row['target']} | recordings | - | {_fmt(rec['mos'])} ({_fmt(rec['mos_sd'])}) | "
-                    f"{100 * rec['wer']:.1f} % | {_fmt(rec['similarity'], 3)} | - | - | - |"
+                    f"{100 * rec['wer']:.1f} % | {_fmt(rec['similarity'], 3)} | - | - | - | - |"
                 )
                 continue
             lines.append(
                 f"| {row['target']} | {row['minutes']:g} | {row['base']} | {_fmt(row['mos'])} ({_fmt(row['mos_sd'])}) | "
-                f"{100 * row['wer']:.1f} % | {_fmt(row['similarity'], 3)} | {row['train_minutes']:.1f} "
+                f"{100 * row['wer']:.1f} % | {_fmt(row['similarity'], 3)} | {row['steps']} | {row['train_minutes']:.1f} "
                 f"({row['train_cpu_minutes']:.1f}) | "
                 f"{row['peak_rss_mb']:.0f} | {row['voice_bytes'] / 1024:.0f} ({100 * row['voice_share']:.2f} %) |"
             )
