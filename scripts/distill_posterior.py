@@ -27,9 +27,10 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--ship", type=Path, default=None, help="also copy the result here, weights as float16")
     parser.add_argument("--reuse", action="store_true", help="ship the encoder already in --out: no distilling")
+    numbers = {"int": int, "float": float}  # the config's number fields (annotations are strings here)
     for f in dataclasses.fields(DistillConfig):
-        if f.type in ("int", "float"):
-            parser.add_argument(f"--{f.name.replace('_', '-')}", type=eval(f.type), default=f.default)
+        if f.type in numbers:
+            parser.add_argument(f"--{f.name.replace('_', '-')}", type=numbers[f.type], default=f.default)
     args = parser.parse_args()
     config = DistillConfig(
         **{f.name: getattr(args, f.name) for f in dataclasses.fields(DistillConfig) if hasattr(args, f.name)}
