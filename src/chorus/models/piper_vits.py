@@ -616,6 +616,19 @@ class PiperGenerator(nn.Module):
         audio = self.dec(z, frame_lengths if padded else None)
         return PiperOutput(audio, frame_lengths * self.hop_length, durations.long())
 
+    def predicted_durations(
+        self,
+        hidden: torch.Tensor,
+        text_mask: torch.Tensor,
+        length_scale: float | torch.Tensor = 1.0,
+        noise_w: float = 0.0,
+        generator: Noise = None,
+    ) -> torch.Tensor:
+        """Frames per phoneme id from the duration predictor: the text encoder's hidden ``[batch, hidden,
+        time]`` and text_mask ``[batch, 1, time]`` -> durations ``[batch, time]`` (float, whole numbers)."""
+        logw = self.dp(hidden, text_mask, noise_w, generator)
+        return torch.ceil(torch.exp(logw) * text_mask * length_scale)[:, 0]
+
     def latent(
         self,
         ids: torch.Tensor,
@@ -636,8 +649,7 @@ class PiperGenerator(nn.Module):
         text_mask = sequence_mask(lengths, ids.shape[1])
         hidden, m_p, logs_p = self.enc_p(ids, text_mask)
         if durations is None:
-            logw = self.dp(hidden, text_mask, noise_w, generator)
-            durations = torch.ceil(torch.exp(logw) * text_mask * length_scale)[:, 0]  # [B, T]
+            durations = self.predicted_durations(hidden, text_mask, length_scale, noise_w, generator)
         else:
             durations = durations.to(m_p.dtype) * text_mask[:, 0]
         frame_lengths = durations.sum(dim=1).clamp_min(1).long()

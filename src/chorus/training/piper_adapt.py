@@ -545,8 +545,9 @@ def pace_of(model: PiperGenerator, posterior: PosteriorEncoder, clips: Sequence[
         durations = align_to_prior(model, posterior, batch, sample=False)[-1]
         aligned += float(durations.sum())
         ids = _pad_stack([c.ids for c in batch])
-        lengths = torch.tensor([len(c.ids) for c in batch])
-        predicted += float(model.latent(ids, lengths, noise_scale=0.0, length_scale=1.0, noise_w=0.0)[2].sum())
+        text_mask = sequence_mask(torch.tensor([len(c.ids) for c in batch]), ids.shape[1])
+        hidden = model.enc_p(ids, text_mask)[0]  # the predictor alone: no flow, no latent
+        predicted += float(model.predicted_durations(hidden, text_mask).sum())
     return aligned / predicted
 
 
