@@ -20,8 +20,10 @@ consent and sample of one speaker; impostors: every other speaker's sample, spli
 
 Every trial runs the server's own checks: the phrase check (:class:`CustomVoiceChecks.heard`, Whisper
 tiny.en) on the consent, then :class:`chorus.speaker.voice_match.VoiceMatch` (its channel classes, its
-windows, its cohort, :meth:`VoiceMatch.verdict`) with each encoder; each recording is embedded once per
-band and reused across its trials, which is all that differs from a request.
+windows, its cohort, :meth:`VoiceMatch.verdict`) with each encoder, and the server's check itself:
+:class:`~chorus.speaker.voice_match.FusedMatch` over the two (``fused``, calibrated here; ``server``, the
+same scores judged by the shipped thresholds); each recording is embedded once per band and reused across
+its trials, which is all that differs from a request.
 
 Also: laundering (the phrase, then 12 s of the victim's speech reversed, at 0 and -14 dB, or in the
 middle), spliced samples (half the owner, half someone else), and ``WRONG`` phrases written after the
@@ -53,10 +55,18 @@ from chorus.evaluation.asr import WhisperJudge
 from chorus.serving.errors import ApiError
 from chorus.serving.onboarding.custom_voices import CustomVoiceChecks
 from chorus.serving.settings import ConsentSettings
-from chorus.speaker.bundle import load_encoder, shipped_encoder_dir
+from chorus.speaker.bundle import CONSENT_ENCODER_NAME, SHIPPED_CONSENT_ENCODER, load_encoder
 from chorus.speaker.embedders import ChorusEmbedder, ResemblyzerEmbedder
 from chorus.speaker.verification import verification_scores
-from chorus.speaker.voice_match import MatchSettings, UnusableRecording, VoiceMatch, load_cohort
+from chorus.speaker.voice_match import (
+    SHIPPED_COHORT,
+    FusedMatch,
+    MatchSettings,
+    MatchVerdict,
+    UnusableRecording,
+    VoiceMatch,
+    load_cohort,
+)
 from run_record import LoadSampler, provenance
 
 SOURCES = ("piper-joe", "flite-slt", "festival-ked")
@@ -183,12 +193,16 @@ def sample_windows(source: str, heldout: Path, split: str, count: int, rng: np.r
     return windows
 
 
+PARTS = ("resemblyzer", "chorus")  # the two encoders, in the order FusedMatch sums them
+FUSED, SERVER = "fused", "server"  # FusedMatch calibrated here / judged by the shipped thresholds
+
+
 class Judges:
     """The server's checks, with each encoder's windows cached per recording and band (saved with
     :meth:`save`, so ``--rescore`` can judge every trial again with another cohort or settings)."""
 
-    def __init__(self, checks: CustomVoiceChecks, matchers: dict[str, VoiceMatch]):
-        self.checks, self.matchers = checks, matchers
+    def __init__(self, checks: CustomVoiceChecks, matchers: dict[str, VoiceMatch], fused: FusedMatch | None = None):
+        self.checks, self.matchers, self.fused = checks, matchers, fused
         self.channels: dict = {}  # (encoder, recording key) -> (audio at its rate, Channel) or UnusableRecording
         self.windows: dict = {}  # (encoder, recording key, band) -> [windows, D]
 
@@ -220,14 +234,34 @@ class Judges:
             }
         return {**self.judge(name, consent_key, sample_key), "keys": [consent_key, sample_key]}
 
-    def judge(self, name: str, consent_key: str, sample_key: str) -> dict:
-        """The verdict from the cached channels and windows of two recordings."""
+    def judge_all(self, consent_key, consent: np.ndarray, sample_key, sample: np.ndarray) -> dict:
+        """Each encoder's verdict and the fused one, keyed by name."""
+        row = {name: self.trial(name, consent_key, consent, sample_key, sample) for name in self.matchers}
+        row[FUSED] = self.fused_trial(row)
+        return row
+
+    def fused_trial(self, row: dict) -> dict:
+        """The server's fused verdict from the two parts' cached verdicts (unusable if either part was)."""
+        parts = [row[name] for name in PARTS]
+        if not all(np.isfinite(part["score"]) for part in parts):
+            return next(part for part in parts if not np.isfinite(part["score"]))
+        verdicts = (self.verdict(name, *part["keys"]) for name, part in zip(PARTS, parts, strict=True))
+        return {**self.as_row(self.fused.combine(*verdicts)), "keys": parts[1]["keys"]}
+
+    def verdict(self, name: str, consent_key: str, sample_key: str) -> MatchVerdict:
+        """Encoder ``name``'s verdict from the cached channels and windows of two recordings."""
         matcher = self.matchers[name]
         (_, a), (_, b) = self.channels[(name, consent_key)], self.channels[(name, sample_key)]
         band = matcher.band(a, b)
-        verdict = matcher.verdict(
+        return matcher.verdict(
             self.windows[(name, consent_key, band)], a, self.windows[(name, sample_key, band)], b, band
         )
+
+    def judge(self, name: str, consent_key: str, sample_key: str) -> dict:
+        return self.as_row(self.verdict(name, consent_key, sample_key))
+
+    @staticmethod
+    def as_row(verdict: MatchVerdict) -> dict:
         return {
             "accepted": verdict.accepted,
             "score": verdict.score,
@@ -243,6 +277,7 @@ class Judges:
             for name in self.matchers:
                 if np.isfinite(row[name]["score"]):
                     row[name] = {**self.judge(name, *row[name]["keys"]), "keys": row[name]["keys"]}
+            row[FUSED] = self.fused_trial(row)
 
     def save(self, path: Path) -> None:
         import pickle
@@ -280,12 +315,17 @@ def provisional(cohort, name: str) -> MatchSettings:
 
 
 def matchers_for(cohort, encoder: Path | None) -> Judges:
-    """Both encoders' speaker checks on ``cohort`` (without a phrase check yet)."""
-    embedders = {
-        "resemblyzer": ResemblyzerEmbedder(),
-        "chorus": ChorusEmbedder(load_encoder(encoder or shipped_encoder_dir())),
-    }
-    return Judges(None, {name: VoiceMatch(e, cohort, provisional(cohort, name)) for name, e in embedders.items()})  # type: ignore[arg-type]
+    """Both encoders' speaker checks on ``cohort`` and the server's fusion of them (without a phrase check
+    yet). The Chorus part is the server's consent encoder (v3, its cohort embeddings ``chorus-v3``) unless
+    ``encoder`` names another, whose embeddings the cohort holds as ``chorus``."""
+    chorus = (
+        ChorusEmbedder(load_encoder(encoder))
+        if encoder
+        else ChorusEmbedder(load_encoder(SHIPPED_CONSENT_ENCODER), name=CONSENT_ENCODER_NAME)
+    )
+    embedders = {"resemblyzer": ResemblyzerEmbedder(), "chorus": chorus}
+    matchers = {name: VoiceMatch(e, cohort, provisional(cohort, e.name)) for name, e in embedders.items()}
+    return Judges(None, matchers, FusedMatch(*matchers.values(), provisional(cohort, FUSED)))  # type: ignore[arg-type]
 
 
 def measure(args) -> dict:
@@ -355,8 +395,7 @@ def measure(args) -> dict:
                     row = {"condition": condition, "kind": kind, "split": person.split, "consent": person.name,
                            "sample": other, "window": index, "relation": relation, "phrase_accepted": phrase_ok,
                            "phrase_forced": phrase_forced}  # fmt: skip
-                    for name in matchers:
-                        row[name] = judges.trial(name, consent_key, consent_audio, (condition, other, index), audio)
+                    row |= judges.judge_all(consent_key, consent_audio, (condition, other, index), audio)
                     trials.append(row)
         print(f"{condition}: {len(trials)} trials so far, {time.perf_counter() - started:.0f} s", flush=True)
         args.partial.write_text(json.dumps({"trials": trials, "phrases": phrase_rows}, default=float))
@@ -405,10 +444,8 @@ def attack_trials(judges: Judges, people, consents, samples, phrase: str, rng) -
                 row = {"attack": f"laundering, {how}", "attacker": attacker.name, "victim": victim.name,
                        "phrase_accepted": verdict["accepted"], "phrase_forced": verdict["forced"],
                        "reason": verdict["reason"]}  # fmt: skip
-                for name in judges.matchers:
-                    trial = judges.trial(name, ("launder", how, attacker.name, victim.name), verdict["speech"],
-                                         ("figures-clean", victim.name, last), samples[(victim.name, last)])  # fmt: skip
-                    row[name] = trial
+                row |= judges.judge_all(("launder", how, attacker.name, victim.name), verdict["speech"],
+                                        ("figures-clean", victim.name, last), samples[(victim.name, last)])  # fmt: skip
                 rows.append(row)
     for owner in figures:
         for other in victims:
@@ -417,10 +454,9 @@ def attack_trials(judges: Judges, people, consents, samples, phrase: str, rng) -
             own, theirs = samples[(owner.name, 0)], samples[(other.name, last)]
             spliced = np.concatenate([own[: own.size // 2], theirs[: theirs.size // 2]])
             row = {"attack": "spliced sample", "attacker": owner.name, "victim": other.name, "phrase_accepted": True}
-            for name in judges.matchers:
-                row[name] = judges.trial(
-                    name, ("clean", owner.name), consents[owner.name], ("spliced", owner.name, other.name), spliced
-                )
+            row |= judges.judge_all(
+                ("clean", owner.name), consents[owner.name], ("spliced", owner.name, other.name), spliced
+            )
             rows.append(row)
     return rows
 
@@ -701,7 +737,7 @@ def plot(result: dict, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    names = list(result["calibration"]["settings"])
+    names = [name for name in result["calibration"]["settings"] if name != SERVER]  # SERVER's scores are FUSED's
     fig, axes = plt.subplots(1, len(names), figsize=(6.5 * len(names), 4.5), squeeze=False)
     trials = [t for t in result["trials"] if t["split"] == "figures"]
     for ax, name in zip(axes[0], names, strict=True):
@@ -790,7 +826,12 @@ def main() -> None:
             judges.windows |= cached.windows
         judges.rescore([*result["trials"], *result["attacks"]])
         result["provenance"]["rescored"] = provenance(args.threads, TIMED_PATH)
-    chosen = {name: calibrate(result["trials"], name, provisional(cohort, name)) for name in ("resemblyzer", "chorus")}
+    judged = [name for name in (*PARTS, FUSED) if name in result["trials"][0]]  # runs before the fusion lack it
+    chosen = {name: calibrate(result["trials"], name, provisional(cohort, name)) for name in judged}
+    if FUSED in judged:  # the server's check as it ships: the fused scores judged by the shipped thresholds
+        for row in [*result["trials"], *result["attacks"]]:
+            row[SERVER] = dict(row[FUSED])
+        chosen[SERVER] = provisional(load_cohort(SHIPPED_COHORT), FUSED)
     least = calibrate_forced(result["wrong"])
     result["calibration"] = {"settings": {n: asdict(s) for n, s in chosen.items()}, "forced_probability": least}
     decide(result, chosen, least)

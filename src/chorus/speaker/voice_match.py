@@ -370,7 +370,11 @@ class FusedMatch:
 
     def match(self, consent: np.ndarray, consent_rate: int, sample: np.ndarray, sample_rate: int) -> MatchVerdict:
         """As :meth:`VoiceMatch.match` (``UnusableRecording`` from either part), on the summed scores."""
-        first, second = (part.match(consent, consent_rate, sample, sample_rate) for part in self.parts)
+        return self.combine(*(part.match(consent, consent_rate, sample, sample_rate) for part in self.parts))
+
+    def combine(self, first: MatchVerdict, second: MatchVerdict) -> MatchVerdict:
+        """The fused verdict from the two parts' verdicts on one consent and sample (bench/consent.py
+        judges cached verdicts through this, as the server does)."""
         score = first.score + second.score
         worst, stretch = first.worst_window + second.worst_window, first.worst_stretch + second.worst_stretch
         reason = refusal(score, worst, stretch, second.threshold_key, self.settings)
