@@ -13,7 +13,6 @@ import copy
 import functools
 import re
 import tempfile
-import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -36,7 +35,7 @@ from chorus.recipe import TEXT_SIDE_PATTERN, AdaptConfig, MemoryOptions
 from chorus.speaker.bundle import load_encoder, shipped_encoder_dir
 from chorus.speaker.start import similarity_to_clips, speaker_map
 from chorus.training.efficiency import apply_memory_options, autocast, build_optimizer, cast_frozen_parameters
-from chorus.training.progress import step_progress
+from chorus.training.step_loop import LoopResult, StepLoop
 from chorus.training.transcripts import auto_transcribe, needs_transcripts
 
 VOICE = "voice"  # adapter name while training; a voice folder is named by the user
@@ -190,6 +189,27 @@ def adapt(data: str | Path, bundle: ModelBundle, out: str | Path, config: AdaptC
             raise ValueError(str(error).replace(str(auto.folder), str(data)).replace(work, str(data))) from None
 
 
+@dataclass
+class _VoiceData:
+    """The voice's clips, checked and turned into features, split into training and held-out clips."""
+
+    valid: list  # the usable utterances, in the folder's order
+    cache: FeatureCache
+    train_indices: np.ndarray
+    val_indices: np.ndarray
+    minutes: float
+
+
+@dataclass
+class _Start:
+    """Where the voice starts: the base speaker (and its vector) nearest the clips."""
+
+    speaker: int
+    vector: torch.Tensor | None  # the speaker encoder's guess at a vector; None: the speaker's own row
+    notes: dict
+    encoder: object | None  # Chorus's speaker encoder: it also judges the finished voice
+
+
 def _adapt(
     data: str | Path,
     bundle: ModelBundle,
@@ -217,20 +237,38 @@ def _adapt(
     """
     torch.set_num_threads(config.threads)
     torch.manual_seed(config.seed)
-    configs = config.method_configs()
-    full = config.methods.full
+    voice = _read_voice_data(data, bundle, config, progress, on_step)
+    # Full fine-tuning and a bf16 frozen base train a copy: the shared base stays as it is.
+    copied = config.methods.full or config.memory.frozen_dtype == "bf16"
+    model = copy.deepcopy(bundle.model) if copied else bundle.model
+    apply_memory_options(model, config.memory)
+    start = _starting_speaker(bundle, model, config, voice)
+    if on_start is not None:
+        on_start(start.speaker)
+    trainable = _add_voice(model, config, start)
+    loop = _train(model, trainable, voice, config, progress, on_step, on_evaluate)
+    _freeze_best(model, trainable, loop.best.state)
+    card = _card(bundle, model, config, voice, start, loop, sum(p.numel() for p in trainable), name or Path(out).name)
+    card.notes.update(extra_notes or {})
+    voice_dir = save_voice(out, model, VOICE, config.method_configs(), card, full=config.methods.full)
+    return AdaptResult(Path(voice_dir), card, model, loop.history)
+
+
+def _read_voice_data(
+    data: str | Path, bundle: ModelBundle, config: AdaptConfig, progress: bool, on_step: Callable | None
+) -> _VoiceData:
+    """Check the folder (refusing what cannot make a voice), make its features, hold some clips out."""
     report = check_adaptation_data(data, config, progress)
     if on_step is not None:
         on_step(0, config.steps)  # the data check done: a caller may stop here (a cancelled job)
     valid = report.valid_utterances()
     for problem in report.problems:
         print(f"skipped {problem.source}: {problem.message}")
-    speaker = valid[0].speaker
     cache, skipped = build_feature_cache(
         valid,
         bundle.front_end,
         bundle.mel_config,
-        speaker_names=[speaker],
+        speaker_names=[valid[0].speaker],
         with_pitch=bundle.model.config.use_pitch,
         progress=progress,
     )
@@ -240,133 +278,154 @@ def _adapt(
         on_step(0, config.steps)  # the features made
     train_indices, val_indices = split_held_out(len(cache), config.validation_fraction, config.seed)
     minutes = float(cache.frames().sum()) * bundle.mel_config.hop_length / bundle.mel_config.sample_rate / 60
+    return _VoiceData(valid, cache, train_indices, val_indices, minutes)
 
-    # Full fine-tuning and a bf16 frozen base train a copy: the shared base stays as it is.
-    copied = full or config.memory.frozen_dtype == "bf16"
-    model = copy.deepcopy(bundle.model) if copied else bundle.model
-    apply_memory_options(model, config.memory)
-    start_vector, start_notes = None, {"start": "mel loss"}
+
+def _starting_speaker(bundle: ModelBundle, model: AcousticModel, config: AdaptConfig, voice: _VoiceData) -> _Start:
+    """The base speaker the voice starts from: by the speaker encoder where ``config`` names one (and a
+    vector mapped from its embedding), else the speaker whose conditioning fits 16 clips best."""
     encoder_dir = config.speaker_encoder or shipped_encoder_dir()  # also judges the voice at the end
     encoder = load_encoder(encoder_dir) if encoder_dir is not None else None
-    if config.speaker_encoder is not None:
-        mapping = speaker_map(bundle, encoder)
-        clips = encoder.embed([u.audio_path for u in valid[:16]]).mean(0)
-        start_speaker = mapping.nearest(clips)
-        start_vector = torch.from_numpy(mapping.vector(clips))
-        start_notes = {
-            "start": "speaker encoder",
-            "speaker_encoder": str(config.speaker_encoder),
-            "start_similarity": round(float(mapping.embeddings[start_speaker] @ (clips / np.linalg.norm(clips))), 4),
-            "speaker_map_ridge": mapping.ridge,
-        }
-    else:
-        start_speaker = int(closest_speakers(model, cache, train_indices[:16], np.zeros(len(train_indices[:16])))[0])
-    if on_start is not None:
-        on_start(start_speaker)
-    trainable = prepare_for_training(model, config)  # a target that matches nothing fails here
+    if config.speaker_encoder is None:
+        first = voice.train_indices[:16]
+        speaker = int(closest_speakers(model, voice.cache, first, np.zeros(len(first)))[0])
+        return _Start(speaker, None, {"start": "mel loss"}, encoder)
+    mapping = speaker_map(bundle, encoder)
+    clips = encoder.embed([u.audio_path for u in voice.valid[:16]]).mean(0)
+    speaker = mapping.nearest(clips)
+    notes = {
+        "start": "speaker encoder",
+        "speaker_encoder": str(config.speaker_encoder),
+        "start_similarity": round(float(mapping.embeddings[speaker] @ (clips / np.linalg.norm(clips))), 4),
+        "speaker_map_ridge": mapping.ridge,
+    }
+    return _Start(speaker, torch.from_numpy(mapping.vector(clips)), notes, encoder)
+
+
+def _add_voice(model: AcousticModel, config: AdaptConfig, start: _Start) -> list[torch.nn.Parameter]:
+    """Add the voice's adapter (a target that matches nothing fails here) and start its speaker vector
+    at the starting speaker's; returns what trains."""
+    trainable = prepare_for_training(model, config)
     if config.memory.frozen_dtype == "bf16":
         cast_frozen_parameters(model, torch.bfloat16)
     for _, layer in adapter_layers(model):
         if isinstance(layer, SpeakerVector):
             with torch.no_grad():
-                start = innermost(layer).weight[start_speaker] if start_vector is None else start_vector
-                layer.speaker_vector[VOICE].copy_(start)
-    trainable_count = sum(p.numel() for p in trainable)
-    optimizer = build_optimizer(trainable, config.memory.optimizer, config.learning_rate_for(), weight_decay=0.0)
+                vector = innermost(layer).weight[start.speaker] if start.vector is None else start.vector
+                layer.speaker_vector[VOICE].copy_(vector)
+    return trainable
 
+
+def _train(
+    model: AcousticModel,
+    trainable: list[torch.nn.Parameter],
+    voice: _VoiceData,
+    config: AdaptConfig,
+    progress: bool,
+    on_step: Callable[[int, int], None] | None,
+    on_evaluate: Callable[[int, AcousticModel], None] | None,
+) -> LoopResult[list[torch.Tensor]]:
+    """The step loop: batches of the training clips, epoch after epoch; the held-out mel loss every
+    ``config.eval_every`` steps, stopping after ``config.patience`` evaluations without improvement or
+    ``config.max_minutes``."""
+    optimizer = build_optimizer(trainable, config.memory.optimizer, config.learning_rate_for(), weight_decay=0.0)
     # Autocast on the device the model was loaded on (`--device`): bf16 on the CPU as on a GPU.
     precision, device = config.memory.precision, model.mel_mean.device
-    history = [{"step": 0, "val_mel": mel_loss(model, cache, val_indices, config.max_frames, precision=precision)}]
-    best = (history[0]["val_mel"], 0, _snapshot(trainable))
-    if on_evaluate is not None:
-        on_evaluate(0, model)
-    started = time.perf_counter()
-    step, stale, epoch, running = 0, 0, 0, []
+    batches = _epochs(voice, config)
+
+    def train_step(step: int) -> float:
+        batch = next(batches)
+        batch.speakers.zero_()
+        inputs = step_inputs(model, batch)
+        with autocast(precision, device):
+            losses = compute_losses(model, model(**inputs), inputs["mel"], inputs["text_lengths"])
+        optimizer.zero_grad(set_to_none=True)
+        losses["total"].backward()
+        torch.nn.utils.clip_grad_norm_(trainable, 1.0)
+        optimizer.step()
+        if on_step is not None:
+            on_step(step, config.steps)
+        return losses["mel"].item()
+
+    def evaluate(step: int) -> float:
+        value = mel_loss(model, voice.cache, voice.val_indices, config.max_frames, precision=precision)
+        if on_evaluate is not None:
+            on_evaluate(step, model)
+        return value
+
+    loop = StepLoop(
+        steps=config.steps,
+        eval_every=config.eval_every,
+        title=f"adapt ({config.methods.spec})",
+        patience=config.patience,
+        max_seconds=config.max_minutes * 60,
+        progress=progress,
+    )
     model.train()
-    with step_progress(f"adapt ({config.methods.spec})", progress) as bar:
-        task = bar.add_task("steps", total=config.steps, status="")
-        while step < config.steps and stale < config.patience:
-            for positions in make_batches(cache.frames()[train_indices], config.max_frames, seed=config.seed + epoch):
-                batch = collate(cache, train_indices[positions])
-                batch.speakers.zero_()
-                inputs = step_inputs(model, batch)
-                with autocast(precision, device):
-                    losses = compute_losses(model, model(**inputs), inputs["mel"], inputs["text_lengths"])
-                optimizer.zero_grad(set_to_none=True)
-                losses["total"].backward()
-                torch.nn.utils.clip_grad_norm_(trainable, 1.0)
-                optimizer.step()
-                step += 1
-                running.append(losses["mel"].item())
-                bar.update(task, completed=step, status=f"mel {running[-1]:.3f} best val {best[0]:.3f}")
-                if on_step is not None:
-                    on_step(step, config.steps)
-                if step % config.eval_every == 0 or step == config.steps:
-                    value = mel_loss(model, cache, val_indices, config.max_frames, precision=precision)
-                    history.append({"step": step, "train_mel": float(np.mean(running)), "val_mel": value})
-                    running = []
-                    if value < best[0]:
-                        best, stale = (value, step, _snapshot(trainable)), 0
-                    else:
-                        stale += 1
-                    if on_evaluate is not None:
-                        on_evaluate(step, model)
-                out_of_time = time.perf_counter() - started > config.max_minutes * 60
-                if step >= config.steps or stale >= config.patience or out_of_time:
-                    break
-            epoch += 1
-            if time.perf_counter() - started > config.max_minutes * 60:
-                break
-    train_seconds = time.perf_counter() - started
+    return loop.run(train_step, evaluate, lambda: [p.detach().clone() for p in trainable])
+
+
+def _epochs(voice: _VoiceData, config: AdaptConfig):
+    """Training batches without end: each epoch the clips bucketed by length in a new order."""
+    epoch = 0
+    while True:
+        frames = voice.cache.frames()[voice.train_indices]
+        for positions in make_batches(frames, config.max_frames, seed=config.seed + epoch):
+            yield collate(voice.cache, voice.train_indices[positions])
+        epoch += 1
+
+
+def _freeze_best(model: AcousticModel, trainable: list[torch.nn.Parameter], best: list[torch.Tensor]) -> None:
+    """Put the best evaluation's tensors back, freeze everything and leave training-only memory options."""
     with torch.no_grad():
-        for parameter, value in zip(trainable, best[2]):
+        for parameter, value in zip(trainable, best, strict=True):
             parameter.copy_(value)
     for parameter in model.parameters():
         parameter.requires_grad_(False)
     model.eval()
     apply_memory_options(model, MemoryOptions())
 
+
+def _card(
+    bundle: ModelBundle,
+    model: AcousticModel,
+    config: AdaptConfig,
+    voice: _VoiceData,
+    start: _Start,
+    loop: LoopResult,
+    trainable_count: int,
+    name: str,
+) -> VoiceCard:
+    """The voice's card: how it was made and how close it came (held-out mel loss, and the speaker
+    encoder's similarity of held-out texts in the new voice to its clips)."""
     similarity = None
-    if encoder is not None:
-        by_key = {u.key: u for u in valid}
-        held_out = [by_key[cache.keys[i]] for i in val_indices[:3] if cache.keys[i] in by_key]
-        similarity = similarity_to_clips(
-            bundle,
-            model,
-            VOICE,
-            start_speaker,
-            encoder,
-            [u.text for u in held_out],
-            [u.audio_path for u in valid[:16]],
-        )
-    card = VoiceCard(
-        name=name or Path(out).name,
+    if start.encoder is not None:
+        by_key = {u.key: u for u in voice.valid}
+        held_out = [by_key[voice.cache.keys[i]] for i in voice.val_indices[:3] if voice.cache.keys[i] in by_key]
+        texts = [u.text for u in held_out]
+        clips = [u.audio_path for u in voice.valid[:16]]
+        similarity = similarity_to_clips(bundle, model, VOICE, start.speaker, start.encoder, texts, clips)
+    return VoiceCard(
+        name=name,
         methods=config.methods.names,
         base_model_sha256=bundle.weights_sha256,
-        data_minutes=round(minutes, 2),
-        train_seconds=round(train_seconds, 1),
-        steps=step,
+        data_minutes=round(voice.minutes, 2),
+        train_seconds=round(loop.seconds, 1),
+        steps=loop.steps,
         trainable_parameters=trainable_count,
         metrics={
-            "validation_mel_l1_start": round(history[0]["val_mel"], 4),
-            "validation_mel_l1_best": round(best[0], 4),
-            "best_step": best[1],
-            "held_out_clips": len(val_indices),
-            "training_clips": len(train_indices),
+            "validation_mel_l1_start": round(loop.history[0]["val_mel"], 4),
+            "validation_mel_l1_best": round(loop.best.value, 4),
+            "best_step": loop.best.step,
+            "held_out_clips": len(voice.val_indices),
+            "training_clips": len(voice.train_indices),
             # Chorus's speaker encoder: held-out texts in the new voice against its clips (cosine).
             **({"encoder_similarity_to_clips": round(similarity, 4)} if similarity is not None else {}),
         },
         notes={
-            "speaker_vector_start": bundle.speakers[start_speaker],
-            **start_notes,
+            "speaker_vector_start": bundle.speakers[start.speaker],
+            **start.notes,
             "recipe": config.recipe(),
             "memory_options": asdict(config.memory),
-            **(extra_notes or {}),
         },
     )
-    voice_dir = save_voice(out, model, VOICE, configs, card, full=full)
-    return AdaptResult(Path(voice_dir), card, model, history)
-
-
-def _snapshot(parameters: list[torch.nn.Parameter]) -> list[torch.Tensor]:
-    return [p.detach().clone() for p in parameters]

@@ -45,6 +45,7 @@ from chorus.training.adapt import (
 )
 from chorus.training.efficiency import build_optimizer
 from chorus.training.progress import step_progress
+from chorus.training.step_loop import BestSnapshot
 
 
 @dataclass
@@ -319,7 +320,7 @@ def adapt_many(
     setup_seconds = time.perf_counter() - started
 
     start_val = _validation(model, bank, cache, val_indices, slot_of, max_frames)
-    best = {voice: (loss, bank.snapshot(int(slot_of[voice]))) for voice, loss in start_val.items()}
+    best = {voice: BestSnapshot(loss, bank.snapshot(int(slot_of[voice]))) for voice, loss in start_val.items()}
     sampler = ClipSampler(train_indices, config.clips_per_voice, config.seed)
     started = time.perf_counter()
     model.train()
@@ -330,11 +331,10 @@ def adapt_many(
             bar.update(task, completed=step, status=f"mean mel {mean_mel:.3f}")
             if step % config.eval_every == 0 or step == config.steps:
                 for voice, loss in _validation(model, bank, cache, val_indices, slot_of, max_frames).items():
-                    if loss < best[voice][0]:
-                        best[voice] = (loss, bank.snapshot(int(slot_of[voice])))
+                    best[voice].offer(loss, step, lambda voice=voice: bank.snapshot(int(slot_of[voice])))
     train_seconds = time.perf_counter() - started
-    for voice, (_, snapshot) in best.items():
-        bank.restore(int(slot_of[voice]), snapshot)
+    for voice, kept in best.items():
+        bank.restore(int(slot_of[voice]), kept.state)
     bank.unpack()
     bank.remove()
     model.eval()
@@ -358,7 +358,7 @@ def adapt_many(
             ),
             metrics={
                 "validation_mel_l1_start": round(start_val[voice], 4),
-                "validation_mel_l1_best": round(best[voice][0], 4),
+                "validation_mel_l1_best": round(best[voice].value, 4),
                 "held_out_clips": len(val_indices[voice]),
                 "training_clips": len(train_indices[voice]),
             },
@@ -369,7 +369,7 @@ def adapt_many(
         )
         voice_dir = save_voice(out / name, model, name, configs, card)
         outcomes[name] = VoiceOutcome(
-            name, "ok", "", str(voice_dir), card.data_minutes, start_val[voice], best[voice][0]
+            name, "ok", "", str(voice_dir), card.data_minutes, start_val[voice], best[voice].value
         )
     result = ManyVoicesResult(
         sorted(outcomes.values(), key=lambda o: o.name), train_seconds, setup_seconds, config.steps, model

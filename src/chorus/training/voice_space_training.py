@@ -15,7 +15,6 @@ the generated adapter is saved as an ordinary voice folder.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,7 +44,7 @@ from chorus.training.adapt_many import (
     per_voice_losses,
     slots_for,
 )
-from chorus.training.progress import step_progress
+from chorus.training.step_loop import StepLoop
 
 FITTED = "voice"  # adapter name of the voice being fitted
 
@@ -100,31 +99,21 @@ def train_voice_space(
     optimizer = torch.optim.AdamW([*space.parameters(), z], lr=config.learning_rate, weight_decay=0.0)
     sampler = ClipSampler(voices.train, config.clips_per_voice, config.seed)
 
-    def validate() -> float:
+    def train_step(step: int) -> float:
+        batch = sampler.next_batch()
+        return banked_step(
+            model, bank, voices.cache, batch, slot_of, optimizer, around=lambda: generated(bank, space.generate(z))
+        )
+
+    def validate(step: int) -> float:
         with generated(bank, space.generate(z.detach())):
             return float(np.mean(list(_validation(model, bank, voices.cache, voices.validation, slot_of).values())))
 
-    history = [{"step": 0, "val_mel": validate()}]
-    best = (history[0]["val_mel"], _copy(space, z))
+    title = f"voice space ({len(names)} voices, dim {config.dim})"
+    loop = StepLoop(steps=config.steps, eval_every=config.eval_every, title=title, progress=progress)
     model.train()
-    with step_progress(f"voice space ({len(names)} voices, dim {config.dim})", progress) as bar:
-        task = bar.add_task("steps", total=config.steps, status="")
-        for step in range(1, config.steps + 1):
-            mean_mel = banked_step(
-                model,
-                bank,
-                voices.cache,
-                sampler.next_batch(),
-                slot_of,
-                optimizer,
-                around=lambda: generated(bank, space.generate(z)),
-            )
-            bar.update(task, completed=step, status=f"mean mel {mean_mel:.3f}")
-            if step % config.eval_every == 0 or step == config.steps:
-                history.append({"step": step, "val_mel": validate()})
-                if history[-1]["val_mel"] < best[0]:
-                    best = (history[-1]["val_mel"], _copy(space, z))
-    _restore(space, z, best[1])
+    result = loop.run(train_step, validate, lambda: _copy(space, z))
+    _restore(space, z, result.best.state)
     bank.remove()
     for name in names:
         remove_adapter(model, name)
@@ -132,7 +121,7 @@ def train_voice_space(
     space.set_voices(names, z.detach())
     _fit_embedding_map(space, voices)
     space.save(out)
-    return space, history
+    return space, result.history
 
 
 def _copy(space: VoiceSpace, z: torch.Tensor) -> list[torch.Tensor]:
@@ -282,46 +271,43 @@ def fit_voice(
         return losses["mel"].detach()
 
     rng = np.random.default_rng(seed)
-    history = [{"step": 0, "val_mel": float(loss_on(val, grad=False))}]
-    best, stale = (history[0]["val_mel"], z.detach().clone()), 0
-    started = time.perf_counter()
+
+    def train_step(step: int) -> float:
+        mel = loss_on(rng.choice(train, size=min(8, len(train)), replace=False), grad=True)
+        optimizer.step()
+        return float(mel)
+
+    def evaluate(step: int) -> float:
+        # Without dropout: the held-out loss decides which z is kept, so it must not be a noisy draw.
+        model.eval()
+        value = float(loss_on(val, grad=False))
+        model.train()
+        return value
+
+    loop = StepLoop(steps=steps, eval_every=eval_every, title="fit voice vector", patience=patience, progress=progress)
     model.train()
-    with step_progress("fit voice vector", progress) as bar:
-        task = bar.add_task("steps", total=steps, status="")
-        for step in range(1, steps + 1):
-            loss_on(rng.choice(train, size=min(8, len(train)), replace=False), grad=True)
-            optimizer.step()
-            bar.update(task, completed=step)
-            if step % eval_every == 0 or step == steps:
-                history.append({"step": step, "val_mel": float(loss_on(val, grad=False))})
-                bar.update(task, status=f"held-out mel {history[-1]['val_mel']:.3f}")
-                if history[-1]["val_mel"] < best[0]:
-                    best, stale = (history[-1]["val_mel"], z.detach().clone()), 0
-                else:
-                    stale += 1
-                if stale >= patience:
-                    break
-    seconds = time.perf_counter() - started
+    fitted = loop.run(train_step, evaluate, lambda: z.detach().clone())
     bank.remove()
     model.eval()
-    load_adapter_state_dict(model, FITTED, space.voice_tensors(best[1]))
+    best_z = fitted.best.state
+    load_adapter_state_dict(model, FITTED, space.voice_tensors(best_z))
     minutes = float(cache.frames().sum()) * bundle.mel_config.hop_length / bundle.mel_config.sample_rate / 60
     card = VoiceCard(
         name=Path(out).name,
         methods=[c.method for c in space.configs] + ["voice-space"],
         base_model_sha256=bundle.weights_sha256,
         data_minutes=round(minutes, 2),
-        train_seconds=round(seconds, 1),
-        steps=history[-1]["step"],
+        train_seconds=round(fitted.seconds, 1),
+        steps=fitted.steps,
         trainable_parameters=space.dim,
         metrics={
-            "validation_mel_l1_start": round(history[0]["val_mel"], 4),
-            "validation_mel_l1_best": round(best[0], 4),
+            "validation_mel_l1_start": round(fitted.history[0]["val_mel"], 4),
+            "validation_mel_l1_best": round(fitted.best.value, 4),
             "held_out_clips": len(val),
             "training_clips": len(train),
         },
         notes={
-            "voice_space_z": [round(v, 6) for v in best[1].tolist()],
+            "voice_space_z": [round(v, 6) for v in best_z.tolist()],
             "init": init,
             "start_voice": start_voice,
             "recipe": {"steps": steps, "learning_rate": learning_rate, "seed": seed},
@@ -329,4 +315,4 @@ def fit_voice(
     )
     voice_dir = save_voice(out, model, FITTED, space.configs, card)
     remove_adapter(model, FITTED)
-    return FittedVoice(Path(voice_dir), card, best[1], history, start_voice)
+    return FittedVoice(Path(voice_dir), card, best_z, fitted.history, start_voice)
