@@ -1,4 +1,5 @@
-"""Pretraining the multi-speaker base: one readable loop (setup, step, evaluate, save).
+"""Pretraining the multi-speaker base, as a recipe of named steps: set up data, model and optimizer,
+then the step loop, which evaluates and saves as it goes.
 
 Resumable from its last checkpoint; DDP-ready: under ``torchrun`` each process trains on its own
 share of the batches (gloo on CPU, NCCL on GPU) and rank 0 writes checkpoints and logs.
@@ -226,6 +227,33 @@ def _check_resume_matches(
             raise ValueError(f"the checkpoint's {name} differ from this Chorus version's; start a new run folder")
 
 
+@dataclass
+class _Corpus:
+    """The run's data: the checked corpus' features and which of its utterances train and validate."""
+
+    front_end: TextFrontEnd
+    mel_config: MelConfig
+    cache: FeatureCache
+    train: np.ndarray  # [utterances] indices into ``cache``
+    validation: np.ndarray  # [utterances] indices into ``cache``, ``val_per_speaker`` per speaker
+    default_speaker: str
+
+
+@dataclass
+class _Position:
+    """Where a run stands. A checkpoint saves it and resuming restores it, so a resumed run continues at
+    the same step, epoch and batch of that epoch's order."""
+
+    step: int = 0
+    epoch: int = 0
+    batch_in_epoch: int = 0
+    step_seconds: float = 0.0  # time inside training steps, summed over the runs (this process)
+    started: float = 0.0  # ``time.perf_counter()`` at which the runs' summed wall clock would have been 0
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.started
+
+
 def pretrain(config: PretrainConfig, *, progress: bool = True) -> Path:
     """Train (or resume) a base model; returns the checkpoint folder ``OUT/checkpoint``.
 
@@ -235,31 +263,49 @@ def pretrain(config: PretrainConfig, *, progress: bool = True) -> Path:
     run = _Distributed(config.device)
     torch.set_num_threads(config.threads)
     torch.manual_seed(config.seed + run.rank)
-    device = run.device
     out = Path(config.out)
     out.mkdir(parents=True, exist_ok=True)
     checkpoint_dir = out / "checkpoint"
     recover_interrupted_write(checkpoint_dir)
 
-    # -- setup: features, model, optimizer (resumed when a checkpoint exists) -------------------
+    corpus = _setup_data(config, run, out / "features.safetensors", progress)
+    bundle = _setup_model(config, corpus, checkpoint_dir, run.device)
+    optimizer, position = _setup_optimizer(bundle.model, config, checkpoint_dir)
+    _PretrainLoop(config, run, out, corpus, bundle, optimizer, position).train(progress)
+    if run.world > 1:
+        dist.destroy_process_group()
+    return checkpoint_dir
+
+
+def _setup_data(config: PretrainConfig, run: _Distributed, features: Path, progress: bool) -> _Corpus:
+    """The corpus' features (rank 0 builds the cache while the others wait, then every rank loads it),
+    split into training and validation utterances."""
     front_end, mel_config = TextFrontEnd(), MelConfig()
-    features = out / "features.safetensors"
     if run.main:
         prepare_features(config.data, features, front_end, mel_config, config.model.use_pitch, progress)
     run.barrier()
     cache = prepare_features(config.data, features, front_end, mel_config)  # built: loaded and checked
-    train_indices, val_indices = split_validation(cache, config.val_per_speaker, config.seed)
+    train, validation = split_validation(cache, config.val_per_speaker, config.seed)
     default_speaker = config.default_speaker or cache.speaker_names[0]
     if default_speaker not in cache.speaker_names:
         raise ValueError(f"default speaker {default_speaker!r} is not in the corpus")
+    return _Corpus(front_end, mel_config, cache, train, validation, default_speaker)
 
+
+def _setup_model(config: PretrainConfig, corpus: _Corpus, checkpoint_dir: Path, device: torch.device) -> ModelBundle:
+    """The bundle to train, in training mode: the checkpoint's when there is one, else a new model sized
+    for the corpus' symbols and speakers, with the corpus' normalization statistics in its buffers."""
     if (checkpoint_dir / "config.json").is_file():
         bundle = load_bundle(checkpoint_dir, device)
-        _check_resume_matches(bundle, cache, front_end, mel_config)
-        model = bundle.model
+        _check_resume_matches(bundle, corpus.cache, corpus.front_end, corpus.mel_config)
     else:
+        cache = corpus.cache
         model_config = AcousticConfig(
-            **{**config.model.to_dict(), "n_symbols": len(front_end.symbols), "n_speakers": len(cache.speaker_names)}
+            **{
+                **config.model.to_dict(),
+                "n_symbols": len(corpus.front_end.symbols),
+                "n_speakers": len(cache.speaker_names),
+            }
         )
         model = build_model(model_config, device)
         mean, std = cache.mel_statistics()
@@ -267,130 +313,180 @@ def pretrain(config: PretrainConfig, *, progress: bool = True) -> Path:
         model.mel_std.copy_(torch.from_numpy(std))
         if model_config.use_pitch:
             model.pitch_stats.copy_(torch.tensor(cache.pitch_statistics()))
-        bundle = ModelBundle(model, front_end, mel_config, cache.speaker_names, default_speaker)
-    model.train()
+        bundle = ModelBundle(model, corpus.front_end, corpus.mel_config, cache.speaker_names, corpus.default_speaker)
+    bundle.model.train()
+    return bundle
+
+
+def _setup_optimizer(
+    model: AcousticModel, config: PretrainConfig, checkpoint_dir: Path
+) -> tuple[torch.optim.AdamW, _Position]:
+    """The optimizer and the run's position: both as the checkpoint left them, or fresh."""
     optimizer = base_optimizer(model, config.learning_rate, config.weight_decay)
-    # step_seconds: time inside training steps, summed (this process); elapsed: wall clock of the runs.
-    step, epoch, batch_in_epoch, step_seconds, elapsed = 0, 0, 0, 0.0, 0.0
+    position, elapsed = _Position(), 0.0
     state = load_training_state(checkpoint_dir)
     if state is not None:
         state.restore({"optimizer": optimizer})
         meta = state.meta
-        step = meta["step"]
-        step_seconds = meta["step_seconds"]
-        elapsed = meta.get("elapsed_seconds", step_seconds)
-        epoch, batch_in_epoch = meta.get("epoch", 0), meta.get("batch_in_epoch", 0)
-    session_started = time.perf_counter() - elapsed
-    trained = model
-    if run.world > 1:
-        trained = torch.nn.parallel.DistributedDataParallel(
-            model, device_ids=[device.index] if device.type == "cuda" else None
+        position = _Position(
+            step=meta["step"],
+            epoch=meta.get("epoch", 0),
+            batch_in_epoch=meta.get("batch_in_epoch", 0),
+            step_seconds=meta["step_seconds"],
         )
+        elapsed = meta.get("elapsed_seconds", position.step_seconds)
+    position.started = time.perf_counter() - elapsed
+    return optimizer, position
 
-    log = LossLog(out / "log.csv", LOG_FIELDS, resume_step=step) if run.main else None
 
-    def save(epoch: int, batch_in_epoch: int) -> None:
-        elapsed_now = time.perf_counter() - session_started
-        bundle.info = {
-            "steps": step,
-            "step_seconds": round(step_seconds, 1),
-            "elapsed_seconds": round(elapsed_now, 1),
-            "world_size": run.world,
-            "device": str(device),
-            "corpus": str(config.data),
-            "utterances": len(cache),
-            "recipe": {k: v for k, v in asdict(config).items() if k not in ("data", "out")},
-        }
-        save_checkpoint(
-            checkpoint_dir,
-            lambda temp: write_bundle_files(bundle, temp),
+class _PretrainLoop:
+    """The step loop and what it works on: train steps over each epoch's batches, evaluate and log every
+    ``eval_every`` steps, save every ``save_every`` steps and at the last. Rank 0 logs and saves."""
+
+    def __init__(
+        self,
+        config: PretrainConfig,
+        run: _Distributed,
+        out: Path,
+        corpus: _Corpus,
+        bundle: ModelBundle,
+        optimizer: torch.optim.AdamW,
+        position: _Position,
+    ):
+        self.config, self.run, self.out, self.corpus = config, run, out, corpus
+        self.bundle, self.model, self.optimizer, self.position = bundle, bundle.model, optimizer, position
+        self.trained: torch.nn.Module = self.model  # what the steps call: the model, under DDP its wrapper
+        if run.world > 1:
+            self.trained = torch.nn.parallel.DistributedDataParallel(
+                self.model, device_ids=[run.device.index] if run.device.type == "cuda" else None
+            )
+        self.log = LossLog(out / "log.csv", LOG_FIELDS, resume_step=position.step) if run.main else None
+        self.running: dict[str, float] = {}  # training losses summed since the last evaluation
+        self.running_steps = 0
+
+    def train(self, progress: bool) -> None:
+        """Step from the run's position to ``config.steps``, epoch by epoch; ``progress``: show a bar."""
+        config, position = self.config, self.position
+        with step_progress("pretrain", progress and self.run.main) as bar:
+            task = bar.add_task("steps", total=config.steps, completed=position.step, status="")
+            while position.step < config.steps:
+                batches = self._epoch_batches()
+                while position.batch_in_epoch < len(batches) and position.step < config.steps:
+                    values = self._train_step(batches[position.batch_in_epoch])
+                    for name, value in values.items():
+                        self.running[name] = self.running.get(name, 0.0) + value
+                    self.running_steps += 1
+                    bar.update(
+                        task,
+                        completed=position.step,
+                        status=f"mel {values['mel']:.3f} prior {values['prior']:.3f} dur {values['duration']:.3f}",
+                    )
+                    if position.step % config.eval_every == 0:
+                        self._evaluate_and_log(bar.tasks[0].fields["status"], printed=not bar.console.is_terminal)
+                    if position.step % config.save_every == 0 or position.step == config.steps:
+                        self._save(epoch_done=position.batch_in_epoch == len(batches))
+                if position.batch_in_epoch >= len(batches):
+                    position.epoch, position.batch_in_epoch = position.epoch + 1, 0
+
+    def _epoch_batches(self) -> list[np.ndarray]:
+        """This process's share of the current epoch's batches, each an array of positions in ``train``."""
+        train, world = self.corpus.train, self.run.world
+        batches = make_batches(
+            self.corpus.cache.frames()[train], self.config.max_frames, seed=self.config.seed + self.position.epoch
+        )
+        # Every process takes the same number of batches, so DDP's collective steps stay in lockstep.
+        per_process = len(batches) // world
+        if per_process == 0:
+            raise ValueError(
+                f"{len(batches)} batch(es) per epoch cannot feed {world} processes: lower max_frames or add data"
+            )
+        return batches[self.run.rank :: world][:per_process]
+
+    def _train_step(self, positions: np.ndarray) -> dict[str, float]:
+        """One optimizer step on the batch at ``positions`` of ``train``; returns its losses by name."""
+        config, model, optimizer, position = self.config, self.model, self.optimizer, self.position
+        started = time.perf_counter()
+        batch = collate(self.corpus.cache, self.corpus.train[positions]).to(self.run.device)
+        for group in optimizer.param_groups:
+            group["lr"] = learning_rate_at(position.step + 1, config)
+        inputs = step_inputs(model, batch)
+        prior_weight = alignment_prior_weight(position.step, config)
+        losses = compute_losses(
+            model, self.trained(**inputs, alignment_prior_weight=prior_weight), inputs["mel"], inputs["text_lengths"]
+        )
+        optimizer.zero_grad(set_to_none=True)
+        losses["total"].backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
+        optimizer.step()
+        position.step += 1
+        position.batch_in_epoch += 1
+        position.step_seconds += time.perf_counter() - started
+        return {name: value.item() for name, value in losses.items()}
+
+    def _evaluate_and_log(self, status: str, printed: bool) -> None:
+        """Log the mean training losses since the last evaluation (over all processes) and, with a
+        validation set, its losses; ``printed``: also print a progress line (for a background run's log
+        file, where a live bar never renders)."""
+        step, step_seconds = self.position.step, self.position.step_seconds
+        if self.run.main and printed:
+            print(f"step {step}/{self.config.steps} {status} {step_seconds / max(step, 1):.2f} s/step", flush=True)
+        train_means = {k: self.run.mean(v / self.running_steps) for k, v in self.running.items()}
+        self.running, self.running_steps = {}, 0
+        if not self.run.main:
+            return
+        rows = [("train", train_means)]
+        if len(self.corpus.validation):
+            # Validated with the alignment prior the step just taken trained with.
+            prior_weight = alignment_prior_weight(step - 1, self.config)
+            validation = evaluate(
+                self.model,
+                self.corpus.cache,
+                self.corpus.validation,
+                self.run.device,
+                self.config.max_frames,
+                prior_weight,
+            )
+            rows.append(("val", validation))
+        lr = self.optimizer.param_groups[0]["lr"]
+        self.log.append(
             {
                 "step": step,
-                "epoch": epoch,
-                "batch_in_epoch": batch_in_epoch,
-                "step_seconds": step_seconds,
-                "elapsed_seconds": elapsed_now,
-            },
-            {"optimizer": optimizer},
+                "split": split,
+                **{name: f"{means[name]:.4f}" for name in ("total", *PLOTTED)},
+                "lr": f"{lr:.6f}",
+                "seconds": f"{step_seconds:.0f}",
+            }
+            for split, means in rows
         )
-        plot_losses(out / "log.csv", out / "loss.png", PLOTTED, title="pretraining")
 
-    # -- loop ---------------------------------------------------------------------------------------
-    running: dict[str, float] = {}
-    running_steps = 0
-    with step_progress("pretrain", progress and run.main) as bar:
-        task = bar.add_task("steps", total=config.steps, completed=step, status="")
-        while step < config.steps:
-            batches = make_batches(cache.frames()[train_indices], config.max_frames, seed=config.seed + epoch)
-            # Every process takes the same number of batches, so DDP's collective steps stay in lockstep.
-            per_process = len(batches) // run.world
-            if per_process == 0:
-                raise ValueError(
-                    f"{len(batches)} batch(es) per epoch cannot feed {run.world} processes: "
-                    "lower max_frames or add data"
-                )
-            batches = batches[run.rank :: run.world][:per_process]
-            while batch_in_epoch < per_process and step < config.steps:
-                positions = batches[batch_in_epoch]
-                started = time.perf_counter()
-                batch = collate(cache, train_indices[positions]).to(device)
-                for group in optimizer.param_groups:
-                    group["lr"] = learning_rate_at(step + 1, config)
-                inputs = step_inputs(model, batch)
-                prior_weight = alignment_prior_weight(step, config)
-                losses = compute_losses(
-                    model, trained(**inputs, alignment_prior_weight=prior_weight), inputs["mel"], inputs["text_lengths"]
-                )
-                optimizer.zero_grad(set_to_none=True)
-                losses["total"].backward()
-                torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
-                optimizer.step()
-                step += 1
-                batch_in_epoch += 1
-                step_seconds += time.perf_counter() - started
-                values = {name: value.item() for name, value in losses.items()}
-                for name, value in values.items():
-                    running[name] = running.get(name, 0.0) + value
-                running_steps += 1
-                bar.update(
-                    task,
-                    completed=step,
-                    status=f"mel {values['mel']:.3f} prior {values['prior']:.3f} dur {values['duration']:.3f}",
-                )
-                if step % config.eval_every == 0:
-                    if run.main and not bar.console.is_terminal:
-                        # Background runs log to a file, where a live bar never renders.
-                        print(
-                            f"step {step}/{config.steps} {bar.tasks[0].fields['status']} "
-                            f"{step_seconds / max(step, 1):.2f} s/step",
-                            flush=True,
-                        )
-                    train_means = {k: run.mean(v / running_steps) for k, v in running.items()}
-                    running, running_steps = {}, 0
-                    if run.main:
-                        rows = [("train", train_means)]
-                        if len(val_indices):
-                            rows.append(
-                                ("val", evaluate(model, cache, val_indices, device, config.max_frames, prior_weight))
-                            )
-                        lr = optimizer.param_groups[0]["lr"]
-                        log.append(
-                            {
-                                "step": step,
-                                "split": split,
-                                **{name: f"{means[name]:.4f}" for name in ("total", *PLOTTED)},
-                                "lr": f"{lr:.6f}",
-                                "seconds": f"{step_seconds:.0f}",
-                            }
-                            for split, means in rows
-                        )
-                if step % config.save_every == 0 or step == config.steps:
-                    if run.main:
-                        # A checkpoint at an epoch's end resumes at the start of the next one.
-                        save(*((epoch + 1, 0) if batch_in_epoch == per_process else (epoch, batch_in_epoch)))
-                    run.barrier()
-            if batch_in_epoch >= per_process:
-                epoch, batch_in_epoch = epoch + 1, 0
-    if run.world > 1:
-        dist.destroy_process_group()
-    return checkpoint_dir
+    def _save(self, epoch_done: bool) -> None:
+        """Rank 0 writes the checkpoint (bundle, optimizer, position) and plots the losses; every rank
+        waits for it. ``epoch_done``: the step ended its epoch, so a resumed run starts the next one."""
+        if self.run.main:
+            config, position = self.config, self.position
+            epoch, batch_in_epoch = (position.epoch + 1, 0) if epoch_done else (position.epoch, position.batch_in_epoch)
+            elapsed = position.elapsed()
+            self.bundle.info = {
+                "steps": position.step,
+                "step_seconds": round(position.step_seconds, 1),
+                "elapsed_seconds": round(elapsed, 1),
+                "world_size": self.run.world,
+                "device": str(self.run.device),
+                "corpus": str(config.data),
+                "utterances": len(self.corpus.cache),
+                "recipe": {k: v for k, v in asdict(config).items() if k not in ("data", "out")},
+            }
+            save_checkpoint(
+                self.out / "checkpoint",
+                lambda temp: write_bundle_files(self.bundle, temp),
+                {
+                    "step": position.step,
+                    "epoch": epoch,
+                    "batch_in_epoch": batch_in_epoch,
+                    "step_seconds": position.step_seconds,
+                    "elapsed_seconds": elapsed,
+                },
+                {"optimizer": self.optimizer},
+            )
+            plot_losses(self.out / "log.csv", self.out / "loss.png", PLOTTED, title="pretraining")
+        self.run.barrier()

@@ -1,6 +1,8 @@
 """Training the Vocos vocoder: data, losses and the loop in one file; checkpoints, the loss log and
 the progress bar are every training loop's own (:mod:`chorus.training.checkpoint`,
-:mod:`~chorus.training.loss_log`, :mod:`~chorus.training.progress`).
+:mod:`~chorus.training.loss_log`, :mod:`~chorus.training.progress`). :func:`train_vocoder` is a
+recipe of named steps: set up the model, the optimizers and the data, then the step loop, which logs,
+saves and writes a sample to judge by ear as it goes.
 
 Data: random 0.5-1 s crops of every ``**/wavs/*.wav`` under the data roots (LJSpeech-style
 ``<speaker>/wavs/``; for the shipped vocoder ``corpus_out/train`` and ``corpus_out/vocoder``), read
@@ -55,7 +57,7 @@ from chorus.audio.vocoders import Vocos, VocosConfig, load_vocoder
 from chorus.audio.vocoders.base import WEIGHTS_FILE
 from chorus.data.formats import discover
 from chorus.models.bundle import ModelBundle, load_bundle, teacher_forced_mel
-from chorus.training.checkpoint import load_training_state, save_checkpoint
+from chorus.training.checkpoint import TrainingState, load_training_state, save_checkpoint
 from chorus.training.loss_log import LossLog, plot_losses
 from chorus.training.progress import step_progress
 
@@ -416,162 +418,18 @@ def train_vocoder(
     out_dir = Path(out_dir)
     torch.set_num_threads(threads)
     out_dir.mkdir(parents=True, exist_ok=True)
-    checkpoint = out_dir / CHECKPOINT
-    state = load_training_state(checkpoint)
-    if state is not None:
-        if not resume:
-            raise FileExistsError(f"{out_dir} already holds a vocoder checkpoint; resume it or use another folder")
-        saved = VocoderTrainConfig.from_dict(state.meta["config"])
-        if config is not None and config != saved:
-            changed = ", ".join(
-                f.name for f in dataclasses.fields(saved) if getattr(saved, f.name) != getattr(config, f.name)
-            )
-            raise ValueError(f"{checkpoint}: resuming needs the saved config; these fields differ: {changed}")
-        config = saved
-    config = config or VocoderTrainConfig()
+    state = load_training_state(out_dir / CHECKPOINT)
+    config = _run_config(config, state, resume, out_dir)
 
-    # Model, optional discriminator, optimizers.
     torch.manual_seed(config.seed)
-    model = Vocos(config.vocoder, config.mel).train()
-    discriminator = Discriminators(config) if config.discriminators else None
-    adamw = dict(lr=config.learning_rate, betas=config.betas, weight_decay=config.weight_decay)
-    optimizers = {"optimizer": torch.optim.AdamW(model.parameters(), **adamw)}
-    if discriminator is not None:
-        optimizers["discriminator_optimizer"] = torch.optim.AdamW(discriminator.parameters(), **adamw)
-    modules = {"discriminator": discriminator} if discriminator is not None else {}
-    if state is not None:
-        model.load_state_dict(load_file(str(checkpoint / WEIGHTS_FILE)))
-        # A weights-only checkpoint has no optimizer entries: those optimizers start afresh.
-        state.restore({name: o for name, o in optimizers.items() if name in state.meta}, modules)
-        start_step = int(state.meta["step"])
-    else:
-        start_step = 0
-        if config.init_from:
-            model.load_state_dict(_load_start(config).state_dict())
-            if discriminator is not None:
-                _load_start_discriminator(config, discriminator)
-
-    # Data and losses.
-    sampler = SegmentSampler(data_roots, config.mel.sample_rate)
-    aligned = None
-    if config.aligned_model:
-        bundle = load_bundle(config.aligned_model)
-        if bundle.mel_config != config.mel:
-            raise ValueError(f"{config.aligned_model}: the model's mel settings differ from the vocoder's")
-        aligned = AlignedSampler(data_roots, bundle, config.aligned_clips_per_voice, show_progress)
-    to_mel = MelSpectrogram(config.mel)
-    hop = config.mel.hop_length
-    segment_frames = (
-        round(config.min_segment_seconds * config.mel.sample_rate / hop),
-        round(config.max_segment_seconds * config.mel.sample_rate / hop),
-    )
-    samples_dir = out_dir / "samples"
-    samples_dir.mkdir(exist_ok=True)
-    reference = sampler.crop(0, 3 * config.mel.sample_rate)
-    save_audio(samples_dir / "reference.wav", reference, config.mel.sample_rate)
-
-    fields = ["step", "loss", "mel_l1", "stft_sc", "stft_log_mag"]
-    if discriminator is not None:
-        fields += ["adversarial", "feature_matching", "discriminator"]
-    fields += ["lr", "seconds"]
-    log = LossLog(out_dir / "loss.csv", fields, resume_step=start_step)
-    sums: dict[str, float] = {}  # loss terms summed since the last log line
-    summed = 0
-    losses: dict[str, float] = {}
+    # The model comes before the data: loading an aligned model draws from the same random generator.
+    model, discriminator = _setup_model(config, state, out_dir / CHECKPOINT)
+    optimizers = _setup_optimizers(config, model, discriminator, state)
+    start_step = int(state.meta["step"]) if state is not None else 0
+    data = _setup_data(data_roots, config, show_progress)
+    loop = _VocoderLoop(config, out_dir, model, discriminator, optimizers, data, start_step)
     started = time.perf_counter()
-
-    with step_progress("vocoder", show_progress) as progress:
-        task = progress.add_task("train", total=steps, completed=start_step, status="")
-        for step in range(start_step, steps):
-            # Batch: one crop length per step (crops must stack), all randomness from (seed, step).
-            rng = np.random.default_rng([config.seed, step])
-            frames = int(rng.integers(*segment_frames, endpoint=True))
-            forced = 0 if aligned is None else round(config.batch_size * config.aligned_fraction)
-            audios, input_mels = [], []  # input mels [batch, frames, n_mels]: frame i starts at sample i * hop
-            if forced < config.batch_size:
-                audios.append(sampler.batch(rng, config.batch_size - forced, frames * hop))
-                with torch.no_grad():
-                    input_mels.append(to_mel(audios[-1])[:, :frames])
-            if forced:
-                forced_audio, forced_mel = aligned.batch(rng, forced, frames)
-                audios.append(forced_audio)
-                input_mels.append(forced_mel)
-            audio, input_mel = torch.cat(audios), torch.cat(input_mels)
-            with torch.no_grad():
-                target_mel = to_mel(audio)  # [batch, frames + 1, n_mels]
-            lr = learning_rate(step, config)
-            for optimizer in optimizers.values():
-                for group in optimizer.param_groups:
-                    group["lr"] = lr
-
-            predicted = model(input_mel)  # [batch, frames * hop]: the crop's span
-            terms = {}
-            if discriminator is not None:
-                terms["discriminator"] = discriminator_loss(discriminator(audio), discriminator(predicted.detach()))
-                optimizers["discriminator_optimizer"].zero_grad(set_to_none=True)
-                terms["discriminator"].backward()
-                torch.nn.utils.clip_grad_norm_(discriminator.parameters(), config.grad_clip)
-                optimizers["discriminator_optimizer"].step()
-
-            terms["mel_l1"] = F.l1_loss(to_mel(predicted), target_mel)
-            terms["stft_sc"], terms["stft_log_mag"] = multi_resolution_stft_loss(
-                predicted, audio, config.stft_resolutions
-            )
-            loss = config.mel_loss_weight * terms["mel_l1"] + config.stft_loss_weight * (
-                terms["stft_sc"] + terms["stft_log_mag"]
-            )
-            if discriminator is not None:
-                # Gradients reach the generator through a frozen discriminator: its grads would be unused.
-                discriminator.requires_grad_(False)
-                with torch.no_grad():
-                    real_features = discriminator(audio)
-                terms["adversarial"], terms["feature_matching"] = generator_losses(
-                    real_features, discriminator(predicted)
-                )
-                discriminator.requires_grad_(True)
-                loss = loss + (
-                    config.adversarial_weight * terms["adversarial"]
-                    + config.feature_matching_weight * terms["feature_matching"]
-                )
-            optimizers["optimizer"].zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
-            optimizers["optimizer"].step()
-
-            # Logging: means over the interval, to CSV; progress shows the latest interval.
-            done = step + 1
-            for name, value in {"loss": loss, **terms}.items():
-                sums[name] = sums.get(name, 0.0) + value.item()
-            summed += 1
-            if done % config.log_every == 0 or done == steps:
-                losses = {name: total / summed for name, total in sums.items()}
-                sums, summed = {}, 0
-                log.append(
-                    [
-                        {
-                            "step": done,
-                            **{k: f"{v:.5f}" for k, v in losses.items()},
-                            "lr": f"{lr:.3g}",
-                            "seconds": f"{time.perf_counter() - started:.1f}",
-                        }
-                    ]
-                )
-                progress.update(task, status=f"loss {losses['loss']:.3f} mel {losses['mel_l1']:.3f}")
-            progress.update(task, completed=done)
-
-            if done % config.checkpoint_every == 0 or done == steps:
-                saved_optimizers = optimizers if config.checkpoint_optimizers else {}
-                meta = {"step": done, "config": config.to_dict()}
-                save_checkpoint(checkpoint, model.save, meta, saved_optimizers, modules)
-                model.save(out_dir)
-                plotted = PLOTTED + (ADVERSARIAL_PLOTTED if discriminator is not None else ())
-                plot_losses(log.path, out_dir / "loss.png", plotted, title="vocoder training", log_scale=True)
-                model.eval()
-                with torch.inference_mode():
-                    resynthesis = model(to_mel(torch.from_numpy(reference)[None]))[0]
-                model.train()
-                save_audio(samples_dir / f"step_{done:06d}.wav", resynthesis.numpy(), config.mel.sample_rate)
-
+    losses = loop.train(steps, started, show_progress)
     elapsed = time.perf_counter() - started
     return VocoderTrainResult(
         step=max(start_step, steps),
@@ -579,6 +437,239 @@ def train_vocoder(
         steps_per_second=max(steps - start_step, 0) / elapsed,
         out_dir=out_dir,
     )
+
+
+def _run_config(
+    config: VocoderTrainConfig | None, state: TrainingState | None, resume: bool, out_dir: Path
+) -> VocoderTrainConfig:
+    """The config to train with: a checkpoint's own when resuming (``config``, if given, must equal
+    it), else ``config`` or the defaults. A checkpoint and no ``resume``: ``FileExistsError``."""
+    if state is None:
+        return config or VocoderTrainConfig()
+    if not resume:
+        raise FileExistsError(f"{out_dir} already holds a vocoder checkpoint; resume it or use another folder")
+    saved = VocoderTrainConfig.from_dict(state.meta["config"])
+    if config is not None and config != saved:
+        changed = ", ".join(
+            f.name for f in dataclasses.fields(saved) if getattr(saved, f.name) != getattr(config, f.name)
+        )
+        raise ValueError(f"{out_dir / CHECKPOINT}: resuming needs the saved config; these fields differ: {changed}")
+    return saved
+
+
+def _setup_model(
+    config: VocoderTrainConfig, state: TrainingState | None, checkpoint: Path
+) -> tuple[Vocos, Discriminators | None]:
+    """The vocoder, in training mode, and the discriminators when training is adversarial: the
+    checkpoint's weights when resuming, else ``init_from``'s when given, else fresh ones."""
+    model = Vocos(config.vocoder, config.mel).train()
+    discriminator = Discriminators(config) if config.discriminators else None
+    if state is not None:
+        model.load_state_dict(load_file(str(checkpoint / WEIGHTS_FILE)))
+        if discriminator is not None:
+            state.restore({}, {"discriminator": discriminator})
+    elif config.init_from:
+        model.load_state_dict(_load_start(config).state_dict())
+        if discriminator is not None:
+            _load_start_discriminator(config, discriminator)
+    return model, discriminator
+
+
+def _setup_optimizers(
+    config: VocoderTrainConfig, model: Vocos, discriminator: Discriminators | None, state: TrainingState | None
+) -> dict[str, torch.optim.AdamW]:
+    """AdamW for the vocoder (``"optimizer"``) and the discriminators (``"discriminator_optimizer"``),
+    named as the checkpoint stores them; restored from ``state`` where it holds them."""
+    adamw = dict(lr=config.learning_rate, betas=config.betas, weight_decay=config.weight_decay)
+    optimizers = {"optimizer": torch.optim.AdamW(model.parameters(), **adamw)}
+    if discriminator is not None:
+        optimizers["discriminator_optimizer"] = torch.optim.AdamW(discriminator.parameters(), **adamw)
+    if state is not None:
+        # A weights-only checkpoint has no optimizer entries: those optimizers start afresh.
+        state.restore({name: o for name, o in optimizers.items() if name in state.meta})
+    return optimizers
+
+
+@dataclass(frozen=True)
+class _Batches:
+    """Where each step's batch comes from: crops of the data roots, mels computed with ``to_mel``, and
+    with an aligned model, a share of its teacher-forced mels (``aligned``)."""
+
+    config: VocoderTrainConfig
+    sampler: SegmentSampler
+    aligned: AlignedSampler | None
+    to_mel: MelSpectrogram
+    segment_frames: tuple[int, int]  # shortest and longest crop, in mel frames
+
+    def batch(self, step: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Step ``step``'s batch, all its randomness from ``(seed, step)``: audio ``[batch, frames * hop]``,
+        the input log-mel ``[batch, frames, n_mels]`` (frame i starts at sample i * hop) and the audio's
+        own log-mel, the target ``[batch, frames + 1, n_mels]``."""
+        config, hop = self.config, self.config.mel.hop_length
+        rng = np.random.default_rng([config.seed, step])
+        # One crop length per step: crops must stack.
+        frames = int(rng.integers(*self.segment_frames, endpoint=True))
+        forced = 0 if self.aligned is None else round(config.batch_size * config.aligned_fraction)
+        audios, input_mels = [], []
+        if forced < config.batch_size:
+            audios.append(self.sampler.batch(rng, config.batch_size - forced, frames * hop))
+            with torch.no_grad():
+                input_mels.append(self.to_mel(audios[-1])[:, :frames])
+        if forced:
+            forced_audio, forced_mel = self.aligned.batch(rng, forced, frames)
+            audios.append(forced_audio)
+            input_mels.append(forced_mel)
+        audio, input_mel = torch.cat(audios), torch.cat(input_mels)
+        with torch.no_grad():
+            target_mel = self.to_mel(audio)
+        return audio, input_mel, target_mel
+
+
+def _setup_data(data_roots: Sequence[Path], config: VocoderTrainConfig, progress: bool) -> _Batches:
+    """The clips under ``data_roots`` and, with ``config.aligned_model``, that model's forced mels of them."""
+    sampler = SegmentSampler(data_roots, config.mel.sample_rate)
+    aligned = None
+    if config.aligned_model:
+        bundle = load_bundle(config.aligned_model)
+        if bundle.mel_config != config.mel:
+            raise ValueError(f"{config.aligned_model}: the model's mel settings differ from the vocoder's")
+        aligned = AlignedSampler(data_roots, bundle, config.aligned_clips_per_voice, progress)
+    hop = config.mel.hop_length
+    segment_frames = (
+        round(config.min_segment_seconds * config.mel.sample_rate / hop),
+        round(config.max_segment_seconds * config.mel.sample_rate / hop),
+    )
+    return _Batches(config, sampler, aligned, MelSpectrogram(config.mel), segment_frames)
+
+
+class _VocoderLoop:
+    """The step loop and what it works on: a training step (the discriminators', then the vocoder's), the
+    loss log every ``log_every`` steps, and every ``checkpoint_every`` steps and at the last a checkpoint
+    and a resynthesis of the reference clip to judge by ear."""
+
+    def __init__(
+        self,
+        config: VocoderTrainConfig,
+        out_dir: Path,
+        model: Vocos,
+        discriminator: Discriminators | None,
+        optimizers: dict[str, torch.optim.AdamW],
+        data: _Batches,
+        start_step: int,
+    ):
+        self.config, self.out_dir, self.data, self.start_step = config, out_dir, data, start_step
+        self.model, self.discriminator, self.optimizers = model, discriminator, optimizers
+        self.samples_dir = out_dir / "samples"
+        self.samples_dir.mkdir(exist_ok=True)
+        self.reference = data.sampler.crop(0, 3 * config.mel.sample_rate)
+        save_audio(self.samples_dir / "reference.wav", self.reference, config.mel.sample_rate)
+        adversarial = list(ADVERSARIAL_PLOTTED) if discriminator is not None else []
+        fields = ["step", "loss", "mel_l1", "stft_sc", "stft_log_mag", *adversarial, "lr", "seconds"]
+        self.log = LossLog(out_dir / "loss.csv", fields, resume_step=start_step)
+
+    def train(self, steps: int, started: float, show_progress: bool) -> dict[str, float]:
+        """Steps from the start step up to ``steps``; returns the mean losses of the last log interval.
+        ``started``: the ``time.perf_counter()`` the log's seconds count from."""
+        config = self.config
+        sums: dict[str, float] = {}  # loss terms summed since the last log line
+        summed = 0
+        losses: dict[str, float] = {}
+        with step_progress("vocoder", show_progress) as progress:
+            task = progress.add_task("train", total=steps, completed=self.start_step, status="")
+            for step in range(self.start_step, steps):
+                lr = learning_rate(step, config)
+                terms = self._train_step(step, lr)
+                done = step + 1
+                for name, value in terms.items():
+                    sums[name] = sums.get(name, 0.0) + value.item()
+                summed += 1
+                # Logged: means over the interval; progress shows the latest interval.
+                if done % config.log_every == 0 or done == steps:
+                    losses = {name: total / summed for name, total in sums.items()}
+                    sums, summed = {}, 0
+                    seconds = time.perf_counter() - started
+                    row = {"step": done, **{k: f"{v:.5f}" for k, v in losses.items()}, "lr": f"{lr:.3g}"}
+                    self.log.append([{**row, "seconds": f"{seconds:.1f}"}])
+                    progress.update(task, status=f"loss {losses['loss']:.3f} mel {losses['mel_l1']:.3f}")
+                progress.update(task, completed=done)
+                if done % config.checkpoint_every == 0 or done == steps:
+                    self._save_and_judge(done)
+        return losses
+
+    def _train_step(self, step: int, lr: float) -> dict[str, torch.Tensor]:
+        """One step at learning rate ``lr`` on step ``step``'s batch: the discriminators' (when training is
+        adversarial), then the vocoder's; returns the vocoder's loss (``"loss"``) and every term."""
+        audio, input_mel, target_mel = self.data.batch(step)
+        for optimizer in self.optimizers.values():
+            for group in optimizer.param_groups:
+                group["lr"] = lr
+        predicted = self.model(input_mel)  # [batch, frames * hop]: the crop's span
+        terms = {}
+        if self.discriminator is not None:
+            terms["discriminator"] = self._discriminator_step(audio, predicted.detach())
+        loss, generator_terms = self._generator_loss(audio, predicted, target_mel)
+        terms.update(generator_terms)
+        optimizer = self.optimizers["optimizer"]
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_clip)
+        optimizer.step()
+        return {"loss": loss, **terms}
+
+    def _discriminator_step(self, audio: torch.Tensor, predicted: torch.Tensor) -> torch.Tensor:
+        """One discriminator update on real ``audio`` against ``predicted`` (detached), both
+        ``[batch, samples]``; returns its loss."""
+        loss = discriminator_loss(self.discriminator(audio), self.discriminator(predicted))
+        optimizer = self.optimizers["discriminator_optimizer"]
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(self.discriminator.parameters(), self.config.grad_clip)
+        optimizer.step()
+        return loss
+
+    def _generator_loss(
+        self, audio: torch.Tensor, predicted: torch.Tensor, target_mel: torch.Tensor
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """The vocoder's weighted loss and its terms: reconstruction (mel L1 against ``target_mel``
+        ``[batch, frames + 1, n_mels]``, multi-resolution STFT against ``audio`` ``[batch, samples]``), and
+        when training is adversarial, the adversarial and feature-matching terms."""
+        config = self.config
+        terms = {"mel_l1": F.l1_loss(self.data.to_mel(predicted), target_mel)}
+        terms["stft_sc"], terms["stft_log_mag"] = multi_resolution_stft_loss(predicted, audio, config.stft_resolutions)
+        loss = config.mel_loss_weight * terms["mel_l1"] + config.stft_loss_weight * (
+            terms["stft_sc"] + terms["stft_log_mag"]
+        )
+        if self.discriminator is not None:
+            # Gradients reach the generator through a frozen discriminator: its grads would be unused.
+            self.discriminator.requires_grad_(False)
+            with torch.no_grad():
+                real_features = self.discriminator(audio)
+            terms["adversarial"], terms["feature_matching"] = generator_losses(
+                real_features, self.discriminator(predicted)
+            )
+            self.discriminator.requires_grad_(True)
+            loss = loss + (
+                config.adversarial_weight * terms["adversarial"]
+                + config.feature_matching_weight * terms["feature_matching"]
+            )
+        return loss, terms
+
+    def _save_and_judge(self, done: int) -> None:
+        """After step ``done``: the checkpoint, the latest weights, the loss plot, and the reference clip
+        resynthesized into ``samples/step_<done>.wav``."""
+        config, model = self.config, self.model
+        modules = {"discriminator": self.discriminator} if self.discriminator is not None else {}
+        saved_optimizers = self.optimizers if config.checkpoint_optimizers else {}
+        meta = {"step": done, "config": config.to_dict()}
+        save_checkpoint(self.out_dir / CHECKPOINT, model.save, meta, saved_optimizers, modules)
+        model.save(self.out_dir)
+        plotted = PLOTTED + (ADVERSARIAL_PLOTTED if self.discriminator is not None else ())
+        plot_losses(self.log.path, self.out_dir / "loss.png", plotted, title="vocoder training", log_scale=True)
+        model.eval()
+        with torch.inference_mode():
+            resynthesis = model(self.data.to_mel(torch.from_numpy(self.reference)[None]))[0]
+        model.train()
+        save_audio(self.samples_dir / f"step_{done:06d}.wav", resynthesis.numpy(), config.mel.sample_rate)
 
 
 def train_vocoder_command(
