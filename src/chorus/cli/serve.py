@@ -1,87 +1,104 @@
-"""``chorus serve``: the multi-tenant voice server, on one process or on Ray Serve."""
+"""``chorus serve``: the multi-tenant voice server, on one process or on Ray Serve.
+
+The command reads its options as one :class:`ServeOptions`, finds what runs the server (failing with what to
+install where an extra is missing), builds the server's config from the options and runs it."""
 
 from __future__ import annotations
 
 import dataclasses
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from chorus.cli.common import BASE_HELP, DEVICE_OPTION, chosen_base, console, fail, user_errors
+from chorus.cli.option_fields import given_option, option, takes_options
+
+if TYPE_CHECKING:
+    from chorus.serving.settings import ServeConfig
 
 SERVER_DEFAULT = "default: the server's, from ServerSettings"
 
 
-def serve(
-    store: str = typer.Option(
+@dataclass(frozen=True)
+class ServeOptions:
+    """The command line of ``chorus serve``, one field an option (in the order --help lists them)."""
+
+    store: str = option(
         ...,
         help="Voice store: a folder for voices, jobs and metadata, or an fsspec URL for the voices "
         "(s3://bucket/prefix; AWS_ENDPOINT_URL and the AWS credential variables reach any S3-compatible store).",
-    ),
-    database: str | None = typer.Option(
+    )
+    database: str | None = option(
         None,
         help="Voice and job metadata: a postgresql://user@host/db URL (servers on several machines share it; "
         "needs the serve extra's psycopg), or a SQLite file path or sqlite:///path (default: "
         "STORE/store.sqlite3; needed for a remote STORE).",
-    ),
-    cache_dir: str | None = typer.Option(
+    )
+    cache_dir: str | None = option(
         None,
         help="Where voices of a remote store are downloaded (default: beside a SQLite file, else ~/.cache/chorus).",
-    ),
-    host: str = typer.Option("127.0.0.1", help="Address to bind. Without API keys only loopback is allowed."),
-    port: int = typer.Option(8000, help="TCP port."),
-    base: str | None = typer.Option(
+    )
+    host: str = option("127.0.0.1", help="Address to bind. Without API keys only loopback is allowed.")
+    port: int = option(8000, help="TCP port.")
+    base: str | None = option(
         None,
         help=BASE_HELP + " A Piper base serves its own voice and voices adapted on it (chorus adapt --base); "
         "onboarding jobs and instant voices need the Chorus base.",
-    ),
-    model: Path | None = typer.Option(None, help="Chorus base model folder (default: the shipped base)."),
-    vocoder: str | None = typer.Option(
+    )
+    model: Path | None = option(None, help="Chorus base model folder (default: the shipped base).")
+    vocoder: str | None = option(
         None, help="The Chorus base's vocoder: griffin-lim, neural or a folder (default: the model's)."
-    ),
-    keys: Path | None = typer.Option(None, help='API keys file: \'KEY TENANT\' lines or JSON {"KEY": "TENANT"}.'),
-    cache_mb: float = typer.Option(64.0, help="Adapter cache budget in MB (least recently used voices are evicted)."),
-    adapt_steps: int | None = typer.Option(
+    )
+    keys: Path | None = option(None, help='API keys file: \'KEY TENANT\' lines or JSON {"KEY": "TENANT"}.')
+    cache_mb: float = option(64.0, help="Adapter cache budget in MB (least recently used voices are evicted).")
+    adapt_steps: int | None = option(
         None, help=f"Most training steps of an onboarded voice (early stopping; {SERVER_DEFAULT})."
-    ),
-    adapt_method: str | None = typer.Option(
+    )
+    adapt_method: str | None = option(
         None, help=f"Adapter method(s) of onboarded voices, e.g. lora+speaker ({SERVER_DEFAULT})."
-    ),
-    adapt_threads: int | None = typer.Option(None, help=f"CPU threads of an onboarding job ({SERVER_DEFAULT})."),
-    sample_steps: int | None = typer.Option(
+    )
+    adapt_threads: int | None = option(None, help=f"CPU threads of an onboarding job ({SERVER_DEFAULT}).")
+    sample_steps: int | None = option(
         None,
         help=f"Most training steps refining a voice made from one sample, POST /v1/audio/voices ({SERVER_DEFAULT}).",
-    ),
-    max_text_chars: int | None = typer.Option(None, help=f"Longest text of one speech request ({SERVER_DEFAULT})."),
-    limits: Path | None = typer.Option(
+    )
+    max_text_chars: int | None = option(None, help=f"Longest text of one speech request ({SERVER_DEFAULT}).")
+    limits: Path | None = option(
         None,
         help="Limits file (JSON) per tenant and for the whole server, e.g. "
         '{"tenant": {"requests_per_minute": 120, "active_jobs": 1, "voices": 50, "voice_bytes": 1e8}, '
         '"tenants": {"acme": {"voices": 500}}, "server": {"requests_per_minute": 3000, "queued_jobs": 16}} '
         "(default: 600 requests a minute, 2 onboarding jobs, 1,000 voices and 2 GiB per tenant; "
         "6,000 requests a minute, 32 queued jobs and 64 GiB for the server).",
-    ),
-    voice_aliases: Path | None = typer.Option(
+    )
+    voice_aliases: Path | None = option(
         None,
         help='Voice aliases file (JSON {"alias": "speaker"}) replacing the built-in map of OpenAI\'s voice '
         "names (alloy, echo, fable, onyx, nova, shimmer, ...) to speakers; the server does not start when "
         "one names no speaker (or blend) of the base.",
-    ),
-    device: str = DEVICE_OPTION,
+    )
+    device: str = given_option(DEVICE_OPTION)
     # -- scale-out on Ray Serve (chorus.serving.ray_app) --
-    ray: bool = typer.Option(
+    ray: bool = option(
         False,
         "--ray",
         help="Serve on a local Ray cluster started on this machine's "
         "resources: --ray-replicas copies of the base, voices routed to "
         "replicas holding them, onboarding as Ray tasks (needs the ray "
         "extra).",
-    ),
-    ray_replicas: int = typer.Option(2, help="With --ray: speech replicas, one resident base each."),
-    ray_voices_per_replica: int = typer.Option(
+    )
+    ray_replicas: int = option(2, help="With --ray: speech replicas, one resident base each.")
+    ray_voices_per_replica: int = option(
         32, help="With --ray: adapted voices one replica holds (least recently used dropped first)."
-    ),
-) -> None:
+    )
+
+
+@takes_options(ServeOptions)
+def serve(options: ServeOptions) -> None:
     """Run the multi-tenant voice server (one resident base, voices loaded on demand).
 
     Routes: POST /v1/audio/speech (OpenAI-compatible), /v1/voices (list, onboard,
@@ -103,43 +120,65 @@ def serve(
     multiplexing by voice), and onboarding jobs run as Ray tasks. Install
     with pip install 'chorus-tts\\[serve,ray]'.
     """
-    extras = "serve and ray extras" if ray else "serve extra"
+    run = _runner(options)
+    with user_errors():
+        run(_config(options))
+
+
+def _runner(options: ServeOptions) -> Callable[[ServeConfig], None]:
+    """What runs the server on its config: uvicorn in this process, or with --ray a local Ray cluster; fails,
+    saying what to install, where the extra it needs is missing."""
+    extras = "serve and ray extras" if options.ray else "serve extra"
     try:
         from chorus.serving.api import serve as run_server
-        from chorus.serving.settings import Limits, ServeConfig, ServerSettings, read_voice_aliases
 
-        if ray:
+        if options.ray:
             from chorus.serving.ray_app import serve_ray
     except ImportError as error:
         fail(
-            f"{'--ray' if ray else 'the server'} needs the {extras} ({error.name} is missing): "
-            f"pip install 'chorus-tts[{'serve,ray' if ray else 'serve'}]'"
+            f"{'--ray' if options.ray else 'the server'} needs the {extras} ({error.name} is missing): "
+            f"pip install 'chorus-tts[{'serve,ray' if options.ray else 'serve'}]'"
         )
-    with user_errors():
-        settings = server_settings(
-            ServerSettings(), adapt_method, adapt_steps, adapt_threads, max_text_chars, sample_steps
+    if options.ray:
+        return functools.partial(
+            serve_ray,
+            replicas=options.ray_replicas,
+            voices_per_replica=options.ray_voices_per_replica,
+            announce=console.print,
         )
-        if limits is not None:
-            settings = dataclasses.replace(settings, limits=Limits.from_file(limits))
-        if voice_aliases is not None:
-            settings = dataclasses.replace(settings, voice_aliases=read_voice_aliases(voice_aliases))
-        config = ServeConfig(
-            store=store,
-            database=database,
-            cache_dir=cache_dir,
-            host=host,
-            port=port,
-            base=chosen_base(base, model),
-            vocoder=vocoder,
-            keys=keys,
-            cache_mb=cache_mb,
-            settings=settings,
-            device=device,
-        )
-        if ray:
-            serve_ray(config, replicas=ray_replicas, voices_per_replica=ray_voices_per_replica, announce=console.print)
-        else:
-            run_server(config, announce=console.print)
+    return functools.partial(run_server, announce=console.print)
+
+
+def _config(options: ServeOptions) -> ServeConfig:
+    """The server's config: its settings (the server's defaults, what the options change, the --limits and
+    --voice-aliases files), where voices and metadata are kept, the base and the address to bind."""
+    from chorus.serving.settings import Limits, ServeConfig, ServerSettings, read_voice_aliases
+
+    settings = server_settings(
+        ServerSettings(),
+        options.adapt_method,
+        options.adapt_steps,
+        options.adapt_threads,
+        options.max_text_chars,
+        options.sample_steps,
+    )
+    if options.limits is not None:
+        settings = dataclasses.replace(settings, limits=Limits.from_file(options.limits))
+    if options.voice_aliases is not None:
+        settings = dataclasses.replace(settings, voice_aliases=read_voice_aliases(options.voice_aliases))
+    return ServeConfig(
+        store=options.store,
+        database=options.database,
+        cache_dir=options.cache_dir,
+        host=options.host,
+        port=options.port,
+        base=chosen_base(options.base, options.model),
+        vocoder=options.vocoder,
+        keys=options.keys,
+        cache_mb=options.cache_mb,
+        settings=settings,
+        device=options.device,
+    )
 
 
 def server_settings(
