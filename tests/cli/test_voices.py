@@ -18,6 +18,7 @@ from chorus.serving.api import create_app  # noqa: E402
 from chorus.serving.engine import Engine  # noqa: E402
 from chorus.serving.onboarding.custom_voices import CustomVoiceChecks  # noqa: E402
 from chorus.serving.onboarding.job_runner import JobRunner  # noqa: E402
+from chorus.serving.routes.custom_voices import audio_voice_json  # noqa: E402
 from chorus.serving.settings import CONSENT_PHRASES, ServerSettings, jobs_dir  # noqa: E402
 from chorus.serving.store import VoiceStore  # noqa: E402
 from chorus.serving.tenants import Tenants  # noqa: E402
@@ -68,7 +69,8 @@ def test_voices_create_wait_list_delete(live_server, custom_voice_recordings):
     assert lines[0].startswith("consent cons_") and lines[0].endswith(" accepted"), made.output
     voice_id = lines[1].split()[1].rstrip(":")
     assert voice_id.startswith("voice_") and ": instant (as " in lines[1], lines[1]  # the encoder's blend, first
-    final = server_app.state.server.audio_voice_json(server_app.state.server.store.voice("acme", voice_id))
+    server = server_app.state.server
+    final = audio_voice_json(server, server.store.voice("acme", voice_id))
     if final["stage"] == "adapted":  # a few steps on the tiny base may or may not improve on the held-out clip
         assert made.exit_code == 0 and lines[-1] == f"voice {voice_id}: adapted (refined on the sample)", made.output
     else:

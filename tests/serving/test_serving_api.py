@@ -57,7 +57,8 @@ from chorus.serving.onboarding.uploads import (  # noqa: E402
     prepare_clips,
 )
 from chorus.serving.quotas import RateLimiter  # noqa: E402
-from chorus.serving.schemas import MODEL_NAMES, parse_speech, read_instructions  # noqa: E402
+from chorus.serving.schemas.models import MODEL_NAMES  # noqa: E402
+from chorus.serving.schemas.speech import parse_speech, read_instructions  # noqa: E402
 from chorus.serving.settings import (  # noqa: E402
     ONBOARDING_STEPS,
     ONBOARDING_THREADS,
@@ -745,6 +746,7 @@ BAD_SPEECH = [
     ({"speed": True}, 400, "'speed'"),
     ({"stream_format": "events"}, 400, "stream_format"),
     ({"instructions": 3}, 400, "'instructions' must be a string"),
+    ({"instructions": "x" * 4097}, 400, "at most 4096"),  # was a 500: pydantic's error escaped
     ({"sample_rate": 4000}, 400, "'sample_rate'"),
     ({"sample_rate": 22050.5}, 400, "'sample_rate'"),
     ({"model": ["x"]}, 400, "'model'"),

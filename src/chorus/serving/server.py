@@ -1,18 +1,17 @@
 """The state behind the routes: store, engine, batcher, onboarding worker, tenants and metrics, and what
-the routes ask of them (which voice a tenant means, the JSON of a voice or job)."""
+the routes ask of them (which voice a tenant means, a message fit for a tenant, deleting a voice). The JSON
+answers are the routes' own (:mod:`chorus.serving.routes`)."""
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
-import json
 import logging
 import re
 import time
 
 from fastapi import Request
 
-from chorus.adapters.voice import CARD_FILE
 from chorus.models.speaker_mix import is_mix
 from chorus.serving.batcher import Batcher, SpeechQueue
 from chorus.serving.engine import Engine, EngineVoice
@@ -22,12 +21,9 @@ from chorus.serving.onboarding.custom_voices import CustomVoiceChecks
 from chorus.serving.onboarding.job_runner import JobRunner
 from chorus.serving.onboarding.refinement import RefinementCheck
 from chorus.serving.quotas import RateLimiter, check_rate
-from chorus.serving.schemas import AudioVoice, BaseVoice, CustomVoice, Job
 from chorus.serving.settings import OPENAI_VOICE_ALIASES, ServerSettings, jobs_dir
 from chorus.serving.store import (
     InvalidId,
-    JobNotFound,
-    JobRecord,
     VoiceNotFound,
     VoiceRecord,
     VoiceStatus,
@@ -36,18 +32,10 @@ from chorus.serving.store import (
     outage_errors,
 )
 from chorus.serving.tenants import Tenants, Unauthorized
-from chorus.serving.voice_keys import StoredVoice, voice_key
+from chorus.serving.voice_keys import StoredVoice
 
 _URL = re.compile(r"[a-zA-Z][a-zA-Z0-9+.-]*://\S+")
 log = logging.getLogger("chorus.serving.server")
-
-
-def stage_of(record: VoiceRecord) -> str:
-    """What a voice speaks as now: ``adapted``, ``instant`` (a sample's voice before or without its
-    refinement), else ``training`` or ``failed`` (an upload of clips: nothing to speak yet)."""
-    if record.status == VoiceStatus.READY:
-        return "adapted"
-    return "instant" if record.instant else record.status.value
 
 
 def speaker_aliases(given: dict[str, str] | None, engine: Engine) -> dict[str, str]:
@@ -249,67 +237,6 @@ class VoiceServer:
             if path:
                 message = message.replace(path, name)
         return message
-
-    def voice_json(self, record: VoiceRecord, resident: set[str]) -> dict:
-        return CustomVoice(
-            id=record.voice_id,
-            name=record.name,
-            status=record.status.value,
-            created=int(record.created),
-            updated=int(record.updated),
-            method=record.method,
-            size_bytes=record.size_bytes,
-            job_id=record.job_id,
-            error=self.public(record.error) if record.error else None,
-            resident=voice_key(record) in resident,
-            stage=stage_of(record),
-            instant=record.instant,
-        ).model_dump()
-
-    def audio_voice_json(self, record: VoiceRecord) -> dict:
-        """The voice as OpenAI's ``audio.voice``, with its stage and its refinement's state."""
-        refinement = None
-        if record.job_id is not None:
-            try:
-                refinement = self.store.get_job(record.tenant, record.job_id).status.value
-            except JobNotFound:
-                refinement = None
-        failed = record.status == VoiceStatus.FAILED
-        return AudioVoice(
-            id=record.voice_id,
-            name=record.name,
-            created_at=int(record.created),
-            consent=record.consent_id,
-            stage="adapted" if record.status == VoiceStatus.READY else "instant",
-            instant=record.instant,
-            refinement="failed" if failed else refinement,
-            refinement_error=self.public(record.error) if failed and record.error else None,
-        ).model_dump()
-
-    def voice_card(self, tenant: str, voice_id: str) -> dict | None:
-        """A ready voice's card (``voice_card.json``) without the recipe's internals, or None if unreadable."""
-        try:
-            card = json.loads((self.store.get_voice(tenant, voice_id) / CARD_FILE).read_text())
-        except (OSError, ValueError, VoiceNotFound):
-            return None
-        notes = {k: v for k, v in card.get("notes", {}).items() if k not in ("recipe", "memory_options")}
-        return {**{k: v for k, v in card.items() if k != "notes"}, "notes": notes}
-
-    def speaker_json(self, name: str) -> dict:
-        return BaseVoice(id=name, name=name, default=name == self.engine.default_speaker).model_dump()
-
-    def job_json(self, job: JobRecord) -> dict:
-        message = self.public(job.message) if job.message else None
-        return Job(
-            id=job.job_id,
-            voice=job.voice_id,
-            status=job.status.value,
-            progress=round(job.progress, 3),
-            message=message,
-            error=message if job.status.value in ("failed", "interrupted") else None,
-            created=int(job.created),
-            updated=int(job.updated),
-        ).model_dump()
 
     def delete_voice(self, tenant: str, voice_id: str) -> None:
         """Delete the tenant's voice from the store and from this server's model (404 if it has none), and

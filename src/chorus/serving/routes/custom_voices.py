@@ -25,7 +25,7 @@ from chorus.serving.onboarding.upload_form import form_file, form_text, read_mul
 from chorus.serving.onboarding.uploads import RecordingTooLong, decode_recording, prepare_clips
 from chorus.serving.quotas import check_onboarding, quota_reached
 from chorus.serving.routes.deps import ERRORS, Server, Tenant, read_json
-from chorus.serving.schemas import (
+from chorus.serving.schemas.custom_voices import (
     AudioVoice,
     AudioVoiceDeleted,
     ConsentPhrases,
@@ -39,8 +39,11 @@ from chorus.serving.store import (
     ConsentNotFound,
     ConsentRecord,
     InvalidId,
+    JobNotFound,
     QuotaReached,
     VoiceConflict,
+    VoiceRecord,
+    VoiceStatus,
     check_id,
 )
 
@@ -53,6 +56,27 @@ _CONSENTS = "/v1/audio/voice_consents"
 def consent_json(record: ConsentRecord) -> dict:
     return VoiceConsent(
         id=record.consent_id, name=record.name, language=record.language, created_at=int(record.created)
+    ).model_dump()
+
+
+def audio_voice_json(server: VoiceServer, record: VoiceRecord) -> dict:
+    """The voice as OpenAI's ``audio.voice``, with its stage and its refinement's state."""
+    refinement = None
+    if record.job_id is not None:
+        try:
+            refinement = server.store.get_job(record.tenant, record.job_id).status.value
+        except JobNotFound:
+            refinement = None
+    failed = record.status == VoiceStatus.FAILED
+    return AudioVoice(
+        id=record.voice_id,
+        name=record.name,
+        created_at=int(record.created),
+        consent=record.consent_id,
+        stage="adapted" if record.status == VoiceStatus.READY else "instant",
+        instant=record.instant,
+        refinement="failed" if failed else refinement,
+        refinement_error=server.public(record.error) if failed and record.error else None,
     ).model_dump()
 
 
@@ -264,13 +288,13 @@ async def create_audio_voice(request: Request, tenant: Tenant, server: Server):
     finally:
         if upload_dir is not None:
             server.jobs.discard(upload_dir)
-    return server.audio_voice_json(server.store.voice(tenant, voice_id))
+    return audio_voice_json(server, server.store.voice(tenant, voice_id))
 
 
 @router.get("/v1/audio/voices/{voice_id}", responses={200: {"model": AudioVoice}, **ERRORS})
 def retrieve_audio_voice(voice_id: str, tenant: Tenant, server: Server):
     """A voice made from a sample, with its stage (Chorus's; OpenAI's SDK has no retrieve)."""
-    return server.audio_voice_json(server.record(tenant, voice_id))
+    return audio_voice_json(server, server.record(tenant, voice_id))
 
 
 @router.delete("/v1/audio/voices/{voice_id}", responses={200: {"model": AudioVoiceDeleted}, **ERRORS})

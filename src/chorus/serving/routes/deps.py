@@ -8,7 +8,7 @@ from fastapi import Depends, Request
 
 from chorus.serving.errors import ApiError
 from chorus.serving.json_body import BodyError, loads_bounded
-from chorus.serving.schemas import ErrorBody
+from chorus.serving.schemas.errors import ErrorBody
 from chorus.serving.server import VoiceServer
 from chorus.serving.tenants import OPERATOR_TENANT
 

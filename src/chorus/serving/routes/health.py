@@ -8,7 +8,8 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from chorus.serving.errors import ApiError
 from chorus.serving.routes.deps import Server, is_operator
-from chorus.serving.schemas import ErrorBody, Health, Liveness, Onboarding
+from chorus.serving.schemas.errors import ErrorBody
+from chorus.serving.schemas.health import Health, Liveness, Onboarding
 from chorus.serving.tenants import OPERATOR_TENANT
 
 router = APIRouter()

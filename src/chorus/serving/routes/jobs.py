@@ -8,12 +8,29 @@ from fastapi import APIRouter
 
 from chorus.serving.errors import ApiError
 from chorus.serving.routes.deps import ERRORS, Server, Tenant
-from chorus.serving.schemas import Job
-from chorus.serving.store import FINISHED_JOB, JobNotFound, JobStatus
+from chorus.serving.schemas.jobs import Job
+from chorus.serving.server import VoiceServer
+from chorus.serving.store import FINISHED_JOB, JobNotFound, JobRecord, JobStatus
 
 router = APIRouter()
 
 JOB_ID = re.compile(r"[0-9a-f]{32}")
+
+
+def job_json(server: VoiceServer, job: JobRecord) -> dict:
+    """A job as :class:`Job` (also the answer to ``POST /v1/voices``, with what the upload held); its message
+    fit for a tenant, and its error that message when it failed or was interrupted."""
+    message = server.public(job.message) if job.message else None
+    return Job(
+        id=job.job_id,
+        voice=job.voice_id,
+        status=job.status.value,
+        progress=round(job.progress, 3),
+        message=message,
+        error=message if job.status.value in ("failed", "interrupted") else None,
+        created=int(job.created),
+        updated=int(job.updated),
+    ).model_dump()
 
 
 def _not_found(job_id: str) -> ApiError:
@@ -25,7 +42,7 @@ def get_job(job_id: str, tenant: Tenant, server: Server):
     if not JOB_ID.fullmatch(job_id):
         raise _not_found(job_id)
     try:
-        return server.job_json(server.store.get_job(tenant, job_id))
+        return job_json(server, server.store.get_job(tenant, job_id))
     except JobNotFound:
         raise _not_found(job_id) from None
 
@@ -46,7 +63,7 @@ def cancel_job(job_id: str, tenant: Tenant, server: Server):
             )
         store.update_job(job_id, status=JobStatus.FAILED, message="cancelled by its tenant")
         server.jobs.cancel(job_id)
-        return server.job_json(store.get_job(tenant, job_id))
+        return job_json(server, store.get_job(tenant, job_id))
     except JobNotFound:
         raise _not_found(job_id) from None
     except ValueError:  # it ended between the two reads

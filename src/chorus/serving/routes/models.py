@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from chorus.serving.routes.deps import ERRORS, Tenant
-from chorus.serving.schemas import MODEL_NAMES, ModelCard, ModelList
+from chorus.serving.schemas.models import MODEL_NAMES, ModelCard, ModelList
 
 router = APIRouter()
 

@@ -1,7 +1,7 @@
 """Speech: ``POST /v1/audio/speech`` (OpenAI-compatible) and ``POST /v1/audio/speech/captioned``.
 
 The body is ``{"model", "input", "voice", "response_format", "speed", "instructions", "stream_format"}``
-(+ Chorus's ``sample_rate``); ``model`` one of :data:`MODEL_NAMES`; ``mp3`` (the default, as OpenAI's) |
+(+ Chorus's ``sample_rate``); ``model`` one of :data:`~chorus.serving.schemas.models.MODEL_NAMES`; ``mp3`` (the default, as OpenAI's) |
 ``wav`` | ``flac`` | ``opus`` | ``aac`` | ``pcm`` (16-bit little-endian mono at 24 kHz, see ``X-Sample-Rate``). The voice is resolved once per request
 (:meth:`VoiceServer.voice_for`) and the text laid out as the library lays it out
 (:func:`chorus.synthesis.timeline.layout`: sentences, the silence between them, SSML breaks), so the same
@@ -34,7 +34,7 @@ from chorus.audio.encode import FORMATS, AudioStream, encode_whole, output_rate
 from chorus.serving.engine import EngineVoice
 from chorus.serving.errors import ApiError, synthesis_error
 from chorus.serving.routes.deps import ERRORS, Server, Tenant, read_json
-from chorus.serving.schemas import (
+from chorus.serving.schemas.speech import (
     CONTENT_TYPES,
     PCM_RATE,
     CaptionedSpeech,

@@ -8,20 +8,67 @@ does not exist.
 
 from __future__ import annotations
 
+import json
+
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
+from chorus.adapters.voice import CARD_FILE
 from chorus.serving.errors import ApiError
 from chorus.serving.onboarding.job_runner import OnboardingJob
 from chorus.serving.onboarding.upload_form import read_onboarding_form
 from chorus.serving.quotas import check_onboarding, quota_reached
 from chorus.serving.routes.deps import ERRORS, Server, Tenant
-from chorus.serving.schemas import AudioVoices, BaseVoice, CreatedJob, CustomVoice, VoiceDeleted, VoiceList, VoiceName
-from chorus.serving.server import stage_of
-from chorus.serving.store import QuotaReached, VoiceConflict, VoiceStatus
+from chorus.serving.routes.jobs import job_json
+from chorus.serving.schemas.jobs import CreatedJob
+from chorus.serving.schemas.voices import AudioVoices, BaseVoice, CustomVoice, VoiceDeleted, VoiceList, VoiceName
+from chorus.serving.server import VoiceServer
+from chorus.serving.store import QuotaReached, VoiceConflict, VoiceNotFound, VoiceRecord, VoiceStatus
+from chorus.serving.voice_keys import voice_key
 
 router = APIRouter()
+
+
+def stage_of(record: VoiceRecord) -> str:
+    """What a voice speaks as now: ``adapted``, ``instant`` (a sample's voice before or without its
+    refinement), else ``training`` or ``failed`` (an upload of clips: nothing to speak yet)."""
+    if record.status == VoiceStatus.READY:
+        return "adapted"
+    return "instant" if record.instant else record.status.value
+
+
+def voice_json(server: VoiceServer, record: VoiceRecord, resident: set[str]) -> dict:
+    """A tenant's voice as :class:`CustomVoice`; ``resident``: the engine keys loaded now."""
+    return CustomVoice(
+        id=record.voice_id,
+        name=record.name,
+        status=record.status.value,
+        created=int(record.created),
+        updated=int(record.updated),
+        method=record.method,
+        size_bytes=record.size_bytes,
+        job_id=record.job_id,
+        error=server.public(record.error) if record.error else None,
+        resident=voice_key(record) in resident,
+        stage=stage_of(record),
+        instant=record.instant,
+    ).model_dump()
+
+
+def speaker_json(server: VoiceServer, name: str) -> dict:
+    """A speaker of the base as :class:`BaseVoice`."""
+    return BaseVoice(id=name, name=name, default=name == server.engine.default_speaker).model_dump()
+
+
+def voice_card(server: VoiceServer, tenant: str, voice_id: str) -> dict | None:
+    """A ready voice's card (``voice_card.json``) without the recipe's internals, or None if unreadable."""
+    try:
+        card = json.loads((server.store.get_voice(tenant, voice_id) / CARD_FILE).read_text())
+    except (OSError, ValueError, VoiceNotFound):
+        return None
+    notes = {k: v for k, v in card.get("notes", {}).items() if k not in ("recipe", "memory_options")}
+    return {**{k: v for k, v in card.items() if k != "notes"}, "notes": notes}
 
 
 @router.get("/v1/audio/voices", responses={200: {"model": AudioVoices}, **ERRORS})
@@ -50,18 +97,18 @@ def audio_voices(tenant: Tenant, server: Server):
 @router.get("/v1/voices", responses={200: {"model": VoiceList}, **ERRORS})
 def list_voices(tenant: Tenant, server: Server):
     resident = set(server.engine.resident())
-    custom = [server.voice_json(r, resident) for r in server.store.list_voices(tenant)]
-    return {"object": "list", "data": [server.speaker_json(name) for name in server.engine.speakers] + custom}
+    custom = [voice_json(server, r, resident) for r in server.store.list_voices(tenant)]
+    return {"object": "list", "data": [speaker_json(server, name) for name in server.engine.speakers] + custom}
 
 
 @router.get("/v1/voices/{voice_id}", responses={200: {"model": BaseVoice | CustomVoice}, **ERRORS})
 async def get_voice(voice_id: str, tenant: Tenant, server: Server):
     if server.engine.is_speaker(voice_id):
-        return server.speaker_json(voice_id)
+        return speaker_json(server, voice_id)
     record = server.record(tenant, voice_id)
-    answer = server.voice_json(record, set(server.engine.resident()))
+    answer = voice_json(server, record, set(server.engine.resident()))
     if record.status == VoiceStatus.READY:
-        answer["card"] = await run_in_threadpool(server.voice_card, tenant, voice_id)
+        answer["card"] = await run_in_threadpool(voice_card, server, tenant, voice_id)
     return answer
 
 
@@ -114,7 +161,7 @@ async def create_voice(request: Request, tenant: Tenant, server: Server):
             },
         )
         upload_dir = None
-        job = server.job_json(store.get_job(tenant, job_id))
+        job = job_json(server, store.get_job(tenant, job_id))
         job.update(clips=prepared.clips, seconds=prepared.seconds)
         return JSONResponse(job, status_code=202, headers={"Location": f"/v1/jobs/{job_id}"})
     finally:

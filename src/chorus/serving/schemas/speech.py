@@ -1,0 +1,235 @@
+"""``POST /v1/audio/speech`` and ``/v1/audio/speech/captioned``: the body, as OpenAI's ``audio.speech``, and
+the captioned answer.
+
+:class:`SpeechRequest`'s fields and validators state every constraint of the body; :func:`parse_speech`
+runs them and turns the first failure into the refusal OpenAI's clients expect, naming its field with
+OpenAI's words and codes (``model_not_found``, ``input_too_long``, ...). FastAPI does not validate the
+body itself: its refusals would name no field the OpenAI way.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
+from pydantic_core import ErrorDetails, PydanticCustomError
+
+from chorus.audio.encode import FORMATS
+from chorus.serving.errors import ApiError
+from chorus.serving.schemas.models import MODEL_NAMES
+
+CONTENT_TYPES = {name: audio_format.content_type for name, audio_format in FORMATS.items()}
+MIN_SPEED, MAX_SPEED = 0.25, 4.0
+PCM_RATE = 24_000  # OpenAI's raw pcm is 24 kHz, and its clients play it so
+MIN_RATE, MAX_RATE = 8_000, 48_000
+MAX_INSTRUCTIONS_CHARS = 4096
+DEFAULT_FORMAT = "mp3"  # OpenAI's: its clients write what comes back without a format into "speech.mp3"
+# What ``instructions`` can ask of this model: its speaking rate. The rest (tone, emotion, accent) is
+# ignored and said so in a header, as code written for gpt-4o-mini-tts expects to be spoken, not refused.
+_PACE_WORDS = re.compile(
+    r"\b(?P<very>very\s+|really\s+|a bit\s+|a little\s+|slightly\s+)?"
+    r"(?P<pace>slowly|slower|slow|quickly|quicker|quick|faster|fast|rapidly)\b",
+    re.IGNORECASE,
+)
+_PACE = {"slow": 0.8, "quick": 1.25, "fast": 1.25, "rapid": 1.25}
+# Clauses of an instruction: "Speak slowly and calmly." is "Speak slowly" + "calmly".
+_CLAUSES = re.compile(r"[.,;:!?\n]+|\s+(?:and|but|then|while)\s+", re.IGNORECASE)
+# Words that ask for nothing by themselves ("please speak", "read it").
+_FILLER = re.compile(r"^(?:(?:please|speak|talk|read|say|it|this|the|text|voice|in|a|an|with)\s*)*$", re.IGNORECASE)
+
+
+class SpeechRequest(BaseModel):
+    """``POST /v1/audio/speech``, as OpenAI's ``audio.speech``."""
+
+    # (The docstring is the OpenAPI schema's description.) Strict: JSON's types as they are, no "1.0" for a
+    # number, no true for 1, no 22050.5 for a rate. Validated with the context {"max_text_chars": n},
+    # ``input`` is at most n characters.
+    model_config = ConfigDict(strict=True)
+
+    model: str = Field(
+        "chorus", max_length=200, description="one of GET /v1/models ('chorus', 'tts-1', ...): the same base model"
+    )
+    input: str = Field(..., min_length=1, description="the text to speak")
+    voice: str = Field(
+        ...,
+        min_length=1,
+        description='a speaker name or one of your voice ids (OpenAI\'s {"id": ...} form is accepted too)',
+    )
+    response_format: Literal["wav", "flac", "mp3", "opus", "aac", "pcm"] = Field(
+        DEFAULT_FORMAT,
+        description="mp3 unless asked (OpenAI's default); pcm: 16-bit little-endian mono at X-Sample-Rate (24 kHz unless sample_rate says otherwise); "
+        "opus in Ogg; several sentences stream (chunked) as each is made, except flac, sent whole",
+    )
+    speed: float = Field(1.0, ge=MIN_SPEED, le=MAX_SPEED, allow_inf_nan=False)
+    instructions: str | None = Field(
+        None,
+        max_length=MAX_INSTRUCTIONS_CHARS,
+        description="the speaking rate is understood ('speak slowly', 'quickly', 'very fast') and scales speed; "
+        "anything else (tone, emotion, accent) is ignored and named in the X-Instructions-Ignored header",
+    )
+    stream_format: Literal["audio", "sse"] = Field(
+        "audio",
+        description="audio: the file's bytes; sse: server-sent events speech.audio.delta (base64 audio of "
+        "response_format) and speech.audio.done, as OpenAI's",
+    )
+    sample_rate: int | None = Field(
+        None,
+        ge=MIN_RATE,
+        le=MAX_RATE,
+        description="Chorus extension: output rate in Hz (default: the model's, 24 kHz for pcm); sent as X-Sample-Rate",
+    )
+
+    @field_validator("model")
+    @classmethod
+    def _known_model(cls, model: str) -> str:
+        if model not in MODEL_NAMES:
+            raise PydanticCustomError("model_not_found", "no such model")
+        return model
+
+    @field_validator("input")
+    @classmethod
+    def _speakable_length(cls, text: str, info: ValidationInfo) -> str:
+        if not text.strip():
+            raise PydanticCustomError("input_empty", "only white space")
+        limit = (info.context or {}).get("max_text_chars")
+        if limit is not None and len(text) > limit:
+            raise PydanticCustomError("input_too_long", "over {limit} characters", {"limit": limit})
+        return text
+
+    @field_validator("voice", mode="before")
+    @classmethod
+    def _voice_reference(cls, voice: object) -> object:
+        """OpenAI's custom voice reference ``{"id": ...}`` names the voice by its id."""
+        return voice.get("id") if isinstance(voice, dict) else voice
+
+
+def _shown(value: object) -> str:
+    """A refused value as a message quotes it: a string's first 40 characters, else its type's name."""
+    return repr((value if isinstance(value, str) else type(value).__name__)[:40])
+
+
+def _model_refused(error: ErrorDetails) -> ApiError:
+    if error["type"] == "model_not_found":  # as OpenAI answers an unknown model
+        return ApiError(
+            404,
+            f"The model {error['input'][:80]!r} does not exist: use one of {', '.join(MODEL_NAMES)} (GET /v1/models)",
+            param="model",
+            code="model_not_found",
+        )
+    return ApiError(400, f"'model' must be a string, one of {', '.join(MODEL_NAMES)}", param="model")
+
+
+def _input_refused(error: ErrorDetails) -> ApiError:
+    if error["type"] in ("string_too_short", "input_empty"):
+        return ApiError(400, "'input' is empty", param="input")
+    if error["type"] == "input_too_long":
+        return ApiError(
+            400,
+            f"'input' is {len(error['input'])} characters; at most {error['ctx']['limit']} per request",
+            param="input",
+            code="input_too_long",
+        )
+    return ApiError(400, "'input' is required: the text to speak, as a string", param="input")
+
+
+def _instructions_refused(error: ErrorDetails) -> ApiError:
+    if error["type"] == "string_too_long":
+        message = f"'instructions' is {len(error['input'])} characters; at most {MAX_INSTRUCTIONS_CHARS}"
+    else:
+        message = "'instructions' must be a string"
+    return ApiError(400, message, param="instructions")
+
+
+# Each field's refusal, given its failure (pydantic's ErrorDetails), in the order the fields are checked:
+# a body failing on several fields is answered for the first of them ("": the body itself).
+_REFUSALS: dict[str, Callable[[ErrorDetails], ApiError]] = {
+    "": lambda _: ApiError(400, "the request body must be a JSON object"),
+    "model": _model_refused,
+    "input": _input_refused,
+    "voice": lambda _: ApiError(400, "'voice' is required: a speaker name or one of your voice ids", param="voice"),
+    "response_format": lambda error: ApiError(
+        400,
+        f"unsupported response_format {_shown(error['input'])}: use one of {', '.join(CONTENT_TYPES)}",
+        param="response_format",
+    ),
+    "speed": lambda _: ApiError(400, f"'speed' must be a number from {MIN_SPEED} to {MAX_SPEED}", param="speed"),
+    "stream_format": lambda _: ApiError(400, "stream_format must be 'audio' or 'sse'", param="stream_format"),
+    "instructions": _instructions_refused,
+    "sample_rate": lambda _: ApiError(
+        400, f"'sample_rate' must be a whole number of Hz from {MIN_RATE} to {MAX_RATE}", param="sample_rate"
+    ),
+}
+_ORDER = list(_REFUSALS)
+
+
+def _field(error: ErrorDetails) -> str:
+    return str(error["loc"][0]) if error["loc"] else ""
+
+
+def _refusal(error: ValidationError) -> ApiError:
+    """The answer to a body :class:`SpeechRequest` refused: its first failing field's (:data:`_REFUSALS`)."""
+    first = min(error.errors(), key=lambda e: _ORDER.index(_field(e)))
+    return _REFUSALS[_field(first)](first)
+
+
+def parse_speech(body: object, max_text_chars: int) -> SpeechRequest:
+    """An OpenAI ``audio.speech`` body as a :class:`SpeechRequest`, its ``speed`` scaled by the pace its
+    ``instructions`` ask for (within the speed's bounds); raises :class:`ApiError` (400, or 404 for an
+    unknown model) naming the field."""
+    try:
+        request = SpeechRequest.model_validate(body, context={"max_text_chars": max_text_chars})
+    except ValidationError as error:
+        raise _refusal(error) from None
+    if request.instructions and request.instructions.strip():
+        speed = request.speed * read_instructions(request.instructions).pace
+        request = request.model_copy(update={"speed": min(MAX_SPEED, max(MIN_SPEED, speed))})
+    return request
+
+
+@dataclass(frozen=True)
+class Instructions:
+    """What this model does with ``instructions``: ``pace`` scales the speed; ``ignored`` lists the clauses
+    it cannot follow (tone, emotion, accent), in the order written."""
+
+    pace: float = 1.0
+    ignored: tuple[str, ...] = ()
+
+
+def read_instructions(instructions: str) -> Instructions:
+    """The speaking rate ``instructions`` ask for, and the clauses this model cannot follow.
+
+    >>> read_instructions("Speak slowly and calmly.")
+    Instructions(pace=0.8, ignored=('calmly',))
+    """
+    pace = 1.0
+    ignored = []
+    for clause in _CLAUSES.split(instructions):
+        found = list(_PACE_WORDS.finditer(clause))
+        for match in found:
+            factor = next(f for stem, f in _PACE.items() if match["pace"].lower().startswith(stem))
+            degree = (match["very"] or "").split()
+            pace *= factor**2 if degree[:1] in (["very"], ["really"]) else factor**0.5 if degree else factor
+        rest = _PACE_WORDS.sub(" ", clause).strip()
+        if rest and not _FILLER.match(rest):
+            ignored.append(" ".join(rest.split()))
+    return Instructions(pace=pace, ignored=tuple(ignored))
+
+
+class Timing(BaseModel):
+    text: str
+    start: float = Field(..., description="seconds from the start of the audio")
+    end: float
+
+
+class CaptionedSpeech(BaseModel):
+    """``POST /v1/audio/speech/captioned``: the audio and its word and phoneme timestamps."""
+
+    audio: str = Field(..., description="the audio file (response_format), base64")
+    response_format: str
+    sample_rate: int
+    duration: float
+    words: list[Timing]
+    phonemes: list[Timing]
