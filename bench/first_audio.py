@@ -34,7 +34,6 @@ Writes ``first_audio.md``, ``first_audio.json`` and ``first_audio.png`` (the dis
 from __future__ import annotations
 
 import argparse
-import http.client
 import json
 import os
 import secrets
@@ -51,8 +50,10 @@ import torch
 
 from chorus.serving.engine import Engine, Request
 from chorus.serving.tenants import OPERATOR_TENANT
-from serving import TEXTS, pct  # bench/, beside this script
-from soak import StoreSpec, batcher_counters, http_get, machine, start_server, stop_server, wait_idle
+from run_record import closed_loop, machine, percentile, tree_at  # bench/, beside this script
+from servers import batcher_counters, get, stop, timed_request, wait_idle
+from serving import TEXTS
+from soak import StoreSpec, start_server
 
 TARGET_S = 0.3  # p50 at 4 clients
 TARGET_CLIENTS = 4
@@ -62,64 +63,32 @@ def speech_body(text: str, speaker: str) -> bytes:
     return json.dumps({"model": "tts-1", "input": text, "voice": speaker, "response_format": "pcm"}).encode()
 
 
-def one_request(port: int, key: str, body: bytes) -> dict:
-    """Send one speech request; seconds to the response headers, the first body byte and the last."""
-    began = time.perf_counter()
-    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=300)
-    try:
-        connection.request(
-            "POST", "/v1/audio/speech", body, {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
-        )
-        response = connection.getresponse()
-        headers = time.perf_counter()
-        first = response.read(1)  # blocks until the first byte of audio is here
-        first_at = time.perf_counter()
-        rest = response.read()
-        status = response.status
-    except (OSError, http.client.HTTPException) as error:
-        return {"status": 0, "error": repr(error), "total_s": time.perf_counter() - began}
-    finally:
-        connection.close()
-    return {
-        "status": status,
-        "headers_s": headers - began,
-        "first_byte_s": first_at - began,
-        "total_s": time.perf_counter() - began,
-        "bytes": len(first) + len(rest),
-    }
-
-
 def block(port: int, keys: list[str], operator_key: str, bodies: list[bytes], clients: int, requests: int) -> dict:
     """``clients`` closed-loop clients sending ``requests`` requests between them (plus one uncounted first
     request each); their timings and the batcher's work over the block."""
     lock = threading.Lock()
     counter = iter(range(1 << 30))
-    rows: list[dict] = []
 
-    def client(c: int) -> None:
+    def plan(c: int):
+        """Client ``c``'s requests: the next number from the shared counter while any are left."""
         first = True
         while True:
             with lock:
                 n = next(counter)
             if n >= requests + clients:
                 return
-            row = one_request(port, keys[c], bodies[n % len(bodies)])
-            row.update(client=c, counted=not first)
+            yield c, n, first
             first = False
-            with lock:
-                rows.append(row)
+
+    def send(item: tuple[int, int, bool]) -> dict:
+        c, n, first = item
+        return timed_request(port, keys[c], bodies[n % len(bodies)]) | {"client": c, "counted": not first}
 
     before = batcher_counters(port, operator_key)
-    began = time.perf_counter()
-    threads = [threading.Thread(target=client, args=(c,), daemon=True) for c in range(clients)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    seconds = time.perf_counter() - began
+    loop = closed_loop([plan(c) for c in range(clients)], send)
     after = batcher_counters(port, operator_key)
     work = {k: after[k] - before[k] for k in after}
-    return {"clients": clients, "seconds": seconds, "rows": rows, "batcher": work}
+    return {"clients": clients, "seconds": loop.wall_s, "rows": [s.outcome for s in loop.sent], "batcher": work}
 
 
 def alone(args, speaker: str) -> dict:
@@ -163,12 +132,13 @@ def summarize(blocks: list[dict], levels: list[int]) -> list[dict]:
                 "clients": clients,
                 "requests": len(rows),
                 "failed": len(rows) - len(ok),
-                "first_byte_p50_s": pct(first, 50),
-                "first_byte_p99_s": pct(first, 99),
+                "first_byte_p50_s": percentile(first, 50),
+                "first_byte_p99_s": percentile(first, 99),
                 "first_byte_mean_s": float(np.mean(first)),
-                "total_p50_s": pct([r["total_s"] for r in ok], 50),
+                "total_p50_s": percentile([r["total_s"] for r in ok], 50),
                 "per_block_p50_s": [
-                    pct([r["first_byte_s"] for r in b["rows"] if r["counted"] and r["status"] == 200], 50) for b in mine
+                    percentile([r["first_byte_s"] for r in b["rows"] if r["counted"] and r["status"] == 200], 50)
+                    for b in mine
                 ],
                 "requests_per_s": sum(len(b["rows"]) for b in mine) / sum(b["seconds"] for b in mine),
                 "mean_batch": work["rows"] / max(work["batches"], 1),
@@ -195,7 +165,7 @@ def report(result: dict, out: Path) -> None:
         result["command"],
         "```",
         "",
-        f"`{shlex.join(result['server_command'])}` (this tree at {config['git']}; the shipped base, its default "
+        f"`{shlex.join(result['server_command'])}` (this tree at {tree_at(config.get('provenance', config))}; the shipped base, its default "
         f"vocoder: {single['vocoder']}) on a {config['cpus']}-core CPU shared with other work, "
         f"OMP_NUM_THREADS={config['threads']}, load average {config['load_average_start'][0]:.1f} at the start "
         f"and {config['load_average_end'][0]:.1f} at the end. Closed-loop clients, one tenant each, each sending "
@@ -317,7 +287,13 @@ def main() -> None:
     parser.add_argument("--alone-repeats", type=int, default=3, help="passes over the texts, one sentence alone")
     parser.add_argument("--work", type=Path, default=None, help="scratch folder (default: a temporary one)")
     parser.add_argument("--out", type=Path, default=Path("bench/results/first_audio"))
+    parser.add_argument(
+        "--report", action="store_true", help="write the report again from OUT/first_audio.json (nothing is run)"
+    )
     args = parser.parse_args()
+    if args.report:
+        report(json.loads((args.out / "first_audio.json").read_text()), args.out)
+        return
     levels = [int(v) for v in args.levels.split(",")]
     command = shlex.join(["python", "bench/first_audio.py", *sys.argv[1:]])
     scratch = args.work is None
@@ -329,7 +305,7 @@ def main() -> None:
     work.mkdir(parents=True, exist_ok=True)
     keys_file.write_text("".join(f"{k} c{c}\n" for c, k in enumerate(keys)) + f"{operator_key} {OPERATOR_TENANT}\n")
     config = {
-        **machine(),
+        **machine(args.threads, "chorus serve (this tree's CLI): POST /v1/audio/speech, first body byte"),
         "levels": levels,
         "per_block": args.per_block,
         "repeats": args.repeats,
@@ -344,7 +320,7 @@ def main() -> None:
         try:
             print(f"server up on port {server.port}; waiting for its start-up work ...", flush=True)
             config["idle_wait_s"] = round(wait_idle(server.process.pid), 1)
-            listed = json.loads(http_get(server.port, "/v1/voices", keys[0]))["data"]
+            listed = json.loads(get(server.port, "/v1/voices", keys[0]))["data"]
             speaker = next(v["id"] for v in listed if v["type"] == "base")
             config["speaker"] = speaker
             bodies = [speech_body(text, speaker) for text in TEXTS]
@@ -355,9 +331,11 @@ def main() -> None:
                     blocks.append(block(server.port, keys, operator_key, bodies, clients, args.per_block))
                     b = blocks[-1]
                     first = [x["first_byte_s"] for x in b["rows"] if x["counted"] and x["status"] == 200]
-                    print(f"round {r + 1}, {clients} clients: first audio p50 {pct(first, 50):.3f} s", flush=True)
+                    print(
+                        f"round {r + 1}, {clients} clients: first audio p50 {percentile(first, 50):.3f} s", flush=True
+                    )
         finally:
-            shutdown = stop_server(server.process)
+            shutdown = stop(server.process)
         print("one sentence alone through the engine ...", flush=True)
         single = alone(args, speaker)
         config["load_average_end"] = os.getloadavg()

@@ -43,7 +43,9 @@ from chorus.serving.engine import Engine, Request
 from chorus.serving.settings import ServerSettings
 from chorus.synthesis import SAMPLE_VOICE
 from chorus.training.adapt import adapt
-from serving import MB, TEXTS, rss_bytes  # bench/, beside this script
+from run_record import provenance  # bench/, beside this script
+from servers import self_rss as rss_bytes
+from serving import MB, TEXTS
 
 VARIANTS = {"default": {}, "arenas2": {"MALLOC_ARENA_MAX": "2"}, "trim": {}}
 
@@ -194,11 +196,11 @@ def main() -> None:
         child(args)
         return
     args.out.mkdir(parents=True, exist_ok=True)
-    from soak import git_state  # bench/, beside this script
-
     result = {
         "command": shlex.join(["python", "bench/job_memory.py", *sys.argv[1:]]),
-        "git": git_state(),
+        "provenance": provenance(
+            1, "onboarding jobs as the worker runs them (Engine.base_copy + adapt), a child per variant"
+        ),
         "jobs": args.jobs,
         "steps": args.steps,
         "variants": {},

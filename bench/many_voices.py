@@ -48,6 +48,7 @@ from chorus.models.bundle import load_bundle
 from chorus.recipe import AdaptConfig
 from chorus.synthesis import DEFAULT_BASE, load_base
 from chorus.training.adapt_many import ManyVoicesConfig, adapt_many
+from run_record import mean_sd  # bench/, beside this script
 
 HELD_OUT = ("piper-joe", "flite-slt", "festival-ked")
 
@@ -251,7 +252,13 @@ def main() -> None:
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--job-folders", help=argparse.SUPPRESS)
     parser.add_argument("--job-out", help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--report", action="store_true", help="write the report again from OUT/many_voices.json (nothing is run)"
+    )
     args = parser.parse_args()
+    if args.report:
+        rereport(args.out)
+        return
     torch.set_num_threads(args.threads)
     if args.child:
         child(args)
@@ -279,6 +286,14 @@ def main() -> None:
                 args.work / f"single-{voice}" / "voices" / voice, evaluation[voice], judges
             )
     report(rows, quality, commands, args)
+
+
+def rereport(out: Path) -> None:
+    """The report of the runs in ``out/many_voices.json`` again, with their settings."""
+    earlier = json.loads((out / "many_voices.json").read_text())
+    settings = earlier["settings"] | {"out": out}
+    settings["base"] = None if settings["base"] == "None" else Path(settings["base"])
+    report(earlier["rows"], earlier["quality"], earlier["commands"], argparse.Namespace(**settings))
 
 
 COMMAND = " ".join(["python", "bench/many_voices.py", *sys.argv[1:]])
@@ -310,9 +325,8 @@ def earlier_results(args) -> tuple[list[dict], dict, list[str]]:
 
 
 def spread(stats: dict, digits: int = 2) -> str:
-    """``a, b, c (mean ± sample standard deviation)``."""
-    listed = ", ".join(f"{v:.{digits}f}" for v in stats["values"])
-    return f"{listed} ({stats['mean']:.{digits}f} ± {stats['std']:.{digits}f})"
+    """``a, b, c (mean ± sample standard deviation)`` of ``stats["values"]`` (one alone: as it is)."""
+    return mean_sd(stats["values"], digits, listed=True)
 
 
 def report(rows: list[dict], quality: dict, commands: list[str], args) -> None:

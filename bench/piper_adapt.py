@@ -27,8 +27,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
-import subprocess
 import time
 from pathlib import Path
 
@@ -43,6 +41,7 @@ from chorus.models.piper_vits import PiperGenerator
 from chorus.peers.piper import joe_paths
 from chorus.synthesis.bases.piper import load_piper_voice, piper_sha256
 from chorus.training.piper_adapt import PiperAdaptConfig, adapt_piper
+from run_record import LoadSampler, kept_on_failure, provenance  # bench/, beside this script
 
 REFERENCE = "reference"  # --placement value: judge the unadapted generator and the recordings instead
 
@@ -124,13 +123,32 @@ def main() -> None:
         "references": len(references),
         "threads": args.threads,
         "seed": args.seed,
-        "commit": subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip(),
-        "src_clean": not subprocess.run(["git", "status", "--porcelain", "src"], capture_output=True, text=True).stdout,
-        "path": "chorus.training.piper_adapt.adapt_piper, then the adapted PiperGenerator at the voice's scales",
-        "load_before": os.getloadavg()[0],
+        "provenance": provenance(
+            args.threads,
+            "chorus.training.piper_adapt.adapt_piper, then the adapted PiperGenerator at the voice's scales",
+        ),
         "scales": "voice defaults (noise_scale, length_scale, noise_w) = "
         f"{generator.voice.noise_scale}, {generator.voice.length_scale}, {generator.voice.noise_w}",
     }
+    path = result_path(args)
+    with kept_on_failure(path, row), LoadSampler() as load:
+        measure(args, row, generator, evaluation, references, pool, texts, onnx)
+    row["provenance"]["load"] = load.summary()  # the 1-minute load average: what else shared the CPU
+    path.write_text(json.dumps(row, indent=1, default=str))
+    print(json.dumps({k: v for k, v in row.items() if k != "loss_log"}, indent=1, default=str))
+
+
+def result_path(args) -> Path:
+    """Where this variant's row goes: named by voice, recipe and placement (or the voice's noise scales)."""
+    name = args.placement if args.placement == REFERENCE else f"{args.recipe}-{args.placement}"
+    if args.noise_scales:
+        name = f"{args.voice_dir.name}-noise-scales"
+    return args.out / f"{args.voice}-{name}{args.tag}{'-dev' if args.judge == 'dev' else ''}.json"
+
+
+def measure(args, row: dict, generator, evaluation, references, pool, texts, onnx) -> None:
+    """The variant asked for into ``row``: the voice at other noise scales, the references, or an adaptation
+    and the adapted voice judged."""
     generator_parameters = sum(p.numel() for p in generator.parameters())
     if args.noise_scales:
         load_piper_voice(generator, args.voice_dir, "voice", piper_sha256(onnx))
@@ -180,7 +198,6 @@ def main() -> None:
         if result.posterior is not None:  # kept for diagnosis (copy synthesis), beside the voice
             result.posterior.save(args.out / f"{args.voice}-{args.recipe}-{args.placement}{args.tag}.posterior", {})
         row["adapt_seconds_with_alignment"] = round(time.perf_counter() - started, 1)
-        row["load_after"] = os.getloadavg()[0]  # 1-minute load average: what else shared the CPU
         spoken = speak(result.model, texts, args.seed, result.card.length_scale, result.card.noise_scale)
         row["adapted"] = judge(
             [
@@ -203,12 +220,6 @@ def main() -> None:
                 "loss_log": result.log,
             }
         )
-    name = args.placement if args.placement == REFERENCE else f"{args.recipe}-{args.placement}"
-    if args.noise_scales:
-        name = f"{args.voice_dir.name}-noise-scales"
-    path = args.out / f"{args.voice}-{name}{args.tag}{'-dev' if args.judge == 'dev' else ''}.json"
-    path.write_text(json.dumps(row, indent=1, default=str))
-    print(json.dumps({k: v for k, v in row.items() if k != "loss_log"}, indent=1, default=str))
 
 
 if __name__ == "__main__":

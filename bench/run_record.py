@@ -6,6 +6,10 @@
   hand), so a reader sees what else shared the CPU.
 - :func:`spread` and :func:`paired_ratios`: repeated figures as n, median, quartiles and range; a ratio
   of two systems taken per interleaved pair, so its spread shows.
+- :func:`percentile`, :func:`latency_ms` and :func:`mean_sd`: request latencies as n, p50, p99, mean and
+  max in milliseconds; repeats as ``a, b, c (mean ± sample sd)``.
+- :func:`closed_loop`: client threads that each send their next request when the last returned.
+- :func:`tree_at`: a provenance record (or an older results file's ``git``) as ``commit [with changes]``.
 - :func:`kept_on_failure`: a run that dies still leaves what it measured, with the error.
 
 Benchmarks run as ``python bench/<name>.py``, so they import this module as ``run_record``.
@@ -19,8 +23,9 @@ import statistics
 import subprocess
 import sys
 import threading
+import time
 import traceback
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -45,6 +50,19 @@ def provenance(threads: int | str, path: str, **extra) -> dict:
         "python": sys.version.split()[0],
         "path": path,
         **extra,
+    }
+
+
+def machine(threads: int | str, path: str, **extra) -> dict:
+    """What a server benchmark's ``config`` opens with: the cores, the load average at the start, the
+    :func:`provenance` record, and the torch version where torch is loaded."""
+    torch = sys.modules.get("torch")
+    return {
+        "cpus": os.cpu_count(),
+        "load_average_start": os.getloadavg(),
+        "provenance": provenance(threads, path, **extra),
+        **({"torch": torch.__version__} if torch is not None else {}),
+        "python": sys.version.split()[0],
     }
 
 
@@ -125,18 +143,11 @@ def spread(values: Sequence[float]) -> Spread:
     if not values:
         raise ValueError("no values to take the spread of")
     ordered = sorted(float(v) for v in values)
-
-    def quantile(q: float) -> float:
-        position = q * (len(ordered) - 1)
-        below = int(position)
-        above = min(below + 1, len(ordered) - 1)
-        return ordered[below] + (ordered[above] - ordered[below]) * (position - below)
-
     return Spread(
         n=len(ordered),
-        median=quantile(0.5),
-        q1=quantile(0.25),
-        q3=quantile(0.75),
+        median=percentile(ordered, 50),
+        q1=percentile(ordered, 25),
+        q3=percentile(ordered, 75),
         low=ordered[0],
         high=ordered[-1],
         mean=statistics.fmean(ordered),
@@ -144,15 +155,131 @@ def spread(values: Sequence[float]) -> Spread:
     )
 
 
-def paired_ratios(numerators: Sequence[float], denominators: Sequence[float]) -> list[float]:
+def paired_ratios(numerators: Sequence[float], denominators: Sequence[float], zero: float | None = None) -> list[float]:
     """Each interleaved pair's ratio ``numerators[i] / denominators[i]``: a ratio of two systems measured
     in alternation is taken pair by pair, so load that drifts over the run moves both sides of a pair,
-    and the spread of the ratios shows what is left."""
+    and the spread of the ratios shows what is left. A denominator of 0 is an error, unless ``zero`` is
+    given: that pair's ratio is then ``zero`` (``float("nan")`` for a report that shows the other pairs)."""
     if len(numerators) != len(denominators):
         raise ValueError(f"{len(numerators)} numerators against {len(denominators)} denominators: not pairs")
-    if any(d == 0 for d in denominators):
+    if zero is None and any(d == 0 for d in denominators):
         raise ValueError("a denominator is 0")
-    return [n / d for n, d in zip(numerators, denominators, strict=True)]
+    return [n / d if d else zero for n, d in zip(numerators, denominators, strict=True)]
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The ``q``-th percentile of ``values`` (linear interpolation, numpy's default); NaN for none."""
+    if not len(values):
+        return float("nan")
+    ordered = sorted(float(v) for v in values)
+    position = q / 100 * (len(ordered) - 1)
+    below = int(position)
+    above = min(below + 1, len(ordered) - 1)
+    return ordered[below] + (ordered[above] - ordered[below]) * (position - below)
+
+
+def latency_ms(seconds: Sequence[float]) -> dict:
+    """Latencies given in seconds as ``{"n", "p50_ms", "p99_ms", "mean_ms", "max_ms"}``; ``{"n": 0}`` for
+    none (a percentile is shown with the number of requests behind it)."""
+    ms = [1000 * float(s) for s in seconds]
+    if not ms:
+        return {"n": 0}
+    return {
+        "n": len(ms),
+        "p50_ms": percentile(ms, 50),
+        "p99_ms": percentile(ms, 99),
+        "mean_ms": statistics.fmean(ms),
+        "max_ms": max(ms),
+    }
+
+
+def mean_sd(values: Sequence[float], digits: int = 2, listed: bool = False) -> str:
+    """``mean ± sample sd`` of ``values``, after the values themselves with ``listed``
+    (``a, b, c (mean ± sd)``); one value alone is written as it is, with no spread to show.
+
+    >>> mean_sd([1.0, 2.0, 3.0], listed=True)
+    '1.00, 2.00, 3.00 (2.00 ± 1.00)'
+    """
+    if not values:
+        raise ValueError("no values to take the spread of")
+    if len(values) == 1:
+        return f"{values[0]:.{digits}f}"
+    summary = f"{statistics.fmean(values):.{digits}f} ± {statistics.stdev(values):.{digits}f}"
+    if not listed:
+        return summary
+    return ", ".join(f"{v:.{digits}f}" for v in values) + f" ({summary})"
+
+
+def tree_at(record: dict) -> str:
+    """The code a result was measured with, in a few words: ``abc1234`` or ``abc1234 with uncommitted
+    changes to src/`` from a :func:`provenance` record; an older results file's own ``git`` as written."""
+    if "git" in record:
+        return record["git"]
+    commit = str(record.get("commit", ""))[:7] or "no commit"
+    return commit if record.get("src_clean") else f"{commit} with uncommitted changes to src/"
+
+
+@dataclass(frozen=True)
+class Sent:
+    """One request of a :func:`closed_loop`: which client sent it, when it returned (``time.perf_counter()``
+    seconds), how long it took, and what ``send`` returned (or the exception it raised)."""
+
+    client: int
+    ended: float
+    seconds: float
+    outcome: object
+
+
+@dataclass(frozen=True)
+class Loop:
+    """What a :func:`closed_loop` sent: every request, when the clients started and the seconds until the
+    last stopped."""
+
+    sent: list[Sent]
+    started: float
+    wall_s: float
+
+    def within(self, start_s: float, seconds: float) -> list[Sent]:
+        """The requests that returned between ``start_s`` and ``start_s + seconds`` after the start."""
+        lo, hi = self.started + start_s, self.started + start_s + seconds
+        return [s for s in self.sent if lo <= s.ended < hi]
+
+
+def closed_loop(plans: Sequence[Iterable], send: Callable, seconds: float | None = None) -> Loop:
+    """One thread per plan, all released at once (a barrier), each calling ``send(item)`` on its plan's
+    items one after another (the next when the last returned). Without ``seconds`` every plan runs to its
+    end; with it the clients stop after that long (a plan may then be endless), each after the request it
+    is in. An exception from ``send`` is recorded as that request's outcome and the client goes on."""
+    stop = threading.Event()
+    lock = threading.Lock()
+    sent: list[Sent] = []
+    start = threading.Barrier(len(plans) + 1)
+
+    def client(index: int, plan: Iterable) -> None:
+        start.wait()
+        for item in plan:
+            if stop.is_set():
+                return
+            began = time.perf_counter()
+            try:
+                outcome = send(item)
+            except Exception as error:  # noqa: BLE001 - the caller counts it
+                outcome = error
+            ended = time.perf_counter()
+            with lock:
+                sent.append(Sent(index, ended, ended - began, outcome))
+
+    threads = [threading.Thread(target=client, args=(k, plan), daemon=True) for k, plan in enumerate(plans)]
+    for thread in threads:
+        thread.start()
+    start.wait()
+    began = time.perf_counter()
+    if seconds is not None:
+        stop.wait(seconds)
+        stop.set()
+    for thread in threads:
+        thread.join()
+    return Loop(sent, began, time.perf_counter() - began)
 
 
 @contextmanager

@@ -54,14 +54,11 @@ import os
 import platform
 import shlex
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import tracemalloc
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
@@ -78,11 +75,10 @@ from chorus.serving.engine import Engine, Request
 from chorus.serving.store import VoiceStore
 from chorus.serving.tenants import DEFAULT_TENANT
 from chorus.synthesis import load_base
-from serving_baselines import ModelPerVoice, swap_one_at_a_time  # bench/, beside this script
-
-# The throwaway services live with the tests (tests/local_services.py), outside the package that ships.
-sys.path.append(str(Path(__file__).resolve().parents[1] / "tests"))
-from local_services import free_port  # noqa: E402
+from run_record import closed_loop as run_clients  # bench/, beside this script
+from run_record import describe, latency_ms, mean_sd, paired_ratios, percentile, provenance
+from servers import chorus_command, free_port, get, launch, post_json, process_rss, self_rss, stop
+from serving_baselines import ModelPerVoice, swap_one_at_a_time
 
 TEXTS = [
     "The birch canoe slid on the smooth planks.",
@@ -123,13 +119,6 @@ def make_voices(synthesizer, count: int, root: Path, method: str, scale: float, 
 
 
 # -- measuring helpers -------------------------------------------------------------------------
-def rss_bytes() -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) * 1024
-    raise RuntimeError("no VmRSS in /proc/self/status")
-
-
 def settle() -> int:
     """RSS after a garbage collection and returning freed heap pages to the OS (glibc)."""
     gc.collect()
@@ -137,7 +126,7 @@ def settle() -> int:
         ctypes.CDLL("libc.so.6").malloc_trim(0)
     except (OSError, AttributeError):
         pass
-    return rss_bytes()
+    return self_rss()
 
 
 def tree_bytes(path: Path) -> int:
@@ -196,21 +185,6 @@ def files_of(folder: Path) -> list[Path]:
     return sorted(p for p in folder.rglob("*") if p.is_file())
 
 
-def pct(values, q: float) -> float:
-    return float(np.percentile(values, q)) if len(values) else float("nan")
-
-
-def timing(seconds: list[float]) -> dict:
-    ms = [1000 * s for s in seconds]
-    return {
-        "n": len(ms),
-        "p50_ms": pct(ms, 50),
-        "p99_ms": pct(ms, 99),
-        "mean_ms": float(np.mean(ms)),
-        "max_ms": float(np.max(ms)),
-    }
-
-
 class NoVocoder:
     """Stands in for the engine's vocoder to time the acoustic model alone: no audio per mel."""
 
@@ -240,35 +214,12 @@ def workload(voice_ids: list[str], n_voices: int, concurrency: int, per_thread: 
 
 def closed_loop(serve, per_thread: list[list[Request]], frame_seconds: float) -> dict:
     """Each thread sends its requests one after another through ``serve(request) -> SentenceResult``."""
-    latencies: list[float] = []
-    audio: list[float] = []
-    errors: list[str] = []
-    lock = threading.Lock()
-    start = threading.Barrier(len(per_thread) + 1)
-
-    def client(requests: list[Request]) -> None:
-        start.wait()
-        for request in requests:
-            began = time.perf_counter()
-            try:
-                result = serve(request)
-            except Exception as error:  # noqa: BLE001 - counted, shown in the report
-                with lock:
-                    errors.append(repr(error))
-                continue
-            took = time.perf_counter() - began
-            with lock:
-                latencies.append(took)
-                audio.append(result.mel.shape[0] * frame_seconds)
-
-    threads = [threading.Thread(target=client, args=(requests,)) for requests in per_thread]
-    for thread in threads:
-        thread.start()
-    start.wait()
-    began = time.perf_counter()
-    for thread in threads:
-        thread.join()
-    wall = time.perf_counter() - began
+    loop = run_clients(per_thread, serve)
+    done = [s for s in loop.sent if not isinstance(s.outcome, Exception)]
+    errors = [repr(s.outcome) for s in loop.sent if isinstance(s.outcome, Exception)]
+    latencies = [s.seconds for s in done]
+    audio = [s.outcome.mel.shape[0] * frame_seconds for s in done]
+    wall = loop.wall_s
     return {
         "requests": len(latencies),
         "errors": len(errors),
@@ -381,8 +332,8 @@ def throughput(engine: Engine, voice_ids: list[str], folders: dict[str, Path], a
                 runs.append(run)
                 print(
                     f"repeat {repeat} N={n_voices:<4d} {'vocoded ' if vocode else 'acoustic'} {method:<16s} "
-                    f"{run['req_per_s']:6.2f} req/s  p50 {1000 * pct(run['latencies_s'], 50):6.0f} ms  "
-                    f"p99 {1000 * pct(run['latencies_s'], 99):6.0f} ms  errors {run['errors']}"
+                    f"{run['req_per_s']:6.2f} req/s  p50 {1000 * percentile(run['latencies_s'], 50):6.0f} ms  "
+                    f"p99 {1000 * percentile(run['latencies_s'], 99):6.0f} ms  errors {run['errors']}"
                     + (f"  mean batch {run['mean_batch']:.1f}" if method == "batcher" else ""),
                     flush=True,
                 )
@@ -411,8 +362,8 @@ def summarize(runs: list[dict]) -> list[dict]:
             "req_per_s": requests / wall,
             "audio_s_per_s": sum(r["audio_s"] for r in group) / wall,
             "audio_s_per_request": sum(r["audio_s"] for r in group) / max(requests, 1),
-            "p50_ms": 1000 * pct(latencies, 50),
-            "p99_ms": 1000 * pct(latencies, 99),
+            "p50_ms": 1000 * percentile(latencies, 50),
+            "p99_ms": 1000 * percentile(latencies, 99),
             "per_repeat_req_per_s": [r["req_per_s"] for r in group],
             "cache_misses": sum(r["cache_misses"] for r in group),
         }
@@ -431,18 +382,12 @@ def summarize(runs: list[dict]) -> list[dict]:
 def per_repeat(numerator: dict, denominator: dict) -> list[float]:
     """Throughput ratios of two rows repeat by repeat (both ran in each repeat; back to back for the
     target pair and for the batcher beside its swap run, see :func:`repeat_sequence`)."""
-    return [
-        n / d if d else float("nan")
-        for n, d in zip(numerator["per_repeat_req_per_s"], denominator["per_repeat_req_per_s"], strict=True)
-    ]
+    return paired_ratios(numerator["per_repeat_req_per_s"], denominator["per_repeat_req_per_s"], zero=float("nan"))
 
 
 def spread(values: list[float]) -> str:
-    """``a, b, c (mean ± sample standard deviation)`` of per-repeat ratios."""
-    listed = ", ".join(f"{v:.2f}" for v in values)
-    if len(values) < 2:
-        return listed
-    return f"{listed} ({np.mean(values):.2f} ± {np.std(values, ddof=1):.2f})"
+    """``a, b, c (mean ± sample standard deviation)`` of per-repeat ratios (one alone: as it is)."""
+    return mean_sd(values, 2, listed=True)
 
 
 def find(rows: list[dict], method: str, vocode: bool, n_voices: int) -> dict | None:
@@ -498,7 +443,7 @@ def cold_loads(engine: Engine, store: VoiceStore, voice_ids: list[str], folders:
             began = time.perf_counter()
             step(voice_id)
             seconds.append(time.perf_counter() - began)
-        out[f"{name}, {'dropped from' if drop else 'in'} page cache"] = timing(seconds) | {
+        out[f"{name}, {'dropped from' if drop else 'in'} page cache"] = latency_ms(seconds) | {
             "page_cache_resident": float(np.mean(resident))
         }
 
@@ -524,20 +469,6 @@ def cold_loads(engine: Engine, store: VoiceStore, voice_ids: list[str], folders:
 
 
 # -- 3: memory of the real server process -----------------------------------------------------
-def process_rss(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) * 1024
-    raise RuntimeError(f"no VmRSS for process {pid}")
-
-
-def http(url: str, body: dict | None = None, timeout: float = 120) -> bytes:
-    data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(request, timeout=timeout) as response:
-        return response.read()
-
-
 def server_memory(args, folders: dict[str, Path]) -> dict:
     """RSS of ``chorus serve`` (this tree's, single-tenant, on loopback): on an empty store, after
     registering voices into its store (and listing them through the API, so the server reads their
@@ -547,72 +478,18 @@ def server_memory(args, folders: dict[str, Path]) -> dict:
     shutil.rmtree(root, ignore_errors=True)
     store = VoiceStore(str(root))
     port = free_port()
-    chorus = Path(sys.executable).with_name("chorus")
-    command = [str(chorus), "serve", "--store", str(root), "--port", str(port), "--cache-mb", "1024"]
+    command = [*chorus_command(), "serve", "--store", str(root), "--port", str(port), "--cache-mb", "1024"]
     environment = os.environ | {"OMP_NUM_THREADS": str(args.threads)}
-    log = open(args.work / "server.log", "w")  # noqa: SIM115 - closed in finally, after the process
-    server = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=environment)
-    url = f"http://127.0.0.1:{port}"
-    voice_ids = sorted(folders)
+    server = launch(command, port, args.work / "server.log", env=environment)
     try:
-        deadline = time.monotonic() + 300
-        while True:
-            try:
-                if json.loads(http(f"{url}/healthz", timeout=5))["status"] == "ok":
-                    break
-            except OSError:
-                pass
-            if server.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"the server did not start: {(args.work / 'server.log').read_text()[-2000:]}")
-            time.sleep(0.5)
         # One request in the default base voice first: the first call's one-time costs (the batcher's
         # worker, the vocoder's buffers) are then in the starting RSS, not in the first voice's growth.
-        base_voices = json.loads(http(f"{url}/v1/voices"))["data"]
-        http(
-            f"{url}/v1/audio/speech",
-            {
-                "input": "Hello.",
-                "voice": next(v["id"] for v in base_voices if v.get("default")),
-                "response_format": "wav",
-            },
-        )
+        base_voices = json.loads(get(port, "/v1/voices"))["data"]
+        default = next(v["id"] for v in base_voices if v.get("default"))
+        post_json(port, "/v1/audio/speech", {"input": "Hello.", "voice": default, "response_format": "wav"})
         started = process_rss(server.pid)
-        registration, registered = [], 0
-        for target in args.registered:
-            began = time.perf_counter()
-            while registered < target:
-                store.put_voice(DEFAULT_TENANT, f"r{registered:04d}", folders[voice_ids[registered % len(voice_ids)]])
-                registered += 1
-            seconds = time.perf_counter() - began
-            listed = len(json.loads(http(f"{url}/v1/voices"))["data"]) - len(base_voices)
-            rss = process_rss(server.pid)
-            registration.append(
-                {
-                    "registered": target,
-                    "listed": listed,
-                    "rss_bytes": rss,
-                    "rss_delta_bytes": rss - started,
-                    "store_disk_bytes": tree_bytes(root),
-                    "register_seconds": seconds,
-                }
-            )
-        after_registering = process_rss(server.pid)
-        in_use, loaded = [], 0
-        for count in args.in_use:
-            while loaded < min(count, registered):
-                http(f"{url}/v1/audio/speech", {"input": "Hello.", "voice": f"r{loaded:04d}", "response_format": "wav"})
-                loaded += 1
-            health = json.loads(http(f"{url}/healthz"))
-            rss = process_rss(server.pid)
-            in_use.append(
-                {
-                    "in_use": loaded,
-                    "resident_bytes": health["resident_bytes"],
-                    "resident_voices": health["resident_voices"],
-                    "rss_bytes": rss,
-                    "rss_delta_bytes": rss - after_registering,
-                }
-            )
+        registration = register_voices(args, store, root, folders, port, server.pid, started, len(base_voices))
+        in_use = use_voices(args, port, server.pid, registration[-1]["registered"] if registration else 0)
         return {
             "command": shlex.join(["chorus", *command[1:]]),
             "pid_rss_source": "/proc/PID/status VmRSS",
@@ -621,13 +498,59 @@ def server_memory(args, folders: dict[str, Path]) -> dict:
             "in_use": in_use,
         }
     finally:
-        server.send_signal(signal.SIGINT)
-        try:
-            server.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
-        log.close()
+        stop(server, timeout=60)
+
+
+def register_voices(
+    args, store: VoiceStore, root: Path, folders: dict[str, Path], port: int, pid: int, started: int, base: int
+) -> list[dict]:
+    """Voices put into the server's store up to each of ``--registered``, listed through the API (``base``
+    base voices besides them) and the server's RSS read after each step."""
+    voice_ids = sorted(folders)
+    registration, registered = [], 0
+    for target in args.registered:
+        began = time.perf_counter()
+        while registered < target:
+            store.put_voice(DEFAULT_TENANT, f"r{registered:04d}", folders[voice_ids[registered % len(voice_ids)]])
+            registered += 1
+        seconds = time.perf_counter() - began
+        listed = len(json.loads(get(port, "/v1/voices"))["data"]) - base
+        rss = process_rss(pid)
+        registration.append(
+            {
+                "registered": target,
+                "listed": listed,
+                "rss_bytes": rss,
+                "rss_delta_bytes": rss - started,
+                "store_disk_bytes": tree_bytes(root),
+                "register_seconds": seconds,
+            }
+        )
+    return registration
+
+
+def use_voices(args, port: int, pid: int, registered: int) -> list[dict]:
+    """The first k registered voices spoken once each, for each k of ``--in-use``: the server's RSS growth
+    from before the first, beside ``/healthz``'s ``resident_bytes``."""
+    after_registering = process_rss(pid)
+    in_use, loaded = [], 0
+    for count in args.in_use:
+        while loaded < min(count, registered):
+            body = {"input": "Hello.", "voice": f"r{loaded:04d}", "response_format": "wav"}
+            post_json(port, "/v1/audio/speech", body)
+            loaded += 1
+        health = json.loads(get(port, "/healthz"))
+        rss = process_rss(pid)
+        in_use.append(
+            {
+                "in_use": loaded,
+                "resident_bytes": health["resident_bytes"],
+                "resident_voices": health["resident_voices"],
+                "rss_bytes": rss,
+                "rss_delta_bytes": rss - after_registering,
+            }
+        )
+    return in_use
 
 
 # -- 3b: what the server's RSS is made of, and the model-per-voice baseline (fresh bench process) ---------
@@ -703,7 +626,26 @@ def memory(args) -> dict:
 
 # -- report ------------------------------------------------------------------------------------
 def report(result: dict, args) -> None:
-    rows, target = result["summary"], result["targets"]
+    """``serving.md`` (printed too), ``serving.json`` and ``serving.png`` in ``args.out``."""
+    lines = [
+        *header_lines(result, args),
+        *findings(result, args),
+        *target_lines(result["targets"]),
+        *throughput_lines(result["summary"], args, vocode=False),
+        *throughput_lines(result["summary"], args, vocode=True),
+        *model_per_voice_lines(result, args),
+        *cold_load_lines(result["cold_load"], args),
+        *server_memory_lines(result["server_memory"], result["memory"]),
+        *caveat_lines(result["summary"]),
+    ]
+    (args.out / "serving.md").write_text("\n".join(lines) + "\n")
+    (args.out / "serving.json").write_text(json.dumps(result, indent=1))
+    plot(result["summary"], args, args.out / "serving.png")
+    print("\n".join(lines))
+
+
+def header_lines(result: dict, args) -> list[str]:
+    """The title, the command and how the run was made."""
     cfg = result["config"]
     lines = [
         "# Multi-tenant voice server: batched adapters against swapping and a model per voice",
@@ -735,9 +677,15 @@ def report(result: dict, args) -> None:
         ),
         "",
     ]
-    lines += findings(result, args)
-    lines += ["## Target: many distinct voices in one batch", ""]
-    for mode, t in target.items():
+    if "provenance" in cfg:  # results written before the provenance record was kept have none
+        lines[-2] += f" Measured at {describe(cfg['provenance'])}."
+    return lines
+
+
+def target_lines(targets: dict) -> list[str]:
+    """The target ratio, each vocoder mode, met or not."""
+    lines = ["## Target: many distinct voices in one batch", ""]
+    for mode, t in targets.items():
         verdict = "**met**" if t["met"] else "**not met**"
         pairing = "per pair (back to back)" if t["pairs_back_to_back"] else "per repeat"
         role = (
@@ -752,43 +700,51 @@ def report(result: dict, args) -> None:
             f"lowest {t['min_ratio']:.2f}; {t['batches']} batches over all repeats"
         )
     lines.append("")
-    for vocode in (False, True):
-        title = "acoustic model only (no vocoder)" if not vocode else "with Griffin-Lim vocoding"
-        lines += [
-            f"## Throughput and latency against distinct voices in flight, {title}",
-            "",
+    return lines
+
+
+def throughput_lines(rows: list[dict], args, vocode: bool) -> list[str]:
+    """The table of throughput and latency against distinct voices, with or without the vocoder."""
+    title = "acoustic model only (no vocoder)" if not vocode else "with Griffin-Lim vocoding"
+    lines = [
+        f"## Throughput and latency against distinct voices in flight, {title}",
+        "",
+        (
+            "| voices N | batcher req/s | audio s/s | p50 / p99 ms (n) | mean batch | paths | swap req/s | "
+            "swap p50 / p99 ms (n) | batcher / swap, per repeat | vs N=1, per repeat |"
+        ),
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    one = find(rows, "batcher", vocode, 1)
+    for n_voices in args.voices:
+        b, s = find(rows, "batcher", vocode, n_voices), find(rows, "swap", vocode, n_voices)
+        if b is None:
+            continue
+        paths = ", ".join(f"{k} {v}" for k, v in sorted(b["paths"].items()))
+        swap_cols = (
             (
-                "| voices N | batcher req/s | audio s/s | p50 / p99 ms (n) | mean batch | paths | swap req/s | "
-                "swap p50 / p99 ms (n) | batcher / swap, per repeat | vs N=1, per repeat |"
-            ),
-            "|---|---|---|---|---|---|---|---|---|---|",
-        ]
-        one = find(rows, "batcher", vocode, 1)
-        for n_voices in args.voices:
-            b, s = find(rows, "batcher", vocode, n_voices), find(rows, "swap", vocode, n_voices)
-            if b is None:
-                continue
-            paths = ", ".join(f"{k} {v}" for k, v in sorted(b["paths"].items()))
-            swap_cols = (
-                (
-                    f"{s['req_per_s']:.2f} | {s['p50_ms']:.0f} / {s['p99_ms']:.0f} ({s['requests']}) | "
-                    f"{b['req_per_s'] / s['req_per_s']:.2f}x: {spread(per_repeat(b, s))}"
-                )
-                if s
-                else "- | - | -"
+                f"{s['req_per_s']:.2f} | {s['p50_ms']:.0f} / {s['p99_ms']:.0f} ({s['requests']}) | "
+                f"{b['req_per_s'] / s['req_per_s']:.2f}x: {spread(per_repeat(b, s))}"
             )
-            versus_one = (
-                f"{b['req_per_s'] / one['req_per_s']:.2f}x: {spread(per_repeat(b, one))}"
-                if one and n_voices != 1
-                else "1"
-            )
-            lines.append(
-                f"| {n_voices} | {b['req_per_s']:.2f} | {b['audio_s_per_s']:.2f} | {b['p50_ms']:.0f} / "
-                f"{b['p99_ms']:.0f} ({b['requests']}) | {b['mean_batch']:.1f} | {paths} | {swap_cols} | "
-                f"{versus_one} |"
-            )
-        lines.append("")
-    lines += [
+            if s
+            else "- | - | -"
+        )
+        versus_one = (
+            f"{b['req_per_s'] / one['req_per_s']:.2f}x: {spread(per_repeat(b, one))}" if one and n_voices != 1 else "1"
+        )
+        lines.append(
+            f"| {n_voices} | {b['req_per_s']:.2f} | {b['audio_s_per_s']:.2f} | {b['p50_ms']:.0f} / "
+            f"{b['p99_ms']:.0f} ({b['requests']}) | {b['mean_batch']:.1f} | {paths} | {swap_cols} | "
+            f"{versus_one} |"
+        )
+    lines.append("")
+    return lines
+
+
+def model_per_voice_lines(result: dict, args) -> list[str]:
+    """The model-per-voice baseline beside the batcher and swapping; its memory."""
+    rows = result["summary"]
+    lines = [
         f"## One full model per voice ({args.per_voice_models} voices)",
         "",
         "| server | mode | req/s | p50 / p99 ms (n) | throughput vs batcher, per repeat |",
@@ -822,7 +778,12 @@ def report(result: dict, args) -> None:
         + ".",
         "",
     ]
-    lines += [
+    return lines
+
+
+def cold_load_lines(cold_load: dict, args) -> list[str]:
+    """The cold loads of a voice, in and out of the page cache."""
+    lines = [
         "## Cold load of a voice",
         "",
         (
@@ -836,13 +797,18 @@ def report(result: dict, args) -> None:
         "| step | page cache | resident | p50 ms | p99 ms (n) | mean ms | max ms |",
         "|---|---|---|---|---|---|---|",
     ]
-    for name, t in result["cold_load"].items():
+    for name, t in cold_load.items():
         step, _, cache = name.rpartition(", ")
         lines.append(
             f"| {step} | {cache} | {t['page_cache_resident']:.2f} | {t['p50_ms']:.1f} | "
             f"{t['p99_ms']:.1f} ({t['n']}) | {t['mean_ms']:.1f} | {t['max_ms']:.1f} |"
         )
-    lines += [
+    return lines
+
+
+def server_memory_lines(server: dict, mem: dict) -> list[str]:
+    """The real server's RSS against voices registered and in use."""
+    lines = [
         "",
         "## Resident memory of the server process against voices registered and in use",
         "",
@@ -889,7 +855,12 @@ def report(result: dict, args) -> None:
             "same voices again), which `resident_bytes` does not count."
         ),
     ]
-    lines += [
+    return lines
+
+
+def caveat_lines(rows: list[dict]) -> list[str]:
+    """What the figures do not show."""
+    lines = [
         "",
         "## Caveats",
         "",
@@ -917,10 +888,7 @@ def report(result: dict, args) -> None:
             "- Some requests failed: "
             + ", ".join(f"{r['method']} N={r['voices']}: {r['errors']}" for r in rows if r["errors"])
         )
-    (args.out / "serving.md").write_text("\n".join(lines) + "\n")
-    (args.out / "serving.json").write_text(json.dumps(result, indent=1))
-    plot(rows, args, args.out / "serving.png")
-    print("\n".join(lines))
+    return lines
 
 
 def findings(result: dict, args) -> list[str]:
@@ -1014,7 +982,13 @@ def ints(text: str) -> list[int]:
     return [int(k) for k in text.split(",")]
 
 
-def main() -> None:
+def rereport(out: Path) -> None:
+    """The report of a finished run again, from its ``serving.json``, with the run's own options."""
+    result = json.loads((out / "serving.json").read_text())
+    report(result, argparse.Namespace(**result["config"] | {"out": out}))
+
+
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--voices", type=ints, default=[1, 8, 32, 128], help="distinct voices in flight")
     parser.add_argument("--concurrency", type=int, default=32, help="client threads (requests in flight)")
@@ -1041,7 +1015,17 @@ def main() -> None:
     parser.add_argument("--work", type=Path, default=None, help="scratch folder (default: a temporary one)")
     parser.add_argument("--out", type=Path, default=Path("bench/results/serving"))
     parser.add_argument("--child-memory", action="store_true", help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    parser.add_argument(
+        "--report", action="store_true", help="write the report again from OUT/serving.json (nothing is measured)"
+    )
+    return parser.parse_args()
+
+
+def main() -> None:
+    args = parse_args()
+    if args.report:
+        rereport(args.out)
+        return
     torch.set_num_threads(args.threads)
     if args.child_memory:
         memory_child(args)
@@ -1057,6 +1041,7 @@ def main() -> None:
             "cpus": os.cpu_count(),
             "threads": args.threads,
             "load_average": os.getloadavg(),
+            "provenance": provenance(args.threads, "Batcher / swap / ModelPerVoice in this process; chorus serve"),
             "torch": torch.__version__,
             "python": platform.python_version(),
             **{k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
@@ -1097,7 +1082,7 @@ def main() -> None:
             "server_memory": server_result,
             "runs": [
                 {k: v for k, v in r.items() if k != "latencies_s"}
-                | {"p50_ms": 1000 * pct(r["latencies_s"], 50), "p99_ms": 1000 * pct(r["latencies_s"], 99)}
+                | {"p50_ms": 1000 * percentile(r["latencies_s"], 50), "p99_ms": 1000 * percentile(r["latencies_s"], 99)}
                 for r in runs
             ],
         }

@@ -62,6 +62,7 @@ from chorus.speaker.start import speaker_map
 from chorus.synthesis import DEFAULT_BASE, DEFAULT_VOCODER, Synthesizer
 from chorus.synthesis.voices import Blend, SpeakerSpec
 from chorus.training.adapt import VOICE, adapt, closest_speakers
+from run_record import mean_sd  # bench/, beside this script
 
 # Recipes suited to short samples: (adapter methods, their options).
 RECIPES: dict[str, tuple[str, dict]] = {
@@ -270,10 +271,7 @@ def instant_rows(args, voice: str, seconds: float, clips: list[Utterance], seed:
 
 def spread(values: list[float], digits: int, scale: float = 1.0) -> str:
     """``mean ± sample sd`` of ``values`` times ``scale`` (the value alone for one)."""
-    values = [v * scale for v in values]
-    if len(values) == 1:
-        return f"{values[0]:.{digits}f}"
-    return f"{statistics.mean(values):.{digits}f} ± {statistics.stdev(values):.{digits}f}"
+    return mean_sd([v * scale for v in values], digits)
 
 
 def group(rows: list[dict], *keys: str) -> dict[tuple, list[dict]]:

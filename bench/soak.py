@@ -79,11 +79,10 @@ import argparse
 import contextlib
 import http.client
 import io
+import itertools
 import json
 import os
-import platform
 import random
-import re
 import secrets
 import shlex
 import shutil
@@ -107,7 +106,22 @@ from chorus.serving.store import FINISHED_JOB, VoiceStatus, VoiceStore
 from chorus.serving.store.metadata import public_url
 from chorus.serving.tenants import OPERATOR_TENANT
 from chorus.synthesis import SAMPLE_VOICE, load_base
-from serving import MB, TEXTS, make_voices, pct, process_rss  # bench/, beside this script
+from run_record import LoadSampler, latency_ms, machine, percentile, tree_at  # bench/, beside this script
+from run_record import closed_loop as run_clients
+from servers import (
+    batcher_counters,
+    chorus_command,
+    descendants_rss,
+    free_port,
+    launch,
+    post_json,
+    process_rss,
+    request,
+    wait_idle,
+)
+from servers import get as http_get
+from servers import stop as stop_server
+from serving import MB, TEXTS, make_voices
 
 # The throwaway PostgreSQL and S3 live with the tests (tests/local_services.py), outside the package that ships.
 sys.path.append(str(Path(__file__).resolve().parents[1] / "tests"))
@@ -561,7 +575,7 @@ def polite_loop(recorder: Recorder, stop: threading.Event, tenant: Tenant, speak
 def polite_alone(ports: list[int], tenant: Tenant, speaker: str, args) -> Recorder:
     """The polite tenant alone on the servers for ``--idle-seconds``, before any other load: its idle latency."""
     for port in ports:  # untimed: the first request of a server pays for what it loads on first use
-        http_post(port, "/v1/audio/speech", tenant.key, {"model": "tts-1", "input": TEXTS[0], "voice": speaker})
+        post_json(port, "/v1/audio/speech", {"model": "tts-1", "input": TEXTS[0], "voice": speaker}, tenant.key)
     recorder = Recorder(ports, time.monotonic())
     polite_for(recorder, tenant, speaker, args)
     return recorder
@@ -601,28 +615,6 @@ def polite_beside_flood(
 
 def metrics_check(data: bytes) -> str | None:
     return None if b"chorus_" in data else "no chorus_ series in /metrics"
-
-
-def descendants_rss(pid: int) -> int:
-    """The summed RSS of ``pid``'s descendants (a server's onboarding fork server and the job processes it
-    forks): memory the server's own RSS does not show. Shared pages count once per process (an upper bound)."""
-    parents: dict[int, int] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                stat = Path(f"/proc/{entry}/stat").read_text()
-            except OSError:
-                continue
-            parents[int(entry)] = int(stat.rsplit(")", 1)[1].split()[1])
-    found, frontier = set(), {pid}
-    while frontier:
-        frontier = {child for child, parent in parents.items() if parent in frontier} - found
-        found |= frontier
-    total = 0
-    for child in found:
-        with contextlib.suppress(OSError, RuntimeError):
-            total += process_rss(child)
-    return total
 
 
 def sample_process(pid: int, start: float, stop: threading.Event, out: list[dict]) -> None:  # one per server
@@ -701,12 +693,9 @@ class Server:
 
 def start_server(args, store: StoreSpec, keys: Path, limits: Path | None, folder: Path) -> Server:
     folder.mkdir(parents=True, exist_ok=True)
-    log_path = folder / "server.log"
-    port = local_services.free_port()
+    port = free_port()
     # --trace-memory: the same command under tracemalloc (bench/traced_serve.py), snapshots on SIGUSR1.
-    chorus = (
-        [sys.executable, str(TRACED_SERVE)] if args.trace_memory else [str(Path(sys.executable).with_name("chorus"))]
-    )
+    chorus = [sys.executable, str(TRACED_SERVE)] if args.trace_memory else chorus_command()
     command = [
         *chorus,
         "serve",
@@ -724,24 +713,8 @@ def start_server(args, store: StoreSpec, keys: Path, limits: Path | None, folder
         *(["--limits", str(limits)] if limits else []),
     ]
     environment = os.environ | {"OMP_NUM_THREADS": str(args.threads), "CHORUS_SNAPSHOTS": str(folder / "snapshots")}
-    with open(log_path, "w") as log:  # the child writes to its own copy of the descriptor
-        server = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=environment, cwd=folder)
-    deadline = time.monotonic() + 300
-    while True:
-        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
-        try:
-            connection.request("GET", "/healthz")
-            if json.loads(connection.getresponse().read())["status"] == "ok":
-                break
-        except (OSError, http.client.HTTPException, ValueError):
-            pass
-        finally:
-            connection.close()
-        if server.poll() is not None or time.monotonic() > deadline:
-            server.kill()
-            raise RuntimeError(f"the server did not start: {log_path.read_text()[-2000:]}")
-        time.sleep(0.5)
-    return Server(server, command, port, folder)
+    process = launch(command, port, folder / "server.log", env=environment, cwd=folder)
+    return Server(process, command, port, folder)
 
 
 def take_snapshot(server: Server, limit_s: float = 120.0) -> Path | None:
@@ -777,24 +750,6 @@ def python_growth(first: Path, last: Path, top: int = 12) -> dict:
     return {"before_bytes": totals[0], "after_bytes": totals[1], "top": rows}
 
 
-def wait_idle(pid: int, quiet_s: float = 3.0, limit_s: float = 300.0) -> float:
-    """Wait until the server's CPU time grows by less than 10% of one core over ``quiet_s`` (its start-up
-    work in the background is done); seconds waited."""
-    ticks = os.sysconf("SC_CLK_TCK")
-
-    def cpu() -> float:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / ticks  # utime + stime
-
-    began = time.monotonic()
-    while time.monotonic() - began < limit_s:
-        start = cpu()
-        time.sleep(quiet_s)
-        if cpu() - start < 0.1 * quiet_s:
-            break
-    return time.monotonic() - began
-
-
 def drain(port: int, operator_key: str, timeout: float) -> float | None:
     """Wait until the onboarding worker is idle (``/healthz``), so the stop finds no job mid-way and the
     job files of cancelled jobs still queued are gone; seconds waited, None if it never was."""
@@ -805,19 +760,6 @@ def drain(port: int, operator_key: str, timeout: float) -> float | None:
             return round(time.monotonic() - began, 1)
         time.sleep(1.0)
     return None
-
-
-def stop_server(server: subprocess.Popen) -> dict:
-    """SIGINT (uvicorn's graceful shutdown: the lifespan closes the worker, batcher and store)."""
-    began = time.monotonic()
-    server.send_signal(signal.SIGINT)
-    try:
-        code = server.wait(timeout=120)
-    except subprocess.TimeoutExpired:
-        server.kill()
-        code = server.wait()
-        return {"exit_code": code, "seconds": round(time.monotonic() - began, 1), "killed": True}
-    return {"exit_code": code, "seconds": round(time.monotonic() - began, 1), "killed": False}
 
 
 def check_store(store_spec: StoreSpec, servers: list[Server], tenants: list[Tenant], jobs: list[dict]) -> dict:
@@ -873,13 +815,6 @@ def server_log(path: Path) -> dict:
 
 
 # -- summaries -----------------------------------------------------------------------------------
-def latency(seconds: list[float]) -> dict:
-    ms = [1000 * s for s in seconds]
-    if not ms:
-        return {"n": 0}
-    return {"n": len(ms), "p50_ms": pct(ms, 50), "p99_ms": pct(ms, 99), "max_ms": float(np.max(ms))}
-
-
 def summarize(calls: list[Call], duration: float, bins: int) -> dict:
     kinds = [k for k in EXPECTED if any(c.kind == k for c in calls)]
     totals = {}
@@ -892,7 +827,7 @@ def summarize(calls: list[Call], duration: float, bins: int) -> dict:
             "limited": outcomes["limited"],
             "errors": outcomes["error"],
             "statuses": {str(s): n for s, n in sorted(Counter(c.status for c in mine).items())},
-            **latency([c.seconds for c in mine if c.outcome == "ok"]),
+            **latency_ms([c.seconds for c in mine if c.outcome == "ok"]),
         }
     width = duration / bins
     series = []
@@ -903,7 +838,9 @@ def summarize(calls: list[Call], duration: float, bins: int) -> dict:
             {
                 "from_s": b * width,
                 "to_s": (b + 1) * width,
-                "kinds": {k: latency([c.seconds for c in inside if c.kind == k and c.outcome == "ok"]) for k in kinds},
+                "kinds": {
+                    k: latency_ms([c.seconds for c in inside if c.kind == k and c.outcome == "ok"]) for k in kinds
+                },
                 "errors": sum(c.outcome == "error" for c in inside),
                 "limited": sum(c.outcome == "limited" for c in inside),
             }
@@ -961,9 +898,9 @@ def flood_summary(idle: Recorder, beside: Recorder, calls: list[Call], args) -> 
 
     def timing(rows: list[Call]) -> dict:
         ok = [c for c in rows if c.outcome == "ok"]
-        first = latency([c.first_byte for c in ok])
+        first = latency_ms([c.first_byte for c in ok])
         return {
-            **latency([c.seconds for c in ok]),
+            **latency_ms([c.seconds for c in ok]),
             "first_byte_p50_ms": first.get("p50_ms"),
             "first_byte_p99_ms": first.get("p99_ms"),
             "errors": sum(c.outcome == "error" for c in rows),
@@ -989,7 +926,7 @@ def flood_summary(idle: Recorder, beside: Recorder, calls: list[Call], args) -> 
             "chars": args.flood_chars,
             "requests": len(flood),
             "errors": sum(c.outcome == "error" for c in flood),
-            **latency([c.seconds for c in flood if c.outcome == "ok"]),
+            **latency_ms([c.seconds for c in flood if c.outcome == "ok"]),
         },
     }
 
@@ -1045,18 +982,40 @@ def fmt(row: dict) -> str:
 
 
 def report(result: dict, args) -> None:
-    (args.out / "soak.json").write_text(json.dumps(result, indent=1))  # first: the figures survive a bad format
-    totals, series, servers = result["requests"]["totals"], result["requests"]["series"], result["servers"]
-    errors = result["error_count"]
-    limited = sum(t["limited"] for t in totals.values())
-    requests = sum(t["requests"] for t in totals.values())
-    config, store = result["config"], result["store"]
-    jobs = result["jobs"]
-    done = [j for j in jobs if j["status"] == "done"]
-    spoken = [j["spoken_after_s"] for j in done if "spoken_after_s" in j]
-    minutes = args.minutes
-    several = len(servers) > 1
+    """``soak.md`` (printed too) and ``soak.png`` in ``args.out``; ``soak.json`` first, so the figures survive
+    a bad format."""
+    (args.out / "soak.json").write_text(json.dumps(result, indent=1))
+    servers = result["servers"]
     lines = [
+        *header_lines(result, args),
+        *findings_lines(result),
+        *step_lines(servers),
+        *flood_lines(result["flood"]),
+        *onboarding_lines(result),
+        *throughput_lines(result["throughput"]),
+        "",
+        *server_table(servers),
+        "",
+        *kinds_lines(result["requests"]["totals"]),
+        *error_lines(result["errors"]),
+        *series_lines(result["requests"]),
+        *process_lines(servers),
+        *growth_table(servers),
+        *job_table(servers),
+        *log_lines(servers),
+        *caveat_lines(args),
+    ]
+    (args.out / "soak.md").write_text("\n".join(lines) + "\n")
+    plot(result, args.out / "soak.png")
+    print("\n".join(lines))
+
+
+def header_lines(result: dict, args) -> list[str]:
+    """The title, the command, the servers and the load they met."""
+    config, servers = result["config"], result["servers"]
+    several = len(servers) > 1
+    minutes = args.minutes
+    return [
         f"# Soak: mixed load against {'one voice server' if not several else f'{len(servers)} voice servers on one shared store'}",
         "",
         "```",
@@ -1064,7 +1023,7 @@ def report(result: dict, args) -> None:
         "```",
         "",
         (
-            f"`{shlex.join(result['server_command'])}` (this tree at {config['git']})"
+            f"`{shlex.join(result['server_command'])}` (this tree at {tree_at(config.get('provenance', config))})"
             + (
                 f" and {len(servers) - 1} more like it on other ports, sharing the store (voices {config['store_root']}"
                 f" through moto's S3 server, metadata in PostgreSQL {config['database']}); each request goes to a "
@@ -1086,6 +1045,16 @@ def report(result: dict, args) -> None:
             "opens its own loopback connection; latency is from connecting to the last byte."
         ),
         "",
+    ]
+
+
+def findings_lines(result: dict) -> list[str]:
+    """The findings' first lines: errors against their target, then each server's memory against its own."""
+    totals, servers = result["requests"]["totals"], result["servers"]
+    errors = result["error_count"]
+    limited = sum(t["limited"] for t in totals.values())
+    requests = sum(t["requests"] for t in totals.values())
+    return [
         "## Findings",
         "",
         f"- Errors: **{errors}** in {requests:,} requests (target 0: **{'met' if errors == 0 else 'NOT met'}**); "
@@ -1106,8 +1075,16 @@ def report(result: dict, args) -> None:
             f"{mem['threads_end']:.0f}, open file descriptors {mem['fds_after_warmup']:.0f} -> {mem['fds_end']:.0f}."
             for k, mem in enumerate(server["memory"] for server in servers)
         ),
-        *step_lines(servers),
-        *flood_lines(result["flood"]),
+    ]
+
+
+def onboarding_lines(result: dict) -> list[str]:
+    """The findings on onboarding jobs, each server's shutdown and the store read afterwards."""
+    servers, store, jobs = result["servers"], result["store"], result["jobs"]
+    several = len(servers) > 1
+    done = [j for j in jobs if j["status"] == "done"]
+    spoken = [j["spoken_after_s"] for j in done if "spoken_after_s" in j]
+    return [
         (
             f"- Onboarding: {len(jobs)} jobs accepted, {len(done)} done "
             f"(median {np.median([j['seconds'] for j in done]) if done else float('nan'):.1f} s from upload to done), "
@@ -1137,10 +1114,12 @@ def report(result: dict, args) -> None:
             f"voices left, {len(store['jobs_unfinished'])} jobs unfinished, {len(store['job_files_left'])} job "
             f"files or folders left, {store['consent_records']} consent records for {store['jobs_accepted']} jobs)."
         ),
-        *throughput_lines(result["throughput"]),
-        "",
-        *server_table(servers),
-        "",
+    ]
+
+
+def kinds_lines(totals: dict) -> list[str]:
+    """Requests by kind: outcomes, statuses and latency."""
+    lines = [
         "## Requests by kind",
         "",
         "| kind | requests | ok | limited | errors | statuses | p50 ms | p99 ms | max ms |",
@@ -1158,19 +1137,29 @@ def report(result: dict, args) -> None:
         + "; ".join(f"{k} {', '.join(str(s) for s in sorted(v))}" for k, v in EXPECTED.items())
         + ".",
         "",
-        "## Errors",
-        "",
     ]
-    if result["errors"]:
-        lines += [f"- {e['at_s']} s, {e['kind']} ({e['tenant']}): {e['problem']}" for e in result["errors"][:10]]
-        if len(result["errors"]) > 10:
-            lines.append(f"- ... {len(result['errors']) - 10} more in soak.json")
+    return lines
+
+
+def error_lines(errors: list[dict]) -> list[str]:
+    """The first ten errors (all are in soak.json)."""
+    lines = ["## Errors", ""]
+    if errors:
+        lines += [f"- {e['at_s']} s, {e['kind']} ({e['tenant']}): {e['problem']}" for e in errors[:10]]
+        if len(errors) > 10:
+            lines.append(f"- ... {len(errors) - 10} more in soak.json")
     else:
         lines.append("None.")
+    return lines
+
+
+def series_lines(requests: dict) -> list[str]:
+    """Latency per kind over time."""
+    totals, series = requests["totals"], requests["series"]
     shown = [k for k in SHOWN if k in totals]
-    lines += [
+    lines = [
         "",
-        f"## Latency over time: p50 / p99 ms (requests), per {result['requests']['bin_s']:g} s",
+        f"## Latency over time: p50 / p99 ms (requests), per {requests['bin_s']:g} s",
         "",
         "| from min | " + " | ".join(shown) + " | errors | limited |",
         "|---" * (len(shown) + 3) + "|",
@@ -1178,7 +1167,12 @@ def report(result: dict, args) -> None:
     for row in series:
         cells = " | ".join(fmt(row["kinds"].get(k, {})) for k in shown)
         lines.append(f"| {row['from_s'] / 60:.1f} | {cells} | {row['errors']} | {row['limited']} |")
-    lines += [
+    return lines
+
+
+def process_lines(servers: list[dict]) -> list[str]:
+    """Each server's RSS, threads and descriptors over time, and the resident voices."""
+    lines = [
         "",
         "## Server processes over time (medians per interval)",
         "",
@@ -1194,8 +1188,12 @@ def report(result: dict, args) -> None:
             for s in servers
         )
         lines.append(f"| {row['from_s'] / 60:.1f} | {cells} | {row['resident_voices']:.0f} |")
-    lines += growth_table(servers)
-    lines += job_table(servers)
+    return lines
+
+
+def log_lines(servers: list[dict]) -> list[str]:
+    """Each server's log: counts by level, its notable lines, and how it ended."""
+    lines = []
     for k, server in enumerate(servers):
         log = server["log"]
         lines += [
@@ -1209,7 +1207,12 @@ def report(result: dict, args) -> None:
         if log["notable"]:
             lines += ["", "```", *(f"{n['count']:>5} x {n['line'][:200]}" for n in log["notable"][:10]), "```"]
         lines += ["", "Its last lines, as it stopped:", "", "```", *(line[:200] for line in log["tail"]), "```"]
-    lines += [
+    return lines
+
+
+def caveat_lines(args) -> list[str]:
+    """What the figures do not show."""
+    return [
         "",
         "## Caveats",
         "",
@@ -1219,9 +1222,6 @@ def report(result: dict, args) -> None:
         "(a copy of the base, the optimizer, the batch) lives longer; the path through the server is the same.",
         "- One shared CPU: latencies move with whatever else runs on it; RSS includes allocator slack.",
     ]
-    (args.out / "soak.md").write_text("\n".join(lines) + "\n")
-    plot(result, args.out / "soak.png")
-    print("\n".join(lines))
 
 
 def flood_lines(flood: dict | None) -> list[str]:
@@ -1444,104 +1444,28 @@ def plot(result: dict, path: Path) -> None:
     plt.close(fig)
 
 
-def http_get(port: int, path: str, key: str) -> bytes:
-    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-    try:
-        connection.request("GET", path, headers={"Authorization": f"Bearer {key}"})
-        return connection.getresponse().read()
-    finally:
-        connection.close()
-
-
-def http_post(port: int, path: str, key: str, body: dict) -> bytes:
-    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
-    try:
-        headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
-        connection.request("POST", path, json.dumps(body).encode(), headers)
-        return connection.getresponse().read()
-    finally:
-        connection.close()
-
-
-def batcher_counters(port: int, key: str) -> dict[str, float]:
-    """The batcher's counters from ``/metrics``: busy seconds, batches, requests in them."""
-    text = http_get(port, "/metrics", key).decode()
-
-    def value(name: str) -> float:
-        found = re.search(rf"^{name} ([0-9.e+-]+)$", text, re.MULTILINE)
-        return float(found.group(1)) if found else float("nan")
-
-    return {
-        "busy_s": value("chorus_batcher_busy_seconds_total"),
-        "batches": value("chorus_batch_size_count"),
-        "rows": value("chorus_batch_size_sum"),
-    }
-
-
-def machine() -> dict:
-    """What a result was measured on: cores, load, code, versions."""
-    return {
-        "cpus": os.cpu_count(),
-        "load_average_start": os.getloadavg(),
-        "git": git_state(),
-        "torch": torch.__version__,
-        "python": platform.python_version(),
-    }
-
-
-def git_state() -> str:
-    try:
-        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True)
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True)
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-    return head.stdout.strip() + (" with uncommitted changes" if dirty.stdout.strip() else "")
-
-
 def closed_loop(ports: list[int], keys: list[str], body: bytes, clients: int, warmup: float, seconds: float) -> dict:
     """``clients`` threads per port, each sending the same speech request back to back; the requests
     answered 200 within the ``seconds`` after ``warmup`` are counted. Keys rotate over the tenants."""
-    stop, lock = threading.Event(), threading.Lock()
-    ends: list[tuple[float, int, float]] = []  # (answered at, status, latency)
 
-    def client(port: int, key: str) -> None:
-        while not stop.is_set():
-            began = time.monotonic()
-            connection = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
-            try:
-                connection.request(
-                    "POST",
-                    "/v1/audio/speech",
-                    body,
-                    {"Authorization": f"Bearer {key}", "Content-Type": "application/json"},
-                )
-                response = connection.getresponse()
-                status, _ = response.status, response.read()
-            except (OSError, http.client.HTTPException):
-                status = 0
-            finally:
-                connection.close()
-            with lock:
-                ends.append((time.monotonic(), status, time.monotonic() - began))
+    def send(target: tuple[int, str]) -> int:
+        port, key = target
+        try:
+            return request(port, "POST", "/v1/audio/speech", body, key, "application/json", timeout=120)[0]
+        except (OSError, http.client.HTTPException):
+            return 0
 
-    threads = [
-        threading.Thread(target=client, args=(port, keys[(k * clients + c) % len(keys)]), daemon=True)
+    plans = [
+        itertools.repeat((port, keys[(k * clients + c) % len(keys)]))
         for k, port in enumerate(ports)
         for c in range(clients)
     ]
-    start = time.monotonic()
-    for thread in threads:
-        thread.start()
-    time.sleep(warmup + seconds)
-    stop.set()
-    for thread in threads:
-        thread.join(150)
-    inside = [(status, took) for at, status, took in ends if start + warmup <= at < start + warmup + seconds]
-    answered = [took for status, took in inside if status == 200]
+    inside = run_clients(plans, send, warmup + seconds).within(warmup, seconds)
+    answered = [s.seconds for s in inside if s.outcome == 200]
     return {
         "requests_per_s": len(answered) / seconds,
-        "failed": sum(status != 200 for status, _ in inside),
-        "p50_ms": pct([1000 * t for t in answered], 50) if answered else None,
+        "failed": sum(s.outcome != 200 for s in inside),
+        "p50_ms": percentile([1000 * t for t in answered], 50) if answered else None,
     }
 
 
@@ -1603,7 +1527,7 @@ def rereport(out: Path) -> None:
     report(result, argparse.Namespace(**result["config"] | {"out": out}))
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--minutes", type=float, default=10.0, help="of load (warm-up: the first fifth)")
     parser.add_argument("--servers", type=int, default=1, help="servers on one shared store, each on its own port")
@@ -1650,7 +1574,11 @@ def main() -> None:
     parser.add_argument(
         "--rereport", action="store_true", help="write the report again from OUT/soak.json (no load is run)"
     )
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+def main() -> None:
+    args = parse_args()
     if args.rereport:
         rereport(args.out)
         return
@@ -1663,128 +1591,185 @@ def main() -> None:
     try:
         store = shared_store(args, services)
         config = {
-            **machine(),
+            **machine(args.threads, "chorus serve (this tree's CLI) on loopback, under mixed HTTP load"),
             **{k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
             "store_root": store.root,
             "database": public_url(store.database) if store.database else "SQLite in the store folder",
         }
         print(f"preparing the store ({store.root}) ...", flush=True)
         tenants, extra, operator_key, keys = prepare_store(args, store)
-        # The throughput phase's clients would meet the default 600 requests a minute per tenant.
-        limits = args.work / "limits.json" if args.servers > 1 else None
-        if limits:
-            limits.write_text(
-                json.dumps({"tenant": {"requests_per_minute": 60_000}, "server": {"requests_per_minute": 600_000}})
-            )
-        servers = [start_server(args, store, keys, limits, args.work / f"server-{k}") for k in range(args.servers)]
-        ports = [server.port for server in servers]
-        print(f"servers up on ports {ports} (pids {[s.process.pid for s in servers]})", flush=True)
+        servers = [
+            start_server(args, store, keys, limits_file(args), args.work / f"server-{k}") for k in range(args.servers)
+        ]
+        print(f"servers up on ports {[s.port for s in servers]} (pids {[s.process.pid for s in servers]})", flush=True)
         try:
-            listed = json.loads(http_get(ports[0], "/v1/voices", tenants[0].key))["data"]
-            speakers = [v["id"] for v in listed if v["type"] == "base"]
-            scaling = throughput(args, servers, tenants, speakers[0]) if args.servers > 1 else None
-            idle = beside = None
-            if extra:
-                waited = [wait_idle(server.process.pid) for server in servers]  # start-up work in the background
-                print(
-                    f"servers idle after {max(waited):.0f} s; the polite tenant alone for {args.idle_seconds:g} s ...",
-                    flush=True,
-                )
-                idle = polite_alone(ports, extra[1], speakers[0], args)
-                print(f"idle: {latency([c.seconds for c in idle.calls if c.outcome == 'ok'])}", flush=True)
-                print(f"the polite tenant beside the flood alone for {args.idle_seconds:g} s ...", flush=True)
-                beside = polite_beside_flood(ports, *extra, speakers, args)
-                polite = [c.seconds for c in beside.calls if c.kind == "polite" and c.outcome == "ok"]
-                print(f"beside the flood: {latency(polite)}", flush=True)
-            print(f"{args.minutes:g} minutes of load ...", flush=True)
-            counters = [batcher_counters(port, operator_key) for port in ports]
-            start = time.monotonic()
-            load = Load(
-                Recorder(ports, start), tenants, operator_key, speakers, Sample.load(SAMPLE_VOICE), args, *extra
-            )
-            sampling = threading.Event()
-            samplers = [
-                threading.Thread(target=sample_process, args=(s.process.pid, start, sampling, s.samples), daemon=True)
-                for s in servers
-            ]
-            for sampler in samplers:
-                sampler.start()
-            threads = load.threads()
-            for thread in threads:
-                thread.start()
-            duration = 60 * args.minutes
-            snapshots: list[list[Path | None]] = []
-            while (left := start + duration - time.monotonic()) > 0:
-                time.sleep(min(left, 60.0))
-                if args.trace_memory and not snapshots and time.monotonic() - start >= duration / 5:
-                    snapshots.append([take_snapshot(server) for server in servers])  # warm-up's end
-                with load.recorder.lock:
-                    calls = list(load.recorder.calls)
-                rss = ", ".join(f"{process_rss(s.process.pid) / MB:.1f}" for s in servers)
-                print(
-                    f"{(time.monotonic() - start) / 60:5.1f} min: {len(calls):,} requests, "
-                    f"{sum(c.outcome == 'error' for c in calls)} errors, RSS {rss} MB",
-                    flush=True,
-                )
-            load.stop.set()
-            for thread in threads:
-                thread.join(timeout=args.job_timeout + 60)
-            stuck = [t.name for t in threads if t.is_alive()]
-            drained = [drain(port, operator_key, args.job_timeout) for port in ports]
-            batches = [
-                {k: after[k] - before[k] for k in before} | {"seconds": time.monotonic() - start}
-                for before, after in zip(counters, (batcher_counters(port, operator_key) for port in ports))
-            ]
-            sampling.set()
-            for sampler in samplers:
-                sampler.join()
-            if args.trace_memory:
-                snapshots.append([take_snapshot(server) for server in servers])
+            with LoadSampler() as sampled:
+                soaked = soak(args, servers, tenants, extra, operator_key)
         finally:
             shutdowns = [stop_server(server.process) for server in servers]
         config["load_average_end"] = os.getloadavg()
-        calls = load.recorder.calls
-        before_errors = [error for recorder in (idle, beside) if recorder for error in recorder.errors]
-        result = {
-            "command": command,
-            "server_command": [Path(servers[0].command[0]).name, *servers[0].command[1:]],
-            "config": config,
-            "requests": summarize(calls, duration, args.bins),
-            "servers": [
-                {
-                    "port": server.port,
-                    "requests": summarize([c for c in calls if c.server == k], duration, 1)["totals"],
-                    "memory": memory(server.samples, load.health, duration, duration / 5, args.bins),
-                    "job_rss": job_rss(server.samples, load.jobs),
-                    "batcher": batcher_work,
-                    "shutdown": shutdown,
-                    "drain_s": drain_s,
-                    "log": server_log(server.log_path),
-                    "process": server.samples,
-                    "python_growth": python_growth(snapshots[0][k], snapshots[-1][k])
-                    if args.trace_memory and len(snapshots) == 2 and snapshots[0][k] and snapshots[-1][k]
-                    else None,
-                }
-                for k, (server, shutdown, drain_s, batcher_work) in enumerate(zip(servers, shutdowns, drained, batches))
-            ],
-            "throughput": scaling,
-            "errors": before_errors + load.recorder.errors,
-            "error_count": len(load.recorder.errors) + len(stuck) + len(before_errors),
-            "flood": flood_summary(idle, beside, calls, args) if idle else None,
-            "stuck_threads": stuck,
-            "health": load.health,
-            "jobs": load.jobs,
-            "store": check_store(store, servers, tenants, load.jobs),
-            "calls": [
-                [round(c.at, 3), c.kind, c.tenant, c.status, round(1000 * c.seconds, 1), c.outcome, c.server]
-                for c in calls
-            ],
-        }
-        report(result, args)
+        config["provenance"]["load"] = sampled.summary()
+        checked = check_store(store, servers, tenants, soaked.load.jobs)
+        report(results(args, command, config, servers, shutdowns, soaked, checked), args)
     finally:
         services.close()
         if scratch:
             shutil.rmtree(args.work, ignore_errors=True)
+
+
+def limits_file(args) -> Path | None:
+    """With several servers, limits the throughput phase's clients stay under (the default 600 requests a
+    minute per tenant would stop them); None (the defaults) for one."""
+    if args.servers == 1:
+        return None
+    limits = args.work / "limits.json"
+    limits.write_text(
+        json.dumps({"tenant": {"requests_per_minute": 60_000}, "server": {"requests_per_minute": 600_000}})
+    )
+    return limits
+
+
+@dataclass
+class Soaked:
+    """What the servers went through: the throughput phase, the polite tenant alone and beside the flood,
+    the load, and what was read around it (per server: drain seconds, batcher work, tracemalloc snapshots)."""
+
+    scaling: dict | None
+    idle: Recorder | None
+    beside: Recorder | None
+    load: Load
+    duration: float
+    stuck: list[str]
+    drained: list[float | None]
+    batches: list[dict]
+    snapshots: list[list[Path | None]]
+
+
+def soak(args, servers: list[Server], tenants: list[Tenant], extra: list[Tenant], operator_key: str) -> Soaked:
+    """The phases, in order: throughput (several servers), the polite tenant alone then beside the flood
+    (with a flood tenant), then ``--minutes`` of the mixed load."""
+    ports = [server.port for server in servers]
+    listed = json.loads(http_get(ports[0], "/v1/voices", tenants[0].key))["data"]
+    speakers = [v["id"] for v in listed if v["type"] == "base"]
+    scaling = throughput(args, servers, tenants, speakers[0]) if args.servers > 1 else None
+    idle = beside = None
+    if extra:
+        idle, beside = polite_phases(args, servers, extra, speakers)
+    print(f"{args.minutes:g} minutes of load ...", flush=True)
+    counters = [batcher_counters(port, operator_key) for port in ports]
+    start = time.monotonic()
+    load = Load(Recorder(ports, start), tenants, operator_key, speakers, Sample.load(SAMPLE_VOICE), args, *extra)
+    sampling = threading.Event()
+    samplers = [
+        threading.Thread(target=sample_process, args=(s.process.pid, start, sampling, s.samples), daemon=True)
+        for s in servers
+    ]
+    for thread in samplers:
+        thread.start()
+    threads = load.threads()
+    for thread in threads:
+        thread.start()
+    duration = 60 * args.minutes
+    snapshots = watch(args, load, servers, start, duration)
+    load.stop.set()
+    for thread in threads:
+        thread.join(timeout=args.job_timeout + 60)
+    stuck = [t.name for t in threads if t.is_alive()]
+    drained = [drain(port, operator_key, args.job_timeout) for port in ports]
+    batches = [
+        {k: after[k] - before[k] for k in before} | {"seconds": time.monotonic() - start}
+        for before, after in zip(counters, (batcher_counters(port, operator_key) for port in ports))
+    ]
+    sampling.set()
+    for thread in samplers:
+        thread.join()
+    if args.trace_memory:
+        snapshots.append([take_snapshot(server) for server in servers])
+    return Soaked(scaling, idle, beside, load, duration, stuck, drained, batches, snapshots)
+
+
+def polite_phases(args, servers: list[Server], extra: list[Tenant], speakers: list[str]) -> tuple[Recorder, Recorder]:
+    """Once the servers' start-up work is done: the polite tenant alone, then beside the flood alone."""
+    ports = [server.port for server in servers]
+    waited = [wait_idle(server.process.pid) for server in servers]  # start-up work in the background
+    print(
+        f"servers idle after {max(waited):.0f} s; the polite tenant alone for {args.idle_seconds:g} s ...",
+        flush=True,
+    )
+    idle = polite_alone(ports, extra[1], speakers[0], args)
+    print(f"idle: {latency_ms([c.seconds for c in idle.calls if c.outcome == 'ok'])}", flush=True)
+    print(f"the polite tenant beside the flood alone for {args.idle_seconds:g} s ...", flush=True)
+    beside = polite_beside_flood(ports, *extra, speakers, args)
+    polite = [c.seconds for c in beside.calls if c.kind == "polite" and c.outcome == "ok"]
+    print(f"beside the flood: {latency_ms(polite)}", flush=True)
+    return idle, beside
+
+
+def watch(args, load: Load, servers: list[Server], start: float, duration: float) -> list[list[Path | None]]:
+    """Until the load's end: progress every minute (requests, errors, RSS), and with ``--trace-memory`` the
+    servers' snapshot at warm-up's end (the first of two)."""
+    snapshots: list[list[Path | None]] = []
+    while (left := start + duration - time.monotonic()) > 0:
+        time.sleep(min(left, 60.0))
+        if args.trace_memory and not snapshots and time.monotonic() - start >= duration / 5:
+            snapshots.append([take_snapshot(server) for server in servers])  # warm-up's end
+        with load.recorder.lock:
+            calls = list(load.recorder.calls)
+        rss = ", ".join(f"{process_rss(s.process.pid) / MB:.1f}" for s in servers)
+        print(
+            f"{(time.monotonic() - start) / 60:5.1f} min: {len(calls):,} requests, "
+            f"{sum(c.outcome == 'error' for c in calls)} errors, RSS {rss} MB",
+            flush=True,
+        )
+    return snapshots
+
+
+def results(
+    args, command: str, config: dict, servers: list[Server], shutdowns: list[dict], soaked: Soaked, store: dict
+) -> dict:
+    """``soak.json``'s content, ``store`` being the store's check after shutdown: summaries first, raw calls
+    last."""
+    load, calls = soaked.load, soaked.load.recorder.calls
+    before_errors = [error for recorder in (soaked.idle, soaked.beside) if recorder for error in recorder.errors]
+    return {
+        "command": command,
+        "server_command": [Path(servers[0].command[0]).name, *servers[0].command[1:]],
+        "config": config,
+        "requests": summarize(calls, soaked.duration, args.bins),
+        "servers": [
+            server_result(args, k, server, shutdown, soaked)
+            for k, (server, shutdown) in enumerate(zip(servers, shutdowns))
+        ],
+        "throughput": soaked.scaling,
+        "errors": before_errors + load.recorder.errors,
+        "error_count": len(load.recorder.errors) + len(soaked.stuck) + len(before_errors),
+        "flood": flood_summary(soaked.idle, soaked.beside, calls, args) if soaked.idle else None,
+        "stuck_threads": soaked.stuck,
+        "health": load.health,
+        "jobs": load.jobs,
+        "store": store,
+        "calls": [
+            [round(c.at, 3), c.kind, c.tenant, c.status, round(1000 * c.seconds, 1), c.outcome, c.server] for c in calls
+        ],
+    }
+
+
+def server_result(args, k: int, server: Server, shutdown: dict, soaked: Soaked) -> dict:
+    """One server's part of the result: its requests, memory, jobs' RSS, batcher work, stop and log."""
+    snapshots, duration = soaked.snapshots, soaked.duration
+    traced = args.trace_memory and len(snapshots) == 2 and snapshots[0][k] and snapshots[-1][k]
+    return {
+        "port": server.port,
+        "requests": summarize([c for c in soaked.load.recorder.calls if c.server == k], duration, 1)["totals"],
+        "memory": memory(server.samples, soaked.load.health, duration, duration / 5, args.bins),
+        "job_rss": job_rss(server.samples, soaked.load.jobs),
+        "batcher": soaked.batches[k],
+        "shutdown": shutdown,
+        "drain_s": soaked.drained[k],
+        "log": server_log(server.log_path),
+        "process": server.samples,
+        "python_growth": python_growth(snapshots[0][k], snapshots[-1][k]) if traced else None,
+    }
 
 
 if __name__ == "__main__":

@@ -9,7 +9,6 @@ import argparse
 import itertools
 import json
 import os
-import subprocess
 import time
 from pathlib import Path
 
@@ -21,6 +20,7 @@ from chorus.audio.io import load_audio
 from chorus.data.formats import discover
 from chorus.speaker.bundle import load_encoder
 from chorus.speaker.verification import verification_scores
+from run_record import provenance  # bench/, beside this script
 
 parser = argparse.ArgumentParser()
 parser.add_argument("encoder", type=Path)
@@ -32,8 +32,7 @@ args = parser.parse_args()
 torch.set_num_threads(1)
 load_at_start = os.getloadavg()[0]
 # What is measured: read before the run.
-commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
-dirty = bool(subprocess.run(["git", "status", "--porcelain", "src"], capture_output=True, text=True).stdout.strip())
+measured = provenance(1, "load_encoder(...) embeddings and verification_scores over the augmented clips")
 started = time.monotonic()
 bundle = load_encoder(args.encoder)
 rate = bundle.mel_config.sample_rate
@@ -85,9 +84,7 @@ args.out.write_text(
             "trials": len(pairs),
             "targets": int(sum(same)),
             "conditions": rows,
-            "commit": commit,
-            "src_clean": not dirty,
-            "threads": 1,
+            **measured,
             "load": f"{load_at_start:.1f} at the start, {os.getloadavg()[0]:.1f} at the end (1-minute)",
             "seconds": round(time.monotonic() - started, 1),
             "command": "python bench/speaker_channels.py " + " ".join(str(a) for a in (args.encoder, args.out)),

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -13,7 +15,20 @@ import pytest
 # Benchmarks run as ``python bench/<name>.py`` and import their helpers as siblings; so does this test.
 # (Not a tests/bench/conftest.py: it would shadow tests/conftest.py, which other modules import by name.)
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-from run_record import LoadSampler, describe, kept_on_failure, paired_ratios, provenance, spread  # noqa: E402
+from run_record import (  # noqa: E402
+    LoadSampler,
+    closed_loop,
+    describe,
+    kept_on_failure,
+    latency_ms,
+    machine,
+    mean_sd,
+    paired_ratios,
+    percentile,
+    provenance,
+    spread,
+    tree_at,
+)
 
 
 def test_spread_matches_numpy_quartiles():
@@ -34,6 +49,86 @@ def test_paired_ratios_are_taken_pair_by_pair():
         paired_ratios([1.0], [1.0, 2.0])
     with pytest.raises(ValueError, match="0"):
         paired_ratios([1.0], [0.0])
+    # A report that shows the other pairs asks for a stand-in instead (serving.py's per-repeat ratios).
+    got = paired_ratios([1.0, 3.0], [0.0, 2.0], zero=float("nan"))
+    assert np.isnan(got[0]) and got[1] == 1.5
+
+
+@pytest.mark.parametrize("values", [[5.0], [2.0, 1.0], [3.0, 1.0, 4.0, 1.5, 9.0, 2.6, 5.3], list(range(101))])
+def test_percentile_is_numpys_linear_percentile(values):
+    for q in (0, 25, 50, 90, 99, 100):
+        assert percentile(values, q) == pytest.approx(float(np.percentile(values, q)))
+    assert np.isnan(percentile([], 50))
+
+
+def test_latency_is_in_milliseconds_with_its_sample_size():
+    got = latency_ms([0.1, 0.3, 0.2, 0.4])
+    assert got["n"] == 4
+    assert got["p50_ms"] == pytest.approx(250.0) and got["max_ms"] == pytest.approx(400.0)
+    assert got["mean_ms"] == pytest.approx(250.0)
+    assert got["p99_ms"] == pytest.approx(float(np.percentile([100, 300, 200, 400], 99)))
+    assert latency_ms([]) == {"n": 0}  # no percentile without requests behind it
+
+
+def test_mean_sd_as_the_reports_write_it():
+    # serving.py's and many_voices.py's "per repeat" cells: the values, then mean ± sample sd.
+    assert mean_sd([1.15, 0.97, 0.83], listed=True) == "1.15, 0.97, 0.83 (0.98 ± 0.16)"
+    assert mean_sd([18.0, 22.0, 28.0], 0, listed=True) == "18, 22, 28 (23 ± 5)"
+    # short_samples.py's cells: mean ± sd alone; one value has no spread to show.
+    assert mean_sd([0.5, 0.7], 3) == f"0.600 ± {np.std([0.5, 0.7], ddof=1):.3f}"
+    assert mean_sd([0.25], 3) == mean_sd([0.25], 3, listed=True) == "0.250"
+    with pytest.raises(ValueError, match="no values"):
+        mean_sd([])
+
+
+def test_closed_loop_sends_each_plan_in_order_and_records_failures():
+    seen: dict[int, list[int]] = {0: [], 1: []}
+
+    def send(item: tuple[int, int]) -> int:
+        client, n = item
+        seen[client].append(n)
+        if n == 2:
+            raise RuntimeError("refused")
+        return n * 10
+
+    loop = closed_loop([[(0, 0), (0, 1), (0, 2)], [(1, 3)]], send)
+    assert seen == {0: [0, 1, 2], 1: [3]}  # one after another within a client
+    assert len(loop.sent) == 4 and loop.wall_s >= 0
+    outcomes = {s.client: [] for s in loop.sent}
+    for s in sorted(loop.sent, key=lambda s: s.ended):
+        outcomes[s.client].append(s.outcome)
+    assert outcomes[0][:2] == [0, 10] and isinstance(outcomes[0][2], RuntimeError) and outcomes[1] == [30]
+    assert all(s.seconds >= 0 and s.ended >= loop.started for s in loop.sent)
+
+
+def test_closed_loop_for_a_time_stops_endless_plans_and_windows_by_end():
+    def send(item) -> str:
+        time.sleep(0.001)
+        return item
+
+    loop = closed_loop([itertools.repeat("a"), itertools.repeat("b")], send, seconds=0.05)
+    assert {s.outcome for s in loop.sent} == {"a", "b"}
+    assert all(s.ended >= loop.started for s in loop.sent)
+    everything = loop.within(0.0, loop.wall_s + 1.0)
+    assert len(everything) == len(loop.sent)
+    late = loop.within(loop.wall_s + 1.0, 1.0)
+    assert late == []
+    cut = loop.sent[len(loop.sent) // 2].ended - loop.started
+    early = loop.within(0.0, cut)
+    assert all(s.ended - loop.started < cut for s in early) and len(early) < len(loop.sent)
+
+
+def test_tree_at_reads_either_record():
+    assert tree_at({"git": "abc1234 with uncommitted changes"}) == "abc1234 with uncommitted changes"
+    assert tree_at({"commit": "0123456789abcdef", "src_clean": True}) == "0123456"
+    assert tree_at({"commit": "0123456789abcdef", "src_clean": False}) == "0123456 with uncommitted changes to src/"
+
+
+def test_machine_opens_a_config_with_provenance():
+    got = machine(2, "chorus serve", store="sqlite")
+    assert got["cpus"] >= 1 and len(got["load_average_start"]) == 3
+    assert got["provenance"]["threads"] == 2 and got["provenance"]["path"] == "chorus serve"
+    assert got["provenance"]["store"] == "sqlite"
 
 
 def test_provenance_names_the_commit_and_what_differs(tmp_path, monkeypatch):
