@@ -173,7 +173,7 @@ def main() -> None:
                     f"{voice}|{system}",
                     index,
                     text,
-                    tts.vocoder.synthesize(to_mel(text, mel, voice)),
+                    tts.vocoder.vocode(to_mel(text, mel, voice)),
                     SAMPLE_RATE,
                     float("nan"),
                 )

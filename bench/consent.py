@@ -19,9 +19,9 @@ consent and sample of one speaker; impostors: every other speaker's sample, spli
 *sox sibling* (the same source voice under another chain: a near neighbour).
 
 Every trial runs the server's own checks: the phrase check (:class:`CustomVoiceChecks.heard`, Whisper
-tiny.en) on the consent, then :class:`chorus.speaker.voice_match.VoiceMatch` (its channel classes, its
+tiny.en) on the consent, then :class:`chorus.speaker_recognition.voice_match.VoiceMatch` (its channel classes, its
 windows, its cohort, :meth:`VoiceMatch.verdict`) with each encoder, and the server's check itself:
-:class:`~chorus.speaker.voice_match.FusedMatch` over the two (``fused``, calibrated here; ``server``, the
+:class:`~chorus.speaker_recognition.voice_match.FusedMatch` over the two (``fused``, calibrated here; ``server``, the
 same scores judged by the shipped thresholds); each recording is embedded once per band and reused across
 its trials, which is all that differs from a request.
 
@@ -53,12 +53,12 @@ from chorus.corpus.speakers import get_speaker
 from chorus.data.formats import discover
 from chorus.evaluation.asr import WhisperJudge
 from chorus.serving.errors import ApiError
-from chorus.serving.onboarding.custom_voices import CustomVoiceChecks
+from chorus.serving.onboarding.consent_checks import CustomVoiceChecks
 from chorus.serving.settings import ConsentSettings
-from chorus.speaker.bundle import CONSENT_ENCODER_NAME, SHIPPED_CONSENT_ENCODER, load_encoder
-from chorus.speaker.embedders import ChorusEmbedder, ResemblyzerEmbedder
-from chorus.speaker.verification import verification_scores
-from chorus.speaker.voice_match import (
+from chorus.speaker_recognition.bundle import CONSENT_ENCODER_NAME, SHIPPED_CONSENT_ENCODER, load_encoder
+from chorus.speaker_recognition.embedders import ChorusEmbedder, ResemblyzerEmbedder
+from chorus.speaker_recognition.verification import verification_scores
+from chorus.speaker_recognition.voice_match import (
     SHIPPED_COHORT,
     FusedMatch,
     MatchSettings,

@@ -43,7 +43,7 @@ from chorus.corpus.build import record_sentences  # noqa: E402
 from chorus.corpus.speakers import get_speaker  # noqa: E402
 from chorus.evaluation.asr import WHISPER_SAMPLE_RATE, WhisperJudge  # noqa: E402
 from chorus.serving.errors import ApiError  # noqa: E402
-from chorus.serving.onboarding.custom_voices import CustomVoiceChecks  # noqa: E402
+from chorus.serving.onboarding.consent_checks import CustomVoiceChecks  # noqa: E402
 from chorus.serving.settings import ConsentSettings  # noqa: E402
 from consent import (  # noqa: E402  (bench/consent.py: its recordings, channels and phrases)
     CALIBRATION_CHAINS,

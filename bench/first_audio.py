@@ -48,7 +48,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from chorus.serving.engine import Engine, Request
+from chorus.serving.engine import Engine, SentenceRequest
 from chorus.serving.tenants import OPERATOR_TENANT
 from run_record import closed_loop, machine, percentile, tree_at  # bench/, beside this script
 from servers import batcher_counters, get, stop, timed_request, wait_idle
@@ -97,15 +97,15 @@ def alone(args, speaker: str) -> dict:
     torch.set_num_threads(args.threads)
     engine = Engine.load()
     for text in TEXTS[:2]:  # warm-up
-        engine.speak([Request(text, speaker)])
+        engine.synthesize([SentenceRequest(text, speaker)])
     acoustic, whole, audio = [], [], []
     for _ in range(args.alone_repeats):
         for text in TEXTS:
             began = time.perf_counter()
-            engine.speak([Request(text, speaker)], vocode=False)
+            engine.synthesize([SentenceRequest(text, speaker)], vocode=False)
             acoustic.append(time.perf_counter() - began)
             began = time.perf_counter()
-            (result,) = engine.speak([Request(text, speaker)])
+            (result,) = engine.synthesize([SentenceRequest(text, speaker)])
             whole.append(time.perf_counter() - began)
             audio.append(result.duration)
     return {

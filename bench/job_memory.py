@@ -39,7 +39,7 @@ from pathlib import Path
 
 import torch
 
-from chorus.serving.engine import Engine, Request
+from chorus.serving.engine import Engine, SentenceRequest
 from chorus.serving.settings import ServerSettings
 from chorus.synthesis import SAMPLE_VOICE
 from chorus.training.adapt import adapt
@@ -71,7 +71,7 @@ def child(args) -> None:
 
     def speak() -> None:  # the batcher's thread: its allocations share the process's arenas
         while not stop.is_set():
-            engine.speak([Request(text, engine.speakers[0]) for text in TEXTS[:4]])
+            engine.synthesize([SentenceRequest(text, engine.speakers[0]) for text in TEXTS[:4]])
 
     speaker = threading.Thread(target=speak, name="batcher", daemon=True)
     speaker.start()

@@ -171,7 +171,7 @@ def main() -> None:
     names = {voice: tts.load_voice(folder, voice) for voice, folder in voice_dirs.items()}
     models = {label: load_vocoder(source, mel_config=bundle.mel_config) for label, source in vocoders.items()}
     for model in models.values():  # first-call allocations are not part of the RTF
-        model.synthesize(torch.full((50, bundle.mel_config.n_mels), -5.0))
+        model.vocode(torch.full((50, bundle.mel_config.n_mels), -5.0))
     tts.mel(["Warm up."], base_voices[0] if base_voices else None)
 
     clips: list[VoiceClip] = []
@@ -183,7 +183,7 @@ def main() -> None:
 
     def vocode(label: str, mel: torch.Tensor | Callable[[], torch.Tensor]) -> tuple[np.ndarray, float]:
         started = time.perf_counter()
-        audio = models[label].synthesize(mel() if callable(mel) else mel)
+        audio = models[label].vocode(mel() if callable(mel) else mel)
         peak = float(np.abs(audio).max()) if audio.size else 0.0
         return (audio * (0.99 / peak) if peak > 0.99 else audio), time.perf_counter() - started
 

@@ -71,7 +71,7 @@ from chorus.adapters.inject import adapter_state_dict, add_adapter, remove_adapt
 from chorus.adapters.voice import VoiceCard, read_voice, save_voice
 from chorus.recipe import AdaptConfig
 from chorus.serving.batcher import Batcher
-from chorus.serving.engine import Engine, Request
+from chorus.serving.engine import Engine, SentenceRequest
 from chorus.serving.store import VoiceStore
 from chorus.serving.tenants import DEFAULT_TENANT
 from chorus.synthesis import load_base
@@ -203,16 +203,16 @@ def vocoder_mode(engine: Engine, vocode: bool):
         engine.base.vocoder = real
 
 
-def workload(voice_ids: list[str], n_voices: int, concurrency: int, per_thread: int) -> list[list[Request]]:
+def workload(voice_ids: list[str], n_voices: int, concurrency: int, per_thread: int) -> list[list[SentenceRequest]]:
     """Requests per client thread: thread t's j-th request is request i = j * C + t of the run."""
 
-    def request(i: int) -> Request:
-        return Request(TEXTS[i % len(TEXTS)], voice_ids[i % n_voices])
+    def request(i: int) -> SentenceRequest:
+        return SentenceRequest(TEXTS[i % len(TEXTS)], voice_ids[i % n_voices])
 
     return [[request(j * concurrency + t) for j in range(per_thread)] for t in range(concurrency)]
 
 
-def closed_loop(serve, per_thread: list[list[Request]], frame_seconds: float) -> dict:
+def closed_loop(serve, per_thread: list[list[SentenceRequest]], frame_seconds: float) -> dict:
     """Each thread sends its requests one after another through ``serve(request) -> SentenceResult``."""
     loop = run_clients(per_thread, serve)
     done = [s for s in loop.sent if not isinstance(s.outcome, Exception)]
@@ -236,14 +236,14 @@ def one_at_a_time(handler):
     """A server that runs ``handler`` on one request at a time, first come first served."""
     pool = ThreadPoolExecutor(max_workers=1)
 
-    def serve(request: Request):
+    def serve(request: SentenceRequest):
         return pool.submit(handler, request).result()
 
     return serve, pool
 
 
 def swap_handler(engine: Engine):
-    def handle(request: Request):
+    def handle(request: SentenceRequest):
         result = swap_one_at_a_time(engine, [request])[0]
         if isinstance(result, Exception):
             raise result
@@ -267,7 +267,7 @@ def run_once(
     engine: Engine,
     per_voice: ModelPerVoice,
     method: str,
-    plan: list[list[Request]],
+    plan: list[list[SentenceRequest]],
     vocode: bool,
     args,
     frame_seconds: float,

@@ -17,16 +17,16 @@ import torch
 
 from chorus.adapters.inject import active_adapter, adapter_names, merge_adapter, remove_adapter
 from chorus.adapters.voice import apply_voice, read_voice
-from chorus.serving.engine import Engine, Request, UnknownVoice, is_mergeable
+from chorus.serving.engine import Engine, SentenceRequest, UnknownVoice, is_mergeable
 from chorus.synthesis.forward import SentenceResult, check_speed, infer_mels, vocode_batch
 
 
 def swap_one_at_a_time(
-    engine: Engine, requests: Sequence[Request], vocode: bool = True
+    engine: Engine, requests: Sequence[SentenceRequest], vocode: bool = True
 ) -> list[SentenceResult | Exception]:
     """Baseline: requests one after another, each a forward of one row with its voice's adapter
     activated for it (PEFT's ``set_adapter`` per request); the same engine and cache."""
-    return [engine.speak([request], merge=False, vocode=vocode)[0] for request in requests]
+    return [engine.synthesize([request], merge=False, vocode=vocode)[0] for request in requests]
 
 
 class ModelPerVoice:
@@ -58,7 +58,7 @@ class ModelPerVoice:
             total += sum(t.numel() * t.element_size() for t in [*model.parameters(), *model.buffers()])
         return total
 
-    def synthesize(self, request: Request, vocode: bool = True) -> SentenceResult:
+    def synthesize(self, request: SentenceRequest, vocode: bool = True) -> SentenceResult:
         started = time.perf_counter()
         voice = request.voice if isinstance(request.voice, str) else request.voice.key
         check_speed(request.speed)
@@ -88,7 +88,7 @@ class ModelPerVoice:
         result.seconds, result.path = time.perf_counter() - started, "model-per-voice"
         return result
 
-    def run(self, requests: Sequence[Request], vocode: bool = True) -> list[SentenceResult | Exception]:
+    def run(self, requests: Sequence[SentenceRequest], vocode: bool = True) -> list[SentenceResult | Exception]:
         """Requests one after another, each on its voice's own model."""
         out: list[SentenceResult | Exception] = []
         for request in requests:

@@ -38,10 +38,15 @@ from chorus.corpus.virtual import with_virtual_speakers
 from chorus.data.formats import discover
 from chorus.evaluation.similarity import SpeakerJudge
 from chorus.memory.measure import measure_in_fresh_process
-from chorus.memory.speaker import ENCODER_NAME, encoder_config_by_name, measure_speaker_step, predict_speaker_memory
-from chorus.speaker.bundle import load_encoder
-from chorus.speaker.encoder import SpeakerEncoderConfig
-from chorus.speaker.verification import verification_scores
+from chorus.memory.speaker_encoder import (
+    ENCODER_NAME,
+    encoder_config_by_name,
+    measure_speaker_step,
+    predict_speaker_memory,
+)
+from chorus.speaker_recognition.bundle import load_encoder
+from chorus.speaker_recognition.encoder import SpeakerEncoderConfig
+from chorus.speaker_recognition.verification import verification_scores
 from chorus.training.speaker_encoder import SpeakerTrainConfig, prepare_clips, train_speaker_encoder
 
 VARIANT = re.compile(r"^(resnet|df-resnet)(\d+)(-rev)?-(adam8bit|adam|sgd8bit|sgd)$")
@@ -177,7 +182,7 @@ def step_times(names: list[str], args) -> dict[str, list[float]]:
     one untimed warm-up step each."""
     import time
 
-    from chorus.speaker.encoder import SpeakerClassifier, SpeakerEncoder
+    from chorus.speaker_recognition.encoder import SpeakerClassifier, SpeakerEncoder
     from chorus.training.speaker_encoder import speaker_optimizer
 
     torch.manual_seed(args.seed)

@@ -62,8 +62,7 @@ def main() -> None:
         vocoder = load_vocoder(name, mel_config=tts.bundle.mel_config)
         for voice in voices:
             counts = [
-                word_errors(text, judge.transcribe(vocoder.synthesize(mel)))
-                for text, mel in zip(sentences, mels[voice])
+                word_errors(text, judge.transcribe(vocoder.vocode(mel))) for text, mel in zip(sentences, mels[voice])
             ]
             results[f"{name}|{voice}"] = sum(counts[1:], counts[0]).rate
         print(name, {v: round(100 * results[f"{name}|{v}"], 1) for v in voices}, flush=True)

@@ -32,7 +32,7 @@ from fastapi.testclient import TestClient
 from chorus.serving.api import create_app
 from chorus.serving.engine import Engine
 from chorus.serving.store import VoiceStore
-from chorus.serving.voice_keys import resolve_stored
+from chorus.serving.voice_keys import stored_voice_folder
 
 VOICES = ("joe", "slt", "ked")
 
@@ -126,7 +126,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory() as work:
         store = VoiceStore(str(Path(work) / "store"))
-        engine = Engine.load(resolve=functools.partial(resolve_stored, store))
+        engine = Engine.load(resolve=functools.partial(stored_voice_folder, store))
         app = create_app(store, engine)
         started = time.perf_counter()
         app.state.server.custom_voices.speaker_map()  # as chorus serve makes it at start-up

@@ -198,7 +198,7 @@ def check_imports() -> None:
         "librosa",
         "num2words",
         "chorus.training.speaker_encoder",
-        "chorus.speaker.verification",
+        "chorus.speaker_recognition.verification",
     ):
         try:
             importlib.import_module(name)
@@ -306,8 +306,8 @@ def decode_clips(data: Path, manifest: dict, processes: int):
 
 def opus_eer(folder: Path, clips, device: str) -> float:
     """An encoder folder's EER on the (Opus-coded) held-out clips: v2's before the run, to compare."""
-    from chorus.speaker.bundle import load_encoder
-    from chorus.speaker.verification import verification_scores
+    from chorus.speaker_recognition.bundle import load_encoder
+    from chorus.speaker_recognition.verification import verification_scores
     from chorus.training.speaker_encoder import calibration_trials
 
     scores, same = calibration_trials(load_encoder(folder, device), clips)
@@ -424,8 +424,8 @@ def recalibrate(source: Path, corpus: Path, out: Path) -> None:
 
     from chorus.audio.io import load_audio
     from chorus.audio.mel import MelConfig, log_mel
-    from chorus.speaker.bundle import load_encoder, save_encoder
-    from chorus.speaker.verification import verification_scores
+    from chorus.speaker_recognition.bundle import load_encoder, save_encoder
+    from chorus.speaker_recognition.verification import verification_scores
     from chorus.training.speaker_encoder import (
         SpeakerClips,
         SpeakerTrainConfig,

@@ -1,5 +1,5 @@
 """Make the speaker cohort that the custom-voice speaker check normalizes its scores against
-(:mod:`chorus.speaker.voice_match`) and write it to ``src/chorus/assets/speaker_cohort/``.
+(:mod:`chorus.speaker_recognition.voice_match`) and write it to ``src/chorus/assets/speaker_cohort/``.
 
 The cohort: one clip of about 5 s (one or two sentences) from each of the base's 36 training speakers
 (espeak-ng, flite, festival and their sox variants) and from 9 natural-sounding speakers made from the
@@ -28,9 +28,9 @@ import torch
 from chorus.audio.io import SAMPLE_RATE
 from chorus.corpus.build import record_sentences, select_sentences
 from chorus.corpus.speakers import SpeakerSpec, get_speaker, pretraining_speakers
-from chorus.speaker.bundle import load_encoder, shipped_encoder_dir
-from chorus.speaker.embedders import ChorusEmbedder, ResemblyzerEmbedder
-from chorus.speaker.voice_match import SHIPPED_COHORT, VARIANTS, Cohort, MatchSettings, load_cohort
+from chorus.speaker_recognition.bundle import load_encoder, shipped_encoder_dir
+from chorus.speaker_recognition.embedders import ChorusEmbedder, ResemblyzerEmbedder
+from chorus.speaker_recognition.voice_match import SHIPPED_COHORT, VARIANTS, Cohort, MatchSettings, load_cohort
 
 COHORT_RATE = 16_000  # every encoder here embeds at most 8 kHz of band
 MIN_SECONDS = 5.0

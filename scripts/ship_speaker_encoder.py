@@ -16,7 +16,7 @@ import shutil
 from pathlib import Path
 
 from chorus.models.bundle import file_sha256
-from chorus.speaker.bundle import CONFIG, SHIPPED_ENCODER, WEIGHTS, load_encoder
+from chorus.speaker_recognition.bundle import CONFIG, SHIPPED_ENCODER, WEIGHTS, load_encoder
 
 
 def card(folder: Path, report: dict | None, note: str = "") -> str:

@@ -152,7 +152,7 @@ LONGEST_MODULES = [
     "serving/test_serving_web.py",
     "serving/test_consent_phrase.py",
     "audio/test_vocoders.py",
-    "memory/test_memory_speaker.py",
+    "memory/test_memory_speaker_encoder.py",
     "training/test_pretrain.py",
 ]
 
@@ -514,7 +514,7 @@ SMALL_SPEAKER_ENCODER = dict(channels=(8, 8, 16, 16), embedding_dim=16, n_mels=1
 
 def tiny_speaker_train_config(corpus, out, **changes):
     """A few steps of speaker encoder training on ``corpus`` (80 mel bins), saved under ``out``."""
-    from chorus.speaker.encoder import SpeakerEncoderConfig
+    from chorus.speaker_recognition.encoder import SpeakerEncoderConfig
     from chorus.training.speaker_encoder import SpeakerTrainConfig
 
     settings = dict(

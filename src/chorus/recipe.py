@@ -157,7 +157,7 @@ class AdaptConfig:
     )
     # A Chorus speaker encoder folder (chorus speaker train): the voice starts at the base speaker
     # nearest its clips in the encoder's space, its speaker vector where the encoder->speaker map
-    # puts them (chorus.speaker.start). None: the base speaker whose conditioning fits the
+    # puts them (chorus.speaker_recognition.start). None: the base speaker whose conditioning fits the
     # clips best (lowest teacher-forced mel loss), its vector as it is.
     speaker_encoder: str | None = field(
         default=None,

@@ -144,10 +144,10 @@ def test_user_vocoder_plugs_in(tmp_path):
     vocoder = build_vocoder("test-linear", scale=0.5)
     loaded = load_vocoder(vocoder.save(tmp_path / "mine"))
     mel = torch.randn(1, 9, 80)
-    assert loaded.synthesize(mel[0]).shape == (9 * 256,)
-    assert np.array_equal(loaded.synthesize(mel), vocoder.synthesize(mel))
+    assert loaded.vocode(mel[0]).shape == (9 * 256,)
+    assert np.array_equal(loaded.vocode(mel), vocoder.vocode(mel))
     with pytest.raises(VocoderError, match="expects log-mel"):
-        vocoder.synthesize(torch.randn(9, 64))
+        vocoder.vocode(torch.randn(9, 64))
 
 
 # ---------------------------------------------------------------------------------------- vocoders

@@ -36,13 +36,13 @@ def _samples(wav: bytes) -> np.ndarray:
 def _forwards_seeing(monkeypatch, written) -> list[tuple[int, int]]:
     """(rows, ``written()`` when it starts) of every forward the engine runs from now on."""
     seen: list[tuple[int, int]] = []
-    speak = Engine.speak
+    speak = Engine.synthesize
 
     def watched(self, requests, *args, **kwargs):
         seen.append((len(requests), written()))
         return speak(self, requests, *args, **kwargs)
 
-    monkeypatch.setattr(Engine, "speak", watched)
+    monkeypatch.setattr(Engine, "synthesize", watched)
     return seen
 
 

@@ -16,13 +16,13 @@ pytest.importorskip("fastapi")
 from chorus.cli import app  # noqa: E402
 from chorus.serving.api import create_app  # noqa: E402
 from chorus.serving.engine import Engine  # noqa: E402
-from chorus.serving.onboarding.custom_voices import CustomVoiceChecks  # noqa: E402
+from chorus.serving.onboarding.consent_checks import CustomVoiceChecks  # noqa: E402
 from chorus.serving.onboarding.job_runner import JobRunner  # noqa: E402
 from chorus.serving.routes.custom_voices import audio_voice_json  # noqa: E402
 from chorus.serving.settings import CONSENT_PHRASES, ServerSettings, jobs_dir  # noqa: E402
 from chorus.serving.store import VoiceStore  # noqa: E402
 from chorus.serving.tenants import Tenants  # noqa: E402
-from chorus.serving.voice_keys import resolve_stored  # noqa: E402
+from chorus.serving.voice_keys import stored_voice_folder  # noqa: E402
 from conftest import heard_as
 
 KEY = "acme-key-0123456789abcdef"
@@ -42,7 +42,7 @@ def live_app(tiny_base, heard, tmp_path_factory):
     """What ``live_server`` serves: one API key, a consent heard as ``heard`` says."""
     store = VoiceStore(str(tmp_path_factory.mktemp("store_voices_cli")))
     engine = Engine.load(
-        tiny_base, "griffin-lim", resolve=functools.partial(resolve_stored, store), cache_bytes=1 << 20
+        tiny_base, "griffin-lim", resolve=functools.partial(stored_voice_folder, store), cache_bytes=1 << 20
     )
     jobs = JobRunner(
         store, jobs_dir(SETTINGS, store), engine.base_copy, SETTINGS.adapt, sample_config=SETTINGS.adapt_sample

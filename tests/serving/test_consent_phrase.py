@@ -20,9 +20,9 @@ import soundfile as sf
 
 from chorus.evaluation.asr import Transcript, WhisperJudge, Word, word_error_rate
 from chorus.serving.errors import ApiError
+from chorus.serving.onboarding.consent_checks import FIRST_BEAM, CustomVoiceChecks
 from chorus.serving.onboarding.consent_phrase import judge_phrase
 from chorus.serving.onboarding.consent_speech import HOP, phrase_spans, speech_outside, voiced_frames
-from chorus.serving.onboarding.custom_voices import FIRST_BEAM, CustomVoiceChecks
 from chorus.serving.settings import CONSENT_PHRASES, ConsentSettings
 from conftest import CUSTOM_VOICE_SAMPLE
 

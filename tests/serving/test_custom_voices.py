@@ -171,7 +171,7 @@ def test_the_consent_phrase_is_judged_by_its_words(heard, accepted):
     cases): another company's name, a negation or half the phrase is refused, quoting what was heard."""
     from chorus.evaluation.asr import Transcript, Word
     from chorus.serving.errors import ApiError
-    from chorus.serving.onboarding.custom_voices import CustomVoiceChecks
+    from chorus.serving.onboarding.consent_checks import CustomVoiceChecks
     from chorus.serving.settings import ConsentSettings
 
     words = tuple(Word(w, 0.3 * k, 0.3 * k + 0.25, 0.9) for k, w in enumerate(heard.split()))

@@ -75,7 +75,7 @@ from chorus.serving.tenants import (  # noqa: E402
     parse_env,
     parse_keys_file,
 )
-from chorus.serving.voice_keys import resolve_stored  # noqa: E402
+from chorus.serving.voice_keys import stored_voice_folder  # noqa: E402
 from chorus.synthesis import SENTENCE_SILENCE, Synthesizer, load_base  # noqa: E402
 from chorus.text.sentences import split_sentences  # noqa: E402
 from conftest import clip_files, decode, random_voice, tiny_piper_base, wait_for  # noqa: E402
@@ -123,7 +123,7 @@ def adapter_folders(tiny_base, tmp_path_factory) -> dict[str, Path]:
 def make_app(tiny_base: Path, root: Path, keys: dict[str, str] | None = None, settings: ServerSettings = SETTINGS):
     store = VoiceStore(str(root))
     engine = Engine.load(
-        tiny_base, "griffin-lim", resolve=functools.partial(resolve_stored, store), cache_bytes=1 << 20
+        tiny_base, "griffin-lim", resolve=functools.partial(stored_voice_folder, store), cache_bytes=1 << 20
     )
     tenants = Tenants.from_pairs(keys.items()) if keys else Tenants()
     return create_app(store, engine, tenants, settings), store
@@ -642,7 +642,7 @@ def piper_app(tmp_path_factory):
     root = tmp_path_factory.mktemp("piper_server")
     ann = random_voice(tiny_piper_base(), "ann", PLACEMENTS["all"](), root / "voices" / "ann", 7)
     store = VoiceStore(str(root / "store"))
-    engine = LibraryEngine(tiny_piper_base(), resolve=functools.partial(resolve_stored, store))
+    engine = LibraryEngine(tiny_piper_base(), resolve=functools.partial(stored_voice_folder, store))
     store.put_voice("acme", "ann", ann)
     with TestClient(create_app(store, engine, Tenants.from_pairs(KEYS.items()), SETTINGS)) as client:
         yield client, ann

@@ -26,7 +26,7 @@ from chorus.adapters.residual import ResidualAdapterConfig
 from chorus.adapters.speaker import SpeakerConfig
 from chorus.models.bundle import load_bundle
 from chorus.serving.batcher import Batcher
-from chorus.serving.engine import Engine, Request, UnknownVoice
+from chorus.serving.engine import Engine, SentenceRequest, UnknownVoice
 from chorus.synthesis import load_base
 from conftest import random_voice
 
@@ -69,7 +69,7 @@ def reference(tiny_base, voices):
     return tts
 
 
-def alone(tts, request: Request) -> torch.Tensor:
+def alone(tts, request: SentenceRequest) -> torch.Tensor:
     base = request.voice in tts.speakers
     return tts.mel(
         [request.text],
@@ -79,7 +79,7 @@ def alone(tts, request: Request) -> torch.Tensor:
     )[0]
 
 
-def assert_same_as_alone(tts, request: Request, result) -> None:
+def assert_same_as_alone(tts, request: SentenceRequest, result) -> None:
     expected = alone(tts, request)
     assert result.mel.shape == expected.shape, request
     torch.testing.assert_close(result.mel, expected, rtol=1e-4, atol=1e-4)
@@ -94,8 +94,12 @@ def make_engine(tiny_base, voices, **kwargs) -> Engine:
 
 def test_speakers_work_without_onboarding_and_unknown_voices_raise(tiny_base, reference):
     engine = Engine.load(tiny_base, "griffin-lim")  # no resolver, no voices
-    requests = [Request(TEXTS[0], "m3"), Request(TEXTS[1], "f2", 1.25), Request(TEXTS[2], "nobody")]
-    results = engine.speak(requests)
+    requests = [
+        SentenceRequest(TEXTS[0], "m3"),
+        SentenceRequest(TEXTS[1], "f2", 1.25),
+        SentenceRequest(TEXTS[2], "nobody"),
+    ]
+    results = engine.synthesize(requests)
     for request, result in zip(requests[:2], results[:2]):
         assert result.path == "base" and result.batch_size == 2
         assert_same_as_alone(reference, request, result)
@@ -116,8 +120,8 @@ def test_speakers_work_without_onboarding_and_unknown_voices_raise(tiny_base, re
 def test_cache_loads_on_demand_evicts_lru_by_bytes_and_keeps_pinned(tiny_base, voices, reference):
     # v1 and v5 have the same methods, so the same size.
     engine = make_engine(tiny_base, voices, cache_bytes=0)
-    request = Request(TEXTS[0], "v1")
-    first = engine.speak([request])[0]
+    request = SentenceRequest(TEXTS[0], "v1")
+    first = engine.synthesize([request])[0]
     assert_same_as_alone(reference, request, first)
     stats = engine.stats()
     assert (stats.misses, stats.loads, stats.evictions, stats.resident_voices) == (1, 1, 1, 0), (
@@ -151,7 +155,7 @@ def test_cache_loads_on_demand_evicts_lru_by_bytes_and_keeps_pinned(tiny_base, v
     assert len(adapter_names(engine.model)) == 2, "eviction removes the adapter from the model"
 
     # An evicted voice comes back on demand, identical.
-    again = engine.speak([request])[0]
+    again = engine.synthesize([request])[0]
     assert torch.equal(again.mel, first.mel)
     assert "v2" in engine.resident()
 
@@ -161,7 +165,7 @@ def test_cache_loads_on_demand_evicts_lru_by_bytes_and_keeps_pinned(tiny_base, v
     assert "guest/7" in engine.resident()
     engine.remove_voice("guest/7")
     assert "guest/7" not in engine.resident()
-    results = engine.speak([Request(TEXTS[0], "guest/7"), Request(TEXTS[1], "v2")])
+    results = engine.synthesize([SentenceRequest(TEXTS[0], "guest/7"), SentenceRequest(TEXTS[1], "v2")])
     assert isinstance(results[0], UnknownVoice) and results[1].path == "active"
     engine.remove_voice("v2")
     assert "v2" not in engine.resident() and engine.stats().pinned_voices == 0
@@ -172,8 +176,8 @@ def test_cache_loads_on_demand_evicts_lru_by_bytes_and_keeps_pinned(tiny_base, v
 def test_batcher_serves_concurrent_requests_in_one_forward_each_equal_to_alone(tiny_base, voices, reference):
     engine = make_engine(tiny_base, voices, cache_bytes=1 << 20)
     mix = ["v0", "v2", "v3", "f2"]
-    requests = [Request(TEXTS[i % len(TEXTS)], mix[i % 4], (1.0, 1.3, 0.8)[i % 3]) for i in range(12)]
-    bad = [Request("?!", "v0"), Request(TEXTS[0], "nobody"), Request(TEXTS[1], "v2", -1.0)]
+    requests = [SentenceRequest(TEXTS[i % len(TEXTS)], mix[i % 4], (1.0, 1.3, 0.8)[i % 3]) for i in range(12)]
+    bad = [SentenceRequest("?!", "v0"), SentenceRequest(TEXTS[0], "nobody"), SentenceRequest(TEXTS[1], "v2", -1.0)]
     everything = requests + bad
     results: list = [None] * len(everything)
 
@@ -214,7 +218,7 @@ def test_batcher_serves_concurrent_requests_in_one_forward_each_equal_to_alone(t
 
 def test_batcher_from_asyncio_tasks(tiny_base, voices, reference):
     engine = make_engine(tiny_base, voices)
-    requests = [Request(TEXTS[i % 2], ("v1", "v4", "m3")[i % 3]) for i in range(6)]
+    requests = [SentenceRequest(TEXTS[i % 2], ("v1", "v4", "m3")[i % 3]) for i in range(6)]
 
     async def main(batcher):
         with batcher.held():  # until all six wait in the queue: then one batch
@@ -231,24 +235,24 @@ def test_batcher_from_asyncio_tasks(tiny_base, voices, reference):
 
 def test_one_voice_batches_merge_or_activate_and_leave_the_base_exact(tiny_base, voices, reference):
     engine = make_engine(tiny_base, voices)
-    base_before = engine.speak([Request(TEXTS[0], "m3")])[0].mel
+    base_before = engine.synthesize([SentenceRequest(TEXTS[0], "m3")])[0].mel
     for voice, merge, path in [("v1", True, "merged"), ("v3", "auto", "active"), ("v0", True, "active")]:
-        requests = [Request(text, voice) for text in TEXTS[:3]]
-        results = engine.speak(requests, merge=merge)
+        requests = [SentenceRequest(text, voice) for text in TEXTS[:3]]
+        results = engine.synthesize(requests, merge=merge)
         for request, result in zip(requests, results):
             assert result.path == path, (voice, merge)
             assert_same_as_alone(reference, request, result)
-    assert torch.equal(engine.speak([Request(TEXTS[0], "m3")])[0].mel, base_before)
+    assert torch.equal(engine.synthesize([SentenceRequest(TEXTS[0], "m3")])[0].mel, base_before)
 
 
 def test_baselines_match_the_batched_engine(tiny_base, voices, reference):
     engine = make_engine(tiny_base, voices)
-    requests = [Request(TEXTS[i % 4], f"v{i % 3}", 1.1) for i in range(4)] + [Request(TEXTS[1], "f2")]
-    batched = engine.speak(requests, vocode=False)
+    requests = [SentenceRequest(TEXTS[i % 4], f"v{i % 3}", 1.1) for i in range(4)] + [SentenceRequest(TEXTS[1], "f2")]
+    batched = engine.synthesize(requests, vocode=False)
     swapped = swap_one_at_a_time(engine, requests, vocode=False)
     assert all(r.batch_size == 1 and r.path in ("active", "base") for r in swapped)
     per_voice = ModelPerVoice(engine, {f"v{k}": voices[f"v{k}"] for k in range(3)})
-    separate = per_voice.run(requests + [Request(TEXTS[0], "nobody")], vocode=False)
+    separate = per_voice.run(requests + [SentenceRequest(TEXTS[0], "nobody")], vocode=False)
     assert isinstance(separate[-1], UnknownVoice)
     for request, a, b, c in zip(requests, batched, swapped, separate):
         for result in (a, b, c):
@@ -271,8 +275,8 @@ def test_a_failing_batched_forward_is_retried_row_by_row(tiny_base, voices, refe
         return real_infer(model, ids, speakers, speeds)
 
     monkeypatch.setattr(forward_module, "infer_mels", flaky_infer)
-    requests = [Request(TEXTS[0], "v0"), Request(TEXTS[3], "v1"), Request(TEXTS[2], "m3")]
-    results = engine.speak(requests)
+    requests = [SentenceRequest(TEXTS[0], "v0"), SentenceRequest(TEXTS[3], "v1"), SentenceRequest(TEXTS[2], "m3")]
+    results = engine.synthesize(requests)
     assert isinstance(results[1], RuntimeError)
     for request, result in zip([requests[0], requests[2]], [results[0], results[2]]):
         assert result.batch_size == 1
@@ -282,12 +286,16 @@ def test_a_failing_batched_forward_is_retried_row_by_row(tiny_base, voices, refe
 def test_blends_beside_adapted_voices_keep_each_voices_speaker_vector(tiny_base, voices, reference):
     """v0 and v2 carry their own speaker vector: a blend in the same batch must not replace it."""
     engine = make_engine(tiny_base, voices)
-    requests = [Request(TEXTS[0], "m3(2)+f2(1)"), Request(TEXTS[1], "v0"), Request(TEXTS[2], "v2")]
-    results = engine.speak(requests)
+    requests = [
+        SentenceRequest(TEXTS[0], "m3(2)+f2(1)"),
+        SentenceRequest(TEXTS[1], "v0"),
+        SentenceRequest(TEXTS[2], "v2"),
+    ]
+    results = engine.synthesize(requests)
     assert [r.path for r in results] == ["split"] * 3
     for request, result in zip(requests[1:], results[1:]):
         assert_same_as_alone(reference, request, result)
-    blend_alone = engine.speak(requests[:1])[0]
+    blend_alone = engine.synthesize(requests[:1])[0]
     assert blend_alone.path == "base" and torch.allclose(results[0].mel, blend_alone.mel, atol=1e-5)
     expected = reference.mel([TEXTS[0]], speaker="m3(2)+f2(1)")[0]
     torch.testing.assert_close(blend_alone.mel, expected, atol=1e-5, rtol=1e-4)
@@ -300,7 +308,7 @@ def test_a_batch_takes_each_tenant_in_turn(tiny_base):
     order: list[str] = []
     with Batcher(engine, max_batch=4, max_wait_ms=0) as batcher:
         with batcher.held():
-            futures = [(f"ann{k}", batcher.submit(f"Sentence {k}.", "m3", tenant="ann")) for k in range(10)]
+            futures = [(f"ann{k}", batcher.submit(f"SentenceRequest {k}.", "m3", tenant="ann")) for k in range(10)]
             futures += [("bob", batcher.submit("Hello.", "f2", tenant="bob"))]
             futures += [("carl", batcher.submit("Hi there.", "f2", tenant="carl"))]
             for name, future in futures:

@@ -28,7 +28,7 @@ from chorus.adapters import parse_methods  # noqa: E402
 from chorus.recipe import AdaptConfig  # noqa: E402
 from chorus.serving.api import create_app  # noqa: E402
 from chorus.serving.engine import Engine  # noqa: E402
-from chorus.serving.onboarding.custom_voices import CustomVoiceChecks  # noqa: E402
+from chorus.serving.onboarding.consent_checks import CustomVoiceChecks  # noqa: E402
 from chorus.serving.onboarding.job_runner import JobRunner  # noqa: E402
 from chorus.serving.page import WEB_FILES  # noqa: E402
 from chorus.serving.settings import (  # noqa: E402
@@ -39,7 +39,7 @@ from chorus.serving.settings import (  # noqa: E402
 )
 from chorus.serving.store import VoiceStore  # noqa: E402
 from chorus.serving.tenants import Tenants  # noqa: E402
-from chorus.serving.voice_keys import resolve_stored  # noqa: E402
+from chorus.serving.voice_keys import stored_voice_folder  # noqa: E402
 from conftest import heard_as, random_voice  # noqa: E402
 
 KEY = "acme-key-0123456789abcdef"
@@ -80,7 +80,7 @@ def live_app(tiny_base, training_gate, heard, tmp_path_factory):
     """What ``live_server`` serves: one API key (so the page must send it)."""
     store = VoiceStore(str(tmp_path_factory.mktemp("store_web")))
     engine = Engine.load(
-        tiny_base, "griffin-lim", resolve=functools.partial(resolve_stored, store), cache_bytes=1 << 20
+        tiny_base, "griffin-lim", resolve=functools.partial(stored_voice_folder, store), cache_bytes=1 << 20
     )
 
     # A few training steps take well under the page's poll interval: hold each job at "running" (before

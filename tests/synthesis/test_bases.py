@@ -16,7 +16,7 @@ from chorus.adapters import adapter_names
 from chorus.adapters.voice import VoiceError, read_voice
 from chorus.synthesis import Synthesizer
 from chorus.synthesis.bases import base_of_voice
-from chorus.synthesis.engine import Engine, Request
+from chorus.synthesis.engine import Engine, SentenceRequest
 from chorus.training.piper_adapt import PLACEMENTS
 from conftest import random_voice, tiny_piper_base
 
@@ -45,13 +45,13 @@ def test_a_mixed_batch_on_the_piper_base_speaks_each_voice_as_alone(piper_voices
     """One forward through the voice bank: each row as the library speaks it alone (noise drawn per row)."""
     engine = Engine(tiny_piper_base(), resolve=lambda voice: piper_voices[voice.key])
     requests = [
-        Request(TEXTS[0], "ann"),
-        Request(TEXTS[1], "tiny-piper", 1.25),
-        Request(TEXTS[2], "cy", 0.8),
-        Request(TEXTS[3], "bob"),
-        Request(TEXTS[0], "nobody"),
+        SentenceRequest(TEXTS[0], "ann"),
+        SentenceRequest(TEXTS[1], "tiny-piper", 1.25),
+        SentenceRequest(TEXTS[2], "cy", 0.8),
+        SentenceRequest(TEXTS[3], "bob"),
+        SentenceRequest(TEXTS[0], "nobody"),
     ]
-    results = engine.speak(requests)
+    results = engine.synthesize(requests)
     tts = library(piper_voices)
     for request, result in zip(requests[:4], results[:4]):
         assert result.path == "bank" and result.batch_size == 4 and result.speaker == request.voice
@@ -61,10 +61,10 @@ def test_a_mixed_batch_on_the_piper_base_speaks_each_voice_as_alone(piper_voices
         np.testing.assert_allclose(result.audio, alone.audio, atol=1e-4)
     assert "unknown voice 'nobody'" in str(results[4])
     # Eight rows of one voice whose methods all merge: folded into the weights for the batch, then out again.
-    merged = engine.speak([Request(TEXTS[0], "ann")] * 8)
+    merged = engine.synthesize([SentenceRequest(TEXTS[0], "ann")] * 8)
     assert {r.path for r in merged} == {"merged"}
     np.testing.assert_allclose(merged[3].audio, results[0].audio, atol=1e-4)
-    (after,) = engine.speak([requests[1]])  # the base as it was: unmerged
+    (after,) = engine.synthesize([requests[1]])  # the base as it was: unmerged
     np.testing.assert_allclose(after.audio, results[1].audio, atol=1e-4)
     spoken = [r.audio for r in results[:4]]
     assert not np.allclose(spoken[0][:1000], tts.synthesize_batch([TEXTS[0]])[0].audio[:1000], atol=1e-3)
@@ -115,7 +115,7 @@ def test_a_full_fine_tune_is_a_model_of_its_own_in_the_library_and_the_server(tm
     folder = save_voice(tmp_path / "full", tuned, "full", configs, card, full=True)
     before = {k: v.clone() for k, v in base.model.state_dict().items()}
     engine = Engine(base, resolve=lambda voice: folder)
-    full, plain = engine.speak([Request(TEXTS[0], "full"), Request(TEXTS[0], "tiny-piper")])
+    full, plain = engine.synthesize([SentenceRequest(TEXTS[0], "full"), SentenceRequest(TEXTS[0], "tiny-piper")])
     assert full.batch_size == plain.batch_size == 1  # one forward per model
     assert all(torch.equal(v, base.model.state_dict()[k]) for k, v in before.items())
     assert not adapter_names(base.model) and engine.cached("full").base is not None
@@ -154,7 +154,7 @@ def test_an_adapted_piper_voice_speaks_at_its_own_pace_and_noise(piper_voices, t
     slow, quiet = copy_with("slow", length_scale=2.0), copy_with("quiet", noise_scale=0.0)
     voices = {"ann": piper_voices["ann"], "slow": slow, "quiet": quiet}
     engine = Engine(tiny_piper_base(), resolve=lambda voice: voices[voice.key])
-    ann, slow_ann = engine.speak([Request(TEXTS[1], "ann"), Request(TEXTS[1], "slow")])
+    ann, slow_ann = engine.synthesize([SentenceRequest(TEXTS[1], "ann"), SentenceRequest(TEXTS[1], "slow")])
     assert sum(slow_ann.frames) > 1.5 * sum(ann.frames)
     np.testing.assert_allclose(
         ann.audio, library(piper_voices).synthesize_batch([TEXTS[1]], voice="ann")[0].audio, atol=1e-4
@@ -162,8 +162,8 @@ def test_an_adapted_piper_voice_speaks_at_its_own_pace_and_noise(piper_voices, t
     (alone,) = library(voices).synthesize_batch([TEXTS[1]], voice="slow")
     assert alone.frames == slow_ann.frames
     # The quiet voice in a batch beside a noisy one: as ann on a base told to draw no prior noise at all.
-    _, quiet_ann = engine.speak([Request(TEXTS[1], "ann"), Request(TEXTS[1], "quiet")])
+    _, quiet_ann = engine.synthesize([SentenceRequest(TEXTS[1], "ann"), SentenceRequest(TEXTS[1], "quiet")])
     noiseless = Engine(tiny_piper_base(settings=PiperSettings(noise_scale=0.0)), resolve=lambda v: voices[v.key])
-    (expected,) = noiseless.speak([Request(TEXTS[1], "ann")])
+    (expected,) = noiseless.synthesize([SentenceRequest(TEXTS[1], "ann")])
     np.testing.assert_allclose(quiet_ann.audio, expected.audio, atol=1e-4)
     assert not np.allclose(quiet_ann.audio[:1000], ann.audio[:1000], atol=1e-3)

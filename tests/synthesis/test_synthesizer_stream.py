@@ -18,13 +18,13 @@ TEXT = (
 def _spied(tts: Synthesizer) -> list[int]:
     """The rows of every forward ``tts``'s engine runs from now on."""
     rows: list[int] = []
-    speak = tts.engine.speak
+    speak = tts.engine.synthesize
 
     def counted(requests, *args, **kwargs):
         rows.append(len(requests))
         return speak(requests, *args, **kwargs)
 
-    tts.engine.speak = counted
+    tts.engine.synthesize = counted
     return rows
 
 
@@ -57,7 +57,7 @@ def test_stream_batches_sentences_and_each_sounds_as_read_alone(tiny_base, base)
 def test_a_sentence_that_fails_in_a_batch_fails_after_the_ones_before_it(tiny_base):
     """As reading one by one would: the sentences before the failing one are yielded, then its error."""
     tts = load_base(tiny_base, "griffin-lim")
-    speak = tts.engine.speak
+    speak = tts.engine.synthesize
 
     def third_fails(requests, *args, **kwargs):
         results = speak(requests, *args, **kwargs)
@@ -65,7 +65,7 @@ def test_a_sentence_that_fails_in_a_batch_fails_after_the_ones_before_it(tiny_ba
             ValueError("cannot read it") if r.text == "It is easy to tell the depth of a well." else r for r in results
         ]
 
-    tts.engine.speak = third_fails
+    tts.engine.synthesize = third_fails
     made = []
     with pytest.raises(ValueError, match="cannot read it"):
         for result in tts.stream(TEXT, batch_size=4):

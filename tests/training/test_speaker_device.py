@@ -16,7 +16,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from chorus.speaker.encoder import SpeakerEncoderConfig
+from chorus.speaker_recognition.encoder import SpeakerEncoderConfig
 from chorus.training.speaker_encoder import (
     CHECKPOINT,
     SpeakerTrainConfig,

@@ -17,7 +17,7 @@ from chorus.adapters.hypernetwork import VoiceSpace, generated
 from chorus.adapters.voice import read_voice
 from chorus.cli import app
 from chorus.models.bundle import load_bundle
-from chorus.speaker.bundle import load_encoder, shipped_encoder_dir
+from chorus.speaker_recognition.bundle import load_encoder, shipped_encoder_dir
 from chorus.synthesis import load_base
 from chorus.training.voice_space_training import (
     VoiceSpaceConfig,

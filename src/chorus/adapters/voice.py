@@ -242,59 +242,95 @@ def read_voice(folder: str | Path) -> Voice:
     for path in (config_path, weights_path):
         if not path.is_file():
             raise VoiceError(f"{folder}: missing {path.name} (not a voice folder)")
-    try:
-        config = json.loads(config_path.read_text())
-    except json.JSONDecodeError as error:
-        raise VoiceError(f"{config_path}: corrupted JSON ({error})") from error
+    config = _json_file(config_path)
     # One read serves the checksum and the tensors. Parsed from bytes, not with safetensors'
     # load_file/safe_open, which keep about 55 bytes of Python heap per tensor name for good on every
     # open (safetensors 0.8, tracemalloc; safetensors issue #369): a server reading voices on demand
     # would grow without bound.
     data = weights_path.read_bytes()
-    section = config.get("chorus")  # the earlier layout kept it inside adapter_config.json
-    parts = [(weights_path, data)]  # safetensors files and their bytes
-    if (folder / CHORUS_FILE).is_file():
-        try:
-            section = json.loads((folder / CHORUS_FILE).read_text())
-        except json.JSONDecodeError as error:
-            raise VoiceError(f"{folder / CHORUS_FILE}: corrupted JSON ({error})") from error
+    section = _chorus_section(folder, config)
     if section is None:
+        parts = [(weights_path, data)]
         configs, base_hash, full, base_name = [_lora_from_peft(config, config_path)], None, False, None
     else:
-        if section.get("format") != VOICE_FORMAT or section.get("version", 0) > VOICE_FORMAT_VERSION:
-            raise VoiceError(
-                f"{config_path}: not a voice format this Chorus reads ({section.get('format')!r} "
-                f"version {section.get('version')})"
-            )
-        if hashlib.sha256(data).hexdigest() != section.get("weights_sha256"):
-            raise VoiceError(f"{weights_path}: checksum mismatch (the file is corrupted or was changed)")
-        if section.get("speaker_vector_sha256") is not None:  # a LoRA voice's vector, apart
-            vector_path = folder / SPEAKER_FILE
-            if not vector_path.is_file():
-                raise VoiceError(f"{folder}: missing {SPEAKER_FILE} (a LoRA voice's speaker vector)")
-            parts.append((vector_path, vector_path.read_bytes()))
-            if hashlib.sha256(parts[-1][1]).hexdigest() != section["speaker_vector_sha256"]:
-                raise VoiceError(f"{vector_path}: checksum mismatch (the file is corrupted or was changed)")
-        try:
-            configs = [config_from_dict(c) for c in section["methods"] if c.get("method") != FULL_FINE_TUNING]
-        except (KeyError, TypeError, ValueError) as error:
-            raise VoiceError(f"{config_path}: invalid method config ({error})") from error
+        _check_format(section, config_path)
+        parts = _checked_files(folder, section, weights_path, data)
+        configs = _method_configs(section, config_path)
         base_hash, full = section.get("base_model_sha256"), bool(section.get("full"))
         base_name = section.get("base_model")
+    return Voice(configs, _tensors(parts), _voice_card(folder), base_hash, full, base_name)
+
+
+def _json_file(path: Path) -> dict:
+    """The JSON object in ``path``, refused as a corrupted voice when it does not parse."""
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as error:
+        raise VoiceError(f"{path}: corrupted JSON ({error})") from error
+
+
+def _chorus_section(folder: Path, config: dict) -> dict | None:
+    """The voice's Chorus section: ``chorus_voice.json``, or in the earlier layout the ``chorus`` entry of
+    adapter_config.json; None for a PEFT LoRA folder."""
+    section = config.get("chorus")
+    if (folder / CHORUS_FILE).is_file():
+        section = _json_file(folder / CHORUS_FILE)
+    return section
+
+
+def _check_format(section: dict, config_path: Path) -> None:
+    """Refuse a section of another format, or of a later version than this Chorus reads."""
+    if section.get("format") != VOICE_FORMAT or section.get("version", 0) > VOICE_FORMAT_VERSION:
+        raise VoiceError(
+            f"{config_path}: not a voice format this Chorus reads ({section.get('format')!r} "
+            f"version {section.get('version')})"
+        )
+
+
+def _checked_files(folder: Path, section: dict, weights_path: Path, data: bytes) -> list[tuple[Path, bytes]]:
+    """The voice's safetensors files and their bytes (the weights ``data``, then a LoRA voice's speaker vector,
+    kept apart), each checked against its checksum in ``section``."""
+    if hashlib.sha256(data).hexdigest() != section.get("weights_sha256"):
+        raise VoiceError(f"{weights_path}: checksum mismatch (the file is corrupted or was changed)")
+    parts = [(weights_path, data)]
+    if section.get("speaker_vector_sha256") is not None:
+        vector_path = folder / SPEAKER_FILE
+        if not vector_path.is_file():
+            raise VoiceError(f"{folder}: missing {SPEAKER_FILE} (a LoRA voice's speaker vector)")
+        parts.append((vector_path, vector_path.read_bytes()))
+        if hashlib.sha256(parts[-1][1]).hexdigest() != section["speaker_vector_sha256"]:
+            raise VoiceError(f"{vector_path}: checksum mismatch (the file is corrupted or was changed)")
+    return parts
+
+
+def _method_configs(section: dict, config_path: Path) -> list[MethodConfig]:
+    """The section's method configs; full fine-tuning is a flag of the voice (``Voice.full``), not a method."""
+    try:
+        return [config_from_dict(c) for c in section["methods"] if c.get("method") != FULL_FINE_TUNING]
+    except (KeyError, TypeError, ValueError) as error:
+        raise VoiceError(f"{config_path}: invalid method config ({error})") from error
+
+
+def _tensors(parts: list[tuple[Path, bytes]]) -> dict[str, torch.Tensor]:
+    """The tensors of safetensors files given as their bytes, keyed without PEFT's prefix."""
     tensors = {}
     for path, content in parts:
         try:
             tensors.update(load(content))
         except Exception as error:  # safetensors raises its own types for truncated or foreign files
             raise VoiceError(f"{path}: cannot read tensors ({error})") from error
-    tensors = {key.removeprefix(PEFT_PREFIX): value for key, value in tensors.items()}
-    card = None
-    if (folder / CARD_FILE).is_file():
-        try:
-            card = VoiceCard(**json.loads((folder / CARD_FILE).read_text()))
-        except (json.JSONDecodeError, TypeError) as error:
-            raise VoiceError(f"{folder / CARD_FILE}: corrupted voice card ({error})") from error
-    return Voice(configs, tensors, card, base_hash, full, base_name)
+    return {key.removeprefix(PEFT_PREFIX): value for key, value in tensors.items()}
+
+
+def _voice_card(folder: Path) -> VoiceCard | None:
+    """The voice's card, or None when it has none."""
+    path = folder / CARD_FILE
+    if not path.is_file():
+        return None
+    try:
+        return VoiceCard(**json.loads(path.read_text()))
+    except (json.JSONDecodeError, TypeError) as error:
+        raise VoiceError(f"{path}: corrupted voice card ({error})") from error
 
 
 def _lora_from_peft(config: dict, path: Path) -> LoraConfig:

@@ -31,7 +31,7 @@ def evaluate(
         judges = Judges()
         if speaker_encoder is not None:
             from chorus.evaluation.similarity import EncoderJudge
-            from chorus.speaker.bundle import load_encoder
+            from chorus.speaker_recognition.bundle import load_encoder
 
             judges = Judges(encoder=EncoderJudge(load_encoder(speaker_encoder)))
         report = evaluate_folder(audio_dir, metadata, references, judges=judges, progress=console.is_terminal)

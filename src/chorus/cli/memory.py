@@ -78,7 +78,7 @@ def memory(
 
 def _speaker_memory(name: str, batch: int, frames: int, optimizer: str, measure: bool, out: Path | None) -> None:
     """``chorus memory --model speaker-...``: the speaker encoder's training step (encoder, AAM head, loss)."""
-    from chorus.memory.speaker import encoder_config_by_name, speaker_memory_report
+    from chorus.memory.speaker_encoder import encoder_config_by_name, speaker_memory_report
 
     with user_errors():
         report = speaker_memory_report(

@@ -9,8 +9,8 @@ import numpy as np
 import typer
 
 from chorus.cli.common import DEVICE_OPTION, config_default, console, fail, user_errors
-from chorus.speaker.bundle import SHIPPED_ENCODER, load_encoder
-from chorus.speaker.encoder import STAGE_BLOCKS, SpeakerEncoderConfig
+from chorus.speaker_recognition.bundle import SHIPPED_ENCODER, load_encoder
+from chorus.speaker_recognition.encoder import STAGE_BLOCKS, SpeakerEncoderConfig
 from chorus.training.speaker_encoder import CHECKPOINT, SPEAKER_OPTIMIZERS, SpeakerTrainConfig
 
 speaker_app = typer.Typer(help="Chorus's speaker encoder: train one, embed clips, verify and evaluate trials.")
@@ -123,18 +123,40 @@ def embed(
 
 @speaker_app.command()
 def verify(
-    a: Path = typer.Argument(..., help="One clip."),
-    b: Path = typer.Argument(..., help="Another clip."),
-    encoder: Path | None = typer.Option(None, help=ENCODER_HELP),
+    a: Path = typer.Argument(..., help="One clip (the reference: a consent, an enrollment)."),
+    b: Path = typer.Argument(..., help="Another clip (the one to check)."),
+    encoder: Path | None = typer.Option(
+        None, help="Judge by this encoder's plain cosine and its own threshold instead of the server's check."
+    ),
     device: str = DEVICE_OPTION,
 ) -> None:
-    """Whether two clips are the same speaker: their cosine score against the encoder's threshold."""
-    bundle = _encoder(encoder, device)
+    """Whether two clips are the same speaker, judged as the server's consent check judges a consent and a
+    sample: resemblyzer and Chorus's consent encoder, each normalized against the shipped cohort heard
+    through the clips' channel, summed, against the threshold calibrated for that channel class."""
+    if encoder is not None:
+        bundle = _encoder(encoder, device)
+        with user_errors():
+            first, second = bundle.embed([a, b])
+        score, same = bundle.verify(first, second)
+        verdict = "same speaker" if same else "different speakers"
+        console.print(f"score {score:.3f} (threshold {bundle.threshold:.3f}): {verdict}")
+        return
+    from chorus.audio.io import SAMPLE_RATE, load_audio
+    from chorus.speaker_recognition.voice_match import UnusableRecording, fused_consent_match
+
     with user_errors():
-        first, second = bundle.embed([a, b])
-    score, same = bundle.verify(first, second)
-    verdict = "same speaker" if same else "different speakers"
-    console.print(f"score {score:.3f} (threshold {bundle.threshold:.3f}): {verdict}")
+        first, second = load_audio(a), load_audio(b)
+    check = fused_consent_match()
+    try:
+        verdict = check.match(first, SAMPLE_RATE, second, SAMPLE_RATE)
+    except UnusableRecording as error:
+        fail(f"cannot tell: {error}")
+    threshold = check.settings.threshold_for(verdict.threshold_key)
+    said = "same speaker" if verdict.accepted else f"different speakers ({verdict.reason})"
+    console.print(
+        f"score {verdict.score:.2f} (threshold {threshold:.2f} for channel class {verdict.threshold_key}; "
+        f"resemblyzer + Chorus consent encoder, cohort-normalized): {said}"
+    )
 
 
 @speaker_app.command("eval")
@@ -147,7 +169,7 @@ def evaluate(
     device: str = DEVICE_OPTION,
 ) -> None:
     """Equal error rate and minDCF of a trials file (VoxCeleb's format)."""
-    from chorus.speaker.verification import read_trials, score_trials
+    from chorus.speaker_recognition.verification import read_trials, score_trials
 
     bundle = _encoder(encoder, device)
     with user_errors():

@@ -91,7 +91,7 @@ class SpeakerJudge:
 
 
 class EncoderJudge:
-    """The same judge's interface on Chorus's own speaker encoder (:mod:`chorus.speaker.bundle`):
+    """The same judge's interface on Chorus's own speaker encoder (:mod:`chorus.speaker_recognition.bundle`):
     ``embed(audio, sample_rate)`` is its unit-length embedding; similarity is the cosine."""
 
     def __init__(self, bundle):

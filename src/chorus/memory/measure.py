@@ -42,7 +42,7 @@ from chorus.models.acoustic import AcousticModel, FFTBlock, TransformerStack, bu
 from chorus.models.config import AcousticConfig
 from chorus.models.losses import compute_losses
 from chorus.recipe import MemoryOptions
-from chorus.speaker.encoder import Stage
+from chorus.speaker_recognition.encoder import Stage
 from chorus.training.efficiency import autocast, build_optimizer, cast_frozen_parameters, optimizer_state_bytes
 
 NO_MASK = torch.zeros(0, dtype=torch.bool)

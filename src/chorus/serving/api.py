@@ -1,5 +1,5 @@
 """The HTTP API of the multi-tenant voice server (FastAPI): one router per resource
-(:mod:`chorus.serving.routes`: speech, voices, custom voices, jobs, models, health) on a :class:`VoiceServer` that holds
+(:mod:`chorus.serving.routes`: speech, voices, custom voices, jobs, models, health) on a :class:`ServerState` that holds
 the engine (one resident base, adapted voices cached on demand), the batcher (concurrent requests in one
 forward), the store (voices and jobs per tenant) and the onboarding worker; the routes reach it through
 FastAPI dependencies (:mod:`chorus.serving.routes.deps`).
@@ -24,16 +24,16 @@ from chorus.serving.batcher import SpeechQueue
 from chorus.serving.engine import Engine
 from chorus.serving.errors import add_error_handlers
 from chorus.serving.metrics import MetricsMiddleware
-from chorus.serving.onboarding.custom_voices import CustomVoiceChecks
+from chorus.serving.onboarding.consent_checks import CustomVoiceChecks
 from chorus.serving.onboarding.job_process import ProcessJobRunner
 from chorus.serving.onboarding.job_runner import JobRunner
 from chorus.serving.page import add_web_page
 from chorus.serving.routes import ROUTERS
-from chorus.serving.server import VoiceServer
+from chorus.serving.server import ServerState
 from chorus.serving.settings import ServeConfig, ServerSettings
 from chorus.serving.store import VoiceStore
 from chorus.serving.tenants import Tenants, check_bind
-from chorus.serving.voice_keys import resolve_stored
+from chorus.serving.voice_keys import stored_voice_folder
 
 log = logging.getLogger("chorus.serving.api")
 
@@ -48,10 +48,10 @@ def create_app(
     batcher: SpeechQueue | None = None,
     custom_voices: CustomVoiceChecks | None = None,
 ) -> FastAPI:
-    """The FastAPI app of one server (:class:`VoiceServer` says what ``jobs`` and ``batcher`` default to).
+    """The FastAPI app of one server (:class:`ServerState` says what ``jobs`` and ``batcher`` default to).
     Starting it (its lifespan) recovers the store, starts the onboarding worker and resumes interrupted
     jobs; stopping it closes the worker, the batcher and the store."""
-    server = VoiceServer(store, engine, tenants, settings, jobs=jobs, batcher=batcher, custom_voices=custom_voices)
+    server = ServerState(store, engine, tenants, settings, jobs=jobs, batcher=batcher, custom_voices=custom_voices)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -87,7 +87,7 @@ def serve(config: ServeConfig, announce: Callable[[str], None] = print, log_leve
         config.base,
         config.vocoder,
         config.device,
-        resolve=functools.partial(resolve_stored, voice_store),
+        resolve=functools.partial(stored_voice_folder, voice_store),
         cache_bytes=int(config.cache_mb * (1 << 20)),
     )
     # Jobs train in processes of their own: their memory goes back to the system when each ends.

@@ -2,7 +2,7 @@
 
 Requests ``(text, voice, speed)`` from any number of threads or asyncio tasks wait in queues, one per
 tenant; a worker thread takes up to ``max_batch`` of them, waiting at most ``max_wait_ms`` after the oldest
-one arrived, and hands them to :meth:`Engine.speak <chorus.serving.engine.Engine.speak>` as one batch (the
+one arrived, and hands them to :meth:`Engine.synthesize <chorus.serving.engine.Engine.synthesize>` as one batch (the
 library's one synthesis path, :mod:`chorus.synthesis.forward`, says how voices share a forward). The
 batcher only queues and groups.
 
@@ -29,7 +29,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Protocol, Self
 
-from chorus.serving.engine import Engine, EngineVoice, Request
+from chorus.serving.engine import Engine, EngineVoice, SentenceRequest
 from chorus.serving.settings import ServerSettings
 from chorus.synthesis.forward import SentenceResult
 
@@ -78,7 +78,7 @@ ESTIMATE_CLIP = 3.0
 
 @dataclass
 class _Pending:
-    request: Request
+    request: SentenceRequest
     future: Future
     arrived: float
 
@@ -161,7 +161,7 @@ class Batcher:
             if tenant not in self._queues:  # it starts waiting: no earlier than now in virtual time
                 self._queues[tenant] = deque()
                 self._tags[tenant] = max(self._finish.get(tenant, 0.0), self._virtual)
-            self._queues[tenant].append(_Pending(Request(text, voice, speed), future, time.perf_counter()))
+            self._queues[tenant].append(_Pending(SentenceRequest(text, voice, speed), future, time.perf_counter()))
             self._waiting += 1
             self.stats.requests += 1
             self._wake.notify_all()  # the worker, and any wait_queued
@@ -272,7 +272,7 @@ class Batcher:
                 continue
             started = time.perf_counter()
             try:
-                results = self.engine.speak([p.request for p in batch], merge=self.merge)
+                results = self.engine.synthesize([p.request for p in batch], merge=self.merge)
             except Exception as error:  # noqa: BLE001 - a bug must not kill the worker or strand callers
                 results = [error] * len(batch)
             done = time.perf_counter()

@@ -61,7 +61,7 @@ from chorus.serving.settings import ServeConfig, jobs_dir
 from chorus.serving.store import JobStatus, VoiceStore
 from chorus.serving.store.metadata import is_postgres_url
 from chorus.serving.tenants import Tenants, check_bind
-from chorus.serving.voice_keys import resolve_stored
+from chorus.serving.voice_keys import stored_voice_folder
 from chorus.synthesis.forward import SentenceResult
 
 log = logging.getLogger("chorus.serving.ray")
@@ -171,7 +171,7 @@ class VoiceHost:
         self.engine = Engine.load(
             config.server.base,
             config.server.vocoder,
-            resolve=functools.partial(resolve_stored, self.store),
+            resolve=functools.partial(stored_voice_folder, self.store),
             cache_bytes=int(config.server.cache_mb * (1 << 20)),
         )
         self.batcher = Batcher.of_server(self.engine, config.server.settings)
@@ -192,7 +192,7 @@ class VoiceHost:
         """Put voice ``key`` into the engine now (blocking); raises ``UnknownVoice``, ``VoiceError``..."""
         with self._lock:
             voice = self._announced.pop(key, None) or AdaptedVoice(key)
-        self.engine.add_voice(key, resolve_stored(self.store, voice))
+        self.engine.add_voice(key, stored_voice_folder(self.store, voice))
         with self._lock:
             self.loads[key] += 1
             self.held.add(key)
@@ -279,7 +279,7 @@ class VoiceReplica:
         key = None
         try:
             if isinstance(voice, str):  # a caller of the deployment itself, not the ingress
-                voice = self.host.engine.voice(voice)
+                voice = self.host.engine.resolve_voice(voice)
             if isinstance(voice, AdaptedVoice):
                 routed = serve.get_multiplexed_model_id()
                 if routed != voice.key:

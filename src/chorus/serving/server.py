@@ -17,7 +17,7 @@ from chorus.serving.batcher import Batcher, SpeechQueue
 from chorus.serving.engine import Engine, EngineVoice
 from chorus.serving.errors import ApiError, voice_not_found
 from chorus.serving.metrics import Metrics
-from chorus.serving.onboarding.custom_voices import CustomVoiceChecks
+from chorus.serving.onboarding.consent_checks import CustomVoiceChecks
 from chorus.serving.onboarding.job_runner import JobRunner
 from chorus.serving.onboarding.refinement import RefinementCheck
 from chorus.serving.quotas import RateLimiter, check_rate
@@ -66,12 +66,12 @@ def speaker_aliases(given: dict[str, str] | None, engine: Engine) -> dict[str, s
     return dict(given)
 
 
-class VoiceServer:
+class ServerState:
     """One server's parts. It owns what it is given: :meth:`close` closes the job runner, the batcher
     and the store (checkpointing its write-ahead log).
 
     ``engine`` finds adapted voices through its own ``resolve`` (for a store,
-    ``functools.partial(resolve_stored, store)``). ``jobs``: the onboarding worker (default: a
+    ``functools.partial(stored_voice_folder, store)``). ``jobs``: the onboarding worker (default: a
     :class:`JobRunner` training in this process on copies of the engine's base); ``batcher``: where
     speech requests go (default: a :class:`Batcher` on ``engine`` with the settings' limits).
     """
@@ -185,28 +185,28 @@ class VoiceServer:
             pass  # the suggestion is a courtesy: the 404 stands without the store
         return difflib.get_close_matches(voice_id, names, n=3, cutoff=0.6)
 
-    def voice_for(self, tenant: str, voice_id: str) -> EngineVoice:
+    def resolve_voice(self, tenant: str, voice_id: str) -> EngineVoice:
         """The voice a tenant's request names, resolved once: a speaker or blend of the base, an alias's
         speaker, or the tenant's ready voice with its record (:class:`StoredVoice`). Names are
         case-insensitive ("Alloy" is "alloy"), as every name the server gives out is lower case."""
         voice_id = voice_id.lower()
         if self.engine.is_speaker(voice_id) or is_mix(voice_id):
             try:
-                return self.engine.voice(voice_id)
+                return self.engine.resolve_voice(voice_id)
             except (KeyError, ValueError) as error:
                 raise ApiError(400, str(error.args[0]), param="voice", code="invalid_blend") from None
         if voice_id in self.aliases:
             try:  # the tenant's own voice of that id comes first
                 record = self.store.voice(tenant, voice_id)
             except VoiceNotFound:
-                return self.engine.voice(self.aliases[voice_id])
+                return self.engine.resolve_voice(self.aliases[voice_id])
             except outage_errors() as error:  # the database is down: an alias still speaks, as a speaker does
                 log.warning("alias %r spoken without the store (%r)", voice_id, error)
-                return self.engine.voice(self.aliases[voice_id])
+                return self.engine.resolve_voice(self.aliases[voice_id])
         else:
             record = self.record(tenant, voice_id)
         if record.instant and record.status != VoiceStatus.READY:
-            return self.engine.voice(record.instant)  # a sample's voice, until (or unless) refined
+            return self.engine.resolve_voice(record.instant)  # a sample's voice, until (or unless) refined
         if record.status == VoiceStatus.TRAINING:
             raise ApiError(
                 409,

@@ -83,7 +83,7 @@ class ConsentSettings:
     max_consent_seconds: float = 60.0
     instant_speakers: int = 3
     max_refined_wer_increase: float = 0.05
-    # The speaker check (chorus.speaker.voice_match): which encoder embeds ("resemblyzer", "chorus": the shipped
+    # The speaker check (chorus.speaker_recognition.voice_match): which encoder embeds ("resemblyzer", "chorus": the shipped
     # encoder, or "fused": resemblyzer's and Chorus v3's s-normalized scores summed, which took the most owners
     # of bench/consent.py at resemblyzer's stranger rate, see docs/serving.md) and the cohort folder its scores
     # are normalized against (default: the shipped one, whose cohort.json holds each check's calibrated settings).

@@ -31,7 +31,7 @@ class StoredVoice(AdaptedVoice):
         return cls(voice_key(record), record)
 
 
-def resolve_stored(store: VoiceStore, voice: AdaptedVoice) -> Path:
+def stored_voice_folder(store: VoiceStore, voice: AdaptedVoice) -> Path:
     """The local folder of an adapted voice (an engine's ``resolve``, with the store bound): a
     :class:`StoredVoice`'s from its record; a bare key's after reading its record (the Ray multiplexer
     names voices by key). ``UnknownVoice`` when it is gone or was replaced; the store may also raise

@@ -22,12 +22,12 @@ Typical use::
 
     engine = Engine.load("runs/base", "griffin-lim", resolve=lambda voice: folders[voice.key])
     engine.add_voice("ann", "voices/ann", pin=True)
-    results = engine.speak([Request("Hello.", engine.voice("ann")), Request("Hi.", engine.voice("flite-rms"))])
+    results = engine.synthesize([SentenceRequest("Hello.", engine.resolve_voice("ann")), SentenceRequest("Hi.", engine.resolve_voice("flite-rms"))])
 
 A voice reaches the engine typed, resolved once by whoever took the request (:meth:`Engine.voice` for a
 name; the server's :class:`~chorus.serving.voice_keys.StoredVoice` carries its store record): a base
 :class:`~chorus.synthesis.voices.Speaker`, a :class:`~chorus.synthesis.voices.Blend`, or an
-:class:`AdaptedVoice` found by its ``key``. :meth:`Engine.speak` reads a batch of requests through the
+:class:`AdaptedVoice` found by its ``key``. :meth:`Engine.synthesize` reads a batch of requests through the
 base's forward (:meth:`~chorus.synthesis.bases.Base.infer`, the one synthesis path), holding the lock for the
 forward only.
 """
@@ -89,7 +89,7 @@ EngineVoice = Speaker | Blend | AdaptedVoice
 
 
 @dataclass(frozen=True)
-class Request:
+class SentenceRequest:
     """One sentence to speak: ``text`` in ``voice`` (typed, or a name :meth:`Engine.voice` resolves) at
     ``speed`` (2.0 speaks twice as fast)."""
 
@@ -369,7 +369,7 @@ class Engine:
             return snapshot
 
     # -- serving -------------------------------------------------------------------------------
-    def voice(self, name: str) -> EngineVoice:
+    def resolve_voice(self, name: str) -> EngineVoice:
         """``name`` as a typed voice: a speaker of the base, a blend of them (``ValueError``/``KeyError`` for
         a bad one), else an adapted voice by that key (found when it is used)."""
         if name in self._speaker_ids:
@@ -379,7 +379,7 @@ class Engine:
         return AdaptedVoice(name)
 
     def _typed(self, voice: EngineVoice | str) -> EngineVoice:
-        return self.voice(voice) if isinstance(voice, str) else voice
+        return self.resolve_voice(voice) if isinstance(voice, str) else voice
 
     def handle(self, voice: EngineVoice | str) -> VoiceHandle:
         """The handle of a speaker, a blend or a *resident* adapted voice (no loading, no counting)."""
@@ -453,8 +453,8 @@ class Engine:
                     entry.in_use -= 1
                 self._evict()
 
-    def speak(
-        self, requests: Sequence[Request], merge: bool | str = "auto", vocode: bool = True
+    def synthesize(
+        self, requests: Sequence[SentenceRequest], merge: bool | str = "auto", vocode: bool = True
     ) -> list[SentenceResult | Exception]:
         """Speak ``requests`` through the base's forward (:meth:`~chorus.synthesis.bases.Base.infer`, one per
         model: the resident one, and each fully fine-tuned voice's own) under :attr:`lock`, then
@@ -500,7 +500,7 @@ class Engine:
         return stamp(results, started)
 
     def timed(self, result: SentenceResult) -> SentenceResult:
-        """``result`` (of :meth:`speak`) with its words' and phonemes' times."""
+        """``result`` (of :meth:`synthesize`) with its words' and phonemes' times."""
         return self.base.timed(result)
 
     @staticmethod

@@ -26,7 +26,7 @@ from chorus.audio.vocoders import Vocoder
 from chorus.models.bundle import ModelBundle, teacher_forced_mel
 from chorus.synthesis.bases import Base, open_base
 from chorus.synthesis.bases.chorus import ASSETS, ChorusBase
-from chorus.synthesis.engine import AdaptedVoice, Engine, EngineVoice, Request
+from chorus.synthesis.engine import AdaptedVoice, Engine, EngineVoice, SentenceRequest
 from chorus.synthesis.forward import SentenceResult
 from chorus.synthesis.result import SynthesisResult
 from chorus.synthesis.timeline import SENTENCE_SILENCE, Timeline, layout, silence
@@ -149,7 +149,10 @@ class Synthesizer:
 
     def _speak(self, texts: list[str], voice: EngineVoice, speed: float, vocode: bool = True) -> list[SentenceResult]:
         """Each of ``texts`` as one sentence, in one batch; raises the error of the first that failed."""
-        return [_raise_or(r) for r in self.engine.speak([Request(t, voice, speed) for t in texts], vocode=vocode)]
+        return [
+            _raise_or(r)
+            for r in self.engine.synthesize([SentenceRequest(t, voice, speed) for t in texts], vocode=vocode)
+        ]
 
     @torch.no_grad()
     def mel(
@@ -220,7 +223,7 @@ class Synthesizer:
         for group in _batches(pieces, batch_size):
             texts = [piece for piece in group if isinstance(piece, str)]
             started = time.perf_counter()
-            spoken = iter(self.engine.speak([Request(t, chosen, speed) for t in texts]) if texts else [])
+            spoken = iter(self.engine.synthesize([SentenceRequest(t, chosen, speed) for t in texts]) if texts else [])
             share = (time.perf_counter() - started) / max(len(texts), 1)
             for piece in group:
                 if isinstance(piece, Pause):

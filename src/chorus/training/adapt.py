@@ -32,8 +32,8 @@ from chorus.models.acoustic import AcousticModel
 from chorus.models.bundle import ModelBundle
 from chorus.models.losses import compute_losses, step_inputs
 from chorus.recipe import TEXT_SIDE_PATTERN, AdaptConfig, MemoryOptions
-from chorus.speaker.bundle import load_encoder, shipped_encoder_dir
-from chorus.speaker.start import similarity_to_clips, speaker_map
+from chorus.speaker_recognition.bundle import load_encoder, shipped_encoder_dir
+from chorus.speaker_recognition.start import similarity_to_clips, speaker_map
 from chorus.training.efficiency import apply_memory_options, autocast, build_optimizer, cast_frozen_parameters
 from chorus.training.step_loop import LoopResult, StepLoop
 from chorus.training.transcripts import auto_transcribe, needs_transcripts
@@ -264,14 +264,7 @@ def _read_voice_data(
     valid = report.valid_utterances()
     for problem in report.problems:
         print(f"skipped {problem.source}: {problem.message}")
-    cache, skipped = build_feature_cache(
-        valid,
-        bundle.front_end,
-        bundle.mel_config,
-        speaker_names=[valid[0].speaker],
-        with_pitch=bundle.model.config.use_pitch,
-        progress=progress,
-    )
+    cache, skipped = voice_features(valid, bundle, progress)
     for line in skipped:
         print(f"skipped {line}")
     if on_step is not None:
@@ -279,6 +272,18 @@ def _read_voice_data(
     train_indices, val_indices = split_held_out(len(cache), config.validation_fraction, config.seed)
     minutes = float(cache.frames().sum()) * bundle.mel_config.hop_length / bundle.mel_config.sample_rate / 60
     return _VoiceData(valid, cache, train_indices, val_indices, minutes)
+
+
+def voice_features(valid: list, bundle: ModelBundle, progress: bool) -> tuple[FeatureCache, list[str]]:
+    """One voice's utterances as ``bundle``'s features (all as one speaker), and the lines skipped."""
+    return build_feature_cache(
+        valid,
+        bundle.front_end,
+        bundle.mel_config,
+        speaker_names=[valid[0].speaker],
+        with_pitch=bundle.model.config.use_pitch,
+        progress=progress,
+    )
 
 
 def _starting_speaker(bundle: ModelBundle, model: AcousticModel, config: AdaptConfig, voice: _VoiceData) -> _Start:

@@ -304,14 +304,12 @@ def adapt_many(
     out = Path(out)
     started = time.perf_counter()
     voices = load_voices(root, bundle, config.adapt, config.seed, progress)
-    names, cache, train_indices, val_indices = voices.names, voices.cache, voices.train, voices.validation
     outcomes = {name: VoiceOutcome(name, "failed", message) for name, message in voices.failed.items()}
     model = bundle.model
-    max_frames = config.adapt.max_frames
-    add_voice_adapters(model, voices, configs, max_frames)
+    add_voice_adapters(model, voices, configs, config.adapt.max_frames)
     for parameter in model.parameters():
         parameter.requires_grad_(False)
-    bank = pack_bank(model, [names[v] for v in train_indices], trainable=True)
+    bank = pack_bank(model, [voices.names[v] for v in voices.train], trainable=True)
     slot_of = slots_for(voices)
     trainable = list(bank.parameters())
     optimizer = build_optimizer(
@@ -319,58 +317,8 @@ def adapt_many(
     )
     setup_seconds = time.perf_counter() - started
 
-    start_val = _validation(model, bank, cache, val_indices, slot_of, max_frames)
-    best = {voice: BestSnapshot(loss, bank.snapshot(int(slot_of[voice]))) for voice, loss in start_val.items()}
-    sampler = ClipSampler(train_indices, config.clips_per_voice, config.seed)
-    started = time.perf_counter()
-    model.train()
-    with step_progress(f"adapt-many ({len(train_indices)} voices)", progress) as bar:
-        task = bar.add_task("steps", total=config.steps, status="")
-        for step in range(1, config.steps + 1):
-            mean_mel = banked_step(model, bank, cache, sampler.next_batch(), slot_of, optimizer, max_frames=max_frames)
-            bar.update(task, completed=step, status=f"mean mel {mean_mel:.3f}")
-            if step % config.eval_every == 0 or step == config.steps:
-                for voice, loss in _validation(model, bank, cache, val_indices, slot_of, max_frames).items():
-                    best[voice].offer(loss, step, lambda voice=voice: bank.snapshot(int(slot_of[voice])))
-    train_seconds = time.perf_counter() - started
-    for voice, kept in best.items():
-        bank.restore(int(slot_of[voice]), kept.state)
-    bank.unpack()
-    bank.remove()
-    model.eval()
-
-    frames_to_minutes = bundle.mel_config.hop_length / bundle.mel_config.sample_rate / 60
-    for voice in train_indices:
-        name = names[voice]
-        minutes = float(cache.frames()[np.flatnonzero(cache.speakers == voice)].sum()) * frames_to_minutes
-        card = VoiceCard(
-            name=name,
-            methods=config.adapt.methods.names,
-            base_model_sha256=bundle.weights_sha256,
-            data_minutes=round(minutes, 2),
-            train_seconds=round(train_seconds, 1),
-            steps=config.steps,
-            trainable_parameters=sum(
-                p.numel()
-                for _, layer in adapter_layers(model)
-                if layer.configs.get(name) and layer.configs[name].trains()
-                for p in layer.adapter_parameters(name)
-            ),
-            metrics={
-                "validation_mel_l1_start": round(start_val[voice], 4),
-                "validation_mel_l1_best": round(best[voice].value, 4),
-                "held_out_clips": len(val_indices[voice]),
-                "training_clips": len(train_indices[voice]),
-            },
-            notes={
-                "job": f"adapt-many: {len(train_indices)} voices in one job",
-                "recipe": {**asdict(config), "adapt": config.adapt.recipe()},
-            },
-        )
-        voice_dir = save_voice(out / name, model, name, configs, card)
-        outcomes[name] = VoiceOutcome(
-            name, "ok", "", str(voice_dir), card.data_minutes, start_val[voice], best[voice].value
-        )
+    start_val, best, train_seconds = _train_bank(model, bank, voices, slot_of, optimizer, config, progress)
+    outcomes |= _save_voices(model, bundle, voices, out, config, start_val, best, train_seconds)
     result = ManyVoicesResult(
         sorted(outcomes.values(), key=lambda o: o.name), train_seconds, setup_seconds, config.steps, model
     )
@@ -387,3 +335,74 @@ def adapt_many(
         ),
     )
     return result
+
+
+def _train_bank(model, bank, voices: VoiceSet, slot_of, optimizer, config: ManyVoicesConfig, progress: bool):
+    """The step loop of every voice at once: (each voice's held-out mel L1 at the start, each voice's
+    ``BestSnapshot``, training seconds). The bank ends holding each voice's best slot, unpacked into
+    the model's adapters."""
+    max_frames = config.adapt.max_frames
+    start_val = _validation(model, bank, voices.cache, voices.validation, slot_of, max_frames)
+    best = {voice: BestSnapshot(loss, bank.snapshot(int(slot_of[voice]))) for voice, loss in start_val.items()}
+    sampler = ClipSampler(voices.train, config.clips_per_voice, config.seed)
+    started = time.perf_counter()
+    model.train()
+    with step_progress(f"adapt-many ({len(voices.train)} voices)", progress) as bar:
+        task = bar.add_task("steps", total=config.steps, status="")
+        for step in range(1, config.steps + 1):
+            batch = sampler.next_batch()
+            mean_mel = banked_step(model, bank, voices.cache, batch, slot_of, optimizer, max_frames=max_frames)
+            bar.update(task, completed=step, status=f"mean mel {mean_mel:.3f}")
+            if step % config.eval_every == 0 or step == config.steps:
+                for voice, loss in _validation(
+                    model, bank, voices.cache, voices.validation, slot_of, max_frames
+                ).items():
+                    best[voice].offer(loss, step, lambda voice=voice: bank.snapshot(int(slot_of[voice])))
+    train_seconds = time.perf_counter() - started
+    for voice, kept in best.items():
+        bank.restore(int(slot_of[voice]), kept.state)
+    bank.unpack()
+    bank.remove()
+    model.eval()
+    return start_val, best, train_seconds
+
+
+def _save_voices(
+    model, bundle: ModelBundle, voices: VoiceSet, out: Path, config: ManyVoicesConfig, start_val, best, train_seconds
+) -> dict[str, VoiceOutcome]:
+    """Each trained voice saved as an ordinary voice folder ``out/NAME`` with its card."""
+    configs = config.adapt.method_configs()
+    frames_to_minutes = bundle.mel_config.hop_length / bundle.mel_config.sample_rate / 60
+    outcomes = {}
+    for voice in voices.train:
+        name = voices.names[voice]
+        minutes = float(voices.cache.frames()[np.flatnonzero(voices.cache.speakers == voice)].sum()) * frames_to_minutes
+        card = VoiceCard(
+            name=name,
+            methods=config.adapt.methods.names,
+            base_model_sha256=bundle.weights_sha256,
+            data_minutes=round(minutes, 2),
+            train_seconds=round(train_seconds, 1),
+            steps=config.steps,
+            trainable_parameters=sum(
+                p.numel()
+                for _, layer in adapter_layers(model)
+                if layer.configs.get(name) and layer.configs[name].trains()
+                for p in layer.adapter_parameters(name)
+            ),
+            metrics={
+                "validation_mel_l1_start": round(start_val[voice], 4),
+                "validation_mel_l1_best": round(best[voice].value, 4),
+                "held_out_clips": len(voices.validation[voice]),
+                "training_clips": len(voices.train[voice]),
+            },
+            notes={
+                "job": f"adapt-many: {len(voices.train)} voices in one job",
+                "recipe": {**asdict(config), "adapt": config.adapt.recipe()},
+            },
+        )
+        voice_dir = save_voice(out / name, model, name, configs, card)
+        outcomes[name] = VoiceOutcome(
+            name, "ok", "", str(voice_dir), card.data_minutes, start_val[voice], best[voice].value
+        )
+    return outcomes

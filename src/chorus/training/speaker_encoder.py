@@ -55,10 +55,10 @@ from chorus.audio.augment import Augmentation
 from chorus.audio.io import load_audio
 from chorus.audio.mel import MelConfig, log_mel
 from chorus.data.formats import discover
-from chorus.speaker.bundle import CONFIG, WEIGHTS, EncoderBundle, load_encoder, save_encoder
-from chorus.speaker.encoder import SpeakerClassifier, SpeakerEncoder, SpeakerEncoderConfig
-from chorus.speaker.verification import verification_scores
-from chorus.training.checkpoint import load_training_state, save_checkpoint
+from chorus.speaker_recognition.bundle import CONFIG, WEIGHTS, EncoderBundle, load_encoder, save_encoder
+from chorus.speaker_recognition.encoder import SpeakerClassifier, SpeakerEncoder, SpeakerEncoderConfig
+from chorus.speaker_recognition.verification import VerificationScores, verification_scores
+from chorus.training.checkpoint import TrainingState, load_training_state, save_checkpoint
 from chorus.training.efficiency import BNB_MIN_8BIT_SIZE  # every tensor's states in 8 bits
 from chorus.training.loss_log import LossLog, plot_losses
 from chorus.training.progress import step_progress
@@ -457,165 +457,326 @@ def train_speaker_encoder(
         raise ValueError("give resume (the same run, on) or init (a new run from its weights), not both")
     torch.set_num_threads(config.threads)
     torch.manual_seed(config.seed)
-    device = _torch_device(config.device)
-    mel_config = MelConfig(n_mels=config.encoder.n_mels)
-    out = Path(config.out)
-    state, start_folder = None, None
-    if resume is not None or init is not None:
-        start_folder = _checkpoint_folder(resume if resume is not None else init)
-        state = load_training_state(start_folder)
+    # The steps' order is the random numbers' order: a loaded encoder, then the fresh model, draw from
+    # torch's generator, and so does a data loader when it starts its workers.
+    recipe = _SpeakerEncoderRecipe(config, progress, on_save)
+    recipe.load_start(resume, init)
+    recipe.setup_data(clips)
+    recipe.setup_model()
+    recipe.start_batches()
+    recipe.setup_optimizer()
+    recipe.train()
+    return recipe.save_and_judge()
+
+
+@dataclass
+class _Start:
+    """The checkpoint a resumed or initialized run starts from: its folder, training state and encoder."""
+
+    folder: Path
+    state: TrainingState
+    encoder: EncoderBundle
+
+
+@dataclass
+class _Plan:
+    """The steps the schedules run over: ``config.steps``, or for a budgeted run (``max_minutes``) as many as
+    fit. A budgeted run plans once it knows its pace, then again every PLAN_AFTER of its budget from the
+    mean pace so far (a machine's pace drifts), and stops at its plan or at its budget."""
+
+    steps: int  # the plan
+    most: int  # config.steps: no plan goes past it
+    budget: float | None  # seconds; None: no budget
+    round_steps: int  # steps in one round of the data loader (one batch from each worker)
+    first_round: int  # the last step of the loader's first round
+    started: float  # when the loop started (time.perf_counter)
+    planned_at: float  # when the plan was last made
+    round_done: tuple[int, float] | None = None  # (step, time) at the end of the first round
+    pace: float = 0.0  # seconds per step, as last measured
+
+    @classmethod
+    def of(cls, config: SpeakerTrainConfig, start_step: int, now: float) -> _Plan:
+        """The plan of a loop that starts after ``start_step`` at ``now``: all of ``config.steps`` until timed."""
+        budget = 60.0 * config.max_minutes if config.max_minutes else None
+        rounds = max(config.workers, 1)
+        return cls(config.steps, config.steps, budget, rounds, start_step + rounds, now, now)
+
+    def replan(self, step: int, now: float) -> bool:
+        """Plan again as ``step`` starts at ``now`` when it is time to; whether it was. The pace is timed from
+        the end of the loader's first round (its first batches come together and would make the pace look
+        faster than it is), over a whole round at least."""
+        if self.budget is None or self.round_done is None:
+            return False
+        round_step, round_time = self.round_done
+        if step - 1 - round_step < self.round_steps or now - self.planned_at < PLAN_AFTER * self.budget:
+            return False
+        self.pace = (now - round_time) / (step - 1 - round_step)
+        self.steps = min(self.most, step - 1 + max(1, int((self.budget - (now - self.started)) / self.pace)))
+        self.planned_at = now
+        return True
+
+    def step_done(self, step: int, now: float) -> bool:
+        """Note that ``step`` ended at ``now``; whether it is the run's last."""
+        if step == self.first_round:
+            self.round_done = (step, now)
+        return step >= self.steps or (self.budget is not None and now - self.started >= self.budget)
+
+
+class _LossRows:
+    """``loss.csv``: a row every ``log_every`` steps (and at the last) of the means since the row before."""
+
+    def __init__(self, path: Path, resume_step: int):
+        self.log = LossLog(path, ["step", "loss", "margin", "lr", "augmented", "seconds"], resume_step=resume_step)
+        self.losses: list[float] = []
+        self.augmented, self.crops = 0, 0
+
+    def add(self, loss: float, augmented: int, crops: int) -> None:
+        """A step's loss, and how many of its ``crops`` were ``augmented``."""
+        self.losses.append(loss)
+        self.augmented, self.crops = self.augmented + augmented, self.crops + crops
+
+    def write(self, step: int, margin: float, lr: float, seconds: float) -> None:
+        """The row of ``step``; the next row's means start."""
+        row = {
+            "step": step,
+            "loss": f"{np.mean(self.losses):.4f}",
+            "margin": f"{margin:.3f}",
+            "lr": f"{lr:.3g}",
+            "augmented": f"{self.augmented / self.crops:.2f}",
+            "seconds": f"{seconds:.1f}",
+        }
+        self.log.append([row])
+        self.losses, self.augmented, self.crops = [], 0, 0
+
+
+@dataclass
+class _Reports:
+    """The progress lines of a run whose bar is not on a terminal (a background run's log): one every
+    ``report_seconds`` (0: every 100 steps), with the pace and the share of time spent waiting for data
+    since the line before."""
+
+    every: float  # seconds; 0: every 100 steps
+    last: float  # when the last line was printed (or the loop started)
+    last_step: int
+    waited: float = 0.0  # seconds spent waiting for batches since the last line
+
+    def due(self, step: int, now: float) -> bool:
+        """Whether ``step``, ended at ``now``, gets a line."""
+        return now - self.last >= self.every if self.every else step % 100 == 0
+
+    def line(
+        self, step: int, now: float, planned: int, losses: list[float], lr: float, margin: float, since: float
+    ) -> str:
+        """The line for ``step``, ended at ``now``, ``since`` seconds into the loop; the next line's counts start."""
+        rate = (step - self.last_step) / (now - self.last)
+        text = (
+            f"step {step}/{planned} loss {np.mean(losses[-100:]):.3f} lr {lr:.3g} "
+            f"margin {margin:.3f} {rate:.2f} steps/s "
+            f"(data wait {self.waited / (now - self.last):.0%}) {since:.0f} s"
+        )
+        self.last, self.last_step, self.waited = now, step, 0.0
+        return text
+
+
+class _SpeakerEncoderRecipe:
+    """:func:`train_speaker_encoder`'s run as named steps, in the shape of torchtune's recipes: load where it
+    starts, set up the data, the model and the optimizer, the step loop, then save and judge. One instance is
+    one run; :func:`train_speaker_encoder` calls each step once, in that order."""
+
+    def __init__(self, config: SpeakerTrainConfig, progress: bool, on_save: Callable[[Path], None] | None):
+        self.config, self.progress, self.on_save = config, progress, on_save
+        self.device = _torch_device(config.device)
+        self.mel_config = MelConfig(n_mels=config.encoder.n_mels)
+        self.out = Path(config.out)
+        self.start: _Start | None = None
+        self.resuming, self.init = False, None
+        self.start_step, self.step, self.seconds = 0, 0, 0.0
+        self.losses: list[float] = []  # every step's loss, rounded, over every session of the run
+        self.initialized_from: dict | None = None
+
+    def load_start(self, resume: str | Path | None, init: str | Path | None) -> None:
+        """The checkpoint ``resume`` (the same run, on) or ``init`` (its weights alone) names; neither: a fresh run.
+        Refused when there is none, when a resumed run's recipe differs, or when ``init``'s encoder is not the
+        one configured."""
+        self.resuming, self.init = resume is not None, init
+        if resume is None and init is None:
+            return
+        folder = _checkpoint_folder(resume if resume is not None else init)
+        state = load_training_state(folder)
         if state is None:
             raise ValueError(f"{resume if resume is not None else init}: no speaker encoder checkpoint to start from")
         if resume is not None:
-            _resumed_config(config, state.meta["config"], start_folder)
-    start_encoder = load_encoder(start_folder) if start_folder is not None else None
-    if init is not None and start_encoder.encoder.config != config.encoder:
-        raise ValueError(f"{start_folder}: its encoder is not the one configured ({start_encoder.encoder.config})")
-    if clips is None:
-        clips = prepare_clips(config, mel_config, progress)
-    classifier = SpeakerClassifier(SpeakerEncoder(config.encoder), len(clips.speakers), config.margin, config.scale)
-    encoder = classifier.encoder
-    start_step, seconds, losses = 0, 0.0, []
-    if state is not None:
-        if state.meta["speakers"] != clips.speakers:
-            raise ValueError(f"{start_folder}: saved for other speakers than the corpus {config.corpus} has")
-        encoder.load_state_dict(start_encoder.encoder.state_dict())
-        state.restore({}, {"head": classifier.head})
-    if resume is not None:
-        start_step, seconds, losses = int(state.meta["step"]), float(state.meta["seconds"]), state.meta["losses"]
-    initialized_from = {"folder": str(init), "step": int(state.meta["step"])} if init is not None else None
-    # The crop workers start here, forked (sharing the clips' memory); they never touch CUDA, which a
-    # child forked from a process that uses it must not.
-    batches = training_batches(clips, config, mel_config, start_step + 1)
-    classifier.to(device)
-    # The optimizer after the move: its state lives beside the parameters (restored states are cast).
-    optimizer = speaker_optimizer(
-        list(classifier.parameters()), config.optimizer, config.learning_rate, config.weight_decay
-    )
-    if resume is not None:
-        state.restore({"optimizer": optimizer})
-    out.mkdir(parents=True, exist_ok=True)
-    log = LossLog(out / "loss.csv", ["step", "loss", "margin", "lr", "augmented", "seconds"], resume_step=start_step)
-    logged: list[float] = []
-    augmented, crops = 0, 0
-    classifier.train()
-    # The plan: the steps the schedules run over. A budgeted run plans once it knows its pace, then
-    # again every PLAN_AFTER of its budget from the mean pace so far (a machine's pace drifts).
-    planned = config.steps
-    budget = 60.0 * config.max_minutes if config.max_minutes else None
-    first_round = start_step + max(config.workers, 1)  # the last step of the loader's first round
-    round_done = None
-    loop_started = last_saved = last_report = last_plan = time.perf_counter()
-    waited, report_step = 0.0, start_step
-    step = start_step
-    with step_progress(f"speaker encoder ({config.optimizer})", progress) as bar:
-        task = bar.add_task("steps", total=config.steps, status="", completed=start_step)
-        for step in range(start_step + 1, config.steps + 1):
-            started = time.perf_counter()
-            if (
-                budget is not None
-                and round_done is not None
-                and step - 1 - round_done[0] >= max(config.workers, 1)  # a whole round timed, at least
-                and started - last_plan >= PLAN_AFTER * budget
-            ):
-                pace = (started - round_done[1]) / (step - 1 - round_done[0])
-                planned = min(config.steps, step - 1 + max(1, int((budget - (started - loop_started)) / pace)))
-                last_plan = started
-                bar.update(task, total=planned)
-                if progress:
-                    print(f"pace {pace:.3f} s/step: {planned} steps planned in {config.max_minutes:g} min", flush=True)
-            lr = learning_rate_at(config, step, planned)
-            for group in optimizer.param_groups:
-                group["lr"] = lr
-            classifier.head.margin = margin_at(config, step, planned)
-            mels, labels, made = next(batches)
-            waited += time.perf_counter() - started
-            augmented, crops = augmented + made, crops + len(labels)
-            loss = classifier(torch.from_numpy(mels).to(device), torch.from_numpy(labels).to(device))
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
-            value = loss.item()  # waits for the step: the timing below is the step's
-            now = time.perf_counter()
-            seconds += now - started
-            losses.append(round(value, 5))
-            logged.append(value)
-            if step == first_round:
-                round_done = (step, now)
-            last = step >= planned or (budget is not None and now - loop_started >= budget)
-            bar.update(task, completed=step, status=f"loss {np.mean(losses[-20:]):.3f}")
-            if step % config.log_every == 0 or last:
-                row = {
-                    "step": step,
-                    "loss": f"{np.mean(logged):.4f}",
-                    "margin": f"{classifier.head.margin:.3f}",
-                    "lr": f"{lr:.3g}",
-                    "augmented": f"{augmented / crops:.2f}",
-                    "seconds": f"{seconds:.1f}",
-                }
-                log.append([row])
-                logged, augmented, crops = [], 0, 0
-            due = now - last_report >= config.report_seconds if config.report_seconds else step % 100 == 0
-            if progress and not bar.console.is_terminal and due:  # a background run's log
-                rate = (step - report_step) / (now - last_report)
-                print(
-                    f"step {step}/{planned} loss {np.mean(losses[-100:]):.3f} lr {lr:.3g} "
-                    f"margin {classifier.head.margin:.3f} {rate:.2f} steps/s "
-                    f"(data wait {waited / (now - last_report):.0%}) {now - loop_started:.0f} s",
-                    flush=True,
-                )
-                last_report, report_step, waited = now, step, 0.0
-            timed = config.checkpoint_minutes is not None and now - last_saved >= 60.0 * config.checkpoint_minutes
-            if step % config.checkpoint_every == 0 or last or timed:
-                meta = {"step": step, "seconds": seconds, "losses": losses, "speakers": clips.speakers}
-                meta["config"] = config.to_dict()
-                meta["planned_steps"] = planned
-                if initialized_from is not None:
-                    meta["initialized_from"] = initialized_from
-                save_checkpoint(
-                    out / CHECKPOINT,
-                    functools.partial(save_encoder, EncoderBundle(encoder, mel_config)),
-                    meta,
-                    {"optimizer": optimizer},
-                    {"head": classifier.head},
-                )
-                plot_losses(log.path, out / "loss.png", ["loss"], title=f"speaker encoder ({config.optimizer})")
-                last_saved = time.perf_counter()
-                if on_save is not None:
-                    on_save(out)
-            if last:
-                break
-    del batches  # stops the crop workers before calibration
-    bundle = EncoderBundle(encoder.eval(), mel_config)
-    scores, same = calibration_trials(bundle, clips)
-    calibrated = verification_scores(scores, same)
-    bundle.threshold = calibrated.eer_threshold
-    bundle.info = {
-        "steps": step,
-        "train_seconds": round(seconds, 1),
-        "optimizer": config.optimizer,
-        "device": config.device,
-        "speakers": len(clips.speakers),
-        "train_clips": sum(len(m) for m in clips.train),
-        "augmented_copies": clips.augmentations,
-        "augment_share": config.augment_share,
-        "resumed_from_step": start_step or None,
-        "initialized_from": initialized_from,
-        "final_loss": round(float(np.mean(losses[-20:])), 4),
-        "calibration": {
-            "trials": calibrated.trials,
-            "eer": round(calibrated.eer, 4),
-            "min_dcf": round(calibrated.min_dcf, 4),
-        },
-        "corpus": str(config.corpus),
-        "recipe": {k: v for k, v in config.to_dict().items() if k not in ("corpus", "out", "encoder")},
-    }
-    # save_encoder swaps in a whole folder; the encoder's two files join the run's own (checkpoint,
-    # loss curve) in ``out`` instead, weights first, so its config never names weights not yet there.
-    written = save_encoder(bundle, out.with_name(f".{out.name}.encoder-{os.getpid()}"))
-    for name in (WEIGHTS, CONFIG):
-        os.replace(written / name, out / name)
-    written.rmdir()
-    if on_save is not None:
-        on_save(out)
-    return out
+            _resumed_config(self.config, state.meta["config"], folder)
+        self.start = _Start(folder, state, load_encoder(folder))
+        if init is not None and self.start.encoder.encoder.config != self.config.encoder:
+            raise ValueError(f"{folder}: its encoder is not the one configured ({self.start.encoder.encoder.config})")
+
+    def setup_data(self, clips: SpeakerClips | None) -> None:
+        """The corpus' clips: ``clips`` when given, else read and held out here."""
+        self.clips = clips if clips is not None else prepare_clips(self.config, self.mel_config, self.progress)
+
+    def setup_model(self) -> None:
+        """The encoder and its AAM head over the corpus' speakers, from the starting checkpoint's weights when
+        there is one; a resumed run also takes up its step, wall clock and losses."""
+        config = self.config
+        self.classifier = SpeakerClassifier(
+            SpeakerEncoder(config.encoder), len(self.clips.speakers), config.margin, config.scale
+        )
+        if self.start is None:
+            return
+        meta = self.start.state.meta
+        if meta["speakers"] != self.clips.speakers:
+            raise ValueError(f"{self.start.folder}: saved for other speakers than the corpus {config.corpus} has")
+        self.classifier.encoder.load_state_dict(self.start.encoder.encoder.state_dict())
+        self.start.state.restore({}, {"head": self.classifier.head})
+        if self.resuming:
+            self.start_step, self.seconds, self.losses = int(meta["step"]), float(meta["seconds"]), meta["losses"]
+        else:
+            self.initialized_from = {"folder": str(self.init), "step": int(meta["step"])}
+
+    def start_batches(self) -> None:
+        """The batches of the steps to come (:func:`training_batches`)."""
+        # The crop workers start here, forked (sharing the clips' memory), before the model moves to the
+        # device: they never touch CUDA, which a child forked from a process that uses it must not.
+        self.batches = training_batches(self.clips, self.config, self.mel_config, self.start_step + 1)
+
+    def setup_optimizer(self) -> None:
+        """The model on its device, then the optimizer (with a resumed run's state)."""
+        self.classifier.to(self.device)
+        # The optimizer after the move: its state lives beside the parameters (restored states are cast).
+        self.optimizer = speaker_optimizer(
+            list(self.classifier.parameters()),
+            self.config.optimizer,
+            self.config.learning_rate,
+            self.config.weight_decay,
+        )
+        if self.resuming:
+            self.start.state.restore({"optimizer": self.optimizer})
+
+    def train(self) -> None:
+        """The steps after ``start_step`` up to the plan's last (or the budget's end): each logged to
+        ``loss.csv``, reported, and checkpointed as the config says."""
+        config = self.config
+        self.out.mkdir(parents=True, exist_ok=True)
+        rows = _LossRows(self.out / "loss.csv", self.start_step)
+        self.classifier.train()
+        self.step = self.start_step  # the last step done, should none be left to do
+        self.last_saved = time.perf_counter()
+        self.plan = _Plan.of(config, self.start_step, self.last_saved)
+        reports = _Reports(config.report_seconds, self.last_saved, self.start_step)
+        with step_progress(f"speaker encoder ({config.optimizer})", self.progress) as bar:
+            task = bar.add_task("steps", total=config.steps, status="", completed=self.start_step)
+            for step in range(self.start_step + 1, config.steps + 1):
+                self.step = step
+                started = time.perf_counter()
+                if self.plan.replan(step, started):
+                    bar.update(task, total=self.plan.steps)
+                    if self.progress:
+                        print(
+                            f"pace {self.plan.pace:.3f} s/step: {self.plan.steps} steps planned in {config.max_minutes:g} min",
+                            flush=True,
+                        )
+                lr = self._set_schedules(step)
+                mels, labels, made = next(self.batches)
+                reports.waited += time.perf_counter() - started
+                loss = self._optimizer_step(mels, labels)
+                now = time.perf_counter()
+                self.seconds += now - started
+                self.losses.append(round(loss, 5))
+                rows.add(loss, made, len(labels))
+                last = self.plan.step_done(step, now)
+                bar.update(task, completed=step, status=f"loss {np.mean(self.losses[-20:]):.3f}")
+                if step % config.log_every == 0 or last:
+                    rows.write(step, self.classifier.head.margin, lr, self.seconds)
+                if self.progress and not bar.console.is_terminal and reports.due(step, now):  # a background run's log
+                    margin, since = self.classifier.head.margin, now - self.plan.started
+                    print(reports.line(step, now, self.plan.steps, self.losses, lr, margin, since), flush=True)
+                if self._checkpoint_due(step, now, last):
+                    self._save_checkpoint(step, rows.log.path)
+                if last:
+                    break
+        del self.batches  # stops the crop workers before calibration
+
+    def _set_schedules(self, step: int) -> float:
+        """Set ``step``'s learning rate and AAM margin, over the plan; the learning rate."""
+        lr = learning_rate_at(self.config, step, self.plan.steps)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        self.classifier.head.margin = margin_at(self.config, step, self.plan.steps)
+        return lr
+
+    def _optimizer_step(self, mels: np.ndarray, labels: np.ndarray) -> float:
+        """One step on log-mels ``[batch, segment_frames, n_mels]`` of speakers ``labels`` ``[batch]``; its loss."""
+        loss = self.classifier(torch.from_numpy(mels).to(self.device), torch.from_numpy(labels).to(self.device))
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        self.optimizer.step()
+        return loss.item()  # waits for the step: the caller's timing is the step's
+
+    def _checkpoint_due(self, step: int, now: float, last: bool) -> bool:
+        """Whether ``step``, ended at ``now``, is checkpointed: every ``checkpoint_every`` steps, the last, and when
+        ``checkpoint_minutes`` have passed since the last checkpoint."""
+        minutes = self.config.checkpoint_minutes
+        timed = minutes is not None and now - self.last_saved >= 60.0 * minutes
+        return step % self.config.checkpoint_every == 0 or last or timed
+
+    def _save_checkpoint(self, step: int, loss_csv: Path) -> None:
+        """``out/checkpoint`` (encoder, AAM head, optimizer state and the run's metadata) and the loss curve."""
+        meta = {"step": step, "seconds": self.seconds, "losses": self.losses, "speakers": self.clips.speakers}
+        meta["config"] = self.config.to_dict()
+        meta["planned_steps"] = self.plan.steps
+        if self.initialized_from is not None:
+            meta["initialized_from"] = self.initialized_from
+        save_checkpoint(
+            self.out / CHECKPOINT,
+            functools.partial(save_encoder, EncoderBundle(self.classifier.encoder, self.mel_config)),
+            meta,
+            {"optimizer": self.optimizer},
+            {"head": self.classifier.head},
+        )
+        plot_losses(loss_csv, self.out / "loss.png", ["loss"], title=f"speaker encoder ({self.config.optimizer})")
+        self.last_saved = time.perf_counter()
+        if self.on_save is not None:
+            self.on_save(self.out)
+
+    def save_and_judge(self) -> Path:
+        """Calibrate the same/different threshold at the equal-error point of the held-out trials and put the
+        encoder, with what made it, into ``out``; ``out``."""
+        bundle = EncoderBundle(self.classifier.encoder.eval(), self.mel_config)
+        scores, same = calibration_trials(bundle, self.clips)
+        calibrated = verification_scores(scores, same)
+        bundle.threshold = calibrated.eer_threshold
+        bundle.info = self._encoder_info(calibrated)
+        # save_encoder swaps in a whole folder; the encoder's two files join the run's own (checkpoint,
+        # loss curve) in ``out`` instead, weights first, so its config never names weights not yet there.
+        written = save_encoder(bundle, self.out.with_name(f".{self.out.name}.encoder-{os.getpid()}"))
+        for name in (WEIGHTS, CONFIG):
+            os.replace(written / name, self.out / name)
+        written.rmdir()
+        if self.on_save is not None:
+            self.on_save(self.out)
+        return self.out
+
+    def _encoder_info(self, calibrated: VerificationScores) -> dict:
+        """The encoder's ``info``: how it was trained, and its calibration."""
+        config, clips = self.config, self.clips
+        return {
+            "steps": self.step,
+            "train_seconds": round(self.seconds, 1),
+            "optimizer": config.optimizer,
+            "device": config.device,
+            "speakers": len(clips.speakers),
+            "train_clips": sum(len(m) for m in clips.train),
+            "augmented_copies": clips.augmentations,
+            "augment_share": config.augment_share,
+            "resumed_from_step": self.start_step or None,
+            "initialized_from": self.initialized_from,
+            "final_loss": round(float(np.mean(self.losses[-20:])), 4),
+            "calibration": {
+                "trials": calibrated.trials,
+                "eer": round(calibrated.eer, 4),
+                "min_dcf": round(calibrated.min_dcf, 4),
+            },
+            "corpus": str(config.corpus),
+            "recipe": {k: v for k, v in config.to_dict().items() if k not in ("corpus", "out", "encoder")},
+        }

@@ -5,7 +5,7 @@ Built in: ``"griffin-lim"`` (no weights, always available) and ``"vocos"`` (trai
 
     vocoder = load_vocoder("griffin-lim")                  # by name: needs no files
     vocoder = load_vocoder("runs/vocos", mel_config=model_mel_config)  # a saved folder
-    audio = vocoder.synthesize(log_mel)                     # [frames, n_mels] -> [samples]
+    audio = vocoder.vocode(log_mel)                     # [frames, n_mels] -> [samples]
 
 Your own vocoder: subclass :class:`Vocoder`, give it a dataclass config of JSON-friendly scalars,
 and register it; it can then be built, saved (safetensors + JSON) and loaded like the built-ins::

@@ -64,7 +64,7 @@ class Vocoder(torch.nn.Module, ABC):
         """``log_mel [batch, frames, n_mels]`` (natural log, as :class:`MelSpectrogram` makes it)
         -> ``audio [batch, frames * hop_length]``."""
 
-    def synthesize(self, log_mel: np.ndarray | torch.Tensor) -> np.ndarray:
+    def vocode(self, log_mel: np.ndarray | torch.Tensor) -> np.ndarray:
         """Inference convenience: ``[frames, n_mels]`` or ``[batch, frames, n_mels]`` (numpy or
         torch, any device) -> float32 numpy audio ``[samples]`` or ``[batch, samples]``."""
         mel = torch.as_tensor(log_mel, dtype=torch.float32)

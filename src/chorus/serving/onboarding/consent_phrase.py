@@ -40,7 +40,7 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from chorus.evaluation.asr import Transcript, Word, normalize_for_scoring
 from chorus.text.phonemize import phonemize
@@ -256,90 +256,150 @@ def _read(
     ``extra`` came from; and, when every fault is a phrase content word heard as one or two other words in
     its place (none of them a negation or a turn), the normalized-phrase places of the missed words (else
     None): what a forced listen may settle."""
-    said = normalize_for_scoring(phrase).split()
-    names = _name_words(phrase)
-    content = frozenset(w for w in said if w not in FUNCTION_WORDS)
-    heard = _tokens(transcript)
-    never = [is_negation(t.text, content) or t.text in TURNS for t in heard]
-    match = functools.partial(_match_cost, names=names, language=language)
-    closeness = functools.partial(_closeness, names=names, language=language)
+    sides = _Sides.of(phrase, transcript, language)
+    alignment = _read_back(sides, _align(sides))
+    missing, extra = alignment.missing, alignment.extra
+    loose = len(alignment.loose_missing) + len(alignment.loose_extra)
+    if loose > max_loose_words:  # too far from the phrase to call it noise
+        missing |= alignment.loose_missing
+        extra |= alignment.loose_extra
+    texts = tuple(extra[k].text for k in sorted(extra))
+    verdict = PhraseVerdict(
+        heard=transcript.text,
+        words=tuple(reversed(alignment.words)),
+        missing=tuple(missing[k] for k in sorted(missing)),
+        extra=texts,
+        negations=tuple(w for w in texts if is_negation(w, sides.content)),
+        loose=loose,
+    )
+    return verdict, [extra[k].word for k in sorted(extra)], _substitutions(sides, missing, extra, alignment.gaps)
 
-    # The cheapest order-preserving alignment (edit distance over words, with a two-words-for-one step):
-    # cost[i][j] aligns the first i heard tokens with the first j phrase words.
-    n, m = len(heard), len(said)
+
+@dataclass(frozen=True)
+class _Sides:
+    """The two sides of an alignment: the phrase's normalized words and the heard tokens, with what the rules
+    ask of them."""
+
+    said: list[str]  # the phrase's words, normalized
+    content: frozenset[str]  # those that are not function words
+    names: set[str]  # those matched by sound alone (:func:`_name_words`)
+    heard: list[_Token]
+    never: list[bool]  # per heard token: a negation or a turn, which never stands for a phrase word
+    language: str  # espeak-ng's, for the sounds
+
+    @classmethod
+    def of(cls, phrase: str, transcript: Transcript, language: str) -> _Sides:
+        said = normalize_for_scoring(phrase).split()
+        names = _name_words(phrase)
+        content = frozenset(w for w in said if w not in FUNCTION_WORDS)
+        heard = _tokens(transcript)
+        never = [is_negation(t.text, content) or t.text in TURNS for t in heard]
+        return cls(said, content, names, heard, never, language)
+
+
+def _align(sides: _Sides) -> list[list[tuple[int, int]]]:
+    """The cheapest order-preserving alignment (edit distance over words, with a two-words-for-one step), as
+    the cell each cell ``[i][j]`` came from: cell ``[i][j]`` aligns the first i heard tokens with the first j
+    phrase words."""
+    n, m = len(sides.heard), len(sides.said)
     cost = [[0.0] * (m + 1) for _ in range(n + 1)]
     step = [[(0, 0)] * (m + 1) for _ in range(n + 1)]
     for i in range(n + 1):
         for j in range(m + 1):
             if i == j == 0:
                 continue
-            options = []
-            if j:  # phrase word j-1 not heard
-                options.append((cost[i][j - 1] + _miss(said[j - 1]), (i, j - 1)))
-            if i:  # heard token i-1 not in the phrase
-                options.append((cost[i - 1][j] + _extra(heard[i - 1].text, never[i - 1]), (i - 1, j)))
-            if i and j and (not never[i - 1] or heard[i - 1].text == said[j - 1]):  # a phrase may say "not"
-                found = match(heard[i - 1].text, said[j - 1])
-                if found is not None:
-                    options.append((cost[i - 1][j - 1] + found, (i - 1, j - 1)))
-            if i >= 2 and j and said[j - 1] in content and not (never[i - 1] or never[i - 2]):
-                # Two tokens for one word only when together they sound more like it than either alone: "can
-                # send" for "consent", but not "Boris using" for "using".
-                first, second, joined = heard[i - 2].text, heard[i - 1].text, f"{heard[i - 2].text} {heard[i - 1].text}"
-                found = match(joined, said[j - 1])
-                if found is not None and closeness(joined, said[j - 1]) > max(
-                    closeness(first, said[j - 1]), closeness(second, said[j - 1])
-                ):
-                    options.append((cost[i - 2][j - 1] + found + _TWO_TOKENS, (i - 2, j - 1)))
-            cost[i][j], step[i][j] = min(options, key=lambda option: option[0])
+            # The first of equal costs wins, so the moves' order is part of the rules.
+            cost[i][j], step[i][j] = min(_moves(sides, cost, i, j), key=lambda option: option[0])
+    return step
 
-    # Read back from the end what each step did; phrase words and heard tokens by their places.
-    words: list[Word] = []
-    missing: dict[int, str] = {}
-    extra: dict[int, _Token] = {}
-    gaps: dict[int, int] = {}  # heard token -> the phrase place it was heard before (j: after phrase word j - 1)
-    loose_missing: dict[int, str] = {}
-    loose_extra: dict[int, _Token] = {}
-    i, j = n, m
+
+def _moves(sides: _Sides, cost: list[list[float]], i: int, j: int) -> list[tuple[float, tuple[int, int]]]:
+    """The ways into cell ``[i][j]`` of the alignment, each with its total cost and the cell it comes from."""
+    heard, said, never = sides.heard, sides.said, sides.never
+    options = []
+    if j:  # phrase word j-1 not heard
+        options.append((cost[i][j - 1] + _miss(said[j - 1]), (i, j - 1)))
+    if i:  # heard token i-1 not in the phrase
+        options.append((cost[i - 1][j] + _extra(heard[i - 1].text, never[i - 1]), (i - 1, j)))
+    if i and j and (not never[i - 1] or heard[i - 1].text == said[j - 1]):  # a phrase may say "not"
+        found = _match_cost(heard[i - 1].text, said[j - 1], sides.names, sides.language)
+        if found is not None:
+            options.append((cost[i - 1][j - 1] + found, (i - 1, j - 1)))
+    if i >= 2 and j and said[j - 1] in sides.content and not (never[i - 1] or never[i - 2]):
+        found = _two_for_one(sides, i, j)
+        if found is not None:
+            options.append((cost[i - 2][j - 1] + found + _TWO_TOKENS, (i - 2, j - 1)))
+    return options
+
+
+def _two_for_one(sides: _Sides, i: int, j: int) -> float | None:
+    """What it costs (before the two-tokens step's own) to take heard tokens i-2 and i-1 together for content
+    word j-1 of the phrase; None when they cannot stand for it. Two tokens for one word only when together they
+    sound more like it than either alone: "can send" for "consent", but not "Boris using" for "using"."""
+    word, names, language = sides.said[j - 1], sides.names, sides.language
+    first, second = sides.heard[i - 2].text, sides.heard[i - 1].text
+    joined = f"{first} {second}"
+    found = _match_cost(joined, word, names, language)
+    if found is not None and _closeness(joined, word, names, language) > max(
+        _closeness(first, word, names, language), _closeness(second, word, names, language)
+    ):
+        return found
+    return None
+
+
+@dataclass
+class _Alignment:
+    """What each step of the cheapest alignment did, read back from its end; phrase words and heard tokens by
+    their places. Content words and loose function words are kept apart, as only the allowance tells whether
+    the loose ones count."""
+
+    words: list[Word] = field(default_factory=list)  # heard words aligned to phrase words, the last first
+    missing: dict[int, str] = field(default_factory=dict)  # phrase content words not heard
+    extra: dict[int, _Token] = field(default_factory=dict)  # heard tokens not in the phrase, but loose ones
+    gaps: dict[int, int] = field(default_factory=dict)  # heard token -> the phrase place it was heard before
+    loose_missing: dict[int, str] = field(default_factory=dict)  # phrase function words missed or swapped
+    loose_extra: dict[int, _Token] = field(default_factory=dict)  # function words heard beyond the phrase
+
+
+def _read_back(sides: _Sides, step: list[list[tuple[int, int]]]) -> _Alignment:
+    """The alignment whose cells came from ``step`` (:func:`_align`), from its last cell to its first."""
+    heard, said, never, content = sides.heard, sides.said, sides.never, sides.content
+    alignment = _Alignment()
+    i, j = len(heard), len(said)
     while i or j:
         pi, pj = step[i][j]
         if pj == j:  # a heard token alone
             small = heard[i - 1].text in FUNCTION_WORDS and not never[i - 1]
-            (loose_extra if small else extra)[i - 1] = heard[i - 1]
-            gaps[i - 1] = j
+            (alignment.loose_extra if small else alignment.extra)[i - 1] = heard[i - 1]
+            alignment.gaps[i - 1] = j  # j: after phrase word j - 1
         elif pi == i:  # a phrase word alone
-            (loose_missing if said[j - 1] not in content else missing)[j - 1] = said[j - 1]
+            (alignment.loose_missing if said[j - 1] not in content else alignment.missing)[j - 1] = said[j - 1]
         else:
             for token in reversed(heard[pi:i]):
-                if not words or words[-1] is not token.word:
-                    words.append(token.word)
+                if not alignment.words or alignment.words[-1] is not token.word:
+                    alignment.words.append(token.word)
             if said[j - 1] not in content and heard[i - 1].text != said[j - 1]:
-                loose_missing[j - 1] = said[j - 1]  # a function word heard as another
+                alignment.loose_missing[j - 1] = said[j - 1]  # a function word heard as another
         i, j = pi, pj
-    loose = len(loose_missing) + len(loose_extra)
-    if loose > max_loose_words:  # too far from the phrase to call it noise
-        missing |= loose_missing
-        extra |= loose_extra
-    texts = tuple(extra[k].text for k in sorted(extra))
-    verdict = PhraseVerdict(
-        heard=transcript.text,
-        words=tuple(reversed(words)),
-        missing=tuple(missing[k] for k in sorted(missing)),
-        extra=texts,
-        negations=tuple(w for w in texts if is_negation(w, content)),
-        loose=loose,
-    )
+    return alignment
+
+
+def _substitutions(
+    sides: _Sides, missing: dict[int, str], extra: dict[int, _Token], gaps: dict[int, int]
+) -> list[int] | None:
+    """The places of the ``missing`` phrase words when all are content words and every ``extra`` token, none
+    a negation or a turn, was heard in a missed word's place; else None."""
     # Heard in a missed word's place: just before it (gap k) or just after (gap k + 1), at most two for one.
+    # The first missed word in ``missing``'s order that fits takes the token.
     in_place = [next((k for k in missing if gaps[t] in (k, k + 1)), None) for t in extra]
-    substitutions = (
+    return (
         sorted(missing)
-        if all(word in content for word in missing.values())
-        and not any(never[t] for t in extra)
+        if all(word in sides.content for word in missing.values())
+        and not any(sides.never[t] for t in extra)
         and None not in in_place
         and all(in_place.count(k) <= 2 for k in missing)
         else None
     )
-    return verdict, [extra[k].word for k in sorted(extra)], substitutions
 
 
 def _miss(word: str) -> float:

@@ -4,7 +4,7 @@ create, list, retrieve, rename, delete) and voices from one sample (``POST /v1/a
 ``GET /v1/audio/voice_consents/phrases`` for what a consent must read (clients show it before recording).
 
 A consent must read the server's phrase for its language; a sample must be the consent's speaker
-(:mod:`chorus.serving.onboarding.custom_voices`). A new voice speaks at once as its instant voice and is refined by an
+(:mod:`chorus.serving.onboarding.consent_checks`). A new voice speaks at once as its instant voice and is refined by an
 adaptation job in the background (the sample transcribed and cut at silences); once that job is done the
 voice's next request speaks the adapted voice. A consent is kept while any voice made under it exists:
 deleting it then is refused (409, naming the voices), since it is their audit record.
@@ -33,7 +33,7 @@ from chorus.serving.schemas.custom_voices import (
     VoiceConsentDeleted,
     VoiceConsentList,
 )
-from chorus.serving.server import VoiceServer
+from chorus.serving.server import ServerState
 from chorus.serving.store import (
     ConsentInUse,
     ConsentNotFound,
@@ -59,7 +59,7 @@ def consent_json(record: ConsentRecord) -> dict:
     ).model_dump()
 
 
-def audio_voice_json(server: VoiceServer, record: VoiceRecord) -> dict:
+def audio_voice_json(server: ServerState, record: VoiceRecord) -> dict:
     """The voice as OpenAI's ``audio.voice``, with its stage and its refinement's state."""
     refinement = None
     if record.job_id is not None:
@@ -80,7 +80,7 @@ def audio_voice_json(server: VoiceServer, record: VoiceRecord) -> dict:
     ).model_dump()
 
 
-def _consent(server: VoiceServer, tenant: str, consent_id: str, param: str | None = None) -> ConsentRecord:
+def _consent(server: ServerState, tenant: str, consent_id: str, param: str | None = None) -> ConsentRecord:
     """The tenant's consent (another tenant's is not found, as one that never was)."""
     try:
         return server.store.consent(tenant, check_id(consent_id, "consent id"))
@@ -193,7 +193,7 @@ def delete_consent(consent_id: str, tenant: Tenant, server: Server):
 
 
 # -- voices from a sample
-def _same_speaker(server: VoiceServer, consent: ConsentRecord, sample: np.ndarray, rate: int) -> None:
+def _same_speaker(server: ServerState, consent: ConsentRecord, sample: np.ndarray, rate: int) -> None:
     """400 unless ``sample`` is the consent's speaker. The consent is heard again from its audit recording:
     its speaker is judged on the stretches that read the phrase alone (the check needs audio, not a stored
     embedding, to compare both in the band they share)."""

@@ -9,18 +9,18 @@ from fastapi import Depends, Request
 from chorus.serving.errors import ApiError
 from chorus.serving.json_body import BodyError, loads_bounded
 from chorus.serving.schemas.errors import ErrorBody
-from chorus.serving.server import VoiceServer
+from chorus.serving.server import ServerState
 from chorus.serving.tenants import OPERATOR_TENANT
 
 # What /docs shows for the routes' answers (they are built from these models; errors are ErrorBody).
 ERRORS = {status: {"model": ErrorBody} for status in (400, 401, 404, 409, 413, 415, 500)}
 
 
-def get_server(request: Request) -> VoiceServer:
+def get_server(request: Request) -> ServerState:
     return request.app.state.server
 
 
-Server = Annotated[VoiceServer, Depends(get_server)]
+Server = Annotated[ServerState, Depends(get_server)]
 
 
 def authenticated(request: Request, server: Server) -> str:
@@ -31,7 +31,7 @@ def authenticated(request: Request, server: Server) -> str:
 Tenant = Annotated[str, Depends(authenticated)]
 
 
-def is_operator(request: Request, server: VoiceServer) -> bool:
+def is_operator(request: Request, server: ServerState) -> bool:
     """Whether the request may see server-wide figures: any request without keys configured, else only the
     operator tenant's key (``tenants.OPERATOR_TENANT``)."""
     if server.tenants.single_tenant:

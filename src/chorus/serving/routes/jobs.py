@@ -9,7 +9,7 @@ from fastapi import APIRouter
 from chorus.serving.errors import ApiError
 from chorus.serving.routes.deps import ERRORS, Server, Tenant
 from chorus.serving.schemas.jobs import Job
-from chorus.serving.server import VoiceServer
+from chorus.serving.server import ServerState
 from chorus.serving.store import FINISHED_JOB, JobNotFound, JobRecord, JobStatus
 
 router = APIRouter()
@@ -17,7 +17,7 @@ router = APIRouter()
 JOB_ID = re.compile(r"[0-9a-f]{32}")
 
 
-def job_json(server: VoiceServer, job: JobRecord) -> dict:
+def job_json(server: ServerState, job: JobRecord) -> dict:
     """A job as :class:`Job` (also the answer to ``POST /v1/voices``, with what the upload held); its message
     fit for a tenant, and its error that message when it failed or was interrupted."""
     message = server.public(job.message) if job.message else None

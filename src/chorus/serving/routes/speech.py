@@ -3,7 +3,7 @@
 The body is ``{"model", "input", "voice", "response_format", "speed", "instructions", "stream_format"}``
 (+ Chorus's ``sample_rate``); ``model`` one of :data:`~chorus.serving.schemas.models.MODEL_NAMES`; ``mp3`` (the default, as OpenAI's) |
 ``wav`` | ``flac`` | ``opus`` | ``aac`` | ``pcm`` (16-bit little-endian mono at 24 kHz, see ``X-Sample-Rate``). The voice is resolved once per request
-(:meth:`VoiceServer.voice_for`) and the text laid out as the library lays it out
+(:meth:`ServerState.resolve_voice`) and the text laid out as the library lays it out
 (:func:`chorus.synthesis.timeline.layout`: sentences, the silence between them, SSML breaks), so the same
 text and voice give the same samples as ``chorus synthesize``. Text of several sentences is streamed
 (chunked) sentence by sentence as each is made, one encoder over the whole text; a streamed WAV's header
@@ -42,7 +42,7 @@ from chorus.serving.schemas.speech import (
     parse_speech,
     read_instructions,
 )
-from chorus.serving.server import VoiceServer
+from chorus.serving.server import ServerState
 from chorus.synthesis.timeline import Timeline, layout, silence
 from chorus.text.sentences import estimated_seconds
 from chorus.text.ssml import Pause, SsmlError
@@ -62,7 +62,7 @@ _BODY = {
 
 
 @dataclass
-class SpeechJob:
+class CheckedSpeech:
     """A checked speech request: whose, its body, its voice (resolved once), what to read, in order, and
     the chunks of its text left out for having nothing to say."""
 
@@ -82,7 +82,7 @@ class SpeechJob:
             headers["X-Skipped-Text"] = _header_text(" ".join(self.skipped))
         return headers
 
-    def speak(self, server: VoiceServer, text: str):
+    def synthesize(self, server: ServerState, text: str):
         """The awaitable result of one sentence."""
         return server.batcher.synthesize_async(text, self.voice, self.body.speed, self.tenant)
 
@@ -90,10 +90,10 @@ class SpeechJob:
         return synthesis_error(error, self.body.voice)
 
 
-async def speech_job(request: Request, tenant: str, server: VoiceServer) -> SpeechJob:
+async def checked_speech(request: Request, tenant: str, server: ServerState) -> CheckedSpeech:
     settings = server.settings
     body = parse_speech(await read_json(request, settings.max_json_bytes), settings.max_text_chars)
-    voice = await run_in_threadpool(server.voice_for, tenant, body.voice)
+    voice = await run_in_threadpool(server.resolve_voice, tenant, body.voice)
     if not server.started:
         raise ApiError(503, "the server is starting", type="server_error")
     skipped: list[str] = []
@@ -114,7 +114,7 @@ async def speech_job(request: Request, tenant: str, server: VoiceServer) -> Spee
             code="output_too_long",
         )
     server.metrics.characters.inc(len(body.input))
-    return SpeechJob(tenant, body, voice, pieces, skipped)
+    return CheckedSpeech(tenant, body, voice, pieces, skipped)
 
 
 # Printable ASCII but "%" stays as it is in a header value; the rest is percent-encoded UTF-8.
@@ -149,7 +149,7 @@ async def speech_events(audio: AsyncIterator[bytes], input_chars: int) -> AsyncI
     openapi_extra=_BODY,
 )
 async def speech(request: Request, tenant: Tenant, server: Server):
-    job = await speech_job(request, tenant, server)
+    job = await checked_speech(request, tenant, server)
     body = job.body
     out_rate = output_rate_of(body, server.engine.sample_rate)
     headers = job.headers(out_rate)
@@ -157,7 +157,7 @@ async def speech(request: Request, tenant: Tenant, server: Server):
     # The first sentence is awaited before any byte is sent, so a bad voice or text is a clean 4xx.
     first_index = next(i for i, p in enumerate(job.pieces) if isinstance(p, str))
     try:
-        first = await job.speak(server, job.pieces[first_index])
+        first = await job.synthesize(server, job.pieces[first_index])
     except Exception as error:  # noqa: BLE001 - mapped to a status and a message
         raise job.failed(error) from None
     # With its only sentence made, the whole answer is known before its first byte: sent whole, true sizes.
@@ -171,7 +171,14 @@ async def speech(request: Request, tenant: Tenant, server: Server):
 
 
 async def _whole(
-    request: Request, server: VoiceServer, job: SpeechJob, first_index: int, first, out_rate: int, media_type, headers
+    request: Request,
+    server: ServerState,
+    job: CheckedSpeech,
+    first_index: int,
+    first,
+    out_rate: int,
+    media_type,
+    headers,
 ) -> Response:
     """The answer as one file, made to the end unless the client leaves."""
     rate = server.engine.sample_rate
@@ -185,7 +192,7 @@ async def _whole(
             elif await request.is_disconnected():  # nobody waits for the rest: make none of it
                 return Response(status_code=CLIENT_CLOSED_REQUEST)
             else:
-                timeline.sentence(await job.speak(server, piece))
+                timeline.sentence(await job.synthesize(server, piece))
     except Exception as error:  # noqa: BLE001
         raise job.failed(error) from None
     whole = timeline.result().audio
@@ -194,7 +201,7 @@ async def _whole(
     return Response(data, media_type=media_type, headers=headers)
 
 
-async def _streamed(server: VoiceServer, job: SpeechJob, first_index: int, first, out_rate: int):
+async def _streamed(server: ServerState, job: CheckedSpeech, first_index: int, first, out_rate: int):
     """The file's bytes as each sentence is made: one encoder over the whole text. The sentences after the
     first are admitted as the stream is consumed, :data:`STREAM_AHEAD` ahead of the one being sent: enough
     to batch while it plays, without one long text filling the queue before other requests."""
@@ -235,7 +242,7 @@ async def _streamed(server: VoiceServer, job: SpeechJob, first_index: int, first
 async def captioned_speech(request: Request, tenant: Tenant, server: Server):
     """Speech with word and phoneme timestamps (the model's predicted durations): the body of
     ``/v1/audio/speech``; the audio comes whole, base64 in JSON."""
-    job = await speech_job(request, tenant, server)
+    job = await checked_speech(request, tenant, server)
     engine = server.engine
     rate = engine.sample_rate
     timeline = Timeline(rate)
@@ -246,7 +253,7 @@ async def captioned_speech(request: Request, tenant: Tenant, server: Server):
             return Response(status_code=CLIENT_CLOSED_REQUEST)
         else:
             try:
-                result = await job.speak(server, piece)
+                result = await job.synthesize(server, piece)
             except Exception as error:  # noqa: BLE001 - mapped to a status and a message
                 raise job.failed(error) from None
             timeline.sentence(await run_in_threadpool(engine.timed, result))

@@ -23,7 +23,7 @@ from chorus.serving.routes.deps import ERRORS, Server, Tenant
 from chorus.serving.routes.jobs import job_json
 from chorus.serving.schemas.jobs import CreatedJob
 from chorus.serving.schemas.voices import AudioVoices, BaseVoice, CustomVoice, VoiceDeleted, VoiceList, VoiceName
-from chorus.serving.server import VoiceServer
+from chorus.serving.server import ServerState
 from chorus.serving.store import QuotaReached, VoiceConflict, VoiceNotFound, VoiceRecord, VoiceStatus
 from chorus.serving.voice_keys import voice_key
 
@@ -38,7 +38,7 @@ def stage_of(record: VoiceRecord) -> str:
     return "instant" if record.instant else record.status.value
 
 
-def voice_json(server: VoiceServer, record: VoiceRecord, resident: set[str]) -> dict:
+def voice_json(server: ServerState, record: VoiceRecord, resident: set[str]) -> dict:
     """A tenant's voice as :class:`CustomVoice`; ``resident``: the engine keys loaded now."""
     return CustomVoice(
         id=record.voice_id,
@@ -56,12 +56,12 @@ def voice_json(server: VoiceServer, record: VoiceRecord, resident: set[str]) -> 
     ).model_dump()
 
 
-def speaker_json(server: VoiceServer, name: str) -> dict:
+def speaker_json(server: ServerState, name: str) -> dict:
     """A speaker of the base as :class:`BaseVoice`."""
     return BaseVoice(id=name, name=name, default=name == server.engine.default_speaker).model_dump()
 
 
-def voice_card(server: VoiceServer, tenant: str, voice_id: str) -> dict | None:
+def voice_card(server: ServerState, tenant: str, voice_id: str) -> dict | None:
     """A ready voice's card (``voice_card.json``) without the recipe's internals, or None if unreadable."""
     try:
         card = json.loads((server.store.get_voice(tenant, voice_id) / CARD_FILE).read_text())
@@ -76,7 +76,7 @@ def audio_voices(tenant: Tenant, server: Server):
     """Every name ``voice`` takes: the base's speakers, the aliases, the tenant's voices that speak: ready
     ones, and a sample's voice from its ``POST`` on (its instant voice while it is refined, or after its
     refinement failed), each with its stage."""
-    # What voice_for speaks: a training or failed voice of clips has nothing to speak yet.
+    # What resolve_voice speaks: a training or failed voice of clips has nothing to speak yet.
     own = {
         r.voice_id: stage_of(r) for r in server.store.list_voices(tenant) if r.status == VoiceStatus.READY or r.instant
     }

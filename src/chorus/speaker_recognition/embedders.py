@@ -1,5 +1,5 @@
 """Speaker embeddings of a recording's windows, by either encoder a speaker check can use: Chorus's own
-(:mod:`chorus.speaker.bundle`) or resemblyzer's pretrained GE2E d-vector encoder (in its wheel).
+(:mod:`chorus.speaker_recognition.bundle`) or resemblyzer's pretrained GE2E d-vector encoder (in its wheel).
 
 A window embedding is a unit vector; a recording is scored from several windows (their mean, and each
 window for the one-speaker check), so one loud word or one noisy second does not decide.
@@ -14,7 +14,7 @@ import torch
 
 from chorus.audio.mel import log_mel
 from chorus.evaluation.similarity import SpeakerJudge
-from chorus.speaker.bundle import EncoderBundle
+from chorus.speaker_recognition.bundle import EncoderBundle
 
 MIN_WINDOWS_SECONDS = 1.0  # shorter than this, a recording holds no window to embed
 

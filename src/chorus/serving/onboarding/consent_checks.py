@@ -5,13 +5,13 @@
   content word heard, the name by its sound, no negation nor word the phrase lacks; a word Whisper was unsure
   of is heard again before it refuses), and it must hold no other speech beside the phrase's words
   (:mod:`chorus.serving.onboarding.consent_speech`): the consent's speaker is taken from those words alone.
-* A sample must be the consent's speaker, heard through its channel (:mod:`chorus.speaker.voice_match`): the
+* A sample must be the consent's speaker, heard through its channel (:mod:`chorus.speaker_recognition.voice_match`): the
   consent's phrase speech and the sample compared in the band both pass, window by window, their score
   normalized against a cohort heard the same way, every window of the sample matching the rest of it, at
   the thresholds calibrated by bench/consent.py (``ConsentSettings.speaker_encoder``: resemblyzer's and Chorus v3's scores fused).
 * The *instant voice* a sample speaks as the moment its ``POST`` is answered: the base speakers nearest the
   sample in the encoder's space, blended by their similarity (``"a(0.41)+b(0.33)+c(0.26)"``), each speaker
-  placed once by having the base say a few sentences (:func:`chorus.speaker.start.speaker_map`, computed on
+  placed once by having the base say a few sentences (:func:`chorus.speaker_recognition.start.speaker_map`, computed on
   first use). Within seconds of its refinement starting, the job replaces it with the base speaker that fits
   the transcribed sample best by mel loss (``JobRunner``): better in bench/short_samples.py, but it needs the
   sample's words and a forward per base speaker, too slow to answer the ``POST`` with (7-39 s measured).
@@ -32,22 +32,20 @@ from chorus.serving.errors import ApiError
 from chorus.serving.onboarding.consent_phrase import PhraseVerdict, judge_phrase
 from chorus.serving.onboarding.consent_speech import cut, phrase_spans, speech_outside
 from chorus.serving.settings import ConsentSettings
-from chorus.speaker.bundle import (
-    CONSENT_ENCODER_NAME,
-    SHIPPED_CONSENT_ENCODER,
+from chorus.speaker_recognition.bundle import (
     EncoderBundle,
     load_encoder,
     shipped_encoder_dir,
 )
-from chorus.speaker.embedders import ChorusEmbedder, ResemblyzerEmbedder
-from chorus.speaker.start import SpeakerMap, speaker_map
-from chorus.speaker.voice_match import (
+from chorus.speaker_recognition.embedders import ChorusEmbedder, ResemblyzerEmbedder
+from chorus.speaker_recognition.start import SpeakerMap, speaker_map
+from chorus.speaker_recognition.voice_match import (
     SHIPPED_COHORT,
     FusedMatch,
-    MatchSettings,
     MatchVerdict,
     UnusableRecording,
     VoiceMatch,
+    fused_consent_match,
     load_cohort,
 )
 
@@ -194,7 +192,7 @@ class CustomVoiceChecks:
 
     @property
     def voice_match(self) -> VoiceMatch | FusedMatch:
-        """The speaker check (:mod:`chorus.speaker.voice_match`) with ``settings.speaker_encoder`` and the
+        """The speaker check (:mod:`chorus.speaker_recognition.voice_match`) with ``settings.speaker_encoder`` and the
         shipped cohort, made on first use."""
         with self._lock:
             if self._match is None:
@@ -206,10 +204,8 @@ class CustomVoiceChecks:
                     self._match = VoiceMatch(
                         ChorusEmbedder(self._encoder or load_encoder(shipped_encoder_dir())), cohort
                     )
-                else:  # both parts judged by the fused settings only: their own thresholds do not count
-                    v3 = ChorusEmbedder(load_encoder(SHIPPED_CONSENT_ENCODER), name=CONSENT_ENCODER_NAME)
-                    parts = [VoiceMatch(e, cohort, MatchSettings()) for e in (ResemblyzerEmbedder(), v3)]
-                    self._match = FusedMatch(*parts, cohort.settings[name])
+                else:
+                    self._match = fused_consent_match(cohort)
             return self._match
 
     def same_speaker(

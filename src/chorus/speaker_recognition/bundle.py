@@ -21,7 +21,7 @@ from chorus.atomic import atomic_write_folder, recover_interrupted_write
 from chorus.audio.io import load_audio
 from chorus.audio.mel import MelConfig, log_mel
 from chorus.models.bundle import file_sha256
-from chorus.speaker.encoder import SpeakerEncoder, SpeakerEncoderConfig
+from chorus.speaker_recognition.encoder import SpeakerEncoder, SpeakerEncoderConfig
 
 ENCODER_FORMAT = "chorus-speaker-encoder"
 WEIGHTS, CONFIG = "encoder.safetensors", "config.json"

@@ -5,7 +5,7 @@ Why a speaker check needs it: a speaker encoder hears the channel as well as the
 through one phone line (300-3,400 Hz at 8 kHz) score as one speaker (bench/consent.py, issue 37), and
 one owner through two channels (a clean consent, a phone-line sample) scores as two. Comparing both
 recordings inside the band they share, and normalizing the score against a cohort heard through that
-same band and noise (:mod:`chorus.speaker.consent_check`), takes the channel out of the comparison.
+same band and noise (:mod:`chorus.speaker_recognition.consent_check`), takes the channel out of the comparison.
 
 The estimate:
 

@@ -11,7 +11,7 @@ import torch
 
 from chorus.adapters.voice import SPEAKER_FILE, WEIGHTS_FILE
 from chorus.models.reversible import couple
-from chorus.speaker.encoder import AdditiveAngularMargin, SpeakerEncoder, SpeakerEncoderConfig, Stage
+from chorus.speaker_recognition.encoder import AdditiveAngularMargin, SpeakerEncoder, SpeakerEncoderConfig, Stage
 from conftest import SMALL_SPEAKER_ENCODER, grads, saved_bytes, tiny_speaker_train_config
 
 SMALL = SMALL_SPEAKER_ENCODER
@@ -101,7 +101,7 @@ def test_the_margin_is_zero_then_ramps_to_its_value():
 
 
 def test_eer_and_min_dcf():
-    from chorus.speaker.verification import verification_scores
+    from chorus.speaker_recognition.verification import verification_scores
 
     perfect = verification_scores([0.9, 0.8, 0.2, 0.1], [True, True, False, False])
     assert perfect.eer == 0.0 and perfect.min_dcf == 0.0 and perfect.trials == 4 and perfect.targets == 2
@@ -136,7 +136,7 @@ def test_8bit_optimizers_keep_every_state_of_every_tensor_in_8_bits(name):
 
 
 def test_training_saves_an_encoder_that_embeds_and_loads_back(two_voice_corpus, tmp_path):
-    from chorus.speaker.bundle import load_encoder
+    from chorus.speaker_recognition.bundle import load_encoder
     from chorus.training.speaker_encoder import train_speaker_encoder
 
     config = _tiny_config(two_voice_corpus, tmp_path / "encoder", steps=3, segment_frames=64, augment_copies=1)
@@ -194,7 +194,7 @@ def test_eval_judges_similarity_with_the_encoder_beside_resemblyzer(two_voice_co
     from chorus.cli import app
     from chorus.evaluation.report import EvalItem, Judges, evaluate_pairs
     from chorus.evaluation.similarity import EncoderJudge
-    from chorus.speaker.bundle import EncoderBundle, save_encoder
+    from chorus.speaker_recognition.bundle import EncoderBundle, save_encoder
 
     torch.manual_seed(0)
     bundle = EncoderBundle(SpeakerEncoder(SpeakerEncoderConfig(**{**SMALL, "n_mels": 80})))
@@ -229,7 +229,7 @@ def test_eval_judges_similarity_with_the_encoder_beside_resemblyzer(two_voice_co
 
 
 def test_speaker_map_recovers_a_linear_map_and_picks_the_nearest_speaker():
-    from chorus.speaker.start import fit_speaker_map
+    from chorus.speaker_recognition.start import fit_speaker_map
 
     rng = np.random.default_rng(0)
     embeddings = rng.normal(size=(30, 8))
@@ -252,8 +252,8 @@ def test_adapt_starts_from_the_speaker_encoder(tiny_base, new_voice_data, tmp_pa
     from chorus.data.formats import discover
     from chorus.models.bundle import load_bundle
     from chorus.recipe import AdaptConfig
-    from chorus.speaker.bundle import EncoderBundle, save_encoder
-    from chorus.speaker.start import speaker_map
+    from chorus.speaker_recognition.bundle import EncoderBundle, save_encoder
+    from chorus.speaker_recognition.start import speaker_map
     from chorus.training.adapt import adapt
 
     torch.manual_seed(0)

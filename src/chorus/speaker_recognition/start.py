@@ -24,7 +24,7 @@ from chorus.adapters.layer import innermost
 from chorus.audio.vocoders import load_vocoder
 from chorus.models.acoustic import AcousticModel
 from chorus.models.bundle import ModelBundle
-from chorus.speaker.bundle import EncoderBundle
+from chorus.speaker_recognition.bundle import EncoderBundle
 from chorus.synthesis import Synthesizer
 
 SENTENCES = (

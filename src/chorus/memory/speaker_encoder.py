@@ -1,13 +1,13 @@
 """Training memory of Chorus's speaker encoder per category, predicted and measured: the accounting
 of :mod:`chorus.memory.predict` and :mod:`chorus.memory.measure` (weights, gradients, optimizer
 states, activations and what reversible stages rebuild in backward) for one step of
-:class:`~chorus.speaker.encoder.SpeakerClassifier` (encoder + AAM head + loss) on log-mels
+:class:`~chorus.speaker_recognition.encoder.SpeakerClassifier` (encoder + AAM head + loss) on log-mels
 ``[batch, frames, n_mels]``, float32.
 
-The shadow pass follows :class:`~chorus.speaker.encoder.SpeakerEncoder.forward` and the AAM
+The shadow pass follows :class:`~chorus.speaker_recognition.encoder.SpeakerEncoder.forward` and the AAM
 loss op by op, with the rules of torch 2.13 on CPU (a convolution saves its input, group norm its input
 and a mean and reciprocal std per sample and group, relu and tanh their results ...), checked against
-measurement by ``tests/memory/test_memory_speaker.py``. A reversible stage keeps only its joined output;
+measurement by ``tests/memory/test_memory_speaker_encoder.py``. A reversible stage keeps only its joined output;
 ``recompute`` is its largest branch rebuilt in backward, beyond the branch's input.
 """
 
@@ -29,7 +29,7 @@ from chorus.memory.predict import (
     register_activation_rule,
 )
 from chorus.memory.report import MemoryReport, plot_memory
-from chorus.speaker.encoder import (
+from chorus.speaker_recognition.encoder import (
     AdditiveAngularMargin,
     AttentiveStatisticsPooling,
     BasicBranch,

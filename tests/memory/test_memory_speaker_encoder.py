@@ -8,13 +8,13 @@ import torch
 from typer.testing import CliRunner
 
 from chorus.cli import app
-from chorus.memory.speaker import (
+from chorus.memory.speaker_encoder import (
     encoder_config_by_name,
     measure_speaker_step,
     predict_speaker_memory,
     speaker_memory_report,
 )
-from chorus.speaker.encoder import SpeakerClassifier, SpeakerEncoder, SpeakerEncoderConfig
+from chorus.speaker_recognition.encoder import SpeakerClassifier, SpeakerEncoder, SpeakerEncoderConfig
 from chorus.training.speaker_encoder import speaker_optimizer
 
 SMALL = {"channels": (8, 16, 16, 32), "embedding_dim": 16, "n_mels": 16, "groups": 2, "pooling_hidden": 8}

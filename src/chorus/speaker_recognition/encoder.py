@@ -23,7 +23,7 @@ has no running statistics, so recomputing a block in backward computes exactly w
 
 Training head: additive angular margin softmax (AAM, ArcFace): ``s * cos(theta + m)`` for the true
 speaker, ``s * cos(theta)`` for the others. A trained encoder is saved, loaded and used to embed
-clips by :mod:`chorus.speaker.bundle`.
+clips by :mod:`chorus.speaker_recognition.bundle`.
 """
 
 from __future__ import annotations

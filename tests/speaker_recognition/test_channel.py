@@ -10,8 +10,8 @@ import pytest
 
 from chorus.audio import augment
 from chorus.audio.io import SAMPLE_RATE, load_audio
-from chorus.speaker.channel import estimate_channel, limit_band, shared_band
-from chorus.speaker.voice_match import band_class
+from chorus.speaker_recognition.channel import estimate_channel, limit_band, shared_band
+from chorus.speaker_recognition.voice_match import band_class
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 from sklearn.metrics import roc_curve
 
-from chorus.speaker.bundle import EncoderBundle
+from chorus.speaker_recognition.bundle import EncoderBundle
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""The custom-voice speaker check (:mod:`chorus.speaker.voice_match`): its pieces on a fake encoder, then
+"""The custom-voice speaker check (:mod:`chorus.speaker_recognition.voice_match`): its pieces on a fake encoder, then
 the attacks of issue 37 on real recordings with the shipped cohort and its calibrated settings.
 
 Every attack here was accepted by the check it replaced (a raw cosine of Chorus's encoder at 0.6135):
@@ -17,8 +17,8 @@ from scipy.signal import lfilter
 from chorus.audio import augment
 from chorus.audio.io import SAMPLE_RATE, load_audio
 from chorus.evaluation.similarity import mean_embedding
-from chorus.speaker.channel import Channel, limit_band
-from chorus.speaker.voice_match import (
+from chorus.speaker_recognition.channel import Channel, limit_band
+from chorus.speaker_recognition.voice_match import (
     BANDS,
     SNRS,
     VARIANTS,
@@ -243,14 +243,14 @@ def voices(tmp_path_factory) -> dict[str, tuple[np.ndarray, np.ndarray]]:
 def shipped_match(request):
     """The speaker check as the server builds it, with the shipped cohort and settings: resemblyzer's, and the
     default, resemblyzer's and Chorus v3's scores fused."""
-    from chorus.serving.onboarding.custom_voices import CustomVoiceChecks
+    from chorus.serving.onboarding.consent_checks import CustomVoiceChecks
     from chorus.serving.settings import ConsentSettings
 
     return CustomVoiceChecks(None, ConsentSettings(speaker_encoder=request.param)).voice_match  # type: ignore[arg-type]
 
 
 def test_the_server_fuses_resemblyzer_and_chorus_v3_by_default():
-    from chorus.serving.onboarding.custom_voices import CustomVoiceChecks
+    from chorus.serving.onboarding.consent_checks import CustomVoiceChecks
     from chorus.serving.settings import ConsentSettings
 
     match = CustomVoiceChecks(None, ConsentSettings()).voice_match  # type: ignore[arg-type]

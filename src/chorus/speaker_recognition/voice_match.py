@@ -4,10 +4,10 @@ A raw cosine of two speaker embeddings is lifted by whatever the two recordings 
 through one phone line score as one speaker (the shipped encoder: 272 of 272 impostor pairs above its
 threshold, issue 37). So:
 
-1. **One band.** Each recording's channel is estimated (:mod:`chorus.speaker.channel`); both are cut
+1. **One band.** Each recording's channel is estimated (:mod:`chorus.speaker_recognition.channel`); both are cut
    to the band they share, so an owner's clean consent and phone-line sample are compared as two phone
    recordings, not as two channels.
-2. **Several windows.** Each recording is embedded window by window (:mod:`chorus.speaker.embedders`);
+2. **Several windows.** Each recording is embedded window by window (:mod:`chorus.speaker_recognition.embedders`);
    its embedding is the windows' mean.
 3. **A cohort heard the same way (adaptive s-norm).** The score is compared with what each side scores
    against a cohort of other speakers heard through the *other* side's channel: the same band, and noise
@@ -47,8 +47,9 @@ import soxr
 
 from chorus.audio.augment import add_babble, add_noise, mu_law, reverberate
 from chorus.evaluation.similarity import mean_embedding
-from chorus.speaker.channel import Channel, estimate_channel, limit_band
-from chorus.speaker.embedders import WindowEmbedder
+from chorus.speaker_recognition.bundle import CONSENT_ENCODER_NAME, SHIPPED_CONSENT_ENCODER, load_encoder
+from chorus.speaker_recognition.channel import Channel, estimate_channel, limit_band
+from chorus.speaker_recognition.embedders import ChorusEmbedder, ResemblyzerEmbedder, WindowEmbedder
 
 SHIPPED_COHORT = Path(__file__).resolve().parents[1] / "assets" / "speaker_cohort"
 # Channel classes, widest first: a whole band (the embedder's Nyquist), a wideband call, a narrowband
@@ -386,3 +387,13 @@ class FusedMatch:
             worst_stretch=round(stretch, 4),
             reason=reason,
         )
+
+
+def fused_consent_match(cohort: Cohort | None = None) -> FusedMatch:
+    """The server's default speaker check: resemblyzer's and Chorus's consent encoder's (v3) checks fused,
+    on ``cohort`` (default: the shipped one) and its ``fused`` settings. Both parts are judged by the fused
+    settings only; their own thresholds do not count."""
+    cohort = cohort or load_cohort()
+    v3 = ChorusEmbedder(load_encoder(SHIPPED_CONSENT_ENCODER), name=CONSENT_ENCODER_NAME)
+    parts = [VoiceMatch(embedder, cohort, MatchSettings()) for embedder in (ResemblyzerEmbedder(), v3)]
+    return FusedMatch(*parts, cohort.settings["fused"])
