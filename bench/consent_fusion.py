@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from chorus.speaker.voice_match import MatchSettings
+from chorus.speaker_recognition.voice_match import MatchSettings
 from consent import calibrate, decide, phrase_passes
 from run_record import describe, provenance
 

@@ -21,7 +21,7 @@ speaker it starts from, as it is on the base).
 Part ``instant``: no training. The shipped speaker encoder embeds the sample (mean of its clips'
 embeddings); the instant voice is (i) the nearest base speaker in the encoder's space, (ii) a blend of
 the k nearest weighted by their cosine similarity (``"a(w1)+b(w2)"``), (iii) the speaker vector the
-encoder->speaker map (:func:`chorus.speaker.start.speaker_map`) puts the embedding at.
+encoder->speaker map (:func:`chorus.speaker_recognition.start.speaker_map`) puts the embedding at.
 
 Judges: Whisper tiny.en corpus WER, resemblyzer similarity to the 10 reference clips, through the base's
 default vocoder (the one the server speaks with). One thread, shared 2-core CPU: times are upper bounds.
@@ -57,8 +57,8 @@ from chorus.evaluation.similarity import SpeakerJudge
 from chorus.models.bundle import load_bundle
 from chorus.recipe import AdaptConfig
 from chorus.serving.settings import ONBOARDING_STEPS
-from chorus.speaker.bundle import load_encoder, shipped_encoder_dir
-from chorus.speaker.start import speaker_map
+from chorus.speaker_recognition.bundle import load_encoder, shipped_encoder_dir
+from chorus.speaker_recognition.start import speaker_map
 from chorus.synthesis import DEFAULT_BASE, DEFAULT_VOCODER, Synthesizer
 from chorus.synthesis.voices import Blend, SpeakerSpec
 from chorus.training.adapt import VOICE, adapt, closest_speakers

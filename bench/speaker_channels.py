@@ -18,8 +18,8 @@ import torch
 from chorus.audio import augment
 from chorus.audio.io import load_audio
 from chorus.data.formats import discover
-from chorus.speaker.bundle import load_encoder
-from chorus.speaker.verification import verification_scores
+from chorus.speaker_recognition.bundle import load_encoder
+from chorus.speaker_recognition.verification import verification_scores
 from run_record import provenance  # bench/, beside this script
 
 parser = argparse.ArgumentParser()
