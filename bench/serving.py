@@ -72,6 +72,7 @@ from chorus.adapters.voice import VoiceCard, read_voice, save_voice
 from chorus.recipe import AdaptConfig
 from chorus.serving.batcher import Batcher
 from chorus.serving.engine import Engine, SentenceRequest
+from chorus.serving.settings import ServerSettings
 from chorus.serving.store import VoiceStore
 from chorus.serving.tenants import DEFAULT_TENANT
 from chorus.synthesis import load_base
@@ -277,7 +278,7 @@ def run_once(
     batcher_stats = None
     with vocoder_mode(engine, vocode):
         if method == "batcher":
-            with Batcher(engine, max_batch=args.max_batch, max_wait_ms=args.max_wait_ms) as batcher:
+            with batcher_for(engine, args) as batcher:
                 run = closed_loop(lambda r: batcher.synthesize(r.text, r.voice, r.speed), plan, frame_seconds)
             batcher_stats = batcher.stats
         else:
@@ -293,6 +294,14 @@ def run_once(
             batch_sizes={str(k): v for k, v in sorted(batcher_stats.batch_sizes.items())},
         )
     return run
+
+
+def batcher_for(engine: Engine, args) -> Batcher:
+    """``--batcher shipped``: the batcher ``chorus serve`` makes, with its settings' bounds (rows, wait, time
+    per batch, padding); ``unbounded``: rows and wait from the flags, no bound on a batch's time or padding."""
+    if args.batcher == "shipped":
+        return Batcher.of_server(engine, ServerSettings())
+    return Batcher(engine, max_batch=args.max_batch, max_wait_ms=args.max_wait_ms)
 
 
 def target_pair(args) -> list[int]:
@@ -667,8 +676,8 @@ def header_lines(result: dict, args) -> list[str]:
             f"and N = {args.concurrency} back to back, each beside its swap run (swap N=1, batcher N=1, batcher "
             f"N={args.concurrency}, swap N={args.concurrency}), then the other N (batcher, swap, model copies), "
             "odd repeats in reverse order, so the target ratio and batcher / swap compare neighbours and the "
-            "other N's ratio to N = 1 compares runs of the same repeat, not adjacent; batcher "
-            f"max_batch {args.max_batch}, max_wait {args.max_wait_ms:g} ms, merge 'auto'. Every voice was resident "
+            "other N's ratio to N = 1 compares runs of the same repeat, not adjacent; "
+            f"{batcher_words(args)}. Every voice was resident "
             "before timing (cache misses during runs are listed), and every (method, N, vocoder) combination ran "
             "one untimed warm-up round first. Baselines serve one request at a time, first come first "
             "served, to the same clients. Absolute numbers drift on a shared CPU; the ratios are the result, "
@@ -988,6 +997,16 @@ def rereport(out: Path) -> None:
     report(result, argparse.Namespace(**result["config"] | {"out": out}))
 
 
+def batcher_words(args) -> str:
+    if getattr(args, "batcher", "unbounded") == "shipped":
+        shipped = ServerSettings()
+        return (
+            f"the batcher as `chorus serve` ships it (max_batch {shipped.max_batch}, max_wait {shipped.max_wait_ms:g} ms, "
+            f"max_batch_ms {shipped.max_batch_ms:g}, batch_pad_ratio {shipped.batch_pad_ratio:g}, merge 'auto')"
+        )
+    return f"batcher max_batch {args.max_batch}, max_wait {args.max_wait_ms:g} ms, merge 'auto'"
+
+
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--voices", type=ints, default=[1, 8, 32, 128], help="distinct voices in flight")
@@ -1001,6 +1020,12 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--max-batch", type=int, default=None, help="batcher rows per forward (default: concurrency)")
     parser.add_argument("--max-wait-ms", type=float, default=10.0)
+    parser.add_argument(
+        "--batcher",
+        choices=("shipped", "unbounded"),
+        default="shipped",
+        help="shipped: chorus serve's batcher and bounds; unbounded: --max-batch/--max-wait-ms only (the older runs)",
+    )
     parser.add_argument(
         "--swap-voices", type=ints, default=None, help="N at which the swap baseline runs (default all)"
     )
@@ -1030,7 +1055,9 @@ def main() -> None:
     if args.child_memory:
         memory_child(args)
         return
-    args.max_batch = args.max_batch or args.concurrency
+    shipped = ServerSettings()
+    args.max_batch = args.max_batch or (shipped.max_batch if args.batcher == "shipped" else args.concurrency)
+    args.max_wait_ms = shipped.max_wait_ms if args.batcher == "shipped" else args.max_wait_ms
     args.swap_voices = args.voices if args.swap_voices is None else args.swap_voices
     command = shlex.join(["python", "bench/serving.py", *sys.argv[1:]])
     scratch = args.work is None
