@@ -602,6 +602,10 @@ def summarize(result: dict) -> dict:
                         relation: rate(t[name]["accepted"] for t in rows if t["relation"] == relation)
                         for relation in ("other voice", "sox sibling")
                     },
+                    **{
+                        f"{relation}_n": sum(t["relation"] == relation for t in rows)
+                        for relation in ("other voice", "sox sibling")
+                    },
                     "impostors_n": len(rows) - len(owners),
                 }
         natural = [t for t in trials if t["consent"].startswith(NATURAL) and t["sample"].startswith(NATURAL)]
@@ -668,18 +672,18 @@ def markdown(result: dict, summary: dict) -> str:
         lines += [
             f"## {name}",
             "",
-            "| condition / trials | owners accepted (n) | target | other voices accepted | sox siblings accepted | impostor n | target <= 1 % |",
+            "| condition / trials | owners accepted (n) | target | other voices accepted (n) | <= 1 % | sox siblings accepted (n) | <= 1 % |",
             "|---|---|---|---|---|---|---|",
         ]
         for key, row in s["table"].items():
             condition, kind = key.split(" / ")
             target = OWNER_TARGET.get(condition) if kind == "shared" else (0.90 if "10 dB" in condition else 0.97)
             owner_verdict = verdict_of(row["owners"], target, False) if target else "reported"
-            impostor = max(row["other voice"], row["sox sibling"])
+            others, siblings = row.get("other voice_n"), row.get("sox sibling_n")
             lines.append(
                 f"| {key} | {100 * row['owners']:.1f} % ({row['owners_n']}) | {f'>= {100 * target:.0f} %: ' + owner_verdict if target else owner_verdict} | "
-                f"{100 * row['other voice']:.1f} % | {100 * row['sox sibling']:.1f} % | {row['impostors_n']} | "
-                f"{verdict_of(impostor, IMPOSTOR_TARGET, True)} |"
+                f"{100 * row['other voice']:.2f} %{f' ({others})' if others else ''} | {verdict_of(row['other voice'], IMPOSTOR_TARGET, True)} | "
+                f"{100 * row['sox sibling']:.1f} %{f' ({siblings})' if siblings else ''} | {verdict_of(row['sox sibling'], IMPOSTOR_TARGET, True)} |"
             )  # fmt: skip
         lines += [
             "",
