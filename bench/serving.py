@@ -463,9 +463,9 @@ def cold_loads(engine: Engine, store: VoiceStore, voice_ids: list[str], folders:
 
     try:
         for drop in (False, True):
-            for name, resolver in [
-                ("engine miss, plain folder", folders.__getitem__),
-                ("engine miss, VoiceStore.get_voice", lambda v: store.get_voice(TENANT, v)),
+            for name, resolver in [  # the engine resolves an AdaptedVoice (its key names the voice here)
+                ("engine miss, plain folder", lambda voice: folders[voice.key]),
+                ("engine miss, VoiceStore.get_voice", lambda voice: store.get_voice(TENANT, voice.key)),
             ]:
                 engine.resolve = resolver
                 timed(name, engine_miss, drop)
