@@ -351,7 +351,7 @@ def report(rows: list[dict], quality: dict, commands: list[str], args) -> None:
         "one. Job time is measured inside the job (loading the base to exporting the voices; headline) "
         "and for the whole process (interpreter start and imports too, which every separate job pays).",
         "",
-        "The machine is a 2-core CPU shared with other workers' jobs (load average over the jobs below): "
+        "The machine is a 2-core CPU (load average over the jobs below): "
         "absolute times drift with their load, which is why each K-voice job is compared only with its "
         "neighbouring single jobs; the spread of the ratio over repeats is given as measured. K = 1 is the "
         "control: a one-voice job against single-voice jobs of the same kind, whose ratio is 1 but for that "

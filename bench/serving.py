@@ -664,8 +664,8 @@ def header_lines(result: dict, args) -> list[str]:
         "```",
         "",
         (
-            f"Shipped base, Griffin-Lim vocoder, {cfg['threads']} torch thread(s) on a {cfg['cpus']}-core CPU shared "
-            f"with other workers' jobs (load average {cfg['load_average'][0]:.1f} at the start, "
+            f"Shipped base, Griffin-Lim vocoder, {cfg['threads']} torch thread(s) on a {cfg['cpus']}-core CPU "
+            f"(load average {cfg['load_average'][0]:.1f} at the start, "
             f"{cfg.get('load_average_end', [float('nan')])[0]:.1f} after the throughput runs). Voices are synthetic "
             f"`{args.method}` adapters with random values (scale {args.adapter_scale:g}), "
             f"{result['adapter_bytes_per_voice'] / 1024:.0f} KiB of tensors each: they measure speed and memory, "
