@@ -24,6 +24,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 # The throwaway services live with the tests (tests/local_services.py), outside the package that ships.
@@ -38,6 +39,7 @@ __all__ = [
     "descendants_rss",
     "free_port",
     "get",
+    "multipart",
     "launch",
     "post_json",
     "process_rss",
@@ -101,6 +103,19 @@ def post_json(port: int, path: str, body: dict, key: str | None = None, timeout:
     if not 200 <= status < 300:
         raise HTTPStatusError("POST", path, status, data)
     return data
+
+
+def multipart(fields: dict[str, str], files: list[tuple[str, str, bytes, str]]) -> tuple[bytes, str]:
+    """A multipart/form-data body of text ``fields`` and ``(field, filename, bytes, type)`` files."""
+    boundary = uuid.uuid4().hex
+    parts = []
+    for name, value in fields.items():
+        parts.append(f'--{boundary}\r\nContent-Disposition: form-data; name="{name}"\r\n\r\n{value}\r\n'.encode())
+    for name, filename, data, kind in files:
+        head = f'--{boundary}\r\nContent-Disposition: form-data; name="{name}"; filename="{filename}"\r\n'
+        parts.append(f"{head}Content-Type: {kind}\r\n\r\n".encode() + data + b"\r\n")
+    parts.append(f"--{boundary}--\r\n".encode())
+    return b"".join(parts), f"multipart/form-data; boundary={boundary}"
 
 
 def timed_request(

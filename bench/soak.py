@@ -93,7 +93,6 @@ import tempfile
 import threading
 import time
 import tracemalloc
-import uuid
 import zipfile
 from collections import Counter
 from dataclasses import dataclass, field
@@ -114,6 +113,7 @@ from servers import (
     descendants_rss,
     free_port,
     launch,
+    multipart,
     post_json,
     process_rss,
     request,
@@ -289,19 +289,6 @@ def audio_check(response_format: str):
 def json_check(test):
     """A check that parses the body as JSON and runs ``test(parsed) -> problem | None`` on it."""
     return lambda data: test(json.loads(data))
-
-
-def multipart(fields: dict[str, str], files: list[tuple[str, str, bytes, str]]) -> tuple[bytes, str]:
-    """A multipart/form-data body of text ``fields`` and ``(field, filename, bytes, type)`` files."""
-    boundary = uuid.uuid4().hex
-    parts = []
-    for name, value in fields.items():
-        parts.append(f'--{boundary}\r\nContent-Disposition: form-data; name="{name}"\r\n\r\n{value}\r\n'.encode())
-    for name, filename, data, kind in files:
-        head = f'--{boundary}\r\nContent-Disposition: form-data; name="{name}"; filename="{filename}"\r\n'
-        parts.append(f"{head}Content-Type: {kind}\r\n\r\n".encode() + data + b"\r\n")
-    parts.append(f"--{boundary}--\r\n".encode())
-    return b"".join(parts), f"multipart/form-data; boundary={boundary}"
 
 
 @dataclass(frozen=True)
