@@ -1,14 +1,14 @@
-"""Benchmark: how long an OpenAI-style custom voice takes on this CPU, from ``POST /v1/audio/voices`` to its
-instant voice (the encoder's blend), to its fitted instant voice (the base speaker that fits the sample best by
-mel loss, set once the refinement job has the sample's words) and to its refined (adapted) voice, for the three
-held-out voices.
+"""Benchmark: how long an OpenAI-style custom voice takes on this CPU through ``chorus serve`` itself, from
+``POST /v1/audio/voices`` to its instant voice (the encoder's blend), to its fitted instant voice (the base
+speaker that fits the sample best by mel loss, set once the refinement job has the sample's words) and to its
+refined (adapted) voice, for the three held-out voices.
 
-Each voice's consent recording (the phrase read by the engine that made its dataset) and a 13-28 s sample
-of its recordings come from ``bench/consent.py``'s run (``runs/consent/audio``: run that first). The
-server is the app of ``chorus serve`` in this process on the shipped base, with its real judges (Whisper
-tiny.en, the shipped speaker encoder) and its default sample recipe; the base's speaker map (the instant
-voices' space) is made before the clock starts, as ``chorus serve`` makes it at start-up. The voices are
-made one after another (a server refines one at a time), each timed from its POST.
+Each voice's consent recording is the phrase read by the engine that made its dataset, and its sample 10-14 s
+of its recordings (the first half of its dataset), made as ``bench/consent.py`` makes them. The server is a
+real ``chorus serve`` process on the shipped base (its process job runner, its real judges, its default sample
+recipe, ``--adapt-threads`` for the job); the clock starts once it is healthy and its start-up work (the
+speaker map of the instant voices) is done. The voices are made one after another (a server refines one at
+a time), each timed from its POST by polling ``GET /v1/audio/voices/{id}`` every 0.5 s.
 
     python bench/voice_from_sample.py --out bench/results/voice_from_sample
 
@@ -18,54 +18,75 @@ Writes ``voice_from_sample.md`` and ``voice_from_sample.json``.
 from __future__ import annotations
 
 import argparse
-import functools
+import io
 import json
+import os
 import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-import torch
-from fastapi.testclient import TestClient
+import numpy as np
+import soundfile as sf
 
-from chorus.serving.api import create_app
-from chorus.serving.engine import Engine
-from chorus.serving.store import VoiceStore
-from chorus.serving.voice_keys import stored_voice_folder
+from chorus.audio.io import SAMPLE_RATE
+from chorus.corpus.build import record_sentences
+from chorus.corpus.speakers import get_speaker
+from chorus.serving.settings import CONSENT_PHRASES
+from consent import SHORT, SOURCES, sample_windows  # bench/, beside this script
+from run_record import LoadSampler, describe, kept_on_failure, provenance
+from servers import chorus_command, free_port, get, launch, multipart, post_json, request, stop, wait_idle
 
-VOICES = ("joe", "slt", "ked")
+
+def wav_bytes(audio: np.ndarray) -> bytes:
+    buffer = io.BytesIO()
+    sf.write(buffer, audio, SAMPLE_RATE, format="WAV", subtype="PCM_16")
+    return buffer.getvalue()
 
 
-def make_voice(client: TestClient, consent: Path, sample: Path, name: str, timeout: float) -> dict:
+def recordings(heldout: Path, seed: int) -> dict[str, tuple[bytes, bytes]]:
+    """Each held-out voice's (consent, sample) as WAV bytes."""
+    rng = np.random.default_rng(seed)
+    phrase = CONSENT_PHRASES["en"]
+    made = {}
+    for source in SOURCES:
+        consent = record_sentences(get_speaker(source), [phrase])[0]
+        sample = sample_windows(source, heldout, "figures", 1, rng)[0]
+        made[SHORT[source]] = (wav_bytes(consent), wav_bytes(sample))
+    return made
+
+
+def posted(port: int, path: str, fields: dict[str, str], field: str, audio: bytes) -> tuple[int, dict]:
+    body, kind = multipart(fields, [(field, f"{field}.wav", audio, "audio/wav")])
+    status, data = request(port, "POST", path, body, content_type=kind, timeout=600)
+    return status, json.loads(data)
+
+
+def make_voice(port: int, consent: bytes, sample: bytes, name: str, timeout: float) -> dict:
     """Consent, then the voice; polls its stage until adapted or failed. Times in seconds from each POST."""
     started = time.perf_counter()
-    with open(consent, "rb") as recording:
-        answer = client.post(
-            "/v1/audio/voice_consents",
-            data={"name": name, "language": "en"},
-            files={"recording": (consent.name, recording, "audio/wav")},
-        )
-    row = {"voice": name, "consent_status": answer.status_code, "consent_seconds": time.perf_counter() - started}
-    if answer.status_code != 200:
-        return row | {"error": answer.json()["error"]["message"]}
-    consent_id = answer.json()["id"]
+    status, answer = posted(port, "/v1/audio/voice_consents", {"name": name, "language": "en"}, "recording", consent)
+    row = {"voice": name, "consent_status": status, "consent_seconds": time.perf_counter() - started}
+    if status != 200:
+        return row | {"error": answer["error"]["message"]}
     started = time.perf_counter()
-    with open(sample, "rb") as audio:
-        answer = client.post(
-            "/v1/audio/voices",
-            data={"name": name, "consent": consent_id},
-            files={"audio_sample": (sample.name, audio, "audio/wav")},
-        )
-    row |= {"voice_status": answer.status_code, "instant_seconds": time.perf_counter() - started}
-    if answer.status_code != 200:
-        return row | {"error": answer.json()["error"]["message"]}
-    voice_id, blend = answer.json()["id"], answer.json()["instant"]
+    status, answer = posted(port, "/v1/audio/voices", {"name": name, "consent": answer["id"]}, "audio_sample", sample)
+    row |= {"voice_status": status, "instant_seconds": time.perf_counter() - started}
+    if status != 200:
+        return row | {"error": answer["error"]["message"]}
+    voice_id, blend = answer["id"], answer["instant"]
     row["blend"] = blend
-    speech = client.post("/v1/audio/speech", json={"input": "Hello there.", "voice": {"id": voice_id}})
-    row["instant_speaks"] = speech.status_code == 200
+    speech, _ = request(
+        port,
+        "POST",
+        "/v1/audio/speech",
+        json.dumps({"input": "Hello there.", "voice": {"id": voice_id}}).encode(),
+        content_type="application/json",
+    )
+    row["instant_speaks"] = speech == 200
     while time.perf_counter() - started < timeout:
-        state = client.get(f"/v1/audio/voices/{voice_id}").json()
+        state = json.loads(get(port, f"/v1/audio/voices/{voice_id}"))
         if "fitted_seconds" not in row and state["instant"] != blend:
             row |= {"fitted_seconds": time.perf_counter() - started, "fitted": state["instant"]}
         if state["stage"] == "adapted" or state["refinement"] == "failed":
@@ -77,16 +98,26 @@ def make_voice(client: TestClient, consent: Path, sample: Path, name: str, timeo
         "refinement_error": state.get("refinement_error"),
         "refined_seconds": time.perf_counter() - started,
     }
+    if state["stage"] == "adapted":  # the refined voice speaks as itself
+        spoken, _ = request(
+            port,
+            "POST",
+            "/v1/audio/speech",
+            json.dumps({"input": "Hello there.", "voice": {"id": voice_id}}).encode(),
+            content_type="application/json",
+        )
+        row["refined_speaks"] = spoken == 200
     return row
 
 
-def report(rows: list[dict], command: str, threads: int, map_seconds: float) -> str:
+def report(result: dict) -> str:
+    rows = result["rows"]
     lines = [
-        "# A custom voice from one sample: time to instant and to refined",
+        "# A custom voice from one sample: time to instant and to refined, through `chorus serve`",
         "",
-        f"`{command}`; shipped base, default sample recipe,",
-        f"{threads} torch thread(s) for speech; the speaker map took {map_seconds:.1f} s before the clock started.",
-        "On the shared 2-core CPU, with other benchmark runs beside it (timings are upper bounds).",
+        f"`{result['command']}`: {describe(result['provenance'])}. Shipped base, default sample recipe, a real",
+        f"`chorus serve` process ({result['threads']} thread(s) for speech, {result['adapt_threads']} for the job);",
+        f"its start-up work (the speaker map) took {result['startup_seconds']:.1f} s before the clock started.",
         "",
         "| voice | consent (s) | POST -> instant (s) | instant speaks | blend | POST -> fitted instant (s) | fitted "
         "speaker | POST -> end of refinement (s) | stage | refinement |",
@@ -114,34 +145,49 @@ def report(rows: list[dict], command: str, threads: int, map_seconds: float) -> 
     return "\n".join(lines) + "\n"
 
 
+def serve_and_time(args, made: dict[str, tuple[bytes, bytes]], result: dict) -> None:
+    """Start ``chorus serve`` on an empty store, wait for its start-up work, make each voice in turn."""
+    with tempfile.TemporaryDirectory(prefix="chorus-voice-from-sample-") as work:
+        port = free_port()
+        command = [*chorus_command(), "serve", "--store", str(Path(work) / "store"), "--port", str(port),
+                   "--adapt-threads", str(args.adapt_threads)]  # fmt: skip
+        environment = os.environ | {"OMP_NUM_THREADS": str(args.threads)}
+        process = launch(command, port, Path(work) / "server.log", env=environment, cwd=Path(work))
+        try:
+            result["startup_seconds"] = wait_idle(process.pid)
+            post_json(port, "/v1/audio/speech", {"input": "Warm up.", "voice": "alloy"})
+            for name, (consent, sample) in made.items():
+                result["rows"].append(make_voice(port, consent, sample, name, args.timeout))
+                print(result["rows"][-1], flush=True)
+        finally:
+            result["server_stop"] = stop(process)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--audio", type=Path, default=Path("runs/consent/audio"), help="bench/consent.py's recordings")
-    parser.add_argument("--sample", type=int, default=0, help="which of its sample windows")
-    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--heldout", type=Path, default=Path("corpus_out/heldout"))
+    parser.add_argument("--threads", type=int, default=1, help="torch threads of the server's speech")
+    parser.add_argument("--adapt-threads", type=int, default=1, help="threads of its refinement job")
+    parser.add_argument("--seed", type=int, default=1234)
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds to wait for a refinement")
     parser.add_argument("--out", type=Path, default=Path("bench/results/voice_from_sample"))
     args = parser.parse_args()
-    command = " ".join(["python bench/voice_from_sample.py", *sys.argv[1:]])
-    torch.set_num_threads(args.threads)
-    with tempfile.TemporaryDirectory() as work:
-        store = VoiceStore(str(Path(work) / "store"))
-        engine = Engine.load(resolve=functools.partial(stored_voice_folder, store))
-        app = create_app(store, engine)
-        started = time.perf_counter()
-        app.state.server.custom_voices.speaker_map()  # as chorus serve makes it at start-up
-        map_seconds = time.perf_counter() - started
-        with TestClient(app) as client:
-            rows = []
-            for voice in VOICES:
-                consent = args.audio / f"consent_{voice}_right_as-read.wav"
-                sample = args.audio / f"sample_{voice}_{args.sample}.wav"
-                rows.append(make_voice(client, consent, sample, voice, args.timeout))
-                print(rows[-1], flush=True)
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "voice_from_sample.json").write_text(json.dumps({"map_seconds": map_seconds, "rows": rows}, indent=1))
-    (args.out / "voice_from_sample.md").write_text(report(rows, command, args.threads, map_seconds))
-    print(report(rows, command, args.threads, map_seconds))
+    path = args.out / "voice_from_sample.json"
+    result = {
+        "command": " ".join(["python bench/voice_from_sample.py", *sys.argv[1:]]),
+        "provenance": provenance(args.threads, "chorus serve (its process job runner), over HTTP"),
+        "threads": args.threads,
+        "adapt_threads": args.adapt_threads,
+        "rows": [],
+    }
+    made = recordings(args.heldout, args.seed)
+    with kept_on_failure(path, result), LoadSampler() as load:
+        serve_and_time(args, made, result)
+        result["provenance"]["load"] = load.summary()
+    path.write_text(json.dumps(result, indent=1))
+    (args.out / "voice_from_sample.md").write_text(report(result))
+    print(report(result))
 
 
 if __name__ == "__main__":
