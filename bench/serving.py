@@ -78,7 +78,7 @@ from chorus.serving.tenants import DEFAULT_TENANT
 from chorus.synthesis import load_base
 from run_record import closed_loop as run_clients  # bench/, beside this script
 from run_record import describe, latency_ms, mean_sd, paired_ratios, percentile, provenance
-from servers import chorus_command, free_port, get, launch, post_json, process_rss, self_rss, stop
+from servers import chorus_command, free_port, get, launch, post_json, process_rss, self_rss, stop, wait_idle
 from serving_baselines import ModelPerVoice, swap_one_at_a_time
 
 TEXTS = [
@@ -491,6 +491,9 @@ def server_memory(args, folders: dict[str, Path]) -> dict:
     environment = os.environ | {"OMP_NUM_THREADS": str(args.threads)}
     server = launch(command, port, args.work / "server.log", env=environment)
     try:
+        # Healthy is not settled: the server makes its speaker map in the background at start-up, which
+        # would otherwise land in the first voices' growth.
+        wait_idle(server.pid)
         # One request in the default base voice first: the first call's one-time costs (the batcher's
         # worker, the vocoder's buffers) are then in the starting RSS, not in the first voice's growth.
         base_voices = json.loads(get(port, "/v1/voices"))["data"]
