@@ -63,6 +63,12 @@ def posted(port: int, path: str, fields: dict[str, str], field: str, audio: byte
     return status, json.loads(data)
 
 
+def speaks(port: int, voice_id: str) -> bool:
+    """Whether the voice answers a speech request."""
+    body = json.dumps({"input": "Hello there.", "voice": {"id": voice_id}}).encode()
+    return request(port, "POST", "/v1/audio/speech", body, content_type="application/json")[0] == 200
+
+
 def make_voice(port: int, consent: bytes, sample: bytes, name: str, timeout: float) -> dict:
     """Consent, then the voice; polls its stage until adapted or failed. Times in seconds from each POST."""
     started = time.perf_counter()
@@ -77,14 +83,7 @@ def make_voice(port: int, consent: bytes, sample: bytes, name: str, timeout: flo
         return row | {"error": answer["error"]["message"]}
     voice_id, blend = answer["id"], answer["instant"]
     row["blend"] = blend
-    speech, _ = request(
-        port,
-        "POST",
-        "/v1/audio/speech",
-        json.dumps({"input": "Hello there.", "voice": {"id": voice_id}}).encode(),
-        content_type="application/json",
-    )
-    row["instant_speaks"] = speech == 200
+    row["instant_speaks"] = speaks(port, voice_id)
     while time.perf_counter() - started < timeout:
         state = json.loads(get(port, f"/v1/audio/voices/{voice_id}"))
         if "fitted_seconds" not in row and state["instant"] != blend:
@@ -99,14 +98,7 @@ def make_voice(port: int, consent: bytes, sample: bytes, name: str, timeout: flo
         "refined_seconds": time.perf_counter() - started,
     }
     if state["stage"] == "adapted":  # the refined voice speaks as itself
-        spoken, _ = request(
-            port,
-            "POST",
-            "/v1/audio/speech",
-            json.dumps({"input": "Hello there.", "voice": {"id": voice_id}}).encode(),
-            content_type="application/json",
-        )
-        row["refined_speaks"] = spoken == 200
+        row["refined_speaks"] = speaks(port, voice_id)
     return row
 
 
