@@ -363,6 +363,9 @@ def test_voice_refusals(tmp_path):
     (tmp_path / "v1" / "adapter_config.json").write_text("{not json")
     with pytest.raises(VoiceError, match="corrupted JSON"):
         read_voice(tmp_path / "v1")
+    (tmp_path / "v1" / "adapter_config.json").write_text("[1, 2]")  # JSON, but not an object (was AttributeError)
+    with pytest.raises(VoiceError, match="corrupted JSON"):
+        read_voice(tmp_path / "v1")
     with pytest.raises(VoiceError, match="missing"):
         read_voice(tmp_path / "nothing")
     other = build_model(AcousticConfig(**{**CONFIG.to_dict(), "d_model": 16}))
@@ -371,6 +374,11 @@ def test_voice_refusals(tmp_path):
     with pytest.raises(VoiceError, match="does not fit"):
         apply_voice(other, read_voice(tmp_path / "v2"), "v2")
     assert adapter_names(other) == set()
+    section_path = tmp_path / "v2" / "chorus_voice.json"
+    section = json.loads(section_path.read_text())
+    section_path.write_text(json.dumps({**section, "methods": [1]}))  # a method entry that is not an object
+    with pytest.raises(VoiceError, match="invalid method config"):
+        read_voice(tmp_path / "v2")
 
 
 # -- PEFT interoperability: the same LoRA file is read by both (the peft fixture skips without peft) ----

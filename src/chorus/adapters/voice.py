@@ -262,11 +262,14 @@ def read_voice(folder: str | Path) -> Voice:
 
 
 def _json_file(path: Path) -> dict:
-    """The JSON object in ``path``, refused as a corrupted voice when it does not parse."""
+    """The JSON object in ``path``, refused as a corrupted voice when it does not parse or is not an object."""
     try:
-        return json.loads(path.read_text())
+        found = json.loads(path.read_text())
     except json.JSONDecodeError as error:
         raise VoiceError(f"{path}: corrupted JSON ({error})") from error
+    if not isinstance(found, dict):
+        raise VoiceError(f"{path}: corrupted JSON (a {type(found).__name__} where an object belongs)")
+    return found
 
 
 def _chorus_section(folder: Path, config: dict) -> dict | None:
@@ -307,7 +310,7 @@ def _method_configs(section: dict, config_path: Path) -> list[MethodConfig]:
     """The section's method configs; full fine-tuning is a flag of the voice (``Voice.full``), not a method."""
     try:
         return [config_from_dict(c) for c in section["methods"] if c.get("method") != FULL_FINE_TUNING]
-    except (KeyError, TypeError, ValueError) as error:
+    except (KeyError, TypeError, ValueError, AttributeError) as error:  # AttributeError: an entry not an object
         raise VoiceError(f"{config_path}: invalid method config ({error})") from error
 
 
