@@ -55,7 +55,7 @@ from chorus.evaluation.asr import WhisperJudge
 from chorus.serving.errors import ApiError
 from chorus.serving.onboarding.consent_checks import CustomVoiceChecks
 from chorus.serving.settings import ConsentSettings
-from chorus.speaker_recognition.bundle import CONSENT_ENCODER_NAME, SHIPPED_CONSENT_ENCODER, load_encoder
+from chorus.speaker_recognition.bundle import load_encoder
 from chorus.speaker_recognition.embedders import ChorusEmbedder, ResemblyzerEmbedder
 from chorus.speaker_recognition.verification import verification_scores
 from chorus.speaker_recognition.voice_match import (
@@ -65,6 +65,7 @@ from chorus.speaker_recognition.voice_match import (
     MatchVerdict,
     UnusableRecording,
     VoiceMatch,
+    fused_consent_match,
     load_cohort,
 )
 from run_record import LoadSampler, provenance
@@ -286,9 +287,18 @@ class Judges:
         path.write_bytes(pickle.dumps({"channels": channels, "windows": self.windows}))
 
     def load(self, path: Path) -> None:
+        import io
         import pickle
 
-        cached = pickle.loads(path.read_bytes())
+        class Renamed(pickle.Unpickler):
+            """Caches written before ``chorus.speaker`` became ``chorus.speaker_recognition`` still load."""
+
+            def find_class(self, module: str, name: str):
+                if module == "chorus.speaker" or module.startswith("chorus.speaker."):
+                    module = "chorus.speaker_recognition" + module[len("chorus.speaker") :]
+                return super().find_class(module, name)
+
+        cached = Renamed(io.BytesIO(path.read_bytes())).load()
         self.channels, self.windows = cached["channels"], cached["windows"]
 
     def _channel(self, name, key, audio):
@@ -315,15 +325,14 @@ def provisional(cohort, name: str) -> MatchSettings:
 
 
 def matchers_for(cohort, encoder: Path | None) -> Judges:
-    """Both encoders' speaker checks on ``cohort`` and the server's fusion of them (without a phrase check
-    yet). The Chorus part is the server's consent encoder (v3, its cohort embeddings ``chorus-v3``) unless
-    ``encoder`` names another, whose embeddings the cohort holds as ``chorus``."""
-    chorus = (
-        ChorusEmbedder(load_encoder(encoder))
-        if encoder
-        else ChorusEmbedder(load_encoder(SHIPPED_CONSENT_ENCODER), name=CONSENT_ENCODER_NAME)
-    )
-    embedders = {"resemblyzer": ResemblyzerEmbedder(), "chorus": chorus}
+    """Both encoders' speaker checks on ``cohort`` and their fusion (without a phrase check yet): by default
+    the server's own (:func:`fused_consent_match`: resemblyzer and the consent encoder v3, its cohort
+    embeddings ``chorus-v3``); with ``encoder``, that Chorus encoder in v3's place, whose embeddings the
+    cohort holds as ``chorus``."""
+    if encoder is None:
+        fused = fused_consent_match(cohort)
+        return Judges(None, dict(zip(PARTS, fused.parts, strict=True)), fused)  # type: ignore[arg-type]
+    embedders = {"resemblyzer": ResemblyzerEmbedder(), "chorus": ChorusEmbedder(load_encoder(encoder))}
     matchers = {name: VoiceMatch(e, cohort, provisional(cohort, e.name)) for name, e in embedders.items()}
     return Judges(None, matchers, FusedMatch(*matchers.values(), provisional(cohort, FUSED)))  # type: ignore[arg-type]
 

@@ -22,9 +22,10 @@ Typical use::
 
     engine = Engine.load("runs/base", "griffin-lim", resolve=lambda voice: folders[voice.key])
     engine.add_voice("ann", "voices/ann", pin=True)
-    results = engine.synthesize([SentenceRequest("Hello.", engine.resolve_voice("ann")), SentenceRequest("Hi.", engine.resolve_voice("flite-rms"))])
+    ann, rms = engine.resolve_voice("ann"), engine.resolve_voice("flite-rms")
+    results = engine.synthesize([SentenceRequest("Hello.", ann), SentenceRequest("Hi.", rms)])
 
-A voice reaches the engine typed, resolved once by whoever took the request (:meth:`Engine.voice` for a
+A voice reaches the engine typed, resolved once by whoever took the request (:meth:`Engine.resolve_voice` for a
 name; the server's :class:`~chorus.serving.voice_keys.StoredVoice` carries its store record): a base
 :class:`~chorus.synthesis.voices.Speaker`, a :class:`~chorus.synthesis.voices.Blend`, or an
 :class:`AdaptedVoice` found by its ``key``. :meth:`Engine.synthesize` reads a batch of requests through the
@@ -90,7 +91,7 @@ EngineVoice = Speaker | Blend | AdaptedVoice
 
 @dataclass(frozen=True)
 class SentenceRequest:
-    """One sentence to speak: ``text`` in ``voice`` (typed, or a name :meth:`Engine.voice` resolves) at
+    """One sentence to speak: ``text`` in ``voice`` (typed, or a name :meth:`Engine.resolve_voice` resolves) at
     ``speed`` (2.0 speaks twice as fast)."""
 
     text: str
