@@ -76,8 +76,8 @@ from chorus.serving.settings import ServerSettings
 from chorus.serving.store import VoiceStore
 from chorus.serving.tenants import DEFAULT_TENANT
 from chorus.synthesis import load_base
+from run_record import LoadSampler, describe, latency_ms, mean_sd, paired_ratios, percentile, provenance
 from run_record import closed_loop as run_clients  # bench/, beside this script
-from run_record import describe, latency_ms, mean_sd, paired_ratios, percentile, provenance
 from servers import chorus_command, free_port, get, launch, post_json, process_rss, self_rss, stop, wait_idle
 from serving_baselines import ModelPerVoice, swap_one_at_a_time
 
@@ -669,7 +669,9 @@ def header_lines(result: dict, args) -> list[str]:
         (
             f"Shipped base, Griffin-Lim vocoder, {cfg['threads']} torch thread(s) on a {cfg['cpus']}-core CPU "
             f"(load average {cfg['load_average'][0]:.1f} at the start, "
-            f"{cfg.get('load_average_end', [float('nan')])[0]:.1f} after the throughput runs). Voices are synthetic "
+            f"{cfg.get('load_average_end', [float('nan')])[0]:.1f} after the throughput runs"
+            + (f"; sampled during them {cfg['load_during_throughput']}" if "load_during_throughput" in cfg else "")
+            + "). Voices are synthetic "
             f"`{args.method}` adapters with random values (scale {args.adapter_scale:g}), "
             f"{result['adapter_bytes_per_voice'] / 1024:.0f} KiB of tensors each: they measure speed and memory, "
             "not quality. "
@@ -1097,8 +1099,10 @@ def main() -> None:
 
         with engine.using(voice_ids):  # every voice resident before timing
             pass
-        runs = throughput(engine, voice_ids, folders, args)
+        with LoadSampler() as load:  # the load through the timed runs, not only at their ends
+            runs = throughput(engine, voice_ids, folders, args)
         config["load_average_end"] = os.getloadavg()
+        config["load_during_throughput"] = load.summary()
         rows = summarize(runs)
         result = {
             "command": command,
