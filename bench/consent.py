@@ -37,6 +37,7 @@ The calibrated settings go into the shipped cohort with ``scripts/ship_speaker_c
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import subprocess
 import time
@@ -198,6 +199,13 @@ PARTS = ("resemblyzer", "chorus")  # the two encoders, in the order FusedMatch s
 FUSED, SERVER = "fused", "server"  # FusedMatch calibrated here / judged by the shipped thresholds
 
 
+def recording_key(label, audio: np.ndarray) -> str:
+    """A cache key for a recording: its label and a digest of its samples. Piper draws its noise unseeded, so
+    two processes (the shards of a run) record different audio under one label; keyed by label alone, the
+    second shard's cache took the first's channels and bands, and ``--rescore`` of the two failed."""
+    return f"{label!r} {hashlib.sha1(np.ascontiguousarray(audio, dtype=np.float32).tobytes()).hexdigest()[:12]}"
+
+
 class Judges:
     """The server's checks, with each encoder's windows cached per recording and band (saved with
     :meth:`save`, so ``--rescore`` can judge every trial again with another cohort or settings)."""
@@ -219,7 +227,7 @@ class Judges:
 
     def trial(self, name: str, consent_key, consent: np.ndarray, sample_key, sample: np.ndarray) -> dict:
         """Encoder ``name``'s verdict on a consent and a sample, each embedded once per band."""
-        consent_key, sample_key = repr(consent_key), repr(sample_key)
+        consent_key, sample_key = recording_key(consent_key, consent), recording_key(sample_key, sample)
         matcher = self.matchers[name]
         try:
             (ca, a), (sb, b) = self._channel(name, consent_key, consent), self._channel(name, sample_key, sample)
@@ -409,7 +417,8 @@ def measure(args) -> dict:
         print(f"{condition}: {len(trials)} trials so far, {time.perf_counter() - started:.0f} s", flush=True)
         args.partial.write_text(json.dumps({"trials": trials, "phrases": phrase_rows}, default=float))
 
-    attacks = attack_trials(judges, people, consents, samples, phrase, rng) if args.attacks else []
+    clean_speech = {name: heard["speech"] for name, heard in clean.items()}
+    attacks = attack_trials(judges, people, consents, clean_speech, samples) if args.attacks else []
     wrong = wrong_phrases(judges, rng, talkers) if args.attacks else []
     print(f"attacks and wrong phrases done, {time.perf_counter() - started:.0f} s", flush=True)
     judges.save(args.out / "embeddings.pkl")
@@ -430,9 +439,11 @@ def measure(args) -> dict:
     }
 
 
-def attack_trials(judges: Judges, people, consents, samples, phrase: str, rng) -> list[dict]:
+def attack_trials(judges: Judges, people, consents, clean_speech, samples) -> list[dict]:
     """Laundering (the attacker's phrase, then the victim's speech reversed) and spliced samples (half the
-    consent's speaker, half another), on the figures' split, each against the victim's / owner's sample."""
+    consent's speaker, half another), on the figures' split, each against the victim's / owner's sample.
+    ``consents``: each speaker's clean consent recording; ``clean_speech``: the part of it the phrase check
+    kept (what the server takes the consent's speaker from)."""
     figures = [p for p in people if p.split == "figures"]
     rows = []
     victims = [p for p in figures if not p.chain]  # each source voice as recorded
@@ -464,7 +475,7 @@ def attack_trials(judges: Judges, people, consents, samples, phrase: str, rng) -
             spliced = np.concatenate([own[: own.size // 2], theirs[: theirs.size // 2]])
             row = {"attack": "spliced sample", "attacker": owner.name, "victim": other.name, "phrase_accepted": True}
             row |= judges.judge_all(
-                ("clean", owner.name), consents[owner.name], ("spliced", owner.name, other.name), spliced
+                ("clean", owner.name), clean_speech[owner.name], ("spliced", owner.name, other.name), spliced
             )
             rows.append(row)
     return rows

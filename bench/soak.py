@@ -101,6 +101,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from chorus.serving.settings import ServerSettings
 from chorus.serving.store import FINISHED_JOB, VoiceStatus, VoiceStore
 from chorus.serving.store.metadata import public_url
 from chorus.serving.tenants import OPERATOR_TENANT
@@ -698,6 +699,7 @@ def start_server(args, store: StoreSpec, keys: Path, limits: Path | None, folder
         "--adapt-threads",
         str(args.adapt_threads),
         *(["--limits", str(limits)] if limits else []),
+        *(["--job-niceness", str(args.job_niceness)] if args.job_niceness is not None else []),
     ]
     environment = os.environ | {"OMP_NUM_THREADS": str(args.threads), "CHORUS_SNAPSHOTS": str(folder / "snapshots")}
     process = launch(command, port, folder / "server.log", env=environment, cwd=folder)
@@ -1025,7 +1027,7 @@ def header_lines(result: dict, args) -> list[str]:
             f"the store before the server started; adapter cache {args.cache_mb:g} MB (a median "
             f"{np.median([h['resident_voices'] for h in result['health']]):.0f} voices resident: the server loads "
             f"and evicts throughout); onboarding {args.adapt_steps} training steps "
-            f"on {args.adapt_threads} thread(s). {minutes:g} minutes of load: speech at {args.speech_rate:g} "
+            f"on {args.adapt_threads} thread(s) in processes at niceness {_job_niceness(args)}. {minutes:g} minutes of load: speech at {args.speech_rate:g} "
             f"requests/s over all tenants ({args.speech_clients} paced clients per tenant), catalog requests "
             f"every 2 s per tenant, one onboarding job at a time per tenant with {args.upload_pause:g} s between "
             f"jobs (every {args.cancel_every}th cancelled), the operator's /healthz every 5 s. Every request "
@@ -1033,6 +1035,19 @@ def header_lines(result: dict, args) -> list[str]:
         ),
         "",
     ]
+
+
+def _job_niceness(args) -> str:
+    """The onboarding processes' niceness as run: the option, else the server's default (runs made before
+    ``ServerSettings.job_niceness`` existed ran their jobs at the server's priority)."""
+    given = getattr(args, "job_niceness", None)
+    if given is not None:
+        return str(given)
+    return (
+        "0 (before job_niceness existed)"
+        if not hasattr(args, "job_niceness")
+        else f"{ServerSettings().job_niceness} (the server's default)"
+    )
 
 
 def findings_lines(result: dict) -> list[str]:
@@ -1531,6 +1546,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--job-timeout", type=float, default=300.0, help="a job not done by then is an error")
     parser.add_argument("--adapt-steps", type=int, default=3)
     parser.add_argument("--adapt-threads", type=int, default=1)
+    parser.add_argument(
+        "--job-niceness", type=int, default=None, help="of the servers' onboarding processes (default: the server's)"
+    )
     parser.add_argument("--cache-mb", type=float, default=1.5, help="each server's adapter cache")
     parser.add_argument("--threads", type=int, default=1, help="OMP_NUM_THREADS of each server")
     parser.add_argument("--throughput-seconds", type=float, default=20.0, help="per measurement (--servers 2+)")

@@ -12,6 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 import soundfile as sf
+import torch
 from typer.testing import CliRunner
 
 from chorus.adapters import MethodConfig, get_method
@@ -357,6 +358,31 @@ def test_a_voice_adapted_on_a_piper_base_says_which_base_speaks_it(
     assert result.exit_code == 2 and "made on base piper-joe" in message and "not on chorus" in message
 
 
+def test_a_full_fine_tune_on_a_piper_base_is_a_voice_folder_that_speaks(
+    monkeypatch, new_voice_data, tiny_posterior, tmp_path
+):
+    """chorus adapt --base piper-joe --placement full: the baseline is a voice folder like any other (the whole
+    generator's weights), spoken by chorus synthesize --voice beside the base, which it leaves as it was."""
+    from chorus.synthesis.bases import piper
+    from conftest import tiny_piper_base
+
+    joe = tiny_piper_base(name="piper-joe")
+    before = {k: v.clone() for k, v in joe.model.state_dict().items()}
+    monkeypatch.setattr(piper, "open_base", lambda spec, vocoder=None, device="cpu": joe)
+    voice = tmp_path / "full"
+    command = ["adapt", str(new_voice_data), "--base", "piper-joe", "--out", str(voice), "--steps", "2"]
+    result = runner.invoke(app, [*command, "--placement", "full", "--posterior", tiny_posterior])
+    assert result.exit_code == 0, result.output
+    recorded = json.loads((voice / "chorus_voice.json").read_text())
+    assert recorded["full"] and recorded["base_model"] == "piper-joe"
+    assert all(torch.equal(joe.model.state_dict()[k], v) for k, v in before.items())  # trained a copy
+    out = tmp_path / "full.wav"
+    result = runner.invoke(app, ["synthesize", "--voice", str(voice), "--text", "Hello there.", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    audio, rate = sf.read(out)
+    assert rate == 22_050 and len(audio) > 256
+
+
 def test_serve_defaults_are_the_servers():
     api = pytest.importorskip("chorus.serving.settings", reason="needs the serve extra")
     from chorus.cli.serve import server_settings
@@ -382,6 +408,10 @@ def test_serve_takes_a_base(monkeypatch, tmp_path):
     assert result.exit_code == 0 and served[0].base == "piper-joe", result.output
     result = runner.invoke(app, ["serve", "--store", str(tmp_path), "--base", "piper-joe", "--model", str(tmp_path)])
     assert result.exit_code == 2 and "not both" in result.output
+    result = runner.invoke(app, ["serve", "--store", str(tmp_path), "--job-niceness", "0"])
+    assert result.exit_code == 0 and served[-1].settings.job_niceness == 0, result.output
+    result = runner.invoke(app, ["serve", "--store", str(tmp_path), "--job-niceness", "25"])
+    assert result.exit_code != 0 and "must be 0-19, got 25" in " ".join(result.output.split())
 
 
 def test_a_new_methods_config_fields_become_options(monkeypatch):

@@ -97,6 +97,22 @@ def test_a_job_whose_process_is_killed_fails_and_the_server_goes_on(serving, new
 
 
 @pytest.mark.parametrize("serving", [ENDLESS], indirect=True)
+def test_a_jobs_process_trains_at_a_lower_priority_than_the_server(serving, new_voice_data):
+    """Speech first: the job's process is niced by ServerSettings.job_niceness (the server is not)."""
+    store, runner, submit = serving
+    job = submit("fiona", new_voice_data)
+    pid = wait_training(store, runner, job)
+    own = os.getpriority(os.PRIO_PROCESS, 0)
+    assert os.getpriority(os.PRIO_PROCESS, pid) == min(own + ServerSettings().job_niceness, 19)
+    assert ServerSettings().job_niceness == 10
+
+
+def test_a_niceness_out_of_range_is_refused():
+    with pytest.raises(ValueError, match="must be 0-19, got 20"):
+        ServerSettings(job_niceness=20)
+
+
+@pytest.mark.parametrize("serving", [ENDLESS], indirect=True)
 def test_the_servers_stop_stops_the_jobs_process_and_leaves_the_job_to_the_next_start(
     serving, new_voice_data, tmp_path
 ):

@@ -197,8 +197,9 @@ def _not_peft(configs: list[MethodConfig], full: bool) -> str:
 def save_voice(
     folder: str | Path, model: nn.Module, name: str, configs: list[MethodConfig], card: VoiceCard, *, full: bool = False
 ) -> Path:
-    """Write adapter ``name`` of ``model`` (or, with ``full``, all of the model's weights) atomically."""
-    tensors = adapter_state_dict(model, name)
+    """Write adapter ``name`` of ``model`` (or, with ``full``, all of the model's weights and the adapter
+    ``name`` it may also carry: none when ``configs`` is empty) atomically."""
+    tensors = adapter_state_dict(model, name) if configs else {}
     if full:
         tensors = {**base_state_dict(model), **tensors}
     tensors = {PEFT_PREFIX + key: value.detach().contiguous().cpu() for key, value in tensors.items()}
@@ -359,7 +360,8 @@ def apply_voice(
     model: nn.Module, voice: Voice, name: str, base_model_sha256: str | None = None, base_model: str = ""
 ) -> None:
     """Add ``voice`` to ``model`` as adapter ``name``. For a full fine-tuning voice, ``model`` is
-    overwritten with its weights (pass a copy of the base). Refuses a voice of another base model
+    overwritten with its weights (pass a copy of the base), and adapter ``name`` is added only if the voice
+    carries adapters too (a Chorus full fine-tune's speaker vector; a Piper one has none). Refuses a voice of another base model
     (``base_model_sha256``, named ``base_model`` in the message)."""
     if base_model_sha256 and voice.base_model_sha256 and voice.base_model_sha256 != base_model_sha256:
         made_on = f"{voice.base_model or 'chorus'} (sha256 {voice.base_model_sha256[:12]}...)"
@@ -381,6 +383,8 @@ def apply_voice(
                         f"voice {name!r}: {key} has shape {tuple(weights[key].shape)}, the model {tuple(value.shape)}"
                     )
                 value.copy_(weights[key])
+    if not voice.configs:  # a full fine-tune and nothing more: no adapter to add
+        return
     try:
         add_adapter(model, name, voice.configs)
         load_adapter_state_dict(model, name, tensors)

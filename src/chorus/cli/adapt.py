@@ -47,7 +47,8 @@ def adapt(
     ),
     placement: str = typer.Option(
         config_default(PiperAdaptConfig, "placement"),
-        help=f"With a Piper --base: where the voice's adapters go ({', '.join(PLACEMENTS)}).",
+        help=f"With a Piper --base: where the voice's adapters go ({', '.join(PLACEMENTS)}), or full: every weight "
+        "trains, and the voice folder holds a whole generator (the baseline; spoken beside the base, not in it).",
     ),
     recipe: str = typer.Option(
         config_default(PiperAdaptConfig, "recipe"),
@@ -146,8 +147,6 @@ def adapt_on_piper(
             threads=threads,
             **(options or {}),
         )
-        if config.full:
-            raise ValueError("--placement full trains a whole generator: a model of its own, not a voice folder")
         piper = open_base(spec, device=device)
         result = adapt_piper(data, piper.model, out, config, piper.sha256, progress=True, base_name=piper.name)
     card = result.card

@@ -67,6 +67,11 @@ class ServeOptions:
         help=f"Most training steps refining a voice made from one sample, POST /v1/audio/voices ({SERVER_DEFAULT}).",
     )
     max_text_chars: int | None = option(None, help=f"Longest text of one speech request ({SERVER_DEFAULT}).")
+    job_niceness: int | None = option(
+        None,
+        help="Niceness (0-19) of onboarding jobs' processes: at 10, speech is served first and training takes "
+        f"the CPU left; 0 shares it equally ({SERVER_DEFAULT}).",
+    )
     limits: Path | None = option(
         None,
         help="Limits file (JSON) per tenant and for the whole server, e.g. "
@@ -162,6 +167,8 @@ def _config(options: ServeOptions) -> ServeConfig:
         options.max_text_chars,
         options.sample_steps,
     )
+    if options.job_niceness is not None:
+        settings = dataclasses.replace(settings, job_niceness=options.job_niceness)
     if options.limits is not None:
         settings = dataclasses.replace(settings, limits=Limits.from_file(options.limits))
     if options.voice_aliases is not None:

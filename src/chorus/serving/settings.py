@@ -252,7 +252,14 @@ class ServerSettings:
     consent: ConsentSettings = field(default_factory=ConsentSettings)
     jobs_dir: Path | None = None  # default: see :func:`jobs_dir`
     progress_interval: float = 1.0  # least seconds between two progress writes of a running job
+    # The niceness (``nice``, 0-19) of an onboarding job's process: on the cores the server speaks from,
+    # speech runs first and training takes what is left (bench/soak.py measures both sides). 0: equals.
+    job_niceness: int = 10
     store_probe_seconds: float = 5.0  # /healthz probes the store's writability at most this often
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.job_niceness <= 19:
+            raise ValueError(f"job_niceness (--job-niceness) must be 0-19, got {self.job_niceness}")
 
 
 def jobs_dir(settings: ServerSettings, store: VoiceStore) -> Path:

@@ -105,7 +105,7 @@ class CachedVoice:
     ``folder`` is None for a voice that joined from memory (:meth:`Engine.add_loaded`)."""
 
     voice_id: str
-    adapter: str
+    adapter: str | None  # None: a full fine-tune that carries no adapter (its weights are the voice)
     folder: Path | None
     nbytes: int
     methods: list[str]
@@ -554,7 +554,8 @@ class Engine:
             raise
 
     def _apply(self, voice_id: str, folder: Path, voice: Voice, started: float) -> CachedVoice:
-        adapter = f"voice{self._next_adapter}"  # voice ids may hold characters module names cannot
+        # Voice ids may hold characters module names cannot; a full fine-tune alone adds no adapter.
+        adapter = f"voice{self._next_adapter}" if voice.configs else None
         self._next_adapter += 1
         # A full fine-tune overwrites the weights of the model it is applied to: a bare copy, its own base.
         model = self._bare_model() if voice.full else self.model

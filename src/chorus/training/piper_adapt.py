@@ -335,8 +335,8 @@ def target_windows(clips: Sequence[Clip], starts: Sequence[int], config: PiperAd
 @dataclass
 class PiperAdaptResult:
     """What :func:`adapt_piper` returns: the model (the generator with its voice active, or the fully
-    fine-tuned copy), the voice folder (None for full fine-tuning unless saved), the card, the log rows,
-    and the posterior recipe's posterior encoder as it trained on the clips (not part of the voice)."""
+    fine-tuned copy), the voice folder (None without ``out``), the card, the log rows, and the posterior
+    recipe's posterior encoder as it trained on the clips (not part of the voice)."""
 
     model: PiperGenerator
     voice_dir: Path | None
@@ -564,7 +564,7 @@ def adapt_piper(
     base_name: str = "",
 ) -> PiperAdaptResult:
     """Adapt ``generator`` to the recordings of ``data`` (a dataset folder or utterances) and save the voice
-    to ``out`` (adapters only; None: not saved). ``base_sha256`` and ``base_name`` (as ``--base`` names it:
+    to ``out`` (its adapters; for full fine-tuning the whole generator; None: not saved). ``base_sha256`` and ``base_name`` (as ``--base`` names it:
     ``piper-joe``, a voice file's name): the base, recorded in the voice so that it is spoken on that base
     and refused on another. Writes ``out``'s loss log beside it (``<out>.log.csv``)."""
     torch.set_num_threads(config.threads)
@@ -605,7 +605,7 @@ def adapt_piper(
         length_scale=pace,
         noise_scale=None if aligned else config.speak_noise_scale,
     )
-    voice_dir = None if out is None or config.full else save_voice(out, model, VOICE, configs, card)
+    voice_dir = None if out is None else save_voice(out, model, VOICE, configs, card, full=config.full)
     return PiperAdaptResult(model, voice_dir, card, rows, posterior)
 
 

@@ -111,6 +111,7 @@ def run_job(
     server's, claimed by it or by this process, and stays so if this process dies), train ``job`` to its
     end (or to the server's stop, ``closing``, or the job's cancel, ``cancelled``), close the store."""
     _die_with(server_pid)
+    os.nice(config.settings.job_niceness)  # speech first: see ServerSettings.job_niceness
     logging.basicConfig(level=logging.INFO, format="%(levelname)s:     %(name)s: %(message)s")
     store = VoiceStore(config.store, config.database, config.cache_dir, on_behalf_of=owner)
     try:
