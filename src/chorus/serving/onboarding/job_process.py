@@ -110,8 +110,10 @@ def run_job(
     """A job process's body: open the store on behalf of its server (store ``owner``: the job is the
     server's, claimed by it or by this process, and stays so if this process dies), train ``job`` to its
     end (or to the server's stop, ``closing``, or the job's cancel, ``cancelled``), close the store."""
+    # Speech first (ServerSettings.job_niceness). Before any thread starts: on Linux a niceness is a thread's,
+    # inherited by the threads it starts (torch's among them), not changed in threads already running.
+    os.nice(config.settings.job_niceness)
     _die_with(server_pid)
-    os.nice(config.settings.job_niceness)  # speech first: see ServerSettings.job_niceness
     logging.basicConfig(level=logging.INFO, format="%(levelname)s:     %(name)s: %(message)s")
     store = VoiceStore(config.store, config.database, config.cache_dir, on_behalf_of=owner)
     try:
