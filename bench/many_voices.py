@@ -48,7 +48,7 @@ from chorus.models.bundle import load_bundle
 from chorus.recipe import AdaptConfig
 from chorus.synthesis import DEFAULT_BASE, load_base
 from chorus.training.adapt_many import ManyVoicesConfig, adapt_many
-from run_record import mean_sd  # bench/, beside this script
+from run_record import describe, mean_sd, provenance  # bench/, beside this script
 
 HELD_OUT = ("piper-joe", "flite-slt", "festival-ked")
 
@@ -266,8 +266,10 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     folders, evaluation = build_voices(args)
     judges = Judges(speaker=SpeakerJudge(), reference=False)
-    rows, quality, commands = earlier_results(args)
+    rows, quality, commands, args.provenance = earlier_results(args)
     commands = list(dict.fromkeys([*commands, COMMAND]))
+    # Read when the run starts: a later commit must not be credited with this run.
+    args.provenance[COMMAND] = provenance(args.threads, TIMED_PATH)
     for k in args.ks:
         row = measure_k(k, folders, args)
         # Quality of the held-out voices trained inside the first K-voice job (after the timing, so
@@ -293,10 +295,12 @@ def rereport(out: Path) -> None:
     earlier = json.loads((out / "many_voices.json").read_text())
     settings = earlier["settings"] | {"out": out}
     settings["base"] = None if settings["base"] == "None" else Path(settings["base"])
+    settings["provenance"] = earlier.get("provenance", {})
     report(earlier["rows"], earlier["quality"], earlier["commands"], argparse.Namespace(**settings))
 
 
 COMMAND = " ".join(["python", "bench/many_voices.py", *sys.argv[1:]])
+TIMED_PATH = "adapt_many, each job in a fresh process (bench/many_voices.py --child)"
 SETTINGS = (
     "steps",
     "clips_per_voice",
@@ -314,14 +318,40 @@ def settings_of(args) -> dict:
     return {name: str(getattr(args, name)) if name == "base" else getattr(args, name) for name in SETTINGS}
 
 
-def earlier_results(args) -> tuple[list[dict], dict, list[str]]:
-    """Rows, quality and commands of earlier runs into ``--out`` with the same settings (so that one K
-    can be run, or run again, on its own); nothing if the settings differ."""
+def earlier_results(args) -> tuple[list[dict], dict, list[str], dict]:
+    """Rows, quality, commands and each command's provenance of earlier runs into ``--out`` with the same
+    settings (so that one K can be run, or run again, on its own); nothing if the settings differ."""
     path = args.out / "many_voices.json"
     earlier = json.loads(path.read_text()) if path.is_file() else {}
     if earlier.get("settings") != settings_of(args):
-        return [], {}, []
-    return earlier["rows"], earlier["quality"], earlier["commands"]
+        return [], {}, [], {}
+    return earlier["rows"], earlier["quality"], earlier["commands"], earlier.get("provenance", {})
+
+
+def provenance_lines(commands: list[str], records: dict) -> list[str]:
+    """What each command measured (commit, src/, threads, path), then a blank line; none for runs made
+    before the records were kept."""
+    described = [f"`{command}`: {describe(records[command])}." for command in commands if command in records]
+    return [*described, ""] if described else []
+
+
+def control_lines(rows: list[dict]) -> list[str]:
+    """Each K's mean per-voice ratio divided by the K = 1 control's (a one-voice job against single jobs of
+    the same kind: 1 but for the bias of the run), when the run has the control."""
+    control = next((row for row in rows if row["k"] == 1), None)
+    if control is None:
+        return []
+    corrected = [
+        f"K = {row['k']}: {row['ratio']['mean']:.2f} / {control['ratio']['mean']:.2f} = "
+        f"**{row['ratio']['mean'] / control['ratio']['mean']:.2f}x** (lowest repeat "
+        f"{min(row['ratio']['values']) / control['ratio']['mean']:.2f}x)"
+        for row in rows
+        if row["k"] != 1
+    ]
+    return [
+        "",
+        "Corrected by the control (the per-voice ratio's mean over the K = 1 control's): " + "; ".join(corrected) + ".",
+    ]
 
 
 def spread(stats: dict, digits: int = 2) -> str:
@@ -339,6 +369,7 @@ def report(rows: list[dict], quality: dict, commands: list[str], args) -> None:
         *commands,
         "```",
         "",
+        *provenance_lines(commands, args.provenance),
         f"Base: {named}, weights sha256 {load_bundle(base).weights_sha256[:12]}. Method {args.method}; "
         f"{args.steps} updates per voice, {args.clips_per_voice} clip(s) of the voice per update, on both "
         f"sides; {args.threads} CPU thread(s); held-out voices {args.heldout_minutes:g} min each, "
@@ -372,6 +403,7 @@ def report(rows: list[dict], quality: dict, commands: list[str], args) -> None:
             f"{row['single_setup_seconds']:.1f} + {row['single_train_seconds']:.1f} | {row['peak_rss_mb']:.0f} | "
             f"{row['load']['mean']:.1f} ({row['load']['min']:.1f}-{row['load']['max']:.1f}) |"
         )
+    lines += control_lines(rows)
     lines += [
         "",
         "Quality of the held-out voices (Whisper WER, resemblyzer similarity to their real clips), "
@@ -384,7 +416,13 @@ def report(rows: list[dict], quality: dict, commands: list[str], args) -> None:
         for setting, values in settings.items():
             lines.append(f"| {voice} | {setting} | {100 * (values['wer'] or 0):.1f} | {values['similarity']:.3f} |")
     (args.out / "many_voices.md").write_text("\n".join(lines) + "\n")
-    results = {"settings": settings_of(args), "commands": commands, "rows": rows, "quality": quality}
+    results = {
+        "settings": settings_of(args),
+        "commands": commands,
+        "provenance": args.provenance,
+        "rows": rows,
+        "quality": quality,
+    }
     (args.out / "many_voices.json").write_text(json.dumps(results, indent=1))
     plot(rows, args.out / "throughput.png")
     print("\n".join(lines), flush=True)

@@ -112,6 +112,8 @@ def describe(record: dict) -> str:
     if "load" in record:
         parts.append(f"load average during the run {record['load']}")
     parts.append(f"timed: {record.get('path')}")
+    if record.get("note"):  # what the record itself cannot say (e.g. commits that landed during the run)
+        parts.append(record["note"])
     return ", ".join(parts)
 
 
