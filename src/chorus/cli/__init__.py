@@ -8,6 +8,7 @@ from __future__ import annotations
 import ast
 import importlib
 import importlib.util
+import os
 import warnings
 from importlib.metadata import PackageNotFoundError, version
 
@@ -44,6 +45,15 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("chorus.cli.demo", "demo"),
 }
 
+# oneDNN (PyTorch's CPU convolutions) keeps a compiled primitive for every input shape it meets, up to 1,024,
+# and the vocoder meets a new length at nearly every sentence: `chorus synthesize`'s peak RSS grew with the
+# text (3,000 words against 100, 1 thread: +15 % in-process, +12-21 % for the CLI) until that cache filled.
+# Bounded at 32, a 3,000-word run peaks +5 % above a 100-word one (as with no cache at all); synthesis took
+# +2.7 % CPU time (median of 5 interleaved 1,000-word runs, +1.0 to +4.8 %). 64 kept +8-10 % (too near the
+# 10 % of issue 39), 16 cost the same time as 32, 0 (no cache) 10-30 %. Set before the command's module
+# imports torch; a value already in the environment wins. bench/cli_speed.py measures it against 1,024.
+ONEDNN_CACHE_CAPACITY = {"synthesize": "32"}
+
 
 def written_help(module: str, attribute: str) -> str:
     """The help of a command as its source states it, read without importing its module: a function's
@@ -62,6 +72,8 @@ def written_help(module: str, attribute: str) -> str:
 def load_command(name: str) -> click.Command:
     """The click command ``name`` runs, built by typer from its module (imported now)."""
     module, attribute = COMMANDS[name]
+    if name in ONEDNN_CACHE_CAPACITY:
+        os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", ONEDNN_CACHE_CAPACITY[name])
     target = getattr(importlib.import_module(module), attribute)
     if isinstance(target, typer.Typer):
         return typer.main.get_group(target)
