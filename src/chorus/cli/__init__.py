@@ -45,13 +45,14 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("chorus.cli.demo", "demo"),
 }
 
-# oneDNN (PyTorch's CPU convolutions) keeps a compiled primitive for every input shape it meets, up to 1,024,
-# and the vocoder meets a new length at nearly every sentence: `chorus synthesize`'s peak RSS grew with the
-# text (3,000 words against 100, 1 thread: +15 % in-process, +12-21 % for the CLI) until that cache filled.
-# Bounded at 32, a 3,000-word run peaks +5 % above a 100-word one (as with no cache at all); synthesis took
-# +2.7 % CPU time (median of 5 interleaved 1,000-word runs, +1.0 to +4.8 %). 64 kept +8-10 % (too near the
-# 10 % of issue 39), 16 cost the same time as 32, 0 (no cache) 10-30 %. Set before the command's module
-# imports torch; a value already in the environment wins. bench/cli_speed.py measures it against 1,024.
+# oneDNN (PyTorch's CPU convolutions) keeps compiled primitives for every input shape it meets, up to 1,024,
+# and the vocoder meets a new length at nearly every sentence (about 10 primitives a sentence): the CLI's peak
+# RSS grew with the text until that cache filled (3,000 words against 100, 1 thread: +18 %, 476 against 402
+# MiB). Bounded at 32 it is +8 % (432 MiB; n 3, +5 to +9 %), as with no cache at all less the 5 % a long
+# text's larger batches take; the price is primitives made again: +3 to +7 % CPU time (medians of 3-5
+# interleaved runs, 1,000-3,000 words, on a shared CPU). 64 kept +9 % in-process, near issue 39's 10 %; 16
+# cost the same as 32; 0 (no cache) 10-30 %. Set before the command's module imports torch; a value already
+# in the environment wins. bench/cli_speed.py measures the bound against 1,024.
 ONEDNN_CACHE_CAPACITY = {"synthesize": "32"}
 
 
