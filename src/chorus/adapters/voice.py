@@ -360,9 +360,9 @@ def apply_voice(
     model: nn.Module, voice: Voice, name: str, base_model_sha256: str | None = None, base_model: str = ""
 ) -> None:
     """Add ``voice`` to ``model`` as adapter ``name``. For a full fine-tuning voice, ``model`` is
-    overwritten with its weights (pass a copy of the base), and adapter ``name`` is added only if the voice
-    carries adapters too (a Chorus full fine-tune's speaker vector; a Piper one has none). Refuses a voice of another base model
-    (``base_model_sha256``, named ``base_model`` in the message)."""
+    overwritten with its weights (pass a copy of the base), and adapter ``name`` is added only if the
+    voice carries adapters too (a Chorus full fine-tune's speaker vector; a Piper one has none). Refuses
+    a voice of another base model (``base_model_sha256``, named ``base_model`` in the message)."""
     if base_model_sha256 and voice.base_model_sha256 and voice.base_model_sha256 != base_model_sha256:
         made_on = f"{voice.base_model or 'chorus'} (sha256 {voice.base_model_sha256[:12]}...)"
         this = f"{base_model or 'this base'} (sha256 {base_model_sha256[:12]}...)"

@@ -564,9 +564,9 @@ def adapt_piper(
     base_name: str = "",
 ) -> PiperAdaptResult:
     """Adapt ``generator`` to the recordings of ``data`` (a dataset folder or utterances) and save the voice
-    to ``out`` (its adapters; for full fine-tuning the whole generator; None: not saved). ``base_sha256`` and ``base_name`` (as ``--base`` names it:
-    ``piper-joe``, a voice file's name): the base, recorded in the voice so that it is spoken on that base
-    and refused on another. Writes ``out``'s loss log beside it (``<out>.log.csv``)."""
+    to ``out`` (its adapters; for full fine-tuning the whole generator; None: not saved). ``base_sha256``
+    and ``base_name`` (as ``--base`` names it: ``piper-joe``, a voice file's name): the base, recorded in
+    the voice so that it is spoken on that base and refused on another. Writes ``out``'s loss log beside it (``<out>.log.csv``)."""
     torch.set_num_threads(config.threads)
     torch.manual_seed(config.seed)
     utterances = discover(data)[0] if isinstance(data, (str, Path)) else list(data)
