@@ -107,7 +107,7 @@ def test_a_jobs_process_trains_at_a_lower_priority_than_the_server(serving, new_
     threads = [int(task.name) for task in Path(f"/proc/{pid}/task").iterdir()]
     assert len(threads) > 1
     assert {os.getpriority(os.PRIO_PROCESS, tid) for tid in threads} == {min(own + ServerSettings().job_niceness, 19)}
-    assert ServerSettings().job_niceness == 10
+    assert ServerSettings().job_niceness > 0
 
 
 def test_a_niceness_out_of_range_is_refused():

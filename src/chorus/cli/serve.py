@@ -69,8 +69,8 @@ class ServeOptions:
     max_text_chars: int | None = option(None, help=f"Longest text of one speech request ({SERVER_DEFAULT}).")
     job_niceness: int | None = option(
         None,
-        help="Niceness (0-19) of onboarding jobs' processes: at 10, speech is served first and training takes "
-        f"the CPU left; 0 shares it equally ({SERVER_DEFAULT}).",
+        help="Niceness (0-19) of onboarding jobs' processes: above 0, speech is served first and training gets "
+        f"less of a busy CPU (at 5 about a quarter of a core that speech also wants); 0 shares it equally ({SERVER_DEFAULT}).",
     )
     limits: Path | None = option(
         None,
