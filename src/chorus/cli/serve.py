@@ -70,7 +70,8 @@ class ServeOptions:
     job_niceness: int | None = option(
         None,
         help="Niceness (0-19) of onboarding jobs' processes: above 0, speech is served first and training gets "
-        f"less of a busy CPU (at 5 about a quarter of a core that speech also wants); 0 shares it equally ({SERVER_DEFAULT}).",
+        "less of a busy CPU (at 5 about a quarter of a core that speech also wants); 0 shares it equally "
+        f"({SERVER_DEFAULT}).",
     )
     limits: Path | None = option(
         None,
