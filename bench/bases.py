@@ -10,7 +10,9 @@ sentence in a rotating order, one thread each:
 Judged by distillmos (MOS) and Whisper tiny.en (WER); real-time factor per sentence with its spread, and
 PyTorch Piper over onnxruntime Piper per sentence pair. Both Piper systems use the voice's scales and
 draw their own noise, so their audio differs sample by sample; the noiseless equality is a test
-(``tests/models/test_piper_vits.py``).
+(``tests/models/test_piper_vits.py``). One draw of noise per sentence makes a WER that moves by points
+from draw to draw, so ``--draws`` reads the sentences that many times (PyTorch Piper seeded 0, 1, ...;
+onnxruntime draws its own) and the Piper rows pool every draw, with the WER of each draw beside.
 
 **Adapted voices**: for each target (``--targets``, held-out datasets never trained on) and each of
 ``--minutes``, the first minutes of its clips (as ``bench/adaptation.py`` picks them) adapted on each base
@@ -35,6 +37,7 @@ import os
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -54,54 +57,82 @@ from run_record import LoadSampler, describe, kept_on_failure, paired_ratios, pr
 BASES = {"piper-joe": "piper-joe", "chorus": None}  # --base value of each base (None: the shipped Chorus base)
 
 
-def judge(items: list[EvalItem], similarity: bool) -> dict:
+def wer_per_draw(rows: list, draws: int) -> list[float]:
+    """The corpus WER of each of ``draws`` readings, where ``rows`` (judged items with ``word_edits`` and
+    ``reference_words``) hold the readings one after another."""
+    if not rows or len(rows) % draws:
+        raise ValueError(f"{len(rows)} judged items are not {draws} readings of the same sentences")
+    size = len(rows) // draws
+    parts = [rows[d * size : (d + 1) * size] for d in range(draws)]
+    return [sum(r.word_edits for r in part) / sum(r.reference_words for r in part) for part in parts]
+
+
+def judge(items: list[EvalItem], similarity: bool, draws: int = 1) -> dict:
+    """MOS, corpus WER and (``similarity``) resemblyzer similarity of ``items``; where they are ``draws``
+    readings of the same sentences one after another, each reading's WER too."""
     judges = Judges(speaker=SpeakerJudge() if similarity else None, reference=False)
     report = evaluate_pairs(items, judges=judges, progress=False)
     means = report.means()
     mos = [row.mos for row in report.rows if row.mos is not None]
-    return {
+    result = {
         "n": len(items),
         "wer": report.corpus_wer,
         "mos": means.get("mos"),
         "mos_sd": float(np.std(mos, ddof=1)) if len(mos) > 1 else None,
         "similarity": means.get("speaker_similarity"),
     }
+    if draws > 1:
+        result["wer_per_draw"] = wer_per_draw(report.rows, draws)
+    return result
 
 
-def base_voices(sentences: list[str]) -> dict:
-    """Each system speaks each sentence in turn (the order rotating per sentence); time and audio kept."""
+PIPERS = ("Chorus's PyTorch Piper", "onnxruntime Piper")  # the systems that draw noise
+
+
+def base_voices(sentences: list[str], draws: int = 1) -> dict:
+    """Each system speaks each sentence in turn (the order rotating per sentence), ``draws`` times over for
+    the Piper systems (the Chorus base draws no noise: it reads each sentence once); time and audio kept."""
     torch.set_num_threads(1)
     piper_torch, chorus = load_base("piper-joe"), load_base()
     piper_onnx = load_joe(threads=1)
     systems = {
-        "Chorus's PyTorch Piper": lambda text: piper_torch.synthesize_batch([text])[0].audio,
-        "onnxruntime Piper": lambda text: piper_onnx.synthesize(text)[0],
+        PIPERS[0]: lambda text: piper_torch.synthesize_batch([text])[0].audio,
+        PIPERS[1]: lambda text: piper_onnx.synthesize(text)[0],
         "Chorus base": lambda text: chorus.synthesize_batch([text])[0].audio,
     }
-    rates = {"Chorus's PyTorch Piper": piper_torch.sample_rate, "Chorus base": chorus.sample_rate}
-    rates["onnxruntime Piper"] = piper_onnx.config.sample_rate
+    rates = {PIPERS[0]: piper_torch.sample_rate, "Chorus base": chorus.sample_rate}
+    rates[PIPERS[1]] = piper_onnx.config.sample_rate
     for speak in systems.values():  # one warm-up each: first calls pay for lazy set-up
         speak("Warm up.")
     audio: dict[str, list] = {name: [] for name in systems}
     rtf: dict[str, list[float]] = {name: [] for name in systems}
     names = list(systems)
-    for index, text in enumerate(sentences):
-        for name in names[index % len(names) :] + names[: index % len(names)]:
-            started = time.perf_counter()
-            clip = np.asarray(systems[name](text), dtype=np.float32)
-            rtf[name].append((time.perf_counter() - started) / (len(clip) / rates[name]))
-            audio[name].append(clip)
+    for draw in range(draws):
+        piper_torch.engine.base.settings = replace(piper_torch.engine.base.settings, seed=draw)
+        for index, text in enumerate(sentences):
+            turn = draw * len(sentences) + index
+            for name in names[turn % len(names) :] + names[: turn % len(names)]:
+                if draw and name not in PIPERS:
+                    continue
+                started = time.perf_counter()
+                clip = np.asarray(systems[name](text), dtype=np.float32)
+                rtf[name].append((time.perf_counter() - started) / (len(clip) / rates[name]))
+                audio[name].append(clip)
     rows = {}
     for name in names:
+        texts = sentences * (len(audio[name]) // len(sentences))
         items = [
-            EvalItem(f"{i:02d}", a, t, sample_rate=rates[name]) for i, (a, t) in enumerate(zip(audio[name], sentences))
+            EvalItem(f"{i:03d}", a, t, sample_rate=rates[name]) for i, (a, t) in enumerate(zip(audio[name], texts))
         ]
-        rows[name] = {**judge(items, similarity=False), "rtf": vars(spread(rtf[name]))}
-    ratios = paired_ratios(rtf["Chorus's PyTorch Piper"], rtf["onnxruntime Piper"])
-    # The README's speed question: Chorus's base against Piper as Piper ships (onnxruntime), same sentences.
-    speedup = paired_ratios(rtf["onnxruntime Piper"], rtf["Chorus base"])
+        # Each draw's WER alone beside the pooled one: how far one draw of noise moves it.
+        rows[name] = {**judge(items, False, draws if name in PIPERS else 1), "rtf": vars(spread(rtf[name]))}
+    ratios = paired_ratios(rtf[PIPERS[0]], rtf[PIPERS[1]])
+    # The README's speed question: Chorus's base against Piper as Piper ships (onnxruntime), same sentences
+    # (the first draw's: the Chorus base reads each sentence once).
+    speedup = paired_ratios(rtf[PIPERS[1]][: len(sentences)], rtf["Chorus base"])
     return {
         "systems": rows,
+        "draws": draws,
         "torch_over_onnx_rtf": vars(spread(ratios)),
         "chorus_speedup_over_onnx": vars(spread(speedup)),
     }
@@ -195,18 +226,22 @@ def report(out: Path) -> str:
     base_file = out / "base.json"
     if base_file.is_file():
         base = json.loads(base_file.read_text())
+        draws = base["result"].get("draws", 1)  # runs before --draws read each sentence once
         lines += [
             "## Base voices (20 benchmark sentences, interleaved)",
             "",
-            f"`python bench/bases.py --part base --out {out}`: {describe(base['provenance'])}.",
+            f"`python bench/bases.py --part base --draws {draws} --out {out}`: {describe(base['provenance'])}. "
+            f"Each Piper system read every sentence {draws} time(s) (PyTorch seeded 0-{draws - 1}, onnxruntime "
+            "its own noise); its MOS and WER pool every reading, and the WER of each reading is beside.",
             "",
-            "| system | MOS (sd) | WER | real-time factor, median (IQR) |",
-            "|---|---|---|---|",
+            "| system | MOS (sd) | WER | WER of each reading | real-time factor, median (IQR) |",
+            "|---|---|---|---|---|",
         ]
         for name, row in base["result"]["systems"].items():
             rtf = row["rtf"]
+            each = ", ".join(f"{100 * w:.1f}" for w in row.get("wer_per_draw", [])) or "-"
             lines.append(
-                f"| {name} | {_fmt(row['mos'])} ({_fmt(row['mos_sd'])}) | {100 * row['wer']:.1f} % | "
+                f"| {name} | {_fmt(row['mos'])} ({_fmt(row['mos_sd'])}) | {100 * row['wer']:.1f} % | {each} | "
                 f"{rtf['median']:.3f} ({rtf['q1']:.3f}-{rtf['q3']:.3f}), n {rtf['n']} |"
             )
         ratio = base["result"]["torch_over_onnx_rtf"]
@@ -281,6 +316,7 @@ def main() -> None:
     parser.add_argument("--bases", default=",".join(BASES), help="which bases' voices to make and judge")
     parser.add_argument("--steps", type=int, default=None, help="chorus adapt --steps (default: its own)")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--draws", type=int, default=3, help="readings of each sentence by each Piper system")
     parser.add_argument("--work", type=Path, default=Path("runs/bases"))
     parser.add_argument("--fresh", action="store_true", help="adapt again even where a voice exists")
     parser.add_argument("--out", type=Path, default=Path("bench/results/bases"))
@@ -294,7 +330,9 @@ def main() -> None:
         path = args.out / ("base.json" if args.part == "base" else f"{name}.json")
         record = {"provenance": provenance(args.threads, "load_base(...).synthesize_batch; chorus adapt in a child")}
         with kept_on_failure(path, record), LoadSampler() as load:
-            record["result"] = base_voices(benchmark_sentences()) if args.part == "base" else adapted_voices(args)
+            record["result"] = (
+                base_voices(benchmark_sentences(), args.draws) if args.part == "base" else adapted_voices(args)
+            )
         record["provenance"]["load"] = load.summary()
         path.write_text(json.dumps(record, indent=1, default=str))
     print(report(args.out))
