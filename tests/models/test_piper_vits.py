@@ -1,10 +1,11 @@
 """Piper's VITS generator in PyTorch, checked against onnxruntime on the installed joe voice.
 
 Tolerance: both sides compute in float32 but with different kernels (PyTorch's oneDNN/ATen convolutions
-and matmuls against onnxruntime's MLAS), so sums run in another order. Measured on joe (3 sentences, one
-thread): the encoder's m_p agrees to 6e-7 of its range, the duration predictor's durations to 7e-6 and the
-flow's z to 3e-6; the HiFi-GAN decoder amplifies that to at most 4e-5 absolute on audio that peaks near
-0.7 (about one 16-bit step), correlation 0.9999999998. The tests allow 5e-4 and 0.99999: ten times the
+and matmuls, the decoder's on one thread as BLAS products per kernel tap, against onnxruntime's MLAS), so
+sums run in another order. Measured on joe (3 sentences, one thread): the encoder's m_p agrees to 6e-7 of
+its range, the duration predictor's durations to 7e-6 and the flow's z to 3e-6; the HiFi-GAN decoder
+amplifies that to at most 4e-5 absolute on audio that peaks near 0.7 (about one 16-bit step; 2.8e-5 with
+the per-tap products, as with oneDNN's), correlation 0.9999999998. The tests allow 5e-4 and 0.99999: ten times the
 worst figure, for other CPUs' vector widths, and still far below anything audible. Durations are whole
 frames (a ceil): the closest a predicted duration came to a whole number was 5e-3 frames, ~150 times the
 float error, so lengths must match exactly.
@@ -15,8 +16,20 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
+from torch import nn
 
-from chorus.models.piper_vits import PiperGenerator, piper_state_dict, read_piper_graph
+from chorus.models.piper_vits import (
+    BLOCK_FLOATS,
+    PhaseConvTranspose1d,
+    PiperGenerator,
+    ResBlock,
+    TapConv1d,
+    by_products,
+    piper_state_dict,
+    read_piper_graph,
+    sequence_mask,
+)
 from chorus.peers.piper import PiperVoice, joe_paths, piper_available
 from conftest import tiny_piper_config
 
@@ -42,6 +55,16 @@ TINY_HIGH = tiny_piper_config(
     upsample_rates=(8, 8, 2, 2),
     upsample_kernel_sizes=(16, 16, 4, 4),
 )
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """One torch thread, as issue 38 times joe: the decoder's fast path (by_products) then applies
+    wherever no gradient is recorded, whatever threads the test run was given."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")
@@ -159,3 +182,112 @@ def test_type_1_resblocks_batch_like_single_items() -> None:
     assert torch.equal(batch.audio_lengths, batch.durations.sum(1) * 256)
     samples = int(short.audio_lengths[0])
     torch.testing.assert_close(batch_noiseless.audio[1, :samples], short.audio[0], rtol=0, atol=1e-5)
+
+
+# Longer than one block of shifted_products at 16 channels in and out, so blocks and their edges are crossed.
+LONG = 3 * BLOCK_FLOATS // 32 + 17
+
+
+@pytest.mark.parametrize(
+    ("kernel", "dilation", "padding", "bias"),
+    [(7, 12, 36, True), (5, 2, 4, True), (3, 1, 1, False), (7, 1, 3, False), (4, 3, 0, True), (3, 2, 7, True)],
+)
+def test_tap_convolution_is_pytorchs_without_gradients(kernel, dilation, padding, bias) -> None:
+    torch.manual_seed(0)
+    conv = TapConv1d(16, 16, kernel, dilation=dilation, padding=padding, bias=bias)
+    x = torch.randn(2, 16, LONG)
+    expected = F.conv1d(x, conv.weight, conv.bias, padding=padding, dilation=dilation)
+    with torch.no_grad():
+        torch.testing.assert_close(conv(x), expected, rtol=0, atol=1e-5)
+    with torch.enable_grad():  # with gradients: PyTorch's convolution itself
+        assert torch.equal(
+            conv(x).detach(), F.conv1d(x, conv.weight.detach(), conv.bias, padding=padding, dilation=dilation)
+        )
+
+
+@pytest.mark.parametrize(
+    ("kernel", "stride", "padding"), [(16, 8, 4), (8, 4, 2), (7, 3, 2), (4, 4, 0), (5, 2, 1), (6, 2, 3), (3, 5, 1)]
+)
+def test_phase_transposed_convolution_is_pytorchs_without_gradients(kernel, stride, padding) -> None:
+    torch.manual_seed(0)
+    up = PhaseConvTranspose1d(24, 12, kernel, stride, padding=padding)
+    x = torch.randn(2, 24, 301)
+    expected = F.conv_transpose1d(x, up.weight, up.bias, stride, padding)
+    with torch.no_grad():
+        torch.testing.assert_close(up(x), expected, rtol=0, atol=1e-5)
+
+
+def test_fast_convolutions_refuse_layouts_they_cannot_compute() -> None:
+    with pytest.raises(ValueError, match="stride 1"):
+        TapConv1d(4, 4, 3, stride=2)
+    with pytest.raises(ValueError, match="one group"):
+        TapConv1d(4, 4, 3, groups=2)
+    with pytest.raises(ValueError, match="dilation 1"):
+        PhaseConvTranspose1d(4, 4, 4, 2, dilation=2)
+
+
+class Wrapped(nn.Module):
+    """A conv behind a wrapper, as an adapter holds it: the residual block then takes its step-by-step path."""
+
+    def __init__(self, conv: nn.Module) -> None:
+        super().__init__()
+        self.conv = conv
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.conv(x)
+
+
+@pytest.mark.parametrize("kind", ["1", "2"])
+def test_one_pass_residual_units_give_the_same_bits_as_their_steps(kind) -> None:
+    """Adapted voices run the base's residual blocks step by step (the adapter wraps the conv); with the
+    adapter off they must sound exactly as the base does through the one-pass units."""
+    torch.manual_seed(0)
+    block = ResBlock(kind, 16, 5, (1, 3))
+    x = torch.randn(2, 16, LONG)
+    mask = sequence_mask(torch.tensor([LONG, LONG - 300]), LONG)
+    with torch.no_grad():
+        fused = [block(x, None), block(x, mask)]
+        for name in ("convs1", "convs2") if kind == "1" else ("convs",):
+            setattr(block, name, nn.ModuleList(Wrapped(conv) for conv in getattr(block, name)))
+        stepwise = [block(x, None), block(x, mask)]
+    with torch.enable_grad():
+        reference = block(x, mask)
+    for ours, theirs in zip(fused, stepwise):
+        assert torch.equal(ours, theirs)
+    torch.testing.assert_close(fused[1], reference.detach(), rtol=0, atol=1e-5)
+
+
+def test_the_decoder_trains_through_pytorchs_convolutions() -> None:
+    torch.manual_seed(0)
+    generator = PiperGenerator(TINY_HIGH)
+    z = torch.randn(2, TINY_HIGH.inter_channels, 12)
+    lengths = torch.tensor([12, 9])
+    with torch.no_grad():
+        fast = generator.dec(z, lengths)
+    trained = generator.dec(z, lengths)
+    trained.square().sum().backward()
+    torch.testing.assert_close(fast, trained.detach(), rtol=0, atol=1e-5)
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in generator.dec.parameters())
+
+
+def test_autocast_takes_pytorchs_convolutions() -> None:
+    """Autocast casts convolutions, not the matrix products the fast path uses: under it the decoder keeps
+    PyTorch's (in bfloat16 here)."""
+    torch.manual_seed(0)
+    generator = PiperGenerator(TINY_HIGH).eval()
+    z = torch.randn(1, TINY_HIGH.inter_channels, 6)
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        audio = generator.dec(z)
+    assert audio.dtype == torch.bfloat16 and audio.shape == (1, 6 * 256)
+
+
+def test_more_threads_keep_pytorchs_convolutions() -> None:
+    x = torch.zeros(1, 2, 3)
+    with torch.no_grad():
+        assert by_products(x)
+        torch.set_num_threads(2)
+        try:
+            assert not by_products(x)
+        finally:
+            torch.set_num_threads(1)
+    assert not by_products(x)  # gradients recorded

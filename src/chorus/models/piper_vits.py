@@ -460,6 +460,151 @@ class Flow(nn.Module):
 
 # ---------------------------------------------------------------- decoder (dec)
 
+# Without gradients, on one CPU thread, the decoder's convolutions run as one matrix product per kernel tap
+# (BLAS's sgemm on shifted views of the input, no im2col copy), block by block of columns. There oneDNN ran
+# HiFi-GAN's shapes at 15-35 GFLOP/s where sgemm gets 45-70 (joe's last stage: 32 channels, kernels 5 and
+# 7, ~50k samples; its transposed convolutions likewise), so joe took 1.6x onnxruntime's time (im2col +
+# sgemm) per sentence; 1.3x with these. With gradients the modules are PyTorch's convolutions, whose
+# backward keeps one saved input, not one per tap.
+
+# Output columns per block times (in + out channels): each block's input and output (2 MB in float32)
+# stay in a core's L2 cache across its taps instead of every tap streaming the whole signal from memory
+# (on joe's last stage whole-signal taps took 1.5-1.7x onnxruntime's time, blocks this size 0.9-1.1x).
+BLOCK_FLOATS = 2**19
+
+
+def by_products(x: torch.Tensor) -> bool:
+    """Whether the decoder's convolutions of ``x`` run as matrix products: on the CPU, with no gradient
+    recorded, outside autocast (whose casts the products would miss), on one thread. Only one thread was
+    measured; with more, BLAS splits every block's product across them, a small share each, where
+    oneDNN's threaded convolution splits the whole signal."""
+    return (
+        x.device.type == "cpu"
+        and torch.get_num_threads() == 1
+        and not torch.is_grad_enabled()
+        and not torch.is_autocast_enabled("cpu")
+    )
+
+
+def shifted_products(
+    x: torch.Tensor,
+    matrices: torch.Tensor,
+    shifts: Sequence[int],
+    bias: torch.Tensor | None,
+    length: int,
+    slope: float | None = None,
+    mask: torch.Tensor | None = None,
+    residual: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """``out[:, :, t] = bias + sum_j matrices[j] @ a[:, :, t + shifts[j]] + residual[:, :, t]`` for ``t <
+    length``, where ``a = leaky_relu(x, slope) * mask`` (either left out when None) and reads as zero
+    outside x: x ``[batch, in, time]``, matrices ``[taps, out, in]``, bias ``[out]``, mask ``[batch, 1,
+    time]``, residual ``[batch, out, length]`` -> ``[batch, out, length]``. No gradients.
+
+    Item by item and block of columns by block: the activation is taken on the block's input window,
+    each tap updates only the columns its shifted input covers, and the residual is added last, so a
+    residual unit (activation, convolution, sum) passes over the signal once, in cache, and gives the
+    same bits as its three steps one after the other."""
+    x = x.contiguous()
+    samples = x.shape[2]
+    out = x.new_empty(x.shape[0], matrices.shape[1], length)
+    step = max(1, BLOCK_FLOATS // (x.shape[1] + matrices.shape[1]))
+    for row, (item, result) in enumerate(zip(x, out)):
+        for start in range(0, length, step):
+            stop = min(length, start + step)
+            block = result[:, start:stop]
+            if bias is None:
+                block.zero_()
+            else:
+                block.copy_(bias[:, None].expand_as(block))
+            first, last = max(0, start + min(shifts)), min(samples, stop + max(shifts))
+            window = item[:, first:last] if slope is None else F.leaky_relu(item[:, first:last], slope)
+            if mask is not None:
+                window = window * mask[row, :, first:last]
+            for matrix, shift in zip(matrices, shifts):
+                low, high = max(start, -shift), min(stop, samples - shift)
+                if low < high:
+                    result[:, low:high].addmm_(matrix, window[:, low + shift - first : high + shift - first])
+            if residual is not None:
+                block.add_(residual[row, :, start:stop])
+    return out
+
+
+class TapConv1d(nn.Conv1d):
+    """``nn.Conv1d`` (stride 1, one group, numeric zero padding) that runs as :func:`shifted_products` where
+    :func:`by_products` allows: the same parameters and names, the output up to float rounding."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        if self.stride != (1,) or self.groups != 1 or self.padding_mode != "zeros" or isinstance(self.padding, str):
+            raise ValueError("TapConv1d takes stride 1, one group and numeric zero padding only")
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """x ``[batch, in, time]`` -> ``[batch, out, time']``."""
+        return self.unit(x) if by_products(x) else super().forward(x)
+
+    def unit(
+        self,
+        x: torch.Tensor,
+        slope: float | None = None,
+        mask: torch.Tensor | None = None,
+        residual: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """``conv(leaky_relu(x, slope) * mask) + residual`` in one pass (:func:`shifted_products`, no
+        gradients): x ``[batch, in, time]``, mask ``[batch, 1, time]``, residual ``[batch, out, time']``
+        (each left out when None) -> ``[batch, out, time']``."""
+        (kernel,), (dilation,), (padding,) = self.kernel_size, self.dilation, self.padding
+        shifts = [tap * dilation - padding for tap in range(kernel)]
+        length = x.shape[2] + 2 * padding - dilation * (kernel - 1)
+        taps = self.weight.permute(2, 0, 1).contiguous()  # [kernel, out, in]: one matrix per tap
+        return shifted_products(x, taps, shifts, self.bias, length, slope, mask, residual)
+
+
+class PhaseConvTranspose1d(nn.ConvTranspose1d):
+    """``nn.ConvTranspose1d`` (dilation 1, one group, no output padding) that runs phase by phase where
+    :func:`by_products` allows: the same parameters and names, the output up to float rounding.
+
+    Output sample ``m * stride + r`` (phase r) only hears the taps ``j`` with ``(j - padding) % stride == r``,
+    each reading input frame ``m - (j - padding) // stride``. Phases whose taps read the same frames are
+    one :func:`shifted_products`, their taps' weights stacked, interleaved into the output after (joe's
+    kernel 2 * stride: two such groups of stride / 2 phases, two taps each)."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        if self.dilation != (1,) or self.groups != 1 or self.output_padding != (0,) or self.padding_mode != "zeros":
+            raise ValueError("PhaseConvTranspose1d takes dilation 1, one group, no output padding, zero padding")
+
+    def forward(self, x: torch.Tensor, output_size: list[int] | None = None) -> torch.Tensor:
+        """x ``[batch, in, time]`` -> ``[batch, out, (time - 1) * stride - 2 * padding + kernel]``."""
+        (kernel,), (stride,), (padding,) = self.kernel_size, self.stride, self.padding
+        # A kernel shorter than the stride leaves phases no tap reaches: PyTorch's own for that layout.
+        if not by_products(x) or output_size is not None or kernel < stride:
+            return super().forward(x, output_size)
+        batch, channels = x.shape[0], self.out_channels
+        length = (x.shape[2] - 1) * stride - 2 * padding + kernel
+        frames = -(-length // stride)
+        taps_of: dict[int, list[tuple[int, int]]] = {phase: [] for phase in range(stride)}
+        for tap in range(kernel):
+            frame_offset, phase = divmod(tap - padding, stride)
+            taps_of[phase].append((frame_offset, tap))
+        groups: dict[tuple[int, ...], list[tuple[int, list[int]]]] = {}
+        for phase, taps in taps_of.items():
+            taps.sort()
+            groups.setdefault(tuple(offset for offset, _ in taps), []).append((phase, [tap for _, tap in taps]))
+        weight = self.weight.permute(2, 1, 0)  # [kernel, out, in]
+        out = x.new_empty(batch, channels, frames, stride)
+        for offsets, members in groups.items():
+            # matrices[i]: the i-th tap of every phase in the group, stacked phase after phase.
+            matrices = torch.stack([torch.cat([weight[taps[i]] for _, taps in members]) for i in range(len(offsets))])
+            bias = None if self.bias is None else self.bias.repeat(len(members))
+            phased = shifted_products(x, matrices, [-offset for offset in offsets], bias, frames)
+            phases = [phase for phase, _ in members]
+            # A run of consecutive phases (joe's are) is written through a slice, not a gather.
+            run = phases == list(range(phases[0], phases[-1] + 1))
+            index = slice(phases[0], phases[-1] + 1) if run else phases
+            out[..., index] = phased.view(batch, len(members), channels, frames).permute(0, 2, 3, 1)
+        return out.view(batch, channels, frames * stride)[..., :length]
+
 
 class ResBlock(nn.Module):
     """HiFi-GAN residual block. Type "1": per dilation a dilated conv then an undilated one (``convs1``,
@@ -470,7 +615,7 @@ class ResBlock(nn.Module):
         super().__init__()
 
         def conv(dilation: int) -> nn.Conv1d:
-            return nn.Conv1d(
+            return TapConv1d(
                 channels, channels, kernel_size, dilation=dilation, padding=dilation * (kernel_size - 1) // 2
             )
 
@@ -485,11 +630,21 @@ class ResBlock(nn.Module):
         """x ``[batch, channels, samples]``, mask ``[batch, 1, samples]`` or None -> same shape as x."""
         stages = zip(self.convs1, self.convs2) if self.kind == "1" else ((conv,) for conv in self.convs)
         for stage in stages:
+            if by_products(x) and all(type(conv) is TapConv1d for conv in stage):
+                # Activation, convolution and residual sum in one pass (TapConv1d.unit): the same bits as
+                # the steps below. Not through an adapter's wrapper, whose own forward must run.
+                y = x
+                for i, conv in enumerate(stage):
+                    y = conv.unit(y, LRELU_SLOPE, mask, x if i == len(stage) - 1 else None)
+                x = y
+                continue
             y = x
             for conv in stage:
                 y = F.leaky_relu(y, LRELU_SLOPE)
                 y = conv(y if mask is None else y * mask)
-            x = x + y
+            # Without gradients the sum takes the conv's fresh output in place (the same sum, one less
+            # allocation of a whole signal).
+            x = x + y if torch.is_grad_enabled() else y.add_(x)
         return x if mask is None else x * mask
 
 
@@ -502,7 +657,7 @@ class Decoder(nn.Module):
         self.conv_pre = nn.Conv1d(config.inter_channels, channels, 7, padding=3)
         self.rates = config.upsample_rates
         self.ups = nn.ModuleList(
-            nn.ConvTranspose1d(channels >> i, channels >> (i + 1), k, u, padding=(k - u) // 2)
+            PhaseConvTranspose1d(channels >> i, channels >> (i + 1), k, u, padding=(k - u) // 2)
             for i, (u, k) in enumerate(zip(config.upsample_rates, config.upsample_kernel_sizes))
         )
         self.resblocks = nn.ModuleList(
@@ -511,7 +666,7 @@ class Decoder(nn.Module):
             for k, d in zip(config.resblock_kernel_sizes, config.resblock_dilation_sizes)
         )
         self.kernels = len(config.resblock_kernel_sizes)
-        self.conv_post = nn.Conv1d(channels >> len(self.ups), 1, 7, padding=3, bias=False)
+        self.conv_post = TapConv1d(channels >> len(self.ups), 1, 7, padding=3, bias=False)
 
     def forward(self, z: torch.Tensor, lengths: torch.Tensor | None = None) -> torch.Tensor:
         """z ``[batch, inter, frames]`` (zero past each length) -> audio ``[batch, frames * hop]``.
@@ -520,14 +675,21 @@ class Decoder(nn.Module):
         past its item's end, as a lone item's zero padding would be. (Piper masks only z: in its batches
         the last samples of a shorter item hear the padding's activations, up to ~1e-4 on joe.)"""
         mask = None if lengths is None else sequence_mask(lengths, z.shape[2])
+        # Without gradients the activations and sums below reuse tensors nothing else holds (each a fresh
+        # output of the op before): the same values, fewer whole-signal allocations.
+        inplace = not torch.is_grad_enabled()
         x = self.conv_pre(z)
         for i, up in enumerate(self.ups):
-            x = up(F.leaky_relu(x if mask is None else x * mask, LRELU_SLOPE))
+            x = up(F.leaky_relu(x if mask is None else x * mask, LRELU_SLOPE, inplace))
             if mask is not None:
                 mask = mask.repeat_interleave(self.rates[i], dim=2)
             blocks = self.resblocks[i * self.kernels : (i + 1) * self.kernels]
-            x = sum(block(x, mask) for block in blocks) / self.kernels
-        x = torch.tanh(self.conv_post(F.leaky_relu(x)))
+            total = blocks[0](x, mask)
+            for block in blocks[1:]:
+                total = total.add_(block(x, mask)) if inplace else total + block(x, mask)
+            x = total.div_(self.kernels) if inplace else total / self.kernels
+        x = self.conv_post(F.leaky_relu(x, inplace=inplace))
+        x = x.tanh_() if inplace else torch.tanh(x)
         return (x if mask is None else x * mask)[:, 0]
 
 
