@@ -11,6 +11,16 @@ tensor); ratios against full fine-tuning at several batch sizes. Then the same p
     python bench/adaptation_memory.py --out bench/results/adaptation
 
 Writes ``memory.md`` and ``memory_per_method.png`` under ``--out``.
+
+``--base piper-joe`` (or another Piper base) does the same for one step of the Piper recipe
+(:mod:`chorus.memory.piper`: the posterior recipe on the base's real generator, with its shipped
+posterior encoder) at each placement, default first, and fully fine-tuned, on
+``--batch`` clips (default the recipe's 4) of ``--frames`` latent frames (default 480, ~5.6 s: about
+the longest clip of the bench's 1- and 3-minute subsets, which sets a batch's padded length):
+
+    python bench/adaptation_memory.py --base piper-joe --out bench/results/adaptation
+
+Writes ``memory-<base>.md`` and ``memory-<base>.png``.
 """
 
 from __future__ import annotations
@@ -19,10 +29,12 @@ import argparse
 from pathlib import Path
 
 from chorus.adapters import parse_methods
+from chorus.memory.piper import piper_memory_report
 from chorus.memory.presets import model_config_by_name
 from chorus.memory.report import memory_report, plot_memory
 from chorus.recipe import AdaptConfig, MemoryOptions
 from chorus.training.adapt import trainable_for
+from chorus.training.piper_adapt import PLACEMENTS, PiperAdaptConfig
 
 # (label, method, optimizer, precision, checkpointing, frozen_dtype)
 SETTINGS = [
@@ -80,15 +92,79 @@ def state_bytes_per_value(optimizer_states: int, trainable_parameters: int) -> s
     return f"{optimizer_states / trainable_parameters:.2f}"
 
 
+# The Piper recipe's placements, the shipped default first, and full fine-tuning, the baseline.
+PIPER_PLACEMENTS = ("flow+decoder", *(p for p in PLACEMENTS if p != "flow+decoder"), "full")
+
+
+def piper_main(args: argparse.Namespace) -> None:
+    """The Piper recipe's step on ``args.base``: predicted and measured per category, per placement."""
+    shape = dict(
+        batch=args.batch or PiperAdaptConfig().batch_size,
+        text_length=args.text_length or 60,
+        frames=args.frames or 480,
+    )
+    reports = []
+    for placement in PIPER_PLACEMENTS:
+        report = piper_memory_report(
+            args.base,
+            adapt=PiperAdaptConfig(placement=placement),
+            measure=True,
+            fresh_process=True,
+            label=f"{args.base}, {placement}",
+            **shape,
+        )
+        reports.append(report)
+        print(f"{report.label}: {differences(report)}", flush=True)
+    full = reports[-1].measured.total
+    lines = [
+        f"# Training memory of one step of the Piper recipe on {args.base}",
+        "",
+        f"`python bench/adaptation_memory.py --base {args.base} --out {args.out}`. One step of the posterior "
+        f"recipe (`chorus.training.piper_adapt.posterior_step_terms`) on {args.base}'s generator and the "
+        "posterior encoder the recipe loads (it trains too), CPU, one thread; "
+        f"{shape['batch']} clips of {shape['frames']} latent frames and {shape['text_length']} phoneme ids each "
+        "(random audio and ids: the bytes depend on the shapes, not the values), the recipe's window. Predicted "
+        "on the meta device (`chorus.memory.piper`); measured on a real step in a fresh process "
+        "(`chorus.memory.measure`). Cells are measured bytes; the prediction column lists every category where "
+        "predicted and measured differ (`exact`: equal to the byte in all of them). Total: every category; "
+        "peak RSS growth: how much the step raised the process's resident peak (backward's temporaries and "
+        "allocator slack included): context beside total less weights.",
+        "",
+        "| setting | trained params | weights | gradients | optimizer states | activations | total | total MiB | "
+        "of full fine-tuning's | prediction | peak RSS growth MiB (total less weights MiB) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for report in reports:
+        measured = report.measured
+        growth = measured.peak_growth
+        lines.append(
+            f"| {report.label} | {report.trainable_parameters:,} | {measured.weights:,} | {measured.gradients:,} | "
+            f"{measured.optimizer_states:,} | {measured.activations:,} | {measured.total:,} | {mib(measured.total)} | "
+            f"{measured.total / full:.2f} | {differences(report)} | "
+            f"{mib(growth) if growth else 'n/a'} ({mib(measured.total - measured.weights)}) |"
+        )
+    lines += ["", "Each setting's comparison, predicted beside measured:", ""]
+    for report in reports:
+        lines += [report.markdown(), ""]
+    (args.out / f"memory-{Path(args.base).stem}.md").write_text("\n".join(lines))
+    plot_memory([(r.label, r.predicted, r.measured) for r in reports], args.out / f"memory-{Path(args.base).stem}.png")
+    print("\n".join(lines))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--batch", type=int, default=8)
-    parser.add_argument("--text-length", type=int, default=60)
-    parser.add_argument("--frames", type=int, default=300)
+    parser.add_argument("--base", default=None, help="a Piper base (piper-joe, a voice.onnx): its recipe's step")
+    parser.add_argument("--batch", type=int, default=None, help="default 8 (Piper: the recipe's 4)")
+    parser.add_argument("--text-length", type=int, default=None, help="default 60")
+    parser.add_argument("--frames", type=int, default=None, help="default 300 (Piper: 480 latent frames)")
     parser.add_argument("--target-batches", type=int, nargs="+", default=[8, 32, 64])
     parser.add_argument("--out", type=Path, default=Path("bench/results/adaptation"))
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.base is not None:
+        piper_main(args)
+        return
+    args.batch, args.text_length, args.frames = args.batch or 8, args.text_length or 60, args.frames or 300
     shape = dict(batch=args.batch, text_length=args.text_length, frames=args.frames)
 
     reports = []

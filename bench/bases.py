@@ -52,7 +52,7 @@ from chorus.peers.piper import load_joe
 from chorus.synthesis import load_base
 
 sys.path.insert(0, str(Path(__file__).parent))
-from run_record import LoadSampler, describe, kept_on_failure, paired_ratios, provenance, spread  # noqa: E402
+from run_record import ChildPeakRss, LoadSampler, describe, kept_on_failure, paired_ratios, provenance, spread  # noqa: E402
 
 BASES = {"piper-joe": "piper-joe", "chorus": None}  # --base value of each base (None: the shipped Chorus base)
 
@@ -149,14 +149,16 @@ def heldout_split(folder: Path, sentences: int = 20, references: int = 10):
 
 
 def adapt_in_child(data: Path, voice: Path, base: str | None, threads: int, steps: int | None) -> dict:
-    """``chorus adapt`` in a child process: wall and CPU seconds and the child's peak RSS (its own, from wait4)."""
+    """``chorus adapt`` in a child process: wall and CPU seconds (wait4) and the child's own peak RSS (its
+    VmHWM: wait4's ``ru_maxrss`` holds this process's peak, see :class:`run_record.ChildPeakRss`)."""
     command = [sys.executable, "-m", "chorus", "adapt", str(data), "--out", str(voice), "--threads", str(threads)]
     command += ["--base", base] if base else []
     command += ["--steps", str(steps)] if steps else []
     started = time.perf_counter()
     child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    output = child.stdout.read()
-    _, status, usage = os.wait4(child.pid, 0)
+    with ChildPeakRss(child.pid) as peak:
+        output = child.stdout.read()
+        _, status, usage = os.wait4(child.pid, 0)
     child.returncode = os.waitstatus_to_exitcode(status)
     if child.returncode:
         raise RuntimeError(f"{' '.join(command)} failed ({child.returncode}):\n{output[-2000:]}")
@@ -164,7 +166,7 @@ def adapt_in_child(data: Path, voice: Path, base: str | None, threads: int, step
         "seconds": round(time.perf_counter() - started, 1),
         # CPU time beside wall time: on a shared machine the wall clock also counts the neighbours.
         "cpu_seconds": round(usage.ru_utime + usage.ru_stime, 1),
-        "peak_rss_mb": round(usage.ru_maxrss / 1024, 1),
+        "peak_rss_mb": round(peak.mb, 1),
         "log": output[-600:],
     }
 

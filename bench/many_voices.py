@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import shutil
 import subprocess
 import sys
@@ -48,7 +47,7 @@ from chorus.models.bundle import load_bundle
 from chorus.recipe import AdaptConfig
 from chorus.synthesis import DEFAULT_BASE, load_base
 from chorus.training.adapt_many import ManyVoicesConfig, adapt_many
-from run_record import describe, mean_sd, provenance  # bench/, beside this script
+from run_record import describe, mean_sd, own_peak_rss_mb, provenance  # bench/, beside this script
 
 HELD_OUT = ("piper-joe", "flite-slt", "festival-ked")
 
@@ -105,7 +104,7 @@ def run_job(folders: list[Path], out: Path, args) -> dict:
         "setup_seconds": result.setup_seconds,
         "train_seconds": result.train_seconds,
         "seconds_per_step": result.train_seconds / result.steps,
-        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "peak_rss_mb": own_peak_rss_mb(),  # not ru_maxrss: that holds the parent's peak (run_record)
     }
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import subprocess
 import sys
 import time
@@ -16,6 +17,7 @@ import pytest
 # (Not a tests/bench/conftest.py: it would shadow tests/conftest.py, which other modules import by name.)
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 from run_record import (  # noqa: E402
+    ChildPeakRss,
     LoadSampler,
     closed_loop,
     describe,
@@ -23,6 +25,7 @@ from run_record import (  # noqa: E402
     latency_ms,
     machine,
     mean_sd,
+    own_peak_rss_mb,
     paired_ratios,
     percentile,
     provenance,
@@ -168,3 +171,22 @@ def test_a_run_that_dies_keeps_what_it_measured(tmp_path):
     with kept_on_failure(tmp_path / "never.json", {}) as result:
         result["fine"] = True
     assert not (tmp_path / "never.json").exists()
+
+
+def test_a_childs_own_peak_is_not_its_parents():
+    """wait4's ru_maxrss of a child holds at least the parent's peak (exec keeps the old address space's
+    high-water mark, and the old one is the parent's); ChildPeakRss reads the child's own."""
+    ballast = np.ones(400 * 2**20 // 8)  # 400 MB touched: this process's peak is at least that
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.5)"])
+    with ChildPeakRss(child.pid, interval=0.05) as peak:
+        _, _, usage = os.wait4(child.pid, 0)
+    child.returncode = 0  # reaped above
+    del ballast
+    assert 1 < peak.mb < 100
+    assert usage.ru_maxrss / 1024 > 400
+
+
+def test_own_peak_is_at_least_what_is_resident_now():
+    status = Path("/proc/self/status").read_text().splitlines()
+    resident_kb = int(next(line for line in status if line.startswith("VmRSS")).split()[1])
+    assert own_peak_rss_mb() >= resident_kb / 1024 > 0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 
+import numpy as np
 import pytest
 import torch
 
@@ -16,11 +17,15 @@ from chorus.training.piper_adapt import (
     PLACEMENTS,
     VOICE,
     PiperAdaptConfig,
+    SegmentLoss,
     adapt_piper,
     align_durations,
     attach_voice,
+    load_posterior,
+    posterior_step_terms,
     prepare_clips,
     train,
+    train_posterior,
 )
 from conftest import tiny_piper_config
 
@@ -122,3 +127,30 @@ def test_a_saved_voice_loads_back_and_speaks_the_same(tiny, tone_clips, tiny_pos
     assert torch.equal(speak(fresh), speak(result.model))
     with pytest.raises(VoiceError, match="was made on base"):
         load_piper_voice(copy.deepcopy(fresh), result.voice_dir, "other", base_sha256="b" * 64)
+
+
+def test_the_posterior_step_is_the_one_training_takes(tiny, tone_clips, tiny_posterior) -> None:
+    """posterior_step_terms, which chorus.memory.piper measures and predicts, is train_posterior's step: the
+    first step's logged loss is the same step taken again on the same batch, windows and seeds."""
+    from chorus.data.formats import discover
+
+    clips = prepare_clips(tiny, discover(tone_clips)[0], align=False)
+    config = PiperAdaptConfig(posterior=tiny_posterior, steps=1, batch_size=2, segment_frames=16, log_every=1)
+    twin = copy.deepcopy(tiny)
+    torch.manual_seed(0)
+    model, trainable = attach_voice(tiny, config)
+    posterior = load_posterior(config)
+    torch.manual_seed(1)  # the posterior's draw of each latent
+    rows, steps, _ = train_posterior(model, posterior, clips, trainable, config)
+
+    torch.manual_seed(0)
+    again, _ = attach_voice(twin, config)
+    posterior = load_posterior(config).train()
+    rng = np.random.default_rng(config.seed)  # the loop's draws: the batch, then each clip's window
+    batch = [clips[i] for i in rng.choice(len(clips), size=2, replace=False)]
+    starts = [int(rng.integers(0, max(1, c.frames - config.segment_frames) + 1)) for c in batch]
+    torch.manual_seed(1)
+    terms = posterior_step_terms(
+        again.train(), posterior, SegmentLoss(again, config.stft_weight), batch, starts, config
+    )
+    assert steps == 1 and rows[0]["loss"] == round(float(terms["loss"].detach()), 4)

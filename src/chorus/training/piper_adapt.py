@@ -485,6 +485,40 @@ def align_to_prior(
     return z, logs_q, z_p, m_frames, logs_frames, frame_mask, path.sum(2)
 
 
+def posterior_optimizer(
+    trainable: list[torch.nn.Parameter], posterior: PosteriorEncoder, config: PiperAdaptConfig
+) -> torch.optim.Optimizer:
+    """The posterior recipe's optimizer: the voice's tensors at its method's rate, the posterior
+    encoder's at ``posterior_learning_rate``."""
+    return _optimizer(
+        [
+            {"params": trainable, "lr": _learning_rate(config)},
+            {"params": list(posterior.parameters()), "lr": config.posterior_learning_rate},
+        ]
+    )
+
+
+def posterior_step_terms(
+    model: PiperGenerator,
+    posterior: PosteriorEncoder,
+    loss_fn: SegmentLoss,
+    batch: Sequence[Clip],
+    starts: Sequence[int],
+    config: PiperAdaptConfig,
+) -> dict[str, torch.Tensor]:
+    """One step's loss of the posterior recipe on ``batch``, its windows at ``starts`` (latent frames):
+    a dict of scalars, ``loss`` (what backward starts from) and its terms ``mel_l1``, ``stft_sc``,
+    ``stft_log_mag`` and ``kl``."""
+    z, logs_q, z_p, m_p, logs_p, frame_mask, _ = align_to_prior(model, posterior, batch)
+    kl = prior_kl(z_p, logs_q, m_p, logs_p, frame_mask)
+    latents = [z[i, :, : c.frames] for i, c in enumerate(batch)]
+    generated = decode_windows(model, latents, starts, config)
+    terms = loss_fn(generated, target_windows(batch, starts, config, model.hop_length))
+    loss = config.mel_weight * terms["mel_l1"] + config.stft_weight * (terms["stft_sc"] + terms["stft_log_mag"])
+    terms.update(loss=loss + config.kl_weight * kl, kl=kl)
+    return terms
+
+
 def train_posterior(
     model: PiperGenerator,
     posterior: PosteriorEncoder,
@@ -501,12 +535,7 @@ def train_posterior(
     The posterior trains fully (it is not part of the voice); the generator trains through the adapters."""
     rng = np.random.default_rng(config.seed)
     posterior.train()
-    optimizer = _optimizer(
-        [
-            {"params": trainable, "lr": _learning_rate(config)},
-            {"params": list(posterior.parameters()), "lr": config.posterior_learning_rate},
-        ]
-    )
+    optimizer = posterior_optimizer(trainable, posterior, config)
     loss_fn = SegmentLoss(model, config.stft_weight)
     step = 0
     model.train()
@@ -514,14 +543,8 @@ def train_posterior(
         for step in range(1, config.steps + 1):
             chosen = rng.choice(len(clips), size=min(config.batch_size, len(clips)), replace=False)
             batch = [clips[i] for i in chosen]
-            z, logs_q, z_p, m_p, logs_p, frame_mask, _ = align_to_prior(model, posterior, batch)
-            kl = prior_kl(z_p, logs_q, m_p, logs_p, frame_mask)
             starts = [int(rng.integers(0, max(1, c.frames - config.segment_frames) + 1)) for c in batch]
-            latents = [z[i, :, : c.frames] for i, c in enumerate(batch)]
-            generated = decode_windows(model, latents, starts, config)
-            terms = loss_fn(generated, target_windows(batch, starts, config, model.hop_length))
-            loss = config.mel_weight * terms["mel_l1"] + config.stft_weight * (terms["stft_sc"] + terms["stft_log_mag"])
-            terms.update(loss=loss + config.kl_weight * kl, kl=kl)
+            terms = posterior_step_terms(model, posterior, loss_fn, batch, starts, config)
             optimizer.zero_grad(set_to_none=True)
             terms["loss"].backward()
             torch.nn.utils.clip_grad_norm_([*trainable, *posterior.parameters()], 10.0)
@@ -618,6 +641,8 @@ __all__ = [
     "adapt_piper",
     "align_durations",
     "attach_voice",
+    "posterior_optimizer",
+    "posterior_step_terms",
     "prepare_clips",
     "train",
 ]
