@@ -263,6 +263,14 @@ def report(out: Path) -> str:
             f"{'met' if ratio['median'] <= 1.5 else 'not met'} |",
             "",
         ]
+        readings = {name: row.get("wer_per_draw") for name, row in systems.items() if name in PIPERS}
+        if all(readings.values()):  # runs with --draws: the gap beside how far one draw moves each system
+            lines += [
+                "WER of one reading, lowest to highest: "
+                + "; ".join(f"{name} {100 * min(w):.1f}-{100 * max(w):.1f} %" for name, w in readings.items())
+                + f" (the pooled gap: {wer_gap:+.1f} points).",
+                "",
+            ]
         speedup = base["result"].get("chorus_speedup_over_onnx")
         if speedup:  # runs before it was recorded lack it
             verdict = "met" if speedup["median"] >= 2 else "not met"

@@ -53,3 +53,4 @@ def test_report_pools_the_readings_and_judges_the_gaps(tmp_path):
     assert "| MOS within 0.05 of onnxruntime Piper's | -0.01 | met |" in text
     assert "| WER within 1 point | +0.5 points | met |" in text
     assert "| real-time factor <= 1.5x onnxruntime's | 1.45x (median) | met |" in text
+    assert "Chorus's PyTorch Piper 3.0-5.0 %; onnxruntime Piper 2.0-4.5 % (the pooled gap: +0.5 points)" in text
