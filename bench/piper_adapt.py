@@ -82,6 +82,9 @@ def main() -> None:
     parser.add_argument("--max-minutes", type=float, default=math.inf, help="training time cap")
     parser.add_argument("--learning-rate", type=float, default=None)
     parser.add_argument("--noise-scale", type=float, default=0.0, help="prior noise of the training latents")
+    parser.add_argument(
+        "--discriminators", default=None, help="a vocoder training checkpoint whose discriminators join the loss"
+    )
     parser.add_argument("--tag", default="", help="suffix of this run's file names (several runs of one placement)")
     parser.add_argument("--sentences", type=int, default=10, help="held-out sentences judged")
     parser.add_argument(
@@ -185,6 +188,7 @@ def measure(args, row: dict, generator, evaluation, references, pool, texts, onn
             learning_rate=args.learning_rate,
             max_minutes=args.max_minutes,
             noise_scale=args.noise_scale,
+            discriminators=args.discriminators,
         )
         started = time.perf_counter()
         result = adapt_piper(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,9 +14,11 @@ from chorus.adapters.voice import VoiceError
 from chorus.models.piper_vits import PiperGenerator
 from chorus.peers.piper import PiperVoiceConfig
 from chorus.synthesis.bases.piper import load_piper_voice
+from chorus.training.loss_log import read_log
 from chorus.training.piper_adapt import (
     PLACEMENTS,
     VOICE,
+    Adversary,
     PiperAdaptConfig,
     SegmentLoss,
     adapt_piper,
@@ -27,6 +30,7 @@ from chorus.training.piper_adapt import (
     train,
     train_posterior,
 )
+from chorus.training.vocoder import load_discriminators
 from conftest import tiny_piper_config
 
 # Joe's layout (type-2 residual blocks, upsampling 8 x 8 x 4) at toy widths.
@@ -154,3 +158,41 @@ def test_the_posterior_step_is_the_one_training_takes(tiny, tone_clips, tiny_pos
         again.train(), posterior, SegmentLoss(again, config.stft_weight), batch, starts, config
     )
     assert steps == 1 and rows[0]["loss"] == round(float(terms["loss"].detach()), 4)
+
+
+# A chorus train-vocoder checkpoint committed with the shipped vocoder's history (22,050 Hz, as joe).
+VOCODER_CHECKPOINT = Path(__file__).resolve().parents[2] / "checkpoints" / "vocoder-gta" / "checkpoint"
+
+
+def test_the_adversary_trains_its_discriminators_and_passes_gradients_to_the_windows() -> None:
+    adversary = Adversary.from_checkpoint(VOCODER_CHECKPOINT, 22_050)
+    before = [p.detach().clone() for p in adversary.discriminators.parameters()]
+    torch.manual_seed(0)
+    generated = (0.1 * torch.randn(2, 4096)).requires_grad_()
+    terms = adversary(generated, 0.1 * torch.randn(2, 4096))
+    assert any(not torch.equal(p, q) for p, q in zip(adversary.discriminators.parameters(), before))
+    (terms["adversarial"] + terms["feature_matching"]).backward()
+    assert generated.grad is not None and generated.grad.abs().sum() > 0
+    # The generator's terms left no gradient on the discriminators (they were frozen for them).
+    assert all(p.grad is None or p.requires_grad for p in adversary.discriminators.parameters())
+
+
+def test_discriminators_of_another_sample_rate_are_refused() -> None:
+    with pytest.raises(ValueError, match="judge 22050 Hz audio; this base speaks at 16000 Hz"):
+        Adversary.from_checkpoint(VOCODER_CHECKPOINT, 16_000)
+
+
+def test_a_folder_without_discriminators_is_refused(tmp_path) -> None:
+    with pytest.raises(ValueError, match="no discriminators saved there"):
+        load_discriminators(tmp_path)
+
+
+def test_the_posterior_recipe_logs_the_adversarial_terms(tiny, tone_clips, tiny_posterior, tmp_path) -> None:
+    config = PiperAdaptConfig(
+        posterior=tiny_posterior, steps=2, batch_size=2, segment_frames=16, log_every=1,
+        discriminators=str(VOCODER_CHECKPOINT),
+    )  # fmt: skip
+    result = adapt_piper(tone_clips, tiny, tmp_path / "voice", config)
+    logged = read_log(tmp_path / "voice.log.csv")
+    assert result.card.steps == 2 and len(logged) == 2
+    assert all(float(row["adversarial"]) > 0 and float(row["discriminator"]) > 0 for row in logged)

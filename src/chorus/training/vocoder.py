@@ -394,6 +394,25 @@ def _load_start_discriminator(config: VocoderTrainConfig, discriminator: nn.Modu
         discriminator.load_state_dict(saved)
 
 
+def load_discriminators(folder: str | Path) -> tuple[Discriminators, int]:
+    """The discriminators a vocoder training run saved in checkpoint ``folder`` (``chorus train-vocoder``'s
+    ``checkpoint/``), as trained, and the sample rate they judge (their run's mel config)."""
+    state = load_training_state(folder)
+    saved = {} if state is None else {
+        key.removeprefix("discriminator."): value
+        for key, value in state.tensors.items()
+        if key.startswith("discriminator.")
+    }  # fmt: skip
+    if not saved:
+        raise ValueError(
+            f"{folder}: no discriminators saved there (a chorus train-vocoder checkpoint/ folder holds them)"
+        )
+    config = VocoderTrainConfig.from_dict(state.meta["config"])
+    discriminators = Discriminators(config)
+    discriminators.load_state_dict(saved)
+    return discriminators, config.mel.sample_rate
+
+
 def learning_rate(step: int, config: VocoderTrainConfig) -> float:
     """Linear warm-up, then exponential decay; depends on the step alone."""
     return config.learning_rate * min(1.0, (step + 1) / config.warmup_steps) * config.lr_decay**step
