@@ -89,6 +89,19 @@ def judge(items: list[EvalItem], similarity: bool, draws: int = 1) -> dict:
 PIPERS = ("Chorus's PyTorch Piper", "onnxruntime Piper")  # the systems that draw noise
 
 
+def reading_order(names: list[str], sentences: int, draws: int) -> list[tuple[int, int, str]]:
+    """(draw, sentence index, system) in the order they are read: draw after draw, sentence after sentence,
+    every system that reads in that draw (all in the first; the Piper systems after) in an order rotating
+    sentence by sentence, so each system goes first as often as the others."""
+    order = []
+    for draw in range(draws):
+        present = names if draw == 0 else [name for name in names if name in PIPERS]
+        for index in range(sentences):
+            turn = index % len(present)
+            order += [(draw, index, name) for name in present[turn:] + present[:turn]]
+    return order
+
+
 def base_voices(sentences: list[str], draws: int = 1) -> dict:
     """Each system speaks each sentence in turn (the order rotating per sentence), ``draws`` times over for
     the Piper systems (the Chorus base draws no noise: it reads each sentence once); time and audio kept."""
@@ -107,17 +120,12 @@ def base_voices(sentences: list[str], draws: int = 1) -> dict:
     audio: dict[str, list] = {name: [] for name in systems}
     rtf: dict[str, list[float]] = {name: [] for name in systems}
     names = list(systems)
-    for draw in range(draws):
+    for draw, index, name in reading_order(names, len(sentences), draws):
         piper_torch.engine.base.settings = replace(piper_torch.engine.base.settings, seed=draw)
-        for index, text in enumerate(sentences):
-            turn = draw * len(sentences) + index
-            for name in names[turn % len(names) :] + names[: turn % len(names)]:
-                if draw and name not in PIPERS:
-                    continue
-                started = time.perf_counter()
-                clip = np.asarray(systems[name](text), dtype=np.float32)
-                rtf[name].append((time.perf_counter() - started) / (len(clip) / rates[name]))
-                audio[name].append(clip)
+        started = time.perf_counter()
+        clip = np.asarray(systems[name](sentences[index]), dtype=np.float32)
+        rtf[name].append((time.perf_counter() - started) / (len(clip) / rates[name]))
+        audio[name].append(clip)
     rows = {}
     for name in names:
         texts = sentences * (len(audio[name]) // len(sentences))

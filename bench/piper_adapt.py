@@ -70,6 +70,11 @@ def judge(items: list[EvalItem]) -> dict:
     return {"wer": report.corpus_wer, "similarity": means.get("speaker_similarity"), "mos": means.get("mos")}
 
 
+def voice_placement(folder: Path) -> str | None:
+    """The placement a saved Piper voice records in its card."""
+    return json.loads((folder / "voice_card.json").read_text()).get("notes", {}).get("placement")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--heldout", type=Path, default=Path("corpus_out/heldout"))
@@ -120,7 +125,8 @@ def main() -> None:
     texts = [u.text for u in evaluation]
     row: dict = {
         "voice": args.voice,
-        "placement": args.placement,
+        # A saved voice judged again (--voice-dir) is the placement it was made with, not --placement's.
+        "placement": args.placement if args.voice_dir is None else voice_placement(args.voice_dir),
         "sentences": len(evaluation),
         "judged_split": args.judge,
         "references": len(references),

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-from bases import report, wer_per_draw  # noqa: E402
+from bases import PIPERS, reading_order, report, wer_per_draw  # noqa: E402
 
 
 def judged(edits: int, words: int = 10) -> SimpleNamespace:
@@ -26,6 +26,16 @@ def test_each_reading_has_its_own_wer():
 def test_readings_that_do_not_divide_the_items_are_refused():
     with pytest.raises(ValueError, match="not 2 readings"):
         wer_per_draw([judged(1)] * 3, 2)
+
+
+def test_each_system_reads_first_as_often_and_the_chorus_base_once():
+    names = [*PIPERS, "Chorus base"]
+    order = reading_order(names, sentences=6, draws=3)
+    assert [(d, i) for d, i, n in order if n == "Chorus base"] == [(0, i) for i in range(6)]
+    for draw, present in ((0, names), (1, list(PIPERS)), (2, list(PIPERS))):
+        firsts = [next(n for d, i, n in order if (d, i) == (draw, index)) for index in range(6)]
+        assert sorted(firsts) == sorted(present * (6 // len(present)))
+    assert len(order) == 6 * 3 + 2 * 6 * 2
 
 
 def system(mos: float, wer: float, rtf: float, per_draw: list[float] | None = None) -> dict:

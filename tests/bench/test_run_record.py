@@ -25,7 +25,6 @@ from run_record import (  # noqa: E402
     latency_ms,
     machine,
     mean_sd,
-    own_peak_rss_mb,
     paired_ratios,
     percentile,
     provenance,
@@ -186,7 +185,14 @@ def test_a_childs_own_peak_is_not_its_parents():
     assert usage.ru_maxrss / 1024 > 400
 
 
-def test_own_peak_is_at_least_what_is_resident_now():
-    status = Path("/proc/self/status").read_text().splitlines()
-    resident_kb = int(next(line for line in status if line.startswith("VmRSS")).split()[1])
-    assert own_peak_rss_mb() >= resident_kb / 1024 > 0
+def test_own_peak_is_the_processes_own_not_its_parents():
+    """own_peak_rss_mb in a child that touched 200 MB reads about that, under its 600 MB parent's peak."""
+    ballast = np.ones(600 * 2**20 // 8)
+    bench = Path(__file__).resolve().parents[2] / "bench"
+    code = (
+        f"import sys; sys.path.insert(0, {str(bench)!r}); import numpy as np; a = np.ones(200 * 2**20 // 8); "
+        "from run_record import own_peak_rss_mb; print(own_peak_rss_mb())"
+    )
+    child = float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout)
+    del ballast
+    assert 200 < child < 500

@@ -65,3 +65,9 @@ def test_report_measures_in_a_fresh_process():
     assert report.predicted.categories() == report.measured.categories()
     assert report.measured.peak > 0 and report.trainable_parameters < report.parameters
     assert "flow+decoder" in report.markdown()
+
+
+def test_a_step_with_discriminators_is_refused_not_under_counted():
+    adapt = PiperAdaptConfig(discriminators="checkpoints/vocoder-gta/checkpoint")
+    with pytest.raises(ValueError, match="discriminators"):
+        predict_piper_memory(tiny_piper_config(), adapt=adapt, posterior=POSTERIOR, **STEP)

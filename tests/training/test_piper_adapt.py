@@ -171,15 +171,21 @@ def test_the_adversary_trains_its_discriminators_and_passes_gradients_to_the_win
     generated = (0.1 * torch.randn(2, 4096)).requires_grad_()
     terms = adversary(generated, 0.1 * torch.randn(2, 4096))
     assert any(not torch.equal(p, q) for p, q in zip(adversary.discriminators.parameters(), before))
+    own = [p.grad.clone() for p in adversary.discriminators.parameters()]  # their update's gradients
     (terms["adversarial"] + terms["feature_matching"]).backward()
     assert generated.grad is not None and generated.grad.abs().sum() > 0
-    # The generator's terms left no gradient on the discriminators (they were frozen for them).
-    assert all(p.grad is None or p.requires_grad for p in adversary.discriminators.parameters())
+    # The generator's terms added nothing to the discriminators' gradients (they were frozen for them).
+    assert all(torch.equal(p.grad, g) for p, g in zip(adversary.discriminators.parameters(), own))
 
 
 def test_discriminators_of_another_sample_rate_are_refused() -> None:
     with pytest.raises(ValueError, match="judge 22050 Hz audio; this base speaks at 16000 Hz"):
         Adversary.from_checkpoint(VOCODER_CHECKPOINT, 16_000)
+
+
+def test_discriminators_join_the_posterior_recipe_only() -> None:
+    with pytest.raises(ValueError, match="posterior recipe's loss only"):
+        PiperAdaptConfig(recipe="aligned", discriminators=str(VOCODER_CHECKPOINT))
 
 
 def test_a_folder_without_discriminators_is_refused(tmp_path) -> None:
@@ -196,3 +202,4 @@ def test_the_posterior_recipe_logs_the_adversarial_terms(tiny, tone_clips, tiny_
     logged = read_log(tmp_path / "voice.log.csv")
     assert result.card.steps == 2 and len(logged) == 2
     assert all(float(row["adversarial"]) > 0 and float(row["discriminator"]) > 0 for row in logged)
+    assert result.card.notes["discriminators"] == str(VOCODER_CHECKPOINT)

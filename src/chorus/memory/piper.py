@@ -349,6 +349,8 @@ class PosteriorStep(nn.Module):
 
     def __init__(self, generator: PiperGenerator, posterior: PosteriorEncoder, config: PiperAdaptConfig) -> None:
         super().__init__()
+        if config.discriminators:  # their update and terms are in neither the shadow pass nor this step
+            raise ValueError("the memory of a step with discriminators is neither predicted nor measured here")
         self.generator, self.posterior, self.config = generator, posterior, config
         self.loss = SegmentLoss(generator, config.stft_weight)
 

@@ -176,6 +176,8 @@ class PiperAdaptConfig:
             raise ValueError(f"recipe {self.recipe!r}: choose one of {', '.join(RECIPES)}")
         if self.placement not in PLACEMENTS and self.placement != FULL_FINE_TUNING:
             raise ValueError(f"placement {self.placement!r}: choose one of {', '.join(PLACEMENTS)}, or full")
+        if self.discriminators and self.recipe != "posterior":
+            raise ValueError("discriminators join the posterior recipe's loss only (--recipe posterior)")
         if self.steps < 0 or self.batch_size <= 0 or self.segment_frames <= 0 or self.context_frames < 0:
             raise ValueError("steps >= 0, batch_size > 0, segment_frames > 0 and context_frames >= 0")
 
@@ -691,7 +693,12 @@ def adapt_piper(
             "loss_end": rows[-1]["loss"] if rows else None,
             "train_cpu_seconds": rows[-1]["cpu_seconds"] if rows else 0.0,
         },
-        notes={"recipe": config.recipe, "placement": config.placement, "threads": config.threads},
+        notes={
+            "recipe": config.recipe,
+            "placement": config.placement,
+            "threads": config.threads,
+            **({"discriminators": config.discriminators} if config.discriminators else {}),
+        },
         length_scale=pace,
         noise_scale=None if aligned else config.speak_noise_scale,
     )
