@@ -699,11 +699,18 @@ def start_server(args, store: StoreSpec, keys: Path, limits: Path | None, folder
         "--adapt-threads",
         str(args.adapt_threads),
         *(["--limits", str(limits)] if limits else []),
-        *(["--job-niceness", str(args.job_niceness)] if args.job_niceness is not None else []),
+        *niceness_options(args),
     ]
     environment = os.environ | {"OMP_NUM_THREADS": str(args.threads), "CHORUS_SNAPSHOTS": str(folder / "snapshots")}
     process = launch(command, port, folder / "server.log", env=environment, cwd=folder)
     return Server(process, command, port, folder)
+
+
+def niceness_options(args: argparse.Namespace) -> list[str]:
+    """``--job-niceness`` for the server where the bench was given one; none (the server's default) where
+    it was not or has no such option (bench/first_audio.py starts its server through :func:`start_server`)."""
+    niceness = getattr(args, "job_niceness", None)
+    return [] if niceness is None else ["--job-niceness", str(niceness)]
 
 
 def take_snapshot(server: Server, limit_s: float = 120.0) -> Path | None:
