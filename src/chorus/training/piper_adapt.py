@@ -62,10 +62,10 @@ from chorus.models.piper_vits import PiperGenerator, sequence_mask
 from chorus.training.loss_log import LossLog
 from chorus.training.progress import step_progress
 from chorus.training.vocoder import (
-    discriminator_loss,
-    generator_losses,
+    adversarial_terms,
     load_discriminators,
     multi_resolution_stft_loss,
+    update_discriminator,
 )
 
 SHIPPED_POSTERIOR = "piper_posterior_joe"  # chorus/assets folder: piper-joe's distilled posterior encoder
@@ -541,17 +541,8 @@ class Adversary:
     def __call__(self, generated: torch.Tensor, target: torch.Tensor) -> dict[str, torch.Tensor]:
         """generated, target ``[batch, samples]`` -> ``adversarial`` and ``feature_matching`` (with gradients
         to ``generated``) and ``discriminator``, the update's loss."""
-        loss = discriminator_loss(self.discriminators(target), self.discriminators(generated.detach()))
-        self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(self.discriminators.parameters(), 10.0)
-        self.optimizer.step()
-        # Gradients reach the generator through frozen discriminators: theirs would go unused.
-        self.discriminators.requires_grad_(False)
-        with torch.no_grad():
-            real = self.discriminators(target)
-        adversarial, matching = generator_losses(real, self.discriminators(generated))
-        self.discriminators.requires_grad_(True)
+        loss = update_discriminator(self.discriminators, self.optimizer, target, generated, clip=10.0)
+        adversarial, matching = adversarial_terms(self.discriminators, target, generated)
         return {"adversarial": adversarial, "feature_matching": matching, "discriminator": loss.detach()}
 
 
@@ -595,7 +586,8 @@ def train_posterior(
     progress: bool = False,
 ) -> tuple[list[dict], int, float]:
     """The ``posterior`` recipe's step loop (VITS's generator step without its duration term, and without
-    its adversarial ones unless ``config.discriminators`` names some): the posterior encoder reads each clip's latent; the decoder renders a window of it, judged
+    its adversarial ones unless ``config.discriminators`` names some): the posterior encoder reads each
+    clip's latent; the decoder renders a window of it, judged
     against the recording (mel L1 x ``mel_weight`` + multi-resolution STFT); the flow carries the whole
     latent to the text prior's space, judged by the KL to the prior along the monotonic alignment.
     The posterior trains fully (it is not part of the voice); the generator trains through the adapters."""

@@ -364,6 +364,32 @@ def generator_losses(
     return adversarial, matching
 
 
+def update_discriminator(
+    discriminator: nn.Module, optimizer: torch.optim.Optimizer, real: torch.Tensor, fake: torch.Tensor, clip: float
+) -> torch.Tensor:
+    """One update of ``discriminator`` on ``real`` audio against ``fake`` (detached here), both
+    ``[batch, samples]``, its gradient norm clipped to ``clip``; returns its loss."""
+    loss = discriminator_loss(discriminator(real), discriminator(fake.detach()))
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(discriminator.parameters(), clip)
+    optimizer.step()
+    return loss
+
+
+def adversarial_terms(
+    discriminator: nn.Module, real: torch.Tensor, fake: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`generator_losses` of ``fake`` against ``real`` ``[batch, samples]``, with gradients to ``fake``
+    only: through a frozen discriminator, whose own gradients would go unused."""
+    discriminator.requires_grad_(False)
+    with torch.no_grad():
+        real_features = discriminator(real)
+    terms = generator_losses(real_features, discriminator(fake))
+    discriminator.requires_grad_(True)
+    return terms
+
+
 # -------------------------------------------------------------------------------------------- train
 
 
@@ -375,20 +401,19 @@ def _load_start(config: VocoderTrainConfig) -> Vocos:
     return start
 
 
+def _saved_discriminator(state: TrainingState | None) -> dict[str, torch.Tensor]:
+    """The discriminators' tensors a checkpoint's training state holds, by their own names (none: empty)."""
+    if state is None:
+        return {}
+    prefix = "discriminator."
+    return {key.removeprefix(prefix): value for key, value in state.tensors.items() if key.startswith(prefix)}
+
+
 def _load_start_discriminator(config: VocoderTrainConfig, discriminator: nn.Module) -> None:
     """When ``config.init_from`` is a training run with these discriminators, start from its trained ones: a
     fresh discriminator would spend its first steps on a generator that is already good."""
     start = Path(config.init_from)  # a run folder, or its checkpoint folder itself
-    state = load_training_state(start / CHECKPOINT) or load_training_state(start)
-    saved = (
-        {}
-        if state is None
-        else {
-            key.removeprefix("discriminator."): value
-            for key, value in state.tensors.items()
-            if key.startswith("discriminator.")
-        }
-    )
+    saved = _saved_discriminator(load_training_state(start / CHECKPOINT) or load_training_state(start))
     own = discriminator.state_dict()
     if saved.keys() == own.keys() and all(saved[key].shape == own[key].shape for key in own):
         discriminator.load_state_dict(saved)
@@ -398,11 +423,7 @@ def load_discriminators(folder: str | Path) -> tuple[Discriminators, int]:
     """The discriminators a vocoder training run saved in checkpoint ``folder`` (``chorus train-vocoder``'s
     ``checkpoint/``), as trained, and the sample rate they judge (their run's mel config)."""
     state = load_training_state(folder)
-    saved = {} if state is None else {
-        key.removeprefix("discriminator."): value
-        for key, value in state.tensors.items()
-        if key.startswith("discriminator.")
-    }  # fmt: skip
+    saved = _saved_discriminator(state)
     if not saved:
         raise ValueError(
             f"{folder}: no discriminators saved there (a chorus train-vocoder checkpoint/ folder holds them)"
@@ -625,7 +646,9 @@ class _VocoderLoop:
         predicted = self.model(input_mel)  # [batch, frames * hop]: the crop's span
         terms = {}
         if self.discriminator is not None:
-            terms["discriminator"] = self._discriminator_step(audio, predicted.detach())
+            terms["discriminator"] = update_discriminator(
+                self.discriminator, self.optimizers["discriminator_optimizer"], audio, predicted, self.config.grad_clip
+            )
         loss, generator_terms = self._generator_loss(audio, predicted, target_mel)
         terms.update(generator_terms)
         optimizer = self.optimizers["optimizer"]
@@ -634,17 +657,6 @@ class _VocoderLoop:
         torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_clip)
         optimizer.step()
         return {"loss": loss, **terms}
-
-    def _discriminator_step(self, audio: torch.Tensor, predicted: torch.Tensor) -> torch.Tensor:
-        """One discriminator update on real ``audio`` against ``predicted`` (detached), both
-        ``[batch, samples]``; returns its loss."""
-        loss = discriminator_loss(self.discriminator(audio), self.discriminator(predicted))
-        optimizer = self.optimizers["discriminator_optimizer"]
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(self.discriminator.parameters(), self.config.grad_clip)
-        optimizer.step()
-        return loss
 
     def _generator_loss(
         self, audio: torch.Tensor, predicted: torch.Tensor, target_mel: torch.Tensor
@@ -659,14 +671,7 @@ class _VocoderLoop:
             terms["stft_sc"] + terms["stft_log_mag"]
         )
         if self.discriminator is not None:
-            # Gradients reach the generator through a frozen discriminator: its grads would be unused.
-            self.discriminator.requires_grad_(False)
-            with torch.no_grad():
-                real_features = self.discriminator(audio)
-            terms["adversarial"], terms["feature_matching"] = generator_losses(
-                real_features, self.discriminator(predicted)
-            )
-            self.discriminator.requires_grad_(True)
+            terms["adversarial"], terms["feature_matching"] = adversarial_terms(self.discriminator, audio, predicted)
             loss = loss + (
                 config.adversarial_weight * terms["adversarial"]
                 + config.feature_matching_weight * terms["feature_matching"]
