@@ -57,13 +57,12 @@ class ToyGain(AdapterLayer):
         gain = self.bank["gain"][slot] * used[:, None].to(y.dtype)  # [batch, out]
         return y * (1 + gain.view(y.shape[0], *[1] * (y.dim() - 2), -1))
 
-    def merged_base_tensors(self, name):
-        base = innermost(self)
+    def merged_base_tensors(self, name, tensors):
         scale = 1 + self.gain[name]
-        tensors = {"weight": base.weight * scale[:, None]}
-        if base.bias is not None:
-            tensors["bias"] = base.bias * scale
-        return tensors
+        merged = {"weight": tensors["weight"] * scale[:, None]}
+        if tensors.get("bias") is not None:
+            merged["bias"] = tensors["bias"] * scale
+        return merged
 
     def shadow_forward(self, pass_, name, x):
         """base(x) * (1 + g): adding a number saves nothing; the product saves each factor that the

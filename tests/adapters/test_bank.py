@@ -7,24 +7,31 @@ unpack round trip; refusals."""
 from __future__ import annotations
 
 import dataclasses
+from contextlib import contextmanager
 
 import pytest
 import torch
 from torch import nn
+from torch.func import functional_call
 
 from chorus.adapters import (
     BASE,
+    AdapterLayer,
     active_adapter,
+    adapter_layers,
     adapter_state_dict,
     add_adapter,
     all_methods,
     get_method,
     merge_adapter,
     routed,
+    set_active,
+    unmerge_all,
 )
 from chorus.adapters.bank import banked, pack_bank
 from chorus.adapters.bitfit import BitFitConfig
 from chorus.adapters.conditional_norm import ConditionalNormConfig
+from chorus.adapters.layer import innermost, row_scopes, wrappers_of
 from chorus.adapters.lora import LoraConfig
 from chorus.adapters.registry import ALL_LAYERS
 from chorus.adapters.residual import ResidualAdapterConfig
@@ -392,3 +399,93 @@ def test_lora_bank_equals_peft_mixed_batch(peft, tmp_path):
                 base = run(model, inputs, teacher_forced)
             assert_same_output(actual, expected)
             assert torch.equal(expected.mel, base.mel) == (mix == MIXES["base"])  # PEFT applied the voices
+
+
+def outermost_wrappers(model) -> list[AdapterLayer]:
+    wrappers = [module for module in model.modules() if isinstance(module, AdapterLayer)]
+    inner = {id(wrapper.base_layer) for wrapper in wrappers}
+    return [wrapper for wrapper in wrappers if id(wrapper) not in inner]
+
+
+def one_row_inputs(model, wrappers) -> dict[int, tuple]:
+    """Each wrapper's positional inputs in a one-row forward of the model (the base alone)."""
+    seen: dict[int, tuple] = {}
+    hooks = [w.register_forward_pre_hook(lambda w, args: seen.setdefault(id(w), args)) for w in wrappers]
+    try:
+        with torch.no_grad():
+            run(model, batch(1), False)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return seen
+
+
+@contextmanager
+def merged(model, name):
+    merge_adapter(model, name)
+    try:
+        yield
+    finally:
+        unmerge_all(model)
+        set_active(model, None)
+
+
+@pytest.mark.parametrize("method", [*(m.name for m in all_methods()), "all"])
+def test_row_tensors_fold_a_rows_adapters_as_its_forward_applies_them(method):
+    """``row_tensors`` (the Piper decoder's fused products read it): the innermost layer run with the folded
+    tensors gives the wrapper's own output, for an active adapter, a routing or bank of one row, and a merged
+    one; None where the method's effect is no change of those tensors (or a bank fold it lacks)."""
+    model = model_with_voices(method)
+    bank = pack_bank(model, NAMES)
+    wrappers = outermost_wrappers(model)
+    inputs = one_row_inputs(model, wrappers)
+    states = {
+        "active": lambda: active_adapter(model, "v1"),
+        "routed": lambda: routed(model, ["v1"]),
+        "merged": lambda: merged(model, "v1"),
+    }
+    folded = dict.fromkeys([*states, "bank"], 0)
+    mergeable = all(layer.mergeable for _, layer in adapter_layers(model) if "v1" in layer.configs)
+    for state, enter in [*states.items(), ("bank", lambda: banked(model, bank, ["v1"]))]:
+        if state == "merged" and not mergeable:
+            continue
+        with enter(), torch.no_grad():
+            for wrapper in wrappers:
+                args = inputs[id(wrapper)]
+                found = wrapper.row_tensors(1)
+                applies = any("v1" in layer.configs for layer in wrappers_of(wrapper))
+                if found is None:
+                    assert applies and (state == "bank" or not all(w.mergeable for w in wrappers_of(wrapper)))
+                    continue
+                layer, tensors = found
+                torch.testing.assert_close(functional_call(layer, tensors, args), wrapper(*args), rtol=1e-5, atol=1e-6)
+                folded[state] += applies
+    if method in ("lora", "bitfit", "all"):
+        assert folded["bank"] > 0  # LoRA and BitFit fold bank slots
+    if mergeable:
+        assert folded["active"] > 0 and folded["routed"] > 0
+
+
+def test_row_tensors_refuse_rows_that_differ_and_row_scopes_narrow_a_bank_to_one_row():
+    model = model_with_voices("lora")
+    bank = pack_bank(model, NAMES)
+    wrapper = next(w for w in outermost_wrappers(model) if "v0" in w.configs and "v2" in w.configs)
+    with routed(model, ["v2", "v2"]):
+        assert wrapper.row_tensors(2) is not None  # one voice for both rows
+    with routed(model, ["v0", "v2"]):
+        assert wrapper.row_tensors(2) is None
+    mix = ["v2", BASE, "v0"]
+    with banked(model, bank, mix):
+        assert wrapper.row_tensors(3) is None
+        scope = row_scopes(model)
+        for row, name in enumerate(mix):
+            with scope(row):
+                assert wrapper.bank_index.tolist() == bank.index([name]).tolist()
+                layer, tensors = wrapper.row_tensors(1)
+                expected = wrapper.base_layer.weight if name == BASE else merged_weight(wrapper, name)
+                torch.testing.assert_close(tensors["weight"], expected)
+        assert wrapper.bank_index.tolist() == bank.index(mix).tolist()  # put back
+
+
+def merged_weight(wrapper, name):
+    return wrapper.merged_base_tensors(name, dict(innermost(wrapper).named_parameters(recurse=False)))["weight"]

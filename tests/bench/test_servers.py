@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import mmap
 import os
 import subprocess
 import sys
@@ -180,6 +181,10 @@ def test_stop_kills_what_ignores_sigint(tmp_path):
 
 def test_own_rss_is_read_from_proc():
     before = servers.self_rss()
-    touched = bytearray(b"\x01") * (64 << 20)  # written, so every page is resident
+    # A fresh anonymous mapping, every page written: resident memory the process did not hold before (a
+    # bytearray may reuse heap a long test process freed and kept).
+    touched = mmap.mmap(-1, 64 << 20)
+    touched.write(b"\x01" * (64 << 20))
     assert servers.self_rss() - before > 32 << 20
     assert servers.process_rss(os.getpid()) > 64 << 20 and touched[-1] == 1
+    touched.close()

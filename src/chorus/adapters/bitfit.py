@@ -54,8 +54,11 @@ class BiasDelta(AdapterLayer):
             return y + delta.view(*delta.shape, *[1] * (y.dim() - 2))
         return y + delta.view(delta.shape[0], *[1] * (y.dim() - delta.dim()), *delta.shape[1:])
 
-    def merged_base_tensors(self, name):
-        return {"bias": innermost(self).bias + self.bias_delta[name]}
+    def merged_base_tensors(self, name, tensors):
+        return {"bias": tensors["bias"] + self.bias_delta[name]}
+
+    def bank_merged_tensors(self, slot, tensors):
+        return {"bias": tensors["bias"] + self.bank["bias_delta"][slot]}
 
     def shadow_forward(self, pass_, name, x):
         # base(x) + delta: an addition saves nothing; the float32 delta promotes a bf16 output.

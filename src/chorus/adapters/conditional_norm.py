@@ -61,9 +61,8 @@ class ConditionalLayerNorm(AdapterLayer):
         shift = (self.bank["norm_shift"][slot] * keep).view(shape)
         return self.base_layer(x) + normalized * scale + shift
 
-    def merged_base_tensors(self, name):
-        base = innermost(self)
-        return {"weight": base.weight + self.norm_scale[name], "bias": base.bias + self.norm_shift[name]}
+    def merged_base_tensors(self, name, tensors):
+        return {"weight": tensors["weight"] + self.norm_scale[name], "bias": tensors["bias"] + self.norm_shift[name]}
 
     def shadow_forward(self, pass_, name, x):
         """x ``[..., dim]`` -> ``[..., dim]``: base(x) + layer_norm(x) * scale + shift. The plain

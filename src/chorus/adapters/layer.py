@@ -24,7 +24,8 @@ keeps many voices resident, and each module would cost more Python heap than a s
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
 
 import torch
 from torch import nn
@@ -144,12 +145,59 @@ class AdapterLayer(nn.Module):
         """
         raise TypeError(f"{type(self).__name__} declares no memory rule (AdapterLayer.shadow_forward)")
 
-    def merged_base_tensors(self, name: str) -> dict[str, torch.Tensor]:
-        """For mergeable methods: new values of the innermost layer's tensors with ``name`` folded in."""
+    def merged_base_tensors(self, name: str, tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """For mergeable methods: new values of the innermost layer's tensors with ``name`` folded into
+        ``tensors`` (the innermost layer's ``weight``, ``bias`` ..., as its own or as other wrappers left
+        them); only the tensors the method changes."""
         raise ValueError(
             f"{self.method} adapters cannot be merged into the base weights "
             "(their effect is not a change of the base layer's tensors)"
         )
+
+    def bank_merged_tensors(self, slot: int, tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor] | None:
+        """:meth:`merged_base_tensors` of the voice in bank slot ``slot``, or None where the method has no
+        such fold (its one-row forwards then run through :meth:`forward_bank`)."""
+        return None
+
+    def row_tensors(self, batch: int) -> tuple[nn.Module, dict[str, torch.Tensor]] | None:
+        """(the innermost layer, its parameters with every adapter that applies folded in, innermost
+        wrapper first as merging folds them) for a forward of ``batch`` rows that all take the same
+        adapters: one adapter active for the whole batch, none, one merged, or a bank or routing of one
+        row. Running the innermost layer with these tensors gives this wrapper's output up to float
+        rounding. None where a method's effect is not a change of those tensors, or rows differ.
+
+        A decoder that runs its convolutions its own way (the Piper decoder's products) reads them here;
+        models sit below adapters, so it finds this method by name, not by type."""
+        layer = innermost(self)
+        tensors = {key: value for key, value in layer.named_parameters(recurse=False)}
+        for wrapper in reversed(list(wrappers_of(self))):
+            tensors = wrapper._fold_rows(batch, tensors)
+            if tensors is None:
+                return None
+        return layer, tensors
+
+    def _fold_rows(self, batch: int, tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor] | None:
+        """``tensors`` with this wrapper's adapter for ``batch`` rows folded in (see :meth:`row_tensors`)."""
+        if self.bank_index is not None:
+            if batch != 1:
+                return None
+            slot, used = self.bank.route(self.bank_index, 1)
+            if not bool(used[0]):
+                return tensors
+            folded = self.bank_merged_tensors(int(slot[0]), tensors)
+        else:
+            if self.routing is not None and (self.merged is not None or len(set(self.routing)) != 1):
+                return None  # rows differ, or a routing forward that refuses merged weights
+            name = self.routing[0] if self.routing is not None else self.active
+            if self.merged is not None:
+                # The weights hold it already; any other adapter: the forward's error, not a silent fold.
+                return tensors if name == self.merged else None
+            if name is None or name not in self.configs:  # the base alone, or a voice that leaves this layer
+                return tensors
+            if not self.mergeable:
+                return None
+            folded = self.merged_base_tensors(name, tensors)
+        return None if folded is None else {**tensors, **folded}
 
     # -- bookkeeping ---------------------------------------------------------------------------
     def names(self) -> list[str]:
@@ -223,8 +271,8 @@ class AdapterLayer(nn.Module):
             raise ValueError(f"adapter {self.merged!r} is already merged; unmerge it first")
         if name not in self.configs:
             raise KeyError(f"no adapter {name!r} in this layer")
-        new_values = self.merged_base_tensors(name)
         target = innermost(self)
+        new_values = self.merged_base_tensors(name, dict(target.named_parameters(recurse=False)))
         with torch.no_grad():
             for key, value in new_values.items():
                 tensor = getattr(target, key)
@@ -310,3 +358,27 @@ def wrappers_of(module: nn.Module) -> Iterator[AdapterLayer]:
     while isinstance(module, AdapterLayer):
         yield module
         module = module.base_layer
+
+
+def row_scopes(model: nn.Module) -> Callable[[int], AbstractContextManager[None]]:
+    """``scope(row)``: a context in which the wrappers inside ``model`` take row ``row`` of their batch for the
+    whole batch (a bank slot, a routing name narrowed to that row's; an active or merged adapter as it is),
+    so that row can run through ``model`` by itself. For forwards that go row by row (the Piper decoder's
+    products)."""
+    wrappers = [module for module in model.modules() if isinstance(module, AdapterLayer)]
+
+    @contextmanager
+    def scope(row: int) -> Iterator[None]:
+        saved = [(wrapper.bank_index, wrapper.routing) for wrapper in wrappers]
+        for wrapper in wrappers:
+            if wrapper.bank_index is not None:
+                wrapper.bank_index = wrapper.bank_index[row : row + 1]
+            if wrapper.routing is not None:
+                wrapper.routing = [wrapper.routing[row]]
+        try:
+            yield
+        finally:
+            for wrapper, (bank_index, routing) in zip(wrappers, saved):
+                wrapper.bank_index, wrapper.routing = bank_index, routing
+
+    return scope

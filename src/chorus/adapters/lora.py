@@ -65,11 +65,29 @@ class _LoraLayer(AdapterLayer):
     def _create(self, name: str, r: int, device, dtype) -> None:
         raise NotImplementedError
 
-    def merged_base_tensors(self, name: str) -> dict[str, torch.Tensor]:
-        weight = innermost(self).weight
+    def merged_base_tensors(self, name, tensors):
+        weight = tensors["weight"]
         return {"weight": weight + self.delta_weight(name).to(weight.dtype)}
 
     def delta_weight(self, name: str) -> torch.Tensor:
+        """Adapter ``name``'s update ``scaling * B @ A`` in the base weight's layout."""
+        return self._delta(*self._factors(name), self.scaling[name])
+
+    def bank_merged_tensors(self, slot, tensors):
+        """The update of bank slot ``slot`` folded into ``tensors["weight"]`` (zero-padded ranks add 0)."""
+        weight = tensors["weight"]
+        a, b = (self.bank[key][slot] for key in self._bank_keys)
+        return {"weight": weight + self._delta(a, b, self.bank["scaling"][slot]).to(weight.dtype)}
+
+    _bank_keys: tuple[str, str] = ("lora_A.weight", "lora_B.weight")  # A's and B's keys in a bank
+
+    def _factors(self, name: str) -> tuple[torch.Tensor, torch.Tensor]:
+        """Adapter ``name``'s (A, B)."""
+        raise NotImplementedError
+
+    @staticmethod
+    def _delta(a: torch.Tensor, b: torch.Tensor, scaling) -> torch.Tensor:
+        """``scaling * B @ A`` laid out as the base weight."""
         raise NotImplementedError
 
     def pack(self, names):
@@ -123,6 +141,9 @@ class _LoraSublayers(_LoraLayer):
         """B(A(x)) of adapter ``name``, unscaled; the base layer's output shape."""
         raise NotImplementedError
 
+    def _factors(self, name):
+        return self.lora_A[name]["weight"], self.lora_B[name]["weight"]
+
     def forward_with(self, name, x, *args, **kwargs):
         """x ``[..., in]`` (Linear) or ``[batch, in, time]`` (Conv1d) -> the base layer's output shape."""
         return self.base_layer(x, *args, **kwargs) + self._low_rank_update(name, x) * self.scaling[name]
@@ -149,8 +170,9 @@ class LoraLinear(_LoraSublayers):
         )  # [batch, n, r]
         return torch.baddbmm(y.reshape(batch, -1, y.shape[-1]), low, b.transpose(1, 2)).view(y.shape)
 
-    def delta_weight(self, name):
-        return self.lora_B[name]["weight"] @ self.lora_A[name]["weight"] * self.scaling[name]
+    @staticmethod
+    def _delta(a, b, scaling):
+        return b @ a * scaling  # [out, r] @ [r, in]
 
     def shadow_forward(self, pass_, name, x):
         """x ``[..., in]`` -> ``[..., out]``: base(x) + linear(linear(x, A), B) * scaling. A saves x for
@@ -195,12 +217,9 @@ class LoraConv1d(_LoraSublayers):
         )  # [1, batch * r, time']
         return torch.baddbmm(y, b[..., 0], low.view(batch, a.shape[1], -1))
 
-    def delta_weight(self, name):
-        # [out, r, 1] composed with [r, in, k] -> [out, in, k]
-        return (
-            torch.einsum("or,rik->oik", self.lora_B[name]["weight"][:, :, 0], self.lora_A[name]["weight"])
-            * self.scaling[name]
-        )
+    @staticmethod
+    def _delta(a, b, scaling):
+        return torch.einsum("or,rik->oik", b[:, :, 0], a) * scaling  # [out, r, 1] after [r, in, k]
 
     def shadow_forward(self, pass_, name, x):
         """x ``[batch, in, time]`` -> ``[batch, out, time']``: as :meth:`LoraLinear.shadow_forward`, with
@@ -264,8 +283,14 @@ class LoraEmbedding(_LoraLayer):
             y.reshape(batch, -1, y.shape[-1]), looked.reshape(batch, -1, looked.shape[-1]), b.transpose(1, 2)
         ).view(y.shape)
 
-    def delta_weight(self, name):
-        return (self.lora_embedding_B[name] @ self.lora_embedding_A[name]).T * self.scaling[name]
+    _bank_keys = ("lora_embedding_A", "lora_embedding_B")
+
+    def _factors(self, name):
+        return self.lora_embedding_A[name], self.lora_embedding_B[name]
+
+    @staticmethod
+    def _delta(a, b, scaling):
+        return (b @ a).T * scaling  # [num_embeddings, dim]
 
     def shadow_forward(self, pass_, name, ids):
         """ids ``[...]`` -> ``[..., embedding_dim]``: base(ids) + embedding(ids, A.T) @ B.T * scaling."""

@@ -121,11 +121,10 @@ class ProjectionDelta(AdapterLayer):
         delta = torch.baddbmm(bias, x.reshape(batch, -1, x.shape[-1]), weight.transpose(1, 2))  # [batch, n, out]
         return y + delta.view(y.shape)
 
-    def merged_base_tensors(self, name):
-        base = innermost(self)
+    def merged_base_tensors(self, name, tensors):
         return {
-            "weight": base.weight + self.projection_weight_delta[name],
-            "bias": base.bias + self.projection_bias_delta[name],
+            "weight": tensors["weight"] + self.projection_weight_delta[name],
+            "bias": tensors["bias"] + self.projection_bias_delta[name],
         }
 
     def shadow_forward(self, pass_, name, x):

@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,7 +31,8 @@ from torch import nn
 
 from chorus.peers.piper import PiperVoiceConfig
 
-LRELU_SLOPE = 0.1  # HiFi-GAN's; its last activation before conv_post uses PyTorch's default 0.01
+LRELU_SLOPE = 0.1  # HiFi-GAN's
+POST_SLOPE = 0.01  # its last activation's, before conv_post: PyTorch's default
 # The spline flows' constants (Durkan et al. 2019, as VITS sets them); none is stored in the graph.
 TAIL_BOUND = 5.0
 MIN_BIN_WIDTH = MIN_BIN_HEIGHT = MIN_DERIVATIVE = 1e-3
@@ -85,6 +87,7 @@ class PiperVitsConfig:
 
 # A seed for the generator's noise: one generator for the whole batch, or one per row (see draw_noise).
 Noise = torch.Generator | Sequence[torch.Generator] | None
+RowScope = Callable[[int], AbstractContextManager[None]]  # row -> the context that row runs in by itself
 
 
 def draw_noise(
@@ -549,15 +552,31 @@ class TapConv1d(nn.Conv1d):
         slope: float | None = None,
         mask: torch.Tensor | None = None,
         residual: torch.Tensor | None = None,
+        tensors: dict[str, torch.Tensor] | None = None,
     ) -> torch.Tensor:
         """``conv(leaky_relu(x, slope) * mask) + residual`` in one pass (:func:`shifted_products`, no
         gradients): x ``[batch, in, time]``, mask ``[batch, 1, time]``, residual ``[batch, out, time']``
-        (each left out when None) -> ``[batch, out, time']``."""
+        (each left out when None) -> ``[batch, out, time']``. ``tensors``: the ``weight`` and ``bias`` to
+        run with instead of the layer's own (an adapter's folded in, :func:`conv_tensors`)."""
         (kernel,), (dilation,), (padding,) = self.kernel_size, self.dilation, self.padding
+        weight, bias = (self.weight, self.bias) if tensors is None else (tensors["weight"], tensors.get("bias"))
         shifts = [tap * dilation - padding for tap in range(kernel)]
         length = x.shape[2] + 2 * padding - dilation * (kernel - 1)
-        taps = self.weight.permute(2, 0, 1).contiguous()  # [kernel, out, in]: one matrix per tap
-        return shifted_products(x, taps, shifts, self.bias, length, slope, mask, residual)
+        taps = weight.permute(2, 0, 1).contiguous()  # [kernel, out, in]: one matrix per tap
+        return shifted_products(x, taps, shifts, bias, length, slope, mask, residual)
+
+
+def conv_tensors(conv: nn.Module, batch: int) -> tuple[TapConv1d, dict[str, torch.Tensor] | None] | None:
+    """The :class:`TapConv1d` that ``conv`` runs for a forward of ``batch`` rows and the tensors to run it with
+    (None: its own), or None where its output is not that layer's with other tensors. ``conv`` is the layer,
+    or an adapter's wrapper around it (:class:`chorus.adapters.layer.AdapterLayer`, whose ``row_tensors``
+    folds in the adapters that apply, as a merge would; models sit below adapters, so it is found by name)."""
+    if type(conv) is TapConv1d:
+        return conv, None
+    found = getattr(conv, "row_tensors", lambda _batch: None)(batch)
+    if found is None or type(found[0]) is not TapConv1d:
+        return None
+    return found
 
 
 class PhaseConvTranspose1d(nn.ConvTranspose1d):
@@ -630,12 +649,13 @@ class ResBlock(nn.Module):
         """x ``[batch, channels, samples]``, mask ``[batch, 1, samples]`` or None -> same shape as x."""
         stages = zip(self.convs1, self.convs2) if self.kind == "1" else ((conv,) for conv in self.convs)
         for stage in stages:
-            if by_products(x) and all(type(conv) is TapConv1d for conv in stage):
+            found = [conv_tensors(conv, x.shape[0]) for conv in stage] if by_products(x) else [None]
+            if all(found):
                 # Activation, convolution and residual sum in one pass (TapConv1d.unit): the same bits as
-                # the steps below. Not through an adapter's wrapper, whose own forward must run.
+                # the steps below, or, through adapters that fold into the weights, their output up to rounding.
                 y = x
-                for i, conv in enumerate(stage):
-                    y = conv.unit(y, LRELU_SLOPE, mask, x if i == len(stage) - 1 else None)
+                for i, (conv, tensors) in enumerate(found):
+                    y = conv.unit(y, LRELU_SLOPE, mask, x if i == len(stage) - 1 else None, tensors)
                 x = y
                 continue
             y = x
@@ -668,12 +688,31 @@ class Decoder(nn.Module):
         self.kernels = len(config.resblock_kernel_sizes)
         self.conv_post = TapConv1d(channels >> len(self.ups), 1, 7, padding=3, bias=False)
 
-    def forward(self, z: torch.Tensor, lengths: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self, z: torch.Tensor, lengths: torch.Tensor | None = None, row_scope: RowScope | None = None
+    ) -> torch.Tensor:
         """z ``[batch, inter, frames]`` (zero past each length) -> audio ``[batch, frames * hop]``.
 
         ``lengths`` (frames, ``[batch]``) when items differ in length: every conv input is then masked
         past its item's end, as a lone item's zero padding would be. (Piper masks only z: in its batches
-        the last samples of a shorter item hear the padding's activations, up to ~1e-4 on joe.)"""
+        the last samples of a shorter item hear the padding's activations, up to ~1e-4 on joe.)
+
+        Where the convolutions run as products (:func:`by_products`) a batch is decoded row by row, each
+        at its own length: the products go row by row anyway, and a row alone needs no mask and reads no
+        padding. ``row_scope(row)``: the context row ``row`` runs in by itself (adapters that route each
+        row to its own voice narrow to that row's: :func:`chorus.adapters.layer.row_scopes`)."""
+        if z.shape[0] == 1 or not by_products(z):
+            return self._decode(z, lengths)
+        frames = [z.shape[2]] * z.shape[0] if lengths is None else lengths.tolist()
+        hop = math.prod(self.rates)
+        audio = z.new_zeros(z.shape[0], z.shape[2] * hop)
+        for row, length in enumerate(frames):
+            with nullcontext() if row_scope is None else row_scope(row):
+                audio[row, : length * hop] = self._decode(z[row : row + 1, :, :length], None)[0]
+        return audio
+
+    def _decode(self, z: torch.Tensor, lengths: torch.Tensor | None) -> torch.Tensor:
+        """:meth:`forward` of the whole batch at once."""
         mask = None if lengths is None else sequence_mask(lengths, z.shape[2])
         # Without gradients the activations and sums below reuse tensors nothing else holds (each a fresh
         # output of the op before): the same values, fewer whole-signal allocations.
@@ -688,7 +727,12 @@ class Decoder(nn.Module):
             for block in blocks[1:]:
                 total = total.add_(block(x, mask)) if inplace else total + block(x, mask)
             x = total.div_(self.kernels) if inplace else total / self.kernels
-        x = self.conv_post(F.leaky_relu(x, inplace=inplace))
+        found = conv_tensors(self.conv_post, x.shape[0]) if by_products(x) else None
+        if found is None:
+            x = self.conv_post(F.leaky_relu(x, inplace=inplace))
+        else:  # the activation in the convolution's pass; its default slope, as Piper's
+            conv, tensors = found
+            x = conv.unit(x, POST_SLOPE, tensors=tensors)
         x = x.tanh_() if inplace else torch.tanh(x)
         return (x if mask is None else x * mask)[:, 0]
 
@@ -759,6 +803,7 @@ class PiperGenerator(nn.Module):
         length_scale: float | torch.Tensor | None = None,
         noise_w: float | None = None,
         generator: Noise = None,
+        row_scope: RowScope | None = None,
     ) -> PiperOutput:
         """Speak a batch of phoneme-id sequences.
 
@@ -766,7 +811,7 @@ class PiperGenerator(nn.Module):
         voice's (its json's ``inference``); at noise_scale = noise_w = 0 the result is deterministic and
         matches Piper's onnxruntime output for the same ids. ``length_scale`` and ``noise_scale`` may be tensors
         ``[batch, 1, 1]`` (each row its own pace, its own prior noise). ``generator`` seeds the noise: one for the batch, or one per row
-        (:func:`draw_noise`).
+        (:func:`draw_noise`). ``row_scope``: see :meth:`Decoder.forward`.
         """
         defaults = (self.voice.noise_scale, self.voice.length_scale, self.voice.noise_w) if self.voice else PIPER_SCALES
         noise_scale = defaults[0] if noise_scale is None else noise_scale
@@ -775,7 +820,7 @@ class PiperGenerator(nn.Module):
 
         z, frame_lengths, durations = self.latent(ids, lengths, None, noise_scale, length_scale, noise_w, generator)
         padded = bool((frame_lengths < z.shape[2]).any())
-        audio = self.dec(z, frame_lengths if padded else None)
+        audio = self.dec(z, frame_lengths if padded else None, row_scope)
         return PiperOutput(audio, frame_lengths * self.hop_length, durations.long())
 
     def predicted_durations(

@@ -25,6 +25,7 @@ import torch
 from torch import nn
 
 from chorus.adapters import set_active
+from chorus.adapters.layer import row_scopes
 from chorus.adapters.voice import VoiceError, apply_voice, read_voice
 from chorus.models.bundle import file_sha256
 from chorus.models.piper_vits import PiperGenerator
@@ -143,6 +144,7 @@ class PiperBase(Base):
                     length_scale=pace,
                     noise_w=self.settings.noise_w,
                     generator=noise,
+                    row_scope=row_scopes(self.model.dec),
                 )
             audio, samples = out.audio.float().cpu().numpy(), out.audio_lengths.tolist()
             durations = out.durations.cpu()
