@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from chorus.adapters import BASE, adapter_state_dict, add_adapter
+from chorus.adapters import BASE, adapter_state_dict, add_adapter, routed
 from chorus.adapters.bank import banked, pack_bank
 from chorus.adapters.layer import row_scopes
 from chorus.models.piper_vits import (
@@ -328,5 +328,11 @@ def test_a_voice_bank_decodes_row_by_row_with_each_rows_adapters_folded_into_the
     assert any(weight is not conv.weight for conv, weight in units)  # ann's row: its LoRA folded in
     assert any(weight is conv.weight for conv, weight in units)  # the base's row
     with banked(generator, bank, ["cy", "ann", BASE]), torch.no_grad():
-        with pytest.raises(ValueError, match="voice_index has shape"):
-            generator.dec(z, lengths)  # without row scopes a row alone cannot read the batch's bank
+        whole = generator.dec(z, lengths)  # no row scopes: rows routed apart are decoded as one batch
+    torch.testing.assert_close(whole, reference, rtol=0, atol=1e-5)
+    with routed(generator, ["cy", "ann", BASE]):  # the reference routing, by name, row by row the same
+        with torch.no_grad():
+            by_name = generator.dec(z, lengths, row_scopes(generator.dec))
+        reference_by_name = generator.dec(z, lengths).detach()
+    torch.testing.assert_close(by_name, reference_by_name, rtol=0, atol=1e-5)
+    torch.testing.assert_close(by_name, reference, rtol=0, atol=1e-5)

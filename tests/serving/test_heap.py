@@ -99,9 +99,8 @@ print(json.dumps(seen))
 
 
 def run_script(script: str, *args: str) -> dict:
-    done = subprocess.run(
-        [sys.executable, "-c", script, *args], capture_output=True, text=True, timeout=180, check=True
-    )
+    done = subprocess.run([sys.executable, "-c", script, *args], capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stderr[-2000:]
     return json.loads(done.stdout.splitlines()[-1])
 
 

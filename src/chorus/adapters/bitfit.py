@@ -55,10 +55,12 @@ class BiasDelta(AdapterLayer):
         return y + delta.view(delta.shape[0], *[1] * (y.dim() - delta.dim()), *delta.shape[1:])
 
     def merged_base_tensors(self, name, tensors):
-        return {"bias": tensors["bias"] + self.bias_delta[name]}
+        bias = tensors["bias"]
+        return {"bias": bias + self.bias_delta[name].to(bias.dtype)}
 
     def bank_merged_tensors(self, slot, tensors):
-        return {"bias": tensors["bias"] + self.bank["bias_delta"][slot]}
+        bias = tensors["bias"]
+        return {"bias": bias + self.bank["bias_delta"][slot].to(bias.dtype)}
 
     def shadow_forward(self, pass_, name, x):
         # base(x) + delta: an addition saves nothing; the float32 delta promotes a bf16 output.

@@ -212,8 +212,12 @@ def merge_adapter(model: nn.Module, name: str) -> None:
     not_mergeable = sorted({layer.method for layer in layers if not layer.mergeable})
     if not_mergeable:
         raise ValueError(f"adapter {name!r} uses {', '.join(not_mergeable)}, which cannot be merged")
-    for layer in layers:
-        layer.merge(name)
+    # Each layer's wrappers innermost first, as the forward applies them: for methods that do not commute
+    # (a gain around LoRA) the order matters, and unmerge_all, outermost first, then restores each save in turn.
+    for _, module in named_layers(model):
+        for layer in reversed(list(wrappers_of(module))):
+            if name in layer.configs:
+                layer.merge(name)
     set_active(model, name)
 
 

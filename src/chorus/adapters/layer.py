@@ -82,8 +82,9 @@ class AdapterTensors(nn.Module):
 
 class AdapterLayer(nn.Module):
     """Base class of all wrappers. Subclasses define ``method``, ``add`` and ``forward_with``, and
-    where the method supports them ``forward_bank`` (banks), ``merged_base_tensors`` (merging) and
-    ``shadow_forward`` (the memory prediction).
+    where the method supports them ``forward_bank`` (banks), ``merged_base_tensors`` (merging),
+    ``bank_merged_tensors`` (a bank slot folded into the weights: the Piper decoder's fused products run a
+    bank's rows with it) and ``shadow_forward`` (the memory prediction).
 
     ``adapter_attributes`` names the :class:`AdapterTensors`/``ParameterDict`` attributes that hold
     per-adapter tensors (keyed by adapter name); saving, loading, freezing and removal use it.
@@ -160,11 +161,12 @@ class AdapterLayer(nn.Module):
         return None
 
     def row_tensors(self, batch: int) -> tuple[nn.Module, dict[str, torch.Tensor]] | None:
-        """(the innermost layer, its parameters with every adapter that applies folded in, innermost
-        wrapper first as merging folds them) for a forward of ``batch`` rows that all take the same
+        """(the innermost layer, its parameters with every adapter that applies folded in) for a forward of ``batch`` rows that all take the same
         adapters: one adapter active for the whole batch, none, one merged, or a bank or routing of one
         row. Running the innermost layer with these tensors gives this wrapper's output up to float
-        rounding. None where a method's effect is not a change of those tensors, or rows differ.
+        rounding. None where a method's effect is not a change of those tensors, or rows differ. (Folded
+        innermost first, as the forward applies them: for methods that do not commute, such as a gain around
+        LoRA, the order matters.)
 
         A decoder that runs its convolutions its own way (the Piper decoder's products) reads them here;
         models sit below adapters, so it finds this method by name, not by type."""
@@ -370,12 +372,14 @@ def row_scopes(model: nn.Module) -> Callable[[int], AbstractContextManager[None]
     @contextmanager
     def scope(row: int) -> Iterator[None]:
         saved = [(wrapper.bank_index, wrapper.routing) for wrapper in wrappers]
-        for wrapper in wrappers:
-            if wrapper.bank_index is not None:
-                wrapper.bank_index = wrapper.bank_index[row : row + 1]
-            if wrapper.routing is not None:
-                wrapper.routing = [wrapper.routing[row]]
         try:
+            for wrapper in wrappers:
+                if wrapper.bank_index is not None:
+                    if not 0 <= row < len(wrapper.bank_index):
+                        raise IndexError(f"row {row} of a batch of {len(wrapper.bank_index)}")
+                    wrapper.bank_index = wrapper.bank_index[row : row + 1]
+                if wrapper.routing is not None:
+                    wrapper.routing = [wrapper.routing[row]]
             yield
         finally:
             for wrapper, (bank_index, routing) in zip(wrappers, saved):

@@ -51,6 +51,7 @@ class LoraConfig(MethodConfig):
 class _LoraLayer(AdapterLayer):
     method = "lora"
     mergeable = True
+    _bank_keys: tuple[str, str] = ("lora_A.weight", "lora_B.weight")  # A's and B's keys in a bank
 
     def __init__(self, base_layer: nn.Module):
         super().__init__(base_layer)
@@ -78,8 +79,6 @@ class _LoraLayer(AdapterLayer):
         weight = tensors["weight"]
         a, b = (self.bank[key][slot] for key in self._bank_keys)
         return {"weight": weight + self._delta(a, b, self.bank["scaling"][slot]).to(weight.dtype)}
-
-    _bank_keys: tuple[str, str] = ("lora_A.weight", "lora_B.weight")  # A's and B's keys in a bank
 
     def _factors(self, name: str) -> tuple[torch.Tensor, torch.Tensor]:
         """Adapter ``name``'s (A, B)."""
@@ -234,6 +233,7 @@ class LoraEmbedding(_LoraLayer):
     """A is ``[r, num_embeddings]`` (zero), B is ``[embedding_dim, r]`` (random), as in PEFT."""
 
     adapter_attributes = ("lora_embedding_A", "lora_embedding_B")
+    _bank_keys = ("lora_embedding_A", "lora_embedding_B")
 
     def __init__(self, base_layer: nn.Module):
         super().__init__(base_layer)
@@ -282,8 +282,6 @@ class LoraEmbedding(_LoraLayer):
         return torch.baddbmm(
             y.reshape(batch, -1, y.shape[-1]), looked.reshape(batch, -1, looked.shape[-1]), b.transpose(1, 2)
         ).view(y.shape)
-
-    _bank_keys = ("lora_embedding_A", "lora_embedding_B")
 
     def _factors(self, name):
         return self.lora_embedding_A[name], self.lora_embedding_B[name]

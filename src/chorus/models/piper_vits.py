@@ -560,10 +560,22 @@ class TapConv1d(nn.Conv1d):
         run with instead of the layer's own (an adapter's folded in, :func:`conv_tensors`)."""
         (kernel,), (dilation,), (padding,) = self.kernel_size, self.dilation, self.padding
         weight, bias = (self.weight, self.bias) if tensors is None else (tensors["weight"], tensors.get("bias"))
+        if (bias is None) != (self.bias is None):
+            raise ValueError("the tensors given must have a bias exactly where the layer has one")
         shifts = [tap * dilation - padding for tap in range(kernel)]
         length = x.shape[2] + 2 * padding - dilation * (kernel - 1)
         taps = weight.permute(2, 0, 1).contiguous()  # [kernel, out, in]: one matrix per tap
         return shifted_products(x, taps, shifts, bias, length, slope, mask, residual)
+
+
+def routes_rows(model: nn.Module) -> bool:
+    """Whether an adapter inside ``model`` sends rows of a batch to different voices (a voice bank's slots, a
+    routing of several names): :class:`chorus.adapters.layer.AdapterLayer`'s ``bank_index`` and ``routing``,
+    read by name (models sit below adapters)."""
+    return any(
+        getattr(module, "bank_index", None) is not None or len(set(getattr(module, "routing", None) or ())) > 1
+        for module in model.modules()
+    )
 
 
 def conv_tensors(conv: nn.Module, batch: int) -> tuple[TapConv1d, dict[str, torch.Tensor] | None] | None:
@@ -700,13 +712,16 @@ class Decoder(nn.Module):
         Where the convolutions run as products (:func:`by_products`) a batch is decoded row by row, each
         at its own length: the products go row by row anyway, and a row alone needs no mask and reads no
         padding. ``row_scope(row)``: the context row ``row`` runs in by itself (adapters that route each
-        row to its own voice narrow to that row's: :func:`chorus.adapters.layer.row_scopes`)."""
-        if z.shape[0] == 1 or not by_products(z):
+        row to its own voice narrow to that row's: :func:`chorus.adapters.layer.row_scopes`); without one,
+        a batch whose adapters route rows apart is decoded whole."""
+        if z.shape[0] == 1 or not by_products(z) or (row_scope is None and routes_rows(self)):
             return self._decode(z, lengths)
         frames = [z.shape[2]] * z.shape[0] if lengths is None else lengths.tolist()
         hop = math.prod(self.rates)
         audio = z.new_zeros(z.shape[0], z.shape[2] * hop)
         for row, length in enumerate(frames):
+            if length == 0:  # nothing to say: the row stays silent
+                continue
             with nullcontext() if row_scope is None else row_scope(row):
                 audio[row, : length * hop] = self._decode(z[row : row + 1, :, :length], None)[0]
         return audio
