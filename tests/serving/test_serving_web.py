@@ -51,7 +51,8 @@ SETTINGS = ServerSettings(
 )
 SETTINGS = dataclasses.replace(SETTINGS, adapt_sample=dataclasses.replace(SETTINGS.adapt_sample, steps=4, threads=1))
 CONSENT = "Fiona Four consented in writing on 2024-05-01 to a synthetic voice made from these recordings."
-TWO_SENTENCES = "The birch canoe slid on the smooth planks. Glue the sheet to the dark blue background."
+SECOND_SENTENCE = "Glue the sheet to the dark blue background."
+TWO_SENTENCES = f"The birch canoe slid on the smooth planks. {SECOND_SENTENCE}"
 SCREENSHOT = Path("/tmp/chorus-web.png")
 
 
@@ -314,12 +315,28 @@ def test_web_page_formats_streaming_voice_card_and_delete(live_server, browser, 
     )
 
     # Play while it streams: raw PCM read piece by piece into Web Audio, one piece per sentence at least.
+    # The second sentence is made half a second late, so the page has read the first before it arrives
+    # (otherwise a loaded machine can hand the page both in one read).
+    engine = app.state.server.batcher.engine
+    synthesize, delayed = engine.synthesize, []
+
+    def second_sentence_late(requests, **options):
+        if any(SECOND_SENTENCE in request.text for request in requests):
+            delayed.append(len(requests))
+            time.sleep(0.5)
+        return synthesize(requests, **options)
+
+    engine.synthesize = second_sentence_late
     page.get_by_label("Play while it streams").check()
     page.get_by_label("Text", exact=True).fill(TWO_SENTENCES)
-    with page.expect_response(lambda r: r.url.endswith("/v1/audio/speech")) as answer:
-        page.get_by_role("button", name="Speak", exact=True).click()
-    assert json.loads(answer.value.request.post_data)["response_format"] == "pcm"
-    expect(page.locator("#speak-status")).to_contain_text("s of audio from m3")
+    try:
+        with page.expect_response(lambda r: r.url.endswith("/v1/audio/speech")) as answer:
+            page.get_by_role("button", name="Speak", exact=True).click()
+        assert json.loads(answer.value.request.post_data)["response_format"] == "pcm"
+        expect(page.locator("#speak-status")).to_contain_text("s of audio from m3")
+    finally:
+        engine.synthesize = synthesize
+    assert delayed == [1]  # the second sentence was made alone, after the first
     pieces = int(page.eval_on_selector("#audio", "a => a.dataset.streamedPieces"))
     assert pieces >= 2  # the first sentence was scheduled before the second arrived
     expect(page.locator("#download")).to_have_attribute("download", "m3.wav")
