@@ -31,7 +31,7 @@ from chorus.adapters import (
 from chorus.adapters.bank import banked, pack_bank
 from chorus.adapters.bitfit import BitFitConfig
 from chorus.adapters.conditional_norm import ConditionalNormConfig
-from chorus.adapters.layer import innermost, row_scopes, wrappers_of
+from chorus.adapters.layer import innermost, own_tensors, row_scopes, wrappers_of
 from chorus.adapters.lora import LoraConfig
 from chorus.adapters.registry import ALL_LAYERS
 from chorus.adapters.residual import ResidualAdapterConfig
@@ -498,4 +498,4 @@ def test_row_tensors_refuse_rows_that_differ_and_row_scopes_narrow_a_bank_to_one
 
 
 def merged_weight(wrapper, name):
-    return wrapper.merged_base_tensors(name, dict(innermost(wrapper).named_parameters(recurse=False)))["weight"]
+    return wrapper.merged_base_tensors(name, own_tensors(innermost(wrapper)))["weight"]

@@ -161,17 +161,17 @@ class AdapterLayer(nn.Module):
         return None
 
     def row_tensors(self, batch: int) -> tuple[nn.Module, dict[str, torch.Tensor]] | None:
-        """(the innermost layer, its parameters with every adapter that applies folded in) for a forward of ``batch`` rows that all take the same
-        adapters: one adapter active for the whole batch, none, one merged, or a bank or routing of one
-        row. Running the innermost layer with these tensors gives this wrapper's output up to float
-        rounding. None where a method's effect is not a change of those tensors, or rows differ. (Folded
-        innermost first, as the forward applies them: for methods that do not commute, such as a gain around
-        LoRA, the order matters.)
+        """(the innermost layer, its parameters with every adapter that applies folded in) for a forward of
+        ``batch`` rows that all take the same adapters: one adapter active for the whole batch, none, one
+        merged, or a bank or routing of one row. Running the innermost layer with these tensors gives this
+        wrapper's output up to float rounding. None where a method's effect is not a change of those
+        tensors, or rows differ. (Folded innermost first, as the forward applies them: for methods that do
+        not commute, such as a gain around LoRA, the order matters.)
 
         A decoder that runs its convolutions its own way (the Piper decoder's products) reads them here;
         models sit below adapters, so it finds this method by name, not by type."""
         layer = innermost(self)
-        tensors = {key: value for key, value in layer.named_parameters(recurse=False)}
+        tensors = own_tensors(layer)
         for wrapper in reversed(list(wrappers_of(self))):
             tensors = wrapper._fold_rows(batch, tensors)
             if tensors is None:
@@ -274,7 +274,7 @@ class AdapterLayer(nn.Module):
         if name not in self.configs:
             raise KeyError(f"no adapter {name!r} in this layer")
         target = innermost(self)
-        new_values = self.merged_base_tensors(name, dict(target.named_parameters(recurse=False)))
+        new_values = self.merged_base_tensors(name, own_tensors(target))
         with torch.no_grad():
             for key, value in new_values.items():
                 tensor = getattr(target, key)
@@ -346,6 +346,11 @@ def _rows(value, rows: torch.Tensor, batch: int):
     if torch.is_tensor(value) and value.dim() > 0 and value.shape[0] == batch:
         return value[rows.to(value.device)]
     return value
+
+
+def own_tensors(layer: nn.Module) -> dict[str, nn.Parameter]:
+    """A layer's own parameters by name (``weight``, ``bias`` where it has one): what a merge folds into."""
+    return dict(layer.named_parameters(recurse=False))
 
 
 def innermost(module: nn.Module) -> nn.Module:

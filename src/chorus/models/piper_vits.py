@@ -825,8 +825,8 @@ class PiperGenerator(nn.Module):
         ids ``[batch, time]`` (any valid id, e.g. 0, past each length), lengths ``[batch]``. The scales default to the
         voice's (its json's ``inference``); at noise_scale = noise_w = 0 the result is deterministic and
         matches Piper's onnxruntime output for the same ids. ``length_scale`` and ``noise_scale`` may be tensors
-        ``[batch, 1, 1]`` (each row its own pace, its own prior noise). ``generator`` seeds the noise: one for the batch, or one per row
-        (:func:`draw_noise`). ``row_scope``: see :meth:`Decoder.forward`.
+        ``[batch, 1, 1]`` (each row its own pace, its own prior noise). ``generator`` seeds the noise: one for
+        the batch, or one per row (:func:`draw_noise`). ``row_scope``: see :meth:`Decoder.forward`.
         """
         defaults = (self.voice.noise_scale, self.voice.length_scale, self.voice.noise_w) if self.voice else PIPER_SCALES
         noise_scale = defaults[0] if noise_scale is None else noise_scale

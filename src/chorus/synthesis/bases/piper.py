@@ -144,7 +144,8 @@ class PiperBase(Base):
                     length_scale=pace,
                     noise_w=self.settings.noise_w,
                     generator=noise,
-                    row_scope=row_scopes(self.model.dec),
+                    # Rows decode one by one, each narrowed to its own voice (a walk of the decoder: multi-row only).
+                    row_scope=row_scopes(self.model.dec) if len(rows) > 1 else None,
                 )
             audio, samples = out.audio.float().cpu().numpy(), out.audio_lengths.tolist()
             durations = out.durations.cpu()
