@@ -67,6 +67,7 @@ from chorus.speaker_recognition.voice_match import (
     UnusableRecording,
     VoiceMatch,
     fused_consent_match,
+    group_keys,
     load_cohort,
 )
 from run_record import LoadSampler, provenance
@@ -528,9 +529,11 @@ def lowest_safe(scores_by_condition: dict[str, list[float]]) -> float:
 
 def calibrate(trials: list[dict], name: str, base: MatchSettings) -> MatchSettings:
     """Thresholds from the calibration split: the score threshold of each threshold class (``VoiceMatch``'s
-    band x SNR groups) with ``MIN_CLASS_IMPOSTORS`` strangers or more is the lowest at which no condition's
-    other voices in that class (shared and mismatched) are accepted above 0.5 %; ``threshold``, for every
-    other class, is that over all calibration strangers together (pooled). The one-speaker threshold lets 99.5 % of the
+    band x SNR groups) and of each group of classes (``group_keys``: one band, one SNR pair) with
+    ``MIN_CLASS_IMPOSTORS`` strangers or more is the lowest at which no condition's other voices in it (shared
+    and mismatched) are accepted above 0.5 %; a class without its own takes the stricter of its groups'
+    (``MatchSettings.threshold_for``); ``threshold``, for a class with neither, is that over all calibration
+    strangers together (pooled). The one-speaker threshold lets 99.5 % of the
     owners' single-speaker samples through.
 
     Sox siblings are left out: a sibling of a voice the cohort has nothing near (flite-slt) scores far above
@@ -539,8 +542,9 @@ def calibrate(trials: list[dict], name: str, base: MatchSettings) -> MatchSettin
     cal = [t for t in trials if t["split"] == "calibration" and np.isfinite(t[name]["score"])]
     impostors = [t for t in cal if t["relation"] == "other voice"]
     by_class: dict[str, dict[str, list[float]]] = {}
-    for t in impostors:
-        by_class.setdefault(t[name]["threshold_key"], {}).setdefault(t["condition"], []).append(t[name]["score"])
+    for t in impostors:  # each stranger counts in its class and in both of the class's groups
+        for key in (t[name]["threshold_key"], *group_keys(t[name]["threshold_key"])):
+            by_class.setdefault(key, {}).setdefault(t["condition"], []).append(t[name]["score"])
     threshold = lowest_safe(
         {c: [t[name]["score"] for t in impostors if t["condition"] == c] for c in {t["condition"] for t in impostors}}
     )
@@ -676,13 +680,14 @@ def markdown(result: dict, summary: dict) -> str:
         "other half of each dataset); every figure below is the figures' split.",
         "",
         "Calibrated settings: "
-        + "; ".join(f"{n}: score >= {s['threshold']:.3f} (every class without its own: all strangers pooled; {len(s.get('thresholds', {}))} classes "
-                    f"with their own, {min(s.get('thresholds', {}).values(), default=float('nan')):.2f} to "
+        + "; ".join(f"{n}: score >= {s['threshold']:.3f} (a class with neither a threshold of its own nor one for its band or SNR pair: all "
+                    f"strangers pooled; {len(s.get('thresholds', {}))} classes and groups with their own, {min(s.get('thresholds', {}).values(), default=float('nan')):.2f} to "
                     f"{max(s.get('thresholds', {}).values(), default=float('nan')):.2f}), every window >= {s['window_threshold']:.3f}, each third >= its class's threshold - {s.get('stretch_margin', float('nan')):.3f}"
                     for n, s in result["calibration"]["settings"].items())
         + f"; the forced listen: each settled word's probability >= {result['calibration'].get('forced_probability', float('nan')):.4f}.",
         "",
-        "Per-class speaker thresholds (band, consent SNR / sample SNR): "
+        "Per-class speaker thresholds (band, consent SNR / sample SNR; `*` a group of classes, whose members without a "
+        "threshold of their own take the higher of their two groups'): "
         + "; ".join(f"**{n}** " + ", ".join(f"{k} {v:.2f}" for k, v in s.get("thresholds", {}).items())
                     for n, s in result["calibration"]["settings"].items()),
         "",

@@ -64,3 +64,24 @@ def test_a_recording_is_measured_once_per_content():
     for _ in range(3):
         judges.trial("loudness", ("clean", "joe"), consent, "sample", sample)
     assert matcher.channel_calls == 2
+
+
+def test_calibration_sets_a_threshold_per_group_for_classes_without_their_own():
+    """A class with too few strangers (here the whole band) takes its SNR pair's group threshold, set on the
+    strangers of every band in that pair, not the pooled one that the noisiest pair sets."""
+    from chorus.speaker_recognition.voice_match import MatchSettings
+    from consent import MIN_CLASS_IMPOSTORS, calibrate
+
+    def trial(key: str, relation: str, score: float, k: int) -> dict:
+        verdict = {"score": score, "worst_window": 5.0, "worst_stretch": score, "threshold_key": key}
+        return {"split": "calibration", "relation": relation, "condition": f"c{k % 3}", "chorus": verdict}
+
+    n = MIN_CLASS_IMPOSTORS
+    trials = [trial("0-3900 clean/clean", "other voice", -k / n, k) for k in range(n)]  # strangers up to 0
+    trials += [trial("0-3900 middling/middling", "other voice", 6.0 - k / n, k) for k in range(n)]  # up to 6
+    trials += [trial("0-0 clean/clean", "other voice", -1.0, k) for k in range(5)]  # too few for its own
+    trials += [trial("0-0 clean/clean", "owner", 2.0, k) for k in range(5)]
+    chosen = calibrate(trials, "chorus", MatchSettings())
+    assert "0-0 clean/clean" not in chosen.thresholds and chosen.threshold > 5.9  # pooled: the noisy pair's
+    assert 0.0 < chosen.threshold_for("0-0 clean/clean") < 0.1  # its SNR pair's, over both bands
+    assert chosen.threshold_for("0-0 clean/clean") < 2.0  # so its owners pass where the pooled one refused them

@@ -193,6 +193,36 @@ def test_the_allowance_of_small_words():
     assert not verdict.accepted and verdict.extra == ("um", "so")
 
 
+@pytest.mark.parametrize(
+    "tail",
+    ["Thank you very much.", "Thank you. Thank you.", "So. Thank you. All right.", "Thank you. Thank you very much."],
+)
+def test_a_courtesy_whisper_adds_after_the_phrase_is_dismissed(tail):
+    """bench/consent.py's calibration split: Whisper tiny.en ended right phrases with these; "very much" was
+    refused as added content, and two "Thank you." went past the allowance of small words beside a noisy
+    phrase's dropped "the" and "a". A tail of courtesies alone is now dismissed and counts against nothing."""
+    dropped = "I am owner of this voice and I consent to Chorus using this voice to create synthetic voice model."
+    verdict = judge_phrase(PHRASE, transcript(f"{dropped} {tail}"), never_called, max_loose_words=2)
+    assert verdict.accepted, verdict.refusal(PHRASE)
+    assert verdict.loose == 2 and len(verdict.dismissed) == len(tail.split())
+
+
+@pytest.mark.parametrize(
+    ("tail", "extra"),
+    [("Thank you. Not.", "not"), ("Thank you very much, Boris.", "boris"), ("So you know it is false.", "false")],
+)
+def test_a_tail_with_anything_but_courtesies_is_read_as_before(tail, extra):
+    verdict = judge_phrase(PHRASE, transcript(f"{PHRASE} {tail}"), never_called)
+    assert not verdict.accepted and extra in verdict.extra
+
+
+def test_courtesies_inside_the_phrase_are_not_a_tail():
+    """Only what follows the phrase's last word is a tail: "very much" said inside it is content added."""
+    heard = "I am the owner of this voice and I very much consent to Chorus using this voice to create a synthetic voice model."
+    verdict = judge_phrase(PHRASE, transcript(heard), never_called)
+    assert not verdict.accepted and verdict.extra == ("very", "much")
+
+
 # -- the checks with a fake recognizer
 def checks_hearing(first: Transcript, second: Transcript | None = None) -> CustomVoiceChecks:
     """The server's checks, whose recognizer hears ``first`` with beam search and ``second`` greedily."""

@@ -29,6 +29,7 @@ from chorus.speaker_recognition.voice_match import (
     VoiceMatch,
     band_class,
     class_key,
+    group_keys,
     load_cohort,
     snr_class,
     snr_group,
@@ -171,6 +172,23 @@ def test_a_trial_is_judged_by_its_class_threshold_or_the_strictest(fake_cohort):
     assert VoiceMatch(FakeEmbedder(), fake_cohort, own).match(consent, 8000, sample, 8000).accepted
     other = MatchSettings(**{**strict.__dict__, "thresholds": {"300-3400 noisy/noisy": -99.0}})
     assert not VoiceMatch(FakeEmbedder(), fake_cohort, other).match(consent, 8000, sample, 8000).accepted
+
+
+def test_a_class_without_its_own_threshold_takes_the_stricter_of_its_groups():
+    """Before: a class the calibration had too few strangers in (every whole-band pair: 9 of 9 clean owners
+    refused in bench/consent.py's calibration split) took the pooled threshold, set by shared crowds and
+    lines. Now it takes the higher of its band's and its SNR pair's; the pooled one only where neither has one."""
+    settings = MatchSettings(
+        threshold=9.0,
+        thresholds={"0-3900 clean/clean": 1.0, "0-0 *": 2.0, "* clean/clean": 3.0, "* clean/middling": 0.5},
+    )
+    assert group_keys("0-0 clean/middling") == ("0-0 *", "* clean/middling") and group_keys("") == ()
+    assert settings.threshold_for("0-3900 clean/clean") == 1.0  # its own, though its SNR pair's is higher
+    assert settings.threshold_for("0-0 clean/clean") == 3.0  # the stricter group: its SNR pair
+    assert settings.threshold_for("0-0 clean/middling") == 2.0  # the stricter group: its band
+    assert settings.threshold_for("300-3400 clean/clean") == 3.0  # one group only
+    assert settings.threshold_for("300-3400 noisy/noisy") == 9.0  # neither group: pooled
+    assert settings.threshold_for("") == 9.0
 
 
 def test_each_third_of_the_sample_must_be_the_consents_speaker(fake_cohort):

@@ -28,8 +28,9 @@ threshold, issue 37). So:
 The thresholds are set on a calibration split of bench/consent.py's trials, never on its figures'
 split, and stored with the cohort (``cohort.json``): one per *threshold class* (the band both were cut to,
 and each side's SNR as clean, middling or noisy, :func:`threshold_key`) that the calibration filled with
-enough strangers, and for any other the one set on all calibration strangers together (each condition's
-hardest). One threshold for every channel was set by the
+enough strangers; for any other the stricter of its two groups' (every class of its band, every class of
+its SNR pair), each set on the group's strangers together; and only where neither group had enough, the one
+set on all calibration strangers together (each condition's hardest). One threshold for every channel was set by the
 hardest (a crowd of voices shared by both recordings lifts strangers to 8.5 where clean pairs stay under -0.6)
 and refused three owners in four on clean recordings.
 """
@@ -77,9 +78,11 @@ class UnusableRecording(ValueError):
 class MatchSettings:
     """How a sample is matched to a consent with one encoder.
 
-    threshold: the least s-normalized score of the same speaker where ``thresholds`` has none for the trial's
-    class (:func:`threshold_key`: calibrated per class where the calibration had enough strangers in it,
-    and ``threshold``, set on all of them together, for the rest); stretch_margin: how far under the trial's threshold each third of
+    threshold: the least s-normalized score of the same speaker where ``thresholds`` has nothing for the
+    trial's class (:func:`threshold_key`); ``thresholds`` holds one per class where the calibration had enough
+    strangers in it, and one per *group* of classes (:func:`group_keys`: every class of one band, every class
+    of one pair of SNR groups), and a class without its own takes the higher of its two groups' (``threshold``,
+    set on all strangers together, only where neither group has one); stretch_margin: how far under the trial's threshold each third of
     the sample may score against the consent; window_threshold: the least score of any
     one sample window against the rest of the sample; top: cohort scores per side in the adaptive
     s-norm; min_band_hz: the narrowest band (its high edge) a speaker is told from; min_snr_db: the
@@ -91,11 +94,19 @@ class MatchSettings:
     top: int = 10
     min_band_hz: float = 2500.0
     min_snr_db: float = 3.0
-    thresholds: dict[str, float] = field(default_factory=dict)  # per threshold_key; ``threshold`` for the rest
+    thresholds: dict[str, float] = field(default_factory=dict)  # per threshold_key and per group_keys' group
     stretch_margin: float = 2.0
 
     def threshold_for(self, key: str) -> float:
-        return self.thresholds.get(key, self.threshold)
+        if key in self.thresholds:
+            return self.thresholds[key]
+        # A class too rare in the calibration for a threshold of its own (a whole-band pair, a noisy consent
+        # beside a clean sample) took the pooled one, set by the hardest condition of all: shared crowds and
+        # lines lift strangers to it where clean pairs of the same band stay far under, so it refused owners
+        # the calibration never showed at risk (issue 37: 9 of 9 whole-band clean owners). Each of the two
+        # groups a class belongs to is safe for its strangers; the class takes the stricter of the two.
+        groups = [self.thresholds[group] for group in group_keys(key) if group in self.thresholds]
+        return max(groups) if groups else self.threshold
 
 
 @dataclass(frozen=True)
@@ -146,6 +157,13 @@ def snr_group(snr_db: float) -> str:
 def threshold_key(band: tuple[float, float], consent_snr_db: float, sample_snr_db: float) -> str:
     """The class a trial's threshold is calibrated for: the band both were cut to and each side's SNR group."""
     return f"{band[0]:.0f}-{band[1]:.0f} {snr_group(consent_snr_db)}/{snr_group(sample_snr_db)}"
+
+
+def group_keys(key: str) -> tuple[str, ...]:
+    """The two groups of classes threshold class ``key`` belongs to: all of its band (``"0-5500 *"``), and all
+    of its pair of SNR groups (``"* clean/middling"``); none for a key that is no class ("")."""
+    band, _, snrs = key.partition(" ")
+    return (f"{band} *", f"* {snrs}") if snrs else ()
 
 
 def _resampled(audio: np.ndarray, rate: int, target: int) -> np.ndarray:

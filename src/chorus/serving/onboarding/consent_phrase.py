@@ -56,6 +56,12 @@ FUNCTION_WORDS = frozenset(
     # takes before these were loose).
     | {"thank", "thanks", "hi", "hello", "hey", "okay", "ok", "all", "right", "well", "yes", "yeah", "please"}
 )
+# What Whisper tiny.en appends to a recording after its last word, in noise or in the silence after it ("Thank
+# you.", "Thank you very much.", "So.", "All right."): heard after the phrase's last word and nothing else,
+# such a tail is dismissed outright, not counted against the allowance of loose words (bench/consent.py's
+# calibration split: 8 of its 26 refused right phrases, "very much" refused as content, two "Thank you."
+# tails past the allowance). Anything else after the phrase is read as before ("... model. Not." is refused).
+COURTESY_TAIL = frozenset({"thank", "thanks", "you", "very", "much", "so", "all", "right", "okay", "ok", "bye"})
 # Words that make a consent a refusal, and their stems (withhold, withheld, withholding ...).
 NEGATIONS = frozenset(
     {"not", "no", "never", "nor", "neither", "nobody", "nothing", "none", "nowhere", "without", "against"}
@@ -120,7 +126,8 @@ class PhraseVerdict:
     the allowance); extra: heard words the phrase does not have and the allowance does not cover (normalized:
     "don't" is "do", "not"); negations: those of ``extra`` that negate; loose: function words missed, added or
     swapped, within the allowance; dismissed: extra words heard at a low probability and not on the second
-    listen (which heard the phrase clean), or heard in place of a word the forced listen found; rechecked:
+    listen (which heard the phrase clean), heard in place of a word the forced listen found, or a courtesy tail
+    after the phrase (``COURTESY_TAIL``); rechecked:
     what the second listen heard,
     when there was one; forced: the missed phrase words the forced listen judged, with their probabilities.
     """
@@ -191,7 +198,9 @@ def judge_phrase(
     second = recheck()
     again, _, _ = _read(phrase, second, max_loose_words, language)
     if again.accepted:
-        return replace(verdict, extra=(), negations=(), dismissed=verdict.extra, rechecked=second.text)
+        return replace(
+            verdict, extra=(), negations=(), dismissed=verdict.dismissed + verdict.extra, rechecked=second.text
+        )
     return replace(verdict, rechecked=second.text)
 
 
@@ -206,7 +215,7 @@ def _forced_listen(
     found = tuple((word, round(float(probabilities[places[k]]), 4)) for word, k in zip(verdict.missing, missing_at))
     if any(probability < least for _, probability in found):
         return replace(verdict, forced=found)  # for the record; still refused
-    return replace(verdict, missing=(), dismissed=verdict.extra, extra=(), forced=found)
+    return replace(verdict, missing=(), dismissed=verdict.dismissed + verdict.extra, extra=(), forced=found)
 
 
 # -- reading one transcript
@@ -258,6 +267,10 @@ def _read(
     None): what a forced listen may settle."""
     sides = _Sides.of(phrase, transcript, language)
     alignment = _read_back(sides, _align(sides))
+    courtesy = _courtesy_tail(sides, alignment)
+    for t in courtesy:
+        alignment.extra.pop(t, None)
+        alignment.loose_extra.pop(t, None)
     missing, extra = alignment.missing, alignment.extra
     loose = len(alignment.loose_missing) + len(alignment.loose_extra)
     if loose > max_loose_words:  # too far from the phrase to call it noise
@@ -271,8 +284,18 @@ def _read(
         extra=texts,
         negations=tuple(w for w in texts if is_negation(w, sides.content)),
         loose=loose,
+        dismissed=tuple(sides.heard[t].text for t in courtesy),
     )
     return verdict, [extra[k].word for k in sorted(extra)], _substitutions(sides, missing, extra, alignment.gaps)
+
+
+def _courtesy_tail(sides: _Sides, alignment: _Alignment) -> list[int]:
+    """The heard tokens after the phrase's last word when every one of them is a courtesy (``COURTESY_TAIL``);
+    else none."""
+    tail = [t for t, after in alignment.gaps.items() if after == len(sides.said)]
+    if tail and all(sides.heard[t].text in COURTESY_TAIL for t in tail):
+        return sorted(tail)
+    return []
 
 
 @dataclass(frozen=True)
