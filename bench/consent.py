@@ -509,7 +509,7 @@ def rate(flags) -> float:
     return sum(flags) / len(flags) if flags else float("nan")
 
 
-# A threshold class needs this many calibration strangers for a threshold of its own (else the pooled one):
+# A threshold class needs this many calibration strangers for a threshold of its own (else its groups'):
 # the highest of n strangers lies above their 99th percentile (the target: <= 1 % accepted) with probability
 # 1 - 0.99^n, 95 % at 300. (The first run took 100: one class of 186 strangers, clean consents and middling
 # samples, then let 3.4 % of the figures' strangers in, 4.7 % of one condition's.)
@@ -531,9 +531,10 @@ def calibrate(trials: list[dict], name: str, base: MatchSettings) -> MatchSettin
     """Thresholds from the calibration split: the score threshold of each threshold class (``VoiceMatch``'s
     band x SNR groups) and of each group of classes (``group_keys``: one band, one SNR pair) with
     ``MIN_CLASS_IMPOSTORS`` strangers or more is the lowest at which no condition's other voices in it (shared
-    and mismatched) are accepted above 0.5 %; a class without its own takes the stricter of its groups'
-    (``MatchSettings.threshold_for``); ``threshold``, for a class with neither, is that over all calibration
-    strangers together (pooled). The one-speaker threshold lets 99.5 % of the
+    and mismatched) are accepted above 0.5 %; a class without its own takes its SNR pair's or its band's,
+    whichever is stricter (``MatchSettings.threshold_for``), and its few strangers' own where that is
+    stricter still; ``threshold``, for a class whose SNR pair has none, is that over all calibration strangers
+    together (pooled). The one-speaker threshold lets 99.5 % of the
     owners' single-speaker samples through.
 
     Sox siblings are left out: a sibling of a voice the cohort has nothing near (flite-slt) scores far above
@@ -553,6 +554,12 @@ def calibrate(trials: list[dict], name: str, base: MatchSettings) -> MatchSettin
         for key, conditions in sorted(by_class.items())
         if sum(map(len, conditions.values())) >= MIN_CLASS_IMPOSTORS
     }
+    # A class with too few strangers for its own still refuses those it has: where they reach over what its
+    # groups give it, they set its threshold (a group's bigger classes must not hide a harder small one).
+    grouped = replace(base, threshold=round(threshold, 4), thresholds=thresholds)
+    for key, conditions in by_class.items():
+        if key not in thresholds and "*" not in key and lowest_safe(conditions) > grouped.threshold_for(key):
+            thresholds[key] = round(lowest_safe(conditions), 4)
     owners = np.sort(
         [t[name]["worst_window"] for t in cal if t["relation"] == "owner" and np.isfinite(t[name]["worst_window"])]
     )
@@ -680,14 +687,14 @@ def markdown(result: dict, summary: dict) -> str:
         "other half of each dataset); every figure below is the figures' split.",
         "",
         "Calibrated settings: "
-        + "; ".join(f"{n}: score >= {s['threshold']:.3f} (a class with neither a threshold of its own nor one for its band or SNR pair: all "
+        + "; ".join(f"{n}: score >= {s['threshold']:.3f} (a class with neither a threshold of its own nor one for its SNR pair: all "
                     f"strangers pooled; {len(s.get('thresholds', {}))} classes and groups with their own, {min(s.get('thresholds', {}).values(), default=float('nan')):.2f} to "
                     f"{max(s.get('thresholds', {}).values(), default=float('nan')):.2f}), every window >= {s['window_threshold']:.3f}, each third >= its class's threshold - {s.get('stretch_margin', float('nan')):.3f}"
                     for n, s in result["calibration"]["settings"].items())
         + f"; the forced listen: each settled word's probability >= {result['calibration'].get('forced_probability', float('nan')):.4f}.",
         "",
         "Per-class speaker thresholds (band, consent SNR / sample SNR; `*` a group of classes, whose members without a "
-        "threshold of their own take the higher of their two groups'): "
+        "threshold of their own take their SNR pair's, or their band's where higher): "
         + "; ".join(f"**{n}** " + ", ".join(f"{k} {v:.2f}" for k, v in s.get("thresholds", {}).items())
                     for n, s in result["calibration"]["settings"].items()),
         "",

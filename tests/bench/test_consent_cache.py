@@ -74,14 +74,22 @@ def test_calibration_sets_a_threshold_per_group_for_classes_without_their_own():
 
     def trial(key: str, relation: str, score: float, k: int) -> dict:
         verdict = {"score": score, "worst_window": 5.0, "worst_stretch": score, "threshold_key": key}
-        return {"split": "calibration", "relation": relation, "condition": f"c{k % 3}", "chorus": verdict}
+        return {"split": "calibration", "relation": relation, "condition": "clean", "chorus": verdict}
 
-    n = MIN_CLASS_IMPOSTORS
-    trials = [trial("0-3900 clean/clean", "other voice", -k / n, k) for k in range(n)]  # strangers up to 0
+    n, half = MIN_CLASS_IMPOSTORS, MIN_CLASS_IMPOSTORS // 2
+    # Clean pairs: two bands of half the minimum each, so only their SNR pair's group has enough strangers.
+    trials = [trial("0-3900 clean/clean", "other voice", -k / n, k) for k in range(half)]  # up to 0
+    trials += [trial("0-5500 clean/clean", "other voice", -1 - k / n, k) for k in range(half)]  # up to -1
     trials += [trial("0-3900 middling/middling", "other voice", 6.0 - k / n, k) for k in range(n)]  # up to 6
     trials += [trial("0-0 clean/clean", "other voice", -1.0, k) for k in range(5)]  # too few for its own
     trials += [trial("0-0 clean/clean", "owner", 2.0, k) for k in range(5)]
+    # One stranger above the clean pair's group threshold (which lets 0.5 % of its 306 through: one): its
+    # class refuses it all the same.
+    trials += [trial("300-3400 clean/clean", "other voice", 1.5, 0)]
     chosen = calibrate(trials, "chorus", MatchSettings())
-    assert "0-0 clean/clean" not in chosen.thresholds and chosen.threshold > 5.9  # pooled: the noisy pair's
-    assert 0.0 < chosen.threshold_for("0-0 clean/clean") < 0.1  # its SNR pair's, over both bands
+    assert {"0-3900 clean/clean", "0-5500 clean/clean", "0-0 clean/clean"}.isdisjoint(chosen.thresholds)
+    assert chosen.threshold > 5.9  # pooled: set by the middling pair's strangers
+    assert 0.0 < chosen.thresholds["* clean/clean"] < 0.1  # the clean pair's group, over both bands
+    assert chosen.threshold_for("0-0 clean/clean") == chosen.thresholds["* clean/clean"]
     assert chosen.threshold_for("0-0 clean/clean") < 2.0  # so its owners pass where the pooled one refused them
+    assert 1.5 < chosen.threshold_for("300-3400 clean/clean") < 1.6  # its few strangers still refused

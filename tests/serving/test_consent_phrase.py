@@ -21,7 +21,7 @@ import soundfile as sf
 from chorus.evaluation.asr import Transcript, WhisperJudge, Word, word_error_rate
 from chorus.serving.errors import ApiError
 from chorus.serving.onboarding.consent_checks import FIRST_BEAM, CustomVoiceChecks
-from chorus.serving.onboarding.consent_phrase import judge_phrase
+from chorus.serving.onboarding.consent_phrase import MAX_TAIL, judge_phrase
 from chorus.serving.onboarding.consent_speech import HOP, phrase_spans, speech_outside, voiced_frames
 from chorus.serving.settings import CONSENT_PHRASES, ConsentSettings
 from conftest import CUSTOM_VOICE_SAMPLE
@@ -164,8 +164,12 @@ def test_a_negation_heard_at_a_low_probability_is_heard_again():
     assert not judge_phrase(PHRASE, transcript(said), never_called).accepted
     unsure_and_short = transcript(said.replace("synthetic ", ""), unsure={"not": 0.2})
     assert judge_phrase(PHRASE, unsure_and_short, never_called).missing == ("synthetic",)
-    # Whisper's "Thank you." after noise: "thank" at 0.03 is heard again; "you" is a small word.
-    assert judge_phrase(PHRASE, transcript(PHRASE + " Thank you.", {"thank": 0.03}), second_listen(PHRASE)).accepted
+    # Whisper's "Thank you." after noise: a courtesy tail, dismissed without a second listen.
+    assert judge_phrase(PHRASE, transcript(PHRASE + " Thank you.", {"thank": 0.03}), never_called).accepted
+    # But a second listen that dismisses a doubtful negation must hear the phrase alone, courtesies included.
+    unsure_tail = transcript(PHRASE + " Not very much.", {"not": 0.2, "very": 0.2, "much": 0.2})
+    assert not judge_phrase(PHRASE, unsure_tail, second_listen(PHRASE + " Very much.")).accepted
+    assert judge_phrase(PHRASE, unsure_tail, second_listen(PHRASE)).accepted
 
 
 def test_a_refusal_heard_as_other_words_the_second_time_is_still_refused():
@@ -214,6 +218,36 @@ def test_a_courtesy_whisper_adds_after_the_phrase_is_dismissed(tail):
 def test_a_tail_with_anything_but_courtesies_is_read_as_before(tail, extra):
     verdict = judge_phrase(PHRASE, transcript(f"{PHRASE} {tail}"), never_called)
     assert not verdict.accepted and extra in verdict.extra
+
+
+def test_a_tail_after_a_missed_last_word_is_a_tail_too():
+    """The tail is what follows everything heard of the phrase: with "model" missed, "very much" is still a
+    courtesy, and the verdict names "model" alone. A run of courtesies longer than ``MAX_TAIL`` is read as
+    before (a recording of "so" forty times is not the phrase said with manners)."""
+    heard = "I am the owner of this voice and I consent to Chorus using this voice to create a synthetic voice. Thank you very much."
+    verdict = judge_phrase(PHRASE, transcript(heard), never_called)
+    assert verdict.missing == ("model",) and verdict.extra == () and "very" in verdict.dismissed
+    long_tail = judge_phrase(PHRASE, transcript(PHRASE + " So." * (MAX_TAIL + 1)), never_called)
+    assert not long_tail.accepted and long_tail.dismissed == ()
+
+
+def test_a_wrong_name_with_a_courtesy_tail_meets_the_forced_listen_and_its_bound():
+    """A tail no longer keeps a misheard name from the forced listen, so wrong names reach it with tails too
+    (bench/consent.py's calibration run: "Coral" heard as "quarrel ... So. Thank you. All right."). They are
+    refused unless the name itself is likely enough in the recording."""
+    heard = transcript(SAY.format("Coral") + " So. Thank you. All right.")
+    asked = []
+
+    def forced(probability: float):
+        def listen() -> list[float]:
+            asked.append(probability)
+            return [probability if word == "Chorus" else 0.9 for word in PHRASE.split()]
+
+        return listen
+
+    refused = judge_phrase(PHRASE, heard, never_called, forced(0.004), forced_probability=0.0082)
+    assert asked == [0.004] and not refused.accepted and refused.forced == (("chorus", 0.004),)
+    assert judge_phrase(PHRASE, heard, never_called, forced(0.05), forced_probability=0.0082).accepted
 
 
 def test_courtesies_inside_the_phrase_are_not_a_tail():

@@ -177,17 +177,19 @@ def test_a_trial_is_judged_by_its_class_threshold_or_the_strictest(fake_cohort):
 def test_a_class_without_its_own_threshold_takes_the_stricter_of_its_groups():
     """Before: a class the calibration had too few strangers in (every whole-band pair: 9 of 9 clean owners
     refused in bench/consent.py's calibration split) took the pooled threshold, set by shared crowds and
-    lines. Now it takes the higher of its band's and its SNR pair's; the pooled one only where neither has one."""
+    lines. Now it takes its SNR pair's, or its band's where higher; the pooled one where its SNR pair has none
+    (noise lifts strangers: a noisy side's class must not fall to a band threshold set on cleaner pairs)."""
     settings = MatchSettings(
         threshold=9.0,
-        thresholds={"0-3900 clean/clean": 1.0, "0-0 *": 2.0, "* clean/clean": 3.0, "* clean/middling": 0.5},
+        thresholds={"0-3900 clean/clean": 1.0, "0-0 *": 2.0, "0-5500 *": 1.5, "* clean/clean": 3.0}
+        | {"* clean/middling": 0.5},
     )
     assert group_keys("0-0 clean/middling") == ("0-0 *", "* clean/middling") and group_keys("") == ()
     assert settings.threshold_for("0-3900 clean/clean") == 1.0  # its own, though its SNR pair's is higher
-    assert settings.threshold_for("0-0 clean/clean") == 3.0  # the stricter group: its SNR pair
-    assert settings.threshold_for("0-0 clean/middling") == 2.0  # the stricter group: its band
-    assert settings.threshold_for("300-3400 clean/clean") == 3.0  # one group only
-    assert settings.threshold_for("300-3400 noisy/noisy") == 9.0  # neither group: pooled
+    assert settings.threshold_for("0-0 clean/clean") == 3.0  # its SNR pair's, the stricter
+    assert settings.threshold_for("0-0 clean/middling") == 2.0  # its band's, the stricter
+    assert settings.threshold_for("300-3400 clean/clean") == 3.0  # no band group: its SNR pair's
+    assert settings.threshold_for("0-5500 noisy/clean") == 9.0  # a band group but no SNR pair's: pooled
     assert settings.threshold_for("") == 9.0
 
 

@@ -61,8 +61,8 @@ class ConsentSettings:
     phrases: dict[str, str] = field(default_factory=lambda: dict(CONSENT_PHRASES))
     # The phrase check (chorus.serving.onboarding.consent_phrase): how many function words ("I", "the", "to") may be missed,
     # added or swapped for another (Whisper tiny.en on espeak's reading of the phrase: 0 clean, 2-3 at 15-20 dB
-    # SNR, its "Thank you." after noise among them), and below what probability an extra word is heard again
-    # before it refuses (Whisper's inventions in noise: 0.01-0.4; words it was sure of: 0.6 and up).
+    # SNR; the "Thank you." it adds after the phrase is dismissed, not counted), and below what probability an
+    # extra word is heard again before it refuses (Whisper's inventions in noise: 0.01-0.4; words it was sure of: 0.6 and up).
     max_loose_words: int = 4
     doubtful_probability: float = 0.5
     # The forced listen (the recognizer fed the phrase): how many phrase content words heard as others in their

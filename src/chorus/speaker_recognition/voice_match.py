@@ -28,9 +28,9 @@ threshold, issue 37). So:
 The thresholds are set on a calibration split of bench/consent.py's trials, never on its figures'
 split, and stored with the cohort (``cohort.json``): one per *threshold class* (the band both were cut to,
 and each side's SNR as clean, middling or noisy, :func:`threshold_key`) that the calibration filled with
-enough strangers; for any other the stricter of its two groups' (every class of its band, every class of
-its SNR pair), each set on the group's strangers together; and only where neither group had enough, the one
-set on all calibration strangers together (each condition's hardest). One threshold for every channel was set by the
+enough strangers; for any other its SNR pair's (every class of that pair of SNR groups, set on their
+strangers together), or its band's where that is stricter; and where its SNR pair had too few strangers (a
+noisy side), the one set on all calibration strangers together (each condition's hardest). One threshold for every channel was set by the
 hardest (a crowd of voices shared by both recordings lifts strangers to 8.5 where clean pairs stay under -0.6)
 and refused three owners in four on clean recordings.
 """
@@ -81,8 +81,8 @@ class MatchSettings:
     threshold: the least s-normalized score of the same speaker where ``thresholds`` has nothing for the
     trial's class (:func:`threshold_key`); ``thresholds`` holds one per class where the calibration had enough
     strangers in it, and one per *group* of classes (:func:`group_keys`: every class of one band, every class
-    of one pair of SNR groups), and a class without its own takes the higher of its two groups' (``threshold``,
-    set on all strangers together, only where neither group has one); stretch_margin: how far under the trial's threshold each third of
+    of one pair of SNR groups), and a class without its own takes its SNR pair's, or its band's where that is
+    higher (``threshold``, set on all strangers together, where its SNR pair has none); stretch_margin: how far under the trial's threshold each third of
     the sample may score against the consent; window_threshold: the least score of any
     one sample window against the rest of the sample; top: cohort scores per side in the adaptive
     s-norm; min_band_hz: the narrowest band (its high edge) a speaker is told from; min_snr_db: the
@@ -100,13 +100,16 @@ class MatchSettings:
     def threshold_for(self, key: str) -> float:
         if key in self.thresholds:
             return self.thresholds[key]
-        # A class too rare in the calibration for a threshold of its own (a whole-band pair, a noisy consent
-        # beside a clean sample) took the pooled one, set by the hardest condition of all: shared crowds and
-        # lines lift strangers to it where clean pairs of the same band stay far under, so it refused owners
-        # the calibration never showed at risk (issue 37: 9 of 9 whole-band clean owners). Each of the two
-        # groups a class belongs to is safe for its strangers; the class takes the stricter of the two.
-        groups = [self.thresholds[group] for group in group_keys(key) if group in self.thresholds]
-        return max(groups) if groups else self.threshold
+        # A class too rare in the calibration for a threshold of its own (a whole-band pair) took the pooled
+        # one, set by the hardest condition of all: shared crowds and lines lift strangers to it where clean
+        # pairs of the same band stay far under, so it refused owners the calibration never showed at risk
+        # (issue 37: 9 of 9 whole-band clean owners). Now it takes its SNR pair's group, or its band's if that
+        # is stricter. Noise is what lifts strangers, so without its SNR pair's group (no noisy side ever
+        # reached one) a class keeps the pooled threshold: its band's alone was set on cleaner strangers.
+        band, pair = group_keys(key) or (None, None)
+        if pair not in self.thresholds:
+            return self.threshold
+        return max(self.thresholds[pair], self.thresholds.get(band, -np.inf))
 
 
 @dataclass(frozen=True)

@@ -16,11 +16,13 @@ consent to Boris ..." is one word in twenty from the phrase, while Whisper tiny.
   same first vowel. "Boris", "Horace" and "Microsoft" differ in a consonant and are refused. Other content
   words are matched by a looser likeness (most of their sounds in order): in noise Whisper hears "voice" as
   "moist", and a sound-alike of "voice" or "model" changes no one's consent;
-* a recognizer also invents words in noise ("Thank you." after the phrase, a "not" nobody said), at a low
-  probability. When such words are all that is wrong, a second listen decides (``recheck``: the server
-  decodes again another way): the words are dismissed only if the second listen hears the phrase with
-  nothing added. (It once took only the same word heard twice to refuse: a "withhold" read in babble and
-  heard as "would hold" the second time then passed, bench/consent_denoise.py's calibration run);
+* a recognizer also invents words in noise or in the silence after the phrase ("Thank you very much.", a
+  "not" nobody said). The courtesies a recording ends with, after everything heard of the phrase, are
+  dismissed outright (``COURTESY_TAIL``). When other such words, heard at a low probability, are all that
+  is wrong, a second listen decides (``recheck``: the server decodes again another way): the words are
+  dismissed only if the second listen hears the phrase with nothing added, not even a courtesy. (It once
+  took only the same word heard twice to refuse: a "withhold" read in babble and heard as "would hold" the
+  second time then passed, bench/consent_denoise.py's calibration run);
 * a recognizer's first choice can miss a word that was said by a hair: Whisper tiny.en writes flite-slt's
   "Chorus" as "Boris" or "bars", a noisy "owner" as "older". When all that is wrong is one or two phrase words
   heard as other words in their place (no negation, no turn, nothing added elsewhere), a *forced listen*
@@ -62,6 +64,7 @@ FUNCTION_WORDS = frozenset(
 # calibration split: 8 of its 26 refused right phrases, "very much" refused as content, two "Thank you."
 # tails past the allowance). Anything else after the phrase is read as before ("... model. Not." is refused).
 COURTESY_TAIL = frozenset({"thank", "thanks", "you", "very", "much", "so", "all", "right", "okay", "ok", "bye"})
+MAX_TAIL = 8  # words: "Thank you. Thank you very much." is 6; a longer run of them is read as before
 # Words that make a consent a refusal, and their stems (withhold, withheld, withholding ...).
 NEGATIONS = frozenset(
     {"not", "no", "never", "nor", "neither", "nobody", "nothing", "none", "nowhere", "without", "against"}
@@ -183,7 +186,8 @@ def judge_phrase(
 
     recheck: a second listen to the same recording, called only when all that is wrong is extra words each
     heard below ``doubtful_probability``; they are dismissed only if the second listen hears the phrase and
-    nothing else (another word in the same place, "would hold" for "withhold", is no dismissal). forced: the
+    nothing else, its courtesy tail included (another word in the same place, "would hold" for "withhold",
+    is no dismissal). forced: the
     probability of each whitespace word of
     ``phrase`` in the recording when the recognizer is fed the phrase (``WhisperJudge.word_probabilities``),
     called only when all that is wrong is at most ``max_forced_words`` content words heard as others in their
@@ -196,7 +200,8 @@ def judge_phrase(
     if recheck is None or verdict.accepted or not doubtful:
         return verdict
     second = recheck()
-    again, _, _ = _read(phrase, second, max_loose_words, language)
+    # Read strictly: a dismissal needs the phrase and nothing else, so the second listen's own tail counts.
+    again, _, _ = _read(phrase, second, max_loose_words, language, dismiss_tail=False)
     if again.accepted:
         return replace(
             verdict, extra=(), negations=(), dismissed=verdict.dismissed + verdict.extra, rechecked=second.text
@@ -259,15 +264,15 @@ def is_negation(word: str, phrase_words: frozenset[str] = frozenset()) -> bool:
 
 
 def _read(
-    phrase: str, transcript: Transcript, max_loose_words: int, language: str
+    phrase: str, transcript: Transcript, max_loose_words: int, language: str, dismiss_tail: bool = True
 ) -> tuple[PhraseVerdict, list[Word], list[int] | None]:
-    """One transcript against the phrase, without a second listen; the recognizer's words that the verdict's
-    ``extra`` came from; and, when every fault is a phrase content word heard as one or two other words in
-    its place (none of them a negation or a turn), the normalized-phrase places of the missed words (else
-    None): what a forced listen may settle."""
+    """One transcript against the phrase, without a second listen (its courtesy tail dismissed if
+    ``dismiss_tail``); the recognizer's words that the verdict's ``extra`` came from; and, when every fault is
+    a phrase content word heard as one or two other words in its place (none of them a negation or a turn),
+    the normalized-phrase places of the missed words (else None): what a forced listen may settle."""
     sides = _Sides.of(phrase, transcript, language)
     alignment = _read_back(sides, _align(sides))
-    courtesy = _courtesy_tail(sides, alignment)
+    courtesy = _courtesy_tail(sides, alignment) if dismiss_tail else []
     for t in courtesy:
         alignment.extra.pop(t, None)
         alignment.loose_extra.pop(t, None)
@@ -290,12 +295,15 @@ def _read(
 
 
 def _courtesy_tail(sides: _Sides, alignment: _Alignment) -> list[int]:
-    """The heard tokens after the phrase's last word when every one of them is a courtesy (``COURTESY_TAIL``);
-    else none."""
-    tail = [t for t, after in alignment.gaps.items() if after == len(sides.said)]
-    if tail and all(sides.heard[t].text in COURTESY_TAIL for t in tail):
-        return sorted(tail)
-    return []
+    """The last heard tokens, up to ``MAX_TAIL``, that stand for no phrase word and are each a courtesy
+    (``COURTESY_TAIL``): what follows everything heard of the phrase, whether or not its last word was."""
+    unaligned = alignment.extra.keys() | alignment.loose_extra.keys()
+    tail: list[int] = []
+    for t in reversed(range(len(sides.heard))):
+        if t not in unaligned or sides.heard[t].text not in COURTESY_TAIL:
+            break
+        tail.insert(0, t)
+    return tail if len(tail) <= MAX_TAIL else []
 
 
 @dataclass(frozen=True)
