@@ -590,14 +590,19 @@ def phrase_passes(accepted: bool, forced: float | None, least: float) -> bool:
     return bool(accepted and (forced is None or forced >= least))
 
 
-def decide(result: dict, settings: dict[str, MatchSettings], least: float) -> None:
+def decide(
+    result: dict, settings: dict[str, MatchSettings], least: float, bounds: dict[str, float] | None = None
+) -> None:
     """Each verdict under the calibrated settings: the phrase check's with the forced listen's bound ``least``
-    (``ok`` on phrase and wrong-phrase rows), and each trial's and attack's with its speaker check."""
+    (``ok`` on phrase and wrong-phrase rows), and each trial's and attack's with its speaker check and the
+    phrase check at ``least``, or at ``bounds[name]`` for a check judged with another (the server's, as it
+    ships)."""
+    bounds = bounds or {}
     for row in [*result["phrases"], *result["wrong"]]:
         row["ok"] = phrase_passes(row["accepted"], row.get("forced"), least)
     for row in [*result["trials"], *result["attacks"]]:
-        phrase_ok = phrase_passes(row["phrase_accepted"], row.get("phrase_forced"), least)
         for name, chosen in settings.items():
+            phrase_ok = phrase_passes(row["phrase_accepted"], row.get("phrase_forced"), bounds.get(name, least))
             trial = row[name]
             speaker_ok = (
                 np.isfinite(trial["score"]) and trial["score"] >= chosen.threshold_for(trial.get("threshold_key", ""))
@@ -681,6 +686,8 @@ def markdown(result: dict, summary: dict) -> str:
         f"{provenance['load']}, {result['seconds'] / 60:.0f} min"
         + (f"; speaker scores rescored from its cached embeddings at commit `{provenance['rescored']['commit'][:10]}` "
            f"(src/ {'clean' if provenance['rescored']['src_clean'] else 'modified'}), with the cohort of that commit" if "rescored" in provenance else "")
+        + (f"; calibrated and judged again by `--report` at commit `{provenance['reported']['commit'][:10]}` (src/ "
+           f"{'clean' if provenance['reported']['src_clean'] else 'modified'}: its shipped thresholds judge the server row)" if "reported" in provenance else "")
         + f". Phrase: {result['phrase']!r}. Cohort: "
         f"{result['cohort']['speakers']} speakers (the base's training voices and Piper joe chains; no held-out "
         "voice). Thresholds calibrated on the calibration split (other sox chains of the held-out voices, the "
@@ -691,7 +698,8 @@ def markdown(result: dict, summary: dict) -> str:
                     f"strangers pooled; {len(s.get('thresholds', {}))} classes and groups with their own, {min(s.get('thresholds', {}).values(), default=float('nan')):.2f} to "
                     f"{max(s.get('thresholds', {}).values(), default=float('nan')):.2f}), every window >= {s['window_threshold']:.3f}, each third >= its class's threshold - {s.get('stretch_margin', float('nan')):.3f}"
                     for n, s in result["calibration"]["settings"].items())
-        + f"; the forced listen: each settled word's probability >= {result['calibration'].get('forced_probability', float('nan')):.4f}.",
+        + f"; the forced listen: each settled word's probability >= {result['calibration'].get('forced_probability', float('nan')):.4f}"
+        + (f" (the server: its shipped {ConsentSettings().forced_probability:.4f}, with its shipped speaker thresholds)." if SERVER in result["calibration"]["settings"] else "."),
         "",
         "Per-class speaker thresholds (band, consent SNR / sample SNR; `*` a group of classes, whose members without a "
         "threshold of their own take their SNR pair's, or their band's where higher): "
@@ -845,6 +853,7 @@ def main() -> None:
     args.partial = args.out / "partial.json"
     if args.report:
         result = json.loads((args.out / "consent.json").read_text())
+        result["provenance"]["reported"] = provenance(args.threads, TIMED_PATH)
     elif args.merge:
         result = merge([json.loads(path.read_text()) for path in args.merge])
     else:
@@ -870,7 +879,7 @@ def main() -> None:
         chosen[SERVER] = provisional(load_cohort(SHIPPED_COHORT), FUSED)
     least = calibrate_forced(result["wrong"])
     result["calibration"] = {"settings": {n: asdict(s) for n, s in chosen.items()}, "forced_probability": least}
-    decide(result, chosen, least)
+    decide(result, chosen, least, {SERVER: ConsentSettings().forced_probability})
     result["summary"] = summary = summarize(result)
     (args.out / "consent.json").write_text(json.dumps(result, separators=(",", ":"), default=float))
     plot(result, args.out / "consent.png")

@@ -10,6 +10,7 @@ festival-ked) is in it. Each clip is embedded by both encoders in every channel 
 
     python scripts/ship_speaker_cohort.py                      # clips + embeddings (~20 min, one core)
     python scripts/ship_speaker_cohort.py --settings bench/results/consent/consent.json   # + thresholds
+    python scripts/ship_speaker_cohort.py --settings bench/results/consent-groups/consent.json --only fused
 
 ``--settings`` copies the thresholds that bench/consent.py calibrated (on its calibration split) into the
 cohort's ``cohort.json``, which the server reads.
@@ -82,6 +83,13 @@ def main() -> None:
         "settings they hold (settings of other checks stay)",
     )
     parser.add_argument(
+        "--only",
+        nargs="+",
+        metavar="CHECK",
+        help="with --settings: copy only these checks' settings (a run whose 'chorus' was another encoder than "
+        "the one the 'chorus' check loads must not replace its settings)",
+    )
+    parser.add_argument(
         "--embeddings",
         nargs=2,
         metavar=("NAME", "NPZ"),
@@ -101,10 +109,15 @@ def main() -> None:
             name, path = args.embeddings
             with np.load(path) as table:
                 cohort.embeddings[name] = {k: table[k].astype(np.float32) for k in table.files}
+        sources = cohort.info.get("settings_from", {})
+        if isinstance(sources, list):  # cohorts shipped before it was kept per check
+            sources = dict.fromkeys(cohort.settings, " + ".join(sources))
         for path in args.settings:
             calibrated = json.loads(path.read_text())["calibration"]["settings"]
-            cohort.settings |= {name: MatchSettings(**values) for name, values in calibrated.items()}
-        cohort.info["settings_from"] = [str(path) for path in args.settings]
+            chosen = {name: values for name, values in calibrated.items() if not args.only or name in args.only}
+            cohort.settings |= {name: MatchSettings(**values) for name, values in chosen.items()}
+            sources |= dict.fromkeys(chosen, str(path))
+        cohort.info["settings_from"] = sources
         cohort.save(args.out)
         print(f"settings for {', '.join(cohort.settings)} written to {args.out / 'cohort.json'}")
         return
