@@ -533,8 +533,8 @@ def calibrate(trials: list[dict], name: str, base: MatchSettings) -> MatchSettin
     ``MIN_CLASS_IMPOSTORS`` strangers or more is the lowest at which no condition's other voices in it (shared
     and mismatched) are accepted above 0.5 %; a class without its own takes its SNR pair's or its band's,
     whichever is stricter (``MatchSettings.threshold_for``), and its few strangers' own where that is
-    stricter still; ``threshold``, for a class whose SNR pair has none, is that over all calibration strangers
-    together (pooled). The one-speaker threshold lets 99.5 % of the
+    stricter still; ``threshold`` is that over all calibration strangers together (pooled), which a class
+    whose SNR pair has none takes unless another threshold is stricter. The one-speaker threshold lets 99.5 % of the
     owners' single-speaker samples through.
 
     Sox siblings are left out: a sibling of a voice the cohort has nothing near (flite-slt) scores far above
@@ -556,10 +556,12 @@ def calibrate(trials: list[dict], name: str, base: MatchSettings) -> MatchSettin
     }
     # A class with too few strangers for its own still refuses those it has: where they reach over what its
     # groups give it, they set its threshold (a group's bigger classes must not hide a harder small one).
-    grouped = replace(base, threshold=round(threshold, 4), thresholds=thresholds)
+    grouped = replace(base, threshold=round(threshold, 4), thresholds=dict(thresholds))
     for key, conditions in by_class.items():
-        if key not in thresholds and "*" not in key and lowest_safe(conditions) > grouped.threshold_for(key):
-            thresholds[key] = round(lowest_safe(conditions), 4)
+        if key not in thresholds and "*" not in key:
+            own = round(lowest_safe(conditions), 4)
+            if own > grouped.threshold_for(key):
+                thresholds[key] = own
     owners = np.sort(
         [t[name]["worst_window"] for t in cal if t["relation"] == "owner" and np.isfinite(t[name]["worst_window"])]
     )
@@ -676,6 +678,7 @@ def verdict_of(value: float, target: float, at_most: bool) -> str:
 
 def markdown(result: dict, summary: dict) -> str:
     provenance = result["provenance"]
+    figures_phrases = [r for r in result["phrases"] if r["split"] == "figures"]
     lines = [
         "# Custom voices: the consent checks against owners and attackers",
         "",
@@ -694,8 +697,8 @@ def markdown(result: dict, summary: dict) -> str:
         "other half of each dataset); every figure below is the figures' split.",
         "",
         "Calibrated settings: "
-        + "; ".join(f"{n}: score >= {s['threshold']:.3f} (a class with neither a threshold of its own nor one for its SNR pair: all "
-                    f"strangers pooled; {len(s.get('thresholds', {}))} classes and groups with their own, {min(s.get('thresholds', {}).values(), default=float('nan')):.2f} to "
+        + "; ".join(f"{n}: score >= {s['threshold']:.3f} (pooled; a class with neither a threshold of its own nor one for its SNR pair takes "
+                    f"the strictest of all; {len(s.get('thresholds', {}))} classes and groups with their own, {min(s.get('thresholds', {}).values(), default=float('nan')):.2f} to "
                     f"{max(s.get('thresholds', {}).values(), default=float('nan')):.2f}), every window >= {s['window_threshold']:.3f}, each third >= its class's threshold - {s.get('stretch_margin', float('nan')):.3f}"
                     for n, s in result["calibration"]["settings"].items())
         + f"; the forced listen: each settled word's probability >= {result['calibration'].get('forced_probability', float('nan')):.4f}"
@@ -750,8 +753,19 @@ def markdown(result: dict, summary: dict) -> str:
         f"Wrong phrases ({', '.join(WRONG)}; each source voice, clean and 20 dB) accepted: "
         f"{100 * summary['wrong_accepted']:.1f} % of {summary['wrong_n']} (target 0 %: {verdict_of(summary['wrong_accepted'], 0.0, True)}).",
         "",
-        "The right phrase accepted, per condition (figures' speakers, n = 12 each): "
-        + ", ".join(f"{c} {100 * v:.0f} %" for c, v in summary["right_phrase"].items()),
+        f"The right phrase accepted, per condition (figures' speakers, n = 12 each; the forced listen at this run's "
+        f"bound, {result['calibration']['forced_probability']:.4f}): "
+        + ", ".join(f"{c} {100 * v:.0f} %" for c, v in summary["right_phrase"].items())
+        + ". In all, "
+        + "; ".join(
+            f"{sum(phrase_passes(r['accepted'], r.get('forced'), bound) for r in figures_phrases)} of "
+            f"{len(figures_phrases)} at {label}"
+            for label, bound in (
+                ("this bound", result["calibration"]["forced_probability"]),
+                (f"the server's, {ConsentSettings().forced_probability:.4f}", ConsentSettings().forced_probability),
+            )
+        )
+        + ".",
         "",
         "Refusals of the right phrase:",
         "",

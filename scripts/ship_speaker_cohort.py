@@ -9,8 +9,10 @@ festival-ked) is in it. Each clip is embedded by both encoders in every channel 
 ``SNRS``), through each of ``VARIANTS`` (pink noise, two rooms, a crowd, a coarse quantizer).
 
     python scripts/ship_speaker_cohort.py                      # clips + embeddings (~20 min, one core)
-    python scripts/ship_speaker_cohort.py --settings bench/results/consent/consent.json   # + thresholds
     python scripts/ship_speaker_cohort.py --settings bench/results/consent-groups/consent.json --only fused
+
+(``--only``: a default bench/consent.py run's ``chorus`` is the consent encoder v3, while the ``chorus`` check
+loads the encoder that starts voices, so its settings must not replace that check's.)
 
 ``--settings`` copies the thresholds that bench/consent.py calibrated (on its calibration split) into the
 cohort's ``cohort.json``, which the server reads.
@@ -72,6 +74,27 @@ def record(speaker: SpeakerSpec) -> np.ndarray:
     return soxr.resample(audio, SAMPLE_RATE, COHORT_RATE).astype(np.float32)
 
 
+# bench/consent.py's row of the server's check as shipped: the shipped settings, not a calibration of its own.
+NOT_CALIBRATED = ("server",)
+
+
+def copy_settings(cohort: Cohort, calibrated: dict[str, dict], source: str, only: list[str] | None = None) -> None:
+    """Put the ``calibrated`` settings of bench/consent.py (or consent_fusion.py) into ``cohort``, those of the
+    checks named in ``only`` where given, and record ``source`` as where each came from
+    (``info["settings_from"]``, per check)."""
+    unknown = sorted(set(only or ()) - set(calibrated))
+    if unknown:
+        raise SystemExit(f"{source} calibrated no {', '.join(unknown)}; it has {', '.join(sorted(calibrated))}")
+    chosen = {
+        name: values for name, values in calibrated.items() if name not in NOT_CALIBRATED and (not only or name in only)
+    }
+    cohort.settings |= {name: MatchSettings(**values) for name, values in chosen.items()}
+    sources = cohort.info.get("settings_from", {})
+    if isinstance(sources, (list, str)):  # cohorts shipped before it was kept per check: the files, unattributed
+        sources = {"earlier": sources}
+    cohort.info["settings_from"] = sources | dict.fromkeys(chosen, source)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, default=SHIPPED_COHORT)
@@ -102,6 +125,8 @@ def main() -> None:
         "--encoder", type=Path, help="a Chorus speaker encoder folder to embed with (default: the shipped one)"
     )
     args = parser.parse_args()
+    if args.only and not args.settings:
+        parser.error("--only goes with --settings")
     torch.set_num_threads(args.threads)
     if args.settings:
         cohort = load_cohort(args.out)
@@ -109,15 +134,8 @@ def main() -> None:
             name, path = args.embeddings
             with np.load(path) as table:
                 cohort.embeddings[name] = {k: table[k].astype(np.float32) for k in table.files}
-        sources = cohort.info.get("settings_from", {})
-        if isinstance(sources, list):  # cohorts shipped before it was kept per check
-            sources = dict.fromkeys(cohort.settings, " + ".join(sources))
         for path in args.settings:
-            calibrated = json.loads(path.read_text())["calibration"]["settings"]
-            chosen = {name: values for name, values in calibrated.items() if not args.only or name in args.only}
-            cohort.settings |= {name: MatchSettings(**values) for name, values in chosen.items()}
-            sources |= dict.fromkeys(chosen, str(path))
-        cohort.info["settings_from"] = sources
+            copy_settings(cohort, json.loads(path.read_text())["calibration"]["settings"], str(path), args.only)
         cohort.save(args.out)
         print(f"settings for {', '.join(cohort.settings)} written to {args.out / 'cohort.json'}")
         return

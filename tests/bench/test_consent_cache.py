@@ -72,20 +72,20 @@ def test_calibration_sets_a_threshold_per_group_for_classes_without_their_own():
     from chorus.speaker_recognition.voice_match import MatchSettings
     from consent import MIN_CLASS_IMPOSTORS, calibrate
 
-    def trial(key: str, relation: str, score: float, k: int) -> dict:
+    def trial(key: str, relation: str, score: float) -> dict:
         verdict = {"score": score, "worst_window": 5.0, "worst_stretch": score, "threshold_key": key}
         return {"split": "calibration", "relation": relation, "condition": "clean", "chorus": verdict}
 
     n, half = MIN_CLASS_IMPOSTORS, MIN_CLASS_IMPOSTORS // 2
     # Clean pairs: two bands of half the minimum each, so only their SNR pair's group has enough strangers.
-    trials = [trial("0-3900 clean/clean", "other voice", -k / n, k) for k in range(half)]  # up to 0
-    trials += [trial("0-5500 clean/clean", "other voice", -1 - k / n, k) for k in range(half)]  # up to -1
-    trials += [trial("0-3900 middling/middling", "other voice", 6.0 - k / n, k) for k in range(n)]  # up to 6
-    trials += [trial("0-0 clean/clean", "other voice", -1.0, k) for k in range(5)]  # too few for its own
-    trials += [trial("0-0 clean/clean", "owner", 2.0, k) for k in range(5)]
+    trials = [trial("0-3900 clean/clean", "other voice", -k / n) for k in range(half)]  # up to 0
+    trials += [trial("0-5500 clean/clean", "other voice", -1 - k / n) for k in range(half)]  # up to -1
+    trials += [trial("0-3900 middling/middling", "other voice", 6.0 - k / n) for k in range(n)]  # up to 6
+    trials += [trial("0-0 clean/clean", "other voice", -1.0) for _ in range(5)]  # too few for its own
+    trials += [trial("0-0 clean/clean", "owner", 2.0) for _ in range(5)]
     # One stranger above the clean pair's group threshold (which lets 0.5 % of its 306 through: one): its
     # class refuses it all the same.
-    trials += [trial("300-3400 clean/clean", "other voice", 1.5, 0)]
+    trials += [trial("300-3400 clean/clean", "other voice", 1.5)]
     chosen = calibrate(trials, "chorus", MatchSettings())
     assert {"0-3900 clean/clean", "0-5500 clean/clean", "0-0 clean/clean"}.isdisjoint(chosen.thresholds)
     assert chosen.threshold > 5.9  # pooled: set by the middling pair's strangers

@@ -166,10 +166,14 @@ def test_a_negation_heard_at_a_low_probability_is_heard_again():
     assert judge_phrase(PHRASE, unsure_and_short, never_called).missing == ("synthetic",)
     # Whisper's "Thank you." after noise: a courtesy tail, dismissed without a second listen.
     assert judge_phrase(PHRASE, transcript(PHRASE + " Thank you.", {"thank": 0.03}), never_called).accepted
-    # But a second listen that dismisses a doubtful negation must hear the phrase alone, courtesies included.
+    # A second listen that would dismiss a doubtful negation reads its own tail as words: "very much" is added
+    # content; "Thank you." counts against the allowance of small words, as anywhere but a first listen's tail.
     unsure_tail = transcript(PHRASE + " Not very much.", {"not": 0.2, "very": 0.2, "much": 0.2})
     assert not judge_phrase(PHRASE, unsure_tail, second_listen(PHRASE + " Very much.")).accepted
     assert judge_phrase(PHRASE, unsure_tail, second_listen(PHRASE)).accepted
+    thanks = PHRASE + " Thank you. Thank you."
+    assert judge_phrase(PHRASE, unsure_tail, second_listen(thanks)).accepted  # 4 small words: the allowance
+    assert not judge_phrase(PHRASE, unsure_tail, second_listen(thanks), max_loose_words=3).accepted
 
 
 def test_a_refusal_heard_as_other_words_the_second_time_is_still_refused():

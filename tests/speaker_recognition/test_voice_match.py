@@ -149,7 +149,8 @@ def test_the_fake_voice_matches_itself_and_not_another(fake_cohort):
 
 def test_a_trial_is_judged_by_its_class_threshold_or_the_strictest(fake_cohort):
     """Before: one threshold for every channel, set by the hardest (a crowd shared by both recordings), refused
-    three clean owners in four. Now a class the calibration filled has its own; any other takes the strictest."""
+    three clean owners in four. Now a class the calibration filled has its own; any other takes its groups'
+    (test_a_class_without_its_own_threshold_takes_the_stricter_of_its_groups) or, without those, the pooled."""
     assert [snr_group(x) for x in (40.0, 25.0, 20.0, 12.5, 12.4, 3.0)] == ["clean", "clean"] + ["middling"] * 2 + [
         "noisy"
     ] * 2
@@ -191,6 +192,10 @@ def test_a_class_without_its_own_threshold_takes_the_stricter_of_its_groups():
     assert settings.threshold_for("300-3400 clean/clean") == 3.0  # no band group: its SNR pair's
     assert settings.threshold_for("0-5500 noisy/clean") == 9.0  # a band group but no SNR pair's: pooled
     assert settings.threshold_for("") == 9.0
+    # Without its SNR pair's group a class takes the strictest threshold there is, where one is above the pooled.
+    stricter = replace(settings, thresholds=settings.thresholds | {"* middling/middling": 11.0})
+    assert stricter.threshold_for("0-5500 noisy/clean") == 11.0 and stricter.threshold_for("0-0 clean/clean") == 3.0
+    assert MatchSettings(threshold=2.0).threshold_for("0-0 noisy/clean") == 2.0  # nothing calibrated per class
 
 
 def test_each_third_of_the_sample_must_be_the_consents_speaker(fake_cohort):

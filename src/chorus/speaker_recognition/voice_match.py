@@ -30,7 +30,8 @@ split, and stored with the cohort (``cohort.json``): one per *threshold class* (
 and each side's SNR as clean, middling or noisy, :func:`threshold_key`) that the calibration filled with
 enough strangers; for any other its SNR pair's (every class of that pair of SNR groups, set on their
 strangers together), or its band's where that is stricter; and where its SNR pair had too few strangers (a
-noisy side), the one set on all calibration strangers together (each condition's hardest). One threshold for every channel was set by the
+noisy side), the strictest threshold of all, the one set on all calibration strangers together (each
+condition's hardest) included. One threshold for every channel was set by the
 hardest (a crowd of voices shared by both recordings lifts strangers to 8.5 where clean pairs stay under -0.6)
 and refused three owners in four on clean recordings.
 """
@@ -82,7 +83,8 @@ class MatchSettings:
     trial's class (:func:`threshold_key`); ``thresholds`` holds one per class where the calibration had enough
     strangers in it, and one per *group* of classes (:func:`group_keys`: every class of one band, every class
     of one pair of SNR groups), and a class without its own takes its SNR pair's, or its band's where that is
-    higher (``threshold``, set on all strangers together, where its SNR pair has none); stretch_margin: how far under the trial's threshold each third of
+    higher; where its SNR pair has none, the strictest of them all and ``threshold`` (set on all strangers
+    together); stretch_margin: how far under the trial's threshold each third of
     the sample may score against the consent; window_threshold: the least score of any
     one sample window against the rest of the sample; top: cohort scores per side in the adaptive
     s-norm; min_band_hz: the narrowest band (its high edge) a speaker is told from; min_snr_db: the
@@ -104,11 +106,12 @@ class MatchSettings:
         # one, set by the hardest condition of all: shared crowds and lines lift strangers to it where clean
         # pairs of the same band stay far under, so it refused owners the calibration never showed at risk
         # (issue 37: 9 of 9 whole-band clean owners). Now it takes its SNR pair's group, or its band's if that
-        # is stricter. Noise is what lifts strangers, so without its SNR pair's group (no noisy side ever
-        # reached one) a class keeps the pooled threshold: its band's alone was set on cleaner strangers.
+        # is stricter. Noise is what lifts strangers, so a class whose SNR pair has no group (a noisy side: no
+        # calibration has filled one) takes the strictest threshold set anywhere, the pooled one included: its
+        # band's alone was set on cleaner strangers, and a group's can lie above the pooled one.
         band, pair = group_keys(key) or (None, None)
         if pair not in self.thresholds:
-            return self.threshold
+            return max([self.threshold, *self.thresholds.values()])
         return max(self.thresholds[pair], self.thresholds.get(band, -np.inf))
 
 

@@ -20,7 +20,8 @@ consent to Boris ..." is one word in twenty from the phrase, while Whisper tiny.
   "not" nobody said). The courtesies a recording ends with, after everything heard of the phrase, are
   dismissed outright (``COURTESY_TAIL``). When other such words, heard at a low probability, are all that
   is wrong, a second listen decides (``recheck``: the server decodes again another way): the words are
-  dismissed only if the second listen hears the phrase with nothing added, not even a courtesy. (It once
+  dismissed only if the second listen hears the phrase with nothing added (its own courtesy tail is not
+  dismissed: "very much" there is added words, "Thank you." counts against the allowance). (It once
   took only the same word heard twice to refuse: a "withhold" read in babble and heard as "would hold" the
   second time then passed, bench/consent_denoise.py's calibration run);
 * a recognizer's first choice can miss a word that was said by a hair: Whisper tiny.en writes flite-slt's
@@ -54,13 +55,13 @@ FUNCTION_WORDS = frozenset(
     | {"those", "the", "a", "an", "am", "is", "are", "was", "be", "been", "do", "of", "to", "and", "in", "on"}
     | {"at", "for", "with", "by", "as", "so", "uh", "um", "oh"}
     # Courtesies that claim nothing: Whisper tiny.en ends clean synthetic consents with an invented "Thank
-    # you." (or "All right.") that a second listen hears again (bench/consent.py: 6 of 24 clean flite-slt
-    # takes before these were loose).
+    # you." (or "All right.") (bench/consent.py: 6 of 24 clean flite-slt takes before these were loose);
+    # after the phrase they are a courtesy tail, elsewhere they count against the allowance.
     | {"thank", "thanks", "hi", "hello", "hey", "okay", "ok", "all", "right", "well", "yes", "yeah", "please"}
 )
 # What Whisper tiny.en appends to a recording after its last word, in noise or in the silence after it ("Thank
-# you.", "Thank you very much.", "So.", "All right."): heard after the phrase's last word and nothing else,
-# such a tail is dismissed outright, not counted against the allowance of loose words (bench/consent.py's
+# you.", "Thank you very much.", "So.", "All right."): heard after everything heard of the phrase (its last
+# word missed or not), such a tail is dismissed outright, not counted against the allowance of loose words (bench/consent.py's
 # calibration split: 8 of its 26 refused right phrases, "very much" refused as content, two "Thank you."
 # tails past the allowance). Anything else after the phrase is read as before ("... model. Not." is refused).
 COURTESY_TAIL = frozenset({"thank", "thanks", "you", "very", "much", "so", "all", "right", "okay", "ok", "bye"})
@@ -186,8 +187,8 @@ def judge_phrase(
 
     recheck: a second listen to the same recording, called only when all that is wrong is extra words each
     heard below ``doubtful_probability``; they are dismissed only if the second listen hears the phrase and
-    nothing else, its courtesy tail included (another word in the same place, "would hold" for "withhold",
-    is no dismissal). forced: the
+    nothing else: its own courtesy tail is read as words, not dismissed (another word in the same place,
+    "would hold" for "withhold", is no dismissal). forced: the
     probability of each whitespace word of
     ``phrase`` in the recording when the recognizer is fed the phrase (``WhisperJudge.word_probabilities``),
     called only when all that is wrong is at most ``max_forced_words`` content words heard as others in their
