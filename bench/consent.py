@@ -97,6 +97,7 @@ OWNER_TARGET = {"clean": 0.99, "white 20 dB": 0.97, "babble 20 dB": 0.97, "room 
                 "white 10 dB": 0.90, "babble 10 dB": 0.90, "room noise 10 dB": 0.90, "phone line": 0.97,
                 "quiet mic": 0.97, "room": 0.97}  # fmt: skip
 IMPOSTOR_TARGET = 0.01
+WRONG_CONDITIONS = ("clean", "white 20 dB", "phone line", "amr")
 WRONG = {
     "withhold": "I am the owner of this voice and I withhold consent to Chorus using this voice to create a synthetic voice model.",
     "revoke": "I am the owner of this voice and I revoke my consent to Chorus using this voice to create a synthetic voice model.",
@@ -483,8 +484,10 @@ def attack_trials(judges: Judges, people, consents, clean_speech, samples) -> li
 
 
 def wrong_phrases(judges: Judges, rng, talkers) -> list[dict]:
-    """Each ``WRONG`` phrase read by each source voice, clean and at 20 dB white noise: all must be refused
-    (the figures); and read through each calibration chain, which sets the forced listen's bound."""
+    """Each ``WRONG`` phrase read by each source voice, clean, at 20 dB white noise, through a phone line and an
+    AMR-like codec: all must be refused (the figures); and read through each calibration chain, which sets the
+    forced listen's bound. (Clean and 20 dB alone set 0.0082, which "Boris" through the codec passed:
+    bench/consent_forced_probe.py.)"""
     rows = []
     for source in SOURCES:
         for kind, text in WRONG.items():
@@ -495,7 +498,7 @@ def wrong_phrases(judges: Judges, rng, talkers) -> list[dict]:
             }
             for split, chains in readers.items():
                 for chain, reading in chains.items():
-                    for condition in ("clean", "white 20 dB"):
+                    for condition in WRONG_CONDITIONS:
                         verdict = judges.phrase(through(condition, reading, rng, talkers))
                         rows.append({"speaker": SHORT[source] + chain, "split": split, "kind": kind,
                                      "condition": condition, "accepted": verdict["accepted"],
@@ -750,7 +753,7 @@ def markdown(result: dict, summary: dict) -> str:
     lines += [
         "## Phrase check",
         "",
-        f"Wrong phrases ({', '.join(WRONG)}; each source voice, clean and 20 dB) accepted: "
+        f"Wrong phrases ({', '.join(WRONG)}; each source voice, {', '.join(dict.fromkeys(r['condition'] for r in result['wrong']))}) accepted: "
         f"{100 * summary['wrong_accepted']:.1f} % of {summary['wrong_n']} (target 0 %: {verdict_of(summary['wrong_accepted'], 0.0, True)}).",
         "",
         f"The right phrase accepted, per condition (figures' speakers, n = 12 each; the forced listen at this run's "

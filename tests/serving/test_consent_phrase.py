@@ -254,6 +254,23 @@ def test_a_wrong_name_with_a_courtesy_tail_meets_the_forced_listen_and_its_bound
     assert judge_phrase(PHRASE, heard, never_called, forced(0.05), forced_probability=0.0082).accepted
 
 
+def test_a_wrong_name_heard_as_a_sound_alike_is_refused_at_the_shipped_bound():
+    """The attack bench/consent_forced_probe.py found: festival-ked 220 cents down says "Boris" through an
+    AMR-like codec; Whisper writes "bore us" and, fed the phrase, finds "Chorus" there at 0.0111. The bound
+    shipped before (0.0082) let it through; the shipped one refuses it."""
+    heard = transcript(
+        "I am owner of this voice, and I consent to bore us using this voice to create a synthetic voice model."
+    )
+
+    def forced() -> list[float]:
+        return [0.0111 if word == "Chorus" else 0.9 for word in PHRASE.split()]
+
+    shipped = ConsentSettings().forced_probability
+    verdict = judge_phrase(PHRASE, heard, never_called, forced, forced_probability=shipped)
+    assert not verdict.accepted and verdict.forced == (("chorus", 0.0111),)
+    assert judge_phrase(PHRASE, heard, never_called, forced, forced_probability=0.0082).accepted  # the old bound
+
+
 def test_courtesies_inside_the_phrase_are_not_a_tail():
     """Only what follows the phrase's last word is a tail: "very much" said inside it is content added."""
     heard = "I am the owner of this voice and I very much consent to Chorus using this voice to create a synthetic voice model."
