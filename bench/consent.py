@@ -549,8 +549,14 @@ def calibrate(trials: list[dict], name: str, base: MatchSettings) -> MatchSettin
     for t in impostors:  # each stranger counts in its class and in both of the class's groups
         for key in (t[name]["threshold_key"], *group_keys(t[name]["threshold_key"])):
             by_class.setdefault(key, {}).setdefault(t["condition"], []).append(t[name]["score"])
-    threshold = lowest_safe(
-        {c: [t[name]["score"] for t in impostors if t["condition"] == c] for c in {t["condition"] for t in impostors}}
+    threshold = round(
+        lowest_safe(
+            {
+                c: [t[name]["score"] for t in impostors if t["condition"] == c]
+                for c in {t["condition"] for t in impostors}
+            }
+        ),
+        4,
     )
     thresholds = {
         key: round(lowest_safe(conditions), 4)
@@ -559,7 +565,7 @@ def calibrate(trials: list[dict], name: str, base: MatchSettings) -> MatchSettin
     }
     # A class with too few strangers for its own still refuses those it has: where they reach over what its
     # groups give it, they set its threshold (a group's bigger classes must not hide a harder small one).
-    grouped = replace(base, threshold=round(threshold, 4), thresholds=dict(thresholds))
+    grouped = replace(base, threshold=threshold, thresholds=dict(thresholds))  # before any class's own floor
     for key, conditions in by_class.items():
         if key not in thresholds and "*" not in key:
             own = round(lowest_safe(conditions), 4)
@@ -571,7 +577,7 @@ def calibrate(trials: list[dict], name: str, base: MatchSettings) -> MatchSettin
     window = float(owners[int(np.floor(0.005 * owners.size))]) - 1e-4 if owners.size else base.window_threshold
     # The stretch margin lets 99.5 % of the owners that pass the score threshold through: how far their
     # worst third falls under their class's threshold.
-    chosen = replace(base, threshold=round(threshold, 4), thresholds=thresholds)
+    chosen = replace(base, threshold=threshold, thresholds=thresholds)
     shortfalls = np.sort([
         chosen.threshold_for(t[name]["threshold_key"]) - t[name]["worst_stretch"]
         for t in cal

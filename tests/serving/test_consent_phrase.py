@@ -437,14 +437,21 @@ def test_a_name_written_otherwise_is_settled_by_the_forced_listen():
     assert not other.accepted and other.missing == ("chorus",) and other.extra == ("boris",)
     assert other.forced == (("chorus", 0.004),)
     # Two words for one ("pour us"), and a word dropped with nothing in its place, are in the phrase word's place.
-    assert judge_phrase(PHRASE, transcript(SAY.format("pour us")), None, forced_listen({"chorus": 0.1})).accepted
+    shipped = ConsentSettings().forced_probability
+    pour_us = transcript(SAY.format("pour us"))
+    assert judge_phrase(PHRASE, pour_us, None, forced_listen({"chorus": 0.1}), forced_probability=shipped).accepted
     dropped = "I am the owner of this voice and I consent to using this voice to create a synthetic voice model."
-    assert not judge_phrase(PHRASE, transcript(dropped), None, forced_listen({"chorus": 0.001})).accepted
+    forced = forced_listen({"chorus": 0.001})
+    assert not judge_phrase(PHRASE, transcript(dropped), None, forced, forced_probability=shipped).accepted
+    with pytest.raises(ValueError, match="needs its bound"):
+        judge_phrase(PHRASE, pour_us, None, forced_listen({"chorus": 0.1}))
     # Two content words misheard are settled; three are another sentence, not a mishearing.
     two = SAY.format("Boris").replace("owner", "builder")
-    assert judge_phrase(PHRASE, transcript(two), None, forced_listen({"chorus": 0.1, "owner": 0.2})).accepted
+    assert judge_phrase(
+        PHRASE, transcript(two), None, forced_listen({"chorus": 0.1, "owner": 0.2}), forced_probability=shipped
+    ).accepted
     three = two.replace("synthetic", "musical")
-    assert not judge_phrase(PHRASE, transcript(three), None, never_forced).accepted
+    assert not judge_phrase(PHRASE, transcript(three), None, never_forced, forced_probability=0.0).accepted
 
 
 @pytest.mark.parametrize(
@@ -458,8 +465,9 @@ def test_a_name_written_otherwise_is_settled_by_the_forced_listen():
 )
 def test_the_forced_listen_never_hears_over_a_refusal(label, heard):
     """Only words heard in a phrase word's place go to the forced listen: a negation, a turn or a word added
-    elsewhere refuses without it, however likely the phrase's words are."""
-    assert not judge_phrase(PHRASE, transcript(heard), never_called, never_forced).accepted, label
+    elsewhere refuses without it, however likely the phrase's words are (and at any bound, 0 included)."""
+    verdict = judge_phrase(PHRASE, transcript(heard), never_called, never_forced, forced_probability=0.0)
+    assert not verdict.accepted, label
 
 
 def test_the_checks_settle_a_misheard_name_with_the_forced_listen():

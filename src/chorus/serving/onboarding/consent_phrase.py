@@ -180,7 +180,7 @@ def judge_phrase(
     *,
     max_loose_words: int = 4,
     doubtful_probability: float = 0.5,
-    forced_probability: float = 0.0112,  # ConsentSettings.forced_probability, calibrated by bench/consent.py
+    forced_probability: float | None = None,
     max_forced_words: int = 2,
     language: str = "en-us",
 ) -> PhraseVerdict:
@@ -193,8 +193,12 @@ def judge_phrase(
     probability of each whitespace word of
     ``phrase`` in the recording when the recognizer is fed the phrase (``WhisperJudge.word_probabilities``),
     called only when all that is wrong is at most ``max_forced_words`` content words heard as others in their
-    place; they count as heard if each reaches ``forced_probability``. ``language``: espeak-ng's, for the sounds.
+    place; they count as heard if each reaches ``forced_probability`` (required with ``forced``: the server's
+    is ``ConsentSettings.forced_probability``, calibrated by bench/consent.py). ``language``: espeak-ng's, for
+    the sounds.
     """
+    if forced is not None and forced_probability is None:
+        raise ValueError("a forced listen needs its bound (forced_probability)")
     verdict, extra, substitutions = _read(phrase, transcript, max_loose_words, language)
     if forced is not None and substitutions is not None and 0 < len(verdict.missing) <= max_forced_words:
         return _forced_listen(phrase, verdict, substitutions, forced(), forced_probability)
