@@ -349,7 +349,8 @@ def target_lines(adapted: list[dict], chosen: tuple[str, int] | None) -> list[st
             parts.append(f"30 s WER {wer:.1f} vs start speaker {start:.1f} + 10 ({verdict(wer <= start + 10)})")
         if fifteen:
             ratio = mean(fifteen, "similarity") / one_minute
-            parts.append(f"moonshot, 15 s at the 1-minute similarity: {ratio:.3f}x ({verdict(ratio >= 1.0)})")
+            # Four digits: the moonshot's bar is 1.0 itself, which three would round a miss onto.
+            parts.append(f"moonshot, 15 s at the 1-minute similarity: {ratio:.4f}x ({verdict(ratio >= 1.0)})")
         lines.append(f"- {voice} (1-minute voice {one_minute:.3f}, {len(reference)} seed(s)): " + "; ".join(parts))
     return lines
 
