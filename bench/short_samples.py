@@ -342,14 +342,14 @@ def target_lines(adapted: list[dict], chosen: tuple[str, int] | None) -> list[st
         thirty = cells.get((voice, 30.0, *chosen))
         fifteen = cells.get((voice, 15.0, *chosen))
         parts = []
+        # Ratios in four digits: three would round a miss just under a bar (0.95, 1.0) onto it.
         if thirty:
             ratio = mean(thirty, "similarity") / one_minute
             wer, start = 100 * mean(thirty, "wer"), 100 * mean(thirty, "start_wer")
-            parts.append(f"30 s similarity {ratio:.3f}x the 1-minute voice's ({verdict(ratio >= 0.95)})")
+            parts.append(f"30 s similarity {ratio:.4f}x the 1-minute voice's ({verdict(ratio >= 0.95)})")
             parts.append(f"30 s WER {wer:.1f} vs start speaker {start:.1f} + 10 ({verdict(wer <= start + 10)})")
         if fifteen:
             ratio = mean(fifteen, "similarity") / one_minute
-            # Four digits: the moonshot's bar is 1.0 itself, which three would round a miss onto.
             parts.append(f"moonshot, 15 s at the 1-minute similarity: {ratio:.4f}x ({verdict(ratio >= 1.0)})")
         lines.append(f"- {voice} (1-minute voice {one_minute:.3f}, {len(reference)} seed(s)): " + "; ".join(parts))
     return lines

@@ -32,7 +32,14 @@ def test_a_miss_of_the_moonshot_is_not_rounded_onto_its_bar():
     # 0.8397 / 0.8401 = 0.9995: three digits would print "1.000x (not met)".
     (line,) = target_lines([row(15.0, 0.8397), row(30.0, 0.85), one_minute(0.8401)], ("residual", 100))
     assert "15 s at the 1-minute similarity: 0.9995x (**not met**)" in line
-    assert "30 s similarity 1.012x the 1-minute voice's (met)" in line
+    assert "30 s similarity 1.0118x the 1-minute voice's (met)" in line
+
+
+def test_a_30_s_voice_just_under_its_bar_is_a_miss():
+    (line,) = target_lines([row(30.0, 0.9496), one_minute(1.0)], ("residual", 100))
+    assert "30 s similarity 0.9496x the 1-minute voice's (**not met**)" in line
+    (line,) = target_lines([row(30.0, 0.95), one_minute(1.0)], ("residual", 100))
+    assert "30 s similarity 0.9500x the 1-minute voice's (met)" in line
 
 
 def test_the_word_allowance_is_the_start_speakers_plus_ten_points():
