@@ -40,6 +40,7 @@ import numpy as np
 import soundfile as sf
 import torch
 
+from base import speak_and_judge  # bench/, beside this script
 from chorus.adapters import parse_methods
 from chorus.adapters.voice import read_voice
 from chorus.audio.vocoders import load_vocoder
@@ -174,21 +175,7 @@ def run_one(
 
     tts = load_base(args.base, args.vocoder)
     name = tts.load_voice(result.voice_dir)
-    items = []
-    for utterance in eval_utterances:
-        spoken = tts.synthesize(utterance.text, voice=name)
-        items.append(
-            EvalItem(
-                utterance.audio_path.stem,
-                spoken.audio,
-                utterance.text,
-                reference=utterance.audio_path,
-                speaker_references=references,
-                synthesis_seconds=spoken.seconds,
-                sample_rate=spoken.sample_rate,
-            )
-        )
-    report = evaluate_pairs(items, judges=judges, progress=False)
+    report = speak_and_judge(tts, name, eval_utterances, references, judges, against_recordings=True)
     means = report.means()
     start_speaker = card.notes["speaker_vector_start"]
     start = start_voice(args, start_speaker, eval_utterances, references, judges)

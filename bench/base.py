@@ -31,7 +31,7 @@ from chorus.audio.mel import log_mel
 from chorus.corpus.build import record_sentences
 from chorus.corpus.text import benchmark_sentences
 from chorus.data.formats import discover
-from chorus.evaluation.report import Judges
+from chorus.evaluation.report import EvalItem, Judges, evaluate_pairs
 from chorus.evaluation.similarity import SpeakerJudge
 from chorus.evaluation.voices import (
     VoiceClip,
@@ -66,6 +66,35 @@ def recording_clips(
         for voice in voices
         for index, (text, audio) in enumerate(zip(sentences, recordings[voice]))
     ]
+
+
+def speak_and_judge(tts, voice: str, evaluation, references: list[Path], judges: Judges, against_recordings=False):
+    """``tts`` reads each of ``evaluation``'s utterances (``Utterance``: text and its real recording) in
+    ``voice``, judged by ``judges`` with ``references`` for similarity (and, ``against_recordings``, each
+    clip against its own recording: MCD, F0); the :class:`EvalReport`."""
+    items = []
+    for utterance in evaluation:
+        spoken = tts.synthesize(utterance.text, voice=voice)
+        items.append(
+            EvalItem(
+                utterance.audio_path.stem,
+                spoken.audio,
+                utterance.text,
+                reference=utterance.audio_path if against_recordings else None,
+                speaker_references=references,
+                synthesis_seconds=spoken.seconds,
+                sample_rate=spoken.sample_rate,
+            )
+        )
+    return evaluate_pairs(items, judges=judges, progress=False)
+
+
+def judge_voice(base: Path | None, voice_dir: Path, evaluation, references: list[Path], judges: Judges) -> dict:
+    """An adapted voice's corpus WER and mean similarity to ``references`` on ``base`` (None: the shipped
+    one) through Griffin-Lim, as the many-voice and voice-space benchmarks compare their voices."""
+    tts = load_base(base, "griffin-lim")
+    report = speak_and_judge(tts, tts.load_voice(voice_dir), evaluation, references, judges)
+    return {"wer": report.corpus_wer, "similarity": report.means().get("speaker_similarity")}
 
 
 def base_speaker(tts, length_scale: float = 1.0):

@@ -38,14 +38,15 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from base import judge_voice  # bench/, beside this script
 from chorus.adapters import parse_methods
 from chorus.data.formats import discover
 from chorus.data.subsets import first_minutes, write_subset
-from chorus.evaluation.report import EvalItem, Judges, evaluate_pairs
+from chorus.evaluation.report import Judges
 from chorus.evaluation.similarity import SpeakerJudge
 from chorus.models.bundle import load_bundle
 from chorus.recipe import AdaptConfig
-from chorus.synthesis import DEFAULT_BASE, load_base
+from chorus.synthesis import DEFAULT_BASE
 from chorus.training.adapt_many import ManyVoicesConfig, adapt_many
 from run_record import describe, mean_sd, own_peak_rss_mb, provenance  # bench/, beside this script
 
@@ -109,24 +110,8 @@ def run_job(folders: list[Path], out: Path, args) -> dict:
 
 
 def judge(voice_dir: Path, evaluation, judges: Judges) -> dict:
-    tts = load_base(None, "griffin-lim")
-    name = tts.load_voice(voice_dir)
-    references = [u.audio_path for u in evaluation]
-    items = []
-    for utterance in evaluation:
-        spoken = tts.synthesize(utterance.text, voice=name)
-        items.append(
-            EvalItem(
-                utterance.audio_path.stem,
-                spoken.audio,
-                utterance.text,
-                speaker_references=references,
-                synthesis_seconds=spoken.seconds,
-                sample_rate=spoken.sample_rate,
-            )
-        )
-    report = evaluate_pairs(items, judges=judges, progress=False)
-    return {"wer": report.corpus_wer, "similarity": report.means().get("speaker_similarity")}
+    """A held-out voice on the shipped base, its own evaluation recordings the similarity references."""
+    return judge_voice(None, voice_dir, evaluation, [u.audio_path for u in evaluation], judges)
 
 
 def child(args) -> None:

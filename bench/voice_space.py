@@ -28,17 +28,18 @@ from pathlib import Path
 
 import torch
 
+from base import judge_voice  # bench/, beside this script
 from chorus.adapters import parse_methods
 from chorus.adapters.hypernetwork import VoiceSpace
 from chorus.atomic import atomic_write_text
 from chorus.corpus.virtual import add_virtual_speakers
 from chorus.data.formats import discover
 from chorus.data.subsets import first_minutes, write_subset
-from chorus.evaluation.report import EvalItem, Judges, evaluate_pairs
+from chorus.evaluation.report import Judges
 from chorus.evaluation.similarity import SpeakerJudge
 from chorus.models.bundle import load_bundle
 from chorus.recipe import AdaptConfig
-from chorus.synthesis import DEFAULT_BASE, load_base
+from chorus.synthesis import DEFAULT_BASE
 from chorus.training.adapt import adapt
 from chorus.training.voice_space_training import VoiceSpaceConfig, fit_voice, train_voice_space
 
@@ -59,26 +60,6 @@ FIT_STEPS = inspect.signature(fit_voice).parameters["steps"].default
 
 def space_kind(init: str, steps: int) -> str:
     return f"voice space, {init} start" + ("" if steps == FIT_STEPS else f", {steps} steps")
-
-
-def judge(base: Path, voice_dir: Path, evaluation, references, judges: Judges) -> dict:
-    tts = load_base(base, "griffin-lim")
-    name = tts.load_voice(voice_dir)
-    items = []
-    for utterance in evaluation:
-        spoken = tts.synthesize(utterance.text, voice=name)
-        items.append(
-            EvalItem(
-                utterance.audio_path.stem,
-                spoken.audio,
-                utterance.text,
-                speaker_references=references,
-                synthesis_seconds=spoken.seconds,
-                sample_rate=spoken.sample_rate,
-            )
-        )
-    report = evaluate_pairs(items, judges=judges, progress=False)
-    return {"wer": report.corpus_wer, "similarity": report.means().get("speaker_similarity")}
 
 
 def main() -> None:
@@ -160,7 +141,7 @@ def main() -> None:
                 )
                 made.append(("lora+speaker", lora.voice_dir, lora.card))
             for kind, voice_dir, card in made:
-                scores = judge(args.base, voice_dir, evaluation, references, judges)
+                scores = judge_voice(args.base, voice_dir, evaluation, references, judges)
                 save_row(
                     results_path,
                     {
