@@ -1,11 +1,12 @@
 """How likely Whisper finds the company's name where a calibration voice said another: a probe of the forced
 listen's bound (``ConsentSettings.forced_probability``) beyond bench/consent.py's own wrong readings.
 
-bench/consent.py sets the bound on its calibration split's wrong phrases, read clean and in white noise at
-20 dB, one noise draw each. This probe reads the right phrase and three wrong ones ("Boris", "Coral",
-"Horace" for "Chorus") by each source voice through each calibration chain (never a figures' speaker), clean,
-in white noise at 20 dB, through a phone line and an AMR-like codec, and writes for each reading what Whisper
-heard and the forced probability of "Chorus" and of other names in its place.
+bench/consent.py sets the bound on its calibration split's wrong phrases (read clean and in white noise at
+20 dB only when this probe was written; since then also through its channels, ``WRONG_CONDITIONS``). This
+probe reads the right phrase and three wrong ones ("Boris", "Coral", "Horace" for "Chorus") by each source
+voice through each calibration chain (never a figures' speaker) and each of those channels, and writes for
+each reading what Whisper heard and the forced probability of "Chorus" and of other names in its place: the
+right readings' probabilities beside the wrong ones', which bench/consent.py does not record.
 
     python bench/consent_forced_probe.py --out bench/results/consent_forced_probe
 """
@@ -24,8 +25,8 @@ from chorus.corpus.speakers import get_speaker
 from chorus.evaluation.asr import WhisperJudge
 from chorus.serving.settings import CONSENT_PHRASES, ConsentSettings
 from consent import CALIBRATION_CHAINS, SHORT, SOURCES, WRONG, babble_talkers, sox, through
+from consent import WRONG_CONDITIONS as CONDITIONS
 
-CONDITIONS = ("clean", "white 20 dB", "phone line", "amr")
 NAMES = ("Chorus", "Boris", "Coral", "Horace", "Doris", "Morris", "course", "force", "bars", "parse", "Horus")
 READINGS = ("another company", "a company named like it", "a company rhyming with it")
 
