@@ -23,7 +23,10 @@ is decided on the means, with the per-seed ratios beside them.
 
 Writes ``adaptation.md``, ``adaptation.json`` and ``similarity_vs_minutes.png`` under ``--out``;
 results of earlier runs in the same folder are kept and merged (one row per voice/minutes/method/seed),
-but only when they were made with the same settings (``recipe``): one table, one recipe.
+but only when they were made with the same settings (``recipe``): one table, one recipe. Each run that
+measured rows leaves its record under ``--out``'s ``runs/`` (commit, ``src/`` clean or not, the sampled load,
+the command, the rows it measured; ``run_record.RunLog``), listed in the report; ``--merge`` brings the
+merged folders' records along.
 Memory per method is measured by ``bench/adaptation_memory.py``.
 """
 
@@ -33,6 +36,7 @@ import argparse
 import json
 import math
 import statistics
+import sys
 import time
 from pathlib import Path
 
@@ -54,6 +58,7 @@ from chorus.peers.piper import load_joe
 from chorus.recipe import DEFAULT_METHOD, AdaptConfig
 from chorus.synthesis import DEFAULT_BASE, Synthesizer, load_base
 from chorus.training.adapt import adapt, mel_loss
+from run_record import RunLog, gather_runs, run_records, runs_section  # bench/, beside this script
 
 METHODS = "speaker,lora,lora+speaker,residual,prefix,cln,bitfit,lora+cln+speaker,full"
 FORGETTING_VOICES = ("flite-rms", "flite-awb", "festival-kal", "flite-kal16")
@@ -378,6 +383,12 @@ def word_target_lines(rows: list[dict], voices: dict[str, dict]) -> list[str]:
     return lines
 
 
+def row_name(voice: str, minutes: float | None = None, method: str = "", seed: int = 0) -> str:
+    """How a run's record names the rows it measured: a voice's adapted row, or (no minutes) the judging of
+    its own recordings."""
+    return f"{voice} recordings" if minutes is None else f"{voice} {minutes:g} min {method} seed {seed}"
+
+
 def write_results(rows: list[dict], out: Path, args, voices: dict[str, dict] | None = None) -> None:
     order = METHODS.split(",")
     rows = sorted(
@@ -456,7 +467,9 @@ def write_results(rows: list[dict], out: Path, args, voices: dict[str, dict] | N
     lines += ["", "Settings of each method as run (the same for every seed):", ""]
     for method, settings in dict.fromkeys((r["method"], r["settings"]) for r in rows):
         lines.append(f"- `{method}`: {settings}")
-    (out / "adaptation.md").write_text("\n".join(lines) + "\n")
+    names = [row_name(r["voice"], r["minutes"], r["method"], r["seed"]) for r in rows]
+    names += [row_name(voice) for voice in voices or {}]
+    (out / "adaptation.md").write_text("\n".join(lines) + "\n" + runs_section(run_records(out, rows=names)))
     (out / "adaptation.json").write_text(json.dumps(rows, indent=1))
     plot_similarity_vs_minutes(rows, out / "similarity_vs_minutes.png")
     print("\n".join(lines))
@@ -494,6 +507,43 @@ def plot_similarity_vs_minutes(rows: list[dict], path: Path) -> None:
     fig.tight_layout(rect=(0, 0.12, 1, 1))
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def measure(args, rows: dict, voices: dict[str, dict], log: RunLog) -> None:
+    """The rows ``args`` asks for that ``rows`` (keyed voice, minutes, method, seed) lacks, and the
+    recordings' own row of each voice ``voices`` lacks, each added, named in ``log`` and written out."""
+    voices_file = args.out / "recordings.json"
+    speaker = SpeakerJudge()
+    judges = Judges(speaker=speaker)
+    for voice in args.voices.split(","):
+        utterances, _ = discover(args.heldout / voice)
+        # The last clips are the evaluation set: never trained on, and their recordings are the references.
+        evaluation = utterances[-args.sentences :]
+        pool = utterances[: -args.sentences - args.references]
+        references = [u.audio_path for u in utterances[-args.sentences - args.references : -args.sentences]]
+        if voice not in voices:
+            voices[voice] = recordings(voice, evaluation, judges)
+            log.measured(row_name(voice))
+            voices_file.write_text(json.dumps(voices, indent=1))
+        for minutes in [float(m) for m in args.minutes.split(",")]:
+            subset = first_minutes(pool, minutes)
+            write_subset(subset, args.work / f"{voice}-{minutes:g}min")
+            got = sum(sf.info(str(u.audio_path)).duration for u in subset) / 60
+            if got < minutes * 0.95:
+                print(f"{voice}: only {got:.1f} min available for the {minutes:g}-minute setting")
+            for seed in [int(s) for s in args.seeds.split(",")]:
+                for method in args.methods.split(","):
+                    started = time.perf_counter()
+                    row = run_one(args, voice, minutes, method, seed, evaluation, references, judges, args.work)
+                    rows[(voice, minutes, method, seed)] = row
+                    log.measured(row_name(voice, minutes, method, seed))
+                    print(
+                        f"{voice} {minutes:g} min {method} seed {seed}: similarity {row['similarity']:.3f}, WER "
+                        f"{100 * (row['wer'] or 0):.1f}%, {row['steps']} steps, {row['train_seconds']:.0f} s "
+                        f"adapting ({time.perf_counter() - started:.0f} s with judging)",
+                        flush=True,
+                    )
+                    write_results(list(rows.values()), args.out, args, voices)
 
 
 def main() -> None:
@@ -547,40 +597,14 @@ def main() -> None:
             "give another --out (one table, one recipe)"
         )
     rows = {(r["voice"], r["minutes"], r["method"], r["seed"]): r for r in previous}
-    voices_file = args.out / "recordings.json"
     if args.merge:
-        voices_file.write_text(json.dumps(voices, indent=1))
+        gather_runs(args.out, *args.merge)
+        (args.out / "recordings.json").write_text(json.dumps(voices, indent=1))
         write_results(list(rows.values()), args.out, args, voices)
         return
-    speaker = SpeakerJudge()
-    judges = Judges(speaker=speaker)
-    for voice in args.voices.split(","):
-        utterances, _ = discover(args.heldout / voice)
-        # The last clips are the evaluation set: never trained on, and their recordings are the references.
-        evaluation = utterances[-args.sentences :]
-        pool = utterances[: -args.sentences - args.references]
-        references = [u.audio_path for u in utterances[-args.sentences - args.references : -args.sentences]]
-        if voice not in voices:
-            voices[voice] = recordings(voice, evaluation, judges)
-            voices_file.write_text(json.dumps(voices, indent=1))
-        for minutes in [float(m) for m in args.minutes.split(",")]:
-            subset = first_minutes(pool, minutes)
-            write_subset(subset, args.work / f"{voice}-{minutes:g}min")
-            got = sum(sf.info(str(u.audio_path)).duration for u in subset) / 60
-            if got < minutes * 0.95:
-                print(f"{voice}: only {got:.1f} min available for the {minutes:g}-minute setting")
-            for seed in [int(s) for s in args.seeds.split(",")]:
-                for method in args.methods.split(","):
-                    started = time.perf_counter()
-                    row = run_one(args, voice, minutes, method, seed, evaluation, references, judges, args.work)
-                    rows[(voice, minutes, method, seed)] = row
-                    print(
-                        f"{voice} {minutes:g} min {method} seed {seed}: similarity {row['similarity']:.3f}, WER "
-                        f"{100 * (row['wer'] or 0):.1f}%, {row['steps']} steps, {row['train_seconds']:.0f} s "
-                        f"adapting ({time.perf_counter() - started:.0f} s with judging)",
-                        flush=True,
-                    )
-                    write_results(list(rows.values()), args.out, args, voices)
+    with RunLog(args.out, args.threads, " ".join(sys.argv)) as log:
+        measure(args, rows, voices, log)
+    write_results(list(rows.values()), args.out, args, voices)  # with the run's end
 
 
 if __name__ == "__main__":

@@ -27,6 +27,9 @@ Model folders and the corpus' feature cache go to ``--work`` (default ``runs/pru
 folder (or judged scores) exists is reused, so a stopped run resumes, and ``--rows`` splits the rows
 over processes (the RTF loop and the report run with ``--report``, over every judged row found). Writes
 ``pruning.md``, ``pruning.json`` and ``pruning.png`` (each metric against sparsity, a line per technique).
+Each process leaves its record in ``--work``'s ``runs/`` (commit, ``src/`` clean or not, the sampled load,
+the command, the rows it judged; ``run_record.RunLog``); the report copies the runs behind its rows to
+``--out``'s ``runs/`` and lists them.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ import argparse
 import dataclasses
 import json
 import random
+import sys
 import time
 from pathlib import Path
 
@@ -53,6 +57,7 @@ from chorus.pruning.run import load_training_data, sparsity_report
 from chorus.pruning.targets import DEFAULT_EXCLUDE, DEFAULT_INCLUDE
 from chorus.synthesis import DEFAULT_BASE, load_base
 from chorus.training.pretrain import evaluate
+from run_record import RunLog, gather_runs, run_records, runs_section  # bench/, beside this script
 
 METRICS = [  # (key, column header, format, plotted)
     ("wer", "WER %", "{:.1f}", True),
@@ -65,6 +70,7 @@ METRICS = [  # (key, column header, format, plotted)
     ("mos", "MOS", "{:.2f}", True),
 ]
 PERCENT = {"wer", "cer", "voicing_error"}
+TIMED = "report: every row's acoustic RTF and held-out mel L1"  # what the --report pass measures
 
 
 @dataclasses.dataclass(frozen=True)
@@ -347,13 +353,29 @@ def main() -> None:
     recordings = {voice: record_sentences(voice, args.sentence_list) for voice in args.voices}
     references = {voice: corpus_references(args.corpus, voice, args.references) for voice in args.voices}
     judges = Judges(speaker=SpeakerJudge())
-    folders, scores = {}, {}
-    for row in rows:
-        folders[row.name] = build(row, args)
-        scores[row.name] = judge(row, folders[row.name], args, judges, recordings, references)
-        print(f"{row.name}: WER {100 * scores[row.name]['wer']:.1f}% MOS {scores[row.name].get('mos')}", flush=True)
-    if not args.report:
-        return
+    with RunLog(args.work, args.threads, " ".join(sys.argv)) as log:
+        for row in rows:
+            fresh = not (args.work / "judged" / f"{row.name}.json").is_file()
+            score = judge(row, build(row, args), args, judges, recordings, references)
+            if fresh:
+                log.measured(row.name)
+            print(f"{row.name}: WER {100 * score['wer']:.1f}% MOS {score.get('mos')}", flush=True)
+        if not args.report:
+            return
+        results = timed_rows(args)
+        log.measured(TIMED)
+    args.out.mkdir(parents=True, exist_ok=True)
+    behind = [*(r["name"] for r in results), TIMED]
+    gather_runs(args.out, args.work, rows=behind)
+    (args.out / "pruning.md").write_text(report(results, args) + runs_section(run_records(args.out, rows=behind)))
+    (args.out / "pruning.json").write_text(json.dumps(results, indent=2))
+    plot(results, args.out / "pruning.png")
+    print((args.out / "pruning.md").read_text())
+
+
+def timed_rows(args) -> list[dict]:
+    """Every judged row in ``args.work``, in the report's order, with its acoustic RTF (all rows timed side
+    by side here) and held-out mel L1."""
     order = {t: i for i, t in enumerate(("dense", "ump", "parp", "structured", "dense-scratch", "snip", "dynamic"))}
     judged = [
         p.name[: -len(".json")] for p in (args.work / "judged").glob("*.json") if not p.name.endswith(".loss.json")
@@ -377,11 +399,7 @@ def main() -> None:
                 "held_out_mel_l1": losses[r.name],
             }
         )
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "pruning.md").write_text(report(results, args))
-    (args.out / "pruning.json").write_text(json.dumps(results, indent=2))
-    plot(results, args.out / "pruning.png")
-    print((args.out / "pruning.md").read_text())
+    return results
 
 
 if __name__ == "__main__":

@@ -4,7 +4,7 @@
 
 Most benchmarks here write what they measured on (commit, ``src/`` clean or not, threads, the machine's
 load through the run, the path timed) into their results themselves (``run_record``). The older ones
-(naturalness, adaptation memory, the speaker encoder, pruning, voice space ...) do not; this wrapper gives
+(naturalness, adaptation memory, voice space ...) do not; this wrapper gives
 their runs the same record: :func:`run_record.provenance` when the command starts and again when it ends
 (a commit or an edit of ``src/`` during the run is named), the 1-minute load average sampled through it,
 the command and its exit status. The record goes to ``--record`` (default: the Markdown's name with
@@ -15,7 +15,6 @@ note beside it where the run failed before writing one. Its exit status is the c
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
 import subprocess
@@ -23,7 +22,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from run_record import LoadSampler, describe, provenance  # bench/, beside this script
+from run_record import LoadSampler, describe, finish, provenance, utc_now  # bench/, beside this script
 
 
 def threads_of(command: Sequence[str], environ: dict[str, str]) -> str:
@@ -34,22 +33,6 @@ def threads_of(command: Sequence[str], environ: dict[str, str]) -> str:
         if word.startswith("--threads="):
             return word.split("=", 1)[1]
     return environ.get("OMP_NUM_THREADS", "unset (torch's default)")
-
-
-def finish(record: dict, after: dict, returncode: int, load: LoadSampler) -> dict:
-    """``record`` (taken at the start) completed with the end of the run: its status, the load, and what
-    changed under it (a commit or edits of ``src/`` during the run go into the record's note)."""
-    record = {**record, "returncode": returncode, "load": load.summary(), "load_samples": load.samples}
-    changes = []
-    if after["commit"] != record["commit"]:
-        changes.append(f"HEAD moved to `{after['commit'][:10]}` during the run")
-    if after["src_modified"] != record["src_modified"]:
-        changes.append("src/ changed during the run: " + ", ".join(after["src_modified"][:6] or ["back to clean"]))
-    if returncode:
-        changes.append(f"the command exited with status {returncode}")
-    if changes:
-        record["note"] = "; ".join(changes)
-    return record
 
 
 def sentence(record: dict, record_path: Path) -> str:
@@ -67,12 +50,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not command:
         parser.error("give the benchmark's command after --")
     record_path = args.record or args.markdown.with_suffix(".provenance.json")
-    started = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+    started = utc_now()
     record = provenance(threads_of(command, dict(os.environ)), " ".join(command), started_utc=started)
     with LoadSampler() as load:
         returncode = subprocess.call(command)
     record = finish(record, provenance(record["threads"], record["path"]), returncode, load)
-    record["ended_utc"] = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+    record["ended_utc"] = utc_now()
     record_path.parent.mkdir(parents=True, exist_ok=True)
     record_path.write_text(json.dumps(record, indent=1) + "\n")
     # A failed run may have written nothing: its record then lands in a note of its own, never in an old file.

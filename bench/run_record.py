@@ -11,6 +11,8 @@
 - :func:`closed_loop`: client threads that each send their next request when the last returned.
 - :func:`tree_at`: a provenance record (or an older results file's ``git``) as ``commit [with changes]``.
 - :func:`kept_on_failure`: a run that dies still leaves what it measured, with the error.
+- :class:`RunLog`, :func:`run_records` and :func:`run_lines`: the runs behind a results file that several
+  processes, or a run resumed after a crash, filled row by row: each run's record and the rows it measured.
 - :func:`own_peak_rss_mb` and :class:`ChildPeakRss`: a process's own peak RSS (VmHWM), not ``ru_maxrss``,
   which a child started by exec inherits from its parent.
 
@@ -19,6 +21,7 @@ Benchmarks run as ``python bench/<name>.py``, so they import this module as ``ru
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import statistics
@@ -117,6 +120,111 @@ def describe(record: dict) -> str:
     if record.get("note"):  # what the record itself cannot say (e.g. commits that landed during the run)
         parts.append(record["note"])
     return ", ".join(parts)
+
+
+def finish(record: dict, after: dict, returncode: int, load: LoadSampler) -> dict:
+    """``record`` (taken at the start) completed with the end of the run: its status, the load, and what
+    changed under it (a commit or edits of ``src/`` during the run go into the record's note)."""
+    record = {**record, "returncode": returncode, "load": load.summary(), "load_samples": load.samples}
+    changes = []
+    if after["commit"] != record["commit"]:
+        changes.append(f"HEAD moved to `{after['commit'][:10]}` during the run")
+    if after["src_modified"] != record["src_modified"]:
+        changes.append("src/ changed during the run: " + ", ".join(after["src_modified"][:6] or ["back to clean"]))
+    if returncode:
+        changes.append(f"the command exited with status {returncode}")
+    if changes:
+        record["note"] = "; ".join(changes)
+    return record
+
+
+def utc_now() -> str:
+    """Now, in UTC, to the second (ISO 8601), as run records write their start and end."""
+    return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+
+
+class RunLog:
+    """One run of a benchmark whose results several runs fill row by row (processes side by side, a run
+    resumed after a crash, a report pass that times what build passes made): its :func:`provenance` and
+    the rows it measured, kept as ``<folder>/runs/<id>.json`` and rewritten at each :meth:`measured`, so a
+    run that dies leaves its record with what it finished. :func:`run_records` gathers a folder's runs for
+    the results file and :func:`run_lines` writes them as Markdown.
+
+    >>> with RunLog(folder, threads=1, path="bench/x.py --rows a") as log:  # doctest: +SKIP
+    ...     log.measured("a")  # after row a's figures are written
+    """
+
+    def __init__(self, folder: Path, threads: int | str, path: str):
+        started, order = utc_now(), time.time_ns()  # the second to read; the nanosecond to order runs by
+        self.id = f"{started.replace(':', '').replace('-', '')[:15]}-{os.getpid()}-{order % 10**6:06d}"
+        self.path = Path(folder) / "runs" / f"{self.id}.json"
+        self.record = provenance(threads, path, started_utc=started, started_ns=order, measured=[])
+        self.load = LoadSampler()
+
+    def __enter__(self) -> RunLog:
+        self.load.__enter__()
+        self._write()
+        return self
+
+    def measured(self, *rows: str) -> None:
+        """Name ``rows`` (as the results file names them) as this run's, and write the record so far."""
+        self.record["measured"] += [row for row in rows if row not in self.record["measured"]]
+        self._write()
+
+    def __exit__(self, kind, error, trace) -> None:
+        self.load.__exit__(kind, error, trace)
+        self.record = finish(self.record, provenance(self.record["threads"], self.record["path"]), 0, self.load)
+        if error is not None:
+            self.record["crashed"] = "".join(traceback.format_exception_only(kind, error)).strip()
+        self.record["ended_utc"] = utc_now()
+        self._write()
+
+    def _write(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path.write_text(json.dumps({**self.record, "load": self.load.summary()}, indent=1) + "\n")
+
+
+def run_records(*folders: Path, rows: Iterable[str] | None = None) -> dict[str, dict]:
+    """Every :class:`RunLog` record under ``folders`` (``<folder>/runs/*.json``), by run id, oldest first;
+    with ``rows``, only the runs that were the last to measure one of them (a row measured again by a
+    later run is that run's: the older record no longer stands behind the results)."""
+    found = {p.stem: json.loads(p.read_text()) for folder in folders for p in Path(folder).glob("runs/*.json")}
+    found = dict(sorted(found.items(), key=lambda item: item[1].get("started_ns", 0)))
+    if rows is None:
+        return found
+    last = {row: run for run, record in found.items() for row in record.get("measured", [])}
+    standing = {last[row] for row in rows if row in last}
+    return {run: record for run, record in found.items() if run in standing}
+
+
+def gather_runs(into: Path, *folders: Path, rows: Iterable[str] | None = None) -> None:
+    """Copy the :class:`RunLog` records of ``folders`` (with ``rows``, those :func:`run_records` keeps)
+    into ``into``'s, so a results folder made from them names every run behind its rows."""
+    for run, record in run_records(*folders, rows=rows).items():
+        (Path(into) / "runs").mkdir(parents=True, exist_ok=True)
+        (Path(into) / "runs" / f"{run}.json").write_text(json.dumps(record, indent=1) + "\n")
+
+
+def runs_section(records: dict[str, dict]) -> str:
+    """The "Runs" section a results file ends with: :func:`run_lines` under a heading."""
+    return "\n".join(["", "## Runs", "", "Every run that measured rows of this file (`runs/` beside it):", "",
+                      *run_lines(records), ""])  # fmt: skip
+
+
+def run_lines(records: dict[str, dict], shown: int = 6) -> list[str]:
+    """``records`` (:func:`run_records`) as Markdown bullets: each run's :func:`describe` sentence, its
+    start and end, and the rows it measured (the first ``shown`` named)."""
+    lines = []
+    for run, record in records.items():
+        rows = record.get("measured", [])
+        named = ", ".join(rows[:shown]) + (f" and {len(rows) - shown} more" if len(rows) > shown else "")
+        ended = record.get("ended_utc") or "still running or killed"
+        status = f"; crashed: {record['crashed']}" if record.get("crashed") else ""
+        lines.append(
+            f"- run `{run}` ({record.get('started_utc')} to {ended}{status}): {describe(record)}; "
+            f"measured {len(rows)} row(s){': ' + named if rows else ''}."
+        )
+    return lines
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,10 @@ default vocoder (the one the server speaks with). One thread, shared 2-core CPU:
 
 Writes ``short_samples.md``, ``short_samples.json`` and ``short_samples.png`` under ``--out``; rows of
 earlier runs into the same folder are kept (one row per voice/seconds/recipe/cap/seed and per
-voice/seconds/method/seed) when they were made with the same settings.
+voice/seconds/method/seed) when they were made with the same settings. Each run that measured rows
+leaves its record under ``--out``'s ``runs/`` (commit, ``src/`` clean or not, the sampled load, the command,
+the rows it measured; ``run_record.RunLog``), and the report lists every run behind its rows; ``--merge``
+brings the merged folders' records along.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ import argparse
 import json
 import math
 import statistics
+import sys
 import time
 from pathlib import Path
 
@@ -62,7 +66,7 @@ from chorus.speaker_recognition.start import speaker_map
 from chorus.synthesis import DEFAULT_BASE, DEFAULT_VOCODER, Synthesizer
 from chorus.synthesis.voices import Blend, SpeakerSpec
 from chorus.training.adapt import VOICE, adapt, closest_speakers
-from run_record import mean_sd  # bench/, beside this script
+from run_record import RunLog, gather_runs, mean_sd, run_records, runs_section  # bench/, beside this script
 
 # Recipes suited to short samples: (adapter methods, their options).
 RECIPES: dict[str, tuple[str, dict]] = {
@@ -380,6 +384,12 @@ def instant_lines(instant: list[dict]) -> tuple[list[str], str | None]:
     return lines, best
 
 
+def row_name(voice: str, seconds: float, recipe: str, seed: int) -> str:
+    """How a run's record names the rows it measured (one adaptation gives a row per cap; "instant" for
+    the instant voices of one sample)."""
+    return f"{voice} {seconds:g} s {recipe} seed {seed}"
+
+
 def write_results(adapted: list[dict], instant: list[dict], out: Path, args) -> None:
     shared = settings(args)
     chosen, candidates = choose_recipe(adapted)
@@ -456,9 +466,12 @@ def write_results(adapted: list[dict], instant: list[dict], out: Path, args) -> 
             f"{', '.join(str(r['seed']) for r in rows)} | {spread([r['similarity'] for r in rows], 3)} | "
             f"{spread([r['wer'] for r in rows], 1, 100)} | {rows[0]['speaker']} |"
         )
-    (out / "short_samples.md").write_text("\n".join(lines) + "\n")
+    names = {row_name(r["voice"], r["seconds"], r["recipe"], r["seed"]) for r in adapted}
+    names |= {row_name(r["voice"], r["seconds"], "instant", r["seed"]) for r in instant}
+    runs = run_records(out, rows=names)
+    (out / "short_samples.md").write_text("\n".join(lines) + "\n" + runs_section(runs))
     (out / "short_samples.json").write_text(
-        json.dumps({"settings": shared, "adapted": adapted, "instant": instant}, indent=1)
+        json.dumps({"settings": shared, "adapted": adapted, "instant": instant, "runs": runs}, indent=1)
     )
     plot(adapted, instant, out / "short_samples.png")
     print("\n".join(lines), flush=True)
@@ -521,6 +534,55 @@ def plot(adapted: list[dict], instant: list[dict], path: Path) -> None:
     plt.close(fig)
 
 
+def measure(args, adapted: dict, instant: dict, log: RunLog) -> None:
+    """The rows ``args`` asks for that ``adapted`` and ``instant`` (keyed as in the results) lack, each
+    added, named in ``log`` and written out as it comes."""
+    parts = args.parts.split(",")
+    encoder = mapping = None
+    if "instant" in parts:
+        encoder = load_encoder(shipped_encoder_dir())
+        mapping = speaker_map(load_bundle(args.base or DEFAULT_BASE), encoder)
+    splits = {}
+    for voice in args.voices.split(","):
+        utterances, _ = discover(args.heldout / voice)
+        references = [u.audio_path for u in utterances[-EVALUATION - REFERENCES : -EVALUATION]]
+        judge = Judge(args, utterances[-EVALUATION:][: args.sentences], references)
+        splits[voice] = (utterances[: -EVALUATION - REFERENCES], judge)
+    # Seed-major: every dataset's first seed before any second one, so partial results cover every dataset.
+    for seed in [int(s) for s in args.seeds.split(",")]:
+        for voice, (pool, judge) in splits.items():
+            if "instant" in parts:
+                for seconds in [float(s) for s in args.instant_seconds.split(",")]:
+                    if all((voice, seconds, method, seed) in instant for method in INSTANT):
+                        continue  # already in the results folder
+                    rows = instant_rows(
+                        args, voice, seconds, sample(pool, seconds, seed), seed, judge, mapping, encoder
+                    )
+                    instant.update({(voice, seconds, r["method"], seed): r for r in rows})
+                    log.measured(row_name(voice, seconds, "instant", seed))
+                    print(", ".join(f"{voice} {seconds:g}s {r['method']}: {r['similarity']:.3f}" for r in rows))
+                    write_results(list(adapted.values()), list(instant.values()), args.out, args)
+            if "adapt" not in parts:
+                continue
+            for seconds in [float(s) for s in args.seconds.split(",")]:
+                recipes = args.recipes if seconds < 60 else args.long_recipes
+                for recipe in recipes.split(","):
+                    if all((voice, seconds, recipe, cap, seed) in adapted for cap in args.caps):
+                        continue  # already in the results folder
+                    rows = adapt_rows(args, voice, seconds, sample(pool, seconds, seed), recipe, seed, judge)
+                    adapted.update({(voice, seconds, recipe, r["cap"], seed): r for r in rows})
+                    log.measured(row_name(voice, seconds, recipe, seed))
+                    print(
+                        ", ".join(
+                            f"{voice} {seconds:g}s {recipe} cap {r['cap']} seed {seed}: similarity "
+                            f"{r['similarity']:.3f}, WER {100 * r['wer']:.1f}%, {r['adapt_seconds']:.0f} s"
+                            for r in rows
+                        ),
+                        flush=True,
+                    )
+                    write_results(list(adapted.values()), list(instant.values()), args.out, args)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--base", type=Path, default=None, help="base model folder (default: shipped)")
@@ -566,50 +628,12 @@ def main() -> None:
         adapted.update({(r["voice"], r["seconds"], r["recipe"], r["cap"], r["seed"]): r for r in previous["adapted"]})
         instant.update({(r["voice"], r["seconds"], r["method"], r["seed"]): r for r in previous["instant"]})
     if args.merge:
+        gather_runs(args.out, *args.merge)
         write_results(list(adapted.values()), list(instant.values()), args.out, args)
         return
-    parts = args.parts.split(",")
-    encoder = mapping = None
-    if "instant" in parts:
-        encoder = load_encoder(shipped_encoder_dir())
-        mapping = speaker_map(load_bundle(args.base or DEFAULT_BASE), encoder)
-    splits = {}
-    for voice in args.voices.split(","):
-        utterances, _ = discover(args.heldout / voice)
-        references = [u.audio_path for u in utterances[-EVALUATION - REFERENCES : -EVALUATION]]
-        judge = Judge(args, utterances[-EVALUATION:][: args.sentences], references)
-        splits[voice] = (utterances[: -EVALUATION - REFERENCES], judge)
-    # Seed-major: every dataset's first seed before any second one, so partial results cover every dataset.
-    for seed in [int(s) for s in args.seeds.split(",")]:
-        for voice, (pool, judge) in splits.items():
-            if "instant" in parts:
-                for seconds in [float(s) for s in args.instant_seconds.split(",")]:
-                    if all((voice, seconds, method, seed) in instant for method in INSTANT):
-                        continue  # already in the results folder
-                    rows = instant_rows(
-                        args, voice, seconds, sample(pool, seconds, seed), seed, judge, mapping, encoder
-                    )
-                    instant.update({(voice, seconds, r["method"], seed): r for r in rows})
-                    print(", ".join(f"{voice} {seconds:g}s {r['method']}: {r['similarity']:.3f}" for r in rows))
-                    write_results(list(adapted.values()), list(instant.values()), args.out, args)
-            if "adapt" not in parts:
-                continue
-            for seconds in [float(s) for s in args.seconds.split(",")]:
-                recipes = args.recipes if seconds < 60 else args.long_recipes
-                for recipe in recipes.split(","):
-                    if all((voice, seconds, recipe, cap, seed) in adapted for cap in args.caps):
-                        continue  # already in the results folder
-                    rows = adapt_rows(args, voice, seconds, sample(pool, seconds, seed), recipe, seed, judge)
-                    adapted.update({(voice, seconds, recipe, r["cap"], seed): r for r in rows})
-                    print(
-                        ", ".join(
-                            f"{voice} {seconds:g}s {recipe} cap {r['cap']} seed {seed}: similarity "
-                            f"{r['similarity']:.3f}, WER {100 * r['wer']:.1f}%, {r['adapt_seconds']:.0f} s"
-                            for r in rows
-                        ),
-                        flush=True,
-                    )
-                    write_results(list(adapted.values()), list(instant.values()), args.out, args)
+    with RunLog(args.out, args.threads, " ".join(sys.argv)) as log:
+        measure(args, adapted, instant, log)
+    write_results(list(adapted.values()), list(instant.values()), args.out, args)  # with the run's end
 
 
 if __name__ == "__main__":

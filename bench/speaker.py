@@ -18,6 +18,10 @@ process's peak RSS growth over the step). The zero-shot and start rows come from
 Trials: the corpus' held-out voices (flite-slt, festival-ked, piper-joe) and speakers derived only
 from them by the same sox chains, ``--trial-clips`` clips each, every pair a trial (a derived speaker
 is a different speaker from its source: the hardest trials). None of these clips is used in training.
+
+Each process leaves its record in ``--work``'s ``runs/`` (commit, ``src/`` clean or not, the sampled load,
+the command, what it trained or measured; ``run_record.RunLog``); the report copies the runs behind its
+rows to ``--out``'s ``runs/`` and lists them.
 """
 
 from __future__ import annotations
@@ -48,8 +52,10 @@ from chorus.speaker_recognition.bundle import load_encoder
 from chorus.speaker_recognition.encoder import SpeakerEncoderConfig
 from chorus.speaker_recognition.verification import verification_scores
 from chorus.training.speaker_encoder import SpeakerTrainConfig, prepare_clips, train_speaker_encoder
+from run_record import RunLog, gather_runs, run_records, runs_section  # bench/, beside this script
 
 VARIANT = re.compile(r"^(resnet|df-resnet)(\d+)(-rev)?-(adam8bit|adam|sgd8bit|sgd)$")
+JUDGED = "report: every trained variant's EER and step time, resemblyzer's EER"  # what --report measures
 TRAINING = SpeakerTrainConfig(corpus="", out="")  # the recipe every variant shares, but for steps and seed
 DEFAULT_VARIANTS = (
     "resnet18-adam,resnet18-rev-adam8bit,resnet18-adam8bit,resnet18-rev-adam,resnet18-sgd,resnet18-sgd8bit,"
@@ -66,7 +72,7 @@ def parse_variant(name: str) -> tuple[SpeakerEncoderConfig, str]:
     return SpeakerEncoderConfig(arch=arch, depth=int(depth), reversible=rev is not None), optimizer
 
 
-def train_variants(names: list[str], args) -> None:
+def train_variants(names: list[str], args, log: RunLog) -> None:
     """Train every variant not trained yet, on features made once for all of them."""
     corpus = args.work / "corpus"
     if not corpus.is_dir():
@@ -92,6 +98,7 @@ def train_variants(names: list[str], args) -> None:
         )
         print(f"{name}: training", flush=True)
         train_speaker_encoder(config, clips=clips)
+        log.measured(f"train {name}")
 
 
 def trial_clips(args) -> list[tuple[str, Path]]:
@@ -127,7 +134,7 @@ def resemblyzer_embeddings(clips: list[tuple[str, Path]]) -> np.ndarray:
     return np.stack([judge.embed(load_audio(path, SAMPLE_RATE), SAMPLE_RATE) for _, path in clips])
 
 
-def memory_rows(names: list[str], args) -> list[dict]:
+def memory_rows(names: list[tuple[str, str]], args, log: RunLog) -> list[dict]:
     """Predicted and measured memory of one training step per encoder name and optimizer."""
     cache = args.work / "memory.json"
     done = {(r["encoder"], r["optimizer"]): r for r in json.loads(cache.read_text())} if cache.is_file() else {}
@@ -150,6 +157,7 @@ def memory_rows(names: list[str], args) -> list[dict]:
             }
         )
         print(f"memory {name} {optimizer}: {sum(measured.categories().values()) / 2**20:.0f} MiB", flush=True)
+        log.measured(f"memory {name} {optimizer}")
         cache.write_text(json.dumps(rows + [r for k, r in done.items() if k not in names], indent=1))
     return rows
 
@@ -345,38 +353,47 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("bench/results/speaker"))
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    if args.train:
-        train_variants(args.train.split(","), args)
-    if not args.report:
-        return
-    clips = trial_clips(args)
-    encoders = encoder_rows(args, clips)
-    if args.time_rounds:
-        times = step_times([r["variant"] for r in encoders], args)
-        for row in encoders:
-            row["step_seconds"] = [round(t, 4) for t in times[row["variant"]]]
-    resemblyzer = verification_row(resemblyzer_embeddings(clips), clips)
-    trained = [
-        (m.group(1) + m.group(2) + (m.group(3) or ""), m.group(4))
-        for m in map(VARIANT.match, (r["variant"] for r in encoders))
-    ]
-    sweep = [
-        (f"{arch}{depth}{rev}", optimizer)
-        for arch, depths in (("resnet", (18, 34, 50)), ("df-resnet", (56, 110, 179)))
-        for depth in depths
-        for rev in ("", "-rev")
-        for optimizer in ("adam", "adam8bit")
-    ]
-    memory = memory_rows(list(dict.fromkeys(sweep + trained)), args)
+    with RunLog(args.work, args.threads, " ".join(sys.argv)) as log:
+        if args.train:
+            train_variants(args.train.split(","), args, log)
+        if not args.report:
+            return
+        clips = trial_clips(args)
+        encoders = encoder_rows(args, clips)
+        if args.time_rounds:
+            times = step_times([r["variant"] for r in encoders], args)
+            for row in encoders:
+                row["step_seconds"] = [round(t, 4) for t in times[row["variant"]]]
+        resemblyzer = verification_row(resemblyzer_embeddings(clips), clips)
+        trained = [
+            (m.group(1) + m.group(2) + (m.group(3) or ""), m.group(4))
+            for m in map(VARIANT.match, (r["variant"] for r in encoders))
+        ]
+        sweep = [
+            (f"{arch}{depth}{rev}", optimizer)
+            for arch, depths in (("resnet", (18, 34, 50)), ("df-resnet", (56, 110, 179)))
+            for depth in depths
+            for rev in ("", "-rev")
+            for optimizer in ("adam", "adam8bit")
+        ]
+        memory = memory_rows(list(dict.fromkeys(sweep + trained)), args, log)
+        log.measured(JUDGED)
     starts = {
         folder.name: json.loads((folder / "adaptation.json").read_text())
         for folder in sorted(args.starts.glob("*"))
         if (folder / "adaptation.json").is_file()
     }
     args.out.mkdir(parents=True, exist_ok=True)
+    behind = [
+        *(f"train {r['variant']}" for r in encoders),
+        *(f"memory {r['encoder']} {r['optimizer']}" for r in memory),
+    ]
+    behind.append(JUDGED)
+    gather_runs(args.out, args.work, rows=behind)
     results = {"encoders": encoders, "resemblyzer": resemblyzer, "memory": memory}
     (args.out / "speaker.json").write_text(json.dumps(results, indent=2))
-    (args.out / "speaker.md").write_text(report(encoders, resemblyzer, memory, starts, args, clips))
+    report_text = report(encoders, resemblyzer, memory, starts, args, clips)
+    (args.out / "speaker.md").write_text(report_text + runs_section(run_records(args.out, rows=behind)))
     plot(encoders, resemblyzer, memory, args.out / "speaker.png")
     print((args.out / "speaker.md").read_text())
 

@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-from recorded import finish, main, threads_of  # noqa: E402
-from run_record import LoadSampler  # noqa: E402
+from recorded import main, threads_of  # noqa: E402
+from run_record import LoadSampler, finish  # noqa: E402
 
 
 def test_threads_come_from_the_commands_option_else_the_environment():

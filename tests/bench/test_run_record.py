@@ -19,8 +19,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 from run_record import (  # noqa: E402
     ChildPeakRss,
     LoadSampler,
+    RunLog,
     closed_loop,
     describe,
+    gather_runs,
     kept_on_failure,
     latency_ms,
     machine,
@@ -28,6 +30,8 @@ from run_record import (  # noqa: E402
     paired_ratios,
     percentile,
     provenance,
+    run_records,
+    runs_section,
     spread,
     tree_at,
 )
@@ -170,6 +174,45 @@ def test_a_run_that_dies_keeps_what_it_measured(tmp_path):
     with kept_on_failure(tmp_path / "never.json", {}) as result:
         result["fine"] = True
     assert not (tmp_path / "never.json").exists()
+
+
+def test_a_run_log_names_its_rows_as_they_come_and_its_end(tmp_path):
+    folder = tmp_path
+    with RunLog(folder, threads=1, path="bench/x.py --rows a,b") as log:
+        log.measured("a")
+        so_far = json.loads(log.path.read_text())
+        assert so_far["measured"] == ["a"] and "ended_utc" not in so_far and so_far["path"].endswith("a,b")
+        log.measured("b", "a")
+    record = json.loads(log.path.read_text())
+    assert record["measured"] == ["a", "b"] and record["ended_utc"] and "crashed" not in record
+    assert record["load"].endswith("(1-minute, n = 2)") and record["threads"] == 1
+    (line,) = run_records(folder).values()
+    assert line == record
+    section = runs_section(run_records(folder))
+    assert f"- run `{log.id}` (" in section and "measured 2 row(s): a, b." in section and "1 thread(s)" in section
+
+
+def test_a_run_that_dies_keeps_its_record_with_the_error(tmp_path):
+    with pytest.raises(RuntimeError, match="disk"), RunLog(tmp_path, threads=2, path="x") as log:
+        log.measured("a")
+        raise RuntimeError("disk full")
+    record = json.loads(log.path.read_text())
+    assert record["measured"] == ["a"] and "RuntimeError: disk full" in record["crashed"]
+    assert "crashed: RuntimeError: disk full" in runs_section(run_records(tmp_path))
+
+
+def test_a_row_measured_again_belongs_to_the_later_run(tmp_path):
+    with RunLog(tmp_path / "work", threads=1, path="first") as first:
+        first.measured("a", "b")
+    with RunLog(tmp_path / "work", threads=1, path="second") as second:
+        second.measured("a")
+    with RunLog(tmp_path / "work", threads=1, path="stale") as stale:
+        stale.measured("c")
+    assert list(run_records(tmp_path / "work")) == [first.id, second.id, stale.id]
+    assert list(run_records(tmp_path / "work", rows=["a"])) == [second.id]
+    assert list(run_records(tmp_path / "work", rows=["a", "b"])) == [first.id, second.id]
+    gather_runs(tmp_path / "out", tmp_path / "work", rows=["a", "b"])
+    assert sorted(p.stem for p in (tmp_path / "out" / "runs").glob("*.json")) == sorted([first.id, second.id])
 
 
 def test_a_childs_own_peak_is_not_its_parents():
