@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from collections.abc import Callable
 from functools import partial
@@ -51,9 +52,11 @@ from chorus.recipe import AdaptConfig
 from chorus.synthesis import DEFAULT_VOCODER, Synthesizer
 from chorus.training.adapt import adapt
 from chorus.yardsticks import start_speaker_of
+from run_record import RunLog, run_records, runs_section  # bench/, beside this script
 
 BASE_VOICES = "flite-rms,flite-awb,festival-kal,flite-kal16"
 HELDOUT_VOICES = "piper-joe,flite-slt,festival-ked"
+ADAPTED, CELLS = "the held-out voices adapted (or found in --work)", "every cell synthesized and judged"  # run rows
 # Which held-out datasets share a source with the neural vocoders' training data (corpus split vocoder/).
 SHARES_SOURCE = {"piper-joe": "the GAN vocoders trained on Piper joe resampled by sox (other sentences)"}
 
@@ -142,112 +145,119 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     base_voices = [v for v in args.voices.split(",") if v]
     heldout_voices = [v for v in args.heldout_voices.split(",") if v]
-    heldout = {voice: heldout_split(args.heldout / voice, args.sentences, args.references) for voice in heldout_voices}
-    voice_dirs = {
-        voice: adapted_voice(voice, pool, args.minutes, args.work, args.threads)
-        for voice, (_, _, pool) in heldout.items()
-    }
-    if args.adapt_only:
-        return
     args.out.mkdir(parents=True, exist_ok=True)
-    sentences = benchmark_sentences()[: args.sentences]
-    vocoders = parse_vocoders(args.vocoders)
-    postfilters = [MelPostFilter(*(float(x) for x in spec.split(":"))) for spec in args.postfilter.split(",") if spec]
-
-    # What each voice says and its recordings of it; the references its similarity is judged against.
-    texts = {voice: sentences for voice in base_voices}
-    recordings = {voice: record_sentences(voice, sentences) for voice in base_voices}
-    references = {}
-    for voice in base_voices:
-        utterances, _ = discover(args.corpus / voice)
-        references[voice] = [u.audio_path for u in utterances[: args.references]]
-    for voice, (evaluation, refs, _) in heldout.items():
-        texts[voice] = [u.text for u in evaluation]
-        recordings[voice] = [load_audio(u.audio_path) for u in evaluation]
-        references[voice] = refs
-
-    bundle = load_bundle(DEFAULT_BASE_PATH)
-    tts = Synthesizer(bundle, load_vocoder("griffin-lim", mel_config=bundle.mel_config))
-    names = {voice: tts.load_voice(folder, voice) for voice, folder in voice_dirs.items()}
-    models = {label: load_vocoder(source, mel_config=bundle.mel_config) for label, source in vocoders.items()}
-    for model in models.values():  # first-call allocations are not part of the RTF
-        model.vocode(torch.full((50, bundle.mel_config.n_mels), -5.0))
-    tts.mel(["Warm up."], base_voices[0] if base_voices else None)
-
-    clips: list[VoiceClip] = []
-
-    def add(voice: str, system: str, audios: list[np.ndarray], seconds: list[float] | None = None) -> None:
-        for index, (text, audio) in enumerate(zip(texts[voice], audios)):
-            spent = seconds[index] if seconds else float("nan")
-            clips.append(VoiceClip(f"{voice}|{system}", index, text, audio, SAMPLE_RATE, spent))
-
-    def vocode(label: str, mel: torch.Tensor | Callable[[], torch.Tensor]) -> tuple[np.ndarray, float]:
-        started = time.perf_counter()
-        audio = models[label].vocode(mel() if callable(mel) else mel)
-        peak = float(np.abs(audio).max()) if audio.size else 0.0
-        return (audio * (0.99 / peak) if peak > 0.99 else audio), time.perf_counter() - started
-
-    def speak_freely(voice: str, prefix: str, speaker: str | None, adapted: str | None) -> None:
-        """Rows ``<prefix> <vocoder>`` (and with each post-filter): the model with its own durations. Their RTF
-        is the acoustic model's forward plus the post-filter and the vocoder, per clip."""
-        free, model_seconds = [], []
-        for text in texts[voice]:
-            started = time.perf_counter()
-            free.append(tts.mel([text], speaker, voice=adapted)[0])
-            model_seconds.append(time.perf_counter() - started)
-        for label in vocoders:
-            for post in [None, *postfilters]:
-                spoken = [vocode(label, mel if post is None else partial(post, mel)) for mel in free]
-                system = f"{prefix} {label}" + ("" if post is None else f" {postfilter_label(post)}")
-                add(voice, system, [a for a, _ in spoken], [s + m for (_, s), m in zip(spoken, model_seconds)])
-
-    for voice in [*base_voices, *heldout_voices]:
-        adapted = names.get(voice)
-        speaker = None if adapted else voice
-        add(voice, "recordings", recordings[voice])
-        recorded = [torch.from_numpy(log_mel(audio, bundle.mel_config)) for audio in recordings[voice]]
-        timed = [tts.teacher_forced(text, mel, speaker, adapted) for text, mel in zip(texts[voice], recorded)]
-        for label in vocoders:
-            add(voice, f"copy {label}", [vocode(label, mel)[0] for mel in recorded])
-            add(voice, f"timed {label}", [vocode(label, mel)[0] for mel in timed])
-        speak_freely(voice, "free", speaker, adapted)
-        if adapted:  # the base speaker the voice started from, on the same sentences
-            speak_freely(voice, "start", start_speaker_of(voice_dirs[voice]), None)
-        print(f"{voice}: synthesized", flush=True)
-
-    joe = load_joe(threads=args.threads)
-    joe.synthesize("Warm up.")
-    for index, text in enumerate(sentences):
-        started = time.perf_counter()
-        audio, rate = joe.synthesize(text)
-        clips.append(VoiceClip("piper-joe|Piper", index, text, audio, rate, time.perf_counter() - started))
-
-    judges = Judges(speaker=SpeakerJudge(), reference=False)
-    refs = {clip.voice: references.get(clip.voice.split("|")[0], ()) for clip in clips}
-    refs["piper-joe|Piper"] = references.get("piper-joe", ())
-    report = judge_clips(clips, judges, refs)
-    rows = {row.id: row for row in report.rows}
-    summary: dict[str, dict] = {}
-    for group in dict.fromkeys(clip.voice for clip in clips):
-        mine = [rows[clip.id] for clip in clips if clip.voice == group]
-        mos = [r.mos for r in mine if r.mos is not None]
-        similarity = [r.speaker_similarity for r in mine if r.speaker_similarity is not None]
-        seconds = [c.seconds for c in clips if c.voice == group]
-        audio_seconds = sum(r.audio_seconds for r in mine)
-        summary[group] = {
-            "mos": mos_spread(mos)[0],
-            "mos_sd": mos_spread(mos)[1],
-            "n": len(mos),
-            "wer": sum(r.word_edits for r in mine) / sum(r.reference_words for r in mine),
-            "similarity": float(np.mean(similarity)) if similarity else None,
-            "rtf": float(np.sum(seconds) / audio_seconds) if not np.isnan(seconds).any() else None,
+    with RunLog(args.out, args.threads, " ".join(sys.argv)) as log:
+        heldout = {
+            voice: heldout_split(args.heldout / voice, args.sentences, args.references) for voice in heldout_voices
         }
+        voice_dirs = {
+            voice: adapted_voice(voice, pool, args.minutes, args.work, args.threads)
+            for voice, (_, _, pool) in heldout.items()
+        }
+        log.measured(ADAPTED)
+        if args.adapt_only:
+            return
+        sentences = benchmark_sentences()[: args.sentences]
+        vocoders = parse_vocoders(args.vocoders)
+        postfilters = [
+            MelPostFilter(*(float(x) for x in spec.split(":"))) for spec in args.postfilter.split(",") if spec
+        ]
 
-    systems = ["recordings"]
-    for label in vocoders:
-        systems += [f"copy {label}", f"timed {label}", f"free {label}"]
-    systems += [f"free {label} {postfilter_label(post)}" for label in vocoders for post in postfilters]
-    systems += [s.replace("free", "start", 1) for s in systems if s.startswith("free ")] if heldout_voices else []
+        # What each voice says and its recordings of it; the references its similarity is judged against.
+        texts = {voice: sentences for voice in base_voices}
+        recordings = {voice: record_sentences(voice, sentences) for voice in base_voices}
+        references = {}
+        for voice in base_voices:
+            utterances, _ = discover(args.corpus / voice)
+            references[voice] = [u.audio_path for u in utterances[: args.references]]
+        for voice, (evaluation, refs, _) in heldout.items():
+            texts[voice] = [u.text for u in evaluation]
+            recordings[voice] = [load_audio(u.audio_path) for u in evaluation]
+            references[voice] = refs
+
+        bundle = load_bundle(DEFAULT_BASE_PATH)
+        tts = Synthesizer(bundle, load_vocoder("griffin-lim", mel_config=bundle.mel_config))
+        names = {voice: tts.load_voice(folder, voice) for voice, folder in voice_dirs.items()}
+        models = {label: load_vocoder(source, mel_config=bundle.mel_config) for label, source in vocoders.items()}
+        for model in models.values():  # first-call allocations are not part of the RTF
+            model.vocode(torch.full((50, bundle.mel_config.n_mels), -5.0))
+        tts.mel(["Warm up."], base_voices[0] if base_voices else None)
+
+        clips: list[VoiceClip] = []
+
+        def add(voice: str, system: str, audios: list[np.ndarray], seconds: list[float] | None = None) -> None:
+            for index, (text, audio) in enumerate(zip(texts[voice], audios)):
+                spent = seconds[index] if seconds else float("nan")
+                clips.append(VoiceClip(f"{voice}|{system}", index, text, audio, SAMPLE_RATE, spent))
+
+        def vocode(label: str, mel: torch.Tensor | Callable[[], torch.Tensor]) -> tuple[np.ndarray, float]:
+            started = time.perf_counter()
+            audio = models[label].vocode(mel() if callable(mel) else mel)
+            peak = float(np.abs(audio).max()) if audio.size else 0.0
+            return (audio * (0.99 / peak) if peak > 0.99 else audio), time.perf_counter() - started
+
+        def speak_freely(voice: str, prefix: str, speaker: str | None, adapted: str | None) -> None:
+            """Rows ``<prefix> <vocoder>`` (and with each post-filter): the model with its own durations. Their RTF
+            is the acoustic model's forward plus the post-filter and the vocoder, per clip."""
+            free, model_seconds = [], []
+            for text in texts[voice]:
+                started = time.perf_counter()
+                free.append(tts.mel([text], speaker, voice=adapted)[0])
+                model_seconds.append(time.perf_counter() - started)
+            for label in vocoders:
+                for post in [None, *postfilters]:
+                    spoken = [vocode(label, mel if post is None else partial(post, mel)) for mel in free]
+                    system = f"{prefix} {label}" + ("" if post is None else f" {postfilter_label(post)}")
+                    add(voice, system, [a for a, _ in spoken], [s + m for (_, s), m in zip(spoken, model_seconds)])
+
+        for voice in [*base_voices, *heldout_voices]:
+            adapted = names.get(voice)
+            speaker = None if adapted else voice
+            add(voice, "recordings", recordings[voice])
+            recorded = [torch.from_numpy(log_mel(audio, bundle.mel_config)) for audio in recordings[voice]]
+            timed = [tts.teacher_forced(text, mel, speaker, adapted) for text, mel in zip(texts[voice], recorded)]
+            for label in vocoders:
+                add(voice, f"copy {label}", [vocode(label, mel)[0] for mel in recorded])
+                add(voice, f"timed {label}", [vocode(label, mel)[0] for mel in timed])
+            speak_freely(voice, "free", speaker, adapted)
+            if adapted:  # the base speaker the voice started from, on the same sentences
+                speak_freely(voice, "start", start_speaker_of(voice_dirs[voice]), None)
+            print(f"{voice}: synthesized", flush=True)
+
+        joe = load_joe(threads=args.threads)
+        joe.synthesize("Warm up.")
+        for index, text in enumerate(sentences):
+            started = time.perf_counter()
+            audio, rate = joe.synthesize(text)
+            clips.append(VoiceClip("piper-joe|Piper", index, text, audio, rate, time.perf_counter() - started))
+
+        judges = Judges(speaker=SpeakerJudge(), reference=False)
+        refs = {clip.voice: references.get(clip.voice.split("|")[0], ()) for clip in clips}
+        refs["piper-joe|Piper"] = references.get("piper-joe", ())
+        report = judge_clips(clips, judges, refs)
+        rows = {row.id: row for row in report.rows}
+        summary: dict[str, dict] = {}
+        for group in dict.fromkeys(clip.voice for clip in clips):
+            mine = [rows[clip.id] for clip in clips if clip.voice == group]
+            mos = [r.mos for r in mine if r.mos is not None]
+            similarity = [r.speaker_similarity for r in mine if r.speaker_similarity is not None]
+            seconds = [c.seconds for c in clips if c.voice == group]
+            audio_seconds = sum(r.audio_seconds for r in mine)
+            summary[group] = {
+                "mos": mos_spread(mos)[0],
+                "mos_sd": mos_spread(mos)[1],
+                "n": len(mos),
+                "wer": sum(r.word_edits for r in mine) / sum(r.reference_words for r in mine),
+                "similarity": float(np.mean(similarity)) if similarity else None,
+                "rtf": float(np.sum(seconds) / audio_seconds) if not np.isnan(seconds).any() else None,
+            }
+
+        systems = ["recordings"]
+        for label in vocoders:
+            systems += [f"copy {label}", f"timed {label}", f"free {label}"]
+        systems += [f"free {label} {postfilter_label(post)}" for label in vocoders for post in postfilters]
+        systems += [s.replace("free", "start", 1) for s in systems if s.startswith("free ")] if heldout_voices else []
+        log.measured(CELLS)
     write_results(args, summary, base_voices, heldout_voices, systems, vocoders, report)
 
 
@@ -373,7 +383,8 @@ def write_results(args, summary, base_voices, heldout_voices, systems, vocoders,
                 )
         lines.append("")
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "naturalness.md").write_text("\n".join(lines))
+    runs = run_records(args.out, rows=[ADAPTED, CELLS])
+    (args.out / "naturalness.md").write_text("\n".join(lines) + "\n" + runs_section(runs))
     (args.out / "naturalness.json").write_text(
         json.dumps({"summary": summary, "rows": report.to_dict()}, indent=1, default=str)
     )

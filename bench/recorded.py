@@ -4,7 +4,7 @@
 
 Most benchmarks here write what they measured on (commit, ``src/`` clean or not, threads, the machine's
 load through the run, the path timed) into their results themselves (``run_record``). The older ones
-(naturalness, adaptation memory, voice space ...) do not; this wrapper gives
+(adaptation memory, the vocoders, the consent probe ...) do not; this wrapper gives
 their runs the same record: :func:`run_record.provenance` when the command starts and again when it ends
 (a commit or an edit of ``src/`` during the run is named), the 1-minute load average sampled through it,
 the command and its exit status. The record goes to ``--record`` (default: the Markdown's name with

@@ -15,7 +15,9 @@ sentences and are judged against its real recordings (Whisper WER, resemblyzer s
                                                               # e.g. in a second process
     python bench/voice_space.py --voices ""                   # the report again from voice_space.json
 
-Writes ``voice_space.md``, ``voice_space.json`` and ``similarity_vs_minutes.png``.
+Writes ``voice_space.md``, ``voice_space.json`` and ``similarity_vs_minutes.png``. Each process leaves its
+record under ``--out``'s ``runs/`` (commit, ``src/`` clean or not, the sampled load, the command, the rows it
+measured; ``run_record.RunLog``), and the report lists the runs behind its rows.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from __future__ import annotations
 import argparse
 import inspect
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -42,6 +45,7 @@ from chorus.recipe import AdaptConfig
 from chorus.synthesis import DEFAULT_BASE
 from chorus.training.adapt import adapt
 from chorus.training.voice_space_training import VoiceSpaceConfig, fit_voice, train_voice_space
+from run_record import RunLog, run_records, runs_section  # bench/, beside this script
 
 
 def heldout_split(folder: Path, sentences: int, references: int) -> tuple[list, list[Path], list]:
@@ -56,6 +60,7 @@ def heldout_split(folder: Path, sentences: int, references: int) -> tuple[list, 
 
 
 FIT_STEPS = inspect.signature(fit_voice).parameters["steps"].default
+SPACE = "the voice space (learned in --work)"  # how a run record names the learning of the space
 
 
 def space_kind(init: str, steps: int) -> str:
@@ -104,63 +109,65 @@ def main() -> None:
 
     kinds = set(args.kinds.split(","))
     space = None
-    if "space" in kinds:
-        space, space_voices, space_info = learned_space(args)
     judges = Judges(speaker=SpeakerJudge(), reference=False)
     results_path = args.out / "voice_space.json"
-    for voice in filter(None, args.voices.split(",")):
-        evaluation, references, pool = heldout_split(args.heldout / voice, args.sentences, args.references)
-        for minutes in [float(m) for m in args.minutes.split(",")]:
-            data = args.work / "data" / f"{voice}-{minutes:g}"
-            write_subset(first_minutes(pool, minutes), data)
-            made = []
-            for init in args.fit_init.split(",") if space is not None else []:
-                fitted = fit_voice(
-                    data,
-                    load_bundle(args.base),
-                    space,
-                    args.work / "voices" / f"{voice}-{minutes:g}-space-{init}-{args.fit_steps}",
-                    steps=args.fit_steps,
-                    init=init,
-                    threads=args.threads,
-                    progress=False,
-                )
-                made.append((space_kind(init, args.fit_steps), fitted.voice_dir, fitted.card))
-            # The per-voice LoRA does not depend on the space: a result from an earlier run is kept.
-            if "lora" in kinds and (
-                args.redo_lora
-                or space is None
-                or not any(row_key(r) == (voice, minutes, "lora+speaker") for r in read_rows(results_path))
-            ):
-                lora = adapt(
-                    data,
-                    load_bundle(args.base),
-                    args.work / "voices" / f"{voice}-{minutes:g}-lora",
-                    AdaptConfig(methods=parse_methods("lora+speaker"), threads=args.threads, min_minutes=0.4),
-                    progress=False,
-                )
-                made.append(("lora+speaker", lora.voice_dir, lora.card))
-            for kind, voice_dir, card in made:
-                scores = judge_voice(args.base, voice_dir, evaluation, references, judges)
-                save_row(
-                    results_path,
-                    {
-                        "voice": voice,
-                        "minutes": minutes,
-                        "data_minutes": card.data_minutes,
-                        "kind": kind,
-                        "numbers": card.trainable_parameters,
-                        "seconds": card.train_seconds,
-                        "start_voice": card.notes.get("start_voice"),
-                        **scores,
-                    },
-                )
-                print(f"{voice} {minutes:g} min {kind}: similarity {scores['similarity']:.3f}", flush=True)
+    with RunLog(args.out, args.threads, " ".join(sys.argv)) as log:
+        if "space" in kinds:
+            space, space_voices, space_info = learned_space(args, log)
+        for voice in filter(None, args.voices.split(",")):
+            evaluation, references, pool = heldout_split(args.heldout / voice, args.sentences, args.references)
+            for minutes in [float(m) for m in args.minutes.split(",")]:
+                data = args.work / "data" / f"{voice}-{minutes:g}"
+                write_subset(first_minutes(pool, minutes), data)
+                made = []
+                for init in args.fit_init.split(",") if space is not None else []:
+                    fitted = fit_voice(
+                        data,
+                        load_bundle(args.base),
+                        space,
+                        args.work / "voices" / f"{voice}-{minutes:g}-space-{init}-{args.fit_steps}",
+                        steps=args.fit_steps,
+                        init=init,
+                        threads=args.threads,
+                        progress=False,
+                    )
+                    made.append((space_kind(init, args.fit_steps), fitted.voice_dir, fitted.card))
+                # The per-voice LoRA does not depend on the space: a result from an earlier run is kept.
+                if "lora" in kinds and (
+                    args.redo_lora
+                    or space is None
+                    or not any(row_key(r) == (voice, minutes, "lora+speaker") for r in read_rows(results_path))
+                ):
+                    lora = adapt(
+                        data,
+                        load_bundle(args.base),
+                        args.work / "voices" / f"{voice}-{minutes:g}-lora",
+                        AdaptConfig(methods=parse_methods("lora+speaker"), threads=args.threads, min_minutes=0.4),
+                        progress=False,
+                    )
+                    made.append(("lora+speaker", lora.voice_dir, lora.card))
+                for kind, voice_dir, card in made:
+                    scores = judge_voice(args.base, voice_dir, evaluation, references, judges)
+                    save_row(
+                        results_path,
+                        {
+                            "voice": voice,
+                            "minutes": minutes,
+                            "data_minutes": card.data_minutes,
+                            "kind": kind,
+                            "numbers": card.trainable_parameters,
+                            "seconds": card.train_seconds,
+                            "start_voice": card.notes.get("start_voice"),
+                            **scores,
+                        },
+                    )
+                    log.measured(row_name((voice, minutes, kind)))
+                    print(f"{voice} {minutes:g} min {kind}: similarity {scores['similarity']:.3f}", flush=True)
     if space is not None:
         write(read_rows(results_path), args, space, space_voices, space_info)
 
 
-def learned_space(args) -> tuple[VoiceSpace, list[str], dict]:
+def learned_space(args, log: RunLog) -> tuple[VoiceSpace, list[str], dict]:
     """The space under ``--work``, learned first if it is not there: (space, its voices, training info)."""
     space_dir = args.work / "space"
     if not (space_dir / "voice_space.json").is_file():
@@ -180,12 +187,19 @@ def learned_space(args) -> tuple[VoiceSpace, list[str], dict]:
         (args.work / "space_training.json").write_text(
             json.dumps({"seconds": time.perf_counter() - started, "history": history})
         )
+        log.measured(SPACE)
     space, _, space_voices = VoiceSpace.load(space_dir)
     return space, space_voices, json.loads((args.work / "space_training.json").read_text())
 
 
 def row_key(row: dict) -> tuple:
     return row["voice"], row["minutes"], row["kind"]
+
+
+def row_name(key: tuple) -> str:
+    """How a run's record names a row (:func:`row_key`)."""
+    voice, minutes, kind = key
+    return f"{voice} {minutes:g} min {kind}"
 
 
 def read_rows(path: Path) -> list[dict]:
@@ -244,7 +258,8 @@ def write(rows: list[dict], args, space: VoiceSpace, space_voices: list[str], sp
                     f"- {voice}, {kind}: {space_1['similarity']:.3f} / {lora_3['similarity']:.3f} = "
                     f"{ratio:.3f}x ({'met' if ratio >= 0.9 else 'not met'})"
                 )
-    (args.out / "voice_space.md").write_text("\n".join(lines) + "\n")
+    runs = run_records(args.out, rows=[SPACE, *(row_name(row_key(r)) for r in rows)])
+    (args.out / "voice_space.md").write_text("\n".join(lines) + "\n" + runs_section(runs))
     plot(rows, args.out / "similarity_vs_minutes.png")
     print("\n".join(lines))
 
