@@ -133,6 +133,12 @@ from chorus.text.sentences import UnspeakableTextWarning, is_speakable, speech_p
         ("a 3x3 grid", "a three by three grid"),
         ("We are #1.", "We are number one."),
         ("x86 and 4K", "x eighty six and four K"),
+        ("Version 2.0.1 ships.", "Version two point zero point one ships."),
+        ("v1.2.3", "v one point two point three"),
+        ("ping 10.0.0.1", "ping ten dot zero dot zero dot one"),
+        ("Take 2 mg/kg daily.", "Take two milligrams per kilogram daily."),
+        ("1 mg/kg", "one milligram per kilogram"),
+        ("see https://example.com/a?b=1 now", "see example dot com slash a question mark b equals one now"),
     ],
 )
 def test_normalization(raw: str, spoken: str) -> None:

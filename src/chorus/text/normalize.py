@@ -140,6 +140,17 @@ _negative_re = re.compile(r"(?<![\w-])-(?=\d)")
 _unit_re = re.compile(
     r"(\d[\d,]*(?:\.\d+)?)\s?(" + "|".join(re.escape(u) for u in sorted(_UNITS, key=len, reverse=True)) + r")(?![\w/])"
 )
+# A unit per unit ("2 mg/kg", "5 m/s" is not listed: only pairs of listed units): "milligrams per kilogram".
+_per_unit_re = re.compile(
+    r"(\d[\d,]*(?:\.\d+)?)\s?("
+    + "|".join(re.escape(u) for u in sorted(_UNITS, key=len, reverse=True))
+    + r")/("
+    + "|".join(re.escape(u) for u in sorted(_UNITS, key=len, reverse=True))
+    + r")(?![\w/])"
+)
+# Three or more dotted numbers: a version ("2.0.1": two point zero point one) or, four of at most three
+# digits, an IPv4 address ("10.0.0.1": ten dot zero dot zero dot one).
+_dotted_re = re.compile(r"(?<![\d.])\d+(?:\.\d+){2,}(?![\d.]\d)")
 _mixed_fraction_re = re.compile(r"\b(\d+)\s+(\d+)/(\d+)\b")
 _fraction_re = re.compile(r"\b(\d+)/(\d+)\b")
 # What is left of a hyphen between two numbers once dates and phone numbers are read: a range or a score.
@@ -210,10 +221,12 @@ def _currency(match: re.Match) -> str:
 
 
 def _spell(text: str) -> str:
-    """``text`` said character by character: digits as words, ``.`` as "dot", ``/`` as "slash"."""
-    said = {".": " dot ", "/": " slash ", "@": " at ", "-": " dash ", "_": " underscore ", ":": " colon "}
+    """``text`` said character by character: digits as words, ``.`` as "dot", ``/`` as "slash", a query's
+    ``?`` and ``=`` by their names (so an address never ends a sentence where it has a question mark)."""
+    said = {".": " dot ", "/": " slash ", "@": " at ", "-": " dash ", "_": " underscore ", ":": " colon ",
+            "?": " question mark ", "=": " equals ", "&": " and ", "#": " hash "}  # fmt: skip
     out = []
-    for part in re.split(r"([./@_:-])", text):
+    for part in re.split(r"([./@_:?=&#-])", text):
         if part in said:
             out.append(said[part])
         elif part.isdigit():
@@ -279,6 +292,18 @@ def _unit(match: re.Match) -> str:
     number, unit = match.groups()
     singular, plural = _UNITS[unit]
     return f"{_decimal_or_cardinal(number)} {singular if number == '1' else plural}"
+
+
+def _per_unit(match: re.Match) -> str:
+    number, unit, per = match.groups()
+    singular, plural = _UNITS[unit]
+    return f"{_decimal_or_cardinal(number)} {singular if number == '1' else plural} per {_UNITS[per][0]}"
+
+
+def _dotted(match: re.Match) -> str:
+    parts = match.group(0).split(".")
+    address = len(parts) == 4 and all(len(part) <= 3 for part in parts)
+    return " " + (" dot " if address else " point ").join(_words(part) for part in parts) + " "  # "v1.2.3"
 
 
 def _fraction_words(numerator: int, denominator: int) -> str:
@@ -386,6 +411,8 @@ def normalize_text(text: str, *, warn: bool = True) -> str:
     text = _percent_re.sub(lambda m: _decimal_or_cardinal(m.group(1)) + " percent", text)
     text = _time_re.sub(_time, text)
     text = _negative_re.sub("minus ", text)
+    text = _dotted_re.sub(_dotted, text)
+    text = _per_unit_re.sub(_per_unit, text)
     text = _unit_re.sub(_unit, text)
     text = _by_re.sub(lambda m: f"{m.group(1)} by {m.group(2)}", text)
     text = _times_re.sub(lambda m: _decimal_or_cardinal(m.group(1)) + " times", text)
