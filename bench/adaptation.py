@@ -24,7 +24,7 @@ is decided on the means, with the per-seed ratios beside them.
 Writes ``adaptation.md``, ``adaptation.json`` and ``similarity_vs_minutes.png`` under ``--out``;
 results of earlier runs in the same folder are kept and merged (one row per voice/minutes/method/seed),
 but only when they were made with the same settings (``recipe``): one table, one recipe. Each run that
-measured rows leaves its record under ``--out``'s ``runs/`` (commit, ``src/`` clean or not, the sampled load,
+measures rows leaves its record under ``--out``'s ``runs/`` (commit, ``src/`` clean or not, the sampled load,
 the command, the rows it measured; ``run_record.RunLog``), listed in the report; ``--merge`` brings the
 merged folders' records along.
 Memory per method is measured by ``bench/adaptation_memory.py``.
@@ -469,7 +469,7 @@ def write_results(rows: list[dict], out: Path, args, voices: dict[str, dict] | N
         lines.append(f"- `{method}`: {settings}")
     names = [row_name(r["voice"], r["minutes"], r["method"], r["seed"]) for r in rows]
     names += [row_name(voice) for voice in voices or {}]
-    (out / "adaptation.md").write_text("\n".join(lines) + "\n" + runs_section(run_records(out, rows=names)))
+    (out / "adaptation.md").write_text("\n".join(lines) + "\n" + runs_section(run_records(out, rows=names), names))
     (out / "adaptation.json").write_text(json.dumps(rows, indent=1))
     plot_similarity_vs_minutes(rows, out / "similarity_vs_minutes.png")
     print("\n".join(lines))
@@ -602,9 +602,11 @@ def main() -> None:
         (args.out / "recordings.json").write_text(json.dumps(voices, indent=1))
         write_results(list(rows.values()), args.out, args, voices)
         return
-    with RunLog(args.out, args.threads, " ".join(sys.argv)) as log:
-        measure(args, rows, voices, log)
-    write_results(list(rows.values()), args.out, args, voices)  # with the run's end
+    try:
+        with RunLog(args.out, args.threads, " ".join(sys.argv)) as log:
+            measure(args, rows, voices, log)
+    finally:  # the report again with this run's end (or its crash) in its record
+        write_results(list(rows.values()), args.out, args, voices)
 
 
 if __name__ == "__main__":

@@ -19,7 +19,10 @@ of the voice). MOS is shown as mean ± sample standard deviation over the clips 
     python bench/naturalness.py --vocoders griffin-lim,neural,gan=runs/vocoder-gan --out bench/results/naturalness
 
 Adapted voices are made once (``chorus adapt``'s defaults, residual adapters) and kept under ``--work``.
-Writes ``naturalness.md``, ``naturalness.json`` and ``naturalness.png`` under ``--out``.
+Writes ``naturalness.md``, ``naturalness.json`` and ``naturalness.png`` under ``--out``. Each run leaves its
+record under ``--out``'s ``runs/`` (commit, ``src/`` clean or not, the sampled load, the command, and
+which voices it adapted or whether it judged the cells; ``run_record.RunLog``; give an ``--adapt-only`` run
+the same ``--out``), listed at the end of the report.
 """
 
 from __future__ import annotations
@@ -56,7 +59,7 @@ from run_record import RunLog, run_records, runs_section  # bench/, beside this 
 
 BASE_VOICES = "flite-rms,flite-awb,festival-kal,flite-kal16"
 HELDOUT_VOICES = "piper-joe,flite-slt,festival-ked"
-ADAPTED, CELLS = "the held-out voices adapted (or found in --work)", "every cell synthesized and judged"  # run rows
+CELLS = "every cell synthesized and judged"  # how a run record names the judging; "adapt <voice>" each voice
 # Which held-out datasets share a source with the neural vocoders' training data (corpus split vocoder/).
 SHARES_SOURCE = {"piper-joe": "the GAN vocoders trained on Piper joe resampled by sox (other sentences)"}
 
@@ -80,8 +83,9 @@ def heldout_split(folder: Path, sentences: int, references: int):
     )
 
 
-def adapted_voice(voice: str, pool, minutes: float, work: Path, threads: int) -> Path:
-    """The voice adapted from the first ``minutes`` of ``pool`` (made once, kept in ``work``)."""
+def adapted_voice(voice: str, pool, minutes: float, work: Path, threads: int, log: RunLog) -> Path:
+    """The voice adapted from the first ``minutes`` of ``pool`` (made once, kept in ``work``; the run that
+    makes it names it in ``log``)."""
     out = work / "voices" / f"{voice}-{minutes:g}min"
     if (out / "adapter_config.json").is_file():
         return out
@@ -89,6 +93,7 @@ def adapted_voice(voice: str, pool, minutes: float, work: Path, threads: int) ->
     write_subset(first_minutes(pool, minutes), data)
     bundle = load_bundle(DEFAULT_BASE_PATH)
     adapt(data, bundle, out, AdaptConfig(threads=threads), progress=False)
+    log.measured(f"adapt {voice}")
     return out
 
 
@@ -151,10 +156,9 @@ def main() -> None:
             voice: heldout_split(args.heldout / voice, args.sentences, args.references) for voice in heldout_voices
         }
         voice_dirs = {
-            voice: adapted_voice(voice, pool, args.minutes, args.work, args.threads)
+            voice: adapted_voice(voice, pool, args.minutes, args.work, args.threads, log)
             for voice, (_, _, pool) in heldout.items()
         }
-        log.measured(ADAPTED)
         if args.adapt_only:
             return
         sentences = benchmark_sentences()[: args.sentences]
@@ -383,8 +387,9 @@ def write_results(args, summary, base_voices, heldout_voices, systems, vocoders,
                 )
         lines.append("")
     args.out.mkdir(parents=True, exist_ok=True)
-    runs = run_records(args.out, rows=[ADAPTED, CELLS])
-    (args.out / "naturalness.md").write_text("\n".join(lines) + "\n" + runs_section(runs))
+    names = [*(f"adapt {voice}" for voice in heldout_voices), CELLS]
+    runs = run_records(args.out, rows=names)
+    (args.out / "naturalness.md").write_text("\n".join(lines) + "\n" + runs_section(runs, names))
     (args.out / "naturalness.json").write_text(
         json.dumps({"summary": summary, "rows": report.to_dict()}, indent=1, default=str)
     )

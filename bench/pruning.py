@@ -28,8 +28,8 @@ folder (or judged scores) exists is reused, so a stopped run resumes, and ``--ro
 over processes (the RTF loop and the report run with ``--report``, over every judged row found). Writes
 ``pruning.md``, ``pruning.json`` and ``pruning.png`` (each metric against sparsity, a line per technique).
 Each process leaves its record in ``--work``'s ``runs/`` (commit, ``src/`` clean or not, the sampled load,
-the command, the rows it judged; ``run_record.RunLog``); the report copies the runs behind its rows to
-``--out``'s ``runs/`` and lists them.
+the command, and each row's build, judging or held-out mel L1 it did; ``run_record.RunLog``); the report
+copies the runs behind its rows to ``--out``'s ``runs/`` and lists them.
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ METRICS = [  # (key, column header, format, plotted)
     ("mos", "MOS", "{:.2f}", True),
 ]
 PERCENT = {"wer", "cer", "voicing_error"}
-TIMED = "report: every row's acoustic RTF and held-out mel L1"  # what the --report pass measures
+TIMED = "report: every row's acoustic RTF"  # what every --report pass measures again
 
 
 @dataclasses.dataclass(frozen=True)
@@ -111,9 +111,14 @@ def planned_rows(args) -> list[Row]:
     return rows
 
 
+def model_folder(row: Row, args) -> Path:
+    """Where the row's model is: the shipped base for ``dense``, else its folder under ``--work``."""
+    return DEFAULT_BASE if row.technique == "dense" else args.work / row.name
+
+
 def build(row: Row, args) -> Path:
     """The row's model folder, made the first time."""
-    folder = DEFAULT_BASE if row.technique == "dense" else args.work / row.name
+    folder = model_folder(row, args)
     if (folder / "config.json").is_file():
         return folder
     features = args.work / "features.safetensors"
@@ -191,7 +196,7 @@ def judge(row: Row, folder: Path, args, judges: Judges, recordings, references) 
     return scores
 
 
-def held_out_mel_l1(name: str, folder: Path, data, args) -> float:
+def held_out_mel_l1(name: str, folder: Path, data, args, log: RunLog) -> float:
     """The row's teacher-forced mel L1 on the corpus' held-out utterances (two per speaker), cached:
     what training optimizes, and still telling where every row's speech is unintelligible."""
     cached = args.work / "judged" / f"{name}.loss.json"
@@ -200,6 +205,7 @@ def held_out_mel_l1(name: str, folder: Path, data, args) -> float:
     model = load_bundle(folder).model
     losses = evaluate(model, data.cache, data.validation, torch.device("cpu"), args.max_frames)
     cached.write_text(json.dumps(losses))
+    log.measured(f"{name} mel L1")
     return losses["mel"]
 
 
@@ -355,25 +361,34 @@ def main() -> None:
     judges = Judges(speaker=SpeakerJudge())
     with RunLog(args.work, args.threads, " ".join(sys.argv)) as log:
         for row in rows:
-            fresh = not (args.work / "judged" / f"{row.name}.json").is_file()
-            score = judge(row, build(row, args), args, judges, recordings, references)
-            if fresh:
-                log.measured(row.name)
+            built = (model_folder(row, args) / "config.json").is_file()
+            folder = build(row, args)
+            if not built:
+                log.measured(f"{row.name} built")
+            judged = (args.work / "judged" / f"{row.name}.json").is_file()
+            score = judge(row, folder, args, judges, recordings, references)
+            if not judged:
+                log.measured(f"{row.name} judged")
             print(f"{row.name}: WER {100 * score['wer']:.1f}% MOS {score.get('mos')}", flush=True)
         if not args.report:
             return
-        results = timed_rows(args)
+        results = timed_rows(args, log)
         log.measured(TIMED)
     args.out.mkdir(parents=True, exist_ok=True)
-    behind = [*(r["name"] for r in results), TIMED]
+    stages = {
+        r["name"]: ("judged", "mel L1") if r["technique"] == "dense" else ("built", "judged", "mel L1") for r in results
+    }
+    behind = [f"{name} {stage}" for name, named in stages.items() for stage in named] + [TIMED]  # dense is not built
     gather_runs(args.out, args.work, rows=behind)
-    (args.out / "pruning.md").write_text(report(results, args) + runs_section(run_records(args.out, rows=behind)))
+    (args.out / "pruning.md").write_text(
+        report(results, args) + runs_section(run_records(args.out, rows=behind), behind)
+    )
     (args.out / "pruning.json").write_text(json.dumps(results, indent=2))
     plot(results, args.out / "pruning.png")
     print((args.out / "pruning.md").read_text())
 
 
-def timed_rows(args) -> list[dict]:
+def timed_rows(args, log: RunLog) -> list[dict]:
     """Every judged row in ``args.work``, in the report's order, with its acoustic RTF (all rows timed side
     by side here) and held-out mel L1."""
     order = {t: i for i, t in enumerate(("dense", "ump", "parp", "structured", "dense-scratch", "snip", "dynamic"))}
@@ -381,10 +396,10 @@ def timed_rows(args) -> list[dict]:
         p.name[: -len(".json")] for p in (args.work / "judged").glob("*.json") if not p.name.endswith(".loss.json")
     ]
     done = sorted(map(Row.from_name, judged), key=lambda r: (order[r.technique], r.steps, r.sparsity))
-    folders = {r.name: DEFAULT_BASE if r.technique == "dense" else args.work / r.name for r in done}
+    folders = {r.name: model_folder(r, args) for r in done}
     rtf = acoustic_rtf(folders, args.sentence_list, args.voices, args.rtf_repeats, args.seed)
     data = load_training_data(load_bundle(DEFAULT_BASE), args.corpus, args.work / "features.safetensors")
-    losses = {name: held_out_mel_l1(name, folder, data, args) for name, folder in folders.items()}
+    losses = {name: held_out_mel_l1(name, folder, data, args, log) for name, folder in folders.items()}
     results = []
     for r in done:
         values = json.loads((args.work / "judged" / f"{r.name}.json").read_text())

@@ -1,6 +1,6 @@
 """Run a benchmark that does not record its own provenance, and record it for it.
 
-    python bench/recorded.py --markdown OUT/x.md -- python bench/naturalness.py ... --out OUT
+    python bench/recorded.py --markdown OUT/x.md -- python bench/vocoders_on_base.py ... --out OUT
 
 Most benchmarks here write what they measured on (commit, ``src/`` clean or not, threads, the machine's
 load through the run, the path timed) into their results themselves (``run_record``). The older ones

@@ -146,9 +146,11 @@ def utc_now() -> str:
 class RunLog:
     """One run of a benchmark whose results several runs fill row by row (processes side by side, a run
     resumed after a crash, a report pass that times what build passes made): its :func:`provenance` and
-    the rows it measured, kept as ``<folder>/runs/<id>.json`` and rewritten at each :meth:`measured`, so a
-    run that dies leaves its record with what it finished. :func:`run_records` gathers a folder's runs for
-    the results file and :func:`run_lines` writes them as Markdown.
+    the rows it measured, kept as ``<folder>/runs/<id>.json`` from its first row on and rewritten (whole,
+    by rename: other processes read these files while they are written) at each :meth:`measured` and at
+    its end, so a run that dies leaves its record with what it finished. A run that measured nothing and
+    did not crash leaves no record. :func:`run_records` gathers a folder's runs for the results file and
+    :func:`run_lines` writes them as Markdown.
 
     >>> with RunLog(folder, threads=1, path="bench/x.py --rows a") as log:  # doctest: +SKIP
     ...     log.measured("a")  # after row a's figures are written
@@ -163,7 +165,6 @@ class RunLog:
 
     def __enter__(self) -> RunLog:
         self.load.__enter__()
-        self._write()
         return self
 
     def measured(self, *rows: str) -> None:
@@ -173,22 +174,39 @@ class RunLog:
 
     def __exit__(self, kind, error, trace) -> None:
         self.load.__exit__(kind, error, trace)
-        self.record = finish(self.record, provenance(self.record["threads"], self.record["path"]), 0, self.load)
+        after = provenance(self.record["threads"], self.record["path"])
+        self.record = finish(self.record, after, int(error is not None), self.load)
         if error is not None:
             self.record["crashed"] = "".join(traceback.format_exception_only(kind, error)).strip()
         self.record["ended_utc"] = utc_now()
-        self._write()
+        if self.record["measured"] or error is not None:
+            self._write()
 
     def _write(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.path.write_text(json.dumps({**self.record, "load": self.load.summary()}, indent=1) + "\n")
+        _write_json(self.path, {**self.record, "load": self.load.summary()})
+
+
+def _write_json(path: Path, value: dict) -> None:
+    """``value`` to ``path`` by rename, so that a reader never sees half of it (chorus.atomic's way; bench
+    helpers import nothing of the package they measure)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    temp.write_text(json.dumps(value, indent=1) + "\n")
+    os.replace(temp, path)
 
 
 def run_records(*folders: Path, rows: Iterable[str] | None = None) -> dict[str, dict]:
-    """Every :class:`RunLog` record under ``folders`` (``<folder>/runs/*.json``), by run id, oldest first;
-    with ``rows``, only the runs that were the last to measure one of them (a row measured again by a
-    later run is that run's: the older record no longer stands behind the results)."""
-    found = {p.stem: json.loads(p.read_text()) for folder in folders for p in Path(folder).glob("runs/*.json")}
+    """Every :class:`RunLog` record under ``folders`` (``<folder>/runs/*.json``), by run id, in the order
+    the runs started; with ``rows``, only the runs that were the last to start of those that measured one
+    of them (a row measured again by a later run is that run's: the older record no longer stands behind
+    the results, which keep a row's latest measurement). A record that cannot be read is left out with a
+    warning on stderr, never the report's end."""
+    found = {}
+    for path in (p for folder in folders for p in sorted(Path(folder).glob("runs/*.json"))):
+        try:
+            found[path.stem] = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError) as error:
+            print(f"run record {path} left out: {error}", file=sys.stderr)
     found = dict(sorted(found.items(), key=lambda item: item[1].get("started_ns", 0)))
     if rows is None:
         return found
@@ -197,18 +215,29 @@ def run_records(*folders: Path, rows: Iterable[str] | None = None) -> dict[str, 
     return {run: record for run, record in found.items() if run in standing}
 
 
+def unrecorded(records: dict[str, dict], rows: Iterable[str]) -> list[str]:
+    """The ``rows`` that no run of ``records`` names (measured before runs were recorded, or cached)."""
+    named = {row for record in records.values() for row in record.get("measured", [])}
+    return [row for row in rows if row not in named]
+
+
 def gather_runs(into: Path, *folders: Path, rows: Iterable[str] | None = None) -> None:
     """Copy the :class:`RunLog` records of ``folders`` (with ``rows``, those :func:`run_records` keeps)
     into ``into``'s, so a results folder made from them names every run behind its rows."""
     for run, record in run_records(*folders, rows=rows).items():
-        (Path(into) / "runs").mkdir(parents=True, exist_ok=True)
-        (Path(into) / "runs" / f"{run}.json").write_text(json.dumps(record, indent=1) + "\n")
+        _write_json(Path(into) / "runs" / f"{run}.json", record)
 
 
-def runs_section(records: dict[str, dict]) -> str:
-    """The "Runs" section a results file ends with: :func:`run_lines` under a heading."""
-    return "\n".join(["", "## Runs", "", "Every run that measured rows of this file (`runs/` beside it):", "",
-                      *run_lines(records), ""])  # fmt: skip
+def runs_section(records: dict[str, dict], rows: Sequence[str] = ()) -> str:
+    """The "Runs" section a results file ends with: :func:`run_lines` under a heading, and which of the
+    file's ``rows`` no run names."""
+    missing = unrecorded(records, rows)
+    lines = ["", "## Runs", "", "The runs that measured rows of this file (`runs/` beside it):", "",
+             *run_lines(records)]  # fmt: skip
+    if missing:
+        lines += ["", f"{len(missing)} row(s) with no run record (measured before runs were recorded): "
+                  + ", ".join(missing[:6]) + (" ..." if len(missing) > 6 else "")]  # fmt: skip
+    return "\n".join([*lines, ""])
 
 
 def run_lines(records: dict[str, dict], shown: int = 6) -> list[str]:

@@ -31,7 +31,7 @@ default vocoder (the one the server speaks with). One thread, shared 2-core CPU:
 
 Writes ``short_samples.md``, ``short_samples.json`` and ``short_samples.png`` under ``--out``; rows of
 earlier runs into the same folder are kept (one row per voice/seconds/recipe/cap/seed and per
-voice/seconds/method/seed) when they were made with the same settings. Each run that measured rows
+voice/seconds/method/seed) when they were made with the same settings. Each run that measures rows
 leaves its record under ``--out``'s ``runs/`` (commit, ``src/`` clean or not, the sampled load, the command,
 the rows it measured; ``run_record.RunLog``), and the report lists every run behind its rows; ``--merge``
 brings the merged folders' records along.
@@ -469,7 +469,7 @@ def write_results(adapted: list[dict], instant: list[dict], out: Path, args) -> 
     names = {row_name(r["voice"], r["seconds"], r["recipe"], r["seed"]) for r in adapted}
     names |= {row_name(r["voice"], r["seconds"], "instant", r["seed"]) for r in instant}
     runs = run_records(out, rows=names)
-    (out / "short_samples.md").write_text("\n".join(lines) + "\n" + runs_section(runs))
+    (out / "short_samples.md").write_text("\n".join(lines) + "\n" + runs_section(runs, sorted(names)))
     (out / "short_samples.json").write_text(
         json.dumps({"settings": shared, "adapted": adapted, "instant": instant, "runs": runs}, indent=1)
     )
@@ -631,9 +631,11 @@ def main() -> None:
         gather_runs(args.out, *args.merge)
         write_results(list(adapted.values()), list(instant.values()), args.out, args)
         return
-    with RunLog(args.out, args.threads, " ".join(sys.argv)) as log:
-        measure(args, adapted, instant, log)
-    write_results(list(adapted.values()), list(instant.values()), args.out, args)  # with the run's end
+    try:
+        with RunLog(args.out, args.threads, " ".join(sys.argv)) as log:
+            measure(args, adapted, instant, log)
+    finally:  # the report again with this run's end (or its crash) in its record
+        write_results(list(adapted.values()), list(instant.values()), args.out, args)
 
 
 if __name__ == "__main__":

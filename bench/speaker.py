@@ -55,7 +55,7 @@ from chorus.training.speaker_encoder import SpeakerTrainConfig, prepare_clips, t
 from run_record import RunLog, gather_runs, run_records, runs_section  # bench/, beside this script
 
 VARIANT = re.compile(r"^(resnet|df-resnet)(\d+)(-rev)?-(adam8bit|adam|sgd8bit|sgd)$")
-JUDGED = "report: every trained variant's EER and step time, resemblyzer's EER"  # what --report measures
+JUDGED = "report: every trained variant's EER (and step time where timed), resemblyzer's EER"  # what --report measures
 TRAINING = SpeakerTrainConfig(corpus="", out="")  # the recipe every variant shares, but for steps and seed
 DEFAULT_VARIANTS = (
     "resnet18-adam,resnet18-rev-adam8bit,resnet18-adam8bit,resnet18-rev-adam,resnet18-sgd,resnet18-sgd8bit,"
@@ -157,8 +157,8 @@ def memory_rows(names: list[tuple[str, str]], args, log: RunLog) -> list[dict]:
             }
         )
         print(f"memory {name} {optimizer}: {sum(measured.categories().values()) / 2**20:.0f} MiB", flush=True)
-        log.measured(f"memory {name} {optimizer}")
         cache.write_text(json.dumps(rows + [r for k, r in done.items() if k not in names], indent=1))
+        log.measured(f"memory {name} {optimizer}")
     return rows
 
 
@@ -393,7 +393,7 @@ def main() -> None:
     results = {"encoders": encoders, "resemblyzer": resemblyzer, "memory": memory}
     (args.out / "speaker.json").write_text(json.dumps(results, indent=2))
     report_text = report(encoders, resemblyzer, memory, starts, args, clips)
-    (args.out / "speaker.md").write_text(report_text + runs_section(run_records(args.out, rows=behind)))
+    (args.out / "speaker.md").write_text(report_text + runs_section(run_records(args.out, rows=behind), behind))
     plot(encoders, resemblyzer, memory, args.out / "speaker.png")
     print((args.out / "speaker.md").read_text())
 

@@ -258,8 +258,10 @@ def write(rows: list[dict], args, space: VoiceSpace, space_voices: list[str], sp
                     f"- {voice}, {kind}: {space_1['similarity']:.3f} / {lora_3['similarity']:.3f} = "
                     f"{ratio:.3f}x ({'met' if ratio >= 0.9 else 'not met'})"
                 )
-    runs = run_records(args.out, rows=[SPACE, *(row_name(row_key(r)) for r in rows)])
-    (args.out / "voice_space.md").write_text("\n".join(lines) + "\n" + runs_section(runs))
+    names = [SPACE, *(row_name(row_key(r)) for r in rows)]
+    (args.out / "voice_space.md").write_text(
+        "\n".join(lines) + "\n" + runs_section(run_records(args.out, rows=names), names)
+    )
     plot(rows, args.out / "similarity_vs_minutes.png")
     print("\n".join(lines))
 

@@ -177,19 +177,26 @@ def test_a_run_that_dies_keeps_what_it_measured(tmp_path):
 
 
 def test_a_run_log_names_its_rows_as_they_come_and_its_end(tmp_path):
-    folder = tmp_path
-    with RunLog(folder, threads=1, path="bench/x.py --rows a,b") as log:
+    with RunLog(tmp_path, threads=1, path="bench/x.py --rows a,b") as log:
+        assert not log.path.exists()  # nothing measured yet: no record
         log.measured("a")
         so_far = json.loads(log.path.read_text())
         assert so_far["measured"] == ["a"] and "ended_utc" not in so_far and so_far["path"].endswith("a,b")
+        assert "still running or killed" in runs_section(run_records(tmp_path))
         log.measured("b", "a")
     record = json.loads(log.path.read_text())
     assert record["measured"] == ["a", "b"] and record["ended_utc"] and "crashed" not in record
-    assert record["load"].endswith("(1-minute, n = 2)") and record["threads"] == 1
-    (line,) = run_records(folder).values()
-    assert line == record
-    section = runs_section(run_records(folder))
+    assert record["returncode"] == 0 and record["load"].endswith("(1-minute, n = 2)") and record["threads"] == 1
+    assert run_records(tmp_path) == {log.id: record}
+    section = runs_section(run_records(tmp_path), ["a", "b", "c"])
     assert f"- run `{log.id}` (" in section and "measured 2 row(s): a, b." in section and "1 thread(s)" in section
+    assert "1 row(s) with no run record (measured before runs were recorded): c" in section
+
+
+def test_a_run_that_measured_nothing_leaves_no_record(tmp_path):
+    with RunLog(tmp_path, threads=1, path="x"):
+        pass
+    assert run_records(tmp_path) == {}
 
 
 def test_a_run_that_dies_keeps_its_record_with_the_error(tmp_path):
@@ -198,7 +205,16 @@ def test_a_run_that_dies_keeps_its_record_with_the_error(tmp_path):
         raise RuntimeError("disk full")
     record = json.loads(log.path.read_text())
     assert record["measured"] == ["a"] and "RuntimeError: disk full" in record["crashed"]
+    assert record["returncode"] == 1 and "the command exited with status 1" in record["note"]
     assert "crashed: RuntimeError: disk full" in runs_section(run_records(tmp_path))
+
+
+def test_a_record_that_cannot_be_read_is_left_out_not_fatal(tmp_path, capsys):
+    with RunLog(tmp_path, threads=1, path="x") as log:
+        log.measured("a")
+    (tmp_path / "runs" / "half-written.json").write_text('{"measured": ["b"')
+    assert list(run_records(tmp_path)) == [log.id]
+    assert "half-written.json left out" in capsys.readouterr().err
 
 
 def test_a_row_measured_again_belongs_to_the_later_run(tmp_path):
@@ -206,9 +222,9 @@ def test_a_row_measured_again_belongs_to_the_later_run(tmp_path):
         first.measured("a", "b")
     with RunLog(tmp_path / "work", threads=1, path="second") as second:
         second.measured("a")
-    with RunLog(tmp_path / "work", threads=1, path="stale") as stale:
-        stale.measured("c")
-    assert list(run_records(tmp_path / "work")) == [first.id, second.id, stale.id]
+    with RunLog(tmp_path / "work", threads=1, path="other") as other:
+        other.measured("c")
+    assert list(run_records(tmp_path / "work")) == [first.id, second.id, other.id]
     assert list(run_records(tmp_path / "work", rows=["a"])) == [second.id]
     assert list(run_records(tmp_path / "work", rows=["a", "b"])) == [first.id, second.id]
     gather_runs(tmp_path / "out", tmp_path / "work", rows=["a", "b"])
