@@ -226,6 +226,18 @@ def test_openai_voice_names_case_and_did_you_mean_for_speakers(tiny_base, tmp_pa
     assert typo.exit_code == 2 and "did you mean 'f2'" in typo.output, typo.output
 
 
+def test_text_as_an_argument_speaks_as_text_does(tiny_base, tmp_path):
+    """`chorus synthesize "Hi."`, as espeak-ng and say take their text; given twice, it is refused."""
+    common = ["--model", str(tiny_base), "--vocoder", "griffin-lim"]
+    flag = runner.invoke(app, ["synthesize", "--text", "Hi there.", *common, "--out", str(tmp_path / "flag.wav")])
+    assert flag.exit_code == 0, flag.output
+    argument = runner.invoke(app, ["synthesize", "Hi there.", *common, "--out", str(tmp_path / "argument.wav")])
+    assert argument.exit_code == 0, argument.output
+    assert sf.read(tmp_path / "argument.wav")[0].tolist() == sf.read(tmp_path / "flag.wav")[0].tolist()
+    twice = runner.invoke(app, ["synthesize", "Hi.", "--text", "Ho.", *common, "--out", str(tmp_path / "x.wav")])
+    assert twice.exit_code == 2 and "give the text once" in twice.output and not (tmp_path / "x.wav").exists()
+
+
 def test_memory_predicts_and_measures_per_category(tmp_path):
     config = tmp_path / "tiny.json"
     config.write_text(json.dumps(dict(TINY_MODEL, n_symbols=40, n_speakers=2)))

@@ -82,6 +82,10 @@ def speakers(
 class SynthesizeOptions:
     """The command line of ``chorus synthesize``, one field an option (in the order --help lists them)."""
 
+    # As espeak-ng, say and gtts-cli take it: `chorus synthesize "Hello there."`.
+    words: str | None = given_option(
+        typer.Argument(None, metavar="TEXT", show_default=False, help="Text to speak, as --text takes it.")
+    )
     text: str | None = option(None, help="Text to speak (any length). Without it: --text-file, or standard input.")
     text_file: Path | None = option(None, help="File with one utterance per line.")
     speaker: str | None = option(
@@ -183,6 +187,8 @@ class SynthesizeOptions:
 def synthesize(options: SynthesizeOptions) -> None:
     """Speak text with a base speaker or an adapted voice and report the real-time factor.
 
+    chorus synthesize "Hello there." --out hello.wav
+
     echo "Hello there." | chorus synthesize --out - --format mp3 > hello.mp3
 
     chorus synthesize --base piper-joe --text "Hello there." speaks with Piper's joe voice."""
@@ -214,8 +220,8 @@ def synthesize(options: SynthesizeOptions) -> None:
 
 def _piper_spellings(options: SynthesizeOptions) -> SynthesizeOptions:
     """``options`` in Chorus's spellings: a Piper voice file given as --model is --base, --length-scale is
-    1 / --speed, --output-raw is --out - --format pcm; ``speed`` is set (its default where not given). Two
-    spellings of one thing that disagree fail."""
+    1 / --speed, --output-raw is --out - --format pcm, the text as an argument is --text; ``speed`` is set
+    (its default where not given). Two spellings of one thing that disagree fail."""
     from chorus.synthesis.bases.piper import claims as piper_claims
 
     base, model, speed = options.base, options.model, options.speed
@@ -230,6 +236,9 @@ def _piper_spellings(options: SynthesizeOptions) -> SynthesizeOptions:
             fail(f"--length-scale must be positive, got {options.length_scale}")
         speed = 1.0 / options.length_scale
     speed = parameter_default(Synthesizer.synthesize, "speed") if speed is None else speed
+    if options.words is not None and options.text is not None:
+        fail("give the text once: as an argument or as --text")
+    text = options.text if options.words is None else options.words
     out, audio_format = options.out, options.audio_format
     if options.output_raw:
         if out is not None or options.output_dir is not None:
@@ -239,7 +248,9 @@ def _piper_spellings(options: SynthesizeOptions) -> SynthesizeOptions:
         out, audio_format = STDOUT, "pcm"
     if out is not None and options.output_dir is not None:
         fail("give --out (one file) or --output-dir (a clip per line), not both")
-    return dataclasses.replace(options, base=base, model=model, speed=speed, out=out, audio_format=audio_format)
+    return dataclasses.replace(
+        options, words=None, text=text, base=base, model=model, speed=speed, out=out, audio_format=audio_format
+    )
 
 
 def _text(options: SynthesizeOptions) -> tuple[Iterable[Utterance], bool]:
