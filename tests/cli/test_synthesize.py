@@ -250,3 +250,43 @@ def test_word_captions_from_the_command_line(tiny_base, tmp_path):
 def test_contradicting_flags_are_refused(tiny_base, more, message):
     result = runner.invoke(app, _args(tiny_base, *more), input="Hi.\n")
     assert result.exit_code == 2 and message in result.output, result.output
+
+
+@pytest.mark.parametrize(
+    "more, option",
+    [
+        (["--speed", "0.01"], "--speed"),  # 0.01 would make one word minutes long
+        (["--length-scale", "100"], "--length-scale"),
+        (["--sentence-silence", "99999"], "--sentence-silence"),  # 99,999 s of samples: 8 GB, once killed the machine
+        (["--sentence-silence", "-1"], "--sentence-silence"),
+        (["--sample-rate", "-5"], "--sample-rate"),  # was a ZeroDivisionError traceback
+        (["--sample-rate", "1000000"], "--sample-rate"),
+    ],
+)
+def test_values_out_of_range_are_refused_before_any_work(tiny_base, tmp_path, more, option):
+    out = tmp_path / "x.wav"
+    result = runner.invoke(app, _args(tiny_base, "--text", "Hi. Ho.", "--out", str(out), *more), env=WIDE)
+    assert result.exit_code == 2 and f"Invalid value for '{option}'" in result.output, result.output
+    assert "Traceback" not in result.output and not out.exists()
+
+
+def test_text_that_is_not_utf8_is_named_and_a_byte_order_mark_is_not_text(tiny_base, tmp_path):
+    latin1 = tmp_path / "latin1.txt"
+    latin1.write_bytes("Caf\u00e9 open.\n".encode("latin-1"))
+    from_file = runner.invoke(app, _args(tiny_base, "--text-file", str(latin1), "--out", str(tmp_path / "d")))
+    assert from_file.exit_code == 2 and "not UTF-8 text (byte 0xe9 at position 3)" in from_file.output
+    piped = runner.invoke(app, _args(tiny_base, "--out", str(tmp_path / "x.wav")), input=latin1.read_bytes())
+    assert piped.exit_code == 2 and "standard input: not UTF-8 text (byte 0xe9" in piped.output
+    lines = runner.invoke(
+        app, _args(tiny_base, "--line-by-line", "--out", str(tmp_path / "l.wav")), input=latin1.read_bytes() + b"Hi.\n"
+    )
+    assert lines.exit_code == 0 and "skipped standard input:1: not UTF-8 text" in lines.output, lines.output
+    bom = runner.invoke(app, _args(tiny_base, "--out", str(tmp_path / "bom.wav")), input=b"\xef\xbb\xbfHi.\n")
+    assert bom.exit_code == 0 and "dropped" not in bom.output, bom.output
+    assert (tmp_path / "bom.wav").read_bytes() == (tmp_path / "l.wav").read_bytes()  # both say "Hi."
+
+
+def test_h_is_help_for_the_app_and_its_commands():
+    assert runner.invoke(app, ["-h"]).output == runner.invoke(app, ["--help"]).output
+    short = runner.invoke(app, ["synthesize", "-h"])
+    assert short.exit_code == 0 and " synthesize [OPTIONS] [TEXT]" in short.output, short.output

@@ -76,3 +76,12 @@ def test_a_sentence_that_fails_in_a_batch_fails_after_the_ones_before_it(tiny_ba
     ]
     with pytest.raises(ValueError, match="batch_size"):
         list(tts.stream(TEXT, batch_size=0))
+
+
+@pytest.mark.parametrize("silence", [-0.1, 10.5, 99999.0])
+def test_a_sentence_silence_out_of_range_is_refused_before_any_samples(silence):
+    from chorus.synthesis.timeline import layout
+
+    with pytest.raises(ValueError, match="sentence_silence must be 0 to 10 seconds"):
+        layout("One. Two.", sentence_silence=silence)
+    assert layout("One. Two.", sentence_silence=10.0)[1].seconds == 10.0

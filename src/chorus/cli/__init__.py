@@ -103,7 +103,13 @@ class _LazyGroup(typer.core.TyperGroup):
         self.commands = {name: _LazyCommand(name) for name in COMMANDS}
 
 
-app = typer.Typer(cls=_LazyGroup, no_args_is_help=True, pretty_exceptions_show_locals=False)
+# -h as well as --help, as piper, espeak-ng and most tools take it (subcommands inherit it from this context).
+app = typer.Typer(
+    cls=_LazyGroup,
+    no_args_is_help=True,
+    pretty_exceptions_show_locals=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
 
 
 def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:

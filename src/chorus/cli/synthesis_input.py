@@ -8,6 +8,7 @@ import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO, TextIO
 
 from chorus.cli.common import errors, fail
 
@@ -36,7 +37,10 @@ def utterances(text: str | None, text_file: Path | None, by_line: bool, json_inp
         fail("give --text, --text-file, or text on standard input")
     if by_line:
         return _stdin_lines(json_input)
-    whole = sys.stdin.read()
+    try:
+        whole = _decoded(_stdin().read())
+    except ValueError as error:
+        fail(f"standard input: {error}")
     if not whole.strip():
         fail("standard input is empty: nothing to speak")
     return [Utterance("standard input", whole)]
@@ -46,9 +50,13 @@ def _file_lines(path: Path) -> list[Utterance]:
     """An utterance per non-blank line of ``path``, numbered by its line."""
     if not path.is_file():
         fail(f"{path}: no such file")
+    try:
+        text = _decoded(path.read_bytes())
+    except ValueError as error:
+        fail(f"{path}: {error}")
     lines = [
         Utterance(f"{path}:{number}", line.strip(), number)
-        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1)
+        for number, line in enumerate(text.splitlines(), start=1)
         if line.strip()
     ]
     if not lines:
@@ -56,13 +64,41 @@ def _file_lines(path: Path) -> list[Utterance]:
     return lines
 
 
+def _stdin() -> BinaryIO | TextIO:
+    """Standard input as bytes where it has them: decoding is :func:`_decoded`'s, the same in any locale
+    (Python's own decoding of standard input either raises or keeps bad bytes as lone surrogates)."""
+    return getattr(sys.stdin, "buffer", sys.stdin)
+
+
+def _end_of(stream: BinaryIO | TextIO) -> bytes | str:
+    """What ``stream.readline()`` returns at the end of ``stream``."""
+    return b"" if isinstance(stream.read(0), bytes) else ""
+
+
+def _decoded(raw: bytes | str) -> str:
+    """``raw`` as text: UTF-8, a leading byte-order mark dropped; raises ``ValueError`` naming the first byte
+    that is not UTF-8."""
+    if isinstance(raw, str):
+        return raw.removeprefix("\ufeff")
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as error:
+        raise ValueError(f"not UTF-8 text (byte 0x{raw[error.start]:02x} at position {error.start})") from None
+
+
 def _stdin_lines(json_input: bool) -> Iterator[Utterance]:
     """Standard input's lines as they arrive (readline: nothing waits for more input than one line), one
     utterance each; blank lines are skipped, and so is a bad --json-input line, with a message."""
-    for number, line in enumerate(iter(sys.stdin.readline, ""), start=1):
+    stdin = _stdin()
+    for number, raw in enumerate(iter(stdin.readline, _end_of(stdin)), start=1):
+        where = f"standard input:{number}"
+        try:
+            line = _decoded(raw)
+        except ValueError as error:
+            errors.print(f"skipped {where}: {error}", style="yellow")
+            continue
         if not line.strip():
             continue
-        where = f"standard input:{number}"
         if not json_input:
             yield Utterance(where, line.strip(), number)
             continue

@@ -49,11 +49,13 @@ from chorus.cli.synthesis_output import (
     write_timestamps,
 )
 from chorus.models.bundle import load_bundle
+from chorus.serving.schemas.speech import MAX_SPEED, MIN_SPEED  # the speeds `chorus serve` and OpenAI's API take
 from chorus.synthesis import DEFAULT_BASE, Synthesizer, load_base
-from chorus.synthesis.timeline import layout
+from chorus.synthesis.timeline import MAX_SENTENCE_SILENCE, layout
 from chorus.synthesis.voices import Blend, Speaker
 
 MODEL_HELP = "Model folder (default: the shipped base); a Piper voice file (voice.onnx) is taken as --base FILE."
+MIN_RATE, MAX_RATE = 8_000, 48_000  # output sample rates (Hz): telephone to studio
 # A bar for text of more sentences than this: shorter text is spoken before a bar would say anything.
 PROGRESS_MIN_SENTENCES = 3
 
@@ -140,13 +142,19 @@ class SynthesizeOptions:
         None, "--format", help=f"Audio format: {', '.join(FORMATS)} (default: by --out's suffix; wav for '-')."
     )
     sample_rate: int | None = option(
-        None, help="Output sample rate in Hz (default: the model's, 22,050; Opus is written at 8-48 kHz)."
+        None,
+        min=MIN_RATE,
+        max=MAX_RATE,
+        help="Output sample rate in Hz, 8,000-48,000 (default: the model's, 22,050; Opus is written at 8-48 kHz).",
     )
     sentence_silence: float = option(
         parameter_default(Synthesizer.synthesize, "sentence_silence"),
         "--sentence-silence",
         "--sentence_silence",
-        help="Seconds of silence between sentences (and between utterances in one output).",
+        min=0.0,
+        max=MAX_SENTENCE_SILENCE,
+        help=f"Seconds of silence between sentences (and between utterances in one output), at most "
+        f"{MAX_SENTENCE_SILENCE:g}.",
     )
     timestamps: Path | None = option(
         None, help="Write word and phoneme times: FILE.json, or word captions FILE.srt / FILE.vtt."
@@ -158,11 +166,18 @@ class SynthesizeOptions:
         None,
         help="Vocoder of the Chorus base: griffin-lim, neural (the shipped one), or a folder. Default: the model's.",
     )
-    speed: float | None = option(None, help="> 1 speaks faster (2: twice as fast), < 1 slower (default 1).")
+    speed: float | None = option(
+        None,
+        min=MIN_SPEED,
+        max=MAX_SPEED,
+        help=f"> 1 speaks faster (2: twice as fast), < 1 slower (default 1; {MIN_SPEED:g}-{MAX_SPEED:g}, as OpenAI's).",
+    )
     length_scale: float | None = option(
         None,
         "--length-scale",
         "--length_scale",
+        min=1 / MAX_SPEED,
+        max=1 / MIN_SPEED,
         help="Piper's pace: durations times this (1 / --speed; on a Piper base, times the voice's own).",
     )
     noise_scale: float | None = option(

@@ -12,6 +12,8 @@ from chorus.text.ssml import Pause
 from chorus.text.timestamps import Timestamp
 
 SENTENCE_SILENCE = 0.2  # seconds between sentences
+# A longer pause is a mistake, not a choice, and each second of it is held in memory as samples (99,999 s: 8 GB).
+MAX_SENTENCE_SILENCE = 10.0
 
 
 def layout(
@@ -21,8 +23,8 @@ def layout(
     ``sentence_silence`` seconds between two of them, and SSML ``<break>`` pauses in place of that
     silence where they stand (raises ``SsmlError`` for SSML it cannot follow). Chunks with nothing to
     say are left out (:func:`chorus.text.sentences.speech_pieces`: into ``skipped``, else warned of)."""
-    if sentence_silence < 0:
-        raise ValueError(f"sentence_silence must be >= 0 seconds, got {sentence_silence}")
+    if not 0 <= sentence_silence <= MAX_SENTENCE_SILENCE:
+        raise ValueError(f"sentence_silence must be 0 to {MAX_SENTENCE_SILENCE:g} seconds, got {sentence_silence}")
     parts: list[str | Pause] = []
     for piece in speech_pieces(text, max_chars, skipped):
         if isinstance(piece, str) and parts and isinstance(parts[-1], str) and sentence_silence:
