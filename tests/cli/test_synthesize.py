@@ -290,3 +290,26 @@ def test_h_is_help_for_the_app_and_its_commands():
     assert runner.invoke(app, ["-h"]).output == runner.invoke(app, ["--help"]).output
     short = runner.invoke(app, ["synthesize", "-h"])
     assert short.exit_code == 0 and " synthesize [OPTIONS] [TEXT]" in short.output, short.output
+
+
+def test_what_a_newcomer_mistypes_gets_a_message_that_says_what_to_give(tiny_base, tmp_path):
+    """OpenAI's --voice for a speaker, a base or vocoder that does not exist, a folder as --text-file,
+    an upper-case format: each answered with what to give instead, never a missing config.json."""
+    out = ["--out", str(tmp_path / "x.wav")]
+    voice = runner.invoke(app, _args(tiny_base, "Hi.", "--voice", "alloy", *out), env=WIDE)
+    assert voice.exit_code == 2 and "no such voice folder" in voice.output and "--speaker alloy" in voice.output
+    base = runner.invoke(app, ["synthesize", "Hi.", "--base", "piper-amy", *out], env=WIDE)
+    assert base.exit_code == 2 and "unknown base 'piper-amy'" in base.output and "piper-joe" in base.output
+    vocoder = runner.invoke(
+        app, ["synthesize", "Hi.", "--model", str(tiny_base), "--vocoder", "hifigan", *out], env=WIDE
+    )
+    assert vocoder.exit_code == 2 and "'hifigan' is neither" in vocoder.output, vocoder.output
+    assert "'neural', the shipped neural vocoder" in vocoder.output
+    folder = runner.invoke(app, _args(tiny_base, "--text-file", str(tmp_path), "--out", str(tmp_path / "d")))
+    assert folder.exit_code == 2 and "a folder, not a text file" in folder.output
+    upper = runner.invoke(app, _args(tiny_base, "Hi.", "--format", "MP3", "--out", str(tmp_path / "x.mp3")))
+    assert upper.exit_code == 0 and (tmp_path / "x.mp3").read_bytes()[:3] in (b"ID3", b"\xff\xfb", b"\xff\xf3")
+    unquoted = runner.invoke(app, _args(tiny_base, "Hi", "there.", "--out", str(tmp_path / "words.wav")))
+    quoted = runner.invoke(app, _args(tiny_base, "--text", "Hi there.", "--out", str(tmp_path / "text.wav")))
+    assert unquoted.exit_code == 0 and quoted.exit_code == 0
+    assert (tmp_path / "words.wav").read_bytes() == (tmp_path / "text.wav").read_bytes()

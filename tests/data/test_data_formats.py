@@ -118,8 +118,11 @@ def test_bad_lines_reported_with_file_and_line(tmp_path: Path, metadata: Metadat
 
 
 def test_no_dataset_raises(tmp_path: Path) -> None:
-    with pytest.raises(DatasetFormatError, match="not a folder"):
+    with pytest.raises(DatasetFormatError, match="missing: no such folder"):
         discover(tmp_path / "missing")
+    (tmp_path / "a-file").write_text("x")
+    with pytest.raises(DatasetFormatError, match="a-file: not a folder"):
+        discover(tmp_path / "a-file")
     with pytest.raises(DatasetFormatError, match="no metadata.csv"):
         discover(tmp_path)
     (tmp_path / "speaker" / "wavs").mkdir(parents=True)

@@ -49,7 +49,7 @@ def utterances(text: str | None, text_file: Path | None, by_line: bool, json_inp
 def _file_lines(path: Path) -> list[Utterance]:
     """An utterance per non-blank line of ``path``, numbered by its line."""
     if not path.is_file():
-        fail(f"{path}: no such file")
+        fail(f"{path}: {'a folder, not a text file' if path.is_dir() else 'no such file'}")
     try:
         text = _decoded(path.read_bytes())
     except ValueError as error:

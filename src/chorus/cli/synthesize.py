@@ -84,8 +84,8 @@ def speakers(
 class SynthesizeOptions:
     """The command line of ``chorus synthesize``, one field an option (in the order --help lists them)."""
 
-    # As espeak-ng, say and gtts-cli take it: `chorus synthesize "Hello there."`.
-    words: str | None = given_option(
+    # As espeak-ng, say and gtts-cli take it: `chorus synthesize "Hello there."` (or unquoted, words joined).
+    words: list[str] | None = given_option(
         typer.Argument(None, metavar="TEXT", show_default=False, help="Text to speak, as --text takes it.")
     )
     text: str | None = option(None, help="Text to speak (any length). Without it: --text-file, or standard input.")
@@ -251,10 +251,10 @@ def _piper_spellings(options: SynthesizeOptions) -> SynthesizeOptions:
             fail(f"--length-scale must be positive, got {options.length_scale}")
         speed = 1.0 / options.length_scale
     speed = parameter_default(Synthesizer.synthesize, "speed") if speed is None else speed
-    if options.words is not None and options.text is not None:
+    if options.words and options.text is not None:
         fail("give the text once: as an argument or as --text")
-    text = options.text if options.words is None else options.words
-    out, audio_format = options.out, options.audio_format
+    text = " ".join(options.words) if options.words else options.text
+    out, audio_format = options.out, options.audio_format and options.audio_format.lower()  # MP3 is mp3
     if options.output_raw:
         if out is not None or options.output_dir is not None:
             fail("--output-raw writes to standard output: not with --out or --output-dir")
@@ -319,6 +319,12 @@ def _voice(options: SynthesizeOptions) -> tuple[Synthesizer, Speaker | Blend, st
     that names none (checked, and a blend parsed, once), and the adapted voice's name (None: a base speaker)."""
     if options.voice is not None and options.speaker is not None:
         fail("give --speaker (a base speaker) or --voice (an adapted voice), not both")
+    if options.voice is not None and not options.voice.exists():
+        # OpenAI's `voice` is Chorus's --speaker: "alloy" or a speaker's name given here is no typo of a path.
+        fail(
+            f"--voice {options.voice}: no such voice folder (made by `chorus adapt`); for a speaker of the base "
+            f"or an OpenAI voice name, give --speaker {options.voice}"
+        )
     with user_errors():
         tts = load_base(chosen_base(options.base, options.model, options.voice), options.vocoder, device=options.device)
         speaker = tts.resolve_speaker(openai_voice(options.speaker, tts.speakers))

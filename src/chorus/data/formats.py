@@ -121,7 +121,7 @@ def discover(root: str | Path) -> tuple[list[Utterance], list[MetadataProblem]]:
     """
     root = Path(root)
     if not root.is_dir():
-        raise DatasetFormatError(f"{root}: not a folder")
+        raise DatasetFormatError(f"{root}: {'not a folder' if root.exists() else 'no such folder'}")
     if (root / "metadata.csv").is_file():
         try:
             multi = _is_multi_speaker(root / "metadata.csv")

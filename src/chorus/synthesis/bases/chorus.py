@@ -14,8 +14,8 @@ from pathlib import Path
 from torch import nn
 
 from chorus.audio.postfilter import MelPostFilter
-from chorus.audio.vocoders import Vocoder, load_vocoder
-from chorus.models.bundle import ModelBundle, load_bundle
+from chorus.audio.vocoders import Vocoder, VocoderError, load_vocoder
+from chorus.models.bundle import CheckpointError, ModelBundle, load_bundle
 from chorus.synthesis.bases.base import Base
 from chorus.synthesis.forward import Sentence, SentenceResult, infer_batch, vocode_batch
 from chorus.synthesis.voices import Blend, Speaker, SpeakerSpec, base_voice
@@ -81,8 +81,17 @@ def open_base(spec: str | None, vocoder: str | Path | None = None, device: str =
     vocoder folder, a registered name (``"griffin-lim"``), ``"neural"`` for the shipped neural vocoder, or
     None for the model's ``default_vocoder`` (chosen on the judges when it was shipped; Griffin-Lim when
     the model names none)."""
+    if spec not in (None, NAME) and not Path(spec).exists():
+        # Whatever no other base claims lands here: a typo or another Piper name is not a missing config.json.
+        raise CheckpointError(
+            f"unknown base {spec!r}: give {NAME!r} (the shipped one), piper-joe, a Piper voice file (voice.onnx) "
+            "or a Chorus model folder"
+        )
     bundle = load_bundle(DEFAULT_BASE if spec in (None, NAME) else spec, device)
     vocoder = vocoder or bundle.info.get("default_vocoder", "griffin-lim")
     if str(vocoder) == "neural":
         vocoder = DEFAULT_VOCODER
-    return ChorusBase(bundle, load_vocoder(vocoder, mel_config=bundle.mel_config, device=device))
+    try:
+        return ChorusBase(bundle, load_vocoder(vocoder, mel_config=bundle.mel_config, device=device))
+    except VocoderError as error:  # the registry knows no "neural": it is this base's name for its own
+        raise VocoderError(f"{error}; or 'neural', the shipped neural vocoder") from None
