@@ -137,6 +137,8 @@ from chorus.text.sentences import UnspeakableTextWarning, is_speakable, speech_p
         ("v1.2.3", "v one point two point three"),
         ("ping 10.0.0.1", "ping ten dot zero dot zero dot one"),
         ("Take 2 mg/kg daily.", "Take two milligrams per kilogram daily."),
+        ("It costs \u00a5100.", "It costs one hundred yen."),
+        ("\u20b91,500", "one thousand five hundred rupees"),
         ("1 mg/kg", "one milligram per kilogram"),
         ("see https://example.com/a?b=1 now", "see example dot com slash a question mark b equals one now"),
     ],

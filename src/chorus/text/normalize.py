@@ -116,6 +116,8 @@ _CURRENCIES = {
     "$": ("dollar", "dollars", "cent", "cents"),
     "£": ("pound", "pounds", "penny", "pence"),
     "€": ("euro", "euros", "cent", "cents"),
+    "¥": ("yen", "yen", "sen", "sen"),
+    "₹": ("rupee", "rupees", "paisa", "paise"),
 }
 
 # Characters kept after normalization: letters, digits have been expanded by then, apostrophes inside
@@ -165,7 +167,7 @@ _st_re = re.compile(r"\bSt\.", re.IGNORECASE)
 _street_name_re = re.compile(r"\b(?:[A-Z][\w']*|\d+(?:st|nd|rd|th)?)$")
 _sentence_start_re = re.compile(r"(?:^|[.!?]['\"]?)\s*$")
 _currency_re = re.compile(
-    r"([$£€])\s?(\d[\d,]*)(?:\.(\d+))?(?:\s?(million|billion|thousand|trillion)\b|(bn|tn|[KkMmBT])\b|\b)"
+    r"([$£€¥₹])\s?(\d[\d,]*)(?:\.(\d+))?(?:\s?(million|billion|thousand|trillion)\b|(bn|tn|[KkMmBT])\b|\b)"
 )
 _percent_re = re.compile(r"(\d[\d,]*(?:\.\d+)?)\s?%")
 _ordinal_re = re.compile(r"\b(\d+)(st|nd|rd|th)\b", re.IGNORECASE)
