@@ -247,8 +247,6 @@ def _piper_spellings(options: SynthesizeOptions) -> SynthesizeOptions:
     if options.length_scale is not None:
         if speed is not None:
             fail("give --speed or --length-scale (1 / speed), not both")
-        if options.length_scale <= 0:
-            fail(f"--length-scale must be positive, got {options.length_scale}")
         speed = 1.0 / options.length_scale
     speed = parameter_default(Synthesizer.synthesize, "speed") if speed is None else speed
     if options.words and options.text is not None:
