@@ -220,7 +220,11 @@ def test_cli_adapt_errors_are_clear(tiny_base, new_voice_data, tmp_path):
     missing = runner.invoke(
         app, ["synthesize", "--text", "Hi.", "--voice", str(tmp_path / "nope"), "--model", str(tiny_base)]
     )
-    assert missing.exit_code == 2 and "not a voice folder" in missing.output
+    assert missing.exit_code == 2 and "no such voice folder" in missing.output and "--speaker" not in missing.output
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    not_one = runner.invoke(app, ["synthesize", "--text", "Hi.", "--voice", str(empty), "--model", str(tiny_base)])
+    assert not_one.exit_code == 2 and "not a voice folder" in not_one.output
 
 
 def test_split_at_silences_cuts_long_recordings_into_clips():

@@ -319,10 +319,9 @@ def _voice(options: SynthesizeOptions) -> tuple[Synthesizer, Speaker | Blend, st
         fail("give --speaker (a base speaker) or --voice (an adapted voice), not both")
     if options.voice is not None and not options.voice.exists():
         # OpenAI's `voice` is Chorus's --speaker: "alloy" or a speaker's name given here is no typo of a path.
-        fail(
-            f"--voice {options.voice}: no such voice folder (made by `chorus adapt`); for a speaker of the base "
-            f"or an OpenAI voice name, give --speaker {options.voice}"
-        )
+        name = str(options.voice)
+        hint = "" if "/" in name else f"; for a speaker of the base or an OpenAI voice name, give --speaker {name}"
+        fail(f"--voice {name}: no such voice folder (made by `chorus adapt`){hint}")
     with user_errors():
         tts = load_base(chosen_base(options.base, options.model, options.voice), options.vocoder, device=options.device)
         speaker = tts.resolve_speaker(openai_voice(options.speaker, tts.speakers))
