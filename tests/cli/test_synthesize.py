@@ -313,3 +313,10 @@ def test_what_a_newcomer_mistypes_gets_a_message_that_says_what_to_give(tiny_bas
     quoted = runner.invoke(app, _args(tiny_base, "--text", "Hi there.", "--out", str(tmp_path / "text.wav")))
     assert unquoted.exit_code == 0 and quoted.exit_code == 0
     assert (tmp_path / "words.wav").read_bytes() == (tmp_path / "text.wav").read_bytes()
+
+
+def test_an_output_that_cannot_be_written_is_named_as_asked_not_by_its_temporary_file(tiny_base):
+    target = "/proc/chorus-test.wav"  # a folder that exists and takes no new file (Linux), root or not
+    result = runner.invoke(app, _args(tiny_base, "Hi.", "--out", target), env=WIDE)
+    assert result.exit_code == 2 and f"cannot write {target}: " in result.output, result.output
+    assert ".tmp" not in result.output

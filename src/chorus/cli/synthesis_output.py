@@ -160,7 +160,11 @@ def _into_file(path: Path, write: Callable[[BinaryIO, bool], T]) -> T:
     done: list[T] = []
 
     def into(temp: Path) -> None:
-        with temp.open("w+b") as file:
+        try:
+            file = temp.open("w+b")
+        except OSError as error:  # named by the file asked for, not by its temporary twin
+            raise OSError(f"cannot write {path}: {error.strerror}") from None
+        with file:
             done.append(write(file, True))
 
     atomic_write(path, into)
