@@ -175,9 +175,12 @@ def measure(args, result: dict) -> None:
             print(f"engine {split} {speaker}: WER {row['wer']:.3f} MOS {row['mos']:.2f}", flush=True)
     rows = result["rows"]
     settings = itertools.product(args.vocoders.split(","), args.postfilters.split(","), args.speeds.split(","))
+    bases = {}  # one per vocoder: the post-filter and the speed are set per setting on the same base
     for vocoder, postfilter, speed in settings:
         spec = f"{vocoder} {postfilter}" + ("" if float(speed) == 1 else f" speed {speed}")
-        tts = load_base(vocoder=vocoder)
+        if vocoder not in bases:
+            bases[vocoder] = load_base(vocoder=vocoder)
+        tts = bases[vocoder]
         tts.postfilter = MelPostFilter(*(float(x) for x in postfilter.split(":")))
         for split, sentences in splits.items():
             for speaker in speakers:

@@ -35,6 +35,8 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from chorus.atomic import atomic_write_text
+
 
 def _git(*args: str) -> str:
     return subprocess.run(["git", *args], capture_output=True, text=True, check=False).stdout.strip()
@@ -187,12 +189,9 @@ class RunLog:
 
 
 def _write_json(path: Path, value: dict) -> None:
-    """``value`` to ``path`` by rename, so that a reader never sees half of it (chorus.atomic's way; bench
-    helpers import nothing of the package they measure)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    temp.write_text(json.dumps(value, indent=1) + "\n")
-    os.replace(temp, path)
+    """``value`` to ``path`` by rename (:func:`chorus.atomic.atomic_write_text`), so that a reader never
+    sees half of it."""
+    atomic_write_text(path, json.dumps(value, indent=1) + "\n")
 
 
 def run_records(*folders: Path, rows: Iterable[str] | None = None) -> dict[str, dict]:
@@ -202,7 +201,9 @@ def run_records(*folders: Path, rows: Iterable[str] | None = None) -> dict[str, 
     the results, which keep a row's latest measurement). A record that cannot be read is left out with a
     warning on stderr, never the report's end."""
     found = {}
-    for path in (p for folder in folders for p in sorted(Path(folder).glob("runs/*.json"))):
+    # A name starting with "." is a record being written (its temporary file), not a record.
+    records = (p for folder in folders for p in sorted(Path(folder).glob("runs/*.json")) if p.name[0] != ".")
+    for path in records:
         try:
             found[path.stem] = json.loads(path.read_text())
         except (OSError, json.JSONDecodeError) as error:

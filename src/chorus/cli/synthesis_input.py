@@ -70,11 +70,6 @@ def _stdin() -> BinaryIO | TextIO:
     return getattr(sys.stdin, "buffer", sys.stdin)
 
 
-def _end_of(stream: BinaryIO | TextIO) -> bytes | str:
-    """What ``stream.readline()`` returns at the end of ``stream``."""
-    return b"" if isinstance(stream.read(0), bytes) else ""
-
-
 def _decoded(raw: bytes | str) -> str:
     """``raw`` as text: UTF-8, a leading byte-order mark dropped; raises ``ValueError`` naming the first byte
     that is not UTF-8."""
@@ -90,7 +85,8 @@ def _stdin_lines(json_input: bool) -> Iterator[Utterance]:
     """Standard input's lines as they arrive (readline: nothing waits for more input than one line), one
     utterance each; blank lines are skipped, and so is a bad --json-input line, with a message."""
     stdin = _stdin()
-    for number, raw in enumerate(iter(stdin.readline, _end_of(stdin)), start=1):
+    # read(0) is the stream's own empty value (b"" or ""): what readline returns at its end.
+    for number, raw in enumerate(iter(stdin.readline, stdin.read(0)), start=1):
         where = f"standard input:{number}"
         try:
             line = _decoded(raw)

@@ -139,17 +139,10 @@ _month_day_re = re.compile(
 _month_abbrev_re = re.compile(r"\b(" + "|".join(_MONTH_ABBREVIATIONS) + r")\.", re.IGNORECASE)
 _phone_re = re.compile(r"(?<![\d-])(?:\+?1[-. ])?(?:\((\d{3})\)\s?|(\d{3})[-. ])?(\d{3})-(\d{4})(?![\d-])")
 _negative_re = re.compile(r"(?<![\w-])-(?=\d)")
-_unit_re = re.compile(
-    r"(\d[\d,]*(?:\.\d+)?)\s?(" + "|".join(re.escape(u) for u in sorted(_UNITS, key=len, reverse=True)) + r")(?![\w/])"
-)
+_unit_names = "|".join(re.escape(u) for u in sorted(_UNITS, key=len, reverse=True))  # longest first: "km/h"
+_unit_re = re.compile(r"(\d[\d,]*(?:\.\d+)?)\s?(" + _unit_names + r")(?![\w/])")
 # A unit per unit ("2 mg/kg", "5 m/s" is not listed: only pairs of listed units): "milligrams per kilogram".
-_per_unit_re = re.compile(
-    r"(\d[\d,]*(?:\.\d+)?)\s?("
-    + "|".join(re.escape(u) for u in sorted(_UNITS, key=len, reverse=True))
-    + r")/("
-    + "|".join(re.escape(u) for u in sorted(_UNITS, key=len, reverse=True))
-    + r")(?![\w/])"
-)
+_per_unit_re = re.compile(r"(\d[\d,]*(?:\.\d+)?)\s?(" + _unit_names + r")/(" + _unit_names + r")(?![\w/])")
 # Three or more dotted numbers: a version ("2.0.1": two point zero point one) or, four of at most three
 # digits, an IPv4 address ("10.0.0.1": ten dot zero dot zero dot one).
 _dotted_re = re.compile(r"(?<![\d.])\d+(?:\.\d+){2,}(?![\d.]\d)")
@@ -167,7 +160,9 @@ _st_re = re.compile(r"\bSt\.", re.IGNORECASE)
 _street_name_re = re.compile(r"\b(?:[A-Z][\w']*|\d+(?:st|nd|rd|th)?)$")
 _sentence_start_re = re.compile(r"(?:^|[.!?]['\"]?)\s*$")
 _currency_re = re.compile(
-    r"([$£€¥₹])\s?(\d[\d,]*)(?:\.(\d+))?(?:\s?(million|billion|thousand|trillion)\b|(bn|tn|[KkMmBT])\b|\b)"
+    "(["
+    + "".join(_CURRENCIES)
+    + r"])\s?(\d[\d,]*)(?:\.(\d+))?(?:\s?(million|billion|thousand|trillion)\b|(bn|tn|[KkMmBT])\b|\b)"
 )
 _percent_re = re.compile(r"(\d[\d,]*(?:\.\d+)?)\s?%")
 _ordinal_re = re.compile(r"\b(\d+)(st|nd|rd|th)\b", re.IGNORECASE)
@@ -291,15 +286,11 @@ def _month_day(match: re.Match) -> str:
 
 
 def _unit(match: re.Match) -> str:
-    number, unit = match.groups()
+    """ "5 km" and, with a second unit, "2 mg/kg": "two milligrams per kilogram"."""
+    number, unit, *per = match.groups()
     singular, plural = _UNITS[unit]
-    return f"{_decimal_or_cardinal(number)} {singular if number == '1' else plural}"
-
-
-def _per_unit(match: re.Match) -> str:
-    number, unit, per = match.groups()
-    singular, plural = _UNITS[unit]
-    return f"{_decimal_or_cardinal(number)} {singular if number == '1' else plural} per {_UNITS[per][0]}"
+    said = f"{_decimal_or_cardinal(number)} {singular if number == '1' else plural}"
+    return f"{said} per {_UNITS[per[0]][0]}" if per else said
 
 
 def _dotted(match: re.Match) -> str:
@@ -414,7 +405,7 @@ def normalize_text(text: str, *, warn: bool = True) -> str:
     text = _time_re.sub(_time, text)
     text = _negative_re.sub("minus ", text)
     text = _dotted_re.sub(_dotted, text)
-    text = _per_unit_re.sub(_per_unit, text)
+    text = _per_unit_re.sub(_unit, text)
     text = _unit_re.sub(_unit, text)
     text = _by_re.sub(lambda m: f"{m.group(1)} by {m.group(2)}", text)
     text = _times_re.sub(lambda m: _decimal_or_cardinal(m.group(1)) + " times", text)
