@@ -32,6 +32,11 @@ def test_speakers_lists_voices_and_the_default(tiny_base):
     result = runner.invoke(app, ["speakers", "--model", str(tiny_base)])
     assert result.exit_code == 0, result.output
     assert "m3" in result.output and "f2" in result.output and "yes" in result.output
+    listed = runner.invoke(app, ["speakers", "--model", str(tiny_base), "--json"])
+    assert listed.exit_code == 0, listed.output
+    rows = json.loads(listed.output)
+    assert [row["index"] for row in rows] == list(range(len(rows))) and {"m3", "f2"} <= {row["name"] for row in rows}
+    assert sum(row["default"] for row in rows) == 1
 
 
 def test_synthesize_writes_audio_and_reports_rtf(tiny_base, tmp_path):

@@ -22,9 +22,11 @@ def joined(paths: list[Path], out: Path) -> Path:
 
 
 def verify(a: Path, b: Path) -> str:
+    """The verdict's line; the exit status says the same (0 same speaker, 1 different), as cmp's does."""
     result = CliRunner().invoke(app, ["speaker", "verify", str(a), str(b)])
-    assert result.exit_code == 0, result.output
-    return " ".join(result.output.split())
+    said = " ".join(result.output.split())
+    assert result.exit_code == (0 if "same speaker" in said else 1), result.output
+    return said
 
 
 def test_verify_tells_joe_from_others_as_the_server_would(tmp_path):
@@ -45,7 +47,10 @@ def test_verify_tells_joe_from_others_as_the_server_would(tmp_path):
     assert "different speakers" in verify(first, joined(slt[0:3], tmp_path / "slt.wav"))
     # The old judge (the speaker encoder's plain cosine) is still there on request.
     result = CliRunner().invoke(app, ["speaker", "verify", str(first), str(second), "--encoder", str(_shipped())])
-    assert result.exit_code == 0 and "threshold" in result.output
+    assert result.exit_code == 0 and "same speaker" in result.output
+    slt_clip = tmp_path / "slt.wav"  # the plain cosine cannot tell flite-rms from joe: the reason it is no default
+    result = CliRunner().invoke(app, ["speaker", "verify", str(first), str(slt_clip), "--encoder", str(_shipped())])
+    assert result.exit_code == 1 and "different speakers" in result.output
 
 
 def _shipped() -> Path:

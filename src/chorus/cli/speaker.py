@@ -15,6 +15,8 @@ from chorus.training.speaker_encoder import CHECKPOINT, SPEAKER_OPTIMIZERS, Spea
 
 speaker_app = typer.Typer(help="Chorus's speaker encoder: train one, embed clips, verify and evaluate trials.")
 ENCODER_HELP = "Encoder folder (default: the one shipped with Chorus)."
+# verify's exit status for "different speakers", so that scripts can branch on it (cmp and diff's 1); an error is 2.
+DIFFERENT_SPEAKERS = 1
 
 
 def _encoder(folder: Path | None, device: str = "cpu"):
@@ -132,7 +134,8 @@ def verify(
 ) -> None:
     """Whether two clips are the same speaker, judged as the server's consent check judges a consent and a
     sample: resemblyzer and Chorus's consent encoder, each normalized against the shipped cohort heard
-    through the clips' channel, summed, against the threshold calibrated for that channel class."""
+    through the clips' channel, summed, against the threshold calibrated for that channel class.
+    Exit status, as cmp and diff give theirs: 0 same speaker, 1 different speakers, 2 trouble (cannot tell)."""
     if encoder is not None:
         bundle = _encoder(encoder, device)
         with user_errors():
@@ -140,7 +143,7 @@ def verify(
         score, same = bundle.verify(first, second)
         verdict = "same speaker" if same else "different speakers"
         console.print(f"score {score:.3f} (threshold {bundle.threshold:.3f}): {verdict}")
-        return
+        raise typer.Exit(0 if same else DIFFERENT_SPEAKERS)
     from chorus.audio.io import SAMPLE_RATE, load_audio
     from chorus.speaker_recognition.voice_match import UnusableRecording, fused_consent_match
 
@@ -157,6 +160,7 @@ def verify(
         f"score {verdict.score:.2f} (threshold {threshold:.2f} for channel class {verdict.threshold_key}; "
         f"resemblyzer + Chorus consent encoder, cohort-normalized): {said}"
     )
+    raise typer.Exit(0 if verdict.accepted else DIFFERENT_SPEAKERS)
 
 
 @speaker_app.command("eval")

@@ -16,6 +16,7 @@ then the speaking and writing (:mod:`chorus.cli.synthesis_output`).
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Callable, Iterable
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -61,7 +62,11 @@ PROGRESS_MIN_SENTENCES = 3
 
 
 def speakers(
-    model: Path | None = typer.Option(None, help=MODEL_HELP), base: str | None = typer.Option(None, help=BASE_HELP)
+    model: Path | None = typer.Option(None, help=MODEL_HELP),
+    base: str | None = typer.Option(None, help=BASE_HELP),
+    as_json: bool = typer.Option(
+        False, "--json", help='Print JSON for scripts: [{"index": 0, "name": ..., "default": true}, ...].'
+    ),
 ) -> None:
     """List the speakers the base model knows (a Piper base has one: its own voice)."""
     from chorus.synthesis.bases.piper import claims as piper_claims
@@ -74,6 +79,10 @@ def speakers(
         else:
             bundle = load_bundle(spec or DEFAULT_BASE)
             names, default = bundle.speakers, bundle.default_speaker
+    if as_json:
+        rows = [{"index": index, "name": name, "default": name == default} for index, name in enumerate(names)]
+        print(json.dumps(rows, indent=2))  # plain print: rich would colour and wrap what a script parses
+        return
     table = Table("index", "speaker", "default")
     for index, name in enumerate(names):
         table.add_row(str(index), name, "yes" if name == default else "")
@@ -228,7 +237,8 @@ def synthesize(options: SynthesizeOptions) -> None:
     with bar, user_errors():
         done = _speak(speech, jobs, destination, by_line, options)
     if not options.quiet:
-        destination.report.print(table)
+        # Line by line, standard output is Piper's list of files written, read by a program: the table is not one.
+        (errors if by_line else destination.report).print(table)
     if not done:
         fail("nothing was synthesized (see the skipped lines above)")
 
