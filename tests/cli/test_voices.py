@@ -79,6 +79,9 @@ def test_voices_create_wait_list_delete(live_server, custom_voice_recordings):
 
     listed = voices(url, "list")
     assert listed.exit_code == 0 and voice_id in listed.output and final["stage"] in listed.output, listed.output
+    # OpenAI's base_url habit (".../v1/") and a bare host:port name the same server.
+    for spelling in (f"{url}/v1/", url.removeprefix("http://")):
+        assert voices(spelling, "list").output == listed.output
     deleted = voices(url, "delete", voice_id)
     assert deleted.exit_code == 0 and deleted.output.strip() == f"deleted {voice_id}"
     assert voice_id not in voices(url, "list").output

@@ -337,6 +337,10 @@ def test_openapi_page_shows_the_routes_and_their_bodies(tenants_app):
     )
     docs = client.get("/docs")
     assert docs.status_code == 200 and "openapi.json" in docs.text
+    # Offline: every script and style the page loads comes from this server, none from a CDN.
+    loaded = re.findall(r'(?:src|href)="([^"]+)"', docs.text)
+    assert loaded and all(url.startswith("/") and not url.startswith("//") for url in loaded), loaded
+    assert all(client.get(url).status_code == 200 for url in loaded)
 
 
 def test_speech_formats_speed_and_streaming(tenants_app):
@@ -393,6 +397,18 @@ def test_a_wav_whole_before_its_first_byte_states_its_true_length(tenants_app):
     body = b"".join(base64.b64decode(e["audio"]) for e in deltas)
     with wave.open(io.BytesIO(body)) as read:
         assert read.getnframes() == (len(body) - 44) // 2 > 0
+
+    # Several sentences, asked whole ("stream": false, Chorus's extension): true sizes, the streamed samples.
+    whole = speak(client, input=SENTENCES, stream=False)
+    streamed = speak(client, input=SENTENCES)
+    assert int(whole.headers["content-length"]) == len(whole.content) and "content-length" not in streamed.headers
+    with wave.open(io.BytesIO(whole.content)) as read:
+        assert read.getnframes() == (len(whole.content) - 44) // 2
+    # The same samples but for rounding: the stream batches its sentences together, the whole answer one by one.
+    whole_samples, streamed_samples = decode(whole.content)[0], decode(streamed.content)[0]
+    assert len(whole_samples) == len(streamed_samples) and np.abs(whole_samples - streamed_samples).max() < 1e-3
+    assert_error(speak(client, input=SENTENCES, stream=False, stream_format="sse"), 400, "'stream': false")
+    assert_error(speak(client, stream="no"), 400, "'stream' must be true or false")
 
 
 def test_openai_defaults_mp3_and_its_model_names(tenants_app):
@@ -491,6 +507,15 @@ def test_a_sentence_in_another_script_is_left_out_and_named_never_a_cut_stream(t
     assert_error(speak(client, input="你好。再见。"), 400, "only text this model cannot read")
 
 
+def test_characters_left_out_of_a_spoken_sentence_are_named(tenants_app):
+    client, _ = tenants_app
+    plain = speak(client, input="Hello there.", response_format="pcm")
+    mixed = speak(client, input="Hello 你好 there 👍.", response_format="pcm")
+    assert mixed.status_code == 200 and unquote(mixed.headers["x-dropped-characters"]) == "你好👍"
+    assert mixed.content == plain.content and "x-skipped-text" not in mixed.headers
+    assert "x-dropped-characters" not in plain.headers
+
+
 @pytest.mark.parametrize(
     "instructions, pace, ignored",
     [
@@ -501,6 +526,12 @@ def test_a_sentence_in_another_script_is_left_out_and_named_never_a_cut_stream(t
         ("Read it quickly, with a British accent", 1.25, ("with a British accent",)),
         ("Speak in a cheerful tone.", 1.0, ("Speak in a cheerful tone",)),
         ("Breakfast tone", 1.0, ("Breakfast tone",)),  # "fast" only as a word
+        # A clause that says what not to do is no request for its pace: named, not followed (it was slowed).
+        ("Do not speak slowly.", 1.0, ("Do not speak slowly",)),
+        ("Don't rush, speak calmly", 1.0, ("Don't rush", "speak calmly")),
+        # Two paces for one request: neither taken, both named.
+        ("Speak slowly. Then speak quickly.", 1.0, ("Speak slowly", "speak quickly")),
+        ("Speak very slowly and softly, then faster", 1.0, ("Speak very slowly", "softly", "faster")),
     ],
 )
 def test_read_instructions(instructions, pace, ignored):
@@ -537,6 +568,7 @@ def test_voice_names_are_case_insensitive_and_a_typo_gets_did_you_mean(tenants_a
     client, _ = tenants_app
     assert speak(client, voice="Alloy").content == speak(client, voice="alloy").content
     assert speak(client, voice="ANN").content == speak(client, voice="ann").content
+    assert speak(client, voice=" ann ").content == speak(client, voice="ann").content  # a copied name's spaces
     assert_error(speak(client, voice="alloi"), 404, "did you mean 'alloy'")
     nothing_close = speak(client, voice="qqqq")
     assert nothing_close.status_code == 404 and "did you mean" not in nothing_close.text
@@ -756,6 +788,18 @@ BAD_SPEECH = [
     ({"response_format": {"type": "wav"}}, 400, "unsupported response_format 'dict'"),
     ({"voice": "alien"}, 409, "cannot be loaded on this server's base"),
 ]
+
+
+def test_an_optional_field_sent_as_null_takes_its_default(tenants_app):
+    """Clients that serialize unset options as null (JavaScript's, some SDKs') get the defaults, not a 400
+    naming a Python type; null is still no input or voice."""
+    client, _ = tenants_app
+    nulls = dict.fromkeys(("response_format", "speed", "instructions", "stream_format", "sample_rate", "stream"))
+    answer = speak(client, **nulls)
+    assert answer.status_code == 200 and answer.headers["content-type"] == "audio/mpeg"
+    assert answer.content == speak(client, response_format="mp3").content
+    assert_error(speak(client, input=None), 400, "'input' is required")
+    assert_error(speak(client, voice=None), 400, "'voice' is required")
 
 
 @pytest.mark.parametrize("change, status, fragment", BAD_SPEECH, ids=[str(c)[:40] for c, _, _ in BAD_SPEECH])

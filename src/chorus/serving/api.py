@@ -18,6 +18,7 @@ from collections.abc import Callable
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
+from fastapi_offline import FastAPIOffline
 from starlette.concurrency import run_in_threadpool
 
 from chorus.serving.batcher import SpeechQueue
@@ -61,7 +62,8 @@ def create_app(
         finally:
             await run_in_threadpool(server.close)
 
-    app = FastAPI(
+    # FastAPI's own /docs page loads Swagger UI from a CDN; FastAPIOffline serves the same page from its wheel.
+    app = FastAPIOffline(
         title="Chorus voice server", lifespan=lifespan, docs_url="/docs", redoc_url=None, openapi_url="/openapi.json"
     )
     app.state.server = server

@@ -29,11 +29,20 @@ class ServerUnreachable(ConnectionError):
     """No server answered at the URL (none running, another port, a firewall)."""
 
 
+def server_root(url: str) -> str:
+    """The server's root URL as the routes are joined to it, from what a user gives: OpenAI's ``base_url``
+    habit (".../v1") and a bare "host:port" (http, as ``chorus serve`` speaks) are taken too."""
+    url = url.strip().rstrip("/")
+    if "://" not in url:
+        url = f"http://{url}"
+    return url.removesuffix("/v1")
+
+
 class VoicesClient:
     """The custom-voice routes of the server at ``url`` as tenant of ``key`` (None: a server without keys)."""
 
     def __init__(self, url: str = DEFAULT_SERVER, key: str | None = None, timeout: float = 300.0):
-        self.url = url.rstrip("/")
+        self.url = server_root(url)
         self.session = requests.Session()
         if key:
             self.session.headers["Authorization"] = f"Bearer {key}"

@@ -380,8 +380,10 @@ def _saint_or_street(match: re.Match) -> str:
     return "Street. " if next_is_name or not after.strip() else "Street "
 
 
-def normalize_text(text: str, *, warn: bool = True) -> str:
-    """Return ``text`` as plain spoken English words with pause punctuation.
+def normalize_text(text: str, *, warn: bool = True, dropped: list[str] | None = None) -> str:
+    """Return ``text`` as plain spoken English words with pause punctuation. Characters with no spoken form
+    are left out: appended to ``dropped`` when a list is given (the server names them in a header), else
+    warned of (:class:`UnknownCharacterWarning`) if ``warn``.
 
     >>> normalize_text("Dr. Smith paid $5.50 on May 3rd.")
     'doctor Smith paid five dollars and fifty cents on May third.'
@@ -418,7 +420,7 @@ def normalize_text(text: str, *, warn: bool = True) -> str:
     # Spaces around the words part "MP3" into "MP three"; runs of spaces are collapsed at the end.
     text = _number_re.sub(lambda m: f" {_number(m)} ", text)
     text = text.replace("&", " and ").replace("-", " ").replace('"', " ")
-    kept, dropped = [], []
+    kept, unspoken = [], []
     for char in unicodedata.normalize("NFC", text):
         if _ALLOWED.match(char) or char.isspace() or _is_latin_letter(char):
             kept.append(char)
@@ -426,11 +428,13 @@ def normalize_text(text: str, *, warn: bool = True) -> str:
             continue  # a mark left over after composing ("e" + three acute accents)
         else:
             kept.append(" ")
-            dropped.append(char)
-    if dropped and warn:
+            unspoken.append(char)
+    if dropped is not None:
+        dropped += unspoken
+    elif unspoken and warn:
         # In the order they came, so a reader finds them in the text.
         warnings.warn(
-            f"dropped characters with no spoken form: {''.join(dict.fromkeys(dropped))!r}",
+            f"dropped characters with no spoken form: {''.join(dict.fromkeys(unspoken))!r}",
             UnknownCharacterWarning,
             stacklevel=2,
         )

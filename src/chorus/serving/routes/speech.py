@@ -7,9 +7,10 @@ The body is ``{"model", "input", "voice", "response_format", "speed", "instructi
 (:func:`chorus.synthesis.timeline.layout`: sentences, the silence between them, SSML breaks), so the same
 text and voice give the same samples as ``chorus synthesize``. Text of several sentences is streamed
 (chunked) sentence by sentence as each is made, one encoder over the whole text; a streamed WAV's header
-says "unknown length" (sizes 0xFFFFFFFF). Text of one sentence (SSML breaks around it or not) is known whole
-once that sentence is made, before any byte goes out: it is sent whole, a WAV with its true sizes. FLAC
-is sent whole. ``stream_format: "sse"`` sends OpenAI's
+says "unknown length" (sizes 0xFFFFFFFF), as OpenAI's does. Text of one sentence (SSML breaks around it or
+not) is known whole once that sentence is made, before any byte goes out: it is sent whole, a WAV with its
+true sizes. FLAC is sent whole, and so is any format when the body says ``"stream": false`` (Chorus's
+extension, for readers that trust a WAV's sizes). ``stream_format: "sse"`` sends OpenAI's
 ``speech.audio.delta`` / ``speech.audio.done`` events. The captioned route answers JSON with the audio
 (base64) and every word's and phoneme's start and end, from the durations the model predicted.
 """
@@ -44,6 +45,7 @@ from chorus.serving.schemas.speech import (
 )
 from chorus.serving.server import ServerState
 from chorus.synthesis.timeline import Timeline, layout, silence
+from chorus.text.normalize import normalize_text
 from chorus.text.sentences import estimated_seconds
 from chorus.text.ssml import Pause, SsmlError
 
@@ -63,14 +65,16 @@ _BODY = {
 
 @dataclass
 class CheckedSpeech:
-    """A checked speech request: whose, its body, its voice (resolved once), what to read, in order, and
-    the chunks of its text left out for having nothing to say."""
+    """A checked speech request: whose, its body, its voice (resolved once), what to read, in order, the
+    chunks of its text left out for having nothing to say, and the characters left out of the chunks read
+    (no spoken form: "你好" inside an English sentence, an emoji)."""
 
     tenant: str
     body: SpeechRequest
     voice: EngineVoice
     pieces: list[str | Pause]
     skipped: list[str]
+    dropped: list[str]
 
     def headers(self, out_rate: int) -> dict[str, str]:
         """What the answer says beside its audio: the rate sent, and what of the request it did not follow."""
@@ -80,6 +84,8 @@ class CheckedSpeech:
             headers["X-Instructions-Ignored"] = _header_text("; ".join(ignored))
         if self.skipped:
             headers["X-Skipped-Text"] = _header_text(" ".join(self.skipped))
+        if self.dropped:  # each once, in the order they came, so a reader finds them in the text
+            headers["X-Dropped-Characters"] = _header_text("".join(dict.fromkeys(self.dropped)))
         return headers
 
     def synthesize(self, server: ServerState, text: str):
@@ -113,8 +119,12 @@ async def checked_speech(request: Request, tenant: str, server: ServerState) -> 
             param="input",
             code="output_too_long",
         )
+    dropped: list[str] = []
+    for piece in pieces:
+        if isinstance(piece, str):
+            normalize_text(piece, dropped=dropped)
     server.metrics.characters.inc(len(body.input))
-    return CheckedSpeech(tenant, body, voice, pieces, skipped)
+    return CheckedSpeech(tenant, body, voice, pieces, skipped, dropped)
 
 
 # Printable ASCII but "%" stays as it is in a header value; the rest is percent-encoded UTF-8.
@@ -162,7 +172,8 @@ async def speech(request: Request, tenant: Tenant, server: Server):
         raise job.failed(error) from None
     # With its only sentence made, the whole answer is known before its first byte: sent whole, true sizes.
     only_sentence = sum(isinstance(p, str) for p in job.pieces) == 1
-    if body.stream_format == "audio" and (only_sentence or not FORMATS[body.response_format].streams):
+    whole = only_sentence or not body.stream or not FORMATS[body.response_format].streams
+    if body.stream_format == "audio" and whole:
         return await _whole(request, server, job, first_index, first, out_rate, media_type, headers)
     audio = _streamed(server, job, first_index, first, out_rate)
     if body.stream_format == "sse":

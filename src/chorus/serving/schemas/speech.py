@@ -9,12 +9,13 @@ body itself: its refusals would name no field the OpenAI way.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 from pydantic_core import ErrorDetails, PydanticCustomError
 
 from chorus.audio.encode import FORMATS
@@ -26,6 +27,7 @@ MIN_SPEED, MAX_SPEED = 0.25, 4.0
 PCM_RATE = 24_000  # OpenAI's raw pcm is 24 kHz, and its clients play it so
 MIN_RATE, MAX_RATE = 8_000, 48_000
 MAX_INSTRUCTIONS_CHARS = 4096
+_REQUIRED = ("input", "voice")  # null there is refused as missing; any other field sent as null takes its default
 DEFAULT_FORMAT = "mp3"  # OpenAI's: its clients write what comes back without a format into "speech.mp3"
 # What ``instructions`` can ask of this model: its speaking rate. The rest (tone, emotion, accent) is
 # ignored and said so in a header, as code written for gpt-4o-mini-tts expects to be spoken, not refused.
@@ -39,6 +41,9 @@ _PACE = {"slow": 0.8, "quick": 1.25, "fast": 1.25, "rapid": 1.25}
 _CLAUSES = re.compile(r"[.,;:!?\n]+|\s+(?:and|but|then|while)\s+", re.IGNORECASE)
 # Words that ask for nothing by themselves ("please speak", "read it").
 _FILLER = re.compile(r"^(?:(?:please|speak|talk|read|say|it|this|the|text|voice|in|a|an|with)\s*)*$", re.IGNORECASE)
+# A clause that says what not to do ("Do not speak slowly", "never rush"): its pace words are no request for
+# that pace, and this model cannot follow "not slowly" any better than a tone: the whole clause is ignored.
+_NEGATED = re.compile(r"\b(?:not|no|never|don't|dont|avoid|without)\b|n't\b", re.IGNORECASE)
 
 
 class SpeechRequest(BaseModel):
@@ -75,12 +80,26 @@ class SpeechRequest(BaseModel):
         description="audio: the file's bytes; sse: server-sent events speech.audio.delta (base64 audio of "
         "response_format) and speech.audio.done, as OpenAI's",
     )
+    stream: bool = Field(
+        True,
+        description="Chorus extension: false sends the file whole once it is made (a WAV then states its true "
+        "length, with a Content-Length) instead of streaming several sentences as each is made",
+    )
     sample_rate: int | None = Field(
         None,
         ge=MIN_RATE,
         le=MAX_RATE,
         description="Chorus extension: output rate in Hz (default: the model's, 24 kHz for pcm); sent as X-Sample-Rate",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _null_is_default(cls, body: object) -> object:
+        """An optional field sent as null takes its default, as when left out (clients that serialize unset
+        options as null: JavaScript's, some SDKs' defaults)."""
+        if isinstance(body, dict):
+            return {k: v for k, v in body.items() if not (v is None and k in cls.model_fields and k not in _REQUIRED)}
+        return body
 
     @field_validator("model")
     @classmethod
@@ -102,8 +121,10 @@ class SpeechRequest(BaseModel):
     @field_validator("voice", mode="before")
     @classmethod
     def _voice_reference(cls, voice: object) -> object:
-        """OpenAI's custom voice reference ``{"id": ...}`` names the voice by its id."""
-        return voice.get("id") if isinstance(voice, dict) else voice
+        """OpenAI's custom voice reference ``{"id": ...}`` names the voice by its id; spaces around a name
+        (a copied "nova ") are no part of it."""
+        voice = voice.get("id") if isinstance(voice, dict) else voice
+        return voice.strip() if isinstance(voice, str) else voice
 
 
 def _shown(value: object) -> str:
@@ -157,6 +178,7 @@ _REFUSALS: dict[str, Callable[[ErrorDetails], ApiError]] = {
     ),
     "speed": lambda _: ApiError(400, f"'speed' must be a number from {MIN_SPEED} to {MAX_SPEED}", param="speed"),
     "stream_format": lambda _: ApiError(400, "stream_format must be 'audio' or 'sse'", param="stream_format"),
+    "stream": lambda _: ApiError(400, "'stream' must be true or false", param="stream"),
     "instructions": _instructions_refused,
     "sample_rate": lambda _: ApiError(
         400, f"'sample_rate' must be a whole number of Hz from {MIN_RATE} to {MAX_RATE}", param="sample_rate"
@@ -183,6 +205,8 @@ def parse_speech(body: object, max_text_chars: int) -> SpeechRequest:
         request = SpeechRequest.model_validate(body, context={"max_text_chars": max_text_chars})
     except ValidationError as error:
         raise _refusal(error) from None
+    if request.stream_format == "sse" and not request.stream:
+        raise ApiError(400, "stream_format 'sse' is a stream: leave out 'stream': false", param="stream")
     if request.instructions and request.instructions.strip():
         speed = request.speed * read_instructions(request.instructions).pace
         request = request.model_copy(update={"speed": min(MAX_SPEED, max(MIN_SPEED, speed))})
@@ -204,18 +228,29 @@ def read_instructions(instructions: str) -> Instructions:
     >>> read_instructions("Speak slowly and calmly.")
     Instructions(pace=0.8, ignored=('calmly',))
     """
-    pace = 1.0
-    ignored = []
+    factors: list[float] = []  # each pace asked for
+    # In the order written: (a clause that asks a pace, or None; what of a clause this model cannot follow).
+    clauses: list[tuple[str | None, str]] = []
     for clause in _CLAUSES.split(instructions):
-        found = list(_PACE_WORDS.finditer(clause))
-        for match in found:
-            factor = next(f for stem, f in _PACE.items() if match["pace"].lower().startswith(stem))
-            degree = (match["very"] or "").split()
-            pace *= factor**2 if degree[:1] in (["very"], ["really"]) else factor**0.5 if degree else factor
-        rest = _PACE_WORDS.sub(" ", clause).strip()
-        if rest and not _FILLER.match(rest):
-            ignored.append(" ".join(rest.split()))
-    return Instructions(pace=pace, ignored=tuple(ignored))
+        said = " ".join(clause.split())
+        if _NEGATED.search(clause):
+            clauses.append((None, said))
+            continue
+        asked = [_factor(match) for match in _PACE_WORDS.finditer(clause)]
+        factors += asked
+        rest = " ".join(_PACE_WORDS.sub(" ", clause).split())
+        clauses.append((said if asked else None, "" if not rest or _FILLER.match(rest) else rest))
+    if any(f < 1 for f in factors) and any(f > 1 for f in factors):
+        # "Speak slowly, then quickly": one request is spoken at one pace, so neither is taken, and both named.
+        return Instructions(ignored=tuple(paced or rest for paced, rest in clauses if paced or rest))
+    return Instructions(pace=math.prod(factors, start=1.0), ignored=tuple(rest for _, rest in clauses if rest))
+
+
+def _factor(match: re.Match) -> float:
+    """The speed a pace phrase asks for ("slowly" 0.8, "very fast" 1.25 squared, "a bit faster" its root)."""
+    factor = next(f for stem, f in _PACE.items() if match["pace"].lower().startswith(stem))
+    degree = (match["very"] or "").split()
+    return factor**2 if degree[:1] in (["very"], ["really"]) else factor**0.5 if degree else factor
 
 
 class Timing(BaseModel):
