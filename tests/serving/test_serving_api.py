@@ -507,6 +507,39 @@ def test_a_sentence_in_another_script_is_left_out_and_named_never_a_cut_stream(t
     assert_error(speak(client, input="你好。再见。"), 400, "only text this model cannot read")
 
 
+def test_piper_http_api_speaks_as_the_speech_route(tenants_app):
+    """``POST /`` as Piper's HTTP server answers it: JSON or plain text in, one whole WAV out, the same
+    samples as /v1/audio/speech for the same text, speaker and pace."""
+    import wave
+
+    client, _ = tenants_app
+    server = client.app.state.server
+    default, second = server.engine.default_speaker, server.engine.speakers[1]
+    answer = client.post("/", json={"text": SENTENCES}, headers=ACME)
+    assert answer.status_code == 200 and answer.headers["content-type"] == "audio/wav", answer.text
+    with wave.open(io.BytesIO(answer.content)) as read:  # whole, with its true sizes
+        assert read.getnframes() == (len(answer.content) - 44) // 2 > 0
+    assert answer.content == speak(client, input=SENTENCES, voice=default, stream=False).content
+    plain = client.post("/", content=SENTENCES.encode(), headers=ACME | {"Content-Type": "text/plain"})
+    assert plain.content == answer.content
+    by_index = client.post("/", json={"text": "Hello there.", "speaker_id": 1}, headers=ACME)
+    assert by_index.content == speak(client, voice=second).content
+    paced = client.post("/", json={"text": "Hello there.", "speaker": second, "length_scale": 2.0}, headers=ACME)
+    assert paced.content == speak(client, voice=second, speed=0.5).content
+    noisy = client.post("/", json={"text": "Hello there.", "noise_scale": 0.3}, headers=ACME)
+    assert noisy.status_code == 200 and noisy.headers["x-options-ignored"] == "noise_scale"
+    assert_error(client.post("/", json={"text": "Hello there."}), 401)
+    for body, fragment in [
+        ({}, "'text' is required"),
+        ({"text": "Hi.", "length_scale": 9}, "'length_scale' must be a number from 0.25 to 4"),
+        ({"text": "Hi.", "speaker_id": 99}, "'speaker_id' must be a whole number from 0 to"),
+        ({"text": "Hi.", "rate": 2}, "unknown field(s) 'rate'"),
+        ({"text": "Hi.", "voice": "nobody"}, "not found"),
+    ]:
+        assert fragment in client.post("/", json=body, headers=ACME).json()["error"]["message"]
+    assert_error(client.post("/", content=b"<x/>", headers=ACME | {"Content-Type": "application/xml"}), 415)
+
+
 def test_characters_left_out_of_a_spoken_sentence_are_named(tenants_app):
     client, _ = tenants_app
     plain = speak(client, input="Hello there.", response_format="pcm")
@@ -1742,6 +1775,7 @@ def test_every_route_keeps_tenants_apart(tiny_base, adapter_folders, new_voice_d
 
     matrix = {
         ("POST", "/v1/audio/speech"): (lambda: speak(client, GLOBEX, voice="bob"), 404),
+        ("POST", "/"): (lambda: client.post("/", json={"text": "Hi.", "voice": "bob"}, headers=GLOBEX), 404),
         ("GET", "/v1/audio/voices"): (lambda: client.get("/v1/audio/voices", headers=GLOBEX), no_acme_voice),
         ("POST", "/v1/audio/speech/captioned"): (
             lambda: client.post("/v1/audio/speech/captioned", json={"input": "Hi.", "voice": "bob"}, headers=GLOBEX),

@@ -42,11 +42,13 @@ def is_operator(request: Request, server: ServerState) -> bool:
         return False
 
 
-async def read_json(request: Request, limit: int) -> object:
-    """The request's JSON body: 415 for another content type, 413 past ``limit`` bytes, 400 if malformed."""
-    content_type = request.headers.get("content-type", "")
-    if content_type.split(";")[0].strip().lower() != "application/json":
-        raise ApiError(415, f"expected Content-Type application/json, got {content_type[:60] or 'none'!r}")
+def content_type(request: Request) -> str:
+    """The request's media type, lower case, without its parameters ("application/json")."""
+    return request.headers.get("content-type", "").split(";")[0].strip().lower()
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The request's body: 413 past ``limit`` bytes, by its Content-Length or as it arrives."""
     declared = request.headers.get("content-length")
     if declared and declared.isdigit() and int(declared) > limit:
         raise ApiError(413, f"the request body is over {limit} bytes", type="request_too_large")
@@ -55,6 +57,15 @@ async def read_json(request: Request, limit: int) -> object:
         body += chunk
         if len(body) > limit:
             raise ApiError(413, f"the request body is over {limit} bytes", type="request_too_large")
+    return body
+
+
+async def read_json(request: Request, limit: int) -> object:
+    """The request's JSON body: 415 for another content type, 413 past ``limit`` bytes, 400 if malformed."""
+    if content_type(request) != "application/json":
+        given = request.headers.get("content-type", "")
+        raise ApiError(415, f"expected Content-Type application/json, got {given[:60] or 'none'!r}")
+    body = await read_body(request, limit)
     try:
         return loads_bounded(body)
     except BodyError as error:

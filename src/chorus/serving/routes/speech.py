@@ -98,7 +98,14 @@ class CheckedSpeech:
 
 async def checked_speech(request: Request, tenant: str, server: ServerState) -> CheckedSpeech:
     settings = server.settings
-    body = parse_speech(await read_json(request, settings.max_json_bytes), settings.max_text_chars)
+    return await check_speech(
+        parse_speech(await read_json(request, settings.max_json_bytes), settings.max_text_chars), tenant, server
+    )
+
+
+async def check_speech(body: SpeechRequest, tenant: str, server: ServerState) -> CheckedSpeech:
+    """``body``, parsed, checked against the server: its voice resolved, its text laid out and bounded."""
+    settings = server.settings
     voice = await run_in_threadpool(server.resolve_voice, tenant, body.voice)
     if not server.started:
         raise ApiError(503, "the server is starting", type="server_error")
@@ -159,7 +166,11 @@ async def speech_events(audio: AsyncIterator[bytes], input_chars: int) -> AsyncI
     openapi_extra=_BODY,
 )
 async def speech(request: Request, tenant: Tenant, server: Server):
-    job = await checked_speech(request, tenant, server)
+    return await spoken(request, server, await checked_speech(request, tenant, server))
+
+
+async def spoken(request: Request, server: ServerState, job: CheckedSpeech) -> Response:
+    """The answer to a checked request: whole, streamed, or as server-sent events, as its body asks."""
     body = job.body
     out_rate = output_rate_of(body, server.engine.sample_rate)
     headers = job.headers(out_rate)

@@ -1,0 +1,100 @@
+"""Piper's HTTP API: ``POST /``, as ``python -m piper.http_server`` answers it, so a client written for a Piper
+server speaks through Chorus unchanged.
+
+The body is JSON ``{"text", "voice", "speaker", "speaker_id", "length_scale", "noise_scale",
+"noise_w_scale"}`` (piper1-gpl's fields; only ``text`` is required), or the text itself as ``text/plain``
+(the older rhasspy/piper server's). The answer is one whole WAV at the model's rate, with its true sizes, as
+Piper's is. ``voice`` or ``speaker`` name what OpenAI's route calls ``voice`` (a speaker, a blend, one of the
+tenant's voices); ``speaker_id`` is a base speaker by index; ``length_scale`` is 1 / speed. The request goes
+through the speech route's own checks and synthesis (:func:`~chorus.serving.routes.speech.check_speech`),
+so the same text and voice give the same samples from both routes. The server's noise is the voice's own:
+``noise_scale`` and ``noise_w_scale`` are named in ``X-Options-Ignored``, not followed.
+"""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+
+from chorus.serving.errors import ApiError
+from chorus.serving.json_body import BodyError, loads_bounded
+from chorus.serving.routes.deps import ERRORS, Server, Tenant, content_type, read_body
+from chorus.serving.routes.speech import check_speech, spoken
+from chorus.serving.schemas.speech import MAX_SPEED, MIN_SPEED, parse_speech
+
+router = APIRouter()
+
+FIELDS = ("text", "voice", "speaker", "speaker_id", "length_scale", "noise_scale", "noise_w_scale")
+IGNORED = ("noise_scale", "noise_w_scale")  # the voice's own noise is used
+
+
+@router.post(
+    "/",
+    summary="Piper's HTTP API: text in, one WAV out",
+    responses={200: {"content": {"audio/wav": {}}}, **ERRORS},
+)
+async def piper_speech(request: Request, tenant: Tenant, server: Server):
+    settings = server.settings
+    fields = await _piper_fields(request, settings.max_json_bytes)
+    text = fields.get("text")
+    if not isinstance(text, str) or not text.strip():
+        raise ApiError(400, "'text' is required: the text to speak, as a string", param="text")
+    voice = _voice(fields, server.engine.speakers, server.engine.default_speaker)
+    asked = {"input": text, "voice": voice, "response_format": "wav", "speed": _speed(fields.get("length_scale"))}
+    body = parse_speech(asked | {"stream": False}, settings.max_text_chars)
+    answer = await spoken(request, server, await check_speech(body, tenant, server))
+    ignored = [name for name in IGNORED if fields.get(name) is not None]
+    if ignored:
+        answer.headers["X-Options-Ignored"] = ", ".join(ignored)
+    return answer
+
+
+async def _piper_fields(request: Request, limit: int) -> dict:
+    """The body's fields: a JSON object's (unknown fields refused by name), or ``{"text": ...}`` for text."""
+    kind = content_type(request)
+    body = await read_body(request, limit)
+    if kind in ("text/plain", ""):
+        try:
+            return {"text": body.decode("utf-8")}
+        except UnicodeDecodeError:
+            raise ApiError(400, "the text is not UTF-8", param="text") from None
+    if kind != "application/json":
+        raise ApiError(415, f"expected Content-Type application/json or text/plain, got {kind[:60]!r}")
+    try:
+        fields = loads_bounded(body)
+    except BodyError as error:
+        raise ApiError(400, str(error)) from None
+    if not isinstance(fields, dict):
+        raise ApiError(400, "the request body must be a JSON object with a 'text'")
+    unknown = sorted(set(fields) - set(FIELDS))
+    if unknown:
+        raise ApiError(400, f"unknown field(s) {', '.join(map(repr, unknown))}: Piper's are {', '.join(FIELDS)}")
+    return fields
+
+
+def _speed(length_scale: object) -> float:
+    """Piper's ``length_scale`` (durations times it) as the speech route's speed."""
+    if length_scale is None:
+        return 1.0
+    low, high = 1 / MAX_SPEED, 1 / MIN_SPEED
+    if isinstance(length_scale, bool) or not isinstance(length_scale, int | float) or not low <= length_scale <= high:
+        raise ApiError(400, f"'length_scale' must be a number from {low:g} to {high:g}", param="length_scale")
+    return 1 / length_scale
+
+
+def _voice(fields: dict, speakers: list[str], default: str) -> str:
+    """Who speaks: ``speaker_id`` (a base speaker by index) over ``speaker`` over ``voice``, else the
+    base's default speaker."""
+    index = fields.get("speaker_id")
+    if index is not None:
+        if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < len(speakers):
+            raise ApiError(
+                400, f"'speaker_id' must be a whole number from 0 to {len(speakers) - 1}", param="speaker_id"
+            )
+        return speakers[index]
+    for name in ("speaker", "voice"):
+        value = fields.get(name)
+        if value is not None:
+            if not isinstance(value, str):
+                raise ApiError(400, f"'{name}' must be a string: a speaker or one of your voices", param=name)
+            return value
+    return default
