@@ -13,3 +13,24 @@ def load_base(*args, **kwargs):
     from chorus.synthesis import load_base as _load_base
 
     return _load_base(*args, **kwargs)
+
+
+# The library's main classes, imported on first use: `import chorus` stays fast (no torch) for the CLI.
+_LAZY = {
+    "Synthesizer": "chorus.synthesis",
+    "SynthesisResult": "chorus.synthesis",
+    "Timestamp": "chorus.text.timestamps",
+}
+__all__ = ["__version__", "load_base", *_LAZY]
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'chorus' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

@@ -36,6 +36,51 @@ def test_synthesize_by_name_index_and_default(tiny_base):
         tts.synthesize("A short test.", "nobody")
 
 
+def test_bad_arguments_are_named_before_any_work(tiny_base, tmp_path):
+    """Wrong types are TypeErrors naming the argument (not an AttributeError from the text front end); a
+    speed outside the server's 0.25-4 is refused; a loaded voice's name given as a speaker says to pass
+    voice=; a device this machine lacks is named."""
+    tts = load_base(tiny_base, "griffin-lim")
+    for text in (42, None, ["A.", "B."], b"Hello."):
+        with pytest.raises(TypeError, match="text must be a str"):
+            tts.synthesize(text)
+    with pytest.raises(TypeError, match="speaker must be a name, an index or None, got float"):
+        tts.synthesize("Hello.", speaker=1.5)
+    with pytest.raises(TypeError, match="speed must be a number"):
+        tts.synthesize("Hello.", speed="fast")
+    for speed in (0.1, 10.0, float("nan")):
+        with pytest.raises(ValueError, match="speed must be from 0.25 to 4"):
+            tts.synthesize("Hello.", speed=speed)
+        with pytest.raises(ValueError, match="speed must be from 0.25 to 4"):
+            tts.synthesize_batch(["Hello."], speed=speed)
+    with pytest.raises(TypeError, match="a list of sentences"):
+        tts.synthesize_batch("Hello.")
+    with pytest.raises(ValueError, match="is not a device"):
+        load_base(tiny_base, "griffin-lim", device="gpu")
+
+
+def test_openai_voice_names_speak_as_their_speakers(tiny_base):
+    """ "alloy" speaks as the server and the CLI take it: its speaker where the base has it, else the default."""
+    from chorus.synthesis.voices import OPENAI_VOICE_ALIASES
+
+    tts = load_base(tiny_base, "griffin-lim")
+    assert OPENAI_VOICE_ALIASES["alloy"] not in tts.speakers  # the tiny base: the default speaker speaks
+    alloy, default = tts.synthesize("Hello.", speaker="Alloy"), tts.synthesize("Hello.")
+    assert np.array_equal(alloy.audio, default.audio) and alloy.speaker == tts.default_speaker
+    assert tts.resolve_speaker("f2").name == "f2"  # a speaker of the base is itself
+
+
+def test_results_say_what_they_hold_and_write_any_format_name(tiny_base, tmp_path):
+    tts = load_base(tiny_base, "griffin-lim")
+    result = tts.synthesize("Hello there.")
+    assert result != tts.synthesize("Hello there.")  # compared as objects: == on their arrays is ambiguous
+    assert result.to_bytes("WAV") == result.to_bytes("wav") and result.to_bytes("ogg")[:4] == b"OggS"  # Opus in Ogg
+    with pytest.raises(ValueError, match="unknown audio format 'wma'"):
+        result.to_bytes("wma")
+    with pytest.raises(ValueError, match="or name the format"):
+        result.save(tmp_path / "speech")
+
+
 def test_a_batch_of_sentences_reads_each_as_one_sentence_alone_does(tiny_base):
     """``synthesize_batch``: one forward for every text, each read as ``synthesize`` reads one sentence, in a
     speaker or a blend: the lengths exactly, the samples to Griffin-Lim's amplified float noise (rows are

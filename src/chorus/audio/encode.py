@@ -57,16 +57,24 @@ def format_for(path: str | Path | None, explicit: str | None = None) -> str:
 
     Raises ``ValueError`` for an unknown format or suffix (never a silent WAV)."""
     if explicit is not None:
-        if explicit not in FORMATS:
-            raise ValueError(f"unknown audio format {explicit!r}; choose one of {', '.join(FORMATS)}")
-        return explicit
+        return format_named(explicit)
     suffix = Path(path).suffix.lower() if path is not None else ""
     for audio_format in FORMATS.values():
         if suffix in audio_format.suffixes:
             return audio_format.name
     known = ", ".join(s for f in FORMATS.values() for s in f.suffixes)
     shown = f"suffix {suffix!r}" if suffix else "no suffix"
-    raise ValueError(f"{path}: {shown}; give a file ending in one of {known}, or --format")
+    raise ValueError(f"{path}: {shown}; give a file ending in one of {known}, or name the format")
+
+
+def format_named(name: str) -> str:
+    """The format ``name`` names, in any case, by its name or a suffix of its files ("WAV", "ogg", ".raw");
+    ``ValueError`` listing the formats otherwise."""
+    key = name.lower().removeprefix(".") if isinstance(name, str) else name
+    for audio_format in FORMATS.values():
+        if key == audio_format.name or f".{key}" in audio_format.suffixes:
+            return audio_format.name
+    raise ValueError(f"unknown audio format {name!r}; choose one of {', '.join(FORMATS)}")
 
 
 def output_rate(audio_format: str, sample_rate: int) -> int:

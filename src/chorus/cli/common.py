@@ -20,17 +20,12 @@ errors = Console(markup=False, stderr=True)
 
 def _check_device(value: str) -> str:
     """``cpu``, ``cuda`` or ``cuda:N``, available on this machine; anything else is a usage error."""
-    import torch
+    from chorus.models.device import checked_device
 
     try:
-        device = torch.device(value)
-    except RuntimeError as error:
-        raise typer.BadParameter(f"{value!r} is not a device (cpu, cuda, cuda:N)") from error
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise typer.BadParameter(f"{value!r}: this machine has no CUDA device (torch {torch.__version__})")
-    if device.type not in ("cpu", "cuda"):
-        raise typer.BadParameter(f"{value!r}: Chorus runs on cpu or cuda")
-    return value
+        return checked_device(value)
+    except ValueError as error:
+        raise typer.BadParameter(str(error)) from None
 
 
 DEVICE_OPTION: Any = typer.Option("cpu", help="Where the model runs: cpu, cuda or cuda:N.", callback=_check_device)

@@ -30,17 +30,6 @@ Job = tuple[Utterance, list[str | Pause]]  # an utterance and its layout: senten
 T = TypeVar("T")
 
 
-def openai_voice(speaker: str | None, speakers: list[str]) -> str | None:
-    """``speaker``, or the base speaker an OpenAI voice name ("alloy", "Nova") speaks as, as the server's
-    ``/v1/audio/speech`` takes it (its speaker, when this base has it; else the default speaker)."""
-    from chorus.serving.settings import OPENAI_VOICE_ALIASES
-
-    if speaker is None or speaker in speakers or speaker.lower() not in OPENAI_VOICE_ALIASES:
-        return speaker
-    chosen = OPENAI_VOICE_ALIASES[speaker.lower()]
-    return chosen if chosen in speakers else None
-
-
 @dataclass
 class Spoken:
     """What one output holds so far: its samples (at the model's rate: where the next sentence starts), and
@@ -120,7 +109,7 @@ class Speech:
         if utterance.speaker is None:
             return self.speaker
         try:
-            return self.tts.resolve_speaker(openai_voice(utterance.speaker, self.tts.speakers))
+            return self.tts.resolve_speaker(utterance.speaker)
         except (KeyError, ValueError) as error:
             errors.print(f"skipped {utterance.where}: {error.args[0] if error.args else error}", style="yellow")
             return None

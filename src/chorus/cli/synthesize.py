@@ -46,12 +46,11 @@ from chorus.cli.synthesis_output import (
     Speech,
     into_folder,
     into_one,
-    openai_voice,
     write_timestamps,
 )
 from chorus.models.bundle import load_bundle
-from chorus.serving.schemas.speech import MAX_SPEED, MIN_SPEED  # the speeds `chorus serve` and OpenAI's API take
 from chorus.synthesis import DEFAULT_BASE, Synthesizer, load_base
+from chorus.synthesis.forward import MAX_SPEED, MIN_SPEED  # the speeds `chorus serve` and OpenAI's API take
 from chorus.synthesis.timeline import MAX_SENTENCE_SILENCE, layout
 from chorus.synthesis.voices import Blend, Speaker
 
@@ -334,7 +333,7 @@ def _voice(options: SynthesizeOptions) -> tuple[Synthesizer, Speaker | Blend, st
         fail(f"--voice {name}: no such voice folder (made by `chorus adapt`){hint}")
     with user_errors():
         tts = load_base(chosen_base(options.base, options.model, options.voice), options.vocoder, device=options.device)
-        speaker = tts.resolve_speaker(openai_voice(options.speaker, tts.speakers))
+        speaker = tts.resolve_speaker(options.speaker)
         voice = tts.load_voice(options.voice) if options.voice is not None else None
         _set_noise(tts, options.noise_scale, options.noise_w)
     return tts, speaker, voice

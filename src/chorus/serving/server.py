@@ -21,7 +21,7 @@ from chorus.serving.onboarding.consent_checks import CustomVoiceChecks
 from chorus.serving.onboarding.job_runner import JobRunner
 from chorus.serving.onboarding.refinement import RefinementCheck
 from chorus.serving.quotas import RateLimiter, check_rate
-from chorus.serving.settings import OPENAI_VOICE_ALIASES, ServerSettings, jobs_dir
+from chorus.serving.settings import ServerSettings, jobs_dir
 from chorus.serving.store import (
     InvalidId,
     VoiceNotFound,
@@ -33,6 +33,7 @@ from chorus.serving.store import (
 )
 from chorus.serving.tenants import Tenants, Unauthorized
 from chorus.serving.voice_keys import StoredVoice
+from chorus.synthesis.voices import OPENAI_VOICE_ALIASES
 
 _URL = re.compile(r"[a-zA-Z][a-zA-Z0-9+.-]*://\S+")
 log = logging.getLogger("chorus.serving.server")

@@ -185,27 +185,6 @@ _LIMITS = TypeAdapter(Limits)
 _SERVER_FIELDS = {"requests_per_minute", "queued_jobs", "voice_bytes"}
 
 
-# OpenAI's voice names, so that clients with a fixed voice picker work: each speaks as a speaker of the
-# shipped base; on another base, a speaker it lacks is its default speaker (/v1/audio/voices shows which).
-# `chorus serve --voice-aliases FILE` replaces the map, and every speaker it names must exist. A tenant's
-# own voice of the same id comes first.
-OPENAI_VOICE_ALIASES = {
-    "alloy": "flite-rms",
-    "ash": "flite-rms-down300-slow",
-    "ballad": "flite-awb-speed120",
-    "coral": "espeak-us-f4",
-    "echo": "flite-awb",
-    "fable": "festival-kal",
-    "onyx": "flite-kal16",
-    "nova": "espeak-us-f2",
-    "sage": "festival-kal-speed135",
-    "shimmer": "espeak-us-f3",
-    "verse": "flite-rms-up350",
-    "marin": "espeak-us-f5",
-    "cedar": "flite-kal16-up500",
-}
-
-
 def read_voice_aliases(path: str | Path) -> dict[str, str]:
     """A voice aliases file: JSON ``{"alias": "speaker", ...}``; raises ``ValueError`` naming the file."""
     try:
@@ -222,7 +201,8 @@ class ServerSettings:
     """Limits and knobs of one server."""
 
     # Aliases to speakers (or blends) of the base, each checked when the server starts; None: the built-in
-    # OPENAI_VOICE_ALIASES, whose speakers another base may lack (then its default speaker speaks).
+    # OPENAI_VOICE_ALIASES (chorus.synthesis.voices), whose speakers another base may lack (then its default
+    # speaker speaks).
     voice_aliases: dict[str, str] | None = None
 
     max_text_chars: int = 4_096  # OpenAI's: clients cut long texts at it

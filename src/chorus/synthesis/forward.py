@@ -48,6 +48,9 @@ from chorus.synthesis.voices import VoiceHandle
 from chorus.text import TextFrontEnd
 
 MERGE_MIN_BATCH = 8  # below this a merge + unmerge costs more than the adapter math it saves
+# The speeds every path takes (library, CLI, server), as OpenAI's API: beyond them a sentence is a blur or
+# minutes of one stretched vowel (speed 1e-4 is 860,000 frames).
+MIN_SPEED, MAX_SPEED = 0.25, 4.0
 
 
 class RowOutput(NamedTuple):
@@ -67,7 +70,7 @@ class Sentence:
     speed: float = 1.0
 
 
-@dataclass
+@dataclass(eq=False)
 class SentenceResult(SynthesisResult):
     """A :class:`SynthesisResult` of one sentence plus how it was made: ``mel`` the raw log-mel
     ``[frames, n_mels]``, ``frames`` the frames of each input symbol, ``symbols`` the model's input,
@@ -87,8 +90,11 @@ class SentenceResult(SynthesisResult):
 
 
 def check_speed(speed: object) -> None:
-    if isinstance(speed, bool) or not isinstance(speed, numbers.Real) or not math.isfinite(speed) or speed <= 0:
-        raise ValueError(f"speed must be a positive number, got {speed!r}")
+    """``TypeError`` for a speed that is no number, ``ValueError`` outside :data:`MIN_SPEED`-:data:`MAX_SPEED`."""
+    if isinstance(speed, bool) or not isinstance(speed, numbers.Real):
+        raise TypeError(f"speed must be a number (2: twice as fast), got {type(speed).__name__} {speed!r:.40}")
+    if not (math.isfinite(speed) and MIN_SPEED <= speed <= MAX_SPEED):
+        raise ValueError(f"speed must be from {MIN_SPEED:g} to {MAX_SPEED:g} (2: twice as fast), got {speed!r}")
 
 
 def _encode(front_end: TextFrontEnd, texts: list[str]) -> list[list[int] | Exception]:

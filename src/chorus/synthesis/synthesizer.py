@@ -27,10 +27,10 @@ from chorus.models.bundle import ModelBundle, teacher_forced_mel
 from chorus.synthesis.bases import Base, open_base
 from chorus.synthesis.bases.chorus import ASSETS, ChorusBase
 from chorus.synthesis.engine import AdaptedVoice, Engine, EngineVoice, SentenceRequest
-from chorus.synthesis.forward import SentenceResult
+from chorus.synthesis.forward import SentenceResult, check_speed
 from chorus.synthesis.result import SynthesisResult
 from chorus.synthesis.timeline import SENTENCE_SILENCE, Timeline, layout, silence
-from chorus.synthesis.voices import Blend, Speaker, SpeakerSpec
+from chorus.synthesis.voices import Blend, Speaker, SpeakerSpec, check_speaker_type, openai_voice
 from chorus.text.ssml import Pause
 
 SAMPLE_VOICE = ASSETS / "samples" / "piper-joe"  # 1 minute of a speaker held out of pretraining
@@ -118,22 +118,39 @@ class Synthesizer:
         (default: the folder's name). A voice made on another base is refused, naming both."""
         name = name or Path(folder).name
         if name in self.voices:
-            raise ValueError(f"a voice named {name!r} is already loaded")
+            raise ValueError(f"a voice named {name!r} is already loaded; give this one another (name=...)")
         self.engine.add_voice(name, folder, pin=True)
         return name
 
     @property
     def speakers(self) -> list[str]:
+        """The base's speakers by name, in the order of their indices."""
         return self.base.speakers
 
     @property
+    def default_speaker(self) -> str:
+        """Who speaks when no speaker is named."""
+        return self.base.default_speaker
+
+    @property
     def sample_rate(self) -> int:
+        """The rate (Hz) of every result's audio: the base's (22,050 for the Chorus base)."""
         return self.base.sample_rate
 
     def resolve_speaker(self, speaker: SpeakerSpec) -> Speaker | Blend:
-        """A speaker (name, index, None for the default) or a blend (``"flite-rms(2)+festival-kal(1)"``)
-        as a typed voice, checked before any work (and parsed once: pass it on instead of the name)."""
-        return self.base.speaker(speaker)
+        """A speaker (name, index, None for the default, or one of OpenAI's voice names: "alloy" speaks as
+        :data:`~chorus.synthesis.voices.OPENAI_VOICE_ALIASES` says) or a blend
+        (``"flite-rms(2)+festival-kal(1)"``) as a typed voice, checked before any work (and parsed once: pass
+        it on instead of the name). ``KeyError`` for a name the base lacks, ``TypeError`` for what is no name."""
+        check_speaker_type(speaker)
+        try:
+            return self.base.speaker(openai_voice(speaker, self.speakers))
+        except KeyError:
+            if isinstance(speaker, str) and speaker in self.voices:
+                raise KeyError(
+                    f"{speaker!r} is a loaded adapted voice, not a speaker: pass voice={speaker!r}"
+                ) from None
+            raise
 
     def _voice(self, speaker: SpeakerSpec, voice: str | None) -> EngineVoice:
         """The engine's voice for the base ``speaker`` or the loaded adapted ``voice`` (which speaks with
@@ -202,6 +219,7 @@ class Synthesizer:
         and one of silence (``text`` empty) for each pause: ``sentence_silence`` seconds between sentences,
         and the ``<break>`` of SSML (text starting with ``<speak``, :mod:`chorus.text.ssml`). Sentences are
         read ``batch_size`` to a forward after the first (see :meth:`stream_pieces`)."""
+        _check_text(text)
         yield from self.stream_pieces(layout(text, max_chars, sentence_silence), speaker, speed, voice, batch_size)
 
     def stream_pieces(
@@ -220,6 +238,7 @@ class Synthesizer:
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         chosen = self._voice(speaker, voice)
+        check_speed(speed)  # before the first forward, so a bad speed is no error from inside it
         for group in _batches(pieces, batch_size):
             texts = [piece for piece in group if isinstance(piece, str)]
             started = time.perf_counter()
@@ -239,6 +258,11 @@ class Synthesizer:
         """Each of ``texts`` read as one sentence (no layout: no splitting, no pauses) in the base ``speaker``
         or the loaded adapted ``voice``, all in one batch (a set of short sentences to judge a voice by: one
         forward, not one per text). Raises the error of the first text that could not be read."""
+        if isinstance(texts, str):
+            raise TypeError("texts is a list of sentences; for one text of any length use synthesize()")
+        for text in texts:
+            _check_text(text)
+        check_speed(speed)
         return [self.engine.timed(result) for result in self._speak(texts, self._voice(speaker, voice), speed)]
 
     def synthesize(
@@ -252,7 +276,9 @@ class Synthesizer:
         """Speak ``text`` (any length: read sentence by sentence, ``sentence_silence`` seconds apart) in the
         base ``speaker`` (name, index or blend such as ``"flite-rms(2)+festival-kal(1)"``; None = the default
         speaker) or in the loaded adapted ``voice`` (see :meth:`load_voice`), at ``speed`` (2.0: twice as
-        fast)."""
+        fast, 0.25-4). ``TypeError`` for text that is no string or a speaker or speed of the wrong type;
+        ``KeyError`` for an unknown speaker or voice; ``ValueError`` for text with nothing to say, a speed out
+        of range, bad SSML."""
         timeline = Timeline(self.sample_rate)
         for result in self.stream(text, speaker, speed, voice, sentence_silence=sentence_silence):
             if result.text:
@@ -262,6 +288,12 @@ class Synthesizer:
         if not timeline.speaker:
             raise ValueError(f"nothing speakable in text {text[:80]!r}")
         return timeline.result(text)
+
+
+def _check_text(text: object) -> None:
+    if not isinstance(text, str):
+        hint = " (decode bytes first: text.decode())" if isinstance(text, bytes) else ""
+        raise TypeError(f"text must be a str, got {type(text).__name__}{hint}")
 
 
 def _batches(pieces: Iterable[str | Pause], size: int) -> Iterator[list[str | Pause]]:

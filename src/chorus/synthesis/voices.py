@@ -44,6 +44,42 @@ class Blend:
 # What a caller may name a base voice by: typed, a name, an index, a blend as written, or None (the default).
 SpeakerSpec = Speaker | Blend | str | int | None
 
+# OpenAI's voice names, so that code with a fixed voice picker works: each speaks as a speaker of the shipped
+# base; on another base, a speaker it lacks is its default speaker. The library and the CLI take them as they
+# are; the server's /v1/audio/voices shows which speaker each is, `chorus serve --voice-aliases FILE` replaces
+# the map there (every speaker it names must exist), and a tenant's own voice of the same id comes first.
+OPENAI_VOICE_ALIASES = {
+    "alloy": "flite-rms",
+    "ash": "flite-rms-down300-slow",
+    "ballad": "flite-awb-speed120",
+    "coral": "espeak-us-f4",
+    "echo": "flite-awb",
+    "fable": "festival-kal",
+    "onyx": "flite-kal16",
+    "nova": "espeak-us-f2",
+    "sage": "festival-kal-speed135",
+    "shimmer": "espeak-us-f3",
+    "verse": "flite-rms-up350",
+    "marin": "espeak-us-f5",
+    "cedar": "flite-kal16-up500",
+}
+
+
+def openai_voice(speaker: SpeakerSpec, speakers: list[str]) -> SpeakerSpec:
+    """``speaker``, or the base speaker an OpenAI voice name ("alloy", "Nova") speaks as: its speaker when
+    ``speakers`` (the base's) has it, else None (the default speaker). A speaker of the base named like an
+    alias is itself."""
+    if not isinstance(speaker, str) or speaker in speakers or speaker.lower() not in OPENAI_VOICE_ALIASES:
+        return speaker
+    chosen = OPENAI_VOICE_ALIASES[speaker.lower()]
+    return chosen if chosen in speakers else None
+
+
+def check_speaker_type(spec: object) -> None:
+    """``TypeError`` for what cannot name a speaker (a float, bytes, a list): not a name, an index or None."""
+    if isinstance(spec, bool) or not isinstance(spec, Speaker | Blend | str | int | None):
+        raise TypeError(f"speaker must be a name, an index or None, got {type(spec).__name__} {spec!r:.40}")
+
 
 def base_voice(bundle: ModelBundle, spec: SpeakerSpec) -> Speaker | Blend:
     """``spec`` (a speaker's name or index, a blend, None for the default speaker) as a typed voice;

@@ -24,11 +24,15 @@ _WORD = re.compile(r"[\w'’-]+")
 
 @dataclass(frozen=True)
 class Timestamp:
+    """When a word or phoneme ``text`` is said: from ``start`` to ``end``, in seconds from the start of the
+    audio."""
+
     text: str
     start: float  # seconds from the start of the audio
     end: float
 
     def shifted(self, seconds: float) -> Timestamp:
+        """The same, ``seconds`` later (a sentence's timestamps placed where it starts in a longer answer)."""
         return Timestamp(self.text, round(self.start + seconds, 4), round(self.end + seconds, 4))
 
 

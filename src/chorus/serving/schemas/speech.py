@@ -21,9 +21,9 @@ from pydantic_core import ErrorDetails, PydanticCustomError
 from chorus.audio.encode import FORMATS
 from chorus.serving.errors import ApiError
 from chorus.serving.schemas.models import MODEL_NAMES
+from chorus.synthesis.forward import MAX_SPEED, MIN_SPEED
 
 CONTENT_TYPES = {name: audio_format.content_type for name, audio_format in FORMATS.items()}
-MIN_SPEED, MAX_SPEED = 0.25, 4.0
 PCM_RATE = 24_000  # OpenAI's raw pcm is 24 kHz, and its clients play it so
 MIN_RATE, MAX_RATE = 8_000, 48_000
 MAX_INSTRUCTIONS_CHARS = 4096

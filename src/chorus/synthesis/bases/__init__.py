@@ -13,6 +13,7 @@ import importlib
 from pathlib import Path
 
 from chorus.adapters.voice import read_voice
+from chorus.models.device import checked_device
 from chorus.synthesis.bases.base import Base
 
 BASES = {
@@ -27,6 +28,7 @@ def open_base(spec: str | Path | None = None, vocoder: str | Path | None = None,
     ``"piper-joe"`` (the installed Piper voice) or a Piper ``voice.onnx``. ``vocoder``: the Chorus base's
     (see :func:`chorus.synthesis.bases.chorus.open_base`)."""
     text = None if spec is None else str(spec)
+    checked_device(device)
     for module in BASES.values():
         plugin = importlib.import_module(module)
         if plugin.claims(text):

@@ -1,0 +1,19 @@
+"""Where a model runs: a device name checked before anything is loaded onto it."""
+
+from __future__ import annotations
+
+import torch
+
+
+def checked_device(value: str) -> str:
+    """``value`` if it is ``cpu``, ``cuda`` or ``cuda:N`` and this machine has it; ``ValueError`` saying which
+    it is not (torch's own errors name every device type it knows, or fail an assertion deep in torch.cuda)."""
+    try:
+        device = torch.device(value)
+    except (RuntimeError, TypeError) as error:
+        raise ValueError(f"{value!r} is not a device (cpu, cuda, cuda:N)") from error
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"{value!r}: this machine has no CUDA device (torch {torch.__version__})")
+    if device.type not in ("cpu", "cuda"):
+        raise ValueError(f"{value!r}: Chorus runs on cpu or cuda")
+    return value
