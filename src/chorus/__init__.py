@@ -5,15 +5,14 @@
 >>> result = tts.synthesize("Hello there.", speaker=tts.speakers[0])
 """
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # what type checkers and editors see; at run time they come from __getattr__
+    from chorus.synthesis import SynthesisResult, Synthesizer
+    from chorus.text.timestamps import Timestamp
+
 __version__ = "0.1.0"
-
-
-def load_base(*args, **kwargs):
-    """Load the shipped base model and vocoder; see :func:`chorus.synthesis.load_base`."""
-    from chorus.synthesis import load_base as _load_base
-
-    return _load_base(*args, **kwargs)
-
+__all__ = ["__version__", "load_base", "Synthesizer", "SynthesisResult", "Timestamp"]
 
 # The library's main classes, imported on first use: `import chorus` stays fast (no torch) for the CLI.
 _LAZY = {
@@ -21,7 +20,13 @@ _LAZY = {
     "SynthesisResult": "chorus.synthesis",
     "Timestamp": "chorus.text.timestamps",
 }
-__all__ = ["__version__", "load_base", *_LAZY]
+
+
+def load_base(*args, **kwargs):
+    """Load the shipped base model and vocoder; see :func:`chorus.synthesis.load_base`."""
+    from chorus.synthesis import load_base as _load_base
+
+    return _load_base(*args, **kwargs)
 
 
 def __getattr__(name: str):
@@ -33,4 +38,4 @@ def __getattr__(name: str):
 
 
 def __dir__() -> list[str]:
-    return sorted(__all__)
+    return sorted(set(globals()) | set(__all__))

@@ -528,6 +528,8 @@ def test_piper_http_api_speaks_as_the_speech_route(tenants_app):
     assert paced.content == speak(client, voice=second, speed=0.5).content
     noisy = client.post("/", json={"text": "Hello there.", "noise_scale": 0.3}, headers=ACME)
     assert noisy.status_code == 200 and noisy.headers["x-options-ignored"] == "noise_scale"
+    both = client.post("/", json={"text": "Hello there.", "speaker": default, "speaker_id": 1}, headers=ACME)
+    assert both.content == by_index.content and both.headers["x-options-ignored"] == "speaker"  # Piper's order
     assert_error(client.post("/", json={"text": "Hello there."}), 401)
     for body, fragment in [
         ({}, "'text' is required"),
@@ -535,6 +537,8 @@ def test_piper_http_api_speaks_as_the_speech_route(tenants_app):
         ({"text": "Hi.", "speaker_id": 99}, "'speaker_id' must be a whole number from 0 to"),
         ({"text": "Hi.", "rate": 2}, "unknown field(s) 'rate'"),
         ({"text": "Hi.", "voice": "nobody"}, "not found"),
+        ({"text": "Hi.", "voice": "ann", "speaker_id": 0}, "not both"),
+        ({"text": "a" * 4097}, "'text' is 4097 characters"),
     ]:
         assert fragment in client.post("/", json=body, headers=ACME).json()["error"]["message"]
     assert_error(client.post("/", content=b"<x/>", headers=ACME | {"Content-Type": "application/xml"}), 415)
@@ -547,6 +551,8 @@ def test_characters_left_out_of_a_spoken_sentence_are_named(tenants_app):
     assert mixed.status_code == 200 and unquote(mixed.headers["x-dropped-characters"]) == "你好👍"
     assert mixed.content == plain.content and "x-skipped-text" not in mixed.headers
     assert "x-dropped-characters" not in plain.headers
+    inline = speak(client, input="Say [[ həˈloʊ ]] now.", response_format="pcm")  # phonemes are read as written
+    assert inline.status_code == 200 and "x-dropped-characters" not in inline.headers
 
 
 @pytest.mark.parametrize(
@@ -562,6 +568,12 @@ def test_characters_left_out_of_a_spoken_sentence_are_named(tenants_app):
         # A clause that says what not to do is no request for its pace: named, not followed (it was slowed).
         ("Do not speak slowly.", 1.0, ("Do not speak slowly",)),
         ("Don't rush, speak calmly", 1.0, ("Don't rush", "speak calmly")),
+        ("Don’t speak slowly", 1.0, ("Don't speak slowly",)),  # a phone keyboard's apostrophe
+        ("You cannot speak quickly", 1.0, ("You cannot speak quickly",)),
+        # A negation after the pace word negates something else: the pace is taken.
+        ("Speak slowly with no emotion.", 0.8, ("Speak with no emotion",)),
+        ("Read it quickly without pauses", 1.25, ("Read it without pauses",)),
+        ("Take note: speak slowly", 0.8, ("Take note",)),
         # Two paces for one request: neither taken, both named.
         ("Speak slowly. Then speak quickly.", 1.0, ("Speak slowly", "speak quickly")),
         ("Speak very slowly and softly, then faster", 1.0, ("Speak very slowly", "softly", "faster")),
@@ -2159,8 +2171,11 @@ def counted_submits(batcher) -> list[str]:
     ("route", "response_format"), [("/v1/audio/speech", "flac"), ("/v1/audio/speech/captioned", "wav")]
 )
 def test_a_client_gone_before_a_whole_answer_stops_its_synthesis(tiny_base, tmp_path, route, response_format):
-    """Answers sent whole (flac, captioned) are made sentence by sentence: once the client has gone, the
-    sentences not yet made are never queued."""
+    """Answers sent whole (flac, captioned) stop once the client has gone: the sentences beyond what was
+    already asked for (the first, and for /v1/audio/speech at most STREAM_AHEAD ahead, as a stream's) are never
+    queued."""
+    from chorus.serving.routes.speech import STREAM_AHEAD
+
     app, _ = make_app(tiny_base, tmp_path / "store", KEYS)
     text = " ".join(f"Sentence number {n} is here." for n in range(6))
     with TestClient(app):  # the server's start-up (batcher, engine)
@@ -2168,8 +2183,8 @@ def test_a_client_gone_before_a_whole_answer_stops_its_synthesis(tiny_base, tmp_
         body = {"model": "chorus", "input": text, "voice": "m3", "response_format": response_format}
         sent = call_asgi(app, route, body, hang_up=True)
     # /v1/audio/speech makes its first sentence before anything else (a bad voice or text must still be a clean
-    # 4xx); the captioned route looks before each sentence.
-    assert len(made) == (1 if route == "/v1/audio/speech" else 0), (made, sent)
+    # 4xx), then asks ahead as a stream does; the captioned route looks before each sentence.
+    assert len(made) <= (1 + STREAM_AHEAD if route == "/v1/audio/speech" else 0) < 6, (made, sent)
     assert sent[0]["status"] == 499
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 
 import numpy as np
@@ -41,6 +42,8 @@ def test_bad_arguments_are_named_before_any_work(tiny_base, tmp_path):
     speed outside the server's 0.25-4 is refused; a loaded voice's name given as a speaker says to pass
     voice=; a device this machine lacks is named."""
     tts = load_base(tiny_base, "griffin-lim")
+    assert len(tts.synthesize_batch(t for t in ["Hello there.", "Hi."])) == 2  # any iterable, read once
+    assert tts.synthesize("Hi.", speaker=np.int64(1)).speaker == tts.speakers[1]  # a numpy index
     for text in (42, None, ["A.", "B."], b"Hello."):
         with pytest.raises(TypeError, match="text must be a str"):
             tts.synthesize(text)
@@ -59,6 +62,20 @@ def test_bad_arguments_are_named_before_any_work(tiny_base, tmp_path):
         load_base(tiny_base, "griffin-lim", device="gpu")
 
 
+def test_warnings_about_the_text_point_at_the_callers_line(tiny_base):
+    """What was left out of a text is warned of at the line that asked for the speech, not deep inside
+    Chorus, however many of its frames (a generator among them) the text went through."""
+    import warnings
+
+    tts = load_base(tiny_base, "griffin-lim")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        line = inspect.currentframe().f_lineno + 1
+        tts.synthesize("Hello 你好 there. 再见。 Bye.")  # the line every warning names
+    assert {w.category.__name__ for w in caught} >= {"UnknownCharacterWarning", "UnspeakableTextWarning"}
+    assert {(w.filename, w.lineno) for w in caught} == {(__file__, line)}
+
+
 def test_openai_voice_names_speak_as_their_speakers(tiny_base):
     """ "alloy" speaks as the server and the CLI take it: its speaker where the base has it, else the default."""
     from chorus.synthesis.voices import OPENAI_VOICE_ALIASES
@@ -73,7 +90,7 @@ def test_openai_voice_names_speak_as_their_speakers(tiny_base):
 def test_results_say_what_they_hold_and_write_any_format_name(tiny_base, tmp_path):
     tts = load_base(tiny_base, "griffin-lim")
     result = tts.synthesize("Hello there.")
-    assert result != tts.synthesize("Hello there.")  # compared as objects: == on their arrays is ambiguous
+    assert (result == tts.synthesize("Hello there.")) is False  # by identity: == on their arrays would raise
     assert result.to_bytes("WAV") == result.to_bytes("wav") and result.to_bytes("ogg")[:4] == b"OggS"  # Opus in Ogg
     with pytest.raises(ValueError, match="unknown audio format 'wma'"):
         result.to_bytes("wma")

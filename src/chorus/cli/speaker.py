@@ -149,11 +149,13 @@ def verify(
 
     with user_errors():
         first, second = load_audio(a), load_audio(b)
-    check = fused_consent_match()
     try:
+        check = fused_consent_match()
         verdict = check.match(first, SAMPLE_RATE, second, SAMPLE_RATE)
     except UnusableRecording as error:
         fail(f"cannot tell: {error}")
+    except Exception as error:  # noqa: BLE001 - exit 1 means "different speakers": trouble must not read as it
+        fail(f"cannot tell: {type(error).__name__}: {error}")
     threshold = check.settings.threshold_for(verdict.threshold_key)
     said = "same speaker" if verdict.accepted else f"different speakers ({verdict.reason})"
     console.print(

@@ -50,9 +50,9 @@ from chorus.cli.synthesis_output import (
 )
 from chorus.models.bundle import load_bundle
 from chorus.synthesis import DEFAULT_BASE, Synthesizer, load_base
-from chorus.synthesis.forward import MAX_SPEED, MIN_SPEED  # the speeds `chorus serve` and OpenAI's API take
 from chorus.synthesis.timeline import MAX_SENTENCE_SILENCE, layout
 from chorus.synthesis.voices import Blend, Speaker
+from chorus.text.sentences import MAX_SPEED, MIN_SPEED  # the speeds `chorus serve` and OpenAI's API take
 
 MODEL_HELP = "Model folder (default: the shipped base); a Piper voice file (voice.onnx) is taken as --base FILE."
 MIN_RATE, MAX_RATE = 8_000, 48_000  # output sample rates (Hz): telephone to studio

@@ -14,6 +14,8 @@ def checked_device(value: str) -> str:
         raise ValueError(f"{value!r} is not a device (cpu, cuda, cuda:N)") from error
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"{value!r}: this machine has no CUDA device (torch {torch.__version__})")
+    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
+        raise ValueError(f"{value!r}: this machine has {torch.cuda.device_count()} CUDA device(s), cuda:0 on")
     if device.type not in ("cpu", "cuda"):
         raise ValueError(f"{value!r}: Chorus runs on cpu or cuda")
     return value

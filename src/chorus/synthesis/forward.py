@@ -46,11 +46,9 @@ from chorus.models.acoustic import AcousticModel
 from chorus.synthesis.result import SynthesisResult
 from chorus.synthesis.voices import VoiceHandle
 from chorus.text import TextFrontEnd
+from chorus.text.sentences import MAX_SPEED, MIN_SPEED
 
 MERGE_MIN_BATCH = 8  # below this a merge + unmerge costs more than the adapter math it saves
-# The speeds every path takes (library, CLI, server), as OpenAI's API: beyond them a sentence is a blur or
-# minutes of one stretched vowel (speed 1e-4 is 860,000 frames).
-MIN_SPEED, MAX_SPEED = 0.25, 4.0
 
 
 class RowOutput(NamedTuple):

@@ -13,6 +13,7 @@ blend, or an adapted voice loaded by :meth:`Synthesizer.load_voice`.
 
 from __future__ import annotations
 
+import numbers
 import time
 from collections.abc import Iterable, Iterator, MutableMapping
 from pathlib import Path
@@ -142,6 +143,8 @@ class Synthesizer:
         :data:`~chorus.synthesis.voices.OPENAI_VOICE_ALIASES` says) or a blend
         (``"flite-rms(2)+festival-kal(1)"``) as a typed voice, checked before any work (and parsed once: pass
         it on instead of the name). ``KeyError`` for a name the base lacks, ``TypeError`` for what is no name."""
+        if isinstance(speaker, numbers.Integral) and not isinstance(speaker, bool):
+            speaker = int(speaker)  # a numpy index too
         check_speaker_type(speaker)
         try:
             return self.base.speaker(openai_voice(speaker, self.speakers))
@@ -260,6 +263,7 @@ class Synthesizer:
         forward, not one per text). Raises the error of the first text that could not be read."""
         if isinstance(texts, str):
             raise TypeError("texts is a list of sentences; for one text of any length use synthesize()")
+        texts = list(texts)  # any iterable, read once
         for text in texts:
             _check_text(text)
         check_speed(speed)

@@ -8,9 +8,9 @@ as espeak-ng writes it) pass through as they are, for names and words the phonem
 from __future__ import annotations
 
 import re
-import warnings
 from dataclasses import dataclass, field
 
+from chorus.text.caller_warning import warn_caller
 from chorus.text.normalize import UnknownCharacterWarning, normalize_text
 from chorus.text.phonemize import phonemize
 from chorus.text.symbols import SymbolTable
@@ -18,7 +18,23 @@ from chorus.text.timestamps import Timestamp, as_written, spoken_words, timestam
 
 _INLINE_PHONEMES = re.compile(r"\[\[(.*?)\]\]", re.DOTALL)
 
-__all__ = ["TextFrontEnd", "SymbolTable", "normalize_text", "phonemize", "UnknownCharacterWarning"]
+__all__ = [
+    "TextFrontEnd",
+    "SymbolTable",
+    "dropped_characters",
+    "normalize_text",
+    "phonemize",
+    "UnknownCharacterWarning",
+]
+
+
+def dropped_characters(text: str) -> list[str]:
+    """The characters of ``text`` with no spoken form, in order, that reading it leaves out (inline
+    ``[[ ... ]]`` phonemes are read as written: none of theirs)."""
+    dropped: list[str] = []
+    for piece in _INLINE_PHONEMES.split(text)[0::2]:  # even indices: text; odd: phonemes
+        normalize_text(piece, dropped=dropped)
+    return dropped
 
 
 @dataclass
@@ -97,10 +113,9 @@ class TextFrontEnd:
         for text, phonemes in zip(texts, self.to_phonemes(texts), strict=True):
             ids, unknown = self.symbols.encode(phonemes)
             if unknown:
-                warnings.warn(
+                warn_caller(
                     f"dropped phoneme symbols not in table v{self.symbols.version}: {''.join(sorted(unknown))!r}",
                     UnknownCharacterWarning,
-                    stacklevel=2,
                 )
             if not any(self.symbols.symbols[i] not in " ,;:.!?" for i in ids):
                 raise ValueError(f"nothing speakable in text {text!r}")

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import re
 import unicodedata
-import warnings
 
 from num2words import num2words
+
+from chorus.text.caller_warning import warn_caller
 
 # Abbreviations that are unambiguous when followed by a period. "St." is handled apart because it is
 # "Saint" before a capitalized name and "Street" after one; "No." apart because "no." ends sentences.
@@ -433,10 +434,8 @@ def normalize_text(text: str, *, warn: bool = True, dropped: list[str] | None = 
         dropped += unspoken
     elif unspoken and warn:
         # In the order they came, so a reader finds them in the text.
-        warnings.warn(
-            f"dropped characters with no spoken form: {''.join(dict.fromkeys(unspoken))!r}",
-            UnknownCharacterWarning,
-            stacklevel=2,
+        warn_caller(
+            f"dropped characters with no spoken form: {''.join(dict.fromkeys(unspoken))!r}", UnknownCharacterWarning
         )
     text = "".join(kept)
     text = re.sub(r"\s+([,;:.!?])", r"\1", text)

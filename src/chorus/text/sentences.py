@@ -12,6 +12,7 @@ import functools
 import re
 import warnings
 
+from chorus.text.caller_warning import warn_caller
 from chorus.text.normalize import UnknownCharacterWarning, normalize_text
 from chorus.text.ssml import Pause, is_ssml, parse_ssml
 
@@ -90,13 +91,14 @@ def speech_pieces(text: str, max_chars: int = 300, skipped: list[str] | None = N
     if left_out and skipped is not None:
         skipped += left_out
     elif left_out:
-        warnings.warn(
-            f"left out text with nothing to say in it: {' '.join(left_out)[:200]!r}",
-            UnspeakableTextWarning,
-            stacklevel=2,
-        )
+        warn_caller(f"left out text with nothing to say in it: {' '.join(left_out)[:200]!r}", UnspeakableTextWarning)
     return pieces
 
+
+# The speeds every path takes (library, CLI, server), as OpenAI's API: beyond them a sentence is a blur or
+# minutes of one stretched vowel (speed 1e-4 is 860,000 frames). Here, where no torch is imported, so that the
+# server's request schema and the CLI's options can bound a speed before any model is loaded.
+MIN_SPEED, MAX_SPEED = 0.25, 4.0
 
 # Characters of normalized text per second of speech at speed 1: the base's default-table speakers average
 # 15.6-18.0 on the benchmark sentences and reach 22.8 on the fastest one (Piper joe: 17.9, at most 21.5).

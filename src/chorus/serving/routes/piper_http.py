@@ -3,7 +3,7 @@ server speaks through Chorus unchanged.
 
 The body is JSON ``{"text", "voice", "speaker", "speaker_id", "length_scale", "noise_scale",
 "noise_w_scale"}`` (piper1-gpl's fields; only ``text`` is required), or the text itself as ``text/plain``
-(the older rhasspy/piper server's). The answer is one whole WAV at the model's rate, with its true sizes, as
+(the older rhasspy/piper server's; its ``GET /?text=`` form is not taken: ``GET /`` is the web page). The answer is one whole WAV at the model's rate, with its true sizes, as
 Piper's is. ``voice`` or ``speaker`` name what OpenAI's route calls ``voice`` (a speaker, a blend, one of the
 tenant's voices); ``speaker_id`` is a base speaker by index; ``length_scale`` is 1 / speed. The request goes
 through the speech route's own checks and synthesis (:func:`~chorus.serving.routes.speech.check_speech`),
@@ -40,12 +40,25 @@ async def piper_speech(request: Request, tenant: Tenant, server: Server):
         raise ApiError(400, "'text' is required: the text to speak, as a string", param="text")
     voice = _voice(fields, server.engine.speakers, server.engine.default_speaker)
     asked = {"input": text, "voice": voice, "response_format": "wav", "speed": _speed(fields.get("length_scale"))}
-    body = parse_speech(asked | {"stream": False}, settings.max_text_chars)
-    answer = await spoken(request, server, await check_speech(body, tenant, server))
-    ignored = [name for name in IGNORED if fields.get(name) is not None]
+    try:
+        body = parse_speech(asked | {"stream": False}, settings.max_text_chars)
+        answer = await spoken(request, server, await check_speech(body, tenant, server))
+    except ApiError as error:
+        raise _in_piper_words(error) from None
+    # Piper's own precedence: speaker_id over speaker; the voice's own noise over the request's.
+    overridden = ["speaker"] if fields.get("speaker_id") is not None and fields.get("speaker") is not None else []
+    ignored = overridden + [name for name in IGNORED if fields.get(name) is not None]
     if ignored:
         answer.headers["X-Options-Ignored"] = ", ".join(ignored)
     return answer
+
+
+def _in_piper_words(error: ApiError) -> ApiError:
+    """The speech route's refusal, naming this route's fields: its 'input' is Piper's 'text'."""
+    if error.param == "input":
+        error.param = "text"
+        error.message = error.message.replace("'input'", "'text'")
+    return error
 
 
 async def _piper_fields(request: Request, limit: int) -> dict:
@@ -85,6 +98,9 @@ def _voice(fields: dict, speakers: list[str], default: str) -> str:
     """Who speaks: ``speaker_id`` (a base speaker by index) over ``speaker`` over ``voice``, else the
     base's default speaker."""
     index = fields.get("speaker_id")
+    if fields.get("voice") is not None and (index is not None or fields.get("speaker") is not None):
+        # In Piper, "voice" is a model and "speaker" one of its speakers; here both name who speaks.
+        raise ApiError(400, "give 'voice' (a speaker or one of your voices) or 'speaker' / 'speaker_id', not both")
     if index is not None:
         if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < len(speakers):
             raise ApiError(

@@ -24,6 +24,7 @@ import logging
 from collections import deque
 from collections.abc import AsyncIterator
 from concurrent.futures import Future
+from contextlib import aclosing
 from dataclasses import dataclass
 from urllib.parse import quote
 
@@ -45,7 +46,7 @@ from chorus.serving.schemas.speech import (
 )
 from chorus.serving.server import ServerState
 from chorus.synthesis.timeline import Timeline, layout, silence
-from chorus.text.normalize import normalize_text
+from chorus.text import dropped_characters
 from chorus.text.sentences import estimated_seconds
 from chorus.text.ssml import Pause, SsmlError
 
@@ -126,10 +127,7 @@ async def check_speech(body: SpeechRequest, tenant: str, server: ServerState) ->
             param="input",
             code="output_too_long",
         )
-    dropped: list[str] = []
-    for piece in pieces:
-        if isinstance(piece, str):
-            normalize_text(piece, dropped=dropped)
+    dropped = [char for piece in pieces if isinstance(piece, str) for char in dropped_characters(piece)]
     server.metrics.characters.inc(len(body.input))
     return CheckedSpeech(tenant, body, voice, pieces, skipped, dropped)
 
@@ -202,19 +200,19 @@ async def _whole(
     media_type,
     headers,
 ) -> Response:
-    """The answer as one file, made to the end unless the client leaves."""
+    """The answer as one file, made to the end unless the client leaves; its sentences are made as a stream's
+    are (:func:`_in_order`), so the same batches give the same samples."""
     rate = server.engine.sample_rate
     timeline = Timeline(rate)
     try:
-        for index, piece in enumerate(job.pieces):
-            if isinstance(piece, Pause):
-                timeline.pause(piece)
-            elif index == first_index:
-                timeline.sentence(first)
-            elif await request.is_disconnected():  # nobody waits for the rest: make none of it
-                return Response(status_code=CLIENT_CLOSED_REQUEST)
-            else:
-                timeline.sentence(await job.synthesize(server, piece))
+        async with aclosing(_in_order(server, job, first_index, first)) as pieces:
+            async for piece, result in pieces:
+                if result is None:
+                    timeline.pause(piece)
+                    continue
+                timeline.sentence(result)
+                if await request.is_disconnected():  # nobody waits for the rest: make none of it
+                    return Response(status_code=CLIENT_CLOSED_REQUEST)
     except Exception as error:  # noqa: BLE001
         raise job.failed(error) from None
     whole = timeline.result().audio
@@ -224,10 +222,32 @@ async def _whole(
 
 
 async def _streamed(server: ServerState, job: CheckedSpeech, first_index: int, first, out_rate: int):
-    """The file's bytes as each sentence is made: one encoder over the whole text. The sentences after the
-    first are admitted as the stream is consumed, :data:`STREAM_AHEAD` ahead of the one being sent: enough
-    to batch while it plays, without one long text filling the queue before other requests."""
+    """The file's bytes as each sentence is made (:func:`_in_order`): one encoder over the whole text."""
     rate = server.engine.sample_rate
+    encoder = AudioStream(job.body.response_format, rate, out_rate)
+    try:
+        async with aclosing(_in_order(server, job, first_index, first)) as pieces:
+            index = 0
+            async for piece, result in pieces:
+                last = index == len(job.pieces) - 1  # a WAV that is one piece says its true length (as SSE can be)
+                index += 1
+                if result is None:
+                    yield encoder.write(silence(piece, rate), last)
+                    continue
+                server.metrics.audio_seconds.inc(result.duration)
+                yield encoder.write(result.audio, last)
+        yield encoder.close()
+    except Exception:
+        # Headers are gone: the only honest signal left is a stream cut short.
+        log.exception("speech stream for voice %r failed mid-way", job.body.voice)
+        raise
+
+
+async def _in_order(server: ServerState, job: CheckedSpeech, first_index: int, first):
+    """Each piece of the answer in order, with its sentence's result (None for a pause). The sentences after
+    the first are admitted as the answer is consumed, :data:`STREAM_AHEAD` ahead of the one being taken:
+    enough to batch while it plays, without one long text filling the queue before other requests. Those
+    still queued when it is closed are cancelled."""
     rest = iter(p for i, p in enumerate(job.pieces) if isinstance(p, str) and i != first_index)
     futures: deque[Future] = deque()
 
@@ -236,25 +256,16 @@ async def _streamed(server: ServerState, job: CheckedSpeech, first_index: int, f
             futures.append(server.batcher.submit(text, job.voice, job.body.speed, job.tenant))
 
     admit()
-    encoder = AudioStream(job.body.response_format, rate, out_rate)
     try:
         for index, piece in enumerate(job.pieces):
-            last = index == len(job.pieces) - 1  # a WAV that is one piece says its true length (as SSE can be)
             if isinstance(piece, Pause):
-                yield encoder.write(silence(piece, rate), last)
-                continue
-            if index == first_index:
-                result = first
+                yield piece, None
+            elif index == first_index:
+                yield piece, first
             else:
                 result = await asyncio.wrap_future(futures.popleft())
                 admit()
-            server.metrics.audio_seconds.inc(result.duration)
-            yield encoder.write(result.audio, last)
-        yield encoder.close()
-    except Exception:
-        # Headers are gone: the only honest signal left is a stream cut short.
-        log.exception("speech stream for voice %r failed mid-way", job.body.voice)
-        raise
+                yield piece, result
     finally:
         for future in futures:
             future.cancel()

@@ -21,7 +21,7 @@ from pydantic_core import ErrorDetails, PydanticCustomError
 from chorus.audio.encode import FORMATS
 from chorus.serving.errors import ApiError
 from chorus.serving.schemas.models import MODEL_NAMES
-from chorus.synthesis.forward import MAX_SPEED, MIN_SPEED
+from chorus.text.sentences import MAX_SPEED, MIN_SPEED
 
 CONTENT_TYPES = {name: audio_format.content_type for name, audio_format in FORMATS.items()}
 PCM_RATE = 24_000  # OpenAI's raw pcm is 24 kHz, and its clients play it so
@@ -41,9 +41,10 @@ _PACE = {"slow": 0.8, "quick": 1.25, "fast": 1.25, "rapid": 1.25}
 _CLAUSES = re.compile(r"[.,;:!?\n]+|\s+(?:and|but|then|while)\s+", re.IGNORECASE)
 # Words that ask for nothing by themselves ("please speak", "read it").
 _FILLER = re.compile(r"^(?:(?:please|speak|talk|read|say|it|this|the|text|voice|in|a|an|with)\s*)*$", re.IGNORECASE)
-# A clause that says what not to do ("Do not speak slowly", "never rush"): its pace words are no request for
-# that pace, and this model cannot follow "not slowly" any better than a tone: the whole clause is ignored.
-_NEGATED = re.compile(r"\b(?:not|no|never|don't|dont|avoid|without)\b|n't\b", re.IGNORECASE)
+# A pace word after a negation in its clause ("Do not speak slowly", "You cannot speak quickly"): no request
+# for that pace, and this model cannot follow "not slowly" any better than a tone: the whole clause is ignored.
+# A negation after the pace word negates something else ("Speak slowly without pauses", "with no emotion").
+_NEGATION = re.compile(r"\b(?:not|no|never|cannot|dont|avoid|without)\b|n't\b", re.IGNORECASE)
 
 
 class SpeechRequest(BaseModel):
@@ -231,12 +232,13 @@ def read_instructions(instructions: str) -> Instructions:
     factors: list[float] = []  # each pace asked for
     # In the order written: (a clause that asks a pace, or None; what of a clause this model cannot follow).
     clauses: list[tuple[str | None, str]] = []
-    for clause in _CLAUSES.split(instructions):
+    for clause in _CLAUSES.split(instructions.replace("\u2019", "'")):  # a phone keyboard's "don’t" is "don't"
         said = " ".join(clause.split())
-        if _NEGATED.search(clause):
+        matches = list(_PACE_WORDS.finditer(clause))
+        if matches and _NEGATION.search(clause, 0, matches[-1].start()):
             clauses.append((None, said))
             continue
-        asked = [_factor(match) for match in _PACE_WORDS.finditer(clause)]
+        asked = [_factor(match) for match in matches]
         factors += asked
         rest = " ".join(_PACE_WORDS.sub(" ", clause).split())
         clauses.append((said if asked else None, "" if not rest or _FILLER.match(rest) else rest))
