@@ -163,6 +163,15 @@ class AdaptConfig:
         default=None,
         metadata={"help": "Speaker encoder folder that picks the start voice and its vector (default: by mel loss)."},
     )
+    # Recordings that sound like two people to the shipped speaker encoder are refused before training (a
+    # folder of two voices trains a blend of them without a word otherwise): bench/one_speaker.py measures it.
+    one_speaker_check: bool = field(
+        default=True,
+        metadata={
+            "help": "Refuse recordings that sound like two people to Chorus's speaker encoder "
+            "(--no-one-speaker-check: train on them anyway)."
+        },
+    )
     memory: MemoryOptions = field(default_factory=MemoryOptions)
     threads: int = 2
     seed: int = 1234

@@ -40,6 +40,19 @@ def test_two_columns_and_flac_audio(tmp_path: Path, metadata: Metadata) -> None:
     assert utterances[1].source.endswith("metadata.csv:3")
 
 
+def test_what_users_write_in_their_own_metadata(tmp_path: Path, metadata: Metadata) -> None:
+    """Clips in any format Chorus reads (Ogg, MP3 ...: they had been "not found" beside a metadata.csv), ids
+    written with their suffix, a header row; a comma-separated line says what it seems to be."""
+    folder = tmp_path / "me"
+    metadata(folder, ["id|text", "a1|First.", "a2.wav|Second.", "a3|Third.", "a4,Fourth."])
+    (folder / "wavs").mkdir()
+    for name in ("a1.ogg", "a2.wav", "a3.mp3"):
+        (folder / "wavs" / name).write_bytes(b"")
+    utterances, problems = discover(folder)
+    assert [(u.id, u.audio_path.name) for u in utterances] == [("a1", "a1.ogg"), ("a2", "a2.wav"), ("a3", "a3.mp3")]
+    assert len(problems) == 1 and "separated by commas; LJSpeech's separator is '|'" in problems[0].message
+
+
 def test_single_word_normalized_line_is_not_a_speaker(tmp_path: Path, metadata: Metadata) -> None:
     # "1990" looks like a speaker name in isolation; the rest of the file says it is LJSpeech.
     metadata(

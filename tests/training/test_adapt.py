@@ -17,7 +17,7 @@ from chorus.cli import app
 from chorus.models.bundle import load_bundle
 from chorus.recipe import TEXT_SIDE_PATTERN, AdaptConfig
 from chorus.synthesis import load_base
-from chorus.training.adapt import VOICE, adapt
+from chorus.training.adapt import VOICE, adapt, check_adaptation_data
 
 runner = CliRunner()
 QUICK = dict(steps=4, eval_every=2, threads=1)
@@ -149,6 +149,27 @@ def test_mismatched_transcripts_and_several_speakers_are_refused(tiny_base, new_
         adapt(swapped, load_bundle(tiny_base), tmp_path / "v", AdaptConfig(**QUICK), progress=False)
     with pytest.raises(ValueError, match="2 speakers"):
         adapt(two_voice_corpus, load_bundle(tiny_base), tmp_path / "v", AdaptConfig(**QUICK), progress=False)
+
+
+def test_one_folder_of_two_voices_is_refused_before_training(tiny_base, new_voice_data, two_voice_corpus, tmp_path):
+    """Two people's clips in one LJSpeech folder (espeak-ng f4 and m3, alternating) had trained a blend without a
+    word: the shipped speaker encoder hears two voices and the folder is refused, naming clips of each;
+    --no-one-speaker-check trains anyway. One person's folder passes."""
+    mixed = tmp_path / "mixed"
+    (mixed / "wavs").mkdir(parents=True)
+    lines = []
+    for folder in (new_voice_data, two_voice_corpus / "m3"):
+        for line in (folder / "metadata.csv").read_text().splitlines():
+            utt_id = line.split("|")[0]
+            shutil.copy(folder / "wavs" / f"{utt_id}.wav", mixed / "wavs" / f"{folder.name}-{utt_id}.wav")
+            lines.append(f"{folder.name}-{line}")
+    (mixed / "metadata.csv").write_text("\n".join(lines[::2] + lines[1::2]) + "\n")
+    config = AdaptConfig(**QUICK)
+    with pytest.raises(ValueError, match="sound like two people") as refused:
+        adapt(mixed, load_bundle(tiny_base), tmp_path / "v", config, progress=False)
+    assert "f4-" in str(refused.value) and "m3-" in str(refused.value) and not (tmp_path / "v").exists()
+    check_adaptation_data(new_voice_data, config, progress=False)  # one person: no refusal
+    check_adaptation_data(mixed, AdaptConfig(**QUICK, one_speaker_check=False), progress=False)
 
 
 def test_cli_adapt_then_synthesize_with_the_voice(tiny_base, new_voice_data, tmp_path):

@@ -21,11 +21,13 @@ from chorus.cli.common import (
     user_errors,
 )
 from chorus.cli.method_options import method_help, method_options, with_method_fields
+from chorus.data.formats import discover, needs_transcripts
 from chorus.models.bundle import load_bundle
 from chorus.recipe import DEFAULT_METHOD, AdaptConfig, MemoryOptions
 from chorus.synthesis import DEFAULT_BASE
 from chorus.synthesis.bases.piper import claims as piper_claims
 from chorus.training.adapt import adapt as run_adapt
+from chorus.training.adapt import check_one_speaker
 from chorus.training.adapt_many import ManyVoicesConfig
 from chorus.training.adapt_many import adapt_many as run_adapt_many
 from chorus.training.piper_adapt import PLACEMENTS, RECIPES, PiperAdaptConfig, adapt_piper
@@ -69,6 +71,7 @@ def adapt(
     learning_rate: float | None = typer.Option(None, help="Default: per method."),
     keep_text_side: bool = config_option(AdaptConfig, "keep_text_side"),
     speaker_encoder: Path | None = config_option(AdaptConfig, "speaker_encoder"),
+    one_speaker_check: bool = config_option(AdaptConfig, "one_speaker_check"),
     max_minutes: float = typer.Option(
         config_default(AdaptConfig, "max_minutes"), help="Wall-clock budget of the training loop."
     ),
@@ -90,6 +93,9 @@ def adapt(
         if method != DEFAULT_METHOD or targets is not None:
             fail("--method and --targets choose the Chorus base's adapters; a Piper base takes --placement")
         piper_config = dict(recipe=recipe, posterior=str(posterior) if posterior else None)
+        if one_speaker_check and not needs_transcripts(data):
+            with user_errors():
+                check_one_speaker(data, discover(data)[0])
         adapt_on_piper(
             data, out, str(spec), placement, steps, learning_rate, max_minutes, threads, device, piper_config
         )
@@ -101,6 +107,7 @@ def adapt(
             learning_rate=learning_rate,
             keep_text_side=keep_text_side,
             speaker_encoder=str(speaker_encoder) if speaker_encoder else None,
+            one_speaker_check=one_speaker_check,
             max_minutes=max_minutes,
             threads=threads,
             memory=MemoryOptions(

@@ -13,6 +13,7 @@ from chorus.cli.common import console, parameter_default
 from chorus.corpus.build import RequirementsError, build_corpus, check_requirements
 from chorus.corpus.speakers import get_speaker
 from chorus.data.check import check_dataset, format_report
+from chorus.data.formats import AUDIO_SUFFIXES, needs_transcripts
 
 data_app = typer.Typer(help="Inspect datasets.", no_args_is_help=True)
 corpus_app = typer.Typer(help="Build the offline multi-speaker training corpus.", no_args_is_help=True)
@@ -26,10 +27,24 @@ def data_check(
     ),
     jobs: int = typer.Option(parameter_default(check_dataset, "jobs"), help="Threads reading audio."),
 ) -> None:
-    """Per speaker: clips, minutes, and every problem with its file and line. Exit 1 if any."""
+    """Per speaker: clips, minutes, and every problem with its file and line. Exit 1 if any.
+    Recordings without transcripts are named as `chorus adapt` takes them: it has Whisper transcribe them."""
+    untranscribed = needs_transcripts(root)
+    if untranscribed and not (root / "metadata.csv").is_file():
+        count = sum(1 for p in root.rglob("*") if p.is_file() and p.suffix.lower() in AUDIO_SUFFIXES)
+        console.print(
+            f"{root}: {count} recording(s) and no metadata.csv: `chorus adapt {root}` cuts them at their silences "
+            "and has Whisper transcribe them (nothing to check before that)",
+            soft_wrap=True,
+        )
+        raise typer.Exit(0)
     report = check_dataset(root, progress=console.is_terminal, jobs=jobs)
     for renderable in format_report(report, max_problems):
         console.print(renderable)
+    if untranscribed:
+        console.print(
+            f"Lines with no text (id|): `chorus adapt {root}` has Whisper transcribe those clips.", soft_wrap=True
+        )
     raise typer.Exit(0 if report.ok else 1)
 
 

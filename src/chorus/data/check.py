@@ -23,6 +23,7 @@ from rich.progress import Progress
 from rich.table import Table
 from rich.text import Text
 
+from chorus.audio.io import decode_with_av
 from chorus.data.formats import DatasetFormatError, Utterance, discover
 from chorus.text import TextFrontEnd
 from chorus.text.symbols import PAD, PUNCTUATION, WORD_BOUNDARY
@@ -303,8 +304,12 @@ def _check_audio(utt: Utterance, config: CheckConfig) -> tuple[_AudioStats | Non
                 [problem("too_long", f"{seconds:.1f} s long (maximum {config.max_seconds:g} s)")],
             )
         audio, rate = sf.read(where, dtype="float32", always_2d=True)
-    except Exception as error:  # libsndfile, OS and header errors alike: the file is unusable
-        return None, [problem("unreadable_audio", f"cannot decode: {error}")]
+    except Exception as error:  # libsndfile, OS and header errors alike: try FFmpeg's decoders, as training reads
+        decoded = decode_with_av(path)
+        if decoded is None:
+            empty = path.stat().st_size == 0
+            return None, [problem("unreadable_audio", "an empty file" if empty else f"cannot decode: {error}")]
+        audio, rate = decoded
     if audio.size == 0:
         return None, [problem("empty_audio", "no samples")]
     if not np.isfinite(audio).all():

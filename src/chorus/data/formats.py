@@ -1,7 +1,9 @@
 """Dataset layouts Chorus reads.
 
 * LJSpeech-style folder: ``metadata.csv`` with ``id|text`` or ``id|text|normalized`` lines and audio
-  in ``wavs/<id>.wav`` (or ``.flac``). The folder's name is the speaker.
+  in ``wavs/<id>.wav`` (or any format of :data:`AUDIO_SUFFIXES`; an id written with its suffix,
+  ``clip1.wav|...``, names its file). A first line that names columns (``id|text``) is a header, not a
+  clip. The folder's name is the speaker.
 * Multi-speaker: a folder of such folders (one speaker each), or one ``metadata.csv`` whose lines are
   ``id|speaker|text`` with audio in ``wavs/``.
 
@@ -13,7 +15,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-AUDIO_SUFFIXES = (".wav", ".flac")
+# Every format Chorus reads: libsndfile's, then FFmpeg's through PyAV (chorus.audio.io.load_audio).
+AUDIO_SUFFIXES = (".wav", ".flac", ".mp3", ".ogg", ".oga", ".opus", ".m4a", ".aac", ".webm", ".aiff", ".aif")
+# What a header row's first column says (a spreadsheet's export: "id|text", "file_name|transcription").
+_HEADER_IDS = {"id", "ids", "file", "filename", "file_name", "name", "path", "audio", "audio_file", "wav", "utterance"}
 
 
 class DatasetFormatError(ValueError):
@@ -39,12 +44,30 @@ class MetadataProblem:
     message: str
 
 
-def _audio_path(wavs: Path, utt_id: str) -> Path:
+def audio_path(wavs: Path, utt_id: str) -> Path:
+    """The clip of ``utt_id`` in ``wavs``: ``<id>`` with the first suffix of :data:`AUDIO_SUFFIXES` that
+    exists, or the id itself when it is a file's name; ``<id>.wav`` when there is none (then reported
+    missing)."""
+    if Path(utt_id).suffix.lower() in AUDIO_SUFFIXES and (wavs / utt_id).is_file():
+        return wavs / utt_id
     for suffix in AUDIO_SUFFIXES:
         candidate = wavs / f"{utt_id}{suffix}"
         if candidate.exists():
             return candidate
     return wavs / f"{utt_id}.wav"
+
+
+def is_header(fields: list[str], wavs: Path) -> bool:
+    """Whether a metadata line's ``fields`` name columns rather than a clip (no clip of that id exists)."""
+    return fields[0].casefold() in _HEADER_IDS and not audio_path(wavs, fields[0]).is_file()
+
+
+def _separator_hint(line: str) -> str:
+    """What a line without '|' may have used instead, to say so."""
+    for separator, name in (("\t", "tabs"), (",", "commas"), (";", "semicolons")):
+        if separator in line:
+            return f" (it seems separated by {name}; LJSpeech's separator is '|')"
+    return ""
 
 
 def read_metadata(folder: Path, speaker: str | None = None) -> tuple[list[Utterance], list[MetadataProblem]]:
@@ -65,11 +88,14 @@ def read_metadata(folder: Path, speaker: str | None = None) -> tuple[list[Uttera
     except OSError as error:
         raise DatasetFormatError(f"{metadata}: cannot read ({error})") from error
     utterances, problems, seen = [], [], set()
+    first = next((number for number, line in enumerate(lines, start=1) if line.strip()), 0)
     for number, line in enumerate(lines, start=1):
         where = f"{metadata}:{number}"
         if not line.strip():
             continue
         fields = [f.strip() for f in line.split("|")]
+        if number == first and is_header(fields, folder / "wavs"):
+            continue
         if len(fields) == 2:
             utt_id, text, utt_speaker = fields[0], fields[1], speaker
         elif len(fields) == 3 and speaker is not None:
@@ -77,7 +103,8 @@ def read_metadata(folder: Path, speaker: str | None = None) -> tuple[list[Uttera
         elif len(fields) == 3:
             utt_id, utt_speaker, text = fields
         else:
-            problems.append(MetadataProblem(where, f"expected 2 or 3 '|'-separated fields, found {len(fields)}"))
+            hint = _separator_hint(line) if len(fields) == 1 else ""
+            problems.append(MetadataProblem(where, f"expected 2 or 3 '|'-separated fields, found {len(fields)}{hint}"))
             continue
         if not utt_id:
             problems.append(MetadataProblem(where, "empty utterance id"))
@@ -89,7 +116,10 @@ def read_metadata(folder: Path, speaker: str | None = None) -> tuple[list[Uttera
             problems.append(MetadataProblem(where, f"duplicate id {utt_id!r}"))
             continue
         seen.add((utt_speaker, utt_id))
-        utterances.append(Utterance(utt_id, utt_speaker, text, _audio_path(folder / "wavs", utt_id), where))
+        path = audio_path(folder / "wavs", utt_id)
+        if path.name == utt_id:  # written with its suffix: the id is the file's stem, as everywhere else
+            utt_id = path.stem
+        utterances.append(Utterance(utt_id, utt_speaker, text, path, where))
     return utterances, problems
 
 
@@ -145,3 +175,27 @@ def discover(root: str | Path) -> tuple[list[Utterance], list[MetadataProblem]]:
         utterances += found
         problems += bad
     return utterances, problems
+
+
+def metadata_lines(metadata: Path) -> list[tuple[str, str]]:
+    """``(id, text)`` of each clip's line (``id|`` leaves the text to Whisper). A line without '|' is no
+    such line (a comma-separated file: the data check names it), and a header row is no clip."""
+    rows = []
+    for line in metadata.read_text(encoding="utf-8-sig").splitlines():
+        if "|" in line:
+            utt_id, _, text = line.partition("|")
+            rows.append((utt_id.strip(), text.rsplit("|", 1)[-1].strip()))
+    if rows and is_header([rows[0][0]], metadata.parent / "wavs"):
+        rows = rows[1:]
+    return rows
+
+
+def needs_transcripts(folder: str | Path) -> bool:
+    """Whether ``folder`` holds recordings without (some of) their transcripts."""
+    folder = Path(folder)
+    metadata = folder / "metadata.csv"
+    if metadata.is_file():
+        return any(not text for _, text in metadata_lines(metadata))
+    if not folder.is_dir() or any(folder.rglob("metadata.csv")):
+        return False  # a dataset of another layout (speaker folders): the data check says what it holds
+    return any(p.suffix.lower() in AUDIO_SUFFIXES for p in folder.rglob("*") if p.is_file())

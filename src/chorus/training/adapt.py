@@ -28,15 +28,17 @@ from chorus.adapters.voice import VoiceCard, save_voice
 from chorus.data.batching import collate, make_batches
 from chorus.data.check import DatasetReport, check_dataset
 from chorus.data.features import FeatureCache, build_feature_cache
+from chorus.data.formats import needs_transcripts
 from chorus.models.acoustic import AcousticModel
 from chorus.models.bundle import ModelBundle
 from chorus.models.losses import compute_losses, step_inputs
 from chorus.recipe import TEXT_SIDE_PATTERN, AdaptConfig, MemoryOptions
 from chorus.speaker_recognition.bundle import load_encoder, shipped_encoder_dir
+from chorus.speaker_recognition.one_speaker import MIN_CLIPS, SAME_PERSON, two_voices
 from chorus.speaker_recognition.start import similarity_to_clips, speaker_map
 from chorus.training.efficiency import apply_memory_options, autocast, build_optimizer, cast_frozen_parameters
 from chorus.training.step_loop import LoopResult, StepLoop
-from chorus.training.transcripts import auto_transcribe, needs_transcripts
+from chorus.training.transcripts import auto_transcribe
 
 VOICE = "voice"  # adapter name while training; a voice folder is named by the user
 
@@ -66,7 +68,13 @@ def check_adaptation_data(data: str | Path, config: AdaptConfig, progress: bool 
     valid = report.valid_utterances()
     if not valid:
         reason = report.problems[0].message if report.problems else "no utterances"
-        raise ValueError(f"{data}: nothing usable ({reason}); see `chorus data check {data}`")
+        hint = ""
+        if any(p.kind == "too_long" for p in report.problems):
+            hint = (
+                "; long recordings: cut them into sentences, or leave their text out (id|, or no metadata.csv) "
+                "and `chorus adapt` cuts them at their silences and has Whisper transcribe the pieces"
+            )
+        raise ValueError(f"{data}: nothing usable ({reason}); see `chorus data check {data}`{hint}")
     minutes = sum(report.durations[u.key] for u in valid) / 60
     if minutes < config.min_minutes:
         raise ValueError(
@@ -75,7 +83,33 @@ def check_adaptation_data(data: str | Path, config: AdaptConfig, progress: bool 
         )
     if len(valid) < 2:
         raise ValueError(f"{data}: a voice needs at least 2 usable clips (one is held out for validation)")
+    if config.one_speaker_check:
+        check_one_speaker(data, valid)
     return report
+
+
+# Clips the one-speaker check embeds, spread over the folder: enough for two groups of a real share each.
+ONE_SPEAKER_CLIPS = 32
+
+
+def check_one_speaker(data: str | Path, clips: list) -> None:
+    """Refuse ``clips`` (utterances) that sound like two people to the shipped speaker encoder
+    (:func:`chorus.speaker_recognition.one_speaker.two_voices`), naming a few clips of each voice."""
+    folder = shipped_encoder_dir()
+    if folder is None or len(clips) < MIN_CLIPS:
+        return
+    chosen = [clips[i] for i in np.linspace(0, len(clips) - 1, min(len(clips), ONE_SPEAKER_CLIPS)).round().astype(int)]
+    with torch.random.fork_rng():  # building the encoder draws its initial weights: the training's seed is untouched
+        found = two_voices(load_encoder(folder).embed([u.audio_path for u in chosen]))
+    if found is None:
+        return
+    named = [", ".join(chosen[i].id for i in group[:3]) for group in found.groups]
+    raise ValueError(
+        f"{data}: these recordings sound like two people to Chorus's speaker encoder: {len(found.groups[0])} of "
+        f"the {len(chosen)} clips checked like one voice (e.g. {named[0]}), {len(found.groups[1])} like another "
+        f"(e.g. {named[1]}); the two score {found.similarity:.2f}, under one person's {SAME_PERSON:.2f}. A voice "
+        "is learnt from one person: remove the other's clips, or train anyway with --no-one-speaker-check"
+    )
 
 
 def split_held_out(count: int, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:

@@ -16,9 +16,8 @@ import librosa
 import numpy as np
 
 from chorus.audio.io import SAMPLE_RATE, AudioError, load_audio, save_audio
+from chorus.data.formats import AUDIO_SUFFIXES, audio_path, metadata_lines
 from chorus.evaluation.asr import WhisperJudge
-
-AUDIO_SUFFIXES = (".wav", ".flac", ".mp3", ".ogg", ".opus", ".m4a", ".aac", ".webm", ".aiff", ".aif")
 
 
 @dataclass(frozen=True)
@@ -27,26 +26,6 @@ class AutoTranscripts:
     clips: int
     automatic: int  # clips whose transcript Whisper wrote
     seconds: float
-
-
-def _lines(metadata: Path) -> list[tuple[str, str]]:
-    rows = []
-    for line in metadata.read_text(encoding="utf-8-sig").splitlines():
-        if line.strip():
-            utt_id, _, text = line.partition("|")
-            rows.append((utt_id.strip(), text.rsplit("|", 1)[-1].strip()))
-    return rows
-
-
-def needs_transcripts(folder: str | Path) -> bool:
-    """Whether ``folder`` holds recordings without (some of) their transcripts."""
-    folder = Path(folder)
-    metadata = folder / "metadata.csv"
-    if metadata.is_file():
-        return any(not text for _, text in _lines(metadata))
-    if not folder.is_dir() or any(folder.rglob("metadata.csv")):
-        return False  # a dataset of another layout (speaker folders): the data check says what it holds
-    return any(p.suffix.lower() in AUDIO_SUFFIXES for p in folder.rglob("*") if p.is_file())
 
 
 def split_at_silences(
@@ -98,7 +77,7 @@ def auto_transcribe(
     metadata = folder / "metadata.csv"
     if metadata.is_file():
         wavs = folder / "wavs"
-        given = [(wavs / f"{utt_id}.wav", text) for utt_id, text in _lines(metadata)]
+        given = [(audio_path(wavs, utt_id), text) for utt_id, text in metadata_lines(metadata)]
     else:
         files = sorted(p for p in folder.rglob("*") if p.is_file() and p.suffix.lower() in AUDIO_SUFFIXES)
         given = [(p, "") for p in files]
