@@ -277,11 +277,17 @@ def test_adapt_transcribes_recordings_without_transcripts(tiny_base, new_voice_d
     voice = tmp_path / "voices" / "auto"
     result = runner.invoke(
         app,
-        ["adapt", str(recordings), "--out", str(voice), "--steps", "2", "--threads", "1", "--model", str(tiny_base)],
-    )
+        ["adapt", str(recordings), "--out", str(voice), "--steps", "2", "--threads", "1", "--model", str(tiny_base),
+         "--keep-transcribed", str(tmp_path / "transcribed")],
+    )  # fmt: skip
     assert result.exit_code == 0, result.output
     assert "transcribed by Whisper" in result.output
+    # Kept to read and mend: the clips Whisper heard and its transcripts, an LJSpeech-style folder.
+    kept = (tmp_path / "transcribed" / "metadata.csv").read_text().splitlines()
+    assert kept and all((tmp_path / "transcribed" / "wavs" / f"{line.split('|')[0]}.wav").is_file() for line in kept)
+    assert "Whisper's transcripts:" in " ".join(result.output.split())
     card = json.loads((voice / "voice_card.json").read_text())
     automatic, _, clips = card["notes"]["automatic_transcripts"].partition(" of ")
     assert int(automatic) == int(clips.split()[0]) >= 4  # every clip, cut from two recordings
+    assert int(automatic) == len(kept)
     assert "automatic_transcripts" in (voice / "README.md").read_text()  # in the model-card metadata too

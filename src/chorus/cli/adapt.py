@@ -72,6 +72,11 @@ def adapt(
     keep_text_side: bool = config_option(AdaptConfig, "keep_text_side"),
     speaker_encoder: Path | None = config_option(AdaptConfig, "speaker_encoder"),
     one_speaker_check: bool = config_option(AdaptConfig, "one_speaker_check"),
+    keep_transcribed: Path | None = typer.Option(
+        None,
+        help="Recordings without transcripts: keep the clips and Whisper's transcripts in this new folder "
+        "(metadata.csv to read and mend, then adapt from it again).",
+    ),
     max_minutes: float = typer.Option(
         config_default(AdaptConfig, "max_minutes"), help="Wall-clock budget of the training loop."
     ),
@@ -119,7 +124,7 @@ def adapt(
             ),
         )
         bundle = load_bundle(spec or DEFAULT_BASE, device)
-        result = run_adapt(data, bundle, out, config)
+        result = run_adapt(data, bundle, out, config, keep_transcribed=keep_transcribed)
     card = result.card
     console.print(
         f"voice: {result.voice_dir}  ({card.data_minutes:.1f} min of data, {card.steps} steps in "
@@ -127,6 +132,12 @@ def adapt(
         f"{card.metrics['validation_mel_l1_start']:.3f} -> {card.metrics['validation_mel_l1_best']:.3f})"
     )
     console.print(f'speak with it: chorus synthesize --voice {result.voice_dir} --text "Hello."')
+    if keep_transcribed is not None and keep_transcribed.is_dir():
+        console.print(
+            f"Whisper's transcripts: {keep_transcribed / 'metadata.csv'} (mend any, then: chorus adapt "
+            f"{keep_transcribed} --out {out})",
+            soft_wrap=True,
+        )
 
 
 def adapt_on_piper(

@@ -205,13 +205,25 @@ def trainable_for(config: AdaptConfig) -> Callable[[AcousticModel], None]:
     return functools.partial(prepare_for_training, config=config)
 
 
-def adapt(data: str | Path, bundle: ModelBundle, out: str | Path, config: AdaptConfig, **options) -> AdaptResult:
+def adapt(
+    data: str | Path,
+    bundle: ModelBundle,
+    out: str | Path,
+    config: AdaptConfig,
+    keep_transcribed: str | Path | None = None,
+    **options,
+) -> AdaptResult:
     """Make a voice from ``data`` on ``bundle``'s base and save it to ``out`` (see :func:`_adapt` for
     ``options``). Recordings without transcripts (no ``metadata.csv``, or lines with no text) are
-    transcribed by Whisper first (:mod:`chorus.training.transcripts`); the card says how many."""
+    transcribed by Whisper first (:mod:`chorus.training.transcripts`); the card says how many. With
+    ``keep_transcribed`` the clips and Whisper's transcripts stay there, an LJSpeech-style folder to read,
+    mend and adapt from again (else they are made in a temporary folder)."""
     if not needs_transcripts(data):
         return _adapt(data, bundle, out, config, **options)
-    with tempfile.TemporaryDirectory(prefix="chorus-transcribed-") as work:
+    if keep_transcribed is not None and Path(keep_transcribed).exists():
+        raise ValueError(f"{keep_transcribed}: exists; --keep-transcribed writes a new folder")
+    with tempfile.TemporaryDirectory(prefix="chorus-transcribed-") as temporary:
+        work = str(keep_transcribed or temporary)
         auto = auto_transcribe(
             data, work, max_seconds=config.transcribed_clip_seconds, progress=options.get("progress", True)
         )
