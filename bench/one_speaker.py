@@ -32,18 +32,17 @@ from chorus.audio.augment import phone_line
 from chorus.audio.io import load_audio
 from chorus.data.formats import discover
 from chorus.speaker_recognition.bundle import SHIPPED_ENCODER, load_encoder
-from chorus.speaker_recognition.one_speaker import MIN_SHARE, SAME_PERSON, split_score
+from chorus.speaker_recognition.one_speaker import CHECKED_CLIPS, MIN_SHARE, SAME_PERSON, split_score, spread
 from run_record import LoadSampler, describe, provenance
 
-CLIPS = 16  # per folder, as a 1-2 minute folder holds
+CLIPS = CHECKED_CLIPS  # per folder, spread over it, as `chorus adapt` judges one
 MARGIN = 0.02
 ESPEAK_PAIRS = [("en-us+m3", "en-gb+f4"), ("en-us+m1", "en-us+m5"), ("en-us+f2", "en-us+f3"), ("en-us", "en-us+m7")]
 
 
-def embed_folder(encoder, folder: Path, rng: random.Random) -> np.ndarray:
-    utterances = discover(folder)[0]
-    rng.shuffle(utterances)
-    return encoder.embed([u.audio_path for u in utterances[:CLIPS]])
+def embed_folder(encoder, folder: Path) -> np.ndarray:
+    """The folder's clips as the check picks them (spread evenly over it), embedded."""
+    return encoder.embed([u.audio_path for u in spread(discover(folder)[0])])
 
 
 def espeak_clips(encoder, voice: str, sentences: list[str]) -> np.ndarray:
@@ -78,16 +77,16 @@ def main() -> None:
 def measure(args, rng: random.Random, record: dict) -> dict:
     """Calibration scores, the threshold from them, and the figures' scores."""
     encoder = load_encoder(SHIPPED_ENCODER)
-    corpus = {p.name: embed_folder(encoder, p, rng) for p in sorted(args.corpus.iterdir()) if p.is_dir()}
+    corpus = {p.name: embed_folder(encoder, p) for p in sorted(args.corpus.iterdir()) if p.is_dir()}
     calibration = {name: split_score(e) for name, e in corpus.items()}
     threshold = round(min(calibration.values()) - MARGIN, 3)
     heldout = {p.name: p for p in sorted(args.heldout.iterdir()) if p.is_dir()}
     figures: dict[str, list[dict]] = {"alone": [], "two channels": [], "held-out pairs": [], "corpus pairs": []}
     figures["espeak pairs"] = []
     for name, folder in heldout.items():
-        alone = embed_folder(encoder, folder, rng)
+        alone = embed_folder(encoder, folder)
         figures["alone"].append({"folder": name, "score": split_score(alone)})
-        clips = [u.audio_path for u in discover(folder)[0][:CLIPS]]
+        clips = [u.audio_path for u in spread(discover(folder)[0])]
         phoned = [
             phone_line(load_audio(p, encoder.mel_config.sample_rate), encoder.mel_config.sample_rate)
             for p in clips[::2]

@@ -52,6 +52,14 @@ def test_what_users_write_in_their_own_metadata(tmp_path: Path, metadata: Metada
     assert [(u.id, u.audio_path.name) for u in utterances] == [("a1", "a1.ogg"), ("a2", "a2.wav"), ("a3", "a3.mp3")]
     assert len(problems) == 1 and "separated by commas; LJSpeech's separator is '|'" in problems[0].message
 
+    # Not a header: a first column named like one over text ("audio|Hello there."), reported missing as written;
+    # one clip written twice, with and without its suffix, is a duplicate; an id alone is told to write 'id|'.
+    metadata(folder, ["audio|Hello there.", "a1|First.", "a1.ogg|Again.", "a9.wav|Gone.", "a3"])
+    utterances, problems = discover(folder)
+    assert [u.id for u in utterances] == ["audio", "a1", "a9"] and utterances[2].audio_path.name == "a9.wav"
+    found = [p.message for p in problems]
+    assert "duplicate id 'a1'" in found[0] and "write 'id|' for Whisper" in found[1]
+
 
 def test_single_word_normalized_line_is_not_a_speaker(tmp_path: Path, metadata: Metadata) -> None:
     # "1990" looks like a speaker name in isolation; the rest of the file says it is LJSpeech.

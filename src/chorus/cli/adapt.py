@@ -21,7 +21,8 @@ from chorus.cli.common import (
     user_errors,
 )
 from chorus.cli.method_options import method_help, method_options, with_method_fields
-from chorus.data.formats import discover, needs_transcripts
+from chorus.data.check import check_dataset
+from chorus.data.formats import needs_transcripts
 from chorus.models.bundle import load_bundle
 from chorus.recipe import DEFAULT_METHOD, AdaptConfig, MemoryOptions
 from chorus.synthesis import DEFAULT_BASE
@@ -97,10 +98,12 @@ def adapt(
     if spec is not None and piper_claims(str(spec)):
         if method != DEFAULT_METHOD or targets is not None:
             fail("--method and --targets choose the Chorus base's adapters; a Piper base takes --placement")
+        if keep_transcribed is not None:
+            fail("--keep-transcribed goes with the Chorus base: a Piper base adapts from transcribed recordings only")
         piper_config = dict(recipe=recipe, posterior=str(posterior) if posterior else None)
         if one_speaker_check and not needs_transcripts(data):
             with user_errors():
-                check_one_speaker(data, discover(data)[0])
+                check_one_speaker(data, check_dataset(data, progress=False).valid_utterances())
         adapt_on_piper(
             data, out, str(spec), placement, steps, learning_rate, max_minutes, threads, device, piper_config
         )
@@ -132,7 +135,7 @@ def adapt(
         f"{card.metrics['validation_mel_l1_start']:.3f} -> {card.metrics['validation_mel_l1_best']:.3f})"
     )
     console.print(f'speak with it: chorus synthesize --voice {result.voice_dir} --text "Hello."')
-    if keep_transcribed is not None and keep_transcribed.is_dir():
+    if keep_transcribed is not None and (keep_transcribed / "metadata.csv").is_file() and needs_transcripts(data):
         console.print(
             f"Whisper's transcripts: {keep_transcribed / 'metadata.csv'} (mend any, then: chorus adapt "
             f"{keep_transcribed} --out {out})",
@@ -191,6 +194,7 @@ def adapt_many(
     ),
     learning_rate: float | None = typer.Option(None, help="Default: per method."),
     keep_text_side: bool = config_option(AdaptConfig, "keep_text_side"),
+    one_speaker_check: bool = config_option(AdaptConfig, "one_speaker_check"),
     optimizer: str = config_option(MemoryOptions, "optimizer"),
     model: Path | None = typer.Option(None, help=MODEL_HELP),
     threads: int = typer.Option(config_default(AdaptConfig, "threads"), help="CPU threads."),
@@ -205,6 +209,7 @@ def adapt_many(
                 methods=parse_methods(method, method_options(method, method_fields or {}, targets)),
                 learning_rate=learning_rate,
                 keep_text_side=keep_text_side,
+                one_speaker_check=one_speaker_check,
                 threads=threads,
                 memory=MemoryOptions(optimizer=optimizer),
             ),

@@ -23,7 +23,7 @@ from rich.progress import Progress
 from rich.table import Table
 from rich.text import Text
 
-from chorus.audio.io import decode_with_av
+from chorus.audio.io import AudioTooLong, decode_with_av
 from chorus.data.formats import DatasetFormatError, Utterance, discover
 from chorus.text import TextFrontEnd
 from chorus.text.symbols import PAD, PUNCTUATION, WORD_BOUNDARY
@@ -305,7 +305,12 @@ def _check_audio(utt: Utterance, config: CheckConfig) -> tuple[_AudioStats | Non
             )
         audio, rate = sf.read(where, dtype="float32", always_2d=True)
     except Exception as error:  # libsndfile, OS and header errors alike: try FFmpeg's decoders, as training reads
-        decoded = decode_with_av(path)
+        try:
+            decoded = decode_with_av(path, max_seconds=_MAX_DECODED_SECONDS)
+        except AudioTooLong as too_long:
+            return _AudioStats(too_long.seconds, 0.0), [
+                problem("too_long", f"{too_long.seconds:.1f} s long (maximum {config.max_seconds:g} s)")
+            ]
         if decoded is None:
             empty = path.stat().st_size == 0
             return None, [problem("unreadable_audio", "an empty file" if empty else f"cannot decode: {error}")]

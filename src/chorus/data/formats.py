@@ -17,8 +17,9 @@ from pathlib import Path
 
 # Every format Chorus reads: libsndfile's, then FFmpeg's through PyAV (chorus.audio.io.load_audio).
 AUDIO_SUFFIXES = (".wav", ".flac", ".mp3", ".ogg", ".oga", ".opus", ".m4a", ".aac", ".webm", ".aiff", ".aif")
-# What a header row's first column says (a spreadsheet's export: "id|text", "file_name|transcription").
+# What a header row's columns say (a spreadsheet's export: "id|text", "file_name|transcription").
 _HEADER_IDS = {"id", "ids", "file", "filename", "file_name", "name", "path", "audio", "audio_file", "wav", "utterance"}
+_HEADER_TEXTS = {"text", "transcript", "transcription", "sentence", "normalized", "normalized_text", "speaker"}
 
 
 class DatasetFormatError(ValueError):
@@ -50,6 +51,10 @@ def audio_path(wavs: Path, utt_id: str) -> Path:
     missing)."""
     if Path(utt_id).suffix.lower() in AUDIO_SUFFIXES and (wavs / utt_id).is_file():
         return wavs / utt_id
+    if Path(utt_id).suffix.lower() in AUDIO_SUFFIXES and not any(
+        (wavs / f"{utt_id}{x}").exists() for x in AUDIO_SUFFIXES
+    ):
+        return wavs / utt_id  # a file name that is missing: reported by the name written
     for suffix in AUDIO_SUFFIXES:
         candidate = wavs / f"{utt_id}{suffix}"
         if candidate.exists():
@@ -58,8 +63,10 @@ def audio_path(wavs: Path, utt_id: str) -> Path:
 
 
 def is_header(fields: list[str], wavs: Path) -> bool:
-    """Whether a metadata line's ``fields`` name columns rather than a clip (no clip of that id exists)."""
-    return fields[0].casefold() in _HEADER_IDS and not audio_path(wavs, fields[0]).is_file()
+    """Whether a metadata line's ``fields`` name columns rather than a clip: its first two are column names
+    ("id|text") and no clip of that id exists."""
+    named = len(fields) >= 2 and fields[0].casefold() in _HEADER_IDS and fields[1].casefold() in _HEADER_TEXTS
+    return named and not audio_path(wavs, fields[0]).is_file()
 
 
 def _separator_hint(line: str) -> str:
@@ -67,7 +74,7 @@ def _separator_hint(line: str) -> str:
     for separator, name in (("\t", "tabs"), (",", "commas"), (";", "semicolons")):
         if separator in line:
             return f" (it seems separated by {name}; LJSpeech's separator is '|')"
-    return ""
+    return " (an id alone: write 'id|' for Whisper to transcribe its clip)" if " " not in line.strip() else ""
 
 
 def read_metadata(folder: Path, speaker: str | None = None) -> tuple[list[Utterance], list[MetadataProblem]]:
@@ -112,13 +119,13 @@ def read_metadata(folder: Path, speaker: str | None = None) -> tuple[list[Uttera
         if utt_speaker is None or not utt_speaker:
             problems.append(MetadataProblem(where, "empty speaker name"))
             continue
+        path = audio_path(folder / "wavs", utt_id)
+        if path.name == utt_id:  # written with its suffix: the id is the file's stem, as everywhere else
+            utt_id = path.stem
         if (utt_speaker, utt_id) in seen:
             problems.append(MetadataProblem(where, f"duplicate id {utt_id!r}"))
             continue
         seen.add((utt_speaker, utt_id))
-        path = audio_path(folder / "wavs", utt_id)
-        if path.name == utt_id:  # written with its suffix: the id is the file's stem, as everywhere else
-            utt_id = path.stem
         utterances.append(Utterance(utt_id, utt_speaker, text, path, where))
     return utterances, problems
 
@@ -185,7 +192,7 @@ def metadata_lines(metadata: Path) -> list[tuple[str, str]]:
         if "|" in line:
             utt_id, _, text = line.partition("|")
             rows.append((utt_id.strip(), text.rsplit("|", 1)[-1].strip()))
-    if rows and is_header([rows[0][0]], metadata.parent / "wavs"):
+    if rows and is_header(list(rows[0]), metadata.parent / "wavs"):
         rows = rows[1:]
     return rows
 

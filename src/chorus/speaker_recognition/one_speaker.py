@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 MIN_CLIPS = 4  # fewer clips than this cannot be split into two groups of two
+CHECKED_CLIPS = 16  # what a folder is judged by, as bench/one_speaker.py calibrated it; fewer: not judged
 MIN_SHARE = 0.1  # of the clips: a smaller group is a stray clip or two, not a second voice
 SAME_PERSON = 0.726  # bench/results/one_speaker: the calibration folders' lowest score (0.746), less 0.02
 _ROUNDS = 50
@@ -31,19 +32,39 @@ class SpeakerSplit:
     similarity: float
 
 
+def spread(items: list, count: int = CHECKED_CLIPS) -> list:
+    """``count`` of ``items`` spread evenly over them (a folder's clips from its start to its end), or all."""
+    if len(items) <= count:
+        return list(items)
+    return [items[i] for i in np.linspace(0, len(items) - 1, count).round().astype(int)]
+
+
 def split(embeddings: np.ndarray) -> SpeakerSplit | None:
-    """``embeddings`` ``[N, D]`` (unit rows, one per clip) in two groups, or None when they do not split
-    into two of a real share each."""
-    count = len(embeddings)
-    if count < MIN_CLIPS:
-        return None
+    """``embeddings`` ``[N, D]`` (unit rows, one per clip) in two groups of a real share each, or None when
+    they do not split so. Two-means starts from the two least alike clips; when one of those is a stray (a
+    cough, a noise, a clip on another microphone) its group is too small: those clips are set aside and
+    the rest split again, so one odd clip cannot hide two voices."""
+    kept = np.arange(len(embeddings))
+    while len(kept) >= MIN_CLIPS:
+        groups, similarity = _two_means(embeddings[kept])
+        if groups is None:
+            return None
+        small = max(2, math.ceil(MIN_SHARE * len(kept)))
+        if len(groups[1]) >= small:
+            return SpeakerSplit((tuple(kept[list(groups[0])]), tuple(kept[list(groups[1])])), similarity)
+        kept = kept[list(groups[0])]  # the strays set aside
+    return None
+
+
+def _two_means(embeddings: np.ndarray) -> tuple[tuple[tuple[int, ...], tuple[int, ...]] | None, float]:
+    """Two groups of ``embeddings`` (the larger first) and their centroids' cosine; None when all fall in one."""
     similarity = embeddings @ embeddings.T
     first, second = np.unravel_index(np.argmin(similarity), similarity.shape)
     centroids = embeddings[[first, second]]
     for _ in range(_ROUNDS):
         nearest = np.argmax(embeddings @ centroids.T, axis=1)
         if nearest.min() == nearest.max():
-            return None
+            return None, 1.0
         moved = np.stack([embeddings[nearest == k].mean(0) for k in (0, 1)])
         moved /= np.linalg.norm(moved, axis=1, keepdims=True)
         converged = np.allclose(moved, centroids)
@@ -51,9 +72,7 @@ def split(embeddings: np.ndarray) -> SpeakerSplit | None:
         if converged:
             break
     groups = sorted((tuple(np.flatnonzero(nearest == k).tolist()) for k in (0, 1)), key=len, reverse=True)
-    if len(groups[1]) < max(2, math.ceil(MIN_SHARE * count)):
-        return None
-    return SpeakerSplit((groups[0], groups[1]), float(centroids[0] @ centroids[1]))
+    return (groups[0], groups[1]), float(centroids[0] @ centroids[1])
 
 
 def split_score(embeddings: np.ndarray) -> float:

@@ -34,7 +34,7 @@ from chorus.models.bundle import ModelBundle
 from chorus.models.losses import compute_losses, step_inputs
 from chorus.recipe import TEXT_SIDE_PATTERN, AdaptConfig, MemoryOptions
 from chorus.speaker_recognition.bundle import load_encoder, shipped_encoder_dir
-from chorus.speaker_recognition.one_speaker import MIN_CLIPS, SAME_PERSON, two_voices
+from chorus.speaker_recognition.one_speaker import CHECKED_CLIPS, SAME_PERSON, spread, two_voices
 from chorus.speaker_recognition.start import similarity_to_clips, speaker_map
 from chorus.training.efficiency import apply_memory_options, autocast, build_optimizer, cast_frozen_parameters
 from chorus.training.step_loop import LoopResult, StepLoop
@@ -88,18 +88,16 @@ def check_adaptation_data(data: str | Path, config: AdaptConfig, progress: bool 
     return report
 
 
-# Clips the one-speaker check embeds, spread over the folder: enough for two groups of a real share each.
-ONE_SPEAKER_CLIPS = 32
-
-
 def check_one_speaker(data: str | Path, clips: list) -> None:
     """Refuse ``clips`` (utterances) that sound like two people to the shipped speaker encoder
     (:func:`chorus.speaker_recognition.one_speaker.two_voices`), naming a few clips of each voice."""
     folder = shipped_encoder_dir()
-    if folder is None or len(clips) < MIN_CLIPS:
+    if folder is None or len(clips) < CHECKED_CLIPS:  # judged as calibrated: CHECKED_CLIPS spread over the folder
         return
-    chosen = [clips[i] for i in np.linspace(0, len(clips) - 1, min(len(clips), ONE_SPEAKER_CLIPS)).round().astype(int)]
-    with torch.random.fork_rng():  # building the encoder draws its initial weights: the training's seed is untouched
+    chosen = spread(clips)
+    # Building the encoder draws its initial weights: the training's seed is left as it was (CPU only: the
+    # encoder runs there, and forking every GPU's state would start each one).
+    with torch.random.fork_rng(devices=[]):
         found = two_voices(load_encoder(folder).embed([u.audio_path for u in chosen]))
     if found is None:
         return
@@ -108,7 +106,8 @@ def check_one_speaker(data: str | Path, clips: list) -> None:
         f"{data}: these recordings sound like two people to Chorus's speaker encoder: {len(found.groups[0])} of "
         f"the {len(chosen)} clips checked like one voice (e.g. {named[0]}), {len(found.groups[1])} like another "
         f"(e.g. {named[1]}); the two score {found.similarity:.2f}, under one person's {SAME_PERSON:.2f}. A voice "
-        "is learnt from one person: remove the other's clips, or train anyway with --no-one-speaker-check"
+        "is learnt from one person: remove the other's clips (one person recorded on two very different "
+        "microphones or lines sounds like two; the command line's --no-one-speaker-check trains anyway)"
     )
 
 
@@ -220,8 +219,12 @@ def adapt(
     mend and adapt from again (else they are made in a temporary folder)."""
     if not needs_transcripts(data):
         return _adapt(data, bundle, out, config, **options)
-    if keep_transcribed is not None and Path(keep_transcribed).exists():
-        raise ValueError(f"{keep_transcribed}: exists; --keep-transcribed writes a new folder")
+    if keep_transcribed is not None:
+        kept = Path(keep_transcribed).resolve()
+        if kept.exists():
+            raise ValueError(f"{keep_transcribed}: exists; --keep-transcribed writes a new folder")
+        if kept.is_relative_to(Path(data).resolve()):
+            raise ValueError(f"{keep_transcribed}: inside {data}, where it would be read as recordings next time")
     with tempfile.TemporaryDirectory(prefix="chorus-transcribed-") as temporary:
         work = str(keep_transcribed or temporary)
         auto = auto_transcribe(
@@ -231,8 +234,12 @@ def adapt(
         notes = {"automatic_transcripts": f"{auto.automatic} of {auto.clips} clips (Whisper tiny.en)"}
         try:
             return _adapt(auto.folder, bundle, out, config, extra_notes=notes, **options)
-        except ValueError as error:  # name the recordings given, not the temporary folder made from them
-            raise ValueError(str(error).replace(str(auto.folder), str(data)).replace(work, str(data))) from None
+        except ValueError as error:
+            if keep_transcribed is not None:  # the kept folder is what to read and mend: named as it is
+                raise ValueError(f"{error} (the transcribed clips: {keep_transcribed})") from None
+            # Name the recordings given, not the temporary folder made from them.
+            named = str(error).replace(str(auto.folder), str(data)).replace(work, str(data))
+            raise ValueError(f"{named} (--keep-transcribed DIR keeps the transcribed clips to read)") from None
 
 
 @dataclass

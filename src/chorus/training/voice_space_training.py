@@ -78,6 +78,7 @@ def train_voice_space(
         threads=config.threads,
         min_minutes=config.min_minutes,
         keep_text_side=False,
+        one_speaker_check=False,  # the corpus's voices, one engine voice a folder: as its benchmark trained them
     )
     configs = adapt_config.method_configs()
     voices = load_voices(root, bundle, adapt_config, config.seed, progress)
