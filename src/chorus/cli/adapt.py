@@ -101,9 +101,7 @@ def adapt(
         if keep_transcribed is not None:
             fail("--keep-transcribed goes with the Chorus base: a Piper base adapts from transcribed recordings only")
         piper_config = dict(recipe=recipe, posterior=str(posterior) if posterior else None)
-        if one_speaker_check and not needs_transcripts(data):
-            with user_errors():
-                check_one_speaker(data, check_dataset(data, progress=False).valid_utterances())
+        _check_one_speaker_for_piper(data, one_speaker_check)
         adapt_on_piper(
             data, out, str(spec), placement, steps, learning_rate, max_minutes, threads, device, piper_config
         )
@@ -141,6 +139,13 @@ def adapt(
             f"{keep_transcribed} --out {out})",
             soft_wrap=True,
         )
+
+
+def _check_one_speaker_for_piper(data: Path, wanted: bool) -> None:
+    """The one-speaker check on a Piper base's data (its recipe has no data check of its own): the valid clips."""
+    if wanted and not needs_transcripts(data):
+        with user_errors():
+            check_one_speaker(data, check_dataset(data, progress=False).valid_utterances())
 
 
 def adapt_on_piper(
