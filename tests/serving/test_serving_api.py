@@ -281,6 +281,11 @@ def test_uploads_of_any_common_format_and_length_without_transcripts(new_voice_d
         prepare_clips(clips[:1], {"long.aac": "Some words."}, tmp_path / "again", limits)
     with pytest.raises(UploadError, match="AAC/M4A or WebM"):
         prepare_clips([("x.m4a", b"not audio at all" * 100)], None, tmp_path / "bad", limits)
+    # By default a transcribed clip is bounded as the job's data check bounds it (a 25 s one had been taken
+    # at upload, then failed the job).
+    clip = encode_whole(audio[: 25 * 22050], 22050, "mp3")
+    with pytest.raises(UploadError, match="at most 20 s"):
+        prepare_clips([("c.mp3", clip)], {"c.mp3": "Some words."}, tmp_path / "default", UploadLimits())
 
 
 def test_transcripts_and_archive_safety(new_voice_data, tmp_path):

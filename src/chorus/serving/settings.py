@@ -16,6 +16,7 @@ from typing import Literal
 
 from pydantic import ConfigDict, PositiveInt, TypeAdapter, with_config
 
+from chorus.data.check import CheckConfig
 from chorus.recipe import AdaptConfig
 from chorus.serving.store import VoiceStore
 
@@ -105,7 +106,9 @@ class UploadLimits:
     max_clips: int = 300
     max_clip_bytes: int = 25 << 20  # one clip, as uploaded or as unpacked from the archive
     min_clip_seconds: float = 0.3
-    max_clip_seconds: float = 30.0
+    # A transcribed clip, as the onboarding job's data check takes one: a longer one would be accepted here and
+    # then fail the job (a clip without transcript is cut at its silences there instead).
+    max_clip_seconds: float = CheckConfig().max_seconds
     min_total_seconds: float = 30.0  # as ``AdaptConfig.min_minutes``: less cannot make a voice
     max_total_seconds: float = 20 * 60.0
     max_transcript_chars: int = 1_000
