@@ -547,6 +547,10 @@ def test_piper_http_api_speaks_as_the_speech_route(tenants_app):
     ]:
         assert fragment in client.post("/", json=body, headers=ACME).json()["error"]["message"]
     assert_error(client.post("/", content=b"<x/>", headers=ACME | {"Content-Type": "application/xml"}), 415)
+    # A body past the server's bound is refused before it is read whole, as the speech route's is.
+    limit = client.app.state.server.settings.max_json_bytes
+    big = client.post("/", content=b"a" * (limit + 1), headers=ACME | {"Content-Type": "text/plain"})
+    assert_error(big, 413)
 
 
 def test_characters_left_out_of_a_spoken_sentence_are_named(tenants_app):

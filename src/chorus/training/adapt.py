@@ -88,6 +88,15 @@ def check_adaptation_data(data: str | Path, config: AdaptConfig, progress: bool 
     return report
 
 
+@functools.lru_cache(maxsize=1)
+def _checking_encoder(folder: str):
+    """The encoder the one-speaker check embeds with, loaded once per process (adapt-many checks each voice's
+    folder). Building it draws its initial weights: the training's seed is left as it was (CPU only: the
+    encoder runs there, and forking every GPU's state would start each one)."""
+    with torch.random.fork_rng(devices=[]):
+        return load_encoder(folder)
+
+
 def check_one_speaker(data: str | Path, clips: list) -> None:
     """Refuse ``clips`` (utterances) that sound like two people to the shipped speaker encoder
     (:func:`chorus.speaker_recognition.one_speaker.two_voices`), naming a few clips of each voice."""
@@ -95,10 +104,7 @@ def check_one_speaker(data: str | Path, clips: list) -> None:
     if folder is None or len(clips) < CHECKED_CLIPS:  # judged as calibrated: CHECKED_CLIPS spread over the folder
         return
     chosen = spread(clips)
-    # Building the encoder draws its initial weights: the training's seed is left as it was (CPU only: the
-    # encoder runs there, and forking every GPU's state would start each one).
-    with torch.random.fork_rng(devices=[]):
-        found = two_voices(load_encoder(folder).embed([u.audio_path for u in chosen]))
+    found = two_voices(_checking_encoder(str(folder)).embed([u.audio_path for u in chosen]))
     if found is None:
         return
     named = [", ".join(chosen[i].id for i in group[:3]) for group in found.groups]

@@ -21,11 +21,11 @@ import numpy as np
 import soundfile as sf
 
 from chorus.audio.io import AudioTooLong, decode_with_av
+from chorus.data.formats import AUDIO_SUFFIXES  # what a dataset's clips may be: uploads read the same
 from chorus.serving.errors import UploadError
 from chorus.serving.json_body import BodyError, loads_bounded
 from chorus.serving.settings import UploadLimits
 
-AUDIO_SUFFIXES = (".wav", ".flac", ".ogg", ".oga", ".opus", ".mp3", ".aiff", ".aif", ".m4a", ".aac", ".webm")
 _SAFE_ID = re.compile(r"[^A-Za-z0-9_-]+")
 
 
