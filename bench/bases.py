@@ -160,6 +160,7 @@ def adapt_in_child(data: Path, voice: Path, base: str | None, threads: int, step
     """``chorus adapt`` in a child process: wall and CPU seconds (wait4) and the child's own peak RSS (its
     VmHWM: wait4's ``ru_maxrss`` holds this process's peak, see :class:`run_record.ChildPeakRss`)."""
     command = [sys.executable, "-m", "chorus", "adapt", str(data), "--out", str(voice), "--threads", str(threads)]
+    command += ["--overwrite"]  # the benchmark's own work folder: a voice there is one it made, to make again
     command += ["--base", base] if base else []
     command += ["--steps", str(steps)] if steps else []
     started = time.perf_counter()
@@ -223,8 +224,40 @@ def adapted_voices(args: argparse.Namespace) -> list[dict]:
                 print(json.dumps(rows[-1]), flush=True)
         rows.append({"target": target, "recordings": judge(  # the recordings' own figures, once per run
             [EvalItem(u.key, u.audio_path, u.text, speaker_references=references) for u in evaluation], similarity=True
-        )})  # fmt: skip
+        ), **derivation(args.heldout / target)})  # fmt: skip
     return rows
+
+
+def derivation(folder: Path) -> dict:
+    """How a target made by ``bench/unheard_voice.py`` was made (its ``derived.json``), or nothing."""
+    record = folder / "derived.json"
+    return {"derived": json.loads(record.read_text())} if record.is_file() else {}
+
+
+def derivation_lines(rows: list[dict]) -> list[str]:
+    """One line per target made from another voice: the chain, and how far resemblyzer hears it from its
+    source and from its nearest other voice, beside the source against its own other clips."""
+    lines, seen = [], set()
+    for row in rows:
+        if "derived" not in row or row["target"] in seen:  # every run of a target records it again
+            continue
+        seen.add(row["target"])
+        made = row["derived"]
+        scores = dict(made["resemblyzer_similarity"])
+        source, yardstick = (
+            scores.pop(made["source"]),
+            scores.pop(f"{made['source']}, its own other clips (same speaker)"),
+        )
+        others = ""
+        if scores:  # voices given with --compare
+            nearest = max(scores, key=scores.get)
+            others = f" and at most {scores[nearest]:.3f} against the {len(scores)} other voices compared ({nearest})"
+        lines.append(
+            f"- {row['target']}: no model here heard it. Made by `bench/unheard_voice.py` from {made['source']} "
+            f"(held out of every training) through `{made['sox']}`; resemblyzer scores it {source:.3f} against "
+            f"{made['source']} (whose own clips score {yardstick:.3f} against each other){others}."
+        )
+    return lines + [""] if lines else []
 
 
 def _fmt(value, digits: int = 2) -> str:
@@ -320,6 +353,7 @@ def report(out: Path) -> str:
                 f"({row['train_cpu_minutes']:.1f}) | "
                 f"{row['peak_rss_mb']:.0f} | {row['voice_bytes'] / 1024:.0f} ({100 * row['voice_share']:.2f} %) |"
             )
+        lines += [""] + derivation_lines(rows)
     text = "\n".join(lines) + "\n"
     (out / "bases.md").write_text(text)
     return text

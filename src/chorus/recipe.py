@@ -137,7 +137,7 @@ class AdaptConfig:
     patience: int = 4  # evaluations without improvement before stopping
     max_minutes: float = 10.0  # wall-clock budget of the training loop
     validation_fraction: float = 0.1
-    min_minutes: float = 0.5  # less usable audio than this is refused
+    min_minutes: float = 0.5  # less speech in the usable clips than this is refused (silence around it not counted)
     # Recordings without transcripts are cut at silences into clips of at most this many seconds for
     # Whisper; a short sample needs shorter ones (a voice holds a clip out for validation).
     transcribed_clip_seconds: float = 12.0

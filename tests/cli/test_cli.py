@@ -334,11 +334,12 @@ def test_method_options_go_to_the_chosen_methods_that_have_them():
 
 
 def test_adapt_takes_one_base(tiny_base, tmp_path):
-    command = ["adapt", str(tmp_path), "--out", str(tmp_path / "v"), "--base", "piper-joe", "--model", str(tiny_base)]
+    data = str(tmp_path / "recordings")
+    command = ["adapt", data, "--out", str(tmp_path / "v"), "--base", "piper-joe", "--model", str(tiny_base)]
     result = runner.invoke(app, command)
     assert result.exit_code == 2 and "not both" in result.output
     result = runner.invoke(
-        app, ["adapt", str(tmp_path), "--out", str(tmp_path / "v"), "--base", "piper-joe", "--method", "bitfit"]
+        app, ["adapt", data, "--out", str(tmp_path / "v"), "--base", "piper-joe", "--method", "bitfit"]
     )
     assert result.exit_code == 2 and "a Piper base takes --placement" in result.output
 

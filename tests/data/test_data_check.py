@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
@@ -18,7 +19,9 @@ from chorus.data.check import (
     CheckConfig,
     DatasetReport,
     check_dataset,
+    speech_seconds,
 )
+from chorus.evaluation.transcripts_heard import not_heard
 from chorus.text import TextFrontEnd
 
 runner = CliRunner()
@@ -112,6 +115,57 @@ def test_clean_dataset_has_no_problems(lj_dataset: Path) -> None:
     assert "no problems" in report.summary()
 
 
+def test_silence_before_and_after_speech_is_not_counted_as_speech(tmp_path: Path) -> None:
+    """A clip of 1 s of tone between 2 s of room tone (-70 dBFS) and 3 s of digital silence: 6 s of audio,
+    about 1 s of speech, in the report's minutes and in what uploads are held to."""
+    rng = np.random.default_rng(0)
+    tone = 0.3 * np.sin(2 * np.pi * 220 * np.arange(RATE) / RATE)
+    room = 10 ** (-70 / 20) * rng.standard_normal(2 * RATE)
+    clip = np.concatenate([room, tone, np.zeros(3 * RATE)]).astype(np.float32)
+    assert speech_seconds(clip, RATE) == pytest.approx(1.0, abs=0.06)
+    assert speech_seconds(np.zeros(RATE, dtype=np.float32), RATE) == 0.0
+    (tmp_path / "wavs").mkdir()
+    sf.write(tmp_path / "wavs" / "a.wav", clip, RATE)
+    (tmp_path / "metadata.csv").write_text("a|Hello there.\n")  # about 8 phonemes a second of speech
+    report = check_dataset(tmp_path, progress=False)
+    speaker = next(iter(report.speakers.values()))
+    assert speaker.valid_seconds == pytest.approx(6.0, abs=0.01)
+    assert speaker.valid_speech_seconds == pytest.approx(1.0, abs=0.06)
+    assert report.speech_durations == {report.utterances[0].key: speaker.valid_speech_seconds}
+    assert "0.1 min usable, 0.0 min of it speech" in report.summary()
+    assert "| Speech minutes |" in report.to_markdown()
+
+
+def test_listen_flags_transcripts_of_the_right_length_but_other_words(tmp_path: Path, metadata) -> None:
+    """Two lines of metadata.csv swapped: each transcript fits its clip's length, so only listening finds them."""
+    if shutil.which("flite") is None:
+        pytest.skip("needs Debian flite")
+    sentences = [
+        "The birch canoe slid on the smooth planks.",
+        "Glue the sheet to the dark blue background.",
+        "It is easy to tell the depth of a well.",
+        "These days a chicken leg is a rare dish.",
+    ]
+    (tmp_path / "wavs").mkdir()
+    for number, text in enumerate(sentences):  # flite's rms: a clear voice, as people's recordings are
+        subprocess.run(
+            ["flite", "-voice", "rms", "-t", text, "-o", str(tmp_path / "wavs" / f"c{number}.wav")], check=True
+        )
+    said = [f"c{n}|{text}" for n, text in enumerate(sentences)]
+    metadata(tmp_path, [said[0], said[1], f"c2|{sentences[3]}", f"c3|{sentences[2]}"])
+    report = check_dataset(tmp_path, progress=False)
+    assert report.ok  # the length check passes them all
+    flagged = not_heard(report)
+    assert sorted(p.utterance.id for p in flagged) == ["c2", "c3"]
+    assert all(p.kind == "transcript_not_heard" and "Whisper does not hear" in p.message for p in flagged)
+    assert report.with_problems(flagged).speakers[report.utterances[0].speaker].valid_clips == 2
+    listened = runner.invoke(app, ["data", "check", str(tmp_path), "--listen"])
+    assert listened.exit_code == 1 and "2 transcript_not_heard" in " ".join(listened.output.split())
+    metadata(tmp_path, said)
+    mended = runner.invoke(app, ["data", "check", str(tmp_path), "--listen"])
+    assert mended.exit_code == 0 and "no problems" in " ".join(mended.output.split())
+
+
 def test_each_problem_kind_is_found_where_it_is(
     bad_dataset: tuple[Path, dict[str, str]], bad_report: DatasetReport
 ) -> None:
@@ -181,7 +235,7 @@ def test_markdown(bad_dataset: tuple[Path, dict[str, str]], bad_report: DatasetR
 
 def test_command_exit_codes_and_output(lj_dataset: Path, bad_dataset: tuple[Path, dict[str, str]]) -> None:
     clean = runner.invoke(app, ["data", "check", str(lj_dataset)])
-    assert clean.exit_code == 0 and "no problems" in clean.output
+    assert clean.exit_code == 0 and "no problems" in " ".join(clean.output.split())
     bad = runner.invoke(app, ["data", "check", str(bad_dataset[0]), "--max-problems", "3"])
     assert bad.exit_code == 1
     out = bad.output

@@ -1014,6 +1014,16 @@ def test_upload_refusals(tenants_app, new_voice_data):
     assert_error(upload(form | {"transcripts": json.dumps({"x.wav": "Hi."})}), 400, "no transcript")
     three = {name: text for name, text in list(json.loads(transcripts).items())[:3]}
     assert_error(upload(form | {"transcripts": json.dumps(three)}, upload_files=files[:3]), 400, "at least 30 s")
+    # Six clips in 4 s of silence each: over 30 s of audio, about 15 s of speech, which the job would refuse.
+    padded = []
+    for _, (name, data, kind) in files[:6]:
+        audio, rate = sf.read(io.BytesIO(data), dtype="float32")
+        silence = np.zeros(2 * rate, np.float32)
+        buffer = io.BytesIO()
+        sf.write(buffer, np.concatenate([silence, audio, silence]), rate, format="WAV")
+        padded.append(("clips", (name, buffer.getvalue(), kind)))
+    six = {name: text for name, text in list(json.loads(transcripts).items())[:6]}
+    assert_error(upload(form | {"transcripts": json.dumps(six)}, upload_files=padded), 400, "s of speech (")
     too_many = [("clips", (f"c{i}.wav", b"x", "audio/wav")) for i in range(41)]
     assert_error(
         upload(form | {"transcripts": json.dumps({f"c{i}.wav": "Hi." for i in range(41)})}, upload_files=too_many),

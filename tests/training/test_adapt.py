@@ -8,6 +8,7 @@ import shutil
 
 import numpy as np
 import pytest
+import soundfile as sf
 import torch
 from typer.testing import CliRunner
 
@@ -140,6 +141,24 @@ def test_bad_requests_fail_before_training(tiny_base, new_voice_data, tmp_path, 
     assert not (tmp_path / "v").exists()
 
 
+def test_the_minimum_is_speech_not_the_silence_around_it(tiny_base, new_voice_data, tmp_path):
+    """Clips padded with 4 s of silence: over twice the minimum of audio, under it of speech: refused, naming both."""
+    from chorus.audio.io import load_audio
+
+    padded = tmp_path / "padded"
+    (padded / "wavs").mkdir(parents=True)
+    lines = (new_voice_data / "metadata.csv").read_text().splitlines()[:6]  # about 15 s of speech
+    silence = np.zeros(2 * 22050, dtype=np.float32)
+    for line in lines:
+        audio = load_audio(new_voice_data / "wavs" / f"{line.split('|')[0]}.wav", 22050)
+        sf.write(padded / "wavs" / f"{line.split('|')[0]}.wav", np.concatenate([silence, audio, silence]), 22050)
+    (padded / "metadata.csv").write_text("\n".join(lines) + "\n")
+    with pytest.raises(ValueError, match=r"s of speech in the usable clips \([\d.]+ s with the silence") as refused:
+        adapt(padded, load_bundle(tiny_base), tmp_path / "v", AdaptConfig(**QUICK), progress=False)
+    speech, audio = (float(n) for n in re.findall(r"([\d.]+) s", str(refused.value))[:2])
+    assert speech < 30 < audio
+
+
 def test_mismatched_transcripts_and_several_speakers_are_refused(tiny_base, new_voice_data, two_voice_corpus, tmp_path):
     swapped = shutil.copytree(new_voice_data, tmp_path / "swapped")
     lines = (swapped / "metadata.csv").read_text().splitlines()
@@ -248,8 +267,44 @@ def test_cli_adapt_errors_are_clear(tiny_base, new_voice_data, tmp_path):
     assert not_one.exit_code == 2 and "not a voice folder" in not_one.output
 
 
+def test_cli_adapt_never_overwrites_a_voice_or_the_recordings_unasked(tiny_base, new_voice_data, tmp_path):
+    """A voice is written whole (the old folder swapped out): a folder that holds anything is refused before
+    any work, --overwrite replaces it, and no flag writes a voice over the recordings it learns from."""
+    voice = tmp_path / "voices" / "anna"
+    command = ["adapt", str(new_voice_data), "--steps", "1", "--threads", "1", "--model", str(tiny_base)]
+    voice.mkdir(parents=True)  # an empty folder is no voice: taken
+    made = runner.invoke(app, [*command, "--out", str(voice)])
+    assert made.exit_code == 0, made.output
+    (voice / "LICENSE.md").write_text("Anna's terms: not for advertising.")  # what the owner wrote
+    again = runner.invoke(app, [*command, "--out", str(voice)])
+    assert again.exit_code == 2 and "already holds a voice" in again.output and "--overwrite" in again.output
+    assert (voice / "LICENSE.md").read_text() == "Anna's terms: not for advertising."
+    replaced = runner.invoke(app, [*command, "--out", str(voice), "--overwrite"])
+    assert replaced.exit_code == 0, replaced.output
+    assert "Anna's terms" not in (voice / "LICENSE.md").read_text() and (voice / "voice_card.json").is_file()
+
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "todo.txt").write_text("keep me")
+    # A folder of anything but a voice is never replaced (voices/ given for voices/NAME would lose them all).
+    for overwrite in ([], ["--overwrite"]):
+        other = runner.invoke(app, [*command, "--out", str(notes), *overwrite])
+        assert other.exit_code == 2 and "holds files that are no voice" in other.output
+    assert (notes / "todo.txt").read_text() == "keep me"
+    (tmp_path / "a-file").write_text("x")
+    a_file = runner.invoke(app, [*command, "--out", str(tmp_path / "a-file")])
+    assert a_file.exit_code == 2 and "is a file" in a_file.output
+
+    before = sorted(p.name for p in new_voice_data.rglob("*"))
+    # the recordings' folder, one holding it, or one inside it (its wavs/)
+    for out in (new_voice_data, new_voice_data.parent, new_voice_data / "wavs"):
+        over_data = runner.invoke(app, [*command, "--out", str(out), "--overwrite"])
+        assert over_data.exit_code == 2 and "the recordings" in over_data.output
+    assert sorted(p.name for p in new_voice_data.rglob("*")) == before
+
+
 def test_split_at_silences_cuts_long_recordings_into_clips():
-    from chorus.training.transcripts import split_at_silences
+    from chorus.audio.silences import split_at_silences
 
     rate = 16_000
     tone = 0.3 * np.sin(2 * np.pi * 220 * np.arange(int(2.0 * rate)) / rate).astype(np.float32)

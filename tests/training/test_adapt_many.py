@@ -140,6 +140,19 @@ def test_cli(tiny_base, voices_root, tmp_path):
     assert (tmp_path / "v" / "f4" / "voice_card.json").is_file()
 
 
+def test_cli_refuses_voice_folders_in_the_way_before_any_work(tiny_base, voices_root, tmp_path):
+    out = tmp_path / "v"
+    (out / "f4").mkdir(parents=True)
+    (out / "f4" / "voice_card.json").write_text("{}")  # a voice made before
+    command = ["adapt-many", str(voices_root), "--out", str(out), "--steps", "1", "--model", str(tiny_base)]
+    refused = runner.invoke(app, command)
+    assert refused.exit_code == 2 and "1 voice folder(s) in the way" in refused.output
+    assert "f4 already holds a voice" in " ".join(refused.output.split())
+    assert (out / "f4" / "voice_card.json").read_text() == "{}" and not (out / "m7").exists()
+    onto_data = runner.invoke(app, [*command[:2], "--out", str(voices_root), *command[4:], "--overwrite"])
+    assert onto_data.exit_code == 2 and "holds the recordings" in onto_data.output
+
+
 def test_more_voices_than_the_base_has_speakers(tiny_base, voices_root, tmp_path):
     """Voices are told apart by their own speaker vectors, never by rows of the base's speaker table:
     a job may hold more voices than the base knows (the tiny base has 2)."""

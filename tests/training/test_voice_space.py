@@ -184,12 +184,13 @@ def test_cli_without_options_runs_the_library_defaults(monkeypatch, tmp_path):
     trained = runner.invoke(app, ["voice-space", "train", str(tmp_path), "--out", str(tmp_path / "space")])
     assert isinstance(trained.exception, Recorded), trained.output
     assert calls["train"] == ((tmp_path, "the base", tmp_path / "space", VoiceSpaceConfig()), {})
+    data = tmp_path / "recordings"
     fitted = runner.invoke(
-        app, ["voice-space", "fit", str(tmp_path), "--space", str(tmp_path / "space"), "--out", str(tmp_path / "v")]
+        app, ["voice-space", "fit", str(data), "--space", str(tmp_path / "space"), "--out", str(tmp_path / "v")]
     )
     assert isinstance(fitted.exception, Recorded), fitted.output
     args, kwargs = calls["fit"]
-    assert args == (tmp_path, "the base", "the space", tmp_path / "v")
+    assert args == (data, "the base", "the space", tmp_path / "v")
     defaults = inspect.signature(fit_voice).parameters
     assert kwargs and kwargs == {name: defaults[name].default for name in kwargs}
 

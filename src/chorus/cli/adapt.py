@@ -13,23 +13,24 @@ from chorus.adapters import parse_methods
 from chorus.cli.common import (
     BASE_HELP,
     DEVICE_OPTION,
+    OVERWRITE_HELP,
     chosen_base,
     config_default,
     config_option,
     console,
     fail,
     user_errors,
+    voice_folder_problem,
 )
 from chorus.cli.method_options import method_help, method_options, with_method_fields
-from chorus.data.check import check_dataset
-from chorus.data.formats import needs_transcripts
+from chorus.data.formats import Utterance, needs_transcripts
 from chorus.models.bundle import load_bundle
 from chorus.recipe import DEFAULT_METHOD, AdaptConfig, MemoryOptions
 from chorus.synthesis import DEFAULT_BASE
 from chorus.synthesis.bases.piper import claims as piper_claims
 from chorus.training.adapt import adapt as run_adapt
-from chorus.training.adapt import check_one_speaker
-from chorus.training.adapt_many import ManyVoicesConfig
+from chorus.training.adapt import check_adaptation_data
+from chorus.training.adapt_many import ManyVoicesConfig, speaker_folders
 from chorus.training.adapt_many import adapt_many as run_adapt_many
 from chorus.training.piper_adapt import PLACEMENTS, RECIPES, PiperAdaptConfig, adapt_piper
 
@@ -73,6 +74,7 @@ def adapt(
     keep_text_side: bool = config_option(AdaptConfig, "keep_text_side"),
     speaker_encoder: Path | None = config_option(AdaptConfig, "speaker_encoder"),
     one_speaker_check: bool = config_option(AdaptConfig, "one_speaker_check"),
+    overwrite: bool = typer.Option(False, help=OVERWRITE_HELP),
     keep_transcribed: Path | None = typer.Option(
         None,
         help="Recordings without transcripts: keep the clips and Whisper's transcripts in this new folder "
@@ -93,6 +95,11 @@ def adapt(
 ) -> None:
     """Learn a new voice from a few minutes of one speaker's recordings; writes a voice folder that records its
     base (chorus synthesize --voice then speaks it on that base)."""
+    problem = voice_folder_problem(out, data, overwrite)
+    if problem:
+        fail(f"--out {problem}")
+    if keep_transcribed is not None and keep_transcribed.resolve().is_relative_to(out.resolve()):
+        fail(f"--keep-transcribed {keep_transcribed} is inside --out {out}, which the voice replaces")
     with user_errors():
         spec = chosen_base(base, model)
     if spec is not None and piper_claims(str(spec)):
@@ -101,9 +108,9 @@ def adapt(
         if keep_transcribed is not None:
             fail("--keep-transcribed goes with the Chorus base: a Piper base adapts from transcribed recordings only")
         piper_config = dict(recipe=recipe, posterior=str(posterior) if posterior else None)
-        _check_one_speaker_for_piper(data, one_speaker_check)
+        clips = _piper_clips(data, one_speaker_check)
         adapt_on_piper(
-            data, out, str(spec), placement, steps, learning_rate, max_minutes, threads, device, piper_config
+            clips, out, str(spec), placement, steps, learning_rate, max_minutes, threads, device, piper_config
         )
         return
     with user_errors():
@@ -126,6 +133,11 @@ def adapt(
         )
         bundle = load_bundle(spec or DEFAULT_BASE, device)
         result = run_adapt(data, bundle, out, config, keep_transcribed=keep_transcribed)
+    _report_voice(result, data, out, keep_transcribed)
+
+
+def _report_voice(result, data: Path, out: Path, keep_transcribed: Path | None) -> None:
+    """What ``chorus adapt`` made on the Chorus base, how to speak with it, and where Whisper's transcripts are."""
     card = result.card
     console.print(
         f"voice: {result.voice_dir}  ({card.data_minutes:.1f} min of data, {card.steps} steps in "
@@ -136,20 +148,23 @@ def adapt(
     if keep_transcribed is not None and (keep_transcribed / "metadata.csv").is_file() and needs_transcripts(data):
         console.print(
             f"Whisper's transcripts: {keep_transcribed / 'metadata.csv'} (mend any, then: chorus adapt "
-            f"{keep_transcribed} --out {out})",
+            f"{keep_transcribed} --out {out} --overwrite)",
             soft_wrap=True,
         )
 
 
-def _check_one_speaker_for_piper(data: Path, wanted: bool) -> None:
-    """The one-speaker check on a Piper base's data (its recipe has no data check of its own): the valid clips."""
-    if wanted and not needs_transcripts(data):
-        with user_errors():
-            check_one_speaker(data, check_dataset(data, progress=False).valid_utterances())
+def _piper_clips(data: Path, one_speaker_check: bool) -> list[Utterance]:
+    """The clips a Piper base adapts from (its recipe checks no data of its own): the data checked as on the
+    Chorus base (one speaker, enough speech, transcripts that fit, one person's voice), its usable clips."""
+    if needs_transcripts(data):
+        fail(f"{data}: every clip needs its transcript (id|text in metadata.csv) to adapt on a Piper base")
+    with user_errors():
+        config = AdaptConfig(one_speaker_check=one_speaker_check)
+        return check_adaptation_data(data, config, progress=console.is_terminal).valid_utterances()
 
 
 def adapt_on_piper(
-    data: Path,
+    data: Path | list[Utterance],
     out: Path,
     spec: str,
     placement: str,
@@ -200,6 +215,7 @@ def adapt_many(
     learning_rate: float | None = typer.Option(None, help="Default: per method."),
     keep_text_side: bool = config_option(AdaptConfig, "keep_text_side"),
     one_speaker_check: bool = config_option(AdaptConfig, "one_speaker_check"),
+    overwrite: bool = typer.Option(False, help=OVERWRITE_HELP),
     optimizer: str = config_option(MemoryOptions, "optimizer"),
     model: Path | None = typer.Option(None, help=MODEL_HELP),
     threads: int = typer.Option(config_default(AdaptConfig, "threads"), help="CPU threads."),
@@ -208,6 +224,12 @@ def adapt_many(
 ) -> None:
     """Adapt many voices in one job (mixed-voice batches through batched adapters); each voice is
     exported as a standalone voice folder. A voice whose data fails its checks does not stop the others."""
+    with user_errors():
+        problems = [voice_folder_problem(out / f.name, f, overwrite) for f in speaker_folders(root)]
+    if any(problems):
+        found = [p for p in problems if p]
+        listed = "; ".join(found[:5]) + (f"; and {len(found) - 5} more" if len(found) > 5 else "")
+        fail(f"{len(found)} voice folder(s) in the way: {listed}")
     with user_errors():
         config = ManyVoicesConfig(
             adapt=AdaptConfig(

@@ -51,6 +51,39 @@ def chosen_base(base: str | None, model: Path | None, voice: Path | None = None)
     return needed
 
 
+OVERWRITE_HELP = "Replace a voice folder that already exists (its LICENSE.md too)."
+
+
+def voice_folder_problem(out: Path, data: Path, overwrite: bool) -> str | None:
+    """Why a voice may not be written to ``out`` from the recordings in ``data``, or None.
+
+    A voice is written whole, the old folder swapped out (``chorus.atomic.atomic_write_folder``), so this
+    refuses what the swap would destroy: the recordings (``out`` is, holds or lies inside ``data``); a folder
+    of anything but a voice (``--overwrite`` or not: ``--out voices`` for ``--out voices/NAME`` would lose
+    them all); and a voice unless ``overwrite``."""
+    from chorus.adapters.voice import CARD_FILE, CHORUS_FILE, CONFIG_FILE
+
+    out_path, data_path = out.resolve(), data.resolve()
+    if out_path == data_path or out_path in data_path.parents:
+        return f"{out} holds the recordings ({data}), which the voice would replace: give another --out"
+    if out_path.is_relative_to(data_path):
+        return (
+            f"{out} is inside the recordings' folder ({data}), where it would be read as recordings: give another --out"
+        )
+    if out.is_symlink() and not out.exists():
+        return f"{out} is a broken link: give another --out"
+    if out.exists() and not out.is_dir():
+        return f"{out} is a file, and a voice is a folder: give another --out"
+    try:
+        if not out.is_dir() or not any(out.iterdir()):
+            return None
+    except OSError as error:
+        return f"{out}: {error}"
+    if not any((out / name).is_file() for name in (CARD_FILE, CHORUS_FILE, CONFIG_FILE)):
+        return f"{out} holds files that are no voice, which the voice would replace: give another --out (a new folder)"
+    return None if overwrite else f"{out} already holds a voice: give another --out, or --overwrite to replace it"
+
+
 def fail(message: str) -> NoReturn:
     errors.print("error:", message, style="bold red", soft_wrap=True)  # paths stay copyable
     raise typer.Exit(2)

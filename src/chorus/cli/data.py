@@ -6,13 +6,14 @@ import subprocess
 from pathlib import Path
 
 import typer
+from rich.progress import Progress
 from rich.table import Table
 from rich.text import Text
 
 from chorus.cli.common import console, parameter_default
 from chorus.corpus.build import RequirementsError, build_corpus, check_requirements
 from chorus.corpus.speakers import get_speaker
-from chorus.data.check import check_dataset, format_report
+from chorus.data.check import DatasetReport, Problem, check_dataset, format_report
 from chorus.data.formats import AUDIO_SUFFIXES, needs_transcripts
 
 data_app = typer.Typer(help="Inspect datasets.", no_args_is_help=True)
@@ -26,6 +27,11 @@ def data_check(
         parameter_default(format_report, "max_problems"), help="Problems to list (0 = all)."
     ),
     jobs: int = typer.Option(parameter_default(check_dataset, "jobs"), help="Threads reading audio."),
+    listen: bool = typer.Option(
+        False,
+        help="Also have Whisper listen to each usable clip for its transcript, and flag the ones it does not hear "
+        "(a wrong line of about the right length); about half a second a clip.",
+    ),
 ) -> None:
     """Per speaker: clips, minutes, and every problem with its file and line. Exit 1 if any.
     Recordings without transcripts are named as `chorus adapt` takes them: it has Whisper transcribe them."""
@@ -39,6 +45,8 @@ def data_check(
         )
         raise typer.Exit(0)
     report = check_dataset(root, progress=console.is_terminal, jobs=jobs)
+    if listen:
+        report = report.with_problems(transcripts_not_heard(report))
     for renderable in format_report(report, max_problems):
         console.print(renderable)
     others = report.problems
@@ -48,6 +56,15 @@ def data_check(
             f"Lines with no text (id|): `chorus adapt {root}` has Whisper transcribe those clips.", soft_wrap=True
         )
     raise typer.Exit(1 if others else 0)
+
+
+def transcripts_not_heard(report: DatasetReport) -> list[Problem]:
+    """:func:`~chorus.evaluation.transcripts_heard.not_heard` with a progress bar."""
+    from chorus.evaluation.transcripts_heard import not_heard
+
+    with Progress(disable=not console.is_terminal, transient=True) as bar:
+        task = bar.add_task("listening", total=len(report.valid_utterances()))
+        return not_heard(report, advance=lambda: bar.advance(task))
 
 
 @corpus_app.command("build")

@@ -7,7 +7,15 @@ from pathlib import Path
 import typer
 
 from chorus.adapters.hypernetwork import VoiceSpace
-from chorus.cli.common import config_default, console, parameter_default, user_errors
+from chorus.cli.common import (
+    OVERWRITE_HELP,
+    config_default,
+    console,
+    fail,
+    parameter_default,
+    user_errors,
+    voice_folder_problem,
+)
 from chorus.cli.method_options import method_help
 from chorus.corpus.virtual import with_virtual_speakers
 from chorus.models.bundle import load_bundle
@@ -57,7 +65,7 @@ def voice_space_train(
 
 @space_app.command("fit")
 def voice_space_fit(
-    data: Path = typer.Argument(..., help="One speaker's LJSpeech-style folder (30 s or more)."),
+    data: Path = typer.Argument(..., help="One speaker's LJSpeech-style folder (24 s of speech or more)."),
     space: Path = typer.Option(..., help="A voice space folder (`chorus voice-space train`)."),
     out: Path = typer.Option(..., help="Voice folder to write."),
     steps: int = typer.Option(
@@ -72,8 +80,12 @@ def voice_space_fit(
     ),
     model: Path | None = typer.Option(None, help=MODEL_HELP),
     threads: int = typer.Option(parameter_default(fit_voice, "threads"), help="CPU threads."),
+    overwrite: bool = typer.Option(False, help=OVERWRITE_HELP),
 ) -> None:
     """A new voice as a point of a voice space: only its vector learns. Writes a normal voice folder."""
+    problem = voice_folder_problem(out, data, overwrite)
+    if problem:
+        fail(f"--out {problem}")
     with user_errors():
         voice_space, _, _ = VoiceSpace.load(space)
         result = fit_voice(

@@ -9,6 +9,7 @@ to say, each becomes a :class:`Problem`, and :meth:`DatasetReport.valid_utteranc
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections import Counter
 from collections.abc import Callable
@@ -45,6 +46,7 @@ PROBLEM_KINDS: dict[str, str] = {
     "unspeakable_text": "the transcript has nothing to pronounce",
     "text_error": "the transcript could not be phonemized",
     "text_length": "the transcript does not fit the clip's duration",
+    "transcript_not_heard": "Whisper does not hear the transcript in the clip (chorus data check --listen)",
 }
 
 # Characters of the phoneme string that are not phones of their own: word gaps, pause punctuation,
@@ -99,6 +101,8 @@ class SpeakerReport:
     valid_clips: int = 0
     seconds: float = 0.0  # all decodable audio
     valid_seconds: float = 0.0  # audio of the valid clips only
+    # The valid clips' speech: each from its first to its last frame of speech (silence around it not counted).
+    valid_speech_seconds: float = 0.0
     problems: list[Problem] = field(default_factory=list)
 
     @property
@@ -109,13 +113,18 @@ class SpeakerReport:
     def valid_minutes(self) -> float:
         return self.valid_seconds / 60
 
+    @property
+    def valid_speech_minutes(self) -> float:
+        return self.valid_speech_seconds / 60
+
 
 @dataclass
 class DatasetReport:
     """The result of :func:`check_dataset`.
 
     ``problems`` lists dataset and metadata problems first, then each utterance's in metadata order;
-    ``durations`` maps :attr:`Utterance.key` to seconds for every decodable clip.
+    ``durations`` maps :attr:`Utterance.key` to seconds for every decodable clip, ``speech_durations`` to
+    the seconds from its first to its last frame of speech (0 for a silent one).
     """
 
     root: Path
@@ -123,10 +132,19 @@ class DatasetReport:
     problems: list[Problem]
     speakers: dict[str, SpeakerReport]
     durations: dict[str, float]
+    speech_durations: dict[str, float] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
         return not self.problems
+
+    def with_problems(self, extra: list[Problem]) -> DatasetReport:
+        """This report with ``extra`` problems found after it (listening to the clips), the counts redone and
+        the problems in the order the report keeps: dataset and metadata ones first, then each utterance's."""
+        position = {u.key: n for n, u in enumerate(self.utterances)}
+        problems = sorted(self.problems + extra, key=lambda p: -1 if p.utterance is None else position[p.utterance.key])
+        speakers = _speaker_reports(self.utterances, problems, self.durations, self.speech_durations)
+        return DatasetReport(self.root, self.utterances, problems, speakers, self.durations, self.speech_durations)
 
     def valid_utterances(self) -> list[Utterance]:
         """The utterances that have no problem, in metadata order."""
@@ -141,9 +159,10 @@ class DatasetReport:
         """One paragraph: speakers, clips, minutes, and problems by kind."""
         valid = len(self.valid_utterances())
         valid_minutes = sum(s.valid_minutes for s in self.speakers.values())
+        speech_minutes = sum(s.valid_speech_minutes for s in self.speakers.values())
         text = (
             f"{len(self.speakers)} speaker(s), {len(self.utterances)} clip(s), {valid} valid "
-            f"({valid_minutes:.1f} min usable)"
+            f"({valid_minutes:.1f} min usable, {speech_minutes:.1f} min of it speech)"
         )
         if not self.problems:
             return text + "; no problems."
@@ -157,13 +176,13 @@ class DatasetReport:
             "",
             self.summary(),
             "",
-            "| Speaker | Clips | Valid | Minutes | Valid minutes | Problems |",
-            "|---|---:|---:|---:|---:|---:|",
+            "| Speaker | Clips | Valid | Minutes | Valid minutes | Speech minutes | Problems |",
+            "|---|---:|---:|---:|---:|---:|---:|",
         ]
         for s in self.speakers.values():
             lines.append(
                 f"| {_md(s.speaker)} | {s.clips} | {s.valid_clips} | {s.minutes:.2f} | "
-                f"{s.valid_minutes:.2f} | {len(s.problems)} |"
+                f"{s.valid_minutes:.2f} | {s.valid_speech_minutes:.2f} | {len(s.problems)} |"
             )
         if self.problems:
             lines += ["", "## Problems", "", "| Source | Kind | Message |", "|---|---|---|"]
@@ -219,14 +238,16 @@ def check_dataset(
             audio_results = [audio(u) for u in utterances]
 
     durations: dict[str, float] = {}
+    speech: dict[str, float] = {}
     for utt, count, (stats, audio_problems) in zip(utterances, phoneme_counts, audio_results, strict=True):
         problems += _check_text(utt, count)
         problems += audio_problems
         if stats is not None:
-            durations[utt.key] = stats.seconds
+            durations[utt.key], speech[utt.key] = stats.seconds, stats.speech_seconds
             if isinstance(count, int) and count > 0 and not audio_problems:
                 problems += _check_rate(utt, count, stats, config)
-    return DatasetReport(root, utterances, problems, _speaker_reports(utterances, problems, durations), durations)
+    speakers = _speaker_reports(utterances, problems, durations, speech)
+    return DatasetReport(root, utterances, problems, speakers, durations, speech)
 
 
 def _count_phonemes(texts: list[str], advance: Callable[[int], None]) -> list[int | str]:
@@ -339,13 +360,9 @@ def _check_audio(utt: Utterance, config: CheckConfig) -> tuple[_AudioStats | Non
     if not mono.any():
         problems.append(problem("silent", "every sample is zero"))
         return _AudioStats(seconds, 0.0), problems
-    frame = max(1, round(_FRAME_SECONDS * rate))
-    padded = np.pad(mono, (0, -len(mono) % frame))
-    # The tiny floor only keeps log10 finite for frames of digital silence.
-    frame_db = 10 * np.log10(np.mean(padded.reshape(-1, frame) ** 2, axis=1) + 1e-20)
-    rms_db = 10 * np.log10(np.mean(mono**2))
+    frame_db, rms_db = _levels(mono, rate)
     loudest = float(frame_db.max())
-    if rms_db < config.silence_dbfs or loudest < config.quiet_frame_dbfs:
+    if _silent(rms_db, loudest, config):
         problems.append(
             problem(
                 "silent",
@@ -355,13 +372,57 @@ def _check_audio(utt: Utterance, config: CheckConfig) -> tuple[_AudioStats | Non
             )
         )
         return _AudioStats(seconds, 0.0), problems
-    speech = np.flatnonzero(frame_db >= max(loudest - config.speech_range_db, config.silence_dbfs))
-    speech_seconds = min(seconds, float(speech[-1] - speech[0] + 1) * frame / rate)
-    return _AudioStats(seconds, speech_seconds), problems
+    return _AudioStats(seconds, _speech_span(frame_db, seconds, rate, config)), problems
+
+
+_LEVEL_BLOCK_FRAMES = 1024  # frames squared at once: a long float32 recording is never copied whole as float64
+
+
+def _levels(mono: np.ndarray, rate: int) -> tuple[np.ndarray, float]:
+    """(the level of each 25 ms frame of ``mono`` ``[samples]`` in dBFS ``[frames]``, the whole clip's RMS
+    level in dBFS), block by block."""
+    frame = max(1, round(_FRAME_SECONDS * rate))
+    energies = []
+    for start in range(0, len(mono), frame * _LEVEL_BLOCK_FRAMES):
+        block = np.asarray(mono[start : start + frame * _LEVEL_BLOCK_FRAMES], dtype=np.float64)
+        block = np.pad(block, (0, -len(block) % frame))  # the last frame's zeros add no energy
+        energies.append(np.mean(block.reshape(-1, frame) ** 2, axis=1))
+    energy = np.concatenate(energies)
+    # The tiny floor only keeps log10 finite for frames of digital silence.
+    return 10 * np.log10(energy + 1e-20), float(10 * np.log10(energy.sum() * frame / len(mono) + 1e-20))
+
+
+def _silent(rms_db: float, loudest_frame_db: float, config: CheckConfig) -> bool:
+    return rms_db < config.silence_dbfs or loudest_frame_db < config.quiet_frame_dbfs
+
+
+def _speech_span(frame_db: np.ndarray, seconds: float, rate: int, config: CheckConfig) -> float:
+    """Seconds from the first to the last frame of ``frame_db`` ``[frames]`` within ``config.speech_range_db`` of
+    the loudest (and above silence): the clip's speech, without the silence before and after it."""
+    frame = max(1, round(_FRAME_SECONDS * rate))
+    speech = np.flatnonzero(frame_db >= max(float(frame_db.max()) - config.speech_range_db, config.silence_dbfs))
+    return 0.0 if not speech.size else min(seconds, float(speech[-1] - speech[0] + 1) * frame / rate)
+
+
+def tenths_down(seconds: float) -> str:
+    """``seconds`` to a tenth, rounded down: a refusal never shows a shortfall as the minimum itself."""
+    return f"{math.floor(seconds * 10) / 10:.1f}"
+
+
+def speech_seconds(mono: np.ndarray, rate: int, config: CheckConfig = CheckConfig()) -> float:
+    """Seconds of ``mono`` ``[samples]`` from its first to its last frame of speech, as the data check counts
+    them (0 for what it calls silent): what an upload's minimum is held to, as the onboarding job's data check
+    holds it."""
+    if not len(mono) or not np.any(mono):
+        return 0.0
+    frame_db, rms_db = _levels(mono, rate)
+    if _silent(rms_db, float(frame_db.max()), config):
+        return 0.0
+    return _speech_span(frame_db, len(mono) / rate, rate, config)
 
 
 def _speaker_reports(
-    utterances: list[Utterance], problems: list[Problem], durations: dict[str, float]
+    utterances: list[Utterance], problems: list[Problem], durations: dict[str, float], speech: dict[str, float]
 ) -> dict[str, SpeakerReport]:
     reports = {name: SpeakerReport(name) for name in sorted({u.speaker for u in utterances})}
     bad = set()
@@ -377,6 +438,7 @@ def _speaker_reports(
         if utt.key not in bad:
             report.valid_clips += 1
             report.valid_seconds += seconds
+            report.valid_speech_seconds += speech.get(utt.key, 0.0)
     return reports
 
 
@@ -388,7 +450,7 @@ def format_report(report: DatasetReport, max_problems: int = 50) -> list[Rendera
     out: list[RenderableType] = [Text(f"Dataset check: {report.root}", style="bold")]
     if report.speakers:
         speakers = Table(title="Speakers", title_justify="left")
-        for name in ("Speaker", "Clips", "Valid", "Minutes", "Valid minutes", "Problems"):
+        for name in ("Speaker", "Clips", "Valid", "Minutes", "Valid minutes", "Speech minutes", "Problems"):
             speakers.add_column(name, justify="left" if name == "Speaker" else "right")
         for s in report.speakers.values():
             speakers.add_row(
@@ -397,6 +459,7 @@ def format_report(report: DatasetReport, max_problems: int = 50) -> list[Rendera
                 str(s.valid_clips),
                 f"{s.minutes:.2f}",
                 f"{s.valid_minutes:.2f}",
+                f"{s.valid_speech_minutes:.2f}",
                 str(len(s.problems)),
                 style="red" if s.problems else None,
             )

@@ -214,14 +214,23 @@ class WhisperJudge:
         tiny.en writes flite-slt's "Chorus" as "Boris" yet finds "Chorus" there at 0.02-0.04; for "Boris" said,
         under 0.001). Each word takes the higher of ``text`` as written and in lower case (Whisper writes a
         name it does not know in lower case). Only the first 30 s are heard (one Whisper window)."""
+        return self.text_probabilities(self.encode(audio, sample_rate), text)
+
+    def encode(self, audio: np.ndarray, sample_rate: int) -> tuple[object, int]:
+        """Whisper's encoder output for ``audio`` ``[samples]`` (its first 30 s) and how many of its mel frames
+        hold audio: what :meth:`text_probabilities` reads, to score several texts against one encoding."""
         from faster_whisper.audio import pad_or_trim
+
+        features = self.model.feature_extractor(_at_whisper_rate(audio, sample_rate))
+        frames = min(features.shape[-1], self.model.feature_extractor.nb_max_frames)
+        return self.model.encode(pad_or_trim(features)), frames
+
+    def text_probabilities(self, encoding: tuple[object, int], text: str) -> tuple[float, ...]:
+        """:meth:`word_probabilities` against an :meth:`encode` result."""
         from faster_whisper.tokenizer import Tokenizer
 
-        audio = _at_whisper_rate(audio, sample_rate)
+        encoded, frames = encoding
         model = self.model
-        features = model.feature_extractor(audio)
-        frames = min(features.shape[-1], model.feature_extractor.nb_max_frames)
-        encoded = model.encode(pad_or_trim(features))
         tokenizer = Tokenizer(model.hf_tokenizer, model.model.is_multilingual, task="transcribe", language="en")
         words = text.split()
         best = [0.0] * len(words)

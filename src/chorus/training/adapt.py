@@ -1,7 +1,7 @@
 """Adapting the base to a new voice: one readable loop (check data, set up, step, evaluate, save).
 
 Data is a single-speaker LJSpeech-style folder. Everything that can be wrong with it (too little
-audio, transcripts that do not fit their clips, a target pattern that matches nothing) is refused
+speech, transcripts that do not fit their clips, a target pattern that matches nothing) is refused
 before the first step; an unknown method or option already where the recipe is made
 (:func:`chorus.adapters.parse_methods`). A share of the clips is held out; training stops early
 when their loss stops improving, and the best adapter seen is what gets saved.
@@ -26,7 +26,7 @@ from chorus.adapters.layer import innermost
 from chorus.adapters.speaker import SpeakerVector
 from chorus.adapters.voice import VoiceCard, save_voice
 from chorus.data.batching import collate, make_batches
-from chorus.data.check import DatasetReport, check_dataset
+from chorus.data.check import DatasetReport, check_dataset, tenths_down
 from chorus.data.features import FeatureCache, build_feature_cache
 from chorus.data.formats import needs_transcripts
 from chorus.models.acoustic import AcousticModel
@@ -75,11 +75,14 @@ def check_adaptation_data(data: str | Path, config: AdaptConfig, progress: bool 
                 "and `chorus adapt` cuts them at their silences and has Whisper transcribe the pieces"
             )
         raise ValueError(f"{data}: nothing usable ({reason}); see `chorus data check {data}`{hint}")
-    minutes = sum(report.durations[u.key] for u in valid) / 60
+    # Speech, not audio: silence before and after each clip teaches a voice nothing.
+    minutes = sum(report.speech_durations[u.key] for u in valid) / 60
     if minutes < config.min_minutes:
+        audio = sum(report.durations[u.key] for u in valid)
         raise ValueError(
-            f"{data}: {minutes * 60:.0f} s of usable audio; a voice needs at least "
-            f"{config.min_minutes * 60:.0f} s (1-10 minutes is the intended range)"
+            f"{data}: {tenths_down(minutes * 60)} s of speech in the usable clips ({audio:.1f} s with the silence "
+            f"before and after each); a voice needs at least {config.min_minutes * 60:g} s of speech "
+            "(1-10 minutes is the intended range)"
         )
     if len(valid) < 2:
         raise ValueError(f"{data}: a voice needs at least 2 usable clips (one is held out for validation)")

@@ -5,7 +5,7 @@ Training: every voice under a root folder gets a vector z; the shared hypernetwo
 voice bank serves to mixed-voice batches (as in ``adapt-many``); the loss is the sum of each voice's
 own mean loss, and the hypernetwork and every z learn together.
 
-Fitting: a new voice from 30 seconds to a few minutes of audio learns only its z (``dim`` numbers),
+Fitting: a new voice from 24 seconds of speech to a few minutes learns only its z (``dim`` numbers),
 starting from the z of the training voice whose speaker embedding is nearest its clips' (the default),
 from its embedding through a linear map fitted on the training voices, or from the space's center;
 the embeddings are Chorus's own speaker encoder's where it ships (resemblyzer's otherwise; the
@@ -59,7 +59,7 @@ class VoiceSpaceConfig:
     learning_rate: float = 5e-4  # on the hypernetwork: each step moves every generated tensor
     # by about lr x |z|_1, so it must be far below an adapter's own
     eval_every: int = 50
-    min_minutes: float = 0.2  # each voice only places its vector; a little audio per voice is enough
+    min_minutes: float = 0.15  # of speech: each voice only places its vector; a little per voice is enough
     threads: int = 2
     seed: int = 1234
 
@@ -309,7 +309,7 @@ def fit_voice(
 
 def _fitting_data(data: str | Path, bundle: ModelBundle, seed: int, progress: bool):
     """(usable utterances, their features, training indices, held-out indices) of a voice to fit: data
-    checked as for ``adapt`` but from 30 seconds, a tenth held out."""
+    checked as for ``adapt`` but from 24 seconds of speech, a tenth held out."""
     report = check_adaptation_data(data, AdaptConfig(min_minutes=0.4), progress=False)
     valid = report.valid_utterances()
     cache, _ = voice_features(valid, bundle, progress)

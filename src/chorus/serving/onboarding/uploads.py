@@ -21,6 +21,8 @@ import numpy as np
 import soundfile as sf
 
 from chorus.audio.io import AudioTooLong, decode_with_av
+from chorus.audio.silences import split_at_silences
+from chorus.data.check import speech_seconds, tenths_down
 from chorus.data.formats import AUDIO_SUFFIXES  # what a dataset's clips may be: uploads read the same
 from chorus.serving.errors import UploadError
 from chorus.serving.json_body import BodyError, loads_bounded
@@ -86,6 +88,7 @@ class _DatasetWriter:
         self.lines: list[str] = []
         self.ids: set[str] = set()
         self.seconds = 0.0
+        self.speech_seconds = 0.0  # without the silence before and after each clip, as the job's data check counts
         self.digest = hashlib.sha256()
         (folder / "wavs").mkdir(parents=True, exist_ok=False)
 
@@ -118,6 +121,7 @@ class _DatasetWriter:
         mono, rate = decode_recording(label, data, longest, limits)
         seconds = len(mono) / rate
         self.seconds += seconds
+        self.speech_seconds += clip_speech_seconds(mono, rate, transcribed=text is not None)
         if self.seconds > limits.max_total_seconds:
             raise UploadError(f"more than {limits.max_total_seconds / 60:g} minutes of audio in one upload", 413)
         utt_id = self._id(name)
@@ -133,13 +137,24 @@ class _DatasetWriter:
     def finish(self) -> PreparedUpload:
         if not self.lines:
             raise UploadError("no clips in the upload")
-        if self.seconds < self.limits.min_total_seconds:
+        if self.speech_seconds < self.limits.min_total_seconds:
             raise UploadError(
-                f"{self.seconds:.1f} s of audio; a voice needs at least "
-                f"{self.limits.min_total_seconds:g} s (1-10 minutes is the intended range)"
+                f"{tenths_down(self.speech_seconds)} s of speech ({self.seconds:.1f} s with the silence before and after "
+                f"each clip); a voice needs at least {self.limits.min_total_seconds:g} s of speech "
+                "(1-10 minutes is the intended range)"
             )
         (self.folder / "metadata.csv").write_text("\n".join(self.lines) + "\n", encoding="utf-8")
         return PreparedUpload(self.folder, len(self.lines), round(self.seconds, 2), self.digest.hexdigest())
+
+
+def clip_speech_seconds(mono: np.ndarray, rate: int, transcribed: bool) -> float:
+    """The speech an uploaded clip ``[samples]`` gives the onboarding job's data check: a transcribed clip's from
+    its first to its last frame of speech; one without a transcript is cut at its silences first, as the job cuts
+    it for Whisper, and its pieces' speech summed (an upper bound: a piece Whisper finds no words in is left out
+    there)."""
+    if transcribed:
+        return speech_seconds(mono, rate)
+    return sum(speech_seconds(piece, rate) for piece in split_at_silences(mono, rate))
 
 
 def decode_recording(label: str, data: bytes, longest: float, limits: UploadLimits) -> tuple[np.ndarray, int]:

@@ -19,10 +19,11 @@ import numpy as np
 from fastapi import APIRouter, Request
 from starlette.concurrency import run_in_threadpool
 
+from chorus.data.check import tenths_down
 from chorus.serving.errors import ApiError
 from chorus.serving.onboarding.job_runner import SAMPLE, OnboardingJob
 from chorus.serving.onboarding.upload_form import form_file, form_text, read_multipart
-from chorus.serving.onboarding.uploads import RecordingTooLong, decode_recording, prepare_clips
+from chorus.serving.onboarding.uploads import RecordingTooLong, clip_speech_seconds, decode_recording, prepare_clips
 from chorus.serving.quotas import check_onboarding, quota_reached
 from chorus.serving.routes.deps import ERRORS, Server, Tenant, read_json
 from chorus.serving.schemas.custom_voices import (
@@ -243,10 +244,12 @@ async def create_audio_voice(request: Request, tenant: Tenant, server: Server):
             param="audio_sample",
             code="sample_too_long",
         ) from None
-    if len(audio) / rate < consent_settings.min_sample_seconds:
+    speech = clip_speech_seconds(audio, rate, transcribed=False)  # as the refinement job's data check counts it
+    if speech < consent_settings.min_sample_seconds:
         raise ApiError(
             400,
-            f"the sample lasts {len(audio) / rate:.1f} s; at least {consent_settings.min_sample_seconds:g} s",
+            f"the sample holds {tenths_down(speech)} s of speech ({len(audio) / rate:.1f} s with the silence "
+            f"around it); at least {consent_settings.min_sample_seconds:g} s of speech",
             param="audio_sample",
         )
     await run_in_threadpool(_same_speaker, server, consent, audio, rate)

@@ -612,14 +612,14 @@
     }
     const short = part === "sample" && choice.seconds < minSampleSeconds;
     status.textContent = `Recorded ${choice.seconds.toFixed(1)} s` +
-      (short ? `: too short, the sample needs ${minSampleSeconds} s or more.` : ".");
+      (short ? `: too short, the sample needs ${minSampleSeconds} s of speech or more.` : ".");
   }
 
   for (const part of ["consent", "sample"]) {
     const status = $(`cv-${part}-status`);
     const fileInput = $(`cv-${part}-file`);
     const prompt = () => (part === "consent" ? "Recording… read the phrase above aloud, then Stop." :
-      `Recording… speak for ${minSampleSeconds} s or more, then Stop.`);
+      `Recording… speak for ${minSampleSeconds} s or more (silence before and after is not counted), then Stop.`);
     microphone($(`cv-${part}-record`), $(`cv-${part}-stop`), status, prompt, async (blob) => {
       const { duration } = await decode(blob);
       const extension = blob.type.includes("ogg") ? "ogg" : blob.type.includes("mp4") ? "m4a" : "webm";
@@ -655,7 +655,7 @@
     if (!picked.sample) return "Record a sample (or choose a file).";
     const seconds = picked.sample.seconds;
     if (seconds !== null && seconds < minSampleSeconds) {
-      return `The sample lasts ${seconds.toFixed(1)} s: record ${minSampleSeconds} s or more.`;
+      return `The sample lasts ${seconds.toFixed(1)} s: record ${minSampleSeconds} s of speech or more.`;
     }
     return "";
   }
