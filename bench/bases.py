@@ -228,6 +228,43 @@ def adapted_voices(args: argparse.Namespace) -> list[dict]:
     return rows
 
 
+TARGET_MOS, TARGET_WER, TARGET_TRAIN_MINUTES, TARGET_SHARE = 3.3, 0.10, 15.0, 0.02
+
+
+def adapted_verdicts(rows: list[dict], minutes: float = 3.0) -> list[str]:
+    """Issue 38's targets for voices adapted on the Piper base from ``minutes`` of a target, one row per target
+    adapted on both bases: MOS >= 3.3, similarity >= the Chorus base's voice of the same minutes, WER <= 10 %,
+    training <= 15 minutes (a wall clock on the run's threads: the target says 2), a voice <= 2 % of the base.
+    When a run judged a cell twice, the last row read counts."""
+    cells = {(r["target"], r["base"]): r for r in rows if "recordings" not in r and r["minutes"] == minutes}
+    targets = sorted({t for t, b in cells if b == "piper-joe" and (t, "chorus") in cells})
+    if not targets:
+        return []
+
+    def verdict(ok: bool) -> str:
+        return "met" if ok else "**not met**"
+
+    lines = [
+        f"Issue 38's targets for the Piper base's voices from {minutes:g} minutes, each against the Chorus base's "
+        "voice of the same target and minutes. Training is wall minutes on the run's threads, within `chorus "
+        "adapt`'s 10-minute budget, which stops a Piper run before its last steps on 1 thread (the steps column).",
+        "",
+        "| target | MOS >= 3.3 | similarity >= the Chorus base's | WER <= 10 % | training <= 15 min | voice <= 2 % |",
+        "|---|---|---|---|---|---|",
+    ]
+    for target in targets:
+        piper, chorus = cells[(target, "piper-joe")], cells[(target, "chorus")]
+        lines.append(
+            f"| {target} | {piper['mos']:.2f}: {verdict(piper['mos'] >= TARGET_MOS)} | "
+            f"{piper['similarity']:.3f} vs {chorus['similarity']:.3f}: "
+            f"{verdict(piper['similarity'] >= chorus['similarity'])} | "
+            f"{100 * piper['wer']:.1f} %: {verdict(piper['wer'] <= TARGET_WER)} | "
+            f"{piper['train_minutes']:.1f}: {verdict(piper['train_minutes'] <= TARGET_TRAIN_MINUTES)} | "
+            f"{100 * piper['voice_share']:.2f} %: {verdict(piper['voice_share'] <= TARGET_SHARE)} |"
+        )
+    return lines + [""]
+
+
 def derivation(folder: Path) -> dict:
     """How a target made by ``bench/unheard_voice.py`` was made (its ``derived.json``), or nothing."""
     record = folder / "derived.json"
@@ -353,7 +390,7 @@ def report(out: Path) -> str:
                 f"({row['train_cpu_minutes']:.1f}) | "
                 f"{row['peak_rss_mb']:.0f} | {row['voice_bytes'] / 1024:.0f} ({100 * row['voice_share']:.2f} %) |"
             )
-        lines += [""] + derivation_lines(rows)
+        lines += [""] + derivation_lines(rows) + adapted_verdicts(rows)
     text = "\n".join(lines) + "\n"
     (out / "bases.md").write_text(text)
     return text

@@ -64,3 +64,29 @@ def test_report_pools_the_readings_and_judges_the_gaps(tmp_path):
     assert "| WER within 1 point | +0.5 points | met |" in text
     assert "| real-time factor <= 1.5x onnxruntime's | 1.45x (median) | met |" in text
     assert "Chorus's PyTorch Piper 3.0-5.0 %; onnxruntime Piper 2.0-4.5 % (the pooled gap: +0.5 points)" in text
+
+
+def test_adapted_verdicts_compare_each_piper_voice_with_the_chorus_voice_of_its_target():
+    from bases import adapted_verdicts
+
+    def cell(target, base, minutes, mos, similarity, wer, train=10.0, share=0.0108):
+        return dict(target=target, base=base, minutes=minutes, mos=mos, similarity=similarity, wer=wer,
+                    train_minutes=train, voice_share=share)  # fmt: skip
+
+    rows = [
+        cell("a", "piper-joe", 3.0, 3.4, 0.90, 0.08),
+        cell("a", "chorus", 3.0, 2.5, 0.91, 0.20),
+        cell("a", "piper-joe", 1.0, 1.0, 0.10, 0.90),  # another minutes: not judged here
+        cell("b", "piper-joe", 3.0, 2.0, 0.70, 0.12, train=16.0, share=0.03),
+        cell("b", "chorus", 3.0, 2.0, 0.70, 0.30),  # an equal similarity meets ">="
+        cell("c", "piper-joe", 3.0, 4.0, 0.99, 0.01),  # no Chorus voice of c: no row
+        {"target": "a", "recordings": {}},
+    ]
+    lines = adapted_verdicts(rows)
+    a_row, b_row = (next(line for line in lines if line.startswith(f"| {t} |")) for t in "ab")
+    assert a_row == "| a | 3.40: met | 0.900 vs 0.910: **not met** | 8.0 %: met | 10.0: met | 1.08 %: met |"
+    assert b_row == (
+        "| b | 2.00: **not met** | 0.700 vs 0.700: met | 12.0 %: **not met** | 16.0: **not met** | 3.00 %: **not met** |"
+    )
+    assert not any(line.startswith("| c |") for line in lines)
+    assert adapted_verdicts([cell("a", "chorus", 3.0, 2.5, 0.9, 0.2)]) == []
