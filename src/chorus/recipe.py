@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, fields, replace
 
 from chorus.adapters import MethodChoice, MethodConfig, get_method, parse_methods
 from chorus.adapters.speaker import SpeakerConfig
+from chorus.data.check import VOICE_MIN_SPEECH_SECONDS
 
 # The adapter method a voice is made with unless one is asked for: it scored best in bench/adaptation.py.
 DEFAULT_METHOD = "residual"
@@ -137,7 +138,7 @@ class AdaptConfig:
     patience: int = 4  # evaluations without improvement before stopping
     max_minutes: float = 10.0  # wall-clock budget of the training loop
     validation_fraction: float = 0.1
-    min_minutes: float = 0.5  # less speech in the usable clips than this is refused (silence around it not counted)
+    min_minutes: float = VOICE_MIN_SPEECH_SECONDS / 60  # less speech in the usable clips is refused
     # Recordings without transcripts are cut at silences into clips of at most this many seconds for
     # Whisper; a short sample needs shorter ones (a voice holds a clip out for validation).
     transcribed_clip_seconds: float = 12.0

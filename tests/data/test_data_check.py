@@ -124,6 +124,13 @@ def test_silence_before_and_after_speech_is_not_counted_as_speech(tmp_path: Path
     clip = np.concatenate([room, tone, np.zeros(3 * RATE)]).astype(np.float32)
     assert speech_seconds(clip, RATE) == pytest.approx(1.0, abs=0.06)
     assert speech_seconds(np.zeros(RATE, dtype=np.float32), RATE) == 0.0
+    # A laptop's room noise (-50 dBFS) around it, and a 20 ms click (-27 dBFS) as the recording starts and stops:
+    # within 40 dB of the loudest frame, but neither above the noise floor for long nor speech.
+    noise = 10 ** (-50 / 20) * rng.standard_normal(3 * RATE)
+    click = np.zeros(3 * RATE)
+    click[RATE // 10 : RATE // 10 + RATE // 50] = 10 ** (-27 / 20) * np.sqrt(2) * np.sin(np.arange(RATE // 50))
+    noisy = np.concatenate([noise + click, tone, noise + click[::-1]]).astype(np.float32)
+    assert speech_seconds(noisy, RATE) == pytest.approx(1.0, abs=0.06)
     (tmp_path / "wavs").mkdir()
     sf.write(tmp_path / "wavs" / "a.wav", clip, RATE)
     (tmp_path / "metadata.csv").write_text("a|Hello there.\n")  # about 8 phonemes a second of speech
@@ -163,7 +170,10 @@ def test_listen_flags_transcripts_of_the_right_length_but_other_words(tmp_path: 
     assert listened.exit_code == 1 and "2 transcript_not_heard" in " ".join(listened.output.split())
     metadata(tmp_path, said)
     mended = runner.invoke(app, ["data", "check", str(tmp_path), "--listen"])
-    assert mended.exit_code == 0 and "no problems" in " ".join(mended.output.split())
+    said_back = " ".join(mended.output.split())
+    assert mended.exit_code == 0 and "no problems" in said_back
+    assert "Whisper heard the transcript of each of the 4 usable clips" in said_back
+    assert "Too little for `chorus adapt`" in said_back and "record more clips" in said_back  # 4 clips, ~10 s
 
 
 def test_each_problem_kind_is_found_where_it_is(

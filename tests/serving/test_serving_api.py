@@ -1013,8 +1013,8 @@ def test_upload_refusals(tenants_app, new_voice_data):
     assert_error(upload(upload_files=files[1:]), 400, "transcripts without a clip")
     assert_error(upload(form | {"transcripts": json.dumps({"x.wav": "Hi."})}), 400, "no transcript")
     three = {name: text for name, text in list(json.loads(transcripts).items())[:3]}
-    assert_error(upload(form | {"transcripts": json.dumps(three)}, upload_files=files[:3]), 400, "at least 30 s")
-    # Six clips in 4 s of silence each: over 30 s of audio, about 15 s of speech, which the job would refuse.
+    assert_error(upload(form | {"transcripts": json.dumps(three)}, upload_files=files[:3]), 400, "at least 25 s")
+    # Six clips in 4 s of silence each: over 25 s of audio, about 15 s of speech, which the job would refuse.
     padded = []
     for _, (name, data, kind) in files[:6]:
         audio, rate = sf.read(io.BytesIO(data), dtype="float32")

@@ -150,7 +150,7 @@ def test_cli_refuses_voice_folders_in_the_way_before_any_work(tiny_base, voices_
     assert "f4 already holds a voice" in " ".join(refused.output.split())
     assert (out / "f4" / "voice_card.json").read_text() == "{}" and not (out / "m7").exists()
     onto_data = runner.invoke(app, [*command[:2], "--out", str(voices_root), *command[4:], "--overwrite"])
-    assert onto_data.exit_code == 2 and "holds the recordings" in onto_data.output
+    assert onto_data.exit_code == 2 and "the recordings' folder" in onto_data.output
 
 
 def test_more_voices_than_the_base_has_speakers(tiny_base, voices_root, tmp_path):

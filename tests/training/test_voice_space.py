@@ -160,6 +160,21 @@ def test_refusals_and_cli(tiny_base, space_dir, new_voice_data, tmp_path):
     assert "4 numbers" in output and "started from the nearest training voice" in output
 
 
+def test_cli_train_never_writes_over_the_recordings_or_other_files(two_voice_corpus, tmp_path):
+    """A voice space is written whole: --out may not be, hold or lie inside the recordings' folder, nor hold other
+    files (it had replaced any folder silently, recordings included); nothing is read or trained before."""
+    before = sorted(p.name for p in two_voice_corpus.rglob("*"))
+    for out in (two_voice_corpus, two_voice_corpus.parent, two_voice_corpus / "m3"):
+        refused = runner.invoke(app, ["voice-space", "train", str(two_voice_corpus), "--out", str(out), "--overwrite"])
+        assert refused.exit_code == 2 and "the recordings" in refused.output
+    assert sorted(p.name for p in two_voice_corpus.rglob("*")) == before
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "notes.txt").write_text("keep")
+    refused = runner.invoke(app, ["voice-space", "train", str(two_voice_corpus), "--out", str(other), "--overwrite"])
+    assert refused.exit_code == 2 and "not a voice space" in refused.output and (other / "notes.txt").is_file()
+
+
 def test_cli_without_options_runs_the_library_defaults(monkeypatch, tmp_path):
     """`voice-space train` without options trains with ``VoiceSpaceConfig()``; `voice-space fit` without
     them calls ``fit_voice`` with its own defaults (the calls are recorded, not run)."""
@@ -181,9 +196,10 @@ def test_cli_without_options_runs_the_library_defaults(monkeypatch, tmp_path):
     monkeypatch.setattr(cli, "VoiceSpace", SimpleNamespace(load=lambda path: ("the space", {}, {})))
     monkeypatch.setattr(cli, "train_voice_space", record("train"))
     monkeypatch.setattr(cli, "fit_voice", record("fit"))
-    trained = runner.invoke(app, ["voice-space", "train", str(tmp_path), "--out", str(tmp_path / "space")])
+    voices = tmp_path / "voices"
+    trained = runner.invoke(app, ["voice-space", "train", str(voices), "--out", str(tmp_path / "space")])
     assert isinstance(trained.exception, Recorded), trained.output
-    assert calls["train"] == ((tmp_path, "the base", tmp_path / "space", VoiceSpaceConfig()), {})
+    assert calls["train"] == ((voices, "the base", tmp_path / "space", VoiceSpaceConfig()), {})
     data = tmp_path / "recordings"
     fitted = runner.invoke(
         app, ["voice-space", "fit", str(data), "--space", str(tmp_path / "space"), "--out", str(tmp_path / "v")]

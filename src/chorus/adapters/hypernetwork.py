@@ -29,6 +29,7 @@ from chorus.adapters.registry import MethodConfig, config_from_dict
 from chorus.atomic import atomic_write_folder
 
 SPACE_FORMAT = "chorus-voice-space"
+SPACE_FILES = ("voice_space.json", "voice_space.safetensors")  # what a voice space folder holds, and all it holds
 
 
 class VoiceSpace(nn.Module):
@@ -134,8 +135,8 @@ class VoiceSpace(nn.Module):
         }
 
         def write(temp: Path) -> None:
-            save_file(tensors, str(temp / "voice_space.safetensors"))
-            (temp / "voice_space.json").write_text(json.dumps(meta, indent=1))
+            save_file(tensors, str(temp / SPACE_FILES[1]))
+            (temp / SPACE_FILES[0]).write_text(json.dumps(meta, indent=1))
 
         return atomic_write_folder(folder, write)
 
@@ -144,8 +145,8 @@ class VoiceSpace(nn.Module):
         """(space, the training voices' z ``[K, dim]``, their names)."""
         folder = Path(folder)
         try:
-            meta = json.loads((folder / "voice_space.json").read_text())
-            tensors = load_file(str(folder / "voice_space.safetensors"))
+            meta = json.loads((folder / SPACE_FILES[0]).read_text())
+            tensors = load_file(str(folder / SPACE_FILES[1]))
         except (OSError, json.JSONDecodeError) as error:
             raise ValueError(f"{folder}: not a readable voice space ({error})") from error
         if meta.get("format") != SPACE_FORMAT:

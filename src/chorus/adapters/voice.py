@@ -51,6 +51,9 @@ VOICE_FORMAT_VERSION = 1
 PEFT_PREFIX = "base_model.model."
 CONFIG_FILE, WEIGHTS_FILE, CARD_FILE = "adapter_config.json", "adapter_model.safetensors", "voice_card.json"
 CHORUS_FILE, SPEAKER_FILE, LICENSE_FILE = "chorus_voice.json", "speaker_vector.safetensors", "LICENSE.md"
+README_FILE = "README.md"
+# Everything save_voice writes: a folder holding anything else is more than a voice (--overwrite would lose it).
+VOICE_FILES = (CONFIG_FILE, WEIGHTS_FILE, SPEAKER_FILE, CHORUS_FILE, CARD_FILE, README_FILE, LICENSE_FILE)
 # Voices are made from one person's recordings: the terms are theirs to give (LICENSE.md says so).
 LICENSE_NAME = "voice-owner-terms"
 LICENSE_TEXT = """# Terms of this voice
@@ -230,8 +233,11 @@ def save_voice(
         (temp / CONFIG_FILE).write_text(json.dumps(config, indent=2))
         (temp / CHORUS_FILE).write_text(json.dumps(chorus_section, indent=2))
         (temp / CARD_FILE).write_text(json.dumps(asdict(card), indent=2))
-        (temp / "README.md").write_text(card.to_markdown(peft=lora is not None))
+        (temp / README_FILE).write_text(card.to_markdown(peft=lora is not None))
         (temp / LICENSE_FILE).write_text(LICENSE_TEXT)
+        for weights in (temp / WEIGHTS_FILE, temp / SPEAKER_FILE):  # safetensors writes 0600: readable as the rest
+            if weights.is_file():
+                weights.chmod((temp / LICENSE_FILE).stat().st_mode)
 
     return atomic_write_folder(folder, write)
 

@@ -19,8 +19,8 @@ from chorus.cli.common import (
     config_option,
     console,
     fail,
+    output_folder_problem,
     user_errors,
-    voice_folder_problem,
 )
 from chorus.cli.method_options import method_help, method_options, with_method_fields
 from chorus.data.formats import Utterance, needs_transcripts
@@ -95,11 +95,13 @@ def adapt(
 ) -> None:
     """Learn a new voice from a few minutes of one speaker's recordings; writes a voice folder that records its
     base (chorus synthesize --voice then speaks it on that base)."""
-    problem = voice_folder_problem(out, data, overwrite)
+    problem = output_folder_problem(out, data, overwrite)
     if problem:
         fail(f"--out {problem}")
-    if keep_transcribed is not None and keep_transcribed.resolve().is_relative_to(out.resolve()):
-        fail(f"--keep-transcribed {keep_transcribed} is inside --out {out}, which the voice replaces")
+    kept = keep_transcribed.resolve() if keep_transcribed is not None else None
+    if kept is not None and (kept.is_relative_to(out.resolve()) or out.resolve().is_relative_to(kept)):
+        # Inside the voice, the swap deletes them; the voice inside them is read as a recording next time.
+        fail(f"--keep-transcribed {keep_transcribed} and --out {out} must be apart, neither inside the other")
     with user_errors():
         spec = chosen_base(base, model)
     if spec is not None and piper_claims(str(spec)):
@@ -224,8 +226,10 @@ def adapt_many(
 ) -> None:
     """Adapt many voices in one job (mixed-voice batches through batched adapters); each voice is
     exported as a standalone voice folder. A voice whose data fails its checks does not stop the others."""
+    if out.resolve().is_relative_to(root.resolve()):
+        fail(f"--out {out} is the recordings' folder ({root}) or inside it, where voices would be read with them")
     with user_errors():
-        problems = [voice_folder_problem(out / f.name, f, overwrite) for f in speaker_folders(root)]
+        problems = [output_folder_problem(out / f.name, f, overwrite) for f in speaker_folders(root)]
     if any(problems):
         found = [p for p in problems if p]
         listed = "; ".join(found[:5]) + (f"; and {len(found) - 5} more" if len(found) > 5 else "")

@@ -51,21 +51,42 @@ def chosen_base(base: str | None, model: Path | None, voice: Path | None = None)
     return needed
 
 
-OVERWRITE_HELP = "Replace a voice folder that already exists (its LICENSE.md too)."
+OVERWRITE_HELP = "Replace what --out already holds (a voice's LICENSE.md too), if it holds nothing else."
 
 
-def voice_folder_problem(out: Path, data: Path, overwrite: bool) -> str | None:
-    """Why a voice may not be written to ``out`` from the recordings in ``data``, or None.
+@dataclasses.dataclass(frozen=True)
+class OutputKind:
+    """What a command writes as one folder: ``noun`` to name it, ``marks`` (a file that says a folder is one) and
+    ``files`` (every file it writes: a folder holding anything else is more than one)."""
 
-    A voice is written whole, the old folder swapped out (``chorus.atomic.atomic_write_folder``), so this
-    refuses what the swap would destroy: the recordings (``out`` is, holds or lies inside ``data``); a folder
-    of anything but a voice (``--overwrite`` or not: ``--out voices`` for ``--out voices/NAME`` would lose
-    them all); and a voice unless ``overwrite``."""
-    from chorus.adapters.voice import CARD_FILE, CHORUS_FILE, CONFIG_FILE
+    noun: str
+    marks: tuple[str, ...]
+    files: tuple[str, ...]
 
+
+def voice_kind() -> OutputKind:
+    from chorus.adapters.voice import CARD_FILE, CHORUS_FILE, VOICE_FILES
+
+    return OutputKind("a voice", (CARD_FILE, CHORUS_FILE), VOICE_FILES)
+
+
+def voice_space_kind() -> OutputKind:
+    from chorus.adapters.hypernetwork import SPACE_FILES
+
+    return OutputKind("a voice space", SPACE_FILES[:1], SPACE_FILES)
+
+
+def output_folder_problem(out: Path, data: Path, overwrite: bool, kind: OutputKind | None = None) -> str | None:
+    """Why ``kind`` (a voice unless given) may not be written to ``out`` from the recordings in ``data``, or None.
+
+    It is written whole, the old folder swapped out (``chorus.atomic.atomic_write_folder``), so this refuses what
+    the swap would destroy: the recordings (``out`` is, holds or lies inside ``data``); a folder holding anything
+    but one of ``kind``, with ``--overwrite`` or not (``--out voices`` for ``--out voices/NAME`` would lose them
+    all); and one of ``kind`` unless ``overwrite``."""
+    kind = kind or voice_kind()
     out_path, data_path = out.resolve(), data.resolve()
     if out_path == data_path or out_path in data_path.parents:
-        return f"{out} holds the recordings ({data}), which the voice would replace: give another --out"
+        return f"{out} holds the recordings ({data}), which the swap would delete: give another --out"
     if out_path.is_relative_to(data_path):
         return (
             f"{out} is inside the recordings' folder ({data}), where it would be read as recordings: give another --out"
@@ -73,15 +94,25 @@ def voice_folder_problem(out: Path, data: Path, overwrite: bool) -> str | None:
     if out.is_symlink() and not out.exists():
         return f"{out} is a broken link: give another --out"
     if out.exists() and not out.is_dir():
-        return f"{out} is a file, and a voice is a folder: give another --out"
+        return f"{out} is a file: give another --out (a folder)"
     try:
-        if not out.is_dir() or not any(out.iterdir()):
-            return None
+        held = sorted(p.name for p in out.iterdir()) if out.is_dir() else []
     except OSError as error:
         return f"{out}: {error}"
-    if not any((out / name).is_file() for name in (CARD_FILE, CHORUS_FILE, CONFIG_FILE)):
-        return f"{out} holds files that are no voice, which the voice would replace: give another --out (a new folder)"
-    return None if overwrite else f"{out} already holds a voice: give another --out, or --overwrite to replace it"
+    if not held:
+        return None
+    if not any((out / mark).is_file() for mark in kind.marks):
+        inner = [name for name in held if any((out / name / mark).is_file() for mark in kind.marks)]
+        if inner:  # voices/ given for voices/NAME
+            return f"{out} holds {len(inner)} folder(s) of {kind.noun} ({', '.join(inner[:3])}): give --out {out}/NAME"
+        return f"{out} holds files that are not {kind.noun} ({', '.join(held[:3])}), which the swap would delete: give another --out"
+    others = [name for name in held if name not in kind.files]
+    if others:
+        return (
+            f"{out} holds {kind.noun} and more ({', '.join(others[:3])}), which the swap would delete: move them out, "
+            "or give another --out"
+        )
+    return None if overwrite else f"{out} already holds {kind.noun}: give another --out, or --overwrite to replace it"
 
 
 def fail(message: str) -> NoReturn:

@@ -13,7 +13,14 @@ from rich.text import Text
 from chorus.cli.common import console, parameter_default
 from chorus.corpus.build import RequirementsError, build_corpus, check_requirements
 from chorus.corpus.speakers import get_speaker
-from chorus.data.check import DatasetReport, Problem, check_dataset, format_report
+from chorus.data.check import (
+    VOICE_MIN_SPEECH_SECONDS,
+    DatasetReport,
+    Problem,
+    check_dataset,
+    format_report,
+    tenths_down,
+)
 from chorus.data.formats import AUDIO_SUFFIXES, needs_transcripts
 
 data_app = typer.Typer(help="Inspect datasets.", no_args_is_help=True)
@@ -29,8 +36,9 @@ def data_check(
     jobs: int = typer.Option(parameter_default(check_dataset, "jobs"), help="Threads reading audio."),
     listen: bool = typer.Option(
         False,
-        help="Also have Whisper listen to each usable clip for its transcript, and flag the ones it does not hear "
-        "(a wrong line of about the right length); about half a second a clip.",
+        help="Also have Whisper listen to each usable clip for its transcript, and flag the ones it does not hear: "
+        "another clip's line, or other words (one or two words wrong, or a sentence left out, pass); about half a "
+        "second a clip.",
     ),
 ) -> None:
     """Per speaker: clips, minutes, and every problem with its file and line. Exit 1 if any.
@@ -45,17 +53,33 @@ def data_check(
         )
         raise typer.Exit(0)
     report = check_dataset(root, progress=console.is_terminal, jobs=jobs)
-    if listen:
-        report = report.with_problems(transcripts_not_heard(report))
+    unheard = transcripts_not_heard(report) if listen else []
+    report = report.with_problems(unheard)
     for renderable in format_report(report, max_problems):
         console.print(renderable)
     others = report.problems
+    if listen and not unheard:
+        console.print(f"Whisper heard the transcript of each of the {len(report.valid_utterances())} usable clips.")
     if untranscribed:  # lines left for Whisper are no fault: adapt transcribes them
         others = [problem for problem in report.problems if problem.kind != "empty_text"]
         console.print(
             f"Lines with no text (id|): `chorus adapt {root}` has Whisper transcribe those clips.", soft_wrap=True
         )
+    elif len(report.speakers) == 1:
+        _speech_for_a_voice(report)
     raise typer.Exit(1 if others else 0)
+
+
+def _speech_for_a_voice(report: DatasetReport) -> None:
+    """Say so when one speaker's folder holds too little speech for `chorus adapt` (not a problem of the data as
+    such: the same folder may serve pretraining)."""
+    speech = next(iter(report.speakers.values())).valid_speech_seconds
+    if speech < VOICE_MIN_SPEECH_SECONDS:
+        console.print(
+            f"Too little for `chorus adapt`: the usable clips hold {tenths_down(speech)} s of speech, and a voice "
+            f"needs {VOICE_MIN_SPEECH_SECONDS:g} s; record more clips.",
+            soft_wrap=True,
+        )
 
 
 def transcripts_not_heard(report: DatasetReport) -> list[Problem]:

@@ -12,9 +12,10 @@ from chorus.cli.common import (
     config_default,
     console,
     fail,
+    output_folder_problem,
     parameter_default,
     user_errors,
-    voice_folder_problem,
+    voice_space_kind,
 )
 from chorus.cli.method_options import method_help
 from chorus.corpus.virtual import with_virtual_speakers
@@ -31,7 +32,8 @@ MODEL_HELP = "Base model folder (default: the shipped base)."
 @space_app.command("train")
 def voice_space_train(
     root: Path = typer.Argument(..., help="A folder of speaker folders (LJSpeech-style) to learn the space from."),
-    out: Path = typer.Option(..., help="Folder for voice_space.safetensors + voice_space.json."),
+    out: Path = typer.Option(..., help="A new folder for voice_space.safetensors + voice_space.json."),
+    overwrite: bool = typer.Option(False, help=OVERWRITE_HELP),
     dim: int = typer.Option(config_default(VoiceSpaceConfig, "dim"), help="Numbers per voice."),
     method: str = typer.Option(
         config_default(VoiceSpaceConfig, "method"), help=method_help(" The adapter the space generates.", full=False)
@@ -51,6 +53,9 @@ def voice_space_train(
     threads: int = typer.Option(config_default(VoiceSpaceConfig, "threads"), help="CPU threads."),
 ) -> None:
     """Learn a voice space over many voices (each gets a vector; a shared hypernetwork makes adapters)."""
+    problem = output_folder_problem(out, root, overwrite, voice_space_kind())
+    if problem:
+        fail(f"--out {problem}")
     with user_errors():
         config = VoiceSpaceConfig(method=method, dim=dim, steps=steps, threads=threads)
         if virtual:
@@ -83,7 +88,7 @@ def voice_space_fit(
     overwrite: bool = typer.Option(False, help=OVERWRITE_HELP),
 ) -> None:
     """A new voice as a point of a voice space: only its vector learns. Writes a normal voice folder."""
-    problem = voice_folder_problem(out, data, overwrite)
+    problem = output_folder_problem(out, data, overwrite)
     if problem:
         fail(f"--out {problem}")
     with user_errors():

@@ -61,6 +61,15 @@ _MAX_DECODED_SECONDS = 600.0
 _FRAME_SECONDS = 0.025
 
 
+# What a voice needs, of speech in its usable clips (silence around each not counted): `chorus adapt` and the
+# server's uploads refuse less (AdaptConfig.min_minutes, UploadLimits.min_total_seconds), and `chorus data check`
+# says so of one speaker's folder. It was 30 s of audio; clips as recorded here carry 8-12 % of it as silence
+# before and after (the corpus's voices 8 %, the tests' espeak-ng voice 12 %), and Whisper's pieces of a
+# recording are cut with some, so 25 s of speech asks about what 30 s of audio did, of clips that are not
+# padded with silence or noise.
+VOICE_MIN_SPEECH_SECONDS = 25.0
+
+
 @dataclass(frozen=True)
 class CheckConfig:
     """Thresholds of :func:`check_dataset`; the defaults suit read speech for a 22,050 Hz model."""
@@ -72,7 +81,9 @@ class CheckConfig:
     max_clipped_fraction: float = 0.001
     silence_dbfs: float = -60.0  # whole-clip RMS below this is silence...
     quiet_frame_dbfs: float = -40.0  # ...and so is a clip with no 25 ms frame louder than this
-    speech_range_db: float = 40.0  # frames within this of the loudest one count as speech
+    speech_range_db: float = 40.0  # frames within this of the loudest one count as speech...
+    noise_margin_db: float = 10.0  # ...if this far above the clip's noise floor (its quietest tenth of frames)...
+    min_speech_seconds: float = 0.1  # ...in a run this long at least (a click or a breath alone is no speech)
     min_phonemes_per_second: float = 4.0
     max_phonemes_per_second: float = 30.0
 
@@ -397,11 +408,30 @@ def _silent(rms_db: float, loudest_frame_db: float, config: CheckConfig) -> bool
 
 
 def _speech_span(frame_db: np.ndarray, seconds: float, rate: int, config: CheckConfig) -> float:
-    """Seconds from the first to the last frame of ``frame_db`` ``[frames]`` within ``config.speech_range_db`` of
-    the loudest (and above silence): the clip's speech, without the silence before and after it."""
+    """Seconds from the first to the last frame of speech in ``frame_db`` ``[frames]``, without the silence,
+    room noise and clicks before and after it.
+
+    A frame is speech when it is within ``config.speech_range_db`` of the loudest, above silence, and
+    ``config.noise_margin_db`` above the clip's noise floor (its quietest tenth of frames: room noise, or in a
+    clip of speech throughout its quietest sounds, so a little of its first and last sounds may go), in a run
+    of at least ``config.min_speech_seconds``; a clip with no such run keeps its longest run."""
     frame = max(1, round(_FRAME_SECONDS * rate))
-    speech = np.flatnonzero(frame_db >= max(float(frame_db.max()) - config.speech_range_db, config.silence_dbfs))
-    return 0.0 if not speech.size else min(seconds, float(speech[-1] - speech[0] + 1) * frame / rate)
+    loudest, floor = float(frame_db.max()), float(np.percentile(frame_db, 10))
+    threshold = max(
+        loudest - config.speech_range_db,
+        config.silence_dbfs,
+        floor + config.noise_margin_db,
+    )
+    above = np.concatenate([[0], (frame_db >= threshold).astype(np.int8), [0]])
+    edges = np.flatnonzero(np.diff(above))
+    starts, ends = edges[::2], edges[1::2]  # runs of speech frames: [start, end)
+    if not starts.size:
+        return 0.0
+    long_enough = ends - starts >= max(1, round(config.min_speech_seconds / _FRAME_SECONDS))
+    if not long_enough.any():
+        long_enough = ends - starts == (ends - starts).max()
+    first, last = int(starts[long_enough][0]), int(ends[long_enough][-1])
+    return min(seconds, float(last - first) * frame / rate)
 
 
 def tenths_down(seconds: float) -> str:

@@ -16,7 +16,7 @@ from typing import Literal
 
 from pydantic import ConfigDict, PositiveInt, TypeAdapter, with_config
 
-from chorus.data.check import CheckConfig
+from chorus.data.check import VOICE_MIN_SPEECH_SECONDS, CheckConfig
 from chorus.recipe import AdaptConfig
 from chorus.serving.store import VoiceStore
 
@@ -29,7 +29,7 @@ JOBS_FOLDER = ".jobs"
 ONBOARDING_STEPS = 300
 ONBOARDING_THREADS = 1
 # A voice refined from one short sample (OpenAI's custom voices: 10-30 s): fewer steps, and accepted
-# from 10 s of speech (chorus adapt asks 30 s). bench/short_samples.py chose residual with a 100-step cap
+# from 10 s of speech (chorus adapt asks 25 s). bench/short_samples.py chose residual with a 100-step cap
 # for samples under a minute: at 30 s, 200 or 300 steps gained no similarity (0.864-0.866 mean over the
 # held-out datasets) and took up to 1.7x the time.
 SAMPLE_STEPS = 100
@@ -109,7 +109,7 @@ class UploadLimits:
     # A transcribed clip, as the onboarding job's data check takes one: a longer one would be accepted here and
     # then fail the job (a clip without transcript is cut at its silences there instead).
     max_clip_seconds: float = CheckConfig().max_seconds
-    min_total_seconds: float = 30.0  # of speech, as ``AdaptConfig.min_minutes``: less cannot make a voice
+    min_total_seconds: float = VOICE_MIN_SPEECH_SECONDS  # of speech, as the job's data check counts it
     max_total_seconds: float = 20 * 60.0
     max_transcript_chars: int = 1_000
     max_archive_members: int = 1_000

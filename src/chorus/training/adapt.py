@@ -82,7 +82,7 @@ def check_adaptation_data(data: str | Path, config: AdaptConfig, progress: bool 
         raise ValueError(
             f"{data}: {tenths_down(minutes * 60)} s of speech in the usable clips ({audio:.1f} s with the silence "
             f"before and after each); a voice needs at least {config.min_minutes * 60:g} s of speech "
-            "(1-10 minutes is the intended range)"
+            "(1-10 minutes is the intended range): record more clips"
         )
     if len(valid) < 2:
         raise ValueError(f"{data}: a voice needs at least 2 usable clips (one is held out for validation)")
