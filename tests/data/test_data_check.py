@@ -131,9 +131,22 @@ def test_silence_before_and_after_speech_is_not_counted_as_speech(tmp_path: Path
     click[RATE // 10 : RATE // 10 + RATE // 50] = 10 ** (-27 / 20) * np.sqrt(2) * np.sin(np.arange(RATE // 50))
     noisy = np.concatenate([noise + click, tone, noise + click[::-1]]).astype(np.float32)
     assert speech_seconds(noisy, RATE) == pytest.approx(1.0, abs=0.06)
+    # A clip at one level throughout (a hum, heavy compression) is speech throughout, never none (a rate of
+    # phonemes per 0 s had crashed the check); digital zeros before the noise leave the noise recognized.
+    flat = np.full(2 * RATE, 0.1, dtype=np.float32) * np.sign(np.sin(np.arange(2 * RATE)))
+    assert speech_seconds(flat, RATE) == pytest.approx(2.0, abs=0.03)
+    zeros_first = np.concatenate([np.zeros(RATE // 2), noise, tone, noise]).astype(np.float32)
+    assert speech_seconds(zeros_first, RATE) == pytest.approx(1.0, abs=0.06)
     (tmp_path / "wavs").mkdir()
     sf.write(tmp_path / "wavs" / "a.wav", clip, RATE)
     (tmp_path / "metadata.csv").write_text("a|Hello there.\n")  # about 8 phonemes a second of speech
+    sf.write(tmp_path / "wavs" / "flat.wav", flat, RATE)
+    (tmp_path / "metadata.csv").write_text("a|Hello there.\nflat|Hello there, hello there.\n")
+    report = check_dataset(tmp_path, progress=False)
+    assert report.speech_durations[report.utterances[1].key] == pytest.approx(2.0, abs=0.03)
+    report = check_dataset(tmp_path, progress=False).with_problems([])
+    (tmp_path / "wavs" / "flat.wav").unlink()
+    (tmp_path / "metadata.csv").write_text("a|Hello there.\n")
     report = check_dataset(tmp_path, progress=False)
     speaker = next(iter(report.speakers.values()))
     assert speaker.valid_seconds == pytest.approx(6.0, abs=0.01)

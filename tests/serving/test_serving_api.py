@@ -524,9 +524,13 @@ def test_piper_http_api_speaks_as_the_speech_route(tenants_app):
     assert answer.status_code == 200 and answer.headers["content-type"] == "audio/wav", answer.text
     with wave.open(io.BytesIO(answer.content)) as read:  # whole, with its true sizes
         assert read.getnframes() == (len(answer.content) - 44) // 2 > 0
-    assert answer.content == speak(client, input=SENTENCES, voice=default, stream=False).content
+    # The same samples, to -60 dB: several sentences are asked for ahead, and which of them the batcher pads into
+    # one batch depends on timing, which moves samples by up to 9 steps of 16-bit audio (seen in runs here).
+    ours, rate = decode(answer.content)
+    theirs, their_rate = decode(speak(client, input=SENTENCES, voice=default, stream=False).content)
+    assert rate == their_rate and len(ours) == len(theirs) and np.abs(ours - theirs).max() <= 1e-3
     plain = client.post("/", content=SENTENCES.encode(), headers=ACME | {"Content-Type": "text/plain"})
-    assert plain.content == answer.content
+    assert np.abs(decode(plain.content)[0] - ours).max() <= 1e-3
     by_index = client.post("/", json={"text": "Hello there.", "speaker_id": 1}, headers=ACME)
     assert by_index.content == speak(client, voice=second).content
     paced = client.post("/", json={"text": "Hello there.", "speaker": second, "length_scale": 2.0}, headers=ACME)

@@ -267,7 +267,7 @@ def test_cli_adapt_errors_are_clear(tiny_base, new_voice_data, tmp_path):
     assert not_one.exit_code == 2 and "not a voice folder" in not_one.output
 
 
-def test_cli_adapt_never_overwrites_a_voice_or_the_recordings_unasked(tiny_base, new_voice_data, tmp_path):
+def test_cli_adapt_never_overwrites_a_voice_or_the_recordings_unasked(tiny_base, new_voice_data, tmp_path, monkeypatch):
     """A voice is written whole (the old folder swapped out): a folder that holds anything is refused before
     any work, --overwrite replaces it, and no flag writes a voice over the recordings it learns from."""
     voice = tmp_path / "voices" / "anna"
@@ -276,6 +276,7 @@ def test_cli_adapt_never_overwrites_a_voice_or_the_recordings_unasked(tiny_base,
     made = runner.invoke(app, [*command, "--out", str(voice)])
     assert made.exit_code == 0, made.output
     (voice / "LICENSE.md").write_text("Anna's terms: not for advertising.")  # what the owner wrote
+    (voice / ".DS_Store").write_bytes(b"\0")  # a desktop's leftover: no reason to refuse
     again = runner.invoke(app, [*command, "--out", str(voice)])
     assert again.exit_code == 2 and "already holds a voice" in again.output and "--overwrite" in again.output
     assert (voice / "LICENSE.md").read_text() == "Anna's terms: not for advertising."
@@ -288,6 +289,15 @@ def test_cli_adapt_never_overwrites_a_voice_or_the_recordings_unasked(tiny_base,
     assert (voice / "notes.txt").is_file()
     parent = runner.invoke(app, [*command, "--out", str(voice.parent), "--overwrite"])  # voices/ for voices/NAME
     assert parent.exit_code == 2 and "holds 1 folder(s) of a voice (anna)" in " ".join(parent.output.split())
+    (voice / "notes.txt").unlink()
+    (voice / "README.md").unlink()
+    (voice / "README.md").mkdir()  # a folder under a voice file's name is more than a voice
+    assert "holds a voice and more (README.md)" in " ".join(
+        runner.invoke(app, [*command, "--out", str(voice), "--overwrite"]).output.split()
+    )
+    link = tmp_path / "link-to-anna"
+    link.symlink_to(voice)  # the swap would replace the link, not the voice it points to
+    assert "is a link" in runner.invoke(app, [*command, "--out", str(link), "--overwrite"]).output
     peft = tmp_path / "llm-lora"  # a language model's PEFT adapter: an adapter_config.json, and no voice
     peft.mkdir()
     (peft / "adapter_config.json").write_text('{"peft_type": "LORA"}')
@@ -304,6 +314,11 @@ def test_cli_adapt_never_overwrites_a_voice_or_the_recordings_unasked(tiny_base,
     (tmp_path / "a-file").write_text("x")
     a_file = runner.invoke(app, [*command, "--out", str(tmp_path / "a-file")])
     assert a_file.exit_code == 2 and "is a file" in a_file.output
+
+    here = tmp_path / "here"
+    here.mkdir()
+    monkeypatch.chdir(here)  # --out . : the current folder, which the swap would move away under the shell
+    assert "is the current folder" in runner.invoke(app, [*command, "--out", "."]).output
 
     before = sorted(p.name for p in new_voice_data.rglob("*"))
     # the recordings' folder, one holding it, or one inside it (its wavs/)

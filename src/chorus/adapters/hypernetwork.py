@@ -137,6 +137,7 @@ class VoiceSpace(nn.Module):
         def write(temp: Path) -> None:
             save_file(tensors, str(temp / SPACE_FILES[1]))
             (temp / SPACE_FILES[0]).write_text(json.dumps(meta, indent=1))
+            (temp / SPACE_FILES[1]).chmod((temp / SPACE_FILES[0]).stat().st_mode)  # safetensors writes 0600
 
         return atomic_write_folder(folder, write)
 

@@ -301,6 +301,8 @@ def _check_text(utt: Utterance, count: int | str) -> list[Problem]:
 
 def _check_rate(utt: Utterance, count: int, stats: _AudioStats, config: CheckConfig) -> list[Problem]:
     """A transcript that is far too long or short for the speech in its clip is usually the wrong one."""
+    if stats.speech_seconds <= 0:  # no frame of speech: the silence checks speak for such a clip
+        return []
     rate = count / stats.speech_seconds
     if config.min_phonemes_per_second <= rate <= config.max_phonemes_per_second:
         return []
@@ -386,6 +388,9 @@ def _check_audio(utt: Utterance, config: CheckConfig) -> tuple[_AudioStats | Non
     return _AudioStats(seconds, _speech_span(frame_db, seconds, rate, config)), problems
 
 
+_EDGE_SECONDS = 0.1  # how much of each end of a clip tells its floor
+_DIGITAL_ZERO_DB = -100.0  # frames this quiet are padding (digital zeros), not a room
+_NOISE_FLOOR_BELOW_DB = 20.0  # an end this far under the loudest frame is a floor (noise or silence), not speech
 _LEVEL_BLOCK_FRAMES = 1024  # frames squared at once: a long float32 recording is never copied whole as float64
 
 
@@ -411,27 +416,41 @@ def _speech_span(frame_db: np.ndarray, seconds: float, rate: int, config: CheckC
     """Seconds from the first to the last frame of speech in ``frame_db`` ``[frames]``, without the silence,
     room noise and clicks before and after it.
 
-    A frame is speech when it is within ``config.speech_range_db`` of the loudest, above silence, and
-    ``config.noise_margin_db`` above the clip's noise floor (its quietest tenth of frames: room noise, or in a
-    clip of speech throughout its quietest sounds, so a little of its first and last sounds may go), in a run
-    of at least ``config.min_speech_seconds``; a clip with no such run keeps its longest run."""
+    A frame is speech when it is within ``config.speech_range_db`` of the loudest and above silence, in a run of
+    at least ``config.min_speech_seconds`` (where no run is that long, the longest). Where a clip starts (or
+    ends) on a floor well under its loudest frame (room noise: its first or last ``_EDGE_SECONDS`` of frames that
+    are not digital zeros, at least ``_NOISE_FLOOR_BELOW_DB`` down), its speech there must also stand
+    ``config.noise_margin_db`` above that floor. Quiet sounds inside the speech, and a clip of speech from its first frame, are left alone; the loudest
+    frame is always speech."""
     frame = max(1, round(_FRAME_SECONDS * rate))
-    loudest, floor = float(frame_db.max()), float(np.percentile(frame_db, 10))
-    threshold = max(
-        loudest - config.speech_range_db,
-        config.silence_dbfs,
-        floor + config.noise_margin_db,
-    )
-    above = np.concatenate([[0], (frame_db >= threshold).astype(np.int8), [0]])
-    edges = np.flatnonzero(np.diff(above))
-    starts, ends = edges[::2], edges[1::2]  # runs of speech frames: [start, end)
-    if not starts.size:
-        return 0.0
-    long_enough = ends - starts >= max(1, round(config.min_speech_seconds / _FRAME_SECONDS))
-    if not long_enough.any():
-        long_enough = ends - starts == (ends - starts).max()
-    first, last = int(starts[long_enough][0]), int(ends[long_enough][-1])
+    loudest = float(frame_db.max())
+    least = max(loudest - config.speech_range_db, config.silence_dbfs)
+    min_frames = max(1, round(config.min_speech_seconds / _FRAME_SECONDS))
+    edge = max(1, round(_EDGE_SECONDS / _FRAME_SECONDS))
+
+    def threshold(edge_levels: np.ndarray) -> float:
+        floor = float(np.median(edge_levels))
+        noisy = loudest - floor >= _NOISE_FLOOR_BELOW_DB
+        return min(loudest, max(least, floor + config.noise_margin_db) if noisy else least)
+
+    sounding = frame_db[frame_db > _DIGITAL_ZERO_DB]  # an editor's zeros before a room's noise tell no floor
+    first = _speech_runs(frame_db >= threshold(sounding[:edge]), min_frames)[0][0]
+    last = _speech_runs(frame_db >= threshold(sounding[-edge:]), min_frames)[1][-1]
+    if last <= first:  # the two ends' runs do not overlap: a clip of one short sound
+        starts, ends = _speech_runs(frame_db >= least, min_frames)
+        first, last = starts[0], ends[-1]
     return min(seconds, float(last - first) * frame / rate)
+
+
+def _speech_runs(above: np.ndarray, min_frames: int) -> tuple[np.ndarray, np.ndarray]:
+    """(starts, ends) of the runs of True in ``above`` ``[frames]`` (each ``[start, end)``) that are at least
+    ``min_frames`` long, or of the longest one where none is."""
+    edges = np.flatnonzero(np.diff(np.concatenate([[0], above.astype(np.int8), [0]])))
+    starts, ends = edges[::2], edges[1::2]
+    keep = ends - starts >= min_frames
+    if not keep.any():
+        keep = np.arange(len(starts)) == np.argmax(ends - starts)
+    return starts[keep], ends[keep]
 
 
 def tenths_down(seconds: float) -> str:
