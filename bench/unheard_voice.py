@@ -30,8 +30,11 @@ from pathlib import Path
 
 import numpy as np
 
+from chorus.audio.io import SAMPLE_RATE, load_audio
 from chorus.corpus.speakers import SOX_COMMAND
 from chorus.data.formats import discover
+from chorus.evaluation.similarity import SpeakerJudge
+from run_record import LoadSampler, provenance
 
 SIMILARITY_CLIPS = 12  # clips averaged into each voice's embedding
 
@@ -56,25 +59,19 @@ def derive(source: Path, chain: list[str], name: str, out: Path) -> Path:
     return folder
 
 
-def voice_embedding(encoder, folder: Path, skip: int = 0) -> np.ndarray:
-    """The mean of resemblyzer's embeddings of the folder's clips ``skip`` to ``skip + SIMILARITY_CLIPS``,
-    unit length."""
-    from resemblyzer import preprocess_wav
-
+def voice_embedding(judge: SpeakerJudge, folder: Path, skip: int = 0) -> np.ndarray:
+    """The speaker d-vector ``[256]`` of the folder's clips ``skip`` to ``skip + SIMILARITY_CLIPS``."""
     utterances = discover(folder)[0][skip : skip + SIMILARITY_CLIPS]
-    mean = np.mean([encoder.embed_utterance(preprocess_wav(u.audio_path)) for u in utterances], 0)
-    return mean / np.linalg.norm(mean)
+    return judge.reference_embedding([load_audio(u.audio_path, SAMPLE_RATE) for u in utterances], SAMPLE_RATE)
 
 
 def similarities(new: Path, source: Path, others: list[Path]) -> dict[str, float]:
     """resemblyzer's cosine of the new voice to each voice, and, as the same-speaker yardstick, of the
     source's first clips to its next ones."""
-    from resemblyzer import VoiceEncoder
-
-    encoder = VoiceEncoder("cpu", verbose=False)
-    made = voice_embedding(encoder, new)
-    scores = {folder.name: float(made @ voice_embedding(encoder, folder)) for folder in [source, *others]}
-    yardstick = voice_embedding(encoder, source) @ voice_embedding(encoder, source, skip=SIMILARITY_CLIPS)
+    judge = SpeakerJudge()
+    made = voice_embedding(judge, new)
+    scores = {folder.name: float(made @ voice_embedding(judge, folder)) for folder in [source, *others]}
+    yardstick = voice_embedding(judge, source) @ voice_embedding(judge, source, skip=SIMILARITY_CLIPS)
     scores[f"{source.name}, its own other clips (same speaker)"] = float(yardstick)
     return {name: round(score, 3) for name, score in scores.items()}
 
@@ -88,15 +85,21 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     chain = args.chain.split()
-    folder = derive(args.source, chain, args.name, args.out)
-    others = [Path(p) for p in args.compare.split(",") if p]
+    # What measured the similarities: the commit, a clean src/, the load while they ran.
+    measured = provenance(1, "evaluation.similarity.SpeakerJudge.reference_embedding of 12 clips a voice")
+    with LoadSampler() as load:
+        folder = derive(args.source, chain, args.name, args.out)
+        others = [Path(p) for p in args.compare.split(",") if p]
+        scores = similarities(folder, args.source, others)
+    measured["load"] = load.summary()
     record = {
+        "provenance": measured,
         "name": args.name,
         "source": args.source.name,
         "sox": " ".join([*SOX_COMMAND, "IN", "OUT", *chain]),
         "sox_version": subprocess.run(["sox", "--version"], capture_output=True, text=True).stdout.strip(),
         "clips": len(discover(folder)[0]),
-        "resemblyzer_similarity": similarities(folder, args.source, others),
+        "resemblyzer_similarity": scores,
     }
     (folder / "derived.json").write_text(json.dumps(record, indent=1) + "\n")
     print(json.dumps(record, indent=1))

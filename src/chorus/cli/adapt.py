@@ -20,6 +20,7 @@ from chorus.cli.common import (
     console,
     fail,
     output_folder_problem,
+    refuse_output_folder,
     user_errors,
 )
 from chorus.cli.method_options import method_help, method_options, with_method_fields
@@ -95,9 +96,7 @@ def adapt(
 ) -> None:
     """Learn a new voice from a few minutes of one speaker's recordings; writes a voice folder that records its
     base (chorus synthesize --voice then speaks it on that base)."""
-    problem = output_folder_problem(out, data, overwrite)
-    if problem:
-        fail(f"--out {problem}")
+    refuse_output_folder(out, data, overwrite)
     kept = keep_transcribed.resolve() if keep_transcribed is not None else None
     if kept is not None and (kept.is_relative_to(out.resolve()) or out.resolve().is_relative_to(kept)):
         # Inside the voice, the swap deletes them; the voice inside them is read as a recording next time.

@@ -98,6 +98,13 @@ def output_folder_problem(out: Path, data: Path, overwrite: bool, kind: OutputKi
         return f"{out}: {error}"
 
 
+def refuse_output_folder(out: Path, data: Path, overwrite: bool, kind: OutputKind | None = None) -> None:
+    """End the command, before any work, where :func:`output_folder_problem` finds one."""
+    problem = output_folder_problem(out, data, overwrite, kind)
+    if problem:
+        fail(f"--out {problem}")
+
+
 def _output_problem(out: Path, data: Path, overwrite: bool, kind: OutputKind) -> str | None:
     out_path, data_path = out.resolve(), data.resolve()
     if out_path == data_path or out_path in data_path.parents:

@@ -11,9 +11,8 @@ from chorus.cli.common import (
     OVERWRITE_HELP,
     config_default,
     console,
-    fail,
-    output_folder_problem,
     parameter_default,
+    refuse_output_folder,
     user_errors,
     voice_space_kind,
 )
@@ -53,9 +52,7 @@ def voice_space_train(
     threads: int = typer.Option(config_default(VoiceSpaceConfig, "threads"), help="CPU threads."),
 ) -> None:
     """Learn a voice space over many voices (each gets a vector; a shared hypernetwork makes adapters)."""
-    problem = output_folder_problem(out, root, overwrite, voice_space_kind())
-    if problem:
-        fail(f"--out {problem}")
+    refuse_output_folder(out, root, overwrite, voice_space_kind())
     with user_errors():
         config = VoiceSpaceConfig(method=method, dim=dim, steps=steps, threads=threads)
         if virtual:
@@ -88,9 +85,7 @@ def voice_space_fit(
     overwrite: bool = typer.Option(False, help=OVERWRITE_HELP),
 ) -> None:
     """A new voice as a point of a voice space: only its vector learns. Writes a normal voice folder."""
-    problem = output_folder_problem(out, data, overwrite)
-    if problem:
-        fail(f"--out {problem}")
+    refuse_output_folder(out, data, overwrite)
     with user_errors():
         voice_space, _, _ = VoiceSpace.load(space)
         result = fit_voice(

@@ -143,7 +143,7 @@ class DatasetReport:
     problems: list[Problem]
     speakers: dict[str, SpeakerReport]
     durations: dict[str, float]
-    speech_durations: dict[str, float] = field(default_factory=dict)
+    speech_durations: dict[str, float]
 
     @property
     def ok(self) -> bool:
@@ -226,7 +226,7 @@ def check_dataset(
     try:
         utterances, metadata_problems = discover(root)
     except (DatasetFormatError, OSError) as error:
-        return DatasetReport(root, [], [Problem(str(root), "format", str(error))], {}, {})
+        return DatasetReport(root, [], [Problem(str(root), "format", str(error))], {}, {}, {})
     problems = [Problem(p.source, "metadata", p.message) for p in metadata_problems]
     if not utterances:
         problems.append(Problem(str(root), "empty_dataset", "no utterances listed in the metadata"))
@@ -420,8 +420,8 @@ def _speech_span(frame_db: np.ndarray, seconds: float, rate: int, config: CheckC
     at least ``config.min_speech_seconds`` (where no run is that long, the longest). Where a clip starts (or
     ends) on a floor well under its loudest frame (room noise: its first or last ``_EDGE_SECONDS`` of frames that
     are not digital zeros, at least ``_NOISE_FLOOR_BELOW_DB`` down), its speech there must also stand
-    ``config.noise_margin_db`` above that floor. Quiet sounds inside the speech, and a clip of speech from its first frame, are left alone; the loudest
-    frame is always speech."""
+    ``config.noise_margin_db`` above that floor. Quiet sounds inside the speech, and a clip of speech from its
+    first frame, are left alone; the loudest frame is always speech."""
     frame = max(1, round(_FRAME_SECONDS * rate))
     loudest = float(frame_db.max())
     least = max(loudest - config.speech_range_db, config.silence_dbfs)

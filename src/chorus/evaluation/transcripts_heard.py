@@ -49,7 +49,8 @@ def transcript_score(
     spoken = normalize_text(text, warn=False)
     if not spoken.split():
         raise ValueError(f"{text!r}: no words to listen for")
-    silence = silence or silence_encoding(judge)
+    if silence is None:
+        silence = silence_encoding(judge)
     heard = _mean_log_probability(judge, judge.encode(audio, sample_rate), spoken)
     return heard - _mean_log_probability(judge, silence, spoken)
 
