@@ -485,11 +485,17 @@ def test_voices_of_the_earlier_layout_still_load_and_cards_carry_hub_metadata(tm
     randomize(model, "v")
     with active_adapter(model, "v"):
         expected = infer(model, inputs)
-    card = VoiceCard("v", ["residual"], base_model_sha256="ab" * 32, data_minutes=3.25)
+    card = VoiceCard("v", ["residual"], base_model_sha256="ab" * 32, data_minutes=3.25, speech_minutes=2.875)
     folder = save_voice(tmp_path / "v", model, "v", configs, card)
     hub = ModelCard((folder / "README.md").read_text()).data
     assert hub.library_name == "chorus-tts" and hub.chorus_base_model_sha256 == "ab" * 32
-    assert hub.data_minutes == 3.25 and hub.license_link == "LICENSE.md" and "residual" in hub.tags
+    assert "- data: 3.25 min of audio, 2.88 of speech;" in (folder / "README.md").read_text()
+    assert (
+        hub.data_minutes == 3.25
+        and hub.speech_minutes == 2.875
+        and hub.license_link == "LICENSE.md"
+        and "residual" in hub.tags
+    )
     # The earlier layout: the Chorus section inside adapter_config.json, no chorus_voice.json.
     section = json.loads((folder / "chorus_voice.json").read_text())
     (folder / "chorus_voice.json").unlink()

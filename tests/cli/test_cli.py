@@ -172,6 +172,19 @@ def test_the_demo_on_a_piper_base_adapts_another_voice_than_the_base(tiny_base):
     )
 
 
+def test_demo_replaces_only_its_own_voice(tiny_base, tmp_path):
+    """The demo writes its new voice to OUT/voices/NAME, swapping out an earlier run's; a folder there
+    holding anything else is refused before any work, as `chorus adapt --out` refuses it."""
+    kept = tmp_path / "demo" / "voices" / "piper-joe"
+    kept.mkdir(parents=True)
+    (kept / "notes.txt").write_text("mine")
+    result = runner.invoke(
+        app, ["demo", "--model", str(tiny_base), "--speakers", "m3", "--out", str(tmp_path / "demo")]
+    )
+    assert result.exit_code == 2 and "holds files that are not a voice (notes.txt)" in result.output, result.output
+    assert (kept / "notes.txt").read_text() == "mine" and not list((tmp_path / "demo").glob("*.wav"))
+
+
 def test_demo_refuses_an_unknown_speaker(tiny_base, tmp_path):
     result = runner.invoke(app, ["demo", "--model", str(tiny_base), "--speakers", "m3,nobody", "--out", str(tmp_path)])
     assert result.exit_code == 2 and "unknown speaker 'nobody'" in result.output

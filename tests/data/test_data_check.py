@@ -249,6 +249,67 @@ def test_no_dataset_is_a_problem_not_a_crash(tmp_path: Path) -> None:
     assert [p.kind for p in report.problems] == ["empty_dataset"]
 
 
+@pytest.mark.parametrize(("encoding", "detail"), [("utf-16", "UTF-16"), ("latin-1", "byte 0xe9 at 8")])
+def test_a_metadata_file_not_in_utf8_is_named_not_a_crash(tmp_path: Path, encoding: str, detail: str) -> None:
+    """Spreadsheets save UTF-16 or Latin-1: the check names the file and what to do, as adapt does."""
+    folder = tmp_path / "voice"
+    (folder / "wavs").mkdir(parents=True)
+    sf.write(folder / "wavs" / "a.wav", np.zeros(22050, np.float32), 22050)
+    (folder / "metadata.csv").write_text("a|Un café au lait.\n", encoding=encoding)
+    named = f"{folder / 'metadata.csv'}: not UTF-8 text ({detail}); save it as UTF-8"
+    assert [p.message for p in check_dataset(folder, progress=False).problems] == [named]
+    checked = runner.invoke(app, ["data", "check", str(folder)])
+    assert checked.exit_code == 1 and isinstance(checked.exception, SystemExit), checked.exception  # no crash
+    adapted = runner.invoke(app, ["adapt", str(folder), "--out", str(tmp_path / "v")])
+    assert adapted.exit_code == 2 and named in " ".join(adapted.output.split()), adapted.output
+
+
+def test_problems_say_what_to_do_about_them(lj_dataset: Path) -> None:
+    """A stereo clip whose channels cancel in the mono mix, a clip recorded far too quietly, clips left beside
+    metadata.csv instead of in wavs/, and a clip saved as .WAV (found as it is)."""
+    wavs = sorted((lj_dataset / "wavs").glob("*.wav"))
+    audio, rate = sf.read(wavs[0], dtype="float32")
+    sf.write(wavs[0], np.stack([audio, -audio], axis=1), rate)
+    quiet, rate = sf.read(wavs[1], dtype="float32")
+    sf.write(wavs[1], quiet * (10 ** (-47 / 20) / np.abs(quiet).max()), rate)
+    wavs[2].rename(wavs[2].with_suffix(".WAV"))
+    messages = {Path(p.source).name: p.message for p in check_dataset(lj_dataset, progress=False).problems}
+    assert messages.keys() == {wavs[0].name, wavs[1].name}, messages
+    assert messages[wavs[0].name].endswith(
+        "mixed to mono: its channels cancel (one is the other inverted?); export one channel"
+    )
+    assert messages[wavs[1].name].endswith("if it holds speech, raise its level (normalize it)")
+    for wav in (lj_dataset / "wavs").iterdir():
+        wav.rename(lj_dataset / wav.name)
+    missing = [p.message for p in check_dataset(lj_dataset, progress=False).problems]
+    assert len(missing) == 3 and all("move the clips into wavs/)" in m for m in missing), missing
+
+
+def test_clips_with_nothing_above_4_khz_are_warned_of_not_refused(lj_dataset: Path) -> None:
+    """Clips resampled to 8 kHz and back (a phone recording exported at 16 kHz) train a muffled voice: said by the
+    check, which still takes them (the corpus has an 8 kHz voice of its own); whole-band clips are not."""
+    assert check_dataset(lj_dataset, progress=False).narrow_band_note() is None
+    for wav in (lj_dataset / "wavs").glob("*.wav"):
+        audio, rate = sf.read(wav, dtype="float32")
+        sf.write(wav, soxr.resample(soxr.resample(audio, rate, 8000), 8000, 16000), 16000, subtype="PCM_16")
+    report = check_dataset(lj_dataset, progress=False)
+    assert report.ok and report.narrow_band_note().startswith("3 of the 3 usable clips hold nothing above 4.2 kHz")
+    checked = runner.invoke(app, ["data", "check", str(lj_dataset)])
+    assert checked.exit_code == 0 and "recorded through a phone line" in " ".join(checked.output.split())
+
+
+def test_recordings_without_transcripts_are_checked_for_their_rate(tmp_path: Path) -> None:
+    """`chorus adapt` skips a recording made below 16 kHz before transcribing it: the check says so first."""
+    t = np.arange(3 * 8000) / 8000
+    sf.write(tmp_path / "call.wav", (0.3 * np.sin(2 * np.pi * 220 * t)).astype(np.float32), 8000)
+    sf.write(tmp_path / "studio.wav", np.repeat(0.1, 3 * 22050).astype(np.float32), 22050)
+    checked = runner.invoke(app, ["data", "check", str(tmp_path)])
+    output = " ".join(checked.output.split())
+    assert checked.exit_code == 1 and "2 recording(s) and no metadata.csv" in output, output
+    assert f"{tmp_path / 'call.wav'}: recorded at 8000 Hz (minimum 16000 Hz); `chorus adapt` skips it" in output
+    assert "studio.wav" not in output
+
+
 def test_markdown(bad_dataset: tuple[Path, dict[str, str]], bad_report: DatasetReport) -> None:
     markdown = bad_report.to_markdown()
     assert "| alice | 2 | 2 |" in markdown and "| bob | 13 | 1 |" in markdown

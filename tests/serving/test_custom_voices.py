@@ -15,6 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import requests
+import soundfile as sf
+import soxr
 
 openai = pytest.importorskip("openai")
 pytest.importorskip("uvicorn")
@@ -143,6 +145,27 @@ def test_the_refusals(server_url, recordings):
     with pytest.raises(openai.NotFoundError):
         bob.audio.voice_consents.retrieve(consent.id)
     assert ann.audio.voice_consents.delete(consent.id).deleted
+
+
+def test_a_sample_through_a_phone_line_makes_an_instant_voice_that_stays(server_url, recordings, tmp_path):
+    """A sample may come at 8 kHz (the speaker check judges it in the band it shares with the consent), but a
+    voice is trained from 16 kHz or more: the refinement fails, saying why, and the instant voice speaks on."""
+    audio, rate = sf.read(recordings["sample"], dtype="float32")
+    narrow = tmp_path / "sample-8k.wav"
+    sf.write(narrow, soxr.resample(audio, rate, 8_000), 8_000)
+    ann = client(server_url)
+    with open(recordings["consent"], "rb") as recording:
+        consent = ann.audio.voice_consents.create(name="Fiona by phone", language="en", recording=recording)
+    with open(narrow, "rb") as sample:
+        voice = ann.audio.voices.create(name="Fiona by phone", consent=consent.id, audio_sample=sample)
+    deadline = time.monotonic() + 300
+    while (now := stage(server_url, voice.id))["refinement"] != "failed":
+        assert now["stage"] == "instant" and time.monotonic() < deadline, now
+        time.sleep(0.5)
+    assert "8000 Hz (minimum 16000 Hz)" in now["refinement_error"], now
+    speech = ann.audio.speech.create(model="tts-1", voice={"id": voice.id}, input="Hello there.", response_format="wav")
+    assert speech.content[:4] == b"RIFF" and len(speech.content) > 1_000
+    assert ann.audio.voices.delete(voice.id).deleted and ann.audio.voice_consents.delete(consent.id).deleted
 
 
 @pytest.mark.parametrize(

@@ -33,6 +33,7 @@ import numpy as np
 import pytest
 import schemathesis
 import soundfile as sf
+import soxr
 import torch
 
 pytest.importorskip("fastapi")
@@ -236,6 +237,24 @@ def test_keys_file_env_and_bind_rules(tmp_path):
     check_bind("0.0.0.0", tenants)  # with keys any address is allowed
 
 
+def test_a_failed_job_says_why_without_the_command_lines_advice(new_voice_data, tmp_path):
+    """The data check's refusal, as an uploader reads it: the upload by name, and no `chorus data check` to run."""
+    from chorus.recipe import AdaptConfig
+    from chorus.training.adapt import check_adaptation_data
+
+    job_dir = tmp_path / "job-1"
+    data = job_dir / job_runner.DATA_DIR
+    shutil.copytree(new_voice_data, data)
+    for wav in (data / "wavs").glob("*.wav"):
+        audio, rate = sf.read(wav, dtype="float32")
+        sf.write(wav, np.clip(audio * 40, -1, 1), rate)
+    with pytest.raises(ValueError, match="chorus data check") as refused:
+        check_adaptation_data(data, AdaptConfig(), progress=False)
+    message = job_runner.for_the_uploader(str(refused.value), job_dir)
+    assert message.startswith("upload: nothing usable (") and "at full scale" in message, message
+    assert "chorus" not in message and str(tmp_path) not in message, message
+
+
 def test_the_onboarding_recipe_is_adapts_but_for_the_servers_own_values():
     onboarding, library = ServerSettings().adapt, AdaptConfig()
     assert onboarding.methods.spec == DEFAULT_METHOD  # the onboarding default, as `chorus adapt`'s
@@ -326,6 +345,43 @@ def test_transcripts_and_archive_safety(new_voice_data, tmp_path):
     for number, (fragment, data) in enumerate(cases.items()):
         with pytest.raises(UploadError, match=fragment):
             prepare_archive(data, tmp_path / f"bad{number}", LIMITS)
+
+
+def test_an_archive_is_read_as_the_data_check_reads_its_folder(new_voice_data, tmp_path):
+    """What `chorus data check` and `chorus adapt` take in a folder, an upload takes in its zip: a header row,
+    ids written with their suffix, lines left for Whisper (``id|``), names zipped without the UTF-8 flag
+    (Info-ZIP's `zip`); an id given twice is refused, where it had been trained on twice."""
+    lines = (new_voice_data / "metadata.csv").read_text().splitlines()
+    wavs = sorted((new_voice_data / "wavs").glob("*.wav"))
+    ids = [line.split("|")[0] for line in lines]
+    rows = ["id|text", f"{ids[0]}.wav|{lines[0].split('|')[1]}", f"{ids[1]}|", *lines[2:]]
+    renamed = {ids[2]: "clïp é"}  # a name with letters that code page 437 spells otherwise
+    rows = [row.replace(ids[2], renamed[ids[2]], 1) if row.startswith(ids[2] + "|") else row for row in rows]
+
+    def zipped(metadata: list[str]) -> bytes:
+        buffer = io.BytesIO()
+        with zipfile.ZipFile(buffer, "w") as archive:
+            archive.writestr("metadata.csv", "\n".join(metadata) + "\n")
+            for wav in wavs:
+                archive.writestr(f"wavs/{renamed.get(wav.stem, wav.stem)}.wav", wav.read_bytes())
+        # As Info-ZIP's `zip` writes it: UTF-8 names without the UTF-8 flag (bit 11 of each header's flags).
+        data = bytearray(buffer.getvalue())
+        for signature, offset in ((b"PK\x03\x04", 6), (b"PK\x01\x02", 8)):
+            start = data.find(signature)
+            while start >= 0:
+                flags = struct.unpack_from("<H", data, start + offset)[0]
+                struct.pack_into("<H", data, start + offset, flags & ~0x800)
+                start = data.find(signature, start + 4)
+        return bytes(data)
+
+    prepared = prepare_archive(zipped(rows), tmp_path / "ok", LIMITS)
+    written = (tmp_path / "ok" / "metadata.csv").read_text().splitlines()
+    assert prepared.clips == len(lines) and written[0].startswith(ids[0] + "|") and written[1] == f"{ids[1]}|"
+    assert "cl_p|" + lines[2].split("|", 1)[1] in written  # the clip zipped under its UTF-8 name, its id made safe
+    twice = [*rows, f"{ids[3]}|Another text."]
+    with pytest.raises(UploadError, match=f"line {len(twice)}: id '{ids[3]}' is given twice \\(line 5\\)"):
+        prepare_archive(zipped(twice), tmp_path / "twice", LIMITS)
+    assert parse_transcripts("filename|text\na.wav|Hi.") == {"a.wav": "Hi."}  # the clips form's header row too
 
 
 # -- speech ------------------------------------------------------------------------------------------
@@ -1014,6 +1070,12 @@ def test_upload_refusals(tenants_app, new_voice_data):
     assert_error(upload(upload_files=zero), 400, "zero-length")
     silent = [("clips", ("u0.wav", silence_wav(2, 0.0), "audio/wav"))] + files[1:]
     assert_error(upload(upload_files=silent), 400, "silent")
+    # A phone line's 8 kHz: the job's data check would refuse the clip after the upload was taken.
+    audio, rate = sf.read(io.BytesIO(files[0][1][1]), dtype="float32")
+    phone = io.BytesIO()
+    sf.write(phone, soxr.resample(audio, rate, 8_000), 8_000, format="WAV")
+    narrow = [("clips", ("u0.wav", phone.getvalue(), "audio/wav"))] + files[1:]
+    assert_error(upload(upload_files=narrow), 400, "u0.wav: recorded at 8000 Hz; at least 16000 Hz")
     assert_error(upload(upload_files=files[1:]), 400, "transcripts without a clip")
     assert_error(upload(form | {"transcripts": json.dumps({"x.wav": "Hi."})}), 400, "no transcript")
     three = {name: text for name, text in list(json.loads(transcripts).items())[:3]}
@@ -1125,6 +1187,12 @@ def wait_for_job(client, job_id: str, headers: dict, timeout: float = 120.0) -> 
 def test_onboarding_end_to_end_single_tenant(tiny_base, new_voice_data, tmp_path):
     app, store = make_app(tiny_base, tmp_path / "store")
     files, transcripts = clip_files(new_voice_data)
+    # A 17th clip recorded far too loud: the job leaves it out, and says so where its uploader reads.
+    audio, rate = sf.read(io.BytesIO(files[0][1][1]), dtype="float32")
+    loud = io.BytesIO()
+    sf.write(loud, np.clip(audio * 40, -1, 1), rate, format="WAV")
+    files = [*files, ("clips", ("loud.wav", loud.getvalue(), "audio/wav"))]
+    transcripts = json.dumps({**json.loads(transcripts), "loud.wav": json.loads(transcripts)[files[0][1][0]]})
     with TestClient(app) as client:
         assert client.get("/healthz").json()["tenancy"] == "single"
         created = client.post(
@@ -1132,11 +1200,12 @@ def test_onboarding_end_to_end_single_tenant(tiny_base, new_voice_data, tmp_path
         )
         assert created.status_code == 202, created.text
         job = created.json()
-        assert job["voice"] == "fiona-four" and job["clips"] == 16 and created.headers["location"].endswith(job["id"])
+        assert job["voice"] == "fiona-four" and job["clips"] == 17 and created.headers["location"].endswith(job["id"])
         listed = {v["id"]: v for v in client.get("/v1/voices").json()["data"]}
         assert listed["fiona-four"]["status"] in ("training", "ready")
         history = wait_for_job(client, job["id"], {})
         assert history[-1]["status"] == "done" and history[-1]["progress"] == 1.0, history[-1]
+        assert "clips left out by the data check: 1 (1 clipped)" in history[-1]["message"], history[-1]
         progress = [h["progress"] for h in history]
         assert progress == sorted(progress)
         assert client.get("/v1/voices/fiona-four").json()["status"] == "ready"

@@ -39,6 +39,7 @@ def test_lora_voice_leaves_speakers_bit_identical(tiny_base, new_voice_data, tmp
     assert card.methods == ["lora"] and card.steps == 4 and card.trainable_parameters > 0
     assert card.base_model_sha256 == tts.bundle.weights_sha256
     assert 0.4 < card.data_minutes < 1.0
+    assert 0.75 * card.data_minutes < card.speech_minutes < card.data_minutes  # espeak-ng pads each clip
     assert card.metrics["held_out_clips"] >= 1
     assert {p.name for p in result.voice_dir.iterdir()} >= {
         "adapter_config.json",
@@ -371,3 +372,48 @@ def test_adapt_transcribes_recordings_without_transcripts(tiny_base, new_voice_d
     assert int(automatic) == int(clips.split()[0]) >= 4  # every clip, cut from two recordings
     assert int(automatic) == len(kept)
     assert "automatic_transcripts" in (voice / "README.md").read_text()  # in the model-card metadata too
+
+
+def test_recordings_below_the_data_checks_rate_are_not_trained_on_when_transcribed(tiny_base, new_voice_data, tmp_path):
+    """Whisper's clips are written at the model's rate, where the data check could no longer see that a
+    recording was made at 8 kHz: such a recording is skipped before, and a folder of nothing else refused."""
+    import soxr
+
+    from chorus.audio.io import load_audio
+
+    recordings = tmp_path / "phone"
+    recordings.mkdir()
+    audio = np.concatenate([load_audio(w) for w in sorted((new_voice_data / "wavs").glob("*.wav"))])
+    sf.write(recordings / "call.wav", soxr.resample(audio, 22050, 8000), 8000)
+    voice = tmp_path / "voices" / "phone"
+    result = runner.invoke(
+        app,
+        ["adapt", str(recordings), "--out", str(voice), "--steps", "2", "--threads", "1", "--model", str(tiny_base)],
+    )
+    output = " ".join(result.output.split())
+    assert result.exit_code != 0 and "call.wav: recorded at 8000 Hz (minimum 16000 Hz)" in output, output
+    assert "no usable recording" in output and not voice.exists()
+
+
+def test_the_card_says_which_clips_were_left_out_and_that_they_hold_nothing_above_4_khz(
+    tiny_base, new_voice_data, tmp_path
+):
+    """What `chorus adapt` prints as it goes is on the card too, where a server's job reads it: a clip the data
+    check left out (here one recorded far too loud), and clips through a narrow channel."""
+    import soxr
+
+    data = shutil.copytree(new_voice_data, tmp_path / "phone")
+    wavs = sorted((data / "wavs").glob("*.wav"))
+    for wav in wavs:
+        audio, rate = sf.read(wav, dtype="float32")
+        sf.write(wav, soxr.resample(soxr.resample(audio, rate, 8000), 8000, 16000), 16000, subtype="PCM_16")
+    audio, rate = sf.read(wavs[0], dtype="float32")
+    sf.write(wavs[0], np.clip(audio * 40, -1, 1), rate)
+    voice = tmp_path / "voices" / "phone"
+    result = runner.invoke(
+        app, ["adapt", str(data), "--out", str(voice), "--steps", "2", "--threads", "1", "--model", str(tiny_base)]
+    )
+    output = " ".join(result.output.split())
+    assert result.exit_code == 0 and "warning: 15 of the 15 usable clips hold nothing above 4.2 kHz" in output, output
+    notes = json.loads((voice / "voice_card.json").read_text())["notes"]
+    assert notes["skipped_clips"] == "1 (1 clipped)" and notes["narrow_band"].startswith("15 of the 15"), notes

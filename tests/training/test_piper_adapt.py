@@ -127,6 +127,7 @@ def test_a_saved_voice_loads_back_and_speaks_the_same(tiny, tone_clips, tiny_pos
         (True, PiperAdaptConfig().speak_noise_scale) if recipe == "posterior" else (False, None)
     )
     assert result.card.trainable_parameters == sum(p.numel() for p in tiny.parameters() if p.requires_grad)
+    assert result.card.speech_minutes == pytest.approx(result.card.data_minutes, abs=0.002)  # tones, no silence
     load_piper_voice(fresh, result.voice_dir, VOICE, base_sha256="a" * 64)
     assert torch.equal(speak(fresh), speak(result.model))
     with pytest.raises(VoiceError, match="was made on base"):

@@ -119,6 +119,7 @@ def test_new_voice_fits_only_its_vector(tiny_base, space_dir, new_voice_data, tm
     )
     assert all(torch.equal(space.state_dict()[k], v) for k, v in before.items())
     assert result.card.trainable_parameters == 4 and len(result.card.notes["voice_space_z"]) == 4
+    assert 0.75 * result.card.data_minutes < result.card.speech_minutes < result.card.data_minutes
     assert result.card.notes["init"] == init
     assert result.card.notes["start_voice"] == result.start_voice
     assert (result.start_voice in space.voice_names) == (init == "nearest")

@@ -75,7 +75,10 @@ class VoiceCard:
     name: str
     methods: list[str]
     base_model_sha256: str
-    data_minutes: float = 0.0
+    data_minutes: float = 0.0  # of audio trained on
+    # Of it, speech (each clip from its first to its last frame of speech), as the data check's minimum
+    # counts it; None in voices made before it was counted.
+    speech_minutes: float | None = None
     train_seconds: float = 0.0
     steps: int = 0
     trainable_parameters: int = 0
@@ -100,13 +103,19 @@ class VoiceCard:
             "",
             f"- methods: {', '.join(self.methods)}",
             f"- base model: {self.base_model or 'chorus'}, sha256 `{self.base_model_sha256}`",
-            f"- data: {self.data_minutes:.2f} min; training: {self.steps} steps in {self.train_seconds:.0f} s",
+            f"- data: {trained_on(self)}; training: {self.steps} steps in {self.train_seconds:.0f} s",
             f"- trainable parameters: {self.trainable_parameters:,}",
         ]
         lines += [f"- {key}: {value}" for key, value in {**self.metrics, **self.notes}.items()]
         if peft:
             lines += ["", _PEFT_USE]
         return "\n".join(lines) + "\n"
+
+
+def trained_on(card: VoiceCard, digits: int = 2) -> str:
+    """What a voice was trained on, for people: "2.71 min of audio, 2.40 of speech"."""
+    text = f"{card.data_minutes:.{digits}f} min of audio"
+    return text if card.speech_minutes is None else text + f", {card.speech_minutes:.{digits}f} of speech"
 
 
 _PEFT_USE = """## In PEFT
@@ -132,6 +141,7 @@ def model_card_metadata(card: VoiceCard, peft: bool = False) -> str:
         chorus_methods=card.methods,
         chorus_base_model_sha256=card.base_model_sha256,
         data_minutes=round(card.data_minutes, 2),
+        speech_minutes=card.speech_minutes,
         trainable_parameters=card.trainable_parameters,
         automatic_transcripts=card.notes.get("automatic_transcripts"),
     )

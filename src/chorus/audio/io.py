@@ -19,10 +19,11 @@ class AudioError(ValueError):
     """An audio file that cannot be used; the message names the file and the reason."""
 
 
-def load_audio(path: str | os.PathLike, sample_rate: int = SAMPLE_RATE) -> np.ndarray:
+def load_audio(path: str | os.PathLike, sample_rate: int = SAMPLE_RATE, min_rate: int = 0) -> np.ndarray:
     """Read ``path`` (any rate, any channel count) as mono float32 in [-1, 1] at ``sample_rate``.
 
-    Returns an array of shape ``[samples]``. Raises :class:`AudioError` for missing or unreadable files.
+    Returns an array of shape ``[samples]``. Raises :class:`AudioError` for missing or unreadable files, and
+    for one recorded below ``min_rate`` Hz (resampling it up would hide that it lacks the voice's upper band).
     """
     path = Path(path)
     if not path.is_file():
@@ -38,6 +39,8 @@ def load_audio(path: str | os.PathLike, sample_rate: int = SAMPLE_RATE) -> np.nd
     # Float WAVs can hold NaN/inf, which would turn every loss downstream into NaN.
     if not np.isfinite(audio).all():
         raise AudioError(f"{path}: audio contains NaN or infinite samples")
+    if rate < min_rate:
+        raise AudioError(f"{path}: recorded at {rate} Hz (minimum {min_rate} Hz)")
     mono = audio.mean(axis=1)
     if rate != sample_rate and mono.size:
         mono = soxr.resample(mono, rate, sample_rate, quality="HQ")

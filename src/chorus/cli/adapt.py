@@ -10,6 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from chorus.adapters import parse_methods
+from chorus.adapters.voice import trained_on
 from chorus.cli.common import (
     BASE_HELP,
     DEVICE_OPTION,
@@ -141,7 +142,7 @@ def _report_voice(result, data: Path, out: Path, keep_transcribed: Path | None) 
     """What ``chorus adapt`` made on the Chorus base, how to speak with it, and where Whisper's transcripts are."""
     card = result.card
     console.print(
-        f"voice: {result.voice_dir}  ({card.data_minutes:.1f} min of data, {card.steps} steps in "
+        f"voice: {result.voice_dir}  ({trained_on(card, 1)}, {card.steps} steps in "
         f"{card.train_seconds:.0f} s, {card.trainable_parameters:,} trained parameters, held-out mel L1 "
         f"{card.metrics['validation_mel_l1_start']:.3f} -> {card.metrics['validation_mel_l1_best']:.3f})"
     )
@@ -193,7 +194,7 @@ def adapt_on_piper(
         result = adapt_piper(data, piper.model, out, config, piper.sha256, progress=True, base_name=piper.name)
     card = result.card
     console.print(
-        f"voice: {result.voice_dir}  (on {piper.name}; {card.data_minutes:.1f} min of data, {card.steps} steps in "
+        f"voice: {result.voice_dir}  (on {piper.name}; {trained_on(card, 1)}, {card.steps} steps in "
         f"{card.train_seconds:.0f} s, {card.trainable_parameters:,} trained parameters, loss "
         f"{card.metrics['loss_start']:.3f} -> {card.metrics['loss_end']:.3f})"
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+import soundfile as sf
 import typer
 from rich.progress import Progress
 from rich.table import Table
@@ -15,6 +16,7 @@ from chorus.corpus.build import RequirementsError, build_corpus, check_requireme
 from chorus.corpus.speakers import get_speaker
 from chorus.data.check import (
     VOICE_MIN_SPEECH_SECONDS,
+    CheckConfig,
     DatasetReport,
     Problem,
     check_dataset,
@@ -41,17 +43,21 @@ def data_check(
         "second a clip.",
     ),
 ) -> None:
-    """Per speaker: clips, minutes, and every problem with its file and line. Exit 1 if any.
+    """Per speaker: clips, minutes, and every problem with its file and line. Exit 1 if any (a line left for
+    Whisper, `id|`, is none).
     Recordings without transcripts are named as `chorus adapt` takes them: it has Whisper transcribe them."""
     untranscribed = needs_transcripts(root)
     if untranscribed and not (root / "metadata.csv").is_file():
-        count = sum(1 for p in root.rglob("*") if p.is_file() and p.suffix.lower() in AUDIO_SUFFIXES)
+        recordings = sorted(p for p in root.rglob("*") if p.is_file() and p.suffix.lower() in AUDIO_SUFFIXES)
         console.print(
-            f"{root}: {count} recording(s) and no metadata.csv: `chorus adapt {root}` cuts them at their silences "
-            "and has Whisper transcribe them (nothing to check before that)",
+            f"{root}: {len(recordings)} recording(s) and no metadata.csv: `chorus adapt {root}` cuts them at their "
+            "silences and has Whisper transcribe them (their rates are checked before that)",
             soft_wrap=True,
         )
-        raise typer.Exit(0)
+        skipped = _skipped_before_transcribing(recordings)
+        for line in skipped:
+            console.print(f"{line}; `chorus adapt` skips it", soft_wrap=True)
+        raise typer.Exit(1 if skipped else 0)
     report = check_dataset(root, progress=console.is_terminal, jobs=jobs)
     unheard = transcripts_not_heard(report) if listen else []
     report = report.with_problems(unheard)
@@ -67,7 +73,31 @@ def data_check(
         )
     elif len(report.speakers) == 1:
         _speech_for_a_voice(report)
+    if len(report.speakers) == 1 and (narrow := report.narrow_band_note()):
+        console.print(f"Note: {narrow}.", soft_wrap=True)
     raise typer.Exit(1 if others else 0)
+
+
+def _skipped_before_transcribing(recordings: list[Path]) -> list[str]:
+    """Why `chorus adapt` would skip each recording it skips before transcribing, as it says it: made below
+    the data check's rate ("PATH: recorded at N Hz (minimum ...)"), or unreadable."""
+    from chorus.audio.io import AudioError, load_audio
+
+    least = CheckConfig().min_sample_rate
+    skipped = []
+    for path in recordings:
+        try:
+            rate = sf.info(path).samplerate
+        except Exception:  # noqa: BLE001 - not for libsndfile (AAC, WebM): decoded as adapt will decode it
+            try:
+                load_audio(path, min_rate=least)
+                continue
+            except AudioError as error:
+                skipped.append(str(error))
+                continue
+        if rate < least:
+            skipped.append(f"{path}: recorded at {rate} Hz (minimum {least} Hz)")
+    return skipped
 
 
 def _speech_for_a_voice(report: DatasetReport) -> None:
@@ -77,7 +107,8 @@ def _speech_for_a_voice(report: DatasetReport) -> None:
     if speech < VOICE_MIN_SPEECH_SECONDS:
         console.print(
             f"Too little for `chorus adapt`: the usable clips hold {tenths_down(speech)} s of speech, and a voice "
-            f"needs {VOICE_MIN_SPEECH_SECONDS:g} s; record more clips.",
+            f"needs {VOICE_MIN_SPEECH_SECONDS:g} s; "
+            + ("mend the clips with problems above, or record more." if report.problems else "record more clips."),
             soft_wrap=True,
         )
 

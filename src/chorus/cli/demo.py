@@ -7,8 +7,17 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from chorus.cli.common import BASE_HELP, DEVICE_OPTION, chosen_base, config_default, console, user_errors
-from chorus.demo import DemoConfig, adapt_sample_voice, sample_voice, speak_base_speakers
+from chorus.adapters.voice import trained_on
+from chorus.cli.common import (
+    BASE_HELP,
+    DEVICE_OPTION,
+    chosen_base,
+    config_default,
+    console,
+    refuse_output_folder,
+    user_errors,
+)
+from chorus.demo import DemoConfig, SpeakersResult, adapt_sample_voice, sample_voice, speak_base_speakers
 from chorus.synthesis import load_base
 
 
@@ -18,6 +27,27 @@ def percent(value: float | None) -> str:
 
 def number(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.2f}"
+
+
+def _print_speakers(spoken: SpeakersResult, out: Path) -> None:
+    """How each base speaker read the sentences, and how alike they sound."""
+    table = Table("speaker", "WER %", "MOS", "RTF", "transcript of the first sentence")
+    for score in spoken.scores:
+        table.add_row(
+            score.speaker,
+            f"{100 * score.wer:.1f}",
+            "n/a" if score.mos is None else f"{score.mos:.2f}",
+            f"{score.real_time_factor:.3f}",
+            score.first_transcript,
+        )
+    console.print(table)
+    similarity = spoken.similarity
+    console.print(
+        f"speaker similarity (resemblyzer): same speaker {similarity.same:.3f}, "
+        f"different speakers {similarity.different:.3f}"
+        + (f" ({similarity.silent_clips} clip(s) had no speech)" if similarity.silent_clips else "")
+    )
+    console.print(f"clips and report.md in {out}/")
 
 
 def demo(
@@ -54,28 +84,14 @@ def demo(
     )
     with user_errors():
         tts = load_base(chosen_base(base, model), device=device)
+        sample = sample_voice(tts)
+        if adapt_method:  # the new voice replaces the demo's own from an earlier run, never anything else
+            refuse_output_folder(out / "voices" / sample.name, sample, overwrite=True)
         spoken = speak_base_speakers(tts, out, config)
-    table = Table("speaker", "WER %", "MOS", "RTF", "transcript of the first sentence")
-    for score in spoken.scores:
-        table.add_row(
-            score.speaker,
-            f"{100 * score.wer:.1f}",
-            "n/a" if score.mos is None else f"{score.mos:.2f}",
-            f"{score.real_time_factor:.3f}",
-            score.first_transcript,
-        )
-    console.print(table)
-    similarity = spoken.similarity
-    console.print(
-        f"speaker similarity (resemblyzer): same speaker {similarity.same:.3f}, "
-        f"different speakers {similarity.different:.3f}"
-        + (f" ({similarity.silent_clips} clip(s) had no speech)" if similarity.silent_clips else "")
-    )
-    console.print(f"clips and report.md in {out}/")
+    _print_speakers(spoken, out)
     if not adapt_method:
         return
     recipe = adapt_method if tts.base.kind == "chorus" else "the Piper recipe"
-    sample = sample_voice(tts)
     console.print(f"\nAdapting a new voice from {sample} (held out of pretraining) with {recipe}", style="bold")
     with user_errors():
         voice = adapt_sample_voice(tts, spoken, out, config)
@@ -87,7 +103,7 @@ def demo(
         if "training_clips" in metrics
         else ""
     )
-    table.add_row("data", f"{card.data_minutes:.2f} min{clips}")
+    table.add_row("data", f"{trained_on(card)}{clips}")
     table.add_row("training", f"{card.steps} steps in {card.train_seconds:.0f} s on the CPU")
     table.add_row(
         "trained parameters", f"{card.trainable_parameters:,} ({100 * voice.parameter_fraction:.2f}% of the base)"

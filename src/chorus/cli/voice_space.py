@@ -7,6 +7,7 @@ from pathlib import Path
 import typer
 
 from chorus.adapters.hypernetwork import VoiceSpace
+from chorus.adapters.voice import trained_on
 from chorus.cli.common import (
     OVERWRITE_HELP,
     config_default,
@@ -95,7 +96,7 @@ def voice_space_fit(
     if result.start_voice:
         console.print(f"started from the nearest training voice: {result.start_voice}")
     console.print(
-        f"voice: {result.voice_dir} ({card.data_minutes:.1f} min of data, {voice_space.dim} numbers, "
+        f"voice: {result.voice_dir} ({trained_on(card, 1)}, {voice_space.dim} numbers, "
         f"{card.train_seconds:.0f} s; held-out mel L1 {card.metrics['validation_mel_l1_start']:.3f} -> "
         f"{card.metrics['validation_mel_l1_best']:.3f})"
     )

@@ -25,7 +25,7 @@ from rich.table import Table
 from rich.text import Text
 
 from chorus.audio.io import AudioTooLong, decode_with_av
-from chorus.data.formats import DatasetFormatError, Utterance, discover
+from chorus.data.formats import DatasetFormatError, Utterance, audio_path, discover
 from chorus.text import TextFrontEnd
 from chorus.text.symbols import PAD, PUNCTUATION, WORD_BOUNDARY
 
@@ -37,7 +37,7 @@ PROBLEM_KINDS: dict[str, str] = {
     "missing_audio": "the audio file named by a metadata line does not exist",
     "unreadable_audio": "the audio file cannot be decoded (or holds NaN/inf samples)",
     "empty_audio": "the audio file has no samples",
-    "low_sample_rate": "recorded at a rate too low for the model's 22,050 Hz",
+    "low_sample_rate": "recorded at too low a rate: a phone line's 8 kHz lacks the voice's upper band",
     "clipped": "too many samples at full scale",
     "silent": "no audible signal",
     "too_short": "shorter than the minimum clip length",
@@ -68,6 +68,15 @@ _FRAME_SECONDS = 0.025
 # recording are cut with some, so 25 s of speech asks about what 30 s of audio did, of clips that are not
 # padded with silence or noise.
 VOICE_MIN_SPEECH_SECONDS = 25.0
+
+# A clip whose energy above NARROW_BAND_HZ is this far under its whole energy holds nothing up there: a phone
+# line's or an 8 kHz recording resampled up (a voice learnt from it sounds as muffled). Not a problem, since
+# the corpus has such a voice of its own (flite's kal, an 8 kHz diphone voice): said, not refused. On the
+# corpus's 36 training voices, 5 clips each: every whole-band clip -44 dB or more, flite-kal's -86 to -83 dB,
+# each clip through a phone line or at 8 kHz and back (16-bit, whose rounding noise fills the upper band a
+# little) -77 dB or less (bench/README, "Recordings through a phone line").
+NARROW_BAND_HZ = 4_200.0
+NARROW_BAND_DB = -60.0
 
 
 @dataclass(frozen=True)
@@ -144,6 +153,7 @@ class DatasetReport:
     speakers: dict[str, SpeakerReport]
     durations: dict[str, float]
     speech_durations: dict[str, float]
+    narrow_band: frozenset[str] = frozenset()  # keys of the clips with nothing above NARROW_BAND_HZ
 
     @property
     def ok(self) -> bool:
@@ -155,12 +165,26 @@ class DatasetReport:
         position = {u.key: n for n, u in enumerate(self.utterances)}
         problems = sorted(self.problems + extra, key=lambda p: -1 if p.utterance is None else position[p.utterance.key])
         speakers = _speaker_reports(self.utterances, problems, self.durations, self.speech_durations)
-        return DatasetReport(self.root, self.utterances, problems, speakers, self.durations, self.speech_durations)
+        return DatasetReport(
+            self.root, self.utterances, problems, speakers, self.durations, self.speech_durations, self.narrow_band
+        )
 
     def valid_utterances(self) -> list[Utterance]:
         """The utterances that have no problem, in metadata order."""
         bad = {p.utterance.key for p in self.problems if p.utterance is not None}
         return [u for u in self.utterances if u.key not in bad]
+
+    def narrow_band_note(self) -> str | None:
+        """A warning where most usable clips hold nothing above NARROW_BAND_HZ, else None."""
+        valid = [u.key for u in self.valid_utterances()]
+        narrow = sum(key in self.narrow_band for key in valid)
+        if not valid or 2 * narrow <= len(valid):
+            return None
+        return (
+            f"{narrow} of the {len(valid)} usable clips hold nothing above {NARROW_BAND_HZ / 1000:g} kHz: recorded "
+            "through a phone line, or at 8 kHz and resampled up? A voice learnt from them sounds as muffled; record "
+            "at 16 kHz or more where you can"
+        )
 
     def problem_counts(self) -> Counter[str]:
         """Number of problems of each kind."""
@@ -212,6 +236,7 @@ class _AudioStats:
 
     seconds: float
     speech_seconds: float  # from the first to the last frame with speech energy
+    narrow_band: bool = False  # nothing above NARROW_BAND_HZ
 
 
 def check_dataset(
@@ -250,15 +275,18 @@ def check_dataset(
 
     durations: dict[str, float] = {}
     speech: dict[str, float] = {}
+    narrow: set[str] = set()
     for utt, count, (stats, audio_problems) in zip(utterances, phoneme_counts, audio_results, strict=True):
         problems += _check_text(utt, count)
         problems += audio_problems
         if stats is not None:
             durations[utt.key], speech[utt.key] = stats.seconds, stats.speech_seconds
+            if stats.narrow_band:
+                narrow.add(utt.key)
             if isinstance(count, int) and count > 0 and not audio_problems:
                 problems += _check_rate(utt, count, stats, config)
     speakers = _speaker_reports(utterances, problems, durations, speech)
-    return DatasetReport(root, utterances, problems, speakers, durations, speech)
+    return DatasetReport(root, utterances, problems, speakers, durations, speech, frozenset(narrow))
 
 
 def _count_phonemes(texts: list[str], advance: Callable[[int], None]) -> list[int | str]:
@@ -328,7 +356,9 @@ def _check_audio(utt: Utterance, config: CheckConfig) -> tuple[_AudioStats | Non
 
     if not path.is_file():
         # The metadata line is what to fix (or the file to add), so it is the source.
-        return None, [Problem(utt.source, "missing_audio", f"audio file {path} not found", utt)]
+        beside = audio_path(path.parent.parent, utt.id)
+        hint = f" (there is {beside}: move the clips into {path.parent.name}/)" if beside.is_file() else ""
+        return None, [Problem(utt.source, "missing_audio", f"audio file {path} not found{hint}", utt)]
     try:
         info = sf.info(where)
         if info.frames > 0 and info.frames / info.samplerate > _MAX_DECODED_SECONDS:
@@ -370,22 +400,23 @@ def _check_audio(utt: Utterance, config: CheckConfig) -> tuple[_AudioStats | Non
         )
 
     mono = audio.mean(axis=1, dtype=np.float64)
-    if not mono.any():
+    if not mono.any() and not audio.any():
         problems.append(problem("silent", "every sample is zero"))
         return _AudioStats(seconds, 0.0), problems
     frame_db, rms_db = _levels(mono, rate)
     loudest = float(frame_db.max())
     if _silent(rms_db, loudest, config):
-        problems.append(
-            problem(
-                "silent",
-                f"RMS {rms_db:.0f} dBFS, loudest 25 ms frame {loudest:.0f} dBFS "
-                f"(silence below {config.silence_dbfs:g} / "
-                f"{config.quiet_frame_dbfs:g} dBFS)",
-            )
-        )
+        problems.append(problem("silent", _why_silent(audio, rms_db, loudest, config)))
         return _AudioStats(seconds, 0.0), problems
-    return _AudioStats(seconds, _speech_span(frame_db, seconds, rate, config)), problems
+    narrow = upper_band_db(mono, rate) < NARROW_BAND_DB
+    return _AudioStats(seconds, _speech_span(frame_db, seconds, rate, config), narrow), problems
+
+
+def upper_band_db(mono: np.ndarray, rate: int) -> float:
+    """The energy of ``mono`` ``[samples]`` above NARROW_BAND_HZ against its whole energy, in dB."""
+    power = np.abs(np.fft.rfft(mono)) ** 2
+    frequencies = np.fft.rfftfreq(len(mono), 1 / rate)
+    return float(10 * np.log10(power[frequencies > NARROW_BAND_HZ].sum() / (power.sum() + 1e-30) + 1e-30))
 
 
 _EDGE_SECONDS = 0.1  # how much of each end of a clip tells its floor
@@ -406,6 +437,18 @@ def _levels(mono: np.ndarray, rate: int) -> tuple[np.ndarray, float]:
     energy = np.concatenate(energies)
     # The tiny floor only keeps log10 finite for frames of digital silence.
     return 10 * np.log10(energy + 1e-20), float(10 * np.log10(energy.sum() * frame / len(mono) + 1e-20))
+
+
+def _why_silent(audio: np.ndarray, rms_db: float, loudest: float, config: CheckConfig) -> str:
+    """The "silent" problem's message for ``audio`` ``[samples, channels]`` whose mono mix is: its levels, and
+    what to do where the clip is not empty but quiet, or loud channels cancel in the mix."""
+    levels = f"RMS {rms_db:.0f} dBFS, loudest 25 ms frame {loudest:.0f} dBFS"
+    channel_peaks = np.abs(audio).max(axis=0)
+    if audio.shape[1] > 1 and 20 * np.log10(channel_peaks.max() + 1e-20) > config.quiet_frame_dbfs:
+        return f"{levels} mixed to mono: its channels cancel (one is the other inverted?); export one channel"
+    if loudest > _DIGITAL_ZERO_DB:
+        return f"{levels} (silence below {config.silence_dbfs:g} / {config.quiet_frame_dbfs:g} dBFS); if it holds speech, raise its level (normalize it)"
+    return f"{levels} (silence below {config.silence_dbfs:g} / {config.quiet_frame_dbfs:g} dBFS)"
 
 
 def _silent(rms_db: float, loudest_frame_db: float, config: CheckConfig) -> bool:

@@ -47,8 +47,8 @@ class MetadataProblem:
 
 def audio_path(wavs: Path, utt_id: str) -> Path:
     """The clip of ``utt_id`` in ``wavs``: ``<id>`` with the first suffix of :data:`AUDIO_SUFFIXES` that
-    exists, or the id itself when it is a file's name; ``<id>.wav`` when there is none (then reported
-    missing)."""
+    exists (in lower or upper case: cameras and Windows tools write ``.WAV``), or the id itself when it is a
+    file's name; ``<id>.wav`` when there is none (then reported missing)."""
     if Path(utt_id).suffix.lower() in AUDIO_SUFFIXES and (wavs / utt_id).is_file():
         return wavs / utt_id
     if Path(utt_id).suffix.lower() in AUDIO_SUFFIXES and not any(
@@ -56,17 +56,22 @@ def audio_path(wavs: Path, utt_id: str) -> Path:
     ):
         return wavs / utt_id  # a file name that is missing: reported by the name written
     for suffix in AUDIO_SUFFIXES:
-        candidate = wavs / f"{utt_id}{suffix}"
-        if candidate.exists():
-            return candidate
+        for spelled in (suffix, suffix.upper()):
+            candidate = wavs / f"{utt_id}{spelled}"
+            if candidate.exists():
+                return candidate
     return wavs / f"{utt_id}.wav"
 
 
+def names_columns(fields: list[str]) -> bool:
+    """Whether a metadata line's first two ``fields`` are column names ("id|text", "filename|transcript")."""
+    return len(fields) >= 2 and fields[0].casefold() in _HEADER_IDS and fields[1].casefold() in _HEADER_TEXTS
+
+
 def is_header(fields: list[str], wavs: Path) -> bool:
-    """Whether a metadata line's ``fields`` name columns rather than a clip: its first two are column names
-    ("id|text") and no clip of that id exists."""
-    named = len(fields) >= 2 and fields[0].casefold() in _HEADER_IDS and fields[1].casefold() in _HEADER_TEXTS
-    return named and not audio_path(wavs, fields[0]).is_file()
+    """Whether a metadata line's ``fields`` name columns rather than a clip: they name columns
+    (:func:`names_columns`) and no clip of that id exists."""
+    return names_columns(fields) and not audio_path(wavs, fields[0]).is_file()
 
 
 def _separator_hint(line: str) -> str:
@@ -75,6 +80,22 @@ def _separator_hint(line: str) -> str:
         if separator in line:
             return f" (it seems separated by {name}; LJSpeech's separator is '|')"
     return " (an id alone: write 'id|' for Whisper to transcribe its clip)" if " " not in line.strip() else ""
+
+
+def _metadata_text(metadata: Path) -> list[str]:
+    """The lines of a ``metadata.csv``; :class:`DatasetFormatError` naming it where it cannot be read as UTF-8."""
+    try:
+        # utf-8-sig: editors on Windows start CSVs with a byte-order mark, which would otherwise
+        # become part of the first utterance id.
+        return metadata.read_text(encoding="utf-8-sig").splitlines()
+    except UnicodeDecodeError as error:
+        bom = error.object[:2] in (b"\xff\xfe", b"\xfe\xff")
+        raise DatasetFormatError(
+            f"{metadata}: not UTF-8 text ({'UTF-16' if bom else f'byte {error.object[error.start]:#04x} at {error.start}'}"
+            "); save it as UTF-8"
+        ) from error
+    except OSError as error:
+        raise DatasetFormatError(f"{metadata}: cannot read ({error})") from error
 
 
 def read_metadata(folder: Path, speaker: str | None = None) -> tuple[list[Utterance], list[MetadataProblem]]:
@@ -86,14 +107,7 @@ def read_metadata(folder: Path, speaker: str | None = None) -> tuple[list[Uttera
     metadata = folder / "metadata.csv"
     if not metadata.is_file():
         raise DatasetFormatError(f"{folder}: no metadata.csv (expected 'id|text' lines and wavs/)")
-    try:
-        # utf-8-sig: editors on Windows start CSVs with a byte-order mark, which would otherwise
-        # become part of the first utterance id.
-        lines = metadata.read_text(encoding="utf-8-sig").splitlines()
-    except UnicodeDecodeError as error:
-        raise DatasetFormatError(f"{metadata}: not UTF-8 text ({error})") from error
-    except OSError as error:
-        raise DatasetFormatError(f"{metadata}: cannot read ({error})") from error
+    lines = _metadata_text(metadata)
     utterances, problems, seen = [], [], set()
     first = next((number for number, line in enumerate(lines, start=1) if line.strip()), 0)
     for number, line in enumerate(lines, start=1):
@@ -188,7 +202,7 @@ def metadata_lines(metadata: Path) -> list[tuple[str, str]]:
     """``(id, text)`` of each clip's line (``id|`` leaves the text to Whisper). A line without '|' is no
     such line (a comma-separated file: the data check names it), and a header row is no clip."""
     rows = []
-    for line in metadata.read_text(encoding="utf-8-sig").splitlines():
+    for line in _metadata_text(metadata):
         if "|" in line:
             utt_id, _, text = line.partition("|")
             rows.append((utt_id.strip(), text.rsplit("|", 1)[-1].strip()))
@@ -202,7 +216,10 @@ def needs_transcripts(folder: str | Path) -> bool:
     folder = Path(folder)
     metadata = folder / "metadata.csv"
     if metadata.is_file():
-        return any(not text for _, text in metadata_lines(metadata))
+        try:
+            return any(not text for _, text in metadata_lines(metadata))
+        except DatasetFormatError:
+            return False  # unreadable: the data check names it as the dataset's problem
     if not folder.is_dir() or any(folder.rglob("metadata.csv")):
         return False  # a dataset of another layout (speaker folders): the data check says what it holds
     return any(p.suffix.lower() in AUDIO_SUFFIXES for p in folder.rglob("*") if p.is_file())

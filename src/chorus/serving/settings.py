@@ -87,6 +87,10 @@ class ConsentSettings:
     min_sample_seconds: float = 10.0
     max_sample_seconds: float = 30.0
     max_consent_seconds: float = 60.0
+    # A consent or sample may come through a phone line (8 kHz): the checks judge it in the band it has. An
+    # upload of clips to train from may not (``UploadLimits.min_sample_rate``); a sample's refinement, which
+    # trains on it, fails on such a sample, and its instant voice stays.
+    min_sample_rate: int = 8_000
     instant_speakers: int = 3
     max_refined_wer_increase: float = 0.05
     # The speaker check (chorus.speaker_recognition.voice_match): which encoder embeds ("resemblyzer", "chorus": the shipped
@@ -115,7 +119,8 @@ class UploadLimits:
     max_archive_members: int = 1_000
     max_unpacked_bytes: int = 400 << 20  # sum of an archive's declared member sizes
     max_compression_ratio: float = 200.0  # per member; audio never compresses like this, a bomb does
-    min_sample_rate: int = 8_000
+    # As the onboarding job's data check takes a clip: a lower rate would be accepted here and then fail the job.
+    min_sample_rate: int = CheckConfig().min_sample_rate
     max_sample_rate: int = 192_000
 
 

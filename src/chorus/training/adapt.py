@@ -13,6 +13,7 @@ import copy
 import functools
 import re
 import tempfile
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -259,7 +260,10 @@ class _VoiceData:
     cache: FeatureCache
     train_indices: np.ndarray
     val_indices: np.ndarray
-    minutes: float
+    minutes: float  # of the features' audio
+    speech_minutes: float  # of it speech, as the data check counts it
+    skipped: Counter[str]  # clips left out, by why (a data check problem's kind, "features")
+    narrow_band: str | None  # the data check's warning where the clips hold nothing above 4 kHz
 
 
 @dataclass
@@ -312,6 +316,11 @@ def _adapt(
     _freeze_best(model, trainable, loop.best.state)
     card = _card(bundle, model, config, voice, start, loop, sum(p.numel() for p in trainable), name or Path(out).name)
     card.notes.update(extra_notes or {})
+    if voice.skipped:  # said on the card: a server's job has no terminal to print them to
+        why = ", ".join(f"{n} {kind}" for kind, n in voice.skipped.most_common())
+        card.notes["skipped_clips"] = f"{voice.skipped.total()} ({why})"
+    if voice.narrow_band:
+        card.notes["narrow_band"] = voice.narrow_band
     voice_dir = save_voice(out, model, VOICE, config.method_configs(), card, full=config.methods.full)
     return AdaptResult(Path(voice_dir), card, model, loop.history)
 
@@ -329,11 +338,27 @@ def _read_voice_data(
     cache, skipped = voice_features(valid, bundle, progress)
     for line in skipped:
         print(f"skipped {line}")
+    left_out = _left_out(report)
+    left_out.update({"features": len(skipped)} if skipped else {})
+    narrow = report.narrow_band_note()
+    if narrow:
+        print(f"warning: {narrow}")
     if on_step is not None:
         on_step(0, config.steps)  # the features made
     train_indices, val_indices = split_held_out(len(cache), config.validation_fraction, config.seed)
     minutes = float(cache.frames().sum()) * bundle.mel_config.hop_length / bundle.mel_config.sample_rate / 60
-    return _VoiceData(valid, cache, train_indices, val_indices, minutes)
+    speech_minutes = sum(report.speech_durations[key] for key in cache.keys) / 60
+    return _VoiceData(valid, cache, train_indices, val_indices, minutes, speech_minutes, left_out, narrow)
+
+
+def _left_out(report: DatasetReport) -> Counter[str]:
+    """How many clips the data check left out, by the kind of each one's first problem (a metadata line that
+    cannot be used, such as an id given twice, counts as one)."""
+    first = {}
+    for problem in report.problems:
+        if problem.utterance is not None:
+            first.setdefault(problem.utterance.key, problem.kind)
+    return Counter(first.values()) + Counter(p.kind for p in report.problems if p.kind == "metadata")
 
 
 def voice_features(valid: list, bundle: ModelBundle, progress: bool) -> tuple[FeatureCache, list[str]]:
@@ -477,6 +502,7 @@ def _card(
         methods=config.methods.names,
         base_model_sha256=bundle.weights_sha256,
         data_minutes=round(voice.minutes, 2),
+        speech_minutes=round(voice.speech_minutes, 2),
         train_seconds=round(loop.seconds, 1),
         steps=loop.steps,
         trainable_parameters=trainable_count,

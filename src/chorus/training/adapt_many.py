@@ -177,6 +177,7 @@ class VoiceSet:
     validation: dict[int, np.ndarray]  # cache speaker index -> held-out utterance indices
     failed: dict[str, str]  # voice name -> why it was left out
     audio: dict[str, list[Path]]  # voice name -> its usable clips' files
+    speech_seconds: dict[str, float]  # cache key -> the clip's speech, as the data check counts it
 
 
 def load_voices(
@@ -186,6 +187,7 @@ def load_voices(
     featurize the rest in one cache; hold out a share of each voice's clips."""
     failed: dict[str, str] = {}
     voices: dict[str, list[Utterance]] = {}
+    speech: dict[str, float] = {}
     for folder in speaker_folders(root):
         try:
             report = check_adaptation_data(folder, config, progress=False)
@@ -196,6 +198,7 @@ def load_voices(
         voices[folder.name] = [
             Utterance(u.key, folder.name, u.text, u.audio_path, u.source) for u in report.valid_utterances()
         ]
+        speech.update({f"{folder.name}/{u.key}": report.speech_durations[u.key] for u in report.valid_utterances()})
     if not voices:
         raise ValueError(f"{root}: no voice has usable data: " + "; ".join(f"{n}: {m}" for n, m in failed.items()))
     names = sorted(voices)
@@ -218,7 +221,7 @@ def load_voices(
         train_part, val_part = split_held_out(len(members), config.validation_fraction, seed)
         train[voice], validation[voice] = members[train_part], members[val_part]
     audio = {name: [u.audio_path for u in voices[name]] for name in names}
-    return VoiceSet(names, cache, train, validation, failed, audio)
+    return VoiceSet(names, cache, train, validation, failed, audio, speech)
 
 
 def add_voice_adapters(model: AcousticModel, voices: VoiceSet, configs: list, max_frames: int | None = None) -> None:
@@ -376,12 +379,15 @@ def _save_voices(
     outcomes = {}
     for voice in voices.train:
         name = voices.names[voice]
-        minutes = float(voices.cache.frames()[np.flatnonzero(voices.cache.speakers == voice)].sum()) * frames_to_minutes
+        members = np.flatnonzero(voices.cache.speakers == voice)
+        minutes = float(voices.cache.frames()[members].sum()) * frames_to_minutes
+        speech_minutes = sum(voices.speech_seconds[voices.cache.keys[i]] for i in members) / 60
         card = VoiceCard(
             name=name,
             methods=config.adapt.methods.names,
             base_model_sha256=bundle.weights_sha256,
             data_minutes=round(minutes, 2),
+            speech_minutes=round(speech_minutes, 2),
             train_seconds=round(train_seconds, 1),
             steps=config.steps,
             trainable_parameters=sum(

@@ -55,6 +55,7 @@ from chorus.adapters.lora import LoraConfig
 from chorus.adapters.voice import VoiceCard, save_voice
 from chorus.audio.io import load_audio
 from chorus.audio.mel import MelConfig, MelSpectrogram
+from chorus.data.check import speech_seconds
 from chorus.data.formats import Utterance, discover
 from chorus.models.alignment import beta_binomial_log_prior, monotonic_alignment_search
 from chorus.models.piper_posterior import PosteriorEncoder
@@ -656,6 +657,7 @@ def adapt_piper(
     # The aligned recipe's durations come from the base, before any adapter exists.
     clips = prepare_clips(generator, utterances, align=aligned)
     minutes = sum(len(c.audio) for c in clips) / generator.sample_rate / 60
+    speech_minutes = sum(speech_seconds(c.audio.numpy(), generator.sample_rate) for c in clips) / 60
     model, trainable = attach_voice(generator, config)
     if out:
         Path(out).parent.mkdir(parents=True, exist_ok=True)  # the log is written beside the voice from step one
@@ -677,6 +679,7 @@ def adapt_piper(
         base_model_sha256=base_sha256,
         base_model=base_name,
         data_minutes=round(minutes, 3),
+        speech_minutes=round(speech_minutes, 3),
         train_seconds=round(seconds, 1),
         steps=steps,
         trainable_parameters=sum(p.numel() for p in trainable),

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from chorus.audio.io import SAMPLE_RATE, AudioError, load_audio, save_audio
 from chorus.audio.silences import split_at_silences
+from chorus.data.check import CheckConfig
 from chorus.data.formats import AUDIO_SUFFIXES, audio_path, metadata_lines
 from chorus.evaluation.asr import WhisperJudge
 
@@ -32,9 +33,12 @@ def auto_transcribe(
     judge: WhisperJudge | None = None,
     max_seconds: float = 12.0,
     progress: bool = True,
+    min_sample_rate: int = CheckConfig().min_sample_rate,
 ) -> AutoTranscripts:
     """Write ``out`` (``metadata.csv`` + ``wavs/``) from ``folder``: its transcripts where it has them,
-    Whisper's for the rest. Raises ``ValueError`` if no audio is found."""
+    Whisper's for the rest. A recording that cannot be read, or was made below ``min_sample_rate`` (the
+    data check's: the clips written here are at the model's rate, so the check could no longer tell), is
+    skipped and said so. Raises ``ValueError`` if no audio is found, or none is usable."""
     from rich.progress import Progress
 
     folder, out = Path(folder), Path(out)
@@ -49,14 +53,15 @@ def auto_transcribe(
     if not given:
         raise ValueError(f"{folder}: no audio files ({', '.join(AUDIO_SUFFIXES)}) and no metadata.csv")
     (out / "wavs").mkdir(parents=True, exist_ok=True)
-    lines, automatic, seconds = [], 0, 0.0
+    lines, skipped, automatic, seconds = [], [], 0, 0.0
     with Progress(disable=not progress) as bar:
         task = bar.add_task("transcribing", total=len(given))
         for path, text in given:
             try:
-                audio = load_audio(path, SAMPLE_RATE)
+                audio = load_audio(path, SAMPLE_RATE, min_rate=min_sample_rate)
             except AudioError as error:
                 print(f"skipped {error}")
+                skipped.append(str(error))
                 bar.advance(task)
                 continue
             clips = [audio] if text else split_at_silences(audio, SAMPLE_RATE, max_seconds)
@@ -71,6 +76,7 @@ def auto_transcribe(
                 seconds += len(clip) / SAMPLE_RATE
             bar.advance(task)
     if not lines:
-        raise ValueError(f"{folder}: Whisper heard no words in any recording")
+        why = f"skipped {'; '.join(skipped[:3])}" if skipped else "Whisper heard no words in any recording"
+        raise ValueError(f"{folder}: no usable recording ({why})")
     (out / "metadata.csv").write_text("\n".join(lines) + "\n", encoding="utf-8")
     return AutoTranscripts(out, len(lines), automatic, round(seconds, 1))

@@ -18,6 +18,7 @@ import contextlib
 import json
 import logging
 import queue
+import re
 import shutil
 import threading
 import time
@@ -28,6 +29,7 @@ from pathlib import Path
 
 import torch
 
+from chorus.adapters.voice import trained_on
 from chorus.models.bundle import ModelBundle
 from chorus.recipe import AdaptConfig
 from chorus.serving.onboarding.heap import give_back_freed_memory
@@ -105,6 +107,14 @@ class JobCancelled(Exception):
 class ServerStopping(Exception):
     """Raised from ``adapt``'s step callback when the server stops: training ends at that step and the
     job's files stay for the next start, which resumes it."""
+
+
+def for_the_uploader(message: str, job_dir: Path) -> str:
+    """A job's failure as its uploader reads it: the job's folders by name, not path, and without the command
+    line's advice (a command to run, a flag to pass), which an API user cannot follow."""
+    message = message.replace(str(job_dir / DATA_DIR), "upload").replace(str(job_dir), "job")
+    message = re.sub(r"; see `chorus data check[^`]*`", "", message)
+    return message.replace("; the command line's --no-one-speaker-check trains anyway", "")
 
 
 class JobRunner:
@@ -440,7 +450,7 @@ class JobRunner:
                 as_worker=True,
                 progress=0.97,
                 message=(
-                    f"trained {card.steps} steps in {card.train_seconds:.0f} s on {card.data_minutes:.2f} min of audio; "
+                    f"trained {card.steps} steps in {card.train_seconds:.0f} s on {trained_on(card)}; "
                     f"held-out mel L1 {metrics['validation_mel_l1_start']:.3f} -> {metrics['validation_mel_l1_best']:.3f}"
                     + (
                         f"; similarity to the upload {similarity:.3f} (Chorus speaker encoder)"
@@ -448,6 +458,12 @@ class JobRunner:
                         else ""
                     )
                     + (f"; {words}" if words is not None else "")
+                    + (
+                        f"; clips left out by the data check: {card.notes['skipped_clips']}"
+                        if "skipped_clips" in card.notes
+                        else ""
+                    )
+                    + (f"; warning: {card.notes['narrow_band']}" if "narrow_band" in card.notes else "")
                 ),
             )
             self.store.put_voice(job.tenant, job.voice_id, result.voice_dir, name=job.name, job_id=job.job_id)
@@ -464,7 +480,7 @@ class JobRunner:
             self.fail(job.job_id, "the voice was deleted or replaced while it trained")
         except ValueError as error:  # the data or the recipe (adapt's checks say why)
             log.info("onboarding job %s failed: %s", job.job_id, error)
-            self.fail(job.job_id, str(error).replace(str(job_dir / DATA_DIR), "upload").replace(str(job_dir), "job"))
+            self.fail(job.job_id, for_the_uploader(str(error), job_dir))
         except Exception:  # noqa: BLE001 - the details stay in the server log
             log.exception("onboarding job %s failed", job.job_id)
             self.fail(job.job_id, "training failed with an internal error (see the server log)")

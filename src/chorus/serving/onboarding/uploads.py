@@ -23,7 +23,7 @@ import soundfile as sf
 from chorus.audio.io import AudioTooLong, decode_with_av
 from chorus.audio.silences import split_at_silences
 from chorus.data.check import speech_seconds, tenths_down
-from chorus.data.formats import AUDIO_SUFFIXES  # what a dataset's clips may be: uploads read the same
+from chorus.data.formats import AUDIO_SUFFIXES, names_columns  # uploads read a dataset as the data check does
 from chorus.serving.errors import UploadError
 from chorus.serving.json_body import BodyError, loads_bounded
 from chorus.serving.settings import UploadLimits
@@ -63,7 +63,10 @@ def parse_transcripts(text: str) -> dict[str, str]:
             raise UploadError("'transcripts' JSON must be an object of filename -> text strings")
         return dict(data)
     out: dict[str, str] = {}
-    for number, line in enumerate(text.splitlines(), start=1):
+    lines = text.splitlines()
+    if lines and names_columns([f.strip() for f in lines[0].split("|")]):
+        lines[0] = ""  # a header row ("filename|text"), as metadata.csv may have
+    for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
         name, sep, transcript = line.partition("|")
@@ -177,10 +180,13 @@ def decode_recording(label: str, data: bytes, longest: float, limits: UploadLimi
                 f"{label}: not a readable audio file (WAV, FLAC, OGG, MP3, AAC/M4A or WebM)", 415
             ) from None
         rate, frames = decoded[1], len(decoded[0])
-    if not limits.min_sample_rate <= rate <= limits.max_sample_rate:
+    if rate < limits.min_sample_rate:
         raise UploadError(
-            f"{label}: sample rate {rate} Hz outside {limits.min_sample_rate}-{limits.max_sample_rate} Hz"
+            f"{label}: recorded at {rate} Hz; at least {limits.min_sample_rate} Hz (record again, or export the "
+            "original recording: resampling up adds no voice)"
         )
+    if rate > limits.max_sample_rate:
+        raise UploadError(f"{label}: recorded at {rate} Hz; at most {limits.max_sample_rate} Hz")
     if frames > longest * rate:  # refused before decoding it all
         raise RecordingTooLong(label, frames / rate, longest)
     most = int(longest * rate)
@@ -262,6 +268,32 @@ def _unsafe_member(info: zipfile.ZipInfo) -> str | None:
     return None
 
 
+def _check_entries(infos: list[zipfile.ZipInfo], limits: UploadLimits) -> None:
+    """Refuse an archive for its entries' names, kinds, sizes and compression, before reading any."""
+    if len(infos) > limits.max_archive_members:
+        raise UploadError(f"the archive has {len(infos)} entries; at most {limits.max_archive_members}", 413)
+    total = 0
+    for info in infos:
+        reason = _unsafe_member(info)
+        if reason:
+            raise UploadError(f"archive entry {info.filename[:100]!r} refused: {reason}")
+        total += info.file_size
+        if info.file_size > limits.max_clip_bytes and not info.is_dir():
+            raise UploadError(
+                f"archive entry {info.filename[:100]!r}: {info.file_size} bytes unpacked; at most "
+                f"{limits.max_clip_bytes}",
+                413,
+            )
+        if info.file_size > limits.max_compression_ratio * max(info.compress_size, 1) and info.file_size > 1 << 20:
+            raise UploadError(
+                f"archive entry {info.filename[:100]!r}: compression ratio over "
+                f"{limits.max_compression_ratio:g} (a zip bomb?)",
+                413,
+            )
+    if total > limits.max_unpacked_bytes:
+        raise UploadError(f"the archive unpacks to {total} bytes; at most {limits.max_unpacked_bytes}", 413)
+
+
 def prepare_archive(data: bytes, folder: str | Path, limits: UploadLimits = UploadLimits()) -> PreparedUpload:
     """Check an LJSpeech-style zip (``metadata.csv`` with ``id|text`` or ``id|text|normalized`` lines and
     ``wavs/<id>.<audio suffix>``, at the top or in one folder) and write it as a clean folder at ``folder``."""
@@ -271,29 +303,8 @@ def prepare_archive(data: bytes, folder: str | Path, limits: UploadLimits = Uplo
         raise UploadError("'archive' is not a zip file", 415) from None
     with archive:
         infos = archive.infolist()
-        if len(infos) > limits.max_archive_members:
-            raise UploadError(f"the archive has {len(infos)} entries; at most {limits.max_archive_members}", 413)
-        total = 0
-        for info in infos:
-            reason = _unsafe_member(info)
-            if reason:
-                raise UploadError(f"archive entry {info.filename[:100]!r} refused: {reason}")
-            total += info.file_size
-            if info.file_size > limits.max_clip_bytes and not info.is_dir():
-                raise UploadError(
-                    f"archive entry {info.filename[:100]!r}: {info.file_size} bytes unpacked; at most "
-                    f"{limits.max_clip_bytes}",
-                    413,
-                )
-            if info.file_size > limits.max_compression_ratio * max(info.compress_size, 1) and info.file_size > 1 << 20:
-                raise UploadError(
-                    f"archive entry {info.filename[:100]!r}: compression ratio over "
-                    f"{limits.max_compression_ratio:g} (a zip bomb?)",
-                    413,
-                )
-        if total > limits.max_unpacked_bytes:
-            raise UploadError(f"the archive unpacks to {total} bytes; at most {limits.max_unpacked_bytes}", 413)
-        members = {info.filename: info for info in infos if not info.is_dir()}
+        _check_entries(infos, limits)
+        members = {_member_name(info): info for info in infos if not info.is_dir()}
         metadata = [
             name
             for name in members
@@ -313,6 +324,7 @@ def prepare_archive(data: bytes, folder: str | Path, limits: UploadLimits = Uplo
         except UnicodeDecodeError:
             raise UploadError("metadata.csv is not UTF-8 text") from None
         writer = _DatasetWriter(Path(folder), limits)
+        first: dict[str, int] = {}  # id -> the line that gave it
         for number, line in enumerate(lines, start=1):
             if not line.strip():
                 continue
@@ -320,20 +332,40 @@ def prepare_archive(data: bytes, folder: str | Path, limits: UploadLimits = Uplo
             if len(fields) not in (2, 3) or not fields[0]:
                 raise UploadError(f"metadata.csv line {number}: expected 'id|text' or 'id|text|normalized'")
             utt_id, text = fields[0], (fields[2] if len(fields) == 3 and fields[2] else fields[1])
-            audio = next(
-                (
-                    members[f"{prefix}wavs/{utt_id}{s}"]
-                    for s in AUDIO_SUFFIXES
-                    if f"{prefix}wavs/{utt_id}{s}" in members
-                ),
-                None,
-            )
+            audio = _clip_member(members, f"{prefix}wavs/", utt_id)
+            if audio is None and not first and names_columns(fields):
+                continue  # a header row
             if audio is None:
                 raise UploadError(
                     f"metadata.csv line {number}: no wavs/{utt_id[:60]}.wav (or .flac, ...) in the archive"
                 )
-            writer.add(audio.filename, _read_member(archive, audio, limits), text)
+            if utt_id in first:
+                raise UploadError(
+                    f"metadata.csv line {number}: id {utt_id[:60]!r} is given twice (line {first[utt_id]})"
+                )
+            first[utt_id] = number
+            # An id with no text (``id|``) is transcribed by the job, as `chorus adapt` transcribes it.
+            writer.add(audio.filename, _read_member(archive, audio, limits), text or None)
         return writer.finish()
+
+
+def _member_name(info: zipfile.ZipInfo) -> str:
+    """An entry's name as its maker wrote it: zip tools that set no UTF-8 flag (Info-ZIP's ``zip``, Windows')
+    still write UTF-8 names, which ``zipfile`` reads as code page 437."""
+    if info.flag_bits & 0x800:
+        return info.filename
+    try:
+        return info.filename.encode("cp437").decode("utf-8")
+    except UnicodeError:
+        return info.filename
+
+
+def _clip_member(members: dict[str, zipfile.ZipInfo], wavs: str, utt_id: str) -> zipfile.ZipInfo | None:
+    """The clip of ``utt_id`` under ``wavs`` as a dataset folder has it (``data.formats.audio_path``): the id
+    with an audio suffix, or the id itself where it is a file's name."""
+    if PurePosixPath(utt_id).suffix.lower() in AUDIO_SUFFIXES and f"{wavs}{utt_id}" in members:
+        return members[f"{wavs}{utt_id}"]
+    return next((members[f"{wavs}{utt_id}{s}"] for s in AUDIO_SUFFIXES if f"{wavs}{utt_id}{s}" in members), None)
 
 
 def _read_member(archive: zipfile.ZipFile, info: zipfile.ZipInfo, limits: UploadLimits) -> bytes:

@@ -35,6 +35,7 @@ from chorus.serving.schemas.custom_voices import (
     VoiceConsentList,
 )
 from chorus.serving.server import ServerState
+from chorus.serving.settings import UploadLimits
 from chorus.serving.store import (
     ConsentInUse,
     ConsentNotFound,
@@ -91,6 +92,11 @@ def _consent(server: ServerState, tenant: str, consent_id: str, param: str | Non
         ) from None
 
 
+def _recording_limits(server: ServerState) -> UploadLimits:
+    """An upload's limits for a consent or a sample, which may come through a phone line."""
+    return dataclasses.replace(server.settings.upload, min_sample_rate=server.settings.consent.min_sample_rate)
+
+
 def _name(form, max_chars: int = 100) -> str:
     name = (form_text(form, "name", True, max_chars) or "").strip()
     if not name or not name.isprintable():
@@ -115,7 +121,7 @@ async def create_consent(request: Request, tenant: Tenant, server: Server):
     checks = server.custom_voices
     checks.phrase(language)  # a language without a phrase: refused before any decoding
     audio, rate = await run_in_threadpool(
-        decode_recording, "recording", data, settings.max_consent_seconds, server.settings.upload
+        decode_recording, "recording", data, settings.max_consent_seconds, _recording_limits(server)
     )
     heard = await run_in_threadpool(checks.heard, audio, rate, language)
     embedding = await run_in_threadpool(checks.embed, heard.speech, rate)  # the phrase's words alone
@@ -201,7 +207,7 @@ def _same_speaker(server: ServerState, consent: ConsentRecord, sample: np.ndarra
     checks = server.custom_voices
     recording = server.store.consent_recording(consent.tenant, consent.consent_id)
     audio, consent_rate = decode_recording(
-        "recording", recording, server.settings.consent.max_consent_seconds, server.settings.upload
+        "recording", recording, server.settings.consent.max_consent_seconds, _recording_limits(server)
     )
     heard = checks.heard(audio, consent_rate, consent.language)
     checks.same_speaker(heard.speech, consent_rate, sample, rate)
@@ -230,10 +236,10 @@ async def create_audio_voice(request: Request, tenant: Tenant, server: Server):
     finally:
         await form.close()
     checks = server.custom_voices
-    limits = dataclasses.replace(settings.upload, min_total_seconds=consent_settings.min_sample_seconds)
+    limits = dataclasses.replace(_recording_limits(server), min_total_seconds=consent_settings.min_sample_seconds)
     try:
         audio, rate = await run_in_threadpool(
-            decode_recording, "audio_sample", data, consent_settings.max_sample_seconds, settings.upload
+            decode_recording, "audio_sample", data, consent_settings.max_sample_seconds, limits
         )
     except RecordingTooLong as error:
         raise ApiError(

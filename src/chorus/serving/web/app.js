@@ -159,7 +159,8 @@
     const list = $("voice-card-body");
     list.replaceChildren();
     row(list, "Methods", (card.methods || []).join(" + "));
-    row(list, "Data", `${Number(card.data_minutes).toFixed(1)} min`);
+    const speech = card.speech_minutes == null ? "" : `, ${Number(card.speech_minutes).toFixed(1)} of speech`;
+    row(list, "Data", `${Number(card.data_minutes).toFixed(1)} min of audio${speech}`);
     row(list, "Training", `${card.steps} steps in ${Number(card.train_seconds).toFixed(0)} s`);
     row(list, "Trained parameters", Number(card.trainable_parameters).toLocaleString("en"));
     for (const [name, value] of Object.entries(card.metrics || {})) row(list, name.replaceAll("_", " "), value);

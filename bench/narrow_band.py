@@ -1,0 +1,135 @@
+"""Recordings through a phone line: where `chorus data check`, `chorus adapt` and an upload's job warn that the
+clips hold nothing above 4.2 kHz (``chorus.data.check.NARROW_BAND_DB``).
+
+A clip's statistic is :func:`chorus.data.check.upper_band_db`: its energy above ``NARROW_BAND_HZ`` against its
+whole energy. Each clip is measured as recorded and through three narrow channels, each saved as 16-bit WAV as a
+user's export would be (its rounding noise fills the upper band a little):
+
+* ``phone line``: 300-3,400 Hz, 8 kHz, 8-bit mu-law, back to 16 kHz (``chorus.audio.augment.phone_line``);
+* ``8 kHz and up``: resampled to 8 kHz and back to the clip's rate;
+* ``8 kHz and up to 22.05 kHz``: the same, to 22,050 Hz.
+
+* **Calibration**: the training corpus's voices (``--corpus``), which set the bound: between the whole-band
+  clips' lowest and the narrow channels' highest. One corpus voice, flite-kal, is itself an 8 kHz voice
+  resampled up: it is counted with the narrow ones.
+* **Figures**: the held-out voices (``--heldout``; nothing is chosen on them): clips warned of, per channel.
+
+    python bench/narrow_band.py --corpus corpus_out/train --heldout corpus_out/heldout --out bench/results/narrow_band
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import random
+from pathlib import Path
+
+import numpy as np
+import soundfile as sf
+import soxr
+
+from chorus.audio.augment import phone_line
+from chorus.data.check import NARROW_BAND_DB, upper_band_db
+from chorus.data.formats import discover
+from run_record import LoadSampler, describe, provenance
+
+EIGHT_KHZ_VOICES = {"flite-kal"}  # corpus voices made at 8 kHz (flite's kal diphones)
+CHANNELS = ("as recorded", "phone line", "8 kHz and up", "8 kHz and up to 22.05 kHz")
+
+
+def sixteen_bit(audio: np.ndarray, rate: int) -> np.ndarray:
+    """``audio`` as a 16-bit WAV file holds it."""
+    buffer = io.BytesIO()
+    sf.write(buffer, np.clip(audio, -1, 1), rate, format="WAV", subtype="PCM_16")
+    return sf.read(io.BytesIO(buffer.getvalue()), dtype="float32")[0]
+
+
+def through(channel: str, audio: np.ndarray, rate: int) -> tuple[np.ndarray, int]:
+    """``audio`` at ``rate`` through ``channel``, saved as 16-bit: the samples and their rate."""
+    if channel == "as recorded":
+        return audio, rate
+    if channel == "phone line":
+        at = 16_000
+        return sixteen_bit(phone_line(soxr.resample(audio, rate, at), at), at), at
+    at = 22_050 if channel.endswith("22.05 kHz") else rate
+    return sixteen_bit(soxr.resample(soxr.resample(audio, rate, 8_000), 8_000, at), at), at
+
+
+def measure_voice(folder: Path, clips: int, rng: random.Random) -> list[dict]:
+    rows = []
+    for utterance in rng.sample(discover(folder)[0], clips):
+        audio, rate = sf.read(utterance.audio_path, dtype="float32", always_2d=True)
+        mono = audio.mean(axis=1)
+        for channel in CHANNELS:
+            samples, at = through(channel, mono, rate)
+            rows.append(
+                {"voice": folder.name, "clip": utterance.key, "channel": channel, "db": upper_band_db(samples, at)}
+            )
+    return rows
+
+
+def narrow_expected(row: dict) -> bool:
+    return row["channel"] != "as recorded" or row["voice"] in EIGHT_KHZ_VOICES
+
+
+def bounds(rows: list[dict]) -> dict:
+    """The whole-band clips' lowest and the narrow ones' highest statistic, and the bound between them."""
+    whole = [r["db"] for r in rows if not narrow_expected(r)]
+    narrow = [r["db"] for r in rows if narrow_expected(r)]
+    return {"whole_band_lowest": round(min(whole), 1), "narrow_highest": round(max(narrow), 1), "n": len(rows)}
+
+
+def report(result: dict) -> str:
+    calibration = bounds(result["calibration"])
+    lines = [
+        "# Recordings through a phone line (the narrow-band warning)",
+        "",
+        describe(result["provenance"]) + ".",
+        "",
+        f"Calibration, the training corpus's voices ({calibration['n']} measurements): whole-band clips read "
+        f"{calibration['whole_band_lowest']} dB or more above 4.2 kHz, narrow ones (flite-kal as recorded, every "
+        f"clip through a narrow channel) {calibration['narrow_highest']} dB or less. Chorus warns below "
+        f"{NARROW_BAND_DB:g} dB.",
+        "",
+        f"Figures, held-out voices (nothing chosen on them), clips under {NARROW_BAND_DB:g} dB:",
+        "",
+        "| voice | " + " | ".join(CHANNELS) + " |",
+        "|---|" + "---|" * len(CHANNELS),
+    ]
+    for voice in sorted({r["voice"] for r in result["figures"]}):
+        cells = []
+        for channel in CHANNELS:
+            values = [r["db"] for r in result["figures"] if r["voice"] == voice and r["channel"] == channel]
+            warned = sum(v < NARROW_BAND_DB for v in values)
+            cells.append(f"{warned} of {len(values)} ({max(values):.0f} dB at most)")
+        lines.append(f"| {voice} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--corpus", type=Path, default=Path("corpus_out/train"))
+    parser.add_argument("--heldout", type=Path, default=Path("corpus_out/heldout"))
+    parser.add_argument("--calibration-clips", type=int, default=5, help="clips per training voice")
+    parser.add_argument("--clips", type=int, default=20, help="clips per held-out voice")
+    parser.add_argument("--out", type=Path, default=Path("bench/results/narrow_band"))
+    args = parser.parse_args()
+    record = provenance(1, "data.check.upper_band_db")
+    with LoadSampler() as load:
+        rng = random.Random(0)
+        voices = lambda root: sorted(p for p in root.iterdir() if (p / "metadata.csv").is_file())  # noqa: E731
+        result = {
+            "provenance": record,
+            "calibration": [r for f in voices(args.corpus) for r in measure_voice(f, args.calibration_clips, rng)],
+            "figures": [r for f in voices(args.heldout) for r in measure_voice(f, args.clips, random.Random(f.name))],
+        }
+    result["provenance"]["load"] = load.summary()
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "narrow_band.json").write_text(json.dumps(result, indent=1))
+    (args.out / "narrow_band.md").write_text(report(result))
+    print(report(result))
+
+
+if __name__ == "__main__":
+    main()
