@@ -249,13 +249,17 @@ def test_no_dataset_is_a_problem_not_a_crash(tmp_path: Path) -> None:
     assert [p.kind for p in report.problems] == ["empty_dataset"]
 
 
-@pytest.mark.parametrize(("encoding", "detail"), [("utf-16", "UTF-16"), ("latin-1", "byte 0xe9 at 8")])
+@pytest.mark.parametrize(
+    ("encoding", "detail"),
+    [("utf-16", "UTF-16"), ("latin-1", "byte 0xe9 at 8"), ("utf-16-le", "NUL characters: UTF-16?")],
+)
 def test_a_metadata_file_not_in_utf8_is_named_not_a_crash(tmp_path: Path, encoding: str, detail: str) -> None:
     """Spreadsheets save UTF-16 or Latin-1: the check names the file and what to do, as adapt does."""
     folder = tmp_path / "voice"
     (folder / "wavs").mkdir(parents=True)
     sf.write(folder / "wavs" / "a.wav", np.zeros(22050, np.float32), 22050)
-    (folder / "metadata.csv").write_text("a|Un café au lait.\n", encoding=encoding)
+    text = "a|A coffee.\n" if encoding == "utf-16-le" else "a|Un café au lait.\n"  # utf-16-le: no byte-order mark
+    (folder / "metadata.csv").write_text(text, encoding=encoding)
     named = f"{folder / 'metadata.csv'}: not UTF-8 text ({detail}); save it as UTF-8"
     assert [p.message for p in check_dataset(folder, progress=False).problems] == [named]
     checked = runner.invoke(app, ["data", "check", str(folder)])
@@ -271,7 +275,8 @@ def test_problems_say_what_to_do_about_them(lj_dataset: Path) -> None:
     audio, rate = sf.read(wavs[0], dtype="float32")
     sf.write(wavs[0], np.stack([audio, -audio], axis=1), rate)
     quiet, rate = sf.read(wavs[1], dtype="float32")
-    sf.write(wavs[1], quiet * (10 ** (-47 / 20) / np.abs(quiet).max()), rate)
+    quiet *= 10 ** (-47 / 20) / np.abs(quiet).max()
+    sf.write(wavs[1], np.stack([quiet, quiet], axis=1), rate)  # a stereo clip, quiet in both channels alike
     wavs[2].rename(wavs[2].with_suffix(".WAV"))
     messages = {Path(p.source).name: p.message for p in check_dataset(lj_dataset, progress=False).problems}
     assert messages.keys() == {wavs[0].name, wavs[1].name}, messages

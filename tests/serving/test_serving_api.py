@@ -253,6 +253,11 @@ def test_a_failed_job_says_why_without_the_command_lines_advice(new_voice_data, 
     message = job_runner.for_the_uploader(str(refused.value), job_dir)
     assert message.startswith("upload: nothing usable (") and "at full scale" in message, message
     assert "chorus" not in message and str(tmp_path) not in message, message
+    # The other advice a refusal gives the command line's user goes too.
+    from chorus.training.adapt import KEEP_TRANSCRIBED_ADVICE, ONE_SPEAKER_ADVICE
+
+    advised = f"upload: sounds like two (remove the other's clips{ONE_SPEAKER_ADVICE}){KEEP_TRANSCRIBED_ADVICE}"
+    assert job_runner.for_the_uploader(advised, job_dir) == "upload: sounds like two (remove the other's clips)"
 
 
 def test_the_onboarding_recipe_is_adapts_but_for_the_servers_own_values():
@@ -362,8 +367,9 @@ def test_an_archive_is_read_as_the_data_check_reads_its_folder(new_voice_data, t
         buffer = io.BytesIO()
         with zipfile.ZipFile(buffer, "w") as archive:
             archive.writestr("metadata.csv", "\n".join(metadata) + "\n")
-            for wav in wavs:
-                archive.writestr(f"wavs/{renamed.get(wav.stem, wav.stem)}.wav", wav.read_bytes())
+            for number, wav in enumerate(wavs):
+                suffix = ".WAV" if number == 4 else ".wav"  # as cameras and Windows tools write it
+                archive.writestr(f"wavs/{renamed.get(wav.stem, wav.stem)}{suffix}", wav.read_bytes())
         # As Info-ZIP's `zip` writes it: UTF-8 names without the UTF-8 flag (bit 11 of each header's flags).
         data = bytearray(buffer.getvalue())
         for signature, offset in ((b"PK\x03\x04", 6), (b"PK\x01\x02", 8)):
@@ -378,9 +384,10 @@ def test_an_archive_is_read_as_the_data_check_reads_its_folder(new_voice_data, t
     written = (tmp_path / "ok" / "metadata.csv").read_text().splitlines()
     assert prepared.clips == len(lines) and written[0].startswith(ids[0] + "|") and written[1] == f"{ids[1]}|"
     assert "cl_p|" + lines[2].split("|", 1)[1] in written  # the clip zipped under its UTF-8 name, its id made safe
-    twice = [*rows, f"{ids[3]}|Another text."]
-    with pytest.raises(UploadError, match=f"line {len(twice)}: id '{ids[3]}' is given twice \\(line 5\\)"):
-        prepare_archive(zipped(twice), tmp_path / "twice", LIMITS)
+    for again in (ids[3], f"{ids[3]}.wav"):  # the same clip by its id or by its file's name
+        twice = [*rows, f"{again}|Another text."]
+        with pytest.raises(UploadError, match=f"line {len(twice)}: id '{again}' is given twice \\(line 5\\)"):
+            prepare_archive(zipped(twice), tmp_path / f"twice-{again}", LIMITS)
     assert parse_transcripts("filename|text\na.wav|Hi.") == {"a.wav": "Hi."}  # the clips form's header row too
 
 
@@ -1205,7 +1212,7 @@ def test_onboarding_end_to_end_single_tenant(tiny_base, new_voice_data, tmp_path
         assert listed["fiona-four"]["status"] in ("training", "ready")
         history = wait_for_job(client, job["id"], {})
         assert history[-1]["status"] == "done" and history[-1]["progress"] == 1.0, history[-1]
-        assert "clips left out by the data check: 1 (1 clipped)" in history[-1]["message"], history[-1]
+        assert "clips left out: 1 (1 clipped)" in history[-1]["message"], history[-1]
         progress = [h["progress"] for h in history]
         assert progress == sorted(progress)
         assert client.get("/v1/voices/fiona-four").json()["status"] == "ready"

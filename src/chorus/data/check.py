@@ -185,7 +185,7 @@ class DatasetReport:
         return (
             f"{narrow} of the {len(valid)} usable clips hold nothing above {NARROW_BAND_HZ / 1000:g} kHz: recorded "
             "through a phone line, or at 8 kHz and resampled up? A voice learnt from them sounds as muffled; record "
-            "at 16 kHz or more where you can"
+            "directly, not through a phone line, where you can"
         )
 
     def problem_counts(self) -> Counter[str]:
@@ -410,15 +410,21 @@ def _check_audio(utt: Utterance, config: CheckConfig) -> tuple[_AudioStats | Non
     if _silent(rms_db, loudest, config):
         problems.append(problem("silent", _why_silent(audio, rms_db, loudest, config)))
         return _AudioStats(seconds, 0.0), problems
-    narrow = upper_band_db(mono, rate) < NARROW_BAND_DB
+    narrow = not problems and upper_band_db(mono, rate) < NARROW_BAND_DB  # a clip left out is not judged
     return _AudioStats(seconds, _speech_span(frame_db, seconds, rate, config), narrow), problems
 
 
-def upper_band_db(mono: np.ndarray, rate: int) -> float:
-    """The energy of ``mono`` ``[samples]`` above NARROW_BAND_HZ against its whole energy, in dB."""
-    power = np.abs(np.fft.rfft(mono)) ** 2
-    frequencies = np.fft.rfftfreq(len(mono), 1 / rate)
-    return float(10 * np.log10(power[frequencies > NARROW_BAND_HZ].sum() / (power.sum() + 1e-30) + 1e-30))
+def upper_band_db(mono: np.ndarray, rate: int, block: int = 1 << 15) -> float:
+    """The energy of ``mono`` ``[samples]`` above NARROW_BAND_HZ against its whole energy, in dB: summed over
+    blocks of ``block`` samples, so that a long clip needs no transform of its whole length (a 10-minute one
+    would take gigabytes)."""
+    above = total = 0.0
+    for start in range(0, len(mono), block):
+        piece = np.asarray(mono[start : start + block], dtype=np.float64)
+        power = np.abs(np.fft.rfft(piece)) ** 2
+        above += float(power[np.fft.rfftfreq(len(piece), 1 / rate) > NARROW_BAND_HZ].sum())
+        total += float(power.sum())
+    return float(10 * np.log10(above / (total + 1e-30) + 1e-30))
 
 
 _EDGE_SECONDS = 0.1  # how much of each end of a clip tells its floor
@@ -445,8 +451,8 @@ def _why_silent(audio: np.ndarray, rms_db: float, loudest: float, config: CheckC
     """The "silent" problem's message for ``audio`` ``[samples, channels]`` whose mono mix is: its levels, and
     what to do where the clip is not empty but quiet, or loud channels cancel in the mix."""
     levels = f"RMS {rms_db:.0f} dBFS, loudest 25 ms frame {loudest:.0f} dBFS"
-    channel_peaks = np.abs(audio).max(axis=0)
-    if audio.shape[1] > 1 and 20 * np.log10(channel_peaks.max() + 1e-20) > config.quiet_frame_dbfs:
+    channel_db = 10 * np.log10(np.mean(np.square(audio, dtype=np.float64), axis=0) + 1e-20)
+    if audio.shape[1] > 1 and channel_db.max() > config.silence_dbfs and channel_db.max() - rms_db >= 20:
         return f"{levels} mixed to mono: its channels cancel (one is the other inverted?); export one channel"
     if loudest > _DIGITAL_ZERO_DB:
         return f"{levels} (silence below {config.silence_dbfs:g} / {config.quiet_frame_dbfs:g} dBFS); if it holds speech, raise its level (normalize it)"

@@ -87,7 +87,7 @@ def _metadata_text(metadata: Path) -> list[str]:
     try:
         # utf-8-sig: editors on Windows start CSVs with a byte-order mark, which would otherwise
         # become part of the first utterance id.
-        return metadata.read_text(encoding="utf-8-sig").splitlines()
+        text = metadata.read_text(encoding="utf-8-sig")
     except UnicodeDecodeError as error:
         bom = error.object[:2] in (b"\xff\xfe", b"\xfe\xff")
         raise DatasetFormatError(
@@ -96,6 +96,9 @@ def _metadata_text(metadata: Path) -> list[str]:
         ) from error
     except OSError as error:
         raise DatasetFormatError(f"{metadata}: cannot read ({error})") from error
+    if "\x00" in text:  # UTF-16 of plain letters without a byte-order mark reads as UTF-8 with NULs between
+        raise DatasetFormatError(f"{metadata}: not UTF-8 text (NUL characters: UTF-16?); save it as UTF-8")
+    return text.splitlines()
 
 
 def read_metadata(folder: Path, speaker: str | None = None) -> tuple[list[Utterance], list[MetadataProblem]]:

@@ -119,7 +119,7 @@ class UploadLimits:
     max_archive_members: int = 1_000
     max_unpacked_bytes: int = 400 << 20  # sum of an archive's declared member sizes
     max_compression_ratio: float = 200.0  # per member; audio never compresses like this, a bomb does
-    # As the onboarding job's data check takes a clip: a lower rate would be accepted here and then fail the job.
+    # As the onboarding job's data check takes a clip: a lower rate would be accepted here and then left out.
     min_sample_rate: int = CheckConfig().min_sample_rate
     max_sample_rate: int = 192_000
 

@@ -52,6 +52,12 @@ class AdaptResult:
     history: list[dict]  # per evaluation: step, train and validation mel loss
 
 
+# The command line's advice in a refusal, which a server's uploader cannot follow (its job leaves it out).
+KEEP_TRANSCRIBED_ADVICE = " (--keep-transcribed DIR keeps the transcribed clips to read)"
+ONE_SPEAKER_ADVICE = "; the command line's --no-one-speaker-check trains anyway"
+DATA_CHECK_ADVICE = "; see `chorus data check"
+
+
 def check_adaptation_data(data: str | Path, config: AdaptConfig, progress: bool = True) -> DatasetReport:
     """Refuse data that cannot make a voice, with the reason, before any model is loaded."""
     report = check_dataset(data, progress=progress)
@@ -64,7 +70,7 @@ def check_adaptation_data(data: str | Path, config: AdaptConfig, progress: bool 
     if bad_text > config.max_bad_transcript_fraction * len(report.utterances):
         raise ValueError(
             f"{data}: {bad_text} of {len(report.utterances)} transcripts do not fit their clips' "
-            "durations (mismatched transcripts?); see `chorus data check`"
+            f"durations (mismatched transcripts?){DATA_CHECK_ADVICE}`"
         )
     valid = report.valid_utterances()
     if not valid:
@@ -75,7 +81,7 @@ def check_adaptation_data(data: str | Path, config: AdaptConfig, progress: bool 
                 "; long recordings: cut them into sentences, or leave their text out (id|, or no metadata.csv) "
                 "and `chorus adapt` cuts them at their silences and has Whisper transcribe the pieces"
             )
-        raise ValueError(f"{data}: nothing usable ({reason}); see `chorus data check {data}`{hint}")
+        raise ValueError(f"{data}: nothing usable ({reason}){DATA_CHECK_ADVICE} {data}`{hint}")
     # Speech, not audio: silence before and after each clip teaches a voice nothing.
     minutes = sum(report.speech_durations[u.key] for u in valid) / 60
     if minutes < config.min_minutes:
@@ -117,7 +123,7 @@ def check_one_speaker(data: str | Path, clips: list) -> None:
         f"the {len(chosen)} clips checked like one voice (e.g. {named[0]}), {len(found.groups[1])} like another "
         f"(e.g. {named[1]}); the two score {found.similarity:.2f}, under one person's {SAME_PERSON:.2f}. A voice "
         "is learnt from one person: remove the other's clips (one person recorded on two very different "
-        "microphones or lines sounds like two; the command line's --no-one-speaker-check trains anyway)"
+        f"microphones or lines sounds like two{ONE_SPEAKER_ADVICE})"
     )
 
 
@@ -249,7 +255,7 @@ def adapt(
                 raise ValueError(f"{error} (the transcribed clips: {keep_transcribed})") from None
             # Name the recordings given, not the temporary folder made from them.
             named = str(error).replace(str(auto.folder), str(data)).replace(work, str(data))
-            raise ValueError(f"{named} (--keep-transcribed DIR keeps the transcribed clips to read)") from None
+            raise ValueError(f"{named}{KEEP_TRANSCRIBED_ADVICE}") from None
 
 
 @dataclass

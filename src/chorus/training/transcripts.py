@@ -76,7 +76,8 @@ def auto_transcribe(
                 seconds += len(clip) / SAMPLE_RATE
             bar.advance(task)
     if not lines:
-        why = f"skipped {'; '.join(skipped[:3])}" if skipped else "Whisper heard no words in any recording"
+        more = f"; and {len(skipped) - 3} more" if len(skipped) > 3 else ""
+        why = f"skipped {'; '.join(skipped[:3])}{more}" if skipped else "Whisper heard no words in any recording"
         raise ValueError(f"{folder}: no usable recording ({why})")
     (out / "metadata.csv").write_text("\n".join(lines) + "\n", encoding="utf-8")
     return AutoTranscripts(out, len(lines), automatic, round(seconds, 1))

@@ -44,7 +44,14 @@ from chorus.serving.store import (
     VoiceNotFound,
     VoiceStore,
 )
-from chorus.training.adapt import VOICE, AdaptResult, adapt
+from chorus.training.adapt import (
+    DATA_CHECK_ADVICE,
+    KEEP_TRANSCRIBED_ADVICE,
+    ONE_SPEAKER_ADVICE,
+    VOICE,
+    AdaptResult,
+    adapt,
+)
 
 log = logging.getLogger("chorus.serving.worker")
 
@@ -113,8 +120,8 @@ def for_the_uploader(message: str, job_dir: Path) -> str:
     """A job's failure as its uploader reads it: the job's folders by name, not path, and without the command
     line's advice (a command to run, a flag to pass), which an API user cannot follow."""
     message = message.replace(str(job_dir / DATA_DIR), "upload").replace(str(job_dir), "job")
-    message = re.sub(r"; see `chorus data check[^`]*`", "", message)
-    return message.replace("; the command line's --no-one-speaker-check trains anyway", "")
+    message = re.sub(re.escape(DATA_CHECK_ADVICE) + "[^`]*`", "", message)
+    return message.replace(ONE_SPEAKER_ADVICE, "").replace(KEEP_TRANSCRIBED_ADVICE, "")
 
 
 class JobRunner:
@@ -458,11 +465,7 @@ class JobRunner:
                         else ""
                     )
                     + (f"; {words}" if words is not None else "")
-                    + (
-                        f"; clips left out by the data check: {card.notes['skipped_clips']}"
-                        if "skipped_clips" in card.notes
-                        else ""
-                    )
+                    + (f"; clips left out: {card.notes['skipped_clips']}" if "skipped_clips" in card.notes else "")
                     + (f"; warning: {card.notes['narrow_band']}" if "narrow_band" in card.notes else "")
                 ),
             )

@@ -339,13 +339,13 @@ def prepare_archive(data: bytes, folder: str | Path, limits: UploadLimits = Uplo
                 raise UploadError(
                     f"metadata.csv line {number}: no wavs/{utt_id[:60]}.wav (or .flac, ...) in the archive"
                 )
-            if utt_id in first:
+            if audio.filename in first:  # by its clip: "a" and "a.wav" are one
                 raise UploadError(
-                    f"metadata.csv line {number}: id {utt_id[:60]!r} is given twice (line {first[utt_id]})"
+                    f"metadata.csv line {number}: id {utt_id[:60]!r} is given twice (line {first[audio.filename]})"
                 )
-            first[utt_id] = number
+            first[audio.filename] = number
             # An id with no text (``id|``) is transcribed by the job, as `chorus adapt` transcribes it.
-            writer.add(audio.filename, _read_member(archive, audio, limits), text or None)
+            writer.add(_member_name(audio), _read_member(archive, audio, limits), text or None)
         return writer.finish()
 
 
@@ -362,10 +362,11 @@ def _member_name(info: zipfile.ZipInfo) -> str:
 
 def _clip_member(members: dict[str, zipfile.ZipInfo], wavs: str, utt_id: str) -> zipfile.ZipInfo | None:
     """The clip of ``utt_id`` under ``wavs`` as a dataset folder has it (``data.formats.audio_path``): the id
-    with an audio suffix, or the id itself where it is a file's name."""
+    with an audio suffix (in lower or upper case), or the id itself where it is a file's name."""
     if PurePosixPath(utt_id).suffix.lower() in AUDIO_SUFFIXES and f"{wavs}{utt_id}" in members:
         return members[f"{wavs}{utt_id}"]
-    return next((members[f"{wavs}{utt_id}{s}"] for s in AUDIO_SUFFIXES if f"{wavs}{utt_id}{s}" in members), None)
+    names = (f"{wavs}{utt_id}{spelled}" for s in AUDIO_SUFFIXES for spelled in (s, s.upper()))
+    return next((members[name] for name in names if name in members), None)
 
 
 def _read_member(archive: zipfile.ZipFile, info: zipfile.ZipInfo, limits: UploadLimits) -> bytes:
