@@ -415,14 +415,17 @@ def _check_audio(utt: Utterance, config: CheckConfig) -> tuple[_AudioStats | Non
 
 
 def upper_band_db(mono: np.ndarray, rate: int, block: int = 1 << 15) -> float:
-    """The energy of ``mono`` ``[samples]`` above NARROW_BAND_HZ against its whole energy, in dB: summed over
-    blocks of ``block`` samples, so that a long clip needs no transform of its whole length (a 10-minute one
-    would take gigabytes)."""
+    """The energy of ``mono`` ``[samples]`` above NARROW_BAND_HZ against its whole energy, in dB: Welch's way,
+    over Hann-windowed blocks of ``block`` samples that overlap by half, so that a long clip needs no transform
+    of its whole length (a 10-minute one would take gigabytes). The window matters: a block cut square leaks
+    a phone band's energy above 4.2 kHz at -40 to -50 dB, where the whole clip's transform reads -80."""
+    length = min(block, len(mono))
+    window = np.hanning(length)
+    above_band = np.fft.rfftfreq(length, 1 / rate) > NARROW_BAND_HZ
     above = total = 0.0
-    for start in range(0, len(mono), block):
-        piece = np.asarray(mono[start : start + block], dtype=np.float64)
-        power = np.abs(np.fft.rfft(piece)) ** 2
-        above += float(power[np.fft.rfftfreq(len(piece), 1 / rate) > NARROW_BAND_HZ].sum())
+    for start in range(0, len(mono) - length + 1, max(1, length // 2)):
+        power = np.abs(np.fft.rfft(window * mono[start : start + length])) ** 2
+        above += float(power[above_band].sum())
         total += float(power.sum())
     return float(10 * np.log10(above / (total + 1e-30) + 1e-30))
 
