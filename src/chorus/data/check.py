@@ -73,12 +73,12 @@ VOICE_MIN_SPEECH_SECONDS = 25.0
 # line's or an 8 kHz recording resampled up (a voice learnt from it sounds as muffled). Not a problem, since
 # the corpus has such a voice of its own (flite's kal, an 8 kHz diphone voice): said, not refused. Set on the
 # corpus's 36 training voices, 5 clips each (bench/narrow_band.py: the middle of the gap between every
-# whole-band clip, -44.9 dB or more, and every narrow one, -61.2 dB or less, flite-kal's own clips and each clip
+# whole-band clip, -48.2 dB or more, and every narrow one, -59.1 dB or less, flite-kal's own clips and each clip
 # through a phone line or 8 kHz and back, saved as 16-bit). 16-bit rounding fills the upper band against a quiet
-# voice, about a dB for each dB quieter: the held-out voices through a phone line 20 dB quieter read -65 to -60
+# voice, about a dB for each dB quieter: the held-out voices through a phone line 20 dB quieter read -67 to -60
 # dB, still warned of; some 30 dB quieter would pass unwarned.
 NARROW_BAND_HZ = 4_200.0
-NARROW_BAND_DB = -53.0
+NARROW_BAND_DB = -54.0
 
 
 @dataclass(frozen=True)
