@@ -345,6 +345,7 @@ def test_transcripts_and_archive_safety(new_voice_data, tmp_path):
         "zip bomb": zipped({"metadata.csv": b"a|b", "wavs/a.wav": bytes(4 << 20)}),
         "exactly one metadata.csv": zipped({"wavs/a.wav": b"x"}),
         "no wavs/a.wav": zipped({"metadata.csv": b"a|hello"}),
+        "it is beside metadata.csv: put the clips in wavs/": zipped({"metadata.csv": b"a|hello", "a.wav": b"x"}),
         "not a zip": b"PK not really",
     }
     for number, (fragment, data) in enumerate(cases.items()):
@@ -1083,6 +1084,15 @@ def test_upload_refusals(tenants_app, new_voice_data):
     sf.write(phone, soxr.resample(audio, rate, 8_000), 8_000, format="WAV")
     narrow = [("clips", ("u0.wav", phone.getvalue(), "audio/wav"))] + files[1:]
     assert_error(upload(upload_files=narrow), 400, "u0.wav: recorded at 8000 Hz; at least 16000 Hz")
+    # A clip recorded far too quietly is named, not summed as 0 s of speech.
+    hushed = io.BytesIO()
+    sf.write(hushed, audio * (10 ** (-50 / 20) / np.abs(audio).max()), rate, format="WAV")
+    quiet = [("clips", ("u0.wav", hushed.getvalue(), "audio/wav"))] + files[1:]
+    assert_error(upload(upload_files=quiet), 400, "u0.wav: no speech heard (rms")
+    inverted = io.BytesIO()
+    sf.write(inverted, np.stack([audio, -audio], axis=1), rate, format="WAV")
+    cancelling = [("clips", ("u0.wav", inverted.getvalue(), "audio/wav"))] + files[1:]
+    assert_error(upload(upload_files=cancelling), 400, "u0.wav: its channels cancel when mixed to mono")
     assert_error(upload(upload_files=files[1:]), 400, "transcripts without a clip")
     assert_error(upload(form | {"transcripts": json.dumps({"x.wav": "Hi."})}), 400, "no transcript")
     three = {name: text for name, text in list(json.loads(transcripts).items())[:3]}

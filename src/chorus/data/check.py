@@ -524,6 +524,15 @@ def speech_seconds(mono: np.ndarray, rate: int, config: CheckConfig = CheckConfi
     return _speech_span(frame_db, len(mono) / rate, rate, config)
 
 
+def silence_problem(mono: np.ndarray, rate: int, config: CheckConfig = CheckConfig()) -> str | None:
+    """Why the data check calls ``mono`` ``[samples]`` silent (its "silent" problem's message), or None."""
+    if not len(mono) or not np.any(mono):
+        return "every sample is zero"
+    frame_db, rms_db = _levels(mono, rate)
+    loudest = float(frame_db.max())
+    return _why_silent(mono[:, None], rms_db, loudest, config) if _silent(rms_db, loudest, config) else None
+
+
 def _speaker_reports(
     utterances: list[Utterance], problems: list[Problem], durations: dict[str, float], speech: dict[str, float]
 ) -> dict[str, SpeakerReport]:

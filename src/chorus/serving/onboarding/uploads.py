@@ -22,7 +22,7 @@ import soundfile as sf
 
 from chorus.audio.io import AudioTooLong, decode_with_av
 from chorus.audio.silences import split_at_silences
-from chorus.data.check import speech_seconds, tenths_down
+from chorus.data.check import silence_problem, speech_seconds, tenths_down
 from chorus.data.formats import AUDIO_SUFFIXES, names_columns  # uploads read a dataset as the data check does
 from chorus.serving.errors import UploadError
 from chorus.serving.json_body import BodyError, loads_bounded
@@ -124,7 +124,10 @@ class _DatasetWriter:
         mono, rate = decode_recording(label, data, longest, limits)
         seconds = len(mono) / rate
         self.seconds += seconds
-        self.speech_seconds += clip_speech_seconds(mono, rate, transcribed=text is not None)
+        speech = clip_speech_seconds(mono, rate, transcribed=text is not None)
+        if speech == 0 and (silent := silence_problem(mono, rate)):  # a clip too quiet, named, not a sum of 0 s
+            raise UploadError(f"{label}: no speech heard ({silent})")
+        self.speech_seconds += speech
         if self.seconds > limits.max_total_seconds:
             raise UploadError(f"more than {limits.max_total_seconds / 60:g} minutes of audio in one upload", 413)
         utt_id = self._id(name)
@@ -210,7 +213,15 @@ def decode_recording(label: str, data: bytes, longest: float, limits: UploadLimi
     if not np.isfinite(mono).all():
         raise UploadError(f"{label}: the audio holds non-finite samples")
     if float(np.abs(mono).max()) < 1e-4:
-        raise UploadError(f"{label}: the clip is silent")
+        cancel = float(np.abs(audio).max()) >= 1e-4  # loud channels, silent mix
+        raise UploadError(
+            f"{label}: "
+            + (
+                "its channels cancel when mixed to mono (one is the other inverted?); export one channel"
+                if cancel
+                else "the clip is silent"
+            )
+        )
     return mono, rate
 
 
@@ -336,8 +347,13 @@ def prepare_archive(data: bytes, folder: str | Path, limits: UploadLimits = Uplo
             if audio is None and not first and names_columns(fields):
                 continue  # a header row
             if audio is None:
+                beside = (
+                    " (it is beside metadata.csv: put the clips in wavs/)"
+                    if _clip_member(members, prefix, utt_id)
+                    else ""
+                )
                 raise UploadError(
-                    f"metadata.csv line {number}: no wavs/{utt_id[:60]}.wav (or .flac, ...) in the archive"
+                    f"metadata.csv line {number}: no wavs/{utt_id[:60]}.wav (or .flac, ...) in the archive{beside}"
                 )
             if audio.filename in first:  # by its clip: "a" and "a.wav" are one
                 raise UploadError(
