@@ -2,12 +2,12 @@
 clips hold nothing above 4.2 kHz (``chorus.data.check.NARROW_BAND_DB``).
 
 A clip's statistic is :func:`chorus.data.check.upper_band_db`: its energy above ``NARROW_BAND_HZ`` against its
-whole energy. Each clip is measured as recorded and through three narrow channels, each saved as 16-bit WAV as a
-user's export would be (its rounding noise fills the upper band a little):
+whole energy. Each clip is measured as recorded (at its own rate, and resampled to 16 and 48 kHz) and through
+three narrow channels, each saved as 16-bit WAV as a user's export would be (its rounding noise fills the upper
+band a little):
 
 * ``phone line``: 300-3,400 Hz, 8 kHz, 8-bit mu-law, back to 16 kHz (``chorus.audio.augment.phone_line``);
-* ``8 kHz and up``: resampled to 8 kHz and back to the clip's rate;
-* ``8 kHz and up to 22.05 kHz``: the same, to 22,050 Hz;
+* ``8 kHz and up to 16 kHz`` / ``to 48 kHz``: resampled to 8 kHz and back up;
 * ``phone line, 20 dB quieter``: the phone line at a tenth of the level, where 16-bit rounding fills the upper band
   20 dB more against the voice (the statistic's known limit: measured on the figures only).
 
@@ -37,8 +37,16 @@ from chorus.data.formats import discover
 from run_record import LoadSampler, describe, provenance
 
 EIGHT_KHZ_VOICES = {"flite-kal"}  # corpus voices made at 8 kHz (flite's kal diphones)
-CHANNELS = ("as recorded", "phone line", "8 kHz and up", "8 kHz and up to 22.05 kHz", "phone line, 20 dB quieter")
-CALIBRATED = CHANNELS[:4]
+CHANNELS = (
+    "as recorded",
+    "as recorded, at 16 kHz",
+    "as recorded, at 48 kHz",
+    "phone line",
+    "8 kHz and up to 16 kHz",
+    "8 kHz and up to 48 kHz",
+    "phone line, 20 dB quieter",
+)
+CALIBRATED = CHANNELS[:6]
 
 
 def sixteen_bit(audio: np.ndarray, rate: int) -> np.ndarray:
@@ -50,12 +58,13 @@ def sixteen_bit(audio: np.ndarray, rate: int) -> np.ndarray:
 
 def through(channel: str, audio: np.ndarray, rate: int) -> tuple[np.ndarray, int]:
     """``audio`` at ``rate`` through ``channel``, saved as 16-bit: the samples and their rate."""
-    if channel == "as recorded":
-        return audio, rate
+    if channel.startswith("as recorded"):
+        at = 16_000 if "16 kHz" in channel else 48_000 if "48 kHz" in channel else rate
+        return (audio, rate) if at == rate else (sixteen_bit(soxr.resample(audio, rate, at), at), at)
     if channel.startswith("phone line"):
         at, gain = 16_000, 0.1 if channel.endswith("quieter") else 1.0
         return sixteen_bit(gain * phone_line(soxr.resample(audio, rate, at), at), at), at
-    at = 22_050 if channel.endswith("22.05 kHz") else rate
+    at = 16_000 if channel.endswith("16 kHz") else 48_000
     return sixteen_bit(soxr.resample(soxr.resample(audio, rate, 8_000), 8_000, at), at), at
 
 
@@ -73,7 +82,7 @@ def measure_voice(folder: Path, clips: int, rng: random.Random, channels: tuple[
 
 
 def narrow_expected(row: dict) -> bool:
-    return row["channel"] != "as recorded" or row["voice"] in EIGHT_KHZ_VOICES
+    return not row["channel"].startswith("as recorded") or row["voice"] in EIGHT_KHZ_VOICES
 
 
 def bounds(rows: list[dict]) -> dict:

@@ -15,11 +15,13 @@ from typer.testing import CliRunner
 
 from chorus.cli import app
 from chorus.data.check import (
+    NARROW_BAND_DB,
     PROBLEM_KINDS,
     CheckConfig,
     DatasetReport,
     check_dataset,
     speech_seconds,
+    upper_band_db,
 )
 from chorus.evaluation.transcripts_heard import not_heard
 from chorus.text import TextFrontEnd
@@ -301,6 +303,20 @@ def test_clips_with_nothing_above_4_khz_are_warned_of_not_refused(lj_dataset: Pa
     assert report.ok and report.narrow_band_note().startswith("3 of the 3 usable clips hold nothing above 4.2 kHz")
     checked = runner.invoke(app, ["data", "check", str(lj_dataset)])
     assert checked.exit_code == 0 and "recorded through a phone line" in " ".join(checked.output.split())
+
+
+def test_the_upper_band_is_read_to_the_clips_end() -> None:
+    """Blocks overlap by half and the last one ends with the clip: sound above 4.2 kHz only in a clip's last
+    0.7 s (of 2.2 s, a block and a half) is heard; a band-limited clip reads far under the bound; a clip too
+    short to tell reads 0 dB."""
+    rng = np.random.default_rng(0)
+    rate = 22050
+    clip = np.zeros(int(2.2 * rate))
+    clip[: int(1.5 * rate)] = np.sin(2 * np.pi * 300 * np.arange(int(1.5 * rate)) / rate)
+    clip[-int(0.7 * rate) :] = rng.standard_normal(int(0.7 * rate))
+    assert upper_band_db(clip, rate) > -10
+    assert upper_band_db(clip[: int(1.5 * rate)], rate) < NARROW_BAND_DB
+    assert upper_band_db(np.ones(1), rate) == 0.0
 
 
 def test_recordings_without_transcripts_are_checked_for_their_rate(tmp_path: Path) -> None:

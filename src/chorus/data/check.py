@@ -410,7 +410,7 @@ def _check_audio(utt: Utterance, config: CheckConfig) -> tuple[_AudioStats | Non
     if _silent(rms_db, loudest, config):
         problems.append(problem("silent", _why_silent(audio, rms_db, loudest, config)))
         return _AudioStats(seconds, 0.0), problems
-    narrow = not problems and upper_band_db(mono, rate) < NARROW_BAND_DB  # a clip left out is not judged
+    narrow = not problems and upper_band_db(mono, rate) < NARROW_BAND_DB  # a clip left out for its audio is not judged
     return _AudioStats(seconds, _speech_span(frame_db, seconds, rate, config), narrow), problems
 
 
@@ -420,10 +420,15 @@ def upper_band_db(mono: np.ndarray, rate: int, block: int = 1 << 15) -> float:
     of its whole length (a 10-minute one would take gigabytes). The window matters: a block cut square leaks
     a phone band's energy above 4.2 kHz at -40 to -50 dB, where the whole clip's transform reads -80."""
     length = min(block, len(mono))
+    if length < 2:
+        return 0.0  # nothing to tell a band from
     window = np.hanning(length)
     above_band = np.fft.rfftfreq(length, 1 / rate) > NARROW_BAND_HZ
     above = total = 0.0
-    for start in range(0, len(mono) - length + 1, max(1, length // 2)):
+    starts = list(range(0, len(mono) - length + 1, length // 2))
+    if starts[-1] + length < len(mono):
+        starts.append(len(mono) - length)  # the clip's end, in a last block of its own
+    for start in starts:
         power = np.abs(np.fft.rfft(window * mono[start : start + length])) ** 2
         above += float(power[above_band].sum())
         total += float(power.sum())
