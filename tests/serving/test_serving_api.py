@@ -346,6 +346,10 @@ def test_transcripts_and_archive_safety(new_voice_data, tmp_path):
         "exactly one metadata.csv": zipped({"wavs/a.wav": b"x"}),
         "no wavs/a.wav": zipped({"metadata.csv": b"a|hello"}),
         "it is beside metadata.csv: put the clips in wavs/": zipped({"metadata.csv": b"a|hello", "a.wav": b"x"}),
+        "no wavs/wavs/a.wav.wav .or .flac, .... in the archive$": zipped(
+            {"metadata.csv": b"wavs/a.wav|hi", "wavs/a.wav": b"x"}
+        ),
+        "NUL characters: UTF-16": zipped({"metadata.csv": "a|hello".encode("utf-16-le"), "wavs/a.wav": b"x"}),
         "not a zip": b"PK not really",
     }
     for number, (fragment, data) in enumerate(cases.items()):
@@ -1089,10 +1093,11 @@ def test_upload_refusals(tenants_app, new_voice_data):
     sf.write(hushed, audio * (10 ** (-50 / 20) / np.abs(audio).max()), rate, format="WAV")
     quiet = [("clips", ("u0.wav", hushed.getvalue(), "audio/wav"))] + files[1:]
     assert_error(upload(upload_files=quiet), 400, "u0.wav: no speech heard (rms")
-    inverted = io.BytesIO()
-    sf.write(inverted, np.stack([audio, -audio], axis=1), rate, format="WAV")
-    cancelling = [("clips", ("u0.wav", inverted.getvalue(), "audio/wav"))] + files[1:]
-    assert_error(upload(upload_files=cancelling), 400, "u0.wav: its channels cancel when mixed to mono")
+    for other in (-1.0, -0.97):  # one channel the other inverted, or nearly: the mix is silent or near it
+        inverted = io.BytesIO()
+        sf.write(inverted, np.stack([audio, other * audio], axis=1), rate, format="WAV")
+        cancelling = [("clips", ("u0.wav", inverted.getvalue(), "audio/wav"))] + files[1:]
+        assert_error(upload(upload_files=cancelling), 400, "u0.wav: its channels cancel when mixed to mono")
     assert_error(upload(upload_files=files[1:]), 400, "transcripts without a clip")
     assert_error(upload(form | {"transcripts": json.dumps({"x.wav": "Hi."})}), 400, "no transcript")
     three = {name: text for name, text in list(json.loads(transcripts).items())[:3]}

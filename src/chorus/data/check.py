@@ -73,10 +73,10 @@ VOICE_MIN_SPEECH_SECONDS = 25.0
 # line's or an 8 kHz recording resampled up (a voice learnt from it sounds as muffled). Not a problem, since
 # the corpus has such a voice of its own (flite's kal, an 8 kHz diphone voice): said, not refused. Set on the
 # corpus's 36 training voices, 5 clips each (bench/narrow_band.py: the middle of the gap between every
-# whole-band clip, -48.2 dB or more, and every narrow one, -59.1 dB or less, flite-kal's own clips and each clip
-# through a phone line or 8 kHz and back, saved as 16-bit). 16-bit rounding fills the upper band against a quiet
-# voice, about a dB for each dB quieter: the held-out voices through a phone line 20 dB quieter read -67 to -60
-# dB, still warned of; some 30 dB quieter would pass unwarned.
+# whole-band clip, at its rate, 16 or 48 kHz, -48.4 dB or more, and every narrow one, -60.2 dB or less:
+# flite-kal's own clips and each clip through a phone line or 8 kHz and back, saved as 16-bit). 16-bit rounding
+# fills the upper band against a quiet voice, about a dB for each dB quieter: the held-out voices through a
+# phone line 20 dB quieter read -66 to -60 dB, still warned of; much quieter ones would pass unwarned.
 NARROW_BAND_HZ = 4_200.0
 NARROW_BAND_DB = -54.0
 
@@ -455,12 +455,20 @@ def _levels(mono: np.ndarray, rate: int) -> tuple[np.ndarray, float]:
     return 10 * np.log10(energy + 1e-20), float(10 * np.log10(energy.sum() * frame / len(mono) + 1e-20))
 
 
+def channels_cancel(audio: np.ndarray, mix_rms_db: float, config: CheckConfig = CheckConfig()) -> bool:
+    """Whether ``audio`` ``[samples, channels]`` is audible in a channel while its mono mix, at ``mix_rms_db``, is
+    20 dB or more under it: one channel the other inverted, which the mix cancels."""
+    if audio.ndim < 2 or audio.shape[1] < 2:
+        return False
+    loudest = float(10 * np.log10(np.mean(np.square(audio, dtype=np.float64), axis=0).max() + 1e-20))
+    return loudest > config.silence_dbfs and loudest - mix_rms_db >= 20
+
+
 def _why_silent(audio: np.ndarray, rms_db: float, loudest: float, config: CheckConfig) -> str:
     """The "silent" problem's message for ``audio`` ``[samples, channels]`` whose mono mix is: its levels, and
     what to do where the clip is not empty but quiet, or loud channels cancel in the mix."""
     levels = f"RMS {rms_db:.0f} dBFS, loudest 25 ms frame {loudest:.0f} dBFS"
-    channel_db = 10 * np.log10(np.mean(np.square(audio, dtype=np.float64), axis=0) + 1e-20)
-    if audio.shape[1] > 1 and channel_db.max() > config.silence_dbfs and channel_db.max() - rms_db >= 20:
+    if channels_cancel(audio, rms_db, config):
         return f"{levels} mixed to mono: its channels cancel (one is the other inverted?); export one channel"
     if loudest > _DIGITAL_ZERO_DB:
         return f"{levels} (silence below {config.silence_dbfs:g} / {config.quiet_frame_dbfs:g} dBFS); if it holds speech, raise its level (normalize it)"

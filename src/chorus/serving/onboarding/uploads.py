@@ -22,7 +22,7 @@ import soundfile as sf
 
 from chorus.audio.io import AudioTooLong, decode_with_av
 from chorus.audio.silences import split_at_silences
-from chorus.data.check import silence_problem, speech_seconds, tenths_down
+from chorus.data.check import channels_cancel, silence_problem, speech_seconds, tenths_down
 from chorus.data.formats import AUDIO_SUFFIXES, names_columns  # uploads read a dataset as the data check does
 from chorus.serving.errors import UploadError
 from chorus.serving.json_body import BodyError, loads_bounded
@@ -212,16 +212,13 @@ def decode_recording(label: str, data: bytes, longest: float, limits: UploadLimi
         raise UploadError(f"{label}: {seconds:.2f} s; a clip must last at least {limits.min_clip_seconds:g} s")
     if not np.isfinite(mono).all():
         raise UploadError(f"{label}: the audio holds non-finite samples")
-    if float(np.abs(mono).max()) < 1e-4:
-        cancel = float(np.abs(audio).max()) >= 1e-4  # loud channels, silent mix
+    mix_db = float(10 * np.log10(np.mean(np.square(mono, dtype=np.float64)) + 1e-20))
+    if channels_cancel(audio, mix_db) and silence_problem(mono, rate):  # as the data check tells it
         raise UploadError(
-            f"{label}: "
-            + (
-                "its channels cancel when mixed to mono (one is the other inverted?); export one channel"
-                if cancel
-                else "the clip is silent"
-            )
+            f"{label}: its channels cancel when mixed to mono (one is the other inverted?); export one channel"
         )
+    if float(np.abs(mono).max()) < 1e-4:
+        raise UploadError(f"{label}: the clip is silent")
     return mono, rate
 
 
@@ -334,6 +331,8 @@ def prepare_archive(data: bytes, folder: str | Path, limits: UploadLimits = Uplo
             lines = _read_member(archive, members[metadata[0]], limits).decode("utf-8-sig").splitlines()
         except UnicodeDecodeError:
             raise UploadError("metadata.csv is not UTF-8 text") from None
+        if any("\x00" in line for line in lines):  # UTF-16 of plain letters without a byte-order mark
+            raise UploadError("metadata.csv is not UTF-8 text (NUL characters: UTF-16?)")
         writer = _DatasetWriter(Path(folder), limits)
         first: dict[str, int] = {}  # id -> the line that gave it
         for number, line in enumerate(lines, start=1):
@@ -349,7 +348,7 @@ def prepare_archive(data: bytes, folder: str | Path, limits: UploadLimits = Uplo
             if audio is None:
                 beside = (
                     " (it is beside metadata.csv: put the clips in wavs/)"
-                    if _clip_member(members, prefix, utt_id)
+                    if "/" not in utt_id and _clip_member(members, prefix, utt_id)
                     else ""
                 )
                 raise UploadError(
