@@ -5,11 +5,14 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import json
+import shutil
 import subprocess
 import sys
 from importlib.metadata import version
+from pathlib import Path
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 import soundfile as sf
 import torch
@@ -370,12 +373,19 @@ def test_a_voice_adapted_on_a_piper_base_says_which_base_speaks_it(
         return tiny_piper_base(name="piper-joe")
 
     monkeypatch.setattr(piper, "open_base", tiny_joe)
+    # One clip recorded far too loud: left out, and said so, as on the Chorus base.
+    data = Path(shutil.copytree(new_voice_data, tmp_path / "nova-data"))
+    loud = sorted((data / "wavs").glob("*.wav"))[0]
+    audio, rate = sf.read(loud, dtype="float32")
+    sf.write(loud, np.clip(audio * 40, -1, 1), rate)
     voice = tmp_path / "voices" / "nova"
-    adapt_command = ["adapt", str(new_voice_data), "--base", "piper-joe", "--out", str(voice), "--steps", "2"]
+    adapt_command = ["adapt", str(data), "--base", "piper-joe", "--out", str(voice), "--steps", "2"]
     result = runner.invoke(app, [*adapt_command, "--placement", "decoder", "--posterior", tiny_posterior])
     assert result.exit_code == 0, result.output
-    assert "(on piper-joe;" in " ".join(result.output.split())  # unwrapped
+    output = " ".join(result.output.split())  # unwrapped
+    assert "(on piper-joe;" in output and f"skipped {loud}: " in output
     assert json.loads((voice / "chorus_voice.json").read_text())["base_model"] == "piper-joe"
+    assert json.loads((voice / "voice_card.json").read_text())["notes"]["skipped_clips"] == "1 (1 clipped)"
     out = tmp_path / "nova.wav"
     result = runner.invoke(app, ["synthesize", "--voice", str(voice), "--text", "Hello there.", "--out", str(out)])
     assert result.exit_code == 0, result.output

@@ -31,7 +31,7 @@ from chorus.recipe import DEFAULT_METHOD, AdaptConfig, MemoryOptions
 from chorus.synthesis import DEFAULT_BASE
 from chorus.synthesis.bases.piper import claims as piper_claims
 from chorus.training.adapt import adapt as run_adapt
-from chorus.training.adapt import check_adaptation_data
+from chorus.training.adapt import check_adaptation_data, left_out_notes, say_left_out
 from chorus.training.adapt_many import ManyVoicesConfig, speaker_folders
 from chorus.training.adapt_many import adapt_many as run_adapt_many
 from chorus.training.piper_adapt import PLACEMENTS, RECIPES, PiperAdaptConfig, adapt_piper
@@ -110,9 +110,9 @@ def adapt(
         if keep_transcribed is not None:
             fail("--keep-transcribed goes with the Chorus base: a Piper base adapts from transcribed recordings only")
         piper_config = dict(recipe=recipe, posterior=str(posterior) if posterior else None)
-        clips = _piper_clips(data, one_speaker_check)
+        clips, notes = _piper_clips(data, one_speaker_check)
         adapt_on_piper(
-            clips, out, str(spec), placement, steps, learning_rate, max_minutes, threads, device, piper_config
+            clips, out, str(spec), placement, steps, learning_rate, max_minutes, threads, device, piper_config, notes
         )
         return
     with user_errors():
@@ -155,14 +155,17 @@ def _report_voice(result, data: Path, out: Path, keep_transcribed: Path | None) 
         )
 
 
-def _piper_clips(data: Path, one_speaker_check: bool) -> list[Utterance]:
+def _piper_clips(data: Path, one_speaker_check: bool) -> tuple[list[Utterance], dict[str, str]]:
     """The clips a Piper base adapts from (its recipe checks no data of its own): the data checked as on the
-    Chorus base (one speaker, enough speech, transcripts that fit, one person's voice), its usable clips."""
+    Chorus base (one speaker, enough speech, transcripts that fit, one person's voice), its usable clips, and
+    the card's account of what was left out (said as it is on the Chorus base)."""
     if needs_transcripts(data):
         fail(f"{data}: every clip needs its transcript (id|text in metadata.csv) to adapt on a Piper base")
     with user_errors():
         config = AdaptConfig(one_speaker_check=one_speaker_check)
-        return check_adaptation_data(data, config, progress=console.is_terminal).valid_utterances()
+        report = check_adaptation_data(data, config, progress=console.is_terminal)
+    say_left_out(report)
+    return report.valid_utterances(), left_out_notes(report)
 
 
 def adapt_on_piper(
@@ -176,9 +179,10 @@ def adapt_on_piper(
     threads: int,
     device: str,
     options: dict | None = None,
+    notes: dict[str, str] | None = None,
 ) -> None:
     """``chorus adapt --base PIPER``: the Piper recipe (:func:`~chorus.training.piper_adapt.adapt_piper`) on the
-    base's generator; the voice folder records the base's name and sha256."""
+    base's generator; the voice folder records the base's name and sha256, its card ``notes`` too."""
     from chorus.synthesis.bases import open_base
 
     with user_errors():
@@ -191,7 +195,9 @@ def adapt_on_piper(
             **(options or {}),
         )
         piper = open_base(spec, device=device)
-        result = adapt_piper(data, piper.model, out, config, piper.sha256, progress=True, base_name=piper.name)
+        result = adapt_piper(
+            data, piper.model, out, config, piper.sha256, progress=True, base_name=piper.name, notes=notes
+        )
     card = result.card
     console.print(
         f"voice: {result.voice_dir}  (on {piper.name}; {trained_on(card, 1)}, {card.steps} steps in "

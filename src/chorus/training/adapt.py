@@ -268,8 +268,7 @@ class _VoiceData:
     val_indices: np.ndarray
     minutes: float  # of the features' audio
     speech_minutes: float  # of it speech, as the data check counts it
-    skipped: Counter[str]  # clips left out, by why (a data check problem's kind, "features")
-    narrow_band: str | None  # the data check's warning where the clips hold nothing above 4 kHz
+    notes: dict[str, str]  # for the card: what was left out, and the data check's warning (left_out_notes)
 
 
 @dataclass
@@ -321,12 +320,7 @@ def _adapt(
     loop = _train(model, trainable, voice, config, progress, on_step, on_evaluate)
     _freeze_best(model, trainable, loop.best.state)
     card = _card(bundle, model, config, voice, start, loop, sum(p.numel() for p in trainable), name or Path(out).name)
-    card.notes.update(extra_notes or {})
-    if voice.skipped:  # said on the card: a server's job has no terminal to print them to
-        why = ", ".join(f"{n} {kind}" for kind, n in voice.skipped.most_common())
-        card.notes["skipped_clips"] = f"{voice.skipped.total()} ({why})"
-    if voice.narrow_band:
-        card.notes["narrow_band"] = voice.narrow_band
+    card.notes.update({**(extra_notes or {}), **voice.notes})
     voice_dir = save_voice(out, model, VOICE, config.method_configs(), card, full=config.methods.full)
     return AdaptResult(Path(voice_dir), card, model, loop.history)
 
@@ -339,22 +333,39 @@ def _read_voice_data(
     if on_step is not None:
         on_step(0, config.steps)  # the data check done: a caller may stop here (a cancelled job)
     valid = report.valid_utterances()
-    for problem in report.problems:
-        print(f"skipped {problem.source}: {problem.message}")
+    say_left_out(report)
     cache, skipped = voice_features(valid, bundle, progress)
     for line in skipped:
         print(f"skipped {line}")
-    left_out = _left_out(report)
-    left_out.update({"features": len(skipped)} if skipped else {})
-    narrow = report.narrow_band_note()
-    if narrow:
-        print(f"warning: {narrow}")
     if on_step is not None:
         on_step(0, config.steps)  # the features made
     train_indices, val_indices = split_held_out(len(cache), config.validation_fraction, config.seed)
     minutes = float(cache.frames().sum()) * bundle.mel_config.hop_length / bundle.mel_config.sample_rate / 60
     speech_minutes = sum(report.speech_durations[key] for key in cache.keys) / 60
-    return _VoiceData(valid, cache, train_indices, val_indices, minutes, speech_minutes, left_out, narrow)
+    notes = left_out_notes(report, features_failed=len(skipped))
+    return _VoiceData(valid, cache, train_indices, val_indices, minutes, speech_minutes, notes)
+
+
+def say_left_out(report: DatasetReport) -> None:
+    """Print each clip the data check left out, and its warning where the clips hold nothing above 4.2 kHz."""
+    for problem in report.problems:
+        print(f"skipped {problem.source}: {problem.message}")
+    if narrow := report.narrow_band_note():
+        print(f"warning: {narrow}")
+
+
+def left_out_notes(report: DatasetReport, features_failed: int = 0) -> dict[str, str]:
+    """The voice card's account of the data (a server's job has no terminal to print to): ``skipped_clips``,
+    how many clips were left out and why (``features_failed``: of the usable ones, those whose features could
+    not be made), and ``narrow_band``, the data check's warning, where there are such."""
+    left_out = _left_out(report) + Counter({"features": features_failed})
+    notes = {}
+    if left_out:
+        why = ", ".join(f"{n} {kind}" for kind, n in left_out.most_common())
+        notes["skipped_clips"] = f"{left_out.total()} ({why})"
+    if narrow := report.narrow_band_note():
+        notes["narrow_band"] = narrow
+    return notes
 
 
 def _left_out(report: DatasetReport) -> Counter[str]:

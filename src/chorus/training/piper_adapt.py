@@ -645,11 +645,13 @@ def adapt_piper(
     base_sha256: str = "",
     progress: bool = False,
     base_name: str = "",
+    notes: dict[str, str] | None = None,
 ) -> PiperAdaptResult:
     """Adapt ``generator`` to the recordings of ``data`` (a dataset folder or utterances) and save the voice
     to ``out`` (its adapters; for full fine-tuning the whole generator; None: not saved). ``base_sha256``
     and ``base_name`` (as ``--base`` names it: ``piper-joe``, a voice file's name): the base, recorded in
-    the voice so that it is spoken on that base and refused on another. Writes ``out``'s loss log beside it (``<out>.log.csv``)."""
+    the voice so that it is spoken on that base and refused on another; ``notes``: more for its card (what the
+    data check left out). Writes ``out``'s loss log beside it (``<out>.log.csv``)."""
     torch.set_num_threads(config.threads)
     torch.manual_seed(config.seed)
     utterances = discover(data)[0] if isinstance(data, (str, Path)) else list(data)
@@ -693,6 +695,7 @@ def adapt_piper(
             "placement": config.placement,
             "threads": config.threads,
             **({"discriminators": config.discriminators} if config.discriminators else {}),
+            **(notes or {}),
         },
         length_scale=pace,
         noise_scale=None if aligned else config.speak_noise_scale,
