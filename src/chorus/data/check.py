@@ -93,7 +93,7 @@ class CheckConfig:
     silence_dbfs: float = -60.0  # whole-clip RMS below this is silence...
     quiet_frame_dbfs: float = -40.0  # ...and so is a clip with no 25 ms frame louder than this
     speech_range_db: float = 40.0  # frames within this of the loudest one count as speech...
-    noise_margin_db: float = 10.0  # ...if this far above the clip's noise floor (its quietest tenth of frames)...
+    noise_margin_db: float = 10.0  # ...if this far above the noise floor at the clip's ends, where it has one...
     min_speech_seconds: float = 0.1  # ...in a run this long at least (a click or a breath alone is no speech)
     min_phonemes_per_second: float = 4.0
     max_phonemes_per_second: float = 30.0
@@ -470,9 +470,8 @@ def _why_silent(audio: np.ndarray, rms_db: float, loudest: float, config: CheckC
     levels = f"RMS {rms_db:.0f} dBFS, loudest 25 ms frame {loudest:.0f} dBFS"
     if channels_cancel(audio, rms_db, config):
         return f"{levels} mixed to mono: its channels cancel (one is the other inverted?); export one channel"
-    if loudest > _DIGITAL_ZERO_DB:
-        return f"{levels} (silence below {config.silence_dbfs:g} / {config.quiet_frame_dbfs:g} dBFS); if it holds speech, raise its level (normalize it)"
-    return f"{levels} (silence below {config.silence_dbfs:g} / {config.quiet_frame_dbfs:g} dBFS)"
+    quiet = f"{levels} (silence below {config.silence_dbfs:g} / {config.quiet_frame_dbfs:g} dBFS)"
+    return f"{quiet}; if it holds speech, raise its level (normalize it)" if loudest > _DIGITAL_ZERO_DB else quiet
 
 
 def _silent(rms_db: float, loudest_frame_db: float, config: CheckConfig) -> bool:

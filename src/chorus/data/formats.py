@@ -45,22 +45,21 @@ class MetadataProblem:
     message: str
 
 
+def clip_names(utt_id: str) -> list[str]:
+    """The file names the clip of ``utt_id`` may have, in the order they are looked for: the id itself where it is
+    a file's name, then the id with each suffix of :data:`AUDIO_SUFFIXES`, in lower and in upper case (cameras
+    and Windows tools write ``.WAV``). A folder and an uploaded archive look alike."""
+    named = [utt_id] if Path(utt_id).suffix.lower() in AUDIO_SUFFIXES else []
+    return named + [f"{utt_id}{spelled}" for suffix in AUDIO_SUFFIXES for spelled in (suffix, suffix.upper())]
+
+
 def audio_path(wavs: Path, utt_id: str) -> Path:
-    """The clip of ``utt_id`` in ``wavs``: ``<id>`` with the first suffix of :data:`AUDIO_SUFFIXES` that
-    exists (in lower or upper case: cameras and Windows tools write ``.WAV``), or the id itself when it is a
-    file's name; ``<id>.wav`` when there is none (then reported missing)."""
-    if Path(utt_id).suffix.lower() in AUDIO_SUFFIXES and (wavs / utt_id).is_file():
-        return wavs / utt_id
-    if Path(utt_id).suffix.lower() in AUDIO_SUFFIXES and not any(
-        (wavs / f"{utt_id}{x}").exists() for x in AUDIO_SUFFIXES
-    ):
-        return wavs / utt_id  # a file name that is missing: reported by the name written
-    for suffix in AUDIO_SUFFIXES:
-        for spelled in (suffix, suffix.upper()):
-            candidate = wavs / f"{utt_id}{spelled}"
-            if candidate.exists():
-                return candidate
-    return wavs / f"{utt_id}.wav"
+    """The clip of ``utt_id`` in ``wavs``: the first of :func:`clip_names` that exists; where none does (then
+    reported missing), the id as written when it is a file's name, else ``<id>.wav``."""
+    found = next((wavs / name for name in clip_names(utt_id) if (wavs / name).is_file()), None)
+    if found is not None:
+        return found
+    return wavs / (utt_id if Path(utt_id).suffix.lower() in AUDIO_SUFFIXES else f"{utt_id}.wav")
 
 
 def names_columns(fields: list[str]) -> bool:

@@ -52,10 +52,14 @@ class AdaptResult:
     history: list[dict]  # per evaluation: step, train and validation mel loss
 
 
-# The command line's advice in a refusal, which a server's uploader cannot follow (its job leaves it out).
-KEEP_TRANSCRIBED_ADVICE = " (--keep-transcribed DIR keeps the transcribed clips to read)"
-ONE_SPEAKER_ADVICE = "; the command line's --no-one-speaker-check trains anyway"
-DATA_CHECK_ADVICE = "; see `chorus data check"
+class DataRefused(ValueError):
+    """A refusal of the data to adapt from: ``reason`` says why to anyone, ``advice`` (a command to run, a flag to
+    pass) is for the command line's user, and ``str()`` joins them. A server's job tells its uploader the reason
+    alone, whose API has no such commands or flags."""
+
+    def __init__(self, reason: str, advice: str = ""):
+        super().__init__(reason + advice)
+        self.reason, self.advice = reason, advice
 
 
 def check_adaptation_data(data: str | Path, config: AdaptConfig, progress: bool = True) -> DatasetReport:
@@ -68,9 +72,10 @@ def check_adaptation_data(data: str | Path, config: AdaptConfig, progress: bool 
         )
     bad_text = sum(1 for p in report.problems if p.kind == "text_length")
     if bad_text > config.max_bad_transcript_fraction * len(report.utterances):
-        raise ValueError(
+        raise DataRefused(
             f"{data}: {bad_text} of {len(report.utterances)} transcripts do not fit their clips' "
-            f"durations (mismatched transcripts?){DATA_CHECK_ADVICE}`"
+            "durations (mismatched transcripts?)",
+            "; see `chorus data check`",
         )
     valid = report.valid_utterances()
     if not valid:
@@ -81,7 +86,7 @@ def check_adaptation_data(data: str | Path, config: AdaptConfig, progress: bool 
                 "; long recordings: cut them into sentences, or leave their text out (id|, or no metadata.csv) "
                 "and `chorus adapt` cuts them at their silences and has Whisper transcribe the pieces"
             )
-        raise ValueError(f"{data}: nothing usable ({reason}){DATA_CHECK_ADVICE} {data}`{hint}")
+        raise DataRefused(f"{data}: nothing usable ({reason})", f"; see `chorus data check {data}`{hint}")
     # Speech, not audio: silence before and after each clip teaches a voice nothing.
     minutes = sum(report.speech_durations[u.key] for u in valid) / 60
     if minutes < config.min_minutes:
@@ -118,12 +123,13 @@ def check_one_speaker(data: str | Path, clips: list) -> None:
     if found is None:
         return
     named = [", ".join(chosen[i].id for i in group[:3]) for group in found.groups]
-    raise ValueError(
+    raise DataRefused(
         f"{data}: these recordings sound like two people to Chorus's speaker encoder: {len(found.groups[0])} of "
         f"the {len(chosen)} clips checked like one voice (e.g. {named[0]}), {len(found.groups[1])} like another "
         f"(e.g. {named[1]}); the two score {found.similarity:.2f}, under one person's {SAME_PERSON:.2f}. A voice "
         "is learnt from one person: remove the other's clips (one person recorded on two very different "
-        f"microphones or lines sounds like two{ONE_SPEAKER_ADVICE})"
+        "microphones or lines sounds like two)",
+        "; the command line's --no-one-speaker-check trains anyway",
     )
 
 
@@ -251,11 +257,13 @@ def adapt(
         try:
             return _adapt(auto.folder, bundle, out, config, extra_notes=notes, **options)
         except ValueError as error:
+            reason, advice = (error.reason, error.advice) if isinstance(error, DataRefused) else (str(error), "")
             if keep_transcribed is not None:  # the kept folder is what to read and mend: named as it is
-                raise ValueError(f"{error} (the transcribed clips: {keep_transcribed})") from None
+                raise DataRefused(reason, f"{advice} (the transcribed clips: {keep_transcribed})") from None
             # Name the recordings given, not the temporary folder made from them.
-            named = str(error).replace(str(auto.folder), str(data)).replace(work, str(data))
-            raise ValueError(f"{named}{KEEP_TRANSCRIBED_ADVICE}") from None
+            named = reason.replace(str(auto.folder), str(data)).replace(work, str(data))
+            advice = advice.replace(str(auto.folder), str(data)).replace(work, str(data))
+            raise DataRefused(named, f"{advice} (--keep-transcribed DIR keeps the transcribed clips to read)") from None
 
 
 @dataclass

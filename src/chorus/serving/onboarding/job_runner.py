@@ -18,7 +18,6 @@ import contextlib
 import json
 import logging
 import queue
-import re
 import shutil
 import threading
 import time
@@ -44,14 +43,7 @@ from chorus.serving.store import (
     VoiceNotFound,
     VoiceStore,
 )
-from chorus.training.adapt import (
-    DATA_CHECK_ADVICE,
-    KEEP_TRANSCRIBED_ADVICE,
-    ONE_SPEAKER_ADVICE,
-    VOICE,
-    AdaptResult,
-    adapt,
-)
+from chorus.training.adapt import VOICE, AdaptResult, DataRefused, adapt
 
 log = logging.getLogger("chorus.serving.worker")
 
@@ -116,12 +108,11 @@ class ServerStopping(Exception):
     job's files stay for the next start, which resumes it."""
 
 
-def for_the_uploader(message: str, job_dir: Path) -> str:
-    """A job's failure as its uploader reads it: the job's folders by name, not path, and without the command
-    line's advice (a command to run, a flag to pass), which an API user cannot follow."""
-    message = message.replace(str(job_dir / DATA_DIR), "upload").replace(str(job_dir), "job")
-    message = re.sub(re.escape(DATA_CHECK_ADVICE) + "[^`]*`", "", message)
-    return message.replace(ONE_SPEAKER_ADVICE, "").replace(KEEP_TRANSCRIBED_ADVICE, "")
+def for_the_uploader(error: ValueError, job_dir: Path) -> str:
+    """A job's failure as its uploader reads it: a refusal of the data without the command line's advice
+    (:class:`~chorus.training.adapt.DataRefused`), and the job's folders by name, not path."""
+    message = error.reason if isinstance(error, DataRefused) else str(error)
+    return message.replace(str(job_dir / DATA_DIR), "upload").replace(str(job_dir), "job")
 
 
 class JobRunner:
@@ -483,7 +474,7 @@ class JobRunner:
             self.fail(job.job_id, "the voice was deleted or replaced while it trained")
         except ValueError as error:  # the data or the recipe (adapt's checks say why)
             log.info("onboarding job %s failed: %s", job.job_id, error)
-            self.fail(job.job_id, for_the_uploader(str(error), job_dir))
+            self.fail(job.job_id, for_the_uploader(error, job_dir))
         except Exception:  # noqa: BLE001 - the details stay in the server log
             log.exception("onboarding job %s failed", job.job_id)
             self.fail(job.job_id, "training failed with an internal error (see the server log)")

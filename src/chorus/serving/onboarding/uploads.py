@@ -23,7 +23,7 @@ import soundfile as sf
 from chorus.audio.io import AudioTooLong, decode_with_av
 from chorus.audio.silences import split_at_silences
 from chorus.data.check import channels_cancel, silence_problem, speech_seconds, tenths_down
-from chorus.data.formats import AUDIO_SUFFIXES, names_columns  # uploads read a dataset as the data check does
+from chorus.data.formats import clip_names, names_columns  # uploads read a dataset as the data check does
 from chorus.serving.errors import UploadError
 from chorus.serving.json_body import BodyError, loads_bounded
 from chorus.serving.settings import UploadLimits
@@ -334,7 +334,7 @@ def prepare_archive(data: bytes, folder: str | Path, limits: UploadLimits = Uplo
         if any("\x00" in line for line in lines):  # UTF-16 of plain letters without a byte-order mark
             raise UploadError("metadata.csv is not UTF-8 text (NUL characters: UTF-16?)")
         writer = _DatasetWriter(Path(folder), limits)
-        first: dict[str, int] = {}  # id -> the line that gave it
+        first: dict[str, int] = {}  # a clip's entry -> the line that gave it
         for number, line in enumerate(lines, start=1):
             if not line.strip():
                 continue
@@ -376,12 +376,8 @@ def _member_name(info: zipfile.ZipInfo) -> str:
 
 
 def _clip_member(members: dict[str, zipfile.ZipInfo], wavs: str, utt_id: str) -> zipfile.ZipInfo | None:
-    """The clip of ``utt_id`` under ``wavs`` as a dataset folder has it (``data.formats.audio_path``): the id
-    with an audio suffix (in lower or upper case), or the id itself where it is a file's name."""
-    if PurePosixPath(utt_id).suffix.lower() in AUDIO_SUFFIXES and f"{wavs}{utt_id}" in members:
-        return members[f"{wavs}{utt_id}"]
-    names = (f"{wavs}{utt_id}{spelled}" for s in AUDIO_SUFFIXES for spelled in (s, s.upper()))
-    return next((members[name] for name in names if name in members), None)
+    """The clip of ``utt_id`` under ``wavs`` as a dataset folder has it (``data.formats.clip_names``)."""
+    return next((members[f"{wavs}{name}"] for name in clip_names(utt_id) if f"{wavs}{name}" in members), None)
 
 
 def _read_member(archive: zipfile.ZipFile, info: zipfile.ZipInfo, limits: UploadLimits) -> bytes:
