@@ -117,9 +117,9 @@ def test_clean_dataset_has_no_problems(lj_dataset: Path) -> None:
     assert "no problems" in report.summary()
 
 
-def test_silence_before_and_after_speech_is_not_counted_as_speech(tmp_path: Path) -> None:
-    """A clip of 1 s of tone between 2 s of room tone (-70 dBFS) and 3 s of digital silence: 6 s of audio,
-    about 1 s of speech, in the report's minutes and in what uploads are held to."""
+def test_silence_before_and_after_speech_is_not_counted_as_speech(tmp_path: Path, speech) -> None:
+    """A clip of 1 s of tone between 2 s of room tone (-70 dBFS) and 3 s of digital silence: about 1 s of
+    speech by its energy, as uploads are held to; a spoken clip so padded, in the report's minutes."""
     rng = np.random.default_rng(0)
     tone = 0.3 * np.sin(2 * np.pi * 220 * np.arange(RATE) / RATE)
     room = 10 ** (-70 / 20) * rng.standard_normal(2 * RATE)
@@ -139,20 +139,22 @@ def test_silence_before_and_after_speech_is_not_counted_as_speech(tmp_path: Path
     assert speech_seconds(flat, RATE) == pytest.approx(2.0, abs=0.03)
     zeros_first = np.concatenate([np.zeros(RATE // 2), noise, tone, noise]).astype(np.float32)
     assert speech_seconds(zeros_first, RATE) == pytest.approx(1.0, abs=0.06)
+    spoken, rate = sf.read(speech("Hello there.", tmp_path / "spoken.wav"), dtype="float32")
+    padded = np.concatenate([10 ** (-70 / 20) * rng.standard_normal(2 * rate), spoken, np.zeros(3 * rate)])
     (tmp_path / "wavs").mkdir()
-    sf.write(tmp_path / "wavs" / "a.wav", clip, RATE)
+    sf.write(tmp_path / "wavs" / "a.wav", padded.astype(np.float32), rate)
     (tmp_path / "metadata.csv").write_text("a|Hello there.\n")  # about 8 phonemes a second of speech
     sf.write(tmp_path / "wavs" / "flat.wav", flat, RATE)
     (tmp_path / "metadata.csv").write_text("a|Hello there.\nflat|Hello there, hello there.\n")
     report = check_dataset(tmp_path, progress=False)
     assert report.speech_durations[report.utterances[1].key] == pytest.approx(2.0, abs=0.03)
-    report = check_dataset(tmp_path, progress=False).with_problems([])
+    assert report.with_problems([]) == report  # nothing found after it: the same report
     (tmp_path / "wavs" / "flat.wav").unlink()
     (tmp_path / "metadata.csv").write_text("a|Hello there.\n")
     report = check_dataset(tmp_path, progress=False)
     speaker = next(iter(report.speakers.values()))
-    assert speaker.valid_seconds == pytest.approx(6.0, abs=0.01)
-    assert speaker.valid_speech_seconds == pytest.approx(1.0, abs=0.06)
+    assert speaker.valid_seconds == pytest.approx(5 + len(spoken) / rate, abs=0.01)
+    assert speaker.valid_speech_seconds == pytest.approx(speech_seconds(spoken, rate), abs=0.06)
     assert report.speech_durations == {report.utterances[0].key: speaker.valid_speech_seconds}
     assert "0.1 min usable, 0.0 min of it speech" in report.summary()
     assert "| Speech minutes |" in report.to_markdown()
@@ -303,6 +305,51 @@ def test_clips_with_nothing_above_4_khz_are_warned_of_not_refused(lj_dataset: Pa
     assert report.ok and report.narrow_band_note().startswith("3 of the 3 usable clips hold nothing above 4.2 kHz")
     checked = runner.invoke(app, ["data", "check", str(lj_dataset)])
     assert checked.exit_code == 0 and "recorded through a phone line" in " ".join(checked.output.split())
+
+
+def test_a_tone_music_or_noise_is_no_speech(lj_dataset: Path) -> None:
+    """Energy alone counts a tone, a chord or steady noise as speech; the voice-activity detector hears none in
+    them, and the check leaves them out, saying what it heard. The spoken clips stay."""
+    rng = np.random.default_rng(0)
+    t = np.arange(2 * RATE) / RATE
+    sounds = {
+        "tone": np.sin(2 * np.pi * 220 * t),
+        "chord": sum(np.sin(2 * np.pi * f * t) for f in (261.6, 329.6, 392.0)),
+        "hiss": rng.standard_normal(len(t)),
+        "buzz": sum(np.sin(2 * np.pi * 140 * k * t) / k for k in range(1, 12)),
+    }
+    lines = (lj_dataset / "metadata.csv").read_text()
+    for name, sound in sounds.items():
+        sf.write(lj_dataset / "wavs" / f"{name}.wav", (0.3 * sound / np.abs(sound).max()).astype(np.float32), RATE)
+        lines += f"{name}|Hello there, how are you today?\n"
+    (lj_dataset / "metadata.csv").write_text(lines)
+    report = check_dataset(lj_dataset, progress=False)
+    assert {Path(p.source).stem: p.kind for p in report.problems} == dict.fromkeys(sounds, "no_speech")
+    assert len(report.valid_utterances()) == 3
+    message = report.problems[0].message
+    assert message.startswith("a voice-activity detector hears speech in 0.0 s of its 2.0 s of sound"), message
+    assert "(at least 30%): a tone, music or noise?" in message
+    checked = runner.invoke(app, ["data", "check", str(lj_dataset)])
+    assert checked.exit_code == 1 and "no_speech" in checked.output
+
+
+def test_noisy_recordings_are_warned_of_not_refused(lj_dataset: Path) -> None:
+    """Clips whose speech stands 10 dB above white noise (half a second of it before and after, as a room
+    recording has) are said to be noisy, with the ratio the detector's pauses measure; clean ones are not."""
+    assert check_dataset(lj_dataset, progress=False).warning_notes() == {}
+    rng = np.random.default_rng(0)
+    for wav in (lj_dataset / "wavs").glob("*.wav"):
+        audio, rate = sf.read(wav, dtype="float32")
+        padded = np.pad(audio, rate // 2)
+        power = float(np.mean(audio**2))  # the speech's own power: the noise 10 dB under it
+        noise = rng.standard_normal(len(padded)) * np.sqrt(power / 10)
+        sf.write(wav, (padded + noise).astype(np.float32), rate)
+    report = check_dataset(lj_dataset, progress=False)
+    assert report.ok and set(report.warning_notes()) == {"noisy"}
+    snr = float(report.noisy_note().split(" dB ")[0].rsplit(" ", 1)[1])
+    assert 5 <= snr <= 15 and "(the median of 3 clips; clean recordings 34 dB or more)" in report.noisy_note()
+    checked = runner.invoke(app, ["data", "check", str(lj_dataset)])
+    assert checked.exit_code == 0 and "a voice learns a recording's noise" in " ".join(checked.output.split())
 
 
 def test_the_upper_band_is_read_to_the_clips_end() -> None:

@@ -1090,6 +1090,11 @@ def test_upload_refusals(tenants_app, new_voice_data):
     sf.write(hushed, audio * (10 ** (-50 / 20) / np.abs(audio).max()), rate, format="WAV")
     quiet = [("clips", ("u0.wav", hushed.getvalue(), "audio/wav"))] + files[1:]
     assert_error(upload(upload_files=quiet), 400, "u0.wav: no speech heard (rms")
+    # A tone as loud as speech: a voice-activity detector hears none in it, and the job would leave it out.
+    tone = io.BytesIO()
+    sf.write(tone, 0.3 * np.sin(2 * np.pi * 220 * np.arange(2 * rate) / rate), rate, format="WAV")
+    toned = [("clips", ("u0.wav", tone.getvalue(), "audio/wav"))] + files[1:]
+    assert_error(upload(upload_files=toned), 400, "u0.wav: no speech heard (a voice-activity detector hears")
     for other in (-1.0, -0.97):  # one channel the other inverted, or nearly: the mix is silent or near it
         inverted = io.BytesIO()
         sf.write(inverted, np.stack([audio, other * audio], axis=1), rate, format="WAV")

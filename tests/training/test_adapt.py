@@ -395,25 +395,29 @@ def test_recordings_below_the_data_checks_rate_are_not_trained_on_when_transcrib
     assert "no usable recording" in output and not voice.exists()
 
 
-def test_the_card_says_which_clips_were_left_out_and_that_they_hold_nothing_above_4_khz(
-    tiny_base, new_voice_data, tmp_path
-):
-    """What `chorus adapt` prints as it goes is on the card too, where a server's job reads it: a clip the data
-    check left out (here one recorded far too loud), and clips through a narrow channel."""
+def test_the_card_says_which_clips_were_left_out_and_what_the_rest_are_warned_of(tiny_base, new_voice_data, tmp_path):
+    """What `chorus adapt` prints as it goes is on the card too, where a server's job reads it: the clips the data
+    check left out (here one recorded far too loud, and a tone), and the warnings of the rest: through a narrow
+    channel, in noise 10 dB under the speech."""
     import soxr
 
     data = shutil.copytree(new_voice_data, tmp_path / "phone")
     wavs = sorted((data / "wavs").glob("*.wav"))
+    rng = np.random.default_rng(0)
     for wav in wavs:
         audio, rate = sf.read(wav, dtype="float32")
-        sf.write(wav, soxr.resample(soxr.resample(audio, rate, 8000), 8000, 16000), 16000, subtype="PCM_16")
+        noisy = np.pad(audio, rate // 2) + rng.standard_normal(len(audio) + rate) * np.sqrt(np.mean(audio**2) / 10)
+        sf.write(wav, soxr.resample(soxr.resample(noisy, rate, 8000), 8000, 16000), 16000, subtype="PCM_16")
     audio, rate = sf.read(wavs[0], dtype="float32")
     sf.write(wavs[0], np.clip(audio * 40, -1, 1), rate)
+    sf.write(wavs[1], 0.3 * np.sin(2 * np.pi * 220 * np.arange(2 * rate) / rate), rate)
     voice = tmp_path / "voices" / "phone"
     result = runner.invoke(
         app, ["adapt", str(data), "--out", str(voice), "--steps", "2", "--threads", "1", "--model", str(tiny_base)]
     )
     output = " ".join(result.output.split())
-    assert result.exit_code == 0 and "warning: 15 of the 15 usable clips hold nothing above 4.2 kHz" in output, output
+    assert result.exit_code == 0 and "warning: 14 of the 14 usable clips hold nothing above 4.2 kHz" in output, output
+    assert "warning: the speech stands" in output and "a tone, music or noise?" in output, output
     notes = json.loads((voice / "voice_card.json").read_text())["notes"]
-    assert notes["skipped_clips"] == "1 (1 clipped)" and notes["narrow_band"].startswith("15 of the 15"), notes
+    assert notes["skipped_clips"] == "2 (1 clipped, 1 no_speech)" and notes["narrow_band"].startswith("14 of the 14")
+    assert notes["noisy"].startswith("the speech stands "), notes

@@ -73,8 +73,9 @@ def data_check(
         )
     elif len(report.speakers) == 1:
         _speech_for_a_voice(report)
-    if len(report.speakers) == 1 and (narrow := report.narrow_band_note()):
-        console.print(f"Note: {narrow}.", soft_wrap=True)
+    if len(report.speakers) == 1:
+        for warning in report.warning_notes().values():
+            console.print(f"Note: {warning}.", soft_wrap=True)
     raise typer.Exit(1 if others else 0)
 
 

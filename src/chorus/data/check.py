@@ -14,7 +14,7 @@ import warnings
 from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -25,6 +25,7 @@ from rich.table import Table
 from rich.text import Text
 
 from chorus.audio.io import AudioTooLong, decode_with_av
+from chorus.audio.speech_activity import SpeechActivity, speech_activity
 from chorus.data.formats import DatasetFormatError, Utterance, audio_path, discover
 from chorus.text import TextFrontEnd
 from chorus.text.symbols import PAD, PUNCTUATION, WORD_BOUNDARY
@@ -40,6 +41,7 @@ PROBLEM_KINDS: dict[str, str] = {
     "low_sample_rate": "recorded at too low a rate: a phone line's 8 kHz lacks the voice's upper band",
     "clipped": "too many samples at full scale",
     "silent": "no audible signal",
+    "no_speech": "a voice-activity detector hears no speech in it: a tone, music or noise?",
     "too_short": "shorter than the minimum clip length",
     "too_long": "longer than the maximum clip length",
     "empty_text": "the transcript is empty",
@@ -80,6 +82,19 @@ VOICE_MIN_SPEECH_SECONDS = 25.0
 NARROW_BAND_HZ = 4_200.0
 NARROW_BAND_DB = -54.0
 
+# Recordings whose speech stands less than NOISY_SNR_DB above the noise between words are warned of (a voice
+# learns a recording's noise), not refused. The speech and the pauses are told apart by a voice-activity
+# detector (chorus.audio.speech_activity); a clip tells its noise where it has MIN_NOISE_WINDOWS windows inside
+# pauses, and the dataset's ratio is the median of its usable clips' where MIN_NOISY_CLIPS clips tell one. Set
+# on the corpus's 36 training voices, 12 clips each as a dataset (bench/speech_activity.py: the middle of the
+# gap between the clean voices that tell a ratio, 37.1 dB or more, and the voices at 20 dB SNR of white, pink or
+# room noise, 31.8 dB or less). Babble is heard as speech, so a recording in a crowd tells no noise.
+NOISY_SNR_DB = 34.0
+MIN_NOISE_WINDOWS = 3
+MIN_NOISY_CLIPS = 3
+
+WARNING_NAMES = ("narrow_band", "noisy")  # DatasetReport.warning_notes(): what a voice card's notes may warn of
+
 
 @dataclass(frozen=True)
 class CheckConfig:
@@ -90,6 +105,10 @@ class CheckConfig:
     min_sample_rate: int = 16_000
     clip_level: float = 0.999  # |sample| at or above this counts as clipped
     max_clipped_fraction: float = 0.001
+    # Of the sound by energy, what a voice-activity detector must hear as speech (bench/speech_activity.py: the
+    # middle of the gap between the corpus's speech clips, clean or noisy, 0.66 or more, and tones, chords, hum
+    # and noise, 0.02 or less).
+    min_heard_fraction: float = 0.3
     silence_dbfs: float = -60.0  # whole-clip RMS below this is silence...
     quiet_frame_dbfs: float = -40.0  # ...and so is a clip with no 25 ms frame louder than this
     speech_range_db: float = 40.0  # frames within this of the loudest one count as speech...
@@ -156,6 +175,7 @@ class DatasetReport:
     durations: dict[str, float]
     speech_durations: dict[str, float]
     narrow_band: frozenset[str] = frozenset()  # keys of the clips with nothing above NARROW_BAND_HZ
+    snr_db: dict[str, float] = field(default_factory=dict)  # key -> speech over the noise between words, in dB
 
     @property
     def ok(self) -> bool:
@@ -167,14 +187,30 @@ class DatasetReport:
         position = {u.key: n for n, u in enumerate(self.utterances)}
         problems = sorted(self.problems + extra, key=lambda p: -1 if p.utterance is None else position[p.utterance.key])
         speakers = _speaker_reports(self.utterances, problems, self.durations, self.speech_durations)
-        return DatasetReport(
-            self.root, self.utterances, problems, speakers, self.durations, self.speech_durations, self.narrow_band
-        )
+        return replace(self, problems=problems, speakers=speakers)
 
     def valid_utterances(self) -> list[Utterance]:
         """The utterances that have no problem, in metadata order."""
         bad = {p.utterance.key for p in self.problems if p.utterance is not None}
         return [u for u in self.utterances if u.key not in bad]
+
+    def warning_notes(self) -> dict[str, str]:
+        """What the usable clips are warned of, not refused for, by name (:data:`WARNING_NAMES`): ``narrow_band``
+        (:meth:`narrow_band_note`) and ``noisy`` (:meth:`noisy_note`)."""
+        notes = zip(WARNING_NAMES, (self.narrow_band_note(), self.noisy_note()), strict=True)
+        return {name: note for name, note in notes if note is not None}
+
+    def noisy_note(self) -> str | None:
+        """A warning where the usable clips' speech stands less than NOISY_SNR_DB above the noise between
+        words (the median of the clips that tell it, where MIN_NOISY_CLIPS do), else None."""
+        measured = [self.snr_db[u.key] for u in self.valid_utterances() if u.key in self.snr_db]
+        if (snr := dataset_snr_db(measured)) is None or snr >= NOISY_SNR_DB:
+            return None
+        return (
+            f"the speech stands {snr:.0f} dB above the noise between words (the median of {len(measured)} clips; "
+            f"clean recordings {NOISY_SNR_DB:g} dB or more): a voice learns a recording's noise; record in a "
+            "quieter room, or closer to the microphone, where you can"
+        )
 
     def narrow_band_note(self) -> str | None:
         """A warning where most usable clips hold nothing above NARROW_BAND_HZ, else None."""
@@ -239,6 +275,7 @@ class _AudioStats:
     seconds: float
     speech_seconds: float  # from the first to the last frame with speech energy
     narrow_band: bool = False  # nothing above NARROW_BAND_HZ
+    snr_db: float | None = None  # speech over the noise between words, where the clip has pauses to tell it
 
 
 def check_dataset(
@@ -278,6 +315,7 @@ def check_dataset(
     durations: dict[str, float] = {}
     speech: dict[str, float] = {}
     narrow: set[str] = set()
+    snr: dict[str, float] = {}
     for utt, count, (stats, audio_problems) in zip(utterances, phoneme_counts, audio_results, strict=True):
         problems += _check_text(utt, count)
         problems += audio_problems
@@ -285,10 +323,12 @@ def check_dataset(
             durations[utt.key], speech[utt.key] = stats.seconds, stats.speech_seconds
             if stats.narrow_band:
                 narrow.add(utt.key)
+            if stats.snr_db is not None:
+                snr[utt.key] = stats.snr_db
             if isinstance(count, int) and count > 0 and not audio_problems:
                 problems += _check_rate(utt, count, stats, config)
     speakers = _speaker_reports(utterances, problems, durations, speech)
-    return DatasetReport(root, utterances, problems, speakers, durations, speech, frozenset(narrow))
+    return DatasetReport(root, utterances, problems, speakers, durations, speech, frozenset(narrow), snr)
 
 
 def _count_phonemes(texts: list[str], advance: Callable[[int], None]) -> list[int | str]:
@@ -401,6 +441,15 @@ def _check_audio(utt: Utterance, config: CheckConfig) -> tuple[_AudioStats | Non
             problem("clipped", f"{clipped:.2%} of samples at full scale (maximum {config.max_clipped_fraction:.2%})")
         )
 
+    return _judge_sound(audio, rate, problems, problem, config)
+
+
+def _judge_sound(
+    audio: np.ndarray, rate: int, problems: list[Problem], problem: Callable[[str, str], Problem], config: CheckConfig
+) -> tuple[_AudioStats, list[Problem]]:
+    """The sound's own checks of a decoded clip ``audio`` ``[samples, channels]`` (silent, no speech heard) after
+    its ``problems`` so far, and what it tells where it passes every one (its band, its noise)."""
+    seconds = len(audio) / rate
     mono = audio.mean(axis=1, dtype=np.float64)
     if not mono.any() and not audio.any():
         problems.append(problem("silent", "every sample is zero"))
@@ -410,8 +459,42 @@ def _check_audio(utt: Utterance, config: CheckConfig) -> tuple[_AudioStats | Non
     if _silent(rms_db, loudest, config):
         problems.append(problem("silent", _why_silent(audio, rms_db, loudest, config)))
         return _AudioStats(seconds, 0.0), problems
-    narrow = not problems and upper_band_db(mono, rate) < NARROW_BAND_DB  # a clip left out for its audio is not judged
-    return _AudioStats(seconds, _speech_span(frame_db, seconds, rate, config), narrow), problems
+    span = _speech_span(frame_db, seconds, rate, config)
+    heard = speech_activity(mono, rate)
+    if no_speech := _why_no_speech(heard, span, config):
+        problems.append(problem("no_speech", no_speech))
+    if problems:  # a clip left out for its audio is not judged further
+        return _AudioStats(seconds, span), problems
+    return _AudioStats(seconds, span, upper_band_db(mono, rate) < NARROW_BAND_DB, clip_snr_db(heard)), problems
+
+
+def clip_snr_db(heard: SpeechActivity) -> float | None:
+    """A clip's speech over the noise between its words, in dB, where it has MIN_NOISE_WINDOWS windows inside
+    pauses to tell the noise by; else None."""
+    return heard.snr_db if heard.noise_windows >= MIN_NOISE_WINDOWS else None
+
+
+def dataset_snr_db(clips_snr_db: list[float]) -> float | None:
+    """The recordings' speech over their noise: the median of their clips' (:func:`clip_snr_db`) where at least
+    MIN_NOISY_CLIPS tell one; else None."""
+    return float(np.median(clips_snr_db)) if len(clips_snr_db) >= MIN_NOISY_CLIPS else None
+
+
+def no_speech_problem(mono: np.ndarray, rate: int, config: CheckConfig = CheckConfig()) -> str | None:
+    """Why the data check leaves ``mono`` ``[samples]`` out as holding no speech (its "no_speech" problem's
+    message), or None: an upload refuses what its job would leave out."""
+    return _why_no_speech(speech_activity(mono, rate), speech_seconds(mono, rate, config), config)
+
+
+def _why_no_speech(heard: SpeechActivity, span_seconds: float, config: CheckConfig) -> str | None:
+    """The "no_speech" problem's message where the detector heard too little of a clip's ``span_seconds`` of
+    sound (by energy) as speech, else None."""
+    if heard.speech_seconds >= config.min_heard_fraction * span_seconds:
+        return None
+    return (
+        f"a voice-activity detector hears speech in {heard.speech_seconds:.1f} s of its {span_seconds:.1f} s of "
+        f"sound (at least {config.min_heard_fraction:.0%}): a tone, music or noise? Export the recording of the speech"
+    )
 
 
 def upper_band_db(mono: np.ndarray, rate: int, block: int = 1 << 15) -> float:

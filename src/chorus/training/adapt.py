@@ -355,25 +355,23 @@ def _read_voice_data(
 
 
 def say_left_out(report: DatasetReport) -> None:
-    """Print each clip the data check left out, and its warning where the clips hold nothing above 4.2 kHz."""
+    """Print each clip the data check left out, and its warnings (nothing above 4.2 kHz, noise)."""
     for problem in report.problems:
         print(f"skipped {problem.source}: {problem.message}")
-    if narrow := report.narrow_band_note():
-        print(f"warning: {narrow}")
+    for warning in report.warning_notes().values():
+        print(f"warning: {warning}")
 
 
 def left_out_notes(report: DatasetReport, features_failed: int = 0) -> dict[str, str]:
     """The voice card's account of the data (a server's job has no terminal to print to): ``skipped_clips``,
     how many clips were left out and why (``features_failed``: of the usable ones, those whose features could
-    not be made), and ``narrow_band``, the data check's warning, where there are such."""
+    not be made), and the data check's warnings (``narrow_band``, ``noisy``), where there are such."""
     left_out = _left_out(report) + Counter({"features": features_failed})
     notes = {}
     if left_out:
         why = ", ".join(f"{n} {kind}" for kind, n in left_out.most_common())
         notes["skipped_clips"] = f"{left_out.total()} ({why})"
-    if narrow := report.narrow_band_note():
-        notes["narrow_band"] = narrow
-    return notes
+    return notes | report.warning_notes()
 
 
 def _left_out(report: DatasetReport) -> Counter[str]:

@@ -29,6 +29,7 @@ from pathlib import Path
 import torch
 
 from chorus.adapters.voice import trained_on
+from chorus.data.check import WARNING_NAMES
 from chorus.models.bundle import ModelBundle
 from chorus.recipe import AdaptConfig
 from chorus.serving.onboarding.heap import give_back_freed_memory
@@ -457,7 +458,7 @@ class JobRunner:
                     )
                     + (f"; {words}" if words is not None else "")
                     + (f"; clips left out: {card.notes['skipped_clips']}" if "skipped_clips" in card.notes else "")
-                    + (f"; warning: {card.notes['narrow_band']}" if "narrow_band" in card.notes else "")
+                    + "".join(f"; warning: {card.notes[name]}" for name in WARNING_NAMES if name in card.notes)
                 ),
             )
             self.store.put_voice(job.tenant, job.voice_id, result.voice_dir, name=job.name, job_id=job.job_id)

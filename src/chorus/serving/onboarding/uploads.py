@@ -22,7 +22,7 @@ import soundfile as sf
 
 from chorus.audio.io import AudioTooLong, decode_with_av
 from chorus.audio.silences import split_at_silences
-from chorus.data.check import channels_cancel, silence_problem, speech_seconds, tenths_down
+from chorus.data.check import channels_cancel, no_speech_problem, silence_problem, speech_seconds, tenths_down
 from chorus.data.formats import clip_names, names_columns  # uploads read a dataset as the data check does
 from chorus.serving.errors import UploadError
 from chorus.serving.json_body import BodyError, loads_bounded
@@ -127,6 +127,8 @@ class _DatasetWriter:
         speech = clip_speech_seconds(mono, rate, transcribed=text is not None)
         if speech == 0 and (silent := silence_problem(mono, rate)):  # a clip too quiet, named, not a sum of 0 s
             raise UploadError(f"{label}: no speech heard ({silent})")
+        if no_speech := no_speech_problem(mono, rate):  # a tone, music, noise: the job's data check leaves it out
+            raise UploadError(f"{label}: no speech heard ({no_speech})")
         self.speech_seconds += speech
         if self.seconds > limits.max_total_seconds:
             raise UploadError(f"more than {limits.max_total_seconds / 60:g} minutes of audio in one upload", 413)

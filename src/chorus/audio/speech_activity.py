@@ -1,0 +1,86 @@
+"""Where a recording holds speech, as a voice-activity detector hears it, and how far its speech stands above
+the noise between words.
+
+The data check counts speech by energy (:mod:`chorus.data.check`), so a tone, a hum, music or steady noise
+counts as speech as readily as a voice does. A detector trained on speech tells them apart: Silero VAD,
+the model faster-whisper ships in its wheel (``faster_whisper/assets/silero_vad_v6.onnx``, run by its
+:func:`faster_whisper.vad.get_vad_model`; nothing is downloaded). It reads 16 kHz audio in windows of 512
+samples (32 ms) and gives each a probability of speech. Of the corpus's speech clips, clean or in noise down
+to 10 dB SNR, it hears two thirds or more of their sound as speech; of tones, chords, hum and noise, 2 % or
+less (bench/speech_activity.py).
+
+The same windows give a recording's signal-to-noise ratio without a clean reference: the level of its
+speech windows over the level inside its pauses. A level rule alone cannot tell them (the quietest frames of
+a clip with few pauses are quiet speech, not noise); the detector says which windows are words. Babble is
+speech to it, so a recording in a crowd shows no pause to measure.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from chorus.audio.encode import resample
+
+VAD_RATE = 16_000  # the detector's sample rate
+WINDOW = 512  # samples per detector window at VAD_RATE (32 ms)
+WINDOW_SECONDS = WINDOW / VAD_RATE
+SPEECH_PROBABILITY = 0.5  # a window at or above this is speech (faster-whisper's and Silero's default)
+NON_SPEECH_PROBABILITY = 0.15  # ... at or below this, no speech (between, unsure: neither level counts it)
+_DIGITAL_ZERO_DB = -100.0  # windows this quiet are an editor's zeros, not a room: they tell no noise floor
+
+
+@dataclass(frozen=True)
+class SpeechActivity:
+    """What the detector heard in one recording.
+
+    ``speech_seconds``: windows heard as speech, times their length. ``speech_db`` / ``noise_db``: the median
+    level (dBFS) of the speech windows and of the windows with no speech that are not digital zeros; None
+    where the recording has no such window (no speech heard; no pause, or pauses of digital silence).
+    """
+
+    seconds: float
+    speech_seconds: float
+    speech_db: float | None
+    noise_db: float | None
+    noise_windows: int = 0  # windows the noise level was measured on
+
+    @property
+    def snr_db(self) -> float | None:
+        """The speech's level over the noise between words, in dB; None where either is unknown."""
+        if self.speech_db is None or self.noise_db is None:
+            return None
+        return self.speech_db - self.noise_db
+
+
+def speech_probabilities(mono: np.ndarray, rate: int) -> tuple[np.ndarray, np.ndarray]:
+    """(the detector's probability of speech for each 32 ms window of ``mono`` ``[samples]`` at ``rate``
+    ``[windows]``, each window's level in dBFS ``[windows]``), the audio resampled to 16 kHz."""
+    from faster_whisper.vad import get_vad_model  # imported here: faster-whisper loads CTranslate2
+
+    audio = resample(np.asarray(mono, dtype=np.float32), rate, VAD_RATE)
+    audio = np.pad(audio, (0, -len(audio) % WINDOW))
+    if not len(audio):
+        return np.zeros(0, np.float32), np.zeros(0)
+    probabilities = np.asarray(get_vad_model()(audio), dtype=np.float32).reshape(-1)
+    energy = np.mean(np.square(audio.reshape(-1, WINDOW), dtype=np.float64), axis=1)
+    return probabilities, 10 * np.log10(energy + 1e-20)
+
+
+def speech_activity(mono: np.ndarray, rate: int) -> SpeechActivity:
+    """What the detector hears in ``mono`` ``[samples]`` at ``rate``: see :class:`SpeechActivity`."""
+    probabilities, levels = speech_probabilities(mono, rate)
+    speech = probabilities >= SPEECH_PROBABILITY
+    quiet = probabilities <= NON_SPEECH_PROBABILITY
+    # A pause's first and last windows hold the tails of the words beside it (espeak-ng's pauses are digital
+    # zeros but for those): only the windows inside a pause, whose neighbours hold no speech either, are noise.
+    inside = quiet & np.concatenate([[True], quiet[:-1]]) & np.concatenate([quiet[1:], [True]])
+    between = inside & (levels > _DIGITAL_ZERO_DB)
+    return SpeechActivity(
+        seconds=len(mono) / rate,
+        speech_seconds=float(speech.sum()) * WINDOW_SECONDS,
+        speech_db=float(np.median(levels[speech])) if speech.any() else None,
+        noise_db=float(np.median(levels[between])) if between.any() else None,
+        noise_windows=int(between.sum()),
+    )
