@@ -328,7 +328,7 @@ def test_a_tone_music_or_noise_is_no_speech(lj_dataset: Path) -> None:
     assert len(report.valid_utterances()) == 3
     message = report.problems[0].message
     assert message.startswith("a voice-activity detector hears speech in 0.0 s of its 2.0 s of sound"), message
-    assert "(at least 30%): a tone, music or noise?" in message
+    assert "(at least 30%): a tone, music, noise (or a whisper)?" in message
     checked = runner.invoke(app, ["data", "check", str(lj_dataset)])
     assert checked.exit_code == 1 and "no_speech" in checked.output
 

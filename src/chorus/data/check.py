@@ -41,7 +41,7 @@ PROBLEM_KINDS: dict[str, str] = {
     "low_sample_rate": "recorded at too low a rate: a phone line's 8 kHz lacks the voice's upper band",
     "clipped": "too many samples at full scale",
     "silent": "no audible signal",
-    "no_speech": "a voice-activity detector hears no speech in it: a tone, music or noise?",
+    "no_speech": "a voice-activity detector hears no speech in it: a tone, music, noise (or a whisper)?",
     "too_short": "shorter than the minimum clip length",
     "too_long": "longer than the maximum clip length",
     "empty_text": "the transcript is empty",
@@ -493,7 +493,8 @@ def _why_no_speech(heard: SpeechActivity, span_seconds: float, config: CheckConf
         return None
     return (
         f"a voice-activity detector hears speech in {heard.speech_seconds:.1f} s of its {span_seconds:.1f} s of "
-        f"sound (at least {config.min_heard_fraction:.0%}): a tone, music or noise? Export the recording of the speech"
+        f"sound (at least {config.min_heard_fraction:.0%}): a tone, music, noise (or a whisper)? Export the recording "
+        "of the speech"
     )
 
 
