@@ -190,6 +190,12 @@ def test_one_folder_of_two_voices_is_refused_before_training(tiny_base, new_voic
     assert "f4-" in str(refused.value) and "m3-" in str(refused.value) and not (tmp_path / "v").exists()
     check_adaptation_data(new_voice_data, config, progress=False)  # one person: no refusal
     check_adaptation_data(mixed, AdaptConfig(**QUICK, one_speaker_check=False), progress=False)
+    # `chorus data check` says so before anyone trains, and exits 1; it had passed the folder.
+    checked = runner.invoke(app, ["data", "check", str(mixed)])
+    output = " ".join(checked.output.split())
+    assert checked.exit_code == 1 and "`chorus adapt` refuses them: " in output and "sound like two people" in output
+    assert runner.invoke(app, ["data", "check", str(mixed), "--no-one-speaker-check"]).exit_code == 0
+    assert runner.invoke(app, ["data", "check", str(new_voice_data)]).exit_code == 0
 
 
 def test_cli_adapt_then_synthesize_with_the_voice(tiny_base, new_voice_data, tmp_path):

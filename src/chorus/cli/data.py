@@ -42,6 +42,11 @@ def data_check(
         "another clip's line, or other words (one or two words wrong, or a sentence left out, pass); about half a "
         "second a clip.",
     ),
+    one_speaker_check: bool = typer.Option(
+        True,
+        help="Of one speaker's folder, have the shipped speaker encoder tell whether its clips sound like two people, "
+        "as `chorus adapt` does (and refuses them).",
+    ),
 ) -> None:
     """Per speaker: clips, minutes, and every problem with its file and line. Exit 1 if any (a line left for
     Whisper, `id|`, is none).
@@ -63,7 +68,7 @@ def data_check(
     report = report.with_problems(unheard)
     for renderable in format_report(report, max_problems):
         console.print(renderable)
-    others = report.problems
+    others, two_people = report.problems, None
     if listen and not unheard:
         console.print(f"Whisper heard the transcript of each of the {len(report.valid_utterances())} usable clips.")
     if untranscribed:  # lines left for Whisper are no fault: adapt transcribes them
@@ -73,10 +78,12 @@ def data_check(
         )
     elif len(report.speakers) == 1:
         _speech_for_a_voice(report)
+        if one_speaker_check and (two_people := _two_people(report)):
+            console.print(f"`chorus adapt` refuses them: {two_people}.", soft_wrap=True)
     if len(report.speakers) == 1:
         for warning in report.warning_notes().values():
             console.print(f"Note: {warning}.", soft_wrap=True)
-    raise typer.Exit(1 if others else 0)
+    raise typer.Exit(1 if others or two_people else 0)
 
 
 def _skipped_before_transcribing(recordings: list[Path]) -> list[str]:
@@ -112,6 +119,18 @@ def _speech_for_a_voice(report: DatasetReport) -> None:
             + ("mend the clips with problems above, or record more." if report.problems else "record more clips."),
             soft_wrap=True,
         )
+
+
+def _two_people(report: DatasetReport) -> str | None:
+    """Why `chorus adapt` would refuse one speaker's usable clips as two people's, or None."""
+    from chorus.training.adapt import DataRefused, check_one_speaker  # torch and the speaker encoder: not for --help
+
+    with console.status("listening for a second voice (Chorus's speaker encoder)"):
+        try:
+            check_one_speaker(report.root, report.valid_utterances())
+        except DataRefused as refused:
+            return str(refused)
+    return None
 
 
 def transcripts_not_heard(report: DatasetReport) -> list[Problem]:
