@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import unicodedata
 from collections.abc import Callable
 from pathlib import Path
 
@@ -292,6 +293,24 @@ def test_problems_say_what_to_do_about_them(lj_dataset: Path) -> None:
         wav.rename(lj_dataset / wav.name)
     missing = [p.message for p in check_dataset(lj_dataset, progress=False).problems]
     assert len(missing) == 3 and all("move the clips into wavs/)" in m for m in missing), missing
+
+
+def test_a_clip_is_found_under_either_unicode_form_of_its_id(lj_dataset: Path) -> None:
+    """A folder copied from macOS names "café.wav" with "e" and an accent (NFD); the metadata, typed in an editor,
+    writes "é" as one character (NFC): the clip is found, as it is the other way round."""
+    wavs = sorted((lj_dataset / "wavs").glob("*.wav"))
+    lines = (lj_dataset / "metadata.csv").read_text().splitlines()
+    for wav, written, named in zip(wavs[:2], ("NFC", "NFD"), ("NFD", "NFC"), strict=False):
+        wav.rename(wav.with_name(unicodedata.normalize(named, f"café-{written}.wav")))
+        lines = [
+            unicodedata.normalize(written, f"café-{written}") + line[len(wav.stem) :]
+            if line.startswith(wav.stem + "|")
+            else line
+            for line in lines
+        ]
+    (lj_dataset / "metadata.csv").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    report = check_dataset(lj_dataset, progress=False)
+    assert report.ok and len(report.valid_utterances()) == 3, report.problems
 
 
 def test_clips_with_nothing_above_4_khz_are_warned_of_not_refused(lj_dataset: Path) -> None:

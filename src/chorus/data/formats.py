@@ -12,6 +12,7 @@ Parsing never reads audio; problems are reported with file and line by :mod:`cho
 
 from __future__ import annotations
 
+import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -48,9 +49,14 @@ class MetadataProblem:
 def clip_names(utt_id: str) -> list[str]:
     """The file names the clip of ``utt_id`` may have, in the order they are looked for: the id itself where it is
     a file's name, then the id with each suffix of :data:`AUDIO_SUFFIXES`, in lower and in upper case (cameras
-    and Windows tools write ``.WAV``). A folder and an uploaded archive look alike."""
-    named = [utt_id] if Path(utt_id).suffix.lower() in AUDIO_SUFFIXES else []
-    return named + [f"{utt_id}{spelled}" for suffix in AUDIO_SUFFIXES for spelled in (suffix, suffix.upper())]
+    and Windows tools write ``.WAV``); each as written, then in Unicode's composed and decomposed forms (macOS
+    writes a file's "é" as "e" and an accent, where an editor writes the metadata's as one character). A folder
+    and an uploaded archive look alike."""
+    names = []
+    for spelling in dict.fromkeys([utt_id, unicodedata.normalize("NFC", utt_id), unicodedata.normalize("NFD", utt_id)]):
+        named = [spelling] if Path(spelling).suffix.lower() in AUDIO_SUFFIXES else []
+        names += named + [f"{spelling}{spelled}" for suffix in AUDIO_SUFFIXES for spelled in (suffix, suffix.upper())]
+    return names
 
 
 def audio_path(wavs: Path, utt_id: str) -> Path:
