@@ -397,6 +397,30 @@ def test_recordings_without_transcripts_are_checked_for_their_rate(tmp_path: Pat
     assert "studio.wav" not in output
 
 
+def test_a_compressed_recordings_rate_is_read_from_its_header(tmp_path: Path, monkeypatch) -> None:
+    """An AAC recording (what libsndfile does not read) made at 8 kHz is named from its container's header, by the
+    check and by `chorus adapt`'s reading, without decoding it (a long one had been decoded whole to learn it)."""
+    from chorus.audio import io as audio_io
+    from chorus.audio.encode import encode_whole
+
+    t = np.arange(3 * 8000) / 8000
+    (tmp_path / "call.aac").write_bytes(
+        encode_whole((0.3 * np.sin(2 * np.pi * 220 * t)).astype(np.float32), 8000, "aac")
+    )
+    assert audio_io.recorded_rate(tmp_path / "call.aac") == 8000
+    assert audio_io.recorded_rate(tmp_path / "nothing.wav") is None
+
+    def no_decoding(*args, **kwargs):
+        raise AssertionError("decoded")
+
+    monkeypatch.setattr(audio_io, "decode_with_av", no_decoding)
+    checked = runner.invoke(app, ["data", "check", str(tmp_path)])
+    output = " ".join(checked.output.split())
+    assert checked.exit_code == 1 and f"{tmp_path / 'call.aac'}: recorded at 8000 Hz (minimum 16000 Hz)" in output
+    with pytest.raises(audio_io.AudioError, match="recorded at 8000 Hz"):
+        audio_io.load_audio(tmp_path / "call.aac", min_rate=16000)
+
+
 def test_markdown(bad_dataset: tuple[Path, dict[str, str]], bad_report: DatasetReport) -> None:
     markdown = bad_report.to_markdown()
     assert "| alice | 2 | 2 |" in markdown and "| bob | 13 | 1 |" in markdown

@@ -28,6 +28,8 @@ def load_audio(path: str | os.PathLike, sample_rate: int = SAMPLE_RATE, min_rate
     path = Path(path)
     if not path.is_file():
         raise AudioError(f"{path}: audio file not found")
+    if min_rate and (declared := recorded_rate(path)) is not None and declared < min_rate:  # before decoding it
+        raise AudioError(f"{path}: recorded at {declared} Hz (minimum {min_rate} Hz)")
     try:
         audio, rate = sf.read(str(path), dtype="float32", always_2d=True)
     except (sf.LibsndfileError, RuntimeError, OSError) as error:  # OSError: e.g. no read permission
@@ -45,6 +47,22 @@ def load_audio(path: str | os.PathLike, sample_rate: int = SAMPLE_RATE, min_rate
     if rate != sample_rate and mono.size:
         mono = soxr.resample(mono, rate, sample_rate, quality="HQ")
     return np.ascontiguousarray(mono, dtype=np.float32)
+
+
+def recorded_rate(path: str | os.PathLike) -> int | None:
+    """The rate ``path`` was recorded at, from its header (libsndfile's reading, else FFmpeg's container: AAC,
+    WebM), without decoding it; None where neither reads it."""
+    try:
+        return sf.info(str(path)).samplerate
+    except Exception:  # noqa: BLE001 - libsndfile, OS and header errors alike: FFmpeg's turn
+        pass
+    try:
+        import av
+
+        with av.open(str(path)) as container:
+            return int(container.streams.audio[0].rate)
+    except Exception:  # noqa: BLE001 - any failure means: no rate to be read
+        return None
 
 
 class AudioTooLong(AudioError):

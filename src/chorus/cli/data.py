@@ -5,7 +5,6 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-import soundfile as sf
 import typer
 from rich.progress import Progress
 from rich.table import Table
@@ -88,22 +87,19 @@ def data_check(
 
 def _skipped_before_transcribing(recordings: list[Path]) -> list[str]:
     """Why `chorus adapt` would skip each recording it skips before transcribing, as it says it: made below
-    the data check's rate ("PATH: recorded at N Hz (minimum ...)"), or unreadable."""
-    from chorus.audio.io import AudioError, load_audio
+    the data check's rate ("PATH: recorded at N Hz (minimum ...)", read from its header), or unreadable."""
+    from chorus.audio.io import AudioError, load_audio, recorded_rate
 
     least = CheckConfig().min_sample_rate
     skipped = []
     for path in recordings:
-        try:
-            rate = sf.info(path).samplerate
-        except Exception:  # noqa: BLE001 - not for libsndfile (AAC, WebM): decoded as adapt will decode it
+        rate = recorded_rate(path)
+        if rate is None:  # no header either reader takes: decoded as adapt would try it, for its error
             try:
                 load_audio(path, min_rate=least)
-                continue
             except AudioError as error:
                 skipped.append(str(error))
-                continue
-        if rate < least:
+        elif rate < least:
             skipped.append(f"{path}: recorded at {rate} Hz (minimum {least} Hz)")
     return skipped
 
