@@ -158,7 +158,15 @@ def test_demo_speaks_and_judges_each_voice(tiny_base, tmp_path):
     assert "WER over 2 sentences" in result.output and "predicted MOS" in result.output and "MOS" in result.output
     # Beside the start speaker's and the peer's: Piper joe on the same sentences (the judges extra ships it).
     assert "start speaker on the base" in result.output and "Piper joe:" in result.output
-    assert (tmp_path / "demo" / "voices" / "piper-joe" / "voice_card.json").is_file()
+    card = tmp_path / "demo" / "voices" / "piper-joe" / "voice_card.json"
+    assert json.loads(card.read_text())["steps"] == 2
+    # Run again into the same folder: its voice is swapped for the new one, not refused, not kept.
+    again = runner.invoke(
+        app,
+        ["demo", "--model", str(tiny_base), "--speakers", "m3", "--sentences", "1", "--out", str(tmp_path / "demo"),
+         "--adapt-steps", "3", "--voice-sentences", "1"],
+    )  # fmt: skip
+    assert again.exit_code == 0 and json.loads(card.read_text())["steps"] == 3, again.output
 
 
 def test_the_demo_on_a_piper_base_adapts_another_voice_than_the_base(tiny_base):
