@@ -27,8 +27,31 @@ def test_load_44k_stereo_wav(tmp_path: Path) -> None:
     audio = load_audio(path)
     assert audio.dtype == np.float32 and audio.ndim == 1
     assert abs(len(audio) - 1.5 * SAMPLE_RATE) <= 1
-    # Mono is the channel mean: a full-level left channel over a silent right one gives half level.
-    assert np.abs(audio[1000:-1000]).max() == pytest.approx(0.25, abs=0.01)
+    # A silent channel is left out of the mono mix: the left channel at its own level, not half of it.
+    assert np.abs(audio[1000:-1000]).max() == pytest.approx(0.5, abs=0.01)
+    # Two live channels are averaged (the right one 6 dB under the left).
+    sf.write(path, np.stack([left, left / 2], axis=1), 44_100, subtype="PCM_16")
+    assert np.abs(load_audio(path)[1000:-1000]).max() == pytest.approx(0.375, abs=0.01)
+
+
+def test_a_stereo_aac_keeps_its_channels_until_mixed(tmp_path: Path) -> None:
+    """FFmpeg's decoding (what libsndfile does not read) gives every channel, mixed as a WAV's are: one live
+    channel at its own level (FFmpeg's own mix to mono had halved it)."""
+    import av
+
+    from chorus.audio.io import decode_with_av
+
+    left = _tone(1.0, 44_100)
+    path = tmp_path / "stereo.m4a"
+    with av.open(str(path), "w") as container:
+        stream = container.add_stream("aac", rate=44_100, layout="stereo")
+        frame = av.AudioFrame.from_ndarray(np.stack([left, np.zeros_like(left)]), format="fltp", layout="stereo")
+        frame.rate = 44_100
+        for packet in [*stream.encode(frame), *stream.encode(None)]:
+            container.mux(packet)
+    decoded, rate = decode_with_av(path)
+    assert rate == 44_100 and decoded.shape[1] == 2 and np.abs(decoded[:, 1]).max() < 1e-3
+    assert np.abs(load_audio(path)[2000:-2000]).max() == pytest.approx(0.5, abs=0.05)
 
 
 def test_load_16k_flac(tmp_path: Path) -> None:

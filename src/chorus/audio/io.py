@@ -13,6 +13,9 @@ import soxr
 from chorus.atomic import atomic_write
 
 SAMPLE_RATE = 22_050
+# A channel this far under a recording's loudest holds no part of it (a mic on one side of a stereo input, the
+# other channel's hiss or crosstalk): averaged in, it would halve the sound, 6 dB quieter.
+SILENT_CHANNEL_DB = 30.0
 
 
 class AudioError(ValueError):
@@ -43,10 +46,21 @@ def load_audio(path: str | os.PathLike, sample_rate: int = SAMPLE_RATE, min_rate
         raise AudioError(f"{path}: audio contains NaN or infinite samples")
     if rate < min_rate:
         raise AudioError(f"{path}: recorded at {rate} Hz (minimum {min_rate} Hz)")
-    mono = audio.mean(axis=1)
+    mono = downmix(audio)
     if rate != sample_rate and mono.size:
         mono = soxr.resample(mono, rate, sample_rate, quality="HQ")
     return np.ascontiguousarray(mono, dtype=np.float32)
+
+
+def downmix(audio: np.ndarray) -> np.ndarray:
+    """``audio`` ``[samples, channels]`` as mono ``[samples]``: the mean of the channels that carry the sound,
+    leaving out any :data:`SILENT_CHANNEL_DB` or more under the loudest (a stereo file with one live channel
+    is that channel, not half of it)."""
+    if audio.shape[1] == 1:
+        return audio[:, 0]
+    power = np.mean(np.square(audio, dtype=np.float64), axis=0)
+    live = power >= power.max() * 10 ** (-SILENT_CHANNEL_DB / 10)
+    return audio[:, live].mean(axis=1, dtype=np.float64).astype(audio.dtype)
 
 
 def recorded_rate(path: str | os.PathLike) -> int | None:
@@ -76,7 +90,7 @@ class AudioTooLong(AudioError):
 def decode_with_av(
     source: str | os.PathLike | BinaryIO, max_seconds: float | None = None
 ) -> tuple[np.ndarray, int] | None:
-    """``([samples, 1] float32, rate)`` of any audio FFmpeg decodes (AAC/M4A, WebM, ...: what libsndfile
+    """``([samples, channels] float32, rate)`` of any audio FFmpeg decodes (AAC/M4A, WebM, ...: what libsndfile
     does not read), from a path or a binary file; None if it is not such audio.
 
     ``max_seconds`` bounds the work, whatever the container says or hides: a duration in its metadata over
@@ -93,11 +107,13 @@ def decode_with_av(
             if max_seconds is not None and declared is not None and declared > max_seconds:
                 raise AudioTooLong(declared, max_seconds)
             limit = None if max_seconds is None else int(max_seconds * rate)
-            resampler = av.AudioResampler(format="flt", layout="mono", rate=rate)
+            channels = len(stream.layout.channels) if stream.layout else 1
+            layout = stream.layout.name if stream.layout else "mono"
+            resampler = av.AudioResampler(format="flt", layout=layout, rate=rate)  # packed: samples interleaved
             chunks, samples = [], 0
             for frame in container.decode(stream):
                 for out in resampler.resample(frame):
-                    chunks.append(out.to_ndarray().reshape(-1))
+                    chunks.append(out.to_ndarray().reshape(-1, channels))
                     samples += len(chunks[-1])
                 if limit is not None and samples > limit:
                     raise AudioTooLong(samples / rate, max_seconds)
@@ -107,7 +123,7 @@ def decode_with_av(
         return None
     if not chunks:
         return None
-    return np.concatenate(chunks)[:, None].astype(np.float32), rate
+    return np.concatenate(chunks).astype(np.float32), rate
 
 
 def _declared_seconds(container, stream) -> float | None:

@@ -24,7 +24,7 @@ from rich.progress import Progress
 from rich.table import Table
 from rich.text import Text
 
-from chorus.audio.io import AudioTooLong, decode_with_av
+from chorus.audio.io import AudioTooLong, decode_with_av, downmix
 from chorus.audio.speech_activity import SpeechActivity, speech_activity
 from chorus.data.formats import DatasetFormatError, Utterance, audio_path, discover
 from chorus.text import TextFrontEnd
@@ -450,7 +450,7 @@ def _judge_sound(
     """The sound's own checks of a decoded clip ``audio`` ``[samples, channels]`` (silent, no speech heard) after
     its ``problems`` so far, and what it tells where it passes every one (its band, its noise)."""
     seconds = len(audio) / rate
-    mono = audio.mean(axis=1, dtype=np.float64)
+    mono = downmix(audio).astype(np.float64)
     if not mono.any() and not audio.any():
         problems.append(problem("silent", "every sample is zero"))
         return _AudioStats(seconds, 0.0), problems

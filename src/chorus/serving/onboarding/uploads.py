@@ -20,7 +20,7 @@ from pathlib import Path, PurePosixPath
 import numpy as np
 import soundfile as sf
 
-from chorus.audio.io import AudioTooLong, decode_with_av
+from chorus.audio.io import AudioTooLong, decode_with_av, downmix
 from chorus.audio.silences import split_at_silences
 from chorus.data.check import channels_cancel, no_speech_problem, silence_problem, speech_seconds, tenths_down
 from chorus.data.formats import clip_names, names_columns  # uploads read a dataset as the data check does
@@ -208,7 +208,7 @@ def decode_recording(label: str, data: bytes, longest: float, limits: UploadLimi
         raise UploadError(f"{label}: zero-length audio")
     if audio.shape[0] > most:
         raise RecordingTooLong(label, audio.shape[0] / rate, longest, at_least=decoded is None)
-    mono = audio.mean(axis=1)
+    mono = downmix(audio)
     seconds = len(mono) / rate
     if seconds < limits.min_clip_seconds:
         raise UploadError(f"{label}: {seconds:.2f} s; a clip must last at least {limits.min_clip_seconds:g} s")
