@@ -4,18 +4,21 @@ noisy (``chorus.data.check.NOISY_SNR_DB``).
 
 Both read a voice-activity detector (:mod:`chorus.audio.speech_activity`, Silero VAD as faster-whisper ships it):
 
-* **no speech**: the seconds it hears as speech over the clip's sound by energy (``data.check.speech_seconds``);
+* **no speech**: the seconds it hears as speech over the seconds of the clip's sound (its frames within 30 dB
+  of the loudest: ``data.check.heard_fraction``);
 * **noisy**: a clip's speech windows' level over the level inside its pauses (``data.check.clip_snr_db``), and a
   dataset's, the median of its clips' (``data.check.dataset_snr_db``, each voice's clips here one dataset).
 
-Each clip is measured clean and mixed with noise (``chorus.audio.augment``: white, pink and room noise at 30, 20
-and 10 dB SNR; babble of four other voices at 20 and 10 dB); sounds that are not speech are made here (tones,
-harmonic tones, chords, arpeggios, mains hum, glides, white, pink, brown and room noise; 1-8 s, seeded).
+Each clip is measured clean, mixed with noise (``chorus.audio.augment``: white, pink and room noise at 30, 20
+and 10 dB SNR; babble of four other voices at 30, 20 and 10 dB), and twice with a 5 s pause between (quiet room
+tone, 50 dB under the speech); sounds that are not speech are made here (tones, harmonic tones, chords,
+arpeggios, mains hum, glides, white, pink, brown and room noise; 1-8 s, seeded).
 
 * **Calibration**: the training corpus's voices (``--corpus``), which set both bounds. No speech: the middle of
   the gap between the speech clips' lowest fraction heard (every condition) and the other sounds' highest,
   rounded to a tenth. Noisy: the middle of the gap between the clean datasets' lowest ratio and the highest of
-  the datasets at 20 dB SNR of white, pink or room noise, rounded to a whole dB (warned: 20 dB and worse).
+  the datasets at 20 dB SNR of white, pink or room noise, rounded to a whole dB (warned: 20 dB and worse). The
+  report says whether each rounded bound falls inside its gap.
 * **Figures**: the held-out voices (``--heldout``; nothing is chosen on them) and other sounds of another seed.
 
     python bench/speech_activity.py --corpus corpus_out/train --heldout corpus_out/heldout \\
@@ -34,12 +37,14 @@ import soundfile as sf
 
 from chorus.audio.augment import add_babble, add_noise, colored_noise
 from chorus.audio.speech_activity import speech_activity
-from chorus.data.check import NOISY_SNR_DB, CheckConfig, clip_snr_db, dataset_snr_db, speech_seconds
+from chorus.data.check import NOISY_SNR_DB, CheckConfig, clip_snr_db, dataset_snr_db, heard_fraction
 from chorus.data.formats import discover
 from run_record import LoadSampler, describe, provenance
 
 NOISES = ("white", "pink", "room")
-CONDITIONS = ("clean",) + tuple(f"{k} {snr} dB" for snr in (30, 20, 10) for k in (*NOISES, "babble"))
+PAUSED = "twice, a 5 s pause between"
+CONDITIONS = ("clean", *(f"{k} {snr} dB" for snr in (30, 20, 10) for k in (*NOISES, "babble")), PAUSED)
+TALKERS = 4  # voices in a babble
 WARNED = tuple(f"{k} 20 dB" for k in NOISES)  # the calibration's noisy side: what the warning is for
 SOUNDS = ("tone", "harmonic tone", "chord", "arpeggio", "hum", "glide", "white", "pink", "brown", "room")
 RATE = 22_050  # the sounds' rate
@@ -49,6 +54,9 @@ def through(condition: str, audio: np.ndarray, rate: int, talkers: list[np.ndarr
     """``audio`` at ``rate`` in ``condition`` (see :data:`CONDITIONS`)."""
     if condition == "clean":
         return audio
+    if condition == PAUSED:  # room tone 50 dB under the speech's power between two readings
+        tone = rng.standard_normal(5 * rate) * np.sqrt(np.mean(np.square(audio, dtype=np.float64)) / 1e5)
+        return np.concatenate([audio, tone.astype(audio.dtype), audio])
     kind, snr = condition.split()[0], float(condition.split()[1])
     if kind == "babble":
         return add_babble(audio, talkers, snr, rng)
@@ -78,8 +86,7 @@ def sound(kind: str, rng: np.random.Generator) -> np.ndarray:
 
 def measure(audio: np.ndarray, rate: int) -> dict:
     """What the check reads of one clip: the fraction heard as speech and the clip's noise ratio (or None)."""
-    heard, span = speech_activity(audio, rate), speech_seconds(audio, rate)
-    return {"heard": heard.speech_seconds / span if span else 0.0, "snr_db": clip_snr_db(heard)}
+    return {"heard": heard_fraction(audio, rate), "snr_db": clip_snr_db(speech_activity(audio, rate))}
 
 
 def measure_voices(root: Path, clips: int, seed: int) -> list[dict]:
@@ -92,7 +99,8 @@ def measure_voices(root: Path, clips: int, seed: int) -> list[dict]:
             recordings.append((folder.name, audio.mean(axis=1), rate))
     rows = []
     for voice, audio, rate in recordings:
-        others = [a for v, a, r in pick.sample(recordings, 12) if v != voice and r == rate][:4]
+        others = [a for v, a, r in pick.sample(recordings, len(recordings)) if v != voice and r == rate][:TALKERS]
+        assert len(others) == TALKERS, f"{voice}: too few other voices at {rate} Hz for a babble"
         for condition in CONDITIONS:
             mixed = through(condition, audio, rate, others, rng)
             rows.append({"voice": voice, "condition": condition, **measure(mixed, rate)})
@@ -115,21 +123,25 @@ def datasets(rows: list[dict]) -> dict[tuple[str, str], float | None]:
 
 
 def bounds(result: dict) -> dict:
-    """The calibration's two gaps and the bounds the rules give."""
+    """The calibration's two gaps, the bounds the rules give and whether each falls inside its gap."""
     speech = min(r["heard"] for r in result["calibration"])
     other = max(r["heard"] for r in result["calibration_sounds"])
     ratios = datasets(result["calibration"])
     clean = [v for (_, c), v in ratios.items() if c == "clean" and v is not None]
     noisy = [v for (_, c), v in ratios.items() if c in WARNED and v is not None]
+    heard_bound = round((speech + other) / 2, 1)
+    snr_bound = float(round((min(clean) + max(noisy)) / 2)) if clean and noisy else float("nan")
     return {
         "speech_lowest": round(speech, 2),
         "other_highest": round(other, 2),
-        "heard_bound": round((speech + other) / 2, 1),
-        "clean_lowest": round(min(clean), 1),
+        "heard_bound": heard_bound,
+        "heard_bound_in_gap": other < heard_bound <= speech,
+        "clean_lowest": round(min(clean), 1) if clean else None,
         "clean_n": len(clean),
-        "noisy_highest": round(max(noisy), 1),
+        "noisy_highest": round(max(noisy), 1) if noisy else None,
         "noisy_n": len(noisy),
-        "snr_bound": float(round((min(clean) + max(noisy)) / 2)),
+        "snr_bound": snr_bound,
+        "snr_bound_in_gap": bool(clean and noisy and max(noisy) < snr_bound <= min(clean)),
         "voices": len({r["voice"] for r in result["calibration"]}),
     }
 
@@ -174,14 +186,17 @@ def report(result: dict) -> str:
         "",
         f"Calibration, the training corpus's {b['voices']} voices: speech clips (every condition) have "
         f"{b['speech_lowest']} of their sound or more heard as speech, the sounds that are not speech "
-        f"{b['other_highest']} or less. The rule (the middle of the gap, to a tenth) gives {b['heard_bound']:g}; "
-        f"Chorus leaves out a clip under {config.min_heard_fraction:g}"
+        f"{b['other_highest']} or less. The rule (the middle of the gap, to a tenth) gives {b['heard_bound']:g}"
+        + (" (inside the gap); " if b["heard_bound_in_gap"] else " (**not inside the gap**); ")
+        + f"Chorus leaves out a clip under {config.min_heard_fraction:g}"
         + same(config.min_heard_fraction, b["heard_bound"]),
         "",
         f"Noisy: the clean voices that tell a ratio ({b['clean_n']}) read {b['clean_lowest']} dB or more, the voices "
         f"at 20 dB SNR of {', '.join(NOISES)} noise that tell one ({b['noisy_n']}) {b['noisy_highest']} dB or less. The "
-        f"rule (the middle of the gap, to a whole dB) gives {b['snr_bound']:g} dB; Chorus warns below "
-        f"{NOISY_SNR_DB:g} dB" + same(NOISY_SNR_DB, b["snr_bound"]),
+        f"rule (the middle of the gap, to a whole dB) gives {b['snr_bound']:g} dB"
+        + (" (inside the gap); " if b["snr_bound_in_gap"] else " (**not inside the gap**); ")
+        + f"Chorus warns below {NOISY_SNR_DB:g} dB"
+        + same(NOISY_SNR_DB, b["snr_bound"]),
         "",
         "## Figures: held-out voices (nothing chosen on them)",
         "",
@@ -206,7 +221,7 @@ def main() -> None:
     parser.add_argument("--sounds", type=int, default=20, help="sounds of each kind, per split")
     parser.add_argument("--out", type=Path, default=Path("bench/results/speech_activity"))
     args = parser.parse_args()
-    record = provenance(1, "audio.speech_activity.speech_activity + data.check.speech_seconds, clip_snr_db")
+    record = provenance(1, "data.check.heard_fraction, clip_snr_db (audio.speech_activity)")
     with LoadSampler() as load:
         result = {
             "provenance": record,

@@ -54,6 +54,7 @@ from chorus.serving.onboarding.job_runner import JobRunner, OnboardingJob  # noq
 from chorus.serving.onboarding.refinement import CHECK_SENTENCES, RefinementCheck, WordCheck  # noqa: E402
 from chorus.serving.onboarding.uploads import (  # noqa: E402
     RecordingTooLong,
+    clip_speech_seconds,
     parse_transcripts,
     prepare_archive,
     prepare_clips,
@@ -303,6 +304,20 @@ def test_uploads_of_any_common_format_and_length_without_transcripts(new_voice_d
         prepare_clips(clips[:1], {"long.aac": "Some words."}, tmp_path / "again", limits)
     with pytest.raises(UploadError, match="AAC/M4A or WebM"):
         prepare_clips([("x.m4a", b"not audio at all" * 100)], None, tmp_path / "bad", limits)
+    # Without transcripts a recording is judged in the pieces the job cuts it into: long pauses of room tone
+    # between its sentences are no fault, and the speech counted is its pieces' that hold speech; a recording
+    # with no piece of speech is refused, as the job would leave every piece out.
+    rng = np.random.default_rng(0)
+    pause = (10 ** (-55 / 20) * rng.standard_normal(5 * 22050)).astype(np.float32)
+    sentences = [load_audio(w) for w in wavs]
+    paused = np.concatenate([part for sentence in sentences for part in (sentence, pause)])
+    hum = 0.3 * np.sin(2 * np.pi * 100 * np.arange(8 * 22050) / 22050).astype(np.float32)
+    both = np.concatenate([paused, hum])
+    assert clip_speech_seconds(both, 22050, False) == pytest.approx(clip_speech_seconds(paused, 22050, False))
+    assert clip_speech_seconds(paused, 22050, False) > 25
+    prepare_clips([("paused.mp3", encode_whole(paused, 22050, "mp3"))], None, tmp_path / "paused", UploadLimits())
+    with pytest.raises(UploadError, match="hum.mp3: no speech heard \\(a voice-activity detector hears"):
+        prepare_clips([("hum.mp3", encode_whole(hum, 22050, "mp3"))], None, tmp_path / "hum", limits)
     # By default a transcribed clip is bounded as the job's data check bounds it (a 25 s one had been taken
     # at upload, then failed the job).
     clip = encode_whole(audio[: 25 * 22050], 22050, "mp3")

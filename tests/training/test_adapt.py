@@ -423,7 +423,7 @@ def test_the_card_says_which_clips_were_left_out_and_what_the_rest_are_warned_of
     )
     output = " ".join(result.output.split())
     assert result.exit_code == 0 and "warning: 14 of the 14 usable clips hold nothing above 4.2 kHz" in output, output
-    assert "warning: the speech stands" in output and "a tone, music, noise (or a whisper)?" in output, output
+    assert "warning: the speech stands" in output and "a tone, music, noise, or a whisper?" in output, output
     notes = json.loads((voice / "voice_card.json").read_text())["notes"]
     assert notes["skipped_clips"] == "2 (1 clipped, 1 no_speech)" and notes["narrow_band"].startswith("14 of the 14")
     assert notes["noisy"].startswith("the speech stands "), notes

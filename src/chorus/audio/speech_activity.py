@@ -11,8 +11,8 @@ less (bench/speech_activity.py).
 
 The same windows give a recording's signal-to-noise ratio without a clean reference: the level of its
 speech windows over the level inside its pauses. A level rule alone cannot tell them (the quietest frames of
-a clip with few pauses are quiet speech, not noise); the detector says which windows are words. Babble is
-speech to it, so a recording in a crowd shows no pause to measure.
+a clip with few pauses are quiet speech, not noise); the detector says which windows are words. A crowd's
+babble is speech to it, so a recording in a crowd shows few pauses to measure.
 """
 
 from __future__ import annotations
@@ -27,8 +27,12 @@ VAD_RATE = 16_000  # the detector's sample rate
 WINDOW = 512  # samples per detector window at VAD_RATE (32 ms)
 WINDOW_SECONDS = WINDOW / VAD_RATE
 SPEECH_PROBABILITY = 0.5  # a window at or above this is speech (faster-whisper's and Silero's default)
-NON_SPEECH_PROBABILITY = 0.15  # ... at or below this, no speech (between, unsure: neither level counts it)
-_DIGITAL_ZERO_DB = -100.0  # windows this quiet are an editor's zeros, not a room: they tell no noise floor
+# A pause: a run of at least PAUSE_WINDOWS windows at or under PAUSE_PROBABILITY (noise lifts a pause's
+# windows to 0.15-0.3; a word's quiet middle is shorter). Its first and last windows hold the tails of the
+# words beside it: only the windows inside it are the recording's noise.
+PAUSE_PROBABILITY = 0.3
+PAUSE_WINDOWS = 5  # 160 ms
+_DIGITAL_ZERO_DB = -100.0  # windows this quiet are digital zeros: silence, counted at this level
 
 
 @dataclass(frozen=True)
@@ -36,11 +40,11 @@ class SpeechActivity:
     """What the detector heard in one recording.
 
     ``speech_seconds``: windows heard as speech, times their length. ``speech_db`` / ``noise_db``: the median
-    level (dBFS) of the speech windows and of the windows with no speech that are not digital zeros; None
-    where the recording has no such window (no speech heard; no pause, or pauses of digital silence).
+    level (dBFS) of the speech windows and of the windows inside pauses (:data:`PAUSE_WINDOWS`), where
+    digital zeros count as silence at -100 dB but for an editor's padding before the first sound and after the
+    last (it tells nothing of the room); None where the recording has no such window.
     """
 
-    seconds: float
     speech_seconds: float
     speech_db: float | None
     noise_db: float | None
@@ -63,8 +67,9 @@ def speech_probabilities(mono: np.ndarray, rate: int) -> tuple[np.ndarray, np.nd
     audio = np.pad(audio, (0, -len(audio) % WINDOW))
     if not len(audio):
         return np.zeros(0, np.float32), np.zeros(0)
-    probabilities = np.asarray(get_vad_model()(audio), dtype=np.float32).reshape(-1)
+    # Levels first: faster-whisper's model zeroes the last 64 samples of the array it is given.
     energy = np.mean(np.square(audio.reshape(-1, WINDOW), dtype=np.float64), axis=1)
+    probabilities = np.asarray(get_vad_model()(audio), dtype=np.float32).reshape(-1)
     return probabilities, 10 * np.log10(energy + 1e-20)
 
 
@@ -72,15 +77,25 @@ def speech_activity(mono: np.ndarray, rate: int) -> SpeechActivity:
     """What the detector hears in ``mono`` ``[samples]`` at ``rate``: see :class:`SpeechActivity`."""
     probabilities, levels = speech_probabilities(mono, rate)
     speech = probabilities >= SPEECH_PROBABILITY
-    quiet = probabilities <= NON_SPEECH_PROBABILITY
-    # A pause's first and last windows hold the tails of the words beside it (espeak-ng's pauses are digital
-    # zeros but for those): only the windows inside a pause, whose neighbours hold no speech either, are noise.
-    inside = quiet & np.concatenate([[True], quiet[:-1]]) & np.concatenate([quiet[1:], [True]])
-    between = inside & (levels > _DIGITAL_ZERO_DB)
+    between = _inside_pauses(probabilities <= PAUSE_PROBABILITY)
+    sounding = np.flatnonzero(levels > _DIGITAL_ZERO_DB)
+    if len(sounding):  # padding of zeros before the first sound and after the last is no pause
+        between[: sounding[0]] = between[sounding[-1] + 1 :] = False
+    floored = np.maximum(levels, _DIGITAL_ZERO_DB)
     return SpeechActivity(
-        seconds=len(mono) / rate,
         speech_seconds=float(speech.sum()) * WINDOW_SECONDS,
         speech_db=float(np.median(levels[speech])) if speech.any() else None,
-        noise_db=float(np.median(levels[between])) if between.any() else None,
+        noise_db=float(np.median(floored[between])) if between.any() else None,
         noise_windows=int(between.sum()),
     )
+
+
+def _inside_pauses(quiet: np.ndarray) -> np.ndarray:
+    """The windows inside the runs of at least :data:`PAUSE_WINDOWS` True in ``quiet`` ``[windows]``: each run
+    without its first and last window."""
+    edges = np.flatnonzero(np.diff(np.concatenate([[0], quiet.astype(np.int8), [0]])))
+    inside = np.zeros(len(quiet), dtype=bool)
+    for start, end in zip(edges[::2], edges[1::2], strict=True):
+        if end - start >= PAUSE_WINDOWS:
+            inside[start + 1 : end - 1] = True
+    return inside

@@ -124,8 +124,8 @@ def _two_people(report: DatasetReport) -> str | None:
     with console.status("listening for a second voice (Chorus's speaker encoder)"):
         try:
             check_one_speaker(report.root, report.valid_utterances())
-        except DataRefused as refused:
-            return str(refused)
+        except DataRefused as refused:  # its reason, and this command's advice (adapt's flag trains anyway)
+            return f"{refused.reason} (`chorus adapt --no-one-speaker-check` trains anyway)"
     return None
 
 

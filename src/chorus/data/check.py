@@ -41,7 +41,7 @@ PROBLEM_KINDS: dict[str, str] = {
     "low_sample_rate": "recorded at too low a rate: a phone line's 8 kHz lacks the voice's upper band",
     "clipped": "too many samples at full scale",
     "silent": "no audible signal",
-    "no_speech": "a voice-activity detector hears no speech in it: a tone, music, noise (or a whisper)?",
+    "no_speech": "a voice-activity detector hears too little of it as speech: a tone, music, noise, or a whisper?",
     "too_short": "shorter than the minimum clip length",
     "too_long": "longer than the maximum clip length",
     "empty_text": "the transcript is empty",
@@ -82,14 +82,14 @@ VOICE_MIN_SPEECH_SECONDS = 25.0
 NARROW_BAND_HZ = 4_200.0
 NARROW_BAND_DB = -54.0
 
-# Recordings whose speech stands less than NOISY_SNR_DB above the noise between words are warned of (a voice
+# Recordings whose speech stands less than NOISY_SNR_DB above what their pauses hold are warned of (a voice
 # learns a recording's noise), not refused. The speech and the pauses are told apart by a voice-activity
 # detector (chorus.audio.speech_activity); a clip tells its noise where it has MIN_NOISE_WINDOWS windows inside
 # pauses, and the dataset's ratio is the median of its usable clips' where MIN_NOISY_CLIPS clips tell one. Set
 # on the corpus's 36 training voices, 12 clips each as a dataset (bench/speech_activity.py: the middle of the
-# gap between the clean voices that tell a ratio, 37.1 dB or more, and the voices at 20 dB SNR of white, pink or
-# room noise, 31.8 dB or less). Babble is heard as speech, so a recording in a crowd tells no noise.
-NOISY_SNR_DB = 34.0
+# gap between the clean voices that tell a ratio, 37.0 dB or more, and the voices at 20 dB SNR of white, pink or
+# room noise, 21.9 dB or less). A crowd's babble is speech to the detector: at 10 dB no pause is left to measure.
+NOISY_SNR_DB = 29.0
 MIN_NOISE_WINDOWS = 3
 MIN_NOISY_CLIPS = 3
 
@@ -105,10 +105,12 @@ class CheckConfig:
     min_sample_rate: int = 16_000
     clip_level: float = 0.999  # |sample| at or above this counts as clipped
     max_clipped_fraction: float = 0.001
-    # Of the sound by energy, what a voice-activity detector must hear as speech (bench/speech_activity.py: the
-    # middle of the gap between the corpus's speech clips, clean or noisy, 0.66 or more, and tones, chords, hum
-    # and noise, 0.02 or less).
-    min_heard_fraction: float = 0.3
+    # Of a clip's sound (its frames within sound_range_db of the loudest: a pause's silence or quiet room tone is
+    # none), what a voice-activity detector must hear as speech (bench/speech_activity.py: the middle of the gap
+    # between the corpus's speech clips, clean or noisy, 0.68 or more, and tones, chords, hum and noise, 0.02 or
+    # less).
+    min_heard_fraction: float = 0.4
+    sound_range_db: float = 30.0
     silence_dbfs: float = -60.0  # whole-clip RMS below this is silence...
     quiet_frame_dbfs: float = -40.0  # ...and so is a clip with no 25 ms frame louder than this
     speech_range_db: float = 40.0  # frames within this of the loudest one count as speech...
@@ -201,15 +203,19 @@ class DatasetReport:
         return {name: note for name, note in notes if note is not None}
 
     def noisy_note(self) -> str | None:
-        """A warning where the usable clips' speech stands less than NOISY_SNR_DB above the noise between
-        words (the median of the clips that tell it, where MIN_NOISY_CLIPS do), else None."""
-        measured = [self.snr_db[u.key] for u in self.valid_utterances() if u.key in self.snr_db]
-        if (snr := dataset_snr_db(measured)) is None or snr >= NOISY_SNR_DB:
+        """A warning where the usable clips' speech stands less than NOISY_SNR_DB above what their pauses hold
+        (the median of the clips that tell it, where MIN_NOISY_CLIPS do), naming the three that stand least;
+        else None."""
+        measured = {u: self.snr_db[u.key] for u in self.valid_utterances() if u.key in self.snr_db}
+        if (snr := dataset_snr_db(list(measured.values()))) is None or snr >= NOISY_SNR_DB:
             return None
+        least = sorted(measured, key=measured.get)[:3]
+        named = ", ".join(f"{u.audio_path.name} {measured[u]:.0f} dB" for u in least)
+        level = f"stands {snr:.0f} dB above" if snr >= 0 else f"is {-snr:.0f} dB under"
         return (
-            f"the speech stands {snr:.0f} dB above the noise between words (the median of {len(measured)} clips; "
-            f"clean recordings {NOISY_SNR_DB:g} dB or more): a voice learns a recording's noise; record in a "
-            "quieter room, or closer to the microphone, where you can"
+            f"the speech {level} what its pauses hold (noise, hum, music or echo; the median of {len(measured)} "
+            f"clips; the least: {named}; clean recordings {NOISY_SNR_DB:g} dB or more): a voice learns what its "
+            "recordings hold besides the voice; record in a quieter room, or closer to the microphone, where you can"
         )
 
     def narrow_band_note(self) -> str | None:
@@ -276,6 +282,7 @@ class _AudioStats:
     speech_seconds: float  # from the first to the last frame with speech energy
     narrow_band: bool = False  # nothing above NARROW_BAND_HZ
     snr_db: float | None = None  # speech over the noise between words, where the clip has pauses to tell it
+    heard_seconds: float = 0.0  # what a voice-activity detector hears as speech (0 for a clip left out)
 
 
 def check_dataset(
@@ -371,16 +378,19 @@ def _check_text(utt: Utterance, count: int | str) -> list[Problem]:
 
 def _check_rate(utt: Utterance, count: int, stats: _AudioStats, config: CheckConfig) -> list[Problem]:
     """A transcript that is far too long or short for the speech in its clip is usually the wrong one."""
-    if stats.speech_seconds <= 0:  # no frame of speech: the silence checks speak for such a clip
+    # The speech a voice-activity detector hears, not the span from the first word to the last: a long pause
+    # inside a clip is no speech, and a clip's fading last words are (the span's energy rule can take them for
+    # a room's floor).
+    if stats.heard_seconds <= 0:  # no speech: the silence and no-speech checks speak for such a clip
         return []
-    rate = count / stats.speech_seconds
+    rate = count / stats.heard_seconds
     if config.min_phonemes_per_second <= rate <= config.max_phonemes_per_second:
         return []
     return [
         Problem(
             utt.source,
             "text_length",
-            f"{count} phonemes in {stats.speech_seconds:.2f} s of speech = {rate:.1f}/s "
+            f"{count} phonemes in {stats.heard_seconds:.2f} s of speech = {rate:.1f}/s "
             f"(expected {config.min_phonemes_per_second:g}-{config.max_phonemes_per_second:g}/s): "
             f"wrong transcript or audio?",
             utt,
@@ -460,12 +470,13 @@ def _judge_sound(
         problems.append(problem("silent", _why_silent(audio, rms_db, loudest, config)))
         return _AudioStats(seconds, 0.0), problems
     span = _speech_span(frame_db, seconds, rate, config)
-    heard = speech_activity(mono, rate)
-    if no_speech := _why_no_speech(heard, span, config):
-        problems.append(problem("no_speech", no_speech))
-    if problems:  # a clip left out for its audio is not judged further
+    if problems:  # a clip left out already is not judged further
         return _AudioStats(seconds, span), problems
-    return _AudioStats(seconds, span, upper_band_db(mono, rate) < NARROW_BAND_DB, clip_snr_db(heard)), problems
+    heard = speech_activity(mono, rate)
+    if no_speech := _why_no_speech(heard, _sound_seconds(frame_db, config), config):
+        return _AudioStats(seconds, span), [problem("no_speech", no_speech)]
+    narrow = upper_band_db(mono, rate) < NARROW_BAND_DB
+    return _AudioStats(seconds, span, narrow, clip_snr_db(heard), heard.speech_seconds), problems
 
 
 def clip_snr_db(heard: SpeechActivity) -> float | None:
@@ -481,20 +492,34 @@ def dataset_snr_db(clips_snr_db: list[float]) -> float | None:
 
 
 def no_speech_problem(mono: np.ndarray, rate: int, config: CheckConfig = CheckConfig()) -> str | None:
-    """Why the data check leaves ``mono`` ``[samples]`` out as holding no speech (its "no_speech" problem's
-    message), or None: an upload refuses what its job would leave out."""
-    return _why_no_speech(speech_activity(mono, rate), speech_seconds(mono, rate, config), config)
+    """Why the data check leaves ``mono`` ``[samples]`` out as holding too little speech (its "no_speech"
+    problem's message), or None: an upload refuses what its job would leave out."""
+    return _why_no_speech(speech_activity(mono, rate), _sound_seconds(_levels(mono, rate)[0], config), config)
 
 
-def _why_no_speech(heard: SpeechActivity, span_seconds: float, config: CheckConfig) -> str | None:
-    """The "no_speech" problem's message where the detector heard too little of a clip's ``span_seconds`` of
-    sound (by energy) as speech, else None."""
-    if heard.speech_seconds >= config.min_heard_fraction * span_seconds:
+def heard_fraction(mono: np.ndarray, rate: int, config: CheckConfig = CheckConfig()) -> float:
+    """What a voice-activity detector hears as speech of ``mono`` ``[samples]``'s sound (0 where it has none):
+    the statistic ``config.min_heard_fraction`` bounds."""
+    sound = _sound_seconds(_levels(mono, rate)[0], config)
+    return speech_activity(mono, rate).speech_seconds / sound if sound else 0.0
+
+
+def _sound_seconds(frame_db: np.ndarray, config: CheckConfig) -> float:
+    """Seconds of the frames of ``frame_db`` ``[frames]`` within ``config.sound_range_db`` of the loudest: the
+    sound a voice-activity detector should hear as speech. A pause's silence or quiet room tone is none of it,
+    so a clip with a long pause inside is judged by its sound; a tone or steady noise is sound throughout."""
+    return float(np.sum(frame_db >= frame_db.max() - config.sound_range_db)) * _FRAME_SECONDS
+
+
+def _why_no_speech(heard: SpeechActivity, sound_seconds: float, config: CheckConfig) -> str | None:
+    """The "no_speech" problem's message where the detector heard too little of a clip's ``sound_seconds`` of
+    sound (:func:`_sound_seconds`) as speech, else None."""
+    if heard.speech_seconds >= config.min_heard_fraction * sound_seconds:
         return None
     return (
-        f"a voice-activity detector hears speech in {heard.speech_seconds:.1f} s of its {span_seconds:.1f} s of "
-        f"sound (at least {config.min_heard_fraction:.0%}): a tone, music, noise (or a whisper)? Export the recording "
-        "of the speech"
+        f"a voice-activity detector hears {heard.speech_seconds:.1f} s of speech in its {sound_seconds:.1f} s of "
+        f"sound (it must hear at least {config.min_heard_fraction:.0%}): a tone, music, noise, or a whisper? Export "
+        "the recording of the speech"
     )
 
 

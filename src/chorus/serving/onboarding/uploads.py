@@ -127,7 +127,9 @@ class _DatasetWriter:
         speech = clip_speech_seconds(mono, rate, transcribed=text is not None)
         if speech == 0 and (silent := silence_problem(mono, rate)):  # a clip too quiet, named, not a sum of 0 s
             raise UploadError(f"{label}: no speech heard ({silent})")
-        if no_speech := no_speech_problem(mono, rate):  # a tone, music, noise: the job's data check leaves it out
+        # A tone, music or noise, which the job's data check would leave out: a transcribed clip as it is, a
+        # recording without one where none of its pieces holds speech.
+        if (text is not None or speech == 0) and (no_speech := no_speech_problem(mono, rate)):
             raise UploadError(f"{label}: no speech heard ({no_speech})")
         self.speech_seconds += speech
         if self.seconds > limits.max_total_seconds:
@@ -158,11 +160,12 @@ class _DatasetWriter:
 def clip_speech_seconds(mono: np.ndarray, rate: int, transcribed: bool) -> float:
     """The speech an uploaded clip ``[samples]`` gives the onboarding job's data check: a transcribed clip's from
     its first to its last frame of speech; one without a transcript is cut at its silences first, as the job cuts
-    it for Whisper, and its pieces' speech summed (an upper bound: a piece Whisper finds no words in is left out
-    there)."""
+    it for Whisper, and the speech of its pieces that the check would keep summed (those a voice-activity
+    detector hears speech in; an upper bound: a piece Whisper finds no words in is left out there)."""
     if transcribed:
         return speech_seconds(mono, rate)
-    return sum(speech_seconds(piece, rate) for piece in split_at_silences(mono, rate))
+    pieces = split_at_silences(mono, rate)
+    return sum(speech_seconds(piece, rate) for piece in pieces if no_speech_problem(piece, rate) is None)
 
 
 def decode_recording(label: str, data: bytes, longest: float, limits: UploadLimits) -> tuple[np.ndarray, int]:
