@@ -290,7 +290,8 @@ def espeak_voice(folder: Path, variant: str, sentences: list[str]) -> Path:
 CUSTOM_VOICE_SAMPLE = (
     "The birch canoe slid on the smooth planks. Glue the sheet to the dark blue background. "
     "It is easy to tell the depth of a well. These days a chicken leg is a rare dish. "
-    "Rice is often served in round bowls."
+    "Rice is often served in round bowls. The juice of lemons makes fine punch. "
+    "The box was thrown beside the parked truck."
 )
 
 
@@ -307,8 +308,8 @@ def heard_as(text: str, audio: np.ndarray, rate: int):
 
 @pytest.fixture(scope="session")
 def custom_voice_recordings(tmp_path_factory) -> dict[str, Path]:
-    """For OpenAI-style custom voices, by espeak-ng: michel reads the consent phrase ("consent") and a 12 s
-    sample ("sample"); m8, another speaker, the same sample ("other"). Neither is in the speaker check's
+    """For OpenAI-style custom voices, by espeak-ng: michel reads the consent phrase ("consent") and a 16 s
+    sample ("sample": 13 s of speech as the detector hears it); m8, another speaker, the same sample ("other"). Neither is in the speaker check's
     cohort (which has the base's training voices, f4 and m3 among them): a cohort speaker's own recordings
     are normalized against themselves, which no real owner meets."""
     from chorus.serving.settings import CONSENT_PHRASES

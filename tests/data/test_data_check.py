@@ -119,44 +119,36 @@ def test_clean_dataset_has_no_problems(lj_dataset: Path) -> None:
 
 
 def test_silence_before_and_after_speech_is_not_counted_as_speech(tmp_path: Path, speech) -> None:
-    """A clip of 1 s of tone between 2 s of room tone (-70 dBFS) and 3 s of digital silence: about 1 s of
-    speech by its energy, as uploads are held to; a spoken clip so padded, in the report's minutes."""
+    """Speech is what a voice-activity detector hears: a spoken sentence between 2 s of room tone (-70 dBFS) and
+    3 s of digital silence, or between a laptop's room noise and the clicks of a recording starting and stopping,
+    holds the sentence's speech, in what uploads are held to and in the report's minutes; a tone, a hum or a
+    square wave hold none, however loud."""
     rng = np.random.default_rng(0)
-    tone = 0.3 * np.sin(2 * np.pi * 220 * np.arange(RATE) / RATE)
-    room = 10 ** (-70 / 20) * rng.standard_normal(2 * RATE)
-    clip = np.concatenate([room, tone, np.zeros(3 * RATE)]).astype(np.float32)
-    assert speech_seconds(clip, RATE) == pytest.approx(1.0, abs=0.06)
-    assert speech_seconds(np.zeros(RATE, dtype=np.float32), RATE) == 0.0
-    # A laptop's room noise (-50 dBFS) around it, and a 20 ms click (-27 dBFS) as the recording starts and stops:
-    # within 40 dB of the loudest frame, but neither above the noise floor for long nor speech.
-    noise = 10 ** (-50 / 20) * rng.standard_normal(3 * RATE)
-    click = np.zeros(3 * RATE)
-    click[RATE // 10 : RATE // 10 + RATE // 50] = 10 ** (-27 / 20) * np.sqrt(2) * np.sin(np.arange(RATE // 50))
-    noisy = np.concatenate([noise + click, tone, noise + click[::-1]]).astype(np.float32)
-    assert speech_seconds(noisy, RATE) == pytest.approx(1.0, abs=0.06)
-    # A clip at one level throughout (a hum, heavy compression) is speech throughout, never none (a rate of
-    # phonemes per 0 s had crashed the check); digital zeros before the noise leave the noise recognized.
-    flat = np.full(2 * RATE, 0.1, dtype=np.float32) * np.sign(np.sin(np.arange(2 * RATE)))
-    assert speech_seconds(flat, RATE) == pytest.approx(2.0, abs=0.03)
-    zeros_first = np.concatenate([np.zeros(RATE // 2), noise, tone, noise]).astype(np.float32)
-    assert speech_seconds(zeros_first, RATE) == pytest.approx(1.0, abs=0.06)
     spoken, rate = sf.read(speech("Hello there.", tmp_path / "spoken.wav"), dtype="float32")
+    alone = speech_seconds(spoken, rate)
+    assert 0.5 < alone <= len(spoken) / rate + 0.05
     padded = np.concatenate([10 ** (-70 / 20) * rng.standard_normal(2 * rate), spoken, np.zeros(3 * rate)])
+    assert speech_seconds(padded, rate) == pytest.approx(alone, abs=0.1)
+    noise = 10 ** (-50 / 20) * rng.standard_normal(3 * rate)
+    click = np.zeros(3 * rate)
+    click[rate // 10 : rate // 10 + rate // 50] = 10 ** (-27 / 20) * np.sqrt(2) * np.sin(np.arange(rate // 50))
+    assert speech_seconds(np.concatenate([noise + click, spoken, noise + click[::-1]]), rate) == pytest.approx(
+        alone, abs=0.1
+    )
+    tone = 0.3 * np.sin(2 * np.pi * 220 * np.arange(rate) / rate)
+    flat = np.full(2 * rate, 0.1) * np.sign(np.sin(np.arange(2 * rate)))
+    assert speech_seconds(tone, rate) == speech_seconds(flat, rate) == speech_seconds(np.zeros(rate), rate) == 0.0
     (tmp_path / "wavs").mkdir()
     sf.write(tmp_path / "wavs" / "a.wav", padded.astype(np.float32), rate)
-    (tmp_path / "metadata.csv").write_text("a|Hello there.\n")  # about 8 phonemes a second of speech
-    sf.write(tmp_path / "wavs" / "flat.wav", flat, RATE)
+    sf.write(tmp_path / "wavs" / "flat.wav", flat.astype(np.float32), rate)
     (tmp_path / "metadata.csv").write_text("a|Hello there.\nflat|Hello there, hello there.\n")
     report = check_dataset(tmp_path, progress=False)
-    assert report.speech_durations[report.utterances[1].key] == pytest.approx(2.0, abs=0.03)
     assert report.with_problems([]) == report  # nothing found after it: the same report
-    (tmp_path / "wavs" / "flat.wav").unlink()
-    (tmp_path / "metadata.csv").write_text("a|Hello there.\n")
-    report = check_dataset(tmp_path, progress=False)
+    assert [(Path(p.source).name, p.kind) for p in report.problems] == [("flat.wav", "no_speech")]
     speaker = next(iter(report.speakers.values()))
     assert speaker.valid_seconds == pytest.approx(5 + len(spoken) / rate, abs=0.01)
-    assert speaker.valid_speech_seconds == pytest.approx(speech_seconds(spoken, rate), abs=0.06)
-    assert report.speech_durations == {report.utterances[0].key: speaker.valid_speech_seconds}
+    assert speaker.valid_speech_seconds == pytest.approx(alone, abs=0.1)
+    assert report.speech_durations[report.utterances[0].key] == speaker.valid_speech_seconds
     assert "0.1 min usable, 0.0 min of it speech" in report.summary()
     assert "| Speech minutes |" in report.to_markdown()
 

@@ -67,8 +67,8 @@ _FRAME_SECONDS = 0.025
 # server's uploads refuse less (AdaptConfig.min_minutes, UploadLimits.min_total_seconds), and `chorus data check`
 # says so of one speaker's folder. It was 30 s of audio; clips as recorded here carry 8-12 % of it as silence
 # before and after (the corpus's voices 8 %, the tests' espeak-ng voice 12 %), and Whisper's pieces of a
-# recording are cut with some, so 25 s of speech asks about what 30 s of audio did, of clips that are not
-# padded with silence or noise.
+# recording are cut with some, so 25 s of speech asks about what 30 s of audio did. Speech is what a
+# voice-activity detector hears: silence, room tone, noise or music around the words is not counted.
 VOICE_MIN_SPEECH_SECONDS = 25.0
 
 # A clip whose energy above NARROW_BAND_HZ is this far under its whole energy holds nothing up there: a phone
@@ -113,9 +113,6 @@ class CheckConfig:
     sound_range_db: float = 30.0
     silence_dbfs: float = -60.0  # whole-clip RMS below this is silence...
     quiet_frame_dbfs: float = -40.0  # ...and so is a clip with no 25 ms frame louder than this
-    speech_range_db: float = 40.0  # frames within this of the loudest one count as speech...
-    noise_margin_db: float = 10.0  # ...if this far above the noise floor at the clip's ends, where it has one...
-    min_speech_seconds: float = 0.1  # ...in a run this long at least (a click or a breath alone is no speech)
     min_phonemes_per_second: float = 4.0
     max_phonemes_per_second: float = 30.0
 
@@ -144,7 +141,8 @@ class SpeakerReport:
     valid_clips: int = 0
     seconds: float = 0.0  # all decodable audio
     valid_seconds: float = 0.0  # audio of the valid clips only
-    # The valid clips' speech: each from its first to its last frame of speech (silence around it not counted).
+    # The valid clips' speech: what a voice-activity detector hears as speech in each (silence, room tone, noise
+    # or music around and between the words not counted).
     valid_speech_seconds: float = 0.0
     problems: list[Problem] = field(default_factory=list)
 
@@ -167,7 +165,7 @@ class DatasetReport:
 
     ``problems`` lists dataset and metadata problems first, then each utterance's in metadata order;
     ``durations`` maps :attr:`Utterance.key` to seconds for every decodable clip, ``speech_durations`` to
-    the seconds from its first to its last frame of speech (0 for a silent one).
+    the seconds a voice-activity detector hears as speech in it (0 for a silent one).
     """
 
     root: Path
@@ -279,10 +277,9 @@ class _AudioStats:
     """What the checks need to know about one decoded clip."""
 
     seconds: float
-    speech_seconds: float  # from the first to the last frame with speech energy
+    speech_seconds: float  # what a voice-activity detector hears as speech
     narrow_band: bool = False  # nothing above NARROW_BAND_HZ
     snr_db: float | None = None  # speech over the noise between words, where the clip has pauses to tell it
-    heard_seconds: float = 0.0  # what a voice-activity detector hears as speech (0 for a clip left out)
 
 
 def check_dataset(
@@ -378,19 +375,17 @@ def _check_text(utt: Utterance, count: int | str) -> list[Problem]:
 
 def _check_rate(utt: Utterance, count: int, stats: _AudioStats, config: CheckConfig) -> list[Problem]:
     """A transcript that is far too long or short for the speech in its clip is usually the wrong one."""
-    # The speech a voice-activity detector hears, not the span from the first word to the last: a long pause
-    # inside a clip is no speech, and a clip's fading last words are (the span's energy rule can take them for
-    # a room's floor).
-    if stats.heard_seconds <= 0:  # no speech: the silence and no-speech checks speak for such a clip
+    # The speech a voice-activity detector hears: a long pause inside a clip is none of it.
+    if stats.speech_seconds <= 0:  # no speech: the silence and no-speech checks speak for such a clip
         return []
-    rate = count / stats.heard_seconds
+    rate = count / stats.speech_seconds
     if config.min_phonemes_per_second <= rate <= config.max_phonemes_per_second:
         return []
     return [
         Problem(
             utt.source,
             "text_length",
-            f"{count} phonemes in {stats.heard_seconds:.2f} s of speech = {rate:.1f}/s "
+            f"{count} phonemes in {stats.speech_seconds:.2f} s of speech = {rate:.1f}/s "
             f"(expected {config.min_phonemes_per_second:g}-{config.max_phonemes_per_second:g}/s): "
             f"wrong transcript or audio?",
             utt,
@@ -469,14 +464,13 @@ def _judge_sound(
     if _silent(rms_db, loudest, config):
         problems.append(problem("silent", _why_silent(audio, rms_db, loudest, config)))
         return _AudioStats(seconds, 0.0), problems
-    span = _speech_span(frame_db, seconds, rate, config)
-    if problems:  # a clip left out already is not judged further
-        return _AudioStats(seconds, span), problems
     heard = speech_activity(mono, rate)
+    if problems:  # a clip left out already is not judged further
+        return _AudioStats(seconds, heard.speech_seconds), problems
     if no_speech := _why_no_speech(heard, _sound_seconds(frame_db, config), config):
-        return _AudioStats(seconds, span), [problem("no_speech", no_speech)]
+        return _AudioStats(seconds, heard.speech_seconds), [problem("no_speech", no_speech)]
     narrow = upper_band_db(mono, rate) < NARROW_BAND_DB
-    return _AudioStats(seconds, span, narrow, clip_snr_db(heard), heard.speech_seconds), problems
+    return _AudioStats(seconds, heard.speech_seconds, narrow, clip_snr_db(heard)), problems
 
 
 def clip_snr_db(heard: SpeechActivity) -> float | None:
@@ -544,9 +538,7 @@ def upper_band_db(mono: np.ndarray, rate: int, block: int = 1 << 15) -> float:
     return float(10 * np.log10(above / (total + 1e-30) + 1e-30))
 
 
-_EDGE_SECONDS = 0.1  # how much of each end of a clip tells its floor
 _DIGITAL_ZERO_DB = -100.0  # frames this quiet are padding (digital zeros), not a room
-_NOISE_FLOOR_BELOW_DB = 20.0  # an end this far under the loudest frame is a floor (noise or silence), not speech
 _LEVEL_BLOCK_FRAMES = 1024  # frames squared at once: a long float32 recording is never copied whole as float64
 
 
@@ -587,62 +579,21 @@ def _silent(rms_db: float, loudest_frame_db: float, config: CheckConfig) -> bool
     return rms_db < config.silence_dbfs or loudest_frame_db < config.quiet_frame_dbfs
 
 
-def _speech_span(frame_db: np.ndarray, seconds: float, rate: int, config: CheckConfig) -> float:
-    """Seconds from the first to the last frame of speech in ``frame_db`` ``[frames]``, without the silence,
-    room noise and clicks before and after it.
-
-    A frame is speech when it is within ``config.speech_range_db`` of the loudest and above silence, in a run of
-    at least ``config.min_speech_seconds`` (where no run is that long, the longest). Where a clip starts (or
-    ends) on a floor well under its loudest frame (room noise: its first or last ``_EDGE_SECONDS`` of frames that
-    are not digital zeros, at least ``_NOISE_FLOOR_BELOW_DB`` down), its speech there must also stand
-    ``config.noise_margin_db`` above that floor. Quiet sounds inside the speech, and a clip of speech from its
-    first frame, are left alone; the loudest frame is always speech."""
-    frame = max(1, round(_FRAME_SECONDS * rate))
-    loudest = float(frame_db.max())
-    least = max(loudest - config.speech_range_db, config.silence_dbfs)
-    min_frames = max(1, round(config.min_speech_seconds / _FRAME_SECONDS))
-    edge = max(1, round(_EDGE_SECONDS / _FRAME_SECONDS))
-
-    def threshold(edge_levels: np.ndarray) -> float:
-        floor = float(np.median(edge_levels))
-        noisy = loudest - floor >= _NOISE_FLOOR_BELOW_DB
-        return min(loudest, max(least, floor + config.noise_margin_db) if noisy else least)
-
-    sounding = frame_db[frame_db > _DIGITAL_ZERO_DB]  # an editor's zeros before a room's noise tell no floor
-    first = _speech_runs(frame_db >= threshold(sounding[:edge]), min_frames)[0][0]
-    last = _speech_runs(frame_db >= threshold(sounding[-edge:]), min_frames)[1][-1]
-    if last <= first:  # the two ends' runs do not overlap: a clip of one short sound
-        starts, ends = _speech_runs(frame_db >= least, min_frames)
-        first, last = starts[0], ends[-1]
-    return min(seconds, float(last - first) * frame / rate)
-
-
-def _speech_runs(above: np.ndarray, min_frames: int) -> tuple[np.ndarray, np.ndarray]:
-    """(starts, ends) of the runs of True in ``above`` ``[frames]`` (each ``[start, end)``) that are at least
-    ``min_frames`` long, or of the longest one where none is."""
-    edges = np.flatnonzero(np.diff(np.concatenate([[0], above.astype(np.int8), [0]])))
-    starts, ends = edges[::2], edges[1::2]
-    keep = ends - starts >= min_frames
-    if not keep.any():
-        keep = np.arange(len(starts)) == np.argmax(ends - starts)
-    return starts[keep], ends[keep]
-
-
 def tenths_down(seconds: float) -> str:
     """``seconds`` to a tenth, rounded down: a refusal never shows a shortfall as the minimum itself."""
     return f"{math.floor(seconds * 10) / 10:.1f}"
 
 
 def speech_seconds(mono: np.ndarray, rate: int, config: CheckConfig = CheckConfig()) -> float:
-    """Seconds of ``mono`` ``[samples]`` from its first to its last frame of speech, as the data check counts
+    """Seconds of ``mono`` ``[samples]`` a voice-activity detector hears as speech, as the data check counts
     them (0 for what it calls silent): what an upload's minimum is held to, as the onboarding job's data check
-    holds it."""
+    holds it. Silence, room tone, noise or music before, after or between the words is not counted."""
     if not len(mono) or not np.any(mono):
         return 0.0
     frame_db, rms_db = _levels(mono, rate)
     if _silent(rms_db, float(frame_db.max()), config):
         return 0.0
-    return _speech_span(frame_db, len(mono) / rate, rate, config)
+    return speech_activity(mono, rate).speech_seconds
 
 
 def silence_problem(mono: np.ndarray, rate: int, config: CheckConfig = CheckConfig()) -> str | None:

@@ -158,10 +158,10 @@ class _DatasetWriter:
 
 
 def clip_speech_seconds(mono: np.ndarray, rate: int, transcribed: bool) -> float:
-    """The speech an uploaded clip ``[samples]`` gives the onboarding job's data check: a transcribed clip's from
-    its first to its last frame of speech; one without a transcript is cut at its silences first, as the job cuts
-    it for Whisper, and the speech of its pieces that the check would keep summed (those a voice-activity
-    detector hears speech in; an upper bound: a piece Whisper finds no words in is left out there)."""
+    """The speech an uploaded clip ``[samples]`` gives the onboarding job's data check (what a voice-activity
+    detector hears as speech); one without a transcript is cut at its silences first, as the job cuts it for
+    Whisper, and the speech of its pieces that the check would keep summed (an upper bound: a piece Whisper finds
+    no words in is left out there)."""
     if transcribed:
         return speech_seconds(mono, rate)
     pieces = split_at_silences(mono, rate)
