@@ -179,19 +179,26 @@ def sox(audio: np.ndarray, chain: tuple[str, ...]) -> np.ndarray:
         return load_audio(target)
 
 
-def sample_windows(source: str, heldout: Path, split: str, count: int, rng: np.random.Generator) -> list[np.ndarray]:
-    """``count`` disjoint 10-14 s stretches of consecutive recordings of ``source``: the first half of its
-    dataset for the figures, the second half for calibration."""
+def sample_windows(
+    source: str,
+    heldout: Path,
+    split: str,
+    count: int,
+    rng: np.random.Generator,
+    seconds: tuple[float, float] = (10, 14),
+) -> list[np.ndarray]:
+    """``count`` disjoint stretches of consecutive recordings of ``source``, each ``seconds`` long (drawn
+    uniformly): the first half of its dataset for the figures, the second half for calibration."""
     paths = [u.audio_path for u in discover(heldout / source)[0]]
     half = paths[: len(paths) // 2] if split == "figures" else paths[len(paths) // 2 :]
     block = len(half) // count
     windows = []
     for index in range(count):
-        seconds = float(rng.uniform(10, 14))
+        length = float(rng.uniform(*seconds))
         clips: list[np.ndarray] = []
         for path in half[index * block + int(rng.integers(0, max(1, block // 3))) : (index + 1) * block]:
             clips.append(load_audio(path))
-            if sum(c.size for c in clips) >= seconds * SAMPLE_RATE:
+            if sum(c.size for c in clips) >= length * SAMPLE_RATE:
                 break
         windows.append(np.concatenate(clips)[: int(14 * SAMPLE_RATE)])
     return windows

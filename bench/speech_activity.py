@@ -4,14 +4,14 @@ noisy (``chorus.data.check.NOISY_SNR_DB``).
 
 Both read a voice-activity detector (:mod:`chorus.audio.speech_activity`, Silero VAD as faster-whisper ships it):
 
-* **no speech**: the seconds it hears as speech over the seconds of the clip's sound (its frames within 30 dB
-  of the loudest: ``data.check.heard_fraction``);
+* **no speech**: the seconds it hears as speech over the seconds of the clip's sound (its windows within 30 dB
+  of the loudest and, where its pauses are quieter, above their noise: ``data.check.heard_fraction``);
 * **noisy**: a clip's speech windows' level over the level inside its pauses (``data.check.clip_snr_db``), and a
   dataset's, the median of its clips' (``data.check.dataset_snr_db``, each voice's clips here one dataset).
 
 Each clip is measured clean, mixed with noise (``chorus.audio.augment``: white, pink and room noise at 30, 20
 and 10 dB SNR; babble of four other voices at 30, 20 and 10 dB), and twice with a 5 s pause between (quiet room
-tone, 50 dB under the speech); sounds that are not speech are made here (tones, harmonic tones, chords,
+tone 50 dB under the speech, or white noise 20 dB under it throughout); sounds that are not speech are made here (tones, harmonic tones, chords,
 arpeggios, mains hum, glides, white, pink, brown and room noise; 1-8 s, seeded).
 
 * **Calibration**: the training corpus's voices (``--corpus``), which set both bounds. No speech: the middle of
@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -43,7 +44,8 @@ from run_record import LoadSampler, describe, provenance
 
 NOISES = ("white", "pink", "room")
 PAUSED = "twice, a 5 s pause between"
-CONDITIONS = ("clean", *(f"{k} {snr} dB" for snr in (30, 20, 10) for k in (*NOISES, "babble")), PAUSED)
+PAUSED_NOISY = "twice, a 5 s pause between, white 20 dB"
+CONDITIONS = ("clean", *(f"{k} {snr} dB" for snr in (30, 20, 10) for k in (*NOISES, "babble")), PAUSED, PAUSED_NOISY)
 TALKERS = 4  # voices in a babble
 WARNED = tuple(f"{k} 20 dB" for k in NOISES)  # the calibration's noisy side: what the warning is for
 SOUNDS = ("tone", "harmonic tone", "chord", "arpeggio", "hum", "glide", "white", "pink", "brown", "room")
@@ -54,9 +56,12 @@ def through(condition: str, audio: np.ndarray, rate: int, talkers: list[np.ndarr
     """``audio`` at ``rate`` in ``condition`` (see :data:`CONDITIONS`)."""
     if condition == "clean":
         return audio
-    if condition == PAUSED:  # room tone 50 dB under the speech's power between two readings
-        tone = rng.standard_normal(5 * rate) * np.sqrt(np.mean(np.square(audio, dtype=np.float64)) / 1e5)
-        return np.concatenate([audio, tone.astype(audio.dtype), audio])
+    if condition in (PAUSED, PAUSED_NOISY):  # two readings, a pause between; noise under the speech's power
+        power = np.mean(np.square(audio, dtype=np.float64))
+        if condition == PAUSED:  # room tone 50 dB under, in the pause
+            return np.concatenate([audio, (rng.standard_normal(5 * rate) * np.sqrt(power / 1e5)), audio])
+        both = np.concatenate([audio, np.zeros(5 * rate), audio])
+        return both + rng.standard_normal(len(both)) * np.sqrt(power / 100)  # white noise 20 dB under, throughout
     kind, snr = condition.split()[0], float(condition.split()[1])
     if kind == "babble":
         return add_babble(audio, talkers, snr, rng)
@@ -90,7 +95,7 @@ def measure(audio: np.ndarray, rate: int) -> dict:
 
 
 def measure_voices(root: Path, clips: int, seed: int) -> list[dict]:
-    rng, pick = np.random.default_rng(seed), random.Random(seed)
+    pick = random.Random(seed)
     voices = sorted(p for p in root.iterdir() if (p / "metadata.csv").is_file())
     recordings = []
     for folder in voices:
@@ -98,10 +103,12 @@ def measure_voices(root: Path, clips: int, seed: int) -> list[dict]:
             audio, rate = sf.read(utterance.audio_path, dtype="float32", always_2d=True)
             recordings.append((folder.name, audio.mean(axis=1), rate))
     rows = []
-    for voice, audio, rate in recordings:
+    for number, (voice, audio, rate) in enumerate(recordings):
         others = [a for v, a, r in pick.sample(recordings, len(recordings)) if v != voice and r == rate][:TALKERS]
         assert len(others) == TALKERS, f"{voice}: too few other voices at {rate} Hz for a babble"
         for condition in CONDITIONS:
+            # A noise stream of each clip's own in each condition: adding a condition leaves the others' draws.
+            rng = np.random.default_rng([seed, number, zlib.crc32(condition.encode())])
             mixed = through(condition, audio, rate, others, rng)
             rows.append({"voice": voice, "condition": condition, **measure(mixed, rate)})
     return rows

@@ -3,8 +3,9 @@
 speaker that fits the sample best by mel loss, set once the refinement job has the sample's words) and to its
 refined (adapted) voice, for the three held-out voices.
 
-Each voice's consent recording is the phrase read by the engine that made its dataset, and its sample 10-14 s
-of its recordings (the first half of its dataset), made as ``bench/consent.py`` makes them. The server is a
+Each voice's consent recording is the phrase read by the engine that made its dataset, and its sample 13-17 s
+of its recordings (the first half of its dataset), made as ``bench/consent.py`` makes them (10-14 s until the
+server counted a sample's speech as a voice-activity detector hears it, pauses left out). The server is a
 real ``chorus serve`` process on the shipped base (its process job runner, its real judges, its default sample
 recipe, ``--adapt-threads`` for the job); the clock starts once it is healthy and its start-up work (the
 speaker map of the instant voices) is done. The voices are made one after another (a server refines one at
@@ -52,7 +53,8 @@ def recordings(heldout: Path, seed: int) -> dict[str, tuple[bytes, bytes]]:
     made = {}
     for source in SOURCES:
         consent = record_sentences(get_speaker(source), [phrase])[0]
-        sample = sample_windows(source, heldout, "figures", 1, rng)[0]
+        # 13-17 s: a sample needs 10 s of speech as the voice-activity detector hears it, pauses not counted.
+        sample = sample_windows(source, heldout, "figures", 1, rng, seconds=(13, 17))[0]
         made[SHORT[source]] = (wav_bytes(consent), wav_bytes(sample))
     return made
 

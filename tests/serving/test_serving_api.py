@@ -54,7 +54,7 @@ from chorus.serving.onboarding.job_runner import JobRunner, OnboardingJob  # noq
 from chorus.serving.onboarding.refinement import CHECK_SENTENCES, RefinementCheck, WordCheck  # noqa: E402
 from chorus.serving.onboarding.uploads import (  # noqa: E402
     RecordingTooLong,
-    clip_speech_seconds,
+    clip_speech,
     parse_transcripts,
     prepare_archive,
     prepare_clips,
@@ -312,9 +312,11 @@ def test_uploads_of_any_common_format_and_length_without_transcripts(new_voice_d
     sentences = [load_audio(w) for w in wavs]
     paused = np.concatenate([part for sentence in sentences for part in (sentence, pause)])
     hum = 0.3 * np.sin(2 * np.pi * 100 * np.arange(8 * 22050) / 22050).astype(np.float32)
-    both = np.concatenate([paused, hum])
-    assert clip_speech_seconds(both, 22050, False) == pytest.approx(clip_speech_seconds(paused, 22050, False))
-    assert clip_speech_seconds(paused, 22050, False) > 25
+    humming = np.concatenate([hum[: 4 * 22050], sentences[0], hum[4 * 22050 :]])  # one piece, mostly hum
+    both = np.concatenate([paused, humming])
+    assert clip_speech(humming, 22050, True)[0] > 1  # speech the detector hears, in a piece it leaves out
+    assert clip_speech(both, 22050, False)[0] == pytest.approx(clip_speech(paused, 22050, False)[0])
+    assert clip_speech(paused, 22050, False)[0] > 25
     prepare_clips([("paused.mp3", encode_whole(paused, 22050, "mp3"))], None, tmp_path / "paused", UploadLimits())
     with pytest.raises(UploadError, match="hum.mp3: no speech heard \\(a voice-activity detector hears"):
         prepare_clips([("hum.mp3", encode_whole(hum, 22050, "mp3"))], None, tmp_path / "hum", limits)

@@ -154,7 +154,9 @@ def test_the_minimum_is_speech_not_the_silence_around_it(tiny_base, new_voice_da
         audio = load_audio(new_voice_data / "wavs" / f"{line.split('|')[0]}.wav", 22050)
         sf.write(padded / "wavs" / f"{line.split('|')[0]}.wav", np.concatenate([silence, audio, silence]), 22050)
     (padded / "metadata.csv").write_text("\n".join(lines) + "\n")
-    with pytest.raises(ValueError, match=r"s of speech in the usable clips \([\d.]+ s with the silence") as refused:
+    with pytest.raises(
+        ValueError, match=r"s of speech in the usable clips \([\d.]+ s of audio, with the silence"
+    ) as refused:
         adapt(padded, load_bundle(tiny_base), tmp_path / "v", AdaptConfig(**QUICK), progress=False)
     speech, audio = (float(n) for n in re.findall(r"([\d.]+) s", str(refused.value))[:2])
     assert speech < 25 < audio

@@ -56,7 +56,7 @@ def downmix(audio: np.ndarray) -> np.ndarray:
     """``audio`` ``[samples, channels]`` as mono ``[samples]``: the mean of the channels that carry the sound,
     leaving out any :data:`SILENT_CHANNEL_DB` or more under the loudest (a stereo file with one live channel
     is that channel, not half of it)."""
-    if audio.shape[1] == 1:
+    if audio.shape[1] == 1 or not len(audio):
         return audio[:, 0]
     power = np.mean(np.square(audio, dtype=np.float64), axis=0)
     live = power >= power.max() * 10 ** (-SILENT_CHANNEL_DB / 10)
@@ -91,7 +91,8 @@ def decode_with_av(
     source: str | os.PathLike | BinaryIO, max_seconds: float | None = None
 ) -> tuple[np.ndarray, int] | None:
     """``([samples, channels] float32, rate)`` of any audio FFmpeg decodes (AAC/M4A, WebM, ...: what libsndfile
-    does not read), from a path or a binary file; None if it is not such audio.
+    does not read), from a path or a binary file, its channels 2 for stereo and 1 for anything else; None if it
+    is not such audio.
 
     ``max_seconds`` bounds the work, whatever the container says or hides: a duration in its metadata over
     the bound is refused before any decoding, and decoding stops as soon as it passes the bound (raises
@@ -107,8 +108,10 @@ def decode_with_av(
             if max_seconds is not None and declared is not None and declared > max_seconds:
                 raise AudioTooLong(declared, max_seconds)
             limit = None if max_seconds is None else int(max_seconds * rate)
-            channels = len(stream.layout.channels) if stream.layout else 1
-            layout = stream.layout.name if stream.layout else "mono"
+            # Stereo keeps both channels for downmix (a silent one left out); more are mixed to mono by FFmpeg,
+            # so that a surround file costs no more memory than a mono one; so is a layout FFmpeg leaves unnamed.
+            stereo = stream.layout is not None and stream.layout.name == "stereo"
+            channels, layout = (2, "stereo") if stereo else (1, "mono")
             resampler = av.AudioResampler(format="flt", layout=layout, rate=rate)  # packed: samples interleaved
             chunks, samples = [], 0
             for frame in container.decode(stream):
@@ -123,7 +126,7 @@ def decode_with_av(
         return None
     if not chunks:
         return None
-    return np.concatenate(chunks).astype(np.float32), rate
+    return np.concatenate(chunks).astype(np.float32, copy=False), rate
 
 
 def _declared_seconds(container, stream) -> float | None:

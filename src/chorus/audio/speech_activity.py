@@ -1,8 +1,8 @@
 """Where a recording holds speech, as a voice-activity detector hears it, and how far its speech stands above
 the noise between words.
 
-The data check counts speech by energy (:mod:`chorus.data.check`), so a tone, a hum, music or steady noise
-counts as speech as readily as a voice does. A detector trained on speech tells them apart: Silero VAD,
+Energy alone counts a tone, a hum, music or steady noise as speech as readily as a voice; a detector trained
+on speech tells them apart, and the data check (:mod:`chorus.data.check`) counts speech by it: Silero VAD,
 the model faster-whisper ships in its wheel (``faster_whisper/assets/silero_vad_v6.onnx``, run by its
 :func:`faster_whisper.vad.get_vad_model`; nothing is downloaded). It reads 16 kHz audio in windows of 512
 samples (32 ms) and gives each a probability of speech. Of the corpus's speech clips, clean or in noise down
@@ -33,19 +33,28 @@ SPEECH_PROBABILITY = 0.5  # a window at or above this is speech (faster-whisper'
 PAUSE_PROBABILITY = 0.3
 PAUSE_WINDOWS = 5  # 160 ms
 _DIGITAL_ZERO_DB = -100.0  # windows this quiet are digital zeros: silence, counted at this level
+# A recording's sound: its windows within SOUND_RANGE_DB of the loudest and, where its pauses stand at least
+# PAUSES_UNDER_DB under the loudest (a room's noise, not a tone or a hiss throughout), ABOVE_PAUSES_DB above
+# their level: a pause's silence or room noise is no sound, however long.
+SOUND_RANGE_DB = 30.0
+PAUSES_UNDER_DB = 10.0
+ABOVE_PAUSES_DB = 6.0
 
 
 @dataclass(frozen=True)
 class SpeechActivity:
     """What the detector heard in one recording.
 
-    ``speech_seconds``: windows heard as speech, times their length. ``speech_db`` / ``noise_db``: the median
+    ``speech_seconds``: windows heard as speech, times their length; ``sound_seconds``: the windows that hold
+    sound (:data:`SOUND_RANGE_DB`), which a voice's speech mostly is and a tone's or a hiss's is not.
+    ``speech_db`` / ``noise_db``: the median
     level (dBFS) of the speech windows and of the windows inside pauses (:data:`PAUSE_WINDOWS`), where
     digital zeros count as silence at -100 dB but for an editor's padding before the first sound and after the
     last (it tells nothing of the room); None where the recording has no such window.
     """
 
     speech_seconds: float
+    sound_seconds: float
     speech_db: float | None
     noise_db: float | None
     noise_windows: int = 0  # windows the noise level was measured on
@@ -82,10 +91,16 @@ def speech_activity(mono: np.ndarray, rate: int) -> SpeechActivity:
     if len(sounding):  # padding of zeros before the first sound and after the last is no pause
         between[: sounding[0]] = between[sounding[-1] + 1 :] = False
     floored = np.maximum(levels, _DIGITAL_ZERO_DB)
+    noise_db = float(np.median(floored[between])) if between.any() else None
+    loudest = float(levels.max()) if len(levels) else _DIGITAL_ZERO_DB
+    least = loudest - SOUND_RANGE_DB
+    if noise_db is not None and noise_db <= loudest - PAUSES_UNDER_DB:
+        least = max(least, noise_db + ABOVE_PAUSES_DB)
     return SpeechActivity(
         speech_seconds=float(speech.sum()) * WINDOW_SECONDS,
+        sound_seconds=float(np.sum(levels >= least)) * WINDOW_SECONDS,
         speech_db=float(np.median(levels[speech])) if speech.any() else None,
-        noise_db=float(np.median(floored[between])) if between.any() else None,
+        noise_db=noise_db,
         noise_windows=int(between.sum()),
     )
 

@@ -144,10 +144,11 @@ def read_metadata(folder: Path, speaker: str | None = None) -> tuple[list[Uttera
         path = audio_path(folder / "wavs", utt_id)
         if path.name == utt_id:  # written with its suffix: the id is the file's stem, as everywhere else
             utt_id = path.stem
-        if (utt_speaker, utt_id) in seen:
+        key = (utt_speaker, unicodedata.normalize("NFC", utt_id))  # one clip, however its id's accents are spelled
+        if key in seen:
             problems.append(MetadataProblem(where, f"duplicate id {utt_id!r}"))
             continue
-        seen.add((utt_speaker, utt_id))
+        seen.add(key)
         utterances.append(Utterance(utt_id, utt_speaker, text, path, where))
     return utterances, problems
 

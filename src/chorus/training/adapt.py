@@ -87,13 +87,13 @@ def check_adaptation_data(data: str | Path, config: AdaptConfig, progress: bool 
                 "and `chorus adapt` cuts them at their silences and has Whisper transcribe the pieces"
             )
         raise DataRefused(f"{data}: nothing usable ({reason})", f"; see `chorus data check {data}`{hint}")
-    # Speech, not audio: silence before and after each clip teaches a voice nothing.
+    # Speech, not audio: silence, noise or pauses around the words teach a voice nothing.
     minutes = sum(report.speech_durations[u.key] for u in valid) / 60
     if minutes < config.min_minutes:
         audio = sum(report.durations[u.key] for u in valid)
         raise ValueError(
-            f"{data}: {tenths_down(minutes * 60)} s of speech in the usable clips ({audio:.1f} s with the silence "
-            f"before and after each); a voice needs at least {config.min_minutes * 60:g} s of speech "
+            f"{data}: {tenths_down(minutes * 60)} s of speech in the usable clips ({audio:.1f} s of audio, with "
+            f"the silence, noise and pauses around the words); a voice needs at least {config.min_minutes * 60:g} s of speech "
             "(1-10 minutes is the intended range): record more clips"
         )
     if len(valid) < 2:

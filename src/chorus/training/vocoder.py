@@ -51,7 +51,7 @@ import torch.nn.functional as F
 from safetensors.torch import load_file
 from torch import nn
 
-from chorus.audio.io import load_audio, save_audio
+from chorus.audio.io import downmix, load_audio, save_audio
 from chorus.audio.mel import MelConfig, MelSpectrogram, log_mel
 from chorus.audio.vocoders import Vocos, VocosConfig, load_vocoder
 from chorus.audio.vocoders.base import WEIGHTS_FILE
@@ -175,7 +175,7 @@ class SegmentSampler:
         source_length = math.ceil(length * rate / self.sample_rate)
         start = int(rng.integers(0, max(self.lengths[index] - source_length, 0) + 1)) if rng else 0
         audio, _ = sf.read(str(self.files[index]), start=start, frames=source_length, dtype="float32", always_2d=True)
-        audio = audio.mean(axis=1)
+        audio = downmix(audio)
         if rate != self.sample_rate:
             audio = soxr.resample(audio, rate, self.sample_rate)
         audio = audio[:length]

@@ -22,7 +22,7 @@ import soundfile as sf
 
 from chorus.audio.io import AudioTooLong, decode_with_av, downmix
 from chorus.audio.silences import split_at_silences
-from chorus.data.check import channels_cancel, no_speech_problem, silence_problem, speech_seconds, tenths_down
+from chorus.data.check import channels_cancel, heard_speech, silence_problem, tenths_down
 from chorus.data.formats import clip_names, names_columns  # uploads read a dataset as the data check does
 from chorus.serving.errors import UploadError
 from chorus.serving.json_body import BodyError, loads_bounded
@@ -91,7 +91,7 @@ class _DatasetWriter:
         self.lines: list[str] = []
         self.ids: set[str] = set()
         self.seconds = 0.0
-        self.speech_seconds = 0.0  # without the silence before and after each clip, as the job's data check counts
+        self.speech_seconds = 0.0  # as a voice-activity detector hears it, as the job's data check counts it
         self.digest = hashlib.sha256()
         (folder / "wavs").mkdir(parents=True, exist_ok=False)
 
@@ -124,12 +124,10 @@ class _DatasetWriter:
         mono, rate = decode_recording(label, data, longest, limits)
         seconds = len(mono) / rate
         self.seconds += seconds
-        speech = clip_speech_seconds(mono, rate, transcribed=text is not None)
+        speech, no_speech = clip_speech(mono, rate, transcribed=text is not None)
         if speech == 0 and (silent := silence_problem(mono, rate)):  # a clip too quiet, named, not a sum of 0 s
             raise UploadError(f"{label}: no speech heard ({silent})")
-        # A tone, music or noise, which the job's data check would leave out: a transcribed clip as it is, a
-        # recording without one where none of its pieces holds speech.
-        if (text is not None or speech == 0) and (no_speech := no_speech_problem(mono, rate)):
+        if no_speech:  # a tone, music or noise, which the job's data check would leave out
             raise UploadError(f"{label}: no speech heard ({no_speech})")
         self.speech_seconds += speech
         if self.seconds > limits.max_total_seconds:
@@ -149,23 +147,29 @@ class _DatasetWriter:
             raise UploadError("no clips in the upload")
         if self.speech_seconds < self.limits.min_total_seconds:
             raise UploadError(
-                f"{tenths_down(self.speech_seconds)} s of speech ({self.seconds:.1f} s with the silence before and after "
-                f"each clip); a voice needs at least {self.limits.min_total_seconds:g} s of speech "
+                f"{tenths_down(self.speech_seconds)} s of speech ({self.seconds:.1f} s of audio, with the silence, noise "
+                f"and pauses around the words); a voice needs at least {self.limits.min_total_seconds:g} s of speech "
                 "(1-10 minutes is the intended range)"
             )
         (self.folder / "metadata.csv").write_text("\n".join(self.lines) + "\n", encoding="utf-8")
         return PreparedUpload(self.folder, len(self.lines), round(self.seconds, 2), self.digest.hexdigest())
 
 
-def clip_speech_seconds(mono: np.ndarray, rate: int, transcribed: bool) -> float:
-    """The speech an uploaded clip ``[samples]`` gives the onboarding job's data check (what a voice-activity
-    detector hears as speech); one without a transcript is cut at its silences first, as the job cuts it for
-    Whisper, and the speech of its pieces that the check would keep summed (an upper bound: a piece Whisper finds
-    no words in is left out there)."""
+def clip_speech(mono: np.ndarray, rate: int, transcribed: bool) -> tuple[float, str | None]:
+    """(the speech an uploaded clip ``[samples]`` gives the onboarding job's data check, as a voice-activity
+    detector hears it; why the check would leave all of it out, or None). A transcribed clip is judged whole;
+    one without a transcript is cut at its silences first, as the job cuts it for Whisper, and the speech of
+    the pieces the check would keep summed (an upper bound: a piece Whisper finds no words in is left out there);
+    it is left out only where every piece is."""
     if transcribed:
-        return speech_seconds(mono, rate)
-    pieces = split_at_silences(mono, rate)
-    return sum(speech_seconds(piece, rate) for piece in pieces if no_speech_problem(piece, rate) is None)
+        return heard_speech(mono, rate)
+    speech, first_refusal = 0.0, None
+    for piece in split_at_silences(mono, rate):
+        seconds, no_speech = heard_speech(piece, rate)
+        if no_speech is None:
+            speech += seconds
+        first_refusal = first_refusal or no_speech
+    return speech, (first_refusal if speech == 0 else None)
 
 
 def decode_recording(label: str, data: bytes, longest: float, limits: UploadLimits) -> tuple[np.ndarray, int]:
@@ -211,12 +215,12 @@ def decode_recording(label: str, data: bytes, longest: float, limits: UploadLimi
         raise UploadError(f"{label}: zero-length audio")
     if audio.shape[0] > most:
         raise RecordingTooLong(label, audio.shape[0] / rate, longest, at_least=decoded is None)
+    if not np.isfinite(audio).all():
+        raise UploadError(f"{label}: the audio holds non-finite samples")
     mono = downmix(audio)
     seconds = len(mono) / rate
     if seconds < limits.min_clip_seconds:
         raise UploadError(f"{label}: {seconds:.2f} s; a clip must last at least {limits.min_clip_seconds:g} s")
-    if not np.isfinite(mono).all():
-        raise UploadError(f"{label}: the audio holds non-finite samples")
     mix_db = float(10 * np.log10(np.mean(np.square(mono, dtype=np.float64)) + 1e-20))
     if channels_cancel(audio, mix_db) and silence_problem(mono, rate):  # as the data check tells it
         raise UploadError(

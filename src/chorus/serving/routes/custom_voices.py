@@ -23,7 +23,7 @@ from chorus.data.check import tenths_down
 from chorus.serving.errors import ApiError
 from chorus.serving.onboarding.job_runner import SAMPLE, OnboardingJob
 from chorus.serving.onboarding.upload_form import form_file, form_text, read_multipart
-from chorus.serving.onboarding.uploads import RecordingTooLong, clip_speech_seconds, decode_recording, prepare_clips
+from chorus.serving.onboarding.uploads import RecordingTooLong, clip_speech, decode_recording, prepare_clips
 from chorus.serving.quotas import check_onboarding, quota_reached
 from chorus.serving.routes.deps import ERRORS, Server, Tenant, read_json
 from chorus.serving.schemas.custom_voices import (
@@ -250,12 +250,12 @@ async def create_audio_voice(request: Request, tenant: Tenant, server: Server):
             param="audio_sample",
             code="sample_too_long",
         ) from None
-    speech = clip_speech_seconds(audio, rate, transcribed=False)  # as the refinement job's data check counts it
+    speech = clip_speech(audio, rate, transcribed=False)[0]  # as the refinement job's data check counts it
     if speech < consent_settings.min_sample_seconds:
         raise ApiError(
             400,
-            f"the sample holds {tenths_down(speech)} s of speech ({len(audio) / rate:.1f} s with the silence "
-            f"around it); at least {consent_settings.min_sample_seconds:g} s of speech",
+            f"the sample holds {tenths_down(speech)} s of speech ({len(audio) / rate:.1f} s of audio, with the "
+            f"silence and pauses around the words); at least {consent_settings.min_sample_seconds:g} s of speech",
             param="audio_sample",
         )
     await run_in_threadpool(_same_speaker, server, consent, audio, rate)

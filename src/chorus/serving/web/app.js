@@ -620,7 +620,7 @@
     const status = $(`cv-${part}-status`);
     const fileInput = $(`cv-${part}-file`);
     const prompt = () => (part === "consent" ? "Recording… read the phrase above aloud, then Stop." :
-      `Recording… speak for ${minSampleSeconds} s or more (silence before and after is not counted), then Stop.`);
+      `Recording… speak for ${minSampleSeconds} s or more (pauses and silence are not counted: about ${Math.ceil(minSampleSeconds * 1.25)} s of reading), then Stop.`);
     microphone($(`cv-${part}-record`), $(`cv-${part}-stop`), status, prompt, async (blob) => {
       const { duration } = await decode(blob);
       const extension = blob.type.includes("ogg") ? "ogg" : blob.type.includes("mp4") ? "m4a" : "webm";
