@@ -59,7 +59,6 @@ def speak(generator: PiperGenerator) -> torch.Tensor:
 
 
 def test_aligned_durations_cover_the_recording(tiny, tone_clips) -> None:
-
     clips = prepare_clips(tiny, discover(tone_clips)[0])
     for clip in clips:
         assert clip.durations.min() >= 1 and len(clip.durations) == len(clip.ids)
@@ -70,7 +69,6 @@ def test_aligned_durations_cover_the_recording(tiny, tone_clips) -> None:
 # Each placement on the prior's mean; and the decoder alone on noisy latents (recomputed every step, no grad).
 @pytest.mark.parametrize(("placement", "noise_scale"), [(p, 0.0) for p in PLACEMENTS] + [("decoder", 0.667)])
 def test_only_the_voice_trains_and_the_base_stays_bit_identical(tiny, tone_clips, placement, noise_scale) -> None:
-
     clips = prepare_clips(tiny, discover(tone_clips)[0])
     before_audio = speak(tiny)
     before = {k: v.clone() for k, v in base_state_dict(tiny).items()}
@@ -90,7 +88,6 @@ def test_only_the_voice_trains_and_the_base_stays_bit_identical(tiny, tone_clips
 
 
 def test_full_fine_tuning_trains_a_copy(tiny, tone_clips) -> None:
-
     clips = prepare_clips(tiny, discover(tone_clips)[0])
     before = {k: v.clone() for k, v in tiny.state_dict().items()}
     config = PiperAdaptConfig(placement="full", steps=2, batch_size=2, segment_frames=16, learning_rate=1e-3)
@@ -101,7 +98,6 @@ def test_full_fine_tuning_trains_a_copy(tiny, tone_clips) -> None:
 
 
 def test_the_loss_goes_down_on_one_clip(tiny, tone_clips) -> None:
-
     clips = prepare_clips(tiny, discover(tone_clips)[0][:1])
     # One window holding the whole clip: the same target every step, so the loss must fall.
     config = PiperAdaptConfig(
@@ -138,7 +134,6 @@ def test_a_saved_voice_loads_back_and_speaks_the_same(tiny, tone_clips, tiny_pos
 def test_the_posterior_step_is_the_one_training_takes(tiny, tone_clips, tiny_posterior) -> None:
     """posterior_step_terms, which chorus.memory.piper measures and predicts, is train_posterior's step: the
     first step's logged loss is the same step taken again on the same batch, windows and seeds."""
-
     clips = prepare_clips(tiny, discover(tone_clips)[0], align=False)
     config = PiperAdaptConfig(posterior=tiny_posterior, steps=1, batch_size=2, segment_frames=16, log_every=1)
     twin = copy.deepcopy(tiny)
