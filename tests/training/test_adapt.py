@@ -200,6 +200,23 @@ def test_one_folder_of_two_voices_is_refused_before_training(tiny_base, new_voic
     assert runner.invoke(app, ["data", "check", str(new_voice_data)]).exit_code == 0
 
 
+def test_one_person_on_two_channels_is_told_so(new_voice_data, tmp_path):
+    """One person's clips, half of them through 8 kHz and back (a phone recording exported at 16 kHz), sound like
+    two people to the encoder: the refusal says that one voice's clips are the narrow ones (a new user had been
+    told only "two people", with no hint of the phone line)."""
+    import soxr
+
+    data = shutil.copytree(new_voice_data, tmp_path / "two_channels")
+    for wav in sorted((data / "wavs").glob("*.wav"))[1::2]:
+        audio, rate = sf.read(wav, dtype="float32")
+        sf.write(wav, soxr.resample(soxr.resample(audio, rate, 8000), 8000, 16000), 16000, subtype="PCM_16")
+    with pytest.raises(ValueError, match="sound like two people") as refused:
+        check_adaptation_data(data, AdaptConfig(**QUICK), progress=False)
+    assert "voice's clips hold nothing above 4.2 kHz and the other's do: one person recorded directly" in str(
+        refused.value
+    )
+
+
 def test_cli_adapt_then_synthesize_with_the_voice(tiny_base, new_voice_data, tmp_path):
     voice = tmp_path / "voices" / "f4"
     result = runner.invoke(

@@ -123,7 +123,7 @@ def _two_people(report: DatasetReport) -> str | None:
 
     with console.status("listening for a second voice (Chorus's speaker encoder)"):
         try:
-            check_one_speaker(report.root, report.valid_utterances())
+            check_one_speaker(report.root, report.valid_utterances(), report.narrow_band)
         except DataRefused as refused:  # its reason, and this command's advice (adapt's flag trains anyway)
             return f"{refused.reason} (`chorus adapt --no-one-speaker-check` trains anyway)"
     return None

@@ -27,7 +27,7 @@ from chorus.adapters.layer import innermost
 from chorus.adapters.speaker import SpeakerVector
 from chorus.adapters.voice import VoiceCard, save_voice
 from chorus.data.batching import collate, make_batches
-from chorus.data.check import DatasetReport, check_dataset, tenths_down
+from chorus.data.check import NARROW_BAND_HZ, DatasetReport, check_dataset, tenths_down
 from chorus.data.features import FeatureCache, build_feature_cache
 from chorus.data.formats import needs_transcripts
 from chorus.models.acoustic import AcousticModel
@@ -99,7 +99,7 @@ def check_adaptation_data(data: str | Path, config: AdaptConfig, progress: bool 
     if len(valid) < 2:
         raise ValueError(f"{data}: a voice needs at least 2 usable clips (one is held out for validation)")
     if config.one_speaker_check:
-        check_one_speaker(data, valid)
+        check_one_speaker(data, valid, report.narrow_band)
     return report
 
 
@@ -112,9 +112,11 @@ def _checking_encoder(folder: str):
         return load_encoder(folder)
 
 
-def check_one_speaker(data: str | Path, clips: list) -> None:
+def check_one_speaker(data: str | Path, clips: list, narrow_band: frozenset[str] = frozenset()) -> None:
     """Refuse ``clips`` (utterances) that sound like two people to the shipped speaker encoder
-    (:func:`chorus.speaker_recognition.one_speaker.two_voices`), naming a few clips of each voice."""
+    (:func:`chorus.speaker_recognition.one_speaker.two_voices`), naming a few clips of each voice, and saying so
+    where one voice's clips are the ones with nothing above 4.2 kHz (``narrow_band``: the data check's keys of
+    such clips), as one person recorded directly and through a phone line would be."""
     folder = shipped_encoder_dir()
     if folder is None or len(clips) < CHECKED_CLIPS:  # judged as calibrated: CHECKED_CLIPS spread over the folder
         return
@@ -123,12 +125,20 @@ def check_one_speaker(data: str | Path, clips: list) -> None:
     if found is None:
         return
     named = [", ".join(chosen[i].id for i in group[:3]) for group in found.groups]
+    narrow = [np.mean([chosen[i].key in narrow_band for i in group]) for group in found.groups]
+    channels = (
+        f"; the {'first' if narrow[0] > narrow[1] else 'second'} voice's clips hold nothing above "
+        f"{NARROW_BAND_HZ / 1000:g} kHz and the other's do: one person recorded directly and through a phone line "
+        "(or at 8 kHz)? Keep the clips of one channel"
+        if max(narrow) >= 0.75 and min(narrow) <= 0.25
+        else ""
+    )
     raise DataRefused(
         f"{data}: these recordings sound like two people to Chorus's speaker encoder: {len(found.groups[0])} of "
         f"the {len(chosen)} clips checked like one voice (e.g. {named[0]}), {len(found.groups[1])} like another "
         f"(e.g. {named[1]}); the two score {found.similarity:.2f}, under one person's {SAME_PERSON:.2f}. A voice "
         "is learnt from one person: remove the other's clips (one person recorded on two very different "
-        "microphones or lines sounds like two)",
+        "microphones or lines sounds like two)" + channels,
         "; the command line's --no-one-speaker-check trains anyway",
     )
 
