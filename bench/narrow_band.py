@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import io
-import json
 import random
 from pathlib import Path
 
@@ -34,7 +33,7 @@ import soxr
 from chorus.audio.augment import phone_line
 from chorus.data.check import NARROW_BAND_DB, upper_band_db
 from chorus.data.formats import discover
-from run_record import LoadSampler, describe, provenance
+from run_record import LoadSampler, describe, provenance, write_results
 
 EIGHT_KHZ_VOICES = {"flite-kal"}  # corpus voices made at 8 kHz (flite's kal diphones)
 CHANNELS = (
@@ -147,11 +146,7 @@ def main() -> None:
                 r for f in voices(args.heldout) for r in measure_voice(f, args.clips, random.Random(f.name), CHANNELS)
             ],
         }
-    result["provenance"]["load"] = load.summary()
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "narrow_band.json").write_text(json.dumps(result, indent=1))
-    (args.out / "narrow_band.md").write_text(report(result))
-    print(report(result))
+    write_results(args.out, "narrow_band", result, load, report)
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@
 - :func:`closed_loop`: client threads that each send their next request when the last returned.
 - :func:`tree_at`: a provenance record (or an older results file's ``git``) as ``commit [with changes]``.
 - :func:`kept_on_failure`: a run that dies still leaves what it measured, with the error.
+- :func:`write_results`: a finished run's JSON and Markdown report, the load sampled during it in both.
 - :class:`RunLog`, :func:`run_records` and :func:`run_lines`: the runs behind a results file that several
   processes, or a run resumed after a crash, filled row by row: each run's record and the rows it measured.
 - :func:`own_peak_rss_mb` and :class:`ChildPeakRss`: a process's own peak RSS (VmHWM), not ``ru_maxrss``,
@@ -498,3 +499,14 @@ def _plain(value):
     if hasattr(value, "item"):
         return value.item()
     raise TypeError(f"{type(value).__name__} is not JSON")
+
+
+def write_results(out: Path, stem: str, result: dict, load: LoadSampler, report: Callable[[dict], str]) -> None:
+    """``out/<stem>.json`` and ``out/<stem>.md`` (``report(result)``, also printed) of a finished run, with the
+    load ``load`` sampled during it in ``result["provenance"]``."""
+    result["provenance"]["load"] = load.summary()
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{stem}.json").write_text(json.dumps(result, indent=1))
+    text = report(result)
+    (out / f"{stem}.md").write_text(text)
+    print(text)

@@ -28,7 +28,6 @@ arpeggios, mains hum, glides, white, pink, brown and room noise; 1-8 s, seeded).
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import zlib
 from pathlib import Path
@@ -37,10 +36,11 @@ import numpy as np
 import soundfile as sf
 
 from chorus.audio.augment import add_babble, add_noise, colored_noise
+from chorus.audio.io import downmix
 from chorus.audio.speech_activity import speech_activity
 from chorus.data.check import NOISY_SNR_DB, CheckConfig, clip_snr_db, dataset_snr_db, heard_fraction
 from chorus.data.formats import discover
-from run_record import LoadSampler, describe, provenance
+from run_record import LoadSampler, describe, provenance, write_results
 
 NOISES = ("white", "pink", "room")
 PAUSED = "twice, a 5 s pause between"
@@ -101,7 +101,7 @@ def measure_voices(root: Path, clips: int, seed: int) -> list[dict]:
     for folder in voices:
         for utterance in pick.sample(discover(folder)[0], clips):
             audio, rate = sf.read(utterance.audio_path, dtype="float32", always_2d=True)
-            recordings.append((folder.name, audio.mean(axis=1), rate))
+            recordings.append((folder.name, downmix(audio), rate))
     rows = []
     for number, (voice, audio, rate) in enumerate(recordings):
         others = [a for v, a, r in pick.sample(recordings, len(recordings)) if v != voice and r == rate][:TALKERS]
@@ -238,11 +238,7 @@ def main() -> None:
             "figures": measure_voices(args.heldout, args.clips, seed=1),
             "figures_sounds": measure_sounds(args.sounds, seed=1),
         }
-    result["provenance"]["load"] = load.summary()
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "speech_activity.json").write_text(json.dumps(result, indent=1))
-    (args.out / "speech_activity.md").write_text(report(result))
-    print(report(result))
+    write_results(args.out, "speech_activity", result, load, report)
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@ on speech tells them apart, and the data check (:mod:`chorus.data.check`) counts
 the model faster-whisper ships in its wheel (``faster_whisper/assets/silero_vad_v6.onnx``, run by its
 :func:`faster_whisper.vad.get_vad_model`; nothing is downloaded). It reads 16 kHz audio in windows of 512
 samples (32 ms) and gives each a probability of speech. Of the corpus's speech clips, clean or in noise down
-to 10 dB SNR, it hears two thirds or more of their sound as speech; of tones, chords, hum and noise, 2 % or
+to 10 dB SNR, it hears four fifths or more of their sound as speech; of tones, chords, hum and noise, 2 % or
 less (bench/speech_activity.py).
 
 The same windows give a recording's signal-to-noise ratio without a clean reference: the level of its
@@ -32,7 +32,7 @@ SPEECH_PROBABILITY = 0.5  # a window at or above this is speech (faster-whisper'
 # words beside it: only the windows inside it are the recording's noise.
 PAUSE_PROBABILITY = 0.3
 PAUSE_WINDOWS = 5  # 160 ms
-_DIGITAL_ZERO_DB = -100.0  # windows this quiet are digital zeros: silence, counted at this level
+DIGITAL_ZERO_DB = -100.0  # this quiet (dBFS) is digital zeros, not a room: counted as silence at this level
 # A recording's sound: its windows within SOUND_RANGE_DB of the loudest and, where its pauses stand at least
 # PAUSES_UNDER_DB under the loudest (a room's noise, not a tone or a hiss throughout), ABOVE_PAUSES_DB above
 # their level: a pause's silence or room noise is no sound, however long.
@@ -87,12 +87,12 @@ def speech_activity(mono: np.ndarray, rate: int) -> SpeechActivity:
     probabilities, levels = speech_probabilities(mono, rate)
     speech = probabilities >= SPEECH_PROBABILITY
     between = _inside_pauses(probabilities <= PAUSE_PROBABILITY)
-    sounding = np.flatnonzero(levels > _DIGITAL_ZERO_DB)
+    sounding = np.flatnonzero(levels > DIGITAL_ZERO_DB)
     if len(sounding):  # padding of zeros before the first sound and after the last is no pause
         between[: sounding[0]] = between[sounding[-1] + 1 :] = False
-    floored = np.maximum(levels, _DIGITAL_ZERO_DB)
+    floored = np.maximum(levels, DIGITAL_ZERO_DB)
     noise_db = float(np.median(floored[between])) if between.any() else None
-    loudest = float(levels.max()) if len(levels) else _DIGITAL_ZERO_DB
+    loudest = float(levels.max()) if len(levels) else DIGITAL_ZERO_DB
     least = loudest - SOUND_RANGE_DB
     if noise_db is not None and noise_db <= loudest - PAUSES_UNDER_DB:
         least = max(least, noise_db + ABOVE_PAUSES_DB)

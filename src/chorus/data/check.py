@@ -25,7 +25,7 @@ from rich.table import Table
 from rich.text import Text
 
 from chorus.audio.io import AudioTooLong, decode_with_av, downmix
-from chorus.audio.speech_activity import SpeechActivity, speech_activity
+from chorus.audio.speech_activity import DIGITAL_ZERO_DB, SpeechActivity, speech_activity
 from chorus.data.formats import DatasetFormatError, Utterance, audio_path, discover
 from chorus.text import TextFrontEnd
 from chorus.text.symbols import PAD, PUNCTUATION, WORD_BOUNDARY
@@ -484,12 +484,6 @@ def dataset_snr_db(clips_snr_db: list[float]) -> float | None:
     return float(np.median(clips_snr_db)) if len(clips_snr_db) >= MIN_NOISY_CLIPS else None
 
 
-def no_speech_problem(mono: np.ndarray, rate: int, config: CheckConfig = CheckConfig()) -> str | None:
-    """Why the data check leaves ``mono`` ``[samples]`` out as holding too little speech (its "no_speech"
-    problem's message), or None: an upload refuses what its job would leave out."""
-    return heard_speech(mono, rate, config)[1]
-
-
 def heard_fraction(mono: np.ndarray, rate: int) -> float:
     """What a voice-activity detector hears as speech of ``mono`` ``[samples]``'s sound
     (:attr:`~chorus.audio.speech_activity.SpeechActivity.sound_seconds`; 0 where it has none): the statistic
@@ -531,7 +525,6 @@ def upper_band_db(mono: np.ndarray, rate: int, block: int = 1 << 15) -> float:
     return float(10 * np.log10(above / (total + 1e-30) + 1e-30))
 
 
-_DIGITAL_ZERO_DB = -100.0  # frames this quiet are padding (digital zeros), not a room
 _LEVEL_BLOCK_FRAMES = 1024  # frames squared at once: a long float32 recording is never copied whole as float64
 
 
@@ -565,7 +558,7 @@ def _why_silent(audio: np.ndarray, rms_db: float, loudest: float, config: CheckC
     if channels_cancel(audio, rms_db, config):
         return f"{levels} mixed to mono: its channels cancel (one is the other inverted?); export one channel"
     quiet = f"{levels} (silence below {config.silence_dbfs:g} / {config.quiet_frame_dbfs:g} dBFS)"
-    return f"{quiet}; if it holds speech, raise its level (normalize it)" if loudest > _DIGITAL_ZERO_DB else quiet
+    return f"{quiet}; if it holds speech, raise its level (normalize it)" if loudest > DIGITAL_ZERO_DB else quiet
 
 
 def _silent(rms_db: float, loudest_frame_db: float, config: CheckConfig) -> bool:
@@ -585,8 +578,9 @@ def speech_seconds(mono: np.ndarray, rate: int, config: CheckConfig = CheckConfi
 
 
 def heard_speech(mono: np.ndarray, rate: int, config: CheckConfig = CheckConfig()) -> tuple[float, str | None]:
-    """(:func:`speech_seconds`, :func:`no_speech_problem`) of ``mono`` ``[samples]`` from one pass of the
-    detector; (0, None) for what the check calls silent (:func:`silence_problem` says why)."""
+    """(:func:`speech_seconds`, the "no_speech" problem's message or None: why the data check would leave
+    ``mono`` ``[samples]`` out as holding too little speech) from one pass of the detector; (0, None) for what
+    the check calls silent (:func:`silence_problem` says why). An upload refuses what its job would leave out."""
     if not len(mono) or not np.any(mono):
         return 0.0, None
     frame_db, rms_db = _levels(mono, rate)
