@@ -408,6 +408,11 @@ def test_an_archive_is_read_as_the_data_check_reads_its_folder(new_voice_data, t
     written = (tmp_path / "ok" / "metadata.csv").read_text().splitlines()
     assert prepared.clips == len(lines) and written[0].startswith(ids[0] + "|") and written[1] == f"{ids[1]}|"
     assert "cl_p|" + lines[2].split("|", 1)[1] in written  # the clip zipped under its UTF-8 name, its id made safe
+    # A header row of four columns is a header too; a line whose clip is not in the archive is left out, named.
+    wider = ["id|text|normalized|speaker", *rows[1:], "missing|A clip that was never zipped."]
+    prepared = prepare_archive(zipped(wider), tmp_path / "wider", LIMITS)
+    assert prepared.clips == len(lines), prepared
+    assert prepared.left_out == (f"metadata.csv line {len(wider)}: no wavs/missing.wav (or .flac, ...) in the archive",)
     for again in (ids[3], f"{ids[3]}.wav"):  # the same clip by its id or by its file's name
         twice = [*rows, f"{again}|Another text."]
         with pytest.raises(UploadError, match=f"line {len(twice)}: id '{again}' is given twice \\(line 5\\)"):
@@ -1093,39 +1098,50 @@ def test_upload_refusals(tenants_app, new_voice_data):
     assert_error(upload(form | {"name": "!!!"}), 400, "the name '!!!' has no letter or digit")
     assert_error(upload(form | {"id": "m3"}), 409, "is a speaker")
     assert_error(upload(form | {"id": "ann"}), 409, "exists already")
-    not_audio = [("clips", ("u0.wav", b"this is not audio at all", "audio/wav"))] + files[1:]
-    assert_error(upload(upload_files=not_audio), 415, "not a readable audio file")
-    empty = [("clips", ("u0.wav", b"", "audio/wav"))] + files[1:]
-    assert_error(upload(upload_files=empty), 400, "empty file")
-    zero = [("clips", ("u0.wav", silence_wav(0), "audio/wav"))] + files[1:]
-    assert_error(upload(upload_files=zero), 400, "zero-length")
-    silent = [("clips", ("u0.wav", silence_wav(2, 0.0), "audio/wav"))] + files[1:]
-    assert_error(upload(upload_files=silent), 400, "silent")
+    # A clip the job could not train on is left out and named (below); alone, it leaves nothing to train on.
+    first = files[0][1][0]
+
+    def alone(data: bytes):
+        clip = [("clips", (first, data, "audio/wav"))]
+        return upload(form | {"transcripts": json.dumps({first: json.loads(transcripts)[first]})}, upload_files=clip)
+
+    def refused(data: bytes, status: int, why: str) -> None:
+        message = assert_error(alone(data), status, f"no clip in the upload can be trained on: {first}: ")
+        assert why.lower() in message.lower(), message
+
+    refused(b"this is not audio at all", 415, "not a readable audio file")
+    refused(b"", 400, "empty file")
+    refused(silence_wav(0), 400, "zero-length")
+    refused(silence_wav(2, 0.0), 400, "silent")
     # A phone line's 8 kHz: the job's data check would refuse the clip after the upload was taken.
     audio, rate = sf.read(io.BytesIO(files[0][1][1]), dtype="float32")
     phone = io.BytesIO()
     sf.write(phone, soxr.resample(audio, rate, 8_000), 8_000, format="WAV")
-    narrow = [("clips", ("u0.wav", phone.getvalue(), "audio/wav"))] + files[1:]
-    assert_error(upload(upload_files=narrow), 400, "u0.wav: recorded at 8000 Hz; at least 16000 Hz")
+    refused(phone.getvalue(), 400, f"{first}: recorded at 8000 Hz; at least 16000 Hz")
     # A clip recorded far too quietly is named, not summed as 0 s of speech.
     hushed = io.BytesIO()
     sf.write(hushed, audio * (10 ** (-50 / 20) / np.abs(audio).max()), rate, format="WAV")
-    quiet = [("clips", ("u0.wav", hushed.getvalue(), "audio/wav"))] + files[1:]
-    assert_error(upload(upload_files=quiet), 400, "u0.wav: no speech heard (rms")
+    refused(hushed.getvalue(), 400, f"{first}: no speech heard (rms")
     # A tone as loud as speech: a voice-activity detector hears none in it, and the job would leave it out.
     tone = io.BytesIO()
     sf.write(tone, 0.3 * np.sin(2 * np.pi * 220 * np.arange(2 * rate) / rate), rate, format="WAV")
-    toned = [("clips", ("u0.wav", tone.getvalue(), "audio/wav"))] + files[1:]
-    assert_error(upload(upload_files=toned), 400, "u0.wav: no speech heard (a voice-activity detector hears")
+    refused(tone.getvalue(), 400, f"{first}: no speech heard (a voice-activity detector hears")
     for other in (-1.0, -0.97):  # one channel the other inverted, or nearly: the mix is silent or near it
         inverted = io.BytesIO()
         sf.write(inverted, np.stack([audio, other * audio], axis=1), rate, format="WAV")
-        cancelling = [("clips", ("u0.wav", inverted.getvalue(), "audio/wav"))] + files[1:]
-        assert_error(upload(upload_files=cancelling), 400, "u0.wav: its channels cancel when mixed to mono")
+        refused(inverted.getvalue(), 400, f"{first}: its channels cancel when mixed to mono")
     assert_error(upload(upload_files=files[1:]), 400, "transcripts without a clip")
     assert_error(upload(form | {"transcripts": json.dumps({"x.wav": "Hi."})}), 400, "no transcript")
     three = {name: text for name, text in list(json.loads(transcripts).items())[:3]}
     assert_error(upload(form | {"transcripts": json.dumps(three)}, upload_files=files[:3]), 400, "at least 25 s")
+    # What was left out is named beside too little speech: it may be why.
+    toned = [*files[:3], ("clips", ("tone.wav", tone.getvalue(), "audio/wav"))]
+    message = assert_error(
+        upload(form | {"transcripts": json.dumps({**three, "tone.wav": "Hello."})}, upload_files=toned),
+        400,
+        "at least 25 s",
+    )
+    assert "; left out: tone.wav: no speech heard (a voice-activity detector hears" in message, message
     # Six clips in 4 s of silence each: over 25 s of audio, about 15 s of speech, which the job would refuse.
     padded = []
     for _, (name, data, kind) in files[:6]:
@@ -1238,7 +1254,12 @@ def test_onboarding_end_to_end_single_tenant(tiny_base, new_voice_data, tmp_path
     loud = io.BytesIO()
     sf.write(loud, np.clip(audio * 40, -1, 1), rate, format="WAV")
     files = [*files, ("clips", ("loud.wav", loud.getvalue(), "audio/wav"))]
-    transcripts = json.dumps({**json.loads(transcripts), "loud.wav": json.loads(transcripts)[files[0][1][0]]})
+    # An 18th, a tone: no speech in it; the upload leaves it out at once, and says so in its answer.
+    tone = io.BytesIO()
+    sf.write(tone, 0.3 * np.sin(2 * np.pi * 220 * np.arange(2 * rate) / rate), rate, format="WAV")
+    files = [*files, ("clips", ("tone.wav", tone.getvalue(), "audio/wav"))]
+    said = json.loads(transcripts)[files[0][1][0]]
+    transcripts = json.dumps({**json.loads(transcripts), "loud.wav": said, "tone.wav": said})
     with TestClient(app) as client:
         assert client.get("/healthz").json()["tenancy"] == "single"
         created = client.post(
@@ -1247,6 +1268,8 @@ def test_onboarding_end_to_end_single_tenant(tiny_base, new_voice_data, tmp_path
         assert created.status_code == 202, created.text
         job = created.json()
         assert job["voice"] == "fiona-four" and job["clips"] == 17 and created.headers["location"].endswith(job["id"])
+        assert len(job["left_out"]) == 1, job["left_out"]
+        assert job["left_out"][0].startswith("tone.wav: no speech heard (a voice-activity detector hears"), job
         listed = {v["id"]: v for v in client.get("/v1/voices").json()["data"]}
         assert listed["fiona-four"]["status"] in ("training", "ready")
         history = wait_for_job(client, job["id"], {})
@@ -1268,6 +1291,7 @@ def test_onboarding_end_to_end_single_tenant(tiny_base, new_voice_data, tmp_path
         assert "chorus_cache_loads_total 1.0" in metrics
     consent = [json.loads(line) for line in (tmp_path / "store" / ".jobs" / "consent.jsonl").read_text().splitlines()]
     assert consent[0]["statement"] == CONSENT and consent[0]["voice_id"] == "fiona-four"
+    assert consent[0]["clips"] == 17 and consent[0]["left_out"] == job["left_out"]  # the audit says what was kept
     assert not [p for p in (tmp_path / "store" / ".jobs").iterdir() if p.is_dir()]  # job files removed
 
 

@@ -88,8 +88,8 @@ class ConsentSettings:
     max_sample_seconds: float = 30.0
     max_consent_seconds: float = 60.0
     # A consent or sample may come through a phone line (8 kHz): the checks judge it in the band it has. An
-    # upload of clips to train from may not (``UploadLimits.min_sample_rate``); a sample's refinement, which
-    # trains on it, fails on such a sample, and its instant voice stays.
+    # upload of clips to train from may not (``UploadLimits.min_sample_rate``): such a sample makes an instant
+    # voice only, its refinement marked failed, saying why, and no job queued.
     min_sample_rate: int = 8_000
     instant_speakers: int = 3
     max_refined_wer_increase: float = 0.05

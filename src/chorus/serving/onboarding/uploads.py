@@ -1,7 +1,9 @@
 """Checking onboarding uploads before any job exists, and writing them as an LJSpeech-style folder.
 
-Every clip is decoded with soundfile (anything libsndfile cannot read is refused, and so are empty,
-silent, overlong or non-finite clips), sizes, clip count and total duration are bounded, and an archive
+Every clip is decoded (libsndfile, else FFmpeg's decoders) and heard; one the onboarding job could not
+train on (unreadable, empty, silent, too short or long, non-finite, no speech heard, or missing from an
+archive) is left out and named in the answer, as `chorus adapt` leaves out a folder's, and the upload is
+refused only when too little speech is left. Sizes, clip count and total duration are bounded, and an archive
 is refused for absolute paths, ``..``, links, encryption, too many members or an implausible
 compression ratio (a zip bomb). Nothing from an upload ever names a file on disk: clips are re-encoded
 as 16-bit WAV under sanitized ids.
@@ -47,6 +49,7 @@ class PreparedUpload:
     clips: int
     seconds: float
     audio_sha256: str  # over every decoded clip, for the consent record
+    left_out: tuple[str, ...] = ()  # "clip: why" for each clip not kept (unreadable, silent, no speech, ...)
 
 
 def parse_transcripts(text: str) -> dict[str, str]:
@@ -89,6 +92,8 @@ class _DatasetWriter:
         self.folder = folder
         self.limits = limits
         self.lines: list[str] = []
+        self.left_out: list[str] = []  # "clip: why", as UploadError said it
+        self.left_out_statuses: set[int] = set()  # their HTTP statuses: an upload of unreadable files only is 415
         self.ids: set[str] = set()
         self.seconds = 0.0
         self.speech_seconds = 0.0  # as a voice-activity detector hears it, as the job's data check counts it
@@ -106,14 +111,30 @@ class _DatasetWriter:
 
     def add(self, name: str, data: bytes, text: str | None) -> None:
         """One clip; ``text`` None: no transcript (the onboarding job transcribes it, and a long
-        recording is cut at its silences there, so it may last up to the upload's whole budget)."""
+        recording is cut at its silences there, so it may last up to the upload's whole budget). A clip the
+        job could not train on (unreadable, too short or long, silent, no speech, an empty transcript) is left
+        out and named, as `chorus adapt` leaves out its folder's; the upload's limits (413) refuse it whole."""
         limits = self.limits
-        longest = limits.max_total_seconds if text is None else limits.max_clip_seconds
         label = _basename(name)[:100] or "clip"
-        if len(self.lines) >= limits.max_clips:
+        if len(self.lines) + len(self.left_out) >= limits.max_clips:
             raise UploadError(f"too many clips: at most {limits.max_clips}", 413)
         if len(data) > limits.max_clip_bytes:
             raise UploadError(f"{label}: {len(data)} bytes; a clip may have at most {limits.max_clip_bytes}", 413)
+        try:
+            mono, rate, text, speech = self._heard(label, data, text)
+        except UploadError as error:
+            if error.status == 413:
+                raise
+            self.left_out.append(str(error))
+            self.left_out_statuses.add(error.status)
+            return
+        self.write(name, mono, rate, text, speech)
+
+    def _heard(self, label: str, data: bytes, text: str | None) -> tuple[np.ndarray, int, str | None, float]:
+        """A clip decoded ``[samples]``, its rate, its transcript tidied and its seconds of speech; an
+        ``UploadError`` naming ``label`` where the job could not train on it."""
+        limits = self.limits
+        longest = limits.max_total_seconds if text is None else limits.max_clip_seconds
         if not data:
             raise UploadError(f"{label}: empty file (zero-length audio)")
         text = None if text is None else " ".join(text.replace("|", " ").split())
@@ -122,13 +143,18 @@ class _DatasetWriter:
         if text is not None and len(text) > limits.max_transcript_chars:
             raise UploadError(f"{label}: transcript of {len(text)} characters; at most {limits.max_transcript_chars}")
         mono, rate = decode_recording(label, data, longest, limits)
-        seconds = len(mono) / rate
-        self.seconds += seconds
         speech, no_speech = clip_speech(mono, rate, transcribed=text is not None)
         if speech == 0 and (silent := silence_problem(mono, rate)):  # a clip too quiet, named, not a sum of 0 s
             raise UploadError(f"{label}: no speech heard ({silent})")
         if no_speech:  # a tone, music or noise, which the job's data check would leave out
             raise UploadError(f"{label}: no speech heard ({no_speech})")
+        return mono, rate, text, speech
+
+    def write(self, name: str, mono: np.ndarray, rate: int, text: str | None, speech: float) -> None:
+        """One clip already decoded and heard (``mono`` ``[samples]`` at ``rate``, ``speech`` seconds of it),
+        written as 16-bit WAV under a sanitized id."""
+        limits = self.limits
+        self.seconds += len(mono) / rate
         self.speech_seconds += speech
         if self.seconds > limits.max_total_seconds:
             raise UploadError(f"more than {limits.max_total_seconds / 60:g} minutes of audio in one upload", 413)
@@ -143,16 +169,37 @@ class _DatasetWriter:
         self.lines.append(f"{utt_id}|{text or ''}")  # an empty text: transcribed by the job
 
     def finish(self) -> PreparedUpload:
-        if not self.lines:
+        if not self.lines and not self.left_out:
             raise UploadError("no clips in the upload")
+        if not self.lines:
+            status = self.left_out_statuses.pop() if len(self.left_out_statuses) == 1 else 400
+            raise UploadError(f"no clip in the upload can be trained on: {self._named_left_out()}", status)
         if self.speech_seconds < self.limits.min_total_seconds:
             raise UploadError(
                 f"{tenths_down(self.speech_seconds)} s of speech ({self.seconds:.1f} s of audio, with the silence, noise "
                 f"and pauses around the words); a voice needs at least {self.limits.min_total_seconds:g} s of speech "
                 "(1-10 minutes is the intended range)"
+                + (f"; left out: {self._named_left_out()}" if self.left_out else "")
             )
         (self.folder / "metadata.csv").write_text("\n".join(self.lines) + "\n", encoding="utf-8")
-        return PreparedUpload(self.folder, len(self.lines), round(self.seconds, 2), self.digest.hexdigest())
+        return PreparedUpload(
+            self.folder, len(self.lines), round(self.seconds, 2), self.digest.hexdigest(), tuple(self.left_out)
+        )
+
+    def _named_left_out(self, shown: int = 5) -> str:
+        more = len(self.left_out) - shown
+        return "; ".join(self.left_out[:shown]) + (f" (and {more} more)" if more > 0 else "")
+
+
+def prepare_heard(
+    name: str, mono: np.ndarray, rate: int, speech: float, folder: str | Path, limits: UploadLimits
+) -> PreparedUpload:
+    """One recording without a transcript that its route has decoded and heard already (a custom voice's
+    sample: ``mono`` ``[samples]`` at ``rate``, ``speech`` seconds of it by :func:`clip_speech`), written as
+    the onboarding job's folder at ``folder``, so that it is not decoded and heard a second time."""
+    writer = _DatasetWriter(Path(folder), limits)
+    writer.write(name, mono, rate, None, speech)
+    return writer.finish()
 
 
 def clip_speech(mono: np.ndarray, rate: int, transcribed: bool) -> tuple[float, str | None]:
@@ -344,25 +391,28 @@ def prepare_archive(data: bytes, folder: str | Path, limits: UploadLimits = Uplo
             raise UploadError("metadata.csv is not UTF-8 text (NUL characters: UTF-16?)")
         writer = _DatasetWriter(Path(folder), limits)
         first: dict[str, int] = {}  # a clip's entry -> the line that gave it
+        opening = True  # the first line with text: it may be a header row
         for number, line in enumerate(lines, start=1):
             if not line.strip():
                 continue
             fields = [f.strip() for f in line.split("|")]
+            audio = _clip_member(members, f"{prefix}wavs/", fields[0])
+            opening, was_opening = False, opening
+            if audio is None and was_opening and names_columns(fields):
+                continue  # a header row, of any number of columns ("id|text|normalized|speaker")
             if len(fields) not in (2, 3) or not fields[0]:
                 raise UploadError(f"metadata.csv line {number}: expected 'id|text' or 'id|text|normalized'")
             utt_id, text = fields[0], (fields[2] if len(fields) == 3 and fields[2] else fields[1])
-            audio = _clip_member(members, f"{prefix}wavs/", utt_id)
-            if audio is None and not first and names_columns(fields):
-                continue  # a header row
-            if audio is None:
+            if audio is None:  # left out, as `chorus adapt` leaves out a line of its folder without a clip
                 beside = (
                     " (it is beside metadata.csv: put the clips in wavs/)"
                     if "/" not in utt_id and _clip_member(members, prefix, utt_id)
                     else ""
                 )
-                raise UploadError(
+                writer.left_out.append(
                     f"metadata.csv line {number}: no wavs/{utt_id[:60]}.wav (or .flac, ...) in the archive{beside}"
                 )
+                continue
             if audio.filename in first:  # by its clip: "a" and "a.wav" are one
                 raise UploadError(
                     f"metadata.csv line {number}: id {utt_id[:60]!r} is given twice (line {first[audio.filename]})"

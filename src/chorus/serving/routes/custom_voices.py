@@ -23,7 +23,7 @@ from chorus.data.check import tenths_down
 from chorus.serving.errors import ApiError
 from chorus.serving.onboarding.job_runner import SAMPLE, OnboardingJob
 from chorus.serving.onboarding.upload_form import form_file, form_text, read_multipart
-from chorus.serving.onboarding.uploads import RecordingTooLong, clip_speech, decode_recording, prepare_clips
+from chorus.serving.onboarding.uploads import RecordingTooLong, clip_speech, decode_recording, prepare_heard
 from chorus.serving.quotas import check_onboarding, quota_reached
 from chorus.serving.routes.deps import ERRORS, Server, Tenant, read_json
 from chorus.serving.schemas.custom_voices import (
@@ -42,6 +42,7 @@ from chorus.serving.store import (
     ConsentRecord,
     InvalidId,
     JobNotFound,
+    JobStatus,
     QuotaReached,
     VoiceConflict,
     VoiceRecord,
@@ -213,6 +214,16 @@ def _same_speaker(server: ServerState, consent: ConsentRecord, sample: np.ndarra
     checks.same_speaker(heard.speech, consent_rate, sample, rate)
 
 
+def _unrefined(rate: int, upload: UploadLimits) -> str:
+    """Why a sample recorded at ``rate`` is not refined: a voice is trained from ``upload.min_sample_rate``
+    or more (as the onboarding job's data check takes a clip), so no job is queued to fail on it."""
+    return (
+        f"not refined: the sample was recorded at {rate} Hz, and a voice is trained from {upload.min_sample_rate} "
+        "Hz or more; it speaks as its instant voice. For a refined voice, record the sample again at "
+        f"{upload.min_sample_rate} Hz or more (not through a phone line)"
+    )
+
+
 @router.post("/v1/audio/voices", responses={200: {"model": AudioVoice}, **ERRORS})
 async def create_audio_voice(request: Request, tenant: Tenant, server: Server):
     """A voice from multipart ``name``, ``audio_sample`` (10-30 s, <= 10 MiB) and ``consent`` (an id):
@@ -262,9 +273,15 @@ async def create_audio_voice(request: Request, tenant: Tenant, server: Server):
     embedding = await run_in_threadpool(checks.embed, audio, rate)
     instant = await run_in_threadpool(checks.instant_voice, embedding)
     voice_id = VOICE_PREFIX + secrets.token_hex(12)
-    upload_dir = server.jobs.new_upload_dir()
+    # A sample under the rate voices are trained from would be left out whole by the job's data check: such a
+    # voice keeps its instant voice, and no job is queued (nor counted against the tenant's jobs) to fail.
+    refined = rate >= settings.upload.min_sample_rate
+    upload_dir = server.jobs.new_upload_dir() if refined else None
     try:
-        prepared = await run_in_threadpool(prepare_clips, [(filename, data)], None, upload_dir / "voice", limits)
+        if refined:
+            prepared = await run_in_threadpool(
+                prepare_heard, filename, audio, rate, speech, upload_dir / "voice", limits
+            )
         own = settings.limits.of(tenant)
         try:
             job_id = server.store.create_job(
@@ -272,7 +289,7 @@ async def create_audio_voice(request: Request, tenant: Tenant, server: Server):
                 voice_id,
                 name=name,
                 method=settings.adapt_sample.methods.spec,
-                max_active_jobs=own.active_jobs,
+                max_active_jobs=own.active_jobs if refined else None,
                 max_voices=own.voices,
                 consent_id=consent.consent_id,
                 instant=instant,
@@ -281,19 +298,22 @@ async def create_audio_voice(request: Request, tenant: Tenant, server: Server):
             raise ApiError(409, str(error), type="conflict_error") from None
         except QuotaReached as error:
             raise quota_reached(error) from None
-        await run_in_threadpool(
-            server.jobs.submit,
-            upload_dir,
-            OnboardingJob(job_id, tenant, voice_id, name, SAMPLE),
-            {
-                "statement": f"consent recording {consent.consent_id} ({consent.heard!r})",
-                "consent_id": consent.consent_id,
-                "clips": prepared.clips,
-                "seconds": prepared.seconds,
-                "audio_sha256": prepared.audio_sha256,
-            },
-        )
-        upload_dir = None
+        if not refined:
+            server.store.update_job(job_id, status=JobStatus.FAILED, message=_unrefined(rate, settings.upload))
+        else:
+            await run_in_threadpool(
+                server.jobs.submit,
+                upload_dir,
+                OnboardingJob(job_id, tenant, voice_id, name, SAMPLE),
+                {
+                    "statement": f"consent recording {consent.consent_id} ({consent.heard!r})",
+                    "consent_id": consent.consent_id,
+                    "clips": prepared.clips,
+                    "seconds": prepared.seconds,
+                    "audio_sha256": prepared.audio_sha256,
+                },
+            )
+            upload_dir = None
     finally:
         if upload_dir is not None:
             server.jobs.discard(upload_dir)

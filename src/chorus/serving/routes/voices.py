@@ -158,11 +158,12 @@ async def create_voice(request: Request, tenant: Tenant, server: Server):
                 "clips": prepared.clips,
                 "seconds": prepared.seconds,
                 "audio_sha256": prepared.audio_sha256,
+                "left_out": list(prepared.left_out),
             },
         )
         upload_dir = None
         job = job_json(server, store.get_job(tenant, job_id))
-        job.update(clips=prepared.clips, seconds=prepared.seconds)
+        job.update(clips=prepared.clips, seconds=prepared.seconds, left_out=list(prepared.left_out))
         return JSONResponse(job, status_code=202, headers={"Location": f"/v1/jobs/{job_id}"})
     finally:
         if upload_dir is not None:

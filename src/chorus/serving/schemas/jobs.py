@@ -22,7 +22,9 @@ class Job(BaseModel):
 
 
 class CreatedJob(Job):
-    """The answer to an upload (202): the job, and what the upload held."""
+    """The answer to an upload (202): the job, and what the upload held: the clips kept, their seconds, and
+    each clip left out as ``"name: why"`` (unreadable, too short or long, silent, no speech heard)."""
 
     clips: int
     seconds: float
+    left_out: list[str] = []

@@ -497,6 +497,7 @@
     jobStatus.textContent = "Uploading…";
     try {
       const job = await upload(uploadForm());
+      if (job.left_out && job.left_out.length) show(onboardError, `Left out of the upload: ${job.left_out.join("; ")}`);
       watch(job);
     } catch (error) {
       jobBox.hidden = true;
