@@ -1,14 +1,18 @@
 """The adaptation data's one-speaker check (``chorus.speaker_recognition.one_speaker``): its group threshold
 set on calibration folders, then what it refuses on others.
 
+The check judges a folder of 16 clips or more by up to 48 of them, spread over it.
+
 * **calibration**: the 36 pretraining voices of the offline corpus (``corpus_out/train``), each folder
-  alone: the threshold is the lowest centroid cosine any of them splits into, less a margin
-  (:data:`MARGIN`), so that no calibration folder is refused.
+  alone, judged at 16, 32 and 48 clips (the fewest the check judges, the most, and between): the threshold
+  is the lowest centroid cosine any of them splits into, less a margin (:data:`MARGIN`), so that no
+  calibration folder is refused at any size the check judges.
 * **figures**: the three held-out voices (piper-joe, flite-slt, festival-ked: no model here learnt
   them), each alone; each alone with half its clips through a phone line (a person recorded on two
-  channels); and mixtures, half of one voice and half of another: the held-out pairs, the corpus's voices
+  channels); mixtures, half of one voice and half of another: the held-out pairs, the corpus's voices
   paired at random, and pairs of one engine reading the same sentences (espeak-ng's voices, as a probe
-  made them).
+  made them); and a few clips of another voice among one's (3 of 26, as a new user's probe made them, and
+  5 of 48).
 
 ```
 python bench/one_speaker.py --corpus corpus_out/train --heldout corpus_out/heldout --out bench/results/one_speaker
@@ -23,6 +27,7 @@ import json
 import random
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
@@ -32,17 +37,25 @@ from chorus.audio.augment import phone_line
 from chorus.audio.io import load_audio
 from chorus.data.formats import discover
 from chorus.speaker_recognition.bundle import SHIPPED_ENCODER, load_encoder
-from chorus.speaker_recognition.one_speaker import CHECKED_CLIPS, MIN_SHARE, SAME_PERSON, split_score, spread
+from chorus.speaker_recognition.one_speaker import (
+    CHECKED_CLIPS,
+    FEWEST_CHECKED,
+    MIN_SHARE,
+    SAME_PERSON,
+    split_score,
+    spread,
+)
 from run_record import LoadSampler, describe, provenance
 
-CLIPS = CHECKED_CLIPS  # per folder, spread over it, as `chorus adapt` judges one
+SIZES = (FEWEST_CHECKED, 32, CHECKED_CLIPS)  # folder sizes the threshold is calibrated at
 MARGIN = 0.02
 ESPEAK_PAIRS = [("en-us+m3", "en-gb+f4"), ("en-us+m1", "en-us+m5"), ("en-us+f2", "en-us+f3"), ("en-us", "en-us+m7")]
+INTRUDERS = ((23, 3), (43, 5))  # (one voice's clips, another's) in a folder with a few clips of another voice
 
 
-def embed_folder(encoder, folder: Path) -> np.ndarray:
-    """The folder's clips as the check picks them (spread evenly over it), embedded."""
-    return encoder.embed([u.audio_path for u in spread(discover(folder)[0])])
+def embed_folder(encoder, folder: Path, count: int = CHECKED_CLIPS) -> np.ndarray:
+    """``count`` of the folder's clips, spread evenly over it as the check picks them, embedded ``[count, D]``."""
+    return encoder.embed([u.audio_path for u in spread(discover(folder)[0], count)])
 
 
 def espeak_clips(encoder, voice: str, sentences: list[str]) -> np.ndarray:
@@ -74,19 +87,49 @@ def main() -> None:
     print(report(result))
 
 
+def calibration_scores(corpus: dict[str, np.ndarray]) -> dict[str, float]:
+    """Each voice's score at each calibrated size (``"voice @ n"``), from its clips' embeddings ``[N, D]``
+    (all of its clips, in order): the size's clips spread over them, as the check picks them."""
+    return {
+        f"{name} @ {size}": split_score(embeddings[spread(list(range(len(embeddings))), size)])
+        for name, embeddings in corpus.items()
+        for size in SIZES
+        if len(embeddings) >= size
+    }
+
+
+def intruded(one: np.ndarray, other: np.ndarray, kept: int, intruders: int) -> np.ndarray:
+    """A folder of ``kept`` clips of one voice with ``intruders`` of another spread among them ``[kept +
+    intruders, D]`` (the check spreads its picks over a folder: where they sit does not favour it)."""
+    size = kept + intruders
+    at = {int((k + 0.5) * size / intruders) for k in range(intruders)}
+    ours, theirs = iter(one[:kept]), iter(other[:intruders])
+    return np.stack([next(theirs) if i in at else next(ours) for i in range(size)])
+
+
 def measure(args, rng: random.Random, record: dict) -> dict:
     """Calibration scores, the threshold from them, and the figures' scores."""
     encoder = load_encoder(SHIPPED_ENCODER)
-    corpus = {p.name: embed_folder(encoder, p) for p in sorted(args.corpus.iterdir()) if p.is_dir()}
-    calibration = {name: split_score(e) for name, e in corpus.items()}
+    corpus = {
+        p.name: encoder.embed([u.audio_path for u in discover(p)[0]])
+        for p in sorted(args.corpus.iterdir())
+        if p.is_dir()
+    }
+    calibration = calibration_scores(corpus)
     threshold = round(min(calibration.values()) - MARGIN, 3)
+    corpus = {name: e[spread(list(range(len(e))), CHECKED_CLIPS)] for name, e in corpus.items()}
     heldout = {p.name: p for p in sorted(args.heldout.iterdir()) if p.is_dir()}
-    figures: dict[str, list[dict]] = {"alone": [], "two channels": [], "held-out pairs": [], "corpus pairs": []}
-    figures["espeak pairs"] = []
+    kinds = ["alone", "two channels", "held-out pairs", "corpus pairs", "espeak pairs"]
+    kinds += [f"{few} of {kept + few} another voice's, held-out" for kept, few in INTRUDERS]
+    kinds += [f"{few} of {kept + few} another voice's, corpus" for kept, few in INTRUDERS]
+    figures: dict[str, list[dict]] = {kind: [] for kind in kinds}
+    timed = []
     for name, folder in heldout.items():
+        started = time.perf_counter()
         alone = embed_folder(encoder, folder)
         figures["alone"].append({"folder": name, "score": split_score(alone)})
-        clips = [u.audio_path for u in spread(discover(folder)[0])]
+        timed.append(time.perf_counter() - started)
+        clips = [u.audio_path for u in spread(discover(folder)[0], CHECKED_CLIPS)]
         phoned = [
             phone_line(load_audio(p, encoder.mel_config.sample_rate), encoder.mel_config.sample_rate)
             for p in clips[::2]
@@ -94,16 +137,29 @@ def measure(args, rng: random.Random, record: dict) -> dict:
         mixed = np.concatenate([encoder.embed(clips[1::2]), encoder.embed(phoned)])
         figures["two channels"].append({"folder": f"{name}, half through a phone line", "score": split_score(mixed)})
         corpus[f"heldout:{name}"] = alone
+    half = CHECKED_CLIPS // 2
     for a, b in itertools.combinations(heldout, 2):
-        mix = np.concatenate([corpus[f"heldout:{a}"][: CLIPS // 2], corpus[f"heldout:{b}"][: CLIPS // 2]])
+        mix = np.concatenate([corpus[f"heldout:{a}"][:half], corpus[f"heldout:{b}"][:half]])
         figures["held-out pairs"].append({"folder": f"{a} + {b}", "score": split_score(mix)})
+    for a, b in itertools.permutations(heldout, 2):
+        for kept, few in INTRUDERS:
+            mix = intruded(corpus[f"heldout:{a}"], corpus[f"heldout:{b}"][::-1], kept, few)
+            figures[f"{few} of {kept + few} another voice's, held-out"].append(
+                {"folder": f"{kept} {a} + {few} {b}", "score": split_score(mix)}
+            )
     names = [n for n in corpus if not n.startswith("heldout:")]
     pairs = list(itertools.combinations(names, 2))
     rng.shuffle(pairs)
     for a, b in pairs[: args.pairs]:
-        mix = np.concatenate([corpus[a][: CLIPS // 2], corpus[b][: CLIPS // 2]])
+        mix = np.concatenate([corpus[a][:half], corpus[b][:half]])
         figures["corpus pairs"].append({"folder": f"{a} + {b}", "score": split_score(mix)})
-    sentences = [f"This is sentence number {n}, which I am reading for my new voice today." for n in range(CLIPS // 2)]
+        for kept, few in INTRUDERS:
+            first, second = (a, b) if rng.random() < 0.5 else (b, a)
+            mix = intruded(corpus[first], corpus[second][::-1], kept, few)
+            figures[f"{few} of {kept + few} another voice's, corpus"].append(
+                {"folder": f"{kept} {first} + {few} {second}", "score": split_score(mix)}
+            )
+    sentences = [f"This is sentence number {n}, which I am reading for my new voice today." for n in range(half)]
     for a, b in ESPEAK_PAIRS:
         mix = np.concatenate([espeak_clips(encoder, a, sentences), espeak_clips(encoder, b, sentences)])
         figures["espeak pairs"].append(
@@ -111,29 +167,36 @@ def measure(args, rng: random.Random, record: dict) -> dict:
         )
     return {
         "provenance": record,
-        "clips": CLIPS,
+        "clips": CHECKED_CLIPS,
+        "fewest": FEWEST_CHECKED,
+        "sizes": list(SIZES),
         "min_share": MIN_SHARE,
         "calibration": calibration,
         "threshold": threshold,
         "shipped": SAME_PERSON,
+        "check_seconds": timed,
         "figures": figures,
     }
 
 
 def report(result: dict) -> str:
     threshold = result["threshold"]
+    lowest = min(result["calibration"], key=result["calibration"].get)
     lines = [
         "# Adaptation data: one person or two (the one-speaker check)",
         "",
         describe(result["provenance"]),
         "",
-        f"{result['clips']} clips a folder, embedded by the shipped speaker encoder; split in two groups by two-means; "
-        f"a folder is two voices when the smaller group holds at least {result['min_share']:.0%} of the clips (2 at "
-        "least) and the groups' centroids score under the threshold.",
+        f"A folder of {result['fewest']} clips or more is judged by up to {result['clips']} of them, spread over it, "
+        "embedded by the shipped speaker encoder and split in two groups by two-means; it is two voices when the "
+        f"smaller group holds at least {result['min_share']:.0%} of the clips (2 at least) and the groups' centroids "
+        "score under the threshold. The figures' folders are judged as the check judges them.",
         "",
-        f"**Threshold {threshold}**: the lowest of the {len(result['calibration'])} calibration folders' scores "
-        f"({min(result['calibration'].values()):.3f}) less {MARGIN}; Chorus ships {result['shipped']}. A folder "
-        "that does not split scores 1.",
+        f"**Threshold {threshold}**: the lowest of the calibration folders' {len(result['calibration'])} scores "
+        f"(each voice at {', '.join(map(str, result['sizes']))} clips; lowest {lowest} "
+        f"{result['calibration'][lowest]:.3f}) less {MARGIN}; Chorus ships {result['shipped']}. A folder that does "
+        "not split scores 1. Checking one held-out folder (embedding its clips and splitting them) took "
+        f"{min(result['check_seconds']):.1f}-{max(result['check_seconds']):.1f} s.",
         "",
         "| figures | folders | refused | scores (min-max) |",
         "|---|---|---|---|",
@@ -146,7 +209,7 @@ def report(result: dict) -> str:
         )
     lines += ["", "Each folder of the figures:", ""]
     for kind, rows in result["figures"].items():
-        if kind == "corpus pairs":
+        if "corpus" in kind:
             continue
         for r in rows:
             lines.append(

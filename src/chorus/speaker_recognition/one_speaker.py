@@ -18,7 +18,12 @@ from dataclasses import dataclass
 import numpy as np
 
 MIN_CLIPS = 4  # fewer clips than this cannot be split into two groups of two
-CHECKED_CLIPS = 16  # what a folder is judged by, as bench/one_speaker.py calibrated it; fewer: not judged
+# A folder of FEWEST_CHECKED clips or more is judged by up to CHECKED_CLIPS of them, spread over it, as
+# bench/one_speaker.py calibrated the threshold at both ends; a smaller folder is not judged. Judging up to
+# 48 (not 16) lets a few clips of another voice among a few dozen form their own group (3 of 26 had been
+# 1 or 2 of the 16 checked: strays).
+FEWEST_CHECKED = 16
+CHECKED_CLIPS = 48
 MIN_SHARE = 0.1  # of the clips: a smaller group is a stray clip or two, not a second voice
 SAME_PERSON = 0.639  # bench/results/one_speaker: the calibration folders' lowest score (0.659), less 0.02
 _ROUNDS = 50

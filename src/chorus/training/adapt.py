@@ -35,7 +35,7 @@ from chorus.models.bundle import ModelBundle
 from chorus.models.losses import compute_losses, step_inputs
 from chorus.recipe import TEXT_SIDE_PATTERN, AdaptConfig, MemoryOptions
 from chorus.speaker_recognition.bundle import load_encoder, shipped_encoder_dir
-from chorus.speaker_recognition.one_speaker import CHECKED_CLIPS, SAME_PERSON, spread, two_voices
+from chorus.speaker_recognition.one_speaker import CHECKED_CLIPS, FEWEST_CHECKED, SAME_PERSON, spread, two_voices
 from chorus.speaker_recognition.start import similarity_to_clips, speaker_map
 from chorus.training.efficiency import apply_memory_options, autocast, build_optimizer, cast_frozen_parameters
 from chorus.training.step_loop import LoopResult, StepLoop
@@ -118,9 +118,9 @@ def check_one_speaker(data: str | Path, clips: list, narrow_band: frozenset[str]
     where one voice's clips are the ones with nothing above 4.2 kHz (``narrow_band``: the data check's keys of
     such clips), as one person recorded directly and through a phone line would be."""
     folder = shipped_encoder_dir()
-    if folder is None or len(clips) < CHECKED_CLIPS:  # judged as calibrated: CHECKED_CLIPS spread over the folder
+    if folder is None or len(clips) < FEWEST_CHECKED:  # judged as calibrated: up to CHECKED_CLIPS, spread
         return
-    chosen = spread(clips)
+    chosen = spread(clips, CHECKED_CLIPS)
     found = two_voices(_checking_encoder(str(folder)).embed([u.audio_path for u in chosen]))
     if found is None:
         return
