@@ -7,6 +7,7 @@ restart, concurrent mixed-voice load through the batcher, Prometheus metrics, an
 from __future__ import annotations
 
 import base64
+import collections
 import contextlib
 import dataclasses
 import errno
@@ -438,6 +439,30 @@ def test_openapi_page_shows_the_routes_and_their_bodies(tenants_app):
     loaded = re.findall(r'(?:src|href)="([^"]+)"', docs.text)
     assert loaded and all(url.startswith("/") and not url.startswith("//") for url in loaded), loaded
     assert all(client.get(url).status_code == 200 for url in loaded)
+
+
+def test_a_speech_request_normalizes_each_sentence_once(tenants_app, monkeypatch):
+    """The characters a sentence drops, its phonemes and its words' timestamps all read one normalization of
+    it (they had each normalized it again: three times a sentence)."""
+    from chorus.text import normalize
+
+    class Counting:  # the normalizer's first step, counting the texts it is given
+        def __init__(self, pattern):
+            self.pattern, self.seen = pattern, collections.Counter()
+
+        def sub(self, replacement, text):
+            self.seen[text] += 1
+            return self.pattern.sub(replacement, text)
+
+    counting = Counting(normalize._number_dash_re)
+    monkeypatch.setattr(normalize, "_number_dash_re", counting)
+    normalize._spoken.cache_clear()
+    client, _ = tenants_app
+    sentences = ["Dr. Ames paid $12.50 on May 3rd.", "She left at 5:30 pm, 2 days later."]
+    body = {"model": "chorus", "input": " ".join(sentences), "voice": "m3", "response_format": "wav"}
+    response = client.post("/v1/audio/speech/captioned", json=body, headers=ACME)
+    assert response.status_code == 200 and response.json()["words"], response.text
+    assert [counting.seen[sentence] for sentence in sentences] == [1, 1], counting.seen
 
 
 def test_speech_formats_speed_and_streaming(tenants_app):

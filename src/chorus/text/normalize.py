@@ -11,6 +11,7 @@ are dropped with a warning.
 
 from __future__ import annotations
 
+import functools
 import re
 import unicodedata
 
@@ -389,6 +390,22 @@ def normalize_text(text: str, *, warn: bool = True, dropped: list[str] | None = 
     >>> normalize_text("Dr. Smith paid $5.50 on May 3rd.")
     'doctor Smith paid five dollars and fifty cents on May third.'
     """
+    spoken, unspoken = _spoken(text)
+    if dropped is not None:
+        dropped += unspoken
+    elif unspoken and warn:
+        # In the order they came, so a reader finds them in the text.
+        warn_caller(
+            f"dropped characters with no spoken form: {''.join(dict.fromkeys(unspoken))!r}", UnknownCharacterWarning
+        )
+    return spoken
+
+
+# A sentence is read by several steps of one request (the characters it drops, its phonemes, its words'
+# timestamps): each takes the same normalized text from here instead of normalizing it again.
+@functools.lru_cache(maxsize=256)
+def _spoken(text: str) -> tuple[str, tuple[str, ...]]:
+    """``text`` normalized (:func:`normalize_text`), and the characters with no spoken form it left out."""
     text = _number_dash_re.sub("-", unicodedata.normalize("NFKC", text)).translate(_PAUSE_DASHES)
     text = text.replace(" - ", ", ")
     # Addresses first: they hold dots, slashes and digits that the rules below would read apart.
@@ -430,16 +447,9 @@ def normalize_text(text: str, *, warn: bool = True, dropped: list[str] | None = 
         else:
             kept.append(" ")
             unspoken.append(char)
-    if dropped is not None:
-        dropped += unspoken
-    elif unspoken and warn:
-        # In the order they came, so a reader finds them in the text.
-        warn_caller(
-            f"dropped characters with no spoken form: {''.join(dict.fromkeys(unspoken))!r}", UnknownCharacterWarning
-        )
     text = "".join(kept)
     text = re.sub(r"\s+([,;:.!?])", r"\1", text)
-    return _whitespace_re.sub(" ", text).strip()
+    return _whitespace_re.sub(" ", text).strip(), tuple(unspoken)
 
 
 def _is_latin_letter(char: str) -> bool:
