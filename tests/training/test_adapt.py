@@ -200,6 +200,30 @@ def test_one_folder_of_two_voices_is_refused_before_training(tiny_base, new_voic
     assert runner.invoke(app, ["data", "check", str(new_voice_data)]).exit_code == 0
 
 
+def test_a_few_clips_of_another_voice_are_found(new_voice_data, two_voice_corpus, tmp_path):
+    """3 clips of another voice among 26 (a new user's probe): up to 48 clips are checked, so the 3 form their
+    own group; the 16 checked before held one of them, a stray, and the folder passed."""
+    folder = tmp_path / "intruded"
+    (folder / "wavs").mkdir(parents=True)
+    own = (new_voice_data / "metadata.csv").read_text().splitlines()
+    other = (two_voice_corpus / "m3" / "metadata.csv").read_text().splitlines()[:3]
+    lines = []
+    for copy, gain in enumerate((1.0, 0.7)):  # 16 clips and 7 of them again, quieter: 23 of one person
+        for line in own[: 16 if copy == 0 else 7]:
+            utt_id, text = line.split("|", 1)
+            audio, rate = sf.read(new_voice_data / "wavs" / f"{utt_id}.wav", dtype="float32")
+            sf.write(folder / "wavs" / f"f4-{copy}-{utt_id}.wav", gain * audio, rate, subtype="PCM_16")
+            lines.append(f"f4-{copy}-{utt_id}|{text}")
+    for number, line in enumerate(other):
+        utt_id, text = line.split("|", 1)
+        shutil.copy(two_voice_corpus / "m3" / "wavs" / f"{utt_id}.wav", folder / "wavs" / f"m3-{utt_id}.wav")
+        lines.insert((4, 13, 21)[number], f"m3-{utt_id}|{text}")  # spread as bench/one_speaker.py spreads them
+    (folder / "metadata.csv").write_text("\n".join(lines) + "\n")
+    with pytest.raises(ValueError, match="sound like two people") as refused:
+        check_adaptation_data(folder, AdaptConfig(**QUICK), progress=False)
+    assert "3 like another (e.g. m3-" in str(refused.value), refused.value
+
+
 def test_one_person_on_two_channels_is_told_so(new_voice_data, tmp_path):
     """One person's clips, half of them through 8 kHz and back (a phone recording exported at 16 kHz), sound like
     two people to the encoder: the refusal says that one voice's clips are the narrow ones (a new user had been
