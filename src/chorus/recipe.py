@@ -177,6 +177,18 @@ class AdaptConfig:
     threads: int = 2
     seed: int = 1234
 
+    def __post_init__(self) -> None:
+        # Refused here, before any audio is read: 0 steps had written an untrained voice, 0 threads a traceback.
+        for name in ("steps", "max_frames", "eval_every", "patience", "threads"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if not self.max_minutes > 0:
+            raise ValueError(f"max_minutes must be more than 0, got {self.max_minutes}")
+        if self.learning_rate is not None and not self.learning_rate > 0:
+            raise ValueError(f"learning_rate must be more than 0, got {self.learning_rate}")
+        if not 0 < self.validation_fraction < 1:
+            raise ValueError(f"validation_fraction must be between 0 and 1, got {self.validation_fraction}")
+
     def method_configs(self) -> list[MethodConfig]:
         """The configs the voice's adapter is built from: copies of ``methods``' configs, the text side
         excluded from all but the speaker vector's when ``keep_text_side``, and a speaker vector when none

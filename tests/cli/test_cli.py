@@ -366,6 +366,16 @@ def test_adapt_takes_one_base(tiny_base, tmp_path):
         app, ["adapt", data, "--out", str(tmp_path / "v"), "--base", "piper-joe", "--method", "bitfit"]
     )
     assert result.exit_code == 2 and "a Piper base takes --placement" in result.output
+    # An option the chosen base has no use for is refused, naming it (they had been dropped without a word).
+    piper = ["adapt", data, "--out", str(tmp_path / "v"), "--base", "piper-joe"]
+    result = runner.invoke(app, [*piper, "--rank", "16", "--checkpointing", "--precision", "bf16"])
+    said = " ".join(result.output.split())
+    assert result.exit_code == 2 and said.startswith("error: --checkpointing, --precision, --rank: the Chorus base's")
+    result = runner.invoke(
+        app, ["adapt", data, "--out", str(tmp_path / "v"), "--placement", "flow", "--recipe", "aligned"]
+    )
+    said = " ".join(result.output.split())
+    assert result.exit_code == 2 and said.startswith("error: --placement, --recipe: a Piper base's options"), said
 
 
 def test_a_voice_adapted_on_a_piper_base_says_which_base_speaks_it(

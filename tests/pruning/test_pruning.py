@@ -264,6 +264,11 @@ def test_pruned_base_is_used_like_the_shipped_one(method, tiny_base, two_voice_c
     )  # fmt: skip
     assert result.exit_code == 0, result.output
     assert f"{method}: sparsity" in result.output and "MB on disk" in result.output
+    # The folder is one model now: the same command again is refused before any work (it had replaced it).
+    again = runner.invoke(app, ["prune", "--method", method, "--sparsity", "0.5", "--model", str(tiny_base),
+                                "--data", str(two_voice_corpus), "--out", str(out), "--steps", "2"])  # fmt: skip
+    said = " ".join(again.output.split())
+    assert again.exit_code == 2 and f"--out {out} already holds a model: give another --out, or --overwrite" in said
     wav = tmp_path / "hello.wav"
     result = runner.invoke(app, ["synthesize", "--model", str(out), "--text", "The birch canoe.", "--out", str(wav)])
     assert result.exit_code == 0 and wav.stat().st_size > 1000, result.output
@@ -313,3 +318,12 @@ def test_prune_command_errors_are_one_line(tmp_path):
         ],
     )
     assert result.exit_code == 2 and "chorus corpus build" in result.output and "Traceback" not in result.output
+    # A folder holding anything but a model is never swapped out for one, --overwrite or not.
+    (tmp_path / "corpus").mkdir()
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "todo.txt").write_text("mine")
+    kept = CliRunner().invoke(app, ["prune", "--method", "ump", "--sparsity", "0.5", "--out", str(tmp_path / "notes"),
+                                    "--data", str(tmp_path / "corpus"), "--overwrite"])  # fmt: skip
+    said = " ".join(kept.output.split())
+    assert kept.exit_code == 2 and "holds files that are not a model (todo.txt)" in said, said
+    assert (tmp_path / "notes" / "todo.txt").read_text() == "mine"

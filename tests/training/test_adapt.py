@@ -34,6 +34,7 @@ def test_lora_voice_leaves_speakers_bit_identical(tiny_base, new_voice_data, tmp
         tmp_path / "voices" / "f4",
         AdaptConfig(methods=parse_methods("lora"), **QUICK),
         progress=False,
+        in_place=True,  # as the command line and a server's job adapt: the voice added to the model given
     )
     card = result.card
     assert card.methods == ["lora"] and card.steps == 4 and card.trainable_parameters > 0
@@ -69,6 +70,34 @@ def test_lora_voice_leaves_speakers_bit_identical(tiny_base, new_voice_data, tmp
         assert torch.equal(fresh.mel(["Hello there."], speaker)[0], mel), speaker
     speech = fresh.synthesize("Hello there.", voice=name)
     assert speech.speaker == "f4" and np.isfinite(speech.audio).all()
+
+
+def test_the_library_adapts_again_and_again_on_one_base(tiny_base, new_voice_data, tmp_path):
+    """adapt() trains on a copy of the base it is given: the Synthesizer's model stays bare, so a second method
+    adapts on the same base (it had found the first voice's adapter there and refused), the base speakers speak
+    as before, and torch's thread count is set back."""
+    tts = load_base(tiny_base, "griffin-lim")
+    weights = {k: v.clone() for k, v in tts.bundle.model.state_dict().items()}
+    before = tts.mel(["Hello there."], "m3")[0]
+    torch.set_num_threads(1)
+    results = [
+        adapt(
+            new_voice_data,
+            tts.bundle,
+            tmp_path / name,
+            AdaptConfig(methods=parse_methods(name), **QUICK | {"threads": 2}),
+            progress=False,
+        )
+        for name in ("residual", "lora+speaker")
+    ]
+    assert torch.get_num_threads() == 1
+    assert not adapter_names(tts.bundle.model) and all(r.model is not tts.bundle.model for r in results)
+    after = tts.bundle.model.state_dict()
+    assert after.keys() == weights.keys() and all(torch.equal(after[k], v) for k, v in weights.items())
+    assert torch.equal(tts.mel(["Hello there."], "m3")[0], before)
+    assert "AcousticModel" not in repr(results[0]) and "voice_dir=" in repr(results[0])  # the model is not printed
+    for result in results:
+        assert tts.synthesize("Hello there.", voice=tts.load_voice(result.voice_dir)).duration > 0
 
 
 def test_full_fine_tuning_trains_a_copy(tiny_base, new_voice_data, tmp_path):
@@ -128,6 +157,11 @@ def test_early_stopping_keeps_the_best_adapter(tiny_base, new_voice_data, tmp_pa
     "method, options, fields, message",
     [
         ("dora", None, {}, "unknown adapter method 'dora'"),
+        ("lroa", None, {}, "unknown adapter method 'lroa'; did you mean 'lora'\\? choose from"),
+        ("lora", None, {"steps": 0}, "steps must be at least 1, got 0"),
+        ("lora", None, {"threads": 0}, "threads must be at least 1, got 0"),
+        ("lora", None, {"max_minutes": 0}, "max_minutes must be more than 0"),
+        ("lora", None, {"learning_rate": -1.0}, "learning_rate must be more than 0"),
         ("lora+full", None, {}, "not combined"),
         ("lora", {"lora": {"targets": ["no_such_layer"]}}, {}, "match no module"),
         ("lora", {"lora": {"rank": 4}}, {}, "bad options for lora"),
@@ -139,6 +173,13 @@ def test_bad_requests_fail_before_training(tiny_base, new_voice_data, tmp_path, 
     with pytest.raises(ValueError, match=message):
         config = AdaptConfig(methods=parse_methods(method, options), **fields)
         adapt(new_voice_data, load_bundle(tiny_base), tmp_path / "v", config, progress=False)
+
+
+def test_a_target_that_matches_nothing_is_said_before_any_audio_is_read(tiny_base, tmp_path):
+    """It had come after the data check, the features and the choice of a start speaker (30 s and more)."""
+    config = AdaptConfig(methods=parse_methods("lora", {"lora": {"targets": ["foo_proj"]}}))
+    with pytest.raises(ValueError, match="targets \\['foo_proj'\\].* match no module"):
+        adapt(tmp_path / "no-recordings-here", load_bundle(tiny_base), tmp_path / "v", config, progress=False)
     assert not (tmp_path / "v").exists()
 
 
@@ -264,6 +305,12 @@ def test_cli_adapt_then_synthesize_with_the_voice(tiny_base, new_voice_data, tmp
     )
     assert result.exit_code == 0, result.output
     assert "voice:" in result.output and "chorus synthesize --voice" in result.output
+    # The command it prints names the model the voice was made on (it had left --model out, and that failed).
+    assert f'speak with it: chorus synthesize --voice {voice} --model {tiny_base} --text "Hello."' in result.output
+    elsewhere = runner.invoke(app, ["synthesize", "--text", "Hi.", "--voice", str(voice), "--vocoder", "griffin-lim"])
+    said = " ".join(elsewhere.output.split())
+    assert elsewhere.exit_code != 0 and "voice 'f4' was made on base chorus" in said, said
+    assert "speak it on the Chorus model it was made on (--model DIR" in said and "--base chorus" not in said, said
     out = tmp_path / "hello.wav"
     spoken = runner.invoke(
         app,

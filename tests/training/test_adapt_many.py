@@ -136,8 +136,9 @@ def test_cli(tiny_base, voices_root, tmp_path):
             "2",
         ],
     )
-    assert result.exit_code == 0, result.output
-    assert "2 voice(s)" in result.output and "failed" in result.output
+    # The broken voice fails and the others are written; the exit status says not every voice was made.
+    assert result.exit_code == 1, result.output
+    assert "2 voice(s)" in result.output and "1 voice(s) failed (above): exit status 1" in result.output
     assert (tmp_path / "v" / "f4" / "voice_card.json").is_file()
 
 

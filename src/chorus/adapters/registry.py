@@ -11,6 +11,7 @@ with the list of supported types, or with the wrapper's reason for refusing a la
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, ClassVar
@@ -117,7 +118,9 @@ def register(method: Method) -> Method:
 
 def get_method(name: str) -> Method:
     if name not in _METHODS:
-        raise ValueError(f"unknown adapter method {name!r}; choose from: {', '.join(method_names())}")
+        close = difflib.get_close_matches(str(name).lower(), method_names(), n=2, cutoff=0.6)
+        hint = f"did you mean {' or '.join(map(repr, close))}? " if close else ""
+        raise ValueError(f"unknown adapter method {name!r}; {hint}choose from: {', '.join(method_names())}")
     return _METHODS[name]
 
 

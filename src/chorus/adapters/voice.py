@@ -373,18 +373,31 @@ def _lora_from_peft(config: dict, path: Path) -> LoraConfig:
 
 
 def apply_voice(
-    model: nn.Module, voice: Voice, name: str, base_model_sha256: str | None = None, base_model: str = ""
+    model: nn.Module,
+    voice: Voice,
+    name: str,
+    base_model_sha256: str | None = None,
+    base_model: str = "",
+    label: str | None = None,
 ) -> None:
     """Add ``voice`` to ``model`` as adapter ``name``. For a full fine-tuning voice, ``model`` is
     overwritten with its weights (pass a copy of the base), and adapter ``name`` is added only if the
     voice carries adapters too (a Chorus full fine-tune's speaker vector; a Piper one has none). Refuses
-    a voice of another base model (``base_model_sha256``, named ``base_model`` in the message)."""
+    a voice of another base model (``base_model_sha256``, named ``base_model`` in the message, where the
+    voice is called ``label``: default ``name``)."""
     if base_model_sha256 and voice.base_model_sha256 and voice.base_model_sha256 != base_model_sha256:
         made_on = f"{voice.base_model or 'chorus'} (sha256 {voice.base_model_sha256[:12]}...)"
         this = f"{base_model or 'this base'} (sha256 {base_model_sha256[:12]}...)"
+        if voice.base_model in (None, "", "chorus"):  # another Chorus model: its folder, which no voice records
+            where = (
+                "speak it on the Chorus model it was made on (--model DIR: the folder `chorus adapt --model` was "
+                f"given, whose weights' sha256 begins {voice.base_model_sha256[:12]})"
+            )
+        else:
+            where = f"speak it with --base {voice.base_model}"
         raise VoiceError(
-            f"voice {name!r} was made on base {made_on}, not on {this}; speak it with --base "
-            f"{voice.base_model or 'chorus'}, or adapt it again on this base"
+            f"voice {label or name!r} was made on base {made_on}, not on {this}; {where}, or adapt it again on "
+            "this base"
         )
     tensors = dict(voice.tensors)
     if voice.full:

@@ -20,6 +20,7 @@ from chorus.cli.common import (
     config_option,
     console,
     fail,
+    given_options,
     output_folder_problem,
     refuse_output_folder,
     user_errors,
@@ -40,10 +41,17 @@ TARGETS_HELP = (
     "Comma-separated module names/suffixes for the first method, or a regex (full match) if it starts with ^."
 )
 MODEL_HELP = "Base model folder (default: the shipped base)."
+# What `chorus adapt` takes for one kind of base only (its parameters' names; a method's own options too).
+CHORUS_BASE_ONLY = (
+    "method", "targets", "keep_text_side", "speaker_encoder", "optimizer", "checkpointing", "reversible", "precision",
+    "frozen_dtype",
+)  # fmt: skip
+PIPER_BASE_ONLY = ("placement", "recipe", "posterior")
 
 
 @with_method_fields
 def adapt(
+    context: typer.Context,
     data: Path = typer.Argument(..., help="One speaker's LJSpeech-style folder (1-10 minutes of clips)."),
     out: Path = typer.Option(..., help="Voice folder to write, e.g. voices/NAME."),
     base: str | None = typer.Option(
@@ -104,9 +112,9 @@ def adapt(
         fail(f"--keep-transcribed {keep_transcribed} and --out {out} must be apart, neither inside the other")
     with user_errors():
         spec = chosen_base(base, model)
-    if spec is not None and piper_claims(str(spec)):
-        if method != DEFAULT_METHOD or targets is not None:
-            fail("--method and --targets choose the Chorus base's adapters; a Piper base takes --placement")
+    on_piper = spec is not None and piper_claims(str(spec))
+    _refuse_the_other_bases_options(context, on_piper, method_fields or {})
+    if on_piper:
         if keep_transcribed is not None:
             fail("--keep-transcribed goes with the Chorus base: a Piper base adapts from transcribed recordings only")
         piper_config = dict(recipe=recipe, posterior=str(posterior) if posterior else None)
@@ -134,19 +142,37 @@ def adapt(
             ),
         )
         bundle = load_bundle(spec or DEFAULT_BASE, device)
-        result = run_adapt(data, bundle, out, config, keep_transcribed=keep_transcribed)
-    _report_voice(result, data, out, keep_transcribed)
+        result = run_adapt(data, bundle, out, config, keep_transcribed=keep_transcribed, in_place=True)
+    _report_voice(result, data, out, keep_transcribed, model)
 
 
-def _report_voice(result, data: Path, out: Path, keep_transcribed: Path | None) -> None:
-    """What ``chorus adapt`` made on the Chorus base, how to speak with it, and where Whisper's transcripts are."""
+def _refuse_the_other_bases_options(context: typer.Context, on_piper: bool, method_fields: dict[str, Any]) -> None:
+    """End the command where its user gave an option the chosen base has no use for (one kind of base's options
+    had been dropped without a word on the other)."""
+    ignored = given_options(context, *(CHORUS_BASE_ONLY + tuple(method_fields)) if on_piper else PIPER_BASE_ONLY)
+    if not ignored:
+        return
+    if on_piper:
+        takes = (
+            "the Chorus base's adapter and training options; a Piper base takes --placement, --recipe, --posterior, "
+            "--steps, --learning-rate, --max-minutes and --threads"
+        )
+    else:
+        takes = "a Piper base's options (with --base piper-joe or a voice.onnx); the Chorus base takes --method and its options"
+    fail(f"{', '.join(ignored)}: {takes}")
+
+
+def _report_voice(result, data: Path, out: Path, keep_transcribed: Path | None, model: Path | None) -> None:
+    """What ``chorus adapt`` made on the Chorus base (the shipped one, or the ``model`` folder), how to speak with
+    it, and where Whisper's transcripts are."""
     card = result.card
     console.print(
         f"voice: {result.voice_dir}  ({trained_on(card, 1)}, {card.steps} steps in "
         f"{card.train_seconds:.0f} s, {card.trainable_parameters:,} trained parameters, held-out mel L1 "
         f"{card.metrics['validation_mel_l1_start']:.3f} -> {card.metrics['validation_mel_l1_best']:.3f})"
     )
-    console.print(f'speak with it: chorus synthesize --voice {result.voice_dir} --text "Hello."')
+    on = f" --model {model}" if model is not None else ""  # a voice speaks on the model it was made on
+    console.print(f'speak with it: chorus synthesize --voice {result.voice_dir}{on} --text "Hello."', soft_wrap=True)
     if keep_transcribed is not None and (keep_transcribed / "metadata.csv").is_file() and needs_transcripts(data):
         console.print(
             f"Whisper's transcripts: {keep_transcribed / 'metadata.csv'} (mend any, then: chorus adapt "
@@ -274,5 +300,7 @@ def adapt_many(
         f"({result.steps} steps each; training {result.train_seconds:.0f} s); "
         f"summary in {out}/adapt-many.json"
     )
-    if trained == 0:
+    failed = len(result.outcomes) - trained
+    if failed:  # the others are written; a script still learns that not every voice was made
+        console.print(f"{failed} voice(s) failed (above): exit status 1")
         raise typer.Exit(1)

@@ -51,7 +51,12 @@ def chosen_base(base: str | None, model: Path | None, voice: Path | None = None)
     return needed
 
 
-OVERWRITE_HELP = "Replace what --out already holds (a voice's LICENSE.md too), if it holds nothing else."
+def overwrite_help(noun: str = "voice (its LICENSE.md too)") -> str:
+    """``--overwrite``'s help for a command that writes one ``noun`` as a folder."""
+    return f"Replace the {noun} --out already holds, if it holds nothing else."
+
+
+OVERWRITE_HELP = overwrite_help()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,6 +73,12 @@ def voice_kind() -> OutputKind:
     from chorus.adapters.voice import CARD_FILE, CHORUS_FILE, VOICE_FILES
 
     return OutputKind("a voice", (CARD_FILE, CHORUS_FILE), VOICE_FILES)
+
+
+def model_kind() -> OutputKind:
+    from chorus.models.bundle import MODEL_FILES
+
+    return OutputKind("a model", MODEL_FILES[1:], MODEL_FILES)
 
 
 def voice_space_kind() -> OutputKind:
@@ -137,6 +148,14 @@ def _output_problem(out: Path, data: Path, overwrite: bool, kind: OutputKind) ->
             "or give another --out"
         )
     return None if overwrite else f"{out} already holds {kind.noun}: give another --out, or --overwrite to replace it"
+
+
+def given_options(context: typer.Context, *names: str) -> list[str]:
+    """The options of ``context``'s command among ``names`` (its parameters' names) that its user gave (on the
+    command line or in the environment), as their flags (``--rank``), in the order named."""
+    flags = {parameter.name: parameter.opts[0] for parameter in context.command.params}
+    given = {"COMMANDLINE", "ENVIRONMENT"}  # typer's own click's ParameterSource, by name
+    return [flags[name] for name in names if name in flags and context.get_parameter_source(name).name in given]
 
 
 def fail(message: str) -> NoReturn:

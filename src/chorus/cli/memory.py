@@ -30,14 +30,15 @@ def memory(
         "configuration), a JSON file of AcousticConfig fields, or a speaker encoder: "
         "speaker-{resnet|df-resnet}{depth}[-rev], e.g. speaker-resnet18-rev (--batch crops of --frames).",
     ),
-    batch: int = typer.Option(8, help="Utterances per batch."),
-    text_length: int = typer.Option(60, help="Phonemes per utterance (padded)."),
-    frames: int = typer.Option(300, help="Mel frames per utterance (padded)."),
+    batch: int = typer.Option(8, min=1, help="Utterances per batch."),
+    text_length: int = typer.Option(60, min=1, help="Phonemes per utterance (padded)."),
+    frames: int = typer.Option(300, min=1, help="Mel frames per utterance (padded)."),
     optimizer: str | None = typer.Option(
         None,
         help="The acoustic model's: adamw (default), adamw8bit, adamw8bit-torchao; a speaker encoder's: "
         f"{', '.join(SPEAKER_OPTIMIZERS)} (default adam).",
     ),
+    keep_text_side: bool = config_option(AdaptConfig, "keep_text_side"),
     precision: str = config_option(MemoryOptions, "precision"),
     checkpointing: bool = config_option(MemoryOptions, "checkpointing"),
     frozen_dtype: str = config_option(MemoryOptions, "frozen_dtype"),
@@ -52,7 +53,10 @@ def memory(
         return
     with user_errors():
         config = model_config_by_name(model)
-        adapt_config = AdaptConfig(methods=parse_methods(method, method_options(method, method_fields or {}, targets)))
+        adapt_config = AdaptConfig(
+            methods=parse_methods(method, method_options(method, method_fields or {}, targets)),
+            keep_text_side=keep_text_side,
+        )
         options = MemoryOptions(
             optimizer=optimizer or MemoryOptions().optimizer,
             precision=precision,

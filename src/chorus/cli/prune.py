@@ -7,7 +7,15 @@ from pathlib import Path
 
 import typer
 
-from chorus.cli.common import config_default, console, fail, user_errors
+from chorus.cli.common import (
+    config_default,
+    console,
+    fail,
+    model_kind,
+    overwrite_help,
+    refuse_output_folder,
+    user_errors,
+)
 from chorus.pruning import PruneConfig, prune_base
 from chorus.pruning.registry import get_technique, technique_names
 from chorus.pruning.targets import DEFAULT_EXCLUDE
@@ -21,6 +29,7 @@ def prune(
         ..., help="Share to remove: of the targeted weights (unstructured) or of the channels and heads (structured)."
     ),
     out: Path = typer.Option(..., help="Model folder to write (loads like the shipped base)."),
+    overwrite: bool = typer.Option(False, help=overwrite_help("model")),
     model: Path | None = typer.Option(None, help="Base model folder (default: the shipped base)."),
     data: Path = typer.Option(
         CORPUS_DEFAULT,
@@ -56,6 +65,7 @@ def prune(
     """
     if not data.is_dir():
         fail(f"{data}: no corpus folder here; build the corpus first (chorus corpus build corpus_out) or give --data")
+    refuse_output_folder(out, data, overwrite, model_kind())  # it had replaced a model folder without a word
     with user_errors():
         config = PruneConfig(
             method=method,

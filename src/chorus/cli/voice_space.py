@@ -12,6 +12,7 @@ from chorus.cli.common import (
     OVERWRITE_HELP,
     config_default,
     console,
+    overwrite_help,
     parameter_default,
     refuse_output_folder,
     user_errors,
@@ -33,7 +34,7 @@ MODEL_HELP = "Base model folder (default: the shipped base)."
 def voice_space_train(
     root: Path = typer.Argument(..., help="A folder of speaker folders (LJSpeech-style) to learn the space from."),
     out: Path = typer.Option(..., help="A new folder for voice_space.safetensors + voice_space.json."),
-    overwrite: bool = typer.Option(False, help=OVERWRITE_HELP),
+    overwrite: bool = typer.Option(False, help=overwrite_help("voice space")),
     dim: int = typer.Option(config_default(VoiceSpaceConfig, "dim"), help="Numbers per voice."),
     method: str = typer.Option(
         config_default(VoiceSpaceConfig, "method"), help=method_help(" The adapter the space generates.", full=False)

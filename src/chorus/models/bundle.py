@@ -109,12 +109,16 @@ def file_sha256(path: str | Path) -> str:
     return digest.hexdigest()
 
 
+MODEL_FILES = ("config.json", "model.safetensors")  # what a model folder holds
+
+
 def write_bundle_files(bundle: ModelBundle, folder: Path) -> None:
     """Write ``model.safetensors`` and ``config.json`` into an existing (temporary) folder."""
+    config_file, weights_file = MODEL_FILES
     state = {k: v.detach().contiguous().cpu() for k, v in bundle.model.state_dict().items()}
     tensors, packed = sparse_storage.pack(state)  # a pruned model's zeros take a bit each
-    save_file(tensors, str(folder / "model.safetensors"), metadata={"format": MODEL_FORMAT, **packed})
-    (folder / "config.json").write_text(json.dumps(bundle.config_dict(), indent=2))
+    save_file(tensors, str(folder / weights_file), metadata={"format": MODEL_FORMAT, **packed})
+    (folder / config_file).write_text(json.dumps(bundle.config_dict(), indent=2))
 
 
 def save_bundle(bundle: ModelBundle, folder: str | Path) -> None:

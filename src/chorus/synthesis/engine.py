@@ -559,7 +559,7 @@ class Engine:
         self._next_adapter += 1
         # A full fine-tune overwrites the weights of the model it is applied to: a bare copy, its own base.
         model = self._bare_model() if voice.full else self.model
-        apply_voice(model, voice, adapter, self.base.sha256, self.base.name)
+        apply_voice(model, voice, adapter, self.base.sha256, self.base.name, label=voice_id)
         entry = CachedVoice(
             voice_id,
             adapter,

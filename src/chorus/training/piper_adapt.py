@@ -181,6 +181,10 @@ class PiperAdaptConfig:
             raise ValueError("discriminators join the posterior recipe's loss only (--recipe posterior)")
         if self.steps < 0 or self.batch_size <= 0 or self.segment_frames <= 0 or self.context_frames < 0:
             raise ValueError("steps >= 0, batch_size > 0, segment_frames > 0 and context_frames >= 0")
+        if self.threads < 1 or not self.max_minutes > 0:
+            raise ValueError(
+                f"threads must be at least 1 and max_minutes more than 0, got {self.threads}, {self.max_minutes}"
+            )
 
     @property
     def full(self) -> bool:

@@ -119,8 +119,8 @@ def for_the_uploader(error: ValueError, job_dir: Path) -> str:
 class JobRunner:
     """Runs onboarding jobs one at a time from a background thread (in it, or wherever :meth:`dispatch` says).
 
-    ``bundle_factory`` gives a private copy of the base for each job (``adapt`` adds its adapter to the
-    model it is given; the resident serving model must not see that); ``config`` is the recipe jobs of
+    ``bundle_factory`` gives a private copy of the base for each job (``adapt`` adds its adapter to it in
+    place, saving a copy of its own; the resident serving model must not see that); ``config`` is the recipe jobs of
     clips train with (``ServerSettings.adapt``), ``sample_config`` the one of a voice refined from one
     short sample (``ServerSettings.adapt_sample``; default ``config``). ``on_ready(tenant, voice_id)``
     is called once a voice is stored. ``progress_interval``: least seconds between two progress writes.
@@ -424,6 +424,7 @@ class JobRunner:
                 name=job.name,
                 on_step=self._progress_reporter(job),
                 on_start=self._instant_reporter(job, bundle.speakers) if job.recipe == SAMPLE else None,
+                in_place=True,  # the factory's copy is this job's alone
             )
             card = result.card
             metrics = card.metrics
