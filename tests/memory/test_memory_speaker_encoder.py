@@ -106,3 +106,23 @@ def test_report_measures_in_a_fresh_process():
     )
     assert report.predicted.categories() == report.measured.categories()
     assert report.measured.peak > 0
+
+
+def test_the_rebuilds_of_one_kind_are_rerun_once():
+    """The largest rebuild is measured on one block or branch of each kind and input: the blocks of a stage save
+    alike, and rerunning every one (120 branches of DF-ResNet-179) had raised the measuring process's RSS to 8 GB
+    after its step."""
+    from chorus.memory.measure import NO_MASK, _largest_rebuild, _made_of, _Rebuild
+
+    branches = [torch.nn.Conv2d(2, 2, 3, padding=1) for _ in range(5)] + [torch.nn.Conv2d(2, 2, 5, padding=2)]
+    calls = []
+
+    def rebuild(branch):
+        def run(x, _mask):
+            calls.append(branch)
+            return torch.relu(branch(x))
+
+        return _Rebuild(run, (1, 2, 4, 4), torch.float32, True, NO_MASK, _made_of(branch))
+
+    largest = _largest_rebuild([rebuild(b) for b in branches], set(), "fp32", torch.device("cpu"))
+    assert largest > 0 and len(calls) == 2 and calls[-1] is branches[-1]  # one of the five alike, and the other
