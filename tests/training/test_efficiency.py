@@ -315,3 +315,19 @@ def test_bf16_frozen_base_keeps_layer_norms_in_float32():
         expected = torch.float32 if parameter.requires_grad or id(parameter) in norms else torch.bfloat16
         assert parameter.dtype == expected
     assert all(p.dtype == torch.float32 for p in trained)
+
+
+def test_bitsandbytes_is_imported_without_its_hub_kernel_warning():
+    """bitsandbytes' CPU backend logs that it could not fetch a kernel from the Hugging Face Hub ("Failed to load
+    CPU gemm_4bit_forward from kernels-community ..."), which a user of `--optimizer adamw8bit` read as an
+    error; Chorus fetches nothing at run time and needs no such kernel. In a fresh process, as a command runs."""
+    import subprocess
+    import sys
+
+    code = (
+        "import torch; from chorus.training.efficiency import build_optimizer; "
+        "build_optimizer([torch.nn.Parameter(torch.zeros(8))], 'adamw8bit', lr=1e-3, weight_decay=0.0); print('built')"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and "built" in done.stdout, done.stderr
+    assert "Failed to load CPU gemm_4bit_forward" not in done.stderr + done.stdout, done.stderr

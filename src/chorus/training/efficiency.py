@@ -16,6 +16,7 @@ loop calls.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
 from contextlib import AbstractContextManager, nullcontext
 
@@ -42,6 +43,20 @@ def autocast(precision: str, device: str | torch.device) -> AbstractContextManag
     return torch.autocast(torch.device(device).type, dtype=torch.bfloat16)
 
 
+def import_bitsandbytes():
+    """bitsandbytes, imported without the warning its CPU backend logs when it cannot fetch a kernel from the
+    Hugging Face Hub ("Failed to load CPU gemm_4bit_forward from kernels-community ..."): Chorus fetches nothing
+    at run time, and its 8-bit optimizers need no 4-bit kernel."""
+    logger = logging.getLogger("bitsandbytes.backends.cpu.ops")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        import bitsandbytes
+    finally:
+        logger.setLevel(level)
+    return bitsandbytes
+
+
 def build_optimizer(
     params_or_groups: Iterable[nn.Parameter] | Iterable[dict],
     name: str,
@@ -62,7 +77,7 @@ def build_optimizer(
         return torch.optim.AdamW(params_or_groups, **settings)
     if name == "adamw8bit":
         try:
-            import bitsandbytes
+            bitsandbytes = import_bitsandbytes()
         except ImportError as error:
             raise ImportError("optimizer 'adamw8bit' needs bitsandbytes: pip install bitsandbytes") from error
         # bitsandbytes keeps float32 moments for tensors under min_8bit_size values (4096 by default),

@@ -59,7 +59,7 @@ from chorus.speaker_recognition.bundle import CONFIG, WEIGHTS, EncoderBundle, lo
 from chorus.speaker_recognition.encoder import SpeakerClassifier, SpeakerEncoder, SpeakerEncoderConfig
 from chorus.speaker_recognition.verification import VerificationScores, verification_scores
 from chorus.training.checkpoint import TrainingState, load_training_state, save_checkpoint
-from chorus.training.efficiency import BNB_MIN_8BIT_SIZE  # every tensor's states in 8 bits
+from chorus.training.efficiency import BNB_MIN_8BIT_SIZE, import_bitsandbytes  # every tensor's states in 8 bits
 from chorus.training.loss_log import LossLog, plot_losses
 from chorus.training.progress import step_progress
 
@@ -196,7 +196,7 @@ def speaker_optimizer(params, name: str, lr: float, weight_decay: float) -> torc
     if name == "sgd":
         return torch.optim.SGD(params, lr=lr, momentum=0.9, weight_decay=weight_decay)
     try:
-        import bitsandbytes
+        bitsandbytes = import_bitsandbytes()
     except ImportError as error:
         raise ImportError(f"optimizer {name!r} needs bitsandbytes: pip install 'chorus-tts[memory]'") from error
     if name == "adam8bit":
