@@ -240,7 +240,7 @@ def run_one(args, voice: str, minutes: float, recipe: str, seed: int, evaluation
     )
     keys = [k for k in texts if k in cache.keys]  # an item the features refuse is left out of every timing
     timing = real_timing(model, cache, keys, 0)
-    # The base: bundle.model with the voice switched off (full fine-tuning trained a copy, result.model).
+    # The base: bundle.model, which adapt() leaves as it was (the voice trained on a copy, result.model).
     base = bundle.model
     with active_adapter(base, None):
         base_durations = {key: speaker.durations(base, texts[key], start_speaker) for key in keys}

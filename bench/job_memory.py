@@ -58,7 +58,7 @@ def one_job(engine: Engine, config, work: Path, number: int) -> weakref.ref:
     """One onboarding job as the worker runs it; a weak reference to its model copy."""
     bundle = engine.base_copy()
     copy = weakref.ref(bundle.model)
-    adapt(SAMPLE_VOICE, bundle, work / f"job-{number}", config, progress=False, name=f"probe {number}")
+    adapt(SAMPLE_VOICE, bundle, work / f"job-{number}", config, progress=False, name=f"probe {number}", in_place=True)
     return copy
 
 

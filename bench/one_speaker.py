@@ -15,6 +15,7 @@ The check judges a folder of 16 clips or more by up to 48 of them, spread over i
   5 of 48).
 
 ```
+chorus corpus build corpus_out --scale 0.25   # 62-150 clips a voice: 48 to judge at
 python bench/one_speaker.py --corpus corpus_out/train --heldout corpus_out/heldout --out bench/results/one_speaker
 ```
 """

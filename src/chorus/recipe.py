@@ -178,8 +178,11 @@ class AdaptConfig:
     seed: int = 1234
 
     def __post_init__(self) -> None:
-        # Refused here, before any audio is read: 0 steps had written an untrained voice, 0 threads a traceback.
-        for name in ("steps", "max_frames", "eval_every", "patience", "threads"):
+        # Refused here, before any audio is read (0 threads had ended in a traceback). 0 steps is a zero-shot
+        # voice, its start speaker's vector as the clips chose it (bench/adaptation.py --steps 0).
+        if self.steps < 0:
+            raise ValueError(f"steps must be at least 0 (0: a zero-shot voice), got {self.steps}")
+        for name in ("max_frames", "eval_every", "patience", "threads"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
         if not self.max_minutes > 0:

@@ -6,6 +6,7 @@ Whisper and judged by the shipped speaker encoder."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -38,6 +39,9 @@ def recordings(custom_voice_recordings, tmp_path_factory) -> dict[str, Path]:
     return {**custom_voice_recordings, "wrong": wrong, "junk": junk}
 
 
+SERVER_FOLDERS: dict[str, Path] = {}  # a server's URL -> its folder (keys, store, log)
+
+
 @pytest.fixture(scope="module")
 def server_url(tiny_base, tmp_path_factory):
     """``chorus serve`` on the tiny base with two tenants, on a free loopback port."""
@@ -53,6 +57,7 @@ def server_url(tiny_base, tmp_path_factory):
         command, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "OMP_NUM_THREADS": "1"}
     )
     url = f"http://127.0.0.1:{port}"
+    SERVER_FOLDERS[url] = folder
     deadline = time.monotonic() + 120
     while True:
         try:
@@ -163,6 +168,11 @@ def test_a_sample_through_a_phone_line_makes_an_instant_voice_that_stays(server_
         assert answered["stage"] == "instant" and answered["refinement"] == "failed", answered
         assert "recorded at 8000 Hz" in answered["refinement_error"], answered
         assert "16000 Hz or more" in answered["refinement_error"], answered
+    # Its consent is in the audit log as any voice's is, though no job ran.
+    log = SERVER_FOLDERS[server_url] / "store" / ".jobs" / "consent.jsonl"
+    audited = [json.loads(line) for line in log.read_text().splitlines()]
+    entry = next(e for e in audited if e["voice_id"] == voice.id)
+    assert entry["consent_id"] == consent.id and entry["clips"] == 1 and len(entry["audio_sha256"]) == 64, entry
     speech = ann.audio.speech.create(model="tts-1", voice={"id": voice.id}, input="Hello there.", response_format="wav")
     assert speech.content[:4] == b"RIFF" and len(speech.content) > 1_000
     assert ann.audio.voices.delete(voice.id).deleted and ann.audio.voice_consents.delete(consent.id).deleted

@@ -321,6 +321,11 @@ def test_uploads_of_any_common_format_and_length_without_transcripts(new_voice_d
     prepare_clips([("paused.mp3", encode_whole(paused, 22050, "mp3"))], None, tmp_path / "paused", UploadLimits())
     with pytest.raises(UploadError, match="hum.mp3: no speech heard \\(a voice-activity detector hears"):
         prepare_clips([("hum.mp3", encode_whole(hum, 22050, "mp3"))], None, tmp_path / "hum", limits)
+    # The clips left out count toward the minutes an upload may hold: reading it stays bounded.
+    hums = [(f"hum{n}.mp3", encode_whole(hum, 22050, "mp3")) for n in range(3)]
+    with pytest.raises(UploadError, match="more than 0.3 minutes of audio in one upload") as refused:
+        prepare_clips(hums, None, tmp_path / "hums", dataclasses.replace(limits, max_total_seconds=18.0))
+    assert refused.value.status == 413
     # By default a transcribed clip is bounded as the job's data check bounds it (a 25 s one had been taken
     # at upload, then failed the job).
     clip = encode_whole(audio[: 25 * 22050], 22050, "mp3")
@@ -414,6 +419,11 @@ def test_an_archive_is_read_as_the_data_check_reads_its_folder(new_voice_data, t
     prepared = prepare_archive(zipped(wider), tmp_path / "wider", LIMITS)
     assert prepared.clips == len(lines), prepared
     assert prepared.left_out == (f"metadata.csv line {len(wider)}: no wavs/missing.wav (or .flac, ...) in the archive",)
+    # Lines without their clips count as the clips they name: thousands of them are refused, not listed.
+    many = ["id|text", *rows[1:], *(f"gone{n}|Never zipped." for n in range(LIMITS.max_clips))]
+    with pytest.raises(UploadError, match=f"too many clips: at most {LIMITS.max_clips}") as refused:
+        prepare_archive(zipped(many), tmp_path / "many", LIMITS)
+    assert refused.value.status == 413
     for again in (ids[3], f"{ids[3]}.wav"):  # the same clip by its id or by its file's name
         twice = [*rows, f"{again}|Another text."]
         with pytest.raises(UploadError, match=f"line {len(twice)}: id '{again}' is given twice \\(line 5\\)"):

@@ -79,18 +79,22 @@ def test_the_library_adapts_again_and_again_on_one_base(tiny_base, new_voice_dat
     tts = load_base(tiny_base, "griffin-lim")
     weights = {k: v.clone() for k, v in tts.bundle.model.state_dict().items()}
     before = tts.mel(["Hello there."], "m3")[0]
+    threads = torch.get_num_threads()
     torch.set_num_threads(1)
-    results = [
-        adapt(
-            new_voice_data,
-            tts.bundle,
-            tmp_path / name,
-            AdaptConfig(methods=parse_methods(name), **QUICK | {"threads": 2}),
-            progress=False,
-        )
-        for name in ("residual", "lora+speaker")
-    ]
-    assert torch.get_num_threads() == 1
+    try:
+        results = [
+            adapt(
+                new_voice_data,
+                tts.bundle,
+                tmp_path / name,
+                AdaptConfig(methods=parse_methods(name), **QUICK | {"threads": 2}),
+                progress=False,
+            )
+            for name in ("residual", "lora+speaker")
+        ]
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(threads)
     assert not adapter_names(tts.bundle.model) and all(r.model is not tts.bundle.model for r in results)
     after = tts.bundle.model.state_dict()
     assert after.keys() == weights.keys() and all(torch.equal(after[k], v) for k, v in weights.items())
@@ -158,7 +162,7 @@ def test_early_stopping_keeps_the_best_adapter(tiny_base, new_voice_data, tmp_pa
     [
         ("dora", None, {}, "unknown adapter method 'dora'"),
         ("lroa", None, {}, "unknown adapter method 'lroa'; did you mean 'lora'\\? choose from"),
-        ("lora", None, {"steps": 0}, "steps must be at least 1, got 0"),
+        ("lora", None, {"steps": -1}, "steps must be at least 0 \\(0: a zero-shot voice\\), got -1"),
         ("lora", None, {"threads": 0}, "threads must be at least 1, got 0"),
         ("lora", None, {"max_minutes": 0}, "max_minutes must be more than 0"),
         ("lora", None, {"learning_rate": -1.0}, "learning_rate must be more than 0"),
@@ -175,11 +179,18 @@ def test_bad_requests_fail_before_training(tiny_base, new_voice_data, tmp_path, 
         adapt(new_voice_data, load_bundle(tiny_base), tmp_path / "v", config, progress=False)
 
 
-def test_a_target_that_matches_nothing_is_said_before_any_audio_is_read(tiny_base, tmp_path):
-    """It had come after the data check, the features and the choice of a start speaker (30 s and more)."""
+def test_a_target_that_matches_nothing_is_said_before_any_audio_is_read(
+    tiny_base, new_voice_data, tmp_path, monkeypatch
+):
+    """It had come after Whisper's transcripts, the data check, the features and the choice of a start speaker
+    (30 s and more). Recordings without transcripts: nothing is transcribed first."""
+    import chorus.training.adapt as adapting
+
+    untranscribed = shutil.copytree(new_voice_data / "wavs", tmp_path / "untranscribed")
+    monkeypatch.setattr(adapting, "auto_transcribe", lambda *a, **k: pytest.fail("transcribed before the check"))
     config = AdaptConfig(methods=parse_methods("lora", {"lora": {"targets": ["foo_proj"]}}))
     with pytest.raises(ValueError, match="targets \\['foo_proj'\\].* match no module"):
-        adapt(tmp_path / "no-recordings-here", load_bundle(tiny_base), tmp_path / "v", config, progress=False)
+        adapt(untranscribed, load_bundle(tiny_base), tmp_path / "v", config, progress=False)
     assert not (tmp_path / "v").exists()
 
 
@@ -310,7 +321,8 @@ def test_cli_adapt_then_synthesize_with_the_voice(tiny_base, new_voice_data, tmp
     elsewhere = runner.invoke(app, ["synthesize", "--text", "Hi.", "--voice", str(voice), "--vocoder", "griffin-lim"])
     said = " ".join(elsewhere.output.split())
     assert elsewhere.exit_code != 0 and "voice 'f4' was made on base chorus" in said, said
-    assert "speak it on the Chorus model it was made on (--model DIR" in said and "--base chorus" not in said, said
+    assert "speak it on the Chorus model it was made on (the shipped base: no --model; another: --model DIR" in said
+    assert "--base chorus" not in said, said
     out = tmp_path / "hello.wav"
     spoken = runner.invoke(
         app,

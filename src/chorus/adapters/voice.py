@@ -390,8 +390,8 @@ def apply_voice(
         this = f"{base_model or 'this base'} (sha256 {base_model_sha256[:12]}...)"
         if voice.base_model in (None, "", "chorus"):  # another Chorus model: its folder, which no voice records
             where = (
-                "speak it on the Chorus model it was made on (--model DIR: the folder `chorus adapt --model` was "
-                f"given, whose weights' sha256 begins {voice.base_model_sha256[:12]})"
+                "speak it on the Chorus model it was made on (the shipped base: no --model; another: --model DIR, "
+                f"the folder `chorus adapt --model` was given), whose weights' sha256 begins {voice.base_model_sha256[:12]}"
             )
         else:
             where = f"speak it with --base {voice.base_model}"

@@ -77,6 +77,7 @@ def adapt(
     targets: str | None = typer.Option(None, help=TARGETS_HELP),
     steps: int | None = typer.Option(
         None,
+        min=1,
         help=f"Most optimizer steps (default: {config_default(AdaptConfig, 'steps')} on the Chorus base, where "
         f"early stopping usually ends sooner; {config_default(PiperAdaptConfig, 'steps')} on a Piper base).",
     ),

@@ -341,8 +341,8 @@ class Engine:
             self._evict()
 
     def base_copy(self) -> ModelBundle:
-        """A private copy of the Chorus base, without any adapter, for one adaptation (``adapt`` adds its
-        adapter to the model it gets; the resident model must not see that). Onboarding trains on the Chorus
+        """A private copy of the Chorus base, without any adapter, for one adaptation (a server's job adapts on it
+        in place, ``adapt(..., in_place=True)``; the resident model must not see that). Onboarding trains on the Chorus
         base only: on another base this raises ``ValueError`` saying how its voices are made."""
         if self.base.kind != "chorus":
             raise ValueError(

@@ -382,15 +382,16 @@ def _saint_or_street(match: re.Match) -> str:
     return "Street. " if next_is_name or not after.strip() else "Street "
 
 
-def normalize_text(text: str, *, warn: bool = True, dropped: list[str] | None = None) -> str:
+def normalize_text(text: str, *, warn: bool = True, dropped: list[str] | None = None, remember: bool = True) -> str:
     """Return ``text`` as plain spoken English words with pause punctuation. Characters with no spoken form
     are left out: appended to ``dropped`` when a list is given (the server names them in a header), else
-    warned of (:class:`UnknownCharacterWarning`) if ``warn``.
+    warned of (:class:`UnknownCharacterWarning`) if ``warn``. ``remember``: keep the result for the next
+    caller of the same text (a sentence's later steps); False for texts read once (a sentence's prefixes).
 
     >>> normalize_text("Dr. Smith paid $5.50 on May 3rd.")
     'doctor Smith paid five dollars and fifty cents on May third.'
     """
-    spoken, unspoken = _spoken(text)
+    spoken, unspoken = (_spoken if remember else _spoken.__wrapped__)(text)
     if dropped is not None:
         dropped += unspoken
     elif unspoken and warn:

@@ -31,7 +31,7 @@ from chorus.data.batching import collate, make_batches
 from chorus.data.check import NARROW_BAND_HZ, DatasetReport, check_dataset, tenths_down
 from chorus.data.features import FeatureCache, build_feature_cache
 from chorus.data.formats import needs_transcripts
-from chorus.models.acoustic import AcousticModel
+from chorus.models.acoustic import AcousticModel, build_model
 from chorus.models.bundle import ModelBundle
 from chorus.models.losses import compute_losses, step_inputs
 from chorus.recipe import TEXT_SIDE_PATTERN, AdaptConfig, MemoryOptions
@@ -256,6 +256,9 @@ def adapt(
     transcribed by Whisper first (:mod:`chorus.training.transcripts`); the card says how many. With
     ``keep_transcribed`` the clips and Whisper's transcripts stay there, an LJSpeech-style folder to read,
     mend and adapt from again (else they are made in a temporary folder)."""
+    # The methods on an empty model of the base's shape first (nothing allocated): a target that matches no layer
+    # is said before any audio is read or transcribed.
+    prepare_for_training(build_model(bundle.model.config, "meta"), config)
     if not needs_transcripts(data):
         return _adapt(data, bundle, out, config, **options)
     if keep_transcribed is not None:
@@ -336,8 +339,6 @@ def _adapt(
     base speaker that fits the data best: what a sample's voice speaks as until it is refined).
     """
     with _torch_threads(config.threads):
-        # The methods on an empty copy first: a target that matches no layer is said before any audio is read.
-        prepare_for_training(copy.deepcopy(bundle.model).to("meta"), config)
         torch.manual_seed(config.seed)
         voice = _read_voice_data(data, bundle, config, progress, on_step)
         # Full fine-tuning and a bf16 frozen base train a copy however the caller asks: the base stays as it is.

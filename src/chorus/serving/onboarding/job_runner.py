@@ -406,7 +406,7 @@ class JobRunner:
         if not self.claim(job):
             return
         keep_files = False
-        threads = torch.get_num_threads()  # adapt sets the process's count; speech must get it back
+        threads = torch.get_num_threads()  # what the job sets (its word check too); speech must get it back
         try:
             if not self.store.fetch_job_inputs(job.job_id, job_dir):
                 raise ValueError("its uploaded clips are gone; upload them again")

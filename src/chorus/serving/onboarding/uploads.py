@@ -96,6 +96,7 @@ class _DatasetWriter:
         self.left_out_statuses: set[int] = set()  # their HTTP statuses: an upload of unreadable files only is 415
         self.ids: set[str] = set()
         self.seconds = 0.0
+        self.decoded_seconds = 0.0  # of every clip decoded, kept or left out: what the upload cost to read
         self.speech_seconds = 0.0  # as a voice-activity detector hears it, as the job's data check counts it
         self.digest = hashlib.sha256()
         (folder / "wavs").mkdir(parents=True, exist_ok=False)
@@ -125,8 +126,7 @@ class _DatasetWriter:
         except UploadError as error:
             if error.status == 413:
                 raise
-            self.left_out.append(str(error))
-            self.left_out_statuses.add(error.status)
+            self.leave_out(str(error), error.status)
             return
         self.write(name, mono, rate, text, speech)
 
@@ -143,6 +143,10 @@ class _DatasetWriter:
         if text is not None and len(text) > limits.max_transcript_chars:
             raise UploadError(f"{label}: transcript of {len(text)} characters; at most {limits.max_transcript_chars}")
         mono, rate = decode_recording(label, data, longest, limits)
+        # Bounded over every clip, left out or kept: clips left out must not make reading an upload unbounded.
+        self.decoded_seconds += len(mono) / rate
+        if self.decoded_seconds > limits.max_total_seconds:
+            raise UploadError(f"more than {limits.max_total_seconds / 60:g} minutes of audio in one upload", 413)
         speech, no_speech = clip_speech(mono, rate, transcribed=text is not None)
         if speech == 0 and (silent := silence_problem(mono, rate)):  # a clip too quiet, named, not a sum of 0 s
             raise UploadError(f"{label}: no speech heard ({silent})")
@@ -186,6 +190,13 @@ class _DatasetWriter:
             self.folder, len(self.lines), round(self.seconds, 2), self.digest.hexdigest(), tuple(self.left_out)
         )
 
+    def leave_out(self, reason: str, status: int = 400) -> None:
+        """Leave a clip out, saying why; refused with 413 once the clips named reach the upload's limit."""
+        if len(self.lines) + len(self.left_out) >= self.limits.max_clips:
+            raise UploadError(f"too many clips: at most {self.limits.max_clips}", 413)
+        self.left_out.append(reason)
+        self.left_out_statuses.add(status)
+
     def _named_left_out(self, shown: int = 5) -> str:
         more = len(self.left_out) - shown
         return "; ".join(self.left_out[:shown]) + (f" (and {more} more)" if more > 0 else "")
@@ -200,6 +211,12 @@ def prepare_heard(
     writer = _DatasetWriter(Path(folder), limits)
     writer.write(name, mono, rate, None, speech)
     return writer.finish()
+
+
+def recording_sha256(mono: np.ndarray) -> str:
+    """The sha256 of a recording ``[samples]`` as an upload's clips are digested (its samples clipped to
+    [-1, 1], as float32 bytes), for the consent record."""
+    return hashlib.sha256(np.clip(mono, -1.0, 1.0).astype(np.float32).tobytes()).hexdigest()
 
 
 def clip_speech(mono: np.ndarray, rate: int, transcribed: bool) -> tuple[float, str | None]:
@@ -409,7 +426,7 @@ def prepare_archive(data: bytes, folder: str | Path, limits: UploadLimits = Uplo
                     if "/" not in utt_id and _clip_member(members, prefix, utt_id)
                     else ""
                 )
-                writer.left_out.append(
+                writer.leave_out(
                     f"metadata.csv line {number}: no wavs/{utt_id[:60]}.wav (or .flac, ...) in the archive{beside}"
                 )
                 continue

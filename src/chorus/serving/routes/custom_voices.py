@@ -21,9 +21,15 @@ from starlette.concurrency import run_in_threadpool
 
 from chorus.data.check import tenths_down
 from chorus.serving.errors import ApiError
-from chorus.serving.onboarding.job_runner import SAMPLE, OnboardingJob
+from chorus.serving.onboarding.job_runner import SAMPLE, OnboardingJob, record_consent
 from chorus.serving.onboarding.upload_form import form_file, form_text, read_multipart
-from chorus.serving.onboarding.uploads import RecordingTooLong, clip_speech, decode_recording, prepare_heard
+from chorus.serving.onboarding.uploads import (
+    RecordingTooLong,
+    clip_speech,
+    decode_recording,
+    prepare_heard,
+    recording_sha256,
+)
 from chorus.serving.quotas import check_onboarding, quota_reached
 from chorus.serving.routes.deps import ERRORS, Server, Tenant, read_json
 from chorus.serving.schemas.custom_voices import (
@@ -42,7 +48,6 @@ from chorus.serving.store import (
     ConsentRecord,
     InvalidId,
     JobNotFound,
-    JobStatus,
     QuotaReached,
     VoiceConflict,
     VoiceRecord,
@@ -298,20 +303,20 @@ async def create_audio_voice(request: Request, tenant: Tenant, server: Server):
             raise ApiError(409, str(error), type="conflict_error") from None
         except QuotaReached as error:
             raise quota_reached(error) from None
-        if not refined:
-            server.store.update_job(job_id, status=JobStatus.FAILED, message=_unrefined(rate, settings.upload))
+        job = OnboardingJob(job_id, tenant, voice_id, name, SAMPLE)
+        audit = {
+            "statement": f"consent recording {consent.consent_id} ({consent.heard!r})",
+            "consent_id": consent.consent_id,
+            "clips": 1,
+            "seconds": round(len(audio) / rate, 2),
+            "audio_sha256": recording_sha256(audio),
+        }
+        if not refined:  # the consent is recorded as for any voice; the job is failed (kept if the store refuses now)
+            await run_in_threadpool(record_consent, server.jobs.jobs_dir, job, audit)
+            server.jobs.fail(job_id, _unrefined(rate, settings.upload))
         else:
             await run_in_threadpool(
-                server.jobs.submit,
-                upload_dir,
-                OnboardingJob(job_id, tenant, voice_id, name, SAMPLE),
-                {
-                    "statement": f"consent recording {consent.consent_id} ({consent.heard!r})",
-                    "consent_id": consent.consent_id,
-                    "clips": prepared.clips,
-                    "seconds": prepared.seconds,
-                    "audio_sha256": prepared.audio_sha256,
-                },
+                server.jobs.submit, upload_dir, job, audit | {"audio_sha256": prepared.audio_sha256}
             )
             upload_dir = None
     finally:
