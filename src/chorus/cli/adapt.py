@@ -226,10 +226,16 @@ def adapt_on_piper(
             data, piper.model, out, config, piper.sha256, progress=True, base_name=piper.name, notes=notes
         )
     card = result.card
+    start, end = card.metrics["loss_start"], card.metrics["loss_end"]
+    # The loss is logged as the mean of each config.log_every steps: fewer steps make one mean, not a change.
+    loss = (
+        f"loss {start:.3f} -> {end:.3f} (the first and the last logged, each the mean of up to {config.log_every} steps)"
+        if card.steps > config.log_every
+        else f"loss {end:.3f} (the mean of its {card.steps} steps)"
+    )
     console.print(
         f"voice: {result.voice_dir}  (on {piper.name}; {trained_on(card, 1)}, {card.steps} steps in "
-        f"{card.train_seconds:.0f} s, {card.trainable_parameters:,} trained parameters, loss "
-        f"{card.metrics['loss_start']:.3f} -> {card.metrics['loss_end']:.3f})"
+        f"{card.train_seconds:.0f} s, {card.trainable_parameters:,} trained parameters, {loss})"
     )
     console.print(f'speak with it: chorus synthesize --voice {result.voice_dir} --text "Hello."')
 
