@@ -486,10 +486,16 @@ def test_voices_of_the_earlier_layout_still_load_and_cards_carry_hub_metadata(tm
     with active_adapter(model, "v"):
         expected = infer(model, inputs)
     card = VoiceCard("v", ["residual"], base_model_sha256="ab" * 32, data_minutes=3.25, speech_minutes=2.875)
+    card.metrics["encoder_similarity_to_clips"] = -0.2128
     folder = save_voice(tmp_path / "v", model, "v", configs, card)
     hub = ModelCard((folder / "README.md").read_text()).data
     assert hub.library_name == "chorus-tts" and hub.chorus_base_model_sha256 == "ab" * 32
     assert "- data: 3.25 min of audio, 2.88 of speech;" in (folder / "README.md").read_text()
+    # A bare number a reader could not place says what it is on (-0.21 had stood alone).
+    assert (
+        "- encoder_similarity_to_clips: -0.2128 (cosine, -1 to 1, by Chorus's speaker encoder"
+        in (folder / "README.md").read_text()
+    )
     assert (
         hub.data_minutes == 3.25
         and hub.speech_minutes == 2.875

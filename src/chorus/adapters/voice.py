@@ -106,7 +106,10 @@ class VoiceCard:
             f"- data: {trained_on(self)}; training: {self.steps} steps in {self.train_seconds:.0f} s",
             f"- trainable parameters: {self.trainable_parameters:,}",
         ]
-        lines += [f"- {key}: {value}" for key, value in {**self.metrics, **self.notes}.items()]
+        lines += [
+            f"- {key}: {value}" + (f" ({METRIC_NOTES[key]})" if key in METRIC_NOTES else "")
+            for key, value in {**self.metrics, **self.notes}.items()
+        ]
         if peft:
             lines += ["", _PEFT_USE]
         return "\n".join(lines) + "\n"
@@ -117,6 +120,13 @@ def trained_on(card: VoiceCard, digits: int = 2) -> str:
     text = f"{card.data_minutes:.{digits}f} min of audio"
     return text if card.speech_minutes is None else text + f", {card.speech_minutes:.{digits}f} of speech"
 
+
+# What a card's bare number is on, where a reader could not tell (a card had shown -0.21 with no scale beside it).
+METRIC_NOTES = {
+    "encoder_similarity_to_clips": "cosine, -1 to 1, by Chorus's speaker encoder, of the voice's speech through "
+    "Griffin-Lim to its own clips; the encoder hears the vocoder, so compare voices with each other, not with "
+    "what real clips of one person score (the encoder's threshold)",
+}
 
 _PEFT_USE = """## In PEFT
 
