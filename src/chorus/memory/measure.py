@@ -124,7 +124,7 @@ class _Rebuild:
     dtype: torch.dtype
     requires_grad: bool
     mask: torch.Tensor
-    kind: tuple = ()  # what it is made of (:func:`_made_of`): rebuilds of one kind and input save alike
+    kind: tuple  # what it is made of (:func:`_made_of`): rebuilds of one kind and input save alike
 
     def key(self) -> tuple:
         return (self.kind, self.shape, self.dtype, self.requires_grad, tuple(self.mask.shape))

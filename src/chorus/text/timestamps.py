@@ -98,7 +98,8 @@ def written_units(text: str) -> list[tuple[str, int]]:
     start, said = None, 0
     for token in re.finditer(r"\S+", text):
         start = token.start() if start is None else start
-        prefix = text[: token.end()]  # read once each, so not kept by the normalizer; the whole text is
+        # Each prefix is read once, so the normalizer does not keep it; the whole text is read already.
+        prefix = text[: token.end()]
         read = whole if prefix == text else spoken_words(normalize_text(prefix, warn=False, remember=False))
         if len(read) >= said and whole[: len(read)] == read:
             units.append((text[start : token.end()], len(read) - said))

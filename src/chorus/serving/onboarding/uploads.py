@@ -92,8 +92,7 @@ class _DatasetWriter:
         self.folder = folder
         self.limits = limits
         self.lines: list[str] = []
-        self.left_out: list[str] = []  # "clip: why", as UploadError said it
-        self.left_out_statuses: set[int] = set()  # their HTTP statuses: an upload of unreadable files only is 415
+        self.left_out: list[tuple[str, int]] = []  # ("clip: why", its HTTP status), as UploadError said them
         self.ids: set[str] = set()
         self.seconds = 0.0
         self.decoded_seconds = 0.0  # of every clip decoded, kept or left out: what the upload cost to read
@@ -163,7 +162,7 @@ class _DatasetWriter:
         if self.seconds > limits.max_total_seconds:
             raise UploadError(f"more than {limits.max_total_seconds / 60:g} minutes of audio in one upload", 413)
         utt_id = self._id(name)
-        pcm = np.clip(mono, -1.0, 1.0)
+        pcm = np.clip(mono, -1.0, 1.0)  # as recording_sha256 digests it
         # Encoded in memory and written by Python: libsndfile's own file writes turn a full or
         # read-only disk into an opaque "System error" instead of the OSError the server answers 503 for.
         wav = io.BytesIO()
@@ -175,8 +174,9 @@ class _DatasetWriter:
     def finish(self) -> PreparedUpload:
         if not self.lines and not self.left_out:
             raise UploadError("no clips in the upload")
-        if not self.lines:
-            status = self.left_out_statuses.pop() if len(self.left_out_statuses) == 1 else 400
+        if not self.lines:  # an upload of unreadable files only is 415, as one such file is
+            statuses = {status for _, status in self.left_out}
+            status = statuses.pop() if len(statuses) == 1 else 400
             raise UploadError(f"no clip in the upload can be trained on: {self._named_left_out()}", status)
         if self.speech_seconds < self.limits.min_total_seconds:
             raise UploadError(
@@ -187,19 +187,22 @@ class _DatasetWriter:
             )
         (self.folder / "metadata.csv").write_text("\n".join(self.lines) + "\n", encoding="utf-8")
         return PreparedUpload(
-            self.folder, len(self.lines), round(self.seconds, 2), self.digest.hexdigest(), tuple(self.left_out)
+            self.folder,
+            len(self.lines),
+            round(self.seconds, 2),
+            self.digest.hexdigest(),
+            tuple(reason for reason, _ in self.left_out),
         )
 
     def leave_out(self, reason: str, status: int = 400) -> None:
         """Leave a clip out, saying why; refused with 413 once the clips named reach the upload's limit."""
         if len(self.lines) + len(self.left_out) >= self.limits.max_clips:
             raise UploadError(f"too many clips: at most {self.limits.max_clips}", 413)
-        self.left_out.append(reason)
-        self.left_out_statuses.add(status)
+        self.left_out.append((reason, status))
 
     def _named_left_out(self, shown: int = 5) -> str:
         more = len(self.left_out) - shown
-        return "; ".join(self.left_out[:shown]) + (f" (and {more} more)" if more > 0 else "")
+        return "; ".join(reason for reason, _ in self.left_out[:shown]) + (f" (and {more} more)" if more > 0 else "")
 
 
 def prepare_heard(
@@ -214,9 +217,9 @@ def prepare_heard(
 
 
 def recording_sha256(mono: np.ndarray) -> str:
-    """The sha256 of a recording ``[samples]`` as an upload's clips are digested (its samples clipped to
-    [-1, 1], as float32 bytes), for the consent record."""
-    return hashlib.sha256(np.clip(mono, -1.0, 1.0).astype(np.float32).tobytes()).hexdigest()
+    """The sha256 of one recording ``[samples]`` as an upload's clips are digested (its samples clipped to
+    [-1, 1]), for the consent record of a sample that is written as no upload."""
+    return hashlib.sha256(np.clip(mono, -1.0, 1.0).tobytes()).hexdigest()
 
 
 def clip_speech(mono: np.ndarray, rate: int, transcribed: bool) -> tuple[float, str | None]:
@@ -408,14 +411,13 @@ def prepare_archive(data: bytes, folder: str | Path, limits: UploadLimits = Uplo
             raise UploadError("metadata.csv is not UTF-8 text (NUL characters: UTF-16?)")
         writer = _DatasetWriter(Path(folder), limits)
         first: dict[str, int] = {}  # a clip's entry -> the line that gave it
-        opening = True  # the first line with text: it may be a header row
+        opening = next((number for number, line in enumerate(lines, start=1) if line.strip()), 0)  # a header's line
         for number, line in enumerate(lines, start=1):
             if not line.strip():
                 continue
             fields = [f.strip() for f in line.split("|")]
             audio = _clip_member(members, f"{prefix}wavs/", fields[0])
-            opening, was_opening = False, opening
-            if audio is None and was_opening and names_columns(fields):
+            if audio is None and number == opening and names_columns(fields):
                 continue  # a header row, of any number of columns ("id|text|normalized|speaker")
             if len(fields) not in (2, 3) or not fields[0]:
                 raise UploadError(f"metadata.csv line {number}: expected 'id|text' or 'id|text|normalized'")

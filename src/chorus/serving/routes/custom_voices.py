@@ -304,20 +304,17 @@ async def create_audio_voice(request: Request, tenant: Tenant, server: Server):
         except QuotaReached as error:
             raise quota_reached(error) from None
         job = OnboardingJob(job_id, tenant, voice_id, name, SAMPLE)
-        audit = {
+        statement = {
             "statement": f"consent recording {consent.consent_id} ({consent.heard!r})",
             "consent_id": consent.consent_id,
-            "clips": 1,
-            "seconds": round(len(audio) / rate, 2),
-            "audio_sha256": recording_sha256(audio),
         }
         if not refined:  # the consent is recorded as for any voice; the job is failed (kept if the store refuses now)
-            await run_in_threadpool(record_consent, server.jobs.jobs_dir, job, audit)
+            heard = {"clips": 1, "seconds": round(len(audio) / rate, 2), "audio_sha256": recording_sha256(audio)}
+            await run_in_threadpool(record_consent, server.jobs.jobs_dir, job, statement | heard)
             server.jobs.fail(job_id, _unrefined(rate, settings.upload))
         else:
-            await run_in_threadpool(
-                server.jobs.submit, upload_dir, job, audit | {"audio_sha256": prepared.audio_sha256}
-            )
+            written = {"clips": prepared.clips, "seconds": prepared.seconds, "audio_sha256": prepared.audio_sha256}
+            await run_in_threadpool(server.jobs.submit, upload_dir, job, statement | written)
             upload_dir = None
     finally:
         if upload_dir is not None:
