@@ -320,8 +320,17 @@ def test_version_and_help_start_without_torch():
 
 @pytest.mark.parametrize("name", list(COMMANDS))
 def test_each_command_is_listed_with_the_help_it_runs_with(name):
+    """...and its help shows no type beside a flag (typer printed <bool> there, as if it took a value) and
+    offers no --install-completion of its own (that installs completion for the subcommand alone)."""
     assert written_help(*COMMANDS[name]) == (load_command(name).help or "")
-    assert runner.invoke(app, [name, "--help"]).exit_code == 0
+    shown = runner.invoke(app, [name, "--help"])
+    assert shown.exit_code == 0 and " --help " in shown.output, shown.output
+    assert "<bool>" not in shown.output and "--install-completion" not in shown.output, shown.output
+
+
+def test_only_the_app_offers_shell_completion():
+    shown = runner.invoke(app, ["--help"])
+    assert "--install-completion" in shown.output and "<bool>" not in shown.output, shown.output
 
 
 def test_a_mistyped_command_gets_did_you_mean():

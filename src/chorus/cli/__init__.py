@@ -17,7 +17,7 @@ import typer
 import typer.core
 import typer.main
 
-from chorus.cli.common import console, errors, fail
+from chorus.cli.common import command_group, console, errors, fail
 
 DISTRIBUTION = "chorus-tts"
 
@@ -78,9 +78,21 @@ def load_command(name: str) -> click.Command:
     target = getattr(importlib.import_module(module), attribute)
     if isinstance(target, typer.Typer):
         return typer.main.get_group(target)
-    single = typer.Typer()
+    single = command_group()
     single.command(name)(target)
     return typer.main.get_command(single)
+
+
+_typer_type_column = typer.core.TyperOption.display_type_rich
+
+
+def _type_column(option: typer.core.TyperOption, ctx: click.Context) -> str | None:
+    """What --help shows in an option's type column: nothing for a flag. Typer 0.29 shows ``<bool>`` beside
+    every flag (--help and --overwrite too), which reads as if the flag took a value."""
+    return None if option.is_flag and option.metavar is None else _typer_type_column(option, ctx)
+
+
+typer.core.TyperOption.display_type_rich = _type_column
 
 
 class _LazyCommand(click.Command):

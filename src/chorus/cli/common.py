@@ -28,6 +28,12 @@ def _check_device(value: str) -> str:
         raise typer.BadParameter(str(error)) from None
 
 
+def command_group(**settings: Any) -> typer.Typer:
+    """A group of subcommands (``chorus store ...``) or one command's app. Only the ``chorus`` app itself
+    offers --install-completion: under a subcommand it would install completion for that subcommand alone."""
+    return typer.Typer(add_completion=False, **settings)
+
+
 DEVICE_OPTION: Any = typer.Option("cpu", help="Where the model runs: cpu, cuda or cuda:N.", callback=_check_device)
 BASE_HELP = (
     "The base: piper-joe (the Piper voice installed with Chorus) or a Piper voice file (voice.onnx, its "

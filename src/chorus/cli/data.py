@@ -10,7 +10,7 @@ from rich.progress import Progress
 from rich.table import Table
 from rich.text import Text
 
-from chorus.cli.common import console, parameter_default
+from chorus.cli.common import command_group, console, parameter_default
 from chorus.corpus.build import RequirementsError, build_corpus, check_requirements
 from chorus.corpus.speakers import get_speaker
 from chorus.data.check import (
@@ -24,8 +24,8 @@ from chorus.data.check import (
 )
 from chorus.data.formats import AUDIO_SUFFIXES, needs_transcripts
 
-data_app = typer.Typer(help="Inspect datasets.", no_args_is_help=True)
-corpus_app = typer.Typer(help="Build the offline multi-speaker training corpus.", no_args_is_help=True)
+data_app = command_group(help="Inspect datasets.", no_args_is_help=True)
+corpus_app = command_group(help="Build the offline multi-speaker training corpus.", no_args_is_help=True)
 
 
 @data_app.command("check")

@@ -8,12 +8,12 @@ from pathlib import Path
 import numpy as np
 import typer
 
-from chorus.cli.common import DEVICE_OPTION, config_default, console, fail, user_errors
+from chorus.cli.common import DEVICE_OPTION, command_group, config_default, console, fail, user_errors
 from chorus.speaker_recognition.bundle import SHIPPED_ENCODER, load_encoder
 from chorus.speaker_recognition.encoder import STAGE_BLOCKS, SpeakerEncoderConfig
 from chorus.training.speaker_encoder import CHECKPOINT, SPEAKER_OPTIMIZERS, SpeakerTrainConfig
 
-speaker_app = typer.Typer(help="Chorus's speaker encoder: train one, embed clips, verify and evaluate trials.")
+speaker_app = command_group(help="Chorus's speaker encoder: train one, embed clips, verify and evaluate trials.")
 ENCODER_HELP = "Encoder folder (default: the one shipped with Chorus)."
 # verify's exit status for "different speakers", so that scripts can branch on it (cmp and diff's 1); an error is 2.
 DIFFERENT_SPEAKERS = 1

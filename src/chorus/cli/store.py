@@ -7,11 +7,11 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from chorus.cli.common import console, user_errors
+from chorus.cli.common import command_group, console, user_errors
 
 # Lines that name folders or URLs are printed with soft_wrap: a path cut at the terminal's width cannot
 # be copied (nor found by a script reading the output).
-store_app = typer.Typer(help="Look after a voice server's store (what `chorus serve --store/--database` was given).")
+store_app = command_group(help="Look after a voice server's store (what `chorus serve --store/--database` was given).")
 DATABASE_OPTION = typer.Option(
     None,
     "--database",

@@ -10,6 +10,7 @@ from chorus.adapters.hypernetwork import VoiceSpace
 from chorus.adapters.voice import trained_on
 from chorus.cli.common import (
     OVERWRITE_HELP,
+    command_group,
     config_default,
     console,
     overwrite_help,
@@ -24,7 +25,7 @@ from chorus.models.bundle import load_bundle
 from chorus.synthesis import DEFAULT_BASE
 from chorus.training.voice_space_training import VoiceSpaceConfig, fit_voice, train_voice_space
 
-space_app = typer.Typer(
+space_app = command_group(
     help="A voice space: a voice as a short vector that generates its adapter.", no_args_is_help=True
 )
 MODEL_HELP = "Base model folder (default: the shipped base)."

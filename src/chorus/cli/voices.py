@@ -8,10 +8,10 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from chorus.cli.common import console, user_errors
+from chorus.cli.common import command_group, console, user_errors
 from chorus.serving.client import DEFAULT_SERVER, VoicesClient
 
-voices_app = typer.Typer(
+voices_app = command_group(
     help="Voices on a running `chorus serve`, OpenAI's way: a consent recording, then a sample of the same speaker."
 )
 SERVER_OPTION = typer.Option(
