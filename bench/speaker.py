@@ -9,6 +9,8 @@ virtual speakers its sox chains make), with the same steps, batch and seed.
     python bench/speaker.py --train resnet18-adam,resnet18-rev-adam8bit   # train (one process per core)
     python bench/speaker.py --report                                      # judge every trained variant
 
+A training stopped before its last step goes on from its checkpoint when the same command runs again.
+
 Memory: every trained variant, and plain/reversible x 32-bit/8-bit Adam over depths (ResNet-18/34/50,
 DF-ResNet-56/110/179), at the training batch (32 crops of 200 frames, 252 speakers), predicted and
 measured (one step in a fresh process per configuration: categories from saved-tensor hooks, and the
@@ -57,6 +59,9 @@ from run_record import RunLog, gather_runs, run_records, runs_section  # bench/,
 VARIANT = re.compile(r"^(resnet|df-resnet)(\d+)(-rev)?-(adam8bit|adam|sgd8bit|sgd)$")
 JUDGED = "report: every trained variant's EER (and step time where timed), resemblyzer's EER"  # what --report measures
 TRAINING = SpeakerTrainConfig(corpus="", out="")  # the recipe every variant shares, but for steps and seed
+# A DF-ResNet-179 step takes about 10 s on one thread: its 600 steps outlast a working session, so each
+# training also saves its checkpoint this often (besides every 100 steps) and is resumed from it.
+CHECKPOINT_MINUTES = 10
 DEFAULT_VARIANTS = (
     "resnet18-adam,resnet18-rev-adam8bit,resnet18-adam8bit,resnet18-rev-adam,resnet18-sgd,resnet18-sgd8bit,"
     "df-resnet56-adam,df-resnet56-rev-adam8bit"
@@ -95,9 +100,12 @@ def train_variants(names: list[str], args, log: RunLog) -> None:
             steps=args.steps,
             seed=args.seed,
             threads=args.threads,
+            checkpoint_minutes=CHECKPOINT_MINUTES,
         )
-        print(f"{name}: training", flush=True)
-        train_speaker_encoder(config, clips=clips)
+        # A training cut short (a session's end) goes on from its checkpoint, on the path it would have taken.
+        resume = folder if (folder / "checkpoint").is_dir() else None
+        print(f"{name}: {'resumed from its checkpoint' if resume else 'training'}", flush=True)
+        train_speaker_encoder(config, clips=clips, resume=resume)
         log.measured(f"train {name}")
 
 
