@@ -67,8 +67,10 @@ def test_missing_file_raises_naming_it(tmp_path: Path) -> None:
     path = tmp_path / "nope.wav"
     with pytest.raises(AudioError, match="nope.wav"):
         load_audio(path)
-    with pytest.raises(AudioError, match="not found"):
-        load_audio(tmp_path)  # a folder is not an audio file
+    with pytest.raises(AudioError, match="nope.wav: audio file not found"):
+        load_audio(path)
+    with pytest.raises(AudioError, match="a folder, not an audio file"):
+        load_audio(tmp_path)
 
 
 @pytest.mark.parametrize("content", [b"", b"RIFF\x00\x00garbage" * 20, os.urandom(4096)])

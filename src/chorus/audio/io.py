@@ -30,7 +30,7 @@ def load_audio(path: str | os.PathLike, sample_rate: int = SAMPLE_RATE, min_rate
     """
     path = Path(path)
     if not path.is_file():
-        raise AudioError(f"{path}: audio file not found")
+        raise AudioError(f"{path}: {'a folder, not an audio file' if path.is_dir() else 'audio file not found'}")
     if min_rate and (declared := recorded_rate(path)) is not None and declared < min_rate:  # before decoding it
         raise AudioError(f"{path}: recorded at {declared} Hz (minimum {min_rate} Hz)")
     try:
