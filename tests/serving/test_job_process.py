@@ -4,6 +4,7 @@ leaves the job to the next start; a server killed -9 takes its job's process wit
 
 from __future__ import annotations
 
+import multiprocessing.forkserver
 import os
 import shutil
 import signal
@@ -15,7 +16,7 @@ import pytest
 
 from chorus.adapters import parse_methods
 from chorus.recipe import AdaptConfig
-from chorus.serving.onboarding.job_process import ProcessJobRunner
+from chorus.serving.onboarding.job_process import PRELOAD, ProcessJobRunner
 from chorus.serving.onboarding.job_runner import OnboardingJob
 from chorus.serving.settings import ServeConfig, ServerSettings
 from chorus.serving.store import JobStatus, VoiceStatus, VoiceStore
@@ -136,6 +137,40 @@ def test_the_servers_stop_stops_the_jobs_process_and_leaves_the_job_to_the_next_
         reopened.close()
 
 
+@pytest.mark.parametrize("sent", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "systemctl-stop"])
+@pytest.mark.parametrize("serving", [ENDLESS], indirect=True)
+def test_a_signal_to_all_the_servers_processes_leaves_the_job_to_the_servers_stop(serving, new_voice_data, sent):
+    """Ctrl-C in a terminal and systemd's stop signal every process of the server: the fork server and the
+    job's process as well. They leave it to the server's stop, which stops training at its next step and
+    keeps the job for the next start. (The job's process had died of KeyboardInterrupt, or the fork server of
+    SIGTERM, and the server had failed the job and deleted its clips.)"""
+    store, runner, submit = serving
+    job = submit("fiona", new_voice_data)
+    pid = wait_training(store, runner, job)
+    fork_server = multiprocessing.forkserver._forkserver._forkserver_pid
+    for each in (fork_server, pid):
+        os.kill(each, sent)
+    step = job_of(store, job).message
+    wait_for(lambda: job_of(store, job).message != step, 120, "training goes on")
+    assert job_of(store, job).status == JobStatus.RUNNING and runner._process.exitcode is None
+    os.kill(fork_server, 0)  # alive
+    process = runner._process
+    runner.close()  # what the server's stop does, once the signal reaches it
+    assert process.exitcode == 0, process.exitcode  # stopped at its next step
+    assert job_of(store, job).status == JobStatus.RUNNING and (runner.jobs_dir / job.job_id).is_dir()
+
+
+def test_only_the_fork_server_imports_what_has_it_ignore_sigterm():
+    source = Path(__file__).resolve().parents[2] / "src" / "chorus"
+    importers = [
+        path.relative_to(source).as_posix()
+        for path in source.rglob("*.py")
+        if "onboarding.fork_server" in path.read_text() or "import fork_server" in path.read_text()
+    ]
+    assert importers == ["serving/onboarding/job_process.py"]  # its PRELOAD, a list of names
+    assert PRELOAD[0] == "chorus.serving.onboarding.fork_server"  # before any job is forked
+
+
 def test_deleting_a_voice_stops_its_jobs_process_at_its_next_step(tiny_base, new_voice_data, tmp_path):
     """What the server's delete does (the store fails the job, the worker cancels it) stops the job's process
     at its next step: its progress is written once an hour here, so the store's state alone would not."""
@@ -173,7 +208,7 @@ SERVER = """
 import shutil, sys, time
 from chorus.adapters import parse_methods
 from chorus.recipe import AdaptConfig
-from chorus.serving.onboarding.job_process import ProcessJobRunner
+from chorus.serving.onboarding.job_process import PRELOAD, ProcessJobRunner
 from chorus.serving.settings import ServeConfig, ServerSettings
 from chorus.serving.store import VoiceStore
 from chorus.serving.onboarding.job_runner import OnboardingJob

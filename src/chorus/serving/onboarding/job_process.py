@@ -10,7 +10,8 @@ in training ends that job (marked failed), not the server.
 Jobs start from a fork server that has imported torch and Chorus once: a job is forked from it in a
 fraction of a second, without the server's threads (uvicorn, the batcher) in the child. The child opens
 the store itself on behalf of the server (the job stays the server's: if the child dies, the server fails
-the job; if the server dies, its jobs are reclaimed as any dead owner's) and runs :meth:`JobRunner.run
+the job; if the server dies, its jobs are reclaimed as any dead owner's; a signal to all of the server's
+processes, Ctrl-C or ``systemctl stop``, is left to the server's stop) and runs :meth:`JobRunner.run
 <chorus.serving.onboarding.job_runner.JobRunner.run>` (:func:`job_runner_for`, as a Ray onboarding task does): the same
 claim, checks, progress and cancellation through the store. The server's stop reaches it through a
 shared flag (training stops at its next step and the next start resumes the job), and so does a cancel of its
@@ -25,6 +26,7 @@ import logging
 import multiprocessing
 import os
 import select
+import signal
 import threading
 import time
 from multiprocessing.connection import wait
@@ -38,8 +40,15 @@ from chorus.synthesis import DEFAULT_BASE
 
 log = logging.getLogger("chorus.serving.jobs")
 
-# What the fork server imports before forking jobs: the training stack, so a job starts in well under a second.
-PRELOAD = ["torch", "chorus.serving.onboarding.job_process", "chorus.training.adapt", "chorus.evaluation.asr"]
+# What the fork server imports before forking jobs: the training stack, so a job starts in well under a second,
+# and fork_server, which has it ignore SIGTERM (see there).
+PRELOAD = [
+    "chorus.serving.onboarding.fork_server",
+    "torch",
+    "chorus.serving.onboarding.job_process",
+    "chorus.training.adapt",
+    "chorus.evaluation.asr",
+]
 # Seconds a stopping server gives a job's process to stop at its next step before it is killed.
 STOP_GRACE_SECONDS = 30.0
 
@@ -110,6 +119,11 @@ def run_job(
     """A job process's body: open the store on behalf of its server (store ``owner``: the job is the
     server's, claimed by it or by this process, and stays so if this process dies), train ``job`` to its
     end (or to the server's stop, ``closing``, or the job's cancel, ``cancelled``), close the store."""
+    # A signal to the whole server (Ctrl-C, systemctl stop) is the server's to answer: its stop sets
+    # ``closing``, and training stops at its next step. Left to Python's defaults, SIGINT would raise
+    # KeyboardInterrupt here mid-step and the server would fail the job (see fork_server).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     # Speech first (ServerSettings.job_niceness). Before any thread starts: on Linux a niceness is a thread's,
     # inherited by the threads it starts (torch's among them), not changed in threads already running.
     os.nice(config.settings.job_niceness)

@@ -470,7 +470,10 @@ class JobRunner:
             log.info("onboarding job %s stopped: it ended, or another worker took it, while it trained", job.job_id)
         except ServerStopping:
             keep_files = True
-            log.info("onboarding job %s stopped by the server's stop; the next start resumes it", job.job_id)
+            log.info(
+                "onboarding job %s stopped by the server's stop; the next start trains it again from its clips",
+                job.job_id,
+            )
         except VoiceConflict as error:
             log.info("onboarding job %s dropped: %s", job.job_id, error)
             self.fail(job.job_id, "the voice was deleted or replaced while it trained")

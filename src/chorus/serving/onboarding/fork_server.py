@@ -1,0 +1,19 @@
+"""Imported by the fork server of ``chorus serve``'s job processes, and by nothing else (it is in
+:data:`~chorus.serving.onboarding.job_process.PRELOAD`): the fork server ignores SIGTERM, as Python's own
+resource tracker does.
+
+Ctrl-C in a terminal (SIGINT) and ``systemctl stop`` (SIGTERM, with systemd's default
+``KillMode=control-group``) signal every process of the server, the fork server and the job's process
+too, not only the server. The server's stop is what ends a job well: its process stops training at the next
+step and the next start trains it again. A fork server killed by the signal first would take with it the
+exit status of the job it forked, which the server then reads as 255 and fails the job, its uploaded clips
+deleted. Python's fork server already ignores SIGINT; SIGTERM is ignored here, before it forks any job, so
+the jobs it forks inherit that too. It still ends when the server does (it reads the server's end of a
+pipe), and SIGKILL ends it as any process.
+"""
+
+from __future__ import annotations
+
+import signal
+
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
