@@ -67,6 +67,7 @@ from chorus.serving.settings import (  # noqa: E402
     ONBOARDING_STEPS,
     ONBOARDING_THREADS,
     Limits,
+    ServeConfig,
     ServerSettings,
     TenantLimits,
     UploadLimits,
@@ -278,6 +279,47 @@ def test_cli_refuses_an_open_host_without_keys(monkeypatch, tmp_path):
     result = CliRunner().invoke(app, ["serve", "--store", str(tmp_path / "store"), "--keys", str(tmp_path / "none")])
     assert result.exit_code == 2 and "none" in result.output
     assert "CHORUS_API_KEYS" in CliRunner().invoke(app, ["serve", "--help"]).output
+
+
+def test_what_an_operator_mistypes_is_refused_before_anything_starts(monkeypatch, tmp_path):
+    """An operator's probe: a bad key in CHORUS_API_KEYS had been blamed on a good keys file, a missing keys
+    file was a bare errno, --port 70000 was bound as port 4464, --max-text-chars 0 refused every request
+    while /healthz said ok, and a port in use aborted the server after its store and job worker had started."""
+    import socket
+
+    from typer.testing import CliRunner
+
+    from chorus.cli import app
+    from chorus.serving.api import listening_socket
+
+    good = tmp_path / "keys.txt"
+    good.write_text("k1-abcdef-0123456789 acme\n")
+    with pytest.raises(ValueError, match=r"^CHORUS_API_KEYS \(with .*keys.txt\): an API key must be"):
+        Tenants.load(good, env={"CHORUS_API_KEYS": "shortkey:eve"})
+    with pytest.raises(ValueError, match=r"nokeys.txt: no such keys file \(`chorus serve-key TENANT >>"):
+        Tenants.load(tmp_path / "nokeys.txt", env={})
+    with pytest.raises(ValueError, match="a folder, not a keys file"):
+        Tenants.load(tmp_path, env={})
+    with pytest.raises(ValueError, match=r"port \(--port\) must be 1-65535, got 70000"):
+        ServeConfig(store=str(tmp_path / "store"), port=70_000)
+    with pytest.raises(ValueError, match=r"max_text_chars \(--max-text-chars\) must be at least 1"):
+        ServerSettings(max_text_chars=0)
+    monkeypatch.delenv("CHORUS_API_KEYS", raising=False)
+    store = tmp_path / "store"
+    for flag, value in [("--port", "70000"), ("--max-text-chars", "0"), ("--adapt-steps", "-5")]:
+        result = CliRunner().invoke(app, ["serve", "--store", str(store), flag, value], env={"COLUMNS": "200"})
+        assert result.exit_code == 2 and f"Invalid value for '{flag}'" in result.output, result.output
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(ValueError, match=f"port {port} on 127.0.0.1 is in use by another process"):
+            listening_socket("127.0.0.1", port)
+        result = CliRunner().invoke(app, ["serve", "--store", str(store), "--port", str(port)])
+        assert result.exit_code == 2 and "is in use by another process" in result.output, result.output
+    assert not store.exists()  # nothing was started, not even the store
+    with listening_socket("127.0.0.1", 0) as free:
+        assert free.getsockname()[1] > 0
 
 
 def test_sentence_splitting():

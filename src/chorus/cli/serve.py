@@ -43,7 +43,7 @@ class ServeOptions:
         help="Where voices of a remote store are downloaded (default: beside a SQLite file, else ~/.cache/chorus).",
     )
     host: str = option("127.0.0.1", help="Address to bind. Without API keys only loopback is allowed.")
-    port: int = option(8000, help="TCP port.")
+    port: int = option(8000, min=1, max=65_535, help="TCP port.")
     base: str | None = option(
         None,
         help=BASE_HELP + " A Piper base serves its own voice and voices adapted on it (chorus adapt --base); "
@@ -56,17 +56,18 @@ class ServeOptions:
     keys: Path | None = option(None, help='API keys file: \'KEY TENANT\' lines or JSON {"KEY": "TENANT"}.')
     cache_mb: float = option(64.0, help="Adapter cache budget in MB (least recently used voices are evicted).")
     adapt_steps: int | None = option(
-        None, help=f"Most training steps of an onboarded voice (early stopping; {SERVER_DEFAULT})."
+        None, min=0, help=f"Most training steps of an onboarded voice (early stopping; {SERVER_DEFAULT})."
     )
     adapt_method: str | None = option(
         None, help=f"Adapter method(s) of onboarded voices, e.g. lora+speaker ({SERVER_DEFAULT})."
     )
-    adapt_threads: int | None = option(None, help=f"CPU threads of an onboarding job ({SERVER_DEFAULT}).")
+    adapt_threads: int | None = option(None, min=1, help=f"CPU threads of an onboarding job ({SERVER_DEFAULT}).")
     sample_steps: int | None = option(
         None,
+        min=0,
         help=f"Most training steps refining a voice made from one sample, POST /v1/audio/voices ({SERVER_DEFAULT}).",
     )
-    max_text_chars: int | None = option(None, help=f"Longest text of one speech request ({SERVER_DEFAULT}).")
+    max_text_chars: int | None = option(None, min=1, help=f"Longest text of one speech request ({SERVER_DEFAULT}).")
     job_niceness: int | None = option(
         None,
         help="Niceness (0-19) of onboarding jobs' processes: above 0, speech is served first and training gets "
@@ -97,9 +98,9 @@ class ServeOptions:
         "replicas holding them, onboarding as Ray tasks (needs the ray "
         "extra).",
     )
-    ray_replicas: int = option(2, help="With --ray: speech replicas, one resident base each.")
+    ray_replicas: int = option(2, min=1, help="With --ray: speech replicas, one resident base each.")
     ray_voices_per_replica: int = option(
-        32, help="With --ray: adapted voices one replica holds (least recently used dropped first)."
+        32, min=1, help="With --ray: adapted voices one replica holds (least recently used dropped first)."
     )
 
 

@@ -11,8 +11,12 @@ models of :mod:`chorus.serving.schemas`, shown at ``/docs``. ``GET /`` is a web 
 
 from __future__ import annotations
 
+import errno
 import functools
 import logging
+import os
+import socket
+import sys
 import threading
 from collections.abc import Callable
 from contextlib import asynccontextmanager
@@ -84,6 +88,9 @@ def serve(config: ServeConfig, announce: Callable[[str], None] = print, log_leve
     )
     tenants = Tenants.load(config.keys)
     check_bind(config.host, tenants)
+    # Bound before the store opens and the base loads: a port in use ends here, with nothing started (uvicorn
+    # binds after the app's start-up, and had aborted with the job worker running).
+    listening = listening_socket(config.host, config.port)
     voice_store = VoiceStore(config.store, config.database, config.cache_dir)
     engine = Engine.load(
         config.base,
@@ -97,10 +104,11 @@ def serve(config: ServeConfig, announce: Callable[[str], None] = print, log_leve
     # The base's speakers in the speaker encoder's space, for instant voices: made now, in the background,
     # so the first POST /v1/audio/voices does not wait for it (tens of seconds on a CPU). Instant voices
     # are blends of the Chorus base's speakers: another base has none to make.
+    mapping = threading.Thread(
+        target=app.state.server.custom_voices.speaker_map, name="chorus-speaker-map", daemon=True
+    )
     if engine.base.kind == "chorus":
-        threading.Thread(
-            target=app.state.server.custom_voices.speaker_map, name="chorus-speaker-map", daemon=True
-        ).start()
+        mapping.start()
     if tenants.single_tenant:
         announce(
             "no API keys configured: single-tenant mode (tenant 'default', no authentication), "
@@ -113,4 +121,38 @@ def serve(config: ServeConfig, announce: Callable[[str], None] = print, log_leve
         f"(metadata: {voice_store.database_url}); adapter cache {config.cache_mb:g} MB"
     )
     announce(f"OpenAI-compatible endpoint: http://{config.host}:{config.port}/v1 (audio.speech), voices at /v1/voices")
-    uvicorn.run(app, host=config.host, port=config.port, log_level=log_level)
+    server = uvicorn.Server(uvicorn.Config(app, host=config.host, port=config.port, log_level=log_level))
+    try:
+        server.run(sockets=[listening])
+    except KeyboardInterrupt:  # a second Ctrl-C during the stop (uvicorn.run ignores it too)
+        pass
+    if not server.started:  # its start-up failed, and uvicorn logged why
+        raise SystemExit(3)  # uvicorn's exit status for it
+    if mapping.is_alive():
+        # Stopped within a minute of its start, the speaker map is still in torch's C++ code, and the
+        # interpreter's teardown under it aborts the process ("terminate called without an active
+        # exception", exit status 134). The server has stopped in order (jobs stopped, store closed): end here.
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
+
+
+def listening_socket(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to ``host:port`` and listening, as uvicorn would bind it (address reuse, the
+    host's address family); a port in use or a host this machine lacks is a ``ValueError`` saying so."""
+    try:
+        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+        listening = socket.socket(family, socket.SOCK_STREAM)
+    except OSError as error:
+        raise ValueError(f"cannot bind {host}:{port}: {error}") from None
+    try:
+        listening.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listening.bind((host, port))
+        listening.listen(2048)  # uvicorn's backlog
+    except OSError as error:
+        listening.close()
+        if error.errno == errno.EADDRINUSE:
+            raise ValueError(f"port {port} on {host} is in use by another process: stop it, or give --port") from None
+        raise ValueError(f"cannot bind {host}:{port}: {error.strerror or error}") from None
+    return listening

@@ -255,6 +255,8 @@ class ServerSettings:
     def __post_init__(self) -> None:
         if not 0 <= self.job_niceness <= 19:
             raise ValueError(f"job_niceness (--job-niceness) must be 0-19, got {self.job_niceness}")
+        if self.max_text_chars < 1:  # 0 would refuse every speech request while /healthz says ok
+            raise ValueError(f"max_text_chars (--max-text-chars) must be at least 1, got {self.max_text_chars}")
 
 
 def jobs_dir(settings: ServerSettings, store: VoiceStore) -> Path:
@@ -294,3 +296,5 @@ class ServeConfig:
     def __post_init__(self) -> None:
         if self.cache_mb < 0:
             raise ValueError(f"cache_mb (--cache-mb) must be >= 0, got {self.cache_mb}")
+        if not 1 <= self.port <= 65_535:  # uvicorn had bound 70000 as 70000 - 65536, announcing 70000
+            raise ValueError(f"port (--port) must be 1-65535, got {self.port}")

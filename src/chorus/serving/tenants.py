@@ -81,32 +81,38 @@ class Tenants:
     @classmethod
     def from_pairs(cls, pairs: Iterable[tuple[str, str]], where: str = "keys") -> Tenants:
         tenants = cls()
+        tenants._add(pairs, where)
+        return tenants
+
+    def _add(self, pairs: Iterable[tuple[str, str]], where: str) -> None:
+        """Add ``(key, tenant)`` pairs; a bad one is refused naming ``where`` it came from."""
         for key, tenant in pairs:
             digest = _key_digest(key, where)
             try:
                 check_id(tenant, "tenant")
             except InvalidId as error:
                 raise ValueError(f"{where}: {error}") from None
-            if tenants._by_digest.get(digest, tenant) != tenant:
+            if self._by_digest.get(digest, tenant) != tenant:
                 raise ValueError(f"{where}: one API key is given to two tenants")
-            tenants._by_digest[digest] = tenant
-        return tenants
+            self._by_digest[digest] = tenant
 
     @classmethod
     def load(cls, keys_file: str | Path | None = None, env: Mapping[str, str] | None = None) -> Tenants:
         """Keys from ``keys_file`` (if given) and ``CHORUS_API_KEYS`` of ``env`` (default ``os.environ``)."""
         env = os.environ if env is None else env
-        pairs: list[tuple[str, str]] = []
+        tenants = cls()
         if keys_file is not None:
-            pairs += parse_keys_file(keys_file)
+            pairs = parse_keys_file(keys_file)
             if not pairs:  # a keys file that lost its lines must not open the server to everyone
                 raise ValueError(
                     f"{keys_file}: no API keys in it (blank or comments only); to serve single-tenant without "
                     "keys on purpose, start without --keys (loopback only)"
                 )
+            tenants._add(pairs, str(keys_file))
         if env.get(ENV_VAR, "").strip():
-            pairs += parse_env(env[ENV_VAR])
-        return cls.from_pairs(pairs, where=str(keys_file) if keys_file else ENV_VAR)
+            # Named as the variable: a bad key there had been blamed on a good keys file.
+            tenants._add(parse_env(env[ENV_VAR]), f"{ENV_VAR}{f' (with {keys_file})' if keys_file else ''}")
+        return tenants
 
     @property
     def single_tenant(self) -> bool:
@@ -136,6 +142,11 @@ class Tenants:
 def parse_keys_file(path: str | Path) -> list[tuple[str, str]]:
     """``(key, tenant)`` pairs of a keys file (JSON object or list, or ``KEY TENANT`` lines)."""
     path = Path(path)
+    if not path.is_file():
+        raise ValueError(
+            f"{path}: {'a folder, not a keys file' if path.is_dir() else 'no such keys file'} "
+            f"(`chorus serve-key TENANT >> {path}` makes a key and its line)"
+        )
     try:
         text = path.read_text(encoding="utf-8-sig")
     except UnicodeDecodeError as error:
