@@ -47,6 +47,7 @@ from chorus.serving.store import (
     VoiceNotReady,
     VoiceStatus,
     VoiceStore,
+    new_store,
 )
 from chorus.serving.store.metadata import SCHEMA_VERSION
 from conftest import tiny_model
@@ -537,6 +538,30 @@ def test_store_verify_command(tmp_path, voice_folder):
     (root / "acme" / "ghost" / "README.md").write_text("orphan")
     found = CliRunner().invoke(app, ["store", "verify", str(root)])
     assert found.exit_code == 1 and "orphan folder" in found.output and "ghost" in found.output
+
+
+@pytest.mark.parametrize("command", [["verify"], ["repair"], ["backup", "{typo}-copy"], ["migrate"]])
+def test_a_mistyped_store_is_refused_not_made(tmp_path, command):
+    """An operator's probe: verify and backup of a mistyped path had made a new, empty store there and said
+    '0 ready voice(s) checked' / '0 voice(s) copied', exit 0."""
+    from typer.testing import CliRunner
+
+    from chorus.cli import app
+
+    typo = tmp_path / "stroe1"
+    if command == ["migrate"]:
+        args = ["store", "migrate", "--from", str(typo), "--to", str(tmp_path / "target")]
+    else:
+        args = ["store", command[0], str(typo), *(part.format(typo=typo) for part in command[1:])]
+    result = CliRunner().invoke(app, args, env={"COLUMNS": "300"})
+    assert result.exit_code == 2 and "no voice store there" in result.output, result.output
+    assert "store.sqlite3 does not exist" in result.output
+    assert list(tmp_path.iterdir()) == []  # nothing made: not the store, the copy nor the target
+    assert new_store(str(typo)) == str(typo / "store.sqlite3")
+    with VoiceStore(str(typo)):
+        pass
+    assert new_store(str(typo)) is None
+    assert new_store(str(typo), "postgresql://user@host/db") is None  # not told from here
 
 
 def test_store_add_command_puts_a_voice_made_offline(tmp_path, voice_folder):

@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from chorus.cli.common import command_group, console, user_errors
+from chorus.cli.common import command_group, console, fail, user_errors
 
 # Lines that name folders or URLs are printed with soft_wrap: a path cut at the terminal's width cannot
 # be copied (nor found by a script reading the output).
@@ -20,6 +20,16 @@ DATABASE_OPTION = typer.Option(
 )
 
 
+def existing(store: str, database: str | None) -> None:
+    """Refuse a store that is not there: opening it would make a new, empty one, and a mistyped path had
+    passed verify ('0 ready voice(s) checked') and made an empty backup."""
+    from chorus.serving.store import new_store
+
+    missing = new_store(store, database)
+    if missing is not None:
+        fail(f"{store}: no voice store there ({missing} does not exist); check the path (and --database)")
+
+
 @store_app.command()
 def verify(
     store: str = typer.Argument(..., help="The voice store: a folder or an fsspec URL."),
@@ -29,6 +39,7 @@ def verify(
     no record lists. It changes no voice, so it is safe beside running servers; exits 1 when anything is wrong."""
     from chorus.serving.store import VoiceStore
 
+    existing(store, database)
     with user_errors(), VoiceStore(store, database) as voices:
         report = voices.verify()
     console.print(f"{report.checked} ready voice(s) checked")
@@ -78,6 +89,7 @@ def backup(
     every voice ready in that snapshot, each checked against its commit marker."""
     from chorus.serving.store import VoiceStore
 
+    existing(store, database)
     with user_errors(), VoiceStore(store, database) as voices:
         copied, gone = voices.backup(destination)
     console.print(f"{copied} voice(s) copied to {destination}", soft_wrap=True)
@@ -94,6 +106,7 @@ def repair(
     becomes a ready voice again; any other moves to the store's .quarantine folder. Stop the server first."""
     from chorus.serving.store import VoiceStore
 
+    existing(store, database)
     with user_errors(), VoiceStore(store, database) as voices:
         report = voices.repair()
     for tenant, voice_id in report.adopted:
@@ -122,6 +135,7 @@ def migrate(
 
     from chorus.serving.store import VoiceStore
 
+    existing(source, from_database)
     with user_errors(), VoiceStore(source, from_database) as origin, VoiceStore(target, to_database) as copy:
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), console=console) as bar:
             task = bar.add_task("copying voices", total=len(origin.all_voices()))

@@ -36,7 +36,7 @@ from chorus.serving.page import add_web_page
 from chorus.serving.routes import ROUTERS
 from chorus.serving.server import ServerState
 from chorus.serving.settings import ServeConfig, ServerSettings
-from chorus.serving.store import VoiceStore
+from chorus.serving.store import VoiceStore, new_store
 from chorus.serving.tenants import Tenants, check_bind
 from chorus.serving.voice_keys import stored_voice_folder
 
@@ -91,6 +91,7 @@ def serve(config: ServeConfig, announce: Callable[[str], None] = print, log_leve
     # Bound before the store opens and the base loads: a port in use ends here, with nothing started (uvicorn
     # binds after the app's start-up, and had aborted with the job worker running).
     listening = listening_socket(config.host, config.port)
+    created = new_store(config.store, config.database)  # said below: a mistyped --store starts empty
     voice_store = VoiceStore(config.store, config.database, config.cache_dir)
     engine = Engine.load(
         config.base,
@@ -120,6 +121,8 @@ def serve(config: ServeConfig, announce: Callable[[str], None] = print, log_leve
         f"{len(engine.speakers)} speakers (default {engine.default_speaker}); voice store: {config.store} "
         f"(metadata: {voice_store.database_url}); adapter cache {config.cache_mb:g} MB"
     )
+    if created is not None:
+        announce(f"a new, empty voice store ({created} was not there): if you meant one with voices, check --store")
     announce(f"OpenAI-compatible endpoint: http://{config.host}:{config.port}/v1 (audio.speech), voices at /v1/voices")
     server = uvicorn.Server(uvicorn.Config(app, host=config.host, port=config.port, log_level=log_level))
     try:

@@ -45,7 +45,7 @@ from chorus.serving.store.consents import Consents
 from chorus.serving.store.jobs import Jobs
 from chorus.serving.store.layout import MARKER_FILE, BlobLayout
 from chorus.serving.store.maintenance import CopyReport, Maintenance, RepairReport, VerifyReport
-from chorus.serving.store.metadata import Database, open_database, public_url
+from chorus.serving.store.metadata import Database, is_postgres_url, open_database, public_url, sqlite_path
 from chorus.serving.store.owners import LEASE_SECONDS, Owners, RecoveryReport
 from chorus.serving.store.records import (
     ACTIVE_JOB,
@@ -72,6 +72,7 @@ from chorus.serving.store.voices import Voices
 
 __all__ = [
     "ACTIVE_JOB",
+    "new_store",
     "FINISHED_JOB",
     "MARKER_FILE",
     "ConsentInUse",
@@ -98,6 +99,21 @@ __all__ = [
     "check_id",
     "outage_errors",
 ]
+
+
+def new_store(root_url: str, database: str | None = None) -> str | None:
+    """The SQLite file that opening ``root_url`` would create, making a new, empty store rather than open
+    one (a mistyped path); None where the store's metadata is there, or cannot be told from here (a
+    PostgreSQL database, or a remote root without its database: opening it refuses)."""
+    if database is None:
+        layout = BlobLayout(root_url)
+        if not layout.local:
+            return None
+        database = os.path.join(layout.root, "store.sqlite3")
+    if is_postgres_url(database):
+        return None
+    path = sqlite_path(database)
+    return None if os.path.isfile(path) else path
 
 
 class VoiceStore:
