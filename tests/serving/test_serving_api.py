@@ -1366,6 +1366,7 @@ def test_onboarding_end_to_end_single_tenant(tiny_base, new_voice_data, tmp_path
         )
         metrics = client.get("/metrics").text
         assert "chorus_cache_loads_total 1.0" in metrics
+        assert "# HELP chorus_batcher_requests_total Speech requests the batcher was given" in metrics
     consent = [json.loads(line) for line in (tmp_path / "store" / ".jobs" / "consent.jsonl").read_text().splitlines()]
     assert consent[0]["statement"] == CONSENT and consent[0]["voice_id"] == "fiona-four"
     assert consent[0]["clips"] == 17 and consent[0]["left_out"] == job["left_out"]  # the audit says what was kept

@@ -916,3 +916,15 @@ def test_consents_per_tenant_kept_while_a_voice_made_under_them_exists(store):
     store.delete_consent("acme", first.consent_id)
     store.delete_consent("acme", second.consent_id)
     assert store.list_consents("acme") == []
+
+
+def test_a_recovery_report_reads_as_a_sentence_for_the_operators_log():
+    """It had been logged as a raw dataclass repr, a voice 'failed' beside the job that trains it again."""
+    assert RecoveryReport().summary() == ""
+    assert RecoveryReport(orphan_folders=["x"]).summary() == ""  # named on a line of its own
+    report = RecoveryReport(interrupted_jobs=["3ed7"], failed_voices=[("ann", "ann")], removed_uploads=["u"])
+    assert report.summary() == (
+        "1 onboarding job(s) cut short, to be trained again: 3ed7; 1 voice(s) failed until a job trains them "
+        "again (cut short before their files were stored, or their files lost): ann/ann; "
+        "1 unfinished upload(s) removed"
+    )

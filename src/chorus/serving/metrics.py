@@ -76,8 +76,12 @@ class ServerCollector:
             buckets=buckets,
             sum_value=sum(s * c for s, c in sizes.items()),
         )
-        for name, value in [("requests", b.requests), ("completed", b.completed), ("failed", b.failed)]:
-            yield CounterMetricFamily(f"chorus_batcher_{name}", f"Batcher requests {name}", value=value)
+        for name, value, what in [
+            ("requests", b.requests, "Speech requests the batcher was given"),
+            ("completed", b.completed, "Speech requests the batcher completed"),
+            ("failed", b.failed, "Speech requests that failed in the batcher"),
+        ]:
+            yield CounterMetricFamily(f"chorus_batcher_{name}", what, value=value)
         yield CounterMetricFamily("chorus_batcher_busy_seconds", "Batcher worker time in batches", value=b.busy_seconds)
         paths = CounterMetricFamily("chorus_batches_by_path", "Batches by path", labels=["path"])
         for path, count in b.paths.items():

@@ -4,7 +4,6 @@ answers are the routes' own (:mod:`chorus.serving.routes`)."""
 
 from __future__ import annotations
 
-import dataclasses
 import difflib
 import logging
 import re
@@ -113,8 +112,8 @@ class ServerState:
     def start(self) -> None:
         """Recover the store (interrupted writes and jobs), start the onboarding worker, resume jobs."""
         report = self.store.recover()
-        if any(dataclasses.asdict(report).values()):
-            log.warning("store recovery: %s", report)
+        if report.summary():
+            log.warning("store recovery: %s", report.summary())
         if report.orphan_folders:
             log.warning(
                 "%d voice folder(s) that no record lists, left as they are (`chorus store verify` lists them): %s",

@@ -272,7 +272,10 @@ def adapt(
         auto = auto_transcribe(
             data, work, max_seconds=config.transcribed_clip_seconds, progress=options.get("progress", True)
         )
-        print(f"{auto.automatic} of {auto.clips} clip(s) transcribed by Whisper ({auto.seconds / 60:.1f} min of audio)")
+        if options.get("progress", True):  # a server's job has no terminal: its card's notes say it
+            print(
+                f"{auto.automatic} of {auto.clips} clip(s) transcribed by Whisper ({auto.seconds / 60:.1f} min of audio)"
+            )
         notes = {"automatic_transcripts": f"{auto.automatic} of {auto.clips} clips (Whisper tiny.en)"}
         try:
             return _adapt(auto.folder, bundle, out, config, extra_notes=notes, **options)

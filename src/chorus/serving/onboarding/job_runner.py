@@ -466,8 +466,10 @@ class JobRunner:
             log.info("onboarding job %s: voice %s/%s is ready", job.job_id, job.tenant, job.voice_id)
             if self.on_ready is not None:
                 self.on_ready(job.tenant, job.voice_id)
-        except (JobCancelled, JobTakenOver):
-            log.info("onboarding job %s stopped: it ended, or another worker took it, while it trained", job.job_id)
+        except JobCancelled:
+            log.info("onboarding job %s stopped: its voice was deleted, or the job ended, while it trained", job.job_id)
+        except JobTakenOver:
+            log.info("onboarding job %s stopped: another worker took it over while it trained", job.job_id)
         except ServerStopping:
             keep_files = True
             log.info(

@@ -39,6 +39,32 @@ class RecoveryReport:
     removed_uploads: list[str] = field(default_factory=list)  # temporary prefixes
     orphan_folders: list[str] = field(default_factory=list)  # voice folders no record lists (left as they are)
 
+    def summary(self) -> str:
+        """What was found and done, for an operator's log ("" when nothing was); orphan folders are left out
+        (the server names them on a line of their own)."""
+
+        def keys(pairs: list[tuple[str, str]]) -> str:
+            return ", ".join(f"{tenant}/{voice_id}" for tenant, voice_id in pairs)
+
+        parts = [
+            f"{len(self.interrupted_jobs)} onboarding job(s) cut short, to be trained again: "
+            f"{', '.join(self.interrupted_jobs)}"
+            if self.interrupted_jobs
+            else "",
+            f"{len(self.failed_voices)} voice(s) failed until a job trains them again (cut short before their "
+            f"files were stored, or their files lost): {keys(self.failed_voices)}"
+            if self.failed_voices
+            else "",
+            f"{len(self.restored_voices)} voice(s) whose files were stored made ready: {keys(self.restored_voices)}"
+            if self.restored_voices
+            else "",
+            f"{len(self.finished_deletes)} deletion(s) finished: {keys(self.finished_deletes)}"
+            if self.finished_deletes
+            else "",
+            f"{len(self.removed_uploads)} unfinished upload(s) removed" if self.removed_uploads else "",
+        ]
+        return "; ".join(part for part in parts if part)
+
 
 class Owners:
     """This store as one owner among those on its database: its heartbeat, and the recovery of the work
