@@ -928,3 +928,49 @@ def test_a_recovery_report_reads_as_a_sentence_for_the_operators_log():
         "again (cut short before their files were stored, or their files lost): ann/ann; "
         "1 unfinished upload(s) removed"
     )
+
+
+def test_migrate_keeps_consents_and_voices_that_speak_as_their_instant_voice(voice_folder, tmp_path):
+    """An operator's probe: `chorus store migrate` had dropped every consent recording and each custom voice
+    whose refinement failed though it speaks as its instant voice, and a copied custom voice lost its consent."""
+    from typer.testing import CliRunner
+
+    from chorus.cli import app
+
+    fields = {"language": "en", "heard": "i am the owner", "word_error_rate": 0.0, "embedding": [0.6, 0.8]}
+    with VoiceStore(str(tmp_path / "single")) as single:
+        kept = single.create_consent("acme", name="ann", recording=b"RIFF-ann", **fields)
+        unused = single.create_consent("globex", name="gil", recording=b"RIFF-gil", **fields)
+        refined = single.create_job("acme", "voice_r", name="Refined", consent_id=kept.consent_id, instant="m3(1)")
+        single.put_voice("acme", "voice_r", voice_folder, name="Refined", job_id=refined)
+        failed = single.create_job("acme", "voice_i", name="Instant", consent_id=kept.consent_id, instant="f2(1)")
+        single.update_job(failed, status=JobStatus.FAILED, message="the refined voice lost its words")
+        before = {v.voice_id: v for v in single.all_voices()}
+        assert before["voice_i"].status == VoiceStatus.FAILED
+    moved = CliRunner().invoke(
+        app,
+        ["store", "migrate", "--from", str(tmp_path / "single"), "--to", str(tmp_path / "copy")],
+        env={"COLUMNS": "300"},
+    )
+    assert moved.exit_code == 0, moved.output
+    assert "1 voice(s) copied" in moved.output and "2 consent recording(s) copied" in moved.output
+    assert "1 voice(s) that speak as their instant voice (refinement failed) copied" in moved.output
+    with VoiceStore(str(tmp_path / "copy")) as copy:
+        assert copy.consent_recording("acme", kept.consent_id) == b"RIFF-ann"
+        assert copy.consent("globex", unused.consent_id).name == "gil"
+        for voice_id in ("voice_r", "voice_i"):
+            record, source = copy.voice("acme", voice_id), before[voice_id]
+            assert (record.status, record.consent_id, record.instant, record.created, record.error) == (
+                source.status,
+                source.consent_id,
+                source.instant,
+                source.created,
+                source.error,
+            )
+            assert record.job_id is None or voice_id == "voice_r"  # the failed job stays behind
+        with pytest.raises(ConsentInUse):
+            copy.delete_consent("acme", kept.consent_id)  # its voices came with it
+    again = CliRunner().invoke(
+        app, ["store", "migrate", "--from", str(tmp_path / "single"), "--to", str(tmp_path / "copy")]
+    )
+    assert "0 consent recording(s) copied" in again.output and "skipped acme/voice_i: in the target" in again.output

@@ -126,7 +126,8 @@ def migrate(
         None, help="The target's metadata: a postgresql:// URL for a shared store (default: TO/store.sqlite3)."
     ),
 ) -> None:
-    """Copy every ready voice of one store into another: a single-machine store (SQLite + folder) into a
+    """Copy every ready voice of one store into another, with its consent recordings and the custom voices
+    that speak as their instant voice: a single-machine store (SQLite + folder) into a
     shared one (PostgreSQL + object store), or back. Each voice's files are checked against its commit
     marker and checksum before the copy, again where they land, and the copy's checksums are compared
     with the source's; the target is verified at the end. Voices already in the target are skipped, so a
@@ -142,6 +143,9 @@ def migrate(
             report = origin.copy_to(copy, on_voice=lambda voice: bar.advance(task))
         verified = copy.verify()
     console.print(f"{len(report.copied)} voice(s) copied from {source} to {target}, checksums equal", soft_wrap=True)
+    if report.instant:
+        console.print(f"{len(report.instant)} voice(s) that speak as their instant voice (refinement failed) copied")
+    console.print(f"{report.consents} consent recording(s) copied")
     for tenant, voice_id, why in report.skipped:
         console.print(f"skipped {tenant}/{voice_id}: {why}")
     for tenant, voice_id in report.gone:

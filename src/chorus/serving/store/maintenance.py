@@ -48,6 +48,14 @@ class CopyReport:
     copied: list[tuple[str, str]] = field(default_factory=list)  # (tenant, voice id), checksums equal
     skipped: list[tuple[str, str, str]] = field(default_factory=list)  # (tenant, voice id, why)
     gone: list[tuple[str, str]] = field(default_factory=list)  # deleted or replaced while it copied
+    # (tenant, voice id) of custom voices that speak as their instant voice, their refinement failed: a record
+    # with no files, copied as it is
+    instant: list[tuple[str, str]] = field(default_factory=list)
+    consents: int = 0  # consent recordings copied (the audit records voices were made under)
+
+
+# Every column of the consents table, copied as they are.
+CONSENT_COLUMNS = "tenant, id, name, language, created, heard, word_error_rate, embedding, recording, recording_sha256"
 
 
 class Maintenance:
@@ -58,17 +66,21 @@ class Maintenance:
         self._voices = voices
 
     def copy_to(self, target: Voices, on_voice: Callable[[VoiceRecord], None] | None = None) -> CopyReport:
-        """Copy every ready voice into the voices of another store, from one snapshot of the records: each
+        """Copy every ready voice into the voices of another store, from one snapshot of the records, with
+        every consent recording and each custom voice that speaks as its instant voice: each
         voice's files are downloaded, checked against its commit marker and its record's checksum,
         uploaded through ``target.put`` (which checks them again where they land), and the copy's
         checksums compared with the source's. Voices not ready, or already in ``target``, are skipped;
         one deleted or replaced while the copy ran is left out. ``on_voice``: called per voice (a
         progress bar)."""
-        report = CopyReport()
+        report = CopyReport(consents=self._copy_consents(target))
         for voice in self._voices.every():
             key = (voice.tenant, voice.voice_id)
             if on_voice is not None:
                 on_voice(voice)
+            if voice.status == VoiceStatus.FAILED and voice.instant is not None:
+                self._copy_instant(voice, target, report)
+                continue
             if voice.status != VoiceStatus.READY:
                 if voice.status != VoiceStatus.DELETED:
                     report.skipped.append((*key, f"{voice.status.value}, not ready"))
@@ -96,10 +108,55 @@ class Maintenance:
             copied = target.backends.layout.read_marker(target.backends.layout.blob(*key))
             if copy.sha256 != voice.sha256 or copied != manifest:
                 raise VoiceCorrupted(f"{voice.tenant}/{voice.voice_id}: the copy's checksums differ from the source's")
-            with target.backends.db.transaction() as db:  # the voice keeps its age
-                db.execute("UPDATE voices SET created=? WHERE tenant=? AND id=?", (voice.created, *key))
+            with target.backends.db.transaction() as db:  # the voice keeps its age, its consent and instant voice
+                db.execute(
+                    "UPDATE voices SET created=?, consent_id=?, instant=? WHERE tenant=? AND id=?",
+                    (voice.created, voice.consent_id, voice.instant, *key),
+                )
             report.copied.append(key)
         return report
+
+    def _copy_consents(self, target: Voices) -> int:
+        """Copy the consent recordings ``target`` lacks, as they are; how many. First: a voice copied after
+        names its consent, which must be there (a consent is kept while a voice made under it exists)."""
+        with self._db.read() as db:
+            rows = [tuple(row[c] for c in CONSENT_COLUMNS.split(", ")) for row in db.execute(
+                f"SELECT {CONSENT_COLUMNS} FROM consents ORDER BY tenant, id"
+            ).fetchall()]  # fmt: skip
+        copied = 0
+        with target.backends.db.transaction() as db:
+            for row in rows:
+                if db.execute("SELECT 1 FROM consents WHERE tenant=? AND id=?", row[:2]).fetchone() is None:
+                    db.execute(f"INSERT INTO consents ({CONSENT_COLUMNS}) VALUES ({', '.join('?' * len(row))})", row)
+                    copied += 1
+        return copied
+
+    def _copy_instant(self, voice: VoiceRecord, target: Voices, report: CopyReport) -> None:
+        """Copy the record of a custom voice that speaks as its instant voice (no files: its refinement
+        failed), as it is but for its job, which stays behind."""
+        key = (voice.tenant, voice.voice_id)
+        layout = target.backends.layout
+        with target.backends.db.transaction() as db:
+            if db.execute("SELECT 1 FROM voices WHERE tenant=? AND id=?", key).fetchone() is not None:
+                report.skipped.append((*key, "in the target already"))
+                return
+            db.execute(
+                "INSERT INTO voices (tenant, id, name, status, created, updated, blob_url, method, error, "
+                "consent_id, instant) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    *key,
+                    voice.name,
+                    VoiceStatus.FAILED,
+                    voice.created,
+                    voice.updated,
+                    layout.url(layout.blob(*key)),
+                    voice.method,
+                    voice.error,
+                    voice.consent_id,
+                    voice.instant,
+                ),
+            )
+        report.instant.append(key)
 
     def backup(
         self, destination: str | os.PathLike, copy_into_new_store: Callable[[Path], CopyReport]
