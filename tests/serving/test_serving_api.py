@@ -1369,6 +1369,10 @@ def test_onboarding_end_to_end_single_tenant(tiny_base, new_voice_data, tmp_path
         assert "# HELP chorus_batcher_requests_total Speech requests the batcher was given" in metrics
     consent = [json.loads(line) for line in (tmp_path / "store" / ".jobs" / "consent.jsonl").read_text().splitlines()]
     assert consent[0]["statement"] == CONSENT and consent[0]["voice_id"] == "fiona-four"
+    # ... and in the store's database, which backups and migrations carry (the jsonl is this machine's log)
+    with VoiceStore(str(tmp_path / "store")) as reopened:
+        (kept,) = reopened.consent_audit("default")
+    assert {k: v for k, v in kept.items() if k != "created"} == {k: v for k, v in consent[0].items() if k != "time"}
     assert consent[0]["clips"] == 17 and consent[0]["left_out"] == job["left_out"]  # the audit says what was kept
     assert not [p for p in (tmp_path / "store" / ".jobs").iterdir() if p.is_dir()]  # job files removed
 

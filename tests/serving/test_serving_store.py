@@ -441,7 +441,7 @@ def test_remote_root_needs_a_database(tmp_path, voice_folder):
         assert store.database_url == str(tmp_path / "meta.db") and store.cache_dir == tmp_path / "voice-cache"
     with sqlite3.connect(tmp_path / "meta.db") as db:
         assert db.execute("SELECT id FROM voices").fetchall() == [("ann",)]
-        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3  # the migrations, versioned
+        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4  # the migrations, versioned
 
 
 def test_a_version_1_database_is_migrated_in_place(tmp_path, voice_folder):
@@ -947,16 +947,25 @@ def test_migrate_keeps_consents_and_voices_that_speak_as_their_instant_voice(voi
         single.update_job(failed, status=JobStatus.FAILED, message="the refined voice lost its words")
         before = {v.voice_id: v for v in single.all_voices()}
         assert before["voice_i"].status == VoiceStatus.FAILED
+        single.audit_consent("acme", "voice_u", "job-1", {"statement": "Ann agreed in writing.", "clips": 3})
     moved = CliRunner().invoke(
         app,
         ["store", "migrate", "--from", str(tmp_path / "single"), "--to", str(tmp_path / "copy")],
         env={"COLUMNS": "300"},
     )
     assert moved.exit_code == 0, moved.output
-    assert "1 voice(s) copied" in moved.output and "2 consent recording(s) copied" in moved.output
+    assert "1 voice(s) copied" in moved.output
+    assert "2 consent recording(s) and 1 consent(s) given with uploads copied" in moved.output
     assert "1 voice(s) that speak as their instant voice (refinement failed) copied" in moved.output
     with VoiceStore(str(tmp_path / "copy")) as copy:
         assert copy.consent_recording("acme", kept.consent_id) == b"RIFF-ann"
+        (given,) = copy.consent_audit("acme")
+        assert (given["voice_id"], given["job_id"], given["statement"], given["clips"]) == (
+            "voice_u",
+            "job-1",
+            "Ann agreed in writing.",
+            3,
+        )
         assert copy.consent("globex", unused.consent_id).name == "gil"
         for voice_id in ("voice_r", "voice_i"):
             record, source = copy.voice("acme", voice_id), before[voice_id]
@@ -973,4 +982,7 @@ def test_migrate_keeps_consents_and_voices_that_speak_as_their_instant_voice(voi
     again = CliRunner().invoke(
         app, ["store", "migrate", "--from", str(tmp_path / "single"), "--to", str(tmp_path / "copy")]
     )
-    assert "0 consent recording(s) copied" in again.output and "skipped acme/voice_i: in the target" in again.output
+    assert (
+        "0 consent recording(s) and 0 consent(s) given with uploads copied" in again.output
+        and "skipped acme/voice_i: in the target" in again.output
+    )

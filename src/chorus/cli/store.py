@@ -145,7 +145,9 @@ def migrate(
     console.print(f"{len(report.copied)} voice(s) copied from {source} to {target}, checksums equal", soft_wrap=True)
     if report.instant:
         console.print(f"{len(report.instant)} voice(s) that speak as their instant voice (refinement failed) copied")
-    console.print(f"{report.consents} consent recording(s) copied")
+    console.print(
+        f"{report.consents} consent recording(s) and {report.consents_given} consent(s) given with uploads copied"
+    )
     for tenant, voice_id, why in report.skipped:
         console.print(f"skipped {tenant}/{voice_id}: {why}")
     for tenant, voice_id in report.gone:

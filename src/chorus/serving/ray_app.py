@@ -510,7 +510,7 @@ def submit_onboarding(
         try:
             shutil.copytree(data, job_dir / DATA_DIR)
             write_job_file(job_dir, job)
-            record_consent(folder, job, {"statement": consent, "source": str(data)})
+            record_consent(store, folder, job, {"statement": consent, "source": str(data)})
             store.publish_job_inputs(job.job_id, job_dir)  # a task on another node fetches them from the store
         except BaseException:
             store.update_job(job.job_id, status=JobStatus.FAILED, message="could not copy the voice's data")

@@ -91,9 +91,11 @@ def write_job_file(job_dir: Path, job: OnboardingJob) -> None:
     )
 
 
-def record_consent(jobs_dir: Path, job: OnboardingJob, consent: dict) -> None:
-    """Append the recorded person's consent to ``<jobs_dir>/consent.jsonl``: an audit log that outlives the
-    job's files."""
+def record_consent(store: VoiceStore, jobs_dir: Path, job: OnboardingJob, consent: dict) -> None:
+    """Keep the recorded person's consent: in the store's database (``VoiceStore.consent_audit``), which backups
+    and migrations carry, and as a line of ``<jobs_dir>/consent.jsonl``, this machine's log of it; both outlive
+    the job's files."""
+    store.audit_consent(job.tenant, job.voice_id, job.job_id, consent)
     entry = {"time": time.time(), "tenant": job.tenant, "voice_id": job.voice_id, "job_id": job.job_id, **consent}
     with _consent_lock, open(jobs_dir / CONSENT_LOG, "a", encoding="utf-8") as handle:
         handle.write(json.dumps(entry, ensure_ascii=False) + "\n")
@@ -229,7 +231,7 @@ class JobRunner:
         still take it (else start-up's :meth:`resume` fails it: it has no job folder)."""
         try:
             write_job_file(upload_dir, job)
-            record_consent(self.jobs_dir, job, consent)
+            record_consent(self.store, self.jobs_dir, job, consent)
             upload_dir.rename(self.jobs_dir / job.job_id)
             self.store.publish_job_inputs(job.job_id, self.jobs_dir / job.job_id)
         except Exception as error:  # a full disk, an object store or a database that refused

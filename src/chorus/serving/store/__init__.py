@@ -305,6 +305,14 @@ class VoiceStore:
         """Keep a checked consent recording (fields of :meth:`Consents.create`)."""
         return self._consents.create(tenant, **fields)
 
+    def audit_consent(self, tenant: str, voice_id: str, job_id: str | None, entry: dict) -> None:
+        """Keep the consent an onboarding upload was given (see :meth:`Consents.audit`)."""
+        self._consents.audit(tenant, voice_id, job_id, entry)
+
+    def consent_audit(self, tenant: str | None = None) -> list[dict]:
+        """The consents onboarding uploads were given, oldest first (see :meth:`Consents.audit_entries`)."""
+        return self._consents.audit_entries(tenant)
+
     def consent(self, tenant: str, consent_id: str) -> ConsentRecord:
         return self._consents.get(tenant, consent_id)
 

@@ -1,7 +1,10 @@
 """Consent recordings (OpenAI's ``voice_consents``): per tenant, each with what Whisper heard in it, its
 speaker's embedding, and the recording itself (base64 in the database: an audit record goes with the
 metadata it vouches for, and is never served back). A consent is kept while any voice made under it
-exists (:class:`ConsentInUse`); a tenant has at most ``max_consents``."""
+exists (:class:`ConsentInUse`); a tenant has at most ``max_consents``.
+
+Beside them, the ``consent_audit`` table: the consent each onboarding upload was given (``POST /v1/voices``'
+statement, what the upload kept), one JSON entry per job, never changed nor deleted."""
 
 from __future__ import annotations
 
@@ -77,6 +80,35 @@ class Consents:
                 ),
             )
         return self.get(tenant, consent_id)
+
+    def audit(self, tenant: str, voice_id: str, job_id: str | None, entry: dict) -> None:
+        """Keep ``entry`` (JSON-serializable: the statement, the upload's digest ...) as the consent given
+        for ``job_id``'s upload of ``voice_id``."""
+        with self._db.transaction() as db:
+            db.execute(
+                "INSERT INTO consent_audit (tenant, voice_id, job_id, created, entry) VALUES (?, ?, ?, ?, ?)",
+                (tenant, voice_id, job_id, time.time(), json.dumps(entry, ensure_ascii=False, sort_keys=True)),
+            )
+
+    def audit_entries(self, tenant: str | None = None) -> list[dict]:
+        """Every entry :meth:`audit` kept (of ``tenant``, or of all), oldest first, each with its tenant, voice,
+        job and time."""
+        query = "SELECT tenant, voice_id, job_id, created, entry FROM consent_audit"
+        with self._db.read() as db:
+            rows = db.execute(
+                query + (" WHERE tenant=?" if tenant else "") + " ORDER BY created, voice_id",
+                (tenant,) if tenant else (),
+            ).fetchall()
+        return [
+            {
+                "tenant": row["tenant"],
+                "voice_id": row["voice_id"],
+                "job_id": row["job_id"],
+                "created": row["created"],
+                **json.loads(row["entry"]),
+            }
+            for row in rows
+        ]
 
     def get(self, tenant: str, consent_id: str) -> ConsentRecord:
         with self._db.read() as db:

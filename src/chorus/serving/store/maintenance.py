@@ -52,10 +52,12 @@ class CopyReport:
     # with no files, copied as it is
     instant: list[tuple[str, str]] = field(default_factory=list)
     consents: int = 0  # consent recordings copied (the audit records voices were made under)
+    consents_given: int = 0  # entries of the consent that onboarding uploads were given, copied
 
 
-# Every column of the consents table, copied as they are.
+# Every column of the consents and consent_audit tables, copied as they are.
 CONSENT_COLUMNS = "tenant, id, name, language, created, heard, word_error_rate, embedding, recording, recording_sha256"
+AUDIT_COLUMNS = "tenant, voice_id, job_id, created, entry"
 
 
 class Maintenance:
@@ -73,7 +75,7 @@ class Maintenance:
         checksums compared with the source's. Voices not ready, or already in ``target``, are skipped;
         one deleted or replaced while the copy ran is left out. ``on_voice``: called per voice (a
         progress bar)."""
-        report = CopyReport(consents=self._copy_consents(target))
+        report = CopyReport(consents=self._copy_consents(target), consents_given=self._copy_audit(target))
         for voice in self._voices.every():
             key = (voice.tenant, voice.voice_id)
             if on_voice is not None:
@@ -130,6 +132,24 @@ class Maintenance:
                     db.execute(f"INSERT INTO consents ({CONSENT_COLUMNS}) VALUES ({', '.join('?' * len(row))})", row)
                     copied += 1
         return copied
+
+    def _copy_audit(self, target: Voices) -> int:
+        """Copy the entries of the consent onboarding uploads were given that ``target`` lacks; how many."""
+        columns = AUDIT_COLUMNS.split(", ")
+        with self._db.read() as db:
+            rows = [
+                tuple(row[c] for c in columns)
+                for row in db.execute(f"SELECT {AUDIT_COLUMNS} FROM consent_audit").fetchall()
+            ]
+        with target.backends.db.transaction() as db:
+            there = {
+                tuple(row[c] for c in columns)
+                for row in db.execute(f"SELECT {AUDIT_COLUMNS} FROM consent_audit").fetchall()
+            }
+            missing = [row for row in rows if row not in there]
+            for row in missing:
+                db.execute(f"INSERT INTO consent_audit ({AUDIT_COLUMNS}) VALUES (?, ?, ?, ?, ?)", row)
+        return len(missing)
 
     def _copy_instant(self, voice: VoiceRecord, target: Voices, report: CopyReport) -> None:
         """Copy the record of a custom voice that speaks as its instant voice (no files: its refinement

@@ -85,6 +85,17 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         "ALTER TABLE voices ADD COLUMN consent_id TEXT",
         "ALTER TABLE voices ADD COLUMN instant TEXT",
     ),
+    (  # 4: the consent each onboarding upload was given (its statement, what it kept), beside the voices: it
+        # had been only in a jobs folder's consent.jsonl, on one machine's disk, in no backup or migration
+        """CREATE TABLE IF NOT EXISTS consent_audit (
+            tenant TEXT NOT NULL,
+            voice_id TEXT NOT NULL,
+            job_id TEXT,
+            created DOUBLE PRECISION NOT NULL,
+            entry TEXT NOT NULL
+        )""",
+        "CREATE INDEX IF NOT EXISTS consent_audit_by_voice ON consent_audit (tenant, voice_id)",
+    ),
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 _ADVISORY_LOCK = 0x43686F7275  # "Choru": the one advisory lock every Chorus write transaction takes
