@@ -154,6 +154,9 @@ def test_a_signal_to_all_the_servers_processes_leaves_the_job_to_the_servers_sto
     wait_for(lambda: job_of(store, job).message != step, 120, "training goes on")
     assert job_of(store, job).status == JobStatus.RUNNING and runner._process.exitcode is None
     os.kill(fork_server, 0)  # alive
+    # ... and both signals ignored there before any job is forked, so a job never has Python's SIGINT handler
+    ignored = int(Path(f"/proc/{fork_server}/status").read_text().split("SigIgn:")[1].split()[0], 16)
+    assert ignored >> (signal.SIGINT - 1) & 1 and ignored >> (signal.SIGTERM - 1) & 1
     process = runner._process
     runner.close()  # what the server's stop does, once the signal reaches it
     assert process.exitcode == 0, process.exitcode  # stopped at its next step

@@ -285,12 +285,13 @@ def test_what_an_operator_mistypes_is_refused_before_anything_starts(monkeypatch
     """An operator's probe: a bad key in CHORUS_API_KEYS had been blamed on a good keys file, a missing keys
     file was a bare errno, --port 70000 was bound as port 4464, --max-text-chars 0 refused every request
     while /healthz said ok, and a port in use aborted the server after its store and job worker had started."""
+    import os
     import socket
 
     from typer.testing import CliRunner
 
     from chorus.cli import app
-    from chorus.serving.api import listening_socket
+    from chorus.serving.api import listening_sockets
 
     good = tmp_path / "keys.txt"
     good.write_text("k1-abcdef-0123456789 acme\n")
@@ -300,6 +301,13 @@ def test_what_an_operator_mistypes_is_refused_before_anything_starts(monkeypatch
         Tenants.load(tmp_path / "nokeys.txt", env={})
     with pytest.raises(ValueError, match="a folder, not a keys file"):
         Tenants.load(tmp_path, env={})
+    read, write = os.pipe()  # --keys <(...): a pipe, not a file, read as one
+    os.write(write, b"k1-abcdef-0123456789 acme\n")
+    os.close(write)
+    try:
+        assert Tenants.load(f"/dev/fd/{read}", env={}).authenticate("Bearer k1-abcdef-0123456789") == "acme"
+    finally:
+        os.close(read)
     with pytest.raises(ValueError, match=r"port \(--port\) must be 1-65535, got 70000"):
         ServeConfig(store=str(tmp_path / "store"), port=70_000)
     with pytest.raises(ValueError, match=r"max_text_chars \(--max-text-chars\) must be at least 1"):
@@ -314,12 +322,16 @@ def test_what_an_operator_mistypes_is_refused_before_anything_starts(monkeypatch
         taken.listen()
         port = taken.getsockname()[1]
         with pytest.raises(ValueError, match=f"port {port} on 127.0.0.1 is in use by another process"):
-            listening_socket("127.0.0.1", port)
+            listening_sockets("127.0.0.1", port)
         result = CliRunner().invoke(app, ["serve", "--store", str(store), "--port", str(port)])
         assert result.exit_code == 2 and "is in use by another process" in result.output, result.output
     assert not store.exists()  # nothing was started, not even the store
-    with listening_socket("127.0.0.1", 0) as free:
+    (free,) = listening_sockets("127.0.0.1", 0)
+    with free:
         assert free.getsockname()[1] > 0
+    for each in listening_sockets("localhost", 0):  # each address the name gives, as uvicorn binds them
+        with each:
+            assert each.getsockname()[0] in ("127.0.0.1", "::1")
 
 
 def test_sentence_splitting():

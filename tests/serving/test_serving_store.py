@@ -562,6 +562,8 @@ def test_a_mistyped_store_is_refused_not_made(tmp_path, command):
         pass
     assert new_store(str(typo)) is None
     assert new_store(str(typo), "postgresql://user@host/db") is None  # not told from here
+    unreadable = CliRunner().invoke(app, ["store", "verify", "foo://x"])
+    assert unreadable.exit_code == 2 and "error:" in unreadable.output and "Traceback" not in unreadable.output
 
 
 def test_store_add_command_puts_a_voice_made_offline(tmp_path, voice_folder):
@@ -924,9 +926,9 @@ def test_a_recovery_report_reads_as_a_sentence_for_the_operators_log():
     assert RecoveryReport(orphan_folders=["x"]).summary() == ""  # named on a line of its own
     report = RecoveryReport(interrupted_jobs=["3ed7"], failed_voices=[("ann", "ann")], removed_uploads=["u"])
     assert report.summary() == (
-        "1 onboarding job(s) cut short, to be trained again: 3ed7; 1 voice(s) failed until a job trains them "
-        "again (cut short before their files were stored, or their files lost): ann/ann; "
-        "1 unfinished upload(s) removed"
+        "1 onboarding job(s) cut short, trained again where their clips are kept: 3ed7; 1 voice(s) failed (cut "
+        "short before their files were stored, or their files lost; a job cut short trains its voice again): "
+        "ann/ann; 1 unfinished upload(s) removed"
     )
 
 

@@ -25,7 +25,8 @@ def existing(store: str, database: str | None) -> None:
     passed verify ('0 ready voice(s) checked') and made an empty backup."""
     from chorus.serving.store import new_store
 
-    missing = new_store(store, database)
+    with user_errors():  # a URL fsspec cannot read (foo://x) says so in one line
+        missing = new_store(store, database)
     if missing is not None:
         fail(f"{store}: no voice store there ({missing} does not exist); check the path (and --database)")
 

@@ -90,7 +90,7 @@ def serve(config: ServeConfig, announce: Callable[[str], None] = print, log_leve
     check_bind(config.host, tenants)
     # Bound before the store opens and the base loads: a port in use ends here, with nothing started (uvicorn
     # binds after the app's start-up, and had aborted with the job worker running).
-    listening = listening_socket(config.host, config.port)
+    listening = listening_sockets(config.host, config.port)
     created = new_store(config.store, config.database)  # said below: a mistyped --store starts empty
     voice_store = VoiceStore(config.store, config.database, config.cache_dir)
     engine = Engine.load(
@@ -126,11 +126,20 @@ def serve(config: ServeConfig, announce: Callable[[str], None] = print, log_leve
     announce(f"OpenAI-compatible endpoint: http://{config.host}:{config.port}/v1 (audio.speech), voices at /v1/voices")
     server = uvicorn.Server(uvicorn.Config(app, host=config.host, port=config.port, log_level=log_level))
     try:
-        server.run(sockets=[listening])
+        server.run(sockets=listening)
     except KeyboardInterrupt:  # a second Ctrl-C during the stop (uvicorn.run ignores it too)
         pass
     if not server.started:  # its start-up failed, and uvicorn logged why
-        raise SystemExit(3)  # uvicorn's exit status for it
+        _end(mapping, 3)  # uvicorn's exit status for it
+    if app.state.server.started:
+        # A second Ctrl-C before the app's shutdown makes uvicorn skip it: stop the job (its process ignores
+        # the signal and waits for this stop) and close the store here, or the exit would wait out the job.
+        app.state.server.close()
+    _end(mapping, 0)
+
+
+def _end(mapping: threading.Thread, status: int) -> None:
+    """End the server's process with ``status``."""
     if mapping.is_alive():
         # Stopped within a minute of its start, the speaker map is still in torch's C++ code, and the
         # interpreter's teardown under it aborts the process ("terminate called without an active
@@ -138,24 +147,39 @@ def serve(config: ServeConfig, announce: Callable[[str], None] = print, log_leve
         logging.shutdown()
         sys.stdout.flush()
         sys.stderr.flush()
-        os._exit(0)
+        os._exit(status)
+    if status:
+        raise SystemExit(status)
 
 
-def listening_socket(host: str, port: int) -> socket.socket:
-    """A TCP socket bound to ``host:port`` and listening, as uvicorn would bind it (address reuse, the
-    host's address family); a port in use or a host this machine lacks is a ``ValueError`` saying so."""
+def listening_sockets(host: str, port: int) -> list[socket.socket]:
+    """TCP sockets bound to ``host:port`` and listening, as uvicorn binds them (asyncio's ``create_server``):
+    one per address the host name gives (``localhost`` may be 127.0.0.1 and ::1), IPv6 ones IPv6-only,
+    address reuse; ``""`` is every interface. A port in use or a host this machine lacks is a ``ValueError``
+    saying so."""
     try:
-        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
-        listening = socket.socket(family, socket.SOCK_STREAM)
+        addresses = dict.fromkeys(
+            (family, kind, proto, address[:2])
+            for family, kind, proto, _, address in socket.getaddrinfo(
+                host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+            )
+        )
     except OSError as error:
         raise ValueError(f"cannot bind {host}:{port}: {error}") from None
+    bound: list[socket.socket] = []
     try:
-        listening.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        listening.bind((host, port))
-        listening.listen(2048)  # uvicorn's backlog
+        for family, kind, proto, address in addresses:
+            listening = socket.socket(family, kind, proto)
+            bound.append(listening)
+            listening.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                listening.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            listening.bind(address)
+            listening.listen(2048)  # uvicorn's backlog
     except OSError as error:
-        listening.close()
+        for listening in bound:
+            listening.close()
         if error.errno == errno.EADDRINUSE:
             raise ValueError(f"port {port} on {host} is in use by another process: stop it, or give --port") from None
         raise ValueError(f"cannot bind {host}:{port}: {error.strerror or error}") from None
-    return listening
+    return bound

@@ -142,7 +142,7 @@ class Tenants:
 def parse_keys_file(path: str | Path) -> list[tuple[str, str]]:
     """``(key, tenant)`` pairs of a keys file (JSON object or list, or ``KEY TENANT`` lines)."""
     path = Path(path)
-    if not path.is_file():
+    if not path.exists() or path.is_dir():  # a pipe (--keys <(...)) is no file, and reads as one
         raise ValueError(
             f"{path}: {'a folder, not a keys file' if path.is_dir() else 'no such keys file'} "
             f"(`chorus serve-key TENANT >> {path}` makes a key and its line)"

@@ -1,6 +1,6 @@
 """Imported by the fork server of ``chorus serve``'s job processes, and by nothing else (it is in
 :data:`~chorus.serving.onboarding.job_process.PRELOAD`): the fork server ignores SIGTERM, as Python's own
-resource tracker does.
+resource tracker does (and SIGINT, which the jobs it forks inherit).
 
 Ctrl-C in a terminal (SIGINT) and ``systemctl stop`` (SIGTERM, with systemd's default
 ``KillMode=control-group``) signal every process of the server, the fork server and the job's process
@@ -17,3 +17,6 @@ from __future__ import annotations
 import signal
 
 signal.signal(signal.SIGTERM, signal.SIG_IGN)
+# Python's fork server ignores SIGINT itself but gives each job the handler it found at its start, which raises
+# KeyboardInterrupt until the job's own code ignores it: ignored here, before that start, a job never has it.
+signal.signal(signal.SIGINT, signal.SIG_IGN)

@@ -14,7 +14,7 @@ the job; if the server dies, its jobs are reclaimed as any dead owner's; a signa
 processes, Ctrl-C or ``systemctl stop``, is left to the server's stop) and runs :meth:`JobRunner.run
 <chorus.serving.onboarding.job_runner.JobRunner.run>` (:func:`job_runner_for`, as a Ray onboarding task does): the same
 claim, checks, progress and cancellation through the store. The server's stop reaches it through a
-shared flag (training stops at its next step and the next start resumes the job), and so does a cancel of its
+shared flag (training stops at its next step and the next start trains the job again), and so does a cancel of its
 job (its voice deleted: :meth:`JobRunner.cancel <chorus.serving.onboarding.job_runner.JobRunner.cancel>`); it ends itself the
 moment the server ends.
 """
@@ -201,7 +201,7 @@ class ProcessJobRunner(JobRunner):
 
     def close(self, timeout: float | None = 60.0) -> None:
         """Stop: a job's process stops training at its next step (killed if it has not within
-        :data:`STOP_GRACE_SECONDS`); the next start resumes it."""
+        :data:`STOP_GRACE_SECONDS`); the next start trains it again."""
         self.closing.set()
         process = self._process
         # Waits on its sentinel, not join(): the worker thread joins it, and two readers of a fork server's

@@ -108,7 +108,7 @@ class JobCancelled(Exception):
 
 class ServerStopping(Exception):
     """Raised from ``adapt``'s step callback when the server stops: training ends at that step and the
-    job's files stay for the next start, which resumes it."""
+    job's files stay for the next start, which trains it again."""
 
 
 def for_the_uploader(error: ValueError, job_dir: Path) -> str:
@@ -235,10 +235,7 @@ class JobRunner:
             upload_dir.rename(self.jobs_dir / job.job_id)
             self.store.publish_job_inputs(job.job_id, self.jobs_dir / job.job_id)
         except Exception as error:  # a full disk, an object store or a database that refused
-            with contextlib.suppress(Exception):
-                self.store.update_job(
-                    job.job_id, status=JobStatus.FAILED, message=f"its files: {error}"[:200], as_worker=True
-                )
+            self.fail(job.job_id, f"its files: {error}"[:200])  # kept until the store takes it
             shutil.rmtree(self.jobs_dir / job.job_id, ignore_errors=True)
             self.store.remove_job_inputs(job.job_id)
             raise

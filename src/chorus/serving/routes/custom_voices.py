@@ -310,8 +310,10 @@ async def create_audio_voice(request: Request, tenant: Tenant, server: Server):
         }
         if not refined:  # the consent is recorded as for any voice; the job is failed (kept if the store refuses now)
             heard = {"clips": 1, "seconds": round(len(audio) / rate, 2), "audio_sha256": recording_sha256(audio)}
-            await run_in_threadpool(record_consent, server.store, server.jobs.jobs_dir, job, statement | heard)
-            server.jobs.fail(job_id, _unrefined(rate, settings.upload))
+            try:
+                await run_in_threadpool(record_consent, server.store, server.jobs.jobs_dir, job, statement | heard)
+            finally:  # a store that refused the audit must not leave the job queued, counted as active
+                server.jobs.fail(job_id, _unrefined(rate, settings.upload))
         else:
             written = {"clips": prepared.clips, "seconds": prepared.seconds, "audio_sha256": prepared.audio_sha256}
             await run_in_threadpool(server.jobs.submit, upload_dir, job, statement | written)

@@ -96,16 +96,16 @@ class Consents:
         query = "SELECT tenant, voice_id, job_id, created, entry FROM consent_audit"
         with self._db.read() as db:
             rows = db.execute(
-                query + (" WHERE tenant=?" if tenant else "") + " ORDER BY created, voice_id",
-                (tenant,) if tenant else (),
+                query + (" WHERE tenant=?" if tenant is not None else "") + " ORDER BY created, voice_id",
+                (tenant,) if tenant is not None else (),
             ).fetchall()
         return [
             {
+                **json.loads(row["entry"]),
                 "tenant": row["tenant"],
                 "voice_id": row["voice_id"],
                 "job_id": row["job_id"],
                 "created": row["created"],
-                **json.loads(row["entry"]),
             }
             for row in rows
         ]

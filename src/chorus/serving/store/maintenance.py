@@ -75,8 +75,11 @@ class Maintenance:
         checksums compared with the source's. Voices not ready, or already in ``target``, are skipped;
         one deleted or replaced while the copy ran is left out. ``on_voice``: called per voice (a
         progress bar)."""
+        # The voices first: a consent a voice read here names cannot be deleted while that voice exists, so it
+        # is still there to copy after (the other way round, a voice made meanwhile would name a consent not copied).
+        voices = self._voices.every()
         report = CopyReport(consents=self._copy_consents(target), consents_given=self._copy_audit(target))
-        for voice in self._voices.every():
+        for voice in voices:
             key = (voice.tenant, voice.voice_id)
             if on_voice is not None:
                 on_voice(voice)

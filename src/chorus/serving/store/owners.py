@@ -6,7 +6,6 @@ thread, and :meth:`Owners.recover` at start-up. Work of a live owner is never to
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 import socket
@@ -47,12 +46,12 @@ class RecoveryReport:
             return ", ".join(f"{tenant}/{voice_id}" for tenant, voice_id in pairs)
 
         parts = [
-            f"{len(self.interrupted_jobs)} onboarding job(s) cut short, to be trained again: "
+            f"{len(self.interrupted_jobs)} onboarding job(s) cut short, trained again where their clips are kept: "
             f"{', '.join(self.interrupted_jobs)}"
             if self.interrupted_jobs
             else "",
-            f"{len(self.failed_voices)} voice(s) failed until a job trains them again (cut short before their "
-            f"files were stored, or their files lost): {keys(self.failed_voices)}"
+            f"{len(self.failed_voices)} voice(s) failed (cut short before their files were stored, or their files "
+            f"lost; a job cut short trains its voice again): {keys(self.failed_voices)}"
             if self.failed_voices
             else "",
             f"{len(self.restored_voices)} voice(s) whose files were stored made ready: {keys(self.restored_voices)}"
@@ -177,8 +176,8 @@ class Owners:
                         report.removed_uploads.append(self._layout.url(entry))
         self._recover_work(dead, voices, report)
         self._forget_owners(dead)
-        if any(dataclasses.asdict(report).values()):
-            log.warning("reclaimed the work of dead store owner(s) %s: %s", sorted(dead), report)
+        if report.summary():
+            log.warning("reclaimed the work of dead store owner(s) %s: %s", sorted(dead), report.summary())
         return report
 
     def _dead_owners(self) -> set[str]:
