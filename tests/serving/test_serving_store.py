@@ -612,6 +612,25 @@ def test_backup_while_writing_is_a_consistent_store(store, voice_folder, tmp_pat
         assert result.exit_code == 0 and "voice(s) copied" in result.output, result.output
 
 
+def test_a_voice_failed_for_changed_files_is_listed_and_made_ready_once_they_are_whole(store, voice_folder):
+    """An operator's probe: a voice a server had marked failed (a checksum mismatch) dropped out of verify, and
+    copying its good files back left it failed for good."""
+    store.put_voice("acme", "bob", voice_folder, name="Bob")
+    weights = f"{store.root}/acme/bob/adapter_model.safetensors"
+    good = store.fs.cat_file(weights)
+    corrupt(store, weights)
+    with pytest.raises(VoiceCorrupted):
+        store.get_voice("acme", "bob")  # what a speech request does: the voice is marked failed
+    assert store.voice("acme", "bob").status == VoiceStatus.FAILED
+    assert store.verify().restorable == [] and store.repair().restored == []  # still changed: left failed
+    store.fs.pipe_file(weights, good)  # the operator puts the good file back
+    (listed,) = store.verify().restorable
+    assert listed[:2] == ("acme", "bob") and "checksum mismatch" in listed[2] and not store.verify().ok
+    assert store.repair().restored == [("acme", "bob")]
+    assert store.voice("acme", "bob").status == VoiceStatus.READY and store.verify().ok
+    assert (store.get_voice("acme", "bob") / "adapter_model.safetensors").is_file()
+
+
 def test_repair_adopts_whole_orphans_and_quarantines_the_rest(store, voice_folder):
     store.put_voice("acme", "ann", voice_folder, name="Ann")
     # A whole voice folder no record lists (a restored copy, a lost database row) and a broken one.

@@ -58,7 +58,7 @@ ONEDNN_CACHE_CAPACITY = {"synthesize": "32"}
 
 def written_help(module: str, attribute: str) -> str:
     """The help of a command as its source states it, read without importing its module: a function's
-    docstring, or the ``help=`` of a ``typer.Typer(...)`` assigned to ``attribute``."""
+    docstring, or the ``help=`` of the ``command_group(...)`` (a ``typer.Typer``) assigned to ``attribute``."""
     spec = importlib.util.find_spec(module)
     tree = ast.parse(open(spec.origin, encoding="utf-8").read())  # noqa: SIM115 - read whole at once
     for node in tree.body:

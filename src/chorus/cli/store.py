@@ -37,7 +37,7 @@ def verify(
     database: str | None = DATABASE_OPTION,
 ) -> None:
     """Hash every ready voice's files against its commit marker and record, and list voice folders that
-    no record lists. It changes no voice, so it is safe beside running servers; exits 1 when anything is wrong."""
+    no record lists and voices marked failed for changed files whose files check out again. It changes no voice, so it is safe beside running servers; exits 1 when anything is wrong."""
     from chorus.serving.store import VoiceStore
 
     existing(store, database)
@@ -51,6 +51,12 @@ def verify(
         console.print(table)
     for folder in report.orphan_folders:
         console.print(f"orphan folder (no record lists it): {folder}", soft_wrap=True)
+    for tenant, voice_id, why in report.restorable:
+        console.print(
+            f"{tenant}/{voice_id}: marked failed ({why}), and its files check out now: `chorus store repair` "
+            "makes it ready again",
+            soft_wrap=True,
+        )
     if not report.ok:
         raise typer.Exit(1)
     console.print("no corrupt voice, no orphan folder")
@@ -104,18 +110,22 @@ def repair(
     database: str | None = DATABASE_OPTION,
 ) -> None:
     """Deal with voice folders no record lists, deleting none: one whose commit marker and files check out
-    becomes a ready voice again; any other moves to the store's .quarantine folder. Stop the server first."""
+    becomes a ready voice again; any other moves to the store's .quarantine folder. A voice a server marked
+    failed because its files had changed is ready again once they check out (put back from a backup). Stop
+    the server first."""
     from chorus.serving.store import VoiceStore
 
     existing(store, database)
     with user_errors(), VoiceStore(store, database) as voices:
         report = voices.repair()
+    for tenant, voice_id in report.restored:
+        console.print(f"restored {tenant}/{voice_id}: marked failed for changed files, they check out again: ready")
     for tenant, voice_id in report.adopted:
         console.print(f"adopted {tenant}/{voice_id}: its files check out, it is a ready voice again")
     for folder in report.quarantined:
         console.print(f"quarantined: {folder}", soft_wrap=True)
-    if not report.adopted and not report.quarantined:
-        console.print("no orphan folder: nothing to repair")
+    if not report.adopted and not report.quarantined and not report.restored:
+        console.print("no orphan folder, no failed voice whole again: nothing to repair")
 
 
 @store_app.command()

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from chorus.adapters.voice import CARD_FILE, WEIGHTS_FILE
 from chorus.serving.store.backends import Backends
-from chorus.serving.store.layout import LOCAL, MARKER_FILE, mismatches
+from chorus.serving.store.layout import LOCAL, MARKER_FILE, Manifest, mismatches
 from chorus.serving.store.metadata import SqliteDatabase
 from chorus.serving.store.records import VoiceConflict, VoiceCorrupted, VoiceRecord, VoiceStatus, voice_record
 from chorus.serving.store.voices import Voices
@@ -27,10 +27,13 @@ class VerifyReport:
     checked: int = 0  # ready voices whose files were read and hashed
     corrupt: list[tuple[str, str, str]] = field(default_factory=list)  # (tenant, voice id, what is wrong)
     orphan_folders: list[str] = field(default_factory=list)  # voice folders no record lists
+    # (tenant, voice id, why it was failed) of voices a server marked failed once their files were stored (a
+    # checksum that no longer matched), whose files check out again: `chorus store repair` makes them ready
+    restorable: list[tuple[str, str, str]] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
-        return not self.corrupt and not self.orphan_folders
+        return not self.corrupt and not self.orphan_folders and not self.restorable
 
 
 @dataclass
@@ -39,6 +42,7 @@ class RepairReport:
 
     adopted: list[tuple[str, str]] = field(default_factory=list)  # (tenant, voice id), now ready voices
     quarantined: list[str] = field(default_factory=list)  # where each other folder was moved
+    restored: list[tuple[str, str]] = field(default_factory=list)  # voices marked failed, whole again: ready
 
 
 @dataclass
@@ -233,6 +237,8 @@ class Maintenance:
         report = VerifyReport()
         voices = self._voices.every()
         for voice in voices:
+            if self._whole_again(voice) is not None:
+                report.restorable.append((voice.tenant, voice.voice_id, voice.error or ""))
             if voice.status != VoiceStatus.READY:
                 continue
             report.checked += 1
@@ -249,11 +255,33 @@ class Maintenance:
         report.orphan_folders = self._layout.orphan_urls({(v.tenant, v.voice_id) for v in voices})
         return report
 
+    def _whole_again(self, voice: VoiceRecord) -> Manifest | None:
+        """The commit marker of a voice marked failed after its files were stored (it keeps their checksum: a
+        server found them changed), when they check out against it and the checksum again (restored from a
+        backup); else None."""
+        if voice.status != VoiceStatus.FAILED or voice.sha256 is None:
+            return None
+        blob = self._layout.blob(voice.tenant, voice.voice_id)
+        manifest = self._layout.read_marker(blob)
+        if (
+            manifest is None
+            or manifest[WEIGHTS_FILE].sha256 != voice.sha256
+            or mismatches(self._layout.fs, blob, manifest)
+        ):
+            return None
+        return manifest
+
     def repair(self) -> RepairReport:
         """Deal with every voice folder no record lists, deleting none (``chorus store repair``): one whose
         commit marker and files check out is adopted as a ready voice, named from its voice card; any other
-        is moved to ``<root>/.quarantine/<tenant>/<id>-<time>``. Run while no server writes to the store."""
+        is moved to ``<root>/.quarantine/<tenant>/<id>-<time>``. A voice a server marked failed because its
+        files had changed is ready again once they check out. Run while no server writes to the store."""
         report = RepairReport()
+        for voice in self._voices.every():
+            manifest = self._whole_again(voice)
+            if manifest is not None:
+                self._voices.restore(voice, manifest)
+                report.restored.append((voice.tenant, voice.voice_id))
         for tenant, voice_id, path in self._layout.orphans({(v.tenant, v.voice_id) for v in self._voices.every()}):
             manifest = self._layout.read_marker(path)
             if manifest is None or mismatches(self._layout.fs, path, manifest):
