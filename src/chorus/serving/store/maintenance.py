@@ -82,7 +82,11 @@ class Maintenance:
         # The voices first: a consent a voice read here names cannot be deleted while that voice exists, so it
         # is still there to copy after (the other way round, a voice made meanwhile would name a consent not copied).
         voices = self._voices.every()
-        report = CopyReport(consents=self._copy_consents(target), consents_given=self._copy_audit(target))
+        report = CopyReport(
+            # a consent is known by its tenant and id; an entry of the consent given with an upload, by all of it
+            consents=self._copy_rows(target, "consents", CONSENT_COLUMNS, key=2),
+            consents_given=self._copy_rows(target, "consent_audit", AUDIT_COLUMNS, key=5),
+        )
         for voice in voices:
             key = (voice.tenant, voice.voice_id)
             if on_voice is not None:
@@ -125,37 +129,20 @@ class Maintenance:
             report.copied.append(key)
         return report
 
-    def _copy_consents(self, target: Voices) -> int:
-        """Copy the consent recordings ``target`` lacks, as they are; how many. First: a voice copied after
-        names its consent, which must be there (a consent is kept while a voice made under it exists)."""
+    def _copy_rows(self, target: Voices, table: str, columns: str, key: int) -> int:
+        """Copy the rows of ``table`` (its ``columns``, as they are) that ``target`` lacks, a row known by its
+        first ``key`` columns; how many."""
+        names = columns.split(", ")
         with self._db.read() as db:
-            rows = [tuple(row[c] for c in CONSENT_COLUMNS.split(", ")) for row in db.execute(
-                f"SELECT {CONSENT_COLUMNS} FROM consents ORDER BY tenant, id"
-            ).fetchall()]  # fmt: skip
-        copied = 0
+            rows = [tuple(row[c] for c in names) for row in db.execute(f"SELECT {columns} FROM {table}").fetchall()]
         with target.backends.db.transaction() as db:
-            for row in rows:
-                if db.execute("SELECT 1 FROM consents WHERE tenant=? AND id=?", row[:2]).fetchone() is None:
-                    db.execute(f"INSERT INTO consents ({CONSENT_COLUMNS}) VALUES ({', '.join('?' * len(row))})", row)
-                    copied += 1
-        return copied
-
-    def _copy_audit(self, target: Voices) -> int:
-        """Copy the entries of the consent onboarding uploads were given that ``target`` lacks; how many."""
-        columns = AUDIT_COLUMNS.split(", ")
-        with self._db.read() as db:
-            rows = [
-                tuple(row[c] for c in columns)
-                for row in db.execute(f"SELECT {AUDIT_COLUMNS} FROM consent_audit").fetchall()
-            ]
-        with target.backends.db.transaction() as db:
+            known = ", ".join(names[:key])
             there = {
-                tuple(row[c] for c in columns)
-                for row in db.execute(f"SELECT {AUDIT_COLUMNS} FROM consent_audit").fetchall()
+                tuple(row[c] for c in names[:key]) for row in db.execute(f"SELECT {known} FROM {table}").fetchall()
             }
-            missing = [row for row in rows if row not in there]
+            missing = [row for row in rows if row[:key] not in there]
             for row in missing:
-                db.execute(f"INSERT INTO consent_audit ({AUDIT_COLUMNS}) VALUES (?, ?, ?, ?, ?)", row)
+                db.execute(f"INSERT INTO {table} ({columns}) VALUES ({', '.join('?' * len(row))})", row)
         return len(missing)
 
     def _copy_instant(self, voice: VoiceRecord, target: Voices, report: CopyReport) -> None:
@@ -242,16 +229,9 @@ class Maintenance:
             if voice.status != VoiceStatus.READY:
                 continue
             report.checked += 1
-            blob = self._layout.blob(voice.tenant, voice.voice_id)
-            manifest = self._layout.read_marker(blob)
-            if manifest is None:
-                report.corrupt.append((voice.tenant, voice.voice_id, "no valid commit marker (folder missing?)"))
-            elif manifest[WEIGHTS_FILE].sha256 != voice.sha256:
-                report.corrupt.append((voice.tenant, voice.voice_id, "weights differ from the record's checksum"))
-            elif bad := mismatches(self._layout.fs, blob, manifest):
-                report.corrupt.append(
-                    (voice.tenant, voice.voice_id, f"files differ from their marker: {', '.join(bad)}")
-                )
+            problem = self._checked(voice)[1]
+            if problem is not None:
+                report.corrupt.append((voice.tenant, voice.voice_id, problem))
         report.orphan_folders = self._layout.orphan_urls({(v.tenant, v.voice_id) for v in voices})
         return report
 
@@ -261,15 +241,21 @@ class Maintenance:
         backup); else None."""
         if voice.status != VoiceStatus.FAILED or voice.sha256 is None:
             return None
+        manifest, problem = self._checked(voice)
+        return manifest if problem is None else None
+
+    def _checked(self, voice: VoiceRecord) -> tuple[Manifest | None, str | None]:
+        """The voice's commit marker, and what is wrong with its files against it and its record's checksum
+        (None: nothing)."""
         blob = self._layout.blob(voice.tenant, voice.voice_id)
         manifest = self._layout.read_marker(blob)
-        if (
-            manifest is None
-            or manifest[WEIGHTS_FILE].sha256 != voice.sha256
-            or mismatches(self._layout.fs, blob, manifest)
-        ):
-            return None
-        return manifest
+        if manifest is None:
+            return None, "no valid commit marker (folder missing?)"
+        if manifest[WEIGHTS_FILE].sha256 != voice.sha256:
+            return manifest, "weights differ from the record's checksum"
+        if bad := mismatches(self._layout.fs, blob, manifest):
+            return manifest, f"files differ from their marker: {', '.join(bad)}"
+        return manifest, None
 
     def repair(self) -> RepairReport:
         """Deal with every voice folder no record lists, deleting none (``chorus store repair``): one whose
