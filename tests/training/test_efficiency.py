@@ -67,7 +67,7 @@ def test_checkpointing_is_off_without_grad_and_not_saved():
 
 def coupled_reference(stack: TransformerStack, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """The reversible stack's function, written out for plain autograd (stores every activation)."""
-    x = x + stack.positions[: x.shape[1]].to(x.dtype)
+    x = x + stack.positions(x.shape[1], x.device).to(x.dtype)
     x1 = x2 = x
     for block in stack.layers:
         x1 = x1 + block.attention_branch(x2, mask)

@@ -36,11 +36,11 @@ def lengths_to_mask(lengths: torch.Tensor, max_length: int | None = None) -> tor
     return torch.arange(max_length, device=lengths.device).unsqueeze(0) < lengths.unsqueeze(1)
 
 
-def sinusoidal_positions(n_positions: int, dim: int) -> torch.Tensor:
-    """``[n_positions, dim]`` fixed sinusoidal position table (Vaswani et al.)."""
-    position = torch.arange(n_positions).unsqueeze(1).float()
-    scale = torch.exp(torch.arange(0, dim, 2).float() * (-math.log(10000.0) / dim))
-    table = torch.zeros(n_positions, dim)
+def sinusoidal_positions(n_positions: int, dim: int, device: torch.device | str = "cpu") -> torch.Tensor:
+    """``[n_positions, dim]`` float32 fixed sinusoidal position table (Vaswani et al.)."""
+    position = torch.arange(n_positions, device=device).unsqueeze(1).float()
+    scale = torch.exp(torch.arange(0, dim, 2, device=device).float() * (-math.log(10000.0) / dim))
+    table = torch.zeros(n_positions, dim, device=device)
     table[:, 0::2] = torch.sin(position * scale)
     table[:, 1::2] = torch.cos(position * scale)
     return table
@@ -150,16 +150,23 @@ class TransformerStack(nn.Module):
 
     def __init__(self, config: AcousticConfig, n_layers: int, name: str = ""):
         super().__init__()
-        self.register_buffer("positions", sinusoidal_positions(config.max_positions, config.d_model), persistent=False)
+        # Positions are made per call for the sequence at hand, not stored: a table of
+        # max_positions rows would be 3 MiB per stack, resident in every model and in every
+        # training step's weights, for sequences a few hundred steps long.
+        self.max_positions, self.dim = config.max_positions, config.d_model
         self.layers = nn.ModuleList(FFTBlock(config, f"{name}.layers.{i}") for i in range(n_layers))
         self.norm = nn.LayerNorm(config.d_model)
         self.reversible = config.reversible
         self.gradient_checkpointing = False
 
+    def positions(self, length: int, device: torch.device) -> torch.Tensor:
+        """``[length, dim]`` float32 sinusoidal positions of the first ``length`` steps."""
+        if length > self.max_positions:
+            raise ValueError(f"sequence of {length} steps exceeds max_positions ({self.max_positions})")
+        return sinusoidal_positions(length, self.dim, device)
+
     def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        if x.shape[1] > self.positions.shape[0]:
-            raise ValueError(f"sequence of {x.shape[1]} steps exceeds max_positions ({self.positions.shape[0]})")
-        x = x + self.positions[: x.shape[1]].to(x.dtype)
+        x = x + self.positions(x.shape[1], x.device).to(x.dtype)
         if self.reversible and len(self.layers):
             y1, y2 = reversible(tuple(self.layers), x, x, (mask,))
             x = (y1 + y2) / 2
