@@ -291,7 +291,7 @@ def test_what_an_operator_mistypes_is_refused_before_anything_starts(monkeypatch
     from typer.testing import CliRunner
 
     from chorus.cli import app
-    from chorus.serving.api import listening_sockets
+    from chorus.serving.api import bound_sockets
 
     good = tmp_path / "keys.txt"
     good.write_text("k1-abcdef-0123456789 acme\n")
@@ -322,14 +322,20 @@ def test_what_an_operator_mistypes_is_refused_before_anything_starts(monkeypatch
         taken.listen()
         port = taken.getsockname()[1]
         with pytest.raises(ValueError, match=f"port {port} on 127.0.0.1 is in use by another process"):
-            listening_sockets("127.0.0.1", port)
+            bound_sockets("127.0.0.1", port)
         result = CliRunner().invoke(app, ["serve", "--store", str(store), "--port", str(port)])
         assert result.exit_code == 2 and "is in use by another process" in result.output, result.output
     assert not store.exists()  # nothing was started, not even the store
-    (free,) = listening_sockets("127.0.0.1", 0)
+    (free,) = bound_sockets("127.0.0.1", 0)
     with free:
         assert free.getsockname()[1] > 0
-    for each in listening_sockets("localhost", 0):  # each address the name gives, as uvicorn binds them
+        # Refused until uvicorn makes it listen, once the app has started: a TCP probe fails while the
+        # base loads (it had been accepted and left waiting).
+        with pytest.raises(ConnectionRefusedError), socket.create_connection(free.getsockname(), timeout=5):
+            pass
+        free.listen()
+        socket.create_connection(free.getsockname(), timeout=5).close()
+    for each in bound_sockets("localhost", 0):  # each address the name gives, as uvicorn binds them
         with each:
             assert each.getsockname()[0] in ("127.0.0.1", "::1")
 
@@ -1379,6 +1385,18 @@ def test_onboarding_end_to_end_single_tenant(tiny_base, new_voice_data, tmp_path
         metrics = client.get("/metrics").text
         assert "chorus_cache_loads_total 1.0" in metrics
         assert "# HELP chorus_batcher_requests_total Speech requests the batcher was given" in metrics
+        # By tenant (an operator's probe: there was none): requests, speech, and jobs ended (counted once the
+        # job's end is read back, just after the job reports it)
+        assert 'chorus_tenant_requests_total{status="202",tenant="default"} 1.0' in metrics
+        assert 'chorus_tenant_requests_total{status="409",tenant="default"} 1.0' in metrics
+        assert 'chorus_speech_characters_total{tenant="default"} 12.0' in metrics  # "Hello there."
+        wait_for(
+            lambda: (
+                'chorus_onboarding_jobs_ended_total{status="done",tenant="default"} 1.0' in client.get("/metrics").text
+            ),
+            60,
+            "the job's end is counted",
+        )
     consent = [json.loads(line) for line in (tmp_path / "store" / ".jobs" / "consent.jsonl").read_text().splitlines()]
     assert consent[0]["statement"] == CONSENT and consent[0]["voice_id"] == "fiona-four"
     # ... and in the store's database, which backups and migrations carry (the jsonl is this machine's log)

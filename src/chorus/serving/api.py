@@ -25,6 +25,7 @@ from fastapi import FastAPI
 from fastapi_offline import FastAPIOffline
 from starlette.concurrency import run_in_threadpool
 
+from chorus.serving.access_log import AccessLogMiddleware, RequestIdFilter
 from chorus.serving.batcher import SpeechQueue
 from chorus.serving.engine import Engine
 from chorus.serving.errors import add_error_handlers
@@ -72,6 +73,7 @@ def create_app(
     )
     app.state.server = server
     app.add_middleware(MetricsMiddleware, metrics=lambda: server.metrics)
+    app.add_middleware(AccessLogMiddleware)  # outermost: its time and bytes are the client's
     add_error_handlers(app)
     for router in ROUTERS:
         app.include_router(router)
@@ -83,14 +85,16 @@ def serve(config: ServeConfig, announce: Callable[[str], None] = print, log_leve
     """Run the server with uvicorn until interrupted (``chorus serve``)."""
     import uvicorn
 
-    logging.basicConfig(
-        level=getattr(logging, log_level.upper(), logging.INFO), format="%(levelname)s:     %(name)s: %(message)s"
-    )
+    handler = logging.StreamHandler()
+    handler.addFilter(RequestIdFilter())  # a line logged while a request is handled ends with its id
+    handler.setFormatter(logging.Formatter("%(levelname)s:     %(name)s: %(message)s%(request)s"))
+    logging.basicConfig(level=getattr(logging, log_level.upper(), logging.INFO), handlers=[handler])
     tenants = Tenants.load(config.keys)
     check_bind(config.host, tenants)
-    # Bound before the store opens and the base loads: a port in use ends here, with nothing started (uvicorn
-    # binds after the app's start-up, and had aborted with the job worker running).
-    listening = listening_sockets(config.host, config.port)
+    # Bound before the store opens and the base loads, so a port in use ends here with nothing started
+    # (uvicorn binds after the app's start-up, and had aborted with the job worker running); uvicorn makes
+    # it listen once the app has started.
+    bound = bound_sockets(config.host, config.port)
     created = new_store(config.store, config.database)  # said below: a mistyped --store starts empty
     voice_store = VoiceStore(config.store, config.database, config.cache_dir)
     engine = Engine.load(
@@ -124,9 +128,12 @@ def serve(config: ServeConfig, announce: Callable[[str], None] = print, log_leve
     if created is not None:
         announce(f"a new, empty voice store ({created} was not there): if you meant one with voices, check --store")
     announce(f"OpenAI-compatible endpoint: http://{config.host}:{config.port}/v1 (audio.speech), voices at /v1/voices")
-    server = uvicorn.Server(uvicorn.Config(app, host=config.host, port=config.port, log_level=log_level))
+    # chorus.access logs each request once, with its tenant, duration and id: uvicorn's own line is off.
+    server = uvicorn.Server(
+        uvicorn.Config(app, host=config.host, port=config.port, log_level=log_level, access_log=False)
+    )
     try:
-        server.run(sockets=listening)
+        server.run(sockets=bound)
     except KeyboardInterrupt:  # a second Ctrl-C during the stop (uvicorn.run ignores it too)
         pass
     if not server.started:  # its start-up failed, and uvicorn logged why
@@ -152,11 +159,12 @@ def _end(mapping: threading.Thread, status: int) -> None:
         raise SystemExit(status)
 
 
-def listening_sockets(host: str, port: int) -> list[socket.socket]:
-    """TCP sockets bound to ``host:port`` and listening, as uvicorn binds them (asyncio's ``create_server``):
-    one per address the host name gives (``localhost`` may be 127.0.0.1 and ::1), IPv6 ones IPv6-only,
-    address reuse; ``""`` is every interface. A port in use or a host this machine lacks is a ``ValueError``
-    saying so."""
+def bound_sockets(host: str, port: int) -> list[socket.socket]:
+    """TCP sockets bound to ``host:port`` as uvicorn binds them (asyncio's ``create_server``): one per
+    address the host name gives (``localhost`` may be 127.0.0.1 and ::1), IPv6 ones IPv6-only, address
+    reuse; ``""`` is every interface. A port in use or a host this machine lacks is a ``ValueError`` saying
+    so. They do not listen yet: uvicorn makes them listen once the app has started, so until the server
+    can answer, a connection is refused rather than left waiting (and TCP health probes fail)."""
     try:
         addresses = dict.fromkeys(
             (family, kind, proto, address[:2])
@@ -169,16 +177,15 @@ def listening_sockets(host: str, port: int) -> list[socket.socket]:
     bound: list[socket.socket] = []
     try:
         for family, kind, proto, address in addresses:
-            listening = socket.socket(family, kind, proto)
-            bound.append(listening)
-            listening.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock = socket.socket(family, kind, proto)
+            bound.append(sock)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             if family == socket.AF_INET6:
-                listening.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
-            listening.bind(address)
-            listening.listen(2048)  # uvicorn's backlog
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            sock.bind(address)
     except OSError as error:
-        for listening in bound:
-            listening.close()
+        for sock in bound:
+            sock.close()
         if error.errno == errno.EADDRINUSE:
             raise ValueError(f"port {port} on {host} is in use by another process: stop it, or give --port") from None
         raise ValueError(f"cannot bind {host}:{port}: {error.strerror or error}") from None

@@ -213,5 +213,14 @@ def add_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(Exception)
     async def internal_error(request: Request, error: Exception):
-        log.error("unhandled error in %s %s", request.method, request.url.path, exc_info=error)
-        return error_response(500, "internal server error (logged on the server)", "server_error")
+        # Answered outside the access log's middleware (Starlette's outermost one): the id is said here.
+        request_id = getattr(request.state, "request_id", None)
+        log.error("unhandled error in %s %s (request %s)", request.method, request.url.path, request_id, exc_info=error)
+        if request_id is None:
+            return error_response(500, "internal server error (logged on the server)", "server_error")
+        return error_response(
+            500,
+            f"internal server error (logged on the server with request id {request_id})",
+            "server_error",
+            headers={"X-Request-Id": request_id},
+        )

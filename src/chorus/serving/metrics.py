@@ -1,6 +1,9 @@
 """Prometheus metrics of one server (``GET /metrics``), in a registry of its own: HTTP requests by route
-template (never by voice id or tenant) and status, speech totals, the process, and the engine cache,
-batcher and onboarding counters read at scrape time."""
+template (never by voice id) and status, requests and speech by tenant, the process, and the engine cache,
+batcher and onboarding counters read at scrape time.
+
+Tenants are labels: they are the keys file's, a set the operator keeps (a request whose key is refused
+has no tenant, and is counted by route only)."""
 
 from __future__ import annotations
 
@@ -35,10 +38,18 @@ class Metrics:
             registry=self.registry,
             buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
         )
-        self.audio_seconds = Counter(
-            "chorus_speech_audio_seconds", "Seconds of audio synthesized", registry=self.registry
+        self.tenant_requests = Counter(
+            "chorus_tenant_requests",
+            "HTTP requests by tenant and status (requests with a valid key)",
+            ["tenant", "status"],
+            registry=self.registry,
         )
-        self.characters = Counter("chorus_speech_characters", "Characters of text synthesized", registry=self.registry)
+        self.audio_seconds = Counter(
+            "chorus_speech_audio_seconds", "Seconds of audio synthesized, by tenant", ["tenant"], registry=self.registry
+        )
+        self.characters = Counter(
+            "chorus_speech_characters", "Characters of text synthesized, by tenant", ["tenant"], registry=self.registry
+        )
         ProcessCollector(registry=self.registry)  # process_resident_memory_bytes, cpu seconds, open fds
         self.registry.register(ServerCollector(engine, batcher, jobs))
 
@@ -91,10 +102,19 @@ class ServerCollector:
         yield GaugeMetricFamily(
             "chorus_onboarding_running", "Onboarding jobs running", value=int(self.jobs.running is not None)
         )
+        ended = CounterMetricFamily(
+            "chorus_onboarding_jobs_ended",
+            "Onboarding jobs this server's worker took to their end, by tenant and status (done or failed)",
+            labels=["tenant", "status"],
+        )
+        for (tenant, status), count in sorted(self.jobs.ended.items()):
+            ended.add_metric([tenant, status], count)
+        yield ended
 
 
 class MetricsMiddleware:
-    """Counts every HTTP request by route template (never by voice id or tenant) and status."""
+    """Counts every HTTP request by route template (never by voice id) and status, and by tenant where its
+    key named one (``request.state.tenant``, set by the server's authentication)."""
 
     def __init__(self, app, metrics: Callable[[], Metrics]):
         self.app = app
@@ -118,3 +138,6 @@ class MetricsMiddleware:
             metrics = self.metrics()
             metrics.requests.labels(route=route, method=scope.get("method", ""), status=str(status[0])).inc()
             metrics.latency.labels(route=route).observe(time.perf_counter() - started)
+            tenant = scope.get("state", {}).get("tenant")
+            if tenant is not None:
+                metrics.tenant_requests.labels(tenant=tenant, status=str(status[0])).inc()

@@ -275,5 +275,6 @@ class ServerState:
                 code="invalid_api_key",
                 headers={"WWW-Authenticate": "Bearer"},
             ) from None
+        request.state.tenant = tenant  # for the access log and the per-tenant metrics
         check_rate(self.rate, tenant, self.settings.limits)
         return tenant

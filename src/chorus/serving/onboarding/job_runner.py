@@ -14,6 +14,7 @@ another. A job interrupted by a restart is resumed from its files when they are 
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import json
 import logging
@@ -37,6 +38,7 @@ from chorus.serving.onboarding.refinement import RefinementCheck, WordCheck
 from chorus.serving.settings import ConsentSettings
 from chorus.serving.store import (
     ACTIVE_JOB,
+    FINISHED_JOB,
     JobNotFound,
     JobStatus,
     JobTakenOver,
@@ -168,6 +170,10 @@ class JobRunner:
         # worker records them before anything else, so none stays "running" (and holds its tenant's slot).
         self._unrecorded: dict[str, str] = {}
         self._unrecorded_lock = threading.Lock()
+        # Jobs this worker took to their end, by (tenant, "done" or "failed"), for /metrics: read from the
+        # store after each job, so a job trained in a process of its own counts as one trained here.
+        self.ended: collections.Counter[tuple[str, str]] = collections.Counter()
+        self._claimed: str | None = None  # the job this worker last took (claim), whose end it counts
 
     # -- lifecycle
     def start(self) -> None:
@@ -354,9 +360,25 @@ class JobRunner:
             finally:
                 with self._running_lock:
                     self._running = None
+            self._count_end(job)
             # The job's copy of the base is garbage now (run's frame is gone): hand its pages back to the OS
             # rather than leave them in malloc's arenas, where the server's RSS would keep them.
             give_back_freed_memory()
+
+    def _count_end(self, job: OnboardingJob) -> None:
+        """Count ``job`` in :attr:`ended` if it ended here (not one stopped by the server's stop, nor one
+        another worker took over); a failure the store has not taken yet counts as failed."""
+        claimed, self._claimed = self._claimed, None
+        if claimed != job.job_id or self._closing.is_set():
+            return
+        with self._unrecorded_lock:
+            unrecorded = job.job_id in self._unrecorded
+        try:
+            status = JobStatus.FAILED if unrecorded else self.store.get_job(job.tenant, job.job_id).status
+        except Exception:  # noqa: BLE001 - gone with its voice, or a store down for now: not counted
+            return
+        if status in FINISHED_JOB:
+            self.ended[job.tenant, status.value] += 1
 
     def _claim_published(self) -> OnboardingJob | None:
         """A job of any server, queued or interrupted, with its files fetched here; None when there is none.
@@ -393,6 +415,7 @@ class JobRunner:
         take: a job that ended while it waited (cancelled, its voice deleted) has its files removed; one
         that another server's worker took from the shared queue is left to it."""
         if self.store.claim_job(job.job_id) is not None:
+            self._claimed = job.job_id
             return True
         if not self._needed(job.tenant, job.job_id):
             shutil.rmtree(self.jobs_dir / job.job_id, ignore_errors=True)

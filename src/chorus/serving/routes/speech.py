@@ -128,7 +128,7 @@ async def check_speech(body: SpeechRequest, tenant: str, server: ServerState) ->
             code="output_too_long",
         )
     dropped = [char for piece in pieces if isinstance(piece, str) for char in dropped_characters(piece)]
-    server.metrics.characters.inc(len(body.input))
+    server.metrics.characters.labels(tenant=tenant).inc(len(body.input))
     return CheckedSpeech(tenant, body, voice, pieces, skipped, dropped)
 
 
@@ -216,7 +216,7 @@ async def _whole(
     except Exception as error:  # noqa: BLE001
         raise job.failed(error) from None
     whole = timeline.result().audio
-    server.metrics.audio_seconds.inc(len(whole) / rate)
+    server.metrics.audio_seconds.labels(tenant=job.tenant).inc(len(whole) / rate)
     data = encode_whole(whole, rate, job.body.response_format, out_rate)
     return Response(data, media_type=media_type, headers=headers)
 
@@ -234,7 +234,7 @@ async def _streamed(server: ServerState, job: CheckedSpeech, first_index: int, f
                 if result is None:
                     yield encoder.write(silence(piece, rate), last)
                     continue
-                server.metrics.audio_seconds.inc(result.duration)
+                server.metrics.audio_seconds.labels(tenant=job.tenant).inc(result.duration)
                 yield encoder.write(result.audio, last)
         yield encoder.close()
     except Exception:
@@ -291,7 +291,7 @@ async def captioned_speech(request: Request, tenant: Tenant, server: Server):
                 raise job.failed(error) from None
             timeline.sentence(await run_in_threadpool(engine.timed, result))
     answer = timeline.result()
-    server.metrics.audio_seconds.inc(answer.duration)
+    server.metrics.audio_seconds.labels(tenant=job.tenant).inc(answer.duration)
     out_rate = output_rate_of(job.body, rate)
     return CaptionedSpeech(
         audio=base64.b64encode(encode_whole(answer.audio, rate, job.body.response_format, out_rate)).decode(),
