@@ -33,6 +33,7 @@ Memory per method is measured by ``bench/adaptation_memory.py``.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import statistics
@@ -55,7 +56,7 @@ from chorus.evaluation.report import EvalItem, Judges, evaluate_pairs
 from chorus.evaluation.similarity import SpeakerJudge
 from chorus.models.bundle import load_bundle
 from chorus.peers.piper import load_joe
-from chorus.recipe import DEFAULT_METHOD, AdaptConfig
+from chorus.recipe import DEFAULT_METHOD, AdaptConfig, MemoryOptions
 from chorus.synthesis import DEFAULT_BASE, Synthesizer, load_base
 from chorus.training.adapt import adapt, mel_loss
 from run_record import RunLog, gather_runs, run_records, runs_section  # bench/, beside this script
@@ -135,10 +136,25 @@ def recordings(voice: str, eval_utterances, judges) -> dict:
     }
 
 
+def memory_options(spec: str) -> MemoryOptions:
+    """``--memory``'s ``precision=bf16,frozen_dtype=int8,checkpointing=true,optimizer=adamw8bit`` (fields of
+    ``MemoryOptions``; empty: its defaults)."""
+    given = dict(item.split("=", 1) for item in spec.split(",") if item)
+    unknown = set(given) - {f.name for f in dataclasses.fields(MemoryOptions)}
+    if unknown:
+        raise SystemExit(f"--memory: no MemoryOptions field {', '.join(sorted(unknown))}")
+    flags = {"checkpointing", "reversible"}
+    return MemoryOptions(**{k: v.lower() in ("1", "true", "yes") if k in flags else v for k, v in given.items()})
+
+
 def recipe(args) -> dict:
     """Settings every row of one results folder shares (method settings are per row, under ``settings``)."""
     defaults = AdaptConfig()
-    return {
+    # Memory options only where they differ from the defaults: the rows made before the option keep their recipe.
+    memory = {
+        k: v for k, v in dataclasses.asdict(memory_options(args.memory)).items() if v != getattr(MemoryOptions(), k)
+    }
+    return ({"memory": memory} if memory else {}) | {
         "base": str(args.base or DEFAULT_BASE),
         "step_cap": args.steps,
         "wall_clock_cap": None,
@@ -171,6 +187,7 @@ def run_one(
         max_minutes=math.inf,
         seed=seed,
         speaker_encoder=str(args.speaker_encoder) if args.speaker_encoder else None,
+        memory=memory_options(args.memory),
     )
     if method == "full":
         config.keep_text_side = False  # the baseline: every weight
@@ -404,7 +421,9 @@ def write_results(rows: list[dict], out: Path, args, voices: dict[str, dict] | N
         "clips are the similarity references); judges: Whisper tiny.en, resemblyzer, distillmos, MCD (DTW), F0 RMSE "
         f"(WORLD harvest). Every row: step cap {shared['step_cap']}, no wall-clock cap, early stopping on "
         f"held-out mel loss (evaluated every {shared['eval_every']} steps, patience {shared['patience']}), "
-        f"{shared['threads']} torch thread(s). Rows ran on a shared 2-core CPU, niced, beside other work: "
+        f"{shared['threads']} torch thread(s)"
+        + (f"; memory options {shared['memory']} (the rest MemoryOptions' defaults)" if "memory" in shared else "")
+        + ". Rows ran on a shared 2-core CPU, niced, beside other work: "
         "times are upper bounds; steps and similarities do not depend on the load.",
         "",
         *word_target_lines(rows, voices or {}),
@@ -561,6 +580,11 @@ def main() -> None:
     parser.add_argument("--sentences", type=int, default=20, help="held-out sentences judged per voice")
     parser.add_argument("--references", type=int, default=10, help="real clips for speaker similarity")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument(
+        "--memory",
+        default="",
+        help="memory options of every run, MemoryOptions fields: precision=bf16,frozen_dtype=int8,checkpointing=true",
+    )
     parser.add_argument(
         "--speaker-encoder",
         type=Path,

@@ -33,6 +33,9 @@ PRECISIONS: dict[str, str] = {
     "weights, gradients and optimizer states stay float32 (no loss scaling needed)",
 }
 
+# How adaptation stores the frozen base (MemoryOptions.frozen_dtype; chorus.training.frozen_layers).
+FROZEN_DTYPES = ("fp32", "bf16", "int8")
+
 OPTIMIZERS: dict[str, str] = {
     "adamw": "torch AdamW: two float32 moments per parameter value (8 bytes/value)",
     "adamw8bit": "bitsandbytes AdamW8bit: block-wise 8-bit moments (2 bytes/value + 8 bytes per block "
@@ -82,8 +85,10 @@ class MemoryOptions:
     frozen_dtype: str = field(
         default="fp32",
         metadata={
-            "help": "fp32, or bf16: keep the frozen base weights in bfloat16 (half their memory; adapters and "
-            "their optimizer states stay fp32). Needs precision bf16; trains on a bf16 copy of the base"
+            "help": "fp32; bf16: keep the frozen base weights in bfloat16 (half their memory) and let its "
+            "convolutions save no input; int8: its linear and convolution weights in 8 bits (a quarter), the "
+            "rest in bfloat16. Adapters and their optimizer states stay fp32. Needs precision bf16; trains "
+            "on a copy of the base"
         },
     )
 
@@ -92,11 +97,13 @@ class MemoryOptions:
             raise ValueError(f"MemoryOptions.optimizer must be one of {', '.join(OPTIMIZERS)}, got {self.optimizer!r}")
         if self.precision not in PRECISIONS:
             raise ValueError(f"MemoryOptions.precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
-        if self.frozen_dtype not in ("fp32", "bf16"):
-            raise ValueError(f"MemoryOptions.frozen_dtype must be fp32 or bf16, got {self.frozen_dtype!r}")
-        if self.frozen_dtype == "bf16" and self.precision != "bf16":
+        if self.frozen_dtype not in FROZEN_DTYPES:
             raise ValueError(
-                "MemoryOptions: a bf16 frozen base needs precision bf16 (autocast), so fp32 "
+                f"MemoryOptions.frozen_dtype must be one of {', '.join(FROZEN_DTYPES)}, got {self.frozen_dtype!r}"
+            )
+        if self.frozen_dtype != "fp32" and self.precision != "bf16":
+            raise ValueError(
+                f"MemoryOptions: a {self.frozen_dtype} frozen base needs precision bf16 (autocast), so fp32 "
                 "activations never meet bf16 weights outside it"
             )
         if self.checkpointing and self.reversible:

@@ -130,18 +130,25 @@ def test_nested_and_targeted_adapters(method, options, config_extra, settings):
         "full",
     ],
 )
-def test_bf16_frozen_base(method, settings):
-    # The frozen weights stored in bfloat16: no autocast copies of them, a bfloat16 residual stream,
-    # alignment path and duration targets. (Full fine-tuning freezes nothing: no parameter is cast.)
+@pytest.mark.parametrize("frozen_dtype", ["bf16", "int8"])
+def test_lighter_frozen_base(method, settings, frozen_dtype):
+    # bf16: the frozen weights stored in bfloat16: no autocast copies of them, a bfloat16 residual stream,
+    # alignment path and duration targets, frozen convolutions that save no input. int8: the frozen linear
+    # and convolution weights in 8 bits besides. (Full fine-tuning freezes nothing: nothing changes.)
     if settings.get("optimizer") == "adamw8bit":
         pytest.importorskip("bitsandbytes")
-    predicted, measured = _compare(adapted(method), precision="bf16", frozen_dtype="bf16", **settings)
+    predicted, measured = _compare(adapted(method), precision="bf16", frozen_dtype=frozen_dtype, **settings)
     _assert_exact(predicted, measured)
     model = _meta_model(adapted(method))
     fp32_base = predict_memory(model, **SIZES, options=MemoryOptions(precision="bf16", **settings))
     norms = {id(p) for module in model.modules() if isinstance(module, torch.nn.LayerNorm) for p in module.parameters()}
-    frozen = sum(p.numel() for p in model.parameters() if not p.requires_grad and id(p) not in norms)
-    assert fp32_base.weights - predicted.weights == 2 * frozen  # 2 of 4 bytes per frozen value (norms stay fp32)
+    frozen = [p for p in model.parameters() if not p.requires_grad and id(p) not in norms]
+    saved = 2 * sum(p.numel() for p in frozen)  # 2 of 4 bytes per frozen value (norms stay fp32)
+    if frozen_dtype == "int8":
+        layers = [m for m in model.modules() if type(m) in (torch.nn.Linear, torch.nn.Conv1d)]
+        weights = [m.weight for m in layers if not any(p.requires_grad for p in m.parameters())]
+        saved += sum(w.numel() - 4 * w.shape[0] for w in weights)  # 1 more byte per value, a float32 scale a row
+    assert fp32_base.weights - predicted.weights == saved
     assert predicted.activations < fp32_base.activations or method == "full"
     assert predicted.gradients == fp32_base.gradients and predicted.optimizer_states == fp32_base.optimizer_states
 
@@ -152,12 +159,13 @@ def _meta_model(trainable, config_extra: dict | None = None) -> torch.nn.Module:
     return model
 
 
+@pytest.mark.parametrize("frozen_dtype", ["bf16", "int8"])
 @pytest.mark.parametrize("method", ["cln", "bitfit"])
-def test_bf16_frozen_base_with_float32_outputs_into_frozen_layer_norms(method):
+def test_lighter_frozen_base_with_float32_outputs_into_frozen_layer_norms(method, frozen_dtype):
     # cln's and bitfit's float32 outputs make the residual stream float32; the frozen layer norms keep
     # float32 weights for that reason (CPU layer norm refuses a float32 input with bfloat16 weights),
     # so the step runs and the prediction follows its dtypes.
-    _assert_exact(*_compare(adapted(method), precision="bf16", frozen_dtype="bf16"))
+    _assert_exact(*_compare(adapted(method), precision="bf16", frozen_dtype=frozen_dtype))
 
 
 def test_unread_parameters_get_no_gradient():

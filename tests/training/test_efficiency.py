@@ -297,6 +297,7 @@ def test_memory_options_validate_and_explain_themselves():
         {"checkpointing": True, "reversible": True},
         {"frozen_dtype": "fp16"},
         {"frozen_dtype": "bf16", "precision": "fp32"},
+        {"frozen_dtype": "int8", "precision": "fp32"},
     ):
         with pytest.raises(ValueError, match="MemoryOptions"):
             MemoryOptions(**bad)

@@ -44,7 +44,7 @@ from chorus.models.config import AcousticConfig
 from chorus.models.losses import compute_losses
 from chorus.recipe import MemoryOptions
 from chorus.speaker_recognition.encoder import Stage
-from chorus.training.efficiency import autocast, build_optimizer, cast_frozen_parameters, optimizer_state_bytes
+from chorus.training.efficiency import autocast, build_optimizer, optimizer_state_bytes, store_frozen_base
 
 NO_MASK = torch.zeros(0, dtype=torch.bool)
 
@@ -386,8 +386,7 @@ def measure_acoustic_step(
     model.train()
     if trainable is not None:
         trainable(model)
-    if options.frozen_dtype == "bf16":
-        cast_frozen_parameters(model, torch.bfloat16)
+    store_frozen_base(model, options.frozen_dtype)
     for module in model.modules():
         if isinstance(module, TransformerStack):
             module.gradient_checkpointing = options.checkpointing

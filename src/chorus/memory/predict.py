@@ -12,10 +12,13 @@ Four categories, in bytes:
   includes the bf16 copies of float32 weights that autocast makes and the matmuls save.
 
 A bf16 frozen base (``frozen_dtype="bf16"``: every parameter that does not train stored in bfloat16)
-halves those weights and changes the activations: its matmuls and convolutions read the weights as
-they are (no copies), and the residual stream itself turns bfloat16 (bf16 embeddings, positions cast
-to them, bf16 layer norms with bf16 statistics), and with it the alignment path and the targets
-computed from it. The shadow tensors carry dtypes, so the rules follow whatever dtypes the model has.
+halves those weights and changes the activations: its matmuls read the weights as they are (no
+copies), its frozen convolutions save nothing (:class:`~chorus.training.frozen_layers.FrozenConv1d`),
+and the residual stream itself turns bfloat16 (bf16 embeddings, positions cast to them, bf16 layer
+norms with bf16 statistics), and with it the alignment path and the targets computed from it. An int8
+frozen base (``"int8"``) stores the frozen linear and convolution weights in 8 bits (those layers save
+nothing either) and the rest as the bf16 base does. The shadow tensors carry dtypes, so the rules
+follow whatever dtypes the model has.
 
 The activation count is a shadow forward pass: it follows :class:`AcousticModel.forward` and
 ``compute_losses`` op by op with shapes, dtypes and a requires-grad flag instead of data, and asks of
@@ -58,7 +61,8 @@ from chorus.models.acoustic import (
     VariancePredictor,
 )
 from chorus.recipe import OPTIMIZERS, MemoryOptions
-from chorus.training.efficiency import BNB_MIN_8BIT_SIZE, cast_frozen_parameters
+from chorus.training.efficiency import BNB_MIN_8BIT_SIZE, store_frozen_base
+from chorus.training.frozen_layers import FrozenConv1d, FrozenLayer, Int8Conv1d
 
 
 @dataclass
@@ -398,6 +402,24 @@ def _conv1d(pass_: ShadowPass, module: nn.Conv1d, x: ShadowTensor) -> ShadowTens
     return pass_.conv1d(x, module.weight, module.bias, module.stride, module.padding, module.dilation)
 
 
+@register_activation_rule(FrozenLayer)
+def _frozen_layer(pass_: ShadowPass, module: FrozenLayer, x: ShadowTensor) -> ShadowTensor:
+    """A frozen layer of :mod:`chorus.training.frozen_layers`: it saves nothing (its backward reads its weight
+    again); the output is in the compute dtype (autocast's, else x's)."""
+    out = module.weight_shape[0]
+    if isinstance(module, (FrozenConv1d, Int8Conv1d)):
+        (padding,), (stride,), (dilation,), kernel = (
+            module.padding,
+            module.stride,
+            module.dilation,
+            module.weight_shape[-1],
+        )
+        shape = (x.shape[0], out, (x.shape[-1] + 2 * padding - dilation * (kernel - 1) - 1) // stride + 1)
+    else:
+        shape = (*x.shape[:-1], out)
+    return pass_.new(shape, pass_.autocast or x.dtype, x.requires_grad)
+
+
 @register_activation_rule(nn.LayerNorm)
 def _layer_norm(pass_: ShadowPass, module: nn.LayerNorm, x: ShadowTensor) -> ShadowTensor:
     return pass_.layer_norm(x, len(module.normalized_shape), module.weight, module.bias)
@@ -632,19 +654,19 @@ def predict_memory(
         options: the training run's memory options (default :class:`MemoryOptions`): its
             ``optimizer``; ``precision`` ``"bf16"``: forward and losses under a bfloat16 autocast,
             float32 weights (:func:`chorus.training.efficiency.autocast`); ``checkpointing``: every FFT
-            block recomputed in backward (see the module docstring); ``frozen_dtype`` ``"bf16"``: the
-            parameters that do not train stored in bfloat16
-            (:func:`chorus.training.efficiency.cast_frozen_parameters`, as adaptation does); the
+            block recomputed in backward (see the module docstring); ``frozen_dtype`` ``"bf16"`` or
+            ``"int8"``: what does not train stored lighter
+            (:func:`chorus.training.efficiency.store_frozen_base`, as adaptation does); the
             prediction casts a copy of ``model``, ``model`` is unchanged. ``reversible`` is ``model``'s
             own (``AcousticConfig.reversible``).
     """
     options = options or MemoryOptions()
     if frames < text_length:
         raise ValueError(f"frames ({frames}) must be at least text_length ({text_length}): every token gets a frame")
-    if options.frozen_dtype == "bf16":
-        # On the meta device a copy costs nothing; meta tensors change dtype like real ones.
+    if options.frozen_dtype != "fp32":
+        # On the meta device a copy costs nothing; meta tensors change dtype (and are quantized) like real ones.
         model = copy.deepcopy(model)
-        cast_frozen_parameters(model, torch.bfloat16)
+        store_frozen_base(model, options.frozen_dtype)
     pass_ = ShadowPass(torch.bfloat16 if options.precision == "bf16" else None, options.checkpointing)
     _acoustic_step(pass_, model, batch, text_length, frames)
     trainable = [p for p in pass_.used.values() if p.requires_grad]

@@ -38,7 +38,7 @@ from chorus.recipe import TEXT_SIDE_PATTERN, AdaptConfig, MemoryOptions
 from chorus.speaker_recognition.bundle import load_encoder, shipped_encoder_dir
 from chorus.speaker_recognition.one_speaker import CHECKED_CLIPS, FEWEST_CHECKED, SAME_PERSON, spread, two_voices
 from chorus.speaker_recognition.start import similarity_to_clips, speaker_map
-from chorus.training.efficiency import apply_memory_options, autocast, build_optimizer, cast_frozen_parameters
+from chorus.training.efficiency import apply_memory_options, autocast, build_optimizer, store_frozen_base
 from chorus.training.progress import step_progress
 from chorus.training.step_loop import LoopResult, StepLoop
 from chorus.training.transcripts import auto_transcribe
@@ -344,8 +344,8 @@ def _adapt(
     with _torch_threads(config.threads):
         torch.manual_seed(config.seed)
         voice = _read_voice_data(data, bundle, config, progress, on_step)
-        # Full fine-tuning and a bf16 frozen base train a copy however the caller asks: the base stays as it is.
-        copied = not in_place or config.methods.full or config.memory.frozen_dtype == "bf16"
+        # Full fine-tuning and a lighter frozen base train a copy however the caller asks: the base stays as it is.
+        copied = not in_place or config.methods.full or config.memory.frozen_dtype != "fp32"
         model = copy.deepcopy(bundle.model) if copied else bundle.model
         apply_memory_options(model, config.memory)
         start = _starting_speaker(bundle, model, config, voice, progress)
@@ -355,10 +355,26 @@ def _adapt(
         loop = _train(model, trainable, voice, config, progress, on_step, on_evaluate)
         _freeze_best(model, trainable, loop.best.state)
         trained = sum(p.numel() for p in trainable)
+        if config.memory.frozen_dtype != "fp32":
+            model = _on_the_stored_base(bundle, model, config)
         card = _card(bundle, model, config, voice, start, loop, trained, name or Path(out).name)
         card.notes.update({**(extra_notes or {}), **voice.notes})
         voice_dir = save_voice(out, model, VOICE, config.method_configs(), card, full=config.methods.full)
     return AdaptResult(Path(voice_dir), card, model, loop.history)
+
+
+def _on_the_stored_base(bundle: ModelBundle, model: AcousticModel, config: AdaptConfig) -> AcousticModel:
+    """The voice ``model`` trained, on a copy of the base as it is stored: what the voice is judged on
+    (its card), saved from and returned with, as it will be spoken. The lighter base it trained on (bf16
+    or int8, :func:`store_frozen_base`) runs only under autocast, and is not what serves it."""
+    stored = copy.deepcopy(bundle.model)
+    prepare_for_training(stored, config)
+    trained = dict(model.named_parameters())
+    with torch.no_grad():
+        for name, parameter in stored.named_parameters():
+            if parameter.requires_grad:
+                parameter.copy_(trained[name])
+    return stored.requires_grad_(False).eval()
 
 
 @contextlib.contextmanager
@@ -462,8 +478,7 @@ def _add_voice(model: AcousticModel, config: AdaptConfig, start: _Start) -> list
     """Add the voice's adapter (a target that matches nothing fails here) and start its speaker vector
     at the starting speaker's; returns what trains."""
     trainable = prepare_for_training(model, config)
-    if config.memory.frozen_dtype == "bf16":
-        cast_frozen_parameters(model, torch.bfloat16)
+    store_frozen_base(model, config.memory.frozen_dtype)
     for _, layer in adapter_layers(model):
         if isinstance(layer, SpeakerVector):
             with torch.no_grad():

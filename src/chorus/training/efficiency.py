@@ -25,6 +25,7 @@ from torch import nn
 
 from chorus.models.acoustic import AcousticModel, TransformerStack
 from chorus.recipe import OPTIMIZERS, PRECISIONS, MemoryOptions
+from chorus.training.frozen_layers import lighten_frozen_layers
 
 # Every tensor gets 8-bit moments (see build_optimizer); a block of 256 values is the quantization unit.
 BNB_MIN_8BIT_SIZE = 1
@@ -141,6 +142,17 @@ def apply_memory_options(model: AcousticModel, options: MemoryOptions) -> None:
     for module in model.modules():
         if isinstance(module, TransformerStack):
             module.gradient_checkpointing = options.checkpointing
+
+
+def store_frozen_base(model: nn.Module, frozen_dtype: str) -> None:
+    """Store what does not train in ``model`` as ``MemoryOptions.frozen_dtype`` says, in place (on
+    adaptation's copy of the base, once its adapters are added): ``"bf16"``, frozen convolutions that
+    save no input (:class:`~chorus.training.frozen_layers.FrozenConv1d`) and every other frozen parameter
+    in bfloat16; ``"int8"``, frozen linear and convolution weights in 8 bits
+    (:mod:`chorus.training.frozen_layers`) and the rest in bfloat16; ``"fp32"``, nothing."""
+    lighten_frozen_layers(model, frozen_dtype)
+    if frozen_dtype != "fp32":
+        cast_frozen_parameters(model, torch.bfloat16)
 
 
 def cast_frozen_parameters(model: nn.Module, dtype: torch.dtype) -> int:
