@@ -301,3 +301,32 @@ def test_ray_serve_routes_voices_to_replicas_holding_them(
     # Five voices, two replicas of at most two each: whatever Ray dropped has left the engine too.
     for replica in replica_stats(handle, 2).values():
         assert len(replica["held"]) <= 2 and set(replica["resident"]) <= set(replica["held"]), replica
+
+
+@pytest.mark.parametrize(
+    "failing,said",
+    [
+        ("copytree", "could not copy the voice's data"),
+        ("record_consent", "could not record its consent"),
+        ("publish", "could not publish its clips to the store"),
+    ],
+)
+def test_a_ray_onboarding_that_cannot_start_says_which_step_failed(
+    tiny_base, new_voice_data, tmp_path, monkeypatch, failing, said
+):
+    # A review: a store that refused the consent entry was reported as "could not copy the voice's data".
+    import chorus.serving.ray_app as ray_app
+
+    def refuse(*args, **kwargs):
+        raise OSError("refused")
+
+    if failing == "publish":
+        monkeypatch.setattr(VoiceStore, "publish_job_inputs", refuse)
+    else:
+        monkeypatch.setattr(ray_app.shutil if failing == "copytree" else ray_app, failing, refuse)
+    config = RayServeConfig(ServeConfig(store=str(tmp_path / "store"), base=tiny_base, settings=SETTINGS))
+    with pytest.raises(OSError, match="refused"):
+        submit_onboarding(config, "default", "gina", new_voice_data, CONSENT, name="Gina")
+    with VoiceStore(str(tmp_path / "store")) as store:
+        job = store.get_job("default", store.voice("default", "gina").job_id)
+        assert job.status == "failed" and job.message == said

@@ -155,7 +155,9 @@ def migrate(
         verified = copy.verify()
     console.print(f"{len(report.copied)} voice(s) copied from {source} to {target}, checksums equal", soft_wrap=True)
     if report.instant:
-        console.print(f"{len(report.instant)} voice(s) that speak as their instant voice (refinement failed) copied")
+        console.print(
+            f"{len(report.instant)} voice(s) that speak as their instant voice (refinement failed or still training) copied"
+        )
     console.print(
         f"{report.consents} consent recording(s) and {report.consents_given} consent(s) given with uploads copied"
     )

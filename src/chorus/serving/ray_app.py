@@ -507,13 +507,16 @@ def submit_onboarding(
         )
         folder = jobs_dir(config.server.settings, store)
         job_dir = folder / job.job_id
+        failure = "could not copy the voice's data"  # what the job says if the step under way fails
         try:
             shutil.copytree(data, job_dir / DATA_DIR)
             write_job_file(job_dir, job)
+            failure = "could not record its consent"
             record_consent(store, folder, job, {"statement": consent, "source": str(data)})
+            failure = "could not publish its clips to the store"
             store.publish_job_inputs(job.job_id, job_dir)  # a task on another node fetches them from the store
         except BaseException:
-            store.update_job(job.job_id, status=JobStatus.FAILED, message="could not copy the voice's data")
+            store.update_job(job.job_id, status=JobStatus.FAILED, message=failure)
             shutil.rmtree(job_dir, ignore_errors=True)
             raise
     finally:

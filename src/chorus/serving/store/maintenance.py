@@ -73,7 +73,8 @@ class Maintenance:
 
     def copy_to(self, target: Voices, on_voice: Callable[[VoiceRecord], None] | None = None) -> CopyReport:
         """Copy every ready voice into the voices of another store, from one snapshot of the records, with
-        every consent recording and each custom voice that speaks as its instant voice: each
+        every consent recording and each custom voice that speaks as its instant voice (its refinement
+        failed, or still training: :meth:`_copy_instant`): each
         voice's files are downloaded, checked against its commit marker and its record's checksum,
         uploaded through ``target.put`` (which checks them again where they land), and the copy's
         checksums compared with the source's. Voices not ready, or already in ``target``, are skipped;
@@ -91,7 +92,7 @@ class Maintenance:
             key = (voice.tenant, voice.voice_id)
             if on_voice is not None:
                 on_voice(voice)
-            if voice.status == VoiceStatus.FAILED and voice.instant is not None:
+            if voice.status in (VoiceStatus.FAILED, VoiceStatus.TRAINING) and voice.instant is not None:
                 self._copy_instant(voice, target, report)
                 continue
             if voice.status != VoiceStatus.READY:
@@ -147,7 +148,11 @@ class Maintenance:
 
     def _copy_instant(self, voice: VoiceRecord, target: Voices, report: CopyReport) -> None:
         """Copy the record of a custom voice that speaks as its instant voice (no files: its refinement
-        failed), as it is but for its job, which stays behind."""
+        failed, or is still training), as it is but for its job, which stays behind: one still refining
+        arrives as one whose refinement failed, saying so (it speaks as its instant voice there too)."""
+        error = voice.error
+        if voice.status == VoiceStatus.TRAINING:
+            error = "its refinement was still training where it was copied from, and stayed there"
         key = (voice.tenant, voice.voice_id)
         layout = target.backends.layout
         with target.backends.db.transaction() as db:
@@ -165,7 +170,7 @@ class Maintenance:
                     voice.updated,
                     layout.url(layout.blob(*key)),
                     voice.method,
-                    voice.error,
+                    error,
                     voice.consent_id,
                     voice.instant,
                 ),
