@@ -600,6 +600,12 @@ def test_backup_while_writing_is_a_consistent_store(store, voice_folder, tmp_pat
         report = restored.verify()
         assert report.ok and report.checked == copied, report  # every listed voice is whole, nothing extra
         assert (restored.get_voice("acme", "ann") / "adapter_model.safetensors").is_file()
+        # Its records name its own folders, not the source's (an operator's probe)
+        urls = [v.blob_url for v in restored.all_voices()]
+        assert urls and all(
+            url == f"file://{tmp_path / 'backup' / v.tenant / v.voice_id}"
+            for url, v in zip(urls, restored.all_voices())
+        )
     with pytest.raises(ValueError, match="must be new or empty"):
         store.backup(tmp_path / "backup")
     # The command line does the same.

@@ -37,7 +37,9 @@ def test_lora_voice_leaves_speakers_bit_identical(tiny_base, new_voice_data, tmp
         in_place=True,  # as the command line and a server's job adapt: the voice added to the model given
     )
     card = result.card
-    assert card.methods == ["lora"] and card.steps == 4 and card.trainable_parameters > 0
+    # What the voice holds, as its folder says (an operator's probe: the card had left out its speaker vector)
+    assert card.methods == read_voice(result.voice_dir).methods == ["lora", "speaker"]
+    assert card.steps == 4 and card.trainable_parameters > 0
     assert card.base_model_sha256 == tts.bundle.weights_sha256
     assert 0.4 < card.data_minutes < 1.0
     assert 0.75 * card.data_minutes < card.speech_minutes < card.data_minutes  # espeak-ng pads each clip

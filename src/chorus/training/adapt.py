@@ -578,7 +578,7 @@ def _card(
         similarity = similarity_to_clips(bundle, model, VOICE, start.speaker, start.encoder, texts, clips)
     return VoiceCard(
         name=name,
-        methods=config.methods.names,
+        methods=config.methods.names if config.methods.full else [c.method for c in config.method_configs()],
         base_model_sha256=bundle.weights_sha256,
         data_minutes=round(voice.minutes, 2),
         speech_minutes=round(voice.speech_minutes, 2),

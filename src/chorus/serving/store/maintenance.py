@@ -14,7 +14,7 @@ from pathlib import Path
 
 from chorus.adapters.voice import CARD_FILE, WEIGHTS_FILE
 from chorus.serving.store.backends import Backends
-from chorus.serving.store.layout import LOCAL, MARKER_FILE, Manifest, mismatches
+from chorus.serving.store.layout import LOCAL, MARKER_FILE, BlobLayout, Manifest, mismatches
 from chorus.serving.store.metadata import SqliteDatabase
 from chorus.serving.store.records import VoiceConflict, VoiceCorrupted, VoiceRecord, VoiceStatus, voice_record
 from chorus.serving.store.voices import Voices
@@ -218,6 +218,12 @@ class Maintenance:
                     gone.append((voice.tenant, voice.voice_id))
                 else:
                     copied += 1
+            # Every record names its folder in the copy, not the source's (an operator's probe: the copy's records
+            # had kept the source's absolute URLs).
+            here = BlobLayout(str(destination))
+            for tenant, voice_id in copy.execute("SELECT tenant, id FROM voices").fetchall():
+                url = here.url(here.blob(tenant, voice_id))
+                copy.execute("UPDATE voices SET blob_url=? WHERE tenant=? AND id=?", (url, tenant, voice_id))
             copy.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         finally:
             copy.close()
