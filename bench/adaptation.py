@@ -139,12 +139,21 @@ def recordings(voice: str, eval_utterances, judges) -> dict:
 def memory_options(spec: str) -> MemoryOptions:
     """``--memory``'s ``precision=bf16,frozen_dtype=int8,checkpointing=true,optimizer=adamw8bit`` (fields of
     ``MemoryOptions``; empty: its defaults)."""
-    given = dict(item.split("=", 1) for item in spec.split(",") if item)
+    items = [item.partition("=") for item in spec.split(",") if item]
+    if any(not sep for _, sep, _ in items):
+        raise SystemExit(f"--memory: give FIELD=VALUE items, comma-separated, got {spec!r}")
+    given = {key: value for key, _, value in items}
     unknown = set(given) - {f.name for f in dataclasses.fields(MemoryOptions)}
     if unknown:
         raise SystemExit(f"--memory: no MemoryOptions field {', '.join(sorted(unknown))}")
-    flags = {"checkpointing", "reversible"}
-    return MemoryOptions(**{k: v.lower() in ("1", "true", "yes") if k in flags else v for k, v in given.items()})
+    for flag in {"checkpointing", "reversible"} & set(given):
+        if given[flag].lower() not in ("true", "false"):
+            raise SystemExit(f"--memory: {flag} is true or false, got {given[flag]!r}")
+        given[flag] = given[flag].lower() == "true"
+    try:
+        return MemoryOptions(**given)
+    except ValueError as error:
+        raise SystemExit(f"--memory: {error}") from None
 
 
 def recipe(args) -> dict:

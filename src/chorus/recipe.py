@@ -213,6 +213,11 @@ class AdaptConfig:
             configs.append(SpeakerConfig(train_vector=self.methods.full and not self.keep_text_side))
         return configs
 
+    def voice_methods(self) -> list[str]:
+        """The methods a voice made with this config holds, as its folder, its card and the store list them
+        (its speaker vector too; full fine-tuning's voice is the whole model)."""
+        return self.methods.names if self.methods.full else [c.method for c in self.method_configs()]
+
     def learning_rate_for(self) -> float:
         if self.learning_rate is not None:
             return self.learning_rate

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from chorus.adapters import BASE, method_names, parse_methods, routed, set_active
+from chorus.adapters.inject import adapter_tensors
 from chorus.adapters.lora import LoraConfig, LoraLinear
 from chorus.memory import ShadowPass, measure_acoustic_step, predict_memory
 from chorus.memory.measure import measure_training_step
@@ -142,8 +143,9 @@ def test_lighter_frozen_base(method, settings, frozen_dtype):
     model = _meta_model(adapted(method))
     fp32_base = predict_memory(model, **SIZES, options=MemoryOptions(precision="bf16", **settings))
     norms = {id(p) for module in model.modules() if isinstance(module, torch.nn.LayerNorm) for p in module.parameters()}
-    frozen = [p for p in model.parameters() if not p.requires_grad and id(p) not in norms]
-    saved = 2 * sum(p.numel() for p in frozen)  # 2 of 4 bytes per frozen value (norms stay fp32)
+    voice = {id(p) for p in adapter_tensors(model)}
+    frozen = [p for p in model.parameters() if not p.requires_grad and id(p) not in norms | voice]
+    saved = 2 * sum(p.numel() for p in frozen)  # 2 of 4 bytes per frozen value of the base (norms stay fp32)
     if frozen_dtype == "int8":
         layers = [m for m in model.modules() if type(m) in (torch.nn.Linear, torch.nn.Conv1d)]
         weights = [m.weight for m in layers if not any(p.requires_grad for p in m.parameters())]

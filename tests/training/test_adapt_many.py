@@ -60,6 +60,7 @@ def test_voices_train_together_and_export_like_adapt(tiny_base, voices_root, tmp
         }
         voice = read_voice(folder)
         assert [c.method for c in voice.configs] == ["lora", "speaker"] and voice.card.steps == 4
+        assert voice.card.methods == voice.methods  # what the folder holds (a review: the card had said ["lora"])
         assert 0.75 * voice.card.data_minutes < voice.card.speech_minutes < voice.card.data_minutes
     summary = json.loads((tmp_path / "voices" / "adapt-many.json").read_text())
     assert [v["status"] for v in summary["voices"]] == ["failed", "ok", "ok"]

@@ -303,8 +303,9 @@ def test_memory_options_validate_and_explain_themselves():
             MemoryOptions(**bad)
 
 
-def test_bf16_frozen_base_keeps_layer_norms_in_float32():
+def test_bf16_frozen_base_keeps_layer_norms_and_the_voice_in_float32():
     from chorus.adapters import parse_methods
+    from chorus.adapters.inject import adapter_tensors
     from chorus.training.adapt import prepare_for_training
     from chorus.training.efficiency import cast_frozen_parameters
 
@@ -312,8 +313,12 @@ def test_bf16_frozen_base_keeps_layer_norms_in_float32():
     trained = prepare_for_training(model, AdaptConfig(methods=parse_methods("bitfit")))
     cast_frozen_parameters(model, torch.bfloat16)
     norms = {id(p) for m in model.modules() if isinstance(m, torch.nn.LayerNorm) for p in m.parameters()}
+    # The voice's speaker vector, which this method does not train, is the voice's too: it stays as it started
+    voice = {id(p) for p in adapter_tensors(model)}
+    assert any(not p.requires_grad for p in adapter_tensors(model))
     for parameter in model.parameters():
-        expected = torch.float32 if parameter.requires_grad or id(parameter) in norms else torch.bfloat16
+        kept = parameter.requires_grad or id(parameter) in norms | voice
+        expected = torch.float32 if kept else torch.bfloat16
         assert parameter.dtype == expected
     assert all(p.dtype == torch.float32 for p in trained)
 

@@ -166,6 +166,16 @@ def routed(model: nn.Module, names: Sequence[str]):
             layer.routing = None
 
 
+def adapter_tensors(model: nn.Module) -> list[nn.Parameter]:
+    """Every adapter tensor of every voice in ``model``, trained or not (a speaker vector kept at its start)."""
+    return [
+        parameter
+        for _, layer in adapter_layers(model)
+        for attribute in layer.adapter_attributes
+        for parameter in getattr(layer, attribute).parameters()
+    ]
+
+
 def adapter_state_dict(model: nn.Module, name: str) -> dict[str, torch.Tensor]:
     """Adapter ``name``'s tensors keyed ``<canonical layer>.<tensor>`` (no adapter name, as PEFT saves)."""
     state = {}

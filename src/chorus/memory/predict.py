@@ -515,7 +515,7 @@ def _reversible_blocks(pass_: ShadowPass, stack: TransformerStack, x: ShadowTens
 
 def _stack(pass_: ShadowPass, stack: TransformerStack, x: ShadowTensor, mask: ShadowTensor) -> ShadowTensor:
     batch, length, _ = x.shape
-    x = pass_.elementwise(x, pass_.new((length, x.shape[-1]), x.dtype))  # + positions (a buffer)
+    x = pass_.elementwise(x, pass_.new((length, x.shape[-1]), x.dtype))  # + positions (made per call, not saved)
     if stack.reversible and len(stack.layers):
         x = _reversible_blocks(pass_, stack, x, mask)
     else:

@@ -4,9 +4,11 @@ A request keeps the ``X-Request-Id`` its client sent when that is a plain token 
 ``._:-``, at most 128 characters: nothing a log line could be split or forged on), else gets a new one
 (``req_`` and 32 hex digits, as OpenAI names theirs); the answer carries it back in ``X-Request-Id``.
 When its answer has ended (a stream's last byte included) the request logs one line on ``chorus.access``:
-client, method, path, status, duration, bytes sent, tenant (``-`` where its key named none) and id.
+client, method, path (as sent, percent-encoded), status, duration, bytes sent (``-`` for an internal
+error's answer, which Starlette sends from outside), tenant (``-`` where its key named none) and id.
 ``chorus serve`` turns uvicorn's own access log off, so a request is one line. Log records made while
-a request is handled, in its task or a thread it hands work to, carry its id (:class:`RequestIdFilter`).
+a request is handled, in its task or the thread pool calls it makes (not the batcher's thread, which
+serves many requests at once), carry its id (:class:`RequestIdFilter`).
 """
 
 from __future__ import annotations
@@ -16,12 +18,22 @@ import re
 import time
 import uuid
 from contextvars import ContextVar
+from urllib.parse import quote_from_bytes
 
 REQUEST_ID_HEADER = "x-request-id"
 _TOKEN = re.compile(r"[A-Za-z0-9._:-]{1,128}")
+# What a logged path keeps as it is: printable ASCII but the quote and backslash that would end or escape its field.
+_PATH_SAFE = "".join(chr(c) for c in range(33, 127) if chr(c) not in '"\\')
 
 access_log = logging.getLogger("chorus.access")
 current_request_id: ContextVar[str | None] = ContextVar("chorus_request_id", default=None)
+
+
+def logged_path(scope) -> str:
+    """The request's path as its client sent it (``raw_path``, still percent-encoded: ``%0A`` stays three
+    characters, never a line break), with anything else that is not printable ASCII or that would end the
+    quoted field percent-encoded."""
+    return quote_from_bytes(scope.get("raw_path") or scope.get("path", "").encode(), safe=_PATH_SAFE)
 
 
 def request_id_of(given: str | None) -> str:
@@ -43,15 +55,18 @@ class AccessLogMiddleware:
         given = next((v for k, v in scope["headers"] if k == REQUEST_ID_HEADER.encode()), None)
         request_id = request_id_of(given.decode("latin-1") if given is not None else None)
         scope.setdefault("state", {})["request_id"] = request_id
-        started, status, sent = time.perf_counter(), [500], [0]  # 500: what uvicorn answers for an exception
+        # An exception is answered outside this middleware (Starlette's outermost one): 500, bytes unknown.
+        started, status, sent = time.perf_counter(), [500], [None]
 
         async def send_with_id(message):
             if message["type"] == "http.response.start":
                 status[0] = message["status"]
                 message = {**message, "headers": [*message.get("headers", ()), (b"x-request-id", request_id.encode())]}
+            await send(message)
+            if message["type"] == "http.response.start":
+                sent[0] = 0
             elif message["type"] == "http.response.body":
                 sent[0] += len(message.get("body", b""))
-            await send(message)
 
         token = current_request_id.set(request_id)
         try:
@@ -60,13 +75,13 @@ class AccessLogMiddleware:
             current_request_id.reset(token)
             client = scope.get("client")
             access_log.info(
-                '%s "%s %s" %d %.1f ms %d B tenant=%s request_id=%s',
+                '%s "%s %s" %d %.1f ms %s B tenant=%s request_id=%s',
                 f"{client[0]}:{client[1]}" if client else "-",
                 scope.get("method", ""),
-                scope.get("path", ""),
+                logged_path(scope),
                 status[0],
                 (time.perf_counter() - started) * 1000,
-                sent[0],
+                "-" if sent[0] is None else sent[0],
                 scope["state"].get("tenant") or "-",
                 request_id,
             )

@@ -91,9 +91,11 @@ def serve(config: ServeConfig, announce: Callable[[str], None] = print, log_leve
     logging.basicConfig(level=getattr(logging, log_level.upper(), logging.INFO), handlers=[handler])
     tenants = Tenants.load(config.keys)
     check_bind(config.host, tenants)
-    # Bound before the store opens and the base loads, so a port in use ends here with nothing started
-    # (uvicorn binds after the app's start-up, and had aborted with the job worker running); uvicorn makes
-    # it listen once the app has started.
+    # Bound before the store opens and the base loads, so a port another server listens on ends here with
+    # nothing started (uvicorn binds after the app's start-up, and had aborted with the job worker running);
+    # uvicorn makes it listen once the app has started, so the port refuses connections until it can answer.
+    # The price: two servers started on one port within one base load both bind (address reuse lets sockets
+    # that do not listen share a port), and the later one fails when uvicorn makes it listen.
     bound = bound_sockets(config.host, config.port)
     created = new_store(config.store, config.database)  # said below: a mistyped --store starts empty
     voice_store = VoiceStore(config.store, config.database, config.cache_dir)

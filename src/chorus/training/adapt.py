@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from chorus.adapters import add_adapter, mark_trainable, set_active
-from chorus.adapters.inject import adapter_layers
+from chorus.adapters.inject import adapter_layers, adapter_state_dict, load_adapter_state_dict
 from chorus.adapters.layer import innermost
 from chorus.adapters.speaker import SpeakerVector
 from chorus.adapters.voice import VoiceCard, save_voice
@@ -230,8 +230,7 @@ def prepare_for_training(model: AcousticModel, config: AdaptConfig) -> list[torc
     trainable = mark_trainable(model, VOICE)
     if config.methods.full:
         for name, parameter in model.named_parameters():
-            kept = re.fullmatch(TEXT_SIDE_PATTERN, name) or name.startswith(("speaker_embedding.", "speaker_proj."))
-            parameter.requires_grad_(not (config.keep_text_side and kept))
+            parameter.requires_grad_(not _frozen_base(name, config))
         trainable = [p for p in model.parameters() if p.requires_grad]
     return trainable
 
@@ -332,7 +331,7 @@ def _adapt(
     The voice is trained on a copy of ``bundle.model``, which is left as it was (to adapt again, or to speak
     its base speakers). ``in_place``: adapter methods add their tensors to ``bundle.model`` itself (its base
     weights untouched), for a caller that loaded the base for this voice alone (the command line, a server's
-    job) and so saves the copy; full fine-tuning and a bf16 frozen base train a copy either way. The torch
+    job) and so saves the copy; full fine-tuning and a bf16 or int8 frozen base train a copy either way. The torch
     thread count is ``config.threads`` while it runs and is set back after. ``progress`` draws a progress bar; ``on_step(steps_done, steps_at_most)`` is called
     after every optimizer step (early stopping may end the loop before ``steps_at_most``), and with 0
     steps done after the data check and after the features (an exception it raises stops ``adapt``);
@@ -356,24 +355,43 @@ def _adapt(
         _freeze_best(model, trainable, loop.best.state)
         trained = sum(p.numel() for p in trainable)
         if config.memory.frozen_dtype != "fp32":
-            model = _on_the_stored_base(bundle, model, config)
+            voice_tensors = _voice_of(model, config)
+            del model, trainable  # the lighter copy goes before the stored base is copied
+            model = _on_the_stored_base(bundle, voice_tensors, config)
         card = _card(bundle, model, config, voice, start, loop, trained, name or Path(out).name)
         card.notes.update({**(extra_notes or {}), **voice.notes})
         voice_dir = save_voice(out, model, VOICE, config.method_configs(), card, full=config.methods.full)
     return AdaptResult(Path(voice_dir), card, model, loop.history)
 
 
-def _on_the_stored_base(bundle: ModelBundle, model: AcousticModel, config: AdaptConfig) -> AcousticModel:
-    """The voice ``model`` trained, on a copy of the base as it is stored: what the voice is judged on
-    (its card), saved from and returned with, as it will be spoken. The lighter base it trained on (bf16
-    or int8, :func:`store_frozen_base`) runs only under autocast, and is not what serves it."""
+def _voice_of(model: AcousticModel, config: AdaptConfig) -> dict[str, dict[str, torch.Tensor]]:
+    """Copies of what ``model``'s voice holds: its adapter's tensors (``adapter_state_dict``: the trained ones
+    and those it keeps as they started, like a speaker vector that does not train) and, for full
+    fine-tuning, the base weights it trained (by name)."""
+    trained = {}
+    if config.methods.full:
+        trained = {name: p.detach().clone() for name, p in model.named_parameters() if not _frozen_base(name, config)}
+    adapter = {key: value.detach().clone() for key, value in adapter_state_dict(model, VOICE).items()}
+    return {"adapter": adapter, "trained": trained}
+
+
+def _frozen_base(name: str, config: AdaptConfig) -> bool:
+    """Whether full fine-tuning leaves parameter ``name`` as the base has it (prepare_for_training's rule)."""
+    kept = re.fullmatch(TEXT_SIDE_PATTERN, name) or name.startswith(("speaker_embedding.", "speaker_proj."))
+    return bool(config.keep_text_side and kept)
+
+
+def _on_the_stored_base(bundle: ModelBundle, voice: dict, config: AdaptConfig) -> AcousticModel:
+    """The voice (:func:`_voice_of`) on a copy of the base as it is stored: what the voice is judged on (its
+    card), saved from and returned with, as it will be spoken. The lighter base it trained on (bf16 or
+    int8, :func:`store_frozen_base`) runs only under autocast, and is not what serves it."""
     stored = copy.deepcopy(bundle.model)
     prepare_for_training(stored, config)
-    trained = dict(model.named_parameters())
+    load_adapter_state_dict(stored, VOICE, voice["adapter"])
     with torch.no_grad():
         for name, parameter in stored.named_parameters():
-            if parameter.requires_grad:
-                parameter.copy_(trained[name])
+            if name in voice["trained"]:
+                parameter.copy_(voice["trained"][name])
     return stored.requires_grad_(False).eval()
 
 
@@ -478,12 +496,12 @@ def _add_voice(model: AcousticModel, config: AdaptConfig, start: _Start) -> list
     """Add the voice's adapter (a target that matches nothing fails here) and start its speaker vector
     at the starting speaker's; returns what trains."""
     trainable = prepare_for_training(model, config)
-    store_frozen_base(model, config.memory.frozen_dtype)
     for _, layer in adapter_layers(model):
         if isinstance(layer, SpeakerVector):
             with torch.no_grad():
                 vector = innermost(layer).weight[start.speaker] if start.vector is None else start.vector
                 layer.speaker_vector[VOICE].copy_(vector)
+    store_frozen_base(model, config.memory.frozen_dtype)  # after: the vector starts at the table's row as stored
     return trainable
 
 
@@ -578,7 +596,7 @@ def _card(
         similarity = similarity_to_clips(bundle, model, VOICE, start.speaker, start.encoder, texts, clips)
     return VoiceCard(
         name=name,
-        methods=config.methods.names if config.methods.full else [c.method for c in config.method_configs()],
+        methods=config.voice_methods(),
         base_model_sha256=bundle.weights_sha256,
         data_minutes=round(voice.minutes, 2),
         speech_minutes=round(voice.speech_minutes, 2),

@@ -384,7 +384,7 @@ def _save_voices(
         speech_minutes = sum(voices.speech_seconds[voices.cache.keys[i]] for i in members) / 60
         card = VoiceCard(
             name=name,
-            methods=config.adapt.methods.names,
+            methods=config.adapt.voice_methods(),
             base_model_sha256=bundle.weights_sha256,
             data_minutes=round(minutes, 2),
             speech_minutes=round(speech_minutes, 2),

@@ -23,6 +23,7 @@ from contextlib import AbstractContextManager, nullcontext
 import torch
 from torch import nn
 
+from chorus.adapters.inject import adapter_tensors
 from chorus.models.acoustic import AcousticModel, TransformerStack
 from chorus.recipe import OPTIMIZERS, PRECISIONS, MemoryOptions
 from chorus.training.frozen_layers import lighten_frozen_layers
@@ -156,13 +157,16 @@ def store_frozen_base(model: nn.Module, frozen_dtype: str) -> None:
 
 
 def cast_frozen_parameters(model: nn.Module, dtype: torch.dtype) -> int:
-    """Store every parameter that does not train in ``dtype``; returns how many were cast.
+    """Store every parameter of the base that does not train in ``dtype``; returns how many were cast.
 
     Layer norms keep float32 weights (a few numbers per layer): adapters that add float32 tensors to
     the residual stream (BitFit, conditional layer norm) make it float32, and the CPU layer norm
-    refuses a float32 input with bfloat16 weights. Buffers (normalization statistics) stay as they are.
+    refuses a float32 input with bfloat16 weights. Adapter tensors stay as they are, trained or not (a
+    speaker vector that keeps its starting speaker's row is part of the voice, saved as it started).
+    Buffers (normalization statistics) stay as they are.
     """
     keep = {id(p) for module in model.modules() if isinstance(module, nn.LayerNorm) for p in module.parameters()}
+    keep |= {id(p) for p in adapter_tensors(model)}
     count = 0
     for parameter in model.parameters():
         if not parameter.requires_grad and parameter.dtype != dtype and id(parameter) not in keep:
