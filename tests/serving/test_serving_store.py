@@ -665,7 +665,17 @@ def test_store_repair_command(tmp_path, voice_folder):
         store.put_voice("acme", "ann", voice_folder)
     (root / "acme" / "junk").mkdir()
     (root / "acme" / "junk" / "README.md").write_text("no marker")
-    result = CliRunner().invoke(app, ["store", "repair", str(root)])
+    # An operator's probe: repair ran beside a live server, whose upload in flight is a folder no record lists
+    with VoiceStore(str(root)):  # a server's store, alive (its heartbeat, its process)
+        refused = CliRunner().invoke(app, ["store", "repair", str(root)], env={"COLUMNS": "300"})
+        assert refused.exit_code == 2 and "1 process(es) use this store now" in refused.output, refused.output
+        assert "stop the server first, or pass --force" in refused.output
+        assert (root / "acme" / "junk").is_dir()  # nothing moved
+        forced = CliRunner().invoke(app, ["store", "repair", str(root), "--force"])
+        assert forced.exit_code == 0 and "quarantined" in forced.output, forced.output
+    (root / "acme" / "junk").mkdir()
+    (root / "acme" / "junk" / "README.md").write_text("no marker")
+    result = CliRunner().invoke(app, ["store", "repair", str(root)])  # the server stopped
     assert result.exit_code == 0 and "quarantined" in result.output, result.output
     assert (root / ".quarantine" / "acme").is_dir() and not (root / "acme" / "junk").exists()
     assert "nothing to repair" in CliRunner().invoke(app, ["store", "repair", str(root)]).output

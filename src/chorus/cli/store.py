@@ -108,15 +108,26 @@ def backup(
 def repair(
     store: str = typer.Argument(..., help="The voice store: a folder or an fsspec URL."),
     database: str | None = DATABASE_OPTION,
+    force: bool = typer.Option(False, "--force", help="Repair even while a server uses the store."),
 ) -> None:
     """Deal with voice folders no record lists, deleting none: one whose commit marker and files check out
     becomes a ready voice again; any other moves to the store's .quarantine folder. A voice a server marked
-    failed because its files had changed is ready again once they check out (put back from a backup). Stop
-    the server first."""
+    failed because its files had changed is ready again once they check out (put back from a backup).
+    Refused while a server uses the store (an upload in flight is a folder no record lists yet): stop it
+    first, or pass --force."""
     from chorus.serving.store import VoiceStore
 
     existing(store, database)
     with user_errors(), VoiceStore(store, database) as voices:
+        others = voices.live_others()
+        if others and not force:
+            who = "; ".join(
+                f"{o['host']} pid {o['pid']}, heartbeat {o['beat_seconds_ago']:.0f} s ago" for o in others[:3]
+            )
+            raise typer.BadParameter(
+                f"{len(others)} process(es) use this store now ({who}): stop the server first, or pass --force",
+                param_hint="STORE",
+            )
         report = voices.repair()
     for tenant, voice_id in report.restored:
         console.print(f"restored {tenant}/{voice_id}: marked failed for changed files, they check out again: ready")

@@ -383,6 +383,10 @@ class VoiceStore:
         dead meanwhile registers again."""
         self._owners.beat()
 
+    def live_others(self) -> list[dict]:
+        """The other processes using this store now (servers, their jobs, other store commands)."""
+        return self._owners.live_others()
+
     def is_alive(self, owner: str) -> bool:
         """Whether store owner ``owner`` (this one, or another process on the store) is alive."""
         return self._owners.is_alive(owner)

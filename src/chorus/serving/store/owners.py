@@ -123,6 +123,18 @@ class Owners:
             log.warning("store owner %s was found dead by another server; registering again", self.owner)
             self.register()
 
+    def live_others(self) -> list[dict]:
+        """The other owners alive now (a server, a job process, another store command): id, host, pid and
+        seconds since their heartbeat, by the database's clock."""
+        now, dead = self._db.now(), self._dead_owners()
+        with self._db.read() as db:
+            rows = db.execute("SELECT * FROM owners WHERE id!=?", (self.owner,)).fetchall()
+        return [
+            {"id": row["id"], "host": row["host"], "pid": row["pid"], "beat_seconds_ago": now - row["heartbeat"]}
+            for row in rows
+            if row["id"] not in dead
+        ]
+
     def is_alive(self, owner: str) -> bool:
         """Whether store owner ``owner`` (this one, or another process on the store) is alive."""
         return owner == self.owner or not self._is_dead(owner, self._dead_owners())
