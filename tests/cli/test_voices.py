@@ -104,6 +104,16 @@ def test_voices_create_shows_the_refusals(live_server, heard, custom_voice_recor
     assert unknown.exit_code == 2 and "no consent phrase for 'xx'; the server has en" in unknown.output
 
 
+def test_an_instant_voice_whose_refinement_failed_is_listed_as_speaking():
+    """An operator's probe: `chorus voices list` said "failed" of an instant voice that speaks."""
+    from chorus.cli.voices import listed_status
+
+    assert listed_status({"stage": "instant", "status": "failed"}) == "speaks; refinement failed"
+    assert listed_status({"stage": "instant", "status": "training"}) == "training"
+    assert listed_status({"stage": "adapted", "status": "ready"}) == "ready"
+    assert listed_status({"stage": "failed", "status": "failed"}) == "failed"  # an upload of clips that failed
+
+
 def test_no_server_is_one_plain_line_and_the_url_comes_from_the_environment(tmp_path):
     import socket
 
