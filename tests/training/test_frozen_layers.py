@@ -142,3 +142,23 @@ def test_adaptation_on_a_lighter_frozen_base_trains_a_copy_and_learns(
         layer, tensor = key.rsplit(".", 1)
         if ".lora_" in key:
             assert torch.equal(value, trained[f"{layer}.{VOICE}:{tensor}"]), key
+    # ... and they are the trained ones: a fresh LoRA's B is zero
+    assert any(".lora_B." in key and value.abs().sum() > 0 for key, value in saved.items())
+
+
+@pytest.mark.parametrize("frozen_dtype", ["bf16", "int8"])
+def test_full_fine_tuning_on_a_lighter_frozen_text_side_keeps_what_it_trained(
+    tiny_base, new_voice_data, tmp_path, frozen_dtype
+):
+    # Full fine-tuning keeps the text side by default: it is the frozen part stored lighter while the rest trains.
+    bundle = load_bundle(tiny_base)
+    memory = MemoryOptions(precision="bf16", frozen_dtype=frozen_dtype)
+    config = AdaptConfig(methods=parse_methods("full"), steps=4, eval_every=2, threads=1, memory=memory)
+    result = adapt(new_voice_data, bundle, tmp_path / "voice", config, progress=False)
+    voice = read_voice(result.voice_dir)
+    base = bundle.model.state_dict()
+    assert voice.full and not any(isinstance(m, FrozenLayer) for m in result.model.modules())
+    decoder = [k for k in voice.tensors if k.startswith("decoder.")]
+    assert decoder and any(not torch.equal(voice.tensors[k], base[k]) for k in decoder if k in base)  # trained
+    text_side = [k for k in voice.tensors if k.startswith("encoder.") and k in base]
+    assert text_side and all(torch.equal(voice.tensors[k], base[k]) for k in text_side)  # kept as the base has it

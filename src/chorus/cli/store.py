@@ -113,8 +113,9 @@ def repair(
     """Deal with voice folders no record lists, deleting none: one whose commit marker and files check out
     becomes a ready voice again; any other moves to the store's .quarantine folder. A voice a server marked
     failed because its files had changed is ready again once they check out (put back from a backup).
-    Refused while a server uses the store (an upload in flight is a folder no record lists yet): stop it
-    first, or pass --force."""
+    Refused while another process is seen using the store by its heartbeat (a server's upload in flight is a
+    folder no record lists yet; one that starts during the repair is not seen): stop it first, or pass
+    --force."""
     from chorus.serving.store import VoiceStore
 
     existing(store, database)

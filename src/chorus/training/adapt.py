@@ -356,7 +356,7 @@ def _adapt(
         trained = sum(p.numel() for p in trainable)
         if config.memory.frozen_dtype != "fp32":
             voice_tensors = _voice_of(model, config)
-            del model, trainable  # the lighter copy goes before the stored base is copied
+            del model, trainable  # the lighter model itself goes before the stored base is copied
             model = _on_the_stored_base(bundle, voice_tensors, config)
         card = _card(bundle, model, config, voice, start, loop, trained, name or Path(out).name)
         card.notes.update({**(extra_notes or {}), **voice.notes})
