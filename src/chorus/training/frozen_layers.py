@@ -112,14 +112,38 @@ def _int8(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return values, scale
 
 
+def _conv_geometry(layer: FrozenLayer, conv: nn.Conv1d) -> None:
+    """Give ``layer`` the stride, padding and dilation of ``conv`` (one that the frozen ops can run)."""
+    if conv.groups != 1 or conv.padding_mode != "zeros" or isinstance(conv.padding, str):
+        raise ValueError("only ungrouped, zero-padded Conv1d layers with numeric padding")
+    layer.stride, layer.padding, layer.dilation = conv.stride, conv.padding, conv.dilation
+
+
+class _Int8Weight(FrozenLayer):
+    """A frozen layer whose weight is stored in 8 bits: ``weight_int8`` of the weight's shape, ``weight_scale``
+    ``[out]``; its bias as it was."""
+
+    def _store(self, layer: nn.Conv1d | nn.Linear) -> None:
+        values, scale = _int8(layer.weight)
+        self.register_buffer("weight_int8", values)
+        self.register_buffer("weight_scale", scale)
+        self.bias = layer.bias
+
+    @property
+    def weight_shape(self):
+        return self.weight_int8.shape
+
+    def compute_weight(self, dtype):
+        scale = self.weight_scale.view(-1, *[1] * (self.weight_int8.dim() - 1))
+        return (self.weight_int8.float() * scale).to(dtype)
+
+
 class FrozenConv1d(_Conv1dOp, FrozenLayer):
     """A frozen ``nn.Conv1d`` that saves no input for backward (its weight and bias as they were)."""
 
     def __init__(self, conv: nn.Conv1d):
         super().__init__()
-        if conv.groups != 1 or conv.padding_mode != "zeros" or isinstance(conv.padding, str):
-            raise ValueError("only ungrouped, zero-padded Conv1d layers with numeric padding")
-        self.stride, self.padding, self.dilation = conv.stride, conv.padding, conv.dilation
+        _conv_geometry(self, conv)
         self.weight, self.bias = conv.weight, conv.bias
 
     @property
@@ -130,45 +154,21 @@ class FrozenConv1d(_Conv1dOp, FrozenLayer):
         return self.weight.to(dtype)
 
 
-class Int8Conv1d(_Conv1dOp, FrozenLayer):
-    """A frozen ``nn.Conv1d`` whose weight is stored in 8 bits (``weight_int8`` ``[out, in, kernel]``,
-    ``weight_scale`` ``[out]``); saves no input for backward."""
+class Int8Conv1d(_Conv1dOp, _Int8Weight):
+    """A frozen ``nn.Conv1d`` whose weight is stored in 8 bits; saves no input for backward."""
 
     def __init__(self, conv: nn.Conv1d):
         super().__init__()
-        if conv.groups != 1 or conv.padding_mode != "zeros" or isinstance(conv.padding, str):
-            raise ValueError("only ungrouped, zero-padded Conv1d layers with numeric padding")
-        self.stride, self.padding, self.dilation = conv.stride, conv.padding, conv.dilation
-        values, scale = _int8(conv.weight)
-        self.register_buffer("weight_int8", values)
-        self.register_buffer("weight_scale", scale)
-        self.bias = conv.bias
-
-    @property
-    def weight_shape(self):
-        return self.weight_int8.shape
-
-    def compute_weight(self, dtype):
-        return (self.weight_int8.float() * self.weight_scale.view(-1, 1, 1)).to(dtype)
+        _conv_geometry(self, conv)
+        self._store(conv)
 
 
-class Int8Linear(_LinearOp, FrozenLayer):
-    """A frozen ``nn.Linear`` whose weight is stored in 8 bits (``weight_int8`` ``[out, in]``,
-    ``weight_scale`` ``[out]``); saves nothing for backward."""
+class Int8Linear(_LinearOp, _Int8Weight):
+    """A frozen ``nn.Linear`` whose weight is stored in 8 bits; saves nothing for backward."""
 
     def __init__(self, linear: nn.Linear):
         super().__init__()
-        values, scale = _int8(linear.weight)
-        self.register_buffer("weight_int8", values)
-        self.register_buffer("weight_scale", scale)
-        self.bias = linear.bias
-
-    @property
-    def weight_shape(self):
-        return self.weight_int8.shape
-
-    def compute_weight(self, dtype):
-        return (self.weight_int8.float() * self.weight_scale.view(-1, 1)).to(dtype)
+        self._store(linear)
 
 
 def lighten_frozen_layers(model: nn.Module, frozen_dtype: str) -> int:
