@@ -20,6 +20,13 @@ process's peak RSS growth over the step). The zero-shot and start rows come from
 Trials: the corpus' held-out voices (flite-slt, festival-ked, piper-joe) and speakers derived only
 from them by the same sox chains, ``--trial-clips`` clips each, every pair a trial (a derived speaker
 is a different speaker from its source: the hardest trials). None of these clips is used in training.
+Every EER is also given without piper-joe and its relatives: encoders trained on natural-sounding speakers
+made from the Piper voice (v2, v3) heard that voice read other sentences, so only the other trials are of
+voices they never heard.
+
+``--encoders`` judges bundles beside the trained variants on the same trials (the shipped encoder, the
+consent check's v3: ``--encoders src/chorus/assets/speaker_encoder,src/chorus/assets/speaker_encoder_v3``);
+they have no memory or step-time rows (their recipe is on their model cards).
 
 Each process leaves its record in ``--work``'s ``runs/`` (commit, ``src/`` clean or not, the sampled load,
 the command, what it trained or measured; ``run_record.RunLog``); the report copies the runs behind its
@@ -129,12 +136,27 @@ def trial_clips(args) -> list[tuple[str, Path]]:
 
 
 def verification_row(embeddings: np.ndarray, clips: list[tuple[str, Path]]) -> dict:
-    """EER and minDCF (p_target 0.01) of every pair of ``clips`` from their unit embeddings ``[N, D]``."""
+    """EER and minDCF (p_target 0.01) of every pair of ``clips`` from their unit embeddings ``[N, D]``, and the
+    EER of the pairs with no clip of piper-joe or a speaker derived from it (``eer_without_joe``)."""
     pairs = list(itertools.combinations(range(len(clips)), 2))
     scores = [float(embeddings[i] @ embeddings[j]) for i, j in pairs]
     same = [clips[i][0] == clips[j][0] for i, j in pairs]
     result = verification_scores(scores, same)
-    return {"eer": result.eer, "min_dcf": result.min_dcf, "trials": result.trials, "targets": result.targets}
+    unheard = [k for k, (i, j) in enumerate(pairs) if not (is_joe(clips[i][0]) or is_joe(clips[j][0]))]
+    without_joe = verification_scores([scores[k] for k in unheard], [same[k] for k in unheard])
+    return {
+        "eer": result.eer,
+        "min_dcf": result.min_dcf,
+        "trials": result.trials,
+        "targets": result.targets,
+        "eer_without_joe": without_joe.eer,
+        "trials_without_joe": without_joe.trials,
+    }
+
+
+def is_joe(speaker: str) -> bool:
+    """Whether a trial speaker is piper-joe or derived from it (``piper-joe~pitch-240``)."""
+    return speaker.split("~")[0] == "piper-joe"
 
 
 def resemblyzer_embeddings(clips: list[tuple[str, Path]]) -> np.ndarray:
@@ -171,10 +193,12 @@ def memory_rows(names: list[tuple[str, str]], args, log: RunLog) -> list[dict]:
 
 
 def encoder_rows(args, clips) -> list[dict]:
+    """One row per trained variant (``--work``'s ``encoders/``) and per ``--encoders`` bundle, named by its path."""
     rows = []
-    for folder in sorted((args.work / "encoders").glob("*/config.json")):
-        name = folder.parent.name
-        bundle = load_encoder(folder.parent)
+    trained = sorted(folder.parent for folder in (args.work / "encoders").glob("*/config.json"))
+    for folder in trained + args.encoders:
+        name = folder.name if folder in trained else str(folder)
+        bundle = load_encoder(folder)
         info = bundle.info
         rows.append(
             {
@@ -245,22 +269,24 @@ def report(encoders: list[dict], resemblyzer: dict, memory: list[dict], starts: 
         f"{TRAINING.segment_frames} frames, seed {args.seed}, {args.threads} CPU thread(s).",
         "",
         "| variant | parameters | s/step (median, min-max) | final loss | calibration EER % | EER % | minDCF (0.01) "
+        f"| EER % without piper-joe's {resemblyzer['trials'] - resemblyzer['trials_without_joe']:,} trials "
         "| EER x the same trunk's vanilla Adam |",
-        "|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     eers = {r["variant"]: r["eer"] for r in encoders}
     for r in encoders:
-        arch, depth = VARIANT.match(r["variant"]).groups()[:2]
-        vanilla = eers.get(f"{arch}{depth}-adam")
+        variant = VARIANT.match(r["variant"])
+        vanilla = eers.get(f"{variant.group(1)}{variant.group(2)}-adam") if variant else None
         ratio = f"{r['eer'] / vanilla:.2f}" if vanilla else ""
         timed = r.get("step_seconds") or [r["seconds_per_step"]]
         lines.append(
             f"| {r['variant']} | {r['parameters']:,} | {np.median(timed):.2f} ({min(timed):.2f}-{max(timed):.2f}) | "
-            f"{r['final_loss']:.2f} | {100 * r['calibration_eer']:.2f} | {100 * r['eer']:.2f} | {r['min_dcf']:.3f} | {ratio} |"
+            f"{r['final_loss']:.2f} | {100 * r['calibration_eer']:.2f} | {100 * r['eer']:.2f} | {r['min_dcf']:.3f} | "
+            f"{100 * r['eer_without_joe']:.2f} | {ratio} |"
         )
     lines.append(
         f"| resemblyzer (GE2E, pretrained on thousands of real speakers) | | | | | {100 * resemblyzer['eer']:.2f} | "
-        f"{resemblyzer['min_dcf']:.3f} | |"
+        f"{resemblyzer['min_dcf']:.3f} | {100 * resemblyzer['eer_without_joe']:.2f} | |"
     )
     if encoders and "step_seconds" in encoders[0]:
         lines += [
@@ -269,6 +295,14 @@ def report(encoders: list[dict], resemblyzer: dict, memory: list[dict], starts: 
             f"process on {args.threads} thread(s), {args.time_rounds} rounds with the variants interleaved; the time is "
             "the whole step (forward, backward with the reversible stages' recomputation, optimizer). Calibration EER: "
             "the training speakers' held-out clips, which set each encoder's threshold; EER: the trials above.",
+        ]
+    if args.encoders:
+        lines += [
+            "",
+            "Bundles judged as they are (" + ", ".join(str(f) for f in args.encoders) + "): their step time is their "
+            "training's (seconds over steps, on whatever machine trained them) and their recipe is on their model "
+            "cards. An encoder that heard relatives of the Piper voice (v2, v3) never heard piper-joe's held-out "
+            "clips, but the column without piper-joe's trials is the one of voices wholly new to it.",
         ]
     lines += [
         "",
@@ -344,6 +378,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--train", default=None, help=f"variants to train (comma-separated), e.g. {DEFAULT_VARIANTS}")
     parser.add_argument("--report", action="store_true", help="judge every trained variant and write the report")
+    parser.add_argument(
+        "--encoders",
+        type=lambda text: [Path(p) for p in text.split(",") if p],
+        default=[],
+        help="speaker-encoder folders judged beside the trained variants (comma-separated)",
+    )
     parser.add_argument("--corpus", type=Path, default=Path("corpus_out/train"))
     parser.add_argument("--heldout", type=Path, default=Path("corpus_out/heldout"))
     parser.add_argument("--virtual-speakers", type=int, default=216, help="virtual speakers added to the corpus")
@@ -368,15 +408,14 @@ def main() -> None:
             return
         clips = trial_clips(args)
         encoders = encoder_rows(args, clips)
+        variants = [r["variant"] for r in encoders if VARIANT.match(r["variant"])]  # not the --encoders bundles
         if args.time_rounds:
-            times = step_times([r["variant"] for r in encoders], args)
+            times = step_times(variants, args)
             for row in encoders:
-                row["step_seconds"] = [round(t, 4) for t in times[row["variant"]]]
+                if row["variant"] in times:
+                    row["step_seconds"] = [round(t, 4) for t in times[row["variant"]]]
         resemblyzer = verification_row(resemblyzer_embeddings(clips), clips)
-        trained = [
-            (m.group(1) + m.group(2) + (m.group(3) or ""), m.group(4))
-            for m in map(VARIANT.match, (r["variant"] for r in encoders))
-        ]
+        trained = [(m.group(1) + m.group(2) + (m.group(3) or ""), m.group(4)) for m in map(VARIANT.match, variants)]
         sweep = [
             (f"{arch}{depth}{rev}", optimizer)
             for arch, depths in (("resnet", (18, 34, 50)), ("df-resnet", (56, 110, 179)))
@@ -393,7 +432,7 @@ def main() -> None:
     }
     args.out.mkdir(parents=True, exist_ok=True)
     behind = [
-        *(f"train {r['variant']}" for r in encoders),
+        *(f"train {r['variant']}" for r in encoders if VARIANT.match(r["variant"])),
         *(f"memory {r['encoder']} {r['optimizer']}" for r in memory),
     ]
     behind.append(JUDGED)
