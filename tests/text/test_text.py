@@ -111,6 +111,17 @@ from chorus.text.sentences import UnspeakableTextWarning, is_speakable, speech_p
         ("e.g. this one", "for example this one"),
         ("i.e. that one", "that is that one"),
         ("It was -5 degrees.", "It was minus five degrees."),
+        # a sign before a percentage, an amount or a bare decimal point (a new user's probe: all lost it)
+        ("It fell -3.5% today.", "It fell minus three point five percent today."),
+        ("It cost -$20.", "It cost minus twenty dollars."),
+        ("-.5 and \u22127", "minus point five and minus seven"),
+        ("Add .75 cups.", "Add point seven five cups."),
+        ("1 000 000 people.", "one million people."),
+        ("2 500 000.5 units", "two million five hundred thousand point five units"),
+        (
+            "Call 555 123 4567 now",
+            "Call five hundred and fifty five one hundred and twenty three four thousand five hundred and sixty seven now",
+        ),
         ("well-known", "well known"),
         ("COVID-19", "COVID nineteen"),
         ("the 100th time", "the one hundredth time"),
@@ -381,11 +392,23 @@ def test_ssml_subset_is_read_and_the_rest_refused() -> None:
         ('<speak><prosody rate="slow">Hi</prosody></speak>', "<prosody> is not supported"),
         ('<speak><break time="fast"/>Hi</speak>', "give milliseconds or seconds"),
         ('<speak><say-as interpret-as="cardinal">ten</say-as></speak>', "is not a number"),
+        ('<speak><say-as interpret-as="date" format="mdy">13/45/2020</say-as></speak>', "is not a date (month 13"),
         ('<speak><phoneme alphabet="x-sampa" ph="a">a</phoneme></speak>', "only 'ipa'"),
         ("<speak>Hi", "does not parse"),
     ]:
         with pytest.raises(SsmlError, match=re.escape(message)):
             speech_pieces(bad)
+
+
+def test_ssml_cardinals_are_read_as_numbers_not_years() -> None:
+    from chorus.text.sentences import speech_pieces
+
+    pieces = speech_pieces(
+        '<speak>I have <say-as interpret-as="cardinal">1,234</say-as> apples, '
+        '<say-as interpret-as="number">-12.5</say-as> and <say-as interpret-as="cardinal">2024</say-as>.</speak>'
+    )
+    assert pieces == ["I have one thousand two hundred and thirty four apples, minus twelve point five and two thousand "
+                      "and twenty four."]  # fmt: skip
 
 
 def test_inline_phonemes_pass_through_to_the_model() -> None:

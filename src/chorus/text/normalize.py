@@ -127,7 +127,9 @@ _CURRENCIES = {
 _ALLOWED = re.compile(r"[a-zA-Z' ,;:.!?]")
 # A dash between two numbers is a range ("5–10 minutes"), not a pause.
 _number_dash_re = re.compile(r"(?<=\d)\s?[–—]\s?(?=\d)")
-_PAUSE_DASHES = str.maketrans({"–": " - ", "—": " - ", "…": "...", "“": '"', "”": '"', "‘": "'", "’": "'"})
+_PAUSE_DASHES = str.maketrans(
+    {"–": " - ", "—": " - ", "…": "...", "“": '"', "”": '"', "‘": "'", "’": "'", "\u2212": "-"}  # U+2212: minus
+)
 
 _abbrev_re = re.compile(r"\b(" + "|".join(re.escape(a) for a in _ABBREVIATIONS) + r")\.", re.IGNORECASE)
 _url_re = re.compile(r"\b(?:https?://|www\.)[^\s<>\"']*[^\s<>\"'.,;:!?)]", re.IGNORECASE)
@@ -140,7 +142,8 @@ _month_day_re = re.compile(
 )
 _month_abbrev_re = re.compile(r"\b(" + "|".join(_MONTH_ABBREVIATIONS) + r")\.", re.IGNORECASE)
 _phone_re = re.compile(r"(?<![\d-])(?:\+?1[-. ])?(?:\((\d{3})\)\s?|(\d{3})[-. ])?(\d{3})-(\d{4})(?![\d-])")
-_negative_re = re.compile(r"(?<![\w-])-(?=\d)")
+# A minus sign before an amount: "-5", "-3.5%", "-$20", "-.5" (not inside a word, a range or a date).
+_negative_re = re.compile(r"(?<![\w-])-(?=[" + "".join(_CURRENCIES) + r"]?\.?\d)")
 _unit_names = "|".join(re.escape(u) for u in sorted(_UNITS, key=len, reverse=True))  # longest first: "km/h"
 _unit_re = re.compile(r"(\d[\d,]*(?:\.\d+)?)\s?(" + _unit_names + r")(?![\w/])")
 # A unit per unit ("2 mg/kg", "5 m/s" is not listed: only pairs of listed units): "milligrams per kilogram".
@@ -170,6 +173,10 @@ _percent_re = re.compile(r"(\d[\d,]*(?:\.\d+)?)\s?%")
 _ordinal_re = re.compile(r"\b(\d+)(st|nd|rd|th)\b", re.IGNORECASE)
 _time_re = re.compile(r"\b(\d{1,2})(?::(\d{2})(?!\d)(?:\s?([ap])\.?m\b\.?)?|\s?([ap])\.?m\b\.?)", re.IGNORECASE)
 _decimal_re = re.compile(r"\b(\d+)\.(\d+)\b")
+_leading_point_re = re.compile(r"(?<![\w.])\.(\d+)\b")  # ".75 cups": point seven five
+# Thousands grouped by spaces, as SI style writes them ("1 000 000"): at least two groups of three, so that
+# "5 100" (two numbers) and phone numbers ("555 123 4567") stay apart.
+_spaced_thousands_re = re.compile(r"(?<![\d.,])\d{1,3}(?: \d{3}){2,}(?!\d|,\d| \d)")
 # Thousands separators only in groups of three ("1,000"; "1,2" is a list), and no word boundary
 # needed, so digits stuck to letters ("MP3", "4K") are read rather than dropped.
 _number_re = re.compile(r"\d{1,3}(?:,\d{3})+(?!\d)|\d+")
@@ -420,11 +427,13 @@ def _spoken(text: str) -> tuple[str, tuple[str, ...]]:
     text = _abbrev_re.sub(_expand_abbreviation, text)
     text = _number_abbrev_re.sub("number", text)
     text = _st_re.sub(_saint_or_street, text)
+    # The sign before the amount rules: "-$20" and "-3.5%" would lose it once read as words.
+    text = _negative_re.sub("minus ", text)
+    text = _spaced_thousands_re.sub(lambda m: m.group(0).replace(" ", ""), text)
     text = _currency_re.sub(_currency, text)
     text = _number_sign_re.sub("number ", text)
     text = _percent_re.sub(lambda m: _decimal_or_cardinal(m.group(1)) + " percent", text)
     text = _time_re.sub(_time, text)
-    text = _negative_re.sub("minus ", text)
     text = _dotted_re.sub(_dotted, text)
     text = _per_unit_re.sub(_unit, text)
     text = _unit_re.sub(_unit, text)
@@ -436,6 +445,7 @@ def _spoken(text: str) -> tuple[str, tuple[str, ...]]:
     text = _decade_re.sub(_decade, text)
     text = _ordinal_re.sub(lambda m: _words(m.group(1), to="ordinal"), text)
     text = _decimal_re.sub(lambda m: _decimal_or_cardinal(m.group(0)), text)
+    text = _leading_point_re.sub(lambda m: "point " + _digits(m.group(1)), text)
     # Spaces around the words part "MP3" into "MP three"; runs of spaces are collapsed at the end.
     text = _number_re.sub(lambda m: f" {_number(m)} ", text)
     text = text.replace("&", " and ").replace("-", " ").replace('"', " ")

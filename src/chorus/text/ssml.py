@@ -134,7 +134,7 @@ def _say_as(element: ElementTree.Element) -> str:
     if kind in ("cardinal", "number"):
         if not re.fullmatch(r"-?\d+(?:\.\d+)?", digits):
             raise SsmlError(f"SSML <say-as interpret-as='{kind}'>: {content!r} is not a number")
-        return digits
+        return _cardinal(digits)
     if kind == "ordinal":
         if not digits.isdigit():
             raise SsmlError(f"SSML <say-as interpret-as='ordinal'>: {content!r} is not a whole number")
@@ -144,11 +144,27 @@ def _say_as(element: ElementTree.Element) -> str:
     return _date(content, element.get("format", "mdy"))
 
 
+def _cardinal(number: str) -> str:
+    """``-12.5`` as words ("minus twelve point five"): spelled out here, since digits left for the normalizer
+    would be read by its rules for running text, where "1234" alone is a year."""
+    sign = "minus " if number.startswith("-") else ""
+    whole, _, fraction = number.lstrip("-").partition(".")
+    words = num2words(int(whole)).replace("-", " ").replace(",", "")
+    if fraction:
+        words += " point " + " ".join(num2words(int(d)) for d in fraction)
+    return sign + words
+
+
 def _date(content: str, layout: str) -> str:
     """A date as ISO ``YYYY-MM-DD``, which the normalizer reads out ("March fifth, twenty twenty four")."""
     parts = re.findall(r"\d+", content)
     if sorted(layout) != sorted("mdy") or len(parts) != 3:
         raise SsmlError(f"SSML <say-as interpret-as='date' format={layout!r}>: {content!r} is not a date in it")
     value = dict(zip(layout, parts))
+    month, day = int(value["m"]), int(value["d"])
+    if not (1 <= month <= 12 and 1 <= day <= 31):
+        raise SsmlError(
+            f"SSML <say-as interpret-as='date' format={layout!r}>: {content!r} is not a date (month {month}, day {day})"
+        )
     year = value["y"] if len(value["y"]) == 4 else ("20" if int(value["y"]) < 50 else "19") + value["y"].zfill(2)
     return f"{year}-{int(value['m']):02d}-{int(value['d']):02d}"
