@@ -184,6 +184,10 @@ def test_listen_flags_transcripts_of_the_right_length_but_other_words(tmp_path: 
     assert mended.exit_code == 0 and "no problems" in said_back
     assert "Whisper heard the transcript of each of the 4 usable clips" in said_back
     assert "Too little for `chorus adapt`" in said_back and "record more clips" in said_back  # 4 clips, ~10 s
+    # A line left for Whisper (`id|`) is no fault, and had turned the check for too little speech off.
+    metadata(tmp_path, [*said[:3], "c3|"])
+    untranscribed = " ".join(runner.invoke(app, ["data", "check", str(tmp_path)]).output.split())
+    assert "Lines with no text (id|)" in untranscribed and "Too little for `chorus adapt`" in untranscribed
 
 
 def test_each_problem_kind_is_found_where_it_is(

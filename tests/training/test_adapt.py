@@ -252,6 +252,11 @@ def test_one_folder_of_two_voices_is_refused_before_training(tiny_base, new_voic
     assert checked.exit_code == 1 and "`chorus adapt` refuses them: " in output and "sound like two people" in output
     assert runner.invoke(app, ["data", "check", str(mixed), "--no-one-speaker-check"]).exit_code == 0
     assert runner.invoke(app, ["data", "check", str(new_voice_data)]).exit_code == 0
+    # One more clip on a line left for Whisper (`id|`, which adapt transcribes) had turned the check off.
+    shutil.copy(next((mixed / "wavs").iterdir()), mixed / "wavs" / "untold.wav")
+    (mixed / "metadata.csv").write_text((mixed / "metadata.csv").read_text() + "untold|\n")
+    checked = runner.invoke(app, ["data", "check", str(mixed)])
+    assert checked.exit_code == 1 and "sound like two people" in " ".join(checked.output.split())
 
 
 def test_a_few_clips_of_another_voice_are_found(new_voice_data, two_voice_corpus, tmp_path):

@@ -75,9 +75,9 @@ def data_check(
         console.print(
             f"Lines with no text (id|): `chorus adapt {root}` has Whisper transcribe those clips.", soft_wrap=True
         )
-    elif len(report.speakers) == 1:
-        _speech_for_a_voice(report)
-        if one_speaker_check and (two_people := _two_people(report)):
+    if len(report.speakers) == 1:
+        _speech_for_a_voice(report, untranscribed)
+        if one_speaker_check and (two_people := _two_people(report, _trainable(report, untranscribed))):
             console.print(f"`chorus adapt` refuses them: {two_people}.", soft_wrap=True)
     if len(report.speakers) == 1:
         for warning in report.warning_notes().values():
@@ -104,10 +104,21 @@ def _skipped_before_transcribing(recordings: list[Path]) -> list[str]:
     return skipped
 
 
-def _speech_for_a_voice(report: DatasetReport) -> None:
+def _trainable(report: DatasetReport, untranscribed: bool) -> list:
+    """The clips `chorus adapt` trains on: the usable ones and, where lines are left for Whisper (``id|``), the
+    clips whose one fault is that empty line (adapt transcribes them first)."""
+    if not untranscribed:
+        return report.valid_utterances()
+    faulty = {p.utterance.key for p in report.problems if p.utterance is not None and p.kind != "empty_text"}
+    return [u for u in report.utterances if u.key not in faulty]
+
+
+def _speech_for_a_voice(report: DatasetReport, untranscribed: bool = False) -> None:
     """Say so when one speaker's folder holds too little speech for `chorus adapt` (not a problem of the data as
-    such: the same folder may serve pretraining)."""
-    speech = next(iter(report.speakers.values())).valid_speech_seconds
+    such: the same folder may serve pretraining). Clips left for Whisper count with their whole length (their
+    speech is not measured apart from their faults): "too little" is then certain, never a guess."""
+    speaker = next(iter(report.speakers.values()))
+    speech = speaker.valid_speech_seconds + (speaker.seconds - speaker.valid_seconds if untranscribed else 0.0)
     if speech < VOICE_MIN_SPEECH_SECONDS:
         console.print(
             f"Too little for `chorus adapt`: the usable clips hold {tenths_down(speech)} s of speech, and a voice "
@@ -117,13 +128,13 @@ def _speech_for_a_voice(report: DatasetReport) -> None:
         )
 
 
-def _two_people(report: DatasetReport) -> str | None:
-    """Why `chorus adapt` would refuse one speaker's usable clips as two people's, or None."""
+def _two_people(report: DatasetReport, clips: list) -> str | None:
+    """Why `chorus adapt` would refuse one speaker's ``clips`` (:func:`_trainable`) as two people's, or None."""
     from chorus.training.adapt import DataRefused, check_one_speaker  # torch and the speaker encoder: not for --help
 
     with console.status("listening for a second voice (Chorus's speaker encoder)"):
         try:
-            check_one_speaker(report.root, report.valid_utterances(), report.narrow_band)
+            check_one_speaker(report.root, clips, report.narrow_band)
         except DataRefused as refused:  # its reason, and this command's advice (adapt's flag trains anyway)
             return f"{refused.reason} (`chorus adapt --no-one-speaker-check` trains anyway)"
     return None
