@@ -221,6 +221,14 @@ def test_piper_pace_noise_and_model_flags(tiny_base, tmp_path, monkeypatch):
         assert result.exit_code == 0, result.output
     assert opened == ["voice.onnx", "voice.onnx"]
     assert plain.read_bytes() != quiet.read_bytes()  # the generator's noise, turned off
+    # Noise no voice speaks with (a new user's probe: --noise-w 5 made 101 s of "Hello there.", 10 ran out of
+    # memory, nan made silence) is one line and exit 2, no file.
+    for flag, value in (("--noise-w", "5"), ("--noise-scale", "nan"), ("--noise_w", "inf"), ("--noise-scale", "-1")):
+        refused = runner.invoke(app, ["synthesize", "-m", "voice.onnx", "--text", "Hi.", "-f", str(tmp_path / "x.wav"),
+                                      flag, value])  # fmt: skip
+        said = " ".join(refused.output.split())
+        assert refused.exit_code == 2 and f"{flag.replace('_', '-')} must be within 0-2" in said, said
+        assert not (tmp_path / "x.wav").exists()
 
 
 def test_word_captions_from_the_command_line(tiny_base, tmp_path):
@@ -321,3 +329,23 @@ def test_an_output_that_cannot_be_written_is_named_as_asked_not_by_its_temporary
     result = runner.invoke(app, _args(tiny_base, "Hi.", "--out", target), env=WIDE)
     assert result.exit_code == 2 and f"cannot write {target}: " in result.output, result.output
     assert ".tmp" not in result.output
+
+
+def test_ssml_chorus_cannot_follow_is_one_line_and_the_other_lines_are_spoken(tiny_base, tmp_path):
+    """A new user's probe: SSML outside Chorus's subset (<prosody>, <emphasis>, an unclosed tag) had printed a
+    60-line traceback; read line by line, one such line had stopped the run and thrown away the audio of the
+    lines before it. Now it is skipped with its reason, as any other bad line is."""
+    refused = runner.invoke(
+        app,
+        _args(tiny_base, "--text", '<speak><prosody rate="slow">x</prosody></speak>', "-f", str(tmp_path / "a.wav")),
+    )
+    said = " ".join(refused.output.split())
+    assert refused.exit_code == 2 and "Traceback" not in said and "file" not in said  # no empty report table
+    assert "skipped --text: SSML <prosody> is not supported" in said and "nothing was synthesized" in said
+    lines = "Hello there.\n<speak><emphasis>no</emphasis></speak>\n<speak>Open\nGoodbye now.\n"
+    spoken = runner.invoke(app, _args(tiny_base, "--line-by-line", "-f", str(tmp_path / "l.wav")), input=lines)
+    said = " ".join(spoken.output.split())
+    assert spoken.exit_code == 0, said
+    assert "skipped standard input:2: SSML <emphasis>" in said and "skipped standard input:3: SSML" in said
+    alone = runner.invoke(app, _args(tiny_base, "-f", str(tmp_path / "g.wav")), input="Hello there.\nGoodbye now.\n")
+    assert alone.exit_code == 0 and (tmp_path / "l.wav").read_bytes() == (tmp_path / "g.wav").read_bytes()

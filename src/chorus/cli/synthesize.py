@@ -53,6 +53,7 @@ from chorus.synthesis import DEFAULT_BASE, Synthesizer, load_base
 from chorus.synthesis.timeline import MAX_SENTENCE_SILENCE, layout
 from chorus.synthesis.voices import Blend, Speaker
 from chorus.text.sentences import MAX_SPEED, MIN_SPEED  # the speeds `chorus serve` and OpenAI's API take
+from chorus.text.ssml import SsmlError
 
 MODEL_HELP = "Model folder (default: the shipped base); a Piper voice file (voice.onnx) is taken as --base FILE."
 MIN_RATE, MAX_RATE = 8_000, 48_000  # output sample rates (Hz): telephone to studio
@@ -235,11 +236,11 @@ def synthesize(options: SynthesizeOptions) -> None:
     )
     with bar, user_errors():
         done = _speak(speech, jobs, destination, by_line, options)
+    if not done:
+        fail("nothing was synthesized (see the skipped lines above)")
     if not options.quiet:
         # Line by line, standard output is Piper's list of files written, read by a program: the table is not one.
         (errors if by_line else destination.report).print(table)
-    if not done:
-        fail("nothing was synthesized (see the skipped lines above)")
 
 
 def _piper_spellings(options: SynthesizeOptions) -> SynthesizeOptions:
@@ -341,10 +342,19 @@ def _voice(options: SynthesizeOptions) -> tuple[Synthesizer, Speaker | Blend, st
 
 def _laid_out(said: Iterable[Utterance], by_line: bool, sentence_silence: float) -> tuple[Iterable[Job], int]:
     """Each utterance with its layout, and how many sentences there are: laid out first where the whole text is
-    known, so the bar knows; standard input's lines as each arrives (then 0: no bar)."""
+    known, so the bar knows; standard input's lines as each arrives (then 0: no bar). An utterance whose SSML
+    Chorus cannot follow is skipped with its reason, as any other bad line is: the others are spoken."""
+
+    def laid(utterance: Utterance) -> Job | None:
+        try:
+            return utterance, layout(utterance.text, sentence_silence=sentence_silence)
+        except SsmlError as error:
+            errors.print(f"skipped {utterance.where}: {error}", style="yellow")
+            return None
+
     if by_line:
-        return ((u, layout(u.text, sentence_silence=sentence_silence)) for u in said), 0
-    jobs = [(u, layout(u.text, sentence_silence=sentence_silence)) for u in said]
+        return (job for u in said if (job := laid(u)) is not None), 0
+    jobs = [job for u in said if (job := laid(u)) is not None]
     return jobs, sum(isinstance(p, str) for _, pieces in jobs for p in pieces)
 
 
@@ -392,4 +402,7 @@ def _set_noise(tts: Synthesizer, noise_scale: float | None, noise_w: float | Non
         )
         return
     changes = {k: v for k, v in (("noise_scale", noise_scale), ("noise_w", noise_w)) if v is not None}
-    tts.base.settings = dataclasses.replace(tts.base.settings, **changes)
+    try:
+        tts.base.settings = dataclasses.replace(tts.base.settings, **changes)
+    except ValueError as error:
+        fail(str(error).replace("noise_scale", "--noise-scale").replace("noise_w", "--noise-w"))

