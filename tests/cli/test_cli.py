@@ -41,6 +41,10 @@ def test_speakers_lists_voices_and_the_default(tiny_base):
     rows = json.loads(listed.output)
     assert [row["index"] for row in rows] == list(range(len(rows))) and {"m3", "f2"} <= {row["name"] for row in rows}
     assert sum(row["default"] for row in rows) == 1
+    # Read as `synthesize` reads them (a new user's probe): -m, and a wrong base name said as one.
+    assert runner.invoke(app, ["speakers", "-m", str(tiny_base), "--json"]).output == listed.output
+    wrong = runner.invoke(app, ["speakers", "--base", "piper-jo"])
+    assert wrong.exit_code == 2 and "unknown base 'piper-jo'" in " ".join(wrong.output.split())
 
 
 def test_synthesize_writes_audio_and_reports_rtf(tiny_base, tmp_path):
@@ -659,6 +663,15 @@ def test_eval_judges_clips_beside_the_start_speaker_and_piper(tiny_base, tmp_pat
     assert "## Beside" in (out / "report.md").read_text() and "Beside" in result.output
     refused = runner.invoke(app, ["eval", str(clips), "--start-speaker", "nobody", "--model", str(tiny_base)])
     assert refused.exit_code != 0 and "nobody" in refused.output
+    # Refused before any judging, in one line each (a new user's probe: an [Errno 2] for the voice after the
+    # judging, and "report.txt" made a folder of that name).
+    for flags, said in (
+        (["--voice", str(tmp_path / "none")], "no such voice folder"),
+        (["--out", str(tmp_path / "report.txt")], "write the report as .md or .json, or into a folder"),
+    ):
+        refused = runner.invoke(app, ["eval", str(clips), "--no-piper", *flags], env=WIDE)
+        assert refused.exit_code == 2 and said in " ".join(refused.output.split()), refused.output
+    assert not (tmp_path / "report.txt").exists()
 
 
 def test_speakers_lists_a_piper_bases_one_voice(monkeypatch):

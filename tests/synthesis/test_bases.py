@@ -80,6 +80,7 @@ def test_piper_timestamps_pace_and_speakers():
     slow, fast = (tts.synthesize_batch(["It is a fine day."], speed=s)[0].duration for s in (0.5, 2.0))
     assert slow > 1.5 * fast  # not 4x: each id keeps at least one frame (durations are rounded up)
     assert tts.speakers == ["tiny-piper"] and tts.resolve_speaker(None).name == "tiny-piper"
+    assert tts.resolve_speaker("TINY-Piper").name == "tiny-piper"  # any case, as the Chorus base's names
     with pytest.raises(ValueError, match="nothing to blend"):
         tts.synthesize("Hi.", "tiny-piper(1)+other(1)")
     with pytest.raises(ValueError, match="makes audio itself"):

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from chorus.cli.common import console, user_errors
+from chorus.cli.common import console, fail, user_errors
 from chorus.evaluation.report import Judges, evaluate_folder, speaker_reference_files
 
 
@@ -27,6 +27,11 @@ def evaluate(
 ) -> None:
     """Judge synthesized clips: Whisper WER/CER, speaker similarity, predicted MOS (distillmos), MCD, F0 RMSE,
     speaking rate; beside them the same texts read by the voice's start speaker on the base and by Piper joe."""
+    # What would fail after minutes of judging is refused first.
+    if voice is not None and not (voice / "voice_card.json").is_file():
+        fail(f"--voice {voice}: no such voice folder (made by `chorus adapt`)")
+    if out is not None and out.suffix and out.suffix.lower() not in (".md", ".json") and not out.is_dir():
+        fail(f"--out {out}: write the report as .md or .json, or into a folder (a name with no suffix)")
     with user_errors():
         judges = Judges()
         if speaker_encoder is not None:

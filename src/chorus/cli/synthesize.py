@@ -48,8 +48,7 @@ from chorus.cli.synthesis_output import (
     into_one,
     write_timestamps,
 )
-from chorus.models.bundle import load_bundle
-from chorus.synthesis import DEFAULT_BASE, Synthesizer, load_base
+from chorus.synthesis import Synthesizer, load_base
 from chorus.synthesis.timeline import MAX_SENTENCE_SILENCE, layout
 from chorus.synthesis.voices import Blend, Speaker
 from chorus.text.sentences import MAX_SPEED, MIN_SPEED  # the speeds `chorus serve` and OpenAI's API take
@@ -62,7 +61,7 @@ PROGRESS_MIN_SENTENCES = 3
 
 
 def speakers(
-    model: Path | None = typer.Option(None, help=MODEL_HELP),
+    model: Path | None = typer.Option(None, "--model", "-m", help=MODEL_HELP),
     base: str | None = typer.Option(None, help=BASE_HELP),
     as_json: bool = typer.Option(
         False, "--json", help='Print JSON for scripts: [{"index": 0, "name": ..., "default": true}, ...].'
@@ -72,13 +71,11 @@ def speakers(
     from chorus.synthesis.bases.piper import claims as piper_claims
 
     with user_errors():
+        # As `synthesize` opens it: "chorus", a wrong name and a Piper voice file are read the same way. The
+        # Chorus base's vocoder is not needed to name its speakers: Griffin-Lim loads nothing.
         spec = chosen_base(base, model)
-        if spec is not None and piper_claims(str(spec)):
-            tts = load_base(spec)
-            names, default = tts.speakers, tts.base.default_speaker
-        else:
-            bundle = load_bundle(spec or DEFAULT_BASE)
-            names, default = bundle.speakers, bundle.default_speaker
+        tts = load_base(spec, vocoder=None if spec is not None and piper_claims(str(spec)) else "griffin-lim")
+        names, default = tts.speakers, tts.base.default_speaker
     if as_json:
         rows = [{"index": index, "name": name, "default": name == default} for index, name in enumerate(names)]
         print(json.dumps(rows, indent=2))  # plain print: rich would colour and wrap what a script parses

@@ -271,6 +271,8 @@ class EvalReport:
         out = Path(out)
         if out.suffix.lower() in (".md", ".json"):
             targets = [out]
+        elif out.suffix and not out.is_dir():  # "report.txt" had become a folder of that name
+            raise ValueError(f"{out}: a report is written as .md or .json, or into a folder (a name with no suffix)")
         else:
             targets = [out / "report.md", out / "report.json"]
         for target in targets:

@@ -97,8 +97,8 @@ class PiperBase(Base):
             return spec
         if isinstance(spec, Blend) or (isinstance(spec, str) and is_mix(spec)):
             raise ValueError(f"the Piper base {self.name!r} has one speaker: nothing to blend")
-        if spec in (None, 0, "0", self.name):
-            return Speaker(self.name, 0)
+        if spec in (None, 0, "0") or (isinstance(spec, str) and spec.casefold() == self.name.casefold()):
+            return Speaker(self.name, 0)  # a name in any case, as the Chorus base's
         raise KeyError(f"unknown speaker {spec!r}: the Piper base has one, {self.name!r}")
 
     def _encode(self, texts: list[str]) -> list[_Encoded | Exception]:
