@@ -93,6 +93,13 @@ def test_synthesize_text_file_one_clip_per_line_and_bad_lines_skipped(tiny_base,
     assert sorted(p.name for p in (tmp_path / "clips").iterdir()) == ["0001.wav", "0004.wav", "metadata.csv"]
     assert (tmp_path / "clips" / "metadata.csv").read_text() == "0001|First line.\n0004|Second line.\n"
     assert "skipped" in result.output and "lines.txt:3" in result.output
+    # A file named as --out: its clips go into the folder of its name, and the command says so (it had been
+    # silent, and a new user looked for clips.wav).
+    named = runner.invoke(
+        app, ["synthesize", "--text-file", str(lines), "--model", str(tiny_base), "--vocoder", "griffin-lim",
+              "--out", str(tmp_path / "clips.wav")], env=WIDE,
+    )  # fmt: skip
+    assert named.exit_code == 0 and f"into {tmp_path / 'clips'}/, not {tmp_path / 'clips.wav'}" in named.stderr
 
 
 def test_synthesize_errors_are_clear(tiny_base, tmp_path):

@@ -183,6 +183,22 @@ def test_piper_output_flags(tiny_base, tmp_path):
     assert "skipped standard input:5: unknown speaker 'nobody'" in result.stderr and not (tmp_path / "x.wav").exists()
     m3, f2, one = ((tmp_path / f"{name}.wav").read_bytes() for name in ("m3", "f2", "one"))
     assert m3 != f2 and one in (m3, f2) and one == (f2 if load_bundle(tiny_base).speakers[1] == "f2" else m3)
+    # A line's own file in the format its suffix names (a new user's probe: "r7.mp3" got WAV bytes and "r8.xyz"
+    # was written); a line with none goes to --out, whose path is printed as the others' are.
+    lines = "\n".join(
+        [
+            json.dumps({"text": "Hello there.", "output_file": str(tmp_path / "r7.mp3")}),
+            json.dumps({"text": "Hello there.", "output_file": str(tmp_path / "r8.xyz")}),
+            json.dumps({"text": "Hello there."}),
+        ]
+    )
+    result = runner.invoke(app, _args(tiny_base, "--json-input", "-f", str(tmp_path / "rest.wav")), input=lines)
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "r7.mp3").read_bytes()[:3] in (b"ID3", b"\xff\xfb", b"\xff\xf3") and not (
+        tmp_path / "r8.xyz"
+    ).exists()
+    assert "skipped standard input:2:" in result.stderr and "suffix '.xyz'" in result.stderr
+    assert result.stdout.split() == [str(tmp_path / "r7.mp3"), str(tmp_path / "rest.wav")]
 
 
 def test_piper_pace_noise_and_model_flags(tiny_base, tmp_path, monkeypatch):

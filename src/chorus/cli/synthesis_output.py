@@ -17,7 +17,7 @@ from rich.console import Console
 from rich.table import Table
 
 from chorus.atomic import atomic_write, atomic_write_text
-from chorus.audio.encode import FORMATS, AudioWriter
+from chorus.audio.encode import FORMATS, AudioWriter, format_for
 from chorus.cli.common import errors
 from chorus.cli.synthesis_input import Utterance
 from chorus.synthesis import Synthesizer
@@ -115,10 +115,12 @@ class Speech:
             return None
 
     def alone(self, path: Path, utterance: Utterance, pieces: list[str | Pause]) -> bool:
-        """``utterance`` alone into the file ``path``; whether anything was spoken (else no file is left)."""
+        """``utterance`` alone into the file ``path`` (in the format its suffix names where it is the utterance's
+        own file, a --json-input line's ``output_file``); whether anything was spoken (else no file is left)."""
+        audio_format = self.audio_format if utterance.out is None else format_for(utterance.out)
 
         def write(file: BinaryIO, seekable: bool) -> None:
-            writer = AudioWriter(file, self.audio_format, self.tts.sample_rate, self.sample_rate, seekable)
+            writer = AudioWriter(file, audio_format, self.tts.sample_rate, self.sample_rate, seekable)
             if not self.into(writer, Spoken(), str(path), utterance, pieces, final=True):
                 raise _NothingSpoken()  # before close: not even a header goes out
             writer.close()
@@ -205,9 +207,12 @@ def into_one(
         return spoken
 
     try:
-        return _into_file(out, write)
+        spoken = _into_file(out, write)
     except _NothingSpoken:
         return Spoken() if elsewhere else None
+    if elsewhere and out != STDOUT:  # the other lines' file, named as theirs were: a program reads every path
+        report.print(str(out), soft_wrap=True)
+    return spoken
 
 
 def write_timestamps(path: Path, spoken: Spoken, sample_rate: int, caption_words: int) -> None:

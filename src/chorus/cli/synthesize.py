@@ -95,7 +95,11 @@ class SynthesizeOptions:
         typer.Argument(None, metavar="TEXT", show_default=False, help="Text to speak, as --text takes it.")
     )
     text: str | None = option(None, help="Text to speak (any length). Without it: --text-file, or standard input.")
-    text_file: Path | None = option(None, help="File with one utterance per line.")
+    text_file: Path | None = option(
+        None,
+        help="File with one utterance per line, each into its clip in a folder: --output-dir, or --out's name "
+        "without its suffix (--out lines.wav: lines/0001.wav ...).",
+    )
     speaker: str | None = option(
         None,
         "--speaker",
@@ -121,8 +125,9 @@ class SynthesizeOptions:
         "--output-dir",
         "--output_dir",
         "-d",
-        help="A folder of one clip per utterance, named by line number (0001.wav ...): the lines of --text-file, "
-        "or of standard input as they arrive (each path printed when written, as Piper does).",
+        help="A folder of one clip per utterance, named by line number (0001.wav ...), and metadata.csv (id|text "
+        "of the clips written, replaced): the lines of --text-file, or of standard input as they arrive (each path "
+        "printed when written, as Piper does).",
     )
     output_raw: bool = option(
         False,
@@ -306,6 +311,8 @@ def _destination(options: SynthesizeOptions) -> _Destination:
     folder = options.output_dir
     if folder is None and options.text_file is not None:
         folder = out if out.suffix == "" else out.parent / out.stem
+        if out.suffix:  # a file was named: say where its clips go instead (a new user looked for it)
+            errors.print(f"--text-file speaks each line into its own clip: into {folder}/, not {out}")
     to_stdout = folder is None and out == STDOUT
     # WAV unless told otherwise where no file name says: standard output, a folder of clips.
     implicit_wav = to_stdout or (folder is not None and (options.output_dir is not None or out.suffix == ""))
