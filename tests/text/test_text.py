@@ -368,6 +368,16 @@ def test_word_timestamps_show_the_words_as_written() -> None:
     symbols = front_end.symbols.decode(front_end.encode([text])[0])
     words, _ = front_end.timings(text, [2] * len(symbols), 0.01, symbols)
     assert [w.text for w in words] == ["It", "cost", "$5 million —", "really."]
+    # A word read as two groups (NFKC makes "Brand™" "BrandTM": "brand T M") had turned every caption of its
+    # sentence into phonemes (a new user's probe); its groups are now joined under it.
+    for text, written in (
+        ("Brand™ is great.", ["Brand™", "is", "great."]),
+        ("Item №5 ships.", ["Item", "№5", "ships."]),
+    ):
+        symbols = front_end.symbols.decode(front_end.encode([text])[0])
+        words, _ = front_end.timings(text, [2] * len(symbols), 0.01, symbols)
+        assert [w.text for w in words] == written
+        assert all(a.start < a.end <= b.start for a, b in zip(words, words[1:]))
 
 
 def test_ssml_subset_is_read_and_the_rest_refused() -> None:

@@ -73,7 +73,9 @@ def timestamps(
         groups.append(current)
     if len(words) == len(groups):
         return [Timestamp(w, g[0].start, g[-1].end) for w, g in zip(words, groups)], phonemes
-    shared = _share_groups(groups, words, word_phonemes) if word_phonemes and len(word_phonemes) == len(words) else None
+    shared = None
+    if word_phonemes and len(word_phonemes) == len(words):
+        shared = (_share_groups if len(groups) <= len(words) else _join_groups)(groups, words, word_phonemes)
     if shared is None:
         shared = [Timestamp("".join(p.text for p in g), g[0].start, g[-1].end) for g in groups]
     return shared, phonemes
@@ -170,6 +172,33 @@ def _share_groups(groups: list[list[Timestamp]], words: list[str], word_phonemes
             result.append(Timestamp(words[i], part[0].start, part[-1].end))
             taken += count
     return result
+
+
+def _join_groups(groups: list[list[Timestamp]], words: list[str], word_phonemes: list[str]) -> list[Timestamp] | None:
+    """Words over phoneme groups when some words are read as several groups (NFKC makes "Brand™" "BrandTM", which
+    espeak reads "brand T M"): every word takes a run of one or more groups, in order, the runs chosen (dynamic
+    programming) so that their sizes best match the words' phonemes read alone."""
+    sizes = [max(1, _size(p)) for p in word_phonemes]
+    n_groups, n_words = len(groups), len(words)
+    prefix = np.concatenate([[0], np.cumsum([len(g) for g in groups])])
+    # cost[w][g]: the best mismatch of the first w words over the first g groups; last[w][g]: where word w-1's run starts.
+    cost = np.full((n_words + 1, n_groups + 1), np.inf)
+    last = np.zeros((n_words + 1, n_groups + 1), dtype=int)
+    cost[0][0] = 0.0
+    for w in range(1, n_words + 1):
+        for g in range(w, n_groups - (n_words - w) + 1):
+            for start in range(w - 1, g):
+                value = cost[w - 1][start] + abs(prefix[g] - prefix[start] - sizes[w - 1])
+                if value < cost[w][g]:
+                    cost[w][g], last[w][g] = value, start
+    if not np.isfinite(cost[n_words][n_groups]):
+        return None
+    result, g = [], n_groups
+    for w in range(n_words, 0, -1):
+        first = last[w][g]
+        result.append(Timestamp(words[w - 1], groups[first][0].start, groups[g - 1][-1].end))
+        g = first
+    return result[::-1]
 
 
 def _clock(seconds: float, separator: str) -> str:
