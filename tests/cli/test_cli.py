@@ -583,6 +583,19 @@ def test_unknown_suffix_is_an_error_and_sample_rate_is_kept(tiny_base, tmp_path)
     )
     assert result.exit_code == 0, result.output
     assert sf.info(out).samplerate == 24_000
+    # Opus takes five rates: another is encoded at the next one up, and the command says so (it had written
+    # 48 kHz without a word).
+    from chorus.audio.encode import output_rate
+
+    assert (output_rate("opus", 11_025), output_rate("opus", 24_000), output_rate("opus", 96_000)) == (
+        12_000,
+        24_000,
+        48_000,
+    )
+    opus = runner.invoke(
+        app, _synthesize_args(tiny_base, "--text", "Hi.", "--out", str(tmp_path / "a.opus"), "--sample-rate", "11025")
+    )
+    assert opus.exit_code == 0 and "opus takes no 11025 Hz: encoded at 12000 Hz" in " ".join(opus.stderr.split())
     result = runner.invoke(app, _synthesize_args(tiny_base, "--text", "Hi.", "--out", str(out), "--format", "wma"))
     assert result.exit_code == 2 and "unknown audio format 'wma'" in result.output
 

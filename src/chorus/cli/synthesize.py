@@ -27,7 +27,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
-from chorus.audio.encode import FORMATS, format_for
+from chorus.audio.encode import FORMATS, format_for, output_rate
 from chorus.cli.common import (
     BASE_HELP,
     DEVICE_OPTION,
@@ -322,6 +322,14 @@ def _destination(options: SynthesizeOptions) -> _Destination:
         )
     if options.timestamps is not None and (folder is not None or options.json_input):
         fail("--timestamps goes with one output (--text or standard input into --out), not a clip per line")
+    if (
+        options.sample_rate is not None
+        and (written := output_rate(chosen_format, options.sample_rate)) != options.sample_rate
+    ):
+        errors.print(
+            f"note: {chosen_format} takes no {options.sample_rate} Hz: encoded at {written} Hz"
+            + (" (and decoded at 48 kHz, as every Opus file is)" if chosen_format == "opus" else "")
+        )
     report = errors if to_stdout else console  # standard output carries the audio
     return _Destination(out, folder, chosen_format, report)
 
