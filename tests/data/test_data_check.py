@@ -463,6 +463,11 @@ def test_a_compressed_recordings_rate_is_read_from_its_header(tmp_path: Path, mo
 def test_markdown(bad_dataset: tuple[Path, dict[str, str]], bad_report: DatasetReport) -> None:
     markdown = bad_report.to_markdown()
     assert "| alice | 2 | 2 |" in markdown and "| bob | 13 | 1 |" in markdown
+    # The speakers' column counts their clips' problems; the summary says which of its total are none of a clip's
+    # (a new user's probe: the two had disagreed without a word).
+    unclipped = sum(p.utterance is None for p in bad_report.problems)
+    assert unclipped and "| Clip problems |" in markdown
+    assert f"{len(bad_report.problems)} problem(s) ({unclipped} of the metadata or folder, not of a clip)" in markdown
     for source in bad_dataset[1].values():
         assert f"`{source}`" in markdown
 

@@ -243,7 +243,10 @@ class DatasetReport:
         if not self.problems:
             return text + "; no problems."
         counts = ", ".join(f"{n} {kind}" for kind, n in sorted(self.problem_counts().items()))
-        return text + f"; {len(self.problems)} problem(s): {counts}."
+        # The speakers' tables count problems of their clips; a bad metadata line is no clip's (it named none).
+        unclipped = sum(p.utterance is None for p in self.problems)
+        besides = f" ({unclipped} of the metadata or folder, not of a clip)" if unclipped else ""
+        return text + f"; {len(self.problems)} problem(s){besides}: {counts}."
 
     def to_markdown(self) -> str:
         """The report as Markdown: summary, a per-speaker table and every problem."""
@@ -252,7 +255,7 @@ class DatasetReport:
             "",
             self.summary(),
             "",
-            "| Speaker | Clips | Valid | Minutes | Valid minutes | Speech minutes | Problems |",
+            "| Speaker | Clips | Valid | Minutes | Valid minutes | Speech minutes | Clip problems |",
             "|---|---:|---:|---:|---:|---:|---:|",
         ]
         for s in self.speakers.values():
@@ -628,7 +631,7 @@ def format_report(report: DatasetReport, max_problems: int = 50) -> list[Rendera
     out: list[RenderableType] = [Text(f"Dataset check: {report.root}", style="bold")]
     if report.speakers:
         speakers = Table(title="Speakers", title_justify="left")
-        for name in ("Speaker", "Clips", "Valid", "Minutes", "Valid minutes", "Speech minutes", "Problems"):
+        for name in ("Speaker", "Clips", "Valid", "Minutes", "Valid minutes", "Speech minutes", "Clip problems"):
             speakers.add_column(name, justify="left" if name == "Speaker" else "right")
         for s in report.speakers.values():
             speakers.add_row(
