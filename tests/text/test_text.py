@@ -298,6 +298,11 @@ def test_sentences_are_split_by_pysbd_and_long_ones_cut() -> None:
         "Yes.",
     ]
     assert split_sentences("First line\nsecond line") == ["First line", "second line"]
+    # A "?" inside an address is no sentence end (pysbd cut there, and "=" was dropped from the second half).
+    assert split_sentences("Search at https://example.com/find?q=1 today. Then go.") == [
+        "Search at https://example.com/find?q=1 today.",
+        "Then go.",
+    ]
     long = ", ".join(["a clause of some words"] * 30) + "."
     chunks = split_sentences(long, max_chars=100)
     assert all(len(c) <= 100 for c in chunks) and " ".join(chunks) == long

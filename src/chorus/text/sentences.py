@@ -35,14 +35,20 @@ def split_sentences(text: str, max_chars: int = 300) -> list[str]:
     for line in _LINE_BREAK.split(text):
         if not line.strip():
             continue
+        end = None  # where the line's last piece ended
         for piece in _segmenter().segment(line):
             piece = piece.strip()
             if not piece:
                 continue
-            if sentences and not any(c.isalnum() for c in piece):
+            start = line.find(piece, end or 0)
+            # pysbd cuts at a "?" or "." inside an address ("example.com/find?q=1"): no space, no sentence end.
+            if sentences and end is not None and start == end:
+                sentences[-1] += piece
+            elif sentences and not any(c.isalnum() for c in piece):
                 sentences[-1] = f"{sentences[-1]} {piece}"
             else:
                 sentences.append(piece)
+            end = start + len(piece) if start >= 0 else None
     if len(sentences) > 1 and not any(c.isalnum() for c in sentences[0]):
         sentences[1] = f"{sentences.pop(0)} {sentences[0]}"
     chunks = []
