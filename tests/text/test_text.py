@@ -398,7 +398,7 @@ def test_ssml_subset_is_read_and_the_rest_refused() -> None:
     assert pieces == [
         "Hello.",
         Pause(0.7),
-        "Call five five five, one two three four on 2024-03-05.",
+        "Call five five five, one two three four on March fifth, twenty twenty four.",
         "It is doctor [[kˈɔːɹəs]].",
         Pause(0.7),
         "A B C and third.",

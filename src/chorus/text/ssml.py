@@ -15,6 +15,8 @@ from dataclasses import dataclass
 
 from num2words import num2words
 
+from chorus.text.normalize import normalize_text
+
 BREAK_STRENGTHS = {"none": 0.0, "x-weak": 0.1, "weak": 0.2, "medium": 0.4, "strong": 0.7, "x-strong": 1.2}
 MAX_BREAK_SECONDS = 10.0
 SAY_AS = ("characters", "spell-out", "verbatim", "cardinal", "number", "ordinal", "digits", "telephone", "date")
@@ -156,7 +158,8 @@ def _cardinal(number: str) -> str:
 
 
 def _date(content: str, layout: str) -> str:
-    """A date as ISO ``YYYY-MM-DD``, which the normalizer reads out ("March fifth, twenty twenty four")."""
+    """A date read out ("March fifth, twenty twenty four"): spelled here, so that captions show it as said rather
+    than as the ISO form the normalizer reads it from."""
     parts = re.findall(r"\d+", content)
     if sorted(layout) != sorted("mdy") or len(parts) != 3:
         raise SsmlError(f"SSML <say-as interpret-as='date' format={layout!r}>: {content!r} is not a date in it")
@@ -167,4 +170,4 @@ def _date(content: str, layout: str) -> str:
             f"SSML <say-as interpret-as='date' format={layout!r}>: {content!r} is not a date (month {month}, day {day})"
         )
     year = value["y"] if len(value["y"]) == 4 else ("20" if int(value["y"]) < 50 else "19") + value["y"].zfill(2)
-    return f"{year}-{int(value['m']):02d}-{int(value['d']):02d}"
+    return normalize_text(f"{year}-{month:02d}-{day:02d}", warn=False)
