@@ -199,6 +199,17 @@ def test_piper_output_flags(tiny_base, tmp_path):
     ).exists()
     assert "skipped standard input:2:" in result.stderr and "suffix '.xyz'" in result.stderr
     assert result.stdout.split() == [str(tmp_path / "r7.mp3"), str(tmp_path / "rest.wav")]
+    # --format, where given, is every file's; a name with no suffix takes the command's format, as Piper writes it.
+    lines = "\n".join(
+        [
+            json.dumps({"text": "Hello there.", "output_file": str(tmp_path / "f.wav")}),
+            json.dumps({"text": "Hello there.", "output_file": str(tmp_path / "plain")}),
+        ]
+    )
+    result = runner.invoke(app, _args(tiny_base, "--json-input", "--format", "mp3"), input=lines)
+    assert result.exit_code == 0, result.output
+    for name in ("f.wav", "plain"):
+        assert (tmp_path / name).read_bytes()[:4] != b"RIFF", name  # MP3, as --format says
 
 
 def test_piper_pace_noise_and_model_flags(tiny_base, tmp_path, monkeypatch):

@@ -184,8 +184,11 @@ def test_listen_flags_transcripts_of_the_right_length_but_other_words(tmp_path: 
     assert mended.exit_code == 0 and "no problems" in said_back
     assert "Whisper heard the transcript of each of the 4 usable clips" in said_back
     assert "Too little for `chorus adapt`" in said_back and "record more clips" in said_back  # 4 clips, ~10 s
-    # A line left for Whisper (`id|`) is no fault, and had turned the check for too little speech off.
-    metadata(tmp_path, [*said[:3], "c3|"])
+    # A line left for Whisper (`id|`) is no fault, and had turned the check for too little speech off; a long
+    # clip adapt refuses (recorded at 8 kHz) adds nothing to what it trains on.
+    long_call = np.sin(2 * np.pi * 180 * np.arange(60 * 8000) / 8000) * (np.arange(60 * 8000) % 8000 < 6000)
+    sf.write(tmp_path / "wavs" / "c9.wav", (0.3 * long_call).astype(np.float32), 8000)
+    metadata(tmp_path, [*said[:3], "c3|", f"c9|{sentences[0]}"])
     untranscribed = " ".join(runner.invoke(app, ["data", "check", str(tmp_path)]).output.split())
     assert "Lines with no text (id|)" in untranscribed and "Too little for `chorus adapt`" in untranscribed
 

@@ -114,13 +114,19 @@ from chorus.text.sentences import UnspeakableTextWarning, is_speakable, speech_p
         # a sign before a percentage, an amount or a bare decimal point (a new user's probe: all lost it)
         ("It fell -3.5% today.", "It fell minus three point five percent today."),
         ("It cost -$20.", "It cost minus twenty dollars."),
-        ("-.5 and \u22127", "minus point five and minus seven"),
-        ("Add .75 cups.", "Add point seven five cups."),
+        ("-.5 and \u22127", "minus zero point five and minus seven"),
+        ("3 \u2212 2", "three minus two"),
+        ("Add .75 cups.", "Add zero point seven five cups."),
+        ("Only .5% of them.", "Only zero point five percent of them."),
+        ("Down -.5 kg.", "Down minus zero point five kilograms."),
+        ("A 5%-10% rise.", "A five percent to ten percent rise."),
         ("1 000 000 people.", "one million people."),
+        ("10 000 people", "ten thousand people"),
         ("2 500 000.5 units", "two million five hundred thousand point five units"),
+        ("1\u202f250\u202f500 units", "one million two hundred and fifty thousand five hundred units"),
         (
-            "Call 555 123 4567 now",
-            "Call five hundred and fifty five one hundred and twenty three four thousand five hundred and sixty seven now",
+            "Rooms 101 102 103 are free.",
+            "Rooms one hundred and one one hundred and two one hundred and three are free.",
         ),
         ("well-known", "well known"),
         ("COVID-19", "COVID nineteen"),
@@ -303,6 +309,11 @@ def test_sentences_are_split_by_pysbd_and_long_ones_cut() -> None:
         "Search at https://example.com/find?q=1 today.",
         "Then go.",
     ]
+    assert split_sentences("Hello!How are you?Fine.") == ["Hello!", "How are you?", "Fine."]  # no address: cut
+    # A first piece with nothing to say joins the next one; the sentence after them is kept (it had been lost,
+    # or an IndexError raised).
+    assert split_sentences("... Hello there. Bye.") == ["... Hello there.", "Bye."]
+    assert split_sentences("!!! Hello.") == ["!!! Hello."]
     long = ", ".join(["a clause of some words"] * 30) + "."
     chunks = split_sentences(long, max_chars=100)
     assert all(len(c) <= 100 for c in chunks) and " ".join(chunks) == long
@@ -373,6 +384,9 @@ def test_word_timestamps_show_the_words_as_written() -> None:
     symbols = front_end.symbols.decode(front_end.encode([text])[0])
     words, _ = front_end.timings(text, [2] * len(symbols), 0.01, symbols)
     assert [w.text for w in words] == ["It", "cost", "$5 million —", "really."]
+    # A number grouped by spaces is one written unit (its "1" had been captioned alone as "one").
+    assert written_units("We have 1 000 000 people.")[2] == ("1 000 000", 2)
+    assert written_units("Rooms 101 102 103.")[1:] == [("101", 4), ("102", 4), ("103.", 4)]
     # A word read as two groups (NFKC makes "Brand™" "BrandTM": "brand T M") had turned every caption of its
     # sentence into phonemes (a new user's probe); its groups are now joined under it.
     for text, written in (
@@ -408,6 +422,11 @@ def test_ssml_subset_is_read_and_the_rest_refused() -> None:
         ('<speak><break time="fast"/>Hi</speak>', "give milliseconds or seconds"),
         ('<speak><say-as interpret-as="cardinal">ten</say-as></speak>', "is not a number"),
         ('<speak><say-as interpret-as="date" format="mdy">13/45/2020</say-as></speak>', "is not a date (month 13"),
+        (
+            '<speak><say-as interpret-as="date" format="mdy">2/30/2020</say-as></speak>',
+            "is not a date (month 2, day 30",
+        ),
+        ('<speak><say-as interpret-as="date" format="mdy">1/2/20245</say-as></speak>', "a year has 2 or 4 digits"),
         ('<speak><phoneme alphabet="x-sampa" ph="a">a</phoneme></speak>', "only 'ipa'"),
         ("<speak>Hi", "does not parse"),
     ]:
@@ -424,6 +443,9 @@ def test_ssml_cardinals_are_read_as_numbers_not_years() -> None:
     )
     assert pieces == ["I have one thousand two hundred and thirty four apples, minus twelve point five and two thousand "
                       "and twenty four."]  # fmt: skip
+    # Longer than anyone reads as a number: digit by digit, as the normalizer reads such runs (num2words overflows).
+    long = speech_pieces(f'<speak><say-as interpret-as="cardinal">{"1" * 1000}</say-as></speak>')
+    assert " ".join(long) == " ".join(["one"] * 1000)  # in chunks of at most 300 characters
 
 
 def test_inline_phonemes_pass_through_to_the_model() -> None:

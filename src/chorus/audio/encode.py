@@ -33,7 +33,7 @@ class AudioFormat:
     streams: bool
     codec: str | None = None  # PyAV encoder; None: written here or by libsndfile
     container: str | None = None  # PyAV muxer
-    rates: tuple[int, ...] | None = None  # sample rates the codec takes, ascending (see output_rate)
+    rates: tuple[int, ...] | None = None  # sample rates the codec takes (others are resampled to the last)
 
 
 _MPEG_RATES = (8_000, 11_025, 12_000, 16_000, 22_050, 24_000, 32_000, 44_100, 48_000)
@@ -79,12 +79,9 @@ def format_named(name: str) -> str:
 
 def output_rate(audio_format: str, sample_rate: int) -> int:
     """The rate ``audio_format`` is written at when asked for ``sample_rate``: Opus takes 8, 12, 16, 24 or 48 kHz,
-    and another rate is written at the next of them up (11,025 Hz at 12 kHz: nothing asked for is lost, and no
-    more is made than that), above 48 kHz at 48."""
+    and another rate is written at 48 kHz, the rate every Opus file decodes at (what a client is told)."""
     rates = FORMATS[audio_format].rates
-    if rates is None or sample_rate in rates:
-        return sample_rate
-    return next((rate for rate in rates if rate >= sample_rate), rates[-1])
+    return sample_rate if rates is None or sample_rate in rates else rates[-1]
 
 
 def resample(audio: np.ndarray, from_rate: int, to_rate: int) -> np.ndarray:

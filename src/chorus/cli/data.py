@@ -76,8 +76,9 @@ def data_check(
             f"Lines with no text (id|): `chorus adapt {root}` has Whisper transcribe those clips.", soft_wrap=True
         )
     if len(report.speakers) == 1:
-        _speech_for_a_voice(report, untranscribed)
-        if one_speaker_check and (two_people := _two_people(report, _trainable(report, untranscribed))):
+        trainable = _trainable(report, untranscribed)
+        _speech_for_a_voice(report, trainable)
+        if one_speaker_check and (two_people := _two_people(report, trainable)):
             console.print(f"`chorus adapt` refuses them: {two_people}.", soft_wrap=True)
     if len(report.speakers) == 1:
         for warning in report.warning_notes().values():
@@ -113,12 +114,10 @@ def _trainable(report: DatasetReport, untranscribed: bool) -> list:
     return [u for u in report.utterances if u.key not in faulty]
 
 
-def _speech_for_a_voice(report: DatasetReport, untranscribed: bool = False) -> None:
-    """Say so when one speaker's folder holds too little speech for `chorus adapt` (not a problem of the data as
-    such: the same folder may serve pretraining). Clips left for Whisper count with their whole length (their
-    speech is not measured apart from their faults): "too little" is then certain, never a guess."""
-    speaker = next(iter(report.speakers.values()))
-    speech = speaker.valid_speech_seconds + (speaker.seconds - speaker.valid_seconds if untranscribed else 0.0)
+def _speech_for_a_voice(report: DatasetReport, clips: list) -> None:
+    """Say so when one speaker's ``clips`` (:func:`_trainable`) hold too little speech for `chorus adapt` (not a
+    problem of the data as such: the same folder may serve pretraining)."""
+    speech = sum(report.speech_durations.get(clip.key, 0.0) for clip in clips)
     if speech < VOICE_MIN_SPEECH_SECONDS:
         console.print(
             f"Too little for `chorus adapt`: the usable clips hold {tenths_down(speech)} s of speech, and a voice "

@@ -30,7 +30,7 @@ def evaluate(
     # What would fail after minutes of judging is refused first.
     if voice is not None and not (voice / "voice_card.json").is_file():
         fail(f"--voice {voice}: no such voice folder (made by `chorus adapt`)")
-    if out is not None and out.suffix and out.suffix.lower() not in (".md", ".json") and not out.is_dir():
+    if out is not None and out.suffix[1:].isalpha() and out.suffix.lower() not in (".md", ".json") and not out.is_dir():
         fail(f"--out {out}: write the report as .md or .json, or into a folder (a name with no suffix)")
     with user_errors():
         judges = Judges()

@@ -10,7 +10,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, TextIO
 
-from chorus.audio.encode import format_for
 from chorus.cli.common import errors, fail
 
 
@@ -116,8 +115,6 @@ def _json_line(line: str, where: str, number: int) -> Utterance:
         raise ValueError('a --json-input line is an object with a "text" string')
     speaker = item.get("speaker_id", item.get("speaker"))
     out = item.get("output_file")
-    if out is not None:
-        format_for(Path(out))  # its suffix names its format, as --out's does: "r7.mp3" is MP3, "r8.xyz" refused
     return Utterance(
         where, item["text"], number, None if speaker is None else str(speaker), None if out is None else Path(out)
     )

@@ -56,6 +56,7 @@ class Speech:
     sample_rate: int | None
     progress: Callable[[], None]
     table: Table
+    format_given: bool = False  # --format was given: every file takes it, whatever its suffix
 
     def into(
         self,
@@ -115,9 +116,16 @@ class Speech:
             return None
 
     def alone(self, path: Path, utterance: Utterance, pieces: list[str | Pause]) -> bool:
-        """``utterance`` alone into the file ``path`` (in the format its suffix names where it is the utterance's
-        own file, a --json-input line's ``output_file``); whether anything was spoken (else no file is left)."""
-        audio_format = self.audio_format if utterance.out is None else format_for(utterance.out)
+        """``utterance`` alone into the file ``path``; whether anything was spoken (else no file is left). A
+        --json-input line's own ``output_file`` is in the format its suffix names, as --out is (unless --format
+        was given; with no suffix, the command's); an unknown suffix skips the line, saying so."""
+        audio_format = self.audio_format
+        if utterance.out is not None and utterance.out.suffix and not self.format_given:
+            try:
+                audio_format = format_for(utterance.out)
+            except ValueError as error:
+                errors.print(f"skipped {utterance.where}: {error}", style="yellow")
+                return False
 
         def write(file: BinaryIO, seekable: bool) -> None:
             writer = AudioWriter(file, audio_format, self.tts.sample_rate, self.sample_rate, seekable)

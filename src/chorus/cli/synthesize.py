@@ -235,6 +235,7 @@ def synthesize(options: SynthesizeOptions) -> None:
         options.sample_rate,
         advance,
         table,
+        format_given=options.audio_format is not None,
     )
     with bar, user_errors():
         done = _speak(speech, jobs, destination, by_line, options)
@@ -326,10 +327,7 @@ def _destination(options: SynthesizeOptions) -> _Destination:
         options.sample_rate is not None
         and (written := output_rate(chosen_format, options.sample_rate)) != options.sample_rate
     ):
-        errors.print(
-            f"note: {chosen_format} takes no {options.sample_rate} Hz: encoded at {written} Hz"
-            + (" (and decoded at 48 kHz, as every Opus file is)" if chosen_format == "opus" else "")
-        )
+        errors.print(f"note: {chosen_format} takes no {options.sample_rate} Hz: written at {written} Hz")
     report = errors if to_stdout else console  # standard output carries the audio
     return _Destination(out, folder, chosen_format, report)
 

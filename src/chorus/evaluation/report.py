@@ -271,7 +271,7 @@ class EvalReport:
         out = Path(out)
         if out.suffix.lower() in (".md", ".json"):
             targets = [out]
-        elif out.suffix and not out.is_dir():  # "report.txt" had become a folder of that name
+        elif out.suffix[1:].isalpha() and not out.is_dir():  # "report.txt" had become a folder ("run-1.5" is one)
             raise ValueError(f"{out}: a report is written as .md or .json, or into a folder (a name with no suffix)")
         else:
             targets = [out / "report.md", out / "report.json"]

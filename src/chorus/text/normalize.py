@@ -127,9 +127,8 @@ _CURRENCIES = {
 _ALLOWED = re.compile(r"[a-zA-Z' ,;:.!?]")
 # A dash between two numbers is a range ("5–10 minutes"), not a pause.
 _number_dash_re = re.compile(r"(?<=\d)\s?[–—]\s?(?=\d)")
-_PAUSE_DASHES = str.maketrans(
-    {"–": " - ", "—": " - ", "…": "...", "“": '"', "”": '"', "‘": "'", "’": "'", "\u2212": "-"}  # U+2212: minus
-)
+_PAUSE_DASHES = str.maketrans({"–": " - ", "—": " - ", "…": "...", "“": '"', "”": '"', "‘": "'", "’": "'"})
+_minus_sign_re = re.compile(r"\u2212\s?(?=\.?\d)")  # U+2212 before an amount: "−7", "3 − 2" (minus two)
 
 _abbrev_re = re.compile(r"\b(" + "|".join(re.escape(a) for a in _ABBREVIATIONS) + r")\.", re.IGNORECASE)
 _url_re = re.compile(r"\b(?:https?://|www\.)[^\s<>\"']*[^\s<>\"'.,;:!?)]", re.IGNORECASE)
@@ -143,7 +142,8 @@ _month_day_re = re.compile(
 _month_abbrev_re = re.compile(r"\b(" + "|".join(_MONTH_ABBREVIATIONS) + r")\.", re.IGNORECASE)
 _phone_re = re.compile(r"(?<![\d-])(?:\+?1[-. ])?(?:\((\d{3})\)\s?|(\d{3})[-. ])?(\d{3})-(\d{4})(?![\d-])")
 # A minus sign before an amount: "-5", "-3.5%", "-$20", "-.5" (not inside a word, a range or a date).
-_negative_re = re.compile(r"(?<![\w-])-(?=[" + "".join(_CURRENCIES) + r"]?\.?\d)")
+_negative_re = re.compile(r"(?<![\w%-])-(?=[" + "".join(_CURRENCIES) + r"]?\.?\d)")
+_percent_range_re = re.compile(r"(?<=\d%)\s?-\s?(?=\d)")  # "5%-10%": five percent to ten percent
 _unit_names = "|".join(re.escape(u) for u in sorted(_UNITS, key=len, reverse=True))  # longest first: "km/h"
 _unit_re = re.compile(r"(\d[\d,]*(?:\.\d+)?)\s?(" + _unit_names + r")(?![\w/])")
 # A unit per unit ("2 mg/kg", "5 m/s" is not listed: only pairs of listed units): "milligrams per kilogram".
@@ -173,10 +173,11 @@ _percent_re = re.compile(r"(\d[\d,]*(?:\.\d+)?)\s?%")
 _ordinal_re = re.compile(r"\b(\d+)(st|nd|rd|th)\b", re.IGNORECASE)
 _time_re = re.compile(r"\b(\d{1,2})(?::(\d{2})(?!\d)(?:\s?([ap])\.?m\b\.?)?|\s?([ap])\.?m\b\.?)", re.IGNORECASE)
 _decimal_re = re.compile(r"\b(\d+)\.(\d+)\b")
-_leading_point_re = re.compile(r"(?<![\w.])\.(\d+)\b")  # ".75 cups": point seven five
-# Thousands grouped by spaces, as SI style writes them ("1 000 000"): at least two groups of three, so that
-# "5 100" (two numbers) and phone numbers ("555 123 4567") stay apart.
-_spaced_thousands_re = re.compile(r"(?<![\d.,])\d{1,3}(?: \d{3}){2,}(?!\d|,\d| \d)")
+_leading_point_re = re.compile(r"(?<![\w.])\.(?=\d)")  # ".75 cups", "-.5%": a zero before the point
+# Thousands grouped by spaces, as SI style writes them ("1 000 000", "10 000"); see grouped_numbers().
+_spaced_thousands_re = re.compile(
+    r"(?<![\d.,])\d{1,3}(?:[ \u00a0\u2009\u202f]\d{3})+(?!\d|,\d|[ \u00a0\u2009\u202f]\d)"
+)
 # Thousands separators only in groups of three ("1,000"; "1,2" is a list), and no word boundary
 # needed, so digits stuck to letters ("MP3", "4K") are read rather than dropped.
 _number_re = re.compile(r"\d{1,3}(?:,\d{3})+(?!\d)|\d+")
@@ -414,6 +415,11 @@ def normalize_text(text: str, *, warn: bool = True, dropped: list[str] | None = 
 @functools.lru_cache(maxsize=256)
 def _spoken(text: str) -> tuple[str, tuple[str, ...]]:
     """``text`` normalized (:func:`normalize_text`), and the characters with no spoken form it left out."""
+    # Grouped thousands before NFKC, which makes their thin and no-break spaces plain ones.
+    text = _spaced_thousands_re.sub(
+        lambda m: re.sub(r"\D", "", m.group(0)) if _is_one_number(m.group(0)) else m.group(0), text
+    )
+    text = _minus_sign_re.sub("-", text)
     text = _number_dash_re.sub("-", unicodedata.normalize("NFKC", text)).translate(_PAUSE_DASHES)
     text = text.replace(" - ", ", ")
     # Addresses first: they hold dots, slashes and digits that the rules below would read apart.
@@ -428,8 +434,9 @@ def _spoken(text: str) -> tuple[str, tuple[str, ...]]:
     text = _number_abbrev_re.sub("number", text)
     text = _st_re.sub(_saint_or_street, text)
     # The sign before the amount rules: "-$20" and "-3.5%" would lose it once read as words.
+    text = _percent_range_re.sub(" to ", text)
     text = _negative_re.sub("minus ", text)
-    text = _spaced_thousands_re.sub(lambda m: m.group(0).replace(" ", ""), text)
+    text = _leading_point_re.sub("0.", text)  # before the amounts, units and percentages read the digits
     text = _currency_re.sub(_currency, text)
     text = _number_sign_re.sub("number ", text)
     text = _percent_re.sub(lambda m: _decimal_or_cardinal(m.group(1)) + " percent", text)
@@ -445,7 +452,6 @@ def _spoken(text: str) -> tuple[str, tuple[str, ...]]:
     text = _decade_re.sub(_decade, text)
     text = _ordinal_re.sub(lambda m: _words(m.group(1), to="ordinal"), text)
     text = _decimal_re.sub(lambda m: _decimal_or_cardinal(m.group(0)), text)
-    text = _leading_point_re.sub(lambda m: "point " + _digits(m.group(1)), text)
     # Spaces around the words part "MP3" into "MP three"; runs of spaces are collapsed at the end.
     text = _number_re.sub(lambda m: f" {_number(m)} ", text)
     text = text.replace("&", " and ").replace("-", " ").replace('"', " ")
@@ -466,6 +472,31 @@ def _spoken(text: str) -> tuple[str, tuple[str, ...]]:
 def _is_latin_letter(char: str) -> bool:
     """A Latin letter with or without accents ("é", "ñ", "ø", "ß"); espeak-ng reads them."""
     return char.isalpha() and unicodedata.name(char, "").startswith("LATIN ")
+
+
+def _is_one_number(digits: str) -> bool:
+    """Whether digit groups with spaces between are one number: with thin or no-break spaces (typographic
+    grouping) always; with plain spaces only where a later group is "000" ("1 000 000", "10 000"), so that
+    "Rooms 101 102 103" and "912 345 678" stay apart."""
+    groups = re.split(r"[ \u00a0\u2009\u202f]", digits)
+    return any(space in digits for space in "\u00a0\u2009\u202f") or "000" in groups[1:]
+
+
+def grouped_numbers(text: str) -> list[tuple[int, int]]:
+    """Where ``text`` holds numbers grouped by spaces that are read as one ("1 000 000"): (start, end) each."""
+    return [m.span() for m in _spaced_thousands_re.finditer(text) if _is_one_number(m.group(0))]
+
+
+def address_spans(text: str) -> list[tuple[int, int]]:
+    """Where ``text`` holds a web address or an e-mail address (start, end): read whole, as one word each."""
+    return [m.span() for pattern in (_url_re, _email_re) for m in pattern.finditer(text)]
+
+
+def spoken_cardinal(number: str) -> str:
+    """``"-1234.5"`` as a cardinal ("minus one thousand two hundred and thirty four point five"), never a year;
+    longer than anyone reads as a number, digit by digit (as :func:`normalize_text` reads such runs)."""
+    sign = "minus " if number.startswith("-") else ""
+    return sign + _decimal_or_cardinal(number.lstrip("-"))
 
 
 def _decimal_or_cardinal(text: str) -> str:

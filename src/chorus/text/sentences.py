@@ -13,7 +13,7 @@ import re
 import warnings
 
 from chorus.text.caller_warning import warn_caller
-from chorus.text.normalize import UnknownCharacterWarning, normalize_text
+from chorus.text.normalize import UnknownCharacterWarning, address_spans, normalize_text
 from chorus.text.ssml import Pause, is_ssml, parse_ssml
 
 _LINE_BREAK = re.compile(r"\s*\n\s*")
@@ -36,13 +36,14 @@ def split_sentences(text: str, max_chars: int = 300) -> list[str]:
         if not line.strip():
             continue
         end = None  # where the line's last piece ended
+        addresses = address_spans(line)
         for piece in _segmenter().segment(line):
             piece = piece.strip()
             if not piece:
                 continue
             start = line.find(piece, end or 0)
-            # pysbd cuts at a "?" or "." inside an address ("example.com/find?q=1"): no space, no sentence end.
-            if sentences and end is not None and start == end:
+            # pysbd cuts at a "?" inside an address ("example.com/find?q=1"): no sentence ends there.
+            if sentences and end is not None and start == end and any(a < start < b for a, b in addresses):
                 sentences[-1] += piece
             elif sentences and not any(c.isalnum() for c in piece):
                 sentences[-1] = f"{sentences[-1]} {piece}"
@@ -50,7 +51,8 @@ def split_sentences(text: str, max_chars: int = 300) -> list[str]:
                 sentences.append(piece)
             end = start + len(piece) if start >= 0 else None
     if len(sentences) > 1 and not any(c.isalnum() for c in sentences[0]):
-        sentences[1] = f"{sentences.pop(0)} {sentences[0]}"
+        first = sentences.pop(0)  # popped before the join is made (written in one line, the target moved)
+        sentences[0] = f"{first} {sentences[0]}"
     chunks = []
     for sentence in sentences:
         while len(sentence) > max_chars:

@@ -9,13 +9,14 @@ sentences). Any other element (``prosody``, ``emphasis``, ``voice``, ``audio`` .
 
 from __future__ import annotations
 
+import calendar
 import re
 import xml.etree.ElementTree as ElementTree
 from dataclasses import dataclass
 
 from num2words import num2words
 
-from chorus.text.normalize import normalize_text
+from chorus.text.normalize import normalize_text, spoken_cardinal
 
 BREAK_STRENGTHS = {"none": 0.0, "x-weak": 0.1, "weak": 0.2, "medium": 0.4, "strong": 0.7, "x-strong": 1.2}
 MAX_BREAK_SECONDS = 10.0
@@ -136,7 +137,7 @@ def _say_as(element: ElementTree.Element) -> str:
     if kind in ("cardinal", "number"):
         if not re.fullmatch(r"-?\d+(?:\.\d+)?", digits):
             raise SsmlError(f"SSML <say-as interpret-as='{kind}'>: {content!r} is not a number")
-        return _cardinal(digits)
+        return spoken_cardinal(digits)  # spelled here: digits left to the normalizer may read as a year
     if kind == "ordinal":
         if not digits.isdigit():
             raise SsmlError(f"SSML <say-as interpret-as='ordinal'>: {content!r} is not a whole number")
@@ -146,17 +147,6 @@ def _say_as(element: ElementTree.Element) -> str:
     return _date(content, element.get("format", "mdy"))
 
 
-def _cardinal(number: str) -> str:
-    """``-12.5`` as words ("minus twelve point five"): spelled out here, since digits left for the normalizer
-    would be read by its rules for running text, where "1234" alone is a year."""
-    sign = "minus " if number.startswith("-") else ""
-    whole, _, fraction = number.lstrip("-").partition(".")
-    words = num2words(int(whole)).replace("-", " ").replace(",", "")
-    if fraction:
-        words += " point " + " ".join(num2words(int(d)) for d in fraction)
-    return sign + words
-
-
 def _date(content: str, layout: str) -> str:
     """A date read out ("March fifth, twenty twenty four"): spelled here, so that captions show it as said rather
     than as the ISO form the normalizer reads it from."""
@@ -164,10 +154,12 @@ def _date(content: str, layout: str) -> str:
     if sorted(layout) != sorted("mdy") or len(parts) != 3:
         raise SsmlError(f"SSML <say-as interpret-as='date' format={layout!r}>: {content!r} is not a date in it")
     value = dict(zip(layout, parts))
+    if len(value["y"]) not in (2, 4):
+        raise SsmlError(f"SSML <say-as interpret-as='date' format={layout!r}>: {content!r}: a year has 2 or 4 digits")
+    year = int(value["y"]) if len(value["y"]) == 4 else int(value["y"]) + (2000 if int(value["y"]) < 50 else 1900)
     month, day = int(value["m"]), int(value["d"])
-    if not (1 <= month <= 12 and 1 <= day <= 31):
+    if not (1 <= month <= 12 and 1 <= day <= calendar.monthrange(max(year, 1), month)[1]):
         raise SsmlError(
             f"SSML <say-as interpret-as='date' format={layout!r}>: {content!r} is not a date (month {month}, day {day})"
         )
-    year = value["y"] if len(value["y"]) == 4 else ("20" if int(value["y"]) < 50 else "19") + value["y"].zfill(2)
-    return normalize_text(f"{year}-{month:02d}-{day:02d}", warn=False)
+    return normalize_text(f"{year:04d}-{month:02d}-{day:02d}", warn=False)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from chorus.text.normalize import normalize_text
+from chorus.text.normalize import grouped_numbers, normalize_text
 
 _PUNCTUATION = set(",;:.!?")
 _STRESS = set("ˈˌ")  # marks the next phoneme: joined to it
@@ -96,10 +96,13 @@ def written_units(text: str) -> list[tuple[str, int]]:
     "5:30" reads "five thirty" either way. A word said as nothing (a dash, an emoji) is a unit of none.
     """
     whole = spoken_words(normalize_text(text, warn=False))
+    numbers = grouped_numbers(text)  # "1 000 000": one unit, though "1" alone reads as the start of "one million"
     units: list[tuple[str, int]] = []
     start, said = None, 0
     for token in re.finditer(r"\S+", text):
         start = token.start() if start is None else start
+        if any(a <= token.start() and token.end() < b for a, b in numbers):
+            continue
         # Each prefix is read once, so the normalizer does not keep it; the whole text is read already.
         prefix = text[: token.end()]
         read = whole if prefix == text else spoken_words(normalize_text(prefix, warn=False, remember=False))
