@@ -136,33 +136,44 @@ def _size(phonemes: str) -> int:
     return sum(1 for c in phonemes if c not in _STRESS and c not in _SUFFIX_MARKS and not c.isspace())
 
 
-def _share_groups(groups: list[list[Timestamp]], words: list[str], word_phonemes: list[str]) -> list[Timestamp] | None:
-    """Words over phoneme groups when some groups hold several words: every group takes a run of one
-    or more words, in order, the runs chosen (dynamic programming) so that their phonemes best match the
-    groups' sizes; a group then splits its phonemes among its words by their sizes."""
-    sizes = [max(1, _size(p)) for p in word_phonemes]
-    n_groups, n_words = len(groups), len(words)
-    if n_groups > n_words:
+def _runs(targets: list[int], sizes: list[int]) -> list[tuple[int, int]] | None:
+    """``sizes`` cut, in order, into ``len(targets)`` runs of one or more, whose sums best match ``targets`` (the
+    least total mismatch, by dynamic programming): each run's (start, stop); None where there are fewer sizes
+    than targets."""
+    n_targets, n_sizes = len(targets), len(sizes)
+    if n_targets > n_sizes:
         return None
     prefix = np.concatenate([[0], np.cumsum(sizes)])
-    # cost[g][w]: the best mismatch of the first g groups over the first w words; last[g][w]: where group g-1's run starts.
-    cost = np.full((n_groups + 1, n_words + 1), np.inf)
-    last = np.zeros((n_groups + 1, n_words + 1), dtype=int)
+    # cost[t][i]: the best mismatch of the first t targets over the first i sizes; last[t][i]: where run t-1 starts.
+    cost = np.full((n_targets + 1, n_sizes + 1), np.inf)
+    last = np.zeros((n_targets + 1, n_sizes + 1), dtype=int)
     cost[0][0] = 0.0
-    for g in range(1, n_groups + 1):
-        for w in range(g, n_words - (n_groups - g) + 1):
-            for start in range(g - 1, w):
-                value = cost[g - 1][start] + abs(prefix[w] - prefix[start] - len(groups[g - 1]))
-                if value < cost[g][w]:
-                    cost[g][w], last[g][w] = value, start
-    if not np.isfinite(cost[n_groups][n_words]):
+    for t in range(1, n_targets + 1):
+        for i in range(t, n_sizes - (n_targets - t) + 1):
+            for start in range(t - 1, i):
+                value = cost[t - 1][start] + abs(prefix[i] - prefix[start] - targets[t - 1])
+                if value < cost[t][i]:
+                    cost[t][i], last[t][i] = value, start
+    if not np.isfinite(cost[n_targets][n_sizes]):  # no targets for some sizes
         return None
-    runs, w = [], n_words
-    for g in range(n_groups, 0, -1):
-        runs.append((last[g][w], w))
-        w = last[g][w]
+    runs, i = [], n_sizes
+    for t in range(n_targets, 0, -1):
+        start = int(last[t][i])
+        runs.append((start, i))
+        i = start
+    return runs[::-1]
+
+
+def _share_groups(groups: list[list[Timestamp]], words: list[str], word_phonemes: list[str]) -> list[Timestamp] | None:
+    """Words over phoneme groups when some groups hold several words: every group takes a run of one
+    or more words, in order (:func:`_runs`: their phonemes best matching the groups' sizes); a group then
+    splits its phonemes among its words by their sizes."""
+    sizes = [max(1, _size(p)) for p in word_phonemes]
+    runs = _runs([len(g) for g in groups], sizes)
+    if runs is None:
+        return None
     result = []
-    for group, (first, stop) in zip(groups, reversed(runs)):
+    for group, (first, stop) in zip(groups, runs):
         members = range(first, stop)
         share, taken = sum(sizes[i] for i in members), 0
         for position, i in enumerate(members):
@@ -179,29 +190,14 @@ def _share_groups(groups: list[list[Timestamp]], words: list[str], word_phonemes
 
 def _join_groups(groups: list[list[Timestamp]], words: list[str], word_phonemes: list[str]) -> list[Timestamp] | None:
     """Words over phoneme groups when some words are read as several groups (NFKC makes "Brand™" "BrandTM", which
-    espeak reads "brand T M"): every word takes a run of one or more groups, in order, the runs chosen (dynamic
-    programming) so that their sizes best match the words' phonemes read alone."""
-    sizes = [max(1, _size(p)) for p in word_phonemes]
-    n_groups, n_words = len(groups), len(words)
-    prefix = np.concatenate([[0], np.cumsum([len(g) for g in groups])])
-    # cost[w][g]: the best mismatch of the first w words over the first g groups; last[w][g]: where word w-1's run starts.
-    cost = np.full((n_words + 1, n_groups + 1), np.inf)
-    last = np.zeros((n_words + 1, n_groups + 1), dtype=int)
-    cost[0][0] = 0.0
-    for w in range(1, n_words + 1):
-        for g in range(w, n_groups - (n_words - w) + 1):
-            for start in range(w - 1, g):
-                value = cost[w - 1][start] + abs(prefix[g] - prefix[start] - sizes[w - 1])
-                if value < cost[w][g]:
-                    cost[w][g], last[w][g] = value, start
-    if not np.isfinite(cost[n_words][n_groups]):
+    espeak reads "brand T M"): every word takes a run of one or more groups, in order (:func:`_runs`: their sizes
+    best matching the words' phonemes read alone)."""
+    runs = _runs([max(1, _size(p)) for p in word_phonemes], [len(g) for g in groups])
+    if runs is None:
         return None
-    result, g = [], n_groups
-    for w in range(n_words, 0, -1):
-        first = last[w][g]
-        result.append(Timestamp(words[w - 1], groups[first][0].start, groups[g - 1][-1].end))
-        g = first
-    return result[::-1]
+    return [
+        Timestamp(word, groups[first][0].start, groups[stop - 1][-1].end) for word, (first, stop) in zip(words, runs)
+    ]
 
 
 def _clock(seconds: float, separator: str) -> str:
