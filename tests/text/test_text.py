@@ -413,7 +413,7 @@ def test_ssml_subset_is_read_and_the_rest_refused() -> None:
         "Hello.",
         Pause(0.7),
         "Call five five five, one two three four on March fifth, twenty twenty four.",
-        "It is doctor [[kˈɔːɹəs]].",
+        "It is doctor [[kˈɔːɹəs|Chorus]].",  # the phonemes, and the word they caption as
         Pause(0.7),
         "A B C and third.",
     ]
@@ -455,6 +455,12 @@ def test_inline_phonemes_pass_through_to_the_model() -> None:
     ]
     words, alone = front_end.words("Say [[tʃˈɔːɹəs]] now.")
     assert words == ["Say", "tʃˈɔːɹəs", "now"] and alone[1] == "tʃˈɔːɹəs"
+    # SSML's <phoneme> captions as its written word, and a stop after inline phonemes joins them without a space
+    # (captions had shown "tʃˈɔːɹəs ." for both: a new user's probe).
+    assert front_end.to_phonemes(["Say [[tʃˈɔːɹəs|Chorus]] now."]) == front_end.to_phonemes(["Say [[tʃˈɔːɹəs]] now."])
+    for text, written in (("I am [[tʃˈɔːɹəs|Chorus]].", "Chorus."), ("I am [[tʃˈɔːɹəs]].", "tʃˈɔːɹəs.")):
+        symbols = front_end.symbols.decode(front_end.encode([text])[0])
+        assert [w.text for w in front_end.timings(text, [2] * len(symbols), 0.01, symbols)[0]] == ["I", "am", written]
 
 
 def test_chunks_with_nothing_to_say_are_left_out_and_named() -> None:

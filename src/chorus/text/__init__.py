@@ -18,6 +18,14 @@ from chorus.text.timestamps import Timestamp, as_written, spoken_words, timestam
 
 _INLINE_PHONEMES = re.compile(r"\[\[(.*?)\]\]", re.DOTALL)
 
+
+def _inline(piece: str) -> tuple[list[str], str | None]:
+    """An inline ``[[ ... ]]`` piece's phoneme words, and the written word it captions as where it names one
+    (``[[kˈɔːɹəs|Chorus]]``, as SSML's ``<phoneme ph="kˈɔːɹəs">Chorus</phoneme>`` is given)."""
+    phonemes, _, label = piece.partition("|")
+    return phonemes.split(), " ".join(label.split()) or None
+
+
 __all__ = [
     "TextFrontEnd",
     "SymbolTable",
@@ -55,7 +63,7 @@ class TextFrontEnd:
         out = []
         for index, piece in enumerate(pieces):
             if index % 2:
-                out.append(" ".join(piece.split()))
+                out.append(" ".join(_inline(piece)[0]))
             elif spoken[index // 2]:
                 out.append(next(said))
         return " ".join(p for p in out if p)
@@ -77,12 +85,12 @@ class TextFrontEnd:
 
     def written(self, text: str) -> list[tuple[str, int]]:
         """``text``'s written words with how many of :meth:`words` each was read as
-        (:func:`written_units`); inline ``[[ ... ]]`` phonemes stand for themselves."""
+        (:func:`written_units`); inline ``[[ ... ]]`` phonemes stand for themselves, or for the word they name."""
         pieces = _INLINE_PHONEMES.split(text)  # even indices: text; odd: phonemes
         return [
             unit
             for index, piece in enumerate(pieces)
-            for unit in ([(word, 1) for word in piece.split()] if index % 2 else written_units(piece))
+            for unit in (_inline_units(piece) if index % 2 else written_units(piece))
         ]
 
     def words(self, text: str) -> tuple[list[str], list[str]]:
@@ -96,8 +104,8 @@ class TextFrontEnd:
         alone: list[str] = []
         for index, piece in enumerate(pieces):
             if index % 2:
-                words += piece.split()
-                alone += piece.split()
+                words += _inline(piece)[0]
+                alone += _inline(piece)[0]
             else:
                 words += plain[index]
                 alone += [next(said) for _ in plain[index]]
@@ -128,3 +136,9 @@ class TextFrontEnd:
     @classmethod
     def from_dict(cls, data: dict) -> TextFrontEnd:
         return cls(symbols=SymbolTable.from_dict(data["symbols"]), language=data.get("language", "en-us"))
+
+
+def _inline_units(piece: str) -> list[tuple[str, int]]:
+    """An inline ``[[ ... ]]`` piece as written units: its label over all its phoneme words, or each of them."""
+    phonemes, label = _inline(piece)
+    return [(label, len(phonemes))] if label and phonemes else [(word, 1) for word in phonemes]

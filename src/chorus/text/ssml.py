@@ -88,7 +88,8 @@ def _walk(element: ElementTree.Element, pieces: list[str | Pause]) -> None:
             raise SsmlError(f"SSML <phoneme alphabet={element.get('alphabet')!r}>: only 'ipa' is read")
         if not element.get("ph"):
             raise SsmlError("SSML <phoneme> needs a ph attribute")
-        pieces.append(f" [[{element.get('ph')}]] ")
+        written = " ".join("".join(element.itertext()).split()).replace("|", " ")
+        pieces.append(f" [[{element.get('ph')}|{written}]] " if written else f" [[{element.get('ph')}]] ")
     elif tag == "sub":
         if element.get("alias") is None:
             raise SsmlError("SSML <sub> needs an alias attribute")

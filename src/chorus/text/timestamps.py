@@ -120,7 +120,8 @@ def as_written(words: list[Timestamp], units: list[tuple[str, int]]) -> list[Tim
     joined: list[tuple[str, int]] = []
     for text, count in units:
         if joined and (count == 0 or joined[-1][1] == 0):
-            joined[-1] = (f"{joined[-1][0]} {text}", joined[-1][1] + count)
+            space = "" if text[:1] in _PUNCTUATION else " "  # "[[tʃˈɔːɹəs]]." captions "tʃˈɔːɹəs.", not "... ."
+            joined[-1] = (f"{joined[-1][0]}{space}{text}", joined[-1][1] + count)
         else:
             joined.append((text, count))
     result, position = [], 0
