@@ -279,8 +279,10 @@ def report(encoders: list[dict], resemblyzer: dict, memory: list[dict], starts: 
         vanilla = eers.get(f"{variant.group(1)}{variant.group(2)}-adam") if variant else None
         ratio = f"{r['eer'] / vanilla:.2f}" if vanilla else ""
         timed = r.get("step_seconds") or [r["seconds_per_step"]]
+        # A bundle trained elsewhere (another machine, batch and recipe) has no step time comparable with these.
+        step = f"{np.median(timed):.2f} ({min(timed):.2f}-{max(timed):.2f})" if variant else "see its card"
         lines.append(
-            f"| {r['variant']} | {r['parameters']:,} | {np.median(timed):.2f} ({min(timed):.2f}-{max(timed):.2f}) | "
+            f"| {r['variant']} | {r['parameters']:,} | {step} | "
             f"{r['final_loss']:.2f} | {100 * r['calibration_eer']:.2f} | {100 * r['eer']:.2f} | {r['min_dcf']:.3f} | "
             f"{100 * r['eer_without_joe']:.2f} | {ratio} |"
         )
@@ -299,9 +301,9 @@ def report(encoders: list[dict], resemblyzer: dict, memory: list[dict], starts: 
     if args.encoders:
         lines += [
             "",
-            "Bundles judged as they are (" + ", ".join(str(f) for f in args.encoders) + "): their step time is their "
-            "training's (seconds over steps, on whatever machine trained them) and their recipe is on their model "
-            "cards. An encoder that heard relatives of the Piper voice (v2, v3) never heard piper-joe's held-out "
+            "Bundles judged as they are (" + ", ".join(str(f) for f in args.encoders) + "): their training (machine, "
+            "batch, steps, final loss, calibration trials) is on their model cards, not comparable with the rows "
+            "trained here. An encoder that heard relatives of the Piper voice (v2, v3) never heard piper-joe's held-out "
             "clips, but the column without piper-joe's trials is the one of voices wholly new to it.",
         ]
     lines += [

@@ -680,7 +680,7 @@ def test_eval_judges_clips_beside_the_start_speaker_and_piper(tiny_base, tmp_pat
     # judging, and "report.txt" made a folder of that name).
     for flags, said in (
         (["--voice", str(tmp_path / "none")], "no such voice folder"),
-        (["--out", str(tmp_path / "report.txt")], "write the report as .md or .json, or into a folder"),
+        (["--out", str(tmp_path / "report.txt")], "a report is written as .md or .json, or into a folder"),
     ):
         refused = runner.invoke(app, ["eval", str(clips), "--no-piper", *flags], env=WIDE)
         assert refused.exit_code == 2 and said in " ".join(refused.output.split()), refused.output

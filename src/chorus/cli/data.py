@@ -80,7 +80,6 @@ def data_check(
         _speech_for_a_voice(report, trainable)
         if one_speaker_check and (two_people := _two_people(report, trainable)):
             console.print(f"`chorus adapt` refuses them: {two_people}.", soft_wrap=True)
-    if len(report.speakers) == 1:
         for warning in report.warning_notes().values():
             console.print(f"Note: {warning}.", soft_wrap=True)
     raise typer.Exit(1 if others or two_people else 0)

@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 
 from chorus.cli.common import console, fail, user_errors
-from chorus.evaluation.report import Judges, evaluate_folder, speaker_reference_files
+from chorus.evaluation.report import Judges, evaluate_folder, report_files, speaker_reference_files
 
 
 def evaluate(
@@ -30,8 +30,11 @@ def evaluate(
     # What would fail after minutes of judging is refused first.
     if voice is not None and not (voice / "voice_card.json").is_file():
         fail(f"--voice {voice}: no such voice folder (made by `chorus adapt`)")
-    if out is not None and out.suffix[1:].isalpha() and out.suffix.lower() not in (".md", ".json") and not out.is_dir():
-        fail(f"--out {out}: write the report as .md or .json, or into a folder (a name with no suffix)")
+    if out is not None:
+        try:
+            report_files(out)
+        except ValueError as error:
+            fail(f"--out {error}")
     with user_errors():
         judges = Judges()
         if speaker_encoder is not None:

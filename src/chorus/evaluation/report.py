@@ -268,19 +268,25 @@ class EvalReport:
     def write(self, out: str | os.PathLike) -> list[Path]:
         """Write ``out``: Markdown if it ends in ``.md``, JSON if ``.json``, otherwise a folder with
         ``report.md`` and ``report.json``. Returns the files written."""
-        out = Path(out)
-        if out.suffix.lower() in (".md", ".json"):
-            targets = [out]
-        elif out.suffix[1:].isalpha() and not out.is_dir():  # "report.txt" had become a folder ("run-1.5" is one)
-            raise ValueError(f"{out}: a report is written as .md or .json, or into a folder (a name with no suffix)")
-        else:
-            targets = [out / "report.md", out / "report.json"]
+        targets = report_files(out)
         for target in targets:
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text(
                 self.to_json() if target.suffix.lower() == ".json" else self.to_markdown(), encoding="utf-8"
             )
         return targets
+
+
+def report_files(out: str | os.PathLike) -> list[Path]:
+    """The files :meth:`EvalReport.write` writes for ``out``: ``out`` itself where it ends in ``.md`` or
+    ``.json``, else ``report.md`` and ``report.json`` in the folder ``out``. ``ValueError`` for a file of
+    another kind ("report.txt" had become a folder of that name; "run-1.5" is a folder)."""
+    out = Path(out)
+    if out.suffix.lower() in (".md", ".json"):
+        return [out]
+    if out.suffix[1:].isalpha() and not out.is_dir():
+        raise ValueError(f"{out}: a report is written as .md or .json, or into a folder (a name with no suffix)")
+    return [out / "report.md", out / "report.json"]
 
 
 def _markdown_table(header: list[str], rows: list[list[str]]) -> list[str]:

@@ -104,8 +104,9 @@ class TextFrontEnd:
         alone: list[str] = []
         for index, piece in enumerate(pieces):
             if index % 2:
-                words += _inline(piece)[0]
-                alone += _inline(piece)[0]
+                phonemes = _inline(piece)[0]
+                words += phonemes
+                alone += phonemes
             else:
                 words += plain[index]
                 alone += [next(said) for _ in plain[index]]
