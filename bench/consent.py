@@ -108,6 +108,10 @@ WRONG = {
     "another purpose": "I am the owner of this voice and I consent to Chorus using this voice to create a synthetic voice model for fraud.",
     "turned around": "They asked me to say I am the owner of this voice and I consent to Chorus using this voice to create a synthetic voice model, but I do not.",
     "not true": "It is not true that I am the owner of this voice and I consent to Chorus using this voice to create a synthetic voice model.",
+    # Written with the rule that the claim is the speaker's own (another person's pronoun, a question).
+    "said to a listener": "You are the owner of this voice and you consent to Chorus using this voice to create a synthetic voice model.",
+    "asked of a listener": "Are you the owner of this voice, and do you consent to Chorus using this voice to create a synthetic voice model?",
+    "another one's voice": "I am the owner of this voice and I consent to Chorus using your voice to create a synthetic voice model.",
 }  # fmt: skip
 
 

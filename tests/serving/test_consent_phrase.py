@@ -97,6 +97,69 @@ REFUSED = [
 ]  # fmt: skip
 
 
+# The phrase is the speaker's own claim, said as a statement. All of these but "her" and "they" (content words
+# then) passed before as a few loose function words (a pronoun swapped, "are" for "am", "do" added: 1 to 4 of the
+# allowance of 4), so a victim reading a script aloud ("You are the owner of this voice and you consent ...", an
+# agent's question to a caller) made a consent.
+# (label, heard, the word it must name)
+OTHER_CLAIMANTS = [
+    ("said to a listener", "You are the owner of this voice and you consent to Chorus using this voice to create a synthetic voice model.", "you"),
+    ("asked of a listener", "Are you the owner of this voice and do you consent to Chorus using this voice to create a synthetic voice model?", "you"),
+    ("said for a group", "We are the owner of this voice and we consent to Chorus using this voice to create a synthetic voice model.", "we"),
+    ("another one consents", "I am the owner of this voice and you consent to Chorus using this voice to create a synthetic voice model.", "you"),
+    ("another one's voice", "I am the owner of this voice and I consent to Chorus using your voice to create a synthetic voice model.", "your"),
+    ("her voice", "I am the owner of this voice and I consent to Chorus using her voice to create a synthetic voice model.", "her"),
+    ("on their behalf", "I am the owner of this voice and they consent to Chorus using this voice to create a synthetic voice model.", "they"),
+    ("no longer the owner", "I was the owner of this voice and I consent to Chorus using this voice to create a synthetic voice model.", "was"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("label", "heard", "word"), OTHER_CLAIMANTS, ids=[label for label, *_ in OTHER_CLAIMANTS])
+def test_a_claim_made_for_another_person_is_refused(label, heard, word):
+    verdict = judge_phrase(PHRASE, transcript(heard), never_called)
+    assert not verdict.accepted and word in verdict.extra
+    if word != "was":
+        assert word in verdict.persons and "the speaker's own claim" in verdict.refusal(PHRASE)
+
+
+def test_a_phrase_heard_as_a_question_is_refused():
+    """ "Am I the owner ...?" moves no pronoun: "am" and "do" are loose words (3 of 4). Whisper's question mark
+    refuses it; no owner's consent of bench/consent.py's stored runs (1,440) was heard with one."""
+    heard = (
+        "Am I the owner of this voice and do I consent to Chorus using this voice to create a synthetic voice model?"
+    )
+    verdict = judge_phrase(PHRASE, transcript(heard), never_called)
+    assert verdict.question and not verdict.accepted and not verdict.missing and not verdict.extra
+    assert "heard as a question" in verdict.refusal(PHRASE)
+    assert judge_phrase(PHRASE, transcript(heard.replace("?", ".")), never_called).accepted  # the rule is the "?"
+
+
+@pytest.mark.parametrize(
+    "heard",
+    [
+        "I am the owner of this voice and I consent to Chorus using this voice to create a synthetic voice model. Thank you. on.",
+        "I am the owner of this voice, thank you, and I consent to Chorus using this voice to create a synthetic voice model.",
+    ],
+)
+def test_the_you_of_thank_you_is_no_claimant(heard):
+    """Whisper's "Thank you." before a stray word (no courtesy tail then) or inside the phrase: its "you" is a
+    loose word, as before."""
+    verdict = judge_phrase(PHRASE, transcript(heard), never_called)
+    assert verdict.accepted, verdict.refusal(PHRASE)
+
+
+def test_another_persons_word_in_a_misheard_names_place_meets_the_forced_listen():
+    """ "pour us" for "Chorus" (Whisper tiny.en on flite-slt): "us" stands where the name was missed, so the
+    forced listen decides, as for any other word heard in its place."""
+    heard = "I am the owner of this voice and I consent to pour us using this voice to create a synthetic voice model."
+    found = judge_phrase(PHRASE, transcript(heard), forced=lambda: [0.5] * len(PHRASE.split()), forced_probability=0.01)
+    assert found.accepted and found.forced == (("chorus", 0.5),)
+    weak = judge_phrase(
+        PHRASE, transcript(heard), forced=lambda: [0.001] * len(PHRASE.split()), forced_probability=0.01
+    )
+    assert not weak.accepted
+
+
 @pytest.mark.parametrize(
     ("label", "heard", "missing", "extra"), REFUSED, ids=[f"{label}: {heard[:40]}" for label, heard, *_ in REFUSED]
 )
