@@ -6,8 +6,13 @@ Whisper and judged by the shipped speaker encoder."""
 
 from __future__ import annotations
 
+import base64
+import contextlib
+import io
 import json
 import os
+import sqlite3
+import struct
 import subprocess
 import sys
 import time
@@ -149,6 +154,40 @@ def test_the_refusals(server_url, recordings):
         bob.audio.voices.create(name="Stolen", consent=consent.id, audio_sample=sample)  # ann's consent
     with pytest.raises(openai.NotFoundError):
         bob.audio.voice_consents.retrieve(consent.id)
+    assert ann.audio.voice_consents.delete(consent.id).deleted
+
+
+def test_chorus_serve_refuses_oversized_headers(server_url):
+    """A security probe sent ``GET /healthz`` with a 100 MB header, without a key: httptools took it whole (124
+    MB of server memory). ``chorus serve`` parses with h11, which stops a request's headers at 16 KB."""
+    assert requests.get(f"{server_url}/healthz", headers={"X-A": "a" * 8_000}, timeout=30).status_code == 200
+    with contextlib.suppress(requests.RequestException):  # a 400, or the connection closed on it: never a 200
+        assert requests.get(f"{server_url}/healthz", headers={"X-A": "a" * 1_000_000}, timeout=30).status_code == 400
+    assert requests.get(f"{server_url}/healthz", timeout=30).status_code == 200  # and it serves on
+
+
+def test_a_consent_keeps_its_sound_not_the_uploads_other_bytes(server_url, recordings, tmp_path):
+    """A security probe stored 9.9 MB of random bytes in a consent WAV's ``junk`` chunk (kept base64 in the
+    database, outside every quota). What is kept for audit is the decoded sound, as FLAC."""
+    padded = tmp_path / "padded.wav"
+    wav = Path(recordings["consent"]).read_bytes()
+    junk = np.random.default_rng(0).bytes(2 << 20)
+    chunk = b"junk" + struct.pack("<I", len(junk)) + junk
+    body = wav[12:]  # the chunks after "RIFF" <size> "WAVE"
+    padded.write_bytes(b"RIFF" + struct.pack("<I", 4 + len(chunk) + len(body)) + b"WAVE" + chunk + body)
+    ann = client(server_url)
+    with open(padded, "rb") as recording:
+        consent = ann.audio.voice_consents.create(name="Padded", language="en", recording=recording)
+    database = sqlite3.connect(SERVER_FOLDERS[server_url] / "store" / "store.sqlite3")
+    try:
+        [(kept,)] = database.execute("SELECT recording FROM consents WHERE id=?", (consent.id,)).fetchall()
+    finally:
+        database.close()
+    kept = base64.b64decode(kept)
+    audio, rate = sf.read(io.BytesIO(kept), dtype="float32")
+    original, original_rate = sf.read(recordings["consent"], dtype="float32")
+    assert kept[:4] == b"fLaC" and len(kept) < len(wav) and junk[:64] not in kept
+    assert rate == original_rate and len(audio) == len(original) and np.abs(audio - original).max() < 1e-4
     assert ann.audio.voice_consents.delete(consent.id).deleted
 
 

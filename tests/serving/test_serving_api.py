@@ -45,11 +45,13 @@ from fastapi.testclient import TestClient  # noqa: E402
 from chorus.adapters import parse_methods  # noqa: E402
 from chorus.adapters.lora import LoraConfig  # noqa: E402
 from chorus.adapters.speaker import SpeakerConfig  # noqa: E402
+from chorus.audio.io import AudioTooDense, decode_with_av  # noqa: E402
 from chorus.models.bundle import load_bundle
 from chorus.recipe import DEFAULT_METHOD, AdaptConfig  # noqa: E402
 from chorus.serving.api import create_app  # noqa: E402
 from chorus.serving.engine import Engine  # noqa: E402
 from chorus.serving.errors import UploadError  # noqa: E402
+from chorus.serving.json_body import _STRING  # noqa: E402
 from chorus.serving.onboarding import job_runner, uploads  # noqa: E402
 from chorus.serving.onboarding.job_runner import JobRunner, OnboardingJob  # noqa: E402
 from chorus.serving.onboarding.refinement import CHECK_SENTENCES, RefinementCheck, WordCheck  # noqa: E402
@@ -1330,6 +1332,65 @@ def test_a_recording_longer_than_its_file_declares_is_refused_once_decoding_pass
     assert uploads.decode_recording("sample", tone(30), 30.0, UploadLimits())[0].shape == (30 * 16_000,)
 
 
+def test_a_server_without_keys_answers_only_loopback_hosts_and_its_own_origin(tiny_base, tmp_path):
+    """A security probe of a server without keys: any web page could POST a consent (multipart needs no
+    preflight) or text to Piper's route, and through DNS rebinding (its own name resolving to 127.0.0.1) list
+    and delete the user's voices. ``chorus serve`` without keys now refuses another Host or Origin."""
+    store = VoiceStore(str(tmp_path / "store"))
+    engine = Engine.load(tiny_base, "griffin-lim", resolve=functools.partial(stored_voice_folder, store))
+    app = create_app(store, engine, Tenants(), SETTINGS, loopback_only=True)
+    with TestClient(app, base_url="http://127.0.0.1:8000") as local:
+        for host in ("127.0.0.1:8000", "localhost:8000", "[::1]:8000", "localhost"):
+            assert local.get("/v1/voices", headers={"Host": host}).status_code == 200, host
+        assert local.get("/v1/voices", headers={"Origin": "http://127.0.0.1:8000"}).status_code == 200
+        rebound = local.get("/v1/voices", headers={"Host": "rebind.attacker.example:8000"})
+        assert_error(rebound, 403, "only requests to a loopback host")
+        for origin in ("http://evil.example", "null", "http://127.0.0.1.evil.example"):
+            cross = local.post(
+                "/", content=b"Hello from a web page.", headers={"Origin": origin, "Content-Type": "text/plain"}
+            )
+            assert_error(cross, 403, "no requests from another site")
+    unguarded, _ = make_app(tiny_base, tmp_path / "store-2")
+    with TestClient(unguarded, base_url="http://127.0.0.1:8000") as keyless:
+        assert keyless.get("/v1/voices", headers={"Host": "testserver"}).status_code == 200  # off unless asked
+
+
+def test_a_clip_of_many_channels_at_a_high_rate_is_refused_before_it_is_decoded(monkeypatch):
+    """A security probe's FLAC: one steady value in 8 channels at 192 kHz, 94 KB a minute, decoded whole to 1.1 GB
+    a minute (3.95 GB of server memory for 3 minutes). Samples past a stereo 48 kHz recording of the longest
+    clip are refused from the header; a stream that understates its length, one frame past that budget."""
+    read = []
+    real_read = uploads.sf.read
+
+    def counted(*args, **kwargs):
+        read.append(kwargs.get("frames"))
+        return real_read(*args, **kwargs)
+
+    monkeypatch.setattr(uploads.sf, "read", counted)
+    surround = io.BytesIO()
+    sf.write(surround, np.full((192_000 * 20, 8), 0.25, dtype=np.float32), 192_000, format="FLAC")
+    with pytest.raises(UploadError, match="8 channel.s. at 192000 Hz hold more samples than a clip may decode to"):
+        uploads.decode_recording("bomb.flac", surround.getvalue(), 30.0, UploadLimits())
+    assert read == []  # refused from its header
+    understated = uploads.sf.info
+
+    def shorter(file):
+        info = understated(file)
+        info.frames = 192_000
+        return info
+
+    monkeypatch.setattr(uploads.sf, "info", shorter)
+    with pytest.raises(UploadError, match="hold more samples"):
+        uploads.decode_recording("bomb.flac", surround.getvalue(), 30.0, UploadLimits())
+    assert read == [30 * 96_000 // 8 + 1]
+    # FFmpeg's path (a WebM or AAC file) stops at the same budget.
+    with pytest.raises(AudioTooDense):
+        decode_with_av(io.BytesIO(surround.getvalue()), max_seconds=30.0, max_samples=10 * 96_000)
+    stereo = io.BytesIO()  # a stereo clip at 48 kHz as long as a clip may be is decoded as before
+    sf.write(stereo, np.sin(np.arange(48_000 * 30)[:, None] * [0.05, 0.07]).astype(np.float32), 48_000, format="FLAC")
+    assert uploads.decode_recording("ok.flac", stereo.getvalue(), 30.0, UploadLimits())[0].shape == (48_000 * 30,)
+
+
 def wait_for_job(client, job_id: str, headers: dict, timeout: float = 120.0) -> list[dict]:
     seen, deadline = [], time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -2305,6 +2366,20 @@ def test_inputs_that_broke_the_parsers_are_400s(tenants_app):
     assert_error(speak(client, input=ordinal), 400, "at most 30 digits")
     with pytest.raises(UploadError, match="nested over 32 levels deep"):
         parse_transcripts("{" + '"a":[' * 100_000 + "]" * 100_000 + "}")
+    # A security probe's body: '"' and escaped quotes, never closed. The scan for strings began a new attempt at
+    # each quote and read to the end (64 KB: 28 s on the event loop, every client stalled); it now takes the
+    # unterminated string whole in one match, and json.loads refuses it.
+    unclosed = b'"' + b'\\"' * 5_000
+    assert _STRING.match(unclosed).end() == len(unclosed)
+    assert_error(
+        client.post("/v1/audio/speech", content=unclosed, headers=ACME | {"Content-Type": "application/json"}),
+        400,
+        "not valid JSON",
+    )
+    with pytest.raises(UploadError, match="not valid"):
+        parse_transcripts("{" + unclosed.decode())
+    # A blend weight of 400 nines was read as inf, the blend as nan, and the model failed: a 500 and a traceback.
+    assert_error(speak(client, voice=f"m3({'9' * 400})+f2"), 400, "too large")
 
 
 def test_a_failed_voice_replaced_at_the_voice_quota_is_not_counted_twice(tmp_path, adapter_folders):

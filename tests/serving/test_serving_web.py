@@ -438,7 +438,7 @@ def test_web_page_creates_a_voice_from_a_consent_and_a_sample(
         expect(error).to_contain_text("The sample was refused: the sample holds")
         expect(page.locator("#cv-create-status")).to_contain_text("Consent cons_")
         [taken] = app.state.server.store.list_consents("acme", None, 10)
-        assert app.state.server.store.consent_recording("acme", taken.consent_id)[:4] == b"\x1a\x45\xdf\xa3"  # WebM
+        assert app.state.server.store.consent_recording("acme", taken.consent_id)[:4] == b"fLaC"  # the WebM, decoded
         page.get_by_label("Or a sample file").set_input_files(other)
         with page.expect_response(lambda r: r.url.endswith("/v1/audio/voices")) as answer:
             create.click()

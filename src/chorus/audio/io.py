@@ -87,8 +87,16 @@ class AudioTooLong(AudioError):
         self.seconds, self.bound = seconds, bound
 
 
+class AudioTooDense(AudioError):
+    """Audio holding more samples (frames x channels) than a caller's bound, found while it was decoded."""
+
+    def __init__(self, channels: int, rate: int, bound: int):
+        super().__init__(f"{channels} channel(s) at {rate} Hz: over {bound:,} samples")
+        self.channels, self.rate, self.bound = channels, rate, bound
+
+
 def decode_with_av(
-    source: str | os.PathLike | BinaryIO, max_seconds: float | None = None
+    source: str | os.PathLike | BinaryIO, max_seconds: float | None = None, max_samples: int | None = None
 ) -> tuple[np.ndarray, int] | None:
     """``([samples, channels] float32, rate)`` of any audio FFmpeg decodes (AAC/M4A, WebM, ...: what libsndfile
     does not read), from a path or a binary file, its channels 2 for stereo and 1 for anything else; None if it
@@ -97,7 +105,8 @@ def decode_with_av(
     ``max_seconds`` bounds the work, whatever the container says or hides: a duration in its metadata over
     the bound is refused before any decoding, and decoding stops as soon as it passes the bound (raises
     :class:`AudioTooLong`). A few compressed megabytes can hold hours of silence; decoded whole, they
-    would cost gigabytes."""
+    would cost gigabytes. ``max_samples`` bounds the decoded samples (frames x channels) as well, whatever the
+    rate (raises :class:`AudioTooDense`)."""
     try:
         import av
 
@@ -113,6 +122,7 @@ def decode_with_av(
             stereo = stream.layout is not None and stream.layout.name == "stereo"
             channels, layout = (2, "stereo") if stereo else (1, "mono")
             resampler = av.AudioResampler(format="flt", layout=layout, rate=rate)  # packed: samples interleaved
+            densest = None if max_samples is None else max_samples // channels
             chunks, samples = [], 0
             for frame in container.decode(stream):
                 for out in resampler.resample(frame):
@@ -120,7 +130,9 @@ def decode_with_av(
                     samples += len(chunks[-1])
                 if limit is not None and samples > limit:
                     raise AudioTooLong(samples / rate, max_seconds)
-    except AudioTooLong:
+                if densest is not None and samples > densest:
+                    raise AudioTooDense(channels, rate, max_samples)
+    except (AudioTooLong, AudioTooDense):
         raise
     except Exception:  # noqa: BLE001 - any decoder failure means: not audio we can read
         return None

@@ -37,6 +37,8 @@ def parse_mix(spec: str) -> list[tuple[str, float]]:
     if len(set(names)) != len(names):
         raise ValueError(f"speaker blend {spec!r}: a speaker appears twice")
     total = sum(weight for _, weight in parts)
+    if total == float("inf"):  # 400 nines read as inf: the blend would be nan, and the model fail on it
+        raise ValueError(f"speaker blend {spec[:200]!r}: a weight is too large")
     return [(name, weight / total) for name, weight in parts]
 
 

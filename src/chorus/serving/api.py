@@ -29,6 +29,7 @@ from chorus.serving.access_log import AccessLogMiddleware, RequestIdFilter
 from chorus.serving.batcher import SpeechQueue
 from chorus.serving.engine import Engine
 from chorus.serving.errors import add_error_handlers
+from chorus.serving.loopback_guard import LoopbackGuard
 from chorus.serving.metrics import MetricsMiddleware
 from chorus.serving.onboarding.consent_checks import CustomVoiceChecks
 from chorus.serving.onboarding.job_process import ProcessJobRunner
@@ -53,10 +54,13 @@ def create_app(
     jobs: JobRunner | None = None,
     batcher: SpeechQueue | None = None,
     custom_voices: CustomVoiceChecks | None = None,
+    loopback_only: bool = False,
 ) -> FastAPI:
     """The FastAPI app of one server (:class:`ServerState` says what ``jobs`` and ``batcher`` default to).
     Starting it (its lifespan) recovers the store, starts the onboarding worker and resumes interrupted
-    jobs; stopping it closes the worker, the batcher and the store."""
+    jobs; stopping it closes the worker, the batcher and the store. ``loopback_only``: refuse requests to
+    another host or from another site (:class:`~.loopback_guard.LoopbackGuard`: what a server without keys
+    needs)."""
     server = ServerState(store, engine, tenants, settings, jobs=jobs, batcher=batcher, custom_voices=custom_voices)
 
     @asynccontextmanager
@@ -72,6 +76,8 @@ def create_app(
         title="Chorus voice server", lifespan=lifespan, docs_url="/docs", redoc_url=None, openapi_url="/openapi.json"
     )
     app.state.server = server
+    if loopback_only:  # innermost of the three: the refusal is counted and logged
+        app.add_middleware(LoopbackGuard)
     app.add_middleware(MetricsMiddleware, metrics=lambda: server.metrics)
     app.add_middleware(AccessLogMiddleware)  # outermost: its time and bytes are the client's
     add_error_handlers(app)
@@ -107,7 +113,14 @@ def serve(config: ServeConfig, announce: Callable[[str], None] = print, log_leve
         cache_bytes=int(config.cache_mb * (1 << 20)),
     )
     # Jobs train in processes of their own: their memory goes back to the system when each ends.
-    app = create_app(voice_store, engine, tenants, config.settings, jobs=ProcessJobRunner(voice_store, config))
+    app = create_app(
+        voice_store,
+        engine,
+        tenants,
+        config.settings,
+        jobs=ProcessJobRunner(voice_store, config),
+        loopback_only=tenants.single_tenant,
+    )
     # The base's speakers in the speaker encoder's space, for instant voices: made now, in the background,
     # so the first POST /v1/audio/voices does not wait for it (tens of seconds on a CPU). Instant voices
     # are blends of the Chorus base's speakers: another base has none to make.
@@ -131,8 +144,11 @@ def serve(config: ServeConfig, announce: Callable[[str], None] = print, log_leve
         announce(f"a new, empty voice store ({created} was not there): if you meant one with voices, check --store")
     announce(f"OpenAI-compatible endpoint: http://{config.host}:{config.port}/v1 (audio.speech), voices at /v1/voices")
     # chorus.access logs each request once, with its tenant, duration and id: uvicorn's own line is off.
+    # h11 rather than httptools: it bounds a request's headers (16 KB), where httptools took a 100 MB header
+    # from a client without a key. Parsing costs nothing beside synthesis. How slowly a client sends is not
+    # bounded here (docs/serving.md: a reverse proxy's timeouts).
     server = uvicorn.Server(
-        uvicorn.Config(app, host=config.host, port=config.port, log_level=log_level, access_log=False)
+        uvicorn.Config(app, host=config.host, port=config.port, log_level=log_level, access_log=False, http="h11")
     )
     try:
         server.run(sockets=bound)

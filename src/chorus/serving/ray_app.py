@@ -435,7 +435,13 @@ def build_ingress_app(config: RayServeConfig, app_name: str):
     engine = Engine.load(config.server.base, config.server.vocoder, cache_bytes=0)
     remote = RemoteBatcher(lambda: serve.get_deployment_handle(VOICES_DEPLOYMENT, app_name=app_name))
     return create_app(
-        store, engine, config.tenants, config.server.settings, jobs=RayJobRunner(store, config), batcher=remote
+        store,
+        engine,
+        config.tenants,
+        config.server.settings,
+        jobs=RayJobRunner(store, config),
+        batcher=remote,
+        loopback_only=config.tenants.single_tenant,
     )
 
 

@@ -22,7 +22,7 @@ from pathlib import Path, PurePosixPath
 import numpy as np
 import soundfile as sf
 
-from chorus.audio.io import AudioTooLong, decode_with_av, downmix
+from chorus.audio.io import AudioTooDense, AudioTooLong, decode_with_av, downmix
 from chorus.audio.silences import split_at_silences
 from chorus.data.check import channels_cancel, heard_speech, silence_problem, tenths_down
 from chorus.data.formats import clip_names, names_columns  # uploads read a dataset as the data check does
@@ -31,6 +31,10 @@ from chorus.serving.json_body import BodyError, loads_bounded
 from chorus.serving.settings import UploadLimits
 
 _SAFE_ID = re.compile(r"[^A-Za-z0-9_-]+")
+# The most samples (frames x channels) a clip may decode to, per second it may last: a stereo recording at 48 kHz.
+# A FLAC of one steady tone at 192 kHz in 8 channels is 94 KB a minute and decoded 1.1 GB a minute (a probe of the
+# server); legitimate clips within ``max_clip_bytes`` (a 20-minute stereo MP3 at 44.1 kHz) stay under it.
+DECODED_SAMPLES_PER_SECOND = 2 * 48_000
 
 
 class RecordingTooLong(UploadError):
@@ -216,6 +220,15 @@ def prepare_heard(
     return writer.finish()
 
 
+def audit_recording(mono: np.ndarray, rate: int) -> bytes:
+    """What a consent keeps of its recording ``[samples]`` for audit: the decoded sound as 16-bit FLAC. The
+    upload's own bytes could carry anything beside the sound (a probe stored 9.9 MB of random bytes in a WAV's
+    ``junk`` chunk, outside every quota); re-encoded, a minute at 48 kHz is about 3 MB at most."""
+    flac = io.BytesIO()
+    sf.write(flac, np.clip(mono, -1.0, 1.0), rate, format="FLAC", subtype="PCM_16")
+    return flac.getvalue()
+
+
 def recording_sha256(mono: np.ndarray) -> str:
     """The sha256 of one recording ``[samples]`` as an upload's clips are digested (its samples clipped to
     [-1, 1]), for the consent record of a sample that is written as no upload."""
@@ -244,44 +257,9 @@ def decode_recording(label: str, data: bytes, longest: float, limits: UploadLimi
     libsndfile, else FFmpeg's decoders), its rate within the limits, at least ``limits.min_clip_seconds``
     long, finite and not silent; ``UploadError`` (named by ``label``) otherwise. One longer than ``longest``
     seconds is refused (:class:`RecordingTooLong`) from the duration its container declares, before any
-    decoding, or, where that understates it, as soon as decoding passes ``longest``: never decoded whole."""
-    decoded = None
-    try:
-        info = sf.info(io.BytesIO(data))
-        rate, frames = info.samplerate, info.frames
-    except Exception:  # noqa: BLE001 - libsndfile raises several types for non-audio
-        try:  # AAC/M4A, WebM: FFmpeg's decoders, stopped as soon as the clip is longer than it may be
-            decoded = decode_with_av(io.BytesIO(data), max_seconds=longest)
-        except AudioTooLong as error:
-            raise RecordingTooLong(label, error.seconds, longest, at_least=True) from None
-        if decoded is None:
-            raise UploadError(
-                f"{label}: not a readable audio file (WAV, FLAC, OGG, MP3, AAC/M4A or WebM)", 415
-            ) from None
-        rate, frames = decoded[1], len(decoded[0])
-    if rate < limits.min_sample_rate:
-        raise UploadError(
-            f"{label}: recorded at {rate} Hz; at least {limits.min_sample_rate} Hz (record again, or export the "
-            "original recording: resampling up adds no voice)"
-        )
-    if rate > limits.max_sample_rate:
-        raise UploadError(f"{label}: recorded at {rate} Hz; at most {limits.max_sample_rate} Hz")
-    if frames > longest * rate:  # refused before decoding it all
-        raise RecordingTooLong(label, frames / rate, longest)
-    most = int(longest * rate)
-    if decoded is not None:
-        audio = decoded[0]
-    else:
-        try:
-            # One frame past the bound at most: a declared length that understates the stream (an MP3 without
-            # a length header is estimated) is caught at that frame, not after decoding all of it.
-            audio, rate = sf.read(io.BytesIO(data), frames=most + 1, dtype="float32", always_2d=True)
-        except Exception:  # noqa: BLE001
-            raise UploadError(f"{label}: the audio could not be decoded", 415) from None
-    if audio.shape[0] == 0:
-        raise UploadError(f"{label}: zero-length audio")
-    if audio.shape[0] > most:
-        raise RecordingTooLong(label, audio.shape[0] / rate, longest, at_least=decoded is None)
+    decoding, or, where that understates it, as soon as decoding passes ``longest``: never decoded whole. So
+    is one whose channels and rate hold more samples than ``DECODED_SAMPLES_PER_SECOND`` x ``longest``."""
+    audio, rate = _decode_within(label, data, longest, limits)
     if not np.isfinite(audio).all():
         raise UploadError(f"{label}: the audio holds non-finite samples")
     mono = downmix(audio)
@@ -296,6 +274,61 @@ def decode_recording(label: str, data: bytes, longest: float, limits: UploadLimi
     if float(np.abs(mono).max()) < 1e-4:
         raise UploadError(f"{label}: the clip is silent")
     return mono, rate
+
+
+def _decode_within(label: str, data: bytes, longest: float, limits: UploadLimits) -> tuple[np.ndarray, int]:
+    """:func:`decode_recording`'s samples ``[samples, channels]`` and rate, decoded within its bounds."""
+    decoded, budget = None, int(longest * DECODED_SAMPLES_PER_SECOND)
+    try:
+        info = sf.info(io.BytesIO(data))
+        rate, frames, channels = info.samplerate, info.frames, info.channels
+    except Exception:  # noqa: BLE001 - libsndfile raises several types for non-audio
+        try:  # AAC/M4A, WebM: FFmpeg's decoders, stopped as soon as the clip is longer than it may be
+            decoded = decode_with_av(io.BytesIO(data), max_seconds=longest, max_samples=budget)
+        except AudioTooLong as error:
+            raise RecordingTooLong(label, error.seconds, longest, at_least=True) from None
+        except AudioTooDense as error:
+            raise _too_many_samples(label, error.channels, error.rate, longest) from None
+        if decoded is None:
+            raise UploadError(
+                f"{label}: not a readable audio file (WAV, FLAC, OGG, MP3, AAC/M4A or WebM)", 415
+            ) from None
+        rate, frames, channels = decoded[1], len(decoded[0]), decoded[0].shape[1]
+    if rate < limits.min_sample_rate:
+        raise UploadError(
+            f"{label}: recorded at {rate} Hz; at least {limits.min_sample_rate} Hz (record again, or export the "
+            "original recording: resampling up adds no voice)"
+        )
+    if rate > limits.max_sample_rate:
+        raise UploadError(f"{label}: recorded at {rate} Hz; at most {limits.max_sample_rate} Hz")
+    if frames > longest * rate:  # refused before decoding it all
+        raise RecordingTooLong(label, frames / rate, longest)
+    most = min(int(longest * rate), budget // max(channels, 1))
+    if frames > most:
+        raise _too_many_samples(label, channels, rate, longest)
+    if decoded is not None:
+        audio = decoded[0]
+    else:
+        try:
+            # One frame past the bound at most: a declared length that understates the stream (an MP3 without
+            # a length header is estimated) is caught at that frame, not after decoding all of it.
+            audio, rate = sf.read(io.BytesIO(data), frames=most + 1, dtype="float32", always_2d=True)
+        except Exception:  # noqa: BLE001
+            raise UploadError(f"{label}: the audio could not be decoded", 415) from None
+    if audio.shape[0] == 0:
+        raise UploadError(f"{label}: zero-length audio")
+    if audio.shape[0] > int(longest * rate):
+        raise RecordingTooLong(label, audio.shape[0] / rate, longest, at_least=decoded is None)
+    if audio.shape[0] > most:  # the header understated the length: caught one frame past the budget
+        raise _too_many_samples(label, channels, rate, longest)
+    return audio, rate
+
+
+def _too_many_samples(label: str, channels: int, rate: int, longest: float) -> UploadError:
+    return UploadError(
+        f"{label}: {channels} channel(s) at {rate} Hz hold more samples than a clip may decode to here (as many "
+        f"as {longest:g} s of stereo at 48 kHz); export it as mono or stereo at 48 kHz or less"
+    )
 
 
 def prepare_clips(

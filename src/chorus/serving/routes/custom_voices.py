@@ -25,6 +25,7 @@ from chorus.serving.onboarding.job_runner import SAMPLE, OnboardingJob, record_c
 from chorus.serving.onboarding.upload_form import form_file, form_text, read_multipart
 from chorus.serving.onboarding.uploads import (
     RecordingTooLong,
+    audit_recording,
     clip_speech,
     decode_recording,
     prepare_heard,
@@ -131,6 +132,7 @@ async def create_consent(request: Request, tenant: Tenant, server: Server):
     )
     heard = await run_in_threadpool(checks.heard, audio, rate, language)
     embedding = await run_in_threadpool(checks.embed, heard.speech, rate)  # the phrase's words alone
+    kept = await run_in_threadpool(audit_recording, audio, rate)  # the sound alone, not the upload's other bytes
     try:
         record = server.store.create_consent(
             tenant,
@@ -139,7 +141,7 @@ async def create_consent(request: Request, tenant: Tenant, server: Server):
             heard=heard.text,
             word_error_rate=heard.word_error_rate,
             embedding=embedding.tolist(),
-            recording=data,
+            recording=kept,
             max_consents=server.settings.limits.of(tenant).consents,
         )
     except QuotaReached as error:
