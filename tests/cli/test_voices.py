@@ -88,7 +88,7 @@ def test_voices_create_wait_list_delete(live_server, custom_voice_recordings):
 
 
 def test_voices_create_shows_the_refusals(live_server, heard, custom_voice_recordings):
-    url, _ = live_server
+    url, server_app = live_server
     recordings = custom_voice_recordings
     create = ["create", "--name", "Fiona", "--consent", str(recordings["consent"])]
     heard["text"] = "I do not give anyone permission."
@@ -99,6 +99,11 @@ def test_voices_create_shows_the_refusals(live_server, heard, custom_voice_recor
     other = voices(url, *create, "--sample", str(recordings["other"]))
     assert other.exit_code == 2 and "consent cons_" in other.output, other.output
     assert "does not match the consent recording's (speaker score" in other.output
+    # The consent the refused sample was posted under is deleted, not left to count against the 100 kept
+    # (a new user's probe: each retry kept one more).
+    consent_id = other.output.split()[1]
+    assert f"consent {consent_id} deleted: no voice was made under it" in " ".join(other.output.split())
+    assert consent_id not in {c.consent_id for c in server_app.state.server.store.list_consents("acme", None, 100)}
     assert voices(url, "list", key="not-a-key-0123456789").exit_code == 2
     unknown = voices(url, "phrase", "--language", "xx")
     assert unknown.exit_code == 2 and "no consent phrase for 'xx'; the server has en" in unknown.output

@@ -87,6 +87,27 @@ def test_training_step_reduces_loss_and_inference_runs():
     assert out.frame_mask.sum(-1).tolist() == out.durations.sum(-1).long().tolist()
 
 
+def test_a_sequence_longer_than_the_positions_is_decoded_in_crossfaded_windows():
+    """A long sentence read slowly (5,205 frames at speed 0.25) or expanded by numbers (7,472) passed the
+    decoder's 4,096 positions: ValueError, a failed request or a cut stream. Past them the decoder runs in
+    overlapping windows; within them nothing changes."""
+    model = tiny_model(max_positions=64).eval()
+    phonemes, lengths = torch.randint(1, 40, (2, 12), generator=torch.Generator().manual_seed(2)), torch.tensor([12, 3])
+    durations = torch.tensor([[15] * 12, [1, 1, 1] + [0] * 9])  # 180 frames, and an item that ends at once
+    with torch.no_grad():
+        long = model.infer(phonemes, lengths, speaker_ids=torch.tensor([0, 1]), durations=durations)
+        assert long.mel.shape[1] == 180 and torch.isfinite(long.mel).all()
+        assert long.mel[1, 3:].abs().sum() == 0, "padding stays zero"
+        short = torch.tensor([[5] * 12, [1, 1, 1] + [0] * 9])  # 60 frames: the plain decoder, as before
+        plain = model.infer(phonemes, lengths, speaker_ids=torch.tensor([0, 1]), durations=short).mel
+        windows = model._decode_in_windows
+        model._decode_in_windows = None  # never called within the positions
+        assert torch.equal(model.infer(phonemes, lengths, speaker_ids=torch.tensor([0, 1]), durations=short).mel, plain)
+        model._decode_in_windows = windows
+    with pytest.raises(ValueError, match="exceeds max_positions"):  # the stack itself keeps its bound
+        model.decoder(torch.zeros(1, 65, model.config.d_model), torch.ones(1, 65, dtype=torch.bool))
+
+
 def test_speaker_vectors_go_through_the_same_projection_as_the_table():
     model, batch = tiny_model().eval(), tiny_batch()
     ids = batch["speaker_ids"]

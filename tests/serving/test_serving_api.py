@@ -823,6 +823,15 @@ def test_voice_names_are_case_insensitive_and_a_typo_gets_did_you_mean(tenants_a
     refused = speak(client, voice="secrets")
     assert refused.status_code == 404 and "secret" not in refused.json()["error"]["message"].replace("secrets", "")
     assert_error(speak(client, headers=GLOBEX, voice="secrets"), 404, "did you mean 'secret'")
+    # A name /v1/audio/voices lists is never "not found; did you mean" itself (a new user's probe: GET
+    # /v1/audio/voices/alloy answered "voice 'alloy' not found; did you mean 'alloy'?").
+    for route in ("/v1/audio/voices/", "/v1/voices/"):
+        assert_error(client.get(route + "alloy", headers=ACME), 400, "'alloy' is OpenAI's name for the speaker")
+    for name in ("m3", "M3"):
+        assert_error(client.get(f"/v1/audio/voices/{name}", headers=ACME), 400, "'m3' is a speaker of the model")
+        assert_error(client.delete(f"/v1/audio/voices/{name}", headers=ACME), 400, "not a stored voice")
+    assert client.get("/v1/voices/M3", headers=ACME).json()["id"] == "m3"
+    assert client.get("/v1/voices/ANN", headers=ACME).json()["id"] == "ann"
 
 
 def test_a_sample_voice_is_listed_with_its_stage_from_its_post_on(tiny_base, adapter_folders, tmp_path):
@@ -1008,7 +1017,7 @@ BAD_SPEECH = [
     ({"input": "   "}, 400, "empty"),
     ({"input": "a" * 4097}, 400, "at most 4096"),
     ({"input": None}, 400, "'input' is required"),
-    ({"input": 42}, 400, "'input' is required"),
+    ({"input": 42}, 400, "'input' must be a string"),
     ({"input": "!!! ???"}, 400, "speakable"),
     ({"voice": "nobody"}, 404, "not found"),
     ({"voice": "secret"}, 404, "not found"),  # globex's voice, asked by acme
@@ -1033,7 +1042,7 @@ BAD_SPEECH = [
     ({"model": "whisper-1"}, 404, "does not exist"),
     ({"response_format": ["wav"]}, 400, "unsupported response_format 'list'"),
     ({"response_format": {"type": "wav"}}, 400, "unsupported response_format 'dict'"),
-    ({"voice": "alien"}, 409, "cannot be loaded on this server's base"),
+    ({"voice": "alien"}, 409, "made on base chorus (sha256 000000000000...), not on this server's base chorus (sha256"),
 ]
 
 
@@ -2130,6 +2139,10 @@ def test_every_route_keeps_tenants_apart(tiny_base, adapter_folders, new_voice_d
         ),
         ("GET", "/v1/models"): (
             lambda: client.get("/v1/models", headers=GLOBEX),
+            lambda response: response.status_code == 200,  # the same for every tenant: nothing of acme's
+        ),
+        ("GET", "/v1/models/{model_id}"): (
+            lambda: client.get("/v1/models/tts-1", headers=GLOBEX),
             lambda response: response.status_code == 200,  # the same for every tenant: nothing of acme's
         ),
         ("GET", "/v1/voices"): (lambda: client.get("/v1/voices", headers=GLOBEX), not_listed),

@@ -578,6 +578,11 @@ def test_store_add_command_puts_a_voice_made_offline(tmp_path, voice_folder):
         assert store.voice("acme", "ann").status == VoiceStatus.READY
     broken = CliRunner().invoke(app, ["store", "add", str(root), "acme", "bob", str(tmp_path)])
     assert broken.exit_code == 2 and "not a voice folder" in broken.output
+    # The same id again: one line saying how to go on (it was a 60-line traceback ending in VoiceConflict).
+    again = CliRunner().invoke(app, ["store", "add", str(root), "acme", "ann", str(voice_folder)])
+    message = " ".join(again.output.split())
+    assert again.exit_code == 2 and "Traceback" not in again.output, again.output
+    assert "voice 'ann' exists already" in message and "chorus voices delete ann" in message
 
 
 def test_backup_while_writing_is_a_consistent_store(store, voice_folder, tmp_path):

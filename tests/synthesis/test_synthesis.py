@@ -170,6 +170,11 @@ def test_teacher_forced_speech_keeps_the_recordings_frames_in_a_speaker_or_a_voi
     assert as_voice.shape == recorded.shape and not torch.equal(as_voice, tts.teacher_forced("Hello there.", recorded))
     with pytest.raises(ValueError, match="blend"):
         tts.teacher_forced("Hello there.", recorded, "m3+f2")
+    # A new user's probe: a voice named in another case, or by its folder, was "unknown voice" with no hint.
+    with pytest.raises(KeyError, match="did you mean 'mine'"):
+        tts.synthesize("Hello there.", voice="MINE")
+    with pytest.raises(KeyError, match=r"loaded first: name = tts.load_voice\(folder\)"):
+        tts.synthesize("Hello there.", voice=str(folder))
 
 
 def test_postfilter_spreads_each_bin_over_time_and_each_frame_around_its_peak():

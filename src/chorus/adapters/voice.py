@@ -68,6 +68,14 @@ class VoiceError(ValueError):
     """A voice folder that is missing, corrupted, or made for another base model."""
 
 
+class BaseMismatch(VoiceError):
+    """A voice made on another base model: ``made_on`` and ``this`` name the two (no paths)."""
+
+    def __init__(self, message: str, made_on: str, this: str):
+        super().__init__(message)
+        self.made_on, self.this = made_on, this
+
+
 @dataclass
 class VoiceCard:
     """Provenance and measurements of a voice (``voice_card.json``)."""
@@ -405,9 +413,11 @@ def apply_voice(
             )
         else:
             where = f"speak it with --base {voice.base_model}"
-        raise VoiceError(
+        raise BaseMismatch(
             f"voice {label or name!r} was made on base {made_on}, not on {this}; {where}, or adapt it again on "
-            "this base"
+            "this base",
+            made_on,
+            this,
         )
     tensors = dict(voice.tensors)
     if voice.full:

@@ -74,12 +74,18 @@ def add(
     base, which servers do not onboard, reach `chorus serve --base`. The folder is checked as the server
     would load it first."""
     from chorus.adapters.voice import read_voice
-    from chorus.serving.store import VoiceStore
+    from chorus.serving.store import VoiceConflict, VoiceStore
 
     with user_errors():
         voice = read_voice(folder)
         with VoiceStore(store, database) as voices:
-            voices.put_voice(tenant, voice_id, folder)
+            try:
+                voices.put_voice(tenant, voice_id, folder)
+            except VoiceConflict as error:  # a store error, not bad input: user_errors would let it through
+                fail(
+                    f"{error}: add it under another id, or delete the voice through a server on this store "
+                    f"(chorus voices delete {voice_id}) first"
+                )
     base = voice.base_model or "chorus"
     console.print(
         f"{tenant}/{voice_id}: ready in {store} (made on base {base}: serve it with that --base)", soft_wrap=True

@@ -9,7 +9,7 @@ import typer
 from rich.table import Table
 
 from chorus.cli.common import command_group, console, user_errors
-from chorus.serving.client import DEFAULT_SERVER, VoicesClient
+from chorus.serving.client import DEFAULT_SERVER, ServerRefused, VoicesClient
 
 voices_app = command_group(
     help="Voices on a running `chorus serve`, OpenAI's way: a consent recording, then a sample of the same speaker."
@@ -65,7 +65,13 @@ def create(
     with user_errors():
         taken = client.create_consent(name, language, consent)
         console.print(f"consent {taken['id']} accepted", soft_wrap=True)
-        voice = client.create_voice(name, taken["id"], sample)
+        try:
+            voice = client.create_voice(name, taken["id"], sample)
+        except ServerRefused:
+            # No voice was made under it: left behind, each retry would keep one more (100 at most a tenant).
+            client.delete_consent(taken["id"])
+            console.print(f"consent {taken['id']} deleted: no voice was made under it", soft_wrap=True)
+            raise
     console.print(f"voice {voice['id']}: {_stage(voice)}", soft_wrap=True)  # whole lines: ids stay copyable
     if wait:
         voice = _follow(client, voice["id"])

@@ -303,8 +303,39 @@ class AcousticModel(nn.Module):
     ) -> torch.Tensor:
         """Expand token states by the 0/1 path ``[batch, text, frames]`` and decode to mel (normalized)."""
         expanded = torch.bmm(path.transpose(1, 2), h) + speaker
-        out = self.decoder(expanded * frame_mask.unsqueeze(-1).to(h.dtype), frame_mask)
+        x = expanded * frame_mask.unsqueeze(-1).to(h.dtype)
+        if x.shape[1] > self.decoder.max_positions:
+            out = self._decode_in_windows(x, frame_mask)
+        else:
+            out = self.decoder(x, frame_mask)
         return self.mel_proj(out) * frame_mask.unsqueeze(-1).to(h.dtype)
+
+    def _decode_in_windows(self, x: torch.Tensor, frame_mask: torch.Tensor) -> torch.Tensor:
+        """The decoder over ``x`` ``[batch, frames, dim]`` longer than its positions reach (a long sentence
+        read slowly, or one that numbers expand: "$1,234,567.67, ..." made 7,472 frames, and the request
+        failed): windows of ``max_positions // 2`` frames, each overlapping the next by an eighth of that,
+        crossfaded linearly. Shorter sequences never come here, so their output is the plain decoder's."""
+        window = self.decoder.max_positions // 2
+        overlap = window // 8
+        total = x.shape[1]
+        rise = torch.linspace(0, 1, overlap + 2, dtype=x.dtype, device=x.device)[1:-1]
+        out = torch.zeros_like(x)
+        start = 0
+        while True:
+            end = min(start + window, total)
+            mask = frame_mask[:, start:end]
+            # A batch item that has ended before this window has no frame to attend to (its rows would be
+            # nan); it attends to its padding instead, which the caller's mask zeroes.
+            mask = mask | ~mask.any(dim=1, keepdim=True)
+            weight = torch.ones(end - start, dtype=x.dtype, device=x.device)
+            if start:
+                weight[:overlap] = rise
+            if end < total:
+                weight[-overlap:] = rise.flip(0)
+            out[:, start:end] += self.decoder(x[:, start:end], mask) * weight[None, :, None]
+            if end == total:
+                return out
+            start = end - overlap
 
     def _variances(self, h, text_mask, pitch_target, energy_target, pitch_scale=1.0, energy_scale=1.0):
         pitch = energy = None

@@ -29,6 +29,7 @@ from chorus.serving.access_log import AccessLogMiddleware, RequestIdFilter
 from chorus.serving.batcher import SpeechQueue
 from chorus.serving.engine import Engine
 from chorus.serving.errors import add_error_handlers
+from chorus.serving.head_requests import HeadAsGet
 from chorus.serving.loopback_guard import LoopbackGuard
 from chorus.serving.metrics import MetricsMiddleware
 from chorus.serving.onboarding.consent_checks import CustomVoiceChecks
@@ -76,8 +77,9 @@ def create_app(
         title="Chorus voice server", lifespan=lifespan, docs_url="/docs", redoc_url=None, openapi_url="/openapi.json"
     )
     app.state.server = server
-    if loopback_only:  # innermost of the three: the refusal is counted and logged
+    if loopback_only:  # inside the log and the metrics: the refusal is counted and logged
         app.add_middleware(LoopbackGuard)
+    app.add_middleware(HeadAsGet)  # inside the log and the metrics: they see the HEAD and its bytes sent
     app.add_middleware(MetricsMiddleware, metrics=lambda: server.metrics)
     app.add_middleware(AccessLogMiddleware)  # outermost: its time and bytes are the client's
     add_error_handlers(app)

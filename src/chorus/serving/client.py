@@ -80,6 +80,10 @@ class VoicesClient:
         """A voice from ``sample`` (the consent's speaker, 10-30 s): its ``audio.voice`` (stage instant)."""
         return self._upload("/v1/audio/voices", {"name": name, "consent": consent_id}, "audio_sample", sample)
 
+    def delete_consent(self, consent_id: str) -> dict:
+        """Delete a consent recording (refused, 409, while a voice made under it exists)."""
+        return self._call("DELETE", f"/v1/audio/voice_consents/{consent_id}")
+
     def voice(self, voice_id: str) -> dict:
         """The voice's ``audio.voice``: ``stage`` (instant, adapted), ``refinement``, ``refinement_error``."""
         return self._call("GET", f"/v1/audio/voices/{voice_id}")

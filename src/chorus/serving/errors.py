@@ -18,7 +18,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from chorus.adapters.voice import VoiceError
+from chorus.adapters.voice import BaseMismatch, VoiceError
 from chorus.serving.engine import UnknownVoice
 from chorus.serving.store import (
     InvalidId,
@@ -93,6 +93,17 @@ def voice_not_found(voice_id: str, close: list[str] | None = None) -> ApiError:
     )
 
 
+def not_a_stored_voice(voice_id: str, what: str) -> ApiError:
+    """A speaker or an alias named where a stored voice is asked for (its record, its deletion)."""
+    return ApiError(
+        400,
+        f"{voice_id!r} is {what}, not a stored voice: it has no record to show or delete (GET /v1/audio/voices "
+        "lists every name speech takes)",
+        param="voice",
+        code="not_a_stored_voice",
+    )
+
+
 def synthesis_error(error: BaseException, voice: str) -> ApiError:
     """What the client is told when speaking ``voice`` raised ``error``."""
     if isinstance(error, UnknownVoice):
@@ -112,6 +123,15 @@ def synthesis_error(error: BaseException, voice: str) -> ApiError:
             type="conflict_error",
             param="voice",
             code="voice_corrupted",
+        )
+    if isinstance(error, BaseMismatch):  # names the two bases, no path: what the client needs to act
+        return ApiError(
+            409,
+            f"voice {voice!r} was made on base {error.made_on}, not on this server's base {error.this}: a server "
+            "started with its base speaks it, or adapt it again on this one",
+            type="conflict_error",
+            param="voice",
+            code="voice_of_another_base",
         )
     if isinstance(error, VoiceError):  # a folder this base cannot load; its message names server paths
         log.warning("voice %r could not be loaded: %s", voice, error)

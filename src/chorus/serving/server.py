@@ -14,7 +14,7 @@ from fastapi import Request
 from chorus.models.speaker_mix import is_mix
 from chorus.serving.batcher import Batcher, SpeechQueue
 from chorus.serving.engine import Engine, EngineVoice
-from chorus.serving.errors import ApiError, voice_not_found
+from chorus.serving.errors import ApiError, not_a_stored_voice, voice_not_found
 from chorus.serving.metrics import Metrics
 from chorus.serving.onboarding.consent_checks import CustomVoiceChecks
 from chorus.serving.onboarding.job_runner import JobRunner
@@ -168,11 +168,20 @@ class ServerState:
             ) from None
 
     def record(self, tenant: str, voice_id: str) -> VoiceRecord:
-        self.check_voice_id(voice_id)
+        """The tenant's stored voice ``voice_id``, named in any case as speech takes names. A speaker, or an
+        alias the tenant has no voice of, is 400 (it is no stored voice: "not found; did you mean 'alloy'?"
+        answered 'alloy' before); any other name the tenant has no voice of, 404."""
+        voice_id = self.check_voice_id(voice_id.lower())
+        if self.engine.is_speaker(voice_id):
+            raise not_a_stored_voice(voice_id, "a speaker of the model")
         try:
             return self.store.voice(tenant, voice_id)
         except VoiceNotFound:
             self.forget(tenant, voice_id)  # deleted, maybe through another server on the same store
+            if voice_id in self.aliases:
+                raise not_a_stored_voice(
+                    voice_id, f"OpenAI's name for the speaker {self.aliases[voice_id]!r}"
+                ) from None
             raise voice_not_found(voice_id, self.close_names(tenant, voice_id)) from None
 
     def close_names(self, tenant: str, voice_id: str) -> list[str]:
@@ -244,6 +253,7 @@ class ServerState:
         worker, if it trains it now, stops it at once (:meth:`JobRunner.cancel`; another server's worker
         stops at its next progress write)."""
         record = self.record(tenant, voice_id)
+        voice_id = record.voice_id
         try:
             self.store.delete_voice(tenant, voice_id)
         except VoiceNotFound:

@@ -276,7 +276,12 @@ def refusal(score: float, worst_window: float, worst_stretch: float, key: str, s
     if score < threshold:
         return "the sample's voice does not match the consent recording's"
     if worst_window < settings.window_threshold or worst_stretch < threshold - settings.stretch_margin:
-        return "the sample holds more than one voice: part of it does not match the rest or the consent"
+        # Each third and window is judged too: a second voice in it, or (in a clip of a few seconds) too little
+        # speech in one part to tell whose it is.
+        return (
+            "part of the sample does not match the rest or the consent: another voice in it, or too little speech "
+            "in that part to tell (a sample of 10 s or more is judged surely)"
+        )
     return ""
 
 

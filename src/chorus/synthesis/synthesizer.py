@@ -162,7 +162,13 @@ class Synthesizer:
         if voice is None:
             return resolved
         if voice not in self.voices:
-            raise KeyError(f"unknown voice {voice!r}; loaded voices: {', '.join(self.voices) or 'none'}")
+            close = [name for name in self.voices if name.lower() == voice.lower()]
+            hint = (
+                f"; did you mean {close[0]!r}? (voice names keep their case)"
+                if close
+                else "; a voice folder is loaded first: name = tts.load_voice(folder)"
+            )
+            raise KeyError(f"unknown voice {voice!r}; loaded voices: {', '.join(self.voices) or 'none'}{hint}")
         if isinstance(resolved, Blend):
             raise ValueError("an adapted voice speaks with one speaker's row, not a blend")
         return AdaptedVoice(voice, speaker=None if speaker is None else resolved.index)

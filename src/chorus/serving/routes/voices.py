@@ -103,6 +103,7 @@ def list_voices(tenant: Tenant, server: Server):
 
 @router.get("/v1/voices/{voice_id}", responses={200: {"model": BaseVoice | CustomVoice}, **ERRORS})
 async def get_voice(voice_id: str, tenant: Tenant, server: Server):
+    voice_id = voice_id.lower()  # as speech takes names
     if server.engine.is_speaker(voice_id):
         return speaker_json(server, voice_id)
     record = server.record(tenant, voice_id)
@@ -114,6 +115,7 @@ async def get_voice(voice_id: str, tenant: Tenant, server: Server):
 
 @router.delete("/v1/voices/{voice_id}", responses={200: {"model": VoiceDeleted}, **ERRORS})
 def delete_voice(voice_id: str, tenant: Tenant, server: Server):
+    voice_id = voice_id.lower()
     if server.engine.is_speaker(voice_id):
         raise ApiError(400, f"{voice_id!r} is a speaker of the model; it cannot be deleted", param="voice")
     server.delete_voice(tenant, voice_id)

@@ -20,7 +20,7 @@ from pydantic_core import ErrorDetails, PydanticCustomError
 
 from chorus.audio.encode import FORMATS
 from chorus.serving.errors import ApiError
-from chorus.serving.schemas.models import MODEL_NAMES
+from chorus.serving.schemas.models import MODEL_NAMES, model_not_found
 from chorus.text.sentences import MAX_SPEED, MIN_SPEED
 
 CONTENT_TYPES = {name: audio_format.content_type for name, audio_format in FORMATS.items()}
@@ -31,16 +31,29 @@ _REQUIRED = ("input", "voice")  # null there is refused as missing; any other fi
 DEFAULT_FORMAT = "mp3"  # OpenAI's: its clients write what comes back without a format into "speech.mp3"
 # What ``instructions`` can ask of this model: its speaking rate. The rest (tone, emotion, accent) is
 # ignored and said so in a header, as code written for gpt-4o-mini-tts expects to be spoken, not refused.
+# A pace is a word ("slowly", "very fast", "slower than usual") or a factor ("twice as fast", "3x slower",
+# "half speed", "20% faster"): a factor read as a word would be taken for "fast" and its number named as ignored.
+_WAY = r"slowly|slower|slow|quickly|quicker|quick|faster|fast|rapidly"
+_NUMBER = r"\d+(?:\.\d+)?"
+_MULTIPLE = r"0*[1-9]\d*(?:\.\d+)?|0*\.\d*[1-9]\d*"  # a number, not zero: "0x slower" asks for no pace
 _PACE_WORDS = re.compile(
-    r"\b(?P<very>very\s+|really\s+|a bit\s+|a little\s+|slightly\s+)?"
-    r"(?P<pace>slowly|slower|slow|quickly|quicker|quick|faster|fast|rapidly)\b",
+    r"\b(?:"
+    # "twice as fast", "3x slower", "three times slower", "half as fast"; or of a speed: "double speed", "half the pace"
+    r"(?P<times>twice|thrice|double|half|(?P<word>two|three|four)\s+times"
+    rf"|(?P<n>{_MULTIPLE})\s*(?:x|×|times))\s+"
+    rf"(?:(?:as\s+)?(?P<way>{_WAY})(?:\s+as\s+(?:usual|normal|before))?|(?:the\s+)?(?:speed|pace|rate|tempo))"
+    rf"|(?P<percent>{_NUMBER})\s*(?:%|percent|per\s+cent)\s*(?P<change>{_WAY})"  # "20% faster"
+    r"|(?P<very>very\s+|really\s+|a bit\s+|a little\s+|slightly\s+)?"
+    rf"(?P<pace>{_WAY})(?:\s+than\s+(?:usual|normal|normally|before))?"  # "slower than usual" is "slower"
+    r")\b",
     re.IGNORECASE,
 )
 _PACE = {"slow": 0.8, "quick": 1.25, "fast": 1.25, "rapid": 1.25}
-# Clauses of an instruction: "Speak slowly and calmly." is "Speak slowly" + "calmly".
-_CLAUSES = re.compile(r"[.,;:!?\n]+|\s+(?:and|but|then|while)\s+", re.IGNORECASE)
+_TIMES = {"twice": 2.0, "double": 2.0, "half": 0.5, "thrice": 3.0, "two": 2.0, "three": 3.0, "four": 4.0}
+# Clauses of an instruction: "Speak slowly and calmly." is "Speak slowly" + "calmly"; "1.5x speed" is one.
+_CLAUSES = re.compile(r"(?:[,;:!?\n]|\.(?!\d))+|\s+(?:and|but|then|while)\s+", re.IGNORECASE)
 # Words that ask for nothing by themselves ("please speak", "read it").
-_FILLER = re.compile(r"^(?:(?:please|speak|talk|read|say|it|this|the|text|voice|in|a|an|with)\s*)*$", re.IGNORECASE)
+_FILLER = re.compile(r"^(?:(?:please|speak|talk|read|say|it|this|the|text|voice|in|a|an|with|at)\s*)*$", re.IGNORECASE)
 # A pace word after a negation in its clause ("Do not speak slowly", "You cannot speak quickly"): no request
 # for that pace, and this model cannot follow "not slowly" any better than a tone: the whole clause is ignored.
 # A negation after the pace word negates something else ("Speak slowly without pauses", "with no emotion").
@@ -73,7 +86,8 @@ class SpeechRequest(BaseModel):
     instructions: str | None = Field(
         None,
         max_length=MAX_INSTRUCTIONS_CHARS,
-        description="the speaking rate is understood ('speak slowly', 'quickly', 'very fast') and scales speed; "
+        description="the speaking rate is understood ('speak slowly', 'quickly', 'very fast', 'twice as fast', "
+        "'half speed', '20% slower') and scales speed (within its bounds); "
         "anything else (tone, emotion, accent) is ignored and named in the X-Instructions-Ignored header",
     )
     stream_format: Literal["audio", "sse"] = Field(
@@ -123,8 +137,10 @@ class SpeechRequest(BaseModel):
     @classmethod
     def _voice_reference(cls, voice: object) -> object:
         """OpenAI's custom voice reference ``{"id": ...}`` names the voice by its id; spaces around a name
-        (a copied "nova ") are no part of it."""
-        voice = voice.get("id") if isinstance(voice, dict) else voice
+        (a copied "nova ") are no part of it. Any other object stays one, to be refused as one (not as a
+        voice left out)."""
+        if isinstance(voice, dict) and isinstance(voice.get("id"), str):
+            voice = voice["id"]
         return voice.strip() if isinstance(voice, str) else voice
 
 
@@ -133,14 +149,26 @@ def _shown(value: object) -> str:
     return repr((value if isinstance(value, str) else type(value).__name__)[:40])
 
 
+def _json_type(value: object) -> str:
+    """A value's type as JSON names it, for a refusal to say what was sent instead ("not an integer")."""
+    if isinstance(value, bool):  # before int: True is an int to Python
+        return "a boolean"
+    if isinstance(value, int):
+        return "an integer"
+    if isinstance(value, float):
+        return "a number"
+    return "an array" if isinstance(value, list) else "an object" if isinstance(value, dict) else type(value).__name__
+
+
+def _wrong_type(error: ErrorDetails) -> bool:
+    """Whether a string field was sent as another type; null there (:data:`_REQUIRED`) is no value, as if left
+    out, and is refused as missing."""
+    return error["type"] == "string_type" and error["input"] is not None
+
+
 def _model_refused(error: ErrorDetails) -> ApiError:
     if error["type"] == "model_not_found":  # as OpenAI answers an unknown model
-        return ApiError(
-            404,
-            f"The model {error['input'][:80]!r} does not exist: use one of {', '.join(MODEL_NAMES)} (GET /v1/models)",
-            param="model",
-            code="model_not_found",
-        )
+        return model_not_found(error["input"])
     return ApiError(400, f"'model' must be a string, one of {', '.join(MODEL_NAMES)}", param="model")
 
 
@@ -154,7 +182,22 @@ def _input_refused(error: ErrorDetails) -> ApiError:
             param="input",
             code="input_too_long",
         )
+    if _wrong_type(error):
+        return ApiError(
+            400, f"'input' must be a string (the text to speak), not {_json_type(error['input'])}", param="input"
+        )
     return ApiError(400, "'input' is required: the text to speak, as a string", param="input")
+
+
+def _voice_refused(error: ErrorDetails) -> ApiError:
+    if _wrong_type(error):
+        return ApiError(
+            400,
+            "'voice' must be a string (a speaker name or one of your voice ids) or OpenAI's "
+            f'{{"id": "..."}}, not {_json_type(error["input"])}',
+            param="voice",
+        )
+    return ApiError(400, "'voice' is required: a speaker name or one of your voice ids", param="voice")
 
 
 def _instructions_refused(error: ErrorDetails) -> ApiError:
@@ -171,7 +214,7 @@ _REFUSALS: dict[str, Callable[[ErrorDetails], ApiError]] = {
     "": lambda _: ApiError(400, "the request body must be a JSON object"),
     "model": _model_refused,
     "input": _input_refused,
-    "voice": lambda _: ApiError(400, "'voice' is required: a speaker name or one of your voice ids", param="voice"),
+    "voice": _voice_refused,
     "response_format": lambda error: ApiError(
         400,
         f"unsupported response_format {_shown(error['input'])}: use one of {', '.join(CONTENT_TYPES)}",
@@ -249,10 +292,25 @@ def read_instructions(instructions: str) -> Instructions:
 
 
 def _factor(match: re.Match) -> float:
-    """The speed a pace phrase asks for ("slowly" 0.8, "very fast" 1.25 squared, "a bit faster" its root)."""
-    factor = next(f for stem, f in _PACE.items() if match["pace"].lower().startswith(stem))
-    degree = (match["very"] or "").split()
-    return factor**2 if degree[:1] in (["very"], ["really"]) else factor**0.5 if degree else factor
+    """The speed a pace phrase asks for ("slowly" 0.8, "very fast" 1.25 squared, "a bit faster" its root,
+    "twice as fast" or "double speed" 2, "half speed" or "twice as slow" 0.5, "20% slower" 0.8), within the
+    bounds of ``speed`` ("10x faster" is as fast as it goes: 4)."""
+    if match["times"]:
+        times = _TIMES.get((match["word"] or match["times"]).lower()) or float(match["n"])
+        factor = times if match["way"] is None or _word_pace(match["way"]) > 1 else 1 / times
+    elif match["percent"]:
+        change = float(match["percent"]) / 100
+        factor = 1 + change if _word_pace(match["change"]) > 1 else 1 - change
+    else:
+        factor = _word_pace(match["pace"])
+        degree = (match["very"] or "").split()
+        factor = factor**2 if degree[:1] in (["very"], ["really"]) else factor**0.5 if degree else factor
+    return min(MAX_SPEED, max(MIN_SPEED, factor))
+
+
+def _word_pace(word: str) -> float:
+    """The speed a pace word asks for: "slowly" 0.8, "faster" 1.25."""
+    return next(f for stem, f in _PACE.items() if word.lower().startswith(stem))
 
 
 class Timing(BaseModel):
