@@ -104,6 +104,13 @@ def test_a_sequence_longer_than_the_positions_is_decoded_in_crossfaded_windows()
         model._decode_in_windows = None  # never called within the positions
         assert torch.equal(model.infer(phonemes, lengths, speaker_ids=torch.tensor([0, 1]), durations=short).mel, plain)
         model._decode_in_windows = windows
+        # An item within the positions, batched with one past them, is decoded as it would be alone (a review:
+        # the whole batch went through the windows, and a 48-frame item moved by up to 1.0 in the mel).
+        fits = torch.tensor([[4] * 12, [16, 16, 16] + [0] * 9])  # 48 frames: past a window less its overlap
+        alone = model.infer(phonemes, lengths, speaker_ids=torch.tensor([0, 1]), durations=fits).mel[1, :48]
+        mixed = torch.stack([durations[0], fits[1]])
+        batched = model.infer(phonemes, lengths, speaker_ids=torch.tensor([0, 1]), durations=mixed).mel[1, :48]
+        torch.testing.assert_close(batched, alone)
     with pytest.raises(ValueError, match="exceeds max_positions"):  # the stack itself keeps its bound
         model.decoder(torch.zeros(1, 65, model.config.d_model), torch.ones(1, 65, dtype=torch.bool))
 

@@ -144,6 +144,11 @@ PACES = [
     ("Speak slower than usual.", 1.0, 0.8, None),
     ("a bit faster than usual", 1.0, 1.25**0.5, None),
     ("Speak at 1.5x speed. Sound calm.", 1.0, 1.5, "Sound calm"),
+    # A review's cases: a decimal comma was a clause break (pace 4 from "1"), "than usual" after a percentage
+    # was named as ignored, and "five times" was taken for "fast".
+    ("Read at 1,5x speed", 1.0, 1.5, None),
+    ("50% faster than usual", 1.0, 1.5, None),
+    ("five times faster", 1.0, 4.0, None),
     # Within the bounds of speed (0.25 to 4), as the field itself.
     ("Talk twice as fast.", 3.0, 4.0, None),
     ("Speak 150% slower", 1.0, 0.25, None),

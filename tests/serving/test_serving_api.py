@@ -1349,7 +1349,7 @@ def test_a_server_without_keys_answers_only_loopback_hosts_and_its_own_origin(ti
     engine = Engine.load(tiny_base, "griffin-lim", resolve=functools.partial(stored_voice_folder, store))
     app = create_app(store, engine, Tenants(), SETTINGS, loopback_only=True)
     with TestClient(app, base_url="http://127.0.0.1:8000") as local:
-        for host in ("127.0.0.1:8000", "localhost:8000", "[::1]:8000", "localhost"):
+        for host in ("127.0.0.1:8000", "localhost:8000", "[::1]:8000", "localhost", "LOCALHOST.:8000"):
             assert local.get("/v1/voices", headers={"Host": host}).status_code == 200, host
         assert local.get("/v1/voices", headers={"Origin": "http://127.0.0.1:8000"}).status_code == 200
         rebound = local.get("/v1/voices", headers={"Host": "rebind.attacker.example:8000"})
@@ -1395,6 +1395,11 @@ def test_a_clip_of_many_channels_at_a_high_rate_is_refused_before_it_is_decoded(
     # FFmpeg's path (a WebM or AAC file) stops at the same budget.
     with pytest.raises(AudioTooDense):
         decode_with_av(io.BytesIO(surround.getvalue()), max_seconds=30.0, max_samples=10 * 96_000)
+    # A file at a high rate holds about a sample a byte (a WAV half one), far from a bomb's hundreds: a 12 s
+    # stereo WAV at 96 kHz, past a stereo 48 kHz recording of the longest clip here (10 s), is decoded.
+    studio = io.BytesIO()
+    sf.write(studio, np.sin(np.arange(96_000 * 12)[:, None] * [0.01, 0.013]).astype(np.float32), 96_000, format="WAV")
+    assert uploads.decode_recording("studio.wav", studio.getvalue(), 20.0, UploadLimits())[1] == 96_000
     stereo = io.BytesIO()  # a stereo clip at 48 kHz as long as a clip may be is decoded as before
     sf.write(stereo, np.sin(np.arange(48_000 * 30)[:, None] * [0.05, 0.07]).astype(np.float32), 48_000, format="FLAC")
     assert uploads.decode_recording("ok.flac", stereo.getvalue(), 30.0, UploadLimits())[0].shape == (48_000 * 30,)

@@ -67,10 +67,16 @@ def create(
         console.print(f"consent {taken['id']} accepted", soft_wrap=True)
         try:
             voice = client.create_voice(name, taken["id"], sample)
-        except ServerRefused:
-            # No voice was made under it: left behind, each retry would keep one more (100 at most a tenant).
-            client.delete_consent(taken["id"])
-            console.print(f"consent {taken['id']} deleted: no voice was made under it", soft_wrap=True)
+        except ServerRefused as refused:
+            # The sample was refused, so no voice was made under the consent: left behind, each retry would keep
+            # one more (100 at most a tenant). Not after a 5xx, 408 or 429 (a proxy's timeout, a busy server),
+            # where the voice may still be made under it.
+            if 400 <= refused.status < 500 and refused.status not in (408, 429):
+                try:
+                    client.delete_consent(taken["id"])
+                    console.print(f"consent {taken['id']} deleted: no voice was made under it", soft_wrap=True)
+                except ServerRefused:
+                    pass  # the sample's refusal is what to tell; the consent stays
             raise
     console.print(f"voice {voice['id']}: {_stage(voice)}", soft_wrap=True)  # whole lines: ids stay copyable
     if wait:

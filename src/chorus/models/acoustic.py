@@ -304,10 +304,16 @@ class AcousticModel(nn.Module):
         """Expand token states by the 0/1 path ``[batch, text, frames]`` and decode to mel (normalized)."""
         expanded = torch.bmm(path.transpose(1, 2), h) + speaker
         x = expanded * frame_mask.unsqueeze(-1).to(h.dtype)
-        if x.shape[1] > self.decoder.max_positions:
-            out = self._decode_in_windows(x, frame_mask)
-        else:
+        if x.shape[1] <= self.decoder.max_positions:
             out = self.decoder(x, frame_mask)
+        else:  # only the items past the positions are decoded in windows; the others as they would be alone
+            out = torch.zeros_like(x)
+            lengths = frame_mask.sum(dim=1)
+            long = lengths > self.decoder.max_positions
+            if not long.all():
+                fit = int(lengths[~long].max())
+                out[~long, :fit] = self.decoder(x[~long, :fit], frame_mask[~long, :fit])
+            out[long] = self._decode_in_windows(x[long], frame_mask[long])
         return self.mel_proj(out) * frame_mask.unsqueeze(-1).to(h.dtype)
 
     def _decode_in_windows(self, x: torch.Tensor, frame_mask: torch.Tensor) -> torch.Tensor:
@@ -316,7 +322,7 @@ class AcousticModel(nn.Module):
         failed): windows of ``max_positions // 2`` frames, each overlapping the next by an eighth of that,
         crossfaded linearly. Shorter sequences never come here, so their output is the plain decoder's."""
         window = self.decoder.max_positions // 2
-        overlap = window // 8
+        overlap = max(1, window // 8)
         total = x.shape[1]
         rise = torch.linspace(0, 1, overlap + 2, dtype=x.dtype, device=x.device)[1:-1]
         out = torch.zeros_like(x)

@@ -19,11 +19,12 @@ from chorus.serving.tenants import is_loopback
 
 
 def host_name(value: str) -> str:
-    """The host of a ``Host`` header or a URL's netloc, its port and IPv6 brackets left out."""
+    """The host of a ``Host`` header or a URL's netloc, its port, IPv6 brackets and a fully qualified name's
+    final dot ("localhost.") left out."""
     value = value.strip()
     if value.startswith("["):
         return value[1 : value.find("]")] if "]" in value else value
-    return value.rsplit(":", 1)[0] if value.count(":") == 1 else value
+    return (value.rsplit(":", 1)[0] if value.count(":") == 1 else value).rstrip(".")
 
 
 def refusal(headers: dict[str, str]) -> str | None:

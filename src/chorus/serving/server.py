@@ -247,11 +247,11 @@ class ServerState:
                 message = message.replace(path, name)
         return message
 
-    def delete_voice(self, tenant: str, voice_id: str) -> None:
+    def delete_voice(self, tenant: str, voice_id: str) -> str:
         """Delete the tenant's voice from the store and from this server's model (404 if it has none), and
         stop its onboarding job: the store fails it (queued, running or interrupted), and this server's
         worker, if it trains it now, stops it at once (:meth:`JobRunner.cancel`; another server's worker
-        stops at its next progress write)."""
+        stops at its next progress write). Its id as stored (lower case) is returned."""
         record = self.record(tenant, voice_id)
         voice_id = record.voice_id
         try:
@@ -261,6 +261,7 @@ class ServerState:
         if record.job_id is not None:
             self.jobs.cancel(record.job_id)
         self.forget(tenant, voice_id)
+        return voice_id
 
     def forget(self, tenant: str, voice_id: str, keep: str | None = None) -> None:
         """Drop every resident version of a voice but ``keep`` from the model (one in use goes at eviction):

@@ -16,11 +16,13 @@ consent to Boris ..." is one word in twenty from the phrase, while Whisper tiny.
   same first vowel. "Boris", "Horace" and "Microsoft" differ in a consonant and are refused. Other content
   words are matched by a looser likeness (most of their sounds in order): in noise Whisper hears "voice" as
   "moist", and a sound-alike of "voice" or "model" changes no one's consent;
-* the phrase is said by its speaker, of themself, as a statement. A pronoun of anyone else ("you", "your",
-  "we", "they", "her" ...) is never a loose word: "You are the owner of this voice and you consent to Chorus
-  ..." read out by a victim (an agent reading a script to a caller), "Are you the owner of this voice and do
-  you consent ...?" or "... using her voice ..." is refused (``OTHER_PERSONS``), and so is a phrase heard as a
-  question (a "?" on a word heard of it: "Am I the owner of this voice and do I consent ...?");
+* no other person may make the claim: a pronoun of anyone but the speaker ("you", "your", "we", "they",
+  "her" ...) is never a loose word, so "You are the owner of this voice and you consent to Chorus ..." read out
+  by a victim (an agent reading a script to a caller), "Are you the owner of this voice and do you consent
+  ...?" or "... using her voice ..." is refused (``OTHER_PERSONS``), and so is a recording the recognizer
+  punctuates as a question (a "?" anywhere but in the courtesy tail: "Am I the owner of this voice and do I
+  consent ...?"). Small words alone still pass within the allowance ("The owner of this voice and I consent
+  ..." drops two); the "?" is Whisper's reading of the intonation, and a question said flat is not caught;
 * a recognizer also invents words in noise or in the silence after the phrase ("Thank you very much.", a
   "not" nobody said). The courtesies a recording ends with, after everything heard of the phrase, are
   dismissed outright (``COURTESY_TAIL``). When other such words, heard at a low probability, are all that
@@ -313,6 +315,7 @@ def _read(
     sides = _Sides.of(phrase, transcript, language)
     alignment = _read_back(sides, _align(sides))
     courtesy = _courtesy_tail(sides, alignment) if dismiss_tail else []
+    tail_words = [sides.heard[t].word for t in courtesy]
     for t in courtesy:
         alignment.extra.pop(t, None)
         alignment.loose_extra.pop(t, None)
@@ -329,12 +332,8 @@ def _read(
         extra=texts,
         negations=tuple(w for w in texts if is_negation(w, sides.content)),
         loose=loose,
-        persons=tuple(w for w in texts if w in OTHER_PERSONS and w not in sides.said),
-        question=any(
-            sides.heard[t].word.text.rstrip("\"'”’)").endswith("?")
-            for t in range(len(sides.heard))
-            if t not in courtesy
-        ),
+        persons=tuple(extra[k].text for k in sorted(extra) if sides.others[k]),
+        question=any("?" in word.text for word in transcript.words if word not in tail_words),
         dismissed=tuple(sides.heard[t].text for t in courtesy),
     )
     return verdict, [extra[k].word for k in sorted(extra)], _substitutions(sides, missing, extra, alignment.gaps)

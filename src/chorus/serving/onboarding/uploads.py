@@ -31,10 +31,13 @@ from chorus.serving.json_body import BodyError, loads_bounded
 from chorus.serving.settings import UploadLimits
 
 _SAFE_ID = re.compile(r"[^A-Za-z0-9_-]+")
-# The most samples (frames x channels) a clip may decode to, per second it may last: a stereo recording at 48 kHz.
-# A FLAC of one steady tone at 192 kHz in 8 channels is 94 KB a minute and decoded 1.1 GB a minute (a probe of the
-# server); legitimate clips within ``max_clip_bytes`` (a 20-minute stereo MP3 at 44.1 kHz) stay under it.
+# The most samples (frames x channels) a clip may decode to: per second it may last, a stereo recording at 48 kHz,
+# or, for a file at a higher rate or with more channels, per byte of it, more than any audio file but a bomb
+# holds. A FLAC of one steady tone at 192 kHz in 8 channels is 94 KB a minute (about 940 samples a byte) and
+# decoded 1.1 GB a minute (a probe of the server). A WAV holds 0.5 samples a byte, FLAC of speech about 1, a
+# 320 kbps MP3 at 96 kHz stereo about 5: the limits' rates and lengths (192 kHz, 20 minutes) stay open to them.
 DECODED_SAMPLES_PER_SECOND = 2 * 48_000
+DECODED_SAMPLES_PER_BYTE = 8
 
 
 class RecordingTooLong(UploadError):
@@ -223,7 +226,8 @@ def prepare_heard(
 def audit_recording(mono: np.ndarray, rate: int) -> bytes:
     """What a consent keeps of its recording ``[samples]`` for audit: the decoded sound as 16-bit FLAC. The
     upload's own bytes could carry anything beside the sound (a probe stored 9.9 MB of random bytes in a WAV's
-    ``junk`` chunk, outside every quota); re-encoded, a minute at 48 kHz is about 3 MB at most."""
+    ``junk`` chunk, outside every quota); re-encoded, it is what its samples need (a minute of speech at 48 kHz
+    about 3 MB, of noise about 6). Its sha256 (the consent record's) is the FLAC's, not the upload's."""
     flac = io.BytesIO()
     sf.write(flac, np.clip(mono, -1.0, 1.0), rate, format="FLAC", subtype="PCM_16")
     return flac.getvalue()
@@ -258,7 +262,8 @@ def decode_recording(label: str, data: bytes, longest: float, limits: UploadLimi
     long, finite and not silent; ``UploadError`` (named by ``label``) otherwise. One longer than ``longest``
     seconds is refused (:class:`RecordingTooLong`) from the duration its container declares, before any
     decoding, or, where that understates it, as soon as decoding passes ``longest``: never decoded whole. So
-    is one whose channels and rate hold more samples than ``DECODED_SAMPLES_PER_SECOND`` x ``longest``."""
+    is one whose channels and rate hold more samples than ``DECODED_SAMPLES_PER_SECOND`` x ``longest`` and
+    ``DECODED_SAMPLES_PER_BYTE`` x its size."""
     audio, rate = _decode_within(label, data, longest, limits)
     if not np.isfinite(audio).all():
         raise UploadError(f"{label}: the audio holds non-finite samples")
@@ -278,7 +283,7 @@ def decode_recording(label: str, data: bytes, longest: float, limits: UploadLimi
 
 def _decode_within(label: str, data: bytes, longest: float, limits: UploadLimits) -> tuple[np.ndarray, int]:
     """:func:`decode_recording`'s samples ``[samples, channels]`` and rate, decoded within its bounds."""
-    decoded, budget = None, int(longest * DECODED_SAMPLES_PER_SECOND)
+    decoded, budget = None, max(int(longest * DECODED_SAMPLES_PER_SECOND), len(data) * DECODED_SAMPLES_PER_BYTE)
     try:
         info = sf.info(io.BytesIO(data))
         rate, frames, channels = info.samplerate, info.frames, info.channels
@@ -327,7 +332,8 @@ def _decode_within(label: str, data: bytes, longest: float, limits: UploadLimits
 def _too_many_samples(label: str, channels: int, rate: int, longest: float) -> UploadError:
     return UploadError(
         f"{label}: {channels} channel(s) at {rate} Hz hold more samples than a clip may decode to here (as many "
-        f"as {longest:g} s of stereo at 48 kHz); export it as mono or stereo at 48 kHz or less"
+        f"as {longest:g} s of stereo at 48 kHz, or {DECODED_SAMPLES_PER_BYTE} a byte of the file: it decodes to far "
+        "more than audio files hold); export it as mono or stereo at 48 kHz or less"
     )
 
 

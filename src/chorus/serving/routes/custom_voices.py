@@ -334,5 +334,4 @@ def retrieve_audio_voice(voice_id: str, tenant: Tenant, server: Server):
 
 @router.delete("/v1/audio/voices/{voice_id}", responses={200: {"model": AudioVoiceDeleted}, **ERRORS})
 def delete_audio_voice(voice_id: str, tenant: Tenant, server: Server):
-    server.delete_voice(tenant, voice_id)
-    return AudioVoiceDeleted(id=voice_id).model_dump()
+    return AudioVoiceDeleted(id=server.delete_voice(tenant, voice_id)).model_dump()  # the id as stored

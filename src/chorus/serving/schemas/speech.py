@@ -35,14 +35,15 @@ DEFAULT_FORMAT = "mp3"  # OpenAI's: its clients write what comes back without a 
 # "half speed", "20% faster"): a factor read as a word would be taken for "fast" and its number named as ignored.
 _WAY = r"slowly|slower|slow|quickly|quicker|quick|faster|fast|rapidly"
 _NUMBER = r"\d+(?:\.\d+)?"
-_MULTIPLE = r"0*[1-9]\d*(?:\.\d+)?|0*\.\d*[1-9]\d*"  # a number, not zero: "0x slower" asks for no pace
+_MULTIPLE = r"0*[1-9]\d*(?:[.,]\d+)?|0*[.,]\d*[1-9]\d*"  # a number, not zero ("0x slower" asks for no pace)
 _PACE_WORDS = re.compile(
     r"\b(?:"
     # "twice as fast", "3x slower", "three times slower", "half as fast"; or of a speed: "double speed", "half the pace"
-    r"(?P<times>twice|thrice|double|half|(?P<word>two|three|four)\s+times"
+    r"(?P<times>twice|thrice|double|half|(?P<word>two|three|four|five|six|ten)\s+times"
     rf"|(?P<n>{_MULTIPLE})\s*(?:x|×|times))\s+"
     rf"(?:(?:as\s+)?(?P<way>{_WAY})(?:\s+as\s+(?:usual|normal|before))?|(?:the\s+)?(?:speed|pace|rate|tempo))"
-    rf"|(?P<percent>{_NUMBER})\s*(?:%|percent|per\s+cent)\s*(?P<change>{_WAY})"  # "20% faster"
+    rf"|(?P<percent>{_NUMBER})\s*(?:%|percent|per\s+cent)\s*(?P<change>{_WAY})"  # "20% faster (than usual)"
+    r"(?:\s+than\s+(?:usual|normal|normally|before))?"
     r"|(?P<very>very\s+|really\s+|a bit\s+|a little\s+|slightly\s+)?"
     rf"(?P<pace>{_WAY})(?:\s+than\s+(?:usual|normal|normally|before))?"  # "slower than usual" is "slower"
     r")\b",
@@ -50,8 +51,10 @@ _PACE_WORDS = re.compile(
 )
 _PACE = {"slow": 0.8, "quick": 1.25, "fast": 1.25, "rapid": 1.25}
 _TIMES = {"twice": 2.0, "double": 2.0, "half": 0.5, "thrice": 3.0, "two": 2.0, "three": 3.0, "four": 4.0}
-# Clauses of an instruction: "Speak slowly and calmly." is "Speak slowly" + "calmly"; "1.5x speed" is one.
-_CLAUSES = re.compile(r"(?:[,;:!?\n]|\.(?!\d))+|\s+(?:and|but|then|while)\s+", re.IGNORECASE)
+_TIMES |= {"five": 5.0, "six": 6.0, "ten": 10.0}  # past 4, as fast as it goes
+# Clauses of an instruction: "Speak slowly and calmly." is "Speak slowly" + "calmly"; "1.5x speed" and "1,5x
+# speed" (a decimal comma) are one.
+_CLAUSES = re.compile(r"(?:[;:!?\n]|[.,](?!\d))+|\s+(?:and|but|then|while)\s+", re.IGNORECASE)
 # Words that ask for nothing by themselves ("please speak", "read it").
 _FILLER = re.compile(r"^(?:(?:please|speak|talk|read|say|it|this|the|text|voice|in|a|an|with|at)\s*)*$", re.IGNORECASE)
 # A pace word after a negation in its clause ("Do not speak slowly", "You cannot speak quickly"): no request
@@ -296,7 +299,7 @@ def _factor(match: re.Match) -> float:
     "twice as fast" or "double speed" 2, "half speed" or "twice as slow" 0.5, "20% slower" 0.8), within the
     bounds of ``speed`` ("10x faster" is as fast as it goes: 4)."""
     if match["times"]:
-        times = _TIMES.get((match["word"] or match["times"]).lower()) or float(match["n"])
+        times = _TIMES.get((match["word"] or match["times"]).lower()) or float(match["n"].replace(",", "."))
         factor = times if match["way"] is None or _word_pace(match["way"]) > 1 else 1 / times
     elif match["percent"]:
         change = float(match["percent"]) / 100

@@ -120,7 +120,8 @@ class Consents:
         return consent_record(row)
 
     def recording(self, tenant: str, consent_id: str) -> bytes:
-        """The recording as uploaded (for its tenant's audit; no route serves it)."""
+        """The recording as kept: its decoded sound as 16-bit FLAC (``uploads.audit_recording``; older consents,
+        the upload itself), for its tenant's audit; no route serves it."""
         with self._db.read() as db:
             row = db.execute("SELECT recording FROM consents WHERE tenant=? AND id=?", (tenant, consent_id)).fetchone()
         if row is None:
