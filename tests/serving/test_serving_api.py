@@ -1364,6 +1364,51 @@ def test_a_server_without_keys_answers_only_loopback_hosts_and_its_own_origin(ti
         assert keyless.get("/v1/voices", headers={"Host": "testserver"}).status_code == 200  # off unless asked
 
 
+def test_recordings_are_checked_a_few_at_once_and_the_rest_refused_past_the_queue(
+    tiny_base, custom_voice_recordings, tmp_path
+):
+    """A security probe: refused consents cost no quota, and each ran Whisper (seconds of CPU) as soon as it
+    came, however many came at once. A server checks ``max_concurrent_checks`` at once, queues
+    ``max_waiting_checks`` more, and answers the rest 429 with Retry-After."""
+    from chorus.serving.onboarding.consent_checks import CustomVoiceChecks
+    from chorus.serving.quotas import CheckSlots
+    from conftest import heard_as
+
+    entered, release = threading.Event(), threading.Event()
+
+    def slow_whisper(audio, rate, beam):
+        entered.set()
+        assert release.wait(60)
+        return heard_as(SETTINGS.consent.phrases["en"], audio, rate)
+
+    store = VoiceStore(str(tmp_path / "store"))
+    engine = Engine.load(tiny_base, "griffin-lim", resolve=functools.partial(stored_voice_folder, store))
+    checks = CustomVoiceChecks(engine, SETTINGS.consent, transcriber=slow_whisper)
+    app = create_app(store, engine, Tenants.from_pairs(KEYS.items()), SETTINGS, custom_voices=checks)
+    recording = Path(custom_voice_recordings["consent"]).read_bytes()
+
+    def post_consent():
+        files = {"recording": ("consent.wav", recording, "audio/wav")}
+        return client.post("/v1/audio/voice_consents", data={"name": "F", "language": "en"}, files=files, headers=ACME)
+
+    with TestClient(app) as client:
+        assert app.state.server.check_slots._turns._value == SETTINGS.consent.max_concurrent_checks
+        app.state.server.check_slots = CheckSlots(1, 0)  # one at a time, none waiting
+        first: list = []
+        worker = threading.Thread(target=lambda: first.append(post_consent()))
+        worker.start()
+        try:
+            assert entered.wait(60)
+            busy = post_consent()
+            assert_error(busy, 429, "checking as many recordings as it can at once")
+            assert busy.headers["Retry-After"] == "5"
+        finally:
+            release.set()
+            worker.join(60)
+        assert first[0].status_code == 200, first[0].text
+        assert post_consent().status_code == 200  # the turn was given back
+
+
 def test_a_clip_of_many_channels_at_a_high_rate_is_refused_before_it_is_decoded(monkeypatch):
     """A security probe's FLAC: one steady value in 8 channels at 192 kHz, 94 KB a minute, decoded whole to 1.1 GB
     a minute (3.95 GB of server memory for 3 minutes). Samples past a stereo 48 kHz recording of the longest

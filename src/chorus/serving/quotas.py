@@ -8,9 +8,12 @@ voices come from the store, so they hold across restarts and across servers shar
 
 from __future__ import annotations
 
+import asyncio
 import math
 import threading
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 from chorus.serving.errors import ApiError
 from chorus.serving.settings import Limits
@@ -46,6 +49,35 @@ class RateLimiter:
                     wait = max(1, math.ceil((1.0 - refilled[name]) * 60.0 / per_minute))
                     raise _busy(f"over {per_minute} requests a minute {whose}", wait, "rate_limit_exceeded")
             self._buckets.update({n: (tokens - 1.0, now) for n, tokens in refilled.items()})
+
+
+class CheckSlots:
+    """Turns for the checks of a consent or a sample (:class:`~.settings.ConsentSettings`): at most ``running``
+    at once on this server, at most ``waiting`` more queued for a turn; another is refused at once (429 with
+    ``Retry-After``) rather than queued without end, holding its decoded audio."""
+
+    RETRY_SECONDS = 5  # a check takes a few seconds of CPU
+
+    def __init__(self, running: int, waiting: int):
+        if running < 1 or waiting < 0:
+            raise ValueError(f"checks at once must be 1 or more and waiting 0 or more, not {running} and {waiting}")
+        self._turns = asyncio.Semaphore(running)
+        self._waiting, self._most_waiting = 0, waiting
+
+    @asynccontextmanager
+    async def turn(self) -> AsyncIterator[None]:
+        """Hold a turn for the body of the ``async with`` (``ApiError`` 429 when none is free and the queue is full)."""
+        if self._turns.locked() and self._waiting >= self._most_waiting:
+            raise _busy("the server is checking as many recordings as it can at once", self.RETRY_SECONDS, "busy")
+        self._waiting += 1
+        try:
+            await self._turns.acquire()
+        finally:
+            self._waiting -= 1
+        try:
+            yield
+        finally:
+            self._turns.release()
 
 
 def check_rate(rate: RateLimiter, tenant: str, limits: Limits) -> None:

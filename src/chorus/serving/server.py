@@ -19,7 +19,7 @@ from chorus.serving.metrics import Metrics
 from chorus.serving.onboarding.consent_checks import CustomVoiceChecks
 from chorus.serving.onboarding.job_runner import JobRunner
 from chorus.serving.onboarding.refinement import RefinementCheck
-from chorus.serving.quotas import RateLimiter, check_rate
+from chorus.serving.quotas import CheckSlots, RateLimiter, check_rate
 from chorus.serving.settings import ServerSettings, jobs_dir
 from chorus.serving.store import (
     InvalidId,
@@ -92,6 +92,8 @@ class ServerState:
         self.tenants = tenants or Tenants()
         self.settings = settings or ServerSettings()
         self.rate = RateLimiter()
+        consent = self.settings.consent
+        self.check_slots = CheckSlots(consent.max_concurrent_checks, consent.max_waiting_checks)
         self.jobs = jobs or JobRunner(
             store,
             jobs_dir(self.settings, store),

@@ -99,6 +99,11 @@ class ConsentSettings:
     # are normalized against (default: the shipped one, whose cohort.json holds each check's calibrated settings).
     speaker_encoder: Literal["resemblyzer", "chorus", "fused"] = "fused"
     cohort: Path | None = None
+    # Recordings checked at once by one server (decoding, Whisper, the speaker encoders: seconds of CPU each), and
+    # how many more may wait for a turn; past that, 429 with Retry-After. The request rate bounds requests a
+    # minute, not CPU at once: refused attempts cost no quota, and a probe's parallel uploads each ran Whisper.
+    max_concurrent_checks: int = 2
+    max_waiting_checks: int = 8
 
 
 @with_config(ConfigDict(extra="forbid"))

@@ -127,12 +127,13 @@ async def create_consent(request: Request, tenant: Tenant, server: Server):
         await form.close()
     checks = server.custom_voices
     checks.phrase(language)  # a language without a phrase: refused before any decoding
-    audio, rate = await run_in_threadpool(
-        decode_recording, "recording", data, settings.max_consent_seconds, _recording_limits(server)
-    )
-    heard = await run_in_threadpool(checks.heard, audio, rate, language)
-    embedding = await run_in_threadpool(checks.embed, heard.speech, rate)  # the phrase's words alone
-    kept = await run_in_threadpool(audit_recording, audio, rate)  # the sound alone, not the upload's other bytes
+    async with server.check_slots.turn():  # seconds of CPU: a few at once (429 past the queue)
+        audio, rate = await run_in_threadpool(
+            decode_recording, "recording", data, settings.max_consent_seconds, _recording_limits(server)
+        )
+        heard = await run_in_threadpool(checks.heard, audio, rate, language)
+        embedding = await run_in_threadpool(checks.embed, heard.speech, rate)  # the phrase's words alone
+        kept = await run_in_threadpool(audit_recording, audio, rate)  # the sound alone, not the upload's other bytes
     try:
         record = server.store.create_consent(
             tenant,
@@ -255,30 +256,31 @@ async def create_audio_voice(request: Request, tenant: Tenant, server: Server):
         await form.close()
     checks = server.custom_voices
     limits = dataclasses.replace(_recording_limits(server), min_total_seconds=consent_settings.min_sample_seconds)
-    try:
-        audio, rate = await run_in_threadpool(
-            decode_recording, "audio_sample", data, consent_settings.max_sample_seconds, limits
-        )
-    except RecordingTooLong as error:
-        raise ApiError(
-            400,
-            f"the sample lasts {error.seconds:.1f} s{' or more' if error.at_least else ''}; at most "
-            f"{error.longest:g} s. For a voice from longer recordings (up to {limits.max_total_seconds / 60:g} "
-            "minutes), upload them to POST /v1/voices",
-            param="audio_sample",
-            code="sample_too_long",
-        ) from None
-    speech = clip_speech(audio, rate, transcribed=False)[0]  # as the refinement job's data check counts it
-    if speech < consent_settings.min_sample_seconds:
-        raise ApiError(
-            400,
-            f"the sample holds {tenths_down(speech)} s of speech ({len(audio) / rate:.1f} s of audio, with the "
-            f"silence and pauses around the words); at least {consent_settings.min_sample_seconds:g} s of speech",
-            param="audio_sample",
-        )
-    await run_in_threadpool(_same_speaker, server, consent, audio, rate)
-    embedding = await run_in_threadpool(checks.embed, audio, rate)
-    instant = await run_in_threadpool(checks.instant_voice, embedding)
+    async with server.check_slots.turn():  # seconds of CPU: a few at once (429 past the queue)
+        try:
+            audio, rate = await run_in_threadpool(
+                decode_recording, "audio_sample", data, consent_settings.max_sample_seconds, limits
+            )
+        except RecordingTooLong as error:
+            raise ApiError(
+                400,
+                f"the sample lasts {error.seconds:.1f} s{' or more' if error.at_least else ''}; at most "
+                f"{error.longest:g} s. For a voice from longer recordings (up to {limits.max_total_seconds / 60:g} "
+                "minutes), upload them to POST /v1/voices",
+                param="audio_sample",
+                code="sample_too_long",
+            ) from None
+        speech = (await run_in_threadpool(clip_speech, audio, rate, transcribed=False))[0]  # as the job counts it
+        if speech < consent_settings.min_sample_seconds:
+            raise ApiError(
+                400,
+                f"the sample holds {tenths_down(speech)} s of speech ({len(audio) / rate:.1f} s of audio, with the "
+                f"silence and pauses around the words); at least {consent_settings.min_sample_seconds:g} s of speech",
+                param="audio_sample",
+            )
+        await run_in_threadpool(_same_speaker, server, consent, audio, rate)
+        embedding = await run_in_threadpool(checks.embed, audio, rate)
+        instant = await run_in_threadpool(checks.instant_voice, embedding)
     voice_id = VOICE_PREFIX + secrets.token_hex(12)
     # A sample under the rate voices are trained from would be left out whole by the job's data check: such a
     # voice keeps its instant voice, and no job is queued (nor counted against the tenant's jobs) to fail.
