@@ -740,6 +740,12 @@ def test_piper_http_api_speaks_as_the_speech_route(tenants_app):
     ]:
         assert fragment in client.post("/", json=body, headers=ACME).json()["error"]["message"]
     assert_error(client.post("/", content=b"<x/>", headers=ACME | {"Content-Type": "application/xml"}), 415)
+    # A new user's probe: a declared charset was refused as "not UTF-8"; 'speaker' was named 'voice'.
+    latin = ACME | {"Content-Type": "text/plain; charset=latin-1"}
+    assert client.post("/", content="Café time.".encode("latin-1"), headers=latin).status_code == 200
+    assert_error(client.post("/", content=b"Hi.", headers=ACME | {"Content-Type": "text/plain; charset=nope"}), 415)
+    unknown = client.post("/", json={"text": "Hi.", "speaker": "nobody"}, headers=ACME).json()["error"]
+    assert unknown["param"] == "speaker" and "not found" in unknown["message"]
     # A body past the server's bound is refused before it is read whole, as the speech route's is.
     limit = client.app.state.server.settings.max_json_bytes
     big = client.post("/", content=b"a" * (limit + 1), headers=ACME | {"Content-Type": "text/plain"})

@@ -44,7 +44,8 @@ async def piper_speech(request: Request, tenant: Tenant, server: Server):
         body = parse_speech(asked | {"stream": False}, settings.max_text_chars)
         answer = await spoken(request, server, await check_speech(body, tenant, server))
     except ApiError as error:
-        raise _in_piper_words(error) from None
+        named = "speaker" if fields.get("speaker") is not None and fields.get("speaker_id") is None else "voice"
+        raise _in_piper_words(error, named) from None
     # Piper's own precedence: speaker_id over speaker; the voice's own noise over the request's.
     overridden = ["speaker"] if fields.get("speaker_id") is not None and fields.get("speaker") is not None else []
     ignored = overridden + [name for name in IGNORED if fields.get(name) is not None]
@@ -53,11 +54,14 @@ async def piper_speech(request: Request, tenant: Tenant, server: Server):
     return answer
 
 
-def _in_piper_words(error: ApiError) -> ApiError:
-    """The speech route's refusal, naming this route's fields: its 'input' is Piper's 'text'."""
+def _in_piper_words(error: ApiError, voice_field: str = "voice") -> ApiError:
+    """The speech route's refusal, naming this route's fields: its 'input' is Piper's 'text', its 'voice' the
+    field the request named who speaks in (``voice_field``: 'speaker' or 'voice')."""
     if error.param == "input":
         error.param = "text"
         error.message = error.message.replace("'input'", "'text'")
+    elif error.param == "voice":
+        error.param = voice_field
     return error
 
 
@@ -66,10 +70,13 @@ async def _piper_fields(request: Request, limit: int) -> dict:
     kind = content_type(request)
     body = await read_body(request, limit)
     if kind in ("text/plain", ""):
+        charset = _charset(request) or "utf-8"
         try:
-            return {"text": body.decode("utf-8")}
+            return {"text": body.decode(charset)}
+        except LookupError:
+            raise ApiError(415, f"unknown charset {charset[:40]!r}: send UTF-8", param="text") from None
         except UnicodeDecodeError:
-            raise ApiError(400, "the text is not UTF-8", param="text") from None
+            raise ApiError(400, f"the text is not {charset[:40]}", param="text") from None
     if kind != "application/json":
         raise ApiError(415, f"expected Content-Type application/json or text/plain, got {kind[:60]!r}")
     try:
@@ -82,6 +89,15 @@ async def _piper_fields(request: Request, limit: int) -> dict:
     if unknown:
         raise ApiError(400, f"unknown field(s) {', '.join(map(repr, unknown))}: Piper's are {', '.join(FIELDS)}")
     return fields
+
+
+def _charset(request: Request) -> str | None:
+    """The ``charset`` a ``text/plain`` body says it is in ("latin-1"), if any."""
+    for parameter in request.headers.get("content-type", "").split(";")[1:]:
+        key, _, value = parameter.partition("=")
+        if key.strip().lower() == "charset":
+            return value.strip().strip('"') or None
+    return None
 
 
 def _speed(length_scale: object) -> float:
