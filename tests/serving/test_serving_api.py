@@ -1415,6 +1415,44 @@ def test_recordings_are_checked_a_few_at_once_and_the_rest_refused_past_the_queu
         assert post_consent().status_code == 200  # the turn was given back
 
 
+def test_check_slots_queue_in_order_refuse_past_the_queue_and_forget_a_cancelled_waiter():
+    import asyncio
+
+    from chorus.serving.errors import ApiError
+    from chorus.serving.quotas import CheckSlots
+
+    async def scenario():
+        slots, order, release = CheckSlots(1, 1), [], asyncio.Event()
+
+        async def hold():
+            async with slots.turn():
+                order.append("first")
+                await release.wait()
+
+        async def queued():
+            async with slots.turn():
+                order.append("second")
+
+        first = asyncio.create_task(hold())
+        await asyncio.sleep(0)
+        waiter = asyncio.create_task(queued())
+        await asyncio.sleep(0)
+        with pytest.raises(ApiError, match="checking as many recordings"):  # one running, one waiting: full
+            async with slots.turn():
+                pass
+        waiter.cancel()  # a client gone while queued: its place in the queue is free again
+        await asyncio.gather(waiter, return_exceptions=True)
+        second = asyncio.create_task(queued())
+        await asyncio.sleep(0)
+        release.set()
+        await asyncio.gather(first, second)
+        assert order == ["first", "second"]
+
+    asyncio.run(scenario())
+    with pytest.raises(ValueError):
+        CheckSlots(0, 1)
+
+
 def test_a_clip_of_many_channels_at_a_high_rate_is_refused_before_it_is_decoded(monkeypatch):
     """A security probe's FLAC: one steady value in 8 channels at 192 kHz, 94 KB a minute, decoded whole to 1.1 GB
     a minute (3.95 GB of server memory for 3 minutes). Samples past a stereo 48 kHz recording of the longest
@@ -1432,6 +1470,9 @@ def test_a_clip_of_many_channels_at_a_high_rate_is_refused_before_it_is_decoded(
     with pytest.raises(UploadError, match="8 channel.s. at 192000 Hz hold more samples than a clip may decode to"):
         uploads.decode_recording("bomb.flac", surround.getvalue(), 30.0, UploadLimits())
     assert read == []  # refused from its header
+    padded = surround.getvalue() + bytes(10 << 20)  # the file's size moves nothing: the budget is the server's
+    with pytest.raises(UploadError, match="hold more samples"):
+        uploads.decode_recording("bomb.flac", padded, 30.0, UploadLimits())
     understated = uploads.sf.info
 
     def shorter(file):
@@ -1442,12 +1483,13 @@ def test_a_clip_of_many_channels_at_a_high_rate_is_refused_before_it_is_decoded(
     monkeypatch.setattr(uploads.sf, "info", shorter)
     with pytest.raises(UploadError, match="hold more samples"):
         uploads.decode_recording("bomb.flac", surround.getvalue(), 30.0, UploadLimits())
-    assert read == [30 * 96_000 // 8 + 1]
+    assert read == [60 * 2 * 192_000 // 8 + 1]  # a minute of stereo at 192 kHz, in 8 channels
     # FFmpeg's path (a WebM or AAC file) stops at the same budget.
     with pytest.raises(AudioTooDense):
         decode_with_av(io.BytesIO(surround.getvalue()), max_seconds=30.0, max_samples=10 * 96_000)
-    # A file at a high rate holds about a sample a byte (a WAV half one), far from a bomb's hundreds: a 12 s
-    # stereo WAV at 96 kHz, past a stereo 48 kHz recording of the longest clip here (10 s), is decoded.
+    # A minute of stereo at the highest rate the limits take is always decoded: a 12 s stereo WAV at 96 kHz, past
+    # what a stereo 48 kHz recording of the longest clip here (20 s) holds. A bomb padded to look its size is not
+    # (a review: a budget by the file's size let a FLAC with a 10 MB PADDING block decode to 83 M samples).
     studio = io.BytesIO()
     sf.write(studio, np.sin(np.arange(96_000 * 12)[:, None] * [0.01, 0.013]).astype(np.float32), 96_000, format="WAV")
     assert uploads.decode_recording("studio.wav", studio.getvalue(), 20.0, UploadLimits())[1] == 96_000

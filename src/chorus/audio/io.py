@@ -58,7 +58,7 @@ def downmix(audio: np.ndarray) -> np.ndarray:
     is that channel, not half of it)."""
     if audio.shape[1] == 1 or not len(audio):
         return audio[:, 0]
-    power = np.mean(np.square(audio, dtype=np.float64), axis=0)
+    power = np.einsum("ij,ij->j", audio, audio, dtype=np.float64) / len(audio)  # no float64 copy of the audio
     live = power >= power.max() * 10 ** (-SILENT_CHANNEL_DB / 10)
     return audio[:, live].mean(axis=1, dtype=np.float64).astype(audio.dtype)
 

@@ -313,7 +313,8 @@ class AcousticModel(nn.Module):
             if not long.all():
                 fit = int(lengths[~long].max())
                 out[~long, :fit] = self.decoder(x[~long, :fit], frame_mask[~long, :fit])
-            out[long] = self._decode_in_windows(x[long], frame_mask[long])
+            if long.any():  # padding alone can make a batch wider than the positions
+                out[long] = self._decode_in_windows(x[long], frame_mask[long])
         return self.mel_proj(out) * frame_mask.unsqueeze(-1).to(h.dtype)
 
     def _decode_in_windows(self, x: torch.Tensor, frame_mask: torch.Tensor) -> torch.Tensor:
@@ -323,6 +324,8 @@ class AcousticModel(nn.Module):
         crossfaded linearly. Shorter sequences never come here, so their output is the plain decoder's."""
         window = self.decoder.max_positions // 2
         overlap = max(1, window // 8)
+        if window <= overlap:
+            raise ValueError(f"max_positions {self.decoder.max_positions} is too few to decode in windows (4 at least)")
         total = x.shape[1]
         rise = torch.linspace(0, 1, overlap + 2, dtype=x.dtype, device=x.device)[1:-1]
         out = torch.zeros_like(x)

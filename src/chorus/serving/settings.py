@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from pydantic import ConfigDict, PositiveInt, TypeAdapter, with_config
+from pydantic import ConfigDict, NonNegativeInt, PositiveInt, TypeAdapter, with_config
 
 from chorus.data.check import VOICE_MIN_SPEECH_SECONDS, CheckConfig
 from chorus.recipe import AdaptConfig
@@ -102,8 +102,8 @@ class ConsentSettings:
     # Recordings checked at once by one server (decoding, Whisper, the speaker encoders: seconds of CPU each), and
     # how many more may wait for a turn; past that, 429 with Retry-After. The request rate bounds requests a
     # minute, not CPU at once: refused attempts cost no quota, and a probe's parallel uploads each ran Whisper.
-    max_concurrent_checks: int = 2
-    max_waiting_checks: int = 8
+    max_concurrent_checks: PositiveInt = 2
+    max_waiting_checks: NonNegativeInt = 8
 
 
 @with_config(ConfigDict(extra="forbid"))

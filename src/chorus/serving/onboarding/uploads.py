@@ -32,12 +32,11 @@ from chorus.serving.settings import UploadLimits
 
 _SAFE_ID = re.compile(r"[^A-Za-z0-9_-]+")
 # The most samples (frames x channels) a clip may decode to: per second it may last, a stereo recording at 48 kHz,
-# or, for a file at a higher rate or with more channels, per byte of it, more than any audio file but a bomb
-# holds. A FLAC of one steady tone at 192 kHz in 8 channels is 94 KB a minute (about 940 samples a byte) and
-# decoded 1.1 GB a minute (a probe of the server). A WAV holds 0.5 samples a byte, FLAC of speech about 1, a
-# 320 kbps MP3 at 96 kHz stereo about 5: the limits' rates and lengths (192 kHz, 20 minutes) stay open to them.
+# and never less than a minute of stereo at the highest rate the limits take. A FLAC of one steady tone at 192 kHz
+# in 8 channels is 94 KB a minute and decoded 1.1 GB a minute (a probe of the server). Only what the server sets
+# counts: a budget by the file's size was padded past (a FLAC PADDING block of 10 MB decodes to nothing).
 DECODED_SAMPLES_PER_SECOND = 2 * 48_000
-DECODED_SAMPLES_PER_BYTE = 8
+FLOOR_SECONDS = 60.0
 
 
 class RecordingTooLong(UploadError):
@@ -262,8 +261,8 @@ def decode_recording(label: str, data: bytes, longest: float, limits: UploadLimi
     long, finite and not silent; ``UploadError`` (named by ``label``) otherwise. One longer than ``longest``
     seconds is refused (:class:`RecordingTooLong`) from the duration its container declares, before any
     decoding, or, where that understates it, as soon as decoding passes ``longest``: never decoded whole. So
-    is one whose channels and rate hold more samples than ``DECODED_SAMPLES_PER_SECOND`` x ``longest`` and
-    ``DECODED_SAMPLES_PER_BYTE`` x its size."""
+    is one whose channels and rate hold more samples than ``DECODED_SAMPLES_PER_SECOND`` x ``longest`` (at least
+    ``FLOOR_SECONDS`` of stereo at ``limits.max_sample_rate``)."""
     audio, rate = _decode_within(label, data, longest, limits)
     if not np.isfinite(audio).all():
         raise UploadError(f"{label}: the audio holds non-finite samples")
@@ -283,7 +282,8 @@ def decode_recording(label: str, data: bytes, longest: float, limits: UploadLimi
 
 def _decode_within(label: str, data: bytes, longest: float, limits: UploadLimits) -> tuple[np.ndarray, int]:
     """:func:`decode_recording`'s samples ``[samples, channels]`` and rate, decoded within its bounds."""
-    decoded, budget = None, max(int(longest * DECODED_SAMPLES_PER_SECOND), len(data) * DECODED_SAMPLES_PER_BYTE)
+    budget = int(max(longest * DECODED_SAMPLES_PER_SECOND, FLOOR_SECONDS * 2 * limits.max_sample_rate))
+    decoded = None
     try:
         info = sf.info(io.BytesIO(data))
         rate, frames, channels = info.samplerate, info.frames, info.channels
@@ -332,8 +332,8 @@ def _decode_within(label: str, data: bytes, longest: float, limits: UploadLimits
 def _too_many_samples(label: str, channels: int, rate: int, longest: float) -> UploadError:
     return UploadError(
         f"{label}: {channels} channel(s) at {rate} Hz hold more samples than a clip may decode to here (as many "
-        f"as {longest:g} s of stereo at 48 kHz, or {DECODED_SAMPLES_PER_BYTE} a byte of the file: it decodes to far "
-        "more than audio files hold); export it as mono or stereo at 48 kHz or less"
+        f"as {longest:g} s of stereo at 48 kHz, or a minute of stereo at any rate taken); export it as mono or "
+        "stereo at 48 kHz or less"
     )
 
 

@@ -135,7 +135,8 @@ async def create_consent(request: Request, tenant: Tenant, server: Server):
         embedding = await run_in_threadpool(checks.embed, heard.speech, rate)  # the phrase's words alone
         kept = await run_in_threadpool(audit_recording, audio, rate)  # the sound alone, not the upload's other bytes
     try:
-        record = server.store.create_consent(
+        record = await run_in_threadpool(  # a database write of the recording: off the event loop
+            server.store.create_consent,
             tenant,
             name=name,
             language=language,

@@ -13,6 +13,9 @@ so the same text and voice give the same samples from both routes. The server's 
 
 from __future__ import annotations
 
+import codecs
+from email.message import Message
+
 from fastapi import APIRouter, Request
 
 from chorus.serving.errors import ApiError
@@ -25,6 +28,11 @@ router = APIRouter()
 
 FIELDS = ("text", "voice", "speaker", "speaker_id", "length_scale", "noise_scale", "noise_w_scale")
 IGNORED = ("noise_scale", "noise_w_scale")  # the voice's own noise is used
+# The charsets a text/plain body may name (codecs' names): Unicode's and the single-byte Latin ones.
+TEXT_ENCODINGS = frozenset(
+    {"utf-8", "utf-8-sig", "utf-16", "utf-16-le", "utf-16-be", "utf-32", "utf-32-le", "utf-32-be", "ascii"}
+    | {"iso8859-1", "iso8859-15", "cp1252"}
+)
 
 
 @router.post(
@@ -70,13 +78,11 @@ async def _piper_fields(request: Request, limit: int) -> dict:
     kind = content_type(request)
     body = await read_body(request, limit)
     if kind in ("text/plain", ""):
-        charset = _charset(request) or "utf-8"
+        charset = _charset(request)
         try:
             return {"text": body.decode(charset)}
-        except LookupError:
-            raise ApiError(415, f"unknown charset {charset[:40]!r}: send UTF-8", param="text") from None
-        except UnicodeDecodeError:
-            raise ApiError(400, f"the text is not {charset[:40]}", param="text") from None
+        except UnicodeError:  # a decoding error, or a codec that refuses its input in its own way (idna)
+            raise ApiError(400, f"the text is not {charset}", param="text") from None
     if kind != "application/json":
         raise ApiError(415, f"expected Content-Type application/json or text/plain, got {kind[:60]!r}")
     try:
@@ -91,13 +97,20 @@ async def _piper_fields(request: Request, limit: int) -> dict:
     return fields
 
 
-def _charset(request: Request) -> str | None:
-    """The ``charset`` a ``text/plain`` body says it is in ("latin-1"), if any."""
-    for parameter in request.headers.get("content-type", "").split(";")[1:]:
-        key, _, value = parameter.partition("=")
-        if key.strip().lower() == "charset":
-            return value.strip().strip('"') or None
-    return None
+def _charset(request: Request) -> str:
+    """The text encoding a ``text/plain`` body says it is in (its ``charset``, read as email reads a header's
+    parameters: quoting kept apart), UTF-8 where it names none, a UTF-8 byte order mark dropped; 415 for one that
+    is no text encoding Chorus takes."""
+    header = Message()
+    header["content-type"] = request.headers.get("content-type", "text/plain")
+    given = header.get_content_charset() or "utf-8"
+    try:
+        name = codecs.lookup(given).name
+    except LookupError:
+        name = ""
+    if name not in TEXT_ENCODINGS:
+        raise ApiError(415, f"charset {given[:40]!r} is not one this server reads: send UTF-8", param="text")
+    return "utf-8-sig" if name == "utf-8" else name
 
 
 def _speed(length_scale: object) -> float:

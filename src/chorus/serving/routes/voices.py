@@ -136,7 +136,8 @@ async def create_voice(request: Request, tenant: Tenant, server: Server):
                 409, f"{voice_id!r} is a speaker of the model; choose another id", param="id", type="conflict_error"
             )
         upload_dir = server.jobs.new_upload_dir()
-        prepared = await form.prepare(upload_dir / "voice")
+        async with server.check_slots.turn():  # decoding and hearing up to 20 minutes: a few at once
+            prepared = await form.prepare(upload_dir / "voice")
         own = settings.limits.of(tenant)
         try:  # the limits again, in the job's own transaction: another server may have taken the last place
             job_id = store.create_job(
