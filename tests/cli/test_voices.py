@@ -109,6 +109,36 @@ def test_voices_create_shows_the_refusals(live_server, heard, custom_voice_recor
     assert unknown.exit_code == 2 and "no consent phrase for 'xx'; the server has en" in unknown.output
 
 
+def test_a_sample_the_busy_server_refuses_leaves_no_consent_behind(live_server, custom_voice_recordings):
+    """The server's own 429 (no turn free to check the sample) comes before any voice is made, so the consent
+    the command posted is deleted; a 429 without Chorus's error code (a proxy's) would keep it."""
+    from chorus.serving.errors import ApiError
+
+    url, server_app = live_server
+    server = server_app.state.server
+    real = server.check_slots
+
+    class ConsentOnly:  # a turn for the consent; the sample finds the server busy
+        def turn(self):
+            if ConsentOnly.given:  # as CheckSlots refuses past its queue
+                raise ApiError(429, "the server is checking as many recordings as it can at once", code="busy")
+            ConsentOnly.given = True
+            return real.turn()
+
+    ConsentOnly.given = False
+    server.check_slots = ConsentOnly()
+    try:
+        before = {c.consent_id for c in server.store.list_consents("acme", None, 100)}
+        recordings = custom_voice_recordings
+        create = ["create", "--name", "Fiona", "--consent", str(recordings["consent"])]
+        busy = voices(url, *create, "--sample", str(recordings["sample"]))
+    finally:
+        server.check_slots = real
+    said = " ".join(busy.output.split())
+    assert busy.exit_code == 2 and "(429)" in said and "no voice was made under it" in said, busy.output
+    assert {c.consent_id for c in server.store.list_consents("acme", None, 100)} == before
+
+
 def test_an_instant_voice_whose_refinement_failed_is_listed_as_speaking():
     """An operator's probe: `chorus voices list` said "failed" of an instant voice that speaks."""
     from chorus.cli.voices import listed_status

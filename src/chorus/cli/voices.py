@@ -45,6 +45,10 @@ def phrase(
     console.print(phrases[primary], soft_wrap=True)
 
 
+# The server's 429s that refuse a sample before any voice is made (chorus.serving.quotas).
+REFUSED_FIRST = frozenset({"busy", "too_many_jobs", "rate_limit_exceeded", "voice_quota_exceeded"})
+
+
 @voices_app.command()
 def create(
     consent: Path = typer.Option(
@@ -69,9 +73,9 @@ def create(
             voice = client.create_voice(name, taken["id"], sample)
         except ServerRefused as refused:
             # The sample was refused, so no voice was made under the consent: left behind, each retry would keep
-            # one more (100 at most a tenant). Not after a 5xx, 408 or 429 (a proxy's timeout, a busy server),
-            # where the voice may still be made under it.
-            if 400 <= refused.status < 500 and refused.status not in (408, 429):
+            # one more (100 at most a tenant). Not after a 5xx, a 408 or a proxy's 429, where the voice may still
+            # be made under it; the server's own 429s (busy, too many jobs) come before any voice is made.
+            if 400 <= refused.status < 500 and (refused.status not in (408, 429) or refused.code in REFUSED_FIRST):
                 try:
                     client.delete_consent(taken["id"])
                     console.print(f"consent {taken['id']} deleted: no voice was made under it", soft_wrap=True)

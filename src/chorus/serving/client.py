@@ -18,11 +18,12 @@ WAIT_POLL_SECONDS = 1.0
 
 
 class ServerRefused(ValueError):
-    """The server answered with an error: its status and its message (what it heard, the similarity...)."""
+    """The server answered with an error: its status, its message (what it heard, the similarity...) and, where
+    the answer was Chorus's own JSON error, its ``code`` (None from a proxy in between)."""
 
-    def __init__(self, status: int, message: str):
+    def __init__(self, status: int, message: str, code: str | None = None):
         super().__init__(f"the server refused ({status}): {message}")
-        self.status = status
+        self.status, self.code = status, code
 
 
 class ServerUnreachable(ConnectionError):
@@ -58,10 +59,11 @@ class VoicesClient:
             ) from None
         if not response.ok:
             try:
-                message = response.json()["error"]["message"]
-            except (ValueError, KeyError, TypeError):
-                message = response.text[:300] or response.reason
-            raise ServerRefused(response.status_code, message)
+                error = response.json()["error"]
+                message, code = error["message"], error.get("code")
+            except (ValueError, KeyError, TypeError, AttributeError):
+                message, code = response.text[:300] or response.reason, None
+            raise ServerRefused(response.status_code, message, code)
         return response.json()
 
     def phrases(self) -> dict:
