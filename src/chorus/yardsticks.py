@@ -10,6 +10,7 @@ import math
 from collections.abc import Sequence
 from pathlib import Path
 
+from chorus.adapters.voice import CARD_FILE
 from chorus.evaluation.report import EvalReport, Judges
 from chorus.evaluation.voices import VoiceClip, judge_clips
 from chorus.peers.piper import load_joe, piper_available
@@ -18,7 +19,7 @@ from chorus.synthesis import load_base
 
 def start_speaker_of(voice_folder: Path) -> str:
     """The base speaker an adapted voice started from (its card's ``notes.speaker_vector_start``)."""
-    card = json.loads((Path(voice_folder) / "voice_card.json").read_text(encoding="utf-8"))
+    card = json.loads((Path(voice_folder) / CARD_FILE).read_text(encoding="utf-8"))
     try:
         return card["notes"]["speaker_vector_start"]
     except KeyError:

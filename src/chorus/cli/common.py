@@ -169,6 +169,11 @@ def fail(message: str) -> NoReturn:
     raise typer.Exit(2)
 
 
+def skipped(where: str, why: object) -> None:
+    """One line on stderr for a piece of input left out, the rest going on (a line, a clip, a file)."""
+    errors.print(f"skipped {where}: {why}", style="yellow")
+
+
 @contextmanager
 def user_errors() -> Iterator[None]:
     """Bad input (files, configs, names) ends the command with its message, not a traceback."""

@@ -116,7 +116,7 @@ def _trainable(report: DatasetReport, untranscribed: bool) -> list:
 def _speech_for_a_voice(report: DatasetReport, clips: list) -> None:
     """Say so when one speaker's ``clips`` (:func:`_trainable`) hold too little speech for `chorus adapt` (not a
     problem of the data as such: the same folder may serve pretraining)."""
-    speech = sum(report.speech_durations.get(clip.key, 0.0) for clip in clips)
+    speech = report.speech_seconds(clip.key for clip in clips)
     if speech < VOICE_MIN_SPEECH_SECONDS:
         console.print(
             f"Too little for `chorus adapt`: the usable clips hold {tenths_down(speech)} s of speech, and a voice "

@@ -27,9 +27,17 @@ def evaluate(
 ) -> None:
     """Judge synthesized clips: Whisper WER/CER, speaker similarity, predicted MOS (distillmos), MCD, F0 RMSE,
     speaking rate; beside them the same texts read by the voice's start speaker on the base and by Piper joe."""
-    # What would fail after minutes of judging is refused first.
-    if voice is not None and not (voice / "voice_card.json").is_file():
+    from chorus.adapters.voice import CARD_FILE
+
+    # What would fail after minutes of judging is refused first: the voice, its start speaker, the report's files.
+    if voice is not None and not (voice / CARD_FILE).is_file():
         fail(f"--voice {voice}: no such voice folder (made by `chorus adapt`)")
+    start = start_speaker
+    if start is None and voice is not None:
+        from chorus.yardsticks import start_speaker_of
+
+        with user_errors():
+            start = start_speaker_of(voice)
     if out is not None:
         try:
             report_files(out)
@@ -43,13 +51,13 @@ def evaluate(
 
             judges = Judges(encoder=EncoderJudge(load_encoder(speaker_encoder)))
         report = evaluate_folder(audio_dir, metadata, references, judges=judges, progress=console.is_terminal)
-        if voice is not None or start_speaker is not None or piper:
-            from chorus.yardsticks import judge_yardsticks, start_speaker_of
+        if start is not None or piper:
+            from chorus.yardsticks import judge_yardsticks
 
             report.beside = judge_yardsticks(
                 [row.text for row in report.rows],
                 judges,
-                start_speaker=start_speaker or (start_speaker_of(voice) if voice is not None else None),
+                start_speaker=start,
                 model=model,
                 piper=piper,
                 speaker_references=speaker_reference_files(references),

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, TextIO
 
-from chorus.cli.common import errors, fail
+from chorus.cli.common import fail, skipped
 
 
 @dataclass(frozen=True)
@@ -91,7 +91,7 @@ def _stdin_lines(json_input: bool) -> Iterator[Utterance]:
         try:
             line = _decoded(raw)
         except ValueError as error:
-            errors.print(f"skipped {where}: {error}", style="yellow")
+            skipped(where, error)
             continue
         if not line.strip():
             continue
@@ -101,7 +101,7 @@ def _stdin_lines(json_input: bool) -> Iterator[Utterance]:
         try:
             yield _json_line(line, where, number)
         except ValueError as error:
-            errors.print(f"skipped {where}: {error}", style="yellow")
+            skipped(where, error)
 
 
 def _json_line(line: str, where: str, number: int) -> Utterance:

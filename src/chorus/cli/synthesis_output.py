@@ -18,7 +18,7 @@ from rich.table import Table
 
 from chorus.atomic import atomic_write, atomic_write_text
 from chorus.audio.encode import FORMATS, AudioWriter, format_for
-from chorus.cli.common import errors
+from chorus.cli.common import errors, skipped
 from chorus.cli.synthesis_input import Utterance
 from chorus.synthesis import Synthesizer
 from chorus.synthesis.voices import Blend, Speaker
@@ -56,7 +56,7 @@ class Speech:
     sample_rate: int | None
     progress: Callable[[], None]
     table: Table
-    format_given: bool = False  # --format was given: every file takes it, whatever its suffix
+    given_format: str | None = None  # --format: every file takes it, whatever its suffix
 
     def into(
         self,
@@ -112,7 +112,7 @@ class Speech:
         try:
             return self.tts.resolve_speaker(utterance.speaker)
         except (KeyError, ValueError) as error:
-            errors.print(f"skipped {utterance.where}: {error.args[0] if error.args else error}", style="yellow")
+            skipped(utterance.where, error.args[0] if error.args else error)
             return None
 
     def alone(self, path: Path, utterance: Utterance, pieces: list[str | Pause]) -> bool:
@@ -120,11 +120,11 @@ class Speech:
         --json-input line's own ``output_file`` is in the format its suffix names, as --out is (unless --format
         was given; with no suffix, the command's); an unknown suffix skips the line, saying so."""
         audio_format = self.audio_format
-        if utterance.out is not None and utterance.out.suffix and not self.format_given:
+        if utterance.out is not None and utterance.out.suffix:
             try:
-                audio_format = format_for(utterance.out)
+                audio_format = format_for(utterance.out, self.given_format)
             except ValueError as error:
-                errors.print(f"skipped {utterance.where}: {error}", style="yellow")
+                skipped(utterance.where, error)
                 return False
 
         def write(file: BinaryIO, seekable: bool) -> None:

@@ -36,6 +36,7 @@ from chorus.cli.common import (
     errors,
     fail,
     parameter_default,
+    skipped,
     user_errors,
 )
 from chorus.cli.option_fields import given_option, option, takes_options
@@ -68,14 +69,10 @@ def speakers(
     ),
 ) -> None:
     """List the speakers the base model knows (a Piper base has one: its own voice)."""
-    from chorus.synthesis.bases.piper import claims as piper_claims
+    from chorus.synthesis.bases import base_speakers
 
-    with user_errors():
-        # As `synthesize` opens it: "chorus", a wrong name and a Piper voice file are read the same way. The
-        # Chorus base's vocoder is not needed to name its speakers: Griffin-Lim loads nothing.
-        spec = chosen_base(base, model)
-        tts = load_base(spec, vocoder=None if spec is not None and piper_claims(str(spec)) else "griffin-lim")
-        names, default = tts.speakers, tts.base.default_speaker
+    with user_errors():  # as `synthesize` reads --base: "chorus", a wrong name and a Piper voice file alike
+        names, default = base_speakers(chosen_base(base, model))
     if as_json:
         rows = [{"index": index, "name": name, "default": name == default} for index, name in enumerate(names)]
         print(json.dumps(rows, indent=2))  # plain print: rich would colour and wrap what a script parses
@@ -235,7 +232,7 @@ def synthesize(options: SynthesizeOptions) -> None:
         options.sample_rate,
         advance,
         table,
-        format_given=options.audio_format is not None,
+        given_format=options.audio_format,
     )
     with bar, user_errors():
         done = _speak(speech, jobs, destination, by_line, options)
@@ -359,7 +356,7 @@ def _laid_out(said: Iterable[Utterance], by_line: bool, sentence_silence: float)
         try:
             return utterance, layout(utterance.text, sentence_silence=sentence_silence)
         except SsmlError as error:
-            errors.print(f"skipped {utterance.where}: {error}", style="yellow")
+            skipped(utterance.where, error)
             return None
 
     if by_line:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import warnings
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -187,6 +187,11 @@ class DatasetReport:
         problems = sorted(self.problems + extra, key=lambda p: -1 if p.utterance is None else position[p.utterance.key])
         speakers = _speaker_reports(self.utterances, problems, self.durations, self.speech_durations)
         return replace(self, problems=problems, speakers=speakers)
+
+    def speech_seconds(self, keys: Iterable[str]) -> float:
+        """The speech the detector heard in the clips of these :attr:`Utterance.key` s (an undecodable one: 0):
+        what `chorus adapt` counts against a voice's minimum and writes on its card."""
+        return sum(self.speech_durations.get(key, 0.0) for key in keys)
 
     def valid_utterances(self) -> list[Utterance]:
         """The utterances that have no problem, in metadata order."""

@@ -142,7 +142,7 @@ _month_day_re = re.compile(
 _month_abbrev_re = re.compile(r"\b(" + "|".join(_MONTH_ABBREVIATIONS) + r")\.", re.IGNORECASE)
 _phone_re = re.compile(r"(?<![\d-])(?:\+?1[-. ])?(?:\((\d{3})\)\s?|(\d{3})[-. ])?(\d{3})-(\d{4})(?![\d-])")
 # A minus sign before an amount: "-5", "-3.5%", "-$20", "-.5" (not inside a word, a range or a date).
-_negative_re = re.compile(r"(?<![\w%-])-(?=[" + "".join(_CURRENCIES) + r"]?\.?\d)")
+_negative_re = re.compile(r"(?<![\w-])-(?=[" + "".join(_CURRENCIES) + r"]?\.?\d)")
 _percent_range_re = re.compile(r"(?<=\d%)\s?-\s?(?=\d)")  # "5%-10%": five percent to ten percent
 _unit_names = "|".join(re.escape(u) for u in sorted(_UNITS, key=len, reverse=True))  # longest first: "km/h"
 _unit_re = re.compile(r"(\d[\d,]*(?:\.\d+)?)\s?(" + _unit_names + r")(?![\w/])")
@@ -264,26 +264,32 @@ def _phone(match: re.Match) -> str:
     return ", ".join(_digits(g) for g in groups)
 
 
-def _date(month: int, day: int, year: str | None) -> str:
+def spoken_date(month: int, day: int, year: str | None) -> str:
+    """A date as said: "March fifth, twenty twenty four" (``ValueError`` for a month or day out of range)."""
     if not (1 <= month <= 12 and 1 <= day <= 31):
         raise ValueError
     spoken = f"{_MONTHS[month - 1]} {_words(day, to='ordinal')}"
     return f"{spoken}, {_words(year, to='year')}" if year else spoken
 
 
+def full_year(year: str) -> str:
+    """A year of 2 digits as 4 (under 50: this century; else the last), one of 4 as it is."""
+    return year if len(year) == 4 else ("20" + year if int(year) < 50 else "19" + year)
+
+
 def _iso_date(match: re.Match) -> str:
     year, month, day = match.groups()
     try:
-        return _date(int(month), int(day), year)
+        return spoken_date(int(month), int(day), year)
     except ValueError:
         return match.group(0)
 
 
 def _slash_date(match: re.Match) -> str:
     month, day, year = match.groups()  # US order, as the rest of the front end is en-us
-    year = year if len(year) == 4 else ("20" + year if int(year) < 50 else "19" + year)
+    year = full_year(year)
     try:
-        return _date(int(month), int(day), year)
+        return spoken_date(int(month), int(day), year)
     except ValueError:
         return match.group(0)
 

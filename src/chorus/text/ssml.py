@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from num2words import num2words
 
-from chorus.text.normalize import normalize_text, spoken_cardinal
+from chorus.text.normalize import full_year, spoken_cardinal, spoken_date
 
 BREAK_STRENGTHS = {"none": 0.0, "x-weak": 0.1, "weak": 0.2, "medium": 0.4, "strong": 0.7, "x-strong": 1.2}
 MAX_BREAK_SECONDS = 10.0
@@ -157,10 +157,11 @@ def _date(content: str, layout: str) -> str:
     value = dict(zip(layout, parts))
     if len(value["y"]) not in (2, 4):
         raise SsmlError(f"SSML <say-as interpret-as='date' format={layout!r}>: {content!r}: a year has 2 or 4 digits")
-    year = int(value["y"]) if len(value["y"]) == 4 else int(value["y"]) + (2000 if int(value["y"]) < 50 else 1900)
+    year = full_year(value["y"])
     month, day = int(value["m"]), int(value["d"])
-    if not (1 <= month <= 12 and 1 <= day <= calendar.monthrange(max(year, 1), month)[1]):
+    # Stricter than text's dates, which the calendar does not check: markup that says "a date" must be one.
+    if not (1 <= month <= 12 and 1 <= day <= calendar.monthrange(max(int(year), 1), month)[1]):
         raise SsmlError(
             f"SSML <say-as interpret-as='date' format={layout!r}>: {content!r} is not a date (month {month}, day {day})"
         )
-    return normalize_text(f"{year:04d}-{month:02d}-{day:02d}", warn=False)
+    return spoken_date(month, day, year)

@@ -137,13 +137,11 @@ def _size(phonemes: str) -> int:
     return sum(1 for c in phonemes if c not in _STRESS and c not in _SUFFIX_MARKS and not c.isspace())
 
 
-def _runs(targets: list[int], sizes: list[int]) -> list[tuple[int, int]] | None:
+def _runs(targets: list[int], sizes: list[int]) -> list[tuple[int, int]]:
     """``sizes`` cut, in order, into ``len(targets)`` runs of one or more, whose sums best match ``targets`` (the
-    least total mismatch, by dynamic programming): each run's (start, stop); None where there are fewer sizes
-    than targets."""
+    least total mismatch, by dynamic programming): each run's (start, stop). There are at least as many sizes as
+    targets: the callers are chosen by the counts (:func:`timestamps`)."""
     n_targets, n_sizes = len(targets), len(sizes)
-    if n_targets > n_sizes:
-        return None
     prefix = np.concatenate([[0], np.cumsum(sizes)])
     # cost[t][i]: the best mismatch of the first t targets over the first i sizes; last[t][i]: where run t-1 starts.
     cost = np.full((n_targets + 1, n_sizes + 1), np.inf)
@@ -171,8 +169,6 @@ def _share_groups(groups: list[list[Timestamp]], words: list[str], word_phonemes
     splits its phonemes among its words by their sizes."""
     sizes = [max(1, _size(p)) for p in word_phonemes]
     runs = _runs([len(g) for g in groups], sizes)
-    if runs is None:
-        return None
     result = []
     for group, (first, stop) in zip(groups, runs):
         members = range(first, stop)
@@ -189,13 +185,11 @@ def _share_groups(groups: list[list[Timestamp]], words: list[str], word_phonemes
     return result
 
 
-def _join_groups(groups: list[list[Timestamp]], words: list[str], word_phonemes: list[str]) -> list[Timestamp] | None:
+def _join_groups(groups: list[list[Timestamp]], words: list[str], word_phonemes: list[str]) -> list[Timestamp]:
     """Words over phoneme groups when some words are read as several groups (NFKC makes "Brand™" "BrandTM", which
     espeak reads "brand T M"): every word takes a run of one or more groups, in order (:func:`_runs`: their sizes
     best matching the words' phonemes read alone)."""
     runs = _runs([max(1, _size(p)) for p in word_phonemes], [len(g) for g in groups])
-    if runs is None:
-        return None
     return [
         Timestamp(word, groups[first][0].start, groups[stop - 1][-1].end) for word, (first, stop) in zip(words, runs)
     ]

@@ -91,7 +91,7 @@ def check_adaptation_data(data: str | Path, config: AdaptConfig, progress: bool 
             )
         raise DataRefused(f"{data}: nothing usable ({reason})", f"; see `chorus data check {data}`{hint}")
     # Speech, not audio: silence, noise or pauses around the words teach a voice nothing.
-    minutes = sum(report.speech_durations[u.key] for u in valid) / 60
+    minutes = report.speech_seconds(u.key for u in valid) / 60
     if minutes < config.min_minutes:
         audio = sum(report.durations[u.key] for u in valid)
         raise ValueError(
@@ -422,7 +422,7 @@ def _read_voice_data(
         on_step(0, config.steps)  # the features made
     train_indices, val_indices = split_held_out(len(cache), config.validation_fraction, config.seed)
     minutes = float(cache.frames().sum()) * bundle.mel_config.hop_length / bundle.mel_config.sample_rate / 60
-    speech_minutes = sum(report.speech_durations[key] for key in cache.keys) / 60
+    speech_minutes = report.speech_seconds(cache.keys) / 60
     notes = left_out_notes(report, features_failed=len(skipped))
     return _VoiceData(valid, cache, train_indices, val_indices, minutes, speech_minutes, notes)
 

@@ -315,5 +315,5 @@ def _fitting_data(data: str | Path, bundle: ModelBundle, seed: int, progress: bo
     valid = report.valid_utterances()
     cache, _ = voice_features(valid, bundle, progress)
     train, val = split_held_out(len(cache), 0.1, seed)
-    speech_minutes = sum(report.speech_durations[key] for key in cache.keys) / 60
+    speech_minutes = report.speech_seconds(cache.keys) / 60
     return valid, cache, train, val, speech_minutes

@@ -149,8 +149,8 @@ class PhraseVerdict:
     was said: the consent's speech); missing: phrase words not heard (content words, and function words past
     the allowance); extra: heard words the phrase does not have and the allowance does not cover (normalized:
     "don't" is "do", "not"); negations: those of ``extra`` that negate; persons:
-    those of ``extra`` that are another person's (``OTHER_PERSONS``); question: whether a word heard of the phrase
-    ends in "?" (the recognizer heard a question, not a statement); loose: function words missed, added or
+    those of ``extra`` that are another person's (``OTHER_PERSONS``); question: whether the recognizer wrote a "?"
+    outside the courtesy tail (it heard a question, not a statement); loose: function words missed, added or
     swapped, within the allowance; dismissed: extra words heard at a low probability and not on the second
     listen (which heard the phrase clean), heard in place of a word the forced listen found, or a courtesy tail
     after the phrase (``COURTESY_TAIL``); rechecked:
@@ -364,6 +364,11 @@ class _Sides:
     others: list[bool]  # per heard token: another person's pronoun, never loose (``OTHER_PERSONS``)
     language: str  # espeak-ng's, for the sounds
 
+    def loose(self, t: int) -> bool:
+        """Whether heard token ``t``, added beyond the phrase, is a loose word (a function word that neither
+        negates, turns the sentence, nor names another person)."""
+        return self.heard[t].text in FUNCTION_WORDS and not self.never[t] and not self.others[t]
+
     @classmethod
     def of(cls, phrase: str, transcript: Transcript, language: str) -> _Sides:
         said = normalize_for_scoring(phrase).split()
@@ -403,7 +408,7 @@ def _moves(sides: _Sides, cost: list[list[float]], i: int, j: int) -> list[tuple
     if j:  # phrase word j-1 not heard
         options.append((cost[i][j - 1] + _miss(said[j - 1]), (i, j - 1)))
     if i:  # heard token i-1 not in the phrase
-        options.append((cost[i - 1][j] + _extra(heard[i - 1].text, never[i - 1] or others[i - 1]), (i - 1, j)))
+        options.append((cost[i - 1][j] + (_LOOSE if sides.loose(i - 1) else _CONTENT), (i - 1, j)))
     # A phrase may say "not"; another person's pronoun stands for no phrase word but itself.
     if i and j and (not (never[i - 1] or others[i - 1]) or heard[i - 1].text == said[j - 1]):
         found = _match_cost(heard[i - 1].text, said[j - 1], sides.names, sides.language)
@@ -447,14 +452,13 @@ class _Alignment:
 
 def _read_back(sides: _Sides, step: list[list[tuple[int, int]]]) -> _Alignment:
     """The alignment whose cells came from ``step`` (:func:`_align`), from its last cell to its first."""
-    heard, said, never, content = sides.heard, sides.said, sides.never, sides.content
+    heard, said, content = sides.heard, sides.said, sides.content
     alignment = _Alignment()
     i, j = len(heard), len(said)
     while i or j:
         pi, pj = step[i][j]
         if pj == j:  # a heard token alone
-            small = heard[i - 1].text in FUNCTION_WORDS and not never[i - 1] and not sides.others[i - 1]
-            (alignment.loose_extra if small else alignment.extra)[i - 1] = heard[i - 1]
+            (alignment.loose_extra if sides.loose(i - 1) else alignment.extra)[i - 1] = heard[i - 1]
             alignment.gaps[i - 1] = j  # j: after phrase word j - 1
         elif pi == i:  # a phrase word alone
             (alignment.loose_missing if said[j - 1] not in content else alignment.missing)[j - 1] = said[j - 1]
@@ -488,11 +492,6 @@ def _substitutions(
 
 def _miss(word: str) -> float:
     return _LOOSE if word in FUNCTION_WORDS else _CONTENT
-
-
-def _extra(word: str, weighty: bool) -> float:
-    """What an added heard word costs; ``weighty``: a negation, a turn or another person's pronoun."""
-    return _LOOSE if word in FUNCTION_WORDS and not weighty else _CONTENT
 
 
 def _match_cost(heard: str, said: str, names: set[str], language: str) -> float | None:

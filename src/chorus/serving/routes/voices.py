@@ -115,11 +115,8 @@ async def get_voice(voice_id: str, tenant: Tenant, server: Server):
 
 @router.delete("/v1/voices/{voice_id}", responses={200: {"model": VoiceDeleted}, **ERRORS})
 def delete_voice(voice_id: str, tenant: Tenant, server: Server):
-    voice_id = voice_id.lower()
-    if server.engine.is_speaker(voice_id):
-        raise ApiError(400, f"{voice_id!r} is a speaker of the model; it cannot be deleted", param="voice")
-    server.delete_voice(tenant, voice_id)
-    return VoiceDeleted(id=voice_id).model_dump()
+    # A speaker or an alias is refused by ServerState.record, as for /v1/audio/voices/{id}: no stored voice.
+    return VoiceDeleted(id=server.delete_voice(tenant, voice_id)).model_dump()
 
 
 @router.post("/v1/voices", status_code=202, responses={202: {"model": CreatedJob}, **ERRORS})

@@ -2,7 +2,8 @@
 
 One list names the plug-ins (:data:`BASES`); this module imports none of them until a base is opened. Each
 plug-in module declares ``claims(spec) -> bool`` (whether ``spec``, as ``--base`` gives it, names one of
-its bases) and ``open_base(spec, vocoder, device) -> Base``; the first that claims a spec opens it, so the
+its bases), ``open_base(spec, vocoder, device) -> Base`` and ``speakers(spec) -> (names, default)`` (opening no
+more than naming them needs); the first that claims a spec opens it, so the
 shipped Chorus base, which claims anything left (None: the shipped one, or a model folder), comes last.
 Adding a kind of base is one module plus one line here.
 """
@@ -27,13 +28,25 @@ def open_base(spec: str | Path | None = None, vocoder: str | Path | None = None,
     """The base ``spec`` names: None or ``"chorus"`` for the shipped Chorus base, a Chorus model folder,
     ``"piper-joe"`` (the installed Piper voice) or a Piper ``voice.onnx``. ``vocoder``: the Chorus base's
     (see :func:`chorus.synthesis.bases.chorus.open_base`)."""
-    text = None if spec is None else str(spec)
     checked_device(device)
+    text = None if spec is None else str(spec)
+    return _plugin(text).open_base(text, vocoder, device)
+
+
+def base_speakers(spec: str | Path | None = None) -> tuple[list[str], str]:
+    """The speakers of the base ``spec`` names (as :func:`open_base` reads it), in index order, and its default
+    speaker: ``chorus speakers``."""
+    text = None if spec is None else str(spec)
+    return _plugin(text).speakers(text)
+
+
+def _plugin(spec: str | None):
+    """The plug-in module of the first base that claims ``spec``."""
     for module in BASES.values():
         plugin = importlib.import_module(module)
-        if plugin.claims(text):
-            return plugin.open_base(text, vocoder, device)
-    raise ValueError(f"no base claims {text!r}")  # the Chorus base claims anything: only a broken list gets here
+        if plugin.claims(spec):
+            return plugin
+    raise ValueError(f"no base claims {spec!r}")  # the Chorus base claims anything: only a broken list gets here
 
 
 def base_of_voice(folder: str | Path) -> str | None:
@@ -44,4 +57,4 @@ def base_of_voice(folder: str | Path) -> str | None:
     return None if recorded in (None, "", CHORUS) else recorded
 
 
-__all__ = ["BASES", "CHORUS", "Base", "base_of_voice", "open_base"]
+__all__ = ["BASES", "CHORUS", "Base", "base_of_voice", "base_speakers", "open_base"]

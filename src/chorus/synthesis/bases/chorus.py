@@ -95,3 +95,10 @@ def open_base(spec: str | None, vocoder: str | Path | None = None, device: str =
         return ChorusBase(bundle, load_vocoder(vocoder, mel_config=bundle.mel_config, device=device))
     except VocoderError as error:  # the registry knows no "neural": it is this base's name for its own
         raise VocoderError(f"{error}; or 'neural', the shipped neural vocoder") from None
+
+
+def speakers(spec: str | None) -> tuple[list[str], str]:
+    """The Chorus model's speakers and its default (:func:`chorus.synthesis.bases.base_speakers`): opened with
+    Griffin-Lim, which loads nothing, as naming them needs no vocoder."""
+    base = open_base(spec, "griffin-lim")
+    return base.speakers, base.default_speaker

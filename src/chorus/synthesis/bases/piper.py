@@ -216,3 +216,9 @@ def open_base(
         raise FileNotFoundError(f"{json_path}: a Piper voice needs its .onnx.json beside its .onnx")
     generator = PiperGenerator.from_piper(onnx_path, json_path).to(device)
     return PiperBase(generator, JOE if spec == JOE else Path(onnx_path).name, piper_sha256(onnx_path), settings)
+
+
+def speakers(spec: str) -> tuple[list[str], str]:
+    """The Piper voice's speakers and its default (:func:`chorus.synthesis.bases.base_speakers`)."""
+    base = open_base(spec)
+    return base.speakers, base.default_speaker
