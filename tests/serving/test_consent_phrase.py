@@ -111,6 +111,9 @@ OTHER_CLAIMANTS = [
     ("her voice", "I am the owner of this voice and I consent to Chorus using her voice to create a synthetic voice model.", "her"),
     ("on their behalf", "I am the owner of this voice and they consent to Chorus using this voice to create a synthetic voice model.", "they"),
     ("no longer the owner", "I was the owner of this voice and I consent to Chorus using this voice to create a synthetic voice model.", "was"),
+    # A review: "it" in the speaker's place passed as two swaps ("It" for "I", "is" for "am").
+    ("it in the speaker's place", "It is the owner of this voice and I consent to Chorus using this voice to create a synthetic voice model.", "it"),
+    ("it consents", "I am the owner of this voice and it consents to Chorus using this voice to create a synthetic voice model.", "it"),
 ]  # fmt: skip
 
 
@@ -120,6 +123,22 @@ def test_a_claim_made_for_another_person_is_refused(label, heard, word):
     assert not verdict.accepted and word in verdict.extra
     if word != "was":
         assert word in verdict.persons and "the speaker's own claim" in verdict.refusal(PHRASE)
+
+
+@pytest.mark.parametrize(
+    "heard",
+    [
+        "I am the owner of this voice and I can send it to chorus using this voice to create a synthetic voice model.",
+        "I am the owner of this voice and I consent to Chorus using this voice to create a synthetic voice model of it.",
+        "I am the owner of this voice and a consent to chorus using this voice to create a synthetic voice model.",
+    ],
+)
+def test_an_it_beside_the_speakers_own_words_is_loose(heard):
+    """Whisper adds "it" in noise ("can send it" for "consent") and hears an owner's "I" as "a" (6 of the 143
+    owners' transcripts bench/consent.py's stored runs accept): with every "I" heard, an "it" is a loose word,
+    and without an "it", a missed "I" is one too."""
+    verdict = judge_phrase(PHRASE, transcript(heard), never_called)
+    assert verdict.accepted, verdict.refusal(PHRASE)
 
 
 def test_a_phrase_heard_as_a_question_is_refused():

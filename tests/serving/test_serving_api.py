@@ -744,6 +744,16 @@ def test_piper_http_api_speaks_as_the_speech_route(tenants_app):
     latin = ACME | {"Content-Type": "text/plain; charset=latin-1"}
     assert client.post("/", content="Café time.".encode("latin-1"), headers=latin).status_code == 200
     assert_error(client.post("/", content=b"Hi.", headers=ACME | {"Content-Type": "text/plain; charset=nope"}), 415)
+    # A review: UTF-16 without a byte order mark was read little-endian; RFC 2781 reads it big-endian.
+    plain = client.post("/", content=b"Hello there.", headers=ACME | {"Content-Type": "text/plain"}).content
+    for charset, body in [
+        ("utf-16", "Hello there.".encode("utf-16-be")),
+        ("utf-16", "Hello there.".encode("utf-16")),  # with this machine's byte order mark
+        ("UTF-32", "Hello there.".encode("utf-32-be")),
+        ("utf-16le", "Hello there.".encode("utf-16-le")),
+    ]:
+        wide = client.post("/", content=body, headers=ACME | {"Content-Type": f"text/plain; charset={charset}"})
+        assert wide.status_code == 200 and wide.content == plain, (charset, wide.text[:200])
     unknown = client.post("/", json={"text": "Hi.", "speaker": "nobody"}, headers=ACME).json()["error"]
     assert unknown["param"] == "speaker" and "not found" in unknown["message"]
     # A body past the server's bound is refused before it is read whole, as the speech route's is.
@@ -1398,7 +1408,7 @@ def test_recordings_are_checked_a_few_at_once_and_the_rest_refused_past_the_queu
         return client.post("/v1/audio/voice_consents", data={"name": "F", "language": "en"}, files=files, headers=ACME)
 
     with TestClient(app) as client:
-        assert app.state.server.check_slots._turns._value == SETTINGS.consent.max_concurrent_checks
+        assert app.state.server.check_slots.running == SETTINGS.consent.max_concurrent_checks
         app.state.server.check_slots = CheckSlots(1, 0)  # one at a time, none waiting
         first: list = []
         worker = threading.Thread(target=lambda: first.append(post_consent()))
@@ -1451,6 +1461,48 @@ def test_check_slots_queue_in_order_refuse_past_the_queue_and_forget_a_cancelled
     asyncio.run(scenario())
     with pytest.raises(ValueError):
         CheckSlots(0, 1)
+
+
+def test_check_slots_skip_a_client_gone_while_queued_and_serve_every_event_loop():
+    """A review: a client that hung up while queued was still checked (seconds of CPU for no one) when its turn
+    came; and the turns, an ``asyncio.Semaphore``, bound to the first event loop that waited on them, so an app
+    that outlived its loop (one ``TestClient`` after another) failed its first queued check."""
+    import asyncio
+
+    from chorus.serving.errors import ApiError
+    from chorus.serving.quotas import CheckSlots
+
+    slots = CheckSlots(1, 2)
+
+    async def scenario():
+        ran, release = [], asyncio.Event()
+
+        async def hold():
+            async with slots.turn():
+                ran.append("first")
+                await release.wait()
+
+        async def queued(name, gone):
+            async def asked():
+                return gone
+
+            async with slots.turn(asked):
+                ran.append(name)
+
+        first = asyncio.create_task(hold())
+        await asyncio.sleep(0)
+        hung_up = asyncio.create_task(queued("hung up", True))
+        waiting = asyncio.create_task(queued("waiting", False))
+        await asyncio.sleep(0)
+        release.set()
+        results = await asyncio.gather(first, hung_up, waiting, return_exceptions=True)
+        assert ran == ["first", "waiting"]
+        assert isinstance(results[1], ApiError) and results[1].status == 499 and results[1].code == "client_gone"
+        async with slots.turn():  # every turn was given back
+            pass
+
+    asyncio.run(scenario())
+    asyncio.run(scenario())  # a second event loop, the same slots
 
 
 def test_a_clip_of_many_channels_at_a_high_rate_is_refused_before_it_is_decoded(monkeypatch):
@@ -1535,12 +1587,16 @@ def test_onboarding_end_to_end_single_tenant(tiny_base, new_voice_data, tmp_path
         assert job["left_out"][0].startswith("tone.wav: no speech heard (a voice-activity detector hears"), job
         listed = {v["id"]: v for v in client.get("/v1/voices").json()["data"]}
         assert listed["fiona-four"]["status"] in ("training", "ready")
+        assert client.get("/v1/audio/voices/fiona-four").json()["stage"] in ("training", "adapted")  # not "instant"
         history = wait_for_job(client, job["id"], {})
         assert history[-1]["status"] == "done" and history[-1]["progress"] == 1.0, history[-1]
         assert "clips left out: 1 (1 clipped)" in history[-1]["message"], history[-1]
         progress = [h["progress"] for h in history]
         assert progress == sorted(progress)
         assert client.get("/v1/voices/fiona-four").json()["status"] == "ready"
+        # OpenAI's route names it as what it is (it was "audio_sample", made from no sample, with no consent)
+        as_openai = client.get("/v1/audio/voices/fiona-four").json()
+        assert (as_openai["type"], as_openai["stage"], as_openai["consent"]) == ("custom", "adapted", None)
         audio, rate = decode(speak(client, {}, voice="fiona-four").content)
         assert rate == 22050 and len(audio) > 0
         assert_error(

@@ -12,7 +12,7 @@ import asyncio
 import math
 import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
 from chorus.serving.errors import ApiError
@@ -54,30 +54,47 @@ class RateLimiter:
 class CheckSlots:
     """Turns for the checks of a consent or a sample (:class:`~.settings.ConsentSettings`): at most ``running``
     at once on this server, at most ``waiting`` more queued for a turn; another is refused at once (429 with
-    ``Retry-After``) rather than queued without end, holding its decoded audio."""
+    ``Retry-After``) rather than queued without end, holding its decoded audio. A client that hung up while
+    queued gets no check when its turn comes."""
 
     RETRY_SECONDS = 5  # a check takes a few seconds of CPU
 
     def __init__(self, running: int, waiting: int):
         if running < 1 or waiting < 0:
             raise ValueError(f"checks at once must be 1 or more and waiting 0 or more, not {running} and {waiting}")
-        self._turns = asyncio.Semaphore(running)
-        self._waiting, self._most_waiting = 0, waiting
+        self.running, self.waiting = running, waiting
+        self._queued = 0
+        self._turns: asyncio.Semaphore | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def _semaphore(self) -> asyncio.Semaphore:
+        """The turns of the running event loop. An ``asyncio.Semaphore`` binds to the first loop that waits on
+        it, and an app may outlive its loop (each ``TestClient`` runs its own): a new loop starts new turns."""
+        loop = asyncio.get_running_loop()
+        if self._turns is None or self._loop is not loop:
+            self._turns, self._loop = asyncio.Semaphore(self.running), loop
+        return self._turns
 
     @asynccontextmanager
-    async def turn(self) -> AsyncIterator[None]:
-        """Hold a turn for the body of the ``async with`` (``ApiError`` 429 when none is free and the queue is full)."""
-        if self._turns.locked() and self._waiting >= self._most_waiting:
+    async def turn(self, gone: Callable[[], Awaitable[bool]] | None = None) -> AsyncIterator[None]:
+        """Hold a turn for the body of the ``async with`` (``ApiError`` 429 when none is free and the queue is
+        full). ``gone`` (``Request.is_disconnected``) is asked once a queued request's turn comes: a client
+        that hung up while it waited is answered 499 and its turn passed on, not spent on seconds of CPU."""
+        turns = self._semaphore()
+        if turns.locked() and self._queued >= self.waiting:
             raise _busy("the server is checking as many recordings as it can at once", self.RETRY_SECONDS, "busy")
-        self._waiting += 1
+        queued = turns.locked()
+        self._queued += 1
         try:
-            await self._turns.acquire()
+            await turns.acquire()
         finally:
-            self._waiting -= 1
+            self._queued -= 1
         try:
+            if queued and gone is not None and await gone():
+                raise ApiError(499, "the client closed the connection while it waited for a turn", code="client_gone")
             yield
         finally:
-            self._turns.release()
+            turns.release()
 
 
 def check_rate(rate: RateLimiter, tenant: str, limits: Limits) -> None:

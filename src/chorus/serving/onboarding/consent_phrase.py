@@ -19,7 +19,8 @@ consent to Boris ..." is one word in twenty from the phrase, while Whisper tiny.
 * no other person may make the claim: a pronoun of anyone but the speaker ("you", "your", "we", "they",
   "her" ...) is never a loose word, so "You are the owner of this voice and you consent to Chorus ..." read out
   by a victim (an agent reading a script to a caller), "Are you the owner of this voice and do you consent
-  ...?" or "... using her voice ..." is refused (``OTHER_PERSONS``), and so is a recording the recognizer
+  ...?" or "... using her voice ..." is refused (``OTHER_PERSONS``), as is an "it" where the speaker's "I" went
+  unheard ("It is the owner of this voice ..."), and so is a recording the recognizer
   punctuates as a question (a "?" anywhere but in the courtesy tail: "Am I the owner of this voice and do I
   consent ...?"). Small words alone still pass within the allowance ("The owner of this voice and I consent
   ..." drops two); the "?" is Whisper's reading of the intonation, and a question said flat is not caught;
@@ -72,13 +73,17 @@ FUNCTION_WORDS = frozenset(
 # Pronouns of someone other than the speaker: heard beyond the phrase or in place of one of its words, they
 # move the claim to another person ("you consent", "we consent", "her voice"), so they are never loose words
 # (the "you" of "thank you" aside). They may stand where a misheard content word was ("pour us" for "Chorus"),
-# which the forced listen settles. "it" stays loose: Whisper adds it in noise ("I can send it to ..."). Cost,
+# which the forced listen settles. "it" stays loose (Whisper adds it in noise: "I can send it to ..."), but not
+# in the speaker's place: with fewer of the speaker's own words heard than the phrase has (``SELF``), an "it"
+# counts as another's ("It is the owner of this voice and it consents ..."; ``_standing_in``). Cost,
 # read again on the transcripts of bench/consent.py's stored runs: 2 of their 229 distinct owners' transcripts,
 # accepted before, are refused ("I can send you chorus", "to create us a good voice model").
 OTHER_PERSONS = frozenset(
     {"you", "your", "yours", "yourself", "yourselves", "we", "us", "our", "ours", "ourselves", "he", "him"}
     | {"his", "himself", "she", "her", "hers", "herself", "they", "them", "their", "theirs", "themselves"}
 )
+SELF = frozenset({"i", "me", "my", "mine", "myself"})  # the speaker's own words, whose claim the phrase is
+NOT_A_PERSON = frozenset({"it", "its", "itself"})
 # What Whisper tiny.en appends to a recording after its last word, in noise or in the silence after it ("Thank
 # you.", "Thank you very much.", "So.", "All right."): heard after everything heard of the phrase (its last
 # word missed or not), such a tail is dismissed outright, not counted against the allowance of loose words (bench/consent.py's
@@ -324,6 +329,8 @@ def _read(
     if loose > max_loose_words:  # too far from the phrase to call it noise
         missing |= alignment.loose_missing
         extra |= alignment.loose_extra
+    standing_in = _standing_in(sides, courtesy)
+    extra |= {t: sides.heard[t] for t in standing_in}
     texts = tuple(extra[k].text for k in sorted(extra))
     verdict = PhraseVerdict(
         heard=transcript.text,
@@ -332,11 +339,20 @@ def _read(
         extra=texts,
         negations=tuple(w for w in texts if is_negation(w, sides.content)),
         loose=loose,
-        persons=tuple(extra[k].text for k in sorted(extra) if sides.others[k]),
+        persons=tuple(extra[k].text for k in sorted(extra) if sides.others[k] or k in standing_in),
         question=any("?" in word.text for word in transcript.words if word not in tail_words),
         dismissed=tuple(sides.heard[t].text for t in courtesy),
     )
     return verdict, [extra[k].word for k in sorted(extra)], _substitutions(sides, missing, extra, alignment.gaps)
+
+
+def _standing_in(sides: _Sides, courtesy: list[int]) -> list[int]:
+    """The heard tokens "it" / "its" outside the courtesy tail when fewer of the speaker's own words (``SELF``)
+    were heard than the phrase has: an "it" then stands where the speaker should ("It is the owner of this
+    voice ..."), and is no loose word, wherever the alignment put it."""
+    if sum(t.text in SELF for t in sides.heard) >= sum(word in SELF for word in sides.said):
+        return []
+    return [t for t, token in enumerate(sides.heard) if token.text in NOT_A_PERSON and t not in courtesy]
 
 
 def _courtesy_tail(sides: _Sides, alignment: _Alignment) -> list[int]:
@@ -479,7 +495,7 @@ def _substitutions(
     a negation or a turn, was heard in a missed word's place; else None."""
     # Heard in a missed word's place: just before it (gap k) or just after (gap k + 1), at most two for one.
     # The first missed word in ``missing``'s order that fits takes the token.
-    in_place = [next((k for k in missing if gaps[t] in (k, k + 1)), None) for t in extra]
+    in_place = [next((k for k in missing if gaps.get(t) in (k, k + 1)), None) for t in extra]  # no gap: a swap
     return (
         sorted(missing)
         if all(word in sides.content for word in missing.values())

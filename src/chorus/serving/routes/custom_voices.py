@@ -81,8 +81,9 @@ def audio_voice_json(server: ServerState, record: VoiceRecord) -> dict:
         id=record.voice_id,
         name=record.name,
         created_at=int(record.created),
+        type="audio_sample" if record.consent_id is not None else "custom",
         consent=record.consent_id,
-        stage="adapted" if record.status == VoiceStatus.READY else "instant",
+        stage=record.stage,
         instant=record.instant,
         refinement="failed" if failed else refinement,
         refinement_error=server.public(record.error) if failed and record.error else None,
@@ -127,7 +128,7 @@ async def create_consent(request: Request, tenant: Tenant, server: Server):
         await form.close()
     checks = server.custom_voices
     checks.phrase(language)  # a language without a phrase: refused before any decoding
-    async with server.check_slots.turn():  # seconds of CPU: a few at once (429 past the queue)
+    async with server.check_slots.turn(request.is_disconnected):  # seconds of CPU: a few at once (429 past the queue)
         audio, rate = await run_in_threadpool(
             decode_recording, "recording", data, settings.max_consent_seconds, _recording_limits(server)
         )
@@ -257,7 +258,7 @@ async def create_audio_voice(request: Request, tenant: Tenant, server: Server):
         await form.close()
     checks = server.custom_voices
     limits = dataclasses.replace(_recording_limits(server), min_total_seconds=consent_settings.min_sample_seconds)
-    async with server.check_slots.turn():  # seconds of CPU: a few at once (429 past the queue)
+    async with server.check_slots.turn(request.is_disconnected):  # seconds of CPU: a few at once (429 past the queue)
         try:
             audio, rate = await run_in_threadpool(
                 decode_recording, "audio_sample", data, consent_settings.max_sample_seconds, limits

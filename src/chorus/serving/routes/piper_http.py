@@ -80,7 +80,7 @@ async def _piper_fields(request: Request, limit: int) -> dict:
     if kind in ("text/plain", ""):
         charset = _charset(request)
         try:
-            return {"text": body.decode(charset)}
+            return {"text": _decoded(body, charset)}
         except UnicodeError:  # a decoding error, or a codec that refuses its input in its own way (idna)
             raise ApiError(400, f"the text is not {charset}", param="text") from None
     if kind != "application/json":
@@ -111,6 +111,15 @@ def _charset(request: Request) -> str:
     if name not in TEXT_ENCODINGS:
         raise ApiError(415, f"charset {given[:40]!r} is not one this server reads: send UTF-8", param="text")
     return "utf-8-sig" if name == "utf-8" else name
+
+
+def _decoded(body: bytes, charset: str) -> str:
+    """``body`` as text in ``charset``. UTF-16 or UTF-32 without a byte order mark is big-endian (RFC 2781
+    4.3); Python's codecs would read it in this machine's order, little-endian here."""
+    marks = {"utf-16": (codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE), "utf-32": (codecs.BOM_UTF32_LE, codecs.BOM_UTF32_BE)}
+    if charset in marks and not body.startswith(marks[charset]):
+        charset += "-be"
+    return body.decode(charset)
 
 
 def _speed(length_scale: object) -> float:

@@ -30,14 +30,6 @@ from chorus.serving.voice_keys import voice_key
 router = APIRouter()
 
 
-def stage_of(record: VoiceRecord) -> str:
-    """What a voice speaks as now: ``adapted``, ``instant`` (a sample's voice before or without its
-    refinement), else ``training`` or ``failed`` (an upload of clips: nothing to speak yet)."""
-    if record.status == VoiceStatus.READY:
-        return "adapted"
-    return "instant" if record.instant else record.status.value
-
-
 def voice_json(server: ServerState, record: VoiceRecord, resident: set[str]) -> dict:
     """A tenant's voice as :class:`CustomVoice`; ``resident``: the engine keys loaded now."""
     return CustomVoice(
@@ -51,7 +43,7 @@ def voice_json(server: ServerState, record: VoiceRecord, resident: set[str]) -> 
         job_id=record.job_id,
         error=server.public(record.error) if record.error else None,
         resident=voice_key(record) in resident,
-        stage=stage_of(record),
+        stage=record.stage,
         instant=record.instant,
     ).model_dump()
 
@@ -77,9 +69,7 @@ def audio_voices(tenant: Tenant, server: Server):
     ones, and a sample's voice from its ``POST`` on (its instant voice while it is refined, or after its
     refinement failed), each with its stage."""
     # What resolve_voice speaks: a training or failed voice of clips has nothing to speak yet.
-    own = {
-        r.voice_id: stage_of(r) for r in server.store.list_voices(tenant) if r.status == VoiceStatus.READY or r.instant
-    }
+    own = {r.voice_id: r.stage for r in server.store.list_voices(tenant) if r.status == VoiceStatus.READY or r.instant}
     aliases = server.aliases
     names = list(dict.fromkeys(list(own) + list(aliases) + server.engine.speakers))
     return AudioVoices(
@@ -133,7 +123,9 @@ async def create_voice(request: Request, tenant: Tenant, server: Server):
                 409, f"{voice_id!r} is a speaker of the model; choose another id", param="id", type="conflict_error"
             )
         upload_dir = server.jobs.new_upload_dir()
-        async with server.check_slots.turn():  # decoding and hearing up to 20 minutes: a few at once
+        async with server.check_slots.turn(
+            request.is_disconnected
+        ):  # decoding and hearing up to 20 minutes: a few at once
             prepared = await form.prepare(upload_dir / "voice")
         own = settings.limits.of(tenant)
         try:  # the limits again, in the job's own transaction: another server may have taken the last place

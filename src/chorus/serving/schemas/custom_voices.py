@@ -47,15 +47,17 @@ class VoiceConsentDeleted(BaseModel):
 class AudioVoice(BaseModel):
     """OpenAI's ``audio.voice``: a custom voice made from a sample (``type`` "audio_sample"), with Chorus's
     ``stage`` (instant, then adapted) and ``refinement`` (the background adaptation: queued, running,
-    done or failed, with ``refinement_error``)."""
+    done or failed, with ``refinement_error``). Chorus's other voices (``type`` "custom": clips uploaded to
+    ``POST /v1/voices``, a voice folder added by the operator) have no consent recording and no instant
+    voice: their stage is training, adapted or failed, as in ``GET /v1/voices/{id}``."""
 
     object: Literal["audio.voice"] = "audio.voice"
     id: str
     name: str
     created_at: int
-    type: Literal["audio_sample"] = "audio_sample"
+    type: Literal["audio_sample", "custom"] = "audio_sample"
     consent: str | None
-    stage: Literal["instant", "adapted"]
+    stage: Literal["instant", "adapted", "training", "failed"]
     instant: str | None = Field(
         None,
         description="what it speaks as at stage instant: from its POST, a blend of the base speakers nearest "

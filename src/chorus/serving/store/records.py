@@ -103,6 +103,14 @@ class VoiceRecord:
     consent_id: str | None = None  # the consent recording it was made under (OpenAI's custom voices)
     instant: str | None = None  # a blend of base speakers it speaks as until its adapted voice is ready
 
+    @property
+    def stage(self) -> str:
+        """What it speaks as now: ``adapted``, ``instant`` (a sample's voice before or without its
+        refinement), else ``training`` or ``failed`` (an upload of clips: nothing to speak yet)."""
+        if self.status == VoiceStatus.READY:
+            return "adapted"
+        return "instant" if self.instant else self.status.value
+
 
 @dataclass(frozen=True)
 class ConsentRecord:
