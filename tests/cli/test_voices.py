@@ -119,11 +119,11 @@ def test_a_sample_the_busy_server_refuses_leaves_no_consent_behind(live_server, 
     real = server.check_slots
 
     class ConsentOnly:  # a turn for the consent; the sample finds the server busy
-        def turn(self, gone=None):
+        def turn(self, tenant, gone=None):
             if ConsentOnly.given:  # as CheckSlots refuses past its queue
                 raise ApiError(429, "the server is checking as many recordings as it can at once", code="busy")
             ConsentOnly.given = True
-            return real.turn(gone)
+            return real.turn(tenant, gone)
 
     ConsentOnly.given = False
     server.check_slots = ConsentOnly()

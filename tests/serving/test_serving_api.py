@@ -762,6 +762,37 @@ def test_piper_http_api_speaks_as_the_speech_route(tenants_app):
     assert_error(big, 413)
 
 
+def test_laying_out_and_encoding_whole_answers_run_off_the_event_loop(tenants_app, monkeypatch):
+    """A security probe: 4,096 characters of "1. " took 0.2-0.45 s to lay out, and minutes of MP3 at 48 kHz
+    seconds to encode, both on the event loop: refused requests within one tenant's rate, or a few long ones,
+    stalled every other request for seconds. Both now run in the thread pool."""
+    import asyncio
+
+    from chorus.serving.routes import speech
+
+    on_loop = []
+
+    def watched(work):
+        def run(*args, **kwargs):
+            try:
+                asyncio.get_running_loop()
+                on_loop.append(work.__name__)
+            except RuntimeError:  # no loop in this thread: a worker's
+                on_loop.append(None)
+            return work(*args, **kwargs)
+
+        return run
+
+    monkeypatch.setattr(speech, "layout", watched(speech.layout))
+    monkeypatch.setattr(speech, "encode_whole", watched(speech.encode_whole))
+    client, _ = tenants_app
+    assert speak(client, response_format="mp3").status_code == 200
+    assert client.post("/v1/audio/speech/captioned", json={"input": "Hi.", "voice": "m3"}, headers=ACME).json()["words"]
+    assert client.post("/", json={"text": "Hello there."}, headers=ACME).status_code == 200  # Piper's route
+    assert_error(speak(client, input="1. " * 1365), 400, "would be about")
+    assert len(on_loop) == 7 and set(on_loop) == {None}, on_loop  # 4 layouts, 3 whole encodings
+
+
 def test_characters_left_out_of_a_spoken_sentence_are_named(tenants_app):
     client, _ = tenants_app
     plain = speak(client, input="Hello there.", response_format="pcm")
@@ -1435,12 +1466,12 @@ def test_check_slots_queue_in_order_refuse_past_the_queue_and_forget_a_cancelled
         slots, order, release = CheckSlots(1, 1), [], asyncio.Event()
 
         async def hold():
-            async with slots.turn():
+            async with slots.turn("acme"):
                 order.append("first")
                 await release.wait()
 
         async def queued():
-            async with slots.turn():
+            async with slots.turn("acme"):
                 order.append("second")
 
         first = asyncio.create_task(hold())
@@ -1448,7 +1479,7 @@ def test_check_slots_queue_in_order_refuse_past_the_queue_and_forget_a_cancelled
         waiter = asyncio.create_task(queued())
         await asyncio.sleep(0)
         with pytest.raises(ApiError, match="checking as many recordings"):  # one running, one waiting: full
-            async with slots.turn():
+            async with slots.turn("acme"):
                 pass
         waiter.cancel()  # a client gone while queued: its place in the queue is free again
         await asyncio.gather(waiter, return_exceptions=True)
@@ -1478,7 +1509,7 @@ def test_check_slots_skip_a_client_gone_while_queued_and_serve_every_event_loop(
         ran, release = [], asyncio.Event()
 
         async def hold():
-            async with slots.turn():
+            async with slots.turn("acme"):
                 ran.append("first")
                 await release.wait()
 
@@ -1486,7 +1517,7 @@ def test_check_slots_skip_a_client_gone_while_queued_and_serve_every_event_loop(
             async def asked():
                 return gone
 
-            async with slots.turn(asked):
+            async with slots.turn("acme", asked):
                 ran.append(name)
 
         first = asyncio.create_task(hold())
@@ -1498,11 +1529,77 @@ def test_check_slots_skip_a_client_gone_while_queued_and_serve_every_event_loop(
         results = await asyncio.gather(first, hung_up, waiting, return_exceptions=True)
         assert ran == ["first", "waiting"]
         assert isinstance(results[1], ApiError) and results[1].status == 499 and results[1].code == "client_gone"
-        async with slots.turn():  # every turn was given back
+        async with slots.turn("acme"):  # every turn was given back
             pass
 
     asyncio.run(scenario())
     asyncio.run(scenario())  # a second event loop, the same slots
+
+
+def test_check_slots_give_one_tenant_its_share_and_no_more():
+    """A security probe: ten parallel consents from one key filled every place (2 running, 8 waiting) and
+    every other tenant was answered 429. A tenant holds at most ``per_tenant`` places, running or waiting."""
+    import asyncio
+
+    from chorus.serving.errors import ApiError
+    from chorus.serving.quotas import CheckSlots
+
+    async def scenario():
+        slots, release, ran = CheckSlots(1, 8, per_tenant=2), asyncio.Event(), []
+
+        async def check(tenant):
+            async with slots.turn(tenant):
+                ran.append(tenant)
+                await release.wait()
+
+        held = [asyncio.create_task(check("ann")), asyncio.create_task(check("ann"))]
+        await asyncio.sleep(0)
+        with pytest.raises(
+            ApiError, match="2 of your recordings are being checked or waiting .at most 2 at once."
+        ) as busy:
+            async with slots.turn("ann"):
+                pass
+        assert busy.value.status == 429 and busy.value.headers["Retry-After"] == "5"
+        other = asyncio.create_task(check("bob"))  # another tenant still finds a place in the queue
+        await asyncio.sleep(0)
+        release.set()
+        await asyncio.gather(*held, other)
+        assert ran == ["ann", "ann", "bob"]
+        async with slots.turn("ann"):  # ann's places were given back
+            pass
+
+    asyncio.run(scenario())
+
+
+def test_a_tenant_at_its_consent_quota_is_refused_before_its_recording_is_checked(
+    tiny_base, custom_voice_recordings, tmp_path
+):
+    """A security probe: a tenant over its consent quota still had each recording decoded and heard (1.3-3.7 s
+    of CPU) before the 429. The quota is read before the upload is."""
+    from chorus.serving.onboarding.consent_checks import CustomVoiceChecks
+    from conftest import heard_as
+
+    heard = []
+
+    def whisper(audio, rate, beam):
+        heard.append(len(audio))
+        return heard_as(SETTINGS.consent.phrases["en"], audio, rate)
+
+    settings = dataclasses.replace(
+        SETTINGS, limits=dataclasses.replace(SETTINGS.limits, tenant=TenantLimits(consents=1))
+    )
+    store = VoiceStore(str(tmp_path / "store"))
+    engine = Engine.load(tiny_base, "griffin-lim", resolve=functools.partial(stored_voice_folder, store))
+    checks = CustomVoiceChecks(engine, settings.consent, transcriber=whisper)
+    app = create_app(store, engine, Tenants.from_pairs(KEYS.items()), settings, custom_voices=checks)
+    files = {"recording": ("consent.wav", Path(custom_voice_recordings["consent"]).read_bytes(), "audio/wav")}
+    with TestClient(app) as client:
+        first = client.post("/v1/audio/voice_consents", data={"name": "F", "language": "en"}, files=files, headers=ACME)
+        assert first.status_code == 200, first.text
+        listened = len(heard)
+        full = client.post("/v1/audio/voice_consents", data={"name": "G", "language": "en"}, files=files, headers=ACME)
+        assert_error(full, 429, "you keep 1 consent recordings (at most 1)")
+        assert len(heard) == listened  # not heard at all
 
 
 def test_a_clip_of_many_channels_at_a_high_rate_is_refused_before_it_is_decoded(monkeypatch):

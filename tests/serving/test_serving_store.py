@@ -958,6 +958,12 @@ def test_consents_per_tenant_kept_while_a_voice_made_under_them_exists(store):
     store.delete_consent("acme", first.consent_id)
     store.delete_consent("acme", second.consent_id)
     assert store.list_consents("acme") == []
+    # A security probe: a consent deleted while its sample was checked (seconds) still made a voice, with no
+    # consent left behind it. The job's transaction finds the consent gone, and makes none.
+    with pytest.raises(ConsentNotFound):
+        store.create_job("acme", "voice_2", name="Two", consent_id=second.consent_id, instant="m3(1)")
+    with pytest.raises(VoiceNotFound):
+        store.voice("acme", "voice_2")
 
 
 def test_a_recovery_report_reads_as_a_sentence_for_the_operators_log():

@@ -53,17 +53,22 @@ class RateLimiter:
 
 class CheckSlots:
     """Turns for the checks of a consent or a sample (:class:`~.settings.ConsentSettings`): at most ``running``
-    at once on this server, at most ``waiting`` more queued for a turn; another is refused at once (429 with
-    ``Retry-After``) rather than queued without end, holding its decoded audio. A client that hung up while
-    queued gets no check when its turn comes."""
+    at once on this server, at most ``waiting`` more queued for a turn, at most ``per_tenant`` of all those places
+    one tenant's; another is refused at once (429 with ``Retry-After``) rather than queued without end, holding its
+    decoded audio. A client that hung up while queued gets no check when its turn comes."""
 
     RETRY_SECONDS = 5  # a check takes a few seconds of CPU
 
-    def __init__(self, running: int, waiting: int):
-        if running < 1 or waiting < 0:
-            raise ValueError(f"checks at once must be 1 or more and waiting 0 or more, not {running} and {waiting}")
+    def __init__(self, running: int, waiting: int, per_tenant: int | None = None):
+        if running < 1 or waiting < 0 or (per_tenant is not None and per_tenant < 1):
+            raise ValueError(
+                f"checks at once and per tenant must be 1 or more and waiting 0 or more, not {running}, "
+                f"{per_tenant} and {waiting}"
+            )
         self.running, self.waiting = running, waiting
+        self.per_tenant = per_tenant or running + waiting
         self._queued = 0
+        self._tenants: dict[str, int] = {}  # tenant -> its checks running or queued
         self._turns: asyncio.Semaphore | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -76,25 +81,42 @@ class CheckSlots:
         return self._turns
 
     @asynccontextmanager
-    async def turn(self, gone: Callable[[], Awaitable[bool]] | None = None) -> AsyncIterator[None]:
-        """Hold a turn for the body of the ``async with`` (``ApiError`` 429 when none is free and the queue is
-        full). ``gone`` (``Request.is_disconnected``) is asked once a queued request's turn comes: a client
-        that hung up while it waited is answered 499 and its turn passed on, not spent on seconds of CPU."""
+    async def turn(self, tenant: str, gone: Callable[[], Awaitable[bool]] | None = None) -> AsyncIterator[None]:
+        """Hold one of ``tenant``'s turns for the body of the ``async with`` (``ApiError`` 429 when none is free
+        and the queue is full, or the tenant holds its share). ``gone`` (``Request.is_disconnected``) is asked
+        once a queued request's turn comes: a client that hung up while it waited is answered 499 and its turn
+        passed on, not spent on seconds of CPU."""
         turns = self._semaphore()
         if turns.locked() and self._queued >= self.waiting:
             raise _busy("the server is checking as many recordings as it can at once", self.RETRY_SECONDS, "busy")
+        held = self._tenants.get(tenant, 0)
+        if held >= self.per_tenant:
+            raise _busy(
+                f"{held} of your recordings are being checked or waiting (at most {self.per_tenant} at once)",
+                self.RETRY_SECONDS,
+                "busy",
+            )
         queued = turns.locked()
-        self._queued += 1
+        self._tenants[tenant] = held + 1
         try:
-            await turns.acquire()
+            self._queued += 1
+            try:
+                await turns.acquire()
+            finally:
+                self._queued -= 1
+            try:
+                if queued and gone is not None and await gone():
+                    raise ApiError(
+                        499, "the client closed the connection while it waited for a turn", code="client_gone"
+                    )
+                yield
+            finally:
+                turns.release()
         finally:
-            self._queued -= 1
-        try:
-            if queued and gone is not None and await gone():
-                raise ApiError(499, "the client closed the connection while it waited for a turn", code="client_gone")
-            yield
-        finally:
-            turns.release()
+            if self._tenants[tenant] == 1:
+                del self._tenants[tenant]
+            else:
+                self._tenants[tenant] -= 1
 
 
 def check_rate(rate: RateLimiter, tenant: str, limits: Limits) -> None:

@@ -93,7 +93,9 @@ class ServerState:
         self.settings = settings or ServerSettings()
         self.rate = RateLimiter()
         consent = self.settings.consent
-        self.check_slots = CheckSlots(consent.max_concurrent_checks, consent.max_waiting_checks)
+        self.check_slots = CheckSlots(
+            consent.max_concurrent_checks, consent.max_waiting_checks, consent.max_checks_per_tenant
+        )
         self.jobs = jobs or JobRunner(
             store,
             jobs_dir(self.settings, store),

@@ -104,6 +104,9 @@ class ConsentSettings:
     # minute, not CPU at once: refused attempts cost no quota, and a probe's parallel uploads each ran Whisper.
     max_concurrent_checks: PositiveInt = 2
     max_waiting_checks: NonNegativeInt = 8
+    # One tenant's share of those places (running and waiting): one key's parallel uploads had filled them all,
+    # every other tenant answered 429 (a security probe).
+    max_checks_per_tenant: PositiveInt = 3
 
 
 @with_config(ConfigDict(extra="forbid"))

@@ -119,6 +119,11 @@ async def create_consent(request: Request, tenant: Tenant, server: Server):
     must read the server's phrase for the language and nothing else (400 quoting what was heard otherwise); the
     consent's speaker is embedded from the phrase's words alone."""
     settings = server.settings.consent
+    max_consents = server.settings.limits.of(tenant).consents
+    try:  # a tenant at its quota is told before its upload is read and checked (seconds of CPU for nothing)
+        await run_in_threadpool(server.store.check_consent_room, tenant, max_consents)
+    except QuotaReached as error:
+        raise quota_reached(error) from None
     form = await read_multipart(request, settings.max_file_bytes + (64 << 10), 1, "fields name, language, recording")
     try:
         name = _name(form)
@@ -128,7 +133,8 @@ async def create_consent(request: Request, tenant: Tenant, server: Server):
         await form.close()
     checks = server.custom_voices
     checks.phrase(language)  # a language without a phrase: refused before any decoding
-    async with server.check_slots.turn(request.is_disconnected):  # seconds of CPU: a few at once (429 past the queue)
+    # Seconds of CPU: a few at once, a few of them one tenant's (429 past the queue or the share).
+    async with server.check_slots.turn(tenant, request.is_disconnected):
         audio, rate = await run_in_threadpool(
             decode_recording, "recording", data, settings.max_consent_seconds, _recording_limits(server)
         )
@@ -145,7 +151,7 @@ async def create_consent(request: Request, tenant: Tenant, server: Server):
             word_error_rate=heard.word_error_rate,
             embedding=embedding.tolist(),
             recording=kept,
-            max_consents=server.settings.limits.of(tenant).consents,
+            max_consents=max_consents,
         )
     except QuotaReached as error:
         raise quota_reached(error) from None
@@ -258,7 +264,8 @@ async def create_audio_voice(request: Request, tenant: Tenant, server: Server):
         await form.close()
     checks = server.custom_voices
     limits = dataclasses.replace(_recording_limits(server), min_total_seconds=consent_settings.min_sample_seconds)
-    async with server.check_slots.turn(request.is_disconnected):  # seconds of CPU: a few at once (429 past the queue)
+    # Seconds of CPU: a few at once, a few of them one tenant's (429 past the queue or the share).
+    async with server.check_slots.turn(tenant, request.is_disconnected):
         try:
             audio, rate = await run_in_threadpool(
                 decode_recording, "audio_sample", data, consent_settings.max_sample_seconds, limits
@@ -309,6 +316,10 @@ async def create_audio_voice(request: Request, tenant: Tenant, server: Server):
             raise ApiError(409, str(error), type="conflict_error") from None
         except QuotaReached as error:
             raise quota_reached(error) from None
+        except ConsentNotFound:  # deleted while the sample was checked
+            raise ApiError(
+                404, f"consent recording {consent.consent_id!r} not found", type="not_found_error", param="consent"
+            ) from None
         job = OnboardingJob(job_id, tenant, voice_id, name, SAMPLE)
         statement = {
             "statement": f"consent recording {consent.consent_id} ({consent.heard!r})",

@@ -123,9 +123,7 @@ async def create_voice(request: Request, tenant: Tenant, server: Server):
                 409, f"{voice_id!r} is a speaker of the model; choose another id", param="id", type="conflict_error"
             )
         upload_dir = server.jobs.new_upload_dir()
-        async with server.check_slots.turn(
-            request.is_disconnected
-        ):  # decoding and hearing up to 20 minutes: a few at once
+        async with server.check_slots.turn(tenant, request.is_disconnected):  # decoding, hearing: a few at once
             prepared = await form.prepare(upload_dir / "voice")
         own = settings.limits.of(tenant)
         try:  # the limits again, in the job's own transaction: another server may have taken the last place

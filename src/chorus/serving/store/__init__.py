@@ -305,6 +305,10 @@ class VoiceStore:
         """Keep a checked consent recording (fields of :meth:`Consents.create`)."""
         return self._consents.create(tenant, **fields)
 
+    def check_consent_room(self, tenant: str, max_consents: int) -> None:
+        """``QuotaReached`` if ``tenant`` keeps ``max_consents`` consent recordings already."""
+        self._consents.check_room(tenant, max_consents)
+
     def audit_consent(self, tenant: str, voice_id: str, job_id: str | None, entry: dict) -> None:
         """Keep the consent an onboarding upload was given (see :meth:`Consents.audit`)."""
         self._consents.audit(tenant, voice_id, job_id, entry)

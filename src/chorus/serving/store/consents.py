@@ -15,6 +15,7 @@ import secrets
 import time
 
 from chorus.serving.store.backends import Backends
+from chorus.serving.store.metadata import Sql
 from chorus.serving.store.records import (
     ConsentInUse,
     ConsentNotFound,
@@ -40,6 +41,12 @@ class Consents:
     def __init__(self, backends: Backends) -> None:
         self._db = backends.db
 
+    def check_room(self, tenant: str, max_consents: int) -> None:
+        """``QuotaReached`` if ``tenant`` keeps ``max_consents`` already: asked before seconds of checking a
+        recording that could not be kept (``create`` counts again in its own transaction)."""
+        with self._db.transaction(exclusive=False) as db:
+            _check_room(db, tenant, max_consents)
+
     def create(
         self,
         tenant: str,
@@ -58,12 +65,7 @@ class Consents:
         consent_id, now = new_consent_id(), time.time()
         with self._db.transaction() as db:
             if max_consents is not None:
-                count = db.execute("SELECT COUNT(*) AS total FROM consents WHERE tenant=?", (tenant,)).fetchone()
-                if count["total"] >= max_consents:
-                    raise QuotaReached(
-                        f"you keep {count['total']} consent recordings (at most {max_consents}); delete unused ones",
-                        "consents",
-                    )
+                _check_room(db, tenant, max_consents)
             db.execute(
                 f"INSERT INTO consents ({_COLUMNS}, recording) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
@@ -169,3 +171,11 @@ class Consents:
                     "delete them first"
                 )
             db.execute("DELETE FROM consents WHERE tenant=? AND id=?", (tenant, consent_id))
+
+
+def _check_room(db: Sql, tenant: str, max_consents: int) -> None:
+    total = db.execute("SELECT COUNT(*) AS total FROM consents WHERE tenant=?", (tenant,)).fetchone()["total"]
+    if total >= max_consents:
+        raise QuotaReached(
+            f"you keep {total} consent recordings (at most {max_consents}); delete unused ones", "consents"
+        )

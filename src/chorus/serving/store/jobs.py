@@ -15,6 +15,7 @@ from chorus.serving.store.metadata import Sql
 from chorus.serving.store.records import (
     ACTIVE_JOB,
     FINISHED_JOB,
+    ConsentNotFound,
     JobNotFound,
     JobRecord,
     JobStatus,
@@ -50,14 +51,19 @@ class Jobs:
         """Queue a training job for a new voice (or a failed one): the voice is listed as training (made
         under consent recording ``consent_id``, speaking as the blend ``instant`` until it is ready, for
         OpenAI's custom voices).
-        Returns the job id. Raises ``VoiceConflict`` if the voice is ready, training or being deleted, and
+        Returns the job id. Raises ``VoiceConflict`` if the voice is ready, training or being deleted,
         ``QuotaReached`` if ``tenant`` has ``max_active_jobs`` jobs queued or running, or ``max_voices``
         voices, already: counted in the same transaction, so servers sharing the store cannot both take
-        the last place."""
+        the last place; and ``ConsentNotFound`` if ``consent_id`` is gone (deleted while the sample was checked:
+        a consent is deleted only in a transaction that finds no voice made under it)."""
         check_id(tenant, "tenant")
         check_id(voice_id)
         job_id, now = uuid.uuid4().hex, time.time()
         with self._db.transaction() as db:
+            if consent_id is not None and (
+                db.execute("SELECT 1 FROM consents WHERE tenant=? AND id=?", (tenant, consent_id)).fetchone() is None
+            ):
+                raise ConsentNotFound(f"no consent recording {consent_id!r}")
             self._voices.check_claimable(db, tenant, voice_id, job_id=None)
             if max_active_jobs is not None:
                 active = _active_jobs(db, tenant)
