@@ -24,6 +24,7 @@ from chorus.cli import COMMANDS, app, load_command, written_help
 from chorus.cli.adapt import adapt, adapt_many
 from chorus.cli.memory import memory
 from chorus.cli.method_options import adapter_methods, method_options
+from chorus.synthesis.voices import OPENAI_VOICE_ALIASES
 from conftest import TINY_MODEL
 
 runner = CliRunner()
@@ -41,10 +42,18 @@ def test_speakers_lists_voices_and_the_default(tiny_base):
     rows = json.loads(listed.output)
     assert [row["index"] for row in rows] == list(range(len(rows))) and {"m3", "f2"} <= {row["name"] for row in rows}
     assert sum(row["default"] for row in rows) == 1
+    # Which of OpenAI's names speaks as each (a new user's probe: --speaker alloy worked, and no list said so);
+    # the tiny base has none of the shipped speakers, so every name speaks as its default.
+    by_name = {row["name"]: row["openai_names"] for row in rows}
+    assert "alloy" in by_name[next(row["name"] for row in rows if row["default"])]
+    assert sum(len(names) for names in by_name.values()) == len(OPENAI_VOICE_ALIASES)
     # Read as `synthesize` reads them (a new user's probe): -m, and a wrong base name said as one.
     assert runner.invoke(app, ["speakers", "-m", str(tiny_base), "--json"]).output == listed.output
     wrong = runner.invoke(app, ["speakers", "--base", "piper-jo"])
-    assert wrong.exit_code == 2 and "unknown base 'piper-jo'" in " ".join(wrong.output.split())
+    said = " ".join(wrong.output.split())
+    assert wrong.exit_code == 2 and "unknown base 'piper-jo' (did you mean 'piper-joe'?)" in said
+    missing = runner.invoke(app, ["speakers", "--model", "/nonexistent/model"])  # a path: no "unknown base"
+    assert missing.exit_code == 2 and "no such model folder: '/nonexistent/model'" in " ".join(missing.output.split())
 
 
 def test_synthesize_writes_audio_and_reports_rtf(tiny_base, tmp_path):

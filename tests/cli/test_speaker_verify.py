@@ -53,6 +53,19 @@ def test_verify_tells_joe_from_others_as_the_server_would(tmp_path):
     assert result.exit_code == 1 and "different speakers" in result.output
 
 
+def test_verify_cannot_tell_when_the_clips_match_but_a_part_is_too_short_to_judge():
+    """A new user's probe: two 4 s clips of joe scored above their threshold, yet the answer was "different
+    speakers" (exit 1) for a part too short to judge, in the consent check's words. It is "cannot tell" (exit
+    2), in a pair of clips' words."""
+    joe = SAMPLES / "piper-joe" / "wavs"
+    result = CliRunner().invoke(
+        app, ["speaker", "verify", str(joe / "piper-joe_LJ002-0200.flac"), str(joe / "piper-joe_LJ009-0283.flac")]
+    )
+    said = " ".join(result.output.split())
+    assert result.exit_code == 2 and "cannot tell: the clips score as one speaker" in said, result.output
+    assert "consent" not in said.split("encoder")[-1] and "the whole band" in said
+
+
 def _shipped() -> Path:
     from chorus.speaker_recognition.bundle import SHIPPED_ENCODER
 

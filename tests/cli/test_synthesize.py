@@ -360,20 +360,27 @@ def test_an_output_that_cannot_be_written_is_named_as_asked_not_by_its_temporary
 
 
 def test_ssml_chorus_cannot_follow_is_one_line_and_the_other_lines_are_spoken(tiny_base, tmp_path):
-    """A new user's probe: SSML outside Chorus's subset (<prosody>, <emphasis>, an unclosed tag) had printed a
-    60-line traceback; read line by line, one such line had stopped the run and thrown away the audio of the
-    lines before it. Now it is skipped with its reason, as any other bad line is."""
+    """A new user's probe: SSML Chorus cannot read (a bad break, an unclosed tag) had printed a 60-line
+    traceback; read line by line, one such line had stopped the run and thrown away the audio of the lines
+    before it. Now it is skipped with its reason, as any other bad line is. An element Chorus does not follow
+    (<emphasis>, <prosody>) is read as its text with a warning (another probe: it had thrown the input away)."""
     refused = runner.invoke(
-        app,
-        _args(tiny_base, "--text", '<speak><prosody rate="slow">x</prosody></speak>', "-f", str(tmp_path / "a.wav")),
+        app, _args(tiny_base, "--text", '<speak><break time="abc"/>x</speak>', "-f", str(tmp_path / "a.wav"))
     )
     said = " ".join(refused.output.split())
     assert refused.exit_code == 2 and "Traceback" not in said and "file" not in said  # no empty report table
-    assert "skipped --text: SSML <prosody> is not supported" in said and "nothing was synthesized" in said
-    lines = "Hello there.\n<speak><emphasis>no</emphasis></speak>\n<speak>Open\nGoodbye now.\n"
+    assert "skipped --text: SSML <break time='abc'>" in said and "nothing was synthesized" in said
+    lines = 'Hello there.\n<speak><break time="abc"/>no</speak>\n<speak>Open\nGoodbye now.\n'
     spoken = runner.invoke(app, _args(tiny_base, "--line-by-line", "-f", str(tmp_path / "l.wav")), input=lines)
     said = " ".join(spoken.output.split())
     assert spoken.exit_code == 0, said
-    assert "skipped standard input:2: SSML <emphasis>" in said and "skipped standard input:3: SSML" in said
+    assert "skipped standard input:2: SSML <break time='abc'>" in said and "skipped standard input:3: SSML" in said
+    emphasis = runner.invoke(
+        app,
+        _args(tiny_base, "--text", "<speak><emphasis>Really</emphasis> now.</speak>", "-f", str(tmp_path / "e.wav")),
+    )
+    said = " ".join(emphasis.output.split())
+    assert emphasis.exit_code == 0, said
+    assert "warning: read the text of SSML Chorus does not follow, without its effect: <emphasis>" in said
     alone = runner.invoke(app, _args(tiny_base, "-f", str(tmp_path / "g.wav")), input="Hello there.\nGoodbye now.\n")
     assert alone.exit_code == 0 and (tmp_path / "l.wav").read_bytes() == (tmp_path / "g.wav").read_bytes()

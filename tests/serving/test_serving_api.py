@@ -881,6 +881,19 @@ def test_voice_names_are_case_insensitive_and_a_typo_gets_did_you_mean(tenants_a
     assert client.get("/v1/voices/ANN", headers=ACME).json()["id"] == "ann"
 
 
+def test_a_voice_named_by_its_display_name_gets_its_id_suggested(tenants_app, adapter_folders):
+    """A new user's probe: "Awb", the name `chorus voices list` shows for a voice, was "voice 'awb' not found"
+    with no hint; requests name voices by id (OpenAI's custom voices too)."""
+    client, store = tenants_app
+    store.put_voice("acme", "voice_5a1e", adapter_folders["ann"], name="Awb")
+    try:
+        assert_error(speak(client, voice="Awb"), 404, "did you mean 'voice_5a1e'")
+        refused = speak(client, headers=GLOBEX, voice="Awb")  # another tenant's voice is no suggestion
+        assert refused.status_code == 404 and "voice_5a1e" not in refused.text
+    finally:
+        store.delete_voice("acme", "voice_5a1e")
+
+
 def test_a_sample_voice_is_listed_with_its_stage_from_its_post_on(tiny_base, adapter_folders, tmp_path):
     """``GET /v1/audio/voices`` lists every name ``voice`` takes: a sample's voice speaks from its POST on
     (its instant voice), so it is listed from then on, with its stage; an upload of clips still training
@@ -1032,7 +1045,10 @@ def test_ssml_breaks_in_speech_whole_and_streamed(tenants_app):
     assert len(whole) - len(plain) == 2 * round(22050 * (1.0 - SENTENCE_SILENCE))
     streamed = speak(client, input=ssml, response_format="wav")  # several pieces: streamed
     assert (len(streamed.content) - 44) == len(whole)
-    assert_error(speak(client, input="<speak><emphasis>Hi</emphasis></speak>"), 400, "<emphasis> is not supported")
+    # An element Chorus does not follow is read as its text, and named (a new user's probe: a 400 for all of it).
+    ignored = speak(client, input="<speak><emphasis>Hi</emphasis></speak>")
+    assert ignored.status_code == 200 and ignored.headers["X-Skipped-Text"] == "<emphasis>"
+    assert_error(speak(client, input='<speak><break time="abc"/>Hi</speak>'), 400, "give milliseconds or seconds")
 
 
 def test_captioned_speech_gives_word_and_phoneme_times(tenants_app):
@@ -1409,6 +1425,28 @@ def test_a_server_without_keys_answers_only_loopback_hosts_and_its_own_origin(ti
     unguarded, _ = make_app(tiny_base, tmp_path / "store-2")
     with TestClient(unguarded, base_url="http://127.0.0.1:8000") as keyless:
         assert keyless.get("/v1/voices", headers={"Host": "testserver"}).status_code == 200  # off unless asked
+
+
+def test_a_page_on_another_port_of_this_machine_may_call_the_api_and_another_site_may_not(tenants_app):
+    """A new user's probe: the docs said a page on another local port is not another site, but no preflight
+    was answered (405) and no answer carried CORS headers, so a local web app could not use the server."""
+    client, _ = tenants_app
+    for origin in ("http://localhost:3000", "http://127.0.0.1:5173", "https://[::1]:8443"):
+        asked = {"Origin": origin, "Access-Control-Request-Method": "POST"}
+        preflight = client.options(
+            "/v1/audio/speech", headers=asked | {"Access-Control-Request-Headers": "authorization"}
+        )
+        assert preflight.status_code == 200 and preflight.headers["access-control-allow-origin"] == origin
+        answer = speak(client, headers=ACME | {"Origin": origin})
+        assert answer.status_code == 200 and answer.headers["access-control-allow-origin"] == origin
+        assert "X-Sample-Rate" in answer.headers["access-control-expose-headers"]
+    for origin in ("http://evil.example", "http://localhost.evil.example", "null"):
+        preflight = client.options(
+            "/v1/audio/speech", headers={"Origin": origin, "Access-Control-Request-Method": "POST"}
+        )
+        assert preflight.status_code == 400 and "access-control-allow-origin" not in preflight.headers
+        assert "access-control-allow-origin" not in speak(client, headers=ACME | {"Origin": origin}).headers
+    assert_error(speak(client, headers={"Origin": "http://localhost:3000"}), 401)  # keys still apply
 
 
 def test_recordings_are_checked_a_few_at_once_and_the_rest_refused_past_the_queue(

@@ -175,6 +175,8 @@ def test_teacher_forced_speech_keeps_the_recordings_frames_in_a_speaker_or_a_voi
         tts.synthesize("Hello there.", voice="MINE")
     with pytest.raises(KeyError, match=r"loaded first: name = tts.load_voice\(folder\)"):
         tts.synthesize("Hello there.", voice=str(folder))
+    with pytest.raises(KeyError, match="is an adapted voice's folder, not a speaker: load it"):  # -s voices/joe
+        tts.synthesize("Hello there.", speaker=str(folder))
 
 
 def test_postfilter_spreads_each_bin_over_time_and_each_frame_around_its_peak():

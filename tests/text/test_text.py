@@ -84,7 +84,8 @@ from chorus.text.sentences import UnspeakableTextWarning, is_speakable, speech_p
         ("555-1234", "five five five, one two three four"),
         ("Call (555) 123-4567.", "Call five five five, one two three, four five six seven."),
         ("Call 555-123-4567 now", "Call five five five, one two three, four five six seven now"),
-        ("Dial +1 800-555-0199.", "Dial eight zero zero, five five five, zero one nine nine."),
+        ("Dial +1 800-555-0199.", "Dial plus one, eight zero zero, five five five, zero one nine nine."),
+        ("Dial 1-800-555-0199.", "Dial one, eight zero zero, five five five, zero one nine nine."),
         # e-mail and URLs
         ("a@b.com", "a at b dot com"),
         ("Mail john.smith@example.co.uk today.", "Mail john dot smith at example dot co dot uk today."),
@@ -354,6 +355,12 @@ def test_captions_give_a_cue_for_each_word_by_default() -> None:
     assert captions(words, "srt", words_per_caption=2).count(" --> ") == 2
     with pytest.raises(ValueError, match="words_per_caption"):
         captions(words, "srt", words_per_caption=0)
+    # A new user's probe: a cue of 5 words ran across two sentences ("over the lazy dog. It"). A stop and the
+    # pause after it end a cue; "Dr." inside a sentence, with no pause after it, does not.
+    two = [*words[:2], Timestamp("Smith.", 0.62, 1.0), Timestamp("It", 1.2, 1.4), Timestamp("rained!", 1.4, 1.9)]
+    two.append(Timestamp("Then", 2.1, 2.3))
+    cues = captions(two, "vtt", words_per_caption=5).split("\n\n")[1:]
+    assert [cue.splitlines()[1] for cue in cues] == ["Meet Dr. Smith.", "It rained!", "Then"]
 
 
 def test_word_timestamps_show_the_words_as_written() -> None:
@@ -399,7 +406,7 @@ def test_word_timestamps_show_the_words_as_written() -> None:
         assert all(a.start < a.end <= b.start for a, b in zip(words, words[1:]))
 
 
-def test_ssml_subset_is_read_and_the_rest_refused() -> None:
+def test_ssml_subset_is_read_and_what_cannot_be_read_refused() -> None:
     from chorus.text.sentences import speech_pieces
     from chorus.text.ssml import Pause, SsmlError
 
@@ -418,7 +425,7 @@ def test_ssml_subset_is_read_and_the_rest_refused() -> None:
         "A B C and third.",
     ]
     for bad, message in [
-        ('<speak><prosody rate="slow">Hi</prosody></speak>', "<prosody> is not supported"),
+        ('<speak><break strength="loud"/>Hi</speak>', "strength='loud'"),
         ('<speak><break time="fast"/>Hi</speak>', "give milliseconds or seconds"),
         ('<speak><say-as interpret-as="cardinal">ten</say-as></speak>', "is not a number"),
         ('<speak><say-as interpret-as="date" format="mdy">13/45/2020</say-as></speak>', "is not a date (month 13"),

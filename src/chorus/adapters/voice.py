@@ -270,6 +270,11 @@ def save_voice(
     return atomic_write_folder(folder, write)
 
 
+def is_voice_folder(path: str | Path) -> bool:
+    """Whether ``path`` is a folder holding a voice's ``adapter_config.json`` (checked no further)."""
+    return (Path(path) / CONFIG_FILE).is_file()
+
+
 def read_voice(folder: str | Path) -> Voice:
     """Read and verify a voice folder (Chorus or PEFT LoRA) without touching any model."""
     folder = Path(folder)

@@ -145,7 +145,7 @@ def verify(
         console.print(f"score {score:.3f} (threshold {bundle.threshold:.3f}): {verdict}")
         raise typer.Exit(0 if same else DIFFERENT_SPEAKERS)
     from chorus.audio.io import SAMPLE_RATE, load_audio
-    from chorus.speaker_recognition.voice_match import UnusableRecording, fused_consent_match
+    from chorus.speaker_recognition.voice_match import UnusableRecording, describe_class, fused_consent_match
 
     with user_errors():
         first, second = load_audio(a), load_audio(b)
@@ -157,12 +157,21 @@ def verify(
     except Exception as error:  # noqa: BLE001 - exit 1 means "different speakers": trouble must not read as it
         fail(f"cannot tell: {type(error).__name__}: {error}")
     threshold = check.settings.threshold_for(verdict.threshold_key)
-    said = "same speaker" if verdict.accepted else f"different speakers ({verdict.reason})"
     console.print(
-        f"score {verdict.score:.2f} (threshold {threshold:.2f} for channel class {verdict.threshold_key}; "
-        f"resemblyzer + Chorus consent encoder, cohort-normalized): {said}"
+        f"score {verdict.score:.2f} (threshold {threshold:.2f} for {describe_class(verdict.threshold_key)}; "
+        "resemblyzer + Chorus consent encoder, cohort-normalized)"
     )
-    raise typer.Exit(0 if verdict.accepted else DIFFERENT_SPEAKERS)
+    if verdict.accepted:
+        console.print("same speaker")
+        raise typer.Exit(0)
+    if verdict.score >= threshold:  # the whole clips match; a part of the second does not (a new user's probe)
+        fail(
+            "cannot tell: the clips score as one speaker, but part of the second does not match the rest or the "
+            "first: another voice in it, or too little speech in that part to tell (clips of 10 s or more are "
+            "judged surely)"
+        )
+    console.print("different speakers")
+    raise typer.Exit(DIFFERENT_SPEAKERS)
 
 
 @speaker_app.command("eval")

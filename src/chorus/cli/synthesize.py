@@ -65,21 +65,31 @@ def speakers(
     model: Path | None = typer.Option(None, "--model", "-m", help=MODEL_HELP),
     base: str | None = typer.Option(None, help=BASE_HELP),
     as_json: bool = typer.Option(
-        False, "--json", help='Print JSON for scripts: [{"index": 0, "name": ..., "default": true}, ...].'
+        False,
+        "--json",
+        help='Print JSON for scripts: [{"index": 0, "name": ..., "default": true, "openai_names": [...]}, ...].',
     ),
 ) -> None:
-    """List the speakers the base model knows (a Piper base has one: its own voice)."""
+    """List the speakers the base model knows (a Piper base has one: its own voice), and which of OpenAI's voice
+    names (alloy, echo, ...; --speaker takes them too) speaks as each."""
     from chorus.synthesis.bases import base_speakers
+    from chorus.synthesis.voices import OPENAI_VOICE_ALIASES, openai_voice
 
     with user_errors():  # as `synthesize` reads --base: "chorus", a wrong name and a Piper voice file alike
         names, default = base_speakers(chosen_base(base, model))
+    aliases = {name: [] for name in names}
+    for alias in OPENAI_VOICE_ALIASES:
+        aliases[openai_voice(alias, names) or default].append(alias)
     if as_json:
-        rows = [{"index": index, "name": name, "default": name == default} for index, name in enumerate(names)]
+        rows = [
+            {"index": index, "name": name, "default": name == default, "openai_names": aliases[name]}
+            for index, name in enumerate(names)
+        ]
         print(json.dumps(rows, indent=2))  # plain print: rich would colour and wrap what a script parses
         return
-    table = Table("index", "speaker", "default")
+    table = Table("index", "speaker", "default", "OpenAI's names")
     for index, name in enumerate(names):
-        table.add_row(str(index), name, "yes" if name == default else "")
+        table.add_row(str(index), name, "yes" if name == default else "", ", ".join(aliases[name]))
     console.print(table)
 
 

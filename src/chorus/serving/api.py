@@ -24,6 +24,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 from fastapi_offline import FastAPIOffline
 from starlette.concurrency import run_in_threadpool
+from starlette.middleware.cors import CORSMiddleware
 
 from chorus.serving.access_log import AccessLogMiddleware, RequestIdFilter
 from chorus.serving.batcher import SpeechQueue
@@ -44,6 +45,15 @@ from chorus.serving.tenants import Tenants, check_bind
 from chorus.serving.voice_keys import stored_voice_folder
 
 log = logging.getLogger("chorus.serving.api")
+
+
+# http(s)://localhost, 127.x.x.x or [::1], any port
+LOOPBACK_ORIGINS = r"https?://(localhost|127(\.\d{1,3}){3}|\[::1\])(:\d{1,5})?"
+# Chorus's own answer headers a script may read (CORS shows only the "safe" ones unless told)
+EXPOSED_HEADERS = (
+    "X-Request-Id", "X-Sample-Rate", "X-Skipped-Text", "X-Dropped-Characters", "X-Options-Ignored",
+    "X-Instructions-Ignored", "Retry-After", "Location", "Content-Length",
+)  # fmt: skip
 
 
 def create_app(
@@ -80,6 +90,16 @@ def create_app(
     if loopback_only:  # inside the log and the metrics: the refusal is counted and logged
         app.add_middleware(LoopbackGuard)
     app.add_middleware(HeadAsGet)  # inside the log and the metrics: they see the HEAD and its bytes sent
+    # A page served from another port of this machine (a local web app) may call the API and read its answers
+    # and headers; another site's may not (a new user's probe: no preflight was answered). Keys still apply.
+    app.add_middleware(
+        CORSMiddleware,
+        allow_origin_regex=LOOPBACK_ORIGINS,
+        allow_methods=["GET", "POST", "DELETE", "HEAD"],
+        allow_headers=["Authorization", "Content-Type", "Accept", "X-Request-Id"],
+        expose_headers=[*EXPOSED_HEADERS],
+        max_age=600,
+    )
     app.add_middleware(MetricsMiddleware, metrics=lambda: server.metrics)
     app.add_middleware(AccessLogMiddleware)  # outermost: its time and bytes are the client's
     add_error_handlers(app)

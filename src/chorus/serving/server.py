@@ -190,13 +190,16 @@ class ServerState:
 
     def close_names(self, tenant: str, voice_id: str) -> list[str]:
         """Names a tenant may use that look like ``voice_id`` (for "did you mean"): speakers, aliases and
-        the tenant's own voices, never another tenant's."""
-        names = [*self.engine.speakers, *self.aliases]
+        the tenant's own voices, never another tenant's; first the ids of the tenant's voices whose display name
+        it is (a new user's probe: "Awb", the name ``chorus voices list`` shows, was only "not found")."""
         try:
-            names += [record.voice_id for record in self.store.list_voices(tenant)]
+            records = self.store.list_voices(tenant)
         except outage_errors():
-            pass  # the suggestion is a courtesy: the 404 stands without the store
-        return difflib.get_close_matches(voice_id, names, n=3, cutoff=0.6)
+            records = []  # the suggestion is a courtesy: the 404 stands without the store
+        named = [record.voice_id for record in records if record.name.lower() == voice_id.lower()]
+        names = [*self.engine.speakers, *self.aliases, *(record.voice_id for record in records)]
+        alike = difflib.get_close_matches(voice_id, names, n=3, cutoff=0.6)
+        return (named + [name for name in alike if name not in named])[:3]
 
     def resolve_voice(self, tenant: str, voice_id: str) -> EngineVoice:
         """The voice a tenant's request names, resolved once: a speaker or blend of the base, an alias's

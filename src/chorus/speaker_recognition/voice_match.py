@@ -165,6 +165,16 @@ def threshold_key(band: tuple[float, float], consent_snr_db: float, sample_snr_d
     return f"{band[0]:.0f}-{band[1]:.0f} {snr_group(consent_snr_db)}/{snr_group(sample_snr_db)}"
 
 
+def describe_class(key: str) -> str:
+    """Threshold class ``key`` in words: "0-0 clean/middling" is "the whole band, a clean first recording and a
+    middling second one" (SNR groups: :func:`snr_group`)."""
+    band, _, snrs = key.partition(" ")
+    low, _, high = band.partition("-")
+    first, _, second = snrs.partition("/")
+    where = "the whole band" if high == "0" else f"{low}-{high} Hz"
+    return f"{where}, a {first} first recording and a {second} second one"
+
+
 def group_keys(key: str) -> tuple[str, ...]:
     """The two groups of classes threshold class ``key`` belongs to: all of its band (``"0-5500 *"``), and all
     of its pair of SNR groups (``"* clean/middling"``); none for a key that is no class ("")."""

@@ -22,6 +22,7 @@ import torch
 from torch import nn
 
 from chorus.adapters import active_adapter
+from chorus.adapters.voice import is_voice_folder
 from chorus.audio.postfilter import MelPostFilter
 from chorus.audio.vocoders import Vocoder
 from chorus.models.bundle import ModelBundle, teacher_forced_mel
@@ -153,6 +154,11 @@ class Synthesizer:
                 raise KeyError(
                     f"{speaker!r} is a loaded adapted voice, not a speaker: pass voice={speaker!r}"
                 ) from None
+            if isinstance(speaker, str) and is_voice_folder(speaker):  # a new user's probe: -s voices/joe
+                raise KeyError(
+                    f"{speaker!r} is an adapted voice's folder, not a speaker: load it with tts.load_voice "
+                    "(the command line's --voice)"
+                ) from None
             raise
 
     def _voice(self, speaker: SpeakerSpec, voice: str | None) -> EngineVoice:
@@ -226,8 +232,9 @@ class Synthesizer:
     ) -> Iterator[SynthesisResult]:
         """One result per sentence of ``text``, each as soon as it is made (timestamps from its own start),
         and one of silence (``text`` empty) for each pause: ``sentence_silence`` seconds between sentences,
-        and the ``<break>`` of SSML (text starting with ``<speak``, :mod:`chorus.text.ssml`). Sentences are
-        read ``batch_size`` to a forward after the first (see :meth:`stream_pieces`)."""
+        and the ``<break>`` of SSML (text rooted in ``<speak>`` or holding an SSML element:
+        :func:`chorus.text.ssml.is_ssml`). Sentences are read ``batch_size`` to a forward after the first (see
+        :meth:`stream_pieces`)."""
         _check_text(text)
         yield from self.stream_pieces(layout(text, max_chars, sentence_silence), speaker, speed, voice, batch_size)
 

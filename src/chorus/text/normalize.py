@@ -1,8 +1,8 @@
 """English text normalization: what a reader would say, written out in words.
 
-Numbers, ordinals, fractions, ranges, multipliers, currency (with its K / M / B scales),
-percentages, units, times, dates, decades, phone numbers, e-mail addresses, URLs and common
-abbreviations are expanded; punctuation
+Numbers, ordinals, fractions, ranges, ratios, multipliers, currency (with its K / M / B scales),
+percentages, units, times, dates, decades, phone numbers, comparison signs, Roman numerals after a name
+or a numbered noun, e-mail addresses, URLs and common abbreviations are expanded; punctuation
 that marks a pause (, ; : . ! ? and dashes) is kept because the phonemizer passes it through and the
 acoustic model learns pauses from it. Latin letters keep their accents, because espeak-ng reads
 "café", "résumé" and "crème brûlée" better with them than without. Characters that have no spoken form
@@ -52,6 +52,7 @@ _ABBREVIATIONS = {
     "est": "established",
     "apt": "apartment",
     "blvd": "boulevard",
+    "ext": "extension",
     "e.g": "for example",
     "i.e": "that is",
 }
@@ -97,6 +98,30 @@ _UNITS = {
     "hr": ("hour", "hours"),
     "hrs": ("hour", "hours"),
 }
+# Signs that compare two things, said as words; a tag ("<break/>") is left as it is.
+_COMPARISONS = {
+    "<": "less than",
+    ">": "greater than",
+    "<=": "less than or equal to",
+    ">=": "greater than or equal to",
+    "\u2264": "less than or equal to",
+    "\u2265": "greater than or equal to",
+    "!=": "not equal to",
+    "\u2260": "not equal to",
+    "=": "equals",
+}
+# Nouns that number what follows them: a Roman numeral after one is a cardinal ("World War II": two).
+# After any other capitalized word it is a monarch's or a pope's ordinal ("Henry VIII": the eighth).
+_NUMBERED_NOUNS = {
+    "War", "Chapter", "Part", "Volume", "Act", "Scene", "Book", "Phase", "Type", "Class", "Level", "Article",
+    "Section", "Appendix", "Super Bowl", "Episode", "Season", "Stage", "Title", "Round", "Grade", "Mark",
+}  # fmt: skip
+# Capitalized words that start sentences and name no one: "In IV drips" is no king's name.
+_NOT_NAMES = {
+    "A", "An", "The", "In", "On", "At", "Of", "For", "To", "By", "With", "From", "And", "But", "Or", "As",
+    "If", "So", "Is", "Was", "It", "This", "That", "My", "Our", "Your", "His", "Her", "Their",
+}  # fmt: skip
+_ROMAN_DIGITS = {"I": 1, "V": 5, "X": 10, "L": 50, "C": 100, "D": 500, "M": 1000}
 _FRACTION_NAMES = {2: ("half", "halves"), 4: ("quarter", "quarters")}
 # Number pairs written with a slash that are said as two numbers, not as a fraction. Improper ones
 # ("24/7", "50/50", "20/20") are caught by rule; these are the proper-looking ones.
@@ -140,7 +165,9 @@ _month_day_re = re.compile(
     re.IGNORECASE,
 )
 _month_abbrev_re = re.compile(r"\b(" + "|".join(_MONTH_ABBREVIATIONS) + r")\.", re.IGNORECASE)
-_phone_re = re.compile(r"(?<![\d-])(?:\+?1[-. ])?(?:\((\d{3})\)\s?|(\d{3})[-. ])?(\d{3})-(\d{4})(?![\d-])")
+# A number with a country code, its groups apart by spaces or dots: "+1 800 555 0199", "+44 20 7946 0958".
+_international_phone_re = re.compile(r"(?<![\w+])\+(\d{1,3})((?:[ .]\d{1,4}){2,})(?![\d-]|\.\d)")
+_phone_re = re.compile(r"(?<![\d-])(?:(\+?1)[-. ])?(?:\((\d{3})\)\s?|(\d{3})[-. ])?(\d{3})-(\d{4})(?![\d-])")
 # A minus sign before an amount: "-5", "-3.5%", "-$20", "-.5" (not inside a word, a range or a date).
 _negative_re = re.compile(r"(?<![\w-])-(?=[" + "".join(_CURRENCIES) + r"]?\.?\d)")
 _percent_range_re = re.compile(r"(?<=\d%)\s?-\s?(?=\d)")  # "5%-10%": five percent to ten percent
@@ -151,6 +178,9 @@ _per_unit_re = re.compile(r"(\d[\d,]*(?:\.\d+)?)\s?(" + _unit_names + r")/(" + _
 # Three or more dotted numbers: a version ("2.0.1": two point zero point one) or, four of at most three
 # digits, an IPv4 address ("10.0.0.1": ten dot zero dot zero dot one).
 _dotted_re = re.compile(r"(?<![\d.])\d+(?:\.\d+){2,}(?![\d.]\d)")
+# Vulgar fraction characters ("½", "⅔"); NFKC writes each as digits around a fraction slash (U+2044).
+_vulgar_fraction_re = re.compile(r"[\u00bc-\u00be\u2150-\u215e\u2189]")
+_fraction_slash_re = re.compile(r"(?:\b(\d+)\s+)?\b(\d+)\u2044(\d+)\b")
 _mixed_fraction_re = re.compile(r"\b(\d+)\s+(\d+)/(\d+)\b")
 _fraction_re = re.compile(r"\b(\d+)/(\d+)\b")
 # What is left of a hyphen between two numbers once dates and phone numbers are read: a range or a score.
@@ -158,6 +188,23 @@ _range_re = re.compile(r"(?<=\d)-(?=\d)")
 _times_re = re.compile(r"\b(\d+(?:\.\d+)?)[x×](?!\w|\.\w)")  # "1.5x faster", "by 2x."
 _by_re = re.compile(r"\b(\d+)\s?[x×]\s?(\d+)\b")  # "3x3 grid", "1920×1080"
 _number_sign_re = re.compile(r"#(?=\d)")
+_sharp_re = re.compile(r"\b([A-G])#(?!\w)")  # "C#", "F#": the languages, and the notes
+_plus_plus_re = re.compile(r"\b([A-Za-z])\+\+(?![\w+])")  # "C++", "g++", "A++"
+_dot_net_re = re.compile(r"\.NET\b")
+# A comparison sign, or a tag whose brackets are no signs: "<" right before a letter (or "/") and a ">" later.
+_comparison_re = re.compile(r"<[A-Za-z/][^<>]*>|[<>!]=|[<>=\u2264\u2265\u2260]")
+# A Roman numeral after a capitalized word, or after "Super Bowl" (validated: "IIII" and "XXL" are none;
+# the lookbehind keeps the numeral from matching empty).
+_roman_re = re.compile(
+    r"\b(Super Bowl|[A-Z][a-z]+)\s+(?=[IVXLCDM])(M{0,3}(?:CM|CD|D?C{0,3})(?:XC|XL|L?X{0,3})(?:IX|IV|V?I{0,3}))(?<=[IVXLCDM])\b"
+)
+# N:M that is a ratio, by the word before or after it; other N:M are times ("3:15").
+_ratio_re = re.compile(
+    r"\b(?:((?:ratio|odds) of)\s+)?(?<!:)(\d+):(\d+)\b(?!:\d)(\s+(?:aspect\s+)?(?:ratios?|odds)\b)?", re.IGNORECASE
+)
+# After these words a number from 1000 to 1099 is a year as well ("in 1066": ten sixty six); later years
+# are years wherever they stand (see _number).
+_early_year_re = re.compile(r"\b((?:in|since|by|from|until|of)\s+)(10\d\d)(?!\d|,\d{3})", re.IGNORECASE)
 _decade_re = re.compile(r"(?:\b(\d{2})|')?(\d0)s\b")
 _number_abbrev_re = re.compile(r"\bno\.(?=\s*\d)", re.IGNORECASE)
 _st_re = re.compile(r"\bSt\.", re.IGNORECASE)
@@ -203,6 +250,8 @@ def _words(value: int | str, **kwargs) -> str:
 def _number(match: re.Match) -> str:
     text = match.group(0)
     digits = text.replace(",", "")
+    if len(digits) > 1 and digits.startswith("0"):
+        return _digits(digits)  # a code ("Agent 007", "PIN 0042"): its zeros are said
     # Bare four-digit numbers between 1100 and 2099 are nearly always years in running text.
     if len(text) == 4 and 1100 <= int(digits) <= 2099:
         return _words(digits, to="year")
@@ -257,11 +306,23 @@ def _digits(text: str) -> str:
     return " ".join(_words(int(d)) for d in text)
 
 
+def _international_phone(match: re.Match) -> str:
+    """ "+1 800 555 0199" -> "plus one, eight zero zero, five five five, zero one nine nine"; fewer than 7 or
+    more than 15 digits (E.164's most) is no phone number and is left as it is."""
+    country, rest = match.groups()
+    groups = [country, *rest.replace(".", " ").split()]
+    if not 7 <= len("".join(groups)) <= 15:
+        return match.group(0)
+    return "plus " + ", ".join(_digits(group) for group in groups)
+
+
 def _phone(match: re.Match) -> str:
-    """Phone numbers digit by digit, a pause between the groups: 555-1234 -> "five five five, one two three four"."""
-    area = match.group(1) or match.group(2)
-    groups = ([area] if area else []) + [match.group(3), match.group(4)]
-    return ", ".join(_digits(g) for g in groups)
+    """Phone numbers digit by digit, a pause between the groups: 555-1234 -> "five five five, one two three four";
+    a country code said ("+1 800-555-0199": "plus one, eight zero zero, ...")."""
+    country, area = match.group(1), match.group(2) or match.group(3)
+    said = ["plus one" if country.startswith("+") else "one"] if country else []
+    groups = ([area] if area else []) + [match.group(4), match.group(5)]
+    return ", ".join(said + [_digits(g) for g in groups])
 
 
 def spoken_date(month: int, day: int, year: str | None) -> str:
@@ -324,22 +385,85 @@ def _fraction_words(numerator: int, denominator: int) -> str:
     return f"{_words(numerator)} {one if numerator == 1 else many}"
 
 
+def _fraction_or_over(numerator: int, denominator: int) -> str:
+    """ "three quarters"; "one over two hundred" where the denominator has no everyday name."""
+    if denominator < 2 or denominator > 100:
+        return f"{_words(numerator)} over {_words(denominator)}"
+    return _fraction_words(numerator, denominator)
+
+
+def _whole_and_fraction(whole: int, numerator: int, denominator: int) -> str:
+    if numerator == 1 and denominator == 2:
+        return f"{_words(whole)} and a half"
+    return f"{_words(whole)} and {_fraction_words(numerator, denominator)}"
+
+
 def _fraction(match: re.Match) -> str:
     numerator, denominator = int(match.group(1)), int(match.group(2))
     if match.group(0) in _SLASH_NAMES or (numerator >= denominator > 1):
         return f"{_words(numerator)} {_words(denominator)}"  # "24/7", "50/50", "9/11"
-    if denominator < 2 or denominator > 100:
-        return f"{_words(numerator)} over {_words(denominator)}"
-    return _fraction_words(numerator, denominator)
+    return _fraction_or_over(numerator, denominator)
 
 
 def _mixed_fraction(match: re.Match) -> str:
     whole, numerator, denominator = (int(g) for g in match.groups())
     if not 0 < numerator < denominator <= 100:
         return match.group(0)
-    if numerator == 1 and denominator == 2:
-        return f"{_words(whole)} and a half"
-    return f"{_words(whole)} and {_fraction_words(numerator, denominator)}"
+    return _whole_and_fraction(whole, numerator, denominator)
+
+
+def _fraction_slash(match: re.Match) -> str:
+    """ "1⁄2", "2 3⁄4" (and so "½", "2¾"): a fraction slash always writes a fraction, "1⁄10" and "5⁄4" too."""
+    whole, numerator, denominator = match.groups()
+    fraction = _fraction_or_over(int(numerator), int(denominator))
+    if whole is None:
+        return fraction
+    if 0 < int(numerator) < int(denominator) <= 100:
+        return _whole_and_fraction(int(whole), int(numerator), int(denominator))
+    return f"{_words(whole)} {fraction}"
+
+
+def _ratio(match: re.Match) -> str:
+    """ "a 3:1 ratio", "odds of 100:1": "three to one"; any other N:M is left to the time rule."""
+    before, first, second, after = match.groups()
+    if not (before or after):
+        return match.group(0)
+    return f"{before or ''} {_words(first)} to {_words(second)}{after or ''}"
+
+
+def _comparison(match: re.Match) -> str:
+    """ "x < 5", "a >= b", "1 = 1" in words. A sign is read between spaces or digits, or between a letter and a
+    digit ("x<5"; not "=": "?id=5" is a query); anything else ("a<b", "=>", a tag) is left as it is."""
+    sign = match.group(0)
+    if sign not in _COMPARISONS:
+        return sign  # a tag
+    before = match.string[match.start() - 1 : match.start()] if match.start() else ""
+    after = match.string[match.end() : match.end() + 1]
+    sides = (before, after)
+    if all(side == "" or side.isspace() or side.isdigit() for side in sides) or (
+        sign != "=" and any(side.isdigit() for side in sides) and any(side.isalpha() for side in sides)
+    ):
+        return f" {_COMPARISONS[sign]} "
+    return sign
+
+
+def _roman_value(numeral: str) -> int:
+    """The value of a valid Roman numeral: a digit before a larger one is subtracted ("IX": 9)."""
+    values = [_ROMAN_DIGITS[letter] for letter in numeral]
+    return sum(-value if value < following else value for value, following in zip(values, [*values[1:], 0]))
+
+
+def _roman(match: re.Match) -> str:
+    """ "World War II" -> "World War two", "Henry VIII" -> "Henry the eighth". A single letter only after a
+    numbered noun ("Part I"; "Then I", "Appendix C" stay), and a monarch's numeral only of I, V and X
+    (regnal numbers stay under 40; "Washington DC" and "John Smith MD" are no kings)."""
+    word, numeral = match.groups()
+    value = _roman_value(numeral)
+    if word in _NUMBERED_NOUNS and (len(numeral) > 1 or numeral in "IVX"):
+        return f"{word} {_words(value)}"
+    if word not in _NOT_NAMES and len(numeral) > 1 and set(numeral) <= set("IVX"):
+        return f"{word} the {_words(value, to='ordinal')}"
+    return match.group(0)
 
 
 def _decade(match: re.Match) -> str:
@@ -426,26 +550,38 @@ def _spoken(text: str) -> tuple[str, tuple[str, ...]]:
         lambda m: re.sub(r"\D", "", m.group(0)) if _is_one_number(m.group(0)) else m.group(0), text
     )
     text = _minus_sign_re.sub("-", text)
+    # Before NFKC, which writes "2½" as "21⁄2": the whole number is kept apart ("2 1⁄2").
+    text = _vulgar_fraction_re.sub(lambda m: " " + unicodedata.normalize("NFKC", m.group(0)), text)
     text = _number_dash_re.sub("-", unicodedata.normalize("NFKC", text)).translate(_PAUSE_DASHES)
     text = text.replace(" - ", ", ")
+    # Before addresses, which would leave "<https://...>" as "< ... >" signs; "=" in a query is left alone.
+    text = _comparison_re.sub(_comparison, text)
     # Addresses first: they hold dots, slashes and digits that the rules below would read apart.
     text = _url_re.sub(_url, text)
     text = _email_re.sub(_email, text)
     text = _iso_date_re.sub(_iso_date, text)
     text = _slash_date_re.sub(_slash_date, text)
+    text = _international_phone_re.sub(_international_phone, text)
     text = _phone_re.sub(_phone, text)
     text = _month_day_re.sub(_month_day, text)
     text = _month_abbrev_re.sub(lambda m: _MONTH_ABBREVIATIONS[m.group(1).lower()] + " ", text)
     text = _abbrev_re.sub(_expand_abbreviation, text)
     text = _number_abbrev_re.sub("number", text)
     text = _st_re.sub(_saint_or_street, text)
+    text = _roman_re.sub(_roman, text)
+    # Spaces around ".NET": its period would otherwise join it to the word before ("F# .NET": "F.NET").
+    text = _dot_net_re.sub(" dot net ", text)
+    text = _sharp_re.sub(r"\1 sharp", text)
+    text = _plus_plus_re.sub(r"\1 plus plus", text)
     # The sign before the amount rules: "-$20" and "-3.5%" would lose it once read as words.
     text = _percent_range_re.sub(" to ", text)
     text = _negative_re.sub("minus ", text)
     text = _leading_point_re.sub("0.", text)  # before the amounts, units and percentages read the digits
+    text = _fraction_slash_re.sub(_fraction_slash, text)  # before units would read its denominator
     text = _currency_re.sub(_currency, text)
     text = _number_sign_re.sub("number ", text)
     text = _percent_re.sub(lambda m: _decimal_or_cardinal(m.group(1)) + " percent", text)
+    text = _ratio_re.sub(_ratio, text)
     text = _time_re.sub(_time, text)
     text = _dotted_re.sub(_dotted, text)
     text = _per_unit_re.sub(_unit, text)
@@ -458,6 +594,7 @@ def _spoken(text: str) -> tuple[str, tuple[str, ...]]:
     text = _decade_re.sub(_decade, text)
     text = _ordinal_re.sub(lambda m: _words(m.group(1), to="ordinal"), text)
     text = _decimal_re.sub(lambda m: _decimal_or_cardinal(m.group(0)), text)
+    text = _early_year_re.sub(lambda m: m.group(1) + _words(m.group(2), to="year"), text)
     # Spaces around the words part "MP3" into "MP three"; runs of spaces are collapsed at the end.
     text = _number_re.sub(lambda m: f" {_number(m)} ", text)
     text = text.replace("&", " and ").replace("-", " ").replace('"', " ")

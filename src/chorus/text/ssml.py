@@ -1,10 +1,14 @@
-"""The SSML that Chorus reads, and a clear refusal of the rest.
+"""The SSML that Chorus reads: what it follows, and the text of what it does not.
 
-Text that starts with ``<speak`` is SSML. Understood: ``<break time="500ms"/>`` (or ``strength``),
+SSML is text whose root is ``<speak>``, or text holding an element of an SSML name (``Wait <break
+time="1s"/> now.``, ``I <emphasis>mean</emphasis> it``), read as if wrapped in ``<speak>``; other text
+with "<" ("x < 5", "a <b> c") is plain. Followed: ``<break time="500ms"/>`` (or ``strength``),
 ``<say-as interpret-as="characters|spell-out|verbatim|cardinal|number|ordinal|digits|telephone|date">``,
 ``<phoneme alphabet="ipa" ph="...">``, ``<sub alias="...">``, and ``<p>``/``<s>`` (which only mark
-sentences). Any other element (``prosody``, ``emphasis``, ``voice``, ``audio`` ...) is refused with
-:class:`SsmlError` naming it, never silently dropped.
+sentences). Any other element (``prosody``, ``emphasis``, ``voice``, a ``say-as`` of another kind ...) is
+read as the text it holds, as SSML asks of a processor, and named as ignored; ``desc`` and ``metadata``
+hold no speech and are left out. Markup that does not parse and invalid values of followed attributes
+(``<break time="fast"/>``) raise :class:`SsmlError` naming them.
 """
 
 from __future__ import annotations
@@ -16,13 +20,26 @@ from dataclasses import dataclass
 
 from num2words import num2words
 
+from chorus.text.caller_warning import warn_caller
 from chorus.text.normalize import full_year, spoken_cardinal, spoken_date
 
 BREAK_STRENGTHS = {"none": 0.0, "x-weak": 0.1, "weak": 0.2, "medium": 0.4, "strong": 0.7, "x-strong": 1.2}
 MAX_BREAK_SECONDS = 10.0
 SAY_AS = ("characters", "spell-out", "verbatim", "cardinal", "number", "ordinal", "digits", "telephone", "date")
 SUPPORTED = ("speak", "break", "say-as", "phoneme", "sub", "p", "s")
+# SSML's elements that Chorus does not follow but whose text is speech: read as that text.
+READ_AS_TEXT = ("emphasis", "prosody", "voice", "lang", "mark", "audio", "w", "token", "lookup")
+# SSML's elements that hold no speech (an audio clip's description, metadata): left out with what they hold.
+NOT_READ = ("desc", "metadata", "meta", "lexicon")
 _TIME = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s)\s*$")
+_SPEAK_ROOT = re.compile(r"\s*(?:<\?xml[^>]*>\s*)?<speak(?=[\s/>])")
+_NAMES = "|".join(re.escape(name) for name in SUPPORTED + READ_AS_TEXT + NOT_READ)
+_EMPTY_ELEMENT = re.compile(rf"<(?:{_NAMES})(?=[\s/])[^<>]*/>")
+_OPENING_TAG = re.compile(rf"<({_NAMES})(?=[\s>])[^<>]*>")
+_CLOSING_TAG = re.compile(rf"</({_NAMES})\s*>")
+# In text that is SSML without a <speak> root, a "<" that starts no tag ("x < 5") and a "&" that starts no
+# entity ("Q&A") are the writer's text, not broken markup.
+_STRAY_MARKUP = re.compile(r"<(?![A-Za-z_/!?])|&(?!(?:#\d+|#x[0-9A-Fa-f]+|\w+);)")
 
 
 MAX_ORDINAL_DIGITS = 30
@@ -30,6 +47,10 @@ MAX_ORDINAL_DIGITS = 30
 
 class SsmlError(ValueError):
     """SSML this reader cannot follow; the message names the element or attribute."""
+
+
+class IgnoredSsmlWarning(UserWarning):
+    """SSML elements Chorus does not follow were read as the text they hold, without their effect."""
 
 
 @dataclass(frozen=True)
@@ -42,19 +63,21 @@ class Pause:
 
 
 def is_ssml(text: str) -> bool:
-    return text.lstrip().startswith("<speak")
+    """Whether ``text`` is SSML: rooted in ``<speak>``, or holding an element of an SSML name, empty
+    (``<break/>``) or opened and closed after (``<s>...</s>``); "a <b> c", "x < 5" and a lone "<p>" are not."""
+    if _SPEAK_ROOT.match(text) or _EMPTY_ELEMENT.search(text):
+        return True
+    # Each name's last closing tag, found once: searching for it after each opening tag took quadratic time.
+    last_closed = {tag[1]: tag.start() for tag in _CLOSING_TAG.finditer(text)}
+    return any(tag.end() <= last_closed.get(tag[1], -1) for tag in _OPENING_TAG.finditer(text))
 
 
-def parse_ssml(text: str) -> list[str | Pause]:
-    """Text pieces (plain text the normalizer reads, phonemes as ``[[...]]``) and pauses, in order."""
-    try:
-        root = ElementTree.fromstring(text.strip())
-    except ElementTree.ParseError as error:
-        raise SsmlError(f"SSML that does not parse: {error}") from None
-    if _local(root.tag) != "speak":
-        raise SsmlError(f"SSML must be one <speak> element, not <{_local(root.tag)}>")
+def parse_ssml(text: str, ignored: list[str] | None = None) -> list[str | Pause]:
+    """Text pieces (plain text the normalizer reads, phonemes as ``[[...]]``) and pauses, in order. The
+    elements read as their text are named in ``ignored`` when a list is given, else in an
+    :class:`IgnoredSsmlWarning`."""
     pieces: list[str | Pause] = []
-    _walk(root, pieces)
+    _walk(_followed_root(text, ignored), pieces)
     merged: list[str | Pause] = []
     for piece in pieces:  # neighbouring text pieces become one, so sentences split as written
         if isinstance(piece, str) and merged and isinstance(merged[-1], str):
@@ -62,6 +85,72 @@ def parse_ssml(text: str) -> list[str | Pause]:
         else:
             merged.append(piece)
     return [_tidy(p) if isinstance(p, str) else p for p in merged if isinstance(p, Pause) or p.strip()]
+
+
+def followed_ssml(text: str, ignored: list[str] | None = None) -> str:
+    """``text`` (SSML) as one ``<speak>`` element of only the elements Chorus follows, each other one
+    replaced by the text it holds and named as :func:`parse_ssml` names it."""
+    return ElementTree.tostring(_followed_root(text, ignored), encoding="unicode")
+
+
+def _followed_root(text: str, ignored: list[str] | None) -> ElementTree.Element:
+    """``text``'s ``<speak>`` element, without namespaces, holding only elements Chorus follows."""
+    if _SPEAK_ROOT.match(text):
+        source = text.strip()
+    else:
+        source = f"<speak>{_STRAY_MARKUP.sub(lambda stray: '&lt;' if stray[0] == '<' else '&amp;', text)}</speak>"
+    try:
+        root = ElementTree.fromstring(source)
+    except ElementTree.ParseError as error:
+        raise SsmlError(f"SSML that does not parse: {error}") from None
+    names: list[str] = []
+    root.tag = _local(root.tag)  # serialized as <speak>, so that it reads as SSML again
+    _hold(root, _content(root, names))
+    names = list(dict.fromkeys(names))  # each once, in the order met
+    if ignored is not None:
+        ignored += names
+    elif names:
+        warn_caller(
+            f"read the text of SSML Chorus does not follow, without its effect: {', '.join(names)}",
+            IgnoredSsmlWarning,
+        )
+    return root
+
+
+def _content(element: ElementTree.Element, ignored: list[str]) -> list[str | ElementTree.Element]:
+    """What ``element`` holds, in order: its text, and its elements as Chorus follows them (:func:`_followed`)."""
+    content: list[str | ElementTree.Element] = [element.text or ""]
+    for child in element:
+        content += _followed(child, ignored)
+        content.append(child.tail or "")
+    return content
+
+
+def _followed(element: ElementTree.Element, ignored: list[str]) -> list[str | ElementTree.Element]:
+    """``element`` as Chorus reads it: itself, holding what it follows; else the text it holds (none for
+    :data:`NOT_READ`), its name appended to ``ignored``."""
+    tag = element.tag = _local(element.tag)
+    kind = element.get("interpret-as")
+    other_say_as = tag == "say-as" and kind not in SAY_AS  # read as its text, as SSML asks of such a kind
+    if tag in SUPPORTED and not other_say_as:
+        _hold(element, _content(element, ignored))
+        return [element]
+    ignored.append(f'<say-as interpret-as="{kind}">' if other_say_as and kind else f"<{tag}>")
+    return [] if tag in NOT_READ else _content(element, ignored)
+
+
+def _hold(element: ElementTree.Element, content: list[str | ElementTree.Element]) -> None:
+    """Make ``content`` (text and elements, in order) what ``element`` holds."""
+    element[:] = []
+    element.text = ""
+    for item in content:
+        if not isinstance(item, str):
+            item.tail = ""
+            element.append(item)
+        elif len(element):
+            element[-1].tail = (element[-1].tail or "") + item
+        else:
+            element.text = (element.text or "") + item
 
 
 def _tidy(text: str) -> str:
@@ -76,9 +165,7 @@ def _local(tag: str) -> str:
 
 
 def _walk(element: ElementTree.Element, pieces: list[str | Pause]) -> None:
-    tag = _local(element.tag)
-    if tag not in SUPPORTED:
-        raise SsmlError(f"SSML <{tag}> is not supported; Chorus reads <{'>, <'.join(SUPPORTED)}>")
+    tag = element.tag  # local: _followed_root took the namespaces off
     if tag == "break":
         pieces.append(Pause(_break_seconds(element)))
     elif tag == "say-as":
@@ -127,8 +214,6 @@ def _break_seconds(element: ElementTree.Element) -> float:
 def _say_as(element: ElementTree.Element) -> str:
     kind = element.get("interpret-as")
     content = "".join(element.itertext()).strip()
-    if kind not in SAY_AS:
-        raise SsmlError(f"SSML <say-as interpret-as={kind!r}>: Chorus reads {', '.join(SAY_AS)}")
     if kind in ("characters", "spell-out", "verbatim"):
         return " ".join(c for c in content if not c.isspace())
     if kind in ("digits", "telephone"):

@@ -205,17 +205,38 @@ def _clock(seconds: float, separator: str) -> str:
 def captions(words: list[Timestamp], kind: str, words_per_caption: int = 1) -> str:
     """SRT (``kind="srt"``) or WebVTT (``"vtt"``) captions of ``words``, ``words_per_caption`` a cue: by
     default one cue for each word (as written, :func:`as_written`), from when it is said to when it ends,
-    so a player shows each word as it is heard; more words a cue for captions read as lines."""
+    so a player shows each word as it is heard; more words a cue for captions read as lines, a cue never
+    running on past a sentence's end (:func:`_cues`)."""
     if kind not in ("srt", "vtt"):
         raise ValueError(f"captions are 'srt' or 'vtt', not {kind!r}")
     if words_per_caption < 1:
         raise ValueError(f"words_per_caption must be >= 1, got {words_per_caption}")
     separator = "," if kind == "srt" else "."
     lines = ["WEBVTT", ""] if kind == "vtt" else []
-    for number, first in enumerate(range(0, len(words), words_per_caption), start=1):
-        cue = words[first : first + words_per_caption]
+    for number, cue in enumerate(_cues(words, words_per_caption), start=1):
         if kind == "srt":
             lines.append(str(number))
         lines.append(f"{_clock(cue[0].start, separator)} --> {_clock(cue[-1].end, separator)}")
         lines += [" ".join(w.text for w in cue), ""]
     return "\n".join(lines)
+
+
+# A pause after a word that ends with a stop is a sentence's end (sentences are laid out with 0.2 s between
+# them by default); "Dr." inside a sentence is followed by no pause.
+SENTENCE_PAUSE = 0.1  # seconds
+_SENTENCE_END = re.compile(r"[.!?…][\"'”’»)\]]*$")
+
+
+def _cues(words: list[Timestamp], most: int) -> list[list[Timestamp]]:
+    """``words`` cut into cues of at most ``most`` words, a new one after each sentence's end (a new user's
+    probe: "over the lazy dog. It" ran across the pause between two sentences)."""
+    cues: list[list[Timestamp]] = []
+    for index, word in enumerate(words):
+        if not cues or len(cues[-1]) == most or _ends_sentence(words[index - 1], word):
+            cues.append([])
+        cues[-1].append(word)
+    return cues
+
+
+def _ends_sentence(word: Timestamp, following: Timestamp) -> bool:
+    return bool(_SENTENCE_END.search(word.text)) and following.start - word.end >= SENTENCE_PAUSE

@@ -151,9 +151,10 @@ def load_vocoder(
     if not path.is_dir():
         name = str(path_or_name)
         if name not in _REGISTRY:
+            # Only the names that work alone: one needing weights ("vocos") is given as its folder.
+            usable = [n for n in registered_vocoders() if not _REGISTRY[n].needs_weights]
             raise VocoderError(
-                f"{name!r} is neither a vocoder folder nor a registered vocoder; "
-                f"registered vocoders: {', '.join(registered_vocoders())}"
+                f"{name!r} is neither a vocoder folder nor a registered vocoder; by name: {', '.join(usable)}"
             )
         cls = _REGISTRY[name]
         if cls.needs_weights:

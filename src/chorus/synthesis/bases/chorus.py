@@ -8,6 +8,8 @@ acoustic model. Timestamps come from the durations the acoustic model predicted,
 from __future__ import annotations
 
 import dataclasses
+import difflib
+import os
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -83,9 +85,12 @@ def open_base(spec: str | None, vocoder: str | Path | None = None, device: str =
     the model names none)."""
     if spec not in (None, NAME) and not Path(spec).exists():
         # Whatever no other base claims lands here: a typo or another Piper name is not a missing config.json.
+        if "/" in spec or os.sep in spec:  # a path (a new user's probe: "--model /nonexistent" was an "unknown base")
+            raise CheckpointError(f"no such model folder: {spec!r}")
+        near = difflib.get_close_matches(spec.lower(), [NAME, "piper-joe"], n=1, cutoff=0.6)
         raise CheckpointError(
-            f"unknown base {spec!r}: give {NAME!r} (the shipped one), piper-joe, a Piper voice file (voice.onnx) "
-            "or a Chorus model folder"
+            f"unknown base {spec!r}" + (f" (did you mean {near[0]!r}?)" if near else "") + f": give {NAME!r} "
+            "(the shipped one), piper-joe, a Piper voice file (voice.onnx) or a Chorus model folder"
         )
     bundle = load_bundle(DEFAULT_BASE if spec in (None, NAME) else spec, device)
     vocoder = vocoder or bundle.info.get("default_vocoder", "griffin-lim")
