@@ -114,6 +114,10 @@ OTHER_CLAIMANTS = [
     # A review: "it" in the speaker's place passed as two swaps ("It" for "I", "is" for "am").
     ("it in the speaker's place", "It is the owner of this voice and I consent to Chorus using this voice to create a synthetic voice model.", "it"),
     ("it consents", "I am the owner of this voice and it consents to Chorus using this voice to create a synthetic voice model.", "it"),
+    # A second review: the first rule counted the speaker's "I"s, and one more anywhere let these pass.
+    ("it, with another I", "It is the owner of this voice and I, I consent to Chorus using this voice to create a synthetic voice model.", "it"),
+    ("it consents, an I after", "I am the owner of this voice and it consents to Chorus using this voice to create a synthetic voice model, I.", "it"),
+    ("its voice", "I am the owner of this voice and I consent to Chorus using its voice to create a synthetic voice model.", "its"),
 ]  # fmt: skip
 
 
@@ -135,8 +139,8 @@ def test_a_claim_made_for_another_person_is_refused(label, heard, word):
 )
 def test_an_it_beside_the_speakers_own_words_is_loose(heard):
     """Whisper adds "it" in noise ("can send it" for "consent") and hears an owner's "I" as "a" (6 of the 143
-    owners' transcripts bench/consent.py's stored runs accept): with every "I" heard, an "it" is a loose word,
-    and without an "it", a missed "I" is one too."""
+    owners' transcripts bench/consent.py's stored runs accept): an "it" away from the speaker's words and "this"
+    voice is a loose word, and without an "it", a missed "I" is one too (none of the 143 is refused now)."""
     verdict = judge_phrase(PHRASE, transcript(heard), never_called)
     assert verdict.accepted, verdict.refusal(PHRASE)
 

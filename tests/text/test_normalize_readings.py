@@ -21,6 +21,8 @@ from chorus.text import UnknownCharacterWarning, normalize_text
         ("09:30", "nine thirty"),
         ("$0.50", "fifty cents"),
         ("Room 101", "Room one hundred and one"),
+        ("Chapter 01 begins.", "Chapter one begins."),  # two digits: a number (a review)
+        ("Top 05 picks.", "Top five picks."),
         # comparison signs between things
         ("x < 5", "x less than five"),
         ("> 3", "greater than three"),
@@ -69,6 +71,14 @@ from chorus.text import UnknownCharacterWarning, normalize_text
         ("Louis XIV", "Louis the fourteenth"),
         ("Elizabeth II", "Elizabeth the second"),
         ("Pope John Paul II", "Pope John Paul the second"),
+        ("Henry V", "Henry the fifth"),
+        # ... and no reign or number where a name or a pronoun stands (a review)
+        ("Mark I saw it too.", "Mark I saw it too."),
+        ("Part I think is best.", "Part I think is best."),
+        ("Part I.", "Part one."),
+        ("Using VI is hard.", "Using VI is hard."),
+        ("Give IV fluids now.", "Give IV fluids now."),
+        ("Rocky II", "Rocky II"),
         ("Then I left.", "Then I left."),
         ("Plan X", "Plan X"),
         ("Appendix C", "Appendix C"),
@@ -84,9 +94,14 @@ from chorus.text import UnknownCharacterWarning, normalize_text
         # years from 1000 to 1099 after a word that leads to a date
         ("in 1066", "in ten sixty six"),
         ("since 1050, they", "since ten fifty, they"),
-        ("By 1099 it", "By ten ninety nine it"),
-        ("the Battle of 1066", "the Battle of ten sixty six"),
+        ("in 1066 the Normans came", "in ten sixty six the Normans came"),
+        ("until 1099.", "until ten ninety nine."),
         ("1066 people", "one thousand and sixty six people"),
+        # ... and not before a unit or a count, nor after words that lead to counts (a review)
+        ("A block of 1024 bytes.", "A block of one thousand and twenty four bytes."),
+        ("By 1050 people were there.", "By one thousand and fifty people were there."),
+        ("It went from 1024 to 2048.", "It went from one thousand and twenty four to twenty forty eight."),
+        ("Watch it in 1080p.", "Watch it in one thousand and eighty p."),
         ("in 1,066 cases", "in one thousand and sixty six cases"),
         ("in 1500", "in fifteen hundred"),
         # ratios
@@ -109,7 +124,15 @@ def test_reading(raw: str, spoken: str) -> None:
     assert normalize_text(raw, warn=False) == spoken  # some leave a sign with no spoken form ("+", "<>")
 
 
-@pytest.mark.parametrize("text", ["<break/>", "<b>bold</b>", "a<b", "x => y", "a == b", "x=y"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "<break/>", "<b>bold</b>", "a<b", "x => y", "a == b", "x=y",
+        # a menu path and a quote mark are no comparisons (a review: "Settings greater than Privacy")
+        "Go to Settings > Privacy > Location.", "Click File > Save As.", "> This was quoted.", "Click Next >",
+        "< Back",
+    ],
+)  # fmt: skip
 def test_signs_that_compare_nothing_stay_unread(text: str) -> None:
     """Tags and arrows are no comparisons: their signs are dropped, never read as words."""
     with warnings.catch_warnings():

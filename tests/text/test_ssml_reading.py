@@ -50,7 +50,8 @@ def test_ssml_that_cannot_be_read_sensibly_is_still_refused() -> None:
     for bad, message in [
         ('<speak><break time="abc"/>Hi</speak>', "give milliseconds or seconds"),
         ('<speak><emphasis><break strength="loud"/>Hi</emphasis></speak>', "strength='loud'"),
-        ("<speak><sub>WWW</sub></speak>", "<sub> needs an alias"),
+        ("<speak>" + "<s>" * 500 + "x" + "</s>" * 500 + "</speak>", "nested more than 50"),  # a review: a 500
+        ("<w>" * 60 + "x" + "</w>" * 60, "nested more than 50"),
         ("<speak><phoneme>Chorus</phoneme></speak>", "<phoneme> needs a ph"),
         ('<speak><phoneme alphabet="x-sampa" ph="a">a</phoneme></speak>', "only 'ipa'"),
         ("<speak><emphasis>Hi</speak>", "does not parse"),
@@ -77,6 +78,16 @@ def test_ssml_without_a_speak_root_is_read_as_ssml() -> None:
     ]
     for text in ('Wait <break time="1s"/> now.', "<p>One</p>", '<say-as interpret-as="digits">12</say-as>'):
         assert is_ssml(text), text
+    # A review: HTML's entities, which XML lacks, and HTML's <sub> (a subscript, no alias) had been a 400.
+    assert layout("<p>Fish &amp; chips &mdash; yum</p>", skipped=[]) == ["Fish & chips — yum"]
+    assert layout("Wait <break/> Tom&nbsp;Jerry &bogus;", sentence_silence=0) == [
+        "Wait",
+        Pause(0.4),
+        "Tom\xa0Jerry &bogus;",
+    ]
+    skipped = []
+    assert layout("Water is H<sub>2</sub>O.", skipped=skipped) == ["Water is H2O."]
+    assert skipped == ["<sub> without an alias"]
 
 
 def test_text_with_angle_brackets_but_no_ssml_element_stays_plain() -> None:

@@ -145,7 +145,12 @@ def verify(
         console.print(f"score {score:.3f} (threshold {bundle.threshold:.3f}): {verdict}")
         raise typer.Exit(0 if same else DIFFERENT_SPEAKERS)
     from chorus.audio.io import SAMPLE_RATE, load_audio
-    from chorus.speaker_recognition.voice_match import UnusableRecording, describe_class, fused_consent_match
+    from chorus.speaker_recognition.voice_match import (
+        A_PART_DIFFERS,
+        UnusableRecording,
+        describe_class,
+        fused_consent_match,
+    )
 
     with user_errors():
         first, second = load_audio(a), load_audio(b)
@@ -164,7 +169,7 @@ def verify(
     if verdict.accepted:
         console.print("same speaker")
         raise typer.Exit(0)
-    if verdict.score >= threshold:  # the whole clips match; a part of the second does not (a new user's probe)
+    if verdict.reason == A_PART_DIFFERS:  # the whole clips match; a part of the second does not (a new user's probe)
         fail(
             "cannot tell: the clips score as one speaker, but part of the second does not match the rest or the "
             "first: another voice in it, or too little speech in that part to tell (clips of 10 s or more are "

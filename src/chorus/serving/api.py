@@ -96,7 +96,7 @@ def create_app(
         CORSMiddleware,
         allow_origin_regex=LOOPBACK_ORIGINS,
         allow_methods=["GET", "POST", "DELETE", "HEAD"],
-        allow_headers=["Authorization", "Content-Type", "Accept", "X-Request-Id"],
+        allow_headers=["*"],  # OpenAI's browser SDK sends its own (x-stainless-os, openai-organization ...)
         expose_headers=[*EXPOSED_HEADERS],
         max_age=600,
     )

@@ -280,18 +280,23 @@ def load_cohort(folder: str | Path = SHIPPED_COHORT) -> Cohort:
     return Cohort(clips, rates.pop(), speakers, embeddings, settings, config.get("info", {}))
 
 
+NOT_THE_VOICE = "the sample's voice does not match the consent recording's"
+A_PART_DIFFERS = (
+    "part of the sample does not match the rest or the consent: another voice in it, or too little speech in that "
+    "part to tell (a sample of 10 s or more is judged surely)"
+)
+
+
 def refusal(score: float, worst_window: float, worst_stretch: float, key: str, settings: MatchSettings) -> str:
-    """Why a trial with these s-normalized scores is refused under ``settings`` ("" when it is accepted)."""
+    """Why a trial with these s-normalized scores is refused under ``settings`` ("" when it is accepted):
+    :data:`NOT_THE_VOICE` or :data:`A_PART_DIFFERS`."""
     threshold = settings.threshold_for(key)
     if score < threshold:
-        return "the sample's voice does not match the consent recording's"
+        return NOT_THE_VOICE
     if worst_window < settings.window_threshold or worst_stretch < threshold - settings.stretch_margin:
         # Each third and window is judged too: a second voice in it, or (in a clip of a few seconds) too little
         # speech in one part to tell whose it is.
-        return (
-            "part of the sample does not match the rest or the consent: another voice in it, or too little speech "
-            "in that part to tell (a sample of 10 s or more is judged surely)"
-        )
+        return A_PART_DIFFERS
     return ""
 
 

@@ -114,12 +114,15 @@ _COMPARISONS = {
 # After any other capitalized word it is a monarch's or a pope's ordinal ("Henry VIII": the eighth).
 _NUMBERED_NOUNS = {
     "War", "Chapter", "Part", "Volume", "Act", "Scene", "Book", "Phase", "Type", "Class", "Level", "Article",
-    "Section", "Appendix", "Super Bowl", "Episode", "Season", "Stage", "Title", "Round", "Grade", "Mark",
+    "Section", "Appendix", "Super Bowl", "Episode", "Season", "Stage", "Title", "Round", "Grade",
 }  # fmt: skip
-# Capitalized words that start sentences and name no one: "In IV drips" is no king's name.
-_NOT_NAMES = {
-    "A", "An", "The", "In", "On", "At", "Of", "For", "To", "By", "With", "From", "And", "But", "Or", "As",
-    "If", "So", "Is", "Was", "It", "This", "That", "My", "Our", "Your", "His", "Her", "Their",
+# Names monarchs and popes reign under: a Roman numeral after one is an ordinal ("Henry VIII": the eighth).
+# A list, not any capitalized word: "Give IV fluids", "Using VI" and sequels ("Rocky II") are no reigns.
+_REGNAL_NAMES = {
+    "Alexander", "Alfonso", "Anne", "Benedict", "Boniface", "Catherine", "Charles", "Christian", "Clement",
+    "Constantine", "Edward", "Elizabeth", "Ferdinand", "Francis", "Frederick", "George", "Gregory", "Gustav",
+    "Harald", "Henry", "Innocent", "Ivan", "James", "John", "Juan", "Leo", "Louis", "Mary", "Napoleon",
+    "Nicholas", "Olav", "Paul", "Peter", "Philip", "Pius", "Richard", "Victor", "Wilhelm", "William",
 }  # fmt: skip
 _ROMAN_DIGITS = {"I": 1, "V": 5, "X": 10, "L": 50, "C": 100, "D": 500, "M": 1000}
 _FRACTION_NAMES = {2: ("half", "halves"), 4: ("quarter", "quarters")}
@@ -192,6 +195,7 @@ _sharp_re = re.compile(r"\b([A-G])#(?!\w)")  # "C#", "F#": the languages, and th
 _plus_plus_re = re.compile(r"\b([A-Za-z])\+\+(?![\w+])")  # "C++", "g++", "A++"
 _dot_net_re = re.compile(r"\.NET\b")
 # A comparison sign, or a tag whose brackets are no signs: "<" right before a letter (or "/") and a ">" later.
+_OPERAND = re.compile(r"[(]?(?:[-+]?\$?\d[\d,.]*%?|[A-Za-z])[)]?[.,;:!?]?|[A-Za-z]?\d[\d,.]*%?")  # "5", "-3.5%", "x"
 _comparison_re = re.compile(r"<[A-Za-z/][^<>]*>|[<>!]=|[<>=\u2264\u2265\u2260]")
 # A Roman numeral after a capitalized word, or after "Super Bowl" (validated: "IIII" and "XXL" are none;
 # the lookbehind keeps the numeral from matching empty).
@@ -202,9 +206,12 @@ _roman_re = re.compile(
 _ratio_re = re.compile(
     r"\b(?:((?:ratio|odds) of)\s+)?(?<!:)(\d+):(\d+)\b(?!:\d)(\s+(?:aspect\s+)?(?:ratios?|odds)\b)?", re.IGNORECASE
 )
-# After these words a number from 1000 to 1099 is a year as well ("in 1066": ten sixty six); later years
-# are years wherever they stand (see _number).
-_early_year_re = re.compile(r"\b((?:in|since|by|from|until|of)\s+)(10\d\d)(?!\d|,\d{3})", re.IGNORECASE)
+# A number from 1000 to 1099 is a year too after "in", "since" or "until", where the clause ends or goes on
+# as after a date ("in 1066, ...", "in 1066 the Normans ..."): not before a unit or a count ("in 1024 bytes",
+# "from 1024 to 2048", "1080p"). Later years are years wherever they stand (see _number).
+_early_year_re = re.compile(
+    r"\b((?:in|since|until)\s+)(10\d\d)(?=\s*(?:[.,;:!?)]|$)|\s+(?:the|a|an|and|when|after|before|during)\b|\s+[A-Z])"
+)
 _decade_re = re.compile(r"(?:\b(\d{2})|')?(\d0)s\b")
 _number_abbrev_re = re.compile(r"\bno\.(?=\s*\d)", re.IGNORECASE)
 _st_re = re.compile(r"\bSt\.", re.IGNORECASE)
@@ -250,8 +257,8 @@ def _words(value: int | str, **kwargs) -> str:
 def _number(match: re.Match) -> str:
     text = match.group(0)
     digits = text.replace(",", "")
-    if len(digits) > 1 and digits.startswith("0"):
-        return _digits(digits)  # a code ("Agent 007", "PIN 0042"): its zeros are said
+    if len(digits) > 2 and digits.startswith("0"):
+        return _digits(digits)  # a code ("Agent 007", "PIN 0042"): its zeros are said; "Chapter 01" is one
     # Bare four-digit numbers between 1100 and 2099 are nearly always years in running text.
     if len(text) == 4 and 1100 <= int(digits) <= 2099:
         return _words(digits, to="year")
@@ -432,17 +439,20 @@ def _ratio(match: re.Match) -> str:
 
 
 def _comparison(match: re.Match) -> str:
-    """ "x < 5", "a >= b", "1 = 1" in words. A sign is read between spaces or digits, or between a letter and a
-    digit ("x<5"; not "=": "?id=5" is a query); anything else ("a<b", "=>", a tag) is left as it is."""
+    """ "x < 5", "a >= b", "> 3", "1 = 1" in words: a sign with a number or a one-letter name beside it, on
+    either side, apart by spaces or digits ("x<5" too; not "=": "?id=5" is a query). Anything else is left as
+    it is: "Settings > Privacy" and a quote's ">" are no comparisons, nor are "a<b", "=>" or a tag."""
     sign = match.group(0)
     if sign not in _COMPARISONS:
         return sign  # a tag
-    before = match.string[match.start() - 1 : match.start()] if match.start() else ""
-    after = match.string[match.end() : match.end() + 1]
-    sides = (before, after)
-    if all(side == "" or side.isspace() or side.isdigit() for side in sides) or (
-        sign != "=" and any(side.isdigit() for side in sides) and any(side.isalpha() for side in sides)
-    ):
+    text = match.string
+    before, after = text[max(0, match.start() - 1) : match.start()], text[match.end() : match.end() + 1]
+    apart = all(side == "" or side.isspace() or side.isdigit() for side in (before, after))
+    tight = (
+        sign != "=" and any(side.isdigit() for side in (before, after)) and any(s.isalpha() for s in (before, after))
+    )
+    left, right = text[: match.start()].split()[-1:], text[match.end() :].split()[:1]
+    if (apart or tight) and any(_OPERAND.fullmatch(side[0]) for side in (left, right) if side):
         return f" {_COMPARISONS[sign]} "
     return sign
 
@@ -455,13 +465,15 @@ def _roman_value(numeral: str) -> int:
 
 def _roman(match: re.Match) -> str:
     """ "World War II" -> "World War two", "Henry VIII" -> "Henry the eighth". A single letter only after a
-    numbered noun ("Part I"; "Then I", "Appendix C" stay), and a monarch's numeral only of I, V and X
-    (regnal numbers stay under 40; "Washington DC" and "John Smith MD" are no kings)."""
+    numbered noun and not before a lower-case word ("Part I."; "Part I think", "Then I", "Appendix C" stay),
+    and a monarch's numeral only of I, V and X after a regnal name (regnal numbers stay under 40; "John
+    Smith MD" is no king)."""
     word, numeral = match.groups()
     value = _roman_value(numeral)
-    if word in _NUMBERED_NOUNS and (len(numeral) > 1 or numeral in "IVX"):
+    goes_on = re.match(r"\s+[a-z]", match.string[match.end() :])  # "Part I think": the pronoun
+    if word in _NUMBERED_NOUNS and (len(numeral) > 1 or (numeral in "IVX" and not goes_on)):
         return f"{word} {_words(value)}"
-    if word not in _NOT_NAMES and len(numeral) > 1 and set(numeral) <= set("IVX"):
+    if word in _REGNAL_NAMES and set(numeral) <= set("IVX") and (len(numeral) > 1 or not goes_on):
         return f"{word} the {_words(value, to='ordinal')}"
     return match.group(0)
 

@@ -80,8 +80,8 @@ def is_speakable(chunk: str) -> bool:
 
 
 def speech_pieces(text: str, max_chars: int = 300, skipped: list[str] | None = None) -> list[str | Pause]:
-    """What to read, in order: the chunks of plain text, or of SSML (text starting with ``<speak``)
-    its text's chunks and its ``<break>`` pauses (:mod:`chorus.text.ssml`; raises ``SsmlError``).
+    """What to read, in order: the chunks of plain text, or of SSML (:func:`chorus.text.ssml.is_ssml`) its
+    text's chunks and its ``<break>`` pauses (:mod:`chorus.text.ssml`; raises ``SsmlError``).
 
     Chunks with nothing to say are left out: appended to ``skipped`` when a list is given (the server
     names them in a header), else named in an :class:`UnspeakableTextWarning`.

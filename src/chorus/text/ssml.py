@@ -14,9 +14,11 @@ hold no speech and are left out. Markup that does not parse and invalid values o
 from __future__ import annotations
 
 import calendar
+import html
 import re
 import xml.etree.ElementTree as ElementTree
 from dataclasses import dataclass
+from xml.sax.saxutils import escape as xml_escape
 
 from num2words import num2words
 
@@ -38,8 +40,12 @@ _EMPTY_ELEMENT = re.compile(rf"<(?:{_NAMES})(?=[\s/])[^<>]*/>")
 _OPENING_TAG = re.compile(rf"<({_NAMES})(?=[\s>])[^<>]*>")
 _CLOSING_TAG = re.compile(rf"</({_NAMES})\s*>")
 # In text that is SSML without a <speak> root, a "<" that starts no tag ("x < 5") and a "&" that starts no
-# entity ("Q&A") are the writer's text, not broken markup.
-_STRAY_MARKUP = re.compile(r"<(?![A-Za-z_/!?])|&(?!(?:#\d+|#x[0-9A-Fa-f]+|\w+);)")
+# entity of XML's ("Q&A") are the writer's text, not broken markup; HTML's own entities (&mdash;, &nbsp;),
+# which XML lacks, are their characters.
+_STRAY_MARKUP = re.compile(r"<(?![A-Za-z_/!?])|&(?!(?:#\d+|#x[0-9A-Fa-f]+|amp|lt|gt|quot|apos);)(?:\w+;)?")
+# Deeper than any SSML is written; each level costs the reader stack frames (a review: 500 levels of <s> in
+# 3,516 characters raised RecursionError, a 500).
+MAX_DEPTH = 50
 
 
 MAX_ORDINAL_DIGITS = 30
@@ -95,14 +101,13 @@ def followed_ssml(text: str, ignored: list[str] | None = None) -> str:
 
 def _followed_root(text: str, ignored: list[str] | None) -> ElementTree.Element:
     """``text``'s ``<speak>`` element, without namespaces, holding only elements Chorus follows."""
-    if _SPEAK_ROOT.match(text):
-        source = text.strip()
-    else:
-        source = f"<speak>{_STRAY_MARKUP.sub(lambda stray: '&lt;' if stray[0] == '<' else '&amp;', text)}</speak>"
+    source = text.strip() if _SPEAK_ROOT.match(text) else f"<speak>{_STRAY_MARKUP.sub(_escaped, text)}</speak>"
     try:
         root = ElementTree.fromstring(source)
     except ElementTree.ParseError as error:
         raise SsmlError(f"SSML that does not parse: {error}") from None
+    if _depth(root) > MAX_DEPTH:
+        raise SsmlError(f"SSML nested more than {MAX_DEPTH} elements deep")
     names: list[str] = []
     root.tag = _local(root.tag)  # serialized as <speak>, so that it reads as SSML again
     _hold(root, _content(root, names))
@@ -115,6 +120,23 @@ def _followed_root(text: str, ignored: list[str] | None) -> ElementTree.Element:
             IgnoredSsmlWarning,
         )
     return root
+
+
+def _escaped(stray: re.Match) -> str:
+    """A stray "<" or "&" of text without a ``<speak>`` root escaped; an HTML entity as its character."""
+    if stray[0] in ("<", "&"):
+        return "&lt;" if stray[0] == "<" else "&amp;"
+    return xml_escape(html.unescape(stray[0]))  # "&mdash;": "—"; one HTML lacks too stays as written
+
+
+def _depth(root: ElementTree.Element) -> int:
+    """How many elements deep ``root`` goes (itself 1), counted without recursion."""
+    deepest, stack = 0, [(root, 1)]
+    while stack:
+        element, depth = stack.pop()
+        deepest = max(deepest, depth)
+        stack += [(child, depth + 1) for child in element]
+    return deepest
 
 
 def _content(element: ElementTree.Element, ignored: list[str]) -> list[str | ElementTree.Element]:
@@ -132,10 +154,13 @@ def _followed(element: ElementTree.Element, ignored: list[str]) -> list[str | El
     tag = element.tag = _local(element.tag)
     kind = element.get("interpret-as")
     other_say_as = tag == "say-as" and kind not in SAY_AS  # read as its text, as SSML asks of such a kind
-    if tag in SUPPORTED and not other_say_as:
+    # HTML's <sub> (a subscript: "H<sub>2</sub>O") has no alias: its text is read.
+    plain_sub = tag == "sub" and element.get("alias") is None
+    if tag in SUPPORTED and not (other_say_as or plain_sub):
         _hold(element, _content(element, ignored))
         return [element]
-    ignored.append(f'<say-as interpret-as="{kind}">' if other_say_as and kind else f"<{tag}>")
+    named = "<sub> without an alias" if plain_sub else f"<{tag}>"
+    ignored.append(f'<say-as interpret-as="{kind}">' if other_say_as and kind else named)
     return [] if tag in NOT_READ else _content(element, ignored)
 
 
@@ -177,9 +202,7 @@ def _walk(element: ElementTree.Element, pieces: list[str | Pause]) -> None:
             raise SsmlError("SSML <phoneme> needs a ph attribute")
         written = " ".join("".join(element.itertext()).split()).replace("|", " ")
         pieces.append(f" [[{element.get('ph')}|{written}]] " if written else f" [[{element.get('ph')}]] ")
-    elif tag == "sub":
-        if element.get("alias") is None:
-            raise SsmlError("SSML <sub> needs an alias attribute")
+    elif tag == "sub":  # with its alias: one without is read as its text (_followed)
         pieces.append(" " + element.get("alias") + " ")
     else:
         pieces.append(element.text or "")

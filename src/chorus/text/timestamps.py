@@ -16,6 +16,11 @@ import numpy as np
 
 from chorus.text.normalize import grouped_numbers, normalize_text
 
+# A pause after a word that ends with a stop is a sentence's end (sentences are laid out with 0.2 s between
+# them by default); "Dr." inside a sentence is followed by no pause.
+SENTENCE_PAUSE = 0.1  # seconds
+_SENTENCE_END = re.compile(r"[.!?…][\"'”’»)\]]*$")
+
 _PUNCTUATION = set(",;:.!?")
 _STRESS = set("ˈˌ")  # marks the next phoneme: joined to it
 _SUFFIX_MARKS = set("ːˑ̩̃")  # length and diacritics: joined to the phoneme before
@@ -219,12 +224,6 @@ def captions(words: list[Timestamp], kind: str, words_per_caption: int = 1) -> s
         lines.append(f"{_clock(cue[0].start, separator)} --> {_clock(cue[-1].end, separator)}")
         lines += [" ".join(w.text for w in cue), ""]
     return "\n".join(lines)
-
-
-# A pause after a word that ends with a stop is a sentence's end (sentences are laid out with 0.2 s between
-# them by default); "Dr." inside a sentence is followed by no pause.
-SENTENCE_PAUSE = 0.1  # seconds
-_SENTENCE_END = re.compile(r"[.!?…][\"'”’»)\]]*$")
 
 
 def _cues(words: list[Timestamp], most: int) -> list[list[Timestamp]]:

@@ -19,9 +19,9 @@ consent to Boris ..." is one word in twenty from the phrase, while Whisper tiny.
 * no other person may make the claim: a pronoun of anyone but the speaker ("you", "your", "we", "they",
   "her" ...) is never a loose word, so "You are the owner of this voice and you consent to Chorus ..." read out
   by a victim (an agent reading a script to a caller), "Are you the owner of this voice and do you consent
-  ...?" or "... using her voice ..." is refused (``OTHER_PERSONS``), as is an "it" where the speaker's "I" went
-  unheard ("It is the owner of this voice ..."), and so is a recording the recognizer
-  punctuates as a question (a "?" anywhere but in the courtesy tail: "Am I the owner of this voice and do I
+  ...?" or "... using her voice ..." is refused (``OTHER_PERSONS``), as is an "it" / "its" heard in place of
+  the speaker's "I" or of "this" voice ("It is the owner of this voice ...", "... using its voice ..."), and so
+  is a recording the recognizer punctuates as a question (a "?" anywhere but in the courtesy tail: "Am I the owner of this voice and do I
   consent ...?"). Small words alone still pass within the allowance ("The owner of this voice and I consent
   ..." drops two); the "?" is Whisper's reading of the intonation, and a question said flat is not caught;
 * a recognizer also invents words in noise or in the silence after the phrase ("Thank you very much.", a
@@ -74,15 +74,16 @@ FUNCTION_WORDS = frozenset(
 # move the claim to another person ("you consent", "we consent", "her voice"), so they are never loose words
 # (the "you" of "thank you" aside). They may stand where a misheard content word was ("pour us" for "Chorus"),
 # which the forced listen settles. "it" stays loose (Whisper adds it in noise: "I can send it to ..."), but not
-# in the speaker's place: with fewer of the speaker's own words heard than the phrase has (``SELF``), an "it"
-# counts as another's ("It is the owner of this voice and it consents ..."; ``_standing_in``). Cost,
+# in place of the words that say whose the claim and the voice are (``OWNED``): "It is the owner of this voice
+# ...", "... and it consents ...", "... using its voice ..." (``_standing_in``). Cost,
 # read again on the transcripts of bench/consent.py's stored runs: 2 of their 229 distinct owners' transcripts,
 # accepted before, are refused ("I can send you chorus", "to create us a good voice model").
 OTHER_PERSONS = frozenset(
     {"you", "your", "yours", "yourself", "yourselves", "we", "us", "our", "ours", "ourselves", "he", "him"}
     | {"his", "himself", "she", "her", "hers", "herself", "they", "them", "their", "theirs", "themselves"}
 )
-SELF = frozenset({"i", "me", "my", "mine", "myself"})  # the speaker's own words, whose claim the phrase is
+# The phrase's words that say whose the claim and the voice are: the speaker's own, and "this" voice.
+OWNED = frozenset({"i", "me", "my", "mine", "myself", "this"})
 NOT_A_PERSON = frozenset({"it", "its", "itself"})
 # What Whisper tiny.en appends to a recording after its last word, in noise or in the silence after it ("Thank
 # you.", "Thank you very much.", "So.", "All right."): heard after everything heard of the phrase (its last
@@ -329,7 +330,7 @@ def _read(
     if loose > max_loose_words:  # too far from the phrase to call it noise
         missing |= alignment.loose_missing
         extra |= alignment.loose_extra
-    standing_in = _standing_in(sides, courtesy)
+    standing_in = _standing_in(sides, alignment)
     extra |= {t: sides.heard[t] for t in standing_in}
     texts = tuple(extra[k].text for k in sorted(extra))
     verdict = PhraseVerdict(
@@ -346,13 +347,22 @@ def _read(
     return verdict, [extra[k].word for k in sorted(extra)], _substitutions(sides, missing, extra, alignment.gaps)
 
 
-def _standing_in(sides: _Sides, courtesy: list[int]) -> list[int]:
-    """The heard tokens "it" / "its" outside the courtesy tail when fewer of the speaker's own words (``SELF``)
-    were heard than the phrase has: an "it" then stands where the speaker should ("It is the owner of this
-    voice ..."), and is no loose word, wherever the alignment put it."""
-    if sum(t.text in SELF for t in sides.heard) >= sum(word in SELF for word in sides.said):
-        return []
-    return [t for t, token in enumerate(sides.heard) if token.text in NOT_A_PERSON and t not in courtesy]
+def _standing_in(sides: _Sides, alignment: _Alignment) -> list[int]:
+    """The heard tokens "it" / "its" that stand where an ``OWNED`` phrase word was: heard as that word (a swap),
+    or added beside it where it was missed. Such a token is no loose word; one elsewhere ("I can send it to
+    chorus", "... model of it") still is, and counts wherever the alignment put the speaker's "I"s (a review: a
+    count of "I"s let "It is the owner ... and I, I consent" pass)."""
+    said, owned_missed = sides.said, [k for k, word in alignment.loose_missing.items() if word in OWNED]
+    return [
+        t
+        for t, token in enumerate(sides.heard)
+        if token.text in NOT_A_PERSON
+        and (
+            said[alignment.places[t]] in OWNED
+            if t in alignment.places
+            else any(alignment.gaps.get(t) in (k, k + 1) for k in owned_missed)
+        )
+    ]
 
 
 def _courtesy_tail(sides: _Sides, alignment: _Alignment) -> list[int]:
@@ -464,6 +474,7 @@ class _Alignment:
     gaps: dict[int, int] = field(default_factory=dict)  # heard token -> the phrase place it was heard before
     loose_missing: dict[int, str] = field(default_factory=dict)  # phrase function words missed or swapped
     loose_extra: dict[int, _Token] = field(default_factory=dict)  # function words heard beyond the phrase
+    places: dict[int, int] = field(default_factory=dict)  # heard token -> the phrase word it was heard as
 
 
 def _read_back(sides: _Sides, step: list[list[tuple[int, int]]]) -> _Alignment:
@@ -482,6 +493,7 @@ def _read_back(sides: _Sides, step: list[list[tuple[int, int]]]) -> _Alignment:
             for token in reversed(heard[pi:i]):
                 if not alignment.words or alignment.words[-1] is not token.word:
                     alignment.words.append(token.word)
+            alignment.places.update(dict.fromkeys(range(pi, i), j - 1))
             if said[j - 1] not in content and heard[i - 1].text != said[j - 1]:
                 alignment.loose_missing[j - 1] = said[j - 1]  # a function word heard as another
         i, j = pi, pj

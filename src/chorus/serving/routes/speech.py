@@ -46,6 +46,7 @@ from chorus.serving.schemas.speech import (
 )
 from chorus.serving.server import ServerState
 from chorus.serving.settings import ServerSettings
+from chorus.synthesis.result import SynthesisResult
 from chorus.synthesis.timeline import Timeline, layout, silence
 from chorus.text import dropped_characters
 from chorus.text.sentences import estimated_seconds
@@ -118,7 +119,7 @@ async def check_speech(body: SpeechRequest, tenant: str, server: ServerState) ->
     return CheckedSpeech(tenant, body, voice, pieces, skipped, dropped)
 
 
-def _laid_out(body: SpeechRequest, settings: ServerSettings) -> tuple[list, list[str], list[str]]:
+def _laid_out(body: SpeechRequest, settings: ServerSettings) -> tuple[list[str | Pause], list[str], list[str]]:
     """``body.input`` as sentences and pauses, the pieces skipped as unreadable and the characters dropped;
     ``ApiError`` 400 for SSML Chorus does not read, nothing speakable, or more than the longest answer."""
     skipped: list[str] = []
@@ -309,7 +310,7 @@ async def captioned_speech(request: Request, tenant: Tenant, server: Server):
     return Response(body, media_type="application/json")
 
 
-def _captioned_json(answer, rate: int, response_format: str, out_rate: int) -> bytes:
+def _captioned_json(answer: SynthesisResult, rate: int, response_format: str, out_rate: int) -> bytes:
     """The captioned answer as JSON: its audio encoded, base64, and every word and phoneme (seconds of CPU for
     minutes of audio, so the route calls this off the event loop)."""
     return (

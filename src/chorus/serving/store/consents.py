@@ -44,7 +44,7 @@ class Consents:
     def check_room(self, tenant: str, max_consents: int) -> None:
         """``QuotaReached`` if ``tenant`` keeps ``max_consents`` already: asked before seconds of checking a
         recording that could not be kept (``create`` counts again in its own transaction)."""
-        with self._db.transaction(exclusive=False) as db:
+        with self._db.read() as db:
             _check_room(db, tenant, max_consents)
 
     def create(
