@@ -175,9 +175,12 @@ _phone_re = re.compile(r"(?<![\d-])(?:(\+?1)[-. ])?(?:\((\d{3})\)\s?|(\d{3})[-. 
 _negative_re = re.compile(r"(?<![\w-])-(?=[" + "".join(_CURRENCIES) + r"]?\.?\d)")
 _percent_range_re = re.compile(r"(?<=\d%)\s?-\s?(?=\d)")  # "5%-10%": five percent to ten percent
 _unit_names = "|".join(re.escape(u) for u in sorted(_UNITS, key=len, reverse=True))  # longest first: "km/h"
-_unit_re = re.compile(r"(\d[\d,]*(?:\.\d+)?)\s?(" + _unit_names + r")(?![\w/])")
+# Each amount starts where no digit or comma is before it: tried from inside a run of digits, the scan to its
+# end made 4,096 digits take seconds (a review; quadratic in the run's length).
+_AMOUNT = r"(?<![\d,])(\d[\d,]*(?:\.\d+)?)"
+_unit_re = re.compile(_AMOUNT + r"\s?(" + _unit_names + r")(?![\w/])")
 # A unit per unit ("2 mg/kg", "5 m/s" is not listed: only pairs of listed units): "milligrams per kilogram".
-_per_unit_re = re.compile(r"(\d[\d,]*(?:\.\d+)?)\s?(" + _unit_names + r")/(" + _unit_names + r")(?![\w/])")
+_per_unit_re = re.compile(_AMOUNT + r"\s?(" + _unit_names + r")/(" + _unit_names + r")(?![\w/])")
 # Three or more dotted numbers: a version ("2.0.1": two point zero point one) or, four of at most three
 # digits, an IPv4 address ("10.0.0.1": ten dot zero dot zero dot one).
 _dotted_re = re.compile(r"(?<![\d.])\d+(?:\.\d+){2,}(?![\d.]\d)")
@@ -223,7 +226,7 @@ _currency_re = re.compile(
     + "".join(_CURRENCIES)
     + r"])\s?(\d[\d,]*)(?:\.(\d+))?(?:\s?(million|billion|thousand|trillion)\b|(bn|tn|[KkMmBT])\b|\b)"
 )
-_percent_re = re.compile(r"(\d[\d,]*(?:\.\d+)?)\s?%")
+_percent_re = re.compile(_AMOUNT + r"\s?%")
 _ordinal_re = re.compile(r"\b(\d+)(st|nd|rd|th)\b", re.IGNORECASE)
 _time_re = re.compile(r"\b(\d{1,2})(?::(\d{2})(?!\d)(?:\s?([ap])\.?m\b\.?)?|\s?([ap])\.?m\b\.?)", re.IGNORECASE)
 _decimal_re = re.compile(r"\b(\d+)\.(\d+)\b")
@@ -451,7 +454,9 @@ def _comparison(match: re.Match) -> str:
     tight = (
         sign != "=" and any(side.isdigit() for side in (before, after)) and any(s.isalpha() for s in (before, after))
     )
-    left, right = text[: match.start()].split()[-1:], text[match.end() :].split()[:1]
+    # The words either side, from a window: splitting all the text at each sign was quadratic in the signs.
+    left = text[max(0, match.start() - 40) : match.start()].split()[-1:]
+    right = text[match.end() : match.end() + 40].split()[:1]
     if (apart or tight) and any(_OPERAND.fullmatch(side[0]) for side in (left, right) if side):
         return f" {_COMPARISONS[sign]} "
     return sign
