@@ -154,3 +154,20 @@ def test_an_amount_is_read_from_its_first_digit_only() -> None:
     assert normalize_text("3,000 km and 50% of 5 mg/kg") == (
         "three thousand kilometers and fifty percent of five milligrams per kilogram"
     )
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "\u2473" * 154 + "/2",  # "⑳" is "20": a 308-digit numerator overflowed num2words
+        "1" * 40 + "/2",
+        "5 " + "1" * 40 + "/3",
+        "Write to \u1369@a.bc today.",  # "፩" is a digit int() cannot read
+        "See http://a.com/\u1369 now.",
+        "\ufdfa" * 50 + ".",  # NFKC writes "ﷺ" as 18 characters with no spoken form
+    ],
+)
+def test_text_a_probe_made_fail_is_read_or_left_out(text: str) -> None:
+    """A probe: these raised OverflowError or ValueError from inside the normalizer (a 500 on the server)."""
+    spoken = normalize_text(text, warn=False)
+    assert isinstance(spoken, str) and "  " not in spoken

@@ -51,6 +51,8 @@ def test_ssml_that_cannot_be_read_sensibly_is_still_refused() -> None:
         ('<speak><break time="abc"/>Hi</speak>', "give milliseconds or seconds"),
         ('<speak><emphasis><break strength="loud"/>Hi</emphasis></speak>', "strength='loud'"),
         ("<speak>" + "<s>" * 500 + "x" + "</s>" * 500 + "</speak>", "nested more than 50"),  # a review: a 500
+        ('<speak>The <say-as interpret-as="ordinal">\u00b2</say-as> one.</speak>', "is not a whole number"),  # a 500
+        ('The <say-as interpret-as="ordinal">\u1369</say-as> one.', "is not a whole number"),
         ("<w>" * 60 + "x" + "</w>" * 60, "nested more than 50"),
         ("<speak><phoneme>Chorus</phoneme></speak>", "<phoneme> needs a ph"),
         ('<speak><phoneme alphabet="x-sampa" ph="a">a</phoneme></speak>', "only 'ipa'"),

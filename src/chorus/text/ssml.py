@@ -248,7 +248,7 @@ def _say_as(element: ElementTree.Element) -> str:
             raise SsmlError(f"SSML <say-as interpret-as='{kind}'>: {content!r} is not a number")
         return spoken_cardinal(digits)  # spelled here: digits left to the normalizer may read as a year
     if kind == "ordinal":
-        if not digits.isdigit():
+        if not digits.isdecimal():  # not isdigit(): "²" passes that, and int() refuses it
             raise SsmlError(f"SSML <say-as interpret-as='ordinal'>: {content!r} is not a whole number")
         if len(digits) > MAX_ORDINAL_DIGITS:  # num2words overflows; nobody says a longer ordinal anyway
             raise SsmlError(f"SSML <say-as interpret-as='ordinal'>: at most {MAX_ORDINAL_DIGITS} digits")
