@@ -433,7 +433,9 @@ def test_a_voice_adapted_on_a_piper_base_says_which_base_speaks_it(
     output = " ".join(result.output.split())  # unwrapped
     assert "(on piper-joe;" in output and f"skipped {loud}: " in output
     # Two steps make one logged mean: said as one, not as a loss that did not move ("loss 96.401 -> 96.401").
-    assert re.search(r"trained parameters, loss \d+\.\d{3} \(the mean of its 2 steps\)\)", output), output
+    assert re.search(
+        r"trained parameters, loss \d+\.\d{3} \(the mean of its 2 steps\); stopped by its step cap", output
+    )
     assert json.loads((voice / "chorus_voice.json").read_text())["base_model"] == "piper-joe"
     assert json.loads((voice / "voice_card.json").read_text())["notes"]["skipped_clips"] == "1 (1 clipped)"
     out = tmp_path / "nova.wav"

@@ -184,6 +184,11 @@ def test_listen_flags_transcripts_of_the_right_length_but_other_words(tmp_path: 
     assert mended.exit_code == 0 and "no problems" in said_back
     assert "Whisper heard the transcript of each of the 4 usable clips" in said_back
     assert "Too little for `chorus adapt`" in said_back and "record more clips" in said_back  # 4 clips, ~10 s
+    # A clip with no line in the metadata is named, not silently left out (the same probe).
+    sf.write(tmp_path / "wavs" / "forgotten.wav", np.zeros(22050, dtype=np.float32), 22050)
+    forgotten = " ".join(runner.invoke(app, ["data", "check", str(tmp_path)]).output.split())
+    assert "1 audio file(s) beside the clips have no line in the metadata and are not used: forgotten.wav" in forgotten
+    (tmp_path / "wavs" / "forgotten.wav").unlink()
     # A line left for Whisper (`id|`) is no fault, and had turned the check for too little speech off; a long
     # clip adapt refuses (recorded at 8 kHz) adds nothing to what it trains on.
     long_call = np.sin(2 * np.pi * 180 * np.arange(60 * 8000) / 8000) * (np.arange(60 * 8000) % 8000 < 6000)

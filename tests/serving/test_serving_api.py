@@ -1260,8 +1260,9 @@ def test_upload_refusals(tenants_app, new_voice_data):
     def upload(data=form, upload_files=files, headers=ACME):
         return client.post("/v1/voices", data=data, files=upload_files, headers=headers)
 
-    assert_error(upload({k: v for k, v in form.items() if k != "consent"}), 400, "consent")
-    assert_error(upload(form | {"consent": "yes"}), 400, "consent")
+    assert_error(upload({k: v for k, v in form.items() if k != "consent"}), 400, "'consent' is required")
+    # A new user's probe: a short statement was told that none was given
+    assert_error(upload(form | {"consent": "yes"}), 400, "'consent' has 3 characters, at least 10 are needed")
     assert_error(upload({k: v for k, v in form.items() if k != "name"}), 400, "'name'")
     assert_error(upload(form | {"id": "../evil"}), 400, "invalid voice id")
     assert_error(upload(form | {"name": "!!!"}), 400, "the name '!!!' has no letter or digit")
@@ -2898,3 +2899,11 @@ def test_store_outages_answer_503_with_retry_after_and_name_nothing_internal(tin
         assert speak(client, voice="m3").status_code == 200
         message = f"upload failed: http://10.1.2.3:9000/{store.root}/acme/x unreachable ({store.root})"
         assert "10.1.2.3" not in server.public(message) and store.root not in server.public(message)
+
+
+def test_a_voice_id_made_from_a_name_folds_its_accents():
+    """A new user's probe: "Zoë Ünïcode 声" made the id "zo-n-code", its accented letters cut out."""
+    from chorus.serving.onboarding.upload_form import _slug
+
+    assert _slug("Zoë Ünïcode 声") == "zoe-unicode"
+    assert _slug("Fiona Four") == "fiona-four" and _slug("声") == ""

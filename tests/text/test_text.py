@@ -274,6 +274,22 @@ def test_training_and_inference_process_text_identically() -> None:
     assert [restored.encode([text])[0] for text in TEXTS] == batch
 
 
+def test_closing_the_backends_removes_phonemizers_copy_of_espeak() -> None:
+    """A new user's probe: each onboarding job left two copies of libespeak-ng in /tmp (phonemizer copies the
+    library per backend and removes it only when the backend is collected; a job's process ends by os._exit,
+    and a method cache of phonemizer's held every backend anyway). A job closes them before it ends."""
+    import os
+
+    from chorus.text.phonemize import _backend, close_backends, phonemize
+
+    phonemize(["hello"])
+    copy = _backend("en-us")._espeak._espeak._tempdir
+    assert os.path.isdir(copy)
+    close_backends()
+    assert not os.path.exists(copy)
+    assert phonemize(["hello"]) == ["həlˈoʊ"]  # a new backend when asked again
+
+
 def test_batch_phonemes_stay_aligned_with_empty_texts() -> None:
     """phonemizer drops empty lines of a batch and shifts the rest; each text must keep its own."""
     texts = ["hello world.", "", "!!!", "", "good morning", "ok"]

@@ -323,6 +323,9 @@ def test_cli_adapt_then_synthesize_with_the_voice(tiny_base, new_voice_data, tmp
     )
     assert result.exit_code == 0, result.output
     assert "voice:" in result.output and "chorus synthesize --voice" in result.output
+    assert "stopped by its step cap at step 2" in " ".join(result.output.split())  # why it ended (a new user's probe)
+    card = json.loads((voice / "voice_card.json").read_text())
+    assert card["base_model"] == "chorus" and "stopped by its step cap" in card["notes"]["stopped"]  # it was ""
     # The command it prints names the model the voice was made on (it had left --model out, and that failed).
     assert f'speak with it: chorus synthesize --voice {voice} --model {tiny_base} --text "Hello."' in result.output
     elsewhere = runner.invoke(app, ["synthesize", "--text", "Hi.", "--voice", str(voice), "--vocoder", "griffin-lim"])

@@ -119,6 +119,18 @@ def test_refusals(tiny_base, voices_root, tmp_path):
         adapt_many(tmp_path, load_bundle(tiny_base), tmp_path / "v", many_config(), progress=False)
 
 
+def test_a_folder_of_recordings_without_transcripts_is_named_as_failed(tiny_base, voices_root, tmp_path):
+    """A new user's probe: a speaker folder without a metadata.csv (recordings `chorus adapt` would transcribe)
+    got no row, no warning and no entry in the summary."""
+    root = tmp_path / "with-untranscribed"
+    shutil.copytree(voices_root / "f4", root / "f4")
+    shutil.copytree(voices_root / "m7" / "wavs", root / "notext")
+    result = adapt_many(root, load_bundle(tiny_base), tmp_path / "voices", many_config(), progress=False)
+    status = {o.name: (o.status, o.message) for o in result.outcomes}
+    assert status["f4"][0] == "ok" and status["notext"][0] == "failed"
+    assert "recordings without a metadata.csv: transcribe them first" in status["notext"][1]
+
+
 def test_cli(tiny_base, voices_root, tmp_path):
     result = runner.invoke(
         app,

@@ -93,8 +93,9 @@ class VoiceCard:
     metrics: dict = field(default_factory=dict)
     notes: dict = field(default_factory=dict)
     # The base by name, as `--base` takes it ("chorus", "piper-joe", a Piper voice file's name); its
-    # sha256 above says which weights. Empty in voices made before bases had names: a Chorus base's.
-    base_model: str = ""
+    # sha256 above says which weights. Empty in voices made before bases had names: a Chorus base's (a new
+    # user's probe found new Chorus voices recording "" too, where the docs say the folder names its base).
+    base_model: str = "chorus"
     # The voice's own pace as a duration multiplier (Piper's length_scale): a Piper voice's recordings
     # aligned to its text over the frames the base's duration predictor (which no adapter changes) gives.
     length_scale: float = 1.0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -170,14 +171,17 @@ def _report_voice(result, data: Path, out: Path, keep_transcribed: Path | None, 
     console.print(
         f"voice: {result.voice_dir}  ({trained_on(card, 1)}, {card.steps} steps in "
         f"{card.train_seconds:.0f} s, {card.trainable_parameters:,} trained parameters, held-out mel L1 "
-        f"{card.metrics['validation_mel_l1_start']:.3f} -> {card.metrics['validation_mel_l1_best']:.3f})"
+        f"{card.metrics['validation_mel_l1_start']:.3f} -> {card.metrics['validation_mel_l1_best']:.3f}; "
+        f"{card.notes['stopped']})"
     )
-    on = f" --model {model}" if model is not None else ""  # a voice speaks on the model it was made on
-    console.print(f'speak with it: chorus synthesize --voice {result.voice_dir}{on} --text "Hello."', soft_wrap=True)
+    # Quoted as a shell reads them: a path with a space ran as two arguments (a new user's probe).
+    on = f" --model {shlex.quote(str(model))}" if model is not None else ""  # it speaks on the model it was made on
+    voice = shlex.quote(str(result.voice_dir))
+    console.print(f'speak with it: chorus synthesize --voice {voice}{on} --text "Hello."', soft_wrap=True)
     if keep_transcribed is not None and (keep_transcribed / "metadata.csv").is_file() and needs_transcripts(data):
         console.print(
             f"Whisper's transcripts: {keep_transcribed / 'metadata.csv'} (mend any, then: chorus adapt "
-            f"{keep_transcribed} --out {out} --overwrite)",
+            f"{shlex.quote(str(keep_transcribed))} --out {shlex.quote(str(out))} --overwrite)",
             soft_wrap=True,
         )
 
@@ -235,9 +239,11 @@ def adapt_on_piper(
     )
     console.print(
         f"voice: {result.voice_dir}  (on {piper.name}; {trained_on(card, 1)}, {card.steps} steps in "
-        f"{card.train_seconds:.0f} s, {card.trainable_parameters:,} trained parameters, {loss})"
+        f"{card.train_seconds:.0f} s, {card.trainable_parameters:,} trained parameters, {loss}; "
+        f"{card.notes['stopped']})"
     )
-    console.print(f'speak with it: chorus synthesize --voice {result.voice_dir} --text "Hello."')
+    voice = shlex.quote(str(result.voice_dir))
+    console.print(f'speak with it: chorus synthesize --voice {voice} --text "Hello."', soft_wrap=True)
 
 
 @with_method_fields

@@ -48,7 +48,8 @@ def data_check(
     ),
 ) -> None:
     """Per speaker: clips, minutes, and every problem with its file and line. Exit 1 if any (a line left for
-    Whisper, `id|`, is none).
+    Whisper, `id|`, is none), or if `chorus adapt` would refuse one speaker's folder as two people's. Too little
+    speech for a voice is said, with exit 0: the same folder may serve pretraining.
     Recordings without transcripts are named as `chorus adapt` takes them: it has Whisper transcribe them."""
     untranscribed = needs_transcripts(root)
     if untranscribed and not (root / "metadata.csv").is_file():

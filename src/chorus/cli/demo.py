@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 
 import typer
@@ -133,5 +134,6 @@ def demo(
     table.add_row("similarity to the real sample", f"{voice.similarity:.3f}")
     console.print(table)
     console.print(
-        f'voice folder: {voice.voice_dir}; speak with it: chorus synthesize --voice {voice.voice_dir} --text "..."'
+        f"voice folder: {voice.voice_dir}; speak with it: chorus synthesize --voice "
+        f'{shlex.quote(str(voice.voice_dir))} --text "..."'
     )

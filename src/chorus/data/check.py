@@ -26,7 +26,7 @@ from rich.text import Text
 
 from chorus.audio.io import AudioTooLong, decode_with_av, downmix
 from chorus.audio.speech_activity import DIGITAL_ZERO_DB, SpeechActivity, speech_activity
-from chorus.data.formats import DatasetFormatError, Utterance, audio_path, discover
+from chorus.data.formats import AUDIO_SUFFIXES, DatasetFormatError, Utterance, audio_path, discover
 from chorus.text import TextFrontEnd
 from chorus.text.symbols import PAD, PUNCTUATION, WORD_BOUNDARY
 
@@ -93,7 +93,8 @@ NOISY_SNR_DB = 31.0
 MIN_NOISE_WINDOWS = 3
 MIN_NOISY_CLIPS = 3
 
-WARNING_NAMES = ("narrow_band", "noisy")  # DatasetReport.warning_notes(): what a voice card's notes may warn of
+# DatasetReport.warning_notes(): what a voice card's notes may warn of
+WARNING_NAMES = ("narrow_band", "noisy", "unlisted")
 
 
 @dataclass(frozen=True)
@@ -200,9 +201,26 @@ class DatasetReport:
 
     def warning_notes(self) -> dict[str, str]:
         """What the usable clips are warned of, not refused for, by name (:data:`WARNING_NAMES`): ``narrow_band``
-        (:meth:`narrow_band_note`) and ``noisy`` (:meth:`noisy_note`)."""
-        notes = zip(WARNING_NAMES, (self.narrow_band_note(), self.noisy_note()), strict=True)
+        (:meth:`narrow_band_note`), ``noisy`` (:meth:`noisy_note`) and ``unlisted`` (:meth:`unlisted_note`)."""
+        notes = zip(WARNING_NAMES, (self.narrow_band_note(), self.noisy_note(), self.unlisted_note()), strict=True)
         return {name: note for name, note in notes if note is not None}
+
+    def unlisted_note(self) -> str | None:
+        """A warning where the folders of the listed clips hold audio files no metadata line names (a new user's
+        probe: a minute of audio went unused without a word); else None."""
+        listed = {u.audio_path.resolve() for u in self.utterances}
+        unlisted = sorted(
+            path
+            for folder in {path.parent for path in listed}
+            for path in folder.iterdir()
+            if path.suffix.lower() in AUDIO_SUFFIXES and path.resolve() not in listed
+        )
+        if not unlisted:
+            return None
+        named = ", ".join(path.name for path in unlisted[:3]) + (
+            f" and {len(unlisted) - 3} more" if len(unlisted) > 3 else ""
+        )
+        return f"{len(unlisted)} audio file(s) beside the clips have no line in the metadata and are not used: {named}"
 
     def noisy_note(self) -> str | None:
         """A warning where the usable clips' speech stands less than NOISY_SNR_DB above what their pauses hold

@@ -7,6 +7,7 @@ per process, before the first backend is made.
 from __future__ import annotations
 
 import functools
+import gc
 import logging
 import threading
 
@@ -34,6 +35,18 @@ def _backend(language: str):
     return EspeakBackend(
         language, preserve_punctuation=True, with_stress=True, language_switch="remove-flags", logger=quiet
     )
+
+
+def close_backends() -> None:
+    """Let go of the espeak-ng backends. phonemizer copies libespeak-ng into a temporary folder for each and
+    removes it when the backend is collected; a process that ends by ``os._exit`` (a job's, as multiprocessing
+    ends them) collects nothing, and a new user's probe found two such folders left in /tmp per job."""
+    from phonemizer.backend.espeak.wrapper import EspeakWrapper
+
+    _backend.cache_clear()
+    # A method's lru_cache in phonemizer holds every wrapper it saw (and so its copy) until it is cleared.
+    EspeakWrapper.available_voices.cache_clear()
+    gc.collect()
 
 
 def phonemize(texts: list[str], language: str = "en-us") -> list[str]:

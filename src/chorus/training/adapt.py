@@ -273,7 +273,8 @@ def adapt(
         )
         if options.get("progress", True):  # a server's job has no terminal: its card's notes say it
             print(
-                f"{auto.automatic} of {auto.clips} clip(s) transcribed by Whisper ({auto.seconds / 60:.1f} min of audio)"
+                f"{auto.automatic} of {auto.clips} clip(s) transcribed by Whisper ({auto.automatic_seconds / 60:.1f} "
+                f"of {auto.seconds / 60:.1f} min of audio)"
             )
         notes = {"automatic_transcripts": f"{auto.automatic} of {auto.clips} clips (Whisper tiny.en)"}
         try:
@@ -617,5 +618,6 @@ def _card(
             **start.notes,
             "recipe": config.recipe(),
             "memory_options": asdict(config.memory),
+            "stopped": loop.stop_note(),
         },
     )

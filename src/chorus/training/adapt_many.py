@@ -33,7 +33,7 @@ from chorus.adapters.voice import VoiceCard, save_voice
 from chorus.atomic import atomic_write_text
 from chorus.data.batching import Batch, collate
 from chorus.data.features import FeatureCache, build_feature_cache
-from chorus.data.formats import Utterance
+from chorus.data.formats import AUDIO_SUFFIXES, Utterance
 from chorus.models.acoustic import AcousticModel, AcousticOutput
 from chorus.models.bundle import ModelBundle
 from chorus.models.losses import compute_losses, step_inputs
@@ -95,6 +95,18 @@ def speaker_folders(root: str | Path) -> list[Path]:
     if not folders:
         raise ValueError(f"{root}: no speaker folders (sub-folders with a metadata.csv)")
     return folders
+
+
+def untranscribed_folders(root: str | Path) -> list[Path]:
+    """The sub-folders of ``root`` with recordings and no ``metadata.csv``: no voice of one job (a new user's
+    probe: such a folder was left out without a word), named as failed instead."""
+    return sorted(
+        folder
+        for folder in Path(root).iterdir()
+        if folder.is_dir()
+        and not (folder / "metadata.csv").is_file()
+        and any(p.suffix.lower() in AUDIO_SUFFIXES for p in folder.rglob("*") if p.is_file())
+    )
 
 
 def _rows(out: AcousticOutput, rows: torch.Tensor) -> AcousticOutput:
@@ -185,7 +197,11 @@ def load_voices(
 ) -> VoiceSet:
     """Check every speaker folder under ``root`` (a failure leaves that voice out, with its reason) and
     featurize the rest in one cache; hold out a share of each voice's clips."""
-    failed: dict[str, str] = {}
+    failed = {
+        folder.name: "recordings without a metadata.csv: transcribe them first (`chorus adapt "
+        f"{folder} --keep-transcribed DIR` writes Whisper's), then put DIR here"
+        for folder in untranscribed_folders(root)
+    }
     voices: dict[str, list[Utterance]] = {}
     speech: dict[str, float] = {}
     for folder in speaker_folders(root):

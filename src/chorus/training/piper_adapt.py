@@ -62,6 +62,7 @@ from chorus.models.piper_posterior import PosteriorEncoder
 from chorus.models.piper_vits import PiperGenerator, sequence_mask
 from chorus.training.loss_log import LossLog
 from chorus.training.progress import step_progress
+from chorus.training.step_loop import STOPPED_BY
 from chorus.training.vocoder import (
     adversarial_terms,
     load_discriminators,
@@ -698,6 +699,8 @@ def adapt_piper(
             "recipe": config.recipe,
             "placement": config.placement,
             "threads": config.threads,
+            # A run the time budget cut short says so (the default 10 minutes stopped 1-thread runs at 242-297 steps)
+            "stopped": f"stopped by {STOPPED_BY['time' if steps < config.steps else 'steps']} at step {steps}",
             **({"discriminators": config.discriminators} if config.discriminators else {}),
             **(notes or {}),
         },

@@ -38,19 +38,34 @@ class BestSnapshot(Generic[State]):
         return False
 
 
+# Why a loop ended, as a card and a command say it (a new user's probe: a run cut by --max-minutes read as done).
+STOPPED_BY = {
+    "steps": "its step cap",
+    "patience": "early stopping (the held-out loss stopped improving)",
+    "time": "its time budget (--max-minutes)",
+    "interrupted": "an interrupt (Ctrl-C); the best evaluation so far is kept",
+}
+
+
 @dataclass
 class LoopResult(Generic[State]):
     best: BestSnapshot[State]
     steps: int  # steps taken (early stopping may end before the cap)
     seconds: float  # training time, evaluations included
     history: list[dict] = field(default_factory=list)  # {"step", "val_mel"} and, after step 0, "train_mel"
+    stopped: str = "steps"  # a key of STOPPED_BY
+
+    def stop_note(self) -> str:
+        """Why and where it ended: "stopped by its time budget (--max-minutes) at step 112; best at step 100"."""
+        return f"stopped by {STOPPED_BY[self.stopped]} at step {self.steps}; best at step {self.best.step}"
 
 
 @dataclass(frozen=True)
 class StepLoop:
     """``steps`` at most, evaluated every ``eval_every`` steps and at the last; stops after ``patience``
-    evaluations without improvement (``None``: never) or once ``max_seconds`` of training have passed.
-    ``title`` heads the progress bar (none when ``progress`` is false)."""
+    evaluations without improvement (``None``: never), once ``max_seconds`` of training have passed, or at an
+    interrupt (Ctrl-C: the best evaluation so far is what a run keeps, not nothing). ``title`` heads the
+    progress bar (none when ``progress`` is false)."""
 
     steps: int
     eval_every: int
@@ -73,22 +88,26 @@ class StepLoop:
         history = [{"step": 0, "val_mel": first}]
         running: list[float] = []
         started = time.perf_counter()
-        step = 0
+        step, stopped = 0, "steps"
         with step_progress(self.title, self.progress) as bar:
             task = bar.add_task("steps", total=self.steps, status="")
-            while step < self.steps:
-                step += 1
-                running.append(train_step(step))
-                if step % self.eval_every == 0 or step == self.steps:
-                    value = evaluate(step)
-                    history.append({"step": step, "train_mel": float(np.mean(running)), "val_mel": value})
-                    running = []
-                    best.offer(value, step, take)
-                status = (
-                    f"mel {running[-1] if running else history[-1]['train_mel']:.3f} best held-out {best.value:.3f}"
-                )
-                bar.update(task, completed=step, status=status)
-                stopped = self.patience is not None and best.stale >= self.patience
-                if stopped or time.perf_counter() - started > self.max_seconds:
-                    break
-        return LoopResult(best, step, time.perf_counter() - started, history)
+            try:
+                while step < self.steps:
+                    step += 1
+                    running.append(train_step(step))
+                    if step % self.eval_every == 0 or step == self.steps:
+                        value = evaluate(step)
+                        history.append({"step": step, "train_mel": float(np.mean(running)), "val_mel": value})
+                        running = []
+                        best.offer(value, step, take)
+                    last = running[-1] if running else history[-1]["train_mel"]
+                    bar.update(task, completed=step, status=f"mel {last:.3f} best held-out {best.value:.3f}")
+                    if self.patience is not None and best.stale >= self.patience:
+                        stopped = "patience"
+                        break
+                    if time.perf_counter() - started > self.max_seconds:
+                        stopped = "time"
+                        break
+            except KeyboardInterrupt:  # the step under way is lost; the best evaluation before it stands
+                stopped = "interrupted"
+        return LoopResult(best, step, time.perf_counter() - started, history, stopped)

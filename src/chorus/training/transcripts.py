@@ -24,7 +24,8 @@ class AutoTranscripts:
     folder: Path  # the LJSpeech-style folder to train on
     clips: int
     automatic: int  # clips whose transcript Whisper wrote
-    seconds: float
+    seconds: float  # of every clip written
+    automatic_seconds: float = 0.0  # of those Whisper transcribed
 
 
 def auto_transcribe(
@@ -53,7 +54,7 @@ def auto_transcribe(
     if not given:
         raise ValueError(f"{folder}: no audio files ({', '.join(AUDIO_SUFFIXES)}) and no metadata.csv")
     (out / "wavs").mkdir(parents=True, exist_ok=True)
-    lines, skipped, automatic, seconds = [], [], 0, 0.0
+    lines, skipped, automatic, seconds, automatic_seconds = [], [], 0, 0.0, 0.0
     with Progress(disable=not progress) as bar:
         task = bar.add_task("transcribing", total=len(given))
         for path, text in given:
@@ -74,10 +75,11 @@ def auto_transcribe(
                 save_audio(out / "wavs" / f"{utt_id}.wav", clip, SAMPLE_RATE)
                 lines.append(f"{utt_id}|{' '.join(words.split())}")
                 seconds += len(clip) / SAMPLE_RATE
+                automatic_seconds += 0.0 if text else len(clip) / SAMPLE_RATE
             bar.advance(task)
     if not lines:
         more = f"; and {len(skipped) - 3} more" if len(skipped) > 3 else ""
         why = f"skipped {'; '.join(skipped[:3])}{more}" if skipped else "Whisper heard no words in any recording"
         raise ValueError(f"{folder}: no usable recording ({why})")
     (out / "metadata.csv").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return AutoTranscripts(out, len(lines), automatic, round(seconds, 1))
+    return AutoTranscripts(out, len(lines), automatic, round(seconds, 1), round(automatic_seconds, 1))

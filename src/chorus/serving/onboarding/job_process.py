@@ -37,6 +37,7 @@ from chorus.serving.onboarding.refinement import RefinementCheck
 from chorus.serving.settings import ServeConfig, jobs_dir
 from chorus.serving.store import ACTIVE_JOB, JobNotFound, JobStatus, VoiceStore
 from chorus.synthesis import DEFAULT_BASE
+from chorus.text.phonemize import close_backends
 
 log = logging.getLogger("chorus.serving.jobs")
 
@@ -134,6 +135,7 @@ def run_job(
         job_runner_for(config, store, closing, cancelled).run(job)
     finally:
         store.close()
+        close_backends()  # the process ends by os._exit: phonemizer's copies of libespeak-ng go now or never
 
 
 class ProcessJobRunner(JobRunner):

@@ -7,6 +7,7 @@ them."""
 from __future__ import annotations
 
 import re
+import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,7 +21,10 @@ from chorus.serving.settings import UploadLimits
 
 
 def _slug(name: str) -> str:
-    return re.sub(r"[^a-z0-9_-]+", "-", name.lower()).strip("-_")[:64]
+    """A voice id from its name: accents folded ("Zoë Ünïcode": "zoe-unicode"; they had been cut out, "zo-n-code"),
+    anything else that is no letter or digit of an id a hyphen."""
+    folded = unicodedata.normalize("NFKD", name).encode("ascii", "ignore").decode()
+    return re.sub(r"[^a-z0-9_-]+", "-", folded.lower()).strip("-_")[:64]
 
 
 def _text(form: FormData, name: str, required: bool, max_chars: int) -> str | None:
@@ -128,9 +132,12 @@ def _checked(form: FormData, limits: UploadLimits) -> OnboardingForm:
         raise ApiError(400, "'name' must be 1-100 printable characters", param="name")
     consent = (_text(form, "consent", False, 2_000) or "").strip()
     if len(consent) < 10:
+        given = (
+            f"'consent' has {len(consent)} characters, at least 10 are needed" if consent else "'consent' is required"
+        )
         raise ApiError(
             400,
-            "'consent' is required: a statement that the person recorded consented to a "
+            f"{given}: a statement that the person recorded consented to a "
             "synthetic voice made from these recordings (e.g. 'Jane Doe consented in "
             "writing on 2024-05-01'); uploads without it are refused",
             param="consent",
