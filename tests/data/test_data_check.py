@@ -189,6 +189,12 @@ def test_listen_flags_transcripts_of_the_right_length_but_other_words(tmp_path: 
     forgotten = " ".join(runner.invoke(app, ["data", "check", str(tmp_path)]).output.split())
     assert "1 audio file(s) beside the clips have no line in the metadata and are not used: forgotten.wav" in forgotten
     (tmp_path / "wavs" / "forgotten.wav").unlink()
+    # A subset made of links (data.subsets) is read as its own folder, not the corpus's (a review)
+    linked = tmp_path.parent / f"{tmp_path.name}-linked"
+    (linked / "wavs").mkdir(parents=True)
+    (linked / "wavs" / "c0.wav").symlink_to(tmp_path / "wavs" / "c0.wav")
+    metadata(linked, said[:1])
+    assert "unlisted" not in check_dataset(linked, progress=False).warning_notes()
     # A line left for Whisper (`id|`) is no fault, and had turned the check for too little speech off; a long
     # clip adapt refuses (recorded at 8 kHz) adds nothing to what it trains on.
     long_call = np.sin(2 * np.pi * 180 * np.arange(60 * 8000) / 8000) * (np.arange(60 * 8000) % 8000 < 6000)

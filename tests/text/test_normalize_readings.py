@@ -154,6 +154,10 @@ def test_an_amount_is_read_from_its_first_digit_only() -> None:
     assert normalize_text("3,000 km and 50% of 5 mg/kg") == (
         "three thousand kilometers and fifty percent of five milligrams per kilogram"
     )
+    # ... and one after a comma is an amount of its own (a review: "5%,10%" had lost its second "percent")
+    assert normalize_text("5%,10%") == "five percent,ten percent"
+    assert normalize_text("5kg,10kg") == "five kilograms,ten kilograms"
+    assert normalize_text("3.5%,4.5%") == "three point five percent,four point five percent"
 
 
 @pytest.mark.parametrize(

@@ -539,3 +539,28 @@ def test_the_card_says_which_clips_were_left_out_and_what_the_rest_are_warned_of
     notes = json.loads((voice / "voice_card.json").read_text())["notes"]
     assert notes["skipped_clips"] == "2 (1 clipped, 1 no_speech)" and notes["narrow_band"].startswith("14 of the 14")
     assert notes["noisy"].startswith("the speech stands "), notes
+
+
+def test_an_interrupted_adapt_keeps_its_best_voice_and_exits_as_interrupted(
+    tiny_base, new_voice_data, tmp_path, monkeypatch
+):
+    """A new user's probe: Ctrl-C at step 99 threw every step away, without a word. The command keeps the best
+    evaluation so far, says so, and still exits 130 (a review: exit 0 let a script's loop go on)."""
+    from chorus.training import adapt as adapting
+
+    real, calls = adapting.compute_losses, []
+
+    def interrupted_on_the_third(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(adapting, "compute_losses", interrupted_on_the_third)
+    voice = tmp_path / "cut"
+    args = ["adapt", str(new_voice_data), "--out", str(voice), "--steps", "6", "--threads", "1"]
+    result = runner.invoke(app, [*args, "--model", str(tiny_base)])
+    said = " ".join(result.output.split())
+    assert result.exit_code == 130, said
+    assert "stopped by an interrupt (Ctrl-C)" in said and "interrupted: the voice above is the best" in said
+    assert (voice / "voice_card.json").is_file()

@@ -125,10 +125,13 @@ def test_a_folder_of_recordings_without_transcripts_is_named_as_failed(tiny_base
     root = tmp_path / "with-untranscribed"
     shutil.copytree(voices_root / "f4", root / "f4")
     shutil.copytree(voices_root / "m7" / "wavs", root / "notext")
+    shutil.copytree(voices_root / "m7" / "wavs", root / "__MACOSX")  # a zip's, and a hidden one: no speakers
+    shutil.copytree(voices_root / "m7" / "wavs", root / ".ipynb_checkpoints")
     result = adapt_many(root, load_bundle(tiny_base), tmp_path / "voices", many_config(), progress=False)
     status = {o.name: (o.status, o.message) for o in result.outcomes}
     assert status["f4"][0] == "ok" and status["notext"][0] == "failed"
     assert "recordings without a metadata.csv: transcribe them first" in status["notext"][1]
+    assert "--out VOICE --keep-transcribed DIR" in status["notext"][1] and set(status) == {"f4", "notext"}
 
 
 def test_cli(tiny_base, voices_root, tmp_path):

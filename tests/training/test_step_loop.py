@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 
+import pytest
+
 from chorus.training.step_loop import BestSnapshot, StepLoop
 
 
@@ -59,11 +61,19 @@ def test_an_interrupt_keeps_the_best_evaluation_so_far():
         return 1.0
 
     losses = {0: 5.0, 2: 3.0, 4: 4.0}
-    result = StepLoop(steps=10, eval_every=2, title="t", progress=False).run(
-        train_step, losses.get, lambda: state["step"]
-    )
+    keeping = StepLoop(steps=10, eval_every=2, title="t", progress=False, keep_on_interrupt=True)
+    result = keeping.run(train_step, losses.get, lambda: state["step"])
     assert (result.stopped, result.steps, result.best.step, result.best.state) == ("interrupted", 5, 2, 2)
     assert "an interrupt (Ctrl-C)" in result.stop_note()
+    # Only where asked (`chorus adapt`): a review found a benchmark recording a cut run as a result.
+    with pytest.raises(KeyboardInterrupt):
+        StepLoop(steps=10, eval_every=2, title="t", progress=False).run(train_step, losses.get, lambda: 0)
+
+
+def test_the_step_cap_is_why_a_run_that_reaches_it_ends():
+    """A review: a run reaching its cap as its time ran out was said to have stopped by its time budget."""
+    result = run(dict.fromkeys(range(4), 1.0), steps=1, eval_every=1, max_seconds=-1.0)
+    assert (result.steps, result.stopped) == (1, "steps")
 
 
 def test_best_snapshot_takes_only_on_improvement():

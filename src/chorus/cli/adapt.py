@@ -144,8 +144,13 @@ def adapt(
             ),
         )
         bundle = load_bundle(spec or DEFAULT_BASE, device)
-        result = run_adapt(data, bundle, out, config, keep_transcribed=keep_transcribed, in_place=True)
+        result = run_adapt(
+            data, bundle, out, config, keep_transcribed=keep_transcribed, in_place=True, keep_on_interrupt=True
+        )
     _report_voice(result, data, out, keep_transcribed, model)
+    if result.stopped == "interrupted":  # kept, and said; the exit status is still an interrupt's (a script stops)
+        console.print("interrupted: the voice above is the best of the steps taken")
+        raise typer.Exit(130)
 
 
 def _refuse_the_other_bases_options(context: typer.Context, on_piper: bool, method_fields: dict[str, Any]) -> None:

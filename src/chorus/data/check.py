@@ -208,12 +208,13 @@ class DatasetReport:
     def unlisted_note(self) -> str | None:
         """A warning where the folders of the listed clips hold audio files no metadata line names (a new user's
         probe: a minute of audio went unused without a word); else None."""
-        listed = {u.audio_path.resolve() for u in self.utterances}
+        # As written, not resolved: a subset made of links (data.subsets) names its own folder, not the corpus's.
+        listed = {u.audio_path.absolute() for u in self.utterances}
         unlisted = sorted(
             path
             for folder in {path.parent for path in listed}
             for path in folder.iterdir()
-            if path.suffix.lower() in AUDIO_SUFFIXES and path.resolve() not in listed
+            if path.suffix.lower() in AUDIO_SUFFIXES and path.absolute() not in listed
         )
         if not unlisted:
             return None

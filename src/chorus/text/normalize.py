@@ -175,9 +175,9 @@ _phone_re = re.compile(r"(?<![\d-])(?:(\+?1)[-. ])?(?:\((\d{3})\)\s?|(\d{3})[-. 
 _negative_re = re.compile(r"(?<![\w-])-(?=[" + "".join(_CURRENCIES) + r"]?\.?\d)")
 _percent_range_re = re.compile(r"(?<=\d%)\s?-\s?(?=\d)")  # "5%-10%": five percent to ten percent
 _unit_names = "|".join(re.escape(u) for u in sorted(_UNITS, key=len, reverse=True))  # longest first: "km/h"
-# Each amount starts where no digit or comma is before it: tried from inside a run of digits, the scan to its
+# Each amount starts where no digit, nor a digit and a comma, is before it: tried from inside a run of digits, the scan to its
 # end made 4,096 digits take seconds (a review; quadratic in the run's length).
-_AMOUNT = r"(?<![\d,])(\d[\d,]*(?:\.\d+)?)"
+_AMOUNT = r"(?<!\d)(?<!\d,)(\d[\d,]*(?:\.\d+)?)"  # "5%,10%": the second is an amount of its own
 _unit_re = re.compile(_AMOUNT + r"\s?(" + _unit_names + r")(?![\w/])")
 # A unit per unit ("2 mg/kg", "5 m/s" is not listed: only pairs of listed units): "milligrams per kilogram".
 _per_unit_re = re.compile(_AMOUNT + r"\s?(" + _unit_names + r")/(" + _unit_names + r")(?![\w/])")

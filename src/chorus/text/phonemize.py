@@ -43,9 +43,10 @@ def close_backends() -> None:
     ends them) collects nothing, and a new user's probe found two such folders left in /tmp per job."""
     from phonemizer.backend.espeak.wrapper import EspeakWrapper
 
-    _backend.cache_clear()
-    # A method's lru_cache in phonemizer holds every wrapper it saw (and so its copy) until it is cleared.
-    EspeakWrapper.available_voices.cache_clear()
+    with _lock:  # no phonemize call between the two: it would make a backend the cache then forgets
+        _backend.cache_clear()
+        # A method's lru_cache in phonemizer holds every wrapper it saw (and so its copy) until it is cleared.
+        EspeakWrapper.available_voices.cache_clear()
     gc.collect()
 
 

@@ -119,7 +119,7 @@ CHARACTERS_PER_SECOND = 24.0
 # word with no vowel is spelled out letter by letter ("bcdfg": "bee see dee ef gee"), about five each.
 CHARACTERS_PER_PHONEME = 2
 CHARACTERS_PER_SPELLED_LETTER = 5
-_INLINE_PHONEMES = re.compile(r"\[\[(.*?)(?:\|.*?)?\]\]", re.DOTALL)
+_INLINE_PHONEMES = re.compile(r"\[\[([^|]*?)(?:\|.*?)?\]\]", re.DOTALL)  # [^|]: "[[||" x 1,024 backtracked 0.3 s
 _SPELLED = re.compile(r"\b[b-df-hj-np-tv-xz]{2,}\b", re.IGNORECASE)
 _PHONEME_MARKS = set("ˈˌ \n\t")  # stress and spaces: no time of their own
 

@@ -53,6 +53,7 @@ class AdaptResult:
     # The base with the voice added as adapter ``VOICE`` (a copy of it unless adapted in place); not printed.
     model: AcousticModel = field(repr=False)
     history: list[dict] = field(repr=False)  # per evaluation: step, train and validation mel loss
+    stopped: str = "steps"  # why training ended: a key of step_loop.STOPPED_BY
 
 
 class DataRefused(ValueError):
@@ -325,6 +326,7 @@ def _adapt(
     on_start: Callable[[int], None] | None = None,
     extra_notes: dict | None = None,
     in_place: bool = False,
+    keep_on_interrupt: bool = False,
 ) -> AdaptResult:
     """Make a voice from ``data`` (an LJSpeech-style folder with its transcripts) on ``bundle``'s base
     and save it to ``out``.
@@ -340,6 +342,8 @@ def _adapt(
     (to follow more than the mel loss over the steps; it must leave the model as it found it);
     ``on_start(speaker)`` with the base speaker index the voice starts from, before the first step (the
     base speaker that fits the data best: what a sample's voice speaks as until it is refined).
+    ``keep_on_interrupt``: an interrupt (Ctrl-C) ends training and the best evaluation so far is saved
+    (``AdaptResult.stopped`` is "interrupted"; the caller says so and exits as interrupted); else it propagates.
     """
     with _torch_threads(config.threads):
         torch.manual_seed(config.seed)
@@ -352,7 +356,7 @@ def _adapt(
         if on_start is not None:
             on_start(start.speaker)
         trainable = _add_voice(model, config, start)
-        loop = _train(model, trainable, voice, config, progress, on_step, on_evaluate)
+        loop = _train(model, trainable, voice, config, progress, on_step, on_evaluate, keep_on_interrupt)
         _freeze_best(model, trainable, loop.best.state)
         trained = sum(p.numel() for p in trainable)
         if config.memory.frozen_dtype != "fp32":
@@ -362,7 +366,7 @@ def _adapt(
         card = _card(bundle, model, config, voice, start, loop, trained, name or Path(out).name)
         card.notes.update({**(extra_notes or {}), **voice.notes})
         voice_dir = save_voice(out, model, VOICE, config.method_configs(), card, full=config.methods.full)
-    return AdaptResult(Path(voice_dir), card, model, loop.history)
+    return AdaptResult(Path(voice_dir), card, model, loop.history, loop.stopped)
 
 
 def _voice_of(model: AcousticModel, config: AdaptConfig) -> dict[str, dict[str, torch.Tensor]]:
@@ -514,6 +518,7 @@ def _train(
     progress: bool,
     on_step: Callable[[int, int], None] | None,
     on_evaluate: Callable[[int, AcousticModel], None] | None,
+    keep_on_interrupt: bool = False,
 ) -> LoopResult[list[torch.Tensor]]:
     """The step loop: batches of the training clips, epoch after epoch; the held-out mel loss every
     ``config.eval_every`` steps, stopping after ``config.patience`` evaluations without improvement or
@@ -550,6 +555,7 @@ def _train(
         patience=config.patience,
         max_seconds=config.max_minutes * 60,
         progress=progress,
+        keep_on_interrupt=keep_on_interrupt,
     )
     model.train()
     return loop.run(train_step, evaluate, lambda: [p.detach().clone() for p in trainable])

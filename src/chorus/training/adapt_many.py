@@ -15,6 +15,7 @@ checks is reported and left out; the others train.
 from __future__ import annotations
 
 import json
+import shlex
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
@@ -98,14 +99,19 @@ def speaker_folders(root: str | Path) -> list[Path]:
 
 
 def untranscribed_folders(root: str | Path) -> list[Path]:
-    """The sub-folders of ``root`` with recordings and no ``metadata.csv``: no voice of one job (a new user's
-    probe: such a folder was left out without a word), named as failed instead."""
+    """The sub-folders of ``root`` with recordings (in it or its ``wavs/``) and no ``metadata.csv``: no voice of
+    one job (a new user's probe: such a folder was left out without a word), named as failed instead. Hidden
+    folders and a zip's ``__MACOSX`` are no speakers."""
+
+    def has_audio(folder: Path) -> bool:
+        return folder.is_dir() and any(p.suffix.lower() in AUDIO_SUFFIXES for p in folder.iterdir() if p.is_file())
+
     return sorted(
         folder
         for folder in Path(root).iterdir()
-        if folder.is_dir()
+        if not folder.name.startswith((".", "__MACOSX"))
         and not (folder / "metadata.csv").is_file()
-        and any(p.suffix.lower() in AUDIO_SUFFIXES for p in folder.rglob("*") if p.is_file())
+        and (has_audio(folder) or has_audio(folder / "wavs"))
     )
 
 
@@ -197,14 +203,16 @@ def load_voices(
 ) -> VoiceSet:
     """Check every speaker folder under ``root`` (a failure leaves that voice out, with its reason) and
     featurize the rest in one cache; hold out a share of each voice's clips."""
+    folders = speaker_folders(root)  # first: a root that is no folder is refused as such
     failed = {
         folder.name: "recordings without a metadata.csv: transcribe them first (`chorus adapt "
-        f"{folder} --keep-transcribed DIR` writes Whisper's), then put DIR here"
+        f"{shlex.quote(str(folder))} --out VOICE --keep-transcribed DIR` writes Whisper's transcripts to DIR), "
+        "then put DIR in its place"
         for folder in untranscribed_folders(root)
     }
     voices: dict[str, list[Utterance]] = {}
     speech: dict[str, float] = {}
-    for folder in speaker_folders(root):
+    for folder in folders:
         try:
             report = check_adaptation_data(folder, config, progress=False)
         except ValueError as error:

@@ -63,9 +63,9 @@ class LoopResult(Generic[State]):
 @dataclass(frozen=True)
 class StepLoop:
     """``steps`` at most, evaluated every ``eval_every`` steps and at the last; stops after ``patience``
-    evaluations without improvement (``None``: never), once ``max_seconds`` of training have passed, or at an
-    interrupt (Ctrl-C: the best evaluation so far is what a run keeps, not nothing). ``title`` heads the
-    progress bar (none when ``progress`` is false)."""
+    evaluations without improvement (``None``: never), once ``max_seconds`` of training have passed, or, with
+    ``keep_on_interrupt``, at an interrupt (Ctrl-C: the best evaluation so far is what the run keeps, not
+    nothing). ``title`` heads the progress bar (none when ``progress`` is false)."""
 
     steps: int
     eval_every: int
@@ -73,6 +73,9 @@ class StepLoop:
     patience: int | None = None
     max_seconds: float = math.inf
     progress: bool = True
+    # Only for a command that says so and exits as interrupted (`chorus adapt`): elsewhere an interrupt stops the
+    # whole program (a benchmark must not record a cut run as a result).
+    keep_on_interrupt: bool = False
 
     def run(
         self,
@@ -102,12 +105,16 @@ class StepLoop:
                         best.offer(value, step, take)
                     last = running[-1] if running else history[-1]["train_mel"]
                     bar.update(task, completed=step, status=f"mel {last:.3f} best held-out {best.value:.3f}")
+                    if step == self.steps:
+                        break  # the cap, whatever else ran out at the same step
                     if self.patience is not None and best.stale >= self.patience:
                         stopped = "patience"
                         break
                     if time.perf_counter() - started > self.max_seconds:
                         stopped = "time"
                         break
-            except KeyboardInterrupt:  # the step under way is lost; the best evaluation before it stands
-                stopped = "interrupted"
+            except KeyboardInterrupt:
+                if not self.keep_on_interrupt:
+                    raise
+                stopped = "interrupted"  # the step under way is lost; the best evaluation before it stands
         return LoopResult(best, step, time.perf_counter() - started, history, stopped)

@@ -134,8 +134,10 @@ def run_job(
     try:
         job_runner_for(config, store, closing, cancelled).run(job)
     finally:
-        store.close()
-        close_backends()  # the process ends by os._exit: phonemizer's copies of libespeak-ng go now or never
+        try:
+            store.close()
+        finally:
+            close_backends()  # the process ends by os._exit: phonemizer's copies of libespeak-ng go now or never
 
 
 class ProcessJobRunner(JobRunner):
