@@ -8,7 +8,7 @@ import numpy as np
 
 from chorus.synthesis.result import SynthesisResult
 from chorus.text.sentences import speech_pieces
-from chorus.text.ssml import Pause, followed_ssml, is_ssml
+from chorus.text.ssml import Pause
 from chorus.text.timestamps import Timestamp
 
 SENTENCE_SILENCE = 0.2  # seconds between sentences
@@ -22,12 +22,10 @@ def layout(
     """What to read of ``text``, in order: its sentences (chunks of at most ``max_chars``) with a pause of
     ``sentence_silence`` seconds between two of them, and SSML ``<break>`` pauses in place of that
     silence where they stand (raises ``SsmlError`` for SSML it cannot follow). SSML elements Chorus does
-    not follow are read as their text (:func:`chorus.text.ssml.followed_ssml`) and chunks with nothing to
-    say are left out (:func:`chorus.text.sentences.speech_pieces`): both named in ``skipped``, else warned of."""
+    not follow are read as their text and chunks with nothing to say are left out
+    (:func:`chorus.text.sentences.speech_pieces`): both named in ``skipped``, else warned of."""
     if not 0 <= sentence_silence <= MAX_SENTENCE_SILENCE:
         raise ValueError(f"sentence_silence must be 0 to {MAX_SENTENCE_SILENCE:g} seconds, got {sentence_silence}")
-    if is_ssml(text):  # ignored elements named here, where ``skipped`` is at hand: speech_pieces gets none
-        text = followed_ssml(text, skipped)
     parts: list[str | Pause] = []
     for piece in speech_pieces(text, max_chars, skipped):
         if isinstance(piece, str) and parts and isinstance(parts[-1], str) and sentence_silence:

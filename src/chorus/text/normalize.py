@@ -175,8 +175,8 @@ _phone_re = re.compile(r"(?<![\d-])(?:(\+?1)[-. ])?(?:\((\d{3})\)\s?|(\d{3})[-. 
 _negative_re = re.compile(r"(?<![\w-])-(?=[" + "".join(_CURRENCIES) + r"]?\.?\d)")
 _percent_range_re = re.compile(r"(?<=\d%)\s?-\s?(?=\d)")  # "5%-10%": five percent to ten percent
 _unit_names = "|".join(re.escape(u) for u in sorted(_UNITS, key=len, reverse=True))  # longest first: "km/h"
-# Each amount starts where no digit, nor a digit and a comma, is before it: tried from inside a run of digits, the scan to its
-# end made 4,096 digits take seconds (a review; quadratic in the run's length).
+# Each amount starts where no digit, nor a digit and a comma, is before it: tried from inside a run of digits,
+# the scan to its end made 4,096 digits take seconds (a review; quadratic in the run's length).
 _AMOUNT = r"(?<!\d)(?<!\d,)(\d[\d,]*(?:\.\d+)?)"  # "5%,10%": the second is an amount of its own
 _unit_re = re.compile(_AMOUNT + r"\s?(" + _unit_names + r")(?![\w/])")
 # A unit per unit ("2 mg/kg", "5 m/s" is not listed: only pairs of listed units): "milligrams per kilogram".
@@ -205,7 +205,8 @@ _comparison_re = re.compile(r"<[A-Za-z/][^<>]*>|[<>!]=|[<>=\u2264\u2265\u2260]")
 # A Roman numeral after a capitalized word, or after "Super Bowl" (validated: "IIII" and "XXL" are none;
 # the lookbehind keeps the numeral from matching empty).
 _roman_re = re.compile(
-    r"\b(Super Bowl|[A-Z][a-z]+)\s+(?=[IVXLCDM])(M{0,3}(?:CM|CD|D?C{0,3})(?:XC|XL|L?X{0,3})(?:IX|IV|V?I{0,3}))(?<=[IVXLCDM])\b"
+    r"\b(Super Bowl|[A-Z][a-z]+)\s+(?=[IVXLCDM])"
+    r"(M{0,3}(?:CM|CD|D?C{0,3})(?:XC|XL|L?X{0,3})(?:IX|IV|V?I{0,3}))(?<=[IVXLCDM])\b"
 )
 # N:M that is a ratio, by the word before or after it; other N:M are times ("3:15").
 _ratio_re = re.compile(

@@ -83,14 +83,15 @@ def speech_pieces(text: str, max_chars: int = 300, skipped: list[str] | None = N
     """What to read, in order: the chunks of plain text, or of SSML (:func:`chorus.text.ssml.is_ssml`) its
     text's chunks and its ``<break>`` pauses (:mod:`chorus.text.ssml`; raises ``SsmlError``).
 
-    Chunks with nothing to say are left out: appended to ``skipped`` when a list is given (the server
-    names them in a header), else named in an :class:`UnspeakableTextWarning`.
+    Chunks with nothing to say, and SSML elements read as their text without their effect, are named in
+    ``skipped`` when a list is given (the server names them in a header), else in a warning
+    (:class:`UnspeakableTextWarning`, :class:`~chorus.text.ssml.IgnoredSsmlWarning`).
     """
     if not is_ssml(text):
         chunks: list[str | Pause] = list(split_sentences(text, max_chars))
     else:
         chunks = []
-        for piece in parse_ssml(text):
+        for piece in parse_ssml(text, skipped):
             chunks += [piece] if isinstance(piece, Pause) else split_sentences(piece, max_chars)
     pieces: list[str | Pause] = []
     left_out: list[str] = []

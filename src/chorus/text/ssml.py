@@ -93,12 +93,6 @@ def parse_ssml(text: str, ignored: list[str] | None = None) -> list[str | Pause]
     return [_tidy(p) if isinstance(p, str) else p for p in merged if isinstance(p, Pause) or p.strip()]
 
 
-def followed_ssml(text: str, ignored: list[str] | None = None) -> str:
-    """``text`` (SSML) as one ``<speak>`` element of only the elements Chorus follows, each other one
-    replaced by the text it holds and named as :func:`parse_ssml` names it."""
-    return ElementTree.tostring(_followed_root(text, ignored), encoding="unicode")
-
-
 def _followed_root(text: str, ignored: list[str] | None) -> ElementTree.Element:
     """``text``'s ``<speak>`` element, without namespaces, holding only elements Chorus follows."""
     source = text.strip() if _SPEAK_ROOT.match(text) else f"<speak>{_STRAY_MARKUP.sub(_escaped, text)}</speak>"
@@ -109,7 +103,7 @@ def _followed_root(text: str, ignored: list[str] | None) -> ElementTree.Element:
     if _depth(root) > MAX_DEPTH:
         raise SsmlError(f"SSML nested more than {MAX_DEPTH} elements deep")
     names: list[str] = []
-    root.tag = _local(root.tag)  # serialized as <speak>, so that it reads as SSML again
+    root.tag = _local(root.tag)
     _hold(root, _content(root, names))
     names = list(dict.fromkeys(names))  # each once, in the order met
     if ignored is not None:

@@ -62,7 +62,7 @@ from chorus.models.piper_posterior import PosteriorEncoder
 from chorus.models.piper_vits import PiperGenerator, sequence_mask
 from chorus.training.loss_log import LossLog
 from chorus.training.progress import step_progress
-from chorus.training.step_loop import STOPPED_BY
+from chorus.training.step_loop import stop_note
 from chorus.training.vocoder import (
     adversarial_terms,
     load_discriminators,
@@ -700,7 +700,7 @@ def adapt_piper(
             "placement": config.placement,
             "threads": config.threads,
             # A run the time budget cut short says so (the default 10 minutes stopped 1-thread runs at 242-297 steps)
-            "stopped": f"stopped by {STOPPED_BY['time' if steps < config.steps else 'steps']} at step {steps}",
+            "stopped": stop_note("time" if steps < config.steps else "steps", steps),
             **({"discriminators": config.discriminators} if config.discriminators else {}),
             **(notes or {}),
         },

@@ -57,7 +57,14 @@ class LoopResult(Generic[State]):
 
     def stop_note(self) -> str:
         """Why and where it ended: "stopped by its time budget (--max-minutes) at step 112; best at step 100"."""
-        return f"stopped by {STOPPED_BY[self.stopped]} at step {self.steps}; best at step {self.best.step}"
+        return stop_note(self.stopped, self.steps, self.best.step)
+
+
+def stop_note(stopped: str, steps: int, best_step: int | None = None) -> str:
+    """A run's end as its card says it: why (a key of :data:`STOPPED_BY`), at which step, and where the kept
+    tensors come from when that is another step."""
+    best = "" if best_step is None else f"; best at step {best_step}"
+    return f"stopped by {STOPPED_BY[stopped]} at step {steps}{best}"
 
 
 @dataclass(frozen=True)

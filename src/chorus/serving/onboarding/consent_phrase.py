@@ -21,9 +21,10 @@ consent to Boris ..." is one word in twenty from the phrase, while Whisper tiny.
   by a victim (an agent reading a script to a caller), "Are you the owner of this voice and do you consent
   ...?" or "... using her voice ..." is refused (``OTHER_PERSONS``), as is an "it" / "its" heard in place of
   the speaker's "I" or of "this" voice ("It is the owner of this voice ...", "... using its voice ..."), and so
-  is a recording the recognizer punctuates as a question (a "?" anywhere but in the courtesy tail: "Am I the owner of this voice and do I
-  consent ...?"). Small words alone still pass within the allowance ("The owner of this voice and I consent
-  ..." drops two); the "?" is Whisper's reading of the intonation, and a question said flat is not caught;
+  is a recording the recognizer punctuates as a question (a "?" anywhere but in the courtesy tail: "Am I the
+  owner of this voice and do I consent ...?"). Small words alone still pass within the allowance ("The owner of
+  this voice and I consent ..." drops two); the "?" is Whisper's reading of the intonation, and a question said
+  flat is not caught;
 * a recognizer also invents words in noise or in the silence after the phrase ("Thank you very much.", a
   "not" nobody said). The courtesies a recording ends with, after everything heard of the phrase, are
   dismissed outright (``COURTESY_TAIL``). When other such words, heard at a low probability, are all that

@@ -33,6 +33,10 @@ TEXT_ENCODINGS = frozenset(
     {"utf-8", "utf-8-sig", "utf-16", "utf-16-le", "utf-16-be", "utf-32", "utf-32-le", "utf-32-be", "ascii"}
     | {"iso8859-1", "iso8859-15", "cp1252"}
 )
+_BYTE_ORDER_MARKS = {
+    "utf-16": (codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE),
+    "utf-32": (codecs.BOM_UTF32_LE, codecs.BOM_UTF32_BE),
+}
 
 
 @router.post(
@@ -116,8 +120,7 @@ def _charset(request: Request) -> str:
 def _decoded(body: bytes, charset: str) -> str:
     """``body`` as text in ``charset``. UTF-16 or UTF-32 without a byte order mark is big-endian (RFC 2781
     4.3); Python's codecs would read it in this machine's order, little-endian here."""
-    marks = {"utf-16": (codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE), "utf-32": (codecs.BOM_UTF32_LE, codecs.BOM_UTF32_BE)}
-    if charset in marks and not body.startswith(marks[charset]):
+    if charset in _BYTE_ORDER_MARKS and not body.startswith(_BYTE_ORDER_MARKS[charset]):
         charset += "-be"
     return body.decode(charset)
 
