@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import gc
 import json
+import shutil
 import tracemalloc
 
 import pytest
@@ -442,6 +443,15 @@ def test_peft_loads_a_lora_voice_as_chorus_adapt_makes_it(peft, tmp_path, recwar
     apply_voice(again, read_voice(folder), "v")  # Chorus reads the folder whole
     with active_adapter(again, "v"):
         torch.testing.assert_close(infer(again, inputs), expected)
+    # Saved again by PEFT, which leaves the vector behind: the voice spoke from the default speaker without a word.
+    peft_model.save_pretrained(str(tmp_path / "back"))
+    with pytest.warns(UserWarning, match="without speaker_vector.safetensors: it speaks from the speaker asked for"):
+        read_voice(tmp_path / "back")
+    shutil.copy(folder / "speaker_vector.safetensors", tmp_path / "back")  # copied back: the voice whole again
+    back, _ = model_and_inputs()
+    apply_voice(back, read_voice(tmp_path / "back"), "b")
+    with active_adapter(back, "b"):
+        torch.testing.assert_close(infer(back, inputs), expected)
     (folder / "speaker_vector.safetensors").write_bytes(b"changed")
     with pytest.raises(VoiceError, match="speaker_vector.safetensors: checksum mismatch"):
         read_voice(folder)
@@ -523,7 +533,9 @@ def test_chorus_loads_a_peft_lora(peft, tmp_path):
     assert "chorus" not in json.loads((tmp_path / "peft" / "adapter_config.json").read_text())
     fresh, _ = model_and_inputs()
     before = infer(fresh, inputs)
-    apply_voice(fresh, read_voice(tmp_path / "peft"), "p")
+    with pytest.warns(UserWarning, match="without speaker_vector.safetensors"):  # PEFT trained it with none
+        voice = read_voice(tmp_path / "peft")
+    apply_voice(fresh, voice, "p")
     assert not torch.equal(expected, before)
     with active_adapter(fresh, "p"):
         torch.testing.assert_close(infer(fresh, inputs), expected)

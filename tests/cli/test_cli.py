@@ -385,6 +385,8 @@ def test_method_options_go_to_the_chosen_methods_that_have_them():
     assert method_options("residual", {"rank": None}, "^decoder\\..*") == {"residual": {"targets": "^decoder\\..*"}}
     with pytest.raises(ValueError, match="--rank applies to lora, not to --method bitfit"):
         method_options("bitfit", values)
+    with pytest.raises(ValueError, match="--method full trains every layer"):  # it was ignored: every weight trained
+        method_options("full", {}, "^nothing_matches$")
 
 
 def test_adapt_takes_one_base(tiny_base, tmp_path):
@@ -406,6 +408,10 @@ def test_adapt_takes_one_base(tiny_base, tmp_path):
     )
     said = " ".join(result.output.split())
     assert result.exit_code == 2 and said.startswith("error: --placement, --recipe: a Piper base's options"), said
+    # A misspelled base was read as a model folder: "piper-jo: missing config.json (not a Chorus model folder)".
+    result = runner.invoke(app, ["adapt", data, "--out", str(tmp_path / "v"), "--base", "piper-jo", "--steps", "1"])
+    said = " ".join(result.output.split())
+    assert result.exit_code != 0 and "unknown base 'piper-jo' (did you mean 'piper-joe'?)" in said, said
 
 
 def test_a_voice_adapted_on_a_piper_base_says_which_base_speaks_it(
@@ -707,3 +713,13 @@ def test_speakers_lists_a_piper_bases_one_voice(monkeypatch):
     assert result.exit_code == 0, result.output
     rows = [line.split() for line in result.output.splitlines() if "piper-joe" in line]
     assert rows and "yes" in rows[0]
+
+
+def test_train_vocoder_refuses_gta_options_without_the_model_they_need(tmp_path):
+    """`--aligned-fraction 0.5` without `--aligned-model` trained on the data's own mels alone, exit 0."""
+    result = runner.invoke(
+        app, ["train-vocoder", str(tmp_path), "--out", str(tmp_path / "v"), "--aligned-fraction", "0.5", "--steps", "1"]
+    )
+    said = " ".join(result.output.split())
+    assert result.exit_code == 2 and "--aligned-fraction: options of GTA fine-tuning" in said, said
+    assert not (tmp_path / "v").exists()

@@ -155,3 +155,23 @@ def test_undecodable_root_metadata_raises(tmp_path: Path) -> None:
     (tmp_path / "metadata.csv").write_bytes(b"x1|caf\xe9\n")
     with pytest.raises(DatasetFormatError, match="UTF-8"):
         discover(tmp_path)
+
+
+def test_an_id_that_names_a_file_outside_the_dataset_is_a_bad_line(tmp_path: Path, metadata: Metadata) -> None:
+    """A dataset from elsewhere made `chorus adapt` train on any audio file the user could read (and carry it in
+    the voice) through ids read as paths: they are refused lines, and clips in sub-folders of wavs/ still load."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret.wav").write_bytes(b"")
+    folder = tmp_path / "anna"
+    path = metadata(
+        folder, ["../../outside/secret|Up and out.", f"{outside / 'secret'}|Absolute.", "day1/a1|Kept.", "a2|Kept too."]
+    )
+    (folder / "wavs" / "day1").mkdir(parents=True)
+    utterances, problems = discover(folder)
+    assert [u.id for u in utterances] == ["day1/a1", "a2"]
+    assert all(u.audio_path.is_relative_to(folder / "wavs") for u in utterances)
+    assert {p.source: p.message for p in problems} == {
+        f"{path}:1": "id '../../outside/secret' names a file outside wavs/ (an id is a clip's name)",
+        f"{path}:2": f"id '{outside / 'secret'}' names a file outside wavs/ (an id is a clip's name)",
+    }

@@ -218,3 +218,24 @@ def test_alignment_prior_weight_fades_out():
 
     config = PretrainConfig(data="x", out="y", alignment_prior_steps=100)
     assert [alignment_prior_weight(s, config) for s in (0, 50, 100, 500)] == [1.0, 0.5, 0.0, 0.0]
+
+
+def test_a_config_whose_sizes_the_weights_do_not_have_is_refused_before_anything_is_allocated(tmp_path):
+    """A model folder from elsewhere: a config declaring 2**40 speakers over weights of 2 (the model was built,
+    768 MB for 3,000,000 speakers, before the weights were found not to fit; 2**40 cannot be built at all)."""
+    save_bundle(_bundle(), tmp_path / "model")
+    config_path = tmp_path / "model" / "config.json"
+    config = json.loads(config_path.read_text())
+    config["model"]["n_speakers"] = 2**40
+    config_path.write_text(json.dumps(config))
+    with pytest.raises(CheckpointError, match=r"weights do not match the config: .*\(the config makes"):
+        load_bundle(tmp_path / "model")
+    for size in (2.0, 2**62):  # sizes torch cannot build: a clear error, not its TypeError or RuntimeError
+        config["model"]["n_speakers"] = size
+        config_path.write_text(json.dumps(config))
+        with pytest.raises(CheckpointError, match="invalid model config"):
+            load_bundle(tmp_path / "model")
+    config["model"]["n_speakers"], config["model"]["decoder_layers"] = 2, 40  # layers the weights lack
+    config_path.write_text(json.dumps(config))
+    with pytest.raises(CheckpointError, match="missing"):
+        load_bundle(tmp_path / "model")

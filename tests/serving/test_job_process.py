@@ -288,3 +288,25 @@ def test_a_job_another_server_took_costs_no_process(tiny_base, tmp_path, monkeyp
     finally:
         here.close()
         there.close()
+
+
+def test_a_job_cancelled_while_queued_no_longer_counts_as_waiting(tmp_path):
+    """A tenant that uploaded and cancelled in a loop filled the server's queue (32 "waiting") for every tenant
+    until the running job ended: a cancelled job is passed over when its turn comes, and not counted before."""
+    from chorus.serving.onboarding.job_runner import JobRunner
+
+    store = VoiceStore(str(tmp_path / "store"))
+    runner = JobRunner(store, tmp_path / "jobs", bundle_factory=lambda: None, config=AdaptConfig())  # not started
+    jobs = []
+    for k in range(3):
+        job = OnboardingJob(store.create_job("acme", f"v{k}"), "acme", f"v{k}", f"v{k}")
+        upload = runner.new_upload_dir()
+        (upload / "voice").mkdir()
+        runner.submit(upload, job, {"statement": "consented in writing"})
+        jobs.append(job)
+    assert runner.queued == 3
+    store.update_job(jobs[1].job_id, status=JobStatus.FAILED, message="cancelled by its tenant")
+    runner.cancel(jobs[1].job_id)
+    runner.cancel("job_not_here")  # another server's job: nothing to pass over here
+    assert runner.queued == 2
+    store.close()

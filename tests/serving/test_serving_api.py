@@ -401,6 +401,9 @@ def test_transcripts_and_archive_safety(new_voice_data, tmp_path):
     for bad in ["", "{not json", '["a"]', "no separator"]:
         with pytest.raises(UploadError):
             parse_transcripts(bad)
+    # A name given twice: the lines refused it, the JSON kept the last (a probe of the uploads)
+    with pytest.raises(UploadError, match="'transcripts': the JSON names 'a.wav' twice"):
+        parse_transcripts('{"a.wav": "Hi there.", "b.wav": "Bye.", "a.wav": "Something else."}')
     good = io.BytesIO()
     with zipfile.ZipFile(good, "w") as archive:
         for path in sorted(new_voice_data.rglob("*")):
@@ -1017,9 +1020,10 @@ def test_the_library_and_the_server_give_the_same_samples_on_the_piper_base(pipe
 
 
 def test_a_server_on_the_piper_base_refuses_to_onboard_voices(piper_app):
-    """Its voices are adapted offline (chorus adapt --base); the form is refused before it is read."""
+    """Its voices are adapted offline (chorus adapt --base); the form is refused before it is read. A consent
+    too: it was heard, kept and counted against the tenant's quota, for a voice that could never be made."""
     client, _ = piper_app
-    for route in ("/v1/voices", "/v1/audio/voices"):
+    for route in ("/v1/voices", "/v1/audio/voices", "/v1/audio/voice_consents"):
         assert_error(client.post(route, data={"id": "new"}, headers=ACME), 501, "onboarding trains on the Chorus base")
 
 
@@ -1426,6 +1430,59 @@ def test_a_server_without_keys_answers_only_loopback_hosts_and_its_own_origin(ti
     unguarded, _ = make_app(tiny_base, tmp_path / "store-2")
     with TestClient(unguarded, base_url="http://127.0.0.1:8000") as keyless:
         assert keyless.get("/v1/voices", headers={"Host": "testserver"}).status_code == 200  # off unless asked
+
+
+def test_an_upload_is_bounded_by_the_bytes_that_arrive_not_by_its_content_length():
+    """A chunked body under `Content-Length: 1000` was read whole to disk before any size check (a probe held 1.5 GB
+    on one request): reading stops once the route's limit is passed."""
+    import asyncio
+
+    from starlette.requests import Request
+
+    from chorus.serving.errors import ApiError
+    from chorus.serving.onboarding.upload_form import read_multipart
+
+    sent = []
+    head = b'--b\r\nContent-Disposition: form-data; name="recording"; filename="x.wav"\r\n\r\n'
+
+    async def receive():
+        sent.append(1 << 20)  # 64 MiB offered, far past the 10 MiB asked for
+        return {
+            "type": "http.request",
+            "body": (head if len(sent) == 1 else b"") + b"\0" * (1 << 20),
+            "more_body": len(sent) < 64,
+        }
+
+    headers = [(b"content-type", b"multipart/form-data; boundary=b"), (b"content-length", b"1000")]
+    request = Request({"type": "http", "method": "POST", "path": "/", "headers": headers}, receive)
+    with pytest.raises(ApiError, match="over 10485760 bytes") as refused:
+        asyncio.run(read_multipart(request, 10 << 20, 1, "a recording"))
+    assert refused.value.status == 413 and sum(sent) <= 11 << 20, f"{sum(sent) >> 20} MiB read"
+
+
+def test_a_server_that_stops_leaves_no_copy_of_espeak_behind(tiny_base, tmp_path):
+    """phonemizer copies libespeak-ng into the temporary folder per backend; an exit collects none of them (an
+    uploads probe found one folder left per server run)."""
+    from chorus.text.phonemize import _backend
+
+    app, _ = make_app(tiny_base, tmp_path / "store")
+    with TestClient(app) as client:
+        assert speak(client, headers={}).status_code == 200
+        copy = _backend("en-us")._espeak._espeak._tempdir
+        assert Path(copy).is_dir()
+    assert not Path(copy).exists()
+
+
+def test_headers_over_the_bound_are_refused_before_any_route_or_key_check(tenants_app):
+    """What h11 lets through when a head arrives whole (and Ray's server, which is not h11) meets the same bound."""
+    from chorus.serving.header_bound import MAX_HEADER_BYTES
+
+    client, _ = tenants_app
+    just_under = {"X-A": "a" * (MAX_HEADER_BYTES - 500)}
+    assert client.get("/v1/models", headers={**ACME, **just_under}).status_code == 200
+    over = {"X-A": "a" * MAX_HEADER_BYTES}
+    for headers in (over, {**ACME, **over}):  # with no key and with one: refused alike
+        assert_error(client.get("/v1/models", headers=headers), 431, f"at most {MAX_HEADER_BYTES:,}")
 
 
 def test_a_page_on_another_port_of_this_machine_may_call_the_api_and_another_site_may_not(tenants_app):

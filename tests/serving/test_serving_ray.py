@@ -7,6 +7,7 @@ Also the replica's bookkeeping without Ray: a voice dropped while in use leaves 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import json
@@ -330,3 +331,43 @@ def test_a_ray_onboarding_that_cannot_start_says_which_step_failed(
     with VoiceStore(str(tmp_path / "store")) as store:
         job = store.get_job("default", store.voice("default", "gina").job_id)
         assert job.status == "failed" and job.message == said
+
+
+def test_chorus_serve_ray_stops_cleanly_on_sigterm(tiny_base, tmp_path):
+    """`systemctl stop` sends SIGTERM: Ray's own handler answered it with an abort (exit -6) and left the cluster's
+    dashboard and runtime-env agents running, orphaned (an operator's probe). It stops as Ctrl-C does now."""
+    import signal
+    import subprocess
+    import sys
+
+    import psutil
+
+    port = free_port()
+    chorus = Path(sys.executable).with_name("chorus")
+    command = [str(chorus), "serve", "--ray", "--ray-replicas", "1", "--store", str(tmp_path / "store")]
+    command += ["--model", str(tiny_base), "--vocoder", "griffin-lim", "--port", str(port)]
+    with open(tmp_path / "server.log", "w") as log:
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    cluster = []
+    try:
+        up = wait_for(
+            lambda: _answers(f"http://127.0.0.1:{port}/healthz") or process.poll() is not None, 300, "the server"
+        )
+        assert up and process.poll() is None, (tmp_path / "server.log").read_text()[-3000:]
+        cluster = psutil.Process(process.pid).children(recursive=True)
+        assert cluster, "a Ray cluster of processes under the server"
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(120) == 0, (tmp_path / "server.log").read_text()[-3000:]
+        _, alive = psutil.wait_procs(cluster, timeout=30)
+        assert [p.name() for p in alive if p.status() != psutil.STATUS_ZOMBIE] == []
+    finally:
+        for member in [process, *cluster]:
+            with contextlib.suppress(ProcessLookupError, psutil.NoSuchProcess):
+                member.kill()
+
+
+def _answers(url: str) -> bool:
+    try:
+        return requests.get(url, timeout=2).status_code == 200
+    except requests.RequestException:
+        return False

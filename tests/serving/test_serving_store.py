@@ -176,6 +176,20 @@ def test_refuses_pickles(store, voice_folder, tmp_path):
         store.get_voice("acme", "ann")
 
 
+def test_refuses_symbolic_links(store, voice_folder, tmp_path):
+    """A link was followed: the store kept the file it named (an operator's secrets), and the card route served
+    it to the tenant."""
+    secret = tmp_path / "secret.txt"
+    secret.write_text("root-only secret")
+    folder = tmp_path / "with-link"
+    shutil.copytree(voice_folder, folder)
+    (folder / "README.md").unlink()
+    (folder / "README.md").symlink_to(secret)
+    with pytest.raises(VoiceError, match=r"refusing symbolic links \['README.md'\]"):
+        store.put_voice("acme", "ann", folder)
+    assert store.list_voices("acme") == []
+
+
 BAD_IDS = ["../x", "a/b", "A", "", "a" * 65, ".hidden", "a.b", "x\n", "-x", "a b", "é"]
 
 
@@ -583,6 +597,35 @@ def test_store_add_command_puts_a_voice_made_offline(tmp_path, voice_folder):
     message = " ".join(again.output.split())
     assert again.exit_code == 2 and "Traceback" not in again.output, again.output
     assert "voice 'ann' exists already" in message and "chorus voices delete ann" in message
+    # A base speaker's name: a server speaks the speaker for it, so the voice was never heard nor deletable.
+    speaker = CliRunner().invoke(app, ["store", "add", str(root), "acme", "flite-rms", str(voice_folder)])
+    message = " ".join(speaker.output.split())
+    assert speaker.exit_code == 2 and "'flite-rms' is a speaker of the base the voice was made on" in message
+    with VoiceStore(str(root)) as store:
+        assert [record.voice_id for record in store.list_voices("acme")] == ["ann"]
+
+
+def test_store_add_many_adds_a_folder_of_voices_in_one_process_and_names_what_it_could_not(tmp_path, voice_folder):
+    """Hundreds of voices through `chorus store add` cost 6-10 s each, almost all of it start-up (a probe)."""
+    from typer.testing import CliRunner
+
+    from chorus.cli import app
+
+    voices = tmp_path / "voices"
+    for name in ("ann", "bob", "flite-rms", "Not-An-Id"):
+        shutil.copytree(voice_folder, voices / name)
+    (voices / "notes").mkdir()  # no voice folder: not counted
+    root = tmp_path / "store"
+    added = CliRunner().invoke(app, ["store", "add-many", str(root), "acme", str(voices)])
+    said = " ".join(added.output.split())
+    assert added.exit_code == 1, added.output
+    assert "2 of 4 voice(s) ready for acme" in said
+    assert "not added: flite-rms: 'flite-rms' is a speaker of the base" in said
+    assert "not added: Not-An-Id: invalid voice id 'Not-An-Id'" in said
+    with VoiceStore(str(root)) as store:
+        assert sorted(record.voice_id for record in store.list_voices("acme")) == ["ann", "bob"]
+    again = CliRunner().invoke(app, ["store", "add-many", str(root), "acme", str(voices)])  # none added twice
+    assert again.exit_code == 1 and "0 of 4 voice(s) ready" in " ".join(again.output.split())
 
 
 def test_backup_while_writing_is_a_consistent_store(store, voice_folder, tmp_path):

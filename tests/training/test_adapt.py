@@ -492,6 +492,35 @@ def test_adapt_transcribes_recordings_without_transcripts(tiny_base, new_voice_d
     assert "automatic_transcripts" in (voice / "README.md").read_text()  # in the model-card metadata too
 
 
+def test_lines_left_out_of_a_partly_transcribed_folder_are_named_by_the_users_own_lines(
+    tiny_base, new_voice_data, tmp_path
+):
+    """One line without text sends the folder through Whisper into a temporary copy: a clip left out was named by
+    the copy's metadata.csv, gone once the run ended, and by its line there (":12" for the user's line 14). An id
+    that names a file outside wavs/ is read no more here than by the data check."""
+    data = shutil.copytree(new_voice_data, tmp_path / "partly")
+    lines = (data / "metadata.csv").read_text().splitlines()
+    first_id = lines[0].split("|")[0]
+    long_id, long_text = lines[2].split("|", 1)
+    lines[0] = f"{first_id}|"  # Whisper writes this one
+    lines[2] = f"{long_id}|{long_text} " + "and so on and so forth " * 12  # far longer than its clip
+    (tmp_path / "outside.wav").write_bytes((data / "wavs" / f"{first_id}.wav").read_bytes())
+    lines.insert(1, "a line without a separator")
+    lines.insert(1, "../../outside|Read from outside.")
+    (data / "metadata.csv").write_text("\n".join(lines) + "\n")
+    result = runner.invoke(
+        app,
+        ["adapt", str(data), "--out", str(tmp_path / "v"), "--steps", "2", "--threads", "1", "--model", str(tiny_base)],
+    )
+    output = " ".join(result.output.split())
+    assert result.exit_code == 0, result.output
+    long_line = output.split(f"skipped {data / 'metadata.csv'}:5: ")  # the long transcript, on the user's line 5
+    assert len(long_line) == 2 and "phonemes" in long_line[1][:120], output
+    assert f"skipped {data / 'metadata.csv'}:2: id '../../outside' names a file outside wavs/" in output
+    assert f"skipped {data / 'metadata.csv'}:3: expected 2 or 3 '|'-separated fields" in output  # was dropped unsaid
+    assert "chorus-transcribed" not in output
+
+
 def test_recordings_below_the_data_checks_rate_are_not_trained_on_when_transcribed(tiny_base, new_voice_data, tmp_path):
     """Whisper's clips are written at the model's rate, where the data check could no longer see that a
     recording was made at 8 kHz: such a recording is skipped before, and a folder of nothing else refused."""

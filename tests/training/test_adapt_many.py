@@ -119,6 +119,21 @@ def test_refusals(tiny_base, voices_root, tmp_path):
         adapt_many(tmp_path, load_bundle(tiny_base), tmp_path / "v", many_config(), progress=False)
 
 
+def test_folder_names_an_adapter_name_may_not_hold_make_voices_too(tiny_base, voices_root, tmp_path):
+    """A folder "dot.name" ended a whole job after its data work ("invalid adapter name"), nothing saved; the
+    voices' adapters are named apart from their folders now, and each voice keeps its folder's name."""
+    root = tmp_path / "root"
+    shutil.copytree(voices_root / "f4", root / "dot.name")
+    shutil.copytree(voices_root / "m7", root / "__dunder")
+    result = adapt_many(root, load_bundle(tiny_base), tmp_path / "voices", many_config(), progress=False)
+    assert {o.name: o.status for o in result.outcomes} == {"__dunder": "ok", "dot.name": "ok"}
+    tts = load_base(tiny_base, vocoder="griffin-lim")
+    for name in ("dot.name", "__dunder"):
+        assert read_voice(tmp_path / "voices" / name).card.name == name
+        tts.load_voice(tmp_path / "voices" / name)
+        assert tts.synthesize("Hello there.", voice=name).audio.size > 0
+
+
 def test_a_folder_of_recordings_without_transcripts_is_named_as_failed(tiny_base, voices_root, tmp_path):
     """A new user's probe: a speaker folder without a metadata.csv (recordings `chorus adapt` would transcribe)
     got no row, no warning and no entry in the summary."""

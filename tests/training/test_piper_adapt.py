@@ -194,7 +194,7 @@ def test_the_posterior_recipe_logs_the_adversarial_terms(tiny, tone_clips, tiny_
         posterior=tiny_posterior, steps=2, batch_size=2, segment_frames=16, log_every=1,
         discriminators=str(VOCODER_CHECKPOINT),
     )  # fmt: skip
-    result = adapt_piper(tone_clips, tiny, tmp_path / "voice", config)
+    result = adapt_piper(tone_clips, tiny, tmp_path / "voice", config, "a" * 64)
     logged = read_log(tmp_path / "voice.log.csv")
     assert result.card.steps == 2 and len(logged) == 2
     assert all(float(row["adversarial"]) > 0 and float(row["discriminator"]) > 0 for row in logged)

@@ -7,7 +7,7 @@ PEFT's key layout all speak of the same modules.
 
 from __future__ import annotations
 
-import re
+import copy
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
@@ -15,14 +15,14 @@ import torch
 from torch import nn
 
 from chorus.adapters.layer import AdapterLayer, innermost, wrappers_of
-from chorus.adapters.registry import ALL_LAYERS, MethodConfig, get_method
+from chorus.adapters.registry import ALL_LAYERS, MethodConfig, get_method, module_pattern
 
 
 def _matches(name: str, pattern: str | list[str] | None) -> bool:
     if pattern is None:
         return False
     if isinstance(pattern, str):
-        return re.fullmatch(pattern, name) is not None
+        return module_pattern(pattern).fullmatch(name) is not None
     return any(name == item or name.endswith("." + item) for item in pattern)
 
 
@@ -80,6 +80,49 @@ def find_targets(model: nn.Module, config: MethodConfig) -> list[str]:
             f"{config.layers}) match no module of {type(model).__name__}"
         )
     return chosen
+
+
+def planned_shapes(model: nn.Module, configs: Sequence[MethodConfig]) -> dict[str, tuple[int, ...]]:
+    """The shapes of the tensors :func:`add_adapter` would give ``model`` for ``configs``, keyed as
+    :func:`adapter_state_dict` keys them, found by wrapping a copy of each target layer whose tensors are on the
+    meta device: nothing is allocated, whatever sizes the configs declare (a voice folder from elsewhere declared
+    a rank of 100,000 over tensors of rank 4, and 3.9 GB went before its weights were found not to fit)."""
+    shapes = {}
+    for config in configs:
+        method = get_method(config.method)
+        for target in find_targets(model, config):
+            holder, leaf = _resolve(model, target)
+            layer = _on_meta(innermost(getattr(holder, leaf)))
+            wrapper = method.wrapper_for(layer, target)(layer)
+            wrapper.add(_PLANNED, config)
+            shapes.update(
+                {f"{target}.{key}": tuple(value.shape) for key, value in wrapper.adapter_state(_PLANNED).items()}
+            )
+    return shapes
+
+
+_PLANNED = "planned"
+
+
+def _on_meta(module: nn.Module) -> nn.Module:
+    """A copy of ``module`` whose parameters and buffers are on the meta device (shapes, no storage), each wrapper
+    inside it replaced by a copy of the layer it wraps: a block's children carry every loaded voice's adapters,
+    which copied one by one took 1.5-2.3 s with 1,000 voices loaded (the engine's lock held meanwhile)."""
+    memo: dict[int, object] = {}
+
+    def plan(inner: nn.Module) -> None:
+        for parameter in inner.parameters(recurse=False):
+            memo[id(parameter)] = nn.Parameter(parameter.detach().to("meta"), requires_grad=parameter.requires_grad)
+        for buffer in inner.buffers(recurse=False):
+            memo[id(buffer)] = buffer.to("meta")
+        for child in inner.children():
+            if isinstance(child, AdapterLayer):
+                memo[id(child)] = _on_meta(innermost(child))
+            else:
+                plan(child)
+
+    plan(module)
+    return copy.deepcopy(module, memo)
 
 
 def add_adapter(model: nn.Module, name: str, configs: Sequence[MethodConfig]) -> dict[str, list[str]]:

@@ -40,6 +40,7 @@ class LoraConfig(MethodConfig):
     use_rslora: bool = field(default=False, metadata={"help": "scale by alpha / sqrt(r) instead (rank-stabilized)"})
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if self.r <= 0:
             raise ValueError(f"LoRA rank r must be positive, got {self.r}")
 

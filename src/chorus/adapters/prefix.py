@@ -31,6 +31,7 @@ class PrefixConfig(MethodConfig):
     )
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if self.n_prefix <= 0:
             raise ValueError(f"n_prefix must be positive, got {self.n_prefix}")
 

@@ -38,6 +38,7 @@ class ResidualAdapterConfig(MethodConfig):
     bottleneck: int = field(default=12, metadata={"help": "hidden width of each adapter"})
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if self.bottleneck <= 0:
             raise ValueError(f"bottleneck must be positive, got {self.bottleneck}")
 

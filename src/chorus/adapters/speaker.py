@@ -43,6 +43,7 @@ class SpeakerConfig(MethodConfig):
     def __post_init__(self) -> None:
         if self.targets is None:
             self.targets = ["speaker_embedding"] + (["speaker_proj"] if self.train_projection else [])
+        super().__post_init__()
 
     def trains(self) -> bool:
         return self.train_vector or self.train_projection

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -38,6 +39,7 @@ from chorus.adapters.inject import (
     add_adapter,
     base_state_dict,
     load_adapter_state_dict,
+    planned_shapes,
     remove_adapter,
 )
 from chorus.adapters.lora import LoraConfig
@@ -45,6 +47,7 @@ from chorus.adapters.registry import FULL_FINE_TUNING, MethodConfig, config_from
 from chorus.adapters.speaker import SpeakerConfig, SpeakerVector
 from chorus.atomic import atomic_write_folder
 from chorus.models.bundle import file_sha256
+from chorus.typed_fields import wrong_fields
 
 VOICE_FORMAT = "chorus-voice"
 VOICE_FORMAT_VERSION = 1
@@ -291,15 +294,39 @@ def read_voice(folder: str | Path) -> Voice:
     data = weights_path.read_bytes()
     section = _chorus_section(folder, config)
     if section is None:
-        parts = [(weights_path, data)]
-        configs, base_hash, full, base_name = [_lora_from_peft(config, config_path)], None, False, None
+        parts, configs = [(weights_path, data)], [_lora_from_peft(config, config_path)]
+        base_hash, full, base_name = None, False, None
+        parts += _peft_speaker_vector(folder, configs)
     else:
-        _check_format(section, config_path)
+        section_path = folder / CHORUS_FILE if (folder / CHORUS_FILE).is_file() else config_path  # the earlier layout
+        _check_format(section, section_path)
         parts = _checked_files(folder, section, weights_path, data)
-        configs = _method_configs(section, config_path)
-        base_hash, full = section.get("base_model_sha256"), bool(section.get("full"))
+        configs = _method_configs(section, section_path)
+        base_hash, full = section.get("base_model_sha256", ""), bool(section.get("full"))
+        if not isinstance(base_hash, str):
+            raise VoiceError(f"{section_path}: base_model_sha256 {base_hash!r} is not a sha256")
         base_name = section.get("base_model")
+        if base_name is not None and not isinstance(base_name, str):  # it names the base the command line opens
+            raise VoiceError(f"{section_path}: base_model {base_name!r} is not a base's name")
     return Voice(configs, _tensors(parts), _voice_card(folder), base_hash, full, base_name)
+
+
+def _peft_speaker_vector(folder: Path, configs: list[MethodConfig]) -> list[tuple[Path, bytes]]:
+    """A PEFT LoRA folder's speaker vector, where ``speaker_vector.safetensors`` lies beside it (a Chorus LoRA voice
+    saved again by PEFT's ``save_pretrained``, which leaves the file behind, and the file copied back), its
+    config appended to ``configs``; else a warning: the voice would speak from the default speaker's vector, not
+    its own (a voice saved again by PEFT had changed so without a word)."""
+    path = folder / SPEAKER_FILE
+    if not path.is_file():
+        warnings.warn(
+            f"{folder}: a PEFT LoRA folder without {SPEAKER_FILE}: it speaks from the speaker asked for (the base's "
+            f"default unless one is named); a Chorus LoRA voice saved again by PEFT leaves its vector behind in that "
+            "file: copy it beside",
+            stacklevel=3,
+        )
+        return []
+    configs.append(SpeakerConfig(train_vector=False))
+    return [(path, path.read_bytes())]
 
 
 def _json_file(path: Path) -> dict:
@@ -324,7 +351,8 @@ def _chorus_section(folder: Path, config: dict) -> dict | None:
 
 def _check_format(section: dict, config_path: Path) -> None:
     """Refuse a section of another format, or of a later version than this Chorus reads."""
-    if section.get("format") != VOICE_FORMAT or section.get("version", 0) > VOICE_FORMAT_VERSION:
+    version = section.get("version", 0)
+    if section.get("format") != VOICE_FORMAT or not isinstance(version, int) or version > VOICE_FORMAT_VERSION:
         raise VoiceError(
             f"{config_path}: not a voice format this Chorus reads ({section.get('format')!r} "
             f"version {section.get('version')})"
@@ -363,6 +391,13 @@ def _tensors(parts: list[tuple[Path, bytes]]) -> dict[str, torch.Tensor]:
             tensors.update(load(content))
         except Exception as error:  # safetensors raises its own types for truncated or foreign files
             raise VoiceError(f"{path}: cannot read tensors ({error})") from error
+    not_finite = sorted(
+        key for key, value in tensors.items() if value.is_floating_point() and not value.isfinite().all()
+    )
+    if not_finite:
+        raise VoiceError(
+            f"{parts[0][0].parent}: tensors holding NaN or infinity: {not_finite[:3]} (the voice is broken)"
+        )
     return {key.removeprefix(PEFT_PREFIX): value for key, value in tensors.items()}
 
 
@@ -372,9 +407,13 @@ def _voice_card(folder: Path) -> VoiceCard | None:
     if not path.is_file():
         return None
     try:
-        return VoiceCard(**json.loads(path.read_text()))
-    except (json.JSONDecodeError, TypeError) as error:
+        card = VoiceCard(**_json_file(path))
+    except TypeError as error:
         raise VoiceError(f"{path}: corrupted voice card ({error})") from error
+    wrong = wrong_fields(card)
+    if wrong:
+        raise VoiceError(f"{path}: corrupted voice card ({'; '.join(wrong)})")
+    return card
 
 
 def _lora_from_peft(config: dict, path: Path) -> LoraConfig:
@@ -386,14 +425,37 @@ def _lora_from_peft(config: dict, path: Path) -> LoraConfig:
     if unsupported:
         raise VoiceError(f"{path}: PEFT LoRA options not supported by Chorus: {', '.join(unsupported)}")
     targets = config.get("target_modules")
-    return LoraConfig(
-        targets=sorted(targets) if isinstance(targets, list) else targets,
-        r=int(config["r"]),
-        alpha=float(config["lora_alpha"]),
-        exclude=config.get("exclude_modules"),
-        layers=config.get("layers_to_transform"),
-        use_rslora=bool(config.get("use_rslora")),
-    )
+    try:
+        return LoraConfig(
+            targets=sorted(targets) if isinstance(targets, list) else targets,
+            r=config["r"],
+            alpha=config["lora_alpha"],
+            exclude=config.get("exclude_modules"),
+            layers=config.get("layers_to_transform"),
+            use_rslora=bool(config.get("use_rslora")),
+        )
+    except KeyError as error:
+        raise VoiceError(f"{path}: a PEFT LoRA config without {error}") from error
+    except (TypeError, ValueError) as error:
+        raise VoiceError(f"{path}: invalid PEFT LoRA config ({error})") from error
+
+
+def _check_fit(model: nn.Module, configs: list[MethodConfig], tensors: dict[str, torch.Tensor]) -> None:
+    """``ValueError`` unless ``tensors`` are exactly the adapter tensors ``configs`` make on ``model``, by name and
+    shape: checked before the adapter is built, as the sizes a config declares are allocated when it is."""
+    planned = planned_shapes(model, configs)
+    missing, unexpected = sorted(set(planned) - set(tensors)), sorted(set(tensors) - set(planned))
+    if missing or unexpected:
+        raise ValueError(f"adapter tensors do not match the model: missing {missing[:5]}, unexpected {unexpected[:5]}")
+    wrong = [
+        f"{key} {tuple(tensors[key].shape)}" for key, shape in planned.items() if tuple(tensors[key].shape) != shape
+    ]
+    if wrong:
+        example = next(key for key in planned if tuple(tensors[key].shape) != planned[key])
+        raise ValueError(
+            f"{len(wrong)} tensor(s) of another shape than the voice's config makes: {', '.join(wrong[:3])} "
+            f"(the config makes {example} {planned[example]})"
+        )
 
 
 def apply_voice(
@@ -409,6 +471,13 @@ def apply_voice(
     voice carries adapters too (a Chorus full fine-tune's speaker vector; a Piper one has none). Refuses
     a voice of another base model (``base_model_sha256``, named ``base_model`` in the message, where the
     voice is called ``label``: default ``name``)."""
+    if base_model_sha256 and voice.base_model_sha256 == "":
+        # A Chorus voice always records its base; one that records none could be from any (a PEFT folder, which
+        # has no place for it, is read as it is: documented).
+        raise VoiceError(
+            f"voice {label or name!r} records no base model (base_model_sha256 is empty): which base it was made "
+            "on cannot be told; adapt it again on this base"
+        )
     if base_model_sha256 and voice.base_model_sha256 and voice.base_model_sha256 != base_model_sha256:
         made_on = f"{voice.base_model or 'chorus'} (sha256 {voice.base_model_sha256[:12]}...)"
         this = f"{base_model or 'this base'} (sha256 {base_model_sha256[:12]}...)"
@@ -441,9 +510,10 @@ def apply_voice(
     if not voice.configs:  # a full fine-tune and nothing more: no adapter to add
         return
     try:
+        _check_fit(model, voice.configs, tensors)
         add_adapter(model, name, voice.configs)
         load_adapter_state_dict(model, name, tensors)
-    except (TypeError, ValueError) as error:
+    except (TypeError, ValueError, RuntimeError) as error:  # RuntimeError: torch's own, on a size it cannot build
         if name in adapter_names(model):
             remove_adapter(model, name)
         raise VoiceError(f"voice {name!r} does not fit this base model: {error}") from error

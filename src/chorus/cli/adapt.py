@@ -30,7 +30,7 @@ from chorus.cli.method_options import method_help, method_options, with_method_f
 from chorus.data.formats import Utterance, needs_transcripts
 from chorus.models.bundle import load_bundle
 from chorus.recipe import DEFAULT_METHOD, AdaptConfig, MemoryOptions
-from chorus.synthesis import DEFAULT_BASE
+from chorus.synthesis.bases.chorus import model_folder
 from chorus.synthesis.bases.piper import claims as piper_claims
 from chorus.training.adapt import adapt as run_adapt
 from chorus.training.adapt import check_adaptation_data, left_out_notes, say_left_out
@@ -143,7 +143,7 @@ def adapt(
                 frozen_dtype=frozen_dtype,
             ),
         )
-        bundle = load_bundle(spec or DEFAULT_BASE, device)
+        bundle = load_bundle(model_folder(spec), device)
         result = run_adapt(
             data, bundle, out, config, keep_transcribed=keep_transcribed, in_place=True, keep_on_interrupt=True
         )
@@ -297,7 +297,7 @@ def adapt_many(
             steps=steps,
             clips_per_voice=clips_per_voice,
         )
-        bundle = load_bundle(model or DEFAULT_BASE, device)
+        bundle = load_bundle(model_folder(model), device)
         result = run_adapt_many(root, bundle, out, config)
     table = Table("voice", "status", "minutes", "held-out mel L1", "folder or reason")
     for outcome in result.outcomes:

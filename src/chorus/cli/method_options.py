@@ -147,6 +147,8 @@ def method_options(method: str, values: dict[str, Any], targets: str | None = No
         for taker in takers:
             options.setdefault(taker, {})[by_name[name].field] = value
     if targets is not None:
+        if chosen[0] == FULL_FINE_TUNING:  # it trains every weight: a pattern there was ignored without a word
+            raise ValueError("--targets chooses the layers an adapter method adapts; --method full trains every layer")
         parsed = targets if targets.startswith("^") else [t.strip() for t in targets.split(",") if t.strip()]
         options.setdefault(chosen[0], {})["targets"] = parsed
     return options

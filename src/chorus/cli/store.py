@@ -75,9 +75,14 @@ def add(
     would load it first."""
     from chorus.adapters.voice import read_voice
     from chorus.serving.store import VoiceConflict, VoiceStore
+    from chorus.serving.store.layout import voice_files
 
     with user_errors():
+        voice_files(folder)  # its entries first: a link is refused before anything is read through it
         voice = read_voice(folder)
+        taken = _speakers_name(voice_id, voice.base_model)
+        if taken:
+            fail(taken)
         with VoiceStore(store, database) as voices:
             try:
                 voices.put_voice(tenant, voice_id, folder)
@@ -90,6 +95,63 @@ def add(
     console.print(
         f"{tenant}/{voice_id}: ready in {store} (made on base {base}: serve it with that --base)", soft_wrap=True
     )
+
+
+def _speakers_name(voice_id: str, base: str | None) -> str | None:
+    """Why ``voice_id`` may not name a voice of ``base``: it is one of its speakers, whom a server speaks for that
+    id, so the stored voice was never heard, and no route could delete it (a probe's "flite-rms"); else None."""
+    from chorus.synthesis.bases import CHORUS, base_speakers
+
+    try:
+        speakers, _ = base_speakers(None if base in (None, "", CHORUS) else base)
+    except (OSError, ValueError):  # a Piper voice file not on this machine: the server, which has it, refuses it
+        return None
+    if voice_id in speakers:
+        return f"{voice_id!r} is a speaker of the base the voice was made on ({base or CHORUS}): choose another id"
+    return None
+
+
+@store_app.command("add-many")
+def add_many(
+    store: str = typer.Argument(..., help="The voice store: a folder or an fsspec URL."),
+    tenant: str = typer.Argument(..., help="The tenant the voices belong to ('default' on a server without keys)."),
+    folder: Path = typer.Argument(..., help="A folder of voice folders (chorus adapt-many's --out)."),
+    database: str | None = DATABASE_OPTION,
+) -> None:
+    """Add every voice folder in FOLDER to a store, each under its folder's name, ready at once: chorus store add
+    for many voices in one process (each `chorus store add` starts Python and torch again: 6-10 s a voice). A voice
+    that cannot be added is named with why and the rest go on; the exit status is 1 if any could not. Like
+    `store add`, an operator's command: the tenant's voice quota is the server's to enforce on onboarding."""
+    from rich.progress import track
+
+    from chorus.adapters.voice import is_voice_folder, read_voice
+    from chorus.serving.store import VoiceConflict, VoiceStore
+    from chorus.serving.store.layout import voice_files
+
+    if not folder.is_dir():
+        fail(f"{folder}: no such folder")
+    folders = sorted(path for path in folder.iterdir() if is_voice_folder(path))
+    if not folders:
+        fail(f"{folder}: no voice folders in it (folders holding an adapter_config.json, as chorus adapt-many writes)")
+    refused: dict[str, str] = {}
+    with user_errors(), VoiceStore(store, database) as voices:
+        for voice_folder in track(folders, description="adding voices", console=console):
+            voice_id = voice_folder.name
+            try:
+                voice_files(voice_folder)  # a link is refused before anything is read through it
+                taken = _speakers_name(voice_id, read_voice(voice_folder).base_model)
+                if taken:
+                    raise ValueError(taken)
+                voices.put_voice(tenant, voice_id, voice_folder)
+            except (ValueError, VoiceConflict) as error:  # a bad id or folder, a voice there already: the next
+                refused[voice_id] = str(error)
+    console.print(
+        f"{len(folders) - len(refused)} of {len(folders)} voice(s) ready for {tenant} in {store}", soft_wrap=True
+    )
+    for voice_id, why in refused.items():
+        console.print(f"not added: {voice_id}: {why}", soft_wrap=True)
+    if refused:
+        raise typer.Exit(1)
 
 
 @store_app.command()

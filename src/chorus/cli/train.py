@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from chorus.cli.common import config_default, console, parameter_default, user_errors
+from chorus.cli.common import config_default, console, fail, given_options, parameter_default, user_errors
 from chorus.models.config import AcousticConfig
 from chorus.training.pretrain import PretrainConfig
 from chorus.training.pretrain import pretrain as run_pretrain
@@ -51,6 +51,7 @@ def pretrain(
 
 
 def train_vocoder(
+    context: typer.Context,
     data: list[Path] = typer.Argument(
         ...,
         help="Folders of LJSpeech-style speaker folders (any **/wavs/*.wav), e.g. corpus_out/train corpus_out/vocoder.",
@@ -86,6 +87,9 @@ def train_vocoder(
 ) -> None:
     """Train the Vocos-style neural vocoder on real (or corpus) audio, or fine-tune one on an acoustic
     model's output (--init-from + --aligned-model), so it fits the spectra that model makes."""
+    unused = [] if aligned_model is not None else given_options(context, "aligned_clips", "aligned_fraction")
+    if unused:  # they had been ignored without a word, and the run trained on the data's own mels alone
+        fail(f"{', '.join(unused)}: options of GTA fine-tuning, which --aligned-model MODEL turns on")
     with user_errors():
         result = train_vocoder_command(
             data,

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import unicodedata
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 # Every format Chorus reads: libsndfile's, then FFmpeg's through PyAV (chorus.audio.io.load_audio).
 AUDIO_SUFFIXES = (".wav", ".flac", ".mp3", ".ogg", ".oga", ".opus", ".m4a", ".aac", ".webm", ".aiff", ".aif")
@@ -138,6 +138,12 @@ def read_metadata(folder: Path, speaker: str | None = None) -> tuple[list[Uttera
         if not utt_id:
             problems.append(MetadataProblem(where, "empty utterance id"))
             continue
+        if _outside_wavs(utt_id):
+            # Read as a path, it names a file outside the dataset, which a voice made from it would carry away.
+            problems.append(
+                MetadataProblem(where, f"id {utt_id!r} names a file outside wavs/ (an id is a clip's name)")
+            )
+            continue
         if utt_speaker is None or not utt_speaker:
             problems.append(MetadataProblem(where, "empty speaker name"))
             continue
@@ -218,6 +224,11 @@ def metadata_lines(metadata: Path) -> list[tuple[str, str]]:
     if rows and is_header(list(rows[0]), metadata.parent / "wavs"):
         rows = rows[1:]
     return rows
+
+
+def _outside_wavs(utt_id: str) -> bool:
+    """Whether ``utt_id``, read as a path below ``wavs/``, names a file outside it (absolute, or through '..')."""
+    return PurePosixPath(utt_id).is_absolute() or ".." in PurePosixPath(utt_id).parts
 
 
 def needs_transcripts(folder: str | Path) -> bool:

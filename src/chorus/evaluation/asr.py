@@ -109,14 +109,6 @@ def corpus_word_error_rate(references: Iterable[str], hypotheses: Iterable[str])
     return sum(counts[1:], counts[0]).rate
 
 
-def corpus_char_error_rate(references: Iterable[str], hypotheses: Iterable[str]) -> float:
-    """Corpus CER: the sum of character edits over the sum of reference characters."""
-    counts = [char_errors(ref, hyp) for ref, hyp in zip(references, hypotheses, strict=True)]
-    if not counts:
-        raise ValueError("no sentences to score")
-    return sum(counts[1:], counts[0]).rate
-
-
 @dataclass(frozen=True)
 class Word:
     """One word as Whisper wrote it (punctuation attached: ``"model."``), where it was said (seconds from the

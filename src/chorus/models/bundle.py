@@ -146,7 +146,7 @@ def load_bundle(folder: str | Path, device: str | torch.device = "cpu") -> Model
             f"Chorus understands ({MODEL_FORMAT_VERSION}); upgrade chorus"
         )
     try:
-        model = build_model(AcousticConfig.from_dict(config["model"]), device)
+        model_config = AcousticConfig.from_dict(config["model"])
         front_end = TextFrontEnd.from_dict(config["front_end"])
         mel_config = MelConfig(**config["mel"])
         speakers, default_speaker = list(config["speakers"]), config["default_speaker"]
@@ -159,18 +159,36 @@ def load_bundle(folder: str | Path, device: str | torch.device = "cpu") -> Model
             )
     except Exception as error:  # safetensors raises its own error types for truncated files
         raise CheckpointError(f"{weights_path}: cannot read weights ({error})") from error
+    # The config's sizes are checked against the weights on a model with no storage before any is allocated: a
+    # config saying 3,000,000 speakers took 768 MB before its weights were found not to fit.
     try:
-        missing, unexpected = model.load_state_dict(state, strict=False)
-    except RuntimeError as error:  # shape mismatches
-        raise CheckpointError(f"{weights_path}: weights do not match the config ({error})") from error
-    if missing or unexpected:
-        raise CheckpointError(
-            f"{weights_path}: weights do not match the config (missing {missing[:5]}, unexpected {unexpected[:5]})"
-        )
+        planned = build_model(model_config, "meta")
+    except (TypeError, ValueError, RuntimeError, OverflowError) as error:  # sizes torch cannot build (36.0, 2**62)
+        raise CheckpointError(f"{config_path}: invalid model config ({type(error).__name__}: {error})") from error
+    _check_fit(planned, state, weights_path)
+    model = build_model(model_config, device)
+    model.load_state_dict(state)
     model.eval()
     return ModelBundle(
         model, front_end, mel_config, speakers, default_speaker, config.get("info", {}), file_sha256(weights_path)
     )
+
+
+def _check_fit(model: torch.nn.Module, state: dict[str, torch.Tensor], weights_path: Path) -> None:
+    """``CheckpointError`` unless ``state`` holds exactly ``model``'s tensors (built on "meta") in their shapes."""
+    expected = model.state_dict()
+    missing, unexpected = sorted(set(expected) - set(state)), sorted(set(state) - set(expected))
+    if missing or unexpected:
+        raise CheckpointError(
+            f"{weights_path}: weights do not match the config (missing {missing[:5]}, unexpected {unexpected[:5]})"
+        )
+    wrong = [
+        f"{key} {tuple(value.shape)} (the config makes {tuple(expected[key].shape)})"
+        for key, value in state.items()
+        if value.shape != expected[key].shape
+    ]
+    if wrong:
+        raise CheckpointError(f"{weights_path}: weights do not match the config: {', '.join(wrong[:3])}")
 
 
 @torch.no_grad()

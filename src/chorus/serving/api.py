@@ -31,6 +31,7 @@ from chorus.serving.batcher import SpeechQueue
 from chorus.serving.engine import Engine
 from chorus.serving.errors import add_error_handlers
 from chorus.serving.head_requests import HeadAsGet
+from chorus.serving.header_bound import MAX_HEADER_BYTES, HeaderBound
 from chorus.serving.loopback_guard import LoopbackGuard
 from chorus.serving.metrics import MetricsMiddleware
 from chorus.serving.onboarding.consent_checks import CustomVoiceChecks
@@ -89,6 +90,7 @@ def create_app(
     app.state.server = server
     if loopback_only:  # inside the log and the metrics: the refusal is counted and logged
         app.add_middleware(LoopbackGuard)
+    app.add_middleware(HeaderBound)  # outside the guard, which reads every header
     app.add_middleware(HeadAsGet)  # inside the log and the metrics: they see the HEAD and its bytes sent
     # A page served from another port of this machine (a local web app) may call the API and read its answers
     # and headers; another site's may not (a new user's probe: no preflight was answered). Keys still apply.
@@ -166,11 +168,20 @@ def serve(config: ServeConfig, announce: Callable[[str], None] = print, log_leve
         announce(f"a new, empty voice store ({created} was not there): if you meant one with voices, check --store")
     announce(f"OpenAI-compatible endpoint: http://{config.host}:{config.port}/v1 (audio.speech), voices at /v1/voices")
     # chorus.access logs each request once, with its tenant, duration and id: uvicorn's own line is off.
-    # h11 rather than httptools: it bounds a request's headers (16 KB), where httptools took a 100 MB header
-    # from a client without a key. Parsing costs nothing beside synthesis. How slowly a client sends is not
-    # bounded here (docs/serving.md: a reverse proxy's timeouts).
+    # h11 rather than httptools: it bounds a request head that arrives in pieces, where httptools took a 100 MB
+    # header from a client without a key (one that arrives whole is bounded by HeaderBound). Parsing costs
+    # nothing beside synthesis. How slowly a client sends is not bounded here (docs/serving.md: a reverse
+    # proxy's timeouts).
     server = uvicorn.Server(
-        uvicorn.Config(app, host=config.host, port=config.port, log_level=log_level, access_log=False, http="h11")
+        uvicorn.Config(
+            app,
+            host=config.host,
+            port=config.port,
+            log_level=log_level,
+            access_log=False,
+            http="h11",
+            h11_max_incomplete_event_size=MAX_HEADER_BYTES,
+        )
     )
     try:
         server.run(sockets=bound)

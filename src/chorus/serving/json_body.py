@@ -26,9 +26,10 @@ class BodyError(ValueError):
     """A body that is not JSON within the bounds; the message says which bound."""
 
 
-def loads_bounded(body: bytes, max_depth: int = MAX_DEPTH) -> object:
+def loads_bounded(body: bytes, max_depth: int = MAX_DEPTH, unique_keys: bool = False) -> object:
     """``json.loads(body)`` for a body nested at most ``max_depth`` deep with numbers of at most
-    ``MAX_NUMBER_CHARS`` characters; :class:`BodyError` otherwise, or when it is not JSON."""
+    ``MAX_NUMBER_CHARS`` characters; :class:`BodyError` otherwise, or when it is not JSON, or (``unique_keys``)
+    when an object names a key twice."""
     outside_strings = _STRING.sub(b'""', body)
     depth = deepest = 0
     for bracket in _BRACKET.finditer(outside_strings):
@@ -39,7 +40,9 @@ def loads_bounded(body: bytes, max_depth: int = MAX_DEPTH) -> object:
     if _LONG_NUMBER.search(outside_strings):
         raise BodyError(f"the request body has a number over {MAX_NUMBER_CHARS} characters long")
     try:
-        data = json.loads(body)
+        data = json.loads(body, object_pairs_hook=_unique if unique_keys else None)
+    except _Twice as twice:
+        raise BodyError(f"the request body names {twice.args[0]!r} twice") from None
     except (json.JSONDecodeError, UnicodeDecodeError, RecursionError, ValueError):
         raise BodyError("the request body is not valid JSON") from None
     try:  # JSON may escape half of a surrogate pair ("\\ud800"): no character, and no text can hold it
@@ -47,3 +50,16 @@ def loads_bounded(body: bytes, max_depth: int = MAX_DEPTH) -> object:
     except UnicodeEncodeError:
         raise BodyError("the request body holds a string that is not valid Unicode (a lone surrogate escape)") from None
     return data
+
+
+class _Twice(Exception):
+    """A key an object of the JSON names twice."""
+
+
+def _unique(pairs: list[tuple[str, object]]) -> dict:
+    found: dict = {}
+    for key, value in pairs:
+        if key in found:
+            raise _Twice(key)
+        found[key] = value
+    return found

@@ -40,6 +40,7 @@ import functools
 import logging
 import os
 import shutil
+import signal
 import threading
 import time
 from collections import Counter
@@ -551,6 +552,9 @@ def serve_ray(
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # no usage report leaves the machine
     # address="local": always a new cluster on this machine, never one named by RAY_ADDRESS.
     ray.init(address="local", include_dashboard=False, logging_level=logging.WARNING)
+    # Ray's own handler (glog's) answers SIGTERM, as `systemctl stop` sends it, with an abort that leaves the
+    # cluster's agents running: stop as Ctrl-C does, through the shutdown below.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
         # Ray CPUs are scheduling tokens: split the machine's so every replica and one onboarding task
         # fit at once (more tasks wait for a share), else a replica that does not fit never starts.

@@ -33,6 +33,7 @@ from chorus.serving.store import (
 from chorus.serving.tenants import Tenants, Unauthorized
 from chorus.serving.voice_keys import StoredVoice
 from chorus.synthesis.voices import OPENAI_VOICE_ALIASES
+from chorus.text.phonemize import close_backends
 
 _URL = re.compile(r"[a-zA-Z][a-zA-Z0-9+.-]*://\S+")
 log = logging.getLogger("chorus.serving.server")
@@ -135,6 +136,9 @@ class ServerState:
             self.batcher.close(timeout=30)
         finally:
             self.store.close()
+            # phonemizer's copies of libespeak-ng in the temporary folder go with its backends, which an exit
+            # does not collect (a probe found one folder left per server run)
+            close_backends()
 
     def store_problem(self) -> str | None:
         """Why the store cannot take writes (None when it can), probed at most every

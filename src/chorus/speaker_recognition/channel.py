@@ -56,12 +56,8 @@ def _frames(audio: np.ndarray, rate: int) -> np.ndarray:
     return audio[index] * np.hanning(length)[None, :]
 
 
-def speech_and_noise_frames(audio: np.ndarray, rate: int) -> tuple[np.ndarray, np.ndarray]:
-    """Indices of the speech frames (loudest 40 %) and the noise frames (quietest 10 %) of ``audio``."""
-    return _loudest_and_quietest(_frames(audio, rate))
-
-
 def _loudest_and_quietest(frames: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Indices of the speech frames (loudest 40 %) and the noise frames (quietest 10 %) of ``frames``."""
     power = np.mean(frames**2, axis=1)
     order = np.argsort(power)
     noise = order[: max(1, len(order) // 10)]

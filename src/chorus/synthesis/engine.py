@@ -135,10 +135,6 @@ class EngineStats:
     pinned_voices: int = 0
     capacity_bytes: int = 0
 
-    @property
-    def hit_rate(self) -> float:
-        return self.hits / max(self.hits + self.misses, 1)
-
 
 def adapter_bytes(model, adapter: str) -> int:
     """Bytes of adapter ``adapter``'s tensors in ``model``."""

@@ -279,7 +279,13 @@ def adapt(
             )
         notes = {"automatic_transcripts": f"{auto.automatic} of {auto.clips} clips (Whisper tiny.en)"}
         try:
-            return _adapt(auto.folder, bundle, out, config, extra_notes=notes, **options)
+            # Kept, the transcribed folder is what its user reads and mends: a line is named there and by its origin.
+            sources = (
+                {line: f"{line} (from {origin})" for line, origin in auto.sources.items()}
+                if keep_transcribed
+                else auto.sources
+            )
+            return _adapt(auto.folder, bundle, out, config, extra_notes=notes, sources=sources, **options)
         except ValueError as error:
             reason, advice = (error.reason, error.advice) if isinstance(error, DataRefused) else (str(error), "")
             if keep_transcribed is not None:  # the kept folder is what to read and mend: named as it is
@@ -327,6 +333,7 @@ def _adapt(
     extra_notes: dict | None = None,
     in_place: bool = False,
     keep_on_interrupt: bool = False,
+    sources: dict[str, str] | None = None,
 ) -> AdaptResult:
     """Make a voice from ``data`` (an LJSpeech-style folder with its transcripts) on ``bundle``'s base
     and save it to ``out``.
@@ -344,10 +351,12 @@ def _adapt(
     base speaker that fits the data best: what a sample's voice speaks as until it is refined).
     ``keep_on_interrupt``: an interrupt (Ctrl-C) ends training and the best evaluation so far is saved
     (``AdaptResult.stopped`` is "interrupted"; the caller says so and exits as interrupted); else it propagates.
+    ``sources``: where each line of ``data``'s metadata.csv came from, when ``data`` was written from the user's
+    recordings (``AutoTranscripts.sources``): a clip left out is named by the user's own line.
     """
     with _torch_threads(config.threads):
         torch.manual_seed(config.seed)
-        voice = _read_voice_data(data, bundle, config, progress, on_step)
+        voice = _read_voice_data(data, bundle, config, progress, on_step, sources or {})
         # Full fine-tuning and a lighter frozen base train a copy however the caller asks: the base stays as it is.
         copied = not in_place or config.methods.full or config.memory.frozen_dtype != "fp32"
         model = copy.deepcopy(bundle.model) if copied else bundle.model
@@ -412,17 +421,24 @@ def _torch_threads(count: int) -> Iterator[None]:
 
 
 def _read_voice_data(
-    data: str | Path, bundle: ModelBundle, config: AdaptConfig, progress: bool, on_step: Callable | None
+    data: str | Path,
+    bundle: ModelBundle,
+    config: AdaptConfig,
+    progress: bool,
+    on_step: Callable | None,
+    sources: dict[str, str],
 ) -> _VoiceData:
-    """Check the folder (refusing what cannot make a voice), make its features, hold some clips out."""
+    """Check the folder (refusing what cannot make a voice), make its features, hold some clips out; a clip left
+    out is named by its line in ``sources`` where it has one there (``_adapt``'s ``sources``)."""
     report = check_adaptation_data(data, config, progress)
     if on_step is not None:
         on_step(0, config.steps)  # the data check done: a caller may stop here (a cancelled job)
     valid = report.valid_utterances()
-    say_left_out(report)
+    say_left_out(report, sources)
     cache, skipped = voice_features(valid, bundle, progress)
     for line in skipped:
-        print(f"skipped {line}")
+        source = next((source for source in sources if line.startswith(f"{source}: ")), None)
+        print(f"skipped {line if source is None else sources[source] + line[len(source) :]}")
     if on_step is not None:
         on_step(0, config.steps)  # the features made
     train_indices, val_indices = split_held_out(len(cache), config.validation_fraction, config.seed)
@@ -432,10 +448,11 @@ def _read_voice_data(
     return _VoiceData(valid, cache, train_indices, val_indices, minutes, speech_minutes, notes)
 
 
-def say_left_out(report: DatasetReport) -> None:
-    """Print each clip the data check left out, and its warnings (nothing above 4.2 kHz, noise)."""
+def say_left_out(report: DatasetReport, sources: dict[str, str] | None = None) -> None:
+    """Print each clip the data check left out, and its warnings (nothing above 4.2 kHz, noise); ``sources``
+    names a line of a transcribed folder by its origin (:attr:`~chorus.training.transcripts.AutoTranscripts.sources`)."""
     for problem in report.problems:
-        print(f"skipped {problem.source}: {problem.message}")
+        print(f"skipped {(sources or {}).get(problem.source, problem.source)}: {problem.message}")
     for warning in report.warning_notes().values():
         print(f"warning: {warning}")
 

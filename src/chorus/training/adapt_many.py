@@ -197,6 +197,12 @@ class VoiceSet:
     audio: dict[str, list[Path]]  # voice name -> its usable clips' files
     speech_seconds: dict[str, float]  # cache key -> the clip's speech, as the data check counts it
 
+    @staticmethod
+    def adapter(voice: int) -> str:
+        """The adapter name of cache speaker ``voice`` in the model: not its folder's name, which may hold what an
+        adapter name may not (a folder "dot.name" ended a whole job after its data work, nothing saved)."""
+        return f"voice{voice}"
+
 
 def load_voices(
     root: str | Path, bundle: ModelBundle, config: AdaptConfig, seed: int, progress: bool = True
@@ -212,17 +218,23 @@ def load_voices(
     }
     voices: dict[str, list[Utterance]] = {}
     speech: dict[str, float] = {}
-    for folder in folders:
-        try:
-            report = check_adaptation_data(folder, config, progress=False)
-        except ValueError as error:
-            failed[folder.name] = str(error)
-            continue
-        # The folder name is the voice's name, whatever the metadata calls its speaker.
-        voices[folder.name] = [
-            Utterance(u.key, folder.name, u.text, u.audio_path, u.source) for u in report.valid_utterances()
-        ]
-        speech.update({f"{folder.name}/{u.key}": report.speech_durations[u.key] for u in report.valid_utterances()})
+    # A bar over the folders: the checks take seconds a voice (a probe's 29 folders printed nothing for 93 s).
+    with step_progress(f"checking {len(folders)} speaker folders", progress) as bar:
+        task = bar.add_task("folders", total=len(folders), status="")
+        for folder in folders:
+            bar.update(task, status=folder.name)
+            try:
+                report = check_adaptation_data(folder, config, progress=False)
+            except ValueError as error:
+                failed[folder.name] = str(error)
+                continue
+            finally:
+                bar.advance(task)
+            # The folder name is the voice's name, whatever the metadata calls its speaker.
+            voices[folder.name] = [
+                Utterance(u.key, folder.name, u.text, u.audio_path, u.source) for u in report.valid_utterances()
+            ]
+            speech |= {f"{folder.name}/{u.key}": report.speech_durations[u.key] for u in report.valid_utterances()}
     if not voices:
         raise ValueError(f"{root}: no voice has usable data: " + "; ".join(f"{n}: {m}" for n, m in failed.items()))
     names = sorted(voices)
@@ -255,11 +267,12 @@ def add_voice_adapters(model: AcousticModel, voices: VoiceSet, configs: list, ma
         model, voices.cache, np.array([voices.train[v][0] for v in voices.train]), max_frames=max_frames
     )
     for voice, start in zip(voices.train, starts):
-        add_adapter(model, voices.names[voice], configs)
+        adapter = voices.adapter(voice)
+        add_adapter(model, adapter, configs)
         for _, layer in adapter_layers(model):
-            if isinstance(layer, SpeakerVector) and voices.names[voice] in layer.configs:
+            if isinstance(layer, SpeakerVector) and adapter in layer.configs:
                 with torch.no_grad():
-                    layer.speaker_vector[voices.names[voice]].copy_(innermost(layer).weight[start])
+                    layer.speaker_vector[adapter].copy_(innermost(layer).weight[start])
 
 
 class ClipSampler:
@@ -336,7 +349,7 @@ def adapt_many(
     add_voice_adapters(model, voices, configs, config.adapt.max_frames)
     for parameter in model.parameters():
         parameter.requires_grad_(False)
-    bank = pack_bank(model, [voices.names[v] for v in voices.train], trainable=True)
+    bank = pack_bank(model, [voices.adapter(v) for v in voices.train], trainable=True)
     slot_of = slots_for(voices)
     trainable = list(bank.parameters())
     optimizer = build_optimizer(
@@ -402,7 +415,7 @@ def _save_voices(
     frames_to_minutes = bundle.mel_config.hop_length / bundle.mel_config.sample_rate / 60
     outcomes = {}
     for voice in voices.train:
-        name = voices.names[voice]
+        name, adapter = voices.names[voice], voices.adapter(voice)
         members = np.flatnonzero(voices.cache.speakers == voice)
         minutes = float(voices.cache.frames()[members].sum()) * frames_to_minutes
         speech_minutes = sum(voices.speech_seconds[voices.cache.keys[i]] for i in members) / 60
@@ -417,8 +430,8 @@ def _save_voices(
             trainable_parameters=sum(
                 p.numel()
                 for _, layer in adapter_layers(model)
-                if layer.configs.get(name) and layer.configs[name].trains()
-                for p in layer.adapter_parameters(name)
+                if layer.configs.get(adapter) and layer.configs[adapter].trains()
+                for p in layer.adapter_parameters(adapter)
             ),
             metrics={
                 "validation_mel_l1_start": round(start_val[voice], 4),
@@ -431,7 +444,7 @@ def _save_voices(
                 "recipe": {**asdict(config), "adapt": config.adapt.recipe()},
             },
         )
-        voice_dir = save_voice(out / name, model, name, configs, card)
+        voice_dir = save_voice(out / name, model, adapter, configs, card)
         outcomes[name] = VoiceOutcome(
             name, "ok", "", str(voice_dir), card.data_minutes, start_val[voice], best[voice].value
         )

@@ -647,7 +647,7 @@ def adapt_piper(
     generator: PiperGenerator,
     out: str | Path | None,
     config: PiperAdaptConfig,
-    base_sha256: str = "",
+    base_sha256: str,
     progress: bool = False,
     base_name: str = "",
     notes: dict[str, str] | None = None,

@@ -9,13 +9,13 @@ records how many transcripts were automatic.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from chorus.audio.io import SAMPLE_RATE, AudioError, load_audio, save_audio
 from chorus.audio.silences import split_at_silences
 from chorus.data.check import CheckConfig
-from chorus.data.formats import AUDIO_SUFFIXES, audio_path, metadata_lines
+from chorus.data.formats import AUDIO_SUFFIXES, read_metadata
 from chorus.evaluation.asr import WhisperJudge
 
 
@@ -26,6 +26,10 @@ class AutoTranscripts:
     automatic: int  # clips whose transcript Whisper wrote
     seconds: float  # of every clip written
     automatic_seconds: float = 0.0  # of those Whisper transcribed
+    # Each line of the folder's metadata.csv ("<folder>/metadata.csv:<n>") by where its clip came from: the given
+    # metadata.csv's line, or the recording's file (and which part of it), so what is said of a line names the
+    # user's own (the written folder is temporary, and its lines are numbered otherwise).
+    sources: dict[str, str] = field(default_factory=dict)
 
 
 def auto_transcribe(
@@ -45,19 +49,22 @@ def auto_transcribe(
     folder, out = Path(folder), Path(out)
     judge = judge or WhisperJudge(beam_size=5)
     metadata = folder / "metadata.csv"
-    if metadata.is_file():
-        wavs = folder / "wavs"
-        given = [(audio_path(wavs, utt_id), text) for utt_id, text in metadata_lines(metadata)]
+    lines, skipped, sources, automatic, seconds, automatic_seconds = [], [], {}, 0, 0.0, 0.0
+    if metadata.is_file():  # its lines read as the data check reads them, and its problems said (not dropped)
+        utterances, problems = read_metadata(folder, speaker=folder.name)
+        for problem in problems:
+            skipped.append(f"{problem.source}: {problem.message}")
+            print(f"skipped {skipped[-1]}")
+        given = [(u.audio_path, u.text, u.source) for u in utterances]
     else:
         files = sorted(p for p in folder.rglob("*") if p.is_file() and p.suffix.lower() in AUDIO_SUFFIXES)
-        given = [(p, "") for p in files]
-    if not given:
+        given = [(p, "", str(p)) for p in files]
+    if not given and not skipped:
         raise ValueError(f"{folder}: no audio files ({', '.join(AUDIO_SUFFIXES)}) and no metadata.csv")
     (out / "wavs").mkdir(parents=True, exist_ok=True)
-    lines, skipped, automatic, seconds, automatic_seconds = [], [], 0, 0.0, 0.0
     with Progress(disable=not progress) as bar:
         task = bar.add_task("transcribing", total=len(given))
-        for path, text in given:
+        for path, text, source in given:
             try:
                 audio = load_audio(path, SAMPLE_RATE, min_rate=min_sample_rate)
             except AudioError as error:
@@ -74,6 +81,8 @@ def auto_transcribe(
                 automatic += not text
                 save_audio(out / "wavs" / f"{utt_id}.wav", clip, SAMPLE_RATE)
                 lines.append(f"{utt_id}|{' '.join(words.split())}")
+                part = f" (part {number + 1} of {len(clips)})" if len(clips) > 1 else ""
+                sources[f"{out / 'metadata.csv'}:{len(lines)}"] = source + part
                 seconds += len(clip) / SAMPLE_RATE
                 automatic_seconds += 0.0 if text else len(clip) / SAMPLE_RATE
             bar.advance(task)
@@ -82,4 +91,4 @@ def auto_transcribe(
         why = f"skipped {'; '.join(skipped[:3])}{more}" if skipped else "Whisper heard no words in any recording"
         raise ValueError(f"{folder}: no usable recording ({why})")
     (out / "metadata.csv").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return AutoTranscripts(out, len(lines), automatic, round(seconds, 1), round(automatic_seconds, 1))
+    return AutoTranscripts(out, len(lines), automatic, round(seconds, 1), round(automatic_seconds, 1), sources)

@@ -88,8 +88,8 @@ def train_voice_space(
     add_voice_adapters(model, voices, configs)
     for parameter in model.parameters():
         parameter.requires_grad_(False)
-    names = [voices.names[v] for v in voices.train]
-    bank = pack_bank(model, names)
+    names, adapters = [voices.names[v] for v in voices.train], [voices.adapter(v) for v in voices.train]
+    bank = pack_bank(model, adapters)
     slot_of = slots_for(voices)
     space = VoiceSpace.from_bank(bank, config.dim, configs, bundle.weights_sha256)
     # Each voice's starting adapter (its closest speaker's vector) is folded into the
@@ -115,8 +115,8 @@ def train_voice_space(
     result = loop.run(train_step, validate, lambda: _copy(space, z))
     _restore(space, z, result.best.state)
     bank.remove()
-    for name in names:
-        remove_adapter(model, name)
+    for adapter in adapters:
+        remove_adapter(model, adapter)
     model.eval()
     space.set_voices(names, z.detach())
     _fit_embedding_map(space, voices)

@@ -166,6 +166,7 @@ class JobRunner:
         self.refinement_check = refinement_check or RefinementCheck(ConsentSettings().max_refined_wer_increase)
         self._running: str | None = None
         self._running_lock = threading.Lock()  # a cancel and the start or end of a job: one at a time
+        self._passed_over: set[str] = set()  # ids of queued jobs cancelled while they wait
         # Jobs that ended here while the store refused to record it (a full disk, a database down): the
         # worker records them before anything else, so none stays "running" (and holds its tenant's slot).
         self._unrecorded: dict[str, str] = {}
@@ -200,7 +201,12 @@ class JobRunner:
 
     @property
     def queued(self) -> int:
-        return self._queue.qsize()
+        """Jobs waiting in this worker's queue, less those cancelled (or their voice deleted) while they wait, which
+        are passed over when their turn comes: a tenant that uploaded and cancelled in a loop filled the server's
+        queue for every tenant until the running job ended."""
+        with self._queue.mutex:
+            waiting = [job.job_id for job in self._queue.queue if job is not None]
+        return sum(job_id not in self._passed_over for job_id in waiting)
 
     @property
     def running(self) -> str | None:
@@ -212,10 +218,14 @@ class JobRunner:
         at its next step, or before its next phase. For a job the store has ended already (its voice
         deleted, its tenant's cancel): the store's state is what every worker reads, but a training job only
         reads it at its next progress write, and a job between steps (checking its words, uploading) never.
-        A queued job needs none: it is not claimed once its turn comes."""
+        A queued job is not claimed once its turn comes; until then it no longer counts as waiting (:attr:`queued`)."""
         with self._running_lock:
             if self._running == job_id:
                 self._cancelled.set()
+                return
+        with self._queue.mutex:
+            if any(job is not None and job.job_id == job_id for job in self._queue.queue):
+                self._passed_over.add(job_id)
 
     # -- uploads and submission
     def new_upload_dir(self) -> Path:
@@ -351,6 +361,7 @@ class JobRunner:
             if job is None or self._closing.is_set():
                 break
             with self._running_lock:
+                self._passed_over.discard(job.job_id)
                 self._cancelled.clear()  # a cancel of the job before this one stops nothing of it
                 self._running = job.job_id
             try:

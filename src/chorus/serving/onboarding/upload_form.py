@@ -14,6 +14,7 @@ from pathlib import Path
 from fastapi import Request
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import FormData, UploadFile
+from starlette.types import Message
 
 from chorus.serving.errors import ApiError, UploadError
 from chorus.serving.onboarding.uploads import PreparedUpload, parse_transcripts, prepare_archive, prepare_clips
@@ -90,7 +91,23 @@ async def read_multipart(
         raise ApiError(411, "uploads need a Content-Length header")
     if int(declared) > max_bytes:
         raise ApiError(413, f"the upload is {int(declared)} bytes; at most {max_bytes}", type="request_too_large")
-    return await request.form(max_files=max_files, max_fields=16, max_part_size=max_part_size)
+    return await _counted(request, max_bytes).form(max_files=max_files, max_fields=16, max_part_size=max_part_size)
+
+
+def _counted(request: Request, max_bytes: int) -> Request:
+    """``request`` whose body is refused (413) once more than ``max_bytes`` of it arrive, whatever its headers said:
+    a chunked body under a small Content-Length was read whole to disk before any check (a probe held 1.5 GB)."""
+    received = 0
+
+    async def receive() -> Message:
+        nonlocal received
+        message = await request.receive()
+        received += len(message.get("body", b""))
+        if received > max_bytes:
+            raise ApiError(413, f"the upload is over {max_bytes} bytes", type="request_too_large")
+        return message
+
+    return Request(request.scope, receive)
 
 
 def form_text(form: FormData, name: str, required: bool, max_chars: int) -> str | None:

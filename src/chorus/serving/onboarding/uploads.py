@@ -65,7 +65,7 @@ def parse_transcripts(text: str) -> dict[str, str]:
         raise UploadError("'transcripts' is empty: give a JSON object {filename: text} or lines 'filename|text'")
     if text.startswith("{"):
         try:  # bounded as request bodies are: nesting thousands deep would overflow json's recursion
-            data = loads_bounded(text.encode("utf-8", "surrogatepass"))
+            data = loads_bounded(text.encode("utf-8", "surrogatepass"), unique_keys=True)  # as the lines refuse it
         except BodyError as error:
             raise UploadError(f"'transcripts': {str(error).replace('the request body', 'the JSON')}") from None
         if not isinstance(data, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in data.items()):
@@ -270,12 +270,13 @@ def decode_recording(label: str, data: bytes, longest: float, limits: UploadLimi
     seconds = len(mono) / rate
     if seconds < limits.min_clip_seconds:
         raise UploadError(f"{label}: {seconds:.2f} s; a clip must last at least {limits.min_clip_seconds:g} s")
-    mix_db = float(10 * np.log10(np.mean(np.square(mono, dtype=np.float64)) + 1e-20))
+    # Sums without a float64 copy of the samples: 10 minutes at 192 kHz had cost 1.3 GB on top of the 0.46 GB decoded.
+    mix_db = float(10 * np.log10(np.einsum("i,i->", mono, mono, dtype=np.float64) / len(mono) + 1e-20))
     if channels_cancel(audio, mix_db) and silence_problem(mono, rate):  # as the data check tells it
         raise UploadError(
             f"{label}: its channels cancel when mixed to mono (one is the other inverted?); export one channel"
         )
-    if float(np.abs(mono).max()) < 1e-4:
+    if max(float(mono.max()), -float(mono.min())) < 1e-4:
         raise UploadError(f"{label}: the clip is silent")
     return mono, rate
 

@@ -117,7 +117,9 @@ def _name(form, max_chars: int = 100) -> str:
 async def create_consent(request: Request, tenant: Tenant, server: Server):
     """A consent recording: multipart ``name``, ``language`` (BCP 47) and ``recording`` (<= 10 MiB); it
     must read the server's phrase for the language and nothing else (400 quoting what was heard otherwise); the
-    consent's speaker is embedded from the phrase's words alone."""
+    consent's speaker is embedded from the phrase's words alone. 501 on a base the server's jobs do not train: a
+    consent there could make no voice, and would be heard and kept for nothing."""
+    server.check_trains_voices()
     settings = server.settings.consent
     max_consents = server.settings.limits.of(tenant).consents
     try:  # a tenant at its quota is told before its upload is read and checked (seconds of CPU for nothing)

@@ -78,12 +78,13 @@ def claims(spec: str | None) -> bool:
     return True
 
 
-def open_base(spec: str | None, vocoder: str | Path | None = None, device: str = "cpu") -> ChorusBase:
-    """The shipped base (``spec`` None or ``"chorus"``) or the model folder ``spec``, with ``vocoder``: a saved
-    vocoder folder, a registered name (``"griffin-lim"``), ``"neural"`` for the shipped neural vocoder, or
-    None for the model's ``default_vocoder`` (chosen on the judges when it was shipped; Griffin-Lim when
-    the model names none)."""
-    if spec not in (None, NAME) and not Path(spec).exists():
+def model_folder(spec: str | Path | None) -> Path:
+    """The model folder a Chorus base ``spec`` names: the shipped one for None or ``"chorus"``, else ``spec``;
+    ``CheckpointError`` for a name or path that is none (a typo of a base's name is not a missing config.json)."""
+    if spec in (None, NAME):
+        return Path(DEFAULT_BASE)
+    spec = str(spec)
+    if not Path(spec).exists():
         # Whatever no other base claims lands here: a typo or another Piper name is not a missing config.json.
         if "/" in spec or os.sep in spec:  # a path (a new user's probe: "--model /nonexistent" was an "unknown base")
             raise CheckpointError(f"no such model folder: {spec!r}")
@@ -92,7 +93,15 @@ def open_base(spec: str | None, vocoder: str | Path | None = None, device: str =
             f"unknown base {spec!r}" + (f" (did you mean {near[0]!r}?)" if near else "") + f": give {NAME!r} "
             "(the shipped one), piper-joe, a Piper voice file (voice.onnx) or a Chorus model folder"
         )
-    bundle = load_bundle(DEFAULT_BASE if spec in (None, NAME) else spec, device)
+    return Path(spec)
+
+
+def open_base(spec: str | None, vocoder: str | Path | None = None, device: str = "cpu") -> ChorusBase:
+    """The shipped base (``spec`` None or ``"chorus"``) or the model folder ``spec``, with ``vocoder``: a saved
+    vocoder folder, a registered name (``"griffin-lim"``), ``"neural"`` for the shipped neural vocoder, or
+    None for the model's ``default_vocoder`` (chosen on the judges when it was shipped; Griffin-Lim when
+    the model names none)."""
+    bundle = load_bundle(model_folder(spec), device)
     vocoder = vocoder or bundle.info.get("default_vocoder", "griffin-lim")
     if str(vocoder) == "neural":
         vocoder = DEFAULT_VOCODER
