@@ -1473,6 +1473,25 @@ def test_a_server_that_stops_leaves_no_copy_of_espeak_behind(tiny_base, tmp_path
     assert not Path(copy).exists()
 
 
+def test_the_voice_list_pages_as_openais_lists_do_when_asked(tenants_app):
+    """1,011 voices were one 267 KB answer, and `limit` and `after` were ignored without a word (a probe at scale)."""
+    client, _ = tenants_app
+    whole = client.get("/v1/voices", headers=ACME).json()
+    ids = [voice["id"] for voice in whole["data"]]
+    assert ids[-2:] == ["ann", "bob"] and whole["has_more"] is False  # speakers, then the tenant's voices
+    paged, after = [], None
+    while True:
+        page = client.get("/v1/voices", params={"limit": 3} | ({"after": after} if after else {}), headers=ACME).json()
+        paged += [voice["id"] for voice in page["data"]]
+        assert page["first_id"] == page["data"][0]["id"] and page["last_id"] == page["data"][-1]["id"]
+        if not page["has_more"]:
+            break
+        after = page["last_id"]
+    assert paged == ids
+    assert_error(client.get("/v1/voices", params={"limit": 0}, headers=ACME), 400, "'limit' must be 1-1000")
+    assert_error(client.get("/v1/voices", params={"after": "secret"}, headers=ACME), 400, "names no voice")
+
+
 def test_headers_over_the_bound_are_refused_before_any_route_or_key_check(tenants_app):
     """What h11 lets through when a head arrives whole (and Ray's server, which is not h11) meets the same bound."""
     from chorus.serving.header_bound import MAX_HEADER_BYTES

@@ -85,10 +85,32 @@ def audio_voices(tenant: Tenant, server: Server):
 
 
 @router.get("/v1/voices", responses={200: {"model": VoiceList}, **ERRORS})
-def list_voices(tenant: Tenant, server: Server):
+def list_voices(tenant: Tenant, server: Server, after: str | None = None, limit: int | None = None):
+    """Every voice a request may name, speakers first; ``limit`` (1-1,000) pages them as OpenAI's lists do, after
+    the voice ``after`` (a tenant of 1,011 voices had 267 KB in one answer, and ``limit`` was ignored unsaid)."""
+    if limit is not None and not 1 <= limit <= 1000:
+        raise ApiError(400, "'limit' must be 1-1000", param="limit")
+    names = [("speaker", name) for name in server.engine.speakers]
+    names += [("stored", record) for record in server.store.list_voices(tenant)]
+    ids = [item if kind == "speaker" else item.voice_id for kind, item in names]
+    start = 0
+    if after is not None:
+        if after not in ids:
+            raise ApiError(400, f"'after' {after!r} names no voice of this list", param="after")
+        start = ids.index(after) + 1
+    end = len(names) if limit is None else start + limit
     resident = set(server.engine.resident())
-    custom = [voice_json(server, r, resident) for r in server.store.list_voices(tenant)]
-    return {"object": "list", "data": [speaker_json(server, name) for name in server.engine.speakers] + custom}
+    page = [
+        speaker_json(server, item) if kind == "speaker" else voice_json(server, item, resident)
+        for kind, item in names[start:end]
+    ]
+    return {  # as the rows are made (a model here would choose between BaseVoice and CustomVoice for each again)
+        "object": "list",
+        "data": page,
+        "first_id": ids[start] if page else None,
+        "last_id": ids[start + len(page) - 1] if page else None,
+        "has_more": end < len(names),
+    }
 
 
 @router.get("/v1/voices/{voice_id}", responses={200: {"model": BaseVoice | CustomVoice}, **ERRORS})

@@ -71,8 +71,14 @@ class AudioVoices(BaseModel):
 
 
 class VoiceList(BaseModel):
+    """The base's speakers, then the tenant's voices by id; with ``limit``, one page of them and OpenAI's list
+    cursor fields (``after``: the ``last_id`` of the page before)."""
+
     object: Literal["list"] = "list"
     data: list[BaseVoice | CustomVoice]
+    first_id: str | None = None
+    last_id: str | None = None
+    has_more: bool = False
 
 
 class VoiceDeleted(BaseModel):
