@@ -147,6 +147,9 @@ def test_a_peft_config_without_its_rank_or_with_a_bad_one_is_a_voice_error(voice
     config_path.write_text(json.dumps({**config, "r": "x"}))
     with pytest.raises(VoiceError, match="invalid PEFT LoRA config"):
         read_voice(voice)
+    config_path.write_text(json.dumps({**config, "r": 2, "layers_to_transform": 1}))  # PEFT's one block, alone
+    with pytest.warns(UserWarning, match="without speaker_vector.safetensors"):
+        assert read_voice(voice).configs[0].layers == [1]
 
 
 @pytest.mark.parametrize(("field", "value"), [("notes", [1]), ("name", {"a": 1}), ("steps", "many")])

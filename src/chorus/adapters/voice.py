@@ -424,14 +424,14 @@ def _lora_from_peft(config: dict, path: Path) -> LoraConfig:
     ] + (["bias"] if config.get("bias", "none") != "none" else [])
     if unsupported:
         raise VoiceError(f"{path}: PEFT LoRA options not supported by Chorus: {', '.join(unsupported)}")
-    targets = config.get("target_modules")
+    targets, layers = config.get("target_modules"), config.get("layers_to_transform")
     try:
         return LoraConfig(
             targets=sorted(targets) if isinstance(targets, list) else targets,
             r=config["r"],
             alpha=config["lora_alpha"],
             exclude=config.get("exclude_modules"),
-            layers=config.get("layers_to_transform"),
+            layers=[layers] if isinstance(layers, int) else layers,  # PEFT takes one block's index alone too
             use_rslora=bool(config.get("use_rslora")),
         )
     except KeyError as error:
