@@ -175,3 +175,11 @@ def test_an_id_that_names_a_file_outside_the_dataset_is_a_bad_line(tmp_path: Pat
         f"{path}:1": "id '../../outside/secret' names a file outside wavs/ (an id is a clip's name)",
         f"{path}:2": f"id '{outside / 'secret'}' names a file outside wavs/ (an id is a clip's name)",
     }
+
+
+def test_a_folder_given_as_dot_is_its_own_speaker(tmp_path: Path, metadata: Metadata, monkeypatch) -> None:
+    """`chorus data check .` and `chorus adapt .` found no clip: every line was "empty speaker name" (Path('.').name)."""
+    metadata(tmp_path / "anna", ["a1|Hello there."])
+    monkeypatch.chdir(tmp_path / "anna")
+    utterances, problems = discover(".")
+    assert problems == [] and [(u.id, u.speaker) for u in utterances] == [("a1", "anna")]

@@ -303,14 +303,14 @@ def adapt_many(
     for outcome in result.outcomes:
         if outcome.status == "ok":
             table.add_row(
-                outcome.name,
+                Text(outcome.name),  # Text: a folder's name or a reason is no markup
                 "ok",
                 f"{outcome.data_minutes:.1f}",
                 f"{outcome.validation_mel_l1_start:.3f} -> {outcome.validation_mel_l1_best:.3f}",
-                outcome.voice_dir,
+                Text(outcome.voice_dir),
             )
         else:
-            table.add_row(outcome.name, Text("failed", style="red"), "", "", outcome.message)
+            table.add_row(Text(outcome.name), Text("failed", style="red"), "", "", Text(outcome.message))
     console.print(table)
     trained = sum(o.status == "ok" for o in result.outcomes)
     console.print(

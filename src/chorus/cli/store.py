@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import typer
@@ -100,15 +101,23 @@ def add(
 def _speakers_name(voice_id: str, base: str | None) -> str | None:
     """Why ``voice_id`` may not name a voice of ``base``: it is one of its speakers, whom a server speaks for that
     id, so the stored voice was never heard, and no route could delete it (a probe's "flite-rms"); else None."""
-    from chorus.synthesis.bases import CHORUS, base_speakers
+    from chorus.synthesis.bases import CHORUS
 
-    try:
-        speakers, _ = base_speakers(None if base in (None, "", CHORUS) else base)
-    except (OSError, ValueError):  # a Piper voice file not on this machine: the server, which has it, refuses it
-        return None
-    if voice_id in speakers:
+    if voice_id in _speakers(None if base in (None, "", CHORUS) else base):
         return f"{voice_id!r} is a speaker of the base the voice was made on ({base or CHORUS}): choose another id"
     return None
+
+
+@functools.cache
+def _speakers(base: str | None) -> frozenset[str]:
+    """The speakers of ``base`` (opened once a process: add-many asks for each voice); none where this machine
+    cannot open it (a Piper voice file elsewhere: the server, which has it, refuses the id)."""
+    from chorus.synthesis.bases import base_speakers
+
+    try:
+        return frozenset(base_speakers(base)[0])
+    except (OSError, ValueError):
+        return frozenset()
 
 
 @store_app.command("add-many")
@@ -143,7 +152,7 @@ def add_many(
                 if taken:
                     raise ValueError(taken)
                 voices.put_voice(tenant, voice_id, voice_folder)
-            except (ValueError, VoiceConflict) as error:  # a bad id or folder, a voice there already: the next
+            except (ValueError, OSError, VoiceConflict) as error:  # a bad id or folder, a voice there: the next
                 refused[voice_id] = str(error)
     console.print(
         f"{len(folders) - len(refused)} of {len(folders)} voice(s) ready for {tenant} in {store}", soft_wrap=True

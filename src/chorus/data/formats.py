@@ -193,7 +193,7 @@ def discover(root: str | Path) -> tuple[list[Utterance], list[MetadataProblem]]:
             multi = _is_multi_speaker(root / "metadata.csv")
         except OSError as error:
             raise DatasetFormatError(f"{root / 'metadata.csv'}: cannot read ({error})") from error
-        return read_metadata(root, speaker=None if multi else root.name)
+        return read_metadata(root, speaker=None if multi else root.resolve().name)  # "." has no name of its own
     speakers = sorted(p for p in root.iterdir() if p.is_dir() and (p / "metadata.csv").is_file())
     if not speakers:
         raise DatasetFormatError(

@@ -135,10 +135,12 @@ class ServerState:
             self.jobs.close()
             self.batcher.close(timeout=30)
         finally:
-            self.store.close()
-            # phonemizer's copies of libespeak-ng in the temporary folder go with its backends, which an exit
-            # does not collect (a probe found one folder left per server run)
-            close_backends()
+            try:
+                self.store.close()
+            finally:
+                # phonemizer's copies of libespeak-ng in the temporary folder go with its backends, which an exit
+                # does not collect (a probe found one folder left per server run)
+                close_backends()
 
     def store_problem(self) -> str | None:
         """Why the store cannot take writes (None when it can), probed at most every

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from rich.markup import escape
 
 from chorus.adapters import add_adapter, parse_methods
 from chorus.adapters.bank import banked, pack_bank
@@ -84,7 +85,7 @@ class ManyVoicesResult:
     train_seconds: float  # the shared training loop
     setup_seconds: float  # data checks, features, starting points
     steps: int
-    model: AcousticModel  # the base with every voice as a name-keyed adapter
+    model: AcousticModel  # the base with every voice as an adapter (named by VoiceSet.adapter)
 
 
 def speaker_folders(root: str | Path) -> list[Path]:
@@ -222,7 +223,7 @@ def load_voices(
     with step_progress(f"checking {len(folders)} speaker folders", progress) as bar:
         task = bar.add_task("folders", total=len(folders), status="")
         for folder in folders:
-            bar.update(task, status=folder.name)
+            bar.update(task, status=escape(folder.name))  # a name is no markup: "x[/]" had ended the run
             try:
                 report = check_adaptation_data(folder, config, progress=False)
             except ValueError as error:

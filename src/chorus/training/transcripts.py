@@ -51,7 +51,7 @@ def auto_transcribe(
     metadata = folder / "metadata.csv"
     lines, skipped, sources, automatic, seconds, automatic_seconds = [], [], {}, 0, 0.0, 0.0
     if metadata.is_file():  # its lines read as the data check reads them, and its problems said (not dropped)
-        utterances, problems = read_metadata(folder, speaker=folder.name)
+        utterances, problems = read_metadata(folder, speaker=folder.resolve().name)  # "." has no name of its own
         for problem in problems:
             skipped.append(f"{problem.source}: {problem.message}")
             print(f"skipped {skipped[-1]}")
@@ -62,6 +62,7 @@ def auto_transcribe(
     if not given and not skipped:
         raise ValueError(f"{folder}: no audio files ({', '.join(AUDIO_SUFFIXES)}) and no metadata.csv")
     (out / "wavs").mkdir(parents=True, exist_ok=True)
+    written: set[str] = set()  # ids written: a/take1.wav and b/take1.wav (or x.wav and x.flac) are two clips
     with Progress(disable=not progress) as bar:
         task = bar.add_task("transcribing", total=len(given))
         for path, text, source in given:
@@ -75,6 +76,8 @@ def auto_transcribe(
             clips = [audio] if text else split_at_silences(audio, SAMPLE_RATE, max_seconds)
             for number, clip in enumerate(clips):
                 utt_id = path.stem if len(clips) == 1 else f"{path.stem}-{number:03d}"
+                utt_id = _unique(utt_id, written)
+                written.add(utt_id)
                 words = text or judge.transcribe(clip, SAMPLE_RATE)
                 if not words.strip():
                     continue  # Whisper heard no words: nothing to learn from
@@ -92,3 +95,12 @@ def auto_transcribe(
         raise ValueError(f"{folder}: no usable recording ({why})")
     (out / "metadata.csv").write_text("\n".join(lines) + "\n", encoding="utf-8")
     return AutoTranscripts(out, len(lines), automatic, round(seconds, 1), round(automatic_seconds, 1), sources)
+
+
+def _unique(name: str, taken: set[str]) -> str:
+    """``name``, or ``name-2``, ``name-3`` ... the first not in ``taken``."""
+    unique, count = name, 1
+    while unique in taken:
+        count += 1
+        unique = f"{name}-{count}"
+    return unique

@@ -208,15 +208,15 @@ def voice_files(folder: Path) -> dict[str, Path]:
     if not folder.is_dir():
         raise VoiceError(f"{folder}: not a folder")
     entries = {path.name: path for path in folder.iterdir()}
-    missing = sorted(REQUIRED_FILES - set(entries))
-    if missing:  # first: a folder that is no voice is told so, whatever else it holds
-        raise VoiceError(f"{folder}: missing {missing} (not a voice folder)")
     pickles = sorted(name for name in entries if Path(name).suffix.lower() in PICKLE_SUFFIXES)
-    if pickles:
+    if pickles:  # first: a PEFT folder saved as adapter_model.bin is told why, not only what it lacks
         raise VoiceError(
             f"{folder}: refusing pickle files {pickles}: voice weights are loaded only from "
             f"safetensors (a pickle can run code when loaded)"
         )
+    missing = sorted(REQUIRED_FILES - set(entries))
+    if missing:  # then a folder that is no voice is told so, whatever else it holds
+        raise VoiceError(f"{folder}: missing {missing} (not a voice folder)")
     # A link is refused, not followed: the copy would store, and the card route serve, whatever file it names.
     links = sorted(name for name, path in entries.items() if path.is_symlink())
     if links:
