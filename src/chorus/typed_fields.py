@@ -8,6 +8,7 @@ away in a forward or a server route. The annotations used are the simple ones of
 
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 import types
@@ -25,8 +26,6 @@ def _fits(value: object, hint: object) -> bool:
     if origin is list:  # a tuple too: a library user writes targets=("q_proj",)
         (item,) = typing.get_args(hint)
         return isinstance(value, list | tuple) and all(_fits(element, item) for element in value)
-    if origin is tuple:
-        return isinstance(value, tuple | list)
     if origin is dict or hint is dict:
         return isinstance(value, dict)
     if hint is bool:
@@ -48,10 +47,15 @@ def _finite(value: numbers.Real) -> bool:
         return False
 
 
+# Read once a class: a config is checked wherever it is made (dataclasses.replace included), and the annotations,
+# strings under `from __future__ import annotations`, are evaluated by each call of get_type_hints.
+_hints = functools.cache(typing.get_type_hints)
+
+
 def wrong_fields(instance: object) -> list[str]:
     """``"name: value (not type)"`` for every field of the dataclass ``instance`` whose value does not fit its
     annotation; empty when all fit."""
-    hints = typing.get_type_hints(type(instance))
+    hints = _hints(type(instance))
     wrong = []
     for field in fields(instance):
         value = getattr(instance, field.name)

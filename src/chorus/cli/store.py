@@ -74,16 +74,10 @@ def add(
     """Add a voice adapted offline (chorus adapt, any --base) to a store, ready at once: how voices of a Piper
     base, which servers do not onboard, reach `chorus serve --base`. The folder is checked as the server
     would load it first."""
-    from chorus.adapters.voice import read_voice
     from chorus.serving.store import VoiceConflict, VoiceStore
-    from chorus.serving.store.layout import voice_files
 
     with user_errors():
-        voice_files(folder)  # its entries first: a link is refused before anything is read through it
-        voice = read_voice(folder)
-        taken = _speakers_name(voice_id, voice.base_model)
-        if taken:
-            fail(taken)
+        voice = _checked_voice(voice_id, folder)
         with VoiceStore(store, database) as voices:
             try:
                 voices.put_voice(tenant, voice_id, folder)
@@ -98,14 +92,22 @@ def add(
     )
 
 
-def _speakers_name(voice_id: str, base: str | None) -> str | None:
-    """Why ``voice_id`` may not name a voice of ``base``: it is one of its speakers, whom a server speaks for that
-    id, so the stored voice was never heard, and no route could delete it (a probe's "flite-rms"); else None."""
+def _checked_voice(voice_id: str, folder: Path):
+    """The voice at ``folder``, read as a server reads it (its entries first: a link is refused before anything is
+    read through it); ``ValueError`` where it is no voice, or ``voice_id`` is a speaker of its base, whom a server
+    speaks for that id, so the stored voice was never heard, and no route could delete it (a probe's "flite-rms")."""
+    from chorus.adapters.voice import read_voice
+    from chorus.serving.store.layout import voice_files
     from chorus.synthesis.bases import CHORUS
 
+    voice_files(folder)
+    voice = read_voice(folder)
+    base = voice.base_model
     if voice_id in _speakers(None if base in (None, "", CHORUS) else base):
-        return f"{voice_id!r} is a speaker of the base the voice was made on ({base or CHORUS}): choose another id"
-    return None
+        raise ValueError(
+            f"{voice_id!r} is a speaker of the base the voice was made on ({base or CHORUS}): choose another id"
+        )
+    return voice
 
 
 @functools.cache
@@ -133,9 +135,8 @@ def add_many(
     `store add`, an operator's command: the tenant's voice quota is the server's to enforce on onboarding."""
     from rich.progress import track
 
-    from chorus.adapters.voice import is_voice_folder, read_voice
+    from chorus.adapters.voice import is_voice_folder
     from chorus.serving.store import VoiceConflict, VoiceStore
-    from chorus.serving.store.layout import voice_files
 
     if not folder.is_dir():
         fail(f"{folder}: no such folder")
@@ -147,10 +148,7 @@ def add_many(
         for voice_folder in track(folders, description="adding voices", console=console):
             voice_id = voice_folder.name
             try:
-                voice_files(voice_folder)  # a link is refused before anything is read through it
-                taken = _speakers_name(voice_id, read_voice(voice_folder).base_model)
-                if taken:
-                    raise ValueError(taken)
+                _checked_voice(voice_id, voice_folder)
                 voices.put_voice(tenant, voice_id, voice_folder)
             except (ValueError, OSError, VoiceConflict) as error:  # a bad id or folder, a voice there: the next
                 refused[voice_id] = str(error)

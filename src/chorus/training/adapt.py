@@ -437,8 +437,7 @@ def _read_voice_data(
     say_left_out(report, sources)
     cache, skipped = voice_features(valid, bundle, progress)
     for line in skipped:
-        source = next((source for source in sources if line.startswith(f"{source}: ")), None)
-        print(f"skipped {line if source is None else sources[source] + line[len(source) :]}")
+        print(f"skipped {_named(line, sources)}")
     if on_step is not None:
         on_step(0, config.steps)  # the features made
     train_indices, val_indices = split_held_out(len(cache), config.validation_fraction, config.seed)
@@ -448,11 +447,17 @@ def _read_voice_data(
     return _VoiceData(valid, cache, train_indices, val_indices, minutes, speech_minutes, notes)
 
 
+def _named(line: str, sources: dict[str, str]) -> str:
+    """``line`` ("<source>: why") with its source named as ``sources`` names it, where it has a name there."""
+    source = next((source for source in sources if line.startswith(f"{source}: ")), None)
+    return line if source is None else sources[source] + line[len(source) :]
+
+
 def say_left_out(report: DatasetReport, sources: dict[str, str] | None = None) -> None:
     """Print each clip the data check left out, and its warnings (nothing above 4.2 kHz, noise); ``sources``
     names a line of a transcribed folder by its origin (:attr:`~chorus.training.transcripts.AutoTranscripts.sources`)."""
     for problem in report.problems:
-        print(f"skipped {(sources or {}).get(problem.source, problem.source)}: {problem.message}")
+        print(f"skipped {_named(f'{problem.source}: {problem.message}', sources or {})}")
     for warning in report.warning_notes().values():
         print(f"warning: {warning}")
 

@@ -93,29 +93,32 @@ def list_voices(tenant: Tenant, server: Server, after: str | None = None, limit:
         raise ApiError(400, "'limit' must be 1-1000", param="limit")
     speakers = server.engine.speakers
     # A stored voice named as a speaker is never spoken (the speaker is): left out, so that each id is listed once.
+    shadowed = set(speakers)
     stored = sorted(
-        (record for record in server.store.list_voices(tenant) if record.voice_id not in speakers),
+        (record for record in server.store.list_voices(tenant) if record.voice_id not in shadowed),
         key=lambda record: record.voice_id,
     )
-    names = [("speaker", name) for name in speakers] + [("stored", record) for record in stored]
     ids = [*speakers, *(record.voice_id for record in stored)]
-    start = 0
-    if after in speakers:
+    if after is None:
+        start = 0
+    elif after in shadowed:
         start = speakers.index(after) + 1
-    elif after is not None:  # by order, not by presence: a page's last voice deleted meanwhile still goes on
-        start = len(speakers) + bisect.bisect_right(ids[len(speakers) :], after)
-    end = len(names) if limit is None else start + limit
+    else:  # by order, not by presence: a page's last voice deleted meanwhile still goes on
+        start = bisect.bisect_right(ids, after, lo=len(speakers))
+    end = len(ids) if limit is None else min(start + limit, len(ids))
     resident = set(server.engine.resident())
     page = [
-        speaker_json(server, item) if kind == "speaker" else voice_json(server, item, resident)
-        for kind, item in names[start:end]
+        speaker_json(server, ids[row])
+        if row < len(speakers)
+        else voice_json(server, stored[row - len(speakers)], resident)
+        for row in range(start, end)
     ]
     return {  # as the rows are made (a model here would choose between BaseVoice and CustomVoice for each again)
         "object": "list",
         "data": page,
         "first_id": ids[start] if page else None,
         "last_id": ids[start + len(page) - 1] if page else None,
-        "has_more": end < len(names),
+        "has_more": end < len(ids),
     }
 
 
