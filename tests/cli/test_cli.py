@@ -13,10 +13,12 @@ from importlib.metadata import version
 from pathlib import Path
 from types import SimpleNamespace
 
+import click
 import numpy as np
 import pytest
 import soundfile as sf
 import torch
+import typer.main
 from typer.testing import CliRunner
 
 from chorus.adapters import MethodConfig, get_method
@@ -346,6 +348,33 @@ def test_each_command_is_listed_with_the_help_it_runs_with(name):
     shown = runner.invoke(app, [name, "--help"])
     assert shown.exit_code == 0 and " --help " in shown.output, shown.output
     assert "<bool>" not in shown.output and "--install-completion" not in shown.output, shown.output
+
+
+@pytest.mark.parametrize("group", [[], ["store"], ["speaker"]])
+def test_command_lists_flow_each_commands_first_paragraph(group):
+    """Typer's rich list kept a docstring's source line breaks: 'writes a voice folder that records its' and
+    'base (chorus synthesize ...' on two lines of `chorus --help`. Each command's line in a list is its first
+    paragraph joined, and the list shows it rewrapped."""
+    listed = load_command(group[0]) if group else typer.main.get_group(app)
+    with click.Context(listed) as context:
+        commands = {name: listed.get_command(context, name) for name in listed.list_commands(context)}
+    for command in commands.values():
+        assert command.short_help == " ".join(command.help.split("\n\n")[0].split()), command.name
+    shown = runner.invoke(app, [*group, "--help"], env={"COLUMNS": "100"})
+    panel = shown.output.split("Commands")[1].splitlines()[1:]
+    panel = panel[: next(i for i, line in enumerate(panel) if line.startswith("╰"))]
+    rows: dict[str, list[str]] = {}
+    for line, after in zip(panel, [*panel[1:], ""]):
+        words = line.strip("│ ").split()
+        if line[2] != " ":  # a command's first line: its name in the first column
+            rows[words[0]] = words[1:]
+        else:
+            rows[list(rows)[-1]] += words
+        if after[2:3] == " ":  # the row goes on: only because the next word did not fit on this line
+            assert len(line.rstrip("│ ")) + 1 + len(after.strip("│ ").split()[0]) > len(line) - 2, (line, after)
+    assert {name: " ".join(words) for name, words in rows.items()} == {
+        name: command.short_help for name, command in commands.items()
+    }
 
 
 def test_only_the_app_offers_shell_completion():

@@ -17,7 +17,7 @@ import typer
 import typer.core
 import typer.main
 
-from chorus.cli.common import command_group, console, errors, fail
+from chorus.cli.common import command_group, console, errors, fail, listed_help
 
 DISTRIBUTION = "chorus-tts"
 
@@ -99,7 +99,8 @@ class _LazyCommand(click.Command):
     """A command listed by its written help; the real one is built when it is run (or asked for --help)."""
 
     def __init__(self, name: str):
-        super().__init__(name, help=written_help(*COMMANDS[name]))
+        written = written_help(*COMMANDS[name])
+        super().__init__(name, help=written, short_help=listed_help(written))
 
     def make_context(self, info_name, args, parent=None, **extra) -> click.Context:
         # The context (and so the command invoked in it) is the real command's.

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 import typer
+import typer.core
 from rich.console import Console
 
 # No markup: messages carry paths, names and hints such as pip install 'chorus-tts[serve]', which
@@ -28,10 +29,27 @@ def _check_device(value: str) -> str:
         raise typer.BadParameter(str(error)) from None
 
 
+def listed_help(help_text: str) -> str:
+    """A command's line in its group's list: the first paragraph of its help, its lines joined. Typer's rich
+    list keeps a docstring's line breaks (it joins them only without rich markup), so a paragraph wrapped in
+    the source broke mid-sentence in ``chorus --help``."""
+    return " ".join(inspect.cleandoc(help_text).split("\n\n")[0].split())
+
+
+class ListedGroup(typer.core.TyperGroup):
+    """A group whose list of commands gives each its first paragraph as one flowing line."""
+
+    def __init__(self, **attrs: Any):
+        super().__init__(**attrs)
+        for command in self.commands.values():
+            if command.short_help is None and command.help:
+                command.short_help = listed_help(command.help)
+
+
 def command_group(**settings: Any) -> typer.Typer:
     """A group of subcommands (``chorus store ...``) or one command's app. Only the ``chorus`` app itself
     offers --install-completion: under a subcommand it would install completion for that subcommand alone."""
-    return typer.Typer(add_completion=False, **settings)
+    return typer.Typer(add_completion=False, **({"cls": ListedGroup} | settings))
 
 
 DEVICE_OPTION: Any = typer.Option("cpu", help="Where the model runs: cpu, cuda or cuda:N.", callback=_check_device)
