@@ -14,6 +14,7 @@ import sys
 import threading
 import uuid
 from pathlib import Path
+from types import SimpleNamespace
 
 import fsspec
 import fsspec.implementations.memory
@@ -30,6 +31,7 @@ from chorus.adapters.voice import (
     save_voice,
 )
 from chorus.models.bundle import file_sha256
+from chorus.serving.routes.custom_voices import audio_voice_json
 from chorus.serving.store import (
     MARKER_FILE,
     ConsentInUse,
@@ -1080,6 +1082,17 @@ def test_migrate_keeps_consents_and_voices_that_speak_as_their_instant_voice(voi
         assert training.error == "its refinement was still training where it was copied from, and stayed there"
         with pytest.raises(ConsentInUse):
             copy.delete_consent("acme", kept.consent_id)  # its voices came with it
+        # GET /v1/audio/voices/{id} on the copy: the refined voice's job stayed behind, and its refinement had
+        # read null beside stage adapted (the operator's probe); it is done, as on the source
+        server = SimpleNamespace(store=copy, public=str)
+        shown = {v: audio_voice_json(server, copy.voice("acme", v)) for v in ("voice_r", "voice_i", "voice_t")}
+        assert {v: (s["stage"], s["refinement"]) for v, s in shown.items()} == {
+            "voice_r": ("adapted", "done"),
+            "voice_i": ("instant", "failed"),
+            "voice_t": ("instant", "failed"),
+        }
+        copy.put_voice("acme", "voice_o", voice_folder, name="Added by the operator")  # no job ever made it
+        assert audio_voice_json(server, copy.voice("acme", "voice_o"))["refinement"] is None
     again = CliRunner().invoke(
         app, ["store", "migrate", "--from", str(tmp_path / "single"), "--to", str(tmp_path / "copy")]
     )

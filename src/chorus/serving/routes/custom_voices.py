@@ -49,6 +49,7 @@ from chorus.serving.store import (
     ConsentRecord,
     InvalidId,
     JobNotFound,
+    JobStatus,
     QuotaReached,
     VoiceConflict,
     VoiceRecord,
@@ -69,14 +70,18 @@ def consent_json(record: ConsentRecord) -> dict:
 
 
 def audio_voice_json(server: ServerState, record: VoiceRecord) -> dict:
-    """The voice as OpenAI's ``audio.voice``, with its stage and its refinement's state."""
-    refinement = None
+    """The voice as OpenAI's ``audio.voice``, with its stage and its refinement's state: its job's, or, where
+    the job is not in this store (a voice migrated from another, whose jobs stay behind), what the voice says
+    of it: ready, done; failed, failed (a migrated voice had said ``refinement: null`` beside stage adapted).
+    A voice no job made (added by the operator) has no refinement."""
+    failed = record.status == VoiceStatus.FAILED
+    made_by_a_job = record.job_id is not None or record.instant is not None
+    refinement = JobStatus.DONE.value if record.status == VoiceStatus.READY and made_by_a_job else None
     if record.job_id is not None:
         try:
             refinement = server.store.get_job(record.tenant, record.job_id).status.value
         except JobNotFound:
-            refinement = None
-    failed = record.status == VoiceStatus.FAILED
+            pass
     return AudioVoice(
         id=record.voice_id,
         name=record.name,
