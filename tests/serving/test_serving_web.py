@@ -37,7 +37,7 @@ from chorus.serving.settings import (  # noqa: E402
     UploadLimits,  # noqa: E402
     jobs_dir,
 )
-from chorus.serving.store import VoiceStore  # noqa: E402
+from chorus.serving.store import JobStatus, VoiceStore  # noqa: E402
 from chorus.serving.tenants import Tenants  # noqa: E402
 from chorus.serving.voice_keys import stored_voice_folder  # noqa: E402
 from conftest import heard_as, random_voice  # noqa: E402
@@ -354,6 +354,126 @@ def test_web_page_formats_streaming_voice_card_and_delete(live_server, browser, 
     context.close()
 
 
+def test_web_page_shows_only_what_is_so(live_server, browser, tmp_path):
+    """A user's probe of the page: streamed answers played over each other (each in an AudioContext never
+    closed, which the player's pause did not reach); a voice chosen while an answer came named it; a key the
+    server refused left the last tenant's voices, card and Delete up (and was kept); a failed answer left the
+    last one's audio and download; text the voice could not read went unsaid; text over the limit was cut to
+    4,096 characters unsaid; a failed voice of yours could not be chosen, so not deleted; dark mode's buttons
+    were white on light blue (2.1:1)."""
+    from playwright.sync_api import expect
+
+    live_server, app = live_server
+    store = app.state.server.store
+    store.update_job(store.create_job("acme", "broken", name="Broken"), status=JobStatus.FAILED, message="no speech")
+    context = browser.new_context(viewport={"width": 1000, "height": 1100})
+    context.add_init_script("""(() => { const Made = window.AudioContext; window.madeContexts = [];
+        window.AudioContext = function (...args) { const c = new Made(...args); window.madeContexts.push(c); return c; };
+    })();""")
+    page = context.new_page()
+    page.set_default_timeout(30_000)
+    problems: list[str] = []
+    page.on("pageerror", lambda error: problems.append(f"uncaught: {error}"))
+    page.goto(f"{live_server}/")
+    key, voice = page.get_by_role("textbox", name="API key"), page.get_by_label("Voice", exact=True)
+    speak, error, status = (
+        page.get_by_role("button", name="Speak", exact=True),
+        page.locator("#speak-error"),
+        page.locator("#speak-status"),
+    )
+    text = page.get_by_label("Text", exact=True)
+    key.fill(KEY)
+    key.press("Tab")
+
+    # A failed voice of yours: listed, chosen, refused on the page, deleted under its name.
+    expect(voice.locator("option[value=broken]")).to_be_enabled()
+    voice.select_option("broken")
+    speak.click()
+    expect(error).to_have_text("Broken (broken) cannot speak: it is failed (no speech).")
+    page.once("dialog", lambda dialog: dialog.message.startswith("Delete voice Broken (broken)?") and dialog.accept())
+    page.get_by_role("button", name="Delete voice").click()
+    expect(voice.locator("option[value=broken]")).to_have_count(0)
+    expect(page.locator("#voices-status")).to_contain_text("of yours")
+
+    # A voice chosen while the answer is made: the answer is named by the voice it was asked of.
+    engine = app.state.server.batcher.engine
+    synthesize = engine.synthesize
+    engine.synthesize = lambda requests, **options: time.sleep(0.8) or synthesize(requests, **options)
+    try:
+        voice.select_option("f2")
+        with page.expect_response(lambda r: r.url.endswith("/v1/audio/speech")) as answer:
+            speak.click()
+            voice.select_option("m3")
+        assert json.loads(answer.value.request.post_data)["voice"] == "f2"
+        expect(status).to_contain_text("s of audio from f2")
+        expect(page.locator("#download")).to_have_attribute("download", "f2.wav")
+    finally:
+        engine.synthesize = synthesize
+
+    # Text in a script the voice cannot read: the rest is spoken, and the page says what was not.
+    text.fill("Hello there. 你好。 Goodbye now.")
+    with page.expect_response(lambda r: r.url.endswith("/v1/audio/speech")) as answer:
+        speak.click()
+    assert answer.value.status == 200 and "x-skipped-text" in answer.value.headers
+    expect(page.locator("#speak-note")).to_contain_text("not spoken: 你好")
+
+    # A refused answer takes the last one's audio and download away.
+    text.fill("!!! ???")
+    speak.click()
+    expect(error).to_contain_text("Speech failed")
+    expect(page.locator("#download")).to_be_hidden()
+    expect(page.locator("#speak-note")).to_be_hidden()
+    assert page.eval_on_selector("#audio", "a => a.getAttribute('src')") is None
+
+    # Over the limit: said as it is typed, and refused on the page (the field no longer cuts it).
+    text.fill("a" * 5000)
+    expect(page.locator("#text-count")).to_contain_text("5,000 of 4,096 characters: too long")
+    speak.click()
+    expect(error).to_contain_text("The text is 5,000 characters; one request takes at most 4,096")
+
+    # Streamed twice: the first answer stops playing when the second starts; one context plays at most.
+    page.get_by_label("Play while it streams").check()
+    text.fill(TWO_SENTENCES)
+    for _ in range(2):
+        with page.expect_response(lambda r: r.url.endswith("/v1/audio/speech")):
+            speak.click()
+        expect(status).to_contain_text("s of audio from")
+    states = page.evaluate("() => window.madeContexts.map(c => c.state)")
+    assert len(states) == 2 and states[0] == "closed", states
+    page.eval_on_selector("#audio", "a => a.play().catch(() => {})")  # the player's own play stops the stream
+    page.wait_for_function("() => window.madeContexts.every(c => c.state === 'closed')")
+
+    # A key the server refuses: nothing of the tenant stays, and the key is not kept; a key no header can
+    # carry is named as the problem (the browser had blamed the server).
+    voice.select_option("m3")
+    key.fill("not-a-key")
+    key.press("Tab")
+    expect(page.locator("#voices-status")).to_contain_text("invalid API key")
+    expect(voice.locator("option")).to_have_count(0)
+    expect(page.get_by_role("button", name="Delete voice")).to_be_disabled()
+    assert page.evaluate("localStorage.getItem('chorus.apiKey')") == KEY  # the key the server took
+    key.fill("clé secrète")
+    key.press("Tab")
+    expect(page.locator("#voices-status")).to_contain_text("The API key holds a character no key has")
+    key.fill(KEY)
+    key.press("Tab")
+    expect(voice.locator("option[value=m3]")).to_have_count(1)
+
+    # Dark mode: the buttons' text against their colour, by WCAG's contrast ratio (AA: 4.5:1).
+    page.emulate_media(color_scheme="dark")
+    ratio = page.eval_on_selector(
+        "#speak",
+        """b => { const style = getComputedStyle(b);
+        const lum = (c) => { const [r, g, bl] = c.match(/\\d+/g).slice(0, 3).map(v => { v /= 255;
+            return v <= 0.03928 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4; }); return 0.2126 * r + 0.7152 * g + 0.0722 * bl; };
+        const [a, b2] = [lum(style.color), lum(style.backgroundColor)].sort((x, y) => y - x);
+        return (a + 0.05) / (b2 + 0.05); }""",
+    )
+    assert ratio >= 4.5, ratio
+    assert problems == [], problems
+    context.close()
+
+
 def test_web_page_records_clips_from_the_microphone(live_server, chromium, new_voice_data, tmp_path):
     """Chromium's fake microphone plays a real recording; the page keeps what it hears as a WAV clip."""
     from playwright.sync_api import expect
@@ -478,7 +598,7 @@ def test_web_page_creates_a_voice_from_a_consent_and_a_sample(
         with page.expect_response(lambda r: r.url.endswith("/v1/audio/speech")) as answer:
             page.get_by_role("button", name="Speak with this voice").click()
         assert answer.value.status == 200 and json.loads(answer.value.request.post_data)["voice"] == voice["id"]
-        expect(page.locator("#speak-status")).to_contain_text(f"s of audio from {voice['id']}")
+        expect(page.locator("#speak-status")).to_contain_text(f"s of audio from Fiona ({voice['id']})")
         assert problems == [], problems
         app.state.server.store.delete_voice("acme", voice["id"])  # leaves the module's other tests as they were
     finally:

@@ -32,6 +32,15 @@ from chorus.serving.store import (
 log = logging.getLogger("chorus.serving.errors")
 
 
+def in_bytes(size: int) -> str:
+    """A size as a refusal names it, readable and exact: "40.0 MB (40,000,403 bytes)" (a probe's user had
+    read "the upload is 40000403 bytes; at most 10551296")."""
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
+        if size >= scale:
+            return f"{size / scale:.1f} {unit} ({size:,} bytes)"
+    return f"{size:,} bytes"
+
+
 class ApiError(Exception):
     """A refusal sent to the client as ``{"error": {...}}`` with ``status``."""
 

@@ -16,7 +16,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import FormData, UploadFile
 from starlette.types import Message
 
-from chorus.serving.errors import ApiError, UploadError
+from chorus.serving.errors import ApiError, UploadError, in_bytes
 from chorus.serving.onboarding.uploads import PreparedUpload, parse_transcripts, prepare_archive, prepare_clips
 from chorus.serving.settings import UploadLimits
 
@@ -44,7 +44,7 @@ def _text(form: FormData, name: str, required: bool, max_chars: int) -> str | No
 async def _read_upload(upload: UploadFile, limits: UploadLimits) -> tuple[str, bytes]:
     data = await upload.read(limits.max_clip_bytes + 1)
     if len(data) > limits.max_clip_bytes:
-        raise UploadError(f"{(upload.filename or 'a file')[:100]}: over {limits.max_clip_bytes} bytes", 413)
+        raise UploadError(f"{(upload.filename or 'a file')[:100]}: over {in_bytes(limits.max_clip_bytes)}", 413)
     return upload.filename or "", data
 
 
@@ -90,7 +90,9 @@ async def read_multipart(
     if not declared or not declared.isdigit():
         raise ApiError(411, "uploads need a Content-Length header")
     if int(declared) > max_bytes:
-        raise ApiError(413, f"the upload is {int(declared)} bytes; at most {max_bytes}", type="request_too_large")
+        raise ApiError(
+            413, f"the upload is {in_bytes(int(declared))}; at most {in_bytes(max_bytes)}", type="request_too_large"
+        )
     return await _counted(request, max_bytes).form(max_files=max_files, max_fields=16, max_part_size=max_part_size)
 
 
@@ -104,7 +106,7 @@ def _counted(request: Request, max_bytes: int) -> Request:
         message = await request.receive()
         received += len(message.get("body", b""))
         if received > max_bytes:
-            raise ApiError(413, f"the upload is over {max_bytes} bytes", type="request_too_large")
+            raise ApiError(413, f"the upload is over {in_bytes(max_bytes)}", type="request_too_large")
         return message
 
     return Request(request.scope, receive)
@@ -122,7 +124,7 @@ async def form_file(form: FormData, name: str, max_bytes: int) -> tuple[str, byt
         raise ApiError(400, f"the form field {name!r} must be an audio file", param=name)
     data = await upload.read(max_bytes + 1)
     if len(data) > max_bytes:
-        raise ApiError(413, f"{name!r} is over {max_bytes} bytes", param=name, type="request_too_large")
+        raise ApiError(413, f"{name!r} is over {in_bytes(max_bytes)}", param=name, type="request_too_large")
     return upload.filename or name, data
 
 

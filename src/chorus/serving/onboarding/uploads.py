@@ -26,7 +26,7 @@ from chorus.audio.io import AudioTooDense, AudioTooLong, decode_with_av, downmix
 from chorus.audio.silences import split_at_silences
 from chorus.data.check import channels_cancel, heard_speech, silence_problem, tenths_down
 from chorus.data.formats import clip_names, names_columns  # uploads read a dataset as the data check does
-from chorus.serving.errors import UploadError
+from chorus.serving.errors import UploadError, in_bytes
 from chorus.serving.json_body import BodyError, loads_bounded
 from chorus.serving.settings import UploadLimits
 
@@ -415,7 +415,9 @@ def _check_entries(infos: list[zipfile.ZipInfo], limits: UploadLimits) -> None:
                 413,
             )
     if total > limits.max_unpacked_bytes:
-        raise UploadError(f"the archive unpacks to {total} bytes; at most {limits.max_unpacked_bytes}", 413)
+        raise UploadError(
+            f"the archive unpacks to {in_bytes(total)}; at most {in_bytes(limits.max_unpacked_bytes)}", 413
+        )
 
 
 def prepare_archive(data: bytes, folder: str | Path, limits: UploadLimits = UploadLimits()) -> PreparedUpload:

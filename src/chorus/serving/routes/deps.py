@@ -6,7 +6,7 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
-from chorus.serving.errors import ApiError
+from chorus.serving.errors import ApiError, in_bytes
 from chorus.serving.json_body import BodyError, loads_bounded
 from chorus.serving.schemas.errors import ErrorBody
 from chorus.serving.server import ServerState
@@ -51,12 +51,12 @@ async def read_body(request: Request, limit: int) -> bytes:
     """The request's body: 413 past ``limit`` bytes, by its Content-Length or as it arrives."""
     declared = request.headers.get("content-length")
     if declared and declared.isdigit() and int(declared) > limit:
-        raise ApiError(413, f"the request body is over {limit} bytes", type="request_too_large")
+        raise ApiError(413, f"the request body is over {in_bytes(limit)}", type="request_too_large")
     body = b""
     async for chunk in request.stream():
         body += chunk
         if len(body) > limit:
-            raise ApiError(413, f"the request body is over {limit} bytes", type="request_too_large")
+            raise ApiError(413, f"the request body is over {in_bytes(limit)}", type="request_too_large")
     return body
 
 

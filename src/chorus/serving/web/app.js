@@ -29,6 +29,21 @@
     return key ? { ...extra, Authorization: `Bearer ${key}` } : extra;
   }
 
+  // An HTTP header carries printable ASCII only: a key with a space or an accented letter would make the
+  // browser refuse the request with a message that blames the server.
+  function keyProblem() {
+    return /[^\x21-\x7e]/.test(keyInput.value.trim())
+      ? "The API key holds a character no key has (a space, a line break or a non-ASCII letter): paste it again."
+      : "";
+  }
+
+  // What fetch throws when no answer came ("Failed to fetch", "NetworkError when attempting ...", "network
+  // error"), in words a user can act on.
+  function unreached(error) {
+    return error instanceof TypeError || /network|fetch/i.test(error.message)
+      ? "the server could not be reached (is it running? is the address right?)" : error.message;
+  }
+
   // The server answers errors as {"error": {"message": ...}} (as OpenAI's API does).
   async function errorMessage(response) {
     let message = `${response.status} ${response.statusText || "error"}`;
@@ -88,20 +103,34 @@
   // A voice speaks when ready, and a voice made from a sample as soon as it exists (its instant voice).
   const speaks = (voice) => voice.status === "ready" || voice.stage === "instant";
 
+  // Nothing of a tenant stays on the page once the server refuses its key: no voices, card or Delete.
+  function clearVoices(message) {
+    voiceSelect.replaceChildren();
+    voiceInfo = new Map();
+    customIds = new Set();
+    showVoice();
+    voicesStatus.textContent = message;
+  }
+
   async function loadVoices(select) {
     const wanted = select || voiceSelect.value;
+    if (!keyInput.value.trim()) storage("remove", KEY_STORAGE);   // cleared: forgotten
+    if (keyProblem()) return clearVoices(keyProblem());
     voicesStatus.textContent = "Loading voices…";
     let response;
     try {
       response = await fetch("v1/voices", { headers: authHeaders(), cache: "no-store" });
     } catch (error) {
-      voicesStatus.textContent = `Could not reach the server: ${error.message}`;
+      voicesStatus.textContent = `Could not list voices: ${unreached(error)}`;
       return;
     }
     if (!response.ok) {
-      voicesStatus.textContent = `Could not list voices: ${await errorMessage(response)}`;
+      // a key the server refuses is not kept (one kept before that it now refuses is forgotten)
+      if (response.status === 401 && storage("get", KEY_STORAGE) === keyInput.value.trim()) storage("remove", KEY_STORAGE);
+      clearVoices(`Could not list voices: ${await errorMessage(response)}`);
       return;
     }
+    storage("set", KEY_STORAGE, keyInput.value.trim());   // a key is kept once the server has taken it
     const voices = (await response.json()).data || [];
     const groups = { base: document.createElement("optgroup"), custom: document.createElement("optgroup") };
     groups.base.label = "Speakers";
@@ -115,7 +144,7 @@
       if (voice.stage === "instant") text += " — instant voice";
       else if (!ready) text += ` — ${voice.status}`;
       option.textContent = text;
-      option.disabled = !ready;
+      option.disabled = !ready && voice.type === "base";   // one of yours that cannot speak can still be deleted
       if (!ready && voice.error) option.title = voice.error;
       (voice.type === "base" ? groups.base : groups.custom).appendChild(option);
     }
@@ -128,6 +157,8 @@
     voicesStatus.textContent = `${voices.length - custom.length} speakers, ${custom.length} of yours` +
       (training ? ` (${training} training)` : "") + ".";
     customIds = new Set(custom.map((v) => v.id));
+    voiceInfo = new Map(voices.map((v) => [v.id, v]));
+    if (speakError.textContent.startsWith(NO_VOICE)) show(speakError, "");
     showVoice();
   }
 
@@ -135,6 +166,11 @@
   const deleteButton = $("delete-voice");
   const cardBox = $("voice-card");
   let customIds = new Set();
+  let voiceInfo = new Map();   // id -> the voice as GET /v1/voices lists it
+  const label = (id) => {
+    const voice = voiceInfo.get(id);
+    return voice && voice.name && voice.name !== id ? `${voice.name} (${id})` : id;
+  };
 
   function row(list, name, value) {
     if (value === undefined || value === null || value === "") return;
@@ -173,10 +209,19 @@
 
   deleteButton.addEventListener("click", async () => {
     const id = voiceSelect.value;
-    if (!customIds.has(id) || !window.confirm(`Delete voice ${id}? This cannot be undone.`)) return;
-    const response = await fetch(`v1/voices/${encodeURIComponent(id)}`, { method: "DELETE", headers: authHeaders() });
-    voicesStatus.textContent = response.ok ? `Deleted ${id}.` : `Could not delete ${id}: ${await errorMessage(response)}`;
-    if (response.ok) await loadVoices();
+    const name = label(id);
+    if (!customIds.has(id) || !window.confirm(`Delete voice ${name}? This cannot be undone.`)) return;
+    let response;
+    try {
+      response = await fetch(`v1/voices/${encodeURIComponent(id)}`, { method: "DELETE", headers: authHeaders() });
+    } catch (error) {
+      voicesStatus.textContent = `Could not delete ${name}: ${unreached(error)}`;
+      return;
+    }
+    voicesStatus.textContent = response.ok ? `Deleted ${name}.` : `Could not delete ${name}: ${await errorMessage(response)}`;
+    if (!response.ok) return;
+    if (id === cvVoiceId) forgetCustomVoice();   // its box had gone on saying it speaks
+    await loadVoices();
   });
 
   // -- speech ----------------------------------------------------------------------------------------
@@ -184,8 +229,56 @@
   const speakButton = $("speak");
   const speakStatus = $("speak-status");
   const speakError = $("speak-error");
+  const speakNote = $("speak-note");
   const speed = $("speed");
+  const textInput = $("text");
+  const textCount = $("text-count");
+  const NO_VOICE = "Choose a voice";
+  const MAX_INPUT = Number(textInput.dataset.max);   // the server's limit per request (OpenAI's 4,096)
   let audioUrl = null;
+  let playback = null;   // the streamed answer playing in Web Audio: {context, reader}
+
+  // A new answer, or the player's own controls, end a streamed one still playing (its pieces were
+  // scheduled in an AudioContext of their own, which the player's pause does not reach).
+  function stopPlayback() {
+    if (playback === null) return;
+    playback.reader.cancel().catch(() => {});
+    playback.context.close().catch(() => {});
+    playback = null;
+  }
+  audio.addEventListener("play", stopPlayback);
+
+  function countText() {
+    const over = textInput.value.length > MAX_INPUT;
+    textCount.textContent = `${textInput.value.length.toLocaleString("en")} of ${MAX_INPUT.toLocaleString("en")} characters` +
+      (over ? ": too long for one request" : "");
+    textCount.classList.toggle("error", over);
+  }
+  textInput.addEventListener("input", countText);
+  countText();
+
+  // What the server could not say (text in a script the voice cannot read, characters it dropped): named
+  // in percent-encoded headers beside the audio.
+  function leftOut(response) {
+    const read = (name) => {
+      const value = response.headers.get(name);
+      if (!value) return "";
+      try { return decodeURIComponent(value); } catch (error) { return value; }
+    };
+    const skipped = read("X-Skipped-Text"), dropped = read("X-Dropped-Characters"), ignored = read("X-Instructions-Ignored");
+    return [skipped && `not spoken: ${skipped}`, dropped && `characters dropped: ${dropped}`,
+            ignored && `instructions not followed: ${ignored}`].filter(Boolean).join("; ");
+  }
+
+  function clearResult() {
+    stopPlayback();
+    audio.removeAttribute("src");
+    audio.load();
+    download.hidden = true;
+    if (audioUrl) URL.revokeObjectURL(audioUrl);
+    audioUrl = null;
+    show(speakNote, "");
+  }
 
   speed.addEventListener("input", () => {
     $("speed-value").textContent = `${Number(speed.value).toFixed(2)}×`;
@@ -232,6 +325,8 @@
     const rate = Number(response.headers.get("X-Sample-Rate"));
     const context = new AudioContext({ sampleRate: rate });
     const reader = response.body.getReader();
+    const mine = { context, reader };
+    playback = mine;
     const parts = [];
     let carry = new Uint8Array(0), at = context.currentTime + 0.05, firstMs = null, pieces = 0;
     for (;;) {
@@ -259,6 +354,7 @@
         speakStatus.textContent = `Playing (first audio after ${(firstMs / 1000).toFixed(1)} s)…`;
       }
     }
+    if (playback !== mine) throw new Error("its playback was stopped before the whole answer came");
     const pcm = new Uint8Array(parts.reduce((n, p) => n + p.length, 0));
     let offset = 0;
     for (const part of parts) { pcm.set(part, offset); offset += part.length; }
@@ -270,9 +366,20 @@
   $("speak-form").addEventListener("submit", async (event) => {
     event.preventDefault();
     show(speakError, "");
-    const input = $("text").value;
+    const input = textInput.value;
+    const voice = voiceSelect.value;   // the voice sent, whatever is chosen while it speaks
     if (!input.trim()) return show(speakError, "Type some text to speak.");
-    if (!voiceSelect.value) return show(speakError, "Choose a voice (none is listed: check the API key).");
+    if (input.length > MAX_INPUT) {
+      return show(speakError, `The text is ${input.length.toLocaleString("en")} characters; one request takes at most ` +
+        `${MAX_INPUT.toLocaleString("en")} (speak it in parts).`);
+    }
+    if (keyProblem()) return show(speakError, keyProblem());
+    if (!voice) return show(speakError, `${NO_VOICE} (none is listed: check the API key).`);
+    const info = voiceInfo.get(voice);
+    if (info && !speaks(info)) {
+      return show(speakError, `${label(voice)} cannot speak: it is ${info.status}${info.error ? ` (${info.error})` : ""}.`);
+    }
+    clearResult();
     speakButton.disabled = true;
     speakStatus.textContent = "Synthesizing…";
     const started = performance.now();
@@ -282,10 +389,11 @@
       const response = await fetch("v1/audio/speech", {
         method: "POST",
         headers: authHeaders({ "Content-Type": "application/json" }),
-        body: JSON.stringify({ model: "chorus", input, voice: voiceSelect.value, response_format: format,
+        body: JSON.stringify({ model: "chorus", input, voice, response_format: format,
                                speed: Number(speed.value), ...(streaming ? { sample_rate: 24000 } : {}) }),
       });
       if (!response.ok) throw new Error(await errorMessage(response));
+      const note = leftOut(response);
       let result;
       if (streaming) {
         result = await playStreaming(response, started);
@@ -300,17 +408,19 @@
       audioUrl = URL.createObjectURL(result.blob);
       audio.src = audioUrl;
       download.href = audioUrl;
-      download.download = `${voiceSelect.value}.${result.extension === "opus" ? "ogg" : result.extension}`;
+      download.download = `${voice}.${result.extension === "opus" ? "ogg" : result.extension}`;
       download.textContent = `Download ${download.download}`;
       download.hidden = false;
       const length = result.seconds === null ? `${(result.blob.size / 1024).toFixed(0)} KB of ${format}` :
         `${result.seconds.toFixed(1)} s of audio`;
-      speakStatus.textContent = `${length} from ${voiceSelect.value} in ` +
+      speakStatus.textContent = `${length} from ${label(voice)} in ` +
         `${((performance.now() - started) / 1000).toFixed(1)} s.`;
+      show(speakNote, note && `Spoken without what it could not read: ${note}.`);
       if (!streaming) audio.play().catch(() => { /* autoplay refused: the controls are there */ });
     } catch (error) {
       speakStatus.textContent = "";
-      show(speakError, `Speech failed: ${error.message}`);
+      clearResult();
+      show(speakError, `Speech failed: ${unreached(error)}`);
     } finally {
       speakButton.disabled = false;
     }
@@ -325,7 +435,10 @@
   const jobBox = $("job");
   const jobProgress = $("job-progress");
   const jobStatus = $("job-status");
+  const uploadStatus = $("upload-status");
+  const cancelJob = $("cancel-job");
   let stopPolling = null;
+  let watchedJob = null;
 
   function transcriptNames(text) {
     return new Set(text.split(/\r?\n/).filter((line) => line.includes("|"))
@@ -468,8 +581,7 @@
       for (const [name, value] of Object.entries(authHeaders())) request.setRequestHeader(name, value);
       request.upload.addEventListener("progress", (event) => {
         if (!event.lengthComputable) return;
-        jobProgress.value = event.loaded / event.total;
-        jobStatus.textContent = `Uploading: ${(event.loaded / 1e6).toFixed(1)} of ${(event.total / 1e6).toFixed(1)} MB`;
+        uploadStatus.textContent = `Uploading: ${(event.loaded / 1e6).toFixed(1)} of ${(event.total / 1e6).toFixed(1)} MB`;
       });
       request.addEventListener("load", () => {
         let body = null;
@@ -489,18 +601,16 @@
     show(onboardError, "");
     const problem = checkUpload();
     if (problem) return show(onboardError, problem);
+    if (keyProblem()) return show(onboardError, keyProblem());
     onboardButton.disabled = true;
-    stopWatching();
-    jobBox.hidden = false;
-    $("job-voice").textContent = $("voice-id").value.trim() || $("voice-name").value.trim();
-    jobProgress.value = 0;
-    jobStatus.textContent = "Uploading…";
+    uploadStatus.textContent = "Uploading…";
     try {
       const job = await upload(uploadForm());
       if (job.left_out && job.left_out.length) show(onboardError, `Left out of the upload: ${job.left_out.join("; ")}`);
-      watch(job);
-    } catch (error) {
-      jobBox.hidden = true;
+      watch(job);   // a job followed before goes on training on the server, and is listed when done
+      uploadStatus.textContent = "";
+    } catch (error) {   // a job followed before is followed still
+      uploadStatus.textContent = "";
       show(onboardError, `Upload refused: ${error.message}`);
     } finally {
       onboardButton.disabled = false;
@@ -526,10 +636,23 @@
     };
     jobStatus.textContent = words[job.status] || `${job.status} (${percent})`;
     jobBox.dataset.status = job.status;
+    cancelJob.hidden = FINAL.has(job.status);
   }
+
+  cancelJob.addEventListener("click", async () => {
+    if (watchedJob === null || !window.confirm(`Stop making voice ${$("job-voice").textContent}?`)) return;
+    let response;
+    try {
+      response = await fetch(`v1/jobs/${encodeURIComponent(watchedJob)}/cancel`, { method: "POST", headers: authHeaders() });
+    } catch (error) {
+      return show(onboardError, `Could not cancel: ${unreached(error)}`);
+    }
+    if (!response.ok) show(onboardError, `Could not cancel: ${await errorMessage(response)}`);
+  });
 
   function watch(job) {
     stopWatching();
+    watchedJob = job.id;
     storage("set", JOB_STORAGE, job.id);
     render(job);
     const answer = async (current) => {
@@ -576,13 +699,23 @@
   async function loadPhrases() {
     const status = $("cv-phrase-status");
     let response;
+    if (keyProblem()) {
+      phrases = {};
+      cvLanguage.replaceChildren();
+      showPhrase();
+      status.textContent = keyProblem();
+      return;
+    }
     try {
       response = await fetch("v1/audio/voice_consents/phrases", { headers: authHeaders(), cache: "no-store" });
     } catch (error) {
-      status.textContent = `Could not reach the server: ${error.message}`;
+      status.textContent = `Could not read the consent phrases: ${unreached(error)}`;
       return;
     }
     if (!response.ok) {
+      phrases = {};   // another tenant's key must not leave its phrase up
+      cvLanguage.replaceChildren();
+      showPhrase();
       status.textContent = `Could not read the consent phrases: ${await errorMessage(response)}`;
       return;
     }
@@ -644,7 +777,7 @@
     try {
       response = await fetch(path, { method: "POST", headers: authHeaders(), body: form });
     } catch (error) {
-      throw new Error(`${refusal}: the server could not be reached (${error.message})`);
+      throw new Error(`${refusal}: ${unreached(error)}`);
     }
     if (!response.ok) throw new Error(`${refusal}: ${await errorMessage(response)}`);
     return response.json();
@@ -655,6 +788,7 @@
     if (!cvLanguage.value) return "No consent phrase to read: fill in the API key at the top of the page.";
     if (!picked.consent) return "Record the consent phrase (or choose a file of it).";
     if (!picked.sample) return "Record a sample (or choose a file).";
+    if (keyProblem()) return keyProblem();
     const seconds = picked.sample.seconds;
     if (seconds !== null && seconds < minSampleSeconds) {
       return `The sample lasts ${seconds.toFixed(1)} s: record ${minSampleSeconds} s of speech or more.`;
@@ -676,6 +810,13 @@
       words = `instant voice (as ${voice.instant}); the refinement failed: ${voice.refinement_error || "no reason given"}`;
     } else words = `instant voice (as ${voice.instant}), speaking now; refinement ${voice.refinement || "pending"}…`;
     $("cv-stage").textContent = words;
+  }
+
+  function forgetCustomVoice() {
+    if (stopFollowing !== null) stopFollowing();
+    stopFollowing = null;
+    cvVoiceId = null;
+    cvBox.hidden = true;
   }
 
   function follow(voice) {
@@ -725,6 +866,7 @@
 
   // Speaks the text of the Speak form with the new voice (chosen there, so format and speed apply).
   $("cv-speak").addEventListener("click", () => {
+    if (speakButton.disabled) return;   // an answer is on its way: one at a time, as the Speak button
     voiceSelect.value = cvVoiceId;
     showVoice();
     $("speak-form").requestSubmit();
@@ -733,7 +875,6 @@
 
   // -- start -----------------------------------------------------------------------------------------
   keyInput.value = storage("get", KEY_STORAGE);
-  keyInput.addEventListener("input", () => storage("set", KEY_STORAGE, keyInput.value.trim()));
   keyInput.addEventListener("change", () => { loadVoices(); loadPhrases(); });
   $("refresh-voices").addEventListener("click", () => loadVoices());
   loadPhrases();
