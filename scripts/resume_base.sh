@@ -9,7 +9,9 @@ steps=${1:-40000}
 processes=${2:-1}
 anneal=()
 [ -n "${3:-}" ] && anneal=(--anneal-from "$3")
-[ -f corpus_out/voices.json ] || .venv/bin/chorus corpus build corpus_out
+# Built every time: finished clips are skipped, so a complete corpus costs a check. (Its voices.json alone said
+# nothing: the held-out build the benchmarks use writes one, and pretraining then found no corpus_out/train.)
+.venv/bin/chorus corpus build corpus_out
 mkdir -p runs/base
 if [ ! -f runs/base/checkpoint/training_state.json ]; then
   mkdir -p runs/base/checkpoint

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import shutil
+import signal
 import subprocess
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -29,6 +30,7 @@ from chorus.audio.vocoders import (
     registered_vocoders,
 )
 from chorus.training.checkpoint import load_training_state
+from chorus.training.interrupts import RunInterrupted
 from chorus.training.vocoder import VocoderTrainConfig, train_vocoder
 
 torch.set_num_threads(1)
@@ -245,6 +247,33 @@ def test_weights_only_checkpoint_keeps_no_optimizer_and_resumes(tmp_path):
     assert any(not torch.equal(before[key], after[key]) for key in before)
 
 
+def test_ctrl_c_saves_the_step_it_stopped_at_and_steps_or_threads_under_one_are_refused(tmp_path, monkeypatch):
+    """A researcher's probe: Ctrl-C lost the steps since the last checkpoint (up to 499) without a word; --steps 0
+    printed 'saved in OUT' over a folder with no vocoder; --threads 0 was a traceback from torch."""
+    from chorus.training.vocoder import _VocoderLoop
+
+    data = make_dataset(tmp_path / "data")
+    for steps, threads in ((0, 1), (2, 0)):
+        with pytest.raises(ValueError, match="steps and threads must be at least 1"):
+            train_vocoder(data, tmp_path / "none", tiny_train_config(), steps=steps, threads=threads)
+    step = _VocoderLoop._train_step
+
+    def interrupted_at_3(self, index, lr):
+        terms = step(self, index, lr)
+        if index == 2:  # the third step
+            signal.raise_signal(signal.SIGINT)
+        return terms
+
+    monkeypatch.setattr(_VocoderLoop, "_train_step", interrupted_at_3)
+    with pytest.raises(RunInterrupted) as interrupted:
+        train_vocoder(data, tmp_path / "run", tiny_train_config(log_every=5), steps=10, show_progress=False)
+    assert interrupted.value.step == 3
+    assert load_training_state(tmp_path / "run" / "checkpoint").meta["step"] == 3
+    assert [row["step"] for row in read_log(tmp_path / "run")] == ["3"] and (tmp_path / "run" / "loss.png").is_file()
+    monkeypatch.undo()
+    assert train_vocoder(data, tmp_path / "run", None, steps=4, resume=True, show_progress=False).step == 4
+
+
 def test_period_discriminator_sees_every_period_and_any_length():
     from chorus.training.vocoder import Discriminators, VocoderTrainConfig
 
@@ -310,6 +339,13 @@ def test_fine_tuning_on_teacher_forced_mels_starts_from_the_given_vocoder(tiny_b
     assert saved["vocoder"] == dataclasses.asdict(TINY_VOCOS)
     with pytest.raises(FileNotFoundError, match="no speaker folder named after"):
         AlignedSampler([tmp_path], bundle, clips_per_voice=1)
+
+    # A metadata line whose clip is gone is skipped, as pretraining skips it (it had ended the run).
+    broken = shutil.copytree(two_voice_corpus, tmp_path / "broken")
+    gone = sorted((broken / "f2" / "wavs").glob("*.wav"))[0]
+    gone.unlink()
+    sampler = AlignedSampler([broken], bundle, clips_per_voice=2)
+    assert len(sampler.mels) == 4 and sampler.skipped == [f"{gone}: audio file not found"], sampler.skipped
 
 
 def test_adversarial_fine_tuning_starts_from_the_runs_discriminators_on_mixed_batches(

@@ -691,6 +691,7 @@ def test_messages_keep_their_brackets_and_devices_are_checked(tiny_base, tmp_pat
         ["speaker", "embed", "a.wav", "--out", "e.npy"],
         ["speaker", "verify", "a", "b"],
         ["speaker", "eval", "t.txt"],
+        ["pretrain", "x", "--out", "y"],
     ],
     ids=lambda c: " ".join(c[:2]),
 )

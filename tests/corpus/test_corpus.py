@@ -6,6 +6,7 @@ import json
 import shutil
 from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -208,3 +209,45 @@ def test_recorded_sentences_match_what_the_corpus_build_writes(tmp_path: Path, t
         np.testing.assert_array_equal(audio, written)
     with pytest.raises(RuntimeError):
         record_sentences(replace(speaker, sox=("no-such-effect",)), ["Hello."])
+
+
+def test_a_folder_whose_voices_json_is_not_a_corpus_is_refused_before_any_clip(tmp_path: Path) -> None:
+    """A researcher's probe: a voices.json not Chorus's was overwritten, and an unreadable one ended the build
+    after every clip had been made."""
+    _need("flite")
+    speaker = [replace(get_speaker("flite-rms"), utterances=1)]
+    for contents in ('{"foo": 1}', "not json", '{"voices": {"x": 3}}'):
+        (tmp_path / "voices.json").write_text(contents)
+        with pytest.raises(ValueError, match="not a corpus's voices.json"):
+            build_corpus(tmp_path, speakers=speaker, jobs=1, progress=False)
+        assert (tmp_path / "voices.json").read_text() == contents and not list(tmp_path.glob("*/*/wavs/*.wav"))
+
+
+def test_corpus_build_says_user_errors_in_a_line_and_fails_when_nothing_was_written(tmp_path: Path, monkeypatch):
+    """Repeated speakers and an OUT that is a file were tracebacks; a build whose every clip failed (a full disk:
+    libsndfile says only 'System error.') exited 0."""
+    from typer.testing import CliRunner
+
+    import chorus.corpus.build as build
+    from chorus.cli import app
+
+    _need("flite")
+    runner = CliRunner()
+    repeated = runner.invoke(app, ["corpus", "build", str(tmp_path / "a"), "--speakers", "flite-rms,flite-rms"])
+    assert repeated.exit_code == 2 and "speaker names repeat" in repeated.output and "Traceback" not in repeated.output
+    (tmp_path / "file").write_text("")
+    a_file = runner.invoke(app, ["corpus", "build", str(tmp_path / "file"), "--speakers", "flite-rms"])
+    assert a_file.exit_code == 2 and "Traceback" not in a_file.output, a_file.output
+
+    def full_disk(path, audio, *args, **kwargs):
+        raise RuntimeError("Error opening 'x.wav': System error.")
+
+    monkeypatch.setattr(build, "save_audio", full_disk)
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: SimpleNamespace(free=10_000))
+    failed = runner.invoke(
+        app,
+        ["corpus", "build", str(tmp_path / "b"), "--speakers", "flite-rms", "--scale", "0.01", "--jobs", "1"],
+        env={"COLUMNS": "200"},
+    )
+    assert failed.exit_code == 2 and "no clip was written" in failed.output, failed.output
+    assert "on a disk with 0.0 MB free" in failed.output

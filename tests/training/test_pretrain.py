@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -15,7 +17,8 @@ import torch
 from chorus.models.bundle import load_bundle
 from chorus.models.config import AcousticConfig
 from chorus.training.checkpoint import load_training_state
-from chorus.training.pretrain import PretrainConfig, learning_rate_at, pretrain
+from chorus.training.interrupts import RunInterrupted
+from chorus.training.pretrain import PretrainConfig, _PretrainLoop, learning_rate_at, pretrain
 from conftest import TINY_MODEL
 from local_services import free_port
 
@@ -168,3 +171,50 @@ def test_interrupted_checkpoint_write_is_recovered(corpus, tmp_path):
     pretrain(recipe(corpus, tmp_path, steps=4), progress=False)
     assert load_training_state(tmp_path / "checkpoint").meta["step"] == 4
     assert [int(line.split(",")[0]) for line in (tmp_path / "log.csv").read_text().splitlines()[1:]] == [2, 2, 4, 4]
+
+
+def logged_steps(out: Path) -> list[int]:
+    return [int(line.split(",")[0]) for line in (out / "log.csv").read_text().splitlines()[1:]]
+
+
+def test_a_run_shorter_than_an_evaluation_logs_and_plots_its_last_step(corpus, tmp_path):
+    """A researcher's probe: 20 steps under eval_every 250 left log.csv with its header alone, and no loss.png."""
+    pretrain(dataclasses.replace(recipe(corpus, tmp_path, steps=3), eval_every=250, save_every=500), progress=False)
+    assert logged_steps(tmp_path) == [3, 3] and (tmp_path / "loss.png").stat().st_size > 0
+
+
+def test_features_made_from_another_corpus_are_refused(corpus, tmp_path):
+    """The cache in OUT was trained on whatever DATA named (a missing folder too), and the checkpoint said DATA:
+    a cache is tied to its corpus' contents (a copy elsewhere is the same corpus)."""
+    out = tmp_path / "run"
+    pretrain(recipe(corpus, out, steps=2), progress=False)
+    moved = shutil.copytree(corpus, tmp_path / "moved")
+    assert load_bundle(pretrain(recipe(moved, out, steps=4), progress=False)).info["steps"] == 4
+    metadata = next(moved.glob("*/metadata.csv"))
+    metadata.write_text(metadata.read_text().replace("|", "|Fixed: ", 1))
+    with pytest.raises(ValueError, match="was made from another corpus than"):
+        pretrain(recipe(moved, out, steps=6), progress=False)
+    with pytest.raises(ValueError, match="no such folder"):
+        pretrain(recipe(tmp_path / "nowhere", out, steps=6), progress=False)
+
+
+def test_ctrl_c_saves_the_step_it_stopped_at_and_the_run_goes_on_from_there(corpus, tmp_path, monkeypatch):
+    """Ctrl-C had killed the run mid-step, silently, and a rerun went back to the last periodic checkpoint (up to
+    499 steps): now the step under way ends, is logged and saved, and the same command resumes there."""
+    step = _PretrainLoop._train_step
+
+    def interrupted_at_3(self, positions):
+        values = step(self, positions)
+        if self.position.step == 3:
+            signal.raise_signal(signal.SIGINT)  # as the terminal sends it: handled between steps
+        return values
+
+    monkeypatch.setattr(_PretrainLoop, "_train_step", interrupted_at_3)
+    with pytest.raises(RunInterrupted) as interrupted:
+        pretrain(dataclasses.replace(recipe(corpus, tmp_path, steps=8), save_every=500), progress=False)
+    assert interrupted.value.step == 3 and "the same command goes on from there" in str(interrupted.value)
+    assert load_training_state(tmp_path / "checkpoint").meta["step"] == 3 and logged_steps(tmp_path)[-1] == 3
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # Python's own again
+    monkeypatch.undo()
+    pretrain(recipe(corpus, tmp_path, steps=4), progress=False)
+    assert load_training_state(tmp_path / "checkpoint").meta["step"] == 4

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -10,7 +11,7 @@ from rich.progress import Progress
 from rich.table import Table
 from rich.text import Text
 
-from chorus.cli.common import command_group, console, parameter_default
+from chorus.cli.common import command_group, console, fail, parameter_default, user_errors
 from chorus.corpus.build import RequirementsError, build_corpus, check_requirements
 from chorus.corpus.speakers import get_speaker
 from chorus.data.check import (
@@ -26,6 +27,8 @@ from chorus.data.formats import AUDIO_SUFFIXES, needs_transcripts
 
 data_app = command_group(help="Inspect datasets.", no_args_is_help=True)
 corpus_app = command_group(help="Build the offline multi-speaker training corpus.", no_args_is_help=True)
+
+LOW_DISK_BYTES = 50_000_000  # under this free on the corpus disk, failed clips are said to be its want of space
 
 
 @data_app.command("check")
@@ -174,7 +177,8 @@ def corpus_build(
     except (RequirementsError, subprocess.CalledProcessError) as error:
         console.print(str(error), style="red")
         raise typer.Exit(1) from error
-    summary = build_corpus(out_dir, utterances_scale=scale, jobs=jobs, speakers=chosen)
+    with user_errors():
+        summary = build_corpus(out_dir, utterances_scale=scale, jobs=jobs, speakers=chosen)
     table = Table(title=f"Corpus in {summary.out_dir}")
     for column in ("speaker", "split", "source", "gender", "clips", "minutes", "new", "failed"):
         table.add_column(column, justify="right" if column in ("clips", "minutes", "new", "failed") else "left")
@@ -204,3 +208,9 @@ def corpus_build(
         for failure in speaker.failures:
             console.print(f"skipped {failure}", style="yellow")
     console.print(f"{summary.clips} clips, {summary.hours:.2f} h, built in {summary.elapsed_s / 60:.1f} min")
+    if summary.failed:
+        free = shutil.disk_usage(out_dir).free
+        if free < LOW_DISK_BYTES:  # libsndfile says only "System error." when a write fails for want of space
+            console.print(f"{out_dir} is on a disk with {free / 1e6:.1f} MB free: clips cannot be written", style="red")
+        if not summary.written:
+            fail(f"no clip was written ({summary.failed} failed): see the reasons above")

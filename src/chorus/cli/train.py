@@ -3,16 +3,38 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import typer
 
-from chorus.cli.common import config_default, console, fail, given_options, parameter_default, user_errors
+from chorus.cli.common import (
+    DEVICE_OPTION,
+    config_default,
+    console,
+    fail,
+    given_options,
+    parameter_default,
+    user_errors,
+)
 from chorus.models.config import AcousticConfig
+from chorus.training.interrupts import RunInterrupted
 from chorus.training.pretrain import PretrainConfig
 from chorus.training.pretrain import pretrain as run_pretrain
 from chorus.training.vocoder import VocoderTrainConfig, train_vocoder_command
 from chorus.training.vocoder import train_vocoder as run_train_vocoder
+
+
+@contextmanager
+def interrupt_said() -> Iterator[None]:
+    """Ctrl-C in a training run: its checkpoint was saved at the step it stopped; say so, and exit 130 as an
+    interrupt does (a script stops)."""
+    try:
+        yield
+    except RunInterrupted as interrupted:
+        console.print(str(interrupted))
+        raise typer.Exit(130) from None
 
 
 def pretrain(
@@ -30,7 +52,7 @@ def pretrain(
     config: Path | None = typer.Option(None, help="JSON file with AcousticConfig fields (new runs only)."),
     default_speaker: str | None = typer.Option(None, help="Speaker used when none is asked for."),
     threads: int = typer.Option(config_default(PretrainConfig, "threads"), help="CPU threads per process."),
-    device: str = typer.Option(config_default(PretrainConfig, "device"), help="cpu, cuda, cuda:1 ..."),
+    device: str = DEVICE_OPTION,
 ) -> None:
     """Pretrain (or resume) the multi-speaker base model. Run under `torchrun` for DDP."""
     with user_errors():
@@ -46,7 +68,8 @@ def pretrain(
             device=device,
             default_speaker=default_speaker,
         )
-        checkpoint = run_pretrain(recipe)
+        with interrupt_said():
+            checkpoint = run_pretrain(recipe)
     console.print(f"checkpoint: {checkpoint}")
 
 
@@ -90,7 +113,7 @@ def train_vocoder(
     unused = [] if aligned_model is not None else given_options(context, "aligned_clips", "aligned_fraction")
     if unused:  # they had been ignored without a word, and the run trained on the data's own mels alone
         fail(f"{', '.join(unused)}: options of GTA fine-tuning, which --aligned-model MODEL turns on")
-    with user_errors():
+    with user_errors(), interrupt_said():
         result = train_vocoder_command(
             data,
             out,

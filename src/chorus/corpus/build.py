@@ -440,10 +440,29 @@ def _finish_speaker(out_dir: Path, speaker: SpeakerSpec, selection: Sequence[tup
     return len(lines), frames / SAMPLE_RATE / 60
 
 
+def _voices_json(out_dir: Path) -> dict[str, dict]:
+    """The speakers ``out_dir/voices.json`` lists (none when there is no file); ``ValueError`` for a file that
+    is not a corpus's, checked before any clip is made (one not Chorus's had been overwritten, an unreadable
+    one had ended the build after every clip was made)."""
+    path = out_dir / "voices.json"
+    if not path.is_file():
+        return {}
+    try:
+        document = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as error:
+        raise ValueError(f"{path}: not a corpus's voices.json ({error}); build into another folder") from None
+    voices = document.get("voices") if isinstance(document, dict) else None
+    if not isinstance(voices, dict) or not all(isinstance(v, dict) and "path" in v for v in voices.values()):
+        raise ValueError(
+            f"{path}: not a corpus's voices.json (no 'voices' by name, each with its path); build into another folder"
+        )
+    return voices
+
+
 def _write_voices_json(out_dir: Path, records: dict[str, dict]) -> None:
     """Merge ``records`` into ``voices.json``, keeping entries of speakers built by earlier runs."""
     path = out_dir / "voices.json"
-    existing = json.loads(path.read_text(encoding="utf-8")).get("voices", {}) if path.is_file() else {}
+    existing = _voices_json(out_dir)
     merged = {name: record for name, record in existing.items() if (out_dir / record["path"]).is_dir()}
     merged.update(records)
     document = {"sample_rate": SAMPLE_RATE, "voices": dict(sorted(merged.items()))}
@@ -468,6 +487,7 @@ def build_corpus(
     out_dir = Path(out_dir)
     specs = _resolve_speakers(speakers)
     check_requirements(specs)
+    _voices_json(out_dir)
     jobs = max(1, jobs)
     threads = max(1, (os.cpu_count() or 1) // jobs)
 
@@ -477,6 +497,8 @@ def build_corpus(
     for speaker in specs:
         wav_dir = out_dir / speaker.split / speaker.name / "wavs"
         wav_dir.mkdir(parents=True, exist_ok=True)
+        if not os.access(wav_dir, os.W_OK):  # else every clip failed with libsndfile's "System error."
+            raise PermissionError(f"{wav_dir}: not writable by this user")
         for stale in wav_dir.glob(".*"):  # temp files of a build killed mid-write
             stale.unlink()
         selection = select_sentences(speaker, max(1, round(speaker.utterances * utterances_scale)))

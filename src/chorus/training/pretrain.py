@@ -7,6 +7,7 @@ share of the batches (gloo on CPU, NCCL on GPU) and rank 0 writes checkpoints an
 
 from __future__ import annotations
 
+import hashlib
 import math
 import os
 import time
@@ -23,12 +24,14 @@ from chorus.audio.mel import MelConfig
 from chorus.data.batching import collate, make_batches
 from chorus.data.check import check_dataset
 from chorus.data.features import FeatureCache, build_feature_cache
+from chorus.data.formats import discover
 from chorus.models.acoustic import AcousticModel, build_model
 from chorus.models.bundle import ModelBundle, load_bundle, write_bundle_files
 from chorus.models.config import AcousticConfig
 from chorus.models.losses import compute_losses, step_inputs
 from chorus.text import TextFrontEnd
 from chorus.training.checkpoint import load_training_state, save_checkpoint
+from chorus.training.interrupts import InterruptRequest, RunInterrupted
 from chorus.training.loss_log import LossLog, plot_losses
 from chorus.training.progress import step_progress
 
@@ -119,12 +122,30 @@ class _Distributed:
         if self.world > 1:
             dist.barrier()
 
+    def any(self, flag: bool) -> bool:
+        """Whether ``flag`` is set in any process (every process calls it at the same step)."""
+        return flag if self.world == 1 else self.mean(float(flag)) > 0
+
     def mean(self, value: float) -> float:
         if self.world == 1:
             return value
         tensor = torch.tensor([value], dtype=torch.float64, device=self.device)
         dist.all_reduce(tensor)
         return float(tensor.item()) / self.world
+
+
+def corpus_digest(data: str | Path) -> str:
+    """What a feature cache is made from, by content (wherever the folder is): every metadata line (speaker,
+    clip, text), the size of its audio file (-1: missing), and the lines the metadata reader refused. Cheap:
+    metadata and file sizes, no audio read. ``DatasetFormatError`` when ``data`` holds no dataset."""
+    utterances, problems = discover(data)
+    digest = hashlib.sha256()
+    for utterance in utterances:
+        size = utterance.audio_path.stat().st_size if utterance.audio_path.is_file() else -1
+        digest.update(f"{utterance.key}|{utterance.text}|{size}\n".encode())
+    for problem in problems:
+        digest.update(f"refused {problem.source}: {problem.message}\n".encode())
+    return digest.hexdigest()
 
 
 def prepare_features(
@@ -136,19 +157,28 @@ def prepare_features(
     progress: bool = True,
 ) -> FeatureCache:
     """The feature cache at ``path``, built from the corpus ``data`` the first time; ``ValueError`` if
-    the cache was made with other text or mel settings."""
+    the cache was made with other text or mel settings, or from another corpus (or this one since changed:
+    a fixed line, a clip added); it had been trained on whatever ``data`` named, and said to be ``data``."""
+    digest = corpus_digest(data)
     if path.is_file():
         cache = FeatureCache.load(path)
         if cache.meta.get("front_end") != front_end.to_dict() or cache.meta.get("mel") != mel_config.to_dict():
             raise ValueError(f"{path} was made with other text or mel settings; delete it to rebuild")
+        if cache.meta.get("corpus", digest) != digest:  # caches before this check recorded none
+            raise ValueError(
+                f"{path} was made from another corpus than {data} (or from it before it changed): a run trains on "
+                f"one corpus. Give a new --out, or delete {path} (and {path.parent / 'checkpoint'}, to start over)"
+            )
         return cache
     # The data check's rules (missing, silent, clipped, mis-transcribed ...) decide what is trained on.
     report = check_dataset(data, progress=progress)
     if not report.speakers and report.problems:
-        raise ValueError(f"{data}: {report.problems[0].message}")
+        message = report.problems[0].message
+        raise ValueError(message if message.startswith(str(data)) else f"{data}: {message}")
     cache, skipped = build_feature_cache(
         report.valid_utterances(), front_end, mel_config, with_pitch=with_pitch, progress=progress
     )
+    cache.meta["corpus"] = digest
     for line in [f"{p.source}: {p.message}" for p in report.problems] + skipped:
         print(f"skipped {line}")
     if report.problems or skipped:
@@ -365,9 +395,16 @@ class _PretrainLoop:
         self.running_steps = 0
 
     def train(self, progress: bool) -> None:
-        """Step from the run's position to ``config.steps``, epoch by epoch; ``progress``: show a bar."""
+        """Step from the run's position to ``config.steps``, epoch by epoch; ``progress``: show a bar. Ctrl-C
+        ends the step under way, logs and saves, and raises :class:`RunInterrupted`."""
         config, position = self.config, self.position
-        with step_progress("pretrain", progress and self.run.main) as bar:
+        if position.step >= config.steps:
+            if self.run.main:
+                print(
+                    f"{self.out / 'checkpoint'} is at step {position.step} already: nothing to train to --steps {config.steps}"
+                )
+            return
+        with InterruptRequest() as interrupt, step_progress("pretrain", progress and self.run.main) as bar:
             task = bar.add_task("steps", total=config.steps, completed=position.step, status="")
             while position.step < config.steps:
                 batches = self._epoch_batches()
@@ -381,10 +418,15 @@ class _PretrainLoop:
                         completed=position.step,
                         status=f"mel {values['mel']:.3f} prior {values['prior']:.3f} dur {values['duration']:.3f}",
                     )
-                    if position.step % config.eval_every == 0:
+                    stopping = self.run.any(interrupt.requested)
+                    # Logged at the last step and at an interrupt too: a run shorter than eval_every had left
+                    # an empty log.csv and no loss.png.
+                    if position.step % config.eval_every == 0 or position.step == config.steps or stopping:
                         self._evaluate_and_log(bar.tasks[0].fields["status"], printed=not bar.console.is_terminal)
-                    if position.step % config.save_every == 0 or position.step == config.steps:
+                    if position.step % config.save_every == 0 or position.step == config.steps or stopping:
                         self._save(epoch_done=position.batch_in_epoch == len(batches))
+                    if stopping:
+                        raise RunInterrupted(position.step, self.out / "checkpoint")
                 if position.batch_in_epoch >= len(batches):
                     position.epoch, position.batch_in_epoch = position.epoch + 1, 0
 

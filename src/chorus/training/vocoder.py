@@ -55,9 +55,10 @@ from chorus.audio.io import downmix, load_audio, save_audio
 from chorus.audio.mel import MelConfig, MelSpectrogram, log_mel
 from chorus.audio.vocoders import Vocos, VocosConfig, load_vocoder
 from chorus.audio.vocoders.base import WEIGHTS_FILE
-from chorus.data.formats import discover
+from chorus.data.formats import Utterance, discover
 from chorus.models.bundle import ModelBundle, load_bundle, teacher_forced_mel
 from chorus.training.checkpoint import TrainingState, load_training_state, save_checkpoint
+from chorus.training.interrupts import InterruptRequest, RunInterrupted
 from chorus.training.loss_log import LossLog, plot_losses
 from chorus.training.progress import step_progress
 
@@ -206,22 +207,46 @@ class AlignedSampler:
         self.hop = bundle.mel_config.hop_length
         self.mels: list[torch.Tensor] = []
         self.audio: list[torch.Tensor] = []
-        utterances = [(folder.name, u) for folder in folders for u in discover(folder)[0][:clips_per_voice]]
+        self.skipped: list[str] = []  # clips that could not be read, each "path: why", as pretraining skips them
+        voices = [(folder.name, discover(folder)[0]) for folder in folders]
         with step_progress("teacher-forced mels", progress) as bar:
-            task = bar.add_task("clips", total=len(utterances), status="")
-            for voice, utterance in bar.track(utterances, task_id=task):
-                audio = load_audio(utterance.audio_path, bundle.mel_config.sample_rate)
-                mel = teacher_forced_mel(
-                    bundle,
-                    utterance.text,
-                    torch.from_numpy(log_mel(audio, bundle.mel_config)),
-                    bundle.speaker_index(voice),
-                )
-                samples = mel.shape[0] * self.hop
-                self.mels.append(mel.float())
-                self.audio.append(torch.from_numpy(np.pad(audio, (0, max(samples - len(audio), 0)))[:samples]))
+            task = bar.add_task("clips", total=sum(min(len(u), clips_per_voice) for _, u in voices), status="")
+            for voice, utterances in voices:
+                taken = 0
+                for utterance in utterances:
+                    if taken == clips_per_voice:
+                        break
+                    if self._force(bundle, voice, utterance):
+                        taken += 1
+                        bar.advance(task)
+        for line in self.skipped:
+            print(f"skipped {line}")
+        if not self.mels:
+            raise ValueError(f"no clip of {', '.join(str(f) for f in folders)} could be read")
         frames = np.array([len(mel) for mel in self.mels], dtype=np.float64)
         self.weights = frames / frames.sum()
+
+    def _force(self, bundle: ModelBundle, voice: str, utterance: Utterance) -> bool:
+        """Keep ``utterance``'s clip and its teacher-forced mel; False (and the reason kept) if its audio cannot
+        be read (a metadata line whose file is missing had ended the run 17 clips in)."""
+        try:
+            audio = load_audio(utterance.audio_path, bundle.mel_config.sample_rate)
+        except (OSError, ValueError, RuntimeError) as error:
+            message = str(error)  # most name the file themselves
+            self.skipped.append(
+                message if str(utterance.audio_path) in message else f"{utterance.audio_path}: {message}"
+            )
+            return False
+        mel = teacher_forced_mel(
+            bundle,
+            utterance.text,
+            torch.from_numpy(log_mel(audio, bundle.mel_config)),
+            bundle.speaker_index(voice),
+        )
+        samples = mel.shape[0] * self.hop
+        self.mels.append(mel.float())
+        self.audio.append(torch.from_numpy(np.pad(audio, (0, max(samples - len(audio), 0)))[:samples]))
+        return True
 
     def batch(self, rng: np.random.Generator, batch_size: int, frames: int) -> tuple[torch.Tensor, torch.Tensor]:
         """(audio ``[batch_size, frames * hop]``, its teacher-forced log-mel ``[batch_size, frames, n_mels]``)."""
@@ -454,6 +479,8 @@ def train_vocoder(
     fresh). Without it, an existing checkpoint is refused rather than overwritten. On resume the
     saved config is used; passing a different one is an error.
     """
+    if steps < 1 or threads < 1:
+        raise ValueError(f"steps and threads must be at least 1, got {steps} and {threads}")
     data_roots = [Path(data_roots)] if isinstance(data_roots, str | Path) else [Path(root) for root in data_roots]
     out_dir = Path(out_dir)
     torch.set_num_threads(threads)
@@ -466,6 +493,8 @@ def train_vocoder(
     model, discriminator = _setup_model(config, state, out_dir / CHECKPOINT)
     optimizers = _setup_optimizers(config, model, discriminator, state)
     start_step = int(state.meta["step"]) if state is not None else 0
+    if start_step >= steps:
+        print(f"{out_dir / CHECKPOINT} is at step {start_step} already: nothing to train to --steps {steps}")
     data = _setup_data(data_roots, config, show_progress)
     loop = _VocoderLoop(config, out_dir, model, discriminator, optimizers, data, start_step)
     started = time.perf_counter()
@@ -609,12 +638,13 @@ class _VocoderLoop:
 
     def train(self, steps: int, started: float, show_progress: bool) -> dict[str, float]:
         """Steps from the start step up to ``steps``; returns the mean losses of the last log interval.
-        ``started``: the ``time.perf_counter()`` the log's seconds count from."""
+        ``started``: the ``time.perf_counter()`` the log's seconds count from. Ctrl-C ends the step under way,
+        logs and saves, and raises :class:`RunInterrupted`."""
         config = self.config
         sums: dict[str, float] = {}  # loss terms summed since the last log line
         summed = 0
         losses: dict[str, float] = {}
-        with step_progress("vocoder", show_progress) as progress:
+        with InterruptRequest() as interrupt, step_progress("vocoder", show_progress) as progress:
             task = progress.add_task("train", total=steps, completed=self.start_step, status="")
             for step in range(self.start_step, steps):
                 lr = learning_rate(step, config)
@@ -623,8 +653,9 @@ class _VocoderLoop:
                 for name, value in terms.items():
                     sums[name] = sums.get(name, 0.0) + value.item()
                 summed += 1
+                stopping = interrupt.requested
                 # Logged: means over the interval; progress shows the latest interval.
-                if done % config.log_every == 0 or done == steps:
+                if done % config.log_every == 0 or done == steps or stopping:
                     losses = {name: total / summed for name, total in sums.items()}
                     sums, summed = {}, 0
                     seconds = time.perf_counter() - started
@@ -632,8 +663,10 @@ class _VocoderLoop:
                     self.log.append([{**row, "seconds": f"{seconds:.1f}"}])
                     progress.update(task, status=f"loss {losses['loss']:.3f} mel {losses['mel_l1']:.3f}")
                 progress.update(task, completed=done)
-                if done % config.checkpoint_every == 0 or done == steps:
+                if done % config.checkpoint_every == 0 or done == steps or stopping:
                     self._save_and_judge(done)
+                if stopping:
+                    raise RunInterrupted(done, self.out_dir / CHECKPOINT)
         return losses
 
     def _train_step(self, step: int, lr: float) -> dict[str, torch.Tensor]:
