@@ -363,3 +363,92 @@ def test_training_crops_are_augmented_on_the_fly(two_voice_corpus):
     mel, done = training_crop(clips, 0, phone, mel_config, rng)
     plain, _ = training_crop(clips, 0, clean, mel_config, np.random.default_rng(1))
     assert done == ["channel phone"] and mel[:, -10:].mean() < plain[:, -10:].mean() - 2.0
+
+
+def test_speaker_commands_refuse_what_they_cannot_judge(two_voice_corpus, tmp_path):
+    """A researcher's probe: two empty files, or silence against itself, were 'same speaker' (exit 0) through
+    --encoder, and embed gave them unit vectors; a run's checkpoint verified at its placeholder threshold 0.5;
+    training into a run folder replaced its run without a word; a bad --out or --p-target was found after (or
+    instead of) the work; --threads 0 was a traceback; a corpus given by another path to the same folder was
+    'another corpus'; --steps under the checkpoint's step went on silently."""
+    import soundfile as sf
+    from typer.testing import CliRunner
+
+    from chorus.cli import app
+
+    def run(*args: str) -> tuple[int, str]:
+        result = CliRunner().invoke(app, ["speaker", *args], env={"COLUMNS": "400"})
+        return result.exit_code, " ".join(result.output.split())
+
+    encoder = tmp_path / "run"
+    train = ["train", str(two_voice_corpus), "--out", str(encoder), "--steps", "2", "--depth", "10"]
+    assert run(*train)[0] == 0
+    empty, silence = tmp_path / "empty.wav", tmp_path / "silence.wav"
+    sf.write(empty, np.zeros(0, np.float32), 22_050)
+    sf.write(silence, np.zeros(3 * 22_050, np.float32), 22_050)
+    speech = sorted((two_voice_corpus / "m3" / "wavs").glob("*.wav"))[0]
+    for args in (["verify", str(empty), str(empty)], ["verify", str(silence), str(speech)]):
+        code, said = run(*args, "--encoder", str(encoder))
+        assert code == 2 and "cannot tell" in said and "of speech heard" in said, said
+    code, said = run("embed", str(speech), str(silence), "--out", str(tmp_path / "e.npy"), "--encoder", str(encoder))
+    assert code == 2 and f"{silence}: 0.0 s of speech heard" in said and not (tmp_path / "e.npy").exists()
+    assert "no folder" in run("embed", str(speech), "--out", str(tmp_path / "nowhere" / "e.npy"))[1]
+    assert "strictly between 0 and 1" in run("eval", str(tmp_path / "trials.txt"), "--p-target", "1")[1]
+    code, said = run("verify", str(speech), str(speech), "--encoder", str(encoder / "checkpoint"))
+    assert code == 2 and "never calibrated" in said, said
+    code, said = run(*train)
+    assert code == 2 and f"holds a run already (its checkpoint at step 2): --resume {encoder}" in said, said
+    assert "threads must be positive" in run(*train[:2], "--out", str(tmp_path / "t"), "--threads", "0")[1]
+    # The same corpus by its absolute path, one step on; then fewer steps than the checkpoint's
+    absolute = [
+        "train",
+        str(two_voice_corpus.resolve()),
+        "--out",
+        str(encoder),
+        "--depth",
+        "10",
+        "--resume",
+        str(encoder),
+    ]
+    assert run(*absolute, "--steps", "3")[0] == 0
+    code, said = run(*absolute, "--steps", "1")
+    assert code == 2 and "its checkpoint is at step 3; --steps 1 is fewer" in said, said
+
+
+def test_ctrl_c_saves_the_speaker_encoders_step_and_resume_goes_on(two_voice_corpus, tmp_path, monkeypatch):
+    """Ctrl-C had lost every step since the last checkpoint, without a word (up to 99 at the defaults)."""
+    import signal
+
+    from chorus.training.interrupts import RunInterrupted
+    from chorus.training.speaker_encoder import CHECKPOINT, _SpeakerEncoderRecipe, train_speaker_encoder
+
+    step = _SpeakerEncoderRecipe._optimizer_step
+
+    def interrupted_at_3(self, mels, labels):
+        loss = step(self, mels, labels)
+        if self.step == 3:
+            signal.raise_signal(signal.SIGINT)
+        return loss
+
+    monkeypatch.setattr(_SpeakerEncoderRecipe, "_optimizer_step", interrupted_at_3)
+    config = _tiny_config(two_voice_corpus, tmp_path / "run", steps=6, checkpoint_every=100)
+    with pytest.raises(RunInterrupted, match="--resume") as interrupted:
+        train_speaker_encoder(config, progress=False)
+    assert interrupted.value.step == 3 and not (tmp_path / "run" / "encoder.safetensors").exists()
+    from chorus.training.checkpoint import load_training_state
+
+    assert load_training_state(tmp_path / "run" / CHECKPOINT).meta["step"] == 3
+    monkeypatch.undo()
+    folder = train_speaker_encoder(config, progress=False, resume=tmp_path / "run")
+    assert json.loads((folder / "config.json").read_text())["info"]["resumed_from_step"] == 3
+
+
+def test_an_equal_error_threshold_next_to_the_top_score_is_a_number():
+    """Ties at the top score had interpolated towards roc_curve's +inf threshold: NaN, which a trained encoder
+    would have saved as its threshold."""
+    from chorus.speaker_recognition.verification import verification_scores
+
+    scores = verification_scores([0.5, 0.5, 0.5, 0.5], [1, 1, 0, 0])  # the probe's: threshold nan
+    assert scores.eer == 0.5 and scores.eer_threshold == pytest.approx(0.5)
+    with pytest.raises(ValueError, match="strictly between 0 and 1"):
+        verification_scores([0.2, 0.8], [0, 1], p_target=0)

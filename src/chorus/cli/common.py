@@ -203,6 +203,19 @@ def user_errors() -> Iterator[None]:
         fail(str(error))
 
 
+@contextmanager
+def interrupt_said() -> Iterator[None]:
+    """Ctrl-C in a training run (:class:`~chorus.training.interrupts.RunInterrupted`): its checkpoint was saved
+    at the step it stopped; say so and how to go on, and exit 130 as an interrupt does (a script stops)."""
+    from chorus.training.interrupts import RunInterrupted  # here: --help and --version import no training
+
+    try:
+        yield
+    except RunInterrupted as interrupted:
+        console.print(str(interrupted))
+        raise typer.Exit(130) from None
+
+
 def config_default(config_class: type, name: str) -> Any:
     """The default of field ``name`` of the dataclass ``config_class``: an option reads its default from
     the config it fills, so the two never drift apart."""

@@ -8,15 +8,26 @@ from pathlib import Path
 import numpy as np
 import typer
 
-from chorus.cli.common import DEVICE_OPTION, command_group, config_default, console, fail, user_errors
+from chorus.cli.common import (
+    DEVICE_OPTION,
+    command_group,
+    config_default,
+    console,
+    fail,
+    interrupt_said,
+    user_errors,
+)
 from chorus.speaker_recognition.bundle import SHIPPED_ENCODER, load_encoder
 from chorus.speaker_recognition.encoder import STAGE_BLOCKS, SpeakerEncoderConfig
+from chorus.training.progress import step_progress
 from chorus.training.speaker_encoder import CHECKPOINT, SPEAKER_OPTIMIZERS, SpeakerTrainConfig
 
 speaker_app = command_group(help="Chorus's speaker encoder: train one, embed clips, verify and evaluate trials.")
 ENCODER_HELP = "Encoder folder (default: the one shipped with Chorus)."
 # verify's exit status for "different speakers", so that scripts can branch on it (cmp and diff's 1); an error is 2.
 DIFFERENT_SPEAKERS = 1
+# Speech a clip must hold for its voice to be told (the server's speaker check judges windows of 1.6-3 s).
+MIN_SPEECH_SECONDS = 1.0
 
 
 def _encoder(folder: Path | None, device: str = "cpu"):
@@ -26,7 +37,41 @@ def _encoder(folder: Path | None, device: str = "cpu"):
             f"{folder}: no speaker encoder here; train one with `chorus speaker train CORPUS --out DIR` and pass --encoder DIR"
         )
     with user_errors():
-        return load_encoder(folder, device)
+        bundle = load_encoder(folder, device)
+    if "calibration" not in bundle.info:  # a run's checkpoint: it had verified at the placeholder 0.5
+        fail(
+            f"{folder}: an encoder whose threshold was never calibrated (a training checkpoint: a run calibrates its "
+            "encoder when it ends); give a finished run's folder"
+        )
+    return bundle
+
+
+def _speaking_clips(files: list[Path], rate: int) -> list[np.ndarray]:
+    """Every file's audio at ``rate``, each checked to hold speech before any is embedded: an empty, silent or
+    noise-only clip has no voice to embed (its unit vector had scored 'same speaker' against another), and a
+    file that cannot be read ends the command before the work, not after it."""
+    from chorus.audio.io import load_audio
+    from chorus.audio.speech_activity import speech_activity
+
+    clips, problems = [], []
+    with step_progress("reading clips", len(files) > 20) as bar:
+        task = bar.add_task("clips", total=len(files), status="")
+        for file in bar.track(files, task_id=task):
+            try:
+                audio = load_audio(file, rate)
+            except (OSError, ValueError, RuntimeError) as error:
+                problems.append(str(error) if str(file) in str(error) else f"{file}: {error}")
+                continue
+            heard = speech_activity(audio, rate).speech_seconds if audio.size else 0.0
+            if heard < MIN_SPEECH_SECONDS:
+                problems.append(
+                    f"{file}: {heard:.1f} s of speech heard; at least {MIN_SPEECH_SECONDS:g} s is needed to tell a voice"
+                )
+            clips.append(audio)
+    if problems:
+        more = f" (and {len(problems) - 10} more)" if len(problems) > 10 else ""
+        fail("cannot tell: " + "; ".join(problems[:10]) + more)
+    return clips
 
 
 @speaker_app.command()
@@ -72,7 +117,7 @@ def train(
     OUT also gets the checkpoint (checkpoint/) and the loss curve (loss.csv, loss.png)."""
     from chorus.training.speaker_encoder import train_speaker_encoder
 
-    with user_errors():
+    with user_errors(), interrupt_said():
         if init is not None and resume is not None:
             fail("give --resume (the same run, on) or --init (a new run from its weights), not both")
         encoder = SpeakerEncoderConfig(arch=arch, depth=depth, reversible=reversible)
@@ -113,13 +158,16 @@ def embed(
     """Embed audio files: one unit-length row per file, in the order given."""
     if out.suffix not in (".npy", ".json"):
         fail(f"--out {out}: give a .npy or .json file")
+    if out.is_dir() or not out.parent.is_dir():  # said before the work, not after it
+        fail(f"--out {out}: {'a folder' if out.is_dir() else f'no folder {out.parent} to write it in'}")
     bundle = _encoder(encoder, device)
+    clips = _speaking_clips(files, bundle.mel_config.sample_rate)
     with user_errors():
-        embeddings = bundle.embed(files)
-    if out.suffix == ".npy":
-        np.save(out, embeddings)
-    else:
-        out.write_text(json.dumps({"files": [str(f) for f in files], "embeddings": embeddings.tolist()}))
+        embeddings = bundle.embed(clips)
+        if out.suffix == ".npy":
+            np.save(out, embeddings)
+        else:
+            out.write_text(json.dumps({"files": [str(f) for f in files], "embeddings": embeddings.tolist()}))
     console.print(f"{len(files)} embedding(s) of {embeddings.shape[1]} numbers: {out}")
 
 
@@ -138,8 +186,7 @@ def verify(
     Exit status, as cmp and diff give theirs: 0 same speaker, 1 different speakers, 2 trouble (cannot tell)."""
     if encoder is not None:
         bundle = _encoder(encoder, device)
-        with user_errors():
-            first, second = bundle.embed([a, b])
+        first, second = bundle.embed(_speaking_clips([a, b], bundle.mel_config.sample_rate))
         score, same = bundle.verify(first, second)
         verdict = "same speaker" if same else "different speakers"
         console.print(f"score {score:.3f} (threshold {bundle.threshold:.3f}): {verdict}")
@@ -191,6 +238,8 @@ def evaluate(
     """Equal error rate and minDCF of a trials file (VoxCeleb's format)."""
     from chorus.speaker_recognition.verification import read_trials, score_trials
 
+    if not 0 < p_target < 1:  # before the trials are scored: 0 and 1 had given nan, 1.5 a meaningless 1.000
+        fail(f"--p-target {p_target:g}: the prior of a same-speaker trial lies strictly between 0 and 1")
     bundle = _encoder(encoder, device)
     with user_errors():
         scores = score_trials(bundle, read_trials(trials), p_target)

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import typer
@@ -15,26 +13,15 @@ from chorus.cli.common import (
     console,
     fail,
     given_options,
+    interrupt_said,
     parameter_default,
     user_errors,
 )
 from chorus.models.config import AcousticConfig
-from chorus.training.interrupts import RunInterrupted
 from chorus.training.pretrain import PretrainConfig
 from chorus.training.pretrain import pretrain as run_pretrain
 from chorus.training.vocoder import VocoderTrainConfig, train_vocoder_command
 from chorus.training.vocoder import train_vocoder as run_train_vocoder
-
-
-@contextmanager
-def interrupt_said() -> Iterator[None]:
-    """Ctrl-C in a training run: its checkpoint was saved at the step it stopped; say so, and exit 130 as an
-    interrupt does (a script stops)."""
-    try:
-        yield
-    except RunInterrupted as interrupted:
-        console.print(str(interrupted))
-        raise typer.Exit(130) from None
 
 
 def pretrain(

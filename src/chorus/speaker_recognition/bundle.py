@@ -97,8 +97,12 @@ def load_encoder(folder: str | Path, device: str = "cpu") -> EncoderBundle:
         config = json.loads((folder / CONFIG).read_text())
     except (OSError, ValueError) as error:
         raise ValueError(f"{folder}: not a speaker encoder folder ({error})") from None
-    if config.get("format") != ENCODER_FORMAT:
-        raise ValueError(f"{folder / CONFIG}: format {config.get('format')!r} is not {ENCODER_FORMAT!r}")
+    if not isinstance(config, dict) or config.get("format") != ENCODER_FORMAT:
+        found = config.get("format") if isinstance(config, dict) else None
+        raise ValueError(f"{folder / CONFIG}: format {found!r} is not {ENCODER_FORMAT!r}")
+    missing = [key for key in ("encoder", "mel", "threshold") if key not in config]
+    if missing:  # a bare KeyError had said only "error: encoder"
+        raise ValueError(f"{folder / CONFIG}: no {', '.join(missing)} in it")
     encoder = SpeakerEncoder(SpeakerEncoderConfig.from_dict(config["encoder"])).to(device)
     try:
         encoder.load_state_dict(load_file(str(folder / WEIGHTS), device=device))

@@ -38,13 +38,18 @@ def _rates(scores: Sequence[float], same: Sequence[bool]) -> tuple[np.ndarray, n
     if same.all() or not same.any():
         raise ValueError("trials need both same-speaker and different-speaker pairs")
     false_alarm, hit, thresholds = roc_curve(same, scores)
+    # roc_curve's first threshold is +inf (nothing accepted): just above the highest score instead, so that an
+    # equal-error point next to it interpolates to a number (ties at the top score had made the threshold NaN).
+    thresholds[~np.isfinite(thresholds)] = np.nextafter(scores.max(), np.inf)
     return false_alarm, 1.0 - hit, thresholds
 
 
 def verification_scores(
     scores: Sequence[float], same: Sequence[bool], p_target: float = 0.01, c_miss: float = 1.0, c_fa: float = 1.0
 ) -> VerificationScores:
-    """EER and minDCF of the trials (``ValueError`` without both kinds of trial)."""
+    """EER and minDCF of the trials (``ValueError`` without both kinds of trial, or a prior not inside (0, 1))."""
+    if not 0 < p_target < 1:
+        raise ValueError(f"the prior of a same-speaker trial must lie strictly between 0 and 1, got {p_target:g}")
     false_alarm, miss, thresholds = _rates(scores, same)
     # The first index where misses drop to or below false alarms; interpolate between it and the one before.
     i = int(np.argmax(miss <= false_alarm))

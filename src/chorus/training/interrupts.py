@@ -14,10 +14,8 @@ from pathlib import Path
 class RunInterrupted(KeyboardInterrupt):
     """A run stopped by Ctrl-C after saving its checkpoint at ``step`` into ``checkpoint``."""
 
-    def __init__(self, step: int, checkpoint: Path):
-        super().__init__(
-            f"interrupted at step {step}: the checkpoint is saved in {checkpoint}; the same command goes on from there"
-        )
+    def __init__(self, step: int, checkpoint: Path, going_on: str = "the same command goes on from there"):
+        super().__init__(f"interrupted at step {step}: the checkpoint is saved in {checkpoint}; {going_on}")
         self.step, self.checkpoint = step, checkpoint
 
 

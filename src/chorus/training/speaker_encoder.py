@@ -42,6 +42,7 @@ import dataclasses
 import functools
 import itertools
 import os
+import signal
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -60,6 +61,7 @@ from chorus.speaker_recognition.encoder import SpeakerClassifier, SpeakerEncoder
 from chorus.speaker_recognition.verification import VerificationScores, verification_scores
 from chorus.training.checkpoint import TrainingState, load_training_state, save_checkpoint
 from chorus.training.efficiency import BNB_MIN_8BIT_SIZE, import_bitsandbytes  # every tensor's states in 8 bits
+from chorus.training.interrupts import InterruptRequest, RunInterrupted
 from chorus.training.loss_log import LossLog, plot_losses
 from chorus.training.progress import step_progress
 
@@ -150,6 +152,7 @@ class SpeakerTrainConfig:
             "clips_per_speaker",
             "checkpoint_every",
             "log_every",
+            "threads",
         ):
             if getattr(self, name) <= 0:
                 raise ValueError(f"SpeakerTrainConfig.{name} must be positive")
@@ -223,7 +226,9 @@ def speaker_folders(corpus: str | Path) -> list[Path]:
     """The speaker folders of a corpus (every sub-folder with a ``metadata.csv``), in name order: the
     order of the speakers' labels."""
     root = Path(corpus)
-    folders = sorted(p for p in root.iterdir() if (p / "metadata.csv").is_file()) if root.is_dir() else []
+    if not root.is_dir():
+        raise ValueError(f"{root}: {'not a folder' if root.exists() else 'no such folder'}")
+    folders = sorted(p for p in root.iterdir() if (p / "metadata.csv").is_file())
     if len(folders) < 2:
         raise ValueError(f"{root}: a speaker encoder needs at least two speaker folders (with a metadata.csv)")
     return folders
@@ -256,7 +261,7 @@ def prepare_clips(config: SpeakerTrainConfig, mel_config: MelConfig, progress: b
             kept, trained = split_clips(folder, config, rng)
             clips = []
             for path in trained:
-                audio = load_audio(path, mel_config.sample_rate)
+                audio = _clip(path, mel_config)
                 clips.append(audio.astype(np.float16))
                 for _ in range(config.augment_copies):
                     copy = config.augmentation.apply(audio, mel_config.sample_rate, rng)[0]
@@ -264,9 +269,18 @@ def prepare_clips(config: SpeakerTrainConfig, mel_config: MelConfig, progress: b
                     made += 1
             speakers.append(folder.name)
             train.append(clips)
-            heldout.append([log_mel(load_audio(p, mel_config.sample_rate), mel_config) for p in kept])
+            heldout.append([log_mel(_clip(p, mel_config), mel_config) for p in kept])
             bar.update(task, advance=1, status=folder.name)
     return SpeakerClips(speakers, train, heldout, made)
+
+
+def _clip(path: Path, mel_config: MelConfig) -> np.ndarray:
+    """The clip at ``path`` at the mel settings' rate; ``ValueError`` naming an empty one (its crops had divided
+    by its length: a ZeroDivisionError from deep in training)."""
+    audio = load_audio(path, mel_config.sample_rate)
+    if not audio.size:
+        raise ValueError(f"{path}: an empty clip (no samples); remove it, or its metadata line")
+    return audio
 
 
 def crop(mel: np.ndarray, frames: int, rng: np.random.Generator) -> np.ndarray:
@@ -349,6 +363,9 @@ class TrainingBatches(IterableDataset):
 def _crop_worker_init(_worker_id: int) -> None:
     # One thread per worker (the log-mel's STFT is torch's): the workers already fill the cores.
     torch.set_num_threads(1)
+    # Ctrl-C reaches the whole process group: the training process ends its step and saves; a worker that
+    # stopped on it would make the loader fail first.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _as_made(batch: tuple[np.ndarray, np.ndarray, int]) -> tuple[np.ndarray, np.ndarray, int]:
@@ -408,15 +425,20 @@ def calibration_trials(bundle: EncoderBundle, clips: SpeakerClips) -> tuple[list
 
 
 def _resumed_config(config: SpeakerTrainConfig, saved: dict, folder: Path) -> None:
-    """Refuse to resume with a config that differs from the saved one in what the run learns from."""
+    """Refuse to resume with a config that differs from the saved one in what the run learns from, naming each
+    difference with both values (the corpus by the folder it is: a relative and an absolute path to it agree)."""
     before = SpeakerTrainConfig(**saved)
+
+    def value(config: SpeakerTrainConfig, name: str) -> object:
+        return Path(config.corpus).resolve() if name == "corpus" else getattr(config, name)
+
     changed = [
-        f.name
+        f"{f.name} ({str(value(before, f.name))[:80]} saved, {str(value(config, f.name))[:80]} given)"
         for f in dataclasses.fields(config)
-        if f.name not in RESUMABLE_CHANGES and getattr(config, f.name) != getattr(before, f.name)
+        if f.name not in RESUMABLE_CHANGES and value(config, f.name) != value(before, f.name)
     ]
     if changed:
-        raise ValueError(f"{folder}: resuming needs the saved recipe; these fields differ: {', '.join(changed)}")
+        raise ValueError(f"{folder}: resuming needs the saved recipe; these fields differ: {'; '.join(changed)}")
 
 
 def _checkpoint_folder(folder: str | Path) -> Path:
@@ -599,6 +621,14 @@ class _SpeakerEncoderRecipe:
         Refused when there is none, when a resumed run's recipe differs, or when ``init``'s encoder is not the
         one configured."""
         self.resuming, self.init = resume is not None, init
+        here = self.out / CHECKPOINT
+        existing = load_training_state(here) if here.is_dir() else None
+        if existing is not None and (resume is None or _checkpoint_folder(resume).resolve() != here.resolve()):
+            # It had been overwritten without a word: its checkpoint, encoder and loss curve.
+            raise ValueError(
+                f"{self.out} holds a run already (its checkpoint at step {existing.meta['step']}): "
+                f"--resume {self.out} goes on with it; give another --out for a new run"
+            )
         if resume is None and init is None:
             return
         folder = _checkpoint_folder(resume if resume is not None else init)
@@ -607,6 +637,10 @@ class _SpeakerEncoderRecipe:
             raise ValueError(f"{resume if resume is not None else init}: no speaker encoder checkpoint to start from")
         if resume is not None:
             _resumed_config(self.config, state.meta["config"], folder)
+            if self.config.steps < int(state.meta["step"]):
+                raise ValueError(
+                    f"{folder}: its checkpoint is at step {state.meta['step']}; --steps {self.config.steps} is fewer"
+                )
         self.start = _Start(folder, state, load_encoder(folder))
         if init is not None and self.start.encoder.encoder.config != self.config.encoder:
             raise ValueError(f"{folder}: its encoder is not the one configured ({self.start.encoder.encoder.config})")
@@ -664,7 +698,10 @@ class _SpeakerEncoderRecipe:
         self.last_saved = time.perf_counter()
         self.plan = _Plan.of(config, self.start_step, self.last_saved)
         reports = _Reports(config.report_seconds, self.last_saved, self.start_step)
-        with step_progress(f"speaker encoder ({config.optimizer})", self.progress) as bar:
+        with (
+            InterruptRequest() as interrupt,
+            step_progress(f"speaker encoder ({config.optimizer})", self.progress) as bar,
+        ):
             task = bar.add_task("steps", total=config.steps, status="", completed=self.start_step)
             for step in range(self.start_step + 1, config.steps + 1):
                 self.step = step
@@ -686,13 +723,18 @@ class _SpeakerEncoderRecipe:
                 rows.add(loss, made, len(labels))
                 last = self.plan.step_done(step, now)
                 bar.update(task, completed=step, status=f"loss {np.mean(self.losses[-20:]):.3f}")
-                if step % config.log_every == 0 or last:
+                stopping = interrupt.requested
+                if step % config.log_every == 0 or last or stopping:
                     rows.write(step, self.classifier.head.margin, lr, self.seconds)
                 if self.progress and not bar.console.is_terminal and reports.due(step, now):  # a background run's log
                     margin, since = self.classifier.head.margin, now - self.plan.started
                     print(reports.line(step, now, self.plan.steps, self.losses, lr, margin, since), flush=True)
-                if self._checkpoint_due(step, now, last):
+                if self._checkpoint_due(step, now, last) or stopping:
                     self._save_checkpoint(step, rows.log.path)
+                if stopping:  # not calibrated: a resumed run calibrates when it ends
+                    raise RunInterrupted(
+                        step, self.out / CHECKPOINT, f"the same command with --resume {self.out} goes on"
+                    )
                 if last:
                     break
         del self.batches  # stops the crop workers before calibration
