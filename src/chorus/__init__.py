@@ -8,17 +8,21 @@
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # what type checkers and editors see; at run time they come from __getattr__
+    from chorus.adapters.voice import BaseMismatch, VoiceError
     from chorus.synthesis import SynthesisResult, Synthesizer
     from chorus.text.timestamps import Timestamp
 
 __version__ = "0.1.0"
-__all__ = ["__version__", "load_base", "Synthesizer", "SynthesisResult", "Timestamp"]
+__all__ = ["__version__", "load_base", "Synthesizer", "SynthesisResult", "Timestamp", "VoiceError", "BaseMismatch"]
 
 # The library's main classes, imported on first use: `import chorus` stays fast (no torch) for the CLI.
 _LAZY = {
     "Synthesizer": "chorus.synthesis",
     "SynthesisResult": "chorus.synthesis",
     "Timestamp": "chorus.text.timestamps",
+    # What load_voice raises, to catch by name (a ValueError; BaseMismatch a VoiceError).
+    "VoiceError": "chorus.adapters.voice",
+    "BaseMismatch": "chorus.adapters.voice",
 }
 
 

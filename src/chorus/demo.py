@@ -8,7 +8,6 @@ own voice."""
 
 from __future__ import annotations
 
-import copy
 import resource
 from dataclasses import dataclass
 from pathlib import Path
@@ -160,10 +159,9 @@ def adapt_sample_voice(tts: Synthesizer, spoken: SpeakersResult, out: Path, conf
         )
         start_speaker = result.card.notes["speaker_vector_start"]
     else:
-        # The recipe adds its adapter to the generator it gets: a copy, so the resident one stays bare.
-        result = adapt_piper(
+        result = adapt_piper(  # on a copy of the generator: the resident one stays bare
             sample,
-            copy.deepcopy(base.model),
+            base.model,
             out / "voices" / voice_name,
             PiperAdaptConfig(steps=config.adapt_steps),
             base.sha256,

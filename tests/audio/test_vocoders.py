@@ -272,6 +272,8 @@ def test_ctrl_c_saves_the_step_it_stopped_at_and_steps_or_threads_under_one_are_
     assert [row["step"] for row in read_log(tmp_path / "run")] == ["3"] and (tmp_path / "run" / "loss.png").is_file()
     monkeypatch.undo()
     assert train_vocoder(data, tmp_path / "run", None, steps=4, resume=True, show_progress=False).step == 4
+    done = train_vocoder(data, tmp_path / "run", None, steps=4, resume=True, show_progress=False)  # nothing to train
+    assert done.step == 4 and done.losses == {}
 
 
 def test_period_discriminator_sees_every_period_and_any_length():

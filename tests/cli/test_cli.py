@@ -322,6 +322,26 @@ def test_memory_predicts_and_measures_per_category(tmp_path):
     assert refused.exit_code == 2 and "unknown adapter method" in refused.output
 
 
+def test_memory_says_what_it_cannot_do_before_the_work(tmp_path):
+    """A researcher's probe: --out x.md was refused by matplotlib after the whole measurement, --out without a suffix
+    named a chart it wrote elsewhere, and a speaker encoder's memory dropped the acoustic model's options unsaid;
+    a method that trains nothing and a method named twice went on."""
+    refused = runner.invoke(app, ["memory", "--method", "lora", "--no-measure", "--out", str(tmp_path / "x.md")])
+    assert refused.exit_code == 2 and "the chart's .png" in refused.output and not list(tmp_path.iterdir())
+    bare = tmp_path / "chart"
+    shown = runner.invoke(
+        app, ["memory", "--method", "lora", "--no-measure", "--out", str(bare)], env={"COLUMNS": "300"}
+    )
+    assert shown.exit_code == 0 and f"chart: {bare}.png; table: {bare}.md" in shown.output
+    assert bare.with_suffix(".png").stat().st_size > 0 and bare.with_suffix(".md").is_file()
+    dropped = runner.invoke(app, ["memory", "--model", "speaker-resnet18", "--precision", "bf16", "--no-measure"])
+    assert dropped.exit_code == 2 and "--precision: options of the acoustic model's adaptation" in dropped.output
+    nothing = runner.invoke(app, ["memory", "--method", "speaker", "--no-train-vector", "--no-measure"])
+    assert nothing.exit_code == 2 and "nothing would train" in " ".join(nothing.output.split())
+    twice = runner.invoke(app, ["memory", "--method", "lora+lora", "--no-measure"])
+    assert twice.exit_code == 2 and "lora is named twice" in twice.output
+
+
 def test_version():
     result = runner.invoke(app, ["--version"])
     assert result.exit_code == 0 and result.output.strip() == f"chorus {version('chorus-tts')}"

@@ -251,3 +251,13 @@ def test_corpus_build_says_user_errors_in_a_line_and_fails_when_nothing_was_writ
     )
     assert failed.exit_code == 2 and "no clip was written" in failed.output, failed.output
     assert "on a disk with 0.0 MB free" in failed.output
+    # A rebuild whose one missing clip fails again is no failure: the rest is there (resume_base.sh goes on)
+    monkeypatch.undo()
+    built = runner.invoke(app, ["corpus", "build", str(tmp_path / "c"), "--speakers", "flite-rms", "--scale", "0.01"])
+    assert built.exit_code == 0, built.output
+    next((tmp_path / "c").glob("train/flite-rms/wavs/*.wav")).unlink()
+    monkeypatch.setattr(build, "save_audio", full_disk)
+    again = runner.invoke(
+        app, ["corpus", "build", str(tmp_path / "c"), "--speakers", "flite-rms", "--scale", "0.01", "--jobs", "1"]
+    )
+    assert again.exit_code == 0 and "System error" in again.output, again.output

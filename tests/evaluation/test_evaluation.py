@@ -366,3 +366,21 @@ def test_without_distillmos_the_judges_say_how_to_get_it(monkeypatch):
     monkeypatch.setattr(naturalness_module.importlib.util, "find_spec", lambda name: None)
     with pytest.raises(ImportError, match="scripts/install.sh"):
         load_distillmos()
+
+
+def test_silence_gets_no_naturalness_score():
+    """A researcher's probe: 1 s of zeros scored MOS 1.97, and counted in the mean; MOS is judged where speech is."""
+
+    class Naturalness:  # the judge's interface; counts the clips it is asked to score
+        scored = 0
+
+        def score(self, audio, rate):
+            Naturalness.scored += 1
+            return 3.0
+
+    judges = Judges(whisper=None, speaker=None, naturalness=Naturalness(), reference=False)
+    items = [EvalItem(id="silent", audio=np.zeros(22_050, np.float32), text="Hello there.")]
+    report = evaluate_pairs(items, judges=judges, progress=False)
+    assert report.rows[0].speech_seconds == 0 and report.rows[0].mos is None and Naturalness.scored == 0
+    assert "mos" not in report.means() and report.summary()["items_without_speech"] == 1
+    assert "| items without speech (no MOS) | 1 |" in report.to_markdown()

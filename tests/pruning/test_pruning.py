@@ -23,7 +23,7 @@ from chorus.pruning.dynamic import drop_and_regrow, random_masks
 from chorus.pruning.masks import MaskSet, global_magnitude_masks
 from chorus.pruning.registry import technique_names
 from chorus.pruning.structured import channel_plan, shrink
-from chorus.pruning.targets import prunable_layers
+from chorus.pruning.targets import DEFAULT_EXCLUDE, prunable_layers
 from conftest import tiny_config
 
 TECHNIQUES = ["ump", "parp", "snip", "dynamic", "structured"]
@@ -248,6 +248,24 @@ def test_prune_config_refuses_bad_input(tiny_base, two_voice_corpus, tmp_path):
     config = PruneConfig(method="ump", sparsity=0.5, out=str(tmp_path / "o"), data=str(other), model=str(tiny_base))
     with pytest.raises(ValueError, match="not the base model's"):
         prune_base(config, progress=False)
+    assert not (tmp_path / "o.features.safetensors").exists()  # refused before its features were made
+
+
+def test_an_exclude_given_leaves_the_default_exclusions_dense(tiny_base, two_voice_corpus, tmp_path):
+    """A researcher's probe: --exclude 'decoder.*' had replaced the defaults, and mel_proj was half pruned."""
+    out = tmp_path / "pruned"
+    result = CliRunner().invoke(
+        app,
+        [
+            "prune", "--method", "ump", "--sparsity", "0.5", "--model", str(tiny_base), "--data",
+            str(two_voice_corpus), "--out", str(out), "--steps", "0", "--features", features(tiny_base),
+            "--exclude", "decoder.*",
+        ],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    pruning = json.loads((out / "config.json").read_text())["info"]["pruning"]
+    assert pruning["exclude"] == [*DEFAULT_EXCLUDE, "decoder.*"]
+    assert not any(name == "mel_proj" or name.startswith("decoder.") for name in pruning["layers"]), pruning["layers"]
 
 
 @pytest.mark.parametrize("method", ["ump", "structured"])

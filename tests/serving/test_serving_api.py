@@ -1455,7 +1455,7 @@ def test_an_upload_is_bounded_by_the_bytes_that_arrive_not_by_its_content_length
 
     headers = [(b"content-type", b"multipart/form-data; boundary=b"), (b"content-length", b"1000")]
     request = Request({"type": "http", "method": "POST", "path": "/", "headers": headers}, receive)
-    with pytest.raises(ApiError, match=r"over 10\.5 MB \(10,485,760 bytes\)") as refused:
+    with pytest.raises(ApiError, match=r"over 10\.0 MiB \(10,485,760 bytes\)") as refused:
         asyncio.run(read_multipart(request, 10 << 20, 1, "a recording"))
     assert refused.value.status == 413 and sum(sent) <= 11 << 20, f"{sum(sent) >> 20} MiB read"
 
@@ -1464,9 +1464,11 @@ def test_sizes_in_refusals_read_as_a_person_reads_them():
     """The web page's probe: "the upload is 40000403 bytes; at most 10551296"."""
     from chorus.serving.errors import in_bytes
 
-    assert in_bytes(40_000_403) == "40.0 MB (40,000,403 bytes)"
-    assert in_bytes(2_500) == "2.5 KB (2,500 bytes)" and in_bytes(999) == "999 bytes"
-    assert in_bytes(3 << 30) == "3.2 GB (3,221,225,472 bytes)"
+    assert in_bytes(40_000_403) == "38.1 MiB (40,000,403 bytes)" and in_bytes(10 << 20) == "10.0 MiB (10,485,760 bytes)"
+    assert in_bytes(2_500) == "2.4 KiB (2,500 bytes)" and in_bytes(900) == "900 bytes" and in_bytes(1) == "1 byte"
+    assert (
+        in_bytes((1 << 20) - 50) == "1.0 MiB (1,048,526 bytes)" and in_bytes(3 << 30) == "3.0 GiB (3,221,225,472 bytes)"
+    )
 
 
 def test_a_server_that_stops_leaves_no_copy_of_espeak_behind(tiny_base, tmp_path):

@@ -354,18 +354,23 @@ def test_web_page_formats_streaming_voice_card_and_delete(live_server, browser, 
     context.close()
 
 
-def test_web_page_shows_only_what_is_so(live_server, browser, tmp_path):
+def test_web_page_shows_only_what_is_so(live_server, browser, tiny_base, tmp_path):
     """A user's probe of the page: streamed answers played over each other (each in an AudioContext never
     closed, which the player's pause did not reach); a voice chosen while an answer came named it; a key the
     server refused left the last tenant's voices, card and Delete up (and was kept); a failed answer left the
     last one's audio and download; text the voice could not read went unsaid; text over the limit was cut to
-    4,096 characters unsaid; a failed voice of yours could not be chosen, so not deleted; dark mode's buttons
-    were white on light blue (2.1:1)."""
+    4,096 characters unsaid; a failed voice of yours could not be chosen, so not deleted; a server's refusal
+    naming a voice 'network-...' read as the server not reached; dark mode's buttons were white on light blue
+    (2.1:1)."""
     from playwright.sync_api import expect
+
+    from chorus.adapters.lora import LoraConfig
+    from chorus.models.bundle import load_bundle
 
     live_server, app = live_server
     store = app.state.server.store
     store.update_job(store.create_job("acme", "broken", name="Broken"), status=JobStatus.FAILED, message="no speech")
+    store.put_voice("acme", "ann", random_voice(load_bundle(tiny_base), "ann", [LoraConfig(r=2)], tmp_path / "ann", 3))
     context = browser.new_context(viewport={"width": 1000, "height": 1100})
     context.add_init_script("""(() => { const Made = window.AudioContext; window.madeContexts = [];
         window.AudioContext = function (...args) { const c = new Made(...args); window.madeContexts.push(c); return c; };
@@ -390,9 +395,11 @@ def test_web_page_shows_only_what_is_so(live_server, browser, tmp_path):
     voice.select_option("broken")
     speak.click()
     expect(error).to_have_text("Broken (broken) cannot speak: it is failed (no speech).")
-    page.once("dialog", lambda dialog: dialog.message.startswith("Delete voice Broken (broken)?") and dialog.accept())
+    asked: list[str] = []
+    page.once("dialog", lambda dialog: asked.append(dialog.message) or dialog.accept())
     page.get_by_role("button", name="Delete voice").click()
     expect(voice.locator("option[value=broken]")).to_have_count(0)
+    assert asked == ["Delete voice Broken (broken)? This cannot be undone."]
     expect(page.locator("#voices-status")).to_contain_text("of yours")
 
     # A voice chosen while the answer is made: the answer is named by the voice it was asked of.
@@ -420,16 +427,27 @@ def test_web_page_shows_only_what_is_so(live_server, browser, tmp_path):
     # A refused answer takes the last one's audio and download away.
     text.fill("!!! ???")
     speak.click()
-    expect(error).to_contain_text("Speech failed")
+    expect(error).to_contain_text("Speech failed: 'input' has nothing speakable")
     expect(page.locator("#download")).to_be_hidden()
-    expect(page.locator("#speak-note")).to_be_hidden()
+    expect(page.locator("#speak-note")).to_have_text("")
     assert page.eval_on_selector("#audio", "a => a.getAttribute('src')") is None
-
-    # Over the limit: said as it is typed, and refused on the page (the field no longer cuts it).
-    text.fill("a" * 5000)
-    expect(page.locator("#text-count")).to_contain_text("5,000 of 4,096 characters: too long")
+    # A refusal is said as the server words it, whatever words it holds (a voice named network-...).
+    page.route("**/v1/audio/speech", lambda route: route.fulfill(
+        status=404, content_type="application/json",
+        body=json.dumps({"error": {"message": "voice 'network-news' not found", "type": "not_found_error"}}),
+    ))  # fmt: skip
+    text.fill("Hello there.")
     speak.click()
-    expect(error).to_contain_text("The text is 5,000 characters; one request takes at most 4,096")
+    expect(error).to_have_text("Speech failed: voice 'network-news' not found")
+    page.unroute("**/v1/audio/speech")
+
+    # Over the server's limit: counted as typed (an emoji is one character, as the server counts), and the
+    # server's refusal said (the field had cut the text at 4,096 unsaid).
+    text.fill("a" * 4995 + "🎉" * 5)
+    expect(page.locator("#text-count")).to_contain_text("5,000 characters: over the 4,096 a server takes by default")
+    assert page.get_attribute("#text", "aria-invalid") == "true"
+    speak.click()
+    expect(error).to_contain_text("'input' is 5000 characters; at most 4096")
 
     # Streamed twice: the first answer stops playing when the second starts; one context plays at most.
     page.get_by_label("Play while it streams").check()
@@ -443,14 +461,20 @@ def test_web_page_shows_only_what_is_so(live_server, browser, tmp_path):
     page.eval_on_selector("#audio", "a => a.play().catch(() => {})")  # the player's own play stops the stream
     page.wait_for_function("() => window.madeContexts.every(c => c.state === 'closed')")
 
-    # A key the server refuses: nothing of the tenant stays, and the key is not kept; a key no header can
-    # carry is named as the problem (the browser had blamed the server).
-    voice.select_option("m3")
+    # A key the server refuses: nothing of the tenant stays (its voice's card, Delete, the consent phrase),
+    # and the key is not kept; a key no header can carry is named as the problem (the browser had blamed the
+    # server).
+    voice.select_option("ann")
+    expect(page.locator("#voice-card")).to_be_visible()
+    expect(page.get_by_role("button", name="Delete voice")).to_be_enabled()
+    expect(page.locator("#cv-phrase")).not_to_have_text("")
     key.fill("not-a-key")
     key.press("Tab")
     expect(page.locator("#voices-status")).to_contain_text("invalid API key")
     expect(voice.locator("option")).to_have_count(0)
+    expect(page.locator("#voice-card")).to_be_hidden()
     expect(page.get_by_role("button", name="Delete voice")).to_be_disabled()
+    expect(page.locator("#cv-phrase")).to_have_text("")
     assert page.evaluate("localStorage.getItem('chorus.apiKey')") == KEY  # the key the server took
     key.fill("clé secrète")
     key.press("Tab")
@@ -472,6 +496,7 @@ def test_web_page_shows_only_what_is_so(live_server, browser, tmp_path):
     assert ratio >= 4.5, ratio
     assert problems == [], problems
     context.close()
+    store.delete_voice("acme", "ann")  # leaves the module's other tests as they were
 
 
 def test_web_page_records_clips_from_the_microphone(live_server, chromium, new_voice_data, tmp_path):

@@ -413,6 +413,14 @@ def test_speaker_commands_refuse_what_they_cannot_judge(two_voice_corpus, tmp_pa
     assert run(*absolute, "--steps", "3")[0] == 0
     code, said = run(*absolute, "--steps", "1")
     assert code == 2 and "its checkpoint is at step 3; --steps 1 is fewer" in said, said
+    # A run's checkpoint judges trials (eval needs no threshold), and a run begun with --init resumes without it
+    trials = tmp_path / "trials.txt"
+    f2 = sorted((two_voice_corpus / "f2" / "wavs").glob("*.wav"))[0]
+    trials.write_text(f"1 {speech} {speech}\n0 {speech} {f2}\n")
+    assert run("eval", str(trials), "--encoder", str(encoder / "checkpoint"))[0] == 0
+    tuned = tmp_path / "tuned"
+    assert run("train", str(two_voice_corpus), "--out", str(tuned), "--steps", "2", "--init", str(encoder))[0] == 0
+    assert run("train", str(two_voice_corpus), "--out", str(tuned), "--steps", "3", "--resume", str(tuned))[0] == 0
 
 
 def test_ctrl_c_saves_the_speaker_encoders_step_and_resume_goes_on(two_voice_corpus, tmp_path, monkeypatch):

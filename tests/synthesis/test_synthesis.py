@@ -62,6 +62,59 @@ def test_bad_arguments_are_named_before_any_work(tiny_base, tmp_path):
         load_base(tiny_base, "griffin-lim", device="gpu")
 
 
+def test_a_library_users_mistakes_are_named(tiny_base, tmp_path):
+    """A library user's probe: a str given for a list of texts was read as its characters; a string silence, a
+    number for a voice, a folder set as a voice in memory, a Synthesizer made from a name, a transposed mel, a
+    rate of 0 Hz or of a fraction failed deep inside (or not at all); max_chars 0 split forever, memory growing."""
+    import torch
+
+    import chorus
+    from chorus.adapters.lora import LoraConfig
+    from chorus.synthesis import Synthesizer
+    from chorus.text.sentences import split_sentences
+    from conftest import random_voice
+
+    tts = load_base(tiny_base, "griffin-lim")
+    with pytest.raises(TypeError, match=r"texts is a list of sentences: mel\(\[text\]\)"):
+        tts.mel("Hi.")
+    with pytest.raises(TypeError, match="sentence_silence is a number of seconds"):
+        tts.synthesize("Hi. There.", sentence_silence="1")
+    with pytest.raises(TypeError, match="voice is a loaded voice's name"):
+        tts.synthesize("Hi.", voice=3)
+    with pytest.raises(TypeError, match=r"tts.load_voice\(folder, name\)"):
+        tts.voices["x"] = str(tmp_path)
+    with pytest.raises(KeyError, match="no adapter 'nope' on that model"):
+        tts.voices["x"] = (tts.bundle.model, "nope")
+    with pytest.raises(TypeError, match=r"use chorus.load_base\('piper-joe'\)"):
+        Synthesizer("piper-joe")
+    n_mels = tts.bundle.mel_config.n_mels
+    for shape in ((n_mels, 50), (1, 50, n_mels), (0, n_mels)):
+        with pytest.raises(ValueError, match=f"recorded_mel must be a tensor \\[frames, {n_mels}\\]"):
+            tts.teacher_forced("Hi.", torch.zeros(shape))
+    result = tts.synthesize("Hi.")
+    for rate in (0, -5, 22_050.5, 1_000, 192_000, True):
+        with pytest.raises(ValueError, match="sample_rate must be a whole number of Hz from 8,000 to 48,000"):
+            result.to_bytes("wav", sample_rate=rate)
+    assert len(result.to_bytes("wav", sample_rate=np.int64(16_000))) > 44
+    for chars in (0, -1):
+        with pytest.raises(ValueError, match="max_chars must be a whole number of characters, at least 1"):
+            split_sentences("Hi there friend.", chars)
+        with pytest.raises(ValueError, match="max_chars"):
+            list(tts.stream("Hi there friend.", max_chars=chars))
+
+    # Two Synthesizers on one model: each its own voices (the second's load had taken the first's adapter name,
+    # and its failure removed the first's voice).
+    other = Synthesizer(tts.bundle, tts.vocoder)
+    first = random_voice(tts.bundle, "first", [LoraConfig(r=2)], tmp_path / "first", 1)
+    second = random_voice(tts.bundle, "second", [LoraConfig(r=2)], tmp_path / "second", 2)
+    tts.load_voice(first)
+    before = tts.synthesize("Hello there.", voice="first").audio
+    other.load_voice(second)
+    np.testing.assert_array_equal(tts.synthesize("Hello there.", voice="first").audio, before)
+    assert not np.array_equal(other.synthesize("Hello there.", voice="second").audio, before)
+    assert chorus.VoiceError.__module__ == "chorus.adapters.voice" and issubclass(chorus.BaseMismatch, ValueError)
+
+
 def test_warnings_about_the_text_point_at_the_callers_line(tiny_base):
     """What was left out of a text is warned of at the line that asked for the speech, not deep inside
     Chorus, however many of its frames (a generator among them) the text went through."""

@@ -106,6 +106,33 @@ def test_the_library_adapts_again_and_again_on_one_base(tiny_base, new_voice_dat
         assert tts.synthesize("Hello there.", voice=tts.load_voice(result.voice_dir)).duration > 0
 
 
+def test_the_library_never_writes_a_voice_over_what_is_not_one(tiny_base, new_voice_data, tmp_path):
+    """A library user's probe: adapt(data, bundle, out=data) deleted the recordings, and out=a folder of voices
+    deleted them all (the command line alone checked); a Synthesizer given for the bundle, "lora" for the methods
+    and "5" for the steps failed from deep inside. Refused before any work; a voice at out is replaced."""
+    from chorus.adapters.lora import LoraConfig
+    from conftest import random_voice
+
+    tts = load_base(tiny_base, "griffin-lim")
+    copy = shutil.copytree(new_voice_data, tmp_path / "data")
+    voices = tmp_path / "voices"
+    random_voice(tts.bundle, "me", [LoraConfig(r=2)], voices / "me", 1)
+    held = {p: p.stat().st_size for p in (*copy.rglob("*"), *voices.rglob("*"))}
+    config = AdaptConfig(methods=parse_methods("lora"), **QUICK)
+    for out, message in ((copy, "holds the recordings"), (voices, r"holds 1 folder\(s\) of a voice \(me\): give out")):
+        with pytest.raises(ValueError, match=message):
+            adapt(copy, tts.bundle, out, config, progress=False)
+    assert {p: p.stat().st_size for p in (*copy.rglob("*"), *voices.rglob("*"))} == held  # nothing touched
+    with pytest.raises(TypeError, match=r"a Chorus ModelBundle \(a Synthesizer's: tts.bundle\), got Synthesizer"):
+        adapt(copy, tts, tmp_path / "v", config, progress=False)
+    with pytest.raises(TypeError, match=r"methods: parse_methods\('lora'\) makes them"):
+        AdaptConfig(methods="lora")
+    with pytest.raises(TypeError, match="steps must be a whole number, got '5'"):
+        AdaptConfig(steps="5")
+    replaced = adapt(copy, tts.bundle, voices / "me", config, progress=False)  # a voice: replaced, as a file is
+    assert read_voice(replaced.voice_dir).card.data_minutes > 0
+
+
 def test_full_fine_tuning_trains_a_copy(tiny_base, new_voice_data, tmp_path):
     bundle = load_bundle(tiny_base)
     weights = {k: v.clone() for k, v in bundle.model.state_dict().items()}

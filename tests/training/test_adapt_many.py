@@ -198,3 +198,10 @@ def test_more_voices_than_the_base_has_speakers(tiny_base, voices_root, tmp_path
     assert all(
         (tmp_path / "voices" / name / "adapter_model.safetensors").is_file() for name in ("f4", "m7", "f4-again")
     )
+
+
+def test_the_library_refuses_an_out_that_would_swap_the_recordings_out_before_any_work(tiny_base, voices_root):
+    """As the command line does, per voice folder: out = ROOT makes each voice's folder its recordings' (the
+    library had written voices over them)."""
+    with pytest.raises(ValueError, match="holds the recordings"):
+        adapt_many(voices_root, load_bundle(tiny_base), voices_root, many_config(), progress=False)

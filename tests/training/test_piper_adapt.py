@@ -10,7 +10,7 @@ import pytest
 import soundfile as sf
 import torch
 
-from chorus.adapters import active_adapter, base_state_dict
+from chorus.adapters import active_adapter, adapter_names, base_state_dict
 from chorus.adapters.voice import VoiceError
 from chorus.data.check import speech_seconds
 from chorus.data.formats import discover
@@ -113,15 +113,19 @@ def test_a_saved_voice_loads_back_and_speaks_the_same(tiny, tone_clips, tiny_pos
     fresh = copy.deepcopy(tiny)
     config = PiperAdaptConfig(
         placement="all", recipe=recipe, posterior=tiny_posterior, steps=3, batch_size=2, segment_frames=16,
-        learning_rate=1e-2,
+        learning_rate=1e-2, threads=torch.get_num_threads() + 1,
     )  # fmt: skip
+    threads = torch.get_num_threads()
     result = adapt_piper(tone_clips, tiny, tmp_path / "voice", config, base_sha256="a" * 64)
     assert result.voice_dir is not None and (tmp_path / "voice.log.csv").is_file()
     # The posterior recipe measures the voice's pace and records the prior noise it speaks at.
     assert (result.card.length_scale != 1.0, result.card.noise_scale) == (
         (True, PiperAdaptConfig().speak_noise_scale) if recipe == "posterior" else (False, None)
     )
-    assert result.card.trainable_parameters == sum(p.numel() for p in tiny.parameters() if p.requires_grad)
+    assert result.card.trainable_parameters == sum(p.numel() for p in result.model.parameters() if p.requires_grad)
+    # A copy trained: the caller's generator stays bare, to adapt again (a library user's probe: the second call
+    # had found the first voice's adapter and refused), and torch's thread count is the caller's again.
+    assert not adapter_names(tiny) and torch.get_num_threads() == threads
     # The speech a voice-activity detector hears, as the data check counts it (of these gliding tones, most).
     heard = sum(speech_seconds(*sf.read(u.audio_path, dtype="float32")) for u in discover(tone_clips)[0]) / 60
     assert result.card.speech_minutes == pytest.approx(heard, abs=0.002) and heard < result.card.data_minutes

@@ -198,6 +198,20 @@ def test_features_made_from_another_corpus_are_refused(corpus, tmp_path):
         pretrain(recipe(tmp_path / "nowhere", out, steps=6), progress=False)
 
 
+def test_a_corpus_is_the_same_by_any_path_to_it(corpus, tmp_path, monkeypatch):
+    """The review's catch: a refused metadata line was hashed with the path as typed, so the same corpus given
+    relative and absolute were two corpora."""
+    from chorus.training.pretrain import corpus_digest
+
+    copy = shutil.copytree(corpus, tmp_path / "corpus")
+    metadata = next(copy.glob("*/metadata.csv"))
+    metadata.write_text(metadata.read_text() + "a line without its fields\n")
+    monkeypatch.chdir(tmp_path)
+    assert corpus_digest("corpus") == corpus_digest(copy) == corpus_digest(f"../{tmp_path.name}/corpus")
+    metadata.write_text(metadata.read_text() + "another bad line\n")
+    assert corpus_digest("corpus") != corpus_digest(corpus)
+
+
 def test_ctrl_c_saves_the_step_it_stopped_at_and_the_run_goes_on_from_there(corpus, tmp_path, monkeypatch):
     """Ctrl-C had killed the run mid-step, silently, and a rerun went back to the last periodic checkpoint (up to
     499 steps): now the step under way ends, is logged and saved, and the same command resumes there."""

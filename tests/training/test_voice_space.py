@@ -295,3 +295,13 @@ def test_a_new_voice_is_embedded_by_the_encoder_that_made_the_space(space_dir):
     space.embedder = "chorus-speaker-encoder:" + "0" * 64  # another encoder's embeddings
     with pytest.raises(ValueError, match="not the installed speaker encoder"):
         embedder_of(space)
+
+
+def test_a_voice_space_refuses_full_fine_tuning_and_no_numbers():
+    """A researcher's probe: --method full had trained a speaker vector alone under full's name; --dim 0 was a space."""
+    from chorus.training.voice_space_training import VoiceSpaceConfig
+
+    with pytest.raises(ValueError, match="a voice space generates adapters"):
+        VoiceSpaceConfig(method="full")
+    with pytest.raises(ValueError, match="dim must be at least 1, got 0"):
+        VoiceSpaceConfig(dim=0)

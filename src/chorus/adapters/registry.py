@@ -224,9 +224,12 @@ class MethodChoice:
 
 def parse_methods(spec: str, options: Mapping[str, Mapping[str, Any]] | None = None) -> MethodChoice:
     """The methods of ``spec`` (``lora+speaker``; ``full``) with their config fields from ``options``
-    (``{"lora": {"r": 4}}``), parsed once where a user gives them. ``ValueError`` for an unknown method,
-    full fine-tuning combined with adapters, options of a method not chosen, or a bad option."""
+    (``{"lora": {"r": 4}}``), parsed once where a user gives them. ``ValueError`` for an unknown method, a
+    method named twice, full fine-tuning combined with adapters, options of a method not chosen, or a bad option."""
     names, options = split_methods(spec), options or {}
+    repeated = sorted({name for name in names if names.count(name) > 1})
+    if repeated:  # "lora+lora" had trained one LoRA and recorded two
+        raise ValueError(f"each method once: {', '.join(repeated)} is named twice in {spec!r}")
     if FULL_FINE_TUNING in names and len(names) > 1:
         raise ValueError("full fine-tuning trains every weight; it is not combined with adapters")
     unknown_options = set(options) - set(names)

@@ -47,6 +47,7 @@ from chorus.adapters.registry import FULL_FINE_TUNING, MethodConfig, config_from
 from chorus.adapters.speaker import SpeakerConfig, SpeakerVector
 from chorus.atomic import atomic_write_folder
 from chorus.models.bundle import file_sha256
+from chorus.output_folders import OutputKind
 from chorus.typed_fields import wrong_fields
 
 VOICE_FORMAT = "chorus-voice"
@@ -57,6 +58,8 @@ CHORUS_FILE, SPEAKER_FILE, LICENSE_FILE = "chorus_voice.json", "speaker_vector.s
 README_FILE = "README.md"
 # Everything save_voice writes: a folder holding anything else is more than a voice (--overwrite would lose it).
 VOICE_FILES = (CONFIG_FILE, WEIGHTS_FILE, SPEAKER_FILE, CHORUS_FILE, CARD_FILE, README_FILE, LICENSE_FILE)
+# A voice as a folder written whole: what a voice folder holds, and what marks one.
+VOICE_FOLDER = OutputKind("a voice", (CARD_FILE, CHORUS_FILE), VOICE_FILES)
 # Voices are made from one person's recordings: the terms are theirs to give (LICENSE.md says so).
 LICENSE_NAME = "voice-owner-terms"
 LICENSE_TEXT = """# Terms of this voice
@@ -509,11 +512,13 @@ def apply_voice(
                 value.copy_(weights[key])
     if not voice.configs:  # a full fine-tune and nothing more: no adapter to add
         return
+    if name in adapter_names(model):  # another's voice: never replaced, nor removed on failure
+        raise VoiceError(f"voice {label or name!r}: the model already has an adapter named {name!r}")
     try:
         _check_fit(model, voice.configs, tensors)
         add_adapter(model, name, voice.configs)
         load_adapter_state_dict(model, name, tensors)
     except (TypeError, ValueError, RuntimeError) as error:  # RuntimeError: torch's own, on a size it cannot build
-        if name in adapter_names(model):
+        if name in adapter_names(model):  # what this call added, half-built
             remove_adapter(model, name)
-        raise VoiceError(f"voice {name!r} does not fit this base model: {error}") from error
+        raise VoiceError(f"voice {label or name!r} does not fit this base model: {error}") from error

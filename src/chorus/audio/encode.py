@@ -13,6 +13,7 @@ file it can seek its true sizes when it is closed.
 from __future__ import annotations
 
 import io
+import numbers
 import shutil
 import struct
 import tempfile
@@ -36,6 +37,7 @@ class AudioFormat:
     rates: tuple[int, ...] | None = None  # sample rates the codec takes (others are resampled to the last)
 
 
+MIN_RATE, MAX_RATE = 8_000, 48_000  # the output sample rates (Hz) a file may be asked for: telephone to studio
 _MPEG_RATES = (8_000, 11_025, 12_000, 16_000, 22_050, 24_000, 32_000, 44_100, 48_000)
 FORMATS: dict[str, AudioFormat] = {
     f.name: f
@@ -146,6 +148,14 @@ class AudioStream:
 
     def __init__(self, audio_format: str, sample_rate: int, out_rate: int | None = None):
         self.format = FORMATS[format_for(None, audio_format)]
+        if out_rate is not None and (
+            isinstance(out_rate, bool)
+            or not isinstance(out_rate, numbers.Integral)
+            or not MIN_RATE <= out_rate <= MAX_RATE
+        ):  # 0 had been written at the model's rate unsaid, 22050.5 a struct error, -5 soxr's
+            raise ValueError(
+                f"sample_rate must be a whole number of Hz from {MIN_RATE:,} to {MAX_RATE:,}, got {out_rate!r}"
+            )
         self.sample_rate = sample_rate
         self.rate = output_rate(self.format.name, out_rate or sample_rate)
         self._kept: list[np.ndarray] = []

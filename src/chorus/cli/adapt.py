@@ -231,8 +231,16 @@ def adapt_on_piper(
             **(options or {}),
         )
         piper = open_base(spec, device=device)
-        result = adapt_piper(
-            data, piper.model, out, config, piper.sha256, progress=True, base_name=piper.name, notes=notes
+        result = adapt_piper(  # in place: the base was loaded for this voice alone
+            data,
+            piper.model,
+            out,
+            config,
+            piper.sha256,
+            progress=True,
+            base_name=piper.name,
+            notes=notes,
+            in_place=True,
         )
     card = result.card
     start, end = card.metrics["loss_start"], card.metrics["loss_end"]

@@ -13,6 +13,9 @@ import typer
 import typer.core
 from rich.console import Console
 
+from chorus.output_folders import OutputKind
+from chorus.output_folders import output_folder_problem as folder_problem
+
 # No markup: messages carry paths, names and hints such as pip install 'chorus-tts[serve]', which
 # rich would read as tags and swallow. Styles are given with style= where wanted.
 console = Console(markup=False)
@@ -83,20 +86,10 @@ def overwrite_help(noun: str = "voice (its LICENSE.md too)") -> str:
 OVERWRITE_HELP = overwrite_help()
 
 
-@dataclasses.dataclass(frozen=True)
-class OutputKind:
-    """What a command writes as one folder: ``noun`` to name it, ``marks`` (a file that says a folder is one) and
-    ``files`` (every file it writes: a folder holding anything else is more than one)."""
-
-    noun: str
-    marks: tuple[str, ...]
-    files: tuple[str, ...]
-
-
 def voice_kind() -> OutputKind:
-    from chorus.adapters.voice import CARD_FILE, CHORUS_FILE, VOICE_FILES
+    from chorus.adapters.voice import VOICE_FOLDER
 
-    return OutputKind("a voice", (CARD_FILE, CHORUS_FILE), VOICE_FILES)
+    return VOICE_FOLDER
 
 
 def model_kind() -> OutputKind:
@@ -111,26 +104,10 @@ def voice_space_kind() -> OutputKind:
     return OutputKind("a voice space", SPACE_FILES[:1], SPACE_FILES)
 
 
-# What a desktop leaves in any folder it shows: no one's data, and no reason to refuse a folder.
-DESKTOP_LEFTOVERS = frozenset({".DS_Store", "Thumbs.db", "desktop.ini"})
-
-
 def output_folder_problem(out: Path, data: Path, overwrite: bool, kind: OutputKind | None = None) -> str | None:
-    """Why ``kind`` (a voice unless given) may not be written to ``out`` from the recordings in ``data``, or None.
-
-    It is written whole, the old folder swapped out (``chorus.atomic.atomic_write_folder``), so this refuses what
-    the swap would destroy: the recordings (``out`` is, holds or lies inside ``data``); the current folder; a
-    folder holding anything but one of ``kind``, with ``--overwrite`` or not (``--out voices`` for ``--out
-    voices/NAME`` would lose them all); and one of ``kind`` unless ``overwrite``. A link is refused too (the
-    swap would replace the link, not what it points to)."""
-    from chorus.atomic import recover_interrupted_write
-
-    kind = kind or voice_kind()
-    try:
-        recover_interrupted_write(out)  # a swap killed half-way: its old folder back first, then judged
-        return _output_problem(out, data, overwrite, kind)
-    except OSError as error:
-        return f"{out}: {error}"
+    """Why ``kind`` (a voice unless given) may not be written to ``--out`` from the recordings in ``data``, or None
+    (:func:`chorus.output_folders.output_folder_problem`, in the command line's words)."""
+    return folder_problem(out, data, overwrite, kind or voice_kind())
 
 
 def refuse_output_folder(out: Path, data: Path, overwrite: bool, kind: OutputKind | None = None) -> None:
@@ -138,40 +115,6 @@ def refuse_output_folder(out: Path, data: Path, overwrite: bool, kind: OutputKin
     problem = output_folder_problem(out, data, overwrite, kind)
     if problem:
         fail(f"--out {problem}")
-
-
-def _output_problem(out: Path, data: Path, overwrite: bool, kind: OutputKind) -> str | None:
-    out_path, data_path = out.resolve(), data.resolve()
-    if out_path == data_path or out_path in data_path.parents:
-        return f"{out} holds the recordings ({data}), which the swap would delete: give another --out"
-    if out_path.is_relative_to(data_path):
-        return (
-            f"{out} is inside the recordings' folder ({data}), where it would be read as recordings: give another --out"
-        )
-    if out_path == Path.cwd().resolve() or out_path in Path.cwd().resolve().parents:
-        return f"{out} is the current folder or holds it: give the name of a folder to write"
-    if out.is_symlink():
-        return f"{out} is a link: give the folder itself, or a new one"
-    if out.exists() and not out.is_dir():
-        return f"{out} is a file: give another --out (a folder)"
-    held = sorted(p.name for p in out.iterdir() if p.name not in DESKTOP_LEFTOVERS) if out.is_dir() else []
-    if not held:
-        return None
-    if not any((out / mark).is_file() for mark in kind.marks):
-        inner = [name for name in held if any((out / name / mark).is_file() for mark in kind.marks)]
-        if inner:  # voices/ given for voices/NAME
-            return f"{out} holds {len(inner)} folder(s) of {kind.noun} ({', '.join(inner[:3])}): give --out {out}/NAME"
-        return f"{out} holds files that are not {kind.noun} ({', '.join(held[:3])}), which the swap would delete: give another --out"
-    # Only what the writer itself writes, as plain files: a folder or a link under one of its names is more.
-    others = [
-        name for name in held if name not in kind.files or (out / name).is_symlink() or not (out / name).is_file()
-    ]
-    if others:
-        return (
-            f"{out} holds {kind.noun} and more ({', '.join(others[:3])}), which the swap would delete: move them out, "
-            "or give another --out"
-        )
-    return None if overwrite else f"{out} already holds {kind.noun}: give another --out, or --overwrite to replace it"
 
 
 def given_options(context: typer.Context, *names: str) -> list[str]:

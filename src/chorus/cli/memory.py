@@ -9,7 +9,7 @@ import typer
 
 from chorus.adapters import parse_methods
 from chorus.atomic import atomic_write_text
-from chorus.cli.common import config_option, console, user_errors
+from chorus.cli.common import config_default, config_option, console, fail, user_errors
 from chorus.cli.method_options import method_help, method_options, with_method_fields
 from chorus.memory.presets import model_config_by_name
 from chorus.memory.report import memory_report
@@ -48,8 +48,25 @@ def memory(
 ) -> None:
     """Training memory per category, predicted analytically (any size, on the meta device) and
     measured on a real step: weights, gradients, optimizer states, activations."""
+    if out is not None and out.suffix not in (
+        "",
+        ".png",
+    ):  # said before the work: matplotlib had refused '.md' after it
+        fail(f"--out {out}: the chart's .png (its .md table is written beside it)")
     if model.startswith(SPEAKER_PREFIX):
-        _speaker_memory(model[len(SPEAKER_PREFIX) :], batch, frames, optimizer or "adam", measure, out)
+        acoustic = {
+            "--method": method != DEFAULT_METHOD or any(v is not None for v in (method_fields or {}).values()),
+            "--targets": targets is not None,
+            "--text-length": text_length != 60,
+            "--keep-text-side": keep_text_side != config_default(AdaptConfig, "keep_text_side"),
+            "--precision": precision != config_default(MemoryOptions, "precision"),
+            "--checkpointing": checkpointing != config_default(MemoryOptions, "checkpointing"),
+            "--frozen-dtype": frozen_dtype != config_default(MemoryOptions, "frozen_dtype"),
+        }
+        given = [name for name, differs in acoustic.items() if differs]
+        if given:  # they had been dropped without a word
+            fail(f"{', '.join(given)}: options of the acoustic model's adaptation, not of a speaker encoder's training")
+        _speaker_memory(model[len(SPEAKER_PREFIX) :], batch, frames, optimizer or "adam", measure, _png(out))
         return
     with user_errors():
         config = model_config_by_name(model)
@@ -74,7 +91,7 @@ def memory(
             options=options,
             measure=measure,
             fresh_process=measure,
-            out_png=out,
+            out_png=_png(out),
             label=f"{method} on {model}",
         )
     _show(report, out)
@@ -98,10 +115,15 @@ def _speaker_memory(name: str, batch: int, frames: int, optimizer: str, measure:
     _show(report, out)
 
 
+def _png(out: Path | None) -> Path | None:
+    """Where the chart goes: ``--out`` as given, ``.png`` added when it has no suffix (as the chart is written)."""
+    return None if out is None else out.with_suffix(".png")
+
+
 def _show(report, out: Path | None) -> None:
     """The table on the terminal; with ``--out`` the chart there and the Markdown table beside it."""
     console.print(report.rich_table())
     console.print(f"{report.parameters:,} parameters, {report.trainable_parameters:,} trained")
     if out is not None:
         atomic_write_text(out.with_suffix(".md"), report.markdown())
-        console.print(f"chart: {out}; table: {out.with_suffix('.md')}")
+        console.print(f"chart: {_png(out)}; table: {out.with_suffix('.md')}")

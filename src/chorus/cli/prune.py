@@ -42,7 +42,11 @@ def prune(
         None, help="Peak learning rate (default: 2e-4 fine-tuning, 1e-3 from scratch)."
     ),
     include: list[str] = typer.Option(["*"], help="Module-name patterns to prune (fnmatch; repeat the option)."),
-    exclude: list[str] = typer.Option(list(DEFAULT_EXCLUDE), help="Module-name patterns to leave dense."),
+    exclude: list[str] = typer.Option(
+        [],
+        help=f"More module-name patterns to leave dense, beside {', '.join(DEFAULT_EXCLUDE)} (always dense: a given "
+        "--exclude had replaced them, and mel_proj was pruned).",
+    ),
     features: Path | None = typer.Option(None, help="Feature cache of the corpus (default: beside --out)."),
     max_frames: int = typer.Option(config_default(PruneConfig, "max_frames"), help="Padded mel frames per batch."),
     threads: int = typer.Option(config_default(PruneConfig, "threads"), help="CPU threads."),
@@ -76,7 +80,7 @@ def prune(
             steps=steps,
             learning_rate=learning_rate,
             include=list(include),
-            exclude=list(exclude),
+            exclude=[*DEFAULT_EXCLUDE, *(pattern for pattern in exclude if pattern not in DEFAULT_EXCLUDE)],
             features=str(features) if features else None,
             max_frames=max_frames,
             threads=threads,

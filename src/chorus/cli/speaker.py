@@ -30,7 +30,9 @@ DIFFERENT_SPEAKERS = 1
 MIN_SPEECH_SECONDS = 1.0
 
 
-def _encoder(folder: Path | None, device: str = "cpu"):
+def _encoder(folder: Path | None, device: str = "cpu", needs_threshold: bool = False):
+    """The encoder ``folder`` holds (default: the shipped one); ``needs_threshold``: one whose threshold was
+    calibrated (verify's verdict uses it; embed and eval, which do not, take a run's checkpoint too)."""
     folder = folder or SHIPPED_ENCODER
     if not (folder / "config.json").is_file():
         fail(
@@ -38,7 +40,7 @@ def _encoder(folder: Path | None, device: str = "cpu"):
         )
     with user_errors():
         bundle = load_encoder(folder, device)
-    if "calibration" not in bundle.info:  # a run's checkpoint: it had verified at the placeholder 0.5
+    if needs_threshold and "calibration" not in bundle.info:  # a run's checkpoint: it had verified at 0.5
         fail(
             f"{folder}: an encoder whose threshold was never calibrated (a training checkpoint: a run calibrates its "
             "encoder when it ends); give a finished run's folder"
@@ -97,7 +99,9 @@ def train(
         config_default(SpeakerTrainConfig, "checkpoint_every"), help="Steps between checkpoints (OUT/checkpoint)."
     ),
     resume: Path | None = typer.Option(
-        None, help="Continue from this checkpoint (a run folder or its checkpoint/) up to --steps in all."
+        None,
+        help="Continue from this checkpoint (a run folder or its checkpoint/) up to --steps in all, with its own "
+        "network and margins (--arch/--depth/--reversible are the run's).",
     ),
     init: Path | None = typer.Option(
         None,
@@ -121,8 +125,14 @@ def train(
         if init is not None and resume is not None:
             fail("give --resume (the same run, on) or --init (a new run from its weights), not both")
         encoder = SpeakerEncoderConfig(arch=arch, depth=depth, reversible=reversible)
+        margins = {"margin_start": 0.0, "margin_full": 0.0} if init is not None else {}
         if init is not None:
             encoder = load_encoder(init / CHECKPOINT if (init / CHECKPOINT).is_dir() else init).encoder.config
+        if resume is not None:  # the run's own network and margins, not the options' defaults: a run started with
+            # --init had been refused on resume (its encoder came from the init, its margins were 0)
+            saved = _saved_recipe(resume)
+            encoder = SpeakerEncoderConfig.from_dict(saved["encoder"])
+            margins = {name: saved[name] for name in ("margin_start", "margin_full")}
         config = SpeakerTrainConfig(
             corpus=str(corpus),
             out=str(out),
@@ -138,7 +148,7 @@ def train(
             workers=workers,
             max_minutes=max_minutes,
             # From a trained head the classes are already apart: the margin's warm-up is not needed.
-            **({"margin_start": 0.0, "margin_full": 0.0} if init is not None else {}),
+            **margins,
         )
         folder = train_speaker_encoder(config, resume=resume, init=init)
     info = load_encoder(folder).info
@@ -146,6 +156,16 @@ def train(
         f"encoder: {folder} ({info['speakers']} speakers, {info['steps']} steps in {info['train_seconds']:.0f} s; "
         f"held-out EER {100 * info['calibration']['eer']:.1f}%)"
     )
+
+
+def _saved_recipe(resume: Path) -> dict:
+    """The recipe saved in the checkpoint ``resume`` names (a run folder or its checkpoint/)."""
+    from chorus.training.checkpoint import load_training_state
+
+    state = load_training_state(resume / CHECKPOINT if (resume / CHECKPOINT).is_dir() else resume)
+    if state is None:
+        raise ValueError(f"{resume}: no speaker encoder checkpoint to start from")
+    return state.meta["config"]
 
 
 @speaker_app.command()
@@ -185,7 +205,7 @@ def verify(
     through the clips' channel, summed, against the threshold calibrated for that channel class.
     Exit status, as cmp and diff give theirs: 0 same speaker, 1 different speakers, 2 trouble (cannot tell)."""
     if encoder is not None:
-        bundle = _encoder(encoder, device)
+        bundle = _encoder(encoder, device, needs_threshold=True)
         first, second = bundle.embed(_speaking_clips([a, b], bundle.mel_config.sample_rate))
         score, same = bundle.verify(first, second)
         verdict = "same speaker" if same else "different speakers"

@@ -27,7 +27,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
-from chorus.audio.encode import FORMATS, format_for, output_rate
+from chorus.audio.encode import FORMATS, MAX_RATE, MIN_RATE, format_for, output_rate
 from chorus.cli.common import (
     BASE_HELP,
     DEVICE_OPTION,
@@ -56,7 +56,6 @@ from chorus.text.sentences import MAX_SPEED, MIN_SPEED  # the speeds `chorus ser
 from chorus.text.ssml import SsmlError
 
 MODEL_HELP = "Model folder (default: the shipped base); a Piper voice file (voice.onnx) is taken as --base FILE."
-MIN_RATE, MAX_RATE = 8_000, 48_000  # output sample rates (Hz): telephone to studio
 # A bar for text of more sentences than this: shorter text is spoken before a bar would say anything.
 PROGRESS_MIN_SENTENCES = 3
 

@@ -154,6 +154,11 @@ class WhisperJudge:
         self._model = None
 
     @property
+    def name(self) -> str:
+        """Which recognizer judges, as a report names it: the shipped ``tiny.en``, or the folder given."""
+        return "tiny.en (int8, shipped)" if self.model_path is None else str(self.model_path)
+
+    @property
     def model(self):
         """The ``faster_whisper.WhisperModel``, loaded once (about 0.5 s)."""
         if self._model is None:

@@ -172,6 +172,8 @@ class EvalReport:
     def summary(self) -> dict[str, float | int]:
         """Item count, corpus WER/CER and the means, keyed by field name."""
         result: dict[str, float | int] = {"items": len(self.rows)}
+        if self.silent_items:  # left out of the mean MOS, which a silent failure would otherwise lift or lower
+            result["items_without_speech"] = self.silent_items
         if self.corpus_wer is not None:
             result["corpus_wer"] = self.corpus_wer
             result["corpus_cer"] = self.corpus_cer
@@ -187,8 +189,15 @@ class EvalReport:
     def to_json(self, indent: int = 2) -> str:
         return json.dumps(self.to_dict(), indent=indent, ensure_ascii=False)
 
+    @property
+    def silent_items(self) -> int:
+        """Clips in which no speech was heard: no MOS is judged for them (silence had scored 1.97)."""
+        return sum(row.speech_seconds == 0 for row in self.rows)
+
     def _summary_lines(self) -> list[tuple[str, str]]:
         lines = [("items", str(len(self.rows)))]
+        if self.silent_items:
+            lines.append(("items without speech (no MOS)", str(self.silent_items)))
         if self.corpus_wer is not None:
             lines += [("corpus WER", f"{self.corpus_wer:.1%}"), ("corpus CER", f"{self.corpus_cer:.1%}")]
         lines += [
@@ -357,7 +366,7 @@ def _judge_item(
     if encoder_refs is not None and item.speaker_references:
         reference = encoder_refs.embedding(item.speaker_references, item.sample_rate)
         row.encoder_similarity = cosine_similarity(encoder_refs.judge.embed(audio, SAMPLE_RATE), reference)
-    if judges.naturalness is not None:
+    if judges.naturalness is not None and row.speech_seconds > 0:  # silence had a MOS (1.97), in the mean too
         row.mos = judges.naturalness.score(audio, SAMPLE_RATE)
     if judges.reference and item.reference is not None:
         synth, ref, alignment = analyse_pair(
@@ -396,7 +405,7 @@ def evaluate_pairs(items: Sequence[EvalItem], judges: Judges | None = None, prog
             bar.advance(task)
     settings: dict = {}
     if judges.whisper is not None:
-        settings["asr"] = f"whisper (beam {judges.whisper.beam_size})"
+        settings["asr"] = f"whisper {judges.whisper.name} (beam {judges.whisper.beam_size})"
     if judges.speaker is not None:
         settings["speaker"] = "resemblyzer d-vector cosine"
     if judges.naturalness is not None:

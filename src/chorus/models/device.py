@@ -1,8 +1,23 @@
-"""Where a model runs: a device name checked before anything is loaded onto it."""
+"""Where a model runs: a device name checked before anything is loaded onto it, and the threads it runs on."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+
 import torch
+
+
+@contextlib.contextmanager
+def torch_threads(count: int) -> Iterator[None]:
+    """torch's intra-op thread count at ``count`` inside, and back at what it was after (a library call must
+    not leave the caller's process on its own thread count)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def checked_device(value: str) -> str:

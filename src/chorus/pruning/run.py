@@ -15,6 +15,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from chorus.data.formats import discover
 from chorus.models.acoustic import AcousticModel
 from chorus.models.bundle import ModelBundle, load_bundle, save_bundle
 from chorus.pruning.loop import Budget, TrainingData
@@ -70,7 +71,14 @@ class PruneConfig:
 
 
 def load_training_data(base: ModelBundle, data: str | Path, features: Path, progress: bool = True) -> TrainingData:
-    """The corpus' features for ``base``: ``ValueError`` when its speakers are not the base's."""
+    """The corpus' features for ``base``: ``ValueError`` when its speakers are not the base's (by their folders'
+    names first, before any feature is made: a one-speaker folder had been refused after its whole cache)."""
+    listed = sorted({utterance.speaker for utterance in discover(data)[0]})
+    if listed != sorted(base.speakers):
+        raise ValueError(
+            f"{data}: its speakers ({len(listed)}) are not the base model's ({len(base.speakers)}): prune with the "
+            "corpus the base was trained on"
+        )
     cache = prepare_features(data, features, base.front_end, base.mel_config, base.model.config.use_pitch, progress)
     if cache.speaker_names != base.speakers:
         raise ValueError(

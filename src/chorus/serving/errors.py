@@ -33,12 +33,13 @@ log = logging.getLogger("chorus.serving.errors")
 
 
 def in_bytes(size: int) -> str:
-    """A size as a refusal names it, readable and exact: "40.0 MB (40,000,403 bytes)" (a probe's user had
-    read "the upload is 40000403 bytes; at most 10551296")."""
-    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
-        if size >= scale:
+    """A size as a refusal names it, readable and exact, in the binary units the limits are set in (10 MiB is
+    ``10 << 20``): "38.1 MiB (40,000,403 bytes)" (a probe's user had read "the upload is 40000403 bytes; at most
+    10551296"). The unit is chosen after rounding: 1,048,500 bytes is "1.0 MiB", not "1023.9 KiB"."""
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if round(size / scale, 1) >= 1:
             return f"{size / scale:.1f} {unit} ({size:,} bytes)"
-    return f"{size:,} bytes"
+    return f"{size:,} byte{'' if size == 1 else 's'}"
 
 
 class ApiError(Exception):

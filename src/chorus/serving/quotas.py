@@ -15,7 +15,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
-from chorus.serving.errors import ApiError
+from chorus.serving.errors import ApiError, in_bytes
 from chorus.serving.settings import Limits
 from chorus.serving.store import QuotaReached, VoiceStatus, VoiceStore
 
@@ -151,10 +151,14 @@ def check_onboarding(store: VoiceStore, tenant: str, limits: Limits, queued_here
         raise _full(f"you keep {voices} voices (at most {own.voices}); delete some to make room")
     stored = store.stored_bytes(tenant)
     if stored >= own.voice_bytes:
-        raise _full(f"your voices take {stored} bytes (at most {own.voice_bytes}); delete some to make room")
+        raise _full(
+            f"your voices take {in_bytes(stored)} (at most {in_bytes(own.voice_bytes)}); delete some to make room"
+        )
     everyone = store.stored_bytes()
     if everyone >= limits.voice_bytes:
-        raise _full(f"this server's voices take {everyone} bytes (at most {limits.voice_bytes}); ask its operator")
+        raise _full(
+            f"this server's voices take {in_bytes(everyone)} (at most {in_bytes(limits.voice_bytes)}); ask its operator"
+        )
 
 
 def quota_reached(error: QuotaReached) -> ApiError:

@@ -551,7 +551,12 @@ class Engine:
 
     def _apply(self, voice_id: str, folder: Path, voice: Voice, started: float) -> CachedVoice:
         # Voice ids may hold characters module names cannot; a full fine-tune alone adds no adapter.
-        adapter = f"voice{self._next_adapter}" if voice.configs else None
+        adapter = None
+        if voice.configs:  # a name no adapter on the model has: two engines may share one model
+            taken = set(adapter_names(self.model))
+            while f"voice{self._next_adapter}" in taken:
+                self._next_adapter += 1
+            adapter = f"voice{self._next_adapter}"
         self._next_adapter += 1
         # A full fine-tune overwrites the weights of the model it is applied to: a bare copy, its own base.
         model = self._bare_model() if voice.full else self.model

@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from chorus.adapters import active_adapter
+from chorus.adapters import active_adapter, adapter_names
 from chorus.adapters.voice import is_voice_folder
 from chorus.audio.postfilter import MelPostFilter
 from chorus.audio.vocoders import Vocoder
@@ -60,7 +60,15 @@ class LoadedVoices(MutableMapping[str, tuple[nn.Module, str]]):
         return (self._engine.model if entry.base is None else entry.base.model), entry.adapter
 
     def __setitem__(self, name: str, voice: tuple[nn.Module, str]) -> None:
-        self._engine.add_loaded(name, *voice)
+        if not (isinstance(voice, tuple) and len(voice) == 2 and isinstance(voice[0], nn.Module)):
+            hint = (
+                "; a voice folder is loaded with tts.load_voice(folder, name)" if isinstance(voice, (str, Path)) else ""
+            )
+            raise TypeError(f"a voice in memory is (model, adapter name), got {type(voice).__name__}{hint}")
+        model, adapter = voice
+        if adapter not in adapter_names(model):  # else it failed only when it spoke
+            raise KeyError(f"no adapter {adapter!r} on that model; it has: {', '.join(adapter_names(model)) or 'none'}")
+        self._engine.add_loaded(name, model, adapter)
 
     def __delitem__(self, name: str) -> None:
         self._engine.remove_voice(name)
@@ -80,6 +88,8 @@ class Synthesizer:
     """
 
     def __init__(self, base: Base | ModelBundle, vocoder: Vocoder | None = None):
+        if isinstance(base, (str, Path)):
+            raise TypeError(f"Synthesizer takes a loaded base; for {str(base)!r} use chorus.load_base({str(base)!r})")
         if isinstance(base, ModelBundle):
             if vocoder is None:
                 raise ValueError("a Chorus model bundle speaks through a vocoder: give one")
@@ -167,6 +177,8 @@ class Synthesizer:
         resolved = self.resolve_speaker(speaker)
         if voice is None:
             return resolved
+        if not isinstance(voice, str):
+            raise TypeError(f"voice is a loaded voice's name (a str), got {type(voice).__name__}")
         if voice not in self.voices:
             close = [name for name in self.voices if name.lower() == voice.lower()]
             hint = (
@@ -193,6 +205,8 @@ class Synthesizer:
         """Raw log-mels ``[frames, n_mels]`` of the Chorus base for each text (one batched forward), in the
         base ``speaker`` or, if given, the loaded adapted ``voice``. Each text is read as one utterance."""
         self._chorus()
+        if isinstance(texts, str):  # else read as a list of its characters
+            raise TypeError("texts is a list of sentences: mel([text])")
         return [result.mel for result in self._speak(texts, self._voice(speaker, voice), speed, vocode=False)]
 
     @torch.no_grad()
@@ -207,6 +221,11 @@ class Synthesizer:
         (a recording of it): how the base ``speaker`` or the loaded ``voice`` would say it at that pace
         (the Chorus base)."""
         base = self._chorus()
+        n_mels = base.bundle.mel_config.n_mels
+        shape = tuple(getattr(recorded_mel, "shape", ()))
+        if not torch.is_tensor(recorded_mel) or len(shape) != 2 or shape[1] != n_mels or not shape[0]:
+            # a transposed or batched mel had failed deep in the model, in torch's words
+            raise ValueError(f"recorded_mel must be a tensor [frames, {n_mels}] (log-mel, frames first), got {shape}")
         resolved = self.resolve_speaker(speaker)
         if isinstance(resolved, Blend):
             raise ValueError("teacher forcing takes one speaker, not a blend")

@@ -4,6 +4,8 @@ so the same text gives the same samples from ``chorus synthesize`` and from ``/v
 
 from __future__ import annotations
 
+import numbers
+
 import numpy as np
 
 from chorus.synthesis.result import SynthesisResult
@@ -24,6 +26,8 @@ def layout(
     silence where they stand (raises ``SsmlError`` for SSML it cannot follow). SSML elements Chorus does
     not follow are read as their text and chunks with nothing to say are left out
     (:func:`chorus.text.sentences.speech_pieces`): both named in ``skipped``, else warned of."""
+    if isinstance(sentence_silence, bool) or not isinstance(sentence_silence, numbers.Real):
+        raise TypeError(f"sentence_silence is a number of seconds, got {type(sentence_silence).__name__}")
     if not 0 <= sentence_silence <= MAX_SENTENCE_SILENCE:
         raise ValueError(f"sentence_silence must be 0 to {MAX_SENTENCE_SILENCE:g} seconds, got {sentence_silence}")
     parts: list[str | Pause] = []

@@ -9,6 +9,7 @@ this reader can say (another script: "你好。") is left out and named, so the 
 from __future__ import annotations
 
 import functools
+import numbers
 import re
 import warnings
 
@@ -30,7 +31,10 @@ def split_sentences(text: str, max_chars: int = 300) -> list[str]:
     """The chunks of ``text``: its sentences, in order, none longer than ``max_chars`` characters.
 
     A piece without a letter or digit ("...", "--") joins its neighbour rather than being spoken alone.
+    ``ValueError`` for ``max_chars`` under 1 (no chunk fits: it had cut empty chunks forever, memory growing).
     """
+    if isinstance(max_chars, bool) or not isinstance(max_chars, numbers.Integral) or max_chars < 1:
+        raise ValueError(f"max_chars must be a whole number of characters, at least 1, got {max_chars!r}")
     sentences: list[str] = []
     for line in _LINE_BREAK.split(text):
         if not line.strip():

@@ -9,13 +9,12 @@ when their loss stops improving, and the best adapter seen is what gets saved.
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import functools
 import re
 import tempfile
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -26,14 +25,16 @@ from chorus.adapters import add_adapter, mark_trainable, set_active
 from chorus.adapters.inject import adapter_layers, adapter_state_dict, load_adapter_state_dict
 from chorus.adapters.layer import innermost
 from chorus.adapters.speaker import SpeakerVector
-from chorus.adapters.voice import VoiceCard, save_voice
+from chorus.adapters.voice import VOICE_FOLDER, VoiceCard, save_voice
 from chorus.data.batching import collate, make_batches
 from chorus.data.check import NARROW_BAND_HZ, DatasetReport, check_dataset, tenths_down
 from chorus.data.features import FeatureCache, build_feature_cache
 from chorus.data.formats import needs_transcripts
 from chorus.models.acoustic import AcousticModel, build_model
 from chorus.models.bundle import ModelBundle
+from chorus.models.device import torch_threads
 from chorus.models.losses import compute_losses, step_inputs
+from chorus.output_folders import output_folder_problem
 from chorus.recipe import TEXT_SIDE_PATTERN, AdaptConfig, MemoryOptions
 from chorus.speaker_recognition.bundle import load_encoder, shipped_encoder_dir
 from chorus.speaker_recognition.one_speaker import CHECKED_CLIPS, FEWEST_CHECKED, SAME_PERSON, spread, two_voices
@@ -243,6 +244,18 @@ def trainable_for(config: AdaptConfig) -> Callable[[AcousticModel], None]:
     return functools.partial(prepare_for_training, config=config)
 
 
+def refuse_voice_folder(out: str | Path | None, data: str | Path) -> None:
+    """``ValueError``, before any work, where writing a voice to ``out`` (swapping the old folder out) would destroy
+    what is not a voice: the recordings ``data`` (``out`` is, holds or lies in them), the current folder, a folder
+    of other files or of several voices (the library had deleted them: the command line alone checked). A voice
+    already at ``out`` is replaced, as a file written again is."""
+    if out is None:
+        return
+    problem = output_folder_problem(Path(out), Path(data), True, VOICE_FOLDER, option="out")
+    if problem:
+        raise ValueError(problem)
+
+
 def adapt(
     data: str | Path,
     bundle: ModelBundle,
@@ -251,11 +264,15 @@ def adapt(
     keep_transcribed: str | Path | None = None,
     **options,
 ) -> AdaptResult:
-    """Make a voice from ``data`` on ``bundle``'s base and save it to ``out`` (see :func:`_adapt` for
+    """Make a voice from ``data`` on ``bundle``'s base and save it to ``out`` (:func:`refuse_voice_folder` says
+    which ``out`` are refused, before any work; see :func:`_adapt` for
     ``options``). Recordings without transcripts (no ``metadata.csv``, or lines with no text) are
     transcribed by Whisper first (:mod:`chorus.training.transcripts`); the card says how many. With
     ``keep_transcribed`` the clips and Whisper's transcripts stay there, an LJSpeech-style folder to read,
     mend and adapt from again (else they are made in a temporary folder)."""
+    if not isinstance(bundle, ModelBundle):
+        raise TypeError(f"bundle is a Chorus ModelBundle (a Synthesizer's: tts.bundle), got {type(bundle).__name__}")
+    refuse_voice_folder(out, data)
     # The methods on an empty model of the base's shape first (nothing allocated): a target that matches no layer
     # is said before any audio is read or transcribed.
     prepare_for_training(build_model(bundle.model.config, "meta"), config)
@@ -354,7 +371,7 @@ def _adapt(
     ``sources``: where each line of ``data``'s metadata.csv came from, when ``data`` was written from the user's
     recordings (``AutoTranscripts.sources``): a clip left out is named by the user's own line.
     """
-    with _torch_threads(config.threads):
+    with torch_threads(config.threads):
         torch.manual_seed(config.seed)
         voice = _read_voice_data(data, bundle, config, progress, on_step, sources or {})
         # Full fine-tuning and a lighter frozen base train a copy however the caller asks: the base stays as it is.
@@ -407,17 +424,6 @@ def _on_the_stored_base(bundle: ModelBundle, voice: dict, config: AdaptConfig) -
             if name in voice["trained"]:
                 parameter.copy_(voice["trained"][name])
     return stored.requires_grad_(False).eval()
-
-
-@contextlib.contextmanager
-def _torch_threads(count: int) -> Iterator[None]:
-    """torch's intra-op thread count at ``count`` inside, and back at what it was after."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(count)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 def _read_voice_data(

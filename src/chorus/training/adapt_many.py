@@ -43,6 +43,7 @@ from chorus.recipe import AdaptConfig
 from chorus.training.adapt import (
     check_adaptation_data,
     closest_speakers,
+    refuse_voice_folder,
     split_held_out,
 )
 from chorus.training.efficiency import build_optimizer
@@ -343,6 +344,8 @@ def adapt_many(
     torch.manual_seed(config.seed)
     configs = config.adapt.method_configs()
     out = Path(out)
+    for folder in speaker_folders(root):  # before any work, as the command line checks them and adapt() its one
+        refuse_voice_folder(out / folder.name, folder)
     started = time.perf_counter()
     voices = load_voices(root, bundle, config.adapt, config.seed, progress)
     outcomes = {name: VoiceOutcome(name, "failed", message) for name, message in voices.failed.items()}

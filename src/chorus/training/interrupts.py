@@ -25,11 +25,13 @@ class InterruptRequest:
 
     def __init__(self) -> None:
         self.requested = False
+        self._installed = False
         self._previous: object = None
 
     def __enter__(self) -> InterruptRequest:
         if threading.current_thread() is threading.main_thread():
             self._previous = signal.signal(signal.SIGINT, self._handle)
+            self._installed = True
         return self
 
     def _handle(self, signum: int, frame: object) -> None:
@@ -38,5 +40,5 @@ class InterruptRequest:
         self.requested = True
 
     def __exit__(self, *exc: object) -> None:
-        if self._previous is not None:
-            signal.signal(signal.SIGINT, self._previous)
+        if self._installed:  # a handler set outside Python reads as None: the default then
+            signal.signal(signal.SIGINT, signal.SIG_DFL if self._previous is None else self._previous)

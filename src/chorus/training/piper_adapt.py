@@ -58,8 +58,10 @@ from chorus.audio.mel import MelConfig, MelSpectrogram
 from chorus.data.check import speech_seconds
 from chorus.data.formats import Utterance, discover
 from chorus.models.alignment import beta_binomial_log_prior, monotonic_alignment_search
+from chorus.models.device import torch_threads
 from chorus.models.piper_posterior import PosteriorEncoder
 from chorus.models.piper_vits import PiperGenerator, sequence_mask
+from chorus.training.adapt import refuse_voice_folder
 from chorus.training.loss_log import LossLog
 from chorus.training.progress import step_progress
 from chorus.training.step_loop import stop_note
@@ -651,15 +653,38 @@ def adapt_piper(
     progress: bool = False,
     base_name: str = "",
     notes: dict[str, str] | None = None,
+    in_place: bool = False,
 ) -> PiperAdaptResult:
     """Adapt ``generator`` to the recordings of ``data`` (a dataset folder or utterances) and save the voice
     to ``out`` (its adapters; for full fine-tuning the whole generator; None: not saved). ``base_sha256``
     and ``base_name`` (as ``--base`` names it: ``piper-joe``, a voice file's name): the base, recorded in
     the voice so that it is spoken on that base and refused on another; ``notes``: more for its card (what the
-    data check left out). Writes ``out``'s loss log beside it (``<out>.log.csv``)."""
-    torch.set_num_threads(config.threads)
-    torch.manual_seed(config.seed)
+    data check left out). Writes ``out``'s loss log beside it (``<out>.log.csv``). Trains on a copy of
+    ``generator`` (the caller's stays bare, and may be adapted again) unless ``in_place`` (a command that loaded it
+    for this voice alone); torch's thread count is set back after."""
     utterances = discover(data)[0] if isinstance(data, (str, Path)) else list(data)
+    if utterances:  # the dataset's folder: given, or the one holding the clips' wavs/
+        clips = utterances[0].audio_path.parent
+        refuse_voice_folder(
+            out, data if isinstance(data, (str, Path)) else clips.parent if clips.name == "wavs" else clips
+        )
+    if not in_place and not config.full:  # full fine-tuning trains on a copy of its own
+        generator = copy.deepcopy(generator)
+    with torch_threads(config.threads):
+        return _adapt_piper(utterances, generator, out, config, base_sha256, progress, base_name, notes)
+
+
+def _adapt_piper(
+    utterances: list[Utterance],
+    generator: PiperGenerator,
+    out: str | Path | None,
+    config: PiperAdaptConfig,
+    base_sha256: str,
+    progress: bool,
+    base_name: str,
+    notes: dict[str, str] | None,
+) -> PiperAdaptResult:
+    torch.manual_seed(config.seed)
     aligned = config.recipe == "aligned"
     # The aligned recipe's durations come from the base, before any adapter exists.
     clips = prepare_clips(generator, utterances, align=aligned)

@@ -143,8 +143,9 @@ def corpus_digest(data: str | Path) -> str:
     for utterance in utterances:
         size = utterance.audio_path.stat().st_size if utterance.audio_path.is_file() else -1
         digest.update(f"{utterance.key}|{utterance.text}|{size}\n".encode())
-    for problem in problems:
-        digest.update(f"refused {problem.source}: {problem.message}\n".encode())
+    for problem in problems:  # by where in the corpus, not by how DATA was spelled (relative, absolute, moved)
+        file, _, line = problem.source.rpartition(":")
+        digest.update(f"refused {os.path.relpath(file or problem.source, data)}:{line}\n".encode())
     return digest.hexdigest()
 
 

@@ -665,6 +665,7 @@ class _SpeakerEncoderRecipe:
         self.start.state.restore({}, {"head": self.classifier.head})
         if self.resuming:
             self.start_step, self.seconds, self.losses = int(meta["step"]), float(meta["seconds"]), meta["losses"]
+            self.initialized_from = meta.get("initialized_from")  # a run begun from another's weights still was
         else:
             self.initialized_from = {"folder": str(self.init), "step": int(meta["step"])}
 

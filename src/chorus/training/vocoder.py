@@ -493,8 +493,9 @@ def train_vocoder(
     model, discriminator = _setup_model(config, state, out_dir / CHECKPOINT)
     optimizers = _setup_optimizers(config, model, discriminator, state)
     start_step = int(state.meta["step"]) if state is not None else 0
-    if start_step >= steps:
+    if start_step >= steps:  # said before the data's setup (GTA's forced mels take minutes)
         print(f"{out_dir / CHECKPOINT} is at step {start_step} already: nothing to train to --steps {steps}")
+        return VocoderTrainResult(step=start_step, losses={}, steps_per_second=0.0, out_dir=out_dir)
     data = _setup_data(data_roots, config, show_progress)
     loop = _VocoderLoop(config, out_dir, model, discriminator, optimizers, data, start_step)
     started = time.perf_counter()

@@ -63,6 +63,14 @@ class VoiceSpaceConfig:
     threads: int = 2
     seed: int = 1234
 
+    def __post_init__(self) -> None:
+        # full had trained a speaker vector alone under its name, and dim 0 a space of no numbers
+        if parse_methods(self.method).full:
+            raise ValueError("full fine-tuning makes one model per voice; a voice space generates adapters")
+        for name in ("dim", "steps", "clips_per_voice", "eval_every", "threads"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+
 
 def train_voice_space(
     root: str | Path, bundle: ModelBundle, out: str | Path, config: VoiceSpaceConfig, *, progress: bool = True

@@ -125,7 +125,9 @@ class _DatasetWriter:
         if len(self.lines) + len(self.left_out) >= limits.max_clips:
             raise UploadError(f"too many clips: at most {limits.max_clips}", 413)
         if len(data) > limits.max_clip_bytes:
-            raise UploadError(f"{label}: {len(data)} bytes; a clip may have at most {limits.max_clip_bytes}", 413)
+            raise UploadError(
+                f"{label}: {in_bytes(len(data))}; a clip may have at most {in_bytes(limits.max_clip_bytes)}", 413
+            )
         try:
             mono, rate, text, speech = self._heard(label, data, text)
         except UploadError as error:
@@ -404,8 +406,8 @@ def _check_entries(infos: list[zipfile.ZipInfo], limits: UploadLimits) -> None:
         total += info.file_size
         if info.file_size > limits.max_clip_bytes and not info.is_dir():
             raise UploadError(
-                f"archive entry {info.filename[:100]!r}: {info.file_size} bytes unpacked; at most "
-                f"{limits.max_clip_bytes}",
+                f"archive entry {info.filename[:100]!r}: {in_bytes(info.file_size)} unpacked; at most "
+                f"{in_bytes(limits.max_clip_bytes)}",
                 413,
             )
         if info.file_size > limits.max_compression_ratio * max(info.compress_size, 1) and info.file_size > 1 << 20:

@@ -18,14 +18,13 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 from pydantic_core import ErrorDetails, PydanticCustomError
 
-from chorus.audio.encode import FORMATS
+from chorus.audio.encode import FORMATS, MAX_RATE, MIN_RATE
 from chorus.serving.errors import ApiError
 from chorus.serving.schemas.models import MODEL_NAMES, model_not_found
 from chorus.text.sentences import MAX_SPEED, MIN_SPEED
 
 CONTENT_TYPES = {name: audio_format.content_type for name, audio_format in FORMATS.items()}
 PCM_RATE = 24_000  # OpenAI's raw pcm is 24 kHz, and its clients play it so
-MIN_RATE, MAX_RATE = 8_000, 48_000
 MAX_INSTRUCTIONS_CHARS = 4096
 _REQUIRED = ("input", "voice")  # null there is refused as missing; any other field sent as null takes its default
 DEFAULT_FORMAT = "mp3"  # OpenAI's: its clients write what comes back without a format into "speech.mp3"

@@ -122,10 +122,12 @@ class Maintenance:
             copied = target.backends.layout.read_marker(target.backends.layout.blob(*key))
             if copy.sha256 != voice.sha256 or copied != manifest:
                 raise VoiceCorrupted(f"{voice.tenant}/{voice.voice_id}: the copy's checksums differ from the source's")
-            with target.backends.db.transaction() as db:  # the voice keeps its age, its consent and instant voice
+            # The voice keeps its age, its consent, its instant voice and the id of the job that made it (the job
+            # stays behind: a voice a job made is read as refined, done, where its job is not)
+            with target.backends.db.transaction() as db:
                 db.execute(
-                    "UPDATE voices SET created=?, consent_id=?, instant=? WHERE tenant=? AND id=?",
-                    (voice.created, voice.consent_id, voice.instant, *key),
+                    "UPDATE voices SET created=?, consent_id=?, instant=?, job_id=? WHERE tenant=? AND id=?",
+                    (voice.created, voice.consent_id, voice.instant, voice.job_id, *key),
                 )
             report.copied.append(key)
         return report

@@ -37,10 +37,10 @@
       : "";
   }
 
-  // What fetch throws when no answer came ("Failed to fetch", "NetworkError when attempting ...", "network
-  // error"), in words a user can act on.
+  // What a fetch() call itself rejects with when no answer came ("Failed to fetch", "NetworkError when
+  // attempting ..."), in words a user can act on. Only for that rejection: a server's refusal is said as it is.
   function unreached(error) {
-    return error instanceof TypeError || /network|fetch/i.test(error.message)
+    return error instanceof TypeError
       ? "the server could not be reached (is it running? is the address right?)" : error.message;
   }
 
@@ -78,7 +78,7 @@
         const response = await fetch(url, { headers: authHeaders(), cache: "no-store",
                                              signal: AbortSignal.timeout(POLL_TIMEOUT_MS) });
         if (response.status >= 400 && response.status < 500 && ![408, 429].includes(response.status)) {
-          if (!stopped) refused(await errorMessage(response));
+          if (!stopped) refused(await errorMessage(response), response.status);
           return;
         }
         if (!response.ok) throw new Error(`${response.status} ${response.statusText || "error"}`);
@@ -112,26 +112,38 @@
     voicesStatus.textContent = message;
   }
 
+  let listed = 0;   // the voice list's requests, counted: only the latest one's answer is shown
+
   async function loadVoices(select) {
     const wanted = select || voiceSelect.value;
-    if (!keyInput.value.trim()) storage("remove", KEY_STORAGE);   // cleared: forgotten
+    const key = keyInput.value.trim();   // the key asked with (the field may change before the answer)
+    const request = ++listed;
+    if (!key) storage("remove", KEY_STORAGE);   // cleared: forgotten
     if (keyProblem()) return clearVoices(keyProblem());
     voicesStatus.textContent = "Loading voices…";
-    let response;
+    let response, body;
     try {
       response = await fetch("v1/voices", { headers: authHeaders(), cache: "no-store" });
+      body = response.ok ? await response.json() : null;
     } catch (error) {
-      voicesStatus.textContent = `Could not list voices: ${unreached(error)}`;
+      if (request === listed) voicesStatus.textContent = `Could not list voices: ${unreached(error)}`;
       return;
     }
+    if (request !== listed) return;   // a later request's answer decides (an older one had put another tenant's back)
     if (!response.ok) {
+      const message = `Could not list voices: ${await errorMessage(response)}`;
+      if (request !== listed) return;
+      if (![401, 403].includes(response.status)) {   // busy or failing: the list stays as it was
+        voicesStatus.textContent = message;
+        return;
+      }
       // a key the server refuses is not kept (one kept before that it now refuses is forgotten)
-      if (response.status === 401 && storage("get", KEY_STORAGE) === keyInput.value.trim()) storage("remove", KEY_STORAGE);
-      clearVoices(`Could not list voices: ${await errorMessage(response)}`);
+      if (storage("get", KEY_STORAGE) === key) storage("remove", KEY_STORAGE);
+      clearVoices(message);
       return;
     }
-    storage("set", KEY_STORAGE, keyInput.value.trim());   // a key is kept once the server has taken it
-    const voices = (await response.json()).data || [];
+    storage("set", KEY_STORAGE, key);   // a key is kept once the server has taken it
+    const voices = body.data || [];
     const groups = { base: document.createElement("optgroup"), custom: document.createElement("optgroup") };
     groups.base.label = "Speakers";
     groups.custom.label = "Your voices";
@@ -149,9 +161,9 @@
       (voice.type === "base" ? groups.base : groups.custom).appendChild(option);
     }
     voiceSelect.replaceChildren(...[groups.base, groups.custom].filter((g) => g.children.length));
-    const choices = voices.filter(speaks).map((v) => v.id);
+    const choices = voices.filter((v) => speaks(v) || v.type !== "base").map((v) => v.id);
     const preset = voices.find((v) => v.default);
-    voiceSelect.value = choices.includes(wanted) ? wanted : (preset ? preset.id : choices[0] || "");
+    voiceSelect.value = choices.includes(wanted) ? wanted : (preset ? preset.id : voices.find(speaks)?.id || "");
     const custom = voices.filter((v) => v.type !== "base");
     const training = custom.filter((v) => v.status === "training").length;
     voicesStatus.textContent = `${voices.length - custom.length} speakers, ${custom.length} of yours` +
@@ -234,7 +246,8 @@
   const textInput = $("text");
   const textCount = $("text-count");
   const NO_VOICE = "Choose a voice";
-  const MAX_INPUT = Number(textInput.dataset.max);   // the server's limit per request (OpenAI's 4,096)
+  const MAX_INPUT = Number(textInput.dataset.max);   // a server's default limit per request (OpenAI's 4,096)
+  const characters = (text) => [...text].length;   // as the server counts them (an emoji is one, not two)
   let audioUrl = null;
   let playback = null;   // the streamed answer playing in Web Audio: {context, reader}
 
@@ -249,10 +262,12 @@
   audio.addEventListener("play", stopPlayback);
 
   function countText() {
-    const over = textInput.value.length > MAX_INPUT;
-    textCount.textContent = `${textInput.value.length.toLocaleString("en")} of ${MAX_INPUT.toLocaleString("en")} characters` +
-      (over ? ": too long for one request" : "");
+    const count = characters(textInput.value);
+    const over = count > MAX_INPUT;
+    textCount.textContent = `${count.toLocaleString("en")} characters` + (over
+      ? `: over the ${MAX_INPUT.toLocaleString("en")} a server takes by default (chorus serve --max-text-chars sets it)` : "");
     textCount.classList.toggle("error", over);
+    textInput.setAttribute("aria-invalid", String(over));
   }
   textInput.addEventListener("input", countText);
   countText();
@@ -270,6 +285,11 @@
             ignored && `instructions not followed: ${ignored}`].filter(Boolean).join("; ");
   }
 
+  // The body of an answer that had begun, broken off (the server stopped, the network went): said as such.
+  function cutOff(error) {
+    throw new Error(error instanceof TypeError ? "the answer was cut off before its end (the server stopped?)" : error.message);
+  }
+
   function clearResult() {
     stopPlayback();
     audio.removeAttribute("src");
@@ -277,7 +297,7 @@
     download.hidden = true;
     if (audioUrl) URL.revokeObjectURL(audioUrl);
     audioUrl = null;
-    show(speakNote, "");
+    speakNote.textContent = "";   // kept in the page, empty: a live region shown with its text is often not read
   }
 
   speed.addEventListener("input", () => {
@@ -369,10 +389,6 @@
     const input = textInput.value;
     const voice = voiceSelect.value;   // the voice sent, whatever is chosen while it speaks
     if (!input.trim()) return show(speakError, "Type some text to speak.");
-    if (input.length > MAX_INPUT) {
-      return show(speakError, `The text is ${input.length.toLocaleString("en")} characters; one request takes at most ` +
-        `${MAX_INPUT.toLocaleString("en")} (speak it in parts).`);
-    }
     if (keyProblem()) return show(speakError, keyProblem());
     if (!voice) return show(speakError, `${NO_VOICE} (none is listed: check the API key).`);
     const info = voiceInfo.get(voice);
@@ -386,19 +402,24 @@
     const streaming = streamPlay.checked;
     const format = streaming ? "pcm" : formatSelect.value;
     try {
-      const response = await fetch("v1/audio/speech", {
-        method: "POST",
-        headers: authHeaders({ "Content-Type": "application/json" }),
-        body: JSON.stringify({ model: "chorus", input, voice, response_format: format,
-                               speed: Number(speed.value), ...(streaming ? { sample_rate: 24000 } : {}) }),
-      });
+      let response;
+      try {
+        response = await fetch("v1/audio/speech", {
+          method: "POST",
+          headers: authHeaders({ "Content-Type": "application/json" }),
+          body: JSON.stringify({ model: "chorus", input, voice, response_format: format,
+                                 speed: Number(speed.value), ...(streaming ? { sample_rate: 24000 } : {}) }),
+        });
+      } catch (error) {
+        throw new Error(unreached(error));
+      }
       if (!response.ok) throw new Error(await errorMessage(response));
       const note = leftOut(response);
       let result;
       if (streaming) {
-        result = await playStreaming(response, started);
+        result = await playStreaming(response, started).catch(cutOff);
       } else {
-        const raw = await response.arrayBuffer();
+        const raw = await response.arrayBuffer().catch(cutOff);
         const body = format === "wav" ? fixWavSizes(raw) : raw;
         const blob = new Blob([body], { type: TYPES[format] });
         const rate = Number(response.headers.get("X-Sample-Rate")) || 22050;
@@ -415,12 +436,12 @@
         `${result.seconds.toFixed(1)} s of audio`;
       speakStatus.textContent = `${length} from ${label(voice)} in ` +
         `${((performance.now() - started) / 1000).toFixed(1)} s.`;
-      show(speakNote, note && `Spoken without what it could not read: ${note}.`);
+      speakNote.textContent = note && `Spoken without what it could not read: ${note}.`;
       if (!streaming) audio.play().catch(() => { /* autoplay refused: the controls are there */ });
     } catch (error) {
       speakStatus.textContent = "";
       clearResult();
-      show(speakError, `Speech failed: ${unreached(error)}`);
+      show(speakError, `Speech failed: ${error.message}`);
     } finally {
       speakButton.disabled = false;
     }
@@ -640,14 +661,18 @@
   }
 
   cancelJob.addEventListener("click", async () => {
-    if (watchedJob === null || !window.confirm(`Stop making voice ${$("job-voice").textContent}?`)) return;
-    let response;
+    if (keyProblem()) return show(onboardError, keyProblem());
+    const voice = $("job-voice").textContent || `of job ${watchedJob}`;
+    if (watchedJob === null || !window.confirm(`Stop making voice ${voice}?`)) return;
+    cancelJob.disabled = true;
     try {
-      response = await fetch(`v1/jobs/${encodeURIComponent(watchedJob)}/cancel`, { method: "POST", headers: authHeaders() });
+      const response = await fetch(`v1/jobs/${encodeURIComponent(watchedJob)}/cancel`, { method: "POST", headers: authHeaders() });
+      if (!response.ok) show(onboardError, `Could not cancel: ${await errorMessage(response)}`);
     } catch (error) {
-      return show(onboardError, `Could not cancel: ${unreached(error)}`);
+      show(onboardError, `Could not cancel: ${unreached(error)}`);
+    } finally {
+      cancelJob.disabled = false;
     }
-    if (!response.ok) show(onboardError, `Could not cancel: ${await errorMessage(response)}`);
   });
 
   function watch(job) {
@@ -667,8 +692,10 @@
       }
       return true;
     };
-    const refused = (message) => {
-      storage("remove", JOB_STORAGE);
+    const refused = (message, status) => {
+      cancelJob.hidden = true;
+      // a key refused is no end of the job: it trains on, and is followed again once its key is back
+      if (![401, 403].includes(status)) storage("remove", JOB_STORAGE);
       show(onboardError, `Could not follow job ${job.id}: ${message}`);
     };
     const lost = (reason) => { jobStatus.textContent = `Lost contact with the server; retrying… (${reason})`; };
@@ -696,8 +723,11 @@
     $("cv-phrase").textContent = phrases[cvLanguage.value] || "";
   }
 
+  let phrased = 0;   // the phrase requests, counted: only the latest one's answer is shown
+
   async function loadPhrases() {
     const status = $("cv-phrase-status");
+    const request = ++phrased;
     let response;
     if (keyProblem()) {
       phrases = {};
@@ -709,9 +739,10 @@
     try {
       response = await fetch("v1/audio/voice_consents/phrases", { headers: authHeaders(), cache: "no-store" });
     } catch (error) {
-      status.textContent = `Could not read the consent phrases: ${unreached(error)}`;
+      if (request === phrased) status.textContent = `Could not read the consent phrases: ${unreached(error)}`;
       return;
     }
+    if (request !== phrased) return;
     if (!response.ok) {
       phrases = {};   // another tenant's key must not leave its phrase up
       cvLanguage.replaceChildren();
@@ -720,6 +751,7 @@
       return;
     }
     const body = await response.json();
+    if (request !== phrased) return;
     phrases = body.phrases || {};
     minSampleSeconds = body.min_sample_seconds;
     $("cv-min-seconds").textContent = String(minSampleSeconds);
