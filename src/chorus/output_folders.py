@@ -52,7 +52,7 @@ def _output_problem(
 ) -> str | None:
     out_path, data_path = out.resolve(), data.resolve()
     if out_path == data_path or out_path in data_path.parents:
-        return f"{out} holds the recordings ({data}), which the swap would delete: give another {option}"
+        return f"{out} holds the recordings ({data}), which replacing the folder would delete: give another {option}"
     if out_path.is_relative_to(data_path):
         return f"{out} is inside the recordings' folder ({data}), where it would be read as recordings: give another {option}"
     if out_path == Path.cwd().resolve() or out_path in Path.cwd().resolve().parents:
@@ -70,14 +70,14 @@ def _output_problem(
             return (
                 f"{out} holds {len(inner)} folder(s) of {kind.noun} ({', '.join(inner[:3])}): give {option} {out}/NAME"
             )
-        return f"{out} holds files that are not {kind.noun} ({', '.join(held[:3])}), which the swap would delete: give another {option}"
+        return f"{out} holds files that are not {kind.noun} ({', '.join(held[:3])}), which replacing the folder would delete: give another {option}"
     # Only what the writer itself writes, as plain files: a folder or a link under one of its names is more.
     others = [
         name for name in held if name not in kind.files or (out / name).is_symlink() or not (out / name).is_file()
     ]
     if others:
         return (
-            f"{out} holds {kind.noun} and more ({', '.join(others[:3])}), which the swap would delete: move them out, "
+            f"{out} holds {kind.noun} and more ({', '.join(others[:3])}), which replacing the folder would delete: move them out, "
             f"or give another {option}"
         )
     return (

@@ -1036,6 +1036,8 @@ def test_migrate_keeps_consents_and_voices_that_speak_as_their_instant_voice(voi
         unused = single.create_consent("globex", name="gil", recording=b"RIFF-gil", **fields)
         refined = single.create_job("acme", "voice_r", name="Refined", consent_id=kept.consent_id, instant="m3(1)")
         single.put_voice("acme", "voice_r", voice_folder, name="Refined", job_id=refined)
+        uploaded = single.create_job("acme", "voice_c", name="From clips")
+        single.put_voice("acme", "voice_c", voice_folder, name="From clips", job_id=uploaded)
         failed = single.create_job("acme", "voice_i", name="Instant", consent_id=kept.consent_id, instant="f2(1)")
         single.update_job(failed, status=JobStatus.FAILED, message="the refined voice lost its words")
         # A review: one still refining had been skipped ("training, not ready"), though it speaks on the source
@@ -1049,7 +1051,7 @@ def test_migrate_keeps_consents_and_voices_that_speak_as_their_instant_voice(voi
         env={"COLUMNS": "300"},
     )
     assert moved.exit_code == 0, moved.output
-    assert "1 voice(s) copied" in moved.output
+    assert "2 voice(s) copied" in moved.output
     assert "2 consent recording(s) and 1 consent(s) given with uploads copied" in moved.output
     assert "2 voice(s) that speak as their instant voice (refinement failed or still training) copied" in moved.output
     with VoiceStore(str(tmp_path / "copy")) as copy:
@@ -1093,6 +1095,10 @@ def test_migrate_keeps_consents_and_voices_that_speak_as_their_instant_voice(voi
         }
         copy.put_voice("acme", "voice_o", voice_folder, name="Added by the operator")  # no job ever made it
         assert audio_voice_json(server, copy.voice("acme", "voice_o"))["refinement"] is None
+        # A voice made from uploaded clips (no instant voice) keeps the id of the job that made it, so it reads
+        # as refined there too
+        clips = copy.voice("acme", "voice_c")
+        assert clips.job_id == uploaded and audio_voice_json(server, clips)["refinement"] == "done"
     again = CliRunner().invoke(
         app, ["store", "migrate", "--from", str(tmp_path / "single"), "--to", str(tmp_path / "copy")]
     )

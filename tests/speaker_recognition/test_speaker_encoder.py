@@ -421,6 +421,7 @@ def test_speaker_commands_refuse_what_they_cannot_judge(two_voice_corpus, tmp_pa
     tuned = tmp_path / "tuned"
     assert run("train", str(two_voice_corpus), "--out", str(tuned), "--steps", "2", "--init", str(encoder))[0] == 0
     assert run("train", str(two_voice_corpus), "--out", str(tuned), "--steps", "3", "--resume", str(tuned))[0] == 0
+    assert json.loads((tuned / "config.json").read_text())["info"]["initialized_from"]["folder"] == str(encoder)
 
 
 def test_ctrl_c_saves_the_speaker_encoders_step_and_resume_goes_on(two_voice_corpus, tmp_path, monkeypatch):

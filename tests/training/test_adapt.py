@@ -119,7 +119,10 @@ def test_the_library_never_writes_a_voice_over_what_is_not_one(tiny_base, new_vo
     random_voice(tts.bundle, "me", [LoraConfig(r=2)], voices / "me", 1)
     held = {p: p.stat().st_size for p in (*copy.rglob("*"), *voices.rglob("*"))}
     config = AdaptConfig(methods=parse_methods("lora"), **QUICK)
-    for out, message in ((copy, "holds the recordings"), (voices, r"holds 1 folder\(s\) of a voice \(me\): give out")):
+    for out, message in (
+        (copy, "holds the recordings"),
+        (voices, r"holds 1 folder\(s\) of a voice \(me\): give `out` "),
+    ):
         with pytest.raises(ValueError, match=message):
             adapt(copy, tts.bundle, out, config, progress=False)
     assert {p: p.stat().st_size for p in (*copy.rglob("*"), *voices.rglob("*"))} == held  # nothing touched

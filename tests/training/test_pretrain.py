@@ -210,6 +210,8 @@ def test_a_corpus_is_the_same_by_any_path_to_it(corpus, tmp_path, monkeypatch):
     assert corpus_digest("corpus") == corpus_digest(copy) == corpus_digest(f"../{tmp_path.name}/corpus")
     metadata.write_text(metadata.read_text() + "another bad line\n")
     assert corpus_digest("corpus") != corpus_digest(corpus)
+    metadata.write_bytes(b"\xff\xfe" + metadata.read_text().encode("utf-16-le"))  # a whole file refused: no line
+    assert corpus_digest("corpus") == corpus_digest(copy) == corpus_digest(f"../{tmp_path.name}/corpus")
 
 
 def test_ctrl_c_saves_the_step_it_stopped_at_and_the_run_goes_on_from_there(corpus, tmp_path, monkeypatch):

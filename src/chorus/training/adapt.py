@@ -251,7 +251,7 @@ def refuse_voice_folder(out: str | Path | None, data: str | Path) -> None:
     already at ``out`` is replaced, as a file written again is."""
     if out is None:
         return
-    problem = output_folder_problem(Path(out), Path(data), True, VOICE_FOLDER, option="out")
+    problem = output_folder_problem(Path(out), Path(data), True, VOICE_FOLDER, option="`out`")
     if problem:
         raise ValueError(problem)
 

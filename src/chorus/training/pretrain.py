@@ -144,8 +144,10 @@ def corpus_digest(data: str | Path) -> str:
         size = utterance.audio_path.stat().st_size if utterance.audio_path.is_file() else -1
         digest.update(f"{utterance.key}|{utterance.text}|{size}\n".encode())
     for problem in problems:  # by where in the corpus, not by how DATA was spelled (relative, absolute, moved)
-        file, _, line = problem.source.rpartition(":")
-        digest.update(f"refused {os.path.relpath(file or problem.source, data)}:{line}\n".encode())
+        file, colon, line = problem.source.rpartition(":")
+        if not (colon and line.isdigit()):  # a whole metadata.csv refused: its path alone
+            file, line = problem.source, ""
+        digest.update(f"refused {os.path.relpath(file, data)}:{line}\n".encode())
     return digest.hexdigest()
 
 

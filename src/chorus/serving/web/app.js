@@ -105,6 +105,7 @@
 
   // Nothing of a tenant stays on the page once the server refuses its key: no voices, card or Delete.
   function clearVoices(message) {
+    listedKey = null;
     voiceSelect.replaceChildren();
     voiceInfo = new Map();
     customIds = new Set();
@@ -113,6 +114,7 @@
   }
 
   let listed = 0;   // the voice list's requests, counted: only the latest one's answer is shown
+  let listedKey = null;   // the key the list on screen was given for
 
   async function loadVoices(select) {
     const wanted = select || voiceSelect.value;
@@ -126,14 +128,17 @@
       response = await fetch("v1/voices", { headers: authHeaders(), cache: "no-store" });
       body = response.ok ? await response.json() : null;
     } catch (error) {
-      if (request === listed) voicesStatus.textContent = `Could not list voices: ${unreached(error)}`;
+      if (request !== listed) return;
+      const message = `Could not list voices: ${unreached(error)}`;
+      if (key !== listedKey) clearVoices(message);   // not another tenant's list beside this key
+      else voicesStatus.textContent = message;
       return;
     }
     if (request !== listed) return;   // a later request's answer decides (an older one had put another tenant's back)
     if (!response.ok) {
       const message = `Could not list voices: ${await errorMessage(response)}`;
       if (request !== listed) return;
-      if (![401, 403].includes(response.status)) {   // busy or failing: the list stays as it was
+      if (![401, 403].includes(response.status) && key === listedKey) {   // busy or failing: the list stays
         voicesStatus.textContent = message;
         return;
       }
@@ -143,6 +148,7 @@
       return;
     }
     storage("set", KEY_STORAGE, key);   // a key is kept once the server has taken it
+    listedKey = key;
     const voices = body.data || [];
     const groups = { base: document.createElement("optgroup"), custom: document.createElement("optgroup") };
     groups.base.label = "Speakers";
@@ -266,8 +272,7 @@
     const over = count > MAX_INPUT;
     textCount.textContent = `${count.toLocaleString("en")} characters` + (over
       ? `: over the ${MAX_INPUT.toLocaleString("en")} a server takes by default (chorus serve --max-text-chars sets it)` : "");
-    textCount.classList.toggle("error", over);
-    textInput.setAttribute("aria-invalid", String(over));
+
   }
   textInput.addEventListener("input", countText);
   countText();
@@ -694,9 +699,11 @@
     };
     const refused = (message, status) => {
       cancelJob.hidden = true;
-      // a key refused is no end of the job: it trains on, and is followed again once its key is back
-      if (![401, 403].includes(status)) storage("remove", JOB_STORAGE);
-      show(onboardError, `Could not follow job ${job.id}: ${message}`);
+      stopPolling = null;   // this poll has ended
+      // a key refused is no end of the job: it trains on, and is followed again once a key is given
+      const keyRefused = [401, 403].includes(status);
+      if (!keyRefused) storage("remove", JOB_STORAGE);
+      show(onboardError, `Could not follow job ${job.id}: ${message}` + (keyRefused ? "; it is followed again once its key is given" : ""));
     };
     const lost = (reason) => { jobStatus.textContent = `Lost contact with the server; retrying… (${reason})`; };
     stopPolling = pollUntil(`v1/jobs/${encodeURIComponent(job.id)}`, answer, refused, lost,
@@ -744,10 +751,12 @@
     }
     if (request !== phrased) return;
     if (!response.ok) {
+      const message = await errorMessage(response);
+      if (request !== phrased) return;
       phrases = {};   // another tenant's key must not leave its phrase up
       cvLanguage.replaceChildren();
       showPhrase();
-      status.textContent = `Could not read the consent phrases: ${await errorMessage(response)}`;
+      status.textContent = `Could not read the consent phrases: ${message}`;
       return;
     }
     const body = await response.json();
@@ -907,7 +916,12 @@
 
   // -- start -----------------------------------------------------------------------------------------
   keyInput.value = storage("get", KEY_STORAGE);
-  keyInput.addEventListener("change", () => { loadVoices(); loadPhrases(); });
+  keyInput.addEventListener("change", () => {
+    loadVoices();
+    loadPhrases();
+    const pending = storage("get", JOB_STORAGE);   // a job whose poll the last key was refused on: followed again
+    if (pending && stopPolling === null) watch({ id: pending, voice: $("job-voice").textContent, status: "queued", progress: 0 });
+  });
   $("refresh-voices").addEventListener("click", () => loadVoices());
   loadPhrases();
   loadVoices().then(() => {
