@@ -70,3 +70,17 @@ def _shipped() -> Path:
     from chorus.speaker_recognition.bundle import SHIPPED_ENCODER
 
     return SHIPPED_ENCODER
+
+
+def test_verify_without_an_encoder_says_it_runs_on_the_cpu(tmp_path, capsys):
+    """A researcher's probe: --device cuda was taken and dropped (the fused check's embedders run on the CPU).
+    Called directly: on a machine without a GPU the option's own check refuses cuda first."""
+    import pytest
+    import typer
+
+    from chorus.cli.speaker import verify as verify_command
+
+    with pytest.raises(typer.Exit) as ended:
+        verify_command(tmp_path / "a.wav", tmp_path / "b.wav", encoder=None, device="cuda")
+    assert ended.value.exit_code == 2
+    assert "the server's check runs on the CPU; --device applies with --encoder" in capsys.readouterr().err

@@ -234,3 +234,20 @@ def test_ctrl_c_saves_the_step_it_stopped_at_and_the_run_goes_on_from_there(corp
     monkeypatch.undo()
     pretrain(recipe(corpus, tmp_path, steps=4), progress=False)
     assert load_training_state(tmp_path / "checkpoint").meta["step"] == 4
+
+
+def test_options_a_resumed_run_cannot_follow_are_refused(corpus, tmp_path):
+    """A researcher's probe: on resume, --config and --default-speaker were dropped without a word."""
+    from typer.testing import CliRunner
+
+    from chorus.cli import app
+
+    pretrain(recipe(corpus, tmp_path, steps=2), progress=False)
+    config = tmp_path / "model.json"
+    config.write_text(json.dumps(TINY_MODEL))
+    runner = CliRunner()
+    base = ["pretrain", str(corpus), "--out", str(tmp_path), "--steps", "3", "--threads", "1"]
+    result = runner.invoke(app, [*base, "--config", str(config)], env={"COLUMNS": "300"})
+    assert result.exit_code == 2 and "--config applies to a new run" in result.output, result.output
+    result = runner.invoke(app, [*base, "--default-speaker", "m3"], env={"COLUMNS": "300"})
+    assert result.exit_code == 2 and "whose default speaker is f2" in result.output, result.output

@@ -211,6 +211,8 @@ def verify(
         verdict = "same speaker" if same else "different speakers"
         console.print(f"score {score:.3f} (threshold {bundle.threshold:.3f}): {verdict}")
         raise typer.Exit(0 if same else DIFFERENT_SPEAKERS)
+    if device != "cpu":  # it had been taken and dropped: the fused check's embedders run on the CPU
+        fail(f"--device {device}: the server's check runs on the CPU; --device applies with --encoder")
     from chorus.audio.io import SAMPLE_RATE, load_audio
     from chorus.speaker_recognition.voice_match import (
         A_PART_DIFFERS,

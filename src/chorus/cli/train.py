@@ -42,6 +42,14 @@ def pretrain(
     device: str = DEVICE_OPTION,
 ) -> None:
     """Pretrain (or resume) the multi-speaker base model. Run under `torchrun` for DDP."""
+    saved = out / "checkpoint" / "config.json"
+    if saved.is_file():  # a run to resume: its model and default speaker are fixed (both had been dropped unsaid)
+        with user_errors():
+            default = json.loads(saved.read_text()).get("default_speaker")
+        if config is not None:
+            fail(f"--config applies to a new run: {out} holds one, whose model is fixed (give another --out)")
+        if default_speaker is not None and default_speaker != default:
+            fail(f"--default-speaker: {out} holds a run whose default speaker is {default} (fixed when it began)")
     with user_errors():
         model_config = AcousticConfig.from_dict(json.loads(config.read_text())) if config else AcousticConfig()
         recipe = PretrainConfig(
