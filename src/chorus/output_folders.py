@@ -30,10 +30,9 @@ def output_folder_problem(
     overwrite: bool,
     kind: OutputKind,
     option: str = "--out",
-    overwrite_option: str = "--overwrite",
 ) -> str | None:
-    """Why ``kind`` may not be written to ``out`` from the recordings in ``data``, or None; ``option`` and
-    ``overwrite_option`` name the two choices as the caller offers them (``out``, ``overwrite=True``).
+    """Why ``kind`` may not be written to ``out`` from the recordings in ``data``, or None; ``option`` names
+    ``out`` as the caller offers it (the library's ``adapt`` says `` `out` ``).
 
     Refused: the recordings (``out`` is, holds or lies inside ``data``); the current folder; a folder holding
     anything but one of ``kind``, with ``overwrite`` or not (``voices`` for ``voices/NAME`` would lose them
@@ -42,14 +41,12 @@ def output_folder_problem(
     out, data = Path(out), Path(data)
     try:
         recover_interrupted_write(out)  # a swap killed half-way: its old folder back first, then judged
-        return _output_problem(out, data, overwrite, kind, option, overwrite_option)
+        return _output_problem(out, data, overwrite, kind, option)
     except OSError as error:
         return f"{out}: {error}"
 
 
-def _output_problem(
-    out: Path, data: Path, overwrite: bool, kind: OutputKind, option: str, overwrite_option: str
-) -> str | None:
+def _output_problem(out: Path, data: Path, overwrite: bool, kind: OutputKind, option: str) -> str | None:
     out_path, data_path = out.resolve(), data.resolve()
     if out_path == data_path or out_path in data_path.parents:
         return f"{out} holds the recordings ({data}), which replacing the folder would delete: give another {option}"
@@ -81,7 +78,5 @@ def _output_problem(
             f"or give another {option}"
         )
     return (
-        None
-        if overwrite
-        else f"{out} already holds {kind.noun}: give another {option}, or {overwrite_option} to replace it"
+        None if overwrite else f"{out} already holds {kind.noun}: give another {option}, or --overwrite to replace it"
     )

@@ -48,10 +48,8 @@ def memory(
 ) -> None:
     """Training memory per category, predicted analytically (any size, on the meta device) and
     measured on a real step: weights, gradients, optimizer states, activations."""
-    if out is not None and out.suffix not in (
-        "",
-        ".png",
-    ):  # said before the work: matplotlib had refused '.md' after it
+    # Said before the work: matplotlib had refused '.md' after it.
+    if out is not None and out.suffix not in ("", ".png"):
         fail(f"--out {out}: the chart's .png (its .md table is written beside it)")
     if model.startswith(SPEAKER_PREFIX):
         acoustic = {

@@ -20,7 +20,7 @@ from chorus.cli.common import (
 from chorus.speaker_recognition.bundle import SHIPPED_ENCODER, load_encoder
 from chorus.speaker_recognition.encoder import STAGE_BLOCKS, SpeakerEncoderConfig
 from chorus.training.progress import step_progress
-from chorus.training.speaker_encoder import CHECKPOINT, SPEAKER_OPTIMIZERS, SpeakerTrainConfig
+from chorus.training.speaker_encoder import SPEAKER_OPTIMIZERS, SpeakerTrainConfig, checkpoint_folder
 
 speaker_app = command_group(help="Chorus's speaker encoder: train one, embed clips, verify and evaluate trials.")
 ENCODER_HELP = "Encoder folder (default: the one shipped with Chorus)."
@@ -127,7 +127,7 @@ def train(
         encoder = SpeakerEncoderConfig(arch=arch, depth=depth, reversible=reversible)
         margins = {"margin_start": 0.0, "margin_full": 0.0} if init is not None else {}
         if init is not None:
-            encoder = load_encoder(init / CHECKPOINT if (init / CHECKPOINT).is_dir() else init).encoder.config
+            encoder = load_encoder(checkpoint_folder(init)).encoder.config
         if resume is not None:  # the run's own network and margins, not the options' defaults: a run started with
             # --init had been refused on resume (its encoder came from the init, its margins were 0)
             saved = _saved_recipe(resume)
@@ -162,7 +162,7 @@ def _saved_recipe(resume: Path) -> dict:
     """The recipe saved in the checkpoint ``resume`` names (a run folder or its checkpoint/)."""
     from chorus.training.checkpoint import load_training_state
 
-    state = load_training_state(resume / CHECKPOINT if (resume / CHECKPOINT).is_dir() else resume)
+    state = load_training_state(checkpoint_folder(resume))
     if state is None:
         raise ValueError(f"{resume}: no speaker encoder checkpoint to start from")
     return state.meta["config"]

@@ -441,7 +441,7 @@ def _resumed_config(config: SpeakerTrainConfig, saved: dict, folder: Path) -> No
         raise ValueError(f"{folder}: resuming needs the saved recipe; these fields differ: {'; '.join(changed)}")
 
 
-def _checkpoint_folder(folder: str | Path) -> Path:
+def checkpoint_folder(folder: str | Path) -> Path:
     """A checkpoint folder, or the run folder holding one in ``checkpoint/``."""
     return Path(folder) / CHECKPOINT if (Path(folder) / CHECKPOINT).is_dir() else Path(folder)
 
@@ -623,7 +623,7 @@ class _SpeakerEncoderRecipe:
         self.resuming, self.init = resume is not None, init
         here = self.out / CHECKPOINT
         existing = load_training_state(here) if here.is_dir() else None
-        if existing is not None and (resume is None or _checkpoint_folder(resume).resolve() != here.resolve()):
+        if existing is not None and (resume is None or checkpoint_folder(resume).resolve() != here.resolve()):
             # It had been overwritten without a word: its checkpoint, encoder and loss curve.
             raise ValueError(
                 f"{self.out} holds a run already (its checkpoint at step {existing.meta['step']}): "
@@ -631,7 +631,7 @@ class _SpeakerEncoderRecipe:
             )
         if resume is None and init is None:
             return
-        folder = _checkpoint_folder(resume if resume is not None else init)
+        folder = checkpoint_folder(resume if resume is not None else init)
         state = load_training_state(folder)
         if state is None:
             raise ValueError(f"{resume if resume is not None else init}: no speaker encoder checkpoint to start from")

@@ -272,7 +272,6 @@
     const over = count > MAX_INPUT;
     textCount.textContent = `${count.toLocaleString("en")} characters` + (over
       ? `: over the ${MAX_INPUT.toLocaleString("en")} a server takes by default (chorus serve --max-text-chars sets it)` : "");
-
   }
   textInput.addEventListener("input", countText);
   countText();
