@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors import safe_open
+from torch import nn
 from typer.testing import CliRunner
 
 from chorus.cli import app
@@ -162,6 +163,15 @@ def test_parp_lets_pruned_weights_come_back(tiny_base, two_voice_corpus, tmp_pat
     assert came_back > 0
     assert info["came_back"] == pytest.approx(came_back / first_zeros)  # what the model card reports
     assert info["sparsity"] == pytest.approx(0.5, abs=0.01)  # and the target is still met
+
+
+def test_a_sparsity_that_would_remove_every_weight_is_refused():
+    """torch rounds the share to a count: 0.9999999 of 80 weights is all 80 (it had pruned the whole base)."""
+    layers = {"a": nn.Linear(8, 4, bias=False), "b": nn.Linear(4, 10, bias=False)}  # 32 + 40 weights
+    with pytest.raises(ValueError, match="removes all 72 targeted weights"):
+        global_magnitude_masks(copy.deepcopy(layers), 0.9999999)
+    kept = global_magnitude_masks(copy.deepcopy(layers), 71 / 72)  # the most it takes: one weight stays
+    assert sum(int(mask.sum()) for mask in kept.values()) == 1
 
 
 def test_drop_and_regrow_moves_connections_and_keeps_each_layers_sparsity():

@@ -501,6 +501,92 @@ def test_web_page_shows_only_what_is_so(live_server, browser, tiny_base, tmp_pat
     context.close()
 
 
+def test_web_page_keeps_following_a_job_through_refusals_and_cancels_it(live_server, browser, new_voice_data):
+    """The onboarding job as the page follows it, the server's side played by routes: a second upload
+    refused leaves the job followed (it had been dropped); a key refused while polling keeps the job, which
+    is followed again once a key is taken; Cancel asks, posts the cancel, and the failed job ends the
+    following with its reason."""
+    from playwright.sync_api import expect
+
+    live_server, _ = live_server
+    job = {"id": "job-held", "voice": "held", "status": "running", "progress": 0.25, "message": "training"}
+    polls, cancels, refuse_polls, uploads = [], [], [], []
+
+    def voices(route):
+        if route.request.method != "POST":
+            return route.continue_()
+        uploads.append(route.request)
+        if len(uploads) == 1:
+            return route.fulfill(status=202, content_type="application/json", body=json.dumps({**job, "clips": 3}))
+        error = {"message": "voice 'held' exists", "type": "invalid_request_error", "code": "conflict"}
+        return route.fulfill(status=409, content_type="application/json", body=json.dumps({"error": error}))
+
+    def poll(route):
+        polls.append(route.request.headers.get("authorization"))
+        if refuse_polls:
+            error = {"message": "invalid API key", "type": "authentication_error"}
+            return route.fulfill(status=401, content_type="application/json", body=json.dumps({"error": error}))
+        return route.fulfill(status=200, content_type="application/json", body=json.dumps(job))
+
+    def cancel(route):
+        cancels.append(route.request.method)
+        job.update(status="failed", error="cancelled by the tenant")
+        return route.fulfill(status=200, content_type="application/json", body=json.dumps(job))
+
+    context, page, problems = open_page(browser, live_server)
+    page.route("**/v1/voices", voices)
+    page.route("**/v1/jobs/job-held", poll)
+    page.route("**/v1/jobs/job-held/cancel", cancel)
+    clips = sorted((new_voice_data / "wavs").glob("*.wav"))[:3]
+    page.get_by_label("Name", exact=True).fill("Held")
+    page.get_by_label("Clips").set_input_files(clips)
+    page.get_by_label("Transcripts").fill("\n".join(f"{clip.name}|Some words here." for clip in clips))
+    page.get_by_label("Consent statement").fill(CONSENT)
+    page.get_by_label("The person recorded consented").check()
+    make, status, error = (
+        page.get_by_role("button", name="Make voice"),
+        page.locator("#job-status"),
+        page.locator("#onboard-error"),
+    )
+    make.click()
+    expect(status).to_have_text("Training (25%): training")
+    cancel_button = page.get_by_role("button", name="Cancel this voice")
+    expect(cancel_button).to_be_visible()
+
+    # A second upload refused: the job before is followed still.
+    make.click()
+    expect(error).to_have_text("Upload refused: voice 'held' exists")
+    seen, deadline = len(polls), time.monotonic() + 10
+    while len(polls) <= seen + 1 and time.monotonic() < deadline:  # two more polls (each 0.5 s apart)
+        page.wait_for_timeout(100)
+    assert len(polls) > seen + 1 and page.locator("#job-voice").inner_text() == "held"
+
+    # A key refused while polling: the job is kept, and followed again once a key is taken.
+    refuse_polls.append(True)
+    expect(error).to_contain_text("Could not follow job job-held: invalid API key")
+    expect(error).to_contain_text("it is followed again once its key is given")
+    assert page.evaluate("localStorage.getItem('chorus.job')") == "job-held"
+    refuse_polls.clear()
+    job["progress"] = 0.5
+    key = page.get_by_role("textbox", name="API key")
+    key.fill(KEY)
+    key.dispatch_event("change")
+    expect(status).to_have_text("Training (50%): training")
+    assert polls[-1] == f"Bearer {KEY}"
+
+    # Cancel: asked first, then posted; the failed job ends the following and says why.
+    asked: list[str] = []
+    page.once("dialog", lambda dialog: asked.append(dialog.message) or dialog.accept())
+    cancel_button.click()
+    expect(status).to_have_text("Failed.")
+    expect(error).to_contain_text("Making voice held failed: cancelled by the tenant")
+    expect(cancel_button).to_be_hidden()
+    assert asked == ["Stop making voice held?"] and cancels == ["POST"]
+    assert page.evaluate("localStorage.getItem('chorus.job')") is None
+    assert problems == [], problems
+    context.close()
+
+
 def test_web_page_records_clips_from_the_microphone(live_server, chromium, new_voice_data, tmp_path):
     """Chromium's fake microphone plays a real recording; the page keeps what it hears as a WAV clip."""
     from playwright.sync_api import expect

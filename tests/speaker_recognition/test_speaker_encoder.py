@@ -461,3 +461,36 @@ def test_an_equal_error_threshold_next_to_the_top_score_is_a_number():
     assert scores.eer == 0.5 and scores.eer_threshold == pytest.approx(0.5)
     with pytest.raises(ValueError, match="strictly between 0 and 1"):
         verification_scores([0.2, 0.8], [0, 1], p_target=0)
+
+
+def test_a_long_clip_is_embedded_in_pieces_under_the_bound(monkeypatch):
+    """One pass over a 10-minute clip had held 1.8 GB: a clip over the bound goes through in equal pieces under
+    it, their embeddings weighted by length and made unit again; a clip under it is one pass, as before."""
+    from chorus.speaker_recognition import bundle as bundle_module
+    from chorus.speaker_recognition.bundle import EncoderBundle
+
+    torch.manual_seed(0)
+    bundle = EncoderBundle(SpeakerEncoder(SpeakerEncoderConfig(**{**SMALL, "n_mels": 80})).eval())
+    rate = bundle.mel_config.sample_rate
+    audio = np.random.default_rng(0).standard_normal(int(2.5 * rate)).astype(np.float32) * 0.1
+    whole = bundle.embed([audio])[0]
+    passes = []
+    forward = bundle.encoder.forward
+    monkeypatch.setattr(bundle.encoder, "forward", lambda mel: passes.append(mel.shape[1]) or forward(mel))
+    monkeypatch.setattr(bundle_module, "LONGEST_PASS_SECONDS", 1.0)
+    pieced = bundle.embed([audio])[0]
+    assert len(passes) == 3 and max(passes) <= rate // bundle.mel_config.hop_length + 1, passes
+    pieces = np.array_split(audio, 3)
+    expected = sum(p.size * bundle.embed([p])[0] for p in pieces)  # each piece alone is under the bound
+    np.testing.assert_allclose(pieced, expected / np.linalg.norm(expected), atol=1e-6)
+    assert np.linalg.norm(pieced) == pytest.approx(1.0, abs=1e-6) and not np.allclose(pieced, whole, atol=1e-3)
+    short = audio[: rate // 2]
+    passes.clear()
+    np.testing.assert_array_equal(bundle.embed([short])[0], bundle.encoder(_mel(bundle, short))[0].detach().numpy())
+    assert len(passes) == 2  # the short clip in one pass (and the reference's own)
+
+
+def _mel(bundle, audio: np.ndarray) -> torch.Tensor:
+    from chorus.audio.mel import log_mel
+
+    return torch.from_numpy(log_mel(audio, bundle.mel_config)).unsqueeze(0)

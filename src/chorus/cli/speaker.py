@@ -48,14 +48,15 @@ def _encoder(folder: Path | None, device: str = "cpu", needs_threshold: bool = F
     return bundle
 
 
-def _speaking_clips(files: list[Path], rate: int) -> list[np.ndarray]:
-    """Every file's audio at ``rate``, each checked to hold speech before any is embedded: an empty, silent or
-    noise-only clip has no voice to embed (its unit vector had scored 'same speaker' against another), and a
-    file that cannot be read ends the command before the work, not after it."""
+def _check_speaking(files: list[Path], rate: int) -> None:
+    """Check that every file holds speech before any is embedded: an empty, silent or noise-only clip has no
+    voice to embed (its unit vector had scored 'same speaker' against another), and a file that cannot be
+    read ends the command before the work, not after it. Each clip is let go once checked: the embedding
+    reads the files again, so a thousand clips are never in memory together."""
     from chorus.audio.io import load_audio
     from chorus.audio.speech_activity import speech_activity
 
-    clips, problems = [], []
+    problems = []
     with step_progress("reading clips", len(files) > 20) as bar:
         task = bar.add_task("clips", total=len(files), status="")
         for file in bar.track(files, task_id=task):
@@ -69,11 +70,9 @@ def _speaking_clips(files: list[Path], rate: int) -> list[np.ndarray]:
                 problems.append(
                     f"{file}: {heard:.1f} s of speech heard; at least {MIN_SPEECH_SECONDS:g} s is needed to tell a voice"
                 )
-            clips.append(audio)
     if problems:
         more = f" (and {len(problems) - 10} more)" if len(problems) > 10 else ""
         fail("cannot tell: " + "; ".join(problems[:10]) + more)
-    return clips
 
 
 @speaker_app.command()
@@ -181,9 +180,9 @@ def embed(
     if out.is_dir() or not out.parent.is_dir():  # said before the work, not after it
         fail(f"--out {out}: {'a folder' if out.is_dir() else f'no folder {out.parent} to write it in'}")
     bundle = _encoder(encoder, device)
-    clips = _speaking_clips(files, bundle.mel_config.sample_rate)
+    _check_speaking(files, bundle.mel_config.sample_rate)
     with user_errors():
-        embeddings = bundle.embed(clips)
+        embeddings = bundle.embed(files)
         if out.suffix == ".npy":
             np.save(out, embeddings)
         else:
@@ -206,7 +205,9 @@ def verify(
     Exit status, as cmp and diff give theirs: 0 same speaker, 1 different speakers, 2 trouble (cannot tell)."""
     if encoder is not None:
         bundle = _encoder(encoder, device, needs_threshold=True)
-        first, second = bundle.embed(_speaking_clips([a, b], bundle.mel_config.sample_rate))
+        _check_speaking([a, b], bundle.mel_config.sample_rate)
+        with user_errors():
+            first, second = bundle.embed([a, b])
         score, same = bundle.verify(first, second)
         verdict = "same speaker" if same else "different speakers"
         console.print(f"score {score:.3f} (threshold {bundle.threshold:.3f}): {verdict}")

@@ -52,6 +52,11 @@ def global_magnitude_masks(layers: dict[str, nn.Module], sparsity: float) -> dic
     if not 0.0 <= sparsity < 1.0:
         raise ValueError(f"sparsity must be in [0, 1), got {sparsity}")
     parameters = [(layer, "weight") for layer in layers.values()]
+    total = sum(layer.weight.numel() for layer in layers.values())
+    if round(sparsity * total) >= total:  # torch rounds the share to a count: 0.9999999 had removed every weight
+        raise ValueError(
+            f"sparsity {sparsity} removes all {total:,} targeted weights; at most {(total - 1) / total:.7f} keeps one"
+        )
     prune.global_unstructured(parameters, pruning_method=prune.L1Unstructured, amount=sparsity)
     masks = {}
     for name, layer in layers.items():
