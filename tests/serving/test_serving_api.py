@@ -14,6 +14,7 @@ import errno
 import functools
 import io
 import json
+import logging
 import re
 import shutil
 import sqlite3
@@ -816,6 +817,10 @@ def test_characters_left_out_of_a_spoken_sentence_are_named(tenants_app):
         ("Speak slowly and calmly.", 0.8, ("calmly",)),
         ("Read it quickly, with a British accent", 1.25, ("with a British accent",)),
         ("Speak in a cheerful tone.", 1.0, ("Speak in a cheerful tone",)),
+        # Clauses a word joins are named together, as written (a probe read "a cheerful; positive tone").
+        ("Speak in a cheerful and positive tone.", 1.0, ("Speak in a cheerful and positive tone",)),
+        ("Speak slowly and calmly and warmly", 0.8, ("calmly and warmly",)),
+        ("Sound warm, and friendly", 1.0, ("Sound warm", "friendly")),
         ("Breakfast tone", 1.0, ("Breakfast tone",)),  # "fast" only as a word
         # A clause that says what not to do is no request for its pace: named, not followed (it was slowed).
         ("Do not speak slowly.", 1.0, ("Do not speak slowly",)),
@@ -1219,7 +1224,9 @@ def test_api_keys_and_tenant_isolation(tenants_app, adapter_folders):
 def test_voices_not_ready_or_corrupted_are_refused(tenants_app, adapter_folders):
     client, store = tenants_app
     store.create_job("acme", "pending", name="Pending")
-    assert_error(speak(client, voice="pending"), 409, "still training")
+    pending = speak(client, voice="pending")
+    assert_error(pending, 409, "still training")
+    assert pending.headers["x-should-retry"] == "false"  # OpenAI's SDK retries a 409 twice unless told not to
     assert client.get("/v1/voices/pending", headers=ACME).json()["status"] == "training"
     store.put_voice("acme", "broken", adapter_folders["bob"])
     weights = Path(store.root) / "acme" / "broken" / "adapter_model.safetensors"
@@ -1726,7 +1733,21 @@ def test_a_tenant_at_its_consent_quota_is_refused_before_its_recording_is_checke
         assert first.status_code == 200, first.text
         listened = len(heard)
         full = client.post("/v1/audio/voice_consents", data={"name": "G", "language": "en"}, files=files, headers=ACME)
-        assert_error(full, 429, "you keep 1 consent recordings (at most 1)")
+        assert_error(full, 429, "you keep 1 consent recording (at most 1)")
+        # A full quota answers the same however often it is asked: OpenAI's SDK is told not to retry it.
+        assert full.json()["error"]["code"] == "consent_quota_exceeded" and full.headers["x-should-retry"] == "false"
+
+    # Over the size: said as the documented file limit and the room for fields ("at most 10.1 MiB" had read as
+    # another limit than the 10 MiB the docs give).
+    settings = dataclasses.replace(settings, consent=dataclasses.replace(settings.consent, max_file_bytes=10 << 20))
+    store = VoiceStore(str(tmp_path / "store-2"))  # the first app's closed with it
+    app = create_app(store, engine, Tenants.from_pairs(KEYS.items()), settings, custom_voices=checks)
+    with TestClient(app) as client:
+        large = {"recording": ("consent.wav", bytes(11 << 20), "audio/wav")}
+        big = client.post("/v1/audio/voice_consents", data={"name": "H", "language": "en"}, files=large, headers=GLOBEX)
+        assert_error(
+            big, 413, "at most 10.1 MiB (10,551,296 bytes): a file of 10.0 MiB (10,485,760 bytes) and 64.0 KiB"
+        )
         assert len(heard) == listened  # not heard at all
 
 
@@ -2605,6 +2626,8 @@ def test_every_route_keeps_tenants_apart(tiny_base, adapter_folders, new_voice_d
         assert speak(client, ACME, voice="bob").status_code == 200
         assert client.get(f"/v1/jobs/{acme_job}", headers=ACME).json()["status"] == "queued"
         assert client.get("/v1/audio/voices/voice_0123", headers=ACME).json()["stage"] == "instant"
+        listed = {v["id"]: v for v in client.get("/v1/audio/voices", headers=ACME).json()["data"]}
+        assert listed["voice_0123"] == {"id": "voice_0123", "kind": "custom", "name": "Acme", "stage": "instant"}
         assert [c["id"] for c in client.get("/v1/audio/voice_consents", headers=ACME).json()["data"]] == [acme_consent]
 
 
@@ -2633,12 +2656,59 @@ def test_limits_per_tenant_and_server_answer_429(tiny_base, adapter_folders, tmp
         store.put_voice("globex", "two", adapter_folders["bob"])
         with store.database.transaction() as db:  # the queued job ends, so only the voice count stands in the way
             db.execute("UPDATE jobs SET status='failed' WHERE tenant='globex'")
-        assert_error(client.post("/v1/voices", headers=GLOBEX, **upload), 429, "delete some to make room")
+        full = client.post("/v1/voices", headers=GLOBEX, **upload)
+        assert_error(full, 429, "delete some to make room")
+        assert full.headers["x-should-retry"] == "false" and "x-should-retry" not in limited.headers  # waiting helps
         # 6 requests admitted so far (acme's refused one spent nothing): the operator's own budget is large, the
         # server's has one left.
         assert client.get("/v1/voices", headers=OPERATOR).status_code == 200
         assert_error(client.get("/v1/voices", headers=OPERATOR), 429, "over 7 requests a minute on this server")
         assert client.get("/healthz").json() == {"status": "ok"}  # liveness spends no one's budget
+
+
+def test_a_server_without_keys_names_no_key_in_its_rate_limit(tiny_base, tmp_path):
+    limits = Limits(TenantLimits(requests_per_minute=1), requests_per_minute=100)
+    app, _ = make_app(tiny_base, tmp_path / "store", settings=dataclasses.replace(SETTINGS, limits=limits))
+    app.state.server.rate = RateLimiter(clock=lambda: 0.0)
+    with TestClient(app) as client:
+        assert client.get("/v1/voices").status_code == 200
+        assert_error(client.get("/v1/voices"), 429, "over 1 requests a minute for this server's single tenant")
+
+
+def test_a_client_gone_before_its_body_is_read_is_no_server_error(tenants_app, caplog):
+    """A probe's client sent half a body and hung up: a 500 with two tracebacks in the log, counted as a server
+    error. It is a 499 (nginx's "client closed request"), logged as information."""
+    client, _ = tenants_app
+    sent: list[dict] = []
+    for path, content_type, begun in [
+        ("/v1/audio/speech", b"application/json", b'{"input": "He'),
+        (
+            "/v1/audio/voice_consents",
+            b"multipart/form-data; boundary=x",
+            b'--x\r\nContent-Disposition: form-data; name="na',
+        ),
+    ]:
+        arriving = [{"type": "http.request", "body": begun, "more_body": True}, {"type": "http.disconnect"}]
+
+        async def receive(arriving=arriving):
+            return arriving.pop(0) if arriving else {"type": "http.disconnect"}
+
+        async def send(message):
+            sent.append(message)
+
+        scope = {
+            "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http",
+            "path": path, "raw_path": path.encode(), "root_path": "", "query_string": b"",
+            "headers": [(b"host", b"testserver"), (b"content-type", content_type), (b"content-length", b"400"),
+                        (b"authorization", ACME["Authorization"].encode())],
+            "client": ("127.0.0.1", 50000), "server": ("testserver", 80),
+        }  # fmt: skip
+        with caplog.at_level(logging.INFO, logger="chorus"):
+            client.portal.call(client.app, scope, receive, send)
+        starts = [m for m in sent if m["type"] == "http.response.start"]
+        assert starts[-1]["status"] == 499, (path, starts)
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text
+    assert "client closed POST /v1/audio/speech before its request was read" in caplog.text
 
 
 def test_limits_on_stored_bytes(tiny_base, adapter_folders, tmp_path):

@@ -17,6 +17,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 
 from chorus.adapters.voice import BaseMismatch, VoiceError
 from chorus.serving.engine import UnknownVoice
@@ -76,6 +77,10 @@ def error_response(
     code: str | None = None,
     headers: dict[str, str] | None = None,
 ) -> JSONResponse:
+    if status == 409 or type == "insufficient_quota":
+        # OpenAI's SDK retries a 409 and every 429 (twice, by default) unless told not to: a conflict or a full
+        # quota answers the same however often it is asked (a probe's client sent each three times).
+        headers = {**(headers or {}), "x-should-retry": "false"}
     return JSONResponse(
         {"error": {"message": message, "type": type, "param": param, "code": code}}, status_code=status, headers=headers
     )
@@ -187,6 +192,13 @@ def add_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(UploadError)
     async def upload_error(request: Request, error: UploadError):
         return error_response(error.status, str(error), type_for(error.status))
+
+    @app.exception_handler(ClientDisconnect)
+    async def client_gone(request: Request, error: ClientDisconnect):
+        # No one reads the answer; counted as nginx counts a client that closed its request (499), not as a
+        # server error with a traceback (a client that hung up mid-upload had been two tracebacks and a 500).
+        log.info("client closed %s %s before its request was read", request.method, request.url.path)
+        return error_response(499, "the client closed the connection before its request was read", code="client_gone")
 
     @app.exception_handler(InvalidId)
     async def invalid_id(request: Request, error: InvalidId):

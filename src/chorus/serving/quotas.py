@@ -119,11 +119,12 @@ class CheckSlots:
                 self._tenants[tenant] -= 1
 
 
-def check_rate(rate: RateLimiter, tenant: str, limits: Limits) -> None:
+def check_rate(rate: RateLimiter, tenant: str, limits: Limits, keyed: bool = True) -> None:
     """Spend one of ``tenant``'s requests and one of the server's, or neither (``ApiError`` 429): a tenant's
-    refused requests leave the server's budget to the others."""
+    refused requests leave the server's budget to the others. ``keyed``: the server has API keys (without,
+    its one tenant's limit is no key's)."""
     rate.take(
-        (tenant, limits.of(tenant).requests_per_minute, "for this key"),
+        (tenant, limits.of(tenant).requests_per_minute, "for this key" if keyed else "for this server's single tenant"),
         (SERVER, limits.requests_per_minute, "on this server (all keys together)"),
     )
 
@@ -165,7 +166,7 @@ def quota_reached(error: QuotaReached) -> ApiError:
     """The 429 of a limit that ``VoiceStore.create_job`` found reached in its transaction."""
     if error.what == "jobs":
         return _busy(str(error), JOB_RETRY_SECONDS, "too_many_jobs")
-    return _full(str(error))
+    return _full(str(error), "consent_quota_exceeded" if error.what == "consents" else "voice_quota_exceeded")
 
 
 def _busy(message: str, retry_after: int, code: str) -> ApiError:
@@ -179,5 +180,5 @@ def _busy(message: str, retry_after: int, code: str) -> ApiError:
     )
 
 
-def _full(message: str) -> ApiError:
-    return ApiError(429, message, type="insufficient_quota", code="voice_quota_exceeded")
+def _full(message: str, code: str = "voice_quota_exceeded") -> ApiError:
+    return ApiError(429, message, type="insufficient_quota", code=code)

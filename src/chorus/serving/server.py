@@ -300,5 +300,5 @@ class ServerState:
                 headers={"WWW-Authenticate": "Bearer"},
             ) from None
         request.state.tenant = tenant  # for the access log and the per-tenant metrics
-        check_rate(self.rate, tenant, self.settings.limits)
+        check_rate(self.rate, tenant, self.settings.limits, keyed=not self.tenants.single_tenant)
         return tenant

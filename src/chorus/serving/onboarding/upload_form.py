@@ -79,10 +79,13 @@ class OnboardingForm:
 
 
 async def read_multipart(
-    request: Request, max_bytes: int, max_files: int, expected: str, max_part_size: int = 1 << 20
+    request: Request, max_bytes: int, max_files: int, expected: str, max_part_size: int = 1 << 20, file_bytes: int = 0
 ) -> FormData:
     """The request's multipart form (415 not multipart, saying ``expected``; 411 no length; 413 over
-    ``max_bytes``); close it when done."""
+    ``max_bytes``, said as ``file_bytes`` of file and the rest of form fields where given); close it when done."""
+    allowed = in_bytes(max_bytes)
+    if file_bytes:  # "at most 10.1 MiB" had read as another limit than the documented 10 MiB file
+        allowed = f"{allowed}: a file of {in_bytes(file_bytes)} and {in_bytes(max_bytes - file_bytes)} of fields"
     content_type = request.headers.get("content-type", "")
     if not content_type.lower().startswith("multipart/form-data"):
         raise ApiError(415, f"expected a multipart/form-data upload ({expected}), got {content_type[:60] or 'none'!r}")
@@ -90,15 +93,16 @@ async def read_multipart(
     if not declared or not declared.isdigit():
         raise ApiError(411, "uploads need a Content-Length header")
     if int(declared) > max_bytes:
-        raise ApiError(
-            413, f"the upload is {in_bytes(int(declared))}; at most {in_bytes(max_bytes)}", type="request_too_large"
-        )
-    return await _counted(request, max_bytes).form(max_files=max_files, max_fields=16, max_part_size=max_part_size)
+        raise ApiError(413, f"the upload is {in_bytes(int(declared))}; at most {allowed}", type="request_too_large")
+    return await _counted(request, max_bytes, allowed).form(
+        max_files=max_files, max_fields=16, max_part_size=max_part_size
+    )
 
 
-def _counted(request: Request, max_bytes: int) -> Request:
-    """``request`` whose body is refused (413) once more than ``max_bytes`` of it arrive, whatever its headers said:
-    a chunked body under a small Content-Length was read whole to disk before any check (a probe held 1.5 GB)."""
+def _counted(request: Request, max_bytes: int, allowed: str) -> Request:
+    """``request`` whose body is refused (413, saying ``allowed``) once more than ``max_bytes`` of it arrive,
+    whatever its headers said: a chunked body under a small Content-Length was read whole to disk before any check
+    (a probe held 1.5 GB)."""
     received = 0
 
     async def receive() -> Message:
@@ -106,7 +110,7 @@ def _counted(request: Request, max_bytes: int) -> Request:
         message = await request.receive()
         received += len(message.get("body", b""))
         if received > max_bytes:
-            raise ApiError(413, f"the upload is over {in_bytes(max_bytes)}", type="request_too_large")
+            raise ApiError(413, f"the upload is over {allowed}", type="request_too_large")
         return message
 
     return Request(request.scope, receive)

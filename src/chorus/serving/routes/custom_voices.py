@@ -60,6 +60,7 @@ from chorus.serving.store import (
 router = APIRouter()
 
 VOICE_PREFIX = "voice_"
+FORM_FIELDS_BYTES = 64 << 10  # room for a form's text fields and part headers beside its one file
 _CONSENTS = "/v1/audio/voice_consents"
 
 
@@ -131,7 +132,13 @@ async def create_consent(request: Request, tenant: Tenant, server: Server):
         await run_in_threadpool(server.store.check_consent_room, tenant, max_consents)
     except QuotaReached as error:
         raise quota_reached(error) from None
-    form = await read_multipart(request, settings.max_file_bytes + (64 << 10), 1, "fields name, language, recording")
+    form = await read_multipart(
+        request,
+        settings.max_file_bytes + FORM_FIELDS_BYTES,
+        1,
+        "fields name, language, recording",
+        file_bytes=settings.max_file_bytes,
+    )
     try:
         name = _name(form)
         language = (form_text(form, "language", True, 35) or "").strip()
@@ -258,7 +265,11 @@ async def create_audio_voice(request: Request, tenant: Tenant, server: Server):
     consent_settings = settings.consent
     check_onboarding(server.store, tenant, settings.limits, server.jobs.queued)
     form = await read_multipart(
-        request, consent_settings.max_file_bytes + (64 << 10), 1, "fields name, consent, audio_sample"
+        request,
+        consent_settings.max_file_bytes + FORM_FIELDS_BYTES,
+        1,
+        "fields name, consent, audio_sample",
+        file_bytes=consent_settings.max_file_bytes,
     )
     try:
         kind = form_text(form, "type", False, 20)

@@ -70,13 +70,13 @@ def audio_voices(tenant: Tenant, server: Server):
     ones, and a sample's voice from its ``POST`` on (its instant voice while it is refined, or after its
     refinement failed), each with its stage."""
     # What resolve_voice speaks: a training or failed voice of clips has nothing to speak yet.
-    own = {r.voice_id: r.stage for r in server.store.list_voices(tenant) if r.status == VoiceStatus.READY or r.instant}
+    own = {r.voice_id: r for r in server.store.list_voices(tenant) if r.status == VoiceStatus.READY or r.instant}
     aliases = server.aliases
     names = list(dict.fromkeys(list(own) + list(aliases) + server.engine.speakers))
     return AudioVoices(
         voices=names,
         data=[
-            VoiceName(id=name, kind="custom", stage=own[name])
+            VoiceName(id=name, kind="custom", stage=own[name].stage, name=own[name].name)
             if name in own
             else VoiceName(id=name, kind="alias" if name in aliases else "base")
             for name in names

@@ -275,22 +275,43 @@ def read_instructions(instructions: str) -> Instructions:
     Instructions(pace=0.8, ignored=('calmly',))
     """
     factors: list[float] = []  # each pace asked for
-    # In the order written: (a clause that asks a pace, or None; what of a clause this model cannot follow).
-    clauses: list[tuple[str | None, str]] = []
-    for clause in _CLAUSES.split(instructions.replace("\u2019", "'")):  # a phone keyboard's "don’t" is "don't"
+    # In the order written: (a clause that asks a pace, or None; what of a clause this model cannot follow; the
+    # word that joined it to the one before, or None after punctuation).
+    clauses: list[tuple[str | None, str, str | None]] = []
+    text = instructions.replace("\u2019", "'")  # a phone keyboard's "don’t" is "don't"
+    start, joined_by = 0, None
+    for separator in [*_CLAUSES.finditer(text), None]:
+        clause = text[start : separator.start() if separator else len(text)]
         said = " ".join(clause.split())
         matches = list(_PACE_WORDS.finditer(clause))
         if matches and _NEGATION.search(clause, 0, matches[-1].start()):
-            clauses.append((None, said))
-            continue
-        asked = [_factor(match) for match in matches]
-        factors += asked
-        rest = " ".join(_PACE_WORDS.sub(" ", clause).split())
-        clauses.append((said if asked else None, "" if not rest or _FILLER.match(rest) else rest))
+            clauses.append((None, said, joined_by))
+        else:
+            asked = [_factor(match) for match in matches]
+            factors += asked
+            rest = " ".join(_PACE_WORDS.sub(" ", clause).split())
+            clauses.append((said if asked else None, "" if not rest or _FILLER.match(rest) else rest, joined_by))
+        if separator is not None:
+            start, joined_by = separator.end(), separator.group().strip().lower() or None
+            joined_by = joined_by if joined_by and joined_by.isalpha() else None
     if any(f < 1 for f in factors) and any(f > 1 for f in factors):
         # "Speak slowly, then quickly": one request is spoken at one pace, so neither is taken, and both named.
-        return Instructions(ignored=tuple(paced or rest for paced, rest in clauses if paced or rest))
-    return Instructions(pace=math.prod(factors, start=1.0), ignored=tuple(rest for _, rest in clauses if rest))
+        return Instructions(ignored=tuple(paced or rest for paced, rest, _ in clauses if paced or rest))
+    return Instructions(pace=math.prod(factors, start=1.0), ignored=_rejoined(clauses))
+
+
+def _rejoined(clauses: list[tuple[str | None, str, str | None]]) -> tuple[str, ...]:
+    """The clauses not followed, those a word joined kept together as written: "a cheerful and positive tone"
+    is one (it had been named "a cheerful; positive tone")."""
+    ignored: list[str] = []
+    previous_kept = False
+    for paced, rest, joined_by in clauses:
+        if rest and previous_kept and paced is None and joined_by:
+            ignored[-1] = f"{ignored[-1]} {joined_by} {rest}"
+        elif rest:
+            ignored.append(rest)
+        previous_kept = bool(rest) and paced is None
+    return tuple(ignored)
 
 
 def _factor(match: re.Match) -> float:

@@ -52,6 +52,7 @@ class CustomVoice(BaseModel):
 class VoiceName(BaseModel):
     id: str
     kind: Literal["base", "alias", "custom"]
+    name: str | None = Field(None, description="a custom voice's display name (GET /v1/voices has its whole record)")
     stage: Literal["adapted", "instant"] | None = Field(
         None,
         description="a custom voice's: adapted (its own trained voice) or instant (a voice from one sample, "

@@ -177,5 +177,7 @@ def _check_room(db: Sql, tenant: str, max_consents: int) -> None:
     total = db.execute("SELECT COUNT(*) AS total FROM consents WHERE tenant=?", (tenant,)).fetchone()["total"]
     if total >= max_consents:
         raise QuotaReached(
-            f"you keep {total} consent recordings (at most {max_consents}); delete unused ones", "consents"
+            f"you keep {total} consent recording{'' if total == 1 else 's'} (at most {max_consents}); delete unused "
+            "ones",
+            "consents",
         )
