@@ -168,3 +168,58 @@ def test_an_adapted_piper_voice_speaks_at_its_own_pace_and_noise(piper_voices, t
     (expected,) = noiseless.synthesize([SentenceRequest(TEXTS[1], "ann")])
     np.testing.assert_allclose(quiet_ann.audio, expected.audio, atol=1e-4)
     assert not np.allclose(quiet_ann.audio[:1000], ann.audio[:1000], atol=1e-3)
+
+
+def test_the_installed_voice_answers_to_its_names_and_a_voice_file_to_its_own(tmp_path):
+    """A Piper user's probe: "Piper-Joe" and Piper's own "en_US-joe-medium" were unknown bases, a voice file named
+    .ONNX or its .onnx.json a 'missing config.json'."""
+    from chorus.peers.piper import joe_paths
+    from chorus.synthesis.bases.piper import claims, open_base
+
+    assert all(claims(name) for name in ("piper-joe", "Piper-Joe", "en_US-joe-medium", "v.ONNX", "v.onnx.json"))
+    assert open_base("en_US-joe-medium").name == "piper-joe"
+    with pytest.raises(ValueError, match=r"v.onnx.json: give the voice's .onnx file"):
+        open_base(str(tmp_path / "v.onnx.json"))
+    onnx, config = joe_paths()
+    (tmp_path / "UP.ONNX").symlink_to(onnx)
+    (tmp_path / "UP.ONNX.json").symlink_to(config)  # Piper's rule: the model's path and .json
+    upper = open_base(str(tmp_path / "UP.ONNX"))
+    assert upper.name == "UP.ONNX" and upper.sha256 == open_base("piper-joe").sha256
+
+
+def test_a_voice_made_on_a_copy_of_joe_under_another_name_speaks_without_its_path(monkeypatch, tmp_path):
+    """adapt's own 'speak with it' hint had failed for a voice made on a renamed joe.onnx: its name alone is
+    recorded, and its sha256 is the installed joe's."""
+    from chorus.adapters import voice as voice_module
+    from chorus.cli.common import chosen_base
+    from chorus.peers.piper import joe_paths
+    from chorus.synthesis.bases import piper as piper_base
+
+    joe_sha = piper_base.piper_sha256(joe_paths()[0])
+    recorded = {"sha": joe_sha}
+    monkeypatch.setattr("chorus.synthesis.bases.base_of_voice", lambda folder: "myvoice.onnx")
+    monkeypatch.setattr(
+        voice_module, "read_voice", lambda folder: type("V", (), {"base_model_sha256": recorded["sha"]})()
+    )
+    assert chosen_base(None, None, tmp_path / "voice") == "piper-joe"
+    recorded["sha"] = "b" * 64  # another voice file of that name: its path is needed
+    with pytest.raises(ValueError, match="was adapted on the Piper voice myvoice.onnx: give its path with --base"):
+        chosen_base(None, None, tmp_path / "voice")
+
+
+def test_adapting_the_base_to_its_own_voice_or_with_another_voices_posterior_is_refused(tmp_path):
+    """piper-joe's recordings on joe trained a voice of the base's own voice unsaid; joe's distilled posterior on
+    another Piper voice read its recordings as joe's latents, unsaid."""
+    from chorus.peers.piper import joe_paths
+    from chorus.synthesis.bases.piper import piper_sha256
+    from chorus.training.piper_adapt import PiperAdaptConfig, check_target_and_posterior
+
+    joe = piper_sha256(joe_paths()[0])
+    own = tmp_path / "piper-joe"
+    with pytest.raises(ValueError, match="piper-joe's recordings are this base's own voice"):
+        check_target_and_posterior(own, joe, PiperAdaptConfig())
+    check_target_and_posterior(own, "a" * 64, PiperAdaptConfig(posterior=str(tmp_path / "its-own")))  # not joe
+    check_target_and_posterior(tmp_path / "flite-slt", joe, PiperAdaptConfig())  # another voice on joe
+    with pytest.raises(ValueError, match="distil its own .* --posterior DIR"):
+        check_target_and_posterior(tmp_path / "flite-slt", "a" * 64, PiperAdaptConfig())
+    check_target_and_posterior(tmp_path / "flite-slt", "a" * 64, PiperAdaptConfig(recipe="aligned"))  # no posterior

@@ -32,6 +32,7 @@ from chorus.models.bundle import load_bundle
 from chorus.recipe import DEFAULT_METHOD, AdaptConfig, MemoryOptions
 from chorus.synthesis.bases.chorus import model_folder
 from chorus.synthesis.bases.piper import claims as piper_claims
+from chorus.synthesis.bases.piper import is_joe
 from chorus.training.adapt import adapt as run_adapt
 from chorus.training.adapt import check_adaptation_data, left_out_notes, say_left_out
 from chorus.training.adapt_many import ManyVoicesConfig, speaker_folders
@@ -256,7 +257,9 @@ def adapt_on_piper(
         f"{card.notes['stopped']})"
     )
     voice = shlex.quote(str(result.voice_dir))
-    console.print(f'speak with it: chorus synthesize --voice {voice} --text "Hello."', soft_wrap=True)
+    # A voice file's base is recorded by its name alone: the hint gives its path (it had said only --voice).
+    on = "" if is_joe(spec) else f" --base {shlex.quote(str(Path(spec).resolve()))}"
+    console.print(f'speak with it: chorus synthesize --voice {voice}{on} --text "Hello."', soft_wrap=True)
 
 
 @with_method_fields

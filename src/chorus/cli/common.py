@@ -69,11 +69,14 @@ def chosen_base(base: str | None, model: Path | None, voice: Path | None = None)
         raise ValueError("give --base (a Piper voice) or --model (a Chorus model folder), not both")
     if base is not None or model is not None or voice is None:
         return base if base is not None else model
+    from chorus.adapters.voice import read_voice
     from chorus.synthesis.bases import base_of_voice
-    from chorus.synthesis.bases.piper import claims
+    from chorus.synthesis.bases.piper import JOE, claims, installed_joe_is
 
     needed = base_of_voice(voice)
     if needed is not None and claims(needed) and needed.endswith(".onnx") and not Path(needed).is_file():
+        if installed_joe_is(read_voice(voice).base_model_sha256):  # a copy of joe under another name
+            return JOE
         raise ValueError(f"voice {voice} was adapted on the Piper voice {needed}: give its path with --base")
     return needed
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import shlex
 from pathlib import Path
 
@@ -43,9 +44,12 @@ def _print_speakers(spoken: SpeakersResult, out: Path) -> None:
         )
     console.print(table)
     similarity = spoken.similarity
+    # One speaker (a Piper base) makes no pair of two ("nan" had been printed).
+    different = "none (one speaker)" if math.isnan(similarity.different) else f"{similarity.different:.3f}"
+    same = "none" if math.isnan(similarity.same) else f"{similarity.same:.3f}"
+    pairs = f"same speaker {same}, different speakers {different}"
     console.print(
-        f"speaker similarity (resemblyzer): same speaker {similarity.same:.3f}, "
-        f"different speakers {similarity.different:.3f}"
+        f"speaker similarity (resemblyzer): {pairs}"
         + (f" ({similarity.silent_clips} clip(s) had no speech)" if similarity.silent_clips else "")
     )
     console.print(f"clips and report.md in {out}/")

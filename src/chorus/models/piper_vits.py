@@ -801,12 +801,21 @@ class PiperGenerator(nn.Module):
         """Load a Piper voice: its sizes and weights from ``onnx_path``, its phoneme map from the json
         beside it (``voice.onnx.json``) unless ``json_path`` names another."""
         graph = read_piper_graph(onnx_path)
-        voice = PiperVoiceConfig.read(json_path or Path(onnx_path).with_suffix(".onnx.json"))
+        voice = PiperVoiceConfig.read(json_path or f"{onnx_path}.json")
         if voice.num_speakers > 1 or any(name.startswith("emb_g.") for name in graph.weights):
             raise ValueError(f"{onnx_path}: multi-speaker Piper voices are not supported yet (single-speaker only)")
+        try:
+            config = read_config(graph, voice.sample_rate)
+        except (KeyError, IndexError) as error:  # a weight or convolution a Piper VITS export has
+            raise ValueError(f"{onnx_path}: not a Piper VITS export (nothing at {error})") from None
+        if voice.largest_id >= config.n_symbols:  # an IndexError when it was first spoken
+            raise ValueError(
+                f"{json_path or f'{onnx_path}.json'}: phoneme_id_map holds id {voice.largest_id}, "
+                f"past the {config.n_symbols} symbols of {onnx_path}: not this voice's config"
+            )
         # Built on the meta device: no time spent drawing random weights that are replaced at once.
         with torch.device("meta"):
-            model = cls(read_config(graph, voice.sample_rate), voice)
+            model = cls(config, voice)
         model.load_state_dict(piper_state_dict(graph, model), assign=True)
         return model.eval()
 
@@ -912,7 +921,10 @@ def read_piper_graph(path: str | Path) -> PiperGraph:
         from onnx import helper, numpy_helper
     except ImportError as error:
         raise ImportError("loading a Piper voice needs 'pip install onnx'") from error
-    graph = onnx.load(str(path)).graph
+    try:
+        graph = onnx.load(str(path)).graph
+    except Exception as error:  # noqa: BLE001 - protobuf's DecodeError and onnx's own: a truncated or corrupt file
+        raise ValueError(f"{path}: not a readable ONNX file ({type(error).__name__}: {error})") from None
     weights = {
         tensor.name: numpy_helper.to_array(tensor)
         for tensor in graph.initializer

@@ -21,6 +21,51 @@ import numpy as np
 from chorus.text.normalize import normalize_text
 from chorus.text.phonemize import phonemize
 
+_REQUIRED = object()  # _JsonFields.get: a field with no default
+
+
+class _JsonFields:
+    """A voice's ``.onnx.json`` read for :meth:`PiperVoiceConfig.read`: its fields, and errors naming them."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        try:
+            self.config = json.loads(path.read_text(encoding="utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as error:
+            raise ValueError(f"{path}: not a Piper voice config (not JSON: {error})") from None
+
+    def wrong(self, field: str, what: str) -> ValueError:
+        return ValueError(f"{self.path}: {field} {what}")
+
+    def get(self, *keys: str, default: object = _REQUIRED) -> object:
+        value: object = self.config
+        for key in keys:
+            if not isinstance(value, dict) or key not in value:
+                if default is _REQUIRED:
+                    raise self.wrong(".".join(keys), "is missing")
+                return default
+            value = value[key]
+        return value
+
+    def id_map(self) -> dict[str, list[int]]:
+        id_map = self.get("phoneme_id_map")
+        if not isinstance(id_map, dict):
+            raise self.wrong("phoneme_id_map", "is not a map of symbols to lists of ids")
+        for symbol, ids in id_map.items():
+            if not isinstance(ids, list) or not ids or not all(_is_count(i) for i in ids):
+                raise self.wrong(
+                    f"phoneme_id_map[{symbol!r}]", f"is {ids!r}, not a list of ids (whole numbers, 0 or more)"
+                )
+        missing = [symbol for symbol in ("_", "^", "$") if symbol not in id_map]
+        if missing:
+            raise self.wrong("phoneme_id_map", f"lacks {', '.join(map(repr, missing))} (pad, start, end)")
+        return id_map
+
+
+def _is_count(value: object) -> bool:
+    """A whole number, 0 or more, as JSON writes one (true is no number)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
 
 @dataclass(frozen=True)
 class PiperVoiceConfig:
@@ -36,17 +81,31 @@ class PiperVoiceConfig:
 
     @classmethod
     def read(cls, path: str | Path) -> PiperVoiceConfig:
-        config = json.loads(Path(path).read_text(encoding="utf-8"))
-        inference = config.get("inference", {})
-        return cls(
-            sample_rate=config["audio"]["sample_rate"],
-            language=config["espeak"]["voice"],
-            id_map=config["phoneme_id_map"],
-            num_speakers=config.get("num_speakers", 1),
-            noise_scale=inference.get("noise_scale", 0.667),
-            length_scale=inference.get("length_scale", 1.0),
-            noise_w=inference.get("noise_w", 0.8),
-        )
+        """The config at ``path``, each field checked: a wrong one is a ``ValueError`` naming the file and the
+        field (a sample rate of 0 had been a ZeroDivisionError, a map without "_" the message "error: _")."""
+        fields = _JsonFields(Path(path))
+        rate = fields.get("audio", "sample_rate")
+        if not _is_count(rate) or not 8000 <= rate <= 48000:
+            raise fields.wrong("audio.sample_rate", f"is {rate!r}, not a rate in Hz from 8000 to 48000")
+        if (kind := fields.get("phoneme_type", default="espeak")) != "espeak":  # Piper would read code points
+            raise fields.wrong("phoneme_type", f"is {kind!r}: only espeak voices are supported")
+        language = fields.get("espeak", "voice")
+        if not isinstance(language, str) or not language:
+            raise fields.wrong("espeak.voice", f"is {language!r}, not an espeak-ng voice name")
+        speakers = fields.get("num_speakers", default=1)
+        if not _is_count(speakers) or speakers < 1:
+            raise fields.wrong("num_speakers", f"is {speakers!r}, not a count")
+        scales = {}
+        for name, default in (("noise_scale", 0.667), ("length_scale", 1.0), ("noise_w", 0.8)):
+            value = fields.get("inference", name, default=default)
+            if not isinstance(value, int | float) or isinstance(value, bool) or not 0 <= value <= 10:
+                raise fields.wrong(f"inference.{name}", f"is {value!r}, not a number from 0 to 10")
+            scales[name] = float(value)
+        return cls(rate, language, fields.id_map(), num_speakers=speakers, **scales)
+
+    @property
+    def largest_id(self) -> int:
+        return max(i for ids in self.id_map.values() for i in ids)
 
     def phoneme_ids(self, phonemes: str) -> list[int]:
         """Piper ids for an espeak IPA string; symbols missing from the map are skipped, as Piper does."""
@@ -78,7 +137,7 @@ class PiperVoice:
         import onnxruntime
 
         model_path = Path(model_path)
-        self.config = PiperVoiceConfig.read(config_path or model_path.with_suffix(".onnx.json"))
+        self.config = PiperVoiceConfig.read(config_path or f"{model_path}.json")
         self.sample_rate: int = self.config.sample_rate
         self.language: str = self.config.language
         self.id_map: dict[str, list[int]] = self.config.id_map

@@ -61,6 +61,7 @@ from chorus.models.alignment import beta_binomial_log_prior, monotonic_alignment
 from chorus.models.device import torch_threads
 from chorus.models.piper_posterior import PosteriorEncoder
 from chorus.models.piper_vits import PiperGenerator, sequence_mask
+from chorus.synthesis.bases.piper import installed_joe_is
 from chorus.training.adapt import refuse_voice_folder
 from chorus.training.loss_log import LossLog
 from chorus.training.progress import step_progress
@@ -72,6 +73,7 @@ from chorus.training.vocoder import (
     update_discriminator,
 )
 
+JOE_DATASET = "piper-joe"  # the held-out dataset (and shipped sample) Piper's joe voice reads
 SHIPPED_POSTERIOR = "piper_posterior_joe"  # chorus/assets folder: piper-joe's distilled posterior encoder
 VOICE = "voice"  # the adapter's name inside the generator while it trains
 
@@ -665,13 +667,35 @@ def adapt_piper(
     utterances = discover(data)[0] if isinstance(data, (str, Path)) else list(data)
     if utterances:  # the dataset's folder: given, or the one holding the clips' wavs/
         clips = utterances[0].audio_path.parent
-        refuse_voice_folder(
-            out, data if isinstance(data, (str, Path)) else clips.parent if clips.name == "wavs" else clips
-        )
+        folder = Path(data) if isinstance(data, (str, Path)) else clips.parent if clips.name == "wavs" else clips
+        refuse_voice_folder(out, folder)
+        check_target_and_posterior(folder, base_sha256, config)
     if not in_place and not config.full:  # full fine-tuning trains on a copy of its own
         generator = copy.deepcopy(generator)
     with torch_threads(config.threads):
         return _adapt_piper(utterances, generator, out, config, base_sha256, progress, base_name, notes)
+
+
+def check_target_and_posterior(folder: Path, base_sha256: str, config: PiperAdaptConfig) -> None:
+    """Refuse what would train without a word and make no voice worth having: piper-joe's recordings on the
+    installed joe (the base's own voice: it speaks as itself with no voice at all), and the shipped posterior
+    encoder, distilled from joe, on another Piper voice (it reads recordings as joe's latents)."""
+    shipped_posterior = config.recipe == "posterior" and config.posterior is None
+    if not base_sha256 or not (shipped_posterior or folder.resolve().name == JOE_DATASET):
+        return
+    joe = installed_joe_is(base_sha256)
+    if joe and folder.resolve().name == JOE_DATASET:
+        raise ValueError(
+            f"{folder}: piper-joe's recordings are this base's own voice (Piper's en_US-joe-medium), no voice to "
+            "adapt to: it speaks as itself with no voice (chorus synthesize --base piper-joe); adapt another "
+            "speaker's recordings (the shipped src/chorus/assets/samples/flite-slt, say)"
+        )
+    if shipped_posterior and not joe:
+        raise ValueError(
+            "the shipped posterior encoder was distilled from piper-joe and reads recordings as joe's latents; for "
+            "another Piper voice distil its own (python scripts/distill_posterior.py --base VOICE.onnx --out DIR, "
+            "about 13 minutes on 2 threads) and give it with --posterior DIR"
+        )
 
 
 def _adapt_piper(

