@@ -81,7 +81,8 @@ def main() -> None:
         + f". Machine: {args.machine}.",
         f"* Schedule: {schedule(info.get('recipe', {}))}",
         *[f"* {note}" for note in args.note],
-        f"* Recipe: `{json.dumps(info.get('recipe', {}))}`",
+        f"* Recipe: `{json.dumps(info.get('recipe', {}))}` (its model's n_symbols and n_speakers as given; "
+        f"pretraining fits them to the corpus: {config.n_symbols} and {config.n_speakers}, as config.json says)",
         f"* Last validation losses: mel L1 {last_val.get('mel', '?')}, prior {last_val.get('prior', '?')}, "
         f"duration {last_val.get('duration', '?')} (normalized log-mel units).",
         f"* Weights sha256: `{file_sha256(args.to / 'model.safetensors')}`",

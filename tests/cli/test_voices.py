@@ -149,6 +149,15 @@ def test_an_instant_voice_whose_refinement_failed_is_listed_as_speaking():
     assert listed_status({"stage": "failed", "status": "failed"}) == "failed"  # an upload of clips that failed
 
 
+def test_the_list_says_what_each_voice_speaks_as():
+    """The list said "what each speaks as now" and showed only the stage (a docs reader's probe)."""
+    from chorus.cli.voices import speaks_as
+
+    assert speaks_as({"stage": "instant", "instant": "flite-kal16"}) == "flite-kal16"
+    assert speaks_as({"stage": "adapted", "instant": "m3"}) == "itself"
+    assert speaks_as({"stage": "training", "instant": None}) == ""
+
+
 def test_no_server_is_one_plain_line_and_the_url_comes_from_the_environment(tmp_path):
     import socket
 

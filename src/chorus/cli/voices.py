@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
-from rich.table import Table
+from rich.table import Column, Table
 
 from chorus.cli.common import command_group, console, user_errors
 from chorus.serving.client import DEFAULT_SERVER, ServerRefused, VoicesClient
@@ -113,10 +113,19 @@ def list_voices(server: str = SERVER_OPTION, key: str | None = KEY_OPTION) -> No
     """Your voices on the server, with what each speaks as now."""
     with user_errors():
         voices = VoicesClient(server, key).voices()
-    table = Table("id", "name", "stage", "status")
+    # The id whole, to be copied: a narrow terminal had cut it with "…".
+    table = Table(Column("id", no_wrap=True), "name", "stage", "speaks as", "status")
     for voice in voices:
-        table.add_row(voice["id"], voice["name"], voice["stage"], listed_status(voice))
+        table.add_row(voice["id"], voice["name"], voice["stage"], speaks_as(voice), listed_status(voice))
     console.print(table)
+
+
+def speaks_as(voice: dict) -> str:
+    """What a voice speaks as now (the list had said "what each speaks as" and shown only its stage): its own
+    adapted voice ("itself"), the base speaker or blend its instant voice is, or nothing yet."""
+    if voice.get("stage") == "adapted":
+        return "itself"
+    return voice.get("instant") or "" if voice.get("stage") == "instant" else ""
 
 
 def listed_status(voice: dict) -> str:

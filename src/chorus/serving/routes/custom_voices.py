@@ -18,6 +18,7 @@ import secrets
 import numpy as np
 from fastapi import APIRouter, Request
 from starlette.concurrency import run_in_threadpool
+from starlette.datastructures import FormData
 
 from chorus.data.check import tenths_down
 from chorus.serving.errors import ApiError
@@ -119,6 +120,11 @@ def _name(form, max_chars: int = 100) -> str:
 
 
 # -- consent recordings
+async def _one_file_form(request: Request, max_file_bytes: int, expected: str) -> FormData:
+    """A multipart form of one file of at most ``max_file_bytes`` and its text fields (see ``read_multipart``)."""
+    return await read_multipart(request, max_file_bytes + FORM_FIELDS_BYTES, 1, expected, file_bytes=max_file_bytes)
+
+
 @router.post(_CONSENTS, responses={200: {"model": VoiceConsent}, **ERRORS})
 async def create_consent(request: Request, tenant: Tenant, server: Server):
     """A consent recording: multipart ``name``, ``language`` (BCP 47) and ``recording`` (<= 10 MiB); it
@@ -132,13 +138,7 @@ async def create_consent(request: Request, tenant: Tenant, server: Server):
         await run_in_threadpool(server.store.check_consent_room, tenant, max_consents)
     except QuotaReached as error:
         raise quota_reached(error) from None
-    form = await read_multipart(
-        request,
-        settings.max_file_bytes + FORM_FIELDS_BYTES,
-        1,
-        "fields name, language, recording",
-        file_bytes=settings.max_file_bytes,
-    )
+    form = await _one_file_form(request, settings.max_file_bytes, "fields name, language, recording")
     try:
         name = _name(form)
         language = (form_text(form, "language", True, 35) or "").strip()
@@ -264,13 +264,7 @@ async def create_audio_voice(request: Request, tenant: Tenant, server: Server):
     settings = server.settings
     consent_settings = settings.consent
     check_onboarding(server.store, tenant, settings.limits, server.jobs.queued)
-    form = await read_multipart(
-        request,
-        consent_settings.max_file_bytes + FORM_FIELDS_BYTES,
-        1,
-        "fields name, consent, audio_sample",
-        file_bytes=consent_settings.max_file_bytes,
-    )
+    form = await _one_file_form(request, consent_settings.max_file_bytes, "fields name, consent, audio_sample")
     try:
         kind = form_text(form, "type", False, 20)
         if kind not in (None, "audio_sample"):
