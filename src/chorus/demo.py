@@ -50,6 +50,7 @@ class DemoConfig:
     voice_sentences: int = 10
     adapt_method: str = DEFAULT_METHOD
     adapt_steps: int = 150
+    posterior: str | None = None  # on a Piper base: its posterior encoder (None: the one shipped for piper-joe)
 
 
 @dataclass
@@ -163,7 +164,7 @@ def adapt_sample_voice(tts: Synthesizer, spoken: SpeakersResult, out: Path, conf
             sample,
             base.model,
             out / "voices" / voice_name,
-            PiperAdaptConfig(steps=config.adapt_steps),
+            PiperAdaptConfig(steps=config.adapt_steps, posterior=config.posterior),
             base.sha256,
             base_name=base.name,
         )

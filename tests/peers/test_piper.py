@@ -66,6 +66,13 @@ def test_a_wrong_field_of_a_voice_config_is_named(tmp_path, change, message) -> 
         PiperVoiceConfig.read(path)
 
 
+def test_a_whole_sample_rate_written_as_a_float_is_taken(tmp_path) -> None:
+    from chorus.peers.piper import PiperVoiceConfig
+
+    path = _config_with(tmp_path, lambda c: c["audio"].update(sample_rate=22050.0))  # Piper's readers take it
+    assert PiperVoiceConfig.read(path).sample_rate == 22050 and isinstance(PiperVoiceConfig.read(path).sample_rate, int)
+
+
 def test_a_config_that_is_not_json_names_its_file(tmp_path) -> None:
     from chorus.peers.piper import PiperVoiceConfig
 

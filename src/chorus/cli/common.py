@@ -74,7 +74,7 @@ def chosen_base(base: str | None, model: Path | None, voice: Path | None = None)
     from chorus.synthesis.bases.piper import JOE, claims, installed_joe_is
 
     needed = base_of_voice(voice)
-    if needed is not None and claims(needed) and needed.endswith(".onnx") and not Path(needed).is_file():
+    if needed is not None and claims(needed) and needed.lower().endswith(".onnx") and not Path(needed).is_file():
         if installed_joe_is(read_voice(voice).base_model_sha256):  # a copy of joe under another name
             return JOE
         raise ValueError(f"voice {voice} was adapted on the Piper voice {needed}: give its path with --base")

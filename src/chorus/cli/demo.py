@@ -21,6 +21,7 @@ from chorus.cli.common import (
 )
 from chorus.demo import DemoConfig, SpeakersResult, adapt_sample_voice, sample_voice, speak_base_speakers
 from chorus.synthesis import load_base
+from chorus.training.piper_adapt import PiperAdaptConfig, check_target_and_posterior
 
 
 def percent(value: float | None) -> str:
@@ -76,6 +77,10 @@ def demo(
     adapt_steps: int = typer.Option(
         config_default(DemoConfig, "adapt_steps"), help="Most adaptation steps for the new voice."
     ),
+    posterior: Path | None = typer.Option(
+        None,
+        help="On a Piper voice file: its posterior encoder (scripts/distill_posterior.py); piper-joe's ships.",
+    ),
     device: str = DEVICE_OPTION,
 ) -> None:
     """The main job: speak unseen sentences in base speakers, adapt a new voice from a 1-minute sample,
@@ -86,12 +91,15 @@ def demo(
         voice_sentences=voice_sentences,
         adapt_method=adapt_method,
         adapt_steps=adapt_steps,
+        posterior=str(posterior) if posterior else None,
     )
     with user_errors():
         tts = load_base(chosen_base(base, model), device=device)
         sample = sample_voice(tts)
         if adapt_method:  # the new voice replaces the demo's own from an earlier run, never anything else
             refuse_output_folder(out / "voices" / sample.name, sample, overwrite=True)
+        if adapt_method and tts.base.kind != "chorus":  # said before the base speaks, not after it
+            check_target_and_posterior(sample, tts.base.sha256, PiperAdaptConfig(posterior=config.posterior))
         spoken = speak_base_speakers(tts, out, config)
     _print_speakers(spoken, out)
     if not adapt_method:

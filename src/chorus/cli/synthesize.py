@@ -246,7 +246,7 @@ def synthesize(options: SynthesizeOptions) -> None:
     with bar, user_errors():
         done = _speak(speech, jobs, destination, by_line, options)
     if not done:
-        fail("nothing was synthesized: the input held no line to speak (a line skipped is named above)")
+        fail("nothing was synthesized: no line was spoken (a line skipped is named above)")
     if not options.quiet:
         # Line by line, standard output is Piper's list of files written, read by a program: the table is not one.
         (errors if by_line else destination.report).print(table)

@@ -85,6 +85,8 @@ class PiperVoiceConfig:
         field (a sample rate of 0 had been a ZeroDivisionError, a map without "_" the message "error: _")."""
         fields = _JsonFields(Path(path))
         rate = fields.get("audio", "sample_rate")
+        if isinstance(rate, float) and rate.is_integer():  # 22050.0: Piper's own readers take it as 22050
+            rate = int(rate)
         if not _is_count(rate) or not 8000 <= rate <= 48000:
             raise fields.wrong("audio.sample_rate", f"is {rate!r}, not a rate in Hz from 8000 to 48000")
         if (kind := fields.get("phoneme_type", default="espeak")) != "espeak":  # Piper would read code points

@@ -55,7 +55,8 @@ def global_magnitude_masks(layers: dict[str, nn.Module], sparsity: float) -> dic
     total = sum(layer.weight.numel() for layer in layers.values())
     if round(sparsity * total) >= total:  # torch rounds the share to a count: 0.9999999 had removed every weight
         raise ValueError(
-            f"sparsity {sparsity} removes all {total:,} targeted weights; at most {(total - 1) / total:.7f} keeps one"
+            f"sparsity {sparsity} removes all {total:,} targeted weights: a sparsity under {(total - 0.5) / total!r} "
+            "keeps one"
         )
     prune.global_unstructured(parameters, pruning_method=prune.L1Unstructured, amount=sparsity)
     masks = {}

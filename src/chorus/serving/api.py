@@ -54,6 +54,7 @@ LOOPBACK_ORIGINS = r"https?://(localhost|127(\.\d{1,3}){3}|\[::1\])(:\d{1,5})?"
 EXPOSED_HEADERS = (
     "X-Request-Id", "X-Sample-Rate", "X-Skipped-Text", "X-Dropped-Characters", "X-Options-Ignored",
     "X-Instructions-Ignored", "Retry-After", "Location", "Content-Length",
+    "x-should-retry",  # OpenAI's SDK reads it: in a browser too, a 409 or a full quota is not asked again
 )  # fmt: skip
 
 

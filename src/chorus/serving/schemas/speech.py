@@ -296,21 +296,23 @@ def read_instructions(instructions: str) -> Instructions:
             joined_by = joined_by if joined_by and joined_by.isalpha() else None
     if any(f < 1 for f in factors) and any(f > 1 for f in factors):
         # "Speak slowly, then quickly": one request is spoken at one pace, so neither is taken, and both named.
-        return Instructions(ignored=tuple(paced or rest for paced, rest, _ in clauses if paced or rest))
+        return Instructions(ignored=_rejoined(clauses, paces_too=True))
     return Instructions(pace=math.prod(factors, start=1.0), ignored=_rejoined(clauses))
 
 
-def _rejoined(clauses: list[tuple[str | None, str, str | None]]) -> tuple[str, ...]:
-    """The clauses not followed, those a word joined kept together as written: "a cheerful and positive tone"
-    is one (it had been named "a cheerful; positive tone")."""
+def _rejoined(clauses: list[tuple[str | None, str, str | None]], paces_too: bool = False) -> tuple[str, ...]:
+    """The clauses not followed (with ``paces_too``, the clauses that asked a pace as well, whole), those a word
+    joined kept together as written: "a cheerful and positive tone" is one (it had been named "a cheerful;
+    positive tone")."""
     ignored: list[str] = []
     previous_kept = False
     for paced, rest, joined_by in clauses:
-        if rest and previous_kept and paced is None and joined_by:
-            ignored[-1] = f"{ignored[-1]} {joined_by} {rest}"
-        elif rest:
-            ignored.append(rest)
-        previous_kept = bool(rest) and paced is None
+        said = paced if paces_too and paced else rest
+        if said and previous_kept and paced is None and joined_by:
+            ignored[-1] = f"{ignored[-1]} {joined_by} {said}"
+        elif said:
+            ignored.append(said)
+        previous_kept = bool(said) and paced is None
     return tuple(ignored)
 
 
