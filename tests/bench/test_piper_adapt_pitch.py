@@ -40,3 +40,26 @@ def test_scaling_f0_moves_the_pitch_and_keeps_the_length():
     moved = scale_f0(buzz, 22_050, 1.5)
     assert abs(len(moved) - len(buzz)) <= 22_050 * 0.01
     assert np.median(voiced_f0(moved, 22_050)) == pytest.approx(180.0, rel=0.03)
+
+
+def test_transposition_moves_the_clips_into_the_base_voices_range_unclipped(monkeypatch, tmp_path):
+    """``auto`` is the base's median F0 over the clips': clips at 200 Hz, a base at 100 Hz, 0.5. The clips are
+    written as float (16-bit had clipped WORLD's peaks on every clip of a run)."""
+    import soundfile as sf
+
+    import piper_adapt
+    from chorus.data.formats import Utterance
+
+    rate = 22_050
+    loud = voiced(200.0) * 9.0  # peaks near 1: WORLD's resynthesis passes it
+    sf.write(tmp_path / "a.wav", loud, rate, subtype="FLOAT")
+    clips = [Utterance("a", "s", "Hello.", tmp_path / "a.wav", "metadata.csv:1")]
+    generator = type("G", (), {"sample_rate": rate})()
+    monkeypatch.setattr(piper_adapt, "speak", lambda generator, texts, seed: [voiced(100.0) for _ in texts])
+    moved, ratio = piper_adapt.transposed(clips, generator, "auto", tmp_path / "moved", seed=0)
+    assert ratio == pytest.approx(0.5, rel=0.03) and moved[0].audio_path == tmp_path / "moved" / "a.wav"
+    written, _ = sf.read(moved[0].audio_path, dtype="float32")
+    assert sf.info(moved[0].audio_path).subtype == "FLOAT" and np.abs(written).max() > 1.0  # kept, not clipped
+    assert np.median(voiced_f0(written, rate)) == pytest.approx(100.0, rel=0.03)
+    moved, ratio = piper_adapt.transposed(clips, generator, 1.5, tmp_path / "up", seed=0)
+    assert ratio == 1.5 and np.median(voiced_f0(sf.read(moved[0].audio_path)[0], rate)) == pytest.approx(300, rel=0.03)

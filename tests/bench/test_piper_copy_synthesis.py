@@ -6,8 +6,10 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+from chorus.adapters import set_active  # noqa: E402
 from chorus.models.piper_posterior import PosteriorEncoder  # noqa: E402
 from chorus.synthesis.bases.piper import load_piper_voice  # noqa: E402
 from chorus.training.piper_adapt import PLACEMENTS  # noqa: E402
@@ -25,4 +27,14 @@ def test_each_decoder_reads_the_same_latent_and_the_adapter_is_on_only_for_its_r
     hop_whole = base.model.hop_length * 40  # the recording cut to whole latent frames
     assert {len(audio) for audio in spoken.values()} == {hop_whole}
     np.testing.assert_array_equal(spoken[ROWS[0]], recording[:hop_whole])
-    assert not np.allclose(spoken[ROWS[1]], spoken[ROWS[2]])  # joe's decoder, then the voice's
+    # Joe's decoder with no adapter on, then the voice's, each on the posterior's mean latent.
+    posterior = PosteriorEncoder.load(tiny_posterior).eval()
+    with torch.inference_mode():
+        z = posterior(torch.from_numpy(recording[:hop_whole])[None], sample=False)[0]
+        set_active(base.model, None)
+        bare = base.model.dec(z)[0].numpy()
+        set_active(base.model, "voice")
+        adapted = base.model.dec(z)[0].numpy()
+    np.testing.assert_array_equal(spoken[ROWS[1]], bare)
+    np.testing.assert_array_equal(spoken[ROWS[2]], adapted)
+    assert not np.allclose(bare, adapted)

@@ -206,11 +206,11 @@ def test_the_demo_on_a_piper_base_adapts_another_voice_than_the_base(tiny_base):
     )
 
 
-def test_the_demo_on_another_piper_voice_asks_for_its_posterior_before_any_work(monkeypatch, tmp_path):
+def test_the_demo_on_another_piper_voice_asks_for_its_posterior_before_any_work(monkeypatch, tiny_base, tmp_path):
     """A review's catch: on a Piper voice file other than joe the demo spoke every speaker, then its adaptation
     was refused for the shipped joe posterior, with advice (--posterior) the demo did not take."""
     from chorus.cli import demo as demo_command
-    from chorus.synthesis import Synthesizer
+    from chorus.synthesis import Synthesizer, load_base
     from conftest import tiny_piper_base
 
     monkeypatch.setattr(demo_command, "load_base", lambda *a, **k: Synthesizer(tiny_piper_base(name="lessac.onnx")))
@@ -220,6 +220,10 @@ def test_the_demo_on_another_piper_voice_asks_for_its_posterior_before_any_work(
     assert result.exit_code == 2 and spoke == [], result.output
     assert "distil its own" in " ".join(result.output.split())
     assert "--posterior" in runner.invoke(app, ["demo", "--help"]).output  # the advice can be followed
+    # Given where nothing takes it (the Chorus base), it is refused, not dropped.
+    monkeypatch.setattr(demo_command, "load_base", lambda *a, **k: load_base(tiny_base, "griffin-lim"))
+    result = runner.invoke(app, ["demo", "--posterior", str(tmp_path), "--out", str(tmp_path / "demo")])
+    assert result.exit_code == 2 and spoke == [] and "--posterior goes with a Piper base" in result.output
 
 
 def test_demo_replaces_only_its_own_voice(tiny_base, tmp_path):

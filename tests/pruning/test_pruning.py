@@ -168,8 +168,10 @@ def test_parp_lets_pruned_weights_come_back(tiny_base, two_voice_corpus, tmp_pat
 def test_a_sparsity_that_would_remove_every_weight_is_refused():
     """torch rounds the share to a count: 0.9999999 of 80 weights is all 80 (it had pruned the whole base)."""
     layers = {"a": nn.Linear(8, 4, bias=False), "b": nn.Linear(4, 10, bias=False)}  # 32 + 40 weights
-    with pytest.raises(ValueError, match="removes all 72 targeted weights"):
+    with pytest.raises(ValueError, match=r"removes all 72 targeted weights: a sparsity under 0\.99305\d* keeps one"):
         global_magnitude_masks(copy.deepcopy(layers), 0.9999999)
+    below = global_magnitude_masks(copy.deepcopy(layers), 71.49 / 72)  # just under the bound it states
+    assert sum(int(mask.sum()) for mask in below.values()) == 1
     kept = global_magnitude_masks(copy.deepcopy(layers), 71 / 72)  # the most it takes: one weight stays
     assert sum(int(mask.sum()) for mask in kept.values()) == 1
 

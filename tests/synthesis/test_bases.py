@@ -197,11 +197,15 @@ def test_a_voice_made_on_a_copy_of_joe_under_another_name_speaks_without_its_pat
 
     joe_sha = piper_base.piper_sha256(joe_paths()[0])
     recorded = {"sha": joe_sha}
-    monkeypatch.setattr("chorus.synthesis.bases.base_of_voice", lambda folder: "myvoice.onnx")
+    named = {"file": "myvoice.onnx"}
+    monkeypatch.setattr("chorus.synthesis.bases.base_of_voice", lambda folder: named["file"])
     monkeypatch.setattr(
         voice_module, "read_voice", lambda folder: type("V", (), {"base_model_sha256": recorded["sha"]})()
     )
     assert chosen_base(None, None, tmp_path / "voice") == "piper-joe"
+    named["file"] = "MyJoe.ONNX"  # a voice file's suffix in any case, as --base takes it
+    assert chosen_base(None, None, tmp_path / "voice") == "piper-joe"
+    named["file"] = "myvoice.onnx"
     recorded["sha"] = "b" * 64  # another voice file of that name: its path is needed
     with pytest.raises(ValueError, match="was adapted on the Piper voice myvoice.onnx: give its path with --base"):
         chosen_base(None, None, tmp_path / "voice")

@@ -79,6 +79,8 @@ def demo(
     ),
     posterior: Path | None = typer.Option(
         None,
+        exists=True,
+        file_okay=False,
         help="On a Piper voice file: its posterior encoder (scripts/distill_posterior.py); piper-joe's ships.",
     ),
     device: str = DEVICE_OPTION,
@@ -98,6 +100,10 @@ def demo(
         sample = sample_voice(tts)
         if adapt_method:  # the new voice replaces the demo's own from an earlier run, never anything else
             refuse_output_folder(out / "voices" / sample.name, sample, overwrite=True)
+        if posterior is not None and (tts.base.kind == "chorus" or not adapt_method):
+            raise ValueError(
+                "--posterior goes with a Piper base's adaptation (--base VOICE.onnx), which this run has not"
+            )
         if adapt_method and tts.base.kind != "chorus":  # said before the base speaks, not after it
             check_target_and_posterior(sample, tts.base.sha256, PiperAdaptConfig(posterior=config.posterior))
         spoken = speak_base_speakers(tts, out, config)
