@@ -226,6 +226,17 @@ def test_the_demo_on_another_piper_voice_asks_for_its_posterior_before_any_work(
     assert result.exit_code == 2 and spoke == [] and "--posterior goes with a Piper base" in result.output
 
 
+def test_a_loss_of_one_logged_mean_is_said_as_one():
+    """The demo on a Piper base printed "training loss 97.816 -> 97.816" for 3 steps: one logged mean."""
+    from chorus.cli.common import logged_loss
+
+    assert logged_loss(97.8164, 97.8164, 3, 10) == "97.816 (the mean of its 3 steps)"
+    assert (
+        logged_loss(97.8, 35.1, 300, 10)
+        == "97.800 -> 35.100 (the first and the last logged, each the mean of up to 10 steps)"
+    )
+
+
 def test_demo_replaces_only_its_own_voice(tiny_base, tmp_path):
     """The demo writes its new voice to OUT/voices/NAME, swapping out an earlier run's; a folder there
     holding anything else is refused before any work, as `chorus adapt --out` refuses it."""

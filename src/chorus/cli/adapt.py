@@ -22,6 +22,7 @@ from chorus.cli.common import (
     console,
     fail,
     given_options,
+    logged_loss,
     output_folder_problem,
     refuse_output_folder,
     user_errors,
@@ -244,13 +245,7 @@ def adapt_on_piper(
             in_place=True,
         )
     card = result.card
-    start, end = card.metrics["loss_start"], card.metrics["loss_end"]
-    # The loss is logged as the mean of each config.log_every steps: fewer steps make one mean, not a change.
-    loss = (
-        f"loss {start:.3f} -> {end:.3f} (the first and the last logged, each the mean of up to {config.log_every} steps)"
-        if card.steps > config.log_every
-        else f"loss {end:.3f} (the mean of its {card.steps} steps)"
-    )
+    loss = f"loss {logged_loss(card.metrics['loss_start'], card.metrics['loss_end'], card.steps, config.log_every)}"
     console.print(
         f"voice: {result.voice_dir}  (on {piper.name}; {trained_on(card, 1)}, {card.steps} steps in "
         f"{card.train_seconds:.0f} s, {card.trainable_parameters:,} trained parameters, {loss}; "

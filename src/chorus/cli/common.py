@@ -81,6 +81,14 @@ def chosen_base(base: str | None, model: Path | None, voice: Path | None = None)
     return needed
 
 
+def logged_loss(start: float, end: float, steps: int, log_every: int) -> str:
+    """A run's loss as its log holds it: each row the mean of up to ``log_every`` steps, so fewer steps make one
+    mean, said as one (not as a loss that did not move: "96.401 -> 96.401")."""
+    if steps > log_every:
+        return f"{start:.3f} -> {end:.3f} (the first and the last logged, each the mean of up to {log_every} steps)"
+    return f"{end:.3f} (the mean of its {steps} steps)"
+
+
 def overwrite_help(noun: str = "voice (its LICENSE.md too)") -> str:
     """``--overwrite``'s help for a command that writes one ``noun`` as a folder."""
     return f"Replace the {noun} --out already holds, if it holds nothing else."

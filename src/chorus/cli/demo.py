@@ -16,6 +16,7 @@ from chorus.cli.common import (
     chosen_base,
     config_default,
     console,
+    logged_loss,
     refuse_output_folder,
     user_errors,
 )
@@ -137,7 +138,8 @@ def demo(
             "held-out mel L1", f"{metrics['validation_mel_l1_start']:.3f} -> {metrics['validation_mel_l1_best']:.3f}"
         )
     else:
-        table.add_row("training loss", f"{metrics['loss_start']:.3f} -> {metrics['loss_end']:.3f}")
+        log_every = config_default(PiperAdaptConfig, "log_every")
+        table.add_row("training loss", logged_loss(metrics["loss_start"], metrics["loss_end"], card.steps, log_every))
     piper = voice.piper_mos is not None
     table.add_row(
         f"WER over {voice.sentences} sentences",
