@@ -90,11 +90,16 @@ def pitch(items: list[EvalItem]) -> dict:
     and 10th / 90th percentiles in Hz (an adapted voice can sound like its speaker in timbre and keep the base's
     pitch: ``bench/README.md``, "Why the Piper base stops short"); None where no frame is voiced. pYIN, not
     WORLD's harvest: on joe harvest jumps octaves (its median 116-139 Hz on the same clips)."""
-    f0 = np.concatenate([voiced_f0(*clip_audio(item)) for item in items])
-    if not f0.size:  # said as such, not an IndexError that loses the judges' figures
-        return {"f0_median_hz": None, "f0_p10_hz": None, "f0_p90_hz": None}
-    return {"f0_median_hz": float(np.median(f0)), "f0_p10_hz": float(np.percentile(f0, 10)),
-            "f0_p90_hz": float(np.percentile(f0, 90))}  # fmt: skip
+    summary = f0_summary(np.concatenate([voiced_f0(*clip_audio(item)) for item in items]))
+    return {f"f0_{name}_hz": value for name, value in summary.items()}
+
+
+def f0_summary(f0: np.ndarray) -> dict[str, float | None]:
+    """Median and 10th / 90th percentiles of voiced F0 values ``[frames]`` in Hz; None where none is voiced (said
+    as such, not an IndexError that loses the judges' figures)."""
+    if not f0.size:
+        return {"median": None, "p10": None, "p90": None}
+    return {"median": float(np.median(f0)), "p10": float(np.percentile(f0, 10)), "p90": float(np.percentile(f0, 90))}
 
 
 def clip_audio(item: EvalItem) -> tuple[np.ndarray, int]:

@@ -17,7 +17,6 @@ its voice (``<voice>.posterior``) is the one adaptation trained.
 from __future__ import annotations
 
 import argparse
-from importlib.resources import files
 from pathlib import Path
 
 import numpy as np
@@ -30,8 +29,8 @@ from chorus.models.piper_posterior import PosteriorEncoder
 from chorus.models.piper_vits import PiperGenerator
 from chorus.peers.piper import joe_paths
 from chorus.synthesis.bases.piper import load_piper_voice, piper_sha256
-from chorus.training.piper_adapt import SHIPPED_POSTERIOR
-from piper_adapt import voiced_f0  # bench/, beside this script
+from chorus.training.piper_adapt import SHIPPED_POSTERIOR, PiperAdaptConfig, load_posterior
+from piper_adapt import f0_summary, voiced_f0  # bench/, beside this script
 from run_record import LoadSampler, provenance, write_results
 
 ROWS = ("recordings", "posterior -> joe's decoder", "posterior -> adapted decoder")
@@ -49,11 +48,6 @@ def copy_synthesis(generator: PiperGenerator, posterior: PosteriorEncoder, audio
         set_active(generator, adapter)
         spoken[row] = generator.dec(z)[0].numpy()
     return spoken
-
-
-def pitch_row(clips: list[np.ndarray], rate: int) -> dict:
-    f0 = np.concatenate([voiced_f0(clip, rate) for clip in clips])
-    return {"median": float(np.median(f0)), "p10": float(np.percentile(f0, 10)), "p90": float(np.percentile(f0, 90))}
 
 
 def report(result: dict) -> str:
@@ -88,7 +82,7 @@ def main() -> None:
     onnx, config = joe_paths()
     generator = PiperGenerator.from_piper(onnx, config)
     load_piper_voice(generator, args.voice_dir, "voice", piper_sha256(onnx))
-    posterior = PosteriorEncoder.load(args.posterior or files("chorus.assets") / SHIPPED_POSTERIOR).float().eval()
+    posterior = load_posterior(PiperAdaptConfig(posterior=args.posterior)).eval()  # as adaptation loads it
     utterances = discover(args.heldout / args.voice)[0][-args.clips :]
     result = {
         "voice": args.voice,
@@ -101,7 +95,8 @@ def main() -> None:
         spoken = [
             copy_synthesis(generator, posterior, load_audio(u.audio_path, generator.sample_rate)) for u in utterances
         ]
-        result["pitch"] = {row: pitch_row([s[row] for s in spoken], generator.sample_rate) for row in ROWS}
+        rate = generator.sample_rate
+        result["pitch"] = {row: f0_summary(np.concatenate([voiced_f0(s[row], rate) for s in spoken])) for row in ROWS}
     write_results(args.out, f"copy-synthesis-{args.voice}", result, load, report)
 
 

@@ -15,6 +15,7 @@ A Piper voice has one speaker (its own voice), named as the base is; it has no s
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -204,10 +205,16 @@ def is_joe(spec: str) -> bool:
 
 def installed_joe_is(sha256: str) -> bool:
     """Whether ``sha256`` is the installed joe voice file's (False where joe is not installed)."""
+    return bool(sha256) and _installed_joe_sha256() == sha256
+
+
+@functools.cache
+def _installed_joe_sha256() -> str | None:
+    """The installed joe file's sha256, hashed once a process (63 MB; the demo had hashed it three times)."""
     try:
-        return bool(sha256) and piper_sha256(joe_paths()[0]) == sha256
+        return piper_sha256(joe_paths()[0])
     except ImportError:
-        return False
+        return None
 
 
 def claims(spec: str | None) -> bool:
