@@ -853,6 +853,13 @@ def test_models_voices_and_openai_voice_aliases(tenants_app, adapter_folders):
     voices = client.get("/v1/audio/voices", headers=ACME).json()
     assert {"m3", "f2", "ann", "bob", "alloy", "nova"} <= set(voices["voices"])
     assert "secret" not in voices["voices"]  # another tenant's voice
+    # A voice adapted on another base is no name this server speaks (a probe of the Piper server had listed it);
+    # the tenant's own list keeps it, saying so, and speech with it says why.
+    assert "alien" not in voices["voices"] and "alien" not in {v["id"] for v in voices["data"]}
+    own = {v["id"]: v for v in client.get("/v1/voices", headers=ACME).json()["data"] if v["type"] == "custom"}
+    assert own["alien"]["this_base"] is False and own["ann"]["this_base"] is True
+    assert store.voice("acme", "alien").base == "0" * 64 and store.voice("acme", "ann").base
+    assert_error(speak(client, voice="alien"), 409, "made on base chorus")
     kinds = {v["id"]: v["kind"] for v in voices["data"]}
     assert kinds["ann"] == "custom" and kinds["alloy"] == "alias" and kinds["m3"] == "base"
     # The tiny base has none of the shipped base's speakers: every alias speaks as its default speaker.

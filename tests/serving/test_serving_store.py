@@ -457,7 +457,7 @@ def test_remote_root_needs_a_database(tmp_path, voice_folder):
         assert store.database_url == str(tmp_path / "meta.db") and store.cache_dir == tmp_path / "voice-cache"
     with sqlite3.connect(tmp_path / "meta.db") as db:
         assert db.execute("SELECT id FROM voices").fetchall() == [("ann",)]
-        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4  # the migrations, versioned
+        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5  # the migrations, versioned
 
 
 def test_a_version_1_database_is_migrated_in_place(tmp_path, voice_folder):
@@ -469,7 +469,7 @@ def test_a_version_1_database_is_migrated_in_place(tmp_path, voice_folder):
     with sqlite3.connect(root / "store.sqlite3") as db:  # back to version 1, as an older Chorus left it
         db.execute("DROP TABLE owners")
         db.execute("DROP TABLE consents")
-        for column in ("owner", "consent_id", "instant"):
+        for column in ("owner", "consent_id", "instant", "base"):
             db.execute(f"ALTER TABLE voices DROP COLUMN {column}")
         for column in ("owner", "inputs"):
             db.execute(f"ALTER TABLE jobs DROP COLUMN {column}")
@@ -478,6 +478,8 @@ def test_a_version_1_database_is_migrated_in_place(tmp_path, voice_folder):
         assert store.voice("acme", "ann").status == VoiceStatus.READY and store.recover().failed_voices == []
         assert read_voice(store.get_voice("acme", "ann"))
         assert store.voice("acme", "ann").consent_id is None and store.list_consents("acme") == []
+        # A voice committed before the store recorded bases has none: every server lists it, as before.
+        assert store.voice("acme", "ann").base is None and store.voice("acme", "ann").made_on("any base")
 
 
 def test_close_checkpoints_the_log_into_the_database_file(tmp_path, voice_folder):

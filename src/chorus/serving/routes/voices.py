@@ -46,6 +46,7 @@ def voice_json(server: ServerState, record: VoiceRecord, resident: set[str]) -> 
         resident=voice_key(record) in resident,
         stage=record.stage,
         instant=record.instant,
+        this_base=record.made_on(server.engine.base.sha256),
     ).model_dump()
 
 
@@ -68,9 +69,15 @@ def voice_card(server: ServerState, tenant: str, voice_id: str) -> dict | None:
 def audio_voices(tenant: Tenant, server: Server):
     """Every name ``voice`` takes: the base's speakers, the aliases, the tenant's voices that speak: ready
     ones, and a sample's voice from its ``POST`` on (its instant voice while it is refined, or after its
-    refinement failed), each with its stage."""
+    refinement failed), each with its stage. A voice adapted on another base than this server's is left out:
+    a server with that base speaks it (``GET /v1/voices`` lists it, ``this_base`` false)."""
     # What resolve_voice speaks: a training or failed voice of clips has nothing to speak yet.
-    own = {r.voice_id: r for r in server.store.list_voices(tenant) if r.status == VoiceStatus.READY or r.instant}
+    base = server.engine.base.sha256
+    own = {
+        r.voice_id: r
+        for r in server.store.list_voices(tenant)
+        if (r.status == VoiceStatus.READY or r.instant) and r.made_on(base)
+    }
     aliases = server.aliases
     names = list(dict.fromkeys(list(own) + list(aliases) + server.engine.speakers))
     return AudioVoices(

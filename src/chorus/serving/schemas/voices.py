@@ -42,6 +42,11 @@ class CustomVoice(BaseModel):
         "failed (error says why); training / failed: an upload of clips, not speaking yet / not at all",
     )
     instant: str | None = Field(None, description="the base speaker or blend an instant voice speaks as")
+    this_base: bool = Field(
+        True,
+        description="whether it speaks on this server's base: false for a voice adapted on another base (a server "
+        "started with that base speaks it; here speech with it is a 409 voice_of_another_base)",
+    )
     card: dict | None = Field(
         None,
         description="GET /v1/voices/{id} only, for a ready voice: how it was made and its scores "

@@ -96,6 +96,10 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         )""",
         "CREATE INDEX IF NOT EXISTS consent_audit_by_voice ON consent_audit (tenant, voice_id)",
     ),
+    (  # 5: the base a committed voice was adapted on (its card's sha256), so that a server lists as speakable
+        # only its own base's voices when one store has held voices of several bases
+        "ALTER TABLE voices ADD COLUMN base TEXT",
+    ),
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 _ADVISORY_LOCK = 0x43686F7275  # "Choru": the one advisory lock every Chorus write transaction takes

@@ -102,6 +102,12 @@ class VoiceRecord:
     owner: str | None = None  # the store that is uploading or deleting it (see ``VoiceStore.reclaim``)
     consent_id: str | None = None  # the consent recording it was made under (OpenAI's custom voices)
     instant: str | None = None  # a blend of base speakers it speaks as until its adapted voice is ready
+    base: str | None = None  # sha256 of the base it was adapted on (its card's), once committed
+
+    def made_on(self, base_sha256: str) -> bool:
+        """Whether it speaks on the base ``base_sha256``: adapted on it, or not adapted yet (a sample's instant
+        voice, or clips training: the server that trains them adapts them on its own base)."""
+        return self.base is None or self.base == base_sha256
 
     @property
     def stage(self) -> str:
@@ -172,6 +178,7 @@ def voice_record(row: Mapping) -> VoiceRecord:
         owner=row["owner"],
         consent_id=row["consent_id"],
         instant=row["instant"],
+        base=row["base"],
     )
 
 

@@ -75,12 +75,13 @@ class Voices:
             # Only while the voice is still this upload's: a deletion, or another server that found this
             # one dead and undid its upload, wins.
             marked = db.execute(
-                "UPDATE voices SET status=?, sha256=?, size_bytes=?, error=NULL, owner=NULL, updated=? "
+                "UPDATE voices SET status=?, sha256=?, size_bytes=?, base=?, error=NULL, owner=NULL, updated=? "
                 "WHERE tenant=? AND id=? AND status=? AND owner=?",
                 (
                     VoiceStatus.READY,
                     manifest[WEIGHTS_FILE].sha256,
                     sum(d.size for d in manifest.values()),
+                    (voice.card.base_model_sha256 or None) if voice.card else None,
                     now,
                     tenant,
                     voice_id,
@@ -263,7 +264,7 @@ class Voices:
             "INSERT INTO voices (tenant, id, name, status, created, updated, blob_url, method, job_id, owner, "
             "consent_id, instant) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
             "ON CONFLICT (tenant, id) DO UPDATE SET name=excluded.name, status=excluded.status, "
-            "updated=excluded.updated, sha256=NULL, size_bytes=NULL, method=excluded.method, "
+            "updated=excluded.updated, sha256=NULL, size_bytes=NULL, base=NULL, method=excluded.method, "
             "job_id=excluded.job_id, error=NULL, owner=excluded.owner, "
             # the upload of a job's own voice keeps what the job was queued with (its consent, its instant voice)
             "consent_id=CASE WHEN voices.job_id=excluded.job_id THEN voices.consent_id ELSE excluded.consent_id END, "
