@@ -54,9 +54,9 @@ PIPER_CHAINS = {
 def cohort_speakers() -> list[SpeakerSpec]:
     joe = get_speaker("piper-joe")
     piper = [
-        # vocoder_only + derived_from: select_sentences keeps piper-joe's held-out sentences out.
+        # purpose "vocoder" + derived_from: select_sentences keeps piper-joe's held-out sentences out.
         SpeakerSpec(f"cohort-joe-{label}", joe.engine, joe.engine_voice, "male", 0, sox=chain,
-                    derived_from="piper-joe", vocoder_only=True)
+                    derived_from="piper-joe", purpose="vocoder")
         for label, chain in PIPER_CHAINS.items()
     ]  # fmt: skip
     return [*pretraining_speakers(), *piper]

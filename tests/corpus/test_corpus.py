@@ -62,11 +62,11 @@ def test_heldout_speakers_are_exactly_joe_slt_ked_and_never_derived_from() -> No
     assert all(speaker.split == "heldout" for speaker in heldout_speakers())
 
 
-@pytest.mark.parametrize("split", ["vocoder", "encoder"])
-def test_vocoder_and_encoder_speakers_never_read_a_heldout_clip_of_their_source(split) -> None:
-    from chorus.corpus.speakers import ENCODER_SPEAKERS, VOCODER_SPEAKERS
+@pytest.mark.parametrize("split", ["vocoder", "encoder", "natural"])
+def test_derived_speakers_never_read_a_heldout_clip_of_their_source(split) -> None:
+    from chorus.corpus.speakers import ENCODER_SPEAKERS, NATURAL_SPEAKERS, VOCODER_SPEAKERS
 
-    derived = {"vocoder": VOCODER_SPEAKERS, "encoder": ENCODER_SPEAKERS}[split]
+    derived = {"vocoder": VOCODER_SPEAKERS, "encoder": ENCODER_SPEAKERS, "natural": NATURAL_SPEAKERS}[split]
     assert derived and all(speaker.split == split for speaker in derived)
     assert not {speaker.name for speaker in derived} & {speaker.name for speaker in SPEAKERS}
     for speaker in derived:
@@ -261,3 +261,12 @@ def test_corpus_build_says_user_errors_in_a_line_and_fails_when_nothing_was_writ
         app, ["corpus", "build", str(tmp_path / "c"), "--speakers", "flite-rms", "--scale", "0.01", "--jobs", "1"]
     )
     assert again.exit_code == 0 and "System error" in again.output, again.output
+
+
+def test_natural_speakers_are_voices_no_other_split_trains_on() -> None:
+    """A base pretrained on ``natural/`` hears none of the vocoder's or the speaker encoder's own voices."""
+    from chorus.corpus.speakers import ENCODER_SPEAKERS, NATURAL_SPEAKERS, VOCODER_SPEAKERS
+
+    chains = [speaker.sox for speaker in NATURAL_SPEAKERS]
+    assert len(set(chains)) == len(chains) == 12
+    assert not set(chains) & {speaker.sox for speaker in (*VOCODER_SPEAKERS, *ENCODER_SPEAKERS)}

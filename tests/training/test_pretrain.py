@@ -251,3 +251,69 @@ def test_options_a_resumed_run_cannot_follow_are_refused(corpus, tmp_path):
     assert result.exit_code == 2 and "--config applies to a new run" in result.output, result.output
     result = runner.invoke(app, [*base, "--default-speaker", "m3"], env={"COLUMNS": "300"})
     assert result.exit_code == 2 and "whose default speaker is f2" in result.output, result.output
+
+
+def test_a_base_warm_starts_on_more_speakers_keeping_the_ones_it_knows(tiny_base):
+    """Issue 38's fallback: the shipped base goes on learning beside natural-sounding speakers it never heard."""
+    from chorus.training.pretrain import warm_start
+
+    base = load_bundle(tiny_base)
+    started = warm_start(base, ["m3", "natural-x", "f2"], "m3")
+    old, new = base.model.state_dict(), started.model.state_dict()
+    assert set(old) == set(new)
+    for name in old:
+        if name != "speaker_embedding.weight":
+            assert torch.equal(old[name], new[name]), name
+    table = base.model.speaker_embedding.weight
+    assert torch.equal(new["speaker_embedding.weight"][0], table[base.speakers.index("m3")])
+    assert torch.equal(new["speaker_embedding.weight"][2], table[base.speakers.index("f2")])
+    assert torch.allclose(new["speaker_embedding.weight"][1], table.mean(dim=0))
+    assert started.speakers == ["m3", "natural-x", "f2"] and base.model.config.n_speakers == 2
+    # The base's own voice is unchanged by the warm start: the same phonemes give the same spectra.
+    phonemes = torch.tensor([[5, 9, 12, 7, 3]])
+    with torch.no_grad():
+        before = base.model.infer(phonemes, torch.tensor([5]), speaker_ids=torch.tensor([base.speakers.index("f2")]))
+        after = started.model.infer(phonemes, torch.tensor([5]), speaker_ids=torch.tensor([2]))
+    assert torch.equal(before.mel, after.mel)
+
+
+def test_pretraining_reads_several_corpus_folders_from_a_warm_start(corpus, new_voice_data, tiny_base, tmp_path):
+    from typer.testing import CliRunner
+
+    from chorus.cli import app
+    from chorus.training.pretrain import warm_start
+
+    out = tmp_path / "natural"
+    command = ["pretrain", str(corpus), str(new_voice_data), "--out", str(out), "--steps", "2", "--threads", "1"]
+    result = CliRunner().invoke(app, [*command, "--init-from", str(tiny_base), "--learning-rate", "1e-4"])
+    assert result.exit_code == 0, result.output
+    bundle = load_bundle(out / "checkpoint")
+    assert bundle.speakers == ["f2", "f4", "m3"] and bundle.model.config.n_speakers == 3
+    assert bundle.default_speaker == load_bundle(tiny_base).default_speaker == "m3"
+    recipe_used = bundle.info["recipe"]
+    assert recipe_used["init_from"] == str(tiny_base) and recipe_used["alignment_prior_steps"] == 0
+    assert bundle.info["corpus"] == [str(corpus), str(new_voice_data)]
+    # It speaks as its base did (vocoder, post-filter) until they are chosen for it.
+    shipped_like = dict(load_bundle(tiny_base).info, default_vocoder="griffin-lim", postfilter={"global_variance": 1.5})
+    assert warm_start(dataclasses.replace(load_bundle(tiny_base), info=shipped_like), ["m3"], "m3").info == {
+        "default_vocoder": "griffin-lim",
+        "postfilter": {"global_variance": 1.5},
+    }
+    # The base's mel statistics rule (its decoder speaks in them), not the new corpus'.
+    assert torch.equal(bundle.model.mel_mean, load_bundle(tiny_base).model.mel_mean)
+    again = CliRunner().invoke(app, [*command, "--init-from", str(tiny_base)], env={"COLUMNS": "300"})
+    assert again.exit_code == 2 and "--init-from applies to a new run" in again.output, again.output
+
+
+def test_a_speaker_in_two_corpus_folders_is_refused(corpus, tmp_path):
+    twin = tmp_path / "twin"
+    shutil.copytree(corpus / "m3", twin / "m3")
+    with pytest.raises(ValueError, match="speaker 'm3' is in both"):
+        pretrain(dataclasses.replace(recipe(corpus, tmp_path / "run", steps=1), data=[str(corpus), str(twin)]))
+
+
+def test_one_corpus_folder_in_a_list_keeps_its_digest(corpus):
+    """Feature caches made before several folders were taken stay valid for the same one folder."""
+    from chorus.training.pretrain import corpus_digest
+
+    assert corpus_digest([corpus]) == corpus_digest(corpus) != corpus_digest([corpus, corpus])

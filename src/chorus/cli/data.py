@@ -154,7 +154,8 @@ def transcripts_not_heard(report: DatasetReport) -> list[Problem]:
 @corpus_app.command("build")
 def corpus_build(
     out_dir: Path = typer.Argument(
-        ..., help="Output folder: train/, heldout/, vocoder/, encoder/ (a folder per speaker each), voices.json."
+        ...,
+        help="Output folder: train/, heldout/, vocoder/, encoder/, natural/ (a folder per speaker each), voices.json.",
     ),
     scale: float = typer.Option(
         parameter_default(build_corpus, "utterances_scale"),

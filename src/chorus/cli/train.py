@@ -25,7 +25,11 @@ from chorus.training.vocoder import train_vocoder as run_train_vocoder
 
 
 def pretrain(
-    data: Path = typer.Argument(..., help="Corpus root: a folder of LJSpeech-style speaker folders."),
+    data: list[Path] = typer.Argument(
+        ...,
+        help="Corpus roots, each a folder of LJSpeech-style speaker folders: corpus_out/train, or corpus_out/train "
+        "corpus_out/natural for a base that also hears natural-sounding speakers.",
+    ),
     out: Path = typer.Option(Path("runs/base"), help="Run folder (features, checkpoint/, log.csv, loss.png)."),
     steps: int = typer.Option(
         config_default(PretrainConfig, "steps"), help="Total optimizer steps (a resumed run continues to this)."
@@ -38,6 +42,20 @@ def pretrain(
     ),
     config: Path | None = typer.Option(None, help="JSON file with AcousticConfig fields (new runs only)."),
     default_speaker: str | None = typer.Option(None, help="Speaker used when none is asked for."),
+    init_from: Path | None = typer.Option(
+        None,
+        help="Start a new run from this base's weights (a folder with config.json, e.g. src/chorus/assets/base): "
+        "its speakers keep their vectors, new corpus speakers start at their mean; optimizer and schedule afresh.",
+    ),
+    learning_rate: float = typer.Option(
+        config_default(PretrainConfig, "learning_rate"), help="Peak learning rate, reached after the warmup."
+    ),
+    warmup_steps: int = typer.Option(config_default(PretrainConfig, "warmup_steps"), help="Linear warmup steps."),
+    alignment_prior_steps: int | None = typer.Option(
+        None,
+        help=f"Steps over which the diagonal alignment prior fades out (default "
+        f"{config_default(PretrainConfig, 'alignment_prior_steps')}; 0 with --init-from: that base aligns already).",
+    ),
     threads: int = typer.Option(config_default(PretrainConfig, "threads"), help="CPU threads per process."),
     device: str = DEVICE_OPTION,
 ) -> None:
@@ -46,22 +64,33 @@ def pretrain(
     if saved.is_file():  # a run to resume: its model and default speaker are fixed (both had been dropped unsaid)
         with user_errors():
             default = json.loads(saved.read_text()).get("default_speaker")
-        if config is not None:
-            fail(f"--config applies to a new run: {out} holds one, whose model is fixed (give another --out)")
+        if config is not None or init_from is not None:
+            option = "--config" if config is not None else "--init-from"
+            fail(f"{option} applies to a new run: {out} holds one, whose model is fixed (give another --out)")
         if default_speaker is not None and default_speaker != default:
             fail(f"--default-speaker: {out} holds a run whose default speaker is {default} (fixed when it began)")
+    if config is not None and init_from is not None:
+        fail("--config and --init-from: a warm start takes its model's sizes from the base it starts from")
+    if init_from is not None and not (init_from / "config.json").is_file():
+        fail(f"--init-from {init_from}: no base there (a folder with config.json and model.safetensors)")
+    if alignment_prior_steps is None:
+        alignment_prior_steps = 0 if init_from is not None else config_default(PretrainConfig, "alignment_prior_steps")
     with user_errors():
         model_config = AcousticConfig.from_dict(json.loads(config.read_text())) if config else AcousticConfig()
         recipe = PretrainConfig(
-            data=str(data),
+            data=[str(folder) for folder in data],
             out=str(out),
             model=model_config,
             steps=steps,
             max_frames=max_frames,
+            learning_rate=learning_rate,
+            warmup_steps=warmup_steps,
             anneal_from=anneal_from,
+            alignment_prior_steps=alignment_prior_steps,
             threads=threads,
             device=device,
             default_speaker=default_speaker,
+            init_from=None if init_from is None else str(init_from),
         )
         with interrupt_said():
             checkpoint = run_pretrain(recipe)

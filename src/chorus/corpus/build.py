@@ -7,6 +7,7 @@ Layout under ``OUT``::
     heldout/<speaker>/...           the same for speakers kept out of pretraining
     vocoder/<speaker>/...           natural-sounding speakers for the neural vocoder alone (``VOCODER_SPEAKERS``)
     encoder/<speaker>/...           natural-sounding speakers for the speaker encoder alone (``ENCODER_SPEAKERS``)
+    natural/<speaker>/...           natural-sounding speakers a base may pretrain on beside train/ (``NATURAL_SPEAKERS``)
     voices.json                     engine, arguments, sox chain, gender, clips and minutes per speaker
 
 Clips are written atomically and skipped when present, so an interrupted build resumes where it
@@ -38,11 +39,10 @@ import soundfile as sf
 from chorus.atomic import atomic_write_text
 from chorus.audio.io import SAMPLE_RATE, load_audio, save_audio
 from chorus.corpus.speakers import (
-    ENCODER_SPEAKERS,
     SOX_COMMAND,
     SPEAKERS,
-    VOCODER_SPEAKERS,
     SpeakerSpec,
+    all_speakers,
     get_speaker,
     heldout_speakers,
 )
@@ -402,7 +402,7 @@ class CorpusSummary:
 
 def _resolve_speakers(speakers: Sequence[str | SpeakerSpec] | None) -> list[SpeakerSpec]:
     if speakers is None:
-        return [*SPEAKERS, *VOCODER_SPEAKERS, *ENCODER_SPEAKERS]
+        return all_speakers()
     specs = [get_speaker(v) if isinstance(v, str) else v for v in speakers]
     names = [v.name for v in specs]
     if len(set(names)) != len(names):

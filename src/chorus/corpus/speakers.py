@@ -21,6 +21,10 @@ The speaker encoder's natural-sounding speakers (``ENCODER_SPEAKERS``, corpus sp
 made the same way, under the same rule: Piper joe reads other sentences than its held-out clips',
 through sox chains that move its pitch, its formants and its speaking rate. Neither the base nor the
 vocoder reads this split; an encoder that learns from it says so in its model card.
+
+A base may also be pretrained on natural-sounding speakers (``NATURAL_SPEAKERS``, corpus split ``natural/``),
+made the same way with chains of their own; a base that reads them says so in its model card, and piper-joe
+judged on it is then judged on a base that heard its relatives.
 """
 
 from __future__ import annotations
@@ -30,6 +34,10 @@ from typing import Literal
 
 Engine = Literal["espeak", "flite", "festival", "piper"]
 Gender = Literal["male", "female"]
+# What a speaker is made for, which is also its corpus folder: the base's pretraining corpus, the neural
+# vocoder's natural-sounding speakers, the speaker encoder's, or the natural-sounding speakers a base is
+# pretrained on beside ``train`` (issue 38's fallback: ``chorus pretrain corpus_out/train corpus_out/natural``).
+Purpose = Literal["train", "vocoder", "encoder", "natural"]
 
 CLEAR_CLIPS = 600  # flite / festival voices and their sox derivatives
 ESPEAK_CLIPS = 250  # espeak-ng formant variants, much less intelligible
@@ -64,15 +72,13 @@ class SpeakerSpec:
     engine_args: tuple[str, ...] = ()
     sox: tuple[str, ...] = ()
     derived_from: str | None = None
-    vocoder_only: bool = False
-    encoder_only: bool = False
+    purpose: Purpose = "train"
 
     @property
     def split(self) -> str:
-        """Corpus sub-folder: ``heldout``, ``vocoder`` and ``encoder`` speakers never mix with the ``train`` ones."""
-        if self.heldout:
-            return "heldout"
-        return "vocoder" if self.vocoder_only else "encoder" if self.encoder_only else "train"
+        """Corpus sub-folder: ``heldout``, ``vocoder``, ``encoder`` and ``natural`` speakers never mix with the
+        ``train`` ones unless a training names their folder."""
+        return "heldout" if self.heldout else self.purpose
 
 
 def _espeak(name: str, engine_voice: str, gender: Gender) -> SpeakerSpec:
@@ -152,17 +158,37 @@ VOCODER_SPEAKERS: tuple[SpeakerSpec, ...] = tuple(
         VOCODER_CLIPS,
         sox=("speed", f"{factor:g}"),
         derived_from="piper-joe",
-        vocoder_only=True,
+        purpose="vocoder",
     )
     for factor, gender in ((0.9, "male"), (1.1, "male"), (1.25, "female"), (1.4, "female"))
 )
 
 
-# Natural-sounding speakers for the speaker encoder alone: Piper joe through sox. `pitch` moves F0
-# alone (WSOLA); `speed` moves F0 and formants together (a shorter or longer vocal tract) and `tempo`
-# restores the speaking rate (1 / speed); `speed` with an opposite `pitch` moves the formants against F0;
-# the last chains also change the speaking rate. Unlike the vocoder's, WSOLA's phasiness does no harm
-# here: the encoder is trained on noisier channels than that.
+def _joe_through_sox(
+    prefix: str, chains: tuple[tuple[tuple[str, ...], Gender], ...], clips: int, purpose: Purpose
+) -> tuple[SpeakerSpec, ...]:
+    """Piper joe through each sox chain, one speaker each, named by the chain (``pitch -600`` -> ``pitch-m600``);
+    ``derived_from`` keeps joe's held-out sentences out of what they read."""
+    return tuple(
+        SpeakerSpec(
+            f"{prefix}-{'-'.join(part.replace('-', 'm').replace('.', '') for part in chain)}",
+            "piper",
+            "joe",
+            gender,
+            clips,
+            sox=chain,
+            derived_from="piper-joe",
+            purpose=purpose,
+        )
+        for chain, gender in chains
+    )
+
+
+# Natural-sounding speakers for the speaker encoder alone: Piper joe through sox. sox moves F0 and the
+# formants together (it has no formant-preserving shift): `pitch` keeps the speaking rate (WSOLA), `speed`
+# resamples (a shorter or longer vocal tract, the rate with it) and `tempo` sets the rate alone (1 / speed
+# restores it); the chains differ in how far they move the voice and in speaking rate. Unlike the vocoder's,
+# WSOLA's phasiness does no harm here: the encoder is trained on noisier channels than that.
 _ENCODER_CHAINS: tuple[tuple[tuple[str, ...], Gender], ...] = (
     (("pitch", "-600"), "male"),
     (("pitch", "-400"), "male"),
@@ -185,19 +211,31 @@ _ENCODER_CHAINS: tuple[tuple[tuple[str, ...], Gender], ...] = (
     (("pitch", "250", "tempo", "1.12"), "male"),
     (("speed", "1.2", "tempo", "0.95"), "female"),
 )
-ENCODER_SPEAKERS: tuple[SpeakerSpec, ...] = tuple(
-    SpeakerSpec(
-        f"piper-joe-{'-'.join(part.replace('-', 'm').replace('.', '') for part in chain)}",  # pitch-m600
-        "piper",
-        "joe",
-        gender,
-        ENCODER_CLIPS,
-        sox=chain,
-        derived_from="piper-joe",
-        encoder_only=True,
-    )
-    for chain, gender in _ENCODER_CHAINS
+ENCODER_SPEAKERS = _joe_through_sox("piper-joe", _ENCODER_CHAINS, ENCODER_CLIPS, "encoder")  # piper-joe-pitch-m600
+
+
+# Natural-sounding speakers for a base pretrained on them beside ``train/`` (issue 38's fallback, corpus split
+# ``natural/``). sox moves F0 and formants together (it has no formant-preserving shift): `speed` by
+# resampling, which changes the speaking rate too (speakers differ in rate as well), `pitch` keeping the rate
+# (WSOLA), `tempo` the rate alone. F0 spans joe's ~90 Hz x 0.82 to x 2 (about 74 to 180 Hz), so that a
+# voice up there (flite-slt reads at ~170 Hz) has neighbours. Every chain differs from the vocoder's and
+# the encoder's, so no voice here is one the vocoder or the speaker encoder trained on.
+_NATURAL_CHAINS: tuple[tuple[tuple[str, ...], Gender], ...] = (
+    (("speed", "0.82"), "male"),
+    (("speed", "0.88"), "male"),
+    (("speed", "0.95"), "male"),
+    (("speed", "1.06"), "male"),
+    (("speed", "1.16"), "male"),
+    (("speed", "1.30"), "female"),
+    (("speed", "1.45"), "female"),
+    (("pitch", "-300"), "male"),
+    (("pitch", "300", "speed", "1.10"), "male"),
+    (("pitch", "500", "tempo", "0.90"), "female"),
+    (("pitch", "600", "speed", "1.20"), "female"),
+    (("pitch", "800", "speed", "1.25"), "female"),
 )
+NATURAL_SPEAKERS = _joe_through_sox("natural-joe", _NATURAL_CHAINS, CLEAR_CLIPS, "natural")  # natural-joe-speed-082
+DERIVED_SPLITS: tuple[tuple[SpeakerSpec, ...], ...] = (VOCODER_SPEAKERS, ENCODER_SPEAKERS, NATURAL_SPEAKERS)
 
 
 def pretraining_speakers() -> list[SpeakerSpec]:
@@ -210,10 +248,15 @@ def heldout_speakers() -> list[SpeakerSpec]:
     return [speaker for speaker in SPEAKERS if speaker.heldout]
 
 
+def all_speakers() -> list[SpeakerSpec]:
+    """Every registered speaker: the pretraining and held-out ones, then each derived split's."""
+    return [*SPEAKERS, *(speaker for split in DERIVED_SPLITS for speaker in split)]
+
+
 def get_speaker(name: str) -> SpeakerSpec:
     """The registered speaker called ``name``; ``KeyError`` lists the known names otherwise."""
-    for speaker in (*SPEAKERS, *VOCODER_SPEAKERS, *ENCODER_SPEAKERS):
+    for speaker in all_speakers():
         if speaker.name == name:
             return speaker
-    known = ", ".join(v.name for v in (*SPEAKERS, *VOCODER_SPEAKERS, *ENCODER_SPEAKERS))
+    known = ", ".join(v.name for v in all_speakers())
     raise KeyError(f"unknown corpus speaker {name!r}; known: {known}")

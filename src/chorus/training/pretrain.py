@@ -22,7 +22,7 @@ import torch.distributed as dist
 from chorus.atomic import recover_interrupted_write
 from chorus.audio.mel import MelConfig
 from chorus.data.batching import collate, make_batches
-from chorus.data.check import check_dataset
+from chorus.data.check import DatasetReport, check_dataset
 from chorus.data.features import FeatureCache, build_feature_cache
 from chorus.data.formats import discover
 from chorus.models.acoustic import AcousticModel, build_model
@@ -35,6 +35,8 @@ from chorus.training.interrupts import InterruptRequest, RunInterrupted
 from chorus.training.loss_log import LossLog, plot_losses
 from chorus.training.progress import step_progress
 
+# How a base speaks, not how it was trained: a warm-started run keeps its base's until they are chosen anew.
+SYNTHESIS_SETTINGS = ("default_vocoder", "postfilter")
 # log.csv: one row per evaluation and split (train, val), mean losses since the last one.
 LOG_FIELDS = ["step", "split", "total", "mel", "prior", "duration", "lr", "seconds"]
 PLOTTED = ("mel", "prior", "duration")
@@ -44,7 +46,9 @@ PLOTTED = ("mel", "prior", "duration")
 class PretrainConfig:
     """Recipe of a pretraining run. ``model`` sizes are fixed once a run has started."""
 
-    data: str  # corpus root: a folder of LJSpeech-style speaker folders
+    # Corpus roots, each a folder of LJSpeech-style speaker folders (one name a string): ``train/`` alone, or
+    # ``train/`` and ``natural/`` of ``chorus corpus build`` (no speaker name in two of them).
+    data: str | list[str]
     out: str  # run folder: features cache, checkpoint/, log.csv, loss.png
     model: AcousticConfig = field(default_factory=AcousticConfig)
     steps: int = 30_000
@@ -62,8 +66,16 @@ class PretrainConfig:
     seed: int = 1234
     device: str = "cpu"
     default_speaker: str | None = None
+    # A new run starts from this base folder's weights (a warm start, not a resume: the optimizer, the step
+    # and the learning rate's schedule start afresh); speakers it knows keep their vectors, and a corpus
+    # speaker it does not know starts at the mean of them. Its model sizes, phonemes and mel settings rule.
+    init_from: str | None = None
 
     def __post_init__(self) -> None:
+        if isinstance(self.data, str):
+            self.data = [self.data]
+        if not self.data:
+            raise ValueError("PretrainConfig.data names no corpus folder")
         if isinstance(self.model, dict):
             self.model = AcousticConfig.from_dict(self.model)
         for name in ("steps", "max_frames", "eval_every", "save_every", "threads", "warmup_steps"):
@@ -134,10 +146,15 @@ class _Distributed:
         return float(tensor.item()) / self.world
 
 
-def corpus_digest(data: str | Path) -> str:
+def corpus_digest(data: str | Path | list[str] | list[Path]) -> str:
     """What a feature cache is made from, by content (wherever the folder is): every metadata line (speaker,
     clip, text), the size of its audio file (-1: missing), and the lines the metadata reader refused. Cheap:
-    metadata and file sizes, no audio read. ``DatasetFormatError`` when ``data`` holds no dataset."""
+    metadata and file sizes, no audio read. ``DatasetFormatError`` when ``data`` holds no dataset. Several
+    folders: the digest of their digests in order (one folder's is its own, as caches before them recorded)."""
+    if isinstance(data, list):
+        if len(data) == 1:
+            return corpus_digest(data[0])
+        return hashlib.sha256(" ".join(corpus_digest(folder) for folder in data).encode()).hexdigest()
     utterances, problems = discover(data)
     digest = hashlib.sha256()
     for utterance in utterances:
@@ -152,17 +169,19 @@ def corpus_digest(data: str | Path) -> str:
 
 
 def prepare_features(
-    data: str | Path,
+    data: str | Path | list[str] | list[Path],
     path: Path,
     front_end: TextFrontEnd,
     mel_config: MelConfig,
     with_pitch: bool = False,
     progress: bool = True,
 ) -> FeatureCache:
-    """The feature cache at ``path``, built from the corpus ``data`` the first time; ``ValueError`` if
-    the cache was made with other text or mel settings, or from another corpus (or this one since changed:
-    a fixed line, a clip added); it had been trained on whatever ``data`` named, and said to be ``data``."""
-    digest = corpus_digest(data)
+    """The feature cache at ``path``, built from the corpus ``data`` (one folder or several) the first time;
+    ``ValueError`` if the cache was made with other text or mel settings, or from another corpus (or this one
+    since changed: a fixed line, a clip added); it had been trained on whatever ``data`` named, and said to be
+    ``data``. Several folders must not share a speaker name (one speaker's clips would merge unsaid)."""
+    folders = [Path(folder) for folder in (data if isinstance(data, list) else [data])]
+    digest = corpus_digest(folders)
     if path.is_file():
         cache = FeatureCache.load(path)
         if cache.meta.get("front_end") != front_end.to_dict() or cache.meta.get("mel") != mel_config.to_dict():
@@ -173,24 +192,39 @@ def prepare_features(
                 f"one corpus. Give a new --out, or delete {path} (and {path.parent / 'checkpoint'}, to start over)"
             )
         return cache
-    # The data check's rules (missing, silent, clipped, mis-transcribed ...) decide what is trained on.
-    report = check_dataset(data, progress=progress)
-    if not report.speakers and report.problems:
-        message = report.problems[0].message
-        raise ValueError(message if message.startswith(str(data)) else f"{data}: {message}")
-    cache, skipped = build_feature_cache(
-        report.valid_utterances(), front_end, mel_config, with_pitch=with_pitch, progress=progress
-    )
+    utterances, problems = [], []
+    for folder, report in zip(folders, _checked_folders(folders, progress), strict=True):
+        for problem in report.problems:
+            problems.append(problem)
+            print(f"skipped {problem.source}: {problem.message}")
+        if report.problems:
+            print(f"skipped {len(report.problems)} problem(s) in {folder}: {report.summary()} Training on the rest.")
+        utterances += report.valid_utterances()
+    cache, skipped = build_feature_cache(utterances, front_end, mel_config, with_pitch=with_pitch, progress=progress)
     cache.meta["corpus"] = digest
-    for line in [f"{p.source}: {p.message}" for p in report.problems] + skipped:
+    for line in skipped:
         print(f"skipped {line}")
-    if report.problems or skipped:
-        print(
-            f"skipped {len(report.problems) + len(skipped)} problem(s) in {data}: {report.summary()} "
-            "Training on the rest."
-        )
+    if skipped:
+        print(f"skipped {len(skipped)} clip(s) whose features could not be made. Training on the rest.")
     cache.save(path)
     return cache
+
+
+def _checked_folders(folders: list[Path], progress: bool) -> list[DatasetReport]:
+    """Each corpus folder's data check (its rules, missing, silent, clipped, mis-transcribed ..., decide what
+    is trained on); ``ValueError`` for a folder with no speaker at all, or a speaker name in two folders."""
+    reports, seen = [], {}
+    for folder in folders:
+        report = check_dataset(folder, progress=progress)
+        if not report.speakers and report.problems:
+            message = report.problems[0].message
+            raise ValueError(message if message.startswith(str(folder)) else f"{folder}: {message}")
+        for name in report.speakers:
+            if name in seen:
+                raise ValueError(f"speaker {name!r} is in both {seen[name]} and {folder}: one speaker, one folder")
+            seen[name] = folder
+        reports.append(report)
+    return reports
 
 
 def split_validation(cache: FeatureCache, per_speaker: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -331,6 +365,13 @@ def _setup_model(config: PretrainConfig, corpus: _Corpus, checkpoint_dir: Path, 
     if (checkpoint_dir / "config.json").is_file():
         bundle = load_bundle(checkpoint_dir, device)
         _check_resume_matches(bundle, corpus.cache, corpus.front_end, corpus.mel_config)
+    elif config.init_from is not None:
+        base = load_bundle(config.init_from, device)
+        default = config.default_speaker or base.default_speaker  # the base's, unless another is asked for
+        bundle = warm_start(base, corpus.cache.speaker_names, default)
+        if default not in bundle.speakers:
+            raise ValueError(f"the base's default speaker {default!r} is not in the corpus: give --default-speaker")
+        _check_resume_matches(bundle, corpus.cache, corpus.front_end, corpus.mel_config)
     else:
         cache = corpus.cache
         model_config = AcousticConfig(
@@ -349,6 +390,28 @@ def _setup_model(config: PretrainConfig, corpus: _Corpus, checkpoint_dir: Path, 
         bundle = ModelBundle(model, corpus.front_end, corpus.mel_config, cache.speaker_names, corpus.default_speaker)
     bundle.model.train()
     return bundle
+
+
+def warm_start(base: ModelBundle, speakers: list[str], default_speaker: str) -> ModelBundle:
+    """A bundle for ``speakers`` with every weight and buffer of ``base`` (its mel statistics too: its decoder
+    speaks in them): a speaker ``base`` knows keeps its vector, a new one starts at the mean of ``base``'s
+    (the voice in the middle of those it learned). It speaks as ``base`` does (its vocoder and post-filter,
+    :data:`SYNTHESIS_SETTINGS`) until they are chosen anew for it. ``base`` is left as it was."""
+    old = base.model
+    config = AcousticConfig(**{**old.config.to_dict(), "n_speakers": len(speakers)})
+    model = build_model(config, next(old.parameters()).device)
+    state = {name: value for name, value in old.state_dict().items() if name != "speaker_embedding.weight"}
+    loaded = model.load_state_dict(state, strict=False)
+    if loaded.missing_keys != ["speaker_embedding.weight"] or loaded.unexpected_keys:  # nothing else may differ
+        raise ValueError(f"cannot warm-start from this base: {loaded}")
+    with torch.no_grad():
+        known = old.speaker_embedding.weight
+        index = {name: row for row, name in enumerate(base.speakers)}
+        for row, name in enumerate(speakers):
+            source = known[index[name]] if name in index else known.mean(dim=0)
+            model.speaker_embedding.weight[row].copy_(source)
+    settings = {key: base.info[key] for key in SYNTHESIS_SETTINGS if key in base.info}
+    return ModelBundle(model, base.front_end, base.mel_config, list(speakers), default_speaker, settings)
 
 
 def _setup_optimizer(
@@ -512,12 +575,13 @@ class _PretrainLoop:
             epoch, batch_in_epoch = (position.epoch + 1, 0) if epoch_done else (position.epoch, position.batch_in_epoch)
             elapsed = position.elapsed()
             self.bundle.info = {
+                **{key: self.bundle.info[key] for key in SYNTHESIS_SETTINGS if key in self.bundle.info},
                 "steps": position.step,
                 "step_seconds": round(position.step_seconds, 1),
                 "elapsed_seconds": round(elapsed, 1),
                 "world_size": self.run.world,
                 "device": str(self.run.device),
-                "corpus": str(config.data),
+                "corpus": list(config.data),
                 "utterances": len(self.corpus.cache),
                 "recipe": {k: v for k, v in asdict(config).items() if k not in ("data", "out")},
             }
