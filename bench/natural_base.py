@@ -1,18 +1,21 @@
-"""A Chorus base that also heard natural-sounding speakers, against the shipped one (issue 38's fallback).
+"""A Chorus base and vocoder that also heard natural-sounding speakers, against the shipped ones (issue 38's
+fallback).
 
-Each base (``label=folder``; ``shipped``: the package's) reads the same benchmark sentences (in no speaker's
-training text) in each voice it has, through its own default synthesis (vocoder and post-filter), the bases
-taking turns sentence by sentence; beside them, each voice's own recordings of the sentences (its engine:
-flite, festival, or Piper joe through its sox chain). Judged per voice and system: predicted MOS
-(distillmos, mean and sd over the sentences), WER (Whisper tiny.en) and resemblyzer similarity to the
-voice's recordings of other sentences (its corpus clips).
+Rows per voice: its recordings; the recordings' log-mels through each vocoder (``copy <vocoder>``: what the
+vocoder alone costs); and each base with each vocoder speaking freely (``<base> + <vocoder>``, the base's own
+post-filter), the combinations taking turns sentence by sentence. Base voices read the benchmark sentences (in
+no speaker's training text; their recordings made by their engine: flite, festival, or Piper joe through its
+sox chain); held-out voices (``--heldout-voices``) get the recordings and copy rows only, on their last clips.
+Judged per row: predicted MOS (distillmos, mean ± sd over the clips), WER (Whisper tiny.en) and resemblyzer
+similarity to other recordings of the voice (its first corpus clips).
 
     python bench/natural_base.py --bases shipped,natural=runs/base-natural/checkpoint \
-        --voices flite-rms,festival-kal,natural-joe-speed-116,natural-joe-pitch-600-speed-120 \
-        --out bench/results/natural_base
+        --vocoders shipped=neural,natural=runs/vocoder-natural --out bench/results/natural_base
 
 The natural-sounding voices are Piper joe (whose own dataset is held out) reading other sentences through sox
-(``chorus.corpus.speakers.NATURAL_SPEAKERS``): a base that heard them heard joe's relatives.
+(``chorus.corpus.speakers.NATURAL_SPEAKERS``): a base or vocoder that heard them heard joe's relatives, and
+every vocoder here heard joe resampled (``VOCODER_SPEAKERS``): piper-joe's copy rows are those of a voice whose
+relatives the vocoder heard.
 """
 
 from __future__ import annotations
@@ -23,8 +26,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from base import recording_clips, summarize  # bench/, beside this script
-from chorus.audio.io import load_audio
+from base import summarize  # bench/, beside this script
+from chorus.audio.io import SAMPLE_RATE, load_audio
+from chorus.audio.mel import log_mel
 from chorus.corpus.build import record_sentences
 from chorus.corpus.speakers import get_speaker
 from chorus.corpus.text import benchmark_sentences
@@ -35,20 +39,41 @@ from chorus.synthesis import load_base
 from run_record import LoadSampler, provenance, write_results
 
 
-def corpus_folder(voice: str, corpus: Path) -> Path:
-    """Where ``voice``'s corpus clips are (``train/`` or ``natural/``): its similarity references."""
-    return corpus / get_speaker(voice).split / voice
+def labelled(spec: str) -> dict[str, str | None]:
+    """``"a,b=path"`` -> ``{"a": None, "b": "path"}`` (None: the shipped one)."""
+    return dict(item.split("=", 1) if "=" in item else (item, None) for item in spec.split(","))
 
 
-def interleaved(bases: dict, voices: list[str], sentences: list[str]) -> list[VoiceClip]:
-    """Clips ``voice|label``: each sentence said by each base in turn, in every voice that base has."""
+def clips_of(voice: str, system: str, texts: list[str], audios: list[np.ndarray]) -> list[VoiceClip]:
+    return [
+        VoiceClip(f"{voice}|{system}", index, text, audio, SAMPLE_RATE, 0.0)
+        for index, (text, audio) in enumerate(zip(texts, audios))
+    ]
+
+
+def free_synthesis(synthesizers: dict, voices: list[str], sentences: list[str]) -> list[VoiceClip]:
+    """Clips ``voice|<base> + <vocoder>``: each sentence said by each combination in turn, in every voice that
+    base has."""
     clips = []
     for index, text in enumerate(sentences):
-        for label, tts in bases.items():
+        for system, tts in synthesizers.items():
             for voice in voices:
                 if voice in tts.speakers:
                     result = tts.synthesize(text, voice)
-                    clips.append(VoiceClip(f"{voice}|{label}", index, text, result.audio, result.sample_rate, 0.0))
+                    clips.append(VoiceClip(f"{voice}|{system}", index, text, result.audio, result.sample_rate, 0.0))
+    return clips
+
+
+def copy_synthesis(vocoders: dict, voice: str, texts: list[str], recordings: list[np.ndarray]) -> list[VoiceClip]:
+    """Clips ``voice|copy <vocoder>``: each recording's log-mel through each vocoder (peaks above 0.99 scaled)."""
+    clips = []
+    for label, vocoder in vocoders.items():
+        audios = []
+        for audio in recordings:
+            spoken = vocoder.vocode(torch.from_numpy(log_mel(audio, vocoder.mel_config)))
+            peak = float(np.abs(spoken).max()) if spoken.size else 0.0
+            audios.append(spoken * (0.99 / peak) if peak > 0.99 else spoken)
+        clips += clips_of(voice, f"copy {label}", texts, audios)
     return clips
 
 
@@ -62,33 +87,37 @@ def mos_by_group(clips: list[VoiceClip], report) -> dict[str, tuple[float, float
 
 
 def report(result: dict) -> str:
-    systems = ["recordings", *result["bases"]]
+    systems = result["systems"]
     lines = [
-        "# A base that heard natural-sounding speakers, against the shipped one",
+        "# A base and vocoder that heard natural-sounding speakers, against the shipped ones",
         "",
-        f"{result['sentences']} benchmark sentences per voice and system; MOS mean ± sd over them, WER % (Whisper "
-        "tiny.en), similarity to the voice's corpus clips (resemblyzer). Bases: "
+        f"Base voices: {result['sentences']} benchmark sentences; held-out voices: their last {result['sentences']} "
+        "clips (recordings and copy rows only). MOS mean ± sd over the clips / WER % (Whisper tiny.en) / similarity "
+        "to the voice's first corpus clips (resemblyzer). Bases: "
         + "; ".join(f"{label} = `{info['folder']}` ({info['steps']} steps)" for label, info in result["bases"].items())
+        + ". Vocoders: "
+        + "; ".join(f"{label} = `{source}`" for label, source in result["vocoders"].items())
         + ". A blank cell: that base has no such voice.",
         "",
-        "| voice | " + " | ".join(f"{s} MOS | {s} WER | {s} sim." for s in systems) + " |",
-        "|---" * (1 + 3 * len(systems)) + "|",
+        "| voice | " + " | ".join(systems) + " |",
+        "|---" * (1 + len(systems)) + "|",
     ]
     for voice in result["voices"]:
         cells = []
         for system in systems:
             key = f"{voice}|{system}"
             if key not in result["summary"]:
-                cells += ["", "", ""]
+                cells.append("")
                 continue
             mos, sd = result["mos"][key]
             row = result["summary"][key]
-            cells += [f"{mos:.2f} ± {sd:.2f}", f"{100 * row['wer']:.1f}", f"{row['similarity']:.3f}"]
+            cells.append(f"{mos:.2f} ± {sd:.2f} / {100 * row['wer']:.1f} / {row['similarity']:.3f}")
         lines.append(f"| {voice} | " + " | ".join(cells) + " |")
     lines += [
         "",
-        "The natural-sounding voices are Piper joe (its own dataset held out) reading other sentences through sox "
-        "chains; a base that heard them heard joe's relatives.",
+        "The natural-sounding voices (natural-joe-*) are Piper joe (its own dataset held out) reading other sentences "
+        "through sox chains; a base or vocoder that heard them heard joe's relatives, and every vocoder here heard joe "
+        "resampled (the vocoder/ split).",
         "",
         f"Provenance: commit `{result['provenance']['commit'][:10]}`, src/ clean: {result['provenance']['src_clean']}, "
         f"{result['provenance']['threads']} thread(s), load {result['provenance']['load']}.",
@@ -99,37 +128,61 @@ def report(result: dict) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--bases", default="shipped,natural=runs/base-natural/checkpoint", help="label=folder, ...")
+    parser.add_argument("--vocoders", default="shipped=neural", help="label=vocoder (a folder, or neural), ...")
     parser.add_argument(
         "--voices", default="flite-rms,festival-kal,natural-joe-speed-116,natural-joe-pitch-600-speed-120"
     )
-    parser.add_argument("--corpus", type=Path, default=Path("corpus_out"), help="the corpus root (train/, natural/)")
+    parser.add_argument("--heldout-voices", default="piper-joe,flite-slt,festival-ked")
+    parser.add_argument(
+        "--corpus", type=Path, default=Path("corpus_out"), help="the corpus root (train/, natural/ ...)"
+    )
     parser.add_argument("--sentences", type=int, default=12)
     parser.add_argument("--references", type=int, default=10, help="corpus clips per voice for similarity")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--out", type=Path, default=Path("bench/results/natural_base"))
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    voices = args.voices.split(",")
+    voices, heldout = args.voices.split(","), [v for v in args.heldout_voices.split(",") if v]
     sentences = benchmark_sentences()[: args.sentences]
-    folders = dict(item.split("=", 1) if "=" in item else (item, None) for item in args.bases.split(","))
-    bases = {label: load_base(folder) for label, folder in folders.items()}
+    bases, vocoders = labelled(args.bases), labelled(args.vocoders)
+    synthesizers = {
+        f"{base} + {vocoder}": load_base(folder, source or "neural")
+        for base, folder in bases.items()
+        for vocoder, source in vocoders.items()
+    }
+    first_base, first_vocoder = next(iter(bases)), next(iter(vocoders))
+    vocoder_models = {label: synthesizers[f"{first_base} + {label}"].engine.base.vocoder for label in vocoders}
     result = {
         "bases": {
-            label: {"folder": folders[label] or "shipped", "steps": tts.bundle.info.get("steps")}
-            for label, tts in bases.items()
+            label: {
+                "folder": folder or "shipped",
+                "steps": synthesizers[f"{label} + {first_vocoder}"].bundle.info.get("steps"),
+            }
+            for label, folder in bases.items()
         },
-        "voices": voices,
+        "vocoders": {label: source or "neural" for label, source in vocoders.items()},
+        "voices": [*voices, *heldout],
         "sentences": len(sentences),
-        "provenance": provenance(args.threads, "Synthesizer.synthesize, each base's default vocoder and post-filter"),
+        "systems": ["recordings", *(f"copy {label}" for label in vocoders), *synthesizers],
+        "provenance": provenance(args.threads, "Synthesizer.synthesize of each base + vocoder; vocoder.vocode (copy)"),
     }
     with LoadSampler() as load:
-        clips = interleaved(bases, voices, sentences)
-        recordings = {voice: record_sentences(voice, sentences) for voice in voices}
-        clips += recording_clips(voices, sentences, recordings)
-        references = {
-            voice: [load_audio(u.audio_path) for u in discover(corpus_folder(voice, args.corpus))[0][: args.references]]
-            for voice in voices
-        }
+        clips = free_synthesis(synthesizers, voices, sentences)
+        references = {}
+        for voice in voices:
+            recordings = record_sentences(voice, sentences)
+            clips += clips_of(voice, "recordings", sentences, recordings)
+            clips += copy_synthesis(vocoder_models, voice, sentences, recordings)
+            folder = args.corpus / get_speaker(voice).split / voice
+            references[voice] = [load_audio(u.audio_path) for u in discover(folder)[0][: args.references]]
+        for voice in heldout:
+            utterances = discover(args.corpus / "heldout" / voice)[0]
+            last = utterances[-args.sentences :]
+            recordings = [load_audio(u.audio_path) for u in last]
+            texts = [u.text for u in last]
+            clips += clips_of(voice, "recordings", texts, recordings)
+            clips += copy_synthesis(vocoder_models, voice, texts, recordings)
+            references[voice] = [load_audio(u.audio_path) for u in utterances[: args.references]]
         by_group = {clip.voice: references[clip.voice.split("|")[0]] for clip in clips}
         judged = judge_clips(clips, Judges(reference=False), by_group)
         result["summary"] = summarize(clips, judged)
