@@ -3,7 +3,8 @@
 # voice makes (corpus split natural/: joe reading other sentences than its held-out clips', through sox).
 # Each session warm-starts from the last committed weights (checkpoints/base-natural/, else the shipped base),
 # trains in the background to TOTAL_STEPS with a linear anneal over the last quarter, and logs to
-# runs/base-natural.log; a run already in runs/base-natural/ resumes where it stopped instead.
+# runs/base-natural.log; a run already in runs/base-natural/ resumes where it stopped instead, with the schedule
+# it began with (PEAK_LEARNING_RATE applies to a new run).
 # Usage: bash scripts/pretrain_natural.sh [TOTAL_STEPS] [PEAK_LEARNING_RATE]
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -36,9 +36,10 @@ def main() -> None:
     parser.add_argument("--showcase", default="", help="comma-separated voices `chorus demo` uses")
     parser.add_argument(
         "--default-vocoder",
-        default="griffin-lim",
+        default=None,
         choices=["griffin-lim", "neural"],
-        help="vocoder load_base() uses when none is named (pick it on bench/base.py)",
+        help="vocoder load_base() uses when none is named (pick it on bench/base.py; default: the run's own, which a "
+        "warm start keeps from its base, else griffin-lim)",
     )
     parser.add_argument("--corpus", type=Path, default=Path("corpus_out"))
     parser.add_argument("--bench", type=Path, default=Path("bench/results/base/base.md"))
@@ -55,7 +56,7 @@ def main() -> None:
     bundle = load_bundle(args.run / "checkpoint")
     if args.showcase:
         bundle.info["showcase_speakers"] = args.showcase.split(",")
-    bundle.info["default_vocoder"] = args.default_vocoder
+    bundle.info["default_vocoder"] = args.default_vocoder or bundle.info.get("default_vocoder", "griffin-lim")
     save_bundle(bundle, args.to)
     rows = list(csv.DictReader((args.run / "log.csv").open()))
     last_val = [r for r in rows if r["split"] == "val"][-1] if rows else {}
@@ -63,6 +64,19 @@ def main() -> None:
     config = bundle.model.config
     params = sum(p.numel() for p in bundle.model.parameters())
     info = bundle.info
+    recipe = info.get("recipe", {})
+    natural = [
+        name
+        for name in bundle.speakers
+        if voices.get("voices", {}).get(name, {}).get("path", "").startswith("natural/")
+    ]
+    heard = (
+        f" {len(natural)} of them natural-sounding: Piper joe reading other sentences than its held-out clips', "
+        "through sox (corpus split natural/), so piper-joe judged on this base is judged on a base that heard its "
+        "relatives."
+        if natural
+        else ""
+    )
     card = [
         "# Chorus base model",
         "",
@@ -73,8 +87,14 @@ def main() -> None:
         "",
         f"* Parameters: {params / 1e6:.2f} M; d_model {config.d_model}, {config.encoder_layers}+{config.decoder_layers} "
         f"FFT blocks, conv feed-forward {config.ff_hidden}x{config.ff_kernel}, speaker vectors of {config.speaker_dim}.",
-        f"* Data: the offline synthetic corpus (`chorus corpus build`), {len(bundle.speakers)} voices, "
-        f"{info.get('utterances', '?')} utterances. Held out: piper-joe, flite-slt, festival-ked.",
+        f"* Data: the offline corpus (`chorus corpus build`; {', '.join(map(str, info.get('corpus') or ['?']))}), "
+        f"{len(bundle.speakers)} voices, {info.get('utterances', '?')} utterances. Held out: piper-joe, flite-slt, "
+        f"festival-ked.{heard}",
+        *(
+            [f"* Warm start: from the weights of `{recipe['init_from']}` (its speakers' vectors kept)."]
+            if recipe.get("init_from")
+            else []
+        ),
         f"* Steps: {info.get('steps')} (world size {info.get('world_size')}, device {info.get('device', 'cpu')}); "
         f"time inside training steps {info.get('step_seconds', 0) / 3600:.2f} h"
         + (f", elapsed {info['elapsed_seconds'] / 3600:.2f} h" if "elapsed_seconds" in info else "")
@@ -86,7 +106,7 @@ def main() -> None:
         f"* Last validation losses: mel L1 {last_val.get('mel', '?')}, prior {last_val.get('prior', '?')}, "
         f"duration {last_val.get('duration', '?')} (normalized log-mel units).",
         f"* Weights sha256: `{file_sha256(args.to / 'model.safetensors')}`",
-        f"* Default vocoder: {args.default_vocoder} (the neural one is `assets/vocoder/`, see its card).",
+        f"* Default vocoder: {info['default_vocoder']} (the neural one is `assets/vocoder/`, see its card).",
         "",
         "## Voices",
         "",

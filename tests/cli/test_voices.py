@@ -156,6 +156,7 @@ def test_the_list_says_what_each_voice_speaks_as():
     assert speaks_as({"stage": "instant", "instant": "flite-kal16"}) == "flite-kal16"
     assert speaks_as({"stage": "adapted", "instant": "m3"}) == "itself"
     assert speaks_as({"stage": "training", "instant": None}) == ""
+    assert speaks_as({"stage": "adapted", "this_base": False}) == "nothing here: made on another base"
 
 
 def test_no_server_is_one_plain_line_and_the_url_comes_from_the_environment(tmp_path):

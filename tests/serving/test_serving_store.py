@@ -375,7 +375,7 @@ def test_recovery_after_kill_9(point, voice_folder, tmp_path):
         if point == "ready":
             # The upload was committed: nothing is lost, the voice is served and its job is done.
             assert report.restored_voices == [("acme", "ann")]
-            assert voices["ann"].status == VoiceStatus.READY
+            assert voices["ann"].status == VoiceStatus.READY and voices["ann"].base == "base"  # its card's, restored
             assert store.get_job("acme", job).status == JobStatus.DONE
             assert store.get_voice("acme", "ann").is_dir()
             assert [j.voice_id for j in store.interrupted_jobs()] == ["queued-voice"]
@@ -699,7 +699,7 @@ def test_repair_adopts_whole_orphans_and_quarantines_the_rest(store, voice_folde
     report = store.repair()
     assert report.adopted == [("acme", "twin")]
     assert len(report.quarantined) == 1 and "/.quarantine/globex/junk-" in report.quarantined[0]
-    assert store.voice("acme", "twin").status == VoiceStatus.READY
+    assert store.voice("acme", "twin").status == VoiceStatus.READY and store.voice("acme", "twin").base == "base"
     assert (store.get_voice("acme", "twin") / "adapter_model.safetensors").is_file()
     after = store.verify()
     assert after.ok and after.checked == 2  # nothing orphaned left, and nothing deleted:
@@ -755,6 +755,7 @@ def test_a_live_server_reclaims_the_work_of_one_killed_on_a_shared_store(point, 
         if point == "ready":
             assert report.restored_voices == [("acme", "ann")]
             assert voices["ann"].status == VoiceStatus.READY and live.get_job("acme", job).status == JobStatus.DONE
+            assert voices["ann"].base == "base"  # the card's: a voice of another base stays off this base's list
             read_voice(live.get_voice("acme", "ann"))
         else:
             assert voices["ann"].status == VoiceStatus.FAILED and "interrupted" in voices["ann"].error
@@ -1108,3 +1109,14 @@ def test_migrate_keeps_consents_and_voices_that_speak_as_their_instant_voice(voi
         "0 consent recording(s) and 0 consent(s) given with uploads copied" in again.output
         and "skipped acme/voice_i: in the target" in again.output
     )
+
+
+def test_a_voice_records_the_base_it_is_made_on_from_its_job_to_its_commit(store, voice_folder):
+    """A sample's instant voice blends the queuing server's base speakers: listed by that base's servers alone."""
+    job = store.create_job("acme", "ann", name="Ann", instant="m3", base="b" * 64)
+    training = store.voice("acme", "ann")
+    assert training.base == "b" * 64 and training.made_on("b" * 64) and not training.made_on("c" * 64)
+    store.put_voice("acme", "ann", voice_folder, name="Ann", job_id=job)  # the job's own upload keeps its instant
+    assert store.voice("acme", "ann").base == "base"  # committed: its card's base, whatever the job said
+    unrecorded = store.create_job("acme", "bob", name="Bob")  # a queue that names no base (Ray's): any base's
+    assert unrecorded and store.voice("acme", "bob").base is None and store.voice("acme", "bob").made_on("c" * 64)

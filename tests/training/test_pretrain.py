@@ -295,14 +295,25 @@ def test_pretraining_reads_several_corpus_folders_from_a_warm_start(corpus, new_
     assert bundle.info["corpus"] == [str(corpus), str(new_voice_data)]
     # It speaks as its base did (vocoder, post-filter) until they are chosen for it.
     shipped_like = dict(load_bundle(tiny_base).info, default_vocoder="griffin-lim", postfilter={"global_variance": 1.5})
+    shipped_like["showcase_speakers"] = ["m3"]
     assert warm_start(dataclasses.replace(load_bundle(tiny_base), info=shipped_like), ["m3"], "m3").info == {
         "default_vocoder": "griffin-lim",
         "postfilter": {"global_variance": 1.5},
+        "showcase_speakers": ["m3"],
     }
     # The base's mel statistics rule (its decoder speaks in them), not the new corpus'.
     assert torch.equal(bundle.model.mel_mean, load_bundle(tiny_base).model.mel_mean)
     again = CliRunner().invoke(app, [*command, "--init-from", str(tiny_base)], env={"COLUMNS": "300"})
     assert again.exit_code == 2 and "--init-from applies to a new run" in again.output, again.output
+    # Resumed, it keeps the schedule it began with (a review's catch: it went back to a new run's learning rate
+    # and alignment prior, and its recipe forgot the warm start); another peak is refused, not taken.
+    other = CliRunner().invoke(app, [*command[:-4], "--steps", "3", "--learning-rate", "1e-3"], env={"COLUMNS": "300"})
+    assert other.exit_code == 2 and "--learning-rate 0.001" in other.output and "begun with 0.0001" in other.output
+    resumed = CliRunner().invoke(app, [*command[:-4], "--steps", "3", "--threads", "1"])
+    assert resumed.exit_code == 0, resumed.output
+    kept = load_bundle(out / "checkpoint").info["recipe"]
+    assert kept["learning_rate"] == 1e-4 and kept["alignment_prior_steps"] == 0 and kept["init_from"] == str(tiny_base)
+    assert kept["steps"] == 3 and kept["model"] == dict(load_bundle(tiny_base).model.config.to_dict(), n_speakers=3)
 
 
 def test_a_speaker_in_two_corpus_folders_is_refused(corpus, tmp_path):

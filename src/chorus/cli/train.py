@@ -47,35 +47,67 @@ def pretrain(
         help="Start a new run from this base's weights (a folder with config.json, e.g. src/chorus/assets/base): "
         "its speakers keep their vectors, new corpus speakers start at their mean; optimizer and schedule afresh.",
     ),
-    learning_rate: float = typer.Option(
-        config_default(PretrainConfig, "learning_rate"), help="Peak learning rate, reached after the warmup."
+    learning_rate: float | None = typer.Option(
+        None,
+        help=f"Peak learning rate, reached after the warmup (default {config_default(PretrainConfig, 'learning_rate'):g}; "
+        "a resumed run keeps its own).",
     ),
-    warmup_steps: int = typer.Option(config_default(PretrainConfig, "warmup_steps"), help="Linear warmup steps."),
+    warmup_steps: int | None = typer.Option(
+        None,
+        help=f"Linear warmup steps (default {config_default(PretrainConfig, 'warmup_steps')}; a resumed run keeps its own).",
+    ),
     alignment_prior_steps: int | None = typer.Option(
         None,
         help=f"Steps over which the diagonal alignment prior fades out (default "
-        f"{config_default(PretrainConfig, 'alignment_prior_steps')}; 0 with --init-from: that base aligns already).",
+        f"{config_default(PretrainConfig, 'alignment_prior_steps')}; 0 with --init-from: that base aligns already; "
+        "a resumed run keeps its own).",
     ),
     threads: int = typer.Option(config_default(PretrainConfig, "threads"), help="CPU threads per process."),
     device: str = DEVICE_OPTION,
 ) -> None:
     """Pretrain (or resume) the multi-speaker base model. Run under `torchrun` for DDP."""
+    schedule = {
+        "learning_rate": learning_rate,
+        "warmup_steps": warmup_steps,
+        "alignment_prior_steps": alignment_prior_steps,
+    }
     saved = out / "checkpoint" / "config.json"
-    if saved.is_file():  # a run to resume: its model and default speaker are fixed (both had been dropped unsaid)
+    if saved.is_file():
+        # A run to resume keeps what it began with: its model, default speaker, warm start and schedule (each had been
+        # dropped unsaid: a resumed warm start went back to a new run's learning rate and alignment prior).
         with user_errors():
-            default = json.loads(saved.read_text()).get("default_speaker")
+            document = json.loads(saved.read_text())
+        began = document.get("info", {}).get("recipe", {})
         if config is not None or init_from is not None:
             option = "--config" if config is not None else "--init-from"
             fail(f"{option} applies to a new run: {out} holds one, whose model is fixed (give another --out)")
-        if default_speaker is not None and default_speaker != default:
-            fail(f"--default-speaker: {out} holds a run whose default speaker is {default} (fixed when it began)")
-    if config is not None and init_from is not None:
-        fail("--config and --init-from: a warm start takes its model's sizes from the base it starts from")
-    if init_from is not None and not (init_from / "config.json").is_file():
-        fail(f"--init-from {init_from}: no base there (a folder with config.json and model.safetensors)")
-    if alignment_prior_steps is None:
-        alignment_prior_steps = 0 if init_from is not None else config_default(PretrainConfig, "alignment_prior_steps")
+        if default_speaker is not None and default_speaker != document.get("default_speaker"):
+            fail(
+                f"--default-speaker: {out} holds a run whose default speaker is {document.get('default_speaker')} "
+                "(fixed when it began)"
+            )
+        for name, value in schedule.items():
+            if value is not None and began.get(name, value) != value:
+                fail(
+                    f"--{name.replace('_', '-')} {value:g}: {out} holds a run begun with {began[name]:g}, which it keeps "
+                    "(--steps and --anneal-from may change on resume)"
+                )
+        schedule = {name: began.get(name) if value is None else value for name, value in schedule.items()}
+        init_from = began.get("init_from")
+    else:
+        if config is not None and init_from is not None:
+            fail("--config and --init-from: a warm start takes its model's sizes from the base it starts from")
+        if init_from is not None and not (init_from / "config.json").is_file():
+            fail(f"--init-from {init_from}: no base there (a folder with config.json and model.safetensors)")
+        if schedule["alignment_prior_steps"] is None and init_from is not None:
+            schedule["alignment_prior_steps"] = 0
+    schedule = {
+        name: config_default(PretrainConfig, name) if value is None else value for name, value in schedule.items()
+    }
+    if schedule["learning_rate"] <= 0:
+        fail(f"--learning-rate {schedule['learning_rate']:g}: must be positive")
     with user_errors():
+        # A resumed run's model is its checkpoint's, a warm start's its base's (pretraining reads them).
         model_config = AcousticConfig.from_dict(json.loads(config.read_text())) if config else AcousticConfig()
         recipe = PretrainConfig(
             data=[str(folder) for folder in data],
@@ -83,14 +115,12 @@ def pretrain(
             model=model_config,
             steps=steps,
             max_frames=max_frames,
-            learning_rate=learning_rate,
-            warmup_steps=warmup_steps,
             anneal_from=anneal_from,
-            alignment_prior_steps=alignment_prior_steps,
             threads=threads,
             device=device,
             default_speaker=default_speaker,
             init_from=None if init_from is None else str(init_from),
+            **schedule,
         )
         with interrupt_said():
             checkpoint = run_pretrain(recipe)

@@ -122,7 +122,10 @@ def list_voices(server: str = SERVER_OPTION, key: str | None = KEY_OPTION) -> No
 
 def speaks_as(voice: dict) -> str:
     """What a voice speaks as now (the list had said "what each speaks as" and shown only its stage): its own
-    adapted voice ("itself"), the base speaker or blend its instant voice is, or nothing yet."""
+    adapted voice ("itself"), the base speaker or blend its instant voice is, or nothing yet (nothing here for a
+    voice adapted on another base than the server's)."""
+    if voice.get("this_base") is False:
+        return "nothing here: made on another base"
     if voice.get("stage") == "adapted":
         return "itself"
     return voice.get("instant") or "" if voice.get("stage") == "instant" else ""

@@ -8,10 +8,11 @@ share of the batches (gloo on CPU, NCCL on GPU) and rank 0 writes checkpoints an
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 import os
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import timedelta
 from pathlib import Path
 
@@ -35,8 +36,9 @@ from chorus.training.interrupts import InterruptRequest, RunInterrupted
 from chorus.training.loss_log import LossLog, plot_losses
 from chorus.training.progress import step_progress
 
-# How a base speaks, not how it was trained: a warm-started run keeps its base's until they are chosen anew.
-SYNTHESIS_SETTINGS = ("default_vocoder", "postfilter")
+# How a base speaks and which voices show it, not how it was trained: a warm-started run keeps its base's until
+# they are chosen anew.
+SYNTHESIS_SETTINGS = ("default_vocoder", "postfilter", "showcase_speakers")
 # log.csv: one row per evaluation and split (train, val), mean losses since the last one.
 LOG_FIELDS = ["step", "split", "total", "mel", "prior", "duration", "lr", "seconds"]
 PLOTTED = ("mel", "prior", "duration")
@@ -334,6 +336,10 @@ def pretrain(config: PretrainConfig, *, progress: bool = True) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     checkpoint_dir = out / "checkpoint"
     recover_interrupted_write(checkpoint_dir)
+    trained = checkpoint_dir if (checkpoint_dir / "config.json").is_file() else config.init_from
+    if trained is not None:  # the model is the checkpoint's or the warm start's base's: its features and recipe too
+        model = json.loads((Path(trained) / "config.json").read_text(encoding="utf-8"))["model"]
+        config = replace(config, model=AcousticConfig.from_dict(model))
 
     corpus = _setup_data(config, run, out / "features.safetensors", progress)
     bundle = _setup_model(config, corpus, checkpoint_dir, run.device)
@@ -395,8 +401,8 @@ def _setup_model(config: PretrainConfig, corpus: _Corpus, checkpoint_dir: Path, 
 def warm_start(base: ModelBundle, speakers: list[str], default_speaker: str) -> ModelBundle:
     """A bundle for ``speakers`` with every weight and buffer of ``base`` (its mel statistics too: its decoder
     speaks in them): a speaker ``base`` knows keeps its vector, a new one starts at the mean of ``base``'s
-    (the voice in the middle of those it learned). It speaks as ``base`` does (its vocoder and post-filter,
-    :data:`SYNTHESIS_SETTINGS`) until they are chosen anew for it. ``base`` is left as it was."""
+    (the voice in the middle of those it learned). It speaks as ``base`` does (its vocoder, post-filter and
+    showcase voices, :data:`SYNTHESIS_SETTINGS`) until they are chosen anew for it. ``base`` is left as it was."""
     old = base.model
     config = AcousticConfig(**{**old.config.to_dict(), "n_speakers": len(speakers)})
     model = build_model(config, next(old.parameters()).device)

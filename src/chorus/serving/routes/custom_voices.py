@@ -323,6 +323,7 @@ async def create_audio_voice(request: Request, tenant: Tenant, server: Server):
                 max_voices=own.voices,
                 consent_id=consent.consent_id,
                 instant=instant,
+                base=server.engine.base.sha256,
             )
         except VoiceConflict as error:
             raise ApiError(409, str(error), type="conflict_error") from None

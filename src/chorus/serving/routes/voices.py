@@ -172,6 +172,7 @@ async def create_voice(request: Request, tenant: Tenant, server: Server):
                 method=settings.adapt.methods.spec,
                 max_active_jobs=own.active_jobs,
                 max_voices=own.voices,
+                base=server.engine.base.sha256,
             )
         except VoiceConflict as error:
             raise ApiError(409, str(error), type="conflict_error", param="id") from None

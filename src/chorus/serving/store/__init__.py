@@ -286,6 +286,7 @@ class VoiceStore:
         max_voices: int | None = None,
         consent_id: str | None = None,
         instant: str | None = None,
+        base: str | None = None,
     ) -> str:
         """Queue a training job for a new voice (or a failed one), within the quotas given; its id. See
         :meth:`Jobs.create`."""
@@ -298,6 +299,7 @@ class VoiceStore:
             max_voices=max_voices,
             consent_id=consent_id,
             instant=instant,
+            base=base,
         )
 
     # -- consent recordings (OpenAI's custom voices; see :mod:`chorus.serving.store.consents`)

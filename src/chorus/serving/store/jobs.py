@@ -47,10 +47,11 @@ class Jobs:
         max_voices: int | None = None,
         consent_id: str | None = None,
         instant: str | None = None,
+        base: str | None = None,
     ) -> str:
         """Queue a training job for a new voice (or a failed one): the voice is listed as training (made
         under consent recording ``consent_id``, speaking as the blend ``instant`` until it is ready, for
-        OpenAI's custom voices).
+        OpenAI's custom voices), on the base whose sha256 is ``base`` (the queuing server's).
         Returns the job id. Raises ``VoiceConflict`` if the voice is ready, training or being deleted,
         ``QuotaReached`` if ``tenant`` has ``max_active_jobs`` jobs queued or running, or ``max_voices``
         voices, already: counted in the same transaction, so servers sharing the store cannot both take
@@ -85,7 +86,9 @@ class Jobs:
                 "VALUES (?, ?, ?, ?, 0, ?, ?, ?)",
                 (job_id, tenant, voice_id, JobStatus.QUEUED, now, now, self._owner),
             )
-            self._voices.mark_training(db, tenant, voice_id, name or voice_id, method, job_id, now, consent_id, instant)
+            self._voices.mark_training(
+                db, tenant, voice_id, name or voice_id, method, job_id, now, consent_id, instant, base
+            )
         return job_id
 
     def update(

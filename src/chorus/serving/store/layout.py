@@ -146,6 +146,14 @@ class BlobLayout:
             return None
         return files
 
+    def read_card(self, blob: str) -> dict:
+        """A voice folder's card (``voice_card.json``) as a dict; ``{}`` where it is missing or unreadable."""
+        try:
+            card = json.loads(self.fs.cat_file(f"{blob}/{CARD_FILE}"))
+        except (FileNotFoundError, ValueError):
+            return {}
+        return card if isinstance(card, dict) else {}
+
     def stray_files(self, blob: str) -> list[str]:
         """Names in a voice folder that are neither voice files nor the marker, sorted."""
         return sorted(set(_names(self.fs, blob)) - VOICE_FILES - {MARKER_FILE})

@@ -3,7 +3,6 @@ back it up while it serves, verify every voice's files, and repair the folders n
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import tempfile
@@ -12,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from chorus.adapters.voice import CARD_FILE, WEIGHTS_FILE
+from chorus.adapters.voice import WEIGHTS_FILE
 from chorus.serving.store.backends import Backends
 from chorus.serving.store.layout import LOCAL, MARKER_FILE, BlobLayout, Manifest, mismatches
 from chorus.serving.store.metadata import SqliteDatabase
@@ -286,16 +285,12 @@ class Maintenance:
             if manifest is None or mismatches(self._layout.fs, path, manifest):
                 report.quarantined.append(self._layout.quarantine(tenant, voice_id, path))
                 continue
-            try:
-                card = json.loads(self._layout.fs.cat_file(f"{path}/{CARD_FILE}"))
-            except (FileNotFoundError, ValueError):
-                card = {}
-            card = card if isinstance(card, dict) else {}
+            card = self._layout.read_card(path)
             now = time.time()
             with self._db.transaction() as db:
                 db.execute(
                     "INSERT INTO voices (tenant, id, name, status, created, updated, blob_url, sha256, "
-                    "size_bytes, method) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    "size_bytes, method, base) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (
                         tenant,
                         voice_id,
@@ -307,6 +302,7 @@ class Maintenance:
                         manifest[WEIGHTS_FILE].sha256,
                         sum(d.size for d in manifest.values()),
                         "+".join(card.get("methods") or []) or None,
+                        str(card["base_model_sha256"]) if card.get("base_model_sha256") else None,
                     ),
                 )
             report.adopted.append((tenant, voice_id))

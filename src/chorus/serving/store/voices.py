@@ -258,17 +258,20 @@ class Voices:
         now: float,
         consent_id: str | None = None,
         instant: str | None = None,
+        base: str | None = None,
     ) -> None:
-        """List the voice as training, owned by this store (a new row, or one that was failed)."""
+        """List the voice as training, owned by this store (a new row, or one that was failed), on the base
+        ``base`` (sha256; its instant voice blends that base's speakers)."""
         db.execute(
             "INSERT INTO voices (tenant, id, name, status, created, updated, blob_url, method, job_id, owner, "
-            "consent_id, instant) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+            "consent_id, instant, base) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
             "ON CONFLICT (tenant, id) DO UPDATE SET name=excluded.name, status=excluded.status, "
-            "updated=excluded.updated, sha256=NULL, size_bytes=NULL, base=NULL, method=excluded.method, "
+            "updated=excluded.updated, sha256=NULL, size_bytes=NULL, method=excluded.method, "
             "job_id=excluded.job_id, error=NULL, owner=excluded.owner, "
-            # the upload of a job's own voice keeps what the job was queued with (its consent, its instant voice)
+            # the upload of a job's own voice keeps what the job was queued with (consent, instant voice, base)
             "consent_id=CASE WHEN voices.job_id=excluded.job_id THEN voices.consent_id ELSE excluded.consent_id END, "
-            "instant=CASE WHEN voices.job_id=excluded.job_id THEN voices.instant ELSE excluded.instant END",
+            "instant=CASE WHEN voices.job_id=excluded.job_id THEN voices.instant ELSE excluded.instant END, "
+            "base=CASE WHEN voices.job_id=excluded.job_id THEN voices.base ELSE excluded.base END",
             (
                 tenant,
                 voice_id,
@@ -282,6 +285,7 @@ class Voices:
                 self._owner,
                 consent_id,
                 instant,
+                base,
             ),
         )
 
@@ -334,14 +338,16 @@ class Voices:
         """Mark ready a voice whose upload was committed (``manifest``) but not yet recorded, and its job
         done."""
         now = time.time()
+        base = self._layout.read_card(self._layout.blob(voice.tenant, voice.voice_id)).get("base_model_sha256")
         with self._db.transaction() as db:
             db.execute(
-                "UPDATE voices SET status=?, sha256=?, size_bytes=?, error=NULL, owner=NULL, updated=? "
+                "UPDATE voices SET status=?, sha256=?, size_bytes=?, base=?, error=NULL, owner=NULL, updated=? "
                 "WHERE tenant=? AND id=?",
                 (
                     VoiceStatus.READY,
                     manifest[WEIGHTS_FILE].sha256,
                     sum(d.size for d in manifest.values()),
+                    str(base) if base else None,
                     now,
                     voice.tenant,
                     voice.voice_id,

@@ -100,8 +100,9 @@
   const voiceSelect = $("voice");
   const voicesStatus = $("voices-status");
 
-  // A voice speaks when ready, and a voice made from a sample as soon as it exists (its instant voice).
-  const speaks = (voice) => voice.status === "ready" || voice.stage === "instant";
+  // A voice speaks when ready, and a voice made from a sample as soon as it exists (its instant voice); not
+  // one adapted on another base than the server's (the store keeps it for a server with that base).
+  const speaks = (voice) => voice.this_base !== false && (voice.status === "ready" || voice.stage === "instant");
 
   // Nothing of a tenant stays on the page once the server refuses its key: no voices, card or Delete.
   function clearVoices(message) {
