@@ -71,9 +71,9 @@ def main() -> None:
         if voices.get("voices", {}).get(name, {}).get("path", "").startswith("natural/")
     ]
     heard = (
-        f" {len(natural)} of them natural-sounding: Piper joe reading other sentences than its held-out clips', "
-        "through sox (corpus split natural/), so piper-joe judged on this base is judged on a base that heard its "
-        "relatives."
+        f" ({len(natural)} of them natural-sounding: Piper joe reading other sentences than its held-out clips' "
+        "through sox, corpus split natural/; piper-joe judged on this base is judged on a base that heard its "
+        "relatives)"
         if natural
         else ""
     )
@@ -88,8 +88,8 @@ def main() -> None:
         f"* Parameters: {params / 1e6:.2f} M; d_model {config.d_model}, {config.encoder_layers}+{config.decoder_layers} "
         f"FFT blocks, conv feed-forward {config.ff_hidden}x{config.ff_kernel}, speaker vectors of {config.speaker_dim}.",
         f"* Data: the offline corpus (`chorus corpus build`; {', '.join(map(str, info.get('corpus') or ['?']))}), "
-        f"{len(bundle.speakers)} voices, {info.get('utterances', '?')} utterances. Held out: piper-joe, flite-slt, "
-        f"festival-ked.{heard}",
+        f"{len(bundle.speakers)} voices{heard}, {info.get('utterances', '?')} utterances. Held out: piper-joe, "
+        "flite-slt, festival-ked.",
         *(
             [f"* Warm start: from the weights of `{recipe['init_from']}` (its speakers' vectors kept)."]
             if recipe.get("init_from")
