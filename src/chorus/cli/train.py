@@ -73,27 +73,10 @@ def pretrain(
     }
     saved = out / "checkpoint" / "config.json"
     if saved.is_file():
-        # A run to resume keeps what it began with: its model, default speaker, warm start and schedule (each had been
-        # dropped unsaid: a resumed warm start went back to a new run's learning rate and alignment prior).
-        with user_errors():
-            document = json.loads(saved.read_text())
-        began = document.get("info", {}).get("recipe", {})
         if config is not None or init_from is not None:
             option = "--config" if config is not None else "--init-from"
             fail(f"{option} applies to a new run: {out} holds one, whose model is fixed (give another --out)")
-        if default_speaker is not None and default_speaker != document.get("default_speaker"):
-            fail(
-                f"--default-speaker: {out} holds a run whose default speaker is {document.get('default_speaker')} "
-                "(fixed when it began)"
-            )
-        for name, value in schedule.items():
-            if value is not None and began.get(name, value) != value:
-                fail(
-                    f"--{name.replace('_', '-')} {value:g}: {out} holds a run begun with {began[name]:g}, which it keeps "
-                    "(--steps and --anneal-from may change on resume)"
-                )
-        schedule = {name: began.get(name) if value is None else value for name, value in schedule.items()}
-        init_from = began.get("init_from")
+        schedule, init_from = _as_begun(saved, default_speaker, schedule)
     else:
         if config is not None and init_from is not None:
             fail("--config and --init-from: a warm start takes its model's sizes from the base it starts from")
@@ -125,6 +108,31 @@ def pretrain(
         with interrupt_said():
             checkpoint = run_pretrain(recipe)
     console.print(f"checkpoint: {checkpoint}")
+
+
+def _as_begun(saved: Path, default_speaker: str | None, schedule: dict) -> tuple[dict, str | None]:
+    """A run to resume keeps what it began with (its checkpoint's ``saved`` config.json): its default speaker, its
+    schedule (``schedule``'s values given on the command line must match) and its warm start; returns the
+    schedule and the warm start's base. Each had been dropped unsaid: a resumed warm start went back to a new
+    run's learning rate and alignment prior."""
+    run = saved.parent.parent
+    with user_errors():
+        document = json.loads(saved.read_text())
+    began = document.get("info", {}).get("recipe", {})
+    if default_speaker is not None and default_speaker != document.get("default_speaker"):
+        fail(
+            f"--default-speaker: {run} holds a run whose default speaker is {document.get('default_speaker')} "
+            "(fixed when it began)"
+        )
+    for name, value in schedule.items():
+        if value is not None and began.get(name, value) != value:
+            fail(
+                f"--{name.replace('_', '-')} {value:g}: {run} holds a run begun with {began[name]:g}, which it keeps "
+                "(--steps and --anneal-from may change on resume)"
+            )
+    return {name: began.get(name) if value is None else value for name, value in schedule.items()}, began.get(
+        "init_from"
+    )
 
 
 def train_vocoder(
