@@ -36,7 +36,7 @@ from chorus.data.formats import discover
 from chorus.evaluation.report import Judges
 from chorus.evaluation.voices import VoiceClip, judge_clips
 from chorus.synthesis import load_base
-from run_record import LoadSampler, provenance, write_results
+from run_record import LoadSampler, describe, provenance, write_results
 
 
 def labelled(spec: str) -> dict[str, str | None]:
@@ -119,8 +119,7 @@ def report(result: dict) -> str:
         "through sox chains; a base or vocoder that heard them heard joe's relatives, and every vocoder here heard joe "
         "resampled (the vocoder/ split).",
         "",
-        f"Provenance: commit `{result['provenance']['commit'][:10]}`, src/ clean: {result['provenance']['src_clean']}, "
-        f"{result['provenance']['threads']} thread(s), load {result['provenance']['load']}.",
+        f"Measured at {describe(result['provenance'])}.",
     ]
     return "\n".join(lines) + "\n"
 
