@@ -502,7 +502,7 @@ def test_a_voice_adapted_on_a_piper_base_says_which_base_speaks_it(
     from chorus.synthesis.bases import piper
     from conftest import tiny_piper_base
 
-    def tiny_joe(spec, vocoder=None, device="cpu"):
+    def tiny_joe(spec, vocoder=None, device="cpu", config=None):
         assert spec == "piper-joe" and vocoder is None
         return tiny_piper_base(name="piper-joe")
 
@@ -547,7 +547,7 @@ def test_a_full_fine_tune_on_a_piper_base_is_a_voice_folder_that_speaks(
 
     joe = tiny_piper_base(name="piper-joe")
     before = {k: v.clone() for k, v in joe.model.state_dict().items()}
-    monkeypatch.setattr(piper, "open_base", lambda spec, vocoder=None, device="cpu": joe)
+    monkeypatch.setattr(piper, "open_base", lambda spec, vocoder=None, device="cpu", config=None: joe)
     voice = tmp_path / "full"
     command = ["adapt", str(new_voice_data), "--base", "piper-joe", "--out", str(voice), "--steps", "2"]
     result = runner.invoke(app, [*command, "--placement", "full", "--posterior", tiny_posterior])
@@ -789,7 +789,9 @@ def test_speakers_lists_a_piper_bases_one_voice(monkeypatch):
     from chorus.synthesis.bases import piper
     from conftest import tiny_piper_base
 
-    monkeypatch.setattr(piper, "open_base", lambda spec, vocoder=None, device="cpu": tiny_piper_base(name=spec))
+    monkeypatch.setattr(
+        piper, "open_base", lambda spec, vocoder=None, device="cpu", config=None: tiny_piper_base(name=spec)
+    )
     result = runner.invoke(app, ["speakers", "--base", "piper-joe"])
     assert result.exit_code == 0, result.output
     rows = [line.split() for line in result.output.splitlines() if "piper-joe" in line]

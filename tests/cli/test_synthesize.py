@@ -238,7 +238,7 @@ def test_piper_pace_noise_and_model_flags(tiny_base, tmp_path, monkeypatch):
 
     opened = []
 
-    def tiny_voice(spec, vocoder=None, device="cpu"):
+    def tiny_voice(spec, vocoder=None, device="cpu", config=None):
         opened.append(spec)
         return tiny_piper_base(name="voice.onnx")
 
@@ -257,6 +257,34 @@ def test_piper_pace_noise_and_model_flags(tiny_base, tmp_path, monkeypatch):
         said = " ".join(refused.output.split())
         assert refused.exit_code == 2 and f"{flag.replace('_', '-')} must be within 0-2" in said, said
         assert not (tmp_path / "x.wav").exists()
+
+
+def test_piper_config_flag_reads_a_voice_json_kept_elsewhere(tiny_base, tmp_path):
+    """Piper's -c/--config: a voice.onnx whose .onnx.json is not beside it speaks as the installed joe does;
+    without the flag the missing json is named, and a config beside the Chorus base is refused (no traceback)."""
+    from chorus.peers.piper import joe_paths
+
+    onnx, config = joe_paths()
+    (tmp_path / "models").mkdir()
+    (tmp_path / "configs").mkdir()
+    (tmp_path / "models" / "voice.onnx").symlink_to(onnx)
+    (tmp_path / "configs" / "voice.json").symlink_to(config)
+    voice = str(tmp_path / "models" / "voice.onnx")
+    moved, installed = tmp_path / "moved.wav", tmp_path / "installed.wav"
+    result = runner.invoke(app, ["synthesize", "-m", voice, "-c", str(tmp_path / "configs" / "voice.json"),
+                                 "--text", "Hi.", "-f", str(moved)])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    runner.invoke(app, ["synthesize", "--base", "piper-joe", "--text", "Hi.", "-f", str(installed)])
+    assert moved.read_bytes() == installed.read_bytes()  # the same voice, config and seeded noise
+    result = runner.invoke(app, ["synthesize", "-m", voice, "--text", "Hi.", "-f", str(tmp_path / "x.wav")])
+    said = " ".join(result.output.split())
+    assert result.exit_code == 2 and "voice.onnx.json: a Piper voice needs its .onnx.json beside" in said, said
+    result = runner.invoke(app, ["synthesize", "-m", voice, "--config", str(tmp_path / "none.json"), "--text", "Hi.",
+                                 "-f", str(tmp_path / "x.wav")])  # fmt: skip
+    assert result.exit_code == 2 and "none.json: no such voice config" in " ".join(result.output.split())
+    result = runner.invoke(app, _args(tiny_base, "-c", str(config), "--text", "Hi.", "-f", str(tmp_path / "x.wav")))
+    assert result.exit_code == 2 and "goes with a Piper voice file" in " ".join(result.output.split())
+    assert not (tmp_path / "x.wav").exists()
 
 
 def test_word_captions_from_the_command_line(tiny_base, tmp_path):

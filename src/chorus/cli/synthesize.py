@@ -5,7 +5,7 @@ none of it (memory stays flat however long the text; timestamps keep only their 
 comes from ``--text``, ``--text-file`` (one clip per line) or standard input: read to its end, or line by
 line as each line arrives, an utterance each (as Piper reads it). Long text shows a progress bar on
 standard error. Piper's own flags are aliases (``--output_file``, ``--output-raw``, ``--output_dir``,
-``--json-input``, ``--length_scale``, ``--noise_scale``, ``-m``, ``-q`` ...), so a command line written
+``--json-input``, ``--length_scale``, ``--noise_scale``, ``-m``, ``-c``, ``-q`` ...), so a command line written
 for ``piper`` runs here.
 
 The command reads its options as one :class:`SynthesizeOptions` and runs named steps on it: Piper's
@@ -179,6 +179,13 @@ class SynthesizeOptions:
     caption_words: int = option(1, min=1, help="Words per SRT/VTT caption cue (1: a cue for each word as it is said).")
     base: str | None = option(None, help=BASE_HELP)
     model: Path | None = option(None, "--model", "-m", help=MODEL_HELP)
+    config: Path | None = option(
+        None,
+        "--config",
+        "-c",
+        help="A Piper voice's .onnx.json kept elsewhere than beside its .onnx (Piper's flag; default: the .onnx's "
+        "name + .json).",
+    )
     vocoder: str | None = option(
         None,
         help="Vocoder of the Chorus base: griffin-lim, neural (the shipped one), or a folder. Default: the model's.",
@@ -349,7 +356,8 @@ def _voice(options: SynthesizeOptions) -> tuple[Synthesizer, Speaker | Blend, st
         hint = "" if "/" in name else f"; for a speaker of the base or an OpenAI voice name, give --speaker {name}"
         fail(f"--voice {name}: no such voice folder (made by `chorus adapt`){hint}")
     with user_errors():
-        tts = load_base(chosen_base(options.base, options.model, options.voice), options.vocoder, device=options.device)
+        base = chosen_base(options.base, options.model, options.voice)
+        tts = load_base(base, options.vocoder, device=options.device, config=options.config)
         speaker = tts.resolve_speaker(options.speaker)
         voice = tts.load_voice(options.voice) if options.voice is not None else None
         _set_noise(tts, options.noise_scale, options.noise_w)

@@ -353,11 +353,17 @@ def _raise_or(result: SentenceResult | Exception) -> SentenceResult:
     return result
 
 
-def load_base(base: str | Path | None = None, vocoder: str | Path | None = None, device: str = "cpu") -> Synthesizer:
+def load_base(
+    base: str | Path | None = None,
+    vocoder: str | Path | None = None,
+    device: str = "cpu",
+    config: str | Path | None = None,
+) -> Synthesizer:
     """A :class:`Synthesizer` on the base ``base`` names (:func:`~chorus.synthesis.bases.open_base`): None for
     the shipped Chorus base, a Chorus model folder, ``"piper-joe"`` or a Piper ``voice.onnx``.
 
     ``vocoder`` (the Chorus base's): a saved vocoder folder, a registered name (``"griffin-lim"``),
-    ``"neural"`` for the shipped neural vocoder, or None for the model's ``default_vocoder``.
+    ``"neural"`` for the shipped neural vocoder, or None for the model's ``default_vocoder``. ``config``: a Piper
+    voice's ``.onnx.json`` when it is not beside its ``.onnx`` (Piper's ``--config``).
     """
-    return Synthesizer(open_base(base, vocoder, device))
+    return Synthesizer(open_base(base, vocoder, device, config))

@@ -2,7 +2,7 @@
 
 One list names the plug-ins (:data:`BASES`); this module imports none of them until a base is opened. Each
 plug-in module declares ``claims(spec) -> bool`` (whether ``spec``, as ``--base`` gives it, names one of
-its bases), ``open_base(spec, vocoder, device) -> Base`` and ``speakers(spec) -> (names, default)`` (opening no
+its bases), ``open_base(spec, vocoder, device, config) -> Base`` and ``speakers(spec) -> (names, default)`` (opening no
 more than naming them needs); the first that claims a spec opens it, so the
 shipped Chorus base, which claims anything left (None: the shipped one, or a model folder), comes last.
 Adding a kind of base is one module plus one line here.
@@ -24,13 +24,19 @@ BASES = {
 CHORUS = "chorus"  # the name voices of a Chorus base record (their sha256 says which weights)
 
 
-def open_base(spec: str | Path | None = None, vocoder: str | Path | None = None, device: str = "cpu") -> Base:
+def open_base(
+    spec: str | Path | None = None,
+    vocoder: str | Path | None = None,
+    device: str = "cpu",
+    config: str | Path | None = None,
+) -> Base:
     """The base ``spec`` names: None or ``"chorus"`` for the shipped Chorus base, a Chorus model folder,
     ``"piper-joe"`` (the installed Piper voice) or a Piper ``voice.onnx``. ``vocoder``: the Chorus base's
-    (see :func:`chorus.synthesis.bases.chorus.open_base`)."""
+    (see :func:`chorus.synthesis.bases.chorus.open_base`); ``config``: a Piper voice's ``.onnx.json`` kept
+    elsewhere than beside its ``.onnx`` (Piper's ``--config``; None: beside it)."""
     checked_device(device)
     text = None if spec is None else str(spec)
-    return _plugin(text).open_base(text, vocoder, device)
+    return _plugin(text).open_base(text, vocoder, device, None if config is None else Path(config))
 
 
 def base_speakers(spec: str | Path | None = None) -> tuple[list[str], str]:

@@ -96,11 +96,18 @@ def model_folder(spec: str | Path | None) -> Path:
     return Path(spec)
 
 
-def open_base(spec: str | None, vocoder: str | Path | None = None, device: str = "cpu") -> ChorusBase:
+def open_base(
+    spec: str | None, vocoder: str | Path | None = None, device: str = "cpu", config: Path | None = None
+) -> ChorusBase:
     """The shipped base (``spec`` None or ``"chorus"``) or the model folder ``spec``, with ``vocoder``: a saved
     vocoder folder, a registered name (``"griffin-lim"``), ``"neural"`` for the shipped neural vocoder, or
     None for the model's ``default_vocoder`` (chosen on the judges when it was shipped; Griffin-Lim when
-    the model names none)."""
+    the model names none). ``config`` must be None: a Chorus model folder holds its own config.json."""
+    if config is not None:
+        raise ValueError(
+            f"{config}: a voice config (--config) goes with a Piper voice file; a Chorus model "
+            "folder holds its own config.json"
+        )
     bundle = load_bundle(model_folder(spec), device)
     vocoder = vocoder or bundle.info.get("default_vocoder", "griffin-lim")
     if str(vocoder) == "neural":

@@ -224,20 +224,26 @@ def claims(spec: str | None) -> bool:
 
 
 def open_base(
-    spec: str, vocoder: str | Path | None = None, device: str = "cpu", settings: PiperSettings | None = None
+    spec: str,
+    vocoder: str | Path | None = None,
+    device: str = "cpu",
+    config: Path | None = None,
+    settings: PiperSettings | None = None,
 ) -> PiperBase:
-    """The Piper voice ``spec`` names (``piper-joe``: the installed one) on ``device``. ``vocoder`` must be
-    None: a Piper generator makes its own audio."""
+    """The Piper voice ``spec`` names (``piper-joe``: the installed one) on ``device``, its config read from
+    ``config`` (Piper's ``--config``; None: Piper's own rule, ``voice.onnx.json`` beside ``voice.onnx``).
+    ``vocoder`` must be None: a Piper generator makes its own audio."""
     if vocoder is not None:
         raise ValueError("a Piper base makes its audio itself: a vocoder goes with the Chorus base only")
     if spec.lower().endswith(".onnx.json"):
-        raise ValueError(f"{spec}: give the voice's .onnx file (its .onnx.json is read from beside it)")
+        raise ValueError(f"{spec}: give the voice's .onnx file (its .onnx.json is read from beside it, or --config)")
     onnx_path = joe_paths()[0] if is_joe(spec) else Path(spec)
     if not Path(onnx_path).is_file():
         raise FileNotFoundError(f"{onnx_path}: no such Piper voice file")
-    json_path = Path(f"{onnx_path}.json")  # Piper's own rule: voice.onnx's config is voice.onnx.json
+    json_path = Path(f"{onnx_path}.json") if config is None else config
     if not json_path.is_file():
-        raise FileNotFoundError(f"{json_path}: a Piper voice needs its .onnx.json beside its .onnx")
+        where = "no such voice config" if config is not None else "a Piper voice needs its .onnx.json beside its .onnx"
+        raise FileNotFoundError(f"{json_path}: {where} (or name it with --config)")
     generator = PiperGenerator.from_piper(onnx_path, json_path).to(device)
     return PiperBase(generator, JOE if is_joe(spec) else Path(onnx_path).name, piper_sha256(onnx_path), settings)
 
