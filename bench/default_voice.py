@@ -153,7 +153,7 @@ def choose(dev: dict[str, dict[str, dict]], default: str, words: int) -> str:
 def measure(args, result: dict) -> None:
     """Fill ``result`` as the rows come (a run that dies keeps them)."""
     torch.set_num_threads(args.threads)
-    tts = load_base()
+    tts = load_base(args.model)
     speakers = args.speakers or tts.bundle.info["showcase_speakers"]
     default = tts.bundle.default_speaker
     shipped = tts.postfilter
@@ -163,6 +163,7 @@ def measure(args, result: dict) -> None:
     result |= {
         "speakers": list(speakers),
         "default_speaker": default,
+        "model": str(args.model or "the shipped base"),
         "shipped": f"{vocoder} {shipped.global_variance:g}:{shipped.contrast:g}",
         "sentences": {split: len(texts) for split, texts in splits.items()},
         "rows": {},
@@ -179,7 +180,7 @@ def measure(args, result: dict) -> None:
     for vocoder, postfilter, speed in settings:
         spec = f"{vocoder} {postfilter}" + ("" if float(speed) == 1 else f" speed {speed}")
         if vocoder not in bases:
-            bases[vocoder] = load_base(vocoder=vocoder)
+            bases[vocoder] = load_base(args.model, vocoder=vocoder)
         tts = bases[vocoder]
         tts.postfilter = MelPostFilter(*(float(x) for x in postfilter.split(":")))
         for split, sentences in splits.items():
@@ -199,6 +200,7 @@ def report(result: dict) -> str:
         "",
         describe(result["provenance"]),
         "",
+        f"Base: {result.get('model', 'the shipped base')}. "
         f"Showcase speakers {', '.join(result['speakers'])}; default speaker **{default}**; the base ships "
         f"{result['shipped']} (vocoder, post-filter GV:contrast). Development: {result['sentences']['development']} "
         f"sentences written for this benchmark; figures: the {result['sentences']['figures']} benchmark "
@@ -235,6 +237,7 @@ def report(result: dict) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", type=Path, default=None, help="a Chorus model folder (default: the shipped base)")
     parser.add_argument("--vocoders", default="neural,griffin-lim", help="as `chorus synthesize --vocoder` takes")
     parser.add_argument("--postfilters", default="1:1,1:1.3,1:1.6,1.3:1,1.3:1.3,1.5:1.3")
     parser.add_argument("--speeds", default="1", help="speaking rates, comma-separated (1: the model's own)")
