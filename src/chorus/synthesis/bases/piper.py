@@ -236,14 +236,20 @@ def open_base(
     if vocoder is not None:
         raise ValueError("a Piper base makes its audio itself: a vocoder goes with the Chorus base only")
     if spec.lower().endswith(".onnx.json"):
-        raise ValueError(f"{spec}: give the voice's .onnx file (its .onnx.json is read from beside it, or --config)")
+        raise ValueError(
+            f"{spec}: give the voice's .onnx file (its .onnx.json is read from beside it, or from `chorus synthesize "
+            "-c/--config`)"
+        )
     onnx_path = joe_paths()[0] if is_joe(spec) else Path(spec)
     if not Path(onnx_path).is_file():
         raise FileNotFoundError(f"{onnx_path}: no such Piper voice file")
     json_path = Path(f"{onnx_path}.json") if config is None else config
-    if not json_path.is_file():
-        where = "no such voice config" if config is not None else "a Piper voice needs its .onnx.json beside its .onnx"
-        raise FileNotFoundError(f"{json_path}: {where} (or name it with --config)")
+    if config is not None and not config.is_file():
+        raise FileNotFoundError(f"{config}: no such voice config")
+    if not json_path.is_file():  # `chorus synthesize` alone takes Piper's flag; adapt, serve and demo read beside
+        raise FileNotFoundError(
+            f"{json_path}: a Piper voice needs its .onnx.json beside its .onnx (or `chorus synthesize -c/--config`)"
+        )
     generator = PiperGenerator.from_piper(onnx_path, json_path).to(device)
     return PiperBase(generator, JOE if is_joe(spec) else Path(onnx_path).name, piper_sha256(onnx_path), settings)
 
