@@ -201,8 +201,8 @@ def report(result: dict) -> str:
         describe(result["provenance"]),
         "",
         f"Base: {result.get('model', 'the shipped base')}. "
-        f"Showcase speakers {', '.join(result['speakers'])}; default speaker **{default}**; the base ships "
-        f"{result['shipped']} (vocoder, post-filter GV:contrast). Development: {result['sentences']['development']} "
+        f"Showcase speakers {', '.join(result['speakers'])}; default speaker **{default}**; the base's own "
+        f"setting {result['shipped']} (vocoder, post-filter GV:contrast). Development: {result['sentences']['development']} "
         f"sentences written for this benchmark; figures: the {result['sentences']['figures']} benchmark "
         f"sentences. Chosen on development by the rule in `bench/default_voice.py`: **{chosen}**.",
         "",

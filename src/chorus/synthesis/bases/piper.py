@@ -243,9 +243,9 @@ def open_base(
     onnx_path = joe_paths()[0] if is_joe(spec) else Path(spec)
     if not Path(onnx_path).is_file():
         raise FileNotFoundError(f"{onnx_path}: no such Piper voice file")
-    json_path = Path(f"{onnx_path}.json") if config is None else config
     if config is not None and not config.is_file():
         raise FileNotFoundError(f"{config}: no such voice config")
+    json_path = config or Path(f"{onnx_path}.json")  # Piper's own rule: voice.onnx's config is voice.onnx.json
     if not json_path.is_file():  # `chorus synthesize` alone takes Piper's flag; adapt, serve and demo read beside
         raise FileNotFoundError(
             f"{json_path}: a Piper voice needs its .onnx.json beside its .onnx (or `chorus synthesize -c/--config`)"
