@@ -60,8 +60,11 @@ from run_record import RunLog, run_records, runs_section  # bench/, beside this 
 BASE_VOICES = "flite-rms,flite-awb,festival-kal,flite-kal16"
 HELDOUT_VOICES = "piper-joe,flite-slt,festival-ked"
 CELLS = "every cell synthesized and judged"  # how a run record names the judging; "adapt <voice>" each voice
-# Which held-out datasets share a source with the neural vocoders' training data (corpus split vocoder/).
-SHARES_SOURCE = {"piper-joe": "the GAN vocoders trained on Piper joe resampled by sox (other sentences)"}
+# Which held-out datasets share a source with the neural vocoders' training data (corpus splits vocoder/, natural/).
+SHARES_SOURCE = {
+    "piper-joe": "the neural vocoders trained on Piper joe through sox (resampled; the shipped one also pitch, formant and"
+    " tempo chains), other sentences"
+}
 
 
 def parse_vocoders(spec: str) -> dict[str, str]:

@@ -1,13 +1,16 @@
 """Ship a trained neural vocoder as Chorus's, with its card, and record the base's default way of speaking.
 
-    python scripts/ship_vocoder.py checkpoints/vocoder-gan checkpoints/vocoder-gta \
-        --report bench/results/naturalness/naturalness.json --default-vocoder neural --postfilter 1.2:1.2
+    python scripts/ship_vocoder.py checkpoints/vocoder-gan checkpoints/vocoder-gta checkpoints/vocoder-natural \
+        --data "checkpoints/vocoder-natural=corpus_out/vocoder corpus_out/natural corpus_out/train/flite-rms ..." \
+        --report bench/results/naturalness/naturalness.json --choice bench/results/default_voice/natural-vocoder \
+        --default-vocoder neural --postfilter 1.5:1.3
 
 The last run folder's weights (its ``checkpoint/``) become ``src/chorus/assets/vocoder/`` with a
-``MODEL_CARD.md`` made from every stage's own record (config, steps, data, loss log) and the naturalness
-benchmark's figures; each stage's loss curves are copied beside it. The base's ``config.json`` gets the
-chosen ``default_vocoder`` and ``postfilter`` (its weights, and so its hash, are untouched) and its card's
-line on them is rewritten.
+``MODEL_CARD.md`` made from every stage's own record (config, steps, loss log), the data roots it was
+given (``--data``; a stage without one trained on ``corpus_out/train corpus_out/vocoder``) and the
+naturalness benchmark's figures; each stage's loss curves are copied beside it. The base's ``config.json``
+gets the chosen ``default_vocoder`` and ``postfilter`` (its weights, and so its hash, are untouched) and its
+card's line on them is rewritten, naming the benchmark that chose them (``--choice``).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import csv
 import json
 import re
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
 
 from chorus.audio.postfilter import MelPostFilter
@@ -27,6 +31,19 @@ from chorus.synthesis import DEFAULT_BASE, DEFAULT_VOCODER
 from chorus.training.checkpoint import load_training_state
 from chorus.training.vocoder import CHECKPOINT
 
+# The data roots of a stage that ``--data`` does not name: the first two stages' (``train-vocoder`` does not
+# record its roots in the checkpoint).
+DEFAULT_DATA = ("corpus_out/train", "corpus_out/vocoder")
+# What each data root is, for the card.
+DATA_ROOTS = {
+    "corpus_out/train": "the base speakers flite-rms, flite-awb, festival-kal, flite-kal16, flite-kal16-speed135 and "
+    "festival-kal-speed135 at a quarter of their corpus clips, by `chorus corpus build corpus_out --scale 0.25 "
+    "--speakers ...`",
+    "corpus_out/vocoder": "`chorus.corpus.speakers.VOCODER_SPEAKERS`: Piper joe reading 160 other sentences each, "
+    "resampled by sox `speed` 0.9, 1.1, 1.25 and 1.4",
+    "corpus_out/natural": "`chorus.corpus.speakers.NATURAL_SPEAKERS`: twelve more sox chains of Piper joe (pitch, "
+    "formant, tempo) reading other sentences",
+}
 # What the vocoder this one started from was (its card, before this script replaced it).
 ORIGIN = (
     "12,000 steps from scratch on the 36 pretraining voices of the offline corpus (12.5 h, espeak-ng, flite and "
@@ -47,7 +64,21 @@ def training_seconds(log: Path) -> tuple[int, float]:
     return steps, total + last
 
 
-def stage_lines(index: int, run: Path) -> list[str]:
+def describe_data(roots: Sequence[str]) -> str:
+    """``corpus_out/train/flite-rms`` -> "the base speaker flite-rms of `corpus_out/train`"; known roots by name."""
+    parts = []
+    for root in roots:
+        parent, _, speaker = root.rpartition("/")
+        if root in DATA_ROOTS:
+            parts.append(f"`{root}` ({DATA_ROOTS[root]})")
+        elif parent == "corpus_out/train":
+            parts.append(f"the base speaker {speaker} (`{root}`)")
+        else:
+            parts.append(f"`{root}`")
+    return "; ".join(parts)
+
+
+def stage_lines(index: int, run: Path, roots: Sequence[str]) -> list[str]:
     state = load_training_state(run / CHECKPOINT)
     config = state.meta["config"]
     steps, seconds = training_seconds(run / "loss.csv")
@@ -69,17 +100,18 @@ def stage_lines(index: int, run: Path) -> list[str]:
         f"{config['discriminator_channels']}), least-squares GAN weight {config['adversarial_weight']:g}, feature "
         f"matching {config['feature_matching_weight']:g}, beside mel L1 {config['mel_loss_weight']:g} and STFT "
         f"{config['stft_loss_weight']:g}; batch {config['batch_size']} crops of {config['min_segment_seconds']:g}-"
-        f"{config['max_segment_seconds']:g} s; AdamW peak lr {config['learning_rate']:g}; {fed}. Last logged "
+        f"{config['max_segment_seconds']:g} s; AdamW peak lr {config['learning_rate']:g}; {fed}. Data: "
+        f"{describe_data(roots)}. Last logged "
         + ", ".join(f"{k} {v:.3f}" for k, v in last.items())
         + f". Curves: `loss-stage{index}.png`.",
     ]
 
 
-def command(run: Path) -> str:
+def command(run: Path, roots: Sequence[str]) -> str:
     """The ``chorus train-vocoder`` call that makes (or resumes) ``run``, from its saved config."""
     config = load_training_state(run / CHECKPOINT).meta["config"]
     words = [
-        "chorus train-vocoder corpus_out/train corpus_out/vocoder",
+        "chorus train-vocoder " + " ".join(roots),
         f"--out {run} --init-from {config['init_from']} --adversarial --weights-only",
         f"--learning-rate {config['learning_rate']:g} --threads 1",
     ]
@@ -106,10 +138,25 @@ def figures(report: dict) -> list[str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("runs", type=Path, nargs="+", help="training run folders, in the order they ran")
+    parser.add_argument(
+        "--data",
+        action="append",
+        default=[],
+        metavar="RUN=ROOTS",
+        help="a stage's data roots, space-separated (repeatable; default: " + " ".join(DEFAULT_DATA) + ")",
+    )
     parser.add_argument("--report", type=Path, required=True, help="bench/naturalness.py's naturalness.json")
+    parser.add_argument(
+        "--choice", type=Path, required=True, help="the results folder of the benchmark that chose this default"
+    )
     parser.add_argument("--default-vocoder", choices=["griffin-lim", "neural"], required=True)
     parser.add_argument("--postfilter", default="1:1", help="the base's post-filter, GV:CONTRAST")
     args = parser.parse_args()
+    named = dict(item.split("=", 1) for item in args.data)
+    unknown = set(named) - {str(run) for run in args.runs}
+    if unknown:
+        parser.error(f"--data names no stage given: {', '.join(sorted(unknown))}")
+    data = {run: named[str(run)].split() if str(run) in named else list(DEFAULT_DATA) for run in args.runs}
     final = args.runs[-1] / CHECKPOINT
     vocoder = load_vocoder(final)
     postfilter = MelPostFilter(*(float(x) for x in args.postfilter.split(":")))
@@ -134,21 +181,18 @@ def main() -> None:
         "## How it was made",
         "",
         f"0. Its start: {ORIGIN}.",
-        *[line for index, run in enumerate(args.runs, 1) for line in stage_lines(index, run)],
+        *[line for index, run in enumerate(args.runs, 1) for line in stage_lines(index, run, data[run])],
         "",
-        "Data of the stages: `corpus_out/train` (the base speakers flite-rms, flite-awb, festival-kal, flite-kal16, "
-        "flite-kal16-speed135, festival-kal-speed135 at a quarter of their corpus clips: `chorus corpus build "
-        "corpus_out --scale 0.25 --speakers ...`) and `corpus_out/vocoder` (`chorus.corpus.speakers."
-        "VOCODER_SPEAKERS`: Piper joe reading 160 other sentences each, resampled by sox `speed` 0.9, 1.1, 1.25 "
-        "and 1.4). **Shared source:** the held-out piper-joe dataset comes from the same Piper voice; none of its "
-        "adaptation or evaluation sentences was read for the vocoder (tested), but its copy-synthesis figures are "
-        "those of a voice whose relatives the vocoder heard. flite-slt and festival-ked share nothing with it.",
+        "**Shared source:** the held-out piper-joe dataset comes from the same Piper voice as `corpus_out/vocoder` "
+        "and `corpus_out/natural`; none of its adaptation or evaluation sentences was read for the vocoder "
+        "(tested), but its figures are those of a voice whose relatives the vocoder heard. flite-slt and "
+        "festival-ked share nothing with it.",
         "",
         "Each stage resumes from its committed weights-only checkpoint (`checkpoints/vocoder-*/checkpoint`: "
         "generator and discriminators; Adam's moments start afresh, re-estimated within ~20 steps at beta2 0.9):",
         "",
         "```bash",
-        *[command(run) for run in args.runs],
+        *[command(run, data[run]) for run in args.runs],
         "```",
         "",
         "Stage 1's `--init-from src/chorus/assets/vocoder` was the vocoder of stage 0, which this one replaced there "
@@ -156,12 +200,13 @@ def main() -> None:
         "",
         "## Measured (`bench/naturalness.py`), copy synthesis: recordings -> log-mel -> vocoder",
         "",
-        "Mean distillmos MOS (Whisper WER) over 20 clips per cell (sample spreads in "
-        "`bench/results/naturalness/naturalness.md`); `v1` is the neural vocoder shipped before this one (stage 0).",
+        f"Mean distillmos MOS (Whisper WER) over 20 clips per cell (sample spreads in `{args.report.parent}/"
+        "naturalness.md`); the labels are the run's (`neural`: this vocoder).",
         "",
         *figures(report),
         "",
-        "Free synthesis, the choice of the default and the post-filter: `bench/results/naturalness/naturalness.md`.",
+        f"Free synthesis: `{args.report.parent}/naturalness.md`; the choice of the default and the post-filter: "
+        f"`{args.choice}/`.",
         "",
     ]
     (DEFAULT_VOCODER / "MODEL_CARD.md").write_text("\n".join(lines))
@@ -176,8 +221,8 @@ def main() -> None:
     line = (
         f"* Default vocoder: {args.default_vocoder}, after the post-filter global variance "
         f"{postfilter.global_variance:g}, contrast {postfilter.contrast:g} (`chorus.audio.postfilter`), chosen by "
-        "`bench/naturalness.py` (best predicted MOS at WER within 1 point of Griffin-Lim's; "
-        "`bench/results/naturalness/`). The neural vocoder is `assets/vocoder/`, see its card."
+        f"`bench/default_voice.py`'s rule on its development sentences (`{args.choice}/`). The neural vocoder is "
+        "`assets/vocoder/`, see its card."
     )
     card_path.write_text(re.sub(r"^\* Default vocoder:.*$", line, card, count=1, flags=re.MULTILINE))
     print(f"shipped {final} as {DEFAULT_VOCODER}; base defaults: {args.default_vocoder}, {postfilter}")
