@@ -2,15 +2,15 @@
 
     python scripts/ship_vocoder.py checkpoints/vocoder-gan checkpoints/vocoder-gta checkpoints/vocoder-natural \
         --data "checkpoints/vocoder-natural=corpus_out/vocoder corpus_out/natural corpus_out/train/flite-rms ..." \
-        --report bench/results/naturalness/naturalness.json --choice bench/results/default_voice/natural-vocoder \
-        --default-vocoder neural --postfilter 1.5:1.3
+        --report bench/results/naturalness/naturalness.json --default-vocoder neural --postfilter 1.5:1.3 \
+        --chosen-by "bench/default_voice.py's rule on its development sentences (...)"
 
 The last run folder's weights (its ``checkpoint/``) become ``src/chorus/assets/vocoder/`` with a
 ``MODEL_CARD.md`` made from every stage's own record (config, steps, loss log), the data roots it was
 given (``--data``; a stage without one trained on ``corpus_out/train corpus_out/vocoder``) and the
 naturalness benchmark's figures; each stage's loss curves are copied beside it. The base's ``config.json``
 gets the chosen ``default_vocoder`` and ``postfilter`` (its weights, and so its hash, are untouched) and its
-card's line on them is rewritten, naming the benchmark that chose them (``--choice``).
+card's line on them is rewritten, naming what chose them (``--chosen-by``).
 """
 
 from __future__ import annotations
@@ -44,6 +44,12 @@ DATA_ROOTS = {
     "corpus_out/natural": "`chorus.corpus.speakers.NATURAL_SPEAKERS`: twelve more sox chains of Piper joe (pitch, "
     "formant, tempo) reading other sentences",
 }
+# What chose the default, unless --chosen-by says otherwise: the first two stages' benchmark and rule.
+CHOSEN_BY = (
+    "`bench/naturalness.py` (best predicted MOS at WER within 1 point of Griffin-Lim's; `bench/results/naturalness/`)"
+)
+# The data roots made by the Piper voice (which also made the held-out piper-joe dataset).
+PIPER_ROOTS = ("corpus_out/vocoder", "corpus_out/natural")
 # What the vocoder this one started from was (its card, before this script replaced it).
 ORIGIN = (
     "12,000 steps from scratch on the 36 pretraining voices of the offline corpus (12.5 h, espeak-ng, flite and "
@@ -78,6 +84,32 @@ def describe_data(roots: Sequence[str]) -> str:
     return "; ".join(parts)
 
 
+def stage_data(parser: argparse.ArgumentParser, runs: Sequence[Path], given: Sequence[str]) -> dict[Path, list[str]]:
+    """Each stage's data roots from ``--data RUN=ROOTS`` items; a stage not named gets ``DEFAULT_DATA``."""
+    named = {}
+    for item in given:
+        run, separator, roots = item.partition("=")
+        if not separator or not roots.split():
+            parser.error(f"--data {item!r}: give RUN=ROOTS, the roots space-separated")
+        named[Path(run)] = roots.split()
+    unknown = set(named) - set(runs)
+    if unknown:
+        parser.error(f"--data names no stage given: {', '.join(sorted(map(str, unknown)))}")
+    return {run: named.get(run, list(DEFAULT_DATA)) for run in runs}
+
+
+def shared_source(roots: Sequence[str]) -> str:
+    """The card's paragraph on what the held-out piper-joe dataset shares with the vocoder's data."""
+    piper = [f"`{root}`" for root in PIPER_ROOTS if root in roots]
+    if not piper:
+        return "No data root was made by the Piper voice: the held-out datasets share nothing with it."
+    return (
+        f"**Shared source:** the held-out piper-joe dataset comes from the same Piper voice as {' and '.join(piper)}; "
+        "none of its adaptation or evaluation sentences was read for the vocoder (tested), but its figures are "
+        "those of a voice whose relatives the vocoder heard. flite-slt and festival-ked share nothing with it."
+    )
+
+
 def stage_lines(index: int, run: Path, roots: Sequence[str]) -> list[str]:
     state = load_training_state(run / CHECKPOINT)
     config = state.meta["config"]
@@ -85,12 +117,12 @@ def stage_lines(index: int, run: Path, roots: Sequence[str]) -> list[str]:
     with (run / "loss.csv").open() as handle:
         rows = list(csv.DictReader(handle))
     last = {k: float(v) for k, v in rows[-1].items() if k not in ("step", "lr", "seconds")}
-    data = config.get("aligned_model")
+    aligned_model = config.get("aligned_model")
     fed = (
         f"{100 * config['aligned_fraction']:.0f}% of each batch: the base's teacher-forced mels of "
         f"{config['aligned_clips_per_voice']} clips per base speaker in the data (ground-truth-aligned), judged "
         "against the clips; the rest: crops of the data with their own mels"
-        if data
+        if aligned_model
         else "crops of the data with their own mels"
     )
     return [
@@ -147,16 +179,14 @@ def main() -> None:
     )
     parser.add_argument("--report", type=Path, required=True, help="bench/naturalness.py's naturalness.json")
     parser.add_argument(
-        "--choice", type=Path, required=True, help="the results folder of the benchmark that chose this default"
+        "--chosen-by",
+        default=CHOSEN_BY,
+        help="what chose the default vocoder and post-filter, for both cards (a benchmark and its results folders)",
     )
     parser.add_argument("--default-vocoder", choices=["griffin-lim", "neural"], required=True)
     parser.add_argument("--postfilter", default="1:1", help="the base's post-filter, GV:CONTRAST")
     args = parser.parse_args()
-    named = dict(item.split("=", 1) for item in args.data)
-    unknown = set(named) - {str(run) for run in args.runs}
-    if unknown:
-        parser.error(f"--data names no stage given: {', '.join(sorted(unknown))}")
-    data = {run: named[str(run)].split() if str(run) in named else list(DEFAULT_DATA) for run in args.runs}
+    data = stage_data(parser, args.runs, args.data)
     final = args.runs[-1] / CHECKPOINT
     vocoder = load_vocoder(final)
     postfilter = MelPostFilter(*(float(x) for x in args.postfilter.split(":")))
@@ -183,10 +213,7 @@ def main() -> None:
         f"0. Its start: {ORIGIN}.",
         *[line for index, run in enumerate(args.runs, 1) for line in stage_lines(index, run, data[run])],
         "",
-        "**Shared source:** the held-out piper-joe dataset comes from the same Piper voice as `corpus_out/vocoder` "
-        "and `corpus_out/natural`; none of its adaptation or evaluation sentences was read for the vocoder "
-        "(tested), but its figures are those of a voice whose relatives the vocoder heard. flite-slt and "
-        "festival-ked share nothing with it.",
+        shared_source([root for roots in data.values() for root in roots]),
         "",
         "Each stage resumes from its committed weights-only checkpoint (`checkpoints/vocoder-*/checkpoint`: "
         "generator and discriminators; Adam's moments start afresh, re-estimated within ~20 steps at beta2 0.9):",
@@ -205,8 +232,8 @@ def main() -> None:
         "",
         *figures(report),
         "",
-        f"Free synthesis: `{args.report.parent}/naturalness.md`; the choice of the default and the post-filter: "
-        f"`{args.choice}/`.",
+        f"Free synthesis: `{args.report.parent}/naturalness.md`. The default and its post-filter were chosen by "
+        f"{args.chosen_by}.",
         "",
     ]
     (DEFAULT_VOCODER / "MODEL_CARD.md").write_text("\n".join(lines))
@@ -221,8 +248,7 @@ def main() -> None:
     line = (
         f"* Default vocoder: {args.default_vocoder}, after the post-filter global variance "
         f"{postfilter.global_variance:g}, contrast {postfilter.contrast:g} (`chorus.audio.postfilter`), chosen by "
-        f"`bench/default_voice.py`'s rule on its development sentences (`{args.choice}/`). The neural vocoder is "
-        "`assets/vocoder/`, see its card."
+        f"{args.chosen_by}. The neural vocoder is `assets/vocoder/`, see its card."
     )
     card_path.write_text(re.sub(r"^\* Default vocoder:.*$", line, card, count=1, flags=re.MULTILINE))
     print(f"shipped {final} as {DEFAULT_VOCODER}; base defaults: {args.default_vocoder}, {postfilter}")
