@@ -71,7 +71,8 @@ def training_seconds(log: Path) -> tuple[int, float]:
 
 
 def describe_data(roots: Sequence[str]) -> str:
-    """``corpus_out/train/flite-rms`` -> "the base speaker flite-rms of `corpus_out/train`"; known roots by name."""
+    """The card's words for data roots: a known root by what it holds, ``corpus_out/train/flite-rms`` as "the
+    base speaker flite-rms (`corpus_out/train/flite-rms`)", any other by its path."""
     parts = []
     for root in roots:
         parent, _, speaker = root.rpartition("/")
