@@ -10,8 +10,8 @@ similarity references, the rest the pool samples come from); ``--sentences`` of 
 
 Part ``adapt``: each recipe (``RECIPES``: adapter methods and options) adapts the shipped base from the
 sample with ``AdaptConfig``'s defaults and the server's onboarding settings (mel-loss start, early
-stopping on held-out mel loss every 25 steps, patience 4, no wall-clock cap), ``min_minutes`` lowered so
-that 15 s is accepted. One run at the largest step cap (``--caps``) gives every smaller cap too: a run
+stopping on held-out mel loss every 25 steps, patience 4, no wall-clock cap) and the server's minimum of
+speech for a sample (``SAMPLE_MIN_MINUTES``, 10 s; a 15 s sample holds 11-14 s of speech around its pauses). One run at the largest step cap (``--caps``) gives every smaller cap too: a run
 capped at N steps is the same run stopped at N (same batches, same seed), keeping the best held-out
 loss among its evaluations up to N, so the adapter weights are snapshotted at every evaluation and each
 cap's voice is the snapshot ``adapt`` would have kept. Its time is the wall time from the call to that
@@ -60,7 +60,7 @@ from chorus.evaluation.report import EvalItem, Judges, evaluate_pairs
 from chorus.evaluation.similarity import SpeakerJudge
 from chorus.models.bundle import load_bundle
 from chorus.recipe import AdaptConfig
-from chorus.serving.settings import ONBOARDING_STEPS
+from chorus.serving.settings import ONBOARDING_STEPS, SAMPLE_MIN_MINUTES
 from chorus.speaker_recognition.bundle import load_encoder, shipped_encoder_dir
 from chorus.speaker_recognition.start import speaker_map
 from chorus.synthesis import DEFAULT_BASE, DEFAULT_VOCODER, Synthesizer
@@ -166,7 +166,7 @@ def adapt_rows(args, voice: str, seconds: float, clips: list[Utterance], recipe:
         steps=caps[-1],
         threads=args.threads,
         max_minutes=math.inf,  # the step cap and early stopping alone end training
-        min_minutes=0.2,  # a 15-second sample is accepted
+        min_minutes=SAMPLE_MIN_MINUTES,  # speech, not audio: what the server takes is taken here
         seed=seed,
     )
     data = write_subset(clips, args.work / "data" / f"{voice}-{seconds:g}s-seed{seed}")
