@@ -11,7 +11,8 @@ similarity references, the rest the pool samples come from); ``--sentences`` of 
 Part ``adapt``: each recipe (``RECIPES``: adapter methods and options) adapts the shipped base from the
 sample with ``AdaptConfig``'s defaults and the server's onboarding settings (mel-loss start, early
 stopping on held-out mel loss every 25 steps, patience 4, no wall-clock cap) and the server's minimum of
-speech for a sample (``SAMPLE_MIN_MINUTES``, 10 s; a 15 s sample holds 11-14 s of speech around its pauses). One run at the largest step cap (``--caps``) gives every smaller cap too: a run
+speech for a sample (``SAMPLE_MIN_MINUTES``, 10 s: counted as speech, a 15 s draw can hold less than 12 s).
+One run at the largest step cap (``--caps``) gives every smaller cap too: a run
 capped at N steps is the same run stopped at N (same batches, same seed), keeping the best held-out
 loss among its evaluations up to N, so the adapter weights are snapshotted at every evaluation and each
 cap's voice is the snapshot ``adapt`` would have kept. Its time is the wall time from the call to that
