@@ -2128,7 +2128,7 @@ def test_a_refined_voice_replaces_its_instant_voice_only_if_it_reads_as_well(
             assert ended.status == JobStatus.FAILED and record.status == VoiceStatus.FAILED
             assert ended.message.startswith("the refined voice reads worse than the instant voice"), ended.message
             assert "0.00 (instant voice) -> 1.00 (refined), at most +0.05" in ended.message
-            assert ended.message.endswith("the instant voice stays")
+            assert ended.message.endswith("read worse too); the instant voice stays"), ended.message
             assert record.instant is not None  # what it speaks as still
     finally:
         store.close()
@@ -2171,7 +2171,7 @@ def test_a_refined_voice_whose_lowest_loss_reads_worse_is_kept_at_another_evalua
     put_back = AdapterSnapshots.put_back
 
     def recording(self, result, step):
-        tried.append((step, {k: v.clone() for k, v in self.states[step].items()}))
+        tried.append((step, {k: v.clone() for k, v in self.states[step].items()}, self))
         put_back(self, result, step)
 
     try:
@@ -2191,7 +2191,10 @@ def test_a_refined_voice_whose_lowest_loss_reads_worse_is_kept_at_another_evalua
         # The encoder's similarity was the lowest loss's voice's: neither the card nor the message keeps it.
         assert "encoder_similarity_to_clips" not in metrics and "similarity to the upload" not in ended.message
         stored = read_voice(folder).tensors
-        kept = tried[-1][1]
+        kept, snapshots = tried[-1][1], tried[-1][2]
+        lowest = snapshots.states[metrics["best_step"]]  # each evaluation's own copy, not a view of the live tensors
+        assert any(not torch.equal(lowest[key], kept[key]) for key in kept), "the snapshots are one tensor"
+        assert "kept step" in card["notes"]["stopped"] and "read worse" in card["notes"]["kept_for_words"]
         assert set(stored) and all(torch.equal(stored[key], kept[key]) for key in kept), (
             "the stored voice is not the kept step's"
         )

@@ -85,7 +85,8 @@ class AdapterSnapshots:
         card = copy.deepcopy(result.card)
         card.metrics.update({"kept_step": step, "validation_mel_l1_kept": round(loss, 4)})
         card.metrics.pop("encoder_similarity_to_clips", None)  # the lowest loss's voice's, not this one's
-        card.notes["kept_step"] = why
+        card.notes["kept_for_words"] = why
+        card.notes["stopped"] += f"; kept step {step}"
         save_voice(result.voice_dir, result.model, VOICE, config.method_configs(), card)
         return AdaptResult(result.voice_dir, card, result.model, result.history, result.stopped)
 
