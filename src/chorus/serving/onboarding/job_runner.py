@@ -470,21 +470,8 @@ class JobRunner:
             metrics = card.metrics
             words = None
             if job.recipe == SAMPLE:
-                # A sample's voice already speaks (its instant voice): refinement must earn its place, by
-                # likeness (the held-out mel loss) and then by words.
-                if not metrics["validation_mel_l1_best"] < metrics["validation_mel_l1_start"]:
-                    raise ValueError(
-                        f"refinement did not improve on the held-out part of the sample (mel L1 "
-                        f"{metrics['validation_mel_l1_start']:.3f} -> {metrics['validation_mel_l1_best']:.3f}); "
-                        "the instant voice stays"
-                    )
-                result, words, others = self._refined_that_reads_well(job, bundle, result, snapshots)
+                result, words = self._earned_refinement(job, bundle, result, snapshots)
                 card, metrics = result.card, result.card.metrics  # the step kept, where not the lowest loss's
-                if not words.kept:
-                    also = f"; {others} other evaluation{'s' * (others != 1)} read worse too" if others else ""
-                    raise ValueError(
-                        f"the refined voice reads worse than the instant voice ({words}{also}); the instant voice stays"
-                    )
             similarity = metrics.get("encoder_similarity_to_clips")
             self._stop_if_cancelled(job)  # deleted while it was judged (its words, its likeness): not uploaded
             self.store.update_job(
@@ -541,6 +528,27 @@ class JobRunner:
     def _stop_if_cancelled(self, job: OnboardingJob) -> None:
         if self._cancelled.is_set():
             raise JobCancelled(job.job_id)
+
+    def _earned_refinement(
+        self, job: OnboardingJob, bundle: ModelBundle, result: AdaptResult, snapshots: AdapterSnapshots | None
+    ) -> tuple[AdaptResult, WordCheck]:
+        """A sample's voice already speaks (its instant voice): refinement must earn its place, by likeness (the
+        held-out mel loss) and then by words. The refined voice to keep and its check; ``ValueError`` saying why
+        the instant voice stays."""
+        metrics = result.card.metrics
+        if not metrics["validation_mel_l1_best"] < metrics["validation_mel_l1_start"]:
+            raise ValueError(
+                f"refinement did not improve on the held-out part of the sample (mel L1 "
+                f"{metrics['validation_mel_l1_start']:.3f} -> {metrics['validation_mel_l1_best']:.3f}); "
+                "the instant voice stays"
+            )
+        result, words, others = self._refined_that_reads_well(job, bundle, result, snapshots)
+        if not words.kept:
+            also = f"; {others} other evaluation{'s' * (others != 1)} read worse too" if others else ""
+            raise ValueError(
+                f"the refined voice reads worse than the instant voice ({words}{also}); the instant voice stays"
+            )
+        return result, words
 
     def _refined_that_reads_well(
         self, job: OnboardingJob, bundle: ModelBundle, result: AdaptResult, snapshots: AdapterSnapshots | None
