@@ -1,14 +1,13 @@
 """Which refined voice should a 10-14 s sample keep? The server's sample recipe (``ServerSettings().adapt_sample``) on a
 sample made as bench/consent.py makes them (consecutive recordings of one voice, 10-14 s, one file, transcribed by
-Whisper as the job transcribes it), every held-out evaluation's adapter kept (``AdapterSnapshots``), and three voices
-compared:
+Whisper as the job transcribes it), every held-out evaluation's adapter kept, and three voices compared:
 
 * **instant**: the base speaker the job starts from, what the voice speaks as until it is refined;
 * **lowest loss**: the evaluation with the lowest held-out mel loss (what ``adapt`` saves), where the server's word
   check (``RefinementCheck``: 4 sentences through Griffin-Lim, at most +0.05 WER) keeps it; else the instant voice;
-* **first that reads well** (what ``JobRunner`` keeps since this bench): the lowest loss, then each other evaluation
-  that improved on the start's loss in the order of its loss (``AdapterSnapshots.improved_steps``), the first the word
-  check keeps; else the instant voice.
+* **first that reads well** (a rule tried here, not shipped: bench/README.md says why): the lowest loss, then each
+  other evaluation that improved on the start's loss in the order of its loss, the first the word check keeps; else
+  the instant voice.
 
 Each voice served is judged on sentences the check never read: the texts of the dataset's last ``--sentences``
 recordings (bench/adaptation.py's evaluation clips), Whisper tiny.en WER and resemblyzer similarity to the 10
@@ -33,6 +32,7 @@ import numpy as np
 import soundfile as sf
 import torch
 
+from chorus.adapters.inject import adapter_state_dict, load_adapter_state_dict
 from chorus.audio.io import SAMPLE_RATE, load_audio
 from chorus.data.formats import discover
 from chorus.evaluation.asr import corpus_word_error_rate
@@ -41,19 +41,42 @@ from chorus.models.bundle import load_bundle
 from chorus.serving.onboarding.refinement import RefinementCheck
 from chorus.serving.settings import ServerSettings
 from chorus.synthesis import DEFAULT_BASE, Synthesizer, load_base
-from chorus.training.adapt import VOICE, AdapterSnapshots, adapt
+from chorus.training.adapt import VOICE, AdaptResult, adapt
 from consent import CALIBRATION_CHAINS, FIGURE_CHAINS, SHORT, SOURCES, sample_windows, sox  # bench/, beside this script
 from run_record import LoadSampler, kept_on_failure, provenance, write_results
 
 REFERENCES = 10
+
+
+class Snapshots:
+    """The voice's adapter tensors at every held-out evaluation of an ``adapt`` run, by step (its ``on_evaluate``)."""
+
+    def __init__(self):
+        self.states: dict[int, dict[str, torch.Tensor]] = {}
+
+    def __call__(self, step: int, model) -> None:
+        self.states[step] = {key: value.detach().clone() for key, value in adapter_state_dict(model, VOICE).items()}
+
+    def improved_steps(self, result: AdaptResult) -> list[tuple[int, float]]:
+        """(step, held-out mel loss) of the snapshots that improved on the start's loss, best first (then the
+        earlier step, as ``adapt`` keeps the first best)."""
+        start = result.history[0]["val_mel"]
+        taken = [(entry["step"], entry["val_mel"]) for entry in result.history if entry["step"] in self.states]
+        return sorted(((step, loss) for step, loss in taken if loss < start), key=lambda item: (item[1], item[0]))
+
+    def put_back(self, result: AdaptResult, step: int) -> None:
+        load_adapter_state_dict(result.model, VOICE, self.states[step])
+
+
 CHAINS = {"calibration": CALIBRATION_CHAINS, "figures": FIGURE_CHAINS}
 
 
 def judged(tts: Synthesizer, texts: list[str], reference: np.ndarray, judges: Judges, **voice) -> dict:
     """WER of ``texts`` read by the voice (``speaker=`` or ``voice=``), and its mean cosine similarity to the unit
     ``reference`` embedding (resemblyzer)."""
-    audio = [r.audio for r in tts.synthesize_batch(texts, **voice)]
-    heard = [judges.whisper.transcribe(a, SAMPLE_RATE) for a in audio]
+    spoken = tts.synthesize_batch(texts, **voice)
+    audio = [r.audio for r in spoken]
+    heard = [judges.whisper.transcribe(r.audio, r.sample_rate) for r in spoken]
     similarity = float(np.mean([judges.speaker.embed(a) @ reference for a in audio]))
     return {"wer": corpus_word_error_rate(texts, heard), "similarity": similarity}
 
@@ -72,7 +95,7 @@ def one_voice(args, source: str, label: str, chain: tuple[str, ...], judges: Jud
     data.mkdir(parents=True, exist_ok=True)
     sf.write(data / "sample.wav", sample, SAMPLE_RATE)
     bundle = load_bundle(DEFAULT_BASE)
-    snapshots = AdapterSnapshots()
+    snapshots = Snapshots()
     started = time.perf_counter()
     result = adapt(data, bundle, args.work / name / "voice", ServerSettings().adapt_sample, progress=False,
                    on_evaluate=snapshots)  # fmt: skip

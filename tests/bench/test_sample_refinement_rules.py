@@ -1,5 +1,5 @@
-"""bench/sample_refinement.py's two rules (which evaluation each keeps) and what each serves, and the order
-AdapterSnapshots gives the server's checks."""
+"""bench/sample_refinement.py's two rules (which evaluation each keeps), what each serves, and the order in which
+the evaluations are checked."""
 
 from __future__ import annotations
 
@@ -8,8 +8,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-from chorus.training.adapt import AdapterSnapshots  # noqa: E402
-from sample_refinement import chosen, report, served  # noqa: E402
+from sample_refinement import Snapshots, chosen, report, served  # noqa: E402
 
 
 def test_the_lowest_loss_is_kept_only_if_it_reads_well_and_the_first_that_does_otherwise():
@@ -40,8 +39,8 @@ def test_the_report_counts_the_refined_voices_and_averages_what_is_served():
     assert "| instant: 10.0 % / 0.600 | step 50: 20.0 % / 0.800 |" in text
 
 
-def test_the_server_tries_the_evaluations_that_improved_best_loss_first_earlier_step_on_ties():
-    snapshots = AdapterSnapshots()
+def test_the_evaluations_that_improved_are_checked_best_loss_first_earlier_step_on_ties():
+    snapshots = Snapshots()
     snapshots.states = {0: {}, 25: {}, 50: {}, 75: {}, 100: {}}
     history = [{"step": 0, "val_mel": 0.5}, {"step": 25, "val_mel": 0.4}, {"step": 50, "val_mel": 0.3},
                {"step": 75, "val_mel": 0.4}, {"step": 100, "val_mel": 0.6}]  # fmt: skip

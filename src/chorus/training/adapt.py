@@ -57,40 +57,6 @@ class AdaptResult:
     stopped: str = "steps"  # why training ended: a key of step_loop.STOPPED_BY
 
 
-class AdapterSnapshots:
-    """The voice's adapter tensors at every held-out evaluation of an :func:`adapt` run, by step: pass it as
-    ``on_evaluate``. Adapters only (a few hundred KB a snapshot at most); full fine-tuning has none to take."""
-
-    def __init__(self):
-        self.states: dict[int, dict[str, torch.Tensor]] = {}
-
-    def __call__(self, step: int, model: AcousticModel) -> None:
-        self.states[step] = {key: value.detach().clone() for key, value in adapter_state_dict(model, VOICE).items()}
-
-    def improved_steps(self, result: AdaptResult) -> list[tuple[int, float]]:
-        """(step, held-out mel loss) of the snapshots that improved on the start's loss, best first (then the
-        earlier step)."""
-        start = result.history[0]["val_mel"]
-        taken = [(entry["step"], entry["val_mel"]) for entry in result.history if entry["step"] in self.states]
-        return sorted(((step, loss) for step, loss in taken if loss < start), key=lambda item: (item[1], item[0]))
-
-    def put_back(self, result: AdaptResult, step: int) -> None:
-        """Give ``result.model``'s voice its tensors of evaluation ``step`` (not saved: see :meth:`save`)."""
-        load_adapter_state_dict(result.model, VOICE, self.states[step])
-
-    def save(self, result: AdaptResult, step: int, loss: float, config: AdaptConfig, why: str) -> AdaptResult:
-        """``result`` with its voice at evaluation ``step`` (held-out mel loss ``loss``) saved over its folder, the
-        card naming the step kept and ``why`` (the lowest loss stays its ``best_step``)."""
-        self.put_back(result, step)
-        card = copy.deepcopy(result.card)
-        card.metrics.update({"kept_step": step, "validation_mel_l1_kept": round(loss, 4)})
-        card.metrics.pop("encoder_similarity_to_clips", None)  # the lowest loss's voice's, not this one's
-        card.notes["kept_for_words"] = why
-        card.notes["stopped"] += f"; kept step {step}"
-        save_voice(result.voice_dir, result.model, VOICE, config.method_configs(), card)
-        return AdaptResult(result.voice_dir, card, result.model, result.history, result.stopped)
-
-
 class DataRefused(ValueError):
     """A refusal of the data to adapt from: ``reason`` says why to anyone, ``advice`` (a command to run, a flag to
     pass) is for the command line's user, and ``str()`` joins them. A server's job tells its uploader the reason

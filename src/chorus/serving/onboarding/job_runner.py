@@ -46,7 +46,7 @@ from chorus.serving.store import (
     VoiceNotFound,
     VoiceStore,
 )
-from chorus.training.adapt import VOICE, AdapterSnapshots, AdaptResult, DataRefused, adapt
+from chorus.training.adapt import VOICE, AdaptResult, DataRefused, adapt
 
 log = logging.getLogger("chorus.serving.worker")
 
@@ -57,9 +57,6 @@ INCOMING_PREFIX = ".incoming-"
 CONSENT_LOG = "consent.jsonl"
 # Progress of a job: checks and setup below TRAINING_START, training steps up to TRAINING_END, then saving.
 TRAINING_START, TRAINING_END = 0.05, 0.95
-# A sample's refinement whose lowest held-out loss reads worse: how many other evaluations are checked (each
-# check reads 8 sentences through Griffin-Lim and Whisper, a few seconds; the default 100 steps have at most 3).
-OTHER_EVALUATIONS = 3
 SWEEP_SECONDS = 30.0  # how often an idle worker removes the folders of jobs that ended elsewhere
 
 _consent_lock = threading.Lock()
@@ -451,9 +448,6 @@ class JobRunner:
             )
             shutil.rmtree(job_dir / OUT_DIR, ignore_errors=True)  # a resumed job starts over
             bundle = self.bundle_factory()
-            # A sample's voice keeps its evaluations' adapters: the one with the lowest held-out mel loss may lose
-            # words that an earlier or later one keeps (see _refined_that_reads_well).
-            snapshots = AdapterSnapshots() if job.recipe == SAMPLE and not self.sample_config.methods.full else None
             result = adapt(
                 job_dir / DATA_DIR,
                 bundle,
@@ -462,7 +456,6 @@ class JobRunner:
                 progress=False,
                 name=job.name,
                 on_step=self._progress_reporter(job),
-                on_evaluate=snapshots,
                 on_start=self._instant_reporter(job, bundle.speakers) if job.recipe == SAMPLE else None,
                 in_place=True,  # the factory's copy is this job's alone
             )
@@ -470,8 +463,19 @@ class JobRunner:
             metrics = card.metrics
             words = None
             if job.recipe == SAMPLE:
-                result, words = self._earned_refinement(job, bundle, result, snapshots)
-                card, metrics = result.card, result.card.metrics  # the step kept, where not the lowest loss's
+                # A sample's voice already speaks (its instant voice): refinement must earn its place, by
+                # likeness (the held-out mel loss) and then by words.
+                if not metrics["validation_mel_l1_best"] < metrics["validation_mel_l1_start"]:
+                    raise ValueError(
+                        f"refinement did not improve on the held-out part of the sample (mel L1 "
+                        f"{metrics['validation_mel_l1_start']:.3f} -> {metrics['validation_mel_l1_best']:.3f}); "
+                        "the instant voice stays"
+                    )
+                words = self._check_words(job, bundle, result)
+                if not words.kept:
+                    raise ValueError(
+                        f"the refined voice reads worse than the instant voice ({words}); the instant voice stays"
+                    )
             similarity = metrics.get("encoder_similarity_to_clips")
             self._stop_if_cancelled(job)  # deleted while it was judged (its words, its likeness): not uploaded
             self.store.update_job(
@@ -480,15 +484,13 @@ class JobRunner:
                 progress=0.97,
                 message=(
                     f"trained {card.steps} steps in {card.train_seconds:.0f} s on {trained_on(card)}; "
-                    f"held-out mel L1 {metrics['validation_mel_l1_start']:.3f} -> "
-                    f"{metrics.get('validation_mel_l1_kept', metrics['validation_mel_l1_best']):.3f}"
+                    f"held-out mel L1 {metrics['validation_mel_l1_start']:.3f} -> {metrics['validation_mel_l1_best']:.3f}"
                     + (
                         f"; similarity to the upload {similarity:.3f} (Chorus speaker encoder)"
                         if similarity is not None
                         else ""
                     )
                     + (f"; {words}" if words is not None else "")
-                    + (f"; kept {card.notes['kept_for_words']}" if "kept_for_words" in card.notes else "")
                     + (f"; clips left out: {card.notes['skipped_clips']}" if "skipped_clips" in card.notes else "")
                     + "".join(f"; warning: {card.notes[name]}" for name in WARNING_NAMES if name in card.notes)
                 ),
@@ -529,56 +531,9 @@ class JobRunner:
         if self._cancelled.is_set():
             raise JobCancelled(job.job_id)
 
-    def _earned_refinement(
-        self, job: OnboardingJob, bundle: ModelBundle, result: AdaptResult, snapshots: AdapterSnapshots | None
-    ) -> tuple[AdaptResult, WordCheck]:
-        """A sample's voice already speaks (its instant voice): refinement must earn its place, by likeness (the
-        held-out mel loss) and then by words. The refined voice to keep and its check; ``ValueError`` saying why
-        the instant voice stays."""
-        metrics = result.card.metrics
-        if not metrics["validation_mel_l1_best"] < metrics["validation_mel_l1_start"]:
-            raise ValueError(
-                f"refinement did not improve on the held-out part of the sample (mel L1 "
-                f"{metrics['validation_mel_l1_start']:.3f} -> {metrics['validation_mel_l1_best']:.3f}); "
-                "the instant voice stays"
-            )
-        result, words, others = self._refined_that_reads_well(job, bundle, result, snapshots)
-        if not words.kept:
-            also = f"; {others} other evaluation{'s' * (others != 1)} read worse too" if others else ""
-            raise ValueError(
-                f"the refined voice reads worse than the instant voice ({words}{also}); the instant voice stays"
-            )
-        return result, words
-
-    def _refined_that_reads_well(
-        self, job: OnboardingJob, bundle: ModelBundle, result: AdaptResult, snapshots: AdapterSnapshots | None
-    ) -> tuple[AdaptResult, WordCheck, int]:
-        """The sample's refined voice that keeps its words: the lowest held-out mel loss first, then up to
-        :data:`OTHER_EVALUATIONS` other evaluations that improved on the start, in the order of their loss, until
-        one reads as well as the instant voice (that one saved over the voice folder, its card naming the step).
-        On 10-14 s samples the lowest loss often loses words that an evaluation beside it keeps, at much the same
-        likeness (bench/sample_refinement.py). Returns the result (the kept voice's), the kept voice's check or,
-        where none reads as well, the lowest loss's, and how many other evaluations were checked. Without
-        snapshots (full fine-tuning) only the lowest loss is checked."""
-        words = self._check_words(job, bundle, result)
-        if words.kept or snapshots is None:
-            return result, words, 0
-        best = result.card.metrics["best_step"]
-        others = [(step, loss) for step, loss in snapshots.improved_steps(result) if step != best]
-        for tried, (step, loss) in enumerate(others[:OTHER_EVALUATIONS], start=1):
-            snapshots.put_back(result, step)
-            other = self._check_words(job, bundle, result)
-            if other.kept:
-                lowest = result.card.metrics["validation_mel_l1_best"]
-                why = f"step {step} (held-out mel L1 {loss:.3f}): the lowest loss's, {lowest:.3f} at step {best}, read worse"
-                return snapshots.save(result, step, loss, self.sample_config, why), other, tried
-        return result, words, min(len(others), OTHER_EVALUATIONS)
-
     def _check_words(self, job: OnboardingJob, bundle: ModelBundle, result: AdaptResult) -> WordCheck:
         """The refined voice of a sample's ``job`` against the instant voice it speaks as now (its record's;
         the start speaker the card names where the record has none) (:mod:`chorus.serving.onboarding.refinement`)."""
-        if self._closing.is_set():  # a check takes seconds of synthesis and Whisper: a stop need not wait for it
-            raise ServerStopping(job.job_id)
         self._stop_if_cancelled(job)
         try:
             self.store.update_job(
