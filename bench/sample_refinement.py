@@ -37,6 +37,7 @@ from chorus.audio.io import SAMPLE_RATE, load_audio
 from chorus.data.formats import discover
 from chorus.evaluation.asr import corpus_word_error_rate
 from chorus.evaluation.report import Judges
+from chorus.evaluation.similarity import cosine_similarity
 from chorus.models.bundle import load_bundle
 from chorus.serving.onboarding.refinement import RefinementCheck
 from chorus.serving.settings import ServerSettings
@@ -72,22 +73,22 @@ CHAINS = {"calibration": CALIBRATION_CHAINS, "figures": FIGURE_CHAINS}
 
 
 def judged(tts: Synthesizer, texts: list[str], reference: np.ndarray, judges: Judges, **voice) -> dict:
-    """WER of ``texts`` read by the voice (``speaker=`` or ``voice=``), and its mean cosine similarity to the unit
-    ``reference`` embedding (resemblyzer)."""
+    """WER of ``texts`` read by the voice (``speaker=`` or ``voice=``), and its mean cosine similarity to the
+    ``reference`` d-vector (resemblyzer)."""
     spoken = tts.synthesize_batch(texts, **voice)
-    audio = [r.audio for r in spoken]
     heard = [judges.whisper.transcribe(r.audio, r.sample_rate) for r in spoken]
-    similarity = float(np.mean([judges.speaker.embed(a) @ reference for a in audio]))
+    similarity = float(
+        np.mean([cosine_similarity(judges.speaker.embed(r.audio, r.sample_rate), reference) for r in spoken])
+    )
     return {"wer": corpus_word_error_rate(texts, heard), "similarity": similarity}
 
 
-def one_voice(args, source: str, label: str, chain: tuple[str, ...], judges: Judges) -> dict:
-    """The three voices of one sample (see the module docstring)."""
+def one_voice(args, source: str, label: str, chain: tuple[str, ...], judges: Judges, tts: Synthesizer) -> dict:
+    """The three voices of one sample (see the module docstring); ``tts``: the shipped base that judges them."""
     clips = discover(args.heldout / source)[0]
     texts = [u.text for u in clips[-args.sentences :]]
     references = [sox(load_audio(u.audio_path), chain) for u in clips[-args.sentences - REFERENCES : -args.sentences]]
-    reference = np.mean([judges.speaker.embed(r) for r in references], axis=0)
-    reference /= np.linalg.norm(reference)
+    reference = judges.speaker.reference_embedding(references)
     rng = np.random.default_rng(args.seed)
     sample = sox(sample_windows(source, args.heldout, args.split, 1, rng)[0], chain)
     name = f"{SHORT[source]}{label}-seed{args.seed}"
@@ -97,12 +98,12 @@ def one_voice(args, source: str, label: str, chain: tuple[str, ...], judges: Jud
     bundle = load_bundle(DEFAULT_BASE)
     snapshots = Snapshots()
     started = time.perf_counter()
-    result = adapt(data, bundle, args.work / name / "voice", ServerSettings().adapt_sample, progress=False,
+    settings = ServerSettings()
+    result = adapt(data, bundle, args.work / name / "voice", settings.adapt_sample, progress=False,
                    on_evaluate=snapshots)  # fmt: skip
     seconds = time.perf_counter() - started
     instant = result.card.notes["speaker_vector_start"]
-    check = RefinementCheck(ServerSettings().consent.max_refined_wer_increase)
-    tts = load_base(None)
+    check = RefinementCheck(settings.consent.max_refined_wer_increase)
     tts.voices["refined"] = (result.model, VOICE)  # the trained model itself: its snapshots are put back into it
     order = snapshots.improved_steps(result)
     steps = {}
@@ -203,10 +204,11 @@ def main() -> None:
         "rows": [],
     }
     judges = Judges(naturalness=None, reference=False)
+    tts = load_base(None)  # each voice's trained model replaces the last as "refined"
     with LoadSampler() as load, kept_on_failure(args.out / "sample_refinement.json", result):
         for source in SOURCES:
             for label, chain in CHAINS[args.split].items():
-                result["rows"].append(one_voice(args, source, label, chain, judges))
+                result["rows"].append(one_voice(args, source, label, chain, judges, tts))
     write_results(args.out, "sample_refinement", result, load, report)
 
 
